@@ -1,0 +1,373 @@
+// Package store defines the seam between pronto's client machinery and the databases that hold its
+// jobs. Every backend (store/postgres, store/sqlite, store/memory) implements Store, and every one of
+// them passes the shared suite in store/storetest, so a behaviour proved for one is proved for all.
+//
+// The interface is internal in spirit: applications construct a backend and hand it to
+// pronto.NewClient; they do not call Store methods themselves. It may change between minor versions.
+package store
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// State is the lifecycle state of a job, exactly the eight states of the OJS core specification.
+type State string
+
+// The eight OJS job states. Completed, Cancelled and Discarded are terminal.
+const (
+	StateScheduled State = "scheduled"
+	StateAvailable State = "available"
+	StatePending   State = "pending"
+	StateActive    State = "active"
+	StateCompleted State = "completed"
+	StateRetryable State = "retryable"
+	StateCancelled State = "cancelled"
+	StateDiscarded State = "discarded"
+)
+
+// AllStates lists every state in lifecycle order.
+var AllStates = []State{
+	StateScheduled, StateAvailable, StatePending, StateActive,
+	StateCompleted, StateRetryable, StateCancelled, StateDiscarded,
+}
+
+// Valid reports whether s is one of the eight OJS states.
+func (s State) Valid() bool {
+	for _, v := range AllStates {
+		if s == v {
+			return true
+		}
+	}
+	return false
+}
+
+// Terminal reports whether no further transition leaves s (except an operator's manual retry).
+func (s State) Terminal() bool {
+	return s == StateCompleted || s == StateCancelled || s == StateDiscarded
+}
+
+// Sentinel errors that every backend returns (wrapped) so callers can branch with errors.Is.
+var (
+	// ErrNotFound: no job (or queue) with the given identifier exists.
+	ErrNotFound = errors.New("not found")
+	// ErrInvalidTransition: the requested operation is not allowed from the job's current state.
+	ErrInvalidTransition = errors.New("invalid state transition")
+	// ErrDuplicate: a job with the same id already exists.
+	ErrDuplicate = errors.New("duplicate job")
+	// ErrUnsupported: the backend cannot offer the requested operation.
+	ErrUnsupported = errors.New("operation not supported by this store")
+)
+
+// TransitionError reports a refused state transition: what was asked, and the state the job was in.
+// It matches ErrInvalidTransition with errors.Is.
+type TransitionError struct {
+	JobID     string
+	Operation string
+	From      State
+}
+
+func (e *TransitionError) Error() string {
+	return fmt.Sprintf("invalid state transition: cannot %s job %s in state %q", e.Operation, e.JobID, e.From)
+}
+
+// Is makes errors.Is(err, ErrInvalidTransition) true.
+func (e *TransitionError) Is(target error) bool { return target == ErrInvalidTransition }
+
+// AttemptError is one entry of a job's error history: what went wrong on which attempt.
+type AttemptError struct {
+	Attempt int       `json:"attempt"`
+	At      time.Time `json:"at"`
+	// Type is the error's class (a Go type name, "panic", "timeout", "lease_expired", or what an OJS
+	// worker reported).
+	Type    string `json:"type,omitempty"`
+	Message string `json:"message"`
+	// Trace holds a stack trace for panics, when known.
+	Trace string `json:"trace,omitempty"`
+	// Retryable is false when the failure was declared non-retryable.
+	Retryable *bool `json:"retryable,omitempty"`
+	// Details carries structured data an OJS worker attached to its failure.
+	Details json.RawMessage `json:"details,omitempty"`
+}
+
+// Job is one stored job: the OJS job model plus the bookkeeping pronto needs.
+type Job struct {
+	ID    string
+	Kind  string // the OJS "type"
+	Queue string
+	// Args is a JSON array. The typed Go API stores its struct as the array's one element.
+	Args json.RawMessage
+	// Meta is a JSON object, or nil.
+	Meta     json.RawMessage
+	Priority int
+	State    State
+	// Attempt counts the times the job became active; it never decreases except on manual retry.
+	Attempt     int
+	MaxAttempts int
+	// Errors is the history of failed attempts, oldest first.
+	Errors []AttemptError
+	// Result is the JSON value a successful attempt returned, or nil.
+	Result json.RawMessage
+	Tags   []string
+	// RetryPolicy is the job's own retry policy as JSON (see pronto.RetryPolicy), or nil for the
+	// client's default.
+	RetryPolicy json.RawMessage
+	// Timeout bounds one attempt; zero means none.
+	Timeout time.Duration
+
+	CreatedAt time.Time
+	// ScheduledAt is when the job is due: in the future for scheduled and retryable jobs, and the moment
+	// it became available otherwise.
+	ScheduledAt time.Time
+	// StartedAt is when the latest attempt began (zero if never).
+	StartedAt time.Time
+	// CompletedAt is when the job reached a terminal state (zero if not terminal).
+	CompletedAt time.Time
+	// ExpiresAt: a job still not started at this time is discarded instead of run (zero: never).
+	ExpiresAt time.Time
+
+	// LeaseExpiresAt is when an active job's lease runs out unless its worker heartbeats.
+	LeaseExpiresAt time.Time
+	// WorkerID names the client (or OJS worker) holding an active job.
+	WorkerID string
+
+	// Room for the roadmap. Stored and returned, not yet interpreted by every feature.
+	UniqueKey  string   // unique-jobs key hash
+	Tenant     string   // fair-scheduling key
+	RateKey    string   // rate/concurrency-limit key
+	WorkflowID string   // workflow the job belongs to
+	ParentIDs  []string // DAG parents that must complete first
+}
+
+// InsertParams describes one job to insert. The client fills every field; the store writes them as
+// given, except that a zero ScheduledAt means "now" in the database's clock.
+type InsertParams struct {
+	ID          string
+	Kind        string
+	Queue       string
+	Args        json.RawMessage
+	Meta        json.RawMessage
+	Priority    int
+	State       State // available, scheduled or pending
+	MaxAttempts int
+	RetryPolicy json.RawMessage
+	Timeout     time.Duration
+	Tags        []string
+	ScheduledAt time.Time // zero: now
+	ExpiresAt   time.Time // zero: never
+
+	UniqueKey  string
+	Tenant     string
+	RateKey    string
+	WorkflowID string
+	ParentIDs  []string
+}
+
+// ClaimParams asks for up to Limit claimable jobs of one queue.
+type ClaimParams struct {
+	Queue string
+	// Kinds, when non-empty, restricts the claim to these kinds (the kinds the client has workers for).
+	Kinds []string
+	Limit int
+	// WorkerID is recorded on each claimed job; heartbeats and completions are checked against it.
+	WorkerID string
+	// LeaseDuration is how long each claimed job is held without a heartbeat.
+	LeaseDuration time.Duration
+}
+
+// Completion is the outcome of one attempt, applied by Store.Finish. It only takes effect while the
+// job is still active with the same Attempt: a job rescued, cancelled or re-claimed meanwhile is left
+// as it is.
+type Completion struct {
+	ID      string
+	Attempt int
+	// State is the job's next state: completed, retryable, scheduled (snooze), discarded, cancelled, or
+	// available (returned unfinished, for example at shutdown).
+	State State
+	// ScheduledAt is when a retryable or scheduled job is next due (zero: now).
+	ScheduledAt time.Time
+	// Error, when set, is appended to the job's error history.
+	Error *AttemptError
+	// Result is stored for completed jobs.
+	Result json.RawMessage
+	// RefundAttempt gives back the attempt this run used (snooze, shutdown): MaxAttempts grows by one,
+	// so Attempt stays monotonic while the retry budget is unchanged.
+	RefundAttempt bool
+}
+
+// FinishResult says, per Completion in order, whether it was applied.
+type FinishResult struct {
+	ID      string
+	Applied bool
+}
+
+// HeartbeatParams extends the leases of jobs a worker holds.
+type HeartbeatParams struct {
+	WorkerID      string
+	IDs           []string
+	LeaseDuration time.Duration
+}
+
+// RescueParams bounds one pass of the lease rescuer.
+type RescueParams struct {
+	Limit int
+}
+
+// RescueResult reports the jobs a rescue pass took back from dead workers.
+type RescueResult struct {
+	Requeued  []*Job // returned to available
+	Discarded []*Job // attempts spent, now discarded
+}
+
+// CleanupParams says which terminal jobs are old enough to delete.
+type CleanupParams struct {
+	CompletedBefore time.Time
+	CancelledBefore time.Time
+	DiscardedBefore time.Time
+	Limit           int
+}
+
+// ListParams filters and pages a job listing. Jobs come in id order (creation order for UUIDv7).
+type ListParams struct {
+	States []State
+	Queues []string
+	Kinds  []string
+	// After is the cursor: only jobs with an id greater than After (or smaller when Descending).
+	After      string
+	Descending bool
+	Limit      int
+}
+
+// QueueInfo is a queue's pause flag and its job counts per state.
+type QueueInfo struct {
+	Name   string
+	Paused bool
+	Counts map[State]int64
+}
+
+// NotificationKind says what a Notification announces.
+type NotificationKind string
+
+// Notification kinds.
+const (
+	// NotifyInsert: jobs became claimable (or scheduled, see DueAt) in Queue.
+	NotifyInsert NotificationKind = "insert"
+	// NotifyCancel: job JobID was cancelled; a client running it cancels its context.
+	NotifyCancel NotificationKind = "cancel"
+	// NotifyPause and NotifyResume: Queue was paused or resumed.
+	NotifyPause  NotificationKind = "pause"
+	NotifyResume NotificationKind = "resume"
+	// NotifyReconnect: the notifier lost its connection and is back; anything may have been missed,
+	// so every producer claims at once.
+	NotifyReconnect NotificationKind = "reconnect"
+)
+
+// Notification is one message on a store's notification channel.
+type Notification struct {
+	Kind  NotificationKind
+	Queue string
+	JobID string
+	// DueAt, for inserts of jobs due later, is the earliest due time among them (zero: due now).
+	DueAt time.Time
+}
+
+// Notifier delivers notifications published through its store (by any process, where the backend
+// allows) to subscribers in this process.
+type Notifier interface {
+	// Subscribe registers fn for every notification until the returned function is called. fn must not
+	// block: it runs on the notifier's delivery goroutine.
+	Subscribe(fn func(Notification)) (unsubscribe func())
+}
+
+// Store is what a backend implements. Every method is safe for concurrent use.
+type Store interface {
+	// Migrate applies all pending migrations.
+	Migrate(ctx context.Context) error
+
+	// Insert writes jobs and announces, once per queue touched, that they exist. An id that already
+	// exists fails the whole call with ErrDuplicate and inserts nothing.
+	Insert(ctx context.Context, params []*InsertParams) ([]*Job, error)
+
+	// Claim atomically moves up to p.Limit claimable jobs of p.Queue to active and returns them: jobs
+	// that are available, or scheduled/retryable and due, not expired, in a queue that is not paused,
+	// highest priority first, then earliest due, then lowest id. No job is returned to two claimers.
+	Claim(ctx context.Context, p ClaimParams) ([]*Job, error)
+
+	// Finish applies completions in one batch.
+	Finish(ctx context.Context, completions []Completion) ([]FinishResult, error)
+
+	// Heartbeat extends the leases of the listed jobs held by the worker. It returns the ids it could
+	// not extend (cancelled, rescued or finished elsewhere): their runs should stop.
+	Heartbeat(ctx context.Context, p HeartbeatParams) (lost []string, err error)
+
+	// Rescue returns active jobs whose lease expired to available (with an error entry saying so), or
+	// discards them when their attempts are spent, and announces the queues it made claimable.
+	Rescue(ctx context.Context, p RescueParams) (RescueResult, error)
+
+	// Promote moves scheduled and retryable jobs that are due to available, announces their queues, and
+	// returns how many it moved. Claim does not need it (due jobs are claimable as they are); it keeps
+	// the visible states truthful.
+	Promote(ctx context.Context, limit int) (int, error)
+
+	// DiscardExpired discards jobs not yet started whose expires_at has passed, returning the count.
+	DiscardExpired(ctx context.Context, limit int) (int, error)
+
+	// NextDue returns the earliest due time of scheduled or retryable jobs in queue, and false if none.
+	NextDue(ctx context.Context, queue string) (time.Time, bool, error)
+
+	// Cleanup deletes old terminal jobs, at most p.Limit, and returns how many.
+	Cleanup(ctx context.Context, p CleanupParams) (int, error)
+
+	// GetJob returns one job, or ErrNotFound.
+	GetJob(ctx context.Context, id string) (*Job, error)
+	// ListJobs returns one page of jobs and the cursor of the next page ("" at the end).
+	ListJobs(ctx context.Context, p ListParams) (jobs []*Job, next string, err error)
+	// CancelJob cancels a job that is not terminal (an active job's runner is told through the
+	// notifier). A terminal job gives a *TransitionError.
+	CancelJob(ctx context.Context, id string) (*Job, error)
+	// RetryJob makes a discarded or cancelled job available again with its attempts reset (its error
+	// history is kept). Other states give a *TransitionError.
+	RetryJob(ctx context.Context, id string) (*Job, error)
+	// ActivateJob moves a pending job to available.
+	ActivateJob(ctx context.Context, id string) (*Job, error)
+	// DeleteJob removes a job that is not active and returns it as it was.
+	DeleteJob(ctx context.Context, id string) (*Job, error)
+
+	// ListQueues returns every queue that has jobs or a pause flag, with counts per state.
+	ListQueues(ctx context.Context) ([]QueueInfo, error)
+	// PauseQueue stops claims from queue across the cluster until ResumeQueue.
+	PauseQueue(ctx context.Context, queue string) error
+	// ResumeQueue lets claims from queue start again and wakes its producers.
+	ResumeQueue(ctx context.Context, queue string) error
+
+	// Notifier returns the store's notification channel.
+	Notifier() Notifier
+
+	// Elect makes leaderID the leader of name for ttl if there is no live leader or it already is,
+	// and reports whether leaderID leads now.
+	Elect(ctx context.Context, name, leaderID string, ttl time.Duration) (bool, error)
+	// Resign gives up leadership of name if leaderID holds it.
+	Resign(ctx context.Context, name, leaderID string) error
+
+	// Close releases what the store opened itself (not a pool the application passed in).
+	Close() error
+}
+
+// PgxTxInserter is implemented by stores that can insert jobs inside an application's own pgx
+// transaction: the jobs become visible, and their notification is sent, only if it commits.
+type PgxTxInserter interface {
+	InsertPgxTx(ctx context.Context, tx pgx.Tx, params []*InsertParams) ([]*Job, error)
+}
+
+// SQLTxInserter is implemented by stores that can insert jobs inside an application's own
+// database/sql transaction on the same database (the SQLite store: a *sql.Tx on the same file).
+// The jobs become visible, and producers are woken, only if it commits.
+type SQLTxInserter interface {
+	InsertSQLTx(ctx context.Context, tx *sql.Tx, params []*InsertParams) ([]*Job, error)
+}
