@@ -1,0 +1,123 @@
+// Package testdb gives tests a real PostgreSQL: a shared pool to the test database and a fresh schema
+// per test, dropped when the test ends. It never skips: a test that needs PostgreSQL fails with a
+// message that says what to start, in CI and on a laptop alike.
+package testdb
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// DefaultURL is used when PRONTO_TEST_DATABASE_URL is not set.
+const DefaultURL = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+
+// URL returns the test database URL: PRONTO_TEST_DATABASE_URL, or DefaultURL.
+func URL() string {
+	if u := os.Getenv("PRONTO_TEST_DATABASE_URL"); u != "" {
+		return u
+	}
+	return DefaultURL
+}
+
+var (
+	poolOnce sync.Once
+	pool     *pgxpool.Pool
+	poolErr  error
+	counter  atomic.Int64
+)
+
+// Unreachable explains what to do when the test database cannot be reached.
+func Unreachable(err error) string {
+	return fmt.Sprintf("PostgreSQL is required for this test and is unreachable at %s: %v\n"+
+		"Start it (for example: pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start),\n"+
+		"or point PRONTO_TEST_DATABASE_URL at a database the tests may create schemas in.", URL(), err)
+}
+
+// Pool returns a pool shared by every test in the package. It fails the test when PostgreSQL is down.
+func Pool(t testing.TB) *pgxpool.Pool {
+	t.Helper()
+	poolOnce.Do(func() {
+		cfg, err := pgxpool.ParseConfig(URL())
+		if err != nil {
+			poolErr = err
+			return
+		}
+		cfg.MaxConns = 20
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		pool, poolErr = pgxpool.NewWithConfig(ctx, cfg)
+		if poolErr == nil {
+			poolErr = pool.Ping(ctx)
+		}
+	})
+	if poolErr != nil {
+		t.Fatal(Unreachable(poolErr))
+	}
+	return pool
+}
+
+// NewPool returns a pool of its own for a test that needs one (for example one per simulated client),
+// closed when the test ends.
+func NewPool(t testing.TB, maxConns int32) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(URL())
+	if err != nil {
+		t.Fatal(Unreachable(err))
+	}
+	cfg.MaxConns = maxConns
+	p, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(Unreachable(err))
+	}
+	if err := p.Ping(context.Background()); err != nil {
+		p.Close()
+		t.Fatal(Unreachable(err))
+	}
+	t.Cleanup(p.Close)
+	return p
+}
+
+// Schema creates a schema no other test uses and drops it (with everything in it) when the test ends.
+// Its name is returned; nothing is created in it.
+func Schema(t testing.TB) string {
+	t.Helper()
+	p := Pool(t)
+	name := fmt.Sprintf("pt_%s_%d_%d", sanitize(t.Name()), os.Getpid(), counter.Add(1))
+	if len(name) > 60 {
+		name = fmt.Sprintf("pt_%d_%d_%d", time.Now().UnixNano()%1e9, os.Getpid(), counter.Add(1))
+	}
+	ctx := context.Background()
+	if _, err := p.Exec(ctx, "DROP SCHEMA IF EXISTS "+name+" CASCADE"); err != nil {
+		t.Fatalf("drop schema %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_, _ = p.Exec(ctx, "DROP SCHEMA IF EXISTS "+name+" CASCADE")
+	})
+	return name
+}
+
+func sanitize(s string) string {
+	var b strings.Builder
+	for _, r := range strings.ToLower(s) {
+		switch {
+		case r >= 'a' && r <= 'z', r >= '0' && r <= '9':
+			b.WriteRune(r)
+		default:
+			b.WriteByte('_')
+		}
+		if b.Len() >= 30 {
+			break
+		}
+	}
+	return b.String()
+}
