@@ -291,7 +291,11 @@ type Store interface {
 	Migrate(ctx context.Context) error
 
 	// Insert writes jobs and announces, once per queue touched, that they exist. An id that already
-	// exists fails the whole call with ErrDuplicate and inserts nothing.
+	// exists fails the whole call with ErrDuplicate and inserts nothing (the batch is atomic).
+	//
+	// Written as given: a zero ScheduledAt becomes the database's now; CreatedAt is now; Attempt is 0.
+	// The NotifyInsert of a queue carries DueAt zero when any of its new jobs is due now, otherwise the
+	// earliest due time among them. Pending jobs announce nothing.
 	Insert(ctx context.Context, params []*InsertParams) ([]*Job, error)
 
 	// Claim atomically moves up to p.Limit claimable jobs of p.Queue to active and returns them: jobs
@@ -299,7 +303,10 @@ type Store interface {
 	// highest priority first, then earliest due, then lowest id. No job is returned to two claimers.
 	Claim(ctx context.Context, p ClaimParams) ([]*Job, error)
 
-	// Finish applies completions in one batch.
+	// Finish applies completions in one batch. Per state: completed sets CompletedAt and Result;
+	// retryable and scheduled set ScheduledAt (zero: now); discarded and cancelled set CompletedAt;
+	// available sets ScheduledAt to now. Every one clears the lease and worker id and appends Error when
+	// given. Jobs made claimable or scheduled are announced per queue (NotifyInsert with DueAt).
 	Finish(ctx context.Context, completions []Completion) ([]FinishResult, error)
 
 	// Heartbeat extends the leases of the listed jobs held by the worker. It returns the ids it could
@@ -357,6 +364,22 @@ type Store interface {
 
 	// Close releases what the store opened itself (not a pool the application passed in).
 	Close() error
+}
+
+// Migration is one versioned schema migration and whether it is applied.
+type Migration struct {
+	Version   int
+	Name      string
+	Applied   bool
+	AppliedAt time.Time
+}
+
+// Migrator is implemented by stores with a versioned schema (PostgreSQL, SQLite).
+type Migrator interface {
+	// MigrateDown reverts the latest steps applied migrations.
+	MigrateDown(ctx context.Context, steps int) error
+	// MigrationStatus lists every known migration, oldest first.
+	MigrationStatus(ctx context.Context) ([]Migration, error)
 }
 
 // PgxTxInserter is implemented by stores that can insert jobs inside an application's own pgx
