@@ -225,7 +225,8 @@ type RescueResult struct {
 	Discarded []*Job // attempts spent, now discarded
 }
 
-// CleanupParams says which terminal jobs are old enough to delete.
+// CleanupParams says which terminal jobs are old enough to delete: those whose CompletedAt is before
+// the state's time. A zero time deletes nothing of that state (keep forever).
 type CleanupParams struct {
 	CompletedBefore time.Time
 	CancelledBefore time.Time
