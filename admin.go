@@ -1,0 +1,173 @@
+package pronto
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/pronto-jobs/pronto/internal/uuidv7"
+	"github.com/pronto-jobs/pronto/store"
+)
+
+// QueueInfo is a queue's pause flag and job counts per state.
+type QueueInfo = store.QueueInfo
+
+// JobListParams filters and pages JobList. The zero value lists the first 100 jobs in id (creation)
+// order.
+type JobListParams struct {
+	States []State
+	Queues []string
+	Kinds  []string
+	// Cursor continues a listing from JobListResult.Next.
+	Cursor string
+	// Descending lists newest first.
+	Descending bool
+	// Limit is the page size (default 100, at most 10000).
+	Limit int
+}
+
+// JobListResult is one page of jobs.
+type JobListResult struct {
+	Jobs []*JobRow
+	// Next is the cursor of the next page, "" on the last page.
+	Next string
+}
+
+func checkID(id string) error {
+	if !uuidv7.Valid(id) {
+		return invalidf("job id %q: must be a lowercase UUIDv7", id)
+	}
+	return nil
+}
+
+// JobGet returns a job, or an error matching ErrNotFound.
+func (c *Client) JobGet(ctx context.Context, id string) (*JobRow, error) {
+	if err := checkID(id); err != nil {
+		return nil, err
+	}
+	j, err := c.store.GetJob(ctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("pronto: get job %s: %w", id, err)
+	}
+	return j, nil
+}
+
+// JobList lists jobs matching the filters, one page at a time.
+func (c *Client) JobList(ctx context.Context, p *JobListParams) (*JobListResult, error) {
+	if p == nil {
+		p = &JobListParams{}
+	}
+	limit := p.Limit
+	if limit <= 0 {
+		limit = 100
+	}
+	if limit > 10000 {
+		return nil, invalidf("list limit %d: at most 10000", limit)
+	}
+	for _, s := range p.States {
+		if !s.Valid() {
+			return nil, invalidf("unknown state %q", s)
+		}
+	}
+	if p.Cursor != "" {
+		if err := checkID(p.Cursor); err != nil {
+			return nil, invalidf("cursor %q is not a job id", p.Cursor)
+		}
+	}
+	jobs, next, err := c.store.ListJobs(ctx, store.ListParams{
+		States: p.States, Queues: p.Queues, Kinds: p.Kinds, After: p.Cursor, Descending: p.Descending, Limit: limit,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("pronto: list jobs: %w", err)
+	}
+	return &JobListResult{Jobs: jobs, Next: next}, nil
+}
+
+// JobCancel cancels a job that has not finished: a queued job never runs, and a running one has its
+// context cancelled (cause ErrJobCancelled) on whichever client runs it. A finished job gives an error
+// matching ErrInvalidTransition.
+func (c *Client) JobCancel(ctx context.Context, id string) (*JobRow, error) {
+	if err := checkID(id); err != nil {
+		return nil, err
+	}
+	prev, _ := c.store.GetJob(ctx, id)
+	j, err := c.store.CancelJob(ctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("pronto: cancel job %s: %w", id, err)
+	}
+	// A running job's cancellation is reported by the client running it.
+	if prev == nil || prev.State != store.StateActive {
+		c.events.emit(&Event{Kind: EventCancelled, Job: j, At: time.Now()})
+	}
+	return j, nil
+}
+
+// JobRetry makes a discarded or cancelled job available again, its attempts reset and its error
+// history kept. Other states give an error matching ErrInvalidTransition.
+func (c *Client) JobRetry(ctx context.Context, id string) (*JobRow, error) {
+	if err := checkID(id); err != nil {
+		return nil, err
+	}
+	j, err := c.store.RetryJob(ctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("pronto: retry job %s: %w", id, err)
+	}
+	c.events.emit(&Event{Kind: EventRetried, Job: j, At: time.Now()})
+	return j, nil
+}
+
+// JobActivate moves a pending job (inserted with InsertOpts.Pending) to available.
+func (c *Client) JobActivate(ctx context.Context, id string) (*JobRow, error) {
+	if err := checkID(id); err != nil {
+		return nil, err
+	}
+	j, err := c.store.ActivateJob(ctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("pronto: activate job %s: %w", id, err)
+	}
+	return j, nil
+}
+
+// JobDelete removes a job that is not running and returns it as it was. Cancel a running job first.
+func (c *Client) JobDelete(ctx context.Context, id string) (*JobRow, error) {
+	if err := checkID(id); err != nil {
+		return nil, err
+	}
+	j, err := c.store.DeleteJob(ctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("pronto: delete job %s: %w", id, err)
+	}
+	return j, nil
+}
+
+// QueueList returns every queue with jobs or a pause flag, with counts per state.
+func (c *Client) QueueList(ctx context.Context) ([]QueueInfo, error) {
+	qs, err := c.store.ListQueues(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("pronto: list queues: %w", err)
+	}
+	return qs, nil
+}
+
+// QueuePause stops every client in the cluster from claiming the queue's jobs (running ones finish).
+// Inserts into a paused queue still succeed.
+func (c *Client) QueuePause(ctx context.Context, queue string) error {
+	if !ValidQueueName(queue) {
+		return invalidf("queue name %q: must match [a-z0-9][a-z0-9.-]*", queue)
+	}
+	if err := c.store.PauseQueue(ctx, queue); err != nil {
+		return fmt.Errorf("pronto: pause queue %q: %w", queue, err)
+	}
+	return nil
+}
+
+// QueueResume lets the cluster claim the queue's jobs again, at once.
+func (c *Client) QueueResume(ctx context.Context, queue string) error {
+	if !ValidQueueName(queue) {
+		return invalidf("queue name %q: must match [a-z0-9][a-z0-9.-]*", queue)
+	}
+	if err := c.store.ResumeQueue(ctx, queue); err != nil {
+		return fmt.Errorf("pronto: resume queue %q: %w", queue, err)
+	}
+	return nil
+}

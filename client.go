@@ -1,0 +1,590 @@
+package pronto
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/pronto-jobs/pronto/internal/completer"
+	"github.com/pronto-jobs/pronto/internal/maintenance"
+	"github.com/pronto-jobs/pronto/internal/producer"
+	"github.com/pronto-jobs/pronto/store"
+)
+
+// Client inserts jobs, works them, and administers them, over one Store. It is safe for concurrent
+// use. Build it with NewClient, call Start to work jobs, and Stop to shut down gracefully.
+type Client struct {
+	cfg    Config
+	store  store.Store
+	kinds  []string
+	events eventBus
+	work   []WorkMiddleware
+
+	mu       sync.Mutex
+	started  bool
+	stopped  bool
+	stopOnce sync.Once
+	stopErr  error
+
+	producers   map[string]*producer.Producer
+	completer   *completer.Completer
+	maintainer  *maintenance.Maintainer
+	unsubscribe func()
+
+	// Contexts of the running machinery: producers stop claiming first, then jobs are cancelled at
+	// Stop's deadline, then the completer, heartbeat and maintenance stop.
+	produceCancel   context.CancelFunc
+	workCtx         context.Context
+	workCancel      context.CancelCauseFunc
+	serviceCtx      context.Context
+	serviceCancel   context.CancelFunc
+	completerCtx    context.Context
+	completerCancel context.CancelFunc
+	jobsWG          sync.WaitGroup
+	servicesWG      sync.WaitGroup
+
+	runMu   sync.Mutex
+	running map[string]*runningJob
+}
+
+// runningJob is a claimed job this client holds: running, or finished with its outcome not yet written.
+// Its lease is heartbeated until the outcome is written.
+type runningJob struct {
+	row    *JobRow
+	cancel context.CancelCauseFunc // nil once the worker returned
+}
+
+// NewClient returns a client over s. A nil cfg means an insert-only client with defaults.
+func NewClient(s store.Store, cfg *Config) (*Client, error) {
+	if s == nil {
+		return nil, errors.New("pronto: NewClient: store is nil")
+	}
+	if cfg == nil {
+		cfg = &Config{}
+	}
+	c, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	cl := &Client{cfg: c, store: s, running: make(map[string]*runningJob), work: c.WorkMiddleware}
+	if c.Workers != nil {
+		cl.kinds = c.Workers.Kinds()
+	}
+	return cl, nil
+}
+
+// ID returns the client's id, as recorded on the jobs it holds.
+func (c *Client) ID() string { return c.cfg.ID }
+
+// Store returns the store the client works on.
+func (c *Client) Store() store.Store { return c.store }
+
+// IsLeader reports whether this client currently runs the cluster's maintenance.
+func (c *Client) IsLeader() bool {
+	c.mu.Lock()
+	m := c.maintainer
+	c.mu.Unlock()
+	return m != nil && m.IsLeader()
+}
+
+// Subscribe returns a channel of this client's events of the given kinds (all kinds when none are
+// given) and a function that ends the subscription and closes the channel. Delivery never blocks the
+// client: when the channel's buffer (1000 events) is full, events are dropped.
+func (c *Client) Subscribe(kinds ...EventKind) (<-chan *Event, func()) {
+	return c.events.subscribe(1000, kinds)
+}
+
+// Start begins working the configured queues and taking part in maintenance. It returns once the
+// client is running; ctx only bounds start-up. The client runs until Stop.
+func (c *Client) Start(ctx context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stopped {
+		return ErrClientStopped
+	}
+	if c.started {
+		return errors.New("pronto: client already started")
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	c.started = true
+	base := context.WithoutCancel(ctx)
+
+	var produceCtx context.Context
+	produceCtx, c.produceCancel = context.WithCancel(base)
+	c.workCtx, c.workCancel = context.WithCancelCause(base)
+	c.serviceCtx, c.serviceCancel = context.WithCancel(base)
+	c.completerCtx, c.completerCancel = context.WithCancel(base)
+
+	c.completer = completer.New(completer.Config{
+		Finish:       c.store.Finish,
+		MaxBatchSize: c.cfg.CompleterBatchSize,
+		Logger:       c.cfg.Logger,
+	})
+	c.servicesWG.Add(1)
+	go func() {
+		defer c.servicesWG.Done()
+		c.completer.Run(c.completerCtx)
+	}()
+
+	c.producers = make(map[string]*producer.Producer, len(c.cfg.Queues))
+	for name, q := range c.cfg.Queues {
+		name := name
+		c.producers[name] = producer.New(producer.Config{
+			Queue:      name,
+			MaxWorkers: q.MaxWorkers,
+			Claim: func(ctx context.Context, limit int) ([]*store.Job, error) {
+				return c.store.Claim(ctx, store.ClaimParams{
+					Queue: name, Kinds: c.kinds, Limit: limit,
+					WorkerID: c.cfg.ID, LeaseDuration: c.cfg.LeaseDuration,
+				})
+			},
+			NextDue: func(ctx context.Context) (time.Time, bool, error) {
+				return c.store.NextDue(ctx, name)
+			},
+			Execute:      c.execute,
+			PollInterval: c.cfg.PollInterval,
+			Logger:       c.cfg.Logger,
+		})
+	}
+	// Subscribe before the producers' first claim, so nothing inserted after it is missed.
+	c.unsubscribe = c.store.Notifier().Subscribe(c.onNotification)
+	for _, p := range c.producers {
+		go p.Run(produceCtx)
+	}
+
+	c.servicesWG.Add(1)
+	go func() {
+		defer c.servicesWG.Done()
+		c.heartbeatLoop(c.serviceCtx)
+	}()
+
+	if !c.cfg.DisableMaintenance {
+		c.maintainer = maintenance.New(maintenance.Config{
+			Store:              c.store,
+			ClientID:           c.cfg.ID,
+			LeaderTTL:          c.cfg.LeaderTTL,
+			RescueInterval:     c.cfg.RescueInterval,
+			CompletedRetention: c.cfg.CompletedRetention,
+			CancelledRetention: c.cfg.CancelledRetention,
+			DiscardedRetention: c.cfg.DiscardedRetention,
+			Logger:             c.cfg.Logger,
+			OnRescue:           c.onRescue,
+		})
+		c.servicesWG.Add(1)
+		go func() {
+			defer c.servicesWG.Done()
+			c.maintainer.Run(c.serviceCtx)
+		}()
+	}
+	c.cfg.Logger.Info("pronto: client started", "client", c.cfg.ID, "queues", len(c.cfg.Queues), "kinds", c.kinds)
+	return nil
+}
+
+// Stop shuts the client down gracefully: it stops claiming at once, lets running jobs finish until
+// ctx's deadline, then cancels them (their context's cause is ErrShutdown) and returns them to
+// available without spending an attempt, writes every outstanding outcome, and resigns leadership.
+// It returns ctx's error if jobs had to be cancelled. Calling Stop again returns the first result.
+func (c *Client) Stop(ctx context.Context) error {
+	c.mu.Lock()
+	started := c.started
+	c.stopped = true
+	c.mu.Unlock()
+	if !started {
+		return nil
+	}
+	c.stopOnce.Do(func() { c.stopErr = c.stop(ctx) })
+	return c.stopErr
+}
+
+func (c *Client) stop(ctx context.Context) error {
+	c.produceCancel()
+	for _, p := range c.producers {
+		<-p.Done()
+	}
+	var result error
+	jobsDone := make(chan struct{})
+	go func() { c.jobsWG.Wait(); close(jobsDone) }()
+	select {
+	case <-jobsDone:
+	case <-ctx.Done():
+		result = ctx.Err()
+		c.workCancel(ErrShutdown)
+		// Workers that honour their context return at once; give them a moment.
+		select {
+		case <-jobsDone:
+		case <-time.After(2 * time.Second):
+			c.abandonStuckJobs()
+		}
+	}
+	c.completer.Close()
+	select {
+	case <-c.completer.Done():
+	case <-time.After(10 * time.Second):
+		c.cfg.Logger.Error("pronto: stop: outcomes could not be written in time; their jobs will be rescued when their leases expire")
+		c.completerCancel()
+		<-c.completer.Done()
+	}
+	c.serviceCancel()
+	if c.unsubscribe != nil {
+		c.unsubscribe()
+	}
+	c.servicesWG.Wait()
+	c.completerCancel()
+	c.workCancel(ErrShutdown)
+	c.cfg.Logger.Info("pronto: client stopped", "client", c.cfg.ID)
+	return result
+}
+
+// abandonStuckJobs returns jobs whose workers ignore cancellation to available; their late outcomes
+// are not recorded.
+func (c *Client) abandonStuckJobs() {
+	c.runMu.Lock()
+	var stuck []*JobRow
+	for _, rj := range c.running {
+		if rj.cancel != nil {
+			stuck = append(stuck, rj.row)
+		}
+	}
+	c.runMu.Unlock()
+	for _, row := range stuck {
+		c.cfg.Logger.Warn("pronto: worker ignored cancellation at shutdown; returning its job to available", "job", row.ID, "kind", row.Kind)
+		c.completer.Add(completer.Item{Completion: store.Completion{
+			ID: row.ID, Attempt: row.Attempt, State: store.StateAvailable, RefundAttempt: true,
+		}})
+	}
+}
+
+// onNotification routes one store notification. It runs on the notifier's goroutine and never blocks.
+func (c *Client) onNotification(n store.Notification) {
+	switch n.Kind {
+	case store.NotifyInsert, store.NotifyResume:
+		if p := c.producers[n.Queue]; p != nil {
+			if n.DueAt.IsZero() {
+				p.Wake()
+			} else {
+				p.WakeAt(n.DueAt)
+			}
+		}
+	case store.NotifyCancel:
+		c.runMu.Lock()
+		rj := c.running[n.JobID]
+		c.runMu.Unlock()
+		if rj != nil && rj.cancel != nil {
+			rj.cancel(ErrJobCancelled)
+		}
+	case store.NotifyReconnect:
+		for _, p := range c.producers {
+			p.Wake()
+		}
+	}
+}
+
+// heartbeatLoop extends the leases of every job this client holds, in one statement per interval,
+// and stops the runs of jobs it no longer holds.
+func (c *Client) heartbeatLoop(ctx context.Context) {
+	t := time.NewTicker(c.cfg.HeartbeatInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		c.runMu.Lock()
+		ids := make([]string, 0, len(c.running))
+		for id := range c.running {
+			ids = append(ids, id)
+		}
+		c.runMu.Unlock()
+		if len(ids) == 0 {
+			continue
+		}
+		lost, err := c.store.Heartbeat(ctx, store.HeartbeatParams{WorkerID: c.cfg.ID, IDs: ids, LeaseDuration: c.cfg.LeaseDuration})
+		if err != nil {
+			if ctx.Err() == nil {
+				c.cfg.Logger.Warn("pronto: heartbeat failed", "jobs", len(ids), "err", err)
+			}
+			continue
+		}
+		for _, id := range lost {
+			c.runMu.Lock()
+			rj := c.running[id]
+			c.runMu.Unlock()
+			if rj == nil || rj.cancel == nil {
+				continue
+			}
+			// Cancelled elsewhere (and the notification was missed) or taken back by the rescuer.
+			cause := ErrJobLost
+			if j, err := c.store.GetJob(ctx, id); err == nil && j.State == store.StateCancelled {
+				cause = ErrJobCancelled
+			}
+			rj.cancel(cause)
+		}
+	}
+}
+
+func (c *Client) onRescue(res store.RescueResult) {
+	if !c.events.active() {
+		return
+	}
+	now := time.Now()
+	for _, j := range res.Requeued {
+		c.events.emit(&Event{Kind: EventRescued, Job: j, At: now})
+	}
+	for _, j := range res.Discarded {
+		c.events.emit(&Event{Kind: EventDiscarded, Job: j, Err: errors.New("lease expired with no attempts left"), At: now})
+	}
+}
+
+type resultKey struct{}
+
+type resultHolder struct {
+	mu  sync.Mutex
+	raw json.RawMessage
+}
+
+// RecordResult stores v (as JSON) as the result of the job whose context ctx is; it is saved when the
+// attempt completes successfully and returned by JobGet as the job's Result. Call it from Work.
+func RecordResult(ctx context.Context, v any) error {
+	h, ok := ctx.Value(resultKey{}).(*resultHolder)
+	if !ok {
+		return errors.New("pronto: RecordResult called outside a job's context")
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("pronto: job result does not encode as JSON: %w", err)
+	}
+	h.mu.Lock()
+	h.raw = b
+	h.mu.Unlock()
+	return nil
+}
+
+// errTimeout is the cause of a job's context when its timeout passes.
+var errTimeout = errors.New("pronto: job timeout")
+
+// execute runs one claimed job on its own goroutine; release frees its worker slot.
+func (c *Client) execute(row *store.Job, release func()) {
+	c.jobsWG.Add(1)
+	ctx, cancel := context.WithCancelCause(c.workCtx)
+	rj := &runningJob{row: row, cancel: cancel}
+	c.runMu.Lock()
+	c.running[row.ID] = rj
+	c.runMu.Unlock()
+	go func() {
+		defer c.jobsWG.Done()
+		holder := &resultHolder{}
+		jobCtx := context.WithValue(ctx, resultKey{}, holder)
+		timeout := row.Timeout
+		if timeout == 0 {
+			timeout = c.cfg.JobTimeout
+		}
+		var stopTimeout context.CancelFunc = func() {}
+		if timeout > 0 {
+			jobCtx, stopTimeout = context.WithTimeoutCause(jobCtx, timeout, errTimeout)
+		}
+		start := time.Now()
+		err := c.runWorker(jobCtx, row)
+		dur := time.Since(start)
+		timedOut := errors.Is(context.Cause(jobCtx), errTimeout)
+		cause := context.Cause(ctx)
+		stopTimeout()
+		c.runMu.Lock()
+		rj.cancel = nil
+		c.runMu.Unlock()
+		cancel(nil)
+		release()
+		holder.mu.Lock()
+		result := holder.raw
+		holder.mu.Unlock()
+		c.recordOutcome(row, err, result, cause, timedOut, dur)
+	}()
+}
+
+// runWorker runs the job's worker through the work middleware, turning panics into errors.
+func (c *Client) runWorker(ctx context.Context, row *JobRow) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			stack := string(debug.Stack())
+			err = &PanicError{Value: r, Stack: stack}
+			if c.cfg.OnPanic != nil {
+				c.safeCallback(func() { c.cfg.OnPanic(ctx, row, r, stack) })
+			}
+		}
+	}()
+	entry := c.cfg.Workers.byKind[row.Kind]
+	if entry == nil {
+		// Only kinds with workers are claimed, so this needs a registry changed under our feet.
+		return Discard(fmt.Errorf("no worker registered for kind %q on client %s", row.Kind, c.cfg.ID))
+	}
+	next := func(ctx context.Context) error { return entry.run(ctx, row) }
+	for i := len(c.work) - 1; i >= 0; i-- {
+		mw, inner := c.work[i], next
+		next = func(ctx context.Context) error { return mw(ctx, row, inner) }
+	}
+	return next(ctx)
+}
+
+func (c *Client) safeCallback(f func()) {
+	defer func() {
+		if r := recover(); r != nil {
+			c.cfg.Logger.Error("pronto: error/panic handler panicked", "panic", r)
+		}
+	}()
+	f()
+}
+
+// recordOutcome turns an attempt's outcome into a completion and hands it to the completer.
+func (c *Client) recordOutcome(row *JobRow, err error, result json.RawMessage, cause error, timedOut bool, dur time.Duration) {
+	now := time.Now()
+	switch {
+	case errors.Is(cause, ErrJobCancelled):
+		// Already cancelled in the store by whoever cancelled it.
+		c.forget(row.ID)
+		out := *row
+		out.State = store.StateCancelled
+		c.events.emit(&Event{Kind: EventCancelled, Job: &out, Err: ErrJobCancelled, Duration: dur, At: now})
+		return
+	case errors.Is(cause, ErrJobLost):
+		c.forget(row.ID)
+		c.cfg.Logger.Warn("pronto: lost the lease of a running job; its outcome is not recorded", "job", row.ID, "kind", row.Kind)
+		return
+	}
+
+	comp := store.Completion{ID: row.ID, Attempt: row.Attempt}
+	var kind EventKind
+	var snooze *SnoozeError
+	var cancelErr *CancelError
+	var discard *DiscardError
+	switch {
+	case err == nil:
+		comp.State, comp.Result, kind = store.StateCompleted, result, EventCompleted
+	case errors.Is(cause, ErrShutdown) && !timedOut:
+		// Interrupted by shutdown: back to available at once, the attempt refunded.
+		comp.State, comp.RefundAttempt = store.StateAvailable, true
+	case errors.As(err, &snooze):
+		comp.State, comp.RefundAttempt, kind = store.StateScheduled, true, EventSnoozed
+		comp.ScheduledAt = now.Add(snooze.Duration)
+	case errors.As(err, &cancelErr):
+		comp.State, kind = store.StateCancelled, EventCancelled
+		comp.Error = attemptError(row, err, now, false)
+	case errors.As(err, &discard):
+		comp.State, kind = store.StateDiscarded, EventDiscarded
+		comp.Error = attemptError(row, err, now, false)
+	default:
+		if timedOut {
+			err = fmt.Errorf("job timed out after %s: %w", dur.Round(time.Millisecond), err)
+		}
+		if c.cfg.OnError != nil {
+			var pe *PanicError
+			if !errors.As(err, &pe) {
+				c.safeCallback(func() { c.cfg.OnError(c.workCtx, row, err) })
+			}
+		}
+		policy := c.policyOf(row)
+		ae := attemptError(row, err, now, true)
+		if timedOut {
+			ae.Type = "timeout"
+		}
+		retryable := row.Attempt < row.MaxAttempts && !slices.Contains(policy.NonRetryableErrors, ae.Type)
+		if retryable {
+			comp.State, kind = store.StateRetryable, EventFailed
+			comp.ScheduledAt = now.Add(policy.Delay(row.Attempt))
+		} else {
+			comp.State, kind = store.StateDiscarded, EventDiscarded
+			f := false
+			ae.Retryable = &f
+		}
+		comp.Error = ae
+	}
+	c.completer.Add(completer.Item{Completion: comp, Done: func(applied bool, werr error) {
+		c.forget(row.ID)
+		if werr != nil || !applied {
+			if werr != nil {
+				c.cfg.Logger.Warn("pronto: outcome not written; the job will be rescued", "job", row.ID, "err", werr)
+			}
+			return
+		}
+		if comp.State == store.StateRetryable || comp.State == store.StateScheduled {
+			if p := c.producers[row.Queue]; p != nil {
+				p.WakeAt(comp.ScheduledAt)
+			}
+		}
+		if kind == "" || !c.events.active() {
+			return
+		}
+		out := *row
+		out.State = comp.State
+		out.Result = comp.Result
+		out.WorkerID = ""
+		if comp.Error != nil {
+			out.Errors = append(slices.Clone(row.Errors), *comp.Error)
+		}
+		if comp.RefundAttempt {
+			out.MaxAttempts++
+		}
+		if !comp.ScheduledAt.IsZero() {
+			out.ScheduledAt = comp.ScheduledAt
+		}
+		if comp.State.Terminal() {
+			out.CompletedAt = now
+		}
+		c.events.emit(&Event{Kind: kind, Job: &out, Err: err, Duration: dur, At: now})
+	}})
+}
+
+func (c *Client) forget(id string) {
+	c.runMu.Lock()
+	delete(c.running, id)
+	c.runMu.Unlock()
+}
+
+// policyOf returns the job's retry policy merged over the client's default.
+func (c *Client) policyOf(row *JobRow) RetryPolicy {
+	if len(row.RetryPolicy) == 0 || string(row.RetryPolicy) == "null" {
+		return c.cfg.RetryPolicy
+	}
+	var p RetryPolicy
+	if err := json.Unmarshal(row.RetryPolicy, &p); err != nil {
+		c.cfg.Logger.Warn("pronto: job has an unreadable retry policy; using the default", "job", row.ID, "err", err)
+		return c.cfg.RetryPolicy
+	}
+	return p.withDefaults(c.cfg.RetryPolicy)
+}
+
+// attemptError describes err as an error-history entry.
+func attemptError(row *JobRow, err error, at time.Time, retryable bool) *store.AttemptError {
+	ae := &store.AttemptError{Attempt: row.Attempt, At: at, Message: err.Error(), Type: errorType(err)}
+	var pe *PanicError
+	if errors.As(err, &pe) {
+		ae.Type, ae.Trace = "panic", pe.Stack
+	}
+	if !retryable {
+		f := false
+		ae.Retryable = &f
+	}
+	return ae
+}
+
+// errorType names an error's class: the dynamic type of the innermost wrapped error that is not a
+// plain fmt wrapper.
+func errorType(err error) string {
+	for {
+		t := fmt.Sprintf("%T", err)
+		if t != "*fmt.wrapError" && t != "*fmt.wrapErrors" && t != "*pronto.CancelError" && t != "*pronto.DiscardError" {
+			return t
+		}
+		inner := errors.Unwrap(err)
+		if inner == nil {
+			return t
+		}
+		err = inner
+	}
+}

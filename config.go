@@ -1,0 +1,124 @@
+package pronto
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/pronto-jobs/pronto/internal/uuidv7"
+)
+
+// QueueConfig configures one queue a client works.
+type QueueConfig struct {
+	// MaxWorkers is how many of the queue's jobs this client runs at once (default 100).
+	MaxWorkers int
+}
+
+// Config configures a Client. The zero value is valid for an insert-only client; a client that works
+// jobs names its Queues and Workers. Every zero duration takes the default given beside it.
+type Config struct {
+	// ID names this client in leases, leadership and logs (default host-pid-random). Unique per process.
+	ID string
+	// Queues maps queue names to their settings. Empty: the client inserts and administers but works
+	// nothing (it still takes part in maintenance unless DisableMaintenance).
+	Queues map[string]QueueConfig
+	// Workers holds a worker per kind. The client claims only jobs of kinds it has a worker for: a job
+	// of another kind waits (visibly, in its queue) for a client that can work it; it is never dropped.
+	Workers *Workers
+
+	// RetryPolicy is the default for jobs that carry none (default DefaultRetryPolicy).
+	RetryPolicy RetryPolicy
+	// JobTimeout bounds each attempt of jobs without a timeout of their own (default: none).
+	JobTimeout time.Duration
+	// LeaseDuration is how long a claimed job is held without a heartbeat before the leader rescues it
+	// (3 s). With the defaults a SIGKILLed client's jobs run again within about 4 s.
+	LeaseDuration time.Duration
+	// HeartbeatInterval is how often the client extends its jobs' leases, in one statement (1 s).
+	HeartbeatInterval time.Duration
+	// PollInterval is the slow poll that covers lost notifications (1 s). Notifications make pickup
+	// immediate; on SQLite shared by several processes, the poll is how other processes find work.
+	PollInterval time.Duration
+	// RescueInterval is how often the leader looks for expired leases (500 ms).
+	RescueInterval time.Duration
+	// LeaderTTL is how long a leader holds office without renewing (3 s).
+	LeaderTTL time.Duration
+	// Retention of terminal jobs: completed and cancelled 24 h, discarded 7 days. Negative keeps forever.
+	CompletedRetention time.Duration
+	CancelledRetention time.Duration
+	DiscardedRetention time.Duration
+	// DisableMaintenance keeps this client out of leader election (it never rescues or cleans).
+	DisableMaintenance bool
+	// MaxArgsBytes bounds a job's encoded args (1 MiB).
+	MaxArgsBytes int
+	// CompleterBatchSize bounds how many outcomes one statement writes (1000).
+	CompleterBatchSize int
+
+	// Logger receives the client's structured logs (default: discarded).
+	Logger *slog.Logger
+	// OnError is called after an attempt fails with an error (not a panic).
+	OnError func(ctx context.Context, job *JobRow, err error)
+	// OnPanic is called after a worker panics, with the recovered value and the stack.
+	OnPanic func(ctx context.Context, job *JobRow, value any, stack string)
+
+	// InsertMiddleware wraps every insert, outermost first.
+	InsertMiddleware []InsertMiddleware
+	// WorkMiddleware wraps every attempt, outermost first.
+	WorkMiddleware []WorkMiddleware
+}
+
+// Defaults.
+const (
+	DefaultMaxWorkers        = 100
+	DefaultLeaseDuration     = 3 * time.Second
+	DefaultHeartbeatInterval = time.Second
+	DefaultPollInterval      = time.Second
+	DefaultMaxArgsBytes      = 1 << 20
+)
+
+func (c Config) withDefaults() (Config, error) {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	if c.ID == "" {
+		host, _ := os.Hostname()
+		c.ID = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), uuidv7.New()[24:])
+	}
+	def(&c.LeaseDuration, DefaultLeaseDuration)
+	def(&c.HeartbeatInterval, DefaultHeartbeatInterval)
+	def(&c.PollInterval, DefaultPollInterval)
+	if c.MaxArgsBytes <= 0 {
+		c.MaxArgsBytes = DefaultMaxArgsBytes
+	}
+	c.RetryPolicy = c.RetryPolicy.withDefaults(DefaultRetryPolicy)
+	if err := c.RetryPolicy.Validate(); err != nil {
+		return c, fmt.Errorf("pronto: config: %w", err)
+	}
+	if c.HeartbeatInterval >= c.LeaseDuration {
+		return c, fmt.Errorf("pronto: config: HeartbeatInterval (%s) must be shorter than LeaseDuration (%s)", c.HeartbeatInterval, c.LeaseDuration)
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if len(c.Queues) > 0 && (c.Workers == nil || len(c.Workers.byKind) == 0) {
+		return c, fmt.Errorf("pronto: config: queues are configured but no workers are registered")
+	}
+	queues := make(map[string]QueueConfig, len(c.Queues))
+	for name, q := range c.Queues {
+		if !ValidQueueName(name) {
+			return c, fmt.Errorf("pronto: config: %w", invalidf("queue name %q: must match [a-z0-9][a-z0-9.-]* (at most 128 characters)", name))
+		}
+		if q.MaxWorkers == 0 {
+			q.MaxWorkers = DefaultMaxWorkers
+		}
+		if q.MaxWorkers < 0 {
+			return c, fmt.Errorf("pronto: config: queue %q: MaxWorkers %d is negative", name, q.MaxWorkers)
+		}
+		queues[name] = q
+	}
+	c.Queues = queues
+	return c, nil
+}

@@ -1,0 +1,98 @@
+package pronto
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/pronto-jobs/pronto/store"
+)
+
+// Errors callers branch on with errors.Is.
+var (
+	// ErrNotFound: no job with that id exists.
+	ErrNotFound = store.ErrNotFound
+	// ErrInvalidTransition: the operation is not allowed from the job's current state; the error is a
+	// *TransitionError naming the state.
+	ErrInvalidTransition = store.ErrInvalidTransition
+	// ErrDuplicate: a job with the same id already exists.
+	ErrDuplicate = store.ErrDuplicate
+	// ErrUnsupported: the client's store cannot do this (for example InsertTx on SQLite).
+	ErrUnsupported = store.ErrUnsupported
+	// ErrInvalidArgs: the job's args, options or names are not acceptable; nothing was stored.
+	ErrInvalidArgs = errors.New("invalid job")
+	// ErrClientStopped: the client is stopping or stopped.
+	ErrClientStopped = errors.New("pronto: client is stopped")
+	// ErrJobCancelled is the cause of a running job's context when the job is cancelled (from any client).
+	ErrJobCancelled = errors.New("pronto: job cancelled")
+	// ErrJobLost is the cause of a running job's context when this client no longer holds the job's
+	// lease (it was rescued, or deleted): its outcome will not be recorded.
+	ErrJobLost = errors.New("pronto: job lease lost")
+	// ErrShutdown is the cause of a running job's context when Stop's deadline passed; the job goes back
+	// to available without spending an attempt.
+	ErrShutdown = errors.New("pronto: client shutting down")
+)
+
+// TransitionError reports a refused state transition: the operation and the job's state.
+type TransitionError = store.TransitionError
+
+// invalidf returns an ErrInvalidArgs error with a message naming the problem.
+func invalidf(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrInvalidArgs, fmt.Sprintf(format, args...))
+}
+
+// SnoozeError is returned by Snooze.
+type SnoozeError struct{ Duration time.Duration }
+
+func (e *SnoozeError) Error() string { return fmt.Sprintf("job snoozed for %s", e.Duration) }
+
+// Snooze, returned from Work, puts the job back to scheduled for d without spending an attempt (its
+// max attempts grows by one so the retry budget is unchanged) and without an error entry.
+func Snooze(d time.Duration) error {
+	if d < 0 {
+		d = 0
+	}
+	return &SnoozeError{Duration: d}
+}
+
+// CancelError is returned by Cancel.
+type CancelError struct{ Err error }
+
+func (e *CancelError) Error() string {
+	if e.Err == nil {
+		return "job cancelled by its worker"
+	}
+	return "job cancelled by its worker: " + e.Err.Error()
+}
+
+// Unwrap returns the reason given to Cancel.
+func (e *CancelError) Unwrap() error { return e.Err }
+
+// Cancel, returned from Work, moves the job to cancelled (terminal) and records err in its error
+// history. It is not retried.
+func Cancel(err error) error { return &CancelError{Err: err} }
+
+// DiscardError is returned by Discard.
+type DiscardError struct{ Err error }
+
+func (e *DiscardError) Error() string {
+	if e.Err == nil {
+		return "job discarded by its worker"
+	}
+	return e.Err.Error()
+}
+
+// Unwrap returns the reason given to Discard.
+func (e *DiscardError) Unwrap() error { return e.Err }
+
+// Discard, returned from Work, fails the job permanently: it goes to discarded at once, whatever
+// attempts remain, with err in its error history.
+func Discard(err error) error { return &DiscardError{Err: err} }
+
+// PanicError is the error a job's attempt records when its worker panicked.
+type PanicError struct {
+	Value any
+	Stack string
+}
+
+func (e *PanicError) Error() string { return fmt.Sprintf("panic: %v", e.Value) }

@@ -1,0 +1,104 @@
+package pronto
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// EventKind says what happened to a job.
+type EventKind string
+
+// Event kinds.
+const (
+	// EventCompleted: an attempt succeeded.
+	EventCompleted EventKind = "job.completed"
+	// EventFailed: an attempt failed and the job will be retried (it is retryable).
+	EventFailed EventKind = "job.failed"
+	// EventDiscarded: the job failed for good (attempts spent, Discard, non-retryable error, expired
+	// lease with no attempts left).
+	EventDiscarded EventKind = "job.discarded"
+	// EventCancelled: the job was cancelled (by JobCancel on this client, or by its worker with Cancel,
+	// or while running here).
+	EventCancelled EventKind = "job.cancelled"
+	// EventSnoozed: the worker snoozed the job.
+	EventSnoozed EventKind = "job.snoozed"
+	// EventRetried: an operator retried a discarded or cancelled job with JobRetry on this client.
+	EventRetried EventKind = "job.retried"
+	// EventRescued: this client, as leader, returned a job whose worker stopped heartbeating to available.
+	EventRescued EventKind = "job.rescued"
+)
+
+// Event reports one thing that happened to a job on this client.
+type Event struct {
+	Kind EventKind
+	// Job is the job as this client last saw it (its State is the state it moved to).
+	Job *JobRow
+	// Err is the attempt's error, for failed, discarded, cancelled-by-worker events.
+	Err error
+	// Duration is how long the attempt ran, for events that end an attempt.
+	Duration time.Duration
+	At       time.Time
+}
+
+// eventBus fans events out to subscribers without ever blocking a worker: a subscriber whose buffer is
+// full misses the event (counted in Dropped).
+type eventBus struct {
+	mu      sync.RWMutex
+	subs    map[int]*subscription
+	next    int
+	dropped atomic.Int64
+}
+
+type subscription struct {
+	ch    chan *Event
+	kinds map[EventKind]bool // nil: all
+}
+
+func (b *eventBus) subscribe(buffer int, kinds []EventKind) (<-chan *Event, func()) {
+	s := &subscription{ch: make(chan *Event, buffer)}
+	if len(kinds) > 0 {
+		s.kinds = make(map[EventKind]bool, len(kinds))
+		for _, k := range kinds {
+			s.kinds[k] = true
+		}
+	}
+	b.mu.Lock()
+	if b.subs == nil {
+		b.subs = make(map[int]*subscription)
+	}
+	id := b.next
+	b.next++
+	b.subs[id] = s
+	b.mu.Unlock()
+	var once sync.Once
+	return s.ch, func() {
+		once.Do(func() {
+			b.mu.Lock()
+			delete(b.subs, id)
+			b.mu.Unlock()
+			close(s.ch)
+		})
+	}
+}
+
+func (b *eventBus) active() bool {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	return len(b.subs) > 0
+}
+
+func (b *eventBus) emit(e *Event) {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	for _, s := range b.subs {
+		if s.kinds != nil && !s.kinds[e.Kind] {
+			continue
+		}
+		select {
+		case s.ch <- e:
+		default:
+			b.dropped.Add(1)
+		}
+	}
+}

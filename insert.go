@@ -1,0 +1,220 @@
+package pronto
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pronto-jobs/pronto/internal/uuidv7"
+	"github.com/pronto-jobs/pronto/store"
+)
+
+// InsertManyParams is one job of an InsertMany call.
+type InsertManyParams struct {
+	Args JobArgs
+	Opts *InsertOpts
+}
+
+// Insert stores one job and wakes a client that works its queue (within a millisecond or two when
+// the job is due now). Bad args, names or options are refused with an error matching ErrInvalidArgs,
+// and nothing is stored.
+func (c *Client) Insert(ctx context.Context, args JobArgs, opts *InsertOpts) (*JobRow, error) {
+	p, err := c.buildInsert(args, opts)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := c.insert(ctx, []*store.InsertParams{p}, c.store.Insert)
+	if err != nil {
+		return nil, err
+	}
+	return rows[0], nil
+}
+
+// InsertMany stores many jobs atomically (all or none) with one notification per queue; on
+// PostgreSQL it uses COPY.
+func (c *Client) InsertMany(ctx context.Context, jobs []InsertManyParams) ([]*JobRow, error) {
+	ps, err := c.buildInsertMany(jobs)
+	if err != nil {
+		return nil, err
+	}
+	return c.insert(ctx, ps, c.store.Insert)
+}
+
+// InsertTx stores one job inside the application's pgx transaction: the job exists, and clients are
+// woken, only if tx commits. The store must be PostgreSQL; other stores return ErrUnsupported.
+func (c *Client) InsertTx(ctx context.Context, tx pgx.Tx, args JobArgs, opts *InsertOpts) (*JobRow, error) {
+	rows, err := c.InsertManyTx(ctx, tx, []InsertManyParams{{Args: args, Opts: opts}})
+	if err != nil {
+		return nil, err
+	}
+	return rows[0], nil
+}
+
+// InsertManyTx stores many jobs inside the application's pgx transaction (see InsertTx).
+func (c *Client) InsertManyTx(ctx context.Context, tx pgx.Tx, jobs []InsertManyParams) ([]*JobRow, error) {
+	ins, ok := c.store.(store.PgxTxInserter)
+	if !ok {
+		return nil, fmt.Errorf("%w: InsertTx needs the PostgreSQL store (this client's store is %T); use InsertSQLTx with SQLite", ErrUnsupported, c.store)
+	}
+	ps, err := c.buildInsertMany(jobs)
+	if err != nil {
+		return nil, err
+	}
+	return c.insert(ctx, ps, func(ctx context.Context, ps []*store.InsertParams) ([]*store.Job, error) {
+		return ins.InsertPgxTx(ctx, tx, ps)
+	})
+}
+
+// InsertSQLTx stores one job inside the application's database/sql transaction on the same database
+// (the SQLite store's file). Other stores return ErrUnsupported.
+func (c *Client) InsertSQLTx(ctx context.Context, tx *sql.Tx, args JobArgs, opts *InsertOpts) (*JobRow, error) {
+	rows, err := c.InsertManySQLTx(ctx, tx, []InsertManyParams{{Args: args, Opts: opts}})
+	if err != nil {
+		return nil, err
+	}
+	return rows[0], nil
+}
+
+// InsertManySQLTx stores many jobs inside the application's database/sql transaction (see InsertSQLTx).
+func (c *Client) InsertManySQLTx(ctx context.Context, tx *sql.Tx, jobs []InsertManyParams) ([]*JobRow, error) {
+	ins, ok := c.store.(store.SQLTxInserter)
+	if !ok {
+		return nil, fmt.Errorf("%w: InsertSQLTx needs the SQLite store (this client's store is %T); use InsertTx with PostgreSQL", ErrUnsupported, c.store)
+	}
+	ps, err := c.buildInsertMany(jobs)
+	if err != nil {
+		return nil, err
+	}
+	return c.insert(ctx, ps, func(ctx context.Context, ps []*store.InsertParams) ([]*store.Job, error) {
+		return ins.InsertSQLTx(ctx, tx, ps)
+	})
+}
+
+// insert runs the insert middleware around do.
+func (c *Client) insert(ctx context.Context, ps []*store.InsertParams, do InsertFunc) ([]*JobRow, error) {
+	next := do
+	for i := len(c.cfg.InsertMiddleware) - 1; i >= 0; i-- {
+		mw, inner := c.cfg.InsertMiddleware[i], next
+		next = func(ctx context.Context, ps []*store.InsertParams) ([]*JobRow, error) { return mw(ctx, ps, inner) }
+	}
+	rows, err := next(ctx, ps)
+	if err != nil {
+		return nil, fmt.Errorf("pronto: insert %d job(s): %w", len(ps), err)
+	}
+	return rows, nil
+}
+
+func (c *Client) buildInsertMany(jobs []InsertManyParams) ([]*store.InsertParams, error) {
+	if len(jobs) == 0 {
+		return nil, invalidf("no jobs to insert")
+	}
+	ps := make([]*store.InsertParams, len(jobs))
+	for i, j := range jobs {
+		p, err := c.buildInsert(j.Args, j.Opts)
+		if err != nil {
+			if len(jobs) > 1 {
+				return nil, fmt.Errorf("job %d of %d: %w", i, len(jobs), err)
+			}
+			return nil, err
+		}
+		ps[i] = p
+	}
+	return ps, nil
+}
+
+// buildInsert validates and resolves one job.
+func (c *Client) buildInsert(args JobArgs, opts *InsertOpts) (*store.InsertParams, error) {
+	if args == nil {
+		return nil, invalidf("args are nil")
+	}
+	kind := args.Kind()
+	if !ValidKind(kind) {
+		return nil, invalidf("kind %q: must be dot-separated segments of [a-z][a-z0-9_]* (for example \"email.send\")", kind)
+	}
+	raw, err := encodeArgs(args)
+	if err != nil {
+		return nil, err
+	}
+	o := InsertOpts{}
+	if opts != nil {
+		o = *opts
+	}
+	if withOpts, ok := args.(JobArgsWithInsertOpts); ok {
+		o = o.merge(withOpts.InsertOpts())
+	}
+	return c.resolve(kind, raw, o)
+}
+
+// resolve turns a kind, encoded args and options into insert params, or says what is wrong.
+func (c *Client) resolve(kind string, args json.RawMessage, o InsertOpts) (*store.InsertParams, error) {
+	if len(args) > c.cfg.MaxArgsBytes {
+		return nil, invalidf("kind %q: args are %d bytes, over the limit of %d", kind, len(args), c.cfg.MaxArgsBytes)
+	}
+	if o.Queue == "" {
+		o.Queue = DefaultQueue
+	}
+	if !ValidQueueName(o.Queue) {
+		return nil, invalidf("queue name %q: must match [a-z0-9][a-z0-9.-]* (at most 128 characters)", o.Queue)
+	}
+	if o.Priority < PriorityMin || o.Priority > PriorityMax {
+		return nil, invalidf("priority %d: must be between %d and %d", o.Priority, PriorityMin, PriorityMax)
+	}
+	if !o.ScheduledAt.IsZero() && o.Delay != 0 {
+		return nil, invalidf("set ScheduledAt or Delay, not both")
+	}
+	if o.Delay < 0 || o.Timeout < 0 || o.MaxAttempts < 0 {
+		return nil, invalidf("Delay, Timeout and MaxAttempts must not be negative")
+	}
+	id := o.ID
+	if id == "" {
+		id = uuidv7.New()
+	} else if !uuidv7.Valid(id) {
+		return nil, invalidf("id %q: must be a lowercase UUIDv7", id)
+	}
+	p := &store.InsertParams{
+		ID: id, Kind: kind, Queue: o.Queue, Args: args, Priority: o.Priority,
+		State: store.StateAvailable, Timeout: o.Timeout, Tags: o.Tags, ExpiresAt: o.ExpiresAt,
+	}
+	policy := c.cfg.RetryPolicy
+	if o.RetryPolicy != nil {
+		if err := o.RetryPolicy.Validate(); err != nil {
+			return nil, err
+		}
+		b, err := json.Marshal(o.RetryPolicy)
+		if err != nil {
+			return nil, invalidf("retry policy: %v", err)
+		}
+		p.RetryPolicy = b
+		policy = o.RetryPolicy.withDefaults(c.cfg.RetryPolicy)
+	}
+	p.MaxAttempts = policy.MaxAttempts
+	if o.MaxAttempts > 0 {
+		p.MaxAttempts = o.MaxAttempts
+	}
+	if o.Meta != nil {
+		b, err := json.Marshal(o.Meta)
+		if err != nil {
+			return nil, invalidf("meta does not encode as JSON: %v", err)
+		}
+		p.Meta = b
+	}
+	now := time.Now()
+	due := o.ScheduledAt
+	if o.Delay > 0 {
+		due = now.Add(o.Delay)
+	}
+	if due.After(now) {
+		p.State, p.ScheduledAt = store.StateScheduled, due
+	}
+	if o.Pending {
+		p.State = store.StatePending
+	}
+	if !o.ExpiresAt.IsZero() && !o.ExpiresAt.After(now) {
+		return nil, invalidf("ExpiresAt %s is already past", o.ExpiresAt.Format(time.RFC3339))
+	}
+	return p, nil
+}

@@ -1,0 +1,91 @@
+package pronto
+
+import (
+	"regexp"
+	"time"
+)
+
+// Priority bounds: OJS requires at least -100 to 100; pronto accepts exactly that range.
+const (
+	PriorityMin = -100
+	PriorityMax = 100
+)
+
+// DefaultQueue is where jobs go when no queue is named.
+const DefaultQueue = "default"
+
+// InsertOpts are the per-job options of an insert. Zero fields take the kind's defaults (from
+// JobArgsWithInsertOpts), then the client's.
+type InsertOpts struct {
+	// ID lets the caller choose the job's id (a lowercase UUIDv7); empty: one is generated.
+	ID string
+	// Queue defaults to "default". OJS queue names: [a-z0-9][a-z0-9.-]*, at most 128 characters.
+	Queue string
+	// Priority: higher runs first, from PriorityMin to PriorityMax; 0 by default.
+	Priority int
+	// ScheduledAt makes the job wait until then; Delay waits that long from now. Setting both is an error.
+	ScheduledAt time.Time
+	Delay       time.Duration
+	// MaxAttempts overrides the retry policy's attempts (1: no retry).
+	MaxAttempts int
+	// RetryPolicy overrides the client's default policy for this job.
+	RetryPolicy *RetryPolicy
+	// Timeout bounds each attempt: the worker's context is cancelled when it passes and the attempt
+	// fails. Zero: the client's JobTimeout.
+	Timeout time.Duration
+	// ExpiresAt: a job not started by then is discarded instead of run.
+	ExpiresAt time.Time
+	// Tags are free labels for searching and dashboards.
+	Tags []string
+	// Meta is stored as the job's OJS meta object (tracing ids, tenant, anything JSON).
+	Meta map[string]any
+	// Pending inserts the job in the pending state: it waits for JobActivate.
+	Pending bool
+}
+
+var (
+	queueRE = regexp.MustCompile(`^[a-z0-9][a-z0-9.\-]*$`)
+	kindRE  = regexp.MustCompile(`^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*$`)
+)
+
+// ValidQueueName reports whether name is an acceptable OJS queue name.
+func ValidQueueName(name string) bool { return len(name) <= 128 && queueRE.MatchString(name) }
+
+// ValidKind reports whether kind is an acceptable OJS job type.
+func ValidKind(kind string) bool { return len(kind) <= 255 && kindRE.MatchString(kind) }
+
+// merge returns o with its zero fields taken from def.
+func (o InsertOpts) merge(def InsertOpts) InsertOpts {
+	if o.ID == "" {
+		o.ID = def.ID
+	}
+	if o.Queue == "" {
+		o.Queue = def.Queue
+	}
+	if o.Priority == 0 {
+		o.Priority = def.Priority
+	}
+	if o.ScheduledAt.IsZero() && o.Delay == 0 {
+		o.ScheduledAt, o.Delay = def.ScheduledAt, def.Delay
+	}
+	if o.MaxAttempts == 0 {
+		o.MaxAttempts = def.MaxAttempts
+	}
+	if o.RetryPolicy == nil {
+		o.RetryPolicy = def.RetryPolicy
+	}
+	if o.Timeout == 0 {
+		o.Timeout = def.Timeout
+	}
+	if o.ExpiresAt.IsZero() {
+		o.ExpiresAt = def.ExpiresAt
+	}
+	if o.Tags == nil {
+		o.Tags = def.Tags
+	}
+	if o.Meta == nil {
+		o.Meta = def.Meta
+	}
+	o.Pending = o.Pending || def.Pending
+	return o
+}

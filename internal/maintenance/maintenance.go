@@ -1,0 +1,203 @@
+// Package maintenance runs the cluster's housekeeping on the one client elected leader of its store:
+// the rescuer (expired leases back to available, or discarded when attempts are spent), the promoter
+// (due scheduled and retryable jobs shown as available), the expirer (jobs past expires_at discarded)
+// and the retention cleaner. Leadership is a row in the store with a TTL that the leader renews; when
+// the leader dies another client takes over within one TTL.
+package maintenance
+
+import (
+	"context"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/pronto-jobs/pronto/store"
+)
+
+// LeaderName is the leadership row maintenance elects on.
+const LeaderName = "maintenance"
+
+// Config configures the maintenance loop. Zero durations take the defaults in the comments.
+type Config struct {
+	Store    store.Store
+	ClientID string
+	// LeaderTTL is how long a leader holds office without renewing (3 s); it renews every TTL/3.
+	LeaderTTL time.Duration
+	// RescueInterval is how often expired leases are looked for (500 ms).
+	RescueInterval time.Duration
+	// PromoteInterval is how often due jobs are promoted and expired jobs discarded (1 s).
+	PromoteInterval time.Duration
+	// CleanupInterval is how often old terminal jobs are deleted (30 s).
+	CleanupInterval time.Duration
+	// Retention per terminal state (24 h, 24 h, 7 days). Negative: keep forever.
+	CompletedRetention time.Duration
+	CancelledRetention time.Duration
+	DiscardedRetention time.Duration
+	// BatchSize bounds each statement (1000).
+	BatchSize int
+	Logger    *slog.Logger
+	// OnRescue and OnLeadership, if set, observe what happens (events, tests).
+	OnRescue     func(store.RescueResult)
+	OnLeadership func(leader bool)
+}
+
+// Maintainer runs the loop.
+type Maintainer struct {
+	cfg    Config
+	leader atomic.Bool
+	done   chan struct{}
+}
+
+// New applies defaults and returns a Maintainer; Run starts it.
+func New(cfg Config) *Maintainer {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	def(&cfg.LeaderTTL, 3*time.Second)
+	def(&cfg.RescueInterval, 500*time.Millisecond)
+	def(&cfg.PromoteInterval, time.Second)
+	def(&cfg.CleanupInterval, 30*time.Second)
+	def(&cfg.CompletedRetention, 24*time.Hour)
+	def(&cfg.CancelledRetention, 24*time.Hour)
+	def(&cfg.DiscardedRetention, 7*24*time.Hour)
+	if cfg.BatchSize <= 0 {
+		cfg.BatchSize = 1000
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Maintainer{cfg: cfg, done: make(chan struct{})}
+}
+
+// IsLeader reports whether this client leads now.
+func (m *Maintainer) IsLeader() bool { return m.leader.Load() }
+
+// Done is closed when Run has returned.
+func (m *Maintainer) Done() <-chan struct{} { return m.done }
+
+// Run elects and, while leader, maintains, until ctx is done; then it resigns.
+func (m *Maintainer) Run(ctx context.Context) {
+	defer close(m.done)
+	c := m.cfg
+	elect := time.NewTicker(c.LeaderTTL / 3)
+	defer elect.Stop()
+	rescue := time.NewTicker(c.RescueInterval)
+	defer rescue.Stop()
+	promote := time.NewTicker(c.PromoteInterval)
+	defer promote.Stop()
+	cleanup := time.NewTicker(c.CleanupInterval)
+	defer cleanup.Stop()
+
+	m.elect(ctx)
+	for {
+		select {
+		case <-ctx.Done():
+			if m.leader.Load() {
+				rctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+				if err := c.Store.Resign(rctx, LeaderName, c.ClientID); err != nil {
+					c.Logger.Warn("pronto: resign leadership", "err", err)
+				}
+				cancel()
+				m.setLeader(false)
+			}
+			return
+		case <-elect.C:
+			m.elect(ctx)
+		case <-rescue.C:
+			if m.leader.Load() {
+				m.rescue(ctx)
+			}
+		case <-promote.C:
+			if m.leader.Load() {
+				m.promote(ctx)
+			}
+		case <-cleanup.C:
+			if m.leader.Load() {
+				m.cleanup(ctx)
+			}
+		}
+	}
+}
+
+func (m *Maintainer) setLeader(v bool) {
+	if m.leader.Swap(v) != v {
+		m.cfg.Logger.Info("pronto: maintenance leadership changed", "client", m.cfg.ClientID, "leader", v)
+		if m.cfg.OnLeadership != nil {
+			m.cfg.OnLeadership(v)
+		}
+	}
+}
+
+func (m *Maintainer) elect(ctx context.Context) {
+	ok, err := m.cfg.Store.Elect(ctx, LeaderName, m.cfg.ClientID, m.cfg.LeaderTTL)
+	if err != nil {
+		if ctx.Err() == nil {
+			m.cfg.Logger.Warn("pronto: leader election failed", "err", err)
+		}
+		// Without a renewal we cannot know we still lead: step down to be safe.
+		m.setLeader(false)
+		return
+	}
+	m.setLeader(ok)
+}
+
+func (m *Maintainer) rescue(ctx context.Context) {
+	for ctx.Err() == nil {
+		res, err := m.cfg.Store.Rescue(ctx, store.RescueParams{Limit: m.cfg.BatchSize})
+		if err != nil {
+			if ctx.Err() == nil {
+				m.cfg.Logger.Warn("pronto: rescue failed", "err", err)
+			}
+			return
+		}
+		n := len(res.Requeued) + len(res.Discarded)
+		if n > 0 {
+			m.cfg.Logger.Info("pronto: rescued jobs with expired leases", "requeued", len(res.Requeued), "discarded", len(res.Discarded))
+			if m.cfg.OnRescue != nil {
+				m.cfg.OnRescue(res)
+			}
+		}
+		if n < m.cfg.BatchSize {
+			return
+		}
+	}
+}
+
+func (m *Maintainer) promote(ctx context.Context) {
+	if _, err := m.cfg.Store.Promote(ctx, m.cfg.BatchSize); err != nil && ctx.Err() == nil {
+		m.cfg.Logger.Warn("pronto: promote due jobs failed", "err", err)
+	}
+	if _, err := m.cfg.Store.DiscardExpired(ctx, m.cfg.BatchSize); err != nil && ctx.Err() == nil {
+		m.cfg.Logger.Warn("pronto: discard expired jobs failed", "err", err)
+	}
+}
+
+func (m *Maintainer) cleanup(ctx context.Context) {
+	now := time.Now()
+	before := func(d time.Duration) time.Time {
+		if d < 0 {
+			return time.Time{} // keep forever
+		}
+		return now.Add(-d)
+	}
+	p := store.CleanupParams{
+		CompletedBefore: before(m.cfg.CompletedRetention),
+		CancelledBefore: before(m.cfg.CancelledRetention),
+		DiscardedBefore: before(m.cfg.DiscardedRetention),
+		Limit:           m.cfg.BatchSize,
+	}
+	for ctx.Err() == nil {
+		n, err := m.cfg.Store.Cleanup(ctx, p)
+		if err != nil {
+			if ctx.Err() == nil {
+				m.cfg.Logger.Warn("pronto: retention cleanup failed", "err", err)
+			}
+			return
+		}
+		if n < p.Limit {
+			return
+		}
+	}
+}

@@ -1,0 +1,221 @@
+// Package producer runs the claim loop of one queue: it claims jobs when told that some exist (a
+// notification), when a worker slot frees while more are known to wait, when the earliest scheduled
+// job falls due, and on a slow poll that covers lost notifications. There is no cooldown: a wake-up
+// claims at once, and wake-ups that arrive during a claim coalesce into one follow-up claim.
+package producer
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/pronto-jobs/pronto/store"
+)
+
+// Config configures a Producer.
+type Config struct {
+	Queue      string
+	MaxWorkers int
+	// Claim claims up to limit jobs of the queue.
+	Claim func(ctx context.Context, limit int) ([]*store.Job, error)
+	// NextDue returns the earliest due time of the queue's scheduled and retryable jobs.
+	NextDue func(ctx context.Context) (time.Time, bool, error)
+	// Execute runs one claimed job; it must call done exactly once when the job's worker slot is free.
+	Execute func(job *store.Job, done func())
+	// PollInterval is the slow poll that covers lost notifications.
+	PollInterval time.Duration
+	Logger       *slog.Logger
+}
+
+// Producer is the claim loop of one queue. Its methods are safe for concurrent use.
+type Producer struct {
+	cfg Config
+
+	wake      chan struct{} // buffered(1): coalesced wake-ups
+	slotFreed chan struct{} // buffered(1): a worker slot became free
+
+	mu       sync.Mutex
+	inFlight int
+	dueAt    time.Time // earliest known due time of a scheduled job, zero if none known
+	dueSet   chan struct{}
+
+	done chan struct{}
+}
+
+// New returns a producer; Run starts it.
+func New(cfg Config) *Producer {
+	if cfg.PollInterval <= 0 {
+		cfg.PollInterval = time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Producer{
+		cfg:       cfg,
+		wake:      make(chan struct{}, 1),
+		slotFreed: make(chan struct{}, 1),
+		dueSet:    make(chan struct{}, 1),
+		done:      make(chan struct{}),
+	}
+}
+
+// Wake asks for a claim as soon as possible. Calls during a claim coalesce into one follow-up claim.
+func (p *Producer) Wake() {
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+// WakeAt asks for a claim at t (a job falls due then). The earliest requested time wins.
+func (p *Producer) WakeAt(t time.Time) {
+	if !t.After(time.Now()) {
+		p.Wake()
+		return
+	}
+	p.mu.Lock()
+	changed := p.dueAt.IsZero() || t.Before(p.dueAt)
+	if changed {
+		p.dueAt = t
+	}
+	p.mu.Unlock()
+	if changed {
+		select {
+		case p.dueSet <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// InFlight returns the number of jobs this producer has running.
+func (p *Producer) InFlight() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.inFlight
+}
+
+// Done is closed when Run has returned.
+func (p *Producer) Done() <-chan struct{} { return p.done }
+
+// Run claims until ctx is done. Jobs already handed to Execute keep running; Run does not wait for
+// them.
+func (p *Producer) Run(ctx context.Context) {
+	defer close(p.done)
+	poll := time.NewTicker(p.cfg.PollInterval)
+	defer poll.Stop()
+	dueTimer := time.NewTimer(time.Hour)
+	dueTimer.Stop()
+	defer dueTimer.Stop()
+
+	// mayHaveMore: the last claim filled every free slot, so more jobs may be waiting; claim again as
+	// soon as a slot frees.
+	mayHaveMore := true
+	p.refreshDue(ctx)
+	p.claim(ctx, &mayHaveMore)
+
+	for {
+		p.armDueTimer(dueTimer)
+		select {
+		case <-ctx.Done():
+			return
+		case <-p.wake:
+			mayHaveMore = true
+			p.claim(ctx, &mayHaveMore)
+		case <-p.slotFreed:
+			if mayHaveMore {
+				p.claim(ctx, &mayHaveMore)
+			}
+		case <-p.dueSet:
+			// loop to re-arm the timer
+		case <-dueTimer.C:
+			p.mu.Lock()
+			p.dueAt = time.Time{}
+			p.mu.Unlock()
+			mayHaveMore = true
+			p.claim(ctx, &mayHaveMore)
+			p.refreshDue(ctx)
+		case <-poll.C:
+			mayHaveMore = true
+			p.claim(ctx, &mayHaveMore)
+			p.refreshDue(ctx)
+		}
+	}
+}
+
+func (p *Producer) armDueTimer(t *time.Timer) {
+	p.mu.Lock()
+	due := p.dueAt
+	p.mu.Unlock()
+	t.Stop()
+	if due.IsZero() {
+		return
+	}
+	// A millisecond of slack: the database compares due times with its own clock.
+	t.Reset(max(time.Until(due)+time.Millisecond, 0))
+}
+
+// refreshDue asks the store for the earliest due time, so a job scheduled by anyone runs on time.
+func (p *Producer) refreshDue(ctx context.Context) {
+	if p.cfg.NextDue == nil {
+		return
+	}
+	t, ok, err := p.cfg.NextDue(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			p.cfg.Logger.Warn("pronto: next due time", "queue", p.cfg.Queue, "err", err)
+		}
+		return
+	}
+	if ok {
+		p.WakeAt(t)
+	}
+}
+
+// claim claims into every free slot, repeating while claims come back full and slots remain.
+func (p *Producer) claim(ctx context.Context, mayHaveMore *bool) {
+	for ctx.Err() == nil {
+		p.mu.Lock()
+		free := p.cfg.MaxWorkers - p.inFlight
+		p.mu.Unlock()
+		if free <= 0 {
+			*mayHaveMore = true
+			return
+		}
+		jobs, err := p.cfg.Claim(ctx, free)
+		if err != nil {
+			if ctx.Err() == nil {
+				p.cfg.Logger.Error("pronto: claim failed", "queue", p.cfg.Queue, "err", err)
+				// Back off briefly; the poll or the next notification retries.
+				select {
+				case <-ctx.Done():
+				case <-time.After(100 * time.Millisecond):
+				}
+			}
+			*mayHaveMore = true
+			return
+		}
+		p.mu.Lock()
+		p.inFlight += len(jobs)
+		p.mu.Unlock()
+		for _, job := range jobs {
+			p.cfg.Execute(job, p.release)
+		}
+		if len(jobs) < free {
+			*mayHaveMore = false
+			return
+		}
+		*mayHaveMore = true
+	}
+}
+
+// release frees one worker slot.
+func (p *Producer) release() {
+	p.mu.Lock()
+	p.inFlight--
+	p.mu.Unlock()
+	select {
+	case p.slotFreed <- struct{}{}:
+	default:
+	}
+}
