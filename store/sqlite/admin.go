@@ -1,0 +1,303 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/pronto-jobs/pronto/store"
+)
+
+// GetJob returns the job with id, or an error wrapping store.ErrNotFound.
+func (s *Store) GetJob(ctx context.Context, id string) (*store.Job, error) {
+	j, err := scanJob(s.r.QueryRowContext(ctx, getJobSQL, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("get job %s: %w", id, store.ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get job %s: %w", id, s.schemaHint(err))
+	}
+	return j, nil
+}
+
+// defaultListLimit is the page size of ListJobs when p.Limit is not positive.
+const defaultListLimit = 100
+
+// ListJobs returns up to p.Limit jobs matching the filters, in id order (descending when asked), after
+// the cursor p.After, and the cursor of the next page ("" when this page is the last).
+func (s *Store) ListJobs(ctx context.Context, p store.ListParams) ([]*store.Job, string, error) {
+	limit := p.Limit
+	if limit <= 0 {
+		limit = defaultListLimit
+	}
+	filter := func(v []string) (any, error) {
+		if len(v) == 0 {
+			return nil, nil
+		}
+		b, err := json.Marshal(v)
+		return string(b), err
+	}
+	states := make([]string, len(p.States))
+	for i, st := range p.States {
+		states[i] = string(st)
+	}
+	fs, err := filter(states)
+	if err != nil {
+		return nil, "", err
+	}
+	fq, err := filter(p.Queues)
+	if err != nil {
+		return nil, "", err
+	}
+	fk, err := filter(p.Kinds)
+	if err != nil {
+		return nil, "", err
+	}
+	query, after := listJobsSQL, p.After
+	if p.Descending {
+		query = listJobsDescSQL
+		if after == "" {
+			after = "\uffff" // above every id made of ASCII characters
+		}
+	}
+	rows, err := s.r.QueryContext(ctx, query, fs, fq, fk, after, int64(limit+1))
+	if err != nil {
+		return nil, "", fmt.Errorf("list jobs: %w", s.schemaHint(err))
+	}
+	jobs, err := scanJobs(rows, limit+1)
+	if err != nil {
+		return nil, "", fmt.Errorf("list jobs: %w", err)
+	}
+	next := ""
+	if len(jobs) > limit {
+		jobs = jobs[:limit]
+		next = jobs[limit-1].ID
+	}
+	return jobs, next, nil
+}
+
+// transition runs query (an UPDATE or DELETE ... RETURNING the job, with ?1 now and ?2 id) in a write
+// transaction. When it matches nothing, the job is missing (store.ErrNotFound) or in a state the
+// operation does not accept (*store.TransitionError).
+func (s *Store) transition(ctx context.Context, op, query, id string) (*store.Job, error) {
+	st, err := s.stmt(ctx, query)
+	if err != nil {
+		return nil, fmt.Errorf("%s job %s: %w", op, id, err)
+	}
+	stateSt, err := s.stmt(ctx, jobStateSQL)
+	if err != nil {
+		return nil, fmt.Errorf("%s job %s: %w", op, id, err)
+	}
+	nowUS, _ := s.nowMicro()
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, fmt.Errorf("%s job %s: %w", op, id, err)
+	}
+	defer tx.Rollback() //nolint:errcheck // after Commit it is a no-op
+	var j *store.Job
+	if query == deleteJobSQL {
+		j, err = scanJob(tx.StmtContext(ctx, st).QueryRowContext(ctx, id))
+	} else {
+		j, err = scanJob(tx.StmtContext(ctx, st).QueryRowContext(ctx, nowUS, id))
+	}
+	if errors.Is(err, sql.ErrNoRows) {
+		var state string
+		err := tx.StmtContext(ctx, stateSt).QueryRowContext(ctx, id).Scan(&state)
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil, fmt.Errorf("%s job %s: %w", op, id, store.ErrNotFound)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s job %s: %w", op, id, err)
+		}
+		return nil, &store.TransitionError{JobID: id, Operation: op, From: store.State(state)}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s job %s: %w", op, id, err)
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, fmt.Errorf("%s job %s: commit: %w", op, id, err)
+	}
+	return j, nil
+}
+
+// CancelJob cancels a job that is not terminal and tells this process's clients (NotifyCancel), so a
+// runner of the job here cancels its context; a runner in another process finds out at its next
+// heartbeat, which reports the job lost. A terminal job gives a *store.TransitionError.
+func (s *Store) CancelJob(ctx context.Context, id string) (*store.Job, error) {
+	j, err := s.transition(ctx, "cancel", cancelJobSQL, id)
+	if err != nil {
+		return nil, err
+	}
+	s.hub.Publish(store.Notification{Kind: store.NotifyCancel, Queue: j.Queue, JobID: j.ID})
+	return j, nil
+}
+
+// RetryJob makes a discarded or cancelled job available now with its attempt count reset to zero,
+// keeping its error history, and announces it. Other states give a *store.TransitionError.
+func (s *Store) RetryJob(ctx context.Context, id string) (*store.Job, error) {
+	j, err := s.transition(ctx, "retry", retryJobSQL, id)
+	if err != nil {
+		return nil, err
+	}
+	s.hub.Publish(store.Notification{Kind: store.NotifyInsert, Queue: j.Queue})
+	return j, nil
+}
+
+// ActivateJob moves a pending job to available (due now) and announces it. Other states give a
+// *store.TransitionError.
+func (s *Store) ActivateJob(ctx context.Context, id string) (*store.Job, error) {
+	j, err := s.transition(ctx, "activate", activateJobSQL, id)
+	if err != nil {
+		return nil, err
+	}
+	s.hub.Publish(store.Notification{Kind: store.NotifyInsert, Queue: j.Queue})
+	return j, nil
+}
+
+// DeleteJob removes a job that is not active and returns it as it was. An active job gives a
+// *store.TransitionError: cancel it first.
+func (s *Store) DeleteJob(ctx context.Context, id string) (*store.Job, error) {
+	return s.transition(ctx, "delete", deleteJobSQL, id)
+}
+
+// ListQueues returns, sorted by name, every queue that has jobs or is paused, with its count of jobs
+// in each of the eight states (zero included).
+func (s *Store) ListQueues(ctx context.Context) ([]store.QueueInfo, error) {
+	byName := map[string]*store.QueueInfo{}
+	get := func(name string) *store.QueueInfo {
+		q, ok := byName[name]
+		if !ok {
+			q = &store.QueueInfo{Name: name, Counts: make(map[store.State]int64, len(store.AllStates))}
+			for _, st := range store.AllStates {
+				q.Counts[st] = 0
+			}
+			byName[name] = q
+		}
+		return q
+	}
+	// One read transaction, so the counts and the flags are one snapshot.
+	tx, err := s.r.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return nil, fmt.Errorf("list queues: %w", err)
+	}
+	defer tx.Rollback() //nolint:errcheck // read-only
+	rows, err := tx.QueryContext(ctx, queueCountsSQL)
+	if err != nil {
+		return nil, fmt.Errorf("list queues: %w", s.schemaHint(err))
+	}
+	for rows.Next() {
+		var name, state string
+		var n int64
+		if err := rows.Scan(&name, &state, &n); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("list queues: %w", err)
+		}
+		get(name).Counts[store.State(state)] = n
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list queues: %w", err)
+	}
+	rows.Close()
+	rows, err = tx.QueryContext(ctx, queueFlagsSQL)
+	if err != nil {
+		return nil, fmt.Errorf("list queues: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var name string
+		var paused bool
+		if err := rows.Scan(&name, &paused); err != nil {
+			return nil, fmt.Errorf("list queues: %w", err)
+		}
+		if paused {
+			get(name).Paused = true
+		} else if q, ok := byName[name]; ok {
+			q.Paused = false
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list queues: %w", err)
+	}
+	out := make([]store.QueueInfo, 0, len(byName))
+	for _, q := range byName {
+		out = append(out, *q)
+	}
+	slices.SortFunc(out, func(a, b store.QueueInfo) int {
+		if a.Name < b.Name {
+			return -1
+		}
+		if a.Name > b.Name {
+			return 1
+		}
+		return 0
+	})
+	return out, nil
+}
+
+// PauseQueue stops claims from queue, by every process on the file, until ResumeQueue. The queue need
+// not have jobs yet. Clients in this process are told at once (NotifyPause); other processes learn
+// it when they next claim, which finds nothing.
+func (s *Store) PauseQueue(ctx context.Context, queue string) error {
+	st, err := s.stmt(ctx, pauseQueueSQL)
+	if err != nil {
+		return fmt.Errorf("pause queue %q: %w", queue, err)
+	}
+	nowUS, _ := s.nowMicro()
+	if _, err := st.ExecContext(ctx, queue, nowUS); err != nil {
+		return fmt.Errorf("pause queue %q: %w", queue, err)
+	}
+	s.hub.Publish(store.Notification{Kind: store.NotifyPause, Queue: queue})
+	return nil
+}
+
+// ResumeQueue lets claims from queue start again and wakes this process's producers of it
+// (NotifyResume); other processes resume at their next poll. Resuming a queue that is not paused does
+// nothing but the wake-up.
+func (s *Store) ResumeQueue(ctx context.Context, queue string) error {
+	st, err := s.stmt(ctx, resumeQueueSQL)
+	if err != nil {
+		return fmt.Errorf("resume queue %q: %w", queue, err)
+	}
+	nowUS, _ := s.nowMicro()
+	if _, err := st.ExecContext(ctx, queue, nowUS); err != nil {
+		return fmt.Errorf("resume queue %q: %w", queue, err)
+	}
+	s.hub.Publish(store.Notification{Kind: store.NotifyResume, Queue: queue})
+	return nil
+}
+
+// Elect makes leaderID the leader of name for ttl when nobody leads or the leader's term has run
+// out, or extends the term when leaderID already leads; it reports whether leaderID leads now. One
+// statement, so concurrent electors in any process get one winner.
+func (s *Store) Elect(ctx context.Context, name, leaderID string, ttl time.Duration) (bool, error) {
+	st, err := s.stmt(ctx, electSQL)
+	if err != nil {
+		return false, fmt.Errorf("elect leader of %q: %w", name, err)
+	}
+	nowUS, _ := s.nowMicro()
+	var got string
+	err = st.QueryRowContext(ctx, name, leaderID, nowUS, nowUS+ttl.Microseconds()).Scan(&got)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("elect leader of %q: %w", name, err)
+	}
+	return got == leaderID, nil
+}
+
+// Resign gives up leadership of name if leaderID holds it, so another elector can win at once.
+func (s *Store) Resign(ctx context.Context, name, leaderID string) error {
+	st, err := s.stmt(ctx, resignSQL)
+	if err != nil {
+		return fmt.Errorf("resign leadership of %q: %w", name, err)
+	}
+	if _, err := st.ExecContext(ctx, name, leaderID); err != nil {
+		return fmt.Errorf("resign leadership of %q: %w", name, err)
+	}
+	return nil
+}

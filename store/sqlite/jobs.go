@@ -1,0 +1,683 @@
+package sqlite
+
+import (
+	"cmp"
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	sqlite3 "modernc.org/sqlite/lib"
+
+	"github.com/pronto-jobs/pronto/store"
+)
+
+// insertChunk is the number of rows one multi-row INSERT writes.
+const insertChunk = 50
+
+// defaultMaintenanceLimit bounds Rescue, Promote, DiscardExpired and Cleanup when the caller gives no
+// positive limit.
+const defaultMaintenanceLimit = 1000
+
+// insertRow is one job's values for insertJobSQL, and the Job it becomes.
+type insertRow struct {
+	args [insertJobArgs]any
+	job  *store.Job
+}
+
+// prepareInsert validates params and computes the rows and the jobs Insert returns.
+func prepareInsert(params []*store.InsertParams, nowUS int64, now time.Time) ([]insertRow, error) {
+	rows := make([]insertRow, len(params))
+	for i, p := range params {
+		if p == nil {
+			return nil, fmt.Errorf("insert job %d: nil params", i)
+		}
+		if p.ID == "" {
+			return nil, fmt.Errorf("insert job %d: empty id", i)
+		}
+		if p.Kind == "" {
+			return nil, fmt.Errorf("insert job %s: empty kind", p.ID)
+		}
+		if p.Queue == "" {
+			return nil, fmt.Errorf("insert job %s: empty queue", p.ID)
+		}
+		sched := now
+		schedUS := nowUS
+		if !p.ScheduledAt.IsZero() {
+			schedUS = p.ScheduledAt.UnixMicro()
+			sched = microTime(schedUS)
+		}
+		state := p.State
+		switch state {
+		case "":
+			state = store.StateAvailable
+			if schedUS > nowUS {
+				state = store.StateScheduled
+			}
+		case store.StateAvailable, store.StateScheduled, store.StatePending:
+		default:
+			return nil, fmt.Errorf("insert job %s: state %q: a new job is available, scheduled or pending", p.ID, state)
+		}
+		args := p.Args
+		if len(args) == 0 {
+			args = json.RawMessage("[]")
+		}
+		tags, err := stringsJSON(p.Tags)
+		if err != nil {
+			return nil, fmt.Errorf("insert job %s: tags: %w", p.ID, err)
+		}
+		parents, err := stringsJSON(p.ParentIDs)
+		if err != nil {
+			return nil, fmt.Errorf("insert job %s: parent ids: %w", p.ID, err)
+		}
+		var expires time.Time
+		if !p.ExpiresAt.IsZero() {
+			expires = microTime(p.ExpiresAt.UnixMicro())
+		}
+		r := &rows[i]
+		r.args = [insertJobArgs]any{
+			p.ID, p.Kind, p.Queue, string(args), nullJSON(p.Meta), int64(p.Priority), string(state),
+			int64(p.MaxAttempts), tags, nullJSON(p.RetryPolicy), p.Timeout.Milliseconds(), nowUS, schedUS,
+			micro(expires), nullString(p.UniqueKey), nullString(p.Tenant), nullString(p.RateKey),
+			nullString(p.WorkflowID), parents,
+		}
+		r.job = &store.Job{
+			ID: p.ID, Kind: p.Kind, Queue: p.Queue, Args: args, Meta: p.Meta, Priority: p.Priority,
+			State: state, MaxAttempts: p.MaxAttempts, RetryPolicy: p.RetryPolicy, Timeout: p.Timeout,
+			Tags: p.Tags, CreatedAt: now, ScheduledAt: sched, ExpiresAt: expires, UniqueKey: p.UniqueKey,
+			Tenant: p.Tenant, RateKey: p.RateKey, WorkflowID: p.WorkflowID, ParentIDs: p.ParentIDs,
+		}
+		if len(r.job.Meta) == 0 || string(r.job.Meta) == "null" {
+			r.job.Meta = nil
+		}
+		if len(r.job.RetryPolicy) == 0 || string(r.job.RetryPolicy) == "null" {
+			r.job.RetryPolicy = nil
+		}
+		r.job.Timeout = time.Duration(p.Timeout.Milliseconds()) * time.Millisecond
+	}
+	return rows, nil
+}
+
+// insertNotifications returns one NotifyInsert per queue among jobs, pending jobs excepted: DueAt is
+// zero when any of the queue's jobs is due now, else the earliest due time.
+func insertNotifications(jobs []*store.Job, nowUS int64) []store.Notification {
+	var out []store.Notification
+	idx := map[string]int{}
+	for _, j := range jobs {
+		if j.State == store.StatePending {
+			continue
+		}
+		var due time.Time
+		if j.State == store.StateScheduled && j.ScheduledAt.UnixMicro() > nowUS {
+			due = j.ScheduledAt
+		}
+		i, ok := idx[j.Queue]
+		if !ok {
+			idx[j.Queue] = len(out)
+			out = append(out, store.Notification{Kind: store.NotifyInsert, Queue: j.Queue, DueAt: due})
+			continue
+		}
+		n := &out[i]
+		if !n.DueAt.IsZero() && (due.IsZero() || due.Before(n.DueAt)) {
+			n.DueAt = due
+		}
+	}
+	return out
+}
+
+func (s *Store) publish(ns []store.Notification) {
+	for _, n := range ns {
+		s.hub.Publish(n)
+	}
+}
+
+// mapInsertErr turns a primary-key violation into ErrDuplicate.
+func mapInsertErr(err error) error {
+	if sqliteCode(err) == sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY {
+		return fmt.Errorf("insert jobs: %w: %v", store.ErrDuplicate, err)
+	}
+	return fmt.Errorf("insert jobs: %w", err)
+}
+
+// execer is what insertRows needs from a *sql.Tx or *sql.DB.
+type execer interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+}
+
+// Insert writes the jobs in one transaction (one statement for a single job) and then announces them,
+// once per queue. A duplicate id fails the whole batch with store.ErrDuplicate.
+func (s *Store) Insert(ctx context.Context, params []*store.InsertParams) ([]*store.Job, error) {
+	if len(params) == 0 {
+		return nil, nil
+	}
+	nowUS, now := s.nowMicro()
+	rows, err := prepareInsert(params, nowUS, now)
+	if err != nil {
+		return nil, err
+	}
+	if len(rows) == 1 {
+		st, err := s.stmt(ctx, insertJobSQL)
+		if err != nil {
+			return nil, fmt.Errorf("insert jobs: %w", err)
+		}
+		if _, err := st.ExecContext(ctx, rows[0].args[:]...); err != nil {
+			return nil, mapInsertErr(err)
+		}
+	} else if err := s.insertBatch(ctx, rows); err != nil {
+		return nil, err
+	}
+	jobs := make([]*store.Job, len(rows))
+	for i := range rows {
+		jobs[i] = rows[i].job
+	}
+	s.publish(insertNotifications(jobs, nowUS))
+	return jobs, nil
+}
+
+// insertBatch writes rows in one write transaction, insertChunk rows per statement.
+func (s *Store) insertBatch(ctx context.Context, rows []insertRow) error {
+	var chunkStmt *sql.Stmt
+	var err error
+	if len(rows) >= insertChunk {
+		if chunkStmt, err = s.stmt(ctx, insertJobsSQL(insertChunk)); err != nil {
+			return fmt.Errorf("insert jobs: %w", err)
+		}
+	}
+	oneStmt, err := s.stmt(ctx, insertJobSQL)
+	if err != nil {
+		return fmt.Errorf("insert jobs: %w", err)
+	}
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("insert jobs: %w", err)
+	}
+	defer tx.Rollback() //nolint:errcheck // after Commit it is a no-op
+	if chunkStmt != nil {
+		cs := tx.StmtContext(ctx, chunkStmt)
+		args := make([]any, 0, insertChunk*insertJobArgs)
+		for len(rows) >= insertChunk {
+			args = args[:0]
+			for i := range insertChunk {
+				args = append(args, rows[i].args[:]...)
+			}
+			if _, err := cs.ExecContext(ctx, args...); err != nil {
+				return mapInsertErr(err)
+			}
+			rows = rows[insertChunk:]
+		}
+	}
+	one := tx.StmtContext(ctx, oneStmt)
+	for i := range rows {
+		if _, err := one.ExecContext(ctx, rows[i].args[:]...); err != nil {
+			return mapInsertErr(err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("insert jobs: commit: %w", err)
+	}
+	return nil
+}
+
+// InsertSQLTx inserts jobs inside the application's transaction tx, which must be on the same database
+// file (normally begun on DB). The batch is atomic within tx (a savepoint): a duplicate id fails it
+// with store.ErrDuplicate and leaves tx as it was. The jobs become visible when tx commits.
+//
+// Wake-up: when tx is on a connection this store opened (DB, or the DB of any Store on a file in this
+// process), the notifications are queued on that connection and published by SQLite's commit hook
+// as tx commits; a rollback drops them. So producers in this process are woken if and only if tx
+// commits, as it commits. They cannot claim before the commit is complete: the claim needs the same
+// writer connection, which tx holds until it ends.
+//
+// When tx is on a connection opened elsewhere (the application's own sql.Open of the same file), no
+// hook can be attached, so the notifications are published at once, before tx ends. That is still
+// safe: from its insert on, tx holds SQLite's single write lock, so a woken producer's claim (a write
+// transaction) waits until tx ends and then sees exactly what it committed; after a rollback the
+// wake-up finds nothing, which costs one empty claim. Other processes find the jobs by polling.
+func (s *Store) InsertSQLTx(ctx context.Context, tx *sql.Tx, params []*store.InsertParams) ([]*store.Job, error) {
+	if tx == nil {
+		return nil, errors.New("insert jobs: nil transaction")
+	}
+	if len(params) == 0 {
+		return nil, nil
+	}
+	nowUS, now := s.nowMicro()
+	rows, err := prepareInsert(params, nowUS, now)
+	if err != nil {
+		return nil, err
+	}
+	// Which connection is tx on? Connections this package opened carry a number in temp.user_version.
+	var connID int64
+	if err := tx.QueryRowContext(ctx, "PRAGMA temp.user_version").Scan(&connID); err != nil {
+		return nil, fmt.Errorf("insert jobs: %w", err)
+	}
+	if _, err := tx.ExecContext(ctx, "SAVEPOINT pronto_insert"); err != nil {
+		return nil, fmt.Errorf("insert jobs: %w", err)
+	}
+	if err := insertRowsTx(ctx, tx, rows); err != nil {
+		if _, rbErr := tx.ExecContext(ctx, "ROLLBACK TO pronto_insert"); rbErr != nil {
+			return nil, errors.Join(err, rbErr)
+		}
+		if _, relErr := tx.ExecContext(ctx, "RELEASE pronto_insert"); relErr != nil {
+			return nil, errors.Join(err, relErr)
+		}
+		return nil, err
+	}
+	if _, err := tx.ExecContext(ctx, "RELEASE pronto_insert"); err != nil {
+		return nil, fmt.Errorf("insert jobs: %w", err)
+	}
+	jobs := make([]*store.Job, len(rows))
+	for i := range rows {
+		jobs[i] = rows[i].job
+	}
+	ns := insertNotifications(jobs, nowUS)
+	if cs := lookupConn(connID); connID != 0 && cs != nil {
+		cs.mu.Lock()
+		cs.pending = append(cs.pending, ns...)
+		cs.mu.Unlock()
+	} else {
+		s.publish(ns)
+	}
+	return jobs, nil
+}
+
+// insertRowsTx writes rows with plain statements (tx may belong to another *sql.DB, where this
+// store's prepared statements cannot be used).
+func insertRowsTx(ctx context.Context, ex execer, rows []insertRow) error {
+	var chunk string
+	if len(rows) >= insertChunk {
+		chunk = insertJobsSQL(insertChunk)
+	}
+	args := make([]any, 0, insertChunk*insertJobArgs)
+	for len(rows) >= insertChunk {
+		args = args[:0]
+		for i := range insertChunk {
+			args = append(args, rows[i].args[:]...)
+		}
+		if _, err := ex.ExecContext(ctx, chunk, args...); err != nil {
+			return mapInsertErr(err)
+		}
+		rows = rows[insertChunk:]
+	}
+	for i := range rows {
+		if _, err := ex.ExecContext(ctx, insertJobSQL, rows[i].args[:]...); err != nil {
+			return mapInsertErr(err)
+		}
+	}
+	return nil
+}
+
+// maxClaimKinds is the largest kinds filter given its own prepared statement; Claim with more kinds
+// fails (pronto clients register far fewer).
+const maxClaimKinds = 500
+
+// Claim moves up to p.Limit claimable jobs of p.Queue to active in one write transaction (one UPDATE
+// ... RETURNING statement) and returns them in claim order: priority descending, then due time, then
+// id. SQLite admits one writer at a time, across processes too, so no job is claimed twice.
+func (s *Store) Claim(ctx context.Context, p store.ClaimParams) ([]*store.Job, error) {
+	if p.Limit <= 0 {
+		return nil, nil
+	}
+	if len(p.Kinds) > maxClaimKinds {
+		return nil, fmt.Errorf("claim jobs from queue %q: %d kinds is more than %d", p.Queue, len(p.Kinds), maxClaimKinds)
+	}
+	st, err := s.stmt(ctx, claimSQL(len(p.Kinds)))
+	if err != nil {
+		return nil, fmt.Errorf("claim jobs from queue %q: %w", p.Queue, err)
+	}
+	nowUS, _ := s.nowMicro()
+	args := make([]any, 5, 5+len(p.Kinds))
+	args[0] = nowUS
+	args[1] = nowUS + p.LeaseDuration.Microseconds()
+	args[2] = nullString(p.WorkerID)
+	args[3] = p.Queue
+	args[4] = int64(p.Limit)
+	for _, k := range p.Kinds {
+		args = append(args, k)
+	}
+	// One statement is its own transaction: no BEGIN/COMMIT round trips needed.
+	rows, err := st.QueryContext(ctx, args...)
+	if err != nil {
+		return nil, fmt.Errorf("claim jobs from queue %q: %w", p.Queue, err)
+	}
+	jobs, err := scanJobs(rows, p.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("claim jobs from queue %q: %w", p.Queue, err)
+	}
+	slices.SortFunc(jobs, func(a, b *store.Job) int {
+		if c := cmp.Compare(b.Priority, a.Priority); c != 0 {
+			return c
+		}
+		if c := a.ScheduledAt.Compare(b.ScheduledAt); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.ID, b.ID)
+	})
+	return jobs, nil
+}
+
+// Finish applies the completions in one write transaction, each guarded by state = 'active' and the
+// completion's attempt, and then announces the queues where jobs became claimable or due.
+func (s *Store) Finish(ctx context.Context, completions []store.Completion) ([]store.FinishResult, error) {
+	if len(completions) == 0 {
+		return nil, nil
+	}
+	plain, err := s.stmt(ctx, finishSQL)
+	if err != nil {
+		return nil, fmt.Errorf("finish jobs: %w", err)
+	}
+	notify, err := s.stmt(ctx, finishNotifySQL)
+	if err != nil {
+		return nil, fmt.Errorf("finish jobs: %w", err)
+	}
+	nowUS, now := s.nowMicro()
+	type wake struct {
+		queue string
+		due   int64 // 0: now
+	}
+	var wakes []wake
+	results := make([]store.FinishResult, len(completions))
+
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, fmt.Errorf("finish jobs: %w", err)
+	}
+	defer tx.Rollback() //nolint:errcheck // after Commit it is a no-op
+	var txPlain, txNotify *sql.Stmt
+	for i := range completions {
+		c := &completions[i]
+		results[i].ID = c.ID
+		var sched, completed, result, errEntry any
+		refund := int64(0)
+		if c.RefundAttempt {
+			refund = 1
+		}
+		announce := false
+		due := int64(0)
+		switch c.State {
+		case store.StateCompleted:
+			completed = nowUS
+			result = nullJSON(c.Result)
+		case store.StateDiscarded, store.StateCancelled:
+			completed = nowUS
+		case store.StateRetryable, store.StateScheduled:
+			us := nowUS
+			if !c.ScheduledAt.IsZero() {
+				us = c.ScheduledAt.UnixMicro()
+			}
+			sched = us
+			announce = true
+			if us > nowUS {
+				due = us
+			}
+		case store.StateAvailable:
+			sched = nowUS
+			announce = true
+		default:
+			return nil, fmt.Errorf("finish job %s: state %q is not a completion state", c.ID, c.State)
+		}
+		if c.Error != nil {
+			e := *c.Error
+			if e.At.IsZero() {
+				e.At = now
+			}
+			b, err := json.Marshal(e)
+			if err != nil {
+				return nil, fmt.Errorf("finish job %s: encode error: %w", c.ID, err)
+			}
+			errEntry = string(b)
+		}
+		if announce {
+			if txNotify == nil {
+				txNotify = tx.StmtContext(ctx, notify)
+			}
+			var queue string
+			err := txNotify.QueryRowContext(ctx, string(c.State), sched, completed, result, errEntry, refund,
+				c.ID, int64(c.Attempt)).Scan(&queue)
+			if errors.Is(err, sql.ErrNoRows) {
+				continue
+			}
+			if err != nil {
+				return nil, fmt.Errorf("finish job %s: %w", c.ID, err)
+			}
+			results[i].Applied = true
+			wakes = append(wakes, wake{queue, due})
+			continue
+		}
+		if txPlain == nil {
+			txPlain = tx.StmtContext(ctx, plain)
+		}
+		res, err := txPlain.ExecContext(ctx, string(c.State), sched, completed, result, errEntry, refund,
+			c.ID, int64(c.Attempt))
+		if err != nil {
+			return nil, fmt.Errorf("finish job %s: %w", c.ID, err)
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return nil, fmt.Errorf("finish job %s: %w", c.ID, err)
+		}
+		results[i].Applied = n > 0
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, fmt.Errorf("finish jobs: commit: %w", err)
+	}
+	if len(wakes) > 0 {
+		var ns []store.Notification
+		idx := map[string]int{}
+		for _, w := range wakes {
+			var dueAt time.Time
+			if w.due != 0 {
+				dueAt = microTime(w.due)
+			}
+			i, ok := idx[w.queue]
+			if !ok {
+				idx[w.queue] = len(ns)
+				ns = append(ns, store.Notification{Kind: store.NotifyInsert, Queue: w.queue, DueAt: dueAt})
+				continue
+			}
+			n := &ns[i]
+			if !n.DueAt.IsZero() && (dueAt.IsZero() || dueAt.Before(n.DueAt)) {
+				n.DueAt = dueAt
+			}
+		}
+		s.publish(ns)
+	}
+	return results, nil
+}
+
+// Heartbeat extends, in one write transaction, the leases of the listed jobs that are still active and
+// held by p.WorkerID, and returns the others.
+func (s *Store) Heartbeat(ctx context.Context, p store.HeartbeatParams) ([]string, error) {
+	if len(p.IDs) == 0 {
+		return nil, nil
+	}
+	st, err := s.stmt(ctx, heartbeatSQL)
+	if err != nil {
+		return nil, fmt.Errorf("heartbeat: %w", err)
+	}
+	nowUS, _ := s.nowMicro()
+	expiry := nowUS + p.LeaseDuration.Microseconds()
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, fmt.Errorf("heartbeat: %w", err)
+	}
+	defer tx.Rollback() //nolint:errcheck // after Commit it is a no-op
+	txst := tx.StmtContext(ctx, st)
+	var lost []string
+	for _, id := range p.IDs {
+		res, err := txst.ExecContext(ctx, expiry, id, p.WorkerID)
+		if err != nil {
+			return nil, fmt.Errorf("heartbeat job %s: %w", id, err)
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return nil, fmt.Errorf("heartbeat job %s: %w", id, err)
+		} else if n == 0 {
+			lost = append(lost, id)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, fmt.Errorf("heartbeat: commit: %w", err)
+	}
+	return lost, nil
+}
+
+// Rescue takes back, in one statement, up to p.Limit active jobs whose lease ran out: each gets an
+// error entry of type "lease_expired" and goes to available, or to discarded when its attempts are
+// spent. The queues it made claimable are announced.
+func (s *Store) Rescue(ctx context.Context, p store.RescueParams) (store.RescueResult, error) {
+	var res store.RescueResult
+	limit := p.Limit
+	if limit <= 0 {
+		limit = defaultMaintenanceLimit
+	}
+	st, err := s.stmt(ctx, rescueSQL)
+	if err != nil {
+		return res, fmt.Errorf("rescue jobs: %w", err)
+	}
+	nowUS, now := s.nowMicro()
+	rows, err := st.QueryContext(ctx, nowUS, now.Format(time.RFC3339Nano), int64(limit))
+	if err != nil {
+		return res, fmt.Errorf("rescue jobs: %w", err)
+	}
+	jobs, err := scanJobs(rows, 0)
+	if err != nil {
+		return res, fmt.Errorf("rescue jobs: %w", err)
+	}
+	slices.SortFunc(jobs, func(a, b *store.Job) int { return cmp.Compare(a.ID, b.ID) })
+	seen := map[string]bool{}
+	var ns []store.Notification
+	for _, j := range jobs {
+		if j.State == store.StateDiscarded {
+			res.Discarded = append(res.Discarded, j)
+			continue
+		}
+		res.Requeued = append(res.Requeued, j)
+		if !seen[j.Queue] {
+			seen[j.Queue] = true
+			ns = append(ns, store.Notification{Kind: store.NotifyInsert, Queue: j.Queue})
+		}
+	}
+	s.publish(ns)
+	return res, nil
+}
+
+// Promote moves up to limit due scheduled and retryable jobs to available, in one statement, and
+// announces their queues.
+func (s *Store) Promote(ctx context.Context, limit int) (int, error) {
+	if limit <= 0 {
+		limit = defaultMaintenanceLimit
+	}
+	st, err := s.stmt(ctx, promoteSQL)
+	if err != nil {
+		return 0, fmt.Errorf("promote jobs: %w", err)
+	}
+	nowUS, _ := s.nowMicro()
+	rows, err := st.QueryContext(ctx, nowUS, int64(limit))
+	if err != nil {
+		return 0, fmt.Errorf("promote jobs: %w", err)
+	}
+	defer rows.Close()
+	n := 0
+	seen := map[string]bool{}
+	var ns []store.Notification
+	for rows.Next() {
+		var q string
+		if err := rows.Scan(&q); err != nil {
+			return 0, fmt.Errorf("promote jobs: %w", err)
+		}
+		n++
+		if !seen[q] {
+			seen[q] = true
+			ns = append(ns, store.Notification{Kind: store.NotifyInsert, Queue: q})
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return 0, fmt.Errorf("promote jobs: %w", err)
+	}
+	if err := rows.Close(); err != nil {
+		return 0, fmt.Errorf("promote jobs: %w", err)
+	}
+	s.publish(ns)
+	return n, nil
+}
+
+// DiscardExpired discards up to limit jobs not yet started (available, scheduled, retryable or
+// pending) whose expiry has passed, each with an error entry of type "expired".
+func (s *Store) DiscardExpired(ctx context.Context, limit int) (int, error) {
+	if limit <= 0 {
+		limit = defaultMaintenanceLimit
+	}
+	st, err := s.stmt(ctx, discardExpiredSQL)
+	if err != nil {
+		return 0, fmt.Errorf("discard expired jobs: %w", err)
+	}
+	nowUS, now := s.nowMicro()
+	res, err := st.ExecContext(ctx, nowUS, now.Format(time.RFC3339Nano), int64(limit))
+	if err != nil {
+		return 0, fmt.Errorf("discard expired jobs: %w", err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, fmt.Errorf("discard expired jobs: %w", err)
+	}
+	return int(n), nil
+}
+
+// NextDue returns the earliest due time of the scheduled and retryable jobs of queue.
+func (s *Store) NextDue(ctx context.Context, queue string) (time.Time, bool, error) {
+	var v sql.NullInt64
+	if err := s.r.QueryRowContext(ctx, nextDueSQL, queue).Scan(&v); err != nil {
+		return time.Time{}, false, fmt.Errorf("next due time of queue %q: %w", queue, s.schemaHint(err))
+	}
+	if !v.Valid {
+		return time.Time{}, false, nil
+	}
+	return microTime(v.Int64), true, nil
+}
+
+// Cleanup deletes, in one write transaction, at most p.Limit terminal jobs older than the cut-off of
+// their state (a zero cut-off deletes none of that state).
+func (s *Store) Cleanup(ctx context.Context, p store.CleanupParams) (int, error) {
+	limit := p.Limit
+	if limit <= 0 {
+		limit = defaultMaintenanceLimit
+	}
+	st, err := s.stmt(ctx, cleanupSQL)
+	if err != nil {
+		return 0, fmt.Errorf("clean up jobs: %w", err)
+	}
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, fmt.Errorf("clean up jobs: %w", err)
+	}
+	defer tx.Rollback() //nolint:errcheck // after Commit it is a no-op
+	txst := tx.StmtContext(ctx, st)
+	total := 0
+	for _, c := range []struct {
+		state  store.State
+		before time.Time
+	}{
+		{store.StateCompleted, p.CompletedBefore},
+		{store.StateCancelled, p.CancelledBefore},
+		{store.StateDiscarded, p.DiscardedBefore},
+	} {
+		if c.before.IsZero() || total >= limit {
+			continue
+		}
+		res, err := txst.ExecContext(ctx, string(c.state), c.before.UnixMicro(), int64(limit-total))
+		if err != nil {
+			return 0, fmt.Errorf("clean up %s jobs: %w", c.state, err)
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return 0, fmt.Errorf("clean up %s jobs: %w", c.state, err)
+		}
+		total += int(n)
+	}
+	if err := tx.Commit(); err != nil {
+		return 0, fmt.Errorf("clean up jobs: commit: %w", err)
+	}
+	return total, nil
+}

@@ -1,0 +1,306 @@
+// Package sqlite is pronto's embedded backend: jobs live in one SQLite file, with no server to run.
+// It uses modernc.org/sqlite, a pure-Go SQLite, so it needs no cgo.
+//
+// # Connections
+//
+// A Store holds one writer connection (a *sql.DB limited to one open connection, whose transactions
+// begin IMMEDIATE so writers queue instead of failing on a lock upgrade) and a small pool of
+// read-only connections beside it, all on the same file in WAL mode with a busy timeout. Every Store
+// opened on the same file in one process shares those handles and one notification hub; each
+// process has its own. DB returns the writer, for applications that want to insert jobs inside their
+// own transactions (see InsertSQLTx).
+//
+// # Durability
+//
+// The file runs in WAL mode with synchronous=NORMAL. A transaction is in the write-ahead log, in the
+// operating system's cache, before its COMMIT returns, so a job acknowledged by Insert (or a
+// completion acknowledged by Finish) survives the process being killed at any instant, SIGKILL
+// included; the tests prove it. What synchronous=NORMAL gives up is the last few transactions on a
+// power loss or operating-system crash, which are not fsynced until the next checkpoint; the database
+// stays consistent either way.
+//
+// # Notifications
+//
+// Notifications are in-process only. Every Store opened on the same file (same absolute path) in one
+// process shares one hub, so several clients in a process wake each other within microseconds of a
+// commit. Across processes nothing is signalled: another process sharing the file finds new work on
+// its next poll (the pronto client polls about once a second by default), and learns of pauses and
+// cancellations the same way. Notifications are published after the transaction that caused them
+// commits, never from inside it.
+//
+// # Several processes
+//
+// Any number of processes may open the same file. SQLite allows one writer at a time; claims are
+// single write transactions, so no job is ever claimed twice, and a writer that finds the file
+// locked waits up to the busy timeout (10 s by default) before failing.
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/pronto-jobs/pronto/internal/notifyhub"
+	"github.com/pronto-jobs/pronto/store"
+)
+
+// Option configures Open.
+type Option func(*config)
+
+type config struct {
+	busyTimeout time.Duration
+	readConns   int
+	now         func() time.Time
+}
+
+// WithBusyTimeout sets how long a connection waits for another process's lock before failing with
+// SQLITE_BUSY (default 10 s). It applies when the file is first opened in this process; later Stores
+// on the same file share the first one's connections.
+func WithBusyTimeout(d time.Duration) Option {
+	return func(c *config) { c.busyTimeout = d }
+}
+
+// WithReadConns sets the number of read-only connections (default 4). Like WithBusyTimeout it applies
+// when the file is first opened in this process.
+func WithReadConns(n int) Option {
+	return func(c *config) { c.readConns = n }
+}
+
+// WithClock replaces time.Now as the store's clock, for tests that need to move time. The store reads
+// "now" from this clock only, never from SQLite.
+func WithClock(now func() time.Time) Option {
+	return func(c *config) { c.now = now }
+}
+
+// Store is pronto's SQLite backend. It implements store.Store, store.Migrator and
+// store.SQLTxInserter, and is safe for concurrent use.
+type Store struct {
+	path   string // absolute path of the database file
+	shared *sharedFile
+	w      *sql.DB // the writer: one connection
+	r      *sql.DB // readers: query_only connections
+	hub    *notifyhub.Hub
+	now    func() time.Time
+
+	stmtMu sync.Mutex
+	stmts  map[string]*sql.Stmt // prepared on w, keyed by SQL text
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+var (
+	_ store.Store         = (*Store)(nil)
+	_ store.Migrator      = (*Store)(nil)
+	_ store.SQLTxInserter = (*Store)(nil)
+)
+
+// Open opens (creating if missing) the SQLite database at path and returns a Store on it. It does not
+// create or upgrade the schema: call Migrate. The directory must exist; a file that is not an SQLite
+// database is refused with an error naming it. Close releases the Store.
+func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
+	cfg := config{busyTimeout: 10 * time.Second, readConns: 4, now: time.Now}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if cfg.readConns < 1 {
+		cfg.readConns = 1
+	}
+	if path == "" {
+		return nil, errors.New("sqlite store: open: empty database path")
+	}
+	if path == ":memory:" || (len(path) > 5 && path[:5] == "file:") {
+		return nil, fmt.Errorf("sqlite store: open %q: give a plain file path (in-memory databases cannot be shared between connections; use store/memory)", path)
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite store: open %q: %w", path, err)
+	}
+	abs = filepath.Clean(abs)
+	dir := filepath.Dir(abs)
+	if fi, err := os.Stat(dir); err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("sqlite store: open %q: directory %q does not exist", path, dir)
+		}
+		return nil, fmt.Errorf("sqlite store: open %q: %w", path, err)
+	} else if !fi.IsDir() {
+		return nil, fmt.Errorf("sqlite store: open %q: %q is not a directory", path, dir)
+	}
+	if real, err := filepath.EvalSymlinks(dir); err == nil {
+		abs = filepath.Join(real, filepath.Base(abs))
+	}
+	if fi, err := os.Stat(abs); err == nil && fi.IsDir() {
+		return nil, fmt.Errorf("sqlite store: open %q: is a directory", path)
+	}
+
+	sf, err := acquireFile(ctx, abs, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite store: open %q: %w", path, err)
+	}
+	return &Store{
+		path:   abs,
+		shared: sf,
+		w:      sf.w,
+		r:      sf.r,
+		hub:    &sf.hub,
+		now:    cfg.now,
+		stmts:  make(map[string]*sql.Stmt),
+	}, nil
+}
+
+// Path returns the absolute path of the database file.
+func (s *Store) Path() string { return s.path }
+
+// DB returns the writer handle: one connection whose transactions begin IMMEDIATE. Applications use it
+// to begin a transaction on the same file for InsertSQLTx. It is shared by every Store on the file in
+// this process and stays open until the last of them is closed; do not close it yourself.
+//
+// A transaction on DB holds the only writer connection until it ends: keep it short, and do not call
+// other Store methods while it is open (they wait for the connection).
+func (s *Store) DB() *sql.DB { return s.w }
+
+// Notifier returns the in-process hub shared by every Store opened on the same file in this process.
+func (s *Store) Notifier() store.Notifier { return s.hub }
+
+// Close releases the Store. The file's connections are closed when the last Store on it in this
+// process is closed. Close is idempotent.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		s.stmtMu.Lock()
+		for _, st := range s.stmts {
+			_ = st.Close()
+		}
+		s.stmts = nil
+		s.stmtMu.Unlock()
+		s.closeErr = releaseFile(s.shared)
+	})
+	return s.closeErr
+}
+
+// now returns the store's clock in unix microseconds and as a time.Time truncated to microseconds.
+func (s *Store) nowMicro() (int64, time.Time) {
+	t := s.now()
+	us := t.UnixMicro()
+	return us, time.UnixMicro(us).UTC()
+}
+
+// stmt returns the writer's prepared statement for query, preparing it on first use.
+func (s *Store) stmt(ctx context.Context, query string) (*sql.Stmt, error) {
+	s.stmtMu.Lock()
+	defer s.stmtMu.Unlock()
+	if s.stmts == nil {
+		return nil, errors.New("sqlite store: store is closed")
+	}
+	if st, ok := s.stmts[query]; ok {
+		return st, nil
+	}
+	st, err := s.w.PrepareContext(ctx, query)
+	if err != nil {
+		return nil, s.schemaHint(err)
+	}
+	s.stmts[query] = st
+	return st, nil
+}
+
+// schemaHint adds the likely cause to an error about a missing table.
+func (s *Store) schemaHint(err error) error {
+	if err != nil && containsNoSuchTable(err) {
+		return fmt.Errorf("%w (database %s has no pronto schema: run Migrate)", err, s.path)
+	}
+	return err
+}
+
+// sharedFile is the state every Store on one file in this process shares.
+type sharedFile struct {
+	key  string
+	refs int
+	w    *sql.DB
+	r    *sql.DB
+	hub  notifyhub.Hub
+	hook *hookConnector
+}
+
+var (
+	filesMu sync.Mutex
+	files   = map[string]*sharedFile{}
+)
+
+// acquireFile returns the shared handles of the file at abs, opening them on first use.
+func acquireFile(ctx context.Context, abs string, cfg config) (*sharedFile, error) {
+	filesMu.Lock()
+	defer filesMu.Unlock()
+	if sf, ok := files[abs]; ok {
+		sf.refs++
+		return sf, nil
+	}
+	sf := &sharedFile{key: abs, refs: 1}
+	uri := (&url.URL{Scheme: "file", Path: abs}).String()
+	busy := cfg.busyTimeout.Milliseconds()
+	writerDSN := fmt.Sprintf("%s?_pragma=busy_timeout(%d)&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)"+
+		"&_pragma=foreign_keys(on)&_txlock=immediate", uri, busy)
+	readerDSN := fmt.Sprintf("%s?_pragma=busy_timeout(%d)&_pragma=synchronous(NORMAL)&_query_only=1", uri, busy)
+
+	hook, err := newHookConnector(writerDSN, &sf.hub)
+	if err != nil {
+		return nil, err
+	}
+	sf.hook = hook
+	sf.w = sql.OpenDB(hook)
+	sf.w.SetMaxOpenConns(1)
+	sf.w.SetMaxIdleConns(1)
+	sf.w.SetConnMaxLifetime(0)
+	sf.w.SetConnMaxIdleTime(0)
+	if err := checkDB(ctx, sf.w); err != nil {
+		_ = sf.w.Close()
+		hook.forget()
+		return nil, err
+	}
+	sf.r, err = sql.Open("sqlite", readerDSN)
+	if err != nil {
+		_ = sf.w.Close()
+		hook.forget()
+		return nil, err
+	}
+	sf.r.SetMaxOpenConns(cfg.readConns)
+	sf.r.SetMaxIdleConns(cfg.readConns)
+	sf.r.SetConnMaxLifetime(0)
+	sf.r.SetConnMaxIdleTime(0)
+	if err := checkDB(ctx, sf.r); err != nil {
+		_ = sf.r.Close()
+		_ = sf.w.Close()
+		hook.forget()
+		return nil, err
+	}
+	files[abs] = sf
+	return sf, nil
+}
+
+// checkDB opens a connection and reads the schema, which fails on a file that is not a database.
+func checkDB(ctx context.Context, db *sql.DB) error {
+	var n int
+	if err := db.QueryRowContext(ctx, "SELECT count(*) FROM sqlite_schema").Scan(&n); err != nil {
+		return err
+	}
+	return nil
+}
+
+// releaseFile drops one reference to sf, closing its handles with the last one.
+func releaseFile(sf *sharedFile) error {
+	filesMu.Lock()
+	defer filesMu.Unlock()
+	sf.refs--
+	if sf.refs > 0 {
+		return nil
+	}
+	delete(files, sf.key)
+	errR := sf.r.Close()
+	errW := sf.w.Close()
+	sf.hook.forget()
+	return errors.Join(errW, errR)
+}
