@@ -1,0 +1,187 @@
+package pronto_test
+
+import (
+	"context"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/pronto-jobs/pronto"
+	"github.com/pronto-jobs/pronto/internal/testdb"
+	"github.com/pronto-jobs/pronto/store"
+	"github.com/pronto-jobs/pronto/store/memory"
+	"github.com/pronto-jobs/pronto/store/postgres"
+	"github.com/pronto-jobs/pronto/store/sqlite"
+)
+
+// storeKind names a backend the client tests run on.
+type storeKind string
+
+const (
+	kindMemory   storeKind = "memory"
+	kindSQLite   storeKind = "sqlite"
+	kindPostgres storeKind = "postgres"
+)
+
+var allStores = []storeKind{kindMemory, kindSQLite, kindPostgres}
+
+// testStore is a fresh store plus a way to open more instances over the same data (more "clients").
+type testStore struct {
+	store.Store
+	kind   storeKind
+	schema string // postgres
+	path   string // sqlite
+	reopen func(t *testing.T) store.Store
+}
+
+func newTestStore(t *testing.T, kind storeKind) *testStore {
+	t.Helper()
+	ctx := context.Background()
+	switch kind {
+	case kindMemory:
+		s := memory.New()
+		t.Cleanup(func() { _ = s.Close() })
+		return &testStore{Store: s, kind: kind, reopen: func(*testing.T) store.Store { return s }}
+	case kindSQLite:
+		path := filepath.Join(t.TempDir(), "jobs.db")
+		open := func(t *testing.T) store.Store {
+			s, err := sqlite.Open(ctx, path)
+			require.NoError(t, err)
+			require.NoError(t, s.Migrate(ctx))
+			t.Cleanup(func() { _ = s.Close() })
+			return s
+		}
+		s := open(t)
+		return &testStore{Store: s, kind: kind, path: path, reopen: open}
+	case kindPostgres:
+		schema := testdb.Schema(t)
+		open := func(t *testing.T) store.Store {
+			s, err := postgres.New(testdb.NewPool(t, 10), postgres.Config{Schema: schema})
+			require.NoError(t, err)
+			require.NoError(t, s.Migrate(ctx))
+			t.Cleanup(func() { _ = s.Close() })
+			return s
+		}
+		s := open(t)
+		return &testStore{Store: s, kind: kind, schema: schema, reopen: open}
+	}
+	t.Fatalf("unknown store kind %q", kind)
+	return nil
+}
+
+// forEachStore runs f as a parallel subtest per backend.
+func forEachStore(t *testing.T, f func(t *testing.T, ts *testStore)) {
+	for _, k := range allStores {
+		t.Run(string(k), func(t *testing.T) {
+			t.Parallel()
+			f(t, newTestStore(t, k))
+		})
+	}
+}
+
+// fastConfig returns a config with short intervals so tests about leases and retries run quickly.
+func fastConfig(workers *pronto.Workers, queues map[string]pronto.QueueConfig) *pronto.Config {
+	return &pronto.Config{
+		Queues:            queues,
+		Workers:           workers,
+		LeaseDuration:     time.Second,
+		HeartbeatInterval: 200 * time.Millisecond,
+		PollInterval:      200 * time.Millisecond,
+		RescueInterval:    100 * time.Millisecond,
+		LeaderTTL:         time.Second,
+		RetryPolicy:       pronto.RetryPolicy{InitialInterval: 20 * time.Millisecond, MaxInterval: 100 * time.Millisecond},
+	}
+}
+
+// startClient builds and starts a client, stopping it when the test ends.
+func startClient(t *testing.T, s store.Store, cfg *pronto.Config) *pronto.Client {
+	t.Helper()
+	c, err := pronto.NewClient(s, cfg)
+	require.NoError(t, err)
+	require.NoError(t, c.Start(context.Background()))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = c.Stop(ctx)
+	})
+	return c
+}
+
+func defaultQueue(n int) map[string]pronto.QueueConfig {
+	return map[string]pronto.QueueConfig{pronto.DefaultQueue: {MaxWorkers: n}}
+}
+
+// waitState waits until the job reaches state and returns it.
+func waitState(t *testing.T, c *pronto.Client, id string, state pronto.State) *pronto.JobRow {
+	t.Helper()
+	var last *pronto.JobRow
+	require.Eventually(t, func() bool {
+		j, err := c.JobGet(context.Background(), id)
+		require.NoError(t, err)
+		last = j
+		return j.State == state
+	}, 15*time.Second, 10*time.Millisecond, "job %s never reached %s (last: %+v)", id, state, func() any {
+		if last == nil {
+			return nil
+		}
+		return last.State
+	}())
+	return last
+}
+
+// runLog records which jobs ran, how often, and in what order.
+type runLog struct {
+	mu    sync.Mutex
+	order []string
+	runs  map[string]int
+}
+
+func newRunLog() *runLog { return &runLog{runs: make(map[string]int)} }
+
+func (l *runLog) add(id string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.order = append(l.order, id)
+	l.runs[id]++
+}
+
+func (l *runLog) count(id string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.runs[id]
+}
+
+func (l *runLog) snapshot() ([]string, map[string]int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	m := make(map[string]int, len(l.runs))
+	for k, v := range l.runs {
+		m[k] = v
+	}
+	return append([]string(nil), l.order...), m
+}
+
+// Test job kinds.
+
+type echoArgs struct {
+	Message string `json:"message"`
+	N       int    `json:"n"`
+}
+
+func (echoArgs) Kind() string { return "test.echo" }
+
+type failArgs struct {
+	FailTimes int    `json:"fail_times"`
+	Mode      string `json:"mode"` // "error", "panic", "cancel", "discard", "snooze", "timeout"
+}
+
+func (failArgs) Kind() string { return "test.fail" }
+
+type blockArgs struct {
+	Key string `json:"key"`
+}
+
+func (blockArgs) Kind() string { return "test.block" }
