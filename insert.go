@@ -218,3 +218,43 @@ func (c *Client) resolve(kind string, args json.RawMessage, o InsertOpts) (*stor
 	}
 	return p, nil
 }
+
+// RawJob is a job given in OJS terms rather than as a Go type: its kind and its args as a JSON array
+// (any JSON-native values). The OJS HTTP API and the CLI insert through it.
+type RawJob struct {
+	Kind string
+	// Args must be a JSON array.
+	Args json.RawMessage
+	Opts InsertOpts
+}
+
+// InsertRaw stores jobs given in OJS terms atomically, with the same validation, middleware and
+// notifications as InsertMany.
+func (c *Client) InsertRaw(ctx context.Context, jobs []RawJob) ([]*JobRow, error) {
+	if len(jobs) == 0 {
+		return nil, invalidf("no jobs to insert")
+	}
+	ps := make([]*store.InsertParams, len(jobs))
+	for i, j := range jobs {
+		p, err := c.resolveRaw(j)
+		if err != nil {
+			if len(jobs) > 1 {
+				return nil, fmt.Errorf("job %d of %d: %w", i, len(jobs), err)
+			}
+			return nil, err
+		}
+		ps[i] = p
+	}
+	return c.insert(ctx, ps, c.store.Insert)
+}
+
+func (c *Client) resolveRaw(j RawJob) (*store.InsertParams, error) {
+	if !ValidKind(j.Kind) {
+		return nil, invalidf("kind %q: must be dot-separated segments of [a-z][a-z0-9_]* (for example \"email.send\")", j.Kind)
+	}
+	var elems []json.RawMessage
+	if err := json.Unmarshal(j.Args, &elems); err != nil || elems == nil {
+		return nil, invalidf("kind %q: args must be a JSON array", j.Kind)
+	}
+	return c.resolve(j.Kind, j.Args, j.Opts)
+}
