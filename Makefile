@@ -1,0 +1,16 @@
+# The two commands of the README: `make demo` and `make test`.
+.PHONY: demo test lint bench
+
+demo:
+	go run ./cmd/pronto demo
+
+test:
+	./scripts/test
+
+lint:
+	gofmt -l . | (! grep .) || (echo "gofmt would change the files above" && exit 1)
+	go vet ./...
+	go run honnef.co/go/tools/cmd/staticcheck@2025.1.1 ./...
+
+bench:
+	cd bench && go run . --out out
