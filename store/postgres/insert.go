@@ -1,0 +1,334 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/pronto-jobs/pronto/store"
+)
+
+// copyThreshold is the batch size from which Insert uses COPY. Below it, one pipelined batch of
+// single-row INSERTs is a single round trip, which COPY (statement, data, commit) cannot beat.
+const copyThreshold = 10
+
+// pgUniqueViolation is PostgreSQL's SQLSTATE for a unique constraint violation.
+const pgUniqueViolation = "23505"
+
+// copyColumns are the columns COPY writes; the others take their defaults.
+var copyColumns = []string{
+	"id", "kind", "queue", "args", "meta", "priority", "state", "max_attempts", "tags",
+	"retry_policy", "timeout_ms", "created_at", "scheduled_at", "expires_at", "unique_key", "tenant",
+	"rate_key", "workflow_id", "parent_ids",
+}
+
+// insertRow is one validated job to insert.
+type insertRow struct {
+	p         *store.InsertParams
+	id        pgtype.UUID
+	state     store.State
+	parentIDs []pgtype.UUID
+	tags      []string
+}
+
+// Insert writes the jobs atomically and announces them, once per queue. One job, or fewer than
+// copyThreshold, take one round trip (a pipelined batch that runs as one implicit transaction);
+// larger batches are written with COPY in a transaction. An id that exists already fails the whole
+// call with store.ErrDuplicate.
+func (s *Store) Insert(ctx context.Context, params []*store.InsertParams) ([]*store.Job, error) {
+	if len(params) == 0 {
+		return nil, nil
+	}
+	rows, err := prepareInsert(params)
+	if err != nil {
+		return nil, err
+	}
+	if len(rows) < copyThreshold {
+		jobs, err := s.insertBatch(ctx, s.pool, rows)
+		if err != nil {
+			return nil, insertError(err)
+		}
+		return jobs, nil
+	}
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return nil, insertError(err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	jobs, err := s.insertCopy(ctx, tx, rows)
+	if err != nil {
+		return nil, insertError(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, insertError(err)
+	}
+	return jobs, nil
+}
+
+// InsertPgxTx inserts the jobs inside the application's transaction tx. They become visible, and
+// their notifications are delivered, only when tx commits; a rollback leaves no trace. tx must be
+// on the store's database. A duplicate id fails with store.ErrDuplicate and aborts tx, as any
+// failed statement does.
+func (s *Store) InsertPgxTx(ctx context.Context, tx pgx.Tx, params []*store.InsertParams) ([]*store.Job, error) {
+	if len(params) == 0 {
+		return nil, nil
+	}
+	rows, err := prepareInsert(params)
+	if err != nil {
+		return nil, err
+	}
+	var jobs []*store.Job
+	if len(rows) < copyThreshold {
+		jobs, err = s.insertBatch(ctx, tx, rows)
+	} else {
+		jobs, err = s.insertCopy(ctx, tx, rows)
+	}
+	if err != nil {
+		return nil, insertError(err)
+	}
+	return jobs, nil
+}
+
+// prepareInsert validates params and converts what the database needs converted.
+func prepareInsert(params []*store.InsertParams) ([]insertRow, error) {
+	rows := make([]insertRow, len(params))
+	for i, p := range params {
+		if p == nil {
+			return nil, fmt.Errorf("insert jobs: params[%d] is nil", i)
+		}
+		id, ok := parseUUID(p.ID)
+		if !ok {
+			return nil, fmt.Errorf("insert jobs: job id %q is not a UUID", p.ID)
+		}
+		state := p.State
+		switch state {
+		case "":
+			state = store.StateAvailable
+		case store.StateAvailable, store.StateScheduled, store.StatePending:
+		default:
+			return nil, fmt.Errorf("insert jobs: job %s: cannot insert in state %q (available, scheduled or pending)", p.ID, state)
+		}
+		var parents []pgtype.UUID
+		if len(p.ParentIDs) > 0 {
+			var err error
+			if parents, err = parseUUIDs(p.ParentIDs); err != nil {
+				return nil, fmt.Errorf("insert jobs: job %s: parent %w", p.ID, err)
+			}
+		}
+		tags := p.Tags
+		if tags == nil {
+			tags = []string{}
+		}
+		rows[i] = insertRow{p: p, id: id, state: state, parentIDs: parents, tags: tags}
+	}
+	return rows, nil
+}
+
+// batchSender is what a pool and a transaction offer for pipelined batches.
+type batchSender interface {
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
+// insertBatch sends one INSERT per job and one NOTIFY per queue as a single pipelined batch.
+func (s *Store) insertBatch(ctx context.Context, db batchSender, rows []insertRow) ([]*store.Job, error) {
+	b := &pgx.Batch{}
+	for i := range rows {
+		r := &rows[i]
+		p := r.p
+		b.Queue(s.q.insertJob, r.id, p.Kind, p.Queue, argsOrEmpty(p.Args), nullJSON(p.Meta), p.Priority,
+			string(r.state), p.MaxAttempts, r.tags, nullJSON(p.RetryPolicy), p.Timeout.Milliseconds(),
+			nullTime(p.ScheduledAt), nullTime(p.ExpiresAt), nullText(p.UniqueKey), nullText(p.Tenant),
+			nullText(p.RateKey), nullText(p.WorkflowID), r.parentIDs)
+	}
+	notes := insertNotifications(rows, time.Now())
+	for _, n := range notes {
+		b.Queue(s.q.notify, n)
+	}
+	br := db.SendBatch(ctx, b)
+	jobs := make([]*store.Job, len(rows))
+	for i := range rows {
+		var createdAt, scheduledAt time.Time
+		if err := br.QueryRow().Scan(&createdAt, &scheduledAt); err != nil {
+			_ = br.Close()
+			return nil, err
+		}
+		jobs[i] = jobFromInsert(&rows[i], createdAt, scheduledAt)
+	}
+	for range notes {
+		if _, err := br.Exec(); err != nil {
+			_ = br.Close()
+			return nil, err
+		}
+	}
+	if err := br.Close(); err != nil {
+		return nil, err
+	}
+	return jobs, nil
+}
+
+// insertCopy writes the jobs with COPY inside tx, then announces them. Rows take the transaction's
+// timestamp as created_at (and scheduled_at when not given), exactly what now() would give them.
+func (s *Store) insertCopy(ctx context.Context, tx pgx.Tx, rows []insertRow) ([]*store.Job, error) {
+	var now time.Time
+	if err := tx.QueryRow(ctx, s.q.now).Scan(&now); err != nil {
+		return nil, err
+	}
+	src := &copySource{rows: rows, now: now, pos: -1, vals: make([]any, len(copyColumns))}
+	if _, err := tx.CopyFrom(ctx, pgx.Identifier{s.schema, "jobs"}, copyColumns, src); err != nil {
+		return nil, err
+	}
+	notes := insertNotifications(rows, time.Now())
+	switch len(notes) {
+	case 0:
+	case 1:
+		if _, err := tx.Exec(ctx, s.q.notify, notes[0]); err != nil {
+			return nil, err
+		}
+	default:
+		b := &pgx.Batch{}
+		for _, n := range notes {
+			b.Queue(s.q.notify, n)
+		}
+		if err := tx.SendBatch(ctx, b).Close(); err != nil {
+			return nil, err
+		}
+	}
+	jobs := make([]*store.Job, len(rows))
+	for i := range rows {
+		scheduledAt := rows[i].p.ScheduledAt
+		if scheduledAt.IsZero() {
+			scheduledAt = now
+		}
+		jobs[i] = jobFromInsert(&rows[i], now, scheduledAt.Truncate(time.Microsecond))
+	}
+	return jobs, nil
+}
+
+// copySource feeds insert rows to CopyFrom, reusing one value slice.
+type copySource struct {
+	rows []insertRow
+	now  time.Time
+	pos  int
+	vals []any
+}
+
+// Next advances to the next row.
+func (c *copySource) Next() bool {
+	c.pos++
+	return c.pos < len(c.rows)
+}
+
+// Values returns the current row in copyColumns order.
+func (c *copySource) Values() ([]any, error) {
+	r := &c.rows[c.pos]
+	p := r.p
+	scheduledAt := p.ScheduledAt
+	if scheduledAt.IsZero() {
+		scheduledAt = c.now
+	}
+	v := c.vals
+	v[0], v[1], v[2], v[3], v[4] = r.id, p.Kind, p.Queue, argsOrEmpty(p.Args), nullJSON(p.Meta)
+	v[5], v[6], v[7], v[8] = int32(p.Priority), string(r.state), int32(p.MaxAttempts), r.tags
+	v[9], v[10], v[11], v[12] = nullJSON(p.RetryPolicy), p.Timeout.Milliseconds(), c.now, scheduledAt
+	v[13], v[14], v[15] = nullTime(p.ExpiresAt), nullText(p.UniqueKey), nullText(p.Tenant)
+	v[16], v[17], v[18] = nullText(p.RateKey), nullText(p.WorkflowID), r.parentIDs
+	return v, nil
+}
+
+// Err reports no error: the rows were validated beforehand.
+func (c *copySource) Err() error { return nil }
+
+// insertNotifications returns one insert payload per queue with claimable or scheduled jobs, in
+// order of first appearance. A queue's due time is zero when any of its jobs is due now, otherwise
+// the earliest due time. Pending jobs announce nothing.
+func insertNotifications(rows []insertRow, now time.Time) []string {
+	type due struct {
+		queue string
+		at    time.Time // zero: due now
+	}
+	var queues []due
+	index := map[string]int{}
+	for i := range rows {
+		r := &rows[i]
+		if r.state == store.StatePending {
+			continue
+		}
+		at := r.p.ScheduledAt
+		if r.state == store.StateAvailable || !at.After(now) {
+			at = time.Time{}
+		}
+		k, ok := index[r.p.Queue]
+		if !ok {
+			index[r.p.Queue] = len(queues)
+			queues = append(queues, due{queue: r.p.Queue, at: at})
+			continue
+		}
+		q := &queues[k]
+		if !q.at.IsZero() && (at.IsZero() || at.Before(q.at)) {
+			q.at = at
+		}
+	}
+	out := make([]string, len(queues))
+	for i, q := range queues {
+		out[i] = insertPayload(q.queue, q.at)
+	}
+	return out
+}
+
+// jobFromInsert builds the inserted job from its params and the timestamps the database assigned.
+func jobFromInsert(r *insertRow, createdAt, scheduledAt time.Time) *store.Job {
+	p := r.p
+	j := &store.Job{
+		ID:          formatUUID(r.id.Bytes),
+		Kind:        p.Kind,
+		Queue:       p.Queue,
+		Args:        argsOrEmpty(p.Args),
+		Meta:        nullJSON(p.Meta),
+		Priority:    p.Priority,
+		State:       r.state,
+		MaxAttempts: p.MaxAttempts,
+		RetryPolicy: nullJSON(p.RetryPolicy),
+		Timeout:     p.Timeout.Truncate(time.Millisecond),
+		CreatedAt:   createdAt,
+		ScheduledAt: scheduledAt,
+		ExpiresAt:   p.ExpiresAt.Truncate(time.Microsecond),
+		UniqueKey:   p.UniqueKey,
+		Tenant:      p.Tenant,
+		RateKey:     p.RateKey,
+		WorkflowID:  p.WorkflowID,
+	}
+	if len(p.Tags) > 0 {
+		j.Tags = append([]string(nil), p.Tags...)
+	}
+	if len(p.ParentIDs) > 0 {
+		j.ParentIDs = make([]string, len(r.parentIDs))
+		for i, u := range r.parentIDs {
+			j.ParentIDs[i] = formatUUID(u.Bytes)
+		}
+	}
+	return j
+}
+
+// argsOrEmpty stores missing args as the empty JSON array.
+func argsOrEmpty(args []byte) []byte {
+	if len(args) == 0 {
+		return emptyArgs
+	}
+	return args
+}
+
+var emptyArgs = []byte("[]")
+
+// insertError wraps a unique violation as store.ErrDuplicate.
+func insertError(err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == pgUniqueViolation {
+		return fmt.Errorf("insert jobs: %w: %s", store.ErrDuplicate, pgErr.Detail)
+	}
+	return fmt.Errorf("insert jobs: %w", err)
+}

@@ -1,0 +1,262 @@
+package postgres
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/pronto-jobs/pronto/store"
+)
+
+// defaultMaintenanceLimit bounds one maintenance pass (Promote, DiscardExpired, Rescue, Cleanup)
+// when the caller gives no positive limit.
+const defaultMaintenanceLimit = 1000
+
+// Claim moves up to p.Limit claimable jobs of p.Queue to active for p.WorkerID in one statement
+// (FOR UPDATE SKIP LOCKED, so concurrent claimers never take the same job) and returns them in claim
+// order: highest priority first, then earliest due, then lowest id.
+func (s *Store) Claim(ctx context.Context, p store.ClaimParams) ([]*store.Job, error) {
+	if p.Limit <= 0 {
+		return nil, nil
+	}
+	lease := p.LeaseDuration.Microseconds()
+	var (
+		jobs []*store.Job
+		err  error
+	)
+	if len(p.Kinds) == 0 {
+		rows, qerr := s.pool.Query(ctx, s.q.claim, p.Queue, p.Limit, lease, p.WorkerID)
+		if qerr != nil {
+			return nil, fmt.Errorf("claim jobs from queue %q: %w", p.Queue, qerr)
+		}
+		jobs, err = scanJobs(rows)
+	} else {
+		rows, qerr := s.pool.Query(ctx, s.q.claimKinds, p.Queue, p.Limit, lease, p.WorkerID, p.Kinds)
+		if qerr != nil {
+			return nil, fmt.Errorf("claim jobs from queue %q: %w", p.Queue, qerr)
+		}
+		jobs, err = scanJobs(rows)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("claim jobs from queue %q: %w", p.Queue, err)
+	}
+	// UPDATE ... RETURNING gives no order; restore the claim order.
+	slices.SortFunc(jobs, func(a, b *store.Job) int {
+		if a.Priority != b.Priority {
+			return b.Priority - a.Priority
+		}
+		if c := a.ScheduledAt.Compare(b.ScheduledAt); c != 0 {
+			return c
+		}
+		if a.ID < b.ID {
+			return -1
+		}
+		if a.ID > b.ID {
+			return 1
+		}
+		return 0
+	})
+	return jobs, nil
+}
+
+// Finish applies the completions in one statement: every job still active in the same attempt
+// takes its next state, and the queues of jobs made claimable or scheduled are announced in the same
+// statement. Completions for ids that are not UUIDs are reported as not applied.
+func (s *Store) Finish(ctx context.Context, completions []store.Completion) ([]store.FinishResult, error) {
+	results := make([]store.FinishResult, len(completions))
+	if len(completions) == 0 {
+		return results, nil
+	}
+	// Lock rows in id order, as Heartbeat's index scan does, so overlapping batches cannot deadlock.
+	order := make([]int, 0, len(completions))
+	ids := make([]pgtype.UUID, len(completions))
+	for i, c := range completions {
+		results[i].ID = c.ID
+		if u, ok := parseUUID(c.ID); ok {
+			ids[i] = u
+			order = append(order, i)
+		}
+	}
+	slices.SortFunc(order, func(a, b int) int { return bytes.Compare(ids[a].Bytes[:], ids[b].Bytes[:]) })
+
+	n := len(order)
+	var (
+		uuids     = make([]pgtype.UUID, n)
+		attempts  = make([]int32, n)
+		states    = make([]string, n)
+		scheduled = make([]pgtype.Timestamptz, n)
+		errs      = make([][]byte, n)
+		res       = make([][]byte, n)
+		refunds   = make([]bool, n)
+	)
+	for k, i := range order {
+		c := &completions[i]
+		switch c.State {
+		case store.StateCompleted, store.StateRetryable, store.StateScheduled, store.StateDiscarded,
+			store.StateCancelled, store.StateAvailable:
+		default:
+			return nil, fmt.Errorf("finish jobs: job %s: cannot finish into state %q", c.ID, c.State)
+		}
+		uuids[k] = ids[i]
+		attempts[k] = int32(c.Attempt)
+		states[k] = string(c.State)
+		scheduled[k] = nullTime(c.ScheduledAt)
+		if c.Error != nil {
+			b, err := json.Marshal(c.Error)
+			if err != nil {
+				return nil, fmt.Errorf("finish jobs: job %s: encode error: %w", c.ID, err)
+			}
+			errs[k] = b
+		}
+		res[k] = nullJSON(c.Result)
+		refunds[k] = c.RefundAttempt
+	}
+	if n == 0 {
+		return results, nil
+	}
+	rows, err := s.pool.Query(ctx, s.q.finish, uuids, attempts, states, scheduled, errs, res, refunds)
+	if err != nil {
+		return nil, fmt.Errorf("finish %d jobs: %w", n, err)
+	}
+	applied := make(map[[16]byte]struct{}, n)
+	var id pgtype.UUID
+	for rows.Next() {
+		if err := rows.Scan(&id); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("finish %d jobs: %w", n, err)
+		}
+		applied[id.Bytes] = struct{}{}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("finish %d jobs: %w", n, err)
+	}
+	for i := range results {
+		if !ids[i].Valid {
+			continue
+		}
+		if _, ok := applied[ids[i].Bytes]; ok {
+			results[i].Applied = true
+		}
+	}
+	return results, nil
+}
+
+// Heartbeat extends the leases of the listed jobs that p.WorkerID still holds, in one statement, and
+// returns the ids it could not extend.
+func (s *Store) Heartbeat(ctx context.Context, p store.HeartbeatParams) ([]string, error) {
+	if len(p.IDs) == 0 {
+		return nil, nil
+	}
+	ids := make([]pgtype.UUID, 0, len(p.IDs))
+	for _, id := range p.IDs {
+		if u, ok := parseUUID(id); ok {
+			ids = append(ids, u)
+		}
+	}
+	held := make(map[[16]byte]struct{}, len(ids))
+	if len(ids) > 0 {
+		rows, err := s.pool.Query(ctx, s.q.heartbeat, ids, p.WorkerID, p.LeaseDuration.Microseconds())
+		if err != nil {
+			return nil, fmt.Errorf("heartbeat %d jobs of worker %q: %w", len(ids), p.WorkerID, err)
+		}
+		var id pgtype.UUID
+		for rows.Next() {
+			if err := rows.Scan(&id); err != nil {
+				rows.Close()
+				return nil, fmt.Errorf("heartbeat %d jobs of worker %q: %w", len(ids), p.WorkerID, err)
+			}
+			held[id.Bytes] = struct{}{}
+		}
+		if err := rows.Err(); err != nil {
+			return nil, fmt.Errorf("heartbeat %d jobs of worker %q: %w", len(ids), p.WorkerID, err)
+		}
+	}
+	var lost []string
+	for _, id := range p.IDs {
+		u, ok := parseUUID(id)
+		if ok {
+			if _, ok = held[u.Bytes]; ok {
+				continue
+			}
+		}
+		lost = append(lost, id)
+	}
+	return lost, nil
+}
+
+// Rescue takes back up to p.Limit active jobs whose lease expired: to available with a
+// lease_expired error entry, or discarded when their attempts are spent. Their queues are announced.
+func (s *Store) Rescue(ctx context.Context, p store.RescueParams) (store.RescueResult, error) {
+	var out store.RescueResult
+	rows, err := s.pool.Query(ctx, s.q.rescue, limitOrDefault(p.Limit))
+	if err != nil {
+		return out, fmt.Errorf("rescue jobs: %w", err)
+	}
+	jobs, err := scanJobs(rows)
+	if err != nil {
+		return out, fmt.Errorf("rescue jobs: %w", err)
+	}
+	for _, j := range jobs {
+		if j.State == store.StateDiscarded {
+			out.Discarded = append(out.Discarded, j)
+		} else {
+			out.Requeued = append(out.Requeued, j)
+		}
+	}
+	return out, nil
+}
+
+// Promote moves up to limit due scheduled and retryable jobs to available and announces their
+// queues.
+func (s *Store) Promote(ctx context.Context, limit int) (int, error) {
+	var n int
+	if err := s.pool.QueryRow(ctx, s.q.promote, limitOrDefault(limit)).Scan(&n); err != nil {
+		return 0, fmt.Errorf("promote due jobs: %w", err)
+	}
+	return n, nil
+}
+
+// DiscardExpired discards up to limit jobs not yet started (scheduled, available, pending or
+// retryable) whose expires_at has passed, recording an "expired" error entry on each.
+func (s *Store) DiscardExpired(ctx context.Context, limit int) (int, error) {
+	tag, err := s.pool.Exec(ctx, s.q.discardExpired, limitOrDefault(limit))
+	if err != nil {
+		return 0, fmt.Errorf("discard expired jobs: %w", err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+// NextDue returns the earliest due time of queue's scheduled and retryable jobs.
+func (s *Store) NextDue(ctx context.Context, queue string) (time.Time, bool, error) {
+	var t pgtype.Timestamptz
+	if err := s.pool.QueryRow(ctx, s.q.nextDue, queue).Scan(&t); err != nil {
+		return time.Time{}, false, fmt.Errorf("next due job of queue %q: %w", queue, err)
+	}
+	return t.Time, t.Valid, nil
+}
+
+// Cleanup deletes up to p.Limit terminal jobs that finished before their state's cut-off; a zero
+// cut-off keeps that state's jobs.
+func (s *Store) Cleanup(ctx context.Context, p store.CleanupParams) (int, error) {
+	if p.CompletedBefore.IsZero() && p.CancelledBefore.IsZero() && p.DiscardedBefore.IsZero() {
+		return 0, nil
+	}
+	tag, err := s.pool.Exec(ctx, s.q.cleanup, nullTime(p.CompletedBefore), nullTime(p.CancelledBefore),
+		nullTime(p.DiscardedBefore), limitOrDefault(p.Limit))
+	if err != nil {
+		return 0, fmt.Errorf("clean up finished jobs: %w", err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+func limitOrDefault(limit int) int {
+	if limit <= 0 {
+		return defaultMaintenanceLimit
+	}
+	return limit
+}

@@ -1,0 +1,379 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/pronto-jobs/pronto/internal/uuidv7"
+	"github.com/pronto-jobs/pronto/store"
+)
+
+func claimParams(queue string, limit int) store.ClaimParams {
+	return store.ClaimParams{Queue: queue, Limit: limit, WorkerID: "w1", LeaseDuration: time.Minute}
+}
+
+func TestInsertAndGet(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	ctx := context.Background()
+
+	p := params("default")
+	p.Meta = json.RawMessage(`{"trace":"abc"}`)
+	p.Priority = 7
+	p.Tags = []string{"a", "b"}
+	p.RetryPolicy = json.RawMessage(`{"max_attempts":5}`)
+	p.Timeout = 1500 * time.Millisecond
+	p.ExpiresAt = time.Now().Add(time.Hour)
+	p.UniqueKey, p.Tenant, p.RateKey, p.WorkflowID = "uk", "tenant", "rk", "wf"
+	p.ParentIDs = []string{uuidv7.New(), uuidv7.New()}
+	before := time.Now()
+	jobs, err := s.Insert(ctx, []*store.InsertParams{p})
+	require.NoError(t, err)
+	require.Len(t, jobs, 1)
+	got := jobs[0]
+	require.Equal(t, p.ID, got.ID)
+	require.Equal(t, store.StateAvailable, got.State)
+	require.WithinDuration(t, before, got.CreatedAt, 2*time.Second)
+	require.WithinDuration(t, got.CreatedAt, got.ScheduledAt, time.Millisecond)
+
+	read, err := s.GetJob(ctx, p.ID)
+	require.NoError(t, err)
+	require.Equal(t, p.ID, read.ID)
+	require.Equal(t, "k", read.Kind)
+	require.Equal(t, "default", read.Queue)
+	require.JSONEq(t, string(p.Args), string(read.Args))
+	require.JSONEq(t, string(p.Meta), string(read.Meta))
+	require.JSONEq(t, string(p.RetryPolicy), string(read.RetryPolicy))
+	require.Equal(t, 7, read.Priority)
+	require.Equal(t, 3, read.MaxAttempts)
+	require.Equal(t, 0, read.Attempt)
+	require.Equal(t, []string{"a", "b"}, read.Tags)
+	require.Equal(t, 1500*time.Millisecond, read.Timeout)
+	require.Equal(t, p.ParentIDs, read.ParentIDs)
+	require.Equal(t, "uk", read.UniqueKey)
+	require.Equal(t, "tenant", read.Tenant)
+	require.Equal(t, "rk", read.RateKey)
+	require.Equal(t, "wf", read.WorkflowID)
+	require.True(t, got.CreatedAt.Equal(read.CreatedAt))
+	require.True(t, got.ScheduledAt.Equal(read.ScheduledAt))
+	require.True(t, got.ExpiresAt.Equal(read.ExpiresAt), "%v %v", got.ExpiresAt, read.ExpiresAt)
+	require.Nil(t, read.Errors)
+	require.Nil(t, read.Result)
+	require.True(t, read.StartedAt.IsZero())
+
+	_, err = s.GetJob(ctx, uuidv7.New())
+	require.ErrorIs(t, err, store.ErrNotFound)
+	_, err = s.GetJob(ctx, "not-a-uuid")
+	require.ErrorIs(t, err, store.ErrNotFound)
+}
+
+func TestInsertDuplicateIsAtomic(t *testing.T) {
+	t.Parallel()
+	for _, n := range []int{1, 5, copyThreshold, 50} {
+		s := setup(t)
+		ctx := context.Background()
+		existing := params("default")
+		_, err := s.Insert(ctx, []*store.InsertParams{existing})
+		require.NoError(t, err)
+
+		batch := make([]*store.InsertParams, n)
+		for i := range batch {
+			batch[i] = params("default")
+		}
+		batch[n/2] = &store.InsertParams{ID: existing.ID, Kind: "k", Queue: "default", State: store.StateAvailable, MaxAttempts: 1}
+		_, err = s.Insert(ctx, batch)
+		require.ErrorIs(t, err, store.ErrDuplicate, "batch of %d", n)
+		jobs, _, err := s.ListJobs(ctx, store.ListParams{Limit: 1000})
+		require.NoError(t, err)
+		require.Len(t, jobs, 1, "batch of %d inserted something", n)
+	}
+}
+
+func TestInsertRejectsBadParams(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	ctx := context.Background()
+	bad := params("default")
+	bad.ID = "nope"
+	_, err := s.Insert(ctx, []*store.InsertParams{bad})
+	require.Error(t, err)
+	bad = params("default")
+	bad.State = store.StateActive
+	_, err = s.Insert(ctx, []*store.InsertParams{bad})
+	require.Error(t, err)
+	jobs, err := s.Insert(ctx, nil)
+	require.NoError(t, err)
+	require.Empty(t, jobs)
+}
+
+func TestInsertCopyBulk(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	ctx := context.Background()
+	rec := subscribe(t, s)
+
+	const n = 10_000
+	batch := make([]*store.InsertParams, n)
+	future := time.Now().Add(time.Hour).Truncate(time.Millisecond)
+	for i := range batch {
+		batch[i] = params("bulk")
+		if i%2 == 1 {
+			batch[i].Queue = "later"
+			batch[i].State = store.StateScheduled
+			batch[i].ScheduledAt = future.Add(time.Duration(i) * time.Second)
+		}
+		batch[i].Tags = []string{"t"}
+	}
+	jobs, err := s.Insert(ctx, batch)
+	require.NoError(t, err)
+	require.Len(t, jobs, n)
+	for i, j := range jobs {
+		require.Equal(t, batch[i].ID, j.ID)
+	}
+	read, err := s.GetJob(ctx, jobs[0].ID)
+	require.NoError(t, err)
+	require.True(t, jobs[0].CreatedAt.Equal(read.CreatedAt))
+	require.True(t, jobs[0].ScheduledAt.Equal(read.ScheduledAt))
+	require.Equal(t, []string{"t"}, read.Tags)
+
+	queues, err := s.ListQueues(ctx)
+	require.NoError(t, err)
+	require.Len(t, queues, 2)
+	require.Equal(t, "bulk", queues[0].Name)
+	require.EqualValues(t, n/2, queues[0].Counts[store.StateAvailable])
+	require.Equal(t, "later", queues[1].Name)
+	require.EqualValues(t, n/2, queues[1].Counts[store.StateScheduled])
+
+	// One notification per queue, the scheduled one carrying its earliest due time.
+	require.Eventually(t, func() bool { return len(rec.of(store.NotifyInsert)) == 2 }, 5*time.Second, 5*time.Millisecond)
+	time.Sleep(50 * time.Millisecond)
+	notes := rec.of(store.NotifyInsert)
+	require.Len(t, notes, 2)
+	byQueue := map[string]store.Notification{}
+	for _, n := range notes {
+		byQueue[n.Queue] = n
+	}
+	require.True(t, byQueue["bulk"].DueAt.IsZero())
+	require.True(t, byQueue["later"].DueAt.Equal(future.Add(time.Second)), "%v", byQueue["later"].DueAt)
+}
+
+func TestClaimOrderAndFilters(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	ctx := context.Background()
+
+	mk := func(kind string, prio int, at time.Time, state store.State) *store.InsertParams {
+		p := params("q")
+		p.Kind, p.Priority, p.ScheduledAt, p.State = kind, prio, at, state
+		return p
+	}
+	now := time.Now()
+	low := mk("k", 0, now.Add(-time.Minute), store.StateAvailable)
+	high := mk("k", 5, now.Add(-time.Second), store.StateAvailable)
+	highEarlier := mk("k", 5, now.Add(-time.Hour), store.StateAvailable)
+	other := mk("other", 10, time.Time{}, store.StateAvailable)
+	future := mk("k", 100, now.Add(time.Hour), store.StateScheduled)
+	dueScheduled := mk("k", 1, now.Add(-time.Millisecond), store.StateScheduled)
+	pending := mk("k", 100, time.Time{}, store.StatePending)
+	expired := mk("k", 100, time.Time{}, store.StateAvailable)
+	expired.ExpiresAt = now.Add(-time.Second)
+	elsewhere := params("elsewhere")
+	_, err := s.Insert(ctx, []*store.InsertParams{low, high, highEarlier, other, future, dueScheduled, pending, expired, elsewhere})
+	require.NoError(t, err)
+
+	p := claimParams("q", 3)
+	p.Kinds = []string{"k"}
+	jobs, err := s.Claim(ctx, p)
+	require.NoError(t, err)
+	require.Equal(t, []string{highEarlier.ID, high.ID, dueScheduled.ID}, ids(jobs))
+	for _, j := range jobs {
+		require.Equal(t, store.StateActive, j.State)
+		require.Equal(t, 1, j.Attempt)
+		require.Equal(t, "w1", j.WorkerID)
+		require.WithinDuration(t, time.Now().Add(time.Minute), j.LeaseExpiresAt, 5*time.Second)
+		require.False(t, j.StartedAt.IsZero())
+	}
+
+	jobs, err = s.Claim(ctx, claimParams("q", 10))
+	require.NoError(t, err)
+	require.Equal(t, []string{other.ID, low.ID}, ids(jobs))
+
+	jobs, err = s.Claim(ctx, claimParams("q", 10))
+	require.NoError(t, err)
+	require.Empty(t, jobs)
+
+	due, ok, err := s.NextDue(ctx, "q")
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.WithinDuration(t, future.ScheduledAt, due, time.Millisecond)
+	_, ok, err = s.NextDue(ctx, "elsewhere")
+	require.NoError(t, err)
+	require.False(t, ok)
+
+	n, err := s.DiscardExpired(ctx, 100)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	j, err := s.GetJob(ctx, expired.ID)
+	require.NoError(t, err)
+	require.Equal(t, store.StateDiscarded, j.State)
+	require.Len(t, j.Errors, 1)
+	require.Equal(t, "expired", j.Errors[0].Type)
+	require.False(t, j.CompletedAt.IsZero())
+}
+
+func ids(jobs []*store.Job) []string {
+	out := make([]string, len(jobs))
+	for i, j := range jobs {
+		out[i] = j.ID
+	}
+	return out
+}
+
+func TestPauseBlocksClaims(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	ctx := context.Background()
+	rec := subscribe(t, s)
+	_, err := s.Insert(ctx, []*store.InsertParams{params("q")})
+	require.NoError(t, err)
+	require.NoError(t, s.PauseQueue(ctx, "q"))
+	require.NoError(t, s.PauseQueue(ctx, "empty"))
+	jobs, err := s.Claim(ctx, claimParams("q", 10))
+	require.NoError(t, err)
+	require.Empty(t, jobs)
+
+	queues, err := s.ListQueues(ctx)
+	require.NoError(t, err)
+	require.Len(t, queues, 2)
+	require.Equal(t, "empty", queues[0].Name)
+	require.True(t, queues[0].Paused)
+	require.Len(t, queues[0].Counts, 8)
+	require.True(t, queues[1].Paused)
+
+	require.NoError(t, s.ResumeQueue(ctx, "q"))
+	require.NoError(t, s.ResumeQueue(ctx, "empty"))
+	jobs, err = s.Claim(ctx, claimParams("q", 10))
+	require.NoError(t, err)
+	require.Len(t, jobs, 1)
+	queues, err = s.ListQueues(ctx)
+	require.NoError(t, err)
+	require.Len(t, queues, 1, "a resumed queue without jobs is not listed")
+
+	require.Eventually(t, func() bool {
+		return len(rec.of(store.NotifyPause)) == 2 && len(rec.of(store.NotifyResume)) == 2
+	}, 5*time.Second, 5*time.Millisecond)
+}
+
+func TestFinishStates(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	ctx := context.Background()
+	rec := subscribe(t, s)
+
+	batch := make([]*store.InsertParams, 7)
+	for i := range batch {
+		batch[i] = params("q")
+	}
+	_, err := s.Insert(ctx, batch)
+	require.NoError(t, err)
+	jobs, err := s.Claim(ctx, claimParams("q", 7))
+	require.NoError(t, err)
+	require.Len(t, jobs, 7)
+
+	later := time.Now().Add(time.Hour).Truncate(time.Millisecond)
+	attemptErr := &store.AttemptError{Attempt: 1, At: time.Now().UTC().Truncate(time.Microsecond), Type: "boom", Message: "it broke"}
+	comps := []store.Completion{
+		{ID: jobs[0].ID, Attempt: 1, State: store.StateCompleted, Result: json.RawMessage(`{"ok":true}`)},
+		{ID: jobs[1].ID, Attempt: 1, State: store.StateRetryable, ScheduledAt: later, Error: attemptErr},
+		{ID: jobs[2].ID, Attempt: 1, State: store.StateScheduled, ScheduledAt: later, RefundAttempt: true},
+		{ID: jobs[3].ID, Attempt: 1, State: store.StateDiscarded, Error: attemptErr},
+		{ID: jobs[4].ID, Attempt: 1, State: store.StateCancelled},
+		{ID: jobs[5].ID, Attempt: 1, State: store.StateAvailable, RefundAttempt: true},
+		{ID: jobs[6].ID, Attempt: 2, State: store.StateCompleted}, // wrong attempt: not applied
+		{ID: uuidv7.New(), Attempt: 1, State: store.StateCompleted},
+		{ID: "not-a-uuid", Attempt: 1, State: store.StateCompleted},
+	}
+	res, err := s.Finish(ctx, comps)
+	require.NoError(t, err)
+	require.Len(t, res, len(comps))
+	for i, r := range res {
+		require.Equal(t, comps[i].ID, r.ID)
+		require.Equal(t, i < 6, r.Applied, "completion %d", i)
+	}
+
+	get := func(id string) *store.Job {
+		j, err := s.GetJob(ctx, id)
+		require.NoError(t, err)
+		return j
+	}
+	j := get(jobs[0].ID)
+	require.Equal(t, store.StateCompleted, j.State)
+	require.JSONEq(t, `{"ok":true}`, string(j.Result))
+	require.False(t, j.CompletedAt.IsZero())
+	require.True(t, j.LeaseExpiresAt.IsZero())
+	require.Empty(t, j.WorkerID)
+
+	j = get(jobs[1].ID)
+	require.Equal(t, store.StateRetryable, j.State)
+	require.True(t, later.Equal(j.ScheduledAt))
+	require.Len(t, j.Errors, 1)
+	require.Equal(t, attemptErr.Attempt, j.Errors[0].Attempt)
+	require.True(t, attemptErr.At.Equal(j.Errors[0].At))
+	require.Equal(t, attemptErr.Type, j.Errors[0].Type)
+	require.Equal(t, attemptErr.Message, j.Errors[0].Message)
+	require.True(t, j.CompletedAt.IsZero())
+
+	j = get(jobs[2].ID)
+	require.Equal(t, store.StateScheduled, j.State)
+	require.Equal(t, 4, j.MaxAttempts)
+	require.Equal(t, 1, j.Attempt)
+
+	j = get(jobs[3].ID)
+	require.Equal(t, store.StateDiscarded, j.State)
+	require.False(t, j.CompletedAt.IsZero())
+	require.Len(t, j.Errors, 1)
+
+	j = get(jobs[4].ID)
+	require.Equal(t, store.StateCancelled, j.State)
+
+	j = get(jobs[5].ID)
+	require.Equal(t, store.StateAvailable, j.State)
+	require.WithinDuration(t, time.Now(), j.ScheduledAt, 5*time.Second)
+
+	j = get(jobs[6].ID)
+	require.Equal(t, store.StateActive, j.State)
+
+	// One insert notification for queue q, due now (the available job).
+	require.Eventually(t, func() bool { return len(rec.of(store.NotifyInsert)) >= 2 }, 5*time.Second, 5*time.Millisecond)
+	notes := rec.of(store.NotifyInsert)
+	require.Len(t, notes, 2) // the insert, then the finish
+	require.Equal(t, "q", notes[1].Queue)
+	require.True(t, notes[1].DueAt.IsZero())
+
+	// Only the future ones: the notification carries the earliest due time.
+	jobs2, err := s.Insert(ctx, []*store.InsertParams{params("r")})
+	require.NoError(t, err)
+	_, err = s.Claim(ctx, claimParams("r", 1))
+	require.NoError(t, err)
+	res, err = s.Finish(ctx, []store.Completion{{ID: jobs2[0].ID, Attempt: 1, State: store.StateRetryable, ScheduledAt: later}})
+	require.NoError(t, err)
+	require.True(t, res[0].Applied)
+	require.Eventually(t, func() bool {
+		for _, n := range rec.of(store.NotifyInsert) {
+			if n.Queue == "r" && n.DueAt.Equal(later) {
+				return true
+			}
+		}
+		return false
+	}, 5*time.Second, 5*time.Millisecond)
+
+	// A completed job announces nothing.
+	res, err = s.Finish(ctx, nil)
+	require.NoError(t, err)
+	require.Empty(t, res)
+}
+

@@ -1,0 +1,209 @@
+package postgres
+
+import (
+	"context"
+	"embed"
+	"fmt"
+	"io/fs"
+	"path"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pronto-jobs/pronto/store"
+)
+
+//go:embed migrations/*.sql
+var migrationFiles embed.FS
+
+// migration is one embedded migration: NNN_name.up.sql and NNN_name.down.sql.
+type migration struct {
+	version  int
+	name     string
+	up, down string
+}
+
+// migrations lists the embedded migrations in version order. It panics on a malformed file name,
+// which is a build defect caught by every test.
+var migrations = loadMigrations()
+
+func loadMigrations() []migration {
+	entries, err := fs.ReadDir(migrationFiles, "migrations")
+	if err != nil {
+		panic(err)
+	}
+	byVersion := map[int]*migration{}
+	for _, e := range entries {
+		file := e.Name()
+		var direction string
+		switch {
+		case strings.HasSuffix(file, ".up.sql"):
+			direction = "up"
+		case strings.HasSuffix(file, ".down.sql"):
+			direction = "down"
+		default:
+			panic("postgres: unexpected migration file " + file)
+		}
+		base := strings.TrimSuffix(file, "."+direction+".sql")
+		num, name, ok := strings.Cut(base, "_")
+		version, err := strconv.Atoi(num)
+		if !ok || err != nil || version <= 0 {
+			panic("postgres: migration file " + file + " is not NNN_name.(up|down).sql")
+		}
+		body, err := migrationFiles.ReadFile(path.Join("migrations", file))
+		if err != nil {
+			panic(err)
+		}
+		m := byVersion[version]
+		if m == nil {
+			m = &migration{version: version, name: name}
+			byVersion[version] = m
+		}
+		if direction == "up" {
+			m.up = string(body)
+		} else {
+			m.down = string(body)
+		}
+	}
+	out := make([]migration, 0, len(byVersion))
+	for _, m := range byVersion {
+		if m.up == "" || m.down == "" {
+			panic(fmt.Sprintf("postgres: migration %d lacks its up or down file", m.version))
+		}
+		out = append(out, *m)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].version < out[j].version })
+	return out
+}
+
+// Migrate creates the schema when missing and applies every pending migration, all in one
+// transaction. Concurrent callers (several processes starting at once) are serialized by an
+// advisory lock per schema: the first applies, the others find nothing left to do.
+func (s *Store) Migrate(ctx context.Context) error {
+	return s.migrateTx(ctx, func(ctx context.Context, tx pgx.Tx, applied map[int]time.Time) error {
+		for _, m := range migrations {
+			if _, ok := applied[m.version]; ok {
+				continue
+			}
+			if _, err := tx.Exec(ctx, m.up); err != nil {
+				return fmt.Errorf("apply migration %03d_%s: %w", m.version, m.name, err)
+			}
+			if _, err := tx.Exec(ctx, s.q.recordMigration, m.version, m.name); err != nil {
+				return fmt.Errorf("record migration %03d_%s: %w", m.version, m.name, err)
+			}
+		}
+		return nil
+	})
+}
+
+// MigrateDown reverts the latest steps applied migrations, newest first, in one transaction.
+// Reverting the first migration drops the jobs table and every job in it.
+func (s *Store) MigrateDown(ctx context.Context, steps int) error {
+	if steps <= 0 {
+		return nil
+	}
+	return s.migrateTx(ctx, func(ctx context.Context, tx pgx.Tx, applied map[int]time.Time) error {
+		for i := len(migrations) - 1; i >= 0 && steps > 0; i-- {
+			m := migrations[i]
+			if _, ok := applied[m.version]; !ok {
+				continue
+			}
+			if _, err := tx.Exec(ctx, m.down); err != nil {
+				return fmt.Errorf("revert migration %03d_%s: %w", m.version, m.name, err)
+			}
+			if _, err := tx.Exec(ctx, s.q.forgetMigration, m.version); err != nil {
+				return fmt.Errorf("forget migration %03d_%s: %w", m.version, m.name, err)
+			}
+			steps--
+		}
+		return nil
+	})
+}
+
+// MigrationStatus lists every embedded migration, oldest first, with whether and when it was
+// applied to the store's schema.
+func (s *Store) MigrationStatus(ctx context.Context) ([]store.Migration, error) {
+	applied := map[int]time.Time{}
+	var exists bool
+	if err := s.pool.QueryRow(ctx, s.q.migrationsExist, s.schema+".schema_migrations").Scan(&exists); err != nil {
+		return nil, fmt.Errorf("migration status of schema %s: %w", s.schema, err)
+	}
+	if exists {
+		var err error
+		if applied, err = s.appliedMigrations(ctx, s.pool); err != nil {
+			return nil, fmt.Errorf("migration status of schema %s: %w", s.schema, err)
+		}
+	}
+	out := make([]store.Migration, len(migrations))
+	for i, m := range migrations {
+		at, ok := applied[m.version]
+		out[i] = store.Migration{Version: m.version, Name: m.name, Applied: ok, AppliedAt: at}
+	}
+	return out, nil
+}
+
+// migrateTx runs fn in a transaction holding the schema's migration lock, with the schema and its
+// migrations table created and the search path set to the schema.
+func (s *Store) migrateTx(ctx context.Context, fn func(context.Context, pgx.Tx, map[int]time.Time) error) (err error) {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("migrate schema %s: %w", s.schema, err)
+	}
+	defer func() {
+		if err != nil {
+			_ = tx.Rollback(context.WithoutCancel(ctx))
+		}
+	}()
+	for _, stmt := range []struct {
+		sql  string
+		args []any
+	}{
+		{s.q.migrateLock, []any{migrationLockKey(s.schema)}},
+		{s.q.createSchema, nil},
+		{s.q.searchPath, nil},
+		{s.q.createMigrations, nil},
+	} {
+		if _, err = tx.Exec(ctx, stmt.sql, stmt.args...); err != nil {
+			return fmt.Errorf("migrate schema %s: %w", s.schema, err)
+		}
+	}
+	applied, err := s.appliedMigrations(ctx, tx)
+	if err != nil {
+		return fmt.Errorf("migrate schema %s: %w", s.schema, err)
+	}
+	if err = fn(ctx, tx, applied); err != nil {
+		return fmt.Errorf("migrate schema %s: %w", s.schema, err)
+	}
+	if err = tx.Commit(ctx); err != nil {
+		return fmt.Errorf("migrate schema %s: commit: %w", s.schema, err)
+	}
+	return nil
+}
+
+// querier is what both a pool and a transaction offer.
+type querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+func (s *Store) appliedMigrations(ctx context.Context, q querier) (map[int]time.Time, error) {
+	rows, err := q.Query(ctx, s.q.appliedMigrations)
+	if err != nil {
+		return nil, err
+	}
+	applied := map[int]time.Time{}
+	var (
+		version int
+		at      time.Time
+	)
+	_, err = pgx.ForEachRow(rows, []any{&version, &at}, func() error {
+		applied[version] = at
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return applied, nil
+}

@@ -1,0 +1,246 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pronto-jobs/pronto/internal/notifyhub"
+	"github.com/pronto-jobs/pronto/store"
+)
+
+// Listener tuning. Variables so tests can shorten them.
+var (
+	// listenerBackoffMin and listenerBackoffMax bound the wait between reconnection attempts.
+	listenerBackoffMin = 50 * time.Millisecond
+	listenerBackoffMax = 5 * time.Second
+	// subscribeWait bounds how long the first Subscribe waits for the listener to be listening, so a
+	// notification sent right after Subscribe returns is not missed.
+	subscribeWait = 10 * time.Second
+)
+
+// payload is the compact JSON of a notification on the store's channel:
+//
+//	{"k":"i","q":"default","d":0}   insert: jobs claimable (d 0) or due at d (unix ms) in queue q
+//	{"k":"c","id":"<job id>"}       cancel
+//	{"k":"p","q":"default"}         pause
+//	{"k":"r","q":"default"}         resume
+type payload struct {
+	K  string `json:"k"`
+	Q  string `json:"q,omitempty"`
+	D  int64  `json:"d,omitempty"`
+	ID string `json:"id,omitempty"`
+}
+
+// insertPayload encodes the insert notification of queue, due at dueAt (zero: now).
+func insertPayload(queue string, dueAt time.Time) string {
+	p := payload{K: "i", Q: queue}
+	if !dueAt.IsZero() {
+		p.D = dueAt.UnixMilli()
+	}
+	b, _ := json.Marshal(p) // a struct of strings and an integer always encodes
+	if p.D == 0 {
+		// Keep "d" explicit so every insert payload has the same shape.
+		b = append(b[:len(b)-1], `,"d":0}`...)
+	}
+	return string(b)
+}
+
+// queuePayload encodes a pause ("p") or resume ("r") notification.
+func queuePayload(kind, queue string) string {
+	b, _ := json.Marshal(payload{K: kind, Q: queue})
+	return string(b)
+}
+
+// decodePayload turns a payload into a notification; ok is false for anything unrecognized.
+func decodePayload(s string) (n store.Notification, ok bool) {
+	var p payload
+	if err := json.Unmarshal([]byte(s), &p); err != nil {
+		return n, false
+	}
+	switch p.K {
+	case "i":
+		n = store.Notification{Kind: store.NotifyInsert, Queue: p.Q}
+		if p.D != 0 {
+			n.DueAt = time.UnixMilli(p.D)
+		}
+	case "c":
+		n = store.Notification{Kind: store.NotifyCancel, JobID: p.ID}
+	case "p":
+		n = store.Notification{Kind: store.NotifyPause, Queue: p.Q}
+	case "r":
+		n = store.Notification{Kind: store.NotifyResume, Queue: p.Q}
+	default:
+		return n, false
+	}
+	return n, true
+}
+
+// notifier is the store's store.Notifier. It runs a listener (a dedicated connection, not one of
+// the pool's) while it has subscribers, and delivers through a notifyhub.Hub.
+type notifier struct {
+	s   *Store
+	hub notifyhub.Hub
+
+	mu      sync.Mutex
+	subs    int
+	closed  bool
+	current *listener
+	wg      sync.WaitGroup
+}
+
+func newNotifier(s *Store) *notifier { return &notifier{s: s} }
+
+// Notifier returns the store's notifier. Its listener connection starts with the first subscriber
+// and stops when the last one leaves or the store closes. After every (re)connection it publishes
+// store.NotifyReconnect, since notifications sent while it was not listening are lost.
+func (s *Store) Notifier() store.Notifier { return s.notifier }
+
+// ListenerPID returns the backend process id of the listener connection, or 0 when it is not
+// connected. Tests use it to kill the connection with pg_terminate_backend.
+func (s *Store) ListenerPID() uint32 {
+	s.notifier.mu.Lock()
+	l := s.notifier.current
+	s.notifier.mu.Unlock()
+	if l == nil {
+		return 0
+	}
+	return l.pid.Load()
+}
+
+// Subscribe registers fn for every notification until the returned function is called. The first
+// subscriber starts the listener and waits (boundedly) until it listens, so a notification sent
+// after Subscribe returns is delivered.
+func (n *notifier) Subscribe(fn func(store.Notification)) func() {
+	unsubscribe := n.hub.Subscribe(fn)
+	n.mu.Lock()
+	n.subs++
+	if n.current == nil && !n.closed {
+		n.current = n.startLocked()
+	}
+	l := n.current
+	n.mu.Unlock()
+	if l != nil {
+		select {
+		case <-l.ready:
+		case <-time.After(subscribeWait):
+		}
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			unsubscribe()
+			n.mu.Lock()
+			n.subs--
+			if n.subs == 0 && n.current != nil {
+				n.current.cancel()
+				n.current = nil
+			}
+			n.mu.Unlock()
+		})
+	}
+}
+
+// close stops the listener for good and waits for every listener goroutine to exit.
+func (n *notifier) close() {
+	n.mu.Lock()
+	n.closed = true
+	if n.current != nil {
+		n.current.cancel()
+		n.current = nil
+	}
+	n.mu.Unlock()
+	n.wg.Wait()
+}
+
+// listener is one run of the listening goroutine, from its start to its stop.
+type listener struct {
+	cancel context.CancelFunc
+	ready  chan struct{} // closed after the first connection attempt, successful or not
+	pid    atomic.Uint32
+}
+
+func (n *notifier) startLocked() *listener {
+	ctx, cancel := context.WithCancel(context.Background())
+	l := &listener{cancel: cancel, ready: make(chan struct{})}
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		n.run(ctx, l)
+	}()
+	return l
+}
+
+// run connects, listens and delivers until ctx ends, reconnecting with bounded backoff.
+func (n *notifier) run(ctx context.Context, l *listener) {
+	readyOnce := sync.OnceFunc(func() { close(l.ready) })
+	defer readyOnce()
+	backoff := time.Duration(0)
+	for ctx.Err() == nil {
+		conn, err := n.connect(ctx)
+		if err != nil {
+			readyOnce()
+			if ctx.Err() != nil {
+				return
+			}
+			backoff = min(max(backoff*2, listenerBackoffMin), listenerBackoffMax)
+			n.s.log.Warn("pronto: notification listener cannot connect", "schema", n.s.schema,
+				"error", err, "retry_in", backoff)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(backoff):
+			}
+			continue
+		}
+		backoff = 0
+		l.pid.Store(conn.PgConn().PID())
+		readyOnce()
+		n.hub.Publish(store.Notification{Kind: store.NotifyReconnect})
+		err = n.receive(ctx, conn)
+		l.pid.Store(0)
+		closeCtx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_ = conn.Close(closeCtx)
+		cancel()
+		if ctx.Err() == nil {
+			n.s.log.Warn("pronto: notification listener lost its connection", "schema", n.s.schema, "error", err)
+		}
+	}
+}
+
+// connect opens the listener's own connection from the pool's configuration and listens.
+func (n *notifier) connect(ctx context.Context) (*pgx.Conn, error) {
+	cfg := n.s.pool.Config().ConnConfig.Copy()
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{n.s.channel}.Sanitize()); err != nil {
+		_ = conn.Close(context.WithoutCancel(ctx))
+		return nil, err
+	}
+	return conn, nil
+}
+
+// receive delivers notifications until the connection fails or ctx ends.
+func (n *notifier) receive(ctx context.Context, conn *pgx.Conn) error {
+	for {
+		msg, err := conn.WaitForNotification(ctx)
+		if err != nil {
+			return err
+		}
+		if msg.Channel != n.s.channel {
+			continue
+		}
+		note, ok := decodePayload(msg.Payload)
+		if !ok {
+			n.s.log.Warn("pronto: ignoring malformed notification", "schema", n.s.schema, "payload", msg.Payload)
+			continue
+		}
+		n.hub.Publish(note)
+	}
+}

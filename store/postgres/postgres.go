@@ -1,0 +1,166 @@
+// Package postgres is pronto's production store: PostgreSQL through pgx v5.
+//
+// Jobs are claimed with one FOR UPDATE SKIP LOCKED statement per batch, completed with one statement
+// per batch, inserted in one round trip (a single job) or through COPY (a large batch), and announced
+// through LISTEN/NOTIFY so a producer claims a job a millisecond or two after its insert commits.
+//
+// Every object lives in one schema (Config.Schema, "pronto" by default), so several applications can
+// share a database, each in a schema of its own, with separate notification channels. Migrate
+// creates the schema and applies the embedded migrations; it is safe to call from every process at
+// start-up.
+//
+//	pool, _ := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+//	st, err := postgres.New(pool, postgres.Config{})
+//	if err != nil { ... }
+//	defer st.Close()
+//	if err := st.Migrate(ctx); err != nil { ... }
+package postgres
+
+import (
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pronto-jobs/pronto/store"
+)
+
+// DefaultSchema is the schema used when Config.Schema is empty.
+const DefaultSchema = "pronto"
+
+// Config configures a Store.
+type Config struct {
+	// Schema holds every table of the store and names its notification channel. It must be a plain
+	// lowercase identifier: a letter or underscore, then letters, digits or underscores, at most 63
+	// bytes. Empty means DefaultSchema.
+	Schema string
+	// Logger receives the notifier's connection problems. Nil discards them.
+	Logger *slog.Logger
+}
+
+// Store is the PostgreSQL implementation of store.Store. It also implements store.Migrator and
+// store.PgxTxInserter. Its methods are safe for concurrent use.
+type Store struct {
+	pool    *pgxpool.Pool
+	schema  string
+	channel string
+	q       *queries
+	log     *slog.Logger
+
+	notifier *notifier
+}
+
+// Compile-time checks of the interfaces the store promises.
+var (
+	_ store.Store         = (*Store)(nil)
+	_ store.Migrator      = (*Store)(nil)
+	_ store.PgxTxInserter = (*Store)(nil)
+	_ store.Notifier      = (*notifier)(nil)
+	_ pgx.CopyFromSource  = (*copySource)(nil)
+)
+
+const (
+	maxIdentifierLength    = 63
+	channelPrefix          = "pronto_"
+	migrationLockNamespace = "pronto-migrate:"
+)
+
+var (
+	errNilPool    = errors.New("postgres store: nil pool")
+	discardLogger = slog.New(slog.DiscardHandler)
+)
+
+// New returns a store on pool, whose objects live in cfg.Schema. It does not touch the database:
+// call Migrate before use. Close stops what the store started, never pool itself.
+func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
+	if pool == nil {
+		return nil, errNilPool
+	}
+	schema := cfg.Schema
+	if schema == "" {
+		schema = DefaultSchema
+	}
+	if err := validateIdentifier(schema); err != nil {
+		return nil, fmt.Errorf("postgres store: schema: %w", err)
+	}
+	logger := cfg.Logger
+	if logger == nil {
+		logger = discardLogger
+	}
+	channel := channelName(schema)
+	s := &Store{
+		pool:    pool,
+		schema:  schema,
+		channel: channel,
+		q:       newQueries(pgx.Identifier{schema}.Sanitize(), quoteLiteral(channel)),
+		log:     logger,
+	}
+	s.notifier = newNotifier(s)
+	return s, nil
+}
+
+// Pool returns the pool the store was built on.
+func (s *Store) Pool() *pgxpool.Pool { return s.pool }
+
+// Schema returns the schema that holds the store's tables.
+func (s *Store) Schema() string { return s.schema }
+
+// Channel returns the LISTEN/NOTIFY channel on which the store announces inserts, cancellations and
+// pauses. It is derived from the schema, so stores in different schemas never hear each other.
+func (s *Store) Channel() string { return s.channel }
+
+// Close stops the notifier's listener connection and waits for it to exit. It does not close the
+// pool. The store must not be used afterwards.
+func (s *Store) Close() error {
+	s.notifier.close()
+	return nil
+}
+
+// validateIdentifier accepts the identifiers that need no quoting and fold to themselves, so the
+// schema name means the same quoted or not, in SQL and in channel names alike.
+func validateIdentifier(name string) error {
+	if len(name) > maxIdentifierLength {
+		return fmt.Errorf("%q is longer than %d bytes", name, maxIdentifierLength)
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		switch {
+		case c >= 'a' && c <= 'z', c == '_':
+		case c >= '0' && c <= '9' && i > 0:
+		default:
+			return fmt.Errorf("%q is not a plain lowercase identifier (a-z, 0-9 and _, not starting with a digit)", name)
+		}
+	}
+	return nil
+}
+
+// channelName derives the notification channel from the schema: "pronto_<schema>", shortened with
+// a hash when that exceeds PostgreSQL's 63-byte identifier limit (longer channel names would be
+// truncated by the server, and two long schemas could then share a channel).
+func channelName(schema string) string {
+	name := channelPrefix + schema
+	if len(name) <= maxIdentifierLength {
+		return name
+	}
+	h := fnv.New64a()
+	h.Write([]byte(schema))
+	suffix := fmt.Sprintf("_%016x", h.Sum64())
+	return name[:maxIdentifierLength-len(suffix)] + suffix
+}
+
+// migrationLockKey is the advisory lock key that serializes migrations of one schema.
+func migrationLockKey(schema string) int64 {
+	h := fnv.New64a()
+	h.Write([]byte(migrationLockNamespace))
+	h.Write([]byte(schema))
+	return int64(h.Sum64())
+}
+
+// quoteLiteral quotes s as an SQL string literal (used for names validated beforehand).
+func quoteLiteral(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", "''") + "'"
+}
