@@ -1,0 +1,349 @@
+// Command bench runs pronto and River side by side against the same PostgreSQL, scenario by scenario,
+// and writes one JSON file per run, a Markdown report and plots.
+//
+//	cd bench && go run . --out results            # every scenario, 3 runs each
+//	cd bench && go run . --quick --out /tmp/q      # every scenario, short phases, one run (CI)
+//	cd bench && go run . --scenarios notify_latency,drain --systems pronto,river --runs 5
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// num is a float that encodes NaN (a figure that could not be measured) as JSON null.
+type num float64
+
+func (n num) MarshalJSON() ([]byte, error) {
+	f := float64(n)
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		return []byte("null"), nil
+	}
+	return []byte(strconv.FormatFloat(f, 'g', 8, 64)), nil
+}
+
+func (n *num) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		*n = num(math.NaN())
+		return nil
+	}
+	f, err := strconv.ParseFloat(string(b), 64)
+	*n = num(f)
+	return err
+}
+
+type machineInfo struct {
+	Cores      int    `json:"cores"`
+	GoVersion  string `json:"go_version"`
+	OS         string `json:"os"`
+	Kernel     string `json:"kernel"`
+	CPU        string `json:"cpu"`
+	MemoryMB   int64  `json:"memory_mb"`
+	PostgreSQL string `json:"postgresql"`
+	PGSettings string `json:"pg_settings"`
+}
+
+// runResult is one run of one scenario by one system: what the JSON files hold.
+type runResult struct {
+	Scenario    string             `json:"scenario"`
+	System      string             `json:"system"`
+	Run         int                `json:"run"`
+	Started     time.Time          `json:"started"`
+	DurationS   float64            `json:"duration_s"`
+	Quick       bool               `json:"quick"`
+	Params      map[string]any     `json:"params"`
+	Metrics     map[string]num     `json:"metrics"`
+	Tenants     map[string]float64 `json:"tenant_p95_ms,omitempty"`
+	PickupMs    []float64          `json:"pickup_ms_sample,omitempty"`
+	LoadBefore  string             `json:"loadavg_before"`
+	LoadAfter   string             `json:"loadavg_after"`
+	WorkersHost string             `json:"workers_host"`
+	Notes       []string           `json:"notes,omitempty"`
+	Errors      []string           `json:"errors,omitempty"`
+	Machine     machineInfo        `json:"machine"`
+}
+
+func (r *runResult) set(k string, v float64) { r.Metrics[k] = num(v) }
+func (r *runResult) get(k string) float64 {
+	v, ok := r.Metrics[k]
+	if !ok {
+		return math.NaN()
+	}
+	return float64(v)
+}
+
+type options struct {
+	dbURL     string
+	runs      int
+	scenarios []string
+	systems   []string
+	out       string
+	quick     bool
+	runsFor   map[string]int
+	headline  int
+}
+
+func main() {
+	if raw := os.Getenv(childEnv); raw != "" {
+		os.Exit(runChild(raw))
+	}
+	var o options
+	var scen, sys, runsFor string
+	flag.StringVar(&o.dbURL, "database-url", envOr("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"), "PostgreSQL URL")
+	flag.IntVar(&o.runs, "runs", 3, "runs per scenario and system")
+	flag.StringVar(&runsFor, "runs-for", "", "per-scenario runs overriding --runs, e.g. burst=1,wal=1")
+	flag.IntVar(&o.headline, "headline-runs", 0, "if set, --runs applies to the headline scenarios and this many runs to the rest")
+	flag.StringVar(&scen, "scenarios", "all", "comma-separated scenarios ("+strings.Join(scenarioOrder, ",")+")")
+	flag.StringVar(&sys, "systems", "all", "comma-separated systems ("+strings.Join(allSystemNames, ",")+")")
+	flag.StringVar(&o.out, "out", "bench-results", "output directory")
+	flag.BoolVar(&o.quick, "quick", false, "short phases, one run, every scenario (CI)")
+	flag.Parse()
+	o.scenarios = splitList(scen, scenarioOrder)
+	o.systems = splitList(sys, allSystemNames)
+	o.runsFor = map[string]int{}
+	for _, kv := range splitList(runsFor, nil) {
+		k, v, ok := strings.Cut(kv, "=")
+		n, err := strconv.Atoi(v)
+		if !ok || err != nil {
+			fmt.Fprintln(os.Stderr, "bad --runs-for entry", kv)
+			os.Exit(2)
+		}
+		o.runsFor[k] = n
+	}
+	if err := run(context.Background(), o); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+func splitList(s string, all []string) []string {
+	if s == "all" {
+		return all
+	}
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// runsOf says how many runs a scenario gets.
+func (o options) runsOf(name string) int {
+	if o.quick {
+		return 1
+	}
+	if n, ok := o.runsFor[name]; ok {
+		return n
+	}
+	if o.headline > 0 {
+		for _, h := range headlineScenarios {
+			if h == name {
+				return o.runs
+			}
+		}
+		return o.headline
+	}
+	return o.runs
+}
+
+// applies says whether a system runs a scenario.
+func applies(sc scenario, sys system) bool {
+	if sys.shared() {
+		return true
+	}
+	return sc.inproc
+}
+
+func run(ctx context.Context, o options) error {
+	all := scenarios(o.quick)
+	byName := systemsByName()
+	for _, s := range o.scenarios {
+		if _, ok := all[s]; !ok {
+			return fmt.Errorf("unknown scenario %q (have %s)", s, strings.Join(scenarioOrder, ", "))
+		}
+	}
+	for _, s := range o.systems {
+		if _, ok := byName[s]; !ok {
+			return fmt.Errorf("unknown system %q (have %s)", s, strings.Join(allSystemNames, ", "))
+		}
+	}
+	if err := os.MkdirAll(filepath.Join(o.out, "runs"), 0o755); err != nil {
+		return err
+	}
+	tmp, err := os.MkdirTemp("", "pronto-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	e := &env{dbURL: o.dbURL, tmpDir: tmp}
+	mi, err := machine(ctx, o.dbURL)
+	if err != nil {
+		return fmt.Errorf("PostgreSQL at %s: %w", redact(o.dbURL), err)
+	}
+	fmt.Printf("machine: %d cores, %s, %s; PostgreSQL %s\n", mi.Cores, mi.CPU, mi.GoVersion, mi.PostgreSQL)
+	began := time.Now()
+	var results []*runResult
+	for _, name := range o.scenarios {
+		sc := all[name]
+		var syss []system
+		for _, s := range o.systems {
+			if applies(sc, byName[s]) {
+				syss = append(syss, byName[s])
+			}
+		}
+		runs := o.runsOf(name)
+		for r := 1; r <= runs; r++ {
+			// Rotate the order each run (A B C, B C A, ...) so drift and warm caches hit every system.
+			for k := range syss {
+				sys := syss[(k+r-1)%len(syss)]
+				res := runOne(ctx, e, sc, sys, r, o.quick)
+				res.Machine = mi
+				results = append(results, res)
+				fmt.Printf("%-26s %-14s run %d  %s\n", name, sys.name(), r, summary(res))
+				b, _ := json.MarshalIndent(res, "", "  ")
+				fn := filepath.Join(o.out, "runs", fmt.Sprintf("%s_%s_run%d.json", name, sys.name(), r))
+				if err := os.WriteFile(fn, b, 0o644); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	fmt.Printf("all runs done in %s\n", time.Since(began).Round(time.Second))
+	return writeReport(o, mi, results, time.Since(began))
+}
+
+func runOne(ctx context.Context, e *env, sc scenario, sys system, run int, quick bool) *runResult {
+	res := &runResult{
+		Scenario: sc.name, System: sys.name(), Run: run, Started: time.Now(), Quick: quick,
+		Metrics: map[string]num{}, LoadBefore: loadAvg(),
+		Params: map[string]any{
+			"desc": sc.desc, "rate_hz": sc.rate, "workers": sys.workersFor(sc.name, sc.workers), "processes": max(sc.procs, 1),
+			"work_ms": sc.work.Milliseconds(), "tenants": sc.tenants, "phase_s": sc.phase.Seconds(), "warmup_s": sc.warm.Seconds(),
+		},
+		WorkersHost: "in-process (figures include the inserting harness)",
+	}
+	if sys.shared() {
+		res.WorkersHost = "child process(es); inserts from the harness"
+	}
+	defer func() {
+		res.DurationS = time.Since(res.Started).Seconds()
+		res.LoadAfter = loadAvg()
+	}()
+	id := fmt.Sprintf("bench_%s_%s_%d", strings.ReplaceAll(sys.name(), "-", "_"), sc.name, time.Now().UnixNano()%1_000_000)
+	if len(id) > 63 {
+		id = id[:63]
+	}
+	if err := sys.create(ctx, e, id); err != nil {
+		res.Errors = append(res.Errors, "create: "+err.Error())
+		return res
+	}
+	defer func() {
+		if err := sys.drop(context.Background(), e, id); err != nil {
+			res.Errors = append(res.Errors, "drop: "+err.Error())
+		}
+	}()
+	inst, err := sys.open(ctx, e, id)
+	if err != nil {
+		res.Errors = append(res.Errors, "open: "+err.Error())
+		return res
+	}
+	defer inst.close()
+	rc := &runCtx{ctx: ctx, e: e, sc: sc, sys: sys, inst: inst, id: id, res: res}
+	switch sc.kind {
+	case "paced":
+		err = runPaced(rc)
+	case "drain":
+		err = runDrain(rc)
+	case "insert":
+		err = runInsert(rc)
+	case "roundtrip":
+		err = runRoundTrip(rc)
+	case "wal":
+		err = runWAL(rc)
+	}
+	if err != nil {
+		res.Errors = append(res.Errors, err.Error())
+	}
+	return res
+}
+
+func summary(r *runResult) string {
+	if len(r.Errors) > 0 {
+		return "ERROR: " + strings.Join(r.Errors, "; ")
+	}
+	var parts []string
+	for _, k := range []string{"pickup_p95_ms", "completions_per_s", "efficiency", "drain_jobs_per_s", "insert_single_per_s",
+		"insert_batch1000_per_s", "recovery_s", "jobs_lost", "wal_bytes_per_job_batch1", "rss_max_mb", "goroutines_max"} {
+		if v, ok := r.Metrics[k]; ok {
+			parts = append(parts, fmt.Sprintf("%s=%s", k, fmtNum(float64(v))))
+		}
+	}
+	return strings.Join(parts, " ")
+}
+
+func machine(ctx context.Context, url string) (machineInfo, error) {
+	mi := machineInfo{Cores: runtime.NumCPU(), GoVersion: runtime.Version(), OS: runtime.GOOS + "/" + runtime.GOARCH}
+	if b, err := exec.Command("uname", "-r").Output(); err == nil {
+		mi.Kernel = strings.TrimSpace(string(b))
+	}
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(l, "model name") {
+				_, v, _ := strings.Cut(l, ":")
+				mi.CPU = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		f := strings.Fields(string(b))
+		if len(f) > 1 {
+			kb, _ := strconv.ParseInt(f[1], 10, 64)
+			mi.MemoryMB = kb / 1024
+		}
+	}
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(cctx, url)
+	if err != nil {
+		return mi, err
+	}
+	defer conn.Close(ctx)
+	if err := conn.QueryRow(cctx, "SHOW server_version").Scan(&mi.PostgreSQL); err != nil {
+		return mi, err
+	}
+	var sb, sc, mc string
+	_ = conn.QueryRow(cctx, "SELECT current_setting('shared_buffers'), current_setting('synchronous_commit'), current_setting('max_connections')").Scan(&sb, &sc, &mc)
+	mi.PGSettings = fmt.Sprintf("shared_buffers=%s synchronous_commit=%s max_connections=%s", sb, sc, mc)
+	return mi, nil
+}
+
+func redact(url string) string {
+	if i := strings.Index(url, "@"); i > 0 {
+		if j := strings.Index(url, "://"); j > 0 && j < i {
+			return url[:j+3] + "…" + url[i:]
+		}
+	}
+	return url
+}
