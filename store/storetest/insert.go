@@ -1,0 +1,204 @@
+package storetest
+
+import (
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/pronto-jobs/pronto/internal/uuidv7"
+	"github.com/pronto-jobs/pronto/store"
+)
+
+// requireInserted requires j to be the freshly inserted job p, every field as given.
+func requireInserted(t testing.TB, p *store.InsertParams, j *store.Job) {
+	t.Helper()
+	require.Equal(t, p.ID, j.ID)
+	require.Equal(t, p.Kind, j.Kind)
+	require.Equal(t, p.Queue, j.Queue)
+	requireJSON(t, p.Args, j.Args, "args")
+	requireJSON(t, p.Meta, j.Meta, "meta")
+	require.Equal(t, p.Priority, j.Priority)
+	require.Equal(t, p.State, j.State)
+	require.Equal(t, 0, j.Attempt, "a new job has made no attempt")
+	require.Equal(t, p.MaxAttempts, j.MaxAttempts)
+	require.Empty(t, j.Errors)
+	require.Empty(t, j.Result)
+	requireJSON(t, p.RetryPolicy, j.RetryPolicy, "retry policy")
+	require.Equal(t, p.Timeout, j.Timeout)
+	if len(p.Tags) == 0 {
+		require.Empty(t, j.Tags)
+	} else {
+		require.Equal(t, p.Tags, j.Tags)
+	}
+	requireNow(t, j.CreatedAt, "created_at")
+	if p.ScheduledAt.IsZero() {
+		requireNow(t, j.ScheduledAt, "scheduled_at of a job inserted without one")
+	} else {
+		requireTimeEqual(t, p.ScheduledAt, j.ScheduledAt, "scheduled_at")
+	}
+	require.True(t, j.StartedAt.IsZero(), "a new job has not started")
+	require.True(t, j.CompletedAt.IsZero(), "a new job has not completed")
+	requireTimeEqual(t, p.ExpiresAt, j.ExpiresAt, "expires_at")
+	require.True(t, j.LeaseExpiresAt.IsZero(), "a new job has no lease")
+	require.Empty(t, j.WorkerID)
+	require.Equal(t, p.UniqueKey, j.UniqueKey)
+	require.Equal(t, p.Tenant, j.Tenant)
+	require.Equal(t, p.RateKey, j.RateKey)
+	require.Equal(t, p.WorkflowID, j.WorkflowID)
+	if len(p.ParentIDs) == 0 {
+		require.Empty(t, j.ParentIDs)
+	} else {
+		require.Equal(t, p.ParentIDs, j.ParentIDs)
+	}
+}
+
+// fullJob returns parameters with every field set, scheduled an hour from now.
+func fullJob(queue string) *store.InsertParams {
+	now := time.Now()
+	return &store.InsertParams{
+		ID:          uuidv7.New(),
+		Kind:        "email.send",
+		Queue:       queue,
+		Args:        json.RawMessage(`[{"to":"ada@example.com","n":42,"tags":["x","y"]}]`),
+		Meta:        json.RawMessage(`{"trace_id":"abc123","nested":{"list":[1,2,3]}}`),
+		Priority:    7,
+		State:       store.StateScheduled,
+		MaxAttempts: 9,
+		RetryPolicy: json.RawMessage(`{"max_attempts":9,"initial_interval":"PT2S","backoff_coefficient":2.5}`),
+		Timeout:     1500 * time.Millisecond,
+		Tags:        []string{"billing", "urgent"},
+		ScheduledAt: now.Add(time.Hour).Truncate(time.Millisecond),
+		ExpiresAt:   now.Add(2 * time.Hour).Truncate(time.Millisecond),
+		UniqueKey:   "9f86d081884c7d659a2feaa0c55ad015",
+		Tenant:      "tenant-a",
+		RateKey:     "rate:smtp",
+		WorkflowID:  uuidv7.New(),
+		ParentIDs:   []string{uuidv7.New(), uuidv7.New()},
+	}
+}
+
+func testInsertRoundTrip(t *testing.T, s store.Store) {
+	p := fullJob("mailers")
+	jobs := insert(t, s, p)
+	requireInserted(t, p, jobs[0])
+	requireInserted(t, p, get(t, s, p.ID))
+}
+
+func testInsertDefaults(t *testing.T, s store.Store) {
+	p := &store.InsertParams{
+		ID: uuidv7.New(), Kind: "minimal", Queue: "default", Args: json.RawMessage(`[]`),
+		State: store.StateAvailable, MaxAttempts: 1,
+	}
+	before := time.Now()
+	insert(t, s, p)
+	j := get(t, s, p.ID)
+	requireInserted(t, p, j)
+	require.True(t, j.ExpiresAt.IsZero(), "no expiry given: never expires")
+	require.False(t, j.ScheduledAt.After(time.Now().Add(near)), "a zero scheduled_at is now, not later")
+	require.False(t, j.ScheduledAt.Before(before.Add(-near)), "a zero scheduled_at is now, not earlier")
+
+	got := claim(t, s, "default", 1)
+	require.Equal(t, []string{p.ID}, ids(got), "a job inserted without scheduled_at is claimable at once")
+}
+
+func testInsertBatch(t *testing.T, s store.Store) {
+	var params []*store.InsertParams
+	states := []store.State{store.StateAvailable, store.StateScheduled, store.StatePending}
+	for i := range 100 {
+		p := job(fmt.Sprintf("batch-%d", i%3))
+		p.Priority = i % 5
+		p.Args = json.RawMessage(fmt.Sprintf(`[{"i":%d}]`, i))
+		p.State = states[i%3]
+		if p.State == store.StateScheduled {
+			p.ScheduledAt = time.Now().Add(time.Hour)
+		}
+		params = append(params, p)
+	}
+	jobs := insert(t, s, params...)
+	for i, j := range jobs {
+		requireInserted(t, params[i], j)
+		requireInserted(t, params[i], get(t, s, params[i].ID))
+	}
+	for i, st := range states {
+		q, ok := queueInfo(t, s, fmt.Sprintf("batch-%d", i))
+		require.True(t, ok)
+		want := int64(34)
+		if i > 0 {
+			want = 33
+		}
+		require.Equal(t, want, q.Counts[st], "queue batch-%d holds its %s jobs", i, st)
+	}
+	require.Len(t, claim(t, s, "batch-0", 1000), 34, "every available job of the batch is claimable")
+	require.Empty(t, claim(t, s, "batch-1", 1000), "scheduled jobs of the batch are not due")
+	require.Empty(t, claim(t, s, "batch-2", 1000), "pending jobs of the batch are not claimable")
+}
+
+func testInsertDuplicate(t *testing.T, s store.Store) {
+	existing := job("dups")
+	existing.Kind = "original"
+	insert(t, s, existing)
+
+	fresh1, fresh2 := job("dups-other"), job("dups-other")
+	dup := job("dups-other")
+	dup.ID = existing.ID
+	dup.Kind = "impostor"
+	_, err := s.Insert(ctx(t), []*store.InsertParams{fresh1, dup, fresh2})
+	require.ErrorIs(t, err, store.ErrDuplicate)
+	for _, id := range []string{fresh1.ID, fresh2.ID} {
+		_, err := s.GetJob(ctx(t), id)
+		require.ErrorIs(t, err, store.ErrNotFound, "a batch with a duplicate inserts nothing")
+	}
+	j := get(t, s, existing.ID)
+	require.Equal(t, "original", j.Kind, "the existing job is untouched")
+	require.Equal(t, "dups", j.Queue)
+	_, listed := queueInfo(t, s, "dups-other")
+	require.False(t, listed, "nothing of the refused batch is counted")
+	require.Empty(t, claim(t, s, "dups-other", 10), "nothing of the refused batch is claimable")
+
+	// The same id twice in one batch is a duplicate too.
+	twice := job("dups-twice")
+	_, err = s.Insert(ctx(t), []*store.InsertParams{twice, twice})
+	require.ErrorIs(t, err, store.ErrDuplicate)
+	_, err = s.GetJob(ctx(t), twice.ID)
+	require.ErrorIs(t, err, store.ErrNotFound)
+
+	// A single duplicate insert is refused.
+	again := job("dups")
+	again.ID = existing.ID
+	_, err = s.Insert(ctx(t), []*store.InsertParams{again})
+	require.ErrorIs(t, err, store.ErrDuplicate)
+	q, _ := queueInfo(t, s, "dups")
+	require.Equal(t, int64(1), q.Counts[store.StateAvailable])
+}
+
+func testJobsAreCopies(t *testing.T, s store.Store) {
+	p := fullJob("copies")
+	p.State = store.StateAvailable
+	p.ScheduledAt = time.Time{}
+	jobs := insert(t, s, p)
+
+	// Changing what was passed in or handed out changes nothing stored.
+	p.Args[2] = 'X'
+	p.Tags[0] = "changed"
+	p.ParentIDs[0] = "changed"
+	jobs[0].Args[2] = 'Y'
+	jobs[0].Tags[0] = "changed"
+	jobs[0].Meta = append(jobs[0].Meta[:0], `{"x":1}`...)
+	got := get(t, s, p.ID)
+	got.Tags[1] = "changed"
+	got.Args[3] = 'Z'
+
+	j := get(t, s, p.ID)
+	require.JSONEq(t, `[{"to":"ada@example.com","n":42,"tags":["x","y"]}]`, string(j.Args))
+	require.JSONEq(t, `{"trace_id":"abc123","nested":{"list":[1,2,3]}}`, string(j.Meta))
+	require.Equal(t, []string{"billing", "urgent"}, j.Tags)
+	require.NotContains(t, j.ParentIDs, "changed")
+
+	claimed := claim(t, s, "copies", 1)
+	require.Len(t, claimed, 1)
+	claimed[0].Args[2] = 'W'
+	require.JSONEq(t, `[{"to":"ada@example.com","n":42,"tags":["x","y"]}]`, string(get(t, s, p.ID).Args))
+}
