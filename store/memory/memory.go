@@ -1,0 +1,997 @@
+// Package memory is an in-process store.Store with no dependencies and no persistence: jobs live in
+// the memory of the process that created the Store, and everything (jobs, queue pause flags,
+// leadership) is lost when that process exits. Use it in tests, and in programs that want pronto's
+// job runner without a database and can afford to lose unfinished jobs on exit.
+//
+// Several clients in one process may share one Store, exactly as several processes share a
+// PostgreSQL database; notifications reach every subscriber in the process.
+//
+// The store keeps one mutex. Claimable jobs sit in per-queue, per-kind heaps keyed on (priority
+// descending, due time, id), so a claim of k jobs costs O(k log n) whatever the queue's size; due
+// scheduled and retryable jobs, leases, expiries and finished jobs each have a heap of their own, so
+// every maintenance pass touches only the jobs it changes.
+package memory
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/pronto-jobs/pronto/internal/notifyhub"
+	"github.com/pronto-jobs/pronto/store"
+)
+
+// defaultLimit bounds a maintenance pass (Rescue, Promote, DiscardExpired, Cleanup) when the caller
+// gives no positive limit, and defaultListLimit is the ListJobs page size in that case; both match
+// the PostgreSQL store.
+const (
+	defaultLimit     = 1000
+	defaultListLimit = 100
+)
+
+// Compile-time check that Store implements store.Store.
+var _ store.Store = (*Store)(nil)
+
+// stateIndex numbers the eight states for the per-queue counters, in store.AllStates order.
+func stateIndex(s store.State) int {
+	switch s {
+	case store.StateScheduled:
+		return 0
+	case store.StateAvailable:
+		return 1
+	case store.StatePending:
+		return 2
+	case store.StateActive:
+		return 3
+	case store.StateCompleted:
+		return 4
+	case store.StateRetryable:
+		return 5
+	case store.StateCancelled:
+		return 6
+	case store.StateDiscarded:
+		return 7
+	}
+	panic("memory: unknown state " + string(s))
+}
+
+// job is a stored job with its positions in the store's heaps.
+type job struct {
+	store.Job
+	q    *queue
+	heap *jheap // the primary heap holding the job, nil if none
+	pidx int    // position in heap
+	eidx int    // position in Store.expiry, -1 if not there
+}
+
+// queue holds one queue's claimable and waiting jobs, its pause flag and its counts per state.
+type queue struct {
+	name   string
+	paused bool
+	// ready holds the queue's available jobs by kind, in claim order. An available job whose expiry has
+	// passed is dropped from it by the claim that meets it and waits for DiscardExpired.
+	ready map[string]*jheap
+	// waiting holds scheduled and retryable jobs by due time.
+	waiting jheap
+	counts  [8]int64
+}
+
+func (q *queue) total() int64 {
+	var n int64
+	for _, c := range q.counts {
+		n += c
+	}
+	return n
+}
+
+// leader is the holder of one leadership name.
+type leader struct {
+	id    string
+	until time.Time
+}
+
+// Store is an in-memory store.Store. Everything it holds is lost when the process exits. The zero
+// value is not usable; call New. Its methods are safe for concurrent use.
+type Store struct {
+	mu     sync.Mutex
+	jobs   map[string]*job
+	queues map[string]*queue
+	// ids lists job ids in ascending order for ListJobs. Deleted ids stay until a compaction; an id
+	// whose job is not in jobs is skipped.
+	ids      []string
+	leases   jheap    // active jobs by lease end
+	expiry   jheap    // not-started jobs with an expiry, by expiry
+	terminal [3]jheap // completed, cancelled and discarded jobs by CompletedAt
+	leaders  map[string]leader
+
+	hub notifyhub.Hub
+}
+
+// New returns an empty in-memory store, ready to use (Migrate is not needed). Nothing it holds
+// survives the process.
+func New() *Store {
+	s := &Store{
+		jobs:    make(map[string]*job),
+		queues:  make(map[string]*queue),
+		leaders: make(map[string]leader),
+		leases:  jheap{less: leaseLess},
+		expiry:  jheap{less: expiresLess, sec: true},
+	}
+	for i := range s.terminal {
+		s.terminal[i].less = completedLess
+	}
+	return s
+}
+
+// Migrate does nothing: an in-memory store has no schema.
+func (s *Store) Migrate(ctx context.Context) error { return ctx.Err() }
+
+// Close does nothing; the store stays usable and its jobs stay in memory until it is garbage.
+func (s *Store) Close() error { return nil }
+
+// Notifier returns the store's in-process notification hub.
+func (s *Store) Notifier() store.Notifier { return &s.hub }
+
+// publish delivers notifications; call it without holding s.mu, so subscribers may call the store.
+func (s *Store) publish(ns []store.Notification) {
+	for _, n := range ns {
+		s.hub.Publish(n)
+	}
+}
+
+// queue returns the named queue, creating it; s.mu must be held.
+func (s *Store) queue(name string) *queue {
+	q := s.queues[name]
+	if q == nil {
+		q = &queue{name: name, ready: make(map[string]*jheap), waiting: jheap{less: dueLess}}
+		s.queues[name] = q
+	}
+	return q
+}
+
+func terminalIndex(st store.State) int {
+	switch st {
+	case store.StateCompleted:
+		return 0
+	case store.StateCancelled:
+		return 1
+	}
+	return 2
+}
+
+// notStarted reports whether a job in state st waits to run (so its expiry applies).
+func notStarted(st store.State) bool {
+	switch st {
+	case store.StateScheduled, store.StateAvailable, store.StatePending, store.StateRetryable:
+		return true
+	}
+	return false
+}
+
+func expired(j *job, now time.Time) bool {
+	return !j.ExpiresAt.IsZero() && !j.ExpiresAt.After(now)
+}
+
+// place files j in the structures its state calls for; s.mu must be held and j must be unplaced.
+func (s *Store) place(j *job) {
+	q := j.q
+	q.counts[stateIndex(j.State)]++
+	switch j.State {
+	case store.StateAvailable:
+		h := q.ready[j.Kind]
+		if h == nil {
+			h = &jheap{less: readyLess}
+			q.ready[j.Kind] = h
+		}
+		j.heap = h
+	case store.StateScheduled, store.StateRetryable:
+		j.heap = &q.waiting
+	case store.StateActive:
+		j.heap = &s.leases
+	case store.StateCompleted, store.StateCancelled, store.StateDiscarded:
+		j.heap = &s.terminal[terminalIndex(j.State)]
+	default: // pending
+		j.heap = nil
+	}
+	if j.heap != nil {
+		j.heap.push(j)
+	}
+	if !j.ExpiresAt.IsZero() && notStarted(j.State) {
+		s.expiry.push(j)
+	}
+}
+
+// unplace takes j out of every structure place put it in; s.mu must be held.
+func (s *Store) unplace(j *job) {
+	j.q.counts[stateIndex(j.State)]--
+	if j.heap != nil {
+		if j.pidx >= 0 {
+			j.heap.remove(j.pidx)
+		}
+		j.heap = nil
+	}
+	if j.eidx >= 0 {
+		s.expiry.remove(j.eidx)
+	}
+}
+
+// addID records a new id in the ordered id list; s.mu must be held.
+func (s *Store) addID(id string) {
+	n := len(s.ids)
+	if n == 0 || s.ids[n-1] < id {
+		s.ids = append(s.ids, id)
+		return
+	}
+	i, found := slices.BinarySearch(s.ids, id)
+	if found {
+		return // the id of a deleted job, reused
+	}
+	s.ids = slices.Insert(s.ids, i, id)
+}
+
+// forget deletes j; s.mu must be held and j unplaced.
+func (s *Store) forget(j *job) {
+	delete(s.jobs, j.ID)
+	if dead := len(s.ids) - len(s.jobs); dead > 1024 && dead > len(s.jobs) {
+		live := s.ids[:0]
+		for _, id := range s.ids {
+			if s.jobs[id] != nil {
+				live = append(live, id)
+			}
+		}
+		clear(s.ids[len(live):])
+		s.ids = live
+	}
+}
+
+// announcer gathers NotifyInsert notifications, one per queue.
+type announcer struct {
+	now time.Time
+	ns  []store.Notification
+}
+
+// add announces j's queue: due now (DueAt zero) if j is claimable now, else at j's due time.
+func (a *announcer) add(j *job) {
+	var due time.Time
+	if j.State != store.StateAvailable && j.ScheduledAt.After(a.now) {
+		due = j.ScheduledAt
+	}
+	for i := range a.ns {
+		n := &a.ns[i]
+		if n.Queue == j.Queue {
+			if !n.DueAt.IsZero() && (due.IsZero() || due.Before(n.DueAt)) {
+				n.DueAt = due
+			}
+			return
+		}
+	}
+	a.ns = append(a.ns, store.Notification{Kind: store.NotifyInsert, Queue: j.Queue, DueAt: due})
+}
+
+// Insert stores jobs atomically and announces each queue that got claimable or scheduled jobs. An id
+// that exists already (or twice in params) fails the call with store.ErrDuplicate; a state other than
+// available, scheduled or pending, or a missing id, kind or queue, fails it too. Either way nothing
+// is stored.
+func (s *Store) Insert(ctx context.Context, params []*store.InsertParams) ([]*store.Job, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	for _, p := range params {
+		if err := validInsert(p); err != nil {
+			return nil, err
+		}
+	}
+	var batch map[string]struct{}
+	if len(params) > 1 {
+		batch = make(map[string]struct{}, len(params))
+		for _, p := range params {
+			if _, dup := batch[p.ID]; dup {
+				return nil, fmt.Errorf("memory: insert job %s twice in one batch: %w", p.ID, store.ErrDuplicate)
+			}
+			batch[p.ID] = struct{}{}
+		}
+	}
+	jobs := make([]*job, len(params))
+	for i, p := range params {
+		jobs[i] = newJob(p)
+	}
+	out := make([]*store.Job, len(params))
+
+	now := time.Now()
+	a := announcer{now: now}
+	s.mu.Lock()
+	for _, p := range params {
+		if s.jobs[p.ID] != nil {
+			s.mu.Unlock()
+			return nil, fmt.Errorf("memory: insert job %s: %w", p.ID, store.ErrDuplicate)
+		}
+	}
+	for i, j := range jobs {
+		j.CreatedAt = now
+		if j.ScheduledAt.IsZero() {
+			j.ScheduledAt = now
+		}
+		j.q = s.queue(j.Queue)
+		s.jobs[j.ID] = j
+		s.addID(j.ID)
+		s.place(j)
+		out[i] = j.export()
+		if j.State != store.StatePending {
+			a.add(j)
+		}
+	}
+	s.mu.Unlock()
+	s.publish(a.ns)
+	return out, nil
+}
+
+func validInsert(p *store.InsertParams) error {
+	if p == nil {
+		return errors.New("memory: insert: nil job")
+	}
+	switch {
+	case p.ID == "":
+		return errors.New("memory: insert: job has no id")
+	case p.Kind == "":
+		return fmt.Errorf("memory: insert job %s: no kind", p.ID)
+	case p.Queue == "":
+		return fmt.Errorf("memory: insert job %s: no queue", p.ID)
+	}
+	switch p.State {
+	case store.StateAvailable, store.StateScheduled, store.StatePending:
+		return nil
+	}
+	return fmt.Errorf("memory: insert job %s: state %q cannot be inserted (want available, scheduled or pending)", p.ID, p.State)
+}
+
+// newJob copies p into a new job the store owns.
+func newJob(p *store.InsertParams) *job {
+	j := &job{pidx: -1, eidx: -1}
+	j.ID = p.ID
+	j.Kind = p.Kind
+	j.Queue = p.Queue
+	j.Args = cloneRaw(p.Args)
+	j.Meta = cloneRaw(p.Meta)
+	j.Priority = p.Priority
+	j.State = p.State
+	j.MaxAttempts = p.MaxAttempts
+	j.RetryPolicy = cloneRaw(p.RetryPolicy)
+	j.Timeout = p.Timeout
+	j.Tags = slices.Clone(p.Tags)
+	j.ScheduledAt = p.ScheduledAt
+	j.ExpiresAt = p.ExpiresAt
+	j.UniqueKey = p.UniqueKey
+	j.Tenant = p.Tenant
+	j.RateKey = p.RateKey
+	j.WorkflowID = p.WorkflowID
+	j.ParentIDs = slices.Clone(p.ParentIDs)
+	return j
+}
+
+// Claim moves up to p.Limit claimable jobs of p.Queue to active and returns them in claim order.
+// Scheduled and retryable jobs of the queue that are due become available on the way (as a Promote
+// would make them), so the claim can weigh them against available jobs by priority.
+func (s *Store) Claim(ctx context.Context, p store.ClaimParams) ([]*store.Job, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if p.Limit <= 0 {
+		return nil, nil
+	}
+	now := time.Now()
+	lease := now.Add(p.LeaseDuration)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	q := s.queues[p.Queue]
+	if q == nil || q.paused {
+		return nil, nil
+	}
+	s.promoteQueue(q, now, -1, nil)
+
+	var buf [8]*jheap
+	hs := buf[:0]
+	if len(p.Kinds) == 0 {
+		for _, h := range q.ready {
+			if h.len() > 0 {
+				hs = append(hs, h)
+			}
+		}
+	} else {
+		for _, k := range p.Kinds {
+			if h := q.ready[k]; h != nil && h.len() > 0 && !slices.Contains(hs, h) {
+				hs = append(hs, h)
+			}
+		}
+	}
+	if len(hs) == 0 {
+		return nil, nil
+	}
+	out := make([]*store.Job, 0, min(p.Limit, int(q.counts[stateIndex(store.StateAvailable)])))
+	for len(out) < p.Limit {
+		var best *jheap
+		for _, h := range hs {
+			if h.len() > 0 && (best == nil || readyLess(h.top(), best.top())) {
+				best = h
+			}
+		}
+		if best == nil {
+			break
+		}
+		j := best.top()
+		if expired(j, now) {
+			// Not claimable, ever: it stays available until DiscardExpired discards it.
+			best.remove(0)
+			j.heap = nil
+			continue
+		}
+		s.unplace(j)
+		j.State = store.StateActive
+		j.Attempt++
+		j.StartedAt = now
+		j.LeaseExpiresAt = lease
+		j.WorkerID = p.WorkerID
+		s.place(j)
+		out = append(out, j.export())
+	}
+	return out, nil
+}
+
+// promoteQueue makes up to limit (all when negative) due scheduled and retryable jobs of q available,
+// announcing q through a when a is not nil, and returns how many it moved; s.mu must be held.
+func (s *Store) promoteQueue(q *queue, now time.Time, limit int, a *announcer) int {
+	n := 0
+	for q.waiting.len() > 0 && n != limit {
+		j := q.waiting.top()
+		if j.ScheduledAt.After(now) {
+			break
+		}
+		s.unplace(j)
+		j.State = store.StateAvailable
+		s.place(j)
+		if a != nil {
+			a.add(j)
+		}
+		n++
+	}
+	return n
+}
+
+// validFinish lists the states a Completion may move a job to.
+func validFinish(st store.State) bool {
+	switch st {
+	case store.StateCompleted, store.StateRetryable, store.StateScheduled, store.StateDiscarded,
+		store.StateCancelled, store.StateAvailable:
+		return true
+	}
+	return false
+}
+
+// Finish applies completions to jobs still active in the same attempt and reports which it applied.
+// A completion to any other state than completed, retryable, scheduled, discarded, cancelled or
+// available fails the whole call before anything is applied.
+func (s *Store) Finish(ctx context.Context, completions []store.Completion) ([]store.FinishResult, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	for _, c := range completions {
+		if !validFinish(c.State) {
+			return nil, fmt.Errorf("memory: finish job %s: cannot move an active job to state %q", c.ID, c.State)
+		}
+	}
+	res := make([]store.FinishResult, len(completions))
+	now := time.Now()
+	a := announcer{now: now}
+	s.mu.Lock()
+	for i := range completions {
+		c := &completions[i]
+		res[i].ID = c.ID
+		j := s.jobs[c.ID]
+		if j == nil || j.State != store.StateActive || j.Attempt != c.Attempt {
+			continue
+		}
+		res[i].Applied = true
+		s.unplace(j)
+		j.State = c.State
+		switch c.State {
+		case store.StateCompleted:
+			j.CompletedAt = now
+			j.Result = cloneRaw(c.Result)
+		case store.StateDiscarded, store.StateCancelled:
+			j.CompletedAt = now
+		case store.StateRetryable, store.StateScheduled:
+			j.ScheduledAt = c.ScheduledAt
+			if j.ScheduledAt.IsZero() {
+				j.ScheduledAt = now
+			}
+		case store.StateAvailable:
+			j.ScheduledAt = now
+		}
+		j.LeaseExpiresAt = time.Time{}
+		j.WorkerID = ""
+		if c.Error != nil {
+			j.Errors = append(j.Errors, cloneError(*c.Error))
+		}
+		if c.RefundAttempt {
+			j.MaxAttempts++
+		}
+		s.place(j)
+		switch c.State {
+		case store.StateRetryable, store.StateScheduled, store.StateAvailable:
+			a.add(j)
+		}
+	}
+	s.mu.Unlock()
+	s.publish(a.ns)
+	return res, nil
+}
+
+// Heartbeat extends the leases of the listed jobs that are active and held by p.WorkerID, and
+// returns the others.
+func (s *Store) Heartbeat(ctx context.Context, p store.HeartbeatParams) ([]string, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	var lost []string
+	lease := time.Now().Add(p.LeaseDuration)
+	s.mu.Lock()
+	for _, id := range p.IDs {
+		j := s.jobs[id]
+		if j == nil || j.State != store.StateActive || j.WorkerID != p.WorkerID {
+			lost = append(lost, id)
+			continue
+		}
+		j.LeaseExpiresAt = lease
+		s.leases.fix(j.pidx)
+	}
+	s.mu.Unlock()
+	return lost, nil
+}
+
+// Rescue takes back up to p.Limit active jobs whose lease has run out: to available with an error
+// entry of type "lease_expired", or to discarded when their attempts are spent.
+func (s *Store) Rescue(ctx context.Context, p store.RescueParams) (store.RescueResult, error) {
+	var res store.RescueResult
+	if err := ctx.Err(); err != nil {
+		return res, err
+	}
+	limit := p.Limit
+	if limit <= 0 {
+		limit = defaultLimit
+	}
+	now := time.Now()
+	a := announcer{now: now}
+	s.mu.Lock()
+	for n := 0; n < limit && s.leases.len() > 0; n++ {
+		j := s.leases.top()
+		if !j.LeaseExpiresAt.Before(now) {
+			break
+		}
+		s.unplace(j)
+		j.Errors = append(j.Errors, store.AttemptError{
+			Attempt: j.Attempt,
+			At:      now,
+			Type:    "lease_expired",
+			Message: fmt.Sprintf("lease expired: worker %s stopped heartbeating", j.WorkerID),
+		})
+		j.LeaseExpiresAt = time.Time{}
+		j.WorkerID = ""
+		if j.Attempt >= j.MaxAttempts {
+			j.State = store.StateDiscarded
+			j.CompletedAt = now
+			s.place(j)
+			res.Discarded = append(res.Discarded, j.export())
+		} else {
+			j.State = store.StateAvailable
+			j.ScheduledAt = now
+			s.place(j)
+			a.add(j)
+			res.Requeued = append(res.Requeued, j.export())
+		}
+	}
+	s.mu.Unlock()
+	s.publish(a.ns)
+	return res, nil
+}
+
+// Promote makes up to limit due scheduled and retryable jobs available and announces their queues.
+func (s *Store) Promote(ctx context.Context, limit int) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	if limit <= 0 {
+		limit = defaultLimit
+	}
+	now := time.Now()
+	a := announcer{now: now}
+	n := 0
+	s.mu.Lock()
+	for _, q := range s.queues {
+		if n == limit {
+			break
+		}
+		n += s.promoteQueue(q, now, limit-n, &a)
+	}
+	s.mu.Unlock()
+	s.publish(a.ns)
+	return n, nil
+}
+
+// DiscardExpired discards up to limit jobs not yet started (scheduled, available, pending or
+// retryable) whose expiry has passed, each with an error entry of type "expired".
+func (s *Store) DiscardExpired(ctx context.Context, limit int) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	if limit <= 0 {
+		limit = defaultLimit
+	}
+	now := time.Now()
+	n := 0
+	s.mu.Lock()
+	for ; n < limit && s.expiry.len() > 0; n++ {
+		j := s.expiry.top()
+		if !expired(j, now) {
+			break
+		}
+		s.unplace(j)
+		j.State = store.StateDiscarded
+		j.CompletedAt = now
+		j.Errors = append(j.Errors, store.AttemptError{
+			Attempt: j.Attempt, At: now, Type: "expired", Message: "job expired before it started",
+		})
+		s.place(j)
+	}
+	s.mu.Unlock()
+	return n, nil
+}
+
+// NextDue returns the earliest due time of queue's scheduled and retryable jobs.
+func (s *Store) NextDue(ctx context.Context, queue string) (time.Time, bool, error) {
+	if err := ctx.Err(); err != nil {
+		return time.Time{}, false, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	q := s.queues[queue]
+	if q == nil || q.waiting.len() == 0 {
+		return time.Time{}, false, nil
+	}
+	return q.waiting.top().ScheduledAt, true, nil
+}
+
+// Cleanup deletes up to p.Limit terminal jobs that finished before their state's cut-off.
+func (s *Store) Cleanup(ctx context.Context, p store.CleanupParams) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	limit := p.Limit
+	if limit <= 0 {
+		limit = defaultLimit
+	}
+	cutoffs := [3]time.Time{p.CompletedBefore, p.CancelledBefore, p.DiscardedBefore}
+	n := 0
+	s.mu.Lock()
+	for i := range s.terminal {
+		h := &s.terminal[i]
+		for n < limit && !cutoffs[i].IsZero() && h.len() > 0 && h.top().CompletedAt.Before(cutoffs[i]) {
+			j := h.top()
+			s.unplace(j)
+			s.forget(j)
+			n++
+		}
+	}
+	s.mu.Unlock()
+	return n, nil
+}
+
+// GetJob returns a copy of job id, or an error matching store.ErrNotFound.
+func (s *Store) GetJob(ctx context.Context, id string) (*store.Job, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	j := s.jobs[id]
+	if j == nil {
+		return nil, notFound(id)
+	}
+	return j.export(), nil
+}
+
+func notFound(id string) error { return fmt.Errorf("memory: job %s: %w", id, store.ErrNotFound) }
+
+// ListJobs returns one page of jobs in id order that match p's filters, and the cursor of the next
+// page ("" when this page is the last). A non-positive p.Limit means 100.
+func (s *Store) ListJobs(ctx context.Context, p store.ListParams) ([]*store.Job, string, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, "", err
+	}
+	limit := p.Limit
+	if limit <= 0 {
+		limit = defaultListLimit
+	}
+	match := func(j *job) bool {
+		return (len(p.States) == 0 || slices.Contains(p.States, j.State)) &&
+			(len(p.Queues) == 0 || slices.Contains(p.Queues, j.Queue)) &&
+			(len(p.Kinds) == 0 || slices.Contains(p.Kinds, j.Kind))
+	}
+	var out []*store.Job
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	// visit offers the job of ids[i] and reports whether the page is complete with one more match
+	// beyond it.
+	visit := func(i int) (full bool) {
+		j := s.jobs[s.ids[i]]
+		if j == nil || !match(j) {
+			return false
+		}
+		if len(out) == limit {
+			return true
+		}
+		out = append(out, j.export())
+		return false
+	}
+	more := false
+	if p.Descending {
+		start := len(s.ids)
+		if p.After != "" {
+			start = sort.SearchStrings(s.ids, p.After) // first id >= After
+		}
+		for i := start - 1; i >= 0 && !more; i-- {
+			more = visit(i)
+		}
+	} else {
+		start := 0
+		if p.After != "" {
+			start = sort.Search(len(s.ids), func(i int) bool { return s.ids[i] > p.After })
+		}
+		for i := start; i < len(s.ids) && !more; i++ {
+			more = visit(i)
+		}
+	}
+	if !more {
+		return out, "", nil
+	}
+	return out, out[len(out)-1].ID, nil
+}
+
+// transitionError reports a refused operation on j.
+func transitionError(j *job, op string) error {
+	return &store.TransitionError{JobID: j.ID, Operation: op, From: j.State}
+}
+
+// CancelJob cancels a job that is not terminal. When the job was active, a NotifyCancel tells its
+// runner; its later completion is not applied and its heartbeats report it lost.
+func (s *Store) CancelJob(ctx context.Context, id string) (*store.Job, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	s.mu.Lock()
+	j := s.jobs[id]
+	if j == nil {
+		s.mu.Unlock()
+		return nil, notFound(id)
+	}
+	if j.State.Terminal() {
+		err := transitionError(j, "cancel")
+		s.mu.Unlock()
+		return nil, err
+	}
+	wasActive := j.State == store.StateActive
+	s.unplace(j)
+	j.State = store.StateCancelled
+	j.CompletedAt = now
+	j.LeaseExpiresAt = time.Time{}
+	j.WorkerID = ""
+	s.place(j)
+	out := j.export()
+	s.mu.Unlock()
+	if wasActive {
+		s.hub.Publish(store.Notification{Kind: store.NotifyCancel, Queue: out.Queue, JobID: out.ID})
+	}
+	return out, nil
+}
+
+// RetryJob makes a discarded or cancelled job available again with its attempt count reset to zero
+// and its error history kept.
+func (s *Store) RetryJob(ctx context.Context, id string) (*store.Job, error) {
+	return s.makeAvailable(ctx, id, "retry", func(st store.State) bool {
+		return st == store.StateDiscarded || st == store.StateCancelled
+	})
+}
+
+// ActivateJob moves a pending job to available.
+func (s *Store) ActivateJob(ctx context.Context, id string) (*store.Job, error) {
+	return s.makeAvailable(ctx, id, "activate", func(st store.State) bool {
+		return st == store.StatePending
+	})
+}
+
+// makeAvailable moves job id to available now if its state is one from allows, and announces the
+// job's queue. A job leaving a terminal state starts over: attempt zero, no completion time.
+func (s *Store) makeAvailable(ctx context.Context, id, op string, from func(store.State) bool) (*store.Job, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	s.mu.Lock()
+	j := s.jobs[id]
+	if j == nil {
+		s.mu.Unlock()
+		return nil, notFound(id)
+	}
+	if !from(j.State) {
+		err := transitionError(j, op)
+		s.mu.Unlock()
+		return nil, err
+	}
+	s.unplace(j)
+	if j.State.Terminal() {
+		j.Attempt = 0
+		j.CompletedAt = time.Time{}
+	}
+	j.State = store.StateAvailable
+	j.ScheduledAt = now
+	j.LeaseExpiresAt = time.Time{}
+	j.WorkerID = ""
+	s.place(j)
+	out := j.export()
+	s.mu.Unlock()
+	s.hub.Publish(store.Notification{Kind: store.NotifyInsert, Queue: out.Queue})
+	return out, nil
+}
+
+// DeleteJob removes a job that is not active and returns it as it was.
+func (s *Store) DeleteJob(ctx context.Context, id string) (*store.Job, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	j := s.jobs[id]
+	if j == nil {
+		return nil, notFound(id)
+	}
+	if j.State == store.StateActive {
+		return nil, transitionError(j, "delete")
+	}
+	s.unplace(j)
+	s.forget(j)
+	return j.export(), nil
+}
+
+// ListQueues returns every queue that has jobs or is paused, by name, with its counts per state.
+func (s *Store) ListQueues(ctx context.Context) ([]store.QueueInfo, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	out := make([]store.QueueInfo, 0, len(s.queues))
+	for _, q := range s.queues {
+		if !q.paused && q.total() == 0 {
+			continue
+		}
+		counts := make(map[store.State]int64, len(store.AllStates))
+		for i, st := range store.AllStates {
+			counts[st] = q.counts[i]
+		}
+		out = append(out, store.QueueInfo{Name: q.name, Paused: q.paused, Counts: counts})
+	}
+	s.mu.Unlock()
+	slices.SortFunc(out, func(a, b store.QueueInfo) int {
+		switch {
+		case a.Name < b.Name:
+			return -1
+		case a.Name > b.Name:
+			return 1
+		}
+		return 0
+	})
+	return out, nil
+}
+
+// PauseQueue stops claims from queue until ResumeQueue, and announces it.
+func (s *Store) PauseQueue(ctx context.Context, queue string) error {
+	return s.setPaused(ctx, queue, true, store.NotifyPause)
+}
+
+// ResumeQueue lets claims from queue start again, and announces it.
+func (s *Store) ResumeQueue(ctx context.Context, queue string) error {
+	return s.setPaused(ctx, queue, false, store.NotifyResume)
+}
+
+func (s *Store) setPaused(ctx context.Context, queue string, paused bool, kind store.NotificationKind) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.queue(queue).paused = paused
+	s.mu.Unlock()
+	s.hub.Publish(store.Notification{Kind: kind, Queue: queue})
+	return nil
+}
+
+// Elect makes leaderID the leader of name for ttl if nobody else leads it now, and reports whether
+// leaderID leads.
+func (s *Store) Elect(ctx context.Context, name, leaderID string, ttl time.Duration) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	now := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cur, ok := s.leaders[name]
+	if ok && cur.id != leaderID && cur.until.After(now) {
+		return false, nil
+	}
+	s.leaders[name] = leader{id: leaderID, until: now.Add(ttl)}
+	return true, nil
+}
+
+// Resign ends leaderID's leadership of name, if it holds it.
+func (s *Store) Resign(ctx context.Context, name, leaderID string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if cur, ok := s.leaders[name]; ok && cur.id == leaderID {
+		delete(s.leaders, name)
+	}
+	return nil
+}
+
+// export returns a deep copy of j that shares no memory with the store.
+func (j *job) export() *store.Job {
+	out := new(store.Job)
+	*out = j.Job
+	if n := len(j.Args) + len(j.Meta) + len(j.Result) + len(j.RetryPolicy); n > 0 {
+		buf := make([]byte, 0, n)
+		out.Args, buf = take(buf, j.Args)
+		out.Meta, buf = take(buf, j.Meta)
+		out.Result, buf = take(buf, j.Result)
+		out.RetryPolicy, _ = take(buf, j.RetryPolicy)
+	}
+	out.Tags = slices.Clone(j.Tags)
+	out.ParentIDs = slices.Clone(j.ParentIDs)
+	if j.Errors != nil {
+		out.Errors = make([]store.AttemptError, len(j.Errors))
+		for i, e := range j.Errors {
+			out.Errors[i] = cloneError(e)
+		}
+	}
+	return out
+}
+
+// take appends b to buf, which has room for it, and returns the appended part with its capacity
+// capped, so appending to it cannot reach the next field.
+func take(buf []byte, b json.RawMessage) (json.RawMessage, []byte) {
+	if b == nil {
+		return nil, buf
+	}
+	start := len(buf)
+	buf = append(buf, b...)
+	return buf[start:len(buf):len(buf)], buf
+}
+
+func cloneRaw(b json.RawMessage) json.RawMessage {
+	if b == nil {
+		return nil
+	}
+	return slices.Clone(b)
+}
+
+func cloneError(e store.AttemptError) store.AttemptError {
+	if e.Retryable != nil {
+		r := *e.Retryable
+		e.Retryable = &r
+	}
+	e.Details = cloneRaw(e.Details)
+	return e
+}
