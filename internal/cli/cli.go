@@ -1,0 +1,315 @@
+// Package cli implements the pronto command line. Every command is a function of its arguments,
+// environment and output streams, so tests run the commands in-process exactly as the binary does;
+// cmd/pronto only wires Run to the process.
+//
+// Exit codes are part of the interface, for scripts:
+//
+//	0  success
+//	1  runtime or operational error (database unreachable, schema missing, refused transition, ...)
+//	2  usage error (unknown command or flag, bad argument, bad database URL, invalid job)
+//	3  not found (no job with that id)
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+)
+
+// Exit codes returned by Run.
+const (
+	ExitOK       = 0
+	ExitError    = 1
+	ExitUsage    = 2
+	ExitNotFound = 3
+)
+
+// EnvDatabaseURL is the environment variable read when --database-url is not given.
+const EnvDatabaseURL = "PRONTO_DATABASE_URL"
+
+// DefaultDatabaseURL is the database used when neither --database-url nor PRONTO_DATABASE_URL is set:
+// an SQLite file in the working directory.
+const DefaultDatabaseURL = "sqlite:pronto.db"
+
+// Env is the outside world of one Run: its streams and environment.
+type Env struct {
+	Stdin  io.Reader
+	Stdout io.Writer
+	Stderr io.Writer
+	// Getenv reads an environment variable; nil reads none.
+	Getenv func(string) string
+	// IsTerminal reports whether Stdout is an interactive terminal, where the demo redraws its progress
+	// in place. Nil: detected from Stdout when it is an *os.File (a character device), else false.
+	IsTerminal func() bool
+}
+
+// OSEnv is the process's own environment.
+func OSEnv() Env {
+	return Env{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Getenv: os.Getenv}
+}
+
+func (e Env) getenv(k string) string {
+	if e.Getenv == nil {
+		return ""
+	}
+	return e.Getenv(k)
+}
+
+func (e Env) terminal() bool {
+	if e.IsTerminal != nil {
+		return e.IsTerminal()
+	}
+	f, ok := e.Stdout.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+// exitError carries an exit code and a message meant for the user.
+type exitError struct {
+	code int
+	msg  string
+	// hint, for usage errors, names the command whose help to read.
+	hint string
+}
+
+func (e *exitError) Error() string { return e.msg }
+
+// usageErrorf reports a mistake in the command line (exit 2).
+func usageErrorf(format string, args ...any) error {
+	return &exitError{code: ExitUsage, msg: fmt.Sprintf(format, args...)}
+}
+
+// notFoundf reports a missing job (exit 3).
+func notFoundf(format string, args ...any) error {
+	return &exitError{code: ExitNotFound, msg: fmt.Sprintf(format, args...)}
+}
+
+// errorf reports an operational failure (exit 1) with a message that needs no further context.
+func errorf(format string, args ...any) error {
+	return &exitError{code: ExitError, msg: fmt.Sprintf(format, args...)}
+}
+
+// errHelpShown ends a command whose help was printed on request (exit 0).
+var errHelpShown = errors.New("help shown")
+
+// Run runs the pronto command line args (without the program name) and returns the exit code. It
+// never panics on bad input and never prints a Go stack trace: every failure is one or a few lines
+// on env.Stderr.
+func Run(ctx context.Context, args []string, env Env) int {
+	if env.Stdout == nil {
+		env.Stdout = io.Discard
+	}
+	if env.Stderr == nil {
+		env.Stderr = io.Discard
+	}
+	if env.Stdin == nil {
+		env.Stdin = strings.NewReader("")
+	}
+	r := &runner{env: env}
+	err := r.run(ctx, args)
+	return r.report(err)
+}
+
+// report prints err and returns its exit code.
+func (r *runner) report(err error) int {
+	if err == nil || errors.Is(err, errHelpShown) {
+		return ExitOK
+	}
+	var ee *exitError
+	if !errors.As(err, &ee) {
+		ee = &exitError{code: ExitError, msg: err.Error()}
+	}
+	fmt.Fprintf(r.env.Stderr, "pronto: %s\n", ee.msg)
+	if ee.code == ExitUsage {
+		cmd := ee.hint
+		if cmd == "" {
+			cmd = r.current
+		}
+		if cmd == "" {
+			fmt.Fprintln(r.env.Stderr, "Run 'pronto --help' for usage.")
+		} else {
+			fmt.Fprintf(r.env.Stderr, "Run 'pronto %s --help' for usage.\n", cmd)
+		}
+	}
+	return ee.code
+}
+
+// runner holds the state of one Run: the environment, the database flags (which may be given before
+// the command or after it), and the name of the command being run, for messages.
+type runner struct {
+	env     Env
+	current string // e.g. "jobs list"
+
+	dbURL     string // --database-url as given ("" if not)
+	schema    string // --schema as given
+	schemaSet bool
+}
+
+// command is one runnable command.
+type command struct {
+	name    string // full name, e.g. "jobs list"
+	summary string
+	run     func(ctx context.Context, r *runner, args []string) error
+}
+
+// group is a command with subcommands ("jobs", "queues", "migrate").
+type group struct {
+	name    string
+	summary string
+	subs    []command
+}
+
+func (r *runner) groups() []group {
+	return []group{
+		{name: "jobs", summary: "inspect and manage jobs", subs: []command{
+			{name: "jobs list", summary: "list jobs, newest first, with filters", run: cmdJobsList},
+			{name: "jobs get", summary: "show one job in full", run: cmdJobsGet},
+			{name: "jobs retry", summary: "make a discarded or cancelled job available again", run: cmdJobsRetry},
+			{name: "jobs cancel", summary: "cancel a job that has not finished", run: cmdJobsCancel},
+			{name: "jobs delete", summary: "delete a job that is not running", run: cmdJobsDelete},
+		}},
+		{name: "queues", summary: "inspect, pause and resume queues", subs: []command{
+			{name: "queues list", summary: "list queues with job counts per state", run: cmdQueuesList},
+			{name: "queues pause", summary: "stop every client from claiming a queue's jobs", run: cmdQueuesPause},
+			{name: "queues resume", summary: "let clients claim a queue's jobs again", run: cmdQueuesResume},
+		}},
+		{name: "migrate", summary: "create, upgrade or roll back the database schema", subs: []command{
+			{name: "migrate up", summary: "apply every pending migration", run: cmdMigrateUp},
+			{name: "migrate down", summary: "roll back the latest migrations", run: cmdMigrateDown},
+			{name: "migrate status", summary: "list migrations and whether each is applied", run: cmdMigrateStatus},
+		}},
+	}
+}
+
+func (r *runner) commands() []command {
+	return []command{
+		{name: "demo", summary: "run a self-contained demo: insert a mix of jobs and work them live", run: cmdDemo},
+		{name: "enqueue", summary: "insert a job of any kind with JSON args", run: cmdEnqueue},
+		{name: "version", summary: "print the version", run: cmdVersion},
+	}
+}
+
+func (r *runner) run(ctx context.Context, args []string) error {
+	fs := r.newFlagSet("pronto [--database-url URL] <command> [arguments] [flags]", "").withDatabase()
+	help := fs.Bool("help", false, "show this help")
+	fs.BoolVar(help, "h", false, "show this help")
+	version := fs.Bool("version", false, "print the version")
+	if err := fs.Parse(args); err != nil {
+		return usageErrorf("%s", flagErrorText(err))
+	}
+	rest := fs.Args()
+	if *version {
+		return cmdVersion(ctx, r, nil)
+	}
+	if *help {
+		r.topUsage(r.env.Stdout)
+		return nil
+	}
+	if len(rest) == 0 {
+		r.topUsage(r.env.Stderr)
+		return &exitError{code: ExitUsage, msg: "no command given"}
+	}
+	name, rest := rest[0], rest[1:]
+	if name == "help" {
+		return r.help(rest)
+	}
+	for _, c := range r.commands() {
+		if c.name == name {
+			r.current = c.name
+			return c.run(ctx, r, rest)
+		}
+	}
+	for _, g := range r.groups() {
+		if g.name != name {
+			continue
+		}
+		r.current = g.name
+		if len(rest) == 0 {
+			r.groupUsage(r.env.Stderr, g)
+			return &exitError{code: ExitUsage, msg: fmt.Sprintf("%s: no subcommand given", g.name)}
+		}
+		if rest[0] == "-h" || rest[0] == "--help" || rest[0] == "-help" || rest[0] == "help" {
+			r.groupUsage(r.env.Stdout, g)
+			return nil
+		}
+		for _, c := range g.subs {
+			if c.name == g.name+" "+rest[0] {
+				r.current = c.name
+				return c.run(ctx, r, rest[1:])
+			}
+		}
+		return usageErrorf("unknown command %q", g.name+" "+rest[0])
+	}
+	return usageErrorf("unknown command %q", name)
+}
+
+// help prints the help of a command named by words ("jobs", "list").
+func (r *runner) help(words []string) error {
+	if len(words) == 0 {
+		r.topUsage(r.env.Stdout)
+		return nil
+	}
+	name := strings.Join(words, " ")
+	for _, c := range r.commands() {
+		if c.name == name {
+			return c.run(context.Background(), r, []string{"--help"})
+		}
+	}
+	for _, g := range r.groups() {
+		if g.name == name {
+			r.groupUsage(r.env.Stdout, g)
+			return nil
+		}
+		for _, c := range g.subs {
+			if c.name == name {
+				r.current = c.name
+				return c.run(context.Background(), r, []string{"--help"})
+			}
+		}
+	}
+	return usageErrorf("unknown command %q", name)
+}
+
+func (r *runner) topUsage(w io.Writer) {
+	fmt.Fprint(w, `pronto: a durable background-job queue (PostgreSQL, SQLite or in-memory).
+
+Usage:
+  pronto [--database-url URL] <command> [arguments] [flags]
+
+Commands:
+`)
+	for _, c := range r.commands() {
+		fmt.Fprintf(w, "  %-15s %s\n", c.name, c.summary)
+	}
+	for _, g := range r.groups() {
+		for _, c := range g.subs {
+			fmt.Fprintf(w, "  %-15s %s\n", c.name, c.summary)
+		}
+	}
+	fmt.Fprint(w, `
+Database (every command that reads or writes jobs):
+  --database-url URL   where the jobs live; default $`+EnvDatabaseURL+`, else `+DefaultDatabaseURL+`
+                         postgres://user:pass@host:5432/db   PostgreSQL (postgresql:// also works)
+                         sqlite:PATH                         an SQLite file (created by 'migrate up')
+                         memory:                             an in-memory store that lasts one command
+  --schema NAME        PostgreSQL schema holding pronto's tables (default "pronto")
+
+Exit codes: 0 ok, 1 runtime error, 2 usage error, 3 not found.
+
+Start with 'pronto demo'. Run 'pronto <command> --help' for a command's flags.
+`)
+}
+
+func (r *runner) groupUsage(w io.Writer, g group) {
+	fmt.Fprintf(w, "pronto %s: %s.\n\nUsage:\n  pronto %s <subcommand> [arguments] [flags]\n\nSubcommands:\n", g.name, g.summary, g.name)
+	for _, c := range g.subs {
+		fmt.Fprintf(w, "  %-15s %s\n", strings.TrimPrefix(c.name, g.name+" "), c.summary)
+	}
+	fmt.Fprintf(w, "\nRun 'pronto %s <subcommand> --help' for its flags.\n", g.name)
+}

@@ -1,0 +1,343 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pronto-jobs/pronto/store"
+	"github.com/pronto-jobs/pronto/store/memory"
+	"github.com/pronto-jobs/pronto/store/postgres"
+	"github.com/pronto-jobs/pronto/store/sqlite"
+)
+
+// connectTimeout bounds how long a command waits for PostgreSQL before saying it is unreachable,
+// unless the URL sets connect_timeout itself.
+const connectTimeout = 5 * time.Second
+
+// Database kinds.
+const (
+	kindPostgres = "postgres"
+	kindSQLite   = "sqlite"
+	kindMemory   = "memory"
+)
+
+// target is a parsed --database-url.
+type target struct {
+	kind    string
+	display string // for messages: the URL with any password hidden
+	path    string // sqlite: the file
+	name    string // memory: the shared store's name, "" for a private one
+	pg      *pgxpool.Config
+}
+
+// parseDatabaseURL parses a --database-url. Every error is a usage error naming the accepted forms.
+func parseDatabaseURL(raw string) (*target, error) {
+	const forms = "use postgres://user:pass@host:5432/db, sqlite:PATH or memory:"
+	lower := strings.ToLower(raw)
+	switch {
+	case strings.HasPrefix(lower, "postgres://"), strings.HasPrefix(lower, "postgresql://"):
+		display := redactAny(raw)
+		cfg, err := pgxpool.ParseConfig(raw)
+		if err != nil {
+			return nil, usageErrorf("invalid PostgreSQL URL: %v", err)
+		}
+		return &target{kind: kindPostgres, display: display, pg: cfg}, nil
+	case strings.HasPrefix(lower, "sqlite:"):
+		path := raw[len("sqlite:"):]
+		// sqlite:///abs/path.db and sqlite://rel.db are accepted too.
+		path = strings.TrimPrefix(path, "//")
+		if path == "" {
+			return nil, usageErrorf("database URL %q names no file: use sqlite:PATH, for example sqlite:pronto.db", raw)
+		}
+		if path == ":memory:" {
+			return nil, usageErrorf("database URL %q: an in-memory SQLite database does not outlive one command; use memory:", raw)
+		}
+		return &target{kind: kindSQLite, display: "sqlite:" + path, path: path}, nil
+	case strings.HasPrefix(lower, "memory:"):
+		return &target{kind: kindMemory, display: raw, name: raw[len("memory:"):]}, nil
+	case raw == "":
+		return nil, usageErrorf("empty database URL: %s", forms)
+	}
+	scheme := raw
+	if i := strings.Index(raw, ":"); i >= 0 {
+		scheme = raw[:i]
+	}
+	return nil, usageErrorf("unsupported database URL %q (scheme %q): %s", redactAny(raw), scheme, forms)
+}
+
+// redactAny hides the password of a URL of any scheme, even one that does not parse.
+func redactAny(raw string) string {
+	if u, err := url.Parse(raw); err == nil {
+		if _, ok := u.User.Password(); ok {
+			return u.Redacted()
+		}
+		return raw
+	}
+	// Unparsable: hide whatever lies between "user:" and the last "@" of the authority.
+	scheme, rest, ok := strings.Cut(raw, "://")
+	if !ok {
+		return raw
+	}
+	auth, path, _ := strings.Cut(rest, "/")
+	at := strings.LastIndex(auth, "@")
+	if at < 0 {
+		return raw
+	}
+	user, _, hasPass := strings.Cut(auth[:at], ":")
+	if !hasPass {
+		return raw
+	}
+	out := scheme + "://" + user + ":xxxxx" + auth[at:]
+	if path != "" || strings.Contains(rest, "/") {
+		out += "/" + path
+	}
+	return out
+}
+
+// database is an open store and what is needed to close it.
+type database struct {
+	t     *target
+	store store.Store
+	close func()
+	// flags repeats the database flags the user gave, for suggested commands.
+	flags string
+}
+
+// Close releases the store and everything opened for it.
+func (d *database) Close() {
+	if d.close != nil {
+		d.close()
+	}
+}
+
+// openOptions says how a command uses its database.
+type openOptions struct {
+	// migrate applies pending migrations (demo). Otherwise a missing or outdated schema is an error
+	// that tells the user to run 'pronto migrate up', unless noSchemaCheck.
+	migrate bool
+	// noSchemaCheck skips the schema check (the migrate commands).
+	noSchemaCheck bool
+	// create allows creating a missing SQLite file (migrate up, demo).
+	create bool
+	// maxConns sizes the PostgreSQL pool (default 4).
+	maxConns int32
+}
+
+// databaseURL returns the URL to use: the flag, else the environment, else the default.
+func (r *runner) databaseURL() string {
+	if r.dbURL != "" {
+		return r.dbURL
+	}
+	if u := r.env.getenv(EnvDatabaseURL); u != "" {
+		return u
+	}
+	return DefaultDatabaseURL
+}
+
+// open opens the database the flags name.
+func (r *runner) open(ctx context.Context, o openOptions) (*database, error) {
+	t, err := parseDatabaseURL(r.databaseURL())
+	if err != nil {
+		return nil, err
+	}
+	return r.openTarget(ctx, t, o)
+}
+
+func (r *runner) openTarget(ctx context.Context, t *target, o openOptions) (*database, error) {
+	if r.schemaSet && t.kind != kindPostgres {
+		return nil, usageErrorf("--schema applies to PostgreSQL only, and the database is %s", t.display)
+	}
+	var flags string
+	switch {
+	case r.dbURL == "":
+	case t.display != r.dbURL:
+		flags = " --database-url URL" // the user's URL holds a password that is not repeated
+	default:
+		flags = " --database-url " + shellQuote(t.display)
+	}
+	if r.schemaSet {
+		flags += " --schema " + shellQuote(r.schema)
+	}
+	var (
+		db  *database
+		err error
+	)
+	switch t.kind {
+	case kindPostgres:
+		db, err = r.openPostgres(ctx, t, o)
+	case kindSQLite:
+		db, err = openSQLite(ctx, t, o, flags)
+	default:
+		db = openMemory(t)
+	}
+	if err != nil {
+		return nil, err
+	}
+	db.flags = flags
+	if o.migrate {
+		if err := db.store.Migrate(ctx); err != nil {
+			db.Close()
+			return nil, errorf("migrating %s: %v", t.display, err)
+		}
+	} else if !o.noSchemaCheck {
+		if err := checkSchema(ctx, db); err != nil {
+			db.Close()
+			return nil, err
+		}
+	}
+	return db, nil
+}
+
+func (r *runner) openPostgres(ctx context.Context, t *target, o openOptions) (*database, error) {
+	cfg := t.pg.Copy()
+	if cfg.ConnConfig.ConnectTimeout == 0 {
+		cfg.ConnConfig.ConnectTimeout = connectTimeout
+	}
+	cfg.MaxConns = 4
+	if o.maxConns > 0 {
+		cfg.MaxConns = o.maxConns
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, errorf("cannot connect to PostgreSQL at %s: %v", t.display, err)
+	}
+	pingCtx, cancel := context.WithTimeout(ctx, cfg.ConnConfig.ConnectTimeout+time.Second)
+	err = pool.Ping(pingCtx)
+	cancel()
+	if err != nil {
+		pool.Close()
+		return nil, errorf("cannot connect to PostgreSQL at %s: %s", t.display, connectErrorText(err))
+	}
+	st, err := postgres.New(pool, postgres.Config{Schema: r.schema})
+	if err != nil {
+		pool.Close()
+		return nil, usageErrorf("--schema %q: %v", r.schema, err)
+	}
+	return &database{t: t, store: st, close: func() { _ = st.Close(); pool.Close() }}, nil
+}
+
+// connectErrorText shortens pgx's connection errors (which list every address and TLS mode tried,
+// one a line) to one line the user can act on.
+func connectErrorText(err error) string {
+	var (
+		pgErr  *pgconn.PgError
+		dnsErr *net.DNSError
+		opErr  *net.OpError
+	)
+	switch {
+	case errors.As(err, &pgErr):
+		return fmt.Sprintf("the server refused: %s (%s)", pgErr.Message, pgErr.Code)
+	case errors.As(err, &dnsErr):
+		return fmt.Sprintf("unknown host %q", dnsErr.Name)
+	case errors.Is(err, context.DeadlineExceeded):
+		return fmt.Sprintf("no answer within %s (is the server running and reachable?)", connectTimeout)
+	case errors.As(err, &opErr):
+		return opErr.Error()
+	}
+	// Anything else: one line, without repeats.
+	var parts []string
+	seen := map[string]bool{}
+	for _, l := range strings.Split(err.Error(), "\n") {
+		if l = strings.TrimSpace(l); l != "" && !seen[l] {
+			seen[l] = true
+			parts = append(parts, l)
+		}
+	}
+	return strings.Join(parts, " ")
+}
+
+func openSQLite(ctx context.Context, t *target, o openOptions, flags string) (*database, error) {
+	dir := filepath.Dir(t.path)
+	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+		return nil, errorf("cannot open %s: directory %q does not exist", t.display, dir)
+	}
+	fi, err := os.Stat(t.path)
+	switch {
+	case err == nil && fi.IsDir():
+		return nil, errorf("cannot open %s: %q is a directory", t.display, t.path)
+	case errors.Is(err, os.ErrNotExist) && !o.create:
+		return nil, errorf("no database at %s; create it with: pronto migrate up%s", t.path, flags)
+	}
+	st, err := sqlite.Open(ctx, t.path)
+	if err != nil {
+		return nil, errorf("cannot open %s: %v", t.display, err)
+	}
+	return &database{t: t, store: st, close: func() { _ = st.Close() }}, nil
+}
+
+// Named in-memory stores live as long as the process, so that commands run in-process (by tests, or
+// by a program embedding the CLI) share them: "memory:NAME". A bare "memory:" is private to one command.
+var memoryStores struct {
+	sync.Mutex
+	m map[string]*memory.Store
+}
+
+func openMemory(t *target) *database {
+	if t.name == "" {
+		st := memory.New()
+		return &database{t: t, store: st, close: func() { _ = st.Close() }}
+	}
+	memoryStores.Lock()
+	defer memoryStores.Unlock()
+	if memoryStores.m == nil {
+		memoryStores.m = make(map[string]*memory.Store)
+	}
+	st := memoryStores.m[t.name]
+	if st == nil {
+		st = memory.New()
+		memoryStores.m[t.name] = st
+	}
+	return &database{t: t, store: st}
+}
+
+// checkSchema refuses a database whose pronto schema is missing or behind, telling the user what to run.
+func checkSchema(ctx context.Context, db *database) error {
+	m, ok := db.store.(store.Migrator)
+	if !ok {
+		return nil
+	}
+	ms, err := m.MigrationStatus(ctx)
+	if err != nil {
+		return errorf("cannot read the schema of %s: %v", db.t.display, err)
+	}
+	pending := 0
+	for _, mg := range ms {
+		if !mg.Applied {
+			pending++
+		}
+	}
+	switch {
+	case pending == 0:
+		return nil
+	case pending == len(ms):
+		return errorf("%s has no pronto schema yet; create it with: pronto migrate up%s", db.t.display, db.urlFlag())
+	default:
+		return errorf("the pronto schema of %s is out of date (%d of %d migrations pending); upgrade it with: pronto migrate up%s",
+			db.t.display, pending, len(ms), db.urlFlag())
+	}
+}
+
+// urlFlag is the " --database-url ... --schema ..." to repeat in a suggested command: empty when the
+// database came from the environment or the default.
+func (d *database) urlFlag() string { return d.flags }
+
+// shellQuote quotes s for a POSIX shell when it needs it.
+func shellQuote(s string) string {
+	if s != "" && strings.IndexFunc(s, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_./:@%+=,", r))
+	}) < 0 {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}

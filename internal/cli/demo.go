@@ -1,0 +1,685 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/pronto-jobs/pronto"
+	"github.com/pronto-jobs/pronto/internal/uuidv7"
+	"github.com/pronto-jobs/pronto/store"
+)
+
+// The demo's job kinds. Each has a few realistic args and a field or two that script its behaviour:
+// FailTimes makes the first attempts fail (FailTimes >= the attempts allowed: the job is discarded).
+
+type demoEmail struct {
+	To        string `json:"to"`
+	Template  string `json:"template"`
+	FailTimes int    `json:"fail_times,omitempty"`
+}
+
+func (demoEmail) Kind() string { return "email.send" }
+
+type demoImage struct {
+	URL   string `json:"url"`
+	Width int    `json:"width"`
+	// Corrupt makes the first attempt panic, to show that a panic fails one attempt, not the process.
+	Corrupt bool `json:"corrupt,omitempty"`
+}
+
+func (demoImage) Kind() string { return "image.resize" }
+
+type demoReport struct {
+	Account string `json:"account"`
+	Period  string `json:"period"`
+	// WaitForUpstream makes the first attempt snooze: the job goes back to scheduled without using
+	// an attempt.
+	WaitForUpstream bool `json:"wait_for_upstream,omitempty"`
+}
+
+func (demoReport) Kind() string { return "report.build" }
+
+type demoWebhook struct {
+	URL       string `json:"url"`
+	Event     string `json:"event"`
+	FailTimes int    `json:"fail_times,omitempty"`
+}
+
+func (demoWebhook) Kind() string { return "webhook.deliver" }
+
+// demoQueue is one queue of the demo: its name, base worker count, and the kind it carries.
+type demoQueue struct {
+	name    string
+	workers int
+	kind    string
+}
+
+var demoQueues = []demoQueue{
+	{"email", 10, "email.send"},
+	{"media", 4, "image.resize"},
+	{"reports", 2, "report.build"},
+	{"webhooks", 8, "webhook.deliver"},
+}
+
+// demoKinds in display order.
+var demoKinds = []string{"email.send", "image.resize", "report.build", "webhook.deliver"}
+
+// demoAttempts is the demo's retry budget: three attempts, retried after about 200 ms then 400 ms.
+const demoAttempts = 3
+
+// demoPlan is the jobs a demo inserts, in insertion waves, and the outcome it expects.
+type demoPlan struct {
+	waves [][]pronto.InsertManyParams
+	total int
+	// expectDiscarded counts the jobs scripted to fail every attempt; every other job completes.
+	expectDiscarded int
+	flaky           int // jobs that fail once, then succeed
+	scheduled       int // jobs inserted to run a few seconds later
+	// ids maps every job's id, chosen before insertion so that events of a job that finishes before
+	// its insert returns are recognized, to its kind.
+	ids map[string]string
+}
+
+// sleepRand sleeps a uniformly random time in [lo, hi), or until ctx ends.
+func sleepRand(ctx context.Context, lo, hi time.Duration) error {
+	d := lo + rand.N(hi-lo)
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}
+
+// demoWorkers registers the demo's workers: small realistic sleeps, scripted failures.
+func demoWorkers() *pronto.Workers {
+	ws := pronto.NewWorkers()
+	pronto.AddWorker(ws, pronto.WorkFunc(func(ctx context.Context, j *pronto.Job[demoEmail]) error {
+		if err := sleepRand(ctx, 20*time.Millisecond, 80*time.Millisecond); err != nil {
+			return err
+		}
+		if j.Attempt <= j.Args.FailTimes {
+			return fmt.Errorf("smtp: 421 4.7.0 mx.example.com: too many connections, try again later (sending %q to %s)",
+				j.Args.Template, j.Args.To)
+		}
+		return nil
+	}))
+	pronto.AddWorker(ws, pronto.WorkFunc(func(ctx context.Context, j *pronto.Job[demoImage]) error {
+		if err := sleepRand(ctx, 80*time.Millisecond, 250*time.Millisecond); err != nil {
+			return err
+		}
+		if j.Args.Corrupt && j.Attempt == 1 {
+			var header []byte
+			_ = header[4] // a decoder bug on a truncated upload: index out of range
+		}
+		return pronto.RecordResult(ctx, map[string]any{
+			"url": strings.Replace(j.Args.URL, "/uploads/", fmt.Sprintf("/w%d/", j.Args.Width), 1), "width": j.Args.Width,
+			"bytes": 20_000 + rand.IntN(180_000),
+		})
+	}))
+	pronto.AddWorker(ws, pronto.WorkFunc(func(ctx context.Context, j *pronto.Job[demoReport]) error {
+		if j.Args.WaitForUpstream && j.Attempt == 1 {
+			return pronto.Snooze(time.Second) // upstream data not ready: look again in a second
+		}
+		if err := sleepRand(ctx, 250*time.Millisecond, 700*time.Millisecond); err != nil {
+			return err
+		}
+		return pronto.RecordResult(ctx, map[string]any{
+			"rows": 1_000 + rand.IntN(50_000),
+			"url":  fmt.Sprintf("s3://reports.example.com/%s/%s.pdf", j.Args.Account, j.Args.Period),
+		})
+	}))
+	pronto.AddWorker(ws, pronto.WorkFunc(func(ctx context.Context, j *pronto.Job[demoWebhook]) error {
+		if err := sleepRand(ctx, 10*time.Millisecond, 60*time.Millisecond); err != nil {
+			return err
+		}
+		if j.Attempt <= j.Args.FailTimes {
+			if j.Args.FailTimes >= demoAttempts {
+				return fmt.Errorf("POST %s: dial tcp 203.0.113.7:443: connect: connection refused", j.Args.URL)
+			}
+			return fmt.Errorf("POST %s: 503 Service Unavailable", j.Args.URL)
+		}
+		return nil
+	}))
+	return ws
+}
+
+// buildDemoPlan builds n jobs: 40% emails, 30% webhooks, 20% image resizes, 10% reports; about 3% fail
+// every attempt (dead webhook endpoints), 8% fail once, 10% are scheduled 2 to 6 s out, one report
+// snoozes and one image panics on its first attempt. The first 40% are inserted at once, the rest in
+// twelve waves over the next 4.2 s.
+func buildDemoPlan(n int) *demoPlan {
+	rng := rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
+	type spec struct {
+		args pronto.JobArgs
+		opts pronto.InsertOpts
+	}
+	var emails, webhooks, images, reports []*spec
+	templates := []struct {
+		name     string
+		priority int
+	}{{"password_reset", 10}, {"receipt", 5}, {"welcome", 0}, {"newsletter", -10}}
+	events := []string{"order.paid", "order.shipped", "invoice.created", "customer.updated"}
+	period := time.Now().AddDate(0, -1, 0).Format("2006-01")
+	for i := range n {
+		switch i % 10 {
+		case 0, 1, 2, 3:
+			t := templates[rng.IntN(len(templates))]
+			emails = append(emails, &spec{
+				args: demoEmail{To: fmt.Sprintf("user%04d@example.com", rng.IntN(10000)), Template: t.name},
+				opts: pronto.InsertOpts{Queue: "email", Priority: t.priority},
+			})
+		case 4, 5, 6:
+			webhooks = append(webhooks, &spec{
+				args: demoWebhook{URL: fmt.Sprintf("https://hooks.example.com/acme-%02d/events", rng.IntN(40)), Event: events[rng.IntN(len(events))]},
+				opts: pronto.InsertOpts{Queue: "webhooks"},
+			})
+		case 7, 8:
+			images = append(images, &spec{
+				args: demoImage{URL: fmt.Sprintf("https://cdn.example.com/uploads/img_%05d.jpg", rng.IntN(100000)), Width: []int{320, 640, 1280}[rng.IntN(3)]},
+				opts: pronto.InsertOpts{Queue: "media"},
+			})
+		default:
+			reports = append(reports, &spec{
+				args: demoReport{Account: fmt.Sprintf("acme-%02d", rng.IntN(40)), Period: period},
+				opts: pronto.InsertOpts{Queue: "reports", Priority: -5},
+			})
+		}
+	}
+	p := &demoPlan{total: n, ids: make(map[string]string, n)}
+	// Scripted behaviour. n >= 10, so every kind has at least one job.
+	p.expectDiscarded = max(1, n*3/100)
+	for _, s := range webhooks[:p.expectDiscarded] {
+		a := s.args.(demoWebhook)
+		a.URL, a.FailTimes = "https://hooks.dead-endpoint.example/v1/events", 99
+		s.args = a
+	}
+	p.flaky = max(1, n*8/100)
+	for i, e, w := 0, 0, len(webhooks)-1; i < p.flaky; i++ {
+		if i%2 == 0 && e < len(emails) {
+			a := emails[e].args.(demoEmail)
+			a.FailTimes = 1
+			emails[e].args = a
+			e++
+		} else if w >= p.expectDiscarded {
+			a := webhooks[w].args.(demoWebhook)
+			a.FailTimes = 1
+			webhooks[w].args = a
+			w--
+		} else {
+			p.flaky = i
+			break
+		}
+	}
+	img := images[0].args.(demoImage)
+	img.Corrupt = true
+	images[0].args = img
+	rep := reports[0].args.(demoReport)
+	rep.WaitForUpstream = true
+	reports[0].args = rep
+
+	all := append(append(append(emails, webhooks...), images...), reports...)
+	rng.Shuffle(len(all), func(i, j int) { all[i], all[j] = all[j], all[i] })
+	p.scheduled = n / 10
+	for _, s := range all[:p.scheduled] {
+		s.opts.Delay = 2*time.Second + time.Duration(rng.Int64N(int64(4*time.Second)))
+	}
+	rng.Shuffle(len(all), func(i, j int) { all[i], all[j] = all[j], all[i] })
+
+	first := n * 4 / 10
+	wave := func(ss []*spec) []pronto.InsertManyParams {
+		out := make([]pronto.InsertManyParams, len(ss))
+		for i, s := range ss {
+			opts := s.opts
+			opts.ID = uuidv7.New()
+			p.ids[opts.ID] = s.args.Kind()
+			out[i] = pronto.InsertManyParams{Args: s.args, Opts: &opts}
+		}
+		return out
+	}
+	p.waves = append(p.waves, wave(all[:first]))
+	rest := all[first:]
+	const waves = 12
+	for i := range waves {
+		lo, hi := len(rest)*i/waves, len(rest)*(i+1)/waves
+		if hi > lo {
+			p.waves = append(p.waves, wave(rest[lo:hi]))
+		}
+	}
+	return p
+}
+
+// demoStats is what the demo learns from its client's events, for its own jobs.
+type demoStats struct {
+	mu        sync.Mutex
+	ids       map[string]string // id -> kind of every job of the demo; read-only
+	finished  map[string]bool
+	completed int
+	discarded int
+	failed    int // failed attempts that will be retried
+	panics    int
+	snoozes   int
+	runTime   map[string]time.Duration // per kind, of attempts that ended
+	runs      map[string]int
+	lastDone  time.Time
+	doneCh    chan struct{}
+	closed    bool
+}
+
+func newDemoStats(ids map[string]string) *demoStats {
+	return &demoStats{ids: ids, finished: map[string]bool{}, runTime: map[string]time.Duration{},
+		runs: map[string]int{}, doneCh: make(chan struct{})}
+}
+
+// consume tallies events until the channel closes; total is the number of jobs the demo will insert.
+func (s *demoStats) consume(events <-chan *pronto.Event, total int) {
+	for e := range events {
+		s.mu.Lock()
+		if _, ours := s.ids[e.Job.ID]; !ours {
+			s.mu.Unlock()
+			continue
+		}
+		if e.Duration > 0 {
+			s.runTime[e.Job.Kind] += e.Duration
+			s.runs[e.Job.Kind]++
+		}
+		var pe *pronto.PanicError
+		if errors.As(e.Err, &pe) {
+			s.panics++
+		}
+		switch e.Kind {
+		case pronto.EventCompleted, pronto.EventDiscarded, pronto.EventCancelled:
+			if !s.finished[e.Job.ID] {
+				s.finished[e.Job.ID] = true
+				switch e.Kind {
+				case pronto.EventCompleted:
+					s.completed++
+				case pronto.EventDiscarded:
+					s.discarded++
+				}
+				s.lastDone = e.At
+			}
+		case pronto.EventFailed:
+			s.failed++
+		case pronto.EventSnoozed:
+			s.snoozes++
+		}
+		if len(s.finished) == total && !s.closed {
+			s.closed = true
+			close(s.doneCh)
+		}
+		s.mu.Unlock()
+	}
+}
+
+// snapshot returns the counts the progress display shows.
+func (s *demoStats) snapshot() (finished, completed, discarded, failed int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.finished), s.completed, s.discarded, s.failed
+}
+
+// demoSummary is the demo's result, printed as text or with --json.
+type demoSummary struct {
+	Database       string                     `json:"database"`
+	Jobs           int                        `json:"jobs"`
+	Finished       bool                       `json:"finished"`
+	ElapsedSeconds float64                    `json:"elapsed_seconds"`
+	JobsPerSecond  float64                    `json:"jobs_per_second"`
+	States         map[pronto.State]int       `json:"states"`
+	Kinds          map[string]*demoKindResult `json:"kinds"`
+	Attempts       int                        `json:"attempts"`
+	FailedAttempts int                        `json:"failed_attempts"`
+	Panics         int                        `json:"panics_recovered"`
+	Snoozes        int                        `json:"snoozes"`
+	Scheduled      int                        `json:"scheduled"`
+}
+
+type demoKindResult struct {
+	Jobs      int     `json:"jobs"`
+	Completed int     `json:"completed"`
+	Discarded int     `json:"discarded"`
+	Other     int     `json:"other"`
+	Attempts  int     `json:"attempts"`
+	AvgRunMS  float64 `json:"avg_run_ms"`
+	// results of a sample job, for the text summary
+	sampleID string
+}
+
+func cmdDemo(ctx context.Context, r *runner, args []string) error {
+	fs := r.newFlagSet("pronto demo [--jobs N] [--duration D] [flags]",
+		"Insert a realistic mix of jobs (emails, image resizes, reports, webhooks) across four queues\n"+
+			"with different worker counts and priorities, and work them in this process while showing\n"+
+			"live progress. Some jobs are scheduled a few seconds out, some fail once and succeed on retry,\n"+
+			"a few fail every attempt and are discarded, one snoozes and one panics on its first attempt.\n\n"+
+			"By default the demo uses its own SQLite file in the temporary directory, deleted and created\n"+
+			"afresh on every run; it ignores $"+EnvDatabaseURL+". With --database-url it runs on that database\n"+
+			"(migrating it if needed) and deletes nothing.").withDatabase()
+	n := fs.Int("jobs", 300, "insert `N` jobs (10 to 100000)")
+	limit := fs.Duration("duration", time.Minute, "give up after `DURATION` if jobs are still unfinished")
+	asJSON := fs.Bool("json", false, "print only a JSON summary (no live progress)")
+	if _, err := fs.parse(args, 0, 0); err != nil {
+		return err
+	}
+	if *n < 10 || *n > 100000 {
+		return usageErrorf("demo: --jobs %d: must be between 10 and 100000", *n)
+	}
+	if *limit <= 0 {
+		return usageErrorf("demo: --duration must be positive")
+	}
+	out := r.env.Stdout
+	if *asJSON {
+		out = io.Discard
+	}
+
+	// The database: the demo's own fresh file unless one is named on the command line.
+	var (
+		t       *target
+		inspect string // database flags for the follow-up commands
+		err     error
+	)
+	if r.dbURL != "" {
+		if t, err = parseDatabaseURL(r.dbURL); err != nil {
+			return err
+		}
+	} else {
+		path := filepath.Join(os.TempDir(), "pronto-demo.db")
+		for _, suffix := range []string{"", "-wal", "-shm", "-journal"} {
+			if err := os.Remove(path + suffix); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return errorf("demo: cannot reset %s: %v", path+suffix, err)
+			}
+		}
+		t = &target{kind: kindSQLite, display: "sqlite:" + path, path: path}
+		inspect = " --database-url " + shellQuote(t.display)
+		if r.env.getenv(EnvDatabaseURL) != "" {
+			fmt.Fprintf(r.env.Stderr, "note: the demo ignores $%s; pass --database-url to run it there\n", EnvDatabaseURL)
+		}
+	}
+	db, err := r.openTarget(ctx, t, openOptions{migrate: true, create: true, maxConns: 16})
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	if inspect == "" {
+		inspect = db.urlFlag()
+	}
+
+	scale := max(1, *n/300)
+	queues := make(map[string]pronto.QueueConfig, len(demoQueues))
+	workersTotal := 0
+	for _, q := range demoQueues {
+		queues[q.name] = pronto.QueueConfig{MaxWorkers: q.workers * scale}
+		workersTotal += q.workers * scale
+	}
+	client, err := pronto.NewClient(db.store, &pronto.Config{
+		Queues:  queues,
+		Workers: demoWorkers(),
+		RetryPolicy: pronto.RetryPolicy{
+			MaxAttempts: demoAttempts, InitialInterval: 200 * time.Millisecond, MaxInterval: 2 * time.Second,
+		},
+	})
+	if err != nil {
+		return errorf("demo: %v", err)
+	}
+	plan := buildDemoPlan(*n)
+	stats := newDemoStats(plan.ids)
+	events, unsubscribe := client.Subscribe()
+	consumed := make(chan struct{})
+	go func() {
+		defer close(consumed)
+		stats.consume(events, plan.total)
+	}()
+
+	where := t.display
+	switch {
+	case r.dbURL == "":
+		where = "SQLite file " + t.path + " (fresh: deleted and recreated on every run)"
+	case t.kind == kindMemory:
+		where = "the in-memory store (gone when the demo exits)"
+	}
+	fmt.Fprintf(out, "pronto demo: %d jobs of 4 kinds across 4 queues (%d workers)\n", plan.total, workersTotal)
+	fmt.Fprintf(out, "Database: %s\n", where)
+	fmt.Fprintf(out, "%d fail once then succeed on retry, %d fail every attempt (%d attempts, retried after ~200 ms, ~400 ms),\n",
+		plan.flaky, plan.expectDiscarded, demoAttempts)
+	fmt.Fprintf(out, "%d are scheduled 2-6 s ahead, 1 snoozes, 1 panics on its first attempt.\n\n", plan.scheduled)
+
+	start := time.Now()
+	if err := client.Start(ctx); err != nil {
+		unsubscribe()
+		return errorf("demo: starting the client: %v", err)
+	}
+	// Insert the waves; the first at once, the others every 350 ms.
+	insertErr := make(chan error, 1)
+	go func() {
+		for i, w := range plan.waves {
+			if i > 0 {
+				select {
+				case <-ctx.Done():
+					insertErr <- nil
+					return
+				case <-time.After(350 * time.Millisecond):
+				}
+			}
+			if _, err := client.InsertMany(ctx, w); err != nil {
+				insertErr <- err
+				return
+			}
+		}
+		insertErr <- nil
+	}()
+
+	prog := &demoProgress{r: r, out: out, client: client, stats: stats, plan: plan, start: start,
+		terminal: r.env.terminal() && !*asJSON, queues: queues}
+	stopProgress := prog.run()
+
+	var outcome error
+	deadline := time.NewTimer(*limit)
+	defer deadline.Stop()
+wait:
+	for {
+		select {
+		case <-stats.doneCh:
+			break wait
+		case err := <-insertErr:
+			insertErr = nil // inserting is over; a nil channel blocks
+			if err != nil {
+				outcome = errorf("demo: inserting jobs: %v", err)
+				break wait
+			}
+		case <-deadline.C:
+			outcome = errorf("demo: jobs still unfinished after --duration %s", *limit)
+			break wait
+		case <-ctx.Done():
+			outcome = errorf("demo: interrupted")
+			break wait
+		}
+	}
+	elapsed := time.Since(start)
+	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	if err := client.Stop(stopCtx); err != nil && outcome == nil {
+		outcome = errorf("demo: stopping the client: %v", err)
+	}
+	cancel()
+	stopProgress()
+	unsubscribe()
+	<-consumed
+
+	sum, err := summarize(context.WithoutCancel(ctx), client, stats, plan, start, elapsed, t.display)
+	if err != nil {
+		return errorf("demo: summarizing: %v", err)
+	}
+	sum.Finished = outcome == nil
+	if *asJSON {
+		if err := writeJSON(r.env.Stdout, sum); err != nil {
+			return err
+		}
+	} else {
+		printDemoSummary(out, sum, stats, inspect, t.kind == kindMemory)
+	}
+	if outcome == nil && (sum.States[pronto.StateCompleted] != plan.total-plan.expectDiscarded ||
+		sum.States[pronto.StateDiscarded] != plan.expectDiscarded) {
+		outcome = errorf("demo: expected %d completed and %d discarded jobs, got %d and %d",
+			plan.total-plan.expectDiscarded, plan.expectDiscarded, sum.States[pronto.StateCompleted], sum.States[pronto.StateDiscarded])
+	}
+	return outcome
+}
+
+// summarize reads the demo's jobs back from the store: the authoritative outcome.
+func summarize(ctx context.Context, c *pronto.Client, stats *demoStats, plan *demoPlan, start time.Time, elapsed time.Duration, display string) (*demoSummary, error) {
+	stats.mu.Lock()
+	ids := make(map[string]string, len(stats.ids))
+	for id, k := range stats.ids {
+		ids[id] = k
+	}
+	first := ""
+	for id := range ids {
+		if first == "" || id < first {
+			first = id
+		}
+	}
+	s := &demoSummary{
+		Database: display, Jobs: plan.total, ElapsedSeconds: elapsed.Seconds(),
+		States: map[pronto.State]int{}, Kinds: map[string]*demoKindResult{},
+		FailedAttempts: stats.failed, Panics: stats.panics, Snoozes: stats.snoozes, Scheduled: plan.scheduled,
+	}
+	for _, k := range demoKinds {
+		kr := &demoKindResult{}
+		if runs := stats.runs[k]; runs > 0 {
+			kr.AvgRunMS = float64(stats.runTime[k].Microseconds()) / 1000 / float64(runs)
+		}
+		s.Kinds[k] = kr
+	}
+	lastDone := stats.lastDone
+	stats.mu.Unlock()
+	if first != "" {
+		// Every demo job's id is at least first (UUIDv7s from one process increase); list from just
+		// before it, in the demo's queues, keeping only the demo's ids.
+		queues := make([]string, len(demoQueues))
+		for i, q := range demoQueues {
+			queues[i] = q.name
+		}
+		cursor := predecessor(first)
+		for {
+			res, err := c.JobList(ctx, &pronto.JobListParams{Queues: queues, Cursor: cursor, Limit: 1000})
+			if err != nil {
+				return nil, err
+			}
+			for _, j := range res.Jobs {
+				if _, ok := ids[j.ID]; !ok {
+					continue
+				}
+				s.States[j.State]++
+				kr := s.Kinds[j.Kind]
+				kr.Jobs++
+				kr.Attempts += j.Attempt
+				s.Attempts += j.Attempt
+				switch j.State {
+				case pronto.StateCompleted:
+					kr.Completed++
+				case pronto.StateDiscarded:
+					kr.Discarded++
+					if kr.sampleID == "" {
+						kr.sampleID = j.ID
+					}
+				default:
+					kr.Other++
+				}
+			}
+			if res.Next == "" {
+				break
+			}
+			cursor = res.Next
+		}
+	}
+	if done := s.States[pronto.StateCompleted] + s.States[pronto.StateDiscarded]; done > 0 && !lastDone.IsZero() {
+		// Throughput over the time the jobs took, not the shutdown after.
+		span := min(elapsed, lastDone.Sub(start))
+		if span > 0 {
+			s.JobsPerSecond = float64(done) / span.Seconds()
+		}
+	}
+	return s, nil
+}
+
+// predecessor returns a job-id cursor that sorts just before id, so a listing after it includes id.
+func predecessor(id string) string {
+	// UUIDv7s are hex; the id with its last hex digit decremented (borrowing as needed) is smaller,
+	// and no other job id lies between the two unless it collides in the first 122 bits.
+	b := []byte(id)
+	for i := len(b) - 1; i >= 0; i-- {
+		switch b[i] {
+		case '-':
+			continue
+		case '0':
+			b[i] = 'f'
+			continue
+		case 'a':
+			b[i] = '9'
+		default:
+			b[i]--
+		}
+		break
+	}
+	p := string(b)
+	if !uuidv7.Valid(p) {
+		return ""
+	}
+	return p
+}
+
+func printDemoSummary(w io.Writer, s *demoSummary, stats *demoStats, inspect string, memory bool) {
+	done := s.States[pronto.StateCompleted] + s.States[pronto.StateDiscarded]
+	fmt.Fprintf(w, "\n")
+	if s.Finished {
+		fmt.Fprintf(w, "Done: %d jobs in %.1fs, %.0f jobs/s.\n", s.Jobs, s.ElapsedSeconds, s.JobsPerSecond)
+	} else {
+		fmt.Fprintf(w, "Stopped after %.1fs with %d of %d jobs finished.\n", s.ElapsedSeconds, done, s.Jobs)
+	}
+	var states []string
+	for _, st := range store.AllStates {
+		if c := s.States[st]; c > 0 {
+			states = append(states, fmt.Sprintf("%d %s", c, st))
+		}
+	}
+	fmt.Fprintf(w, "Totals: %s.\n", strings.Join(states, ", "))
+	fmt.Fprintf(w, "Attempts: %d for %d jobs: %d failed and were retried, %d panic recovered, %d snoozed.\n\n",
+		s.Attempts, s.Jobs, s.FailedAttempts, s.Panics, s.Snoozes)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "  KIND\tJOBS\tCOMPLETED\tDISCARDED\tATTEMPTS\tAVG RUN")
+	kinds := make([]string, 0, len(s.Kinds))
+	for k := range s.Kinds {
+		kinds = append(kinds, k)
+	}
+	sort.Strings(kinds)
+	sample := ""
+	for _, k := range kinds {
+		kr := s.Kinds[k]
+		fmt.Fprintf(tw, "  %s\t%d\t%d\t%d\t%d\t%.0fms\n", k, kr.Jobs, kr.Completed, kr.Discarded, kr.Attempts, kr.AvgRunMS)
+		if sample == "" {
+			sample = kr.sampleID
+		}
+	}
+	_ = tw.Flush()
+	if memory {
+		fmt.Fprintln(w, "\nThe in-memory store is gone now; run the demo on SQLite or PostgreSQL to inspect its jobs.")
+		return
+	}
+	fmt.Fprintf(w, "\nThe discarded jobs failed all %d attempts on purpose. Inspect them:\n", demoAttempts)
+	fmt.Fprintf(w, "  pronto jobs list --state discarded%s\n", inspect)
+	if sample != "" {
+		fmt.Fprintf(w, "  pronto jobs get %s%s\n", sample, inspect)
+	}
+	fmt.Fprintf(w, "  pronto queues list%s\n", inspect)
+}

@@ -1,0 +1,185 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/pronto-jobs/pronto"
+)
+
+// rawArgs lets the typed Client insert a job of any kind: Kind is the kind given on the command line
+// and MarshalJSON returns the user's JSON unchanged. The client stores it as the one element of the
+// job's args array; when the user gave a whole array, the insert middleware of the enqueue client
+// (setArgs) replaces that wrapping with the array itself.
+type rawArgs struct {
+	kind string
+	raw  json.RawMessage
+}
+
+// Kind returns the job's kind.
+func (a rawArgs) Kind() string { return a.kind }
+
+// MarshalJSON returns the args as given.
+func (a rawArgs) MarshalJSON() ([]byte, error) { return a.raw, nil }
+
+// setArgs is an insert middleware that stores exactly args as the job's args array.
+func setArgs(args json.RawMessage) pronto.InsertMiddleware {
+	return func(ctx context.Context, ps []*pronto.JobInsertParams, next pronto.InsertFunc) ([]*pronto.JobRow, error) {
+		for _, p := range ps {
+			p.Args = args
+		}
+		return next(ctx, ps)
+	}
+}
+
+// parseArgsJSON reads --args: a JSON array is the job's OJS args as they are; any other JSON value (an
+// object, usually) becomes the array's one element, which is what pronto's typed Go workers decode.
+// It returns the value to hand the client and the final args array.
+func parseArgsJSON(text string) (elem, array json.RawMessage, err error) {
+	trimmed := bytes.TrimSpace([]byte(text))
+	if len(trimmed) == 0 {
+		return nil, nil, usageErrorf("enqueue: --args is empty: give a JSON object or array, for example --args '{\"to\":\"a@example.com\"}'")
+	}
+	var v any
+	dec := json.NewDecoder(bytes.NewReader(trimmed))
+	dec.UseNumber()
+	if err := dec.Decode(&v); err != nil {
+		return nil, nil, usageErrorf("enqueue: --args is not valid JSON: %v", err)
+	}
+	if dec.More() || dec.InputOffset() != int64(len(trimmed)) {
+		return nil, nil, usageErrorf("enqueue: --args has text after its JSON value (offset %d)", dec.InputOffset())
+	}
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, trimmed); err != nil {
+		return nil, nil, usageErrorf("enqueue: --args is not valid JSON: %v", err)
+	}
+	compact := json.RawMessage(buf.Bytes())
+	if _, ok := v.([]any); ok {
+		return compact, compact, nil
+	}
+	return compact, json.RawMessage("[" + string(compact) + "]"), nil
+}
+
+// readArgsText resolves --args: "@FILE" reads a file, "-" reads standard input, anything else is the JSON.
+func (r *runner) readArgsText(v string) (string, error) {
+	switch {
+	case v == "-":
+		b, err := io.ReadAll(r.env.Stdin)
+		if err != nil {
+			return "", errorf("enqueue: reading --args from standard input: %v", err)
+		}
+		return string(b), nil
+	case strings.HasPrefix(v, "@"):
+		b, err := os.ReadFile(v[1:])
+		if err != nil {
+			return "", usageErrorf("enqueue: --args %s: %v", v, err)
+		}
+		return string(b), nil
+	}
+	return v, nil
+}
+
+func cmdEnqueue(ctx context.Context, r *runner, args []string) error {
+	fs := r.newFlagSet("pronto enqueue KIND [--args JSON] [flags]",
+		"Insert one job of any kind and print its id (or the whole job with --json). KIND is an OJS type\n"+
+			"such as email.send. --args is a JSON array (the job's OJS args, as they are) or any other\n"+
+			"JSON value, usually an object, which becomes the array's one element: the form pronto's typed\n"+
+			"Go workers decode. A job waits in its queue until a client with a worker for its kind claims it.\n\n"+
+			"Example:\n"+
+			"  pronto enqueue email.send --args '{\"to\":\"ada@example.com\"}' --queue email --priority 10").withDatabase()
+	argsText := fs.String("args", "{}", "the job's args: `JSON`, @FILE to read a file, or - to read standard input")
+	queue := fs.String("queue", pronto.DefaultQueue, "`QUEUE` to insert into")
+	priority := fs.Int("priority", 0, fmt.Sprintf("`N` from %d to %d; higher runs first", pronto.PriorityMin, pronto.PriorityMax))
+	delay := fs.Duration("delay", 0, "run no sooner than `DURATION` from now (for example 30s, 5m)")
+	at := fs.String("at", "", "run no sooner than `TIME` (RFC 3339, for example 2030-01-02T15:04:05Z)")
+	maxAttempts := fs.Int("max-attempts", 0, "attempts before the job is discarded, `N` including the first (default: the retry policy's, 3)")
+	timeout := fs.Duration("timeout", 0, "bound each attempt to `DURATION` (default: none)")
+	var tags listValue
+	fs.Var(&tags, "tag", "label the job with `TAGS` (repeatable or comma-separated)")
+	meta := fs.String("meta", "", "the job's meta, a JSON `OBJECT`")
+	id := fs.String("id", "", "the job's `ID`, a UUIDv7 (default: a new one)")
+	pending := fs.Bool("pending", false, "insert the job pending: it waits to be activated")
+	asJSON := fs.Bool("json", false, "print the inserted job as JSON instead of its id")
+	pos, err := fs.parse(args, 1, 1)
+	if err != nil {
+		return err
+	}
+	kind := pos[0]
+	if !pronto.ValidKind(kind) {
+		return usageErrorf("enqueue: invalid kind %q: kinds are dot-separated segments of [a-z][a-z0-9_]*, such as email.send", kind)
+	}
+	opts := &pronto.InsertOpts{Queue: *queue, Priority: *priority, Delay: *delay, MaxAttempts: *maxAttempts,
+		Timeout: *timeout, Tags: tags, Pending: *pending}
+	if !pronto.ValidQueueName(*queue) {
+		return usageErrorf("enqueue: invalid queue name %q: queue names match [a-z0-9][a-z0-9.-]* (at most 128 characters)", *queue)
+	}
+	if *priority < pronto.PriorityMin || *priority > pronto.PriorityMax {
+		return usageErrorf("enqueue: --priority %d: must be between %d and %d", *priority, pronto.PriorityMin, pronto.PriorityMax)
+	}
+	if *delay < 0 || *timeout < 0 || *maxAttempts < 0 {
+		return usageErrorf("enqueue: --delay, --timeout and --max-attempts must not be negative")
+	}
+	if *at != "" {
+		if *delay != 0 {
+			return usageErrorf("enqueue: give --delay or --at, not both")
+		}
+		t, err := time.Parse(time.RFC3339Nano, *at)
+		if err != nil {
+			return usageErrorf("enqueue: --at %q: not an RFC 3339 time such as 2030-01-02T15:04:05Z", *at)
+		}
+		opts.ScheduledAt = t
+	}
+	if *meta != "" {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(*meta), &m); err != nil || m == nil {
+			return usageErrorf("enqueue: --meta must be a JSON object, for example '{\"tenant\":\"acme\"}'")
+		}
+		opts.Meta = m
+	}
+	if *id != "" {
+		jid, err := parseJobID(*id)
+		if err != nil {
+			return err
+		}
+		opts.ID = jid
+	}
+	text, err := r.readArgsText(*argsText)
+	if err != nil {
+		return err
+	}
+	elem, array, err := parseArgsJSON(text)
+	if err != nil {
+		return err
+	}
+
+	db, err := r.open(ctx, openOptions{})
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	c, err := pronto.NewClient(db.store, &pronto.Config{InsertMiddleware: []pronto.InsertMiddleware{setArgs(array)}})
+	if err != nil {
+		return errorf("%v", err)
+	}
+	j, err := c.Insert(ctx, rawArgs{kind: kind, raw: elem}, opts)
+	switch {
+	case errors.Is(err, pronto.ErrInvalidArgs):
+		return usageErrorf("enqueue: %s", strings.TrimPrefix(err.Error(), "pronto: "))
+	case errors.Is(err, pronto.ErrDuplicate):
+		return errorf("enqueue: a job with id %s already exists", opts.ID)
+	case err != nil:
+		return errorf("enqueue: %v", err)
+	}
+	if *asJSON {
+		return writeJSON(r.env.Stdout, toJSON(j))
+	}
+	fmt.Fprintln(r.env.Stdout, j.ID)
+	return nil
+}

@@ -1,0 +1,193 @@
+package cli
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+)
+
+// flagSet is a standard library FlagSet with pronto's help layout, the shared database flags, and
+// positional arguments allowed between flags ("jobs get ID --json" and "jobs get --json ID").
+type flagSet struct {
+	*flag.FlagSet
+	r        *runner
+	synopsis string // e.g. "pronto jobs get ID [flags]"
+	about    string // what the command does, printed under the synopsis
+	db       bool   // the command takes --database-url and --schema
+	help     bool
+}
+
+// newFlagSet returns the flag set of a command; synopsis and about feed its --help.
+func (r *runner) newFlagSet(synopsis, about string) *flagSet {
+	fs := &flagSet{FlagSet: flag.NewFlagSet(r.current, flag.ContinueOnError), r: r, synopsis: synopsis, about: about}
+	fs.SetOutput(io.Discard) // errors are reported by Run, help by printUsage
+	fs.Usage = func() {}
+	return fs
+}
+
+// schemaValue records --schema on the runner, from whichever flag set parses it.
+type schemaValue struct{ r *runner }
+
+func (v schemaValue) String() string {
+	if v.r == nil {
+		return ""
+	}
+	return v.r.schema
+}
+
+func (v schemaValue) Set(s string) error {
+	v.r.schema, v.r.schemaSet = s, true
+	return nil
+}
+
+// withDatabase adds --database-url and --schema. Their values live on the runner, so they may be given
+// before the command name or after it.
+func (fs *flagSet) withDatabase() *flagSet {
+	fs.db = true
+	fs.StringVar(&fs.r.dbURL, "database-url", fs.r.dbURL,
+		"`URL` of the database: postgres://user:pass@host/db, sqlite:PATH or memory: (default $"+EnvDatabaseURL+", else "+DefaultDatabaseURL+")")
+	fs.Var(schemaValue{fs.r}, "schema", "the PostgreSQL schema `NAME` holding pronto's tables (default pronto)")
+	return fs
+}
+
+var dbFlags = map[string]bool{"database-url": true, "schema": true}
+
+// parse parses args, allowing positional arguments anywhere ("--" ends the flags), and checks their
+// number: at least minPos, at most maxPos (negative: no limit). --help prints the command's help and
+// returns errHelpShown.
+func (fs *flagSet) parse(args []string, minPos, maxPos int) ([]string, error) {
+	if fs.Lookup("help") == nil {
+		fs.BoolVar(&fs.help, "help", false, "show this help")
+		fs.BoolVar(&fs.help, "h", false, "show this help")
+	}
+	var pos []string
+	for {
+		err := fs.Parse(args)
+		if errors.Is(err, flag.ErrHelp) || fs.help {
+			fs.printUsage(fs.r.env.Stdout)
+			return nil, errHelpShown
+		}
+		if err != nil {
+			return nil, usageErrorf("%s: %s", fs.r.current, flagErrorText(err))
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			break
+		}
+		consumed := len(args) - len(rest)
+		if consumed > 0 && args[consumed-1] == "--" {
+			pos = append(pos, rest...)
+			break
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
+	switch {
+	case len(pos) < minPos:
+		return nil, usageErrorf("%s: missing argument (usage: %s)", fs.r.current, fs.synopsis)
+	case maxPos >= 0 && len(pos) > maxPos:
+		return nil, usageErrorf("%s: unexpected argument %q (usage: %s)", fs.r.current, pos[maxPos], fs.synopsis)
+	}
+	return pos, nil
+}
+
+// flagErrorText rewrites the flag package's messages in pronto's double-dash spelling.
+func flagErrorText(err error) string {
+	msg := err.Error()
+	if name, ok := strings.CutPrefix(msg, "flag provided but not defined: -"); ok {
+		return "unknown flag --" + name
+	}
+	if name, ok := strings.CutPrefix(msg, "flag needs an argument: -"); ok {
+		return "flag --" + name + " needs a value"
+	}
+	// invalid value "x" for flag -priority: parse error
+	if i := strings.Index(msg, " for flag -"); i >= 0 {
+		msg = msg[:i] + " for flag --" + msg[i+len(" for flag -"):]
+	}
+	return msg
+}
+
+// printUsage writes the command's help: synopsis, description, flags, database flags.
+func (fs *flagSet) printUsage(w io.Writer) {
+	fmt.Fprintf(w, "Usage: %s\n", fs.synopsis)
+	if fs.about != "" {
+		fmt.Fprintf(w, "\n%s\n", strings.TrimRight(fs.about, "\n"))
+	}
+	var own, db []*flag.Flag
+	fs.VisitAll(func(f *flag.Flag) {
+		switch {
+		case f.Name == "h" || f.Name == "help":
+		case dbFlags[f.Name]:
+			db = append(db, f)
+		default:
+			own = append(own, f)
+		}
+	})
+	if len(own) > 0 {
+		fmt.Fprintln(w, "\nFlags:")
+		for _, f := range own {
+			printFlag(w, f)
+		}
+	}
+	if len(db) > 0 {
+		fmt.Fprintln(w, "\nDatabase:")
+		for _, f := range db {
+			printFlag(w, f)
+		}
+	}
+	fmt.Fprintln(w, "\n  -h, --help           show this help")
+}
+
+func printFlag(w io.Writer, f *flag.Flag) {
+	name, usage := flag.UnquoteUsage(f)
+	head := "--" + f.Name
+	if name != "" {
+		head += " " + name
+	}
+	if !dbFlags[f.Name] && f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0" && f.DefValue != "0s" {
+		usage += fmt.Sprintf(" (default %s)", f.DefValue)
+	}
+	lines := wrap(usage, 78-23)
+	if len(head) <= 19 {
+		fmt.Fprintf(w, "  %-19s  %s\n", head, lines[0])
+	} else {
+		fmt.Fprintf(w, "  %s\n  %-19s  %s\n", head, "", lines[0])
+	}
+	for _, l := range lines[1:] {
+		fmt.Fprintf(w, "  %-19s  %s\n", "", l)
+	}
+}
+
+// wrap breaks text into lines of at most width characters, at spaces.
+func wrap(text string, width int) []string {
+	var lines []string
+	line := ""
+	for _, word := range strings.Fields(text) {
+		switch {
+		case line == "":
+			line = word
+		case len(line)+1+len(word) > width:
+			lines = append(lines, line)
+			line = word
+		default:
+			line += " " + word
+		}
+	}
+	return append(lines, line)
+}
+
+// listValue is a flag that may be repeated and takes comma-separated values.
+type listValue []string
+
+func (l *listValue) String() string { return strings.Join(*l, ",") }
+
+func (l *listValue) Set(s string) error {
+	for _, v := range strings.Split(s, ",") {
+		if v = strings.TrimSpace(v); v != "" {
+			*l = append(*l, v)
+		}
+	}
+	return nil
+}

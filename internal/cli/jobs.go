@@ -1,0 +1,223 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/pronto-jobs/pronto"
+	"github.com/pronto-jobs/pronto/internal/uuidv7"
+	"github.com/pronto-jobs/pronto/store"
+)
+
+// adminClient opens the database (requiring a migrated schema) and returns an insert-only client on it.
+func (r *runner) adminClient(ctx context.Context) (*pronto.Client, *database, error) {
+	db, err := r.open(ctx, openOptions{})
+	if err != nil {
+		return nil, nil, err
+	}
+	c, err := pronto.NewClient(db.store, nil)
+	if err != nil {
+		db.Close()
+		return nil, nil, errorf("%v", err)
+	}
+	return c, db, nil
+}
+
+// parseJobID checks a job id argument; ids are case-insensitive on the command line.
+func parseJobID(arg string) (string, error) {
+	id := strings.ToLower(strings.TrimSpace(arg))
+	if !uuidv7.Valid(id) {
+		return "", usageErrorf("invalid job id %q: job ids are UUIDv7s such as 0190d4b2-6c1e-7f3a-9b2c-4d5e6f708192", arg)
+	}
+	return id, nil
+}
+
+// jobError turns an admin error about one job into a message and an exit code.
+func jobError(op, id string, err error) error {
+	var te *pronto.TransitionError
+	switch {
+	case errors.Is(err, pronto.ErrNotFound):
+		return notFoundf("job %s not found", id)
+	case errors.As(err, &te):
+		why := ""
+		switch op {
+		case "retry":
+			why = " (only discarded or cancelled jobs can be retried)"
+		case "cancel":
+			return errorf("cannot cancel job %s: it is already %s", id, te.From)
+		case "delete":
+			if te.From == pronto.StateActive {
+				why = " (it is running: cancel it first with 'pronto jobs cancel " + id + "')"
+			}
+		}
+		return errorf("cannot %s job %s: it is %s%s", op, id, te.From, why)
+	case errors.Is(err, pronto.ErrInvalidArgs):
+		return usageErrorf("%v", err)
+	}
+	return errorf("%s job %s: %v", op, id, err)
+}
+
+func cmdJobsList(ctx context.Context, r *runner, args []string) error {
+	fs := r.newFlagSet("pronto jobs list [flags]",
+		"List jobs, newest first (--asc for oldest first), one page at a time. Filters may be repeated\n"+
+			"or comma-separated: --state discarded,cancelled --queue email.").withDatabase()
+	var states, queues, kinds listValue
+	fs.Var(&states, "state", "only jobs in these `STATES`: "+stateNames())
+	fs.Var(&queues, "queue", "only jobs in these `QUEUES`")
+	fs.Var(&kinds, "kind", "only jobs of these `KINDS`")
+	limit := fs.Int("limit", 50, "at most `N` jobs (1 to 10000)")
+	cursor := fs.String("cursor", "", "continue after job `ID` (printed at the end of a full page)")
+	asc := fs.Bool("asc", false, "oldest first")
+	asJSON := fs.Bool("json", false, `print {"jobs": [...], "next": CURSOR} as JSON`)
+	if _, err := fs.parse(args, 0, 0); err != nil {
+		return err
+	}
+	p := &pronto.JobListParams{Queues: queues, Kinds: kinds, Limit: *limit, Descending: !*asc}
+	for _, s := range states {
+		st := pronto.State(strings.ToLower(s))
+		if !st.Valid() {
+			return usageErrorf("jobs list: unknown state %q (states: %s)", s, stateNames())
+		}
+		p.States = append(p.States, st)
+	}
+	if *limit < 1 || *limit > 10000 {
+		return usageErrorf("jobs list: --limit %d: must be between 1 and 10000", *limit)
+	}
+	if *cursor != "" {
+		id, err := parseJobID(*cursor)
+		if err != nil {
+			return usageErrorf("jobs list: --cursor %q is not a job id", *cursor)
+		}
+		p.Cursor = id
+	}
+	c, db, err := r.adminClient(ctx)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	res, err := c.JobList(ctx, p)
+	if err != nil {
+		if errors.Is(err, pronto.ErrInvalidArgs) {
+			return usageErrorf("jobs list: %v", err)
+		}
+		return errorf("listing jobs in %s: %v", db.t.display, err)
+	}
+	if *asJSON {
+		out := struct {
+			Jobs []*jobJSON `json:"jobs"`
+			Next string     `json:"next,omitempty"`
+		}{Jobs: make([]*jobJSON, 0, len(res.Jobs)), Next: res.Next}
+		for _, j := range res.Jobs {
+			out.Jobs = append(out.Jobs, toJSON(j))
+		}
+		return writeJSON(r.env.Stdout, out)
+	}
+	if len(res.Jobs) == 0 {
+		fmt.Fprintln(r.env.Stderr, "no jobs match")
+		return nil
+	}
+	now := time.Now()
+	tw := tabwriter.NewWriter(r.env.Stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tKIND\tQUEUE\tSTATE\tATTEMPT\tPRI\tCREATED\tDUE\tLAST ERROR")
+	for _, j := range res.Jobs {
+		due := "-"
+		if j.State == pronto.StateScheduled || j.State == pronto.StateRetryable {
+			due = until(j.ScheduledAt, now)
+		}
+		errText := truncate(lastError(j), 60)
+		if errText == "" {
+			errText = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d/%d\t%d\t%s\t%s\t%s\n",
+			j.ID, j.Kind, j.Queue, j.State, j.Attempt, j.MaxAttempts, j.Priority, ago(j.CreatedAt, now), due, errText)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if res.Next != "" {
+		fmt.Fprintf(r.env.Stderr, "more jobs: add --cursor %s for the next page\n", res.Next)
+	}
+	return nil
+}
+
+// stateNames lists the job states in lifecycle order.
+func stateNames() string {
+	names := make([]string, len(store.AllStates))
+	for i, s := range store.AllStates {
+		names[i] = string(s)
+	}
+	return strings.Join(names, ", ")
+}
+
+// jobCommand runs a command on one job given by id: get, retry, cancel, delete.
+func (r *runner) jobCommand(ctx context.Context, args []string, about string,
+	do func(ctx context.Context, c *pronto.Client, id string) (*pronto.JobRow, error),
+	print func(j *pronto.JobRow),
+) error {
+	fs := r.newFlagSet("pronto "+r.current+" ID [flags]", about).withDatabase()
+	asJSON := fs.Bool("json", false, "print the job as JSON")
+	pos, err := fs.parse(args, 1, 1)
+	if err != nil {
+		return err
+	}
+	id, err := parseJobID(pos[0])
+	if err != nil {
+		return err
+	}
+	c, db, err := r.adminClient(ctx)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	j, err := do(ctx, c, id)
+	if err != nil {
+		return jobError(strings.TrimPrefix(r.current, "jobs "), id, err)
+	}
+	if *asJSON {
+		return writeJSON(r.env.Stdout, toJSON(j))
+	}
+	print(j)
+	return nil
+}
+
+func cmdJobsGet(ctx context.Context, r *runner, args []string) error {
+	return r.jobCommand(ctx, args, "Show a job in full: args, state, attempts, timestamps, result and error history.",
+		func(ctx context.Context, c *pronto.Client, id string) (*pronto.JobRow, error) {
+			return c.JobGet(ctx, id)
+		},
+		func(j *pronto.JobRow) { printJob(r.env.Stdout, j, time.Now()) })
+}
+
+func cmdJobsRetry(ctx context.Context, r *runner, args []string) error {
+	return r.jobCommand(ctx, args,
+		"Make a discarded or cancelled job available again: its attempts start over, its error history\nis kept.",
+		func(ctx context.Context, c *pronto.Client, id string) (*pronto.JobRow, error) {
+			return c.JobRetry(ctx, id)
+		},
+		func(j *pronto.JobRow) {
+			fmt.Fprintf(r.env.Stdout, "job %s retried: now %s (attempts start over, 0 of %d used)\n", j.ID, j.State, j.MaxAttempts)
+		})
+}
+
+func cmdJobsCancel(ctx context.Context, r *runner, args []string) error {
+	return r.jobCommand(ctx, args,
+		"Cancel a job that has not finished: a queued job never runs; a running one has its context\n"+
+			"cancelled on whichever client runs it. 'pronto jobs retry' brings it back.",
+		func(ctx context.Context, c *pronto.Client, id string) (*pronto.JobRow, error) {
+			return c.JobCancel(ctx, id)
+		},
+		func(j *pronto.JobRow) { fmt.Fprintf(r.env.Stdout, "job %s cancelled\n", j.ID) })
+}
+
+func cmdJobsDelete(ctx context.Context, r *runner, args []string) error {
+	return r.jobCommand(ctx, args,
+		"Delete a job for good. A running job must be cancelled first. With --json, prints the job as it\nwas.",
+		func(ctx context.Context, c *pronto.Client, id string) (*pronto.JobRow, error) {
+			return c.JobDelete(ctx, id)
+		},
+		func(j *pronto.JobRow) { fmt.Fprintf(r.env.Stdout, "job %s deleted (it was %s)\n", j.ID, j.State) })
+}

@@ -1,0 +1,169 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/pronto-jobs/pronto"
+)
+
+// demoProgress shows the demo's progress: on a terminal, a block of lines redrawn in place five times
+// a second (job counts per state for each queue, a progress bar, completed jobs per second); otherwise
+// one plain line a second, suitable for logs and pipes.
+type demoProgress struct {
+	r        *runner
+	out      io.Writer
+	client   *pronto.Client
+	stats    *demoStats
+	plan     *demoPlan
+	start    time.Time
+	terminal bool
+	queues   map[string]pronto.QueueConfig
+
+	drawn   int // lines drawn by the last redraw
+	counts  map[string]map[pronto.State]int64
+	samples []rateSample
+}
+
+type rateSample struct {
+	at        time.Time
+	completed int
+}
+
+// progressStates are the states the display counts.
+var progressStates = []pronto.State{
+	pronto.StateScheduled, pronto.StateAvailable, pronto.StateActive, pronto.StateRetryable,
+	pronto.StateCompleted, pronto.StateDiscarded,
+}
+
+// run starts the display and returns a function that draws the last frame and stops it.
+func (p *demoProgress) run() (stop func()) {
+	interval := time.Second
+	if p.terminal {
+		interval = 200 * time.Millisecond
+		fmt.Fprint(p.out, "\x1b[?25l") // hide the cursor while redrawing
+	}
+	p.samples = []rateSample{{at: p.start}}
+	quit := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-quit:
+				p.frame()
+				if p.terminal {
+					fmt.Fprint(p.out, "\x1b[?25h")
+				}
+				return
+			case <-t.C:
+				p.frame()
+			}
+		}
+	}()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			close(quit)
+			wg.Wait()
+		})
+	}
+}
+
+// refresh reads the queues' counts; a failed read keeps the last counts.
+func (p *demoProgress) refresh() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	qs, err := p.client.QueueList(ctx)
+	if err != nil {
+		return
+	}
+	counts := make(map[string]map[pronto.State]int64, len(p.queues))
+	for _, q := range qs {
+		if _, ok := p.queues[q.Name]; ok {
+			counts[q.Name] = q.Counts
+		}
+	}
+	p.counts = counts
+}
+
+// rate returns completed jobs per second over about the last second.
+func (p *demoProgress) rate(now time.Time, completed int) float64 {
+	p.samples = append(p.samples, rateSample{now, completed})
+	for len(p.samples) > 2 && now.Sub(p.samples[1].at) >= time.Second {
+		p.samples = p.samples[1:]
+	}
+	first := p.samples[0]
+	if dt := now.Sub(first.at).Seconds(); dt > 0 {
+		return float64(completed-first.completed) / dt
+	}
+	return 0
+}
+
+func (p *demoProgress) frame() {
+	p.refresh()
+	now := time.Now()
+	finished, completed, discarded, failed := p.stats.snapshot()
+	rate := p.rate(now, completed)
+	elapsed := now.Sub(p.start).Seconds()
+	if !p.terminal {
+		total := map[pronto.State]int64{}
+		for _, c := range p.counts {
+			for s, n := range c {
+				total[s] += n
+			}
+		}
+		fmt.Fprintf(p.out, "%5.1fs  finished %d/%d (completed %d, discarded %d)  active %d  available %d  scheduled %d  retryable %d  %.0f jobs/s\n",
+			elapsed, finished, p.plan.total, completed, discarded, total[pronto.StateActive], total[pronto.StateAvailable],
+			total[pronto.StateScheduled], total[pronto.StateRetryable], rate)
+		return
+	}
+	var b strings.Builder
+	if p.drawn > 0 {
+		fmt.Fprintf(&b, "\x1b[%dA", p.drawn) // back to the top of the block
+	}
+	lines := 0
+	line := func(format string, args ...any) {
+		b.WriteString("\x1b[2K") // clear the line
+		fmt.Fprintf(&b, format, args...)
+		b.WriteByte('\n')
+		lines++
+	}
+	head := fmt.Sprintf("  %-9s %7s", "QUEUE", "WORKERS")
+	for _, s := range progressStates {
+		head += fmt.Sprintf(" %9s", strings.ToUpper(string(s)))
+	}
+	line("%s", head)
+	total := map[pronto.State]int64{}
+	workers := 0
+	for _, q := range demoQueues {
+		c := p.counts[q.name]
+		w := p.queues[q.name].MaxWorkers
+		workers += w
+		row := fmt.Sprintf("  %-9s %7d", q.name, w)
+		for _, s := range progressStates {
+			row += fmt.Sprintf(" %9d", c[s])
+			total[s] += c[s]
+		}
+		line("%s", row)
+	}
+	row := fmt.Sprintf("  %-9s %7d", "all", workers)
+	for _, s := range progressStates {
+		row += fmt.Sprintf(" %9d", total[s])
+	}
+	line("%s", row)
+	line("")
+	const width = 30
+	filled := width * finished / max(p.plan.total, 1)
+	line("  [%s%s] %d/%d finished  %.1fs  %.0f completed/s  %d failed attempts",
+		strings.Repeat("█", filled), strings.Repeat("░", width-filled), finished, p.plan.total, elapsed, rate, failed)
+	p.drawn = lines
+	fmt.Fprint(p.out, b.String())
+}

@@ -1,0 +1,118 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/pronto-jobs/pronto"
+	"github.com/pronto-jobs/pronto/store"
+)
+
+// queueJSON is the JSON form of a queue printed by 'queues list --json'. Counts has every state.
+type queueJSON struct {
+	Name   string                 `json:"name"`
+	Paused bool                   `json:"paused"`
+	Counts map[pronto.State]int64 `json:"counts"`
+	Total  int64                  `json:"total"`
+}
+
+func cmdQueuesList(ctx context.Context, r *runner, args []string) error {
+	fs := r.newFlagSet("pronto queues list [flags]",
+		"List every queue that has jobs or is paused, with its job counts per state.").withDatabase()
+	asJSON := fs.Bool("json", false, "print the queues as a JSON array")
+	if _, err := fs.parse(args, 0, 0); err != nil {
+		return err
+	}
+	c, db, err := r.adminClient(ctx)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	qs, err := c.QueueList(ctx)
+	if err != nil {
+		return errorf("listing queues in %s: %v", db.t.display, err)
+	}
+	sort.Slice(qs, func(i, j int) bool { return qs[i].Name < qs[j].Name })
+	if *asJSON {
+		out := make([]queueJSON, 0, len(qs))
+		for _, q := range qs {
+			qj := queueJSON{Name: q.Name, Paused: q.Paused, Counts: make(map[pronto.State]int64, len(store.AllStates))}
+			for _, s := range store.AllStates {
+				qj.Counts[s] = q.Counts[s]
+				qj.Total += q.Counts[s]
+			}
+			out = append(out, qj)
+		}
+		return writeJSON(r.env.Stdout, out)
+	}
+	if len(qs) == 0 {
+		fmt.Fprintln(r.env.Stderr, "no queues yet: a queue appears when a job is inserted into it")
+		return nil
+	}
+	tw := tabwriter.NewWriter(r.env.Stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprint(tw, "QUEUE\tSTATUS\t")
+	for _, s := range store.AllStates {
+		fmt.Fprintf(tw, "%s\t", strings.ToUpper(string(s)))
+	}
+	fmt.Fprint(tw, "TOTAL\n")
+	for _, q := range qs {
+		status := "running"
+		if q.Paused {
+			status = "paused"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t", q.Name, status)
+		var total int64
+		for _, s := range store.AllStates {
+			fmt.Fprintf(tw, "%d\t", q.Counts[s])
+			total += q.Counts[s]
+		}
+		fmt.Fprintf(tw, "%d\n", total)
+	}
+	return tw.Flush()
+}
+
+// queueCommand pauses or resumes one queue.
+func (r *runner) queueCommand(ctx context.Context, args []string, about string,
+	do func(ctx context.Context, c *pronto.Client, q string) error, done string,
+) error {
+	fs := r.newFlagSet("pronto "+r.current+" QUEUE [flags]", about).withDatabase()
+	pos, err := fs.parse(args, 1, 1)
+	if err != nil {
+		return err
+	}
+	q := pos[0]
+	if !pronto.ValidQueueName(q) {
+		return usageErrorf("invalid queue name %q: queue names match [a-z0-9][a-z0-9.-]* (at most 128 characters)", q)
+	}
+	c, db, err := r.adminClient(ctx)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	if err := do(ctx, c, q); err != nil {
+		if errors.Is(err, pronto.ErrInvalidArgs) {
+			return usageErrorf("%v", err)
+		}
+		return errorf("%v", err)
+	}
+	fmt.Fprintf(r.env.Stdout, "queue %s %s\n", q, done)
+	return nil
+}
+
+func cmdQueuesPause(ctx context.Context, r *runner, args []string) error {
+	return r.queueCommand(ctx, args,
+		"Pause a queue: no client claims its jobs until it is resumed (running jobs finish). Inserts into\n"+
+			"a paused queue still succeed. A queue that has no jobs yet may be paused too.",
+		func(ctx context.Context, c *pronto.Client, q string) error { return c.QueuePause(ctx, q) },
+		"paused")
+}
+
+func cmdQueuesResume(ctx context.Context, r *runner, args []string) error {
+	return r.queueCommand(ctx, args, "Resume a paused queue: clients claim its jobs again at once.",
+		func(ctx context.Context, c *pronto.Client, q string) error { return c.QueueResume(ctx, q) },
+		"resumed")
+}
