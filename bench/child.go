@@ -57,7 +57,11 @@ type childSink struct {
 
 func (s childSink) start(seq int64, attempt int, startNs int64) {
 	if s.starts {
-		s.w.printf("S %d %d %d\n", seq, attempt, startNs)
+		// Flushed at once: the process may be SIGKILLed while this job runs.
+		s.w.mu.Lock()
+		fmt.Fprintf(s.w.w, "S %d %d %d\n", seq, attempt, startNs)
+		_ = s.w.w.Flush()
+		s.w.mu.Unlock()
 	}
 }
 
@@ -170,7 +174,7 @@ func startLocalHost(ctx context.Context, inst instance, workers int, rec *record
 }
 
 func (h *localHost) readyAt(time.Duration) (int64, error) { return h.ready, nil }
-func (h *localHost) kill(int) int64                        { return 0 }
+func (h *localHost) kill(int) int64                       { return 0 }
 func (h *localHost) stop() (int64, int64, float64) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
@@ -179,15 +183,15 @@ func (h *localHost) stop() (int64, int64, float64) {
 }
 
 type childProc struct {
-	idx     int
-	cmd     *exec.Cmd
-	stdin   io.WriteCloser
-	ready   atomic.Int64
-	readyCh chan struct{}
-	maxG    atomic.Int64
-	maxRSS  atomic.Int64
+	idx      int
+	cmd      *exec.Cmd
+	stdin    io.WriteCloser
+	ready    atomic.Int64
+	readyCh  chan struct{}
+	maxG     atomic.Int64
+	maxRSS   atomic.Int64
 	readDone chan struct{}
-	killed  bool
+	killed   bool
 }
 
 type childHost struct {

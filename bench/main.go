@@ -85,14 +85,16 @@ func (r *runResult) get(k string) float64 {
 }
 
 type options struct {
-	dbURL     string
-	runs      int
-	scenarios []string
-	systems   []string
-	out       string
-	quick     bool
-	runsFor   map[string]int
-	headline  int
+	dbURL      string
+	runs       int
+	scenarios  []string
+	systems    []string
+	out        string
+	quick      bool
+	runsFor    map[string]int
+	headline   int
+	phase      time.Duration
+	inprocRuns int
 }
 
 func main() {
@@ -109,6 +111,8 @@ func main() {
 	flag.StringVar(&sys, "systems", "all", "comma-separated systems ("+strings.Join(allSystemNames, ",")+")")
 	flag.StringVar(&o.out, "out", "bench-results", "output directory")
 	flag.BoolVar(&o.quick, "quick", false, "short phases, one run, every scenario (CI)")
+	flag.DurationVar(&o.phase, "phase", 0, "override the enqueue phase of the paced scenarios (default 30s; 2s with --quick)")
+	flag.IntVar(&o.inprocRuns, "inproc-runs", 0, "if set, at most this many runs for pronto-sqlite and pronto-memory")
 	flag.Parse()
 	o.scenarios = splitList(scen, scenarioOrder)
 	o.systems = splitList(sys, allSystemNames)
@@ -177,6 +181,7 @@ func applies(sc scenario, sys system) bool {
 
 func run(ctx context.Context, o options) error {
 	all := scenarios(o.quick)
+	applyPhase(all, o.phase)
 	byName := systemsByName()
 	for _, s := range o.scenarios {
 		if _, ok := all[s]; !ok {
@@ -217,6 +222,9 @@ func run(ctx context.Context, o options) error {
 			// Rotate the order each run (A B C, B C A, ...) so drift and warm caches hit every system.
 			for k := range syss {
 				sys := syss[(k+r-1)%len(syss)]
+				if !sys.shared() && o.inprocRuns > 0 && r > o.inprocRuns {
+					continue
+				}
 				res := runOne(ctx, e, sc, sys, r, o.quick)
 				res.Machine = mi
 				results = append(results, res)
@@ -231,6 +239,26 @@ func run(ctx context.Context, o options) error {
 	}
 	fmt.Printf("all runs done in %s\n", time.Since(began).Round(time.Second))
 	return writeReport(o, mi, results, time.Since(began))
+}
+
+// applyPhase shortens (or lengthens) the enqueue phase of paced scenarios, keeping the crash at
+// t=10 s and the burst at t=10 s inside it.
+func applyPhase(all map[string]scenario, phase time.Duration) {
+	if phase <= 0 {
+		return
+	}
+	for k, sc := range all {
+		if sc.kind == "paced" {
+			sc.phase = phase
+			if sc.killAt > 0 && sc.killAt >= phase {
+				sc.killAt = phase / 2
+			}
+			if sc.burstRate > 0 && sc.burstAt+sc.burstFor > phase {
+				sc.burstAt = max(0, phase-sc.burstFor)
+			}
+			all[k] = sc
+		}
+	}
 }
 
 func runOne(ctx context.Context, e *env, sc scenario, sys system, run int, quick bool) *runResult {
@@ -250,10 +278,8 @@ func runOne(ctx context.Context, e *env, sc scenario, sys system, run int, quick
 		res.DurationS = time.Since(res.Started).Seconds()
 		res.LoadAfter = loadAvg()
 	}()
-	id := fmt.Sprintf("bench_%s_%s_%d", strings.ReplaceAll(sys.name(), "-", "_"), sc.name, time.Now().UnixNano()%1_000_000)
-	if len(id) > 63 {
-		id = id[:63]
-	}
+	// Short enough for River (at most 46 characters) and any identifier rule.
+	id := fmt.Sprintf("bench_%s_%s_%d", strings.ReplaceAll(sys.name(), "-", "_"), shortName(sc.name), time.Now().UnixNano()%1_000_000)
 	if err := sys.create(ctx, e, id); err != nil {
 		res.Errors = append(res.Errors, "create: "+err.Error())
 		return res
@@ -286,6 +312,16 @@ func runOne(ctx context.Context, e *env, sc scenario, sys system, run int, quick
 		res.Errors = append(res.Errors, err.Error())
 	}
 	return res
+}
+
+func shortName(s string) string {
+	var b strings.Builder
+	for _, part := range strings.Split(s, "_") {
+		if part != "" {
+			b.WriteString(part[:min(3, len(part))])
+		}
+	}
+	return b.String()
 }
 
 func summary(r *runResult) string {

@@ -10,11 +10,11 @@ import (
 
 type prontoMemory struct{}
 
-func (prontoMemory) name() string                                   { return "pronto-memory" }
-func (prontoMemory) shared() bool                                   { return false }
-func (prontoMemory) workersFor(_ string, n int) int                 { return n }
-func (prontoMemory) create(context.Context, *env, string) error     { return nil }
-func (prontoMemory) drop(context.Context, *env, string) error       { return nil }
+func (prontoMemory) name() string                               { return "pronto-memory" }
+func (prontoMemory) shared() bool                               { return false }
+func (prontoMemory) workersFor(_ string, n int) int             { return n }
+func (prontoMemory) create(context.Context, *env, string) error { return nil }
+func (prontoMemory) drop(context.Context, *env, string) error   { return nil }
 
 func (prontoMemory) open(ctx context.Context, _ *env, _ string) (instance, error) {
 	st := memory.New()

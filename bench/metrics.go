@@ -35,6 +35,8 @@ type recorder struct {
 	mu  sync.Mutex
 	evs []ev
 
+	inflight [8]atomic.Int64 // per worker process: started and not ended (when starts are emitted)
+
 	okEnds   atomic.Int64 // attempts that succeeded
 	terminal atomic.Int64 // jobs that reached an outcome (succeeded, or failed on their last attempt)
 	lastEnd  atomic.Int64
@@ -51,6 +53,13 @@ func (r *recorder) add(e ev) {
 	r.mu.Lock()
 	r.evs = append(r.evs, e)
 	r.mu.Unlock()
+	if r.emitStarts && int(e.proc) < len(r.inflight) {
+		if e.kind == 'S' {
+			r.inflight[e.proc].Add(1)
+		} else {
+			r.inflight[e.proc].Add(-1)
+		}
+	}
 	if e.kind != 'E' {
 		return
 	}

@@ -187,6 +187,7 @@ func writeReport(o options, mi machineInfo, results []*runResult, took time.Dura
 		return err
 	}
 	all := scenarios(o.quick)
+	applyPhase(all, o.phase)
 	// group[scenario][system] = runs
 	group := map[string]map[string][]*runResult{}
 	for _, r := range results {
@@ -246,6 +247,13 @@ func writeReport(o options, mi machineInfo, results []*runResult, took time.Dura
 	for _, n := range sortedKeys(runsNote) {
 		rn = append(rn, fmt.Sprintf("%d run(s): %s", n, strings.Join(runsNote[n], ", ")))
 	}
+	if o.inprocRuns > 0 {
+		rn = append(rn, fmt.Sprintf("pronto-sqlite and pronto-memory at most %d run(s)", o.inprocRuns))
+	}
+	if o.phase > 0 {
+		w("- Enqueue phase of the paced scenarios: **%s** (shortened from the issue's 30 s to fit the time available; flag --phase).\n", o.phase)
+	}
+	w("- Command: `go run . %s`.\n", strings.Join(os.Args[1:], " "))
 	w("- Runs per scenario and system: %s. Cells show the median, with min–max across runs when there is more than one.\n", strings.Join(rn, "; "))
 	w("- Systems: **pronto** (PostgreSQL store, defaults); **river** (River v0.51.1 at its defaults); **river-tuned** (FetchCooldown 2 ms, FetchPollInterval 20 ms, 2000 workers in the drain, InsertManyFast for batches); **pronto-sqlite** and **pronto-memory** where they make sense (no River counterpart). Each system runs in a fresh schema (or file) per run; the order of systems rotates every run.\n")
 	w("- \"× better\" compares pronto's median with the other system's: above 1 pronto is better on that figure, whichever way the figure points.\n\n")

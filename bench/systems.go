@@ -145,9 +145,9 @@ func dropSchema(ctx context.Context, e *env, schema string) error {
 
 type prontoPG struct{}
 
-func (prontoPG) name() string                       { return "pronto" }
-func (prontoPG) shared() bool                       { return true }
-func (prontoPG) workersFor(_ string, n int) int     { return n }
+func (prontoPG) name() string                                      { return "pronto" }
+func (prontoPG) shared() bool                                      { return true }
+func (prontoPG) workersFor(_ string, n int) int                    { return n }
 func (prontoPG) drop(ctx context.Context, e *env, id string) error { return dropSchema(ctx, e, id) }
 
 func (prontoPG) create(ctx context.Context, e *env, id string) error {
