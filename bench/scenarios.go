@@ -237,7 +237,13 @@ func runPaced(rc *runCtx) error {
 		due := start.Add(off)
 		if !killed && due.After(t0.Add(sc.killAt)) {
 			time.Sleep(time.Until(t0.Add(sc.killAt)))
-			// Kill the worker process running the most jobs, so the kill interrupts work.
+			// Kill the worker process running the most jobs, so the kill interrupts work (waiting up to
+			// a second for one to be running any: River works in bursts, one per fetch).
+			for wait := time.Now().Add(time.Second); time.Now().Before(wait); time.Sleep(time.Millisecond) {
+				if rec.inflight[0].Load()+rec.inflight[1].Load() > 0 {
+					break
+				}
+			}
 			killedProc = 0
 			for p := 1; p < max(sc.procs, 1); p++ {
 				if rec.inflight[p].Load() > rec.inflight[killedProc].Load() {
