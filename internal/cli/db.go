@@ -212,24 +212,26 @@ func (r *runner) openPostgres(ctx context.Context, t *target, o openOptions) (*d
 	if err != nil {
 		return nil, errorf("cannot connect to PostgreSQL at %s: %v", t.display, err)
 	}
-	pingCtx, cancel := context.WithTimeout(ctx, cfg.ConnConfig.ConnectTimeout+time.Second)
-	err = pool.Ping(pingCtx)
-	cancel()
-	if err != nil {
-		pool.Close()
-		return nil, errorf("cannot connect to PostgreSQL at %s: %s", t.display, connectErrorText(err))
-	}
+	// The pool connects lazily: check the schema name before waiting for the server.
 	st, err := postgres.New(pool, postgres.Config{Schema: r.schema})
 	if err != nil {
 		pool.Close()
 		return nil, usageErrorf("--schema %q: %v", r.schema, err)
+	}
+	pingCtx, cancel := context.WithTimeout(ctx, cfg.ConnConfig.ConnectTimeout+time.Second)
+	err = pool.Ping(pingCtx)
+	cancel()
+	if err != nil {
+		_ = st.Close()
+		pool.Close()
+		return nil, errorf("cannot connect to PostgreSQL at %s: %s", t.display, connectErrorText(err, cfg.ConnConfig.ConnectTimeout))
 	}
 	return &database{t: t, store: st, close: func() { _ = st.Close(); pool.Close() }}, nil
 }
 
 // connectErrorText shortens pgx's connection errors (which list every address and TLS mode tried,
 // one a line) to one line the user can act on.
-func connectErrorText(err error) string {
+func connectErrorText(err error, timeout time.Duration) string {
 	var (
 		pgErr  *pgconn.PgError
 		dnsErr *net.DNSError
@@ -241,7 +243,7 @@ func connectErrorText(err error) string {
 	case errors.As(err, &dnsErr):
 		return fmt.Sprintf("unknown host %q", dnsErr.Name)
 	case errors.Is(err, context.DeadlineExceeded):
-		return fmt.Sprintf("no answer within %s (is the server running and reachable?)", connectTimeout)
+		return fmt.Sprintf("no answer within %s (is the server running and reachable?)", timeout)
 	case errors.As(err, &opErr):
 		return opErr.Error()
 	}

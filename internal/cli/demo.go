@@ -80,6 +80,8 @@ const demoAttempts = 3
 // demoPlan is the jobs a demo inserts, in insertion waves, and the outcome it expects.
 type demoPlan struct {
 	waves [][]pronto.InsertManyParams
+	// gap separates the waves: 350 ms for the default 300 jobs, less for small demos.
+	gap   time.Duration
 	total int
 	// expectDiscarded counts the jobs scripted to fail every attempt; every other job completes.
 	expectDiscarded int
@@ -159,7 +161,7 @@ func demoWorkers() *pronto.Workers {
 // buildDemoPlan builds n jobs: 40% emails, 30% webhooks, 20% image resizes, 10% reports; about 3% fail
 // every attempt (dead webhook endpoints), 8% fail once, 10% are scheduled 2 to 6 s out, one report
 // snoozes and one image panics on its first attempt. The first 40% are inserted at once, the rest in
-// twelve waves over the next 4.2 s.
+// twelve waves over the next 4.2 s (less for fewer than 300 jobs).
 func buildDemoPlan(n int) *demoPlan {
 	rng := rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
 	type spec struct {
@@ -252,6 +254,7 @@ func buildDemoPlan(n int) *demoPlan {
 	p.waves = append(p.waves, wave(all[:first]))
 	rest := all[first:]
 	const waves = 12
+	p.gap = min(350*time.Millisecond, time.Duration(n)*350*time.Millisecond/300)
 	for i := range waves {
 		lo, hi := len(rest)*i/waves, len(rest)*(i+1)/waves
 		if hi > lo {
@@ -460,7 +463,7 @@ func cmdDemo(ctx context.Context, r *runner, args []string) error {
 		unsubscribe()
 		return errorf("demo: starting the client: %v", err)
 	}
-	// Insert the waves; the first at once, the others every 350 ms.
+	// Insert the waves: the first at once, the others plan.gap apart.
 	insertErr := make(chan error, 1)
 	go func() {
 		for i, w := range plan.waves {
@@ -469,7 +472,7 @@ func cmdDemo(ctx context.Context, r *runner, args []string) error {
 				case <-ctx.Done():
 					insertErr <- nil
 					return
-				case <-time.After(350 * time.Millisecond):
+				case <-time.After(plan.gap):
 				}
 			}
 			if _, err := client.InsertMany(ctx, w); err != nil {

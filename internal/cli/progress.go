@@ -162,8 +162,9 @@ func (p *demoProgress) frame() {
 	line("")
 	const width = 30
 	filled := width * finished / max(p.plan.total, 1)
-	line("  [%s%s] %d/%d finished  %.1fs  %.0f completed/s  %d failed attempts",
-		strings.Repeat("█", filled), strings.Repeat("░", width-filled), finished, p.plan.total, elapsed, rate, failed)
+	line("  [%s%s] %d/%d finished in %.1fs", strings.Repeat("█", filled), strings.Repeat("░", width-filled),
+		finished, p.plan.total, elapsed)
+	line("  %.0f completed/s, %d discarded, %d failed attempts retried", rate, discarded, failed)
 	p.drawn = lines
 	fmt.Fprint(p.out, b.String())
 }
