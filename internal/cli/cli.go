@@ -74,8 +74,6 @@ func (e Env) terminal() bool {
 type exitError struct {
 	code int
 	msg  string
-	// hint, for usage errors, names the command whose help to read.
-	hint string
 }
 
 func (e *exitError) Error() string { return e.msg }
@@ -127,14 +125,10 @@ func (r *runner) report(err error) int {
 	}
 	fmt.Fprintf(r.env.Stderr, "pronto: %s\n", ee.msg)
 	if ee.code == ExitUsage {
-		cmd := ee.hint
-		if cmd == "" {
-			cmd = r.current
-		}
-		if cmd == "" {
+		if r.current == "" {
 			fmt.Fprintln(r.env.Stderr, "Run 'pronto --help' for usage.")
 		} else {
-			fmt.Fprintf(r.env.Stderr, "Run 'pronto %s --help' for usage.\n", cmd)
+			fmt.Fprintf(r.env.Stderr, "Run 'pronto %s --help' for usage.\n", r.current)
 		}
 	}
 	return ee.code
@@ -172,6 +166,7 @@ func (r *runner) groups() []group {
 			{name: "jobs get", summary: "show one job in full", run: cmdJobsGet},
 			{name: "jobs retry", summary: "make a discarded or cancelled job available again", run: cmdJobsRetry},
 			{name: "jobs cancel", summary: "cancel a job that has not finished", run: cmdJobsCancel},
+			{name: "jobs activate", summary: "make a pending job available", run: cmdJobsActivate},
 			{name: "jobs delete", summary: "delete a job that is not running", run: cmdJobsDelete},
 		}},
 		{name: "queues", summary: "inspect, pause and resume queues", subs: []command{
@@ -258,6 +253,7 @@ func (r *runner) help(words []string) error {
 	name := strings.Join(words, " ")
 	for _, c := range r.commands() {
 		if c.name == name {
+			r.current = c.name
 			return c.run(context.Background(), r, []string{"--help"})
 		}
 	}

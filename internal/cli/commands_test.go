@@ -158,9 +158,17 @@ func TestEnqueueArgsAndOptions(t *testing.T) {
 		if j.State != pronto.StateScheduled || !j.ScheduledAt.Equal(at) {
 			t.Fatalf("--at: %+v (scheduled %v, want %v)", j, j.ScheduledAt, at)
 		}
-		if j := enqueue("a.b", "--pending"); j.State != pronto.StatePending {
-			t.Fatalf("--pending: state %s", j.State)
+		pending := enqueue("a.b", "--pending")
+		if pending.State != pronto.StatePending {
+			t.Fatalf("--pending: state %s", pending.State)
 		}
+		if res := run(t, with(db, "jobs", "activate", pending.ID)...).ok(t); res.stdout != "job "+pending.ID+" activated: now available\n" {
+			t.Fatalf("activate:\n%s", res)
+		}
+		if j := getJob(t, db, pending.ID); j.State != pronto.StateAvailable {
+			t.Fatalf("after activate: %+v", j)
+		}
+		run(t, with(db, "jobs", "activate", pending.ID)...).fails(t, ExitError, "it is available (only pending jobs can be activated)")
 
 		// Refused input: exit 2, nothing stored.
 		var before jobList
@@ -459,8 +467,8 @@ func TestUsageAndErrors(t *testing.T) {
 	}
 	for _, args := range [][]string{{"--help"}, {"-h"}, {"help"}} {
 		res := run(t, args...).ok(t)
-		for _, cmd := range []string{"demo", "enqueue", "jobs list", "jobs get", "jobs retry", "jobs cancel", "jobs delete",
-			"queues list", "queues pause", "queues resume", "migrate up", "migrate down", "migrate status", "version"} {
+		for _, cmd := range []string{"demo", "enqueue", "jobs list", "jobs get", "jobs retry", "jobs cancel", "jobs activate",
+			"jobs delete", "queues list", "queues pause", "queues resume", "migrate up", "migrate down", "migrate status", "version"} {
 			if !strings.Contains(res.stdout, "  "+cmd+" ") {
 				t.Fatalf("%v does not list %q:\n%s", args, cmd, res)
 			}
@@ -468,7 +476,7 @@ func TestUsageAndErrors(t *testing.T) {
 	}
 	// Every command documents itself and its flags, with -h, --help or 'help CMD'.
 	for _, cmd := range [][]string{{"demo"}, {"enqueue"}, {"version"}, {"jobs", "list"}, {"jobs", "get"}, {"jobs", "retry"},
-		{"jobs", "cancel"}, {"jobs", "delete"}, {"queues", "list"}, {"queues", "pause"}, {"queues", "resume"},
+		{"jobs", "cancel"}, {"jobs", "activate"}, {"jobs", "delete"}, {"queues", "list"}, {"queues", "pause"}, {"queues", "resume"},
 		{"migrate", "up"}, {"migrate", "down"}, {"migrate", "status"}} {
 		for _, h := range []string{"-h", "--help"} {
 			res := run(t, append(slices.Clone(cmd), h)...).ok(t)

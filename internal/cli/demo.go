@@ -90,6 +90,9 @@ type demoPlan struct {
 	// ids maps every job's id, chosen before insertion so that events of a job that finishes before
 	// its insert returns are recognized, to its kind.
 	ids map[string]string
+	// before is an id made just before the jobs' ids: UUIDv7s made by one process increase, so
+	// listing jobs after it finds every demo job.
+	before string
 }
 
 // sleepRand sleeps a uniformly random time in [lo, hi), or until ctx ends.
@@ -200,7 +203,7 @@ func buildDemoPlan(n int) *demoPlan {
 			})
 		}
 	}
-	p := &demoPlan{total: n, ids: make(map[string]string, n)}
+	p := &demoPlan{total: n, ids: make(map[string]string, n), before: uuidv7.New()}
 	// Scripted behaviour. n >= 10, so every kind has at least one job.
 	p.expectDiscarded = max(1, n*3/100)
 	for _, s := range webhooks[:p.expectDiscarded] {
@@ -370,6 +373,7 @@ func cmdDemo(ctx context.Context, r *runner, args []string) error {
 			"By default the demo uses its own SQLite file in the temporary directory, deleted and created\n"+
 			"afresh on every run; it ignores $"+EnvDatabaseURL+". With --database-url it runs on that database\n"+
 			"(migrating it if needed) and deletes nothing.").withDatabase()
+	fs.Lookup("database-url").Usage = "run the demo on the database at `URL` instead of its own fresh SQLite file"
 	n := fs.Int("jobs", 300, "insert `N` jobs (10 to 100000)")
 	limit := fs.Duration("duration", time.Minute, "give up after `DURATION` if jobs are still unfinished")
 	asJSON := fs.Bool("json", false, "print only a JSON summary (no live progress)")
@@ -529,7 +533,7 @@ wait:
 			return err
 		}
 	} else {
-		printDemoSummary(out, sum, stats, inspect, t.kind == kindMemory)
+		printDemoSummary(out, sum, inspect, t.kind == kindMemory)
 	}
 	if outcome == nil && (sum.States[pronto.StateCompleted] != plan.total-plan.expectDiscarded ||
 		sum.States[pronto.StateDiscarded] != plan.expectDiscarded) {
@@ -542,16 +546,6 @@ wait:
 // summarize reads the demo's jobs back from the store: the authoritative outcome.
 func summarize(ctx context.Context, c *pronto.Client, stats *demoStats, plan *demoPlan, start time.Time, elapsed time.Duration, display string) (*demoSummary, error) {
 	stats.mu.Lock()
-	ids := make(map[string]string, len(stats.ids))
-	for id, k := range stats.ids {
-		ids[id] = k
-	}
-	first := ""
-	for id := range ids {
-		if first == "" || id < first {
-			first = id
-		}
-	}
 	s := &demoSummary{
 		Database: display, Jobs: plan.total, ElapsedSeconds: elapsed.Seconds(),
 		States: map[pronto.State]int{}, Kinds: map[string]*demoKindResult{},
@@ -566,45 +560,42 @@ func summarize(ctx context.Context, c *pronto.Client, stats *demoStats, plan *de
 	}
 	lastDone := stats.lastDone
 	stats.mu.Unlock()
-	if first != "" {
-		// Every demo job's id is at least first (UUIDv7s from one process increase); list from just
-		// before it, in the demo's queues, keeping only the demo's ids.
-		queues := make([]string, len(demoQueues))
-		for i, q := range demoQueues {
-			queues[i] = q.name
+	// List the demo's queues from just before the demo's first id, keeping only the demo's jobs
+	// (another process may share the database).
+	queues := make([]string, len(demoQueues))
+	for i, q := range demoQueues {
+		queues[i] = q.name
+	}
+	for cursor := plan.before; ; {
+		res, err := c.JobList(ctx, &pronto.JobListParams{Queues: queues, Cursor: cursor, Limit: 1000})
+		if err != nil {
+			return nil, err
 		}
-		cursor := predecessor(first)
-		for {
-			res, err := c.JobList(ctx, &pronto.JobListParams{Queues: queues, Cursor: cursor, Limit: 1000})
-			if err != nil {
-				return nil, err
+		for _, j := range res.Jobs {
+			if _, ok := plan.ids[j.ID]; !ok {
+				continue
 			}
-			for _, j := range res.Jobs {
-				if _, ok := ids[j.ID]; !ok {
-					continue
+			s.States[j.State]++
+			kr := s.Kinds[j.Kind]
+			kr.Jobs++
+			kr.Attempts += j.Attempt
+			s.Attempts += j.Attempt
+			switch j.State {
+			case pronto.StateCompleted:
+				kr.Completed++
+			case pronto.StateDiscarded:
+				kr.Discarded++
+				if kr.sampleID == "" {
+					kr.sampleID = j.ID
 				}
-				s.States[j.State]++
-				kr := s.Kinds[j.Kind]
-				kr.Jobs++
-				kr.Attempts += j.Attempt
-				s.Attempts += j.Attempt
-				switch j.State {
-				case pronto.StateCompleted:
-					kr.Completed++
-				case pronto.StateDiscarded:
-					kr.Discarded++
-					if kr.sampleID == "" {
-						kr.sampleID = j.ID
-					}
-				default:
-					kr.Other++
-				}
+			default:
+				kr.Other++
 			}
-			if res.Next == "" {
-				break
-			}
-			cursor = res.Next
 		}
+		if res.Next == "" {
+			break
+		}
+		cursor = res.Next
 	}
 	if done := s.States[pronto.StateCompleted] + s.States[pronto.StateDiscarded]; done > 0 && !lastDone.IsZero() {
 		// Throughput over the time the jobs took, not the shutdown after.
@@ -616,33 +607,8 @@ func summarize(ctx context.Context, c *pronto.Client, stats *demoStats, plan *de
 	return s, nil
 }
 
-// predecessor returns a job-id cursor that sorts just before id, so a listing after it includes id.
-func predecessor(id string) string {
-	// UUIDv7s are hex; the id with its last hex digit decremented (borrowing as needed) is smaller,
-	// and no other job id lies between the two unless it collides in the first 122 bits.
-	b := []byte(id)
-	for i := len(b) - 1; i >= 0; i-- {
-		switch b[i] {
-		case '-':
-			continue
-		case '0':
-			b[i] = 'f'
-			continue
-		case 'a':
-			b[i] = '9'
-		default:
-			b[i]--
-		}
-		break
-	}
-	p := string(b)
-	if !uuidv7.Valid(p) {
-		return ""
-	}
-	return p
-}
-
-func printDemoSummary(w io.Writer, s *demoSummary, stats *demoStats, inspect string, memory bool) {
+// printDemoSummary writes the demo's closing report and the commands to inspect its jobs.
+func printDemoSummary(w io.Writer, s *demoSummary, inspect string, memory bool) {
 	done := s.States[pronto.StateCompleted] + s.States[pronto.StateDiscarded]
 	fmt.Fprintf(w, "\n")
 	if s.Finished {

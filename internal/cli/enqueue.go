@@ -105,7 +105,7 @@ func cmdEnqueue(ctx context.Context, r *runner, args []string) error {
 	fs.Var(&tags, "tag", "label the job with `TAGS` (repeatable or comma-separated)")
 	meta := fs.String("meta", "", "the job's meta, a JSON `OBJECT`")
 	id := fs.String("id", "", "the job's `ID`, a UUIDv7 (default: a new one)")
-	pending := fs.Bool("pending", false, "insert the job pending: it waits to be activated")
+	pending := fs.Bool("pending", false, "insert the job pending: it waits for 'pronto jobs activate ID'")
 	asJSON := fs.Bool("json", false, "print the inserted job as JSON instead of its id")
 	pos, err := fs.parse(args, 1, 1)
 	if err != nil {

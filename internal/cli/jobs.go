@@ -49,6 +49,8 @@ func jobError(op, id string, err error) error {
 			why = " (only discarded or cancelled jobs can be retried)"
 		case "cancel":
 			return errorf("cannot cancel job %s: it is already %s", id, te.From)
+		case "activate":
+			why = " (only pending jobs can be activated)"
 		case "delete":
 			if te.From == pronto.StateActive {
 				why = " (it is running: cancel it first with 'pronto jobs cancel " + id + "')"
@@ -211,6 +213,14 @@ func cmdJobsCancel(ctx context.Context, r *runner, args []string) error {
 			return c.JobCancel(ctx, id)
 		},
 		func(j *pronto.JobRow) { fmt.Fprintf(r.env.Stdout, "job %s cancelled\n", j.ID) })
+}
+
+func cmdJobsActivate(ctx context.Context, r *runner, args []string) error {
+	return r.jobCommand(ctx, args, "Make a pending job (inserted with 'enqueue --pending') available, so a worker can claim it.",
+		func(ctx context.Context, c *pronto.Client, id string) (*pronto.JobRow, error) {
+			return c.JobActivate(ctx, id)
+		},
+		func(j *pronto.JobRow) { fmt.Fprintf(r.env.Stdout, "job %s activated: now %s\n", j.ID, j.State) })
 }
 
 func cmdJobsDelete(ctx context.Context, r *runner, args []string) error {
