@@ -25,7 +25,7 @@ func TestInsertAndWork(t *testing.T) {
 			got <- j.Args
 			return nil
 		}))
-		c := startClient(t, ts, fastConfig(workers, defaultQueue(5)))
+		c := startClient(t, ts.Store, fastConfig(workers, defaultQueue(5)))
 		events, unsub := c.Subscribe(pronto.EventCompleted)
 		defer unsub()
 
@@ -88,7 +88,7 @@ func TestWorkerOutcomes(t *testing.T) {
 		var panics atomic.Int32
 		cfg := fastConfig(workers, defaultQueue(10))
 		cfg.OnPanic = func(context.Context, *pronto.JobRow, any, string) { panics.Add(1) }
-		c := startClient(t, ts, cfg)
+		c := startClient(t, ts.Store, cfg)
 
 		insert := func(a failArgs, opts *pronto.InsertOpts) string {
 			j, err := c.Insert(ctx, a, opts)
@@ -148,7 +148,7 @@ func TestPriorityAndDueOrder(t *testing.T) {
 			log.add(j.Args.Message)
 			return nil
 		}))
-		c, err := pronto.NewClient(ts, fastConfig(workers, defaultQueue(1)))
+		c, err := pronto.NewClient(ts.Store, fastConfig(workers, defaultQueue(1)))
 		require.NoError(t, err)
 		require.NoError(t, c.QueuePause(ctx, pronto.DefaultQueue))
 		for _, x := range []struct {
@@ -181,7 +181,7 @@ func TestScheduledJobRunsWhenDue(t *testing.T) {
 		}))
 		cfg := fastConfig(workers, defaultQueue(2))
 		cfg.PollInterval = time.Hour // only the due-time timer may start it
-		c := startClient(t, ts, cfg)
+		c := startClient(t, ts.Store, cfg)
 		due := time.Now().Add(300 * time.Millisecond)
 		j, err := c.Insert(ctx, echoArgs{Message: "later"}, &pronto.InsertOpts{ScheduledAt: due})
 		require.NoError(t, err)
@@ -208,7 +208,7 @@ func TestCancelRunningJobFromAnotherClient(t *testing.T) {
 			stoppedWith <- context.Cause(ctx)
 			return ctx.Err()
 		}))
-		worker := startClient(t, ts, fastConfig(workers, defaultQueue(1)))
+		worker := startClient(t, ts.Store, fastConfig(workers, defaultQueue(1)))
 		admin, err := pronto.NewClient(ts.reopen(t), nil)
 		require.NoError(t, err)
 
@@ -260,7 +260,7 @@ func TestGracefulStopReturnsInterruptedJobs(t *testing.T) {
 			<-ctx.Done()
 			return ctx.Err()
 		}))
-		c, err := pronto.NewClient(ts, fastConfig(workers, defaultQueue(5)))
+		c, err := pronto.NewClient(ts.Store, fastConfig(workers, defaultQueue(5)))
 		require.NoError(t, err)
 		require.NoError(t, c.Start(ctx))
 		quick, err := c.Insert(ctx, blockArgs{Key: "quick"}, nil)
@@ -294,7 +294,7 @@ func TestUnknownKindWaitsForAClientThatCanWorkIt(t *testing.T) {
 		ctx := context.Background()
 		echoOnly := pronto.NewWorkers()
 		pronto.AddWorker(echoOnly, pronto.WorkFunc(func(context.Context, *pronto.Job[echoArgs]) error { return nil }))
-		c := startClient(t, ts, fastConfig(echoOnly, defaultQueue(2)))
+		c := startClient(t, ts.Store, fastConfig(echoOnly, defaultQueue(2)))
 		other, err := c.Insert(ctx, blockArgs{Key: "k"}, nil)
 		require.NoError(t, err, "inserting a kind this client has no worker for is allowed")
 		mine, err := c.Insert(ctx, echoArgs{}, nil)
@@ -316,7 +316,7 @@ func TestUnknownKindWaitsForAClientThatCanWorkIt(t *testing.T) {
 func TestBadInputIsRefusedAndStoresNothing(t *testing.T) {
 	forEachStore(t, func(t *testing.T, ts *testStore) {
 		ctx := context.Background()
-		c, err := pronto.NewClient(ts, nil)
+		c, err := pronto.NewClient(ts.Store, nil)
 		require.NoError(t, err)
 		cases := []struct {
 			name string
@@ -396,7 +396,12 @@ func TestManyClientsNeverRunAJobTwice(t *testing.T) {
 			if i > 0 {
 				s = ts.reopen(t)
 			}
-			clients = append(clients, startClient(t, s, fastConfig(workers, defaultQueue(20))))
+			cfg := fastConfig(workers, defaultQueue(20))
+			// A long lease: this test is about claim exclusivity, so a heartbeat delayed by a loaded
+			// machine must not let the rescuer hand a job out again (that is at-least-once, tested
+			// elsewhere).
+			cfg.LeaseDuration, cfg.HeartbeatInterval = 30*time.Second, time.Second
+			clients = append(clients, startClient(t, s, cfg))
 		}
 		// Insert from several goroutines, singly and in batches, while all clients claim.
 		var wg sync.WaitGroup
@@ -457,7 +462,7 @@ func TestMiddlewareAndEvents(t *testing.T) {
 			worked.Add(1)
 			return next(ctx)
 		}}
-		c := startClient(t, ts, cfg)
+		c := startClient(t, ts.Store, cfg)
 		events, unsub := c.Subscribe()
 		defer unsub()
 		ok, err := c.Insert(ctx, failArgs{FailTimes: 1, Mode: "error"}, nil)
@@ -495,7 +500,7 @@ func TestRetrySurvivesClientRestartDuringBackoff(t *testing.T) {
 		pronto.AddWorker(workers, failWorker())
 		cfg := fastConfig(workers, defaultQueue(2))
 		cfg.RetryPolicy = pronto.RetryPolicy{InitialInterval: 700 * time.Millisecond, NoJitter: true}
-		first, err := pronto.NewClient(ts, cfg)
+		first, err := pronto.NewClient(ts.Store, cfg)
 		require.NoError(t, err)
 		require.NoError(t, first.Start(ctx))
 		j, err := first.Insert(ctx, failArgs{FailTimes: 1, Mode: "error"}, nil)

@@ -25,12 +25,13 @@ func TestInsertTxCommitAndRollback(t *testing.T) {
 	}))
 	cfg := fastConfig(workers, defaultQueue(2))
 	cfg.PollInterval = time.Hour // only a notification can wake the client
-	c := startClient(t, ts, cfg)
+	c := startClient(t, ts.Store, cfg)
 	pool := ts.Store.(*postgres.Store).Pool()
 
 	// Rolled back: no job, and no wake-up.
 	tx, err := pool.Begin(ctx)
 	require.NoError(t, err)
+	defer tx.Rollback(ctx) //nolint:errcheck // no-op once committed or rolled back
 	rolled, err := c.InsertTx(ctx, tx, echoArgs{Message: "rolled back"}, nil)
 	require.NoError(t, err)
 	require.NoError(t, tx.Rollback(ctx))
@@ -40,6 +41,7 @@ func TestInsertTxCommitAndRollback(t *testing.T) {
 	// Committed: the job exists and the commit's notification wakes the client at once.
 	tx, err = pool.Begin(ctx)
 	require.NoError(t, err)
+	defer tx.Rollback(ctx) //nolint:errcheck // no-op once committed
 	j, err := c.InsertTx(ctx, tx, echoArgs{Message: "committed"}, nil)
 	require.NoError(t, err)
 	select {
@@ -78,7 +80,7 @@ func TestLostNotificationIsCoveredByPoll(t *testing.T) {
 	}))
 	cfg := fastConfig(workers, defaultQueue(2))
 	cfg.PollInterval = 300 * time.Millisecond
-	startClient(t, ts, cfg)
+	startClient(t, ts.Store, cfg)
 	// Insert behind pronto's back: a plain INSERT sends no notification.
 	id := uuidv7.New()
 	_, err := testdb.Pool(t).Exec(ctx, `INSERT INTO `+ts.schema+`.jobs (id, kind, queue, args, state, max_attempts)
@@ -104,7 +106,7 @@ func TestListenerKilledDispatchRecovers(t *testing.T) {
 	}))
 	cfg := fastConfig(workers, defaultQueue(2))
 	cfg.PollInterval = time.Hour // recovery must come from the listener, not the poll
-	c := startClient(t, ts, cfg)
+	c := startClient(t, ts.Store, cfg)
 	st := ts.Store.(*postgres.Store)
 
 	_, err := c.Insert(ctx, echoArgs{Message: "before"}, nil)

@@ -111,7 +111,7 @@ func TestSIGKILLedWorkerProcess(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			ts := newTestStore(t, kind)
-			admin, err := pronto.NewClient(ts, nil)
+			admin, err := pronto.NewClient(ts.Store, nil)
 			require.NoError(t, err)
 			const total = 60
 			batch := make([]pronto.InsertManyParams, total)
