@@ -45,10 +45,14 @@ RETURNING created_at, scheduled_at`
 	sqlNow = `SELECT now()`
 
 	// sqlClaim claims up to $2 jobs of queue $1 for worker $4 with a lease of $3 microseconds.
+	// The due-time test is a CASE, not an OR: an OR lets the planner pick a BitmapOr over the claim
+	// and due indexes and sort the whole backlog (22 ms for 20k jobs); the CASE keeps an ordered scan
+	// of jobs_claim_idx that stops at the LIMIT (1.4 ms).
 	sqlClaim = `WITH locked AS (
 	SELECT id FROM {schema}.jobs
 	WHERE queue = $1
-		AND (state = 'available' OR (state IN ('scheduled', 'retryable') AND scheduled_at <= now()))
+		AND state IN ('available', 'scheduled', 'retryable')
+		AND (CASE WHEN state = 'available' THEN true ELSE scheduled_at <= now() END)
 		AND (expires_at IS NULL OR expires_at > now())
 		AND NOT EXISTS (SELECT 1 FROM {schema}.queues q WHERE q.name = $1 AND q.paused)
 	ORDER BY priority DESC, scheduled_at, id
@@ -66,7 +70,8 @@ RETURNING ` + jobColsJ
 	sqlClaimKinds = `WITH locked AS (
 	SELECT id FROM {schema}.jobs
 	WHERE queue = $1
-		AND (state = 'available' OR (state IN ('scheduled', 'retryable') AND scheduled_at <= now()))
+		AND state IN ('available', 'scheduled', 'retryable')
+		AND (CASE WHEN state = 'available' THEN true ELSE scheduled_at <= now() END)
 		AND (expires_at IS NULL OR expires_at > now())
 		AND kind = ANY($5)
 		AND NOT EXISTS (SELECT 1 FROM {schema}.queues q WHERE q.name = $1 AND q.paused)
