@@ -34,20 +34,20 @@ type testStore struct {
 	kind   storeKind
 	schema string // postgres
 	path   string // sqlite
-	reopen func(t *testing.T) store.Store
+	reopen func(t testing.TB) store.Store
 }
 
-func newTestStore(t *testing.T, kind storeKind) *testStore {
+func newTestStore(t testing.TB, kind storeKind) *testStore {
 	t.Helper()
 	ctx := context.Background()
 	switch kind {
 	case kindMemory:
 		s := memory.New()
 		t.Cleanup(func() { _ = s.Close() })
-		return &testStore{Store: s, kind: kind, reopen: func(*testing.T) store.Store { return s }}
+		return &testStore{Store: s, kind: kind, reopen: func(testing.TB) store.Store { return s }}
 	case kindSQLite:
 		path := filepath.Join(t.TempDir(), "jobs.db")
-		open := func(t *testing.T) store.Store {
+		open := func(t testing.TB) store.Store {
 			s, err := sqlite.Open(ctx, path)
 			require.NoError(t, err)
 			require.NoError(t, s.Migrate(ctx))
@@ -58,7 +58,7 @@ func newTestStore(t *testing.T, kind storeKind) *testStore {
 		return &testStore{Store: s, kind: kind, path: path, reopen: open}
 	case kindPostgres:
 		schema := testdb.Schema(t)
-		open := func(t *testing.T) store.Store {
+		open := func(t testing.TB) store.Store {
 			s, err := postgres.New(testdb.NewPool(t, 10), postgres.Config{Schema: schema})
 			require.NoError(t, err)
 			require.NoError(t, s.Migrate(ctx))

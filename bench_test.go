@@ -1,0 +1,101 @@
+package pronto_test
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/pronto-jobs/pronto"
+)
+
+type noopArgs struct {
+	N int `json:"n"`
+}
+
+func (noopArgs) Kind() string { return "bench.noop" }
+
+// BenchmarkDrain measures how fast a client with 100 workers drains a backlog of zero-work jobs
+// (claim, run, batched completion), per store. jobs/s is the figure to watch.
+func BenchmarkDrain(b *testing.B) {
+	for _, kind := range allStores {
+		b.Run(string(kind), func(b *testing.B) { benchDrain(b, kind) })
+	}
+}
+
+func benchDrain(b *testing.B, kind storeKind) {
+	ctx := context.Background()
+	ts := newTestStore(b, kind)
+	var done atomic.Int64
+	workers := pronto.NewWorkers()
+	pronto.AddWorker(workers, pronto.WorkFunc(func(context.Context, *pronto.Job[noopArgs]) error {
+		done.Add(1)
+		return nil
+	}))
+	inserter, err := pronto.NewClient(ts.Store, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	const batch = 1000
+	n := max(b.N, batch)
+	for i := 0; i < n; i += batch {
+		ps := make([]pronto.InsertManyParams, min(batch, n-i))
+		for k := range ps {
+			ps[k] = pronto.InsertManyParams{Args: noopArgs{N: i + k}}
+		}
+		if _, err := inserter.InsertMany(ctx, ps); err != nil {
+			b.Fatal(err)
+		}
+	}
+	c, err := pronto.NewClient(ts.Store, &pronto.Config{Queues: defaultQueue(100), Workers: workers})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	start := time.Now()
+	if err := c.Start(ctx); err != nil {
+		b.Fatal(err)
+	}
+	for done.Load() < int64(n) {
+		time.Sleep(time.Millisecond)
+	}
+	elapsed := time.Since(start)
+	b.StopTimer()
+	_ = c.Stop(ctx)
+	b.ReportMetric(float64(n)/elapsed.Seconds(), "jobs/s")
+}
+
+// BenchmarkInsert measures single inserts and InsertMany batches per store.
+func BenchmarkInsert(b *testing.B) {
+	for _, kind := range allStores {
+		for _, size := range []int{1, 100, 1000} {
+			b.Run(fmt.Sprintf("%s/batch=%d", kind, size), func(b *testing.B) {
+				ctx := context.Background()
+				ts := newTestStore(b, kind)
+				c, err := pronto.NewClient(ts.Store, nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				ps := make([]pronto.InsertManyParams, size)
+				for k := range ps {
+					ps[k] = pronto.InsertManyParams{Args: noopArgs{N: k}}
+				}
+				b.ResetTimer()
+				start := time.Now()
+				for i := 0; i < b.N; i++ {
+					if size == 1 {
+						_, err = c.Insert(ctx, noopArgs{N: i}, nil)
+					} else {
+						_, err = c.InsertMany(ctx, ps)
+					}
+					if err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportMetric(float64(b.N*size)/time.Since(start).Seconds(), "jobs/s")
+			})
+		}
+	}
+}
+
