@@ -98,4 +98,3 @@ func BenchmarkInsert(b *testing.B) {
 		}
 	}
 }
-
