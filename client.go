@@ -32,6 +32,7 @@ type Client struct {
 	stopErr  error
 
 	producers   map[string]*producer.Producer
+	pools       map[string]chan jobTask
 	completer   *completer.Completer
 	maintainer  *maintenance.Maintainer
 	unsubscribe func()
@@ -134,8 +135,14 @@ func (c *Client) Start(ctx context.Context) error {
 	}()
 
 	c.producers = make(map[string]*producer.Producer, len(c.cfg.Queues))
+	c.pools = make(map[string]chan jobTask, len(c.cfg.Queues))
 	for name, q := range c.cfg.Queues {
 		name := name
+		tasks := make(chan jobTask, q.MaxWorkers)
+		c.pools[name] = tasks
+		for range q.MaxWorkers {
+			go c.workerPool(tasks)
+		}
 		c.producers[name] = producer.New(producer.Config{
 			Queue:      name,
 			MaxWorkers: q.MaxWorkers,
@@ -222,6 +229,10 @@ func (c *Client) stop(ctx context.Context) error {
 		case <-time.After(2 * time.Second):
 			c.abandonStuckJobs()
 		}
+	}
+	// Every job has returned (or was abandoned): the pools' goroutines may go.
+	for _, tasks := range c.pools {
+		close(tasks)
 	}
 	c.completer.Close()
 	select {
@@ -370,7 +381,24 @@ func RecordResult(ctx context.Context, v any) error {
 // errTimeout is the cause of a job's context when its timeout passes.
 var errTimeout = errors.New("pronto: job timeout")
 
-// execute runs one claimed job on its own goroutine; release frees its worker slot.
+// jobTask is one claimed job handed to a queue's worker pool.
+type jobTask struct {
+	row     *store.Job
+	ctx     context.Context
+	cancel  context.CancelCauseFunc
+	release func()
+}
+
+// workerPool runs a queue's jobs on a fixed set of goroutines (one per worker slot), so their stacks
+// stay warm and the goroutine count is bounded by the configured workers.
+func (c *Client) workerPool(tasks <-chan jobTask) {
+	for t := range tasks {
+		c.run(t)
+	}
+}
+
+// execute hands one claimed job to its queue's worker pool; release frees its worker slot. The pool
+// always has room: a producer claims no more jobs than it has free slots.
 func (c *Client) execute(row *store.Job, release func()) {
 	c.jobsWG.Add(1)
 	ctx, cancel := context.WithCancelCause(c.workCtx)
@@ -378,34 +406,40 @@ func (c *Client) execute(row *store.Job, release func()) {
 	c.runMu.Lock()
 	c.running[row.ID] = rj
 	c.runMu.Unlock()
-	go func() {
-		defer c.jobsWG.Done()
-		holder := &resultHolder{}
-		jobCtx := context.WithValue(ctx, resultKey{}, holder)
-		timeout := row.Timeout
-		if timeout == 0 {
-			timeout = c.cfg.JobTimeout
-		}
-		var stopTimeout context.CancelFunc = func() {}
-		if timeout > 0 {
-			jobCtx, stopTimeout = context.WithTimeoutCause(jobCtx, timeout, errTimeout)
-		}
-		start := time.Now()
-		err := c.runWorker(jobCtx, row)
-		dur := time.Since(start)
-		timedOut := errors.Is(context.Cause(jobCtx), errTimeout)
-		cause := context.Cause(ctx)
-		stopTimeout()
-		c.runMu.Lock()
+	c.pools[row.Queue] <- jobTask{row: row, ctx: ctx, cancel: cancel, release: release}
+}
+
+// run works one job to its outcome.
+func (c *Client) run(t jobTask) {
+	row, ctx, cancel, release := t.row, t.ctx, t.cancel, t.release
+	defer c.jobsWG.Done()
+	holder := &resultHolder{}
+	jobCtx := context.WithValue(ctx, resultKey{}, holder)
+	timeout := row.Timeout
+	if timeout == 0 {
+		timeout = c.cfg.JobTimeout
+	}
+	var stopTimeout context.CancelFunc = func() {}
+	if timeout > 0 {
+		jobCtx, stopTimeout = context.WithTimeoutCause(jobCtx, timeout, errTimeout)
+	}
+	start := time.Now()
+	err := c.runWorker(jobCtx, row)
+	dur := time.Since(start)
+	timedOut := errors.Is(context.Cause(jobCtx), errTimeout)
+	cause := context.Cause(ctx)
+	stopTimeout()
+	c.runMu.Lock()
+	if rj := c.running[row.ID]; rj != nil {
 		rj.cancel = nil
-		c.runMu.Unlock()
-		cancel(nil)
-		release()
-		holder.mu.Lock()
-		result := holder.raw
-		holder.mu.Unlock()
-		c.recordOutcome(row, err, result, cause, timedOut, dur)
-	}()
+	}
+	c.runMu.Unlock()
+	cancel(nil)
+	release()
+	holder.mu.Lock()
+	result := holder.raw
+	holder.mu.Unlock()
+	c.recordOutcome(row, err, result, cause, timedOut, dur)
 }
 
 // runWorker runs the job's worker through the work middleware, turning panics into errors.

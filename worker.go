@@ -95,17 +95,15 @@ func encodeArgs(args JobArgs) (json.RawMessage, error) {
 	return b, nil
 }
 
-// decodeArgs reads the one element of an OJS args array into dst.
-func decodeArgs(raw json.RawMessage, dst any) error {
-	var elems []json.RawMessage
+// decodeArgs reads the one element of an OJS args array into a T, in one decoding pass.
+func decodeArgs[T any](raw json.RawMessage, dst *T) error {
+	var elems []T
 	if err := json.Unmarshal(raw, &elems); err != nil {
-		return fmt.Errorf("args are not a JSON array: %w", err)
+		return fmt.Errorf("args are not a JSON array of one %T: %w", *dst, err)
 	}
 	if len(elems) != 1 {
 		return fmt.Errorf("args must be a JSON array with exactly one element (the typed args), got %d elements", len(elems))
 	}
-	if err := json.Unmarshal(elems[0], dst); err != nil {
-		return fmt.Errorf("args do not decode into %T: %w", dst, err)
-	}
+	*dst = elems[0]
 	return nil
 }
