@@ -358,44 +358,39 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) ([]*store.Job, e
 	return jobs, nil
 }
 
+// finishChunk is the most completions one finishBatchSQL statement applies. Smaller batches use the
+// statement for the next power of two, padded with NULL rows, so at most eight are ever prepared.
+const finishChunk = 128
+
+// finishRow is one completion's values for finishBatchSQL.
+type finishRow struct {
+	idx      int // index in the completions
+	args     [finishBatchArgs]any
+	announce bool
+	due      int64 // for announced jobs: due time, 0 for now
+}
+
 // Finish applies the completions in one write transaction, each guarded by state = 'active' and the
-// completion's attempt, and then announces the queues where jobs became claimable or due.
+// completion's attempt, up to 128 per statement, and then announces the queues where jobs became
+// claimable or due. A batch naming one job twice applies the first and then the second (which finds
+// the job no longer active unless the first left it so).
 func (s *Store) Finish(ctx context.Context, completions []store.Completion) ([]store.FinishResult, error) {
 	if len(completions) == 0 {
 		return nil, nil
 	}
-	plain, err := s.stmt(ctx, finishSQL)
-	if err != nil {
-		return nil, fmt.Errorf("finish jobs: %w", err)
-	}
-	notify, err := s.stmt(ctx, finishNotifySQL)
-	if err != nil {
-		return nil, fmt.Errorf("finish jobs: %w", err)
-	}
 	nowUS, now := s.nowMicro()
-	type wake struct {
-		queue string
-		due   int64 // 0: now
-	}
-	var wakes []wake
 	results := make([]store.FinishResult, len(completions))
-
-	tx, err := s.w.BeginTx(ctx, nil)
-	if err != nil {
-		return nil, fmt.Errorf("finish jobs: %w", err)
-	}
-	defer tx.Rollback() //nolint:errcheck // after Commit it is a no-op
-	var txPlain, txNotify *sql.Stmt
+	rows := make([]finishRow, len(completions))
 	for i := range completions {
 		c := &completions[i]
 		results[i].ID = c.ID
+		r := &rows[i]
+		r.idx = i
 		var sched, completed, result, errEntry any
 		refund := int64(0)
 		if c.RefundAttempt {
 			refund = 1
 		}
-		announce := false
-		due := int64(0)
 		switch c.State {
 		case store.StateCompleted:
 			completed = nowUS
@@ -408,13 +403,13 @@ func (s *Store) Finish(ctx context.Context, completions []store.Completion) ([]s
 				us = c.ScheduledAt.UnixMicro()
 			}
 			sched = us
-			announce = true
+			r.announce = true
 			if us > nowUS {
-				due = us
+				r.due = us
 			}
 		case store.StateAvailable:
 			sched = nowUS
-			announce = true
+			r.announce = true
 		default:
 			return nil, fmt.Errorf("finish job %s: state %q is not a completion state", c.ID, c.State)
 		}
@@ -429,36 +424,87 @@ func (s *Store) Finish(ctx context.Context, completions []store.Completion) ([]s
 			}
 			errEntry = string(b)
 		}
-		if announce {
-			if txNotify == nil {
-				txNotify = tx.StmtContext(ctx, notify)
+		r.args = [finishBatchArgs]any{c.ID, int64(c.Attempt), string(c.State), sched, completed, result, errEntry, refund}
+	}
+
+	// Split into rounds in which every id appears once: a statement cannot apply two completions to one
+	// row. Nearly always there is one round.
+	rounds := [][]finishRow{rows}
+	if hasDuplicateIDs(completions) {
+		rounds = splitDuplicateRounds(rows, completions)
+	}
+
+	// Prepare every statement first: while tx is open it holds the only writer connection.
+	type chunkPlan struct {
+		rows []finishRow
+		st   *sql.Stmt
+		size int
+	}
+	plans := make([][]chunkPlan, len(rounds))
+	for i, round := range rounds {
+		for chunk := range slices.Chunk(round, finishChunk) {
+			size := 1
+			for size < len(chunk) {
+				size *= 2
 			}
-			var queue string
-			err := txNotify.QueryRowContext(ctx, string(c.State), sched, completed, result, errEntry, refund,
-				c.ID, int64(c.Attempt)).Scan(&queue)
-			if errors.Is(err, sql.ErrNoRows) {
+			st, err := s.stmt(ctx, finishBatchSQL(size))
+			if err != nil {
+				return nil, fmt.Errorf("finish jobs: %w", err)
+			}
+			plans[i] = append(plans[i], chunkPlan{chunk, st, size})
+		}
+	}
+
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, fmt.Errorf("finish jobs: %w", err)
+	}
+	defer tx.Rollback() //nolint:errcheck // after Commit it is a no-op
+	applied := make(map[string]string, len(completions)) // id -> queue, per round
+	args := make([]any, 0, finishChunk*finishBatchArgs)
+	var wakes []finishRow
+	var queues []string
+	for ri, round := range rounds {
+		clear(applied)
+		for _, plan := range plans[ri] {
+			chunk, st, size := plan.rows, plan.st, plan.size
+			args = args[:0]
+			for i := range chunk {
+				args = append(args, chunk[i].args[:]...)
+			}
+			for range (size - len(chunk)) * finishBatchArgs {
+				args = append(args, nil)
+			}
+			res, err := tx.StmtContext(ctx, st).QueryContext(ctx, args...)
+			if err != nil {
+				return nil, fmt.Errorf("finish jobs: %w", err)
+			}
+			for res.Next() {
+				var id, queue string
+				if err := res.Scan(&id, &queue); err != nil {
+					res.Close()
+					return nil, fmt.Errorf("finish jobs: %w", err)
+				}
+				applied[id] = queue
+			}
+			if err := res.Err(); err != nil {
+				return nil, fmt.Errorf("finish jobs: %w", err)
+			}
+			if err := res.Close(); err != nil {
+				return nil, fmt.Errorf("finish jobs: %w", err)
+			}
+		}
+		for _, r := range round {
+			queue, ok := applied[completions[r.idx].ID]
+			if !ok {
 				continue
 			}
-			if err != nil {
-				return nil, fmt.Errorf("finish job %s: %w", c.ID, err)
+			results[r.idx].Applied = true
+			if r.announce {
+				wakes = append(wakes, r)
+				queues = append(queues, queue)
 			}
-			results[i].Applied = true
-			wakes = append(wakes, wake{queue, due})
-			continue
 		}
-		if txPlain == nil {
-			txPlain = tx.StmtContext(ctx, plain)
-		}
-		res, err := txPlain.ExecContext(ctx, string(c.State), sched, completed, result, errEntry, refund,
-			c.ID, int64(c.Attempt))
-		if err != nil {
-			return nil, fmt.Errorf("finish job %s: %w", c.ID, err)
-		}
-		n, err := res.RowsAffected()
-		if err != nil {
-			return nil, fmt.Errorf("finish job %s: %w", c.ID, err)
-		}
-		results[i].Applied = n > 0
 	}
 	if err := tx.Commit(); err != nil {
 		return nil, fmt.Errorf("finish jobs: commit: %w", err)
@@ -466,15 +512,16 @@ func (s *Store) Finish(ctx context.Context, completions []store.Completion) ([]s
 	if len(wakes) > 0 {
 		var ns []store.Notification
 		idx := map[string]int{}
-		for _, w := range wakes {
+		for k, w := range wakes {
 			var dueAt time.Time
 			if w.due != 0 {
 				dueAt = microTime(w.due)
 			}
-			i, ok := idx[w.queue]
+			q := queues[k]
+			i, ok := idx[q]
 			if !ok {
-				idx[w.queue] = len(ns)
-				ns = append(ns, store.Notification{Kind: store.NotifyInsert, Queue: w.queue, DueAt: dueAt})
+				idx[q] = len(ns)
+				ns = append(ns, store.Notification{Kind: store.NotifyInsert, Queue: q, DueAt: dueAt})
 				continue
 			}
 			n := &ns[i]
@@ -485,6 +532,36 @@ func (s *Store) Finish(ctx context.Context, completions []store.Completion) ([]s
 		s.publish(ns)
 	}
 	return results, nil
+}
+
+// hasDuplicateIDs reports whether two completions name the same job.
+func hasDuplicateIDs(cs []store.Completion) bool {
+	if len(cs) < 2 {
+		return false
+	}
+	seen := make(map[string]struct{}, len(cs))
+	for i := range cs {
+		if _, ok := seen[cs[i].ID]; ok {
+			return true
+		}
+		seen[cs[i].ID] = struct{}{}
+	}
+	return false
+}
+
+// splitDuplicateRounds puts the n-th completion of each job in round n, keeping order within rounds.
+func splitDuplicateRounds(rows []finishRow, cs []store.Completion) [][]finishRow {
+	var rounds [][]finishRow
+	count := map[string]int{}
+	for _, r := range rows {
+		n := count[cs[r.idx].ID]
+		count[cs[r.idx].ID] = n + 1
+		if n == len(rounds) {
+			rounds = append(rounds, nil)
+		}
+		rounds[n] = append(rounds[n], r)
+	}
+	return rounds
 }
 
 // Heartbeat extends, in one write transaction, the leases of the listed jobs that are still active and
@@ -637,47 +714,110 @@ func (s *Store) NextDue(ctx context.Context, queue string) (time.Time, bool, err
 	return microTime(v.Int64), true, nil
 }
 
-// Cleanup deletes, in one write transaction, at most p.Limit terminal jobs older than the cut-off of
-// their state (a zero cut-off deletes none of that state).
+// cleanupClockSlack is how far created_at may run behind insertion order (clocks of several processes
+// on one file): Cleanup stops its walk at the first job created this long after the latest cut-off.
+const cleanupClockSlack = time.Minute
+
+// cleanupPage is how many rows one read of Cleanup's walk returns.
+const cleanupPage = 1000
+
+// Cleanup deletes at most p.Limit terminal jobs whose CompletedAt is before the cut-off of their state
+// (a zero cut-off keeps that state forever), and returns how many it deleted.
+//
+// There is no index on completion time (it would cost every completion an index insert). Instead
+// Cleanup walks the table in insertion order on a read connection, which blocks no writer, and stops
+// at the first job created after the latest cut-off (plus a minute of clock slack), since a job
+// completes after it is created: the walk covers the jobs old enough to qualify and no more. The
+// candidates are then deleted in one short write transaction that checks their state and age again.
 func (s *Store) Cleanup(ctx context.Context, p store.CleanupParams) (int, error) {
 	limit := p.Limit
 	if limit <= 0 {
 		limit = defaultMaintenanceLimit
 	}
-	st, err := s.stmt(ctx, cleanupSQL)
+	cut := [3]time.Time{p.CompletedBefore, p.CancelledBefore, p.DiscardedBefore}
+	var latest time.Time
+	for _, c := range cut {
+		if c.After(latest) {
+			latest = c
+		}
+	}
+	if latest.IsZero() {
+		return 0, nil
+	}
+	cutUS := [3]any{micro(cut[0]), micro(cut[1]), micro(cut[2])}
+	qualifies := func(state string, completedAt int64) bool {
+		var c time.Time
+		switch store.State(state) {
+		case store.StateCompleted:
+			c = cut[0]
+		case store.StateCancelled:
+			c = cut[1]
+		case store.StateDiscarded:
+			c = cut[2]
+		default:
+			return false
+		}
+		return !c.IsZero() && completedAt < c.UnixMicro()
+	}
+	stopAt := latest.Add(cleanupClockSlack).UnixMicro()
+
+	var candidates []int64
+	var cursor int64
+walk:
+	for len(candidates) < limit {
+		rows, err := s.r.QueryContext(ctx, cleanupScanSQL, cursor, cleanupPage)
+		if err != nil {
+			return 0, fmt.Errorf("clean up jobs: %w", s.schemaHint(err))
+		}
+		n := 0
+		for rows.Next() {
+			var rowid, createdAt int64
+			var state string
+			var completedAt sql.NullInt64
+			if err := rows.Scan(&rowid, &state, &completedAt, &createdAt); err != nil {
+				rows.Close()
+				return 0, fmt.Errorf("clean up jobs: %w", err)
+			}
+			n++
+			cursor = rowid
+			if createdAt >= stopAt {
+				rows.Close()
+				break walk
+			}
+			if completedAt.Valid && qualifies(state, completedAt.Int64) {
+				candidates = append(candidates, rowid)
+				if len(candidates) >= limit {
+					break
+				}
+			}
+		}
+		if err := rows.Err(); err != nil {
+			rows.Close()
+			return 0, fmt.Errorf("clean up jobs: %w", err)
+		}
+		rows.Close()
+		if n < cleanupPage {
+			break
+		}
+	}
+	if len(candidates) == 0 {
+		return 0, nil
+	}
+	ids, err := json.Marshal(candidates)
+	if err != nil {
+		return 0, err
+	}
+	st, err := s.stmt(ctx, cleanupDeleteSQL)
 	if err != nil {
 		return 0, fmt.Errorf("clean up jobs: %w", err)
 	}
-	tx, err := s.w.BeginTx(ctx, nil)
+	res, err := st.ExecContext(ctx, string(ids), cutUS[0], cutUS[1], cutUS[2])
 	if err != nil {
 		return 0, fmt.Errorf("clean up jobs: %w", err)
 	}
-	defer tx.Rollback() //nolint:errcheck // after Commit it is a no-op
-	txst := tx.StmtContext(ctx, st)
-	total := 0
-	for _, c := range []struct {
-		state  store.State
-		before time.Time
-	}{
-		{store.StateCompleted, p.CompletedBefore},
-		{store.StateCancelled, p.CancelledBefore},
-		{store.StateDiscarded, p.DiscardedBefore},
-	} {
-		if c.before.IsZero() || total >= limit {
-			continue
-		}
-		res, err := txst.ExecContext(ctx, string(c.state), c.before.UnixMicro(), int64(limit-total))
-		if err != nil {
-			return 0, fmt.Errorf("clean up %s jobs: %w", c.state, err)
-		}
-		n, err := res.RowsAffected()
-		if err != nil {
-			return 0, fmt.Errorf("clean up %s jobs: %w", c.state, err)
-		}
-		total += int(n)
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, fmt.Errorf("clean up jobs: %w", err)
 	}
-	if err := tx.Commit(); err != nil {
-		return 0, fmt.Errorf("clean up jobs: commit: %w", err)
-	}
-	return total, nil
+	return int(n), nil
 }

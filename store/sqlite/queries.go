@@ -43,8 +43,8 @@ func claimSQL(nKinds int) string {
 	}
 	return `UPDATE pronto_jobs SET state = 'active', attempt = attempt + 1, started_at = ?1,
 		lease_expires_at = ?2, worker_id = ?3
-	WHERE id IN (
-		SELECT id FROM pronto_jobs
+	WHERE rowid IN (
+		SELECT rowid FROM pronto_jobs
 		WHERE queue = ?4
 		  AND state IN ('available', 'scheduled', 'retryable')
 		  AND (state = 'available' OR scheduled_at <= ?1)
@@ -56,21 +56,37 @@ func claimSQL(nKinds int) string {
 	RETURNING ` + jobColumns
 }
 
-// finishSQL applies one completion. ?1 state, ?2 scheduled_at (NULL: keep), ?3 completed_at, ?4 result,
-// ?5 error entry (JSON or NULL), ?6 refund (0 or 1), ?7 id, ?8 attempt.
-const finishSQL = `UPDATE pronto_jobs SET
-		state = ?1,
-		scheduled_at = COALESCE(?2, scheduled_at),
-		completed_at = ?3,
-		result = CASE WHEN ?1 = 'completed' THEN ?4 ELSE result END,
-		errors = CASE WHEN ?5 IS NULL THEN errors ELSE json_insert(COALESCE(errors, '[]'), '$[#]', json(?5)) END,
-		max_attempts = max_attempts + ?6,
+// finishBatchSQL applies n completions in one statement: each row of c is (id, attempt, state,
+// scheduled_at or NULL to keep, completed_at, result, error entry JSON or NULL, refund 0 or 1). Rows with a
+// NULL id are padding. It returns the id and queue of every job it changed.
+func finishBatchSQL(n int) string {
+	var b strings.Builder
+	b.WriteString(`WITH c(id, attempt, state, sched, completed, result, err, refund) AS (VALUES `)
+	for i := range n {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString("(?, ?, ?, ?, ?, ?, ?, ?)")
+	}
+	b.WriteString(`)
+	UPDATE pronto_jobs SET
+		state = c.state,
+		scheduled_at = COALESCE(c.sched, pronto_jobs.scheduled_at),
+		completed_at = c.completed,
+		result = CASE WHEN c.state = 'completed' THEN c.result ELSE pronto_jobs.result END,
+		errors = CASE WHEN c.err IS NULL THEN pronto_jobs.errors
+			ELSE json_insert(COALESCE(pronto_jobs.errors, '[]'), '$[#]', json(c.err)) END,
+		max_attempts = pronto_jobs.max_attempts + c.refund,
 		lease_expires_at = NULL,
 		worker_id = NULL
-	WHERE id = ?7 AND attempt = ?8 AND state = 'active'`
+	FROM c
+	WHERE pronto_jobs.id = c.id AND pronto_jobs.attempt = c.attempt AND pronto_jobs.state = 'active'
+	RETURNING id, queue`)
+	return b.String()
+}
 
-// finishNotifySQL is finishSQL returning the queue, for states that make a job claimable or due.
-const finishNotifySQL = finishSQL + ` RETURNING queue`
+// finishBatchArgs is the number of values one row of finishBatchSQL binds.
+const finishBatchArgs = 8
 
 // heartbeatSQL: ?1 lease expiry, ?2 id, ?3 worker id.
 const heartbeatSQL = `UPDATE pronto_jobs SET lease_expires_at = ?1
@@ -116,11 +132,17 @@ const discardExpiredSQL = `UPDATE pronto_jobs SET
 const nextDueSQL = `SELECT min(scheduled_at) FROM pronto_jobs
 	WHERE queue = ?1 AND state IN ('scheduled', 'retryable')`
 
-// cleanupSQL deletes terminal jobs of one state. ?1 state, ?2 completed before, ?3 limit.
-const cleanupSQL = `DELETE FROM pronto_jobs WHERE id IN (
-		SELECT id FROM pronto_jobs
-		WHERE state IN ('completed', 'cancelled', 'discarded') AND state = ?1 AND completed_at < ?2
-		LIMIT ?3)`
+// cleanupScanSQL pages through jobs in rowid (insertion) order. ?1 rowid cursor, ?2 page size.
+const cleanupScanSQL = `SELECT rowid, state, completed_at, created_at FROM pronto_jobs
+	WHERE rowid > ?1 ORDER BY rowid LIMIT ?2`
+
+// cleanupDeleteSQL deletes the candidates (a JSON array of rowids) that are still terminal and old
+// enough. ?1 rowids, ?2 completed before, ?3 cancelled before, ?4 discarded before (NULL: keep).
+const cleanupDeleteSQL = `DELETE FROM pronto_jobs
+	WHERE rowid IN (SELECT value FROM json_each(?1))
+	  AND ((state = 'completed' AND completed_at < ?2)
+	    OR (state = 'cancelled' AND completed_at < ?3)
+	    OR (state = 'discarded' AND completed_at < ?4))`
 
 const getJobSQL = `SELECT ` + jobColumns + ` FROM pronto_jobs WHERE id = ?1`
 

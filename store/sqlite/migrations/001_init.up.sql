@@ -29,6 +29,9 @@ CREATE TABLE pronto_jobs (
     parent_ids       TEXT     -- JSON array of job ids, NULL when none
 ) STRICT;
 
+-- Indexes are few on purpose: every index whose key or condition mentions state costs each claim and
+-- each completion. Cleanup has none: it walks the table in rowid (insertion) order on a reader.
+
 -- Claims: the claimable jobs of a queue in claim order.
 CREATE INDEX pronto_jobs_claim ON pronto_jobs (queue, priority DESC, scheduled_at, id)
     WHERE state IN ('available', 'scheduled', 'retryable');
@@ -40,10 +43,6 @@ CREATE INDEX pronto_jobs_lease ON pronto_jobs (lease_expires_at)
 -- Promote and NextDue: jobs waiting for their due time.
 CREATE INDEX pronto_jobs_due ON pronto_jobs (queue, scheduled_at)
     WHERE state IN ('scheduled', 'retryable');
-
--- Cleanup: terminal jobs by age.
-CREATE INDEX pronto_jobs_finalized ON pronto_jobs (state, completed_at)
-    WHERE state IN ('completed', 'cancelled', 'discarded');
 
 -- DiscardExpired: jobs not yet started that carry an expiry.
 CREATE INDEX pronto_jobs_expiry ON pronto_jobs (expires_at)
