@@ -376,4 +376,3 @@ func TestFinishStates(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, res)
 }
-
