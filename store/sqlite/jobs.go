@@ -460,7 +460,8 @@ func (s *Store) Finish(ctx context.Context, completions []store.Completion) ([]s
 		return nil, fmt.Errorf("finish jobs: %w", err)
 	}
 	defer tx.Rollback() //nolint:errcheck // after Commit it is a no-op
-	applied := make(map[string]string, len(completions)) // id -> queue, per round
+
+	applied := make(map[string]string, len(completions)) // id -> queue, within one round
 	args := make([]any, 0, finishChunk*finishBatchArgs)
 	var wakes []finishRow
 	var queues []string
