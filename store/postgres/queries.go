@@ -62,8 +62,7 @@ RETURNING created_at, scheduled_at`
 UPDATE {schema}.jobs j
 SET state = 'active', attempt = j.attempt + 1, started_at = now(),
 	lease_expires_at = now() + $3 * interval '1 microsecond', worker_id = $4
-FROM locked
-WHERE j.id = locked.id
+WHERE j.id = ANY(ARRAY(SELECT id FROM locked))
 RETURNING ` + jobColsJ
 
 	// sqlClaimKinds is sqlClaim restricted to the kinds in $5.
@@ -82,8 +81,7 @@ RETURNING ` + jobColsJ
 UPDATE {schema}.jobs j
 SET state = 'active', attempt = j.attempt + 1, started_at = now(),
 	lease_expires_at = now() + $3 * interval '1 microsecond', worker_id = $4
-FROM locked
-WHERE j.id = locked.id
+WHERE j.id = ANY(ARRAY(SELECT id FROM locked))
 RETURNING ` + jobColsJ
 
 	// sqlFinish applies a batch of completions given as parallel arrays, only to jobs still active
@@ -135,8 +133,7 @@ RETURNING id`
 			'message', 'lease expired: worker ' || coalesce(j.worker_id, '') || ' stopped heartbeating')),
 		lease_expires_at = NULL,
 		worker_id = NULL
-	FROM expired
-	WHERE j.id = expired.id
+	WHERE j.id = ANY(ARRAY(SELECT id FROM expired))
 	RETURNING ` + jobColsJ + `
 ), changed AS (
 	SELECT queue, state, scheduled_at FROM updated
@@ -153,8 +150,7 @@ SELECT * FROM updated WHERE (SELECT count(*) FROM notified) >= 0`
 	FOR UPDATE SKIP LOCKED
 ), changed AS (
 	UPDATE {schema}.jobs j SET state = 'available'
-	FROM due
-	WHERE j.id = due.id
+	WHERE j.id = ANY(ARRAY(SELECT id FROM due))
 	RETURNING j.queue, j.state, j.scheduled_at
 ), notified AS (` + notifyClaimable + `
 )
@@ -174,8 +170,7 @@ SET state = 'discarded', completed_at = now(),
 	errors = j.errors || jsonb_build_array(jsonb_build_object(
 		'attempt', j.attempt, 'at', now(), 'type', 'expired',
 		'message', 'job expired before it started'))
-FROM expired
-WHERE j.id = expired.id`
+WHERE j.id = ANY(ARRAY(SELECT id FROM expired))`
 
 	// sqlNextDue finds the earliest due time of the scheduled and retryable jobs of queue $1.
 	sqlNextDue = `SELECT min(scheduled_at) FROM {schema}.jobs
@@ -191,7 +186,7 @@ WHERE queue = $1 AND state IN ('scheduled', 'retryable')`
 	LIMIT $4
 	FOR UPDATE SKIP LOCKED
 )
-DELETE FROM {schema}.jobs j USING old WHERE j.id = old.id`
+DELETE FROM {schema}.jobs WHERE id = ANY(ARRAY(SELECT id FROM old))`
 
 	// sqlGetJob reads one job.
 	sqlGetJob = `SELECT ` + jobCols + ` FROM {schema}.jobs WHERE id = $1`
@@ -226,7 +221,7 @@ LIMIT $5`
 	UPDATE {schema}.jobs j
 	SET state = 'cancelled', completed_at = now(), lease_expires_at = NULL, worker_id = NULL
 	FROM locked l
-	WHERE j.id = l.id AND l.state NOT IN ('completed', 'cancelled', 'discarded')
+	WHERE j.id = $1 AND j.id = l.id AND l.state NOT IN ('completed', 'cancelled', 'discarded')
 	RETURNING ` + jobColsJ + `
 ), notified AS (
 	SELECT pg_notify({channel}, '{"k":"c","id":"' || l.id::text || '"}')
@@ -244,7 +239,7 @@ WHERE (SELECT count(*) FROM notified) >= 0`
 	SET state = 'available', attempt = 0, scheduled_at = now(), completed_at = NULL,
 		lease_expires_at = NULL, worker_id = NULL
 	FROM locked l
-	WHERE j.id = l.id AND l.state IN ('discarded', 'cancelled')
+	WHERE j.id = $1 AND j.id = l.id AND l.state IN ('discarded', 'cancelled')
 	RETURNING ` + jobColsJ + `
 ), changed AS (
 	SELECT queue, state, scheduled_at FROM updated
@@ -260,7 +255,7 @@ WHERE (SELECT count(*) FROM notified) >= 0`
 	UPDATE {schema}.jobs j
 	SET state = 'available', scheduled_at = now()
 	FROM locked l
-	WHERE j.id = l.id AND l.state = 'pending'
+	WHERE j.id = $1 AND j.id = l.id AND l.state = 'pending'
 	RETURNING ` + jobColsJ + `
 ), changed AS (
 	SELECT queue, state, scheduled_at FROM updated
@@ -275,7 +270,7 @@ WHERE (SELECT count(*) FROM notified) >= 0`
 ), deleted AS (
 	DELETE FROM {schema}.jobs j
 	USING locked l
-	WHERE j.id = l.id AND l.state <> 'active'
+	WHERE j.id = $1 AND j.id = l.id AND l.state <> 'active'
 	RETURNING ` + jobColsJ + `
 )
 SELECT l.state, deleted.* FROM locked l LEFT JOIN deleted ON true`

@@ -41,9 +41,12 @@ CREATE INDEX jobs_claim_idx ON jobs (queue, priority DESC, scheduled_at, id)
 CREATE INDEX jobs_due_idx ON jobs (queue, scheduled_at)
     WHERE state IN ('scheduled', 'retryable');
 
--- Rescue of expired leases.
+-- Rescue of expired leases. Only active jobs hold a lease (every transition out of active clears
+-- it). The predicate is deliberately not state = 'active': with it, the planner is tempted to resolve
+-- Finish's "state = 'active'" through this index (a scan of every active job) instead of looking the
+-- batch's ids up in the primary key.
 CREATE INDEX jobs_lease_idx ON jobs (lease_expires_at)
-    WHERE state = 'active';
+    WHERE lease_expires_at IS NOT NULL;
 
 -- Retention cleanup of terminal jobs.
 CREATE INDEX jobs_finalized_idx ON jobs (state, completed_at)
