@@ -13,14 +13,21 @@ import (
 	"github.com/pronto-jobs/pronto/store"
 )
 
-// Listener tuning. Variables so tests can shorten them.
-var (
+// Listener tuning.
+const (
 	// listenerBackoffMin and listenerBackoffMax bound the wait between reconnection attempts.
 	listenerBackoffMin = 50 * time.Millisecond
 	listenerBackoffMax = 5 * time.Second
 	// subscribeWait bounds how long the first Subscribe waits for the listener to be listening, so a
 	// notification sent right after Subscribe returns is not missed.
 	subscribeWait = 10 * time.Second
+	// listenerConnectTimeout bounds one connection attempt (dial, start-up and LISTEN).
+	listenerConnectTimeout = 10 * time.Second
+	// listenerIdleCheck is how long the listener waits quietly before it pings its connection, so a
+	// connection that died silently (a network partition, no RST) is replaced within about this long.
+	listenerIdleCheck = 30 * time.Second
+	// listenerPingTimeout bounds that ping.
+	listenerPingTimeout = 5 * time.Second
 )
 
 // payload is the compact JSON of a notification on the store's channel:
@@ -86,6 +93,9 @@ type notifier struct {
 	s   *Store
 	hub notifyhub.Hub
 
+	// idleCheck is listenerIdleCheck, per notifier so a test can shorten it.
+	idleCheck time.Duration
+
 	mu      sync.Mutex
 	subs    int
 	closed  bool
@@ -93,7 +103,7 @@ type notifier struct {
 	wg      sync.WaitGroup
 }
 
-func newNotifier(s *Store) *notifier { return &notifier{s: s} }
+func newNotifier(s *Store) *notifier { return &notifier{s: s, idleCheck: listenerIdleCheck} }
 
 // Notifier returns the store's notifier. Its listener connection starts with the first subscriber
 // and stops when the last one leaves or the store closes. After every (re)connection it publishes
@@ -214,6 +224,8 @@ func (n *notifier) run(ctx context.Context, l *listener) {
 
 // connect opens the listener's own connection from the pool's configuration and listens.
 func (n *notifier) connect(ctx context.Context) (*pgx.Conn, error) {
+	ctx, cancel := context.WithTimeout(ctx, listenerConnectTimeout)
+	defer cancel()
 	cfg := n.s.pool.Config().ConnConfig.Copy()
 	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
@@ -226,12 +238,24 @@ func (n *notifier) connect(ctx context.Context) (*pgx.Conn, error) {
 	return conn, nil
 }
 
-// receive delivers notifications until the connection fails or ctx ends.
+// receive delivers notifications until the connection fails or ctx ends. After listenerIdleCheck
+// without a notification it pings the server: a wait that times out leaves the connection usable.
 func (n *notifier) receive(ctx context.Context, conn *pgx.Conn) error {
 	for {
-		msg, err := conn.WaitForNotification(ctx)
+		waitCtx, cancel := context.WithTimeout(ctx, n.idleCheck)
+		msg, err := conn.WaitForNotification(waitCtx)
+		cancel()
 		if err != nil {
-			return err
+			if ctx.Err() != nil || waitCtx.Err() == nil || conn.IsClosed() {
+				return err
+			}
+			pingCtx, cancel := context.WithTimeout(ctx, listenerPingTimeout)
+			err = conn.Ping(pingCtx)
+			cancel()
+			if err != nil {
+				return err
+			}
+			continue
 		}
 		if msg.Channel != n.s.channel {
 			continue

@@ -219,3 +219,18 @@ func TestCloseStopsListener(t *testing.T) {
 	require.Zero(t, s.ListenerPID(), "a closed store starts no listener")
 	unsub()
 }
+
+func TestListenerSurvivesIdleChecks(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := setup(t)
+	s.notifier.idleCheck = 20 * time.Millisecond
+	rec := subscribe(t, s)
+	pid := s.ListenerPID()
+	time.Sleep(200 * time.Millisecond) // several idle checks, each a ping
+	_, err := s.Insert(ctx, []*store.InsertParams{params("q")})
+	require.NoError(t, err)
+	waitFor(t, func() bool { return len(rec.of(store.NotifyInsert)) == 1 })
+	require.Equal(t, pid, s.ListenerPID(), "idle checks keep the connection")
+	require.Len(t, rec.of(store.NotifyReconnect), 1)
+}
