@@ -371,7 +371,8 @@ type finishRow struct {
 }
 
 // Finish applies the completions in one write transaction, each guarded by state = 'active' and the
-// completion's attempt, up to 128 per statement, and then announces the queues where jobs became
+// completion's attempt, up to 128 per statement (a batch of up to 128 is one statement, which is its
+// own transaction), and then announces the queues where jobs became
 // claimable or due. A batch naming one job twice applies the first and then the second (which finds
 // the job no longer active unless the first left it so).
 func (s *Store) Finish(ctx context.Context, completions []store.Completion) ([]store.FinishResult, error) {
@@ -455,11 +456,15 @@ func (s *Store) Finish(ctx context.Context, completions []store.Completion) ([]s
 		}
 	}
 
-	tx, err := s.w.BeginTx(ctx, nil)
-	if err != nil {
-		return nil, fmt.Errorf("finish jobs: %w", err)
+	// One statement is its own transaction; several need an explicit one.
+	var tx *sql.Tx
+	if len(plans) > 1 || len(plans[0]) > 1 {
+		var err error
+		if tx, err = s.w.BeginTx(ctx, nil); err != nil {
+			return nil, fmt.Errorf("finish jobs: %w", err)
+		}
+		defer tx.Rollback() //nolint:errcheck // after Commit it is a no-op
 	}
-	defer tx.Rollback() //nolint:errcheck // after Commit it is a no-op
 
 	applied := make(map[string]string, len(completions)) // id -> queue, within one round
 	args := make([]any, 0, finishChunk*finishBatchArgs)
@@ -476,7 +481,10 @@ func (s *Store) Finish(ctx context.Context, completions []store.Completion) ([]s
 			for range (size - len(chunk)) * finishBatchArgs {
 				args = append(args, nil)
 			}
-			res, err := tx.StmtContext(ctx, st).QueryContext(ctx, args...)
+			if tx != nil {
+				st = tx.StmtContext(ctx, st)
+			}
+			res, err := st.QueryContext(ctx, args...)
 			if err != nil {
 				return nil, fmt.Errorf("finish jobs: %w", err)
 			}
@@ -507,8 +515,10 @@ func (s *Store) Finish(ctx context.Context, completions []store.Completion) ([]s
 			}
 		}
 	}
-	if err := tx.Commit(); err != nil {
-		return nil, fmt.Errorf("finish jobs: commit: %w", err)
+	if tx != nil {
+		if err := tx.Commit(); err != nil {
+			return nil, fmt.Errorf("finish jobs: commit: %w", err)
+		}
 	}
 	if len(wakes) > 0 {
 		var ns []store.Notification
