@@ -47,6 +47,8 @@ func parseDatabaseURL(raw string) (*target, error) {
 	lower := strings.ToLower(raw)
 	switch {
 	case strings.HasPrefix(lower, "postgres://"), strings.HasPrefix(lower, "postgresql://"):
+		scheme, rest, _ := strings.Cut(raw, "://")
+		raw = strings.ToLower(scheme) + "://" + rest // pgx wants the scheme in lowercase
 		display := redactAny(raw)
 		cfg, err := pgxpool.ParseConfig(raw)
 		if err != nil {
