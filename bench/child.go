@@ -70,7 +70,15 @@ func (s childSink) end(a benchArgs, attempt int, startNs, endNs int64, ok bool) 
 	if ok {
 		o = 1
 	}
-	s.w.printf("E %d %d %d %d %d %d %d\n", a.Seq, attempt, startNs, endNs, o, a.Tenant, a.Ins)
+	if !s.starts {
+		s.w.printf("E %d %d %d %d %d %d %d\n", a.Seq, attempt, startNs, endNs, o, a.Tenant, a.Ins)
+		return
+	}
+	// Crash scenario: flushed at once, or a SIGKILL could hide an end whose outcome reached the database.
+	s.w.mu.Lock()
+	fmt.Fprintf(s.w.w, "E %d %d %d %d %d %d %d\n", a.Seq, attempt, startNs, endNs, o, a.Tenant, a.Ins)
+	_ = s.w.w.Flush()
+	s.w.mu.Unlock()
 }
 
 // runChild works jobs until its standard input closes, then stops gracefully and exits.

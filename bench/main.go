@@ -16,6 +16,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -70,6 +71,7 @@ type runResult struct {
 	LoadBefore  string             `json:"loadavg_before"`
 	LoadAfter   string             `json:"loadavg_after"`
 	WorkersHost string             `json:"workers_host"`
+	Command     string             `json:"command"`
 	Notes       []string           `json:"notes,omitempty"`
 	Errors      []string           `json:"errors,omitempty"`
 	Machine     machineInfo        `json:"machine"`
@@ -113,6 +115,8 @@ func main() {
 	flag.BoolVar(&o.quick, "quick", false, "short phases, one run, every scenario (CI)")
 	flag.DurationVar(&o.phase, "phase", 0, "override the enqueue phase of the paced scenarios (default 30s; 2s with --quick)")
 	flag.IntVar(&o.inprocRuns, "inproc-runs", 0, "if set, at most this many runs for pronto-sqlite and pronto-memory")
+	var reportFrom string
+	flag.StringVar(&reportFrom, "report-from", "", "comma-separated result directories: write the report from their runs/*.json into --out, running nothing")
 	flag.Parse()
 	o.scenarios = splitList(scen, scenarioOrder)
 	o.systems = splitList(sys, allSystemNames)
@@ -125,6 +129,13 @@ func main() {
 			os.Exit(2)
 		}
 		o.runsFor[k] = n
+	}
+	if reportFrom != "" {
+		if err := reportOnly(o, splitList(reportFrom, nil)); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
 	}
 	if err := run(context.Background(), o); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
@@ -261,6 +272,48 @@ func applyPhase(all map[string]scenario, phase time.Duration) {
 	}
 }
 
+// reportOnly rebuilds a report from the JSON files of earlier runs (several invocations may be merged;
+// a later file for the same scenario, system and run replaces an earlier one).
+func reportOnly(o options, dirs []string) error {
+	seen := map[string]*runResult{}
+	var keys []string
+	var mi machineInfo
+	var took float64
+	for _, d := range dirs {
+		files, err := filepath.Glob(filepath.Join(d, "runs", "*.json"))
+		if err != nil {
+			return err
+		}
+		for _, f := range files {
+			b, err := os.ReadFile(f)
+			if err != nil {
+				return err
+			}
+			var r runResult
+			if err := json.Unmarshal(b, &r); err != nil {
+				return fmt.Errorf("%s: %w", f, err)
+			}
+			k := fmt.Sprintf("%s/%s/%d", r.Scenario, r.System, r.Run)
+			if _, ok := seen[k]; !ok {
+				keys = append(keys, k)
+			}
+			seen[k] = &r
+			mi = r.Machine
+			took += r.DurationS
+			o.quick = o.quick || r.Quick
+		}
+	}
+	var results []*runResult
+	for _, k := range keys {
+		results = append(results, seen[k])
+	}
+	sort.SliceStable(results, func(i, j int) bool { return results[i].Started.Before(results[j].Started) })
+	if err := os.MkdirAll(o.out, 0o755); err != nil {
+		return err
+	}
+	return writeReport(o, mi, results, time.Duration(took*float64(time.Second)))
+}
+
 func runOne(ctx context.Context, e *env, sc scenario, sys system, run int, quick bool) *runResult {
 	res := &runResult{
 		Scenario: sc.name, System: sys.name(), Run: run, Started: time.Now(), Quick: quick,
@@ -270,6 +323,7 @@ func runOne(ctx context.Context, e *env, sc scenario, sys system, run int, quick
 			"work_ms": sc.work.Milliseconds(), "tenants": sc.tenants, "phase_s": sc.phase.Seconds(), "warmup_s": sc.warm.Seconds(),
 		},
 		WorkersHost: "in-process (figures include the inserting harness)",
+		Command:     "go run . " + strings.Join(os.Args[1:], " "),
 	}
 	if sys.shared() {
 		res.WorkersHost = "child process(es); inserts from the harness"

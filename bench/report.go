@@ -182,6 +182,7 @@ var sysColors = map[string]color.RGBA{
 }
 
 func writeReport(o options, mi machineInfo, results []*runResult, took time.Duration) error {
+	sort.SliceStable(results, func(i, j int) bool { return results[i].Run < results[j].Run })
 	plotsDir := filepath.Join(o.out, "plots")
 	if err := os.MkdirAll(plotsDir, 0o755); err != nil {
 		return err
@@ -236,10 +237,22 @@ func writeReport(o options, mi machineInfo, results []*runResult, took time.Dura
 	w("- Machine: %d cores (%s), %d MB RAM, %s, kernel %s, %s. PostgreSQL %s (%s) on the same machine.\n",
 		mi.Cores, mi.CPU, mi.MemoryMB, mi.OS, mi.Kernel, mi.GoVersion, mi.PostgreSQL, mi.PGSettings)
 	w("- Host load (1-min loadavg, sampled before and after every run): %s. The machine is shared and noisy; other sessions may use the CPU and the same PostgreSQL at any time. Read ratios, not absolute times.\n", strings.Join(loads, ""))
+	// Runs per scenario, from the results themselves.
+	maxRun := map[string]int{}
+	cmds := map[string]bool{}
+	var cmdList []string
+	for _, r := range results {
+		if r.Run > maxRun[r.Scenario] {
+			maxRun[r.Scenario] = r.Run
+		}
+		if r.Command != "" && !cmds[r.Command] {
+			cmds[r.Command] = true
+			cmdList = append(cmdList, "`"+r.Command+"`")
+		}
+	}
 	runsNote := map[int][]string{}
 	for _, name := range o.scenarios {
-		if _, ok := group[name]; ok {
-			n := o.runsOf(name)
+		if n, ok := maxRun[name]; ok {
 			runsNote[n] = append(runsNote[n], name)
 		}
 	}
@@ -253,7 +266,7 @@ func writeReport(o options, mi machineInfo, results []*runResult, took time.Dura
 	if o.phase > 0 {
 		w("- Enqueue phase of the paced scenarios: **%s** (shortened from the issue's 30 s to fit the time available; flag --phase).\n", o.phase)
 	}
-	w("- Command: `go run . %s`.\n", strings.Join(os.Args[1:], " "))
+	w("- Command(s), run from bench/: %s.\n", strings.Join(cmdList, "; "))
 	w("- Runs per scenario and system: %s. Cells show the median, with min–max across runs when there is more than one.\n", strings.Join(rn, "; "))
 	w("- Systems: **pronto** (PostgreSQL store, defaults); **river** (River v0.51.1 at its defaults); **river-tuned** (FetchCooldown 2 ms, FetchPollInterval 20 ms, 2000 workers in the drain, InsertManyFast for batches); **pronto-sqlite** and **pronto-memory** where they make sense (no River counterpart). Each system runs in a fresh schema (or file) per run; the order of systems rotates every run.\n")
 	w("- \"× better\" compares pronto's median with the other system's: above 1 pronto is better on that figure, whichever way the figure points.\n\n")
