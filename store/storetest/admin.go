@@ -115,6 +115,7 @@ func testCancelActive(t *testing.T, s store.Store) {
 func testRetryJob(t *testing.T, s store.Store) {
 	p := job("manual-retry")
 	p.MaxAttempts = 1
+	p.ScheduledAt = time.Now().Add(-time.Hour) // so "scheduled_at is now" is news
 	a := active(t, s, p)
 	require.True(t, finish(t, s, store.Completion{ID: a.ID, Attempt: 1, State: store.StateDiscarded,
 		Error: &store.AttemptError{Attempt: 1, At: time.Now(), Message: "gave up"}}))

@@ -154,6 +154,7 @@ func testClaimScheduledWhenDue(t *testing.T, s store.Store) {
 func testClaimPendingAfterActivate(t *testing.T, s store.Store) {
 	p := job("pending")
 	p.State = store.StatePending
+	p.ScheduledAt = time.Now().Add(-time.Hour) // so "scheduled_at is now" is news
 	insert(t, s, p)
 	require.Empty(t, claim(t, s, "pending", 10), "a pending job is not claimable")
 

@@ -141,6 +141,7 @@ func testFinishCancelled(t *testing.T, s store.Store) {
 func testFinishAvailable(t *testing.T, s store.Store) {
 	p := job("returned")
 	p.MaxAttempts = 1
+	p.ScheduledAt = time.Now().Add(-time.Hour) // so "scheduled_at is now" is news
 	a := active(t, s, p)
 	require.True(t, finish(t, s, store.Completion{ID: a.ID, Attempt: 1, State: store.StateAvailable, RefundAttempt: true}))
 	j := get(t, s, a.ID)

@@ -51,11 +51,12 @@ func rescueUntil(t *testing.T, s store.Store, what string, want func(store.Rescu
 }
 
 func testRescueRequeues(t *testing.T, s store.Store) {
-	c := listen(t, s)
 	p := job("rescue")
 	p.MaxAttempts = 3
+	p.ScheduledAt = time.Now().Add(-time.Hour) // so "scheduled_at is now" is news
 	const leaseFor = 100 * time.Millisecond
 	a := activeFor(t, s, p, "dead-worker", leaseFor)
+	c := listen(t, s)
 
 	res, err := s.Rescue(ctx(t), store.RescueParams{Limit: 100})
 	require.NoError(t, err)
@@ -75,6 +76,7 @@ func testRescueRequeues(t *testing.T, s store.Store) {
 		require.Equal(t, 1, j.Errors[0].Attempt)
 		require.NotEmpty(t, j.Errors[0].Message)
 		requireNow(t, j.Errors[0].At, "time of the lease_expired error")
+		requireNow(t, j.ScheduledAt, "scheduled_at of a rescued job: when it became available")
 	}
 	eventually(t, "the rescued job's queue to be announced", func() bool { return len(c.inserts("rescue")) > 0 })
 
@@ -139,7 +141,6 @@ func testRescueSparesHeartbeated(t *testing.T, s store.Store) {
 }
 
 func testPromote(t *testing.T, s store.Store) {
-	c := listen(t, s)
 	soonA, soonB, later := job("promote-a"), job("promote-b"), job("promote-a")
 	for _, p := range []*store.InsertParams{soonA, soonB, later} {
 		p.State = store.StateScheduled
@@ -151,6 +152,7 @@ func testPromote(t *testing.T, s store.Store) {
 	require.True(t, finish(t, s, store.Completion{ID: retry.ID, Attempt: 1, State: store.StateRetryable,
 		ScheduledAt: time.Now().Add(50 * time.Millisecond)}))
 	insert(t, s, soonA, soonB, later)
+	c := listen(t, s)
 
 	total := 0
 	eventually(t, "three due jobs to be promoted", func() bool {
