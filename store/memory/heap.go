@@ -1,120 +1,198 @@
 package memory
 
-// jheap is a binary min-heap of jobs that records each job's position in it, so a job can be removed
-// or re-keyed in O(log n) wherever it sits. A job is in at most one primary heap (ready, waiting,
-// leases or a terminal heap; position in job.pidx) and at most one secondary heap (the expiry heap;
-// position in job.eidx). An index of -1 means "not in such a heap".
+import (
+	"math"
+	"time"
+)
+
+// entry is one job's place in a heap or a FIFO. Its sort key is held inline, so ordering touches only
+// the heap's own array: k1, then k2, then the job id (first by a 24-byte prefix, then in full).
+//
+// Entries are removed lazily: every change of a job's state bumps job.gen, which makes its existing
+// entries stale; stale entries are dropped when they surface, and a structure whose stale entries
+// outnumber its live ones is compacted.
+type entry struct {
+	k1, k2 int64
+	id     idKey
+	j      *job
+	gen    uint32
+}
+
+func (e *entry) live() bool { return e.gen == e.j.gen }
+
+// idKey is the first 24 bytes of an id, zero-padded, as big-endian words: comparing keys orders ids
+// as strings do, except that equal keys need a full comparison. For UUIDv7 ids the prefix covers the
+// millisecond timestamp, the sequence and some randomness, so full comparisons are rare.
+type idKey [3]uint64
+
+func makeIDKey(id string) idKey {
+	var k idKey
+	for i := 0; i < 24 && i < len(id); i++ {
+		k[i/8] |= uint64(id[i]) << (56 - 8*(i%8))
+	}
+	return k
+}
+
+func (a *entry) less(b *entry) bool {
+	if a.k1 != b.k1 {
+		return a.k1 < b.k1
+	}
+	if a.k2 != b.k2 {
+		return a.k2 < b.k2
+	}
+	for i := range a.id {
+		if a.id[i] != b.id[i] {
+			return a.id[i] < b.id[i]
+		}
+	}
+	return a.j.ID < b.j.ID
+}
+
+// nanos is t as Unix nanoseconds, clamped to the representable range (year 1678 to 2262).
+func nanos(t time.Time) int64 {
+	const maxSec = math.MaxInt64/int64(time.Second) - 1
+	switch sec := t.Unix(); {
+	case sec > maxSec:
+		return math.MaxInt64
+	case sec < -maxSec:
+		return math.MinInt64
+	}
+	return t.UnixNano()
+}
+
+// jheap is a binary min-heap of entries with lazy removal.
 type jheap struct {
-	items []*job
-	less  func(a, b *job) bool
-	sec   bool // positions live in job.eidx instead of job.pidx
+	items []entry
+	stale int // entries in items whose job has moved on
 }
 
 func (h *jheap) len() int { return len(h.items) }
 
-func (h *jheap) top() *job { return h.items[0] }
-
-func (h *jheap) set(i int, j *job) {
-	h.items[i] = j
-	if h.sec {
-		j.eidx = i
-	} else {
-		j.pidx = i
-	}
-}
-
-func (h *jheap) push(j *job) {
-	h.items = append(h.items, j)
-	h.set(len(h.items)-1, j)
+func (h *jheap) push(e entry) {
+	h.items = append(h.items, e)
 	h.up(len(h.items) - 1)
 }
 
-// remove takes the job at position i out of the heap.
-func (h *jheap) remove(i int) {
+// top drops stale entries from the top and returns the first live one, or nil.
+func (h *jheap) top() *entry {
+	for len(h.items) > 0 {
+		if h.items[0].live() {
+			return &h.items[0]
+		}
+		h.pop()
+		h.stale--
+	}
+	return nil
+}
+
+// pop removes the top entry.
+func (h *jheap) pop() {
 	n := len(h.items) - 1
-	gone := h.items[i]
-	if i != n {
-		h.set(i, h.items[n])
-	}
-	h.items[n] = nil
+	h.items[0] = h.items[n]
+	h.items[n] = entry{}
 	h.items = h.items[:n]
-	if h.sec {
-		gone.eidx = -1
-	} else {
-		gone.pidx = -1
-	}
-	if i != n && !h.down(i) {
-		h.up(i)
+	if n > 0 {
+		h.down(0)
 	}
 }
 
-// fix restores the heap order after the key of the job at position i changed.
-func (h *jheap) fix(i int) {
-	if !h.down(i) {
-		h.up(i)
+// retire records that one entry of the heap went stale, compacting when stale entries dominate.
+func (h *jheap) retire() {
+	h.stale++
+	if h.stale > 1024 && h.stale*2 > len(h.items) {
+		live := h.items[:0]
+		for _, e := range h.items {
+			if e.live() {
+				live = append(live, e)
+			}
+		}
+		clear(h.items[len(live):])
+		h.items = live
+		h.stale = 0
+		for i := len(h.items)/2 - 1; i >= 0; i-- {
+			h.down(i)
+		}
 	}
 }
 
 func (h *jheap) up(i int) {
-	j := h.items[i]
+	e := h.items[i]
 	for i > 0 {
 		p := (i - 1) / 2
-		if !h.less(j, h.items[p]) {
+		if !e.less(&h.items[p]) {
 			break
 		}
-		h.set(i, h.items[p])
+		h.items[i] = h.items[p]
 		i = p
 	}
-	h.set(i, j)
+	h.items[i] = e
 }
 
-// down sifts the job at position i down and reports whether it moved.
-func (h *jheap) down(i0 int) bool {
+func (h *jheap) down(i int) {
 	n := len(h.items)
-	j := h.items[i0]
-	i := i0
+	e := h.items[i]
 	for {
 		c := 2*i + 1
-		if c >= n || c < 0 {
+		if c >= n {
 			break
 		}
-		if r := c + 1; r < n && h.less(h.items[r], h.items[c]) {
+		if r := c + 1; r < n && h.items[r].less(&h.items[c]) {
 			c = r
 		}
-		if !h.less(h.items[c], j) {
+		if !h.items[c].less(&e) {
 			break
 		}
-		h.set(i, h.items[c])
+		h.items[i] = h.items[c]
 		i = c
 	}
-	h.set(i, j)
-	return i > i0
+	h.items[i] = e
 }
 
-// readyLess is the claim order: highest priority first, then earliest due, then lowest id.
-func readyLess(a, b *job) bool {
-	if a.Priority != b.Priority {
-		return a.Priority > b.Priority
-	}
-	if c := a.ScheduledAt.Compare(b.ScheduledAt); c != 0 {
-		return c < 0
-	}
-	return a.ID < b.ID
+// fifo holds terminal jobs in the order they finished, which is the order of their CompletedAt:
+// finish times are taken under the store's mutex from the monotonic clock.
+type fifo struct {
+	items []entry
+	head  int
+	stale int
 }
 
-// dueLess orders scheduled and retryable jobs by due time.
-func dueLess(a, b *job) bool {
-	if c := a.ScheduledAt.Compare(b.ScheduledAt); c != 0 {
-		return c < 0
+func (f *fifo) push(e entry) { f.items = append(f.items, e) }
+
+// front drops stale entries from the front and returns the first live one, or nil.
+func (f *fifo) front() *entry {
+	for f.head < len(f.items) {
+		if f.items[f.head].live() {
+			return &f.items[f.head]
+		}
+		f.popFront()
+		f.stale--
 	}
-	return a.ID < b.ID
+	return nil
 }
 
-// leaseLess orders active jobs by the end of their lease.
-func leaseLess(a, b *job) bool { return a.LeaseExpiresAt.Before(b.LeaseExpiresAt) }
+func (f *fifo) popFront() {
+	f.items[f.head] = entry{}
+	f.head++
+	if f.head == len(f.items) {
+		f.items, f.head = f.items[:0], 0
+	} else if f.head > 1024 && f.head*2 > len(f.items) {
+		n := copy(f.items, f.items[f.head:])
+		clear(f.items[n:])
+		f.items, f.head = f.items[:n], 0
+	}
+}
 
-// completedLess orders terminal jobs by the time they finished.
-func completedLess(a, b *job) bool { return a.CompletedAt.Before(b.CompletedAt) }
-
-// expiresLess orders not-yet-started jobs by their expiry.
-func expiresLess(a, b *job) bool { return a.ExpiresAt.Before(b.ExpiresAt) }
+// retire records that one entry went stale, compacting when stale entries dominate.
+func (f *fifo) retire() {
+	f.stale++
+	if f.stale > 1024 && f.stale*2 > len(f.items)-f.head {
+		live := f.items[:0]
+		for _, e := range f.items[f.head:] {
+			if e.live() {
+				live = append(live, e)
+			}
+		}
+		clear(f.items[len(live):])
+		f.items, f.head, f.stale = live, 0, 0
+	}
+}

@@ -7,9 +7,13 @@
 // PostgreSQL database; notifications reach every subscriber in the process.
 //
 // The store keeps one mutex. Claimable jobs sit in per-queue, per-kind heaps keyed on (priority
-// descending, due time, id), so a claim of k jobs costs O(k log n) whatever the queue's size; due
-// scheduled and retryable jobs, leases, expiries and finished jobs each have a heap of their own, so
-// every maintenance pass touches only the jobs it changes.
+// descending, due time, id), so a claim of k jobs costs O(k log n) whatever the queue's size;
+// scheduled and retryable jobs, leases and expiries each have a heap of their own and finished jobs a
+// FIFO in finishing order, so every maintenance pass touches only the jobs it changes. Entries are
+// removed lazily and the structures compacted when stale entries outnumber live ones.
+//
+// Every job handed out (by Insert, Claim, GetJob and the rest) is a deep copy: changing it, or the
+// parameters given to Insert, never changes what the store holds.
 package memory
 
 import (
@@ -60,23 +64,34 @@ func stateIndex(s store.State) int {
 	panic("memory: unknown state " + string(s))
 }
 
-// job is a stored job with its positions in the store's heaps.
+// job is a stored job and where it is filed.
 type job struct {
 	store.Job
-	q    *queue
-	heap *jheap // the primary heap holding the job, nil if none
-	pidx int    // position in heap
-	eidx int    // position in Store.expiry, -1 if not there
+	q   *queue
+	key idKey // sort key of the id
+	// gen counts the job's state changes; entries made before the latest are stale.
+	gen uint32
+	// heap or fifo holds the job's live primary entry (neither for pending jobs, and for available
+	// jobs a claim found expired); inExpiry says whether Store.expiry holds a live entry of it.
+	heap     *jheap
+	fifo     *fifo
+	inExpiry bool
+}
+
+// entry returns a live entry of j with the given keys.
+func (j *job) entry(k1, k2 int64) entry {
+	return entry{k1: k1, k2: k2, id: j.key, j: j, gen: j.gen}
 }
 
 // queue holds one queue's claimable and waiting jobs, its pause flag and its counts per state.
 type queue struct {
 	name   string
 	paused bool
-	// ready holds the queue's available jobs by kind, in claim order. An available job whose expiry has
-	// passed is dropped from it by the claim that meets it and waits for DiscardExpired.
+	// ready holds the queue's available jobs by kind, in claim order: keyed on (^priority, due time,
+	// id). An available job whose expiry has passed is dropped from it by the claim that meets it and
+	// waits for DiscardExpired.
 	ready map[string]*jheap
-	// waiting holds scheduled and retryable jobs by due time.
+	// waiting holds scheduled and retryable jobs by (due time, id).
 	waiting jheap
 	counts  [8]int64
 }
@@ -104,9 +119,9 @@ type Store struct {
 	// ids lists job ids in ascending order for ListJobs. Deleted ids stay until a compaction; an id
 	// whose job is not in jobs is skipped.
 	ids      []string
-	leases   jheap    // active jobs by lease end
-	expiry   jheap    // not-started jobs with an expiry, by expiry
-	terminal [3]jheap // completed, cancelled and discarded jobs by CompletedAt
+	leases   jheap   // active jobs by lease end
+	expiry   jheap   // not-started jobs with an expiry, by expiry
+	terminal [3]fifo // completed, cancelled and discarded jobs in the order they finished
 	leaders  map[string]leader
 
 	hub notifyhub.Hub
@@ -115,17 +130,11 @@ type Store struct {
 // New returns an empty in-memory store, ready to use (Migrate is not needed). Nothing it holds
 // survives the process.
 func New() *Store {
-	s := &Store{
+	return &Store{
 		jobs:    make(map[string]*job),
 		queues:  make(map[string]*queue),
 		leaders: make(map[string]leader),
-		leases:  jheap{less: leaseLess},
-		expiry:  jheap{less: expiresLess, sec: true},
 	}
-	for i := range s.terminal {
-		s.terminal[i].less = completedLess
-	}
-	return s
 }
 
 // Migrate does nothing: an in-memory store has no schema.
@@ -148,7 +157,7 @@ func (s *Store) publish(ns []store.Notification) {
 func (s *Store) queue(name string) *queue {
 	q := s.queues[name]
 	if q == nil {
-		q = &queue{name: name, ready: make(map[string]*jheap), waiting: jheap{less: dueLess}}
+		q = &queue{name: name, ready: make(map[string]*jheap)}
 		s.queues[name] = q
 	}
 	return q
@@ -185,38 +194,44 @@ func (s *Store) place(j *job) {
 	case store.StateAvailable:
 		h := q.ready[j.Kind]
 		if h == nil {
-			h = &jheap{less: readyLess}
+			h = &jheap{}
 			q.ready[j.Kind] = h
 		}
+		h.push(j.entry(^int64(j.Priority), nanos(j.ScheduledAt)))
 		j.heap = h
 	case store.StateScheduled, store.StateRetryable:
+		q.waiting.push(j.entry(nanos(j.ScheduledAt), 0))
 		j.heap = &q.waiting
 	case store.StateActive:
+		s.leases.push(j.entry(nanos(j.LeaseExpiresAt), 0))
 		j.heap = &s.leases
 	case store.StateCompleted, store.StateCancelled, store.StateDiscarded:
-		j.heap = &s.terminal[terminalIndex(j.State)]
-	default: // pending
-		j.heap = nil
-	}
-	if j.heap != nil {
-		j.heap.push(j)
+		f := &s.terminal[terminalIndex(j.State)]
+		f.push(j.entry(0, 0))
+		j.fifo = f
 	}
 	if !j.ExpiresAt.IsZero() && notStarted(j.State) {
-		s.expiry.push(j)
+		s.expiry.push(j.entry(nanos(j.ExpiresAt), 0))
+		j.inExpiry = true
 	}
 }
 
-// unplace takes j out of every structure place put it in; s.mu must be held.
+// unplace takes j out of every structure place put it in (its entries go stale); s.mu must be held.
+// A caller that has just popped one of j's entries clears the matching field first.
 func (s *Store) unplace(j *job) {
 	j.q.counts[stateIndex(j.State)]--
+	j.gen++
 	if j.heap != nil {
-		if j.pidx >= 0 {
-			j.heap.remove(j.pidx)
-		}
+		j.heap.retire()
 		j.heap = nil
 	}
-	if j.eidx >= 0 {
-		s.expiry.remove(j.eidx)
+	if j.fifo != nil {
+		j.fifo.retire()
+		j.fifo = nil
+	}
+	if j.inExpiry {
+		s.expiry.retire()
+		j.inExpiry = false
 	}
 }
 
@@ -286,15 +301,8 @@ func (s *Store) Insert(ctx context.Context, params []*store.InsertParams) ([]*st
 			return nil, err
 		}
 	}
-	var batch map[string]struct{}
-	if len(params) > 1 {
-		batch = make(map[string]struct{}, len(params))
-		for _, p := range params {
-			if _, dup := batch[p.ID]; dup {
-				return nil, fmt.Errorf("memory: insert job %s twice in one batch: %w", p.ID, store.ErrDuplicate)
-			}
-			batch[p.ID] = struct{}{}
-		}
+	if err := uniqueIDs(params); err != nil {
+		return nil, err
 	}
 	jobs := make([]*job, len(params))
 	for i, p := range params {
@@ -330,6 +338,26 @@ func (s *Store) Insert(ctx context.Context, params []*store.InsertParams) ([]*st
 	return out, nil
 }
 
+// uniqueIDs refuses a batch that names one id twice. Ids made by one process are increasing, which
+// proves them distinct without a set.
+func uniqueIDs(params []*store.InsertParams) error {
+	increasing := true
+	for i := 1; i < len(params) && increasing; i++ {
+		increasing = params[i-1].ID < params[i].ID
+	}
+	if increasing {
+		return nil
+	}
+	seen := make(map[string]struct{}, len(params))
+	for _, p := range params {
+		if _, dup := seen[p.ID]; dup {
+			return fmt.Errorf("memory: insert job %s twice in one batch: %w", p.ID, store.ErrDuplicate)
+		}
+		seen[p.ID] = struct{}{}
+	}
+	return nil
+}
+
 func validInsert(p *store.InsertParams) error {
 	if p == nil {
 		return errors.New("memory: insert: nil job")
@@ -351,7 +379,7 @@ func validInsert(p *store.InsertParams) error {
 
 // newJob copies p into a new job the store owns.
 func newJob(p *store.InsertParams) *job {
-	j := &job{pidx: -1, eidx: -1}
+	j := &job{key: makeIDKey(p.ID)}
 	j.ID = p.ID
 	j.Kind = p.Kind
 	j.Queue = p.Queue
@@ -413,20 +441,23 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) ([]*store.Job, e
 	}
 	out := make([]*store.Job, 0, min(p.Limit, int(q.counts[stateIndex(store.StateAvailable)])))
 	for len(out) < p.Limit {
-		var best *jheap
+		var (
+			best *jheap
+			top  *entry
+		)
 		for _, h := range hs {
-			if h.len() > 0 && (best == nil || readyLess(h.top(), best.top())) {
-				best = h
+			if e := h.top(); e != nil && (top == nil || e.less(top)) {
+				best, top = h, e
 			}
 		}
 		if best == nil {
 			break
 		}
-		j := best.top()
+		j := top.j
+		best.pop()
+		j.heap = nil // its entry is gone, not stale
 		if expired(j, now) {
 			// Not claimable, ever: it stays available until DiscardExpired discards it.
-			best.remove(0)
-			j.heap = nil
 			continue
 		}
 		s.unplace(j)
@@ -445,11 +476,15 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) ([]*store.Job, e
 // announcing q through a when a is not nil, and returns how many it moved; s.mu must be held.
 func (s *Store) promoteQueue(q *queue, now time.Time, limit int, a *announcer) int {
 	n := 0
-	for q.waiting.len() > 0 && n != limit {
-		j := q.waiting.top()
-		if j.ScheduledAt.After(now) {
+	due := nanos(now)
+	for n != limit {
+		e := q.waiting.top()
+		if e == nil || e.k1 > due {
 			break
 		}
+		j := e.j
+		q.waiting.pop()
+		j.heap = nil
 		s.unplace(j)
 		j.State = store.StateAvailable
 		s.place(j)
@@ -484,9 +519,9 @@ func (s *Store) Finish(ctx context.Context, completions []store.Completion) ([]s
 		}
 	}
 	res := make([]store.FinishResult, len(completions))
-	now := time.Now()
-	a := announcer{now: now}
 	s.mu.Lock()
+	now := time.Now() // under the mutex: finish times grow in the order jobs finish
+	a := announcer{now: now}
 	for i := range completions {
 		c := &completions[i]
 		res[i].ID = c.ID
@@ -546,7 +581,9 @@ func (s *Store) Heartbeat(ctx context.Context, p store.HeartbeatParams) ([]strin
 			continue
 		}
 		j.LeaseExpiresAt = lease
-		s.leases.fix(j.pidx)
+		j.gen++ // an active job's one entry is its lease's
+		s.leases.retire()
+		s.leases.push(j.entry(nanos(lease), 0))
 	}
 	s.mu.Unlock()
 	return lost, nil
@@ -563,14 +600,17 @@ func (s *Store) Rescue(ctx context.Context, p store.RescueParams) (store.RescueR
 	if limit <= 0 {
 		limit = defaultLimit
 	}
+	s.mu.Lock()
 	now := time.Now()
 	a := announcer{now: now}
-	s.mu.Lock()
-	for n := 0; n < limit && s.leases.len() > 0; n++ {
-		j := s.leases.top()
-		if !j.LeaseExpiresAt.Before(now) {
+	for n, cut := 0, nanos(now); n < limit; n++ {
+		e := s.leases.top()
+		if e == nil || e.k1 >= cut {
 			break
 		}
+		j := e.j
+		s.leases.pop()
+		j.heap = nil
 		s.unplace(j)
 		j.Errors = append(j.Errors, store.AttemptError{
 			Attempt: j.Attempt,
@@ -630,14 +670,17 @@ func (s *Store) DiscardExpired(ctx context.Context, limit int) (int, error) {
 	if limit <= 0 {
 		limit = defaultLimit
 	}
-	now := time.Now()
 	n := 0
 	s.mu.Lock()
-	for ; n < limit && s.expiry.len() > 0; n++ {
-		j := s.expiry.top()
-		if !expired(j, now) {
+	now := time.Now()
+	for cut := nanos(now); n < limit; n++ {
+		e := s.expiry.top()
+		if e == nil || e.k1 > cut {
 			break
 		}
+		j := e.j
+		s.expiry.pop()
+		j.inExpiry = false
 		s.unplace(j)
 		j.State = store.StateDiscarded
 		j.CompletedAt = now
@@ -658,10 +701,14 @@ func (s *Store) NextDue(ctx context.Context, queue string) (time.Time, bool, err
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	q := s.queues[queue]
-	if q == nil || q.waiting.len() == 0 {
+	if q == nil {
 		return time.Time{}, false, nil
 	}
-	return q.waiting.top().ScheduledAt, true, nil
+	e := q.waiting.top()
+	if e == nil {
+		return time.Time{}, false, nil
+	}
+	return e.j.ScheduledAt, true, nil
 }
 
 // Cleanup deletes up to p.Limit terminal jobs that finished before their state's cut-off.
@@ -677,9 +724,15 @@ func (s *Store) Cleanup(ctx context.Context, p store.CleanupParams) (int, error)
 	n := 0
 	s.mu.Lock()
 	for i := range s.terminal {
-		h := &s.terminal[i]
-		for n < limit && !cutoffs[i].IsZero() && h.len() > 0 && h.top().CompletedAt.Before(cutoffs[i]) {
-			j := h.top()
+		f := &s.terminal[i]
+		for n < limit && !cutoffs[i].IsZero() {
+			e := f.front()
+			if e == nil || !e.j.CompletedAt.Before(cutoffs[i]) {
+				break
+			}
+			j := e.j
+			f.popFront()
+			j.fifo = nil
 			s.unplace(j)
 			s.forget(j)
 			n++
@@ -771,8 +824,8 @@ func (s *Store) CancelJob(ctx context.Context, id string) (*store.Job, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	now := time.Now()
 	s.mu.Lock()
+	now := time.Now()
 	j := s.jobs[id]
 	if j == nil {
 		s.mu.Unlock()

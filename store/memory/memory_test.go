@@ -3,6 +3,7 @@ package memory_test
 import (
 	"encoding/json"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -71,7 +72,7 @@ func TestFinishRefusesBadState(t *testing.T) {
 		State: store.StateAvailable, MaxAttempts: 1}
 	_, err := s.Insert(t.Context(), []*store.InsertParams{p})
 	require.NoError(t, err)
-	jobs, err := s.Claim(t.Context(), store.ClaimParams{Queue: "q", Limit: 1, WorkerID: "w", LeaseDuration: 1e9})
+	jobs, err := s.Claim(t.Context(), store.ClaimParams{Queue: "q", Limit: 1, WorkerID: "w", LeaseDuration: time.Second})
 	require.NoError(t, err)
 	require.Len(t, jobs, 1)
 	for _, st := range []store.State{store.StatePending, store.StateActive, "bogus"} {
@@ -83,4 +84,44 @@ func TestFinishRefusesBadState(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, store.StateActive, j.State, "nothing of a refused batch is applied")
 	}
+}
+
+// TestClaimOrderByLongID: ids are any strings; jobs equal in priority and due time are claimed in id
+// order even when their ids share a long prefix, or one is a prefix of another.
+func TestClaimOrderByLongID(t *testing.T) {
+	s := memory.New()
+	prefix := "tenant-0000000000000000000000000000-job-"
+	want := []string{prefix, prefix + "\x00", prefix + "a", prefix + "b", prefix + "ba", "u"}
+	due := time.Now().Add(-time.Second)
+	var ps []*store.InsertParams
+	for _, i := range []int{4, 1, 5, 0, 3, 2} {
+		ps = append(ps, &store.InsertParams{ID: want[i], Kind: "k", Queue: "q", Args: json.RawMessage(`[]`),
+			State: store.StateAvailable, MaxAttempts: 1, ScheduledAt: due})
+	}
+	_, err := s.Insert(t.Context(), ps)
+	require.NoError(t, err)
+	var got []string
+	for range want {
+		jobs, err := s.Claim(t.Context(), store.ClaimParams{Queue: "q", Limit: 1, WorkerID: "w", LeaseDuration: time.Minute})
+		require.NoError(t, err)
+		require.Len(t, jobs, 1)
+		got = append(got, jobs[0].ID)
+	}
+	require.Equal(t, want, got)
+}
+
+// TestReturnedJSONIsCapped: appending to one JSON field of a returned job cannot overwrite another.
+func TestReturnedJSONIsCapped(t *testing.T) {
+	s := memory.New()
+	p := &store.InsertParams{ID: uuidv7.New(), Kind: "k", Queue: "q", Args: json.RawMessage(`[1]`),
+		Meta: json.RawMessage(`{"a":1}`), RetryPolicy: json.RawMessage(`{"max_attempts":2}`),
+		State: store.StateAvailable, MaxAttempts: 1}
+	_, err := s.Insert(t.Context(), []*store.InsertParams{p})
+	require.NoError(t, err)
+	j, err := s.GetJob(t.Context(), p.ID)
+	require.NoError(t, err)
+	_ = append(j.Args, "XXXXXXXXXX"...)
+	_ = append(j.Meta, "XXXXXXXXXX"...)
+	require.JSONEq(t, `{"a":1}`, string(j.Meta))
+	require.JSONEq(t, `{"max_attempts":2}`, string(j.RetryPolicy))
 }
