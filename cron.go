@@ -1,0 +1,493 @@
+package pronto
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/robfig/cron/v3"
+
+	"github.com/pronto-jobs/pronto/internal/uuidv7"
+	"github.com/pronto-jobs/pronto/store"
+)
+
+// Cron: periodic jobs from durable schedules. A schedule is registered once (CronRegister) and kept in
+// the store; RunCron, running in any number of processes, elects one leader per store, and the leader
+// inserts each due occurrence's job. An occurrence's job has an id derived from the registration and
+// the occurrence's time, and the schedule moves to its next occurrence only after that job exists, with
+// an update guarded by the occurrence it moves from: a leader that dies mid-way, or two leaders during
+// a hand-over, insert the same id at most once. A restart therefore neither misses an occurrence (a
+// late leader fires the one it missed, once) nor doubles one.
+
+// CronOverlapPolicy says what an occurrence does when the previous occurrence's job has not finished.
+type CronOverlapPolicy string
+
+// Overlap policies (OJS cron specification, section 6).
+const (
+	// CronSkip skips the occurrence while the previous job is not in a terminal state. The default.
+	CronSkip CronOverlapPolicy = "skip"
+	// CronAllow always inserts a job.
+	CronAllow CronOverlapPolicy = "allow"
+	// CronCancelPrevious cancels the previous job if it has not finished, then inserts a job.
+	CronCancelPrevious CronOverlapPolicy = "cancel_previous"
+	// CronEnqueue always inserts a job; it waits in the queue like any other. (pronto does not hold it
+	// back while the previous job runs: use a queue worked by one worker for strict sequencing.)
+	CronEnqueue CronOverlapPolicy = "enqueue"
+)
+
+// CronJob is a periodic job registration: a schedule and the job each occurrence inserts.
+type CronJob struct {
+	// Name identifies the registration: [a-z0-9][a-z0-9.-]*, at most 255 characters.
+	Name string
+	// Expression is a 5-field cron expression (minute hour day-of-month month day-of-week), a 6-field
+	// one with seconds first, or a descriptor: @yearly, @annually, @monthly, @weekly, @daily,
+	// @midnight, @hourly, or @every <Go duration> (at least 1s).
+	Expression string
+	// Timezone is the IANA zone the expression is read in ("America/New_York"); empty means UTC.
+	Timezone string
+	// Kind and Args are the job's OJS type and args (a JSON array; nil means []).
+	Kind string
+	Args json.RawMessage
+	// Opts are the job's insert options. Queue, Priority, MaxAttempts, RetryPolicy, Timeout, Tags and
+	// Meta apply; ID, ScheduledAt, Delay, ExpiresAt and Pending must be zero. Each job's meta also gets
+	// "cron_name" and "cron_triggered_at".
+	Opts InsertOpts
+	// OverlapPolicy defaults to CronSkip.
+	OverlapPolicy CronOverlapPolicy
+	// Description is free text for people.
+	Description string
+
+	// Set by pronto.
+	CreatedAt time.Time
+	NextRunAt time.Time
+	LastRunAt time.Time // zero until the first occurrence
+	RunCount  int64     // occurrences that inserted a job
+	LastJobID string    // the job of the latest occurrence that inserted one
+}
+
+// cronParser reads 5- and 6-field expressions and descriptors.
+var cronParser = cron.NewParser(cron.SecondOptional | cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
+
+// CronSchedule is a parsed expression in its zone.
+type CronSchedule struct {
+	sched cron.Schedule
+	loc   *time.Location
+}
+
+// Next returns the first occurrence strictly after t.
+func (s CronSchedule) Next(t time.Time) time.Time {
+	return s.sched.Next(t.In(s.loc)).UTC()
+}
+
+// ParseCron validates a cron expression and IANA timezone ("" is UTC) and returns the schedule, or an
+// error matching ErrInvalidArgs that says what is wrong. Fixed offsets and abbreviations such as "EST"
+// are refused as zones: they do not follow daylight saving time.
+func ParseCron(expression, timezone string) (CronSchedule, error) {
+	expr := strings.TrimSpace(expression)
+	if expr == "" {
+		return CronSchedule{}, invalidf("cron expression is empty")
+	}
+	if strings.HasPrefix(expr, "TZ=") || strings.HasPrefix(expr, "CRON_TZ=") {
+		return CronSchedule{}, invalidf("cron expression %q: give the zone as the timezone, not in the expression", expression)
+	}
+	loc := time.UTC
+	if timezone != "" && timezone != "UTC" {
+		if !strings.Contains(timezone, "/") {
+			return CronSchedule{}, invalidf("timezone %q: use an IANA zone name such as \"America/New_York\" or \"UTC\"", timezone)
+		}
+		l, err := time.LoadLocation(timezone)
+		if err != nil {
+			return CronSchedule{}, invalidf("timezone %q: not a known IANA zone", timezone)
+		}
+		loc = l
+	}
+	if every, ok := strings.CutPrefix(expr, "@every "); ok {
+		if d, err := time.ParseDuration(strings.TrimSpace(every)); err == nil && d < time.Second {
+			return CronSchedule{}, invalidf("cron expression %q: @every needs at least 1s", expression)
+		}
+	}
+	sched, err := cronParser.Parse(expr)
+	if err != nil {
+		return CronSchedule{}, invalidf("cron expression %q: %v", expression, err)
+	}
+	return CronSchedule{sched: sched, loc: loc}, nil
+}
+
+// ValidCronName reports whether name is an acceptable cron registration name.
+func ValidCronName(name string) bool { return len(name) <= 255 && queueRE.MatchString(name) }
+
+// cronTemplate is how a CronJob's job is kept in the store.
+type cronTemplate struct {
+	Kind        string          `json:"kind"`
+	Args        json.RawMessage `json:"args"`
+	Queue       string          `json:"queue,omitempty"`
+	Priority    int             `json:"priority,omitempty"`
+	MaxAttempts int             `json:"max_attempts,omitempty"`
+	Retry       *RetryPolicy    `json:"retry,omitempty"`
+	TimeoutMS   int64           `json:"timeout_ms,omitempty"`
+	Tags        []string        `json:"tags,omitempty"`
+	Meta        json.RawMessage `json:"meta,omitempty"`
+}
+
+func (c *Client) cronStore() (store.CronStore, error) {
+	cs, ok := c.store.(store.CronStore)
+	if !ok {
+		return nil, fmt.Errorf("%w: cron needs a store that keeps schedules (this client's store is %T)", ErrUnsupported, c.store)
+	}
+	return cs, nil
+}
+
+// CronRegister validates and stores a new periodic job. A registration with the same name gives an
+// error matching ErrDuplicate; to change one, delete it and register it again.
+func (c *Client) CronRegister(ctx context.Context, j CronJob) (*CronJob, error) {
+	cs, err := c.cronStore()
+	if err != nil {
+		return nil, err
+	}
+	if !ValidCronName(j.Name) {
+		return nil, invalidf("cron name %q: must match [a-z0-9][a-z0-9.-]* (at most 255 characters)", j.Name)
+	}
+	sched, err := ParseCron(j.Expression, j.Timezone)
+	if err != nil {
+		return nil, err
+	}
+	switch j.OverlapPolicy {
+	case "":
+		j.OverlapPolicy = CronSkip
+	case CronSkip, CronAllow, CronCancelPrevious, CronEnqueue:
+	default:
+		return nil, invalidf("cron overlap policy %q: must be skip, allow, cancel_previous or enqueue", j.OverlapPolicy)
+	}
+	o := j.Opts
+	if o.ID != "" || !o.ScheduledAt.IsZero() || o.Delay != 0 || !o.ExpiresAt.IsZero() || o.Pending {
+		return nil, invalidf("cron %q: ID, ScheduledAt, Delay, ExpiresAt and Pending do not apply to periodic jobs", j.Name)
+	}
+	if len(j.Args) == 0 {
+		j.Args = json.RawMessage("[]")
+	}
+	// Validate the job now, as each occurrence will build it.
+	if _, err := c.resolveOJS(RawJob{Kind: j.Kind, Args: j.Args, Opts: o}); err != nil {
+		return nil, err
+	}
+	t := cronTemplate{
+		Kind: j.Kind, Args: j.Args, Queue: o.Queue, Priority: o.Priority, MaxAttempts: o.MaxAttempts,
+		Retry: o.RetryPolicy, TimeoutMS: o.Timeout.Milliseconds(), Tags: o.Tags,
+	}
+	if o.Meta != nil {
+		if t.Meta, err = json.Marshal(o.Meta); err != nil {
+			return nil, invalidf("cron %q: meta does not encode as JSON: %v", j.Name, err)
+		}
+	}
+	tb, err := json.Marshal(t)
+	if err != nil {
+		return nil, invalidf("cron %q: %v", j.Name, err)
+	}
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	s := &store.CronSchedule{
+		Name: j.Name, ID: uuidv7.New(), Expression: j.Expression, Timezone: j.Timezone,
+		OverlapPolicy: string(j.OverlapPolicy), Template: tb, Description: j.Description, Enabled: true,
+		CreatedAt: now, NextRunAt: sched.Next(now),
+	}
+	if err := cs.CronCreate(ctx, s); err != nil {
+		return nil, fmt.Errorf("pronto: register cron %q: %w", j.Name, err)
+	}
+	return cronJobOf(s)
+}
+
+// CronGet returns a registration, or an error matching ErrNotFound.
+func (c *Client) CronGet(ctx context.Context, name string) (*CronJob, error) {
+	cs, err := c.cronStore()
+	if err != nil {
+		return nil, err
+	}
+	s, err := cs.CronGet(ctx, name)
+	if err != nil {
+		return nil, fmt.Errorf("pronto: get cron %q: %w", name, err)
+	}
+	return cronJobOf(s)
+}
+
+// CronList returns every registration, by name.
+func (c *Client) CronList(ctx context.Context) ([]*CronJob, error) {
+	cs, err := c.cronStore()
+	if err != nil {
+		return nil, err
+	}
+	ss, err := cs.CronList(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("pronto: list cron: %w", err)
+	}
+	out := make([]*CronJob, 0, len(ss))
+	for _, s := range ss {
+		j, err := cronJobOf(s)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, j)
+	}
+	return out, nil
+}
+
+// CronDelete removes a registration and returns it as it was, or gives an error matching ErrNotFound.
+// Jobs its occurrences already inserted are not affected.
+func (c *Client) CronDelete(ctx context.Context, name string) (*CronJob, error) {
+	cs, err := c.cronStore()
+	if err != nil {
+		return nil, err
+	}
+	s, err := cs.CronDelete(ctx, name)
+	if err != nil {
+		return nil, fmt.Errorf("pronto: delete cron %q: %w", name, err)
+	}
+	return cronJobOf(s)
+}
+
+func cronJobOf(s *store.CronSchedule) (*CronJob, error) {
+	var t cronTemplate
+	if err := json.Unmarshal(s.Template, &t); err != nil {
+		return nil, fmt.Errorf("pronto: cron %q: unreadable job template: %w", s.Name, err)
+	}
+	j := &CronJob{
+		Name: s.Name, Expression: s.Expression, Timezone: s.Timezone, Kind: t.Kind, Args: t.Args,
+		OverlapPolicy: CronOverlapPolicy(s.OverlapPolicy), Description: s.Description,
+		CreatedAt: s.CreatedAt, NextRunAt: s.NextRunAt, LastRunAt: s.LastRunAt, RunCount: s.RunCount,
+		LastJobID: s.LastJobID,
+		Opts: InsertOpts{
+			Queue: t.Queue, Priority: t.Priority, MaxAttempts: t.MaxAttempts, RetryPolicy: t.Retry,
+			Timeout: time.Duration(t.TimeoutMS) * time.Millisecond, Tags: t.Tags,
+		},
+	}
+	if len(t.Meta) > 0 {
+		m, err := decodeMeta(t.Meta)
+		if err != nil {
+			return nil, fmt.Errorf("pronto: cron %q: unreadable meta: %w", s.Name, err)
+		}
+		j.Opts.Meta = m
+	}
+	return j, nil
+}
+
+// decodeMeta reads a JSON object keeping numbers exact.
+func decodeMeta(b json.RawMessage) (map[string]any, error) {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	var m map[string]any
+	if err := dec.Decode(&m); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// CronFire reports one occurrence handled by the cron leader.
+type CronFire struct {
+	Name       string
+	Expression string
+	// ScheduledAt is the occurrence's time.
+	ScheduledAt time.Time
+	// Job is the job the occurrence inserted, nil when it was skipped.
+	Job *JobRow
+	// Skipped is set when the overlap policy skipped the occurrence; PreviousJobID is the unfinished
+	// job that caused it.
+	Skipped       bool
+	PreviousJobID string
+}
+
+// CronConfig configures RunCron.
+type CronConfig struct {
+	// Interval is how often the leader looks for due occurrences (default and minimum 1 s).
+	Interval time.Duration
+	// OnFire, if set, is called after each occurrence is handled, on the cron goroutine.
+	OnFire func(CronFire)
+}
+
+// cronLeaderName is the leadership row the cron scheduler elects on, separate from maintenance's.
+const cronLeaderName = "cron"
+
+// RunCron runs the cron scheduler until ctx is done: it takes part in the election of the store's
+// cron leader and, while it leads, inserts the jobs of due occurrences. Run it in every process that
+// should be able to take over; only the leader fires. It returns nil when ctx ends, or an error
+// matching ErrUnsupported when the store keeps no schedules.
+func (c *Client) RunCron(ctx context.Context, cfg *CronConfig) error {
+	cs, err := c.cronStore()
+	if err != nil {
+		return err
+	}
+	if cfg == nil {
+		cfg = &CronConfig{}
+	}
+	interval := max(cfg.Interval, time.Second)
+	ttl := c.cfg.LeaderTTL
+	if ttl <= 0 {
+		ttl = 3 * time.Second
+	}
+	elect := time.NewTicker(ttl / 3)
+	defer elect.Stop()
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	leader := false
+	doElect := func() {
+		ok, err := c.store.Elect(ctx, cronLeaderName, c.cfg.ID, ttl)
+		if err != nil {
+			if ctx.Err() == nil {
+				c.cfg.Logger.Warn("pronto: cron leader election failed", "err", err)
+			}
+			leader = false
+			return
+		}
+		if ok != leader {
+			c.cfg.Logger.Info("pronto: cron leadership changed", "client", c.cfg.ID, "leader", ok)
+		}
+		leader = ok
+	}
+	doElect()
+	for {
+		if leader {
+			c.fireDueCrons(ctx, cs, cfg)
+		}
+		select {
+		case <-ctx.Done():
+			if leader {
+				rctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+				_ = c.store.Resign(rctx, cronLeaderName, c.cfg.ID)
+				cancel()
+			}
+			return nil
+		case <-elect.C:
+			doElect()
+			continue
+		case <-tick.C:
+		}
+	}
+}
+
+func (c *Client) fireDueCrons(ctx context.Context, cs store.CronStore, cfg *CronConfig) {
+	due, err := cs.CronDue(ctx, time.Now(), 100)
+	if err != nil {
+		if ctx.Err() == nil {
+			c.cfg.Logger.Warn("pronto: cron: reading due schedules failed", "err", err)
+		}
+		return
+	}
+	for _, s := range due {
+		if ctx.Err() != nil {
+			return
+		}
+		if err := c.fireCron(ctx, cs, s, cfg); err != nil && ctx.Err() == nil {
+			c.cfg.Logger.Warn("pronto: cron: firing failed; retrying on the next tick", "cron", s.Name, "err", err)
+		}
+	}
+}
+
+// fireCron handles one due occurrence of s.
+func (c *Client) fireCron(ctx context.Context, cs store.CronStore, s *store.CronSchedule, cfg *CronConfig) error {
+	now := time.Now()
+	at := s.NextRunAt
+	adv := store.CronAdvance{Name: s.Name, ID: s.ID, From: at, RunAt: at}
+	sched, err := ParseCron(s.Expression, s.Timezone)
+	if err != nil {
+		// Registered schedules were valid; one that is not any more is parked for an hour, loudly.
+		adv.Next = now.Add(time.Hour).UTC()
+		_, aerr := cs.CronAdvance(ctx, adv)
+		return errors.Join(err, aerr)
+	}
+	// At most one catch-up occurrence: the next one is computed from now, not from the missed one.
+	adv.Next = sched.Next(now)
+	jobID := cronJobID(s.ID, at)
+	fire := CronFire{Name: s.Name, Expression: s.Expression, ScheduledAt: at}
+
+	// This occurrence's job may exist already (a leader inserted it and stopped before advancing).
+	if _, err := c.store.GetJob(ctx, jobID); err == nil {
+		adv.JobID = jobID
+		_, err := cs.CronAdvance(ctx, adv)
+		return err
+	} else if !errors.Is(err, store.ErrNotFound) {
+		return err
+	}
+
+	policy := CronOverlapPolicy(s.OverlapPolicy)
+	if s.LastJobID != "" && (policy == CronSkip || policy == "" || policy == CronCancelPrevious) {
+		prev, err := c.store.GetJob(ctx, s.LastJobID)
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+		case err != nil:
+			return err
+		case !prev.State.Terminal() && policy == CronCancelPrevious:
+			if _, err := c.JobCancel(ctx, prev.ID); err != nil && !errors.Is(err, ErrInvalidTransition) && !errors.Is(err, ErrNotFound) {
+				return err
+			}
+		case !prev.State.Terminal():
+			ok, err := cs.CronAdvance(ctx, adv)
+			if err == nil && ok && cfg.OnFire != nil {
+				fire.Skipped, fire.PreviousJobID = true, prev.ID
+				cfg.OnFire(fire)
+			}
+			return err
+		}
+	}
+
+	var t cronTemplate
+	if err := json.Unmarshal(s.Template, &t); err != nil {
+		adv.Next = now.Add(time.Hour).UTC()
+		_, aerr := cs.CronAdvance(ctx, adv)
+		return errors.Join(fmt.Errorf("unreadable job template: %w", err), aerr)
+	}
+	meta := map[string]any{}
+	if len(t.Meta) > 0 {
+		if meta, err = decodeMeta(t.Meta); err != nil || meta == nil {
+			meta = map[string]any{}
+		}
+	}
+	meta["cron_name"] = s.Name
+	meta["cron_triggered_at"] = at.UTC().Format(time.RFC3339)
+	p, err := c.resolveOJS(RawJob{Kind: t.Kind, Args: t.Args, Opts: InsertOpts{
+		ID: jobID, Queue: t.Queue, Priority: t.Priority, MaxAttempts: t.MaxAttempts, RetryPolicy: t.Retry,
+		Timeout: time.Duration(t.TimeoutMS) * time.Millisecond, Tags: t.Tags, Meta: meta,
+	}})
+	if err != nil {
+		adv.Next = now.Add(time.Hour).UTC()
+		_, aerr := cs.CronAdvance(ctx, adv)
+		return errors.Join(err, aerr)
+	}
+	rows, err := c.insert(ctx, []*store.InsertParams{p}, c.store.Insert)
+	if err != nil && !errors.Is(err, ErrDuplicate) {
+		return err
+	}
+	adv.JobID = jobID
+	ok, err := cs.CronAdvance(ctx, adv)
+	if err == nil && ok && len(rows) == 1 && cfg.OnFire != nil {
+		fire.Job = rows[0]
+		cfg.OnFire(fire)
+	}
+	return err
+}
+
+// cronJobID is the id of the job of the occurrence at of registration regID: a UUIDv7 whose time is
+// the occurrence's and whose other bits are a hash of both, so every leader computes the same one.
+func cronJobID(regID string, at time.Time) string {
+	h := sha256.Sum256([]byte(regID + "|" + at.UTC().Format(time.RFC3339Nano)))
+	var b [16]byte
+	ms := at.UnixMilli()
+	for i := 0; i < 6; i++ {
+		b[i] = byte(ms >> (40 - 8*i))
+	}
+	copy(b[6:], h[:10])
+	b[6] = 0x70 | b[6]&0x0f
+	b[8] = 0x80 | b[8]&0x3f
+	var s [36]byte
+	hex.Encode(s[0:8], b[0:4])
+	s[8] = '-'
+	hex.Encode(s[9:13], b[4:6])
+	s[13] = '-'
+	hex.Encode(s[14:18], b[6:8])
+	s[18] = '-'
+	hex.Encode(s[19:23], b[8:10])
+	s[23] = '-'
+	hex.Encode(s[24:], b[10:])
+	return string(s[:])
+}

@@ -1,0 +1,281 @@
+package pronto
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/pronto-jobs/pronto/store"
+)
+
+// Remote workers are workers that do not run inside a Client: an OJS worker in another language
+// speaking the HTTP API, or any program that fetches jobs, works them and reports back. The Remote*
+// methods give them the same lifecycle a Client gives its own Go workers: a fetched job is active and
+// holds a lease under the worker's id; the worker extends the lease with RemoteHeartbeat and ends the
+// attempt with RemoteAck or RemoteNack, which apply the job's retry policy exactly as a Go worker's
+// returned error would. If the worker dies, the lease runs out and the leader's rescuer returns the job
+// to available. Outcomes are reported to this client's subscribers (Subscribe) as the events a Go
+// worker's outcome would produce.
+
+// DefaultRemoteLease is the lease of a remotely fetched job when the fetch names none: the default
+// visibility timeout of the OJS worker protocol (section 5.2), 30 minutes. Workers that want their
+// jobs back sooner after a crash ask for less, or set a visibility timeout per job.
+const DefaultRemoteLease = 30 * time.Minute
+
+// RemoteFetchParams asks for jobs on behalf of a remote worker.
+type RemoteFetchParams struct {
+	// Queues are tried in order: the first queue's claimable jobs are taken before the second's.
+	Queues []string
+	// Limit is the most jobs to return (default 1, at most 1000).
+	Limit int
+	// WorkerID names the worker; it is recorded on each job and RemoteHeartbeat must give it.
+	WorkerID string
+	// Lease is how long each job is held without a heartbeat (default DefaultRemoteLease).
+	Lease time.Duration
+}
+
+// RemoteFetch claims up to p.Limit claimable jobs of any kind from p.Queues, in queue order, and
+// returns them active with their attempt counted. Paused queues yield nothing. No job is returned to
+// two callers.
+func (c *Client) RemoteFetch(ctx context.Context, p RemoteFetchParams) ([]*JobRow, error) {
+	if len(p.Queues) == 0 {
+		return nil, invalidf("fetch: no queues named")
+	}
+	for _, q := range p.Queues {
+		if !ValidQueueName(q) {
+			return nil, invalidf("queue name %q: must match [a-z0-9][a-z0-9.-]* (at most 128 characters)", q)
+		}
+	}
+	limit := p.Limit
+	if limit == 0 {
+		limit = 1
+	}
+	if limit < 0 || limit > 1000 {
+		return nil, invalidf("fetch limit %d: must be between 1 and 1000", p.Limit)
+	}
+	lease := p.Lease
+	if lease == 0 {
+		lease = DefaultRemoteLease
+	}
+	if lease < 0 {
+		return nil, invalidf("fetch lease %s is negative", lease)
+	}
+	var out []*JobRow
+	for _, q := range p.Queues {
+		jobs, err := c.store.Claim(ctx, store.ClaimParams{
+			Queue: q, Limit: limit - len(out), WorkerID: p.WorkerID, LeaseDuration: lease,
+		})
+		if err != nil {
+			return out, fmt.Errorf("pronto: fetch from queue %q: %w", q, err)
+		}
+		out = append(out, jobs...)
+		if len(out) >= limit {
+			break
+		}
+	}
+	return out, nil
+}
+
+// RemoteHeartbeat extends, to lease from now, the leases of the listed jobs that are still active and
+// held by workerID. It returns the ids it could not extend (finished, cancelled, rescued or held by
+// another worker): their work should stop, since its outcome will be refused.
+func (c *Client) RemoteHeartbeat(ctx context.Context, workerID string, ids []string, lease time.Duration) (lost []string, err error) {
+	if lease <= 0 {
+		lease = DefaultRemoteLease
+	}
+	for _, id := range ids {
+		if err := checkID(id); err != nil {
+			return nil, err
+		}
+	}
+	lost, err = c.store.Heartbeat(ctx, store.HeartbeatParams{WorkerID: workerID, IDs: ids, LeaseDuration: lease})
+	if err != nil {
+		return nil, fmt.Errorf("pronto: heartbeat: %w", err)
+	}
+	return lost, nil
+}
+
+// RemoteAckParams reports a successful attempt.
+type RemoteAckParams struct {
+	ID string
+	// WorkerID, when set, must be the worker holding the job.
+	WorkerID string
+	// Result is stored as the job's result (any JSON value), or nothing when nil.
+	Result json.RawMessage
+}
+
+// RemoteAck completes an active job and returns it as it now is. A job that is not active (or is held
+// by another worker) gives a *TransitionError matching ErrInvalidTransition, and is left unchanged.
+func (c *Client) RemoteAck(ctx context.Context, p RemoteAckParams) (*JobRow, error) {
+	j, err := c.activeJob(ctx, p.ID, p.WorkerID, "ack")
+	if err != nil {
+		return nil, err
+	}
+	if len(p.Result) > 0 && !json.Valid(p.Result) {
+		return nil, invalidf("ack job %s: result is not valid JSON", p.ID)
+	}
+	now := time.Now()
+	comp := store.Completion{ID: j.ID, Attempt: j.Attempt, State: store.StateCompleted, Result: p.Result}
+	if err := c.finishOne(ctx, j, comp, "ack"); err != nil {
+		return nil, err
+	}
+	out := *j
+	out.State, out.Result, out.CompletedAt = store.StateCompleted, p.Result, now
+	out.LeaseExpiresAt, out.WorkerID = time.Time{}, ""
+	c.events.emit(&Event{Kind: EventCompleted, Job: &out, Duration: attemptDuration(j, now), At: now})
+	return &out, nil
+}
+
+// RemoteNackParams reports a failed attempt.
+type RemoteNackParams struct {
+	ID string
+	// WorkerID, when set, must be the worker holding the job.
+	WorkerID string
+	// Error describes the failure; it is appended to the job's error history (its Attempt and At are
+	// filled in). Error.Type is matched against the retry policy's NonRetryableErrors, exactly or, for
+	// an entry ending in ".*" or "*", by prefix.
+	Error AttemptError
+	// NonRetryable fails the job for good whatever attempts remain.
+	NonRetryable bool
+	// Requeue returns the job to available at once without spending the attempt and without an error
+	// entry (a worker shutting down hands its job back); Error and NonRetryable are then ignored.
+	Requeue bool
+}
+
+// RemoteNackResult is the outcome of RemoteNack.
+type RemoteNackResult struct {
+	// Job is the job as it now is: retryable (due at ScheduledAt), discarded, or available (requeued).
+	Job *JobRow
+	// RetryDelay is the backoff applied when the job is retryable.
+	RetryDelay time.Duration
+}
+
+// RemoteNack fails an active job's attempt: the job becomes retryable after its policy's backoff, or
+// discarded when its attempts are spent, the error is declared non-retryable, or its type is listed
+// in the policy's NonRetryableErrors. A job that is not active gives a *TransitionError matching
+// ErrInvalidTransition, and is left unchanged.
+func (c *Client) RemoteNack(ctx context.Context, p RemoteNackParams) (*RemoteNackResult, error) {
+	j, err := c.activeJob(ctx, p.ID, p.WorkerID, "nack")
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	out := *j
+	out.LeaseExpiresAt, out.WorkerID = time.Time{}, ""
+	res := &RemoteNackResult{Job: &out}
+	comp := store.Completion{ID: j.ID, Attempt: j.Attempt}
+	if p.Requeue {
+		comp.State, comp.RefundAttempt = store.StateAvailable, true
+		if err := c.finishOne(ctx, j, comp, "nack"); err != nil {
+			return nil, err
+		}
+		out.State, out.ScheduledAt = store.StateAvailable, now
+		out.MaxAttempts++
+		return res, nil
+	}
+	ae := p.Error
+	ae.Attempt, ae.At = j.Attempt, now
+	if ae.Message == "" {
+		ae.Message = "failed (no message given)"
+	}
+	if len(ae.Details) > 0 && !json.Valid(ae.Details) {
+		return nil, invalidf("nack job %s: error details are not valid JSON", p.ID)
+	}
+	policy := c.policyOf(j)
+	retryable := !p.NonRetryable && j.Attempt < j.MaxAttempts && !MatchesErrorType(policy.NonRetryableErrors, ae.Type)
+	kind := EventDiscarded
+	if retryable {
+		res.RetryDelay = policy.Delay(j.Attempt)
+		comp.State, comp.ScheduledAt = store.StateRetryable, now.Add(res.RetryDelay)
+		kind = EventFailed
+	} else {
+		comp.State = store.StateDiscarded
+		f := false
+		ae.Retryable = &f
+	}
+	comp.Error = &ae
+	if err := c.finishOne(ctx, j, comp, "nack"); err != nil {
+		return nil, err
+	}
+	out.State = comp.State
+	out.Errors = append(append([]AttemptError(nil), j.Errors...), ae)
+	if retryable {
+		out.ScheduledAt = comp.ScheduledAt
+	} else {
+		out.CompletedAt = now
+	}
+	c.events.emit(&Event{Kind: kind, Job: &out, Err: remoteError{ae}, Duration: attemptDuration(j, now), At: now})
+	return res, nil
+}
+
+// MatchesErrorType reports whether an error of type typ is listed in patterns: an exact match, or a
+// prefix match for a pattern ending in "*" (the OJS ".*" wildcard: "auth.*" matches "auth.expired").
+// An empty type matches nothing.
+func MatchesErrorType(patterns []string, typ string) bool {
+	if typ == "" {
+		return false
+	}
+	for _, p := range patterns {
+		if p == typ {
+			return true
+		}
+		if prefix, ok := strings.CutSuffix(p, "*"); ok && strings.HasPrefix(typ, prefix) {
+			return true
+		}
+	}
+	return false
+}
+
+// remoteError is the error of a failed remote attempt, as reported in events.
+type remoteError struct{ ae AttemptError }
+
+func (e remoteError) Error() string {
+	if e.ae.Type != "" {
+		return e.ae.Type + ": " + e.ae.Message
+	}
+	return e.ae.Message
+}
+
+// activeJob reads a job that op needs active and held by workerID (when given).
+func (c *Client) activeJob(ctx context.Context, id, workerID, op string) (*JobRow, error) {
+	if err := checkID(id); err != nil {
+		return nil, err
+	}
+	j, err := c.store.GetJob(ctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("pronto: %s job %s: %w", op, id, err)
+	}
+	if j.State != store.StateActive || (workerID != "" && j.WorkerID != "" && j.WorkerID != workerID) {
+		return nil, &TransitionError{JobID: id, Operation: op, From: j.State}
+	}
+	return j, nil
+}
+
+// finishOne writes one completion of a job read by activeJob, refusing it when the job moved on
+// meanwhile (finished, rescued or cancelled by someone else).
+func (c *Client) finishOne(ctx context.Context, j *JobRow, comp store.Completion, op string) error {
+	res, err := c.store.Finish(ctx, []store.Completion{comp})
+	if err != nil {
+		return fmt.Errorf("pronto: %s job %s: %w", op, j.ID, err)
+	}
+	if len(res) == 1 && res[0].Applied {
+		return nil
+	}
+	from := store.StateActive
+	if now, err := c.store.GetJob(ctx, j.ID); err == nil {
+		from = now.State
+	} else if errors.Is(err, store.ErrNotFound) {
+		return fmt.Errorf("pronto: %s job %s: %w", op, j.ID, err)
+	}
+	return &TransitionError{JobID: j.ID, Operation: op, From: from}
+}
+
+func attemptDuration(j *JobRow, now time.Time) time.Duration {
+	if j.StartedAt.IsZero() || now.Before(j.StartedAt) {
+		return 0
+	}
+	return now.Sub(j.StartedAt)
+}
