@@ -186,6 +186,7 @@ func (r *runner) commands() []command {
 	return []command{
 		{name: "demo", summary: "run a self-contained demo: insert a mix of jobs and work them live", run: cmdDemo},
 		{name: "enqueue", summary: "insert a job of any kind with JSON args", run: cmdEnqueue},
+		{name: "serve", summary: "serve the OJS HTTP API: enqueue and work jobs from any language", run: cmdServe},
 		{name: "version", summary: "print the version", run: cmdVersion},
 	}
 }

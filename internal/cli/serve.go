@@ -1,0 +1,141 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	// Cron timezones must resolve on machines without a zoneinfo database.
+	_ "time/tzdata"
+
+	"github.com/pronto-jobs/pronto"
+	"github.com/pronto-jobs/pronto/server"
+)
+
+// EnvAPIKey is the environment variable read when --api-key is not given.
+const EnvAPIKey = "PRONTO_API_KEY"
+
+// DefaultServeAddr is where `pronto serve` listens unless --addr says otherwise: loopback only.
+const DefaultServeAddr = "127.0.0.1:8080"
+
+const serveAbout = `Serve the Open Job Spec (OJS) HTTP API 1.0 over the database: any OJS SDK can enqueue
+jobs, and OJS workers in any language can fetch, ack, nack and heartbeat them. Cron schedules
+registered through the API are fired by the elected leader among the running servers.
+
+The server listens on 127.0.0.1 unless told otherwise, and refuses a non-loopback address without an
+API key. With a key (--api-key or $` + EnvAPIKey + `), every endpoint except /ojs/v1/health requires
+"Authorization: Bearer <key>". It stops gracefully on SIGINT or SIGTERM.
+
+Examples:
+  pronto serve
+  pronto serve --database-url postgres://localhost/app --addr 0.0.0.0:8080 --api-key "$KEY"
+  curl -s -X POST http://127.0.0.1:8080/ojs/v1/jobs -H 'Content-Type: application/json' \
+    -d '{"type":"email.send","args":["a@example.com"]}'`
+
+// cmdServe runs the OJS HTTP API until ctx is done.
+func cmdServe(ctx context.Context, r *runner, args []string) error {
+	fs := r.newFlagSet("pronto serve [flags]", serveAbout).withDatabase()
+	addr := fs.String("addr", DefaultServeAddr, "`HOST:PORT` to listen on (port 0 picks a free port)")
+	apiKey := fs.String("api-key", "", "require this `KEY` as a Bearer token (default $"+EnvAPIKey+")")
+	maxBody := fs.Int64("max-body-bytes", server.DefaultMaxBodyBytes, "largest request body accepted, in `BYTES`; larger ones get 413")
+	migrate := fs.Bool("migrate", true, "apply pending schema migrations at start (creating an SQLite file if missing)")
+	poolSize := fs.Int("pool-size", 32, "PostgreSQL connections to open at most")
+	testMode := fs.Bool("test-mode", false, "enable POST /ojs/v1/_test/reset and test directives, for conformance runs only: never in production")
+	drain := fs.Duration("shutdown-timeout", 10*time.Second, "how long a graceful stop waits for requests in flight")
+	if _, err := fs.parse(args, 0, 0); err != nil {
+		return err
+	}
+	key := *apiKey
+	if key == "" {
+		key = r.env.getenv(EnvAPIKey)
+	}
+	if err := server.CheckListenAddr(*addr, key); err != nil {
+		return usageErrorf("serve: %v", err)
+	}
+	if *maxBody <= 0 {
+		return usageErrorf("serve: --max-body-bytes must be positive")
+	}
+	if *poolSize < 2 || *poolSize > 10000 {
+		return usageErrorf("serve: --pool-size must be between 2 and 10000")
+	}
+	db, err := r.open(ctx, openOptions{migrate: *migrate, create: *migrate, maxConns: int32(*poolSize)})
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+
+	logger := slog.New(slog.NewTextHandler(r.env.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	client, err := pronto.NewClient(db.store, &pronto.Config{Logger: logger})
+	if err != nil {
+		return errorf("serve: %v", err)
+	}
+	srv, err := server.New(server.Config{
+		Client: client, APIKey: key, MaxBodyBytes: *maxBody, Backend: db.t.kind, TestMode: *testMode, Logger: logger,
+	})
+	if err != nil {
+		return errorf("serve: %v", err)
+	}
+	defer srv.Close()
+
+	ln, err := net.Listen("tcp", *addr)
+	if err != nil {
+		return errorf("serve: cannot listen on %s: %v", *addr, err)
+	}
+	if err := client.Start(ctx); err != nil {
+		ln.Close()
+		return errorf("serve: starting the client: %v", err)
+	}
+	hs := server.NewHTTPServer(ln.Addr().String(), srv)
+	hs.ErrorLog = slog.NewLogLogger(logger.Handler(), slog.LevelWarn)
+
+	runCtx, stopRun := context.WithCancel(ctx)
+	defer stopRun()
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := srv.RunCron(runCtx); err != nil {
+			logger.Warn("pronto serve: cron scheduler stopped", "err", err)
+		}
+	}()
+	served := make(chan error, 1)
+	go func() { served <- hs.Serve(ln) }()
+
+	mode := ""
+	if *testMode {
+		mode = " [test mode: reset endpoint enabled]"
+	}
+	auth := "no API key (loopback only)"
+	if key != "" {
+		auth = "API key required"
+	}
+	fmt.Fprintf(r.env.Stdout, "pronto serve: OJS HTTP API on http://%s/ojs/v1 (database %s, %s)%s\n",
+		ln.Addr(), db.t.display, auth, mode)
+
+	var serveErr error
+	select {
+	case <-ctx.Done():
+	case serveErr = <-served:
+	}
+	srv.Drain()
+	shutCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), *drain)
+	defer cancel()
+	if err := hs.Shutdown(shutCtx); err != nil && serveErr == nil {
+		serveErr = err
+	}
+	stopRun()
+	wg.Wait()
+	if err := client.Stop(shutCtx); err != nil {
+		logger.Warn("pronto serve: stopping the client", "err", err)
+	}
+	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
+		return errorf("serve: %v", serveErr)
+	}
+	fmt.Fprintln(r.env.Stdout, "pronto serve: stopped")
+	return nil
+}

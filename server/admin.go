@@ -1,0 +1,502 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/pronto-jobs/pronto"
+)
+
+// System, queue, dead-letter, cron and event endpoints.
+
+func typeName(v any) string { return fmt.Sprintf("%T", v) }
+
+// healthProbeID is a job id no job has: reading it is a cheap round trip to the store.
+const healthProbeID = "00000000-0000-7000-8000-000000000000"
+
+// GET /ojs/v1/health
+func (s *Server) health(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
+	defer cancel()
+	start := time.Now()
+	_, err := s.store.GetJob(ctx, healthProbeID)
+	latency := time.Since(start)
+	status, backendStatus, code := "ok", "connected", http.StatusOK
+	if err != nil && !errors.Is(err, pronto.ErrNotFound) {
+		status, backendStatus, code = "degraded", "disconnected", http.StatusServiceUnavailable
+	}
+	b := getBuf()
+	*b = append(*b, '{')
+	*b = appendStringField(*b, "status", status)
+	*b = appendStringField(*b, "version", "1.0")
+	*b = appendIntField(*b, "uptime_seconds", int64(time.Since(s.started).Seconds()))
+	*b = append(appendKey(*b, "backend"), '{')
+	*b = appendStringField(*b, "type", s.backend)
+	*b = appendStringField(*b, "status", backendStatus)
+	*b = appendIntField(*b, "latency_ms", latency.Milliseconds())
+	if err != nil && code != http.StatusOK {
+		*b = appendStringField(*b, "error", err.Error())
+	}
+	*b = append(*b, '}', '}')
+	writeBuf(w, code, b)
+}
+
+// GET /ojs/manifest
+func (s *Server) manifest(w http.ResponseWriter, r *http.Request) {
+	b := getBuf()
+	*b = append(*b, '{')
+	*b = appendStringField(*b, "specversion", "1.0")
+	*b = appendStringField(*b, "ojs_version", "1.0")
+	*b = append(appendKey(*b, "implementation"), '{')
+	*b = appendStringField(*b, "name", "pronto")
+	*b = appendStringField(*b, "version", Version)
+	*b = appendStringField(*b, "language", "go")
+	*b = appendStringField(*b, "homepage", "https://github.com/pronto-jobs/pronto")
+	*b = append(*b, '}')
+	*b = appendIntField(*b, "conformance_level", 2)
+	*b = appendStrings(appendKey(*b, "protocols"), []string{"http"})
+	*b = appendStringField(*b, "backend", s.backend)
+	*b = append(appendKey(*b, "capabilities"), '{')
+	for _, c := range []struct {
+		name string
+		on   bool
+	}{
+		{"batch_enqueue", true}, {"cron_jobs", true}, {"dead_letter", true}, {"delayed_jobs", true},
+		{"job_ttl", true}, {"priority_queues", true}, {"rate_limiting", false}, {"schema_validation", false},
+		{"unique_jobs", false}, {"workflows", false}, {"pause_resume", true}, {"events", true},
+	} {
+		*b = appendBoolField(*b, c.name, c.on)
+	}
+	*b = append(*b, '}')
+	*b = appendStrings(appendKey(*b, "extensions"), []string{"x-pronto-relative-times", "x-pronto-requeue"})
+	*b = append(appendKey(*b, "limits"), '{')
+	*b = appendIntField(*b, "max_body_bytes", s.maxBody)
+	*b = appendIntField(*b, "max_batch_jobs", int64(s.maxBatch))
+	*b = appendIntField(*b, "max_fetch_count", 1000)
+	*b = append(*b, '}')
+	*b = append(appendKey(*b, "endpoints"), '{')
+	*b = appendStringField(*b, "base_url", "/ojs/v1")
+	*b = appendStringField(*b, "manifest", "/ojs/manifest")
+	*b = appendStringField(*b, "health", "/ojs/v1/health")
+	*b = append(*b, '}')
+	*b = appendBoolField(*b, "auth_required", s.apiKey != nil)
+	*b = append(*b, '}')
+	writeBuf(w, http.StatusOK, b)
+}
+
+// appendQueue appends a queue object: its name, pause flag and counts per state.
+func appendQueue(b []byte, q *pronto.QueueInfo) []byte {
+	b = append(b, '{')
+	b = appendStringField(b, "name", q.Name)
+	status := "active"
+	if q.Paused {
+		status = "paused"
+	}
+	b = appendStringField(b, "status", status)
+	b = appendBoolField(b, "paused", q.Paused)
+	var total int64
+	for _, st := range []pronto.State{
+		pronto.StateAvailable, pronto.StateActive, pronto.StateScheduled, pronto.StateRetryable,
+		pronto.StatePending, pronto.StateCompleted, pronto.StateCancelled, pronto.StateDiscarded,
+	} {
+		n := q.Counts[st]
+		total += n
+		b = appendIntField(b, string(st), n)
+	}
+	b = appendIntField(b, "total", total)
+	return append(b, '}')
+}
+
+// queueInfo returns one queue's counts; a queue with no jobs and no pause flag has zero counts.
+func (s *Server) queueInfo(ctx context.Context, name string) (*pronto.QueueInfo, error) {
+	qs, err := s.client.QueueList(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for i := range qs {
+		if qs[i].Name == name {
+			return &qs[i], nil
+		}
+	}
+	return &pronto.QueueInfo{Name: name, Counts: map[pronto.State]int64{}}, nil
+}
+
+func checkQueueName(name string) *apiError {
+	if !pronto.ValidQueueName(name) {
+		return invalid("queue", "queue %q: must match [a-z0-9][a-z0-9.-]* (at most 128 characters)", name)
+	}
+	return nil
+}
+
+// GET /ojs/v1/queues
+func (s *Server) listQueues(w http.ResponseWriter, r *http.Request) {
+	qs, err := s.client.QueueList(r.Context())
+	if err != nil {
+		s.writeError(w, r, fromClientError(err, "queue", ""))
+		return
+	}
+	b := getBuf()
+	*b = append(*b, `{"queues":[`...)
+	for i := range qs {
+		if i > 0 {
+			*b = append(*b, ',')
+		}
+		*b = appendQueue(*b, &qs[i])
+	}
+	*b = append(*b, ']')
+	*b = append(appendKey(*b, "pagination"), '{')
+	*b = appendIntField(*b, "total", int64(len(qs)))
+	*b = appendIntField(*b, "limit", int64(len(qs)))
+	*b = appendIntField(*b, "offset", 0)
+	*b = appendBoolField(*b, "has_more", false)
+	*b = append(*b, '}', '}')
+	writeBuf(w, http.StatusOK, b)
+}
+
+// GET /ojs/v1/queues/{name}/stats
+func (s *Server) queueStats(w http.ResponseWriter, r *http.Request, name string) {
+	if e := checkQueueName(name); e != nil {
+		s.writeError(w, r, e)
+		return
+	}
+	q, err := s.queueInfo(r.Context(), name)
+	if err != nil {
+		s.writeError(w, r, fromClientError(err, "queue", name))
+		return
+	}
+	s.writeQueue(w, q, nil)
+}
+
+func (s *Server) writeQueue(w http.ResponseWriter, q *pronto.QueueInfo, more func([]byte) []byte) {
+	b := getBuf()
+	*b = append(*b, `{"queue":`...)
+	*b = appendQueue(*b, q)
+	if more != nil {
+		*b = (*b)[:len(*b)-1]
+		*b = more(*b)
+		*b = append(*b, '}')
+	}
+	*b = appendTimeField(*b, "computed_at", time.Now())
+	*b = append(*b, '}')
+	writeBuf(w, http.StatusOK, b)
+}
+
+// POST /ojs/v1/queues/{name}/pause and /resume
+func (s *Server) pauseQueue(w http.ResponseWriter, r *http.Request, name string, pause bool) {
+	discardBody(r)
+	if e := checkQueueName(name); e != nil {
+		s.writeError(w, r, e)
+		return
+	}
+	ctx := r.Context()
+	var err error
+	if pause {
+		err = s.client.QueuePause(ctx, name)
+	} else {
+		err = s.client.QueueResume(ctx, name)
+	}
+	if err != nil {
+		s.writeError(w, r, fromClientError(err, "queue", name))
+		return
+	}
+	q, err := s.queueInfo(ctx, name)
+	if err != nil {
+		s.writeError(w, r, fromClientError(err, "queue", name))
+		return
+	}
+	q.Paused = pause
+	now := time.Now()
+	typ := "queue.resumed"
+	if pause {
+		typ = "queue.paused"
+	}
+	s.events.add(event{typ: typ, source: s.source, subject: name, queue: name, data: []byte(`{"queue":` + string(appendString(nil, name)) + `}`)})
+	s.writeQueue(w, q, func(b []byte) []byte {
+		if pause {
+			return appendTimeField(b, "paused_at", now)
+		}
+		return appendTimeField(b, "resumed_at", now)
+	})
+}
+
+// queryInt reads an integer query parameter within [lo, hi], or def when absent.
+func queryInt(q url.Values, name string, def, lo, hi int) (int, *apiError) {
+	v := q.Get(name)
+	if v == "" {
+		return def, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < lo || n > hi {
+		return 0, invalid(name, "query parameter %s=%q: must be an integer from %d to %d", name, v, lo, hi)
+	}
+	return n, nil
+}
+
+// queryList reads a comma-separated (or repeated) query parameter.
+func queryList(q url.Values, name string) []string {
+	var out []string
+	for _, v := range q[name] {
+		for _, p := range strings.Split(v, ",") {
+			if p = strings.TrimSpace(p); p != "" {
+				out = append(out, p)
+			}
+		}
+	}
+	return out
+}
+
+// isDeadLetter reports whether a discarded job belongs in the dead-letter list: every discarded job
+// does, except those whose OJS retry policy asked on_exhaustion "discard".
+func isDeadLetter(j *pronto.JobRow) bool {
+	if j.State != pronto.StateDiscarded {
+		return false
+	}
+	ext := jobExt(j)
+	return ext == nil || ext.OnExhaustion != "discard"
+}
+
+// GET /ojs/v1/dead-letter
+func (s *Server) listDeadLetter(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	limit, e := queryInt(q, "limit", 50, 1, 200)
+	if e != nil {
+		s.writeError(w, r, e)
+		return
+	}
+	offset, e := queryInt(q, "offset", 0, 0, 1<<30)
+	if e != nil {
+		s.writeError(w, r, e)
+		return
+	}
+	queue := q.Get("queue")
+	var queues []string
+	if queue != "" {
+		if e := checkQueueName(queue); e != nil {
+			s.writeError(w, r, e)
+			return
+		}
+		queues = []string{queue}
+	}
+	cursor := q.Get("cursor")
+	if cursor != "" {
+		if e := checkJobID(cursor, "cursor"); e != nil {
+			s.writeError(w, r, e)
+			return
+		}
+	}
+	ctx := r.Context()
+	var out []*pronto.JobRow
+	skipped, hasMore, next := 0, false, ""
+	for {
+		page, err := s.client.JobList(ctx, &pronto.JobListParams{
+			States: []pronto.State{pronto.StateDiscarded}, Queues: queues, Cursor: cursor, Limit: 500,
+		})
+		if err != nil {
+			s.writeError(w, r, fromClientError(err, "job", ""))
+			return
+		}
+		for _, j := range page.Jobs {
+			if !isDeadLetter(j) {
+				continue
+			}
+			if skipped < offset {
+				skipped++
+				continue
+			}
+			if len(out) == limit {
+				hasMore = true
+				break
+			}
+			out = append(out, j)
+			next = j.ID
+		}
+		if hasMore || page.Next == "" {
+			break
+		}
+		cursor = page.Next
+	}
+	var total int64
+	if qs, err := s.client.QueueList(ctx); err == nil {
+		for _, qi := range qs {
+			if queue == "" || qi.Name == queue {
+				total += qi.Counts[pronto.StateDiscarded]
+			}
+		}
+	}
+	b := getBuf()
+	*b = append(*b, `{"jobs":[`...)
+	for i, j := range out {
+		if i > 0 {
+			*b = append(*b, ',')
+		}
+		*b = appendJob(*b, j)
+	}
+	*b = append(*b, ']')
+	*b = append(appendKey(*b, "pagination"), '{')
+	*b = appendIntField(*b, "total", total)
+	*b = appendIntField(*b, "limit", int64(limit))
+	*b = appendIntField(*b, "offset", int64(offset))
+	*b = appendBoolField(*b, "has_more", hasMore)
+	if hasMore {
+		*b = appendStringField(*b, "next_cursor", next)
+	}
+	*b = append(*b, '}', '}')
+	writeBuf(w, http.StatusOK, b)
+}
+
+// deadLetterJob reads a job that must be in the dead-letter list.
+func (s *Server) deadLetterJob(ctx context.Context, id string) (*pronto.JobRow, *apiError) {
+	if e := checkJobID(id, "job id"); e != nil {
+		return nil, e
+	}
+	j, err := s.client.JobGet(ctx, id)
+	if err != nil {
+		return nil, fromClientError(err, "dead-letter job", id)
+	}
+	if !isDeadLetter(j) {
+		e := conflict("job %s is %s, not in the dead-letter list", id, j.State)
+		e.details = map[string]any{"job_id": id, "current_state": string(j.State)}
+		return nil, e
+	}
+	return j, nil
+}
+
+// POST /ojs/v1/dead-letter/{id}/retry
+func (s *Server) retryDeadLetter(w http.ResponseWriter, r *http.Request, id string) {
+	discardBody(r)
+	if _, e := s.deadLetterJob(r.Context(), id); e != nil {
+		s.writeError(w, r, e)
+		return
+	}
+	j, err := s.client.JobRetry(r.Context(), id)
+	if err != nil {
+		s.writeError(w, r, fromClientError(err, "dead-letter job", id))
+		return
+	}
+	s.writeJob(w, http.StatusOK, j, func(b []byte) []byte {
+		return appendTimeField(b, "re_enqueued_at", time.Now())
+	})
+}
+
+// DELETE /ojs/v1/dead-letter/{id}
+func (s *Server) deleteDeadLetter(w http.ResponseWriter, r *http.Request, id string) {
+	if _, e := s.deadLetterJob(r.Context(), id); e != nil {
+		s.writeError(w, r, e)
+		return
+	}
+	if _, err := s.client.JobDelete(r.Context(), id); err != nil {
+		s.writeError(w, r, fromClientError(err, "dead-letter job", id))
+		return
+	}
+	b := getBuf()
+	*b = append(*b, '{')
+	*b = appendBoolField(*b, "deleted", true)
+	*b = appendStringField(*b, "job_id", id)
+	*b = append(*b, '}')
+	writeBuf(w, http.StatusOK, b)
+}
+
+// GET /ojs/v1/events
+func (s *Server) listEvents(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	limit, e := queryInt(q, "limit", 100, 1, 1000)
+	if e != nil {
+		s.writeError(w, r, e)
+		return
+	}
+	f := eventFilter{
+		types: queryList(q, "types"), queues: queryList(q, "queues"), jobTypes: queryList(q, "job_types"),
+		after: q.Get("after"), limit: limit,
+	}
+	if len(f.types) == 0 {
+		f.types = queryList(q, "type")
+	}
+	if len(f.queues) == 0 {
+		f.queues = queryList(q, "queue")
+	}
+	evs, more := s.events.query(f)
+	b := getBuf()
+	*b = append(*b, `{"events":[`...)
+	for i := range evs {
+		if i > 0 {
+			*b = append(*b, ',')
+		}
+		*b = appendEvent(*b, &evs[i])
+	}
+	*b = append(*b, ']')
+	cursor := f.after
+	if len(evs) > 0 {
+		cursor = evs[len(evs)-1].id
+	}
+	if cursor != "" {
+		*b = appendStringField(*b, "cursor", cursor)
+	}
+	*b = appendBoolField(*b, "has_more", more)
+	*b = append(*b, '}')
+	writeBuf(w, http.StatusOK, b)
+}
+
+// POST /ojs/v1/_test/reset (TestMode only): empties the store of jobs, pause flags and cron
+// schedules, and the event log.
+func (s *Server) reset(w http.ResponseWriter, r *http.Request) {
+	discardBody(r)
+	ctx := r.Context()
+	if err := s.resetAll(ctx); err != nil {
+		s.writeError(w, r, fromClientError(err, "job", ""))
+		return
+	}
+	writeRaw(w, http.StatusOK, []byte(`{"reset":true}`))
+}
+
+func (s *Server) resetAll(ctx context.Context) error {
+	if crons, err := s.client.CronList(ctx); err == nil {
+		for _, c := range crons {
+			if _, err := s.client.CronDelete(ctx, c.Name); err != nil && !errors.Is(err, pronto.ErrNotFound) {
+				return err
+			}
+		}
+	} else if !errors.Is(err, pronto.ErrUnsupported) {
+		return err
+	}
+	for round := 0; ; round++ {
+		page, err := s.client.JobList(ctx, &pronto.JobListParams{Limit: 1000})
+		if err != nil {
+			return err
+		}
+		if len(page.Jobs) == 0 {
+			break
+		}
+		if round > 1000 {
+			return errors.New("reset: jobs keep appearing")
+		}
+		for _, j := range page.Jobs {
+			if j.State == pronto.StateActive {
+				if _, err := s.client.JobCancel(ctx, j.ID); err != nil && !errors.Is(err, pronto.ErrInvalidTransition) && !errors.Is(err, pronto.ErrNotFound) {
+					return err
+				}
+			}
+			if _, err := s.client.JobDelete(ctx, j.ID); err != nil && !errors.Is(err, pronto.ErrNotFound) && !errors.Is(err, pronto.ErrInvalidTransition) {
+				return err
+			}
+		}
+	}
+	qs, err := s.client.QueueList(ctx)
+	if err != nil {
+		return err
+	}
+	for _, q := range qs {
+		if q.Paused {
+			if err := s.client.QueueResume(ctx, q.Name); err != nil {
+				return err
+			}
+		}
+	}
+	s.events.reset()
+	return nil
+}

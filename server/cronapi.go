@@ -1,0 +1,240 @@
+package server
+
+import (
+	"encoding/json"
+	"net/http"
+	"time"
+
+	"github.com/pronto-jobs/pronto"
+)
+
+// Cron endpoints (OJS cron specification): register, list, get, delete.
+
+// decodeCron reads a registration. The job is given as job_template {type, args, meta, options}, or,
+// as the HTTP binding's prose has it, by type, args, meta and options at the top level; the schedule
+// as expression (or cron).
+func decodeCron(body []byte, now time.Time) (*pronto.CronJob, *apiError) {
+	m, e := decodeObject(body, "cron registration")
+	if e != nil {
+		return nil, e
+	}
+	c := &pronto.CronJob{}
+	str := func(keys ...string) (string, *apiError) {
+		for _, k := range keys {
+			if v, ok := m[k]; ok && !isNull(v) {
+				return wantString(v, k)
+			}
+		}
+		return "", nil
+	}
+	if c.Name, e = str("name"); e != nil {
+		return nil, e
+	}
+	if c.Name == "" {
+		return nil, invalid("name", "name is required")
+	}
+	if !pronto.ValidCronName(c.Name) {
+		return nil, invalid("name", "name %q: must match [a-z0-9][a-z0-9.-]* (at most 255 characters)", c.Name)
+	}
+	if c.Expression, e = str("expression", "cron", "schedule"); e != nil {
+		return nil, e
+	}
+	if c.Expression == "" {
+		return nil, invalid("expression", "expression is required (a cron expression such as \"*/5 * * * *\")")
+	}
+	if c.Timezone, e = str("timezone"); e != nil {
+		return nil, e
+	}
+	policy, e := str("overlap_policy")
+	if e != nil {
+		return nil, e
+	}
+	c.OverlapPolicy = pronto.CronOverlapPolicy(policy)
+	if c.Description, e = str("description"); e != nil {
+		return nil, e
+	}
+	if v, ok := m["enabled"]; ok && !isNull(v) {
+		on, e := wantBool(v, "enabled")
+		if e != nil {
+			return nil, e
+		}
+		if !on {
+			return nil, unprocessable("enabled", "disabled registrations are not supported: delete the registration instead")
+		}
+	}
+	if _, err := pronto.ParseCron(c.Expression, c.Timezone); err != nil {
+		return nil, invalid("expression", "%s", trimPrefix(err.Error()))
+	}
+	tmpl := m
+	if v, ok := m["job_template"]; ok && !isNull(v) {
+		t, e := decodeObject(v, "job_template")
+		if e != nil {
+			e.details = map[string]any{"field": "job_template"}
+			return nil, e
+		}
+		tmpl = t
+	} else {
+		// Top-level form: drop the registration's own members before reading the job from it.
+		tmpl = map[string]json.RawMessage{}
+		for _, k := range []string{"type", "args", "meta", "options"} {
+			if v, ok := m[k]; ok {
+				tmpl[k] = v
+			}
+		}
+		if _, ok := tmpl["args"]; !ok {
+			tmpl["args"] = json.RawMessage("[]")
+		}
+	}
+	req, e := decodeJobMembers(tmpl, now)
+	if e != nil {
+		e.message = "job_template: " + e.message
+		return nil, e
+	}
+	c.Kind, c.Args, c.Opts = req.job.Kind, req.job.Args, req.job.Opts
+	return c, nil
+}
+
+// appendCron appends the OJS view of a registration.
+func appendCron(b []byte, c *pronto.CronJob) []byte {
+	b = append(b, '{')
+	b = appendStringField(b, "name", c.Name)
+	b = appendStringField(b, "expression", c.Expression)
+	b = appendStringField(b, "cron", c.Expression)
+	tz := c.Timezone
+	if tz == "" {
+		tz = "UTC"
+	}
+	b = appendStringField(b, "timezone", tz)
+	policy := c.OverlapPolicy
+	if policy == "" {
+		policy = pronto.CronSkip
+	}
+	b = appendStringField(b, "overlap_policy", string(policy))
+	b = appendBoolField(b, "enabled", true)
+	b = appendStringField(b, "status", "active")
+	if c.Description != "" {
+		b = appendStringField(b, "description", c.Description)
+	}
+	b = append(appendKey(b, "job_template"), '{')
+	b = appendStringField(b, "type", c.Kind)
+	if len(c.Args) > 0 {
+		b = appendRawField(b, "args", c.Args)
+	} else {
+		b = appendRawField(b, "args", []byte("[]"))
+	}
+	if c.Opts.Meta != nil {
+		if meta, err := json.Marshal(c.Opts.Meta); err == nil {
+			if visible, _ := splitMeta(meta); visible != nil {
+				b = appendRawField(b, "meta", visible)
+			}
+		}
+	}
+	b = append(appendKey(b, "options"), '{')
+	b = appendStringField(b, "queue", queueOr(c.Opts.Queue))
+	if c.Opts.Priority != 0 {
+		b = appendIntField(b, "priority", int64(c.Opts.Priority))
+	}
+	if c.Opts.Timeout > 0 {
+		b = appendIntField(b, "timeout_ms", c.Opts.Timeout.Milliseconds())
+	}
+	if c.Opts.RetryPolicy != nil {
+		if rp, err := json.Marshal(c.Opts.RetryPolicy); err == nil {
+			b = appendRawField(b, "retry", rp)
+		}
+	}
+	if len(c.Opts.Tags) > 0 {
+		b = appendStrings(appendKey(b, "tags"), c.Opts.Tags)
+	}
+	b = append(b, '}', '}')
+	b = appendTimeField(b, "created_at", c.CreatedAt)
+	b = appendTimeField(b, "next_run_at", c.NextRunAt)
+	if !c.LastRunAt.IsZero() {
+		b = appendTimeField(b, "last_run_at", c.LastRunAt)
+	} else {
+		b = append(appendKey(b, "last_run_at"), "null"...)
+	}
+	b = appendIntField(b, "run_count", c.RunCount)
+	if c.LastJobID != "" {
+		b = appendStringField(b, "last_job_id", c.LastJobID)
+	}
+	return append(b, '}')
+}
+
+func (s *Server) writeCron(w http.ResponseWriter, status int, c *pronto.CronJob, deleted bool) {
+	b := getBuf()
+	*b = append(*b, `{"cron":`...)
+	*b = appendCron(*b, c)
+	if deleted {
+		*b = appendBoolField(*b, "deleted", true)
+		*b = appendStringField(*b, "name", c.Name)
+	}
+	*b = append(*b, '}')
+	writeBuf(w, status, b)
+}
+
+// POST /ojs/v1/cron
+func (s *Server) registerCron(w http.ResponseWriter, r *http.Request) {
+	body, ok := s.readObject(w, r, "cron registration")
+	if !ok {
+		return
+	}
+	c, e := decodeCron(body, time.Now())
+	if e != nil {
+		s.writeError(w, r, e)
+		return
+	}
+	out, err := s.client.CronRegister(r.Context(), *c)
+	if err != nil {
+		s.writeError(w, r, fromClientError(err, "cron job", c.Name))
+		return
+	}
+	w.Header().Set("Location", "/ojs/v1/cron/"+out.Name)
+	s.writeCron(w, http.StatusCreated, out, false)
+}
+
+// GET /ojs/v1/cron
+func (s *Server) listCron(w http.ResponseWriter, r *http.Request) {
+	cs, err := s.client.CronList(r.Context())
+	if err != nil {
+		s.writeError(w, r, fromClientError(err, "cron job", ""))
+		return
+	}
+	b := getBuf()
+	list := make([]byte, 0, 512*len(cs)+2)
+	list = append(list, '[')
+	for i, c := range cs {
+		if i > 0 {
+			list = append(list, ',')
+		}
+		list = appendCron(list, c)
+	}
+	list = append(list, ']')
+	*b = append(*b, '{')
+	*b = appendRawField(*b, "crons", list)
+	*b = appendRawField(*b, "cron_jobs", list)
+	*b = append(appendKey(*b, "pagination"), '{')
+	*b = appendIntField(*b, "total", int64(len(cs)))
+	*b = appendBoolField(*b, "has_more", false)
+	*b = append(*b, '}', '}')
+	writeBuf(w, http.StatusOK, b)
+}
+
+// GET /ojs/v1/cron/{name}
+func (s *Server) getCron(w http.ResponseWriter, r *http.Request, name string) {
+	c, err := s.client.CronGet(r.Context(), name)
+	if err != nil {
+		s.writeError(w, r, fromClientError(err, "cron job", name))
+		return
+	}
+	s.writeCron(w, http.StatusOK, c, false)
+}
+
+// DELETE /ojs/v1/cron/{name}
+func (s *Server) deleteCron(w http.ResponseWriter, r *http.Request, name string) {
+	c, err := s.client.CronDelete(r.Context(), name)
+	if err != nil {
+		s.writeError(w, r, fromClientError(err, "cron job", name))
+		return
+	}
+	s.writeCron(w, http.StatusOK, c, true)
+}

@@ -1,0 +1,596 @@
+package server
+
+import (
+	"bytes"
+	"encoding/json"
+	"math"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/pronto-jobs/pronto"
+	"github.com/pronto-jobs/pronto/internal/isodur"
+	"github.com/pronto-jobs/pronto/internal/uuidv7"
+)
+
+// Decoding and validation of request bodies. Every function here is total: any input gives either a
+// value or an *apiError naming what is wrong, never a panic (FuzzDecode proves it).
+
+// extKey is the meta key under which pronto keeps the parts of an OJS job its store has no column
+// for: the job's visibility timeout, its retry policy's on_exhaustion, and envelope attributes OJS
+// does not define (preserved, as OJS requires). The HTTP API strips it from
+// the meta it returns and refuses it in meta it receives; Go workers see it in JobRow.Meta.
+const extKey = "_pronto"
+
+// ojsExt is the value stored under extKey.
+type ojsExt struct {
+	// VisibilityMS is options.visibility_timeout_ms.
+	VisibilityMS int64 `json:"vt,omitempty"`
+	// OnExhaustion is retry.on_exhaustion ("discard" or "dead_letter").
+	OnExhaustion string `json:"oe,omitempty"`
+	// Unknown holds the envelope's attributes OJS does not define, returned as they came.
+	Unknown map[string]json.RawMessage `json:"x,omitempty"`
+}
+
+func (e *ojsExt) empty() bool {
+	return e.VisibilityMS == 0 && e.OnExhaustion == "" && len(e.Unknown) == 0
+}
+
+// systemKeys are system-managed job attributes: a client cannot set them, and OJS says to ignore them.
+var systemKeys = map[string]bool{
+	"state": true, "attempt": true, "created_at": true, "enqueued_at": true, "started_at": true,
+	"completed_at": true, "cancelled_at": true, "discarded_at": true, "error": true, "errors": true,
+	"result": true, "max_attempts": true, "retry_delay_ms": true,
+}
+
+// jsonKind names the JSON type of a raw value, for error messages.
+func jsonKind(raw json.RawMessage) string {
+	raw = bytes.TrimLeft(raw, " \t\r\n")
+	if len(raw) == 0 {
+		return "nothing"
+	}
+	switch raw[0] {
+	case '{':
+		return "object"
+	case '[':
+		return "array"
+	case '"':
+		return "string"
+	case 't', 'f':
+		return "boolean"
+	case 'n':
+		return "null"
+	}
+	return "number"
+}
+
+func isNull(raw json.RawMessage) bool { return jsonKind(raw) == "null" }
+
+// decodeObject reads a JSON object's members, keeping their values raw. A body that is not JSON is
+// invalid_payload; JSON that is not an object is invalid_request.
+func decodeObject(body []byte, what string) (map[string]json.RawMessage, *apiError) {
+	if !json.Valid(body) {
+		e := errorf(400, CodeInvalidPayload, "the %s is not valid JSON", what)
+		return nil, e
+	}
+	if k := jsonKind(body); k != "object" {
+		return nil, invalid("", "the %s must be a JSON object, not %s", what, k)
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(body, &m); err != nil {
+		return nil, invalid("", "the %s must be a JSON object: %v", what, err)
+	}
+	return m, nil
+}
+
+func wantString(raw json.RawMessage, field string) (string, *apiError) {
+	if jsonKind(raw) != "string" {
+		return "", invalid(field, "%s must be a string, not %s", field, jsonKind(raw))
+	}
+	var s string
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return "", invalid(field, "%s is not a valid string", field)
+	}
+	return s, nil
+}
+
+// wantInt reads an integral JSON number within [lo, hi].
+func wantInt(raw json.RawMessage, field string, lo, hi int64) (int64, *apiError) {
+	if jsonKind(raw) != "number" {
+		return 0, invalid(field, "%s must be an integer, not %s", field, jsonKind(raw))
+	}
+	var f float64
+	if err := json.Unmarshal(raw, &f); err != nil || math.IsInf(f, 0) || math.IsNaN(f) || f != math.Trunc(f) {
+		return 0, invalid(field, "%s must be an integer", field)
+	}
+	if f < float64(lo) || f > float64(hi) {
+		return 0, invalid(field, "%s must be between %d and %d, got %s", field, lo, hi, strings.TrimSpace(string(raw)))
+	}
+	return int64(f), nil
+}
+
+func wantBool(raw json.RawMessage, field string) (bool, *apiError) {
+	var v bool
+	if jsonKind(raw) != "boolean" || json.Unmarshal(raw, &v) != nil {
+		return false, invalid(field, "%s must be true or false, not %s", field, jsonKind(raw))
+	}
+	return v, nil
+}
+
+func wantStrings(raw json.RawMessage, field string) ([]string, *apiError) {
+	if jsonKind(raw) != "array" {
+		return nil, invalid(field, "%s must be an array of strings, not %s", field, jsonKind(raw))
+	}
+	var v []string
+	if err := json.Unmarshal(raw, &v); err != nil {
+		return nil, invalid(field, "%s must be an array of strings", field)
+	}
+	return v, nil
+}
+
+// wantTime reads an RFC 3339 timestamp with a zone, or a duration from now written "+PT5S".
+func wantTime(raw json.RawMessage, field string, now time.Time) (time.Time, *apiError) {
+	s, e := wantString(raw, field)
+	if e != nil {
+		return time.Time{}, e
+	}
+	if rel, ok := strings.CutPrefix(s, "+"); ok {
+		d, err := isodur.Parse(rel)
+		if err != nil || d < 0 {
+			return time.Time{}, invalid(field, "%s %q: a relative time must be \"+\" and an ISO 8601 duration, such as \"+PT5S\"", field, s)
+		}
+		return now.Add(d), nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return time.Time{}, invalid(field, "%s %q: must be an RFC 3339 timestamp with a zone (\"2026-01-02T15:04:05Z\") or a relative time (\"+PT5S\")", field, s)
+	}
+	return t, nil
+}
+
+// enqueueRequest is one decoded job to enqueue.
+type enqueueRequest struct {
+	job pronto.RawJob
+	ext ojsExt
+	// metadata is options.metadata, merged into meta (meta's own keys win).
+	metadata map[string]any
+}
+
+// decodeJob reads and validates one OJS job envelope.
+func decodeJob(body []byte, now time.Time) (*enqueueRequest, *apiError) {
+	top, e := decodeObject(body, "job")
+	if e != nil {
+		return nil, e
+	}
+	return decodeJobMembers(top, now)
+}
+
+func decodeJobMembers(top map[string]json.RawMessage, now time.Time) (*enqueueRequest, *apiError) {
+	req := &enqueueRequest{}
+	o := &req.job.Opts
+	var e *apiError
+
+	rawType, ok := top["type"]
+	if !ok {
+		return nil, invalid("type", "type is required (a dot-separated job type such as \"email.send\")")
+	}
+	if req.job.Kind, e = wantString(rawType, "type"); e != nil {
+		return nil, e
+	}
+	if !pronto.ValidOJSType(req.job.Kind) {
+		return nil, invalid("type", "type %q: must be dot-separated segments of [a-z][a-z0-9_-]* (for example \"email.send\")", req.job.Kind)
+	}
+	rawArgs, ok := top["args"]
+	if !ok {
+		return nil, invalid("args", "args is required (a JSON array, possibly empty)")
+	}
+	if k := jsonKind(rawArgs); k != "array" {
+		e := invalid("args", "args must be a JSON array, not %s", k)
+		e.details["expected"], e.details["received"] = "array", k
+		return nil, e
+	}
+	req.job.Args = rawArgs
+
+	var meta map[string]any
+	var topOpts map[string]json.RawMessage // envelope-level options (OJS core places them at the top)
+	for k, v := range top {
+		switch k {
+		case "type", "args":
+		case "id":
+			if o.ID, e = wantString(v, "id"); e != nil {
+				return nil, e
+			}
+			if !uuidv7.Valid(o.ID) {
+				return nil, invalid("id", "id %q: must be a UUIDv7 in lowercase 8-4-4-4-12 form, or absent", o.ID)
+			}
+		case "specversion":
+			s, e := wantString(v, "specversion")
+			if e != nil {
+				return nil, e
+			}
+			if s != "1.0" {
+				return nil, invalid("specversion", "specversion %q: this server speaks OJS 1.0", s)
+			}
+		case "meta":
+			if isNull(v) {
+				continue
+			}
+			if meta, e = decodeMeta(v); e != nil {
+				return nil, e
+			}
+		case "options":
+			if isNull(v) {
+				continue
+			}
+			opts, e := decodeObject(v, "options")
+			if e != nil {
+				e.details = map[string]any{"field": "options"}
+				return nil, e
+			}
+			if e := applyOptions(req, opts, now); e != nil {
+				return nil, e
+			}
+		case "queue", "priority", "scheduled_at", "expires_at", "retry", "tags":
+			if topOpts == nil {
+				topOpts = map[string]json.RawMessage{}
+			}
+			topOpts[k] = v
+		case "timeout":
+			secs, e := wantInt(v, "timeout", 0, math.MaxInt32)
+			if e != nil {
+				return nil, e
+			}
+			if o.Timeout == 0 {
+				o.Timeout = time.Duration(secs) * time.Second
+			}
+		default:
+			if systemKeys[k] {
+				continue
+			}
+			if req.ext.Unknown == nil {
+				req.ext.Unknown = map[string]json.RawMessage{}
+			}
+			req.ext.Unknown[k] = v
+		}
+	}
+	// Envelope-level options apply where options did not say otherwise.
+	if topOpts != nil {
+		for k := range topOpts {
+			if optionSet(req, k) {
+				delete(topOpts, k)
+			}
+		}
+		if e := applyOptions(req, topOpts, now); e != nil {
+			return nil, e
+		}
+	}
+	if !pronto.ValidQueueName(queueOr(o.Queue)) {
+		return nil, invalid("queue", "queue %q: must match [a-z0-9][a-z0-9.-]* (at most 128 characters)", o.Queue)
+	}
+	for k, v := range req.metadata {
+		if meta == nil {
+			meta = map[string]any{}
+		}
+		if _, ok := meta[k]; !ok {
+			meta[k] = v
+		}
+	}
+	if !req.ext.empty() {
+		if meta == nil {
+			meta = map[string]any{}
+		}
+		meta[extKey] = req.ext
+	}
+	o.Meta = meta
+	return req, nil
+}
+
+// optionSet reports whether options already set the option named k.
+func optionSet(req *enqueueRequest, k string) bool {
+	o := &req.job.Opts
+	switch k {
+	case "queue":
+		return o.Queue != ""
+	case "priority":
+		return o.Priority != 0
+	case "scheduled_at":
+		return !o.ScheduledAt.IsZero()
+	case "expires_at":
+		return !o.ExpiresAt.IsZero()
+	case "retry":
+		return o.RetryPolicy != nil
+	case "tags":
+		return o.Tags != nil
+	}
+	return false
+}
+
+func queueOr(q string) string {
+	if q == "" {
+		return pronto.DefaultQueue
+	}
+	return q
+}
+
+// decodeMeta reads a meta object, keeping numbers exact. The reserved key is refused.
+func decodeMeta(raw json.RawMessage) (map[string]any, *apiError) {
+	if k := jsonKind(raw); k != "object" {
+		return nil, invalid("meta", "meta must be a JSON object, not %s", k)
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var m map[string]any
+	if err := dec.Decode(&m); err != nil {
+		return nil, invalid("meta", "meta must be a JSON object")
+	}
+	if _, ok := m[extKey]; ok {
+		return nil, invalid("meta", "meta key %q is reserved by pronto", extKey)
+	}
+	return m, nil
+}
+
+// applyOptions reads the members of an options object into req.
+func applyOptions(req *enqueueRequest, opts map[string]json.RawMessage, now time.Time) *apiError {
+	o := &req.job.Opts
+	var e *apiError
+	// Read in a fixed order so that the first error reported does not depend on map order.
+	keys := make([]string, 0, len(opts))
+	for k := range opts {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var delayUntil time.Time
+	for _, k := range keys {
+		v := opts[k]
+		if isNull(v) {
+			continue
+		}
+		field := "options." + k
+		switch k {
+		case "queue":
+			if o.Queue, e = wantString(v, field); e != nil {
+				return e
+			}
+			if !pronto.ValidQueueName(o.Queue) {
+				return invalid(field, "queue %q: must match [a-z0-9][a-z0-9.-]* (at most 128 characters)", o.Queue)
+			}
+		case "priority":
+			p, e := wantInt(v, field, pronto.PriorityMin, pronto.PriorityMax)
+			if e != nil {
+				return e
+			}
+			o.Priority = int(p)
+		case "timeout_ms":
+			ms, e := wantInt(v, field, 0, math.MaxInt64/int64(time.Millisecond))
+			if e != nil {
+				return e
+			}
+			o.Timeout = time.Duration(ms) * time.Millisecond
+		case "visibility_timeout_ms":
+			ms, e := wantInt(v, field, 1, math.MaxInt64/int64(time.Millisecond))
+			if e != nil {
+				return e
+			}
+			req.ext.VisibilityMS = ms
+		case "visibility_timeout":
+			// An ISO 8601 duration, as the OpenAPI document allows; visibility_timeout_ms wins.
+			str, e := wantString(v, field)
+			if e != nil {
+				return e
+			}
+			d, err := isodur.Parse(str)
+			if err != nil || d < time.Millisecond {
+				return invalid(field, "%s %q must be a positive ISO 8601 duration such as \"PT30S\"", field, str)
+			}
+			if _, ok := opts["visibility_timeout_ms"]; !ok {
+				req.ext.VisibilityMS = d.Milliseconds()
+			}
+		case "scheduled_at":
+			if o.ScheduledAt, e = wantTime(v, field, now); e != nil {
+				return e
+			}
+		case "delay_until":
+			if delayUntil, e = wantTime(v, field, now); e != nil {
+				return e
+			}
+		case "expires_at":
+			if o.ExpiresAt, e = wantTime(v, field, now); e != nil {
+				return e
+			}
+			if !o.ExpiresAt.After(now) {
+				return invalid(field, "expires_at %s is already past", formatTime(o.ExpiresAt))
+			}
+		case "retry", "retry_policy":
+			if _, ok := opts["retry"]; ok && k == "retry_policy" {
+				continue // retry wins over its alias
+			}
+			p, onExhaustion, e := decodeRetry(v)
+			if e != nil {
+				return e
+			}
+			o.RetryPolicy = p
+			o.MaxAttempts = p.MaxAttempts
+			req.ext.OnExhaustion = onExhaustion
+		case "tags":
+			if o.Tags, e = wantStrings(v, field); e != nil {
+				return e
+			}
+		case "pending":
+			if o.Pending, e = wantBool(v, field); e != nil {
+				return e
+			}
+		case "metadata":
+			// The OpenAPI document's alternative to meta: merged into it.
+			if jsonKind(v) != "object" {
+				return invalid(field, "%s must be a JSON object, not %s", field, jsonKind(v))
+			}
+			m, e := decodeMeta(v)
+			if e != nil {
+				e.details = map[string]any{"field": field}
+				return e
+			}
+			req.metadata = m
+		case "unique":
+			// Unique jobs are OJS level 4; the policy is accepted and not enforced.
+			if jsonKind(v) != "object" {
+				return invalid(field, "%s must be a JSON object, not %s", field, jsonKind(v))
+			}
+		}
+	}
+	if o.ScheduledAt.IsZero() && !delayUntil.IsZero() {
+		o.ScheduledAt = delayUntil
+	}
+	return nil
+}
+
+// decodeRetry reads an OJS retry policy. Every problem with it is a 422 naming the field.
+func decodeRetry(raw json.RawMessage) (*pronto.RetryPolicy, string, *apiError) {
+	m, e := decodeObject(raw, "retry policy")
+	if e != nil {
+		e.status = 422
+		e.details = map[string]any{"field": "options.retry"}
+		return nil, "", e
+	}
+	p := &pronto.RetryPolicy{}
+	onExhaustion := ""
+	fail := func(e *apiError) (*pronto.RetryPolicy, string, *apiError) {
+		e.status = 422
+		return nil, "", e
+	}
+	maxDur := int64(math.MaxInt64 / int64(time.Millisecond))
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		v := m[k]
+		if isNull(v) {
+			continue
+		}
+		field := "retry." + k
+		switch k {
+		case "max_attempts":
+			n, e := wantInt(v, field, 0, math.MaxInt32)
+			if e != nil {
+				e.message = "retry.max_attempts must be a non-negative integer, got " + strings.TrimSpace(string(v))
+				return fail(e)
+			}
+			if n == 0 {
+				n = 1 // OJS: 0 means no retry at all, which is one attempt
+			}
+			p.MaxAttempts = int(n)
+		case "initial_interval", "max_interval":
+			s, e := wantString(v, field)
+			if e != nil {
+				return fail(e)
+			}
+			d, err := isodur.Parse(s)
+			if err != nil || d <= 0 {
+				return fail(unprocessable(field, "%s %q must be a positive ISO 8601 duration such as \"PT1S\"", field, s))
+			}
+			if k == "initial_interval" {
+				p.InitialInterval = d
+			} else {
+				p.MaxInterval = d
+			}
+		case "initial_interval_ms", "max_interval_ms":
+			ms, e := wantInt(v, field, 1, maxDur)
+			if e != nil {
+				return fail(e)
+			}
+			if k == "initial_interval_ms" {
+				p.InitialInterval = time.Duration(ms) * time.Millisecond
+			} else {
+				p.MaxInterval = time.Duration(ms) * time.Millisecond
+			}
+		case "backoff_coefficient":
+			var f float64
+			if jsonKind(v) != "number" || json.Unmarshal(v, &f) != nil || math.IsNaN(f) || math.IsInf(f, 0) {
+				return fail(unprocessable(field, "retry.backoff_coefficient must be a number of at least 1"))
+			}
+			if f < 1 {
+				return fail(unprocessable(field, "retry.backoff_coefficient must be at least 1, got %g", f))
+			}
+			p.BackoffCoefficient = f
+		case "jitter":
+			j, e := wantBool(v, field)
+			if e != nil {
+				return fail(e)
+			}
+			p.NoJitter = !j
+		case "non_retryable_errors":
+			s, e := wantStrings(v, field)
+			if e != nil {
+				return fail(e)
+			}
+			p.NonRetryableErrors = s
+		case "on_exhaustion":
+			s, e := wantString(v, field)
+			if e != nil {
+				return fail(e)
+			}
+			if s != "discard" && s != "dead_letter" {
+				return fail(unprocessable(field, "retry.on_exhaustion %q must be \"discard\" or \"dead_letter\"", s))
+			}
+			onExhaustion = s
+		case "backoff_strategy":
+			s, e := wantString(v, field)
+			if e != nil {
+				return fail(e)
+			}
+			switch s {
+			case "exponential", "linear", "polynomial", "constant":
+				p.Strategy = pronto.BackoffStrategy(s)
+			case "none":
+				p.Strategy = pronto.BackoffConstant
+			default:
+				return fail(unprocessable(field, "retry.backoff_strategy %q must be exponential, linear, polynomial, constant or none", s))
+			}
+		}
+	}
+	if p.InitialInterval > 0 && p.MaxInterval > 0 && p.MaxInterval < p.InitialInterval {
+		return fail(unprocessable("retry.max_interval", "retry.max_interval must not be shorter than retry.initial_interval"))
+	}
+	if err := p.Validate(); err != nil {
+		return fail(unprocessable("options.retry", "%s", trimPrefix(err.Error())))
+	}
+	return p, onExhaustion, nil
+}
+
+// decodeBatch reads {"jobs": [envelope, ...]}.
+func decodeBatch(body []byte, now time.Time, maxJobs int) ([]*enqueueRequest, *apiError) {
+	top, e := decodeObject(body, "batch")
+	if e != nil {
+		return nil, e
+	}
+	raw, ok := top["jobs"]
+	if !ok || jsonKind(raw) != "array" {
+		return nil, invalid("jobs", "jobs is required: an array of job envelopes")
+	}
+	var elems []json.RawMessage
+	if err := json.Unmarshal(raw, &elems); err != nil {
+		return nil, invalid("jobs", "jobs must be an array of job envelopes")
+	}
+	if len(elems) == 0 {
+		return nil, invalid("jobs", "jobs is empty")
+	}
+	if len(elems) > maxJobs {
+		return nil, invalid("jobs", "a batch holds at most %d jobs, got %d", maxJobs, len(elems))
+	}
+	out := make([]*enqueueRequest, len(elems))
+	for i, el := range elems {
+		req, e := decodeJob(el, now)
+		if e != nil {
+			e.message = "job " + strconv.Itoa(i) + ": " + e.message
+			if e.details == nil {
+				e.details = map[string]any{}
+			}
+			e.details["index"] = i
+			return nil, e
+		}
+		out[i] = req
+	}
+	return out, nil
+}

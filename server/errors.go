@@ -1,0 +1,146 @@
+package server
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/pronto-jobs/pronto"
+)
+
+// Error codes of OJS error bodies. The first group is the OJS standard vocabulary; the second names
+// HTTP-level refusals the standard has no code for.
+const (
+	CodeInvalidRequest = "invalid_request"
+	CodeInvalidPayload = "invalid_payload"
+	CodeNotFound       = "not_found"
+	CodeConflict       = "conflict"
+	CodeDuplicate      = "duplicate"
+	CodeBackendError   = "backend_error"
+	CodeUnsupported    = "unsupported"
+
+	CodeUnauthenticated  = "unauthenticated"
+	CodePayloadTooLarge  = "payload_too_large"
+	CodeMethodNotAllowed = "method_not_allowed"
+)
+
+// docsURL is where error bodies point for more help.
+const docsURL = "https://github.com/pronto-jobs/pronto/blob/main/docs/http-api.md"
+
+// apiError is an error answered with an OJS error body:
+// {"error": {"code", "message", "retryable", "details", "request_id"}}.
+type apiError struct {
+	status    int
+	code      string
+	message   string
+	retryable bool
+	// typ, when set, is sent as error.type ("validation_error" for refused input).
+	typ     string
+	details map[string]any
+	hint    string
+}
+
+func (e *apiError) Error() string { return e.message }
+
+func errorf(status int, code, format string, args ...any) *apiError {
+	return &apiError{status: status, code: code, message: fmt.Sprintf(format, args...)}
+}
+
+// invalid is a 400 invalid_request about one field.
+func invalid(field, format string, args ...any) *apiError {
+	e := errorf(http.StatusBadRequest, CodeInvalidRequest, format, args...)
+	e.typ = "validation_error"
+	if field != "" {
+		e.details = map[string]any{"field": field}
+	}
+	return e
+}
+
+// unprocessable is a 422 for input that is well formed but not acceptable (a retry policy OJS forbids).
+func unprocessable(field, format string, args ...any) *apiError {
+	e := invalid(field, format, args...)
+	e.status = http.StatusUnprocessableEntity
+	return e
+}
+
+func notFound(kind, id string) *apiError {
+	e := errorf(http.StatusNotFound, CodeNotFound, "%s %q not found", kind, id)
+	e.details = map[string]any{"resource_type": kind, "resource_id": id}
+	e.hint = "check the identifier; finished jobs are deleted after their retention period"
+	return e
+}
+
+func conflict(format string, args ...any) *apiError {
+	return errorf(http.StatusConflict, CodeConflict, format, args...)
+}
+
+// fromClientError maps an error of the pronto client to its OJS error.
+func fromClientError(err error, kind, id string) *apiError {
+	var ae *apiError
+	var te *pronto.TransitionError
+	switch {
+	case errors.As(err, &ae):
+		return ae
+	case errors.As(err, &te):
+		e := conflict("cannot %s %s %s in state %q", te.Operation, kind, id, te.From)
+		e.details = map[string]any{"job_id": id, "current_state": string(te.From)}
+		return e
+	case errors.Is(err, pronto.ErrNotFound):
+		return notFound(kind, id)
+	case errors.Is(err, pronto.ErrDuplicate):
+		e := errorf(http.StatusConflict, CodeDuplicate, "a %s with id %q already exists", kind, id)
+		return e
+	case errors.Is(err, pronto.ErrInvalidArgs):
+		return invalid("", "%s", trimPrefix(err.Error()))
+	case errors.Is(err, pronto.ErrUnsupported):
+		return errorf(http.StatusUnprocessableEntity, CodeUnsupported, "%s", err.Error())
+	}
+	e := errorf(http.StatusInternalServerError, CodeBackendError, "backend error: %v", err)
+	e.retryable = true
+	return e
+}
+
+// trimPrefix drops the "invalid job: " of pronto.ErrInvalidArgs messages, keeping what is wrong.
+func trimPrefix(msg string) string {
+	if _, after, ok := strings.Cut(msg, "invalid job: "); ok {
+		return after
+	}
+	return msg
+}
+
+// writeError answers e as an OJS error body.
+func (s *Server) writeError(w http.ResponseWriter, r *http.Request, e *apiError) {
+	if e.status >= 500 {
+		s.log.Error("pronto serve: request failed", "method", r.Method, "path", r.URL.Path, "err", e.message)
+	}
+	body := struct {
+		Error errorBody `json:"error"`
+	}{errorBody{
+		Code: e.code, Message: e.message, Retryable: e.retryable, Type: e.typ, Details: e.details,
+		RequestID: w.Header().Get("X-Request-Id"), Hint: e.hint,
+	}}
+	if e.status == http.StatusNotFound {
+		body.Error.DocsURL = docsURL
+		if body.Error.Hint == "" {
+			body.Error.Hint = "see the endpoint list in the docs"
+		}
+	}
+	b, err := json.Marshal(body)
+	if err != nil {
+		b = []byte(`{"error":{"code":"backend_error","message":"error body could not be encoded","retryable":false}}`)
+	}
+	writeRaw(w, e.status, b)
+}
+
+type errorBody struct {
+	Code      string         `json:"code"`
+	Message   string         `json:"message"`
+	Retryable bool           `json:"retryable"`
+	Type      string         `json:"type,omitempty"`
+	Details   map[string]any `json:"details,omitempty"`
+	RequestID string         `json:"request_id,omitempty"`
+	Hint      string         `json:"hint,omitempty"`
+	DocsURL   string         `json:"docs_url,omitempty"`
+}

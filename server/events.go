@@ -1,0 +1,268 @@
+package server
+
+import (
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/pronto-jobs/pronto"
+	"github.com/pronto-jobs/pronto/internal/uuidv7"
+)
+
+// The events endpoint serves the OJS events of this server process from a bounded in-memory log
+// (the newest DefaultEventBuffer events): what it enqueued, what remote workers fetched, heartbeated,
+// completed and failed, what the client's own Go workers did (through Client.Subscribe), and what
+// cron fired. It is an observation window for dashboards and tests, not a durable log: events of other
+// processes, and events older than the buffer, are not in it.
+
+// DefaultEventBuffer is how many events the log keeps by default.
+const DefaultEventBuffer = 10000
+
+// event is one OJS event: the CloudEvents-like envelope with its data already encoded.
+type event struct {
+	id      string
+	typ     string
+	source  string
+	subject string
+	at      time.Time
+	queue   string
+	jobType string
+	data    []byte // a JSON object
+}
+
+// eventLog is a ring of the latest events.
+type eventLog struct {
+	mu   sync.Mutex
+	ring []event
+	next int // index of the next write
+	full bool
+}
+
+func newEventLog(size int) *eventLog {
+	if size <= 0 {
+		size = DefaultEventBuffer
+	}
+	return &eventLog{ring: make([]event, size)}
+}
+
+func (l *eventLog) add(e event) {
+	if e.at.IsZero() {
+		e.at = time.Now()
+	}
+	l.mu.Lock()
+	// Ids are made under the lock so that ring order is id order, which the "after" cursor relies on.
+	e.id = "evt_" + uuidv7.New()
+	l.ring[l.next] = e
+	l.next++
+	if l.next == len(l.ring) {
+		l.next, l.full = 0, true
+	}
+	l.mu.Unlock()
+}
+
+func (l *eventLog) reset() {
+	l.mu.Lock()
+	clear(l.ring)
+	l.next, l.full = 0, false
+	l.mu.Unlock()
+}
+
+// eventFilter selects events; empty lists match everything.
+type eventFilter struct {
+	types    []string // exact, or a prefix ending in "*"
+	queues   []string
+	jobTypes []string
+	after    string // an event id
+	limit    int
+}
+
+func matchAny(list []string, v string, prefix bool) bool {
+	if len(list) == 0 {
+		return true
+	}
+	for _, p := range list {
+		if p == v {
+			return true
+		}
+		if prefix {
+			if pre, ok := strings.CutSuffix(p, "*"); ok && strings.HasPrefix(v, pre) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// query returns the oldest events after f.after that match f, at most f.limit, and whether more match.
+func (l *eventLog) query(f eventFilter) ([]event, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n, start := l.next, 0
+	if l.full {
+		n, start = len(l.ring), l.next
+	}
+	var out []event
+	for i := 0; i < n; i++ {
+		e := &l.ring[(start+i)%len(l.ring)]
+		if f.after != "" && e.id <= f.after {
+			continue
+		}
+		if !matchAny(f.types, e.typ, true) || !matchAny(f.queues, e.queue, false) || !matchAny(f.jobTypes, e.jobType, false) {
+			continue
+		}
+		if len(out) == f.limit {
+			return out, true
+		}
+		out = append(out, *e)
+	}
+	return out, false
+}
+
+func appendEvent(b []byte, e *event) []byte {
+	b = append(b, '{')
+	b = appendStringField(b, "specversion", "1.0")
+	b = appendStringField(b, "id", e.id)
+	b = appendStringField(b, "type", e.typ)
+	b = appendStringField(b, "source", e.source)
+	b = appendTimeField(b, "time", e.at)
+	if e.subject != "" {
+		b = appendStringField(b, "subject", e.subject)
+	}
+	b = appendStringField(b, "datacontenttype", "application/json")
+	b = appendRawField(b, "data", e.data)
+	return append(b, '}')
+}
+
+// jobEvent builds a job event whose data starts with job_type and queue; more adds the rest.
+func (s *Server) jobEvent(typ string, j *pronto.JobRow, at time.Time, more func(b []byte) []byte) {
+	b := make([]byte, 0, 256)
+	b = append(b, '{')
+	b = appendStringField(b, "job_id", j.ID)
+	b = appendStringField(b, "job_type", j.Kind)
+	b = appendStringField(b, "queue", j.Queue)
+	if more != nil {
+		b = more(b)
+	}
+	b = append(b, '}')
+	s.events.add(event{
+		typ: typ, source: s.source, subject: j.ID, at: at, queue: j.Queue, jobType: j.Kind, data: b,
+	})
+}
+
+// consumeClientEvents turns the client's events into OJS events until ch is closed.
+func (s *Server) consumeClientEvents(ch <-chan *pronto.Event) {
+	defer close(s.eventsDone)
+	for ev := range ch {
+		s.clientEvent(ev)
+	}
+}
+
+func (s *Server) clientEvent(ev *pronto.Event) {
+	j := ev.Job
+	if j == nil {
+		return
+	}
+	durMS := ev.Duration.Milliseconds()
+	var lastErr *pronto.AttemptError
+	if n := len(j.Errors); n > 0 {
+		lastErr = &j.Errors[n-1]
+	}
+	appendErr := func(b []byte, key string) []byte {
+		if lastErr == nil {
+			b = appendKey(b, key)
+			msg := "unknown error"
+			if ev.Err != nil {
+				msg = ev.Err.Error()
+			}
+			b = append(b, '{')
+			b = appendStringField(b, "code", "handler_error")
+			b = appendStringField(b, "message", msg)
+			b = appendBoolField(b, "retryable", false)
+			return append(b, '}')
+		}
+		return appendAttemptError(appendKey(b, key), lastErr)
+	}
+	switch ev.Kind {
+	case pronto.EventCompleted:
+		s.jobEvent("job.completed", j, ev.At, func(b []byte) []byte {
+			b = appendIntField(b, "duration_ms", durMS)
+			b = appendIntField(b, "attempt", int64(j.Attempt))
+			if len(j.Result) > 0 {
+				b = appendRawField(b, "result", j.Result)
+			}
+			return b
+		})
+	case pronto.EventFailed:
+		s.jobEvent("job.failed", j, ev.At, func(b []byte) []byte {
+			b = appendIntField(b, "attempt", int64(j.Attempt))
+			b = appendErr(b, "error")
+			return appendIntField(b, "duration_ms", durMS)
+		})
+		s.jobEvent("job.retrying", j, ev.At, func(b []byte) []byte {
+			b = appendIntField(b, "attempt", int64(j.Attempt))
+			b = appendIntField(b, "max_attempts", int64(j.MaxAttempts))
+			b = appendTimeField(b, "next_retry_at", j.ScheduledAt)
+			return appendErr(b, "error")
+		})
+	case pronto.EventDiscarded:
+		if lastErr != nil && lastErr.Attempt == j.Attempt && j.Attempt > 0 {
+			s.jobEvent("job.failed", j, ev.At, func(b []byte) []byte {
+				b = appendIntField(b, "attempt", int64(j.Attempt))
+				b = appendErr(b, "error")
+				return appendIntField(b, "duration_ms", durMS)
+			})
+		}
+		s.jobEvent("job.discarded", j, ev.At, func(b []byte) []byte {
+			b = appendIntField(b, "total_attempts", int64(j.Attempt))
+			return appendErr(b, "last_error")
+		})
+	case pronto.EventCancelled:
+		s.jobEvent("job.cancelled", j, ev.At, nil)
+	case pronto.EventSnoozed:
+		s.jobEvent("job.scheduled", j, ev.At, func(b []byte) []byte {
+			return appendTimeField(b, "scheduled_at", j.ScheduledAt)
+		})
+	case pronto.EventRetried:
+		s.jobEvent("job.enqueued", j, ev.At, func(b []byte) []byte {
+			return appendIntField(b, "priority", int64(j.Priority))
+		})
+	}
+}
+
+// onCronFire records the cron events of one occurrence.
+func (s *Server) onCronFire(f pronto.CronFire) {
+	b := make([]byte, 0, 256)
+	b = append(b, '{')
+	b = appendStringField(b, "cron_name", f.Name)
+	b = appendStringField(b, "cron_expr", f.Expression)
+	b = appendTimeField(b, "scheduled_at", f.ScheduledAt)
+	typ, queue, kind := "cron.triggered", "", ""
+	if f.Skipped {
+		typ = "cron.skipped"
+		b = appendStringField(b, "reason", "previous run has not finished")
+		b = appendStringField(b, "existing_job_id", f.PreviousJobID)
+	} else if f.Job != nil {
+		queue, kind = f.Job.Queue, f.Job.Kind
+		b = appendStringField(b, "job_type", f.Job.Kind)
+		b = appendStringField(b, "job_id", f.Job.ID)
+	}
+	b = append(b, '}')
+	s.events.add(event{typ: typ, source: s.source + "/cron", subject: f.Name, queue: queue, jobType: kind, data: b})
+	if f.Job != nil {
+		s.enqueuedEvent(f.Job)
+	}
+}
+
+// enqueuedEvent records job.enqueued (or job.scheduled, for a job due later) of an inserted job.
+func (s *Server) enqueuedEvent(j *pronto.JobRow) {
+	switch j.State {
+	case pronto.StateScheduled:
+		s.jobEvent("job.scheduled", j, j.CreatedAt, func(b []byte) []byte {
+			return appendTimeField(b, "scheduled_at", j.ScheduledAt)
+		})
+	case pronto.StateAvailable:
+		s.jobEvent("job.enqueued", j, j.CreatedAt, func(b []byte) []byte {
+			return appendIntField(b, "priority", int64(j.Priority))
+		})
+	}
+}

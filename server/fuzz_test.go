@@ -1,0 +1,164 @@
+package server
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+)
+
+// fuzzSeeds are request bodies that exercise every decoder: valid envelopes, each kind of mistake,
+// and the shapes the conformance cases send. `go test` runs them as ordinary cases; `go test
+// -fuzz=Fuzz` explores from them.
+var fuzzSeeds = []string{
+	`{"type":"email.send","args":["user@example.com","welcome"]}`,
+	`{"type":"report.generate","args":[42,"quarterly",{"include_charts":true}],"meta":{"trace_id":"t","tags":["a"]},"options":{"queue":"reports","priority":10,"timeout_ms":300000,"delay_until":"2020-01-01T00:00:00Z","retry":{"max_attempts":5,"initial_interval":"PT1S","backoff_coefficient":2,"max_interval":"PT5M","jitter":true,"non_retryable_errors":["ValidationError"]},"unique":{"keys":["type"],"period":"PT1H","on_conflict":"reject"}}}`,
+	`{"type":"a.b","args":[],"id":"019461a8-1a2b-7c3d-8e4f-5a6b7c8d9e0f","x_custom":{"nested":true},"specversion":"1.0"}`,
+	`{"type":"a.b","args":[],"options":{"scheduled_at":"+PT5S","expires_at":"+PT1H","visibility_timeout_ms":3000,"metadata":{"test_directive":"quiet"}}}`,
+	`{"type":"a.b","args":[],"options":{"retry":{"max_attempts":-1}}}`,
+	`{"type":"a.b","args":[],"options":{"retry":{"backoff_coefficient":0.5,"backoff_strategy":"linear","on_exhaustion":"dead_letter"}}}`,
+	`{"type":"a.b","args":[],"options":{"retry":{"initial_interval":"P1Y","max_interval":"PT0S"}}}`,
+	`{"type":"a.b","args":[],"options":{"priority":1e400}}`,
+	`{"type":"a.b","args":[],"options":{"priority":-101,"queue":"Bad Queue"}}`,
+	`{"type":"Email.Send","args":[]}`,
+	`{"type":"a.b","args":{"not":"an array"}}`,
+	`{"type":"a.b","args":null,"meta":"x"}`,
+	`{"args":["missing type"]}`,
+	`{"type":"a.b","args":[],"id":"not-a-uuid"}`,
+	`{"type":"a.b","args":[],"meta":{"_pronto":{}}}`,
+	`{"type":"a.b","args":[],"options":{"tags":["x",1]}}`,
+	`{"type":"a.b","args":[],"options":null,"queue":"top-level","priority":5,"retry":{"max_attempts":0}}`,
+	`{ invalid json }`,
+	`[]`, `null`, `""`, `0`, ``, `{"type":"\ud800","args":[]}`,
+	`{"jobs":[{"type":"a.b","args":[]},{"type":"c.d","args":[1]}]}`,
+	`{"jobs":[{"type":"a.b"}]}`,
+	`{"queues":["default","b"],"count":5,"worker_id":"w","visibility_timeout_ms":30000}`,
+	`{"queues":[],"count":0}`,
+	`{"job_id":"019461a8-1a2b-7c3d-8e4f-5a6b7c8d9e0f","result":{"ok":true}}`,
+	`{"job_id":"019461a8-1a2b-7c3d-8e4f-5a6b7c8d9e0f","error":{"code":"handler_error","message":"m","retryable":false,"details":{"error_class":"X"}},"requeue":false}`,
+	`{"job_id":"019461a8-1a2b-7c3d-8e4f-5a6b7c8d9e0f","requeue":true}`,
+	`{"worker_id":"w","active_jobs":["019461a8-1a2b-7c3d-8e4f-5a6b7c8d9e0f","bad"],"visibility_timeout_ms":1}`,
+	`{"name":"n","expression":"*/5 * * * *","timezone":"Asia/Tokyo","overlap_policy":"skip","job_template":{"type":"a.b","args":[1],"options":{"queue":"q"}}}`,
+	`{"name":"n","expression":"99 25 32 13 8","job_template":{"type":"a.b","args":[]}}`,
+	`{"name":"N!","cron":"@every 0s","type":"a.b"}`,
+}
+
+// FuzzDecode feeds arbitrary bodies to every request decoder: each returns a value or an OJS error
+// with a 400 or 422 status, never panics, and never accepts a job the client would refuse.
+func FuzzDecode(f *testing.F) {
+	for _, s := range fuzzSeeds {
+		f.Add([]byte(s))
+	}
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	f.Fuzz(func(t *testing.T, body []byte) {
+		check := func(what string, e *apiError) {
+			if e == nil {
+				return
+			}
+			if e.status != 400 && e.status != 422 {
+				t.Fatalf("%s: status %d for %q", what, e.status, body)
+			}
+			if e.code == "" || e.message == "" {
+				t.Fatalf("%s: error without code or message for %q", what, body)
+			}
+		}
+		req, e := decodeJob(body, now)
+		check("job", e)
+		if e == nil {
+			if !json.Valid(req.job.Args) || req.job.Args[0] != '[' {
+				t.Fatalf("accepted args that are not an array: %q", req.job.Args)
+			}
+			if req.job.Opts.Meta != nil {
+				if _, err := json.Marshal(req.job.Opts.Meta); err != nil {
+					t.Fatalf("accepted meta that does not encode: %v", err)
+				}
+			}
+		}
+		_, e = decodeBatch(body, now, 100)
+		check("batch", e)
+		_, e = decodeFetch(body)
+		check("fetch", e)
+		_, e = decodeAck(body)
+		check("ack", e)
+		_, e = decodeNack(body)
+		check("nack", e)
+		_, e = decodeHeartbeat(body)
+		check("heartbeat", e)
+		_, e = decodeCron(body, now)
+		check("cron", e)
+	})
+}
+
+// fuzzRoutes are the endpoints FuzzHandler sends bodies to.
+var fuzzRoutes = []struct{ method, path string }{
+	{"POST", "/ojs/v1/jobs"},
+	{"POST", "/ojs/v1/jobs/batch"},
+	{"POST", "/ojs/v1/workers/fetch"},
+	{"POST", "/ojs/v1/workers/ack"},
+	{"POST", "/ojs/v1/workers/nack"},
+	{"POST", "/ojs/v1/workers/heartbeat"},
+	{"POST", "/ojs/v1/cron"},
+	{"GET", "/ojs/v1/jobs/"},
+	{"DELETE", "/ojs/v1/jobs/"},
+	{"GET", "/ojs/v1/events?"},
+	{"GET", "/ojs/v1/dead-letter?"},
+	{"POST", "/ojs/v1/queues/"},
+}
+
+// FuzzHandler sends arbitrary bodies and path tails through the whole handler over a memory store:
+// no request gets a 5xx or a panic, and every answer is a JSON object, an OJS error body when it is
+// an error.
+func FuzzHandler(f *testing.F) {
+	for i, s := range fuzzSeeds {
+		f.Add(uint8(i), []byte(s), "019461a8-1a2b-7c3d-8e4f-5a6b7c8d9e0f")
+	}
+	f.Add(uint8(7), []byte(nil), "../../etc/passwd")
+	f.Add(uint8(9), []byte(nil), "types=job.*&limit=5&after=evt_x")
+	f.Add(uint8(10), []byte(nil), "limit=0&cursor=zz")
+	f.Add(uint8(11), []byte(nil), "q%2Fx/pause")
+	s, _ := newTestServer(f, Config{MaxBodyBytes: 64 << 10})
+	f.Fuzz(func(t *testing.T, route uint8, body []byte, tail string) {
+		rt := fuzzRoutes[int(route)%len(fuzzRoutes)]
+		target := rt.path
+		if strings.HasSuffix(target, "/") || strings.HasSuffix(target, "?") {
+			target += tail
+		}
+		req, err := newFuzzRequest(rt.method, target, body)
+		if err != nil {
+			return // not a request a client could send
+		}
+		rec := httptest.NewRecorder()
+		s.ServeHTTP(rec, req)
+		if rec.Code >= 500 {
+			t.Fatalf("%s %s %q: status %d: %s", rt.method, target, body, rec.Code, rec.Body)
+		}
+		var m map[string]any
+		if err := json.Unmarshal(rec.Body.Bytes(), &m); err != nil {
+			t.Fatalf("%s %s %q: answer is not a JSON object: %s", rt.method, target, body, rec.Body)
+		}
+		if rec.Code >= 400 {
+			e, ok := m["error"].(map[string]any)
+			if !ok || e["code"] == "" || e["message"] == "" {
+				t.Fatalf("%s %s: not an OJS error body: %s", rt.method, target, rec.Body)
+			}
+		}
+	})
+}
+
+var errBadTarget = errors.New("bad request target")
+
+func newFuzzRequest(method, target string, body []byte) (req *http.Request, err error) {
+	defer func() {
+		if recover() != nil { // httptest.NewRequest panics on targets no client could send
+			req, err = nil, errBadTarget
+		}
+	}()
+	r := httptest.NewRequest(method, target, strings.NewReader(string(body)))
+	if len(body) > 0 {
+		r.Header.Set("Content-Type", "application/json")
+	}
+	return r, nil
+}

@@ -1,0 +1,678 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/pronto-jobs/pronto"
+	"github.com/pronto-jobs/pronto/internal/uuidv7"
+	"github.com/pronto-jobs/pronto/store"
+)
+
+// Job and worker endpoints.
+
+// checkJobID validates a job id taken from a path or body.
+func checkJobID(id, field string) *apiError {
+	if !uuidv7.Valid(id) {
+		return invalid(field, "%s %q: must be a UUIDv7 in lowercase 8-4-4-4-12 form", field, id)
+	}
+	return nil
+}
+
+// POST /ojs/v1/jobs
+func (s *Server) enqueue(w http.ResponseWriter, r *http.Request) {
+	body, ok := s.readBody(w, r)
+	if !ok {
+		return
+	}
+	if len(body) == 0 {
+		s.writeError(w, r, invalid("", "the request body is empty: send a job envelope {\"type\": ..., \"args\": [...]}"))
+		return
+	}
+	req, e := decodeJob(body, time.Now())
+	if e != nil {
+		s.writeError(w, r, e)
+		return
+	}
+	rows, err := s.client.InsertOJS(r.Context(), []pronto.RawJob{req.job})
+	if err != nil {
+		s.writeError(w, r, fromClientError(err, "job", req.job.Opts.ID))
+		return
+	}
+	j := rows[0]
+	s.enqueuedEvent(j)
+	w.Header().Set("Location", "/ojs/v1/jobs/"+j.ID)
+	b := getBuf()
+	*b = append(*b, `{"job":`...)
+	*b = appendJob(*b, j)
+	*b = append(*b, '}')
+	writeBuf(w, http.StatusCreated, b)
+}
+
+// POST /ojs/v1/jobs/batch
+func (s *Server) enqueueBatch(w http.ResponseWriter, r *http.Request) {
+	body, ok := s.readObject(w, r, "batch")
+	if !ok {
+		return
+	}
+	reqs, e := decodeBatch(body, time.Now(), s.maxBatch)
+	if e != nil {
+		s.writeError(w, r, e)
+		return
+	}
+	jobs := make([]pronto.RawJob, len(reqs))
+	for i, req := range reqs {
+		jobs[i] = req.job
+	}
+	rows, err := s.client.InsertOJS(r.Context(), jobs)
+	if err != nil {
+		s.writeError(w, r, fromClientError(err, "job", ""))
+		return
+	}
+	b := getBuf()
+	*b = append(*b, `{"jobs":[`...)
+	for i, j := range rows {
+		if i > 0 {
+			*b = append(*b, ',')
+		}
+		*b = appendJob(*b, j)
+		s.enqueuedEvent(j)
+	}
+	*b = append(*b, ']')
+	*b = appendIntField(*b, "count", int64(len(rows)))
+	*b = append(*b, '}')
+	writeBuf(w, http.StatusCreated, b)
+}
+
+// repair brings a job's visible state up to date when the maintenance that would change it is due
+// but has not run yet (it runs on the leader about every second): a due scheduled or retryable job is
+// available, an expired one not yet started is discarded, an active job whose lease ran out is back to
+// available. It changes nothing the store would not change on its own a moment later.
+func (s *Server) repair(ctx context.Context, j *pronto.JobRow) *pronto.JobRow {
+	now := time.Now()
+	var err error
+	switch {
+	case !j.ExpiresAt.IsZero() && !j.ExpiresAt.After(now) && j.Attempt == 0 &&
+		(j.State == pronto.StateAvailable || j.State == pronto.StateScheduled || j.State == pronto.StatePending || j.State == pronto.StateRetryable):
+		_, err = s.store.DiscardExpired(ctx, 1000)
+	case (j.State == pronto.StateScheduled || j.State == pronto.StateRetryable) && !j.ScheduledAt.After(now):
+		_, err = s.store.Promote(ctx, 1000)
+	case j.State == pronto.StateActive && !j.LeaseExpiresAt.IsZero() && j.LeaseExpiresAt.Before(now):
+		_, err = s.store.Rescue(ctx, store.RescueParams{Limit: 1000})
+	default:
+		return j
+	}
+	if err != nil {
+		return j
+	}
+	if fresh, err := s.store.GetJob(ctx, j.ID); err == nil {
+		return fresh
+	}
+	return j
+}
+
+// GET /ojs/v1/jobs/{id}
+func (s *Server) getJob(w http.ResponseWriter, r *http.Request, id string) {
+	if e := checkJobID(id, "job id"); e != nil {
+		s.writeError(w, r, e)
+		return
+	}
+	j, err := s.client.JobGet(r.Context(), id)
+	if err != nil {
+		s.writeError(w, r, fromClientError(err, "job", id))
+		return
+	}
+	j = s.repair(r.Context(), j)
+	s.writeJob(w, http.StatusOK, j, nil)
+}
+
+// writeJob answers {"job": ...}, with extra fields in the job object when more is set.
+func (s *Server) writeJob(w http.ResponseWriter, status int, j *pronto.JobRow, more func([]byte) []byte) {
+	b := getBuf()
+	*b = append(*b, `{"job":`...)
+	*b = appendJob(*b, j)
+	if more != nil {
+		*b = (*b)[:len(*b)-1]
+		*b = more(*b)
+		*b = append(*b, '}')
+	}
+	*b = append(*b, '}')
+	writeBuf(w, status, b)
+}
+
+// DELETE /ojs/v1/jobs/{id}
+func (s *Server) cancelJob(w http.ResponseWriter, r *http.Request, id string) {
+	if e := checkJobID(id, "job id"); e != nil {
+		s.writeError(w, r, e)
+		return
+	}
+	prev, err := s.client.JobGet(r.Context(), id)
+	if err != nil {
+		s.writeError(w, r, fromClientError(err, "job", id))
+		return
+	}
+	j, err := s.client.JobCancel(r.Context(), id)
+	if err != nil {
+		s.writeError(w, r, fromClientError(err, "job", id))
+		return
+	}
+	s.writeJob(w, http.StatusOK, j, func(b []byte) []byte {
+		return appendStringField(b, "previous_state", string(prev.State))
+	})
+}
+
+// POST /ojs/v1/jobs/{id}/activate
+func (s *Server) activateJob(w http.ResponseWriter, r *http.Request, id string) {
+	discardBody(r)
+	if e := checkJobID(id, "job id"); e != nil {
+		s.writeError(w, r, e)
+		return
+	}
+	j, err := s.client.JobActivate(r.Context(), id)
+	if err != nil {
+		s.writeError(w, r, fromClientError(err, "job", id))
+		return
+	}
+	s.enqueuedEvent(j)
+	s.writeJob(w, http.StatusOK, j, func(b []byte) []byte {
+		b = appendStringField(b, "previous_state", "pending")
+		return appendTimeField(b, "activated_at", time.Now())
+	})
+}
+
+// fetchRequest is the body of POST /ojs/v1/workers/fetch.
+type fetchRequest struct {
+	queues   []string
+	count    int
+	workerID string
+	lease    time.Duration // 0: per job
+}
+
+func decodeFetch(body []byte) (*fetchRequest, *apiError) {
+	m, e := decodeObject(body, "fetch request")
+	if e != nil {
+		return nil, e
+	}
+	req := &fetchRequest{count: 1}
+	raw, ok := m["queues"]
+	if !ok || isNull(raw) {
+		if q, ok := m["queue"]; ok { // a single queue, as some clients send
+			name, e := wantString(q, "queue")
+			if e != nil {
+				return nil, e
+			}
+			req.queues = []string{name}
+		} else {
+			return nil, invalid("queues", "queues is required: the queues to fetch from, in order")
+		}
+	} else if req.queues, e = wantStrings(raw, "queues"); e != nil {
+		return nil, e
+	}
+	if len(req.queues) == 0 {
+		return nil, invalid("queues", "queues is empty")
+	}
+	if len(req.queues) > 100 {
+		return nil, invalid("queues", "at most 100 queues per fetch")
+	}
+	for _, q := range req.queues {
+		if !pronto.ValidQueueName(q) {
+			return nil, invalid("queues", "queue %q: must match [a-z0-9][a-z0-9.-]* (at most 128 characters)", q)
+		}
+	}
+	if v, ok := m["count"]; ok && !isNull(v) {
+		n, e := wantInt(v, "count", 1, 1000)
+		if e != nil {
+			return nil, e
+		}
+		req.count = int(n)
+	}
+	if v, ok := m["worker_id"]; ok && !isNull(v) {
+		if req.workerID, e = wantString(v, "worker_id"); e != nil {
+			return nil, e
+		}
+		if len(req.workerID) > 255 {
+			return nil, invalid("worker_id", "worker_id is longer than 255 bytes")
+		}
+	}
+	if v, ok := m["visibility_timeout_ms"]; ok && !isNull(v) {
+		ms, e := wantInt(v, "visibility_timeout_ms", 1, 7*24*3600*1000)
+		if e != nil {
+			return nil, e
+		}
+		req.lease = time.Duration(ms) * time.Millisecond
+	}
+	return req, nil
+}
+
+// jobLease is how long a remote worker may hold j without a heartbeat: the lease asked for (by the
+// request, else by the job's visibility_timeout_ms, else the OJS default of 30 s), never beyond the
+// job's execution timeout, which is thus enforced on remote workers: past it the job is taken back
+// and their outcome refused.
+func jobLease(j *pronto.JobRow, asked time.Duration, now time.Time) time.Duration {
+	lease := asked
+	if lease <= 0 {
+		if ext := jobExt(j); ext != nil && ext.VisibilityMS > 0 {
+			lease = time.Duration(ext.VisibilityMS) * time.Millisecond
+		} else {
+			lease = pronto.DefaultRemoteLease
+		}
+	}
+	if j.Timeout > 0 && !j.StartedAt.IsZero() {
+		left := j.StartedAt.Add(j.Timeout).Sub(now)
+		if left < lease {
+			lease = max(left, time.Millisecond)
+		}
+	}
+	return lease
+}
+
+// POST /ojs/v1/workers/fetch
+func (s *Server) fetch(w http.ResponseWriter, r *http.Request) {
+	body, ok := s.readObject(w, r, "fetch request")
+	if !ok {
+		return
+	}
+	req, e := decodeFetch(body)
+	if e != nil {
+		s.writeError(w, r, e)
+		return
+	}
+	claimLease := req.lease
+	if claimLease == 0 {
+		claimLease = pronto.DefaultRemoteLease
+	}
+	ctx := r.Context()
+	jobs, err := s.client.RemoteFetch(ctx, pronto.RemoteFetchParams{
+		Queues: req.queues, Limit: req.count, WorkerID: req.workerID, Lease: claimLease,
+	})
+	if err != nil && len(jobs) == 0 {
+		s.writeError(w, r, fromClientError(err, "queue", ""))
+		return
+	}
+	now := time.Now()
+	// Jobs whose own lease differs from the one claimed with get it now, one statement per lease.
+	var groups map[time.Duration][]string
+	for _, j := range jobs {
+		if l := jobLease(j, req.lease, now); l != claimLease {
+			if groups == nil {
+				groups = map[time.Duration][]string{}
+			}
+			groups[l] = append(groups[l], j.ID)
+			j.LeaseExpiresAt = now.Add(l)
+		}
+	}
+	for l, ids := range groups {
+		if _, err := s.client.RemoteHeartbeat(ctx, req.workerID, ids, l); err != nil {
+			s.log.Warn("pronto serve: setting the lease of fetched jobs failed", "err", err)
+		}
+	}
+	b := getBuf()
+	*b = append(*b, `{"jobs":[`...)
+	for i, j := range jobs {
+		if i > 0 {
+			*b = append(*b, ',')
+		}
+		*b = appendJob(*b, j)
+	}
+	*b = append(*b, ']', '}')
+	writeBuf(w, http.StatusOK, b)
+	for _, j := range jobs {
+		s.jobEvent("job.started", j, j.StartedAt, func(b []byte) []byte {
+			b = appendStringField(b, "worker_id", req.workerID)
+			return appendIntField(b, "attempt", int64(j.Attempt))
+		})
+	}
+}
+
+// ackRequest and nackRequest are the bodies of ack and nack.
+type ackRequest struct {
+	jobID, workerID string
+	result          json.RawMessage
+}
+
+func decodeAck(body []byte) (*ackRequest, *apiError) {
+	m, e := decodeObject(body, "ack request")
+	if e != nil {
+		return nil, e
+	}
+	req := &ackRequest{}
+	if req.jobID, req.workerID, e = decodeJobRef(m); e != nil {
+		return nil, e
+	}
+	if v, ok := m["result"]; ok && !isNull(v) {
+		req.result = v
+	}
+	return req, nil
+}
+
+// decodeJobRef reads job_id (required) and worker_id (optional).
+func decodeJobRef(m map[string]json.RawMessage) (jobID, workerID string, e *apiError) {
+	raw, ok := m["job_id"]
+	if !ok {
+		raw, ok = m["id"]
+	}
+	if !ok || isNull(raw) {
+		return "", "", invalid("job_id", "job_id is required")
+	}
+	if jobID, e = wantString(raw, "job_id"); e != nil {
+		return "", "", e
+	}
+	if e = checkJobID(jobID, "job_id"); e != nil {
+		return "", "", e
+	}
+	if v, ok := m["worker_id"]; ok && !isNull(v) {
+		if workerID, e = wantString(v, "worker_id"); e != nil {
+			return "", "", e
+		}
+	}
+	return jobID, workerID, nil
+}
+
+// POST /ojs/v1/workers/ack
+func (s *Server) ack(w http.ResponseWriter, r *http.Request) {
+	body, ok := s.readObject(w, r, "ack request")
+	if !ok {
+		return
+	}
+	req, e := decodeAck(body)
+	if e != nil {
+		s.writeError(w, r, e)
+		return
+	}
+	j, err := s.client.RemoteAck(r.Context(), pronto.RemoteAckParams{ID: req.jobID, WorkerID: req.workerID, Result: req.result})
+	if err != nil {
+		s.writeError(w, r, transitionError(err, "acknowledge", req.jobID))
+		return
+	}
+	b := getBuf()
+	*b = append(*b, '{')
+	*b = appendBoolField(*b, "acknowledged", true)
+	*b = appendStringField(*b, "id", j.ID)
+	*b = appendStringField(*b, "job_id", j.ID)
+	*b = appendStringField(*b, "state", string(j.State))
+	*b = appendIntField(*b, "attempt", int64(j.Attempt))
+	*b = appendTimeField(*b, "completed_at", j.CompletedAt)
+	*b = append(*b, '}')
+	writeBuf(w, http.StatusOK, b)
+}
+
+// transitionError explains a refused ack or nack: 409 with the job's state, 404, or another error.
+func transitionError(err error, verb, id string) *apiError {
+	var te *pronto.TransitionError
+	if errors.As(err, &te) {
+		msg := "cannot " + verb + " job " + id + ": it is " + string(te.From) + ", not active"
+		if te.From == pronto.StateActive {
+			msg = "cannot " + verb + " job " + id + ": it is held by another worker or attempt"
+		}
+		e := conflict("%s", msg)
+		e.details = map[string]any{"job_id": id, "current_state": string(te.From), "expected_state": "active"}
+		return e
+	}
+	return fromClientError(err, "job", id)
+}
+
+type nackRequest struct {
+	jobID, workerID string
+	errObj          json.RawMessage
+	code, message   string
+	typ             string
+	retryable       *bool
+	requeue         bool
+}
+
+func decodeNack(body []byte) (*nackRequest, *apiError) {
+	m, e := decodeObject(body, "nack request")
+	if e != nil {
+		return nil, e
+	}
+	req := &nackRequest{}
+	if req.jobID, req.workerID, e = decodeJobRef(m); e != nil {
+		return nil, e
+	}
+	if v, ok := m["requeue"]; ok && !isNull(v) {
+		if req.requeue, e = wantBool(v, "requeue"); e != nil {
+			return nil, e
+		}
+	}
+	raw, ok := m["error"]
+	if !ok || isNull(raw) {
+		if req.requeue {
+			return req, nil
+		}
+		return nil, invalid("error", "error is required: {\"code\": ..., \"message\": ...}")
+	}
+	em, e := decodeObject(raw, "error")
+	if e != nil {
+		e.details = map[string]any{"field": "error"}
+		return nil, e
+	}
+	req.errObj = raw
+	str := func(k string) (string, *apiError) {
+		v, ok := em[k]
+		if !ok || isNull(v) {
+			return "", nil
+		}
+		return wantString(v, "error."+k)
+	}
+	if req.code, e = str("code"); e != nil {
+		return nil, e
+	}
+	if req.message, e = str("message"); e != nil {
+		return nil, e
+	}
+	if req.typ, e = str("type"); e != nil {
+		return nil, e
+	}
+	if v, ok := em["retryable"]; ok && !isNull(v) {
+		b, e := wantBool(v, "error.retryable")
+		if e != nil {
+			return nil, e
+		}
+		req.retryable = &b
+	}
+	if req.typ == "" {
+		// An error class given in the details names the error's type.
+		if d, ok := em["details"]; ok && jsonKind(d) == "object" {
+			var det struct {
+				ErrorClass any `json:"error_class"`
+			}
+			if json.Unmarshal(d, &det) == nil {
+				if s, ok := det.ErrorClass.(string); ok {
+					req.typ = s
+				}
+			}
+		}
+	}
+	if req.typ == "" {
+		req.typ = req.code
+	}
+	if req.message == "" && !req.requeue {
+		return nil, invalid("error.message", "error.message is required")
+	}
+	return req, nil
+}
+
+// POST /ojs/v1/workers/nack
+func (s *Server) nack(w http.ResponseWriter, r *http.Request) {
+	body, ok := s.readObject(w, r, "nack request")
+	if !ok {
+		return
+	}
+	req, e := decodeNack(body)
+	if e != nil {
+		s.writeError(w, r, e)
+		return
+	}
+	res, err := s.client.RemoteNack(r.Context(), pronto.RemoteNackParams{
+		ID: req.jobID, WorkerID: req.workerID, Requeue: req.requeue,
+		NonRetryable: req.retryable != nil && !*req.retryable,
+		Error:        pronto.AttemptError{Type: req.typ, Message: req.message, Details: req.errObj},
+	})
+	if err != nil {
+		s.writeError(w, r, transitionError(err, "fail", req.jobID))
+		return
+	}
+	j := res.Job
+	b := getBuf()
+	*b = append(*b, '{')
+	*b = appendStringField(*b, "id", j.ID)
+	*b = appendStringField(*b, "job_id", j.ID)
+	*b = appendStringField(*b, "state", string(j.State))
+	*b = appendIntField(*b, "attempt", int64(j.Attempt))
+	*b = appendIntField(*b, "max_attempts", int64(j.MaxAttempts))
+	switch j.State {
+	case pronto.StateRetryable:
+		*b = appendTimeField(*b, "next_attempt_at", j.ScheduledAt)
+		*b = appendIntField(*b, "retry_delay_ms", res.RetryDelay.Milliseconds())
+	case pronto.StateDiscarded:
+		*b = appendTimeField(*b, "discarded_at", j.CompletedAt)
+		*b = appendTimeField(*b, "completed_at", j.CompletedAt)
+	}
+	*b = append(*b, '}')
+	writeBuf(w, http.StatusOK, b)
+}
+
+// heartbeatRequest is the body of POST /ojs/v1/workers/heartbeat.
+type heartbeatRequest struct {
+	workerID string
+	ids      []string
+	lease    time.Duration
+}
+
+func decodeHeartbeat(body []byte) (*heartbeatRequest, *apiError) {
+	m, e := decodeObject(body, "heartbeat")
+	if e != nil {
+		return nil, e
+	}
+	req := &heartbeatRequest{}
+	raw, ok := m["worker_id"]
+	if !ok || isNull(raw) {
+		return nil, invalid("worker_id", "worker_id is required")
+	}
+	if req.workerID, e = wantString(raw, "worker_id"); e != nil {
+		return nil, e
+	}
+	if v, ok := m["active_jobs"]; ok && !isNull(v) {
+		if req.ids, e = wantStrings(v, "active_jobs"); e != nil {
+			return nil, e
+		}
+	}
+	if v, ok := m["job_id"]; ok && !isNull(v) {
+		id, e := wantString(v, "job_id")
+		if e != nil {
+			return nil, e
+		}
+		req.ids = append(req.ids, id)
+	}
+	if len(req.ids) > 10000 {
+		return nil, invalid("active_jobs", "at most 10000 jobs per heartbeat")
+	}
+	if v, ok := m["visibility_timeout_ms"]; ok && !isNull(v) {
+		ms, e := wantInt(v, "visibility_timeout_ms", 1, 7*24*3600*1000)
+		if e != nil {
+			return nil, e
+		}
+		req.lease = time.Duration(ms) * time.Millisecond
+	}
+	return req, nil
+}
+
+// POST /ojs/v1/workers/heartbeat
+func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request) {
+	body, ok := s.readObject(w, r, "heartbeat")
+	if !ok {
+		return
+	}
+	req, e := decodeHeartbeat(body)
+	if e != nil {
+		s.writeError(w, r, e)
+		return
+	}
+	ctx := r.Context()
+	now := time.Now()
+	state := "running"
+	if s.draining.Load() {
+		state = "quiet"
+	}
+	var lost []string
+	held := map[string]*pronto.JobRow{}
+	groups := map[time.Duration][]string{}
+	for _, id := range req.ids {
+		if !uuidv7.Valid(id) {
+			lost = append(lost, id)
+			continue
+		}
+		j, err := s.store.GetJob(ctx, id)
+		if err != nil || j.State != pronto.StateActive || j.WorkerID != req.workerID {
+			lost = append(lost, id)
+			continue
+		}
+		held[id] = j
+		l := jobLease(j, req.lease, now)
+		groups[l] = append(groups[l], id)
+		if s.testMode {
+			switch testDirective(j) {
+			case "terminate":
+				state = "terminate"
+			case "quiet":
+				if state == "running" {
+					state = "quiet"
+				}
+			}
+		}
+	}
+	extended := make([]string, 0, len(held))
+	for l, ids := range groups {
+		gone, err := s.client.RemoteHeartbeat(ctx, req.workerID, ids, l)
+		if err != nil {
+			s.writeError(w, r, fromClientError(err, "job", ""))
+			return
+		}
+		goneSet := map[string]bool{}
+		for _, id := range gone {
+			goneSet[id] = true
+		}
+		lost = append(lost, gone...)
+		for _, id := range ids {
+			if goneSet[id] {
+				continue
+			}
+			extended = append(extended, id)
+			j, until := held[id], now.Add(l)
+			s.jobEvent("job.heartbeat", j, now, func(b []byte) []byte {
+				b = appendStringField(b, "worker_id", req.workerID)
+				b = appendIntField(b, "attempt", int64(j.Attempt))
+				return appendTimeField(b, "visible_until", until)
+			})
+		}
+	}
+	b := getBuf()
+	*b = append(*b, '{')
+	*b = appendStringField(*b, "state", state)
+	*b = appendStrings(appendKey(*b, "jobs_extended"), extended)
+	if len(lost) > 0 {
+		*b = appendStrings(appendKey(*b, "jobs_lost"), lost)
+	}
+	*b = appendTimeField(*b, "server_time", now)
+	*b = append(*b, '}')
+	writeBuf(w, http.StatusOK, b)
+}
+
+// testDirective reads meta.test_directive, with which the conformance suite asks the heartbeat of
+// the worker holding a job to answer "quiet" or "terminate" (TestMode only).
+func testDirective(j *pronto.JobRow) string {
+	if !bytes.Contains(j.Meta, []byte(`"test_directive"`)) {
+		return ""
+	}
+	var md struct {
+		Directive string `json:"test_directive"`
+	}
+	if json.Unmarshal(j.Meta, &md) != nil {
+		return ""
+	}
+	return md.Directive
+}

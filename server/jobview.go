@@ -1,0 +1,270 @@
+package server
+
+import (
+	"bytes"
+	"encoding/json"
+	"sort"
+	"time"
+
+	"github.com/pronto-jobs/pronto"
+)
+
+// The OJS representation of a stored job, written without reflection.
+
+var extKeyBytes = []byte(`"` + extKey + `"`)
+
+// splitMeta separates pronto's ext from a stored meta object. The returned meta is nil when nothing
+// remains; ext is nil when there was none.
+func splitMeta(meta json.RawMessage) (json.RawMessage, *ojsExt) {
+	if len(meta) == 0 || string(meta) == "null" {
+		return nil, nil
+	}
+	if !bytes.Contains(meta, extKeyBytes) {
+		return meta, nil
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(meta, &m); err != nil {
+		return meta, nil
+	}
+	raw, ok := m[extKey]
+	if !ok {
+		return meta, nil
+	}
+	ext := &ojsExt{}
+	if err := json.Unmarshal(raw, ext); err != nil {
+		ext = nil
+	}
+	delete(m, extKey)
+	if len(m) == 0 {
+		return nil, ext
+	}
+	out, err := json.Marshal(m)
+	if err != nil {
+		return nil, ext
+	}
+	return out, ext
+}
+
+// jobExt returns a job's ext, or nil.
+func jobExt(j *pronto.JobRow) *ojsExt {
+	_, ext := splitMeta(j.Meta)
+	return ext
+}
+
+// errorView is one entry of a job's error history as OJS shows it.
+func appendAttemptError(b []byte, ae *pronto.AttemptError) []byte {
+	b = append(b, '{')
+	code, details, backtrace := errorCode(ae)
+	b = appendStringField(b, "code", code)
+	typ := ae.Type
+	if typ == "" {
+		typ = code
+	}
+	b = appendStringField(b, "type", typ)
+	b = appendStringField(b, "message", ae.Message)
+	retryable := ae.Retryable == nil || *ae.Retryable
+	b = appendBoolField(b, "retryable", retryable)
+	if len(details) > 0 {
+		b = appendRawField(b, "details", details)
+	}
+	if backtrace != nil {
+		b = appendRawField(b, "backtrace", backtrace)
+	} else if ae.Trace != "" {
+		b = appendStringField(b, "backtrace", ae.Trace)
+	}
+	b = appendIntField(b, "attempt", int64(ae.Attempt))
+	if !ae.At.IsZero() {
+		b = appendTimeField(b, "occurred_at", ae.At)
+		b = appendTimeField(b, "timestamp", ae.At)
+	}
+	return append(b, '}')
+}
+
+// errorCode finds an error entry's OJS code, details and backtrace: from the error object an OJS
+// worker sent (kept in Details), else from pronto's own error types.
+func errorCode(ae *pronto.AttemptError) (code string, details, backtrace json.RawMessage) {
+	if len(ae.Details) > 0 && ae.Details[0] == '{' {
+		var sent struct {
+			Code      string          `json:"code"`
+			Details   json.RawMessage `json:"details"`
+			Backtrace json.RawMessage `json:"backtrace"`
+		}
+		if json.Unmarshal(ae.Details, &sent) == nil {
+			code, details, backtrace = sent.Code, sent.Details, sent.Backtrace
+			if isNull(details) {
+				details = nil
+			}
+			if isNull(backtrace) {
+				backtrace = nil
+			}
+		}
+	}
+	if code == "" {
+		switch ae.Type {
+		case "timeout", "lease_expired":
+			code = "timeout"
+		case "expired":
+			code = "expired"
+		case "cancelled":
+			code = "cancelled"
+		default:
+			code = "handler_error"
+		}
+	}
+	return code, details, backtrace
+}
+
+// appendJob appends the OJS job object of j.
+func appendJob(b []byte, j *pronto.JobRow) []byte {
+	meta, ext := splitMeta(j.Meta)
+	b = append(b, '{')
+	b = appendStringField(b, "specversion", "1.0")
+	b = appendStringField(b, "id", j.ID)
+	b = appendStringField(b, "type", j.Kind)
+	b = appendStringField(b, "queue", j.Queue)
+	if len(j.Args) > 0 {
+		b = appendRawField(b, "args", j.Args)
+	} else {
+		b = appendRawField(b, "args", []byte("[]"))
+	}
+	if meta != nil {
+		b = appendRawField(b, "meta", meta)
+	}
+	b = appendIntField(b, "priority", int64(j.Priority))
+	b = appendStringField(b, "state", string(j.State))
+	b = appendIntField(b, "attempt", int64(j.Attempt))
+	b = appendIntField(b, "max_attempts", int64(j.MaxAttempts))
+	if j.Timeout > 0 {
+		b = appendIntField(b, "timeout_ms", j.Timeout.Milliseconds())
+	}
+	if ext != nil && ext.VisibilityMS > 0 {
+		b = appendIntField(b, "visibility_timeout_ms", ext.VisibilityMS)
+	}
+	if len(j.Tags) > 0 {
+		b = appendStrings(appendKey(b, "tags"), j.Tags)
+	}
+	if rp := bytes.TrimSpace(j.RetryPolicy); len(rp) > 0 && string(rp) != "null" {
+		b = appendKey(b, "retry")
+		if ext != nil && ext.OnExhaustion != "" && len(rp) >= 2 && rp[0] == '{' && rp[len(rp)-1] == '}' {
+			b = append(b, rp[:len(rp)-1]...)
+			if len(bytes.TrimSpace(rp[1:len(rp)-1])) > 0 {
+				b = append(b, ',')
+			}
+			b = append(b, `"on_exhaustion":`...)
+			b = appendString(b, ext.OnExhaustion)
+			b = append(b, '}')
+		} else {
+			b = append(b, rp...)
+		}
+	}
+	b = appendTimeField(b, "created_at", j.CreatedAt)
+	switch {
+	case j.State == pronto.StateScheduled || j.State == pronto.StatePending:
+	case j.Attempt == 0 && j.ScheduledAt.After(j.CreatedAt):
+		b = appendTimeField(b, "enqueued_at", j.ScheduledAt)
+	default:
+		b = appendTimeField(b, "enqueued_at", j.CreatedAt)
+	}
+	if (j.State == pronto.StateScheduled || j.State == pronto.StateRetryable) ||
+		(j.Attempt == 0 && j.ScheduledAt.After(j.CreatedAt.Add(time.Millisecond))) {
+		b = appendTimeField(b, "scheduled_at", j.ScheduledAt)
+	}
+	if j.State == pronto.StateRetryable {
+		b = appendTimeField(b, "next_attempt_at", j.ScheduledAt)
+	}
+	if !j.ExpiresAt.IsZero() {
+		b = appendTimeField(b, "expires_at", j.ExpiresAt)
+	}
+	if !j.StartedAt.IsZero() {
+		b = appendTimeField(b, "started_at", j.StartedAt)
+	}
+	if !j.CompletedAt.IsZero() {
+		switch j.State {
+		case pronto.StateCompleted:
+			b = appendTimeField(b, "completed_at", j.CompletedAt)
+		case pronto.StateDiscarded:
+			// A job discarded without ever running (it expired) did not complete anything.
+			if j.Attempt > 0 {
+				b = appendTimeField(b, "completed_at", j.CompletedAt)
+			} else {
+				b = appendTimeField(b, "expired_at", j.CompletedAt)
+			}
+			b = appendTimeField(b, "discarded_at", j.CompletedAt)
+		case pronto.StateCancelled:
+			b = appendTimeField(b, "cancelled_at", j.CompletedAt)
+		}
+	}
+	if j.State == pronto.StateActive && !j.LeaseExpiresAt.IsZero() {
+		b = appendTimeField(b, "visible_until", j.LeaseExpiresAt)
+	}
+	if d, ok := retryDelay(j); ok {
+		b = appendIntField(b, "retry_delay_ms", d.Milliseconds())
+	}
+	if n := len(j.Errors); n > 0 {
+		if j.State != pronto.StateCompleted {
+			b = appendAttemptError(appendKey(b, "error"), &j.Errors[n-1])
+		}
+		b = appendKey(b, "errors")
+		b = append(b, '[')
+		for i := range j.Errors {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendAttemptError(b, &j.Errors[i])
+		}
+		b = append(b, ']')
+	}
+	if len(j.Result) > 0 {
+		b = appendRawField(b, "result", j.Result)
+	}
+	if ext != nil && len(ext.Unknown) > 0 {
+		keys := make([]string, 0, len(ext.Unknown))
+		for k := range ext.Unknown {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			if reservedViewKey(k) {
+				continue
+			}
+			b = appendString(append(b, ','), k)
+			b = append(b, ':')
+			b = append(b, ext.Unknown[k]...)
+		}
+	}
+	return append(b, '}')
+}
+
+// reservedViewKey reports keys appendJob writes itself, which a preserved unknown attribute must not
+// repeat.
+func reservedViewKey(k string) bool {
+	switch k {
+	case "specversion", "id", "type", "queue", "args", "meta", "priority", "state", "attempt",
+		"max_attempts", "timeout_ms", "visibility_timeout_ms", "tags", "retry", "created_at",
+		"enqueued_at", "scheduled_at", "next_attempt_at", "expires_at", "expired_at", "started_at",
+		"completed_at", "discarded_at", "cancelled_at", "visible_until", "retry_delay_ms", "error",
+		"errors", "result", "options", "timeout":
+		return true
+	}
+	return false
+}
+
+// retryDelay is the backoff that preceded the job's current attempt (active) or will precede its next
+// one (retryable), when the job is in a retry.
+func retryDelay(j *pronto.JobRow) (time.Duration, bool) {
+	n := len(j.Errors)
+	if n == 0 {
+		return 0, false
+	}
+	last := &j.Errors[n-1]
+	switch {
+	case j.State == pronto.StateRetryable && last.Attempt == j.Attempt:
+	case j.State == pronto.StateActive && last.Attempt == j.Attempt-1:
+	default:
+		return 0, false
+	}
+	if last.Type == "lease_expired" || last.At.IsZero() || j.ScheduledAt.Before(last.At) {
+		return 0, false
+	}
+	return j.ScheduledAt.Sub(last.At), true
+}

@@ -1,0 +1,409 @@
+// Package server is pronto's HTTP API: the Open Job Spec (OJS) HTTP binding 1.0, conformance levels
+// 0 to 2, over a *pronto.Client and its store. Any OJS SDK can enqueue jobs through it, and any OJS
+// worker can fetch, acknowledge, fail and heartbeat them, beside Go workers registered on the same
+// client. `pronto serve` runs it; docs/http-api.md describes the endpoints, authentication, limits
+// and pronto's extensions.
+//
+// The handler is safe for concurrent use. It answers every failure with an OJS error body
+// ({"error": {"code", "message", "retryable", "details", "request_id"}}), never with a panic or an
+// HTML page, bounds request bodies (413 beyond the limit), and, when an API key is configured,
+// requires it as a Bearer token on every endpoint except health.
+package server
+
+import (
+	"bytes"
+	"context"
+	"crypto/subtle"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/pronto-jobs/pronto"
+	"github.com/pronto-jobs/pronto/internal/uuidv7"
+	"github.com/pronto-jobs/pronto/store"
+)
+
+// DefaultMaxBodyBytes bounds request bodies unless Config.MaxBodyBytes says otherwise: 1 MiB.
+const DefaultMaxBodyBytes = 1 << 20
+
+// Version is the implementation version reported by the manifest.
+const Version = "0.1.0"
+
+// Config configures a Server.
+type Config struct {
+	// Client is the pronto client the API works through (required). Its store holds the jobs.
+	Client *pronto.Client
+	// APIKey, when set, must be sent as "Authorization: Bearer <key>" on every request except
+	// GET /ojs/v1/health.
+	APIKey string
+	// MaxBodyBytes bounds request bodies (default DefaultMaxBodyBytes); larger ones get 413.
+	MaxBodyBytes int64
+	// Backend names the store in the manifest and health answers ("postgres", "sqlite", "memory").
+	// Empty: guessed from the store's type.
+	Backend string
+	// TestMode enables what only a conformance run needs: POST /ojs/v1/_test/reset, which deletes
+	// every job, cron schedule and event, and the options.metadata.test_directive of jobs, which makes
+	// the heartbeat of the worker holding the job answer "quiet" or "terminate". Never enable it in
+	// production.
+	TestMode bool
+	// EventBuffer is how many events GET /ojs/v1/events keeps (default DefaultEventBuffer).
+	EventBuffer int
+	// MaxBatch bounds the jobs of one batch enqueue (default 10000).
+	MaxBatch int
+	// Logger receives server errors (default: discarded).
+	Logger *slog.Logger
+}
+
+// Server is the OJS HTTP API as an http.Handler.
+type Server struct {
+	client   *pronto.Client
+	store    store.Store
+	apiKey   []byte
+	maxBody  int64
+	maxBatch int
+	backend  string
+	testMode bool
+	log      *slog.Logger
+	started  time.Time
+	source   string
+
+	events      *eventLog
+	unsubscribe func()
+	eventsDone  chan struct{}
+	closeOnce   sync.Once
+
+	draining atomic.Bool
+}
+
+// New returns a Server over cfg.Client. Close releases its subscription to the client's events.
+func New(cfg Config) (*Server, error) {
+	if cfg.Client == nil {
+		return nil, errors.New("server: Config.Client is nil")
+	}
+	s := &Server{
+		client:     cfg.Client,
+		store:      cfg.Client.Store(),
+		maxBody:    cfg.MaxBodyBytes,
+		maxBatch:   cfg.MaxBatch,
+		backend:    cfg.Backend,
+		testMode:   cfg.TestMode,
+		log:        cfg.Logger,
+		started:    time.Now(),
+		source:     "ojs://pronto/api",
+		events:     newEventLog(cfg.EventBuffer),
+		eventsDone: make(chan struct{}),
+	}
+	if cfg.APIKey != "" {
+		s.apiKey = []byte(cfg.APIKey)
+	}
+	if s.maxBody <= 0 {
+		s.maxBody = DefaultMaxBodyBytes
+	}
+	if s.maxBatch <= 0 {
+		s.maxBatch = 10000
+	}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	if s.backend == "" {
+		s.backend = backendName(s.store)
+	}
+	ch, unsub := cfg.Client.Subscribe()
+	s.unsubscribe = unsub
+	go s.consumeClientEvents(ch)
+	return s, nil
+}
+
+// backendName guesses a store's name from its package.
+func backendName(st store.Store) string {
+	t := strings.TrimPrefix(typeName(st), "*")
+	if pkg, _, ok := strings.Cut(t, "."); ok {
+		return pkg
+	}
+	return t
+}
+
+// Close stops following the client's events. The handler keeps answering requests.
+func (s *Server) Close() error {
+	s.closeOnce.Do(func() {
+		s.unsubscribe()
+		<-s.eventsDone
+	})
+	return nil
+}
+
+// Drain makes heartbeats answer "quiet" from now on: workers stop fetching and finish what they hold.
+// Call it when the server is about to shut down.
+func (s *Server) Drain() { s.draining.Store(true) }
+
+// RunCron runs the client's cron scheduler (see pronto.Client.RunCron) and records its occurrences as
+// cron.triggered and cron.skipped events. It returns when ctx is done.
+func (s *Server) RunCron(ctx context.Context) error {
+	return s.client.RunCron(ctx, &pronto.CronConfig{OnFire: s.onCronFire})
+}
+
+// ServeHTTP routes one request.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h := w.Header()
+	h["Ojs-Version"] = []string{"1.0"}
+	rid := r.Header.Get("X-Request-Id")
+	if rid == "" || len(rid) > 128 || !printable(rid) {
+		rid = "req_" + uuidv7.New()
+	}
+	h["X-Request-Id"] = []string{rid}
+	defer func() {
+		if v := recover(); v != nil {
+			if v == http.ErrAbortHandler {
+				panic(v)
+			}
+			s.log.Error("pronto serve: handler panicked", "method", r.Method, "path", r.URL.Path, "panic", v)
+			e := errorf(http.StatusInternalServerError, CodeBackendError, "internal error")
+			e.retryable = true
+			s.writeError(w, r, e)
+		}
+	}()
+
+	path := r.URL.Path
+	if path == "/ojs/v1/health" {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			s.writeError(w, r, methodNotAllowed(r, "GET"))
+			return
+		}
+		s.health(w, r)
+		return
+	}
+	if s.apiKey != nil && !s.authorized(r) {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="pronto"`)
+		s.writeError(w, r, errorf(http.StatusUnauthorized, CodeUnauthenticated,
+			"missing or wrong API key: send it as \"Authorization: Bearer <key>\""))
+		return
+	}
+	if r.ContentLength > s.maxBody {
+		s.writeError(w, r, tooLarge(s.maxBody))
+		return
+	}
+	if r.Body != nil && r.Body != http.NoBody {
+		r.Body = http.MaxBytesReader(w, r.Body, s.maxBody)
+	}
+	if path == "/ojs/manifest" {
+		if r.Method != http.MethodGet {
+			s.writeError(w, r, methodNotAllowed(r, "GET"))
+			return
+		}
+		s.manifest(w, r)
+		return
+	}
+	rest, ok := strings.CutPrefix(path, "/ojs/v1/")
+	if !ok {
+		s.writeError(w, r, routeNotFound(r))
+		return
+	}
+	s.route(w, r, rest)
+}
+
+func printable(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x21 || s[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
+func (s *Server) authorized(r *http.Request) bool {
+	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok {
+		return false
+	}
+	return subtle.ConstantTimeCompare([]byte(strings.TrimSpace(token)), s.apiKey) == 1
+}
+
+func tooLarge(limit int64) *apiError {
+	e := errorf(http.StatusRequestEntityTooLarge, CodePayloadTooLarge, "request body exceeds the limit of %d bytes", limit)
+	e.details = map[string]any{"max_bytes": limit}
+	return e
+}
+
+func routeNotFound(r *http.Request) *apiError {
+	e := errorf(http.StatusNotFound, CodeNotFound, "no endpoint %s %s", r.Method, r.URL.Path)
+	e.hint = "OJS endpoints live under /ojs/v1/ (and /ojs/manifest)"
+	return e
+}
+
+func methodNotAllowed(r *http.Request, allowed ...string) *apiError {
+	e := errorf(http.StatusMethodNotAllowed, CodeMethodNotAllowed, "%s is not allowed on %s; use %s",
+		r.Method, r.URL.Path, strings.Join(allowed, " or "))
+	e.details = map[string]any{"allowed": allowed}
+	return e
+}
+
+// route dispatches a path below /ojs/v1/.
+func (s *Server) route(w http.ResponseWriter, r *http.Request, rest string) {
+	seg := strings.Split(rest, "/")
+	m := r.Method
+	want := func(method string, h func()) {
+		if m != method {
+			if w.Header().Get("Allow") == "" {
+				w.Header().Set("Allow", method)
+			}
+			s.writeError(w, r, methodNotAllowed(r, method))
+			return
+		}
+		h()
+	}
+	switch seg[0] {
+	case "jobs":
+		switch {
+		case len(seg) == 1:
+			want(http.MethodPost, func() { s.enqueue(w, r) })
+			return
+		case len(seg) == 2 && seg[1] == "batch":
+			want(http.MethodPost, func() { s.enqueueBatch(w, r) })
+			return
+		case len(seg) == 2:
+			switch m {
+			case http.MethodGet:
+				s.getJob(w, r, seg[1])
+			case http.MethodDelete:
+				s.cancelJob(w, r, seg[1])
+			default:
+				s.writeError(w, r, methodNotAllowed(r, "GET", "DELETE"))
+			}
+			return
+		case len(seg) == 3 && seg[2] == "activate":
+			want(http.MethodPost, func() { s.activateJob(w, r, seg[1]) })
+			return
+		}
+	case "workers":
+		if len(seg) == 2 {
+			switch seg[1] {
+			case "fetch":
+				want(http.MethodPost, func() { s.fetch(w, r) })
+				return
+			case "ack":
+				want(http.MethodPost, func() { s.ack(w, r) })
+				return
+			case "nack":
+				want(http.MethodPost, func() { s.nack(w, r) })
+				return
+			case "heartbeat":
+				want(http.MethodPost, func() { s.heartbeat(w, r) })
+				return
+			}
+		}
+	case "queues":
+		switch {
+		case len(seg) == 1:
+			want(http.MethodGet, func() { s.listQueues(w, r) })
+			return
+		case len(seg) == 3 && seg[2] == "stats":
+			want(http.MethodGet, func() { s.queueStats(w, r, seg[1]) })
+			return
+		case len(seg) == 3 && (seg[2] == "pause" || seg[2] == "resume"):
+			want(http.MethodPost, func() { s.pauseQueue(w, r, seg[1], seg[2] == "pause") })
+			return
+		}
+	case "dead-letter":
+		switch {
+		case len(seg) == 1:
+			want(http.MethodGet, func() { s.listDeadLetter(w, r) })
+			return
+		case len(seg) == 2:
+			want(http.MethodDelete, func() { s.deleteDeadLetter(w, r, seg[1]) })
+			return
+		case len(seg) == 3 && seg[2] == "retry":
+			want(http.MethodPost, func() { s.retryDeadLetter(w, r, seg[1]) })
+			return
+		}
+	case "cron":
+		switch {
+		case len(seg) == 1:
+			switch m {
+			case http.MethodGet:
+				s.listCron(w, r)
+			case http.MethodPost:
+				s.registerCron(w, r)
+			default:
+				s.writeError(w, r, methodNotAllowed(r, "GET", "POST"))
+			}
+			return
+		case len(seg) == 2:
+			switch m {
+			case http.MethodGet:
+				s.getCron(w, r, seg[1])
+			case http.MethodDelete:
+				s.deleteCron(w, r, seg[1])
+			default:
+				s.writeError(w, r, methodNotAllowed(r, "GET", "DELETE"))
+			}
+			return
+		}
+	case "events":
+		if len(seg) == 1 {
+			want(http.MethodGet, func() { s.listEvents(w, r) })
+			return
+		}
+	case "_test":
+		if s.testMode && len(seg) == 2 && seg[1] == "reset" {
+			want(http.MethodPost, func() { s.reset(w, r) })
+			return
+		}
+	}
+	s.writeError(w, r, routeNotFound(r))
+}
+
+// readBody reads a request body within the size limit, answering the error itself when it fails.
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+	if ct := r.Header.Get("Content-Type"); ct != "" {
+		mt, _, _ := strings.Cut(ct, ";")
+		mt = strings.ToLower(strings.TrimSpace(mt))
+		if mt != ojsMediaType && mt != "application/json" {
+			s.writeError(w, r, invalid("", "unsupported Content-Type %q: send application/openjobspec+json or application/json", ct))
+			return nil, false
+		}
+	}
+	if r.Body == nil || r.Body == http.NoBody {
+		return nil, true
+	}
+	buf := getBuf()
+	defer putBuf(buf)
+	bb := bytes.NewBuffer(*buf)
+	_, err := bb.ReadFrom(r.Body)
+	*buf = bb.Bytes()[:0]
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			s.writeError(w, r, tooLarge(s.maxBody))
+		} else {
+			s.writeError(w, r, invalid("", "reading the request body failed: %v", err))
+		}
+		return nil, false
+	}
+	// The caller decodes into values that copy what they keep, but may hold the slice meanwhile: hand
+	// it a copy so the pooled buffer can be reused at once.
+	return bytes.Clone(bb.Bytes()), true
+}
+
+// readObject reads a body that must be a JSON object (an empty body counts as {}).
+func (s *Server) readObject(w http.ResponseWriter, r *http.Request, what string) ([]byte, bool) {
+	body, ok := s.readBody(w, r)
+	if !ok {
+		return nil, false
+	}
+	if len(bytes.TrimSpace(body)) == 0 {
+		return []byte("{}"), true
+	}
+	return body, true
+}
+
+// discardBody drains what is left of a request body so the connection can be reused.
+func discardBody(r *http.Request) {
+	if r.Body != nil {
+		_, _ = io.Copy(io.Discard, io.LimitReader(r.Body, 1<<16))
+	}
+}
