@@ -14,7 +14,7 @@ import (
 
 // GetJob returns the job with id, or an error wrapping store.ErrNotFound.
 func (s *Store) GetJob(ctx context.Context, id string) (*store.Job, error) {
-	j, err := scanJob(s.r.QueryRowContext(ctx, getJobSQL, id))
+	j, err := firstJob(s.r.QueryContext(ctx, getJobSQL, id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("get job %s: %w", id, store.ErrNotFound)
 	}
@@ -100,9 +100,9 @@ func (s *Store) transition(ctx context.Context, op, query, id string) (*store.Jo
 	defer tx.Rollback() //nolint:errcheck // after Commit it is a no-op
 	var j *store.Job
 	if query == deleteJobSQL {
-		j, err = scanJob(tx.StmtContext(ctx, st).QueryRowContext(ctx, id))
+		j, err = firstJob(tx.StmtContext(ctx, st).QueryContext(ctx, id))
 	} else {
-		j, err = scanJob(tx.StmtContext(ctx, st).QueryRowContext(ctx, nowUS, id))
+		j, err = firstJob(tx.StmtContext(ctx, st).QueryContext(ctx, nowUS, id))
 	}
 	if errors.Is(err, sql.ErrNoRows) {
 		var state string

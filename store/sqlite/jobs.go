@@ -15,8 +15,9 @@ import (
 	"github.com/pronto-jobs/pronto/store"
 )
 
-// insertChunk is the number of rows one multi-row INSERT writes.
-const insertChunk = 50
+// insertChunk is the most rows one multi-row INSERT writes (64 × 19 values, well under SQLite's limit
+// of 32766 bound values).
+const insertChunk = 64
 
 // defaultMaintenanceLimit bounds Rescue, Promote, DiscardExpired and Cleanup when the caller gives no
 // positive limit.
@@ -147,8 +148,9 @@ type execer interface {
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
 }
 
-// Insert writes the jobs in one transaction (one statement for a single job) and then announces them,
-// once per queue. A duplicate id fails the whole batch with store.ErrDuplicate.
+// Insert writes the jobs atomically and then announces them, once per queue. Up to 64 jobs take one
+// statement (its own transaction); more take one transaction of 64-row statements. A duplicate id fails
+// the whole batch with store.ErrDuplicate.
 func (s *Store) Insert(ctx context.Context, params []*store.InsertParams) ([]*store.Job, error) {
 	if len(params) == 0 {
 		return nil, nil
@@ -158,15 +160,7 @@ func (s *Store) Insert(ctx context.Context, params []*store.InsertParams) ([]*st
 	if err != nil {
 		return nil, err
 	}
-	if len(rows) == 1 {
-		st, err := s.stmt(ctx, insertJobSQL)
-		if err != nil {
-			return nil, fmt.Errorf("insert jobs: %w", err)
-		}
-		if _, err := st.ExecContext(ctx, rows[0].args[:]...); err != nil {
-			return nil, mapInsertErr(err)
-		}
-	} else if err := s.insertBatch(ctx, rows); err != nil {
+	if err := s.insertRows(ctx, rows); err != nil {
 		return nil, err
 	}
 	jobs := make([]*store.Job, len(rows))
@@ -177,46 +171,62 @@ func (s *Store) Insert(ctx context.Context, params []*store.InsertParams) ([]*st
 	return jobs, nil
 }
 
-// insertBatch writes rows in one write transaction, insertChunk rows per statement.
-func (s *Store) insertBatch(ctx context.Context, rows []insertRow) error {
-	var chunkStmt *sql.Stmt
-	var err error
-	if len(rows) >= insertChunk {
-		if chunkStmt, err = s.stmt(ctx, insertJobsSQL(insertChunk)); err != nil {
+// insertPieces splits n rows into statement sizes: full chunks of insertChunk, then the remainder as
+// powers of two, so that at most seven distinct INSERT statements are ever prepared.
+func insertPieces(n int) []int {
+	var out []int
+	for ; n >= insertChunk; n -= insertChunk {
+		out = append(out, insertChunk)
+	}
+	for size := insertChunk / 2; size > 0; size /= 2 {
+		if n >= size {
+			out = append(out, size)
+			n -= size
+		}
+	}
+	return out
+}
+
+// insertRows writes rows with this store's prepared statements: in one statement when one suffices,
+// else in one write transaction.
+func (s *Store) insertRows(ctx context.Context, rows []insertRow) error {
+	pieces := insertPieces(len(rows))
+	// Prepare first: while tx is open it holds the only writer connection.
+	stmts := make([]*sql.Stmt, len(pieces))
+	for i, n := range pieces {
+		st, err := s.stmt(ctx, insertJobsSQL(n))
+		if err != nil {
 			return fmt.Errorf("insert jobs: %w", err)
 		}
+		stmts[i] = st
 	}
-	oneStmt, err := s.stmt(ctx, insertJobSQL)
-	if err != nil {
-		return fmt.Errorf("insert jobs: %w", err)
-	}
-	tx, err := s.w.BeginTx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("insert jobs: %w", err)
-	}
-	defer tx.Rollback() //nolint:errcheck // after Commit it is a no-op
-	if chunkStmt != nil {
-		cs := tx.StmtContext(ctx, chunkStmt)
-		args := make([]any, 0, insertChunk*insertJobArgs)
-		for len(rows) >= insertChunk {
-			args = args[:0]
-			for i := range insertChunk {
-				args = append(args, rows[i].args[:]...)
-			}
-			if _, err := cs.ExecContext(ctx, args...); err != nil {
-				return mapInsertErr(err)
-			}
-			rows = rows[insertChunk:]
+	var tx *sql.Tx
+	if len(pieces) > 1 {
+		var err error
+		if tx, err = s.w.BeginTx(ctx, nil); err != nil {
+			return fmt.Errorf("insert jobs: %w", err)
 		}
+		defer tx.Rollback() //nolint:errcheck // after Commit it is a no-op
 	}
-	one := tx.StmtContext(ctx, oneStmt)
-	for i := range rows {
-		if _, err := one.ExecContext(ctx, rows[i].args[:]...); err != nil {
+	args := make([]any, 0, min(len(rows), insertChunk)*insertJobArgs)
+	for i, n := range pieces {
+		args = args[:0]
+		for k := range n {
+			args = append(args, rows[k].args[:]...)
+		}
+		rows = rows[n:]
+		st := stmts[i]
+		if tx != nil {
+			st = tx.StmtContext(ctx, st)
+		}
+		if _, err := st.ExecContext(ctx, args...); err != nil {
 			return mapInsertErr(err)
 		}
 	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("insert jobs: commit: %w", err)
+	if tx != nil {
+		if err := tx.Commit(); err != nil {
+			return fmt.Errorf("insert jobs: commit: %w", err)
+		}
 	}
 	return nil
 }
@@ -286,23 +296,14 @@ func (s *Store) InsertSQLTx(ctx context.Context, tx *sql.Tx, params []*store.Ins
 // insertRowsTx writes rows with plain statements (tx may belong to another *sql.DB, where this
 // store's prepared statements cannot be used).
 func insertRowsTx(ctx context.Context, ex execer, rows []insertRow) error {
-	var chunk string
-	if len(rows) >= insertChunk {
-		chunk = insertJobsSQL(insertChunk)
-	}
-	args := make([]any, 0, insertChunk*insertJobArgs)
-	for len(rows) >= insertChunk {
+	args := make([]any, 0, min(len(rows), insertChunk)*insertJobArgs)
+	for _, n := range insertPieces(len(rows)) {
 		args = args[:0]
-		for i := range insertChunk {
-			args = append(args, rows[i].args[:]...)
+		for k := range n {
+			args = append(args, rows[k].args[:]...)
 		}
-		if _, err := ex.ExecContext(ctx, chunk, args...); err != nil {
-			return mapInsertErr(err)
-		}
-		rows = rows[insertChunk:]
-	}
-	for i := range rows {
-		if _, err := ex.ExecContext(ctx, insertJobSQL, rows[i].args[:]...); err != nil {
+		rows = rows[n:]
+		if _, err := ex.ExecContext(ctx, insertJobsSQL(n), args...); err != nil {
 			return mapInsertErr(err)
 		}
 	}
@@ -575,38 +576,85 @@ func splitDuplicateRounds(rows []finishRow, cs []store.Completion) [][]finishRow
 	return rounds
 }
 
-// Heartbeat extends, in one write transaction, the leases of the listed jobs that are still active and
-// held by p.WorkerID, and returns the others.
+// heartbeatChunk is the most ids one heartbeat statement names. Smaller lists use the statement for
+// the next power of two, padded with NULLs.
+const heartbeatChunk = 128
+
+// Heartbeat extends the leases of the listed jobs that are still active and held by p.WorkerID, and
+// returns the others. Up to 128 ids take one statement (its own transaction); more take one write
+// transaction.
 func (s *Store) Heartbeat(ctx context.Context, p store.HeartbeatParams) ([]string, error) {
 	if len(p.IDs) == 0 {
 		return nil, nil
 	}
-	st, err := s.stmt(ctx, heartbeatSQL)
-	if err != nil {
-		return nil, fmt.Errorf("heartbeat: %w", err)
+	chunks := slices.Collect(slices.Chunk(p.IDs, heartbeatChunk))
+	stmts := make([]*sql.Stmt, len(chunks))
+	sizes := make([]int, len(chunks))
+	for i, c := range chunks {
+		size := 1
+		for size < len(c) {
+			size *= 2
+		}
+		st, err := s.stmt(ctx, heartbeatSQL(size))
+		if err != nil {
+			return nil, fmt.Errorf("heartbeat: %w", err)
+		}
+		stmts[i], sizes[i] = st, size
 	}
 	nowUS, _ := s.nowMicro()
 	expiry := nowUS + p.LeaseDuration.Microseconds()
-	tx, err := s.w.BeginTx(ctx, nil)
-	if err != nil {
-		return nil, fmt.Errorf("heartbeat: %w", err)
+	var tx *sql.Tx
+	if len(chunks) > 1 {
+		var err error
+		if tx, err = s.w.BeginTx(ctx, nil); err != nil {
+			return nil, fmt.Errorf("heartbeat: %w", err)
+		}
+		defer tx.Rollback() //nolint:errcheck // after Commit it is a no-op
 	}
-	defer tx.Rollback() //nolint:errcheck // after Commit it is a no-op
-	txst := tx.StmtContext(ctx, st)
+	extended := make(map[string]struct{}, len(p.IDs))
+	args := make([]any, 0, 2+heartbeatChunk)
+	for i, c := range chunks {
+		args = append(args[:0], expiry, p.WorkerID)
+		for _, id := range c {
+			args = append(args, id)
+		}
+		for range sizes[i] - len(c) {
+			args = append(args, nil)
+		}
+		st := stmts[i]
+		if tx != nil {
+			st = tx.StmtContext(ctx, st)
+		}
+		rows, err := st.QueryContext(ctx, args...)
+		if err != nil {
+			return nil, fmt.Errorf("heartbeat: %w", err)
+		}
+		for rows.Next() {
+			var id string
+			if err := rows.Scan(&id); err != nil {
+				rows.Close()
+				return nil, fmt.Errorf("heartbeat: %w", err)
+			}
+			extended[id] = struct{}{}
+		}
+		if err := rows.Err(); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("heartbeat: %w", err)
+		}
+		if err := rows.Close(); err != nil {
+			return nil, fmt.Errorf("heartbeat: %w", err)
+		}
+	}
+	if tx != nil {
+		if err := tx.Commit(); err != nil {
+			return nil, fmt.Errorf("heartbeat: commit: %w", err)
+		}
+	}
 	var lost []string
 	for _, id := range p.IDs {
-		res, err := txst.ExecContext(ctx, expiry, id, p.WorkerID)
-		if err != nil {
-			return nil, fmt.Errorf("heartbeat job %s: %w", id, err)
-		}
-		if n, err := res.RowsAffected(); err != nil {
-			return nil, fmt.Errorf("heartbeat job %s: %w", id, err)
-		} else if n == 0 {
+		if _, ok := extended[id]; !ok {
 			lost = append(lost, id)
 		}
-	}
-	if err := tx.Commit(); err != nil {
-		return nil, fmt.Errorf("heartbeat: commit: %w", err)
 	}
 	return lost, nil
 }

@@ -88,9 +88,17 @@ func finishBatchSQL(n int) string {
 // finishBatchArgs is the number of values one row of finishBatchSQL binds.
 const finishBatchArgs = 8
 
-// heartbeatSQL: ?1 lease expiry, ?2 id, ?3 worker id.
-const heartbeatSQL = `UPDATE pronto_jobs SET lease_expires_at = ?1
-	WHERE id = ?2 AND state = 'active' AND worker_id = ?3`
+// heartbeatSQL extends the leases of up to n jobs (padding ids are NULL) held by one worker and returns
+// the ids it extended. ?1 lease expiry, ?2 worker id, ?3... ids.
+func heartbeatSQL(n int) string {
+	ph := make([]string, n)
+	for i := range ph {
+		ph[i] = fmt.Sprintf("?%d", 3+i)
+	}
+	return `UPDATE pronto_jobs SET lease_expires_at = ?1
+	WHERE id IN (` + strings.Join(ph, ", ") + `) AND state = 'active' AND worker_id = ?2
+	RETURNING id`
+}
 
 // rescueSQL: ?1 now, ?2 now as JSON time text, ?3 limit.
 const rescueSQL = `UPDATE pronto_jobs SET

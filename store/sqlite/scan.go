@@ -19,73 +19,105 @@ type rowScanner interface {
 	Scan(dest ...any) error
 }
 
-// scanJob reads one row of jobColumns.
-func scanJob(rs rowScanner) (*store.Job, error) {
-	var (
-		j                                                 store.Job
-		state                                             string
-		priority, attempt, maxAttempts, timeoutMS         int64
-		args, meta, result, retryPolicy                   []byte
-		errs, tags, parents                               []byte
-		createdAt, scheduledAt                            int64
-		startedAt, completedAt, expiresAt, leaseExpiresAt sql.NullInt64
-		workerID, uniqueKey, tenant, rateKey, workflowID  sql.NullString
-	)
-	if err := rs.Scan(&j.ID, &j.Kind, &j.Queue, &args, &meta, &priority, &state, &attempt, &maxAttempts,
-		&errs, &result, &tags, &retryPolicy, &timeoutMS, &createdAt, &scheduledAt, &startedAt, &completedAt,
-		&expiresAt, &leaseExpiresAt, &workerID, &uniqueKey, &tenant, &rateKey, &workflowID, &parents); err != nil {
+// jobScanner reads rows of jobColumns. Its destinations are reused from row to row, so scanning a
+// row allocates only the Job and its own byte slices.
+type jobScanner struct {
+	id, kind, queue, state                            string
+	priority, attempt, maxAttempts, timeoutMS         int64
+	args, meta, result, retryPolicy                   []byte
+	errs, tags, parents                               sql.RawBytes
+	createdAt, scheduledAt                            int64
+	startedAt, completedAt, expiresAt, leaseExpiresAt sql.NullInt64
+	workerID, uniqueKey, tenant, rateKey, workflowID  sql.NullString
+	dest                                              [26]any
+}
+
+func newJobScanner() *jobScanner {
+	sc := &jobScanner{}
+	sc.dest = [26]any{&sc.id, &sc.kind, &sc.queue, &sc.args, &sc.meta, &sc.priority, &sc.state, &sc.attempt,
+		&sc.maxAttempts, &sc.errs, &sc.result, &sc.tags, &sc.retryPolicy, &sc.timeoutMS, &sc.createdAt,
+		&sc.scheduledAt, &sc.startedAt, &sc.completedAt, &sc.expiresAt, &sc.leaseExpiresAt, &sc.workerID,
+		&sc.uniqueKey, &sc.tenant, &sc.rateKey, &sc.workflowID, &sc.parents}
+	return sc
+}
+
+// scan reads the current row of rows (a *sql.Rows: *sql.Row refuses sql.RawBytes).
+func (sc *jobScanner) scan(rs rowScanner) (*store.Job, error) {
+	sc.args, sc.meta, sc.result, sc.retryPolicy = nil, nil, nil, nil
+	if err := rs.Scan(sc.dest[:]...); err != nil {
 		return nil, err
 	}
-	j.Args = args
-	if len(meta) > 0 {
-		j.Meta = meta
+	j := &store.Job{
+		ID:             sc.id,
+		Kind:           sc.kind,
+		Queue:          sc.queue,
+		Args:           sc.args,
+		Priority:       int(sc.priority),
+		State:          store.State(sc.state),
+		Attempt:        int(sc.attempt),
+		MaxAttempts:    int(sc.maxAttempts),
+		Timeout:        time.Duration(sc.timeoutMS) * time.Millisecond,
+		CreatedAt:      microTime(sc.createdAt),
+		ScheduledAt:    microTime(sc.scheduledAt),
+		StartedAt:      nullMicroTime(sc.startedAt),
+		CompletedAt:    nullMicroTime(sc.completedAt),
+		ExpiresAt:      nullMicroTime(sc.expiresAt),
+		LeaseExpiresAt: nullMicroTime(sc.leaseExpiresAt),
+		WorkerID:       sc.workerID.String,
+		UniqueKey:      sc.uniqueKey.String,
+		Tenant:         sc.tenant.String,
+		RateKey:        sc.rateKey.String,
+		WorkflowID:     sc.workflowID.String,
 	}
-	if len(result) > 0 {
-		j.Result = result
+	if len(sc.meta) > 0 {
+		j.Meta = sc.meta
 	}
-	if len(retryPolicy) > 0 {
-		j.RetryPolicy = retryPolicy
+	if len(sc.result) > 0 {
+		j.Result = sc.result
 	}
-	j.Priority = int(priority)
-	j.State = store.State(state)
-	j.Attempt = int(attempt)
-	j.MaxAttempts = int(maxAttempts)
-	j.Timeout = time.Duration(timeoutMS) * time.Millisecond
-	j.CreatedAt = microTime(createdAt)
-	j.ScheduledAt = microTime(scheduledAt)
-	j.StartedAt = nullMicroTime(startedAt)
-	j.CompletedAt = nullMicroTime(completedAt)
-	j.ExpiresAt = nullMicroTime(expiresAt)
-	j.LeaseExpiresAt = nullMicroTime(leaseExpiresAt)
-	j.WorkerID = workerID.String
-	j.UniqueKey = uniqueKey.String
-	j.Tenant = tenant.String
-	j.RateKey = rateKey.String
-	j.WorkflowID = workflowID.String
-	if len(errs) > 0 {
-		if err := json.Unmarshal(errs, &j.Errors); err != nil {
+	if len(sc.retryPolicy) > 0 {
+		j.RetryPolicy = sc.retryPolicy
+	}
+	if len(sc.errs) > 0 {
+		if err := json.Unmarshal(sc.errs, &j.Errors); err != nil {
 			return nil, fmt.Errorf("job %s: decode errors: %w", j.ID, err)
 		}
 	}
-	if len(tags) > 0 {
-		if err := json.Unmarshal(tags, &j.Tags); err != nil {
+	if len(sc.tags) > 0 {
+		if err := json.Unmarshal(sc.tags, &j.Tags); err != nil {
 			return nil, fmt.Errorf("job %s: decode tags: %w", j.ID, err)
 		}
 	}
-	if len(parents) > 0 {
-		if err := json.Unmarshal(parents, &j.ParentIDs); err != nil {
+	if len(sc.parents) > 0 {
+		if err := json.Unmarshal(sc.parents, &j.ParentIDs); err != nil {
 			return nil, fmt.Errorf("job %s: decode parent ids: %w", j.ID, err)
 		}
 	}
-	return &j, nil
+	return j, nil
+}
+
+// firstJob reads the one job a query returns, or sql.ErrNoRows; it takes QueryContext's results.
+func firstJob(rows *sql.Rows, err error) (*store.Job, error) {
+	if err != nil {
+		return nil, err
+	}
+	jobs, err := scanJobs(rows, 1)
+	if err != nil {
+		return nil, err
+	}
+	if len(jobs) == 0 {
+		return nil, sql.ErrNoRows
+	}
+	return jobs[0], nil
 }
 
 // scanJobs reads every row of rows and closes it.
 func scanJobs(rows *sql.Rows, sizeHint int) ([]*store.Job, error) {
 	defer rows.Close()
 	jobs := make([]*store.Job, 0, sizeHint)
+	sc := newJobScanner()
 	for rows.Next() {
-		j, err := scanJob(rows)
+		j, err := sc.scan(rows)
 		if err != nil {
 			return nil, err
 		}

@@ -264,7 +264,7 @@ func TestInsertSQLTx(t *testing.T) {
 		good := params("tx", 1)
 		_, err = s.InsertSQLTx(ctx, tx, good)
 		require.NoError(t, err)
-		bad := append(params("tx", 60), existing[0]) // the duplicate comes after a full chunk
+		bad := append(params("tx", 70), existing[0]) // the duplicate comes in a later statement
 		_, err = s.InsertSQLTx(ctx, tx, bad)
 		require.ErrorIs(t, err, store.ErrDuplicate)
 		require.NoError(t, tx.Commit())
