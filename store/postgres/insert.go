@@ -332,3 +332,9 @@ func insertError(err error) error {
 	}
 	return fmt.Errorf("insert jobs: %w", err)
 }
+
+// isUniqueViolation reports whether err is PostgreSQL's unique constraint violation.
+func isUniqueViolation(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == pgUniqueViolation
+}

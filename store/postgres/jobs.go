@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/pronto-jobs/pronto/store"
@@ -24,23 +25,17 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) ([]*store.Job, e
 	if p.Limit <= 0 {
 		return nil, nil
 	}
-	lease := p.LeaseDuration.Microseconds()
-	var (
-		jobs []*store.Job
-		err  error
-	)
+	b := &pgx.Batch{}
+	b.Queue(s.q.claimPlan)
 	if len(p.Kinds) == 0 {
-		rows, qerr := s.pool.Query(ctx, s.q.claim, p.Queue, p.Limit, lease, p.WorkerID)
-		if qerr != nil {
-			return nil, fmt.Errorf("claim jobs from queue %q: %w", p.Queue, qerr)
-		}
-		jobs, err = scanJobs(rows)
+		b.Queue(s.q.claim, p.Queue, p.Limit, p.LeaseDuration.Microseconds(), p.WorkerID)
 	} else {
-		rows, qerr := s.pool.Query(ctx, s.q.claimKinds, p.Queue, p.Limit, lease, p.WorkerID, p.Kinds)
-		if qerr != nil {
-			return nil, fmt.Errorf("claim jobs from queue %q: %w", p.Queue, qerr)
-		}
-		jobs, err = scanJobs(rows)
+		b.Queue(s.q.claimKinds, p.Queue, p.Limit, p.LeaseDuration.Microseconds(), p.WorkerID, p.Kinds)
+	}
+	br := s.pool.SendBatch(ctx, b)
+	jobs, err := claimResults(br)
+	if cerr := br.Close(); err == nil {
+		err = cerr
 	}
 	if err != nil {
 		return nil, fmt.Errorf("claim jobs from queue %q: %w", p.Queue, err)
@@ -62,6 +57,18 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) ([]*store.Job, e
 		return 0
 	})
 	return jobs, nil
+}
+
+// claimResults reads the results of the claim batch: the planner setting, then the claimed jobs.
+func claimResults(br pgx.BatchResults) ([]*store.Job, error) {
+	if _, err := br.Exec(); err != nil {
+		return nil, err
+	}
+	rows, err := br.Query()
+	if err != nil {
+		return nil, err
+	}
+	return scanJobs(rows)
 }
 
 // Finish applies the completions in one statement: every job still active in the same attempt

@@ -6,7 +6,7 @@ CREATE TABLE cron (
     expression     text        NOT NULL,
     timezone       text        NOT NULL DEFAULT '',
     overlap_policy text        NOT NULL DEFAULT '',
-    template       jsonb       NOT NULL,
+    template       text        NOT NULL DEFAULT '', -- JSON, kept byte for byte
     description    text        NOT NULL DEFAULT '',
     enabled        boolean     NOT NULL DEFAULT true,
     created_at     timestamptz NOT NULL,
