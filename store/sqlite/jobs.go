@@ -332,7 +332,7 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) ([]*store.Job, e
 	args := make([]any, 5, 5+len(p.Kinds))
 	args[0] = nowUS
 	args[1] = nowUS + p.LeaseDuration.Microseconds()
-	args[2] = nullString(p.WorkerID)
+	args[2] = p.WorkerID
 	args[3] = p.Queue
 	args[4] = int64(p.Limit)
 	for _, k := range p.Kinds {

@@ -98,7 +98,7 @@ func helperClaim() int {
 	worker := fmt.Sprintf("pid-%d", os.Getpid())
 	empty := 0
 	for empty < 3 {
-		jobs, err := s.Claim(ctx, store.ClaimParams{Queue: "contended", Limit: 7, WorkerID: worker,
+		jobs, err := s.Claim(ctx, store.ClaimParams{Queue: "contended", Limit: 10, WorkerID: worker,
 			LeaseDuration: time.Hour})
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "claim:", err)
@@ -192,7 +192,7 @@ func TestTwoProcessesClaimExclusively(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "shared.db")
 	s := openAt(t, path)
-	const total = 3000
+	const total = 2000
 	var all []string
 	for b := 0; b < total; b += 500 {
 		var ps []*store.InsertParams
