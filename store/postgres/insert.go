@@ -55,16 +55,8 @@ func (s *Store) Insert(ctx context.Context, params []*store.InsertParams) ([]*st
 		}
 		return jobs, nil
 	}
-	tx, err := s.pool.Begin(ctx)
+	jobs, err := s.insertCopyPool(ctx, rows)
 	if err != nil {
-		return nil, insertError(err)
-	}
-	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	jobs, err := s.insertCopy(ctx, tx, rows)
-	if err != nil {
-		return nil, insertError(err)
-	}
-	if err := tx.Commit(ctx); err != nil {
 		return nil, insertError(err)
 	}
 	return jobs, nil
@@ -171,15 +163,64 @@ func (s *Store) insertBatch(ctx context.Context, db batchSender, rows []insertRo
 	return jobs, nil
 }
 
-// insertCopy writes the jobs with COPY inside tx, then announces them. Rows take the transaction's
-// timestamp as created_at (and scheduled_at when not given), exactly what now() would give them.
-func (s *Store) insertCopy(ctx context.Context, tx pgx.Tx, rows []insertRow) ([]*store.Job, error) {
+// copier is what a connection and a transaction offer for COPY.
+type copier interface {
+	batchSender
+	CopyFrom(ctx context.Context, table pgx.Identifier, columns []string, src pgx.CopyFromSource) (int64, error)
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// insertCopyPool writes the jobs with COPY in a transaction of its own on a pool connection, in
+// three round trips: BEGIN with the transaction's timestamp, the COPY, then the notifications with
+// COMMIT.
+func (s *Store) insertCopyPool(ctx context.Context, rows []insertRow) (jobs []*store.Job, err error) {
+	pc, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer pc.Release()
+	conn := pc.Conn()
+	defer func() {
+		// Whatever failed, leave no transaction open on the connection (the pool would discard it).
+		if conn.PgConn().TxStatus() != 'I' && !conn.IsClosed() {
+			_, _ = conn.Exec(context.WithoutCancel(ctx), sqlRollback)
+		}
+	}()
+
+	var now time.Time
+	b := &pgx.Batch{}
+	b.Queue(sqlBegin)
+	b.Queue(s.q.now).QueryRow(func(row pgx.Row) error { return row.Scan(&now) })
+	if err := conn.SendBatch(ctx, b).Close(); err != nil {
+		return nil, err
+	}
+	if err := s.copyRows(ctx, conn, rows, now); err != nil {
+		return nil, err
+	}
+	b = &pgx.Batch{}
+	for _, n := range insertNotifications(rows, time.Now()) {
+		b.Queue(s.q.notify, n)
+	}
+	var tag pgconn.CommandTag
+	b.Queue(sqlCommit).Exec(func(ct pgconn.CommandTag) error { tag = ct; return nil })
+	if err := conn.SendBatch(ctx, b).Close(); err != nil {
+		return nil, err
+	}
+	if tag.String() != "COMMIT" {
+		return nil, errors.New("commit: the transaction was rolled back")
+	}
+	return jobsFromCopy(rows, now), nil
+}
+
+// insertCopy writes the jobs with COPY inside the caller's transaction tx, then announces them
+// (PostgreSQL delivers the notifications when tx commits).
+func (s *Store) insertCopy(ctx context.Context, tx copier, rows []insertRow) ([]*store.Job, error) {
 	var now time.Time
 	if err := tx.QueryRow(ctx, s.q.now).Scan(&now); err != nil {
 		return nil, err
 	}
-	src := &copySource{rows: rows, now: now, pos: -1, vals: make([]any, len(copyColumns))}
-	if _, err := tx.CopyFrom(ctx, pgx.Identifier{s.schema, "jobs"}, copyColumns, src); err != nil {
+	if err := s.copyRows(ctx, tx, rows, now); err != nil {
 		return nil, err
 	}
 	notes := insertNotifications(rows, time.Now())
@@ -198,6 +239,19 @@ func (s *Store) insertCopy(ctx context.Context, tx pgx.Tx, rows []insertRow) ([]
 			return nil, err
 		}
 	}
+	return jobsFromCopy(rows, now), nil
+}
+
+// copyRows COPYs the rows into the jobs table. Rows take the transaction's timestamp now as
+// created_at (and as scheduled_at when not given), exactly what now() would give them.
+func (s *Store) copyRows(ctx context.Context, db copier, rows []insertRow, now time.Time) error {
+	src := &copySource{rows: rows, now: now, pos: -1, vals: make([]any, len(copyColumns))}
+	_, err := db.CopyFrom(ctx, s.jobsTable, copyColumns, src)
+	return err
+}
+
+// jobsFromCopy builds the jobs a COPY wrote at the transaction timestamp now.
+func jobsFromCopy(rows []insertRow, now time.Time) []*store.Job {
 	jobs := make([]*store.Job, len(rows))
 	for i := range rows {
 		scheduledAt := rows[i].p.ScheduledAt
@@ -206,7 +260,7 @@ func (s *Store) insertCopy(ctx context.Context, tx pgx.Tx, rows []insertRow) ([]
 		}
 		jobs[i] = jobFromInsert(&rows[i], now, scheduledAt.Truncate(time.Microsecond))
 	}
-	return jobs, nil
+	return jobs
 }
 
 // copySource feeds insert rows to CopyFrom, reusing one value slice.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/pronto-jobs/pronto/internal/testdb"
 	"github.com/pronto-jobs/pronto/internal/uuidv7"
 	"github.com/pronto-jobs/pronto/store"
 )
@@ -375,4 +376,35 @@ func TestFinishStates(t *testing.T) {
 	res, err = s.Finish(ctx, nil)
 	require.NoError(t, err)
 	require.Empty(t, res)
+}
+
+func TestFailedCopyLeavesConnectionClean(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newStore(t, testdb.NewPool(t, 1), testdb.Schema(t)) // one connection: any leftover transaction shows
+	first := params("q")
+	_, err := s.Insert(ctx, []*store.InsertParams{first})
+	require.NoError(t, err)
+	for range 3 {
+		batch := make([]*store.InsertParams, 20)
+		for i := range batch {
+			batch[i] = params("q")
+		}
+		batch[7].ID = first.ID
+		_, err = s.Insert(ctx, batch)
+		require.ErrorIs(t, err, store.ErrDuplicate)
+	}
+	batch := make([]*store.InsertParams, 20)
+	for i := range batch {
+		batch[i] = params("q")
+	}
+	_, err = s.Insert(ctx, batch)
+	require.NoError(t, err)
+	conn, err := s.Pool().Acquire(ctx)
+	require.NoError(t, err)
+	require.Equal(t, byte('I'), conn.Conn().PgConn().TxStatus(), "no transaction is left open")
+	conn.Release()
+	queues, err := s.ListQueues(ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 21, queues[0].Counts[store.StateAvailable])
 }

@@ -50,6 +50,8 @@ type Store struct {
 	channel string
 	q       *queries
 	log     *slog.Logger
+	// jobsTable is the schema-qualified jobs table, for COPY.
+	jobsTable pgx.Identifier
 
 	notifier *notifier
 }
@@ -98,6 +100,8 @@ func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 		channel: channel,
 		q:       newQueries(pgx.Identifier{schema}.Sanitize(), quoteLiteral(channel)),
 		log:     logger,
+
+		jobsTable: pgx.Identifier{schema, "jobs"},
 	}
 	s.notifier = newNotifier(s)
 	return s, nil

@@ -41,6 +41,12 @@ RETURNING created_at, scheduled_at`
 	// sqlNotify sends one notification on the store's channel.
 	sqlNotify = `SELECT pg_notify({channel}, $1)`
 
+	// sqlBegin, sqlCommit and sqlRollback delimit the transaction of a COPY insert, pipelined with
+	// the statements around them.
+	sqlBegin    = `BEGIN`
+	sqlCommit   = `COMMIT`
+	sqlRollback = `ROLLBACK`
+
 	// sqlNow reads the transaction's timestamp, which is what now() gives every row it writes.
 	sqlNow = `SELECT now()`
 
