@@ -235,10 +235,11 @@ func (s *Store) insertRows(ctx context.Context, rows []insertRow) error {
 // file (normally begun on DB). The batch is atomic within tx (a savepoint): a duplicate id fails it
 // with store.ErrDuplicate and leaves tx as it was. The jobs become visible when tx commits.
 //
-// Wake-up: when tx is on a connection this store opened (DB, or the DB of any Store on a file in this
-// process), the notifications are queued on that connection and published by SQLite's commit hook
-// as tx commits; a rollback drops them. So producers in this process are woken if and only if tx
-// commits, as it commits. They cannot claim before the commit is complete: the claim needs the same
+// Wake-up: when tx is on a writer connection this package opened (DB, normally), the notifications are
+// queued on that connection and published by SQLite's commit hook as tx commits, to the Stores on
+// that connection's file; a rollback drops them. So producers in this process are woken if and only
+// if tx commits, as it commits (subscribers run inside the commit, which store.Notifier already
+// requires to be quick). They cannot claim before the commit is complete: the claim needs the same
 // writer connection, which tx holds until it ends.
 //
 // When tx is on a connection opened elsewhere (the application's own sql.Open of the same file), no

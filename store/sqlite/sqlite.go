@@ -33,6 +33,20 @@
 // Any number of processes may open the same file. SQLite allows one writer at a time; claims are
 // single write transactions, so no job is ever claimed twice, and a writer that finds the file
 // locked waits up to the busy timeout (10 s by default) before failing.
+//
+// # Schema
+//
+// Migrate creates the tables pronto_jobs, pronto_queues and pronto_leaders (and records its migrations
+// in pronto_migrations). The prefix lets them share the file with the application's own tables, which
+// is what makes InsertSQLTx useful. Times are INTEGER unix microseconds; JSON values are TEXT.
+//
+// # Cost
+//
+// Every write is a short transaction on the one writer connection, and each costs a fixed amount
+// (the WAL commit, SQLite's file locks) on top of a small cost per row, so the hot paths are batched:
+// a claim of up to the limit is one UPDATE ... RETURNING statement, a Finish of up to 128 completions
+// one UPDATE ... FROM statement, an Insert of up to 64 jobs one INSERT, a heartbeat of up to 128 jobs
+// one UPDATE. Every statement is prepared once per Store.
 package sqlite
 
 import (
