@@ -36,9 +36,9 @@ type insertRow struct {
 	tags      []string
 }
 
-// Insert writes the jobs atomically and announces them, once per queue. One job, or fewer than
-// copyThreshold, take one round trip (a pipelined batch that runs as one implicit transaction);
-// larger batches are written with COPY in a transaction. An id that exists already fails the whole
+// Insert writes the jobs atomically and announces them, once per queue. Up to 9 jobs take one
+// round trip (a pipelined batch of INSERTs and NOTIFYs that runs as one implicit transaction);
+// larger batches are written with COPY in a transaction (three round trips). An id that exists already fails the whole
 // call with store.ErrDuplicate.
 func (s *Store) Insert(ctx context.Context, params []*store.InsertParams) ([]*store.Job, error) {
 	if len(params) == 0 {

@@ -19,8 +19,9 @@ import (
 const defaultMaintenanceLimit = 1000
 
 // Claim moves up to p.Limit claimable jobs of p.Queue to active for p.WorkerID in one statement
-// (FOR UPDATE SKIP LOCKED, so concurrent claimers never take the same job) and returns them in claim
-// order: highest priority first, then earliest due, then lowest id.
+// (FOR UPDATE SKIP LOCKED, so concurrent claimers never take the same job), sent in one round trip
+// with the planner setting that pins its plan, and returns them in claim order: highest priority
+// first, then earliest due, then lowest id.
 func (s *Store) Claim(ctx context.Context, p store.ClaimParams) ([]*store.Job, error) {
 	if p.Limit <= 0 {
 		return nil, nil

@@ -42,8 +42,8 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// Store is the PostgreSQL implementation of store.Store. It also implements store.Migrator and
-// store.PgxTxInserter. Its methods are safe for concurrent use.
+// Store is the PostgreSQL implementation of store.Store. It also implements store.Migrator,
+// store.PgxTxInserter and store.CronStore. Its methods are safe for concurrent use.
 type Store struct {
 	pool    *pgxpool.Pool
 	schema  string
