@@ -172,7 +172,7 @@ func (c *Client) CronRegister(ctx context.Context, j CronJob) (*CronJob, error) 
 		j.Args = json.RawMessage("[]")
 	}
 	// Validate the job now, as each occurrence will build it.
-	if _, err := c.resolveOJS(RawJob{Kind: j.Kind, Args: j.Args, Opts: o}); err != nil {
+	if _, err := c.resolveOJS(OJSJob{Kind: j.Kind, Args: j.Args, Opts: o}); err != nil {
 		return nil, err
 	}
 	t := cronTemplate{
@@ -445,7 +445,7 @@ func (c *Client) fireCron(ctx context.Context, cs store.CronStore, s *store.Cron
 	}
 	meta["cron_name"] = s.Name
 	meta["cron_triggered_at"] = at.UTC().Format(time.RFC3339)
-	p, err := c.resolveOJS(RawJob{Kind: t.Kind, Args: t.Args, Opts: InsertOpts{
+	p, err := c.resolveOJS(OJSJob{Kind: t.Kind, Args: t.Args, Opts: InsertOpts{
 		ID: jobID, Queue: t.Queue, Priority: t.Priority, MaxAttempts: t.MaxAttempts, RetryPolicy: t.Retry,
 		Timeout: time.Duration(t.TimeoutMS) * time.Millisecond, Tags: t.Tags, Meta: meta,
 	}})

@@ -4,25 +4,54 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"regexp"
 
 	"github.com/pronto-jobs/pronto/store"
 )
 
-// ojsTypeRE is the job type grammar of the OJS conformance suite: dot-separated segments that start
-// with a lowercase letter and go on with lowercase letters, digits, underscores and hyphens
-// ("dlq.test.manual-retry"). It is ValidKind's grammar plus the hyphen, which the suite's cases use
-// although the OJS core prose leaves it out.
-var ojsTypeRE = regexp.MustCompile(`^[a-z][a-z0-9_-]*(\.[a-z][a-z0-9_-]*)*$`)
-
 // ValidOJSType reports whether typ is an acceptable job type for jobs given in OJS terms (InsertOJS,
-// cron registrations): ValidKind's grammar, with hyphens also allowed in segments.
-func ValidOJSType(typ string) bool { return len(typ) <= 255 && ojsTypeRE.MatchString(typ) }
+// cron registrations): dot-separated segments that start with a lowercase letter and go on with
+// lowercase letters, digits, underscores and hyphens ("dlq.test.manual-retry"), at most 255 bytes.
+// It is ValidKind's grammar plus the hyphen, which the OJS conformance cases use although the OJS
+// core prose leaves it out.
+func ValidOJSType(typ string) bool {
+	if typ == "" || len(typ) > 255 {
+		return false
+	}
+	start := true
+	for i := 0; i < len(typ); i++ {
+		c := typ[i]
+		switch {
+		case c >= 'a' && c <= 'z':
+		case start:
+			return false
+		case c >= '0' && c <= '9', c == '_', c == '-':
+		case c == '.':
+			start = true
+			continue
+		default:
+			return false
+		}
+		start = false
+	}
+	return !start
+}
 
-// InsertOJS stores jobs given in OJS terms atomically, like InsertRaw, but accepts every job type
-// ValidOJSType accepts, hyphens included. The OJS HTTP API inserts through it. (A Go worker can be
-// registered only for kinds ValidKind accepts; jobs of a hyphenated type are worked by OJS workers.)
-func (c *Client) InsertOJS(ctx context.Context, jobs []RawJob) ([]*JobRow, error) {
+// OJSJob is a job given in OJS terms: its type, its args as a JSON array and its meta as a JSON
+// object, kept byte for byte (no decoding and re-encoding on the way to the store).
+type OJSJob struct {
+	Kind string
+	// Args must be a JSON array.
+	Args json.RawMessage
+	// Meta is a JSON object, or nil for none. When it is set, Opts.Meta must be nil.
+	Meta json.RawMessage
+	Opts InsertOpts
+}
+
+// InsertOJS stores jobs given in OJS terms atomically, with the validation, middleware and
+// notifications of InsertRaw, but accepts every job type ValidOJSType accepts, hyphens included, and
+// takes meta as raw JSON. The OJS HTTP API inserts through it. (A Go worker can be registered only
+// for kinds ValidKind accepts; jobs of a hyphenated type are worked by OJS workers.)
+func (c *Client) InsertOJS(ctx context.Context, jobs []OJSJob) ([]*JobRow, error) {
 	if len(jobs) == 0 {
 		return nil, invalidf("no jobs to insert")
 	}
@@ -41,13 +70,42 @@ func (c *Client) InsertOJS(ctx context.Context, jobs []RawJob) ([]*JobRow, error
 }
 
 // resolveOJS validates one job given in OJS terms.
-func (c *Client) resolveOJS(j RawJob) (*store.InsertParams, error) {
+func (c *Client) resolveOJS(j OJSJob) (*store.InsertParams, error) {
 	if !ValidOJSType(j.Kind) {
 		return nil, invalidf("type %q: must be dot-separated segments of [a-z][a-z0-9_-]* (for example \"email.send\")", j.Kind)
 	}
-	var elems []json.RawMessage
-	if err := json.Unmarshal(j.Args, &elems); err != nil || elems == nil {
+	if !jsonStartsWith(j.Args, '[') || !json.Valid(j.Args) {
 		return nil, invalidf("type %q: args must be a JSON array", j.Kind)
 	}
-	return c.resolve(j.Kind, j.Args, j.Opts)
+	meta := j.Meta
+	if len(meta) > 0 && string(meta) != "null" {
+		if j.Opts.Meta != nil {
+			return nil, invalidf("type %q: give meta as raw JSON or in the options, not both", j.Kind)
+		}
+		if !jsonStartsWith(meta, '{') || !json.Valid(meta) {
+			return nil, invalidf("type %q: meta must be a JSON object", j.Kind)
+		}
+	} else {
+		meta = nil
+	}
+	p, err := c.resolve(j.Kind, j.Args, j.Opts)
+	if err != nil {
+		return nil, err
+	}
+	if meta != nil {
+		p.Meta = meta
+	}
+	return p, nil
+}
+
+// jsonStartsWith reports whether the first non-space byte of b is c.
+func jsonStartsWith(b []byte, c byte) bool {
+	for _, x := range b {
+		switch x {
+		case ' ', '\t', '\r', '\n':
+			continue
+		}
+		return x == c
+	}
+	return false
 }

@@ -19,7 +19,7 @@ func TestRemoteFetchAckNack(t *testing.T) {
 		events, unsub := c.Subscribe(pronto.EventCompleted, pronto.EventFailed, pronto.EventDiscarded)
 		defer unsub()
 
-		rows, err := c.InsertOJS(ctx, []pronto.RawJob{
+		rows, err := c.InsertOJS(ctx, []pronto.OJSJob{
 			{Kind: "remote.first", Args: json.RawMessage(`[1]`), Opts: pronto.InsertOpts{Queue: "b"}},
 			{Kind: "remote.second-hyphen", Args: json.RawMessage(`[2]`), Opts: pronto.InsertOpts{
 				Queue: "a", RetryPolicy: &pronto.RetryPolicy{MaxAttempts: 2, InitialInterval: 10 * time.Millisecond, NoJitter: true},
@@ -94,7 +94,7 @@ func TestRemoteNackRules(t *testing.T) {
 	ts := newTestStore(t, kindMemory)
 	c := startClient(t, ts.Store, &pronto.Config{})
 	insert := func(policy *pronto.RetryPolicy) string {
-		rows, err := c.InsertOJS(ctx, []pronto.RawJob{{Kind: "x.y", Args: json.RawMessage(`[]`), Opts: pronto.InsertOpts{RetryPolicy: policy}}})
+		rows, err := c.InsertOJS(ctx, []pronto.OJSJob{{Kind: "x.y", Args: json.RawMessage(`[]`), Opts: pronto.InsertOpts{RetryPolicy: policy}}})
 		require.NoError(t, err)
 		got, err := c.RemoteFetch(ctx, pronto.RemoteFetchParams{Queues: []string{"default"}})
 		require.NoError(t, err)
@@ -139,6 +139,7 @@ func TestValidOJSType(t *testing.T) {
 	for typ, ok := range map[string]bool{
 		"email.send": true, "dlq.test.manual-retry": true, "a_b.c-d": true,
 		"Email.Send": false, "1email": false, "email send": false, "": false, "a..b": false, "-a": false,
+		"a.": false, ".a": false, "a.1b": false, "email@send!": false,
 	} {
 		require.Equal(t, ok, pronto.ValidOJSType(typ), typ)
 	}
