@@ -412,7 +412,15 @@ func (s *Server) listEvents(w http.ResponseWriter, r *http.Request) {
 	}
 	f := eventFilter{
 		types: queryList(q, "types"), queues: queryList(q, "queues"), jobTypes: queryList(q, "job_types"),
-		after: q.Get("after"), limit: limit,
+		limit: limit,
+	}
+	if after := q.Get("after"); after != "" {
+		seq, ok := parseEventSeq(after)
+		if !ok {
+			s.writeError(w, r, invalid("after", "after=%q is not an event id of this server", after))
+			return
+		}
+		f.after = seq
 	}
 	if len(f.types) == 0 {
 		f.types = queryList(q, "type")
@@ -427,12 +435,12 @@ func (s *Server) listEvents(w http.ResponseWriter, r *http.Request) {
 		if i > 0 {
 			*b = append(*b, ',')
 		}
-		*b = appendEvent(*b, &evs[i])
+		*b = s.events.appendEvent(*b, &evs[i])
 	}
 	*b = append(*b, ']')
-	cursor := f.after
+	cursor := q.Get("after")
 	if len(evs) > 0 {
-		cursor = evs[len(evs)-1].id
+		cursor = s.events.eventID(&evs[len(evs)-1])
 	}
 	if cursor != "" {
 		*b = appendStringField(*b, "cursor", cursor)

@@ -21,7 +21,7 @@ func decodeCron(body []byte, now time.Time) (*pronto.CronJob, *apiError) {
 	c := &pronto.CronJob{}
 	str := func(keys ...string) (string, *apiError) {
 		for _, k := range keys {
-			if v, ok := m[k]; ok && !isNull(v) {
+			if v, ok := m.get(k); ok && !isNull(v) {
 				return wantString(v, k)
 			}
 		}
@@ -53,7 +53,7 @@ func decodeCron(body []byte, now time.Time) (*pronto.CronJob, *apiError) {
 	if c.Description, e = str("description"); e != nil {
 		return nil, e
 	}
-	if v, ok := m["enabled"]; ok && !isNull(v) {
+	if v, ok := m.get("enabled"); ok && !isNull(v) {
 		on, e := wantBool(v, "enabled")
 		if e != nil {
 			return nil, e
@@ -65,8 +65,8 @@ func decodeCron(body []byte, now time.Time) (*pronto.CronJob, *apiError) {
 	if _, err := pronto.ParseCron(c.Expression, c.Timezone); err != nil {
 		return nil, invalid("expression", "%s", trimPrefix(err.Error()))
 	}
-	tmpl := m
-	if v, ok := m["job_template"]; ok && !isNull(v) {
+	var tmpl object
+	if v, ok := m.get("job_template"); ok && !isNull(v) {
 		t, e := decodeObject(v, "job_template")
 		if e != nil {
 			e.details = map[string]any{"field": "job_template"}
@@ -75,14 +75,14 @@ func decodeCron(body []byte, now time.Time) (*pronto.CronJob, *apiError) {
 		tmpl = t
 	} else {
 		// Top-level form: drop the registration's own members before reading the job from it.
-		tmpl = map[string]json.RawMessage{}
+		tmpl = nil
 		for _, k := range []string{"type", "args", "meta", "options"} {
-			if v, ok := m[k]; ok {
-				tmpl[k] = v
+			if v, ok := m.get(k); ok {
+				tmpl = append(tmpl, member{key: k, val: v})
 			}
 		}
-		if _, ok := tmpl["args"]; !ok {
-			tmpl["args"] = json.RawMessage("[]")
+		if _, ok := tmpl.get("args"); !ok {
+			tmpl = append(tmpl, member{key: "args", val: json.RawMessage("[]")})
 		}
 	}
 	req, e := decodeJobMembers(tmpl, now)
@@ -91,6 +91,9 @@ func decodeCron(body []byte, now time.Time) (*pronto.CronJob, *apiError) {
 		return nil, e
 	}
 	c.Kind, c.Args, c.Opts = req.job.Kind, req.job.Args, req.job.Opts
+	if c.Opts.Meta, e = decodeMetaMap(req.job.Meta); e != nil {
+		return nil, e
+	}
 	return c, nil
 }
 

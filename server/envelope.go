@@ -4,14 +4,13 @@ import (
 	"bytes"
 	"encoding/json"
 	"math"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/pronto-jobs/pronto"
 	"github.com/pronto-jobs/pronto/internal/isodur"
-	"github.com/pronto-jobs/pronto/internal/uuidv7"
 )
 
 // Decoding and validation of request bodies. Every function here is total: any input gives either a
@@ -67,66 +66,130 @@ func jsonKind(raw json.RawMessage) string {
 
 func isNull(raw json.RawMessage) bool { return jsonKind(raw) == "null" }
 
-// decodeObject reads a JSON object's members, keeping their values raw. A body that is not JSON is
-// invalid_payload; JSON that is not an object is invalid_request.
-func decodeObject(body []byte, what string) (map[string]json.RawMessage, *apiError) {
+// decodeObject reads a JSON object's members, keeping their values raw, in one pass. A body that is
+// not JSON is invalid_payload; JSON that is not an object is invalid_request.
+func decodeObject(body []byte, what string) (object, *apiError) {
 	if !json.Valid(body) {
-		e := errorf(400, CodeInvalidPayload, "the %s is not valid JSON", what)
-		return nil, e
+		return nil, errorf(400, CodeInvalidPayload, "the %s is not valid JSON", what)
 	}
 	if k := jsonKind(body); k != "object" {
 		return nil, invalid("", "the %s must be a JSON object, not %s", what, k)
 	}
-	var m map[string]json.RawMessage
-	if err := json.Unmarshal(body, &m); err != nil {
-		return nil, invalid("", "the %s must be a JSON object: %v", what, err)
+	o, ok := splitObject(body)
+	if !ok {
+		return nil, errorf(400, CodeInvalidPayload, "the %s is not valid JSON", what)
 	}
-	return m, nil
+	return o, nil
+}
+
+// rawString returns the text of a JSON string without decoding it when it has no escapes (the
+// common case), and decodes it otherwise. raw must be a valid JSON value.
+func rawString(raw json.RawMessage) (string, bool) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) < 2 || raw[0] != '"' || raw[len(raw)-1] != '"' {
+		return "", false
+	}
+	inner := raw[1 : len(raw)-1]
+	if bytes.IndexByte(inner, '\\') < 0 && utf8.Valid(inner) {
+		return string(inner), true
+	}
+	var s string
+	if json.Unmarshal(raw, &s) != nil {
+		return "", false
+	}
+	return s, true
 }
 
 func wantString(raw json.RawMessage, field string) (string, *apiError) {
-	if jsonKind(raw) != "string" {
+	s, ok := rawString(raw)
+	if !ok {
 		return "", invalid(field, "%s must be a string, not %s", field, jsonKind(raw))
-	}
-	var s string
-	if err := json.Unmarshal(raw, &s); err != nil {
-		return "", invalid(field, "%s is not a valid string", field)
 	}
 	return s, nil
 }
 
 // wantInt reads an integral JSON number within [lo, hi].
 func wantInt(raw json.RawMessage, field string, lo, hi int64) (int64, *apiError) {
+	raw = bytes.TrimSpace(raw)
 	if jsonKind(raw) != "number" {
 		return 0, invalid(field, "%s must be an integer, not %s", field, jsonKind(raw))
 	}
-	var f float64
-	if err := json.Unmarshal(raw, &f); err != nil || math.IsInf(f, 0) || math.IsNaN(f) || f != math.Trunc(f) {
-		return 0, invalid(field, "%s must be an integer", field)
+	n, err := strconv.ParseInt(string(raw), 10, 64)
+	if err != nil {
+		f, ferr := strconv.ParseFloat(string(raw), 64)
+		if ferr != nil || math.IsInf(f, 0) || math.IsNaN(f) || f != math.Trunc(f) || f < math.MinInt64 || f > math.MaxInt64 {
+			return 0, invalid(field, "%s must be an integer, got %s", field, raw)
+		}
+		n = int64(f)
 	}
-	if f < float64(lo) || f > float64(hi) {
-		return 0, invalid(field, "%s must be between %d and %d, got %s", field, lo, hi, strings.TrimSpace(string(raw)))
+	if n < lo || n > hi {
+		return 0, invalid(field, "%s must be between %d and %d, got %s", field, lo, hi, raw)
 	}
-	return int64(f), nil
+	return n, nil
 }
 
 func wantBool(raw json.RawMessage, field string) (bool, *apiError) {
-	var v bool
-	if jsonKind(raw) != "boolean" || json.Unmarshal(raw, &v) != nil {
-		return false, invalid(field, "%s must be true or false, not %s", field, jsonKind(raw))
+	switch string(bytes.TrimSpace(raw)) {
+	case "true":
+		return true, nil
+	case "false":
+		return false, nil
 	}
-	return v, nil
+	return false, invalid(field, "%s must be true or false, not %s", field, jsonKind(raw))
 }
 
 func wantStrings(raw json.RawMessage, field string) ([]string, *apiError) {
 	if jsonKind(raw) != "array" {
 		return nil, invalid(field, "%s must be an array of strings, not %s", field, jsonKind(raw))
 	}
+	if v, ok := simpleStrings(raw); ok {
+		return v, nil
+	}
 	var v []string
 	if err := json.Unmarshal(raw, &v); err != nil {
 		return nil, invalid(field, "%s must be an array of strings", field)
 	}
 	return v, nil
+}
+
+// simpleStrings reads an array of strings without escapes (the common case) without reflection.
+func simpleStrings(raw json.RawMessage) ([]string, bool) {
+	i := skipSpace(raw, 0)
+	if i >= len(raw) || raw[i] != '[' {
+		return nil, false
+	}
+	out := make([]string, 0, 4)
+	i = skipSpace(raw, i+1)
+	if i < len(raw) && raw[i] == ']' {
+		return out, true
+	}
+	for i < len(raw) {
+		if raw[i] != '"' {
+			return nil, false
+		}
+		end := skipString(raw, i)
+		if end < 0 {
+			return nil, false
+		}
+		inner := raw[i+1 : end-1]
+		if bytes.IndexByte(inner, '\\') >= 0 || !utf8.Valid(inner) {
+			return nil, false
+		}
+		out = append(out, string(inner))
+		i = skipSpace(raw, end)
+		if i >= len(raw) {
+			return nil, false
+		}
+		switch raw[i] {
+		case ',':
+			i = skipSpace(raw, i+1)
+		case ']':
+			return out, true
+		default:
+			return nil, false
+		}
+	}
+	return nil, false
 }
 
 // wantTime reads an RFC 3339 timestamp with a zone, or a duration from now written "+PT5S".
@@ -149,12 +212,58 @@ func wantTime(raw json.RawMessage, field string, now time.Time) (time.Time, *api
 	return t, nil
 }
 
+// validQueue is pronto.ValidQueueName without a regular expression: [a-z0-9][a-z0-9.-]*, at most 128.
+func validQueue(q string) bool {
+	if q == "" || len(q) > 128 {
+		return false
+	}
+	for i := 0; i < len(q); i++ {
+		c := q[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= '0' && c <= '9':
+		case (c == '.' || c == '-') && i > 0:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// validID is uuidv7.Valid without a regular expression: a lowercase canonical UUIDv7.
+func validID(s string) bool {
+	if len(s) != 36 {
+		return false
+	}
+	for i := 0; i < 36; i++ {
+		c := s[i]
+		switch i {
+		case 8, 13, 18, 23:
+			if c != '-' {
+				return false
+			}
+		case 14:
+			if c != '7' {
+				return false
+			}
+		case 19:
+			if c != '8' && c != '9' && c != 'a' && c != 'b' {
+				return false
+			}
+		default:
+			if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+				return false
+			}
+		}
+	}
+	return true
+}
+
 // enqueueRequest is one decoded job to enqueue.
 type enqueueRequest struct {
-	job pronto.RawJob
+	job pronto.OJSJob
 	ext ojsExt
 	// metadata is options.metadata, merged into meta (meta's own keys win).
-	metadata map[string]any
+	metadata map[string]json.RawMessage
 }
 
 // decodeJob reads and validates one OJS job envelope.
@@ -166,12 +275,12 @@ func decodeJob(body []byte, now time.Time) (*enqueueRequest, *apiError) {
 	return decodeJobMembers(top, now)
 }
 
-func decodeJobMembers(top map[string]json.RawMessage, now time.Time) (*enqueueRequest, *apiError) {
+func decodeJobMembers(top object, now time.Time) (*enqueueRequest, *apiError) {
 	req := &enqueueRequest{}
 	o := &req.job.Opts
 	var e *apiError
 
-	rawType, ok := top["type"]
+	rawType, ok := top.get("type")
 	if !ok {
 		return nil, invalid("type", "type is required (a dot-separated job type such as \"email.send\")")
 	}
@@ -181,7 +290,7 @@ func decodeJobMembers(top map[string]json.RawMessage, now time.Time) (*enqueueRe
 	if !pronto.ValidOJSType(req.job.Kind) {
 		return nil, invalid("type", "type %q: must be dot-separated segments of [a-z][a-z0-9_-]* (for example \"email.send\")", req.job.Kind)
 	}
-	rawArgs, ok := top["args"]
+	rawArgs, ok := top.get("args")
 	if !ok {
 		return nil, invalid("args", "args is required (a JSON array, possibly empty)")
 	}
@@ -192,16 +301,17 @@ func decodeJobMembers(top map[string]json.RawMessage, now time.Time) (*enqueueRe
 	}
 	req.job.Args = rawArgs
 
-	var meta map[string]any
-	var topOpts map[string]json.RawMessage // envelope-level options (OJS core places them at the top)
-	for k, v := range top {
+	var meta json.RawMessage
+	var topOpts object // envelope-level options (OJS core places them at the top)
+	for _, mb := range top {
+		k, v := mb.key, mb.val
 		switch k {
 		case "type", "args":
 		case "id":
 			if o.ID, e = wantString(v, "id"); e != nil {
 				return nil, e
 			}
-			if !uuidv7.Valid(o.ID) {
+			if !validID(o.ID) {
 				return nil, invalid("id", "id %q: must be a UUIDv7 in lowercase 8-4-4-4-12 form, or absent", o.ID)
 			}
 		case "specversion":
@@ -216,9 +326,10 @@ func decodeJobMembers(top map[string]json.RawMessage, now time.Time) (*enqueueRe
 			if isNull(v) {
 				continue
 			}
-			if meta, e = decodeMeta(v); e != nil {
+			if e := checkMeta(v, "meta"); e != nil {
 				return nil, e
 			}
+			meta = v
 		case "options":
 			if isNull(v) {
 				continue
@@ -232,10 +343,7 @@ func decodeJobMembers(top map[string]json.RawMessage, now time.Time) (*enqueueRe
 				return nil, e
 			}
 		case "queue", "priority", "scheduled_at", "expires_at", "retry", "tags":
-			if topOpts == nil {
-				topOpts = map[string]json.RawMessage{}
-			}
-			topOpts[k] = v
+			topOpts = append(topOpts, mb)
 		case "timeout":
 			secs, e := wantInt(v, "timeout", 0, math.MaxInt32)
 			if e != nil {
@@ -256,34 +364,71 @@ func decodeJobMembers(top map[string]json.RawMessage, now time.Time) (*enqueueRe
 	}
 	// Envelope-level options apply where options did not say otherwise.
 	if topOpts != nil {
-		for k := range topOpts {
-			if optionSet(req, k) {
-				delete(topOpts, k)
+		var apply object
+		for _, mb := range topOpts {
+			if !optionSet(req, mb.key) {
+				apply = append(apply, mb)
 			}
 		}
-		if e := applyOptions(req, topOpts, now); e != nil {
+		if e := applyOptions(req, apply, now); e != nil {
 			return nil, e
 		}
 	}
-	if !pronto.ValidQueueName(queueOr(o.Queue)) {
+	if !validQueue(queueOr(o.Queue)) {
 		return nil, invalid("queue", "queue %q: must match [a-z0-9][a-z0-9.-]* (at most 128 characters)", o.Queue)
 	}
-	for k, v := range req.metadata {
-		if meta == nil {
-			meta = map[string]any{}
+	if len(req.metadata) > 0 || !req.ext.empty() {
+		merged, e := mergeMeta(meta, req.metadata, &req.ext)
+		if e != nil {
+			return nil, e
 		}
-		if _, ok := meta[k]; !ok {
-			meta[k] = v
-		}
+		meta = merged
 	}
-	if !req.ext.empty() {
-		if meta == nil {
-			meta = map[string]any{}
-		}
-		meta[extKey] = req.ext
-	}
-	o.Meta = meta
+	req.job.Meta = meta
 	return req, nil
+}
+
+// checkMeta refuses a meta that is not an object or that uses the reserved key.
+func checkMeta(raw json.RawMessage, field string) *apiError {
+	if k := jsonKind(raw); k != "object" {
+		return invalid(field, "%s must be a JSON object, not %s", field, k)
+	}
+	if bytes.Contains(raw, extKeyBytes) {
+		var m map[string]json.RawMessage
+		if json.Unmarshal(raw, &m) == nil {
+			if _, ok := m[extKey]; ok {
+				return invalid(field, "meta key %q is reserved by pronto", extKey)
+			}
+		}
+	}
+	return nil
+}
+
+// mergeMeta adds options.metadata (under meta's own keys) and pronto's ext to a meta object.
+func mergeMeta(meta json.RawMessage, metadata map[string]json.RawMessage, ext *ojsExt) (json.RawMessage, *apiError) {
+	m := map[string]json.RawMessage{}
+	if len(meta) > 0 {
+		if err := json.Unmarshal(meta, &m); err != nil {
+			return nil, invalid("meta", "meta must be a JSON object")
+		}
+	}
+	for k, v := range metadata {
+		if _, ok := m[k]; !ok {
+			m[k] = v
+		}
+	}
+	if !ext.empty() {
+		b, err := json.Marshal(ext)
+		if err != nil {
+			return nil, invalid("", "the job's options do not encode: %v", err)
+		}
+		m[extKey] = b
+	}
+	out, err := json.Marshal(m)
+	if err != nil {
+		return nil, invalid("meta", "meta does not encode: %v", err)
+	}
+	return out, nil
 }
 
 // optionSet reports whether options already set the option named k.
@@ -313,10 +458,11 @@ func queueOr(q string) string {
 	return q
 }
 
-// decodeMeta reads a meta object, keeping numbers exact. The reserved key is refused.
-func decodeMeta(raw json.RawMessage) (map[string]any, *apiError) {
-	if k := jsonKind(raw); k != "object" {
-		return nil, invalid("meta", "meta must be a JSON object, not %s", k)
+// decodeMetaMap reads a meta object into a map, keeping numbers exact (for cron templates, whose
+// options carry meta as a map).
+func decodeMetaMap(raw json.RawMessage) (map[string]any, *apiError) {
+	if len(raw) == 0 {
+		return nil, nil
 	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()
@@ -324,25 +470,16 @@ func decodeMeta(raw json.RawMessage) (map[string]any, *apiError) {
 	if err := dec.Decode(&m); err != nil {
 		return nil, invalid("meta", "meta must be a JSON object")
 	}
-	if _, ok := m[extKey]; ok {
-		return nil, invalid("meta", "meta key %q is reserved by pronto", extKey)
-	}
 	return m, nil
 }
 
 // applyOptions reads the members of an options object into req.
-func applyOptions(req *enqueueRequest, opts map[string]json.RawMessage, now time.Time) *apiError {
+func applyOptions(req *enqueueRequest, opts object, now time.Time) *apiError {
 	o := &req.job.Opts
 	var e *apiError
-	// Read in a fixed order so that the first error reported does not depend on map order.
-	keys := make([]string, 0, len(opts))
-	for k := range opts {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
 	var delayUntil time.Time
-	for _, k := range keys {
-		v := opts[k]
+	for _, mb := range opts {
+		k, v := mb.key, mb.val
 		if isNull(v) {
 			continue
 		}
@@ -352,7 +489,7 @@ func applyOptions(req *enqueueRequest, opts map[string]json.RawMessage, now time
 			if o.Queue, e = wantString(v, field); e != nil {
 				return e
 			}
-			if !pronto.ValidQueueName(o.Queue) {
+			if !validQueue(o.Queue) {
 				return invalid(field, "queue %q: must match [a-z0-9][a-z0-9.-]* (at most 128 characters)", o.Queue)
 			}
 		case "priority":
@@ -383,7 +520,7 @@ func applyOptions(req *enqueueRequest, opts map[string]json.RawMessage, now time
 			if err != nil || d < time.Millisecond {
 				return invalid(field, "%s %q must be a positive ISO 8601 duration such as \"PT30S\"", field, str)
 			}
-			if _, ok := opts["visibility_timeout_ms"]; !ok {
+			if _, ok := opts.get("visibility_timeout_ms"); !ok {
 				req.ext.VisibilityMS = d.Milliseconds()
 			}
 		case "scheduled_at":
@@ -402,7 +539,7 @@ func applyOptions(req *enqueueRequest, opts map[string]json.RawMessage, now time
 				return invalid(field, "expires_at %s is already past", formatTime(o.ExpiresAt))
 			}
 		case "retry", "retry_policy":
-			if _, ok := opts["retry"]; ok && k == "retry_policy" {
+			if _, ok := opts.get("retry"); ok && k == "retry_policy" {
 				continue // retry wins over its alias
 			}
 			p, onExhaustion, e := decodeRetry(v)
@@ -425,10 +562,12 @@ func applyOptions(req *enqueueRequest, opts map[string]json.RawMessage, now time
 			if jsonKind(v) != "object" {
 				return invalid(field, "%s must be a JSON object, not %s", field, jsonKind(v))
 			}
-			m, e := decodeMeta(v)
-			if e != nil {
-				e.details = map[string]any{"field": field}
+			if e := checkMeta(v, field); e != nil {
 				return e
+			}
+			var m map[string]json.RawMessage
+			if err := json.Unmarshal(v, &m); err != nil {
+				return invalid(field, "%s must be a JSON object", field)
 			}
 			req.metadata = m
 		case "unique":
@@ -459,13 +598,8 @@ func decodeRetry(raw json.RawMessage) (*pronto.RetryPolicy, string, *apiError) {
 		return nil, "", e
 	}
 	maxDur := int64(math.MaxInt64 / int64(time.Millisecond))
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		v := m[k]
+	for _, mb := range m {
+		k, v := mb.key, mb.val
 		if isNull(v) {
 			continue
 		}
@@ -565,7 +699,7 @@ func decodeBatch(body []byte, now time.Time, maxJobs int) ([]*enqueueRequest, *a
 	if e != nil {
 		return nil, e
 	}
-	raw, ok := top["jobs"]
+	raw, ok := top.get("jobs")
 	if !ok || jsonKind(raw) != "array" {
 		return nil, invalid("jobs", "jobs is required: an array of job envelopes")
 	}

@@ -1,12 +1,13 @@
 package server
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/pronto-jobs/pronto"
-	"github.com/pronto-jobs/pronto/internal/uuidv7"
 )
 
 // The events endpoint serves the OJS events of this server process from a bounded in-memory log
@@ -20,7 +21,7 @@ const DefaultEventBuffer = 10000
 
 // event is one OJS event: the CloudEvents-like envelope with its data already encoded.
 type event struct {
-	id      string
+	seq     uint64 // order in the log; the id is made from it and at
 	typ     string
 	source  string
 	subject string
@@ -36,13 +37,63 @@ type eventLog struct {
 	ring []event
 	next int // index of the next write
 	full bool
+	seq  uint64
+	// salt fills the random bits of event ids, so ids differ between processes.
+	salt [5]byte
 }
 
 func newEventLog(size int) *eventLog {
 	if size <= 0 {
 		size = DefaultEventBuffer
 	}
-	return &eventLog{ring: make([]event, size)}
+	l := &eventLog{ring: make([]event, size)}
+	_, _ = rand.Read(l.salt[:])
+	return l
+}
+
+// eventID is an event's id: "evt_" and a UUIDv7 whose time is the event's and whose last 48 bits are
+// its sequence number in the log, so a cursor names a position in the log.
+func (l *eventLog) eventID(e *event) string {
+	var b [16]byte
+	ms := uint64(e.at.UnixMilli())
+	for i := 0; i < 6; i++ {
+		b[i] = byte(ms >> (40 - 8*i))
+	}
+	b[6] = 0x70 | l.salt[0]&0x0f
+	b[7] = l.salt[1]
+	b[8] = 0x80 | l.salt[2]&0x3f
+	b[9] = l.salt[3]
+	for i := 0; i < 6; i++ {
+		b[10+i] = byte(e.seq >> (40 - 8*i))
+	}
+	var out [40]byte
+	copy(out[:], "evt_")
+	hex.Encode(out[4:12], b[0:4])
+	out[12] = '-'
+	hex.Encode(out[13:17], b[4:6])
+	out[17] = '-'
+	hex.Encode(out[18:22], b[6:8])
+	out[22] = '-'
+	hex.Encode(out[23:27], b[8:10])
+	out[27] = '-'
+	hex.Encode(out[28:40], b[10:16])
+	return string(out[:])
+}
+
+// parseEventSeq reads the sequence number out of an event id.
+func parseEventSeq(id string) (uint64, bool) {
+	if len(id) != 40 || id[:4] != "evt_" {
+		return 0, false
+	}
+	var b [6]byte
+	if _, err := hex.Decode(b[:], []byte(id[28:])); err != nil {
+		return 0, false
+	}
+	var seq uint64
+	for _, x := range b {
+		seq = seq<<8 | uint64(x)
+	}
+	return seq, true
 }
 
 func (l *eventLog) add(e event) {
@@ -50,8 +101,8 @@ func (l *eventLog) add(e event) {
 		e.at = time.Now()
 	}
 	l.mu.Lock()
-	// Ids are made under the lock so that ring order is id order, which the "after" cursor relies on.
-	e.id = "evt_" + uuidv7.New()
+	l.seq++
+	e.seq = l.seq
 	l.ring[l.next] = e
 	l.next++
 	if l.next == len(l.ring) {
@@ -72,7 +123,7 @@ type eventFilter struct {
 	types    []string // exact, or a prefix ending in "*"
 	queues   []string
 	jobTypes []string
-	after    string // an event id
+	after    uint64 // only events after this sequence number
 	limit    int
 }
 
@@ -104,7 +155,7 @@ func (l *eventLog) query(f eventFilter) ([]event, bool) {
 	var out []event
 	for i := 0; i < n; i++ {
 		e := &l.ring[(start+i)%len(l.ring)]
-		if f.after != "" && e.id <= f.after {
+		if e.seq <= f.after {
 			continue
 		}
 		if !matchAny(f.types, e.typ, true) || !matchAny(f.queues, e.queue, false) || !matchAny(f.jobTypes, e.jobType, false) {
@@ -118,10 +169,10 @@ func (l *eventLog) query(f eventFilter) ([]event, bool) {
 	return out, false
 }
 
-func appendEvent(b []byte, e *event) []byte {
+func (l *eventLog) appendEvent(b []byte, e *event) []byte {
 	b = append(b, '{')
 	b = appendStringField(b, "specversion", "1.0")
-	b = appendStringField(b, "id", e.id)
+	b = appendStringField(b, "id", l.eventID(e))
 	b = appendStringField(b, "type", e.typ)
 	b = appendStringField(b, "source", e.source)
 	b = appendTimeField(b, "time", e.at)

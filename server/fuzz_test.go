@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -8,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/pronto-jobs/pronto"
 )
 
 // fuzzSeeds are request bodies that exercise every decoder: valid envelopes, each kind of mistake,
@@ -65,16 +68,40 @@ func FuzzDecode(f *testing.F) {
 				t.Fatalf("%s: error without code or message for %q", what, body)
 			}
 		}
+		// The member splitter agrees with encoding/json on every valid object.
+		if json.Valid(body) && jsonKind(body) == "object" {
+			obj, ok := splitObject(body)
+			if !ok {
+				t.Fatalf("splitObject refused a valid object: %q", body)
+			}
+			var want map[string]json.RawMessage
+			if err := json.Unmarshal(body, &want); err != nil {
+				t.Fatal(err)
+			}
+			got := map[string]json.RawMessage{}
+			for _, mb := range obj {
+				got[mb.key] = mb.val
+			}
+			if len(got) != len(want) {
+				t.Fatalf("splitObject: %d members, encoding/json %d: %q", len(got), len(want), body)
+			}
+			for k, v := range want {
+				if string(bytes.TrimSpace(got[k])) != string(bytes.TrimSpace(v)) {
+					t.Fatalf("splitObject: member %q = %q, encoding/json %q", k, got[k], v)
+				}
+			}
+		}
 		req, e := decodeJob(body, now)
 		check("job", e)
 		if e == nil {
 			if !json.Valid(req.job.Args) || req.job.Args[0] != '[' {
 				t.Fatalf("accepted args that are not an array: %q", req.job.Args)
 			}
-			if req.job.Opts.Meta != nil {
-				if _, err := json.Marshal(req.job.Opts.Meta); err != nil {
-					t.Fatalf("accepted meta that does not encode: %v", err)
-				}
+			if req.job.Meta != nil && (!json.Valid(req.job.Meta) || jsonKind(req.job.Meta) != "object") {
+				t.Fatalf("accepted meta that is not a JSON object: %q", req.job.Meta)
+			}
+			if !pronto.ValidOJSType(req.job.Kind) || !validQueue(queueOr(req.job.Opts.Queue)) {
+				t.Fatalf("accepted type %q, queue %q", req.job.Kind, req.job.Opts.Queue)
 			}
 		}
 		_, e = decodeBatch(body, now, 100)

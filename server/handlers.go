@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/pronto-jobs/pronto"
-	"github.com/pronto-jobs/pronto/internal/uuidv7"
 	"github.com/pronto-jobs/pronto/store"
 )
 
@@ -17,7 +16,7 @@ import (
 
 // checkJobID validates a job id taken from a path or body.
 func checkJobID(id, field string) *apiError {
-	if !uuidv7.Valid(id) {
+	if !validID(id) {
 		return invalid(field, "%s %q: must be a UUIDv7 in lowercase 8-4-4-4-12 form", field, id)
 	}
 	return nil
@@ -38,7 +37,7 @@ func (s *Server) enqueue(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, e)
 		return
 	}
-	rows, err := s.client.InsertOJS(r.Context(), []pronto.RawJob{req.job})
+	rows, err := s.client.InsertOJS(r.Context(), []pronto.OJSJob{req.job})
 	if err != nil {
 		s.writeError(w, r, fromClientError(err, "job", req.job.Opts.ID))
 		return
@@ -64,7 +63,7 @@ func (s *Server) enqueueBatch(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, e)
 		return
 	}
-	jobs := make([]pronto.RawJob, len(reqs))
+	jobs := make([]pronto.OJSJob, len(reqs))
 	for i, req := range reqs {
 		jobs[i] = req.job
 	}
@@ -198,9 +197,9 @@ func decodeFetch(body []byte) (*fetchRequest, *apiError) {
 		return nil, e
 	}
 	req := &fetchRequest{count: 1}
-	raw, ok := m["queues"]
+	raw, ok := m.get("queues")
 	if !ok || isNull(raw) {
-		if q, ok := m["queue"]; ok { // a single queue, as some clients send
+		if q, ok := m.get("queue"); ok { // a single queue, as some clients send
 			name, e := wantString(q, "queue")
 			if e != nil {
 				return nil, e
@@ -219,18 +218,18 @@ func decodeFetch(body []byte) (*fetchRequest, *apiError) {
 		return nil, invalid("queues", "at most 100 queues per fetch")
 	}
 	for _, q := range req.queues {
-		if !pronto.ValidQueueName(q) {
+		if !validQueue(q) {
 			return nil, invalid("queues", "queue %q: must match [a-z0-9][a-z0-9.-]* (at most 128 characters)", q)
 		}
 	}
-	if v, ok := m["count"]; ok && !isNull(v) {
+	if v, ok := m.get("count"); ok && !isNull(v) {
 		n, e := wantInt(v, "count", 1, 1000)
 		if e != nil {
 			return nil, e
 		}
 		req.count = int(n)
 	}
-	if v, ok := m["worker_id"]; ok && !isNull(v) {
+	if v, ok := m.get("worker_id"); ok && !isNull(v) {
 		if req.workerID, e = wantString(v, "worker_id"); e != nil {
 			return nil, e
 		}
@@ -238,7 +237,7 @@ func decodeFetch(body []byte) (*fetchRequest, *apiError) {
 			return nil, invalid("worker_id", "worker_id is longer than 255 bytes")
 		}
 	}
-	if v, ok := m["visibility_timeout_ms"]; ok && !isNull(v) {
+	if v, ok := m.get("visibility_timeout_ms"); ok && !isNull(v) {
 		ms, e := wantInt(v, "visibility_timeout_ms", 1, 7*24*3600*1000)
 		if e != nil {
 			return nil, e
@@ -293,6 +292,9 @@ func (s *Server) fetch(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, fromClientError(err, "queue", ""))
 		return
 	}
+	if err == nil && len(jobs) < req.count {
+		jobs = s.fetchMore(ctx, req, claimLease, jobs)
+	}
 	now := time.Now()
 	// Jobs whose own lease differs from the one claimed with get it now, one statement per lease.
 	var groups map[time.Duration][]string
@@ -328,6 +330,42 @@ func (s *Server) fetch(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// fetchMore covers a race of claims with maintenance: a claim skips rows another transaction holds
+// locked (PostgreSQL's SKIP LOCKED), and the leader's promotion of due jobs holds them for a moment.
+// When a fetch comes up short while one of its queues has jobs that are due, it claims again, a few
+// times, a few milliseconds apart.
+func (s *Server) fetchMore(ctx context.Context, req *fetchRequest, lease time.Duration, jobs []*pronto.JobRow) []*pronto.JobRow {
+	if len(req.queues) > 4 {
+		return jobs
+	}
+	for try := 0; try < 3 && len(jobs) < req.count; try++ {
+		due := false
+		now := time.Now()
+		for _, q := range req.queues {
+			if at, ok, err := s.store.NextDue(ctx, q); err == nil && ok && !at.After(now) {
+				due = true
+				break
+			}
+		}
+		if !due {
+			return jobs
+		}
+		select {
+		case <-ctx.Done():
+			return jobs
+		case <-time.After(5 * time.Millisecond):
+		}
+		more, err := s.client.RemoteFetch(ctx, pronto.RemoteFetchParams{
+			Queues: req.queues, Limit: req.count - len(jobs), WorkerID: req.workerID, Lease: lease,
+		})
+		if err != nil {
+			return jobs
+		}
+		jobs = append(jobs, more...)
+	}
+	return jobs
+}
+
 // ackRequest and nackRequest are the bodies of ack and nack.
 type ackRequest struct {
 	jobID, workerID string
@@ -343,17 +381,17 @@ func decodeAck(body []byte) (*ackRequest, *apiError) {
 	if req.jobID, req.workerID, e = decodeJobRef(m); e != nil {
 		return nil, e
 	}
-	if v, ok := m["result"]; ok && !isNull(v) {
+	if v, ok := m.get("result"); ok && !isNull(v) {
 		req.result = v
 	}
 	return req, nil
 }
 
 // decodeJobRef reads job_id (required) and worker_id (optional).
-func decodeJobRef(m map[string]json.RawMessage) (jobID, workerID string, e *apiError) {
-	raw, ok := m["job_id"]
+func decodeJobRef(m object) (jobID, workerID string, e *apiError) {
+	raw, ok := m.get("job_id")
 	if !ok {
-		raw, ok = m["id"]
+		raw, ok = m.get("id")
 	}
 	if !ok || isNull(raw) {
 		return "", "", invalid("job_id", "job_id is required")
@@ -364,7 +402,7 @@ func decodeJobRef(m map[string]json.RawMessage) (jobID, workerID string, e *apiE
 	if e = checkJobID(jobID, "job_id"); e != nil {
 		return "", "", e
 	}
-	if v, ok := m["worker_id"]; ok && !isNull(v) {
+	if v, ok := m.get("worker_id"); ok && !isNull(v) {
 		if workerID, e = wantString(v, "worker_id"); e != nil {
 			return "", "", e
 		}
@@ -433,12 +471,12 @@ func decodeNack(body []byte) (*nackRequest, *apiError) {
 	if req.jobID, req.workerID, e = decodeJobRef(m); e != nil {
 		return nil, e
 	}
-	if v, ok := m["requeue"]; ok && !isNull(v) {
+	if v, ok := m.get("requeue"); ok && !isNull(v) {
 		if req.requeue, e = wantBool(v, "requeue"); e != nil {
 			return nil, e
 		}
 	}
-	raw, ok := m["error"]
+	raw, ok := m.get("error")
 	if !ok || isNull(raw) {
 		if req.requeue {
 			return req, nil
@@ -452,7 +490,7 @@ func decodeNack(body []byte) (*nackRequest, *apiError) {
 	}
 	req.errObj = raw
 	str := func(k string) (string, *apiError) {
-		v, ok := em[k]
+		v, ok := em.get(k)
 		if !ok || isNull(v) {
 			return "", nil
 		}
@@ -467,7 +505,7 @@ func decodeNack(body []byte) (*nackRequest, *apiError) {
 	if req.typ, e = str("type"); e != nil {
 		return nil, e
 	}
-	if v, ok := em["retryable"]; ok && !isNull(v) {
+	if v, ok := em.get("retryable"); ok && !isNull(v) {
 		b, e := wantBool(v, "error.retryable")
 		if e != nil {
 			return nil, e
@@ -476,7 +514,7 @@ func decodeNack(body []byte) (*nackRequest, *apiError) {
 	}
 	if req.typ == "" {
 		// An error class given in the details names the error's type.
-		if d, ok := em["details"]; ok && jsonKind(d) == "object" {
+		if d, ok := em.get("details"); ok && jsonKind(d) == "object" {
 			var det struct {
 				ErrorClass any `json:"error_class"`
 			}
@@ -549,19 +587,19 @@ func decodeHeartbeat(body []byte) (*heartbeatRequest, *apiError) {
 		return nil, e
 	}
 	req := &heartbeatRequest{}
-	raw, ok := m["worker_id"]
+	raw, ok := m.get("worker_id")
 	if !ok || isNull(raw) {
 		return nil, invalid("worker_id", "worker_id is required")
 	}
 	if req.workerID, e = wantString(raw, "worker_id"); e != nil {
 		return nil, e
 	}
-	if v, ok := m["active_jobs"]; ok && !isNull(v) {
+	if v, ok := m.get("active_jobs"); ok && !isNull(v) {
 		if req.ids, e = wantStrings(v, "active_jobs"); e != nil {
 			return nil, e
 		}
 	}
-	if v, ok := m["job_id"]; ok && !isNull(v) {
+	if v, ok := m.get("job_id"); ok && !isNull(v) {
 		id, e := wantString(v, "job_id")
 		if e != nil {
 			return nil, e
@@ -571,7 +609,7 @@ func decodeHeartbeat(body []byte) (*heartbeatRequest, *apiError) {
 	if len(req.ids) > 10000 {
 		return nil, invalid("active_jobs", "at most 10000 jobs per heartbeat")
 	}
-	if v, ok := m["visibility_timeout_ms"]; ok && !isNull(v) {
+	if v, ok := m.get("visibility_timeout_ms"); ok && !isNull(v) {
 		ms, e := wantInt(v, "visibility_timeout_ms", 1, 7*24*3600*1000)
 		if e != nil {
 			return nil, e
@@ -602,7 +640,7 @@ func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request) {
 	held := map[string]*pronto.JobRow{}
 	groups := map[time.Duration][]string{}
 	for _, id := range req.ids {
-		if !uuidv7.Valid(id) {
+		if !validID(id) {
 			lost = append(lost, id)
 			continue
 		}

@@ -51,12 +51,6 @@ type response struct {
 	body   map[string]any
 }
 
-func (r *response) errorCode() string {
-	e, _ := r.body["error"].(map[string]any)
-	c, _ := e["code"].(string)
-	return c
-}
-
 // call sends one request to h.
 func call(t testing.TB, h http.Handler, method, path string, body any, hdr ...string) *response {
 	t.Helper()

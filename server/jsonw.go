@@ -29,8 +29,11 @@ func putBuf(b *[]byte) {
 // writeRaw writes a complete JSON body with the OJS headers.
 func writeRaw(w http.ResponseWriter, status int, body []byte) {
 	h := w.Header()
-	h["Content-Type"] = []string{ojsMediaType}
-	h["Content-Length"] = []string{strconv.Itoa(len(body))}
+	h["Content-Type"] = contentTypeValue
+	if len(body) > 2048 {
+		// Smaller bodies get their Content-Length from net/http, which buffers them whole.
+		h["Content-Length"] = []string{strconv.Itoa(len(body))}
+	}
 	w.WriteHeader(status)
 	_, _ = w.Write(body)
 }

@@ -18,6 +18,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -147,13 +148,34 @@ func (s *Server) RunCron(ctx context.Context) error {
 	return s.client.RunCron(ctx, &pronto.CronConfig{OnFire: s.onCronFire})
 }
 
+// Header values shared by every response (net/http never modifies them).
+var (
+	ojsVersionValue  = []string{"1.0"}
+	contentTypeValue = []string{ojsMediaType}
+)
+
+// requestIDs makes request ids: "req_", a UUIDv7 made once per process, and a sequence number, so
+// that each is unique and costs one allocation.
+var requestIDs struct {
+	prefix string
+	seq    atomic.Uint64
+}
+
+func init() { requestIDs.prefix = "req_" + uuidv7.New() + "-" }
+
+func newRequestID() string {
+	b := make([]byte, 0, len(requestIDs.prefix)+20)
+	b = append(b, requestIDs.prefix...)
+	return string(strconv.AppendUint(b, requestIDs.seq.Add(1), 10))
+}
+
 // ServeHTTP routes one request.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h := w.Header()
-	h["Ojs-Version"] = []string{"1.0"}
+	h["Ojs-Version"] = ojsVersionValue
 	rid := r.Header.Get("X-Request-Id")
 	if rid == "" || len(rid) > 128 || !printable(rid) {
-		rid = "req_" + uuidv7.New()
+		rid = newRequestID()
 	}
 	h["X-Request-Id"] = []string{rid}
 	defer func() {
@@ -244,7 +266,8 @@ func methodNotAllowed(r *http.Request, allowed ...string) *apiError {
 
 // route dispatches a path below /ojs/v1/.
 func (s *Server) route(w http.ResponseWriter, r *http.Request, rest string) {
-	seg := strings.Split(rest, "/")
+	var segBuf [4]string
+	seg := splitPath(segBuf[:0], rest)
 	m := r.Method
 	want := func(method string, h func()) {
 		if m != method {
@@ -355,6 +378,19 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request, rest string) {
 		}
 	}
 	s.writeError(w, r, routeNotFound(r))
+}
+
+// splitPath splits a path on "/" into buf (at most 5 segments: longer paths are no route).
+func splitPath(buf []string, p string) []string {
+	for len(buf) < 5 {
+		head, tail, more := strings.Cut(p, "/")
+		buf = append(buf, head)
+		if !more {
+			return buf
+		}
+		p = tail
+	}
+	return append(buf, p)
 }
 
 // readBody reads a request body within the size limit, answering the error itself when it fails.

@@ -295,3 +295,33 @@ func TestEventsAndCron(t *testing.T) {
 	}
 	checkErrorBody(t, call(t, s, "DELETE", "/ojs/v1/cron/every-sec", nil), 404, CodeNotFound)
 }
+
+func TestEventLog(t *testing.T) {
+	l := newEventLog(4)
+	for i := 0; i < 6; i++ {
+		l.add(event{typ: "job.enqueued", queue: []string{"a", "b"}[i%2], data: []byte(`{}`)})
+	}
+	evs, more := l.query(eventFilter{limit: 10})
+	if len(evs) != 4 || more || evs[0].seq != 3 || evs[3].seq != 6 {
+		t.Fatalf("ring: %+v %v", evs, more)
+	}
+	evs, more = l.query(eventFilter{queues: []string{"a"}, limit: 1})
+	if len(evs) != 1 || !more || evs[0].seq != 3 {
+		t.Fatalf("filter and limit: %+v %v", evs, more)
+	}
+	id := l.eventID(&evs[0])
+	if !strings.HasPrefix(id, "evt_") || len(id) != 40 {
+		t.Fatalf("id %q", id)
+	}
+	seq, ok := parseEventSeq(id)
+	if !ok || seq != 3 {
+		t.Fatalf("parse %q: %d %v", id, seq, ok)
+	}
+	evs, _ = l.query(eventFilter{after: seq, types: []string{"job.*"}, limit: 10})
+	if len(evs) != 3 || evs[0].seq != 4 {
+		t.Fatalf("after: %+v", evs)
+	}
+	if _, ok := parseEventSeq("evt_nope"); ok {
+		t.Fatal("parsed a bad id")
+	}
+}

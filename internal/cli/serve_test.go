@@ -1,0 +1,109 @@
+package cli
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// startServe runs `pronto serve` in-process and returns its base URL and a function that stops it
+// and returns its exit code.
+func startServe(t *testing.T, env map[string]string, args ...string) (string, func() int) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	pr, pw := io.Pipe()
+	done := make(chan int, 1)
+	go func() {
+		code := Run(ctx, append([]string{"serve"}, args...), Env{Stdout: pw, Stderr: io.Discard, Getenv: func(k string) string { return env[k] }})
+		pw.Close()
+		done <- code
+	}()
+	ready := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(pr)
+		for sc.Scan() {
+			if _, rest, ok := strings.Cut(sc.Text(), " on http://"); ok {
+				host, _, _ := strings.Cut(rest, "/")
+				ready <- "http://" + host
+			}
+		}
+		close(ready)
+	}()
+	var base string
+	select {
+	case base = <-ready:
+	case <-time.After(20 * time.Second):
+		t.Fatal("pronto serve was not ready within 20 s")
+	}
+	if base == "" {
+		cancel()
+		t.Fatalf("pronto serve exited with %d before it was ready", <-done)
+	}
+	return base, func() int {
+		cancel()
+		select {
+		case code := <-done:
+			return code
+		case <-time.After(20 * time.Second):
+			t.Fatal("pronto serve did not stop")
+			return -1
+		}
+	}
+}
+
+func TestServe(t *testing.T) {
+	db := "sqlite:" + filepath.Join(t.TempDir(), "serve.db")
+	base, stop := startServe(t, map[string]string{EnvAPIKey: "k3y"}, "--addr", "127.0.0.1:0", "--database-url", db)
+	get := func(path, key string) int {
+		req, _ := http.NewRequest("GET", base+path, nil)
+		if key != "" {
+			req.Header.Set("Authorization", "Bearer "+key)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if code := get("/ojs/v1/health", ""); code != 200 {
+		t.Fatalf("health: %d", code)
+	}
+	if code := get("/ojs/manifest", ""); code != 401 {
+		t.Fatalf("manifest without the key from $%s: %d", EnvAPIKey, code)
+	}
+	if code := get("/ojs/manifest", "k3y"); code != 200 {
+		t.Fatalf("manifest with the key: %d", code)
+	}
+	if code := get("/ojs/v1/_test/reset", "k3y"); code != 404 {
+		t.Fatalf("the reset endpoint without --test-mode: %d", code)
+	}
+	if code := stop(); code != ExitOK {
+		t.Fatalf("serve exited with %d", code)
+	}
+	// The schema it created is there for the other commands.
+	run(t, "--database-url", db, "queues", "list").ok(t)
+}
+
+func TestServeRefusesUnsafeSetups(t *testing.T) {
+	run(t, "serve", "--addr", "0.0.0.0:0", "--database-url", "memory:").fails(t, ExitUsage, "non-loopback")
+	run(t, "serve", "--addr", ":0", "--database-url", "memory:").fails(t, ExitUsage, "non-loopback")
+	run(t, "serve", "--addr", "nonsense", "--database-url", "memory:").fails(t, ExitUsage, "listen address")
+	run(t, "serve", "--max-body-bytes", "0", "--database-url", "memory:").fails(t, ExitUsage, "--max-body-bytes")
+	run(t, "serve", "extra").fails(t, ExitUsage, "unexpected argument")
+	if r := run(t, "serve", "--help"); r.code != ExitOK || !strings.Contains(r.stdout, "--api-key") {
+		t.Fatalf("help:\n%s", r)
+	}
+	// A port already taken is an operational error, not a usage error.
+	base, stop := startServe(t, nil, "--addr", "127.0.0.1:0", "--database-url", "memory:")
+	host := strings.TrimPrefix(base, "http://")
+	run(t, "serve", "--addr", host, "--database-url", "memory:").fails(t, ExitError, "cannot listen")
+	if code := stop(); code != ExitOK {
+		t.Fatalf("serve exited with %d", code)
+	}
+}
