@@ -1,7 +1,8 @@
 // Package completer writes the outcomes of job attempts to the store in batches, off the workers'
 // path: a worker hands its outcome over and its slot is free at once. Batches form naturally: while one
-// batch is being written, new outcomes gather for the next, up to a size bound, so an idle system writes
-// each outcome immediately and a busy one writes hundreds per statement.
+// batch is being written, new outcomes gather for the next, up to a size bound; when outcomes arrive
+// quickly a small batch also waits FlushWindow for company. An idle system writes each outcome
+// immediately and a busy one writes hundreds per statement.
 package completer
 
 import (
@@ -12,6 +13,12 @@ import (
 
 	"github.com/pronto-jobs/pronto/store"
 )
+
+// FlushWindow is how long a small batch waits for company when outcomes are arriving quickly (the
+// previous flush ended less than busyWindow ago). An idle system writes each outcome at once.
+const FlushWindow = time.Millisecond
+
+const busyWindow = 5 * time.Millisecond
 
 // Item is one outcome to write, with a callback told whether it was applied.
 type Item struct {
@@ -85,6 +92,7 @@ func (c *Completer) Run(ctx context.Context) {
 	defer close(c.done)
 	stop := context.AfterFunc(ctx, func() { c.cond.Broadcast() })
 	defer stop()
+	var lastFlush time.Time
 	for {
 		c.mu.Lock()
 		for len(c.pending) == 0 && !c.closed && ctx.Err() == nil {
@@ -102,12 +110,19 @@ func (c *Completer) Run(ctx context.Context) {
 			}
 			return
 		}
+		if len(c.pending) < c.cfg.MaxBatchSize/10 && time.Since(lastFlush) < busyWindow && !c.closed {
+			// Busy: outcomes keep arriving. Let a few more gather so one statement writes many.
+			c.mu.Unlock()
+			time.Sleep(FlushWindow)
+			c.mu.Lock()
+		}
 		n := min(len(c.pending), c.cfg.MaxBatchSize)
 		batch := make([]Item, n)
 		copy(batch, c.pending[:n])
 		c.pending = append(c.pending[:0], c.pending[n:]...)
 		c.mu.Unlock()
 		c.write(ctx, batch)
+		lastFlush = time.Now()
 	}
 }
 

@@ -13,6 +13,10 @@ import (
 	"github.com/pronto-jobs/pronto/store"
 )
 
+// BacklogGather is the longest a freed worker slot waits for others before claiming, while the queue
+// has a backlog.
+const BacklogGather = time.Millisecond
+
 // Config configures a Producer.
 type Config struct {
 	Queue      string
@@ -111,8 +115,22 @@ func (p *Producer) Run(ctx context.Context) {
 	// mayHaveMore: the last claim filled every free slot, so more jobs may be waiting; claim again as
 	// soon as a slot frees.
 	mayHaveMore := true
+	// While working through a backlog, a slot that frees alone waits up to BacklogGather for others,
+	// so claims stay large (one statement for many jobs) when jobs are short. Jobs in a backlog have
+	// waited far longer than that already; new jobs announced by a notification never wait.
+	gather := time.NewTimer(time.Hour)
+	gather.Stop()
+	defer gather.Stop()
+	gathering := false
+	claimNow := func() {
+		if gathering {
+			gather.Stop()
+			gathering = false
+		}
+		p.claim(ctx, &mayHaveMore)
+	}
 	p.refreshDue(ctx)
-	p.claim(ctx, &mayHaveMore)
+	claimNow()
 
 	for {
 		p.armDueTimer(dueTimer)
@@ -121,8 +139,22 @@ func (p *Producer) Run(ctx context.Context) {
 			return
 		case <-p.wake:
 			mayHaveMore = true
-			p.claim(ctx, &mayHaveMore)
+			claimNow()
 		case <-p.slotFreed:
+			if !mayHaveMore {
+				continue
+			}
+			p.mu.Lock()
+			free := p.cfg.MaxWorkers - p.inFlight
+			p.mu.Unlock()
+			if free*2 >= p.cfg.MaxWorkers {
+				claimNow()
+			} else if !gathering {
+				gathering = true
+				gather.Reset(BacklogGather)
+			}
+		case <-gather.C:
+			gathering = false
 			if mayHaveMore {
 				p.claim(ctx, &mayHaveMore)
 			}
@@ -133,11 +165,11 @@ func (p *Producer) Run(ctx context.Context) {
 			p.dueAt = time.Time{}
 			p.mu.Unlock()
 			mayHaveMore = true
-			p.claim(ctx, &mayHaveMore)
+			claimNow()
 			p.refreshDue(ctx)
 		case <-poll.C:
 			mayHaveMore = true
-			p.claim(ctx, &mayHaveMore)
+			claimNow()
 			p.refreshDue(ctx)
 		}
 	}
