@@ -100,6 +100,9 @@ func (c *Client) Subscribe(kinds ...EventKind) (<-chan *Event, func()) {
 	return c.events.subscribe(1000, kinds)
 }
 
+// DroppedEvents returns how many events were not delivered because a subscriber's buffer was full.
+func (c *Client) DroppedEvents() int64 { return c.events.dropped.Load() }
+
 // Start begins working the configured queues and taking part in maintenance. It returns once the
 // client is running; ctx only bounds start-up. The client runs until Stop.
 func (c *Client) Start(ctx context.Context) error {
