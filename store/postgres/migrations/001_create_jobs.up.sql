@@ -33,8 +33,10 @@ CREATE TABLE jobs (
 ) WITH (fillfactor = 85);
 
 -- Claims: the claimable rows of a queue in claim order. Partial, so active and finished jobs (the
--- bulk of the table) cost it nothing.
+-- bulk of the table) cost it nothing. Its keys end with the id, so they are all distinct and
+-- deduplication could only cost a useless pass before each page split.
 CREATE INDEX jobs_claim_idx ON jobs (queue, priority DESC, scheduled_at, id)
+    WITH (deduplicate_items = off)
     WHERE state IN ('available', 'scheduled', 'retryable');
 
 -- Jobs due later, for Promote and NextDue; immediate jobs never enter it.
