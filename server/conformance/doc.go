@@ -1,0 +1,11 @@
+// Package conformance runs the official OJS conformance test cases (the JSON step language of
+// ../shared/ojs/conformance/test-case-reference.md) against a live `pronto serve` on every store:
+// memory, SQLite and PostgreSQL. It has no API; its tests are the runner:
+//
+//	go test ./server/conformance/
+//
+// The cases are read from ../shared/ojs/conformance relative to the module root (override with
+// OJS_CONFORMANCE_DIR). OJS_CONFORMANCE_LEVELS (default "0,1,2"), OJS_CONFORMANCE_STORES (default
+// "memory,sqlite,postgres") and OJS_CONFORMANCE_RUN (a regular expression on test ids) narrow a run.
+// PostgreSQL is reached through internal/testdb (PRONTO_TEST_DATABASE_URL); it is never skipped.
+package conformance
