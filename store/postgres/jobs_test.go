@@ -3,9 +3,11 @@ package postgres
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pronto-jobs/pronto/internal/testdb"
@@ -407,4 +409,58 @@ func TestFailedCopyLeavesConnectionClean(t *testing.T) {
 	queues, err := s.ListQueues(ctx)
 	require.NoError(t, err)
 	require.EqualValues(t, 21, queues[0].Counts[store.StateAvailable])
+}
+
+// TestClaimPlanIsPinned guards the claim's plan: an ordered scan of the claim index stopping at the
+// LIMIT, whatever the planner's estimates. Right after a bulk insert, before the table is analyzed,
+// the estimates can make a scan of the whole backlog and a sort look cheaper; here the cost
+// settings are skewed the same way on purpose, and the plan must not move.
+func TestClaimPlanIsPinned(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := setup(t)
+	batch := make([]*store.InsertParams, 5000)
+	for i := range batch {
+		batch[i] = params("q")
+	}
+	_, err := s.Insert(ctx, batch)
+	require.NoError(t, err)
+
+	for _, sql := range []string{s.q.claim, s.q.claimKinds} {
+		args := []any{"q", 10, int64(60e6), "w"}
+		if sql == s.q.claimKinds {
+			args = append(args, []string{"k"})
+		}
+		explain := func(pinned bool) string {
+			b := &pgx.Batch{}
+			b.Queue(`SELECT set_config('random_page_cost', '1000', true), set_config('cpu_index_tuple_cost', '10', true)`)
+			if pinned {
+				b.Queue(s.q.claimPlan)
+			}
+			var plan []string
+			b.Queue("EXPLAIN "+sql, args...).Query(func(rows pgx.Rows) error {
+				var err error
+				plan, err = pgx.CollectRows(rows, pgx.RowTo[string])
+				return err
+			})
+			require.NoError(t, s.Pool().SendBatch(ctx, b).Close())
+			return strings.Join(plan, "\n")
+		}
+		skewed := explain(false)
+		require.Contains(t, skewed, "Sort", "the skewed costs do tempt the planner into a sort:\n%s", skewed)
+		pinned := explain(true)
+		require.Contains(t, pinned, "Index Scan using jobs_claim_idx", pinned)
+		require.NotContains(t, pinned, "Sort", pinned)
+	}
+	jobs, err := s.Claim(ctx, claimParams("q", 10))
+	require.NoError(t, err)
+	require.Equal(t, ids(jobs), paramIDs(batch[:10]))
+}
+
+func paramIDs(ps []*store.InsertParams) []string {
+	out := make([]string, len(ps))
+	for i, p := range ps {
+		out[i] = p.ID
+	}
+	return out
 }
