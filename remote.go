@@ -105,12 +105,16 @@ type RemoteAckParams struct {
 	WorkerID string
 	// Result is stored as the job's result (any JSON value), or nothing when nil.
 	Result json.RawMessage
+	// Job, when set, is the job as RemoteFetch returned it to this worker: the ack then does not read
+	// the job first. A job that moved on since (finished, cancelled, taken back, fetched again) is
+	// still refused, as its attempt no longer matches.
+	Job *JobRow
 }
 
 // RemoteAck completes an active job and returns it as it now is. A job that is not active (or is held
 // by another worker) gives a *TransitionError matching ErrInvalidTransition, and is left unchanged.
 func (c *Client) RemoteAck(ctx context.Context, p RemoteAckParams) (*JobRow, error) {
-	j, err := c.activeJob(ctx, p.ID, p.WorkerID, "ack")
+	j, err := c.activeJob(ctx, p.ID, p.WorkerID, "ack", p.Job)
 	if err != nil {
 		return nil, err
 	}
@@ -143,6 +147,8 @@ type RemoteNackParams struct {
 	// Requeue returns the job to available at once without spending the attempt and without an error
 	// entry (a worker shutting down hands its job back); Error and NonRetryable are then ignored.
 	Requeue bool
+	// Job, when set, is the job as RemoteFetch returned it to this worker (see RemoteAckParams.Job).
+	Job *JobRow
 }
 
 // RemoteNackResult is the outcome of RemoteNack.
@@ -158,7 +164,7 @@ type RemoteNackResult struct {
 // in the policy's NonRetryableErrors. A job that is not active gives a *TransitionError matching
 // ErrInvalidTransition, and is left unchanged.
 func (c *Client) RemoteNack(ctx context.Context, p RemoteNackParams) (*RemoteNackResult, error) {
-	j, err := c.activeJob(ctx, p.ID, p.WorkerID, "nack")
+	j, err := c.activeJob(ctx, p.ID, p.WorkerID, "nack", p.Job)
 	if err != nil {
 		return nil, err
 	}
@@ -239,14 +245,19 @@ func (e remoteError) Error() string {
 	return e.ae.Message
 }
 
-// activeJob reads a job that op needs active and held by workerID (when given).
-func (c *Client) activeJob(ctx context.Context, id, workerID, op string) (*JobRow, error) {
+// activeJob reads a job that op needs active and held by workerID (when given). known, when it is
+// that job as fetched, is used instead of reading it: finishOne's attempt guard refuses the outcome
+// if the job moved on since.
+func (c *Client) activeJob(ctx context.Context, id, workerID, op string, known *JobRow) (*JobRow, error) {
 	if err := checkID(id); err != nil {
 		return nil, err
 	}
-	j, err := c.store.GetJob(ctx, id)
-	if err != nil {
-		return nil, fmt.Errorf("pronto: %s job %s: %w", op, id, err)
+	j := known
+	if j == nil || j.ID != id || j.State != store.StateActive {
+		var err error
+		if j, err = c.store.GetJob(ctx, id); err != nil {
+			return nil, fmt.Errorf("pronto: %s job %s: %w", op, id, err)
+		}
 	}
 	if j.State != store.StateActive || (workerID != "" && j.WorkerID != "" && j.WorkerID != workerID) {
 		return nil, &TransitionError{JobID: id, Operation: op, From: j.State}

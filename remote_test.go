@@ -122,6 +122,26 @@ func TestRemoteNackRules(t *testing.T) {
 	require.Equal(t, 2, j.MaxAttempts)
 	require.Empty(t, j.Errors)
 
+	// The fetched row may stand in for a read of the job; a job that moved on is still refused.
+	rows, err := c.InsertOJS(ctx, []pronto.OJSJob{{Kind: "x.y", Args: json.RawMessage(`[]`), Opts: pronto.InsertOpts{Queue: "known"}}})
+	require.NoError(t, err)
+	got, err := c.RemoteFetch(ctx, pronto.RemoteFetchParams{Queues: []string{"known"}, WorkerID: "w"})
+	require.NoError(t, err)
+	require.Len(t, got, 1)
+	_, err = c.JobCancel(ctx, rows[0].ID)
+	require.NoError(t, err)
+	_, err = c.RemoteAck(ctx, pronto.RemoteAckParams{ID: rows[0].ID, WorkerID: "w", Job: got[0]})
+	var te *pronto.TransitionError
+	require.ErrorAs(t, err, &te)
+	require.Equal(t, pronto.StateCancelled, te.From)
+	rows, err = c.InsertOJS(ctx, []pronto.OJSJob{{Kind: "x.y", Args: json.RawMessage(`[]`), Opts: pronto.InsertOpts{Queue: "known"}}})
+	require.NoError(t, err)
+	got, err = c.RemoteFetch(ctx, pronto.RemoteFetchParams{Queues: []string{"known"}, WorkerID: "w"})
+	require.NoError(t, err)
+	done, err := c.RemoteAck(ctx, pronto.RemoteAckParams{ID: rows[0].ID, WorkerID: "w", Job: got[0]})
+	require.NoError(t, err)
+	require.Equal(t, pronto.StateCompleted, done.State)
+
 	require.True(t, pronto.MatchesErrorType([]string{"a.b"}, "a.b"))
 	require.True(t, pronto.MatchesErrorType([]string{"Auth.*"}, "Auth.TokenExpired"))
 	require.False(t, pronto.MatchesErrorType([]string{"auth.*"}, "external.auth.x"))
