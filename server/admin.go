@@ -506,5 +506,6 @@ func (s *Server) resetAll(ctx context.Context) error {
 		}
 	}
 	s.events.reset()
+	s.fetched.reset()
 	return nil
 }

@@ -312,6 +312,7 @@ func (s *Server) fetch(w http.ResponseWriter, r *http.Request) {
 			s.log.Warn("pronto serve: setting the lease of fetched jobs failed", "err", err)
 		}
 	}
+	s.fetched.add(jobs)
 	b := getBuf()
 	*b = append(*b, `{"jobs":[`...)
 	for i, j := range jobs {
@@ -421,7 +422,9 @@ func (s *Server) ack(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, e)
 		return
 	}
-	j, err := s.client.RemoteAck(r.Context(), pronto.RemoteAckParams{ID: req.jobID, WorkerID: req.workerID, Result: req.result})
+	j, err := s.client.RemoteAck(r.Context(), pronto.RemoteAckParams{
+		ID: req.jobID, WorkerID: req.workerID, Result: req.result, Job: s.fetched.take(req.jobID),
+	})
 	if err != nil {
 		s.writeError(w, r, transitionError(err, "acknowledge", req.jobID))
 		return
@@ -549,6 +552,7 @@ func (s *Server) nack(w http.ResponseWriter, r *http.Request) {
 		ID: req.jobID, WorkerID: req.workerID, Requeue: req.requeue,
 		NonRetryable: req.retryable != nil && !*req.retryable,
 		Error:        pronto.AttemptError{Type: req.typ, Message: req.message, Details: req.errObj},
+		Job:          s.fetched.take(req.jobID),
 	})
 	if err != nil {
 		s.writeError(w, r, transitionError(err, "fail", req.jobID))

@@ -74,6 +74,7 @@ type Server struct {
 	source   string
 
 	events      *eventLog
+	fetched     *fetchedJobs
 	unsubscribe func()
 	eventsDone  chan struct{}
 	closeOnce   sync.Once
@@ -97,6 +98,7 @@ func New(cfg Config) (*Server, error) {
 		started:    time.Now(),
 		source:     "ojs://pronto/api",
 		events:     newEventLog(cfg.EventBuffer),
+		fetched:    newFetchedJobs(100000),
 		eventsDone: make(chan struct{}),
 	}
 	if cfg.APIKey != "" {

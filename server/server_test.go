@@ -325,3 +325,24 @@ func TestEventLog(t *testing.T) {
 		t.Fatal("parsed a bad id")
 	}
 }
+
+// An outcome for a fetched job that moved on since (here: cancelled) is refused with the job's
+// state, although the server remembers the job as fetched.
+func TestOutcomeAfterCancel(t *testing.T) {
+	s, _ := newTestServer(t, Config{})
+	r := call(t, s, "POST", "/ojs/v1/jobs", `{"type":"a.b","args":[]}`)
+	id := r.body["job"].(map[string]any)["id"].(string)
+	call(t, s, "POST", "/ojs/v1/workers/fetch", `{"queues":["default"],"worker_id":"w"}`)
+	if r := call(t, s, "DELETE", "/ojs/v1/jobs/"+id, nil); r.status != 200 {
+		t.Fatalf("cancel: %s", r.raw)
+	}
+	r = call(t, s, "POST", "/ojs/v1/workers/ack", `{"job_id":"`+id+`","worker_id":"w"}`)
+	checkErrorBody(t, r, 409, CodeConflict)
+	if st := r.body["error"].(map[string]any)["details"].(map[string]any)["current_state"]; st != "cancelled" {
+		t.Fatalf("current_state %v", st)
+	}
+	j := call(t, s, "GET", "/ojs/v1/jobs/"+id, nil).body["job"].(map[string]any)
+	if j["state"] != "cancelled" {
+		t.Fatalf("state %v", j["state"])
+	}
+}
