@@ -30,7 +30,17 @@ CREATE TABLE jobs (
     rate_key         text,
     workflow_id      text,
     parent_ids       uuid[]
-) WITH (fillfactor = 85);
+) WITH (
+    -- Room on each page for the next version of a row, so the two updates of a job's life (claim,
+    -- finish) mostly stay on its page.
+    fillfactor = 85,
+    -- Every job leaves two dead versions behind. Vacuum and analyze after 5% of the table changed
+    -- rather than 20%, so dead entries do not pile up at the head of the claim index and the
+    -- planner's statistics follow a backlog that comes and goes.
+    autovacuum_vacuum_scale_factor = 0.05,
+    autovacuum_vacuum_insert_scale_factor = 0.05,
+    autovacuum_analyze_scale_factor = 0.05
+);
 
 -- Claims: the claimable rows of a queue in claim order. Partial, so active and finished jobs (the
 -- bulk of the table) cost it nothing. Its keys end with the id, so they are all distinct and
