@@ -148,12 +148,6 @@ func (l *runLog) add(id string) {
 	l.runs[id]++
 }
 
-func (l *runLog) count(id string) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.runs[id]
-}
-
 func (l *runLog) snapshot() ([]string, map[string]int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
