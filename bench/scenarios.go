@@ -39,14 +39,6 @@ type scenario struct {
 	walJobs     int           // wal
 }
 
-func (s scenario) totalWorkers() int {
-	p := s.procs
-	if p == 0 {
-		p = 1
-	}
-	return p * s.workers
-}
-
 // capacity is jobs/s the workers can complete when saturated.
 func (s scenario) capacity(workers int) float64 {
 	if s.work <= 0 {
@@ -289,9 +281,6 @@ func analyzePaced(rc *runCtx, rec *recorder, t0, t1 time.Time, killNs int64, kil
 		ins, firstStart int64
 		tenant          int
 		starts, okEnds  int
-		attempts        int
-		final           bool
-		lastOutcome     int64
 	}
 	jobs := map[int64]*jobInfo{}
 	get := func(seq int64) *jobInfo {
