@@ -140,8 +140,11 @@ func New() *Store {
 // Migrate does nothing: an in-memory store has no schema.
 func (s *Store) Migrate(ctx context.Context) error { return ctx.Err() }
 
-// Close does nothing; the store stays usable and its jobs stay in memory until it is garbage.
-func (s *Store) Close() error { return nil }
+// Close releases the store's cron schedules. Its jobs stay in memory until the store is garbage.
+func (s *Store) Close() error {
+	cronTables.Delete(s) // the cron schedules live beside the store; release them with it
+	return nil
+}
 
 // Notifier returns the store's in-process notification hub.
 func (s *Store) Notifier() store.Notifier { return &s.hub }
