@@ -1,0 +1,140 @@
+package producer
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/pronto-jobs/pronto/store"
+)
+
+// fakeQueue is a queue of n claimable jobs; claims take from it and record the limits asked for.
+type fakeQueue struct {
+	mu      sync.Mutex
+	left    int
+	limits  []int
+	claimed atomic.Int64
+	block   chan struct{} // when set, claims wait on it
+}
+
+func (q *fakeQueue) claim(ctx context.Context, limit int) ([]*store.Job, error) {
+	if q.block != nil {
+		<-q.block
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.limits = append(q.limits, limit)
+	n := min(limit, q.left)
+	q.left -= n
+	jobs := make([]*store.Job, n)
+	for i := range jobs {
+		jobs[i] = &store.Job{ID: "j"}
+	}
+	q.claimed.Add(int64(n))
+	return jobs, nil
+}
+
+func (q *fakeQueue) add(n int) {
+	q.mu.Lock()
+	q.left += n
+	q.mu.Unlock()
+}
+
+func (q *fakeQueue) claims() []int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return append([]int(nil), q.limits...)
+}
+
+func start(t *testing.T, cfg Config) (*Producer, context.CancelFunc) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	p := New(cfg)
+	go p.Run(ctx)
+	t.Cleanup(func() {
+		cancel()
+		<-p.Done()
+	})
+	return p, cancel
+}
+
+func TestClaimsNoMoreThanFreeSlotsAndRefillsAsSlotsFree(t *testing.T) {
+	q := &fakeQueue{left: 25}
+	var mu sync.Mutex
+	var held []func()
+	p, _ := start(t, Config{Queue: "q", MaxWorkers: 10, Claim: q.claim, PollInterval: time.Hour,
+		Execute: func(_ *store.Job, done func()) { mu.Lock(); held = append(held, done); mu.Unlock() }})
+	require.Eventually(t, func() bool { return p.InFlight() == 10 }, 5*time.Second, time.Millisecond)
+	require.EqualValues(t, 10, q.claimed.Load(), "never more jobs than worker slots")
+	// Free every slot: the backlog is claimed into them.
+	mu.Lock()
+	for _, d := range held {
+		d()
+	}
+	held = nil
+	mu.Unlock()
+	require.Eventually(t, func() bool { return q.claimed.Load() == 20 }, 5*time.Second, time.Millisecond)
+	for _, l := range q.claims() {
+		require.LessOrEqual(t, l, 10)
+	}
+}
+
+func TestWakeClaimsAtOnceAndIdleProducerDoesNotClaim(t *testing.T) {
+	q := &fakeQueue{}
+	p, _ := start(t, Config{Queue: "q", MaxWorkers: 4, Claim: q.claim, PollInterval: time.Hour,
+		Execute: func(_ *store.Job, done func()) { done() }})
+	require.Eventually(t, func() bool { return len(q.claims()) == 1 }, 5*time.Second, time.Millisecond, "one claim at start")
+	time.Sleep(50 * time.Millisecond)
+	require.Len(t, q.claims(), 1, "an idle producer with no wake-up does not claim (no polling tick but the slow poll)")
+	q.add(3)
+	p.Wake()
+	require.Eventually(t, func() bool { return q.claimed.Load() == 3 }, 5*time.Second, time.Millisecond)
+}
+
+func TestWakeUpsDuringAClaimCoalesce(t *testing.T) {
+	q := &fakeQueue{block: make(chan struct{})}
+	p, _ := start(t, Config{Queue: "q", MaxWorkers: 4, Claim: q.claim, PollInterval: time.Hour,
+		Execute: func(_ *store.Job, done func()) { done() }})
+	// The start-up claim is blocked; pile up wake-ups meanwhile.
+	for i := 0; i < 50; i++ {
+		p.Wake()
+	}
+	close(q.block)
+	require.Eventually(t, func() bool { return len(q.claims()) == 2 }, 5*time.Second, time.Millisecond)
+	time.Sleep(50 * time.Millisecond)
+	require.Len(t, q.claims(), 2, "fifty wake-ups during one claim make exactly one follow-up claim")
+}
+
+func TestWakeAtClaimsWhenDue(t *testing.T) {
+	q := &fakeQueue{}
+	p, _ := start(t, Config{Queue: "q", MaxWorkers: 4, Claim: q.claim, PollInterval: time.Hour,
+		Execute: func(_ *store.Job, done func()) { done() }})
+	require.Eventually(t, func() bool { return len(q.claims()) == 1 }, 5*time.Second, time.Millisecond)
+	due := time.Now().Add(80 * time.Millisecond)
+	q.add(1)
+	p.WakeAt(due.Add(time.Hour)) // a later due time never delays an earlier one
+	p.WakeAt(due)
+	require.Eventually(t, func() bool { return q.claimed.Load() == 1 }, 5*time.Second, time.Millisecond)
+	require.False(t, time.Now().Before(due), "claimed no earlier than the due time")
+}
+
+func TestRunStopsWithItsContext(t *testing.T) {
+	before := goleak.IgnoreCurrent()
+	q := &fakeQueue{}
+	ctx, cancel := context.WithCancel(context.Background())
+	p := New(Config{Queue: "q", MaxWorkers: 1, Claim: q.claim, PollInterval: 10 * time.Millisecond,
+		Execute: func(_ *store.Job, done func()) { done() }})
+	go p.Run(ctx)
+	cancel()
+	select {
+	case <-p.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("producer did not stop")
+	}
+	goleak.VerifyNone(t, before)
+}
