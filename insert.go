@@ -109,12 +109,17 @@ func (c *Client) insert(ctx context.Context, ps []*store.InsertParams, do Insert
 }
 
 func (c *Client) buildInsertMany(jobs []InsertManyParams) ([]*store.InsertParams, error) {
+	return resolveAll(jobs, func(j InsertManyParams) (*store.InsertParams, error) { return c.buildInsert(j.Args, j.Opts) })
+}
+
+// resolveAll resolves every job of a batch, or names the first bad one ("job 3 of 10: ...").
+func resolveAll[J any](jobs []J, resolve func(J) (*store.InsertParams, error)) ([]*store.InsertParams, error) {
 	if len(jobs) == 0 {
 		return nil, invalidf("no jobs to insert")
 	}
 	ps := make([]*store.InsertParams, len(jobs))
 	for i, j := range jobs {
-		p, err := c.buildInsert(j.Args, j.Opts)
+		p, err := resolve(j)
 		if err != nil {
 			if len(jobs) > 1 {
 				return nil, fmt.Errorf("job %d of %d: %w", i, len(jobs), err)
@@ -231,19 +236,9 @@ type RawJob struct {
 // InsertRaw stores jobs given in OJS terms atomically, with the same validation, middleware and
 // notifications as InsertMany.
 func (c *Client) InsertRaw(ctx context.Context, jobs []RawJob) ([]*JobRow, error) {
-	if len(jobs) == 0 {
-		return nil, invalidf("no jobs to insert")
-	}
-	ps := make([]*store.InsertParams, len(jobs))
-	for i, j := range jobs {
-		p, err := c.resolveRaw(j)
-		if err != nil {
-			if len(jobs) > 1 {
-				return nil, fmt.Errorf("job %d of %d: %w", i, len(jobs), err)
-			}
-			return nil, err
-		}
-		ps[i] = p
+	ps, err := resolveAll(jobs, c.resolveRaw)
+	if err != nil {
+		return nil, err
 	}
 	return c.insert(ctx, ps, c.store.Insert)
 }

@@ -3,7 +3,6 @@ package pronto
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 
 	"github.com/pronto-jobs/pronto/store"
 )
@@ -52,19 +51,9 @@ type OJSJob struct {
 // takes meta as raw JSON. The OJS HTTP API inserts through it. (A Go worker can be registered only
 // for kinds ValidKind accepts; jobs of a hyphenated type are worked by OJS workers.)
 func (c *Client) InsertOJS(ctx context.Context, jobs []OJSJob) ([]*JobRow, error) {
-	if len(jobs) == 0 {
-		return nil, invalidf("no jobs to insert")
-	}
-	ps := make([]*store.InsertParams, len(jobs))
-	for i, j := range jobs {
-		p, err := c.resolveOJS(j)
-		if err != nil {
-			if len(jobs) > 1 {
-				return nil, fmt.Errorf("job %d of %d: %w", i, len(jobs), err)
-			}
-			return nil, err
-		}
-		ps[i] = p
+	ps, err := resolveAll(jobs, c.resolveOJS)
+	if err != nil {
+		return nil, err
 	}
 	return c.insert(ctx, ps, c.store.Insert)
 }
