@@ -14,31 +14,6 @@ import (
 	"github.com/pronto-jobs/pronto"
 )
 
-// rawArgs lets the typed Client insert a job of any kind: Kind is the kind given on the command line
-// and MarshalJSON returns the user's JSON unchanged. The client stores it as the one element of the
-// job's args array; when the user gave a whole array, the insert middleware of the enqueue client
-// (setArgs) replaces that wrapping with the array itself.
-type rawArgs struct {
-	kind string
-	raw  json.RawMessage
-}
-
-// Kind returns the job's kind.
-func (a rawArgs) Kind() string { return a.kind }
-
-// MarshalJSON returns the args as given.
-func (a rawArgs) MarshalJSON() ([]byte, error) { return a.raw, nil }
-
-// setArgs is an insert middleware that stores exactly args as the job's args array.
-func setArgs(args json.RawMessage) pronto.InsertMiddleware {
-	return func(ctx context.Context, ps []*pronto.JobInsertParams, next pronto.InsertFunc) ([]*pronto.JobRow, error) {
-		for _, p := range ps {
-			p.Args = args
-		}
-		return next(ctx, ps)
-	}
-}
-
 // parseArgsJSON reads --args: a JSON array is the job's OJS args as they are; any other JSON value (an
 // object, usually) becomes the array's one element, which is what pronto's typed Go workers decode.
 // It returns the value to hand the client and the final args array.
@@ -154,7 +129,7 @@ func cmdEnqueue(ctx context.Context, r *runner, args []string) error {
 	if err != nil {
 		return err
 	}
-	elem, array, err := parseArgsJSON(text)
+	_, array, err := parseArgsJSON(text)
 	if err != nil {
 		return err
 	}
@@ -164,11 +139,15 @@ func cmdEnqueue(ctx context.Context, r *runner, args []string) error {
 		return err
 	}
 	defer db.Close()
-	c, err := pronto.NewClient(db.store, &pronto.Config{InsertMiddleware: []pronto.InsertMiddleware{setArgs(array)}})
+	c, err := pronto.NewClient(db.store, nil)
 	if err != nil {
 		return errorf("%v", err)
 	}
-	j, err := c.Insert(ctx, rawArgs{kind: kind, raw: elem}, opts)
+	var j *pronto.JobRow
+	rows, err := c.InsertRaw(ctx, []pronto.RawJob{{Kind: kind, Args: array, Opts: *opts}})
+	if err == nil {
+		j = rows[0]
+	}
 	switch {
 	case errors.Is(err, pronto.ErrInvalidArgs):
 		return usageErrorf("enqueue: %s", strings.TrimPrefix(err.Error(), "pronto: "))
