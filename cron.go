@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -479,15 +478,5 @@ func cronJobID(regID string, at time.Time) string {
 	copy(b[6:], h[:10])
 	b[6] = 0x70 | b[6]&0x0f
 	b[8] = 0x80 | b[8]&0x3f
-	var s [36]byte
-	hex.Encode(s[0:8], b[0:4])
-	s[8] = '-'
-	hex.Encode(s[9:13], b[4:6])
-	s[13] = '-'
-	hex.Encode(s[14:18], b[6:8])
-	s[18] = '-'
-	hex.Encode(s[19:23], b[8:10])
-	s[23] = '-'
-	hex.Encode(s[24:], b[10:])
-	return string(s[:])
+	return uuidv7.Format(b)
 }

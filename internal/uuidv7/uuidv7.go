@@ -49,7 +49,7 @@ func New() string {
 	b[6] = 0x70 | byte(seq>>8)&0x0f
 	b[7] = byte(seq)
 	b[8] = b[8]&0x3f | 0x80 // RFC 9562 variant
-	return format(b)
+	return Format(b)
 }
 
 // nextRand returns n random bytes from a buffered pool; mu must be held.
@@ -65,7 +65,8 @@ func nextRand(n int) []byte {
 	return out
 }
 
-func format(b [16]byte) string {
+// Format writes 16 bytes as a UUID in canonical lowercase 8-4-4-4-12 form.
+func Format(b [16]byte) string {
 	var s [36]byte
 	hex.Encode(s[0:8], b[0:4])
 	s[8] = '-'

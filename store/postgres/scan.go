@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
+	"github.com/pronto-jobs/pronto/internal/uuidv7"
 	"github.com/pronto-jobs/pronto/store"
 )
 
@@ -178,15 +179,5 @@ func parseUUIDs(ids []string) ([]pgtype.UUID, error) {
 
 // formatUUID writes a UUID in canonical lowercase form.
 func formatUUID(b [16]byte) string {
-	var s [36]byte
-	hex.Encode(s[0:8], b[0:4])
-	s[8] = '-'
-	hex.Encode(s[9:13], b[4:6])
-	s[13] = '-'
-	hex.Encode(s[14:18], b[6:8])
-	s[18] = '-'
-	hex.Encode(s[19:23], b[8:10])
-	s[23] = '-'
-	hex.Encode(s[24:], b[10:])
-	return string(s[:])
+	return uuidv7.Format(b)
 }
