@@ -29,6 +29,27 @@ const notifyClaimable = `
 	WHERE state IN ('available', 'retryable', 'scheduled')
 	GROUP BY queue`
 
+// claimHead and claimTail are the two halves of the claim statement; sqlClaimKinds adds its kind
+// filter between them. Both are constants, so each statement's text is fixed at compile time.
+const claimHead = `WITH locked AS (
+	SELECT id FROM {schema}.jobs
+	WHERE queue = $1
+		AND state IN ('available', 'scheduled', 'retryable')
+		AND (CASE WHEN state = 'available' THEN true ELSE scheduled_at <= now() END)
+		AND (expires_at IS NULL OR expires_at > now())`
+
+const claimTail = `
+		AND NOT EXISTS (SELECT 1 FROM {schema}.queues q WHERE q.name = $1 AND q.paused)
+	ORDER BY priority DESC, scheduled_at, id
+	LIMIT $2
+	FOR UPDATE SKIP LOCKED
+)
+UPDATE {schema}.jobs j
+SET state = 'active', attempt = j.attempt + 1, started_at = now(),
+	lease_expires_at = now() + $3 * interval '1 microsecond', worker_id = $4
+WHERE j.id = ANY(ARRAY(SELECT id FROM locked))
+RETURNING ` + jobColsJ
+
 const (
 	// sqlInsertJob inserts one job; $12 NULL means scheduled now.
 	sqlInsertJob = `INSERT INTO {schema}.jobs (id, kind, queue, args, meta, priority, state,
@@ -72,41 +93,11 @@ RETURNING created_at, scheduled_at`
 	// The due-time test is a CASE, not an OR: an OR lets the planner pick a BitmapOr over the claim
 	// and due indexes and sort the whole backlog (22 ms for 20k jobs); the CASE keeps an ordered scan
 	// of jobs_claim_idx that stops at the LIMIT (1.4 ms).
-	sqlClaim = `WITH locked AS (
-	SELECT id FROM {schema}.jobs
-	WHERE queue = $1
-		AND state IN ('available', 'scheduled', 'retryable')
-		AND (CASE WHEN state = 'available' THEN true ELSE scheduled_at <= now() END)
-		AND (expires_at IS NULL OR expires_at > now())
-		AND NOT EXISTS (SELECT 1 FROM {schema}.queues q WHERE q.name = $1 AND q.paused)
-	ORDER BY priority DESC, scheduled_at, id
-	LIMIT $2
-	FOR UPDATE SKIP LOCKED
-)
-UPDATE {schema}.jobs j
-SET state = 'active', attempt = j.attempt + 1, started_at = now(),
-	lease_expires_at = now() + $3 * interval '1 microsecond', worker_id = $4
-WHERE j.id = ANY(ARRAY(SELECT id FROM locked))
-RETURNING ` + jobColsJ
+	sqlClaim = claimHead + claimTail
 
 	// sqlClaimKinds is sqlClaim restricted to the kinds in $5.
-	sqlClaimKinds = `WITH locked AS (
-	SELECT id FROM {schema}.jobs
-	WHERE queue = $1
-		AND state IN ('available', 'scheduled', 'retryable')
-		AND (CASE WHEN state = 'available' THEN true ELSE scheduled_at <= now() END)
-		AND (expires_at IS NULL OR expires_at > now())
-		AND kind = ANY($5)
-		AND NOT EXISTS (SELECT 1 FROM {schema}.queues q WHERE q.name = $1 AND q.paused)
-	ORDER BY priority DESC, scheduled_at, id
-	LIMIT $2
-	FOR UPDATE SKIP LOCKED
-)
-UPDATE {schema}.jobs j
-SET state = 'active', attempt = j.attempt + 1, started_at = now(),
-	lease_expires_at = now() + $3 * interval '1 microsecond', worker_id = $4
-WHERE j.id = ANY(ARRAY(SELECT id FROM locked))
-RETURNING ` + jobColsJ
+	sqlClaimKinds = claimHead + `
+		AND kind = ANY($5)` + claimTail
 
 	// sqlFinish applies a batch of completions given as parallel arrays, only to jobs still active
 	// in the same attempt, announces the queues it made claimable, and returns the applied ids.
