@@ -63,6 +63,9 @@ var (
 	ErrDuplicate = errors.New("duplicate job")
 	// ErrUnsupported: the backend cannot offer the requested operation.
 	ErrUnsupported = errors.New("operation not supported by this store")
+	// ErrInvalidParams: the request is malformed (a field the operation does not accept, a parent
+	// outside the workflow, a cycle). The error's text names the problem.
+	ErrInvalidParams = errors.New("invalid parameters")
 )
 
 // TransitionError reports a refused state transition: what was asked, and the state the job was in.
@@ -137,12 +140,32 @@ type Job struct {
 	// WorkerID names the client (or OJS worker) holding an active job.
 	WorkerID string
 
-	// Room for the roadmap. Stored and returned, not yet interpreted by every feature.
-	UniqueKey  string   // unique-jobs key hash
-	Tenant     string   // fair-scheduling key
-	RateKey    string   // rate/concurrency-limit key
-	WorkflowID string   // workflow the job belongs to
-	ParentIDs  []string // DAG parents that must complete first
+	// UniqueKey is the job's uniqueness fingerprint (see InsertParams.UniqueKey), or "" for none.
+	// The store clears it when the key's period has run out and another job took the key over.
+	UniqueKey string
+	// UniqueStates are the states in which UniqueKey blocks another job with the same key.
+	UniqueStates []State
+	// UniqueUntil ends the key's hold regardless of state (zero: no period).
+	UniqueUntil time.Time
+	// Duplicate is set only on a job Insert returns instead of inserting a new one: an existing job
+	// held the new job's UniqueKey and the conflict policy was ConflictIgnore. It is not stored.
+	Duplicate bool
+
+	// Tenant is the fair-scheduling key (stored and returned; not yet interpreted).
+	Tenant string
+	// RateKey names the rate/concurrency limit the job is subject to (see RateLimit), or "".
+	RateKey string
+
+	// WorkflowID is the workflow the job belongs to ("" for none). Set only through InsertWorkflow.
+	WorkflowID string
+	// ParentIDs are the workflow jobs that must finish before this one is released (see RunOn).
+	ParentIDs []string
+	// RunOn is set on a workflow's callbacks: the outcome of its parents that releases it. Jobs with a
+	// RunOn are not members of the workflow (its counts and state ignore them). "" for members.
+	RunOn RunOn
+	// ParentResults is a JSON array with the Result of each parent, in ParentIDs order (null for a
+	// parent without one), written when the job is released. Nil for jobs without parents.
+	ParentResults json.RawMessage
 }
 
 // InsertParams describes one job to insert. The client fills every field; the store writes them as
@@ -162,11 +185,27 @@ type InsertParams struct {
 	ScheduledAt time.Time // zero: now
 	ExpiresAt   time.Time // zero: never
 
-	UniqueKey  string
-	Tenant     string
-	RateKey    string
+	// UniqueKey, when set, makes the insert unique (see the "Unique jobs" section of features.go):
+	// no two jobs hold the same key while both are in one of UniqueStates (default
+	// DefaultUniqueStates) and before UniqueUntil (zero: no period). OnConflict says what happens
+	// when an existing job holds the key (default ConflictReject).
+	UniqueKey    string
+	UniqueStates []State
+	UniqueUntil  time.Time
+	OnConflict   OnConflict
+
+	Tenant string
+
+	// RateKey subjects the job to the limit stored under that key (see RateLimit). RateLimit, when
+	// set, creates or replaces that limit in the same transaction as the insert.
+	RateKey   string
+	RateLimit *RateLimit
+
+	// WorkflowID, ParentIDs and RunOn are only accepted by InsertWorkflow; Insert rejects a job that
+	// sets any of them (wrapping ErrInvalidParams).
 	WorkflowID string
 	ParentIDs  []string
+	RunOn      RunOn
 }
 
 // ClaimParams asks for up to Limit claimable jobs of one queue.
@@ -243,6 +282,8 @@ type ListParams struct {
 	After      string
 	Descending bool
 	Limit      int
+	// WorkflowID, when set, lists only that workflow's jobs (members and callbacks).
+	WorkflowID string
 }
 
 // QueueInfo is a queue's pause flag and its job counts per state.
