@@ -151,11 +151,12 @@ func (c *Client) buildInsert(args JobArgs, opts *InsertOpts) (*store.InsertParam
 	if withOpts, ok := args.(JobArgsWithInsertOpts); ok {
 		o = o.merge(withOpts.InsertOpts())
 	}
-	return c.resolve(kind, raw, o)
+	return c.resolve(kind, raw, nil, o)
 }
 
-// resolve turns a kind, encoded args and options into insert params, or says what is wrong.
-func (c *Client) resolve(kind string, args json.RawMessage, o InsertOpts) (*store.InsertParams, error) {
+// resolve turns a kind, encoded args and options into insert params, or says what is wrong. meta,
+// when not nil, is the job's meta as raw JSON (o.Meta must then be nil).
+func (c *Client) resolve(kind string, args, meta json.RawMessage, o InsertOpts) (*store.InsertParams, error) {
 	if len(args) > c.cfg.MaxArgsBytes {
 		return nil, invalidf("kind %q: args are %d bytes, over the limit of %d", kind, len(args), c.cfg.MaxArgsBytes)
 	}
@@ -200,6 +201,7 @@ func (c *Client) resolve(kind string, args json.RawMessage, o InsertOpts) (*stor
 	if o.MaxAttempts > 0 {
 		p.MaxAttempts = o.MaxAttempts
 	}
+	p.Meta = meta
 	if o.Meta != nil {
 		b, err := json.Marshal(o.Meta)
 		if err != nil {
@@ -220,6 +222,24 @@ func (c *Client) resolve(kind string, args json.RawMessage, o InsertOpts) (*stor
 	}
 	if !o.ExpiresAt.IsZero() && !o.ExpiresAt.After(now) {
 		return nil, invalidf("ExpiresAt %s is already past", o.ExpiresAt.Format(time.RFC3339))
+	}
+	if o.Unique != nil {
+		if err := o.Unique.apply(p, now); err != nil {
+			return nil, err
+		}
+	}
+	if o.RateLimit != nil && o.RateKey == "" {
+		return nil, invalidf("RateLimit needs a RateKey to store it under")
+	}
+	if o.RateKey != "" {
+		if o.RateLimit != nil {
+			if err := validateRateLimit(o.RateKey, o.RateLimit); err != nil {
+				return nil, err
+			}
+		} else if !ValidRateKey(o.RateKey) {
+			return nil, invalidf("rate key %q: must match [a-zA-Z0-9][a-zA-Z0-9._:-]* (at most 255 characters)", o.RateKey)
+		}
+		p.RateKey, p.RateLimit = o.RateKey, o.RateLimit
 	}
 	return p, nil
 }
@@ -251,5 +271,5 @@ func (c *Client) resolveRaw(j RawJob) (*store.InsertParams, error) {
 	if err := json.Unmarshal(j.Args, &elems); err != nil || elems == nil {
 		return nil, invalidf("kind %q: args must be a JSON array", j.Kind)
 	}
-	return c.resolve(j.Kind, j.Args, j.Opts)
+	return c.resolve(j.Kind, j.Args, nil, j.Opts)
 }

@@ -41,15 +41,28 @@ type InsertOpts struct {
 	Meta map[string]any
 	// Pending inserts the job in the pending state: it waits for JobActivate.
 	Pending bool
+	// Unique makes the job unique (see UniqueOpts); nil: no uniqueness.
+	Unique *UniqueOpts
+	// RateKey subjects the job to the rate and concurrency limit stored under that key (see
+	// Client.RateLimitSet); a key with no stored limit limits nothing. Keys match
+	// [a-zA-Z0-9][a-zA-Z0-9._:-]*, at most 255 characters.
+	RateKey string
+	// RateLimit, with RateKey, stores the key's limit in the same transaction as the insert (the last
+	// insert or RateLimitSet wins).
+	RateLimit *RateLimit
 }
 
 var (
-	queueRE = regexp.MustCompile(`^[a-z0-9][a-z0-9.\-]*$`)
+	rateKeyRE = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9._:\-]*$`)
+	queueRE   = regexp.MustCompile(`^[a-z0-9][a-z0-9.\-]*$`)
 	kindRE  = regexp.MustCompile(`^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*$`)
 )
 
 // ValidQueueName reports whether name is an acceptable OJS queue name.
 func ValidQueueName(name string) bool { return len(name) <= 128 && queueRE.MatchString(name) }
+
+// ValidRateKey reports whether key is an acceptable rate-limit key.
+func ValidRateKey(key string) bool { return len(key) <= 255 && rateKeyRE.MatchString(key) }
 
 // ValidKind reports whether kind is an acceptable OJS job type.
 func ValidKind(kind string) bool { return len(kind) <= 255 && kindRE.MatchString(kind) }
@@ -87,5 +100,14 @@ func (o InsertOpts) merge(def InsertOpts) InsertOpts {
 		o.Meta = def.Meta
 	}
 	o.Pending = o.Pending || def.Pending
+	if o.Unique == nil {
+		o.Unique = def.Unique
+	}
+	if o.RateKey == "" {
+		o.RateKey = def.RateKey
+	}
+	if o.RateLimit == nil {
+		o.RateLimit = def.RateLimit
+	}
 	return o
 }

@@ -77,14 +77,7 @@ func (c *Client) resolveOJS(j OJSJob) (*store.InsertParams, error) {
 	} else {
 		meta = nil
 	}
-	p, err := c.resolve(j.Kind, j.Args, j.Opts)
-	if err != nil {
-		return nil, err
-	}
-	if meta != nil {
-		p.Meta = meta
-	}
-	return p, nil
+	return c.resolve(j.Kind, j.Args, meta, j.Opts)
 }
 
 // jsonStartsWith reports whether the first non-space byte of b is c.

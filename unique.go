@@ -1,0 +1,202 @@
+package pronto
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"sort"
+	"time"
+
+	"github.com/pronto-jobs/pronto/store"
+)
+
+// UniqueConflict is what an insert does when an existing job already holds its unique key.
+type UniqueConflict = store.OnConflict
+
+// The conflict policies of the OJS unique-jobs specification.
+const (
+	// UniqueReject fails the insert with a *UniqueConflictError (errors.Is ErrUniqueConflict). The
+	// default. A batch with one rejected job inserts nothing.
+	UniqueReject = store.ConflictReject
+	// UniqueIgnore inserts nothing and returns the existing job, with Duplicate set.
+	UniqueIgnore = store.ConflictIgnore
+	// UniqueReplace cancels the existing job (even a running one) and inserts the new one.
+	UniqueReplace = store.ConflictReplace
+	// UniqueReplaceExceptSchedule replaces like UniqueReplace, but a new job replacing a scheduled or
+	// retryable one keeps that job's due time.
+	UniqueReplaceExceptSchedule = store.ConflictReplaceExceptSchedule
+)
+
+// ErrUniqueConflict matches (errors.Is) the error of an insert refused because another job holds its
+// unique key.
+var ErrUniqueConflict = store.ErrUniqueConflict
+
+// UniqueConflictError is the error of an insert refused by UniqueReject: the existing job's id and
+// state, and the key.
+type UniqueConflictError = store.UniqueConflictError
+
+// UniqueOpts makes a job unique: while a job with the same fingerprint is in one of States (and, with
+// a Period, until Period after that job was inserted), another one is not inserted; OnConflict says
+// what happens instead. The database enforces it, across every client and process.
+//
+// The fingerprint always includes the job's kind; ByQueue adds its queue, ByArgs its args (all of
+// them, or only the top-level ArgsKeys of each object in the args array), MetaKeys the named keys of
+// its meta. It is the SHA-256 of the canonical JSON of those values (object keys sorted, no spaces),
+// as the OJS unique-jobs specification describes, so a job inserted over HTTP and one inserted from Go
+// with the same policy share a fingerprint.
+type UniqueOpts struct {
+	ByQueue bool
+	ByArgs  bool
+	// ArgsKeys narrows ByArgs to these keys (setting it implies ByArgs). Each must occur in the args.
+	ArgsKeys []string
+	// MetaKeys adds these keys of the job's meta to the fingerprint.
+	MetaKeys []string
+	// Period bounds the hold: after it has passed since the holder was inserted, a new job may take the
+	// key whatever the holder's state. Zero: the hold lasts as long as the holder is in States.
+	Period time.Duration
+	// States in which a job holds its key; empty means every state that is not terminal (available,
+	// active, scheduled, retryable, pending).
+	States []State
+	// OnConflict is what happens when another job holds the key (default UniqueReject).
+	OnConflict UniqueConflict
+}
+
+// validate checks the options themselves.
+func (u *UniqueOpts) validate() error {
+	if !u.OnConflict.Valid() {
+		return invalidf("unique on_conflict %q: must be reject, ignore, replace or replace_except_schedule", u.OnConflict)
+	}
+	if u.Period < 0 {
+		return invalidf("unique period %s: must not be negative", u.Period)
+	}
+	for _, s := range u.States {
+		if !s.Valid() {
+			return invalidf("unique state %q: not an OJS job state", s)
+		}
+	}
+	return nil
+}
+
+// apply validates u and writes the fingerprint, states, period and policy onto p (whose Kind, Queue,
+// Args and Meta are final).
+func (u *UniqueOpts) apply(p *store.InsertParams, now time.Time) error {
+	if err := u.validate(); err != nil {
+		return err
+	}
+	key, err := uniqueKey(u, p)
+	if err != nil {
+		return err
+	}
+	p.UniqueKey = key
+	p.UniqueStates = u.States
+	if u.Period > 0 {
+		p.UniqueUntil = now.Add(u.Period)
+	}
+	p.OnConflict = u.OnConflict
+	return nil
+}
+
+// uniqueKey computes the fingerprint of p under u.
+func uniqueKey(u *UniqueOpts, p *store.InsertParams) (string, error) {
+	dims := map[string]any{"type": p.Kind}
+	if u.ByQueue {
+		dims["queue"] = p.Queue
+	}
+	if u.ByArgs || len(u.ArgsKeys) > 0 {
+		args, err := decodeNumbers(p.Args)
+		if err != nil {
+			return "", invalidf("unique: args are not valid JSON: %v", err)
+		}
+		if len(u.ArgsKeys) > 0 {
+			if args, err = pickArgsKeys(args, u.ArgsKeys); err != nil {
+				return "", err
+			}
+		}
+		dims["args"] = args
+	}
+	if len(u.MetaKeys) > 0 {
+		var meta map[string]any
+		if len(p.Meta) > 0 {
+			v, err := decodeNumbers(p.Meta)
+			if err != nil {
+				return "", invalidf("unique: meta is not valid JSON: %v", err)
+			}
+			meta, _ = v.(map[string]any)
+		}
+		picked := make(map[string]any, len(u.MetaKeys))
+		for _, k := range u.MetaKeys {
+			v, ok := meta[k]
+			if !ok {
+				return "", invalidf("unique: meta key %q is not in the job's meta", k)
+			}
+			picked[k] = v
+		}
+		dims["meta"] = picked
+	}
+	// encoding/json writes map keys sorted at every level and no spaces; json.Number keeps each
+	// number as it was written.
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(dims); err != nil {
+		return "", invalidf("unique: cannot encode the fingerprint: %v", err)
+	}
+	sum := sha256.Sum256(bytes.TrimSuffix(buf.Bytes(), []byte("\n")))
+	return hex.EncodeToString(sum[:]), nil
+}
+
+// decodeNumbers decodes JSON keeping numbers as json.Number.
+func decodeNumbers(b []byte) (any, error) {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+// pickArgsKeys keeps only keys of the args: of the object itself, or of each object in the array.
+// Every key must occur somewhere, or the policy is refused (it would fingerprint absent values).
+func pickArgsKeys(args any, keys []string) (any, error) {
+	found := make(map[string]bool, len(keys))
+	pick := func(obj map[string]any) map[string]any {
+		out := make(map[string]any, len(keys))
+		for _, k := range keys {
+			if v, ok := obj[k]; ok {
+				out[k] = v
+				found[k] = true
+			}
+		}
+		return out
+	}
+	var out any
+	switch a := args.(type) {
+	case map[string]any:
+		out = pick(a)
+	case []any:
+		picked := make([]any, len(a))
+		for i, e := range a {
+			if obj, ok := e.(map[string]any); ok {
+				picked[i] = pick(obj)
+			} else {
+				picked[i] = e
+			}
+		}
+		out = picked
+	default:
+		return nil, invalidf("unique: args_keys needs object args")
+	}
+	var missing []string
+	for _, k := range keys {
+		if !found[k] {
+			missing = append(missing, k)
+		}
+	}
+	if len(missing) > 0 {
+		sort.Strings(missing)
+		return nil, invalidf("unique: args_keys %q do not occur in the job's args", missing)
+	}
+	return out, nil
+}

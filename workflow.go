@@ -1,0 +1,336 @@
+package pronto
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/pronto-jobs/pronto/internal/uuidv7"
+	"github.com/pronto-jobs/pronto/store"
+)
+
+// Workflow builds a set of jobs that run in dependency order: a directed acyclic graph of named
+// steps, each a job that starts only when the steps it comes after have completed, plus callbacks
+// that run once every step has finished. Build one with NewWorkflow (any graph), NewChain (one step
+// after another), NewGroup (all at once) or NewBatch (a group with callbacks), then insert it with
+// Client.WorkflowInsert: all its jobs are stored in one transaction.
+//
+// Guarantees, on every store:
+//   - A step waits in the pending state until all the steps it comes after have completed. It becomes
+//     available in the same transaction that completes the last of them (no polling), with the
+//     results of those steps in its ParentResults, in the order its After names them.
+//   - When a step is discarded or cancelled, every step that comes after it, directly or not, is
+//     cancelled in that same transaction: it can never run.
+//   - Callbacks: OnSuccess runs when every step completed, OnFailure when every step has finished and
+//     at least one did not complete, OnComplete when every step has finished, whatever the outcome. A
+//     callback whose condition is not met is cancelled. Callbacks receive every step's result.
+//   - A crash at any point loses nothing: the graph lives in the database, and a step rescued after
+//     its worker died is retried like any job; its dependents wait for its final outcome.
+type Workflow struct {
+	id    string
+	name  string
+	typ   string
+	steps []*workflowStep
+	names map[string]*workflowStep
+	err   error
+}
+
+// workflowStep is one job of a workflow under construction.
+type workflowStep struct {
+	name  string
+	job   WorkflowJob
+	after []string
+	runOn store.RunOn
+}
+
+// WorkflowJob is one job of a workflow: typed args with options, or a job in OJS terms.
+type WorkflowJob struct {
+	Args JobArgs
+	Opts *InsertOpts
+	// OJS, when set instead of Args, is the job in OJS terms (the HTTP API builds workflows with it).
+	OJS *OJSJob
+}
+
+// WorkflowInfo is a stored workflow: its name and type, its state (running, completed, failed or
+// cancelled), and its steps' counts per job state. Callbacks are not counted.
+type WorkflowInfo = store.Workflow
+
+// WorkflowState is a workflow's state.
+type WorkflowState = store.WorkflowState
+
+// Workflow states.
+const (
+	WorkflowRunning   = store.WorkflowRunning
+	WorkflowCompleted = store.WorkflowCompleted
+	WorkflowFailed    = store.WorkflowFailed
+	WorkflowCancelled = store.WorkflowCancelled
+)
+
+// NewWorkflow starts an empty workflow of type "dag" named name; add steps with Add or AddJob.
+func NewWorkflow(name string) *Workflow {
+	return &Workflow{id: uuidv7.New(), name: name, typ: "dag", names: map[string]*workflowStep{}}
+}
+
+// NewChain builds a workflow whose jobs run one after another, each receiving the result of the one
+// before in ParentResults. A step that fails for good cancels the rest. Steps are named "0", "1", ...
+func NewChain(name string, jobs ...WorkflowJob) *Workflow {
+	w := NewWorkflow(name)
+	w.typ = "chain"
+	for i, j := range jobs {
+		var after []string
+		if i > 0 {
+			after = []string{fmt.Sprint(i - 1)}
+		}
+		w.AddJob(fmt.Sprint(i), j, after...)
+	}
+	return w
+}
+
+// NewGroup builds a workflow whose jobs run independently and at once; it completes when all of them
+// completed and fails when all have finished and any did not complete. Steps are named "0", "1", ...
+func NewGroup(name string, jobs ...WorkflowJob) *Workflow {
+	w := NewWorkflow(name)
+	w.typ = "group"
+	for i, j := range jobs {
+		w.AddJob(fmt.Sprint(i), j)
+	}
+	return w
+}
+
+// NewBatch is NewGroup for a batch: a group meant to carry callbacks (OnSuccess, OnFailure,
+// OnComplete).
+func NewBatch(name string, jobs ...WorkflowJob) *Workflow {
+	w := NewGroup(name, jobs...)
+	w.typ = "batch"
+	return w
+}
+
+// ID is the workflow's id (a UUIDv7), chosen when it was built.
+func (w *Workflow) ID() string { return w.id }
+
+// Add adds a step named name running a typed job, after the steps named in after (added earlier).
+func (w *Workflow) Add(name string, args JobArgs, opts *InsertOpts, after ...string) *Workflow {
+	return w.AddJob(name, WorkflowJob{Args: args, Opts: opts}, after...)
+}
+
+// AddJob adds a step named name, after the steps named in after (added earlier). A mistake (an empty
+// or repeated name, an unknown step in after) is reported by WorkflowInsert.
+func (w *Workflow) AddJob(name string, job WorkflowJob, after ...string) *Workflow {
+	if w.err != nil {
+		return w
+	}
+	switch {
+	case name == "":
+		w.err = invalidf("workflow %q: a step has an empty name", w.name)
+	case w.names[name] != nil:
+		w.err = invalidf("workflow %q: two steps are named %q", w.name, name)
+	}
+	for _, a := range after {
+		if w.names[a] == nil || w.names[a].runOn != "" {
+			w.err = invalidf("workflow %q: step %q comes after %q, which is not an earlier step", w.name, name, a)
+		}
+	}
+	if w.err != nil {
+		return w
+	}
+	s := &workflowStep{name: name, job: job, after: after}
+	w.steps = append(w.steps, s)
+	w.names[name] = s
+	return w
+}
+
+// OnSuccess adds a callback job that runs once every step has completed.
+func (w *Workflow) OnSuccess(job WorkflowJob) *Workflow { return w.callback("on_success", job, store.RunOnSuccess) }
+
+// OnFailure adds a callback job that runs once every step has finished and at least one of them was
+// discarded or cancelled.
+func (w *Workflow) OnFailure(job WorkflowJob) *Workflow { return w.callback("on_failure", job, store.RunOnFailure) }
+
+// OnComplete adds a callback job that runs once every step has finished, whatever the outcome.
+func (w *Workflow) OnComplete(job WorkflowJob) *Workflow {
+	return w.callback("on_complete", job, store.RunOnComplete)
+}
+
+func (w *Workflow) callback(name string, job WorkflowJob, on store.RunOn) *Workflow {
+	if w.err != nil {
+		return w
+	}
+	for _, s := range w.steps {
+		if s.runOn == on {
+			w.err = invalidf("workflow %q: %s is set twice", w.name, name)
+			return w
+		}
+	}
+	w.steps = append(w.steps, &workflowStep{name: name, job: job, runOn: on})
+	return w
+}
+
+// WorkflowInsertResult is what WorkflowInsert stored: the workflow and its jobs by step name
+// (callbacks under "on_success", "on_failure" and "on_complete").
+type WorkflowInsertResult struct {
+	Workflow *WorkflowInfo
+	Jobs     map[string]*JobRow
+	// Order lists the step names in the order they were added.
+	Order []string
+}
+
+// workflows returns the store's workflows, or ErrUnsupported.
+func (c *Client) workflows() (store.Workflows, error) {
+	wf, ok := c.store.(store.Workflows)
+	if !ok {
+		return nil, fmt.Errorf("pronto: workflows: %w", store.ErrUnsupported)
+	}
+	return wf, nil
+}
+
+// WorkflowInsert stores w and all its jobs in one transaction: the steps with nothing to wait for
+// become available at once, the others wait pending.
+func (c *Client) WorkflowInsert(ctx context.Context, w *Workflow) (*WorkflowInsertResult, error) {
+	params, err := c.buildWorkflow(w)
+	if err != nil {
+		return nil, err
+	}
+	wfs, err := c.workflows()
+	if err != nil {
+		return nil, err
+	}
+	info, jobs, err := wfs.InsertWorkflow(ctx, params)
+	if err != nil {
+		return nil, fmt.Errorf("pronto: insert workflow %q: %w", w.name, err)
+	}
+	res := &WorkflowInsertResult{Workflow: info, Jobs: make(map[string]*JobRow, len(jobs))}
+	for i, s := range w.steps {
+		res.Jobs[s.name] = jobs[i]
+		res.Order = append(res.Order, s.name)
+	}
+	return res, nil
+}
+
+// buildWorkflow resolves every step into insert params wired by id.
+func (c *Client) buildWorkflow(w *Workflow) (store.WorkflowParams, error) {
+	if w == nil {
+		return store.WorkflowParams{}, invalidf("workflow is nil")
+	}
+	if w.err != nil {
+		return store.WorkflowParams{}, w.err
+	}
+	members := 0
+	for _, s := range w.steps {
+		if s.runOn == "" {
+			members++
+		}
+	}
+	if members == 0 {
+		return store.WorkflowParams{}, invalidf("workflow %q has no steps", w.name)
+	}
+	p := store.WorkflowParams{ID: w.id, Name: w.name, Type: w.typ, Jobs: make([]*store.InsertParams, len(w.steps))}
+	ids := make(map[string]string, len(w.steps))
+	var memberIDs []string
+	for i, s := range w.steps {
+		jp, err := c.resolveWorkflowJob(s.job)
+		if err != nil {
+			return store.WorkflowParams{}, fmt.Errorf("workflow %q, step %q: %w", w.name, s.name, err)
+		}
+		if jp.UniqueKey != "" {
+			return store.WorkflowParams{}, invalidf("workflow %q, step %q: workflow jobs cannot be unique", w.name, s.name)
+		}
+		if jp.State == store.StatePending {
+			return store.WorkflowParams{}, invalidf("workflow %q, step %q: workflow jobs cannot be inserted pending", w.name, s.name)
+		}
+		jp.WorkflowID, jp.RunOn = w.id, s.runOn
+		if s.runOn != "" {
+			jp.ParentIDs = memberIDs
+		} else {
+			for _, a := range s.after {
+				jp.ParentIDs = append(jp.ParentIDs, ids[a])
+			}
+			memberIDs = append(memberIDs, jp.ID)
+		}
+		if len(jp.ParentIDs) > 0 {
+			jp.State, jp.ScheduledAt = store.StatePending, time.Time{}
+		}
+		ids[s.name] = jp.ID
+		p.Jobs[i] = jp
+	}
+	return p, nil
+}
+
+// resolveWorkflowJob validates one job of a workflow.
+func (c *Client) resolveWorkflowJob(j WorkflowJob) (*store.InsertParams, error) {
+	switch {
+	case j.OJS != nil && j.Args != nil:
+		return nil, invalidf("give Args or OJS, not both")
+	case j.OJS != nil:
+		return c.resolveOJS(*j.OJS)
+	default:
+		return c.buildInsert(j.Args, j.Opts)
+	}
+}
+
+// WorkflowGet returns a workflow's state and counts, or ErrNotFound.
+func (c *Client) WorkflowGet(ctx context.Context, id string) (*WorkflowInfo, error) {
+	if err := checkID(id); err != nil {
+		return nil, err
+	}
+	wfs, err := c.workflows()
+	if err != nil {
+		return nil, err
+	}
+	info, err := wfs.GetWorkflow(ctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("pronto: workflow %s: %w", id, err)
+	}
+	return info, nil
+}
+
+// WorkflowJobs lists every job of a workflow (steps and callbacks) in insertion order.
+func (c *Client) WorkflowJobs(ctx context.Context, id string) ([]*JobRow, error) {
+	if _, err := c.WorkflowGet(ctx, id); err != nil {
+		return nil, err
+	}
+	var out []*JobRow
+	after := ""
+	for {
+		page, next, err := c.store.ListJobs(ctx, store.ListParams{WorkflowID: id, After: after, Limit: 500})
+		if err != nil {
+			return nil, fmt.Errorf("pronto: jobs of workflow %s: %w", id, err)
+		}
+		out = append(out, page...)
+		if next == "" {
+			return out, nil
+		}
+		after = next
+	}
+}
+
+// WorkflowCancel cancels every job of the workflow that has not finished (running ones are told to
+// stop) and marks it cancelled. Cancelling it again is harmless.
+func (c *Client) WorkflowCancel(ctx context.Context, id string) (*WorkflowInfo, error) {
+	if err := checkID(id); err != nil {
+		return nil, err
+	}
+	wfs, err := c.workflows()
+	if err != nil {
+		return nil, err
+	}
+	info, err := wfs.CancelWorkflow(ctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("pronto: cancel workflow %s: %w", id, err)
+	}
+	return info, nil
+}
+
+// ParentResults decodes the results of a workflow job's parents, in the order its step named them
+// (one entry per parent; JSON null for a parent that returned no result). A job without parents
+// has none.
+func ParentResults(row *JobRow) ([]json.RawMessage, error) {
+	if row == nil || len(row.ParentResults) == 0 {
+		return nil, nil
+	}
+	var out []json.RawMessage
+	if err := json.Unmarshal(row.ParentResults, &out); err != nil {
+		return nil, fmt.Errorf("pronto: parent results of job %s: %w", row.ID, err)
+	}
+	return out, nil
+}
