@@ -55,7 +55,7 @@ type InsertOpts struct {
 var (
 	rateKeyRE = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9._:\-]*$`)
 	queueRE   = regexp.MustCompile(`^[a-z0-9][a-z0-9.\-]*$`)
-	kindRE  = regexp.MustCompile(`^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*$`)
+	kindRE    = regexp.MustCompile(`^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*$`)
 )
 
 // ValidQueueName reports whether name is an acceptable OJS queue name.

@@ -141,11 +141,15 @@ func (w *Workflow) AddJob(name string, job WorkflowJob, after ...string) *Workfl
 }
 
 // OnSuccess adds a callback job that runs once every step has completed.
-func (w *Workflow) OnSuccess(job WorkflowJob) *Workflow { return w.callback("on_success", job, store.RunOnSuccess) }
+func (w *Workflow) OnSuccess(job WorkflowJob) *Workflow {
+	return w.callback("on_success", job, store.RunOnSuccess)
+}
 
 // OnFailure adds a callback job that runs once every step has finished and at least one of them was
 // discarded or cancelled.
-func (w *Workflow) OnFailure(job WorkflowJob) *Workflow { return w.callback("on_failure", job, store.RunOnFailure) }
+func (w *Workflow) OnFailure(job WorkflowJob) *Workflow {
+	return w.callback("on_failure", job, store.RunOnFailure)
+}
 
 // OnComplete adds a callback job that runs once every step has finished, whatever the outcome.
 func (w *Workflow) OnComplete(job WorkflowJob) *Workflow {
