@@ -45,6 +45,11 @@ func requireInserted(t testing.TB, p *store.InsertParams, j *store.Job) {
 	require.True(t, j.LeaseExpiresAt.IsZero(), "a new job has no lease")
 	require.Empty(t, j.WorkerID)
 	require.Equal(t, p.UniqueKey, j.UniqueKey)
+	if len(p.UniqueStates) > 0 {
+		require.ElementsMatch(t, p.UniqueStates, j.UniqueStates)
+	}
+	requireTimeEqual(t, p.UniqueUntil, j.UniqueUntil, "unique_until")
+	require.False(t, j.Duplicate, "an inserted job is not a duplicate")
 	require.Equal(t, p.Tenant, j.Tenant)
 	require.Equal(t, p.RateKey, j.RateKey)
 	require.Equal(t, p.WorkflowID, j.WorkflowID)
@@ -53,30 +58,33 @@ func requireInserted(t testing.TB, p *store.InsertParams, j *store.Job) {
 	} else {
 		require.Equal(t, p.ParentIDs, j.ParentIDs)
 	}
+	require.Equal(t, p.RunOn, j.RunOn)
+	require.Empty(t, j.ParentResults, "a new job has not been released by its parents")
 }
 
-// fullJob returns parameters with every field set, scheduled an hour from now.
+// fullJob returns parameters with every field Insert accepts set, scheduled an hour from now. The
+// workflow fields, which only InsertWorkflow accepts, are left empty.
 func fullJob(queue string) *store.InsertParams {
 	now := time.Now()
 	return &store.InsertParams{
-		ID:          uuidv7.New(),
-		Kind:        "email.send",
-		Queue:       queue,
-		Args:        json.RawMessage(`[{"to":"ada@example.com","n":42,"tags":["x","y"]}]`),
-		Meta:        json.RawMessage(`{"trace_id":"abc123","nested":{"list":[1,2,3]}}`),
-		Priority:    7,
-		State:       store.StateScheduled,
-		MaxAttempts: 9,
-		RetryPolicy: json.RawMessage(`{"max_attempts":9,"initial_interval":"PT2S","backoff_coefficient":2.5}`),
-		Timeout:     1500 * time.Millisecond,
-		Tags:        []string{"billing", "urgent"},
-		ScheduledAt: now.Add(time.Hour).Truncate(time.Millisecond),
-		ExpiresAt:   now.Add(2 * time.Hour).Truncate(time.Millisecond),
-		UniqueKey:   "9f86d081884c7d659a2feaa0c55ad015",
-		Tenant:      "tenant-a",
-		RateKey:     "rate:smtp",
-		WorkflowID:  uuidv7.New(),
-		ParentIDs:   []string{uuidv7.New(), uuidv7.New()},
+		ID:           uuidv7.New(),
+		Kind:         "email.send",
+		Queue:        queue,
+		Args:         json.RawMessage(`[{"to":"ada@example.com","n":42,"tags":["x","y"]}]`),
+		Meta:         json.RawMessage(`{"trace_id":"abc123","nested":{"list":[1,2,3]}}`),
+		Priority:     7,
+		State:        store.StateScheduled,
+		MaxAttempts:  9,
+		RetryPolicy:  json.RawMessage(`{"max_attempts":9,"initial_interval":"PT2S","backoff_coefficient":2.5}`),
+		Timeout:      1500 * time.Millisecond,
+		Tags:         []string{"billing", "urgent"},
+		ScheduledAt:  now.Add(time.Hour).Truncate(time.Millisecond),
+		ExpiresAt:    now.Add(2 * time.Hour).Truncate(time.Millisecond),
+		UniqueKey:    "9f86d081884c7d659a2feaa0c55ad015",
+		UniqueStates: []store.State{store.StateScheduled, store.StateAvailable, store.StateActive},
+		UniqueUntil:  now.Add(3 * time.Hour).Truncate(time.Millisecond),
+		Tenant:       "tenant-a",
+		RateKey:      "rate:smtp",
 	}
 }
 
@@ -183,7 +191,7 @@ func testJobsAreCopies(t *testing.T, s store.Store) {
 	// Changing what was passed in or handed out changes nothing stored.
 	p.Args[2] = 'X'
 	p.Tags[0] = "changed"
-	p.ParentIDs[0] = "changed"
+	p.UniqueStates[0] = store.StateCompleted
 	jobs[0].Args[2] = 'Y'
 	jobs[0].Tags[0] = "changed"
 	jobs[0].Meta = append(jobs[0].Meta[:0], `{"x":1}`...)
@@ -195,7 +203,7 @@ func testJobsAreCopies(t *testing.T, s store.Store) {
 	require.JSONEq(t, `[{"to":"ada@example.com","n":42,"tags":["x","y"]}]`, string(j.Args))
 	require.JSONEq(t, `{"trace_id":"abc123","nested":{"list":[1,2,3]}}`, string(j.Meta))
 	require.Equal(t, []string{"billing", "urgent"}, j.Tags)
-	require.NotContains(t, j.ParentIDs, "changed")
+	require.NotContains(t, j.UniqueStates, store.StateCompleted)
 
 	claimed := claim(t, s, "copies", 1)
 	require.Len(t, claimed, 1)

@@ -1,0 +1,703 @@
+package storetest
+
+import (
+	"encoding/json"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/pronto-jobs/pronto/internal/uuidv7"
+	"github.com/pronto-jobs/pronto/store"
+)
+
+// workflows returns s as a store.Workflows, failing the test if it is not one.
+func workflows(t testing.TB, s store.Store) store.Workflows {
+	t.Helper()
+	w, ok := s.(store.Workflows)
+	if !ok {
+		t.Fatalf("storetest: %T does not implement store.Workflows", s)
+	}
+	return w
+}
+
+// member returns the parameters of a workflow job in queue with a kind of its own (so reclaim can
+// pick it), waiting for parents: pending when it has any, available otherwise.
+func member(wf, queue string, parents ...*store.InsertParams) *store.InsertParams {
+	p := job(queue)
+	p.Kind = uniq("kind")
+	p.WorkflowID = wf
+	for _, parent := range parents {
+		p.ParentIDs = append(p.ParentIDs, parent.ID)
+	}
+	if len(parents) > 0 {
+		p.State = store.StatePending
+	}
+	return p
+}
+
+// callback returns the parameters of a workflow callback released by on.
+func callback(wf, queue string, on store.RunOn, parents ...*store.InsertParams) *store.InsertParams {
+	p := member(wf, queue, parents...)
+	p.RunOn = on
+	return p
+}
+
+// insertWorkflow inserts the workflow of jobs and requires success.
+func insertWorkflow(t testing.TB, s store.Store, id string, jobs ...*store.InsertParams) (*store.Workflow, []*store.Job) {
+	t.Helper()
+	w, out, err := workflows(t, s).InsertWorkflow(ctx(t), store.WorkflowParams{ID: id, Name: "storetest", Type: "dag", Jobs: jobs})
+	require.NoError(t, err)
+	require.Equal(t, id, w.ID)
+	require.Len(t, out, len(jobs))
+	for i, j := range out {
+		require.Equal(t, jobs[i].ID, j.ID, "InsertWorkflow returns jobs in the order given")
+	}
+	return w, out
+}
+
+// getWorkflow reads one workflow and requires it to exist.
+func getWorkflow(t testing.TB, s store.Store, id string) *store.Workflow {
+	t.Helper()
+	w, err := workflows(t, s).GetWorkflow(ctx(t), id)
+	require.NoError(t, err)
+	require.Equal(t, id, w.ID)
+	return w
+}
+
+// requireWorkflow requires w to be in state with total members counted as counts (absent states: 0).
+func requireWorkflow(t testing.TB, w *store.Workflow, state store.WorkflowState, total int, counts map[store.State]int) {
+	t.Helper()
+	require.Equal(t, state, w.State, "workflow state")
+	require.Equal(t, total, w.Total, "workflow total")
+	for _, st := range store.AllStates {
+		require.Equal(t, counts[st], w.Counts[st], "workflow count of %s", st)
+	}
+	if state == store.WorkflowRunning {
+		require.True(t, w.FinishedAt.IsZero(), "a running workflow has not finished")
+	} else {
+		requireNow(t, w.FinishedAt, "finished_at of a workflow that is not running")
+	}
+}
+
+// run claims exactly the job of p (by its kind) and returns it active.
+func run(t testing.TB, s store.Store, p *store.InsertParams) *store.Job {
+	t.Helper()
+	return reclaim(t, s, p.Queue, p.Kind, p.ID, worker, lease)
+}
+
+// complete runs p's job and completes it with result.
+func complete(t testing.TB, s store.Store, p *store.InsertParams, result string) {
+	t.Helper()
+	j := run(t, s, p)
+	c := store.Completion{ID: j.ID, Attempt: j.Attempt, State: store.StateCompleted}
+	if result != "" {
+		c.Result = json.RawMessage(result)
+	}
+	require.True(t, finish(t, s, c))
+}
+
+// fail runs p's job and discards it.
+func fail(t testing.TB, s store.Store, p *store.InsertParams) {
+	t.Helper()
+	j := run(t, s, p)
+	require.True(t, finish(t, s, store.Completion{ID: j.ID, Attempt: j.Attempt, State: store.StateDiscarded,
+		Error: &store.AttemptError{Attempt: j.Attempt, At: time.Now(), Message: "failed for good"}}))
+}
+
+// requireState requires each job of ps to be in state st.
+func requireState(t testing.TB, s store.Store, st store.State, ps ...*store.InsertParams) {
+	t.Helper()
+	for _, p := range ps {
+		j := get(t, s, p.ID)
+		require.Equal(t, st, j.State, "job %s", p.ID)
+		if st.Terminal() {
+			require.False(t, j.CompletedAt.IsZero(), "a %s job has completed_at", st)
+		}
+	}
+}
+
+// requireReleased requires p's job to be released: available now with the given parent results.
+func requireReleasedWith(t testing.TB, s store.Store, p *store.InsertParams, parentResults string) {
+	t.Helper()
+	j := get(t, s, p.ID)
+	require.Equal(t, store.StateAvailable, j.State, "job %s is released", p.ID)
+	requireNow(t, j.ScheduledAt, "scheduled_at of a released job")
+	require.JSONEq(t, parentResults, string(j.ParentResults), "parent results of %s", p.ID)
+}
+
+func testWorkflowChain(t *testing.T, s store.Store) {
+	q, wf := uniq("wf-chain"), uuidv7.New()
+	a := member(wf, q)
+	b := member(wf, q, a)
+	c := member(wf, q, b)
+	w, jobs, err := workflows(t, s).InsertWorkflow(ctx(t), store.WorkflowParams{ID: wf, Name: "nightly", Type: "chain",
+		Meta: json.RawMessage(`{"owner":"ops"}`), Jobs: []*store.InsertParams{a, b, c}})
+	require.NoError(t, err)
+	require.Equal(t, "nightly", w.Name)
+	require.Equal(t, "chain", w.Type)
+	require.JSONEq(t, `{"owner":"ops"}`, string(w.Meta))
+	requireNow(t, w.CreatedAt, "created_at of the workflow")
+	require.True(t, w.CancelledAt.IsZero())
+	requireWorkflow(t, w, store.WorkflowRunning, 3, map[store.State]int{store.StateAvailable: 1, store.StatePending: 2})
+	require.Equal(t, []store.State{store.StateAvailable, store.StatePending, store.StatePending},
+		[]store.State{jobs[0].State, jobs[1].State, jobs[2].State})
+	for i, j := range jobs {
+		require.Equal(t, wf, j.WorkflowID)
+		require.Empty(t, j.ParentResults, "job %d has not been released", i)
+	}
+
+	require.Equal(t, []string{a.ID}, ids(claim(t, s, q, 10)), "only the chain's first step is claimable")
+	require.True(t, finish(t, s, store.Completion{ID: a.ID, Attempt: 1, State: store.StateCompleted,
+		Result: json.RawMessage(`{"step":0}`)}))
+	requireReleasedWith(t, s, b, `[{"step":0}]`)
+	requireState(t, s, store.StatePending, c)
+	requireWorkflow(t, getWorkflow(t, s, wf), store.WorkflowRunning, 3,
+		map[store.State]int{store.StateCompleted: 1, store.StateAvailable: 1, store.StatePending: 1})
+
+	require.Equal(t, []string{b.ID}, ids(claim(t, s, q, 10)), "the released step is claimable at once")
+	require.True(t, finish(t, s, store.Completion{ID: b.ID, Attempt: 1, State: store.StateCompleted,
+		Result: json.RawMessage(`"step one"`)}))
+	requireReleasedWith(t, s, c, `["step one"]`)
+	complete(t, s, c, "")
+
+	w = getWorkflow(t, s, wf)
+	requireWorkflow(t, w, store.WorkflowCompleted, 3, map[store.State]int{store.StateCompleted: 3})
+	requireTimeEqual(t, get(t, s, c.ID).CompletedAt, w.FinishedAt, "finished_at is the last member's completion")
+	require.Equal(t, "nightly", w.Name)
+	require.JSONEq(t, `{"owner":"ops"}`, string(w.Meta))
+}
+
+func testWorkflowFailureCascade(t *testing.T, s store.Store) {
+	q, wf := uniq("wf-fail"), uuidv7.New()
+	a := member(wf, q)
+	b := member(wf, q, a)
+	c := member(wf, q, b)
+	d := member(wf, q, c)
+	insertWorkflow(t, s, wf, a, b, c, d)
+	complete(t, s, a, `1`)
+	fail(t, s, b)
+	requireState(t, s, store.StateCancelled, c, d)
+	requireState(t, s, store.StateDiscarded, b)
+	require.Empty(t, claim(t, s, q, 10), "nothing after the failed step runs")
+	requireWorkflow(t, getWorkflow(t, s, wf), store.WorkflowFailed, 4,
+		map[store.State]int{store.StateCompleted: 1, store.StateDiscarded: 1, store.StateCancelled: 2})
+
+	// A step that gets another attempt does not end the chain.
+	q2, wf2 := uniq("wf-retry"), uuidv7.New()
+	x := member(wf2, q2)
+	y := member(wf2, q2, x)
+	insertWorkflow(t, s, wf2, x, y)
+	j := run(t, s, x)
+	require.True(t, finish(t, s, store.Completion{ID: j.ID, Attempt: 1, State: store.StateRetryable}))
+	requireState(t, s, store.StatePending, y)
+	requireWorkflow(t, getWorkflow(t, s, wf2), store.WorkflowRunning, 2,
+		map[store.State]int{store.StateRetryable: 1, store.StatePending: 1})
+	complete(t, s, x, `"second try"`)
+	requireReleasedWith(t, s, y, `["second try"]`)
+}
+
+func testWorkflowCancelJobCascades(t *testing.T, s store.Store) {
+	q, wf := uniq("wf-cancel-job"), uuidv7.New()
+	a := member(wf, q)
+	b := member(wf, q, a)
+	c := member(wf, q, b)
+	insertWorkflow(t, s, wf, a, b, c)
+	_, err := s.CancelJob(ctx(t), a.ID)
+	require.NoError(t, err)
+	requireState(t, s, store.StateCancelled, a, b, c)
+	requireWorkflow(t, getWorkflow(t, s, wf), store.WorkflowFailed, 3, map[store.State]int{store.StateCancelled: 3})
+
+	// Cancelling a pending step cascades to its children while its parent still runs.
+	q2, wf2 := uniq("wf-cancel-pending"), uuidv7.New()
+	x := member(wf2, q2)
+	y := member(wf2, q2, x)
+	z := member(wf2, q2, y)
+	insertWorkflow(t, s, wf2, x, y, z)
+	xa := run(t, s, x)
+	_, err = s.CancelJob(ctx(t), y.ID)
+	require.NoError(t, err)
+	requireState(t, s, store.StateCancelled, y, z)
+	requireWorkflow(t, getWorkflow(t, s, wf2), store.WorkflowRunning, 3,
+		map[store.State]int{store.StateActive: 1, store.StateCancelled: 2})
+	require.True(t, finish(t, s, store.Completion{ID: xa.ID, Attempt: 1, State: store.StateCompleted}))
+	requireState(t, s, store.StateCancelled, y, z)
+	requireWorkflow(t, getWorkflow(t, s, wf2), store.WorkflowFailed, 3,
+		map[store.State]int{store.StateCompleted: 1, store.StateCancelled: 2})
+}
+
+func testWorkflowRescueCascades(t *testing.T, s store.Store) {
+	q, wf := uniq("wf-rescue"), uuidv7.New()
+	a := member(wf, q)
+	a.MaxAttempts = 1
+	b := member(wf, q, a)
+	insertWorkflow(t, s, wf, a, b)
+	reclaim(t, s, q, a.Kind, a.ID, worker, 50*time.Millisecond)
+	eventually(t, "the spent member to be discarded by Rescue", func() bool {
+		res, err := s.Rescue(ctx(t), store.RescueParams{Limit: 10})
+		require.NoError(t, err)
+		return len(res.Discarded) == 1
+	})
+	requireState(t, s, store.StateDiscarded, a)
+	requireState(t, s, store.StateCancelled, b)
+	requireWorkflow(t, getWorkflow(t, s, wf), store.WorkflowFailed, 2,
+		map[store.State]int{store.StateDiscarded: 1, store.StateCancelled: 1})
+
+	// An expired member discarded by DiscardExpired cascades too.
+	q2, wf2 := uniq("wf-expire"), uuidv7.New()
+	x := member(wf2, q2)
+	x.State, x.ScheduledAt = store.StateScheduled, time.Now().Add(time.Hour)
+	x.ExpiresAt = time.Now().Add(100 * time.Millisecond)
+	y := member(wf2, q2, x)
+	insertWorkflow(t, s, wf2, x, y)
+	eventually(t, "the expired member to be discarded", func() bool {
+		_, err := s.DiscardExpired(ctx(t), 10)
+		require.NoError(t, err)
+		return get(t, s, x.ID).State == store.StateDiscarded
+	})
+	requireState(t, s, store.StateCancelled, y)
+	requireWorkflow(t, getWorkflow(t, s, wf2), store.WorkflowFailed, 2,
+		map[store.State]int{store.StateDiscarded: 1, store.StateCancelled: 1})
+}
+
+func testWorkflowGroup(t *testing.T, s store.Store) {
+	q, wf := uniq("wf-group"), uuidv7.New()
+	a, b, c := member(wf, q), member(wf, q), member(wf, q)
+	w, _ := insertWorkflow(t, s, wf, a, b, c)
+	requireWorkflow(t, w, store.WorkflowRunning, 3, map[store.State]int{store.StateAvailable: 3})
+	fail(t, s, a)
+	requireState(t, s, store.StateAvailable, b, c)
+	requireWorkflow(t, getWorkflow(t, s, wf), store.WorkflowRunning, 3,
+		map[store.State]int{store.StateDiscarded: 1, store.StateAvailable: 2})
+	complete(t, s, b, "")
+	requireWorkflow(t, getWorkflow(t, s, wf), store.WorkflowRunning, 3,
+		map[store.State]int{store.StateDiscarded: 1, store.StateCompleted: 1, store.StateAvailable: 1})
+	complete(t, s, c, "")
+	requireWorkflow(t, getWorkflow(t, s, wf), store.WorkflowFailed, 3,
+		map[store.State]int{store.StateDiscarded: 1, store.StateCompleted: 2})
+}
+
+// batchWorkflow inserts members a and b with one callback of each kind on both.
+func batchWorkflow(t *testing.T, s store.Store, q string) (wf string, a, b, onSuccess, onFailure, onComplete *store.InsertParams) {
+	wf = uuidv7.New()
+	a, b = member(wf, q), member(wf, q)
+	onSuccess = callback(wf, q, store.RunOnSuccess, a, b)
+	onFailure = callback(wf, q, store.RunOnFailure, a, b)
+	onComplete = callback(wf, q, store.RunOnComplete, a, b)
+	w, jobs := insertWorkflow(t, s, wf, a, b, onSuccess, onFailure, onComplete)
+	requireWorkflow(t, w, store.WorkflowRunning, 2, map[store.State]int{store.StateAvailable: 2})
+	for i, on := range []store.RunOn{"", "", store.RunOnSuccess, store.RunOnFailure, store.RunOnComplete} {
+		require.Equal(t, on, jobs[i].RunOn)
+	}
+	return wf, a, b, onSuccess, onFailure, onComplete
+}
+
+func testWorkflowCallbacksSuccess(t *testing.T, s store.Store) {
+	q := uniq("wf-batch-ok")
+	wf, a, b, onSuccess, onFailure, onComplete := batchWorkflow(t, s, q)
+	complete(t, s, a, `"a"`)
+	requireState(t, s, store.StatePending, onSuccess, onFailure, onComplete)
+	complete(t, s, b, `"b"`)
+	requireReleasedWith(t, s, onSuccess, `["a","b"]`)
+	requireReleasedWith(t, s, onComplete, `["a","b"]`)
+	requireState(t, s, store.StateCancelled, onFailure)
+	requireWorkflow(t, getWorkflow(t, s, wf), store.WorkflowCompleted, 2, map[store.State]int{store.StateCompleted: 2})
+
+	complete(t, s, onSuccess, "")
+	complete(t, s, onComplete, "")
+	requireWorkflow(t, getWorkflow(t, s, wf), store.WorkflowCompleted, 2, map[store.State]int{store.StateCompleted: 2})
+}
+
+func testWorkflowCallbacksFailure(t *testing.T, s store.Store) {
+	q := uniq("wf-batch-fail")
+	wf, a, b, onSuccess, onFailure, onComplete := batchWorkflow(t, s, q)
+	aj := run(t, s, a)
+	fail(t, s, b)
+	requireState(t, s, store.StateCancelled, onSuccess)
+	requireState(t, s, store.StatePending, onFailure, onComplete)
+	requireWorkflow(t, getWorkflow(t, s, wf), store.WorkflowRunning, 2,
+		map[store.State]int{store.StateActive: 1, store.StateDiscarded: 1})
+
+	require.True(t, finish(t, s, store.Completion{ID: aj.ID, Attempt: 1, State: store.StateCompleted,
+		Result: json.RawMessage(`{"a":true}`)}))
+	requireReleasedWith(t, s, onFailure, `[{"a":true},null]`)
+	requireReleasedWith(t, s, onComplete, `[{"a":true},null]`)
+	requireWorkflow(t, getWorkflow(t, s, wf), store.WorkflowFailed, 2,
+		map[store.State]int{store.StateCompleted: 1, store.StateDiscarded: 1})
+
+	// When every parent fails, on_failure runs and on_success never does.
+	q2 := uniq("wf-batch-allfail")
+	wf2, x, y, onSuccess2, onFailure2, onComplete2 := batchWorkflow(t, s, q2)
+	_, err := s.CancelJob(ctx(t), x.ID)
+	require.NoError(t, err)
+	requireState(t, s, store.StateCancelled, onSuccess2)
+	requireState(t, s, store.StatePending, onFailure2, onComplete2)
+	fail(t, s, y)
+	requireReleasedWith(t, s, onFailure2, `[null,null]`)
+	requireReleasedWith(t, s, onComplete2, `[null,null]`)
+	requireWorkflow(t, getWorkflow(t, s, wf2), store.WorkflowFailed, 2,
+		map[store.State]int{store.StateCancelled: 1, store.StateDiscarded: 1})
+}
+
+func testWorkflowDiamond(t *testing.T, s store.Store) {
+	q, wf := uniq("wf-diamond"), uuidv7.New()
+	a := member(wf, q)
+	b := member(wf, q, a)
+	c := member(wf, q, a)
+	d := member(wf, q, c, b) // parents deliberately not in completion order
+	insertWorkflow(t, s, wf, a, b, c, d)
+	complete(t, s, a, `"root"`)
+	requireReleasedWith(t, s, b, `["root"]`)
+	requireReleasedWith(t, s, c, `["root"]`)
+	requireState(t, s, store.StatePending, d)
+	complete(t, s, b, `{"b":1}`)
+	requireState(t, s, store.StatePending, d)
+	complete(t, s, c, "")
+	requireReleasedWith(t, s, d, `[null,{"b":1}]`)
+	complete(t, s, d, "")
+	requireWorkflow(t, getWorkflow(t, s, wf), store.WorkflowCompleted, 4, map[store.State]int{store.StateCompleted: 4})
+}
+
+func testWorkflowCancel(t *testing.T, s store.Store) {
+	q, wf := uniq("wf-cancel"), uuidv7.New()
+	a := member(wf, q)
+	b := member(wf, q, a)
+	c := member(wf, q, b)
+	cb := callback(wf, q, store.RunOnComplete, c)
+	other := member(uuidv7.New(), q)
+	insertWorkflow(t, s, other.WorkflowID, other)
+	insertWorkflow(t, s, wf, a, b, c, cb)
+	aj := run(t, s, a)
+	listener := listen(t, s)
+
+	w, err := workflows(t, s).CancelWorkflow(ctx(t), wf)
+	require.NoError(t, err)
+	requireNow(t, w.CancelledAt, "cancelled_at")
+	requireWorkflow(t, w, store.WorkflowCancelled, 3, map[store.State]int{store.StateCancelled: 3})
+	requireState(t, s, store.StateCancelled, a, b, c, cb)
+	requireState(t, s, store.StateAvailable, other)
+	eventually(t, "the cancel notification of the workflow's active job", func() bool {
+		return len(listener.matching(func(n store.Notification) bool {
+			return n.Kind == store.NotifyCancel && n.JobID == a.ID
+		})) == 1
+	})
+	require.False(t, finish(t, s, store.Completion{ID: aj.ID, Attempt: 1, State: store.StateCompleted}),
+		"the cancelled job's completion is not applied")
+	require.Equal(t, []string{other.ID}, ids(claim(t, s, q, 10)), "nothing of the cancelled workflow runs")
+
+	again, err := workflows(t, s).CancelWorkflow(ctx(t), wf)
+	require.NoError(t, err, "cancelling twice is not an error")
+	requireWorkflow(t, again, store.WorkflowCancelled, 3, map[store.State]int{store.StateCancelled: 3})
+	requireTimeEqual(t, w.CancelledAt, again.CancelledAt, "a second cancel keeps the first's time")
+	got := getWorkflow(t, s, wf)
+	requireWorkflow(t, got, store.WorkflowCancelled, 3, map[store.State]int{store.StateCancelled: 3})
+	requireTimeEqual(t, w.CancelledAt, got.CancelledAt)
+
+	_, err = workflows(t, s).CancelWorkflow(ctx(t), uuidv7.New())
+	require.ErrorIs(t, err, store.ErrNotFound)
+}
+
+func testWorkflowNotFound(t *testing.T, s store.Store) {
+	q := uniq("wf-none")
+	p := member(uuidv7.New(), q)
+	insertWorkflow(t, s, p.WorkflowID, p)
+	w, err := workflows(t, s).GetWorkflow(ctx(t), uuidv7.New())
+	require.ErrorIs(t, err, store.ErrNotFound)
+	require.Nil(t, w)
+	jobs, _, err := s.ListJobs(ctx(t), store.ListParams{WorkflowID: uuidv7.New()})
+	require.NoError(t, err)
+	require.Empty(t, jobs, "an unknown workflow has no jobs")
+}
+
+func testWorkflowListJobs(t *testing.T, s store.Store) {
+	q := uniq("wf-list")
+	wf1, wf2 := uuidv7.New(), uuidv7.New()
+	a := member(wf1, q)
+	b := member(wf1, q, a)
+	cb := callback(wf1, q, store.RunOnFailure, b)
+	x := member(wf2, q)
+	insertWorkflow(t, s, wf1, a, b, cb)
+	insertWorkflow(t, s, wf2, x)
+	plain := job(q)
+	insert(t, s, plain)
+
+	jobs, next, err := s.ListJobs(ctx(t), store.ListParams{WorkflowID: wf1})
+	require.NoError(t, err)
+	require.Empty(t, next)
+	require.Equal(t, sortedIDs([]string{a.ID, b.ID, cb.ID}), ids(jobs), "members and callbacks, in id order")
+	for _, j := range jobs {
+		require.Equal(t, wf1, j.WorkflowID)
+	}
+	jobs, _, err = s.ListJobs(ctx(t), store.ListParams{WorkflowID: wf1, States: []store.State{store.StatePending}})
+	require.NoError(t, err)
+	require.Equal(t, sortedIDs([]string{b.ID, cb.ID}), ids(jobs), "the workflow filter combines with the others")
+	jobs, next, err = s.ListJobs(ctx(t), store.ListParams{WorkflowID: wf1, Limit: 2})
+	require.NoError(t, err)
+	require.Len(t, jobs, 2)
+	require.NotEmpty(t, next)
+	rest, _, err := s.ListJobs(ctx(t), store.ListParams{WorkflowID: wf1, After: next})
+	require.NoError(t, err)
+	require.Equal(t, sortedIDs([]string{a.ID, b.ID, cb.ID}), append(ids(jobs), ids(rest)...))
+	jobs, _, err = s.ListJobs(ctx(t), store.ListParams{WorkflowID: wf2})
+	require.NoError(t, err)
+	require.Equal(t, []string{x.ID}, ids(jobs))
+}
+
+func testWorkflowInvalid(t *testing.T, s store.Store) {
+	q := uniq("wf-invalid")
+	existing := member(uuidv7.New(), q)
+	insertWorkflow(t, s, existing.WorkflowID, existing)
+	plain := job(q)
+	insert(t, s, plain)
+
+	cases := map[string]func(wf string) []*store.InsertParams{
+		"parent outside the workflow": func(wf string) []*store.InsertParams {
+			a := member(wf, q)
+			b := member(wf, q, a)
+			b.ParentIDs = []string{uuidv7.New()}
+			return []*store.InsertParams{a, b}
+		},
+		"parent in another workflow": func(wf string) []*store.InsertParams {
+			a := member(wf, q)
+			b := member(wf, q, existing)
+			return []*store.InsertParams{a, b}
+		},
+		"parent later in the list": func(wf string) []*store.InsertParams {
+			a := member(wf, q)
+			c := member(wf, q)
+			b := member(wf, q, a, c)
+			return []*store.InsertParams{a, b, c}
+		},
+		"job with parents not pending": func(wf string) []*store.InsertParams {
+			a := member(wf, q)
+			b := member(wf, q, a)
+			b.State = store.StateAvailable
+			return []*store.InsertParams{a, b}
+		},
+		"duplicate id": func(wf string) []*store.InsertParams {
+			a, b := member(wf, q), member(wf, q)
+			b.ID = a.ID
+			return []*store.InsertParams{a, b}
+		},
+		"job of another workflow": func(wf string) []*store.InsertParams {
+			return []*store.InsertParams{member(wf, q), member(uuidv7.New(), q)}
+		},
+		"unique key": func(wf string) []*store.InsertParams {
+			a := member(wf, q)
+			a.UniqueKey = uniq("key")
+			return []*store.InsertParams{member(wf, q), a}
+		},
+		"callback without parents": func(wf string) []*store.InsertParams {
+			return []*store.InsertParams{member(wf, q), callback(wf, q, store.RunOnSuccess)}
+		},
+		"unknown run-on": func(wf string) []*store.InsertParams {
+			a := member(wf, q)
+			return []*store.InsertParams{a, callback(wf, q, "sometimes", a)}
+		},
+		"no jobs": func(string) []*store.InsertParams { return nil },
+	}
+	for name, mk := range cases {
+		wf := uuidv7.New()
+		jobs := mk(wf)
+		_, _, err := workflows(t, s).InsertWorkflow(ctx(t), store.WorkflowParams{ID: wf, Type: "dag", Jobs: jobs})
+		require.ErrorIs(t, err, store.ErrInvalidParams, name)
+		_, err = workflows(t, s).GetWorkflow(ctx(t), wf)
+		require.ErrorIs(t, err, store.ErrNotFound, "%s: no workflow is stored", name)
+		for _, p := range jobs {
+			if p.ID != existing.ID {
+				requireAbsent(t, s, p.ID)
+			}
+		}
+	}
+
+	// Ids that exist already are duplicates; nothing of the workflow is stored.
+	again := member(existing.WorkflowID, q)
+	_, _, err := workflows(t, s).InsertWorkflow(ctx(t), store.WorkflowParams{ID: existing.WorkflowID,
+		Jobs: []*store.InsertParams{again}})
+	require.ErrorIs(t, err, store.ErrDuplicate, "an existing workflow id")
+	requireAbsent(t, s, again.ID)
+	wf := uuidv7.New()
+	a := member(wf, q)
+	dup := member(wf, q)
+	dup.ID = plain.ID
+	_, _, err = workflows(t, s).InsertWorkflow(ctx(t), store.WorkflowParams{ID: wf, Jobs: []*store.InsertParams{a, dup}})
+	require.ErrorIs(t, err, store.ErrDuplicate, "an existing job id")
+	requireAbsent(t, s, a.ID)
+	_, err = workflows(t, s).GetWorkflow(ctx(t), wf)
+	require.ErrorIs(t, err, store.ErrNotFound)
+	require.Len(t, queueJobs(t, s, q), 2, "only the jobs inserted before remain")
+	require.Equal(t, store.StateAvailable, get(t, s, plain.ID).State)
+}
+
+func testWorkflowNotify(t *testing.T, s store.Store) {
+	c := listen(t, s)
+	q1, q2, q3 := uniq("wf-notify-root"), uniq("wf-notify-child"), uniq("wf-notify-later")
+	wf := uuidv7.New()
+	a := member(wf, q1)
+	b := member(wf, q2, a)
+	later := member(wf, q3)
+	later.State, later.ScheduledAt = store.StateScheduled, time.Now().Add(time.Hour).Truncate(time.Millisecond)
+	insertWorkflow(t, s, wf, a, b, later)
+	eventually(t, "the root's queue to be announced", func() bool { return len(c.inserts(q1)) == 1 })
+	eventually(t, "the scheduled root's queue to be announced", func() bool { return len(c.inserts(q3)) == 1 })
+	settle(t, s, c)
+	require.True(t, c.inserts(q1)[0].DueAt.IsZero())
+	require.WithinDuration(t, later.ScheduledAt, c.inserts(q3)[0].DueAt, precision)
+	require.Empty(t, c.inserts(q2), "a pending child's queue is not announced at insert")
+
+	complete(t, s, a, "")
+	eventually(t, "the released child's queue to be announced", func() bool { return len(c.inserts(q2)) == 1 })
+	require.True(t, c.inserts(q2)[0].DueAt.IsZero(), "a released child is due now")
+}
+
+func testWorkflowReopen(t *testing.T, h Harness) {
+	s1 := h.New(t)
+	s2 := reopen(t, h, s1)
+	q, wf := uniq("wf-reopen"), uuidv7.New()
+	a := member(wf, q)
+	b := member(wf, q, a)
+	insertWorkflow(t, s1, wf, a, b)
+	complete(t, s2, a, `"from s2"`)
+	requireReleasedWith(t, s1, b, `["from s2"]`)
+	complete(t, s1, b, "")
+	requireWorkflow(t, getWorkflow(t, s2, wf), store.WorkflowCompleted, 2, map[store.State]int{store.StateCompleted: 2})
+}
+
+// testWorkflowConcurrentParents completes the parents of one child at once from several clients:
+// however their transactions interleave, the child is released exactly once.
+func testWorkflowConcurrentParents(t *testing.T, h Harness) {
+	const parents = 6
+	s1 := h.New(t)
+	s2 := reopen(t, h, s1)
+	for round := range 5 {
+		q, wf := uniq(fmt.Sprintf("wf-fanin-%d", round)), uuidv7.New()
+		var ps []*store.InsertParams
+		for range parents {
+			ps = append(ps, member(wf, q))
+		}
+		child := member(wf, q, ps...)
+		insertWorkflow(t, s1, wf, append(ps, child)...)
+		active := make([]*store.Job, parents)
+		for i, p := range ps {
+			active[i] = run(t, s1, p)
+		}
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		errs := make([]error, parents)
+		for i, j := range active {
+			st := s1
+			if i%2 == 1 {
+				st = s2
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				_, errs[i] = st.Finish(ctx(t), []store.Completion{{ID: j.ID, Attempt: 1, State: store.StateCompleted,
+					Result: json.RawMessage(fmt.Sprint(i))}})
+			}()
+		}
+		close(start)
+		wg.Wait()
+		for _, err := range errs {
+			require.NoError(t, err)
+		}
+		requireReleasedWith(t, s1, child, `[0,1,2,3,4,5]`)
+		require.Equal(t, []string{child.ID}, ids(claim(t, s2, q, 10)))
+	}
+}
+
+func testWorkflowManualOps(t *testing.T, s store.Store) {
+	q := uniq("wf-manual")
+
+	// ActivateJob releases a pending member without its parents; its parent's outcome leaves it be.
+	wf := uuidv7.New()
+	a := member(wf, q)
+	b := member(wf, q, a)
+	insertWorkflow(t, s, wf, a, b)
+	j, err := s.ActivateJob(ctx(t), b.ID)
+	require.NoError(t, err)
+	require.Equal(t, store.StateAvailable, j.State)
+	require.Empty(t, get(t, s, b.ID).ParentResults, "a member activated by hand has no parent results")
+	bj := run(t, s, b)
+	complete(t, s, a, `"late"`)
+	after := get(t, s, b.ID)
+	require.Equal(t, store.StateActive, after.State, "a job that left pending is not released again")
+	require.Equal(t, bj.Attempt, after.Attempt)
+
+	// RetryJob runs a discarded member again; its cancelled children stay cancelled.
+	wf2 := uuidv7.New()
+	x := member(wf2, q)
+	y := member(wf2, q, x)
+	insertWorkflow(t, s, wf2, x, y)
+	fail(t, s, x)
+	requireState(t, s, store.StateCancelled, y)
+	requireWorkflow(t, getWorkflow(t, s, wf2), store.WorkflowFailed, 2,
+		map[store.State]int{store.StateDiscarded: 1, store.StateCancelled: 1})
+	_, err = s.RetryJob(ctx(t), x.ID)
+	require.NoError(t, err)
+	requireWorkflow(t, getWorkflow(t, s, wf2), store.WorkflowRunning, 2,
+		map[store.State]int{store.StateAvailable: 1, store.StateCancelled: 1})
+	complete(t, s, x, "")
+	requireState(t, s, store.StateCancelled, y)
+	requireWorkflow(t, getWorkflow(t, s, wf2), store.WorkflowFailed, 2,
+		map[store.State]int{store.StateCompleted: 1, store.StateCancelled: 1})
+
+	// DeleteJob of a member leaves its children waiting until the workflow is cancelled.
+	wf3 := uuidv7.New()
+	m := member(wf3, q)
+	n := member(wf3, q, m)
+	insertWorkflow(t, s, wf3, m, n)
+	_, err = s.DeleteJob(ctx(t), m.ID)
+	require.NoError(t, err)
+	requireState(t, s, store.StatePending, n)
+	require.Equal(t, store.WorkflowRunning, getWorkflow(t, s, wf3).State, "the waiting child keeps the workflow running")
+	_, err = workflows(t, s).CancelWorkflow(ctx(t), wf3)
+	require.NoError(t, err)
+	requireState(t, s, store.StateCancelled, n)
+}
+
+func testWorkflowLongChain(t *testing.T, s store.Store) {
+	const steps = 300
+	q, wf := uniq("wf-long"), uuidv7.New()
+	ps := []*store.InsertParams{member(wf, q)}
+	for range steps - 1 {
+		ps = append(ps, member(wf, q, ps[len(ps)-1]))
+	}
+	insertWorkflow(t, s, wf, ps...)
+	_, err := s.CancelJob(ctx(t), ps[0].ID)
+	require.NoError(t, err)
+	requireWorkflow(t, getWorkflow(t, s, wf), store.WorkflowFailed, steps, map[store.State]int{store.StateCancelled: steps})
+	requireState(t, s, store.StateCancelled, ps[steps-1])
+}
+
+func testWorkflowRoundTrip(t *testing.T, s store.Store) {
+	q, wf := uniq("wf-fields"), uuidv7.New()
+	root := fullJob(q)
+	root.UniqueKey, root.UniqueStates, root.UniqueUntil = "", nil, time.Time{}
+	root.WorkflowID = wf
+	other := fullJob(q)
+	other.UniqueKey, other.UniqueStates, other.UniqueUntil = "", nil, time.Time{}
+	other.WorkflowID, other.State, other.ScheduledAt = wf, store.StateAvailable, time.Time{}
+	child := fullJob(q)
+	child.UniqueKey, child.UniqueStates, child.UniqueUntil = "", nil, time.Time{}
+	child.WorkflowID, child.State = wf, store.StatePending
+	child.ParentIDs = []string{other.ID, root.ID}
+	cb := fullJob(q)
+	cb.UniqueKey, cb.UniqueStates, cb.UniqueUntil = "", nil, time.Time{}
+	cb.WorkflowID, cb.State, cb.RunOn = wf, store.StatePending, store.RunOnComplete
+	cb.ParentIDs = []string{child.ID}
+	params := []*store.InsertParams{root, other, child, cb}
+	_, jobs := insertWorkflow(t, s, wf, params...)
+	for i, p := range params {
+		requireInserted(t, p, jobs[i])
+		requireInserted(t, p, get(t, s, p.ID))
+	}
+
+	// The store keeps its own copy of the parent lists.
+	child.ParentIDs[0] = "changed"
+	jobs[2].ParentIDs[1] = "changed"
+	require.Equal(t, []string{other.ID, root.ID}, get(t, s, child.ID).ParentIDs)
+}
