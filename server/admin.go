@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/pronto-jobs/pronto"
+	"github.com/pronto-jobs/pronto/store"
 )
 
 // System, queue, dead-letter, cron and event endpoints.
@@ -59,7 +60,13 @@ func (s *Server) manifest(w http.ResponseWriter, r *http.Request) {
 	*b = appendStringField(*b, "language", "go")
 	*b = appendStringField(*b, "homepage", "https://github.com/pronto-jobs/pronto")
 	*b = append(*b, '}')
-	*b = appendIntField(*b, "conformance_level", 2)
+	_, limits := s.store.(store.RateLimiter)
+	_, workflows := s.store.(store.Workflows)
+	level := 2
+	if limits && workflows {
+		level = 4
+	}
+	*b = appendIntField(*b, "conformance_level", int64(level))
 	*b = appendStrings(appendKey(*b, "protocols"), []string{"http"})
 	*b = appendStringField(*b, "backend", s.backend)
 	*b = append(appendKey(*b, "capabilities"), '{')
@@ -68,10 +75,15 @@ func (s *Server) manifest(w http.ResponseWriter, r *http.Request) {
 		on   bool
 	}{
 		{"batch_enqueue", true}, {"cron_jobs", true}, {"dead_letter", true}, {"delayed_jobs", true},
-		{"job_ttl", true}, {"priority_queues", true}, {"rate_limiting", false}, {"schema_validation", false},
-		{"unique_jobs", false}, {"workflows", false}, {"pause_resume", true}, {"events", true},
+		{"job_ttl", true}, {"priority_queues", true}, {"rate_limiting", limits}, {"schema_validation", false},
+		{"unique_jobs", level == 4}, {"workflows", workflows}, {"pause_resume", true}, {"events", true},
 	} {
 		*b = appendBoolField(*b, c.name, c.on)
+	}
+	if level == 4 {
+		// ojs-unique-jobs.md §8.3: the strength of the uniqueness guarantee.
+		*b = appendStringField(*b, "unique_jobs_strength", "strong")
+		*b = appendStringField(*b, "unique_jobs_mechanism", "a unique index over the key, partial on the held states (memory: the store's lock), checked in the insert's transaction")
 	}
 	*b = append(*b, '}')
 	*b = appendStrings(appendKey(*b, "extensions"), []string{"x-pronto-relative-times", "x-pronto-requeue"})
@@ -79,6 +91,7 @@ func (s *Server) manifest(w http.ResponseWriter, r *http.Request) {
 	*b = appendIntField(*b, "max_body_bytes", s.maxBody)
 	*b = appendIntField(*b, "max_batch_jobs", int64(s.maxBatch))
 	*b = appendIntField(*b, "max_fetch_count", 1000)
+	*b = appendIntField(*b, "max_workflow_jobs", int64(s.maxBatch))
 	*b = append(*b, '}')
 	*b = append(appendKey(*b, "endpoints"), '{')
 	*b = appendStringField(*b, "base_url", "/ojs/v1")
@@ -450,8 +463,9 @@ func (s *Server) listEvents(w http.ResponseWriter, r *http.Request) {
 	writeBuf(w, http.StatusOK, b)
 }
 
-// POST /ojs/v1/_test/reset (TestMode only): empties the store of jobs, pause flags and cron
-// schedules, and the event log.
+// POST /ojs/v1/_test/reset (TestMode only): empties the store of jobs, pause flags, cron schedules and
+// rate limits, and the event log. (Workflows have no delete: their jobs go, their rows stay, unreachable
+// by the next case, which makes workflows of its own.)
 func (s *Server) reset(w http.ResponseWriter, r *http.Request) {
 	discardBody(r)
 	ctx := r.Context()
@@ -504,6 +518,15 @@ func (s *Server) resetAll(ctx context.Context) error {
 				return err
 			}
 		}
+	}
+	if limits, err := s.client.RateLimitList(ctx); err == nil {
+		for _, l := range limits {
+			if err := s.client.RateLimitDelete(ctx, l.Key); err != nil && !errors.Is(err, pronto.ErrNotFound) {
+				return err
+			}
+		}
+	} else if !errors.Is(err, pronto.ErrUnsupported) {
+		return err
 	}
 	s.events.reset()
 	s.fetched.reset()

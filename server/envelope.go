@@ -264,6 +264,8 @@ type enqueueRequest struct {
 	ext ojsExt
 	// metadata is options.metadata, merged into meta (meta's own keys win).
 	metadata map[string]json.RawMessage
+	// rateKeyFromQueue: options.rate_limit named no key, so the key is "queue:" and the job's queue.
+	rateKeyFromQueue bool
 }
 
 // decodeJob reads and validates one OJS job envelope.
@@ -342,7 +344,7 @@ func decodeJobMembers(top object, now time.Time) (*enqueueRequest, *apiError) {
 			if e := applyOptions(req, opts, now); e != nil {
 				return nil, e
 			}
-		case "queue", "priority", "scheduled_at", "expires_at", "retry", "tags":
+		case "queue", "priority", "scheduled_at", "expires_at", "retry", "tags", "unique":
 			topOpts = append(topOpts, mb)
 		case "timeout":
 			secs, e := wantInt(v, "timeout", 0, math.MaxInt32)
@@ -385,6 +387,14 @@ func decodeJobMembers(top object, now time.Time) (*enqueueRequest, *apiError) {
 		meta = merged
 	}
 	req.job.Meta = meta
+	if req.rateKeyFromQueue {
+		o.RateKey = "queue:" + queueOr(o.Queue)
+	}
+	if o.Unique != nil {
+		if e := checkUniqueKeys(o.Unique, req.job.Args, meta, "options.unique"); e != nil {
+			return nil, e
+		}
+	}
 	return req, nil
 }
 
@@ -447,6 +457,8 @@ func optionSet(req *enqueueRequest, k string) bool {
 		return o.RetryPolicy != nil
 	case "tags":
 		return o.Tags != nil
+	case "unique":
+		return o.Unique != nil
 	}
 	return false
 }
@@ -571,10 +583,23 @@ func applyOptions(req *enqueueRequest, opts object, now time.Time) *apiError {
 			}
 			req.metadata = m
 		case "unique":
-			// Unique jobs are OJS level 4; the policy is accepted and not enforced.
-			if jsonKind(v) != "object" {
-				return invalid(field, "%s must be a JSON object, not %s", field, jsonKind(v))
+			if o.Unique, e = decodeUnique(v, field); e != nil {
+				return e
 			}
+		case "rate_limit":
+			spec, e := decodeRateLimit(v, field, false)
+			if e != nil {
+				return e
+			}
+			if spec.key == "" && !spec.bounds {
+				return invalid(field, "%s sets nothing: give a key (to follow the limit stored under it), bounds (concurrency, rate, max_per_second), or both", field)
+			}
+			o.RateKey, o.RateLimit = spec.key, nil
+			if spec.bounds {
+				l := spec.limit
+				o.RateLimit = &l
+			}
+			req.rateKeyFromQueue = spec.key == ""
 		}
 	}
 	if o.ScheduledAt.IsZero() && !delayUntil.IsZero() {

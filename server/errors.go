@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/pronto-jobs/pronto"
+	"github.com/pronto-jobs/pronto/store"
 )
 
 // Error codes of OJS error bodies. The first group is the OJS standard vocabulary; the second names
@@ -80,9 +81,12 @@ func conflict(format string, args ...any) *apiError {
 func fromClientError(err error, kind, id string) *apiError {
 	var ae *apiError
 	var te *pronto.TransitionError
+	var uce *pronto.UniqueConflictError
 	switch {
 	case errors.As(err, &ae):
 		return ae
+	case errors.As(err, &uce):
+		return uniqueConflict(uce)
 	case errors.As(err, &te):
 		e := conflict("cannot %s %s %s in state %q", te.Operation, kind, id, te.From)
 		e.details = map[string]any{"job_id": id, "current_state": string(te.From)}
@@ -92,13 +96,24 @@ func fromClientError(err error, kind, id string) *apiError {
 	case errors.Is(err, pronto.ErrDuplicate):
 		e := errorf(http.StatusConflict, CodeDuplicate, "a %s with id %q already exists", kind, id)
 		return e
-	case errors.Is(err, pronto.ErrInvalidArgs):
+	case errors.Is(err, pronto.ErrInvalidArgs), errors.Is(err, store.ErrInvalidParams):
 		return invalid("", "%s", trimPrefix(err.Error()))
 	case errors.Is(err, pronto.ErrUnsupported):
 		return errorf(http.StatusUnprocessableEntity, CodeUnsupported, "%s", err.Error())
 	}
 	e := errorf(http.StatusInternalServerError, CodeBackendError, "backend error: %v", err)
 	e.retryable = true
+	return e
+}
+
+// uniqueConflict is the 409 of an insert refused because another job holds its unique key.
+func uniqueConflict(uce *pronto.UniqueConflictError) *apiError {
+	e := errorf(http.StatusConflict, CodeDuplicate,
+		"a job with the same unique key already exists: job %s (%s)", uce.ExistingID, uce.ExistingState)
+	e.details = map[string]any{
+		"existing_job_id": uce.ExistingID, "existing_job_state": string(uce.ExistingState),
+		"uniqueness_key": uce.Key,
+	}
 	return e
 }
 

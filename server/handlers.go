@@ -43,13 +43,20 @@ func (s *Server) enqueue(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	j := rows[0]
-	s.enqueuedEvent(j)
 	w.Header().Set("Location", "/ojs/v1/jobs/"+j.ID)
 	b := getBuf()
 	*b = append(*b, `{"job":`...)
 	*b = appendJob(*b, j)
+	status := http.StatusCreated
+	if j.Duplicate {
+		// on_conflict "ignore": nothing was inserted; this is the job holding the unique key.
+		status = http.StatusOK
+		*b = appendBoolField(*b, "deduplicated", true)
+	} else {
+		s.enqueuedEvent(j)
+	}
 	*b = append(*b, '}')
-	writeBuf(w, http.StatusCreated, b)
+	writeBuf(w, status, b)
 }
 
 // POST /ojs/v1/jobs/batch
@@ -79,6 +86,13 @@ func (s *Server) enqueueBatch(w http.ResponseWriter, r *http.Request) {
 			*b = append(*b, ',')
 		}
 		*b = appendJob(*b, j)
+		if j.Duplicate {
+			// on_conflict "ignore": the job holding the key stands in for this one.
+			*b = (*b)[:len(*b)-1]
+			*b = appendBoolField(*b, "deduplicated", true)
+			*b = append(*b, '}')
+			continue
+		}
 		s.enqueuedEvent(j)
 	}
 	*b = append(*b, ']')

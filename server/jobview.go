@@ -217,6 +217,7 @@ func appendJob(b []byte, j *pronto.JobRow) []byte {
 	if len(j.Result) > 0 {
 		b = appendRawField(b, "result", j.Result)
 	}
+	b = appendJobLinks(b, j)
 	if ext != nil && len(ext.Unknown) > 0 {
 		keys := make([]string, 0, len(ext.Unknown))
 		for k := range ext.Unknown {
@@ -243,7 +244,8 @@ func reservedViewKey(k string) bool {
 		"max_attempts", "timeout_ms", "visibility_timeout_ms", "tags", "retry", "created_at",
 		"enqueued_at", "scheduled_at", "next_attempt_at", "expires_at", "expired_at", "started_at",
 		"completed_at", "discarded_at", "cancelled_at", "visible_until", "retry_delay_ms", "error",
-		"errors", "result", "options", "timeout":
+		"errors", "result", "options", "timeout", "workflow_id", "depends_on", "workflow_callback",
+		"parent_results", "unique_key", "rate_limit_key", "deduplicated":
 		return true
 	}
 	return false
@@ -267,4 +269,29 @@ func retryDelay(j *pronto.JobRow) (time.Duration, bool) {
 		return 0, false
 	}
 	return j.ScheduledAt.Sub(last.At), true
+}
+
+// appendJobLinks appends what ties a job to others: its workflow, the workflow jobs it waits for
+// (depends_on), the outcome a callback runs on, its parents' results once released, its unique key
+// and its rate-limit key.
+func appendJobLinks(b []byte, j *pronto.JobRow) []byte {
+	if j.WorkflowID != "" {
+		b = appendStringField(b, "workflow_id", j.WorkflowID)
+	}
+	if len(j.ParentIDs) > 0 {
+		b = appendStrings(appendKey(b, "depends_on"), j.ParentIDs)
+	}
+	if j.RunOn != "" {
+		b = appendStringField(b, "workflow_callback", "on_"+string(j.RunOn))
+	}
+	if pr := bytes.TrimSpace(j.ParentResults); len(pr) > 0 && string(pr) != "null" {
+		b = appendRawField(b, "parent_results", pr)
+	}
+	if j.UniqueKey != "" {
+		b = appendStringField(b, "unique_key", j.UniqueKey)
+	}
+	if j.RateKey != "" {
+		b = appendStringField(b, "rate_limit_key", j.RateKey)
+	}
+	return b
 }

@@ -1,5 +1,5 @@
 // Package server is pronto's HTTP API: the Open Job Spec (OJS) HTTP binding 1.0, conformance levels
-// 0 to 2, over a *pronto.Client and its store. Any OJS SDK can enqueue jobs through it, and any OJS
+// 0 to 4 (workflows, unique jobs, rate limits), over a *pronto.Client and its store. Any OJS SDK can enqueue jobs through it, and any OJS
 // worker can fetch, acknowledge, fail and heartbeat them, beside Go workers registered on the same
 // client. `pronto serve` runs it; docs/http-api.md describes the endpoints, authentication, limits
 // and pronto's extensions.
@@ -365,6 +365,43 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request, rest string) {
 				s.deleteCron(w, r, seg[1])
 			default:
 				s.writeError(w, r, methodNotAllowed(r, "GET", "DELETE"))
+			}
+			return
+		}
+	case "workflows":
+		switch {
+		case len(seg) == 1:
+			want(http.MethodPost, func() { s.createWorkflow(w, r) })
+			return
+		case len(seg) == 2:
+			switch m {
+			case http.MethodGet:
+				s.getWorkflow(w, r, seg[1])
+			case http.MethodDelete:
+				s.cancelWorkflow(w, r, seg[1])
+			default:
+				s.writeError(w, r, methodNotAllowed(r, "GET", "DELETE"))
+			}
+			return
+		case len(seg) == 3 && seg[2] == "jobs":
+			want(http.MethodGet, func() { s.workflowJobs(w, r, seg[1]) })
+			return
+		}
+	case "rate-limits":
+		switch {
+		case len(seg) == 1:
+			want(http.MethodGet, func() { s.listRateLimits(w, r) })
+			return
+		case len(seg) == 2:
+			switch m {
+			case http.MethodGet:
+				s.getRateLimit(w, r, seg[1])
+			case http.MethodPut:
+				s.putRateLimit(w, r, seg[1])
+			case http.MethodDelete:
+				s.deleteRateLimit(w, r, seg[1])
+			default:
+				s.writeError(w, r, methodNotAllowed(r, "GET", "PUT", "DELETE"))
 			}
 			return
 		}

@@ -84,7 +84,7 @@ func selectCases(t *testing.T) []*testCase {
 		t.Fatalf("loading the conformance cases: %v", err)
 	}
 	levels := map[int]bool{}
-	for _, l := range envList("OJS_CONFORMANCE_LEVELS", "0,1,2") {
+	for _, l := range envList("OJS_CONFORMANCE_LEVELS", "0,1,2,3,4") {
 		n, err := strconv.Atoi(l)
 		if err != nil {
 			t.Fatalf("OJS_CONFORMANCE_LEVELS: %q is not a level", l)

@@ -5,7 +5,7 @@
 //	go test ./server/conformance/
 //
 // The cases are read from ../shared/ojs/conformance relative to the module root (override with
-// OJS_CONFORMANCE_DIR). OJS_CONFORMANCE_LEVELS (default "0,1,2"), OJS_CONFORMANCE_STORES (default
+// OJS_CONFORMANCE_DIR). OJS_CONFORMANCE_LEVELS (default "0,1,2,3,4"), OJS_CONFORMANCE_STORES (default
 // "memory,sqlite,postgres") and OJS_CONFORMANCE_RUN (a regular expression on test ids) narrow a run.
 // PostgreSQL is reached through internal/testdb (PRONTO_TEST_DATABASE_URL); it is never skipped.
 package conformance

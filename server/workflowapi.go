@@ -1,0 +1,489 @@
+package server
+
+import (
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/pronto-jobs/pronto"
+	"github.com/pronto-jobs/pronto/store"
+)
+
+// Workflow endpoints (ojs-workflows.md §11, OJS level 3): create a chain, group or batch (or, as a
+// pronto extension, a dag), read it, list its jobs, cancel it.
+
+// workflowTypes are the accepted values of a workflow's type.
+var workflowTypes = map[string]bool{"chain": true, "group": true, "batch": true, "dag": true}
+
+// workflowCallbacks maps the members of callbacks to the builder's methods.
+var workflowCallbacks = []struct {
+	name string
+	add  func(*pronto.Workflow, pronto.WorkflowJob) *pronto.Workflow
+}{
+	{"on_success", (*pronto.Workflow).OnSuccess},
+	{"on_failure", (*pronto.Workflow).OnFailure},
+	{"on_complete", (*pronto.Workflow).OnComplete},
+}
+
+// workflowSystemKeys are workflow attributes the server sets; a request may carry them (an SDK echoing
+// a workflow back) and they are ignored.
+var workflowSystemKeys = map[string]bool{
+	"id": true, "state": true, "metadata": true, "created_at": true, "started_at": true,
+	"completed_at": true, "specversion": true,
+}
+
+// optionGroup names the option an options member sets, so that aliases count as one option when a
+// workflow's default options are merged under a job's own.
+func optionGroup(k string) string {
+	switch k {
+	case "retry_policy":
+		return "retry"
+	case "delay_until":
+		return "scheduled_at"
+	case "visibility_timeout_ms":
+		return "visibility_timeout"
+	}
+	return k
+}
+
+// withDefaultOptions returns the job envelope top with the workflow's default options merged under
+// its own: a default applies unless the job sets the same option, in options or at the envelope's
+// top level.
+func withDefaultOptions(top object, defaults object) object {
+	if len(defaults) == 0 {
+		return top
+	}
+	set := map[string]bool{}
+	for _, mb := range top {
+		set[optionGroup(mb.key)] = true // envelope-level options (queue, priority, ...)
+	}
+	var own object
+	if raw, ok := top.get("options"); ok && !isNull(raw) {
+		if jsonKind(raw) != "object" {
+			return top // decodeJobMembers reports it
+		}
+		own, _ = splitObject(raw)
+		for _, mb := range own {
+			set[optionGroup(mb.key)] = true
+		}
+	}
+	merged := make([]byte, 0, 256)
+	merged = append(merged, '{')
+	n := 0
+	add := func(mb member) {
+		if n > 0 {
+			merged = append(merged, ',')
+		}
+		merged = appendString(merged, mb.key)
+		merged = append(merged, ':')
+		merged = append(merged, mb.val...)
+		n++
+	}
+	for _, mb := range defaults {
+		if !set[optionGroup(mb.key)] {
+			add(mb)
+		}
+	}
+	for _, mb := range own {
+		add(mb)
+	}
+	merged = append(merged, '}')
+	out := make(object, 0, len(top)+1)
+	for _, mb := range top {
+		if mb.key != "options" {
+			out = append(out, mb)
+		}
+	}
+	return append(out, member{key: "options", val: merged})
+}
+
+// atPath prefixes an error about one job of a workflow with the job's path ("steps[2]",
+// "callbacks.on_success"): the message, and the field ("steps[2].type").
+func atPath(e *apiError, path string) *apiError {
+	e.message = path + ": " + e.message
+	field := path
+	if f, ok := e.details["field"].(string); ok && f != "" {
+		field = path + "." + f
+	}
+	e.details = map[string]any{"field": field}
+	return e
+}
+
+// decodeWorkflowJob reads one job of a workflow: an OJS job envelope.
+func decodeWorkflowJob(raw json.RawMessage, path string, defaults object, dag bool, now time.Time) (*enqueueRequest, string, []string, *apiError) {
+	top, e := decodeObject(raw, "job")
+	if e != nil {
+		return nil, "", nil, atPath(e, path)
+	}
+	var name string
+	var after []string
+	if dag {
+		v, ok := top.get("name")
+		if !ok || isNull(v) {
+			return nil, "", nil, invalid(path+".name", "%s.name is required in a dag: the name other steps' depends_on refer to", path)
+		}
+		if name, e = wantString(v, path+".name"); e != nil {
+			return nil, "", nil, e
+		}
+		if name == "" || len(name) > 255 {
+			return nil, "", nil, invalid(path+".name", "%s.name must be 1 to 255 bytes", path)
+		}
+		if v, ok := top.get("depends_on"); ok && !isNull(v) {
+			if after, e = wantKeyList(v, path+".depends_on"); e != nil {
+				return nil, "", nil, e
+			}
+		}
+		kept := top[:0:0]
+		for _, mb := range top {
+			if mb.key != "depends_on" {
+				kept = append(kept, mb)
+			}
+		}
+		top = kept
+	} else if _, ok := top.get("depends_on"); ok {
+		return nil, "", nil, invalid(path+".depends_on", "%s.depends_on is only for workflows of type dag", path)
+	}
+	req, e := decodeJobMembers(withDefaultOptions(top, defaults), now)
+	if e != nil {
+		return nil, "", nil, atPath(e, path)
+	}
+	switch {
+	case req.job.Opts.Unique != nil:
+		return nil, "", nil, invalid(path+".options.unique", "%s: workflow jobs cannot be unique", path)
+	case req.job.Opts.Pending:
+		return nil, "", nil, invalid(path+".options.pending", "%s: workflow jobs cannot be inserted pending (a step waits for its parents by itself)", path)
+	}
+	return req, name, after, nil
+}
+
+// decodeWorkflow reads a workflow request into a builder, and returns with it the decoded jobs in the
+// builder's order (steps, then callbacks).
+func decodeWorkflow(body []byte, now time.Time, maxJobs int) (*pronto.Workflow, []*enqueueRequest, *apiError) {
+	top, e := decodeObject(body, "workflow")
+	if e != nil {
+		return nil, nil, e
+	}
+	str := func(k string) (string, *apiError) {
+		if v, ok := top.get(k); ok && !isNull(v) {
+			return wantString(v, k)
+		}
+		return "", nil
+	}
+	typ, e := str("type")
+	if e != nil {
+		return nil, nil, e
+	}
+	if typ == "" {
+		return nil, nil, invalid("type", "type is required: chain, group or batch (or dag)")
+	}
+	if !workflowTypes[typ] {
+		return nil, nil, invalid("type", "type %q: must be chain, group or batch (or dag)", typ)
+	}
+	name, e := str("name")
+	if e != nil {
+		return nil, nil, e
+	}
+	if len(name) > 255 {
+		return nil, nil, invalid("name", "name is longer than 255 bytes")
+	}
+	var defaults object
+	listField := ""
+	var list json.RawMessage
+	for _, mb := range top {
+		switch mb.key {
+		case "type", "name", "callbacks":
+		case "steps", "jobs":
+			if isNull(mb.val) {
+				continue
+			}
+			if listField != "" && listField != mb.key {
+				return nil, nil, invalid(mb.key, "give steps or jobs, not both")
+			}
+			listField, list = mb.key, mb.val
+		case "options":
+			if isNull(mb.val) {
+				continue
+			}
+			if defaults, e = decodeObject(mb.val, "options"); e != nil {
+				e.details = map[string]any{"field": "options"}
+				return nil, nil, e
+			}
+		default:
+			if !workflowSystemKeys[mb.key] {
+				return nil, nil, invalid(mb.key, "%s is not a field of a workflow (type, name, steps or jobs, callbacks, options)", mb.key)
+			}
+		}
+	}
+	if listField == "" {
+		want := "jobs"
+		if typ == "chain" || typ == "dag" {
+			want = "steps"
+		}
+		return nil, nil, invalid(want, "%s is required: an array of job envelopes", want)
+	}
+	if jsonKind(list) != "array" {
+		return nil, nil, invalid(listField, "%s must be an array of job envelopes, not %s", listField, jsonKind(list))
+	}
+	var elems []json.RawMessage
+	if err := json.Unmarshal(list, &elems); err != nil {
+		return nil, nil, invalid(listField, "%s must be an array of job envelopes", listField)
+	}
+	if len(elems) == 0 {
+		return nil, nil, invalid(listField, "%s is empty: a workflow needs at least one job", listField)
+	}
+	if len(elems) > maxJobs {
+		return nil, nil, invalid(listField, "a workflow holds at most %d jobs, got %d", maxJobs, len(elems))
+	}
+	dag := typ == "dag"
+	reqs := make([]*enqueueRequest, 0, len(elems)+3)
+	jobs := make([]pronto.WorkflowJob, len(elems))
+	w := pronto.NewWorkflow(name)
+	seen := map[string]bool{}
+	for i, el := range elems {
+		path := listField + "[" + strconv.Itoa(i) + "]"
+		req, stepName, after, e := decodeWorkflowJob(el, path, defaults, dag, now)
+		if e != nil {
+			return nil, nil, e
+		}
+		reqs = append(reqs, req)
+		jobs[i] = pronto.WorkflowJob{OJS: &req.job}
+		if !dag {
+			continue
+		}
+		if seen[stepName] {
+			return nil, nil, invalid(path+".name", "%s.name %q: another step has that name", path, stepName)
+		}
+		for _, a := range after {
+			if !seen[a] {
+				return nil, nil, invalid(path+".depends_on", "%s.depends_on: %q is not the name of an earlier step", path, a)
+			}
+		}
+		seen[stepName] = true
+		w.AddJob(stepName, jobs[i], after...)
+	}
+	switch typ {
+	case "chain":
+		w = pronto.NewChain(name, jobs...)
+	case "group":
+		w = pronto.NewGroup(name, jobs...)
+	case "batch":
+		w = pronto.NewBatch(name, jobs...)
+	}
+	cbReqs, e := decodeCallbacks(top, w, defaults, now)
+	if e != nil {
+		return nil, nil, e
+	}
+	return w, append(reqs, cbReqs...), nil
+}
+
+// decodeCallbacks reads callbacks {on_success, on_failure, on_complete} and adds them to w.
+func decodeCallbacks(top object, w *pronto.Workflow, defaults object, now time.Time) ([]*enqueueRequest, *apiError) {
+	raw, ok := top.get("callbacks")
+	if !ok || isNull(raw) {
+		return nil, nil
+	}
+	cbs, e := decodeObject(raw, "callbacks")
+	if e != nil {
+		e.details = map[string]any{"field": "callbacks"}
+		return nil, e
+	}
+	for _, mb := range cbs {
+		known := false
+		for _, cb := range workflowCallbacks {
+			known = known || cb.name == mb.key
+		}
+		if !known {
+			return nil, invalid("callbacks."+mb.key, "callbacks.%s is not a callback (on_success, on_failure, on_complete)", mb.key)
+		}
+	}
+	var reqs []*enqueueRequest
+	for _, cb := range workflowCallbacks {
+		v, ok := cbs.get(cb.name)
+		if !ok || isNull(v) {
+			continue
+		}
+		req, _, _, e := decodeWorkflowJob(v, "callbacks."+cb.name, defaults, false, now)
+		if e != nil {
+			return nil, e
+		}
+		reqs = append(reqs, req)
+		cb.add(w, pronto.WorkflowJob{OJS: &req.job})
+	}
+	return reqs, nil
+}
+
+// appendWorkflow appends the OJS view of a workflow: its state and its members' progress (callbacks
+// are not counted). steps_* and jobs_* carry the same numbers, under the names OJS uses for chains and
+// for groups and batches.
+func appendWorkflow(b []byte, wf *pronto.WorkflowInfo) []byte {
+	completed := int64(wf.Counts[pronto.StateCompleted])
+	failed := int64(wf.Counts[pronto.StateDiscarded] + wf.Counts[pronto.StateCancelled])
+	b = append(b, '{')
+	b = appendStringField(b, "id", wf.ID)
+	b = appendStringField(b, "name", wf.Name)
+	b = appendStringField(b, "type", wf.Type)
+	b = appendStringField(b, "state", string(wf.State))
+	b = appendIntField(b, "steps_total", int64(wf.Total))
+	b = appendIntField(b, "steps_completed", completed)
+	b = appendIntField(b, "jobs_total", int64(wf.Total))
+	b = appendIntField(b, "jobs_completed", completed)
+	b = appendIntField(b, "jobs_failed", failed)
+	b = append(appendKey(b, "counts"), '{')
+	for _, st := range store.AllStates {
+		b = appendIntField(b, string(st), int64(wf.Counts[st]))
+	}
+	b = append(b, '}')
+	b = appendTimeField(b, "created_at", wf.CreatedAt)
+	if !wf.CancelledAt.IsZero() {
+		b = appendTimeField(b, "cancelled_at", wf.CancelledAt)
+	}
+	if !wf.FinishedAt.IsZero() {
+		b = appendTimeField(b, "finished_at", wf.FinishedAt)
+	}
+	b = append(appendKey(b, "metadata"), '{')
+	b = appendTimeField(b, "created_at", wf.CreatedAt)
+	if !wf.FinishedAt.IsZero() {
+		b = appendTimeField(b, "completed_at", wf.FinishedAt)
+	}
+	b = appendIntField(b, "job_count", int64(wf.Total))
+	b = appendIntField(b, "completed_count", completed)
+	b = appendIntField(b, "failed_count", failed)
+	b = append(b, '}')
+	return append(b, '}')
+}
+
+// checkWorkflowID validates a workflow id taken from a path.
+func checkWorkflowID(id string) *apiError {
+	if !validID(id) {
+		return invalid("workflow id", "workflow id %q: must be a UUIDv7 in lowercase 8-4-4-4-12 form", id)
+	}
+	return nil
+}
+
+// workflowError maps an error of the workflow API, with a hint of its own for a missing workflow.
+func workflowError(err error, id string) *apiError {
+	e := fromClientError(err, "workflow", id)
+	if e.status == http.StatusNotFound {
+		e.hint = "check the workflow id (the id answered when the workflow was created)"
+	}
+	return e
+}
+
+// POST /ojs/v1/workflows
+func (s *Server) createWorkflow(w http.ResponseWriter, r *http.Request) {
+	body, ok := s.readBody(w, r)
+	if !ok {
+		return
+	}
+	if len(body) == 0 {
+		s.writeError(w, r, invalid("", "the request body is empty: send a workflow {\"type\": \"chain\", \"steps\": [...]}"))
+		return
+	}
+	wf, _, e := decodeWorkflow(body, time.Now(), s.maxBatch)
+	if e != nil {
+		s.writeError(w, r, e)
+		return
+	}
+	res, err := s.client.WorkflowInsert(r.Context(), wf)
+	if err != nil {
+		s.writeError(w, r, workflowError(err, wf.ID()))
+		return
+	}
+	w.Header().Set("Location", "/ojs/v1/workflows/"+res.Workflow.ID)
+	b := getBuf()
+	*b = append(*b, `{"workflow":`...)
+	*b = appendWorkflow(*b, res.Workflow)
+	*b = append(appendKey(*b, "jobs"), '[')
+	for i, step := range res.Order {
+		j := res.Jobs[step]
+		if i > 0 {
+			*b = append(*b, ',')
+		}
+		*b = appendJob(*b, j)
+		s.enqueuedEvent(j)
+	}
+	*b = append(*b, ']', '}')
+	writeBuf(w, http.StatusCreated, b)
+}
+
+// GET /ojs/v1/workflows/{id}
+func (s *Server) getWorkflow(w http.ResponseWriter, r *http.Request, id string) {
+	if e := checkWorkflowID(id); e != nil {
+		s.writeError(w, r, e)
+		return
+	}
+	wf, err := s.client.WorkflowGet(r.Context(), id)
+	if err != nil {
+		s.writeError(w, r, workflowError(err, id))
+		return
+	}
+	s.writeWorkflow(w, wf)
+}
+
+func (s *Server) writeWorkflow(w http.ResponseWriter, wf *pronto.WorkflowInfo) {
+	b := getBuf()
+	*b = append(*b, `{"workflow":`...)
+	*b = appendWorkflow(*b, wf)
+	*b = append(*b, '}')
+	writeBuf(w, http.StatusOK, b)
+}
+
+// GET /ojs/v1/workflows/{id}/jobs: the workflow and every job of it (steps, then callbacks, in the
+// order they were created).
+func (s *Server) workflowJobs(w http.ResponseWriter, r *http.Request, id string) {
+	if e := checkWorkflowID(id); e != nil {
+		s.writeError(w, r, e)
+		return
+	}
+	ctx := r.Context()
+	wf, err := s.client.WorkflowGet(ctx, id)
+	if err != nil {
+		s.writeError(w, r, workflowError(err, id))
+		return
+	}
+	jobs, err := s.client.WorkflowJobs(ctx, id)
+	if err != nil {
+		s.writeError(w, r, workflowError(err, id))
+		return
+	}
+	b := getBuf()
+	*b = append(*b, `{"workflow":`...)
+	*b = appendWorkflow(*b, wf)
+	*b = append(appendKey(*b, "jobs"), '[')
+	for i, j := range jobs {
+		if i > 0 {
+			*b = append(*b, ',')
+		}
+		*b = appendJob(*b, j)
+	}
+	*b = append(*b, ']', '}')
+	writeBuf(w, http.StatusOK, b)
+}
+
+// DELETE /ojs/v1/workflows/{id}: cancels every job of a running workflow that has not finished. A
+// workflow that is already completed, failed or cancelled answers 409, as ojs-workflows.md §11.3
+// requires.
+func (s *Server) cancelWorkflow(w http.ResponseWriter, r *http.Request, id string) {
+	if e := checkWorkflowID(id); e != nil {
+		s.writeError(w, r, e)
+		return
+	}
+	ctx := r.Context()
+	wf, err := s.client.WorkflowGet(ctx, id)
+	if err != nil {
+		s.writeError(w, r, workflowError(err, id))
+		return
+	}
+	if wf.State != pronto.WorkflowRunning {
+		e := conflict("workflow %s is already %s", id, wf.State)
+		e.details = map[string]any{"workflow_id": id, "current_state": string(wf.State)}
+		s.writeError(w, r, e)
+		return
+	}
+	if wf, err = s.client.WorkflowCancel(ctx, id); err != nil {
+		s.writeError(w, r, workflowError(err, id))
+		return
+	}
+	s.writeWorkflow(w, wf)
+}
