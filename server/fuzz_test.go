@@ -47,6 +47,15 @@ var fuzzSeeds = []string{
 	`{"name":"n","expression":"*/5 * * * *","timezone":"Asia/Tokyo","overlap_policy":"skip","job_template":{"type":"a.b","args":[1],"options":{"queue":"q"}}}`,
 	`{"name":"n","expression":"99 25 32 13 8","job_template":{"type":"a.b","args":[]}}`,
 	`{"name":"N!","cron":"@every 0s","type":"a.b"}`,
+	`{"type":"a.b","args":[{"id":1}],"meta":{"t":"x"},"options":{"unique":{"keys":["type","queue","args","meta"],"args_keys":["id"],"meta_keys":["t"],"period":"PT1H","states":["available","completed"],"on_conflict":"replace_except_schedule"}}}`,
+	`{"type":"a.b","args":[],"unique":{"keys":["meta"],"on_conflict":"use_existing","period":"P1W"}}`,
+	`{"type":"a.b","args":[],"options":{"rate_limit":{"key":"tenant:acme","concurrency":5,"rate":{"limit":100,"period":"PT1M"},"on_limit":"reschedule"}}}`,
+	`{"type":"a.b","args":[],"options":{"rate_limit":{"max_per_second":1}}}`,
+	`{"key":"k","concurrency":0,"throttle":{"limit":1,"period":"PT1S"},"expires_at":"2030-01-01T00:00:00Z"}`,
+	`{"type":"chain","name":"c","options":{"queue":"q","retry":{"max_attempts":1}},"steps":[{"type":"a.b","args":[1]},{"type":"c.d","args":[],"options":{"retry_policy":{"max_attempts":2}}}]}`,
+	`{"type":"batch","jobs":[{"type":"a.b","args":[]}],"callbacks":{"on_success":{"type":"s.t","args":[]},"on_failure":null,"on_complete":{"type":"x","args":{}}}}`,
+	`{"type":"dag","steps":[{"name":"a","type":"a.b","args":[]},{"name":"b","type":"a.b","args":[],"depends_on":["a","z"]}]}`,
+	`{"type":"pipeline","steps":[],"jobs":[]}`,
 }
 
 // FuzzDecode feeds arbitrary bodies to every request decoder: each returns a value or an OJS error
@@ -116,6 +125,15 @@ func FuzzDecode(f *testing.F) {
 		check("heartbeat", e)
 		_, e = decodeCron(body, now)
 		check("cron", e)
+		_, e = decodeRateLimit(body, "", true)
+		check("rate limit", e)
+		_, wreqs, e := decodeWorkflow(body, now, 100)
+		check("workflow", e)
+		for _, req := range wreqs {
+			if !json.Valid(req.job.Args) || req.job.Args[0] != '[' || req.job.Opts.Unique != nil || req.job.Opts.Pending {
+				t.Fatalf("workflow: accepted a job the client would refuse: %+v", req.job)
+			}
+		}
 	})
 }
 
@@ -133,6 +151,11 @@ var fuzzRoutes = []struct{ method, path string }{
 	{"GET", "/ojs/v1/events?"},
 	{"GET", "/ojs/v1/dead-letter?"},
 	{"POST", "/ojs/v1/queues/"},
+	{"POST", "/ojs/v1/workflows"},
+	{"GET", "/ojs/v1/workflows/"},
+	{"DELETE", "/ojs/v1/workflows/"},
+	{"PUT", "/ojs/v1/rate-limits/"},
+	{"GET", "/ojs/v1/rate-limits/"},
 }
 
 // FuzzHandler sends arbitrary bodies and path tails through the whole handler over a memory store:
