@@ -115,6 +115,25 @@ func (h *jheap) retire() {
 	}
 }
 
+// eachUpTo calls fn for every entry (live or stale) whose k1 is at most k1, visiting only those and
+// their children: an entry's children never have a smaller k1 than it.
+func (h *jheap) eachUpTo(k1 int64, fn func(*entry)) {
+	if len(h.items) == 0 || h.items[0].k1 > k1 {
+		return
+	}
+	stack := []int{0}
+	for len(stack) > 0 {
+		i := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		fn(&h.items[i])
+		for c := 2*i + 1; c <= 2*i+2 && c < len(h.items); c++ {
+			if h.items[c].k1 <= k1 {
+				stack = append(stack, c)
+			}
+		}
+	}
+}
+
 func (h *jheap) up(i int) {
 	e := h.items[i]
 	for i > 0 {

@@ -12,6 +12,13 @@
 // FIFO in finishing order, so every maintenance pass touches only the jobs it changes. Entries are
 // removed lazily and the structures compacted when stale entries outnumber live ones.
 //
+// Available jobs with a rate key sit in heaps of their own per queue, kind and key, so a claim that
+// meets an exhausted key drops that whole heap from its candidates instead of stepping over its jobs
+// one by one; jobs without a rate key never meet the feature. Unique keys are a map from key to the
+// job that last took it, checked under the mutex. A workflow job links to its parents and children,
+// and every transition to a terminal state queues the job so that the same critical section decides
+// its pending children (see settle).
+//
 // Every job handed out (by Insert, Claim, GetJob and the rest) is a deep copy: changing it, or the
 // parameters given to Insert, never changes what the store holds.
 package memory
@@ -19,7 +26,6 @@ package memory
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"slices"
 	"sort"
@@ -38,8 +44,12 @@ const (
 	defaultListLimit = 100
 )
 
-// Compile-time check that Store implements store.Store.
-var _ store.Store = (*Store)(nil)
+// Compile-time checks that Store implements the store interfaces.
+var (
+	_ store.Store       = (*Store)(nil)
+	_ store.RateLimiter = (*Store)(nil)
+	_ store.Workflows   = (*Store)(nil)
+)
 
 // stateIndex numbers the eight states for the per-queue counters, in store.AllStates order.
 func stateIndex(s store.State) int {
@@ -76,6 +86,11 @@ type job struct {
 	heap     *jheap
 	fifo     *fifo
 	inExpiry bool
+	// rk is the bookkeeping of the job's rate key (nil without one).
+	rk *rateKey
+	// wf is the job's workflow (nil outside one); parents and children are its graph's edges.
+	wf                *workflow
+	parents, children []*job
 }
 
 // entry returns a live entry of j with the given keys.
@@ -87,10 +102,13 @@ func (j *job) entry(k1, k2 int64) entry {
 type queue struct {
 	name   string
 	paused bool
-	// ready holds the queue's available jobs by kind, in claim order: keyed on (^priority, due time,
-	// id). An available job whose expiry has passed is dropped from it by the claim that meets it and
-	// waits for DiscardExpired.
+	// ready holds the queue's available jobs without a rate key by kind, in claim order: keyed on
+	// (^priority, due time, id). An available job whose expiry has passed is dropped from it by the
+	// claim that meets it and waits for DiscardExpired.
 	ready map[string]*jheap
+	// limited holds the available jobs with a rate key the same way, by kind and then by key, so that
+	// all the jobs of one heap are held back together when their key is exhausted.
+	limited map[string]map[string]*jheap
 	// waiting holds scheduled and retryable jobs by (due time, id).
 	waiting jheap
 	counts  [8]int64
@@ -124,6 +142,14 @@ type Store struct {
 	terminal [3]fifo // completed, cancelled and discarded jobs in the order they finished
 	leaders  map[string]leader
 
+	// unique maps a unique key to the job that took it last: the only job that may hold it.
+	unique map[string]*job
+	// rates holds the rate keys that have a stored limit or stored jobs.
+	rates     map[string]*rateKey
+	workflows map[string]*workflow
+	// decided lists workflow jobs that became terminal and whose children settle has not looked at.
+	decided []*job
+
 	hub notifyhub.Hub
 }
 
@@ -131,9 +157,12 @@ type Store struct {
 // survives the process.
 func New() *Store {
 	return &Store{
-		jobs:    make(map[string]*job),
-		queues:  make(map[string]*queue),
-		leaders: make(map[string]leader),
+		jobs:      make(map[string]*job),
+		queues:    make(map[string]*queue),
+		leaders:   make(map[string]leader),
+		unique:    make(map[string]*job),
+		rates:     make(map[string]*rateKey),
+		workflows: make(map[string]*workflow),
 	}
 }
 
@@ -160,7 +189,7 @@ func (s *Store) publish(ns []store.Notification) {
 func (s *Store) queue(name string) *queue {
 	q := s.queues[name]
 	if q == nil {
-		q = &queue{name: name, ready: make(map[string]*jheap)}
+		q = &queue{name: name, ready: make(map[string]*jheap), limited: make(map[string]map[string]*jheap)}
 		s.queues[name] = q
 	}
 	return q
@@ -192,14 +221,17 @@ func expired(j *job, now time.Time) bool {
 // place files j in the structures its state calls for; s.mu must be held and j must be unplaced.
 func (s *Store) place(j *job) {
 	q := j.q
-	q.counts[stateIndex(j.State)]++
+	i := stateIndex(j.State)
+	q.counts[i]++
+	if j.rk != nil {
+		j.rk.counts[i]++
+	}
+	if j.wf != nil {
+		j.wf.placed(j)
+	}
 	switch j.State {
 	case store.StateAvailable:
-		h := q.ready[j.Kind]
-		if h == nil {
-			h = &jheap{}
-			q.ready[j.Kind] = h
-		}
+		h := q.readyHeap(j)
 		h.push(j.entry(^int64(j.Priority), nanos(j.ScheduledAt)))
 		j.heap = h
 	case store.StateScheduled, store.StateRetryable:
@@ -212,6 +244,9 @@ func (s *Store) place(j *job) {
 		f := &s.terminal[terminalIndex(j.State)]
 		f.push(j.entry(0, 0))
 		j.fifo = f
+		if len(j.children) > 0 {
+			s.decided = append(s.decided, j)
+		}
 	}
 	if !j.ExpiresAt.IsZero() && notStarted(j.State) {
 		s.expiry.push(j.entry(nanos(j.ExpiresAt), 0))
@@ -222,7 +257,14 @@ func (s *Store) place(j *job) {
 // unplace takes j out of every structure place put it in (its entries go stale); s.mu must be held.
 // A caller that has just popped one of j's entries clears the matching field first.
 func (s *Store) unplace(j *job) {
-	j.q.counts[stateIndex(j.State)]--
+	i := stateIndex(j.State)
+	j.q.counts[i]--
+	if j.rk != nil {
+		j.rk.counts[i]--
+	}
+	if j.wf != nil {
+		j.wf.unplaced(j)
+	}
 	j.gen++
 	if j.heap != nil {
 		j.heap.retire()
@@ -252,9 +294,41 @@ func (s *Store) addID(id string) {
 	s.ids = slices.Insert(s.ids, i, id)
 }
 
+// readyHeap returns the heap of q that holds j while it is available, creating it.
+func (q *queue) readyHeap(j *job) *jheap {
+	if j.rk == nil {
+		h := q.ready[j.Kind]
+		if h == nil {
+			h = &jheap{}
+			q.ready[j.Kind] = h
+		}
+		return h
+	}
+	byKey := q.limited[j.Kind]
+	if byKey == nil {
+		byKey = make(map[string]*jheap)
+		q.limited[j.Kind] = byKey
+	}
+	h := byKey[j.RateKey]
+	if h == nil {
+		h = &jheap{}
+		byKey[j.RateKey] = h
+	}
+	return h
+}
+
 // forget deletes j; s.mu must be held and j unplaced.
 func (s *Store) forget(j *job) {
 	delete(s.jobs, j.ID)
+	if j.UniqueKey != "" && s.unique[j.UniqueKey] == j {
+		delete(s.unique, j.UniqueKey)
+	}
+	if j.rk != nil {
+		s.dropRateKeyIfUnused(j.rk)
+	}
+	if j.wf != nil {
+		s.forgetMember(j)
+	}
 	if dead := len(s.ids) - len(s.jobs); dead > 1024 && dead > len(s.jobs) {
 		live := s.ids[:0]
 		for _, id := range s.ids {
@@ -279,28 +353,50 @@ func (a *announcer) add(j *job) {
 	if j.State != store.StateAvailable && j.ScheduledAt.After(a.now) {
 		due = j.ScheduledAt
 	}
+	a.addQueue(j.Queue, due)
+}
+
+// addQueue announces queue with jobs due at due (zero: now).
+func (a *announcer) addQueue(queue string, due time.Time) {
 	for i := range a.ns {
 		n := &a.ns[i]
-		if n.Queue == j.Queue {
+		if n.Queue == queue {
 			if !n.DueAt.IsZero() && (due.IsZero() || due.Before(n.DueAt)) {
 				n.DueAt = due
 			}
 			return
 		}
 	}
-	a.ns = append(a.ns, store.Notification{Kind: store.NotifyInsert, Queue: j.Queue, DueAt: due})
+	a.ns = append(a.ns, store.Notification{Kind: store.NotifyInsert, Queue: queue, DueAt: due})
+}
+
+// announces reports whether a job in state st is announced: it is claimable now or later.
+func announces(st store.State) bool {
+	switch st {
+	case store.StateAvailable, store.StateScheduled, store.StateRetryable:
+		return true
+	}
+	return false
 }
 
 // Insert stores jobs atomically and announces each queue that got claimable or scheduled jobs. An id
 // that exists already (or twice in params) fails the call with store.ErrDuplicate; a state other than
-// available, scheduled or pending, or a missing id, kind or queue, fails it too. Either way nothing
-// is stored.
+// available, scheduled or pending, a missing id, kind or queue, or a workflow field fails it with
+// store.ErrInvalidParams; a unique key held by another job fails it with a
+// *store.UniqueConflictError when the job's policy is to reject. Whenever the call fails, nothing is
+// stored.
 func (s *Store) Insert(ctx context.Context, params []*store.InsertParams) ([]*store.Job, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	for _, p := range params {
 		if err := validInsert(p); err != nil {
+			return nil, err
+		}
+		if err := store.ValidatePlainInsert(p); err != nil {
+			return nil, fmt.Errorf("memory: insert: %w", err)
+		}
+		if err := validUnique(p); err != nil {
 			return nil, err
 		}
 	}
@@ -311,34 +407,68 @@ func (s *Store) Insert(ctx context.Context, params []*store.InsertParams) ([]*st
 	for i, p := range params {
 		jobs[i] = newJob(p)
 	}
-	out := make([]*store.Job, len(params))
 
-	now := time.Now()
-	a := announcer{now: now}
 	s.mu.Lock()
+	now := time.Now() // under the mutex: a replaced job's finish time orders the terminal FIFO
 	for _, p := range params {
 		if s.jobs[p.ID] != nil {
 			s.mu.Unlock()
 			return nil, fmt.Errorf("memory: insert job %s: %w", p.ID, store.ErrDuplicate)
 		}
 	}
-	for i, j := range jobs {
+	for _, j := range jobs {
 		j.CreatedAt = now
 		if j.ScheduledAt.IsZero() {
 			j.ScheduledAt = now
 		}
-		j.q = s.queue(j.Queue)
-		s.jobs[j.ID] = j
-		s.addID(j.ID)
-		s.place(j)
-		out[i] = j.export()
-		if j.State != store.StatePending {
+	}
+	plan, err := s.planUnique(jobs, params, now)
+	if err != nil {
+		s.mu.Unlock()
+		return nil, err
+	}
+	a := announcer{now: now}
+	cancels := s.applyUnique(plan, now)
+	for i, j := range jobs {
+		if plan.duplicateOf(i) != nil {
+			continue
+		}
+		if l := params[i].RateLimit; l != nil {
+			s.rateKey(j.RateKey).setLimit(*l)
+		}
+		s.add(j)
+		if announces(j.State) {
 			a.add(j)
 		}
 	}
+	out := make([]*store.Job, len(params))
+	for i, j := range jobs {
+		if d := plan.duplicateOf(i); d != nil {
+			out[i] = d.export()
+			out[i].Duplicate = true
+			continue
+		}
+		out[i] = j.export()
+	}
+	s.settle(now, &a)
 	s.mu.Unlock()
+	s.publish(cancels)
 	s.publish(a.ns)
 	return out, nil
+}
+
+// add stores and files a new job; s.mu must be held.
+func (s *Store) add(j *job) {
+	j.q = s.queue(j.Queue)
+	if j.RateKey != "" {
+		j.rk = s.rateKey(j.RateKey)
+	}
+	if j.UniqueKey != "" {
+		s.unique[j.UniqueKey] = j
+	}
+	s.jobs[j.ID] = j
+	s.addID(j.ID)
+	s.place(j)
 }
 
 // uniqueIDs refuses a batch that names one id twice. Ids made by one process are increasing, which
@@ -363,21 +493,31 @@ func uniqueIDs(params []*store.InsertParams) error {
 
 func validInsert(p *store.InsertParams) error {
 	if p == nil {
-		return errors.New("memory: insert: nil job")
+		return fmt.Errorf("memory: insert: nil job: %w", store.ErrInvalidParams)
 	}
 	switch {
 	case p.ID == "":
-		return errors.New("memory: insert: job has no id")
+		return fmt.Errorf("memory: insert: job has no id: %w", store.ErrInvalidParams)
 	case p.Kind == "":
-		return fmt.Errorf("memory: insert job %s: no kind", p.ID)
+		return fmt.Errorf("memory: insert job %s: no kind: %w", p.ID, store.ErrInvalidParams)
 	case p.Queue == "":
-		return fmt.Errorf("memory: insert job %s: no queue", p.ID)
+		return fmt.Errorf("memory: insert job %s: no queue: %w", p.ID, store.ErrInvalidParams)
 	}
 	switch p.State {
 	case store.StateAvailable, store.StateScheduled, store.StatePending:
-		return nil
+	default:
+		return fmt.Errorf("memory: insert job %s: state %q cannot be inserted (want available, scheduled or pending): %w",
+			p.ID, p.State, store.ErrInvalidParams)
 	}
-	return fmt.Errorf("memory: insert job %s: state %q cannot be inserted (want available, scheduled or pending)", p.ID, p.State)
+	if p.RateLimit != nil {
+		if p.RateKey == "" {
+			return fmt.Errorf("memory: insert job %s: a rate limit without a rate key: %w", p.ID, store.ErrInvalidParams)
+		}
+		if err := validLimit(*p.RateLimit); err != nil {
+			return fmt.Errorf("memory: insert job %s: %w", p.ID, err)
+		}
+	}
+	return nil
 }
 
 // newJob copies p into a new job the store owns.
@@ -397,16 +537,25 @@ func newJob(p *store.InsertParams) *job {
 	j.ScheduledAt = p.ScheduledAt
 	j.ExpiresAt = p.ExpiresAt
 	j.UniqueKey = p.UniqueKey
+	j.UniqueUntil = p.UniqueUntil
+	j.UniqueStates = slices.Clone(p.UniqueStates)
+	if j.UniqueKey != "" && len(j.UniqueStates) == 0 {
+		// The job reports the states it actually holds its key in.
+		j.UniqueStates = slices.Clone(store.DefaultUniqueStates)
+	}
 	j.Tenant = p.Tenant
 	j.RateKey = p.RateKey
 	j.WorkflowID = p.WorkflowID
 	j.ParentIDs = slices.Clone(p.ParentIDs)
+	j.RunOn = p.RunOn
 	return j
 }
 
 // Claim moves up to p.Limit claimable jobs of p.Queue to active and returns them in claim order.
 // Scheduled and retryable jobs of the queue that are due become available on the way (as a Promote
-// would make them), so the claim can weigh them against available jobs by priority.
+// would make them), so the claim can weigh them against available jobs by priority. A job whose rate
+// key is exhausted is skipped (with its whole heap when its limit waits) or dropped or rescheduled as
+// its limit says.
 func (s *Store) Claim(ctx context.Context, p store.ClaimParams) ([]*store.Job, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -414,49 +563,46 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) ([]*store.Job, e
 	if p.Limit <= 0 {
 		return nil, nil
 	}
-	now := time.Now()
-	lease := now.Add(p.LeaseDuration)
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	now := time.Now() // under the mutex: a dropped job's finish time orders the terminal FIFO
 	q := s.queues[p.Queue]
 	if q == nil || q.paused {
+		s.mu.Unlock()
 		return nil, nil
 	}
 	s.promoteQueue(q, now, -1, nil)
 
 	var buf [8]*jheap
-	hs := buf[:0]
-	if len(p.Kinds) == 0 {
-		for _, h := range q.ready {
-			if h.len() > 0 {
-				hs = append(hs, h)
-			}
-		}
-	} else {
-		for _, k := range p.Kinds {
-			if h := q.ready[k]; h != nil && h.len() > 0 && !slices.Contains(hs, h) {
-				hs = append(hs, h)
-			}
-		}
-	}
+	hs := q.candidates(p.Kinds, buf[:0])
 	if len(hs) == 0 {
+		s.mu.Unlock()
 		return nil, nil
 	}
+	lease := now.Add(p.LeaseDuration)
+	a := announcer{now: now}
 	out := make([]*store.Job, 0, min(p.Limit, int(q.counts[stateIndex(store.StateAvailable)])))
 	for len(out) < p.Limit {
-		var (
-			best *jheap
-			top  *entry
-		)
-		for _, h := range hs {
+		bi := -1
+		var top *entry
+		for i, h := range hs {
 			if e := h.top(); e != nil && (top == nil || e.less(top)) {
-				best, top = h, e
+				bi, top = i, e
 			}
 		}
-		if best == nil {
+		if bi < 0 {
 			break
 		}
-		j := top.j
+		best, j := hs[bi], top.j
+		if j.rk != nil && !expired(j, now) {
+			if blocked, until := j.rk.blocked(now); blocked {
+				if !s.holdBack(j, until, now, &a) {
+					// Its key waits for room: so do the other jobs of its heap, this claim over.
+					hs[bi] = hs[len(hs)-1]
+					hs = hs[:len(hs)-1]
+				}
+				continue
+			}
+		}
 		best.pop()
 		j.heap = nil // its entry is gone, not stale
 		if expired(j, now) {
@@ -470,9 +616,92 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) ([]*store.Job, e
 		j.LeaseExpiresAt = lease
 		j.WorkerID = p.WorkerID
 		s.place(j)
+		if j.rk != nil {
+			j.rk.started(now)
+		}
 		out = append(out, j.export())
 	}
+	s.settle(now, &a)
+	s.mu.Unlock()
+	s.publish(a.ns)
 	return out, nil
+}
+
+// candidates appends to hs the heaps of q that hold available jobs of the given kinds (every kind
+// when kinds is empty), dropping the rate-key heaps it finds empty; s.mu must be held.
+func (q *queue) candidates(kinds []string, hs []*jheap) []*jheap {
+	if len(kinds) == 0 {
+		for _, h := range q.ready {
+			if h.len() > 0 {
+				hs = append(hs, h)
+			}
+		}
+		for kind := range q.limited {
+			hs = q.limitedCandidates(kind, hs)
+		}
+		return hs
+	}
+	for _, k := range kinds {
+		if h := q.ready[k]; h != nil && h.len() > 0 && !slices.Contains(hs, h) {
+			hs = append(hs, h)
+		}
+	}
+	if len(q.limited) > 0 {
+		for i, k := range kinds {
+			if !slices.Contains(kinds[:i], k) {
+				hs = q.limitedCandidates(k, hs)
+			}
+		}
+	}
+	return hs
+}
+
+// limitedCandidates appends the rate-key heaps of kind that hold live jobs and forgets the others
+// (no job refers to a heap without a live entry of it).
+func (q *queue) limitedCandidates(kind string, hs []*jheap) []*jheap {
+	byKey := q.limited[kind]
+	for key, h := range byKey {
+		if h.top() == nil {
+			delete(byKey, key)
+			continue
+		}
+		hs = append(hs, h)
+	}
+	if len(byKey) == 0 {
+		delete(q.limited, kind)
+	}
+	return hs
+}
+
+// holdBack applies the OnLimit of j's exhausted key to j, the top of its heap: a dropped job is
+// discarded, a rescheduled one moved to scheduled at until (or a second from now when until is
+// zero). It reports false, leaving j as it is, when the limit waits. s.mu must be held.
+func (s *Store) holdBack(j *job, until, now time.Time, a *announcer) bool {
+	action := j.rk.limit.OnLimit
+	if action != store.LimitDrop && action != store.LimitReschedule {
+		return false
+	}
+	j.heap.pop()
+	j.heap = nil
+	s.unplace(j)
+	if action == store.LimitDrop {
+		j.State = store.StateDiscarded
+		j.CompletedAt = now
+		j.Errors = append(j.Errors, store.AttemptError{
+			Attempt: j.Attempt, At: now, Type: "rate_limited",
+			Message: fmt.Sprintf("dropped: the limit of rate key %s was exhausted", j.RateKey),
+		})
+		s.place(j)
+		return true
+	}
+	if until.IsZero() {
+		until = now.Add(time.Second)
+	}
+	j.State = store.StateScheduled
+	j.ScheduledAt = until
+	s.place(j)
+	a.add(j)
+	return true
 }
 
 // promoteQueue makes up to limit (all when negative) due scheduled and retryable jobs of q available,
@@ -558,11 +787,14 @@ func (s *Store) Finish(ctx context.Context, completions []store.Completion) ([]s
 			j.MaxAttempts++
 		}
 		s.place(j)
-		switch c.State {
-		case store.StateRetryable, store.StateScheduled, store.StateAvailable:
+		switch {
+		case announces(c.State):
 			a.add(j)
+		case j.RateKey != "":
+			a.addQueue(j.Queue, time.Time{}) // its key has room for one more job
 		}
 	}
+	s.settle(now, &a)
 	s.mu.Unlock()
 	s.publish(a.ns)
 	return res, nil
@@ -636,6 +868,7 @@ func (s *Store) Rescue(ctx context.Context, p store.RescueParams) (store.RescueR
 			res.Requeued = append(res.Requeued, j.export())
 		}
 	}
+	s.settle(now, &a)
 	s.mu.Unlock()
 	s.publish(a.ns)
 	return res, nil
@@ -676,6 +909,7 @@ func (s *Store) DiscardExpired(ctx context.Context, limit int) (int, error) {
 	n := 0
 	s.mu.Lock()
 	now := time.Now()
+	a := announcer{now: now}
 	for cut := nanos(now); n < limit; n++ {
 		e := s.expiry.top()
 		if e == nil || e.k1 > cut {
@@ -692,11 +926,14 @@ func (s *Store) DiscardExpired(ctx context.Context, limit int) (int, error) {
 		})
 		s.place(j)
 	}
+	s.settle(now, &a)
 	s.mu.Unlock()
+	s.publish(a.ns)
 	return n, nil
 }
 
-// NextDue returns the earliest due time of queue's scheduled and retryable jobs.
+// NextDue returns the earliest due time of queue's scheduled and retryable jobs, or, when sooner,
+// the end of the rate window of an exhausted key with available jobs in queue.
 func (s *Store) NextDue(ctx context.Context, queue string) (time.Time, bool, error) {
 	if err := ctx.Err(); err != nil {
 		return time.Time{}, false, err
@@ -707,11 +944,16 @@ func (s *Store) NextDue(ctx context.Context, queue string) (time.Time, bool, err
 	if q == nil {
 		return time.Time{}, false, nil
 	}
-	e := q.waiting.top()
-	if e == nil {
-		return time.Time{}, false, nil
+	next, ok := time.Time{}, false
+	if e := q.waiting.top(); e != nil {
+		next, ok = e.j.ScheduledAt, true
 	}
-	return e.j.ScheduledAt, true, nil
+	if len(q.limited) > 0 {
+		if w, found := q.windowDue(time.Now()); found && (!ok || w.Before(next)) {
+			next, ok = w, true
+		}
+	}
+	return next, ok, nil
 }
 
 // Cleanup deletes up to p.Limit terminal jobs that finished before their state's cut-off.
@@ -774,15 +1016,21 @@ func (s *Store) ListJobs(ctx context.Context, p store.ListParams) ([]*store.Job,
 	match := func(j *job) bool {
 		return (len(p.States) == 0 || slices.Contains(p.States, j.State)) &&
 			(len(p.Queues) == 0 || slices.Contains(p.Queues, j.Queue)) &&
-			(len(p.Kinds) == 0 || slices.Contains(p.Kinds, j.Kind))
+			(len(p.Kinds) == 0 || slices.Contains(p.Kinds, j.Kind)) &&
+			(p.WorkflowID == "" || j.WorkflowID == p.WorkflowID)
 	}
 	var out []*store.Job
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	ids := s.ids
+	if p.WorkflowID != "" {
+		// A workflow's own ids, sorted, rather than every id.
+		ids = s.workflowIDs(p.WorkflowID)
+	}
 	// visit offers the job of ids[i] and reports whether the page is complete with one more match
 	// beyond it.
 	visit := func(i int) (full bool) {
-		j := s.jobs[s.ids[i]]
+		j := s.jobs[ids[i]]
 		if j == nil || !match(j) {
 			return false
 		}
@@ -794,9 +1042,9 @@ func (s *Store) ListJobs(ctx context.Context, p store.ListParams) ([]*store.Job,
 	}
 	more := false
 	if p.Descending {
-		start := len(s.ids)
+		start := len(ids)
 		if p.After != "" {
-			start = sort.SearchStrings(s.ids, p.After) // first id >= After
+			start = sort.SearchStrings(ids, p.After) // first id >= After
 		}
 		for i := start - 1; i >= 0 && !more; i-- {
 			more = visit(i)
@@ -804,9 +1052,9 @@ func (s *Store) ListJobs(ctx context.Context, p store.ListParams) ([]*store.Job,
 	} else {
 		start := 0
 		if p.After != "" {
-			start = sort.Search(len(s.ids), func(i int) bool { return s.ids[i] > p.After })
+			start = sort.Search(len(ids), func(i int) bool { return ids[i] > p.After })
 		}
-		for i := start; i < len(s.ids) && !more; i++ {
+		for i := start; i < len(ids) && !more; i++ {
 			more = visit(i)
 		}
 	}
@@ -839,19 +1087,29 @@ func (s *Store) CancelJob(ctx context.Context, id string) (*store.Job, error) {
 		s.mu.Unlock()
 		return nil, err
 	}
-	wasActive := j.State == store.StateActive
+	var cancels []store.Notification
+	s.cancel(j, now, &cancels)
+	a := announcer{now: now}
+	s.settle(now, &a)
+	out := j.export()
+	s.mu.Unlock()
+	s.publish(cancels)
+	s.publish(a.ns)
+	return out, nil
+}
+
+// cancel moves j, which is not terminal, to cancelled, appending a NotifyCancel to cancels when it
+// was active; s.mu must be held.
+func (s *Store) cancel(j *job, now time.Time, cancels *[]store.Notification) {
+	if j.State == store.StateActive {
+		*cancels = append(*cancels, store.Notification{Kind: store.NotifyCancel, Queue: j.Queue, JobID: j.ID})
+	}
 	s.unplace(j)
 	j.State = store.StateCancelled
 	j.CompletedAt = now
 	j.LeaseExpiresAt = time.Time{}
 	j.WorkerID = ""
 	s.place(j)
-	out := j.export()
-	s.mu.Unlock()
-	if wasActive {
-		s.hub.Publish(store.Notification{Kind: store.NotifyCancel, Queue: out.Queue, JobID: out.ID})
-	}
-	return out, nil
 }
 
 // RetryJob makes a discarded or cancelled job available again with its attempt count reset to zero
@@ -884,6 +1142,10 @@ func (s *Store) makeAvailable(ctx context.Context, id, op string, from func(stor
 	}
 	if !from(j.State) {
 		err := transitionError(j, op)
+		s.mu.Unlock()
+		return nil, err
+	}
+	if err := s.retake(j, now); err != nil {
 		s.mu.Unlock()
 		return nil, err
 	}
@@ -1007,15 +1269,17 @@ func (s *Store) Resign(ctx context.Context, name, leaderID string) error {
 func (j *job) export() *store.Job {
 	out := new(store.Job)
 	*out = j.Job
-	if n := len(j.Args) + len(j.Meta) + len(j.Result) + len(j.RetryPolicy); n > 0 {
+	if n := len(j.Args) + len(j.Meta) + len(j.Result) + len(j.RetryPolicy) + len(j.ParentResults); n > 0 {
 		buf := make([]byte, 0, n)
 		out.Args, buf = take(buf, j.Args)
 		out.Meta, buf = take(buf, j.Meta)
 		out.Result, buf = take(buf, j.Result)
-		out.RetryPolicy, _ = take(buf, j.RetryPolicy)
+		out.RetryPolicy, buf = take(buf, j.RetryPolicy)
+		out.ParentResults, _ = take(buf, j.ParentResults)
 	}
 	out.Tags = slices.Clone(j.Tags)
 	out.ParentIDs = slices.Clone(j.ParentIDs)
+	out.UniqueStates = slices.Clone(j.UniqueStates)
 	if j.Errors != nil {
 		out.Errors = make([]store.AttemptError, len(j.Errors))
 		for i, e := range j.Errors {
