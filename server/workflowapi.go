@@ -43,6 +43,8 @@ func optionGroup(k string) string {
 		return "scheduled_at"
 	case "visibility_timeout_ms":
 		return "visibility_timeout"
+	case "timeout":
+		return "timeout_ms" // the envelope's top-level timeout, in seconds
 	}
 	return k
 }
