@@ -496,3 +496,17 @@ func TestManifestLevel4(t *testing.T) {
 		t.Fatalf("manifest: %s", r.raw)
 	}
 }
+
+func TestWorkflowDuplicateJobID(t *testing.T) {
+	s, _ := newTestServer(t, Config{})
+	id := "019539a4-0000-7000-8000-0000000000aa"
+	if r := call(t, s, "POST", "/ojs/v1/jobs", `{"id":"`+id+`","type":"a.b","args":[]}`); r.status != 201 {
+		t.Fatalf("enqueue: %s", r.raw)
+	}
+	r := call(t, s, "POST", "/ojs/v1/workflows", `{"type":"group","jobs":[{"type":"a.b","args":[]},{"id":"`+id+`","type":"a.b","args":[]}]}`)
+	checkErrorBody(t, r, 409, CodeDuplicate)
+	r = call(t, s, "GET", "/ojs/v1/queues/default/stats", nil)
+	if n := obj(t, r, "queue")["available"]; n != 1.0 {
+		t.Fatalf("a refused workflow stored jobs: %s", r.raw)
+	}
+}

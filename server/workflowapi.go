@@ -2,6 +2,7 @@ package server
 
 import (
 	"encoding/json"
+	"errors"
 	"net/http"
 	"strconv"
 	"time"
@@ -365,6 +366,9 @@ func checkWorkflowID(id string) *apiError {
 
 // workflowError maps an error of the workflow API, with a hint of its own for a missing workflow.
 func workflowError(err error, id string) *apiError {
+	if errors.Is(err, pronto.ErrDuplicate) {
+		return errorf(http.StatusConflict, CodeDuplicate, "a job id given in the workflow belongs to an existing job (%v)", err)
+	}
 	e := fromClientError(err, "workflow", id)
 	if e.status == http.StatusNotFound {
 		e.hint = "check the workflow id (the id answered when the workflow was created)"
