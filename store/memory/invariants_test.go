@@ -42,6 +42,24 @@ func (s *Store) check(t *testing.T) {
 		for k, h := range q.ready {
 			countHeap("ready "+q.name+"/"+k, h)
 		}
+		for k, byKey := range q.limited {
+			for key, h := range byKey {
+				countHeap("limited "+q.name+"/"+k+"/"+key, h)
+				for i := range h.items {
+					if e := &h.items[i]; e.live() {
+						require.Equal(t, key, e.j.RateKey, "a limited heap holds only its key's jobs")
+						require.Equal(t, k, e.j.Kind)
+					}
+				}
+			}
+		}
+		for k, h := range q.ready {
+			for i := range h.items {
+				if e := &h.items[i]; e.live() {
+					require.Empty(t, e.j.RateKey, "ready heap %s holds only jobs without a rate key", k)
+				}
+			}
+		}
 		countHeap("waiting "+q.name, &q.waiting)
 		counts[q] = [8]int64{}
 	}
@@ -102,8 +120,61 @@ func (s *Store) check(t *testing.T) {
 	for q, c := range counts {
 		require.Equal(t, c, q.counts, "counts of queue %s", q.name)
 	}
+	s.checkFeatures(t)
 	require.True(t, slices.IsSorted(s.ids))
 	require.Equal(t, len(s.ids), len(slices.Compact(slices.Clone(s.ids))), "no id listed twice")
+}
+
+// checkFeatures verifies the bookkeeping of unique keys, rate keys and workflows; s.mu must be held.
+func (s *Store) checkFeatures(t *testing.T) {
+	t.Helper()
+	require.Empty(t, s.decided, "every terminal workflow job's children were decided")
+	now := time.Now()
+	rateCounts := map[*rateKey][8]int64{}
+	wfCounts := map[*workflow][8]int{}
+	wfStored := map[*workflow]int{}
+	for _, j := range s.jobs {
+		if j.RateKey == "" {
+			require.Nil(t, j.rk)
+		} else {
+			require.Same(t, s.rates[j.RateKey], j.rk, "job %s refers to its key's bookkeeping", j.ID)
+			c := rateCounts[j.rk]
+			c[stateIndex(j.State)]++
+			rateCounts[j.rk] = c
+		}
+		if j.UniqueKey != "" && j.holds(now) && slices.Equal(j.UniqueStates, store.DefaultUniqueStates) {
+			require.Same(t, j, s.unique[j.UniqueKey], "job %s holding key %s is the key's holder", j.ID, j.UniqueKey)
+		}
+		if j.WorkflowID == "" {
+			require.Nil(t, j.wf)
+			continue
+		}
+		require.Same(t, s.workflows[j.WorkflowID], j.wf, "job %s refers to its workflow", j.ID)
+		wfStored[j.wf]++
+		if j.RunOn == "" {
+			c := wfCounts[j.wf]
+			c[stateIndex(j.State)]++
+			wfCounts[j.wf] = c
+		}
+		if j.State == store.StatePending && len(j.parents) > 0 {
+			require.Equal(t, outcomeWait, decide(j), "pending job %s has undecided parents", j.ID)
+		}
+	}
+	for key, rk := range s.rates {
+		require.Equal(t, key, rk.name)
+		require.Equal(t, rateCounts[rk], rk.counts, "counts of rate key %s", key)
+		require.True(t, rk.set || rk.used(), "rate key %s without a limit or jobs is dropped", key)
+	}
+	for key, j := range s.unique {
+		require.Same(t, j, s.jobs[j.ID], "the holder of key %s is stored", key)
+		require.Equal(t, key, j.UniqueKey)
+	}
+	for id, w := range s.workflows {
+		require.Equal(t, id, w.id)
+		require.Equal(t, wfStored[w], w.stored, "stored jobs of workflow %s", id)
+		require.Positive(t, w.stored, "a workflow without jobs is dropped")
+		require.Equal(t, wfCounts[w], w.counts, "member counts of workflow %s", id)
+	}
 }
 
 // TestRandomOperationsKeepInvariants drives the store through many random operations, enough to
@@ -112,7 +183,7 @@ func TestRandomOperationsKeepInvariants(t *testing.T) {
 	s := New()
 	ctx := t.Context()
 	rng := rand.New(rand.NewPCG(1, 2))
-	queues := []string{"a", "b", "c"}
+	queues := []string{"a", "b", "c", "w"} // "w" is for the feature operations only
 	kinds := []string{"k1", "k2"}
 	var ids []string
 	pick := func() string {
@@ -122,6 +193,13 @@ func TestRandomOperationsKeepInvariants(t *testing.T) {
 		return ids[rng.IntN(len(ids))]
 	}
 	for step := range 6_000 {
+		if rng.IntN(5) == 0 {
+			ids = append(ids, featureOp(t, s, rng, queues, kinds, pick)...)
+			if step%1000 == 0 {
+				s.check(t)
+			}
+			continue
+		}
 		switch op := rng.IntN(100); {
 		case op < 20:
 			var ps []*store.InsertParams
@@ -217,7 +295,21 @@ func TestRandomOperationsKeepInvariants(t *testing.T) {
 	for _, q := range queues {
 		require.NoError(t, s.ResumeQueue(ctx, q))
 	}
-	time.Sleep(25 * time.Millisecond) // every scheduled time above is within 20ms
+	limits, err := s.ListRateLimits(ctx)
+	require.NoError(t, err)
+	for _, l := range limits {
+		require.NoError(t, s.DeleteRateLimit(ctx, l.Key))
+	}
+	waiting, _, err := s.ListJobs(ctx, store.ListParams{States: []store.State{store.StateScheduled, store.StateRetryable}, Limit: 100_000})
+	require.NoError(t, err)
+	last := time.Now()
+	for _, j := range waiting {
+		if j.ScheduledAt.After(last) {
+			last = j.ScheduledAt
+		}
+	}
+	require.WithinDuration(t, time.Now(), last, 2*time.Second, "every scheduled time above is within a second or so")
+	time.Sleep(time.Until(last) + 5*time.Millisecond)
 	seen := map[string]bool{}
 	for _, q := range queues {
 		for {
@@ -283,6 +375,116 @@ func TestCompactionUnderChurn(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, rest, 1000, "the jobs never cancelled are all still claimable")
 	s.check(t)
+}
+
+// featureOp makes one random use of unique keys, rate limits or workflows and returns the ids of the
+// jobs it inserted.
+func featureOp(t *testing.T, s *Store, rng *rand.Rand, queues, kinds []string, pick func() string) []string {
+	ctx := t.Context()
+	mk := func() *store.InsertParams {
+		return &store.InsertParams{ID: uuidv7.New(), Kind: kinds[rng.IntN(len(kinds))], Queue: queues[rng.IntN(len(queues))],
+			Args: json.RawMessage(`[1]`), Priority: rng.IntN(3), State: store.StateAvailable, MaxAttempts: 1 + rng.IntN(3)}
+	}
+	rateKeys := []string{"", "", "r1", "r2", "r3"}
+	policies := []store.OnConflict{store.ConflictReject, store.ConflictIgnore, store.ConflictReplace, store.ConflictReplaceExceptSchedule}
+	switch op := rng.IntN(100); {
+	case op < 35: // unique and limited jobs
+		var ps []*store.InsertParams
+		for range 1 + rng.IntN(5) {
+			p := mk()
+			p.RateKey = rateKeys[rng.IntN(len(rateKeys))]
+			if rng.IntN(2) == 0 {
+				p.UniqueKey = fmt.Sprint("u", rng.IntN(8))
+				p.OnConflict = policies[rng.IntN(len(policies))]
+				if rng.IntN(4) == 0 {
+					p.UniqueUntil = time.Now().Add(time.Duration(rng.IntN(20)) * time.Millisecond)
+				}
+			}
+			if rng.IntN(4) == 0 {
+				p.State, p.ScheduledAt = store.StateScheduled, time.Now().Add(time.Duration(rng.IntN(20))*time.Millisecond)
+			}
+			ps = append(ps, p)
+		}
+		if _, err := s.Insert(ctx, ps); err != nil {
+			require.ErrorIs(t, err, store.ErrUniqueConflict)
+			return nil
+		}
+		out := make([]string, len(ps))
+		for i, p := range ps {
+			out[i] = p.ID
+		}
+		return out
+	case op < 50: // a random graph
+		wf := uuidv7.New()
+		var ps []*store.InsertParams
+		for i := range 2 + rng.IntN(5) {
+			p := mk()
+			p.Queue = "w"
+			p.WorkflowID = wf
+			p.RateKey = rateKeys[rng.IntN(len(rateKeys))]
+			if i > 0 && rng.IntN(4) > 0 {
+				for _, parent := range ps {
+					if rng.IntN(2) == 0 {
+						p.ParentIDs = append(p.ParentIDs, parent.ID)
+					}
+				}
+			}
+			if len(p.ParentIDs) > 0 {
+				p.State = store.StatePending
+				if i > 1 && rng.IntN(3) == 0 {
+					p.RunOn = []store.RunOn{store.RunOnSuccess, store.RunOnFailure, store.RunOnComplete}[rng.IntN(3)]
+				}
+			}
+			ps = append(ps, p)
+		}
+		_, _, err := s.InsertWorkflow(ctx, store.WorkflowParams{ID: wf, Jobs: ps})
+		require.NoError(t, err)
+		out := make([]string, len(ps))
+		for i, p := range ps {
+			out[i] = p.ID
+		}
+		return out
+	case op < 62: // run what a claim returns to a random end, so graphs and limits move
+		q := "w"
+		if rng.IntN(3) == 0 {
+			q = queues[rng.IntN(len(queues))]
+		}
+		jobs, err := s.Claim(ctx, store.ClaimParams{Queue: q, Limit: 1 + rng.IntN(20),
+			WorkerID: "runner", LeaseDuration: time.Minute})
+		require.NoError(t, err)
+		ends := []store.State{store.StateCompleted, store.StateCompleted, store.StateDiscarded, store.StateCancelled, store.StateRetryable}
+		cs := make([]store.Completion, len(jobs))
+		for i, j := range jobs {
+			cs[i] = store.Completion{ID: j.ID, Attempt: j.Attempt, State: ends[rng.IntN(len(ends))], Result: json.RawMessage(`1`)}
+		}
+		_, err = s.Finish(ctx, cs)
+		require.NoError(t, err)
+	case op < 70:
+		if j, err := s.GetJob(ctx, pick()); err == nil && j.WorkflowID != "" {
+			_, err := s.CancelWorkflow(ctx, j.WorkflowID)
+			require.NoError(t, err)
+		}
+	case op < 85:
+		key := rateKeys[2+rng.IntN(3)]
+		l := store.RateLimit{MaxActive: rng.IntN(3), OnLimit: []store.LimitAction{"", store.LimitWait, store.LimitDrop, store.LimitReschedule}[rng.IntN(4)]}
+		if rng.IntN(2) == 0 {
+			l.Rate, l.Period = 1+rng.IntN(3), time.Duration(5+rng.IntN(10))*time.Millisecond
+		}
+		require.NoError(t, s.SetRateLimit(ctx, key, l))
+	case op < 92:
+		err := s.DeleteRateLimit(ctx, rateKeys[2+rng.IntN(3)])
+		if err != nil {
+			require.ErrorIs(t, err, store.ErrNotFound)
+		}
+	default:
+		_, err := s.ListRateLimits(ctx)
+		require.NoError(t, err)
+		for _, q := range queues {
+			_, _, err := s.NextDue(ctx, q)
+			require.NoError(t, err)
+		}
+	}
+	return nil
 }
 
 func (s *Store) q(name string) *queue { return s.queues[name] }
