@@ -125,3 +125,137 @@ func TestReturnedJSONIsCapped(t *testing.T) {
 	require.JSONEq(t, `{"a":1}`, string(j.Meta))
 	require.JSONEq(t, `{"max_attempts":2}`, string(j.RetryPolicy))
 }
+
+// TestDeepChainCascades: a cancel at the head of a very long chain cancels every step in one call,
+// without growing the stack per step.
+func TestDeepChainCascades(t *testing.T) {
+	const steps = 20_000
+	s := memory.New()
+	wf := uuidv7.New()
+	ps := make([]*store.InsertParams, steps)
+	for i := range ps {
+		ps[i] = &store.InsertParams{ID: uuidv7.New(), Kind: "k", Queue: "q", Args: json.RawMessage(`[]`),
+			State: store.StateAvailable, MaxAttempts: 1, WorkflowID: wf}
+		if i > 0 {
+			ps[i].State = store.StatePending
+			ps[i].ParentIDs = []string{ps[i-1].ID}
+		}
+	}
+	_, _, err := s.InsertWorkflow(t.Context(), store.WorkflowParams{ID: wf, Type: "chain", Jobs: ps})
+	require.NoError(t, err)
+	_, err = s.CancelJob(t.Context(), ps[0].ID)
+	require.NoError(t, err)
+	w, err := s.GetWorkflow(t.Context(), wf)
+	require.NoError(t, err)
+	require.Equal(t, store.WorkflowFailed, w.State)
+	require.Equal(t, steps, w.Counts[store.StateCancelled])
+}
+
+// TestFeaturesRefuseBadInput: malformed workflows, limits and unique fields are refused with
+// store.ErrInvalidParams, never a panic, and store nothing.
+func TestFeaturesRefuseBadInput(t *testing.T) {
+	s := memory.New()
+	ctx := t.Context()
+	wf := uuidv7.New()
+	good := &store.InsertParams{ID: uuidv7.New(), Kind: "k", Queue: "q", Args: json.RawMessage(`[]`),
+		State: store.StateAvailable, MaxAttempts: 1, WorkflowID: wf}
+	for name, jobs := range map[string][]*store.InsertParams{
+		"nil job":   {good, nil},
+		"no kind":   {good, {ID: uuidv7.New(), Queue: "q", State: store.StateAvailable, WorkflowID: wf}},
+		"bad state": {good, {ID: uuidv7.New(), Kind: "k", Queue: "q", State: store.StateActive, WorkflowID: wf}},
+		"limit, no key": {good, {ID: uuidv7.New(), Kind: "k", Queue: "q", State: store.StateAvailable, WorkflowID: wf,
+			RateLimit: &store.RateLimit{MaxActive: 1}}},
+	} {
+		_, _, err := s.InsertWorkflow(ctx, store.WorkflowParams{ID: wf, Jobs: jobs})
+		require.ErrorIs(t, err, store.ErrInvalidParams, name)
+		_, err = s.GetJob(ctx, good.ID)
+		require.ErrorIs(t, err, store.ErrNotFound, name)
+	}
+
+	for name, l := range map[string]store.RateLimit{
+		"negative max active": {MaxActive: -1},
+		"negative rate":       {Rate: -1, Period: time.Second},
+		"rate without period": {Rate: 3},
+		"unknown action":      {MaxActive: 1, OnLimit: "explode"},
+	} {
+		require.ErrorIs(t, s.SetRateLimit(ctx, "k", l), store.ErrInvalidParams, name)
+		p := &store.InsertParams{ID: uuidv7.New(), Kind: "k", Queue: "q", Args: json.RawMessage(`[]`),
+			State: store.StateAvailable, MaxAttempts: 1, RateKey: "k", RateLimit: &l}
+		_, err := s.Insert(ctx, []*store.InsertParams{p})
+		require.ErrorIs(t, err, store.ErrInvalidParams, name)
+	}
+	require.ErrorIs(t, s.SetRateLimit(ctx, "", store.RateLimit{MaxActive: 1}), store.ErrInvalidParams)
+	_, err := s.GetRateLimit(ctx, "k")
+	require.ErrorIs(t, err, store.ErrNotFound, "no refused limit is stored")
+
+	p := &store.InsertParams{ID: uuidv7.New(), Kind: "k", Queue: "q", Args: json.RawMessage(`[]`),
+		State: store.StateAvailable, MaxAttempts: 1, UniqueKey: "u", UniqueStates: []store.State{"bogus"}}
+	_, err = s.Insert(ctx, []*store.InsertParams{p})
+	require.ErrorIs(t, err, store.ErrInvalidParams)
+	qs, err := s.ListQueues(ctx)
+	require.NoError(t, err)
+	require.Empty(t, qs)
+}
+
+// TestRetryKeepsUniqueness: a cancelled unique job whose key another job took meanwhile cannot be
+// retried into a second holder; once the key is free again, it can.
+func TestRetryKeepsUniqueness(t *testing.T) {
+	s := memory.New()
+	ctx := t.Context()
+	mk := func() *store.InsertParams {
+		return &store.InsertParams{ID: uuidv7.New(), Kind: "k", Queue: "q", Args: json.RawMessage(`[]`),
+			State: store.StateAvailable, MaxAttempts: 1, UniqueKey: "report"}
+	}
+	first, second := mk(), mk()
+	_, err := s.Insert(ctx, []*store.InsertParams{first})
+	require.NoError(t, err)
+	_, err = s.CancelJob(ctx, first.ID)
+	require.NoError(t, err)
+	_, err = s.Insert(ctx, []*store.InsertParams{second})
+	require.NoError(t, err)
+
+	_, err = s.RetryJob(ctx, first.ID)
+	var ue *store.UniqueConflictError
+	require.ErrorAs(t, err, &ue)
+	require.Equal(t, second.ID, ue.ExistingID)
+	j, err := s.GetJob(ctx, first.ID)
+	require.NoError(t, err)
+	require.Equal(t, store.StateCancelled, j.State)
+
+	_, err = s.CancelJob(ctx, second.ID)
+	require.NoError(t, err)
+	_, err = s.RetryJob(ctx, first.ID)
+	require.NoError(t, err)
+	_, err = s.Insert(ctx, []*store.InsertParams{mk()})
+	require.ErrorIs(t, err, store.ErrUniqueConflict, "the retried job holds its key again")
+}
+
+// TestReplaceTerminalHolder: a job holding its key in a terminal state cannot be cancelled by a
+// replacing insert; it gives up the key instead and keeps its state.
+func TestReplaceTerminalHolder(t *testing.T) {
+	s := memory.New()
+	ctx := t.Context()
+	mk := func(policy store.OnConflict) *store.InsertParams {
+		return &store.InsertParams{ID: uuidv7.New(), Kind: "k", Queue: "q", Args: json.RawMessage(`[]`),
+			State: store.StateAvailable, MaxAttempts: 1, UniqueKey: "nightly", OnConflict: policy,
+			UniqueStates: []store.State{store.StateAvailable, store.StateActive, store.StateCompleted}}
+	}
+	old := mk("")
+	_, err := s.Insert(ctx, []*store.InsertParams{old})
+	require.NoError(t, err)
+	jobs, err := s.Claim(ctx, store.ClaimParams{Queue: "q", Limit: 1, WorkerID: "w", LeaseDuration: time.Minute})
+	require.NoError(t, err)
+	require.Len(t, jobs, 1)
+	_, err = s.Finish(ctx, []store.Completion{{ID: old.ID, Attempt: 1, State: store.StateCompleted}})
+	require.NoError(t, err)
+
+	repl := mk(store.ConflictReplace)
+	_, err = s.Insert(ctx, []*store.InsertParams{repl})
+	require.NoError(t, err)
+	j, err := s.GetJob(ctx, old.ID)
+	require.NoError(t, err)
+	require.Equal(t, store.StateCompleted, j.State)
+	require.Empty(t, j.UniqueKey)
+	_, err = s.Insert(ctx, []*store.InsertParams{mk("")})
+	require.ErrorIs(t, err, store.ErrUniqueConflict, "the replacing job holds the key")
+}
