@@ -40,8 +40,8 @@ func (s *Store) GetJob(ctx context.Context, id string) (*store.Job, error) {
 }
 
 // ListJobs returns one page of jobs in id order (descending when asked) after the cursor p.After,
-// filtered by state, queue and kind when those lists are not empty, and the cursor of the next page
-// ("" when this page is the last).
+// filtered by state, queue and kind when those lists are not empty and by workflow when
+// p.WorkflowID is set, and the cursor of the next page ("" when this page is the last).
 func (s *Store) ListJobs(ctx context.Context, p store.ListParams) ([]*store.Job, string, error) {
 	limit := p.Limit
 	if limit <= 0 {
@@ -50,6 +50,14 @@ func (s *Store) ListJobs(ctx context.Context, p store.ListParams) ([]*store.Job,
 	sql, cursor := s.q.listJobs, minUUID
 	if p.Descending {
 		sql, cursor = s.q.listJobsDesc, maxUUID
+	}
+	args := []any{nil, nilIfEmpty(p.Queues), nilIfEmpty(p.Kinds), nil, limit + 1}
+	if p.WorkflowID != "" {
+		sql = s.q.listWorkflowJobs
+		if p.Descending {
+			sql = s.q.listWorkflowJobsDesc
+		}
+		args = append(args, p.WorkflowID)
 	}
 	if p.After != "" {
 		u, ok := parseUUID(p.After)
@@ -62,7 +70,8 @@ func (s *Store) ListJobs(ctx context.Context, p store.ListParams) ([]*store.Job,
 	for _, st := range p.States {
 		states = append(states, string(st))
 	}
-	rows, err := s.pool.Query(ctx, sql, states, nilIfEmpty(p.Queues), nilIfEmpty(p.Kinds), cursor, limit+1)
+	args[0], args[3] = states, cursor
+	rows, err := s.pool.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, "", fmt.Errorf("list jobs: %w", err)
 	}
@@ -85,13 +94,15 @@ func (s *Store) CancelJob(ctx context.Context, id string) (*store.Job, error) {
 }
 
 // RetryJob makes a discarded or cancelled job available again with its attempts reset, keeping its
-// error history, and announces its queue. Other states give a *store.TransitionError.
+// error history, and announces its queue. Other states give a *store.TransitionError. A unique job
+// whose key another job holds by now gives a *store.UniqueConflictError and stays as it is.
 func (s *Store) RetryJob(ctx context.Context, id string) (*store.Job, error) {
 	return s.transition(ctx, s.q.retryJob, "retry", id)
 }
 
 // ActivateJob moves a pending job to available and announces its queue. Other states give a
-// *store.TransitionError.
+// *store.TransitionError; a unique job whose key another job holds gives a
+// *store.UniqueConflictError.
 func (s *Store) ActivateJob(ctx context.Context, id string) (*store.Job, error) {
 	return s.transition(ctx, s.q.activateJob, "activate", id)
 }
@@ -118,7 +129,7 @@ func (s *Store) transition(ctx context.Context, sql, op, id string) (*store.Job,
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil, notFound(id)
 		}
-		return nil, fmt.Errorf("%s job %s: %w", op, id, err)
+		return nil, fmt.Errorf("%s job %s: %w", op, id, s.uniqueConflict(ctx, u, err))
 	}
 	if !r.id.Valid {
 		return nil, &store.TransitionError{JobID: id, Operation: op, From: store.State(prev)}

@@ -24,7 +24,7 @@ const pgUniqueViolation = "23505"
 var copyColumns = []string{
 	"id", "kind", "queue", "args", "meta", "priority", "state", "max_attempts", "tags",
 	"retry_policy", "timeout_ms", "created_at", "scheduled_at", "expires_at", "unique_key", "tenant",
-	"rate_key", "workflow_id", "parent_ids",
+	"rate_key", "workflow_id", "parent_ids", "unique_states", "unique_until", "run_on",
 }
 
 // insertRow is one validated job to insert.
@@ -34,19 +34,37 @@ type insertRow struct {
 	state     store.State
 	parentIDs []pgtype.UUID
 	tags      []string
+	// uniqueStates are the states holding p.UniqueKey (the defaults when none are given); nil
+	// without a key.
+	uniqueStates []string
 }
 
-// Insert writes the jobs atomically and announces them, once per queue. Up to 9 jobs take one
-// round trip (a pipelined batch of INSERTs and NOTIFYs that runs as one implicit transaction);
-// larger batches are written with COPY in a transaction (three round trips). An id that exists already fails the whole
-// call with store.ErrDuplicate.
+// Insert writes the jobs atomically and announces them, once per queue. A batch without unique
+// jobs or rate limits takes the fast paths: up to 9 jobs take one round trip (a pipelined batch of
+// INSERTs and NOTIFYs that runs as one implicit transaction); larger batches are written with COPY
+// in a transaction (three round trips). A batch with unique jobs or rate limits runs in a
+// transaction of its own (see insertInTx). An id that exists already fails the whole call with
+// store.ErrDuplicate; a unique job refused by its key's holder fails it with a
+// *store.UniqueConflictError.
 func (s *Store) Insert(ctx context.Context, params []*store.InsertParams) ([]*store.Job, error) {
 	if len(params) == 0 {
 		return nil, nil
 	}
-	rows, err := prepareInsert(params)
+	rows, special, err := prepareInsert(params, false)
 	if err != nil {
 		return nil, err
+	}
+	if special {
+		var jobs []*store.Job
+		err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			var err error
+			jobs, err = s.insertInTx(ctx, tx, rows)
+			return err
+		})
+		if err != nil {
+			return nil, insertError(err)
+		}
+		return jobs, nil
 	}
 	if len(rows) < copyThreshold {
 		jobs, err := s.insertBatch(ctx, s.pool, rows)
@@ -63,19 +81,27 @@ func (s *Store) Insert(ctx context.Context, params []*store.InsertParams) ([]*st
 }
 
 // InsertPgxTx inserts the jobs inside the application's transaction tx. They become visible, and
-// their notifications are delivered, only when tx commits; a rollback leaves no trace. tx must be
-// on the store's database. A duplicate id fails with store.ErrDuplicate and aborts tx, as any
-// failed statement does.
+// their notifications are delivered, only when tx commits; a rollback leaves no trace (a unique
+// job's key is held only from the commit on). tx must be on the store's database. A duplicate id
+// fails with store.ErrDuplicate and aborts tx, as any failed statement does. A batch with unique
+// jobs or rate limits runs in a savepoint of tx: when it fails (a unique conflict, a duplicate id)
+// nothing of it is kept and tx stays usable.
 func (s *Store) InsertPgxTx(ctx context.Context, tx pgx.Tx, params []*store.InsertParams) ([]*store.Job, error) {
 	if len(params) == 0 {
 		return nil, nil
 	}
-	rows, err := prepareInsert(params)
+	rows, special, err := prepareInsert(params, false)
 	if err != nil {
 		return nil, err
 	}
 	var jobs []*store.Job
-	if len(rows) < copyThreshold {
+	if special {
+		err = pgx.BeginFunc(ctx, tx, func(sp pgx.Tx) error {
+			var err error
+			jobs, err = s.insertInTx(ctx, sp, rows)
+			return err
+		})
+	} else if len(rows) < copyThreshold {
 		jobs, err = s.insertBatch(ctx, tx, rows)
 	} else {
 		jobs, err = s.insertCopy(ctx, tx, rows)
@@ -86,39 +112,73 @@ func (s *Store) InsertPgxTx(ctx context.Context, tx pgx.Tx, params []*store.Inse
 	return jobs, nil
 }
 
-// prepareInsert validates params and converts what the database needs converted.
-func prepareInsert(params []*store.InsertParams) ([]insertRow, error) {
-	rows := make([]insertRow, len(params))
+// prepareInsert validates params and converts what the database needs converted. special reports
+// a job with a unique key or a rate limit to write, which the fast paths do not handle. Workflow
+// fields are accepted only from InsertWorkflow (workflow true).
+func prepareInsert(params []*store.InsertParams, workflow bool) (rows []insertRow, special bool, err error) {
+	rows = make([]insertRow, len(params))
 	for i, p := range params {
 		if p == nil {
-			return nil, fmt.Errorf("insert jobs: params[%d] is nil", i)
+			return nil, false, fmt.Errorf("insert jobs: %w: params[%d] is nil", store.ErrInvalidParams, i)
 		}
-		id, ok := parseUUID(p.ID)
-		if !ok {
-			return nil, fmt.Errorf("insert jobs: job id %q is not a UUID", p.ID)
-		}
-		state := p.State
-		switch state {
-		case "":
-			state = store.StateAvailable
-		case store.StateAvailable, store.StateScheduled, store.StatePending:
-		default:
-			return nil, fmt.Errorf("insert jobs: job %s: cannot insert in state %q (available, scheduled or pending)", p.ID, state)
-		}
-		var parents []pgtype.UUID
-		if len(p.ParentIDs) > 0 {
-			var err error
-			if parents, err = parseUUIDs(p.ParentIDs); err != nil {
-				return nil, fmt.Errorf("insert jobs: job %s: parent %w", p.ID, err)
+		if !workflow {
+			if err := store.ValidatePlainInsert(p); err != nil {
+				return nil, false, fmt.Errorf("insert jobs: %w", err)
 			}
 		}
-		tags := p.Tags
-		if tags == nil {
-			tags = []string{}
+		r, err := prepareRow(p)
+		if err != nil {
+			return nil, false, fmt.Errorf("insert jobs: %w: job %s: %w", store.ErrInvalidParams, p.ID, err)
 		}
-		rows[i] = insertRow{p: p, id: id, state: state, parentIDs: parents, tags: tags}
+		rows[i] = r
+		special = special || p.UniqueKey != "" || p.RateLimit != nil
 	}
-	return rows, nil
+	return rows, special, nil
+}
+
+// prepareRow validates one job's params.
+func prepareRow(p *store.InsertParams) (insertRow, error) {
+	id, ok := parseUUID(p.ID)
+	if !ok {
+		return insertRow{}, errors.New("the job id is not a UUID")
+	}
+	state := p.State
+	switch state {
+	case "":
+		state = store.StateAvailable
+	case store.StateAvailable, store.StateScheduled, store.StatePending:
+	default:
+		return insertRow{}, fmt.Errorf("cannot insert in state %q (available, scheduled or pending)", state)
+	}
+	var parents []pgtype.UUID
+	if len(p.ParentIDs) > 0 {
+		var err error
+		if parents, err = parseUUIDs(p.ParentIDs); err != nil {
+			return insertRow{}, fmt.Errorf("parent %w", err)
+		}
+	}
+	tags := p.Tags
+	if tags == nil {
+		tags = []string{}
+	}
+	r := insertRow{p: p, id: id, state: state, parentIDs: parents, tags: tags}
+	if p.UniqueKey != "" {
+		for _, st := range store.UniqueStatesOrDefault(p.UniqueStates) {
+			if !st.Valid() {
+				return insertRow{}, fmt.Errorf("unique state %q is not a job state", st)
+			}
+			r.uniqueStates = append(r.uniqueStates, string(st))
+		}
+	}
+	if p.RateLimit != nil {
+		if p.RateKey == "" {
+			return insertRow{}, errors.New("a rate limit is given without a rate key")
+		}
+		if err := validateRateLimit(*p.RateLimit); err != nil {
+			return insertRow{}, err
+		}
+	}
+	return r, nil
 }
 
 // batchSender is what a pool and a transaction offer for pipelined batches.
@@ -128,16 +188,16 @@ type batchSender interface {
 
 // insertBatch sends one INSERT per job and one NOTIFY per queue as a single pipelined batch.
 func (s *Store) insertBatch(ctx context.Context, db batchSender, rows []insertRow) ([]*store.Job, error) {
+	return s.insertRows(ctx, db, rows, insertNotifications(rows, time.Now()))
+}
+
+// insertRows sends one INSERT per job and the notifications notes as a single pipelined batch.
+func (s *Store) insertRows(ctx context.Context, db batchSender, rows []insertRow, notes []string) ([]*store.Job, error) {
 	b := &pgx.Batch{}
 	for i := range rows {
 		r := &rows[i]
-		p := r.p
-		b.Queue(s.q.insertJob, r.id, p.Kind, p.Queue, argsOrEmpty(p.Args), nullJSON(p.Meta), p.Priority,
-			string(r.state), p.MaxAttempts, r.tags, nullJSON(p.RetryPolicy), p.Timeout.Milliseconds(),
-			nullTime(p.ScheduledAt), nullTime(p.ExpiresAt), nullText(p.UniqueKey), nullText(p.Tenant),
-			nullText(p.RateKey), nullText(p.WorkflowID), r.parentIDs)
+		b.Queue(s.q.insertJob, r.args(r.state, r.p.ScheduledAt)...)
 	}
-	notes := insertNotifications(rows, time.Now())
 	for _, n := range notes {
 		b.Queue(s.q.notify, n)
 	}
@@ -149,7 +209,7 @@ func (s *Store) insertBatch(ctx context.Context, db batchSender, rows []insertRo
 			_ = br.Close()
 			return nil, err
 		}
-		jobs[i] = jobFromInsert(&rows[i], createdAt, scheduledAt)
+		jobs[i] = jobFromInsert(&rows[i], rows[i].state, createdAt, scheduledAt)
 	}
 	for range notes {
 		if _, err := br.Exec(); err != nil {
@@ -216,6 +276,18 @@ func (s *Store) insertCopyPool(ctx context.Context, rows []insertRow) (jobs []*s
 // insertCopy writes the jobs with COPY inside the caller's transaction tx, then announces them
 // (PostgreSQL delivers the notifications when tx commits).
 func (s *Store) insertCopy(ctx context.Context, tx copier, rows []insertRow) ([]*store.Job, error) {
+	jobs, err := s.copyInTx(ctx, tx, rows)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.notifyAll(ctx, tx, insertNotifications(rows, time.Now())); err != nil {
+		return nil, err
+	}
+	return jobs, nil
+}
+
+// copyInTx writes the jobs with COPY inside transaction tx, at its timestamp.
+func (s *Store) copyInTx(ctx context.Context, tx copier, rows []insertRow) ([]*store.Job, error) {
 	var now time.Time
 	if err := tx.QueryRow(ctx, s.q.now).Scan(&now); err != nil {
 		return nil, err
@@ -223,12 +295,16 @@ func (s *Store) insertCopy(ctx context.Context, tx copier, rows []insertRow) ([]
 	if err := s.copyRows(ctx, tx, rows, now); err != nil {
 		return nil, err
 	}
-	notes := insertNotifications(rows, time.Now())
+	return jobsFromCopy(rows, now), nil
+}
+
+// notifyAll sends the notifications notes in tx: one statement, or one pipelined batch.
+func (s *Store) notifyAll(ctx context.Context, tx copier, notes []string) error {
 	switch len(notes) {
 	case 0:
 	case 1:
 		if _, err := tx.Exec(ctx, s.q.notify, notes[0]); err != nil {
-			return nil, err
+			return err
 		}
 	default:
 		b := &pgx.Batch{}
@@ -236,10 +312,10 @@ func (s *Store) insertCopy(ctx context.Context, tx copier, rows []insertRow) ([]
 			b.Queue(s.q.notify, n)
 		}
 		if err := tx.SendBatch(ctx, b).Close(); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	return jobsFromCopy(rows, now), nil
+	return nil
 }
 
 // copyRows COPYs the rows into the jobs table. Rows take the transaction's timestamp now as
@@ -258,7 +334,7 @@ func jobsFromCopy(rows []insertRow, now time.Time) []*store.Job {
 		if scheduledAt.IsZero() {
 			scheduledAt = now
 		}
-		jobs[i] = jobFromInsert(&rows[i], now, scheduledAt.Truncate(time.Microsecond))
+		jobs[i] = jobFromInsert(&rows[i], rows[i].state, now, scheduledAt.Truncate(time.Microsecond))
 	}
 	return jobs
 }
@@ -291,6 +367,7 @@ func (c *copySource) Values() ([]any, error) {
 	v[9], v[10], v[11], v[12] = nullJSON(p.RetryPolicy), p.Timeout.Milliseconds(), c.now, scheduledAt
 	v[13], v[14], v[15] = nullTime(p.ExpiresAt), nullText(p.UniqueKey), nullText(p.Tenant)
 	v[16], v[17], v[18] = nullText(p.RateKey), nullText(p.WorkflowID), r.parentIDs
+	v[19], v[20], v[21] = r.featureArgs()
 	return v, nil
 }
 
@@ -301,25 +378,37 @@ func (c *copySource) Err() error { return nil }
 // order of first appearance. A queue's due time is zero when any of its jobs is due now, otherwise
 // the earliest due time. Pending jobs announce nothing.
 func insertNotifications(rows []insertRow, now time.Time) []string {
+	return queueNotifications(len(rows), func(i int) (string, store.State, time.Time, bool) {
+		r := &rows[i]
+		return r.p.Queue, r.state, r.p.ScheduledAt, true
+	}, now)
+}
+
+// queueNotifications returns one insert payload per queue among n jobs, job i being in queue, in
+// state, due at scheduledAt, and counted only when include. A queue's due time is zero when any
+// of its jobs is available or due by now, otherwise the earliest due time. Pending jobs (and
+// jobs in no claimable state) announce nothing.
+func queueNotifications(n int, job func(i int) (queue string, state store.State, scheduledAt time.Time, include bool), now time.Time) []string {
 	type due struct {
 		queue string
 		at    time.Time // zero: due now
 	}
 	var queues []due
 	index := map[string]int{}
-	for i := range rows {
-		r := &rows[i]
-		if r.state == store.StatePending {
+	for i := range n {
+		queue, state, at, include := job(i)
+		switch {
+		case !include:
 			continue
-		}
-		at := r.p.ScheduledAt
-		if r.state == store.StateAvailable || !at.After(now) {
+		case state != store.StateAvailable && state != store.StateScheduled && state != store.StateRetryable:
+			continue
+		case state == store.StateAvailable || !at.After(now):
 			at = time.Time{}
 		}
-		k, ok := index[r.p.Queue]
+		k, ok := index[queue]
 		if !ok {
-			index[r.p.Queue] = len(queues)
-			queues = append(queues, due{queue: r.p.Queue, at: at})
+			index[queue] = len(queues)
+			queues = append(queues, due{queue: queue, at: at})
 			continue
 		}
 		q := &queues[k]
@@ -334,8 +423,48 @@ func insertNotifications(rows []insertRow, now time.Time) []string {
 	return out
 }
 
-// jobFromInsert builds the inserted job from its params and the timestamps the database assigned.
-func jobFromInsert(r *insertRow, createdAt, scheduledAt time.Time) *store.Job {
+// args returns the parameters of sqlInsertJob and sqlInsertUnique for the row, inserted in state
+// at scheduledAt (zero: now).
+func (r *insertRow) args(state store.State, scheduledAt time.Time) []any {
+	p := r.p
+	states, until, runOn := r.featureArgs()
+	return []any{r.id, p.Kind, p.Queue, argsOrEmpty(p.Args), nullJSON(p.Meta), p.Priority,
+		string(state), p.MaxAttempts, r.tags, nullJSON(p.RetryPolicy), p.Timeout.Milliseconds(),
+		nullTime(scheduledAt), nullTime(p.ExpiresAt), nullText(p.UniqueKey), nullText(p.Tenant),
+		nullText(p.RateKey), nullText(p.WorkflowID), r.parentIDs, states, until, runOn}
+}
+
+// Boxed NULLs for the columns of unique jobs and workflow callbacks, which most jobs leave empty:
+// writing them allocates nothing.
+var (
+	nullStatesArg any = []string(nil)
+	nullTimeArg   any = pgtype.Timestamptz{}
+	nullTextArg   any = pgtype.Text{}
+)
+
+// featureArgs returns the row's unique_states, unique_until and run_on parameters.
+func (r *insertRow) featureArgs() (states, until, runOn any) {
+	states, until, runOn = nullStatesArg, nullTimeArg, nullTextArg
+	if r.p.UniqueKey != "" {
+		states, until = r.uniqueStates, r.uniqueUntil()
+	}
+	if r.p.RunOn != "" {
+		runOn = string(r.p.RunOn)
+	}
+	return states, until, runOn
+}
+
+// uniqueUntil is the row's unique_until: NULL without a key or a period.
+func (r *insertRow) uniqueUntil() pgtype.Timestamptz {
+	if r.p.UniqueKey == "" {
+		return pgtype.Timestamptz{}
+	}
+	return nullTime(r.p.UniqueUntil)
+}
+
+// jobFromInsert builds the job inserted in state from its params and the timestamps the database
+// assigned.
+func jobFromInsert(r *insertRow, state store.State, createdAt, scheduledAt time.Time) *store.Job {
 	p := r.p
 	j := &store.Job{
 		ID:          formatUUID(r.id.Bytes),
@@ -344,7 +473,7 @@ func jobFromInsert(r *insertRow, createdAt, scheduledAt time.Time) *store.Job {
 		Args:        argsOrEmpty(p.Args),
 		Meta:        nullJSON(p.Meta),
 		Priority:    p.Priority,
-		State:       r.state,
+		State:       state,
 		MaxAttempts: p.MaxAttempts,
 		RetryPolicy: nullJSON(p.RetryPolicy),
 		Timeout:     p.Timeout.Truncate(time.Millisecond),
@@ -355,6 +484,14 @@ func jobFromInsert(r *insertRow, createdAt, scheduledAt time.Time) *store.Job {
 		Tenant:      p.Tenant,
 		RateKey:     p.RateKey,
 		WorkflowID:  p.WorkflowID,
+		RunOn:       p.RunOn,
+	}
+	if len(r.uniqueStates) > 0 {
+		j.UniqueStates = make([]store.State, len(r.uniqueStates))
+		for i, st := range r.uniqueStates {
+			j.UniqueStates[i] = store.State(st)
+		}
+		j.UniqueUntil = r.uniqueUntil().Time.Truncate(time.Microsecond)
 	}
 	if len(p.Tags) > 0 {
 		j.Tags = append([]string(nil), p.Tags...)

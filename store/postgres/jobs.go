@@ -22,21 +22,31 @@ const defaultMaintenanceLimit = 1000
 // (FOR UPDATE SKIP LOCKED, so concurrent claimers never take the same job), sent in one round trip
 // with the planner setting that pins its plan, and returns them in claim order: highest priority
 // first, then earliest due, then lowest id.
+//
+// That statement leaves jobs with a rate key alone, and the round trip also tells whether the
+// queue has claimable ones (an index probe that costs nothing when there are none). When it has,
+// the plain claim takes nothing and a second round trip runs claim_limited, which enforces the
+// stored limits while taking limited and unlimited jobs together in claim order.
 func (s *Store) Claim(ctx context.Context, p store.ClaimParams) ([]*store.Job, error) {
 	if p.Limit <= 0 {
 		return nil, nil
 	}
 	b := &pgx.Batch{}
-	b.Queue(s.q.claimPlan)
+	b.Queue(s.q.claimPlan, p.Queue)
 	if len(p.Kinds) == 0 {
 		b.Queue(s.q.claim, p.Queue, p.Limit, p.LeaseDuration.Microseconds(), p.WorkerID)
 	} else {
 		b.Queue(s.q.claimKinds, p.Queue, p.Limit, p.LeaseDuration.Microseconds(), p.WorkerID, p.Kinds)
 	}
 	br := s.pool.SendBatch(ctx, b)
-	jobs, err := claimResults(br)
+	jobs, limited, err := claimResults(br)
 	if cerr := br.Close(); err == nil {
 		err = cerr
+	}
+	if err == nil && limited && len(jobs) < p.Limit {
+		var more []*store.Job
+		more, err = s.claimLimited(ctx, p, p.Limit-len(jobs))
+		jobs = append(jobs, more...)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("claim jobs from queue %q: %w", p.Queue, err)
@@ -60,16 +70,36 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) ([]*store.Job, e
 	return jobs, nil
 }
 
-// claimResults reads the results of the claim batch: the planner setting, then the claimed jobs.
-func claimResults(br pgx.BatchResults) ([]*store.Job, error) {
-	if _, err := br.Exec(); err != nil {
-		return nil, err
+// claimResults reads the results of the claim batch: the planner settings with whether the queue
+// has claimable jobs with a rate key, then the claimed jobs.
+func claimResults(br pgx.BatchResults) (jobs []*store.Job, limited bool, err error) {
+	var probe string
+	if err := br.QueryRow().Scan(nil, nil, nil, nil, &probe); err != nil {
+		return nil, false, err
 	}
 	rows, err := br.Query()
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	return scanJobs(rows)
+	jobs, err = scanJobs(rows)
+	return jobs, probe == "on", err
+}
+
+// claimLimited claims up to limit jobs of p.Queue through claim_limited, in one round trip.
+func (s *Store) claimLimited(ctx context.Context, p store.ClaimParams, limit int) ([]*store.Job, error) {
+	var jobs []*store.Job
+	b := &pgx.Batch{}
+	b.Queue(s.q.claimLimitedPlan)
+	b.Queue(s.q.claimLimited, p.Queue, nilIfEmpty(p.Kinds), limit, p.LeaseDuration.Microseconds(), p.WorkerID).
+		Query(func(rows pgx.Rows) error {
+			var err error
+			jobs, err = scanJobs(rows)
+			return err
+		})
+	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
+		return nil, fmt.Errorf("limited claim: %w", err)
+	}
+	return jobs, nil
 }
 
 // Finish applies the completions in one statement: every job still active in the same attempt

@@ -31,8 +31,7 @@ func TestInsertAndGet(t *testing.T) {
 	p.RetryPolicy = json.RawMessage(`{"max_attempts":5}`)
 	p.Timeout = 1500 * time.Millisecond
 	p.ExpiresAt = time.Now().Add(time.Hour)
-	p.UniqueKey, p.Tenant, p.RateKey, p.WorkflowID = "uk", "tenant", "rk", "wf"
-	p.ParentIDs = []string{uuidv7.New(), uuidv7.New()}
+	p.UniqueKey, p.Tenant, p.RateKey = "uk", "tenant", "rk"
 	before := time.Now()
 	jobs, err := s.Insert(ctx, []*store.InsertParams{p})
 	require.NoError(t, err)
@@ -56,11 +55,10 @@ func TestInsertAndGet(t *testing.T) {
 	require.Equal(t, 0, read.Attempt)
 	require.Equal(t, []string{"a", "b"}, read.Tags)
 	require.Equal(t, 1500*time.Millisecond, read.Timeout)
-	require.Equal(t, p.ParentIDs, read.ParentIDs)
 	require.Equal(t, "uk", read.UniqueKey)
+	require.Equal(t, store.DefaultUniqueStates, read.UniqueStates)
 	require.Equal(t, "tenant", read.Tenant)
 	require.Equal(t, "rk", read.RateKey)
-	require.Equal(t, "wf", read.WorkflowID)
 	require.True(t, got.CreatedAt.Equal(read.CreatedAt))
 	require.True(t, got.ScheduledAt.Equal(read.ScheduledAt))
 	require.True(t, got.ExpiresAt.Equal(read.ExpiresAt), "%v %v", got.ExpiresAt, read.ExpiresAt)
@@ -435,7 +433,7 @@ func TestClaimPlanIsPinned(t *testing.T) {
 			b := &pgx.Batch{}
 			b.Queue(`SELECT set_config('random_page_cost', '1000', true), set_config('cpu_index_tuple_cost', '10', true)`)
 			if pinned {
-				b.Queue(s.q.claimPlan)
+				b.Queue(s.q.claimPlan, "q")
 			}
 			var plan []string
 			b.Queue("EXPLAIN "+sql, args...).Query(func(rows pgx.Rows) error {

@@ -88,7 +88,7 @@ func (s *Store) Migrate(ctx context.Context) error {
 			if _, ok := applied[m.version]; ok {
 				continue
 			}
-			if _, err := tx.Exec(ctx, m.up); err != nil {
+			if _, err := tx.Exec(ctx, s.expand.Replace(m.up)); err != nil {
 				return fmt.Errorf("apply migration %03d_%s: %w", m.version, m.name, err)
 			}
 			if _, err := tx.Exec(ctx, s.q.recordMigration, m.version, m.name); err != nil {
@@ -111,7 +111,7 @@ func (s *Store) MigrateDown(ctx context.Context, steps int) error {
 			if _, ok := applied[m.version]; !ok {
 				continue
 			}
-			if _, err := tx.Exec(ctx, m.down); err != nil {
+			if _, err := tx.Exec(ctx, s.expand.Replace(m.down)); err != nil {
 				return fmt.Errorf("revert migration %03d_%s: %w", m.version, m.name, err)
 			}
 			if _, err := tx.Exec(ctx, s.q.forgetMigration, m.version); err != nil {

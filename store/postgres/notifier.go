@@ -268,3 +268,9 @@ func (n *notifier) receive(ctx context.Context, conn *pgx.Conn) error {
 		n.hub.Publish(note)
 	}
 }
+
+// cancelPayload encodes the cancel notification of job id, as the SQL statements write it.
+func cancelPayload(id string) string {
+	b, _ := json.Marshal(payload{K: "c", ID: id})
+	return string(b)
+}

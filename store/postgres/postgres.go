@@ -52,6 +52,8 @@ type Store struct {
 	log     *slog.Logger
 	// jobsTable is the schema-qualified jobs table, for COPY.
 	jobsTable pgx.Identifier
+	// expand substitutes the schema and channel into migration files, as into statements.
+	expand *strings.Replacer
 
 	notifier *notifier
 }
@@ -94,14 +96,16 @@ func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 		logger = discardLogger
 	}
 	channel := channelName(schema)
+	expand := strings.NewReplacer("{schema}", pgx.Identifier{schema}.Sanitize(), "{channel}", quoteLiteral(channel))
 	s := &Store{
 		pool:    pool,
 		schema:  schema,
 		channel: channel,
-		q:       newQueries(pgx.Identifier{schema}.Sanitize(), quoteLiteral(channel)),
+		q:       newQueries(expand),
 		log:     logger,
 
 		jobsTable: pgx.Identifier{schema, "jobs"},
+		expand:    expand,
 	}
 	s.notifier = newNotifier(s)
 	return s, nil

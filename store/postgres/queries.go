@@ -2,21 +2,25 @@ package postgres
 
 import "strings"
 
-// Every SQL statement of the store lives here. Texts name the schema as {schema} and the
+// Every SQL statement of the store lives here (the two PL/pgSQL functions of the rate limits and
+// workflows live in migrations/005_features.up.sql). Texts name the schema as {schema} and the
 // notification channel as {channel}; New substitutes both once (the schema validated and quoted,
 // the channel as a string literal), so no statement is built by concatenation at run time. The
-// constants below are concatenated by the compiler only.
+// constants below are concatenated by the compiler; the few statements that carry a unique key
+// through a transition are assembled once, at package initialization, by uniqueKeyAfter.
 
 // jobCols is the column list every job-returning statement produces, in the order scanJob reads.
 const jobCols = `id, kind, queue, args, meta, priority, state, attempt, max_attempts, errors, result,
 	tags, retry_policy, timeout_ms, created_at, scheduled_at, started_at, completed_at, expires_at,
-	lease_expires_at, worker_id, unique_key, tenant, rate_key, workflow_id, parent_ids`
+	lease_expires_at, worker_id, unique_key, tenant, rate_key, workflow_id, parent_ids, unique_states,
+	unique_until, run_on, parent_results`
 
 // jobColsJ is jobCols qualified by the alias j, for statements that join jobs with something.
 const jobColsJ = `j.id, j.kind, j.queue, j.args, j.meta, j.priority, j.state, j.attempt,
 	j.max_attempts, j.errors, j.result, j.tags, j.retry_policy, j.timeout_ms, j.created_at,
 	j.scheduled_at, j.started_at, j.completed_at, j.expires_at, j.lease_expires_at, j.worker_id,
-	j.unique_key, j.tenant, j.rate_key, j.workflow_id, j.parent_ids`
+	j.unique_key, j.tenant, j.rate_key, j.workflow_id, j.parent_ids, j.unique_states, j.unique_until,
+	j.run_on, j.parent_results`
 
 // notifyClaimable is a CTE body announcing, once per queue, the rows of the CTE "changed" (with
 // columns queue, state, scheduled_at) that are now claimable or due later. The payload is the
@@ -29,16 +33,56 @@ const notifyClaimable = `
 	WHERE state IN ('available', 'retryable', 'scheduled')
 	GROUP BY queue`
 
+// uniqueKeyAfter returns the SET item that carries a job's unique key (alias j) through a
+// transition to the state given by the SQL expression to.
+//
+// A job holds its key only in its unique states, so a transition can move it into them from
+// outside while another job holds the key: a scheduled job promoted to available when only
+// available holds the key, two jobs with the key completing at once when only completed does.
+// The unique index would then fail the whole statement, and with it every other job of the batch,
+// again on every retry. Instead the entering job gives its key up (it becomes NULL, as a lapsed
+// holder's does): it keeps it only if no other job holds the key and no job of the same statement
+// with a smaller id enters with it too. set names the statement's rows (a relation with an id
+// column, aliased x) and toOf gives the next state of such a row's job o.
+//
+// Jobs without a key pay one NULL test; with the default unique states (every state that is not
+// terminal) no automatic transition enters them, so the subqueries run only in the configurations
+// that need them.
+func uniqueKeyAfter(to, set, toOf string) string {
+	return `unique_key = CASE
+		WHEN j.unique_key IS NOT NULL AND (` + to + ` = ANY (j.unique_states)) IS TRUE
+			AND (j.state = ANY (j.unique_states)) IS NOT TRUE
+			AND (EXISTS (SELECT 1 FROM {schema}.jobs o
+					WHERE o.unique_key = j.unique_key AND o.state = ANY (o.unique_states) AND o.id <> j.id)
+				OR EXISTS (SELECT 1 FROM ` + set + ` x JOIN {schema}.jobs o ON o.id = x.id
+					WHERE o.unique_key = j.unique_key AND o.id < j.id
+						AND (` + toOf + ` = ANY (o.unique_states)) IS TRUE
+						AND (o.state = ANY (o.unique_states)) IS NOT TRUE))
+		THEN NULL ELSE j.unique_key END`
+}
+
+// claimableKeyed is true when queue $1 has claimable jobs with a rate key: the plain claim leaves
+// them to claim_limited. It probes jobs_rate_claim_idx, which is empty without rate keys.
+const claimableKeyed = `EXISTS (SELECT 1 FROM {schema}.jobs
+		WHERE queue = $1 AND rate_key IS NOT NULL AND state IN ('available', 'scheduled', 'retryable'))`
+
 // claimHead and claimTail are the two halves of the claim statement; sqlClaimKinds adds its kind
-// filter between them. Both are constants, so each statement's text is fixed at compile time.
+// filter between them.
+//
+// The claim takes no job with a rate key, and nothing at all when sqlClaimPlan found such jobs in
+// the queue (pronto.claim_limited 'on'): Claim then calls claim_limited, which takes limited and
+// unlimited jobs together in claim order. The test reads the setting once per execution (a
+// one-time filter), and rate_key IS NULL is a heap filter on rows the claim fetches anyway.
 const claimHead = `WITH locked AS (
 	SELECT id FROM {schema}.jobs
 	WHERE queue = $1
 		AND state IN ('available', 'scheduled', 'retryable')
 		AND (CASE WHEN state = 'available' THEN true ELSE scheduled_at <= now() END)
-		AND (expires_at IS NULL OR expires_at > now())`
+		AND (expires_at IS NULL OR expires_at > now())
+		AND rate_key IS NULL`
 
-const claimTail = `
+var claimTail = `
+		AND current_setting('pronto.claim_limited', true) IS DISTINCT FROM 'on'
 		AND NOT EXISTS (SELECT 1 FROM {schema}.queues q WHERE q.name = $1 AND q.paused)
 	ORDER BY priority DESC, scheduled_at, id
 	LIMIT $2
@@ -46,18 +90,55 @@ const claimTail = `
 )
 UPDATE {schema}.jobs j
 SET state = 'active', attempt = j.attempt + 1, started_at = now(),
-	lease_expires_at = now() + $3 * interval '1 microsecond', worker_id = $4
+	lease_expires_at = now() + $3 * interval '1 microsecond', worker_id = $4,
+	` + uniqueKeyAfter(`'active'`, "locked", `'active'`) + `
 WHERE j.id = ANY(ARRAY(SELECT id FROM locked))
 RETURNING ` + jobColsJ
 
-const (
-	// sqlInsertJob inserts one job; $12 NULL means scheduled now.
-	sqlInsertJob = `INSERT INTO {schema}.jobs (id, kind, queue, args, meta, priority, state,
+// jobValues are the columns and parameters of a job insert: $12 NULL means scheduled now.
+const jobValues = ` INTO {schema}.jobs (id, kind, queue, args, meta, priority, state,
 	max_attempts, tags, retry_policy, timeout_ms, scheduled_at, expires_at, unique_key, tenant,
-	rate_key, workflow_id, parent_ids)
+	rate_key, workflow_id, parent_ids, unique_states, unique_until, run_on)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, coalesce($12, now()), $13, $14, $15, $16,
-	$17, $18)
+	$17, $18, $19, $20, $21)`
+
+const (
+	// sqlInsertJob inserts one job.
+	sqlInsertJob = `INSERT` + jobValues + `
 RETURNING created_at, scheduled_at`
+
+	// sqlInsertUnique inserts one unique job unless a job holds its key, in which case it returns
+	// no row. The conflict target names jobs_unique_idx through its predicate.
+	sqlInsertUnique = `INSERT` + jobValues + `
+ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND state = ANY (unique_states) DO NOTHING
+RETURNING created_at, scheduled_at`
+
+	// sqlUniqueHolder locks the job holding unique key $1, telling whether its period has run out.
+	sqlUniqueHolder = `SELECT unique_until IS NOT NULL AND unique_until <= now(), ` + jobCols + `
+FROM {schema}.jobs
+WHERE unique_key = $1 AND state = ANY (unique_states)
+FOR UPDATE`
+
+	// sqlUniqueRelease clears the unique key of job $1, whose period ran out.
+	sqlUniqueRelease = `UPDATE {schema}.jobs SET unique_key = NULL WHERE id = $1`
+
+	// sqlUniqueReplace cancels job $1, which holds a key a new job replaces it under: a job already
+	// terminal (held in a terminal state) stays as it is. Either way, if it still holds the key in
+	// its new state, it gives the key up.
+	sqlUniqueReplace = `UPDATE {schema}.jobs j
+SET state = n.state,
+	completed_at = CASE WHEN j.state IN ('completed', 'cancelled', 'discarded') THEN j.completed_at ELSE now() END,
+	lease_expires_at = NULL, worker_id = NULL,
+	unique_key = CASE WHEN n.state = ANY (j.unique_states) THEN NULL ELSE j.unique_key END
+FROM (SELECT CASE WHEN state IN ('completed', 'cancelled', 'discarded') THEN state ELSE 'cancelled' END AS state
+	FROM {schema}.jobs WHERE id = $1) n
+WHERE j.id = $1`
+
+	// sqlUniqueConflict finds the job other than $1 holding $1's unique key, after a manual
+	// transition of $1 ran into jobs_unique_idx.
+	sqlUniqueConflict = `SELECT o.id, o.state, o.unique_key FROM {schema}.jobs o
+JOIN {schema}.jobs j ON j.id = $1
+WHERE o.unique_key = j.unique_key AND o.state = ANY (o.unique_states) AND o.id <> j.id`
 
 	// sqlNotify sends one notification on the store's channel.
 	sqlNotify = `SELECT pg_notify({channel}, $1)`
@@ -85,10 +166,36 @@ RETURNING created_at, scheduled_at`
 	// starts about one disk flush sooner. This loses nothing. If the database crashes before the flush, the claim
 	// is undone and the job is available again, so at worst it runs twice, which at-least-once
 	// delivery allows anyway. Inserts and outcomes keep the database's durable commit.
+	//
+	// Its last column tells whether queue $1 has claimable jobs with a rate key ('on'), and leaves
+	// the answer in the transaction's pronto.claim_limited for sqlClaim: one probe of an index that
+	// is empty without rate keys, and no round trip of its own.
 	sqlClaimPlan = `SELECT set_config('enable_sort', 'off', true),
 	set_config('plan_cache_mode', 'force_generic_plan', true), set_config('jit', 'off', true),
-	set_config('synchronous_commit', 'off', true)`
+	set_config('synchronous_commit', 'off', true),
+	set_config('pronto.claim_limited', CASE WHEN ` + claimableKeyed + ` THEN 'on' ELSE 'off' END, true)`
 
+	// sqlClaimLimitedPlan runs before sqlClaimLimited: the claim's commit and JIT settings. Sorting
+	// stays allowed: claim_limited sorts its few candidates.
+	sqlClaimLimitedPlan = `SELECT set_config('jit', 'off', true), set_config('synchronous_commit', 'off', true)`
+
+	// sqlClaimLimited claims up to $3 jobs of queue $1 (kinds $2, NULL for any) for worker $5 with a
+	// lease of $4 microseconds, enforcing the rate limits (see claim_limited).
+	sqlClaimLimited = `SELECT ` + jobCols + ` FROM {schema}.claim_limited($1, $2, $3, $4, $5)`
+
+	// sqlNotifyFinished announces, once per queue, the rows of the CTE "changed" (columns queue,
+	// state, scheduled_at, rate_key) that are claimable or due later, like notifyClaimable, and also
+	// the queue of every job with a rate key, due now: the slot it freed can be used at once.
+	sqlNotifyFinished = `
+	SELECT pg_notify({channel}, '{"k":"i","q":' || to_json(queue)::text || ',"d":' ||
+		CASE WHEN bool_or(state = 'available' OR scheduled_at <= now() OR rate_key IS NOT NULL) THEN '0'
+			ELSE floor(extract(epoch FROM min(scheduled_at)) * 1000)::bigint::text END || '}')
+	FROM changed
+	WHERE state IN ('available', 'retryable', 'scheduled') OR rate_key IS NOT NULL
+	GROUP BY queue`
+)
+
+var (
 	// sqlClaim claims up to $2 jobs of queue $1 for worker $4 with a lease of $3 microseconds.
 	// The due-time test is a CASE, not an OR: an OR lets the planner pick a BitmapOr over the claim
 	// and due indexes and sort the whole backlog (22 ms for 20k jobs); the CASE keeps an ordered scan
@@ -100,7 +207,8 @@ RETURNING created_at, scheduled_at`
 		AND kind = ANY($5)` + claimTail
 
 	// sqlFinish applies a batch of completions given as parallel arrays, only to jobs still active
-	// in the same attempt, announces the queues it made claimable, and returns the applied ids.
+	// in the same attempt, announces the queues it made claimable or whose rate-limited jobs left
+	// active, and returns the applied ids.
 	sqlFinish = `WITH u AS (
 	SELECT * FROM unnest($1::uuid[], $2::int[], $3::text[], $4::timestamptz[], $5::jsonb[],
 		$6::jsonb[], $7::bool[]) AS u(id, attempt, state, scheduled_at, error, result, refund)
@@ -116,11 +224,12 @@ RETURNING created_at, scheduled_at`
 		errors = CASE WHEN u.error IS NULL THEN j.errors ELSE j.errors || jsonb_build_array(u.error) END,
 		max_attempts = CASE WHEN u.refund THEN j.max_attempts + 1 ELSE j.max_attempts END,
 		lease_expires_at = NULL,
-		worker_id = NULL
+		worker_id = NULL,
+		` + uniqueKeyAfter("u.state", "u", "x.state") + `
 	FROM u
 	WHERE j.id = u.id AND j.state = 'active' AND j.attempt = u.attempt
-	RETURNING j.id, j.queue, j.state, j.scheduled_at
-), notified AS (` + notifyClaimable + `
+	RETURNING j.id, j.queue, j.state, j.scheduled_at, j.rate_key
+), notified AS (` + sqlNotifyFinished + `
 )
 SELECT id FROM changed WHERE (SELECT count(*) FROM notified) >= 0`
 
@@ -147,7 +256,8 @@ RETURNING id`
 			'attempt', j.attempt, 'at', now(), 'type', 'lease_expired',
 			'message', 'lease expired: worker ' || coalesce(j.worker_id, '') || ' stopped heartbeating')),
 		lease_expires_at = NULL,
-		worker_id = NULL
+		worker_id = NULL,
+		` + uniqueKeyAfter(rescueTarget("j"), "expired", rescueTarget("o")) + `
 	WHERE j.id = ANY(ARRAY(SELECT id FROM expired))
 	RETURNING ` + jobColsJ + `
 ), changed AS (
@@ -164,7 +274,8 @@ SELECT * FROM updated WHERE (SELECT count(*) FROM notified) >= 0`
 	LIMIT $1
 	FOR UPDATE SKIP LOCKED
 ), changed AS (
-	UPDATE {schema}.jobs j SET state = 'available'
+	UPDATE {schema}.jobs j SET state = 'available',
+		` + uniqueKeyAfter(`'available'`, "due", `'available'`) + `
 	WHERE j.id = ANY(ARRAY(SELECT id FROM due))
 	RETURNING j.queue, j.state, j.scheduled_at
 ), notified AS (` + notifyClaimable + `
@@ -184,20 +295,33 @@ UPDATE {schema}.jobs j
 SET state = 'discarded', completed_at = now(),
 	errors = j.errors || jsonb_build_array(jsonb_build_object(
 		'attempt', j.attempt, 'at', now(), 'type', 'expired',
-		'message', 'job expired before it started'))
+		'message', 'job expired before it started')),
+	` + uniqueKeyAfter(`'discarded'`, "expired", `'discarded'`) + `
 WHERE j.id = ANY(ARRAY(SELECT id FROM expired))`
 
-	// sqlNextDue finds the earliest due time of the scheduled and retryable jobs of queue $1.
-	sqlNextDue = `SELECT min(scheduled_at) FROM {schema}.jobs
-WHERE queue = $1 AND state IN ('scheduled', 'retryable')`
+	// sqlNextDue finds the earliest due time of the scheduled and retryable jobs of queue $1, or the
+	// earlier end of the rate window of a key that is exhausted while jobs of the queue wait for it.
+	sqlNextDue = `SELECT least(
+	(SELECT min(scheduled_at) FROM {schema}.jobs
+		WHERE queue = $1 AND state IN ('scheduled', 'retryable')),
+	(SELECT min(l.window_start + l.period_us * interval '1 microsecond') FROM {schema}.rate_limits l
+		WHERE l.rate > 0 AND l.period_us > 0 AND l.window_count >= l.rate
+			AND l.window_start + l.period_us * interval '1 microsecond' > now()
+			AND EXISTS (SELECT 1 FROM {schema}.jobs j
+				WHERE j.queue = $1 AND j.rate_key = l.key
+					AND j.state IN ('available', 'scheduled', 'retryable')
+					AND (j.state = 'available' OR j.scheduled_at <= now()))))`
 
 	// sqlCleanup deletes up to $4 terminal jobs finished before their state's cut-off ($1 completed,
 	// $2 cancelled, $3 discarded; NULL keeps that state).
+	// A workflow job with children still waiting for it is kept: they need its outcome and result.
 	sqlCleanup = `WITH old AS (
-	SELECT id FROM {schema}.jobs
-	WHERE (state = 'completed' AND completed_at < $1)
+	SELECT id FROM {schema}.jobs t
+	WHERE ((state = 'completed' AND completed_at < $1)
 		OR (state = 'cancelled' AND completed_at < $2)
-		OR (state = 'discarded' AND completed_at < $3)
+		OR (state = 'discarded' AND completed_at < $3))
+		AND (t.workflow_id IS NULL OR NOT EXISTS (SELECT 1 FROM {schema}.jobs c
+			WHERE c.state = 'pending' AND c.parent_ids IS NOT NULL AND c.parent_ids @> ARRAY[t.id]))
 	LIMIT $4
 	FOR UPDATE SKIP LOCKED
 )
@@ -216,6 +340,24 @@ WHERE id > $4
 ORDER BY id
 LIMIT $5`
 
+	// sqlListWorkflowJobs is sqlListJobs restricted to the jobs of workflow $6.
+	sqlListWorkflowJobs = `SELECT ` + jobCols + ` FROM {schema}.jobs
+WHERE workflow_id = $6 AND id > $4
+	AND ($1::text[] IS NULL OR state = ANY($1))
+	AND ($2::text[] IS NULL OR queue = ANY($2))
+	AND ($3::text[] IS NULL OR kind = ANY($3))
+ORDER BY workflow_id, id
+LIMIT $5`
+
+	// sqlListWorkflowJobsDesc is sqlListWorkflowJobs in descending id order, before $4.
+	sqlListWorkflowJobsDesc = `SELECT ` + jobCols + ` FROM {schema}.jobs
+WHERE workflow_id = $6 AND id < $4
+	AND ($1::text[] IS NULL OR state = ANY($1))
+	AND ($2::text[] IS NULL OR queue = ANY($2))
+	AND ($3::text[] IS NULL OR kind = ANY($3))
+ORDER BY workflow_id DESC, id DESC
+LIMIT $5`
+
 	// sqlListJobsDesc is sqlListJobs in descending id order, before $4.
 	sqlListJobsDesc = `SELECT ` + jobCols + ` FROM {schema}.jobs
 WHERE id < $4
@@ -229,12 +371,14 @@ LIMIT $5`
 	// return the state it was in followed by the changed job (all NULL when refused). No row at all
 	// means no such job.
 
-	// sqlCancelJob cancels job $1 unless it is terminal, telling an active job's runner.
+	// sqlCancelJob cancels job $1 unless it is terminal, telling an active job's runner; an active
+	// job with a rate key also announces its queue, whose next job may take the freed slot.
 	sqlCancelJob = `WITH locked AS (
-	SELECT id, state FROM {schema}.jobs WHERE id = $1 FOR UPDATE
+	SELECT id, state, queue, rate_key FROM {schema}.jobs WHERE id = $1 FOR UPDATE
 ), updated AS (
 	UPDATE {schema}.jobs j
-	SET state = 'cancelled', completed_at = now(), lease_expires_at = NULL, worker_id = NULL
+	SET state = 'cancelled', completed_at = now(), lease_expires_at = NULL, worker_id = NULL,
+		` + uniqueKeyAfter(`'cancelled'`, "locked", `'cancelled'`) + `
 	FROM locked l
 	WHERE j.id = $1 AND j.id = l.id AND l.state NOT IN ('completed', 'cancelled', 'discarded')
 	RETURNING ` + jobColsJ + `
@@ -242,6 +386,10 @@ LIMIT $5`
 	SELECT pg_notify({channel}, '{"k":"c","id":"' || l.id::text || '"}')
 	FROM locked l
 	WHERE l.state = 'active' AND EXISTS (SELECT 1 FROM updated)
+	UNION ALL
+	SELECT pg_notify({channel}, '{"k":"i","q":' || to_json(l.queue)::text || ',"d":0}')
+	FROM locked l
+	WHERE l.state = 'active' AND l.rate_key IS NOT NULL AND EXISTS (SELECT 1 FROM updated)
 )
 SELECT l.state, updated.* FROM locked l LEFT JOIN updated ON true
 WHERE (SELECT count(*) FROM notified) >= 0`
@@ -332,6 +480,116 @@ RETURNING leader_id`
 	sqlResign = `DELETE FROM {schema}.leader WHERE name = $1 AND leader_id = $2`
 )
 
+// rescueTarget is the state Rescue moves job alias's job to.
+func rescueTarget(alias string) string {
+	return `CASE WHEN ` + alias + `.attempt >= ` + alias + `.max_attempts THEN 'discarded' ELSE 'available' END`
+}
+
+// announceKeyQueues is a statement tail that announces, due now, every queue with claimable jobs
+// under rate key $1: a limit that changed or went away may let them run.
+const announceKeyQueues = `
+SELECT pg_notify({channel}, '{"k":"i","q":' || to_json(q.queue)::text || ',"d":0}')
+FROM (SELECT DISTINCT queue FROM {schema}.jobs
+	WHERE rate_key = $1 AND state IN ('available', 'scheduled', 'retryable')) q`
+
+// rateLimitCols reads a limit with its use: the window only while it is open, the active jobs and
+// the waiting ones (available, or scheduled/retryable and due) of every queue.
+const rateLimitCols = `l.key, l.max_active, l.rate, l.period_us, l.on_limit,
+	CASE WHEN l.window_start + l.period_us * interval '1 microsecond' > now() THEN l.window_start END,
+	CASE WHEN l.window_start + l.period_us * interval '1 microsecond' > now() THEN l.window_count ELSE 0 END,
+	(SELECT count(*) FROM {schema}.jobs WHERE rate_key = l.key AND state = 'active'),
+	(SELECT count(*) FROM {schema}.jobs WHERE rate_key = l.key
+		AND state IN ('available', 'scheduled', 'retryable')
+		AND (state = 'available' OR scheduled_at <= now()))`
+
+// Rate limit statements.
+const (
+	// sqlUpsertRateLimit creates or replaces the limit under $1; an unchanged limit is not
+	// rewritten.
+	sqlUpsertRateLimit = `INSERT INTO {schema}.rate_limits AS r (key, max_active, rate, period_us, on_limit)
+VALUES ($1, $2, $3, $4, $5)
+ON CONFLICT (key) DO UPDATE
+SET max_active = excluded.max_active, rate = excluded.rate, period_us = excluded.period_us,
+	on_limit = excluded.on_limit, updated_at = now()
+WHERE (r.max_active, r.rate, r.period_us, r.on_limit)
+	IS DISTINCT FROM (excluded.max_active, excluded.rate, excluded.period_us, excluded.on_limit)`
+
+	// sqlSetRateLimit is sqlUpsertRateLimit announcing the queues of the key's claimable jobs.
+	sqlSetRateLimit = `WITH up AS (` + sqlUpsertRateLimit + `
+RETURNING key
+)` + announceKeyQueues
+
+	// sqlDeleteRateLimit removes the limit under $1, returning how many it removed (0 or 1), and
+	// announces the queues of the key's claimable jobs when it removed one.
+	sqlDeleteRateLimit = `WITH gone AS (
+	DELETE FROM {schema}.rate_limits WHERE key = $1 RETURNING key
+), notified AS (` + announceKeyQueues + `
+	WHERE EXISTS (SELECT 1 FROM gone)
+)
+SELECT count(*) FROM gone WHERE (SELECT count(*) FROM notified) >= 0`
+
+	// sqlGetRateLimit reads the limit under $1 with its use.
+	sqlGetRateLimit = `SELECT ` + rateLimitCols + ` FROM {schema}.rate_limits l WHERE l.key = $1`
+
+	// sqlListRateLimits reads every limit with its use, in key order.
+	sqlListRateLimits = `SELECT ` + rateLimitCols + ` FROM {schema}.rate_limits l ORDER BY l.key`
+)
+
+// workflowCols reads a workflow with its members' counts per state (callbacks excluded) and the
+// latest completion among them.
+const workflowCols = `w.id, w.name, w.type, w.meta, w.created_at, w.cancelled_at, c.total,
+	c.scheduled, c.available, c.pending, c.active, c.completed, c.retryable, c.cancelled,
+	c.discarded, c.finished_at
+FROM {schema}.workflows w
+CROSS JOIN LATERAL (
+	SELECT count(*) AS total,
+		count(*) FILTER (WHERE state = 'scheduled') AS scheduled,
+		count(*) FILTER (WHERE state = 'available') AS available,
+		count(*) FILTER (WHERE state = 'pending') AS pending,
+		count(*) FILTER (WHERE state = 'active') AS active,
+		count(*) FILTER (WHERE state = 'completed') AS completed,
+		count(*) FILTER (WHERE state = 'retryable') AS retryable,
+		count(*) FILTER (WHERE state = 'cancelled') AS cancelled,
+		count(*) FILTER (WHERE state = 'discarded') AS discarded,
+		max(completed_at) AS finished_at
+	FROM {schema}.jobs
+	WHERE workflow_id = w.id AND run_on IS NULL
+) c`
+
+// Workflow statements.
+const (
+	// sqlInsertWorkflow stores workflow $1.
+	sqlInsertWorkflow = `INSERT INTO {schema}.workflows (id, name, type, meta) VALUES ($1, $2, $3, $4)
+RETURNING created_at`
+
+	// sqlGetWorkflow reads workflow $1.
+	sqlGetWorkflow = `SELECT ` + workflowCols + ` WHERE w.id = $1`
+
+	// sqlCancelWorkflow marks workflow $1 cancelled (keeping the time of a first cancellation) and
+	// cancels its jobs that are not terminal, locked in id order, telling the runners of the active
+	// ones. It returns whether the workflow exists. Each cancelled job fires workflow_advance, which
+	// finds no pending child left.
+	sqlCancelWorkflow = `WITH w AS (
+	UPDATE {schema}.workflows SET cancelled_at = coalesce(cancelled_at, now()) WHERE id = $1 RETURNING id
+), locked AS (
+	SELECT j.id, j.state FROM {schema}.jobs j
+	WHERE j.workflow_id = $1 AND j.state NOT IN ('completed', 'cancelled', 'discarded')
+	ORDER BY j.id
+	FOR UPDATE
+), cancelled AS (
+	UPDATE {schema}.jobs j
+	SET state = 'cancelled', completed_at = now(), lease_expires_at = NULL, worker_id = NULL
+	FROM locked l
+	WHERE j.id = l.id
+	RETURNING j.id
+), notified AS (
+	SELECT pg_notify({channel}, '{"k":"c","id":"' || l.id::text || '"}')
+	FROM locked l
+	WHERE l.state = 'active'
+)
+SELECT count(*) FROM w WHERE (SELECT count(*) FROM cancelled) + (SELECT count(*) FROM notified) >= 0`
+)
+
 // cronCols is the column list of every cron statement, in the order scanCron reads.
 const cronCols = `name, id, expression, timezone, overlap_policy, template, description, enabled,
 	created_at, next_run_at, last_run_at, run_count, last_job_id`
@@ -392,20 +650,25 @@ type queries struct {
 	discardExpired, nextDue, cleanup, getJob, listJobs, listJobsDesc, cancelJob, retryJob    string
 	activateJob, deleteJob, listQueues, setPaused, elect, resign                             string
 
+	insertUnique, uniqueHolder, uniqueRelease, uniqueReplace, uniqueConflict string
+	claimLimitedPlan, claimLimited, listWorkflowJobs, listWorkflowJobsDesc   string
+
+	upsertRateLimit, setRateLimit, deleteRateLimit, getRateLimit, listRateLimits string
+	insertWorkflow, getWorkflow, cancelWorkflow                                  string
+
 	cronCreate, cronGet, cronList, cronDelete, cronDue, cronAdvance string
 
 	migrateLock, createSchema, searchPath, createMigrations, migrationsExist string
 	appliedMigrations, recordMigration, forgetMigration                      string
 }
 
-// newQueries substitutes the quoted schema and the channel literal into every statement.
-func newQueries(quotedSchema, channelLiteral string) *queries {
-	r := strings.NewReplacer("{schema}", quotedSchema, "{channel}", channelLiteral)
+// newQueries substitutes the quoted schema and the channel literal into every statement through r.
+func newQueries(r *strings.Replacer) *queries {
 	return &queries{
 		insertJob:      r.Replace(sqlInsertJob),
 		notify:         r.Replace(sqlNotify),
 		now:            sqlNow,
-		claimPlan:      sqlClaimPlan,
+		claimPlan:      r.Replace(sqlClaimPlan),
 		claim:          r.Replace(sqlClaim),
 		claimKinds:     r.Replace(sqlClaimKinds),
 		finish:         r.Replace(sqlFinish),
@@ -426,6 +689,25 @@ func newQueries(quotedSchema, channelLiteral string) *queries {
 		setPaused:      r.Replace(sqlSetPaused),
 		elect:          r.Replace(sqlElect),
 		resign:         r.Replace(sqlResign),
+
+		insertUnique:         r.Replace(sqlInsertUnique),
+		uniqueHolder:         r.Replace(sqlUniqueHolder),
+		uniqueRelease:        r.Replace(sqlUniqueRelease),
+		uniqueReplace:        r.Replace(sqlUniqueReplace),
+		uniqueConflict:       r.Replace(sqlUniqueConflict),
+		claimLimitedPlan:     sqlClaimLimitedPlan,
+		claimLimited:         r.Replace(sqlClaimLimited),
+		listWorkflowJobs:     r.Replace(sqlListWorkflowJobs),
+		listWorkflowJobsDesc: r.Replace(sqlListWorkflowJobsDesc),
+
+		upsertRateLimit: r.Replace(sqlUpsertRateLimit),
+		setRateLimit:    r.Replace(sqlSetRateLimit),
+		deleteRateLimit: r.Replace(sqlDeleteRateLimit),
+		getRateLimit:    r.Replace(sqlGetRateLimit),
+		listRateLimits:  r.Replace(sqlListRateLimits),
+		insertWorkflow:  r.Replace(sqlInsertWorkflow),
+		getWorkflow:     r.Replace(sqlGetWorkflow),
+		cancelWorkflow:  r.Replace(sqlCancelWorkflow),
 
 		cronCreate:  r.Replace(sqlCronCreate),
 		cronGet:     r.Replace(sqlCronGet),

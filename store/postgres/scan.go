@@ -42,6 +42,10 @@ type jobRow struct {
 	rateKey        pgtype.Text
 	workflowID     pgtype.Text
 	parentIDs      []pgtype.UUID
+	uniqueStates   []string
+	uniqueUntil    pgtype.Timestamptz
+	runOn          pgtype.Text
+	parentResults  []byte
 }
 
 // dest returns the scan destinations in jobCols order.
@@ -50,7 +54,8 @@ func (r *jobRow) dest() []any {
 		&r.id, &r.kind, &r.queue, &r.args, &r.meta, &r.priority, &r.state, &r.attempt,
 		&r.maxAttempts, &r.errors, &r.result, &r.tags, &r.retryPolicy, &r.timeoutMS, &r.createdAt,
 		&r.scheduledAt, &r.startedAt, &r.completedAt, &r.expiresAt, &r.leaseExpiresAt, &r.workerID,
-		&r.uniqueKey, &r.tenant, &r.rateKey, &r.workflowID, &r.parentIDs,
+		&r.uniqueKey, &r.tenant, &r.rateKey, &r.workflowID, &r.parentIDs, &r.uniqueStates,
+		&r.uniqueUntil, &r.runOn, &r.parentResults,
 	}
 }
 
@@ -80,6 +85,15 @@ func (r *jobRow) job() (*store.Job, error) {
 		Tenant:         r.tenant.String,
 		RateKey:        r.rateKey.String,
 		WorkflowID:     r.workflowID.String,
+		UniqueUntil:    timeOf(r.uniqueUntil),
+		RunOn:          store.RunOn(r.runOn.String),
+		ParentResults:  r.parentResults,
+	}
+	if r.uniqueKey.Valid && len(r.uniqueStates) > 0 {
+		j.UniqueStates = make([]store.State, len(r.uniqueStates))
+		for i, st := range r.uniqueStates {
+			j.UniqueStates[i] = store.State(st)
+		}
 	}
 	if len(r.tags) > 0 {
 		j.Tags = r.tags
