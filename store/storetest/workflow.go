@@ -533,18 +533,14 @@ func testWorkflowInvalid(t *testing.T, s store.Store) {
 
 func testWorkflowNotify(t *testing.T, s store.Store) {
 	c := listen(t, s)
-	q1, q2, q3 := uniq("wf-notify-root"), uniq("wf-notify-child"), uniq("wf-notify-later")
+	q1, q2 := uniq("wf-notify-root"), uniq("wf-notify-child")
 	wf := uuidv7.New()
 	a := member(wf, q1)
 	b := member(wf, q2, a)
-	later := member(wf, q3)
-	later.State, later.ScheduledAt = store.StateScheduled, time.Now().Add(time.Hour).Truncate(time.Millisecond)
-	insertWorkflow(t, s, wf, a, b, later)
+	insertWorkflow(t, s, wf, a, b)
 	eventually(t, "the root's queue to be announced", func() bool { return len(c.inserts(q1)) == 1 })
-	eventually(t, "the scheduled root's queue to be announced", func() bool { return len(c.inserts(q3)) == 1 })
 	settle(t, s, c)
-	require.True(t, c.inserts(q1)[0].DueAt.IsZero())
-	require.WithinDuration(t, later.ScheduledAt, c.inserts(q3)[0].DueAt, precision)
+	require.True(t, c.inserts(q1)[0].DueAt.IsZero(), "a root due now is announced as due now")
 	require.Empty(t, c.inserts(q2), "a pending child's queue is not announced at insert")
 
 	complete(t, s, a, "")
