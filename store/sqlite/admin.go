@@ -57,14 +57,15 @@ func (s *Store) ListJobs(ctx context.Context, p store.ListParams) ([]*store.Job,
 	if err != nil {
 		return nil, "", err
 	}
-	query, after := listJobsSQL, p.After
-	if p.Descending {
-		query = listJobsDescSQL
-		if after == "" {
-			after = "\uffff" // above every id made of ASCII characters
-		}
+	after := p.After
+	if p.Descending && after == "" {
+		after = "\uffff" // above every id made of ASCII characters
 	}
-	rows, err := s.r.QueryContext(ctx, query, fs, fq, fk, after, int64(limit+1))
+	args := []any{fs, fq, fk, after, int64(limit + 1)}
+	if p.WorkflowID != "" {
+		args = append(args, p.WorkflowID)
+	}
+	rows, err := s.r.QueryContext(ctx, listJobsSQL(p.Descending, p.WorkflowID != ""), args...)
 	if err != nil {
 		return nil, "", fmt.Errorf("list jobs: %w", s.schemaHint(err))
 	}
@@ -81,32 +82,25 @@ func (s *Store) ListJobs(ctx context.Context, p store.ListParams) ([]*store.Job,
 }
 
 // transition runs query (an UPDATE or DELETE ... RETURNING the job, with ?1 now and ?2 id) in a write
-// transaction. When it matches nothing, the job is missing (store.ErrNotFound) or in a state the
-// operation does not accept (*store.TransitionError).
-func (s *Store) transition(ctx context.Context, op, query, id string) (*store.Job, error) {
-	st, err := s.stmt(ctx, query)
+// transaction, then after, if given, in the same transaction. When the query matches nothing, the job
+// is missing (store.ErrNotFound) or in a state the operation does not accept
+// (*store.TransitionError).
+func (s *Store) transition(ctx context.Context, op, query, id string, after func(txRunner, *store.Job, int64) error) (*store.Job, error) {
+	r, err := s.begin(ctx, append([]string{query, jobStateSQL}, settleQueries...)...)
 	if err != nil {
 		return nil, fmt.Errorf("%s job %s: %w", op, id, err)
 	}
-	stateSt, err := s.stmt(ctx, jobStateSQL)
-	if err != nil {
-		return nil, fmt.Errorf("%s job %s: %w", op, id, err)
-	}
+	defer r.tx.Rollback() //nolint:errcheck // after Commit it is a no-op
 	nowUS, _ := s.nowMicro()
-	tx, err := s.w.BeginTx(ctx, nil)
-	if err != nil {
-		return nil, fmt.Errorf("%s job %s: %w", op, id, err)
-	}
-	defer tx.Rollback() //nolint:errcheck // after Commit it is a no-op
 	var j *store.Job
 	if query == deleteJobSQL {
-		j, err = firstJob(tx.StmtContext(ctx, st).QueryContext(ctx, id))
+		j, err = firstJob(r.QueryContext(ctx, query, id))
 	} else {
-		j, err = firstJob(tx.StmtContext(ctx, st).QueryContext(ctx, nowUS, id))
+		j, err = firstJob(r.QueryContext(ctx, query, nowUS, id))
 	}
 	if errors.Is(err, sql.ErrNoRows) {
 		var state string
-		err := tx.StmtContext(ctx, stateSt).QueryRowContext(ctx, id).Scan(&state)
+		err := r.tx.StmtContext(ctx, r.prepared(jobStateSQL)).QueryRowContext(ctx, id).Scan(&state)
 		if errors.Is(err, sql.ErrNoRows) {
 			return nil, fmt.Errorf("%s job %s: %w", op, id, store.ErrNotFound)
 		}
@@ -118,7 +112,12 @@ func (s *Store) transition(ctx context.Context, op, query, id string) (*store.Jo
 	if err != nil {
 		return nil, fmt.Errorf("%s job %s: %w", op, id, err)
 	}
-	if err := tx.Commit(); err != nil {
+	if after != nil {
+		if err := after(r, j, nowUS); err != nil {
+			return nil, fmt.Errorf("%s job %s: %w", op, id, err)
+		}
+	}
+	if err := r.tx.Commit(); err != nil {
 		return nil, fmt.Errorf("%s job %s: commit: %w", op, id, err)
 	}
 	return j, nil
@@ -126,20 +125,27 @@ func (s *Store) transition(ctx context.Context, op, query, id string) (*store.Jo
 
 // CancelJob cancels a job that is not terminal and tells this process's clients (NotifyCancel), so a
 // runner of the job here cancels its context; a runner in another process finds out at its next
-// heartbeat, which reports the job lost. A terminal job gives a *store.TransitionError.
+// heartbeat, which reports the job lost. A terminal job gives a *store.TransitionError. A workflow
+// job's pending children are decided in the same transaction (cancelled, or released for callbacks
+// that run on failure or completion), and the queue of a limited job is woken, since its slot may
+// be free.
 func (s *Store) CancelJob(ctx context.Context, id string) (*store.Job, error) {
-	j, err := s.transition(ctx, "cancel", cancelJobSQL, id)
+	var out outbox
+	j, err := s.transition(ctx, "cancel", cancelJobSQL, id, func(r txRunner, j *store.Job, nowUS int64) error {
+		return afterTerminal(ctx, r, []*store.Job{j}, nowUS, &out)
+	})
 	if err != nil {
 		return nil, err
 	}
 	s.hub.Publish(store.Notification{Kind: store.NotifyCancel, Queue: j.Queue, JobID: j.ID})
+	s.publishOutbox(&out)
 	return j, nil
 }
 
 // RetryJob makes a discarded or cancelled job available now with its attempt count reset to zero,
 // keeping its error history, and announces it. Other states give a *store.TransitionError.
 func (s *Store) RetryJob(ctx context.Context, id string) (*store.Job, error) {
-	j, err := s.transition(ctx, "retry", retryJobSQL, id)
+	j, err := s.transition(ctx, "retry", retryJobSQL, id, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -150,7 +156,7 @@ func (s *Store) RetryJob(ctx context.Context, id string) (*store.Job, error) {
 // ActivateJob moves a pending job to available (due now) and announces it. Other states give a
 // *store.TransitionError.
 func (s *Store) ActivateJob(ctx context.Context, id string) (*store.Job, error) {
-	j, err := s.transition(ctx, "activate", activateJobSQL, id)
+	j, err := s.transition(ctx, "activate", activateJobSQL, id, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -161,7 +167,7 @@ func (s *Store) ActivateJob(ctx context.Context, id string) (*store.Job, error) 
 // DeleteJob removes a job that is not active and returns it as it was. An active job gives a
 // *store.TransitionError: cancel it first.
 func (s *Store) DeleteJob(ctx context.Context, id string) (*store.Job, error) {
-	return s.transition(ctx, "delete", deleteJobSQL, id)
+	return s.transition(ctx, "delete", deleteJobSQL, id, nil)
 }
 
 // ListQueues returns, sorted by name, every queue that has jobs or is paused, with its count of jobs

@@ -15,51 +15,80 @@ const insertJobSQL = `INSERT INTO pronto_jobs (id, kind, queue, args, meta, prio
 // insertJobArgs is the number of values insertJobSQL binds.
 const insertJobArgs = 19
 
-// insertJobsSQL returns a multi-row form of insertJobSQL for n rows.
-func insertJobsSQL(n int) string {
+// insertExtraColumns are the columns the full form of the insert writes after insertJobSQL's: those of
+// unique and workflow jobs. Plain jobs leave them NULL and take the shorter statement.
+const insertExtraColumns = `, unique_states, unique_until, run_on`
+
+// insertExtraArgs is the number of values insertExtraColumns binds.
+const insertExtraArgs = 3
+
+// insertJobsSQL returns a multi-row form of insertJobSQL for n rows; full adds insertExtraColumns.
+func insertJobsSQL(n int, full bool) string {
 	var b strings.Builder
-	head, _, _ := strings.Cut(insertJobSQL, "VALUES")
+	head, _, _ := strings.Cut(insertJobSQL, ") VALUES")
 	b.WriteString(head)
-	b.WriteString("VALUES ")
+	row := "(?, ?, ?, ?, ?, ?, ?, 0, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+	if full {
+		b.WriteString(insertExtraColumns)
+		row = "(?, ?, ?, ?, ?, ?, ?, 0, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+	}
+	b.WriteString(") VALUES ")
 	for i := range n {
 		if i > 0 {
 			b.WriteString(", ")
 		}
-		b.WriteString("(?, ?, ?, ?, ?, ?, ?, 0, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+		b.WriteString(row)
 	}
 	return b.String()
 }
 
-// claimSQL returns the claim statement for a kinds filter of nKinds kinds (0: any kind).
-// ?1 now, ?2 lease expiry, ?3 worker id, ?4 queue, ?5 limit, ?6... kinds.
-func claimSQL(nKinds int) string {
-	kinds := ""
-	if nKinds > 0 {
-		ph := make([]string, nKinds)
-		for i := range ph {
-			ph[i] = fmt.Sprintf("?%d", 6+i)
-		}
-		kinds = "AND kind IN (" + strings.Join(ph, ", ") + ")"
-	}
-	return `UPDATE pronto_jobs SET state = 'active', attempt = attempt + 1, started_at = ?1,
-		lease_expires_at = ?2, worker_id = ?3
-	WHERE rowid IN (
-		SELECT rowid FROM pronto_jobs
-		WHERE queue = ?4
+// claimableSQL is the condition, on pronto_jobs, of the jobs a claim may take from queue ?4 at ?1.
+const claimableSQL = `queue = ?4
 		  AND state IN ('available', 'scheduled', 'retryable')
 		  AND (state = 'available' OR scheduled_at <= ?1)
 		  AND (expires_at IS NULL OR expires_at > ?1)
-		  ` + kinds + `
-		  AND NOT EXISTS (SELECT 1 FROM pronto_queues WHERE name = ?4 AND paused = 1)
-		ORDER BY priority DESC, scheduled_at, id
-		LIMIT ?5)
+		  AND NOT EXISTS (SELECT 1 FROM pronto_queues WHERE name = ?4 AND paused = 1)`
+
+// kindsFilter returns "AND kind IN (?first, ...)" for n kinds, or "" for none.
+func kindsFilter(n, first int) string {
+	if n == 0 {
+		return ""
+	}
+	ph := make([]string, n)
+	for i := range ph {
+		ph[i] = fmt.Sprintf("?%d", first+i)
+	}
+	return "AND kind IN (" + strings.Join(ph, ", ") + ")"
+}
+
+// claimSQL returns the claim statement for a kinds filter of nKinds kinds (0: any kind).
+// ?1 now, ?2 lease expiry, ?3 worker id, ?4 queue, ?5 limit, ?6... kinds.
+//
+// It takes the first ?5 claimable jobs in claim order, unless one of them has a rate key with a stored
+// limit: then it takes none, and Claim takes the limited path (claimLimited). The guard reads at most
+// ?5 rows that the claim has read already, so jobs without a rate key are claimed by the same plan
+// as before rate limits existed.
+func claimSQL(nKinds int) string {
+	return `UPDATE pronto_jobs SET state = 'active', attempt = attempt + 1, started_at = ?1,
+		lease_expires_at = ?2, worker_id = ?3
+	WHERE rowid IN (
+		WITH top AS MATERIALIZED (
+			SELECT rowid AS rid, rate_key FROM pronto_jobs
+			WHERE ` + claimableSQL + `
+			  ` + kindsFilter(nKinds, 6) + `
+			ORDER BY priority DESC, scheduled_at, id
+			LIMIT ?5)
+		SELECT rid FROM top
+		WHERE NOT EXISTS (SELECT 1 FROM top AS t JOIN pronto_rate_limits AS l ON l.key = t.rate_key))
 	RETURNING ` + jobColumns
 }
 
 // finishBatchSQL applies n completions in one statement: each row of c is (id, attempt, state,
 // scheduled_at or NULL to keep, completed_at, result, error entry JSON or NULL, refund 0 or 1). Rows with a
-// NULL id are padding. It returns the id and queue of every job it changed.
-func finishBatchSQL(n int) string {
+// NULL id are padding. It returns the id, queue, rate key, workflow id and new state of every job it
+// changed. With plainOnly it leaves workflow jobs alone: their completions must decide their children
+// in the same transaction, which the single-statement fast path of Finish does not open.
+func finishBatchSQL(n int, plainOnly bool) string {
 	var b strings.Builder
 	b.WriteString(`WITH c(id, attempt, state, sched, completed, result, err, refund) AS (VALUES `)
 	for i := range n {
@@ -80,8 +109,12 @@ func finishBatchSQL(n int) string {
 		lease_expires_at = NULL,
 		worker_id = NULL
 	FROM c
-	WHERE pronto_jobs.id = c.id AND pronto_jobs.attempt = c.attempt AND pronto_jobs.state = 'active'
-	RETURNING id, queue`)
+	WHERE pronto_jobs.id = c.id AND pronto_jobs.attempt = c.attempt AND pronto_jobs.state = 'active'`)
+	if plainOnly {
+		b.WriteString(` AND pronto_jobs.workflow_id IS NULL`)
+	}
+	b.WriteString(`
+	RETURNING id, queue, rate_key, workflow_id, state`)
 	return b.String()
 }
 
@@ -134,41 +167,66 @@ const discardExpiredSQL = `UPDATE pronto_jobs SET
 		SELECT id FROM pronto_jobs
 		WHERE expires_at IS NOT NULL AND state IN ('available', 'scheduled', 'retryable', 'pending')
 		  AND expires_at <= ?1
-		LIMIT ?3)`
+		LIMIT ?3)
+	RETURNING id, workflow_id`
 
-// nextDueSQL: ?1 queue.
-const nextDueSQL = `SELECT min(scheduled_at) FROM pronto_jobs
-	WHERE queue = ?1 AND state IN ('scheduled', 'retryable')`
+// nextDueSQL: ?1 queue, ?2 now. The earliest due time of the queue's scheduled and retryable jobs, and
+// the end of every open rate window that is full while jobs of its key wait in the queue.
+const nextDueSQL = `SELECT min(t) FROM (
+		SELECT min(scheduled_at) AS t FROM pronto_jobs
+		WHERE queue = ?1 AND state IN ('scheduled', 'retryable')
+		UNION ALL
+		SELECT min(l.window_start + l.period_us) FROM pronto_rate_limits AS l
+		WHERE l.rate > 0 AND l.period_us > 0 AND l.window_count >= l.rate AND l.window_start + l.period_us > ?2
+		  AND EXISTS (SELECT 1 FROM pronto_jobs AS j
+			WHERE j.rate_key = l.key AND j.state IN ('available', 'scheduled', 'retryable') AND j.queue = ?1
+			  AND (j.state = 'available' OR j.scheduled_at <= ?2)))`
 
-// cleanupScanSQL pages through jobs in rowid (insertion) order. ?1 rowid cursor, ?2 page size.
-const cleanupScanSQL = `SELECT rowid, state, completed_at, created_at FROM pronto_jobs
+// cleanupScanSQL pages through jobs in rowid (insertion) order. ?1 rowid cursor, ?2 page size. Its last
+// column is 1 for a workflow job that a pending child still waits for (see keptParentSQL).
+const cleanupScanSQL = `SELECT rowid, state, completed_at, created_at,
+		CASE WHEN workflow_id IS NULL THEN 0 ELSE ` + keptParentSQL + ` END
+	FROM pronto_jobs
 	WHERE rowid > ?1 ORDER BY rowid LIMIT ?2`
 
+// keptParentSQL is true for a job of pronto_jobs that a pending workflow child still waits for.
+// Cleanup keeps such a job, whatever its age: the child needs its state to be released and its
+// result for ParentResults.
+const keptParentSQL = `EXISTS (SELECT 1 FROM pronto_job_deps AS d JOIN pronto_jobs AS c ON c.id = d.child_id
+		WHERE d.parent_id = pronto_jobs.id AND c.state = 'pending')`
+
 // cleanupDeleteSQL deletes the candidates (a JSON array of rowids) that are still terminal and old
-// enough. ?1 rowids, ?2 completed before, ?3 cancelled before, ?4 discarded before (NULL: keep).
+// enough, and not kept as parents. ?1 rowids, ?2 completed before, ?3 cancelled before, ?4 discarded
+// before (NULL: keep).
 const cleanupDeleteSQL = `DELETE FROM pronto_jobs
 	WHERE rowid IN (SELECT value FROM json_each(?1))
 	  AND ((state = 'completed' AND completed_at < ?2)
 	    OR (state = 'cancelled' AND completed_at < ?3)
-	    OR (state = 'discarded' AND completed_at < ?4))`
+	    OR (state = 'discarded' AND completed_at < ?4))
+	  AND (workflow_id IS NULL OR NOT ` + keptParentSQL + `)`
 
 const getJobSQL = `SELECT ` + jobColumns + ` FROM pronto_jobs WHERE id = ?1`
 
-// listJobsSQL: ?1 states, ?2 queues, ?3 kinds (JSON arrays or NULL), ?4 cursor, ?5 limit.
-const listJobsSQL = `SELECT ` + jobColumns + ` FROM pronto_jobs
-	WHERE id > ?4
+// listJobsSQL returns the listing statement, in ascending or descending id order, and with a
+// workflow filter or not. ?1 states, ?2 queues, ?3 kinds (JSON arrays or NULL), ?4 cursor, ?5 limit,
+// ?6 workflow id (only with the filter, which lets the workflow index find the jobs).
+func listJobsSQL(descending, byWorkflow bool) string {
+	cmp, order := ">", "id"
+	if descending {
+		cmp, order = "<", "id DESC"
+	}
+	workflow := ""
+	if byWorkflow {
+		workflow = "AND workflow_id = ?6"
+	}
+	return `SELECT ` + jobColumns + ` FROM pronto_jobs
+	WHERE id ` + cmp + ` ?4
 	  AND (?1 IS NULL OR state IN (SELECT value FROM json_each(?1)))
 	  AND (?2 IS NULL OR queue IN (SELECT value FROM json_each(?2)))
 	  AND (?3 IS NULL OR kind IN (SELECT value FROM json_each(?3)))
-	ORDER BY id LIMIT ?5`
-
-// listJobsDescSQL is listJobsSQL in descending id order.
-const listJobsDescSQL = `SELECT ` + jobColumns + ` FROM pronto_jobs
-	WHERE id < ?4
-	  AND (?1 IS NULL OR state IN (SELECT value FROM json_each(?1)))
-	  AND (?2 IS NULL OR queue IN (SELECT value FROM json_each(?2)))
-	  AND (?3 IS NULL OR kind IN (SELECT value FROM json_each(?3)))
-	ORDER BY id DESC LIMIT ?5`
+	  ` + workflow + `
+	ORDER BY ` + order + ` LIMIT ?5`
+}
 
 // cancelJobSQL: ?1 now, ?2 id.
 const cancelJobSQL = `UPDATE pronto_jobs SET state = 'cancelled', completed_at = ?1, lease_expires_at = NULL,
@@ -215,3 +273,148 @@ const electSQL = `INSERT INTO pronto_leaders (name, leader_id, elected_at, expir
 
 // resignSQL: ?1 name, ?2 leader id.
 const resignSQL = `DELETE FROM pronto_leaders WHERE name = ?1 AND leader_id = ?2`
+
+// Unique jobs.
+
+// uniqueHolderSQL returns the job holding unique key ?1, if any. Its condition is the unique index's,
+// so the index finds it.
+const uniqueHolderSQL = `SELECT ` + jobColumns + ` FROM pronto_jobs
+	WHERE unique_key = ?1 AND instr(unique_states, ',' || state || ',') > 0`
+
+// releaseUniqueKeySQL clears the unique key of job ?1 (its period ran out, or a replacement took the
+// key over while the job still held it).
+const releaseUniqueKeySQL = `UPDATE pronto_jobs SET unique_key = NULL WHERE id = ?1`
+
+// Rate limits.
+
+// upsertRateLimitSQL creates or replaces limit ?1 and keeps its current window, so that a client
+// setting the limit on every insert does not reset the count. ?2 max active, ?3 rate, ?4 period in
+// microseconds, ?5 on-limit action, ?6 now.
+const upsertRateLimitSQL = `INSERT INTO pronto_rate_limits (key, max_active, rate, period_us, on_limit, updated_at)
+	VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+	ON CONFLICT (key) DO UPDATE SET max_active = excluded.max_active, rate = excluded.rate,
+		period_us = excluded.period_us, on_limit = excluded.on_limit, updated_at = excluded.updated_at`
+
+// rateLimitInfoSQL selects limits with their use: the key's active jobs, and its waiting jobs
+// (available, or scheduled/retryable and due at ?1).
+const rateLimitInfoSQL = `SELECT l.key, l.max_active, l.rate, l.period_us, l.on_limit, l.window_start,
+		l.window_count,
+		(SELECT count(*) FROM pronto_jobs AS j WHERE j.rate_key = l.key AND j.state = 'active'),
+		(SELECT count(*) FROM pronto_jobs AS j WHERE j.rate_key = l.key
+			AND j.state IN ('available', 'scheduled', 'retryable')
+			AND (j.state = 'available' OR j.scheduled_at <= ?1))
+	FROM pronto_rate_limits AS l`
+
+// getRateLimitSQL: ?1 now, ?2 key.
+const getRateLimitSQL = rateLimitInfoSQL + ` WHERE l.key = ?2`
+
+// listRateLimitsSQL: ?1 now.
+const listRateLimitsSQL = rateLimitInfoSQL + ` ORDER BY l.key`
+
+// deleteRateLimitSQL: ?1 key.
+const deleteRateLimitSQL = `DELETE FROM pronto_rate_limits WHERE key = ?1`
+
+// rateKeyQueuesSQL lists the queues holding claimable jobs of key ?1 (the queues a changed limit may
+// unblock).
+const rateKeyQueuesSQL = `SELECT DISTINCT queue FROM pronto_jobs
+	WHERE rate_key = ?1 AND state IN ('available', 'scheduled', 'retryable')`
+
+// queueHasLimitedSQL reports whether queue ?1 holds a claimable job whose rate key has a stored limit.
+// Claim asks it, on a reader, only when its fast statement found nothing.
+const queueHasLimitedSQL = `SELECT EXISTS (SELECT 1 FROM pronto_rate_limits AS l
+	WHERE EXISTS (SELECT 1 FROM pronto_jobs AS j
+		WHERE j.rate_key = l.key AND j.state IN ('available', 'scheduled', 'retryable') AND j.queue = ?1))`
+
+// rateLimitStateSQL reads limit ?1 and its active count inside a claim's transaction.
+const rateLimitStateSQL = `SELECT max_active, rate, period_us, on_limit, window_start, window_count,
+		(SELECT count(*) FROM pronto_jobs WHERE rate_key = ?1 AND state = 'active')
+	FROM pronto_rate_limits WHERE key = ?1`
+
+// claimCandidatesSQL returns one page of a limited claim's candidates in claim order, after the
+// cursor (?5 priority, ?6 scheduled_at, ?7 id; ?5 NULL for the first page), leaving out the keys in the
+// JSON array ?3 (exhausted keys whose jobs wait), at most ?2 rows. ?1 now, ?4 queue, ?8... kinds.
+func claimCandidatesSQL(nKinds int) string {
+	return `SELECT rowid, rate_key, priority, scheduled_at, id FROM pronto_jobs
+	WHERE ` + claimableSQL + `
+	  ` + kindsFilter(nKinds, 8) + `
+	  AND (?5 IS NULL OR priority < ?5 OR (priority = ?5 AND (scheduled_at > ?6 OR (scheduled_at = ?6 AND id > ?7))))
+	  AND (rate_key IS NULL OR rate_key NOT IN (SELECT value FROM json_each(?3)))
+	ORDER BY priority DESC, scheduled_at, id
+	LIMIT ?2`
+}
+
+// claimRowsSQL claims the jobs whose rowids are in the JSON array ?4. ?1 now, ?2 lease expiry, ?3 worker.
+const claimRowsSQL = `UPDATE pronto_jobs SET state = 'active', attempt = attempt + 1, started_at = ?1,
+		lease_expires_at = ?2, worker_id = ?3
+	WHERE rowid IN (SELECT value FROM json_each(?4))
+	RETURNING ` + jobColumns
+
+// setWindowSQL records limit ?1's current window: opened at ?2, ?3 jobs started in it.
+const setWindowSQL = `UPDATE pronto_rate_limits SET window_start = ?2, window_count = ?3 WHERE key = ?1`
+
+// rescheduleRowsSQL moves held-back jobs to scheduled: ?1 is a JSON array of [rowid, due] pairs.
+const rescheduleRowsSQL = `UPDATE pronto_jobs SET state = 'scheduled', scheduled_at = r.due
+	FROM (SELECT value ->> 0 AS rid, value ->> 1 AS due FROM json_each(?1)) AS r
+	WHERE pronto_jobs.rowid = r.rid
+	RETURNING queue, scheduled_at`
+
+// dropRowsSQL discards held-back jobs (JSON array ?3 of rowids) with an error of type rate_limited.
+// ?1 now, ?2 now as JSON time text.
+const dropRowsSQL = `UPDATE pronto_jobs SET
+		state = 'discarded',
+		completed_at = ?1,
+		errors = json_insert(COALESCE(errors, '[]'), '$[#]', json_object(
+			'attempt', attempt, 'at', ?2, 'type', 'rate_limited',
+			'message', 'rate limit ' || rate_key || ' exhausted: job dropped (on_limit drop)')),
+		lease_expires_at = NULL,
+		worker_id = NULL
+	WHERE rowid IN (SELECT value FROM json_each(?3))
+	RETURNING id, workflow_id`
+
+// Workflows.
+
+// insertWorkflowSQL: ?1 id, ?2 name, ?3 type, ?4 meta, ?5 now.
+const insertWorkflowSQL = `INSERT INTO pronto_workflows (id, name, type, meta, created_at) VALUES (?1, ?2, ?3, ?4, ?5)`
+
+// insertDepsSQL stores workflow edges: ?1 is a JSON array of [parent, child] pairs.
+const insertDepsSQL = `INSERT INTO pronto_job_deps (parent_id, child_id)
+	SELECT value ->> 0, value ->> 1 FROM json_each(?1)`
+
+const getWorkflowSQL = `SELECT id, name, type, meta, created_at, cancelled_at FROM pronto_workflows WHERE id = ?1`
+
+// workflowCountsSQL counts workflow ?1's members (callbacks excluded) per state, with the latest
+// completion time.
+const workflowCountsSQL = `SELECT state, count(*), max(completed_at) FROM pronto_jobs
+	WHERE workflow_id = ?1 AND run_on IS NULL GROUP BY state`
+
+// markWorkflowCancelledSQL: ?1 id, ?2 now. The first cancellation's time is kept.
+const markWorkflowCancelledSQL = `UPDATE pronto_workflows SET cancelled_at = COALESCE(cancelled_at, ?2)
+	WHERE id = ?1 RETURNING id`
+
+// workflowActiveSQL lists workflow ?1's active jobs (their runners must be told of the cancellation).
+const workflowActiveSQL = `SELECT id, queue FROM pronto_jobs WHERE workflow_id = ?1 AND state = 'active'`
+
+// cancelWorkflowJobsSQL cancels every job of workflow ?1 that is not terminal. ?2 now.
+const cancelWorkflowJobsSQL = `UPDATE pronto_jobs SET state = 'cancelled', completed_at = ?2,
+		lease_expires_at = NULL, worker_id = NULL
+	WHERE workflow_id = ?1 AND state NOT IN ('completed', 'cancelled', 'discarded')
+	RETURNING id, queue, rate_key`
+
+// pendingChildrenSQL returns the pending children of the jobs in the JSON array ?1.
+const pendingChildrenSQL = `SELECT DISTINCT j.id, j.queue, j.run_on, j.parent_ids
+	FROM pronto_job_deps AS d JOIN pronto_jobs AS j ON j.id = d.child_id
+	WHERE d.parent_id IN (SELECT value FROM json_each(?1)) AND j.state = 'pending'`
+
+// parentStatesSQL returns the state and result of the jobs in the JSON array ?1.
+const parentStatesSQL = `SELECT id, state, result FROM pronto_jobs WHERE id IN (SELECT value FROM json_each(?1))`
+
+// releaseChildrenSQL makes pending children available with their parents' results: ?2 is a JSON
+// array of {"id": ..., "results": [...]} objects. ?1 now.
+const releaseChildrenSQL = `UPDATE pronto_jobs SET state = 'available', scheduled_at = ?1, parent_results = r.results
+	FROM (SELECT value ->> '$.id' AS id, value -> '$.results' AS results FROM json_each(?2)) AS r
+	WHERE pronto_jobs.id = r.id AND pronto_jobs.state = 'pending'`
+
+// cancelChildrenSQL cancels the pending children in the JSON array ?2 and returns them. ?1 now.
+const cancelChildrenSQL = `UPDATE pronto_jobs SET state = 'cancelled', completed_at = ?1
+	WHERE id IN (SELECT value FROM json_each(?2)) AND state = 'pending'
+	RETURNING id`

@@ -4,6 +4,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/pronto-jobs/pronto/store"
@@ -12,7 +13,8 @@ import (
 // jobColumns is the column list every job-returning statement selects, in scanJob's order.
 const jobColumns = `id, kind, queue, args, meta, priority, state, attempt, max_attempts, errors, result, tags,
 	retry_policy, timeout_ms, created_at, scheduled_at, started_at, completed_at, expires_at, lease_expires_at,
-	worker_id, unique_key, tenant, rate_key, workflow_id, parent_ids`
+	worker_id, unique_key, tenant, rate_key, workflow_id, parent_ids, unique_states, unique_until, run_on,
+	parent_results`
 
 // rowScanner is *sql.Rows or *sql.Row.
 type rowScanner interface {
@@ -24,26 +26,29 @@ type rowScanner interface {
 type jobScanner struct {
 	id, kind, queue, state                            string
 	priority, attempt, maxAttempts, timeoutMS         int64
-	args, meta, result, retryPolicy                   []byte
+	args, meta, result, retryPolicy, parentResults    []byte
 	errs, tags, parents                               sql.RawBytes
 	createdAt, scheduledAt                            int64
 	startedAt, completedAt, expiresAt, leaseExpiresAt sql.NullInt64
+	uniqueUntil                                       sql.NullInt64
 	workerID, uniqueKey, tenant, rateKey, workflowID  sql.NullString
-	dest                                              [26]any
+	uniqueStates, runOn                               sql.NullString
+	dest                                              [30]any
 }
 
 func newJobScanner() *jobScanner {
 	sc := &jobScanner{}
-	sc.dest = [26]any{&sc.id, &sc.kind, &sc.queue, &sc.args, &sc.meta, &sc.priority, &sc.state, &sc.attempt,
+	sc.dest = [30]any{&sc.id, &sc.kind, &sc.queue, &sc.args, &sc.meta, &sc.priority, &sc.state, &sc.attempt,
 		&sc.maxAttempts, &sc.errs, &sc.result, &sc.tags, &sc.retryPolicy, &sc.timeoutMS, &sc.createdAt,
 		&sc.scheduledAt, &sc.startedAt, &sc.completedAt, &sc.expiresAt, &sc.leaseExpiresAt, &sc.workerID,
-		&sc.uniqueKey, &sc.tenant, &sc.rateKey, &sc.workflowID, &sc.parents}
+		&sc.uniqueKey, &sc.tenant, &sc.rateKey, &sc.workflowID, &sc.parents, &sc.uniqueStates, &sc.uniqueUntil,
+		&sc.runOn, &sc.parentResults}
 	return sc
 }
 
 // scan reads the current row of rows (a *sql.Rows: *sql.Row refuses sql.RawBytes).
 func (sc *jobScanner) scan(rs rowScanner) (*store.Job, error) {
-	sc.args, sc.meta, sc.result, sc.retryPolicy = nil, nil, nil, nil
+	sc.args, sc.meta, sc.result, sc.retryPolicy, sc.parentResults = nil, nil, nil, nil, nil
 	if err := rs.Scan(sc.dest[:]...); err != nil {
 		return nil, err
 	}
@@ -68,6 +73,12 @@ func (sc *jobScanner) scan(rs rowScanner) (*store.Job, error) {
 		Tenant:         sc.tenant.String,
 		RateKey:        sc.rateKey.String,
 		WorkflowID:     sc.workflowID.String,
+		UniqueStates:   decodeStates(sc.uniqueStates.String),
+		UniqueUntil:    nullMicroTime(sc.uniqueUntil),
+		RunOn:          store.RunOn(sc.runOn.String),
+	}
+	if len(sc.parentResults) > 0 {
+		j.ParentResults = sc.parentResults
 	}
 	if len(sc.meta) > 0 {
 		j.Meta = sc.meta
@@ -160,6 +171,32 @@ func nullJSON(b json.RawMessage) any {
 		return nil
 	}
 	return string(b)
+}
+
+// encodeStates writes states as the unique_states column holds them, ",available,active,", so that
+// instr(unique_states, ',' || state || ',') tests membership.
+func encodeStates(states []store.State) string {
+	var b strings.Builder
+	b.WriteByte(',')
+	for _, st := range states {
+		b.WriteString(string(st))
+		b.WriteByte(',')
+	}
+	return b.String()
+}
+
+// decodeStates reads an encodeStates value; "" (no unique key) is nil.
+func decodeStates(v string) []store.State {
+	v = strings.Trim(v, ",")
+	if v == "" {
+		return nil
+	}
+	parts := strings.Split(v, ",")
+	out := make([]store.State, len(parts))
+	for i, p := range parts {
+		out[i] = store.State(p)
+	}
+	return out
 }
 
 // stringsJSON encodes a string list as a JSON array, or NULL when empty.

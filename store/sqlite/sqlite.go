@@ -204,19 +204,33 @@ func (s *Store) nowMicro() (int64, time.Time) {
 	return us, time.UnixMicro(us).UTC()
 }
 
-// stmt returns the writer's prepared statement for query, preparing it on first use.
+// stmt returns the writer's prepared statement for query, preparing it on first use. The lock is not
+// held while preparing, which waits for the writer connection: a transaction holding that connection
+// may look statements up meanwhile (txRunner.prepared).
 func (s *Store) stmt(ctx context.Context, query string) (*sql.Stmt, error) {
 	s.stmtMu.Lock()
-	defer s.stmtMu.Unlock()
 	if s.stmts == nil {
+		s.stmtMu.Unlock()
 		return nil, errors.New("sqlite store: store is closed")
 	}
-	if st, ok := s.stmts[query]; ok {
+	st, ok := s.stmts[query]
+	s.stmtMu.Unlock()
+	if ok {
 		return st, nil
 	}
 	st, err := s.w.PrepareContext(ctx, query)
 	if err != nil {
 		return nil, s.schemaHint(err)
+	}
+	s.stmtMu.Lock()
+	defer s.stmtMu.Unlock()
+	if s.stmts == nil {
+		_ = st.Close()
+		return nil, errors.New("sqlite store: store is closed")
+	}
+	if prev, ok := s.stmts[query]; ok { // prepared by another caller meanwhile
+		_ = st.Close()
+		return prev, nil
 	}
 	s.stmts[query] = st
 	return st, nil

@@ -1,0 +1,495 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/pronto-jobs/pronto/store"
+)
+
+var _ store.RateLimiter = (*Store)(nil)
+
+// Rate limits live in pronto_rate_limits: the limit as given and its current window (when it opened,
+// how many jobs it started). A key's active jobs are counted from the jobs table through the
+// pronto_jobs_rate index, so no counter has to follow every path out of active. Claims that meet a
+// limited job enforce the limits in claimLimited, inside the claim's write transaction: SQLite's one
+// writer at a time, across processes too, makes the count and the claim one step.
+
+// rescheduleAfter is how far LimitReschedule moves a job held back by MaxActive alone (no window end
+// to wait for).
+const rescheduleAfter = time.Second
+
+// validateRateLimit checks a limit before it is stored.
+func validateRateLimit(key string, l store.RateLimit) error {
+	if key == "" {
+		return fmt.Errorf("%w: empty rate key", store.ErrInvalidParams)
+	}
+	if l.MaxActive < 0 || l.Rate < 0 || l.Period < 0 {
+		return fmt.Errorf("%w: rate limit %s: max active %d, rate %d and period %v cannot be negative",
+			store.ErrInvalidParams, key, l.MaxActive, l.Rate, l.Period)
+	}
+	// A rate without a period would bound nothing; the caller surely meant a bound.
+	if l.Rate > 0 && l.Period < time.Microsecond {
+		return fmt.Errorf("%w: rate limit %s: a rate of %d jobs needs a period (got %v)", store.ErrInvalidParams, key, l.Rate, l.Period)
+	}
+	switch l.OnLimit {
+	case "", store.LimitWait, store.LimitReschedule, store.LimitDrop:
+	default:
+		return fmt.Errorf("%w: rate limit %s: on-limit action %q; want wait, reschedule or drop", store.ErrInvalidParams, key, l.OnLimit)
+	}
+	return nil
+}
+
+// upsertRateLimits stores the limits params carry, in order (a later one for the same key wins).
+func upsertRateLimits(ctx context.Context, ex execer, params []*store.InsertParams, nowUS int64) error {
+	for _, p := range params {
+		if p.RateLimit == nil {
+			continue
+		}
+		l := p.RateLimit
+		if _, err := ex.ExecContext(ctx, upsertRateLimitSQL, p.RateKey, int64(l.MaxActive), int64(l.Rate),
+			l.Period.Microseconds(), string(l.OnLimit), nowUS); err != nil {
+			return fmt.Errorf("store rate limit %s: %w", p.RateKey, err)
+		}
+	}
+	return nil
+}
+
+// SetRateLimit creates or replaces the limit stored under key. A replaced limit keeps its current
+// window (so setting the limit again, as clients do with every insert that carries it, does not
+// reset the count). The producers of the queues holding claimable jobs of the key are woken: the new
+// limit may allow more.
+func (s *Store) SetRateLimit(ctx context.Context, key string, l store.RateLimit) error {
+	if err := validateRateLimit(key, l); err != nil {
+		return fmt.Errorf("set rate limit: %w", err)
+	}
+	st, err := s.stmt(ctx, upsertRateLimitSQL)
+	if err != nil {
+		return fmt.Errorf("set rate limit %s: %w", key, err)
+	}
+	nowUS, _ := s.nowMicro()
+	if _, err := st.ExecContext(ctx, key, int64(l.MaxActive), int64(l.Rate), l.Period.Microseconds(),
+		string(l.OnLimit), nowUS); err != nil {
+		return fmt.Errorf("set rate limit %s: %w", key, err)
+	}
+	return s.wakeRateKey(ctx, key)
+}
+
+// DeleteRateLimit removes the limit stored under key, or returns an error wrapping store.ErrNotFound.
+// The key's jobs are unlimited from then on, and the producers of their queues are woken.
+func (s *Store) DeleteRateLimit(ctx context.Context, key string) error {
+	st, err := s.stmt(ctx, deleteRateLimitSQL)
+	if err != nil {
+		return fmt.Errorf("delete rate limit %s: %w", key, err)
+	}
+	res, err := st.ExecContext(ctx, key)
+	if err != nil {
+		return fmt.Errorf("delete rate limit %s: %w", key, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return fmt.Errorf("delete rate limit %s: %w", key, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("delete rate limit %s: %w", key, store.ErrNotFound)
+	}
+	return s.wakeRateKey(ctx, key)
+}
+
+// wakeRateKey announces every queue holding claimable jobs of key.
+func (s *Store) wakeRateKey(ctx context.Context, key string) error {
+	rows, err := s.r.QueryContext(ctx, rateKeyQueuesSQL, key)
+	if err != nil {
+		return fmt.Errorf("wake queues of rate key %s: %w", key, err)
+	}
+	var out outbox
+	for rows.Next() {
+		var q string
+		if err := rows.Scan(&q); err != nil {
+			rows.Close()
+			return fmt.Errorf("wake queues of rate key %s: %w", key, err)
+		}
+		out.wake(q, time.Time{})
+	}
+	if err := closeRows(rows); err != nil {
+		return fmt.Errorf("wake queues of rate key %s: %w", key, err)
+	}
+	s.publishOutbox(&out)
+	return nil
+}
+
+// GetRateLimit returns the limit stored under key with its current use, or an error wrapping
+// store.ErrNotFound.
+func (s *Store) GetRateLimit(ctx context.Context, key string) (*store.RateLimitInfo, error) {
+	nowUS, _ := s.nowMicro()
+	infos, err := s.rateLimitInfos(ctx, getRateLimitSQL, nowUS, key)
+	if err != nil {
+		return nil, fmt.Errorf("get rate limit %s: %w", key, err)
+	}
+	if len(infos) == 0 {
+		return nil, fmt.Errorf("get rate limit %s: %w", key, store.ErrNotFound)
+	}
+	return infos[0], nil
+}
+
+// ListRateLimits returns every stored limit with its current use, in key order.
+func (s *Store) ListRateLimits(ctx context.Context) ([]*store.RateLimitInfo, error) {
+	nowUS, _ := s.nowMicro()
+	infos, err := s.rateLimitInfos(ctx, listRateLimitsSQL, nowUS)
+	if err != nil {
+		return nil, fmt.Errorf("list rate limits: %w", err)
+	}
+	return infos, nil
+}
+
+// rateLimitInfos runs a rateLimitInfoSQL query (?1 now) on a reader.
+func (s *Store) rateLimitInfos(ctx context.Context, query string, nowUS int64, args ...any) ([]*store.RateLimitInfo, error) {
+	rows, err := s.r.QueryContext(ctx, query, append([]any{nowUS}, args...)...)
+	if err != nil {
+		return nil, s.schemaHint(err)
+	}
+	var out []*store.RateLimitInfo
+	for rows.Next() {
+		var info store.RateLimitInfo
+		var k keyLimit
+		if err := rows.Scan(&info.Key, &k.maxActive, &k.rate, &k.periodUS, &k.onLimit, &k.windowStart,
+			&k.windowCount, &info.Active, &info.Waiting); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		info.Limit = store.RateLimit{MaxActive: int(k.maxActive), Rate: int(k.rate),
+			Period: time.Duration(k.periodUS) * time.Microsecond, OnLimit: store.LimitAction(k.onLimit)}
+		if k.windowOpen(nowUS) {
+			info.WindowStart = microTime(k.windowStart.Int64)
+			info.WindowCount = k.windowCount
+		}
+		out = append(out, &info)
+	}
+	if err := closeRows(rows); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// keyLimit is one rate key's limit and use during a limited claim.
+type keyLimit struct {
+	maxActive, rate, periodUS int64
+	onLimit                   string
+	windowStart               sql.NullInt64
+	windowCount               int64
+	active                    int64
+	windowMoved               bool // the claim opened or filled the window: write it back
+}
+
+// rateBound reports whether the limit bounds starts per period.
+func (k *keyLimit) rateBound() bool { return k.rate > 0 && k.periodUS > 0 }
+
+// windowOpen reports whether the key's rate window is still open at nowUS.
+func (k *keyLimit) windowOpen(nowUS int64) bool {
+	return k.rateBound() && k.windowStart.Valid && nowUS < k.windowStart.Int64+k.periodUS
+}
+
+// room is how many more of the key's jobs may start now.
+func (k *keyLimit) room(nowUS int64) int64 {
+	room := int64(math.MaxInt64)
+	if k.maxActive > 0 {
+		room = min(room, k.maxActive-k.active)
+	}
+	if k.rateBound() {
+		if k.windowOpen(nowUS) {
+			room = min(room, k.rate-k.windowCount)
+		} else {
+			room = min(room, k.rate)
+		}
+	}
+	return max(room, 0)
+}
+
+// take counts one more of the key's jobs started now, opening a window if none is open.
+func (k *keyLimit) take(nowUS int64) {
+	k.active++
+	if !k.rateBound() {
+		return
+	}
+	if !k.windowOpen(nowUS) {
+		k.windowStart = sql.NullInt64{Int64: nowUS, Valid: true}
+		k.windowCount = 0
+	}
+	k.windowCount++
+	k.windowMoved = true
+}
+
+// retryAt is when LimitReschedule makes a held-back job due: the end of the full window, or, when
+// only MaxActive holds it back, a second from now.
+func (k *keyLimit) retryAt(nowUS int64) int64 {
+	if k.windowOpen(nowUS) && k.windowCount >= k.rate {
+		return k.windowStart.Int64 + k.periodUS
+	}
+	return nowUS + rescheduleAfter.Microseconds()
+}
+
+// candidate is one claimable job a limited claim considers.
+type candidate struct {
+	rowid       int64
+	rateKey     sql.NullString
+	priority    int64
+	scheduledAt int64
+	id          string
+}
+
+// limitedClaim is what a limited claim decided: the jobs it takes, and what it does with the jobs of
+// exhausted keys it passed over.
+type limitedClaim struct {
+	keys       map[string]*keyLimit // nil value: the key has no stored limit
+	take       []int64              // rowids
+	reschedule [][2]int64           // [rowid, due]
+	drop       []int64              // rowids
+	waiting    []string             // exhausted keys whose jobs wait: left out of the next pages
+}
+
+// limitedClaimFirstPage is how many candidates beyond its limit a limited claim reads first; every
+// further page is twice the last, so a claim reads a long run of held-back jobs in few queries.
+const limitedClaimFirstPage = 32
+
+// claimLimited claims up to p.Limit jobs in one write transaction, enforcing the rate limits of the
+// jobs' keys: it walks the claimable jobs in claim order, takes each one whose key has room (or has
+// no limit), and passes over the jobs of exhausted keys, applying their limit's OnLimit (wait: left
+// as they are, and the key left out of the rest of the walk; reschedule: scheduled at the window's
+// end; drop: discarded with a rate_limited error). It stops once it has p.Limit jobs. Windows opened
+// or filled are written back, dropped workflow jobs decide their children, and the queues of
+// rescheduled jobs and released children are announced once it commits.
+func (s *Store) claimLimited(ctx context.Context, p store.ClaimParams) ([]*store.Job, error) {
+	candSQL := claimCandidatesSQL(len(p.Kinds))
+	r, err := s.begin(ctx, append([]string{candSQL, rateLimitStateSQL, claimRowsSQL, setWindowSQL,
+		rescheduleRowsSQL, dropRowsSQL}, settleQueries...)...)
+	if err != nil {
+		return nil, err
+	}
+	defer r.tx.Rollback() //nolint:errcheck // after Commit it is a no-op
+	nowUS, now := s.nowMicro()
+
+	plan := limitedClaim{keys: map[string]*keyLimit{}}
+	pageSize := p.Limit + limitedClaimFirstPage
+	var cursor *candidate
+	for len(plan.take) < p.Limit {
+		page, err := claimCandidates(ctx, r, candSQL, p, nowUS, pageSize, plan.waiting, cursor)
+		if err != nil {
+			return nil, err
+		}
+		for i := range page {
+			if err := plan.consider(ctx, r, &page[i], nowUS); err != nil {
+				return nil, err
+			}
+			if len(plan.take) == p.Limit {
+				break
+			}
+		}
+		if len(page) < pageSize {
+			break
+		}
+		cursor = &page[len(page)-1]
+		pageSize *= 2
+	}
+
+	var out outbox
+	jobs, err := plan.apply(ctx, r, p, nowUS, now, &out)
+	if err != nil {
+		return nil, err
+	}
+	if err := r.tx.Commit(); err != nil {
+		return nil, fmt.Errorf("commit: %w", err)
+	}
+	s.publishOutbox(&out)
+	return jobs, nil
+}
+
+// claimCandidates reads one page of a limited claim's candidates, after cursor (nil: from the start),
+// leaving out the jobs of the keys in waiting.
+func claimCandidates(ctx context.Context, r txRunner, query string, p store.ClaimParams, nowUS int64, size int, waiting []string, cursor *candidate) ([]candidate, error) {
+	left, err := json.Marshal(waiting)
+	if err != nil {
+		return nil, err
+	}
+	if waiting == nil {
+		left = []byte("[]")
+	}
+	args := make([]any, 7, 7+len(p.Kinds))
+	args[0], args[1], args[2], args[3] = nowUS, int64(size), string(left), p.Queue
+	if cursor != nil {
+		args[4], args[5], args[6] = cursor.priority, cursor.scheduledAt, cursor.id
+	}
+	for _, k := range p.Kinds {
+		args = append(args, k)
+	}
+	rows, err := r.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, fmt.Errorf("read claim candidates: %w", err)
+	}
+	var page []candidate
+	for rows.Next() {
+		var c candidate
+		if err := rows.Scan(&c.rowid, &c.rateKey, &c.priority, &c.scheduledAt, &c.id); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		page = append(page, c)
+	}
+	if err := closeRows(rows); err != nil {
+		return nil, fmt.Errorf("read claim candidates: %w", err)
+	}
+	return page, nil
+}
+
+// consider decides one candidate: take it, or pass it over as its key's OnLimit says.
+func (c *limitedClaim) consider(ctx context.Context, r txRunner, cand *candidate, nowUS int64) error {
+	if !cand.rateKey.Valid {
+		c.take = append(c.take, cand.rowid)
+		return nil
+	}
+	key := cand.rateKey.String
+	k, known := c.keys[key]
+	if !known {
+		var err error
+		if k, err = loadKeyLimit(ctx, r, key); err != nil {
+			return err
+		}
+		c.keys[key] = k
+	}
+	if k == nil || k.room(nowUS) > 0 {
+		if k != nil {
+			k.take(nowUS)
+		}
+		c.take = append(c.take, cand.rowid)
+		return nil
+	}
+	switch store.LimitAction(k.onLimit) {
+	case store.LimitReschedule:
+		c.reschedule = append(c.reschedule, [2]int64{cand.rowid, k.retryAt(nowUS)})
+	case store.LimitDrop:
+		c.drop = append(c.drop, cand.rowid)
+	default:
+		if !slices.Contains(c.waiting, key) {
+			c.waiting = append(c.waiting, key)
+		}
+	}
+	return nil
+}
+
+// loadKeyLimit reads key's limit and active count, or nil when no limit is stored under key.
+func loadKeyLimit(ctx context.Context, r txRunner, key string) (*keyLimit, error) {
+	rows, err := r.QueryContext(ctx, rateLimitStateSQL, key)
+	if err != nil {
+		return nil, fmt.Errorf("read rate limit %s: %w", key, err)
+	}
+	var k *keyLimit
+	for rows.Next() {
+		k = &keyLimit{}
+		if err := rows.Scan(&k.maxActive, &k.rate, &k.periodUS, &k.onLimit, &k.windowStart, &k.windowCount,
+			&k.active); err != nil {
+			rows.Close()
+			return nil, err
+		}
+	}
+	if err := closeRows(rows); err != nil {
+		return nil, fmt.Errorf("read rate limit %s: %w", key, err)
+	}
+	return k, nil
+}
+
+// apply writes what the claim decided and returns the claimed jobs.
+func (c *limitedClaim) apply(ctx context.Context, r txRunner, p store.ClaimParams, nowUS int64, now time.Time, out *outbox) ([]*store.Job, error) {
+	var jobs []*store.Job
+	if len(c.take) > 0 {
+		b, err := json.Marshal(c.take)
+		if err != nil {
+			return nil, err
+		}
+		rows, err := r.QueryContext(ctx, claimRowsSQL, nowUS, nowUS+p.LeaseDuration.Microseconds(), p.WorkerID, string(b))
+		if err != nil {
+			return nil, fmt.Errorf("claim: %w", err)
+		}
+		if jobs, err = scanJobs(rows, len(c.take)); err != nil {
+			return nil, fmt.Errorf("claim: %w", err)
+		}
+	}
+	for key, k := range c.keys {
+		if k == nil || !k.windowMoved {
+			continue
+		}
+		if _, err := r.ExecContext(ctx, setWindowSQL, key, k.windowStart.Int64, k.windowCount); err != nil {
+			return nil, fmt.Errorf("record rate window of %s: %w", key, err)
+		}
+	}
+	if len(c.reschedule) > 0 {
+		if err := rescheduleHeldBack(ctx, r, c.reschedule, out); err != nil {
+			return nil, err
+		}
+	}
+	if len(c.drop) > 0 {
+		if err := dropHeldBack(ctx, r, c.drop, nowUS, now, out); err != nil {
+			return nil, err
+		}
+	}
+	return jobs, nil
+}
+
+// rescheduleHeldBack moves held-back jobs to scheduled at their due times and announces them.
+func rescheduleHeldBack(ctx context.Context, r txRunner, due [][2]int64, out *outbox) error {
+	b, err := json.Marshal(due)
+	if err != nil {
+		return err
+	}
+	rows, err := r.QueryContext(ctx, rescheduleRowsSQL, string(b))
+	if err != nil {
+		return fmt.Errorf("reschedule rate-limited jobs: %w", err)
+	}
+	for rows.Next() {
+		var queue string
+		var at int64
+		if err := rows.Scan(&queue, &at); err != nil {
+			rows.Close()
+			return err
+		}
+		out.wake(queue, microTime(at))
+	}
+	if err := closeRows(rows); err != nil {
+		return fmt.Errorf("reschedule rate-limited jobs: %w", err)
+	}
+	return nil
+}
+
+// dropHeldBack discards held-back jobs and decides the children of the workflow jobs among them.
+func dropHeldBack(ctx context.Context, r txRunner, rowids []int64, nowUS int64, now time.Time, out *outbox) error {
+	b, err := json.Marshal(rowids)
+	if err != nil {
+		return err
+	}
+	rows, err := r.QueryContext(ctx, dropRowsSQL, nowUS, now.Format(time.RFC3339Nano), string(b))
+	if err != nil {
+		return fmt.Errorf("drop rate-limited jobs: %w", err)
+	}
+	var finished []string
+	for rows.Next() {
+		var id string
+		var workflowID sql.NullString
+		if err := rows.Scan(&id, &workflowID); err != nil {
+			rows.Close()
+			return err
+		}
+		if workflowID.Valid {
+			finished = append(finished, id)
+		}
+	}
+	if err := closeRows(rows); err != nil {
+		return fmt.Errorf("drop rate-limited jobs: %w", err)
+	}
+	if len(finished) == 0 {
+		return nil
+	}
+	return settleChildren(ctx, r, finished, nowUS, out)
+}
