@@ -146,17 +146,18 @@ func (s *Store) checkFeatures(t *testing.T) {
 			require.Same(t, j, s.unique[j.UniqueKey], "job %s holding key %s is the key's holder", j.ID, j.UniqueKey)
 		}
 		if j.WorkflowID == "" {
-			require.Nil(t, j.wf)
+			require.Nil(t, j.node)
 			continue
 		}
-		require.Same(t, s.workflows[j.WorkflowID], j.wf, "job %s refers to its workflow", j.ID)
-		wfStored[j.wf]++
+		w := j.node.wf
+		require.Same(t, s.workflows[j.WorkflowID], w, "job %s refers to its workflow", j.ID)
+		wfStored[w]++
 		if j.RunOn == "" {
-			c := wfCounts[j.wf]
+			c := wfCounts[w]
 			c[stateIndex(j.State)]++
-			wfCounts[j.wf] = c
+			wfCounts[w] = c
 		}
-		if j.State == store.StatePending && len(j.parents) > 0 {
+		if j.State == store.StatePending && len(j.node.parents) > 0 {
 			require.Equal(t, outcomeWait, decide(j), "pending job %s has undecided parents", j.ID)
 		}
 	}

@@ -88,9 +88,9 @@ type job struct {
 	inExpiry bool
 	// rk is the bookkeeping of the job's rate key (nil without one).
 	rk *rateKey
-	// wf is the job's workflow (nil outside one); parents and children are its graph's edges.
-	wf                *workflow
-	parents, children []*job
+	// node is the job's place in its workflow's graph (nil outside a workflow). It is a pointer so
+	// that jobs outside workflows, nearly all of them, stay small.
+	node *node
 }
 
 // entry returns a live entry of j with the given keys.
@@ -226,8 +226,8 @@ func (s *Store) place(j *job) {
 	if j.rk != nil {
 		j.rk.counts[i]++
 	}
-	if j.wf != nil {
-		j.wf.placed(j)
+	if j.node != nil {
+		j.node.wf.placed(j)
 	}
 	switch j.State {
 	case store.StateAvailable:
@@ -244,7 +244,7 @@ func (s *Store) place(j *job) {
 		f := &s.terminal[terminalIndex(j.State)]
 		f.push(j.entry(0, 0))
 		j.fifo = f
-		if len(j.children) > 0 {
+		if j.node != nil && len(j.node.children) > 0 {
 			s.decided = append(s.decided, j)
 		}
 	}
@@ -262,8 +262,8 @@ func (s *Store) unplace(j *job) {
 	if j.rk != nil {
 		j.rk.counts[i]--
 	}
-	if j.wf != nil {
-		j.wf.unplaced(j)
+	if j.node != nil {
+		j.node.wf.unplaced(j)
 	}
 	j.gen++
 	if j.heap != nil {
@@ -326,7 +326,7 @@ func (s *Store) forget(j *job) {
 	if j.rk != nil {
 		s.dropRateKeyIfUnused(j.rk)
 	}
-	if j.wf != nil {
+	if j.node != nil {
 		s.forgetMember(j)
 	}
 	if dead := len(s.ids) - len(s.jobs); dead > 1024 && dead > len(s.jobs) {

@@ -52,7 +52,7 @@ type uniquePlan struct {
 }
 
 // duplicateOf returns the job returned in place of the i-th job of the batch, or nil.
-func (p *uniquePlan) duplicateOf(i int) *job {
+func (p uniquePlan) duplicateOf(i int) *job {
 	if p.duplicates == nil {
 		return nil
 	}
@@ -62,8 +62,8 @@ func (p *uniquePlan) duplicateOf(i int) *job {
 // planUnique meets each unique job of a batch with the job holding its key, stored or earlier in the
 // batch, and decides by its policy. It changes only the batch's own (unstored) jobs, so a refusal
 // leaves the store as it was. s.mu must be held.
-func (s *Store) planUnique(jobs []*job, params []*store.InsertParams, now time.Time) (*uniquePlan, error) {
-	plan := &uniquePlan{}
+func (s *Store) planUnique(jobs []*job, params []*store.InsertParams, now time.Time) (uniquePlan, error) {
+	var plan uniquePlan
 	var batch map[string]*job // key -> the batch's job that took it last
 	for i, j := range jobs {
 		key := j.UniqueKey
@@ -101,7 +101,7 @@ func (s *Store) planUnique(jobs []*job, params []*store.InsertParams, now time.T
 					h.State, h.CompletedAt = store.StateCancelled, now
 				}
 			default:
-				return nil, fmt.Errorf("memory: insert job %s: %w", j.ID,
+				return uniquePlan{}, fmt.Errorf("memory: insert job %s: %w", j.ID,
 					&store.UniqueConflictError{Key: key, ExistingID: h.ID, ExistingState: h.State})
 			}
 		}
@@ -116,7 +116,7 @@ func (s *Store) planUnique(jobs []*job, params []*store.InsertParams, now time.T
 // applyUnique makes the plan's changes to stored jobs and returns the cancel notifications to
 // publish. A replaced job that is not terminal is cancelled; one that is terminal (it held its key in
 // a terminal state) cannot be, and gives up its key instead, as a lapsed one does. s.mu must be held.
-func (s *Store) applyUnique(plan *uniquePlan, now time.Time) []store.Notification {
+func (s *Store) applyUnique(plan uniquePlan, now time.Time) []store.Notification {
 	var cancels []store.Notification
 	for _, h := range plan.replaced {
 		if h.State.Terminal() {

@@ -10,6 +10,12 @@ import (
 	"github.com/pronto-jobs/pronto/store"
 )
 
+// node links a workflow job to its workflow and to the jobs of its graph.
+type node struct {
+	wf                *workflow
+	parents, children []*job
+}
+
 // workflow is a stored workflow. Its member counts are kept by place and unplace, so reading it
 // costs nothing per job. It lives while any of its jobs is stored: when Cleanup or DeleteJob removes
 // the last one, the workflow goes too.
@@ -72,7 +78,7 @@ func (w *workflow) export() *store.Workflow {
 
 // forgetMember accounts for the deletion of workflow job j; s.mu must be held.
 func (s *Store) forgetMember(j *job) {
-	w := j.wf
+	w := j.node.wf
 	w.stored--
 	if w.stored == 0 && s.workflows[w.id] == w {
 		delete(s.workflows, w.id)
@@ -132,7 +138,7 @@ func (s *Store) InsertWorkflow(ctx context.Context, p store.WorkflowParams) (*st
 		if j.ScheduledAt.IsZero() {
 			j.ScheduledAt = now
 		}
-		j.wf = w
+		j.node.wf = w
 		if l := p.Jobs[i].RateLimit; l != nil {
 			s.rateKey(j.RateKey).setLimit(*l)
 		}
@@ -155,10 +161,11 @@ func linkWorkflow(params []*store.InsertParams) []*job {
 	byID := make(map[string]*job, len(params))
 	for i, jp := range params {
 		j := newJob(jp)
+		j.node = &node{}
 		for _, pid := range jp.ParentIDs {
 			parent := byID[pid]
-			j.parents = append(j.parents, parent)
-			parent.children = append(parent.children, j)
+			j.node.parents = append(j.node.parents, parent)
+			parent.node.children = append(parent.node.children, j)
 		}
 		byID[j.ID] = j
 		jobs[i] = j
@@ -227,7 +234,7 @@ const (
 // decide applies the rule of the job's RunOn to its parents' states.
 func decide(c *job) outcome {
 	terminal, completed := 0, 0
-	for _, p := range c.parents {
+	for _, p := range c.node.parents {
 		if p.State.Terminal() {
 			terminal++
 			if p.State == store.StateCompleted {
@@ -235,7 +242,7 @@ func decide(c *job) outcome {
 			}
 		}
 	}
-	all, failed := terminal == len(c.parents), terminal > completed
+	all, failed := terminal == len(c.node.parents), terminal > completed
 	switch c.RunOn {
 	case store.RunOnFailure:
 		switch {
@@ -271,7 +278,7 @@ func (s *Store) settle(now time.Time, a *announcer) {
 		j := s.decided[n]
 		s.decided[n] = nil
 		s.decided = s.decided[:n]
-		for _, c := range j.children {
+		for _, c := range j.node.children {
 			if c.State != store.StatePending || s.jobs[c.ID] != c {
 				continue
 			}
@@ -293,7 +300,7 @@ func (s *Store) release(c *job, now time.Time, a *announcer) {
 	s.unplace(c)
 	c.State = store.StateAvailable
 	c.ScheduledAt = now
-	c.ParentResults = parentResults(c.parents)
+	c.ParentResults = parentResults(c.node.parents)
 	s.place(c)
 	a.add(c)
 }
