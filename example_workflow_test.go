@@ -43,7 +43,10 @@ func Example_workflow() {
 		fmt.Println("mailing the report")
 		return nil
 	}))
-	client, err := pronto.NewClient(memory.New(), &pronto.Config{Workers: workers})
+	client, err := pronto.NewClient(memory.New(), &pronto.Config{
+		Queues:  map[string]pronto.QueueConfig{pronto.DefaultQueue: {MaxWorkers: 5}},
+		Workers: workers,
+	})
 	if err != nil {
 		panic(err)
 	}
