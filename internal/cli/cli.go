@@ -174,6 +174,16 @@ func (r *runner) groups() []group {
 			{name: "queues pause", summary: "stop every client from claiming a queue's jobs", run: cmdQueuesPause},
 			{name: "queues resume", summary: "let clients claim a queue's jobs again", run: cmdQueuesResume},
 		}},
+		{name: "workflows", summary: "inspect and cancel workflows", subs: []command{
+			{name: "workflows get", summary: "show a workflow's state and step counts", run: cmdWorkflowsGet},
+			{name: "workflows jobs", summary: "list a workflow's jobs", run: cmdWorkflowsJobs},
+			{name: "workflows cancel", summary: "cancel every unfinished job of a workflow", run: cmdWorkflowsCancel},
+		}},
+		{name: "rate-limits", summary: "inspect and set rate and concurrency limits", subs: []command{
+			{name: "rate-limits list", summary: "list stored limits with their use", run: cmdRateLimitsList},
+			{name: "rate-limits set", summary: "store the limit of a rate key", run: cmdRateLimitsSet},
+			{name: "rate-limits delete", summary: "remove a rate key's limit", run: cmdRateLimitsDelete},
+		}},
 		{name: "migrate", summary: "create, upgrade or roll back the database schema", subs: []command{
 			{name: "migrate up", summary: "apply every pending migration", run: cmdMigrateUp},
 			{name: "migrate down", summary: "roll back the latest migrations", run: cmdMigrateDown},
@@ -282,11 +292,11 @@ Usage:
 Commands:
 `)
 	for _, c := range r.commands() {
-		fmt.Fprintf(w, "  %-15s %s\n", c.name, c.summary)
+		fmt.Fprintf(w, "  %-19s %s\n", c.name, c.summary)
 	}
 	for _, g := range r.groups() {
 		for _, c := range g.subs {
-			fmt.Fprintf(w, "  %-15s %s\n", c.name, c.summary)
+			fmt.Fprintf(w, "  %-19s %s\n", c.name, c.summary)
 		}
 	}
 	fmt.Fprint(w, `

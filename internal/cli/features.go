@@ -1,0 +1,234 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+
+	"github.com/pronto-jobs/pronto"
+	"github.com/pronto-jobs/pronto/store"
+)
+
+// workflowJSON is the JSON form of a workflow printed by 'workflows get|cancel --json'.
+type workflowJSON struct {
+	ID          string               `json:"id"`
+	Name        string               `json:"name"`
+	Type        string               `json:"type"`
+	State       pronto.WorkflowState `json:"state"`
+	Total       int                  `json:"total"`
+	Counts      map[pronto.State]int `json:"counts"`
+	CreatedAt   time.Time            `json:"created_at"`
+	CancelledAt *time.Time           `json:"cancelled_at,omitempty"`
+	FinishedAt  *time.Time           `json:"finished_at,omitempty"`
+}
+
+func toWorkflowJSON(w *pronto.WorkflowInfo) workflowJSON {
+	out := workflowJSON{ID: w.ID, Name: w.Name, Type: w.Type, State: w.State, Total: w.Total,
+		Counts: make(map[pronto.State]int, len(store.AllStates)), CreatedAt: w.CreatedAt,
+		CancelledAt: timePtr(w.CancelledAt), FinishedAt: timePtr(w.FinishedAt)}
+	for _, s := range store.AllStates {
+		out.Counts[s] = w.Counts[s]
+	}
+	return out
+}
+
+func printWorkflow(w io.Writer, wf *pronto.WorkflowInfo) {
+	fmt.Fprintf(w, "workflow %s (%s %q): %s, %d of %d steps completed\n",
+		wf.ID, wf.Type, wf.Name, wf.State, wf.Counts[pronto.StateCompleted], wf.Total)
+	for _, s := range store.AllStates {
+		if n := wf.Counts[s]; n > 0 {
+			fmt.Fprintf(w, "  %-10s %d\n", s, n)
+		}
+	}
+}
+
+// workflowCommand runs a command on one workflow given by id.
+func (r *runner) workflowCommand(ctx context.Context, args []string, about string,
+	do func(ctx context.Context, c *pronto.Client, id string) (any, error), print func(v any),
+) error {
+	fs := r.newFlagSet("pronto "+r.current+" ID [flags]", about).withDatabase()
+	asJSON := fs.Bool("json", false, "print the result as JSON")
+	pos, err := fs.parse(args, 1, 1)
+	if err != nil {
+		return err
+	}
+	id, err := parseJobID(pos[0])
+	if err != nil {
+		return err
+	}
+	c, db, err := r.adminClient(ctx)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	v, err := do(ctx, c, id)
+	switch {
+	case errors.Is(err, pronto.ErrNotFound):
+		return notFoundf("workflow %s not found", id)
+	case err != nil:
+		return errorf("%v", err)
+	}
+	if *asJSON {
+		switch v := v.(type) {
+		case *pronto.WorkflowInfo:
+			return writeJSON(r.env.Stdout, toWorkflowJSON(v))
+		case []*pronto.JobRow:
+			out := make([]*jobJSON, len(v))
+			for i, j := range v {
+				out[i] = toJSON(j)
+			}
+			return writeJSON(r.env.Stdout, out)
+		}
+	}
+	print(v)
+	return nil
+}
+
+func cmdWorkflowsGet(ctx context.Context, r *runner, args []string) error {
+	return r.workflowCommand(ctx, args, "Show a workflow's state and its steps' counts per job state.",
+		func(ctx context.Context, c *pronto.Client, id string) (any, error) { return c.WorkflowGet(ctx, id) },
+		func(v any) { printWorkflow(r.env.Stdout, v.(*pronto.WorkflowInfo)) })
+}
+
+func cmdWorkflowsJobs(ctx context.Context, r *runner, args []string) error {
+	return r.workflowCommand(ctx, args, "List every job of a workflow (steps and callbacks), in insertion order.",
+		func(ctx context.Context, c *pronto.Client, id string) (any, error) { return c.WorkflowJobs(ctx, id) },
+		func(v any) {
+			tw := tabwriter.NewWriter(r.env.Stdout, 0, 0, 2, ' ', 0)
+			fmt.Fprintln(tw, "ID\tKIND\tQUEUE\tSTATE\tPARENTS\tCALLBACK")
+			for _, j := range v.([]*pronto.JobRow) {
+				cb := "-"
+				if j.RunOn != "" {
+					cb = "on_" + string(j.RunOn)
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", j.ID, j.Kind, j.Queue, j.State, len(j.ParentIDs), cb)
+			}
+			_ = tw.Flush()
+		})
+}
+
+func cmdWorkflowsCancel(ctx context.Context, r *runner, args []string) error {
+	return r.workflowCommand(ctx, args,
+		"Cancel a workflow: every job of it that has not finished is cancelled (running ones are told to stop).",
+		func(ctx context.Context, c *pronto.Client, id string) (any, error) { return c.WorkflowCancel(ctx, id) },
+		func(v any) { printWorkflow(r.env.Stdout, v.(*pronto.WorkflowInfo)) })
+}
+
+// rateLimitJSON is the JSON form of a limit printed by 'rate-limits list --json'.
+type rateLimitJSON struct {
+	Key         string     `json:"key"`
+	MaxActive   int        `json:"max_active,omitempty"`
+	Rate        int        `json:"rate,omitempty"`
+	Period      string     `json:"period,omitempty"`
+	OnLimit     string     `json:"on_limit"`
+	Active      int64      `json:"active"`
+	WindowStart *time.Time `json:"window_start,omitempty"`
+	WindowCount int64      `json:"window_count"`
+	Waiting     int64      `json:"waiting"`
+}
+
+func onLimit(a pronto.LimitAction) string {
+	if a == "" {
+		return string(pronto.LimitWait)
+	}
+	return string(a)
+}
+
+func cmdRateLimitsList(ctx context.Context, r *runner, args []string) error {
+	fs := r.newFlagSet("pronto rate-limits list [flags]", "List every stored rate limit with its current use.").withDatabase()
+	asJSON := fs.Bool("json", false, "print the limits as a JSON array")
+	if _, err := fs.parse(args, 0, 0); err != nil {
+		return err
+	}
+	c, db, err := r.adminClient(ctx)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	infos, err := c.RateLimitList(ctx)
+	if err != nil {
+		return errorf("%v", err)
+	}
+	if *asJSON {
+		out := make([]rateLimitJSON, len(infos))
+		for i, in := range infos {
+			out[i] = rateLimitJSON{Key: in.Key, MaxActive: in.Limit.MaxActive, Rate: in.Limit.Rate,
+				OnLimit: onLimit(in.Limit.OnLimit), Active: in.Active, WindowStart: timePtr(in.WindowStart),
+				WindowCount: in.WindowCount, Waiting: in.Waiting}
+			if in.Limit.Period > 0 {
+				out[i].Period = in.Limit.Period.String()
+			}
+		}
+		return writeJSON(r.env.Stdout, out)
+	}
+	if len(infos) == 0 {
+		fmt.Fprintln(r.env.Stderr, "no rate limits stored")
+		return nil
+	}
+	tw := tabwriter.NewWriter(r.env.Stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "KEY\tMAX ACTIVE\tRATE\tON LIMIT\tACTIVE\tSTARTED IN WINDOW\tWAITING")
+	for _, in := range infos {
+		maxActive, rate := "-", "-"
+		if in.Limit.MaxActive > 0 {
+			maxActive = fmt.Sprint(in.Limit.MaxActive)
+		}
+		if in.Limit.Rate > 0 {
+			rate = fmt.Sprintf("%d/%s", in.Limit.Rate, in.Limit.Period)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\n", in.Key, maxActive, rate, onLimit(in.Limit.OnLimit),
+			in.Active, in.WindowCount, in.Waiting)
+	}
+	return tw.Flush()
+}
+
+func cmdRateLimitsSet(ctx context.Context, r *runner, args []string) error {
+	fs := r.newFlagSet("pronto rate-limits set KEY [flags]",
+		"Store (or replace) the limit of a rate key, for every client: jobs inserted with that key are held\n"+
+			"to it from their next claim.").withDatabase()
+	maxActive := fs.Int("max-active", 0, "at most `N` of the key's jobs running at once (0: no bound)")
+	rate := fs.Int("rate", 0, "at most `N` of the key's jobs started per --period (0: no bound)")
+	period := fs.Duration("period", 0, "the rate's window, e.g. 1s or 1m")
+	action := fs.String("on-limit", "wait", "what happens to a held-back job: wait, reschedule or drop")
+	pos, err := fs.parse(args, 1, 1)
+	if err != nil {
+		return err
+	}
+	c, db, err := r.adminClient(ctx)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	l := pronto.RateLimit{MaxActive: *maxActive, Rate: *rate, Period: *period, OnLimit: pronto.LimitAction(*action)}
+	if err := c.RateLimitSet(ctx, pos[0], l); err != nil {
+		if errors.Is(err, pronto.ErrInvalidArgs) {
+			return usageErrorf("%v", err)
+		}
+		return errorf("%v", err)
+	}
+	fmt.Fprintf(r.env.Stdout, "rate limit %s stored\n", pos[0])
+	return nil
+}
+
+func cmdRateLimitsDelete(ctx context.Context, r *runner, args []string) error {
+	fs := r.newFlagSet("pronto rate-limits delete KEY [flags]", "Remove a rate key's limit: its jobs run unlimited.").withDatabase()
+	pos, err := fs.parse(args, 1, 1)
+	if err != nil {
+		return err
+	}
+	c, db, err := r.adminClient(ctx)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	if err := c.RateLimitDelete(ctx, pos[0]); err != nil {
+		if errors.Is(err, pronto.ErrNotFound) {
+			return notFoundf("no rate limit stored under %q", pos[0])
+		}
+		return errorf("%v", err)
+	}
+	fmt.Fprintf(r.env.Stdout, "rate limit %s deleted\n", pos[0])
+	return nil
+}
