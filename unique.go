@@ -5,6 +5,9 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"math"
+	"strconv"
+	"strings"
 	"sort"
 	"time"
 
@@ -42,9 +45,10 @@ type UniqueConflictError = store.UniqueConflictError
 //
 // The fingerprint always includes the job's kind; ByQueue adds its queue, ByArgs its args (all of
 // them, or only the top-level ArgsKeys of each object in the args array), MetaKeys the named keys of
-// its meta. It is the SHA-256 of the canonical JSON of those values (object keys sorted, no spaces),
-// as the OJS unique-jobs specification describes, so a job inserted over HTTP and one inserted from Go
-// with the same policy share a fingerprint.
+// its meta. It is the SHA-256 of the canonical JSON of those values (object keys sorted, no spaces,
+// numbers in their shortest form, so 1 and 1.0 are one value), as the OJS unique-jobs
+// specification describes, so a job inserted over HTTP and one inserted from Go with the same policy
+// share a fingerprint. Strings are not Unicode-normalised: send them in one normal form (NFC).
 type UniqueOpts struct {
 	ByQueue bool
 	ByArgs  bool
@@ -134,8 +138,8 @@ func uniqueKey(u *UniqueOpts, p *store.InsertParams) (string, error) {
 		}
 		dims["meta"] = picked
 	}
-	// encoding/json writes map keys sorted at every level and no spaces; json.Number keeps each
-	// number as it was written.
+	// encoding/json writes map keys sorted at every level and no spaces; numbers were made canonical
+	// by decodeNumbers. (Strings are compared as given, without Unicode normalisation.)
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
@@ -146,7 +150,7 @@ func uniqueKey(u *UniqueOpts, p *store.InsertParams) (string, error) {
 	return hex.EncodeToString(sum[:]), nil
 }
 
-// decodeNumbers decodes JSON keeping numbers as json.Number.
+// decodeNumbers decodes JSON with every number in its canonical form (see canonicalNumber).
 func decodeNumbers(b []byte) (any, error) {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.UseNumber()
@@ -154,7 +158,43 @@ func decodeNumbers(b []byte) (any, error) {
 	if err := dec.Decode(&v); err != nil {
 		return nil, err
 	}
-	return v, nil
+	return canonicalNumbers(v), nil
+}
+
+// canonicalNumbers rewrites the numbers in v, in place where it can, to canonical json.Numbers.
+func canonicalNumbers(v any) any {
+	switch x := v.(type) {
+	case json.Number:
+		return canonicalNumber(x)
+	case map[string]any:
+		for k, e := range x {
+			x[k] = canonicalNumbers(e)
+		}
+	case []any:
+		for i, e := range x {
+			x[i] = canonicalNumbers(e)
+		}
+	}
+	return v
+}
+
+// canonicalNumber writes a number as RFC 8785 (JSON Canonicalization) does for the values jobs
+// carry: the shortest form that reads back as the same IEEE 754 double, without exponent for
+// magnitudes from 1e-6 to 1e21, so 1, 1.0 and 1e0 are one number.
+func canonicalNumber(n json.Number) json.Number {
+	f, err := strconv.ParseFloat(string(n), 64)
+	if err != nil || math.IsInf(f, 0) {
+		return n // out of double range: keep it as written
+	}
+	if f == 0 {
+		return "0"
+	}
+	if a := math.Abs(f); a >= 1e-6 && a < 1e21 {
+		return json.Number(strconv.FormatFloat(f, 'f', -1, 64))
+	}
+	mant, exp, _ := strings.Cut(strconv.FormatFloat(f, 'e', -1, 64), "e")
+	sign := exp[:1] // FormatFloat always writes the exponent's sign
+	return json.Number(mant + "e" + sign + strings.TrimLeft(exp[1:], "0"))
 }
 
 // pickArgsKeys keeps only keys of the args: of the object itself, or of each object in the array.
