@@ -132,6 +132,9 @@ type cronTemplate struct {
 	TimeoutMS   int64           `json:"timeout_ms,omitempty"`
 	Tags        []string        `json:"tags,omitempty"`
 	Meta        json.RawMessage `json:"meta,omitempty"`
+	Unique      *UniqueOpts     `json:"unique,omitempty"`
+	RateKey     string          `json:"rate_key,omitempty"`
+	RateLimit   *RateLimit      `json:"rate_limit,omitempty"`
 }
 
 func (c *Client) cronStore() (store.CronStore, error) {
@@ -177,6 +180,7 @@ func (c *Client) CronRegister(ctx context.Context, j CronJob) (*CronJob, error) 
 	t := cronTemplate{
 		Kind: j.Kind, Args: j.Args, Queue: o.Queue, Priority: o.Priority, MaxAttempts: o.MaxAttempts,
 		Retry: o.RetryPolicy, TimeoutMS: o.Timeout.Milliseconds(), Tags: o.Tags,
+		Unique: o.Unique, RateKey: o.RateKey, RateLimit: o.RateLimit,
 	}
 	if o.Meta != nil {
 		if t.Meta, err = json.Marshal(o.Meta); err != nil {
@@ -260,6 +264,7 @@ func cronJobOf(s *store.CronSchedule) (*CronJob, error) {
 		Opts: InsertOpts{
 			Queue: t.Queue, Priority: t.Priority, MaxAttempts: t.MaxAttempts, RetryPolicy: t.Retry,
 			Timeout: time.Duration(t.TimeoutMS) * time.Millisecond, Tags: t.Tags,
+			Unique: t.Unique, RateKey: t.RateKey, RateLimit: t.RateLimit,
 		},
 	}
 	if len(t.Meta) > 0 {
@@ -291,8 +296,8 @@ type CronFire struct {
 	ScheduledAt time.Time
 	// Job is the job the occurrence inserted, nil when it was skipped.
 	Job *JobRow
-	// Skipped is set when the overlap policy skipped the occurrence; PreviousJobID is the unfinished
-	// job that caused it.
+	// Skipped is set when the overlap policy, or the template's unique policy, skipped the occurrence;
+	// PreviousJobID is the unfinished job (or the unique key's holder) that caused it.
 	Skipped       bool
 	PreviousJobID string
 }
@@ -447,6 +452,7 @@ func (c *Client) fireCron(ctx context.Context, cs store.CronStore, s *store.Cron
 	p, err := c.resolveOJS(OJSJob{Kind: t.Kind, Args: t.Args, Opts: InsertOpts{
 		ID: jobID, Queue: t.Queue, Priority: t.Priority, MaxAttempts: t.MaxAttempts, RetryPolicy: t.Retry,
 		Timeout: time.Duration(t.TimeoutMS) * time.Millisecond, Tags: t.Tags, Meta: meta,
+		Unique: t.Unique, RateKey: t.RateKey, RateLimit: t.RateLimit,
 	}})
 	if err != nil {
 		adv.Next = now.Add(time.Hour).UTC()
@@ -454,7 +460,21 @@ func (c *Client) fireCron(ctx context.Context, cs store.CronStore, s *store.Cron
 		return errors.Join(err, aerr)
 	}
 	rows, err := c.insert(ctx, []*store.InsertParams{p}, c.store.Insert)
-	if err != nil && !errors.Is(err, ErrDuplicate) {
+	switch {
+	case errors.Is(err, ErrUniqueConflict):
+		// The template's unique policy refused this occurrence: it is skipped, like an overlap.
+		fire.Skipped = true
+		var uc *UniqueConflictError
+		if errors.As(err, &uc) {
+			fire.PreviousJobID = uc.ExistingID
+		}
+		if ok, aerr := cs.CronAdvance(ctx, adv); aerr == nil && ok && cfg.OnFire != nil {
+			cfg.OnFire(fire)
+		} else if aerr != nil {
+			return aerr
+		}
+		return nil
+	case err != nil && !errors.Is(err, ErrDuplicate):
 		return err
 	}
 	adv.JobID = jobID

@@ -123,3 +123,53 @@ func TestRunCronFiresOnceAndSkips(t *testing.T) {
 		require.Equal(t, list.Jobs[0].ID, reg.LastJobID)
 	})
 }
+
+// A template's unique policy holds across occurrences: with the allow overlap policy, an occurrence
+// whose job would duplicate the unfinished previous one is skipped by the unique index instead.
+func TestRunCronUniqueTemplate(t *testing.T) {
+	forEachStore(t, func(t *testing.T, ts *testStore) {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		var mu sync.Mutex
+		var fires []pronto.CronFire
+		cfg := &pronto.CronConfig{OnFire: func(f pronto.CronFire) {
+			mu.Lock()
+			fires = append(fires, f)
+			mu.Unlock()
+		}}
+		c := startClient(t, ts.Store, &pronto.Config{LeaderTTL: time.Second})
+		_, err := c.CronRegister(ctx, pronto.CronJob{Name: "sync", Expression: "@every 1s", Kind: "cron.sync",
+			OverlapPolicy: pronto.CronAllow,
+			Opts:          pronto.InsertOpts{Queue: "syncs", Unique: &pronto.UniqueOpts{}, RateKey: "sync-api"}})
+		require.NoError(t, err)
+		reg, err := c.CronGet(ctx, "sync")
+		require.NoError(t, err)
+		require.NotNil(t, reg.Opts.Unique, "the unique policy is kept")
+		require.Equal(t, "sync-api", reg.Opts.RateKey)
+		done := make(chan error, 1)
+		go func() { done <- c.RunCron(ctx, cfg) }()
+		require.Eventually(t, func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return len(fires) >= 3
+		}, 15*time.Second, 50*time.Millisecond)
+		cancel()
+		require.NoError(t, <-done)
+		mu.Lock()
+		defer mu.Unlock()
+		var first string
+		for i, f := range fires {
+			if i == 0 {
+				require.NotNil(t, f.Job, "the first occurrence inserts")
+				require.Equal(t, "sync-api", f.Job.RateKey)
+				first = f.Job.ID
+				continue
+			}
+			require.True(t, f.Skipped, "later occurrences are refused by the unique policy: %+v", f)
+			require.Equal(t, first, f.PreviousJobID)
+		}
+		list, err := c.JobList(context.Background(), &pronto.JobListParams{Queues: []string{"syncs"}})
+		require.NoError(t, err)
+		require.Len(t, list.Jobs, 1)
+	})
+}

@@ -90,14 +90,8 @@ func decodeCron(body []byte, now time.Time) (*pronto.CronJob, *apiError) {
 		e.message = "job_template: " + e.message
 		return nil, e
 	}
-	// A registration keeps the job's queue, priority, retry, timeout, tags and meta; a policy it could
-	// not keep is refused rather than dropped.
-	if req.job.Opts.Unique != nil {
-		return nil, unprocessable("job_template.options.unique", "job_template.options.unique is not supported in cron registrations (overlap_policy decides what happens while an occurrence runs)")
-	}
-	if req.job.Opts.RateKey != "" {
-		return nil, unprocessable("job_template.options.rate_limit", "job_template.options.rate_limit is not supported in cron registrations")
-	}
+	// A registration keeps the job's queue, priority, retry, timeout, tags, meta, unique policy and
+	// rate limit; each occurrence is inserted with them.
 	c.Kind, c.Args, c.Opts = req.job.Kind, req.job.Args, req.job.Opts
 	if c.Opts.Meta, e = decodeMetaMap(req.job.Meta); e != nil {
 		return nil, e
