@@ -24,10 +24,10 @@ const maxClaimKinds = 500
 // ... RETURNING statement) and returns them in claim order: priority descending, then due time, then
 // id. SQLite admits one writer at a time, across processes too, so no job is claimed twice.
 //
-// That statement claims nothing when one of the jobs it would take has a rate key with a stored
-// limit. When it claims nothing, a read asks whether the queue holds limited jobs at all, and if so
-// claimLimited claims in a write transaction that enforces the limits. Jobs without a rate key are
-// claimed by the one statement, as they always were.
+// That statement claims nothing while the queue holds a claimable job whose rate key has a stored
+// limit. When it claims nothing, a read asks whether that is why, and if so claimLimited claims in a
+// write transaction that enforces the limits. Queues without limited jobs are claimed by the one
+// statement, as they always were.
 func (s *Store) Claim(ctx context.Context, p store.ClaimParams) ([]*store.Job, error) {
 	if p.Limit <= 0 {
 		return nil, nil
@@ -35,7 +35,7 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) ([]*store.Job, e
 	if len(p.Kinds) > maxClaimKinds {
 		return nil, fmt.Errorf("claim jobs from queue %q: %d kinds is more than %d", p.Queue, len(p.Kinds), maxClaimKinds)
 	}
-	st, err := s.stmt(ctx, claimSQL(len(p.Kinds)))
+	st, err := s.stmt(ctx, claimQuery(len(p.Kinds)))
 	if err != nil {
 		return nil, fmt.Errorf("claim jobs from queue %q: %w", p.Queue, err)
 	}
@@ -60,7 +60,7 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) ([]*store.Job, e
 	}
 	if len(jobs) == 0 {
 		var limited bool
-		if err := s.r.QueryRowContext(ctx, queueHasLimitedSQL, p.Queue).Scan(&limited); err != nil {
+		if err := s.r.QueryRowContext(ctx, queueHasLimitedSQL, p.Queue, nowUS).Scan(&limited); err != nil {
 			return nil, fmt.Errorf("claim jobs from queue %q: %w", p.Queue, err)
 		}
 		if limited {

@@ -64,23 +64,38 @@ func kindsFilter(n, first int) string {
 // claimSQL returns the claim statement for a kinds filter of nKinds kinds (0: any kind).
 // ?1 now, ?2 lease expiry, ?3 worker id, ?4 queue, ?5 limit, ?6... kinds.
 //
-// It takes the first ?5 claimable jobs in claim order, unless one of them has a rate key with a stored
-// limit: then it takes none, and Claim takes the limited path (claimLimited). The guard reads at most
-// ?5 rows that the claim has read already, so jobs without a rate key are claimed by the same plan
-// as before rate limits existed.
+// It claims nothing while the queue holds a claimable job whose rate key has a stored limit: Claim
+// then takes the limited path (claimLimited). That guard is one uncorrelated test, evaluated once per
+// statement like the paused flag: an empty pronto_rate_limits table ends it at once, and each stored
+// limit costs one probe of the pronto_jobs_rate index. Queues without limited jobs are claimed by the
+// same plan as before rate limits existed.
 func claimSQL(nKinds int) string {
 	return `UPDATE pronto_jobs SET state = 'active', attempt = attempt + 1, started_at = ?1,
 		lease_expires_at = ?2, worker_id = ?3
 	WHERE rowid IN (
-		WITH top AS MATERIALIZED (
-			SELECT rowid AS rid, rate_key FROM pronto_jobs
-			WHERE ` + claimableSQL + `
-			  ` + kindsFilter(nKinds, 6) + `
-			ORDER BY priority DESC, scheduled_at, id
-			LIMIT ?5)
-		SELECT rid FROM top
-		WHERE NOT EXISTS (SELECT 1 FROM top AS t JOIN pronto_rate_limits AS l ON l.key = t.rate_key))
+		SELECT rowid FROM pronto_jobs
+		WHERE ` + claimableSQL + `
+		  ` + kindsFilter(nKinds, 6) + `
+		  AND NOT ` + limitedInQueueSQL("?4", "?1") + `
+		ORDER BY priority DESC, scheduled_at, id
+		LIMIT ?5)
 	RETURNING ` + jobColumns
+}
+
+// claimQueries holds claimSQL's text for the kinds filters clients commonly use, built once.
+var claimQueries = func() (qs [17]string) {
+	for n := range qs {
+		qs[n] = claimSQL(n)
+	}
+	return qs
+}()
+
+// claimQuery returns claimSQL(nKinds), built once for up to 16 kinds.
+func claimQuery(nKinds int) string {
+	if nKinds < len(claimQueries) {
+		return claimQueries[nKinds]
+	}
+	return claimSQL(nKinds)
 }
 
 // finishBatchSQL applies n completions in one statement: each row of c is (id, attempt, state,
@@ -319,11 +334,22 @@ const deleteRateLimitSQL = `DELETE FROM pronto_rate_limits WHERE key = ?1`
 const rateKeyQueuesSQL = `SELECT DISTINCT queue FROM pronto_jobs
 	WHERE rate_key = ?1 AND state IN ('available', 'scheduled', 'retryable')`
 
-// queueHasLimitedSQL reports whether queue ?1 holds a claimable job whose rate key has a stored limit.
-// Claim asks it, on a reader, only when its fast statement found nothing.
-const queueHasLimitedSQL = `SELECT EXISTS (SELECT 1 FROM pronto_rate_limits AS l
+// limitedInQueueSQL is true when the queue given by placeholder queue holds a job with a stored rate
+// limit that is claimable at placeholder now. Each stored limit costs two probes of the
+// pronto_jobs_rate index (its available jobs; its due scheduled or retryable ones), so jobs scheduled
+// for later do not count.
+func limitedInQueueSQL(queue, now string) string {
+	return `EXISTS (SELECT 1 FROM pronto_rate_limits AS l
 	WHERE EXISTS (SELECT 1 FROM pronto_jobs AS j
-		WHERE j.rate_key = l.key AND j.state IN ('available', 'scheduled', 'retryable') AND j.queue = ?1))`
+			WHERE j.rate_key = l.key AND j.state = 'available' AND j.queue = ` + queue + `)
+		OR EXISTS (SELECT 1 FROM pronto_jobs AS j
+			WHERE j.rate_key = l.key AND j.state IN ('scheduled', 'retryable') AND j.queue = ` + queue + `
+			  AND j.scheduled_at <= ` + now + `))`
+}
+
+// queueHasLimitedSQL asks limitedInQueueSQL of queue ?1 at ?2. Claim asks it, on a reader, only when
+// its statement claimed nothing.
+var queueHasLimitedSQL = `SELECT ` + limitedInQueueSQL("?1", "?2")
 
 // rateLimitStateSQL reads limit ?1 and its active count inside a claim's transaction.
 const rateLimitStateSQL = `SELECT max_active, rate, period_us, on_limit, window_start, window_count,

@@ -18,8 +18,8 @@ CREATE UNIQUE INDEX pronto_jobs_unique ON pronto_jobs (unique_key)
     WHERE unique_key IS NOT NULL AND instr(unique_states, ',' || state || ',') > 0;
 
 -- Rate limits: a key's active jobs (MaxActive), its waiting jobs per queue (NextDue, wake-ups), and
--- whether a queue has claimable limited jobs at all. Only rows with a rate key are in it.
-CREATE INDEX pronto_jobs_rate ON pronto_jobs (rate_key, state, queue)
+-- whether a queue has limited jobs due (the claim's guard). Only rows with a rate key are in it.
+CREATE INDEX pronto_jobs_rate ON pronto_jobs (rate_key, state, queue, scheduled_at)
     WHERE rate_key IS NOT NULL;
 
 -- Workflows: a workflow's jobs (GetWorkflow, CancelWorkflow, ListJobs). Only workflow jobs are in it,
