@@ -175,7 +175,6 @@ func TestFeaturesRefuseBadInput(t *testing.T) {
 	for name, l := range map[string]store.RateLimit{
 		"negative max active": {MaxActive: -1},
 		"negative rate":       {Rate: -1, Period: time.Second},
-		"rate without period": {Rate: 3},
 		"unknown action":      {MaxActive: 1, OnLimit: "explode"},
 	} {
 		require.ErrorIs(t, s.SetRateLimit(ctx, "k", l), store.ErrInvalidParams, name)
@@ -258,4 +257,25 @@ func TestReplaceTerminalHolder(t *testing.T) {
 	require.Empty(t, j.UniqueKey)
 	_, err = s.Insert(ctx, []*store.InsertParams{mk("")})
 	require.ErrorIs(t, err, store.ErrUniqueConflict, "the replacing job holds the key")
+}
+
+// TestRateWithoutPeriodLimitsNothing: a zero field bounds nothing, so a Rate without a Period is a
+// valid limit that bounds no window.
+func TestRateWithoutPeriodLimitsNothing(t *testing.T) {
+	s := memory.New()
+	ctx := t.Context()
+	require.NoError(t, s.SetRateLimit(ctx, "k", store.RateLimit{Rate: 1, OnLimit: store.LimitDrop}))
+	var ps []*store.InsertParams
+	for range 3 {
+		ps = append(ps, &store.InsertParams{ID: uuidv7.New(), Kind: "k", Queue: "q", Args: json.RawMessage(`[]`),
+			State: store.StateAvailable, MaxAttempts: 1, RateKey: "k"})
+	}
+	_, err := s.Insert(ctx, ps)
+	require.NoError(t, err)
+	jobs, err := s.Claim(ctx, store.ClaimParams{Queue: "q", Limit: 10, WorkerID: "w", LeaseDuration: time.Minute})
+	require.NoError(t, err)
+	require.Len(t, jobs, 3)
+	info, err := s.GetRateLimit(ctx, "k")
+	require.NoError(t, err)
+	require.Zero(t, info.WindowCount, "no window is kept without a period")
 }

@@ -91,13 +91,11 @@ func (s *Store) dropRateKeyIfUnused(rk *rateKey) {
 	}
 }
 
-// validLimit checks a limit's fields.
+// validLimit checks a limit's fields. A zero field bounds nothing (a Rate without a Period included,
+// as the contract reads), so only negative fields and unknown actions are refused.
 func validLimit(l store.RateLimit) error {
-	switch {
-	case l.MaxActive < 0 || l.Rate < 0 || l.Period < 0:
+	if l.MaxActive < 0 || l.Rate < 0 || l.Period < 0 {
 		return fmt.Errorf("rate limit %+v has a negative field: %w", l, store.ErrInvalidParams)
-	case l.Rate > 0 && l.Period == 0:
-		return fmt.Errorf("rate limit with rate %d has no period: %w", l.Rate, store.ErrInvalidParams)
 	}
 	switch l.OnLimit {
 	case "", store.LimitWait, store.LimitReschedule, store.LimitDrop:

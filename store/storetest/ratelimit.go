@@ -324,6 +324,13 @@ func testRateLimitUnlimited(t *testing.T, s store.Store) {
 	require.Len(t, claim(t, s, q, 10), 1)
 	require.NoError(t, limiter(t, s).DeleteRateLimit(ctx(t), key))
 	require.Len(t, claim(t, s, q, 10), 2, "a deleted limit limits nothing")
+
+	// A stored limit whose fields are zero bounds nothing, so its action never applies.
+	zq, zkey := uniq("rate-zero"), uniq("rate")
+	setLimit(t, s, zkey, store.RateLimit{OnLimit: store.LimitDrop})
+	insert(t, s, limitedJobs(zq, zkey, 4)...)
+	require.Len(t, claim(t, s, zq, 10), 4, "a limit of zeros limits nothing")
+	require.Equal(t, int64(4), limitInfo(t, s, zkey).Active)
 }
 
 func testRateLimitInfo(t *testing.T, s store.Store) {
