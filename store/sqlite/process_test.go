@@ -4,7 +4,9 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -27,6 +29,7 @@ const (
 	pathEnv   = "PRONTO_SQLITE_PATH"
 	outEnv    = "PRONTO_SQLITE_OUT"
 	countEnv  = "PRONTO_SQLITE_COUNT"
+	startEnv  = "PRONTO_SQLITE_START"
 )
 
 func TestMain(m *testing.M) {
@@ -37,6 +40,10 @@ func TestMain(m *testing.M) {
 		os.Exit(helperInsert())
 	case "claim":
 		os.Exit(helperClaim())
+	case "unique":
+		os.Exit(helperUnique())
+	case "limited":
+		os.Exit(helperLimited())
 	default:
 		fmt.Fprintf(os.Stderr, "unknown helper %q\n", os.Getenv(helperEnv))
 		os.Exit(2)
@@ -245,4 +252,273 @@ func TestTwoProcessesClaimExclusively(t *testing.T) {
 	j, err := s.GetJob(ctx, all[0])
 	require.NoError(t, err)
 	require.Equal(t, 1, j.Attempt)
+}
+
+// waitForStart waits until the file named by startEnv exists, so that helper processes begin their
+// contended work together.
+func waitForStart() {
+	for {
+		if _, err := os.Stat(os.Getenv(startEnv)); err == nil {
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// uniqueSlot is how long the unique helpers contend for one key: every insert made within one slot
+// of the clock uses the slot's key, so both processes insert each key many times at the same moments.
+const uniqueSlot = 5 * time.Millisecond
+
+// uniqueKeyAt returns the key of the slot holding t: even slots use ConflictReject, odd ones
+// ConflictIgnore.
+func uniqueKeyAt(t time.Time) (string, store.OnConflict) {
+	slot := t.UnixNano() / int64(uniqueSlot)
+	if slot%2 == 0 {
+		return fmt.Sprintf("slot-%d", slot), store.ConflictReject
+	}
+	return fmt.Sprintf("slot-%d", slot), store.ConflictIgnore
+}
+
+// helperUnique inserts unique jobs for PRONTO_SQLITE_COUNT milliseconds, each with the key of the
+// current slot (see uniqueSlot), and writes "key id" for every insert it won (its own job stored) to
+// the out file.
+func helperUnique() int {
+	ctx := context.Background()
+	s, err := Open(ctx, os.Getenv(pathEnv))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer s.Close()
+	ms, err := strconv.Atoi(os.Getenv(countEnv))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	f, err := os.Create(os.Getenv(outEnv))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer f.Close()
+	w := bufio.NewWriter(f)
+	waitForStart()
+	for end := time.Now().Add(time.Duration(ms) * time.Millisecond); time.Now().Before(end); {
+		key, policy := uniqueKeyAt(time.Now())
+		p := &store.InsertParams{ID: uuidv7.New(), Kind: "k", Queue: "unique", Args: json.RawMessage(`[]`),
+			MaxAttempts: 1, State: store.StateAvailable, UniqueKey: key, OnConflict: policy}
+		jobs, err := s.Insert(ctx, []*store.InsertParams{p})
+		switch {
+		case errors.Is(err, store.ErrUniqueConflict) && policy == store.ConflictReject:
+			continue
+		case err != nil:
+			fmt.Fprintln(os.Stderr, "insert:", err)
+			return 1
+		case jobs[0].Duplicate:
+			continue
+		case jobs[0].ID != p.ID:
+			fmt.Fprintln(os.Stderr, "insert returned another job without Duplicate:", jobs[0].ID)
+			return 1
+		}
+		fmt.Fprintln(w, key, p.ID)
+	}
+	if err := w.Flush(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return 0
+}
+
+// Settings of the limited-claim helpers.
+const (
+	limitedKey       = "two-process-key"
+	limitedMaxActive = 3
+)
+
+// helperLimited claims and completes the jobs of queue "limited" (all under limitedKey) until none is
+// left. After each claim, while it holds the jobs, it counts the key's active jobs in a fresh read: a
+// committed state with more than limitedMaxActive would show there. It writes "max N" (the largest
+// count it saw) and then every claimed id to the out file.
+func helperLimited() int {
+	ctx := context.Background()
+	s, err := Open(ctx, os.Getenv(pathEnv))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer s.Close()
+	worker := fmt.Sprintf("pid-%d", os.Getpid())
+	rng := rand.New(rand.NewPCG(uint64(os.Getpid()), 1))
+	var claimed []string
+	seen := int64(0)
+	waitForStart()
+	for empty := 0; empty < 50; {
+		jobs, err := s.Claim(ctx, store.ClaimParams{Queue: "limited", Limit: 1 + rng.IntN(5), WorkerID: worker,
+			LeaseDuration: time.Hour})
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "claim:", err)
+			return 1
+		}
+		if len(jobs) == 0 {
+			empty++
+			time.Sleep(2 * time.Millisecond)
+			continue
+		}
+		empty = 0
+		info, err := s.GetRateLimit(ctx, limitedKey)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "rate limit:", err)
+			return 1
+		}
+		seen = max(seen, info.Active)
+		time.Sleep(time.Duration(rng.IntN(3000)) * time.Microsecond)
+		cs := make([]store.Completion, len(jobs))
+		for i, j := range jobs {
+			claimed = append(claimed, j.ID)
+			cs[i] = store.Completion{ID: j.ID, Attempt: j.Attempt, State: store.StateCompleted}
+		}
+		if _, err := s.Finish(ctx, cs); err != nil {
+			fmt.Fprintln(os.Stderr, "finish:", err)
+			return 1
+		}
+	}
+	f, err := os.Create(os.Getenv(outEnv))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer f.Close()
+	w := bufio.NewWriter(f)
+	fmt.Fprintln(w, "max", seen)
+	for _, id := range claimed {
+		fmt.Fprintln(w, id)
+	}
+	if err := w.Flush(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return 0
+}
+
+// runHelpers starts procs helper processes of the given kind on path, lets them begin together, and
+// waits for them; it returns their out files.
+func runHelpers(t *testing.T, name, path string, procs int, env ...string) []string {
+	t.Helper()
+	dir := filepath.Dir(path)
+	start := filepath.Join(dir, "start-"+name)
+	outs := make([]string, procs)
+	cmds := make([]*exec.Cmd, procs)
+	for i := range procs {
+		outs[i] = filepath.Join(dir, name+"-out-"+strconv.Itoa(i))
+		cmds[i] = helperCmd(t, name, append([]string{pathEnv + "=" + path, outEnv + "=" + outs[i],
+			startEnv + "=" + start}, env...)...)
+		require.NoError(t, cmds[i].Start())
+	}
+	time.Sleep(100 * time.Millisecond) // let both open the file before the race starts
+	require.NoError(t, os.WriteFile(start, nil, 0o600))
+	for i, cmd := range cmds {
+		require.NoError(t, cmd.Wait(), "%s helper %d", name, i)
+	}
+	return outs
+}
+
+// TestTwoProcessesUniqueInserts: two processes inserting jobs with the same unique keys at the same
+// moments (see uniqueSlot) never both store a job for one key, under ConflictReject and
+// ConflictIgnore alike.
+func TestTwoProcessesUniqueInserts(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "unique.db")
+	s := openAt(t, path)
+	outs := runHelpers(t, "unique", path, 2, countEnv+"=1000")
+
+	winners := map[string]string{} // key -> id
+	perProc := make([]int, len(outs))
+	for i, out := range outs {
+		b, err := os.ReadFile(out)
+		require.NoError(t, err)
+		for _, line := range strings.Fields(strings.ReplaceAll(string(b), " ", "=")) {
+			key, id, ok := strings.Cut(line, "=")
+			require.True(t, ok, "line %q", line)
+			prev, dup := winners[key]
+			require.False(t, dup, "key %s won twice: jobs %s and %s", key, prev, id)
+			winners[key] = id
+			perProc[i]++
+		}
+	}
+	t.Logf("keys won per process: %v", perProc)
+	require.NotEmpty(t, winners)
+
+	jobs, next, err := s.ListJobs(ctx, store.ListParams{Queues: []string{"unique"}, Limit: 2 * len(winners)})
+	require.NoError(t, err)
+	require.Empty(t, next)
+	require.Len(t, jobs, len(winners), "one job stored per key, the one its inserter won with")
+	for _, j := range jobs {
+		require.Equal(t, winners[j.UniqueKey], j.ID, "the stored job of %s is the one its inserter won with", j.UniqueKey)
+	}
+}
+
+// TestTwoProcessesMaxActive: two processes claiming jobs of one limited key from one file never have
+// more than MaxActive of them active at once, and between them run every job once.
+func TestTwoProcessesMaxActive(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "limited.db")
+	s := openAt(t, path)
+	require.NoError(t, s.SetRateLimit(ctx, limitedKey, store.RateLimit{MaxActive: limitedMaxActive}))
+	const total = 150
+	ps := params("limited", total)
+	for _, p := range ps {
+		p.RateKey = limitedKey
+	}
+	_, err := s.Insert(ctx, ps)
+	require.NoError(t, err)
+
+	// This process watches too, from its own connections, while the helpers run.
+	stop := make(chan struct{})
+	watched := make(chan int64, 1)
+	go func() {
+		peak := int64(0)
+		defer func() { watched <- peak }()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			info, err := s.GetRateLimit(ctx, limitedKey)
+			if err != nil {
+				return
+			}
+			peak = max(peak, info.Active)
+			time.Sleep(200 * time.Microsecond)
+		}
+	}()
+	outs := runHelpers(t, "limited", path, 2)
+	close(stop)
+	require.LessOrEqual(t, <-watched, int64(limitedMaxActive), "the watcher never saw more than MaxActive active")
+
+	seen := map[string]int{}
+	for i, out := range outs {
+		b, err := os.ReadFile(out)
+		require.NoError(t, err)
+		lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+		require.NotEmpty(t, lines)
+		var peak int64
+		_, err = fmt.Sscanf(lines[0], "max %d", &peak)
+		require.NoError(t, err)
+		require.LessOrEqual(t, peak, int64(limitedMaxActive), "helper %d saw more than MaxActive active", i)
+		require.Positive(t, peak, "helper %d claimed", i)
+		for _, id := range lines[1:] {
+			seen[id]++
+		}
+	}
+	require.Len(t, seen, total, "every job claimed")
+	for id, n := range seen {
+		require.Equal(t, 1, n, "job %s claimed %d times", id, n)
+	}
+	qs, err := s.ListQueues(ctx)
+	require.NoError(t, err)
+	require.Len(t, qs, 1)
+	require.Equal(t, int64(total), qs[0].Counts[store.StateCompleted])
 }

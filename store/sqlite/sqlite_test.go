@@ -123,6 +123,19 @@ func TestMigrations(t *testing.T) {
 	}
 	_, err = s.Insert(ctx, params("q", 3))
 	require.NoError(t, err)
+	// The newest migration's columns and tables hold data too when it is reverted.
+	unique := params("q", 1)[0]
+	unique.UniqueKey, unique.UniqueUntil, unique.RateKey = "k", time.Now().Add(time.Hour), "r"
+	unique.RateLimit = &store.RateLimit{MaxActive: 1}
+	_, err = s.Insert(ctx, []*store.InsertParams{unique})
+	require.NoError(t, err)
+	wf := uuidv7.New()
+	root := params("q", 1)[0]
+	root.WorkflowID = wf
+	child := params("q", 1)[0]
+	child.WorkflowID, child.ParentIDs, child.State, child.RunOn = wf, []string{root.ID}, store.StatePending, store.RunOnComplete
+	_, _, err = s.InsertWorkflow(ctx, store.WorkflowParams{ID: wf, Jobs: []*store.InsertParams{root, child}})
+	require.NoError(t, err)
 
 	// Down one step: only the newest is reverted.
 	require.NoError(t, s.MigrateDown(ctx, 1))
@@ -131,6 +144,17 @@ func TestMigrations(t *testing.T) {
 	for i, m := range st {
 		require.Equal(t, i < len(st)-1, m.Applied, "migration %d", m.Version)
 	}
+	var n int
+	require.NoError(t, s.DB().QueryRowContext(ctx, `SELECT count(*) FROM pronto_jobs`).Scan(&n))
+	require.Equal(t, 6, n, "reverting the newest migration keeps the jobs")
+	// And up again: the jobs are there, and the new columns work.
+	require.NoError(t, s.Migrate(ctx))
+	j, err := s.GetJob(ctx, unique.ID)
+	require.NoError(t, err)
+	require.Empty(t, j.UniqueStates, "the reverted columns come back empty")
+	_, err = s.Insert(ctx, []*store.InsertParams{unique2(unique)})
+	require.NoError(t, err, "a job whose unique states were reverted holds its key no more")
+	require.NoError(t, s.MigrateDown(ctx, 1))
 
 	// Down past the first drops everything; more steps than applied is not an error.
 	require.NoError(t, s.MigrateDown(ctx, len(known)+5))
@@ -154,6 +178,13 @@ func TestMigrations(t *testing.T) {
 	jobs, err := s.Claim(ctx, store.ClaimParams{Queue: "q", Limit: 10, WorkerID: "w", LeaseDuration: time.Minute})
 	require.NoError(t, err)
 	require.Len(t, jobs, 2)
+}
+
+// unique2 returns params of a new job with p's unique key.
+func unique2(p *store.InsertParams) *store.InsertParams {
+	q := params(p.Queue, 1)[0]
+	q.UniqueKey = p.UniqueKey
+	return q
 }
 
 func TestStoresOnOneFileShareNotifications(t *testing.T) {

@@ -1,0 +1,230 @@
+package sqlite
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/pronto-jobs/pronto/internal/uuidv7"
+	"github.com/pronto-jobs/pronto/store"
+)
+
+// SQLite-specific tests of unique jobs, rate limits and workflows; the shared behaviour is in
+// store/storetest.
+
+// chain returns the params of a workflow of n jobs in queue q, each waiting for the one before.
+func chain(wf, q string, n int) []*store.InsertParams {
+	ps := params(q, n)
+	for i, p := range ps {
+		p.WorkflowID = wf
+		if i > 0 {
+			p.ParentIDs = []string{ps[i-1].ID}
+			p.State = store.StatePending
+		}
+	}
+	return ps
+}
+
+// TestWorkflowLongChainFailsAtOnce: a 2000-step chain whose first step fails has its 1999 other steps
+// cancelled by that one Finish, in its transaction (the cascade is a loop, not a recursion).
+func TestWorkflowLongChainFailsAtOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := openTest(t)
+	const steps = 2000
+	wf := uuidv7.New()
+	_, _, err := s.InsertWorkflow(ctx, store.WorkflowParams{ID: wf, Type: "chain", Jobs: chain(wf, "long", steps)})
+	require.NoError(t, err)
+	jobs, err := s.Claim(ctx, store.ClaimParams{Queue: "long", Limit: 10, WorkerID: "w", LeaseDuration: time.Minute})
+	require.NoError(t, err)
+	require.Len(t, jobs, 1)
+
+	start := time.Now()
+	res, err := s.Finish(ctx, []store.Completion{{ID: jobs[0].ID, Attempt: 1, State: store.StateDiscarded}})
+	require.NoError(t, err)
+	require.True(t, res[0].Applied)
+	t.Logf("failing step 0 cancelled %d steps in %v", steps-1, time.Since(start))
+
+	w, err := s.GetWorkflow(ctx, wf)
+	require.NoError(t, err)
+	require.Equal(t, store.WorkflowFailed, w.State)
+	require.Equal(t, map[store.State]int{store.StateDiscarded: 1, store.StateCancelled: steps - 1}, w.Counts)
+}
+
+// TestCleanupKeepsWaitedParents: Cleanup keeps a finished workflow job while a pending child still
+// waits for it (the child needs its outcome and result), and deletes it, with the graph's edges,
+// once the child is decided.
+func TestCleanupKeepsWaitedParents(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := openTest(t)
+	wf := uuidv7.New()
+	ps := params("wf", 3)
+	a, b, c := ps[0], ps[1], ps[2]
+	a.Kind, b.Kind = "a", "b"
+	for _, p := range ps {
+		p.WorkflowID = wf
+	}
+	c.ParentIDs, c.State = []string{a.ID, b.ID}, store.StatePending
+	_, _, err := s.InsertWorkflow(ctx, store.WorkflowParams{ID: wf, Jobs: ps})
+	require.NoError(t, err)
+	plain := params("wf", 1)
+	plain[0].Kind = "plain"
+	_, err = s.Insert(ctx, plain)
+	require.NoError(t, err)
+
+	complete := func(kind, result string) {
+		t.Helper()
+		jobs, err := s.Claim(ctx, store.ClaimParams{Queue: "wf", Kinds: []string{kind}, Limit: 1, WorkerID: "w",
+			LeaseDuration: time.Minute})
+		require.NoError(t, err)
+		require.Len(t, jobs, 1)
+		res, err := s.Finish(ctx, []store.Completion{{ID: jobs[0].ID, Attempt: 1, State: store.StateCompleted,
+			Result: json.RawMessage(result)}})
+		require.NoError(t, err)
+		require.True(t, res[0].Applied)
+	}
+	cleanup := func() int {
+		t.Helper()
+		n, err := s.Cleanup(ctx, store.CleanupParams{CompletedBefore: time.Now().Add(time.Hour), Limit: 100})
+		require.NoError(t, err)
+		return n
+	}
+	complete("a", `"from a"`)
+	complete("plain", `1`)
+	require.Equal(t, 1, cleanup(), "only the plain job goes; a is waited for")
+	_, err = s.GetJob(ctx, a.ID)
+	require.NoError(t, err)
+
+	complete("b", `"from b"`)
+	j, err := s.GetJob(ctx, c.ID)
+	require.NoError(t, err)
+	require.Equal(t, store.StateAvailable, j.State)
+	require.JSONEq(t, `["from a","from b"]`, string(j.ParentResults))
+	require.Equal(t, 2, cleanup(), "a and b go once their child is released")
+	complete(c.Kind, `3`)
+	require.Equal(t, 1, cleanup())
+	var edges int
+	require.NoError(t, s.DB().QueryRowContext(ctx, `SELECT count(*) FROM pronto_job_deps`).Scan(&edges))
+	require.Zero(t, edges, "the edges go with the jobs")
+}
+
+// TestFinishMixedBatch: one Finish with plain and workflow jobs, a stale completion and a job named
+// twice applies each as it would alone, and releases the workflow's children.
+func TestFinishMixedBatch(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := openTest(t)
+	wf := uuidv7.New()
+	ps := chain(wf, "mixed", 2)
+	_, _, err := s.InsertWorkflow(ctx, store.WorkflowParams{ID: wf, Jobs: ps})
+	require.NoError(t, err)
+	_, err = s.Insert(ctx, params("mixed", 2))
+	require.NoError(t, err)
+	jobs, err := s.Claim(ctx, store.ClaimParams{Queue: "mixed", Limit: 10, WorkerID: "w", LeaseDuration: time.Minute})
+	require.NoError(t, err)
+	require.Len(t, jobs, 3)
+
+	var cs []store.Completion
+	for _, j := range jobs {
+		cs = append(cs, store.Completion{ID: j.ID, Attempt: 1, State: store.StateCompleted, Result: json.RawMessage(`"r"`)})
+	}
+	cs = append(cs, store.Completion{ID: jobs[0].ID, Attempt: 7, State: store.StateCompleted}) // stale
+	res, err := s.Finish(ctx, cs)
+	require.NoError(t, err)
+	require.Len(t, res, 4)
+	for i := range 3 {
+		require.True(t, res[i].Applied, "completion %d", i)
+	}
+	require.False(t, res[3].Applied, "a stale completion is not applied")
+	child, err := s.GetJob(ctx, ps[1].ID)
+	require.NoError(t, err)
+	require.Equal(t, store.StateAvailable, child.State)
+	require.JSONEq(t, `["r"]`, string(child.ParentResults))
+}
+
+// TestInsertSQLTxUnique: unique inserts inside the application's transaction resolve their conflicts
+// there: a refused batch leaves the transaction usable, and a replaced job's runner is told only when
+// the transaction commits.
+func TestInsertSQLTxUnique(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := openTest(t)
+	r := record(t, s.Notifier())
+	holder := params("tx", 1)[0]
+	holder.UniqueKey = "k"
+	_, err := s.Insert(ctx, []*store.InsertParams{holder})
+	require.NoError(t, err)
+
+	tx, err := s.DB().BeginTx(ctx, nil)
+	require.NoError(t, err)
+	defer tx.Rollback() //nolint:errcheck // committed below
+	refused := params("tx", 2)
+	refused[1].UniqueKey = "k"
+	_, err = s.InsertSQLTx(ctx, tx, refused)
+	require.ErrorIs(t, err, store.ErrUniqueConflict)
+
+	repl := params("tx", 1)[0]
+	repl.UniqueKey, repl.OnConflict = "k", store.ConflictReplace
+	_, err = s.InsertSQLTx(ctx, tx, []*store.InsertParams{repl})
+	require.NoError(t, err)
+	cancels := func() int {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		n := 0
+		for _, x := range r.ns {
+			if x.Kind == store.NotifyCancel && x.JobID == holder.ID {
+				n++
+			}
+		}
+		return n
+	}
+	require.Zero(t, cancels(), "nothing is told before the commit")
+	require.NoError(t, tx.Commit())
+	require.Equal(t, 1, cancels(), "the replaced job's runner is told at the commit")
+
+	for _, p := range refused {
+		_, err := s.GetJob(ctx, p.ID)
+		require.ErrorIs(t, err, store.ErrNotFound, "the refused batch stored nothing")
+	}
+	old, err := s.GetJob(ctx, holder.ID)
+	require.NoError(t, err)
+	require.Equal(t, store.StateCancelled, old.State)
+	got, err := s.GetJob(ctx, repl.ID)
+	require.NoError(t, err)
+	require.Equal(t, "k", got.UniqueKey)
+}
+
+// TestClaimPlanWithoutLimits pins what claims of jobs without rate limits pay for the feature: the
+// claim still walks the claim index, and the guard is one uncorrelated test, evaluated once per
+// statement rather than once per row; inside it, only the probes of each stored limit's jobs depend
+// on the limit.
+func TestClaimPlanWithoutLimits(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := openTest(t)
+	rows, err := s.DB().QueryContext(ctx, "EXPLAIN QUERY PLAN "+claimQuery(1), 1, 2, "w", "q", 10, "k")
+	require.NoError(t, err)
+	defer rows.Close()
+	var plan []string
+	for rows.Next() {
+		var id, parent, unused int
+		var detail string
+		require.NoError(t, rows.Scan(&id, &parent, &unused, &detail))
+		plan = append(plan, detail)
+	}
+	require.NoError(t, rows.Err())
+	text := strings.Join(plan, "\n")
+	require.Contains(t, text, "USING INDEX pronto_jobs_claim (queue=?)", text)
+	require.NotContains(t, text, "SCAN pronto_jobs", text)
+	for i, line := range plan {
+		if strings.HasPrefix(line, "CORRELATED") {
+			require.Less(t, i+1, len(plan), text)
+			require.Contains(t, plan[i+1], "USING COVERING INDEX pronto_jobs_rate", "only the probes of a limit's jobs are correlated:\n%s", text)
+		}
+	}
+}
