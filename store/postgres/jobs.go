@@ -104,7 +104,8 @@ func (s *Store) claimLimited(ctx context.Context, p store.ClaimParams, limit int
 
 // Finish applies the completions in one statement: every job still active in the same attempt
 // takes its next state, and the queues of jobs made claimable or scheduled are announced in the same
-// statement. Completions for ids that are not UUIDs are reported as not applied.
+// statement, sent in one round trip with the setting that pins its plan (sqlFinishPlan).
+// Completions for ids that are not UUIDs are reported as not applied.
 func (s *Store) Finish(ctx context.Context, completions []store.Completion) ([]store.FinishResult, error) {
 	results := make([]store.FinishResult, len(completions))
 	if len(completions) == 0 {
@@ -157,20 +158,20 @@ func (s *Store) Finish(ctx context.Context, completions []store.Completion) ([]s
 	if n == 0 {
 		return results, nil
 	}
-	rows, err := s.pool.Query(ctx, s.q.finish, uuids, attempts, states, scheduled, errs, res, refunds)
-	if err != nil {
-		return nil, fmt.Errorf("finish %d jobs: %w", n, err)
-	}
 	applied := make(map[[16]byte]struct{}, n)
-	var id pgtype.UUID
-	for rows.Next() {
-		if err := rows.Scan(&id); err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("finish %d jobs: %w", n, err)
+	b := &pgx.Batch{}
+	b.Queue(s.q.finishPlan)
+	b.Queue(s.q.finish, uuids, attempts, states, scheduled, errs, res, refunds).Query(func(rows pgx.Rows) error {
+		var id pgtype.UUID
+		for rows.Next() {
+			if err := rows.Scan(&id); err != nil {
+				return err
+			}
+			applied[id.Bytes] = struct{}{}
 		}
-		applied[id.Bytes] = struct{}{}
-	}
-	if err := rows.Err(); err != nil {
+		return rows.Err()
+	})
+	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
 		return nil, fmt.Errorf("finish %d jobs: %w", n, err)
 	}
 	for i := range results {

@@ -42,24 +42,24 @@ const notifyClaimable = `
 // The unique index would then fail the whole statement, and with it every other job of the batch,
 // again on every retry. Instead the entering job gives its key up (it becomes NULL, as a lapsed
 // holder's does): it keeps it only if no other job holds the key and no job of the same statement
-// with a smaller id enters with it too. set names the statement's rows (a relation with an id
-// column, aliased x) and toOf gives the next state of such a row's job o.
+// with a smaller id enters with it too. rivals is a uuid[] expression of the statement's jobs,
+// targets a text[] of their next states in the same order, or NULL when they all go to the state
+// named by target (see unique_key_taken in the migrations).
 //
-// Jobs without a key pay one NULL test; with the default unique states (every state that is not
-// terminal) no automatic transition enters them, so the subqueries run only in the configurations
-// that need them.
-func uniqueKeyAfter(to, set, toOf string) string {
+// Jobs without a key pay one NULL test, and the function behind the rare case costs nothing to set
+// up per execution (subqueries written here would: the executor initializes their scans whether
+// they run or not). With the default unique states (every state that is not terminal) no
+// automatic transition enters them.
+func uniqueKeyAfter(to, rivals, targets, target string) string {
 	return `unique_key = CASE
 		WHEN j.unique_key IS NOT NULL AND (` + to + ` = ANY (j.unique_states)) IS TRUE
 			AND (j.state = ANY (j.unique_states)) IS NOT TRUE
-			AND (EXISTS (SELECT 1 FROM {schema}.jobs o
-					WHERE o.unique_key = j.unique_key AND o.state = ANY (o.unique_states) AND o.id <> j.id)
-				OR EXISTS (SELECT 1 FROM ` + set + ` x JOIN {schema}.jobs o ON o.id = x.id
-					WHERE o.unique_key = j.unique_key AND o.id < j.id
-						AND (` + toOf + ` = ANY (o.unique_states)) IS TRUE
-						AND (o.state = ANY (o.unique_states)) IS NOT TRUE))
+			AND {schema}.unique_key_taken(j.id, j.unique_key, ` + rivals + `, ` + targets + `, ` + target + `)
 		THEN NULL ELSE j.unique_key END`
 }
+
+// rescueTarget is the state Rescue moves an expired job to.
+const rescueTarget = `CASE WHEN attempt >= max_attempts THEN 'discarded' ELSE 'available' END`
 
 // claimableKeyed is true when queue $1 has claimable jobs with a rate key: the plain claim leaves
 // them to claim_limited. It probes jobs_rate_claim_idx, which is empty without rate keys.
@@ -91,7 +91,7 @@ var claimTail = `
 UPDATE {schema}.jobs j
 SET state = 'active', attempt = j.attempt + 1, started_at = now(),
 	lease_expires_at = now() + $3 * interval '1 microsecond', worker_id = $4,
-	` + uniqueKeyAfter(`'active'`, "locked", `'active'`) + `
+	` + uniqueKeyAfter(`'active'`, "ARRAY(SELECT id FROM locked)", "NULL", `'active'`) + `
 WHERE j.id = ANY(ARRAY(SELECT id FROM locked))
 RETURNING ` + jobColsJ
 
@@ -183,6 +183,14 @@ WHERE o.unique_key = j.unique_key AND o.state = ANY (o.unique_states) AND o.id <
 	// lease of $4 microseconds, enforcing the rate limits (see claim_limited).
 	sqlClaimLimited = `SELECT ` + jobCols + ` FROM {schema}.claim_limited($1, $2, $3, $4, $5)`
 
+	// sqlFinishPlan runs just before sqlFinish in the same implicit transaction and makes it use
+	// its generic plan (a nested loop over the batch's ids into the primary key, fine for any batch
+	// size) from the first execution on. Left to itself, PostgreSQL compares that plan's cost,
+	// estimated for an array of unknown size, with plans made for each batch, may keep planning
+	// every call (about half a millisecond, as much as the update itself), and settles differently
+	// from one table's statistics to another's.
+	sqlFinishPlan = `SELECT set_config('plan_cache_mode', 'force_generic_plan', true)`
+
 	// sqlNotifyFinished announces, once per queue, the rows of the CTE "changed" (columns queue,
 	// state, scheduled_at, rate_key) that are claimable or due later, like notifyClaimable, and also
 	// the queue of every job with a rate key, due now: the slot it freed can be used at once.
@@ -225,7 +233,7 @@ var (
 		max_attempts = CASE WHEN u.refund THEN j.max_attempts + 1 ELSE j.max_attempts END,
 		lease_expires_at = NULL,
 		worker_id = NULL,
-		` + uniqueKeyAfter("u.state", "u", "x.state") + `
+		` + uniqueKeyAfter("u.state", "$1", "$3", "NULL") + `
 	FROM u
 	WHERE j.id = u.id AND j.state = 'active' AND j.attempt = u.attempt
 	RETURNING j.id, j.queue, j.state, j.scheduled_at, j.rate_key
@@ -242,14 +250,14 @@ RETURNING id`
 	// sqlRescue takes back up to $1 active jobs whose lease expired: to available, or discarded when
 	// their attempts are spent, each with a lease_expired error entry.
 	sqlRescue = `WITH expired AS (
-	SELECT id FROM {schema}.jobs
+	SELECT id, ` + rescueTarget + ` AS target FROM {schema}.jobs
 	WHERE state = 'active' AND lease_expires_at < now()
 	ORDER BY lease_expires_at
 	LIMIT $1
 	FOR UPDATE SKIP LOCKED
 ), updated AS (
 	UPDATE {schema}.jobs j
-	SET state = CASE WHEN j.attempt >= j.max_attempts THEN 'discarded' ELSE 'available' END,
+	SET state = ` + rescueTarget + `,
 		scheduled_at = CASE WHEN j.attempt >= j.max_attempts THEN j.scheduled_at ELSE now() END,
 		completed_at = CASE WHEN j.attempt >= j.max_attempts THEN now() END,
 		errors = j.errors || jsonb_build_array(jsonb_build_object(
@@ -257,7 +265,8 @@ RETURNING id`
 			'message', 'lease expired: worker ' || coalesce(j.worker_id, '') || ' stopped heartbeating')),
 		lease_expires_at = NULL,
 		worker_id = NULL,
-		` + uniqueKeyAfter(rescueTarget("j"), "expired", rescueTarget("o")) + `
+		` + uniqueKeyAfter(rescueTarget, "ARRAY(SELECT id FROM expired ORDER BY id)",
+		"ARRAY(SELECT target FROM expired ORDER BY id)", "NULL") + `
 	WHERE j.id = ANY(ARRAY(SELECT id FROM expired))
 	RETURNING ` + jobColsJ + `
 ), changed AS (
@@ -275,7 +284,7 @@ SELECT * FROM updated WHERE (SELECT count(*) FROM notified) >= 0`
 	FOR UPDATE SKIP LOCKED
 ), changed AS (
 	UPDATE {schema}.jobs j SET state = 'available',
-		` + uniqueKeyAfter(`'available'`, "due", `'available'`) + `
+		` + uniqueKeyAfter(`'available'`, "ARRAY(SELECT id FROM due)", "NULL", `'available'`) + `
 	WHERE j.id = ANY(ARRAY(SELECT id FROM due))
 	RETURNING j.queue, j.state, j.scheduled_at
 ), notified AS (` + notifyClaimable + `
@@ -296,7 +305,7 @@ SET state = 'discarded', completed_at = now(),
 	errors = j.errors || jsonb_build_array(jsonb_build_object(
 		'attempt', j.attempt, 'at', now(), 'type', 'expired',
 		'message', 'job expired before it started')),
-	` + uniqueKeyAfter(`'discarded'`, "expired", `'discarded'`) + `
+	` + uniqueKeyAfter(`'discarded'`, "ARRAY(SELECT id FROM expired)", "NULL", `'discarded'`) + `
 WHERE j.id = ANY(ARRAY(SELECT id FROM expired))`
 
 	// sqlNextDue finds the earliest due time of the scheduled and retryable jobs of queue $1, or the
@@ -378,7 +387,7 @@ LIMIT $5`
 ), updated AS (
 	UPDATE {schema}.jobs j
 	SET state = 'cancelled', completed_at = now(), lease_expires_at = NULL, worker_id = NULL,
-		` + uniqueKeyAfter(`'cancelled'`, "locked", `'cancelled'`) + `
+		` + uniqueKeyAfter(`'cancelled'`, "NULL", "NULL", `'cancelled'`) + `
 	FROM locked l
 	WHERE j.id = $1 AND j.id = l.id AND l.state NOT IN ('completed', 'cancelled', 'discarded')
 	RETURNING ` + jobColsJ + `
@@ -479,11 +488,6 @@ RETURNING leader_id`
 	// sqlResign ends $2's leadership of $1.
 	sqlResign = `DELETE FROM {schema}.leader WHERE name = $1 AND leader_id = $2`
 )
-
-// rescueTarget is the state Rescue moves job alias's job to.
-func rescueTarget(alias string) string {
-	return `CASE WHEN ` + alias + `.attempt >= ` + alias + `.max_attempts THEN 'discarded' ELSE 'available' END`
-}
 
 // announceKeyQueues is a statement tail that announces, due now, every queue with claimable jobs
 // under rate key $1: a limit that changed or went away may let them run.
@@ -652,6 +656,7 @@ type queries struct {
 
 	insertUnique, uniqueHolder, uniqueRelease, uniqueReplace, uniqueConflict string
 	claimLimitedPlan, claimLimited, listWorkflowJobs, listWorkflowJobsDesc   string
+	finishPlan                                                               string
 
 	upsertRateLimit, setRateLimit, deleteRateLimit, getRateLimit, listRateLimits string
 	insertWorkflow, getWorkflow, cancelWorkflow                                  string
@@ -696,6 +701,7 @@ func newQueries(r *strings.Replacer) *queries {
 		uniqueReplace:        r.Replace(sqlUniqueReplace),
 		uniqueConflict:       r.Replace(sqlUniqueConflict),
 		claimLimitedPlan:     sqlClaimLimitedPlan,
+		finishPlan:           sqlFinishPlan,
 		claimLimited:         r.Replace(sqlClaimLimited),
 		listWorkflowJobs:     r.Replace(sqlListWorkflowJobs),
 		listWorkflowJobsDesc: r.Replace(sqlListWorkflowJobsDesc),

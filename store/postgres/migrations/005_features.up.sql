@@ -137,6 +137,27 @@ CREATE TRIGGER jobs_workflow_advance
           AND OLD.state IS DISTINCT FROM NEW.state)
     EXECUTE FUNCTION {schema}.workflow_advance();
 
+-- unique_key_taken tells whether job p_id, about to enter its unique states, must give its key
+-- p_key up: another job holds the key, or a job of the same statement with a smaller id enters
+-- its own unique states with the key too. p_rivals are the statement's jobs and p_targets their
+-- next states (NULL: p_target for all). Statements call it only for a job with a key that enters
+-- its unique states from outside them (see uniqueKeyAfter in queries.go), so the common path
+-- never runs it; being STABLE, it reads with the calling statement's snapshot.
+CREATE FUNCTION {schema}.unique_key_taken(p_id uuid, p_key text, p_rivals uuid[], p_targets text[],
+                                          p_target text)
+RETURNS boolean
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN EXISTS (SELECT 1 FROM {schema}.jobs o
+                   WHERE o.unique_key = p_key AND o.state = ANY (o.unique_states) AND o.id <> p_id)
+        OR EXISTS (SELECT 1 FROM unnest(p_rivals, p_targets) AS x(id, target)
+                   JOIN {schema}.jobs o ON o.id = x.id
+                   WHERE o.id < p_id AND o.unique_key = p_key
+                       AND (coalesce(x.target, p_target) = ANY (o.unique_states)) IS TRUE
+                       AND (o.state = ANY (o.unique_states)) IS NOT TRUE);
+END
+$$;
+
 -- claim_limited is Claim for a queue that has claimable jobs with a rate key (the plain claim
 -- statement leaves those alone and says when there are any). It takes up to p_limit jobs in claim
 -- order, skipping the jobs whose key is exhausted, and returns them active:
@@ -246,12 +267,7 @@ BEGIN
         unique_key = CASE
             WHEN j.unique_key IS NOT NULL AND ('active' = ANY (j.unique_states)) IS TRUE
                 AND (j.state = ANY (j.unique_states)) IS NOT TRUE
-                AND (EXISTS (SELECT 1 FROM {schema}.jobs o
-                        WHERE o.unique_key = j.unique_key AND o.state = ANY (o.unique_states) AND o.id <> j.id)
-                    OR EXISTS (SELECT 1 FROM {schema}.jobs o
-                        WHERE o.id = ANY (chosen) AND o.id < j.id AND o.unique_key = j.unique_key
-                            AND ('active' = ANY (o.unique_states)) IS TRUE
-                            AND (o.state = ANY (o.unique_states)) IS NOT TRUE))
+                AND {schema}.unique_key_taken(j.id, j.unique_key, chosen, NULL, 'active')
             THEN NULL ELSE j.unique_key END
     WHERE j.id = ANY (chosen)
     RETURNING j.*;
@@ -305,12 +321,9 @@ BEGIN
         unique_key = CASE
             WHEN j.unique_key IS NOT NULL AND (s.target = ANY (j.unique_states)) IS TRUE
                 AND (j.state = ANY (j.unique_states)) IS NOT TRUE
-                AND (EXISTS (SELECT 1 FROM {schema}.jobs o
-                        WHERE o.unique_key = j.unique_key AND o.state = ANY (o.unique_states) AND o.id <> j.id)
-                    OR EXISTS (SELECT 1 FROM skipped s2 JOIN {schema}.jobs o ON o.id = s2.id
-                        WHERE o.id < j.id AND o.unique_key = j.unique_key
-                            AND (s2.target = ANY (o.unique_states)) IS TRUE
-                            AND (o.state = ANY (o.unique_states)) IS NOT TRUE))
+                AND {schema}.unique_key_taken(j.id, j.unique_key,
+                    ARRAY(SELECT s2.id FROM skipped s2 ORDER BY s2.id),
+                    ARRAY(SELECT s2.target FROM skipped s2 ORDER BY s2.id), NULL)
             THEN NULL ELSE j.unique_key END
     FROM skipped s
     WHERE j.id = s.id;
