@@ -495,3 +495,31 @@ func TestCleanupKeepsWaitedForParents(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 2, n, "once c is released its parents may go")
 }
+
+// TestRateLimitValidation: negative bounds and unknown actions are refused; a rate without a
+// period is stored and bounds nothing, like every zero field.
+func TestRateLimitValidation(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := setup(t)
+	for _, bad := range []store.RateLimit{{MaxActive: -1}, {Rate: -1, Period: time.Second},
+		{Rate: 1, Period: -time.Second}, {MaxActive: 1, OnLimit: "sometimes"}} {
+		require.ErrorIs(t, s.SetRateLimit(ctx, "k", bad), store.ErrInvalidParams, "%+v", bad)
+	}
+	require.ErrorIs(t, s.SetRateLimit(ctx, "", store.RateLimit{MaxActive: 1}), store.ErrInvalidParams)
+	p := params("q")
+	p.RateLimit = &store.RateLimit{MaxActive: 1}
+	_, err := s.Insert(ctx, []*store.InsertParams{p})
+	require.ErrorIs(t, err, store.ErrInvalidParams, "a limit needs the job's rate key")
+
+	require.NoError(t, s.SetRateLimit(ctx, "k", store.RateLimit{Rate: 1}))
+	batch := []*store.InsertParams{params("q"), params("q"), params("q")}
+	for _, b := range batch {
+		b.RateKey = "k"
+	}
+	_, err = s.Insert(ctx, batch)
+	require.NoError(t, err)
+	jobs, err := s.Claim(ctx, claimParams("q", 10))
+	require.NoError(t, err)
+	require.Len(t, jobs, 3, "a rate without a period bounds nothing")
+}

@@ -19,7 +19,10 @@ import (
 //go:embed migrations/*.sql
 var migrationFiles embed.FS
 
-// migration is one embedded migration: NNN_name.up.sql and NNN_name.down.sql.
+// migration is one embedded migration: NNN_name.up.sql and NNN_name.down.sql. Migrations run with
+// the search path set to the store's schema; {schema} and {channel} in their text are replaced by
+// the quoted schema and the notification channel's literal, for function bodies, which must not
+// depend on the search path of the sessions that call them.
 type migration struct {
 	version  int
 	name     string

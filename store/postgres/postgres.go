@@ -4,6 +4,18 @@
 // per batch, inserted in one round trip (a single job) or through COPY (a large batch), and announced
 // through LISTEN/NOTIFY so a producer claims a job a millisecond or two after its insert commits.
 //
+// Unique jobs, rate limits and workflows (store/features.go) are enforced by the database itself,
+// so they hold across every process that shares it:
+//
+//   - A partial unique index over held keys (jobs_unique_idx) decides unique inserts, which run
+//     INSERT ... ON CONFLICT per unique job in the insert's transaction. Batches without unique
+//     jobs keep the pipelined and COPY paths.
+//   - The plain claim leaves jobs with a rate key alone; when a queue has some, Claim runs the
+//     claim_limited function, which locks the keys' limits so concurrent claims never overspend
+//     them. Queues without such jobs pay one probe of an empty index, in the claim's round trip.
+//   - A row trigger on jobs decides a workflow job's waiting children in the transaction that
+//     makes it terminal, whatever path did, and announces the queues of the children it releases.
+//
 // Every object lives in one schema (Config.Schema, "pronto" by default), so several applications can
 // share a database, each in a schema of its own, with separate notification channels. Migrate
 // creates the schema and applies the embedded migrations; it is safe to call from every process at
@@ -43,7 +55,8 @@ type Config struct {
 }
 
 // Store is the PostgreSQL implementation of store.Store. It also implements store.Migrator,
-// store.PgxTxInserter and store.CronStore. Its methods are safe for concurrent use.
+// store.PgxTxInserter, store.CronStore, store.RateLimiter and store.Workflows. Its methods are safe
+// for concurrent use.
 type Store struct {
 	pool    *pgxpool.Pool
 	schema  string

@@ -235,7 +235,11 @@ BEGIN
             AND (CASE WHEN j.state = 'available' THEN true ELSE j.scheduled_at <= now() END)
             AND (j.expires_at IS NULL OR j.expires_at > now())
             AND (p_kinds IS NULL OR j.kind = ANY (p_kinds))
-            AND (j.rate_key IS NULL OR j.rate_key <> ALL (keys))
+            -- Not limited: no key, or a key without a limit (checked again here, so a job with a
+            -- limited key that arrived after step 1 waits for the next claim).
+            AND (j.rate_key IS NULL OR (j.rate_key <> ALL (keys) AND NOT EXISTS (
+                SELECT 1 FROM {schema}.rate_limits l
+                WHERE l.key = j.rate_key AND (l.max_active > 0 OR (l.rate > 0 AND l.period_us > 0)))))
         ORDER BY j.priority DESC, j.scheduled_at, j.id
         LIMIT p_limit
         FOR UPDATE SKIP LOCKED
