@@ -215,3 +215,98 @@ func (f *fifo) retire() {
 		f.items, f.head, f.stale = live, 0, 0
 	}
 }
+
+// selector picks the heap with the least top entry among a claim's candidate heaps. A few heaps (the
+// kinds of a queue) are scanned; many (a queue with many rate keys) are kept in a heap of heaps, so a
+// claim costs O(log n) per job rather than O(n).
+type selector struct {
+	hs      []*jheap
+	ordered bool
+}
+
+// scanMax is the most heaps a selector scans rather than orders.
+const scanMax = 16
+
+func newSelector(hs []*jheap) selector {
+	sel := selector{hs: hs}
+	if len(hs) > scanMax {
+		sel.order()
+	}
+	return sel
+}
+
+// order makes the selector keep its heaps in a heap.
+func (sel *selector) order() {
+	sel.ordered = true
+	for i := len(sel.hs)/2 - 1; i >= 0; i-- {
+		sel.down(i)
+	}
+}
+
+func (sel *selector) empty() bool { return len(sel.hs) == 0 }
+
+// best returns, for an ordered selector, the index of the heap with the least live top entry and
+// that entry, or -1 and nil when every heap is empty. (Claim scans an unordered one itself.)
+func (sel *selector) best() (int, *entry) {
+	for len(sel.hs) > 0 {
+		if e := sel.hs[0].top(); e != nil {
+			return 0, e
+		}
+		sel.remove(0)
+	}
+	return -1, nil
+}
+
+// fix restores the order after the top of heap i was popped.
+func (sel *selector) fix(i int) {
+	if sel.ordered {
+		sel.down(i)
+	}
+}
+
+// remove drops heap i from the candidates.
+func (sel *selector) remove(i int) {
+	n := len(sel.hs) - 1
+	sel.hs[i] = sel.hs[n]
+	sel.hs[n] = nil
+	sel.hs = sel.hs[:n]
+	if sel.ordered && i < n {
+		sel.down(i)
+		sel.up(i)
+	}
+}
+
+// before orders heaps by their live top entries, empty heaps last.
+func (sel *selector) before(i, k int) bool {
+	a, b := sel.hs[i].top(), sel.hs[k].top()
+	return a != nil && (b == nil || a.less(b))
+}
+
+func (sel *selector) up(i int) {
+	for i > 0 {
+		p := (i - 1) / 2
+		if !sel.before(i, p) {
+			return
+		}
+		sel.hs[i], sel.hs[p] = sel.hs[p], sel.hs[i]
+		i = p
+	}
+}
+
+func (sel *selector) down(i int) {
+	n := len(sel.hs)
+	for {
+		c := 2*i + 1
+		if c >= n {
+			return
+		}
+		if r := c + 1; r < n && sel.before(r, c) {
+			c = r
+		}
+		if !sel.before(c, i) {
+			return
+		}
+		sel.hs[i], sel.hs[c] = sel.hs[c], sel.hs[i]
+		i = c
+	}
+}

@@ -573,8 +573,25 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) ([]*store.Job, e
 	s.promoteQueue(q, now, -1, nil)
 
 	var buf [8]*jheap
-	hs := q.candidates(p.Kinds, buf[:0])
-	if len(hs) == 0 {
+	hs := buf[:0]
+	if len(p.Kinds) == 0 {
+		for _, h := range q.ready {
+			if h.len() > 0 {
+				hs = append(hs, h)
+			}
+		}
+	} else {
+		for _, k := range p.Kinds {
+			if h := q.ready[k]; h != nil && h.len() > 0 && !slices.Contains(hs, h) {
+				hs = append(hs, h)
+			}
+		}
+	}
+	if len(q.limited) > 0 {
+		hs = q.limitedCandidates(p.Kinds, hs)
+	}
+	sel := newSelector(hs)
+	if sel.empty() {
 		s.mu.Unlock()
 		return nil, nil
 	}
@@ -582,29 +599,35 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) ([]*store.Job, e
 	a := announcer{now: now}
 	out := make([]*store.Job, 0, min(p.Limit, int(q.counts[stateIndex(store.StateAvailable)])))
 	for len(out) < p.Limit {
-		bi := -1
-		var top *entry
-		for i, h := range hs {
-			if e := h.top(); e != nil && (top == nil || e.less(top)) {
-				bi, top = i, e
+		bi, top := -1, (*entry)(nil)
+		if sel.ordered {
+			bi, top = sel.best()
+		} else {
+			// The common case, a few kinds: scanned inline.
+			for i, h := range sel.hs {
+				if e := h.top(); e != nil && (top == nil || e.less(top)) {
+					bi, top = i, e
+				}
 			}
 		}
-		if bi < 0 {
+		if top == nil {
 			break
 		}
-		best, j := hs[bi], top.j
+		best, j := sel.hs[bi], top.j
 		if j.rk != nil && !expired(j, now) {
 			if blocked, until := j.rk.blocked(now); blocked {
-				if !s.holdBack(j, until, now, &a) {
+				if s.holdBack(j, until, now, &a) {
+					sel.fix(bi)
+				} else {
 					// Its key waits for room: so do the other jobs of its heap, this claim over.
-					hs[bi] = hs[len(hs)-1]
-					hs = hs[:len(hs)-1]
+					sel.remove(bi)
 				}
 				continue
 			}
 		}
 		best.pop()
 		j.heap = nil // its entry is gone, not stale
+		sel.fix(bi)
 		if expired(j, now) {
 			// Not claimable, ever: it stays available until DiscardExpired discards it.
 			continue
@@ -627,38 +650,26 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) ([]*store.Job, e
 	return out, nil
 }
 
-// candidates appends to hs the heaps of q that hold available jobs of the given kinds (every kind
-// when kinds is empty), dropping the rate-key heaps it finds empty; s.mu must be held.
-func (q *queue) candidates(kinds []string, hs []*jheap) []*jheap {
+// limitedCandidates appends to hs the rate-key heaps of q that hold available jobs of the given kinds
+// (every kind when kinds is empty), and forgets the rate-key heaps it finds empty (no job refers to a
+// heap without a live entry of it); s.mu must be held.
+func (q *queue) limitedCandidates(kinds []string, hs []*jheap) []*jheap {
 	if len(kinds) == 0 {
-		for _, h := range q.ready {
-			if h.len() > 0 {
-				hs = append(hs, h)
-			}
-		}
 		for kind := range q.limited {
-			hs = q.limitedCandidates(kind, hs)
+			hs = q.limitedOfKind(kind, hs)
 		}
 		return hs
 	}
-	for _, k := range kinds {
-		if h := q.ready[k]; h != nil && h.len() > 0 && !slices.Contains(hs, h) {
-			hs = append(hs, h)
-		}
-	}
-	if len(q.limited) > 0 {
-		for i, k := range kinds {
-			if !slices.Contains(kinds[:i], k) {
-				hs = q.limitedCandidates(k, hs)
-			}
+	for i, k := range kinds {
+		if !slices.Contains(kinds[:i], k) {
+			hs = q.limitedOfKind(k, hs)
 		}
 	}
 	return hs
 }
 
-// limitedCandidates appends the rate-key heaps of kind that hold live jobs and forgets the others
-// (no job refers to a heap without a live entry of it).
-func (q *queue) limitedCandidates(kind string, hs []*jheap) []*jheap {
+// limitedOfKind is limitedCandidates for one kind.
+func (q *queue) limitedOfKind(kind string, hs []*jheap) []*jheap {
 	byKey := q.limited[kind]
 	for key, h := range byKey {
 		if h.top() == nil {
@@ -667,7 +678,7 @@ func (q *queue) limitedCandidates(kind string, hs []*jheap) []*jheap {
 		}
 		hs = append(hs, h)
 	}
-	if len(byKey) == 0 {
+	if byKey != nil && len(byKey) == 0 {
 		delete(q.limited, kind)
 	}
 	return hs
@@ -1279,7 +1290,9 @@ func (j *job) export() *store.Job {
 	}
 	out.Tags = slices.Clone(j.Tags)
 	out.ParentIDs = slices.Clone(j.ParentIDs)
-	out.UniqueStates = slices.Clone(j.UniqueStates)
+	if j.UniqueStates != nil {
+		out.UniqueStates = slices.Clone(j.UniqueStates)
+	}
 	if j.Errors != nil {
 		out.Errors = make([]store.AttemptError, len(j.Errors))
 		for i, e := range j.Errors {

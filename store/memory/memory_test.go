@@ -2,6 +2,10 @@ package memory_test
 
 import (
 	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -278,4 +282,59 @@ func TestRateWithoutPeriodLimitsNothing(t *testing.T) {
 	info, err := s.GetRateLimit(ctx, "k")
 	require.NoError(t, err)
 	require.Zero(t, info.WindowCount, "no window is kept without a period")
+}
+
+// TestClaimOrderAcrossManyKeys: with more rate-key heaps than a claim scans (so it orders them in a
+// heap of its own), a claim still takes jobs in claim order, one per exhausted key.
+func TestClaimOrderAcrossManyKeys(t *testing.T) {
+	s := memory.New()
+	ctx := t.Context()
+	rng := rand.New(rand.NewPCG(3, 4))
+	type want struct {
+		id       string
+		priority int
+	}
+	bestOfKey := map[string]want{}
+	var ps []*store.InsertParams
+	var unlimited []want
+	for i := range 300 {
+		p := &store.InsertParams{ID: uuidv7.New(), Kind: "k", Queue: "q", Args: json.RawMessage(`[]`),
+			State: store.StateAvailable, MaxAttempts: 1, Priority: rng.IntN(1000)}
+		if i%5 != 0 {
+			p.RateKey = fmt.Sprint("key-", rng.IntN(60))
+			if b, ok := bestOfKey[p.RateKey]; !ok || p.Priority > b.priority {
+				bestOfKey[p.RateKey] = want{p.ID, p.Priority} // ids grow, so a tie keeps the first
+			}
+		} else {
+			unlimited = append(unlimited, want{p.ID, p.Priority})
+		}
+		ps = append(ps, p)
+	}
+	for key := range bestOfKey {
+		require.NoError(t, s.SetRateLimit(ctx, key, store.RateLimit{MaxActive: 1}))
+	}
+	_, err := s.Insert(ctx, ps)
+	require.NoError(t, err)
+
+	expected := append([]want(nil), unlimited...)
+	for _, b := range bestOfKey {
+		expected = append(expected, b)
+	}
+	slices.SortFunc(expected, func(a, b want) int {
+		if a.priority != b.priority {
+			return b.priority - a.priority
+		}
+		return strings.Compare(a.id, b.id)
+	})
+	jobs, err := s.Claim(ctx, store.ClaimParams{Queue: "q", Limit: 1000, WorkerID: "w", LeaseDuration: time.Minute})
+	require.NoError(t, err)
+	got := make([]string, len(jobs))
+	for i, j := range jobs {
+		got[i] = j.ID
+	}
+	wantIDs := make([]string, len(expected))
+	for i, e := range expected {
+		wantIDs[i] = e.id
+	}
+	require.Equal(t, wantIDs, got)
 }

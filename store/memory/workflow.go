@@ -269,10 +269,18 @@ func decide(c *job) outcome {
 }
 
 // settle decides the pending children of the workflow jobs that became terminal (s.decided), and of
-// the children it cancels in turn, working through a list rather than recursing so that deep graphs
-// do not grow the stack. Released children are announced through a. s.mu must be held; every
-// operation that can end a job calls it before unlocking.
+// the children it cancels in turn. Released children are announced through a. s.mu must be held;
+// every operation that can end a job calls it before unlocking. It is small enough to be inlined,
+// so operations that ended no workflow job pay one comparison.
 func (s *Store) settle(now time.Time, a *announcer) {
+	if len(s.decided) > 0 {
+		s.settleDecided(now, a)
+	}
+}
+
+// settleDecided is settle's work, through a list rather than recursion so that deep graphs do not
+// grow the stack.
+func (s *Store) settleDecided(now time.Time, a *announcer) {
 	for len(s.decided) > 0 {
 		n := len(s.decided) - 1
 		j := s.decided[n]
