@@ -228,3 +228,83 @@ func TestClaimPlanWithoutLimits(t *testing.T) {
 		}
 	}
 }
+
+// heldCount returns how many jobs claims hold back (out of the claim index).
+func heldCount(t *testing.T, s *Store) int {
+	t.Helper()
+	var n int
+	require.NoError(t, s.DB().QueryRowContext(context.Background(), `SELECT count(*) FROM pronto_jobs WHERE held IS NOT NULL`).Scan(&n))
+	return n
+}
+
+// TestHeldBacklog: the waiting jobs of an exhausted key are held out of the claim index after one
+// claim meets them, so later claims do not walk past them; held jobs look unchanged, come back in
+// claim order (before later, lower-ranked jobs) when their key has room, and are released when the
+// limit changes.
+func TestHeldBacklog(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := openTest(t)
+	claim := func(limit int) []*store.Job {
+		t.Helper()
+		jobs, err := s.Claim(ctx, store.ClaimParams{Queue: "q", Limit: limit, WorkerID: "w", LeaseDuration: time.Minute})
+		require.NoError(t, err)
+		return jobs
+	}
+	require.NoError(t, s.SetRateLimit(ctx, "k", store.RateLimit{MaxActive: 1}))
+	const backlog = 500
+	limited := params("q", backlog)
+	for _, p := range limited {
+		p.RateKey = "k"
+	}
+	_, err := s.Insert(ctx, limited)
+	require.NoError(t, err)
+	plain := params("q", 3)
+	_, err = s.Insert(ctx, plain)
+	require.NoError(t, err)
+
+	got := claim(4)
+	require.Equal(t, []string{limited[0].ID, plain[0].ID, plain[1].ID, plain[2].ID}, ids(got),
+		"the claim takes the key's one slot and reaches past its backlog")
+	require.Equal(t, backlog-1, heldCount(t, s), "the rest of the backlog is held")
+	j, err := s.GetJob(ctx, limited[1].ID)
+	require.NoError(t, err)
+	require.Equal(t, store.StateAvailable, j.State, "a held job looks as it was")
+	info, err := s.GetRateLimit(ctx, "k")
+	require.NoError(t, err)
+	require.Equal(t, int64(backlog-1), info.Waiting)
+	require.Empty(t, claim(10), "no slot, nothing else")
+
+	// A freed slot takes the best held job, ahead of a later plain job.
+	later := params("q", 1)
+	_, err = s.Insert(ctx, later)
+	require.NoError(t, err)
+	res, err := s.Finish(ctx, []store.Completion{{ID: got[0].ID, Attempt: 1, State: store.StateCompleted}})
+	require.NoError(t, err)
+	require.True(t, res[0].Applied)
+	require.Equal(t, []string{limited[1].ID, later[0].ID}, ids(claim(10)))
+	require.Equal(t, backlog-2, heldCount(t, s))
+
+	// A changed limit releases the held jobs, to be judged by it.
+	require.NoError(t, s.SetRateLimit(ctx, "k", store.RateLimit{MaxActive: 3}))
+	require.Zero(t, heldCount(t, s))
+	require.Equal(t, []string{limited[2].ID, limited[3].ID}, ids(claim(10)), "two more slots")
+	require.Equal(t, backlog-4, heldCount(t, s))
+	// Setting the same limit again (as inserts carrying it do) leaves them held.
+	require.NoError(t, s.SetRateLimit(ctx, "k", store.RateLimit{MaxActive: 3}))
+	require.Equal(t, backlog-4, heldCount(t, s))
+
+	// A deleted limit releases them too: they are unlimited now.
+	require.NoError(t, s.DeleteRateLimit(ctx, "k"))
+	require.Zero(t, heldCount(t, s))
+	require.Len(t, claim(backlog), backlog-4)
+}
+
+// ids returns the ids of jobs, in order.
+func ids(jobs []*store.Job) []string {
+	out := make([]string, len(jobs))
+	for i, j := range jobs {
+		out[i] = j.ID
+	}
+	return out
+}

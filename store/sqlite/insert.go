@@ -231,8 +231,8 @@ func (s *Store) Insert(ctx context.Context, params []*store.InsertParams) ([]*st
 }
 
 // insertFeatureQueries are the statements insertTx may run.
-var insertFeatureQueries = append([]string{upsertRateLimitSQL, uniqueHolderSQL, releaseUniqueKeySQL,
-	cancelJobSQL, insertJobsSQL(1, true)}, settleQueries...)
+var insertFeatureQueries = slices.Concat(rateLimitQueries, []string{uniqueHolderSQL, releaseUniqueKeySQL,
+	cancelJobSQL, insertJobsSQL(1, true)}, settleQueries)
 
 // insertWithFeatures is Insert of a batch with unique jobs or rate limits, in one write transaction.
 func (s *Store) insertWithFeatures(ctx context.Context, params []*store.InsertParams, rows []insertRow, nowUS int64) ([]*store.Job, error) {

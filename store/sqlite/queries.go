@@ -47,6 +47,7 @@ const claimableSQL = `queue = ?4
 		  AND state IN ('available', 'scheduled', 'retryable')
 		  AND (state = 'available' OR scheduled_at <= ?1)
 		  AND (expires_at IS NULL OR expires_at > ?1)
+		  AND held IS NULL
 		  AND NOT EXISTS (SELECT 1 FROM pronto_queues WHERE name = ?4 AND paused = 1)`
 
 // kindsFilter returns "AND kind IN (?first, ...)" for n kinds, or "" for none.
@@ -251,7 +252,7 @@ const cancelJobSQL = `UPDATE pronto_jobs SET state = 'cancelled', completed_at =
 
 // retryJobSQL: ?1 now, ?2 id.
 const retryJobSQL = `UPDATE pronto_jobs SET state = 'available', attempt = 0, scheduled_at = ?1,
-		completed_at = NULL, lease_expires_at = NULL, worker_id = NULL
+		completed_at = NULL, lease_expires_at = NULL, worker_id = NULL, held = NULL
 	WHERE id = ?2 AND state IN ('discarded', 'cancelled')
 	RETURNING ` + jobColumns
 
@@ -371,15 +372,61 @@ func claimCandidatesSQL(nKinds int) string {
 
 // claimRowsSQL claims the jobs whose rowids are in the JSON array ?4. ?1 now, ?2 lease expiry, ?3 worker.
 const claimRowsSQL = `UPDATE pronto_jobs SET state = 'active', attempt = attempt + 1, started_at = ?1,
-		lease_expires_at = ?2, worker_id = ?3
+		lease_expires_at = ?2, worker_id = ?3, held = NULL
 	WHERE rowid IN (SELECT value FROM json_each(?4))
 	RETURNING ` + jobColumns
+
+// Held jobs: see the held column in migration 003.
+
+// holdKeySQL holds back up to ?4 of key ?1's claimable jobs due at ?3 in queue ?2, taking them out of
+// the claim index.
+const holdKeySQL = `UPDATE pronto_jobs SET held = 1
+	WHERE rowid IN (SELECT rowid FROM pronto_jobs
+		WHERE rate_key = ?1 AND state IN ('available', 'scheduled', 'retryable') AND queue = ?2
+		  AND (state = 'available' OR scheduled_at <= ?3) AND held IS NULL
+		LIMIT ?4)`
+
+// heldKeysSQL lists the keys of queue ?1's held jobs (one index seek per key), each with its limit, if
+// one is stored (the sixth column is 1), and its active count.
+const heldKeysSQL = `WITH RECURSIVE k(key) AS (
+		SELECT (SELECT min(rate_key) FROM pronto_jobs
+			WHERE queue = ?1 AND held IS NOT NULL AND state IN ('available', 'scheduled', 'retryable'))
+		UNION ALL
+		SELECT (SELECT min(rate_key) FROM pronto_jobs
+			WHERE queue = ?1 AND held IS NOT NULL AND state IN ('available', 'scheduled', 'retryable')
+			  AND rate_key > k.key)
+		FROM k WHERE k.key IS NOT NULL)
+	SELECT k.key, COALESCE(l.max_active, 0), COALESCE(l.rate, 0), COALESCE(l.period_us, 0),
+		COALESCE(l.on_limit, ''), l.key IS NOT NULL, l.window_start, COALESCE(l.window_count, 0),
+		(SELECT count(*) FROM pronto_jobs AS a WHERE a.rate_key = k.key AND a.state = 'active')
+	FROM k LEFT JOIN pronto_rate_limits AS l ON l.key = k.key
+	WHERE k.key IS NOT NULL`
+
+// heldCandidatesSQL returns up to ?3 claimable held jobs of key ?2 in queue ?4, in claim order. ?1
+// now, ?5... kinds.
+func heldCandidatesSQL(nKinds int) string {
+	return `SELECT rowid, rate_key, priority, scheduled_at, id FROM pronto_jobs
+	WHERE queue = ?4 AND rate_key = ?2 AND held IS NOT NULL AND state IN ('available', 'scheduled', 'retryable')
+	  AND (state = 'available' OR scheduled_at <= ?1)
+	  AND (expires_at IS NULL OR expires_at > ?1)
+	  ` + kindsFilter(nKinds, 5) + `
+	  AND NOT EXISTS (SELECT 1 FROM pronto_queues WHERE name = ?4 AND paused = 1)
+	ORDER BY priority DESC, scheduled_at, id
+	LIMIT ?3`
+}
+
+// releaseHeldSQL returns key ?1's held jobs to the claim index (its limit changed: claims judge them
+// afresh).
+const releaseHeldSQL = `UPDATE pronto_jobs SET held = NULL WHERE rate_key = ?1 AND held IS NOT NULL`
+
+// rateLimitValuesSQL reads limit ?1 as stored.
+const rateLimitValuesSQL = `SELECT max_active, rate, period_us, on_limit FROM pronto_rate_limits WHERE key = ?1`
 
 // setWindowSQL records limit ?1's current window: opened at ?2, ?3 jobs started in it.
 const setWindowSQL = `UPDATE pronto_rate_limits SET window_start = ?2, window_count = ?3 WHERE key = ?1`
 
 // rescheduleRowsSQL moves held-back jobs to scheduled: ?1 is a JSON array of [rowid, due] pairs.
-const rescheduleRowsSQL = `UPDATE pronto_jobs SET state = 'scheduled', scheduled_at = r.due
+const rescheduleRowsSQL = `UPDATE pronto_jobs SET state = 'scheduled', scheduled_at = r.due, held = NULL
 	FROM (SELECT value ->> 0 AS rid, value ->> 1 AS due FROM json_each(?1)) AS r
 	WHERE pronto_jobs.rowid = r.rid
 	RETURNING queue, scheduled_at`
@@ -393,7 +440,8 @@ const dropRowsSQL = `UPDATE pronto_jobs SET
 			'attempt', attempt, 'at', ?2, 'type', 'rate_limited',
 			'message', 'rate limit ' || rate_key || ' exhausted: job dropped (on_limit drop)')),
 		lease_expires_at = NULL,
-		worker_id = NULL
+		worker_id = NULL,
+		held = NULL
 	WHERE rowid IN (SELECT value FROM json_each(?3))
 	RETURNING id, workflow_id`
 

@@ -46,19 +46,64 @@ func validateRateLimit(key string, l store.RateLimit) error {
 }
 
 // upsertRateLimits stores the limits params carry, in order (a later one for the same key wins).
-func upsertRateLimits(ctx context.Context, ex execer, params []*store.InsertParams, nowUS int64) error {
+func upsertRateLimits(ctx context.Context, r txRunner, params []*store.InsertParams, nowUS int64) error {
 	for _, p := range params {
 		if p.RateLimit == nil {
 			continue
 		}
-		l := p.RateLimit
-		if _, err := ex.ExecContext(ctx, upsertRateLimitSQL, p.RateKey, int64(l.MaxActive), int64(l.Rate),
-			l.Period.Microseconds(), string(l.OnLimit), nowUS); err != nil {
+		if err := storeRateLimit(ctx, r, p.RateKey, *p.RateLimit, nowUS); err != nil {
 			return fmt.Errorf("store rate limit %s: %w", p.RateKey, err)
 		}
 	}
 	return nil
 }
+
+// storeRateLimit creates or replaces the limit under key in r's transaction. When it replaces a
+// different limit, the key's held jobs return to the claim index, to be judged by the new limit.
+func storeRateLimit(ctx context.Context, r txRunner, key string, l store.RateLimit, nowUS int64) error {
+	old, err := storedRateLimit(ctx, r, key)
+	if err != nil {
+		return err
+	}
+	if _, err := r.ExecContext(ctx, upsertRateLimitSQL, key, int64(l.MaxActive), int64(l.Rate),
+		l.Period.Microseconds(), string(l.OnLimit), nowUS); err != nil {
+		return err
+	}
+	changed := old != nil && (old.MaxActive != l.MaxActive || old.Rate != l.Rate ||
+		old.Period != time.Duration(l.Period.Microseconds())*time.Microsecond || old.OnLimit != l.OnLimit)
+	if changed {
+		if _, err := r.ExecContext(ctx, releaseHeldSQL, key); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// storedRateLimit reads the limit under key in r's transaction, or nil.
+func storedRateLimit(ctx context.Context, r txRunner, key string) (*store.RateLimit, error) {
+	rows, err := r.QueryContext(ctx, rateLimitValuesSQL, key)
+	if err != nil {
+		return nil, err
+	}
+	var l *store.RateLimit
+	for rows.Next() {
+		var maxActive, rate, periodUS int64
+		var onLimit string
+		if err := rows.Scan(&maxActive, &rate, &periodUS, &onLimit); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		l = &store.RateLimit{MaxActive: int(maxActive), Rate: int(rate),
+			Period: time.Duration(periodUS) * time.Microsecond, OnLimit: store.LimitAction(onLimit)}
+	}
+	if err := closeRows(rows); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// rateLimitQueries are the statements storeRateLimit runs.
+var rateLimitQueries = []string{rateLimitValuesSQL, upsertRateLimitSQL, releaseHeldSQL}
 
 // SetRateLimit creates or replaces the limit stored under key. A replaced limit keeps its current
 // window (so setting the limit again, as clients do with every insert that carries it, does not
@@ -68,14 +113,17 @@ func (s *Store) SetRateLimit(ctx context.Context, key string, l store.RateLimit)
 	if err := validateRateLimit(key, l); err != nil {
 		return fmt.Errorf("set rate limit: %w", err)
 	}
-	st, err := s.stmt(ctx, upsertRateLimitSQL)
+	r, err := s.begin(ctx, rateLimitQueries...)
 	if err != nil {
 		return fmt.Errorf("set rate limit %s: %w", key, err)
 	}
+	defer r.tx.Rollback() //nolint:errcheck // after Commit it is a no-op
 	nowUS, _ := s.nowMicro()
-	if _, err := st.ExecContext(ctx, key, int64(l.MaxActive), int64(l.Rate), l.Period.Microseconds(),
-		string(l.OnLimit), nowUS); err != nil {
+	if err := storeRateLimit(ctx, r, key, l, nowUS); err != nil {
 		return fmt.Errorf("set rate limit %s: %w", key, err)
+	}
+	if err := r.tx.Commit(); err != nil {
+		return fmt.Errorf("set rate limit %s: commit: %w", key, err)
 	}
 	return s.wakeRateKey(ctx, key)
 }
@@ -83,11 +131,12 @@ func (s *Store) SetRateLimit(ctx context.Context, key string, l store.RateLimit)
 // DeleteRateLimit removes the limit stored under key, or returns an error wrapping store.ErrNotFound.
 // The key's jobs are unlimited from then on, and the producers of their queues are woken.
 func (s *Store) DeleteRateLimit(ctx context.Context, key string) error {
-	st, err := s.stmt(ctx, deleteRateLimitSQL)
+	r, err := s.begin(ctx, deleteRateLimitSQL, releaseHeldSQL)
 	if err != nil {
 		return fmt.Errorf("delete rate limit %s: %w", key, err)
 	}
-	res, err := st.ExecContext(ctx, key)
+	defer r.tx.Rollback() //nolint:errcheck // after Commit it is a no-op
+	res, err := r.ExecContext(ctx, deleteRateLimitSQL, key)
 	if err != nil {
 		return fmt.Errorf("delete rate limit %s: %w", key, err)
 	}
@@ -97,6 +146,12 @@ func (s *Store) DeleteRateLimit(ctx context.Context, key string) error {
 	}
 	if n == 0 {
 		return fmt.Errorf("delete rate limit %s: %w", key, store.ErrNotFound)
+	}
+	if _, err := r.ExecContext(ctx, releaseHeldSQL, key); err != nil {
+		return fmt.Errorf("delete rate limit %s: %w", key, err)
+	}
+	if err := r.tx.Commit(); err != nil {
+		return fmt.Errorf("delete rate limit %s: commit: %w", key, err)
 	}
 	return s.wakeRateKey(ctx, key)
 }
@@ -249,24 +304,34 @@ type limitedClaim struct {
 	take       []int64              // rowids
 	reschedule [][2]int64           // [rowid, due]
 	drop       []int64              // rowids
-	waiting    []string             // exhausted keys whose jobs wait: left out of the next pages
+	waiting    []string             // exhausted keys whose jobs wait: left out of the next pages, then held
 }
 
 // limitedClaimFirstPage is how many candidates beyond its limit a limited claim reads first; every
 // further page is twice the last, so a claim reads a long run of held-back jobs in few queries.
 const limitedClaimFirstPage = 32
 
+// holdBatch bounds how many jobs of one exhausted key a claim holds (moves out of the claim index):
+// a backlog larger than that is held over the next few claims.
+const holdBatch = 10_000
+
 // claimLimited claims up to p.Limit jobs in one write transaction, enforcing the rate limits of the
-// jobs' keys: it walks the claimable jobs in claim order, takes each one whose key has room (or has
-// no limit), and passes over the jobs of exhausted keys, applying their limit's OnLimit (wait: left
-// as they are, and the key left out of the rest of the walk; reschedule: scheduled at the window's
-// end; drop: discarded with a rate_limited error). It stops once it has p.Limit jobs. Windows opened
-// or filled are written back, dropped workflow jobs decide their children, and the queues of
-// rescheduled jobs and released children are announced once it commits.
+// jobs' keys. It walks the claimable jobs in claim order, takes each one whose key has room (or has
+// no limit), and passes over the jobs of exhausted keys, applying their limit's OnLimit: wait leaves
+// them as they are, and the key is left out of the rest of the walk; reschedule schedules them at the
+// window's end; drop discards them with a rate_limited error. It stops once it has p.Limit jobs.
+//
+// A waiting key's claimable jobs in the queue are then held: moved out of the claim index, invisible
+// otherwise, so that later claims do not walk past them again (a backlog of thousands behind a full
+// rate window would cost every claim a walk through all of them). Held jobs are merged back into the
+// walk, in claim order, as many as their key has room for; a changed or deleted limit releases them.
+//
+// Windows opened or filled are written back, dropped workflow jobs decide their children, and the
+// queues of rescheduled jobs and released children are announced once it commits.
 func (s *Store) claimLimited(ctx context.Context, p store.ClaimParams) ([]*store.Job, error) {
-	candSQL := claimCandidatesSQL(len(p.Kinds))
-	r, err := s.begin(ctx, append([]string{candSQL, rateLimitStateSQL, claimRowsSQL, setWindowSQL,
-		rescheduleRowsSQL, dropRowsSQL}, settleQueries...)...)
+	candSQL, heldSQL := claimCandidatesSQL(len(p.Kinds)), heldCandidatesSQL(len(p.Kinds))
+	r, err := s.begin(ctx, append([]string{candSQL, heldSQL, heldKeysSQL, rateLimitStateSQL, claimRowsSQL,
+		setWindowSQL, holdKeySQL, rescheduleRowsSQL, dropRowsSQL}, settleQueries...)...)
 	if err != nil {
 		return nil, err
 	}
@@ -274,6 +339,10 @@ func (s *Store) claimLimited(ctx context.Context, p store.ClaimParams) ([]*store
 	nowUS, now := s.nowMicro()
 
 	plan := limitedClaim{keys: map[string]*keyLimit{}}
+	held, err := plan.heldCandidates(ctx, r, heldSQL, p, nowUS)
+	if err != nil {
+		return nil, err
+	}
 	pageSize := p.Limit + limitedClaimFirstPage
 	var cursor *candidate
 	for len(plan.take) < p.Limit {
@@ -282,11 +351,18 @@ func (s *Store) claimLimited(ctx context.Context, p store.ClaimParams) ([]*store
 			return nil, err
 		}
 		for i := range page {
-			if err := plan.consider(ctx, r, &page[i], nowUS); err != nil {
-				return nil, err
+			// Held jobs ranked before this one come first.
+			for len(held) > 0 && len(plan.take) < p.Limit && held[0].before(&page[i]) {
+				if err := plan.consider(ctx, r, &held[0], nowUS); err != nil {
+					return nil, err
+				}
+				held = held[1:]
 			}
 			if len(plan.take) == p.Limit {
 				break
+			}
+			if err := plan.consider(ctx, r, &page[i], nowUS); err != nil {
+				return nil, err
 			}
 		}
 		if len(page) < pageSize {
@@ -294,6 +370,12 @@ func (s *Store) claimLimited(ctx context.Context, p store.ClaimParams) ([]*store
 		}
 		cursor = &page[len(page)-1]
 		pageSize *= 2
+	}
+	for len(held) > 0 && len(plan.take) < p.Limit {
+		if err := plan.consider(ctx, r, &held[0], nowUS); err != nil {
+			return nil, err
+		}
+		held = held[1:]
 	}
 
 	var out outbox
@@ -306,6 +388,71 @@ func (s *Store) claimLimited(ctx context.Context, p store.ClaimParams) ([]*store
 	}
 	s.publishOutbox(&out)
 	return jobs, nil
+}
+
+// before reports whether c comes before d in claim order.
+func (c *candidate) before(d *candidate) bool {
+	if c.priority != d.priority {
+		return c.priority > d.priority
+	}
+	if c.scheduledAt != d.scheduledAt {
+		return c.scheduledAt < d.scheduledAt
+	}
+	return c.id < d.id
+}
+
+// heldCandidates reads the limits of the keys with held jobs in the queue (into c.keys) and returns,
+// in claim order, the held jobs a claim may take: for each key, as many as it has room for (up to the
+// claim's limit).
+func (c *limitedClaim) heldCandidates(ctx context.Context, r txRunner, query string, p store.ClaimParams, nowUS int64) ([]candidate, error) {
+	rows, err := r.QueryContext(ctx, heldKeysSQL, p.Queue)
+	if err != nil {
+		return nil, fmt.Errorf("read held rate keys: %w", err)
+	}
+	for rows.Next() {
+		var key string
+		var stored bool
+		k := &keyLimit{}
+		if err := rows.Scan(&key, &k.maxActive, &k.rate, &k.periodUS, &k.onLimit, &stored, &k.windowStart,
+			&k.windowCount, &k.active); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		if !stored {
+			k = nil
+		}
+		c.keys[key] = k
+	}
+	if err := closeRows(rows); err != nil {
+		return nil, fmt.Errorf("read held rate keys: %w", err)
+	}
+	var out []candidate
+	for key, k := range c.keys {
+		n := int64(p.Limit)
+		if k != nil {
+			n = min(n, k.room(nowUS))
+		}
+		if n <= 0 {
+			continue
+		}
+		args := make([]any, 4, 4+len(p.Kinds))
+		args[0], args[1], args[2], args[3] = nowUS, key, n, p.Queue
+		for _, kind := range p.Kinds {
+			args = append(args, kind)
+		}
+		page, err := readCandidates(r.QueryContext(ctx, query, args...))
+		if err != nil {
+			return nil, fmt.Errorf("read held jobs of %s: %w", key, err)
+		}
+		out = append(out, page...)
+	}
+	slices.SortFunc(out, func(a, b candidate) int {
+		if a.before(&b) {
+			return -1
+		}
+		return 1
+	})
+	return out, nil
 }
 
 // claimCandidates reads one page of a limited claim's candidates, after cursor (nil: from the start),
@@ -326,9 +473,17 @@ func claimCandidates(ctx context.Context, r txRunner, query string, p store.Clai
 	for _, k := range p.Kinds {
 		args = append(args, k)
 	}
-	rows, err := r.QueryContext(ctx, query, args...)
+	page, err := readCandidates(r.QueryContext(ctx, query, args...))
 	if err != nil {
 		return nil, fmt.Errorf("read claim candidates: %w", err)
+	}
+	return page, nil
+}
+
+// readCandidates reads the rows of a candidates query and closes them.
+func readCandidates(rows *sql.Rows, err error) ([]candidate, error) {
+	if err != nil {
+		return nil, err
 	}
 	var page []candidate
 	for rows.Next() {
@@ -340,7 +495,7 @@ func claimCandidates(ctx context.Context, r txRunner, query string, p store.Clai
 		page = append(page, c)
 	}
 	if err := closeRows(rows); err != nil {
-		return nil, fmt.Errorf("read claim candidates: %w", err)
+		return nil, err
 	}
 	return page, nil
 }
@@ -415,6 +570,11 @@ func (c *limitedClaim) apply(ctx context.Context, r txRunner, p store.ClaimParam
 		}
 		if jobs, err = scanJobs(rows, len(c.take)); err != nil {
 			return nil, fmt.Errorf("claim: %w", err)
+		}
+	}
+	for _, key := range c.waiting {
+		if _, err := r.ExecContext(ctx, holdKeySQL, key, p.Queue, nowUS, holdBatch); err != nil {
+			return nil, fmt.Errorf("hold jobs of %s: %w", key, err)
 		}
 	}
 	for key, k := range c.keys {

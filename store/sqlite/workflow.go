@@ -57,7 +57,7 @@ func (s *Store) InsertWorkflow(ctx context.Context, p store.WorkflowParams) (*st
 		return nil, nil, fmt.Errorf("insert workflow %s: %w", p.ID, err)
 	}
 
-	queries := []string{insertWorkflowSQL, insertDepsSQL, upsertRateLimitSQL}
+	queries := append([]string{insertWorkflowSQL, insertDepsSQL}, rateLimitQueries...)
 	for _, n := range insertPieces(len(rows)) {
 		queries = append(queries, insertJobsSQL(n, true))
 	}

@@ -11,6 +11,20 @@ ALTER TABLE pronto_jobs ADD COLUMN unique_until INTEGER;
 ALTER TABLE pronto_jobs ADD COLUMN run_on TEXT;
 -- parent_results: JSON array of the parents' results, written when a workflow job is released.
 ALTER TABLE pronto_jobs ADD COLUMN parent_results TEXT;
+-- held is 1 on a claimable job that a claim found held back by its exhausted rate limit (on_limit
+-- wait), and NULL otherwise. It is invisible outside the store: it moves the job from the claim index
+-- to pronto_jobs_held, so later claims do not walk past it again; they take it from there, in claim
+-- order, once its key has room.
+ALTER TABLE pronto_jobs ADD COLUMN held INTEGER;
+
+-- The claim index leaves held jobs out (see held above).
+DROP INDEX pronto_jobs_claim;
+CREATE INDEX pronto_jobs_claim ON pronto_jobs (queue, priority DESC, scheduled_at, id)
+    WHERE state IN ('available', 'scheduled', 'retryable') AND held IS NULL;
+
+-- Held jobs per queue and key, in claim order.
+CREATE INDEX pronto_jobs_held ON pronto_jobs (queue, rate_key, priority DESC, scheduled_at, id)
+    WHERE held IS NOT NULL AND state IN ('available', 'scheduled', 'retryable');
 
 -- At most one job holds a key while it is in one of its unique states. Rows without a key fail the
 -- predicate at its first term, so jobs that are not unique pay nothing more for it than that test.
