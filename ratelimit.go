@@ -52,14 +52,6 @@ func validateRateLimit(key string, l *RateLimit) error {
 	return nil
 }
 
-// rateLimiter returns the store's limits, or ErrUnsupported.
-func (c *Client) rateLimiter() (store.RateLimiter, error) {
-	rl, ok := c.store.(store.RateLimiter)
-	if !ok {
-		return nil, fmt.Errorf("pronto: rate limits: %w", store.ErrUnsupported)
-	}
-	return rl, nil
-}
 
 // RateLimitSet stores the limit of key (replacing any), for every client of the store. Jobs inserted
 // with that RateKey, before or after, are held to it from their next claim.
@@ -67,11 +59,7 @@ func (c *Client) RateLimitSet(ctx context.Context, key string, l RateLimit) erro
 	if err := validateRateLimit(key, &l); err != nil {
 		return err
 	}
-	rl, err := c.rateLimiter()
-	if err != nil {
-		return err
-	}
-	if err := rl.SetRateLimit(ctx, key, l); err != nil {
+	if err := c.store.SetRateLimit(ctx, key, l); err != nil {
 		return fmt.Errorf("pronto: set rate limit %q: %w", key, err)
 	}
 	return nil
@@ -79,11 +67,7 @@ func (c *Client) RateLimitSet(ctx context.Context, key string, l RateLimit) erro
 
 // RateLimitGet returns the limit stored under key with its current use, or ErrNotFound.
 func (c *Client) RateLimitGet(ctx context.Context, key string) (*RateLimitInfo, error) {
-	rl, err := c.rateLimiter()
-	if err != nil {
-		return nil, err
-	}
-	info, err := rl.GetRateLimit(ctx, key)
+	info, err := c.store.GetRateLimit(ctx, key)
 	if err != nil {
 		return nil, fmt.Errorf("pronto: rate limit %q: %w", key, err)
 	}
@@ -92,11 +76,7 @@ func (c *Client) RateLimitGet(ctx context.Context, key string) (*RateLimitInfo, 
 
 // RateLimitList returns every stored limit with its use, in key order.
 func (c *Client) RateLimitList(ctx context.Context) ([]*RateLimitInfo, error) {
-	rl, err := c.rateLimiter()
-	if err != nil {
-		return nil, err
-	}
-	infos, err := rl.ListRateLimits(ctx)
+	infos, err := c.store.ListRateLimits(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("pronto: list rate limits: %w", err)
 	}
@@ -105,11 +85,7 @@ func (c *Client) RateLimitList(ctx context.Context) ([]*RateLimitInfo, error) {
 
 // RateLimitDelete removes the limit stored under key: its jobs run unlimited. ErrNotFound if none.
 func (c *Client) RateLimitDelete(ctx context.Context, key string) error {
-	rl, err := c.rateLimiter()
-	if err != nil {
-		return err
-	}
-	if err := rl.DeleteRateLimit(ctx, key); err != nil {
+	if err := c.store.DeleteRateLimit(ctx, key); err != nil {
 		return fmt.Errorf("pronto: delete rate limit %q: %w", key, err)
 	}
 	return nil

@@ -179,14 +179,6 @@ type WorkflowInsertResult struct {
 	Order []string
 }
 
-// workflows returns the store's workflows, or ErrUnsupported.
-func (c *Client) workflows() (store.Workflows, error) {
-	wf, ok := c.store.(store.Workflows)
-	if !ok {
-		return nil, fmt.Errorf("pronto: workflows: %w", store.ErrUnsupported)
-	}
-	return wf, nil
-}
 
 // WorkflowInsert stores w and all its jobs in one transaction: the steps with nothing to wait for
 // become available at once, the others wait pending.
@@ -195,11 +187,7 @@ func (c *Client) WorkflowInsert(ctx context.Context, w *Workflow) (*WorkflowInse
 	if err != nil {
 		return nil, err
 	}
-	wfs, err := c.workflows()
-	if err != nil {
-		return nil, err
-	}
-	info, jobs, err := wfs.InsertWorkflow(ctx, params)
+	info, jobs, err := c.store.InsertWorkflow(ctx, params)
 	if err != nil {
 		return nil, fmt.Errorf("pronto: insert workflow %q: %w", w.name, err)
 	}
@@ -277,11 +265,7 @@ func (c *Client) WorkflowGet(ctx context.Context, id string) (*WorkflowInfo, err
 	if err := checkID(id); err != nil {
 		return nil, err
 	}
-	wfs, err := c.workflows()
-	if err != nil {
-		return nil, err
-	}
-	info, err := wfs.GetWorkflow(ctx, id)
+	info, err := c.store.GetWorkflow(ctx, id)
 	if err != nil {
 		return nil, fmt.Errorf("pronto: workflow %s: %w", id, err)
 	}
@@ -314,11 +298,7 @@ func (c *Client) WorkflowCancel(ctx context.Context, id string) (*WorkflowInfo, 
 	if err := checkID(id); err != nil {
 		return nil, err
 	}
-	wfs, err := c.workflows()
-	if err != nil {
-		return nil, err
-	}
-	info, err := wfs.CancelWorkflow(ctx, id)
+	info, err := c.store.CancelWorkflow(ctx, id)
 	if err != nil {
 		return nil, fmt.Errorf("pronto: cancel workflow %s: %w", id, err)
 	}

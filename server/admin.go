@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/pronto-jobs/pronto"
-	"github.com/pronto-jobs/pronto/store"
 )
 
 // System, queue, dead-letter, cron and event endpoints.
@@ -60,13 +59,7 @@ func (s *Server) manifest(w http.ResponseWriter, r *http.Request) {
 	*b = appendStringField(*b, "language", "go")
 	*b = appendStringField(*b, "homepage", "https://github.com/pronto-jobs/pronto")
 	*b = append(*b, '}')
-	_, limits := s.store.(store.RateLimiter)
-	_, workflows := s.store.(store.Workflows)
-	level := 2
-	if limits && workflows {
-		level = 4
-	}
-	*b = appendIntField(*b, "conformance_level", int64(level))
+	*b = appendIntField(*b, "conformance_level", 4)
 	*b = appendStrings(appendKey(*b, "protocols"), []string{"http"})
 	*b = appendStringField(*b, "backend", s.backend)
 	*b = append(appendKey(*b, "capabilities"), '{')
@@ -75,16 +68,14 @@ func (s *Server) manifest(w http.ResponseWriter, r *http.Request) {
 		on   bool
 	}{
 		{"batch_enqueue", true}, {"cron_jobs", true}, {"dead_letter", true}, {"delayed_jobs", true},
-		{"job_ttl", true}, {"priority_queues", true}, {"rate_limiting", limits}, {"schema_validation", false},
-		{"unique_jobs", level == 4}, {"workflows", workflows}, {"pause_resume", true}, {"events", true},
+		{"job_ttl", true}, {"priority_queues", true}, {"rate_limiting", true}, {"schema_validation", false},
+		{"unique_jobs", true}, {"workflows", true}, {"pause_resume", true}, {"events", true},
 	} {
 		*b = appendBoolField(*b, c.name, c.on)
 	}
-	if level == 4 {
-		// ojs-unique-jobs.md §8.3: the strength of the uniqueness guarantee.
-		*b = appendStringField(*b, "unique_jobs_strength", "strong")
-		*b = appendStringField(*b, "unique_jobs_mechanism", "a unique index over the key, partial on the held states (memory: the store's lock), checked in the insert's transaction")
-	}
+	// ojs-unique-jobs.md §8.3: the strength of the uniqueness guarantee.
+	*b = appendStringField(*b, "unique_jobs_strength", "strong")
+	*b = appendStringField(*b, "unique_jobs_mechanism", "a unique index over the key, partial on the held states (memory: the store's lock), checked in the insert's transaction")
 	*b = append(*b, '}')
 	*b = appendStrings(appendKey(*b, "extensions"), []string{"x-pronto-relative-times", "x-pronto-requeue"})
 	*b = append(appendKey(*b, "limits"), '{')

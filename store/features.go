@@ -164,7 +164,7 @@ type RateLimitInfo struct {
 	Waiting int64
 }
 
-// RateLimiter is implemented by every store: the stored limits that Claim enforces.
+// RateLimiter is the part of Store that manages the stored limits Claim enforces.
 type RateLimiter interface {
 	// SetRateLimit creates or replaces the limit stored under key and wakes the producers of every
 	// queue (the new limit may allow more).
@@ -231,7 +231,7 @@ type Workflow struct {
 	FinishedAt  time.Time
 }
 
-// Workflows is implemented by every store.
+// Workflows is the part of Store that inserts, reads and cancels workflows.
 type Workflows interface {
 	// InsertWorkflow stores the workflow and all its jobs atomically (an invalid graph inserts nothing
 	// and wraps ErrInvalidParams; an existing workflow or job id wraps ErrDuplicate), announces the

@@ -398,6 +398,11 @@ type Store interface {
 	// Notifier returns the store's notification channel.
 	Notifier() Notifier
 
+	// RateLimiter: the stored limits Claim enforces (see features.go).
+	RateLimiter
+	// Workflows: jobs released by their parents' outcomes (see features.go).
+	Workflows
+
 	// Elect makes leaderID the leader of name for ttl if there is no live leader or it already is,
 	// and reports whether leaderID leads now.
 	Elect(ctx context.Context, name, leaderID string, ttl time.Duration) (bool, error)
