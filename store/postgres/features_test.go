@@ -523,3 +523,35 @@ func TestRateLimitValidation(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, jobs, 3, "a rate without a period bounds nothing")
 }
+
+// TestFailedUniqueInsertLeavesConnectionClean: a unique batch refused by a conflict or a duplicate
+// id leaves no transaction open on the pool's connection.
+func TestFailedUniqueInsertLeavesConnectionClean(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newStore(t, testdb.NewPool(t, 1), testdb.Schema(t)) // one connection: any leftover transaction shows
+	key := uuidv7.New()
+	holder := uniqueParams("q", key, "")
+	_, err := s.Insert(ctx, []*store.InsertParams{holder})
+	require.NoError(t, err)
+	for _, size := range []int{1, copyThreshold + 5} {
+		batch := []*store.InsertParams{uniqueParams("q", key, store.ConflictReject)}
+		for range size {
+			batch = append(batch, params("q"))
+		}
+		_, err = s.Insert(ctx, batch)
+		require.ErrorIs(t, err, store.ErrUniqueConflict)
+		batch[0] = uniqueParams("q", uuidv7.New(), "")
+		batch[len(batch)-1].ID = holder.ID
+		_, err = s.Insert(ctx, batch)
+		require.ErrorIs(t, err, store.ErrDuplicate)
+	}
+	conn, err := s.Pool().Acquire(ctx)
+	require.NoError(t, err)
+	require.Equal(t, byte('I'), conn.Conn().PgConn().TxStatus(), "no transaction is left open")
+	conn.Release()
+	require.Equal(t, 1, countJobs(t, s, "q", store.StateAvailable), "nothing of the refused batches is stored")
+	jobs, err := s.Insert(ctx, []*store.InsertParams{uniqueParams("q", uuidv7.New(), ""), params("q")})
+	require.NoError(t, err)
+	require.Len(t, jobs, 2)
+}

@@ -43,7 +43,8 @@ type insertRow struct {
 // jobs or rate limits takes the fast paths: up to 9 jobs take one round trip (a pipelined batch of
 // INSERTs and NOTIFYs that runs as one implicit transaction); larger batches are written with COPY
 // in a transaction (three round trips). A batch with unique jobs or rate limits runs in a
-// transaction of its own (see insertInTx). An id that exists already fails the whole call with
+// transaction of its own, in two round trips unless a unique job meets a holder (see
+// insertSpecial). An id that exists already fails the whole call with
 // store.ErrDuplicate; a unique job refused by its key's holder fails it with a
 // *store.UniqueConflictError.
 func (s *Store) Insert(ctx context.Context, params []*store.InsertParams) ([]*store.Job, error) {
@@ -55,12 +56,7 @@ func (s *Store) Insert(ctx context.Context, params []*store.InsertParams) ([]*st
 		return nil, err
 	}
 	if special {
-		var jobs []*store.Job
-		err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-			var err error
-			jobs, err = s.insertInTx(ctx, tx, rows)
-			return err
-		})
+		jobs, err := s.insertSpecialPool(ctx, rows)
 		if err != nil {
 			return nil, insertError(err)
 		}
@@ -96,11 +92,7 @@ func (s *Store) InsertPgxTx(ctx context.Context, tx pgx.Tx, params []*store.Inse
 	}
 	var jobs []*store.Job
 	if special {
-		err = pgx.BeginFunc(ctx, tx, func(sp pgx.Tx) error {
-			var err error
-			jobs, err = s.insertInTx(ctx, sp, rows)
-			return err
-		})
+		jobs, err = s.insertSpecial(ctx, tx, rows, insertSavepoint)
 	} else if len(rows) < copyThreshold {
 		jobs, err = s.insertBatch(ctx, tx, rows)
 	} else {

@@ -24,93 +24,159 @@ const maxUniqueAttempts = 20
 // uniqueIndex is the name of the unique index over held keys, as PostgreSQL reports it.
 const uniqueIndex = "jobs_unique_idx"
 
-// insertInTx inserts a batch with unique jobs or rate limits inside tx:
-//
-//  1. The rate limits the batch carries are written, in key order (the last one given for a key
-//     wins).
-//  2. The jobs without a unique key are inserted together, pipelined or with COPY.
-//  3. The unique jobs are inserted one by one, each resolving a conflict with the key's holder as
-//     its policy says (see insertUnique). A reject fails the whole call. They go in key order (in
-//     the order given among jobs with one key, which meet each other like any two jobs), so two
-//     batches that share keys take them in the same order and cannot deadlock.
-//  4. The queues of the jobs inserted are announced, and the runners of replaced active jobs told.
-//
-// The notifications are delivered when tx commits.
-func (s *Store) insertInTx(ctx context.Context, tx pgx.Tx, rows []insertRow) ([]*store.Job, error) {
-	if err := s.writeLimits(ctx, tx, rows); err != nil {
+// txBounds are the statements that open, close and undo the transaction of a special insert: a
+// transaction of its own on a pool connection, or a savepoint of the application's transaction.
+type txBounds struct {
+	begin, commit, rollback string
+	// committed is the command tag of commit when it succeeded.
+	committed string
+}
+
+var (
+	ownTransaction  = txBounds{sqlBegin, sqlCommit, sqlRollback, "COMMIT"}
+	insertSavepoint = txBounds{`SAVEPOINT pronto_insert`, `RELEASE SAVEPOINT pronto_insert`,
+		`ROLLBACK TO SAVEPOINT pronto_insert`, "RELEASE"}
+)
+
+// insertSpecialPool runs insertSpecial in a transaction of its own on a connection of the pool.
+func (s *Store) insertSpecialPool(ctx context.Context, rows []insertRow) ([]*store.Job, error) {
+	pc, err := s.pool.Acquire(ctx)
+	if err != nil {
 		return nil, err
 	}
+	defer pc.Release()
+	return s.insertSpecial(ctx, pc.Conn(), rows, ownTransaction)
+}
+
+// insertSpecial inserts a batch with unique jobs or rate limits on db, between bounds, in two round
+// trips when no unique job meets a holder:
+//
+//  1. Opening the transaction, the batch writes the rate limits it carries (in key order, the last
+//     one given for a key winning), inserts the jobs without a unique key (pipelined, or with COPY
+//     right after for a large batch) and tries every unique job with INSERT ... ON CONFLICT DO
+//     NOTHING, in key order: two batches that share keys take them in the same order and cannot
+//     deadlock, and jobs with one key meet each other in the order given.
+//  2. Each unique job that met a holder resolves the conflict as its policy says (insertUnique),
+//     in the same order. A reject fails the whole call.
+//  3. Closing the transaction, the batch announces the queues of the jobs inserted and tells the
+//     runners of the active jobs it replaced.
+//
+// Whatever fails, the transaction (or savepoint) is undone before it returns.
+func (s *Store) insertSpecial(ctx context.Context, db copier, rows []insertRow, bounds txBounds) ([]*store.Job, error) {
+	done := false
+	defer func() {
+		if !done {
+			_, _ = db.Exec(context.WithoutCancel(ctx), bounds.rollback)
+		}
+	}()
 	jobs := make([]*store.Job, len(rows))
-	var plain []insertRow
-	var plainAt []int
+	var plain, unique []int
 	for i := range rows {
 		if rows[i].p.UniqueKey == "" {
-			plain = append(plain, rows[i])
-			plainAt = append(plainAt, i)
-		}
-	}
-	if len(plain) > 0 {
-		var inserted []*store.Job
-		var err error
-		if len(plain) < copyThreshold {
-			inserted, err = s.insertRows(ctx, tx, plain, nil)
+			plain = append(plain, i)
 		} else {
-			inserted, err = s.copyInTx(ctx, tx, plain)
-		}
-		if err != nil {
-			return nil, err
-		}
-		for k, i := range plainAt {
-			jobs[i] = inserted[k]
-		}
-	}
-	var unique []int
-	for i := range rows {
-		if rows[i].p.UniqueKey != "" {
 			unique = append(unique, i)
 		}
 	}
 	slices.SortStableFunc(unique, func(a, b int) int { return strings.Compare(rows[a].p.UniqueKey, rows[b].p.UniqueKey) })
+	copied := len(plain) >= copyThreshold
+
+	var now time.Time
+	met := make([]bool, len(rows)) // unique jobs whose first insert met a holder
+	b := &pgx.Batch{}
+	b.Queue(bounds.begin)
+	b.Queue(s.q.now).QueryRow(func(row pgx.Row) error { return row.Scan(&now) })
+	queueLimits(b, s.q.upsertRateLimit, rows)
+	if !copied {
+		for _, i := range plain {
+			r := &rows[i]
+			b.Queue(s.q.insertJob, r.args(r.state, r.p.ScheduledAt)...).QueryRow(func(row pgx.Row) error {
+				var createdAt, scheduledAt time.Time
+				if err := row.Scan(&createdAt, &scheduledAt); err != nil {
+					return err
+				}
+				jobs[i] = jobFromInsert(r, r.state, createdAt, scheduledAt)
+				return nil
+			})
+		}
+	}
+	for _, i := range unique {
+		r := &rows[i]
+		b.Queue(s.q.insertUnique, r.args(r.state, r.p.ScheduledAt)...).Query(func(res pgx.Rows) error {
+			if !res.Next() {
+				met[i] = true
+				return res.Err()
+			}
+			var createdAt, scheduledAt time.Time
+			if err := res.Scan(&createdAt, &scheduledAt); err != nil {
+				return err
+			}
+			jobs[i] = jobFromInsert(r, r.state, createdAt, scheduledAt)
+			return nil
+		})
+	}
+	if err := db.SendBatch(ctx, b).Close(); err != nil {
+		return nil, err
+	}
+	if copied {
+		plainRows := make([]insertRow, len(plain))
+		for k, i := range plain {
+			plainRows[k] = rows[i]
+		}
+		if err := s.copyRows(ctx, db, plainRows, now); err != nil {
+			return nil, err
+		}
+		for k, j := range jobsFromCopy(plainRows, now) {
+			jobs[plain[k]] = j
+		}
+	}
+
 	var notes []string
 	for _, i := range unique {
-		j, cancelled, err := s.insertUnique(ctx, tx, &rows[i])
+		if !met[i] {
+			continue
+		}
+		j, cancelled, err := s.insertUnique(ctx, db, &rows[i])
 		if err != nil {
 			return nil, err
 		}
 		jobs[i] = j
 		notes = append(notes, cancelled...)
 	}
-	notes = append(notes, jobNotifications(jobs, time.Now())...)
-	if err := s.notifyAll(ctx, tx, notes); err != nil {
+
+	b = &pgx.Batch{}
+	for _, n := range append(notes, jobNotifications(jobs, time.Now())...) {
+		b.Queue(s.q.notify, n)
+	}
+	var tag pgconn.CommandTag
+	b.Queue(bounds.commit).Exec(func(ct pgconn.CommandTag) error { tag = ct; return nil })
+	if err := db.SendBatch(ctx, b).Close(); err != nil {
 		return nil, err
 	}
+	if tag.String() != bounds.committed {
+		return nil, errors.New("commit: the transaction was rolled back")
+	}
+	done = true
 	return jobs, nil
 }
 
-// writeLimits creates or replaces the rate limits the rows carry.
-func (s *Store) writeLimits(ctx context.Context, tx pgx.Tx, rows []insertRow) error {
+// queueLimits queues on b the upserts (sql) of the rate limits the rows carry, in key order (one
+// lock order for every writer), the last one given for a key winning.
+func queueLimits(b *pgx.Batch, sql string, rows []insertRow) {
 	limits := map[string]store.RateLimit{}
 	for i := range rows {
 		if l := rows[i].p.RateLimit; l != nil {
 			limits[rows[i].p.RateKey] = *l
 		}
 	}
-	if len(limits) == 0 {
-		return nil
+	for _, k := range slices.Sorted(maps.Keys(limits)) {
+		b.Queue(sql, rateLimitArgs(k, limits[k])...)
 	}
-	b := &pgx.Batch{}
-	for _, k := range slices.Sorted(maps.Keys(limits)) { // one lock order for every writer
-		b.Queue(s.q.upsertRateLimit, rateLimitArgs(k, limits[k])...)
-	}
-	if err := tx.SendBatch(ctx, b).Close(); err != nil {
-		return fmt.Errorf("write rate limits: %w", err)
-	}
-	return nil
 }
 
-// insertUnique inserts one unique job in tx. INSERT ... ON CONFLICT DO NOTHING against
-// jobs_unique_idx either inserts it or finds the key held; the holder is then locked and the
-// conflict resolved:
+// insertUnique inserts one unique job in the transaction open on tx. INSERT ... ON CONFLICT DO
+// NOTHING against jobs_unique_idx either inserts it or finds the key held; the holder is then
+// locked and the conflict resolved:
 //
 //   - a holder whose UniqueUntil has passed gives its key up, and the insert is tried again;
 //   - reject: a *store.UniqueConflictError, which fails the whole batch;
@@ -124,7 +190,7 @@ func (s *Store) writeLimits(ctx context.Context, tx pgx.Tx, rows []insertRow) er
 // key: an insert that meets another transaction's uncommitted holder waits for its outcome.
 //
 // It returns the job, and the cancel notifications of the active jobs it replaced.
-func (s *Store) insertUnique(ctx context.Context, tx pgx.Tx, r *insertRow) (*store.Job, []string, error) {
+func (s *Store) insertUnique(ctx context.Context, tx copier, r *insertRow) (*store.Job, []string, error) {
 	p := r.p
 	state, scheduledAt := r.state, p.ScheduledAt
 	var notes []string

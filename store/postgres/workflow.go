@@ -37,8 +37,11 @@ func (s *Store) InsertWorkflow(ctx context.Context, p store.WorkflowParams) (*st
 		if err := tx.QueryRow(ctx, s.q.insertWorkflow, p.ID, p.Name, p.Type, nullJSON(p.Meta)).Scan(&createdAt); err != nil {
 			return err
 		}
-		if err := s.writeLimits(ctx, tx, rows); err != nil {
-			return err
+		limits := &pgx.Batch{}
+		if queueLimits(limits, s.q.upsertRateLimit, rows); limits.Len() > 0 {
+			if err := tx.SendBatch(ctx, limits).Close(); err != nil {
+				return err
+			}
 		}
 		notes := insertNotifications(rows, time.Now())
 		if len(rows) < copyThreshold {
