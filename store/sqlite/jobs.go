@@ -24,10 +24,10 @@ const maxClaimKinds = 500
 // ... RETURNING statement) and returns them in claim order: priority descending, then due time, then
 // id. SQLite admits one writer at a time, across processes too, so no job is claimed twice.
 //
-// That statement claims nothing while the queue holds a claimable job whose rate key has a stored
-// limit. When it claims nothing, a read asks whether that is why, and if so claimLimited claims in a
-// write transaction that enforces the limits. Queues without limited jobs are claimed by the one
-// statement, as they always were.
+// That statement claims nothing while the queue holds a claimable job with a rate key. When it claims
+// nothing, a read asks whether that is why, and if so claimLimited claims in a write transaction that
+// enforces the keys' limits. Queues without such jobs are claimed by the one statement, as they
+// always were.
 func (s *Store) Claim(ctx context.Context, p store.ClaimParams) ([]*store.Job, error) {
 	if p.Limit <= 0 {
 		return nil, nil
@@ -59,11 +59,11 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) ([]*store.Job, e
 		return nil, fmt.Errorf("claim jobs from queue %q: %w", p.Queue, err)
 	}
 	if len(jobs) == 0 {
-		var limited bool
-		if err := s.r.QueryRowContext(ctx, queueHasLimitedSQL, p.Queue, nowUS).Scan(&limited); err != nil {
+		var keyed bool
+		if err := s.r.QueryRowContext(ctx, queueKeyedSQL, p.Queue).Scan(&keyed); err != nil {
 			return nil, fmt.Errorf("claim jobs from queue %q: %w", p.Queue, err)
 		}
-		if limited {
+		if keyed {
 			if jobs, err = s.claimLimited(ctx, p); err != nil {
 				return nil, fmt.Errorf("claim jobs from queue %q: %w", p.Queue, err)
 			}

@@ -65,11 +65,11 @@ func kindsFilter(n, first int) string {
 // claimSQL returns the claim statement for a kinds filter of nKinds kinds (0: any kind).
 // ?1 now, ?2 lease expiry, ?3 worker id, ?4 queue, ?5 limit, ?6... kinds.
 //
-// It claims nothing while the queue holds a claimable job whose rate key has a stored limit: Claim
-// then takes the limited path (claimLimited). That guard is one uncorrelated test, evaluated once per
-// statement like the paused flag: an empty pronto_rate_limits table ends it at once, and each stored
-// limit costs one probe of the pronto_jobs_rate index. Queues without limited jobs are claimed by the
-// same plan as before rate limits existed.
+// It claims nothing while the queue holds a claimable job with a rate key: Claim then takes the
+// limited path (claimLimited), which enforces the key's limit if one is stored. That guard is one
+// uncorrelated seek of pronto_jobs_rate_queue, evaluated once per statement like the paused flag,
+// whatever the number of stored limits; queues without jobs with rate keys are claimed by the same
+// plan as before rate limits existed.
 func claimSQL(nKinds int) string {
 	return `UPDATE pronto_jobs SET state = 'active', attempt = attempt + 1, started_at = ?1,
 		lease_expires_at = ?2, worker_id = ?3
@@ -77,7 +77,7 @@ func claimSQL(nKinds int) string {
 		SELECT rowid FROM pronto_jobs
 		WHERE ` + claimableSQL + `
 		  ` + kindsFilter(nKinds, 6) + `
-		  AND NOT ` + limitedInQueueSQL("?4", "?1") + `
+		  AND NOT ` + keyedInQueueSQL("?4") + `
 		ORDER BY priority DESC, scheduled_at, id
 		LIMIT ?5)
 	RETURNING ` + jobColumns
@@ -187,16 +187,21 @@ const discardExpiredSQL = `UPDATE pronto_jobs SET
 	RETURNING id, workflow_id`
 
 // nextDueSQL: ?1 queue, ?2 now. The earliest due time of the queue's scheduled and retryable jobs, and
-// the end of every open rate window that is full while jobs of its key wait in the queue.
-const nextDueSQL = `SELECT min(t) FROM (
+// the end of every open rate window that is full while jobs of its key wait in the queue (the keys
+// come from the queue's jobs, so queues without limited jobs pay one seek, whatever the number of
+// stored limits).
+const nextDueSQL = queueRateKeysCTE + `
+	SELECT min(t) FROM (
 		SELECT min(scheduled_at) AS t FROM pronto_jobs
 		WHERE queue = ?1 AND state IN ('scheduled', 'retryable')
 		UNION ALL
-		SELECT min(l.window_start + l.period_us) FROM pronto_rate_limits AS l
+		SELECT min(l.window_start + l.period_us) FROM k JOIN pronto_rate_limits AS l ON l.key = k.key
 		WHERE l.rate > 0 AND l.period_us > 0 AND l.window_count >= l.rate AND l.window_start + l.period_us > ?2
-		  AND EXISTS (SELECT 1 FROM pronto_jobs AS j
-			WHERE j.rate_key = l.key AND j.state IN ('available', 'scheduled', 'retryable') AND j.queue = ?1
-			  AND (j.state = 'available' OR j.scheduled_at <= ?2)))`
+		  AND (EXISTS (SELECT 1 FROM pronto_jobs AS j
+				WHERE j.rate_key = l.key AND j.state = 'available' AND j.queue = ?1)
+			OR EXISTS (SELECT 1 FROM pronto_jobs AS j
+				WHERE j.rate_key = l.key AND j.state IN ('scheduled', 'retryable') AND j.queue = ?1
+				  AND j.scheduled_at <= ?2)))`
 
 // cleanupScanSQL pages through jobs in rowid (insertion) order. ?1 rowid cursor, ?2 page size. Its last
 // column is 1 for a workflow job that a pending child still waits for (see keptParentSQL).
@@ -335,22 +340,26 @@ const deleteRateLimitSQL = `DELETE FROM pronto_rate_limits WHERE key = ?1`
 const rateKeyQueuesSQL = `SELECT DISTINCT queue FROM pronto_jobs
 	WHERE rate_key = ?1 AND state IN ('available', 'scheduled', 'retryable')`
 
-// limitedInQueueSQL is true when the queue given by placeholder queue holds a job with a stored rate
-// limit that is claimable at placeholder now. Each stored limit costs two probes of the
-// pronto_jobs_rate index (its available jobs; its due scheduled or retryable ones), so jobs scheduled
-// for later do not count.
-func limitedInQueueSQL(queue, now string) string {
-	return `EXISTS (SELECT 1 FROM pronto_rate_limits AS l
-	WHERE EXISTS (SELECT 1 FROM pronto_jobs AS j
-			WHERE j.rate_key = l.key AND j.state = 'available' AND j.queue = ` + queue + `)
-		OR EXISTS (SELECT 1 FROM pronto_jobs AS j
-			WHERE j.rate_key = l.key AND j.state IN ('scheduled', 'retryable') AND j.queue = ` + queue + `
-			  AND j.scheduled_at <= ` + now + `))`
+// keyedInQueueSQL is true when the queue given by placeholder queue holds a claimable job with a rate
+// key: one seek of pronto_jobs_rate_queue.
+func keyedInQueueSQL(queue string) string {
+	return `EXISTS (SELECT 1 FROM pronto_jobs AS j
+		WHERE j.queue = ` + queue + ` AND j.rate_key IS NOT NULL AND j.state IN ('available', 'scheduled', 'retryable'))`
 }
 
-// queueHasLimitedSQL asks limitedInQueueSQL of queue ?1 at ?2. Claim asks it, on a reader, only when
-// its statement claimed nothing.
-var queueHasLimitedSQL = `SELECT ` + limitedInQueueSQL("?1", "?2")
+// queueKeyedSQL asks keyedInQueueSQL of queue ?1. Claim asks it, on a reader, only when its statement
+// claimed nothing.
+var queueKeyedSQL = `SELECT ` + keyedInQueueSQL("?1")
+
+// queueRateKeysCTE enumerates, as k(key), the distinct rate keys of queue ?1's claimable jobs, one
+// seek of pronto_jobs_rate_queue per key (however many jobs each has).
+const queueRateKeysCTE = `WITH RECURSIVE k(key) AS (
+		SELECT (SELECT min(rate_key) FROM pronto_jobs
+			WHERE queue = ?1 AND rate_key IS NOT NULL AND state IN ('available', 'scheduled', 'retryable'))
+		UNION ALL
+		SELECT (SELECT min(rate_key) FROM pronto_jobs
+			WHERE queue = ?1 AND rate_key > k.key AND state IN ('available', 'scheduled', 'retryable'))
+		FROM k WHERE k.key IS NOT NULL)`
 
 // rateLimitStateSQL reads limit ?1 and its active count inside a claim's transaction.
 const rateLimitStateSQL = `SELECT max_active, rate, period_us, on_limit, window_start, window_count,
@@ -389,10 +398,10 @@ const holdKeySQL = `UPDATE pronto_jobs SET held = 1
 // heldKeysSQL lists the keys of queue ?1's held jobs (one index seek per key), each with its limit, if
 // one is stored (the sixth column is 1), and its active count.
 const heldKeysSQL = `WITH RECURSIVE k(key) AS (
-		SELECT (SELECT min(rate_key) FROM pronto_jobs
+		SELECT (SELECT min(rate_key) FROM pronto_jobs INDEXED BY pronto_jobs_held
 			WHERE queue = ?1 AND held IS NOT NULL AND state IN ('available', 'scheduled', 'retryable'))
 		UNION ALL
-		SELECT (SELECT min(rate_key) FROM pronto_jobs
+		SELECT (SELECT min(rate_key) FROM pronto_jobs INDEXED BY pronto_jobs_held
 			WHERE queue = ?1 AND held IS NOT NULL AND state IN ('available', 'scheduled', 'retryable')
 			  AND rate_key > k.key)
 		FROM k WHERE k.key IS NOT NULL)

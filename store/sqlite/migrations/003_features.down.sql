@@ -4,6 +4,7 @@ DROP TABLE IF EXISTS pronto_workflows;
 DROP TABLE IF EXISTS pronto_rate_limits;
 DROP INDEX IF EXISTS pronto_jobs_workflow;
 DROP INDEX IF EXISTS pronto_jobs_rate;
+DROP INDEX IF EXISTS pronto_jobs_rate_queue;
 DROP INDEX IF EXISTS pronto_jobs_unique;
 DROP INDEX IF EXISTS pronto_jobs_held;
 DROP INDEX IF EXISTS pronto_jobs_claim;

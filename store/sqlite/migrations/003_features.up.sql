@@ -31,10 +31,15 @@ CREATE INDEX pronto_jobs_held ON pronto_jobs (queue, rate_key, priority DESC, sc
 CREATE UNIQUE INDEX pronto_jobs_unique ON pronto_jobs (unique_key)
     WHERE unique_key IS NOT NULL AND instr(unique_states, ',' || state || ',') > 0;
 
--- Rate limits: a key's active jobs (MaxActive), its waiting jobs per queue (NextDue, wake-ups), and
--- whether a queue has limited jobs due (the claim's guard). Only rows with a rate key are in it.
+-- Rate limits: a key's active jobs (MaxActive), its waiting jobs per queue (NextDue, wake-ups, limit
+-- info), and holding its jobs (see held). Only rows with a rate key are in it.
 CREATE INDEX pronto_jobs_rate ON pronto_jobs (rate_key, state, queue, scheduled_at)
     WHERE rate_key IS NOT NULL;
+
+-- The distinct rate keys of a queue's claimable jobs, and whether it has any (the claim's guard: one
+-- seek, whatever the number of stored limits).
+CREATE INDEX pronto_jobs_rate_queue ON pronto_jobs (queue, rate_key)
+    WHERE rate_key IS NOT NULL AND state IN ('available', 'scheduled', 'retryable');
 
 -- Workflows: a workflow's jobs (GetWorkflow, CancelWorkflow, ListJobs). Only workflow jobs are in it,
 -- and neither its key nor its condition changes after insert.
