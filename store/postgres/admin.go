@@ -125,11 +125,18 @@ func (s *Store) transition(ctx context.Context, sql, op, id string) (*store.Job,
 		r    jobRow
 	)
 	dest := append([]any{&prev}, r.dest()...)
-	if err := s.pool.QueryRow(ctx, sql, u).Scan(dest...); err != nil {
+	for attempt := 1; ; attempt++ {
+		err := s.pool.QueryRow(ctx, sql, u).Scan(dest...)
+		if err == nil {
+			break
+		}
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil, notFound(id)
 		}
-		return nil, fmt.Errorf("%s job %s: %w", op, id, s.uniqueConflict(ctx, u, err))
+		retry, err := s.uniqueConflict(ctx, u, err)
+		if !retry || attempt == maxUniqueAttempts {
+			return nil, fmt.Errorf("%s job %s: %w", op, id, err)
+		}
 	}
 	if !r.id.Valid {
 		return nil, &store.TransitionError{JobID: id, Operation: op, From: store.State(prev)}

@@ -555,3 +555,39 @@ func TestFailedUniqueInsertLeavesConnectionClean(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, jobs, 2)
 }
+
+// TestRetryJobTakesKeyFromLapsedHolder: a holder whose period ran out does not block a retry; it
+// gives its key up, as it would to an insert.
+func TestRetryJobTakesKeyFromLapsedHolder(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := setup(t)
+	key := uuidv7.New()
+	old := uniqueParams("q", key, "")
+	_, err := s.Insert(ctx, []*store.InsertParams{old})
+	require.NoError(t, err)
+	_, err = s.CancelJob(ctx, old.ID)
+	require.NoError(t, err)
+	holder := uniqueParams("q", key, "")
+	holder.UniqueUntil = time.Now().Add(100 * time.Millisecond)
+	_, err = s.Insert(ctx, []*store.InsertParams{holder})
+	require.NoError(t, err)
+	_, err = s.RetryJob(ctx, old.ID)
+	require.ErrorIs(t, err, store.ErrUniqueConflict, "the holder's period has not run out yet")
+
+	var j *store.Job
+	require.Eventually(t, func() bool {
+		j, err = s.RetryJob(ctx, old.ID)
+		if err != nil {
+			require.ErrorIs(t, err, store.ErrUniqueConflict)
+			return false
+		}
+		return true
+	}, 10*time.Second, 10*time.Millisecond, "the retry goes through once the holder's period ran out")
+	require.False(t, time.Now().Before(holder.UniqueUntil), "not before the period ran out")
+	require.Equal(t, key, j.UniqueKey)
+	h, err := s.GetJob(ctx, holder.ID)
+	require.NoError(t, err)
+	require.Empty(t, h.UniqueKey, "the lapsed holder gave its key up")
+	require.Equal(t, store.StateAvailable, h.State)
+}

@@ -119,8 +119,8 @@ FROM {schema}.jobs
 WHERE unique_key = $1 AND state = ANY (unique_states)
 FOR UPDATE`
 
-	// sqlUniqueRelease clears the unique key of job $1, whose period ran out.
-	sqlUniqueRelease = `UPDATE {schema}.jobs SET unique_key = NULL WHERE id = $1`
+	// sqlUniqueRelease clears the unique key of job $1 if its period ran out.
+	sqlUniqueRelease = `UPDATE {schema}.jobs SET unique_key = NULL WHERE id = $1 AND unique_until <= now()`
 
 	// sqlUniqueReplace cancels job $1, which holds a key a new job replaces it under: a job already
 	// terminal (held in a terminal state) stays as it is. Either way, if it still holds the key in
@@ -135,8 +135,9 @@ FROM (SELECT CASE WHEN state IN ('completed', 'cancelled', 'discarded') THEN sta
 WHERE j.id = $1`
 
 	// sqlUniqueConflict finds the job other than $1 holding $1's unique key, after a manual
-	// transition of $1 ran into jobs_unique_idx.
-	sqlUniqueConflict = `SELECT o.id, o.state, o.unique_key FROM {schema}.jobs o
+	// transition of $1 ran into jobs_unique_idx, and whether its period ran out.
+	sqlUniqueConflict = `SELECT o.id, o.state, o.unique_key, o.unique_until IS NOT NULL AND o.unique_until <= now()
+FROM {schema}.jobs o
 JOIN {schema}.jobs j ON j.id = $1
 WHERE o.unique_key = j.unique_key AND o.state = ANY (o.unique_states) AND o.id <> j.id`
 

@@ -257,19 +257,30 @@ func jobNotifications(jobs []*store.Job, now time.Time) []string {
 
 // uniqueConflict turns a manual transition's violation of jobs_unique_idx into a
 // *store.UniqueConflictError naming the job that holds the key; other errors are returned as
-// they are.
-func (s *Store) uniqueConflict(ctx context.Context, id any, err error) error {
+// they are. A holder whose period ran out gives its key up instead, and retry reports that the
+// transition may be tried again.
+func (s *Store) uniqueConflict(ctx context.Context, id pgtype.UUID, err error) (retry bool, _ error) {
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) || pgErr.Code != pgUniqueViolation || pgErr.ConstraintName != uniqueIndex {
-		return err
+		return false, err
 	}
 	var (
 		holder pgtype.UUID
 		state  string
 		key    string
+		lapsed bool
 	)
-	if qerr := s.pool.QueryRow(ctx, s.q.uniqueConflict, id).Scan(&holder, &state, &key); qerr != nil {
-		return fmt.Errorf("%w: %w", store.ErrUniqueConflict, err)
+	if qerr := s.pool.QueryRow(ctx, s.q.uniqueConflict, id).Scan(&holder, &state, &key, &lapsed); qerr != nil {
+		if errors.Is(qerr, pgx.ErrNoRows) {
+			return true, err // the holder left its states meanwhile
+		}
+		return false, fmt.Errorf("%w: %w", store.ErrUniqueConflict, err)
 	}
-	return &store.UniqueConflictError{Key: key, ExistingID: formatUUID(holder.Bytes), ExistingState: store.State(state)}
+	if lapsed {
+		if _, rerr := s.pool.Exec(ctx, s.q.uniqueRelease, holder); rerr != nil {
+			return false, rerr
+		}
+		return true, err
+	}
+	return false, &store.UniqueConflictError{Key: key, ExistingID: formatUUID(holder.Bytes), ExistingState: store.State(state)}
 }
