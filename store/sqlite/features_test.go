@@ -304,3 +304,23 @@ func ids(jobs []*store.Job) []string {
 	}
 	return out
 }
+
+// TestUniqueReplaceWithinBatch: a batch whose later job replaces an earlier one returns the earlier
+// one as it is after the batch (cancelled), not as it was written.
+func TestUniqueReplaceWithinBatch(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := openTest(t)
+	ps := params("q", 2)
+	ps[0].UniqueKey = "k"
+	ps[1].UniqueKey, ps[1].OnConflict = "k", store.ConflictReplace
+	jobs, err := s.Insert(ctx, ps)
+	require.NoError(t, err)
+	require.Equal(t, ps[0].ID, jobs[0].ID)
+	require.Equal(t, store.StateCancelled, jobs[0].State)
+	require.False(t, jobs[0].CompletedAt.IsZero())
+	require.Equal(t, store.StateAvailable, jobs[1].State)
+	stored, err := s.GetJob(ctx, ps[0].ID)
+	require.NoError(t, err)
+	require.Equal(t, jobs[0].State, stored.State)
+}

@@ -154,7 +154,8 @@ func needsTx(params []*store.InsertParams) bool {
 }
 
 // insertNotifications returns one NotifyInsert per queue among jobs, pending jobs (and the existing
-// jobs an ignored unique conflict returns) excepted: DueAt is zero when any of the queue's jobs is due
+// jobs an ignored unique conflict returns, and earlier jobs of the batch a later one replaced)
+// excepted: DueAt is zero when any of the queue's jobs is due
 // now, else the earliest due time.
 func insertNotifications(jobs []*store.Job, nowUS int64) []store.Notification {
 	var out outbox
@@ -165,7 +166,7 @@ func insertNotifications(jobs []*store.Job, nowUS int64) []store.Notification {
 // announceInserted adds the wake-ups of newly inserted jobs to out.
 func announceInserted(out *outbox, jobs []*store.Job, nowUS int64) {
 	for _, j := range jobs {
-		if j.State == store.StatePending || j.Duplicate {
+		if j.State == store.StatePending || j.Duplicate || j.State.Terminal() {
 			continue
 		}
 		var due time.Time
@@ -278,6 +279,7 @@ func insertTx(ctx context.Context, r txRunner, params []*store.InsertParams, row
 	}
 	jobs := make([]*store.Job, len(rows))
 	plain := make([]insertRow, 0, len(rows))
+	written := map[string]int{} // id -> index, of the unique jobs written so far
 	for i := range rows {
 		row := &rows[i]
 		jobs[i] = row.job
@@ -285,17 +287,23 @@ func insertTx(ctx context.Context, r txRunner, params []*store.InsertParams, row
 			plain = append(plain, *row)
 			continue
 		}
-		holder, err := resolveUnique(ctx, r, params[i], row, nowUS, out)
+		dup, replaced, err := resolveUnique(ctx, r, params[i], row, nowUS, out)
 		if err != nil {
 			return nil, err
 		}
-		if holder != nil {
-			jobs[i] = holder
+		if replaced != nil {
+			if k, ok := written[replaced.ID]; ok {
+				jobs[k] = replaced // an earlier job of this batch, replaced: return it as it is now
+			}
+		}
+		if dup != nil {
+			jobs[i] = dup
 			continue
 		}
 		if err := insertRowsTx(ctx, r, []insertRow{*row}, true); err != nil {
 			return nil, err
 		}
+		written[row.job.ID] = i
 	}
 	if err := insertRowsTx(ctx, r, plain, false); err != nil {
 		return nil, err
@@ -305,25 +313,26 @@ func insertTx(ctx context.Context, r txRunner, params []*store.InsertParams, row
 }
 
 // resolveUnique settles the conflict, if any, between the job of row and the job holding its unique
-// key, as insertTx describes. It returns the holder when the job must not be written (ignore).
-func resolveUnique(ctx context.Context, r txRunner, p *store.InsertParams, row *insertRow, nowUS int64, out *outbox) (*store.Job, error) {
+// key, as insertTx describes. It returns the holder as dup when the job must not be written (ignore),
+// and as replaced, as it is afterwards, when the job replaced it.
+func resolveUnique(ctx context.Context, r txRunner, p *store.InsertParams, row *insertRow, nowUS int64, out *outbox) (dup, replaced *store.Job, err error) {
 	holder, err := firstJob(r.QueryContext(ctx, uniqueHolderSQL, p.UniqueKey))
 	if errors.Is(err, sql.ErrNoRows) {
-		return nil, nil
+		return nil, nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("insert job %s: find holder of unique key: %w", p.ID, err)
+		return nil, nil, fmt.Errorf("insert job %s: find holder of unique key: %w", p.ID, err)
 	}
 	if !holder.UniqueUntil.IsZero() && holder.UniqueUntil.UnixMicro() <= nowUS {
 		if _, err := r.ExecContext(ctx, releaseUniqueKeySQL, holder.ID); err != nil {
-			return nil, fmt.Errorf("insert job %s: release unique key of job %s: %w", p.ID, holder.ID, err)
+			return nil, nil, fmt.Errorf("insert job %s: release unique key of job %s: %w", p.ID, holder.ID, err)
 		}
-		return nil, nil
+		return nil, nil, nil
 	}
 	switch p.OnConflict {
 	case store.ConflictIgnore:
 		holder.Duplicate = true
-		return holder, nil
+		return holder, nil, nil
 	case store.ConflictReplace, store.ConflictReplaceExceptSchedule:
 		if p.OnConflict == store.ConflictReplaceExceptSchedule &&
 			(holder.State == store.StateScheduled || holder.State == store.StateRetryable) {
@@ -332,35 +341,37 @@ func resolveUnique(ctx context.Context, r txRunner, p *store.InsertParams, row *
 			row.job.State = holder.State
 			row.job.ScheduledAt = holder.ScheduledAt
 		}
-		if err := replaceHolder(ctx, r, holder, nowUS, out); err != nil {
-			return nil, fmt.Errorf("insert job %s: replace job %s: %w", p.ID, holder.ID, err)
+		replaced, err := replaceHolder(ctx, r, holder, nowUS, out)
+		if err != nil {
+			return nil, nil, fmt.Errorf("insert job %s: replace job %s: %w", p.ID, holder.ID, err)
 		}
-		return nil, nil
+		return nil, replaced, nil
 	default:
-		return nil, &store.UniqueConflictError{Key: p.UniqueKey, ExistingID: holder.ID, ExistingState: holder.State}
+		return nil, nil, &store.UniqueConflictError{Key: p.UniqueKey, ExistingID: holder.ID, ExistingState: holder.State}
 	}
 }
 
-// replaceHolder cancels the job holding a key that a replacement takes over, and clears its key if
-// it would still hold it.
-func replaceHolder(ctx context.Context, r txRunner, holder *store.Job, nowUS int64, out *outbox) error {
+// replaceHolder cancels the job holding a key that a replacement takes over, clears its key if it
+// would still hold it, and returns it as it is then.
+func replaceHolder(ctx context.Context, r txRunner, holder *store.Job, nowUS int64, out *outbox) (*store.Job, error) {
 	if !holder.State.Terminal() {
 		cancelled, err := firstJob(r.QueryContext(ctx, cancelJobSQL, nowUS, holder.ID))
 		if err != nil {
-			return err
+			return nil, err
 		}
 		out.cancel(cancelled.Queue, cancelled.ID)
 		if err := afterTerminal(ctx, r, []*store.Job{cancelled}, nowUS, out); err != nil {
-			return err
+			return nil, err
 		}
 		holder = cancelled
 	}
 	if slices.Contains(holder.UniqueStates, holder.State) {
 		if _, err := r.ExecContext(ctx, releaseUniqueKeySQL, holder.ID); err != nil {
-			return err
+			return nil, err
 		}
+		holder.UniqueKey = ""
 	}
-	return nil
+	return holder, nil
 }
 
 // afterTerminal does what follows jobs reaching a terminal state in r's transaction: their pending

@@ -36,9 +36,21 @@
 //
 // # Schema
 //
-// Migrate creates the tables pronto_jobs, pronto_queues and pronto_leaders (and records its migrations
-// in pronto_migrations). The prefix lets them share the file with the application's own tables, which
+// Migrate creates the tables pronto_jobs, pronto_queues, pronto_leaders, pronto_cron,
+// pronto_rate_limits, pronto_workflows and pronto_job_deps (and records its migrations in
+// pronto_migrations). The prefix lets them share the file with the application's own tables, which
 // is what makes InsertSQLTx useful. Times are INTEGER unix microseconds; JSON values are TEXT.
+//
+// # Unique jobs, rate limits and workflows
+//
+// A unique index over unique_key, partial on the job's state being one of its unique states, makes
+// two holders of one key impossible; inserts with keys resolve conflicts in their write transaction.
+// Claims of a queue with jobs carrying rate keys take a write transaction that enforces the keys'
+// limits (the one writer, across processes, makes that race-free); a key's waiting jobs behind an
+// exhausted limit are held out of the claim index so that later claims do not walk past them. Every
+// transaction that moves a workflow job to a terminal state decides its pending children before it
+// commits. Jobs without keys or workflows are written, claimed and finished by the same single
+// statements as before these features.
 //
 // # Cost
 //
@@ -92,8 +104,8 @@ func WithClock(now func() time.Time) Option {
 	return func(c *config) { c.now = now }
 }
 
-// Store is pronto's SQLite backend. It implements store.Store, store.Migrator and
-// store.SQLTxInserter, and is safe for concurrent use.
+// Store is pronto's SQLite backend. It implements store.Store, store.Migrator, store.SQLTxInserter,
+// store.RateLimiter, store.Workflows and store.CronStore, and is safe for concurrent use.
 type Store struct {
 	path   string // absolute path of the database file
 	shared *sharedFile
