@@ -249,7 +249,8 @@ WHERE id = ANY($1) AND state = 'active' AND worker_id = $2
 RETURNING id`
 
 	// sqlRescue takes back up to $1 active jobs whose lease expired: to available, or discarded when
-	// their attempts are spent, each with a lease_expired error entry.
+	// their attempts are spent, each with a lease_expired error entry. Like Finish, it announces the
+	// queues of the jobs it makes claimable and of those with a rate key (a freed slot).
 	sqlRescue = `WITH expired AS (
 	SELECT id, ` + rescueTarget + ` AS target FROM {schema}.jobs
 	WHERE state = 'active' AND lease_expires_at < now()
@@ -271,8 +272,8 @@ RETURNING id`
 	WHERE j.id = ANY(ARRAY(SELECT id FROM expired))
 	RETURNING ` + jobColsJ + `
 ), changed AS (
-	SELECT queue, state, scheduled_at FROM updated
-), notified AS (` + notifyClaimable + `
+	SELECT queue, state, scheduled_at, rate_key FROM updated
+), notified AS (` + sqlNotifyFinished + `
 )
 SELECT * FROM updated WHERE (SELECT count(*) FROM notified) >= 0`
 
