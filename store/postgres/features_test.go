@@ -593,3 +593,23 @@ func TestRetryJobTakesKeyFromLapsedHolder(t *testing.T) {
 	require.Empty(t, h.UniqueKey, "the lapsed holder gave its key up")
 	require.Equal(t, store.StateAvailable, h.State)
 }
+
+// TestUniqueReplaceWithinBatch: a batch whose later job replaces an earlier one returns the earlier
+// one as it is after the batch, cancelled.
+func TestUniqueReplaceWithinBatch(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := setup(t)
+	key := uuidv7.New()
+	first, second := uniqueParams("q", key, ""), uniqueParams("q", key, store.ConflictReplace)
+	jobs, err := s.Insert(ctx, []*store.InsertParams{first, second})
+	require.NoError(t, err)
+	require.Equal(t, first.ID, jobs[0].ID)
+	require.Equal(t, store.StateCancelled, jobs[0].State)
+	require.False(t, jobs[0].CompletedAt.IsZero())
+	require.Equal(t, second.ID, jobs[1].ID)
+	require.Equal(t, store.StateAvailable, jobs[1].State)
+	stored, err := s.GetJob(ctx, first.ID)
+	require.NoError(t, err)
+	require.Equal(t, store.StateCancelled, stored.State)
+}

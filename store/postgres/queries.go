@@ -124,7 +124,7 @@ FOR UPDATE`
 
 	// sqlUniqueReplace cancels job $1, which holds a key a new job replaces it under: a job already
 	// terminal (held in a terminal state) stays as it is. Either way, if it still holds the key in
-	// its new state, it gives the key up.
+	// its new state, it gives the key up. It returns the job as it is then.
 	sqlUniqueReplace = `UPDATE {schema}.jobs j
 SET state = n.state,
 	completed_at = CASE WHEN j.state IN ('completed', 'cancelled', 'discarded') THEN j.completed_at ELSE now() END,
@@ -132,7 +132,8 @@ SET state = n.state,
 	unique_key = CASE WHEN n.state = ANY (j.unique_states) THEN NULL ELSE j.unique_key END
 FROM (SELECT CASE WHEN state IN ('completed', 'cancelled', 'discarded') THEN state ELSE 'cancelled' END AS state
 	FROM {schema}.jobs WHERE id = $1) n
-WHERE j.id = $1`
+WHERE j.id = $1
+RETURNING ` + jobColsJ
 
 	// sqlUniqueConflict finds the job other than $1 holding $1's unique key, after a manual
 	// transition of $1 ran into jobs_unique_idx, and whether its period ran out.

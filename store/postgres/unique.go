@@ -57,7 +57,8 @@ func (s *Store) insertSpecialPool(ctx context.Context, rows []insertRow) ([]*sto
 //     NOTHING, in key order: two batches that share keys take them in the same order and cannot
 //     deadlock, and jobs with one key meet each other in the order given.
 //  2. Each unique job that met a holder resolves the conflict as its policy says (insertUnique),
-//     in the same order. A reject fails the whole call.
+//     in the same order. A reject fails the whole call. An earlier job of the batch that a later
+//     one replaced is returned as it is then, cancelled.
 //  3. Closing the transaction, the batch announces the queues of the jobs inserted and tells the
 //     runners of the active jobs it replaced.
 //
@@ -136,12 +137,18 @@ func (s *Store) insertSpecial(ctx context.Context, db copier, rows []insertRow, 
 		if !met[i] {
 			continue
 		}
-		j, cancelled, err := s.insertUnique(ctx, db, &rows[i])
+		out, err := s.insertUnique(ctx, db, &rows[i])
 		if err != nil {
 			return nil, err
 		}
-		jobs[i] = j
-		notes = append(notes, cancelled...)
+		jobs[i] = out.job
+		notes = append(notes, out.notes...)
+		for _, h := range out.replaced {
+			// An earlier job of this batch that a later one replaced is returned as it is now.
+			if k := slices.IndexFunc(jobs, func(j *store.Job) bool { return j != nil && !j.Duplicate && j.ID == h.ID }); k >= 0 {
+				jobs[k] = h
+			}
+		}
 	}
 
 	b = &pgx.Batch{}
@@ -174,6 +181,16 @@ func queueLimits(b *pgx.Batch, sql string, rows []insertRow) {
 	}
 }
 
+// uniqueOutcome is what insertUnique did.
+type uniqueOutcome struct {
+	// job is the job inserted, or the holder returned in its place (Duplicate set).
+	job *store.Job
+	// replaced are the holders the job replaced, as they are now.
+	replaced []*store.Job
+	// notes are the cancel notifications of the replaced holders that were active.
+	notes []string
+}
+
 // insertUnique inserts one unique job in the transaction open on tx. INSERT ... ON CONFLICT DO
 // NOTHING against jobs_unique_idx either inserts it or finds the key held; the holder is then
 // locked and the conflict resolved:
@@ -188,20 +205,19 @@ func queueLimits(b *pgx.Batch, sql string, rows []insertRow) {
 // A holder that left its states between the insert and the lock (finished, cancelled elsewhere)
 // is no longer found, and the insert is tried again. The index serializes concurrent inserts of a
 // key: an insert that meets another transaction's uncommitted holder waits for its outcome.
-//
-// It returns the job, and the cancel notifications of the active jobs it replaced.
-func (s *Store) insertUnique(ctx context.Context, tx copier, r *insertRow) (*store.Job, []string, error) {
+func (s *Store) insertUnique(ctx context.Context, tx copier, r *insertRow) (uniqueOutcome, error) {
 	p := r.p
 	state, scheduledAt := r.state, p.ScheduledAt
-	var notes []string
+	var out uniqueOutcome
 	for range maxUniqueAttempts {
 		var createdAt, dueAt time.Time
 		err := tx.QueryRow(ctx, s.q.insertUnique, r.args(state, scheduledAt)...).Scan(&createdAt, &dueAt)
 		if err == nil {
-			return jobFromInsert(r, state, createdAt, dueAt), notes, nil
+			out.job = jobFromInsert(r, state, createdAt, dueAt)
+			return out, nil
 		}
 		if !errors.Is(err, pgx.ErrNoRows) {
-			return nil, nil, err
+			return out, err
 		}
 		var (
 			lapsed bool
@@ -212,37 +228,44 @@ func (s *Store) insertUnique(ctx context.Context, tx copier, r *insertRow) (*sto
 			continue // the holder left its states meanwhile
 		}
 		if err != nil {
-			return nil, nil, err
+			return out, err
 		}
 		holder, err := hr.job()
 		if err != nil {
-			return nil, nil, err
+			return out, err
 		}
 		if lapsed {
 			if _, err := tx.Exec(ctx, s.q.uniqueRelease, hr.id); err != nil {
-				return nil, nil, err
+				return out, err
 			}
 			continue
 		}
 		switch p.OnConflict {
 		case "", store.ConflictReject:
-			return nil, nil, &store.UniqueConflictError{Key: p.UniqueKey, ExistingID: holder.ID, ExistingState: holder.State}
+			return out, &store.UniqueConflictError{Key: p.UniqueKey, ExistingID: holder.ID, ExistingState: holder.State}
 		case store.ConflictIgnore:
 			holder.Duplicate = true
-			return holder, notes, nil
+			out.job = holder
+			return out, nil
 		case store.ConflictReplaceExceptSchedule:
 			if holder.State == store.StateScheduled || holder.State == store.StateRetryable {
 				state, scheduledAt = holder.State, holder.ScheduledAt
 			}
 		}
-		if _, err := tx.Exec(ctx, s.q.uniqueReplace, hr.id); err != nil {
-			return nil, nil, err
+		var cr jobRow
+		if err := tx.QueryRow(ctx, s.q.uniqueReplace, hr.id).Scan(cr.dest()...); err != nil {
+			return out, err
 		}
+		replaced, err := cr.job()
+		if err != nil {
+			return out, err
+		}
+		out.replaced = append(out.replaced, replaced)
 		if holder.State == store.StateActive {
-			notes = append(notes, cancelPayload(holder.ID))
+			out.notes = append(out.notes, cancelPayload(holder.ID))
 		}
 	}
-	return nil, nil, fmt.Errorf("job %s: unique key %q changed hands %d times while it was inserted; try again",
+	return out, fmt.Errorf("job %s: unique key %q changed hands %d times while it was inserted; try again",
 		p.ID, p.UniqueKey, maxUniqueAttempts)
 }
 
