@@ -9,6 +9,8 @@ import (
 	"slices"
 	"time"
 
+	sqlite3 "modernc.org/sqlite/lib"
+
 	"github.com/pronto-jobs/pronto/store"
 )
 
@@ -86,17 +88,26 @@ func (s *Store) ListJobs(ctx context.Context, p store.ListParams) ([]*store.Job,
 // is missing (store.ErrNotFound) or in a state the operation does not accept
 // (*store.TransitionError).
 func (s *Store) transition(ctx context.Context, op, query, id string, after func(txRunner, *store.Job, int64) error) (*store.Job, error) {
-	r, err := s.begin(ctx, append([]string{query, jobStateSQL}, settleQueries...)...)
+	r, err := s.begin(ctx, append([]string{query, jobStateSQL, uniqueRivalSQL, releaseUniqueKeySQL}, settleQueries...)...)
 	if err != nil {
 		return nil, fmt.Errorf("%s job %s: %w", op, id, err)
 	}
 	defer r.tx.Rollback() //nolint:errcheck // after Commit it is a no-op
 	nowUS, _ := s.nowMicro()
 	var j *store.Job
-	if query == deleteJobSQL {
-		j, err = firstJob(r.QueryContext(ctx, query, id))
-	} else {
-		j, err = firstJob(r.QueryContext(ctx, query, nowUS, id))
+	for attempt := 1; ; attempt++ {
+		if query == deleteJobSQL {
+			j, err = firstJob(r.QueryContext(ctx, query, id))
+		} else {
+			j, err = firstJob(r.QueryContext(ctx, query, nowUS, id))
+		}
+		if sqliteCode(err) != sqlite3.SQLITE_CONSTRAINT_UNIQUE || attempt == 3 {
+			break
+		}
+		// The job would hold its unique key while another job does (RetryJob, ActivateJob).
+		if err := yieldLapsedHolder(ctx, r, id, nowUS); err != nil {
+			return nil, fmt.Errorf("%s job %s: %w", op, id, err)
+		}
 	}
 	if errors.Is(err, sql.ErrNoRows) {
 		var state string
@@ -121,6 +132,39 @@ func (s *Store) transition(ctx context.Context, op, query, id string, after func
 		return nil, fmt.Errorf("%s job %s: commit: %w", op, id, err)
 	}
 	return j, nil
+}
+
+// yieldLapsedHolder settles a manual transition of job id that ran into the unique index: the job
+// holding its key gives the key up if its period ran out (the transition is then tried again);
+// otherwise the transition is refused with a *store.UniqueConflictError naming it. A manual
+// operation does not take a key from a job that holds it, as an insert under ConflictReject would
+// not.
+func yieldLapsedHolder(ctx context.Context, r txRunner, id string, nowUS int64) error {
+	rows, err := r.QueryContext(ctx, uniqueRivalSQL, id)
+	if err != nil {
+		return err
+	}
+	var rival, state, key string
+	var until sql.NullInt64
+	found := false
+	for rows.Next() {
+		if err := rows.Scan(&rival, &state, &key, &until); err != nil {
+			rows.Close()
+			return err
+		}
+		found = true
+	}
+	if err := closeRows(rows); err != nil {
+		return err
+	}
+	if !found {
+		return nil
+	}
+	if until.Valid && until.Int64 <= nowUS {
+		_, err := r.ExecContext(ctx, releaseUniqueKeySQL, rival)
+		return err
+	}
+	return &store.UniqueConflictError{Key: key, ExistingID: rival, ExistingState: store.State(state)}
 }
 
 // CancelJob cancels a job that is not terminal and tells this process's clients (NotifyCancel), so a

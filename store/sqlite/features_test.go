@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -201,7 +202,8 @@ func TestInsertSQLTxUnique(t *testing.T) {
 
 // TestClaimPlanWithoutLimits pins what claims of jobs without rate keys pay for the feature: the claim
 // still walks the claim index, and the guard is one uncorrelated seek, evaluated once per statement
-// rather than once per row, whatever the number of stored limits.
+// rather than once per row, whatever the number of stored limits. The one correlated subquery is the
+// unique-key check, which runs only for jobs with a key entering their unique states.
 func TestClaimPlanWithoutLimits(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -221,8 +223,13 @@ func TestClaimPlanWithoutLimits(t *testing.T) {
 	require.Contains(t, text, "USING INDEX pronto_jobs_claim (queue=?)", text)
 	require.Contains(t, text, "USING INDEX pronto_jobs_rate_queue (queue=?", text)
 	require.NotContains(t, text, "SCAN", text)
-	require.NotContains(t, text, "CORRELATED", text)
 	require.NotContains(t, text, "pronto_rate_limits", text)
+	for i, line := range plan {
+		if strings.HasPrefix(line, "CORRELATED") { // only the unique-key check, for jobs with keys
+			require.Less(t, i+1, len(plan), text)
+			require.Contains(t, plan[i+1], "USING INDEX pronto_jobs_unique (unique_key=?)", text)
+		}
+	}
 }
 
 // heldCount returns how many jobs claims hold back (out of the claim index).
@@ -323,4 +330,106 @@ func TestUniqueReplaceWithinBatch(t *testing.T) {
 	stored, err := s.GetJob(ctx, ps[0].ID)
 	require.NoError(t, err)
 	require.Equal(t, jobs[0].State, stored.State)
+}
+
+// uniqueIn returns params of n available jobs in queue q holding key in the given states.
+func uniqueIn(q, key string, n int, states ...store.State) []*store.InsertParams {
+	ps := params(q, n)
+	for _, p := range ps {
+		p.UniqueKey, p.UniqueStates = key, states
+	}
+	return ps
+}
+
+// TestUniqueKeyThroughTransitions: a transition moving a job into its unique states while another
+// job holds the key (possible with unique states that leave some states out) does not fail its batch
+// on the unique index: the entering job gives its key up. A manual RetryJob is refused instead, unless
+// the holder's period ran out.
+func TestUniqueKeyThroughTransitions(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	var skew atomic.Int64 // how far the store's clock runs ahead
+	s := openTest(t, WithClock(func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }))
+	claim := func(q string) []*store.Job {
+		t.Helper()
+		jobs, err := s.Claim(ctx, store.ClaimParams{Queue: q, Limit: 10, WorkerID: "w", LeaseDuration: time.Minute})
+		require.NoError(t, err)
+		return jobs
+	}
+	holders := func(key string) int {
+		t.Helper()
+		var n int
+		require.NoError(t, s.DB().QueryRowContext(ctx, `SELECT count(*) FROM pronto_jobs WHERE unique_key = ?`, key).Scan(&n))
+		return n
+	}
+
+	// Held only when active: two available jobs with the key, claimed together.
+	ps := uniqueIn("claim", "ka", 2, store.StateActive)
+	_, err := s.Insert(ctx, ps)
+	require.NoError(t, err)
+	jobs := claim("claim")
+	require.Len(t, jobs, 2, "one claim takes both")
+	require.ElementsMatch(t, []string{"ka", ""}, []string{jobs[0].UniqueKey, jobs[1].UniqueKey}, "one keeps the key")
+	require.Equal(t, 1, holders("ka"))
+
+	// Held only when completed: both complete in one batch.
+	ps = uniqueIn("finish", "kc", 2, store.StateCompleted)
+	_, err = s.Insert(ctx, ps)
+	require.NoError(t, err)
+	jobs = claim("finish")
+	require.Len(t, jobs, 2)
+	res, err := s.Finish(ctx, []store.Completion{{ID: jobs[0].ID, Attempt: 1, State: store.StateCompleted},
+		{ID: jobs[1].ID, Attempt: 1, State: store.StateCompleted}})
+	require.NoError(t, err)
+	require.True(t, res[0].Applied && res[1].Applied)
+	require.Equal(t, 1, holders("kc"), "the job with the smaller id keeps the key")
+	first, err := s.GetJob(ctx, min(jobs[0].ID, jobs[1].ID))
+	require.NoError(t, err)
+	require.Equal(t, "kc", first.UniqueKey)
+
+	// Held only when available: a scheduled job comes due while another is available.
+	sched := uniqueIn("promote", "kp", 1, store.StateAvailable)[0]
+	sched.State, sched.ScheduledAt = store.StateScheduled, time.Now().Add(-time.Second)
+	_, err = s.Insert(ctx, []*store.InsertParams{sched})
+	require.NoError(t, err)
+	_, err = s.Insert(ctx, uniqueIn("promote", "kp", 1, store.StateAvailable))
+	require.NoError(t, err)
+	n, err := s.Promote(ctx, 10)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	promoted, err := s.GetJob(ctx, sched.ID)
+	require.NoError(t, err)
+	require.Equal(t, store.StateAvailable, promoted.State)
+	require.Empty(t, promoted.UniqueKey, "the promoted job gives its key up")
+
+	// RetryJob of a job whose key another job holds is refused, until that job's period runs out.
+	old := uniqueIn("retry", "kr", 1)[0]
+	_, err = s.Insert(ctx, []*store.InsertParams{old})
+	require.NoError(t, err)
+	_, err = s.CancelJob(ctx, old.ID)
+	require.NoError(t, err)
+	holder := uniqueIn("retry", "kr", 1)[0]
+	holder.UniqueUntil = time.Now().Add(time.Hour)
+	_, err = s.Insert(ctx, []*store.InsertParams{holder})
+	require.NoError(t, err)
+	_, err = s.RetryJob(ctx, old.ID)
+	var ue *store.UniqueConflictError
+	require.ErrorAs(t, err, &ue)
+	require.Equal(t, holder.ID, ue.ExistingID)
+	require.Equal(t, store.StateCancelled, mustState(t, s, old.ID), "a refused retry changes nothing")
+	skew.Store(int64(time.Hour + time.Second)) // the holder's period runs out
+	j, err := s.RetryJob(ctx, old.ID)
+	require.NoError(t, err)
+	require.Equal(t, "kr", j.UniqueKey)
+	h, err := s.GetJob(ctx, holder.ID)
+	require.NoError(t, err)
+	require.Empty(t, h.UniqueKey, "the lapsed holder gave its key up")
+}
+
+// mustState returns the state of job id.
+func mustState(t *testing.T, s *Store, id string) store.State {
+	t.Helper()
+	j, err := s.GetJob(context.Background(), id)
+	require.NoError(t, err)
+	return j.State
 }

@@ -42,6 +42,33 @@ func insertJobsSQL(n int, full bool) string {
 	return b.String()
 }
 
+// uniqueKeyAfter returns the SET item that carries a job's unique key through a transition to the
+// state given by the SQL expression to (evaluated on the row before the update).
+//
+// A job holds its key only in its unique states, so a transition can move it into them from outside
+// while another job holds the key: a scheduled job promoted to available when only available holds
+// the key, two jobs with the key completing together when only completed does. The unique index would
+// then fail the whole statement, and every other job of the batch with it, on every retry. Instead the
+// entering job gives its key up (it becomes NULL, as a lapsed holder's does) when another job holds it
+// or, for statements that compute every row before writing any (UPDATE ... FROM), when rival (an SQL
+// condition on the other rows of the statement, or "") finds one entering with it too. Statements
+// that write row by row see the rows they wrote, so the first to enter keeps the key. Jobs without a
+// key pay one NULL test; with the default unique states (every state that is not terminal) no
+// automatic transition enters them.
+func uniqueKeyAfter(to, rival string) string {
+	if rival != "" {
+		rival = " OR " + rival
+	}
+	return `unique_key = CASE
+		WHEN pronto_jobs.unique_key IS NOT NULL
+			AND instr(pronto_jobs.unique_states, ',' || ` + to + ` || ',') > 0
+			AND instr(pronto_jobs.unique_states, ',' || pronto_jobs.state || ',') = 0
+			AND (EXISTS (SELECT 1 FROM pronto_jobs AS o
+				WHERE o.unique_key = pronto_jobs.unique_key AND instr(o.unique_states, ',' || o.state || ',') > 0)` +
+		rival + `)
+		THEN NULL ELSE pronto_jobs.unique_key END`
+}
+
 // claimableSQL is the condition, on pronto_jobs, of the jobs a claim may take from queue ?4 at ?1.
 const claimableSQL = `queue = ?4
 		  AND state IN ('available', 'scheduled', 'retryable')
@@ -72,7 +99,7 @@ func kindsFilter(n, first int) string {
 // plan as before rate limits existed.
 func claimSQL(nKinds int) string {
 	return `UPDATE pronto_jobs SET state = 'active', attempt = attempt + 1, started_at = ?1,
-		lease_expires_at = ?2, worker_id = ?3
+		lease_expires_at = ?2, worker_id = ?3, ` + uniqueKeyAfter(`'active'`, "") + `
 	WHERE rowid IN (
 		SELECT rowid FROM pronto_jobs
 		WHERE ` + claimableSQL + `
@@ -123,7 +150,8 @@ func finishBatchSQL(n int, plainOnly bool) string {
 			ELSE json_insert(COALESCE(pronto_jobs.errors, '[]'), '$[#]', json(c.err)) END,
 		max_attempts = pronto_jobs.max_attempts + c.refund,
 		lease_expires_at = NULL,
-		worker_id = NULL
+		worker_id = NULL,
+		` + finishUniqueKey + `
 	FROM c
 	WHERE pronto_jobs.id = c.id AND pronto_jobs.attempt = c.attempt AND pronto_jobs.state = 'active'`)
 	if plainOnly {
@@ -133,6 +161,15 @@ func finishBatchSQL(n int, plainOnly bool) string {
 	RETURNING id, queue, rate_key, workflow_id, state`)
 	return b.String()
 }
+
+// finishUniqueKey carries unique keys through finishBatchSQL: its rows are computed before any is
+// written, so a job entering its unique states gives its key up to a job of the batch with a smaller
+// id entering them with the same key.
+var finishUniqueKey = uniqueKeyAfter("c.state", `EXISTS (SELECT 1 FROM c AS r JOIN pronto_jobs AS o ON o.id = r.id
+				WHERE o.unique_key = pronto_jobs.unique_key AND o.id < pronto_jobs.id
+				  AND o.state = 'active' AND o.attempt = r.attempt
+				  AND instr(o.unique_states, ',' || r.state || ',') > 0
+				  AND instr(o.unique_states, ',' || o.state || ',') = 0)`)
 
 // finishBatchArgs is the number of values one row of finishBatchSQL binds.
 const finishBatchArgs = 8
@@ -150,7 +187,7 @@ func heartbeatSQL(n int) string {
 }
 
 // rescueSQL: ?1 now, ?2 now as JSON time text, ?3 limit.
-const rescueSQL = `UPDATE pronto_jobs SET
+var rescueSQL = `UPDATE pronto_jobs SET
 		state = CASE WHEN attempt >= max_attempts THEN 'discarded' ELSE 'available' END,
 		scheduled_at = CASE WHEN attempt >= max_attempts THEN scheduled_at ELSE ?1 END,
 		completed_at = CASE WHEN attempt >= max_attempts THEN ?1 ELSE NULL END,
@@ -158,27 +195,29 @@ const rescueSQL = `UPDATE pronto_jobs SET
 			'attempt', attempt, 'at', ?2, 'type', 'lease_expired',
 			'message', 'lease expired: worker ' || COALESCE(worker_id, '(unknown)') || ' stopped heartbeating')),
 		lease_expires_at = NULL,
-		worker_id = NULL
+		worker_id = NULL,
+		` + uniqueKeyAfter(`CASE WHEN pronto_jobs.attempt >= pronto_jobs.max_attempts THEN 'discarded' ELSE 'available' END`, "") + `
 	WHERE id IN (
 		SELECT id FROM pronto_jobs WHERE state = 'active' AND lease_expires_at <= ?1
 		ORDER BY lease_expires_at LIMIT ?3)
 	RETURNING ` + jobColumns
 
 // promoteSQL: ?1 now, ?2 limit.
-const promoteSQL = `UPDATE pronto_jobs SET state = 'available'
+var promoteSQL = `UPDATE pronto_jobs SET state = 'available', ` + uniqueKeyAfter(`'available'`, "") + `
 	WHERE id IN (
 		SELECT id FROM pronto_jobs WHERE state IN ('scheduled', 'retryable') AND scheduled_at <= ?1
 		ORDER BY scheduled_at LIMIT ?2)
 	RETURNING queue`
 
 // discardExpiredSQL: ?1 now, ?2 now as JSON time text, ?3 limit.
-const discardExpiredSQL = `UPDATE pronto_jobs SET
+var discardExpiredSQL = `UPDATE pronto_jobs SET
 		state = 'discarded',
 		completed_at = ?1,
 		errors = json_insert(COALESCE(errors, '[]'), '$[#]', json_object(
 			'attempt', attempt, 'at', ?2, 'type', 'expired', 'message', 'job expired before it started')),
 		lease_expires_at = NULL,
-		worker_id = NULL
+		worker_id = NULL,
+		` + uniqueKeyAfter(`'discarded'`, "") + `
 	WHERE id IN (
 		SELECT id FROM pronto_jobs
 		WHERE expires_at IS NOT NULL AND state IN ('available', 'scheduled', 'retryable', 'pending')
@@ -250,8 +289,8 @@ func listJobsSQL(descending, byWorkflow bool) string {
 }
 
 // cancelJobSQL: ?1 now, ?2 id.
-const cancelJobSQL = `UPDATE pronto_jobs SET state = 'cancelled', completed_at = ?1, lease_expires_at = NULL,
-		worker_id = NULL
+var cancelJobSQL = `UPDATE pronto_jobs SET state = 'cancelled', completed_at = ?1, lease_expires_at = NULL,
+		worker_id = NULL, ` + uniqueKeyAfter(`'cancelled'`, "") + `
 	WHERE id = ?2 AND state NOT IN ('completed', 'cancelled', 'discarded')
 	RETURNING ` + jobColumns
 
@@ -380,8 +419,8 @@ func claimCandidatesSQL(nKinds int) string {
 }
 
 // claimRowsSQL claims the jobs whose rowids are in the JSON array ?4. ?1 now, ?2 lease expiry, ?3 worker.
-const claimRowsSQL = `UPDATE pronto_jobs SET state = 'active', attempt = attempt + 1, started_at = ?1,
-		lease_expires_at = ?2, worker_id = ?3, held = NULL
+var claimRowsSQL = `UPDATE pronto_jobs SET state = 'active', attempt = attempt + 1, started_at = ?1,
+		lease_expires_at = ?2, worker_id = ?3, held = NULL, ` + uniqueKeyAfter(`'active'`, "") + `
 	WHERE rowid IN (SELECT value FROM json_each(?4))
 	RETURNING ` + jobColumns
 
@@ -428,21 +467,27 @@ func heldCandidatesSQL(nKinds int) string {
 // afresh).
 const releaseHeldSQL = `UPDATE pronto_jobs SET held = NULL WHERE rate_key = ?1 AND held IS NOT NULL`
 
+// uniqueRivalSQL finds the job other than ?1 holding ?1's unique key (after a manual transition of ?1
+// ran into the unique index), with its state and period.
+const uniqueRivalSQL = `SELECT o.id, o.state, o.unique_key, o.unique_until FROM pronto_jobs AS j
+	JOIN pronto_jobs AS o ON o.unique_key = j.unique_key AND instr(o.unique_states, ',' || o.state || ',') > 0
+	WHERE j.id = ?1 AND o.id <> j.id`
+
 // rateLimitValuesSQL reads limit ?1 as stored.
 const rateLimitValuesSQL = `SELECT max_active, rate, period_us, on_limit FROM pronto_rate_limits WHERE key = ?1`
 
 // setWindowSQL records limit ?1's current window: opened at ?2, ?3 jobs started in it.
 const setWindowSQL = `UPDATE pronto_rate_limits SET window_start = ?2, window_count = ?3 WHERE key = ?1`
 
-// rescheduleRowsSQL moves held-back jobs to scheduled: ?1 is a JSON array of [rowid, due] pairs.
-const rescheduleRowsSQL = `UPDATE pronto_jobs SET state = 'scheduled', scheduled_at = r.due, held = NULL
-	FROM (SELECT value ->> 0 AS rid, value ->> 1 AS due FROM json_each(?1)) AS r
-	WHERE pronto_jobs.rowid = r.rid
-	RETURNING queue, scheduled_at`
+// rescheduleRowsSQL moves held-back jobs (JSON array ?2 of rowids) to scheduled at ?1.
+var rescheduleRowsSQL = `UPDATE pronto_jobs SET state = 'scheduled', scheduled_at = ?1, held = NULL,
+		` + uniqueKeyAfter(`'scheduled'`, "") + `
+	WHERE rowid IN (SELECT value FROM json_each(?2))
+	RETURNING queue`
 
 // dropRowsSQL discards held-back jobs (JSON array ?3 of rowids) with an error of type rate_limited.
 // ?1 now, ?2 now as JSON time text.
-const dropRowsSQL = `UPDATE pronto_jobs SET
+var dropRowsSQL = `UPDATE pronto_jobs SET
 		state = 'discarded',
 		completed_at = ?1,
 		errors = json_insert(COALESCE(errors, '[]'), '$[#]', json_object(
@@ -450,7 +495,8 @@ const dropRowsSQL = `UPDATE pronto_jobs SET
 			'message', 'rate limit ' || rate_key || ' exhausted: job dropped (on_limit drop)')),
 		lease_expires_at = NULL,
 		worker_id = NULL,
-		held = NULL
+		held = NULL,
+		` + uniqueKeyAfter(`'discarded'`, "") + `
 	WHERE rowid IN (SELECT value FROM json_each(?3))
 	RETURNING id, workflow_id`
 

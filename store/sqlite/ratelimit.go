@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"time"
@@ -598,27 +599,33 @@ func (c *limitedClaim) apply(ctx context.Context, r txRunner, p store.ClaimParam
 	return jobs, nil
 }
 
-// rescheduleHeldBack moves held-back jobs to scheduled at their due times and announces them.
+// rescheduleHeldBack moves held-back jobs ([rowid, due] pairs) to scheduled at their due times, one
+// statement per due time (a claim's held-back keys have one each), and announces them.
 func rescheduleHeldBack(ctx context.Context, r txRunner, due [][2]int64, out *outbox) error {
-	b, err := json.Marshal(due)
-	if err != nil {
-		return err
+	byDue := map[int64][]int64{}
+	for _, d := range due {
+		byDue[d[1]] = append(byDue[d[1]], d[0])
 	}
-	rows, err := r.QueryContext(ctx, rescheduleRowsSQL, string(b))
-	if err != nil {
-		return fmt.Errorf("reschedule rate-limited jobs: %w", err)
-	}
-	for rows.Next() {
-		var queue string
-		var at int64
-		if err := rows.Scan(&queue, &at); err != nil {
-			rows.Close()
+	for _, at := range slices.Sorted(maps.Keys(byDue)) {
+		b, err := json.Marshal(byDue[at])
+		if err != nil {
 			return err
 		}
-		out.wake(queue, microTime(at))
-	}
-	if err := closeRows(rows); err != nil {
-		return fmt.Errorf("reschedule rate-limited jobs: %w", err)
+		rows, err := r.QueryContext(ctx, rescheduleRowsSQL, at, string(b))
+		if err != nil {
+			return fmt.Errorf("reschedule rate-limited jobs: %w", err)
+		}
+		for rows.Next() {
+			var queue string
+			if err := rows.Scan(&queue); err != nil {
+				rows.Close()
+				return err
+			}
+			out.wake(queue, microTime(at))
+		}
+		if err := closeRows(rows); err != nil {
+			return fmt.Errorf("reschedule rate-limited jobs: %w", err)
+		}
 	}
 	return nil
 }
