@@ -394,6 +394,11 @@ func TestUniqueKeyThroughTransitions(t *testing.T) {
 	require.NoError(t, err)
 	_, err = s.Insert(ctx, uniqueIn("promote", "kp", 1, store.StateAvailable))
 	require.NoError(t, err)
+	// A job inserted outside its unique states holds nothing yet, so it meets no conflict.
+	later := uniqueIn("promote", "kp", 1, store.StateAvailable)[0]
+	later.State, later.ScheduledAt = store.StateScheduled, time.Now().Add(time.Hour)
+	_, err = s.Insert(ctx, []*store.InsertParams{later})
+	require.NoError(t, err)
 	n, err := s.Promote(ctx, 10)
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
