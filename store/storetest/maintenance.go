@@ -60,10 +60,13 @@ func testRescueRequeues(t *testing.T, s store.Store) {
 
 	res, err := s.Rescue(ctx(t), store.RescueParams{Limit: 100})
 	require.NoError(t, err)
-	if time.Now().Before(a.LeaseExpiresAt) {
-		require.Empty(t, res.Requeued, "a live lease is not rescued")
+	if len(res.Requeued) == 0 {
+		// The first pass came while the lease was live (on a slow machine it may already have run out,
+		// and the first pass is the rescue).
+		res = rescueUntil(t, s, "the expired lease to be rescued", func(r store.RescueResult) bool { return len(r.Requeued) > 0 })
+	} else {
+		require.False(t, time.Now().Before(a.LeaseExpiresAt), "a live lease is not rescued")
 	}
-	res = rescueUntil(t, s, "the expired lease to be rescued", func(r store.RescueResult) bool { return len(r.Requeued) > 0 })
 	require.Empty(t, res.Discarded)
 	require.Equal(t, []string{a.ID}, ids(res.Requeued))
 
