@@ -285,12 +285,13 @@ func (s *Store) Cleanup(ctx context.Context, p store.CleanupParams) (int, error)
 	if p.CompletedBefore.IsZero() && p.CancelledBefore.IsZero() && p.DiscardedBefore.IsZero() {
 		return 0, nil
 	}
-	tag, err := s.pool.Exec(ctx, s.q.cleanup, nullTime(p.CompletedBefore), nullTime(p.CancelledBefore),
-		nullTime(p.DiscardedBefore), limitOrDefault(p.Limit))
+	var n int
+	err := s.pool.QueryRow(ctx, s.q.cleanup, nullTime(p.CompletedBefore), nullTime(p.CancelledBefore),
+		nullTime(p.DiscardedBefore), limitOrDefault(p.Limit)).Scan(&n)
 	if err != nil {
 		return 0, fmt.Errorf("clean up finished jobs: %w", err)
 	}
-	return int(tag.RowsAffected()), nil
+	return n, nil
 }
 
 func limitOrDefault(limit int) int {

@@ -325,19 +325,27 @@ WHERE j.id = ANY(ARRAY(SELECT id FROM expired))`
 					AND (j.state = 'available' OR j.scheduled_at <= now()))))`
 
 	// sqlCleanup deletes up to $4 terminal jobs finished before their state's cut-off ($1 completed,
-	// $2 cancelled, $3 discarded; NULL keeps that state).
+	// $2 cancelled, $3 discarded; NULL keeps that state), and the workflows it leaves without jobs. It
+	// returns the number of jobs deleted.
 	// A workflow job with children still waiting for it is kept: they need its outcome and result.
 	sqlCleanup = `WITH old AS (
-	SELECT id FROM {schema}.jobs t
+	SELECT id, workflow_id FROM {schema}.jobs t
 	WHERE ((state = 'completed' AND completed_at < $1)
 		OR (state = 'cancelled' AND completed_at < $2)
 		OR (state = 'discarded' AND completed_at < $3))
 		AND (t.workflow_id IS NULL OR NOT EXISTS (SELECT 1 FROM {schema}.jobs c
-			WHERE c.state = 'pending' AND c.parent_ids IS NOT NULL AND c.parent_ids @> ARRAY[t.id]))
+			WHERE c.workflow_id = t.workflow_id AND c.state = 'pending' AND t.id = ANY(c.parent_ids)))
 	LIMIT $4
 	FOR UPDATE SKIP LOCKED
+), gone AS (
+	DELETE FROM {schema}.jobs WHERE id = ANY(ARRAY(SELECT id FROM old)) RETURNING id, workflow_id
+), emptied AS (
+	DELETE FROM {schema}.workflows w
+	WHERE w.id IN (SELECT workflow_id FROM gone WHERE workflow_id IS NOT NULL)
+		AND NOT EXISTS (SELECT 1 FROM {schema}.jobs j
+			WHERE j.workflow_id = w.id AND j.id <> ALL(ARRAY(SELECT id FROM gone)))
 )
-DELETE FROM {schema}.jobs WHERE id = ANY(ARRAY(SELECT id FROM old))`
+SELECT count(*) FROM gone`
 
 	// sqlGetJob reads one job.
 	sqlGetJob = `SELECT ` + jobCols + ` FROM {schema}.jobs WHERE id = $1`

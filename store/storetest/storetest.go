@@ -155,6 +155,7 @@ var tests = []testCase{
 	{"WorkflowNotify", single(testWorkflowNotify)},
 	{"WorkflowManualOps", single(testWorkflowManualOps)},
 	{"WorkflowLongChain", single(testWorkflowLongChain)},
+	{"WorkflowCleanup", single(testWorkflowCleanup)},
 	{"WorkflowReopen", testWorkflowReopen},
 	{"WorkflowConcurrentParents", testWorkflowConcurrentParents},
 }

@@ -697,3 +697,25 @@ func testWorkflowRoundTrip(t *testing.T, s store.Store) {
 	jobs[2].ParentIDs[1] = "changed"
 	require.Equal(t, []string{other.ID, root.ID}, get(t, s, child.ID).ParentIDs)
 }
+
+// testWorkflowCleanup: Cleanup keeps a finished job whose children still wait for it, and a workflow
+// whose jobs Cleanup has all deleted is gone with them.
+func testWorkflowCleanup(t *testing.T, s store.Store) {
+	q, wf := uniq("wf-cleanup"), uuidv7.New()
+	a := member(wf, q)
+	b := member(wf, q, a)
+	insertWorkflow(t, s, wf, a, b)
+	complete(t, s, a, `1`)
+	j := run(t, s, b)
+	// While b runs, a's outcome is still needed by no one (b was released), so a may go.
+	_, err := s.Cleanup(ctx(t), store.CleanupParams{CompletedBefore: time.Now().Add(time.Hour), Limit: 100})
+	require.NoError(t, err)
+	w := getWorkflow(t, s, wf)
+	require.Equal(t, store.WorkflowRunning, w.State, "a workflow with a running job is kept")
+	require.True(t, finish(t, s, store.Completion{ID: j.ID, Attempt: j.Attempt, State: store.StateCompleted}))
+	n, err := s.Cleanup(ctx(t), store.CleanupParams{CompletedBefore: time.Now().Add(time.Hour), Limit: 100})
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, n, 1)
+	_, err = workflows(t, s).GetWorkflow(ctx(t), wf)
+	require.ErrorIs(t, err, store.ErrNotFound, "a workflow whose jobs are all cleaned up is gone")
+}
