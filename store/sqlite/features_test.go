@@ -58,7 +58,7 @@ func TestWorkflowLongChainFailsAtOnce(t *testing.T) {
 
 // TestCleanupKeepsWaitedParents: Cleanup keeps a finished workflow job while a pending child still
 // waits for it (the child needs its outcome and result), and deletes it, with the graph's edges,
-// once the child is decided.
+// once the child is decided; the workflow goes with its last jobs.
 func TestCleanupKeepsWaitedParents(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -112,6 +112,8 @@ func TestCleanupKeepsWaitedParents(t *testing.T) {
 	var edges int
 	require.NoError(t, s.DB().QueryRowContext(ctx, `SELECT count(*) FROM pronto_job_deps`).Scan(&edges))
 	require.Zero(t, edges, "the edges go with the jobs")
+	_, err = s.GetWorkflow(ctx, wf)
+	require.ErrorIs(t, err, store.ErrNotFound, "and the workflow with its last jobs")
 }
 
 // TestFinishMixedBatch: one Finish with plain and workflow jobs, a stale completion and a job named

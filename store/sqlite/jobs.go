@@ -587,7 +587,8 @@ const cleanupPage = 1000
 // candidates are then deleted in one short write transaction that checks their state and age again.
 //
 // A workflow job that a pending child still waits for is kept, however old: the child needs its
-// outcome to be decided and its result for ParentResults.
+// outcome to be decided and its result for ParentResults. A workflow whose last jobs it deletes is
+// deleted with them, in the same transaction.
 func (s *Store) Cleanup(ctx context.Context, p store.CleanupParams) (int, error) {
 	limit := p.Limit
 	if limit <= 0 {
@@ -667,17 +668,42 @@ walk:
 	if err != nil {
 		return 0, err
 	}
-	st, err := s.stmt(ctx, cleanupDeleteSQL)
+	r, err := s.begin(ctx, cleanupDeleteSQL, cleanupWorkflowsSQL)
 	if err != nil {
 		return 0, fmt.Errorf("clean up jobs: %w", err)
 	}
-	res, err := st.ExecContext(ctx, string(ids), cutUS[0], cutUS[1], cutUS[2])
+	defer r.tx.Rollback() //nolint:errcheck // after Commit it is a no-op
+	rows, err := r.QueryContext(ctx, cleanupDeleteSQL, string(ids), cutUS[0], cutUS[1], cutUS[2])
 	if err != nil {
 		return 0, fmt.Errorf("clean up jobs: %w", err)
 	}
-	n, err := res.RowsAffected()
-	if err != nil {
+	n := 0
+	var inWorkflows []string
+	for rows.Next() {
+		var workflowID sql.NullString
+		if err := rows.Scan(&workflowID); err != nil {
+			rows.Close()
+			return 0, fmt.Errorf("clean up jobs: %w", err)
+		}
+		n++
+		if workflowID.Valid && !slices.Contains(inWorkflows, workflowID.String) {
+			inWorkflows = append(inWorkflows, workflowID.String)
+		}
+	}
+	if err := closeRows(rows); err != nil {
 		return 0, fmt.Errorf("clean up jobs: %w", err)
 	}
-	return int(n), nil
+	if len(inWorkflows) > 0 {
+		b, err := json.Marshal(inWorkflows)
+		if err != nil {
+			return 0, err
+		}
+		if _, err := r.ExecContext(ctx, cleanupWorkflowsSQL, string(b)); err != nil {
+			return 0, fmt.Errorf("clean up workflows: %w", err)
+		}
+	}
+	if err := r.tx.Commit(); err != nil {
+		return 0, fmt.Errorf("clean up jobs: commit: %w", err)
+	}
+	return n, nil
 }

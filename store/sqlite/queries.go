@@ -263,7 +263,13 @@ const cleanupDeleteSQL = `DELETE FROM pronto_jobs
 	  AND ((state = 'completed' AND completed_at < ?2)
 	    OR (state = 'cancelled' AND completed_at < ?3)
 	    OR (state = 'discarded' AND completed_at < ?4))
-	  AND (workflow_id IS NULL OR NOT ` + keptParentSQL + `)`
+	  AND (workflow_id IS NULL OR NOT ` + keptParentSQL + `)
+	RETURNING workflow_id`
+
+// cleanupWorkflowsSQL deletes the workflows named in the JSON array ?1 that have no jobs left.
+const cleanupWorkflowsSQL = `DELETE FROM pronto_workflows
+	WHERE id IN (SELECT value FROM json_each(?1))
+	  AND NOT EXISTS (SELECT 1 FROM pronto_jobs WHERE workflow_id = pronto_workflows.id)`
 
 const getJobSQL = `SELECT ` + jobColumns + ` FROM pronto_jobs WHERE id = ?1`
 
