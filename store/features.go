@@ -30,6 +30,12 @@ import (
 //     retryable the new job takes over its state and ScheduledAt, so it runs when the old one would
 //     have.
 //
+// Uniqueness is checked when a job enters the table, and when RetryJob or ActivateJob bring a job
+// back into one of its unique states: those two fail with a *UniqueConflictError while another job
+// holds the key. Automatic transitions (claim, finish, promote, rescue) never fail for uniqueness: a
+// job they move into one of its unique states while another job holds its key gives its key up (its
+// UniqueKey reads "" on the database stores).
+//
 // A job whose UniqueUntil has passed holds its key no more whatever its state: the insert that finds
 // it clears that job's UniqueKey (the stored row shows "") and proceeds. Two jobs of one batch with the
 // same key meet each other like any two jobs. The key itself is an opaque string computed by the
@@ -43,7 +49,8 @@ import (
 //
 //   - MaxActive > 0: at most MaxActive jobs with the key are active at once.
 //   - Rate > 0 and Period > 0: at most Rate jobs with the key start (are claimed) per window. A window
-//     opens at the first claim after the previous one ended and lasts Period.
+//     opens at the first claim after the previous one ended and lasts Period. A Rate without a Period
+//     (or the reverse) bounds nothing; pronto.Client refuses such a limit before it reaches the store.
 //
 // A claim skips the jobs whose key is exhausted and takes the next jobs in claim order (priority
 // order is kept among the jobs it can take). What happens to a skipped job is its limit's OnLimit:

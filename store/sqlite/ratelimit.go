@@ -34,10 +34,8 @@ func validateRateLimit(key string, l store.RateLimit) error {
 		return fmt.Errorf("%w: rate limit %s: max active %d, rate %d and period %v cannot be negative",
 			store.ErrInvalidParams, key, l.MaxActive, l.Rate, l.Period)
 	}
-	// A rate without a period would bound nothing; the caller surely meant a bound.
-	if l.Rate > 0 && l.Period < time.Microsecond {
-		return fmt.Errorf("%w: rate limit %s: a rate of %d jobs needs a period (got %v)", store.ErrInvalidParams, key, l.Rate, l.Period)
-	}
+	// A zero field bounds nothing: a Rate without a Period is stored and bounds nothing, as in every
+	// store (pronto.Client refuses it before it gets here).
 	switch l.OnLimit {
 	case "", store.LimitWait, store.LimitReschedule, store.LimitDrop:
 	default:
