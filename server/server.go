@@ -290,6 +290,14 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request, rest string) {
 		case len(seg) == 2 && seg[1] == "batch":
 			want(http.MethodPost, func() { s.enqueueBatch(w, r) })
 			return
+		case len(seg) == 2 && seg[1] == "bulk":
+			want(http.MethodPost, func() { s.bulkEnqueue(w, r) })
+			return
+		case len(seg) == 3 && seg[1] == "bulk":
+			if op := bulkOps[seg[2]]; op != nil {
+				want(http.MethodPost, func() { s.bulkJobOp(w, r, op) })
+				return
+			}
 		case len(seg) == 2:
 			switch m {
 			case http.MethodGet:

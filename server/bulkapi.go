@@ -1,0 +1,519 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/pronto-jobs/pronto"
+)
+
+// Bulk operations (OJS bulk operations, sections 5 to 8 and 11): enqueue, cancel, retry and delete
+// many jobs in one request, each item's outcome reported at its index.
+
+// maxBulkItems bounds the jobs, ids or filter matches of one bulk request (OJS asks for at least 1000).
+const maxBulkItems = pronto.MaxBulkIDs
+
+// bulkOp is one of the id-based bulk operations.
+type bulkOp struct {
+	name  string // in messages: "cancel"
+	done  string // the item status and the response's counter: "cancelled"
+	run   func(*pronto.Client, context.Context, []string) ([]pronto.BulkResult, error)
+	match []pronto.State // the states a filter matches by default
+}
+
+var (
+	bulkCancel = &bulkOp{name: "cancel", done: "cancelled", run: (*pronto.Client).JobCancelMany,
+		match: []pronto.State{pronto.StateAvailable, pronto.StateScheduled, pronto.StateRetryable}}
+	bulkRetry = &bulkOp{name: "retry", done: "retried", run: (*pronto.Client).JobRetryMany,
+		match: []pronto.State{pronto.StateDiscarded}}
+	bulkDelete = &bulkOp{name: "delete", done: "deleted", run: (*pronto.Client).JobDeleteMany,
+		match: []pronto.State{pronto.StateCompleted, pronto.StateCancelled, pronto.StateDiscarded}}
+
+	// bulkOps are the operations by the last segment of their path.
+	bulkOps = map[string]*bulkOp{"cancel": bulkCancel, "retry": bulkRetry, "delete": bulkDelete}
+)
+
+// tooManyItems is the 413 of a bulk request over the batch size limit.
+func tooManyItems(field string, n int) *apiError {
+	e := errorf(http.StatusRequestEntityTooLarge, "batch_size_exceeded",
+		"%s holds %d items, over the maximum of %d per bulk request", field, n, maxBulkItems)
+	e.typ = "validation_error"
+	e.details = map[string]any{"field": field, "max_batch_size": maxBulkItems}
+	return e
+}
+
+// decodeAtomicity reads the atomicity member: "partial" (the default) or "atomic".
+func decodeAtomicity(m object) (atomic bool, e *apiError) {
+	v, ok := m.get("atomicity")
+	if !ok || isNull(v) {
+		return false, nil
+	}
+	mode, e := wantString(v, "atomicity")
+	if e != nil {
+		return false, e
+	}
+	switch mode {
+	case "partial":
+		return false, nil
+	case "atomic":
+		return true, nil
+	}
+	return false, invalid("atomicity", "atomicity %q: must be \"partial\" or \"atomic\"", mode)
+}
+
+// refuseIdempotencyKey refuses idempotency keys, which pronto does not keep: accepting one without
+// honouring it would make a retried request enqueue its jobs twice.
+func refuseIdempotencyKey(r *http.Request, m object) *apiError {
+	v, ok := m.get("idempotency_key")
+	if (ok && !isNull(v)) || r.Header.Get("Idempotency-Key") != "" {
+		return invalid("idempotency_key", "idempotency keys are not supported by this server; retry a failed "+
+			"bulk request with unique jobs (\"unique\") to avoid duplicates")
+	}
+	return nil
+}
+
+// appendItemError appends an item's error object, in the format of OJS error bodies.
+func appendItemError(b []byte, e *apiError) []byte {
+	raw, err := json.Marshal(errorBody{Code: e.code, Message: e.message, Retryable: e.retryable, Type: e.typ, Details: e.details})
+	if err != nil {
+		raw = []byte(`{"code":"backend_error","message":"error could not be encoded","retryable":false}`)
+	}
+	return appendRawField(b, "error", raw)
+}
+
+// bulkEnqueueItem is the outcome of one job of a bulk enqueue.
+type bulkEnqueueItem struct {
+	job *pronto.JobRow
+	err *apiError
+}
+
+// POST /ojs/v1/jobs/bulk
+func (s *Server) bulkEnqueue(w http.ResponseWriter, r *http.Request) {
+	body, ok := s.readObject(w, r, "bulk request")
+	if !ok {
+		return
+	}
+	m, e := decodeObject(body, "bulk request")
+	if e != nil {
+		s.writeError(w, r, e)
+		return
+	}
+	atomic, e := decodeAtomicity(m)
+	if e == nil {
+		e = refuseIdempotencyKey(r, m)
+	}
+	var elems []json.RawMessage
+	if e == nil {
+		elems, e = bulkJobs(m)
+	}
+	if e != nil {
+		s.writeError(w, r, e)
+		return
+	}
+	now := time.Now()
+	reqs := make([]*enqueueRequest, len(elems))
+	items := make([]bulkEnqueueItem, len(elems))
+	for i, el := range elems {
+		reqs[i], items[i].err = decodeJob(el, now)
+	}
+	if atomic {
+		s.insertAtomic(r.Context(), reqs, items)
+	} else {
+		s.insertEach(r.Context(), reqs, items)
+	}
+	s.writeBulkEnqueue(w, items, atomic)
+}
+
+// bulkJobs reads the jobs member: a non-empty array of at most maxBulkItems elements.
+func bulkJobs(m object) ([]json.RawMessage, *apiError) {
+	raw, ok := m.get("jobs")
+	if !ok || jsonKind(raw) != "array" {
+		return nil, invalid("jobs", "jobs is required: an array of job envelopes")
+	}
+	var elems []json.RawMessage
+	if err := json.Unmarshal(raw, &elems); err != nil {
+		return nil, invalid("jobs", "jobs must be an array of job envelopes")
+	}
+	if len(elems) == 0 {
+		return nil, invalid("jobs", "jobs is empty")
+	}
+	if len(elems) > maxBulkItems {
+		return nil, tooManyItems("jobs", len(elems))
+	}
+	return elems, nil
+}
+
+// insertEach inserts every valid job on its own (partial mode).
+func (s *Server) insertEach(ctx context.Context, reqs []*enqueueRequest, items []bulkEnqueueItem) {
+	for i, req := range reqs {
+		if items[i].err != nil {
+			continue
+		}
+		rows, err := s.client.InsertOJS(ctx, []pronto.OJSJob{req.job})
+		if err != nil {
+			items[i].err = fromClientError(err, "job", req.job.Opts.ID)
+			continue
+		}
+		items[i].job = rows[0]
+	}
+}
+
+// insertAtomic inserts every job in one batch, or none: when a job is refused, every item fails, the
+// culprit with its error and the others as rolled back.
+func (s *Server) insertAtomic(ctx context.Context, reqs []*enqueueRequest, items []bulkEnqueueItem) {
+	failed := false
+	for _, it := range items {
+		failed = failed || it.err != nil
+	}
+	if !failed {
+		jobs := make([]pronto.OJSJob, len(reqs))
+		for i, req := range reqs {
+			jobs[i] = req.job
+		}
+		rows, err := s.client.InsertOJS(ctx, jobs)
+		if err == nil {
+			for i, j := range rows {
+				items[i].job = j
+			}
+			return
+		}
+		// The client names the refused job of a batch ("job 3 of 10: ...") when it is one job's
+		// options; a store refusal (a unique conflict) does not say which job it was.
+		culprit := culpritIndex(err, len(reqs))
+		if culprit >= 0 {
+			items[culprit].err = fromClientError(errors.Unwrap(err), "job", reqs[culprit].job.Opts.ID)
+		} else {
+			cause := fromClientError(err, "job", "")
+			for i := range items {
+				e := *cause
+				e.message = "the atomic batch was rolled back: " + cause.message
+				items[i].err = &e
+			}
+			return
+		}
+	}
+	for i := range items {
+		if items[i].err == nil {
+			items[i].err = errorf(http.StatusUnprocessableEntity, "rolled_back",
+				"not enqueued: another job of the atomic batch was refused")
+		}
+	}
+}
+
+// culpritIndex reads the index of the refused job from a batch insert error ("job 3 of 10: ..."), or
+// -1. A batch of one job is not numbered: its job is the culprit of a refused argument.
+func culpritIndex(err error, n int) int {
+	if !errors.Is(err, pronto.ErrInvalidArgs) {
+		return -1
+	}
+	if n == 1 {
+		return 0
+	}
+	var i, total int
+	for e := err; e != nil; e = errors.Unwrap(e) {
+		if _, serr := fmt.Sscanf(e.Error(), "job %d of %d:", &i, &total); serr == nil && total == n && i >= 0 && i < n {
+			return i
+		}
+	}
+	return -1
+}
+
+// writeBulkEnqueue answers a bulk enqueue: 200 when every job was enqueued, 207 when some were, 422
+// when none was (or an atomic batch was refused).
+func (s *Server) writeBulkEnqueue(w http.ResponseWriter, items []bulkEnqueueItem, atomic bool) {
+	succeeded := 0
+	for _, it := range items {
+		if it.err == nil {
+			succeeded++
+		}
+	}
+	b := getBuf()
+	*b = append(*b, '{')
+	*b = appendIntField(*b, "total", int64(len(items)))
+	*b = appendIntField(*b, "succeeded", int64(succeeded))
+	*b = appendIntField(*b, "failed", int64(len(items)-succeeded))
+	*b = appendStringField(*b, "atomicity", map[bool]string{true: "atomic", false: "partial"}[atomic])
+	*b = append(appendKey(*b, "items"), '[')
+	for i, it := range items {
+		if i > 0 {
+			*b = append(*b, ',')
+		}
+		*b = append(*b, '{')
+		*b = appendIntField(*b, "index", int64(i))
+		switch {
+		case it.err != nil:
+			*b = appendStringField(*b, "status", "failed")
+			*b = appendItemError(*b, it.err)
+		case it.job.Duplicate:
+			// on_conflict "ignore": nothing was inserted; this is the job holding the unique key.
+			*b = appendStringField(*b, "status", "duplicate")
+			*b = appendJob(appendKey(*b, "job"), it.job)
+		default:
+			*b = appendStringField(*b, "status", "created")
+			*b = appendJob(appendKey(*b, "job"), it.job)
+			s.enqueuedEvent(it.job)
+		}
+		*b = append(*b, '}')
+	}
+	*b = append(*b, ']', '}')
+	w.Header().Set("X-OJS-Batch-Size", strconv.Itoa(len(items)))
+	writeBuf(w, bulkStatus(len(items), succeeded), b)
+}
+
+// bulkStatus is 200 when every item succeeded (or there were none), 422 when none did, 207 otherwise.
+func bulkStatus(total, succeeded int) int {
+	switch {
+	case succeeded == total:
+		return http.StatusOK
+	case succeeded == 0:
+		return http.StatusUnprocessableEntity
+	}
+	return http.StatusMultiStatus
+}
+
+// bulkFilter selects jobs for a bulk cancel, retry or delete.
+type bulkFilter struct {
+	params   pronto.JobListParams
+	priority *int
+}
+
+// decodeBulkFilter reads the filter member: type, queue, state (an array, or one state) and priority.
+// The other OJS filter members (enqueued_before, enqueued_after, meta) are refused rather than
+// ignored, so a filter never matches more jobs than its sender meant.
+func decodeBulkFilter(raw json.RawMessage, op *bulkOp) (*bulkFilter, *apiError) {
+	m, e := decodeObject(raw, "filter")
+	if e != nil {
+		e.details = map[string]any{"field": "filter"}
+		return nil, e
+	}
+	f := &bulkFilter{params: pronto.JobListParams{States: op.match}}
+	for _, kv := range m {
+		k, v := kv.key, kv.val
+		if isNull(v) {
+			continue
+		}
+		switch k {
+		case "type":
+			typ, e := wantString(v, "filter.type")
+			if e != nil {
+				return nil, e
+			}
+			if !pronto.ValidOJSType(typ) {
+				return nil, invalid("filter.type", "filter.type %q is not a valid job type", typ)
+			}
+			f.params.Kinds = []string{typ}
+		case "queue":
+			q, e := wantString(v, "filter.queue")
+			if e != nil {
+				return nil, e
+			}
+			if !validQueue(q) {
+				return nil, invalid("filter.queue", "filter.queue %q: must match [a-z0-9][a-z0-9.-]* (at most 128 characters)", q)
+			}
+			f.params.Queues = []string{q}
+		case "state":
+			states, e := decodeStates(v)
+			if e != nil {
+				return nil, e
+			}
+			f.params.States = states
+		case "priority":
+			p, e := wantInt(v, "filter.priority", pronto.PriorityMin, pronto.PriorityMax)
+			if e != nil {
+				return nil, e
+			}
+			n := int(p)
+			f.priority = &n
+		case "enqueued_before", "enqueued_after", "meta":
+			return nil, invalid("filter."+k, "filter.%s is not supported: filter by type, queue, state and priority", k)
+		default:
+			return nil, invalid("filter."+k, "unknown filter member %q: filter by type, queue, state and priority", k)
+		}
+	}
+	return f, nil
+}
+
+// decodeStates reads filter.state: job states, as an array or a single string.
+func decodeStates(v json.RawMessage) ([]pronto.State, *apiError) {
+	var names []string
+	if jsonKind(v) == "string" {
+		name, e := wantString(v, "filter.state")
+		if e != nil {
+			return nil, e
+		}
+		names = []string{name}
+	} else {
+		var e *apiError
+		if names, e = wantStrings(v, "filter.state"); e != nil {
+			return nil, e
+		}
+	}
+	if len(names) == 0 {
+		return nil, invalid("filter.state", "filter.state is empty")
+	}
+	states := make([]pronto.State, len(names))
+	for i, n := range names {
+		states[i] = pronto.State(n)
+		if !states[i].Valid() {
+			return nil, invalid("filter.state", "filter.state %q is not a job state", n)
+		}
+	}
+	return states, nil
+}
+
+// matchIDs lists the ids of the jobs f matches, oldest first, at most maxBulkItems of them; more
+// reports that further jobs match (the caller repeats the request for them).
+func (s *Server) matchIDs(ctx context.Context, f *bulkFilter) (ids []string, more bool, err error) {
+	p := f.params
+	p.Limit = maxBulkItems + 1
+	for {
+		page, err := s.client.JobList(ctx, &p)
+		if err != nil {
+			return nil, false, err
+		}
+		for _, j := range page.Jobs {
+			if f.priority != nil && j.Priority != *f.priority {
+				continue
+			}
+			if len(ids) == maxBulkItems {
+				return ids, true, nil
+			}
+			ids = append(ids, j.ID)
+		}
+		if page.Next == "" {
+			return ids, false, nil
+		}
+		p.Cursor = page.Next
+	}
+}
+
+// decodeBulkIDs reads job_ids: a non-empty array of at most maxBulkItems job ids.
+func decodeBulkIDs(raw json.RawMessage) ([]string, *apiError) {
+	ids, e := wantStrings(raw, "job_ids")
+	if e != nil {
+		return nil, e
+	}
+	if len(ids) == 0 {
+		return nil, invalid("job_ids", "job_ids is empty")
+	}
+	if len(ids) > maxBulkItems {
+		return nil, tooManyItems("job_ids", len(ids))
+	}
+	for i, id := range ids {
+		if e := checkJobID(id, "job_ids["+strconv.Itoa(i)+"]"); e != nil {
+			return nil, e
+		}
+	}
+	return ids, nil
+}
+
+// POST /ojs/v1/jobs/bulk/{cancel,retry,delete}
+func (s *Server) bulkJobOp(w http.ResponseWriter, r *http.Request, op *bulkOp) {
+	body, ok := s.readObject(w, r, "bulk request")
+	if !ok {
+		return
+	}
+	ids, more, e := s.bulkTargets(r, body, op)
+	if e != nil {
+		s.writeError(w, r, e)
+		return
+	}
+	var res []pronto.BulkResult
+	if len(ids) > 0 {
+		var err error
+		if res, err = op.run(s.client, r.Context(), ids); err != nil {
+			s.writeError(w, r, fromClientError(err, "job", ""))
+			return
+		}
+	}
+	done := 0
+	b := getBuf()
+	*b = append(*b, `{"items":[`...)
+	for i, it := range res {
+		if i > 0 {
+			*b = append(*b, ',')
+		}
+		*b = append(*b, '{')
+		*b = appendIntField(*b, "index", int64(i))
+		*b = appendStringField(*b, "job_id", it.ID)
+		if it.Err == nil {
+			done++
+			*b = appendStringField(*b, "status", op.done)
+			*b = appendStringField(*b, "state", string(it.Job.State))
+		} else {
+			*b = appendStringField(*b, "status", "skipped")
+			*b = appendSkipReason(*b, it.Err)
+		}
+		*b = append(*b, '}')
+	}
+	*b = append(*b, ']')
+	*b = appendIntField(*b, "total_matched", int64(len(res)))
+	*b = appendIntField(*b, op.done, int64(done))
+	*b = appendIntField(*b, "skipped", int64(len(res)-done))
+	if more {
+		*b = appendBoolField(*b, "has_more", true)
+	}
+	*b = append(*b, '}')
+	w.Header().Set("X-OJS-Batch-Size", strconv.Itoa(len(res)))
+	writeBuf(w, bulkStatus(len(res), done), b)
+}
+
+// bulkTargets reads a bulk cancel, retry or delete request and returns the job ids it names, or those
+// its filter matches.
+func (s *Server) bulkTargets(r *http.Request, body []byte, op *bulkOp) (ids []string, more bool, e *apiError) {
+	m, e := decodeObject(body, "bulk request")
+	if e != nil {
+		return nil, false, e
+	}
+	atomic, e := decodeAtomicity(m)
+	if e != nil {
+		return nil, false, e
+	}
+	if atomic {
+		return nil, false, invalid("atomicity", "atomicity \"atomic\" is not supported for bulk %s: each job is "+
+			"handled on its own (\"partial\") and its outcome reported", op.name)
+	}
+	if e := refuseIdempotencyKey(r, m); e != nil {
+		return nil, false, e
+	}
+	rawIDs, hasIDs := m.get("job_ids")
+	hasIDs = hasIDs && !isNull(rawIDs)
+	rawFilter, hasFilter := m.get("filter")
+	hasFilter = hasFilter && !isNull(rawFilter)
+	switch {
+	case hasIDs && hasFilter:
+		return nil, false, invalid("filter", "give job_ids or filter, not both")
+	case hasIDs:
+		ids, e = decodeBulkIDs(rawIDs)
+		return ids, false, e
+	case hasFilter:
+		f, e := decodeBulkFilter(rawFilter, op)
+		if e != nil {
+			return nil, false, e
+		}
+		ids, more, err := s.matchIDs(r.Context(), f)
+		if err != nil {
+			return nil, false, fromClientError(err, "job", "")
+		}
+		return ids, more, nil
+	}
+	return nil, false, invalid("job_ids", "job_ids or filter is required: the jobs to %s", op.name)
+}
+
+// appendSkipReason explains why an item was skipped: its reason, and the job's state when that was it.
+func appendSkipReason(b []byte, err error) []byte {
+	var te *pronto.TransitionError
+	switch {
+	case errors.As(err, &te):
+		b = appendStringField(b, "reason", "job is in state "+string(te.From))
+		return appendStringField(b, "current_state", string(te.From))
+	case errors.Is(err, pronto.ErrNotFound):
+		return appendStringField(b, "reason", "job not found")
+	}
+	return appendStringField(b, "reason", trimPrefix(err.Error()))
+}
