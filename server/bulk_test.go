@@ -5,7 +5,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/pronto-jobs/pronto"
 	"github.com/pronto-jobs/pronto/internal/uuidv7"
+	"github.com/pronto-jobs/pronto/store/memory"
 )
 
 // Tests of the OJS bulk operations: POST /ojs/v1/jobs/bulk and /ojs/v1/jobs/bulk/{cancel,retry,delete}.
@@ -144,7 +146,7 @@ func TestBulkEnqueueAtomic(t *testing.T) {
 		t.Fatalf("atomic batch left job %s in state %s", a, st)
 	}
 
-	// A refusal by the client (a bad priority, caught when the batch is resolved) names its job.
+	// An envelope refused at decoding (a priority out of range) names its job too.
 	r = call(t, s, "POST", "/ojs/v1/jobs/bulk", `{"atomicity":"atomic","jobs":[`+job(a)+`,`+
 		`{"type":"bulk.test","args":[],"options":{"priority":1000}}]}`)
 	wantCounts(t, r, 422, map[string]float64{"failed": 2})
@@ -177,6 +179,36 @@ func TestBulkEnqueueAtomic(t *testing.T) {
 	if st := jobState(t, s, c); st != "" {
 		t.Fatalf("rolled back job %s exists in state %s", c, st)
 	}
+}
+
+// TestBulkEnqueueAtomicClientRefusal: a job the client refuses (args over MaxArgsBytes, which
+// envelope decoding does not check) is named as the culprit of the atomic batch.
+func TestBulkEnqueueAtomicClientRefusal(t *testing.T) {
+	client, err := pronto.NewClient(memory.New(), &pronto.Config{MaxArgsBytes: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, _ := newTestServer(t, Config{Client: client})
+	small, big := `{"type":"bulk.test","args":[1]}`, `{"type":"bulk.test","args":["far too long for the limit"]}`
+	r := call(t, s, "POST", "/ojs/v1/jobs/bulk", `{"atomicity":"atomic","jobs":[`+small+`,`+big+`,`+small+`]}`)
+	wantCounts(t, r, 422, map[string]float64{"total": 3, "succeeded": 0, "failed": 3})
+	items := bulkItems(t, r, 3)
+	for i, want := range []string{"rolled_back", CodeInvalidRequest, "rolled_back"} {
+		if e := items[i]["error"].(map[string]any); e["code"] != want {
+			t.Fatalf("item %d: %v, want code %s", i, items[i], want)
+		}
+	}
+	if msg := items[1]["error"].(map[string]any)["message"].(string); !strings.HasPrefix(msg, `kind "bulk.test": args are`) {
+		t.Fatalf("culprit message %q", msg)
+	}
+	// A batch of one: its job is the culprit.
+	r = call(t, s, "POST", "/ojs/v1/jobs/bulk", `{"atomicity":"atomic","jobs":[`+big+`]}`)
+	if e := bulkItems(t, r, 1)[0]["error"].(map[string]any); r.status != 422 || !strings.HasPrefix(e["message"].(string), `kind "bulk.test": args are`) {
+		t.Fatalf("single culprit: %d %s", r.status, r.raw)
+	}
+	// Partial mode stores the others.
+	r = call(t, s, "POST", "/ojs/v1/jobs/bulk", `{"jobs":[`+small+`,`+big+`]}`)
+	wantCounts(t, r, 207, map[string]float64{"total": 2, "succeeded": 1, "failed": 1})
 }
 
 func TestBulkCancel(t *testing.T) {

@@ -186,7 +186,8 @@ func (s *Server) insertAtomic(ctx context.Context, reqs []*enqueueRequest, items
 		// options; a store refusal (a unique conflict) does not say which job it was.
 		culprit := culpritIndex(err, len(reqs))
 		if culprit >= 0 {
-			items[culprit].err = fromClientError(errors.Unwrap(err), "job", reqs[culprit].job.Opts.ID)
+			// fromClientError keeps what follows "invalid job: ", dropping the "job 3 of 10" prefix.
+			items[culprit].err = fromClientError(err, "job", reqs[culprit].job.Opts.ID)
 		} else {
 			cause := fromClientError(err, "job", "")
 			for i := range items {
