@@ -52,7 +52,6 @@ func validateRateLimit(key string, l *RateLimit) error {
 	return nil
 }
 
-
 // RateLimitSet stores the limit of key (replacing any), for every client of the store. Jobs inserted
 // with that RateKey, before or after, are held to it from their next claim.
 func (c *Client) RateLimitSet(ctx context.Context, key string, l RateLimit) error {

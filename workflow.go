@@ -179,7 +179,6 @@ type WorkflowInsertResult struct {
 	Order []string
 }
 
-
 // WorkflowInsert stores w and all its jobs in one transaction: the steps with nothing to wait for
 // become available at once, the others wait pending.
 func (c *Client) WorkflowInsert(ctx context.Context, w *Workflow) (*WorkflowInsertResult, error) {
