@@ -45,61 +45,47 @@ func printWorkflow(w io.Writer, wf *pronto.WorkflowInfo) {
 	}
 }
 
-// workflowCommand runs a command on one workflow given by id.
-func (r *runner) workflowCommand(ctx context.Context, args []string, about string,
-	do func(ctx context.Context, c *pronto.Client, id string) (any, error), print func(v any),
-) error {
-	fs := r.newFlagSet("pronto "+r.current+" ID [flags]", about).withDatabase()
-	asJSON := fs.Bool("json", false, "print the result as JSON")
-	pos, err := fs.parse(args, 1, 1)
-	if err != nil {
-		return err
-	}
-	id, err := parseJobID(pos[0])
-	if err != nil {
-		return err
-	}
-	c, db, err := r.adminClient(ctx)
-	if err != nil {
-		return err
-	}
-	defer db.Close()
-	v, err := do(ctx, c, id)
-	switch {
-	case errors.Is(err, pronto.ErrNotFound):
+// workflowError turns an error about one workflow into a message and an exit code.
+func workflowError(id string, err error) error {
+	if errors.Is(err, pronto.ErrNotFound) {
 		return notFoundf("workflow %s not found", id)
-	case err != nil:
-		return errorf("%v", err)
 	}
-	if *asJSON {
-		switch v := v.(type) {
-		case *pronto.WorkflowInfo:
-			return writeJSON(r.env.Stdout, toWorkflowJSON(v))
-		case []*pronto.JobRow:
-			out := make([]*jobJSON, len(v))
-			for i, j := range v {
-				out[i] = toJSON(j)
-			}
-			return writeJSON(r.env.Stdout, out)
-		}
-	}
-	print(v)
-	return nil
+	return errorf("%v", err)
+}
+
+// workflowCommand runs a command on one workflow given by id: get, cancel.
+func (r *runner) workflowCommand(ctx context.Context, args []string, about string,
+	do func(ctx context.Context, c *pronto.Client, id string) (*pronto.WorkflowInfo, error),
+) error {
+	return idCommand(ctx, r, args, about, do, workflowError,
+		func(w *pronto.WorkflowInfo) any { return toWorkflowJSON(w) },
+		func(w *pronto.WorkflowInfo) { printWorkflow(r.env.Stdout, w) })
 }
 
 func cmdWorkflowsGet(ctx context.Context, r *runner, args []string) error {
 	return r.workflowCommand(ctx, args, "Show a workflow's state and its steps' counts per job state.",
-		func(ctx context.Context, c *pronto.Client, id string) (any, error) { return c.WorkflowGet(ctx, id) },
-		func(v any) { printWorkflow(r.env.Stdout, v.(*pronto.WorkflowInfo)) })
+		func(ctx context.Context, c *pronto.Client, id string) (*pronto.WorkflowInfo, error) {
+			return c.WorkflowGet(ctx, id)
+		})
 }
 
 func cmdWorkflowsJobs(ctx context.Context, r *runner, args []string) error {
-	return r.workflowCommand(ctx, args, "List every job of a workflow (steps and callbacks), in insertion order.",
-		func(ctx context.Context, c *pronto.Client, id string) (any, error) { return c.WorkflowJobs(ctx, id) },
-		func(v any) {
+	return idCommand(ctx, r, args, "List every job of a workflow (steps and callbacks), in insertion order.",
+		func(ctx context.Context, c *pronto.Client, id string) ([]*pronto.JobRow, error) {
+			return c.WorkflowJobs(ctx, id)
+		},
+		workflowError,
+		func(jobs []*pronto.JobRow) any {
+			out := make([]*jobJSON, len(jobs))
+			for i, j := range jobs {
+				out[i] = toJSON(j)
+			}
+			return out
+		},
+		func(jobs []*pronto.JobRow) {
 			tw := tabwriter.NewWriter(r.env.Stdout, 0, 0, 2, ' ', 0)
 			fmt.Fprintln(tw, "ID\tKIND\tQUEUE\tSTATE\tPARENTS\tCALLBACK")
-			for _, j := range v.([]*pronto.JobRow) {
+			for _, j := range jobs {
 				cb := "-"
 				if j.RunOn != "" {
 					cb = "on_" + string(j.RunOn)
@@ -113,8 +99,9 @@ func cmdWorkflowsJobs(ctx context.Context, r *runner, args []string) error {
 func cmdWorkflowsCancel(ctx context.Context, r *runner, args []string) error {
 	return r.workflowCommand(ctx, args,
 		"Cancel a workflow: every job of it that has not finished is cancelled (running ones are told to stop).",
-		func(ctx context.Context, c *pronto.Client, id string) (any, error) { return c.WorkflowCancel(ctx, id) },
-		func(v any) { printWorkflow(r.env.Stdout, v.(*pronto.WorkflowInfo)) })
+		func(ctx context.Context, c *pronto.Client, id string) (*pronto.WorkflowInfo, error) {
+			return c.WorkflowCancel(ctx, id)
+		})
 }
 
 // rateLimitJSON is the JSON form of a limit printed by 'rate-limits list --json'.

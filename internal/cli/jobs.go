@@ -155,13 +155,15 @@ func stateNames() string {
 	return strings.Join(names, ", ")
 }
 
-// jobCommand runs a command on one job given by id: get, retry, cancel, delete.
-func (r *runner) jobCommand(ctx context.Context, args []string, about string,
-	do func(ctx context.Context, c *pronto.Client, id string) (*pronto.JobRow, error),
-	print func(j *pronto.JobRow),
+// idCommand runs a command on one job or workflow given by its id: it parses the flags and the id,
+// opens an admin client, runs do, and prints the result as JSON (--json, through asJSON) or as text.
+// fail turns do's error into the command's error.
+func idCommand[T any](ctx context.Context, r *runner, args []string, about string,
+	do func(ctx context.Context, c *pronto.Client, id string) (T, error),
+	fail func(id string, err error) error, asJSON func(T) any, print func(T),
 ) error {
 	fs := r.newFlagSet("pronto "+r.current+" ID [flags]", about).withDatabase()
-	asJSON := fs.Bool("json", false, "print the job as JSON")
+	wantJSON := fs.Bool("json", false, "print the result as JSON")
 	pos, err := fs.parse(args, 1, 1)
 	if err != nil {
 		return err
@@ -175,15 +177,26 @@ func (r *runner) jobCommand(ctx context.Context, args []string, about string,
 		return err
 	}
 	defer db.Close()
-	j, err := do(ctx, c, id)
+	v, err := do(ctx, c, id)
 	if err != nil {
-		return jobError(strings.TrimPrefix(r.current, "jobs "), id, err)
+		return fail(id, err)
 	}
-	if *asJSON {
-		return writeJSON(r.env.Stdout, toJSON(j))
+	if *wantJSON {
+		return writeJSON(r.env.Stdout, asJSON(v))
 	}
-	print(j)
+	print(v)
 	return nil
+}
+
+// jobCommand runs a command on one job given by id: get, retry, cancel, delete.
+func (r *runner) jobCommand(ctx context.Context, args []string, about string,
+	do func(ctx context.Context, c *pronto.Client, id string) (*pronto.JobRow, error),
+	print func(j *pronto.JobRow),
+) error {
+	op := strings.TrimPrefix(r.current, "jobs ")
+	return idCommand(ctx, r, args, about, do,
+		func(id string, err error) error { return jobError(op, id, err) },
+		func(j *pronto.JobRow) any { return toJSON(j) }, print)
 }
 
 func cmdJobsGet(ctx context.Context, r *runner, args []string) error {
