@@ -126,6 +126,7 @@ var tests = []testCase{
 	{"UniqueWithinBatch", single(testUniqueWithinBatch)},
 	{"UniqueRoundTrip", single(testUniqueRoundTrip)},
 	{"UniqueConcurrentInserts", testUniqueConcurrent},
+	{"UniqueManualReentry", single(testUniqueManualReentry)},
 	{"InsertRefusesWorkflowFields", single(testInsertRefusesWorkflowFields)},
 
 	{"RateLimitCRUD", single(testRateLimitCRUD)},

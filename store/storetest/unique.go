@@ -443,3 +443,39 @@ func testUniqueRoundTrip(t *testing.T, s store.Store) {
 	require.True(t, j.UniqueUntil.IsZero())
 	require.Equal(t, d.UniqueKey, j.UniqueKey)
 }
+
+// testUniqueManualReentry: RetryJob and ActivateJob, which bring a job back into its unique states
+// by hand, are refused while another job holds its key, and leave the job as it was.
+func testUniqueManualReentry(t *testing.T, s store.Store) {
+	q, key := uniq("unique-reentry"), uniq("key")
+	first := insert(t, s, uniqueJob(q, key, ""))[0]
+	_, err := s.CancelJob(ctx(t), first.ID)
+	require.NoError(t, err)
+	holder := insert(t, s, uniqueJob(q, key, ""))[0] // the key was free: the first job is cancelled
+
+	_, err = s.RetryJob(ctx(t), first.ID)
+	requireConflict(t, err, key, holder.ID, store.StateAvailable)
+	require.Equal(t, store.StateCancelled, get(t, s, first.ID).State, "a refused retry changes nothing")
+
+	// With unique states [available], a pending job does not hold its key; activating it while an
+	// available job holds the key is refused.
+	key2 := uniq("key")
+	waiting := uniqueJob(q, key2, "")
+	waiting.State, waiting.UniqueStates = store.StatePending, []store.State{store.StateAvailable}
+	availableHolder := uniqueJob(q, key2, "")
+	availableHolder.UniqueStates = []store.State{store.StateAvailable}
+	insert(t, s, waiting, availableHolder)
+	_, err = s.ActivateJob(ctx(t), waiting.ID)
+	requireConflict(t, err, key2, availableHolder.ID, store.StateAvailable)
+	require.Equal(t, store.StatePending, get(t, s, waiting.ID).State, "a refused activation changes nothing")
+
+	// Once the holder is cancelled, the first job's retry takes the key back.
+	_, err = s.CancelJob(ctx(t), holder.ID)
+	require.NoError(t, err)
+	retried, err := s.RetryJob(ctx(t), first.ID)
+	require.NoError(t, err)
+	require.Equal(t, store.StateAvailable, retried.State)
+	require.Equal(t, key, get(t, s, first.ID).UniqueKey, "the retried job holds its key again")
+	_, err = s.Insert(ctx(t), []*store.InsertParams{uniqueJob(q, key, "")})
+	requireConflict(t, err, key, first.ID, store.StateAvailable)
+}
