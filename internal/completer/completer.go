@@ -3,6 +3,10 @@
 // batch is being written, new outcomes gather for the next, up to a size bound; when outcomes arrive
 // quickly a small batch also waits FlushWindow for company. An idle system writes each outcome
 // immediately and a busy one writes hundreds per statement.
+//
+// The queue is bounded (Config.MaxPending): when the store writes outcomes more slowly than the
+// workers produce them, Add waits for room, so the workers slow down to the store's pace instead of
+// piling outcomes up in memory (and their jobs up as active in the database).
 package completer
 
 import (
@@ -32,6 +36,9 @@ type Item struct {
 type Config struct {
 	Finish       func(ctx context.Context, cs []store.Completion) ([]store.FinishResult, error)
 	MaxBatchSize int // default 1000
+	// MaxPending bounds the outcomes waiting to be written; Add waits while it is reached. Default
+	// twice MaxBatchSize.
+	MaxPending int
 	Logger       *slog.Logger
 }
 
@@ -40,9 +47,12 @@ type Completer struct {
 	cfg Config
 
 	mu      sync.Mutex
-	cond    *sync.Cond
+	cond    *sync.Cond // signalled when outcomes arrive (or on close)
+	space   *sync.Cond // broadcast when pending shrinks (or on close)
 	pending []Item
 	closed  bool
+	exited  bool // Run has returned: nothing queued from now on would be written
+	waiters int  // Adds waiting for room
 	done    chan struct{}
 }
 
@@ -51,18 +61,31 @@ func New(cfg Config) *Completer {
 	if cfg.MaxBatchSize <= 0 {
 		cfg.MaxBatchSize = 1000
 	}
+	if cfg.MaxPending <= 0 {
+		cfg.MaxPending = 2 * cfg.MaxBatchSize
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	c := &Completer{cfg: cfg, done: make(chan struct{})}
 	c.cond = sync.NewCond(&c.mu)
+	c.space = sync.NewCond(&c.mu)
 	return c
 }
 
-// Add queues one outcome. It never blocks on the database.
+// Add queues one outcome. While MaxPending outcomes wait to be written it waits for room. An Add
+// that comes after Close is refused (its outcome reported as not written); one that was already
+// waiting when Close came is queued, and written by Run's final drain, unless Run has returned.
 func (c *Completer) Add(it Item) {
 	c.mu.Lock()
-	if c.closed {
+	waited := false
+	for len(c.pending) >= c.cfg.MaxPending && !c.closed {
+		waited = true
+		c.waiters++
+		c.space.Wait()
+		c.waiters--
+	}
+	if c.exited || (c.closed && !waited) {
 		c.mu.Unlock()
 		if it.Done != nil {
 			it.Done(false, context.Canceled)
@@ -80,6 +103,7 @@ func (c *Completer) Close() {
 	c.closed = true
 	c.mu.Unlock()
 	c.cond.Broadcast()
+	c.space.Broadcast()
 }
 
 // Done is closed when Run has returned.
@@ -95,14 +119,16 @@ func (c *Completer) Run(ctx context.Context) {
 	var lastFlush time.Time
 	for {
 		c.mu.Lock()
-		for len(c.pending) == 0 && !c.closed && ctx.Err() == nil {
+		// After Close, Adds that were waiting for room still come in: wait for them too.
+		for len(c.pending) == 0 && (!c.closed || c.waiters > 0) && ctx.Err() == nil {
 			c.cond.Wait()
 		}
-		if ctx.Err() != nil || (c.closed && len(c.pending) == 0) {
+		if ctx.Err() != nil || (c.closed && len(c.pending) == 0 && c.waiters == 0) {
 			left := c.pending
 			c.pending = nil
-			c.closed = true
+			c.closed, c.exited = true, true
 			c.mu.Unlock()
+			c.space.Broadcast()
 			for _, it := range left {
 				if it.Done != nil {
 					it.Done(false, context.Cause(ctx))
@@ -121,6 +147,7 @@ func (c *Completer) Run(ctx context.Context) {
 		copy(batch, c.pending[:n])
 		c.pending = append(c.pending[:0], c.pending[n:]...)
 		c.mu.Unlock()
+		c.space.Broadcast()
 		c.write(ctx, batch)
 		lastFlush = time.Now()
 	}

@@ -19,7 +19,7 @@ func TestBatchesAndReportsEveryOutcome(t *testing.T) {
 	var batches []int
 	release := make(chan struct{})
 	first := true
-	c := New(Config{MaxBatchSize: 50, Finish: func(ctx context.Context, cs []store.Completion) ([]store.FinishResult, error) {
+	c := New(Config{MaxBatchSize: 50, MaxPending: 1000, Finish: func(ctx context.Context, cs []store.Completion) ([]store.FinishResult, error) {
 		mu.Lock()
 		batches = append(batches, len(cs))
 		wait := first
@@ -102,4 +102,118 @@ func TestCancelledContextReportsWhatIsLeft(t *testing.T) {
 	<-c.Done()
 	c.Add(Item{Completion: store.Completion{ID: "b"}, Done: func(_ bool, err error) { errs <- err }})
 	require.Error(t, <-errs, "after the completer stopped, Add reports at once that nothing was written")
+}
+
+// TestAddWaitsForRoom: with MaxPending outcomes waiting behind a slow store, Add waits until a batch
+// is taken, and Close releases an Add that is still waiting.
+func TestAddWaitsForRoom(t *testing.T) {
+	release := make(chan struct{})
+	var written atomic.Int32
+	c := New(Config{MaxBatchSize: 4, MaxPending: 4, Finish: func(ctx context.Context, cs []store.Completion) ([]store.FinishResult, error) {
+		<-release
+		written.Add(int32(len(cs)))
+		out := make([]store.FinishResult, len(cs))
+		for i, c := range cs {
+			out[i] = store.FinishResult{ID: c.ID, Applied: true}
+		}
+		return out, nil
+	}})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go c.Run(ctx)
+
+	// The first outcome is taken into a batch that the store holds; four more fill the queue.
+	c.Add(Item{Completion: store.Completion{ID: "held"}})
+	require.Eventually(t, func() bool { c.mu.Lock(); defer c.mu.Unlock(); return len(c.pending) == 0 }, 5*time.Second, time.Millisecond)
+	for i := range 4 {
+		c.Add(Item{Completion: store.Completion{ID: fmt.Sprint(i)}})
+	}
+	added := make(chan struct{})
+	go func() {
+		c.Add(Item{Completion: store.Completion{ID: "waits"}})
+		close(added)
+	}()
+	waitForWaiter(t, c)
+	select {
+	case <-added:
+		t.Fatal("Add returned while MaxPending outcomes were waiting")
+	default:
+	}
+	close(release) // the store catches up: room opens and the waiting Add goes through
+	select {
+	case <-added:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Add still waits after the store caught up")
+	}
+	c.Close()
+	<-c.Done()
+	require.EqualValues(t, 6, written.Load(), "every outcome is written")
+
+}
+
+// TestCloseWithAddsWaiting: an Add waiting for room when Close comes is still written by Run's final
+// drain; one waiting when Run gives up (its context ends) is reported as not written.
+func TestCloseWithAddsWaiting(t *testing.T) {
+	release := make(chan struct{})
+	var written atomic.Int32
+	finish := func(ctx context.Context, cs []store.Completion) ([]store.FinishResult, error) {
+		select {
+		case <-release:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		written.Add(int32(len(cs)))
+		out := make([]store.FinishResult, len(cs))
+		for i, c := range cs {
+			out[i] = store.FinishResult{ID: c.ID, Applied: true}
+		}
+		return out, nil
+	}
+	fill := func(c *Completer) {
+		c.Add(Item{Completion: store.Completion{ID: "held"}}) // taken into the batch the store holds
+		require.Eventually(t, func() bool { c.mu.Lock(); defer c.mu.Unlock(); return len(c.pending) == 0 }, 5*time.Second, time.Millisecond)
+		c.Add(Item{Completion: store.Completion{ID: "fills"}}) // MaxPending is 1: the queue is full
+	}
+
+	c := New(Config{MaxBatchSize: 1, MaxPending: 1, Finish: finish})
+	go c.Run(context.Background())
+	fill(c)
+	got := make(chan error, 1)
+	go c.Add(Item{Completion: store.Completion{ID: "waits"}, Done: func(applied bool, err error) {
+		require.True(t, applied)
+		got <- err
+	}})
+	waitForWaiter(t, c)
+	c.Close()
+	close(release)
+	select {
+	case err := <-got:
+		require.NoError(t, err, "the waiting outcome is written by the final drain")
+	case <-time.After(5 * time.Second):
+		t.Fatal("the waiting Add was not written")
+	}
+	<-c.Done()
+	require.EqualValues(t, 3, written.Load())
+
+	ctx, cancel := context.WithCancel(context.Background())
+	gaveUp := New(Config{MaxBatchSize: 1, MaxPending: 1, Finish: finish})
+	go gaveUp.Run(ctx)
+	release = make(chan struct{}) // the store holds every batch now
+	fill(gaveUp)
+	go gaveUp.Add(Item{Completion: store.Completion{ID: "waits"}, Done: func(applied bool, err error) { got <- err }})
+	waitForWaiter(t, gaveUp)
+	cancel()
+	select {
+	case err := <-got:
+		require.ErrorIs(t, err, context.Canceled, "Run gave up: the waiting outcome is reported as not written")
+	case <-time.After(5 * time.Second):
+		t.Fatal("a waiting Add outlived Run")
+	}
+	<-gaveUp.Done()
+}
+
+// waitForWaiter waits until an Add of c waits for room.
+func waitForWaiter(t *testing.T, c *Completer) {
+	t.Helper()
+	require.Eventually(t, func() bool { c.mu.Lock(); defer c.mu.Unlock(); return c.waiters > 0 }, 5*time.Second, time.Millisecond)
 }
