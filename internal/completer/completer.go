@@ -39,7 +39,7 @@ type Config struct {
 	// MaxPending bounds the outcomes waiting to be written; Add waits while it is reached. Default
 	// twice MaxBatchSize.
 	MaxPending int
-	Logger       *slog.Logger
+	Logger     *slog.Logger
 }
 
 // Completer batches completions. Add is safe for concurrent use.
