@@ -273,7 +273,7 @@ func (c *Client) WorkflowGet(ctx context.Context, id string) (*WorkflowInfo, err
 
 // WorkflowJobs lists every job of a workflow (steps and callbacks) in insertion order.
 func (c *Client) WorkflowJobs(ctx context.Context, id string) ([]*JobRow, error) {
-	if _, err := c.WorkflowGet(ctx, id); err != nil {
+	if err := checkID(id); err != nil {
 		return nil, err
 	}
 	var out []*JobRow
@@ -285,10 +285,17 @@ func (c *Client) WorkflowJobs(ctx context.Context, id string) ([]*JobRow, error)
 		}
 		out = append(out, page...)
 		if next == "" {
-			return out, nil
+			break
 		}
 		after = next
 	}
+	if len(out) == 0 {
+		// Every workflow has jobs: none means no such workflow (or one cleaned up with its jobs).
+		if _, err := c.WorkflowGet(ctx, id); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
 }
 
 // WorkflowCancel cancels every job of the workflow that has not finished (running ones are told to

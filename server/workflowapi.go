@@ -415,16 +415,25 @@ func (s *Server) createWorkflow(w http.ResponseWriter, r *http.Request) {
 
 // GET /ojs/v1/workflows/{id}
 func (s *Server) getWorkflow(w http.ResponseWriter, r *http.Request, id string) {
+	wf, ok := s.loadWorkflow(w, r, id)
+	if !ok {
+		return
+	}
+	s.writeWorkflow(w, wf)
+}
+
+// loadWorkflow checks id and reads the workflow, or writes the error and reports false.
+func (s *Server) loadWorkflow(w http.ResponseWriter, r *http.Request, id string) (*pronto.WorkflowInfo, bool) {
 	if e := checkWorkflowID(id); e != nil {
 		s.writeError(w, r, e)
-		return
+		return nil, false
 	}
 	wf, err := s.client.WorkflowGet(r.Context(), id)
 	if err != nil {
 		s.writeError(w, r, workflowError(err, id))
-		return
+		return nil, false
 	}
-	s.writeWorkflow(w, wf)
+	return wf, true
 }
 
 func (s *Server) writeWorkflow(w http.ResponseWriter, wf *pronto.WorkflowInfo) {
@@ -438,14 +447,9 @@ func (s *Server) writeWorkflow(w http.ResponseWriter, wf *pronto.WorkflowInfo) {
 // GET /ojs/v1/workflows/{id}/jobs: the workflow and every job of it (steps, then callbacks, in the
 // order they were created).
 func (s *Server) workflowJobs(w http.ResponseWriter, r *http.Request, id string) {
-	if e := checkWorkflowID(id); e != nil {
-		s.writeError(w, r, e)
-		return
-	}
 	ctx := r.Context()
-	wf, err := s.client.WorkflowGet(ctx, id)
-	if err != nil {
-		s.writeError(w, r, workflowError(err, id))
+	wf, ok := s.loadWorkflow(w, r, id)
+	if !ok {
 		return
 	}
 	jobs, err := s.client.WorkflowJobs(ctx, id)
@@ -471,14 +475,9 @@ func (s *Server) workflowJobs(w http.ResponseWriter, r *http.Request, id string)
 // workflow that is already completed, failed or cancelled answers 409, as ojs-workflows.md §11.3
 // requires.
 func (s *Server) cancelWorkflow(w http.ResponseWriter, r *http.Request, id string) {
-	if e := checkWorkflowID(id); e != nil {
-		s.writeError(w, r, e)
-		return
-	}
 	ctx := r.Context()
-	wf, err := s.client.WorkflowGet(ctx, id)
-	if err != nil {
-		s.writeError(w, r, workflowError(err, id))
+	wf, ok := s.loadWorkflow(w, r, id)
+	if !ok {
 		return
 	}
 	if wf.State != pronto.WorkflowRunning {
@@ -487,7 +486,8 @@ func (s *Server) cancelWorkflow(w http.ResponseWriter, r *http.Request, id strin
 		s.writeError(w, r, e)
 		return
 	}
-	if wf, err = s.client.WorkflowCancel(ctx, id); err != nil {
+	wf, err := s.client.WorkflowCancel(ctx, id)
+	if err != nil {
 		s.writeError(w, r, workflowError(err, id))
 		return
 	}
