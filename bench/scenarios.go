@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"sort"
@@ -495,6 +496,9 @@ func runDrain(rc *runCtx) error {
 	for time.Now().Before(deadline) && rec.okEnds.Load() < int64(sc.backlog) {
 		time.Sleep(5 * time.Millisecond)
 	}
+	// The drain ends when the last outcome is in the database, not when the last worker returns:
+	// both systems write outcomes asynchronously, in batches.
+	persisted, perr := waitPersisted(rc, int64(sc.backlog), deadline)
 	g, rss, cpu := h.stop()
 	evs := rec.events()
 	first := ready
@@ -508,11 +512,14 @@ func runDrain(rc *runCtx) error {
 		}
 	}
 	res := rc.res
-	last := rec.lastEnd.Load()
+	last := persisted.UnixNano()
+	if perr != nil {
+		res.Errors = append(res.Errors, "counting persisted completions: "+perr.Error())
+	}
 	res.set("jobs_inserted", float64(sc.backlog))
 	res.set("completed", float64(done))
 	res.set("workers", float64(workers))
-	if done >= sc.backlog {
+	if done >= sc.backlog && perr == nil {
 		res.set("drain_s", float64(last-first)/1e9)
 		res.set("drain_jobs_per_s", float64(done)/(float64(last-first)/1e9))
 	} else {
@@ -526,6 +533,25 @@ func runDrain(rc *runCtx) error {
 	res.set("cpu_s", cpu)
 	res.set("cpu_us_per_job", cpu*1e6/math.Max(float64(done), 1))
 	return nil
+}
+
+// waitPersisted polls the count of finished jobs until it reaches n or the deadline passes, and
+// returns when it first saw n.
+func waitPersisted(rc *runCtx, n int64, deadline time.Time) (time.Time, error) {
+	for {
+		at := time.Now()
+		got, err := rc.inst.finished(rc.ctx)
+		if err != nil {
+			return at, err
+		}
+		if got >= n {
+			return at, nil
+		}
+		if at.After(deadline) {
+			return at, fmt.Errorf("%d of %d outcomes persisted by the deadline", got, n)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
 }
 
 // ---- insert ----
@@ -611,16 +637,25 @@ func runRoundTrip(rc *runCtx) error {
 		})
 	}
 	time.Sleep(sc.warm)
+	// Completions are counted in the database (outcomes persisted), read at both ends of the window;
+	// each reading's time is taken as its query begins. Worker ends are reported alongside.
 	t0 := time.Now()
+	p0, err0 := rc.inst.finished(rc.ctx)
 	c0, i0 := rec.okEnds.Load(), inserted.Load()
 	time.Sleep(sc.phase)
+	t1 := time.Now()
+	p1, err1 := rc.inst.finished(rc.ctx)
 	c1, i1 := rec.okEnds.Load(), inserted.Load()
-	el := time.Since(t0).Seconds()
+	el := t1.Sub(t0).Seconds()
 	close(stop)
 	wg.Wait()
 	g, rss, cpu := h.stop()
 	res := rc.res
-	res.set("completions_per_s", float64(c1-c0)/el)
+	if err := errors.Join(err0, err1); err != nil {
+		return fmt.Errorf("counting persisted completions: %w", err)
+	}
+	res.set("completions_per_s", float64(p1-p0)/el)
+	res.set("worker_ends_per_s", float64(c1-c0)/el)
 	res.set("inserts_per_s", float64(i1-i0)/el)
 	res.set("goroutines_max", float64(g))
 	res.set("rss_max_mb", float64(rss)/(1<<20))
