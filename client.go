@@ -58,6 +58,10 @@ type Client struct {
 type runningJob struct {
 	row    *JobRow
 	cancel context.CancelCauseFunc // nil once the worker returned
+	// leaseUntil is the client's conservative reckoning of when the job's lease ends: the start of the
+	// claim (or of the last heartbeat that extended it) plus LeaseDuration. Only the heartbeat loop
+	// reads and writes it after execute, under runMu.
+	leaseUntil time.Time
 }
 
 // NewClient returns a client over s. A nil cfg means an insert-only client with defaults.
@@ -146,10 +150,14 @@ func (c *Client) Start(ctx context.Context) error {
 		for range q.MaxWorkers {
 			go c.workerPool(tasks)
 		}
+		// claimStarted is when the producer's latest claim began; the producer calls Claim and then
+		// Execute for each job on its own goroutine, so no lock is needed.
+		var claimStarted time.Time
 		c.producers[name] = producer.New(producer.Config{
 			Queue:      name,
 			MaxWorkers: q.MaxWorkers,
 			Claim: func(ctx context.Context, limit int) ([]*store.Job, error) {
+				claimStarted = time.Now()
 				return c.store.Claim(ctx, store.ClaimParams{
 					Queue: name, Kinds: c.kinds, Limit: limit,
 					WorkerID: c.cfg.ID, LeaseDuration: c.cfg.LeaseDuration,
@@ -158,7 +166,9 @@ func (c *Client) Start(ctx context.Context) error {
 			NextDue: func(ctx context.Context) (time.Time, bool, error) {
 				return c.store.NextDue(ctx, name)
 			},
-			Execute:      c.execute,
+			Execute: func(row *store.Job, release func()) {
+				c.execute(row, release, claimStarted.Add(c.cfg.LeaseDuration))
+			},
 			PollInterval: c.cfg.PollInterval,
 			Logger:       c.cfg.Logger,
 		})
@@ -300,21 +310,35 @@ func (c *Client) onNotification(n store.Notification) {
 	}
 }
 
-// heartbeatLoop extends the leases of every job this client holds, in one statement per interval,
-// and stops the runs of jobs it no longer holds.
+// heartbeatRenewWithin is how close to its end a job's lease must be for a heartbeat to extend it:
+// two intervals (so a lease is extended at least one tick before it could run out, with one
+// interval to spare for a slow statement), and at least half the lease.
+func heartbeatRenewWithin(lease, interval time.Duration) time.Duration {
+	return max(2*interval, lease/2)
+}
+
+// heartbeatLoop extends, in one statement per interval, the leases of the jobs this client holds
+// that come near their end (see heartbeatRenewWithin), and stops the runs of jobs it no longer
+// holds. Jobs that finish well within their first lease, most of them in a busy queue, are never
+// part of a heartbeat: a heartbeat locks the rows it extends, and rows it needn't touch are rows
+// the completer's Finish never waits for.
 func (c *Client) heartbeatLoop(ctx context.Context) {
 	t := time.NewTicker(c.cfg.HeartbeatInterval)
 	defer t.Stop()
+	within := heartbeatRenewWithin(c.cfg.LeaseDuration, c.cfg.HeartbeatInterval)
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
+		started := time.Now()
 		c.runMu.Lock()
-		ids := make([]string, 0, len(c.running))
-		for id := range c.running {
-			ids = append(ids, id)
+		var ids []string
+		for id, rj := range c.running {
+			if rj.leaseUntil.Sub(started) <= within {
+				ids = append(ids, id)
+			}
 		}
 		c.runMu.Unlock()
 		if len(ids) == 0 {
@@ -327,6 +351,7 @@ func (c *Client) heartbeatLoop(ctx context.Context) {
 			}
 			continue
 		}
+		c.extendLeases(ids, lost, started.Add(c.cfg.LeaseDuration))
 		for _, id := range lost {
 			c.runMu.Lock()
 			rj := c.running[id]
@@ -340,6 +365,24 @@ func (c *Client) heartbeatLoop(ctx context.Context) {
 				cause = ErrJobCancelled
 			}
 			rj.cancel(cause)
+		}
+	}
+}
+
+// extendLeases records until for the jobs of ids a heartbeat extended (those not in lost).
+func (c *Client) extendLeases(ids, lost []string, until time.Time) {
+	gone := make(map[string]struct{}, len(lost))
+	for _, id := range lost {
+		gone[id] = struct{}{}
+	}
+	c.runMu.Lock()
+	defer c.runMu.Unlock()
+	for _, id := range ids {
+		if _, ok := gone[id]; ok {
+			continue
+		}
+		if rj := c.running[id]; rj != nil {
+			rj.leaseUntil = until
 		}
 	}
 }
@@ -402,10 +445,11 @@ func (c *Client) workerPool(tasks <-chan jobTask) {
 
 // execute hands one claimed job to its queue's worker pool; release frees its worker slot. The pool
 // always has room: a producer claims no more jobs than it has free slots.
-func (c *Client) execute(row *store.Job, release func()) {
+// leaseUntil is the client's reckoning of the end of the job's lease.
+func (c *Client) execute(row *store.Job, release func(), leaseUntil time.Time) {
 	c.jobsWG.Add(1)
 	ctx, cancel := context.WithCancelCause(c.workCtx)
-	rj := &runningJob{row: row, cancel: cancel}
+	rj := &runningJob{row: row, cancel: cancel, leaseUntil: leaseUntil}
 	c.runMu.Lock()
 	c.running[row.ID] = rj
 	c.runMu.Unlock()

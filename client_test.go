@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pronto-jobs/pronto"
+	"github.com/pronto-jobs/pronto/store"
 )
 
 func TestInsertAndWork(t *testing.T) {
@@ -513,5 +514,75 @@ func TestRetrySurvivesClientRestartDuringBackoff(t *testing.T) {
 		done := waitState(t, second, j.ID, pronto.StateCompleted)
 		require.Equal(t, 2, done.Attempt)
 		require.False(t, done.StartedAt.Before(r.ScheduledAt.Add(-time.Millisecond)), "the retry did not run before its backoff elapsed")
+	})
+}
+
+// heartbeatRecorder is a real store that records which jobs each heartbeat names.
+type heartbeatRecorder struct {
+	store.Store
+	mu    sync.Mutex
+	named map[string]int
+}
+
+func (r *heartbeatRecorder) Heartbeat(ctx context.Context, p store.HeartbeatParams) ([]string, error) {
+	r.mu.Lock()
+	for _, id := range p.IDs {
+		r.named[id]++
+	}
+	r.mu.Unlock()
+	return r.Store.Heartbeat(ctx, p)
+}
+
+func (r *heartbeatRecorder) times(id string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.named[id]
+}
+
+func TestHeartbeatExtendsOnlyLeasesNearTheirEnd(t *testing.T) {
+	forEachStore(t, func(t *testing.T, ts *testStore) {
+		ctx := context.Background()
+		rec := &heartbeatRecorder{Store: ts.Store, named: map[string]int{}}
+		var runs sync.Map // job id -> *atomic.Int32
+		workers := pronto.NewWorkers()
+		pronto.AddWorker(workers, pronto.WorkFunc(func(ctx context.Context, j *pronto.Job[blockArgs]) error {
+			n, _ := runs.LoadOrStore(j.ID, new(atomic.Int32))
+			n.(*atomic.Int32).Add(1)
+			// The long job outlives its lease: it survives only if heartbeats extend it. A quick job
+			// spans a few heartbeat ticks but ends well within its first lease.
+			d := 300 * time.Millisecond
+			if j.Args.Key == "long" {
+				d = 2600 * time.Millisecond
+			}
+			select {
+			case <-time.After(d):
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}))
+		cfg := fastConfig(workers, defaultQueue(4))
+		// Leases are renewed once they have less than 1 s left (half the lease), so quick jobs are never
+		// part of a heartbeat.
+		cfg.LeaseDuration, cfg.HeartbeatInterval = 2*time.Second, 100*time.Millisecond
+		cfg.Queues = defaultQueue(11)
+		c := startClient(t, rec, cfg)
+		long, err := c.Insert(ctx, blockArgs{Key: "long"}, &pronto.InsertOpts{MaxAttempts: 1})
+		require.NoError(t, err)
+		var quick []string
+		for range 10 {
+			j, err := c.Insert(ctx, blockArgs{Key: "quick"}, nil)
+			require.NoError(t, err)
+			quick = append(quick, j.ID)
+		}
+		for _, id := range quick {
+			waitState(t, c, id, pronto.StateCompleted)
+			require.Zero(t, rec.times(id), "a job done within its first lease was named in a heartbeat")
+		}
+		done := waitState(t, c, long.ID, pronto.StateCompleted)
+		require.Equal(t, 1, done.Attempt, "the long job was rescued: its lease was not extended")
+		n, _ := runs.Load(long.ID)
+		require.EqualValues(t, 1, n.(*atomic.Int32).Load())
+		require.Positive(t, rec.times(long.ID), "the long job was never named in a heartbeat")
 	})
 }

@@ -35,7 +35,8 @@ type Config struct {
 	// LeaseDuration is how long a claimed job is held without a heartbeat before the leader rescues it
 	// (3 s). With the defaults a SIGKILLed client's jobs run again within about 4 s.
 	LeaseDuration time.Duration
-	// HeartbeatInterval is how often the client extends its jobs' leases, in one statement (1 s).
+	// HeartbeatInterval is how often the client extends, in one statement, the leases of its jobs
+	// that come near their end: less than two intervals or half the lease left (1 s).
 	HeartbeatInterval time.Duration
 	// PollInterval is the slow poll that covers lost notifications (1 s). Notifications make pickup
 	// immediate; on SQLite shared by several processes, the poll is how other processes find work.

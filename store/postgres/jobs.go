@@ -74,7 +74,7 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) ([]*store.Job, e
 // has claimable jobs with a rate key, then the claimed jobs.
 func claimResults(br pgx.BatchResults) (jobs []*store.Job, limited bool, err error) {
 	var probe string
-	if err := br.QueryRow().Scan(nil, nil, nil, nil, &probe); err != nil {
+	if err := br.QueryRow().Scan(nil, nil, nil, nil, nil, &probe); err != nil {
 		return nil, false, err
 	}
 	rows, err := br.Query()

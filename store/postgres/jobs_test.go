@@ -462,3 +462,47 @@ func paramIDs(ps []*store.InsertParams) []string {
 	}
 	return out
 }
+
+// TestFirstPlansOnAnEmptyTableUseIndexes guards the plans a connection makes at its first claim and
+// first Finish, which it keeps until the table is next analyzed: made on a new, empty table they
+// must still reach rows through indexes, never by scanning the table, or every claim and Finish
+// reads the whole table once it has grown (see sqlClaimPlan and sqlFinishPlan).
+func TestFirstPlansOnAnEmptyTableUseIndexes(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := setup(t)
+	for _, c := range []struct {
+		name, settings, sql, exec string
+	}{
+		{"claim", s.q.claimPlan, s.q.claim, "('q', 10, 60000000, 'w')"},
+		{"claim by kind", s.q.claimPlan, s.q.claimKinds, "('q', 10, 60000000, 'w', '{k}')"},
+		{"finish", s.q.finishPlan, s.q.finish, "('{}', '{}', '{}', '{}', '{}', '{}', '{}')"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			conn, err := s.Pool().Acquire(ctx)
+			require.NoError(t, err)
+			defer conn.Release()
+			tx, err := conn.Begin(ctx)
+			require.NoError(t, err)
+			defer func() { _ = tx.Rollback(ctx) }()
+			settings := c.settings
+			if c.settings == s.q.claimPlan {
+				// The claim's settings take the queue as their parameter.
+				settings = strings.Replace(settings, "$1", "'q'", 1)
+			}
+			_, err = tx.Exec(ctx, settings)
+			require.NoError(t, err)
+			_, err = tx.Exec(ctx, "PREPARE first_plan AS "+c.sql)
+			require.NoError(t, err)
+			rows, err := tx.Query(ctx, "EXPLAIN EXECUTE first_plan"+c.exec)
+			require.NoError(t, err)
+			lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+			require.NoError(t, err)
+			plan := strings.Join(lines, "\n")
+			require.NotContains(t, plan, "Seq Scan", plan)
+			require.Contains(t, plan, "jobs_pkey", "the jobs are updated through their primary key:\n%s", plan)
+			_, err = tx.Exec(ctx, "DEALLOCATE first_plan")
+			require.NoError(t, err)
+		})
+	}
+}
