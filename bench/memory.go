@@ -18,12 +18,5 @@ func (prontoMemory) drop(context.Context, *env, string) error   { return nil }
 
 func (prontoMemory) open(ctx context.Context, _ *env, _ string) (instance, error) {
 	st := memory.New()
-	var inst *prontoInstance
-	inst, err := newProntoInstance(st, nil, func(ctx context.Context) (int64, error) {
-		return 0, errUnsupportedCount
-	})
-	if err != nil {
-		return nil, err
-	}
-	return inst, nil
+	return newProntoInstance(st, nil, countFinished(st))
 }

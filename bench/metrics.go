@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"errors"
 	"math"
 	"os"
 	"runtime"
@@ -15,7 +14,6 @@ import (
 	"time"
 )
 
-var errUnsupportedCount = errors.New("this store cannot count finished jobs from outside")
 
 // ev is one thing a worker did: a start (kind 'S', only in scenarios that need it) or an attempt's end.
 type ev struct {
