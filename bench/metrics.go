@@ -14,7 +14,6 @@ import (
 	"time"
 )
 
-
 // ev is one thing a worker did: a start (kind 'S', only in scenarios that need it) or an attempt's end.
 type ev struct {
 	seq, ins, start, end int64
