@@ -263,8 +263,11 @@ func writeReport(o options, mi machineInfo, results []*runResult, took time.Dura
 	if o.inprocRuns > 0 {
 		rn = append(rn, fmt.Sprintf("pronto-sqlite and pronto-memory at most %d run(s)", o.inprocRuns))
 	}
-	if o.phase > 0 {
+	switch {
+	case o.phase > 0 && o.phase < 30*time.Second:
 		w("- Enqueue phase of the paced scenarios: **%s** (shortened from the issue's 30 s to fit the time available; flag --phase).\n", o.phase)
+	case o.phase > 0:
+		w("- Enqueue phase of the paced scenarios: **%s** (flag --phase).\n", o.phase)
 	}
 	w("- Command(s), run from bench/: %s.\n", strings.Join(cmdList, "; "))
 	w("- Runs per scenario and system: %s. Cells show the median, with min–max across runs when there is more than one.\n", strings.Join(rn, "; "))
