@@ -230,3 +230,18 @@ func nilIfEmpty(s []string) []string {
 	}
 	return s
 }
+
+// scanOne scans the one row a statement returns with scan; no row is an error matching
+// store.ErrNotFound. what names the row in errors ("rate limit \"k\"").
+func scanOne[T any](row pgx.Row, scan func(pgx.Row) (T, error), what string) (T, error) {
+	v, err := scan(row)
+	if errors.Is(err, pgx.ErrNoRows) {
+		var zero T
+		return zero, fmt.Errorf("%s: %w", what, store.ErrNotFound)
+	}
+	if err != nil {
+		var zero T
+		return zero, fmt.Errorf("%s: %w", what, err)
+	}
+	return v, nil
+}

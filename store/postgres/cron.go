@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -31,14 +30,7 @@ func (s *Store) CronCreate(ctx context.Context, c *store.CronSchedule) error {
 
 // CronGet returns one cron schedule, or store.ErrNotFound.
 func (s *Store) CronGet(ctx context.Context, name string) (*store.CronSchedule, error) {
-	c, err := scanCron(s.pool.QueryRow(ctx, s.q.cronGet, name))
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, fmt.Errorf("cron schedule %q: %w", name, store.ErrNotFound)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("cron schedule %q: %w", name, err)
-	}
-	return c, nil
+	return scanOne(s.pool.QueryRow(ctx, s.q.cronGet, name), scanCron, fmt.Sprintf("cron schedule %q", name))
 }
 
 // CronList returns every cron schedule, by name.
@@ -52,14 +44,7 @@ func (s *Store) CronList(ctx context.Context) ([]*store.CronSchedule, error) {
 
 // CronDelete removes a cron schedule and returns it as it was, or gives store.ErrNotFound.
 func (s *Store) CronDelete(ctx context.Context, name string) (*store.CronSchedule, error) {
-	c, err := scanCron(s.pool.QueryRow(ctx, s.q.cronDelete, name))
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, fmt.Errorf("delete cron schedule %q: %w", name, store.ErrNotFound)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("delete cron schedule %q: %w", name, err)
-	}
-	return c, nil
+	return scanOne(s.pool.QueryRow(ctx, s.q.cronDelete, name), scanCron, fmt.Sprintf("delete cron schedule %q", name))
 }
 
 // CronDue returns up to limit enabled schedules whose next run is at or before now, earliest first

@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -33,14 +32,7 @@ func (s *Store) SetRateLimit(ctx context.Context, key string, l store.RateLimit)
 // GetRateLimit returns the limit under key with its current use, or an error matching
 // store.ErrNotFound.
 func (s *Store) GetRateLimit(ctx context.Context, key string) (*store.RateLimitInfo, error) {
-	info, err := scanRateLimit(s.pool.QueryRow(ctx, s.q.getRateLimit, key))
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, fmt.Errorf("rate limit %q: %w", key, store.ErrNotFound)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("rate limit %q: %w", key, err)
-	}
-	return info, nil
+	return scanOne(s.pool.QueryRow(ctx, s.q.getRateLimit, key), scanRateLimit, fmt.Sprintf("rate limit %q", key))
 }
 
 // ListRateLimits returns every stored limit with its current use, in key order. It counts each
