@@ -131,16 +131,9 @@ func (s *Server) bulkEnqueue(w http.ResponseWriter, r *http.Request) {
 
 // bulkJobs reads the jobs member: a non-empty array of at most maxBulkItems elements.
 func bulkJobs(m object) ([]json.RawMessage, *apiError) {
-	raw, ok := m.get("jobs")
-	if !ok || jsonKind(raw) != "array" {
-		return nil, invalid("jobs", "jobs is required: an array of job envelopes")
-	}
-	var elems []json.RawMessage
-	if err := json.Unmarshal(raw, &elems); err != nil {
-		return nil, invalid("jobs", "jobs must be an array of job envelopes")
-	}
-	if len(elems) == 0 {
-		return nil, invalid("jobs", "jobs is empty")
+	elems, e := jobEnvelopes(m)
+	if e != nil {
+		return nil, e
 	}
 	if len(elems) > maxBulkItems {
 		return nil, tooManyItems("jobs", len(elems))

@@ -718,13 +718,10 @@ func decodeRetry(raw json.RawMessage) (*pronto.RetryPolicy, string, *apiError) {
 	return p, onExhaustion, nil
 }
 
-// decodeBatch reads {"jobs": [envelope, ...]}.
-func decodeBatch(body []byte, now time.Time, maxJobs int) ([]*enqueueRequest, *apiError) {
-	top, e := decodeObject(body, "batch")
-	if e != nil {
-		return nil, e
-	}
-	raw, ok := top.get("jobs")
+// jobEnvelopes reads the jobs member of a batch or bulk request: a non-empty array of job
+// envelopes, returned undecoded. The caller bounds its length.
+func jobEnvelopes(m object) ([]json.RawMessage, *apiError) {
+	raw, ok := m.get("jobs")
 	if !ok || jsonKind(raw) != "array" {
 		return nil, invalid("jobs", "jobs is required: an array of job envelopes")
 	}
@@ -734,6 +731,19 @@ func decodeBatch(body []byte, now time.Time, maxJobs int) ([]*enqueueRequest, *a
 	}
 	if len(elems) == 0 {
 		return nil, invalid("jobs", "jobs is empty")
+	}
+	return elems, nil
+}
+
+// decodeBatch reads {"jobs": [envelope, ...]}.
+func decodeBatch(body []byte, now time.Time, maxJobs int) ([]*enqueueRequest, *apiError) {
+	top, e := decodeObject(body, "batch")
+	if e != nil {
+		return nil, e
+	}
+	elems, e := jobEnvelopes(top)
+	if e != nil {
+		return nil, e
 	}
 	if len(elems) > maxJobs {
 		return nil, invalid("jobs", "a batch holds at most %d jobs, got %d", maxJobs, len(elems))
