@@ -133,6 +133,7 @@ func (c *Client) Start(ctx context.Context) error {
 	c.completer = completer.New(completer.Config{
 		Finish:       c.store.Finish,
 		MaxBatchSize: c.cfg.CompleterBatchSize,
+		Linger:       c.cfg.CompleterLinger,
 		Logger:       c.cfg.Logger,
 	})
 	c.servicesWG.Add(1)

@@ -4,6 +4,12 @@
 // quickly a small batch also waits FlushWindow for company. An idle system writes each outcome
 // immediately and a busy one writes hundreds per statement.
 //
+// Between the two, when outcomes arrive a few milliseconds apart (a few hundred jobs a second), a
+// batch that is still small waits up to Config.Linger for company, so each statement carries
+// several outcomes instead of one: every statement is a round trip that costs both the client and
+// the database far more CPU than the rows it writes. A job's worker slot is free as soon as its
+// outcome is handed over, so lingering delays only when the outcome is visible in the store.
+//
 // The queue is bounded (Config.MaxPending): when the store writes outcomes more slowly than the
 // workers produce them, Add waits for room, so the workers slow down to the store's pace instead of
 // piling outcomes up in memory (and their jobs up as active in the database).
@@ -18,11 +24,40 @@ import (
 	"github.com/pronto-jobs/pronto/store"
 )
 
-// FlushWindow is how long a small batch waits for company when outcomes are arriving quickly (the
-// previous flush ended less than busyWindow ago). An idle system writes each outcome at once.
-const FlushWindow = time.Millisecond
+// DefaultLinger is the default Config.Linger.
+const DefaultLinger = 5 * time.Millisecond
 
-const busyWindow = 5 * time.Millisecond
+// spacingWeight is the weight, as a divisor, of the newest gap between two outcomes in the
+// running estimate of their spacing.
+const spacingWeight = 8
+
+// spacing estimates how far apart outcomes arrive: an exponentially weighted moving average of the
+// gaps between Adds, each gap capped at twice the linger so that a long idle spell is forgotten after
+// a handful of outcomes rather than after hundreds.
+type spacing struct {
+	linger time.Duration
+	est    time.Duration
+	last   time.Time
+	idle   bool // the latest outcome came after a gap of twice the linger or more
+}
+
+func newSpacing(linger time.Duration) spacing {
+	return spacing{linger: linger, est: 2 * linger, idle: true}
+}
+
+// observe records an outcome arriving at now.
+func (s *spacing) observe(now time.Time) {
+	if !s.last.IsZero() {
+		gap := min(max(now.Sub(s.last), 0), 2*s.linger)
+		s.est += (gap - s.est) / spacingWeight
+		s.idle = gap == 2*s.linger
+	}
+	s.last = now
+}
+
+// streaming reports whether outcomes arrive closer together than the linger, so that a batch waiting
+// for the linger can expect company. The first outcome after an idle spell never waits.
+func (s *spacing) streaming() bool { return s.est < s.linger && !s.idle }
 
 // Item is one outcome to write, with a callback told whether it was applied.
 type Item struct {
@@ -39,7 +74,10 @@ type Config struct {
 	// MaxPending bounds the outcomes waiting to be written; Add waits while it is reached. Default
 	// twice MaxBatchSize.
 	MaxPending int
-	Logger     *slog.Logger
+	// Linger is the longest a batch of fewer than MaxBatchSize/10 outcomes waits for more while
+	// outcomes arrive closer together than Linger. Default DefaultLinger; negative never waits.
+	Linger time.Duration
+	Logger *slog.Logger
 }
 
 // Completer batches completions. Add is safe for concurrent use.
@@ -53,7 +91,12 @@ type Completer struct {
 	closed  bool
 	exited  bool // Run has returned: nothing queued from now on would be written
 	waiters int  // Adds waiting for room
-	done    chan struct{}
+	gaps    spacing
+	// lingering is set while Run waits for company; Add then signals full once pending reaches
+	// the batch target, and Close signals it too.
+	lingering bool
+	full      chan struct{} // buffered(1)
+	done      chan struct{}
 }
 
 // New returns a completer; Run starts it.
@@ -64,10 +107,13 @@ func New(cfg Config) *Completer {
 	if cfg.MaxPending <= 0 {
 		cfg.MaxPending = 2 * cfg.MaxBatchSize
 	}
+	if cfg.Linger == 0 {
+		cfg.Linger = DefaultLinger
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	c := &Completer{cfg: cfg, done: make(chan struct{})}
+	c := &Completer{cfg: cfg, gaps: newSpacing(max(cfg.Linger, 0)), full: make(chan struct{}, 1), done: make(chan struct{})}
 	c.cond = sync.NewCond(&c.mu)
 	c.space = sync.NewCond(&c.mu)
 	return c
@@ -93,8 +139,23 @@ func (c *Completer) Add(it Item) {
 		return
 	}
 	c.pending = append(c.pending, it)
+	c.gaps.observe(time.Now())
+	if c.lingering && len(c.pending) >= c.batchTarget() {
+		c.signalFull()
+	}
 	c.mu.Unlock()
 	c.cond.Signal()
+}
+
+// batchTarget is the batch size that ends a linger at once.
+func (c *Completer) batchTarget() int { return max(c.cfg.MaxBatchSize/10, 1) }
+
+// signalFull ends a linger.
+func (c *Completer) signalFull() {
+	select {
+	case c.full <- struct{}{}:
+	default:
+	}
 }
 
 // Close stops accepting outcomes; Run writes what is queued and returns.
@@ -102,6 +163,7 @@ func (c *Completer) Close() {
 	c.mu.Lock()
 	c.closed = true
 	c.mu.Unlock()
+	c.signalFull()
 	c.cond.Broadcast()
 	c.space.Broadcast()
 }
@@ -116,7 +178,9 @@ func (c *Completer) Run(ctx context.Context) {
 	defer close(c.done)
 	stop := context.AfterFunc(ctx, func() { c.cond.Broadcast() })
 	defer stop()
-	var lastFlush time.Time
+	linger := time.NewTimer(time.Hour)
+	linger.Stop()
+	defer linger.Stop()
 	for {
 		c.mu.Lock()
 		// After Close, Adds that were waiting for room still come in: wait for them too.
@@ -136,11 +200,28 @@ func (c *Completer) Run(ctx context.Context) {
 			}
 			return
 		}
-		if len(c.pending) < c.cfg.MaxBatchSize/10 && time.Since(lastFlush) < busyWindow && !c.closed {
-			// Busy: outcomes keep arriving. Let a few more gather so one statement writes many.
+		if c.cfg.Linger > 0 && len(c.pending) < c.batchTarget() && c.gaps.streaming() && !c.closed {
+			// Outcomes keep arriving: let a few more gather so one statement writes many.
+			c.lingering = true
+			select {
+			case <-c.full: // a stale signal from an earlier linger
+			default:
+			}
 			c.mu.Unlock()
-			time.Sleep(FlushWindow)
+			linger.Reset(c.cfg.Linger)
+			select {
+			case <-linger.C:
+			case <-c.full:
+				linger.Stop()
+			case <-ctx.Done():
+				linger.Stop()
+			}
 			c.mu.Lock()
+			c.lingering = false
+			if ctx.Err() != nil {
+				c.mu.Unlock()
+				continue // report what is left as not written
+			}
 		}
 		n := min(len(c.pending), c.cfg.MaxBatchSize)
 		batch := make([]Item, n)
@@ -149,7 +230,6 @@ func (c *Completer) Run(ctx context.Context) {
 		c.mu.Unlock()
 		c.space.Broadcast()
 		c.write(ctx, batch)
-		lastFlush = time.Now()
 	}
 }
 

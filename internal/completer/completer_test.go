@@ -217,3 +217,123 @@ func waitForWaiter(t *testing.T, c *Completer) {
 	t.Helper()
 	require.Eventually(t, func() bool { c.mu.Lock(); defer c.mu.Unlock(); return c.waiters > 0 }, 5*time.Second, time.Millisecond)
 }
+
+func TestSpacingTellsAStreamFromLoneOutcomes(t *testing.T) {
+	const linger = 5 * time.Millisecond
+	s := newSpacing(linger)
+	require.False(t, s.streaming(), "a new completer has seen no stream")
+	at := time.Unix(1_700_000_000, 0)
+	s.observe(at)
+	for i := 0; i < 3; i++ {
+		at = at.Add(2 * time.Millisecond)
+		s.observe(at)
+	}
+	require.False(t, s.streaming(), "three outcomes are not yet a stream after an idle start")
+	for i := 0; i < 20; i++ {
+		at = at.Add(2 * time.Millisecond)
+		s.observe(at)
+	}
+	require.True(t, s.streaming(), "outcomes 2 ms apart are a stream for a 5 ms linger")
+
+	at = at.Add(time.Hour)
+	s.observe(at)
+	require.False(t, s.streaming(), "an idle spell ends a stream")
+	require.LessOrEqual(t, s.est, 2*linger, "a long idle gap counts as at most twice the linger")
+	for i := 0; i < 10; i++ {
+		at = at.Add(20 * time.Millisecond)
+		s.observe(at)
+	}
+	require.False(t, s.streaming(), "outcomes 20 ms apart are written one by one")
+	for i := 0; i < 12; i++ {
+		at = at.Add(time.Millisecond)
+		s.observe(at)
+	}
+	require.True(t, s.streaming(), "a stream after an idle spell is recognised within a dozen outcomes")
+}
+
+// countingFinish records the size of every batch it is given and applies everything.
+type countingFinish struct {
+	mu      sync.Mutex
+	batches []int
+}
+
+func (f *countingFinish) finish(_ context.Context, cs []store.Completion) ([]store.FinishResult, error) {
+	f.mu.Lock()
+	f.batches = append(f.batches, len(cs))
+	f.mu.Unlock()
+	out := make([]store.FinishResult, len(cs))
+	for i, c := range cs {
+		out[i] = store.FinishResult{ID: c.ID, Applied: true}
+	}
+	return out, nil
+}
+
+func (f *countingFinish) calls() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.batches)
+}
+
+func TestLingersForCompanyWhileOutcomesStream(t *testing.T) {
+	f := &countingFinish{}
+	// A linger far longer than the outcomes' spacing, however slow the machine.
+	c := New(Config{Finish: f.finish, Linger: 2 * time.Second})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go c.Run(ctx)
+
+	const n = 40
+	var written atomic.Int32
+	for i := 0; i < n; i++ {
+		c.Add(Item{Completion: store.Completion{ID: fmt.Sprint(i)}, Done: func(ok bool, err error) {
+			if ok && err == nil {
+				written.Add(1)
+			}
+		}})
+		time.Sleep(time.Millisecond)
+	}
+	require.Eventually(t, func() bool { return written.Load() == n }, 10*time.Second, time.Millisecond,
+		"a linger ends after at most Linger")
+	require.Less(t, f.calls(), n/2, "outcomes arriving in a stream share statements: batches %v", f.batches)
+}
+
+func TestWritesALoneOutcomeAtOnce(t *testing.T) {
+	f := &countingFinish{}
+	// Were the lone outcome to wait for the linger, it would take a minute.
+	c := New(Config{Finish: f.finish, Linger: time.Minute})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go c.Run(ctx)
+	got := make(chan bool, 1)
+	c.Add(Item{Completion: store.Completion{ID: "a"}, Done: func(ok bool, err error) { got <- ok && err == nil }})
+	select {
+	case ok := <-got:
+		require.True(t, ok)
+	case <-time.After(10 * time.Second):
+		t.Fatal("a lone outcome waited for company")
+	}
+}
+
+func TestCloseEndsALinger(t *testing.T) {
+	f := &countingFinish{}
+	c := New(Config{Finish: f.finish, Linger: time.Minute})
+	// Make the completer believe outcomes are streaming.
+	at := time.Now()
+	for i := 0; i < 50; i++ {
+		c.gaps.observe(at.Add(time.Duration(i) * time.Millisecond))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go c.Run(ctx)
+	got := make(chan bool, 1)
+	c.Add(Item{Completion: store.Completion{ID: "a"}, Done: func(ok bool, err error) { got <- ok && err == nil }})
+	require.Eventually(t, func() bool { c.mu.Lock(); defer c.mu.Unlock(); return c.lingering }, 10*time.Second, time.Millisecond)
+	c.Close()
+	select {
+	case ok := <-got:
+		require.True(t, ok, "the lingering outcome is written on Close")
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close did not end the linger")
+	}
+	<-c.Done()
+}
