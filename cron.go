@@ -119,7 +119,7 @@ func ParseCron(expression, timezone string) (CronSchedule, error) {
 }
 
 // ValidCronName reports whether name is an acceptable cron registration name.
-func ValidCronName(name string) bool { return len(name) <= 255 && queueRE.MatchString(name) }
+func ValidCronName(name string) bool { return len(name) <= 255 && validName(name, false) }
 
 // cronTemplate is how a CronJob's job is kept in the store.
 type cronTemplate struct {

@@ -1,7 +1,6 @@
 package pronto
 
 import (
-	"regexp"
 	"time"
 )
 
@@ -52,20 +51,57 @@ type InsertOpts struct {
 	RateLimit *RateLimit
 }
 
-var (
-	rateKeyRE = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9._:\-]*$`)
-	queueRE   = regexp.MustCompile(`^[a-z0-9][a-z0-9.\-]*$`)
-	kindRE    = regexp.MustCompile(`^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*$`)
-)
+// ValidQueueName reports whether name is an acceptable OJS queue name: [a-z0-9][a-z0-9.-]*, at most
+// 128 characters.
+func ValidQueueName(name string) bool { return len(name) <= 128 && validName(name, false) }
 
-// ValidQueueName reports whether name is an acceptable OJS queue name.
-func ValidQueueName(name string) bool { return len(name) <= 128 && queueRE.MatchString(name) }
+// ValidRateKey reports whether key is an acceptable rate-limit key: [a-zA-Z0-9][a-zA-Z0-9._:-]*, at
+// most 255 characters.
+func ValidRateKey(key string) bool { return len(key) <= 255 && validName(key, true) }
 
-// ValidRateKey reports whether key is an acceptable rate-limit key.
-func ValidRateKey(key string) bool { return len(key) <= 255 && rateKeyRE.MatchString(key) }
+// validName reports whether s is a lower-case letter or digit followed by lower-case letters, digits,
+// dots and dashes; keys also allows upper-case letters, underscores and colons. Every insert checks
+// its queue name, so this is a loop over bytes rather than a regular expression.
+func validName(s string, keys bool) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case 'a' <= c && c <= 'z', '0' <= c && c <= '9':
+		case keys && 'A' <= c && c <= 'Z':
+		case i > 0 && (c == '.' || c == '-'):
+		case i > 0 && keys && (c == '_' || c == ':'):
+		default:
+			return false
+		}
+	}
+	return true
+}
 
-// ValidKind reports whether kind is an acceptable OJS job type.
-func ValidKind(kind string) bool { return len(kind) <= 255 && kindRE.MatchString(kind) }
+// ValidKind reports whether kind is an acceptable OJS job type: dot-separated segments of
+// [a-z][a-z0-9_]*, at most 255 characters.
+func ValidKind(kind string) bool {
+	if kind == "" || len(kind) > 255 {
+		return false
+	}
+	segmentStart := true
+	for i := 0; i < len(kind); i++ {
+		c := kind[i]
+		switch {
+		case 'a' <= c && c <= 'z':
+		case !segmentStart && ('0' <= c && c <= '9' || c == '_'):
+		case !segmentStart && c == '.':
+			segmentStart = true
+			continue
+		default:
+			return false
+		}
+		segmentStart = false
+	}
+	return !segmentStart
+}
 
 // merge returns o with its zero fields taken from def.
 func (o InsertOpts) merge(def InsertOpts) InsertOpts {

@@ -62,7 +62,7 @@ func TestUniqueConcurrentProcesses(t *testing.T) {
 		for i := range inserters {
 			batch := []*store.InsertParams{uniqueParams(queue, key, store.ConflictReject)}
 			if i%3 == 0 { // with plain jobs around it, written with COPY in the same transaction
-				for range copyThreshold {
+				for range pipelineMax + 1 {
 					batch = append(batch, params(queue))
 				}
 			}
@@ -534,7 +534,7 @@ func TestFailedUniqueInsertLeavesConnectionClean(t *testing.T) {
 	holder := uniqueParams("q", key, "")
 	_, err := s.Insert(ctx, []*store.InsertParams{holder})
 	require.NoError(t, err)
-	for _, size := range []int{1, copyThreshold + 5} {
+	for _, size := range []int{1, pipelineMax + 6} {
 		batch := []*store.InsertParams{uniqueParams("q", key, store.ConflictReject)}
 		for range size {
 			batch = append(batch, params("q"))

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -13,9 +14,16 @@ import (
 	"github.com/pronto-jobs/pronto/store"
 )
 
-// copyThreshold is the batch size from which Insert uses COPY. Below it, one pipelined batch of
-// single-row INSERTs is a single round trip, which COPY (statement, data, commit) cannot beat.
-const copyThreshold = 10
+// Batch sizes choosing how Insert writes plain jobs. Up to pipelineMax, one pipelined batch of
+// single-row INSERTs (one round trip). Up to arraysMax, one INSERT of parallel arrays, also one
+// round trip: at 100 jobs it wrote 50k jobs/s where COPY, with its four round trips (the
+// transaction's timestamp, the COPY statement, its data, the commit), wrote 35k. Above arraysMax,
+// COPY: its cheaper parsing outweighs the round trips, and from about 1000 jobs it is the faster
+// of the two. Batches that are not plain (unique jobs, workflows) use COPY above pipelineMax.
+const (
+	pipelineMax = 9
+	arraysMax   = 500
+)
 
 // pgUniqueViolation is PostgreSQL's SQLSTATE for a unique constraint violation.
 const pgUniqueViolation = "23505"
@@ -40,9 +48,9 @@ type insertRow struct {
 }
 
 // Insert writes the jobs atomically and announces them, once per queue. A batch without unique
-// jobs or rate limits takes the fast paths: up to 9 jobs take one round trip (a pipelined batch of
-// INSERTs and NOTIFYs that runs as one implicit transaction); larger batches are written with COPY
-// in a transaction (three round trips). A batch with unique jobs or rate limits runs in a
+// jobs or rate limits takes the fast paths: up to 500 jobs take one round trip (a pipelined batch of
+// INSERTs, or one INSERT of arrays, with the NOTIFYs, run as one implicit transaction); larger
+// batches are written with COPY in a transaction. A batch with unique jobs or rate limits runs in a
 // transaction of its own, in two round trips unless a unique job meets a holder (see
 // insertSpecial). An id that exists already fails the whole call with
 // store.ErrDuplicate; a unique job refused by its key's holder fails it with a
@@ -62,18 +70,76 @@ func (s *Store) Insert(ctx context.Context, params []*store.InsertParams) ([]*st
 		}
 		return jobs, nil
 	}
-	if len(rows) < copyThreshold {
-		jobs, err := s.insertBatch(ctx, s.pool, rows)
-		if err != nil {
-			return nil, insertError(err)
-		}
-		return jobs, nil
+	var jobs []*store.Job
+	switch {
+	case len(rows) <= pipelineMax:
+		jobs, err = s.insertBatch(ctx, s.pool, rows)
+	case len(rows) <= arraysMax:
+		jobs, err = s.insertArrays(ctx, s.pool, rows)
+	default:
+		jobs, err = s.insertCopyPool(ctx, rows)
 	}
-	jobs, err := s.insertCopyPool(ctx, rows)
 	if err != nil {
 		return nil, insertError(err)
 	}
 	return jobs, nil
+}
+
+// insertArrays writes plain jobs (see sqlInsertArrays) with one INSERT of parallel arrays, pipelined
+// with their notifications: one round trip, one implicit transaction (or db's transaction).
+func (s *Store) insertArrays(ctx context.Context, db batchSender, rows []insertRow) ([]*store.Job, error) {
+	n := len(rows)
+	var (
+		ids       = make([]pgtype.UUID, n)
+		kinds     = make([]string, n)
+		queues    = make([]string, n)
+		args      = make([][]byte, n)
+		metas     = make([][]byte, n)
+		prios     = make([]int32, n)
+		states    = make([]string, n)
+		attempts  = make([]int32, n)
+		tags      = make([][]byte, n)
+		policies  = make([][]byte, n)
+		timeouts  = make([]int64, n)
+		scheduled = make([]pgtype.Timestamptz, n)
+		expires   = make([]pgtype.Timestamptz, n)
+		tenants   = make([]pgtype.Text, n)
+		rateKeys  = make([]pgtype.Text, n)
+	)
+	for i := range rows {
+		r := &rows[i]
+		p := r.p
+		ids[i], kinds[i], queues[i] = r.id, p.Kind, p.Queue
+		args[i], metas[i] = argsOrEmpty(p.Args), nullJSON(p.Meta)
+		prios[i], states[i], attempts[i] = int32(p.Priority), string(r.state), int32(p.MaxAttempts)
+		if len(r.tags) > 0 {
+			b, err := json.Marshal(r.tags)
+			if err != nil {
+				return nil, err
+			}
+			tags[i] = b
+		}
+		policies[i], timeouts[i] = nullJSON(p.RetryPolicy), p.Timeout.Milliseconds()
+		scheduled[i], expires[i] = nullTime(p.ScheduledAt), nullTime(p.ExpiresAt)
+		tenants[i], rateKeys[i] = nullText(p.Tenant), nullText(p.RateKey)
+	}
+	var now time.Time
+	var written int
+	b := &pgx.Batch{}
+	b.Queue(s.q.insertArrays, ids, kinds, queues, args, metas, prios, states, attempts, tags, policies,
+		timeouts, scheduled, expires, tenants, rateKeys).QueryRow(func(row pgx.Row) error {
+		return row.Scan(&now, &written)
+	})
+	for _, note := range insertNotifications(rows, time.Now()) {
+		b.Queue(s.q.notify, note)
+	}
+	if err := db.SendBatch(ctx, b).Close(); err != nil {
+		return nil, err
+	}
+	if written != n {
+		return nil, fmt.Errorf("wrote %d of %d jobs", written, n)
+	}
+	return jobsFromCopy(rows, now), nil
 }
 
 // InsertPgxTx inserts the jobs inside the application's transaction tx. They become visible, and
@@ -93,8 +159,10 @@ func (s *Store) InsertPgxTx(ctx context.Context, tx pgx.Tx, params []*store.Inse
 	var jobs []*store.Job
 	if special {
 		jobs, err = s.insertSpecial(ctx, tx, rows, insertSavepoint)
-	} else if len(rows) < copyThreshold {
+	} else if len(rows) <= pipelineMax {
 		jobs, err = s.insertBatch(ctx, tx, rows)
+	} else if len(rows) <= arraysMax {
+		jobs, err = s.insertArrays(ctx, tx, rows)
 	} else {
 		jobs, err = s.insertCopy(ctx, tx, rows)
 	}

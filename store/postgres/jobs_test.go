@@ -74,7 +74,7 @@ func TestInsertAndGet(t *testing.T) {
 
 func TestInsertDuplicateIsAtomic(t *testing.T) {
 	t.Parallel()
-	for _, n := range []int{1, 5, copyThreshold, 50} {
+	for _, n := range []int{1, 5, pipelineMax + 1, 50, arraysMax + 1} {
 		s := setup(t)
 		ctx := context.Background()
 		existing := params("default")

@@ -26,7 +26,7 @@ func TestInsertPgxTxRollbackAndCommit(t *testing.T) {
 	s := setup(t)
 	rec := subscribe(t, s)
 
-	for _, n := range []int{1, 3, 25} {
+	for _, n := range []int{1, 3, 25, arraysMax + 1} { // each way of writing a batch
 		// Rolled back: no job, no notification.
 		tx, err := s.Pool().Begin(ctx)
 		require.NoError(t, err)

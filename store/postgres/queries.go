@@ -113,6 +113,25 @@ RETURNING created_at, scheduled_at`
 ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND state = ANY (unique_states) DO NOTHING
 RETURNING created_at, scheduled_at`
 
+	// sqlInsertArrays inserts the plain jobs (no unique key, no workflow fields) given as parallel
+	// arrays, one element per job, and returns the transaction's timestamp, which every row took as
+	// created_at (and as scheduled_at where $12 is NULL), with the number of rows written. Tags come
+	// as one JSON array per job (NULL for none): an array of arrays must be rectangular.
+	sqlInsertArrays = `WITH ins AS (
+	INSERT INTO {schema}.jobs (id, kind, queue, args, meta, priority, state, max_attempts, tags,
+		retry_policy, timeout_ms, scheduled_at, expires_at, tenant, rate_key)
+	SELECT id, kind, queue, args, meta, priority, state, max_attempts,
+		CASE WHEN tags IS NULL THEN '{}'::text[] ELSE ARRAY(SELECT jsonb_array_elements_text(tags)) END,
+		retry_policy, timeout_ms, coalesce(scheduled_at, now()), expires_at, tenant, rate_key
+	FROM unnest($1::uuid[], $2::text[], $3::text[], $4::jsonb[], $5::jsonb[], $6::int[], $7::text[],
+		$8::int[], $9::jsonb[], $10::jsonb[], $11::bigint[], $12::timestamptz[], $13::timestamptz[],
+		$14::text[], $15::text[])
+		AS u(id, kind, queue, args, meta, priority, state, max_attempts, tags, retry_policy,
+			timeout_ms, scheduled_at, expires_at, tenant, rate_key)
+	RETURNING 1
+)
+SELECT now(), count(*) FROM ins`
+
 	// sqlUniqueHolder locks the job holding unique key $1, telling whether its period has run out.
 	sqlUniqueHolder = `SELECT unique_until IS NOT NULL AND unique_until <= now(), ` + jobCols + `
 FROM {schema}.jobs
@@ -672,9 +691,9 @@ const (
 
 // queries holds every statement with the schema and channel substituted.
 type queries struct {
-	insertJob, notify, now, claimPlan, claim, claimKinds, finish, heartbeat, rescue, promote string
-	discardExpired, nextDue, cleanup, getJob, listJobs, listJobsDesc, cancelJob, retryJob    string
-	activateJob, deleteJob, listQueues, setPaused, elect, resign                             string
+	insertJob, insertArrays, notify, now, claimPlan, claim, claimKinds, finish, heartbeat, rescue, promote string
+	discardExpired, nextDue, cleanup, getJob, listJobs, listJobsDesc, cancelJob, retryJob                  string
+	activateJob, deleteJob, listQueues, setPaused, elect, resign                                           string
 
 	insertUnique, uniqueHolder, uniqueRelease, uniqueReplace, uniqueConflict string
 	claimLimitedPlan, claimLimited, listWorkflowJobs, listWorkflowJobsDesc   string
@@ -693,6 +712,7 @@ type queries struct {
 func newQueries(r *strings.Replacer) *queries {
 	return &queries{
 		insertJob:      r.Replace(sqlInsertJob),
+		insertArrays:   r.Replace(sqlInsertArrays),
 		notify:         r.Replace(sqlNotify),
 		now:            sqlNow,
 		claimPlan:      r.Replace(sqlClaimPlan),

@@ -80,7 +80,7 @@ func (s *Store) insertSpecial(ctx context.Context, db copier, rows []insertRow, 
 		}
 	}
 	slices.SortStableFunc(unique, func(a, b int) int { return strings.Compare(rows[a].p.UniqueKey, rows[b].p.UniqueKey) })
-	copied := len(plain) >= copyThreshold
+	copied := len(plain) > pipelineMax
 
 	var now time.Time
 	met := make([]bool, len(rows)) // unique jobs whose first insert met a holder

@@ -44,7 +44,7 @@ func (s *Store) InsertWorkflow(ctx context.Context, p store.WorkflowParams) (*st
 			}
 		}
 		notes := insertNotifications(rows, time.Now())
-		if len(rows) < copyThreshold {
+		if len(rows) <= pipelineMax {
 			jobs, err = s.insertRows(ctx, tx, rows, notes)
 			return err
 		}

@@ -112,36 +112,47 @@ func testInsertDefaults(t *testing.T, s store.Store) {
 	require.Equal(t, []string{p.ID}, ids(got), "a job inserted without scheduled_at is claimable at once")
 }
 
+// testInsertBatch inserts batches of several sizes (a store may write small and large batches
+// differently) mixing states, priorities and every optional field, some set and some not, and
+// requires every job back as given.
 func testInsertBatch(t *testing.T, s store.Store) {
-	var params []*store.InsertParams
 	states := []store.State{store.StateAvailable, store.StateScheduled, store.StatePending}
-	for i := range 100 {
-		p := job(fmt.Sprintf("batch-%d", i%3))
-		p.Priority = i % 5
-		p.Args = json.RawMessage(fmt.Sprintf(`[{"i":%d}]`, i))
-		p.State = states[i%3]
-		if p.State == store.StateScheduled {
-			p.ScheduledAt = time.Now().Add(time.Hour)
+	tagSets := [][]string{nil, {"billing"}, {"a,b", `"quoted"`, "{braces}", "back\\slash", "ünï"}}
+	for _, n := range []int{5, 100, 600} {
+		var params []*store.InsertParams
+		prefix := fmt.Sprintf("batch%d-", n)
+		for i := range n {
+			p := fullJob(fmt.Sprintf("%s%d", prefix, i%3))
+			p.UniqueKey, p.UniqueStates, p.UniqueUntil = "", nil, time.Time{}
+			p.Priority = i % 5
+			p.Args = json.RawMessage(fmt.Sprintf(`[{"i":%d}]`, i))
+			p.State = states[i%3]
+			if p.State != store.StateScheduled {
+				p.ScheduledAt = time.Time{}
+			}
+			p.Tags = tagSets[i%len(tagSets)]
+			if i%4 == 0 {
+				p.Meta, p.RetryPolicy, p.Tenant, p.RateKey = nil, nil, "", ""
+				p.ExpiresAt, p.Timeout = time.Time{}, 0
+			}
+			params = append(params, p)
 		}
-		params = append(params, p)
-	}
-	jobs := insert(t, s, params...)
-	for i, j := range jobs {
-		requireInserted(t, params[i], j)
-		requireInserted(t, params[i], get(t, s, params[i].ID))
-	}
-	for i, st := range states {
-		q, ok := queueInfo(t, s, fmt.Sprintf("batch-%d", i))
-		require.True(t, ok)
-		want := int64(34)
-		if i > 0 {
-			want = 33
+		jobs := insert(t, s, params...)
+		require.Len(t, jobs, n)
+		for i, j := range jobs {
+			requireInserted(t, params[i], j)
+			requireInserted(t, params[i], get(t, s, params[i].ID))
 		}
-		require.Equal(t, want, q.Counts[st], "queue batch-%d holds its %s jobs", i, st)
+		for i, st := range states {
+			q, ok := queueInfo(t, s, fmt.Sprintf("%s%d", prefix, i))
+			require.True(t, ok)
+			want := int64((n - i + 2) / 3)
+			require.Equal(t, want, q.Counts[st], "batch of %d: queue %d holds its %s jobs", n, i, st)
+		}
+		require.Len(t, claim(t, s, prefix+"0", 1000), (n+2)/3, "batch of %d: every available job is claimable", n)
+		require.Empty(t, claim(t, s, prefix+"1", 1000), "batch of %d: scheduled jobs are not due", n)
+		require.Empty(t, claim(t, s, prefix+"2", 1000), "batch of %d: pending jobs are not claimable", n)
 	}
-	require.Len(t, claim(t, s, "batch-0", 1000), 34, "every available job of the batch is claimable")
-	require.Empty(t, claim(t, s, "batch-1", 1000), "scheduled jobs of the batch are not due")
-	require.Empty(t, claim(t, s, "batch-2", 1000), "pending jobs of the batch are not claimable")
 }
 
 func testInsertDuplicate(t *testing.T, s store.Store) {
