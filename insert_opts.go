@@ -82,17 +82,23 @@ func validName(s string, keys bool) bool {
 
 // ValidKind reports whether kind is an acceptable OJS job type: dot-separated segments of
 // [a-z][a-z0-9_]*, at most 255 characters.
-func ValidKind(kind string) bool {
-	if kind == "" || len(kind) > 255 {
+func ValidKind(kind string) bool { return validType(kind, false) }
+
+// validType reports whether typ is dot-separated segments that start with a lower-case letter and go
+// on with lower-case letters, digits and underscores (and hyphens when hyphens), at most 255 bytes.
+func validType(typ string, hyphens bool) bool {
+	if typ == "" || len(typ) > 255 {
 		return false
 	}
 	segmentStart := true
-	for i := 0; i < len(kind); i++ {
-		c := kind[i]
+	for i := 0; i < len(typ); i++ {
+		c := typ[i]
 		switch {
 		case 'a' <= c && c <= 'z':
-		case !segmentStart && ('0' <= c && c <= '9' || c == '_'):
-		case !segmentStart && c == '.':
+		case segmentStart:
+			return false
+		case '0' <= c && c <= '9', c == '_', hyphens && c == '-':
+		case c == '.':
 			segmentStart = true
 			continue
 		default:

@@ -12,13 +12,14 @@ var (
 	queueGrammar   = regexp.MustCompile(`^[a-z0-9][a-z0-9.\-]*$`)
 	rateKeyGrammar = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9._:\-]*$`)
 	kindGrammar    = regexp.MustCompile(`^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*$`)
+	ojsTypeGrammar = regexp.MustCompile(`^[a-z][a-z0-9_\-]*(\.[a-z][a-z0-9_\-]*)*$`)
 )
 
 func TestNameValidatorsAcceptExactlyTheirGrammar(t *testing.T) {
 	fixed := []string{
 		"", "a", "A", "0", ".", "-", "_", ":", "default", "email.send", "email..send", ".email",
 		"email.", "Email.send", "email.Send", "e1.s_2", "e.1s", "_a", "a_", "q-1.x", "-q", "q-",
-		"Rate:Key_1", "rate key", "é", "a\x00", "a.b.c.d", "a..", "9lives", "tenant:42/x",
+		"dlq.test.manual-retry", "a-.b", "-a.b", "a.-b", "Rate:Key_1", "rate key", "é", "a\x00", "a.b.c.d", "a..", "9lives", "tenant:42/x",
 	}
 	r := rand.New(rand.NewPCG(1, 2))
 	const alphabet = "abzAZ09._:-/ é"
@@ -44,6 +45,9 @@ func TestNameValidatorsAcceptExactlyTheirGrammar(t *testing.T) {
 		if got, want := ValidKind(s), kindGrammar.MatchString(s); got != want {
 			t.Errorf("ValidKind(%q) = %v, want %v", s, got, want)
 		}
+		if got, want := ValidOJSType(s), ojsTypeGrammar.MatchString(s); got != want {
+			t.Errorf("ValidOJSType(%q) = %v, want %v", s, got, want)
+		}
 	}
 }
 
@@ -53,6 +57,9 @@ func TestNameValidatorsBoundLength(t *testing.T) {
 	}
 	if !ValidKind(strings.Repeat("k", 255)) || ValidKind(strings.Repeat("k", 256)) {
 		t.Error("kinds are bounded at 255 characters")
+	}
+	if !ValidOJSType(strings.Repeat("k", 255)) || ValidOJSType(strings.Repeat("k", 256)) {
+		t.Error("OJS types are bounded at 255 characters")
 	}
 	if !ValidRateKey(strings.Repeat("R", 255)) || ValidRateKey(strings.Repeat("R", 256)) {
 		t.Error("rate keys are bounded at 255 characters")

@@ -12,28 +12,7 @@ import (
 // lowercase letters, digits, underscores and hyphens ("dlq.test.manual-retry"), at most 255 bytes.
 // It is ValidKind's grammar plus the hyphen, which the OJS conformance cases use although the OJS
 // core prose leaves it out.
-func ValidOJSType(typ string) bool {
-	if typ == "" || len(typ) > 255 {
-		return false
-	}
-	start := true
-	for i := 0; i < len(typ); i++ {
-		c := typ[i]
-		switch {
-		case c >= 'a' && c <= 'z':
-		case start:
-			return false
-		case c >= '0' && c <= '9', c == '_', c == '-':
-		case c == '.':
-			start = true
-			continue
-		default:
-			return false
-		}
-		start = false
-	}
-	return !start
-}
+func ValidOJSType(typ string) bool { return validType(typ, true) }
 
 // OJSJob is a job given in OJS terms: its type, its args as a JSON array and its meta as a JSON
 // object, kept byte for byte (no decoding and re-encoding on the way to the store).

@@ -71,17 +71,8 @@ func TestRetriesWhileTheStoreFails(t *testing.T) {
 		}
 		return []store.FinishResult{{ID: cs[0].ID, Applied: true}}, nil
 	}})
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go c.Run(ctx)
-	got := make(chan bool, 1)
-	c.Add(Item{Completion: store.Completion{ID: "a"}, Done: func(ok bool, err error) { got <- ok && err == nil }})
-	select {
-	case ok := <-got:
-		require.True(t, ok, "the outcome is written once the store is back")
-	case <-time.After(10 * time.Second):
-		t.Fatal("outcome never written")
-	}
+	run(t, c)
+	requireWritten(t, addOne(c, "a"), "the outcome is written once the store is back")
 	require.EqualValues(t, 3, calls.Load())
 	c.Close()
 	<-c.Done()
@@ -278,9 +269,7 @@ func TestLingersForCompanyWhileOutcomesStream(t *testing.T) {
 	f := &countingFinish{}
 	// A linger far longer than the outcomes' spacing, however slow the machine.
 	c := New(Config{Finish: f.finish, Linger: 2 * time.Second})
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go c.Run(ctx)
+	run(t, c)
 
 	const n = 40
 	var written atomic.Int32
@@ -301,17 +290,8 @@ func TestWritesALoneOutcomeAtOnce(t *testing.T) {
 	f := &countingFinish{}
 	// Were the lone outcome to wait for the linger, it would take a minute.
 	c := New(Config{Finish: f.finish, Linger: time.Minute})
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go c.Run(ctx)
-	got := make(chan bool, 1)
-	c.Add(Item{Completion: store.Completion{ID: "a"}, Done: func(ok bool, err error) { got <- ok && err == nil }})
-	select {
-	case ok := <-got:
-		require.True(t, ok)
-	case <-time.After(10 * time.Second):
-		t.Fatal("a lone outcome waited for company")
-	}
+	run(t, c)
+	requireWritten(t, addOne(c, "a"), "a lone outcome is written without waiting for company")
 }
 
 func TestCloseEndsALinger(t *testing.T) {
@@ -322,18 +302,35 @@ func TestCloseEndsALinger(t *testing.T) {
 	for i := 0; i < 50; i++ {
 		c.gaps.observe(at.Add(time.Duration(i) * time.Millisecond))
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go c.Run(ctx)
-	got := make(chan bool, 1)
-	c.Add(Item{Completion: store.Completion{ID: "a"}, Done: func(ok bool, err error) { got <- ok && err == nil }})
+	run(t, c)
+	got := addOne(c, "a")
 	require.Eventually(t, func() bool { c.mu.Lock(); defer c.mu.Unlock(); return c.lingering }, 10*time.Second, time.Millisecond)
 	c.Close()
+	requireWritten(t, got, "Close ends the linger and the outcome is written")
+	<-c.Done()
+}
+
+// run runs c until the test ends.
+func run(t *testing.T, c *Completer) {
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go c.Run(ctx)
+}
+
+// addOne queues one outcome; the channel tells whether it was written.
+func addOne(c *Completer, id string) <-chan bool {
+	got := make(chan bool, 1)
+	c.Add(Item{Completion: store.Completion{ID: id}, Done: func(ok bool, err error) { got <- ok && err == nil }})
+	return got
+}
+
+// requireWritten requires the outcome behind got to be written within 10 s.
+func requireWritten(t *testing.T, got <-chan bool, what string) {
+	t.Helper()
 	select {
 	case ok := <-got:
-		require.True(t, ok, "the lingering outcome is written on Close")
+		require.True(t, ok, what)
 	case <-time.After(10 * time.Second):
-		t.Fatal("Close did not end the linger")
+		t.Fatal("timed out: " + what)
 	}
-	<-c.Done()
 }
