@@ -13,19 +13,27 @@ import (
 	"github.com/pronto-jobs/pronto/store/postgres"
 )
 
-func TestInsertTxCommitAndRollback(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
+// startReportingClient starts a client with two workers on a fresh PostgreSQL schema, polling every
+// poll. Its echo worker sends report(job) to the returned channel for every job it runs.
+func startReportingClient(t *testing.T, poll time.Duration, report func(*pronto.Job[echoArgs]) string) (*testStore, *pronto.Client, <-chan string) {
+	t.Helper()
 	ts := newTestStore(t, kindPostgres)
 	ran := make(chan string, 4)
 	workers := pronto.NewWorkers()
 	pronto.AddWorker(workers, pronto.WorkFunc(func(ctx context.Context, j *pronto.Job[echoArgs]) error {
-		ran <- j.Args.Message
+		ran <- report(j)
 		return nil
 	}))
 	cfg := fastConfig(workers, defaultQueue(2))
-	cfg.PollInterval = time.Hour // only a notification can wake the client
-	c := startClient(t, ts.Store, cfg)
+	cfg.PollInterval = poll
+	return ts, startClient(t, ts.Store, cfg), ran
+}
+
+func TestInsertTxCommitAndRollback(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	// Only a notification can wake the client.
+	ts, c, ran := startReportingClient(t, time.Hour, func(j *pronto.Job[echoArgs]) string { return j.Args.Message })
 	pool := ts.Store.(*postgres.Store).Pool()
 
 	// Rolled back: no job, and no wake-up.
@@ -71,16 +79,7 @@ func TestInsertTxCommitAndRollback(t *testing.T) {
 func TestLostNotificationIsCoveredByPoll(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	ts := newTestStore(t, kindPostgres)
-	ran := make(chan string, 1)
-	workers := pronto.NewWorkers()
-	pronto.AddWorker(workers, pronto.WorkFunc(func(ctx context.Context, j *pronto.Job[echoArgs]) error {
-		ran <- j.ID
-		return nil
-	}))
-	cfg := fastConfig(workers, defaultQueue(2))
-	cfg.PollInterval = 300 * time.Millisecond
-	startClient(t, ts.Store, cfg)
+	ts, _, ran := startReportingClient(t, 300*time.Millisecond, func(j *pronto.Job[echoArgs]) string { return j.ID })
 	// Insert behind pronto's back: a plain INSERT sends no notification.
 	id := uuidv7.New()
 	_, err := testdb.Pool(t).Exec(ctx, `INSERT INTO `+ts.schema+`.jobs (id, kind, queue, args, state, max_attempts)
@@ -97,16 +96,8 @@ func TestLostNotificationIsCoveredByPoll(t *testing.T) {
 func TestListenerKilledDispatchRecovers(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	ts := newTestStore(t, kindPostgres)
-	ran := make(chan string, 4)
-	workers := pronto.NewWorkers()
-	pronto.AddWorker(workers, pronto.WorkFunc(func(ctx context.Context, j *pronto.Job[echoArgs]) error {
-		ran <- j.Args.Message
-		return nil
-	}))
-	cfg := fastConfig(workers, defaultQueue(2))
-	cfg.PollInterval = time.Hour // recovery must come from the listener, not the poll
-	c := startClient(t, ts.Store, cfg)
+	// Recovery must come from the listener, not the poll.
+	ts, c, ran := startReportingClient(t, time.Hour, func(j *pronto.Job[echoArgs]) string { return j.Args.Message })
 	st := ts.Store.(*postgres.Store)
 
 	_, err := c.Insert(ctx, echoArgs{Message: "before"}, nil)

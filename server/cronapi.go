@@ -179,13 +179,10 @@ func (s *Server) writeCron(w http.ResponseWriter, status int, c *pronto.CronJob,
 
 // POST /ojs/v1/cron
 func (s *Server) registerCron(w http.ResponseWriter, r *http.Request) {
-	body, ok := s.readObject(w, r, "cron registration")
+	c, ok := readRequest(s, w, r, "cron registration", func(body []byte) (*pronto.CronJob, *apiError) {
+		return decodeCron(body, time.Now())
+	})
 	if !ok {
-		return
-	}
-	c, e := decodeCron(body, time.Now())
-	if e != nil {
-		s.writeError(w, r, e)
 		return
 	}
 	out, err := s.client.CronRegister(r.Context(), *c)

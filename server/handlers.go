@@ -61,13 +61,10 @@ func (s *Server) enqueue(w http.ResponseWriter, r *http.Request) {
 
 // POST /ojs/v1/jobs/batch
 func (s *Server) enqueueBatch(w http.ResponseWriter, r *http.Request) {
-	body, ok := s.readObject(w, r, "batch")
+	reqs, ok := readRequest(s, w, r, "batch", func(body []byte) ([]*enqueueRequest, *apiError) {
+		return decodeBatch(body, time.Now(), s.maxBatch)
+	})
 	if !ok {
-		return
-	}
-	reqs, e := decodeBatch(body, time.Now(), s.maxBatch)
-	if e != nil {
-		s.writeError(w, r, e)
 		return
 	}
 	jobs := make([]pronto.OJSJob, len(reqs))
@@ -251,14 +248,23 @@ func decodeFetch(body []byte) (*fetchRequest, *apiError) {
 			return nil, invalid("worker_id", "worker_id is longer than 255 bytes")
 		}
 	}
-	if v, ok := m.get("visibility_timeout_ms"); ok && !isNull(v) {
-		ms, e := wantInt(v, "visibility_timeout_ms", 1, 7*24*3600*1000)
-		if e != nil {
-			return nil, e
-		}
-		req.lease = time.Duration(ms) * time.Millisecond
+	if req.lease, e = visibilityTimeout(m); e != nil {
+		return nil, e
 	}
 	return req, nil
+}
+
+// visibilityTimeout reads the optional visibility_timeout_ms of a fetch or heartbeat: 0 when absent.
+func visibilityTimeout(m object) (time.Duration, *apiError) {
+	v, ok := m.get("visibility_timeout_ms")
+	if !ok || isNull(v) {
+		return 0, nil
+	}
+	ms, e := wantInt(v, "visibility_timeout_ms", 1, 7*24*3600*1000)
+	if e != nil {
+		return 0, e
+	}
+	return time.Duration(ms) * time.Millisecond, nil
 }
 
 // jobLease is how long a remote worker may hold j without a heartbeat: the lease asked for (by the
@@ -285,13 +291,8 @@ func jobLease(j *pronto.JobRow, asked time.Duration, now time.Time) time.Duratio
 
 // POST /ojs/v1/workers/fetch
 func (s *Server) fetch(w http.ResponseWriter, r *http.Request) {
-	body, ok := s.readObject(w, r, "fetch request")
+	req, ok := readRequest(s, w, r, "fetch request", decodeFetch)
 	if !ok {
-		return
-	}
-	req, e := decodeFetch(body)
-	if e != nil {
-		s.writeError(w, r, e)
 		return
 	}
 	claimLease := req.lease
@@ -427,13 +428,8 @@ func decodeJobRef(m object) (jobID, workerID string, e *apiError) {
 
 // POST /ojs/v1/workers/ack
 func (s *Server) ack(w http.ResponseWriter, r *http.Request) {
-	body, ok := s.readObject(w, r, "ack request")
+	req, ok := readRequest(s, w, r, "ack request", decodeAck)
 	if !ok {
-		return
-	}
-	req, e := decodeAck(body)
-	if e != nil {
-		s.writeError(w, r, e)
 		return
 	}
 	j, err := s.client.RemoteAck(r.Context(), pronto.RemoteAckParams{
@@ -446,13 +442,18 @@ func (s *Server) ack(w http.ResponseWriter, r *http.Request) {
 	b := getBuf()
 	*b = append(*b, '{')
 	*b = appendBoolField(*b, "acknowledged", true)
-	*b = appendStringField(*b, "id", j.ID)
-	*b = appendStringField(*b, "job_id", j.ID)
-	*b = appendStringField(*b, "state", string(j.State))
-	*b = appendIntField(*b, "attempt", int64(j.Attempt))
+	*b = appendAttemptRef(*b, j)
 	*b = appendTimeField(*b, "completed_at", j.CompletedAt)
 	*b = append(*b, '}')
 	writeBuf(w, http.StatusOK, b)
+}
+
+// appendAttemptRef appends the fields an ack or nack response names the job's attempt with.
+func appendAttemptRef(b []byte, j *pronto.JobRow) []byte {
+	b = appendStringField(b, "id", j.ID)
+	b = appendStringField(b, "job_id", j.ID)
+	b = appendStringField(b, "state", string(j.State))
+	return appendIntField(b, "attempt", int64(j.Attempt))
 }
 
 // transitionError explains a refused ack or nack: 409 with the job's state, 404, or another error.
@@ -553,13 +554,8 @@ func decodeNack(body []byte) (*nackRequest, *apiError) {
 
 // POST /ojs/v1/workers/nack
 func (s *Server) nack(w http.ResponseWriter, r *http.Request) {
-	body, ok := s.readObject(w, r, "nack request")
+	req, ok := readRequest(s, w, r, "nack request", decodeNack)
 	if !ok {
-		return
-	}
-	req, e := decodeNack(body)
-	if e != nil {
-		s.writeError(w, r, e)
 		return
 	}
 	res, err := s.client.RemoteNack(r.Context(), pronto.RemoteNackParams{
@@ -575,10 +571,7 @@ func (s *Server) nack(w http.ResponseWriter, r *http.Request) {
 	j := res.Job
 	b := getBuf()
 	*b = append(*b, '{')
-	*b = appendStringField(*b, "id", j.ID)
-	*b = appendStringField(*b, "job_id", j.ID)
-	*b = appendStringField(*b, "state", string(j.State))
-	*b = appendIntField(*b, "attempt", int64(j.Attempt))
+	*b = appendAttemptRef(*b, j)
 	*b = appendIntField(*b, "max_attempts", int64(j.MaxAttempts))
 	switch j.State {
 	case pronto.StateRetryable:
@@ -627,25 +620,16 @@ func decodeHeartbeat(body []byte) (*heartbeatRequest, *apiError) {
 	if len(req.ids) > 10000 {
 		return nil, invalid("active_jobs", "at most 10000 jobs per heartbeat")
 	}
-	if v, ok := m.get("visibility_timeout_ms"); ok && !isNull(v) {
-		ms, e := wantInt(v, "visibility_timeout_ms", 1, 7*24*3600*1000)
-		if e != nil {
-			return nil, e
-		}
-		req.lease = time.Duration(ms) * time.Millisecond
+	if req.lease, e = visibilityTimeout(m); e != nil {
+		return nil, e
 	}
 	return req, nil
 }
 
 // POST /ojs/v1/workers/heartbeat
 func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request) {
-	body, ok := s.readObject(w, r, "heartbeat")
+	req, ok := readRequest(s, w, r, "heartbeat", decodeHeartbeat)
 	if !ok {
-		return
-	}
-	req, e := decodeHeartbeat(body)
-	if e != nil {
-		s.writeError(w, r, e)
 		return
 	}
 	ctx := r.Context()

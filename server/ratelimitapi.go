@@ -120,13 +120,10 @@ func (s *Server) putRateLimit(w http.ResponseWriter, r *http.Request, key string
 		s.writeError(w, r, e)
 		return
 	}
-	body, ok := s.readObject(w, r, "rate limit")
+	spec, ok := readRequest(s, w, r, "rate limit", func(body []byte) (*rateLimitSpec, *apiError) {
+		return decodeRateLimit(body, "", true)
+	})
 	if !ok {
-		return
-	}
-	spec, e := decodeRateLimit(body, "", true)
-	if e != nil {
-		s.writeError(w, r, e)
 		return
 	}
 	if spec.key != "" && spec.key != key {

@@ -484,6 +484,23 @@ func (s *Server) readObject(w http.ResponseWriter, r *http.Request, what string)
 	return body, true
 }
 
+// readRequest reads a request's JSON object body and decodes it with decode. When either fails it
+// writes the error response and returns false.
+func readRequest[T any](s *Server, w http.ResponseWriter, r *http.Request, what string, decode func(body []byte) (T, *apiError)) (T, bool) {
+	body, ok := s.readObject(w, r, what)
+	if !ok {
+		var zero T
+		return zero, false
+	}
+	req, e := decode(body)
+	if e != nil {
+		s.writeError(w, r, e)
+		var zero T
+		return zero, false
+	}
+	return req, true
+}
+
 // discardBody drains what is left of a request body so the connection can be reused.
 func discardBody(r *http.Request) {
 	if r.Body != nil {

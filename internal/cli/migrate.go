@@ -9,19 +9,25 @@ import (
 	"github.com/pronto-jobs/pronto/store"
 )
 
-// migrator opens the database for a migrate command. It returns a nil Migrator (and says so) for
-// stores without a schema.
-func (r *runner) migrator(ctx context.Context, create bool) (store.Migrator, *database, error) {
+// withMigrations opens the database for a migrate command, reads its migrations and how many are
+// applied, and runs fn with them. For a store without a schema it says so and runs nothing.
+func (r *runner) withMigrations(ctx context.Context, create bool,
+	fn func(m store.Migrator, db *database, ms []store.Migration, applied int) error) error {
 	db, err := r.open(ctx, openOptions{noSchemaCheck: true, create: create})
 	if err != nil {
-		return nil, nil, err
+		return err
 	}
+	defer db.Close()
 	m, ok := db.store.(store.Migrator)
 	if !ok {
 		fmt.Fprintf(r.env.Stdout, "%s has no schema: nothing to migrate\n", db.t.display)
-		return nil, db, nil
+		return nil
 	}
-	return m, db, nil
+	ms, applied, err := migrationStatus(ctx, m, db)
+	if err != nil {
+		return err
+	}
+	return fn(m, db, ms, applied)
 }
 
 // status returns the migrations and how many are applied.
@@ -46,32 +52,22 @@ func cmdMigrateUp(ctx context.Context, r *runner, args []string) error {
 	if _, err := fs.parse(args, 0, 0); err != nil {
 		return err
 	}
-	m, db, err := r.migrator(ctx, true)
-	if err != nil {
-		return err
-	}
-	defer db.Close()
-	if m == nil {
-		return nil
-	}
-	before, _, err := migrationStatus(ctx, m, db)
-	if err != nil {
-		return err
-	}
-	if err := db.store.Migrate(ctx); err != nil {
-		return errorf("migrating %s: %v", db.t.display, err)
-	}
-	ms, after, err := migrationStatus(ctx, m, db)
-	if err != nil {
-		return err
-	}
-	for i, mg := range ms {
-		if mg.Applied && (i >= len(before) || !before[i].Applied) {
-			fmt.Fprintf(r.env.Stdout, "applied %03d_%s\n", mg.Version, mg.Name)
+	return r.withMigrations(ctx, true, func(m store.Migrator, db *database, before []store.Migration, _ int) error {
+		if err := db.store.Migrate(ctx); err != nil {
+			return errorf("migrating %s: %v", db.t.display, err)
 		}
-	}
-	fmt.Fprintf(r.env.Stdout, "%s is up to date: %d of %d migrations applied\n", db.t.display, after, len(ms))
-	return nil
+		ms, after, err := migrationStatus(ctx, m, db)
+		if err != nil {
+			return err
+		}
+		for i, mg := range ms {
+			if mg.Applied && (i >= len(before) || !before[i].Applied) {
+				fmt.Fprintf(r.env.Stdout, "applied %03d_%s\n", mg.Version, mg.Name)
+			}
+		}
+		fmt.Fprintf(r.env.Stdout, "%s is up to date: %d of %d migrations applied\n", db.t.display, after, len(ms))
+		return nil
+	})
 }
 
 func cmdMigrateDown(ctx context.Context, r *runner, args []string) error {
@@ -86,40 +82,30 @@ func cmdMigrateDown(ctx context.Context, r *runner, args []string) error {
 	if *steps < 1 {
 		return usageErrorf("migrate down: --steps %d: must be at least 1", *steps)
 	}
-	m, db, err := r.migrator(ctx, false)
-	if err != nil {
-		return err
-	}
-	defer db.Close()
-	if m == nil {
-		return nil
-	}
-	before, applied, err := migrationStatus(ctx, m, db)
-	if err != nil {
-		return err
-	}
-	if applied == 0 {
-		fmt.Fprintf(r.env.Stdout, "%s has no migrations applied: nothing to roll back\n", db.t.display)
-		return nil
-	}
-	n := *steps
-	if *all {
-		n = applied
-	}
-	if err := m.MigrateDown(ctx, n); err != nil {
-		return errorf("rolling back %s: %v", db.t.display, err)
-	}
-	after, left, err := migrationStatus(ctx, m, db)
-	if err != nil {
-		return err
-	}
-	for i := len(before) - 1; i >= 0; i-- {
-		if before[i].Applied && i < len(after) && !after[i].Applied {
-			fmt.Fprintf(r.env.Stdout, "rolled back %03d_%s\n", before[i].Version, before[i].Name)
+	return r.withMigrations(ctx, false, func(m store.Migrator, db *database, before []store.Migration, applied int) error {
+		if applied == 0 {
+			fmt.Fprintf(r.env.Stdout, "%s has no migrations applied: nothing to roll back\n", db.t.display)
+			return nil
 		}
-	}
-	fmt.Fprintf(r.env.Stdout, "%s: %d of %d migrations applied\n", db.t.display, left, len(after))
-	return nil
+		n := *steps
+		if *all {
+			n = applied
+		}
+		if err := m.MigrateDown(ctx, n); err != nil {
+			return errorf("rolling back %s: %v", db.t.display, err)
+		}
+		after, left, err := migrationStatus(ctx, m, db)
+		if err != nil {
+			return err
+		}
+		for i := len(before) - 1; i >= 0; i-- {
+			if before[i].Applied && i < len(after) && !after[i].Applied {
+				fmt.Fprintf(r.env.Stdout, "rolled back %03d_%s\n", before[i].Version, before[i].Name)
+			}
+		}
+		fmt.Fprintf(r.env.Stdout, "%s: %d of %d migrations applied\n", db.t.display, left, len(after))
+		return nil
+	})
 }
 
 func cmdMigrateStatus(ctx context.Context, r *runner, args []string) error {
@@ -127,34 +113,24 @@ func cmdMigrateStatus(ctx context.Context, r *runner, args []string) error {
 	if _, err := fs.parse(args, 0, 0); err != nil {
 		return err
 	}
-	m, db, err := r.migrator(ctx, false)
-	if err != nil {
-		return err
-	}
-	defer db.Close()
-	if m == nil {
-		return nil
-	}
-	ms, applied, err := migrationStatus(ctx, m, db)
-	if err != nil {
-		return err
-	}
-	tw := tabwriter.NewWriter(r.env.Stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "VERSION\tNAME\tAPPLIED")
-	for _, mg := range ms {
-		at := "pending"
-		if mg.Applied {
-			at = mg.AppliedAt.Local().Format(time.RFC3339)
+	return r.withMigrations(ctx, false, func(_ store.Migrator, db *database, ms []store.Migration, applied int) error {
+		tw := tabwriter.NewWriter(r.env.Stdout, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "VERSION\tNAME\tAPPLIED")
+		for _, mg := range ms {
+			at := "pending"
+			if mg.Applied {
+				at = mg.AppliedAt.Local().Format(time.RFC3339)
+			}
+			fmt.Fprintf(tw, "%03d\t%s\t%s\n", mg.Version, mg.Name, at)
 		}
-		fmt.Fprintf(tw, "%03d\t%s\t%s\n", mg.Version, mg.Name, at)
-	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	if pending := len(ms) - applied; pending > 0 {
-		fmt.Fprintf(r.env.Stdout, "%d of %d migrations pending; apply them with: pronto migrate up%s\n", pending, len(ms), db.urlFlag())
-	} else {
-		fmt.Fprintf(r.env.Stdout, "up to date: %d of %d migrations applied\n", applied, len(ms))
-	}
-	return nil
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		if pending := len(ms) - applied; pending > 0 {
+			fmt.Fprintf(r.env.Stdout, "%d of %d migrations pending; apply them with: pronto migrate up%s\n", pending, len(ms), db.urlFlag())
+		} else {
+			fmt.Fprintf(r.env.Stdout, "up to date: %d of %d migrations applied\n", applied, len(ms))
+		}
+		return nil
+	})
 }

@@ -1000,16 +1000,27 @@ func (s *Store) Cleanup(ctx context.Context, p store.CleanupParams) (int, error)
 
 // GetJob returns a copy of job id, or an error matching store.ErrNotFound.
 func (s *Store) GetJob(ctx context.Context, id string) (*store.Job, error) {
+	j, err := s.lockJob(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	defer s.mu.Unlock()
+	return j.export(), nil
+}
+
+// lockJob locks s.mu and returns job id with the lock held. When ctx is done or the job does not
+// exist it returns an error with the lock released.
+func (s *Store) lockJob(ctx context.Context, id string) (*job, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	j := s.jobs[id]
 	if j == nil {
+		s.mu.Unlock()
 		return nil, notFound(id)
 	}
-	return j.export(), nil
+	return j, nil
 }
 
 func notFound(id string) error { return fmt.Errorf("memory: job %s: %w", id, store.ErrNotFound) }
@@ -1083,16 +1094,11 @@ func transitionError(j *job, op string) error {
 // CancelJob cancels a job that is not terminal. When the job was active, a NotifyCancel tells its
 // runner; its later completion is not applied and its heartbeats report it lost.
 func (s *Store) CancelJob(ctx context.Context, id string) (*store.Job, error) {
-	if err := ctx.Err(); err != nil {
+	j, err := s.lockJob(ctx, id)
+	if err != nil {
 		return nil, err
 	}
-	s.mu.Lock()
 	now := time.Now()
-	j := s.jobs[id]
-	if j == nil {
-		s.mu.Unlock()
-		return nil, notFound(id)
-	}
 	if j.State.Terminal() {
 		err := transitionError(j, "cancel")
 		s.mu.Unlock()
@@ -1141,15 +1147,10 @@ func (s *Store) ActivateJob(ctx context.Context, id string) (*store.Job, error) 
 // makeAvailable moves job id to available now if its state is one from allows, and announces the
 // job's queue. A job leaving a terminal state starts over: attempt zero, no completion time.
 func (s *Store) makeAvailable(ctx context.Context, id, op string, from func(store.State) bool) (*store.Job, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
 	now := time.Now()
-	s.mu.Lock()
-	j := s.jobs[id]
-	if j == nil {
-		s.mu.Unlock()
-		return nil, notFound(id)
+	j, err := s.lockJob(ctx, id)
+	if err != nil {
+		return nil, err
 	}
 	if !from(j.State) {
 		err := transitionError(j, op)
@@ -1178,15 +1179,11 @@ func (s *Store) makeAvailable(ctx context.Context, id, op string, from func(stor
 
 // DeleteJob removes a job that is not active and returns it as it was.
 func (s *Store) DeleteJob(ctx context.Context, id string) (*store.Job, error) {
-	if err := ctx.Err(); err != nil {
+	j, err := s.lockJob(ctx, id)
+	if err != nil {
 		return nil, err
 	}
-	s.mu.Lock()
 	defer s.mu.Unlock()
-	j := s.jobs[id]
-	if j == nil {
-		return nil, notFound(id)
-	}
 	if j.State == store.StateActive {
 		return nil, transitionError(j, "delete")
 	}

@@ -88,57 +88,77 @@ func helperInsert() int {
 // helperClaim claims and completes jobs of queue "contended" in small batches until none is left,
 // writing every claimed id to the out file.
 func helperClaim() int {
-	ctx := context.Background()
-	s, err := Open(ctx, os.Getenv(pathEnv))
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer s.Close()
-	f, err := os.Create(os.Getenv(outEnv))
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer f.Close()
-	w := bufio.NewWriter(f)
-	worker := fmt.Sprintf("pid-%d", os.Getpid())
-	empty := 0
-	for empty < 3 {
-		jobs, err := s.Claim(ctx, store.ClaimParams{Queue: "contended", Limit: 10, WorkerID: worker,
-			LeaseDuration: time.Hour})
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "claim:", err)
-			return 1
-		}
-		if len(jobs) == 0 {
-			empty++
-			time.Sleep(20 * time.Millisecond)
-			continue
-		}
-		empty = 0
-		cs := make([]store.Completion, len(jobs))
-		for i, j := range jobs {
-			fmt.Fprintln(w, j.ID)
-			cs[i] = store.Completion{ID: j.ID, Attempt: j.Attempt, State: store.StateCompleted}
-		}
-		res, err := s.Finish(ctx, cs)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "finish:", err)
-			return 1
-		}
-		for _, r := range res {
-			if !r.Applied {
-				fmt.Fprintln(os.Stderr, "completion not applied:", r.ID)
-				return 1
+	return runHelper(func(ctx context.Context, s *Store, w *bufio.Writer) error {
+		worker := fmt.Sprintf("pid-%d", os.Getpid())
+		waitForStart()
+		for empty := 0; empty < 3; {
+			jobs, err := s.Claim(ctx, store.ClaimParams{Queue: "contended", Limit: 10, WorkerID: worker,
+				LeaseDuration: time.Hour})
+			if err != nil {
+				return fmt.Errorf("claim: %w", err)
+			}
+			if len(jobs) == 0 {
+				empty++
+				time.Sleep(20 * time.Millisecond)
+				continue
+			}
+			empty = 0
+			for _, j := range jobs {
+				fmt.Fprintln(w, j.ID)
+			}
+			if err := completeAll(ctx, s, jobs); err != nil {
+				return err
 			}
 		}
-	}
-	if err := w.Flush(); err != nil {
+		return nil
+	})
+}
+
+// runHelper opens the store named by pathEnv, runs fn with a writer on the file named by outEnv, and
+// returns the helper's exit code: 0 when fn succeeded and its output was written, else 1 with the
+// error on stderr.
+func runHelper(fn func(ctx context.Context, s *Store, w *bufio.Writer) error) int {
+	ctx := context.Background()
+	err := func() error {
+		s, err := Open(ctx, os.Getenv(pathEnv))
+		if err != nil {
+			return err
+		}
+		defer s.Close()
+		f, err := os.Create(os.Getenv(outEnv))
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		w := bufio.NewWriter(f)
+		if err := fn(ctx, s, w); err != nil {
+			return err
+		}
+		return w.Flush()
+	}()
+	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	return 0
+}
+
+// completeAll completes the claimed jobs in one Finish and checks that every completion applied.
+func completeAll(ctx context.Context, s *Store, jobs []*store.Job) error {
+	cs := make([]store.Completion, len(jobs))
+	for i, j := range jobs {
+		cs[i] = store.Completion{ID: j.ID, Attempt: j.Attempt, State: store.StateCompleted}
+	}
+	res, err := s.Finish(ctx, cs)
+	if err != nil {
+		return fmt.Errorf("finish: %w", err)
+	}
+	for _, r := range res {
+		if !r.Applied {
+			return fmt.Errorf("completion of %s not applied", r.ID)
+		}
+	}
+	return nil
 }
 
 // helperCmd returns the test binary re-executed as the named helper.
@@ -196,8 +216,7 @@ func TestDurableAcrossSIGKILL(t *testing.T) {
 func TestTwoProcessesClaimExclusively(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	dir := t.TempDir()
-	path := filepath.Join(dir, "shared.db")
+	path := filepath.Join(t.TempDir(), "shared.db")
 	s := openAt(t, path)
 	const total = 2000
 	var all []string
@@ -213,20 +232,10 @@ func TestTwoProcessesClaimExclusively(t *testing.T) {
 		require.NoError(t, err)
 	}
 
-	const procs = 2
-	cmds := make([]*exec.Cmd, procs)
-	outs := make([]string, procs)
-	for i := range procs {
-		outs[i] = filepath.Join(dir, "claimed-"+strconv.Itoa(i))
-		cmds[i] = helperCmd(t, "claim", pathEnv+"="+path, outEnv+"="+outs[i])
-		require.NoError(t, cmds[i].Start())
-	}
-	for i, cmd := range cmds {
-		require.NoError(t, cmd.Wait(), "claim helper %d", i)
-	}
+	outs := runHelpers(t, "claim", path, 2)
 
 	seen := map[string]int{}
-	perProc := make([]int, procs)
+	perProc := make([]int, len(outs))
 	for i, out := range outs {
 		b, err := os.ReadFile(out)
 		require.NoError(t, err)
@@ -283,50 +292,31 @@ func uniqueKeyAt(t time.Time) (string, store.OnConflict) {
 // current slot (see uniqueSlot), and writes "key id" for every insert it won (its own job stored) to
 // the out file.
 func helperUnique() int {
-	ctx := context.Background()
-	s, err := Open(ctx, os.Getenv(pathEnv))
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer s.Close()
-	ms, err := strconv.Atoi(os.Getenv(countEnv))
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	f, err := os.Create(os.Getenv(outEnv))
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer f.Close()
-	w := bufio.NewWriter(f)
-	waitForStart()
-	for end := time.Now().Add(time.Duration(ms) * time.Millisecond); time.Now().Before(end); {
-		key, policy := uniqueKeyAt(time.Now())
-		p := &store.InsertParams{ID: uuidv7.New(), Kind: "k", Queue: "unique", Args: json.RawMessage(`[]`),
-			MaxAttempts: 1, State: store.StateAvailable, UniqueKey: key, OnConflict: policy}
-		jobs, err := s.Insert(ctx, []*store.InsertParams{p})
-		switch {
-		case errors.Is(err, store.ErrUniqueConflict) && policy == store.ConflictReject:
-			continue
-		case err != nil:
-			fmt.Fprintln(os.Stderr, "insert:", err)
-			return 1
-		case jobs[0].Duplicate:
-			continue
-		case jobs[0].ID != p.ID:
-			fmt.Fprintln(os.Stderr, "insert returned another job without Duplicate:", jobs[0].ID)
-			return 1
+	return runHelper(func(ctx context.Context, s *Store, w *bufio.Writer) error {
+		ms, err := strconv.Atoi(os.Getenv(countEnv))
+		if err != nil {
+			return err
 		}
-		fmt.Fprintln(w, key, p.ID)
-	}
-	if err := w.Flush(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	return 0
+		waitForStart()
+		for end := time.Now().Add(time.Duration(ms) * time.Millisecond); time.Now().Before(end); {
+			key, policy := uniqueKeyAt(time.Now())
+			p := &store.InsertParams{ID: uuidv7.New(), Kind: "k", Queue: "unique", Args: json.RawMessage(`[]`),
+				MaxAttempts: 1, State: store.StateAvailable, UniqueKey: key, OnConflict: policy}
+			jobs, err := s.Insert(ctx, []*store.InsertParams{p})
+			switch {
+			case errors.Is(err, store.ErrUniqueConflict) && policy == store.ConflictReject:
+				continue
+			case err != nil:
+				return fmt.Errorf("insert: %w", err)
+			case jobs[0].Duplicate:
+				continue
+			case jobs[0].ID != p.ID:
+				return fmt.Errorf("insert returned another job without Duplicate: %s", jobs[0].ID)
+			}
+			fmt.Fprintln(w, key, p.ID)
+		}
+		return nil
+	})
 }
 
 // Settings of the limited-claim helpers.
@@ -340,64 +330,43 @@ const (
 // committed state with more than limitedMaxActive would show there. It writes "max N" (the largest
 // count it saw) and then every claimed id to the out file.
 func helperLimited() int {
-	ctx := context.Background()
-	s, err := Open(ctx, os.Getenv(pathEnv))
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer s.Close()
-	worker := fmt.Sprintf("pid-%d", os.Getpid())
-	rng := rand.New(rand.NewPCG(uint64(os.Getpid()), 1))
-	var claimed []string
-	seen := int64(0)
-	waitForStart()
-	for empty := 0; empty < 50; {
-		jobs, err := s.Claim(ctx, store.ClaimParams{Queue: "limited", Limit: 1 + rng.IntN(5), WorkerID: worker,
-			LeaseDuration: time.Hour})
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "claim:", err)
-			return 1
+	return runHelper(func(ctx context.Context, s *Store, w *bufio.Writer) error {
+		worker := fmt.Sprintf("pid-%d", os.Getpid())
+		rng := rand.New(rand.NewPCG(uint64(os.Getpid()), 1))
+		var claimed []string
+		seen := int64(0)
+		waitForStart()
+		for empty := 0; empty < 50; {
+			jobs, err := s.Claim(ctx, store.ClaimParams{Queue: "limited", Limit: 1 + rng.IntN(5), WorkerID: worker,
+				LeaseDuration: time.Hour})
+			if err != nil {
+				return fmt.Errorf("claim: %w", err)
+			}
+			if len(jobs) == 0 {
+				empty++
+				time.Sleep(2 * time.Millisecond)
+				continue
+			}
+			empty = 0
+			info, err := s.GetRateLimit(ctx, limitedKey)
+			if err != nil {
+				return fmt.Errorf("rate limit: %w", err)
+			}
+			seen = max(seen, info.Active)
+			time.Sleep(time.Duration(rng.IntN(3000)) * time.Microsecond)
+			for _, j := range jobs {
+				claimed = append(claimed, j.ID)
+			}
+			if err := completeAll(ctx, s, jobs); err != nil {
+				return err
+			}
 		}
-		if len(jobs) == 0 {
-			empty++
-			time.Sleep(2 * time.Millisecond)
-			continue
+		fmt.Fprintln(w, "max", seen)
+		for _, id := range claimed {
+			fmt.Fprintln(w, id)
 		}
-		empty = 0
-		info, err := s.GetRateLimit(ctx, limitedKey)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "rate limit:", err)
-			return 1
-		}
-		seen = max(seen, info.Active)
-		time.Sleep(time.Duration(rng.IntN(3000)) * time.Microsecond)
-		cs := make([]store.Completion, len(jobs))
-		for i, j := range jobs {
-			claimed = append(claimed, j.ID)
-			cs[i] = store.Completion{ID: j.ID, Attempt: j.Attempt, State: store.StateCompleted}
-		}
-		if _, err := s.Finish(ctx, cs); err != nil {
-			fmt.Fprintln(os.Stderr, "finish:", err)
-			return 1
-		}
-	}
-	f, err := os.Create(os.Getenv(outEnv))
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer f.Close()
-	w := bufio.NewWriter(f)
-	fmt.Fprintln(w, "max", seen)
-	for _, id := range claimed {
-		fmt.Fprintln(w, id)
-	}
-	if err := w.Flush(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	return 0
+		return nil
+	})
 }
 
 // runHelpers starts procs helper processes of the given kind on path, lets them begin together, and
