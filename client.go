@@ -12,6 +12,7 @@ import (
 
 	"github.com/pronto-jobs/pronto/internal/completer"
 	"github.com/pronto-jobs/pronto/internal/maintenance"
+	"github.com/pronto-jobs/pronto/internal/presence"
 	"github.com/pronto-jobs/pronto/internal/producer"
 	"github.com/pronto-jobs/pronto/store"
 )
@@ -36,6 +37,15 @@ type Client struct {
 	completer   *completer.Completer
 	maintainer  *maintenance.Maintainer
 	unsubscribe func()
+
+	// Claim ownership (see internal/presence): the clients working a queue announce themselves
+	// every presenceEvery, and of them only the one a notification's nonce picks claims at once.
+	presence      *presence.Table
+	presenceEvery time.Duration
+	presenceDone  chan struct{} // closed when the presence loop has returned
+	overflowMu    sync.Mutex
+	overflow      map[string]bool // queues whose jobs this client was to claim but had no free worker for
+	overflowWake  chan struct{}   // buffered(1): overflow has queues
 
 	// Contexts of the running machinery: producers stop claiming first, then jobs are cancelled at
 	// Stop's deadline, then the completer, heartbeat and maintenance stop.
@@ -76,7 +86,8 @@ func NewClient(s store.Store, cfg *Config) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	cl := &Client{cfg: c, store: s, running: make(map[string]*runningJob), work: c.WorkMiddleware}
+	cl := &Client{cfg: c, store: s, running: make(map[string]*runningJob), work: c.WorkMiddleware,
+		presenceEvery: presenceInterval, overflow: make(map[string]bool), overflowWake: make(chan struct{}, 1)}
 	if c.Workers != nil {
 		cl.kinds = c.Workers.Kinds()
 	}
@@ -174,10 +185,19 @@ func (c *Client) Start(ctx context.Context) error {
 			Logger:       c.cfg.Logger,
 		})
 	}
+	own := make(map[string]string, len(c.cfg.Queues))
+	for name := range c.cfg.Queues {
+		own[name] = presence.Fingerprint(c.kinds)
+	}
+	c.presence = presence.New(c.cfg.ID, own, presenceTTL(c.presenceEvery))
 	// Subscribe before the producers' first claim, so nothing inserted after it is missed.
 	c.unsubscribe = c.store.Notifier().Subscribe(c.onNotification)
 	for _, p := range c.producers {
 		go p.Run(produceCtx)
+	}
+	if len(own) > 0 {
+		c.presenceDone = make(chan struct{})
+		go c.presenceLoop(produceCtx, own)
 	}
 
 	c.servicesWG.Add(1)
@@ -228,6 +248,13 @@ func (c *Client) stop(ctx context.Context) error {
 	c.produceCancel()
 	for _, p := range c.producers {
 		<-p.Done()
+	}
+	if c.presenceDone != nil {
+		<-c.presenceDone
+		// Tell the other clients at once, so the jobs this one would have claimed go to them.
+		gone, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		c.signal(gone, []store.Notification{{Kind: store.NotifyGone, Client: c.cfg.ID}})
+		cancel()
 	}
 	var result error
 	jobsDone := make(chan struct{})
@@ -290,12 +317,23 @@ func (c *Client) abandonStuckJobs() {
 func (c *Client) onNotification(n store.Notification) {
 	switch n.Kind {
 	case store.NotifyInsert, store.NotifyResume:
-		if p := c.producers[n.Queue]; p != nil {
-			if n.DueAt.IsZero() {
-				p.Wake()
-			} else {
-				p.WakeAt(n.DueAt)
-			}
+		p := c.producers[n.Queue]
+		switch {
+		case p == nil:
+		case !n.DueAt.IsZero():
+			p.WakeAt(n.DueAt)
+		case n.Nonce != 0:
+			c.claimIfOwner(p, n)
+		default:
+			p.Wake()
+		}
+	case store.NotifyPresence:
+		c.presence.Seen(n.Client, n.Queue, n.Fingerprint, time.Now())
+	case store.NotifyGone:
+		c.presence.Gone(n.Client)
+	case store.NotifyOverflow:
+		if p := c.producers[n.Queue]; p != nil && n.Client != c.cfg.ID {
+			p.Wake()
 		}
 	case store.NotifyCancel:
 		c.runMu.Lock()
@@ -308,6 +346,72 @@ func (c *Client) onNotification(n store.Notification) {
 		for _, p := range c.producers {
 			p.Wake()
 		}
+	}
+}
+
+// claimIfOwner handles an insert notification that names its claimer by nonce: the owner claims at
+// once, the other clients leave the jobs to it. An owner with no free worker asks the others to
+// claim instead (an overflow signal), and claims itself as soon as a worker frees.
+func (c *Client) claimIfOwner(p *producer.Producer, n store.Notification) {
+	mine, peers := c.presence.Owner(n.Queue, n.Nonce, time.Now())
+	if !mine || p.Promise() {
+		return
+	}
+	p.Wake()
+	if peers > 0 {
+		c.overflowMu.Lock()
+		c.overflow[n.Queue] = true
+		c.overflowMu.Unlock()
+		select {
+		case c.overflowWake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// presenceInterval is how often a client announces the queues it works.
+const presenceInterval = time.Second
+
+// presenceTTL is how long a client counts a peer after its latest announcement: three intervals
+// and a half, so one or two lost or late announcements do not drop it.
+func presenceTTL(every time.Duration) time.Duration { return every*3 + every/2 }
+
+// presenceLoop announces the queues this client works (own: queue to kinds fingerprint) every
+// presenceEvery, and sends the overflow signals claimIfOwner asks for, until ctx ends. Overflow
+// requests made while a signal is being sent are sent together next.
+func (c *Client) presenceLoop(ctx context.Context, own map[string]string) {
+	defer close(c.presenceDone)
+	announce := make([]store.Notification, 0, len(own))
+	for queue, fp := range own {
+		announce = append(announce, store.Notification{Kind: store.NotifyPresence, Client: c.cfg.ID, Queue: queue, Fingerprint: fp})
+	}
+	t := time.NewTicker(c.presenceEvery)
+	defer t.Stop()
+	c.signal(ctx, announce)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			c.signal(ctx, announce)
+		case <-c.overflowWake:
+			c.overflowMu.Lock()
+			ns := make([]store.Notification, 0, len(c.overflow))
+			for queue := range c.overflow {
+				ns = append(ns, store.Notification{Kind: store.NotifyOverflow, Client: c.cfg.ID, Queue: queue})
+			}
+			clear(c.overflow)
+			c.overflowMu.Unlock()
+			c.signal(ctx, ns)
+		}
+	}
+}
+
+// signal sends client signals, logging a failure: a lost announcement costs only some claims
+// made twice, or late (at the next poll), never a job.
+func (c *Client) signal(ctx context.Context, ns []store.Notification) {
+	if err := c.store.Notifier().Signal(ctx, ns); err != nil && ctx.Err() == nil {
+		c.cfg.Logger.Warn("pronto: sending client signals failed", "client", c.cfg.ID, "err", err)
 	}
 }
 

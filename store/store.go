@@ -308,6 +308,18 @@ const (
 	// NotifyReconnect: the notifier lost its connection and is back; anything may have been missed,
 	// so every producer claims at once.
 	NotifyReconnect NotificationKind = "reconnect"
+
+	// Client signals, sent with Notifier.Signal by the clients themselves so that, of the clients
+	// working a queue, one claims the jobs an insert announces (see Notification.Nonce).
+
+	// NotifyPresence: client Client works Queue with the kinds fingerprinted by Fingerprint. Clients
+	// repeat it every second or so; one not heard from for a few seconds is gone.
+	NotifyPresence NotificationKind = "presence"
+	// NotifyGone: client Client stopped claiming.
+	NotifyGone NotificationKind = "gone"
+	// NotifyOverflow: client Client was to claim jobs announced in Queue but has no free worker; the
+	// other clients working Queue claim them.
+	NotifyOverflow NotificationKind = "overflow"
 )
 
 // Notification is one message on a store's notification channel.
@@ -317,6 +329,15 @@ type Notification struct {
 	JobID string
 	// DueAt, for inserts of jobs due later, is the earliest due time among them (zero: due now).
 	DueAt time.Time
+	// Nonce, on an insert, is a random non-zero number that the clients working Queue hash to agree,
+	// without talking, on the one of them that claims at once; zero means every client claims. A
+	// store whose notifications reach several processes sets it on the inserts it announces.
+	Nonce uint32
+	// Client is the sender of a client signal (presence, gone, overflow).
+	Client string
+	// Fingerprint, on a presence signal, identifies the set of kinds the client works in Queue:
+	// clients that claim different kinds cannot stand in for each other.
+	Fingerprint string
 }
 
 // Notifier delivers notifications published through its store (by any process, where the backend
@@ -325,6 +346,9 @@ type Notifier interface {
 	// Subscribe registers fn for every notification until the returned function is called. fn must not
 	// block: it runs on the notifier's delivery goroutine.
 	Subscribe(fn func(Notification)) (unsubscribe func())
+	// Signal publishes client signals (NotifyPresence, NotifyGone, NotifyOverflow) to every
+	// subscriber the store's notifications reach, this process's included. Other kinds are refused.
+	Signal(ctx context.Context, ns []Notification) error
 }
 
 // Store is what a backend implements. Every method is safe for concurrent use.

@@ -4,6 +4,8 @@
 package notifyhub
 
 import (
+	"context"
+	"fmt"
 	"sync"
 
 	"github.com/pronto-jobs/pronto/store"
@@ -44,6 +46,35 @@ func (h *Hub) Publish(n store.Notification) {
 	for _, fn := range h.subs {
 		fn(n)
 	}
+}
+
+// Signal publishes the client signals ns to every subscriber. It implements store.Notifier.
+func (h *Hub) Signal(ctx context.Context, ns []store.Notification) error {
+	if err := CheckSignals(ns); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	for _, n := range ns {
+		h.Publish(n)
+	}
+	return nil
+}
+
+// CheckSignals returns an error naming the first notification of ns that is not a client signal.
+func CheckSignals(ns []store.Notification) error {
+	for _, n := range ns {
+		switch n.Kind {
+		case store.NotifyPresence, store.NotifyGone, store.NotifyOverflow:
+			if n.Client == "" {
+				return fmt.Errorf("signal %s: the sending client is not named", n.Kind)
+			}
+		default:
+			return fmt.Errorf("signal: %q is not a client signal (presence, gone, overflow)", n.Kind)
+		}
+	}
+	return nil
 }
 
 // Len returns the number of subscribers.

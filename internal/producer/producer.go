@@ -41,6 +41,8 @@ type Producer struct {
 
 	mu       sync.Mutex
 	inFlight int
+	// promised counts the jobs this producer took on (Promise) since its latest claim began.
+	promised int
 	dueAt    time.Time // earliest known due time of a scheduled job, zero if none known
 	dueSet   chan struct{}
 
@@ -70,6 +72,23 @@ func (p *Producer) Wake() {
 	case p.wake <- struct{}{}:
 	default:
 	}
+}
+
+// Promise takes on a job announced to this producer alone (of the clients working the queue, it
+// is the one to claim it): when a worker slot is free for it, counting the jobs already promised
+// since the latest claim began, it counts the job and wakes the producer, and returns true. When
+// every slot is taken it returns false and leaves the job to others.
+func (p *Producer) Promise() bool {
+	p.mu.Lock()
+	ok := p.inFlight+p.promised < p.cfg.MaxWorkers
+	if ok {
+		p.promised++
+	}
+	p.mu.Unlock()
+	if ok {
+		p.Wake()
+	}
+	return ok
 }
 
 // WakeAt asks for a claim at t (a job falls due then). The earliest requested time wins.
@@ -209,12 +228,22 @@ func (p *Producer) claim(ctx context.Context, mayHaveMore *bool) {
 	for ctx.Err() == nil {
 		p.mu.Lock()
 		free := p.cfg.MaxWorkers - p.inFlight
+		// The claim covers the jobs promised so far; those promised while it runs wake a follow-up.
+		promised := p.promised
 		p.mu.Unlock()
 		if free <= 0 {
+			// Jobs promised now wait for a free slot like any backlog (mayHaveMore): a promise
+			// counts against the slots only until a claim could have taken its job.
+			p.mu.Lock()
+			p.promised = 0
+			p.mu.Unlock()
 			*mayHaveMore = true
 			return
 		}
 		jobs, err := p.cfg.Claim(ctx, free)
+		p.mu.Lock()
+		p.promised = max(p.promised-promised, 0)
+		p.mu.Unlock()
 		if err != nil {
 			if ctx.Err() == nil {
 				p.cfg.Logger.Error("pronto: claim failed", "queue", p.cfg.Queue, "err", err)

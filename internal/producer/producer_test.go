@@ -138,3 +138,31 @@ func TestRunStopsWithItsContext(t *testing.T) {
 	}
 	goleak.VerifyNone(t, before)
 }
+
+func TestPromiseCountsFreeSlotsAndPromisesUntilAClaim(t *testing.T) {
+	q := &fakeQueue{block: make(chan struct{})}
+	var mu sync.Mutex
+	var held []func()
+	p, _ := start(t, Config{Queue: "q", MaxWorkers: 3, Claim: q.claim, PollInterval: time.Hour,
+		Execute: func(_ *store.Job, done func()) { mu.Lock(); held = append(held, done); mu.Unlock() }})
+	// The start-up claim is blocked: promises count against the three slots meanwhile.
+	require.True(t, p.Promise())
+	require.True(t, p.Promise())
+	require.True(t, p.Promise())
+	require.False(t, p.Promise(), "three slots, three jobs promised: a fourth is left to others")
+	q.add(3)
+	close(q.block)
+	require.Eventually(t, func() bool { return p.InFlight() == 3 }, 5*time.Second, time.Millisecond,
+		"the promised jobs are claimed")
+	require.False(t, p.Promise(), "every slot is running a job")
+	mu.Lock()
+	held[0]()
+	held = held[1:]
+	mu.Unlock()
+	require.Eventually(t, p.Promise, 5*time.Second, time.Millisecond, "a freed slot takes a promise again")
+	mu.Lock()
+	for _, d := range held {
+		d()
+	}
+	mu.Unlock()
+}

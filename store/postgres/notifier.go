@@ -3,6 +3,8 @@ package postgres
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -32,28 +34,47 @@ const (
 
 // payload is the compact JSON of a notification on the store's channel:
 //
-//	{"k":"i","q":"default","d":0}   insert: jobs claimable (d 0) or due at d (unix ms) in queue q
-//	{"k":"c","id":"<job id>"}       cancel
-//	{"k":"p","q":"default"}         pause
-//	{"k":"r","q":"default"}         resume
+//	{"k":"i","q":"default","n":7,"d":0}  insert: jobs claimable (d 0) or due at d (unix ms) in queue q;
+//	                                     n, the nonce, only on inserts by Insert (see store.Notification)
+//	{"k":"c","id":"<job id>"}            cancel
+//	{"k":"p","q":"default"}              pause
+//	{"k":"r","q":"default"}              resume
+//	{"k":"h","c":"<client>","q":"default","f":"<kinds>"}  presence of a client working queue q
+//	{"k":"g","c":"<client>"}             a client is gone
+//	{"k":"o","c":"<client>","q":"default"}  a client has no free worker for jobs it was to claim
 type payload struct {
 	K  string `json:"k"`
+	C  string `json:"c,omitempty"`
 	Q  string `json:"q,omitempty"`
+	N  uint32 `json:"n,omitempty"`
+	F  string `json:"f,omitempty"`
 	D  int64  `json:"d,omitempty"`
 	ID string `json:"id,omitempty"`
 }
 
-// insertPayload encodes the insert notification of queue, due at dueAt (zero: now).
+// insertPayload encodes the insert notification of queue, due at dueAt (zero: now), with a fresh
+// random nonce.
 func insertPayload(queue string, dueAt time.Time) string {
-	p := payload{K: "i", Q: queue}
+	p := payload{K: "i", Q: queue, N: rand.Uint32() | 1}
 	if !dueAt.IsZero() {
 		p.D = dueAt.UnixMilli()
 	}
-	b, _ := json.Marshal(p) // a struct of strings and an integer always encodes
+	b, _ := json.Marshal(p) // a struct of strings and integers always encodes
 	if p.D == 0 {
 		// Keep "d" explicit so every insert payload has the same shape.
 		b = append(b[:len(b)-1], `,"d":0}`...)
 	}
+	return string(b)
+}
+
+// signalKinds maps the client signals to their payload kinds.
+var signalKinds = map[store.NotificationKind]string{
+	store.NotifyPresence: "h", store.NotifyGone: "g", store.NotifyOverflow: "o",
+}
+
+// signalPayload encodes a client signal.
+func signalPayload(n store.Notification) string {
+	b, _ := json.Marshal(payload{K: signalKinds[n.Kind], C: n.Client, Q: n.Queue, F: n.Fingerprint})
 	return string(b)
 }
 
@@ -71,7 +92,7 @@ func decodePayload(s string) (n store.Notification, ok bool) {
 	}
 	switch p.K {
 	case "i":
-		n = store.Notification{Kind: store.NotifyInsert, Queue: p.Q}
+		n = store.Notification{Kind: store.NotifyInsert, Queue: p.Q, Nonce: p.N}
 		if p.D != 0 {
 			n.DueAt = time.UnixMilli(p.D)
 		}
@@ -81,6 +102,12 @@ func decodePayload(s string) (n store.Notification, ok bool) {
 		n = store.Notification{Kind: store.NotifyPause, Queue: p.Q}
 	case "r":
 		n = store.Notification{Kind: store.NotifyResume, Queue: p.Q}
+	case "h":
+		n = store.Notification{Kind: store.NotifyPresence, Client: p.C, Queue: p.Q, Fingerprint: p.F}
+	case "g":
+		n = store.Notification{Kind: store.NotifyGone, Client: p.C}
+	case "o":
+		n = store.Notification{Kind: store.NotifyOverflow, Client: p.C, Queue: p.Q}
 	default:
 		return n, false
 	}
@@ -120,6 +147,25 @@ func (s *Store) ListenerPID() uint32 {
 		return 0
 	}
 	return l.pid.Load()
+}
+
+// Signal publishes client signals on the store's channel, in one statement on the pool: every
+// listening process receives them, this one included.
+func (n *notifier) Signal(ctx context.Context, ns []store.Notification) error {
+	if err := notifyhub.CheckSignals(ns); err != nil {
+		return err
+	}
+	if len(ns) == 0 {
+		return nil
+	}
+	payloads := make([]string, len(ns))
+	for i, note := range ns {
+		payloads[i] = signalPayload(note)
+	}
+	if _, err := n.s.pool.Exec(ctx, n.s.q.notifyMany, payloads); err != nil {
+		return fmt.Errorf("postgres: signal: %w", err)
+	}
+	return nil
 }
 
 // Subscribe registers fn for every notification until the returned function is called. The first

@@ -234,3 +234,42 @@ func TestListenerSurvivesIdleChecks(t *testing.T) {
 	require.Equal(t, pid, s.ListenerPID(), "idle checks keep the connection")
 	require.Len(t, rec.of(store.NotifyReconnect), 1)
 }
+
+// TestInsertsCarryANonceAndSQLAnnouncementsNone: every Insert's notification carries a fresh
+// non-zero nonce (one client claims it), while announcements made by SQL (here a job returned to
+// available by Finish) carry none (every client claims). Client signals keep every field through
+// the payload, odd characters included.
+func TestInsertsCarryANonceAndSQLAnnouncementsNone(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := setup(t)
+	rec := subscribe(t, s)
+	for _, n := range []int{1, 5, 100, arraysMax + 1} {
+		ps := make([]*store.InsertParams, n)
+		for i := range ps {
+			ps[i] = params("nonce")
+		}
+		_, err := s.Insert(ctx, ps)
+		require.NoError(t, err)
+	}
+	waitFor(t, func() bool { return len(rec.of(store.NotifyInsert)) == 4 })
+	seen := map[uint32]bool{}
+	for _, n := range rec.of(store.NotifyInsert) {
+		require.NotZero(t, n.Nonce)
+		require.False(t, seen[n.Nonce], "each insert has its own nonce")
+		seen[n.Nonce] = true
+	}
+
+	jobs, err := s.Claim(ctx, claimParams("nonce", 1))
+	require.NoError(t, err)
+	_, err = s.Finish(ctx, []store.Completion{{ID: jobs[0].ID, Attempt: 1, State: store.StateAvailable}})
+	require.NoError(t, err)
+	waitFor(t, func() bool { return len(rec.of(store.NotifyInsert)) == 5 })
+	require.Zero(t, rec.of(store.NotifyInsert)[4].Nonce, "SQL announcements carry no nonce")
+
+	odd := "c\"lient ✓ {json}\n"
+	sig := store.Notification{Kind: store.NotifyPresence, Client: odd, Queue: odd, Fingerprint: "9a"}
+	require.NoError(t, s.Notifier().Signal(ctx, []store.Notification{sig}))
+	waitFor(t, func() bool { return len(rec.of(store.NotifyPresence)) == 1 })
+	require.Equal(t, sig, rec.of(store.NotifyPresence)[0])
+}

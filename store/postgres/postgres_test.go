@@ -119,15 +119,29 @@ func TestPayloadRoundTrip(t *testing.T) {
 		{queuePayload("p", "q1"), store.Notification{Kind: store.NotifyPause, Queue: "q1"}},
 		{queuePayload("r", "q1"), store.Notification{Kind: store.NotifyResume, Queue: "q1"}},
 		{`{"k":"c","id":"abc"}`, store.Notification{Kind: store.NotifyCancel, JobID: "abc"}},
+		{`{"k":"i","q":"q1","n":77,"d":0}`, store.Notification{Kind: store.NotifyInsert, Queue: "q1", Nonce: 77}},
+		{signalPayload(store.Notification{Kind: store.NotifyPresence, Client: "c1", Queue: "q1", Fingerprint: "ab"}),
+			store.Notification{Kind: store.NotifyPresence, Client: "c1", Queue: "q1", Fingerprint: "ab"}},
+		{signalPayload(store.Notification{Kind: store.NotifyOverflow, Client: "c1", Queue: "q1"}),
+			store.Notification{Kind: store.NotifyOverflow, Client: "c1", Queue: "q1"}},
+		{signalPayload(store.Notification{Kind: store.NotifyGone, Client: "c1"}),
+			store.Notification{Kind: store.NotifyGone, Client: "c1"}},
 	} {
 		got, ok := decodePayload(tc.payload)
 		require.True(t, ok, tc.payload)
 		require.Equal(t, tc.want.Kind, got.Kind)
 		require.Equal(t, tc.want.Queue, got.Queue)
 		require.Equal(t, tc.want.JobID, got.JobID)
+		require.Equal(t, tc.want.Client, got.Client)
+		require.Equal(t, tc.want.Fingerprint, got.Fingerprint)
+		if tc.want.Kind != store.NotifyInsert || tc.want.Nonce != 0 {
+			require.Equal(t, tc.want.Nonce, got.Nonce)
+		} else {
+			require.NotZero(t, got.Nonce, "insertPayload draws a nonce")
+		}
 		require.True(t, tc.want.DueAt.Equal(got.DueAt), "%v vs %v", tc.want.DueAt, got.DueAt)
 	}
-	require.Equal(t, `{"k":"i","q":"default","d":0}`, insertPayload("default", time.Time{}))
+	require.Regexp(t, `^\{"k":"i","q":"default","n":[1-9][0-9]*,"d":0\}$`, insertPayload("default", time.Time{}))
 	for _, bad := range []string{"", "{", `{"k":"x"}`, "null"} {
 		_, ok := decodePayload(bad)
 		require.False(t, ok, bad)

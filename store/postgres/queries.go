@@ -164,6 +164,9 @@ WHERE o.unique_key = j.unique_key AND o.state = ANY (o.unique_states) AND o.id <
 	// sqlNotify sends one notification on the store's channel.
 	sqlNotify = `SELECT pg_notify({channel}, $1)`
 
+	// sqlNotifyMany sends each payload of $1.
+	sqlNotifyMany = `SELECT count(pg_notify({channel}, p)) FROM unnest($1::text[]) p`
+
 	// sqlBegin, sqlCommit and sqlRollback delimit the transaction of a COPY insert, pipelined with
 	// the statements around them.
 	sqlBegin    = `BEGIN`
@@ -445,37 +448,11 @@ SELECT l.state, updated.* FROM locked l LEFT JOIN updated ON true
 WHERE (SELECT count(*) FROM notified) >= 0`
 
 	// sqlRetryJob makes discarded or cancelled job $1 available again with its attempts reset.
-	sqlRetryJob = `WITH locked AS (
-	SELECT id, state FROM {schema}.jobs WHERE id = $1 FOR UPDATE
-), updated AS (
-	UPDATE {schema}.jobs j
-	SET state = 'available', attempt = 0, scheduled_at = now(), completed_at = NULL,
-		lease_expires_at = NULL, worker_id = NULL
-	FROM locked l
-	WHERE j.id = $1 AND j.id = l.id AND l.state IN ('discarded', 'cancelled')
-	RETURNING ` + jobColsJ + `
-), changed AS (
-	SELECT queue, state, scheduled_at FROM updated
-), notified AS (` + notifyClaimable + `
-)
-SELECT l.state, updated.* FROM locked l LEFT JOIN updated ON true
-WHERE (SELECT count(*) FROM notified) >= 0`
+	sqlRetryJob = makeAvailable(`attempt = 0, completed_at = NULL, lease_expires_at = NULL, worker_id = NULL`,
+		`IN ('discarded', 'cancelled')`)
 
 	// sqlActivateJob moves pending job $1 to available.
-	sqlActivateJob = `WITH locked AS (
-	SELECT id, state FROM {schema}.jobs WHERE id = $1 FOR UPDATE
-), updated AS (
-	UPDATE {schema}.jobs j
-	SET state = 'available', scheduled_at = now()
-	FROM locked l
-	WHERE j.id = $1 AND j.id = l.id AND l.state = 'pending'
-	RETURNING ` + jobColsJ + `
-), changed AS (
-	SELECT queue, state, scheduled_at FROM updated
-), notified AS (` + notifyClaimable + `
-)
-SELECT l.state, updated.* FROM locked l LEFT JOIN updated ON true
-WHERE (SELECT count(*) FROM notified) >= 0`
+	sqlActivateJob = makeAvailable(``, `= 'pending'`)
 
 	// sqlDeleteJob deletes job $1 unless it is active, returning it as it was.
 	sqlDeleteJob = `WITH locked AS (
@@ -496,14 +473,7 @@ SELECT l.state, deleted.* FROM locked l LEFT JOIN deleted ON true`
 	coalesce(c.cancelled, 0), coalesce(c.discarded, 0)
 FROM (
 	SELECT queue,
-		count(*) FILTER (WHERE state = 'scheduled') AS scheduled,
-		count(*) FILTER (WHERE state = 'available') AS available,
-		count(*) FILTER (WHERE state = 'pending') AS pending,
-		count(*) FILTER (WHERE state = 'active') AS active,
-		count(*) FILTER (WHERE state = 'completed') AS completed,
-		count(*) FILTER (WHERE state = 'retryable') AS retryable,
-		count(*) FILTER (WHERE state = 'cancelled') AS cancelled,
-		count(*) FILTER (WHERE state = 'discarded') AS discarded
+		` + stateCounts + `
 	FROM {schema}.jobs
 	GROUP BY queue
 ) c
@@ -580,6 +550,39 @@ SELECT count(*) FROM gone WHERE (SELECT count(*) FROM notified) >= 0`
 	sqlListRateLimits = `SELECT ` + rateLimitCols + ` FROM {schema}.rate_limits l ORDER BY l.key`
 )
 
+// makeAvailable returns the statement that moves job $1 to available now, setting the columns in set
+// too, when its state passes the test from (an SQL comparison of the state); it returns the job's
+// state before, with the job as updated, or NULLs when it was not moved, and announces the queue.
+func makeAvailable(set, from string) string {
+	if set != "" {
+		set = ", " + set
+	}
+	return `WITH locked AS (
+	SELECT id, state FROM {schema}.jobs WHERE id = $1 FOR UPDATE
+), updated AS (
+	UPDATE {schema}.jobs j
+	SET state = 'available', scheduled_at = now()` + set + `
+	FROM locked l
+	WHERE j.id = $1 AND j.id = l.id AND l.state ` + from + `
+	RETURNING ` + jobColsJ + `
+), changed AS (
+	SELECT queue, state, scheduled_at FROM updated
+), notified AS (` + notifyClaimable + `
+)
+SELECT l.state, updated.* FROM locked l LEFT JOIN updated ON true
+WHERE (SELECT count(*) FROM notified) >= 0`
+}
+
+// stateCounts counts the rows of a group per job state, one column named after each state.
+const stateCounts = `count(*) FILTER (WHERE state = 'scheduled') AS scheduled,
+		count(*) FILTER (WHERE state = 'available') AS available,
+		count(*) FILTER (WHERE state = 'pending') AS pending,
+		count(*) FILTER (WHERE state = 'active') AS active,
+		count(*) FILTER (WHERE state = 'completed') AS completed,
+		count(*) FILTER (WHERE state = 'retryable') AS retryable,
+		count(*) FILTER (WHERE state = 'cancelled') AS cancelled,
+		count(*) FILTER (WHERE state = 'discarded') AS discarded`
+
 // workflowCols reads a workflow with its members' counts per state (callbacks excluded) and the
 // latest completion among them.
 const workflowCols = `w.id, w.name, w.type, w.meta, w.created_at, w.cancelled_at, c.total,
@@ -588,14 +591,7 @@ const workflowCols = `w.id, w.name, w.type, w.meta, w.created_at, w.cancelled_at
 FROM {schema}.workflows w
 CROSS JOIN LATERAL (
 	SELECT count(*) AS total,
-		count(*) FILTER (WHERE state = 'scheduled') AS scheduled,
-		count(*) FILTER (WHERE state = 'available') AS available,
-		count(*) FILTER (WHERE state = 'pending') AS pending,
-		count(*) FILTER (WHERE state = 'active') AS active,
-		count(*) FILTER (WHERE state = 'completed') AS completed,
-		count(*) FILTER (WHERE state = 'retryable') AS retryable,
-		count(*) FILTER (WHERE state = 'cancelled') AS cancelled,
-		count(*) FILTER (WHERE state = 'discarded') AS discarded,
+		` + stateCounts + `,
 		max(completed_at) AS finished_at
 	FROM {schema}.jobs
 	WHERE workflow_id = w.id AND run_on IS NULL
@@ -697,7 +693,7 @@ type queries struct {
 
 	insertUnique, uniqueHolder, uniqueRelease, uniqueReplace, uniqueConflict string
 	claimLimitedPlan, claimLimited, listWorkflowJobs, listWorkflowJobsDesc   string
-	finishPlan                                                               string
+	finishPlan, notifyMany                                                   string
 
 	upsertRateLimit, setRateLimit, deleteRateLimit, getRateLimit, listRateLimits string
 	insertWorkflow, getWorkflow, cancelWorkflow                                  string
@@ -714,6 +710,7 @@ func newQueries(r *strings.Replacer) *queries {
 		insertJob:      r.Replace(sqlInsertJob),
 		insertArrays:   r.Replace(sqlInsertArrays),
 		notify:         r.Replace(sqlNotify),
+		notifyMany:     r.Replace(sqlNotifyMany),
 		now:            sqlNow,
 		claimPlan:      r.Replace(sqlClaimPlan),
 		claim:          r.Replace(sqlClaim),

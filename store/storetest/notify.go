@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -127,4 +128,39 @@ func testNotifyUnsubscribe(t *testing.T, s store.Store) {
 	eventually(t, "the remaining subscriber to hear the second insert", func() bool { return len(kept.inserts(q)) == 2 })
 	settle(t, s, kept)
 	require.Len(t, gone.inserts(q), 1, "an unsubscribed function hears nothing more")
+}
+
+func testNotifySignals(t *testing.T, s store.Store) {
+	c := listen(t, s)
+	ctx := context.Background()
+	queue, client := uniq("signals"), uniq("client")
+	sent := []store.Notification{
+		{Kind: store.NotifyPresence, Client: client, Queue: queue, Fingerprint: "5f2a"},
+		{Kind: store.NotifyOverflow, Client: client, Queue: queue},
+		{Kind: store.NotifyGone, Client: client},
+	}
+	require.NoError(t, s.Notifier().Signal(ctx, sent))
+	fromClient := func() []store.Notification {
+		return c.matching(func(n store.Notification) bool { return n.Client == client })
+	}
+	eventually(t, "the three signals", func() bool { return len(fromClient()) == 3 })
+	got := fromClient()
+	for _, want := range sent {
+		require.Contains(t, got, want, "every signal arrives with its fields")
+	}
+
+	// Anything but a client signal is refused, and nothing of the call is sent.
+	err := s.Notifier().Signal(ctx, []store.Notification{
+		{Kind: store.NotifyPresence, Client: client, Queue: queue},
+		{Kind: store.NotifyInsert, Queue: queue},
+	})
+	require.ErrorContains(t, err, "not a client signal")
+	err = s.Notifier().Signal(ctx, []store.Notification{{Kind: store.NotifyGone}})
+	require.ErrorContains(t, err, "client is not named")
+	require.NoError(t, s.Notifier().Signal(ctx, []store.Notification{{Kind: store.NotifyGone, Client: client}}))
+	eventually(t, "the signal after the refused ones", func() bool { return len(fromClient()) == 4 })
+	require.Empty(t, c.inserts(queue), "a refused call sends nothing")
+	require.Len(t, c.matching(func(n store.Notification) bool {
+		return n.Client == client && n.Kind == store.NotifyPresence
+	}), 1, "a refused call sends nothing")
 }

@@ -109,6 +109,7 @@ var tests = []testCase{
 	{"NotifyFinish", single(testNotifyFinish)},
 	{"NotifyPauseResume", single(testNotifyPauseResume)},
 	{"NotifyUnsubscribe", single(testNotifyUnsubscribe)},
+	{"NotifySignals", single(testNotifySignals)},
 
 	{"Elect", single(testElect)},
 	{"ElectAfterTTL", single(testElectAfterTTL)},

@@ -1,0 +1,9 @@
+package pronto
+
+import "time"
+
+// PresencePeers returns how many other live clients c counts among those working queue (tests only).
+func PresencePeers(c *Client, queue string) int { return c.presence.Peers(queue, time.Now()) }
+
+// SetPresenceInterval sets how often c announces its queues; call it before Start (tests only).
+func SetPresenceInterval(c *Client, every time.Duration) { c.presenceEvery = every }
