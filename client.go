@@ -186,8 +186,9 @@ func (c *Client) Start(ctx context.Context) error {
 		})
 	}
 	own := make(map[string]string, len(c.cfg.Queues))
+	fingerprint := presence.Fingerprint(c.kinds) // a client claims the same kinds in every queue
 	for name := range c.cfg.Queues {
-		own[name] = presence.Fingerprint(c.kinds)
+		own[name] = fingerprint
 	}
 	c.presence = presence.New(c.cfg.ID, own, presenceTTL(c.presenceEvery))
 	// Subscribe before the producers' first claim, so nothing inserted after it is missed.

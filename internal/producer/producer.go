@@ -243,6 +243,7 @@ func (p *Producer) claim(ctx context.Context, mayHaveMore *bool) {
 		jobs, err := p.cfg.Claim(ctx, free)
 		p.mu.Lock()
 		p.promised = max(p.promised-promised, 0)
+		p.inFlight += len(jobs) // none on error
 		p.mu.Unlock()
 		if err != nil {
 			if ctx.Err() == nil {
@@ -256,9 +257,6 @@ func (p *Producer) claim(ctx context.Context, mayHaveMore *bool) {
 			*mayHaveMore = true
 			return
 		}
-		p.mu.Lock()
-		p.inFlight += len(jobs)
-		p.mu.Unlock()
 		for _, job := range jobs {
 			p.cfg.Execute(job, p.release)
 		}

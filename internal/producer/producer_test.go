@@ -69,7 +69,9 @@ func TestClaimsNoMoreThanFreeSlotsAndRefillsAsSlotsFree(t *testing.T) {
 	var held []func()
 	p, _ := start(t, Config{Queue: "q", MaxWorkers: 10, Claim: q.claim, PollInterval: time.Hour,
 		Execute: func(_ *store.Job, done func()) { mu.Lock(); held = append(held, done); mu.Unlock() }})
-	require.Eventually(t, func() bool { return p.InFlight() == 10 }, 5*time.Second, time.Millisecond)
+	// Execute runs after the claim counts the job in flight: wait for every job to be handed over.
+	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(held) == 10 }, 5*time.Second, time.Millisecond)
+	require.Equal(t, 10, p.InFlight())
 	require.EqualValues(t, 10, q.claimed.Load(), "never more jobs than worker slots")
 	// Free every slot: the backlog is claimed into them.
 	mu.Lock()
@@ -152,8 +154,8 @@ func TestPromiseCountsFreeSlotsAndPromisesUntilAClaim(t *testing.T) {
 	require.False(t, p.Promise(), "three slots, three jobs promised: a fourth is left to others")
 	q.add(3)
 	close(q.block)
-	require.Eventually(t, func() bool { return p.InFlight() == 3 }, 5*time.Second, time.Millisecond,
-		"the promised jobs are claimed")
+	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(held) == 3 }, 5*time.Second,
+		time.Millisecond, "the promised jobs are claimed and running")
 	require.False(t, p.Promise(), "every slot is running a job")
 	mu.Lock()
 	held[0]()
