@@ -70,12 +70,10 @@ func startWorkerProcesses(t *testing.T, ts *testStore, n, maxWorkers int, ran *r
 	for i := range n {
 		workers := pronto.NewWorkers()
 		pronto.AddWorker(workers, pronto.WorkFunc(func(ctx context.Context, j *pronto.Job[echoArgs]) error {
-			if j.Args.Message == "block" {
-				ran.record(i, j.Args.Message)
-				<-release
-				return nil
-			}
 			ran.record(i, j.Args.Message)
+			if j.Args.Message == "block" {
+				<-release
+			}
 			return nil
 		}))
 		cfg := fastConfig(workers, defaultQueue(maxWorkers))
