@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"runtime/debug"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -59,15 +60,23 @@ type Client struct {
 	jobsWG          sync.WaitGroup
 	servicesWG      sync.WaitGroup
 
+	// The runs this client holds, keyed by run (see runKey), never by job id alone: a job whose lease
+	// lapsed can be claimed again, by this very client, while its first run still goes on.
 	runMu   sync.Mutex
 	running map[string]*runningJob
+	latest  map[string]*runningJob // by job id: the newest run of each job in running
 }
 
-// runningJob is a claimed job this client holds: running, or finished with its outcome not yet written.
-// Its lease is heartbeated until the outcome is written.
+// runningJob is one run of a claimed job this client holds: running, or finished with its outcome not
+// yet written. Its lease is heartbeated until the outcome is written, unless a newer claim of the
+// same job superseded it.
 type runningJob struct {
-	row    *JobRow
-	cancel context.CancelCauseFunc // nil once the worker returned
+	key string // runKey(row)
+	row *JobRow
+	// returned is closed when the worker has returned: a newer run of the same job in this client
+	// starts only then, so that two runs of one job never overlap in one process.
+	returned chan struct{}
+	cancel   context.CancelCauseFunc // nil once the worker returned
 	// leaseUntil is the client's conservative reckoning of when the job's lease ends: the start of the
 	// claim (or of the last heartbeat that extended it) plus LeaseDuration. Only the heartbeat loop
 	// reads and writes it after execute, under runMu.
@@ -86,7 +95,8 @@ func NewClient(s store.Store, cfg *Config) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	cl := &Client{cfg: c, store: s, running: make(map[string]*runningJob), work: c.WorkMiddleware,
+	cl := &Client{cfg: c, store: s, running: make(map[string]*runningJob), latest: make(map[string]*runningJob),
+		work:          c.WorkMiddleware,
 		presenceEvery: presenceInterval, overflow: make(map[string]bool), overflowWake: make(chan struct{}, 1)}
 	if c.Workers != nil {
 		cl.kinds = c.Workers.Kinds()
@@ -309,7 +319,7 @@ func (c *Client) abandonStuckJobs() {
 	for _, row := range stuck {
 		c.cfg.Logger.Warn("pronto: worker ignored cancellation at shutdown; returning its job to available", "job", row.ID, "kind", row.Kind)
 		c.completer.Add(completer.Item{Completion: store.Completion{
-			ID: row.ID, Attempt: row.Attempt, State: store.StateAvailable, RefundAttempt: true,
+			ID: row.ID, Attempt: row.Attempt, Token: row.ClaimToken, State: store.StateAvailable, RefundAttempt: true,
 		}})
 	}
 }
@@ -338,10 +348,13 @@ func (c *Client) onNotification(n store.Notification) {
 		}
 	case store.NotifyCancel:
 		c.runMu.Lock()
-		rj := c.running[n.JobID]
+		var cancel context.CancelCauseFunc
+		if rj := c.latest[n.JobID]; rj != nil {
+			cancel = rj.cancel
+		}
 		c.runMu.Unlock()
-		if rj != nil && rj.cancel != nil {
-			rj.cancel(ErrJobCancelled)
+		if cancel != nil {
+			cancel(ErrJobCancelled)
 		}
 	case store.NotifyReconnect:
 		for _, p := range c.producers {
@@ -439,57 +452,72 @@ func (c *Client) heartbeatLoop(ctx context.Context) {
 		case <-t.C:
 		}
 		started := time.Now()
-		c.runMu.Lock()
-		var ids []string
-		for id, rj := range c.running {
-			if rj.leaseUntil.Sub(started) <= within {
-				ids = append(ids, id)
-			}
-		}
-		c.runMu.Unlock()
-		if len(ids) == 0 {
+		runs := c.runsToRenew(started, within)
+		if len(runs) == 0 {
 			continue
 		}
-		lost, err := c.store.Heartbeat(ctx, store.HeartbeatParams{WorkerID: c.cfg.ID, IDs: ids, LeaseDuration: c.cfg.LeaseDuration})
+		ids := make([]string, len(runs))
+		tokens := make([]string, len(runs))
+		for i, rj := range runs {
+			ids[i], tokens[i] = rj.row.ID, rj.row.ClaimToken
+		}
+		if slices.Contains(tokens, "") {
+			tokens = nil // a store without claim tokens: the worker id fences
+		}
+		lost, err := c.store.Heartbeat(ctx, store.HeartbeatParams{WorkerID: c.cfg.ID, IDs: ids, Tokens: tokens, LeaseDuration: c.cfg.LeaseDuration})
 		if err != nil {
 			if ctx.Err() == nil {
 				c.cfg.Logger.Warn("pronto: heartbeat failed", "jobs", len(ids), "err", err)
 			}
 			continue
 		}
-		c.extendLeases(ids, lost, started.Add(c.cfg.LeaseDuration))
+		gone := make(map[string]struct{}, len(lost))
 		for _, id := range lost {
-			c.runMu.Lock()
-			rj := c.running[id]
-			c.runMu.Unlock()
-			if rj == nil || rj.cancel == nil {
-				continue
+			gone[id] = struct{}{}
+		}
+		until := started.Add(c.cfg.LeaseDuration)
+		var stop []*runningJob
+		c.runMu.Lock()
+		for _, rj := range runs {
+			if _, ok := gone[rj.row.ID]; !ok {
+				rj.leaseUntil = until
+			} else if rj.cancel != nil {
+				stop = append(stop, rj)
 			}
-			// Cancelled elsewhere (and the notification was missed) or taken back by the rescuer.
+		}
+		c.runMu.Unlock()
+		for _, rj := range stop {
+			// Cancelled elsewhere (and the notification was missed), or taken back by the rescuer.
 			cause := ErrJobLost
-			if j, err := c.store.GetJob(ctx, id); err == nil && j.State == store.StateCancelled {
+			if j, err := c.store.GetJob(ctx, rj.row.ID); err == nil && j.State == store.StateCancelled {
 				cause = ErrJobCancelled
 			}
-			rj.cancel(cause)
+			c.cancelRun(rj, cause)
 		}
 	}
 }
 
-// extendLeases records until for the jobs of ids a heartbeat extended (those not in lost).
-func (c *Client) extendLeases(ids, lost []string, until time.Time) {
-	gone := make(map[string]struct{}, len(lost))
-	for _, id := range lost {
-		gone[id] = struct{}{}
-	}
+// runsToRenew returns the runs whose leases end within the given time of now: only the newest run
+// of each job, since an older one lost its claim when the job was claimed again.
+func (c *Client) runsToRenew(now time.Time, within time.Duration) []*runningJob {
 	c.runMu.Lock()
 	defer c.runMu.Unlock()
-	for _, id := range ids {
-		if _, ok := gone[id]; ok {
-			continue
+	var runs []*runningJob
+	for _, rj := range c.latest {
+		if rj.leaseUntil.Sub(now) <= within {
+			runs = append(runs, rj)
 		}
-		if rj := c.running[id]; rj != nil {
-			rj.leaseUntil = until
-		}
+	}
+	return runs
+}
+
+// cancelRun cancels rj's context with cause unless its worker has already returned.
+func (c *Client) cancelRun(rj *runningJob, cause error) {
+	c.runMu.Lock()
+	cancel := rj.cancel
+	c.runMu.Unlock()
+	if cancel != nil {
+		cancel(cause)
 	}
 }
 
@@ -535,6 +563,9 @@ var errTimeout = errors.New("pronto: job timeout")
 
 // jobTask is one claimed job handed to a queue's worker pool.
 type jobTask struct {
+	run *runningJob
+	// after, when set, is closed when the superseded run of the same job has returned.
+	after   <-chan struct{}
 	row     *store.Job
 	ctx     context.Context
 	cancel  context.CancelCauseFunc
@@ -555,11 +586,34 @@ func (c *Client) workerPool(tasks <-chan jobTask) {
 func (c *Client) execute(row *store.Job, release func(), leaseUntil time.Time) {
 	c.jobsWG.Add(1)
 	ctx, cancel := context.WithCancelCause(c.workCtx)
-	rj := &runningJob{row: row, cancel: cancel, leaseUntil: leaseUntil}
+	rj := &runningJob{key: runKey(row), row: row, cancel: cancel, leaseUntil: leaseUntil, returned: make(chan struct{})}
 	c.runMu.Lock()
-	c.running[row.ID] = rj
+	var superseded context.CancelCauseFunc
+	var after <-chan struct{}
+	if old := c.latest[row.ID]; old != nil && old.cancel != nil {
+		// The store gave this client the job again while a run of it goes on here: that run's lease
+		// lapsed and the rescuer took the job back. It must stop, its outcome is not recorded, and
+		// the new run waits for it to return.
+		superseded, after = old.cancel, old.returned
+	}
+	c.running[rj.key] = rj
+	c.latest[row.ID] = rj
 	c.runMu.Unlock()
-	c.pools[row.Queue] <- jobTask{row: row, ctx: ctx, cancel: cancel, release: release}
+	if superseded != nil {
+		c.cfg.Logger.Warn("pronto: a job was claimed again while an earlier run of it still ran here; stopping that run",
+			"job", row.ID, "kind", row.Kind, "attempt", row.Attempt)
+		superseded(ErrJobLost)
+	}
+	c.pools[row.Queue] <- jobTask{run: rj, row: row, ctx: ctx, cancel: cancel, release: release, after: after}
+}
+
+// runKey identifies one run of a job: its claim token, which every claim draws anew, or, from a
+// store without tokens, the job id and attempt.
+func runKey(row *JobRow) string {
+	if row.ClaimToken != "" {
+		return row.ClaimToken
+	}
+	return row.ID + "#" + strconv.Itoa(row.Attempt)
 }
 
 // run works one job to its outcome.
@@ -576,23 +630,33 @@ func (c *Client) run(t jobTask) {
 	if timeout > 0 {
 		jobCtx, stopTimeout = context.WithTimeoutCause(jobCtx, timeout, errTimeout)
 	}
+	var err error
+	if t.after != nil {
+		select {
+		case <-t.after:
+		case <-jobCtx.Done():
+		}
+	}
 	start := time.Now()
-	err := c.runWorker(jobCtx, row)
+	if jobCtx.Err() != nil && t.after != nil {
+		err = context.Cause(jobCtx) // stopped while waiting: the worker never ran
+	} else {
+		err = c.runWorker(jobCtx, row)
+	}
 	dur := time.Since(start)
 	timedOut := errors.Is(context.Cause(jobCtx), errTimeout)
 	cause := context.Cause(ctx)
 	stopTimeout()
 	c.runMu.Lock()
-	if rj := c.running[row.ID]; rj != nil {
-		rj.cancel = nil
-	}
+	t.run.cancel = nil
 	c.runMu.Unlock()
+	close(t.run.returned)
 	cancel(nil)
 	release()
 	holder.mu.Lock()
 	result := holder.raw
 	holder.mu.Unlock()
-	c.recordOutcome(row, err, result, cause, timedOut, dur)
+	c.recordOutcome(t.run, err, result, cause, timedOut, dur)
 }
 
 // runWorker runs the job's worker through the work middleware, turning panics into errors.
@@ -629,23 +693,24 @@ func (c *Client) safeCallback(f func()) {
 }
 
 // recordOutcome turns an attempt's outcome into a completion and hands it to the completer.
-func (c *Client) recordOutcome(row *JobRow, err error, result json.RawMessage, cause error, timedOut bool, dur time.Duration) {
+func (c *Client) recordOutcome(rj *runningJob, err error, result json.RawMessage, cause error, timedOut bool, dur time.Duration) {
+	row := rj.row
 	now := time.Now()
 	switch {
 	case errors.Is(cause, ErrJobCancelled):
 		// Already cancelled in the store by whoever cancelled it.
-		c.forget(row.ID)
+		c.forget(rj)
 		out := *row
 		out.State = store.StateCancelled
 		c.events.emit(&Event{Kind: EventCancelled, Job: &out, Err: ErrJobCancelled, Duration: dur, At: now})
 		return
 	case errors.Is(cause, ErrJobLost):
-		c.forget(row.ID)
+		c.forget(rj)
 		c.cfg.Logger.Warn("pronto: lost the lease of a running job; its outcome is not recorded", "job", row.ID, "kind", row.Kind)
 		return
 	}
 
-	comp := store.Completion{ID: row.ID, Attempt: row.Attempt}
+	comp := store.Completion{ID: row.ID, Attempt: row.Attempt, Token: row.ClaimToken}
 	var kind EventKind
 	var snooze *SnoozeError
 	var cancelErr *CancelError
@@ -692,7 +757,7 @@ func (c *Client) recordOutcome(row *JobRow, err error, result json.RawMessage, c
 		comp.Error = ae
 	}
 	c.completer.Add(completer.Item{Completion: comp, Done: func(applied bool, werr error) {
-		c.forget(row.ID)
+		c.forget(rj)
 		if werr != nil || !applied {
 			if werr != nil {
 				c.cfg.Logger.Warn("pronto: outcome not written; the job will be rescued", "job", row.ID, "err", werr)
@@ -727,9 +792,13 @@ func (c *Client) recordOutcome(row *JobRow, err error, result json.RawMessage, c
 	}})
 }
 
-func (c *Client) forget(id string) {
+// forget drops a run whose outcome is settled (written, refused, or not to be recorded).
+func (c *Client) forget(rj *runningJob) {
 	c.runMu.Lock()
-	delete(c.running, id)
+	delete(c.running, rj.key)
+	if c.latest[rj.row.ID] == rj {
+		delete(c.latest, rj.row.ID)
+	}
 	c.runMu.Unlock()
 }
 

@@ -139,6 +139,11 @@ type Job struct {
 	LeaseExpiresAt time.Time
 	// WorkerID names the client (or OJS worker) holding an active job.
 	WorkerID string
+	// ClaimToken identifies the claim under which an active job runs: every claim writes a new
+	// random one, so no two runs of a job ever share it, even when a database crash rolled a claim
+	// back and the job was claimed again under the same attempt number. Finish and Heartbeat given
+	// a token act only while the job still runs under it. "" for jobs that are not active.
+	ClaimToken string
 
 	// UniqueKey is the job's uniqueness fingerprint (see InsertParams.UniqueKey), or "" for none.
 	// The store clears it when the key's period has run out and another job took the key over.
@@ -221,11 +226,15 @@ type ClaimParams struct {
 }
 
 // Completion is the outcome of one attempt, applied by Store.Finish. It only takes effect while the
-// job is still active with the same Attempt: a job rescued, cancelled or re-claimed meanwhile is left
-// as it is.
+// job is still active with the same Attempt (and claim Token, when given): a job rescued, cancelled
+// or re-claimed meanwhile is left as it is.
 type Completion struct {
 	ID      string
 	Attempt int
+	// Token, when set, is the ClaimToken of the run reporting: the completion applies only while
+	// the job is still active under that very claim. Every run the client tracks sets it; without
+	// it only Attempt fences, which a rolled-back claim or a manual retry can repeat.
+	Token string
 	// State is the job's next state: completed, retryable, scheduled (snooze), discarded, cancelled, or
 	// available (returned unfinished, for example at shutdown).
 	State State
@@ -248,8 +257,12 @@ type FinishResult struct {
 
 // HeartbeatParams extends the leases of jobs a worker holds.
 type HeartbeatParams struct {
-	WorkerID      string
-	IDs           []string
+	WorkerID string
+	IDs      []string
+	// Tokens, when set, holds the ClaimToken of each job of IDs, in the same order: a job is then
+	// extended only while it still runs under that claim, so a run that lost its lease, and whose
+	// job was claimed again by the same worker, learns it at its next heartbeat.
+	Tokens        []string
 	LeaseDuration time.Duration
 }
 

@@ -29,6 +29,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strconv"
 	"sync"
 	"time"
 
@@ -151,6 +152,10 @@ type Store struct {
 	decided []*job
 
 	hub notifyhub.Hub
+
+	// claims numbers the claims of jobs, for their claim tokens: unique for the store's life, which
+	// is all a token must be here (nothing survives the process to be claimed again).
+	claims uint64
 }
 
 // New returns an empty in-memory store, ready to use (Migrate is not needed). Nothing it holds
@@ -638,6 +643,8 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) ([]*store.Job, e
 		j.StartedAt = now
 		j.LeaseExpiresAt = lease
 		j.WorkerID = p.WorkerID
+		s.claims++
+		j.ClaimToken = "m" + strconv.FormatUint(s.claims, 36)
 		s.place(j)
 		if j.rk != nil {
 			j.rk.started(now)
@@ -769,7 +776,8 @@ func (s *Store) Finish(ctx context.Context, completions []store.Completion) ([]s
 		c := &completions[i]
 		res[i].ID = c.ID
 		j := s.jobs[c.ID]
-		if j == nil || j.State != store.StateActive || j.Attempt != c.Attempt {
+		if j == nil || j.State != store.StateActive || j.Attempt != c.Attempt ||
+			(c.Token != "" && j.ClaimToken != c.Token) {
 			continue
 		}
 		res[i].Applied = true
@@ -820,9 +828,10 @@ func (s *Store) Heartbeat(ctx context.Context, p store.HeartbeatParams) ([]strin
 	var lost []string
 	lease := time.Now().Add(p.LeaseDuration)
 	s.mu.Lock()
-	for _, id := range p.IDs {
+	for i, id := range p.IDs {
 		j := s.jobs[id]
-		if j == nil || j.State != store.StateActive || j.WorkerID != p.WorkerID {
+		if j == nil || j.State != store.StateActive || j.WorkerID != p.WorkerID ||
+			(i < len(p.Tokens) && j.ClaimToken != p.Tokens[i]) {
 			lost = append(lost, id)
 			continue
 		}
@@ -1277,6 +1286,9 @@ func (s *Store) Resign(ctx context.Context, name, leaderID string) error {
 func (j *job) export() *store.Job {
 	out := new(store.Job)
 	*out = j.Job
+	if j.State != store.StateActive {
+		out.ClaimToken = ""
+	}
 	if n := len(j.Args) + len(j.Meta) + len(j.Result) + len(j.RetryPolicy) + len(j.ParentResults); n > 0 {
 		buf := make([]byte, 0, n)
 		out.Args, buf = take(buf, j.Args)

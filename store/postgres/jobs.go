@@ -132,6 +132,7 @@ func (s *Store) Finish(ctx context.Context, completions []store.Completion) ([]s
 		errs      = make([][]byte, n)
 		res       = make([][]byte, n)
 		refunds   = make([]bool, n)
+		tokens    = make([]pgtype.UUID, n)
 	)
 	for k, i := range order {
 		c := &completions[i]
@@ -154,6 +155,15 @@ func (s *Store) Finish(ctx context.Context, completions []store.Completion) ([]s
 		}
 		res[k] = nullJSON(c.Result)
 		refunds[k] = c.RefundAttempt
+		if c.Token != "" {
+			// A token that is no UUID is no claim's: the completion cannot apply. An all-zero
+			// token, which no claim draws, makes it so.
+			if u, ok := parseUUID(c.Token); ok {
+				tokens[k] = u
+			} else {
+				tokens[k] = pgtype.UUID{Valid: true}
+			}
+		}
 	}
 	if n == 0 {
 		return results, nil
@@ -161,7 +171,7 @@ func (s *Store) Finish(ctx context.Context, completions []store.Completion) ([]s
 	applied := make(map[[16]byte]struct{}, n)
 	b := &pgx.Batch{}
 	b.Queue(s.q.finishPlan)
-	b.Queue(s.q.finish, uuids, attempts, states, scheduled, errs, res, refunds).Query(func(rows pgx.Rows) error {
+	b.Queue(s.q.finish, uuids, attempts, states, scheduled, errs, res, refunds, tokens).Query(func(rows pgx.Rows) error {
 		var id pgtype.UUID
 		for rows.Next() {
 			if err := rows.Scan(&id); err != nil {
@@ -191,15 +201,33 @@ func (s *Store) Heartbeat(ctx context.Context, p store.HeartbeatParams) ([]strin
 	if len(p.IDs) == 0 {
 		return nil, nil
 	}
-	ids := make([]pgtype.UUID, 0, len(p.IDs))
-	for _, id := range p.IDs {
-		if u, ok := parseUUID(id); ok {
-			ids = append(ids, u)
+	if len(p.Tokens) > 0 && len(p.Tokens) != len(p.IDs) {
+		return nil, fmt.Errorf("heartbeat: %d claim tokens for %d jobs", len(p.Tokens), len(p.IDs))
+	}
+	type pair struct{ id, token pgtype.UUID }
+	pairs := make([]pair, 0, len(p.IDs))
+	for i, id := range p.IDs {
+		u, ok := parseUUID(id)
+		if !ok {
+			continue // no such job: reported lost below
 		}
+		var tok pgtype.UUID
+		if len(p.Tokens) > 0 {
+			if tok, ok = parseUUID(p.Tokens[i]); !ok {
+				continue // no claim's token: lost
+			}
+		}
+		pairs = append(pairs, pair{u, tok})
+	}
+	slices.SortFunc(pairs, func(a, b pair) int { return bytes.Compare(a.id.Bytes[:], b.id.Bytes[:]) })
+	ids := make([]pgtype.UUID, len(pairs))
+	tokens := make([]pgtype.UUID, len(pairs))
+	for i, pr := range pairs {
+		ids[i], tokens[i] = pr.id, pr.token
 	}
 	held := make(map[[16]byte]struct{}, len(ids))
 	if len(ids) > 0 {
-		rows, err := s.pool.Query(ctx, s.q.heartbeat, ids, p.WorkerID, p.LeaseDuration.Microseconds())
+		rows, err := s.pool.Query(ctx, s.q.heartbeat, ids, p.WorkerID, p.LeaseDuration.Microseconds(), tokens)
 		if err != nil {
 			return nil, fmt.Errorf("heartbeat %d jobs of worker %q: %w", len(ids), p.WorkerID, err)
 		}

@@ -13,14 +13,14 @@ import "strings"
 const jobCols = `id, kind, queue, args, meta, priority, state, attempt, max_attempts, errors, result,
 	tags, retry_policy, timeout_ms, created_at, scheduled_at, started_at, completed_at, expires_at,
 	lease_expires_at, worker_id, unique_key, tenant, rate_key, workflow_id, parent_ids, unique_states,
-	unique_until, run_on, parent_results`
+	unique_until, run_on, parent_results, claim_token`
 
 // jobColsJ is jobCols qualified by the alias j, for statements that join jobs with something.
 const jobColsJ = `j.id, j.kind, j.queue, j.args, j.meta, j.priority, j.state, j.attempt,
 	j.max_attempts, j.errors, j.result, j.tags, j.retry_policy, j.timeout_ms, j.created_at,
 	j.scheduled_at, j.started_at, j.completed_at, j.expires_at, j.lease_expires_at, j.worker_id,
 	j.unique_key, j.tenant, j.rate_key, j.workflow_id, j.parent_ids, j.unique_states, j.unique_until,
-	j.run_on, j.parent_results`
+	j.run_on, j.parent_results, j.claim_token`
 
 // notifyClaimable is a CTE body announcing, once per queue, the rows of the CTE "changed" (with
 // columns queue, state, scheduled_at) that are now claimable or due later. The payload is the
@@ -91,6 +91,7 @@ var claimTail = `
 UPDATE {schema}.jobs j
 SET state = 'active', attempt = j.attempt + 1, started_at = now(),
 	lease_expires_at = now() + $3 * interval '1 microsecond', worker_id = $4,
+	claim_token = gen_random_uuid(),
 	` + uniqueKeyAfter(`'active'`, "ARRAY(SELECT id FROM locked)", "NULL", `'active'`) + `
 WHERE j.id = ANY(ARRAY(SELECT id FROM locked))
 RETURNING ` + jobColsJ
@@ -250,11 +251,12 @@ var (
 		AND kind = ANY($5)` + claimTail
 
 	// sqlFinish applies a batch of completions given as parallel arrays, only to jobs still active
-	// in the same attempt, announces the queues it made claimable or whose rate-limited jobs left
+	// in the same attempt and, where a claim token is given ($8, NULL elements for none), under
+	// that claim, announces the queues it made claimable or whose rate-limited jobs left
 	// active, and returns the applied ids.
 	sqlFinish = `WITH u AS (
 	SELECT * FROM unnest($1::uuid[], $2::int[], $3::text[], $4::timestamptz[], $5::jsonb[],
-		$6::jsonb[], $7::bool[]) AS u(id, attempt, state, scheduled_at, error, result, refund)
+		$6::jsonb[], $7::bool[], $8::uuid[]) AS u(id, attempt, state, scheduled_at, error, result, refund, token)
 ), changed AS (
 	UPDATE {schema}.jobs j
 	SET state = u.state,
@@ -271,16 +273,22 @@ var (
 		` + uniqueKeyAfter("u.state", "$1", "$3", "NULL") + `
 	FROM u
 	WHERE j.id = u.id AND j.state = 'active' AND j.attempt = u.attempt
+		AND (u.token IS NULL OR j.claim_token = u.token)
 	RETURNING j.id, j.queue, j.state, j.scheduled_at, j.rate_key
 ), notified AS (` + sqlNotifyFinished + `
 )
 SELECT id FROM changed WHERE (SELECT count(*) FROM notified) >= 0`
 
-	// sqlHeartbeat extends the leases of worker $2's active jobs in $1 by $3 microseconds.
-	sqlHeartbeat = `UPDATE {schema}.jobs
+	// sqlHeartbeat extends by $3 microseconds the leases of worker $2's active jobs among $1, each
+	// only while it runs under its claim token in $4 (the same order; a NULL element, or a NULL
+	// array, leaves the worker id alone to fence). $1 comes sorted, so rows lock in id order, as
+	// Finish locks them, and overlapping statements cannot deadlock.
+	sqlHeartbeat = `UPDATE {schema}.jobs j
 SET lease_expires_at = now() + $3 * interval '1 microsecond'
-WHERE id = ANY($1) AND state = 'active' AND worker_id = $2
-RETURNING id`
+FROM unnest($1::uuid[], $4::uuid[]) AS h(id, token)
+WHERE j.id = h.id AND j.state = 'active' AND j.worker_id = $2
+	AND (h.token IS NULL OR j.claim_token = h.token)
+RETURNING j.id`
 
 	// sqlRescue takes back up to $1 active jobs whose lease expired: to available, or discarded when
 	// their attempts are spent, each with a lease_expired error entry. Like Finish, it announces the

@@ -46,6 +46,7 @@ type jobRow struct {
 	uniqueUntil    pgtype.Timestamptz
 	runOn          pgtype.Text
 	parentResults  []byte
+	claimToken     pgtype.UUID
 }
 
 // dest returns the scan destinations in jobCols order.
@@ -55,7 +56,7 @@ func (r *jobRow) dest() []any {
 		&r.maxAttempts, &r.errors, &r.result, &r.tags, &r.retryPolicy, &r.timeoutMS, &r.createdAt,
 		&r.scheduledAt, &r.startedAt, &r.completedAt, &r.expiresAt, &r.leaseExpiresAt, &r.workerID,
 		&r.uniqueKey, &r.tenant, &r.rateKey, &r.workflowID, &r.parentIDs, &r.uniqueStates,
-		&r.uniqueUntil, &r.runOn, &r.parentResults,
+		&r.uniqueUntil, &r.runOn, &r.parentResults, &r.claimToken,
 	}
 }
 
@@ -88,6 +89,9 @@ func (r *jobRow) job() (*store.Job, error) {
 		UniqueUntil:    timeOf(r.uniqueUntil),
 		RunOn:          store.RunOn(r.runOn.String),
 		ParentResults:  r.parentResults,
+	}
+	if r.claimToken.Valid && j.State == store.StateActive {
+		j.ClaimToken = formatUUID(r.claimToken.Bytes)
 	}
 	if r.uniqueKey.Valid && len(r.uniqueStates) > 0 {
 		j.UniqueStates = make([]store.State, len(r.uniqueStates))

@@ -194,7 +194,11 @@ func makeFinishRow(r *finishRow, i int, c *store.Completion, nowUS int64, now ti
 		}
 		errEntry = string(b)
 	}
-	r.args = [finishBatchArgs]any{c.ID, int64(c.Attempt), string(c.State), sched, completed, result, errEntry, refund}
+	var token any
+	if c.Token != "" {
+		token = c.Token
+	}
+	r.args = [finishBatchArgs]any{c.ID, int64(c.Attempt), string(c.State), sched, completed, result, errEntry, refund, token}
 	return nil
 }
 
@@ -378,14 +382,21 @@ func (s *Store) Heartbeat(ctx context.Context, p store.HeartbeatParams) ([]strin
 		defer tx.Rollback() //nolint:errcheck // after Commit it is a no-op
 	}
 	extended := make(map[string]struct{}, len(p.IDs))
-	args := make([]any, 0, 2+heartbeatChunk)
+	if len(p.Tokens) > 0 && len(p.Tokens) != len(p.IDs) {
+		return nil, fmt.Errorf("heartbeat: %d claim tokens for %d jobs", len(p.Tokens), len(p.IDs))
+	}
+	args := make([]any, 0, 2+2*heartbeatChunk)
 	for i, c := range chunks {
 		args = append(args[:0], expiry, p.WorkerID)
-		for _, id := range c {
-			args = append(args, id)
+		for k, id := range c {
+			var token any
+			if len(p.Tokens) > 0 {
+				token = p.Tokens[i*heartbeatChunk+k]
+			}
+			args = append(args, id, token)
 		}
 		for range sizes[i] - len(c) {
-			args = append(args, nil)
+			args = append(args, nil, nil)
 		}
 		st := stmts[i]
 		if tx != nil {

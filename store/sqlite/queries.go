@@ -89,6 +89,10 @@ func kindsFilter(n, first int) string {
 	return "AND kind IN (" + strings.Join(ph, ", ") + ")"
 }
 
+// newClaimToken is the claim token a claim writes on each job it makes active: 128 random bits,
+// drawn per row, so that no two claims of a job ever share one (see store.Job.ClaimToken).
+const newClaimToken = `lower(hex(randomblob(16)))`
+
 // claimSQL returns the claim statement for a kinds filter of nKinds kinds (0: any kind).
 // ?1 now, ?2 lease expiry, ?3 worker id, ?4 queue, ?5 limit, ?6... kinds.
 //
@@ -99,7 +103,8 @@ func kindsFilter(n, first int) string {
 // plan as before rate limits existed.
 func claimSQL(nKinds int) string {
 	return `UPDATE pronto_jobs SET state = 'active', attempt = attempt + 1, started_at = ?1,
-		lease_expires_at = ?2, worker_id = ?3, ` + uniqueKeyAfter(`'active'`, "") + `
+		lease_expires_at = ?2, worker_id = ?3, claim_token = ` + newClaimToken + `,
+		` + uniqueKeyAfter(`'active'`, "") + `
 	WHERE rowid IN (
 		SELECT rowid FROM pronto_jobs
 		WHERE ` + claimableSQL + `
@@ -127,18 +132,19 @@ func claimQuery(nKinds int) string {
 }
 
 // finishBatchSQL applies n completions in one statement: each row of c is (id, attempt, state,
-// scheduled_at or NULL to keep, completed_at, result, error entry JSON or NULL, refund 0 or 1). Rows with a
+// scheduled_at or NULL to keep, completed_at, result, error entry JSON or NULL, refund 0 or 1, claim
+// token or NULL for the attempt alone to fence). Rows with a
 // NULL id are padding. It returns the id, queue, rate key, workflow id and new state of every job it
 // changed. With plainOnly it leaves workflow jobs alone: their completions must decide their children
 // in the same transaction, which the single-statement fast path of Finish does not open.
 func finishBatchSQL(n int, plainOnly bool) string {
 	var b strings.Builder
-	b.WriteString(`WITH c(id, attempt, state, sched, completed, result, err, refund) AS (VALUES `)
+	b.WriteString(`WITH c(id, attempt, state, sched, completed, result, err, refund, token) AS (VALUES `)
 	for i := range n {
 		if i > 0 {
 			b.WriteString(", ")
 		}
-		b.WriteString("(?, ?, ?, ?, ?, ?, ?, ?)")
+		b.WriteString("(?, ?, ?, ?, ?, ?, ?, ?, ?)")
 	}
 	b.WriteString(`)
 	UPDATE pronto_jobs SET
@@ -153,7 +159,8 @@ func finishBatchSQL(n int, plainOnly bool) string {
 		worker_id = NULL,
 		` + finishUniqueKey + `
 	FROM c
-	WHERE pronto_jobs.id = c.id AND pronto_jobs.attempt = c.attempt AND pronto_jobs.state = 'active'`)
+	WHERE pronto_jobs.id = c.id AND pronto_jobs.attempt = c.attempt AND pronto_jobs.state = 'active'
+		AND (c.token IS NULL OR pronto_jobs.claim_token = c.token)`)
 	if plainOnly {
 		b.WriteString(` AND pronto_jobs.workflow_id IS NULL`)
 	}
@@ -172,18 +179,22 @@ var finishUniqueKey = uniqueKeyAfter("c.state", `EXISTS (SELECT 1 FROM c AS r JO
 				  AND instr(o.unique_states, ',' || o.state || ',') = 0)`)
 
 // finishBatchArgs is the number of values one row of finishBatchSQL binds.
-const finishBatchArgs = 8
+const finishBatchArgs = 9
 
-// heartbeatSQL extends the leases of up to n jobs (padding ids are NULL) held by one worker and returns
-// the ids it extended. ?1 lease expiry, ?2 worker id, ?3... ids.
+// heartbeatSQL extends the leases of up to n jobs held by one worker and returns the ids it
+// extended. ?1 lease expiry, ?2 worker id, then a pair per job: its id (NULL for padding) and its
+// claim token (NULL: the worker id alone fences).
 func heartbeatSQL(n int) string {
-	ph := make([]string, n)
-	for i := range ph {
-		ph[i] = fmt.Sprintf("?%d", 3+i)
+	pairs := make([]string, n)
+	for i := range pairs {
+		pairs[i] = fmt.Sprintf("(?%d, ?%d)", 3+2*i, 4+2*i)
 	}
-	return `UPDATE pronto_jobs SET lease_expires_at = ?1
-	WHERE id IN (` + strings.Join(ph, ", ") + `) AND state = 'active' AND worker_id = ?2
-	RETURNING id`
+	return `WITH h(id, token) AS (VALUES ` + strings.Join(pairs, ", ") + `)
+	UPDATE pronto_jobs SET lease_expires_at = ?1
+	FROM h
+	WHERE pronto_jobs.id = h.id AND pronto_jobs.state = 'active' AND pronto_jobs.worker_id = ?2
+		AND (h.token IS NULL OR pronto_jobs.claim_token = h.token)
+	RETURNING pronto_jobs.id`
 }
 
 // rescueSQL: ?1 now, ?2 now as JSON time text, ?3 limit.
@@ -426,7 +437,8 @@ func claimCandidatesSQL(nKinds int) string {
 
 // claimRowsSQL claims the jobs whose rowids are in the JSON array ?4. ?1 now, ?2 lease expiry, ?3 worker.
 var claimRowsSQL = `UPDATE pronto_jobs SET state = 'active', attempt = attempt + 1, started_at = ?1,
-		lease_expires_at = ?2, worker_id = ?3, held = NULL, ` + uniqueKeyAfter(`'active'`, "") + `
+		lease_expires_at = ?2, worker_id = ?3, held = NULL, claim_token = ` + newClaimToken + `,
+		` + uniqueKeyAfter(`'active'`, "") + `
 	WHERE rowid IN (SELECT value FROM json_each(?4))
 	RETURNING ` + jobColumns
 

@@ -14,7 +14,7 @@ import (
 const jobColumns = `id, kind, queue, args, meta, priority, state, attempt, max_attempts, errors, result, tags,
 	retry_policy, timeout_ms, created_at, scheduled_at, started_at, completed_at, expires_at, lease_expires_at,
 	worker_id, unique_key, tenant, rate_key, workflow_id, parent_ids, unique_states, unique_until, run_on,
-	parent_results`
+	parent_results, claim_token`
 
 // rowScanner is *sql.Rows or *sql.Row.
 type rowScanner interface {
@@ -32,17 +32,17 @@ type jobScanner struct {
 	startedAt, completedAt, expiresAt, leaseExpiresAt sql.NullInt64
 	uniqueUntil                                       sql.NullInt64
 	workerID, uniqueKey, tenant, rateKey, workflowID  sql.NullString
-	uniqueStates, runOn                               sql.NullString
-	dest                                              [30]any
+	uniqueStates, runOn, claimToken                   sql.NullString
+	dest                                              [31]any
 }
 
 func newJobScanner() *jobScanner {
 	sc := &jobScanner{}
-	sc.dest = [30]any{&sc.id, &sc.kind, &sc.queue, &sc.args, &sc.meta, &sc.priority, &sc.state, &sc.attempt,
+	sc.dest = [31]any{&sc.id, &sc.kind, &sc.queue, &sc.args, &sc.meta, &sc.priority, &sc.state, &sc.attempt,
 		&sc.maxAttempts, &sc.errs, &sc.result, &sc.tags, &sc.retryPolicy, &sc.timeoutMS, &sc.createdAt,
 		&sc.scheduledAt, &sc.startedAt, &sc.completedAt, &sc.expiresAt, &sc.leaseExpiresAt, &sc.workerID,
 		&sc.uniqueKey, &sc.tenant, &sc.rateKey, &sc.workflowID, &sc.parents, &sc.uniqueStates, &sc.uniqueUntil,
-		&sc.runOn, &sc.parentResults}
+		&sc.runOn, &sc.parentResults, &sc.claimToken}
 	return sc
 }
 
@@ -76,6 +76,9 @@ func (sc *jobScanner) scan(rs rowScanner) (*store.Job, error) {
 		UniqueStates:   decodeStates(sc.uniqueStates.String),
 		UniqueUntil:    nullMicroTime(sc.uniqueUntil),
 		RunOn:          store.RunOn(sc.runOn.String),
+	}
+	if j.State == store.StateActive {
+		j.ClaimToken = sc.claimToken.String
 	}
 	if len(sc.parentResults) > 0 {
 		j.ParentResults = sc.parentResults

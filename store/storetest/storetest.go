@@ -76,6 +76,8 @@ var tests = []testCase{
 	{"FinishCancelled", single(testFinishCancelled)},
 	{"FinishAvailable", single(testFinishAvailable)},
 	{"FinishStaleAttemptNotApplied", single(testFinishStale)},
+	{"ClaimTokenFencesRuns", single(testClaimTokenFencesRuns)},
+	{"ClaimTokensDistinctInBatch", single(testClaimTokensDistinctInBatch)},
 	{"FinishAfterCancelNotApplied", single(testFinishAfterCancel)},
 	{"FinishUnknownNotApplied", single(testFinishUnknown)},
 	{"FinishBatchInOrder", single(testFinishBatch)},

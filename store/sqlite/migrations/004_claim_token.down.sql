@@ -1,0 +1,1 @@
+ALTER TABLE pronto_jobs DROP COLUMN claim_token;
