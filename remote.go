@@ -103,6 +103,12 @@ type RemoteAckParams struct {
 	ID string
 	// WorkerID, when set, must be the worker holding the job.
 	WorkerID string
+	// ClaimToken, when set, is the ClaimToken of the job as RemoteFetch returned it: the outcome then
+	// decides only that claim, and is refused (a *StaleClaimError) once the job was fetched again,
+	// even by a worker with the same id. See RemoteAck for what fences an outcome without it.
+	ClaimToken string
+	// Attempt, when non-zero, must be the job's current attempt.
+	Attempt int
 	// Result is stored as the job's result (any JSON value), or nothing when nil.
 	Result json.RawMessage
 	// Job, when set, is the job as RemoteFetch returned it to this worker: the ack then does not read
@@ -111,10 +117,17 @@ type RemoteAckParams struct {
 	Job *JobRow
 }
 
-// RemoteAck completes an active job and returns it as it now is. A job that is not active (or is held
-// by another worker) gives a *TransitionError matching ErrInvalidTransition, and is left unchanged.
+// RemoteAck completes an active job and returns it as it now is. A job that is not active gives a
+// *TransitionError matching ErrInvalidTransition, and is left unchanged.
+//
+// An outcome decides only the claim its sender fetched (a *StaleClaimError otherwise, which also
+// matches ErrInvalidTransition): the one named by ClaimToken; without a token, the current claim if
+// it is held by WorkerID (and is attempt Attempt, when given); with neither, the current claim only if
+// it was fetched without a worker id or no earlier claim of the job lost its lease (a late outcome of
+// that claim's run would be indistinguishable). Workers that share an id (a restarted worker) are
+// told apart by the token alone.
 func (c *Client) RemoteAck(ctx context.Context, p RemoteAckParams) (*JobRow, error) {
-	j, err := c.activeJob(ctx, p.ID, p.WorkerID, "ack", p.Job)
+	j, err := c.activeJob(ctx, claimRef{p.ID, p.WorkerID, p.ClaimToken, p.Attempt}, "ack", p.Job)
 	if err != nil {
 		return nil, err
 	}
@@ -122,7 +135,7 @@ func (c *Client) RemoteAck(ctx context.Context, p RemoteAckParams) (*JobRow, err
 		return nil, invalidf("ack job %s: result is not valid JSON", p.ID)
 	}
 	now := time.Now()
-	comp := store.Completion{ID: j.ID, Attempt: j.Attempt, State: store.StateCompleted, Result: p.Result}
+	comp := store.Completion{ID: j.ID, Attempt: j.Attempt, Token: j.ClaimToken, State: store.StateCompleted, Result: p.Result}
 	if err := c.finishOne(ctx, j, comp, "ack"); err != nil {
 		return nil, err
 	}
@@ -138,6 +151,9 @@ type RemoteNackParams struct {
 	ID string
 	// WorkerID, when set, must be the worker holding the job.
 	WorkerID string
+	// ClaimToken and Attempt fence the outcome as in RemoteAckParams.
+	ClaimToken string
+	Attempt    int
 	// Error describes the failure; it is appended to the job's error history (its Attempt and At are
 	// filled in). Error.Type is matched against the retry policy's NonRetryableErrors, exactly or, for
 	// an entry ending in ".*" or "*", by prefix.
@@ -162,9 +178,9 @@ type RemoteNackResult struct {
 // RemoteNack fails an active job's attempt: the job becomes retryable after its policy's backoff, or
 // discarded when its attempts are spent, the error is declared non-retryable, or its type is listed
 // in the policy's NonRetryableErrors. A job that is not active gives a *TransitionError matching
-// ErrInvalidTransition, and is left unchanged.
+// ErrInvalidTransition, and is left unchanged. The outcome is fenced as RemoteAck's is.
 func (c *Client) RemoteNack(ctx context.Context, p RemoteNackParams) (*RemoteNackResult, error) {
-	j, err := c.activeJob(ctx, p.ID, p.WorkerID, "nack", p.Job)
+	j, err := c.activeJob(ctx, claimRef{p.ID, p.WorkerID, p.ClaimToken, p.Attempt}, "nack", p.Job)
 	if err != nil {
 		return nil, err
 	}
@@ -172,7 +188,7 @@ func (c *Client) RemoteNack(ctx context.Context, p RemoteNackParams) (*RemoteNac
 	out := *j
 	out.LeaseExpiresAt, out.WorkerID = time.Time{}, ""
 	res := &RemoteNackResult{Job: &out}
-	comp := store.Completion{ID: j.ID, Attempt: j.Attempt}
+	comp := store.Completion{ID: j.ID, Attempt: j.Attempt, Token: j.ClaimToken}
 	if p.Requeue {
 		comp.State, comp.RefundAttempt = store.StateAvailable, true
 		if err := c.finishOne(ctx, j, comp, "nack"); err != nil {
@@ -245,24 +261,74 @@ func (e remoteError) Error() string {
 	return e.ae.Message
 }
 
-// activeJob reads a job that op needs active and held by workerID (when given). known, when it is
-// that job as fetched, is used instead of reading it: finishOne's attempt guard refuses the outcome
-// if the job moved on since.
-func (c *Client) activeJob(ctx context.Context, id, workerID, op string, known *JobRow) (*JobRow, error) {
-	if err := checkID(id); err != nil {
+// claimRef is what an outcome says of the claim it decides.
+type claimRef struct {
+	id, workerID, token string
+	attempt             int
+}
+
+// StaleClaimError refuses an outcome for a claim that is no longer the job's current one: the job
+// was fetched again (by another worker, or under the same worker id) since the sender fetched it, or
+// the sender did not say which claim it decides. It matches ErrInvalidTransition with errors.Is.
+type StaleClaimError struct {
+	JobID     string
+	Operation string
+	// Reason says why, in the user's terms.
+	Reason string
+}
+
+func (e *StaleClaimError) Error() string {
+	return fmt.Sprintf("cannot %s job %s: %s", e.Operation, e.JobID, e.Reason)
+}
+
+// Is makes errors.Is(err, ErrInvalidTransition) true.
+func (e *StaleClaimError) Is(target error) bool { return target == ErrInvalidTransition }
+
+// activeJob reads the job an outcome (op) decides, and checks that it is active under the claim ref
+// names (see RemoteAck). known, when it is that job as fetched, is used instead of reading it if it
+// is that claim; the store's claim-token guard refuses the outcome if the job moved on since.
+func (c *Client) activeJob(ctx context.Context, ref claimRef, op string, known *JobRow) (*JobRow, error) {
+	if err := checkID(ref.id); err != nil {
 		return nil, err
 	}
 	j := known
-	if j == nil || j.ID != id || j.State != store.StateActive {
+	if j == nil || j.ID != ref.id || j.State != store.StateActive || (ref.token != "" && j.ClaimToken != ref.token) {
 		var err error
-		if j, err = c.store.GetJob(ctx, id); err != nil {
-			return nil, fmt.Errorf("pronto: %s job %s: %w", op, id, err)
+		if j, err = c.store.GetJob(ctx, ref.id); err != nil {
+			return nil, fmt.Errorf("pronto: %s job %s: %w", op, ref.id, err)
 		}
 	}
-	if j.State != store.StateActive || (workerID != "" && j.WorkerID != "" && j.WorkerID != workerID) {
-		return nil, &TransitionError{JobID: id, Operation: op, From: j.State}
+	if j.State != store.StateActive {
+		return nil, &TransitionError{JobID: ref.id, Operation: op, From: j.State}
+	}
+	stale := func(format string, args ...any) error {
+		return &StaleClaimError{JobID: ref.id, Operation: op, Reason: fmt.Sprintf(format, args...)}
+	}
+	switch {
+	case ref.token != "" && j.ClaimToken != ref.token:
+		return nil, stale("claim_token %q is not the job's current claim: the job was fetched again since (it is on attempt %d)", ref.token, j.Attempt)
+	case ref.attempt != 0 && j.Attempt != ref.attempt:
+		return nil, stale("attempt %d is not the job's current attempt (%d): the job was fetched again since", ref.attempt, j.Attempt)
+	case ref.workerID != "" && j.WorkerID != ref.workerID:
+		return nil, stale("it is held by worker %q, not %q: its lease ran out and it was fetched again", j.WorkerID, ref.workerID)
+	case ref.token == "" && ref.workerID == "" && j.WorkerID != "" && lostALease(j):
+		// An outcome that names no claim cannot be told from a late one of the run whose lease
+		// ran out: it may decide only a job none of whose claims were lost.
+		return nil, stale("an earlier claim of it lost its lease, so an outcome that names no claim may be that run's; "+
+			"send worker_id and the claim_token the fetch returned (it is held by worker %q)", j.WorkerID)
 	}
 	return j, nil
+}
+
+// lostALease reports whether a claim of j ended by its lease running out: the run it belonged to
+// may still be at work and report.
+func lostALease(j *JobRow) bool {
+	for _, e := range j.Errors {
+		if e.Type == "lease_expired" {
+			return true
+		}
+	}
+	return false
 }
 
 // finishOne writes one completion of a job read by activeJob, refusing it when the job moved on

@@ -385,7 +385,7 @@ func TestWorkflowBatchCallbacksAndCancel(t *testing.T) {
 	}
 	ack(t, s, fetchOne(t, s, "mail")["id"].(string), `1`)
 	j := fetchOne(t, s, "mail")
-	call(t, s, "POST", "/ojs/v1/workers/nack", `{"job_id":"`+j["id"].(string)+`","error":{"code":"x","message":"bounced"}}`)
+	call(t, s, "POST", "/ojs/v1/workers/nack", `{"job_id":"`+j["id"].(string)+`","worker_id":"w","claim_token":"`+j["claim_token"].(string)+`","error":{"code":"x","message":"bounced"}}`)
 	if fetchOne(t, s, "cb-ok") != nil {
 		t.Fatal("on_success ran after a failure")
 	}

@@ -335,6 +335,13 @@ func (s *Server) fetch(w http.ResponseWriter, r *http.Request) {
 			*b = append(*b, ',')
 		}
 		*b = appendJob(*b, j)
+		if j.ClaimToken != "" {
+			// The claim this worker holds: ack and nack echo it, so that only this claim's
+			// outcome can decide the job (see docs/http-api.md, "Fencing").
+			*b = (*b)[:len(*b)-1]
+			*b = appendStringField(*b, "claim_token", j.ClaimToken)
+			*b = append(*b, '}')
+		}
 	}
 	*b = append(*b, ']', '}')
 	writeBuf(w, http.StatusOK, b)
@@ -384,8 +391,8 @@ func (s *Server) fetchMore(ctx context.Context, req *fetchRequest, lease time.Du
 
 // ackRequest and nackRequest are the bodies of ack and nack.
 type ackRequest struct {
-	jobID, workerID string
-	result          json.RawMessage
+	jobRef
+	result json.RawMessage
 }
 
 func decodeAck(body []byte) (*ackRequest, *apiError) {
@@ -394,7 +401,7 @@ func decodeAck(body []byte) (*ackRequest, *apiError) {
 		return nil, e
 	}
 	req := &ackRequest{}
-	if req.jobID, req.workerID, e = decodeJobRef(m); e != nil {
+	if req.jobRef, e = decodeJobRef(m); e != nil {
 		return nil, e
 	}
 	if v, ok := m.get("result"); ok && !isNull(v) {
@@ -403,27 +410,50 @@ func decodeAck(body []byte) (*ackRequest, *apiError) {
 	return req, nil
 }
 
-// decodeJobRef reads job_id (required) and worker_id (optional).
-func decodeJobRef(m object) (jobID, workerID string, e *apiError) {
+// jobRef names the claim an ack or nack decides: the job, and as much of its claim as the worker
+// says (see pronto.RemoteAck for how each fences the outcome).
+type jobRef struct {
+	jobID, workerID string
+	claimToken      string // as the fetch answer gave it
+	attempt         int    // 0: not given
+}
+
+// decodeJobRef reads job_id (required), and worker_id, claim_token and attempt (optional).
+func decodeJobRef(m object) (ref jobRef, e *apiError) {
 	raw, ok := m.get("job_id")
 	if !ok {
 		raw, ok = m.get("id")
 	}
 	if !ok || isNull(raw) {
-		return "", "", invalid("job_id", "job_id is required")
+		return ref, invalid("job_id", "job_id is required")
 	}
-	if jobID, e = wantString(raw, "job_id"); e != nil {
-		return "", "", e
+	if ref.jobID, e = wantString(raw, "job_id"); e != nil {
+		return ref, e
 	}
-	if e = checkJobID(jobID, "job_id"); e != nil {
-		return "", "", e
+	if e = checkJobID(ref.jobID, "job_id"); e != nil {
+		return ref, e
 	}
 	if v, ok := m.get("worker_id"); ok && !isNull(v) {
-		if workerID, e = wantString(v, "worker_id"); e != nil {
-			return "", "", e
+		if ref.workerID, e = wantString(v, "worker_id"); e != nil {
+			return ref, e
 		}
 	}
-	return jobID, workerID, nil
+	if v, ok := m.get("claim_token"); ok && !isNull(v) {
+		if ref.claimToken, e = wantString(v, "claim_token"); e != nil {
+			return ref, e
+		}
+		if ref.claimToken == "" || len(ref.claimToken) > 64 {
+			return ref, invalid("claim_token", "claim_token must be the claim_token of the fetched job (1 to 64 characters)")
+		}
+	}
+	if v, ok := m.get("attempt"); ok && !isNull(v) {
+		n, e := wantInt(v, "attempt", 1, 1<<31-1)
+		if e != nil {
+			return ref, e
+		}
+		ref.attempt = int(n)
+	}
+	return ref, nil
 }
 
 // POST /ojs/v1/workers/ack
@@ -433,7 +463,8 @@ func (s *Server) ack(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	j, err := s.client.RemoteAck(r.Context(), pronto.RemoteAckParams{
-		ID: req.jobID, WorkerID: req.workerID, Result: req.result, Job: s.fetched.take(req.jobID),
+		ID: req.jobID, WorkerID: req.workerID, ClaimToken: req.claimToken, Attempt: req.attempt,
+		Result: req.result, Job: s.fetched.take(req.jobID),
 	})
 	if err != nil {
 		s.writeError(w, r, transitionError(err, "acknowledge", req.jobID))
@@ -458,6 +489,12 @@ func appendAttemptRef(b []byte, j *pronto.JobRow) []byte {
 
 // transitionError explains a refused ack or nack: 409 with the job's state, 404, or another error.
 func transitionError(err error, verb, id string) *apiError {
+	var sc *pronto.StaleClaimError
+	if errors.As(err, &sc) {
+		e := conflict("%s", sc.Error())
+		e.details = map[string]any{"job_id": id, "current_state": "active", "reason": "stale_claim"}
+		return e
+	}
 	var te *pronto.TransitionError
 	if errors.As(err, &te) {
 		msg := "cannot " + verb + " job " + id + ": it is " + string(te.From) + ", not active"
@@ -472,12 +509,12 @@ func transitionError(err error, verb, id string) *apiError {
 }
 
 type nackRequest struct {
-	jobID, workerID string
-	errObj          json.RawMessage
-	code, message   string
-	typ             string
-	retryable       *bool
-	requeue         bool
+	jobRef
+	errObj        json.RawMessage
+	code, message string
+	typ           string
+	retryable     *bool
+	requeue       bool
 }
 
 func decodeNack(body []byte) (*nackRequest, *apiError) {
@@ -486,7 +523,7 @@ func decodeNack(body []byte) (*nackRequest, *apiError) {
 		return nil, e
 	}
 	req := &nackRequest{}
-	if req.jobID, req.workerID, e = decodeJobRef(m); e != nil {
+	if req.jobRef, e = decodeJobRef(m); e != nil {
 		return nil, e
 	}
 	if v, ok := m.get("requeue"); ok && !isNull(v) {
@@ -559,7 +596,8 @@ func (s *Server) nack(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	res, err := s.client.RemoteNack(r.Context(), pronto.RemoteNackParams{
-		ID: req.jobID, WorkerID: req.workerID, Requeue: req.requeue,
+		ID: req.jobID, WorkerID: req.workerID, ClaimToken: req.claimToken, Attempt: req.attempt,
+		Requeue:      req.requeue,
 		NonRetryable: req.retryable != nil && !*req.retryable,
 		Error:        pronto.AttemptError{Type: req.typ, Message: req.message, Details: req.errObj},
 		Job:          s.fetched.take(req.jobID),
