@@ -536,9 +536,15 @@ func (c *Client) onRescue(res store.RescueResult) {
 
 type resultKey struct{}
 
+// resultHolder is what a Work call's context carries of its run: the result recorded so far, and
+// whether CompleteTx wrote the run's completion in an application's transaction.
 type resultHolder struct {
-	mu  sync.Mutex
-	raw json.RawMessage
+	client *Client
+	run    *runningJob
+
+	mu            sync.Mutex
+	raw           json.RawMessage
+	completedInTx bool
 }
 
 // RecordResult stores v (as JSON) as the result of the job whose context ctx is; it is saved when the
@@ -620,7 +626,7 @@ func runKey(row *JobRow) string {
 func (c *Client) run(t jobTask) {
 	row, ctx, cancel, release := t.row, t.ctx, t.cancel, t.release
 	defer c.jobsWG.Done()
-	holder := &resultHolder{}
+	holder := &resultHolder{client: c, run: t.run}
 	jobCtx := context.WithValue(ctx, resultKey{}, holder)
 	timeout := row.Timeout
 	if timeout == 0 {
@@ -654,8 +660,16 @@ func (c *Client) run(t jobTask) {
 	cancel(nil)
 	release()
 	holder.mu.Lock()
-	result := holder.raw
+	result, inTx := holder.raw, holder.completedInTx
 	holder.mu.Unlock()
+	if inTx && c.settledInTx(t.run) {
+		// The application's transaction committed the completion: nothing else is written.
+		c.forget(t.run)
+		out := *row
+		out.State, out.Result, out.WorkerID, out.CompletedAt = store.StateCompleted, result, "", time.Now()
+		c.events.emit(&Event{Kind: EventCompleted, Job: &out, Duration: dur, At: out.CompletedAt})
+		return
+	}
 	c.recordOutcome(t.run, err, result, cause, timedOut, dur)
 }
 

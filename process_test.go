@@ -27,6 +27,9 @@ func TestMain(m *testing.M) {
 	if kind := os.Getenv("PRONTO_TEST_WORKER"); kind != "" {
 		os.Exit(runHelperWorker(kind))
 	}
+	if mode := os.Getenv("PRONTO_TEST_EFFECT_WORKER"); mode != "" {
+		os.Exit(runEffectHelper(mode))
+	}
 	os.Exit(m.Run())
 }
 

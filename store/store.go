@@ -478,3 +478,18 @@ type PgxTxInserter interface {
 type SQLTxInserter interface {
 	InsertSQLTx(ctx context.Context, tx *sql.Tx, params []*InsertParams) ([]*Job, error)
 }
+
+// PgxTxCompleter is implemented by stores that can write one run's outcome inside an application's
+// own pgx transaction (the PostgreSQL store), so that the outcome commits, or rolls back, with the
+// work's own writes. Like Finish, it applies only while the job is active under c's claim; it
+// reports whether it applied. What the outcome releases (workflow children, freed rate-limit
+// slots) is part of the same transaction, and its notifications are sent when it commits.
+type PgxTxCompleter interface {
+	CompletePgxTx(ctx context.Context, tx pgx.Tx, c Completion) (applied bool, err error)
+}
+
+// SQLTxCompleter is the database/sql form of PgxTxCompleter (the SQLite store: a *sql.Tx on the
+// same file).
+type SQLTxCompleter interface {
+	CompleteSQLTx(ctx context.Context, tx *sql.Tx, c Completion) (applied bool, err error)
+}

@@ -124,6 +124,44 @@ func (s *Store) Finish(ctx context.Context, completions []store.Completion) ([]s
 	slices.SortFunc(order, func(a, b int) int { return bytes.Compare(ids[a].Bytes[:], ids[b].Bytes[:]) })
 
 	n := len(order)
+	if n == 0 {
+		return results, nil
+	}
+	args, err := finishArgs(completions, ids, order)
+	if err != nil {
+		return nil, err
+	}
+	applied := make(map[[16]byte]struct{}, n)
+	b := &pgx.Batch{}
+	b.Queue(s.q.finishPlan)
+	b.Queue(s.q.finish, args...).Query(func(rows pgx.Rows) error {
+		var id pgtype.UUID
+		for rows.Next() {
+			if err := rows.Scan(&id); err != nil {
+				return err
+			}
+			applied[id.Bytes] = struct{}{}
+		}
+		return rows.Err()
+	})
+	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
+		return nil, fmt.Errorf("finish %d jobs: %w", n, err)
+	}
+	for i := range results {
+		if !ids[i].Valid {
+			continue
+		}
+		if _, ok := applied[ids[i].Bytes]; ok {
+			results[i].Applied = true
+		}
+	}
+	return results, nil
+}
+
+// finishArgs is the parameters of sqlFinish for the completions at the positions order (sorted by
+// their ids, parsed into ids).
+func finishArgs(completions []store.Completion, ids []pgtype.UUID, order []int) ([]any, error) {
+	n := len(order)
 	var (
 		uuids     = make([]pgtype.UUID, n)
 		attempts  = make([]int32, n)
@@ -165,34 +203,7 @@ func (s *Store) Finish(ctx context.Context, completions []store.Completion) ([]s
 			}
 		}
 	}
-	if n == 0 {
-		return results, nil
-	}
-	applied := make(map[[16]byte]struct{}, n)
-	b := &pgx.Batch{}
-	b.Queue(s.q.finishPlan)
-	b.Queue(s.q.finish, uuids, attempts, states, scheduled, errs, res, refunds, tokens).Query(func(rows pgx.Rows) error {
-		var id pgtype.UUID
-		for rows.Next() {
-			if err := rows.Scan(&id); err != nil {
-				return err
-			}
-			applied[id.Bytes] = struct{}{}
-		}
-		return rows.Err()
-	})
-	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
-		return nil, fmt.Errorf("finish %d jobs: %w", n, err)
-	}
-	for i := range results {
-		if !ids[i].Valid {
-			continue
-		}
-		if _, ok := applied[ids[i].Bytes]; ok {
-			results[i].Applied = true
-		}
-	}
-	return results, nil
+	return []any{uuids, attempts, states, scheduled, errs, res, refunds, tokens}, nil
 }
 
 // Heartbeat extends the leases of the listed jobs that p.WorkerID still holds, in one statement, and
@@ -327,4 +338,34 @@ func limitOrDefault(limit int) int {
 		return defaultMaintenanceLimit
 	}
 	return limit
+}
+
+// CompletePgxTx applies one completion inside the application's transaction tx (see
+// store.PgxTxCompleter). It runs sqlFinish without sqlFinishPlan, whose planner settings would
+// last to the end of the application's transaction.
+func (s *Store) CompletePgxTx(ctx context.Context, tx pgx.Tx, c store.Completion) (bool, error) {
+	if tx == nil {
+		return false, fmt.Errorf("complete job %s: nil transaction", c.ID)
+	}
+	u, ok := parseUUID(c.ID)
+	if !ok {
+		return false, nil
+	}
+	args, err := finishArgs([]store.Completion{c}, []pgtype.UUID{u}, []int{0})
+	if err != nil {
+		return false, err
+	}
+	rows, err := tx.Query(ctx, s.q.finish, args...)
+	if err != nil {
+		return false, fmt.Errorf("complete job %s: %w", c.ID, err)
+	}
+	applied := false
+	for rows.Next() {
+		applied = true
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return false, fmt.Errorf("complete job %s: %w", c.ID, err)
+	}
+	return applied, nil
 }

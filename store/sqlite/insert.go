@@ -486,18 +486,9 @@ func (s *Store) InsertSQLTx(ctx context.Context, tx *sql.Tx, params []*store.Ins
 	if err != nil {
 		return nil, err
 	}
-	// Which connection is tx on? Connections this package opened carry a number in temp.user_version.
-	var connID int64
-	if err := tx.QueryRowContext(ctx, "PRAGMA temp.user_version").Scan(&connID); err != nil {
+	r, cs, err := s.foreignTx(ctx, tx)
+	if err != nil {
 		return nil, fmt.Errorf("insert jobs: %w", err)
-	}
-	cs := lookupConn(connID)
-	if connID == 0 {
-		cs = nil
-	}
-	r := txRunner{tx: tx}
-	if cs != nil && cs.hub == s.hub { // tx is on this store's writer: its prepared statements serve
-		r.s = s
 	}
 	if _, err := tx.ExecContext(ctx, "SAVEPOINT pronto_insert"); err != nil {
 		return nil, fmt.Errorf("insert jobs: %w", err)
@@ -516,6 +507,32 @@ func (s *Store) InsertSQLTx(ctx context.Context, tx *sql.Tx, params []*store.Ins
 	if _, err := tx.ExecContext(ctx, "RELEASE pronto_insert"); err != nil {
 		return nil, fmt.Errorf("insert jobs: %w", err)
 	}
+	s.announceOnCommit(cs, &out)
+	return jobs, nil
+}
+
+// foreignTx wraps tx, an application's transaction, for the statements of this store, and finds the
+// connection it is on: connections this package opened carry a number in temp.user_version, and
+// when it is this store's writer its prepared statements serve.
+func (s *Store) foreignTx(ctx context.Context, tx *sql.Tx) (txRunner, *connState, error) {
+	var connID int64
+	if err := tx.QueryRowContext(ctx, "PRAGMA temp.user_version").Scan(&connID); err != nil {
+		return txRunner{}, nil, err
+	}
+	cs := lookupConn(connID)
+	if connID == 0 {
+		cs = nil
+	}
+	r := txRunner{tx: tx}
+	if cs != nil && cs.hub == s.hub {
+		r.s = s
+	}
+	return r, cs, nil
+}
+
+// announceOnCommit publishes out's notifications when the transaction on cs commits (they are
+// dropped if it rolls back), or at once when the connection is not one of this package's.
+func (s *Store) announceOnCommit(cs *connState, out *outbox) {
 	ns := out.notifications()
 	if cs != nil {
 		cs.mu.Lock()
@@ -524,7 +541,6 @@ func (s *Store) InsertSQLTx(ctx context.Context, tx *sql.Tx, params []*store.Ins
 	} else {
 		s.publish(ns)
 	}
-	return jobs, nil
 }
 
 // insertInTx is the body of InsertSQLTx, inside its savepoint.

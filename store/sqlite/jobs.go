@@ -5,6 +5,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -214,6 +215,15 @@ func pow2(n int) int {
 // runFinishChunk runs st, a finishBatchSQL statement for pow2(len(chunk)) rows, on chunk and returns
 // the jobs it changed by id.
 func runFinishChunk(ctx context.Context, st *sql.Stmt, chunk []finishRow) (map[string]finished, error) {
+	res, err := st.QueryContext(ctx, finishChunkArgs(chunk)...)
+	if err != nil {
+		return nil, err
+	}
+	return readFinished(res, len(chunk))
+}
+
+// finishChunkArgs is the parameters of finishBatchSQL for chunk, padded to pow2(len(chunk)) rows.
+func finishChunkArgs(chunk []finishRow) []any {
 	args := make([]any, 0, pow2(len(chunk))*finishBatchArgs)
 	for i := range chunk {
 		args = append(args, chunk[i].args[:]...)
@@ -221,11 +231,12 @@ func runFinishChunk(ctx context.Context, st *sql.Stmt, chunk []finishRow) (map[s
 	for range (pow2(len(chunk)) - len(chunk)) * finishBatchArgs {
 		args = append(args, nil)
 	}
-	res, err := st.QueryContext(ctx, args...)
-	if err != nil {
-		return nil, err
-	}
-	done := make(map[string]finished, len(chunk))
+	return args
+}
+
+// readFinished reads the rows of a finishBatchSQL statement and closes them.
+func readFinished(res *sql.Rows, n int) (map[string]finished, error) {
+	done := make(map[string]finished, n)
 	for res.Next() {
 		var f finished
 		var rateKey sql.NullString
@@ -717,4 +728,60 @@ walk:
 		return 0, fmt.Errorf("clean up jobs: commit: %w", err)
 	}
 	return n, nil
+}
+
+// CompleteSQLTx applies one completion inside the application's transaction tx, on this store's
+// file (see store.SQLTxCompleter): a workflow job reaching a terminal state decides its children in
+// it too, and the queues it wakes are announced when it commits.
+func (s *Store) CompleteSQLTx(ctx context.Context, tx *sql.Tx, c store.Completion) (bool, error) {
+	if tx == nil {
+		return false, fmt.Errorf("complete job %s: nil transaction", c.ID)
+	}
+	nowUS, now := s.nowMicro()
+	rows := make([]finishRow, 1)
+	if err := makeFinishRow(&rows[0], 0, &c, nowUS, now); err != nil {
+		return false, err
+	}
+	r, cs, err := s.foreignTx(ctx, tx)
+	if err != nil {
+		return false, fmt.Errorf("complete job %s: %w", c.ID, err)
+	}
+	if _, err := tx.ExecContext(ctx, "SAVEPOINT pronto_complete"); err != nil {
+		return false, fmt.Errorf("complete job %s: %w", c.ID, err)
+	}
+	var out outbox
+	applied, err := completeInTx(ctx, r, c, rows, nowUS, &out)
+	if err != nil {
+		if _, rbErr := tx.ExecContext(ctx, "ROLLBACK TO pronto_complete"); rbErr != nil {
+			err = errors.Join(err, rbErr)
+		}
+	}
+	if _, relErr := tx.ExecContext(ctx, "RELEASE pronto_complete"); relErr != nil {
+		err = errors.Join(err, relErr)
+	}
+	if err != nil {
+		return false, fmt.Errorf("complete job %s: %w", c.ID, err)
+	}
+	s.announceOnCommit(cs, &out)
+	return applied, nil
+}
+
+// completeInTx is the body of CompleteSQLTx, inside its savepoint.
+func completeInTx(ctx context.Context, r txRunner, c store.Completion, rows []finishRow, nowUS int64, out *outbox) (bool, error) {
+	res, err := r.QueryContext(ctx, finishBatchSQL(1, false), finishChunkArgs(rows)...)
+	if err != nil {
+		return false, err
+	}
+	done, err := readFinished(res, 1)
+	if err != nil {
+		return false, err
+	}
+	results := []store.FinishResult{{ID: c.ID}}
+	noteFinished(rows, done, results, out)
+	if f, ok := done[c.ID]; ok && f.workflowID.Valid && f.state.Terminal() {
+		if err := settleChildren(ctx, r, []string{c.ID}, nowUS, out); err != nil {
+			return false, err
+		}
+	}
+	return results[0].Applied, nil
 }
