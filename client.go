@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/pronto-jobs/pronto/internal/completer"
+	"github.com/pronto-jobs/pronto/internal/jsoncheck"
 	"github.com/pronto-jobs/pronto/internal/maintenance"
 	"github.com/pronto-jobs/pronto/internal/presence"
 	"github.com/pronto-jobs/pronto/internal/producer"
@@ -557,6 +558,9 @@ func RecordResult(ctx context.Context, v any) error {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return fmt.Errorf("pronto: job result does not encode as JSON: %w", err)
+	}
+	if err := jsoncheck.Check(b, "result"); err != nil { // refused now, not when the outcome is written
+		return fmt.Errorf("%w: job result: %w", ErrInvalidArgs, err)
 	}
 	h.mu.Lock()
 	h.raw = b

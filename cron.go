@@ -12,6 +12,7 @@ import (
 
 	"github.com/robfig/cron/v3"
 
+	"github.com/pronto-jobs/pronto/internal/jsoncheck"
 	"github.com/pronto-jobs/pronto/internal/uuidv7"
 	"github.com/pronto-jobs/pronto/store"
 )
@@ -154,6 +155,11 @@ func (c *Client) CronRegister(ctx context.Context, j CronJob) (*CronJob, error) 
 	}
 	if !ValidCronName(j.Name) {
 		return nil, invalidf("cron name %q: must match [a-z0-9][a-z0-9.-]* (at most 255 characters)", j.Name)
+	}
+	for _, f := range []struct{ v, name string }{{j.Expression, "expression"}, {j.Timezone, "timezone"}, {j.Description, "description"}} {
+		if err := jsoncheck.CheckString(f.v, f.name); err != nil {
+			return nil, fmt.Errorf("%w: cron %q: %w", ErrInvalidArgs, j.Name, err)
+		}
 	}
 	sched, err := ParseCron(j.Expression, j.Timezone)
 	if err != nil {

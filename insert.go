@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/pronto-jobs/pronto/internal/jsoncheck"
 	"github.com/pronto-jobs/pronto/internal/uuidv7"
 	"github.com/pronto-jobs/pronto/store"
 )
@@ -209,6 +210,9 @@ func (c *Client) resolve(kind string, args, meta json.RawMessage, o InsertOpts) 
 		}
 		p.Meta = b
 	}
+	if err := checkStorable(kind, p); err != nil {
+		return nil, err
+	}
 	now := time.Now()
 	due := o.ScheduledAt
 	if o.Delay > 0 {
@@ -242,6 +246,31 @@ func (c *Client) resolve(kind string, args, meta json.RawMessage, o InsertOpts) 
 		p.RateKey, p.RateLimit = o.RateKey, o.RateLimit
 	}
 	return p, nil
+}
+
+// checkStorable refuses a job holding what some store cannot hold (a NUL character, bytes that are
+// not UTF-8, a lone surrogate, a number out of range), so that every store refuses it alike with an
+// error naming the field, instead of PostgreSQL answering with a database error.
+func checkStorable(kind string, p *store.InsertParams) error {
+	err := jsoncheck.Check(p.Args, "args")
+	if err == nil && len(p.Meta) > 0 {
+		err = jsoncheck.Check(p.Meta, "meta")
+	}
+	if err == nil {
+		err = jsoncheck.CheckStrings(p.Tags, "tags")
+	}
+	if err == nil && len(p.RetryPolicy) > 0 {
+		err = jsoncheck.Check(p.RetryPolicy, "retry policy")
+	}
+	if err != nil {
+		return unstorable(kind, err)
+	}
+	return nil
+}
+
+// unstorable wraps a jsoncheck error as ErrInvalidArgs; errors.As still finds the *jsoncheck.Error.
+func unstorable(kind string, err error) error {
+	return fmt.Errorf("%w: kind %q: %w", ErrInvalidArgs, kind, err)
 }
 
 // RawJob is a job given in OJS terms rather than as a Go type: its kind and its args as a JSON array

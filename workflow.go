@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/pronto-jobs/pronto/internal/jsoncheck"
 	"github.com/pronto-jobs/pronto/internal/uuidv7"
 	"github.com/pronto-jobs/pronto/store"
 )
@@ -214,6 +215,9 @@ func (c *Client) buildWorkflow(w *Workflow) (store.WorkflowParams, error) {
 	}
 	if members == 0 {
 		return store.WorkflowParams{}, invalidf("workflow %q has no steps", w.name)
+	}
+	if err := jsoncheck.CheckString(w.name, "workflow name"); err != nil {
+		return store.WorkflowParams{}, fmt.Errorf("%w: %w", ErrInvalidArgs, err)
 	}
 	p := store.WorkflowParams{ID: w.id, Name: w.name, Type: w.typ, Jobs: make([]*store.InsertParams, len(w.steps))}
 	ids := make(map[string]string, len(w.steps))

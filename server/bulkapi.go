@@ -460,7 +460,7 @@ func (s *Server) bulkJobOp(w http.ResponseWriter, r *http.Request, op *bulkOp) {
 // bulkTargets reads a bulk cancel, retry or delete request and returns the job ids it names, or those
 // its filter matches.
 func (s *Server) bulkTargets(r *http.Request, body []byte, op *bulkOp) (ids []string, more bool, e *apiError) {
-	m, e := decodeObject(body, "bulk request")
+	m, e := decodeBody(body, "bulk request")
 	if e != nil {
 		return nil, false, e
 	}

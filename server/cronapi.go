@@ -14,7 +14,7 @@ import (
 // as the HTTP binding's prose has it, by type, args, meta and options at the top level; the schedule
 // as expression (or cron).
 func decodeCron(body []byte, now time.Time) (*pronto.CronJob, *apiError) {
-	m, e := decodeObject(body, "cron registration")
+	m, e := decodeBody(body, "cron registration")
 	if e != nil {
 		return nil, e
 	}

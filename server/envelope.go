@@ -3,6 +3,7 @@ package server
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"math"
 	"strconv"
 	"strings"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/pronto-jobs/pronto"
 	"github.com/pronto-jobs/pronto/internal/isodur"
+	"github.com/pronto-jobs/pronto/internal/jsoncheck"
 )
 
 // Decoding and validation of request bodies. Every function here is total: any input gives either a
@@ -80,6 +82,34 @@ func decodeObject(body []byte, what string) (object, *apiError) {
 		return nil, errorf(400, CodeInvalidPayload, "the %s is not valid JSON", what)
 	}
 	return o, nil
+}
+
+// decodeBody is decodeObject for a whole request body, which must moreover hold nothing a store
+// cannot (jsoncheck): such input is refused here, identically whatever the store, naming the field.
+func decodeBody(body []byte, what string) (object, *apiError) {
+	o, e := decodeObject(body, what)
+	if e != nil {
+		return nil, e
+	}
+	if e := storable(body, ""); e != nil {
+		return nil, e
+	}
+	return o, nil
+}
+
+// storable refuses a JSON value (named name) that holds something no store can hold: a NUL
+// character, bytes that are not UTF-8, a lone surrogate, a number out of range.
+func storable(raw json.RawMessage, name string) *apiError {
+	err := jsoncheck.Check(raw, name)
+	if err == nil {
+		return nil
+	}
+	field := name
+	var ce *jsoncheck.Error
+	if errors.As(err, &ce) {
+		field = ce.Path
+	}
+	return invalid(field, "%s", err.Error())
 }
 
 // rawString returns the text of a JSON string without decoding it when it has no escapes (the
@@ -270,7 +300,7 @@ type enqueueRequest struct {
 
 // decodeJob reads and validates one OJS job envelope.
 func decodeJob(body []byte, now time.Time) (*enqueueRequest, *apiError) {
-	top, e := decodeObject(body, "job")
+	top, e := decodeBody(body, "job")
 	if e != nil {
 		return nil, e
 	}

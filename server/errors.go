@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/pronto-jobs/pronto"
+	"github.com/pronto-jobs/pronto/internal/jsoncheck"
 	"github.com/pronto-jobs/pronto/store"
 )
 
@@ -97,12 +98,50 @@ func fromClientError(err error, kind, id string) *apiError {
 		e := errorf(http.StatusConflict, CodeDuplicate, "a %s with id %q already exists", kind, id)
 		return e
 	case errors.Is(err, pronto.ErrInvalidArgs), errors.Is(err, store.ErrInvalidParams):
+		var ce *jsoncheck.Error
+		if errors.As(err, &ce) {
+			return invalid(ce.Path, "%s", trimPrefix(err.Error()))
+		}
 		return invalid("", "%s", trimPrefix(err.Error()))
 	case errors.Is(err, pronto.ErrUnsupported):
 		return errorf(http.StatusUnprocessableEntity, CodeUnsupported, "%s", err.Error())
 	}
+	if e := inputRefusedByDatabase(err); e != nil {
+		return e
+	}
 	e := errorf(http.StatusInternalServerError, CodeBackendError, "backend error: %v", err)
 	e.retryable = true
+	return e
+}
+
+// sqlStateError is what PostgreSQL's errors (pgconn.PgError) have: the SQLSTATE code.
+type sqlStateError interface{ SQLState() string }
+
+// inputRefusedByDatabase is the last line of defence behind the checks at the boundary: a database
+// error that the request's data caused (SQLSTATE class 22, data exception; 23, integrity constraint
+// violation; 54, program limit exceeded, such as an index row too large) is the client's to fix, so
+// it is a 400 (409 for a unique violation), never a retryable 500 an OJS client would retry forever.
+func inputRefusedByDatabase(err error) *apiError {
+	var se sqlStateError
+	if !errors.As(err, &se) {
+		return nil
+	}
+	code := se.SQLState()
+	if len(code) != 5 {
+		return nil
+	}
+	switch code[:2] {
+	case "22", "23", "54":
+	default:
+		return nil
+	}
+	if code == "23505" {
+		e := conflict("the request conflicts with data already stored: %v", err)
+		e.details = map[string]any{"sqlstate": code}
+		return e
+	}
+	e := invalid("", "the store refused the request's data: %v", err)
+	e.details = map[string]any{"sqlstate": code}
 	return e
 }
 

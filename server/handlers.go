@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/pronto-jobs/pronto"
+	"github.com/pronto-jobs/pronto/internal/jsoncheck"
 	"github.com/pronto-jobs/pronto/store"
 )
 
@@ -203,7 +204,7 @@ type fetchRequest struct {
 }
 
 func decodeFetch(body []byte) (*fetchRequest, *apiError) {
-	m, e := decodeObject(body, "fetch request")
+	m, e := decodeBody(body, "fetch request")
 	if e != nil {
 		return nil, e
 	}
@@ -396,7 +397,7 @@ type ackRequest struct {
 }
 
 func decodeAck(body []byte) (*ackRequest, *apiError) {
-	m, e := decodeObject(body, "ack request")
+	m, e := decodeBody(body, "ack request")
 	if e != nil {
 		return nil, e
 	}
@@ -522,6 +523,14 @@ func decodeNack(body []byte) (*nackRequest, *apiError) {
 	if e != nil {
 		return nil, e
 	}
+	// The worker's error is stored whatever it holds (sanitized below); the rest must be storable.
+	for _, mb := range m {
+		if mb.key != "error" {
+			if e := storable(mb.val, mb.key); e != nil {
+				return nil, e
+			}
+		}
+	}
 	req := &nackRequest{}
 	if req.jobRef, e = decodeJobRef(m); e != nil {
 		return nil, e
@@ -543,7 +552,7 @@ func decodeNack(body []byte) (*nackRequest, *apiError) {
 		e.details = map[string]any{"field": "error"}
 		return nil, e
 	}
-	req.errObj = raw
+	req.errObj = jsoncheck.SanitizeJSON(raw)
 	str := func(k string) (string, *apiError) {
 		v, ok := em.get(k)
 		if !ok || isNull(v) {
@@ -583,6 +592,7 @@ func decodeNack(body []byte) (*nackRequest, *apiError) {
 	if req.typ == "" {
 		req.typ = req.code
 	}
+	req.code, req.message, req.typ = jsoncheck.Sanitize(req.code), jsoncheck.Sanitize(req.message), jsoncheck.Sanitize(req.typ)
 	if req.message == "" && !req.requeue {
 		return nil, invalid("error.message", "error.message is required")
 	}
@@ -631,7 +641,7 @@ type heartbeatRequest struct {
 }
 
 func decodeHeartbeat(body []byte) (*heartbeatRequest, *apiError) {
-	m, e := decodeObject(body, "heartbeat")
+	m, e := decodeBody(body, "heartbeat")
 	if e != nil {
 		return nil, e
 	}

@@ -121,6 +121,9 @@ func (s *Server) putRateLimit(w http.ResponseWriter, r *http.Request, key string
 		return
 	}
 	spec, ok := readRequest(s, w, r, "rate limit", func(body []byte) (*rateLimitSpec, *apiError) {
+		if e := storable(body, ""); e != nil {
+			return nil, e
+		}
 		return decodeRateLimit(body, "", true)
 	})
 	if !ok {

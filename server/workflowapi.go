@@ -163,7 +163,7 @@ func decodeWorkflowJob(raw json.RawMessage, path string, defaults object, dag bo
 // decodeWorkflow reads a workflow request into a builder, and returns with it the decoded jobs in the
 // builder's order (steps, then callbacks).
 func decodeWorkflow(body []byte, now time.Time, maxJobs int) (*pronto.Workflow, []*enqueueRequest, *apiError) {
-	top, e := decodeObject(body, "workflow")
+	top, e := decodeBody(body, "workflow")
 	if e != nil {
 		return nil, nil, e
 	}
