@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/pronto-jobs/pronto"
+	"github.com/pronto-jobs/pronto/internal/jsoncheck"
 )
 
 // fuzzSeeds are request bodies that exercise every decoder: valid envelopes, each kind of mistake,
@@ -56,7 +57,26 @@ var fuzzSeeds = []string{
 	`{"type":"batch","jobs":[{"type":"a.b","args":[]}],"callbacks":{"on_success":{"type":"s.t","args":[]},"on_failure":null,"on_complete":{"type":"x","args":{}}}}`,
 	`{"type":"dag","steps":[{"name":"a","type":"a.b","args":[]},{"name":"b","type":"a.b","args":[],"depends_on":["a","z"]}]}`,
 	`{"type":"pipeline","steps":[],"jobs":[]}`,
+	// Input no store can hold (issue 13): refused with 400 at the boundary, on every store.
+	unstorableSeedsStart,
+	`{"type":"a.b","args":["a\u0000b"]}`,
+	"{\"type\":\"a.b\",\"args\":[\"\xff\"]}",
+	`{"type":"a.b","args":["\ud800"],"meta":{"k":"\udc00"}}`,
+	`{"type":"a.b","args":[1e1000000],"meta":{"n":1e-400}}`,
+	`{"type":"a.b","args":[],"meta":{"k\u0000":1},"options":{"tags":["\u0000"],"queue":"q\u0000"}}`,
+	`{"jobs":[{"type":"a.b","args":[]},{"type":"a.b","args":[{"x":"\u0000"}]}]}`,
+	`{"queues":["default"],"worker_id":"w\u0000"}`,
+	`{"job_id":"019461a8-1a2b-7c3d-8e4f-5a6b7c8d9e0f","worker_id":"w","result":{"v":"\u0000"}}`,
+	`{"job_id":"019461a8-1a2b-7c3d-8e4f-5a6b7c8d9e0f","worker_id":"w","error":{"code":"c","message":"m\u0000\ud800","details":{"n":1e1000000}}}`,
+	`{"worker_id":"\ud800","active_jobs":[]}`,
+	`{"name":"n","expression":"@hourly","description":"\u0000","job_template":{"type":"a.b","args":[1e1000000]}}`,
+	`{"type":"chain","name":"c\u0000","steps":[{"type":"a.b","args":["\ud800"]}]}`,
+	`{"filter":{"queue":"\u0000"}}`,
 }
+
+// unstorableSeedsStart marks where the seeds of input no store can hold start in fuzzSeeds (it is
+// itself a valid seed); FuzzHandler sends each of those to every POST and PUT route.
+const unstorableSeedsStart = `{"type":"a.b","args":[],"meta":{"ok":"\u00e9"}}`
 
 // FuzzDecode feeds arbitrary bodies to every request decoder: each returns a value or an OJS error
 // with a 400 or 422 status, never panics, and never accepts a job the client would refuse.
@@ -112,6 +132,9 @@ func FuzzDecode(f *testing.F) {
 			if !pronto.ValidOJSType(req.job.Kind) || !validQueue(queueOr(req.job.Opts.Queue)) {
 				t.Fatalf("accepted type %q, queue %q", req.job.Kind, req.job.Opts.Queue)
 			}
+			if jsoncheck.Check(req.job.Args, "args") != nil || jsoncheck.Check(req.job.Meta, "meta") != nil || jsoncheck.CheckStrings(req.job.Opts.Tags, "tags") != nil {
+				t.Fatalf("accepted a job no store can hold: %q", body)
+			}
 		}
 		_, e = decodeBatch(body, now, 100)
 		check("batch", e)
@@ -160,8 +183,20 @@ var fuzzRoutes = []struct{ method, path string }{
 
 // FuzzHandler sends arbitrary bodies and path tails through the whole handler over a memory store:
 // no request gets a 5xx or a panic, and every answer is a JSON object, an OJS error body when it is
-// an error.
+// an error. FuzzHandlerSQLite and FuzzHandlerPostgres do the same over the other stores, so that the
+// seeds (input no store can hold among them) are refused alike on every store.
 func FuzzHandler(f *testing.F) {
+	s, _ := newTestServer(f, Config{MaxBodyBytes: 64 << 10})
+	fuzzHandler(f, s)
+}
+
+// FuzzHandlerSQLite is FuzzHandler over a SQLite store.
+func FuzzHandlerSQLite(f *testing.F) { fuzzHandler(f, newStoreServer(f, "sqlite")) }
+
+// FuzzHandlerPostgres is FuzzHandler over a PostgreSQL store.
+func FuzzHandlerPostgres(f *testing.F) { fuzzHandler(f, newStoreServer(f, "postgres")) }
+
+func fuzzHandler(f *testing.F, s *Server) {
 	for i, s := range fuzzSeeds {
 		f.Add(uint8(i), []byte(s), "019461a8-1a2b-7c3d-8e4f-5a6b7c8d9e0f")
 	}
@@ -169,7 +204,18 @@ func FuzzHandler(f *testing.F) {
 	f.Add(uint8(9), []byte(nil), "types=job.*&limit=5&after=evt_x")
 	f.Add(uint8(10), []byte(nil), "limit=0&cursor=zz")
 	f.Add(uint8(11), []byte(nil), "q%2Fx/pause")
-	s, _ := newTestServer(f, Config{MaxBodyBytes: 64 << 10})
+	unstorable := false
+	for _, s := range fuzzSeeds {
+		unstorable = unstorable || s == unstorableSeedsStart
+		if !unstorable {
+			continue
+		}
+		for i, rt := range fuzzRoutes {
+			if rt.method == "POST" || rt.method == "PUT" {
+				f.Add(uint8(i), []byte(s), "k")
+			}
+		}
+	}
 	f.Fuzz(func(t *testing.T, route uint8, body []byte, tail string) {
 		rt := fuzzRoutes[int(route)%len(fuzzRoutes)]
 		target := rt.path
