@@ -255,6 +255,20 @@ func TestBulkCancel(t *testing.T) {
 	r = call(t, s, "POST", "/ojs/v1/jobs/bulk/cancel", `{"filter":{"queue":"f"}}`)
 	wantCounts(t, r, 200, map[string]float64{"total_matched": 0, "cancelled": 0})
 	bulkItems(t, r, 0)
+
+	// An empty filter would match every job of every queue: refused, and nothing changes...
+	for _, body := range []string{`{"filter":{}}`, `{"filter":{"queue":null,"type":null}}`} {
+		checkErrorBody(t, call(t, s, "POST", "/ojs/v1/jobs/bulk/cancel", body), 400, CodeInvalidRequest)
+	}
+	if st := jobState(t, s, other); st != "available" {
+		t.Fatalf("an empty filter changed job %s: %s", other, st)
+	}
+	// ...unless it says it means every job.
+	r = call(t, s, "POST", "/ojs/v1/jobs/bulk/cancel", `{"filter":{"all":true}}`)
+	wantCounts(t, r, 200, map[string]float64{"total_matched": 1, "cancelled": 1})
+	if st := jobState(t, s, other); st != "cancelled" {
+		t.Fatalf("all: true left job %s %s", other, st)
+	}
 }
 
 func TestBulkRetryAndDelete(t *testing.T) {
@@ -333,6 +347,11 @@ func TestBulkBadRequests(t *testing.T) {
 		{"cancel", `{"filter":{"priority":"high"}}`, 400, "filter.priority"},
 		{"delete", `{"filter":{"enqueued_before":"2026-01-01T00:00:00Z"}}`, 400, "filter.enqueued_before"},
 		{"delete", `{"filter":{"colour":"red"}}`, 400, "filter.colour"},
+		{"cancel", `{"filter":{}}`, 400, "filter"},
+		{"cancel", `{"filter":{"queue":null}}`, 400, "filter"},
+		{"retry", `{"filter":{"type":null,"queue":null,"state":null,"priority":null}}`, 400, "filter"},
+		{"delete", `{"filter":{"all":false}}`, 400, "filter"},
+		{"delete", `{"filter":{"all":"yes"}}`, 400, "filter.all"},
 		{"", `{}`, 400, "jobs"},
 		{"", `{"jobs":[]}`, 400, "jobs"},
 		{"", `{"jobs":[{"type":"a","args":[]}],"atomicity":1}`, 400, "atomicity"},

@@ -278,7 +278,9 @@ type bulkFilter struct {
 
 // decodeBulkFilter reads the filter member: type, queue, state (an array, or one state) and priority.
 // The other OJS filter members (enqueued_before, enqueued_after, meta) are refused rather than
-// ignored, so a filter never matches more jobs than its sender meant.
+// ignored, so a filter never matches more jobs than its sender meant. For the same reason a filter
+// that sets none of them ({} or all members null), which would match every job of every queue, is
+// refused unless it says so with "all": true.
 func decodeBulkFilter(raw json.RawMessage, op *bulkOp) (*bulkFilter, *apiError) {
 	m, e := decodeObject(raw, "filter")
 	if e != nil {
@@ -286,12 +288,20 @@ func decodeBulkFilter(raw json.RawMessage, op *bulkOp) (*bulkFilter, *apiError) 
 		return nil, e
 	}
 	f := &bulkFilter{params: pronto.JobListParams{States: op.match}}
+	criteria, all := 0, false
 	for _, kv := range m {
 		k, v := kv.key, kv.val
 		if isNull(v) {
 			continue
 		}
+		if k != "all" {
+			criteria++
+		}
 		switch k {
+		case "all":
+			if all, e = wantBool(v, "filter.all"); e != nil {
+				return nil, e
+			}
 		case "type":
 			typ, e := wantString(v, "filter.type")
 			if e != nil {
@@ -328,6 +338,10 @@ func decodeBulkFilter(raw json.RawMessage, op *bulkOp) (*bulkFilter, *apiError) 
 		default:
 			return nil, invalid("filter."+k, "unknown filter member %q: filter by type, queue, state and priority", k)
 		}
+	}
+	if criteria == 0 && !all {
+		return nil, invalid("filter", "the filter sets no type, queue, state or priority, so it would match every job of "+
+			"every queue: narrow it, or send \"all\": true in the filter to mean every job")
 	}
 	return f, nil
 }
