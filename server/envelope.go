@@ -547,7 +547,7 @@ func applyOptions(req *enqueueRequest, opts object, now time.Time) *apiError {
 			}
 			o.Timeout = time.Duration(ms) * time.Millisecond
 		case "visibility_timeout_ms":
-			ms, e := wantInt(v, field, 1, math.MaxInt64/int64(time.Millisecond))
+			ms, e := wantInt(v, field, 1, MaxVisibilityTimeout.Milliseconds())
 			if e != nil {
 				return e
 			}
@@ -559,8 +559,8 @@ func applyOptions(req *enqueueRequest, opts object, now time.Time) *apiError {
 				return e
 			}
 			d, err := isodur.Parse(str)
-			if err != nil || d < time.Millisecond {
-				return invalid(field, "%s %q must be a positive ISO 8601 duration such as \"PT30S\"", field, str)
+			if err != nil || d < time.Millisecond || d > MaxVisibilityTimeout {
+				return invalid(field, "%s %q must be an ISO 8601 duration from 1 ms to 7 days, such as \"PT30S\"", field, str)
 			}
 			if _, ok := opts.get("visibility_timeout_ms"); !ok {
 				req.ext.VisibilityMS = d.Milliseconds()

@@ -255,13 +255,17 @@ func decodeFetch(body []byte) (*fetchRequest, *apiError) {
 	return req, nil
 }
 
+// MaxVisibilityTimeout bounds every visibility timeout a client can ask for (options at enqueue,
+// fetch, heartbeat): a lease never runs longer than this without a heartbeat. The minimum is 1 ms.
+const MaxVisibilityTimeout = 7 * 24 * time.Hour
+
 // visibilityTimeout reads the optional visibility_timeout_ms of a fetch or heartbeat: 0 when absent.
 func visibilityTimeout(m object) (time.Duration, *apiError) {
 	v, ok := m.get("visibility_timeout_ms")
 	if !ok || isNull(v) {
 		return 0, nil
 	}
-	ms, e := wantInt(v, "visibility_timeout_ms", 1, 7*24*3600*1000)
+	ms, e := wantInt(v, "visibility_timeout_ms", 1, MaxVisibilityTimeout.Milliseconds())
 	if e != nil {
 		return 0, e
 	}
@@ -281,6 +285,7 @@ func jobLease(j *pronto.JobRow, asked time.Duration, now time.Time) time.Duratio
 			lease = pronto.DefaultRemoteLease
 		}
 	}
+	lease = min(lease, MaxVisibilityTimeout) // a job stored before the bound was enforced at enqueue
 	if j.Timeout > 0 && !j.StartedAt.IsZero() {
 		left := j.StartedAt.Add(j.Timeout).Sub(now)
 		if left < lease {

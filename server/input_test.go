@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/pronto-jobs/pronto"
 	"github.com/pronto-jobs/pronto/internal/jsoncheck"
@@ -194,3 +196,53 @@ type sqlStateErr string
 
 func (e sqlStateErr) Error() string    { return "ERROR: something (SQLSTATE " + string(e) + ")" }
 func (e sqlStateErr) SQLState() string { return string(e) }
+
+// TestVisibilityTimeoutBound: options.visibility_timeout_ms (and visibility_timeout) at enqueue is
+// bounded as fetch bounds it, 1 ms to MaxVisibilityTimeout; a job stored with a longer one (before the
+// bound) is leased for at most MaxVisibilityTimeout.
+func TestVisibilityTimeoutBound(t *testing.T) {
+	s, c := newTestServer(t, Config{})
+	maxMS := strconv.FormatInt(MaxVisibilityTimeout.Milliseconds(), 10)
+	overMS := strconv.FormatInt(MaxVisibilityTimeout.Milliseconds()+1, 10)
+	for _, tc := range []struct {
+		opts   string
+		status int
+	}{
+		{`"visibility_timeout_ms":` + maxMS, 201},
+		{`"visibility_timeout_ms":1`, 201},
+		{`"visibility_timeout_ms":` + overMS, 400},
+		{`"visibility_timeout_ms":9223372036854`, 400},
+		{`"visibility_timeout_ms":0`, 400},
+		{`"visibility_timeout":"P7D"`, 201},
+		{`"visibility_timeout":"P8D"`, 400},
+	} {
+		r := call(t, s, "POST", "/ojs/v1/jobs", `{"type":"a.b","args":[],"options":{`+tc.opts+`}}`)
+		if r.status != tc.status {
+			t.Fatalf("%s: %d, want %d: %s", tc.opts, r.status, tc.status, r.raw)
+		}
+		if tc.status == 400 {
+			checkErrorBody(t, r, 400, CodeInvalidRequest)
+		}
+	}
+	r := call(t, s, "POST", "/ojs/v1/workers/fetch", `{"queues":["default"],"worker_id":"w","visibility_timeout_ms":`+overMS+`}`)
+	checkErrorBody(t, r, 400, CodeInvalidRequest)
+
+	// A job stored with a lease beyond the bound (as the API allowed before) is held at most 7 days.
+	rows, err := c.InsertOJS(context.Background(), []pronto.OJSJob{{Kind: "old.job", Args: json.RawMessage(`[]`),
+		Meta: json.RawMessage(`{"_pronto":{"vt":9223372036854}}`), Opts: pronto.InsertOpts{Queue: "old"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r = call(t, s, "POST", "/ojs/v1/workers/fetch", `{"queues":["old"],"worker_id":"w"}`)
+	jobs, _ := r.body["jobs"].([]any)
+	if r.status != 200 || len(jobs) != 1 {
+		t.Fatalf("fetch: %d %s", r.status, r.raw)
+	}
+	j, err := c.JobGet(context.Background(), rows[0].ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if limit := time.Now().Add(MaxVisibilityTimeout + time.Minute); j.LeaseExpiresAt.After(limit) {
+		t.Fatalf("lease until %s, beyond %s", j.LeaseExpiresAt, limit)
+	}
+}
