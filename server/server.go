@@ -239,9 +239,11 @@ func printable(s string) bool {
 	return true
 }
 
+// authorized checks "Authorization: Bearer <key>". The scheme is case-insensitive and may be
+// followed by several spaces (RFC 7235, 2.1).
 func (s *Server) authorized(r *http.Request) bool {
-	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	if !ok {
+	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
 		return false
 	}
 	return subtle.ConstantTimeCompare([]byte(strings.TrimSpace(token)), s.apiKey) == 1

@@ -129,6 +129,15 @@ func TestAPIKey(t *testing.T) {
 	if r := call(t, s, "GET", "/ojs/v1/queues", nil, "Authorization", "Bearer s3cret"); r.status != 200 {
 		t.Fatalf("with the key: %d %s", r.status, r.raw)
 	}
+	// The scheme is case-insensitive (RFC 7235); the key is not.
+	for _, h := range []string{"bearer s3cret", "BEARER s3cret", "bEaReR   s3cret"} {
+		if r := call(t, s, "GET", "/ojs/v1/queues", nil, "Authorization", h); r.status != 200 {
+			t.Fatalf("%q: %d %s", h, r.status, r.raw)
+		}
+	}
+	for _, h := range []string{"bearer S3CRET", "Basic s3cret", "Bearers3cret", "Bearer", "s3cret"} {
+		checkErrorBody(t, call(t, s, "GET", "/ojs/v1/queues", nil, "Authorization", h), 401, CodeUnauthenticated)
+	}
 }
 
 func TestCheckListenAddr(t *testing.T) {
