@@ -33,7 +33,8 @@ type Config struct {
 	// JobTimeout bounds each attempt of jobs without a timeout of their own (default: none).
 	JobTimeout time.Duration
 	// LeaseDuration is how long a claimed job is held without a heartbeat before the leader rescues it
-	// (3 s). With the defaults a SIGKILLed client's jobs run again within about 4 s.
+	// (3 s). With the defaults a SIGKILLed client's jobs are available again within 3.5 s, even when
+	// the leader dies with it: see RecoveryBound.
 	LeaseDuration time.Duration
 	// HeartbeatInterval is how often the client extends, in one statement, the leases of its jobs
 	// that come near their end: less than two intervals or half the lease left (1 s).
@@ -41,9 +42,11 @@ type Config struct {
 	// PollInterval is the slow poll that covers lost notifications (1 s). Notifications make pickup
 	// immediate; on SQLite shared by several processes, the poll is how other processes find work.
 	PollInterval time.Duration
-	// RescueInterval is how often the leader looks for expired leases (500 ms).
+	// RescueInterval is how often the leader looks for expired leases (500 ms). A client that takes
+	// office looks at once.
 	RescueInterval time.Duration
-	// LeaderTTL is how long a leader holds office without renewing (3 s).
+	// LeaderTTL is how long a leader holds office without renewing (2 s); it renews, and the others
+	// try to take office, every LeaderTTL/3.
 	LeaderTTL time.Duration
 	// Retention of terminal jobs: completed and cancelled 24 h, discarded 7 days. Negative keeps forever.
 	CompletedRetention time.Duration
@@ -83,7 +86,37 @@ const (
 	DefaultHeartbeatInterval = time.Second
 	DefaultPollInterval      = time.Second
 	DefaultMaxArgsBytes      = 1 << 20
+	DefaultRescueInterval    = 500 * time.Millisecond
+	DefaultLeaderTTL         = 2 * time.Second
 )
+
+// RecoveryBound is the longest time, with this configuration (zero durations read as their
+// defaults), from the death of a client process (SIGKILL, power loss) to its jobs being available
+// again, when the maintenance leader dies at the same moment (or is that process):
+//
+//   - a job's lease ends at most LeaseDuration after the death (a claim or heartbeat sets it to
+//     LeaseDuration from then), and the leader's next rescue comes within RescueInterval after that;
+//   - the dead leader's office lapses at most LeaderTTL after its last renewal; a surviving client
+//     tries every LeaderTTL/3, so it takes office within LeaderTTL + LeaderTTL/3, and rescues at once.
+//
+// Both run at the same time, so the bound is the larger: max(LeaseDuration + RescueInterval,
+// LeaderTTL + LeaderTTL/3), 3.5 s with the defaults. A client picks the jobs up at once when the
+// rescue announces their queue (PostgreSQL, or one process); on SQLite shared by several processes,
+// within PollInterval more. A leader that dies some time d after the worker, before rescuing its
+// jobs, makes it max(LeaseDuration + RescueInterval, d + LeaderTTL + LeaderTTL/3).
+func (c Config) RecoveryBound() time.Duration {
+	lease := orDefault(c.LeaseDuration, DefaultLeaseDuration)
+	rescue := orDefault(c.RescueInterval, DefaultRescueInterval)
+	ttl := orDefault(c.LeaderTTL, DefaultLeaderTTL)
+	return max(lease+rescue, ttl+ttl/3)
+}
+
+func orDefault(d, def time.Duration) time.Duration {
+	if d == 0 {
+		return def
+	}
+	return d
+}
 
 func (c Config) withDefaults() (Config, error) {
 	def := func(d *time.Duration, v time.Duration) {
@@ -98,6 +131,8 @@ func (c Config) withDefaults() (Config, error) {
 	def(&c.LeaseDuration, DefaultLeaseDuration)
 	def(&c.HeartbeatInterval, DefaultHeartbeatInterval)
 	def(&c.PollInterval, DefaultPollInterval)
+	def(&c.RescueInterval, DefaultRescueInterval)
+	def(&c.LeaderTTL, DefaultLeaderTTL)
 	if c.MaxArgsBytes <= 0 {
 		c.MaxArgsBytes = DefaultMaxArgsBytes
 	}

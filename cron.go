@@ -334,7 +334,7 @@ func (c *Client) RunCron(ctx context.Context, cfg *CronConfig) error {
 	interval := max(cfg.Interval, time.Second)
 	ttl := c.cfg.LeaderTTL
 	if ttl <= 0 {
-		ttl = 3 * time.Second
+		ttl = DefaultLeaderTTL
 	}
 	elect := time.NewTicker(ttl / 3)
 	defer elect.Stop()

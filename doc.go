@@ -47,7 +47,8 @@
 //
 // Retries are rows with a due time, so they survive restarts. A claimed job holds a lease its client
 // extends with one heartbeat statement per interval; when a client dies, the elected leader returns its
-// jobs to available within a few seconds (LeaseDuration plus RescueInterval). Stop shuts down
+// jobs to available within a few seconds, 3.5 s with the defaults even when the leader dies with it
+// (Config.RecoveryBound). Stop shuts down
 // gracefully: running jobs finish until Stop's deadline, then are cancelled and returned to available
 // without spending an attempt.
 package pronto

@@ -7,3 +7,6 @@ func PresencePeers(c *Client, queue string) int { return c.presence.Peers(queue,
 
 // SetPresenceInterval sets how often c announces its queues; call it before Start (tests only).
 func SetPresenceInterval(c *Client, every time.Duration) { c.presenceEvery = every }
+
+// EffectiveConfig returns c's configuration with its defaults applied (tests only).
+func EffectiveConfig(c *Client) Config { return c.cfg }

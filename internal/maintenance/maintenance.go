@@ -21,9 +21,10 @@ const LeaderName = "maintenance"
 type Config struct {
 	Store    store.Store
 	ClientID string
-	// LeaderTTL is how long a leader holds office without renewing (3 s); it renews every TTL/3.
+	// LeaderTTL is how long a leader holds office without renewing (2 s); it renews every TTL/3.
 	LeaderTTL time.Duration
-	// RescueInterval is how often expired leases are looked for (500 ms).
+	// RescueInterval is how often expired leases are looked for (500 ms), and once more the moment this
+	// client takes office: a successor to a dead leader rescues without waiting for its next tick.
 	RescueInterval time.Duration
 	// PromoteInterval is how often due jobs are promoted and expired jobs discarded (1 s).
 	PromoteInterval time.Duration
@@ -55,7 +56,7 @@ func New(cfg Config) *Maintainer {
 			*d = v
 		}
 	}
-	def(&cfg.LeaderTTL, 3*time.Second)
+	def(&cfg.LeaderTTL, 2*time.Second)
 	def(&cfg.RescueInterval, 500*time.Millisecond)
 	def(&cfg.PromoteInterval, time.Second)
 	def(&cfg.CleanupInterval, 30*time.Second)
@@ -90,7 +91,9 @@ func (m *Maintainer) Run(ctx context.Context) {
 	cleanup := time.NewTicker(c.CleanupInterval)
 	defer cleanup.Stop()
 
-	m.elect(ctx)
+	if m.elect(ctx) {
+		m.rescue(ctx)
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -104,7 +107,9 @@ func (m *Maintainer) Run(ctx context.Context) {
 			}
 			return
 		case <-elect.C:
-			m.elect(ctx)
+			if m.elect(ctx) {
+				m.rescue(ctx) // a new leader: its predecessor may have died with jobs on expired leases
+			}
 		case <-rescue.C:
 			if m.leader.Load() {
 				m.rescue(ctx)
@@ -121,16 +126,20 @@ func (m *Maintainer) Run(ctx context.Context) {
 	}
 }
 
-func (m *Maintainer) setLeader(v bool) {
+// setLeader records whether this client leads, and reports whether it just took office.
+func (m *Maintainer) setLeader(v bool) (tookOffice bool) {
 	if m.leader.Swap(v) != v {
 		m.cfg.Logger.Info("pronto: maintenance leadership changed", "client", m.cfg.ClientID, "leader", v)
 		if m.cfg.OnLeadership != nil {
 			m.cfg.OnLeadership(v)
 		}
+		return v
 	}
+	return false
 }
 
-func (m *Maintainer) elect(ctx context.Context) {
+// elect takes or renews office, and reports whether this client just took it.
+func (m *Maintainer) elect(ctx context.Context) bool {
 	ok, err := m.cfg.Store.Elect(ctx, LeaderName, m.cfg.ClientID, m.cfg.LeaderTTL)
 	if err != nil {
 		if ctx.Err() == nil {
@@ -138,9 +147,9 @@ func (m *Maintainer) elect(ctx context.Context) {
 		}
 		// Without a renewal we cannot know we still lead: step down to be safe.
 		m.setLeader(false)
-		return
+		return false
 	}
-	m.setLeader(ok)
+	return m.setLeader(ok)
 }
 
 func (m *Maintainer) rescue(ctx context.Context) {

@@ -1,0 +1,49 @@
+package maintenance
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/pronto-jobs/pronto/store"
+	"github.com/pronto-jobs/pronto/store/memory"
+)
+
+// TestTakeOfficeRescuesAtOnce: a client that takes over from a dead leader rescues the jobs left on
+// expired leases when it takes office, not at its next rescue tick (here an hour away), so a worker
+// and leader dying together cost max(lease + rescue interval, TTL + TTL/3), not their sum.
+func TestTakeOfficeRescuesAtOnce(t *testing.T) {
+	ctx := context.Background()
+	st := memory.New()
+	defer st.Close()
+	if _, err := st.Insert(ctx, []*store.InsertParams{{ID: "019461a8-1a2b-7c3d-8e4f-5a6b7c8d9e0f", Kind: "a.b",
+		Queue: "default", Args: []byte(`[]`), MaxAttempts: 3, State: store.StateAvailable}}); err != nil {
+		t.Fatal(err)
+	}
+	claimed, err := st.Claim(ctx, store.ClaimParams{Queue: "default", Limit: 1, WorkerID: "dead", LeaseDuration: time.Millisecond})
+	if err != nil || len(claimed) != 1 {
+		t.Fatalf("claim: %v %v", claimed, err)
+	}
+	// The dead leader's office lapses in a moment; this client's first election is refused.
+	if ok, err := st.Elect(ctx, LeaderName, "dead", 200*time.Millisecond); !ok || err != nil {
+		t.Fatalf("elect the dead leader: %v %v", ok, err)
+	}
+	rescued := make(chan store.RescueResult, 1)
+	m := New(Config{Store: st, ClientID: "survivor", LeaderTTL: 300 * time.Millisecond, RescueInterval: time.Hour,
+		OnRescue: func(r store.RescueResult) { rescued <- r }})
+	runCtx, cancel := context.WithCancel(ctx)
+	defer func() { cancel(); <-m.Done() }()
+	go m.Run(runCtx)
+	select {
+	case r := <-rescued:
+		if len(r.Requeued) != 1 {
+			t.Fatalf("rescued %+v", r)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the new leader did not rescue the expired job when it took office")
+	}
+	j, err := st.GetJob(ctx, claimed[0].ID)
+	if err != nil || j.State != store.StateAvailable {
+		t.Fatalf("job after takeover: %+v %v", j, err)
+	}
+}
