@@ -223,6 +223,10 @@ func (s *Server) listCron(w http.ResponseWriter, r *http.Request) {
 
 // GET /ojs/v1/cron/{name}
 func (s *Server) getCron(w http.ResponseWriter, r *http.Request, name string) {
+	if e := checkPathText(name, "name"); e != nil {
+		s.writeError(w, r, e)
+		return
+	}
 	c, err := s.client.CronGet(r.Context(), name)
 	if err != nil {
 		s.writeError(w, r, fromClientError(err, "cron job", name))
@@ -233,6 +237,10 @@ func (s *Server) getCron(w http.ResponseWriter, r *http.Request, name string) {
 
 // DELETE /ojs/v1/cron/{name}
 func (s *Server) deleteCron(w http.ResponseWriter, r *http.Request, name string) {
+	if e := checkPathText(name, "name"); e != nil {
+		s.writeError(w, r, e)
+		return
+	}
 	c, err := s.client.CronDelete(r.Context(), name)
 	if err != nil {
 		s.writeError(w, r, fromClientError(err, "cron job", name))

@@ -112,6 +112,15 @@ func storable(raw json.RawMessage, name string) *apiError {
 	return invalid(field, "%s", err.Error())
 }
 
+// checkPathText refuses a name taken from the URL path that no store can hold (a NUL character, bytes
+// that are not UTF-8), before it reaches a store's query.
+func checkPathText(s, field string) *apiError {
+	if err := jsoncheck.CheckString(s, field); err != nil {
+		return invalid(field, "%s", err.Error())
+	}
+	return nil
+}
+
 // rawString returns the text of a JSON string without decoding it when it has no escapes (the
 // common case), and decodes it otherwise. raw must be a valid JSON value.
 func rawString(raw json.RawMessage) (string, bool) {

@@ -140,6 +140,13 @@ func TestUnstorableInputRefused(t *testing.T) {
 					})
 				}
 			}
+			// Names in the path: refused before any store's query.
+			for _, m := range []string{"GET", "DELETE"} {
+				for _, p := range []string{"/ojs/v1/cron/n%00", "/ojs/v1/cron/n%FF"} {
+					r := call(t, s, m, p, nil)
+					checkErrorBody(t, r, 400, CodeInvalidRequest)
+				}
+			}
 			if after := call(t, s, "GET", "/ojs/v1/jobs/"+id, nil).raw; string(after) != string(before) {
 				t.Fatalf("the stored job changed:\n%s\n%s", before, after)
 			}
