@@ -157,7 +157,7 @@ func numberOK(num []byte) bool {
 	if len(num) > MaxNumberLen {
 		return false
 	}
-	if len(num) <= 15 && bytes.IndexAny(num, "eE") < 0 {
+	if len(num) <= 15 && !bytes.ContainsAny(num, "eE") {
 		return true
 	}
 	f, err := strconv.ParseFloat(string(num), 64)
