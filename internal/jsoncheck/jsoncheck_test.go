@@ -137,3 +137,24 @@ func FuzzSanitize(f *testing.F) {
 		}
 	})
 }
+
+var benchDoc = []byte(`{"type":"report.generate","args":[42,"quarterly",{"include_charts":true,"title":"Q3 — résumé","n":1.5e3}],"meta":{"trace_id":"4bf92f3577b34da6a3ce929d0e0e4736","tags":["a","b"]},"options":{"queue":"reports","priority":10,"timeout_ms":300000}}`)
+
+// BenchmarkCheck compares Check with json.Valid, the pass every request body already gets.
+func BenchmarkCheck(b *testing.B) {
+	b.SetBytes(int64(len(benchDoc)))
+	for b.Loop() {
+		if Check(benchDoc, "") != nil {
+			b.Fatal("refused")
+		}
+	}
+}
+
+func BenchmarkValid(b *testing.B) {
+	b.SetBytes(int64(len(benchDoc)))
+	for b.Loop() {
+		if !json.Valid(benchDoc) {
+			b.Fatal("invalid")
+		}
+	}
+}
