@@ -835,10 +835,13 @@ func (c *Client) policyOf(row *JobRow) RetryPolicy {
 
 // attemptError describes err as an error-history entry.
 func attemptError(row *JobRow, err error, at time.Time, retryable bool) *store.AttemptError {
-	ae := &store.AttemptError{Attempt: row.Attempt, At: at, Message: err.Error(), Type: errorType(err)}
+	// A worker's error text is whatever its code produced: stored faithfully escaped (NUL and invalid
+	// UTF-8 made visible), since text no store can hold must never fail the outcome write.
+	ae := &store.AttemptError{Attempt: row.Attempt, At: at, Message: jsoncheck.Sanitize(err.Error()),
+		Type: jsoncheck.Sanitize(errorType(err))}
 	var pe *PanicError
 	if errors.As(err, &pe) {
-		ae.Type, ae.Trace = "panic", pe.Stack
+		ae.Type, ae.Trace = "panic", jsoncheck.Sanitize(pe.Stack)
 	}
 	if !retryable {
 		f := false

@@ -312,4 +312,3 @@ func runEffectHelper(mode string) int {
 	}
 	select {}
 }
-

@@ -3,6 +3,7 @@ package pronto_test
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -133,4 +134,25 @@ func TestLapsedLeaseInOneProcess(t *testing.T) {
 			require.Equal(t, int32(1), maxInFlight.Load(), "two runs of one job overlapped in one process")
 		})
 	}
+}
+
+type badTextArgs struct{}
+
+func (badTextArgs) Kind() string { return "test.bad_text" }
+
+// TestWorkerErrorTextNoStoreCanHold: a worker's error with a NUL and invalid UTF-8 in it still
+// decides its job on every store, its text stored with both made visible.
+func TestWorkerErrorTextNoStoreCanHold(t *testing.T) {
+	forEachStore(t, func(t *testing.T, ts *testStore) {
+		workers := pronto.NewWorkers()
+		pronto.AddWorker(workers, pronto.WorkFunc(func(context.Context, *pronto.Job[badTextArgs]) error {
+			return errors.New("boom\x00 \xff")
+		}))
+		c := startClient(t, ts.Store, fastConfig(workers, defaultQueue(1)))
+		row, err := c.Insert(context.Background(), badTextArgs{}, &pronto.InsertOpts{MaxAttempts: 1})
+		require.NoError(t, err)
+		j := waitState(t, c, row.ID, pronto.StateDiscarded)
+		require.Len(t, j.Errors, 1)
+		require.Equal(t, "boom\u2400 \ufffd", j.Errors[0].Message)
+	})
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/pronto-jobs/pronto/internal/jsoncheck"
 	"github.com/pronto-jobs/pronto/store"
 )
 
@@ -134,6 +135,11 @@ func (c *Client) RemoteAck(ctx context.Context, p RemoteAckParams) (*JobRow, err
 	if len(p.Result) > 0 && !json.Valid(p.Result) {
 		return nil, invalidf("ack job %s: result is not valid JSON", p.ID)
 	}
+	if len(p.Result) > 0 {
+		if err := jsoncheck.Check(p.Result, "result"); err != nil {
+			return nil, invalidf("ack job %s: %v", p.ID, err)
+		}
+	}
 	now := time.Now()
 	comp := store.Completion{ID: j.ID, Attempt: j.Attempt, Token: j.ClaimToken, State: store.StateCompleted, Result: p.Result}
 	if err := c.finishOne(ctx, j, comp, "ack"); err != nil {
@@ -200,6 +206,12 @@ func (c *Client) RemoteNack(ctx context.Context, p RemoteNackParams) (*RemoteNac
 	}
 	ae := p.Error
 	ae.Attempt, ae.At = j.Attempt, now
+	// The worker's report is stored as faithfully as any store can hold it: a failure is never lost
+	// to the text describing it.
+	ae.Message, ae.Type, ae.Trace = jsoncheck.Sanitize(ae.Message), jsoncheck.Sanitize(ae.Type), jsoncheck.Sanitize(ae.Trace)
+	if len(ae.Details) > 0 {
+		ae.Details = jsoncheck.SanitizeJSON(ae.Details)
+	}
 	if ae.Message == "" {
 		ae.Message = "failed (no message given)"
 	}
