@@ -47,7 +47,7 @@ func (c *Client) JobGet(ctx context.Context, id string) (*JobRow, error) {
 	}
 	j, err := c.store.GetJob(ctx, id)
 	if err != nil {
-		return nil, fmt.Errorf("pronto: get job %s: %w", id, err)
+		return nil, wrapOp(fmt.Sprintf("get job %s", id), err)
 	}
 	return j, nil
 }
@@ -78,7 +78,7 @@ func (c *Client) JobList(ctx context.Context, p *JobListParams) (*JobListResult,
 		States: p.States, Queues: p.Queues, Kinds: p.Kinds, After: p.Cursor, Descending: p.Descending, Limit: limit,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("pronto: list jobs: %w", err)
+		return nil, wrapOp("list jobs", err)
 	}
 	return &JobListResult{Jobs: jobs, Next: next}, nil
 }
@@ -93,7 +93,7 @@ func (c *Client) JobCancel(ctx context.Context, id string) (*JobRow, error) {
 	prev, _ := c.store.GetJob(ctx, id)
 	j, err := c.store.CancelJob(ctx, id)
 	if err != nil {
-		return nil, fmt.Errorf("pronto: cancel job %s: %w", id, err)
+		return nil, wrapOp(fmt.Sprintf("cancel job %s", id), err)
 	}
 	// A running job's cancellation is reported by the client running it.
 	if prev == nil || prev.State != store.StateActive {
@@ -110,7 +110,7 @@ func (c *Client) JobRetry(ctx context.Context, id string) (*JobRow, error) {
 	}
 	j, err := c.store.RetryJob(ctx, id)
 	if err != nil {
-		return nil, fmt.Errorf("pronto: retry job %s: %w", id, err)
+		return nil, wrapOp(fmt.Sprintf("retry job %s", id), err)
 	}
 	c.events.emit(&Event{Kind: EventRetried, Job: j, At: time.Now()})
 	return j, nil
@@ -123,7 +123,7 @@ func (c *Client) JobActivate(ctx context.Context, id string) (*JobRow, error) {
 	}
 	j, err := c.store.ActivateJob(ctx, id)
 	if err != nil {
-		return nil, fmt.Errorf("pronto: activate job %s: %w", id, err)
+		return nil, wrapOp(fmt.Sprintf("activate job %s", id), err)
 	}
 	return j, nil
 }
@@ -135,7 +135,7 @@ func (c *Client) JobDelete(ctx context.Context, id string) (*JobRow, error) {
 	}
 	j, err := c.store.DeleteJob(ctx, id)
 	if err != nil {
-		return nil, fmt.Errorf("pronto: delete job %s: %w", id, err)
+		return nil, wrapOp(fmt.Sprintf("delete job %s", id), err)
 	}
 	return j, nil
 }
@@ -144,7 +144,7 @@ func (c *Client) JobDelete(ctx context.Context, id string) (*JobRow, error) {
 func (c *Client) QueueList(ctx context.Context) ([]QueueInfo, error) {
 	qs, err := c.store.ListQueues(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("pronto: list queues: %w", err)
+		return nil, wrapOp("list queues", err)
 	}
 	return qs, nil
 }
@@ -156,7 +156,7 @@ func (c *Client) QueuePause(ctx context.Context, queue string) error {
 		return invalidf("queue name %q: must match [a-z0-9][a-z0-9.-]*", queue)
 	}
 	if err := c.store.PauseQueue(ctx, queue); err != nil {
-		return fmt.Errorf("pronto: pause queue %q: %w", queue, err)
+		return wrapOp(fmt.Sprintf("pause queue %q", queue), err)
 	}
 	return nil
 }
@@ -167,7 +167,7 @@ func (c *Client) QueueResume(ctx context.Context, queue string) error {
 		return invalidf("queue name %q: must match [a-z0-9][a-z0-9.-]*", queue)
 	}
 	if err := c.store.ResumeQueue(ctx, queue); err != nil {
-		return fmt.Errorf("pronto: resume queue %q: %w", queue, err)
+		return wrapOp(fmt.Sprintf("resume queue %q", queue), err)
 	}
 	return nil
 }

@@ -204,7 +204,7 @@ func (c *Client) CronRegister(ctx context.Context, j CronJob) (*CronJob, error) 
 		CreatedAt: now, NextRunAt: sched.Next(now),
 	}
 	if err := cs.CronCreate(ctx, s); err != nil {
-		return nil, fmt.Errorf("pronto: register cron %q: %w", j.Name, err)
+		return nil, wrapOp(fmt.Sprintf("register cron %q", j.Name), err)
 	}
 	return cronJobOf(s)
 }
@@ -217,7 +217,7 @@ func (c *Client) CronGet(ctx context.Context, name string) (*CronJob, error) {
 	}
 	s, err := cs.CronGet(ctx, name)
 	if err != nil {
-		return nil, fmt.Errorf("pronto: get cron %q: %w", name, err)
+		return nil, wrapOp(fmt.Sprintf("get cron %q", name), err)
 	}
 	return cronJobOf(s)
 }
@@ -230,7 +230,7 @@ func (c *Client) CronList(ctx context.Context) ([]*CronJob, error) {
 	}
 	ss, err := cs.CronList(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("pronto: list cron: %w", err)
+		return nil, wrapOp("list cron", err)
 	}
 	out := make([]*CronJob, 0, len(ss))
 	for _, s := range ss {
@@ -252,7 +252,7 @@ func (c *Client) CronDelete(ctx context.Context, name string) (*CronJob, error) 
 	}
 	s, err := cs.CronDelete(ctx, name)
 	if err != nil {
-		return nil, fmt.Errorf("pronto: delete cron %q: %w", name, err)
+		return nil, wrapOp(fmt.Sprintf("delete cron %q", name), err)
 	}
 	return cronJobOf(s)
 }

@@ -17,6 +17,8 @@ import (
 	"io"
 	"os"
 	"strings"
+
+	"github.com/pronto-jobs/pronto"
 )
 
 // Exit codes returned by Run.
@@ -80,17 +82,35 @@ func (e *exitError) Error() string { return e.msg }
 
 // usageErrorf reports a mistake in the command line (exit 2).
 func usageErrorf(format string, args ...any) error {
-	return &exitError{code: ExitUsage, msg: fmt.Sprintf(format, args...)}
+	return &exitError{code: ExitUsage, msg: sprintf(format, args...)}
 }
 
 // notFoundf reports a missing job (exit 3).
 func notFoundf(format string, args ...any) error {
-	return &exitError{code: ExitNotFound, msg: fmt.Sprintf(format, args...)}
+	return &exitError{code: ExitNotFound, msg: sprintf(format, args...)}
 }
 
 // errorf reports an operational failure (exit 1) with a message that needs no further context.
 func errorf(format string, args ...any) error {
-	return &exitError{code: ExitError, msg: fmt.Sprintf(format, args...)}
+	return &exitError{code: ExitError, msg: sprintf(format, args...)}
+}
+
+// sprintf formats a message for the user. Errors from the pronto package among args are stated
+// without their "pronto: " prefix (every message already starts with "pronto: " when printed) nor
+// the "invalid job: " of ErrInvalidArgs (the message says what is invalid, which is not always a job).
+func sprintf(format string, args ...any) string {
+	for i, a := range args {
+		if err, ok := a.(error); ok {
+			args[i] = libMessage(err)
+		}
+	}
+	return fmt.Sprintf(format, args...)
+}
+
+// libMessage is the text of an error from the pronto package, in the CLI's terms.
+func libMessage(err error) string {
+	msg := strings.TrimPrefix(err.Error(), "pronto: ")
+	return strings.Replace(msg, pronto.ErrInvalidArgs.Error()+": ", "", 1)
 }
 
 // errHelpShown ends a command whose help was printed on request (exit 0).
@@ -121,7 +141,7 @@ func (r *runner) report(err error) int {
 	}
 	var ee *exitError
 	if !errors.As(err, &ee) {
-		ee = &exitError{code: ExitError, msg: err.Error()}
+		ee = &exitError{code: ExitError, msg: libMessage(err)}
 	}
 	fmt.Fprintf(r.env.Stderr, "pronto: %s\n", ee.msg)
 	if ee.code == ExitUsage {

@@ -375,7 +375,7 @@ func cmdDemo(ctx context.Context, r *runner, args []string) error {
 			"(migrating it if needed) and deletes nothing.").withDatabase()
 	fs.Lookup("database-url").Usage = "run the demo on the database at `URL` instead of its own fresh SQLite file"
 	n := fs.Int("jobs", 300, "insert `N` jobs (10 to 100000)")
-	limit := fs.Duration("duration", time.Minute, "give up after `DURATION` if jobs are still unfinished")
+	limit := fs.duration("duration", time.Minute, "give up after `DURATION` if jobs are still unfinished")
 	asJSON := fs.Bool("json", false, "print only a JSON summary (no live progress)")
 	if _, err := fs.parse(args, 0, 0); err != nil {
 		return err

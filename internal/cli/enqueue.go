@@ -72,10 +72,10 @@ func cmdEnqueue(ctx context.Context, r *runner, args []string) error {
 	argsText := fs.String("args", "{}", "the job's args: `JSON`, @FILE to read a file, or - to read standard input")
 	queue := fs.String("queue", pronto.DefaultQueue, "`QUEUE` to insert into")
 	priority := fs.Int("priority", 0, fmt.Sprintf("`N` from %d to %d; higher runs first", pronto.PriorityMin, pronto.PriorityMax))
-	delay := fs.Duration("delay", 0, "run no sooner than `DURATION` from now (for example 30s, 5m)")
+	delay := fs.duration("delay", 0, "run no sooner than `DURATION` from now (for example 30s, 5m)")
 	at := fs.String("at", "", "run no sooner than `TIME` (RFC 3339, for example 2030-01-02T15:04:05Z)")
 	maxAttempts := fs.Int("max-attempts", 0, "attempts before the job is discarded, `N` including the first (default: the retry policy's, 3)")
-	timeout := fs.Duration("timeout", 0, "bound each attempt to `DURATION` (default: none)")
+	timeout := fs.duration("timeout", 0, "bound each attempt to `DURATION` (default: none)")
 	var tags listValue
 	fs.Var(&tags, "tag", "label the job with `TAGS` (repeatable or comma-separated)")
 	meta := fs.String("meta", "", "the job's meta, a JSON `OBJECT`")
@@ -150,7 +150,7 @@ func cmdEnqueue(ctx context.Context, r *runner, args []string) error {
 	}
 	switch {
 	case errors.Is(err, pronto.ErrInvalidArgs):
-		return usageErrorf("enqueue: %s", strings.TrimPrefix(err.Error(), "pronto: "))
+		return usageErrorf("enqueue: %v", err)
 	case errors.Is(err, pronto.ErrDuplicate):
 		return errorf("enqueue: a job with id %s already exists", opts.ID)
 	case err != nil:

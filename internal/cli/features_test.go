@@ -68,8 +68,8 @@ func TestRateLimitsCommands(t *testing.T) {
 		if len(got) != 1 || got[0].Key != "partner-api" || got[0].MaxActive != 3 || got[0].Rate != 10 || got[0].Period != "1s" || got[0].OnLimit != "wait" {
 			t.Fatalf("list: %+v", got)
 		}
-		run(t, with(db, "rate-limits", "set", "partner-api", "--rate", "10")...).fails(t, ExitUsage, "Rate and Period go together")
-		run(t, with(db, "rate-limits", "set", "bad key")...).fails(t, ExitUsage, "rate key")
+		run(t, with(db, "rate-limits", "set", "partner-api", "--rate", "10")...).fails(t, ExitUsage, "--rate and --period go together")
+		run(t, with(db, "rate-limits", "set", "bad key", "--max-active", "1")...).fails(t, ExitUsage, "rate key")
 		run(t, with(db, "rate-limits", "delete", "partner-api")...).ok(t)
 		run(t, with(db, "rate-limits", "delete", "partner-api")...).fails(t, ExitNotFound, "no rate limit")
 	})

@@ -60,7 +60,7 @@ func jobError(op, id string, err error) error {
 	case errors.Is(err, pronto.ErrInvalidArgs):
 		return usageErrorf("%v", err)
 	}
-	return errorf("%s job %s: %v", op, id, err)
+	return errorf("%v", err) // names the operation and the job
 }
 
 func cmdJobsList(ctx context.Context, r *runner, args []string) error {

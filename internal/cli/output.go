@@ -191,11 +191,12 @@ func printJob(w io.Writer, j *pronto.JobRow, now time.Time) {
 	}
 	fmt.Fprintf(w, "Errors (%d):\n", len(j.Errors))
 	for _, e := range j.Errors {
-		typ := ""
+		typ, msg := "", e.Message
 		if e.Type != "" {
-			typ = " [" + e.Type + "]"
+			// A panic's message is "panic: VALUE"; the type says it already.
+			typ, msg = " ["+e.Type+"]", strings.TrimPrefix(msg, e.Type+": ")
 		}
-		fmt.Fprintf(w, "  attempt %d, %s%s: %s\n", e.Attempt, e.At.Local().Format("2006-01-02 15:04:05.000"), typ, e.Message)
+		fmt.Fprintf(w, "  attempt %d, %s%s: %s\n", e.Attempt, e.At.Local().Format("2006-01-02 15:04:05.000"), typ, msg)
 		if e.Trace != "" {
 			for _, line := range strings.Split(strings.TrimRight(e.Trace, "\n"), "\n") {
 				fmt.Fprintf(w, "      %s\n", line)
