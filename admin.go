@@ -69,6 +69,17 @@ func (c *Client) JobList(ctx context.Context, p *JobListParams) (*JobListResult,
 			return nil, invalidf("unknown state %q", s)
 		}
 	}
+	// A filter by a name no job can have is a mistake, not an empty page.
+	for _, q := range p.Queues {
+		if !ValidQueueName(q) {
+			return nil, invalidf("queue name %q: must be %s", q, QueueNameRule)
+		}
+	}
+	for _, k := range p.Kinds {
+		if !ValidKind(k) {
+			return nil, invalidf("kind %q: must be %s", k, KindRule)
+		}
+	}
 	if p.Cursor != "" {
 		if err := checkID(p.Cursor); err != nil {
 			return nil, invalidf("cursor %q is not a job id", p.Cursor)
@@ -153,7 +164,7 @@ func (c *Client) QueueList(ctx context.Context) ([]QueueInfo, error) {
 // Inserts into a paused queue still succeed.
 func (c *Client) QueuePause(ctx context.Context, queue string) error {
 	if !ValidQueueName(queue) {
-		return invalidf("queue name %q: must match [a-z0-9][a-z0-9.-]*", queue)
+		return invalidf("queue name %q: must be %s", queue, QueueNameRule)
 	}
 	if err := c.store.PauseQueue(ctx, queue); err != nil {
 		return wrapOp(fmt.Sprintf("pause queue %q", queue), err)
@@ -164,7 +175,7 @@ func (c *Client) QueuePause(ctx context.Context, queue string) error {
 // QueueResume lets the cluster claim the queue's jobs again, at once.
 func (c *Client) QueueResume(ctx context.Context, queue string) error {
 	if !ValidQueueName(queue) {
-		return invalidf("queue name %q: must match [a-z0-9][a-z0-9.-]*", queue)
+		return invalidf("queue name %q: must be %s", queue, QueueNameRule)
 	}
 	if err := c.store.ResumeQueue(ctx, queue); err != nil {
 		return wrapOp(fmt.Sprintf("resume queue %q", queue), err)

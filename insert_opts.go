@@ -51,6 +51,15 @@ type InsertOpts struct {
 	RateLimit *RateLimit
 }
 
+// The rules for names, as error messages state them. One rule holds everywhere: in Go, on the command
+// line and over HTTP.
+const (
+	// KindRule is the rule ValidKind checks (for job kinds, which OJS calls types).
+	KindRule = "dot-separated segments of [a-z][a-z0-9_-]* (at most 255 characters), such as email.send"
+	// QueueNameRule is the rule ValidQueueName checks.
+	QueueNameRule = "[a-z0-9][a-z0-9.-]* (at most 128 characters), such as email or batch-2"
+)
+
 // ValidQueueName reports whether name is an acceptable OJS queue name: [a-z0-9][a-z0-9.-]*, at most
 // 128 characters.
 func ValidQueueName(name string) bool { return len(name) <= 128 && validName(name, false) }
@@ -80,9 +89,10 @@ func validName(s string, keys bool) bool {
 	return true
 }
 
-// ValidKind reports whether kind is an acceptable OJS job type: dot-separated segments of
-// [a-z][a-z0-9_]*, at most 255 characters.
-func ValidKind(kind string) bool { return validType(kind, false) }
+// ValidKind reports whether kind is an acceptable job kind (OJS job type): dot-separated segments of
+// [a-z][a-z0-9_-]*, at most 255 characters ("email.send", "dlq.manual-retry"). Go workers, the CLI
+// and the OJS HTTP API accept the same kinds.
+func ValidKind(kind string) bool { return validType(kind, true) }
 
 // validType reports whether typ is dot-separated segments that start with a lower-case letter and go
 // on with lower-case letters, digits and underscores (and hyphens when hyphens), at most 255 bytes.

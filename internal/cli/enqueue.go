@@ -88,12 +88,12 @@ func cmdEnqueue(ctx context.Context, r *runner, args []string) error {
 	}
 	kind := pos[0]
 	if !pronto.ValidKind(kind) {
-		return usageErrorf("enqueue: invalid kind %q: kinds are dot-separated segments of [a-z][a-z0-9_]*, such as email.send", kind)
+		return usageErrorf("enqueue: invalid kind %q: kinds are %s", kind, pronto.KindRule)
 	}
 	opts := &pronto.InsertOpts{Queue: *queue, Priority: *priority, Delay: *delay, MaxAttempts: *maxAttempts,
 		Timeout: *timeout, Tags: tags, Pending: *pending}
 	if !pronto.ValidQueueName(*queue) {
-		return usageErrorf("enqueue: invalid queue name %q: queue names match [a-z0-9][a-z0-9.-]* (at most 128 characters)", *queue)
+		return usageErrorf("enqueue: invalid queue name %q: queue names are %s", *queue, pronto.QueueNameRule)
 	}
 	if *priority < pronto.PriorityMin || *priority > pronto.PriorityMax {
 		return usageErrorf("enqueue: --priority %d: must be between %d and %d", *priority, pronto.PriorityMin, pronto.PriorityMax)

@@ -78,6 +78,9 @@ func cmdJobsList(ctx context.Context, r *runner, args []string) error {
 	if _, err := fs.parse(args, 0, 0); err != nil {
 		return err
 	}
+	if err := checkNames(r.current, queues, kinds); err != nil {
+		return err
+	}
 	p := &pronto.JobListParams{Queues: queues, Kinds: kinds, Limit: *limit, Descending: !*asc}
 	for _, s := range states {
 		st := pronto.State(strings.ToLower(s))
@@ -243,4 +246,20 @@ func cmdJobsDelete(ctx context.Context, r *runner, args []string) error {
 			return c.JobDelete(ctx, id)
 		},
 		func(j *pronto.JobRow) { fmt.Fprintf(r.env.Stdout, "job %s deleted (it was %s)\n", j.ID, j.State) })
+}
+
+// checkNames refuses a filter by a queue name or kind that no job can have: "--queue Email" is a
+// mistake to report, not a filter that matches nothing.
+func checkNames(cmd string, queues, kinds []string) error {
+	for _, q := range queues {
+		if !pronto.ValidQueueName(q) {
+			return usageErrorf("%s: --queue %q: not a queue name: queue names are %s", cmd, q, pronto.QueueNameRule)
+		}
+	}
+	for _, k := range kinds {
+		if !pronto.ValidKind(k) {
+			return usageErrorf("%s: --kind %q: not a kind: kinds are %s", cmd, k, pronto.KindRule)
+		}
+	}
+	return nil
 }

@@ -86,7 +86,7 @@ func (r *runner) queueCommand(ctx context.Context, args []string, about string,
 	}
 	q := pos[0]
 	if !pronto.ValidQueueName(q) {
-		return usageErrorf("invalid queue name %q: queue names match [a-z0-9][a-z0-9.-]* (at most 128 characters)", q)
+		return usageErrorf("%s: invalid queue name %q: queue names are %s", r.current, q, pronto.QueueNameRule)
 	}
 	c, db, err := r.adminClient(ctx)
 	if err != nil {
