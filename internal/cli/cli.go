@@ -129,7 +129,7 @@ func Run(ctx context.Context, args []string, env Env) int {
 	if env.Stdin == nil {
 		env.Stdin = strings.NewReader("")
 	}
-	r := &runner{env: env}
+	r := &runner{env: env, json: wantsJSON(args)}
 	err := r.run(ctx, args)
 	return r.report(err)
 }
@@ -143,6 +143,12 @@ func (r *runner) report(err error) int {
 	if !errors.As(err, &ee) {
 		ee = &exitError{code: ExitError, msg: libMessage(err)}
 	}
+	if r.json {
+		// Scripts that asked for JSON get the error as JSON too, on standard error.
+		_ = writeJSON(r.env.Stderr, map[string]any{"error": errorJSON{
+			Code: exitCodeNames[ee.code], ExitCode: ee.code, Message: ee.msg, Command: r.current}})
+		return ee.code
+	}
 	fmt.Fprintf(r.env.Stderr, "pronto: %s\n", ee.msg)
 	if ee.code == ExitUsage {
 		if r.current == "" {
@@ -154,11 +160,38 @@ func (r *runner) report(err error) int {
 	return ee.code
 }
 
+// errorJSON is an error as printed with --json: {"error": {"code": "not_found", "exit_code": 3,
+// "message": "job ... not found", "command": "jobs get"}}.
+type errorJSON struct {
+	Code     string `json:"code"`
+	ExitCode int    `json:"exit_code"`
+	Message  string `json:"message"`
+	Command  string `json:"command,omitempty"`
+}
+
+// exitCodeNames names the exit codes in errorJSON.
+var exitCodeNames = map[int]string{ExitError: "error", ExitUsage: "usage", ExitNotFound: "not_found"}
+
+// wantsJSON reports whether the command line asks for --json output, before any "--" that ends the
+// flags. It is read before parsing, so that a command line that fails to parse reports in JSON too.
+func wantsJSON(args []string) bool {
+	for _, a := range args {
+		switch a {
+		case "--":
+			return false
+		case "--json", "-json", "--json=true", "-json=true", "--json=1", "-json=1":
+			return true
+		}
+	}
+	return false
+}
+
 // runner holds the state of one Run: the environment, the database flags (which may be given before
 // the command or after it), and the name of the command being run, for messages.
 type runner struct {
 	env     Env
 	current string // e.g. "jobs list"
+	json    bool   // --json was given: errors are printed as JSON
 
 	dbURL     string // --database-url as given ("" if not)
 	schema    string // --schema as given

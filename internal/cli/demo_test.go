@@ -89,7 +89,7 @@ func TestDemoJSONOnEveryStore(t *testing.T) {
 			}
 			var qs queueList
 			run(t, with(db, "queues", "list", "--json")...).ok(t).decode(t, &qs)
-			if len(qs) != 4 {
+			if len(qs.Queues) != 4 {
 				t.Fatalf("the demo uses four queues: %+v", qs)
 			}
 		})

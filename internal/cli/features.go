@@ -80,7 +80,7 @@ func cmdWorkflowsJobs(ctx context.Context, r *runner, args []string) error {
 			for i, j := range jobs {
 				out[i] = toJSON(j)
 			}
-			return out
+			return map[string]any{"jobs": out, "next": ""} // writeList's shape
 		},
 		func(jobs []*pronto.JobRow) {
 			tw := tabwriter.NewWriter(r.env.Stdout, 0, 0, 2, ' ', 0)
@@ -126,7 +126,7 @@ func onLimit(a pronto.LimitAction) string {
 
 func cmdRateLimitsList(ctx context.Context, r *runner, args []string) error {
 	fs := r.newFlagSet("pronto rate-limits list [flags]", "List every stored rate limit with its current use.").withDatabase()
-	asJSON := fs.Bool("json", false, "print the limits as a JSON array")
+	asJSON := fs.Bool("json", false, `print {"rate_limits": [...], "next": ""} as JSON`)
 	if _, err := fs.parse(args, 0, 0); err != nil {
 		return err
 	}
@@ -149,7 +149,7 @@ func cmdRateLimitsList(ctx context.Context, r *runner, args []string) error {
 				out[i].Period = in.Limit.Period.String()
 			}
 		}
-		return writeJSON(r.env.Stdout, out)
+		return writeList(r.env.Stdout, "rate_limits", out, "")
 	}
 	if len(infos) == 0 {
 		fmt.Fprintln(r.env.Stderr, "no rate limits stored")

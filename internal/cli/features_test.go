@@ -63,8 +63,11 @@ func TestRateLimitsCommands(t *testing.T) {
 			t.Fatalf("empty list:\n%s", res)
 		}
 		run(t, with(db, "rate-limits", "set", "partner-api", "--max-active", "3", "--rate", "10", "--period", "1s")...).ok(t)
-		var got []rateLimitJSON
-		run(t, with(db, "rate-limits", "list", "--json")...).ok(t).decode(t, &got)
+		var list struct {
+			RateLimits []rateLimitJSON `json:"rate_limits"`
+		}
+		run(t, with(db, "rate-limits", "list", "--json")...).ok(t).decode(t, &list)
+		got := list.RateLimits
 		if len(got) != 1 || got[0].Key != "partner-api" || got[0].MaxActive != 3 || got[0].Rate != 10 || got[0].Period != "1s" || got[0].OnLimit != "wait" {
 			t.Fatalf("list: %+v", got)
 		}

@@ -74,7 +74,7 @@ func cmdJobsList(ctx context.Context, r *runner, args []string) error {
 	limit := fs.Int("limit", 50, "at most `N` jobs (1 to 10000)")
 	cursor := fs.String("cursor", "", "continue after job `ID` (printed at the end of a full page)")
 	asc := fs.Bool("asc", false, "oldest first")
-	asJSON := fs.Bool("json", false, `print {"jobs": [...], "next": CURSOR} as JSON`)
+	asJSON := fs.Bool("json", false, `print {"jobs": [...], "next": CURSOR} as JSON ("next" is "" on the last page)`)
 	if _, err := fs.parse(args, 0, 0); err != nil {
 		return err
 	}
@@ -112,14 +112,11 @@ func cmdJobsList(ctx context.Context, r *runner, args []string) error {
 		return errorf("listing jobs in %s: %v", db.t.display, err)
 	}
 	if *asJSON {
-		out := struct {
-			Jobs []*jobJSON `json:"jobs"`
-			Next string     `json:"next,omitempty"`
-		}{Jobs: make([]*jobJSON, 0, len(res.Jobs)), Next: res.Next}
+		out := make([]*jobJSON, 0, len(res.Jobs))
 		for _, j := range res.Jobs {
-			out.Jobs = append(out.Jobs, toJSON(j))
+			out = append(out, toJSON(j))
 		}
-		return writeJSON(r.env.Stdout, out)
+		return writeList(r.env.Stdout, "jobs", out, res.Next)
 	}
 	if len(res.Jobs) == 0 {
 		fmt.Fprintln(r.env.Stderr, "no jobs match")

@@ -68,6 +68,16 @@ func toJSON(j *pronto.JobRow) *jobJSON {
 	return out
 }
 
+// writeList prints a list command's --json output, one shape for every list: an object with the
+// items under key and the cursor of the next page under "next" ("" on the last page, and always for
+// the lists that have one page).
+func writeList[T any](w io.Writer, key string, items []T, next string) error {
+	if items == nil {
+		items = []T{}
+	}
+	return writeJSON(w, map[string]any{key: items, "next": next})
+}
+
 // writeJSON prints v as indented JSON.
 func writeJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
