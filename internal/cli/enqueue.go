@@ -42,23 +42,33 @@ func parseArgsJSON(text string) (elem, array json.RawMessage, err error) {
 	return compact, json.RawMessage("[" + string(compact) + "]"), nil
 }
 
-// readArgsText resolves --args: "@FILE" reads a file, "-" reads standard input, anything else is the JSON.
+// readArgsText resolves --args: "@FILE" reads a file, "-" reads standard input, anything else is the
+// JSON. A file or standard input is read up to the args limit (pronto.DefaultMaxArgsBytes) and
+// refused beyond it, so a huge file costs no more memory than the limit.
 func (r *runner) readArgsText(v string) (string, error) {
+	var src io.Reader
 	switch {
 	case v == "-":
-		b, err := io.ReadAll(r.env.Stdin)
-		if err != nil {
-			return "", errorf("enqueue: reading --args from standard input: %v", err)
-		}
-		return string(b), nil
+		src = r.env.Stdin
 	case strings.HasPrefix(v, "@"):
-		b, err := os.ReadFile(v[1:])
+		f, err := os.Open(v[1:])
 		if err != nil {
 			return "", usageErrorf("enqueue: --args %s: %v", v, err)
 		}
-		return string(b), nil
+		defer f.Close()
+		src = f
+	default:
+		return v, nil
 	}
-	return v, nil
+	const limit = pronto.DefaultMaxArgsBytes
+	b, err := io.ReadAll(io.LimitReader(src, limit+1))
+	if err != nil {
+		return "", errorf("enqueue: reading --args %s: %v", v, err)
+	}
+	if len(b) > limit {
+		return "", usageErrorf("enqueue: --args %s: larger than the args limit of %d bytes (1 MiB)", v, limit)
+	}
+	return string(b), nil
 }
 
 func cmdEnqueue(ctx context.Context, r *runner, args []string) error {
