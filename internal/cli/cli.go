@@ -237,6 +237,14 @@ func (r *runner) groups() []group {
 			{name: "rate-limits set", summary: "store the limit of a rate key", run: cmdRateLimitsSet},
 			{name: "rate-limits delete", summary: "remove a rate key's limit", run: cmdRateLimitsDelete},
 		}},
+		{name: "cron", summary: "schedule periodic jobs", subs: []command{
+			{name: "cron list", summary: "list cron schedules with their next run", run: cmdCronList},
+			{name: "cron add", summary: "register a periodic job", run: cmdCronAdd},
+			{name: "cron get", summary: "show one cron schedule", run: cmdCronGet},
+			{name: "cron delete", summary: "remove a cron schedule", run: cmdCronDelete},
+			{name: "cron pause", summary: "stop a cron schedule from firing", run: cmdCronPause},
+			{name: "cron resume", summary: "let a paused cron schedule fire again", run: cmdCronResume},
+		}},
 		{name: "migrate", summary: "create, upgrade or roll back the database schema", subs: []command{
 			{name: "migrate up", summary: "apply every pending migration", run: cmdMigrateUp},
 			{name: "migrate down", summary: "roll back the latest migrations", run: cmdMigrateDown},

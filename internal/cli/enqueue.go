@@ -20,20 +20,20 @@ import (
 func parseArgsJSON(text string) (elem, array json.RawMessage, err error) {
 	trimmed := bytes.TrimSpace([]byte(text))
 	if len(trimmed) == 0 {
-		return nil, nil, usageErrorf("enqueue: --args is empty: give a JSON object or array, for example --args '{\"to\":\"a@example.com\"}'")
+		return nil, nil, usageErrorf("--args is empty: give a JSON object or array, for example --args '{\"to\":\"a@example.com\"}'")
 	}
 	var v any
 	dec := json.NewDecoder(bytes.NewReader(trimmed))
 	dec.UseNumber()
 	if err := dec.Decode(&v); err != nil {
-		return nil, nil, usageErrorf("enqueue: --args is not valid JSON: %v", err)
+		return nil, nil, usageErrorf("--args is not valid JSON: %v", err)
 	}
 	if dec.More() || dec.InputOffset() != int64(len(trimmed)) {
-		return nil, nil, usageErrorf("enqueue: --args has text after its JSON value (offset %d)", dec.InputOffset())
+		return nil, nil, usageErrorf("--args has text after its JSON value (offset %d)", dec.InputOffset())
 	}
 	var buf bytes.Buffer
 	if err := json.Compact(&buf, trimmed); err != nil {
-		return nil, nil, usageErrorf("enqueue: --args is not valid JSON: %v", err)
+		return nil, nil, usageErrorf("--args is not valid JSON: %v", err)
 	}
 	compact := json.RawMessage(buf.Bytes())
 	if _, ok := v.([]any); ok {
@@ -53,7 +53,7 @@ func (r *runner) readArgsText(v string) (string, error) {
 	case strings.HasPrefix(v, "@"):
 		f, err := os.Open(v[1:])
 		if err != nil {
-			return "", usageErrorf("enqueue: --args %s: %v", v, err)
+			return "", usageErrorf("%s: --args %s: %v", r.current, v, err)
 		}
 		defer f.Close()
 		src = f
@@ -63,10 +63,10 @@ func (r *runner) readArgsText(v string) (string, error) {
 	const limit = pronto.DefaultMaxArgsBytes
 	b, err := io.ReadAll(io.LimitReader(src, limit+1))
 	if err != nil {
-		return "", errorf("enqueue: reading --args %s: %v", v, err)
+		return "", errorf("%s: reading --args %s: %v", r.current, v, err)
 	}
 	if len(b) > limit {
-		return "", usageErrorf("enqueue: --args %s: larger than the args limit of %d bytes (1 MiB)", v, limit)
+		return "", usageErrorf("%s: --args %s: larger than the args limit of %d bytes (1 MiB)", r.current, v, limit)
 	}
 	return string(b), nil
 }
@@ -141,7 +141,7 @@ func cmdEnqueue(ctx context.Context, r *runner, args []string) error {
 	}
 	_, array, err := parseArgsJSON(text)
 	if err != nil {
-		return err
+		return usageErrorf("enqueue: %v", err)
 	}
 
 	db, err := r.open(ctx, openOptions{})

@@ -13,6 +13,7 @@ func TestListJSONShape(t *testing.T) {
 	run(t, with(db, "enqueue", "a.b")...).ok(t)
 	run(t, with(db, "enqueue", "a.b")...).ok(t)
 	run(t, with(db, "rate-limits", "set", "k", "--max-active", "1")...).ok(t)
+	run(t, with(db, "cron", "add", "nightly", "--kind", "report.build", "--schedule", "@daily")...).ok(t)
 	for _, c := range []struct {
 		args []string
 		key  string
@@ -23,6 +24,7 @@ func TestListJSONShape(t *testing.T) {
 		{[]string{"jobs", "list"}, "jobs", 2, false},
 		{[]string{"queues", "list"}, "queues", 1, false},
 		{[]string{"rate-limits", "list"}, "rate_limits", 1, false},
+		{[]string{"cron", "list"}, "cron", 1, false},
 	} {
 		var out map[string]json.RawMessage
 		run(t, with(db, append(c.args, "--json")...)...).ok(t).decode(t, &out)
