@@ -260,7 +260,9 @@ func (r *runner) cronCommand(ctx context.Context, args []string, about string,
 
 func cmdCronGet(ctx context.Context, r *runner, args []string) error {
 	return r.cronCommand(ctx, args, "Show a cron schedule: its expression, job, status and runs.",
-		func(ctx context.Context, c *pronto.Client, name string) (*pronto.CronJob, error) { return c.CronGet(ctx, name) },
+		func(ctx context.Context, c *pronto.Client, name string) (*pronto.CronJob, error) {
+			return c.CronGet(ctx, name)
+		},
 		func(j *pronto.CronJob) { printCron(r.env.Stdout, j, time.Now()) })
 }
 
