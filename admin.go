@@ -18,6 +18,8 @@ type JobListParams struct {
 	States []State
 	Queues []string
 	Kinds  []string
+	// Tags, when not empty, lists only jobs that have every one of these tags (and maybe others).
+	Tags []string
 	// Cursor continues a listing from JobListResult.Next.
 	Cursor string
 	// Descending lists newest first.
@@ -86,7 +88,7 @@ func (c *Client) JobList(ctx context.Context, p *JobListParams) (*JobListResult,
 		}
 	}
 	jobs, next, err := c.store.ListJobs(ctx, store.ListParams{
-		States: p.States, Queues: p.Queues, Kinds: p.Kinds, After: p.Cursor, Descending: p.Descending, Limit: limit,
+		States: p.States, Queues: p.Queues, Kinds: p.Kinds, Tags: p.Tags, After: p.Cursor, Descending: p.Descending, Limit: limit,
 	})
 	if err != nil {
 		return nil, wrapOp("list jobs", err)

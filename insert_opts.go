@@ -34,7 +34,8 @@ type InsertOpts struct {
 	Timeout time.Duration
 	// ExpiresAt: a job not started by then is discarded instead of run.
 	ExpiresAt time.Time
-	// Tags are free labels for searching and dashboards.
+	// Tags are free labels for searching and dashboards: JobList (JobListParams.Tags), 'pronto jobs
+	// list --tag' and the HTTP bulk filter list the jobs that have every given tag.
 	Tags []string
 	// Meta is stored as the job's OJS meta object (tracing ids, tenant, anything JSON).
 	Meta map[string]any

@@ -66,11 +66,13 @@ func jobError(op, id string, err error) error {
 func cmdJobsList(ctx context.Context, r *runner, args []string) error {
 	fs := r.newFlagSet("pronto jobs list [flags]",
 		"List jobs, newest first (--asc for oldest first), one page at a time. Filters may be repeated\n"+
-			"or comma-separated: --state discarded,cancelled --queue email.").withDatabase()
+			"or comma-separated: --state discarded,cancelled --queue email. A job matches when it is in one of\nthe states, one of the queues and of one of the kinds given, and has every tag given.").withDatabase()
 	var states, queues, kinds listValue
 	fs.Var(&states, "state", "only jobs in these `STATES`: "+stateNames())
 	fs.Var(&queues, "queue", "only jobs in these `QUEUES`")
 	fs.Var(&kinds, "kind", "only jobs of these `KINDS`")
+	var tags listValue
+	fs.Var(&tags, "tag", "only jobs that have every one of these `TAGS`")
 	limit := fs.Int("limit", 50, "at most `N` jobs (1 to 10000)")
 	cursor := fs.String("cursor", "", "continue after job `ID` (printed at the end of a full page)")
 	asc := fs.Bool("asc", false, "oldest first")
@@ -81,7 +83,7 @@ func cmdJobsList(ctx context.Context, r *runner, args []string) error {
 	if err := checkNames(r.current, queues, kinds); err != nil {
 		return err
 	}
-	p := &pronto.JobListParams{Queues: queues, Kinds: kinds, Limit: *limit, Descending: !*asc}
+	p := &pronto.JobListParams{Queues: queues, Kinds: kinds, Tags: tags, Limit: *limit, Descending: !*asc}
 	for _, s := range states {
 		st := pronto.State(strings.ToLower(s))
 		if !st.Valid() {

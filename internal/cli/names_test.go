@@ -28,3 +28,32 @@ func TestOneRuleForNames(t *testing.T) {
 		}
 	}
 }
+
+// TestJobsListByTag: --tag lists the jobs that have every given tag.
+func TestJobsListByTag(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, db []string) {
+		both := strings.TrimSpace(run(t, with(db, "enqueue", "a.b", "--tag", "vip,eu")...).ok(t).stdout)
+		eu := strings.TrimSpace(run(t, with(db, "enqueue", "a.b", "--tag", "eu")...).ok(t).stdout)
+		run(t, with(db, "enqueue", "a.b")...).ok(t)
+		for _, c := range []struct {
+			args []string
+			want []string
+		}{
+			{[]string{"--tag", "vip"}, []string{both}},
+			{[]string{"--tag", "eu", "--asc"}, []string{both, eu}},
+			{[]string{"--tag", "eu,vip"}, []string{both}},
+			{[]string{"--tag", "eu", "--tag", "vip"}, []string{both}},
+			{[]string{"--tag", "none"}, nil},
+		} {
+			var list jobList
+			run(t, with(db, append([]string{"jobs", "list", "--json"}, c.args...)...)...).ok(t).decode(t, &list)
+			var got []string
+			for _, j := range list.Jobs {
+				got = append(got, j.ID)
+			}
+			if strings.Join(got, ",") != strings.Join(c.want, ",") {
+				t.Errorf("%v: got %v, want %v", c.args, got, c.want)
+			}
+		}
+	})
+}
