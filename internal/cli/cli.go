@@ -192,6 +192,9 @@ type runner struct {
 	env     Env
 	current string // e.g. "jobs list"
 	json    bool   // --json was given: errors are printed as JSON
+	// collect, when set, makes a command record its flags here and return without running (for
+	// 'pronto completion').
+	collect *[]flagInfo
 
 	dbURL     string // --database-url as given ("" if not)
 	schema    string // --schema as given
@@ -259,6 +262,7 @@ func (r *runner) commands() []command {
 		{name: "enqueue", summary: "insert a job of any kind with JSON args", run: cmdEnqueue},
 		{name: "serve", summary: "serve the OJS HTTP API: enqueue and work jobs from any language", run: cmdServe},
 		{name: "version", summary: "print the version", run: cmdVersion},
+		{name: "completion", summary: "print a bash, zsh or fish completion script", run: cmdCompletion},
 	}
 }
 

@@ -60,6 +60,14 @@ var dbFlags = map[string]bool{"database-url": true, "schema": true}
 // number: at least minPos, at most maxPos (negative: no limit). --help prints the command's help and
 // returns errHelpShown.
 func (fs *flagSet) parse(args []string, minPos, maxPos int) ([]string, error) {
+	if fs.r.collect != nil {
+		// 'pronto completion' asks for the command's flags; nothing runs.
+		fs.VisitAll(func(f *flag.Flag) {
+			b, ok := f.Value.(interface{ IsBoolFlag() bool })
+			*fs.r.collect = append(*fs.r.collect, flagInfo{name: f.Name, takesValue: !ok || !b.IsBoolFlag()})
+		})
+		return nil, errHelpShown
+	}
 	if fs.Lookup("help") == nil {
 		fs.BoolVar(&fs.help, "help", false, "show this help")
 		fs.BoolVar(&fs.help, "h", false, "show this help")
