@@ -251,7 +251,7 @@ complete -c pronto -f -a '(__pronto_words)'
 `)
 }
 
-// fishQuote quotes a word as a fish switch pattern (” for the empty command path), so that a
+// fishQuote quotes a word as a fish switch pattern (the empty command path too), so that a
 // leading dash is not read as an option.
 func fishQuote(s string) string {
 	return "'" + s + "'"
