@@ -18,6 +18,8 @@ type JobListParams struct {
 	States []State
 	Queues []string
 	Kinds  []string
+	// Tags, when not empty, lists only jobs that have every one of these tags (and maybe others).
+	Tags []string
 	// Cursor continues a listing from JobListResult.Next.
 	Cursor string
 	// Descending lists newest first.
@@ -47,7 +49,7 @@ func (c *Client) JobGet(ctx context.Context, id string) (*JobRow, error) {
 	}
 	j, err := c.store.GetJob(ctx, id)
 	if err != nil {
-		return nil, fmt.Errorf("pronto: get job %s: %w", id, err)
+		return nil, wrapOp(fmt.Sprintf("get job %s", id), err)
 	}
 	return j, nil
 }
@@ -69,16 +71,27 @@ func (c *Client) JobList(ctx context.Context, p *JobListParams) (*JobListResult,
 			return nil, invalidf("unknown state %q", s)
 		}
 	}
+	// A filter by a name no job can have is a mistake, not an empty page.
+	for _, q := range p.Queues {
+		if !ValidQueueName(q) {
+			return nil, invalidf("queue name %q: must be %s", q, QueueNameRule)
+		}
+	}
+	for _, k := range p.Kinds {
+		if !ValidKind(k) {
+			return nil, invalidf("kind %q: must be %s", k, KindRule)
+		}
+	}
 	if p.Cursor != "" {
 		if err := checkID(p.Cursor); err != nil {
 			return nil, invalidf("cursor %q is not a job id", p.Cursor)
 		}
 	}
 	jobs, next, err := c.store.ListJobs(ctx, store.ListParams{
-		States: p.States, Queues: p.Queues, Kinds: p.Kinds, After: p.Cursor, Descending: p.Descending, Limit: limit,
+		States: p.States, Queues: p.Queues, Kinds: p.Kinds, Tags: p.Tags, After: p.Cursor, Descending: p.Descending, Limit: limit,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("pronto: list jobs: %w", err)
+		return nil, wrapOp("list jobs", err)
 	}
 	return &JobListResult{Jobs: jobs, Next: next}, nil
 }
@@ -93,7 +106,7 @@ func (c *Client) JobCancel(ctx context.Context, id string) (*JobRow, error) {
 	prev, _ := c.store.GetJob(ctx, id)
 	j, err := c.store.CancelJob(ctx, id)
 	if err != nil {
-		return nil, fmt.Errorf("pronto: cancel job %s: %w", id, err)
+		return nil, wrapOp(fmt.Sprintf("cancel job %s", id), err)
 	}
 	// A running job's cancellation is reported by the client running it.
 	if prev == nil || prev.State != store.StateActive {
@@ -110,7 +123,7 @@ func (c *Client) JobRetry(ctx context.Context, id string) (*JobRow, error) {
 	}
 	j, err := c.store.RetryJob(ctx, id)
 	if err != nil {
-		return nil, fmt.Errorf("pronto: retry job %s: %w", id, err)
+		return nil, wrapOp(fmt.Sprintf("retry job %s", id), err)
 	}
 	c.events.emit(&Event{Kind: EventRetried, Job: j, At: time.Now()})
 	return j, nil
@@ -123,7 +136,7 @@ func (c *Client) JobActivate(ctx context.Context, id string) (*JobRow, error) {
 	}
 	j, err := c.store.ActivateJob(ctx, id)
 	if err != nil {
-		return nil, fmt.Errorf("pronto: activate job %s: %w", id, err)
+		return nil, wrapOp(fmt.Sprintf("activate job %s", id), err)
 	}
 	return j, nil
 }
@@ -135,7 +148,7 @@ func (c *Client) JobDelete(ctx context.Context, id string) (*JobRow, error) {
 	}
 	j, err := c.store.DeleteJob(ctx, id)
 	if err != nil {
-		return nil, fmt.Errorf("pronto: delete job %s: %w", id, err)
+		return nil, wrapOp(fmt.Sprintf("delete job %s", id), err)
 	}
 	return j, nil
 }
@@ -144,7 +157,7 @@ func (c *Client) JobDelete(ctx context.Context, id string) (*JobRow, error) {
 func (c *Client) QueueList(ctx context.Context) ([]QueueInfo, error) {
 	qs, err := c.store.ListQueues(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("pronto: list queues: %w", err)
+		return nil, wrapOp("list queues", err)
 	}
 	return qs, nil
 }
@@ -153,10 +166,10 @@ func (c *Client) QueueList(ctx context.Context) ([]QueueInfo, error) {
 // Inserts into a paused queue still succeed.
 func (c *Client) QueuePause(ctx context.Context, queue string) error {
 	if !ValidQueueName(queue) {
-		return invalidf("queue name %q: must match [a-z0-9][a-z0-9.-]*", queue)
+		return invalidf("queue name %q: must be %s", queue, QueueNameRule)
 	}
 	if err := c.store.PauseQueue(ctx, queue); err != nil {
-		return fmt.Errorf("pronto: pause queue %q: %w", queue, err)
+		return wrapOp(fmt.Sprintf("pause queue %q", queue), err)
 	}
 	return nil
 }
@@ -164,10 +177,10 @@ func (c *Client) QueuePause(ctx context.Context, queue string) error {
 // QueueResume lets the cluster claim the queue's jobs again, at once.
 func (c *Client) QueueResume(ctx context.Context, queue string) error {
 	if !ValidQueueName(queue) {
-		return invalidf("queue name %q: must match [a-z0-9][a-z0-9.-]*", queue)
+		return invalidf("queue name %q: must be %s", queue, QueueNameRule)
 	}
 	if err := c.store.ResumeQueue(ctx, queue); err != nil {
-		return fmt.Errorf("pronto: resume queue %q: %w", queue, err)
+		return wrapOp(fmt.Sprintf("resume queue %q", queue), err)
 	}
 	return nil
 }

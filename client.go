@@ -8,6 +8,7 @@ import (
 	"runtime/debug"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -850,18 +851,23 @@ func attemptError(row *JobRow, err error, at time.Time, retryable bool) *store.A
 	return ae
 }
 
-// errorType names an error's class: the dynamic type of the innermost wrapped error that is not a
-// plain fmt wrapper.
+// errorType names an error's class for the error history and NonRetryableErrors: the type of the
+// innermost error that is not a plain wrapper (fmt.Errorf, Cancel, Discard), as "package.Type" without
+// the pointer star (for example "net.OpError", "pronto.SnoozeError"), or "error" for an error with no
+// type of its own (errors.New, fmt.Errorf without %w).
 func errorType(err error) string {
 	for {
-		t := fmt.Sprintf("%T", err)
-		if t != "*fmt.wrapError" && t != "*fmt.wrapErrors" && t != "*pronto.CancelError" && t != "*pronto.DiscardError" {
-			return t
+		t := strings.TrimPrefix(fmt.Sprintf("%T", err), "*")
+		switch t {
+		case "fmt.wrapError", "fmt.wrapErrors", "pronto.CancelError", "pronto.DiscardError":
+			if inner := errors.Unwrap(err); inner != nil {
+				err = inner
+				continue
+			}
+			return "error"
+		case "errors.errorString", "errors.joinError", "":
+			return "error"
 		}
-		inner := errors.Unwrap(err)
-		if inner == nil {
-			return t
-		}
-		err = inner
+		return t
 	}
 }

@@ -64,6 +64,8 @@ type CronJob struct {
 	Description string
 
 	// Set by pronto.
+	// Paused is true between CronPause and CronResume: no occurrence fires.
+	Paused    bool
 	CreatedAt time.Time
 	NextRunAt time.Time
 	LastRunAt time.Time // zero until the first occurrence
@@ -204,7 +206,7 @@ func (c *Client) CronRegister(ctx context.Context, j CronJob) (*CronJob, error) 
 		CreatedAt: now, NextRunAt: sched.Next(now),
 	}
 	if err := cs.CronCreate(ctx, s); err != nil {
-		return nil, fmt.Errorf("pronto: register cron %q: %w", j.Name, err)
+		return nil, wrapOp(fmt.Sprintf("register cron %q", j.Name), err)
 	}
 	return cronJobOf(s)
 }
@@ -217,7 +219,7 @@ func (c *Client) CronGet(ctx context.Context, name string) (*CronJob, error) {
 	}
 	s, err := cs.CronGet(ctx, name)
 	if err != nil {
-		return nil, fmt.Errorf("pronto: get cron %q: %w", name, err)
+		return nil, wrapOp(fmt.Sprintf("get cron %q", name), err)
 	}
 	return cronJobOf(s)
 }
@@ -230,7 +232,7 @@ func (c *Client) CronList(ctx context.Context) ([]*CronJob, error) {
 	}
 	ss, err := cs.CronList(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("pronto: list cron: %w", err)
+		return nil, wrapOp("list cron", err)
 	}
 	out := make([]*CronJob, 0, len(ss))
 	for _, s := range ss {
@@ -252,9 +254,58 @@ func (c *Client) CronDelete(ctx context.Context, name string) (*CronJob, error) 
 	}
 	s, err := cs.CronDelete(ctx, name)
 	if err != nil {
-		return nil, fmt.Errorf("pronto: delete cron %q: %w", name, err)
+		return nil, wrapOp(fmt.Sprintf("delete cron %q", name), err)
 	}
 	return cronJobOf(s)
+}
+
+// CronPause stops a registration's occurrences until CronResume, and returns it; an unknown name
+// gives an error matching ErrNotFound. Jobs already inserted are not affected.
+func (c *Client) CronPause(ctx context.Context, name string) (*CronJob, error) {
+	cp, err := c.cronPauser()
+	if err != nil {
+		return nil, err
+	}
+	s, err := cp.CronSetEnabled(ctx, name, false, time.Time{})
+	if err != nil {
+		return nil, wrapOp(fmt.Sprintf("pause cron %q", name), err)
+	}
+	return cronJobOf(s)
+}
+
+// CronResume lets a paused registration fire again, from its next occurrence after now: the
+// occurrences missed while paused are not made up. An unknown name gives an error matching
+// ErrNotFound.
+func (c *Client) CronResume(ctx context.Context, name string) (*CronJob, error) {
+	cp, err := c.cronPauser()
+	if err != nil {
+		return nil, err
+	}
+	cs, _ := c.cronStore()
+	cur, err := cs.CronGet(ctx, name)
+	if err != nil {
+		return nil, wrapOp(fmt.Sprintf("resume cron %q", name), err)
+	}
+	if cur.Enabled {
+		return cronJobOf(cur) // not paused: its next occurrence stands
+	}
+	sched, err := ParseCron(cur.Expression, cur.Timezone)
+	if err != nil {
+		return nil, err
+	}
+	s, err := cp.CronSetEnabled(ctx, name, true, sched.Next(time.Now()))
+	if err != nil {
+		return nil, wrapOp(fmt.Sprintf("resume cron %q", name), err)
+	}
+	return cronJobOf(s)
+}
+
+func (c *Client) cronPauser() (store.CronPauser, error) {
+	cp, ok := c.store.(store.CronPauser)
+	if !ok {
+		return nil, fmt.Errorf("%w: pausing cron needs a store that can (this client's store is %T)", ErrUnsupported, c.store)
+	}
+	return cp, nil
 }
 
 func cronJobOf(s *store.CronSchedule) (*CronJob, error) {
@@ -264,7 +315,7 @@ func cronJobOf(s *store.CronSchedule) (*CronJob, error) {
 	}
 	j := &CronJob{
 		Name: s.Name, Expression: s.Expression, Timezone: s.Timezone, Kind: t.Kind, Args: t.Args,
-		OverlapPolicy: CronOverlapPolicy(s.OverlapPolicy), Description: s.Description,
+		OverlapPolicy: CronOverlapPolicy(s.OverlapPolicy), Description: s.Description, Paused: !s.Enabled,
 		CreatedAt: s.CreatedAt, NextRunAt: s.NextRunAt, LastRunAt: s.LastRunAt, RunCount: s.RunCount,
 		LastJobID: s.LastJobID,
 		Opts: InsertOpts{

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pronto-jobs/pronto"
+	"github.com/pronto-jobs/pronto/store"
 )
 
 func TestParseCron(t *testing.T) {
@@ -171,5 +172,45 @@ func TestRunCronUniqueTemplate(t *testing.T) {
 		list, err := c.JobList(context.Background(), &pronto.JobListParams{Queues: []string{"syncs"}})
 		require.NoError(t, err)
 		require.Len(t, list.Jobs, 1)
+	})
+}
+
+// A paused schedule is never due; resumed, it starts from its next occurrence after now, not the ones
+// it missed.
+func TestCronPauseResume(t *testing.T) {
+	forEachStore(t, func(t *testing.T, ts *testStore) {
+		ctx := context.Background()
+		c := startClient(t, ts.Store, &pronto.Config{})
+		_, err := c.CronRegister(ctx, pronto.CronJob{Name: "tick", Expression: "@every 1h", Kind: "a.b"})
+		require.NoError(t, err)
+		due := func() int {
+			ss, err := ts.Store.(store.CronStore).CronDue(ctx, time.Now().Add(48*time.Hour), 0)
+			require.NoError(t, err)
+			return len(ss)
+		}
+		require.Equal(t, 1, due())
+
+		j, err := c.CronPause(ctx, "tick")
+		require.NoError(t, err)
+		require.True(t, j.Paused)
+		require.Equal(t, 0, due(), "a paused schedule is never due")
+		got, err := c.CronGet(ctx, "tick")
+		require.NoError(t, err)
+		require.True(t, got.Paused)
+
+		before := time.Now()
+		j, err = c.CronResume(ctx, "tick")
+		require.NoError(t, err)
+		require.False(t, j.Paused)
+		require.True(t, j.NextRunAt.After(before), "resumed from its next occurrence after now")
+		require.Equal(t, 1, due())
+		again, err := c.CronResume(ctx, "tick")
+		require.NoError(t, err)
+		require.Equal(t, j.NextRunAt, again.NextRunAt, "resuming a running schedule changes nothing")
+
+		_, err = c.CronPause(ctx, "nope")
+		require.ErrorIs(t, err, pronto.ErrNotFound)
+		_, err = c.CronResume(ctx, "nope")
+		require.ErrorIs(t, err, pronto.ErrNotFound)
 	})
 }

@@ -3,6 +3,7 @@ package pronto
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/pronto-jobs/pronto/store"
@@ -96,3 +97,33 @@ type PanicError struct {
 }
 
 func (e *PanicError) Error() string { return fmt.Sprintf("panic: %v", e.Value) }
+
+// opError is an error of a Client operation: "pronto: OP: cause", wrapping the store's error.
+type opError struct {
+	msg string
+	err error
+}
+
+func (e *opError) Error() string { return e.msg }
+func (e *opError) Unwrap() error { return e.err }
+
+// wrapOp names the failed operation (such as `cancel job ID`) once. Stores describe their errors in
+// their own words, often naming the same operation; the cause is stated here without repeating it:
+// a missing job, queue or schedule is just "not found", a store's own op prefix is dropped, and a
+// refused transition (which already names its job and operation) is returned as it is.
+func wrapOp(op string, err error) error {
+	var te *TransitionError
+	if errors.As(err, &te) {
+		return err
+	}
+	cause := err.Error()
+	if errors.Is(err, ErrNotFound) {
+		cause = ErrNotFound.Error()
+	} else {
+		for _, p := range []string{"memory: ", "sqlite: ", "postgres: "} {
+			cause = strings.TrimPrefix(cause, p)
+		}
+		cause = strings.TrimPrefix(cause, op+": ")
+	}
+	return &opError{msg: "pronto: " + op + ": " + cause, err: err}
+}

@@ -139,7 +139,7 @@ func (c *Client) buildInsert(args JobArgs, opts *InsertOpts) (*store.InsertParam
 	}
 	kind := args.Kind()
 	if !ValidKind(kind) {
-		return nil, invalidf("kind %q: must be dot-separated segments of [a-z][a-z0-9_]* (for example \"email.send\")", kind)
+		return nil, invalidf("kind %q: must be %s", kind, KindRule)
 	}
 	raw, err := encodeArgs(args)
 	if err != nil {
@@ -165,7 +165,7 @@ func (c *Client) resolve(kind string, args, meta json.RawMessage, o InsertOpts) 
 		o.Queue = DefaultQueue
 	}
 	if !ValidQueueName(o.Queue) {
-		return nil, invalidf("queue name %q: must match [a-z0-9][a-z0-9.-]* (at most 128 characters)", o.Queue)
+		return nil, invalidf("queue name %q: must be %s", o.Queue, QueueNameRule)
 	}
 	if o.Priority < PriorityMin || o.Priority > PriorityMax {
 		return nil, invalidf("priority %d: must be between %d and %d", o.Priority, PriorityMin, PriorityMax)
@@ -294,7 +294,7 @@ func (c *Client) InsertRaw(ctx context.Context, jobs []RawJob) ([]*JobRow, error
 
 func (c *Client) resolveRaw(j RawJob) (*store.InsertParams, error) {
 	if !ValidKind(j.Kind) {
-		return nil, invalidf("kind %q: must be dot-separated segments of [a-z][a-z0-9_]* (for example \"email.send\")", j.Kind)
+		return nil, invalidf("kind %q: must be %s", j.Kind, KindRule)
 	}
 	var elems []json.RawMessage
 	if err := json.Unmarshal(j.Args, &elems); err != nil || elems == nil {

@@ -34,7 +34,8 @@ type InsertOpts struct {
 	Timeout time.Duration
 	// ExpiresAt: a job not started by then is discarded instead of run.
 	ExpiresAt time.Time
-	// Tags are free labels for searching and dashboards.
+	// Tags are free labels for searching and dashboards: JobList (JobListParams.Tags), 'pronto jobs
+	// list --tag' and the HTTP bulk filter list the jobs that have every given tag.
 	Tags []string
 	// Meta is stored as the job's OJS meta object (tracing ids, tenant, anything JSON).
 	Meta map[string]any
@@ -50,6 +51,15 @@ type InsertOpts struct {
 	// insert or RateLimitSet wins).
 	RateLimit *RateLimit
 }
+
+// The rules for names, as error messages state them. One rule holds everywhere: in Go, on the command
+// line and over HTTP.
+const (
+	// KindRule is the rule ValidKind checks (for job kinds, which OJS calls types).
+	KindRule = "dot-separated segments of [a-z][a-z0-9_-]* (at most 255 characters), such as email.send"
+	// QueueNameRule is the rule ValidQueueName checks.
+	QueueNameRule = "[a-z0-9][a-z0-9.-]* (at most 128 characters), such as email or batch-2"
+)
 
 // ValidQueueName reports whether name is an acceptable OJS queue name: [a-z0-9][a-z0-9.-]*, at most
 // 128 characters.
@@ -80,9 +90,10 @@ func validName(s string, keys bool) bool {
 	return true
 }
 
-// ValidKind reports whether kind is an acceptable OJS job type: dot-separated segments of
-// [a-z][a-z0-9_]*, at most 255 characters.
-func ValidKind(kind string) bool { return validType(kind, false) }
+// ValidKind reports whether kind is an acceptable job kind (OJS job type): dot-separated segments of
+// [a-z][a-z0-9_-]*, at most 255 characters ("email.send", "dlq.manual-retry"). Go workers, the CLI
+// and the OJS HTTP API accept the same kinds.
+func ValidKind(kind string) bool { return validType(kind, true) }
 
 // validType reports whether typ is dot-separated segments that start with a lower-case letter and go
 // on with lower-case letters, digits and underscores (and hyphens when hyphens), at most 255 bytes.

@@ -5,7 +5,7 @@ import (
 )
 
 // JobArgs is implemented by the args struct of every typed job. Kind names the job type; it must be
-// a dot-separated OJS type name whose segments match [a-z][a-z0-9_]* ("email.send", "report_build"),
+// a dot-separated OJS type name whose segments match [a-z][a-z0-9_-]* ("email.send", "report_build"),
 // so that a job inserted from Go can be worked by an OJS worker in any language and the other way round.
 //
 // The struct is stored as JSON, as the one element of the job's OJS args array.

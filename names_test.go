@@ -1,18 +1,22 @@
 package pronto
 
 import (
+	"context"
+	"errors"
 	"math/rand/v2"
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/pronto-jobs/pronto/store/memory"
 )
 
 // The grammars of names, as regular expressions: the validators must accept exactly these.
 var (
 	queueGrammar   = regexp.MustCompile(`^[a-z0-9][a-z0-9.\-]*$`)
 	rateKeyGrammar = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9._:\-]*$`)
-	kindGrammar    = regexp.MustCompile(`^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*$`)
-	ojsTypeGrammar = regexp.MustCompile(`^[a-z][a-z0-9_\-]*(\.[a-z][a-z0-9_\-]*)*$`)
+	kindGrammar    = regexp.MustCompile(`^[a-z][a-z0-9_\-]*(\.[a-z][a-z0-9_\-]*)*$`)
+	ojsTypeGrammar = kindGrammar // one rule for kinds and OJS types
 )
 
 func TestNameValidatorsAcceptExactlyTheirGrammar(t *testing.T) {
@@ -66,5 +70,21 @@ func TestNameValidatorsBoundLength(t *testing.T) {
 	}
 	if !ValidCronName(strings.Repeat("c", 255)) || ValidCronName(strings.Repeat("c", 256)) {
 		t.Error("cron names are bounded at 255 characters")
+	}
+}
+
+// TestJobListRefusesNamesNoJobCanHave: a filter by an invalid queue name or kind is an error.
+func TestJobListRefusesNamesNoJobCanHave(t *testing.T) {
+	c, err := NewClient(memory.New(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []*JobListParams{{Queues: []string{"Email"}}, {Kinds: []string{"Email.send"}}} {
+		if _, err := c.JobList(context.Background(), p); !errors.Is(err, ErrInvalidArgs) {
+			t.Errorf("JobList(%+v) = %v, want ErrInvalidArgs", p, err)
+		}
+	}
+	if _, err := c.JobList(context.Background(), &JobListParams{Kinds: []string{"email-x.send"}, Queues: []string{"batch-2"}}); err != nil {
+		t.Errorf("valid names refused: %v", err)
 	}
 }

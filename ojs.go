@@ -7,12 +7,11 @@ import (
 	"github.com/pronto-jobs/pronto/store"
 )
 
-// ValidOJSType reports whether typ is an acceptable job type for jobs given in OJS terms (InsertOJS,
-// cron registrations): dot-separated segments that start with a lowercase letter and go on with
-// lowercase letters, digits, underscores and hyphens ("dlq.test.manual-retry"), at most 255 bytes.
-// It is ValidKind's grammar plus the hyphen, which the OJS conformance cases use although the OJS
-// core prose leaves it out.
-func ValidOJSType(typ string) bool { return validType(typ, true) }
+// ValidOJSType reports whether typ is an acceptable job type for jobs given in OJS terms. It is
+// ValidKind: kinds and OJS types follow one rule (dot-separated segments of [a-z][a-z0-9_-]*; the
+// hyphen is in it because the OJS conformance cases use it, although the OJS core prose leaves it
+// out).
+func ValidOJSType(typ string) bool { return ValidKind(typ) }
 
 // OJSJob is a job given in OJS terms: its type, its args as a JSON array and its meta as a JSON
 // object, kept byte for byte (no decoding and re-encoding on the way to the store).
@@ -26,9 +25,7 @@ type OJSJob struct {
 }
 
 // InsertOJS stores jobs given in OJS terms atomically, with the validation, middleware and
-// notifications of InsertRaw, but accepts every job type ValidOJSType accepts, hyphens included, and
-// takes meta as raw JSON. The OJS HTTP API inserts through it. (A Go worker can be registered only
-// for kinds ValidKind accepts; jobs of a hyphenated type are worked by OJS workers.)
+// notifications of InsertRaw, but takes meta as raw JSON. The OJS HTTP API inserts through it.
 func (c *Client) InsertOJS(ctx context.Context, jobs []OJSJob) ([]*JobRow, error) {
 	ps, err := resolveAll(jobs, c.resolveOJS)
 	if err != nil {
@@ -40,7 +37,7 @@ func (c *Client) InsertOJS(ctx context.Context, jobs []OJSJob) ([]*JobRow, error
 // resolveOJS validates one job given in OJS terms.
 func (c *Client) resolveOJS(j OJSJob) (*store.InsertParams, error) {
 	if !ValidOJSType(j.Kind) {
-		return nil, invalidf("type %q: must be dot-separated segments of [a-z][a-z0-9_-]* (for example \"email.send\")", j.Kind)
+		return nil, invalidf("type %q: must be %s", j.Kind, KindRule)
 	}
 	if !jsonStartsWith(j.Args, '[') || !json.Valid(j.Args) {
 		return nil, invalidf("type %q: args must be a JSON array", j.Kind)

@@ -59,7 +59,7 @@ func (c *Client) RateLimitSet(ctx context.Context, key string, l RateLimit) erro
 		return err
 	}
 	if err := c.store.SetRateLimit(ctx, key, l); err != nil {
-		return fmt.Errorf("pronto: set rate limit %q: %w", key, err)
+		return wrapOp(fmt.Sprintf("set rate limit %q", key), err)
 	}
 	return nil
 }
@@ -68,7 +68,7 @@ func (c *Client) RateLimitSet(ctx context.Context, key string, l RateLimit) erro
 func (c *Client) RateLimitGet(ctx context.Context, key string) (*RateLimitInfo, error) {
 	info, err := c.store.GetRateLimit(ctx, key)
 	if err != nil {
-		return nil, fmt.Errorf("pronto: rate limit %q: %w", key, err)
+		return nil, wrapOp(fmt.Sprintf("rate limit %q", key), err)
 	}
 	return info, nil
 }
@@ -77,7 +77,7 @@ func (c *Client) RateLimitGet(ctx context.Context, key string) (*RateLimitInfo, 
 func (c *Client) RateLimitList(ctx context.Context) ([]*RateLimitInfo, error) {
 	infos, err := c.store.ListRateLimits(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("pronto: list rate limits: %w", err)
+		return nil, wrapOp("list rate limits", err)
 	}
 	return infos, nil
 }
@@ -85,7 +85,7 @@ func (c *Client) RateLimitList(ctx context.Context) ([]*RateLimitInfo, error) {
 // RateLimitDelete removes the limit stored under key: its jobs run unlimited. ErrNotFound if none.
 func (c *Client) RateLimitDelete(ctx context.Context, key string) error {
 	if err := c.store.DeleteRateLimit(ctx, key); err != nil {
-		return fmt.Errorf("pronto: delete rate limit %q: %w", key, err)
+		return wrapOp(fmt.Sprintf("delete rate limit %q", key), err)
 	}
 	return nil
 }

@@ -39,8 +39,9 @@ type RetryPolicy struct {
 	NoJitter bool
 	// Strategy picks the growth formula.
 	Strategy BackoffStrategy
-	// NonRetryableErrors lists error types (Go type names such as "*net.OpError", or what an OJS worker
-	// reports) that discard the job at once.
+	// NonRetryableErrors lists error types that discard the job at once: Go error types named as the
+	// error history names them ("package.Type" without the pointer star, such as "net.OpError", or
+	// "error" for errors.New and fmt.Errorf), or what an OJS worker reports.
 	NonRetryableErrors []string
 }
 

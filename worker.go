@@ -58,7 +58,7 @@ func AddWorkerSafely[T JobArgs](workers *Workers, w Worker[T]) error {
 	var zero T
 	kind := zero.Kind()
 	if !ValidKind(kind) {
-		return invalidf("worker kind %q: must be dot-separated segments of [a-z][a-z0-9_]*", kind)
+		return invalidf("worker kind %q: must be %s", kind, KindRule)
 	}
 	if _, ok := workers.byKind[kind]; ok {
 		return fmt.Errorf("pronto: a worker for kind %q is already registered", kind)

@@ -189,7 +189,7 @@ func (c *Client) WorkflowInsert(ctx context.Context, w *Workflow) (*WorkflowInse
 	}
 	info, jobs, err := c.store.InsertWorkflow(ctx, params)
 	if err != nil {
-		return nil, fmt.Errorf("pronto: insert workflow %q: %w", w.name, err)
+		return nil, wrapOp(fmt.Sprintf("insert workflow %q", w.name), err)
 	}
 	res := &WorkflowInsertResult{Workflow: info, Jobs: make(map[string]*JobRow, len(jobs))}
 	for i, s := range w.steps {
@@ -270,7 +270,7 @@ func (c *Client) WorkflowGet(ctx context.Context, id string) (*WorkflowInfo, err
 	}
 	info, err := c.store.GetWorkflow(ctx, id)
 	if err != nil {
-		return nil, fmt.Errorf("pronto: workflow %s: %w", id, err)
+		return nil, wrapOp(fmt.Sprintf("workflow %s", id), err)
 	}
 	return info, nil
 }
@@ -285,7 +285,7 @@ func (c *Client) WorkflowJobs(ctx context.Context, id string) ([]*JobRow, error)
 	for {
 		page, next, err := c.store.ListJobs(ctx, store.ListParams{WorkflowID: id, After: after, Limit: 500})
 		if err != nil {
-			return nil, fmt.Errorf("pronto: jobs of workflow %s: %w", id, err)
+			return nil, wrapOp(fmt.Sprintf("jobs of workflow %s", id), err)
 		}
 		out = append(out, page...)
 		if next == "" {
@@ -310,7 +310,7 @@ func (c *Client) WorkflowCancel(ctx context.Context, id string) (*WorkflowInfo, 
 	}
 	info, err := c.store.CancelWorkflow(ctx, id)
 	if err != nil {
-		return nil, fmt.Errorf("pronto: cancel workflow %s: %w", id, err)
+		return nil, wrapOp(fmt.Sprintf("cancel workflow %s", id), err)
 	}
 	return info, nil
 }
@@ -324,7 +324,7 @@ func ParentResults(row *JobRow) ([]json.RawMessage, error) {
 	}
 	var out []json.RawMessage
 	if err := json.Unmarshal(row.ParentResults, &out); err != nil {
-		return nil, fmt.Errorf("pronto: parent results of job %s: %w", row.ID, err)
+		return nil, wrapOp(fmt.Sprintf("parent results of job %s", row.ID), err)
 	}
 	return out, nil
 }

@@ -294,12 +294,13 @@ func (s *Server) listDeadLetter(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	tags := queryList(q, "tags") // pronto's extension: jobs having every one of these tags
 	ctx := r.Context()
 	var out []*pronto.JobRow
 	skipped, hasMore, next := 0, false, ""
 	for {
 		page, err := s.client.JobList(ctx, &pronto.JobListParams{
-			States: []pronto.State{pronto.StateDiscarded}, Queues: queues, Cursor: cursor, Limit: 500,
+			States: []pronto.State{pronto.StateDiscarded}, Queues: queues, Tags: tags, Cursor: cursor, Limit: 500,
 		})
 		if err != nil {
 			s.writeError(w, r, fromClientError(err, "job", ""))

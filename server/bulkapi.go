@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"time"
 
@@ -333,10 +334,20 @@ func decodeBulkFilter(raw json.RawMessage, op *bulkOp) (*bulkFilter, *apiError) 
 			}
 			n := int(p)
 			f.priority = &n
+		case "tags":
+			// pronto's extension: jobs that have every one of these tags.
+			tags, e := wantStrings(v, "filter.tags")
+			if e != nil {
+				return nil, e
+			}
+			if len(tags) == 0 || slices.Contains(tags, "") {
+				return nil, invalid("filter.tags", "filter.tags must list one or more non-empty tags")
+			}
+			f.params.Tags = tags
 		case "enqueued_before", "enqueued_after", "meta":
-			return nil, invalid("filter."+k, "filter.%s is not supported: filter by type, queue, state and priority", k)
+			return nil, invalid("filter."+k, "filter.%s is not supported: filter by type, queue, state, priority and tags", k)
 		default:
-			return nil, invalid("filter."+k, "unknown filter member %q: filter by type, queue, state and priority", k)
+			return nil, invalid("filter."+k, "unknown filter member %q: filter by type, queue, state, priority and tags", k)
 		}
 	}
 	if criteria == 0 && !all {

@@ -251,22 +251,8 @@ func wantTime(raw json.RawMessage, field string, now time.Time) (time.Time, *api
 	return t, nil
 }
 
-// validQueue is pronto.ValidQueueName without a regular expression: [a-z0-9][a-z0-9.-]*, at most 128.
-func validQueue(q string) bool {
-	if q == "" || len(q) > 128 {
-		return false
-	}
-	for i := 0; i < len(q); i++ {
-		c := q[i]
-		switch {
-		case c >= 'a' && c <= 'z', c >= '0' && c <= '9':
-		case (c == '.' || c == '-') && i > 0:
-		default:
-			return false
-		}
-	}
-	return true
-}
+// validQueue is pronto.ValidQueueName: one rule for queue names in Go, the CLI and HTTP.
+func validQueue(q string) bool { return pronto.ValidQueueName(q) }
 
 // validID is uuidv7.Valid without a regular expression: a lowercase canonical UUIDv7.
 func validID(s string) bool {

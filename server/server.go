@@ -26,14 +26,16 @@ import (
 
 	"github.com/pronto-jobs/pronto"
 	"github.com/pronto-jobs/pronto/internal/uuidv7"
+	"github.com/pronto-jobs/pronto/internal/version"
 	"github.com/pronto-jobs/pronto/store"
 )
 
 // DefaultMaxBodyBytes bounds request bodies unless Config.MaxBodyBytes says otherwise: 1 MiB.
 const DefaultMaxBodyBytes = 1 << 20
 
-// Version is the implementation version reported by the manifest.
-const Version = "0.1.0"
+// Version is the implementation version reported by the manifest: pronto's one version string, as
+// 'pronto version' prints it (from the module's build info).
+var Version = version.String()
 
 // Config configures a Server.
 type Config struct {

@@ -68,3 +68,12 @@ type CronStore interface {
 	// CronAdvance applies a, reporting false (and changing nothing) when its guard does not hold.
 	CronAdvance(ctx context.Context, a CronAdvance) (bool, error)
 }
+
+// CronPauser is implemented by stores whose cron schedules can be paused (all of pronto's stores).
+// It is separate from CronStore so that a third-party CronStore without it keeps working.
+type CronPauser interface {
+	// CronSetEnabled pauses (enabled false) or resumes a schedule and returns it, or gives
+	// ErrNotFound. A paused schedule is never due. When next is not zero it becomes NextRunAt, so
+	// that a resumed schedule starts from its next occurrence rather than the ones it missed.
+	CronSetEnabled(ctx context.Context, name string, enabled bool, next time.Time) (*CronSchedule, error)
+}

@@ -291,6 +291,8 @@ type ListParams struct {
 	States []State
 	Queues []string
 	Kinds  []string
+	// Tags, when not empty, lists only jobs that have every one of these tags (and maybe others).
+	Tags []string
 	// After is the cursor: only jobs with an id greater than After (or smaller when Descending).
 	After      string
 	Descending bool

@@ -17,6 +17,8 @@ import (
 	"io"
 	"os"
 	"strings"
+
+	"github.com/pronto-jobs/pronto"
 )
 
 // Exit codes returned by Run.
@@ -80,17 +82,35 @@ func (e *exitError) Error() string { return e.msg }
 
 // usageErrorf reports a mistake in the command line (exit 2).
 func usageErrorf(format string, args ...any) error {
-	return &exitError{code: ExitUsage, msg: fmt.Sprintf(format, args...)}
+	return &exitError{code: ExitUsage, msg: sprintf(format, args...)}
 }
 
 // notFoundf reports a missing job (exit 3).
 func notFoundf(format string, args ...any) error {
-	return &exitError{code: ExitNotFound, msg: fmt.Sprintf(format, args...)}
+	return &exitError{code: ExitNotFound, msg: sprintf(format, args...)}
 }
 
 // errorf reports an operational failure (exit 1) with a message that needs no further context.
 func errorf(format string, args ...any) error {
-	return &exitError{code: ExitError, msg: fmt.Sprintf(format, args...)}
+	return &exitError{code: ExitError, msg: sprintf(format, args...)}
+}
+
+// sprintf formats a message for the user. Errors from the pronto package among args are stated
+// without their "pronto: " prefix (every message already starts with "pronto: " when printed) nor
+// the "invalid job: " of ErrInvalidArgs (the message says what is invalid, which is not always a job).
+func sprintf(format string, args ...any) string {
+	for i, a := range args {
+		if err, ok := a.(error); ok {
+			args[i] = libMessage(err)
+		}
+	}
+	return fmt.Sprintf(format, args...)
+}
+
+// libMessage is the text of an error from the pronto package, in the CLI's terms.
+func libMessage(err error) string {
+	msg := strings.TrimPrefix(err.Error(), "pronto: ")
+	return strings.Replace(msg, pronto.ErrInvalidArgs.Error()+": ", "", 1)
 }
 
 // errHelpShown ends a command whose help was printed on request (exit 0).
@@ -109,7 +129,7 @@ func Run(ctx context.Context, args []string, env Env) int {
 	if env.Stdin == nil {
 		env.Stdin = strings.NewReader("")
 	}
-	r := &runner{env: env}
+	r := &runner{env: env, json: wantsJSON(args)}
 	err := r.run(ctx, args)
 	return r.report(err)
 }
@@ -121,7 +141,13 @@ func (r *runner) report(err error) int {
 	}
 	var ee *exitError
 	if !errors.As(err, &ee) {
-		ee = &exitError{code: ExitError, msg: err.Error()}
+		ee = &exitError{code: ExitError, msg: libMessage(err)}
+	}
+	if r.json {
+		// Scripts that asked for JSON get the error as JSON too, on standard error.
+		_ = writeJSON(r.env.Stderr, map[string]any{"error": errorJSON{
+			Code: exitCodeNames[ee.code], ExitCode: ee.code, Message: ee.msg, Command: r.current}})
+		return ee.code
 	}
 	fmt.Fprintf(r.env.Stderr, "pronto: %s\n", ee.msg)
 	if ee.code == ExitUsage {
@@ -134,11 +160,41 @@ func (r *runner) report(err error) int {
 	return ee.code
 }
 
+// errorJSON is an error as printed with --json: {"error": {"code": "not_found", "exit_code": 3,
+// "message": "job ... not found", "command": "jobs get"}}.
+type errorJSON struct {
+	Code     string `json:"code"`
+	ExitCode int    `json:"exit_code"`
+	Message  string `json:"message"`
+	Command  string `json:"command,omitempty"`
+}
+
+// exitCodeNames names the exit codes in errorJSON.
+var exitCodeNames = map[int]string{ExitError: "error", ExitUsage: "usage", ExitNotFound: "not_found"}
+
+// wantsJSON reports whether the command line asks for --json output, before any "--" that ends the
+// flags. It is read before parsing, so that a command line that fails to parse reports in JSON too.
+func wantsJSON(args []string) bool {
+	for _, a := range args {
+		switch a {
+		case "--":
+			return false
+		case "--json", "-json", "--json=true", "-json=true", "--json=1", "-json=1":
+			return true
+		}
+	}
+	return false
+}
+
 // runner holds the state of one Run: the environment, the database flags (which may be given before
 // the command or after it), and the name of the command being run, for messages.
 type runner struct {
 	env     Env
 	current string // e.g. "jobs list"
+	json    bool   // --json was given: errors are printed as JSON
+	// collect, when set, makes a command record its flags here and return without running (for
+	// 'pronto completion').
+	collect *[]flagInfo
 
 	dbURL     string // --database-url as given ("" if not)
 	schema    string // --schema as given
@@ -184,6 +240,14 @@ func (r *runner) groups() []group {
 			{name: "rate-limits set", summary: "store the limit of a rate key", run: cmdRateLimitsSet},
 			{name: "rate-limits delete", summary: "remove a rate key's limit", run: cmdRateLimitsDelete},
 		}},
+		{name: "cron", summary: "schedule periodic jobs", subs: []command{
+			{name: "cron list", summary: "list cron schedules with their next run", run: cmdCronList},
+			{name: "cron add", summary: "register a periodic job", run: cmdCronAdd},
+			{name: "cron get", summary: "show one cron schedule", run: cmdCronGet},
+			{name: "cron delete", summary: "remove a cron schedule", run: cmdCronDelete},
+			{name: "cron pause", summary: "stop a cron schedule from firing", run: cmdCronPause},
+			{name: "cron resume", summary: "let a paused cron schedule fire again", run: cmdCronResume},
+		}},
 		{name: "migrate", summary: "create, upgrade or roll back the database schema", subs: []command{
 			{name: "migrate up", summary: "apply every pending migration", run: cmdMigrateUp},
 			{name: "migrate down", summary: "roll back the latest migrations", run: cmdMigrateDown},
@@ -198,6 +262,7 @@ func (r *runner) commands() []command {
 		{name: "enqueue", summary: "insert a job of any kind with JSON args", run: cmdEnqueue},
 		{name: "serve", summary: "serve the OJS HTTP API: enqueue and work jobs from any language", run: cmdServe},
 		{name: "version", summary: "print the version", run: cmdVersion},
+		{name: "completion", summary: "print a bash, zsh or fish completion script", run: cmdCompletion},
 	}
 }
 

@@ -282,14 +282,16 @@ func TestJobsListFiltersAndPages(t *testing.T) {
 	})
 }
 
-type queueList []queueJSON
+type queueList struct {
+	Queues []queueJSON `json:"queues"`
+}
 
 func queues(t *testing.T, db []string) map[string]queueJSON {
 	t.Helper()
 	var l queueList
 	run(t, with(db, "queues", "list", "--json")...).ok(t).decode(t, &l)
 	m := map[string]queueJSON{}
-	for _, q := range l {
+	for _, q := range l.Queues {
 		m[q.Name] = q
 	}
 	return m

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -341,9 +342,11 @@ func (s *demoStats) snapshot() (finished, completed, discarded, failed int) {
 type demoSummary struct {
 	Database       string                     `json:"database"`
 	Jobs           int                        `json:"jobs"`
+	Inserted       int                        `json:"inserted"` // of Jobs; fewer when interrupted
 	Finished       bool                       `json:"finished"`
+	Done           int                        `json:"done"` // jobs completed or discarded
 	ElapsedSeconds float64                    `json:"elapsed_seconds"`
-	JobsPerSecond  float64                    `json:"jobs_per_second"`
+	JobsPerSecond  float64                    `json:"jobs_per_second"` // Done / ElapsedSeconds
 	States         map[pronto.State]int       `json:"states"`
 	Kinds          map[string]*demoKindResult `json:"kinds"`
 	Attempts       int                        `json:"attempts"`
@@ -370,12 +373,14 @@ func cmdDemo(ctx context.Context, r *runner, args []string) error {
 			"with different worker counts and priorities, and work them in this process while showing\n"+
 			"live progress. Some jobs are scheduled a few seconds out, some fail once and succeed on retry,\n"+
 			"a few fail every attempt and are discarded, one snoozes and one panics on its first attempt.\n\n"+
-			"By default the demo uses its own SQLite file in the temporary directory, deleted and created\n"+
-			"afresh on every run; it ignores $"+EnvDatabaseURL+". With --database-url it runs on that database\n"+
-			"(migrating it if needed) and deletes nothing.").withDatabase()
-	fs.Lookup("database-url").Usage = "run the demo on the database at `URL` instead of its own fresh SQLite file"
+			"By default every run gets a fresh SQLite file of its own in a new directory under the temporary\n"+
+			"directory (kept afterwards, for the commands the summary suggests); it ignores $"+EnvDatabaseURL+".\n"+
+			"With --database-url it runs on that database (migrating it if needed) and deletes nothing.\n\n"+
+			"On a terminal the progress is redrawn in place, in colour unless NO_COLOR is set; otherwise it is\n"+
+			"one plain line a second.").withDatabase()
+	fs.Lookup("database-url").Usage = "run the demo on the database at `URL` instead of a fresh SQLite file of its own"
 	n := fs.Int("jobs", 300, "insert `N` jobs (10 to 100000)")
-	limit := fs.Duration("duration", time.Minute, "give up after `DURATION` if jobs are still unfinished")
+	limit := fs.duration("duration", time.Minute, "give up after `DURATION` if jobs are still unfinished")
 	asJSON := fs.Bool("json", false, "print only a JSON summary (no live progress)")
 	if _, err := fs.parse(args, 0, 0); err != nil {
 		return err
@@ -402,12 +407,12 @@ func cmdDemo(ctx context.Context, r *runner, args []string) error {
 			return err
 		}
 	} else {
-		path := filepath.Join(os.TempDir(), "pronto-demo.db")
-		for _, suffix := range []string{"", "-wal", "-shm", "-journal"} {
-			if err := os.Remove(path + suffix); err != nil && !errors.Is(err, os.ErrNotExist) {
-				return errorf("demo: cannot reset %s: %v", path+suffix, err)
-			}
+		// A new directory per run: two demos at once never share (or delete) each other's file.
+		dir, err := os.MkdirTemp("", "pronto-demo-")
+		if err != nil {
+			return errorf("demo: cannot create its database directory: %v", err)
 		}
+		path := filepath.Join(dir, "demo.db")
 		t = &target{kind: kindSQLite, display: "sqlite:" + path, path: path}
 		inspect = " --database-url " + shellQuote(t.display)
 		if r.env.getenv(EnvDatabaseURL) != "" {
@@ -452,7 +457,7 @@ func cmdDemo(ctx context.Context, r *runner, args []string) error {
 	where := t.display
 	switch {
 	case r.dbURL == "":
-		where = "SQLite file " + t.path + " (fresh: deleted and recreated on every run)"
+		where = "SQLite file " + t.path + " (new for this run)"
 	case t.kind == kindMemory:
 		where = "the in-memory store (gone when the demo exits)"
 	}
@@ -468,18 +473,25 @@ func cmdDemo(ctx context.Context, r *runner, args []string) error {
 		return errorf("demo: starting the client: %v", err)
 	}
 	// Insert the waves: the first at once, the others plan.gap apart.
+	// Inserting stops with the demo (done, out of time or interrupted), before the summary counts the
+	// jobs: the summary counts what was inserted.
+	insertCtx, stopInserting := context.WithCancel(ctx)
+	defer stopInserting()
 	insertErr := make(chan error, 1)
 	go func() {
 		for i, w := range plan.waves {
 			if i > 0 {
 				select {
-				case <-ctx.Done():
+				case <-insertCtx.Done():
 					insertErr <- nil
 					return
 				case <-time.After(plan.gap):
 				}
 			}
-			if _, err := client.InsertMany(ctx, w); err != nil {
+			if _, err := client.InsertMany(insertCtx, w); err != nil {
+				if insertCtx.Err() != nil {
+					err = nil // stopped on purpose
+				}
 				insertErr <- err
 				return
 			}
@@ -487,8 +499,12 @@ func cmdDemo(ctx context.Context, r *runner, args []string) error {
 		insertErr <- nil
 	}()
 
+	color := r.env.palette()
+	if *asJSON {
+		color = palette{}
+	}
 	prog := &demoProgress{r: r, out: out, client: client, stats: stats, plan: plan, start: start,
-		terminal: r.env.terminal() && !*asJSON, queues: queues}
+		terminal: r.env.terminal() && !*asJSON, color: color, queues: queues}
 	stopProgress := prog.run()
 
 	var outcome error
@@ -514,6 +530,10 @@ wait:
 		}
 	}
 	elapsed := time.Since(start)
+	stopInserting()
+	if insertErr != nil {
+		<-insertErr
+	}
 	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	if err := client.Stop(stopCtx); err != nil && outcome == nil {
 		outcome = errorf("demo: stopping the client: %v", err)
@@ -533,7 +553,7 @@ wait:
 			return err
 		}
 	} else {
-		printDemoSummary(out, sum, inspect, t.kind == kindMemory)
+		printDemoSummary(out, sum, inspect, t.kind == kindMemory, color)
 	}
 	if outcome == nil && (sum.States[pronto.StateCompleted] != plan.total-plan.expectDiscarded ||
 		sum.States[pronto.StateDiscarded] != plan.expectDiscarded) {
@@ -547,7 +567,7 @@ wait:
 func summarize(ctx context.Context, c *pronto.Client, stats *demoStats, plan *demoPlan, start time.Time, elapsed time.Duration, display string) (*demoSummary, error) {
 	stats.mu.Lock()
 	s := &demoSummary{
-		Database: display, Jobs: plan.total, ElapsedSeconds: elapsed.Seconds(),
+		Database: display, Jobs: plan.total,
 		States: map[pronto.State]int{}, Kinds: map[string]*demoKindResult{},
 		FailedAttempts: stats.failed, Panics: stats.panics, Snoozes: stats.snoozes, Scheduled: plan.scheduled,
 	}
@@ -597,35 +617,51 @@ func summarize(ctx context.Context, c *pronto.Client, stats *demoStats, plan *de
 		}
 		cursor = res.Next
 	}
-	if done := s.States[pronto.StateCompleted] + s.States[pronto.StateDiscarded]; done > 0 && !lastDone.IsZero() {
-		// Throughput over the time the jobs took, not the shutdown after.
-		span := min(elapsed, lastDone.Sub(start))
-		if span > 0 {
-			s.JobsPerSecond = float64(done) / span.Seconds()
-		}
+	for _, n := range s.States {
+		s.Inserted += n
+	}
+	s.Done = s.States[pronto.StateCompleted] + s.States[pronto.StateDiscarded]
+	// The time the jobs took, not the shutdown after: up to the last job finished when every job did.
+	span := elapsed
+	if s.Done == plan.total && !lastDone.IsZero() {
+		span = min(elapsed, lastDone.Sub(start))
+	}
+	// One duration for both: the rate printed is the average over the time printed.
+	s.ElapsedSeconds = span.Seconds()
+	if s.Done > 0 && span > 0 {
+		s.JobsPerSecond = float64(s.Done) / s.ElapsedSeconds
 	}
 	return s, nil
 }
 
 // printDemoSummary writes the demo's closing report and the commands to inspect its jobs.
-func printDemoSummary(w io.Writer, s *demoSummary, inspect string, memory bool) {
-	done := s.States[pronto.StateCompleted] + s.States[pronto.StateDiscarded]
+func printDemoSummary(w io.Writer, s *demoSummary, inspect string, memory bool, color palette) {
 	fmt.Fprintf(w, "\n")
-	if s.Finished {
-		fmt.Fprintf(w, "Done: %d jobs in %.1fs, %.0f jobs/s.\n", s.Jobs, s.ElapsedSeconds, s.JobsPerSecond)
-	} else {
-		fmt.Fprintf(w, "Stopped after %.1fs with %d of %d jobs finished.\n", s.ElapsedSeconds, done, s.Jobs)
+	switch {
+	case s.Finished:
+		fmt.Fprintf(w, "%s %d jobs in %.1fs, %.0f jobs/s on average.\n", color.green(color.bold("Done:")), s.Jobs,
+			s.ElapsedSeconds, s.JobsPerSecond)
+	case s.Inserted < s.Jobs:
+		// Interrupted while inserting: count against what was inserted, and say what was not.
+		fmt.Fprintf(w, "%s after %.1fs: %d of the %d jobs inserted finished (%.0f jobs/s); %d of the %d planned were never inserted.\n",
+			color.yellow(color.bold("Stopped")), s.ElapsedSeconds, s.Done, s.Inserted, s.JobsPerSecond, s.Jobs-s.Inserted, s.Jobs)
+	default:
+		fmt.Fprintf(w, "%s after %.1fs: %d of %d jobs finished (%.0f jobs/s).\n", color.yellow(color.bold("Stopped")),
+			s.ElapsedSeconds, s.Done, s.Jobs, s.JobsPerSecond)
 	}
 	var states []string
 	for _, st := range store.AllStates {
 		if c := s.States[st]; c > 0 {
-			states = append(states, fmt.Sprintf("%d %s", c, st))
+			states = append(states, color.state(st, fmt.Sprintf("%d %s", c, st), int64(c)))
 		}
 	}
 	fmt.Fprintf(w, "Totals: %s.\n", strings.Join(states, ", "))
 	fmt.Fprintf(w, "Attempts: %d for %d jobs: %d failed and were retried, %d panic recovered, %d snoozed.\n\n",
 		s.Attempts, s.Jobs, s.FailedAttempts, s.Panics, s.Snoozes)
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	// The table is aligned first, then coloured a whole line at a time (escape codes would count as
+	// width in the tabwriter).
+	var table bytes.Buffer
+	tw := tabwriter.NewWriter(&table, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "  KIND\tJOBS\tCOMPLETED\tDISCARDED\tATTEMPTS\tAVG RUN")
 	kinds := make([]string, 0, len(s.Kinds))
 	for k := range s.Kinds {
@@ -641,14 +677,20 @@ func printDemoSummary(w io.Writer, s *demoSummary, inspect string, memory bool) 
 		}
 	}
 	_ = tw.Flush()
+	for i, line := range strings.SplitAfter(table.String(), "\n") {
+		if i == 0 {
+			line = color.bold(strings.TrimSuffix(line, "\n")) + "\n"
+		}
+		fmt.Fprint(w, line)
+	}
 	if memory {
 		fmt.Fprintln(w, "\nThe in-memory store is gone now; run the demo on SQLite or PostgreSQL to inspect its jobs.")
 		return
 	}
 	fmt.Fprintf(w, "\nThe discarded jobs failed all %d attempts on purpose. Inspect them:\n", demoAttempts)
-	fmt.Fprintf(w, "  pronto jobs list --state discarded%s\n", inspect)
+	fmt.Fprintf(w, "  %s\n", color.cyan("pronto jobs list --state discarded"+inspect))
 	if sample != "" {
-		fmt.Fprintf(w, "  pronto jobs get %s%s\n", sample, inspect)
+		fmt.Fprintf(w, "  %s\n", color.cyan("pronto jobs get "+sample+inspect))
 	}
-	fmt.Fprintf(w, "  pronto queues list%s\n", inspect)
+	fmt.Fprintf(w, "  %s\n", color.cyan("pronto queues list"+inspect))
 }

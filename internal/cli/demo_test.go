@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"os"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -59,8 +58,12 @@ func checkDemoSummary(t *testing.T, s *demoSummary, n int) {
 	if s.Panics != 1 || s.Snoozes != 1 || s.Scheduled != n/10 {
 		t.Errorf("panics %d, snoozes %d, scheduled %d", s.Panics, s.Snoozes, s.Scheduled)
 	}
-	if s.ElapsedSeconds <= 0 || s.ElapsedSeconds > 30 || s.JobsPerSecond <= 0 {
-		t.Errorf("elapsed %.1fs, %.1f jobs/s", s.ElapsedSeconds, s.JobsPerSecond)
+	if s.ElapsedSeconds <= 0 || s.JobsPerSecond <= 0 || s.Inserted != n || s.Done != n {
+		t.Errorf("elapsed %.1fs, %.1f jobs/s, %d inserted, %d done", s.ElapsedSeconds, s.JobsPerSecond, s.Inserted, s.Done)
+	}
+	// The rate is the average over the time reported.
+	if got := s.JobsPerSecond * s.ElapsedSeconds; got < float64(n)-1e-6 || got > float64(n)+1e-6 {
+		t.Errorf("%.3f jobs/s × %.3fs = %.3f, want %d", s.JobsPerSecond, s.ElapsedSeconds, got, n)
 	}
 }
 
@@ -89,25 +92,32 @@ func TestDemoJSONOnEveryStore(t *testing.T) {
 			}
 			var qs queueList
 			run(t, with(db, "queues", "list", "--json")...).ok(t).decode(t, &qs)
-			if len(qs) != 4 {
+			if len(qs.Queues) != 4 {
 				t.Fatalf("the demo uses four queues: %+v", qs)
 			}
 		})
 	}
 }
 
-// TestDemoDefaultDatabase runs the demo as the README does, twice: it uses its own SQLite file in the
-// temporary directory, ignores PRONTO_DATABASE_URL, and starts afresh every time.
+// TestDemoDefaultDatabase runs the demo as the README does, twice: each run gets a new SQLite file of
+// its own in the temporary directory, and ignores PRONTO_DATABASE_URL.
 func TestDemoDefaultDatabase(t *testing.T) {
 	tmp := t.TempDir()
 	t.Setenv("TMPDIR", tmp)
-	path := filepath.Join(tmp, "pronto-demo.db")
 	env := map[string]string{EnvDatabaseURL: "mysql://ignored"}
+	where := regexp.MustCompile(`Database: SQLite file (` + regexp.QuoteMeta(tmp) + `/pronto-demo-[0-9]+/demo\.db) \(new for this run\)`)
+	paths := map[string]bool{}
 	for i := range 2 {
 		res := runWith(t, runOpts{env: env}, "demo", "--jobs", "30").ok(t)
-		if !strings.Contains(res.stdout, "Database: SQLite file "+path+" (fresh: deleted and recreated on every run)") {
+		m := where.FindStringSubmatch(res.stdout)
+		if m == nil {
 			t.Fatalf("run %d does not say where its database is:\n%s", i, res)
 		}
+		path := m[1]
+		if paths[path] {
+			t.Fatalf("run %d reused the database file %s", i, path)
+		}
+		paths[path] = true
 		if !strings.Contains(res.stderr, "the demo ignores $"+EnvDatabaseURL) {
 			t.Fatalf("run %d does not say it ignores the environment:\n%s", i, res)
 		}
@@ -116,7 +126,7 @@ func TestDemoDefaultDatabase(t *testing.T) {
 			t.Fatalf("run %d: plain progress lines expected:\n%s", i, res)
 		}
 		discarded, _ := expectedDemo(30)
-		if !strings.Contains(res.stdout, "Done: 30 jobs in ") ||
+		if !regexp.MustCompile(`Done: 30 jobs in \d+\.\ds, \d+ jobs/s on average\.`).MatchString(res.stdout) ||
 			!strings.Contains(res.stdout, "Totals: "+strconv.Itoa(30-discarded)+" completed, "+strconv.Itoa(discarded)+" discarded.") {
 			t.Fatalf("run %d summary:\n%s", i, res)
 		}
@@ -135,9 +145,9 @@ func TestDemoDefaultDatabase(t *testing.T) {
 		if len(l.Jobs) != 30 {
 			t.Fatalf("run %d: the demo database holds %d jobs, want 30", i, len(l.Jobs))
 		}
-	}
-	if _, err := os.Stat(path); err != nil {
-		t.Fatal(err)
+		if _, err := os.Stat(path); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 
@@ -145,15 +155,25 @@ func TestDemoDefaultDatabase(t *testing.T) {
 func TestDemoTerminal(t *testing.T) {
 	t.Parallel()
 	res := runWith(t, runOpts{terminal: true}, "demo", "--jobs", "20", "--database-url", "memory:").ok(t)
-	if !strings.Contains(res.stdout, "\x1b[2K  QUEUE") || !strings.Contains(res.stdout, "\x1b[9A") ||
+	if !strings.Contains(res.stdout, "\x1b[2K\x1b[1m  QUEUE") || !strings.Contains(res.stdout, "\x1b[9A") ||
 		!strings.Contains(res.stdout, "\x1b[?25h") || !strings.Contains(res.stdout, "20/20 finished") {
 		t.Fatalf("terminal redraw expected:\n%q", res.stdout)
 	}
 	if !strings.Contains(res.stdout, "The in-memory store is gone now") {
 		t.Fatalf("memory demo summary:\n%s", res.stdout)
 	}
+	// In colour: the bar green, the discarded count red.
+	if !strings.Contains(res.stdout, "\x1b[32m█") || !strings.Contains(res.stdout, "\x1b[31m") {
+		t.Fatalf("colour expected on a terminal:\n%q", res.stdout)
+	}
+	// NO_COLOR: the same redraw without colour.
+	plain := runWith(t, runOpts{terminal: true, env: map[string]string{"NO_COLOR": "1"}}, "demo", "--jobs", "20", "--database-url", "memory:").ok(t)
+	if !strings.Contains(plain.stdout, "\x1b[2K  QUEUE") || regexp.MustCompile(`\x1b\[[0-9;]*m`).MatchString(plain.stdout) {
+		t.Fatalf("NO_COLOR: a redraw without colour expected:\n%q", plain.stdout)
+	}
+	ansi := regexp.MustCompile(`\x1b\[[0-9;]*[a-zA-Z]`)
 	for _, line := range strings.Split(res.stdout, "\n") {
-		line = strings.ReplaceAll(line, "\x1b[2K", "")
+		line = ansi.ReplaceAllString(line, "")
 		if strings.HasPrefix(line, "  ") && len([]rune(line)) > 80 && !strings.Contains(line, "pronto ") {
 			t.Errorf("line wider than 80 columns breaks the redraw: %q", line)
 		}
@@ -234,5 +254,40 @@ func TestDemoPlan(t *testing.T) {
 			scripted["scheduled"] != n/10 {
 			t.Fatalf("n=%d: kinds %v scripted %v plan %+v", n, kinds, scripted, p)
 		}
+	}
+}
+
+// TestDemoInterruptedCounts: interrupted while it is still inserting, the demo counts the jobs it
+// inserted (and says how many it never inserted), and the database holds exactly those.
+func TestDemoInterruptedCounts(t *testing.T) {
+	t.Parallel()
+	db := []string{"--database-url", "sqlite:" + t.TempDir() + "/demo.db"}
+	ctx, cancel := context.WithCancel(context.Background())
+	// The first 40% are inserted at once, the rest over about 4 s: at 1 s, some are not inserted yet.
+	time.AfterFunc(time.Second, cancel)
+	res := runWith(t, runOpts{ctx: ctx}, with(db, "demo", "--jobs", "1000", "--json")...)
+	if res.code != ExitError || !strings.Contains(res.stderr, "demo: interrupted") {
+		t.Fatalf("interrupt:\n%s", res)
+	}
+	var s demoSummary
+	res.decode(t, &s)
+	total := 0
+	for _, n := range s.States {
+		total += n
+	}
+	if s.Finished || s.Inserted >= s.Jobs || s.Inserted < 400 || total != s.Inserted || s.Done > s.Inserted {
+		t.Fatalf("summary: %+v", s)
+	}
+	var l jobList
+	run(t, with(db, "jobs", "list", "--json", "--limit", "10000")...).ok(t).decode(t, &l)
+	if len(l.Jobs) != s.Inserted {
+		t.Fatalf("the database holds %d jobs; the summary says %d were inserted", len(l.Jobs), s.Inserted)
+	}
+	// The text summary says the same.
+	var out strings.Builder
+	printDemoSummary(&out, &s, "", false, palette{})
+	want := "of the " + strconv.Itoa(s.Inserted) + " jobs inserted finished"
+	if !strings.Contains(out.String(), want) || !strings.Contains(out.String(), "were never inserted") {
+		t.Fatalf("text summary lacks %q:\n%s", want, out.String())
 	}
 }

@@ -20,20 +20,20 @@ import (
 func parseArgsJSON(text string) (elem, array json.RawMessage, err error) {
 	trimmed := bytes.TrimSpace([]byte(text))
 	if len(trimmed) == 0 {
-		return nil, nil, usageErrorf("enqueue: --args is empty: give a JSON object or array, for example --args '{\"to\":\"a@example.com\"}'")
+		return nil, nil, usageErrorf("--args is empty: give a JSON object or array, for example --args '{\"to\":\"a@example.com\"}'")
 	}
 	var v any
 	dec := json.NewDecoder(bytes.NewReader(trimmed))
 	dec.UseNumber()
 	if err := dec.Decode(&v); err != nil {
-		return nil, nil, usageErrorf("enqueue: --args is not valid JSON: %v", err)
+		return nil, nil, usageErrorf("--args is not valid JSON: %v", err)
 	}
 	if dec.More() || dec.InputOffset() != int64(len(trimmed)) {
-		return nil, nil, usageErrorf("enqueue: --args has text after its JSON value (offset %d)", dec.InputOffset())
+		return nil, nil, usageErrorf("--args has text after its JSON value (offset %d)", dec.InputOffset())
 	}
 	var buf bytes.Buffer
 	if err := json.Compact(&buf, trimmed); err != nil {
-		return nil, nil, usageErrorf("enqueue: --args is not valid JSON: %v", err)
+		return nil, nil, usageErrorf("--args is not valid JSON: %v", err)
 	}
 	compact := json.RawMessage(buf.Bytes())
 	if _, ok := v.([]any); ok {
@@ -42,23 +42,33 @@ func parseArgsJSON(text string) (elem, array json.RawMessage, err error) {
 	return compact, json.RawMessage("[" + string(compact) + "]"), nil
 }
 
-// readArgsText resolves --args: "@FILE" reads a file, "-" reads standard input, anything else is the JSON.
+// readArgsText resolves --args: "@FILE" reads a file, "-" reads standard input, anything else is the
+// JSON. A file or standard input is read up to the args limit (pronto.DefaultMaxArgsBytes) and
+// refused beyond it, so a huge file costs no more memory than the limit.
 func (r *runner) readArgsText(v string) (string, error) {
+	var src io.Reader
 	switch {
 	case v == "-":
-		b, err := io.ReadAll(r.env.Stdin)
-		if err != nil {
-			return "", errorf("enqueue: reading --args from standard input: %v", err)
-		}
-		return string(b), nil
+		src = r.env.Stdin
 	case strings.HasPrefix(v, "@"):
-		b, err := os.ReadFile(v[1:])
+		f, err := os.Open(v[1:])
 		if err != nil {
-			return "", usageErrorf("enqueue: --args %s: %v", v, err)
+			return "", usageErrorf("%s: --args %s: %v", r.current, v, err)
 		}
-		return string(b), nil
+		defer f.Close()
+		src = f
+	default:
+		return v, nil
 	}
-	return v, nil
+	const limit = pronto.DefaultMaxArgsBytes
+	b, err := io.ReadAll(io.LimitReader(src, limit+1))
+	if err != nil {
+		return "", errorf("%s: reading --args %s: %v", r.current, v, err)
+	}
+	if len(b) > limit {
+		return "", usageErrorf("%s: --args %s: larger than the args limit of %d bytes (1 MiB)", r.current, v, limit)
+	}
+	return string(b), nil
 }
 
 func cmdEnqueue(ctx context.Context, r *runner, args []string) error {
@@ -72,10 +82,10 @@ func cmdEnqueue(ctx context.Context, r *runner, args []string) error {
 	argsText := fs.String("args", "{}", "the job's args: `JSON`, @FILE to read a file, or - to read standard input")
 	queue := fs.String("queue", pronto.DefaultQueue, "`QUEUE` to insert into")
 	priority := fs.Int("priority", 0, fmt.Sprintf("`N` from %d to %d; higher runs first", pronto.PriorityMin, pronto.PriorityMax))
-	delay := fs.Duration("delay", 0, "run no sooner than `DURATION` from now (for example 30s, 5m)")
+	delay := fs.duration("delay", 0, "run no sooner than `DURATION` from now (for example 30s, 5m)")
 	at := fs.String("at", "", "run no sooner than `TIME` (RFC 3339, for example 2030-01-02T15:04:05Z)")
 	maxAttempts := fs.Int("max-attempts", 0, "attempts before the job is discarded, `N` including the first (default: the retry policy's, 3)")
-	timeout := fs.Duration("timeout", 0, "bound each attempt to `DURATION` (default: none)")
+	timeout := fs.duration("timeout", 0, "bound each attempt to `DURATION` (default: none)")
 	var tags listValue
 	fs.Var(&tags, "tag", "label the job with `TAGS` (repeatable or comma-separated)")
 	meta := fs.String("meta", "", "the job's meta, a JSON `OBJECT`")
@@ -88,12 +98,12 @@ func cmdEnqueue(ctx context.Context, r *runner, args []string) error {
 	}
 	kind := pos[0]
 	if !pronto.ValidKind(kind) {
-		return usageErrorf("enqueue: invalid kind %q: kinds are dot-separated segments of [a-z][a-z0-9_]*, such as email.send", kind)
+		return usageErrorf("enqueue: invalid kind %q: kinds are %s", kind, pronto.KindRule)
 	}
 	opts := &pronto.InsertOpts{Queue: *queue, Priority: *priority, Delay: *delay, MaxAttempts: *maxAttempts,
 		Timeout: *timeout, Tags: tags, Pending: *pending}
 	if !pronto.ValidQueueName(*queue) {
-		return usageErrorf("enqueue: invalid queue name %q: queue names match [a-z0-9][a-z0-9.-]* (at most 128 characters)", *queue)
+		return usageErrorf("enqueue: invalid queue name %q: queue names are %s", *queue, pronto.QueueNameRule)
 	}
 	if *priority < pronto.PriorityMin || *priority > pronto.PriorityMax {
 		return usageErrorf("enqueue: --priority %d: must be between %d and %d", *priority, pronto.PriorityMin, pronto.PriorityMax)
@@ -131,7 +141,7 @@ func cmdEnqueue(ctx context.Context, r *runner, args []string) error {
 	}
 	_, array, err := parseArgsJSON(text)
 	if err != nil {
-		return err
+		return usageErrorf("enqueue: %v", err)
 	}
 
 	db, err := r.open(ctx, openOptions{})
@@ -150,7 +160,7 @@ func cmdEnqueue(ctx context.Context, r *runner, args []string) error {
 	}
 	switch {
 	case errors.Is(err, pronto.ErrInvalidArgs):
-		return usageErrorf("enqueue: %s", strings.TrimPrefix(err.Error(), "pronto: "))
+		return usageErrorf("enqueue: %v", err)
 	case errors.Is(err, pronto.ErrDuplicate):
 		return errorf("enqueue: a job with id %s already exists", opts.ID)
 	case err != nil:

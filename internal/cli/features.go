@@ -80,7 +80,7 @@ func cmdWorkflowsJobs(ctx context.Context, r *runner, args []string) error {
 			for i, j := range jobs {
 				out[i] = toJSON(j)
 			}
-			return out
+			return map[string]any{"jobs": out, "next": ""} // writeList's shape
 		},
 		func(jobs []*pronto.JobRow) {
 			tw := tabwriter.NewWriter(r.env.Stdout, 0, 0, 2, ' ', 0)
@@ -126,7 +126,7 @@ func onLimit(a pronto.LimitAction) string {
 
 func cmdRateLimitsList(ctx context.Context, r *runner, args []string) error {
 	fs := r.newFlagSet("pronto rate-limits list [flags]", "List every stored rate limit with its current use.").withDatabase()
-	asJSON := fs.Bool("json", false, "print the limits as a JSON array")
+	asJSON := fs.Bool("json", false, `print {"rate_limits": [...], "next": ""} as JSON`)
 	if _, err := fs.parse(args, 0, 0); err != nil {
 		return err
 	}
@@ -149,7 +149,7 @@ func cmdRateLimitsList(ctx context.Context, r *runner, args []string) error {
 				out[i].Period = in.Limit.Period.String()
 			}
 		}
-		return writeJSON(r.env.Stdout, out)
+		return writeList(r.env.Stdout, "rate_limits", out, "")
 	}
 	if len(infos) == 0 {
 		fmt.Fprintln(r.env.Stderr, "no rate limits stored")
@@ -177,11 +177,25 @@ func cmdRateLimitsSet(ctx context.Context, r *runner, args []string) error {
 			"to it from their next claim.").withDatabase()
 	maxActive := fs.Int("max-active", 0, "at most `N` of the key's jobs running at once (0: no bound)")
 	rate := fs.Int("rate", 0, "at most `N` of the key's jobs started per --period (0: no bound)")
-	period := fs.Duration("period", 0, "the rate's window, e.g. 1s or 1m")
+	period := fs.duration("period", 0, "the rate's window, e.g. 1s or 1m")
 	action := fs.String("on-limit", "wait", "what happens to a held-back job: wait, reschedule or drop")
 	pos, err := fs.parse(args, 1, 1)
 	if err != nil {
 		return err
+	}
+	// Checked here to speak of the flags; the library checks the same in its own terms.
+	switch {
+	case *maxActive < 0 || *rate < 0 || *period < 0:
+		return usageErrorf("rate-limits set: --max-active, --rate and --period must not be negative")
+	case (*rate > 0) != (*period > 0):
+		return usageErrorf("rate-limits set: --rate and --period go together: give both (for example --rate 10 --period 1s) or neither")
+	case *maxActive == 0 && *rate == 0:
+		return usageErrorf("rate-limits set: no bound given: use --max-active N, or --rate N with --period DURATION")
+	}
+	switch pronto.LimitAction(*action) {
+	case pronto.LimitWait, pronto.LimitReschedule, pronto.LimitDrop:
+	default:
+		return usageErrorf("rate-limits set: --on-limit %q: must be wait, reschedule or drop", *action)
 	}
 	c, db, err := r.adminClient(ctx)
 	if err != nil {
@@ -191,7 +205,7 @@ func cmdRateLimitsSet(ctx context.Context, r *runner, args []string) error {
 	l := pronto.RateLimit{MaxActive: *maxActive, Rate: *rate, Period: *period, OnLimit: pronto.LimitAction(*action)}
 	if err := c.RateLimitSet(ctx, pos[0], l); err != nil {
 		if errors.Is(err, pronto.ErrInvalidArgs) {
-			return usageErrorf("%v", err)
+			return usageErrorf("rate-limits set: %v", err)
 		}
 		return errorf("%v", err)
 	}

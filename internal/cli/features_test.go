@@ -63,13 +63,16 @@ func TestRateLimitsCommands(t *testing.T) {
 			t.Fatalf("empty list:\n%s", res)
 		}
 		run(t, with(db, "rate-limits", "set", "partner-api", "--max-active", "3", "--rate", "10", "--period", "1s")...).ok(t)
-		var got []rateLimitJSON
-		run(t, with(db, "rate-limits", "list", "--json")...).ok(t).decode(t, &got)
+		var list struct {
+			RateLimits []rateLimitJSON `json:"rate_limits"`
+		}
+		run(t, with(db, "rate-limits", "list", "--json")...).ok(t).decode(t, &list)
+		got := list.RateLimits
 		if len(got) != 1 || got[0].Key != "partner-api" || got[0].MaxActive != 3 || got[0].Rate != 10 || got[0].Period != "1s" || got[0].OnLimit != "wait" {
 			t.Fatalf("list: %+v", got)
 		}
-		run(t, with(db, "rate-limits", "set", "partner-api", "--rate", "10")...).fails(t, ExitUsage, "Rate and Period go together")
-		run(t, with(db, "rate-limits", "set", "bad key")...).fails(t, ExitUsage, "rate key")
+		run(t, with(db, "rate-limits", "set", "partner-api", "--rate", "10")...).fails(t, ExitUsage, "--rate and --period go together")
+		run(t, with(db, "rate-limits", "set", "bad key", "--max-active", "1")...).fails(t, ExitUsage, "rate key")
 		run(t, with(db, "rate-limits", "delete", "partner-api")...).ok(t)
 		run(t, with(db, "rate-limits", "delete", "partner-api")...).fails(t, ExitNotFound, "no rate limit")
 	})

@@ -5,7 +5,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
+	"time"
 )
 
 // flagSet is a standard library FlagSet with pronto's help layout, the shared database flags, and
@@ -58,6 +60,14 @@ var dbFlags = map[string]bool{"database-url": true, "schema": true}
 // number: at least minPos, at most maxPos (negative: no limit). --help prints the command's help and
 // returns errHelpShown.
 func (fs *flagSet) parse(args []string, minPos, maxPos int) ([]string, error) {
+	if fs.r.collect != nil {
+		// 'pronto completion' asks for the command's flags; nothing runs.
+		fs.VisitAll(func(f *flag.Flag) {
+			b, ok := f.Value.(interface{ IsBoolFlag() bool })
+			*fs.r.collect = append(*fs.r.collect, flagInfo{name: f.Name, takesValue: !ok || !b.IsBoolFlag()})
+		})
+		return nil, errHelpShown
+	}
 	if fs.Lookup("help") == nil {
 		fs.BoolVar(&fs.help, "help", false, "show this help")
 		fs.BoolVar(&fs.help, "h", false, "show this help")
@@ -190,4 +200,29 @@ func (l *listValue) Set(s string) error {
 		}
 	}
 	return nil
+}
+
+// durationValue is a time.Duration flag whose parse error says which units are accepted.
+type durationValue time.Duration
+
+func (d *durationValue) String() string { return time.Duration(*d).String() }
+
+func (d *durationValue) Set(s string) error {
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		if _, nerr := strconv.ParseFloat(s, 64); nerr == nil {
+			return fmt.Errorf("a duration needs a unit: ms, s, m or h, for example %ss or 1m30s", s)
+		}
+		return errors.New("not a duration: use a number with a unit (ms, s, m or h), for example 500ms, 30s, 5m or 1h30m")
+	}
+	*d = durationValue(v)
+	return nil
+}
+
+// duration defines a duration flag, as flag.Duration does, with durationValue's error messages.
+func (fs *flagSet) duration(name string, value time.Duration, usage string) *time.Duration {
+	p := new(time.Duration)
+	*p = value
+	fs.Var((*durationValue)(p), name, usage)
+	return p
 }

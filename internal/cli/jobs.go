@@ -60,25 +60,30 @@ func jobError(op, id string, err error) error {
 	case errors.Is(err, pronto.ErrInvalidArgs):
 		return usageErrorf("%v", err)
 	}
-	return errorf("%s job %s: %v", op, id, err)
+	return errorf("%v", err) // names the operation and the job
 }
 
 func cmdJobsList(ctx context.Context, r *runner, args []string) error {
 	fs := r.newFlagSet("pronto jobs list [flags]",
 		"List jobs, newest first (--asc for oldest first), one page at a time. Filters may be repeated\n"+
-			"or comma-separated: --state discarded,cancelled --queue email.").withDatabase()
+			"or comma-separated: --state discarded,cancelled --queue email. A job matches when it is in one of\nthe states, one of the queues and of one of the kinds given, and has every tag given.").withDatabase()
 	var states, queues, kinds listValue
 	fs.Var(&states, "state", "only jobs in these `STATES`: "+stateNames())
 	fs.Var(&queues, "queue", "only jobs in these `QUEUES`")
 	fs.Var(&kinds, "kind", "only jobs of these `KINDS`")
+	var tags listValue
+	fs.Var(&tags, "tag", "only jobs that have every one of these `TAGS`")
 	limit := fs.Int("limit", 50, "at most `N` jobs (1 to 10000)")
 	cursor := fs.String("cursor", "", "continue after job `ID` (printed at the end of a full page)")
 	asc := fs.Bool("asc", false, "oldest first")
-	asJSON := fs.Bool("json", false, `print {"jobs": [...], "next": CURSOR} as JSON`)
+	asJSON := fs.Bool("json", false, `print {"jobs": [...], "next": CURSOR} as JSON ("next" is "" on the last page)`)
 	if _, err := fs.parse(args, 0, 0); err != nil {
 		return err
 	}
-	p := &pronto.JobListParams{Queues: queues, Kinds: kinds, Limit: *limit, Descending: !*asc}
+	if err := checkNames(r.current, queues, kinds); err != nil {
+		return err
+	}
+	p := &pronto.JobListParams{Queues: queues, Kinds: kinds, Tags: tags, Limit: *limit, Descending: !*asc}
 	for _, s := range states {
 		st := pronto.State(strings.ToLower(s))
 		if !st.Valid() {
@@ -109,14 +114,11 @@ func cmdJobsList(ctx context.Context, r *runner, args []string) error {
 		return errorf("listing jobs in %s: %v", db.t.display, err)
 	}
 	if *asJSON {
-		out := struct {
-			Jobs []*jobJSON `json:"jobs"`
-			Next string     `json:"next,omitempty"`
-		}{Jobs: make([]*jobJSON, 0, len(res.Jobs)), Next: res.Next}
+		out := make([]*jobJSON, 0, len(res.Jobs))
 		for _, j := range res.Jobs {
-			out.Jobs = append(out.Jobs, toJSON(j))
+			out = append(out, toJSON(j))
 		}
-		return writeJSON(r.env.Stdout, out)
+		return writeList(r.env.Stdout, "jobs", out, res.Next)
 	}
 	if len(res.Jobs) == 0 {
 		fmt.Fprintln(r.env.Stderr, "no jobs match")
@@ -243,4 +245,20 @@ func cmdJobsDelete(ctx context.Context, r *runner, args []string) error {
 			return c.JobDelete(ctx, id)
 		},
 		func(j *pronto.JobRow) { fmt.Fprintf(r.env.Stdout, "job %s deleted (it was %s)\n", j.ID, j.State) })
+}
+
+// checkNames refuses a filter by a queue name or kind that no job can have: "--queue Email" is a
+// mistake to report, not a filter that matches nothing.
+func checkNames(cmd string, queues, kinds []string) error {
+	for _, q := range queues {
+		if !pronto.ValidQueueName(q) {
+			return usageErrorf("%s: --queue %q: not a queue name: queue names are %s", cmd, q, pronto.QueueNameRule)
+		}
+	}
+	for _, k := range kinds {
+		if !pronto.ValidKind(k) {
+			return usageErrorf("%s: --kind %q: not a kind: kinds are %s", cmd, k, pronto.KindRule)
+		}
+	}
+	return nil
 }

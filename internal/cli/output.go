@@ -68,6 +68,16 @@ func toJSON(j *pronto.JobRow) *jobJSON {
 	return out
 }
 
+// writeList prints a list command's --json output, one shape for every list: an object with the
+// items under key and the cursor of the next page under "next" ("" on the last page, and always for
+// the lists that have one page).
+func writeList[T any](w io.Writer, key string, items []T, next string) error {
+	if items == nil {
+		items = []T{}
+	}
+	return writeJSON(w, map[string]any{key: items, "next": next})
+}
+
 // writeJSON prints v as indented JSON.
 func writeJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
@@ -191,11 +201,12 @@ func printJob(w io.Writer, j *pronto.JobRow, now time.Time) {
 	}
 	fmt.Fprintf(w, "Errors (%d):\n", len(j.Errors))
 	for _, e := range j.Errors {
-		typ := ""
+		typ, msg := "", e.Message
 		if e.Type != "" {
-			typ = " [" + e.Type + "]"
+			// A panic's message is "panic: VALUE"; the type says it already.
+			typ, msg = " ["+e.Type+"]", strings.TrimPrefix(msg, e.Type+": ")
 		}
-		fmt.Fprintf(w, "  attempt %d, %s%s: %s\n", e.Attempt, e.At.Local().Format("2006-01-02 15:04:05.000"), typ, e.Message)
+		fmt.Fprintf(w, "  attempt %d, %s%s: %s\n", e.Attempt, e.At.Local().Format("2006-01-02 15:04:05.000"), typ, msg)
 		if e.Trace != "" {
 			for _, line := range strings.Split(strings.TrimRight(e.Trace, "\n"), "\n") {
 				fmt.Fprintf(w, "      %s\n", line)

@@ -22,6 +22,7 @@ type demoProgress struct {
 	plan     *demoPlan
 	start    time.Time
 	terminal bool
+	color    palette
 	queues   map[string]pronto.QueueConfig
 
 	drawn   int // lines drawn by the last redraw
@@ -94,7 +95,8 @@ func (p *demoProgress) refresh() {
 	p.counts = counts
 }
 
-// rate returns completed jobs per second over about the last second.
+// rate returns finished jobs per second over about the last second (the summary gives the average
+// over the whole run).
 func (p *demoProgress) rate(now time.Time, completed int) float64 {
 	p.samples = append(p.samples, rateSample{now, completed})
 	for len(p.samples) > 2 && now.Sub(p.samples[1].at) >= time.Second {
@@ -111,7 +113,7 @@ func (p *demoProgress) frame() {
 	p.refresh()
 	now := time.Now()
 	finished, completed, discarded, failed := p.stats.snapshot()
-	rate := p.rate(now, completed)
+	rate := p.rate(now, finished)
 	elapsed := now.Sub(p.start).Seconds()
 	if !p.terminal {
 		total := map[pronto.State]int64{}
@@ -120,7 +122,7 @@ func (p *demoProgress) frame() {
 				total[s] += n
 			}
 		}
-		fmt.Fprintf(p.out, "%5.1fs  finished %d/%d (completed %d, discarded %d)  active %d  available %d  scheduled %d  retryable %d  %.0f jobs/s\n",
+		fmt.Fprintf(p.out, "%5.1fs  finished %d/%d (completed %d, discarded %d)  active %d  available %d  scheduled %d  retryable %d  %.0f jobs/s now\n",
 			elapsed, finished, p.plan.total, completed, discarded, total[pronto.StateActive], total[pronto.StateAvailable],
 			total[pronto.StateScheduled], total[pronto.StateRetryable], rate)
 		return
@@ -140,7 +142,7 @@ func (p *demoProgress) frame() {
 	for _, s := range progressStates {
 		head += fmt.Sprintf(" %9s", strings.ToUpper(string(s)))
 	}
-	line("%s", head)
+	line("%s", p.color.bold(head))
 	total := map[pronto.State]int64{}
 	workers := 0
 	for _, q := range demoQueues {
@@ -149,22 +151,61 @@ func (p *demoProgress) frame() {
 		workers += w
 		row := fmt.Sprintf("  %-9s %7d", q.name, w)
 		for _, s := range progressStates {
-			row += fmt.Sprintf(" %9d", c[s])
+			row += p.color.state(s, fmt.Sprintf(" %9d", c[s]), c[s])
 			total[s] += c[s]
 		}
 		line("%s", row)
 	}
-	row := fmt.Sprintf("  %-9s %7d", "all", workers)
+	row := p.color.bold(fmt.Sprintf("  %-9s %7d", "all", workers))
 	for _, s := range progressStates {
-		row += fmt.Sprintf(" %9d", total[s])
+		row += p.color.state(s, fmt.Sprintf(" %9d", total[s]), total[s])
 	}
 	line("%s", row)
 	line("")
 	const width = 30
 	filled := width * finished / max(p.plan.total, 1)
-	line("  [%s%s] %d/%d finished in %.1fs", strings.Repeat("█", filled), strings.Repeat("░", width-filled),
-		finished, p.plan.total, elapsed)
-	line("  %.0f completed/s, %d discarded, %d failed attempts retried", rate, discarded, failed)
+	line("  [%s%s] %d/%d finished in %.1fs", p.color.green(strings.Repeat("█", filled)),
+		p.color.dim(strings.Repeat("░", width-filled)), finished, p.plan.total, elapsed)
+	line("  %.0f jobs/s now, %s discarded, %d failed attempts retried", rate,
+		p.color.state(pronto.StateDiscarded, fmt.Sprint(discarded), int64(discarded)), failed)
 	p.drawn = lines
 	fmt.Fprint(p.out, b.String())
+}
+
+// palette colours the demo's output on a terminal; off, it returns text unchanged. It is on when
+// standard output is a terminal and NO_COLOR (https://no-color.org) is not set to a non-empty value.
+type palette struct{ on bool }
+
+func (e Env) palette() palette {
+	return palette{on: e.terminal() && e.getenv("NO_COLOR") == ""}
+}
+
+func (p palette) wrap(code, s string) string {
+	if !p.on || s == "" {
+		return s
+	}
+	return "\x1b[" + code + "m" + s + "\x1b[0m"
+}
+
+func (p palette) bold(s string) string   { return p.wrap("1", s) }
+func (p palette) dim(s string) string    { return p.wrap("2", s) }
+func (p palette) green(s string) string  { return p.wrap("32", s) }
+func (p palette) red(s string) string    { return p.wrap("31", s) }
+func (p palette) yellow(s string) string { return p.wrap("33", s) }
+func (p palette) cyan(s string) string   { return p.wrap("36", s) }
+
+// state colours a count of jobs in state s: completed green, discarded red, retryable yellow, and
+// zero dim.
+func (p palette) state(s pronto.State, text string, n int64) string {
+	switch {
+	case n == 0:
+		return p.dim(text)
+	case s == pronto.StateCompleted:
+		return p.green(text)
+	case s == pronto.StateDiscarded:
+		return p.red(text)
+	case s == pronto.StateRetryable:
+		return p.yellow(text)
+	}
+	return text
 }

@@ -23,7 +23,7 @@ type queueJSON struct {
 func cmdQueuesList(ctx context.Context, r *runner, args []string) error {
 	fs := r.newFlagSet("pronto queues list [flags]",
 		"List every queue that has jobs or is paused, with its job counts per state.").withDatabase()
-	asJSON := fs.Bool("json", false, "print the queues as a JSON array")
+	asJSON := fs.Bool("json", false, `print {"queues": [...], "next": ""} as JSON`)
 	if _, err := fs.parse(args, 0, 0); err != nil {
 		return err
 	}
@@ -47,7 +47,7 @@ func cmdQueuesList(ctx context.Context, r *runner, args []string) error {
 			}
 			out = append(out, qj)
 		}
-		return writeJSON(r.env.Stdout, out)
+		return writeList(r.env.Stdout, "queues", out, "")
 	}
 	if len(qs) == 0 {
 		fmt.Fprintln(r.env.Stderr, "no queues yet: a queue appears when a job is inserted into it")
@@ -86,7 +86,7 @@ func (r *runner) queueCommand(ctx context.Context, args []string, about string,
 	}
 	q := pos[0]
 	if !pronto.ValidQueueName(q) {
-		return usageErrorf("invalid queue name %q: queue names match [a-z0-9][a-z0-9.-]* (at most 128 characters)", q)
+		return usageErrorf("%s: invalid queue name %q: queue names are %s", r.current, q, pronto.QueueNameRule)
 	}
 	c, db, err := r.adminClient(ctx)
 	if err != nil {

@@ -46,7 +46,7 @@ func cmdServe(ctx context.Context, r *runner, args []string) error {
 	migrate := fs.Bool("migrate", true, "apply pending schema migrations at start (creating an SQLite file if missing)")
 	poolSize := fs.Int("pool-size", 32, "PostgreSQL connections to open at most")
 	testMode := fs.Bool("test-mode", false, "enable POST /ojs/v1/_test/reset and test directives, for conformance runs only: never in production")
-	drain := fs.Duration("shutdown-timeout", 10*time.Second, "how long a graceful stop waits for requests in flight")
+	drain := fs.duration("shutdown-timeout", 10*time.Second, "how long a graceful stop waits for requests in flight")
 	if _, err := fs.parse(args, 0, 0); err != nil {
 		return err
 	}

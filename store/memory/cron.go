@@ -11,7 +11,10 @@ import (
 	"github.com/pronto-jobs/pronto/store"
 )
 
-var _ store.CronStore = (*Store)(nil)
+var (
+	_ store.CronStore  = (*Store)(nil)
+	_ store.CronPauser = (*Store)(nil)
+)
 
 // cronTables holds each Store's cron schedules beside the Store (keyed by it), so that the schedules
 // live exactly as long as the jobs do: for the life of the process.
@@ -84,6 +87,22 @@ func (s *Store) CronDelete(_ context.Context, name string) (*store.CronSchedule,
 	}
 	delete(t.byName, name)
 	return c, nil
+}
+
+// CronSetEnabled pauses or resumes a cron schedule (store.CronPauser).
+func (s *Store) CronSetEnabled(_ context.Context, name string, enabled bool, next time.Time) (*store.CronSchedule, error) {
+	t := s.crons()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	c, ok := t.byName[name]
+	if !ok {
+		return nil, fmt.Errorf("cron schedule %q: %w", name, store.ErrNotFound)
+	}
+	c.Enabled = enabled
+	if !next.IsZero() {
+		c.NextRunAt = next
+	}
+	return cloneCron(c), nil
 }
 
 // CronDue returns up to limit enabled schedules due at now, earliest first.

@@ -1048,6 +1048,7 @@ func (s *Store) ListJobs(ctx context.Context, p store.ListParams) ([]*store.Job,
 		return (len(p.States) == 0 || slices.Contains(p.States, j.State)) &&
 			(len(p.Queues) == 0 || slices.Contains(p.Queues, j.Queue)) &&
 			(len(p.Kinds) == 0 || slices.Contains(p.Kinds, j.Kind)) &&
+			hasAll(j.Tags, p.Tags) &&
 			(p.WorkflowID == "" || j.WorkflowID == p.WorkflowID)
 	}
 	var out []*store.Job
@@ -1336,4 +1337,14 @@ func cloneError(e store.AttemptError) store.AttemptError {
 	}
 	e.Details = cloneRaw(e.Details)
 	return e
+}
+
+// hasAll reports whether tags has every one of want.
+func hasAll(tags, want []string) bool {
+	for _, w := range want {
+		if !slices.Contains(tags, w) {
+			return false
+		}
+	}
+	return true
 }

@@ -40,7 +40,8 @@ func (s *Store) GetJob(ctx context.Context, id string) (*store.Job, error) {
 }
 
 // ListJobs returns one page of jobs in id order (descending when asked) after the cursor p.After,
-// filtered by state, queue and kind when those lists are not empty and by workflow when
+// filtered by state, queue and kind when those lists are not empty, by tags (jobs having every one),
+// and by workflow when
 // p.WorkflowID is set, and the cursor of the next page ("" when this page is the last).
 func (s *Store) ListJobs(ctx context.Context, p store.ListParams) ([]*store.Job, string, error) {
 	limit := p.Limit
@@ -51,7 +52,7 @@ func (s *Store) ListJobs(ctx context.Context, p store.ListParams) ([]*store.Job,
 	if p.Descending {
 		sql, cursor = s.q.listJobsDesc, maxUUID
 	}
-	args := []any{nil, nilIfEmpty(p.Queues), nilIfEmpty(p.Kinds), nil, limit + 1}
+	args := []any{nil, nilIfEmpty(p.Queues), nilIfEmpty(p.Kinds), nil, limit + 1, nilIfEmpty(p.Tags)}
 	if p.WorkflowID != "" {
 		sql = s.q.listWorkflowJobs
 		if p.Descending {

@@ -11,7 +11,10 @@ import (
 	"github.com/pronto-jobs/pronto/store"
 )
 
-var _ store.CronStore = (*Store)(nil)
+var (
+	_ store.CronStore  = (*Store)(nil)
+	_ store.CronPauser = (*Store)(nil)
+)
 
 // CronCreate stores a new cron schedule as given; a schedule with the same name gives
 // store.ErrDuplicate.
@@ -45,6 +48,14 @@ func (s *Store) CronList(ctx context.Context) ([]*store.CronSchedule, error) {
 // CronDelete removes a cron schedule and returns it as it was, or gives store.ErrNotFound.
 func (s *Store) CronDelete(ctx context.Context, name string) (*store.CronSchedule, error) {
 	return scanOne(s.pool.QueryRow(ctx, s.q.cronDelete, name), scanCron, fmt.Sprintf("delete cron schedule %q", name))
+}
+
+// CronSetEnabled pauses or resumes a cron schedule (store.CronPauser). Its statement is kept here
+// rather than among the prepared queries: it runs once per command.
+func (s *Store) CronSetEnabled(ctx context.Context, name string, enabled bool, next time.Time) (*store.CronSchedule, error) {
+	q := s.expand.Replace(`UPDATE {schema}.cron SET enabled = $2, next_run_at = coalesce($3, next_run_at)
+WHERE name = $1 RETURNING ` + cronCols)
+	return scanOne(s.pool.QueryRow(ctx, q, name, enabled, nullTime(next)), scanCron, fmt.Sprintf("cron schedule %q", name))
 }
 
 // CronDue returns up to limit enabled schedules whose next run is at or before now, earliest first

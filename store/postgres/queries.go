@@ -392,30 +392,33 @@ SELECT count(*) FROM gone`
 	sqlGetJob = `SELECT ` + jobCols + ` FROM {schema}.jobs WHERE id = $1`
 
 	// sqlListJobs pages through jobs in id order after $4; $1 states, $2 queues and $3 kinds filter
-	// when not NULL; $5 is the page size.
+	// when not NULL, as $6 tags does (jobs with every one of them); $5 is the page size.
 	sqlListJobs = `SELECT ` + jobCols + ` FROM {schema}.jobs
 WHERE id > $4
 	AND ($1::text[] IS NULL OR state = ANY($1))
 	AND ($2::text[] IS NULL OR queue = ANY($2))
 	AND ($3::text[] IS NULL OR kind = ANY($3))
+	AND ($6::text[] IS NULL OR tags @> $6)
 ORDER BY id
 LIMIT $5`
 
-	// sqlListWorkflowJobs is sqlListJobs restricted to the jobs of workflow $6.
+	// sqlListWorkflowJobs is sqlListJobs restricted to the jobs of workflow $7.
 	sqlListWorkflowJobs = `SELECT ` + jobCols + ` FROM {schema}.jobs
-WHERE workflow_id = $6 AND id > $4
+WHERE workflow_id = $7 AND id > $4
 	AND ($1::text[] IS NULL OR state = ANY($1))
 	AND ($2::text[] IS NULL OR queue = ANY($2))
 	AND ($3::text[] IS NULL OR kind = ANY($3))
+	AND ($6::text[] IS NULL OR tags @> $6)
 ORDER BY workflow_id, id
 LIMIT $5`
 
 	// sqlListWorkflowJobsDesc is sqlListWorkflowJobs in descending id order, before $4.
 	sqlListWorkflowJobsDesc = `SELECT ` + jobCols + ` FROM {schema}.jobs
-WHERE workflow_id = $6 AND id < $4
+WHERE workflow_id = $7 AND id < $4
 	AND ($1::text[] IS NULL OR state = ANY($1))
 	AND ($2::text[] IS NULL OR queue = ANY($2))
 	AND ($3::text[] IS NULL OR kind = ANY($3))
+	AND ($6::text[] IS NULL OR tags @> $6)
 ORDER BY workflow_id DESC, id DESC
 LIMIT $5`
 
@@ -425,6 +428,7 @@ WHERE id < $4
 	AND ($1::text[] IS NULL OR state = ANY($1))
 	AND ($2::text[] IS NULL OR queue = ANY($2))
 	AND ($3::text[] IS NULL OR kind = ANY($3))
+	AND ($6::text[] IS NULL OR tags @> $6)
 ORDER BY id DESC
 LIMIT $5`
 

@@ -63,7 +63,11 @@ func (s *Store) ListJobs(ctx context.Context, p store.ListParams) ([]*store.Job,
 	if p.Descending && after == "" {
 		after = "\uffff" // above every id made of ASCII characters
 	}
-	args := []any{fs, fq, fk, after, int64(limit + 1)}
+	ft, err := filter(p.Tags)
+	if err != nil {
+		return nil, "", err
+	}
+	args := []any{fs, fq, fk, after, int64(limit + 1), ft}
 	if p.WorkflowID != "" {
 		args = append(args, p.WorkflowID)
 	}

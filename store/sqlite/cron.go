@@ -10,7 +10,10 @@ import (
 	"github.com/pronto-jobs/pronto/store"
 )
 
-var _ store.CronStore = (*Store)(nil)
+var (
+	_ store.CronStore  = (*Store)(nil)
+	_ store.CronPauser = (*Store)(nil)
+)
 
 // Cron schedules live in the pronto_cron table (migration 002). Times are unix microseconds, like the
 // jobs table's.
@@ -120,6 +123,27 @@ func (s *Store) CronDelete(ctx context.Context, name string) (*store.CronSchedul
 	}
 	if err != nil {
 		return nil, fmt.Errorf("delete cron schedule %q: %w", name, s.schemaHint(err))
+	}
+	return c, nil
+}
+
+// CronSetEnabled pauses or resumes a cron schedule (store.CronPauser).
+func (s *Store) CronSetEnabled(ctx context.Context, name string, enabled bool, next time.Time) (*store.CronSchedule, error) {
+	on := 0
+	if enabled {
+		on = 1
+	}
+	var nextUS any // NULL: keep next_run_at
+	if !next.IsZero() {
+		nextUS = next.UnixMicro()
+	}
+	c, err := scanCron(s.w.QueryRowContext(ctx, `UPDATE pronto_cron SET enabled = ?, next_run_at = coalesce(?, next_run_at)
+		WHERE name = ? RETURNING `+cronColumns, on, nextUS, name))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("cron schedule %q: %w", name, store.ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("set cron schedule %q enabled: %w", name, s.schemaHint(err))
 	}
 	return c, nil
 }

@@ -294,13 +294,15 @@ func listJobsSQL(descending, byWorkflow bool) string {
 	}
 	workflow := ""
 	if byWorkflow {
-		workflow = "AND workflow_id = ?6"
+		workflow = "AND workflow_id = ?7"
 	}
 	return `SELECT ` + jobColumns + ` FROM pronto_jobs
 	WHERE id ` + cmp + ` ?4
 	  AND (?1 IS NULL OR state IN (SELECT value FROM json_each(?1)))
 	  AND (?2 IS NULL OR queue IN (SELECT value FROM json_each(?2)))
 	  AND (?3 IS NULL OR kind IN (SELECT value FROM json_each(?3)))
+	  AND (?6 IS NULL OR NOT EXISTS (SELECT 1 FROM json_each(?6) want
+	        WHERE want.value NOT IN (SELECT value FROM json_each(coalesce(tags, '[]')))))
 	  ` + workflow + `
 	ORDER BY ` + order + ` LIMIT ?5`
 }

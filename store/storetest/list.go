@@ -205,3 +205,34 @@ func testListQueues(t *testing.T, s store.Store) {
 	other, _ = queueInfo(t, s, "counts-other")
 	require.True(t, other.Paused, "resuming one queue leaves the others paused")
 }
+
+// testListJobsByTags: a tag filter lists the jobs that have every given tag, in both orders, with the
+// other filters.
+func testListJobsByTags(t *testing.T, s store.Store) {
+	tagSets := [][]string{nil, {"vip"}, {"vip", "eu"}, {"eu"}, {"eu", "vip", "beta"}, {"beta"}}
+	var params []*store.InsertParams
+	for i := range 12 {
+		p := job(fmt.Sprintf("tags-%d", i%2))
+		p.Tags = tagSets[i%len(tagSets)]
+		params = append(params, p)
+	}
+	insert(t, s, params...)
+	has := func(p *store.InsertParams, want ...string) bool {
+		for _, w := range want {
+			if !slices.Contains(p.Tags, w) {
+				return false
+			}
+		}
+		return true
+	}
+	for _, want := range [][]string{{"vip"}, {"eu", "vip"}, {"beta"}, {"vip", "eu", "beta"}, {"none"}} {
+		exp := filterIDs(params, func(p *store.InsertParams) bool { return has(p, want...) })
+		require.Equal(t, exp, listAll(t, s, store.ListParams{Tags: want, Limit: 2}), "tags %v", want)
+		desc := slices.Clone(exp)
+		slices.Reverse(desc)
+		require.Equal(t, desc, listAll(t, s, store.ListParams{Tags: want, Limit: 100, Descending: true}), "tags %v, descending", want)
+	}
+	require.Equal(t,
+		filterIDs(params, func(p *store.InsertParams) bool { return p.Queue == "tags-1" && has(p, "eu") }),
+		listAll(t, s, store.ListParams{Tags: []string{"eu"}, Queues: []string{"tags-1"}, Limit: 100}), "tags combine with queues")
+}

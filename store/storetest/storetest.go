@@ -103,6 +103,7 @@ var tests = []testCase{
 
 	{"ListJobsFilters", single(testListJobsFilters)},
 	{"ListJobsPagination", single(testListJobsPagination)},
+	{"ListJobsByTags", single(testListJobsByTags)},
 	{"ListQueues", single(testListQueues)},
 
 	{"NotifyInsertOncePerQueue", single(testNotifyInsertPerQueue)},
