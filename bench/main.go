@@ -361,6 +361,8 @@ func runOne(ctx context.Context, e *env, sc scenario, sys system, run int, quick
 		err = runRoundTrip(rc)
 	case "wal":
 		err = runWAL(rc)
+	case "modes":
+		err = runModes(rc)
 	}
 	if err != nil {
 		res.Errors = append(res.Errors, err.Error())
@@ -384,7 +386,7 @@ func summary(r *runResult) string {
 	}
 	var parts []string
 	for _, k := range []string{"pickup_p95_ms", "completions_per_s", "efficiency", "drain_jobs_per_s", "insert_single_per_s",
-		"insert_batch1000_per_s", "recovery_s", "jobs_lost", "wal_bytes_per_job_batch1", "rss_max_mb", "goroutines_max"} {
+		"insert_batch1000_per_s", "staged_jobs_per_s", "atomic_jobs_per_s", "recovery_s", "jobs_lost", "wal_bytes_per_job_batch1", "rss_max_mb", "goroutines_max"} {
 		if v, ok := r.Metrics[k]; ok {
 			parts = append(parts, fmt.Sprintf("%s=%s", k, fmtNum(float64(v))))
 		}

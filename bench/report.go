@@ -24,6 +24,9 @@ var direction = map[string]int{
 	"cpu_s": -1, "cpu_us_per_job": -1, "drain_time_s": -1, "drain_s": -1, "recovery_s": -1, "jobs_lost": -1,
 	"wal_bytes_per_job_batch1": -1, "wal_bytes_per_job_batch10": -1, "orphans_not_rerun": -1,
 	"duplicate_completions": -1, "noisy_tenant_p95_ms": -1, "quiet_tenants_p95_ms": -1, "jobs_unfinished": -1,
+	"staged_jobs_per_s": 1, "atomic_jobs_per_s": 1, "staged_drain_s": -1, "atomic_drain_s": -1,
+	"staged_cpu_us_per_job": -1, "atomic_cpu_us_per_job": -1, "staged_duplicate_rows": -1, "atomic_duplicate_rows": -1,
+	"staged_jobs_not_completed": -1, "atomic_jobs_not_completed": -1,
 }
 
 var labels = map[string]string{
@@ -43,6 +46,11 @@ var labels = map[string]string{
 	"inserts_per_s": "inserts/s", "wal_bytes_per_job_batch1": "WAL bytes per job (batches of 1)",
 	"wal_bytes_per_job_batch10": "WAL bytes per job (batches of 10)", "jobs_inserted": "jobs inserted",
 	"insert_lag_p99_ms": "harness insert lag p99 (ms)",
+	"staged_jobs_per_s": "staged: drain jobs/s", "atomic_jobs_per_s": "atomic: drain jobs/s",
+	"atomic_vs_staged": "atomic ÷ staged jobs/s", "staged_drain_s": "staged: drain time (s)", "atomic_drain_s": "atomic: drain time (s)",
+	"staged_cpu_us_per_job": "staged: worker CPU µs per job", "atomic_cpu_us_per_job": "atomic: worker CPU µs per job",
+	"staged_duplicate_rows": "staged: duplicate application rows", "atomic_duplicate_rows": "atomic: duplicate application rows",
+	"staged_jobs_not_completed": "staged: jobs not completed", "atomic_jobs_not_completed": "atomic: jobs not completed",
 }
 
 func metricsFor(sc scenario) []string {
@@ -56,6 +64,10 @@ func metricsFor(sc scenario) []string {
 		return append([]string{"completions_per_s", "worker_ends_per_s", "inserts_per_s"}, base...)
 	case "wal":
 		return []string{"wal_bytes_per_job_batch1", "wal_bytes_per_job_batch10"}
+	case "modes":
+		return []string{"staged_jobs_per_s", "atomic_jobs_per_s", "atomic_vs_staged", "staged_drain_s", "atomic_drain_s",
+			"staged_cpu_us_per_job", "atomic_cpu_us_per_job", "staged_duplicate_rows", "atomic_duplicate_rows",
+			"staged_jobs_not_completed", "atomic_jobs_not_completed", "workers"}
 	}
 	var m []string
 	switch {
@@ -492,6 +504,9 @@ func plotsFor(sc scenario, g map[string][]*runResult, syss []string, dir string)
 		bars("drain_throughput.png", "drain: jobs/s (median)", "jobs/s", []string{"drain"}, []string{"drain_jobs_per_s"}, 1)
 	case sc.kind == "roundtrip":
 		bars("round_trip_throughput.png", "round_trip_max: completions/s (median)", "completions/s", []string{"round trip"}, []string{"completions_per_s"}, 1)
+	case sc.kind == "modes":
+		bars("processing_modes_throughput.png", "processing_modes: drain jobs/s (median)", "jobs/s", []string{"staged", "atomic"},
+			[]string{"staged_jobs_per_s", "atomic_jobs_per_s"}, 1)
 	case sc.kind == "wal":
 		bars("wal_bytes.png", "WAL bytes per job (median)", "bytes", []string{"batches of 1", "batches of 10"},
 			[]string{"wal_bytes_per_job_batch1", "wal_bytes_per_job_batch10"}, 1)
@@ -639,5 +654,10 @@ const methodology = `## Methodology
 - **WAL**: pg_current_wal_lsn() before the first insert and after the database shows every job completed, divided by the jobs;
   includes everything the system wrote meanwhile (heartbeats, leader election, maintenance) and anything else the shared server
   wrote in that time.
+- **processing_modes** (after seed 002): a backlog of jobs, each writing one row of its own to an application table in the
+  same database; *staged* writes the row with the pool (it commits) and returns, and the system writes the outcome afterwards;
+  *atomic* writes the row and completes the job in one transaction (pronto.CompleteTx, river.JobCompleteTx). Each mode drains in
+  a fresh schema, the order alternating between runs; jobs/s as in drain. After each drain the harness fails the run unless the
+  table holds exactly one row per job and every job is completed.
 - pgx pools are at pgxpool defaults (max(4, cores) connections) for both systems.
 `

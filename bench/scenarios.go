@@ -15,7 +15,7 @@ import (
 // scenario is one workload.
 type scenario struct {
 	name        string
-	kind        string // paced, drain, insert, roundtrip, wal
+	kind        string // paced, drain, insert, roundtrip, wal, modes
 	desc        string
 	rate        float64 // inserts per second
 	workers     int     // per process
@@ -36,7 +36,7 @@ type scenario struct {
 	phase       time.Duration
 	warm        time.Duration
 	tail        time.Duration // longest wait for outcomes after the enqueue phase
-	backlog     int           // drain
+	backlog     int           // drain, modes
 	walJobs     int           // wal
 }
 
@@ -51,7 +51,7 @@ func (s scenario) capacity(workers int) float64 {
 var scenarioOrder = []string{
 	"notify_latency", "steady_under", "steady_balanced", "steady_over", "burst", "noisy_neighbor",
 	"noisy_neighbor_saturated", "rate_limit_pressure", "high_scale", "multi_process", "crash_recovery",
-	"drain", "insert", "round_trip_max", "wal",
+	"drain", "insert", "round_trip_max", "wal", "processing_modes",
 }
 
 // headlineScenarios get the most runs when time is short.
@@ -109,6 +109,11 @@ func scenarios(quick bool) map[string]scenario {
 			desc: "insert (batches of 100, 2 callers, at most 5000 outstanding) and work (100 workers, no work) together, as fast as possible"},
 		{name: "wal", kind: "wal", workers: 10, walJobs: n(2000, 200),
 			desc: "PostgreSQL WAL bytes per job through its whole life (insert, claim, complete), inserted in batches of 1 and of 10"},
+		{name: "processing_modes", kind: "modes", workers: 10, backlog: n(5000, 300), tail: t(300*time.Second, 60*time.Second),
+			desc: fmt.Sprintf("a backlog of %d jobs worked by 10 workers, each job writing one row to an application table: "+
+				"staged (the row commits, then the job's outcome in a second transaction) and atomic (the row and the job's completion in one "+
+				"transaction: pronto.CompleteTx, river.JobCompleteTx); each mode drains in a fresh schema, then the harness checks one row per job and every job completed",
+				n(5000, 300))},
 	}
 	out := map[string]scenario{}
 	for _, s := range list {

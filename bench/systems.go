@@ -30,6 +30,9 @@ type benchArgs struct {
 	Tenant  int   `json:"t,omitempty"`
 	WorkUs  int64 `json:"w,omitempty"`
 	FailPct int   `json:"f,omitempty"`
+	// Mode, when set, makes the job write one row of its own to the application's table, staged or
+	// atomic (processing_modes).
+	Mode int `json:"m,omitempty"`
 }
 
 // Kind is a valid OJS type for pronto and a valid kind for River.
@@ -185,6 +188,7 @@ func (prontoPG) open(ctx context.Context, e *env, id string) (instance, error) {
 		p.Close()
 		return nil, err
 	}
+	inst.schema = id
 	return inst, nil
 }
 
@@ -232,6 +236,7 @@ func (s prontoSQLite) open(ctx context.Context, e *env, id string) (instance, er
 type prontoInstance struct {
 	st       store.Store
 	p        *pgxpool.Pool
+	schema   string // PostgreSQL only: where the application's table of processing_modes lives
 	inserter *pronto.Client
 	count    func(context.Context) (int64, error)
 }
@@ -289,6 +294,11 @@ func (i *prontoInstance) bulkLoad(ctx context.Context, as []benchArgs) error {
 func (i *prontoInstance) startWorkers(ctx context.Context, n int, s sink) (func(context.Context) error, error) {
 	ws := pronto.NewWorkers()
 	pronto.AddWorker(ws, pronto.WorkFunc(func(ctx context.Context, j *pronto.Job[benchArgs]) error {
+		if j.Args.Mode != 0 {
+			return effectWork(ctx, i.p, i.schema, j.Args, j.Attempt, s, func(tx pgx.Tx) error {
+				return pronto.CompleteTx(ctx, tx)
+			})
+		}
 		return work(ctx, j.Args, j.Attempt, s)
 	}))
 	c, err := pronto.NewClient(i.st, &pronto.Config{
@@ -412,6 +422,12 @@ func (i *riverInstance) bulkLoad(ctx context.Context, as []benchArgs) error {
 func (i *riverInstance) startWorkers(ctx context.Context, n int, s sink) (func(context.Context) error, error) {
 	ws := river.NewWorkers()
 	river.AddWorker(ws, river.WorkFunc(func(ctx context.Context, j *river.Job[benchArgs]) error {
+		if j.Args.Mode != 0 {
+			return effectWork(ctx, i.p, i.schema, j.Args, j.Attempt, s, func(tx pgx.Tx) error {
+				_, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, j)
+				return err
+			})
+		}
 		return work(ctx, j.Args, j.Attempt, s)
 	}))
 	cfg := &river.Config{
