@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"database/sql"
 	"os"
 	"regexp"
 	"strconv"
@@ -261,10 +262,22 @@ func TestDemoPlan(t *testing.T) {
 // inserted (and says how many it never inserted), and the database holds exactly those.
 func TestDemoInterruptedCounts(t *testing.T) {
 	t.Parallel()
-	db := []string{"--database-url", "sqlite:" + t.TempDir() + "/demo.db"}
+	path := t.TempDir() + "/demo.db"
+	db := []string{"--database-url", "sqlite:" + path}
 	ctx, cancel := context.WithCancel(context.Background())
-	// The first 40% are inserted at once, the rest over about 4 s: at 1 s, some are not inserted yet.
-	time.AfterFunc(time.Second, cancel)
+	defer cancel()
+	// The first 40% are inserted at once, the rest over about 4 s: interrupt once the first part is
+	// in the database, whatever the machine's speed.
+	go func() {
+		defer cancel()
+		deadline := time.Now().Add(60 * time.Second)
+		for time.Now().Before(deadline) && ctx.Err() == nil {
+			if n, err := countDemoJobs(path); err == nil && n >= 400 {
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}()
 	res := runWith(t, runOpts{ctx: ctx}, with(db, "demo", "--jobs", "1000", "--json")...)
 	if res.code != ExitError || !strings.Contains(res.stderr, "demo: interrupted") {
 		t.Fatalf("interrupt:\n%s", res)
@@ -290,4 +303,16 @@ func TestDemoInterruptedCounts(t *testing.T) {
 	if !strings.Contains(out.String(), want) || !strings.Contains(out.String(), "were never inserted") {
 		t.Fatalf("text summary lacks %q:\n%s", want, out.String())
 	}
+}
+
+// countDemoJobs counts the jobs in the demo's SQLite file, read directly.
+func countDemoJobs(path string) (int, error) {
+	db, err := sql.Open("sqlite", "file:"+path+"?mode=ro&_pragma=busy_timeout(1000)")
+	if err != nil {
+		return 0, err
+	}
+	defer db.Close()
+	var n int
+	err = db.QueryRow(`SELECT count(*) FROM pronto_jobs`).Scan(&n)
+	return n, err
 }
