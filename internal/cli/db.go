@@ -305,30 +305,31 @@ func openMemory(t *target) *database {
 	return &database{t: t, store: st}
 }
 
-// checkSchema refuses a database whose pronto schema is missing or behind, telling the user what to run.
+// checkSchema refuses a database whose pronto schema is missing, behind or ahead of this binary,
+// telling the user what to run.
 func checkSchema(ctx context.Context, db *database) error {
-	m, ok := db.store.(store.Migrator)
+	c, ok := db.store.(store.SchemaChecker)
 	if !ok {
 		return nil
 	}
-	ms, err := m.MigrationStatus(ctx)
-	if err != nil {
-		return errorf("cannot read the schema of %s: %v", db.t.display, err)
-	}
-	pending := 0
-	for _, mg := range ms {
-		if !mg.Applied {
-			pending++
-		}
-	}
+	err := c.CheckSchema(ctx)
+	var se *store.SchemaError
 	switch {
-	case pending == 0:
+	case err == nil:
 		return nil
-	case pending == len(ms):
+	case !errors.As(err, &se):
+		return errorf("cannot read the schema of %s: %v", db.t.display, err)
+	case len(se.Unknown) > 0:
+		return errorf("the pronto schema of %s is newer than this binary: %v", db.t.display, err)
+	case len(se.Missing) == se.Known:
 		return errorf("%s has no pronto schema yet; create it with: pronto migrate up%s", db.t.display, db.urlFlag())
 	default:
-		return errorf("the pronto schema of %s is out of date (%d of %d migrations pending); upgrade it with: pronto migrate up%s",
-			db.t.display, pending, len(ms), db.urlFlag())
+		names := make([]string, len(se.Missing))
+		for i, m := range se.Missing {
+			names[i] = fmt.Sprintf("%03d_%s", m.Version, m.Name)
+		}
+		return errorf("the pronto schema of %s is out of date (%d of %d migrations pending: %s); upgrade it with: pronto migrate up%s",
+			db.t.display, len(se.Missing), se.Known, strings.Join(names, ", "), db.urlFlag())
 	}
 }
 

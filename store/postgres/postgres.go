@@ -75,6 +75,7 @@ type Store struct {
 var (
 	_ store.Store         = (*Store)(nil)
 	_ store.Migrator      = (*Store)(nil)
+	_ store.SchemaChecker = (*Store)(nil)
 	_ store.PgxTxInserter = (*Store)(nil)
 	_ store.Notifier      = (*notifier)(nil)
 	_ pgx.CopyFromSource  = (*copySource)(nil)

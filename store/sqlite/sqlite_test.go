@@ -390,3 +390,30 @@ func TestInsertRejectsBadParams(t *testing.T) {
 	_, err = s.Insert(ctx, []*store.InsertParams{p})
 	require.ErrorContains(t, err, "empty queue")
 }
+
+// TestCheckSchema: missing migrations are named, unknown applied ones say the schema is newer.
+func TestCheckSchema(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, err := Open(ctx, filepath.Join(t.TempDir(), "c.db"))
+	require.NoError(t, err)
+	defer s.Close()
+
+	err = s.CheckSchema(ctx)
+	require.ErrorIs(t, err, store.ErrSchemaNotMigrated)
+	require.ErrorContains(t, err, "schema not migrated: run pronto migrate up (SQLite database ")
+
+	require.NoError(t, s.Migrate(ctx))
+	require.NoError(t, s.CheckSchema(ctx))
+
+	require.NoError(t, s.MigrateDown(ctx, 1))
+	var se *store.SchemaError
+	require.ErrorAs(t, s.CheckSchema(ctx), &se)
+	require.Len(t, se.Missing, 1)
+	require.ErrorContains(t, se, "_features")
+
+	require.NoError(t, s.Migrate(ctx))
+	_, err = s.w.ExecContext(ctx, `INSERT INTO pronto_migrations (version, name, applied_at) VALUES (999, 'future', 0)`)
+	require.NoError(t, err)
+	require.ErrorIs(t, s.CheckSchema(ctx), store.ErrSchemaTooNew)
+}
