@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 )
 
 // Sentinel errors of a schema that does not match the running binary, matched by *SchemaError.
@@ -87,4 +88,36 @@ func (e *SchemaError) Is(target error) bool {
 		return len(e.Unknown) > 0
 	}
 	return false
+}
+
+// DataLoss is data a down migration deletes: the rows of a table it drops, or the rows with a
+// value in a column it drops.
+type DataLoss struct {
+	// Migration is the migration whose rollback drops it.
+	Migration Migration
+	// Table is the table, Column the column (empty when the whole table is dropped).
+	Table  string
+	Column string
+	// Rows counts the table's rows, or the rows whose Column is not null.
+	Rows int64
+}
+
+// Lease is a leader lease (see Store.Elect) that has not expired: a client renews it while it lives.
+type Lease struct {
+	Name      string
+	LeaderID  string
+	ExpiresAt time.Time
+}
+
+// DownPlanner is implemented by stores whose rollbacks can be previewed (PostgreSQL, SQLite), so
+// that pronto migrate down refuses to delete data, or to pull the schema from under live clients,
+// unless forced.
+type DownPlanner interface {
+	// DownDataLoss reports what MigrateDown(ctx, steps) would delete, without changing anything:
+	// only tables and columns that hold data are listed. Leader leases are not counted as data.
+	DownDataLoss(ctx context.Context, steps int) ([]DataLoss, error)
+	// LiveLeases lists the leader leases that have not expired. Every started client with
+	// maintenance enabled holds or contends for one, renewing it every LeaderTTL/3, so an empty list
+	// means no such client has been live for a LeaderTTL.
+	LiveLeases(ctx context.Context) ([]Lease, error)
 }
