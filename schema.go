@@ -31,7 +31,7 @@ func (c *Client) schemaCause(ctx context.Context, err error) error {
 	if err == nil || !ok || c.schemaOK.Load() {
 		return err
 	}
-	cerr := sc.CheckSchema(context.WithoutCancel(ctx))
+	cerr := sc.CheckSchema(ctx) // a cancelled ctx fails the check, and err stands
 	var se *store.SchemaError
 	switch {
 	case errors.As(cerr, &se):
