@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -72,11 +73,14 @@ func TestDownDataLossAndLiveLeases(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, ok)
 
-	loss, err = s.DownDataLoss(ctx, 1)
+	// Back to before the features migration: the later ones drop nothing these jobs hold.
+	features := slices.IndexFunc(known, func(m migration) bool { return m.name == "features" })
+	require.GreaterOrEqual(t, features, 0)
+	loss, err = s.DownDataLoss(ctx, len(known)-features)
 	require.NoError(t, err)
 	got := map[string]int64{}
 	for _, l := range loss {
-		require.Equal(t, known[len(known)-1].version, l.Migration.Version)
+		require.Equal(t, known[features].version, l.Migration.Version, "%+v", l)
 		got[l.Table+"."+l.Column] = l.Rows
 	}
 	require.Equal(t, int64(1), got["pronto_rate_limits."], "the rate limit: %v", loss)
