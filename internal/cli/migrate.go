@@ -79,7 +79,7 @@ func cmdMigrateDown(ctx context.Context, r *runner, args []string) error {
 			"the jobs table and every job in it.\n\n"+
 			"It refuses, naming what it found, when the rollback would delete data (rows of the tables it\n"+
 			"drops, values of the columns it drops) or while clients use the schema (a live leader lease,\n"+
-			"or on PostgreSQL a client's presence announcement heard within a few seconds); --force\n"+
+			"or on PostgreSQL a client's presence announcement heard within 1.5 s); --force\n"+
 			"rolls back anyway.").withDatabase()
 	steps := fs.Int("steps", 1, "roll back `N` migrations")
 	all := fs.Bool("all", false, "roll back every migration (drops every job)")
