@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/pronto-jobs/pronto/internal/completer"
@@ -28,6 +29,9 @@ type Client struct {
 	kinds  []string
 	events eventBus
 	work   []WorkMiddleware
+
+	// schemaOK is set once the store's schema was found to match (see checkSchema).
+	schemaOK atomic.Bool
 
 	mu       sync.Mutex
 	started  bool
@@ -142,6 +146,10 @@ func (c *Client) Start(ctx context.Context) error {
 		return errors.New("pronto: client already started")
 	}
 	if err := ctx.Err(); err != nil {
+		return err
+	}
+	// A missing or outdated schema fails here, not later in the logger only.
+	if err := c.checkSchema(ctx); err != nil {
 		return err
 	}
 	c.started = true

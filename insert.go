@@ -104,7 +104,7 @@ func (c *Client) insert(ctx context.Context, ps []*store.InsertParams, do Insert
 	}
 	rows, err := next(ctx, ps)
 	if err != nil {
-		return nil, fmt.Errorf("pronto: insert %d job(s): %w", len(ps), err)
+		return nil, fmt.Errorf("pronto: insert %d job(s): %w", len(ps), c.schemaCause(ctx, err))
 	}
 	return rows, nil
 }

@@ -189,7 +189,7 @@ func (c *Client) WorkflowInsert(ctx context.Context, w *Workflow) (*WorkflowInse
 	}
 	info, jobs, err := c.store.InsertWorkflow(ctx, params)
 	if err != nil {
-		return nil, wrapOp(fmt.Sprintf("insert workflow %q", w.name), err)
+		return nil, wrapOp(fmt.Sprintf("insert workflow %q", w.name), c.schemaCause(ctx, err))
 	}
 	res := &WorkflowInsertResult{Workflow: info, Jobs: make(map[string]*JobRow, len(jobs))}
 	for i, s := range w.steps {

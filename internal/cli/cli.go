@@ -32,6 +32,9 @@ const (
 // EnvDatabaseURL is the environment variable read when --database-url is not given.
 const EnvDatabaseURL = "PRONTO_DATABASE_URL"
 
+// EnvDatabaseListenURL is the environment variable read when --database-listen-url is not given.
+const EnvDatabaseListenURL = "PRONTO_DATABASE_LISTEN_URL"
+
 // DefaultDatabaseURL is the database used when neither --database-url nor PRONTO_DATABASE_URL is set:
 // an SQLite file in the working directory.
 const DefaultDatabaseURL = "sqlite:pronto.db"
@@ -197,6 +200,7 @@ type runner struct {
 	collect *[]flagInfo
 
 	dbURL     string // --database-url as given ("" if not)
+	listenURL string // --database-listen-url as given ("" if not)
 	schema    string // --schema as given
 	schemaSet bool
 }
@@ -371,6 +375,9 @@ Database (every command that reads or writes jobs):
                          sqlite:PATH                         an SQLite file (created by 'migrate up')
                          memory:                             an in-memory store that lasts one command
   --schema NAME        PostgreSQL schema holding pronto's tables (default "pronto")
+  --database-listen-url URL
+                       PostgreSQL behind PgBouncer (transaction pooling): a direct URL for the
+                       notification listener; default $`+EnvDatabaseListenURL+` (docs/pgbouncer.md)
 
 Exit codes: 0 ok, 1 runtime error, 2 usage error, 3 not found.
 

@@ -438,7 +438,8 @@ func TestMigrate(t *testing.T) {
 				run(t, with(db, "migrate", "up")...).ok(t)
 			}
 			run(t, with(db, "migrate", "down", "--steps", "0")...).fails(t, ExitUsage, "--steps 0")
-			down := run(t, with(db, "migrate", "down", "--all")...).ok(t).stdout
+			run(t, with(db, "migrate", "down", "--all")...).fails(t, ExitError, "refusing to roll back") // it holds a job
+			down := run(t, with(db, "migrate", "down", "--all", "--force")...).ok(t).stdout
 			if strings.Count(down, "rolled back") != applied || !strings.Contains(down, "0 of") {
 				t.Fatalf("down --all:\n%s", down)
 			}

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -160,6 +161,9 @@ func (r *runner) openTarget(ctx context.Context, t *target, o openOptions) (*dat
 	if r.schemaSet && t.kind != kindPostgres {
 		return nil, usageErrorf("--schema applies to PostgreSQL only, and the database is %s", t.display)
 	}
+	if r.listenURL != "" && t.kind != kindPostgres {
+		return nil, usageErrorf("--database-listen-url applies to PostgreSQL only, and the database is %s", t.display)
+	}
 	var flags string
 	switch {
 	case r.dbURL == "":
@@ -203,6 +207,10 @@ func (r *runner) openTarget(ctx context.Context, t *target, o openOptions) (*dat
 
 func (r *runner) openPostgres(ctx context.Context, t *target, o openOptions) (*database, error) {
 	cfg := t.pg.Copy()
+	listenURL, err := r.pgListenURL(cfg, t)
+	if err != nil {
+		return nil, err
+	}
 	if cfg.ConnConfig.ConnectTimeout == 0 {
 		cfg.ConnConfig.ConnectTimeout = connectTimeout
 	}
@@ -215,7 +223,7 @@ func (r *runner) openPostgres(ctx context.Context, t *target, o openOptions) (*d
 		return nil, errorf("cannot connect to PostgreSQL at %s: %v", t.display, err)
 	}
 	// The pool connects lazily: check the schema name before waiting for the server.
-	st, err := postgres.New(pool, postgres.Config{Schema: r.schema})
+	st, err := postgres.New(pool, postgres.Config{Schema: r.schema, ListenURL: listenURL})
 	if err != nil {
 		pool.Close()
 		return nil, usageErrorf("--schema %q: %v", r.schema, err)
@@ -229,6 +237,33 @@ func (r *runner) openPostgres(ctx context.Context, t *target, o openOptions) (*d
 		return nil, errorf("cannot connect to PostgreSQL at %s: %s", t.display, connectErrorText(err, cfg.ConnConfig.ConnectTimeout))
 	}
 	return &database{t: t, store: st, close: func() { _ = st.Close(); pool.Close() }}, nil
+}
+
+// pgListenURL returns the listener's URL: --database-listen-url, else $PRONTO_DATABASE_LISTEN_URL,
+// else "" (listen where the pool connects). With one, the pool goes through a transaction pooler,
+// so unless the URL chose a query mode itself, cfg is switched to pgx's cache_describe mode: no
+// named prepared statements, which a pooler would hand from one client's session to another's
+// (docs/pgbouncer.md).
+func (r *runner) pgListenURL(cfg *pgxpool.Config, t *target) (string, error) {
+	raw := r.listenURL
+	if raw == "" {
+		raw = r.env.getenv(EnvDatabaseListenURL)
+	}
+	if raw == "" {
+		return "", nil
+	}
+	lt, err := parseDatabaseURL(raw)
+	if err != nil {
+		return "", usageErrorf("--database-listen-url: %v", err)
+	}
+	if lt.kind != kindPostgres {
+		return "", usageErrorf("--database-listen-url %s: must be a postgres:// URL", lt.display)
+	}
+	if !strings.Contains(t.display, "default_query_exec_mode") {
+		cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeCacheDescribe
+	}
+	scheme, rest, _ := strings.Cut(raw, "://")
+	return strings.ToLower(scheme) + "://" + rest, nil // pgx wants the scheme in lowercase
 }
 
 // connectErrorText shortens pgx's connection errors (which list every address and TLS mode tried,
@@ -305,30 +340,31 @@ func openMemory(t *target) *database {
 	return &database{t: t, store: st}
 }
 
-// checkSchema refuses a database whose pronto schema is missing or behind, telling the user what to run.
+// checkSchema refuses a database whose pronto schema is missing, behind or ahead of this binary,
+// telling the user what to run.
 func checkSchema(ctx context.Context, db *database) error {
-	m, ok := db.store.(store.Migrator)
+	c, ok := db.store.(store.SchemaChecker)
 	if !ok {
 		return nil
 	}
-	ms, err := m.MigrationStatus(ctx)
-	if err != nil {
-		return errorf("cannot read the schema of %s: %v", db.t.display, err)
-	}
-	pending := 0
-	for _, mg := range ms {
-		if !mg.Applied {
-			pending++
-		}
-	}
+	err := c.CheckSchema(ctx)
+	var se *store.SchemaError
 	switch {
-	case pending == 0:
+	case err == nil:
 		return nil
-	case pending == len(ms):
+	case !errors.As(err, &se):
+		return errorf("cannot read the schema of %s: %v", db.t.display, err)
+	case len(se.Unknown) > 0:
+		return errorf("the pronto schema of %s is newer than this binary: %v", db.t.display, err)
+	case len(se.Missing) == se.Known:
 		return errorf("%s has no pronto schema yet; create it with: pronto migrate up%s", db.t.display, db.urlFlag())
 	default:
-		return errorf("the pronto schema of %s is out of date (%d of %d migrations pending); upgrade it with: pronto migrate up%s",
-			db.t.display, pending, len(ms), db.urlFlag())
+		names := make([]string, len(se.Missing))
+		for i, m := range se.Missing {
+			names[i] = fmt.Sprintf("%03d_%s", m.Version, m.Name)
+		}
+		return errorf("the pronto schema of %s is out of date (%d of %d migrations pending: %s); upgrade it with: pronto migrate up%s",
+			db.t.display, len(se.Missing), se.Known, strings.Join(names, ", "), db.urlFlag())
 	}
 }
 

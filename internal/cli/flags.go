@@ -51,10 +51,12 @@ func (fs *flagSet) withDatabase() *flagSet {
 	fs.StringVar(&fs.r.dbURL, "database-url", fs.r.dbURL,
 		"`URL` of the database: postgres://user:pass@host/db, sqlite:PATH or memory: (default $"+EnvDatabaseURL+", else "+DefaultDatabaseURL+")")
 	fs.Var(schemaValue{fs.r}, "schema", "the PostgreSQL schema `NAME` holding pronto's tables (default pronto)")
+	fs.StringVar(&fs.r.listenURL, "database-listen-url", fs.r.listenURL,
+		"PostgreSQL only: a direct `URL` for the notification listener when --database-url goes through PgBouncer in transaction-pooling mode (default $"+EnvDatabaseListenURL+")")
 	return fs
 }
 
-var dbFlags = map[string]bool{"database-url": true, "schema": true}
+var dbFlags = map[string]bool{"database-url": true, "schema": true, "database-listen-url": true}
 
 // parse parses args, allowing positional arguments anywhere ("--" ends the flags), and checks their
 // number: at least minPos, at most maxPos (negative: no limit). --help prints the command's help and

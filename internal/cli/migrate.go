@@ -3,6 +3,9 @@ package cli
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -71,11 +74,16 @@ func cmdMigrateUp(ctx context.Context, r *runner, args []string) error {
 }
 
 func cmdMigrateDown(ctx context.Context, r *runner, args []string) error {
-	fs := r.newFlagSet("pronto migrate down [--steps N | --all] [flags]",
+	fs := r.newFlagSet("pronto migrate down [--steps N | --all] [--force] [flags]",
 		"Roll back the latest applied migrations, newest first. Rolling back the first migration drops\n"+
-			"the jobs table and every job in it.").withDatabase()
+			"the jobs table and every job in it.\n\n"+
+			"It refuses, naming what it found, when the rollback would delete data (rows of the tables it\n"+
+			"drops, values of the columns it drops) or while clients use the schema (a live leader lease,\n"+
+			"or on PostgreSQL a client's presence announcement heard within 1.5 s); --force\n"+
+			"rolls back anyway.").withDatabase()
 	steps := fs.Int("steps", 1, "roll back `N` migrations")
 	all := fs.Bool("all", false, "roll back every migration (drops every job)")
+	force := fs.Bool("force", false, "roll back even if it deletes data or clients are live")
 	if _, err := fs.parse(args, 0, 0); err != nil {
 		return err
 	}
@@ -90,6 +98,11 @@ func cmdMigrateDown(ctx context.Context, r *runner, args []string) error {
 		n := *steps
 		if *all {
 			n = applied
+		}
+		if p, ok := m.(store.DownPlanner); ok {
+			if err := r.guardDown(ctx, p, db, n, *force); err != nil {
+				return err
+			}
 		}
 		if err := m.MigrateDown(ctx, n); err != nil {
 			return errorf("rolling back %s: %v", db.t.display, err)
@@ -133,4 +146,113 @@ func cmdMigrateStatus(ctx context.Context, r *runner, args []string) error {
 		}
 		return nil
 	})
+}
+
+// presenceListen is how long migrate down listens for clients' presence announcements on
+// PostgreSQL when no leader lease is live: clients working queues announce themselves every second.
+const presenceListen = 1500 * time.Millisecond
+
+// guardDown refuses, unless force, a rollback of n migrations that deletes data or runs while
+// clients use the schema, saying what it found. Forced, it says what it deletes and goes on.
+//
+// Clients are known live by their leader leases (store.DownPlanner.LiveLeases): every started client
+// with maintenance enabled renews one, or contends for it, every second. On PostgreSQL, where
+// presence is announced over notifications and not stored, it also listens briefly for the
+// announcements of clients that work queues with maintenance disabled. Insert-only clients leave no
+// trace and are not detected.
+func (r *runner) guardDown(ctx context.Context, p store.DownPlanner, db *database, n int, force bool) error {
+	loss, err := p.DownDataLoss(ctx, n)
+	if err != nil {
+		return errorf("previewing the rollback of %s: %v", db.t.display, err)
+	}
+	leases, err := p.LiveLeases(ctx)
+	if err != nil {
+		return errorf("looking for live clients of %s: %v", db.t.display, err)
+	}
+	var live []string
+	for _, l := range leases {
+		live = append(live, fmt.Sprintf("client %s (leader of %s)", l.LeaderID, l.Name))
+	}
+	if len(live) == 0 && !force && db.t.kind == kindPostgres {
+		live = listenForPresence(db.store.Notifier(), presenceListen)
+	}
+	if len(loss) == 0 && len(live) == 0 {
+		return nil
+	}
+	// One line, like every error of the CLI: what would be deleted, then who is live.
+	var parts []string
+	if len(loss) > 0 {
+		items := make([]string, len(loss))
+		for i, l := range loss {
+			if l.Column == "" {
+				items[i] = fmt.Sprintf("%s of table %s", plural(l.Rows, "row"), l.Table)
+			} else {
+				items[i] = fmt.Sprintf("the %s values of column %s.%s", plural(l.Rows, ""), l.Table, l.Column)
+			}
+			items[i] += fmt.Sprintf(" (%03d_%s)", l.Migration.Version, l.Migration.Name)
+		}
+		parts = append(parts, "it would delete "+strings.Join(items, ", "))
+	}
+	if len(live) > 0 {
+		parts = append(parts, "clients are using the schema: "+strings.Join(live, ", "))
+	}
+	found := strings.Join(parts, "; ")
+	if force {
+		fmt.Fprintf(r.env.Stdout, "rolling back %s with --force: %s\n", db.t.display, found)
+		return nil
+	}
+	var advice []string
+	if len(live) > 0 {
+		advice = append(advice, "stop the clients")
+	}
+	if len(loss) > 0 {
+		advice = append(advice, "keep a copy of what you need")
+	}
+	return errorf("refusing to roll back %s: %s; %s, or pass --force to roll back anyway",
+		db.t.display, found, strings.Join(advice, " and "))
+}
+
+// listenForPresence returns the clients whose presence announcements are heard within d, or
+// nothing when d passes without one.
+func listenForPresence(n store.Notifier, d time.Duration) []string {
+	var (
+		mu   sync.Mutex
+		seen = map[string]bool{}
+		out  []string
+	)
+	heard := make(chan struct{}, 1)
+	unsubscribe := n.Subscribe(func(note store.Notification) {
+		if note.Kind != store.NotifyPresence {
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if !seen[note.Client] {
+			seen[note.Client] = true
+			out = append(out, fmt.Sprintf("client %s (working queue %s)", note.Client, note.Queue))
+		}
+		select {
+		case heard <- struct{}{}:
+		default:
+		}
+	})
+	defer unsubscribe()
+	select {
+	case <-heard:
+	case <-time.After(d):
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	return slices.Clone(out)
+}
+
+// plural writes n with its noun ("1 row", "2 rows"; noun "" gives the number alone).
+func plural(n int64, noun string) string {
+	switch {
+	case noun == "":
+		return fmt.Sprint(n)
+	case n == 1:
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }

@@ -129,23 +129,46 @@ func (s *Store) MigrateDown(ctx context.Context, steps int) error {
 // MigrationStatus lists every embedded migration, oldest first, with whether and when it was
 // applied to the store's schema.
 func (s *Store) MigrationStatus(ctx context.Context) ([]store.Migration, error) {
+	out, _, err := s.migrationStatus(ctx)
+	return out, err
+}
+
+// CheckSchema returns a *store.SchemaError when the schema lacks an embedded migration or has one
+// applied that this binary does not know. It reads the migrations table once.
+func (s *Store) CheckSchema(ctx context.Context) error {
+	ms, unknown, err := s.migrationStatus(ctx)
+	if err != nil {
+		return err
+	}
+	return store.CheckMigrations(fmt.Sprintf("PostgreSQL schema %q", s.schema), ms, unknown)
+}
+
+// migrationStatus returns every embedded migration with whether it is applied, and the applied
+// versions that are not embedded (a newer binary's), in order.
+func (s *Store) migrationStatus(ctx context.Context) ([]store.Migration, []int, error) {
 	applied := map[int]time.Time{}
 	var exists bool
 	if err := s.pool.QueryRow(ctx, s.q.migrationsExist, s.schema+".schema_migrations").Scan(&exists); err != nil {
-		return nil, fmt.Errorf("migration status of schema %s: %w", s.schema, err)
+		return nil, nil, fmt.Errorf("migration status of schema %s: %w", s.schema, err)
 	}
 	if exists {
 		var err error
 		if applied, err = s.appliedMigrations(ctx, s.pool); err != nil {
-			return nil, fmt.Errorf("migration status of schema %s: %w", s.schema, err)
+			return nil, nil, fmt.Errorf("migration status of schema %s: %w", s.schema, err)
 		}
 	}
 	out := make([]store.Migration, len(migrations))
 	for i, m := range migrations {
 		at, ok := applied[m.version]
 		out[i] = store.Migration{Version: m.version, Name: m.name, Applied: ok, AppliedAt: at}
+		delete(applied, m.version)
 	}
-	return out, nil
+	var unknown []int
+	for v := range applied {
+		unknown = append(unknown, v)
+	}
+	sort.Ints(unknown)
+	return out, unknown, nil
 }
 
 // migrateTx runs fn in a transaction holding the schema's migration lock, with the schema and its

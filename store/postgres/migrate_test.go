@@ -2,6 +2,8 @@ package postgres
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sync"
 	"testing"
 
@@ -136,4 +138,39 @@ func TestTwoSchemasAreIsolated(t *testing.T) {
 	require.Len(t, recA.of(store.NotifyInsert), 1)
 	require.Len(t, recB.of(store.NotifyInsert), 1)
 	require.Empty(t, recB.of(store.NotifyPause))
+}
+
+// TestCheckSchema: missing migrations are named, unknown applied ones say the schema is newer.
+func TestCheckSchema(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	schema := testdb.Schema(t)
+	s, err := New(testdb.NewPool(t, 2), Config{Schema: schema})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+
+	err = s.CheckSchema(ctx)
+	require.ErrorIs(t, err, store.ErrSchemaNotMigrated)
+	require.EqualError(t, err, fmt.Sprintf(`schema not migrated: run pronto migrate up (PostgreSQL schema %q has none of pronto's %d migrations)`,
+		schema, len(migrations)))
+
+	require.NoError(t, s.Migrate(ctx))
+	require.NoError(t, s.CheckSchema(ctx))
+
+	require.NoError(t, s.MigrateDown(ctx, 1))
+	last := migrations[len(migrations)-1]
+	err = s.CheckSchema(ctx)
+	var se *store.SchemaError
+	require.ErrorAs(t, err, &se)
+	require.Len(t, se.Missing, 1)
+	require.ErrorContains(t, err, fmt.Sprintf("lacks 1 of %d migrations: %03d_%s", len(migrations), last.version, last.name))
+
+	require.NoError(t, s.Migrate(ctx))
+	_, err = s.Pool().Exec(ctx, "INSERT INTO "+schema+".schema_migrations (version, name) VALUES (999, 'future')")
+	require.NoError(t, err)
+	err = s.CheckSchema(ctx)
+	require.ErrorIs(t, err, store.ErrSchemaTooNew)
+	require.False(t, errors.Is(err, store.ErrSchemaNotMigrated))
+	require.ErrorContains(t, err, "schema is newer than this binary")
+	require.ErrorContains(t, err, "999")
 }

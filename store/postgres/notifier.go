@@ -268,11 +268,17 @@ func (n *notifier) run(ctx context.Context, l *listener) {
 	}
 }
 
-// connect opens the listener's own connection from the pool's configuration and listens.
+// connect opens the listener's own connection, from Config.ListenURL or else the pool's
+// configuration, and listens.
 func (n *notifier) connect(ctx context.Context) (*pgx.Conn, error) {
 	ctx, cancel := context.WithTimeout(ctx, listenerConnectTimeout)
 	defer cancel()
-	cfg := n.s.pool.Config().ConnConfig.Copy()
+	var cfg *pgx.ConnConfig
+	if n.s.listenConfig != nil {
+		cfg = n.s.listenConfig.Copy()
+	} else {
+		cfg = n.s.pool.Config().ConnConfig.Copy()
+	}
 	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return nil, err

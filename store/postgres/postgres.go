@@ -21,6 +21,10 @@
 // creates the schema and applies the embedded migrations; it is safe to call from every process at
 // start-up.
 //
+// Behind PgBouncer in transaction-pooling mode, the pool goes through the pooler in pgx's
+// cache_describe query mode and Config.ListenURL reaches PostgreSQL directly for the listener
+// (docs/pgbouncer.md): nothing else the store does needs a session.
+//
 //	pool, _ := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
 //	st, err := postgres.New(pool, postgres.Config{})
 //	if err != nil { ... }
@@ -52,6 +56,12 @@ type Config struct {
 	Schema string
 	// Logger receives the notifier's connection problems. Nil discards them.
 	Logger *slog.Logger
+	// ListenURL, when set, is where the notification listener connects, instead of where the pool
+	// does. Behind PgBouncer in transaction-pooling mode (see docs/pgbouncer.md) the pool goes
+	// through the pooler and ListenURL reaches PostgreSQL directly: LISTEN holds a session, which a
+	// transaction pooler hands to another client after every statement. Only one connection per
+	// store uses it.
+	ListenURL string
 }
 
 // Store is the PostgreSQL implementation of store.Store. It also implements store.Migrator,
@@ -67,6 +77,8 @@ type Store struct {
 	jobsTable pgx.Identifier
 	// expand substitutes the schema and channel into migration files, as into statements.
 	expand *strings.Replacer
+	// listenConfig is the listener's connection (Config.ListenURL), nil to connect as the pool does.
+	listenConfig *pgx.ConnConfig
 
 	notifier *notifier
 }
@@ -75,6 +87,7 @@ type Store struct {
 var (
 	_ store.Store         = (*Store)(nil)
 	_ store.Migrator      = (*Store)(nil)
+	_ store.SchemaChecker = (*Store)(nil)
 	_ store.PgxTxInserter = (*Store)(nil)
 	_ store.Notifier      = (*notifier)(nil)
 	_ pgx.CopyFromSource  = (*copySource)(nil)
@@ -104,6 +117,13 @@ func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 	if err := validateIdentifier(schema); err != nil {
 		return nil, fmt.Errorf("postgres store: schema: %w", err)
 	}
+	var listenConfig *pgx.ConnConfig
+	if cfg.ListenURL != "" {
+		var err error
+		if listenConfig, err = pgx.ParseConfig(cfg.ListenURL); err != nil {
+			return nil, fmt.Errorf("postgres store: ListenURL: %w", err)
+		}
+	}
 	logger := cfg.Logger
 	if logger == nil {
 		logger = discardLogger
@@ -117,8 +137,9 @@ func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 		q:       newQueries(expand),
 		log:     logger,
 
-		jobsTable: pgx.Identifier{schema, "jobs"},
-		expand:    expand,
+		jobsTable:    pgx.Identifier{schema, "jobs"},
+		expand:       expand,
+		listenConfig: listenConfig,
 	}
 	s.notifier = newNotifier(s)
 	return s, nil

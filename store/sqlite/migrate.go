@@ -181,19 +181,36 @@ func (s *Store) MigrateDown(ctx context.Context, steps int) error {
 
 // MigrationStatus lists every embedded migration, oldest first, with whether and when it was applied.
 func (s *Store) MigrationStatus(ctx context.Context) ([]store.Migration, error) {
+	out, _, err := s.migrationStatus(ctx)
+	return out, err
+}
+
+// CheckSchema returns a *store.SchemaError when the database lacks an embedded migration or has one
+// applied that this binary does not know.
+func (s *Store) CheckSchema(ctx context.Context) error {
+	ms, unknown, err := s.migrationStatus(ctx)
+	if err != nil {
+		return err
+	}
+	return store.CheckMigrations("SQLite database "+s.path, ms, unknown)
+}
+
+// migrationStatus returns every embedded migration with whether it is applied, and the applied
+// versions that are not embedded (a newer binary's), in order.
+func (s *Store) migrationStatus(ctx context.Context) ([]store.Migration, []int, error) {
 	ms, err := loadMigrations()
 	if err != nil {
-		return nil, fmt.Errorf("migration status %s: %w", s.path, err)
+		return nil, nil, fmt.Errorf("migration status %s: %w", s.path, err)
 	}
 	var exists int
 	if err := s.r.QueryRowContext(ctx,
 		`SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = 'pronto_migrations'`).Scan(&exists); err != nil {
-		return nil, fmt.Errorf("migration status %s: %w", s.path, err)
+		return nil, nil, fmt.Errorf("migration status %s: %w", s.path, err)
 	}
 	applied := map[int]time.Time{}
 	if exists > 0 {
 		if applied, err = appliedVersions(ctx, s.r); err != nil {
-			return nil, fmt.Errorf("migration status %s: %w", s.path, err)
+			return nil, nil, fmt.Errorf("migration status %s: %w", s.path, err)
 		}
 	}
 	out := make([]store.Migration, len(ms))
@@ -203,8 +220,14 @@ func (s *Store) MigrationStatus(ctx context.Context) ([]store.Migration, error) 
 		if ok {
 			out[i].AppliedAt = at
 		}
+		delete(applied, m.version)
 	}
-	return out, nil
+	var unknown []int
+	for v := range applied {
+		unknown = append(unknown, v)
+	}
+	slices.Sort(unknown)
+	return out, unknown, nil
 }
 
 // resetStmts closes the prepared statements, to be prepared again on next use.

@@ -124,6 +124,7 @@ type Store struct {
 var (
 	_ store.Store         = (*Store)(nil)
 	_ store.Migrator      = (*Store)(nil)
+	_ store.SchemaChecker = (*Store)(nil)
 	_ store.SQLTxInserter = (*Store)(nil)
 )
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -389,4 +390,34 @@ func TestInsertRejectsBadParams(t *testing.T) {
 	p.Queue = ""
 	_, err = s.Insert(ctx, []*store.InsertParams{p})
 	require.ErrorContains(t, err, "empty queue")
+}
+
+// TestCheckSchema: missing migrations are named, unknown applied ones say the schema is newer.
+func TestCheckSchema(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, err := Open(ctx, filepath.Join(t.TempDir(), "c.db"))
+	require.NoError(t, err)
+	defer s.Close()
+
+	err = s.CheckSchema(ctx)
+	require.ErrorIs(t, err, store.ErrSchemaNotMigrated)
+	require.ErrorContains(t, err, "schema not migrated: run pronto migrate up (SQLite database ")
+
+	require.NoError(t, s.Migrate(ctx))
+	require.NoError(t, s.CheckSchema(ctx))
+
+	require.NoError(t, s.MigrateDown(ctx, 1))
+	var se *store.SchemaError
+	require.ErrorAs(t, s.CheckSchema(ctx), &se)
+	require.Len(t, se.Missing, 1)
+	known, err := loadMigrations()
+	require.NoError(t, err)
+	last := known[len(known)-1]
+	require.ErrorContains(t, se, fmt.Sprintf("lacks 1 of %d migrations: %03d_%s", len(known), last.version, last.name))
+
+	require.NoError(t, s.Migrate(ctx))
+	_, err = s.w.ExecContext(ctx, `INSERT INTO pronto_migrations (version, name, applied_at) VALUES (999, 'future', 0)`)
+	require.NoError(t, err)
+	require.ErrorIs(t, s.CheckSchema(ctx), store.ErrSchemaTooNew)
 }
