@@ -23,7 +23,11 @@ import (
 // The helper process: when PRONTO_TEST_WORKER is set, TestMain runs a worker client instead of the
 // tests. It prints "leader" when it becomes the maintenance leader and "start ID" as each job starts,
 // then works (slowly) until it is killed.
+// With PRONTO_CHAOS_WORKER set, it runs the chaos suite's worker instead (see chaos_test.go).
 func TestMain(m *testing.M) {
+	if kind := os.Getenv(chaosWorkerEnv); kind != "" {
+		os.Exit(runChaosWorker(kind))
+	}
 	if kind := os.Getenv("PRONTO_TEST_WORKER"); kind != "" {
 		os.Exit(runHelperWorker(kind))
 	}
