@@ -109,36 +109,6 @@ func countPostgres(pool *pgxpool.Pool, schema string) func(ctx context.Context) 
 	}
 }
 
-// recoveryAfter is how long after a kill at `at` the last of the killed process's in-flight jobs
-// completed elsewhere (0 if it held none).
-func recoveryAfter(p *chaosProc, at time.Time, jobs map[string]*pronto.JobRow) (time.Duration, int) {
-	var last time.Time
-	n := 0
-	for id, attempts := range p.runs() {
-		j := jobs[id]
-		for _, a := range attempts {
-			if j != nil && (resultPID(j) != p.pid || j.Attempt != a) {
-				n++
-				if j.CompletedAt.After(last) {
-					last = j.CompletedAt
-				}
-			}
-		}
-	}
-	if n == 0 {
-		return 0, 0
-	}
-	return last.Sub(at), n
-}
-
-func durations(ds []time.Duration) string {
-	s := ""
-	for _, d := range ds {
-		s += fmt.Sprintf(" %.2fs", d.Seconds())
-	}
-	return s
-}
-
 // TestChaosKilledWorkers: three worker processes on PostgreSQL under a steady insert rate, one
 // SIGKILLed every few seconds and replaced. Every job completes, none is left active, and a job runs
 // again (and its work is duplicated, per the ledger the workers write) only when it was in flight in
@@ -162,17 +132,26 @@ func TestChaosKilledWorkers(t *testing.T) {
 	ins := startInserter(admin, 40*time.Millisecond, 10*time.Second)
 
 	type kill struct {
-		at time.Time
-		p  *chaosProc
+		at    time.Time
+		p     *chaosProc
+		leads bool
 	}
 	var kills []kill
 	for k := range 4 {
 		time.Sleep(3 * time.Second)
-		victim := live[k%len(live)]
-		victim.kill(t)
-		kills = append(kills, kill{time.Now(), victim})
-		live[k%len(live)] = startChaosWorker(t, kindPostgres, env...)
-		procs = append(procs, live[k%len(live)])
+		// The leader at even kills, another process at odd ones.
+		v := 0
+		for i, p := range live {
+			if p.leads() == (k%2 == 0) {
+				v = i
+				break
+			}
+		}
+		victim := live[v]
+		victim.killBusy(t)
+		kills = append(kills, kill{time.Now(), victim, victim.leads()})
+		live[v] = startChaosWorker(t, kindPostgres, env...)
+		procs = append(procs, live[v])
 	}
 	acked := ins.finish()
 	require.Zero(t, ins.errors(), "no insert fails while workers die (last error: %v)", ins.lastErr)
@@ -184,16 +163,23 @@ func TestChaosKilledWorkers(t *testing.T) {
 	jobs := allJobs(t, admin)
 	f := checkChaos(t, acked, jobs, readPostgresLedger(t, pool, ts.schema), procs, true)
 	require.Zero(t, f.Lost)
-	var rec []time.Duration
+	var rec []string
 	var held []int
 	for _, k := range kills {
-		d, n := recoveryAfter(k.p, k.at, jobs)
-		rec = append(rec, d)
+		d, n := backInPlay(k.p, k.at, jobs, procs)
 		held = append(held, n)
+		switch {
+		case n == 0:
+			rec = append(rec, "-")
+		case k.leads:
+			rec = append(rec, fmt.Sprintf("%.2fs(leader)", d.Seconds()))
+		default:
+			rec = append(rec, fmt.Sprintf("%.2fs", d.Seconds()))
+		}
 	}
-	t.Logf("postgres, %d kills: %d jobs, %d lost, %d reruns, %d duplicates, in flight at each kill %v; "+
-		"the killed process's jobs all completed elsewhere after%s (lease %s)",
-		len(kills), f.Jobs, f.Lost, f.Reruns, f.Duplicates, held, durations(rec), chaosLease)
+	t.Logf("postgres, %d kills: %d jobs, %d lost, %d reruns, %d duplicates, %d runs in flight at the kills %v; "+
+		"the killed process's jobs all started again elsewhere after %v (lease %s, leader TTL %s)",
+		len(kills), f.Jobs, f.Lost, f.Reruns, f.Duplicates, f.InFlight, held, rec, chaosLease, chaosLeaderTTL)
 }
 
 // TestChaosStoppedWorker: a worker process frozen (SIGSTOP) past its lease, then thawed (SIGCONT):
@@ -360,7 +346,7 @@ func TestChaosSQLiteKilledProcess(t *testing.T) {
 	ins := startInserter(admin, 40*time.Millisecond, 10*time.Second)
 
 	time.Sleep(3 * time.Second)
-	w1.kill(t)
+	w1.killBusy(t)
 	killedAt := time.Now()
 	time.Sleep(3 * time.Second)
 	acked := ins.finish()
@@ -386,8 +372,12 @@ func TestChaosSQLiteKilledProcess(t *testing.T) {
 	jobs := allJobs(t, admin)
 	f := checkChaos(t, acked, jobs, readSQLiteLedger(t, db), []*chaosProc{w1, w2}, true)
 	require.Zero(t, f.Lost)
-	rec, held := recoveryAfter(w1, killedAt, jobs)
-	t.Logf("sqlite, one of two processes killed: %d jobs, %d lost, %d reruns, %d duplicates, %d in flight at the kill, "+
-		"all completed elsewhere after %.2fs (lease %s); integrity_check ok", f.Jobs, f.Lost, f.Reruns, f.Duplicates, held,
-		rec.Seconds(), chaosLease)
+	rec, held := backInPlay(w1, killedAt, jobs, []*chaosProc{w1, w2})
+	leader := ""
+	if w1.leads() {
+		leader = ", it led"
+	}
+	t.Logf("sqlite, one of two processes killed: %d jobs, %d lost, %d reruns, %d duplicates, %d in flight at the kill%s, "+
+		"all started again in the other after %.2fs (lease %s); integrity_check ok", f.Jobs, f.Lost, f.Reruns, f.Duplicates, held,
+		leader, rec.Seconds(), chaosLease)
 }
