@@ -324,8 +324,14 @@ func TestChaosPostgresRestarts(t *testing.T) {
 	jobs := allJobs(t, admin)
 	f := checkChaos(t, acked, jobs, readPostgresLedger(t, pool, schema), procs, false)
 	require.Zero(t, f.Lost)
-	t.Logf("postgres restarts: %d jobs, %d lost, %d reruns, %d duplicates, slowest insert %.2fs (deadline %s); %v",
-		f.Jobs, f.Lost, f.Reruns, f.Duplicates, ins.maxCall.Seconds(), insertTimeout, report)
+	why := map[string]int{} // why attempts failed: the runs the outages cut short
+	for _, j := range jobs {
+		for _, e := range j.Errors {
+			why[e.Type]++
+		}
+	}
+	t.Logf("postgres restarts: %d jobs, %d lost, %d reruns (failed attempts by type: %v), %d duplicates, slowest insert %.2fs (deadline %s); %v",
+		f.Jobs, f.Lost, f.Reruns, why, f.Duplicates, ins.maxCall.Seconds(), insertTimeout, report)
 }
 
 // TestChaosSQLiteKilledProcess: two worker processes share an SQLite file while a third (this
