@@ -9,6 +9,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -24,6 +25,7 @@ import (
 
 	"github.com/pronto-jobs/pronto"
 	"github.com/pronto-jobs/pronto/internal/testdb"
+	"github.com/pronto-jobs/pronto/server"
 	"github.com/pronto-jobs/pronto/store"
 	"github.com/pronto-jobs/pronto/store/postgres"
 	"github.com/pronto-jobs/pronto/store/sqlite"
@@ -103,6 +105,10 @@ func runChaosWorker(kind string) int {
 		return fail(fmt.Errorf("unknown store %q", kind))
 	}
 
+	if os.Getenv(chaosRoleEnv) == "server" {
+		return runChaosServer(s, say, fail)
+	}
+
 	workers := pronto.NewWorkers()
 	pronto.AddWorker(workers, pronto.WorkFunc(func(ctx context.Context, j *pronto.Job[chaosArgs]) error {
 		say("start %s %d", j.ID, j.Attempt)
@@ -169,6 +175,48 @@ func runChaosWorker(kind string) int {
 	return 0
 }
 
+// chaosRoleEnv set to "server" makes a chaos worker process an OJS HTTP server instead (no workers:
+// OJS workers fetch from it over HTTP).
+const chaosRoleEnv = "PRONTO_CHAOS_ROLE"
+
+// runChaosServer serves the OJS HTTP API over s on a free port of 127.0.0.1, printing
+// "listening ADDR" and then "ready CLIENT-ID", until SIGTERM. Its client rescues expired leases
+// quickly when it leads.
+func runChaosServer(s store.Store, say func(string, ...any), fail func(error) int) int {
+	ctx := context.Background()
+	c, err := pronto.NewClient(s, &pronto.Config{ID: fmt.Sprintf("chaos-%d", os.Getpid()),
+		RescueInterval: 100 * time.Millisecond, LeaderTTL: time.Second})
+	if err != nil {
+		return fail(err)
+	}
+	srv, err := server.New(server.Config{Client: c})
+	if err != nil {
+		return fail(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return fail(err)
+	}
+	term := make(chan os.Signal, 1)
+	signal.Notify(term, syscall.SIGTERM)
+	if err := c.Start(ctx); err != nil {
+		return fail(err)
+	}
+	hs := server.NewHTTPServer(ln.Addr().String(), srv)
+	go func() { _ = hs.Serve(ln) }()
+	say("listening %s", ln.Addr())
+	say("ready %s", c.ID())
+	<-term
+	stopCtx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	_ = hs.Shutdown(stopCtx)
+	if err := c.Stop(stopCtx); err != nil {
+		return fail(err)
+	}
+	say("stopped")
+	return 0
+}
+
 // chaosProc is a running chaos worker process and what it printed.
 type chaosProc struct {
 	cmd    *exec.Cmd
@@ -210,6 +258,18 @@ func startChaosWorker(t *testing.T, kind storeKind, env ...string) *chaosProc {
 	p.waitLine(t, "ready ", 60*time.Second)
 	p.id = fmt.Sprintf("chaos-%d", p.pid)
 	return p
+}
+
+// after returns what follows prefix on the first line that starts with it ("" if none).
+func (p *chaosProc) after(prefix string) string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, l := range p.lines {
+		if rest, ok := strings.CutPrefix(l, prefix); ok {
+			return rest
+		}
+	}
+	return ""
 }
 
 // has reports whether the process printed a line starting with prefix.

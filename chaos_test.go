@@ -7,8 +7,11 @@ package pronto_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"net/http"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -386,4 +389,104 @@ func TestChaosSQLiteKilledProcess(t *testing.T) {
 	t.Logf("sqlite, one of two processes killed: %d jobs, %d lost, %d reruns, %d duplicates, %d in flight at the kill%s, "+
 		"all started again in the other after %.2fs (lease %s); integrity_check ok", f.Jobs, f.Lost, f.Reruns, f.Duplicates, held,
 		leader, rec.Seconds(), chaosLease)
+}
+
+// ojsCall posts body to the OJS server at addr and returns the status and the decoded answer.
+func ojsCall(t *testing.T, addr, path, body string) (int, map[string]any) {
+	t.Helper()
+	hc := &http.Client{Timeout: 10 * time.Second}
+	resp, err := hc.Post("http://"+addr+"/ojs/v1"+path, "application/json", strings.NewReader(body))
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	var m map[string]any
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&m), "%s answers JSON", path)
+	return resp.StatusCode, m
+}
+
+// ojsFetch fetches at most one job of the default queue as worker from the server at addr, with a
+// one-second visibility timeout; nil when there is none.
+func ojsFetch(t *testing.T, addr, worker string) map[string]any {
+	t.Helper()
+	status, m := ojsCall(t, addr, "/workers/fetch", `{"queues":["default"],"worker_id":"`+worker+`","visibility_timeout_ms":1000}`)
+	require.Equal(t, http.StatusOK, status, "fetch: %v", m)
+	jobs, _ := m["jobs"].([]any)
+	if len(jobs) == 0 {
+		return nil
+	}
+	return jobs[0].(map[string]any)
+}
+
+// TestChaosStaleHTTPAck: an OJS worker fetches a job from one server process, which is then
+// SIGKILLed; the worker's lease runs out and the job is fetched again, from a second server process,
+// by a worker under the same worker id (a restarted worker). Every stale ack and nack (by claim
+// token, or naming no claim at all) gets 409 and leaves the job to the current claim, whose ack
+// decides it: the fence lives in the store, not in the memory of the server that handed the claim
+// out.
+func TestChaosStaleHTTPAck(t *testing.T) {
+	for _, kind := range []storeKind{kindPostgres, kindSQLite} {
+		t.Run(string(kind), func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			ts := newTestStore(t, kind)
+			env := []string{chaosRoleEnv + "=server", "PRONTO_TEST_DATABASE_URL=" + testdb.URL(),
+				"PRONTO_TEST_SCHEMA=" + ts.schema, "PRONTO_TEST_PATH=" + ts.path}
+			a := startChaosWorker(t, kind, env...)
+			b := startChaosWorker(t, kind, env...)
+			admin, err := pronto.NewClient(ts.Store, nil)
+			require.NoError(t, err)
+			job, err := admin.Insert(ctx, chaosArgs{}, nil)
+			require.NoError(t, err)
+
+			first := ojsFetch(t, a.after("listening "), "w1")
+			require.NotNil(t, first)
+			require.Equal(t, job.ID, first["id"])
+			require.Equal(t, 1.0, first["attempt"])
+			staleToken, _ := first["claim_token"].(string)
+			require.NotEmpty(t, staleToken, "the fetch answer carries a claim token")
+			a.kill(t)
+			killedAt := time.Now()
+
+			var second map[string]any
+			for second == nil {
+				require.Less(t, time.Since(killedAt), 30*time.Second, "the job is handed out again after its lease")
+				second = ojsFetch(t, b.after("listening "), "w1")
+				if second == nil {
+					time.Sleep(20 * time.Millisecond)
+				}
+			}
+			refetchedAfter := time.Since(killedAt)
+			require.Equal(t, job.ID, second["id"])
+			require.Equal(t, 2.0, second["attempt"])
+			require.NotEqual(t, staleToken, second["claim_token"])
+
+			for _, body := range []string{
+				`{"job_id":"` + job.ID + `","worker_id":"w1","claim_token":"` + staleToken + `","result":"stale"}`,
+				`{"job_id":"` + job.ID + `","claim_token":"` + staleToken + `","result":"stale"}`,
+				`{"job_id":"` + job.ID + `","result":"stale"}`,
+			} {
+				status, m := ojsCall(t, b.after("listening "), "/workers/ack", body)
+				require.Equal(t, http.StatusConflict, status, "stale ack %s: %v", body, m)
+				e, _ := m["error"].(map[string]any)
+				require.Equal(t, "conflict", e["code"], "%v", m)
+				require.NotEmpty(t, e["message"])
+				status, m = ojsCall(t, b.after("listening "), "/workers/nack",
+					strings.TrimSuffix(body, `,"result":"stale"}`)+`,"error":{"message":"stale"}}`)
+				require.Equal(t, http.StatusConflict, status, "stale nack of %s: %v", body, m)
+			}
+			status, m := ojsCall(t, b.after("listening "), "/workers/ack", `{"job_id":"`+job.ID+`","worker_id":"w1","claim_token":"`+
+				second["claim_token"].(string)+`","result":"current"}`)
+			require.Equal(t, http.StatusOK, status, "the current claim's ack: %v", m)
+
+			j, err := admin.JobGet(ctx, job.ID)
+			require.NoError(t, err)
+			require.Equal(t, pronto.StateCompleted, j.State)
+			require.Equal(t, 2, j.Attempt)
+			require.JSONEq(t, `"current"`, string(j.Result))
+			require.Len(t, j.Errors, 1)
+			require.Equal(t, "lease_expired", j.Errors[0].Type)
+			b.stop(t)
+			t.Logf("%s: job fetched again %.2fs after its server was killed (visibility timeout 1s); 6 stale outcomes refused with 409",
+				kind, refetchedAfter.Seconds())
+		})
+	}
 }
