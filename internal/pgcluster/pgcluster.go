@@ -54,10 +54,16 @@ func Start(t testing.TB) *Cluster {
 			t.Fatal(err)
 		}
 	}
+	reapOrphans(bin, c.cred)
 	// Not t.TempDir: its parent directories are private to the test's user, and the server may run
 	// as another user (postgres) that must reach its data directory.
-	c.dir, err = os.MkdirTemp("", "pgcluster-")
+	c.dir, err = os.MkdirTemp("", dirPrefix)
 	if err != nil {
+		t.Fatalf("pgcluster: %v", err)
+	}
+	// The owner file lets a later Start stop this server if this process dies without cleaning up
+	// (a test binary killed by its timeout).
+	if err := os.WriteFile(filepath.Join(c.dir, ownerFile), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
 		t.Fatalf("pgcluster: %v", err)
 	}
 	t.Cleanup(func() {
@@ -181,6 +187,31 @@ func (c *Cluster) run(name string, args ...string) ([]byte, error) {
 	// the pipe to close it, and the server outlives this call. CombinedOutput gives pg_ctl a pipe of
 	// its own; pg_ctl redirects the server to the log file.
 	return cmd.CombinedOutput()
+}
+
+const (
+	dirPrefix = "pgcluster-"
+	ownerFile = "owner.pid"
+)
+
+// reapOrphans stops and removes the clusters of test processes that died without stopping them.
+func reapOrphans(bin string, cred *syscall.Credential) {
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), dirPrefix+"*"))
+	for _, dir := range dirs {
+		b, err := os.ReadFile(filepath.Join(dir, ownerFile))
+		if err != nil {
+			continue // not ours, or still being created
+		}
+		pid, err := strconv.Atoi(string(b))
+		if err != nil || pid <= 0 || syscall.Kill(pid, 0) != syscall.ESRCH {
+			continue // its owner is alive (or we cannot tell)
+		}
+		orphan := &Cluster{bin: bin, dir: dir, cred: cred}
+		if _, err := os.Stat(filepath.Join(orphan.dataDir(), "postmaster.pid")); err == nil {
+			_, _ = orphan.run("pg_ctl", "-D", orphan.dataDir(), "-m", "immediate", "-w", "-t", "60", "stop")
+		}
+		_ = os.RemoveAll(dir)
+	}
 }
 
 // findBinaries returns the directory holding initdb and pg_ctl: on PATH, else the newest
