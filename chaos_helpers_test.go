@@ -63,7 +63,8 @@ const chaosLedgerDDL = `CREATE TABLE %schaos_ledger (job_id text NOT NULL, attem
 
 // runChaosWorker is the worker process. It prints one line per event, unbuffered so that a SIGKILL
 // loses none already printed: "ready CLIENT-ID", "start JOB ATTEMPT", "done JOB ATTEMPT" (ledger row
-// written), "cancelled JOB ATTEMPT" (the run's context ended before its work did), "stopped". It
+// written), "cancelled JOB ATTEMPT" (the run's context ended before its work did), "failed JOB
+// ATTEMPT" (the ledger write failed), "stopped". It
 // works until SIGKILL, or until SIGTERM stops its client cleanly.
 func runChaosWorker(kind string) int {
 	ctx := context.Background()
@@ -122,10 +123,12 @@ func runChaosWorker(kind string) int {
 			say("cancelled %s %d", j.ID, j.Attempt)
 			return ctx.Err()
 		}
-		// Bounded: while the database is down this fails and the attempt is retried.
-		lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		// Bounded, but well beyond SQLite's busy timeout (10 s): while the database is down this
+		// fails and the attempt is retried; on a slow machine it waits.
+		lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
 		if err := ledger(lctx, j.ID, j.Attempt); err != nil {
+			say("failed %s %d", j.ID, j.Attempt)
 			return fmt.Errorf("ledger: %w", err)
 		}
 		if err := pronto.RecordResult(ctx, map[string]int{"pid": pid}); err != nil {
@@ -387,7 +390,7 @@ func (p *chaosProc) busy() bool {
 		switch f[0] {
 		case "start":
 			open[f[1]+" "+f[2]] = true
-		case "done", "cancelled":
+		case "done", "cancelled", "failed":
 			delete(open, f[1]+" "+f[2])
 		}
 	}

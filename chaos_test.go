@@ -132,7 +132,7 @@ func TestChaosKilledWorkers(t *testing.T) {
 	procs := append([]*chaosProc(nil), live...)
 	admin, err := pronto.NewClient(ts.Store, nil)
 	require.NoError(t, err)
-	ins := startInserter(admin, 40*time.Millisecond, 10*time.Second)
+	ins := startInserter(admin, 40*time.Millisecond, 30*time.Second)
 
 	type kill struct {
 		at    time.Time
@@ -352,7 +352,7 @@ func TestChaosSQLiteKilledProcess(t *testing.T) {
 	w2 := startChaosWorker(t, kindSQLite, env...)
 	admin, err := pronto.NewClient(ts.Store, nil)
 	require.NoError(t, err)
-	ins := startInserter(admin, 40*time.Millisecond, 10*time.Second)
+	ins := startInserter(admin, 40*time.Millisecond, 30*time.Second)
 
 	time.Sleep(3 * time.Second)
 	w1.killBusy(t)
