@@ -185,10 +185,11 @@ func TestChaosKilledWorkers(t *testing.T) {
 		len(kills), f.Jobs, f.Lost, f.Reruns, f.Duplicates, f.InFlight, held, rec, chaosLease, chaosLeaderTTL)
 }
 
-// TestChaosStoppedWorker: a worker process frozen (SIGSTOP) past its lease, then thawed (SIGCONT):
-// its jobs ran again elsewhere meanwhile, its stale run is cancelled, and nothing it does afterwards
-// is recorded as the outcome, neither for a run still working when it thaws nor for one whose work
-// came due while it was frozen.
+// TestChaosStoppedWorker: a worker process frozen (SIGSTOP) past its lease, then thawed (SIGCONT)
+// while its jobs run again elsewhere: its stale run is cancelled, and nothing it does afterwards is
+// recorded as the outcome, neither for a run still working when it thaws nor for one whose work came
+// due while it was frozen, although the jobs are still active (under the new claim) when the stale
+// outcomes arrive: only the fence can refuse them.
 func TestChaosStoppedWorker(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -202,9 +203,11 @@ func TestChaosStoppedWorker(t *testing.T) {
 	admin, err := pronto.NewClient(ts.Store, nil)
 	require.NoError(t, err)
 	// Attempt 1 of "working" outlasts the whole test; attempt 1 of "due" ends while w1 is frozen.
-	working, err := admin.Insert(ctx, chaosArgs{SleepMS: 50, FirstSleepMS: 120_000}, nil)
+	// Attempt 2 of each lasts long enough that w1 thaws and reports while it runs.
+	const secondRun = 5000
+	working, err := admin.Insert(ctx, chaosArgs{SleepMS: secondRun, FirstSleepMS: 120_000}, nil)
 	require.NoError(t, err)
-	due, err := admin.Insert(ctx, chaosArgs{SleepMS: 50, FirstSleepMS: 1000}, nil)
+	due, err := admin.Insert(ctx, chaosArgs{SleepMS: secondRun, FirstSleepMS: 1000}, nil)
 	require.NoError(t, err)
 	w1.waitLine(t, "start "+working.ID+" 1", 30*time.Second)
 	w1.waitLine(t, "start "+due.ID+" 1", 30*time.Second)
@@ -218,13 +221,8 @@ func TestChaosStoppedWorker(t *testing.T) {
 	})
 
 	w2 := startChaosWorker(t, kindPostgres, env...)
-	for _, id := range []string{working.ID, due.ID} {
-		require.Eventually(t, func() bool {
-			j, err := admin.JobGet(ctx, id)
-			require.NoError(t, err)
-			return j.State == pronto.StateCompleted
-		}, 60*time.Second, 20*time.Millisecond, "job %s runs again elsewhere while its worker is frozen", id)
-	}
+	w2.waitLine(t, "start "+working.ID+" 2", 60*time.Second)
+	w2.waitLine(t, "start "+due.ID+" 2", 60*time.Second)
 	rerunAfter := time.Since(stoppedAt)
 
 	require.NoError(t, w1.cmd.Process.Signal(syscall.SIGCONT))
@@ -232,6 +230,17 @@ func TestChaosStoppedWorker(t *testing.T) {
 	contAt := time.Now()
 	w1.waitLine(t, "cancelled "+working.ID+" 1", 30*time.Second)
 	cancelledAfter := time.Since(contAt)
+	// The second runs still go on, so the stale outcomes meet active jobs (a finished job refuses
+	// any outcome, and the fence would go untested).
+	require.False(t, w2.has("done "+working.ID+" 2") || w2.has("done "+due.ID+" 2"),
+		"the second runs are still running when the stale run is cancelled")
+	for _, id := range []string{working.ID, due.ID} {
+		require.Eventually(t, func() bool {
+			j, err := admin.JobGet(ctx, id)
+			require.NoError(t, err)
+			return j.State == pronto.StateCompleted
+		}, 60*time.Second, 20*time.Millisecond, "job %s completes", id)
+	}
 	// A clean stop makes w1 write every outcome it still means to write before it exits.
 	w1.stop(t)
 	w2.stop(t)
@@ -249,7 +258,7 @@ func TestChaosStoppedWorker(t *testing.T) {
 		require.Contains(t, ledger[id], ledgerRow{Attempt: 2, PID: w2.pid})
 	}
 	require.Equal(t, []ledgerRow{{Attempt: 2, PID: w2.pid}}, ledger[working.ID], "the cancelled stale run did no work")
-	t.Logf("frozen worker: its jobs completed elsewhere %.2fs after SIGSTOP (lease %s); stale run cancelled %.2fs "+
+	t.Logf("frozen worker: its jobs started again elsewhere %.2fs after SIGSTOP (lease %s); stale run cancelled %.2fs "+
 		"after SIGCONT; the run that came due while frozen finished its work too: %v (its outcome not recorded either way)",
 		rerunAfter.Seconds(), chaosLease, cancelledAfter.Seconds(), len(ledger[due.ID]) > 1)
 }
