@@ -43,8 +43,8 @@ const chaosWorkerEnv = "PRONTO_CHAOS_WORKER"
 const (
 	chaosLease     = pronto.DefaultLeaseDuration
 	chaosHeartbeat = 200 * time.Millisecond
-	chaosRescue    = 500 * time.Millisecond
-	chaosLeaderTTL = 3 * time.Second
+	chaosRescue    = pronto.DefaultRescueInterval
+	chaosLeaderTTL = pronto.DefaultLeaderTTL
 )
 
 // chaosArgs is the chaos suite's job: sleep, then write a ledger row.
