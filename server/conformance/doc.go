@@ -8,4 +8,8 @@
 // OJS_CONFORMANCE_DIR). OJS_CONFORMANCE_LEVELS (default "0,1,2,3,4"), OJS_CONFORMANCE_STORES (default
 // "memory,sqlite,postgres") and OJS_CONFORMANCE_RUN (a regular expression on test ids) narrow a run.
 // PostgreSQL is reached through internal/testdb (PRONTO_TEST_DATABASE_URL); it is never skipped.
+//
+// The cases are not part of this repository. TestConformance fails when they are missing; the test
+// command (scripts/test) leaves it out on a clone without them, says so in one line, and requires
+// them when CI=true or OJS_CONFORMANCE_DIR is set. The project's own OJS tests live in server/.
 package conformance
