@@ -517,16 +517,25 @@ func TestRetrySurvivesClientRestartDuringBackoff(t *testing.T) {
 	})
 }
 
-// heartbeatRecorder is a real store that records which jobs each heartbeat names.
+// heartbeatRecorder is a real store that records which jobs each heartbeat names, and when first.
 type heartbeatRecorder struct {
 	store.Store
 	mu    sync.Mutex
 	named map[string]int
+	first map[string]time.Time
+}
+
+func newHeartbeatRecorder(s store.Store) *heartbeatRecorder {
+	return &heartbeatRecorder{Store: s, named: map[string]int{}, first: map[string]time.Time{}}
 }
 
 func (r *heartbeatRecorder) Heartbeat(ctx context.Context, p store.HeartbeatParams) ([]string, error) {
+	now := time.Now()
 	r.mu.Lock()
 	for _, id := range p.IDs {
+		if r.named[id] == 0 {
+			r.first[id] = now
+		}
 		r.named[id]++
 	}
 	r.mu.Unlock()
@@ -539,45 +548,71 @@ func (r *heartbeatRecorder) times(id string) int {
 	return r.named[id]
 }
 
+// firstNamed is when a heartbeat first named id (zero if never).
+func (r *heartbeatRecorder) firstNamed(id string) time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.first[id]
+}
+
+// TestHeartbeatExtendsOnlyLeasesNearTheirEnd checks that a heartbeat names a job only once the job's
+// lease nears its end, and that a job outliving its lease keeps it through heartbeats. It asserts no
+// wall-clock window a slow machine could miss: a quick job may legitimately be named on a machine so
+// loaded that it is still held near the end of its lease; what must never happen is a job named
+// before its lease could be near its end, i.e. sooner after its insert than lease minus the renewal
+// margin (the claim, which starts the lease, comes after the insert began).
 func TestHeartbeatExtendsOnlyLeasesNearTheirEnd(t *testing.T) {
+	const lease, interval = 4 * time.Second, 100 * time.Millisecond
+	// The client renews leases with at most half the lease left; a job named sooner than this after
+	// its insert began was named while its lease was far from its end. A quarter of the lease is
+	// allowed for a claim that began just before the insert and saw it (SQLite's claim can wait on
+	// the insert's write lock).
+	earliest := lease/2 - lease/4
 	forEachStore(t, func(t *testing.T, ts *testStore) {
 		ctx := context.Background()
-		rec := &heartbeatRecorder{Store: ts.Store, named: map[string]int{}}
+		rec := newHeartbeatRecorder(ts.Store)
 		var runs sync.Map // job id -> *atomic.Int32
 		workers := pronto.NewWorkers()
 		pronto.AddWorker(workers, pronto.WorkFunc(func(ctx context.Context, j *pronto.Job[blockArgs]) error {
 			n, _ := runs.LoadOrStore(j.ID, new(atomic.Int32))
 			n.(*atomic.Int32).Add(1)
-			// The long job outlives its lease: it survives only if heartbeats extend it. A quick job
-			// spans a few heartbeat ticks but ends well within its first lease.
-			d := 300 * time.Millisecond
-			if j.Args.Key == "long" {
-				d = 2600 * time.Millisecond
-			}
-			select {
-			case <-time.After(d):
-				return nil
-			case <-ctx.Done():
-				return ctx.Err()
+			start := time.Now()
+			for {
+				// A quick job spans a few heartbeat ticks. The long job returns only once it has
+				// outlived its first lease and been named in a heartbeat: it survives only if
+				// heartbeats extended its lease (a deadline of three leases keeps a broken
+				// heartbeat from hanging the test; the assertions below then fail).
+				if j.Args.Key != "long" && time.Since(start) >= 3*interval {
+					return nil
+				}
+				if j.Args.Key == "long" && (time.Since(start) > lease+interval && rec.times(j.ID) > 0 || time.Since(start) > 3*lease) {
+					return nil
+				}
+				select {
+				case <-time.After(20 * time.Millisecond):
+				case <-ctx.Done():
+					return ctx.Err()
+				}
 			}
 		}))
-		cfg := fastConfig(workers, defaultQueue(4))
-		// Leases are renewed once they have less than 1 s left (half the lease), so quick jobs are never
-		// part of a heartbeat.
-		cfg.LeaseDuration, cfg.HeartbeatInterval = 2*time.Second, 100*time.Millisecond
-		cfg.Queues = defaultQueue(11)
+		cfg := fastConfig(workers, defaultQueue(11))
+		cfg.LeaseDuration, cfg.HeartbeatInterval = lease, interval
 		c := startClient(t, rec, cfg)
 		long, err := c.Insert(ctx, blockArgs{Key: "long"}, &pronto.InsertOpts{MaxAttempts: 1})
 		require.NoError(t, err)
-		var quick []string
+		quick := map[string]time.Time{}
 		for range 10 {
+			before := time.Now()
 			j, err := c.Insert(ctx, blockArgs{Key: "quick"}, nil)
 			require.NoError(t, err)
-			quick = append(quick, j.ID)
+			quick[j.ID] = before
 		}
-		for _, id := range quick {
+		for id, inserted := range quick {
 			waitState(t, c, id, pronto.StateCompleted)
-			require.Zero(t, rec.times(id), "a job done within its first lease was named in a heartbeat")
+			if at := rec.firstNamed(id); !at.IsZero() {
+				require.GreaterOrEqual(t, at.Sub(inserted), earliest,
+					"a job was named in a heartbeat %v after its insert, while its %v lease was far from its end", at.Sub(inserted), lease)
+			}
 		}
 		done := waitState(t, c, long.ID, pronto.StateCompleted)
 		require.Equal(t, 1, done.Attempt, "the long job was rescued: its lease was not extended")

@@ -59,7 +59,7 @@ func newTestStore(t testing.TB, kind storeKind) *testStore {
 	case kindPostgres:
 		schema := testdb.Schema(t)
 		open := func(t testing.TB) store.Store {
-			s, err := postgres.New(testdb.NewPool(t, 10), postgres.Config{Schema: schema})
+			s, err := postgres.New(testdb.NewPool(t, 4), postgres.Config{Schema: schema})
 			require.NoError(t, err)
 			require.NoError(t, s.Migrate(ctx))
 			t.Cleanup(func() { _ = s.Close() })

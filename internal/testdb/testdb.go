@@ -34,8 +34,17 @@ var (
 	counter  atomic.Int64
 )
 
+// SharedPoolConns is the size of the pool Pool returns. Tests keep their pools small so that the
+// whole suite fits in a PostgreSQL with other clients on it (README states the budget).
+const SharedPoolConns = 4
+
 // Unreachable explains what to do when the test database cannot be reached.
 func Unreachable(err error) string {
+	if strings.Contains(err.Error(), "53300") || strings.Contains(err.Error(), "too many clients") {
+		return fmt.Sprintf("PostgreSQL at %s has no free connection for this test: %v\n"+
+			"Other programs hold most of its max_connections; `make test` needs the number README states "+
+			"(check with: SELECT max_connections - count(*) ...), so stop some of them or raise max_connections.", URL(), err)
+	}
 	return fmt.Sprintf("PostgreSQL is required for this test and is unreachable at %s: %v\n"+
 		"Start it (for example: pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start),\n"+
 		"or point PRONTO_TEST_DATABASE_URL at a database the tests may create schemas in.", URL(), err)
@@ -50,7 +59,7 @@ func Pool(t testing.TB) *pgxpool.Pool {
 			poolErr = err
 			return
 		}
-		cfg.MaxConns = 20
+		cfg.MaxConns = SharedPoolConns
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		pool, poolErr = pgxpool.NewWithConfig(ctx, cfg)

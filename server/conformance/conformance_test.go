@@ -303,7 +303,7 @@ func serveArgs(t *testing.T, storeName string) []string {
 	case "sqlite":
 		return append(args, "--database-url", "sqlite:"+filepath.Join(t.TempDir(), "pronto.db"))
 	case "postgres":
-		return append(args, "--database-url", testdb.URL(), "--schema", testdb.Schema(t), "--pool-size", "8")
+		return append(args, "--database-url", testdb.URL(), "--schema", testdb.Schema(t), "--pool-size", "3")
 	}
 	t.Fatalf("unknown store %q (want memory, sqlite or postgres)", storeName)
 	return nil
