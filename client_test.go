@@ -500,14 +500,18 @@ func TestRetrySurvivesClientRestartDuringBackoff(t *testing.T) {
 		workers := pronto.NewWorkers()
 		pronto.AddWorker(workers, failWorker())
 		cfg := fastConfig(workers, defaultQueue(2))
-		cfg.RetryPolicy = pronto.RetryPolicy{InitialInterval: 700 * time.Millisecond, NoJitter: true}
+		// A backoff long enough that the retryable state is seen before the first client retries.
+		cfg.RetryPolicy = pronto.RetryPolicy{InitialInterval: 1500 * time.Millisecond, NoJitter: true}
 		first, err := pronto.NewClient(ts.Store, cfg)
 		require.NoError(t, err)
 		require.NoError(t, first.Start(ctx))
 		j, err := first.Insert(ctx, failArgs{FailTimes: 1, Mode: "error"}, nil)
 		require.NoError(t, err)
 		r := waitState(t, first, j.ID, pronto.StateRetryable)
-		require.True(t, r.ScheduledAt.After(time.Now().Add(-50*time.Millisecond)), "the retry is due in the future")
+		// The backoff counts from the failure, which came after the attempt began: an order, not a
+		// window a slow machine could miss.
+		require.False(t, r.ScheduledAt.Before(r.StartedAt.Add(cfg.RetryPolicy.InitialInterval-time.Millisecond)),
+			"the retry is due a backoff after the failed attempt (attempt began %v, retry due %v)", r.StartedAt, r.ScheduledAt)
 		require.NoError(t, first.Stop(ctx))
 
 		second := startClient(t, ts.reopen(t), cfg)
