@@ -1,11 +1,15 @@
-# The two commands of the README: `make demo` and `make test`.
-.PHONY: demo test lint bench
+# The two commands of the README: `make demo` and `make test`; `make install` puts the pronto command
+# into $(go env GOPATH)/bin.
+.PHONY: demo test install lint bench
 
 demo:
 	go run ./cmd/pronto demo
 
 test:
 	./scripts/test
+
+install:
+	go install ./cmd/pronto
 
 lint:
 	gofmt -l . | (! grep .) || (echo "gofmt would change the files above" && exit 1)

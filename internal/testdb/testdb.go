@@ -42,8 +42,9 @@ const SharedPoolConns = 4
 func Unreachable(err error) string {
 	if strings.Contains(err.Error(), "53300") || strings.Contains(err.Error(), "too many clients") {
 		return fmt.Sprintf("PostgreSQL at %s has no free connection for this test: %v\n"+
-			"Other programs hold most of its max_connections; `make test` needs the number README states "+
-			"(check with: SELECT max_connections - count(*) ...), so stop some of them or raise max_connections.", URL(), err)
+			"Other programs hold most of its max_connections, and `make test` needs up to 40 at once (README). Check with\n"+
+			"    SELECT current_setting('max_connections')::int - count(*) FROM pg_stat_activity WHERE backend_type = 'client backend';\n"+
+			"then stop some of those programs or raise max_connections.", URL(), err)
 	}
 	return fmt.Sprintf("PostgreSQL is required for this test and is unreachable at %s: %v\n"+
 		"Start it (for example: pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start),\n"+
