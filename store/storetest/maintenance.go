@@ -25,7 +25,7 @@ func testHeartbeat(t *testing.T, s store.Store) {
 
 	ja := get(t, s, a.ID)
 	require.Equal(t, store.StateActive, ja.State)
-	require.WithinDuration(t, time.Now().Add(time.Hour), ja.LeaseExpiresAt, near, "the lease is extended")
+	requireNowPlus(t, time.Hour, ja.LeaseExpiresAt, "the extended lease")
 	require.True(t, ja.LeaseExpiresAt.After(a.LeaseExpiresAt.Add(30*time.Minute)))
 	requireTimeEqual(t, b.LeaseExpiresAt, get(t, s, b.ID).LeaseExpiresAt, "another worker's lease is untouched")
 	require.Equal(t, "worker-b", get(t, s, b.ID).WorkerID)
@@ -33,7 +33,7 @@ func testHeartbeat(t *testing.T, s store.Store) {
 	lost, err = s.Heartbeat(ctx(t), store.HeartbeatParams{WorkerID: "worker-b", IDs: []string{b.ID}, LeaseDuration: time.Hour})
 	require.NoError(t, err)
 	require.Empty(t, lost)
-	require.WithinDuration(t, time.Now().Add(time.Hour), get(t, s, b.ID).LeaseExpiresAt, near)
+	requireNowPlus(t, time.Hour, get(t, s, b.ID).LeaseExpiresAt, "the extended lease")
 }
 
 // rescueUntil calls Rescue until want reports the gathered results complete.

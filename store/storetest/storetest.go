@@ -19,6 +19,7 @@ import (
 	"encoding/json"
 	"errors"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -174,10 +175,15 @@ func Run(t *testing.T, h Harness) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
+			started.Store(t.Name(), time.Now())
 			tc.fn(t, h)
 		})
 	}
 }
+
+// started holds when each test of Run began (by test name), the lower bound of "now" for requireNow:
+// a time a test's store calls set cannot be earlier than the test's start.
+var started sync.Map
 
 const (
 	// near bounds the difference between the database's clock and the test's for "happened now".
@@ -353,11 +359,40 @@ func requireTimeEqual(t testing.TB, want, got time.Time, msg ...any) {
 	require.WithinDuration(t, want, got, precision, msg...)
 }
 
-// requireNow requires got to be the present moment, give or take the clocks' difference.
+// requireNow requires got to be a moment of this test: after it began and not after the present,
+// give or take the clocks' difference. It asserts an order, not a window a slow machine could miss:
+// however long the test has run, a time its store calls set lies between its start and now.
 func requireNow(t testing.TB, got time.Time, what string) {
 	t.Helper()
+	requireNowPlus(t, 0, got, what)
+}
+
+// requireNowPlus is requireNow for got minus d: a time set d after a moment of this test (a lease
+// extended by d, say).
+func requireNowPlus(t testing.TB, d time.Duration, got time.Time, what string) {
+	t.Helper()
 	require.False(t, got.IsZero(), "%s is set", what)
-	require.WithinDuration(t, time.Now(), got, near, "%s is now", what)
+	at := got.Add(-d)
+	begin := testStart(t)
+	require.False(t, at.Before(begin.Add(-near)), "%s (%v) is before the test began (%v)", what, got, begin)
+	now := time.Now()
+	require.False(t, at.After(now.Add(near)), "%s (%v) is after the present (%v)", what, got, now.Add(d))
+}
+
+// testStart returns when the test of Run that t belongs to (t itself or an ancestor) began.
+func testStart(t testing.TB) time.Time {
+	for name := t.Name(); name != ""; {
+		if v, ok := started.Load(name); ok {
+			return v.(time.Time)
+		}
+		i := strings.LastIndexByte(name, '/')
+		if i < 0 {
+			break
+		}
+		name = name[:i]
+	}
+	t.Fatalf("storetest: %s is not a test of storetest.Run", t.Name())
+	return time.Time{}
 }
 
 // requireJSON requires a stored JSON value to equal want; a nil want accepts nil or JSON null.
