@@ -563,7 +563,7 @@ func TestOJSLevel3Workflows(t *testing.T) {
 		}
 
 		// Batch: on_success and on_complete fire when all succeed, on_failure does not.
-		ok := create(`{"type":"batch","jobs":[{"type":"imp.row","args":[1],"options":{"queue":"batch"}},
+		create(`{"type":"batch","jobs":[{"type":"imp.row","args":[1],"options":{"queue":"batch"}},
 			{"type":"imp.row","args":[2],"options":{"queue":"batch"}}],
 			"callbacks":{"on_success":{"type":"imp.ok","args":[],"options":{"queue":"cb-ok"}},
 				"on_failure":{"type":"imp.failed","args":[],"options":{"queue":"cb-failed"}},
@@ -577,7 +577,6 @@ func TestOJSLevel3Workflows(t *testing.T) {
 		if len(e.fetch(10, "cb-ok")) != 1 || len(e.fetch(10, "cb-done")) != 1 || len(e.fetch(10, "cb-failed")) != 0 {
 			t.Fatal("callbacks of a batch that succeeded: want on_success and on_complete only")
 		}
-		_ = ok
 
 		// Batch with a failure: on_failure and on_complete, not on_success.
 		bad := create(`{"type":"batch","jobs":[{"type":"imp.row","args":[1],"options":{"queue":"batch2"}},
