@@ -151,22 +151,6 @@ func (e *ojsEnv) fetchWhenDue(queue string) (map[string]any, time.Time) {
 	}
 }
 
-// waitState polls the job until it is in state.
-func (e *ojsEnv) waitState(id, state string) map[string]any {
-	e.t.Helper()
-	deadline := time.Now().Add(ojsWait)
-	for {
-		j := e.info(id)
-		if j["state"] == state {
-			return j
-		}
-		if time.Now().After(deadline) {
-			e.t.Fatalf("job %s stayed %v, want %s", id, j["state"], state)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 func (e *ojsEnv) ack(id string, result string) map[string]any {
 	e.t.Helper()
 	return e.must(200, "POST", "/ojs/v1/workers/ack", `{"job_id":"`+id+`","worker_id":"w-ojs","result":`+result+`}`).body
