@@ -95,7 +95,7 @@ func TestExitCodes(t *testing.T) {
 	if !strings.HasPrefix(r.stdout, "pronto ") {
 		t.Fatalf("version:\n%s", r)
 	}
-	pronto(t, dir, nil).expect(t, 2, 50, "pronto: no command given")
+	pronto(t, dir, nil).expect(t, 2, 70, "pronto: no command given") // the usage: one line per command
 	pronto(t, dir, nil, "frob").expect(t, 2, 2, `pronto: unknown command "frob"`)
 	pronto(t, dir, nil, "jobs", "list", "--database-url", "mysql://x").
 		expect(t, 2, 2, `pronto: unsupported database URL "mysql://x" (scheme "mysql")`)
