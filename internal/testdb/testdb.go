@@ -42,7 +42,7 @@ const SharedPoolConns = 4
 func Unreachable(err error) string {
 	if strings.Contains(err.Error(), "53300") || strings.Contains(err.Error(), "too many clients") {
 		return fmt.Sprintf("PostgreSQL at %s has no free connection for this test: %v\n"+
-			"Other programs hold most of its max_connections, and `make test` needs up to 40 at once (README). Check with\n"+
+			"Other programs hold most of its max_connections, and `make test` needs up to 50 at once (README). Check with\n"+
 			"    SELECT current_setting('max_connections')::int - count(*) FROM pg_stat_activity WHERE backend_type = 'client backend';\n"+
 			"then stop some of those programs or raise max_connections.", URL(), err)
 	}
