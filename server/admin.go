@@ -73,9 +73,12 @@ func (s *Server) manifest(w http.ResponseWriter, r *http.Request) {
 	} {
 		*b = appendBoolField(*b, c.name, c.on)
 	}
-	// ojs-unique-jobs.md §8.3: the strength of the uniqueness guarantee.
-	*b = appendStringField(*b, "unique_jobs_strength", "strong")
-	*b = appendStringField(*b, "unique_jobs_mechanism", "a unique index over the key, partial on the held states (memory: the store's lock), checked in the insert's transaction")
+	*b = append(*b, '}')
+	// ojs-unique-jobs.md §8.3: the strength of the uniqueness guarantee. Outside capabilities, which
+	// clients decode as booleans only.
+	*b = append(appendKey(*b, "x-pronto-unique-jobs"), '{')
+	*b = appendStringField(*b, "strength", "strong")
+	*b = appendStringField(*b, "mechanism", "a unique index over the key, partial on the held states (memory: the store's lock), checked in the insert's transaction")
 	*b = append(*b, '}')
 	*b = appendStrings(appendKey(*b, "extensions"), []string{"x-pronto-relative-times", "x-pronto-requeue"})
 	*b = append(appendKey(*b, "limits"), '{')
@@ -172,6 +175,10 @@ func (s *Server) queueStats(w http.ResponseWriter, r *http.Request, name string)
 	q, err := s.queueInfo(r.Context(), name)
 	if err != nil {
 		s.writeError(w, r, fromClientError(err, "queue", name))
+		return
+	}
+	if r.Header.Get("Ojs-Version") != "" || r.URL.Query().Get("format") == "binding" {
+		s.writeQueueStats(w, q)
 		return
 	}
 	s.writeQueue(w, q, nil)

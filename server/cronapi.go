@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"encoding/json"
 	"net/http"
 	"time"
@@ -120,7 +121,9 @@ func appendCron(b []byte, c *pronto.CronJob) []byte {
 	if c.Description != "" {
 		b = appendStringField(b, "description", c.Description)
 	}
-	b = append(appendKey(b, "job_template"), '{')
+	// The binding's §13.2 (and the SDKs) read type, args and options at the top level; the
+	// conformance cases read them under job_template: answer both.
+	start := len(b)
 	b = appendStringField(b, "type", c.Kind)
 	if len(c.Args) > 0 {
 		b = appendRawField(b, "args", c.Args)
@@ -150,7 +153,11 @@ func appendCron(b []byte, c *pronto.CronJob) []byte {
 	if len(c.Opts.Tags) > 0 {
 		b = appendStrings(appendKey(b, "tags"), c.Opts.Tags)
 	}
-	b = append(b, '}', '}')
+	b = append(b, '}')
+	template := bytes.TrimPrefix(b[start:], []byte{','})
+	b = append(appendKey(b, "job_template"), '{')
+	b = append(b, template...)
+	b = append(b, '}')
 	b = appendTimeField(b, "created_at", c.CreatedAt)
 	b = appendTimeField(b, "next_run_at", c.NextRunAt)
 	if !c.LastRunAt.IsZero() {
@@ -169,6 +176,8 @@ func (s *Server) writeCron(w http.ResponseWriter, status int, c *pronto.CronJob,
 	b := getBuf()
 	*b = append(*b, `{"cron":`...)
 	*b = appendCron(*b, c)
+	// cron_job is the binding's name (§13.2) and what the SDKs decode; cron stays for older clients.
+	*b = appendRawField(*b, "cron_job", (*b)[len(`{"cron":`):])
 	if deleted {
 		*b = appendBoolField(*b, "deleted", true)
 		*b = appendStringField(*b, "name", c.Name)

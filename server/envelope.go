@@ -32,10 +32,12 @@ type ojsExt struct {
 	OnExhaustion string `json:"oe,omitempty"`
 	// Unknown holds the envelope's attributes OJS does not define, returned as they came.
 	Unknown map[string]json.RawMessage `json:"x,omitempty"`
+	// Step is the id of the workflow step the job runs (the binding's steps[].id), when it has one.
+	Step string `json:"st,omitempty"`
 }
 
 func (e *ojsExt) empty() bool {
-	return e.VisibilityMS == 0 && e.OnExhaustion == "" && len(e.Unknown) == 0
+	return e.VisibilityMS == 0 && e.OnExhaustion == "" && len(e.Unknown) == 0 && e.Step == ""
 }
 
 // systemKeys are system-managed job attributes: a client cannot set them, and OJS says to ignore them.

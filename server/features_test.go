@@ -134,7 +134,7 @@ func TestUniquePolicyValidation(t *testing.T) {
 		{"period zero", `{"period":"PT0S"}`, "options.unique.period", ""},
 		{"unknown state", `{"states":["done"]}`, "options.unique.states", ""},
 		{"no states", `{"states":[]}`, "options.unique.states", ""},
-		{"unknown member", `{"key":["type"]}`, "options.unique.key", ""},
+		{"unknown member", `{"kees":["type"]}`, "options.unique.kees", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			body := `{"type":"a.b","args":[{"id":1}],"options":{"unique":` + tc.unique + `}}`
@@ -494,7 +494,7 @@ func TestManifestLevel4(t *testing.T) {
 	r := call(t, s, "GET", "/ojs/manifest", nil)
 	caps := obj(t, r, "capabilities")
 	if r.body["conformance_level"] != 4.0 || caps["workflows"] != true || caps["unique_jobs"] != true ||
-		caps["rate_limiting"] != true || caps["unique_jobs_strength"] != "strong" {
+		caps["rate_limiting"] != true || obj(t, r, "x-pronto-unique-jobs")["strength"] != "strong" {
 		t.Fatalf("manifest: %s", r.raw)
 	}
 }

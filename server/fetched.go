@@ -61,3 +61,18 @@ func (f *fetchedJobs) reset() {
 	clear(f.jobs)
 	f.mu.Unlock()
 }
+
+// heldBy returns the ids of the remembered jobs fetched by workerID whose lease has not run out: what
+// a heartbeat that carries only a count of active jobs extends.
+func (f *fetchedJobs) heldBy(workerID string) []string {
+	now := time.Now()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var ids []string
+	for id, j := range f.jobs {
+		if j.WorkerID == workerID && j.LeaseExpiresAt.After(now) {
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}

@@ -643,6 +643,9 @@ type heartbeatRequest struct {
 	workerID string
 	ids      []string
 	lease    time.Duration
+	// countOnly: active_jobs was a count and no ids came with it, so the jobs this server handed
+	// to the worker stand for the ids.
+	countOnly bool
 }
 
 func decodeHeartbeat(body []byte) (*heartbeatRequest, *apiError) {
@@ -659,9 +662,24 @@ func decodeHeartbeat(body []byte) (*heartbeatRequest, *apiError) {
 		return nil, e
 	}
 	if v, ok := m.get("active_jobs"); ok && !isNull(v) {
-		if req.ids, e = wantStrings(v, "active_jobs"); e != nil {
+		// The binding's §10.4 and the SDKs send the count here (the ids, if at all, in
+		// active_job_ids); pronto's first form was the ids themselves. Both are accepted.
+		if jsonKind(v) == "number" {
+			if _, e = wantInt(v, "active_jobs", 0, 1<<31); e != nil {
+				return nil, e
+			}
+			req.countOnly = true
+		} else if req.ids, e = wantStrings(v, "active_jobs"); e != nil {
 			return nil, e
 		}
+	}
+	if v, ok := m.get("active_job_ids"); ok && !isNull(v) {
+		ids, e := wantStrings(v, "active_job_ids")
+		if e != nil {
+			return nil, e
+		}
+		req.ids = append(req.ids, ids...)
+		req.countOnly = false
 	}
 	if v, ok := m.get("job_id"); ok && !isNull(v) {
 		id, e := wantString(v, "job_id")
@@ -690,6 +708,9 @@ func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request) {
 	state := "running"
 	if s.draining.Load() {
 		state = "quiet"
+	}
+	if req.countOnly && len(req.ids) == 0 {
+		req.ids = s.fetched.heldBy(req.workerID)
 	}
 	var lost []string
 	held := map[string]*pronto.JobRow{}

@@ -78,8 +78,9 @@ func decodeUnique(raw json.RawMessage, field string) (*pronto.UniqueOpts, *apiEr
 		return nil, e
 	}
 	u := &pronto.UniqueOpts{}
-	var keys []string
-	keysGiven := false
+	var keys, sdkKey []string
+	keysGiven, sdkKeyGiven := false, false
+	var periodMS time.Duration
 	for _, mb := range m {
 		k, v := mb.key, mb.val
 		f := field + "." + k
@@ -114,6 +115,20 @@ func decodeUnique(raw json.RawMessage, field string) (*pronto.UniqueOpts, *apiEr
 			if u.Period, e = wantDuration(v, f); e != nil {
 				return nil, e
 			}
+		case "key":
+			// The OJS Go SDK's form: the args fields the key is made of (keys then defaults to type
+			// and args). Unambiguous unless args_keys or keys say otherwise too.
+			if sdkKey, e = wantKeyList(v, f); e != nil {
+				return nil, e
+			}
+			sdkKeyGiven = true
+		case "period_ms":
+			// The SDK's form of period, in milliseconds.
+			ms, e := wantInt(v, f, 1, int64(100*365*24*time.Hour/time.Millisecond))
+			if e != nil {
+				return nil, e
+			}
+			periodMS = time.Duration(ms) * time.Millisecond
 		case "states":
 			list, e := wantKeyList(v, f)
 			if e != nil {
@@ -140,8 +155,20 @@ func decodeUnique(raw json.RawMessage, field string) (*pronto.UniqueOpts, *apiEr
 			}
 			u.OnConflict = policy
 		default:
-			return nil, invalid(f, "%s is not a field of a unique policy (keys, args_keys, meta_keys, period, states, on_conflict)", f)
+			return nil, invalid(f, "%s is not a field of a unique policy (keys, args_keys, meta_keys, period, states, on_conflict; or the SDK's key and period_ms)", f)
 		}
+	}
+	if sdkKeyGiven {
+		if keysGiven || len(u.ArgsKeys) > 0 {
+			return nil, invalid(field+".key", "%s.key (the SDK's form: args fields) cannot be combined with %s.keys or %s.args_keys: send one form", field, field, field)
+		}
+		keys, keysGiven, u.ArgsKeys = []string{"type", "args"}, true, sdkKey
+	}
+	if periodMS > 0 {
+		if u.Period > 0 {
+			return nil, invalid(field+".period_ms", "%s.period_ms and %s.period are both given: send one", field, field)
+		}
+		u.Period = periodMS
 	}
 	if !keysGiven {
 		keys = []string{"type"}

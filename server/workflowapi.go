@@ -114,23 +114,27 @@ func atPath(e *apiError, path string) *apiError {
 }
 
 // decodeWorkflowJob reads one job of a workflow: an OJS job envelope.
-func decodeWorkflowJob(raw json.RawMessage, path string, defaults object, dag bool, now time.Time) (*enqueueRequest, string, []string, *apiError) {
+//
+// nameKey is the member naming a dag step: "name" in pronto's typed dag, "id" in the binding's form
+// (ojs-http-binding.md §14.1), where a step's id is its name, not a job id. "" for other types.
+func decodeWorkflowJob(raw json.RawMessage, path string, defaults object, nameKey string, now time.Time) (*enqueueRequest, string, []string, *apiError) {
 	top, e := decodeObject(raw, "job")
 	if e != nil {
 		return nil, "", nil, atPath(e, path)
 	}
 	var name string
 	var after []string
-	if dag {
-		v, ok := top.get("name")
+	if dag := nameKey != ""; dag {
+		f := path + "." + nameKey
+		v, ok := top.get(nameKey)
 		if !ok || isNull(v) {
-			return nil, "", nil, invalid(path+".name", "%s.name is required in a dag: the name other steps' depends_on refer to", path)
+			return nil, "", nil, invalid(f, "%s is required in a dag: the name other steps' depends_on refer to", f)
 		}
-		if name, e = wantString(v, path+".name"); e != nil {
+		if name, e = wantString(v, f); e != nil {
 			return nil, "", nil, e
 		}
 		if name == "" || len(name) > 255 {
-			return nil, "", nil, invalid(path+".name", "%s.name must be 1 to 255 bytes", path)
+			return nil, "", nil, invalid(f, "%s must be 1 to 255 bytes", f)
 		}
 		if v, ok := top.get("depends_on"); ok && !isNull(v) {
 			if after, e = wantKeyList(v, path+".depends_on"); e != nil {
@@ -139,7 +143,9 @@ func decodeWorkflowJob(raw json.RawMessage, path string, defaults object, dag bo
 		}
 		kept := top[:0:0]
 		for _, mb := range top {
-			if mb.key != "depends_on" {
+			// The binding's step id is no job id: drop it. A typed dag's name stays, as before, an
+			// attribute the job keeps.
+			if mb.key != "depends_on" && (nameKey != "id" || mb.key != "id") {
 				kept = append(kept, mb)
 			}
 		}
@@ -150,6 +156,11 @@ func decodeWorkflowJob(raw json.RawMessage, path string, defaults object, dag bo
 	req, e := decodeJobMembers(withDefaultOptions(top, defaults), now)
 	if e != nil {
 		return nil, "", nil, atPath(e, path)
+	}
+	if name != "" {
+		if e := setStepName(req, name); e != nil {
+			return nil, "", nil, atPath(e, path)
+		}
 	}
 	switch {
 	case req.job.Opts.Unique != nil:
@@ -177,8 +188,17 @@ func decodeWorkflow(body []byte, now time.Time, maxJobs int) (*pronto.Workflow, 
 	if e != nil {
 		return nil, nil, e
 	}
-	if typ == "" {
-		return nil, nil, invalid("type", "type is required: chain, group or batch (or dag)")
+	nameKey := ""
+	switch typ {
+	case "":
+		// The HTTP binding's form (§14.1): no type, steps with id and depends_on: a dag whose step
+		// names are the ids.
+		if !bindingDAG(top) {
+			return nil, nil, invalid("type", "type is required: chain, group or batch (or dag), unless steps carry id and depends_on (the binding's form)")
+		}
+		typ, nameKey = "dag", "id"
+	case "dag":
+		nameKey = "name"
 	}
 	if !workflowTypes[typ] {
 		return nil, nil, invalid("type", "type %q: must be chain, group or batch (or dag)", typ)
@@ -238,14 +258,14 @@ func decodeWorkflow(body []byte, now time.Time, maxJobs int) (*pronto.Workflow, 
 	if len(elems) > maxJobs {
 		return nil, nil, invalid(listField, "a workflow holds at most %d jobs, got %d", maxJobs, len(elems))
 	}
-	dag := typ == "dag"
+	dag := nameKey != ""
 	reqs := make([]*enqueueRequest, 0, len(elems)+3)
 	jobs := make([]pronto.WorkflowJob, len(elems))
 	w := pronto.NewWorkflow(name)
 	seen := map[string]bool{}
 	for i, el := range elems {
 		path := listField + "[" + strconv.Itoa(i) + "]"
-		req, stepName, after, e := decodeWorkflowJob(el, path, defaults, dag, now)
+		req, stepName, after, e := decodeWorkflowJob(el, path, defaults, nameKey, now)
 		if e != nil {
 			return nil, nil, e
 		}
@@ -255,7 +275,7 @@ func decodeWorkflow(body []byte, now time.Time, maxJobs int) (*pronto.Workflow, 
 			continue
 		}
 		if seen[stepName] {
-			return nil, nil, invalid(path+".name", "%s.name %q: another step has that name", path, stepName)
+			return nil, nil, invalid(path+"."+nameKey, "%s.%s %q: another step has that name", path, nameKey, stepName)
 		}
 		for _, a := range after {
 			if !seen[a] {
@@ -306,7 +326,7 @@ func decodeCallbacks(top object, w *pronto.Workflow, defaults object, now time.T
 		if !ok || isNull(v) {
 			continue
 		}
-		req, _, _, e := decodeWorkflowJob(v, "callbacks."+cb.name, defaults, false, now)
+		req, _, _, e := decodeWorkflowJob(v, "callbacks."+cb.name, defaults, "", now)
 		if e != nil {
 			return nil, e
 		}
@@ -400,6 +420,12 @@ func (s *Server) createWorkflow(w http.ResponseWriter, r *http.Request) {
 	b := getBuf()
 	*b = append(*b, `{"workflow":`...)
 	*b = appendWorkflow(*b, res.Workflow)
+	ordered := make([]*pronto.JobRow, len(res.Order))
+	for i, step := range res.Order {
+		ordered[i] = res.Jobs[step]
+	}
+	*b = appendSteps((*b)[:len(*b)-1], ordered)
+	*b = append(*b, '}')
 	*b = append(appendKey(*b, "jobs"), '[')
 	for i, step := range res.Order {
 		j := res.Jobs[step]
@@ -413,13 +439,23 @@ func (s *Server) createWorkflow(w http.ResponseWriter, r *http.Request) {
 	writeBuf(w, http.StatusCreated, b)
 }
 
-// GET /ojs/v1/workflows/{id}
+// GET /ojs/v1/workflows/{id}: the workflow with its steps[] (ojs-http-binding.md §14.2).
 func (s *Server) getWorkflow(w http.ResponseWriter, r *http.Request, id string) {
 	wf, ok := s.loadWorkflow(w, r, id)
 	if !ok {
 		return
 	}
-	s.writeWorkflow(w, wf)
+	jobs, err := s.client.WorkflowJobs(r.Context(), id)
+	if err != nil {
+		s.writeError(w, r, workflowError(err, id))
+		return
+	}
+	b := getBuf()
+	*b = append(*b, `{"workflow":`...)
+	*b = appendWorkflow(*b, wf)
+	*b = appendSteps((*b)[:len(*b)-1], jobs)
+	*b = append(*b, '}', '}')
+	writeBuf(w, http.StatusOK, b)
 }
 
 // loadWorkflow checks id and reads the workflow, or writes the error and reports false.

@@ -1,0 +1,280 @@
+package server
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+)
+
+// These tests send the exact request bytes the official OJS Go SDK (github.com/openjobspec/ojs-go-sdk)
+// sends, with its headers, and decode the answers into the shapes the SDK decodes them into, with
+// encoding/json as it does: a field of the wrong JSON type fails the test as it fails the SDK.
+
+// sdkCall sends body with the SDK's headers (Content-Type and Accept application/openjobspec+json,
+// OJS-Version 1.0) and decodes a 2xx answer into out.
+func sdkCall(t *testing.T, h http.Handler, method, path, body string, wantStatus int, out any) []byte {
+	t.Helper()
+	var req *http.Request
+	if body != "" {
+		req = httptest.NewRequest(method, path, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/openjobspec+json")
+	} else {
+		req = httptest.NewRequest(method, path, nil)
+	}
+	req.Header.Set("Accept", "application/openjobspec+json")
+	req.Header.Set("OJS-Version", "1.0")
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	if rec.Code != wantStatus {
+		t.Fatalf("%s %s: status %d, want %d: %s", method, path, rec.Code, wantStatus, rec.Body.Bytes())
+	}
+	if out != nil {
+		if err := json.Unmarshal(rec.Body.Bytes(), out); err != nil {
+			t.Fatalf("%s %s: the SDK cannot decode the answer: %v: %s", method, path, err, rec.Body.Bytes())
+		}
+	}
+	return rec.Body.Bytes()
+}
+
+// sdkJob is the part of the SDK's Job the tests read.
+type sdkJob struct {
+	ID    string `json:"id"`
+	Type  string `json:"type"`
+	State string `json:"state"`
+}
+
+func TestSDKManifest(t *testing.T) {
+	s, _ := newTestServer(t, Config{})
+	var m struct {
+		OJSVersion       string            `json:"ojs_version"`
+		ConformanceLevel int               `json:"conformance_level"`
+		Capabilities     map[string]bool   `json:"capabilities"`
+		Extensions       []string          `json:"extensions"`
+		Endpoints        map[string]string `json:"endpoints"`
+	}
+	sdkCall(t, s, "GET", "/ojs/manifest", "", 200, &m)
+	if !m.Capabilities["unique_jobs"] || !m.Capabilities["workflows"] || m.ConformanceLevel != 4 {
+		t.Fatalf("manifest: %+v", m)
+	}
+}
+
+func TestSDKWorkflowDAG(t *testing.T) {
+	s, _ := newTestServer(t, Config{})
+	type step struct {
+		ID          string         `json:"id"`
+		Type        string         `json:"type"`
+		State       string         `json:"state"`
+		JobID       *string        `json:"job_id"`
+		DependsOn   []string       `json:"depends_on"`
+		StartedAt   *time.Time     `json:"started_at,omitempty"`
+		CompletedAt *time.Time     `json:"completed_at,omitempty"`
+		Result      map[string]any `json:"result,omitempty"`
+	}
+	var resp struct {
+		Workflow struct {
+			ID        string     `json:"id"`
+			Name      string     `json:"name"`
+			State     string     `json:"state"`
+			CreatedAt *time.Time `json:"created_at,omitempty"`
+			Steps     []step     `json:"steps,omitempty"`
+		} `json:"workflow"`
+	}
+	// CreateWorkflow(Chain(...)) in the SDK's id/depends_on form (the binding's §14.1).
+	body := `{"name":"onboarding","steps":[{"id":"step-0","type":"user.create","args":[{"email":"a@example.com"}],"depends_on":[]},{"id":"step-1","type":"email.send","args":[{"to":"a@example.com"}],"depends_on":["step-0"]}],"options":{"queue":"onboard"}}`
+	sdkCall(t, s, "POST", "/ojs/v1/workflows", body, 201, &resp)
+	wf := resp.Workflow
+	if wf.ID == "" || wf.Name != "onboarding" || wf.State != "running" || len(wf.Steps) != 2 {
+		t.Fatalf("created: %+v", wf)
+	}
+	if wf.Steps[0].ID != "step-0" || wf.Steps[0].State != "available" || wf.Steps[0].JobID == nil ||
+		wf.Steps[1].ID != "step-1" || wf.Steps[1].State != "pending" || len(wf.Steps[1].DependsOn) != 1 || wf.Steps[1].DependsOn[0] != "step-0" {
+		t.Fatalf("steps: %+v", wf.Steps)
+	}
+
+	// A worker runs step-0 with a result: GET shows it completed, with the result, and step-1 released.
+	var fetched struct {
+		Jobs []sdkJob `json:"jobs"`
+	}
+	sdkCall(t, s, "POST", "/ojs/v1/workers/fetch", `{"queues":["onboard"],"count":1,"worker_id":"worker_h_1_1"}`, 200, &fetched)
+	if len(fetched.Jobs) != 1 || fetched.Jobs[0].ID != *wf.Steps[0].JobID {
+		t.Fatalf("fetched %+v, want step-0's job", fetched.Jobs)
+	}
+	sdkCall(t, s, "POST", "/ojs/v1/workers/ack", `{"job_id":"`+fetched.Jobs[0].ID+`","result":{"user_id":42}}`, 200, nil)
+	sdkCall(t, s, "GET", "/ojs/v1/workflows/"+wf.ID, "", 200, &resp)
+	got := resp.Workflow.Steps
+	if len(got) != 2 || got[0].State != "completed" || got[0].Result["user_id"] != 42.0 || got[0].CompletedAt == nil ||
+		got[1].State != "available" || got[1].DependsOn[0] != "step-0" {
+		t.Fatalf("after step-0: %+v", got)
+	}
+
+	// Mistakes in the binding's form are named.
+	r := call(t, s, "POST", "/ojs/v1/workflows", `{"name":"x","steps":[{"id":"a","type":"a.b","args":[],"depends_on":["b"]}]}`)
+	checkErrorBody(t, r, 400, CodeInvalidRequest)
+	if !strings.Contains(string(r.raw), "steps[0].depends_on") {
+		t.Fatalf("error does not name the field: %s", r.raw)
+	}
+	r = call(t, s, "POST", "/ojs/v1/workflows", `{"name":"x","steps":[{"id":"a","type":"a.b","args":[],"depends_on":[]},{"type":"a.b","args":[],"depends_on":["a"]}]}`)
+	checkErrorBody(t, r, 400, CodeInvalidRequest)
+	if !strings.Contains(string(r.raw), "steps[1].id") {
+		t.Fatalf("error does not name the field: %s", r.raw)
+	}
+}
+
+func TestSDKWorkflowTypedHasSteps(t *testing.T) {
+	s, _ := newTestServer(t, Config{})
+	var resp struct {
+		Workflow struct {
+			Steps []struct {
+				ID        string   `json:"id"`
+				DependsOn []string `json:"depends_on"`
+			} `json:"steps"`
+		} `json:"workflow"`
+	}
+	sdkCall(t, s, "POST", "/ojs/v1/workflows", `{"type":"chain","name":"c","steps":[{"type":"a.b","args":[]},{"type":"a.b","args":[]}]}`, 201, &resp)
+	st := resp.Workflow.Steps
+	if len(st) != 2 || st[0].ID != "0" || st[1].ID != "1" || len(st[1].DependsOn) != 1 || st[1].DependsOn[0] != "0" {
+		t.Fatalf("chain steps: %+v", st)
+	}
+}
+
+func TestSDKCronJob(t *testing.T) {
+	s, _ := newTestServer(t, Config{})
+	type cronJob struct {
+		Name      string         `json:"name"`
+		Cron      string         `json:"cron"`
+		Timezone  string         `json:"timezone"`
+		Type      string         `json:"type"`
+		Args      []any          `json:"args"`
+		Options   map[string]any `json:"options,omitempty"`
+		Meta      map[string]any `json:"meta,omitempty"`
+		Status    string         `json:"status"`
+		LastRunAt *time.Time     `json:"last_run_at,omitempty"`
+		NextRunAt *time.Time     `json:"next_run_at,omitempty"`
+		CreatedAt *time.Time     `json:"created_at,omitempty"`
+	}
+	var resp struct {
+		CronJob cronJob `json:"cron_job"`
+	}
+	sdkCall(t, s, "POST", "/ojs/v1/cron", `{"name":"nightly","cron":"0 3 * * *","type":"report.run","args":[{"kind":"daily"}],"options":{"queue":"reports"}}`, 201, &resp)
+	c := resp.CronJob
+	if c.Name != "nightly" || c.Cron != "0 3 * * *" || c.Type != "report.run" || len(c.Args) != 1 ||
+		c.Options["queue"] != "reports" || c.Status != "active" || c.NextRunAt == nil {
+		t.Fatalf("register: %+v", c)
+	}
+	resp.CronJob = cronJob{}
+	sdkCall(t, s, "GET", "/ojs/v1/cron/nightly", "", 200, &resp)
+	if resp.CronJob.Name != "nightly" || resp.CronJob.Type != "report.run" {
+		t.Fatalf("get: %+v", resp.CronJob)
+	}
+	resp.CronJob = cronJob{}
+	sdkCall(t, s, "DELETE", "/ojs/v1/cron/nightly", "", 200, &resp)
+	if resp.CronJob.Name != "nightly" {
+		t.Fatalf("delete: %+v", resp.CronJob)
+	}
+	// The older "cron" key and job_template stay for clients that read them.
+	r := call(t, s, "POST", "/ojs/v1/cron", `{"name":"n2","cron":"0 3 * * *","type":"report.run","args":[]}`)
+	if obj(t, r, "cron")["name"] != "n2" || obj(t, r, "cron")["job_template"].(map[string]any)["type"] != "report.run" {
+		t.Fatalf("cron: %s", r.raw)
+	}
+}
+
+func TestSDKHeartbeatCount(t *testing.T) {
+	s, _ := newTestServer(t, Config{})
+	var job struct {
+		Job sdkJob `json:"job"`
+	}
+	sdkCall(t, s, "POST", "/ojs/v1/jobs", `{"type":"a.b","args":[],"options":{"visibility_timeout_ms":60000}}`, 201, &job)
+	var fetched struct {
+		Jobs []sdkJob `json:"jobs"`
+	}
+	sdkCall(t, s, "POST", "/ojs/v1/workers/fetch", `{"queues":["default"],"count":1,"worker_id":"worker_h_1_2"}`, 200, &fetched)
+	if len(fetched.Jobs) != 1 {
+		t.Fatalf("fetched %d jobs", len(fetched.Jobs))
+	}
+	type hbResp struct {
+		State    string   `json:"state"`
+		Extended []string `json:"jobs_extended"`
+	}
+	// The SDK's heartbeat: a count and the ids.
+	var hb hbResp
+	sdkCall(t, s, "POST", "/ojs/v1/workers/heartbeat", `{"worker_id":"worker_h_1_2","state":"running","active_jobs":1,"active_job_ids":["`+job.Job.ID+`"]}`, 200, &hb)
+	if hb.State != "running" || len(hb.Extended) != 1 || hb.Extended[0] != job.Job.ID {
+		t.Fatalf("heartbeat with ids: %+v", hb)
+	}
+	// A count alone still extends what this server handed to the worker.
+	hb = hbResp{}
+	sdkCall(t, s, "POST", "/ojs/v1/workers/heartbeat", `{"worker_id":"worker_h_1_2","state":"running","active_jobs":1}`, 200, &hb)
+	if len(hb.Extended) != 1 || hb.Extended[0] != job.Job.ID {
+		t.Fatalf("heartbeat with a count: %+v", hb)
+	}
+	// Another worker's count extends nothing of it; a bad count is named.
+	hb = hbResp{}
+	sdkCall(t, s, "POST", "/ojs/v1/workers/heartbeat", `{"worker_id":"other","state":"running","active_jobs":3}`, 200, &hb)
+	if len(hb.Extended) != 0 {
+		t.Fatalf("another worker's heartbeat extended %v", hb.Extended)
+	}
+	r := call(t, s, "POST", "/ojs/v1/workers/heartbeat", `{"worker_id":"w","active_jobs":-1}`)
+	checkErrorBody(t, r, 400, CodeInvalidRequest)
+	// pronto's first form (the ids in active_jobs) still works.
+	r = call(t, s, "POST", "/ojs/v1/workers/heartbeat", `{"worker_id":"worker_h_1_2","active_jobs":["`+job.Job.ID+`"]}`)
+	if r.status != 200 || len(r.body["jobs_extended"].([]any)) != 1 {
+		t.Fatalf("heartbeat with an id list: %s", r.raw)
+	}
+}
+
+func TestSDKUniqueKeyPeriodMS(t *testing.T) {
+	s, _ := newTestServer(t, Config{})
+	// WithUnique(UniquePolicy{Key: []string{"to"}, Period: time.Minute}).
+	body := func(to string) string {
+		return `{"type":"email.send","args":[{"to":"` + to + `","subject":"hi"}],"options":{"unique":{"key":["to"],"period_ms":60000}}}`
+	}
+	var job struct {
+		Job sdkJob `json:"job"`
+	}
+	sdkCall(t, s, "POST", "/ojs/v1/jobs", body("a@example.com"), 201, &job)
+	r := call(t, s, "POST", "/ojs/v1/jobs", body("a@example.com"))
+	checkErrorBody(t, r, 409, CodeDuplicate)
+	sdkCall(t, s, "POST", "/ojs/v1/jobs", body("b@example.com"), 201, &job)
+	// The SDK's form and the spec's at once is ambiguous, and refused.
+	r = call(t, s, "POST", "/ojs/v1/jobs", `{"type":"a.b","args":[{"to":1}],"options":{"unique":{"key":["to"],"keys":["type"]}}}`)
+	checkErrorBody(t, r, 400, CodeInvalidRequest)
+	r = call(t, s, "POST", "/ojs/v1/jobs", `{"type":"a.b","args":[],"options":{"unique":{"period":"PT1M","period_ms":60000}}}`)
+	checkErrorBody(t, r, 400, CodeInvalidRequest)
+	r = call(t, s, "POST", "/ojs/v1/jobs", `{"type":"a.b","args":[],"options":{"unique":{"period_ms":0}}}`)
+	checkErrorBody(t, r, 400, CodeInvalidRequest)
+}
+
+func TestSDKQueueStats(t *testing.T) {
+	s, _ := newTestServer(t, Config{})
+	for range 2 {
+		sdkCall(t, s, "POST", "/ojs/v1/jobs", `{"type":"a.b","args":[],"options":{"queue":"email"}}`, 201, nil)
+	}
+	var resp struct {
+		Queue  string `json:"queue"`
+		Status string `json:"status"`
+		Stats  struct {
+			Available int `json:"available"`
+			Active    int `json:"active"`
+			Scheduled int `json:"scheduled"`
+			Retryable int `json:"retryable"`
+			Discarded int `json:"discarded"`
+		} `json:"stats"`
+		ComputedAt string `json:"computed_at"`
+	}
+	sdkCall(t, s, "GET", "/ojs/v1/queues/email/stats", "", 200, &resp)
+	if resp.Queue != "email" || resp.Status != "active" || resp.Stats.Available != 2 || resp.ComputedAt == "" {
+		t.Fatalf("stats: %+v", resp)
+	}
+	// Without OJS-Version (as the conformance cases ask), the level-4 shape.
+	r := call(t, s, "GET", "/ojs/v1/queues/email/stats", nil, "Accept", "application/openjobspec+json")
+	if q := obj(t, r, "queue"); q["name"] != "email" || q["available"] != 2.0 {
+		t.Fatalf("level-4 stats: %s", r.raw)
+	}
+	r = call(t, s, "GET", "/ojs/v1/queues/email/stats?format=binding", nil)
+	if r.body["queue"] != "email" || obj(t, r, "stats")["available"] != 2.0 {
+		t.Fatalf("?format=binding: %s", r.raw)
+	}
+}

@@ -1,0 +1,116 @@
+package server
+
+import (
+	"encoding/json"
+	"strconv"
+
+	"github.com/pronto-jobs/pronto"
+)
+
+// setStepName records a workflow step's id in the job's ext, so that GET /ojs/v1/workflows/{id} can
+// answer each step under the id it was created with.
+func setStepName(req *enqueueRequest, name string) *apiError {
+	m := map[string]json.RawMessage{}
+	if len(req.job.Meta) > 0 && string(req.job.Meta) != "null" {
+		if err := json.Unmarshal(req.job.Meta, &m); err != nil {
+			return invalid("meta", "meta must be a JSON object")
+		}
+	}
+	ext := ojsExt{}
+	if raw, ok := m[extKey]; ok {
+		if err := json.Unmarshal(raw, &ext); err != nil {
+			return invalid("meta", "meta key %q is reserved by pronto", extKey)
+		}
+	}
+	ext.Step = name
+	raw, err := json.Marshal(ext)
+	if err != nil {
+		return invalid("", "the step does not encode: %v", err)
+	}
+	m[extKey] = raw
+	meta, err := json.Marshal(m)
+	if err != nil {
+		return invalid("meta", "meta does not encode: %v", err)
+	}
+	req.job.Meta = meta
+	req.ext.Step = name
+	return nil
+}
+
+// stepID is the id a workflow job answers under in steps[]: the id it was created with (a dag step's
+// name), else its callback condition ("on_success", ...), else its position among the members ("0",
+// "1", ..., pronto's names for chain, group and batch steps).
+func stepID(j *pronto.JobRow, member int) string {
+	if _, ext := splitMeta(j.Meta); ext != nil && ext.Step != "" {
+		return ext.Step
+	}
+	if j.RunOn != "" {
+		return "on_" + string(j.RunOn)
+	}
+	return strconv.Itoa(member)
+}
+
+// appendSteps appends the binding's steps[] (ojs-http-binding.md §14.2) for a workflow's jobs, given in
+// creation order, to b, an object still open: each step's id, type, state, job id, the ids of the
+// steps it depends on, its start and completion times and its result.
+func appendSteps(b []byte, jobs []*pronto.JobRow) []byte {
+	ids := make(map[string]string, len(jobs))
+	member := 0
+	for _, j := range jobs {
+		ids[j.ID] = stepID(j, member)
+		if j.RunOn == "" {
+			member++
+		}
+	}
+	b = append(appendKey(b, "steps"), '[')
+	for i, j := range jobs {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, '{')
+		b = appendStringField(b, "id", ids[j.ID])
+		b = appendStringField(b, "type", j.Kind)
+		b = appendStringField(b, "state", string(j.State))
+		b = appendStringField(b, "job_id", j.ID)
+		deps := make([]string, 0, len(j.ParentIDs))
+		for _, p := range j.ParentIDs {
+			if id, ok := ids[p]; ok {
+				deps = append(deps, id)
+			} else {
+				deps = append(deps, p)
+			}
+		}
+		b = appendStrings(appendKey(b, "depends_on"), deps)
+		if !j.StartedAt.IsZero() {
+			b = appendTimeField(b, "started_at", j.StartedAt)
+		}
+		if !j.CompletedAt.IsZero() {
+			b = appendTimeField(b, "completed_at", j.CompletedAt)
+		}
+		if len(j.Result) > 0 && string(j.Result) != "null" {
+			b = appendRawField(b, "result", j.Result)
+		}
+		b = append(b, '}')
+	}
+	return append(b, ']')
+}
+
+// bindingDAG reports whether a workflow without a type is in the HTTP binding's form (§14.1): steps
+// whose first element carries id or depends_on.
+func bindingDAG(top object) bool {
+	v, ok := top.get("steps")
+	if !ok || jsonKind(v) != "array" {
+		return false
+	}
+	var elems []json.RawMessage
+	if json.Unmarshal(v, &elems) != nil || len(elems) == 0 {
+		return false
+	}
+	first, e := decodeObject(elems[0], "step")
+	if e != nil {
+		return false
+	}
+	_, hasID := first.get("id")
+	_, hasDeps := first.get("depends_on")
+	return hasID || hasDeps
+}
