@@ -164,6 +164,7 @@ var tests = []testCase{
 	{"WorkflowCleanup", single(testWorkflowCleanup)},
 	{"WorkflowReopen", testWorkflowReopen},
 	{"WorkflowConcurrentParents", testWorkflowConcurrentParents},
+	{"SchemaRegistry", single(testSchemaRegistry)},
 }
 
 // Run runs every behaviour test against stores made by h, each as a parallel subtest with a store of
