@@ -68,7 +68,7 @@ func (s *Server) manifest(w http.ResponseWriter, r *http.Request) {
 		on   bool
 	}{
 		{"batch_enqueue", true}, {"cron_jobs", true}, {"dead_letter", true}, {"delayed_jobs", true},
-		{"job_ttl", true}, {"priority_queues", true}, {"rate_limiting", true}, {"schema_validation", false},
+		{"job_ttl", true}, {"priority_queues", true}, {"rate_limiting", true}, {"schema_validation", s.schemas.st != nil},
 		{"unique_jobs", true}, {"workflows", true}, {"pause_resume", true}, {"events", true},
 	} {
 		*b = appendBoolField(*b, c.name, c.on)
@@ -80,7 +80,7 @@ func (s *Server) manifest(w http.ResponseWriter, r *http.Request) {
 	*b = appendStringField(*b, "strength", "strong")
 	*b = appendStringField(*b, "mechanism", "a unique index over the key, partial on the held states (memory: the store's lock), checked in the insert's transaction")
 	*b = append(*b, '}')
-	*b = appendStrings(appendKey(*b, "extensions"), []string{"x-pronto-relative-times", "x-pronto-requeue"})
+	*b = appendStrings(appendKey(*b, "extensions"), s.extensionNames())
 	*b = append(appendKey(*b, "limits"), '{')
 	*b = appendIntField(*b, "max_body_bytes", s.maxBody)
 	*b = appendIntField(*b, "max_batch_jobs", int64(s.maxBatch))

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/pronto-jobs/pronto"
@@ -34,6 +35,9 @@ func (s *Server) enqueue(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	req, e := decodeJob(body, time.Now())
+	if e == nil {
+		e = s.checkArgs(r.Context(), req, "")
+	}
 	if e != nil {
 		s.writeError(w, r, e)
 		return
@@ -70,6 +74,10 @@ func (s *Server) enqueueBatch(w http.ResponseWriter, r *http.Request) {
 	}
 	jobs := make([]pronto.OJSJob, len(reqs))
 	for i, req := range reqs {
+		if e := s.checkArgs(r.Context(), req, "jobs["+strconv.Itoa(i)+"]"); e != nil {
+			s.writeError(w, r, e)
+			return
+		}
 		jobs[i] = req.job
 	}
 	rows, err := s.client.InsertOJS(r.Context(), jobs)

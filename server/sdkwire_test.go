@@ -3,6 +3,7 @@ package server
 import (
 	"encoding/json"
 	"net/http"
+	"os"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -276,5 +277,119 @@ func TestSDKQueueStats(t *testing.T) {
 	r = call(t, s, "GET", "/ojs/v1/queues/email/stats?format=binding", nil)
 	if r.body["queue"] != "email" || obj(t, r, "stats")["available"] != 2.0 {
 		t.Fatalf("?format=binding: %s", r.raw)
+	}
+}
+
+func TestSDKSchemaRegistry(t *testing.T) {
+	s, _ := newTestServer(t, Config{})
+	type schema struct {
+		URI       string    `json:"uri"`
+		Type      string    `json:"type"`
+		Version   string    `json:"version"`
+		CreatedAt time.Time `json:"created_at"`
+	}
+	var reg struct {
+		Schema schema `json:"schema"`
+	}
+	// RegisterSchema(SchemaDefinition{...}): the SDK sends the version as a string.
+	doc := `{"type":"array","prefixItems":[{"type":"object","properties":{"to":{"type":"string","format":"email"},"n":{"type":"integer","minimum":1}},"required":["to"]}],"minItems":1}`
+	sdkCall(t, s, "POST", "/ojs/v1/schemas", `{"uri":"urn:ojs:schema:email.send:v1","type":"email.send","version":"1","schema":`+doc+`}`, 201, &reg)
+	if reg.Schema.URI != "urn:ojs:schema:email.send:v1" || reg.Schema.Type != "email.send" || reg.Schema.Version != "1" || reg.Schema.CreatedAt.IsZero() {
+		t.Fatalf("register: %+v", reg.Schema)
+	}
+	r := call(t, s, "POST", "/ojs/v1/schemas", `{"uri":"urn:ojs:schema:email.send:v1","type":"email.send","version":"1","schema":{}}`)
+	checkErrorBody(t, r, 409, CodeDuplicate)
+
+	var list struct {
+		Schemas    []schema `json:"schemas"`
+		Pagination struct {
+			Total   int  `json:"total"`
+			HasMore bool `json:"has_more"`
+		} `json:"pagination"`
+	}
+	sdkCall(t, s, "GET", "/ojs/v1/schemas", "", 200, &list)
+	if len(list.Schemas) != 1 || list.Pagination.Total != 1 || list.Schemas[0].Version != "1" {
+		t.Fatalf("list: %+v", list)
+	}
+	var got struct {
+		Schema struct {
+			URI    string          `json:"uri"`
+			Schema json.RawMessage `json:"schema"`
+		} `json:"schema"`
+	}
+	sdkCall(t, s, "GET", "/ojs/v1/schemas/urn%3Aojs%3Aschema%3Aemail.send%3Av1", "", 200, &got)
+	if string(got.Schema.Schema) != doc {
+		t.Fatalf("get: %s", got.Schema.Schema)
+	}
+	if r := call(t, s, "GET", "/ojs/manifest", nil); obj(t, r, "capabilities")["schema_validation"] != true {
+		t.Fatalf("manifest: %s", r.raw)
+	}
+
+	// Enqueue validates args against the type's schema.
+	sdkCall(t, s, "POST", "/ojs/v1/jobs", `{"type":"email.send","args":[{"to":"a@example.com","n":2}]}`, 201, nil)
+	r = call(t, s, "POST", "/ojs/v1/jobs", `{"type":"email.send","args":[{"to":"a@example.com","n":0}]}`)
+	checkErrorBody(t, r, 422, CodeSchemaValidationFailed)
+	if d := obj(t, r, "error")["details"].(map[string]any); d["field"] != "args[0].n" || d["schema"] != "urn:ojs:schema:email.send:v1" {
+		t.Fatalf("details: %s", r.raw)
+	}
+	r = call(t, s, "POST", "/ojs/v1/jobs", `{"type":"email.send","args":[{"n":1}]}`)
+	checkErrorBody(t, r, 422, CodeSchemaValidationFailed)
+	r = call(t, s, "POST", "/ojs/v1/jobs/batch", `{"jobs":[{"type":"email.send","args":[{"to":"a@example.com"}]},{"type":"email.send","args":[]}]}`)
+	checkErrorBody(t, r, 422, CodeSchemaValidationFailed)
+	if f := obj(t, r, "error")["details"].(map[string]any)["field"]; f != "jobs[1].args" {
+		t.Fatalf("batch field %v: %s", f, r.raw)
+	}
+	// A job naming a schema (the envelope's schema, as the SDK sends it) is checked against that one.
+	r = call(t, s, "POST", "/ojs/v1/jobs", `{"type":"email.send","args":[],"schema":"urn:nope"}`)
+	checkErrorBody(t, r, 422, "")
+	// Other types are not checked.
+	sdkCall(t, s, "POST", "/ojs/v1/jobs", `{"type":"other.kind","args":[1,2,3]}`, 201, nil)
+
+	// A number version is answered as a number; a URI holding "/" is reached URL-encoded.
+	r = call(t, s, "POST", "/ojs/v1/schemas", `{"uri":"https://example.com/s/a.json","type":"a.b","version":2,"schema":{"type":"array"}}`)
+	if r.status != 201 || obj(t, r, "schema")["version"] != 2.0 {
+		t.Fatalf("number version: %s", r.raw)
+	}
+	if r := call(t, s, "GET", "/ojs/v1/schemas/https%3A%2F%2Fexample.com%2Fs%2Fa.json", nil); r.status != 200 {
+		t.Fatalf("uri with slashes: %s", r.raw)
+	}
+	// Bad schemas are refused with the reason; no document may load another.
+	for _, bad := range []string{
+		`{"uri":"u:1","type":"a.b","version":1,"schema":{"type":"nonsense"}}`,
+		`{"uri":"u:2","type":"a.b","version":1,"schema":{"$ref":"file:///etc/passwd"}}`,
+		`{"uri":"u:3","type":"a.b","version":1,"schema":[]}`,
+		`{"uri":"u:4","type":"Bad","version":1,"schema":{}}`,
+		`{"uri":"u:5","type":"a.b","version":{},"schema":{}}`,
+		`{"type":"a.b","version":1,"schema":{}}`,
+	} {
+		r := call(t, s, "POST", "/ojs/v1/schemas", bad)
+		checkErrorBody(t, r, 400, CodeInvalidRequest)
+	}
+
+	// DeleteSchema: the type is no longer checked.
+	var del struct {
+		Deleted bool   `json:"deleted"`
+		URI     string `json:"uri"`
+	}
+	sdkCall(t, s, "DELETE", "/ojs/v1/schemas/urn%3Aojs%3Aschema%3Aemail.send%3Av1", "", 200, &del)
+	if !del.Deleted || del.URI != "urn:ojs:schema:email.send:v1" {
+		t.Fatalf("delete: %+v", del)
+	}
+	sdkCall(t, s, "POST", "/ojs/v1/jobs", `{"type":"email.send","args":[{"n":0}]}`, 201, nil)
+	r = call(t, s, "GET", "/ojs/v1/schemas/urn%3Aojs%3Aschema%3Aemail.send%3Av1", nil)
+	checkErrorBody(t, r, 404, CodeNotFound)
+}
+
+// TestExtensionsDocumented: every extension the manifest lists has its row in docs/http-api.md's
+// table of extensions, so that the list and the documentation cannot drift apart.
+func TestExtensionsDocumented(t *testing.T) {
+	doc, err := os.ReadFile("../docs/http-api.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, x := range extensions {
+		if !strings.Contains(string(doc), "| `"+x.name+"` |") {
+			t.Errorf("docs/http-api.md has no row for the extension %q", x.name)
+		}
 	}
 }

@@ -82,6 +82,9 @@ type Server struct {
 	closeOnce   sync.Once
 
 	draining atomic.Bool
+
+	// schemas is the schema registry's cache (schemaapi.go).
+	schemas *schemaRegistry
 }
 
 // New returns a Server over cfg.Client. Close releases its subscription to the client's events.
@@ -103,6 +106,7 @@ func New(cfg Config) (*Server, error) {
 		fetched:    newFetchedJobs(100000),
 		eventsDone: make(chan struct{}),
 	}
+	s.schemas = newSchemaRegistry(s.store)
 	if cfg.APIKey != "" {
 		s.apiKey = []byte(cfg.APIKey)
 	}
@@ -422,6 +426,9 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request, rest string) {
 			want(http.MethodGet, func() { s.listEvents(w, r) })
 			return
 		}
+	case "schemas":
+		s.routeSchemas(w, r, seg)
+		return
 	case "_test":
 		if s.testMode && len(seg) == 2 && seg[1] == "reset" {
 			want(http.MethodPost, func() { s.reset(w, r) })

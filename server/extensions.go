@@ -1,0 +1,39 @@
+package server
+
+// extension is one entry of the manifest's extensions list: an OJS extension document pronto
+// implements (by its name, "urn:ojs:ext:<name>"), or one of pronto's own ("x-pronto-..."). Each is
+// listed with its section in docs/http-api.md (TestExtensionsDocumented keeps the two together).
+type extension struct {
+	name string
+	// needsSchemaStore: listed only when the store keeps a schema registry.
+	needsSchemaStore bool
+}
+
+// extensions is what the manifest's extensions list says pronto implements, official first.
+var extensions = []extension{
+	{name: "bulk-operations"},
+	{name: "cron"},
+	{name: "dead-letter"},
+	{name: "events"},
+	{name: "rate-limiting"},
+	{name: "unique-jobs"},
+	{name: "workflows"},
+	{name: "schema-registry", needsSchemaStore: true},
+	{name: "x-pronto-relative-times"},
+	{name: "x-pronto-requeue"},
+	{name: "x-pronto-claim-token"},
+	{name: "x-pronto-dag-workflows"},
+	{name: "x-pronto-unique-jobs"},
+}
+
+// extensionNames lists the extensions this server serves.
+func (s *Server) extensionNames() []string {
+	out := make([]string, 0, len(extensions))
+	for _, x := range extensions {
+		if x.needsSchemaStore && s.schemas.st == nil {
+			continue
+		}
+		out = append(out, x.name)
+	}
+	return out
+}
