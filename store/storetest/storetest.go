@@ -165,6 +165,7 @@ var tests = []testCase{
 	{"WorkflowReopen", testWorkflowReopen},
 	{"WorkflowConcurrentParents", testWorkflowConcurrentParents},
 	{"SchemaRegistry", single(testSchemaRegistry)},
+	{"QueueBounds", single(testQueueBounds)},
 }
 
 // Run runs every behaviour test against stores made by h, each as a parallel subtest with a store of
