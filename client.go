@@ -33,6 +33,9 @@ type Client struct {
 	// schemaOK is set once the store's schema was found to match (see checkSchema).
 	schemaOK atomic.Bool
 
+	// bp is the client's view of queue bounds (backpressure.go).
+	bp backpressure
+
 	mu       sync.Mutex
 	started  bool
 	stopped  bool

@@ -102,6 +102,9 @@ func (c *Client) insert(ctx context.Context, ps []*store.InsertParams, do Insert
 		mw, inner := c.cfg.InsertMiddleware[i], next
 		next = func(ctx context.Context, ps []*store.InsertParams) ([]*JobRow, error) { return mw(ctx, ps, inner) }
 	}
+	if err := c.checkBounds(ctx, ps); err != nil {
+		return nil, fmt.Errorf("pronto: insert %d job(s): %w", len(ps), err)
+	}
 	rows, err := next(ctx, ps)
 	if err != nil {
 		return nil, fmt.Errorf("pronto: insert %d job(s): %w", len(ps), c.schemaCause(ctx, err))

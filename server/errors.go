@@ -42,6 +42,8 @@ type apiError struct {
 	typ     string
 	details map[string]any
 	hint    string
+	// headers are set on the response (Retry-After on 429).
+	headers map[string]string
 }
 
 func (e *apiError) Error() string { return e.message }
@@ -88,6 +90,8 @@ func fromClientError(err error, kind, id string) *apiError {
 		return ae
 	case errors.As(err, &uce):
 		return uniqueConflict(uce)
+	case errors.Is(err, pronto.ErrQueueFull):
+		return queueFull(err)
 	case errors.As(err, &te):
 		e := conflict("cannot %s %s %s in state %q", te.Operation, kind, id, te.From)
 		e.details = map[string]any{"job_id": id, "current_state": string(te.From)}
@@ -180,6 +184,9 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, e *apiError)
 		if body.Error.Hint == "" {
 			body.Error.Hint = "see the endpoint list in the docs"
 		}
+	}
+	for k, v := range e.headers {
+		w.Header().Set(k, v)
 	}
 	b, err := json.Marshal(body)
 	if err != nil {

@@ -19,6 +19,7 @@ var extensions = []extension{
 	{name: "unique-jobs"},
 	{name: "workflows"},
 	{name: "schema-registry", needsSchemaStore: true},
+	{name: "backpressure"},
 	{name: "x-pronto-relative-times"},
 	{name: "x-pronto-requeue"},
 	{name: "x-pronto-claim-token"},

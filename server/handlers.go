@@ -44,7 +44,7 @@ func (s *Server) enqueue(w http.ResponseWriter, r *http.Request) {
 	}
 	rows, err := s.client.InsertOJS(r.Context(), []pronto.OJSJob{req.job})
 	if err != nil {
-		s.writeError(w, r, fromClientError(err, "job", req.job.Opts.ID))
+		s.writeInsertError(w, r, err, "job", req.job.Opts.ID, req.job.Kind)
 		return
 	}
 	j := rows[0]
@@ -82,7 +82,7 @@ func (s *Server) enqueueBatch(w http.ResponseWriter, r *http.Request) {
 	}
 	rows, err := s.client.InsertOJS(r.Context(), jobs)
 	if err != nil {
-		s.writeError(w, r, fromClientError(err, "job", ""))
+		s.writeInsertError(w, r, err, "job", "", jobs[0].Kind)
 		return
 	}
 	b := getBuf()

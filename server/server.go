@@ -289,6 +289,11 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request, rest string) {
 		}
 		h()
 	}
+	// ojs-backpressure.md §6.2 (backpressure.go), apart from the admin endpoints' own routes.
+	if len(seg) == 4 && seg[0] == "admin" && seg[1] == "queues" && seg[3] == "config" {
+		s.queueConfig(w, r, seg[2])
+		return
+	}
 	switch seg[0] {
 	case "jobs":
 		switch {
