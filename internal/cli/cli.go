@@ -233,6 +233,7 @@ func (r *runner) groups() []group {
 			{name: "queues list", summary: "list queues with job counts per state", run: cmdQueuesList},
 			{name: "queues pause", summary: "stop every client from claiming a queue's jobs", run: cmdQueuesPause},
 			{name: "queues resume", summary: "let clients claim a queue's jobs again", run: cmdQueuesResume},
+			{name: "queues set-max-depth", summary: "bound a queue's unfinished jobs (backpressure)", run: cmdQueuesSetMaxDepth},
 		}},
 		{name: "workflows", summary: "inspect and cancel workflows", subs: []command{
 			{name: "workflows get", summary: "show a workflow's state and step counts", run: cmdWorkflowsGet},
