@@ -80,7 +80,7 @@ func decodeUnique(raw json.RawMessage, field string) (*pronto.UniqueOpts, *apiEr
 	u := &pronto.UniqueOpts{}
 	var keys, sdkKey []string
 	keysGiven, sdkKeyGiven := false, false
-	var periodMS time.Duration
+	var sdkPeriod time.Duration
 	for _, mb := range m {
 		k, v := mb.key, mb.val
 		f := field + "." + k
@@ -128,7 +128,7 @@ func decodeUnique(raw json.RawMessage, field string) (*pronto.UniqueOpts, *apiEr
 			if e != nil {
 				return nil, e
 			}
-			periodMS = time.Duration(ms) * time.Millisecond
+			sdkPeriod = time.Duration(ms) * time.Millisecond
 		case "states":
 			list, e := wantKeyList(v, f)
 			if e != nil {
@@ -164,11 +164,11 @@ func decodeUnique(raw json.RawMessage, field string) (*pronto.UniqueOpts, *apiEr
 		}
 		keys, keysGiven, u.ArgsKeys = []string{"type", "args"}, true, sdkKey
 	}
-	if periodMS > 0 {
+	if sdkPeriod > 0 {
 		if u.Period > 0 {
 			return nil, invalid(field+".period_ms", "%s.period_ms and %s.period are both given: send one", field, field)
 		}
-		u.Period = periodMS
+		u.Period = sdkPeriod
 	}
 	if !keysGiven {
 		keys = []string{"type"}
