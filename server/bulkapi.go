@@ -121,6 +121,9 @@ func (s *Server) bulkEnqueue(w http.ResponseWriter, r *http.Request) {
 	items := make([]bulkEnqueueItem, len(elems))
 	for i, el := range elems {
 		reqs[i], items[i].err = decodeJob(el, now)
+		if items[i].err == nil {
+			items[i].err = s.checkArgs(r.Context(), reqs[i], "")
+		}
 	}
 	if atomic {
 		s.insertAtomic(r.Context(), reqs, items)

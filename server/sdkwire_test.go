@@ -339,6 +339,10 @@ func TestSDKSchemaRegistry(t *testing.T) {
 	if f := obj(t, r, "error")["details"].(map[string]any)["field"]; f != "jobs[1].args" {
 		t.Fatalf("batch field %v: %s", f, r.raw)
 	}
+	r = call(t, s, "POST", "/ojs/v1/jobs/bulk", `{"jobs":[{"type":"email.send","args":[{"to":"a@example.com"}]},{"type":"email.send","args":[{"to":1}]}]}`)
+	if items := r.body["items"].([]any); r.status != 207 || items[1].(map[string]any)["error"].(map[string]any)["code"] != CodeSchemaValidationFailed {
+		t.Fatalf("bulk: %s", r.raw)
+	}
 	// A job naming a schema (the envelope's schema, as the SDK sends it) is checked against that one.
 	r = call(t, s, "POST", "/ojs/v1/jobs", `{"type":"email.send","args":[],"schema":"urn:nope"}`)
 	checkErrorBody(t, r, 422, "")
