@@ -248,6 +248,12 @@ func (c *Client) resolve(kind string, args, meta json.RawMessage, o InsertOpts) 
 		}
 		p.RateKey, p.RateLimit = o.RateKey, o.RateLimit
 	}
+	if o.Tenant != "" {
+		if !ValidTenant(o.Tenant) {
+			return nil, invalidf("tenant %q: must be 1 to 255 printable ASCII characters without spaces", o.Tenant)
+		}
+		p.Tenant = o.Tenant
+	}
 	return p, nil
 }
 

@@ -50,6 +50,10 @@ type InsertOpts struct {
 	// RateLimit, with RateKey, stores the key's limit in the same transaction as the insert (the last
 	// insert or RateLimitSet wins).
 	RateLimit *RateLimit
+	// Tenant names the job's tenant (OJS multi-tenancy; over HTTP meta.tenant_id or the X-OJS-Tenant
+	// header): stored with the job and returned in JobRow.Tenant, 1 to 255 printable ASCII
+	// characters without spaces. Claims do not rotate across tenants yet: it is not a fairness key.
+	Tenant string
 }
 
 // The rules for names, as error messages state them. One rule holds everywhere: in Go, on the command
@@ -64,6 +68,20 @@ const (
 // ValidQueueName reports whether name is an acceptable OJS queue name: [a-z0-9][a-z0-9.-]*, at most
 // 128 characters.
 func ValidQueueName(name string) bool { return len(name) <= 128 && validName(name, false) }
+
+// ValidTenant reports whether tenant is an acceptable tenant id: 1 to 255 printable ASCII characters,
+// no spaces.
+func ValidTenant(tenant string) bool {
+	if tenant == "" || len(tenant) > 255 {
+		return false
+	}
+	for i := 0; i < len(tenant); i++ {
+		if tenant[i] < 0x21 || tenant[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}
 
 // ValidRateKey reports whether key is an acceptable rate-limit key: [a-zA-Z0-9][a-zA-Z0-9._:-]*, at
 // most 255 characters.

@@ -36,6 +36,9 @@ func (s *Server) enqueue(w http.ResponseWriter, r *http.Request) {
 	}
 	req, e := decodeJob(body, time.Now())
 	if e == nil {
+		e = applyTenant(r, req, "")
+	}
+	if e == nil {
 		e = s.checkArgs(r.Context(), req, "")
 	}
 	if e != nil {
@@ -74,6 +77,10 @@ func (s *Server) enqueueBatch(w http.ResponseWriter, r *http.Request) {
 	}
 	jobs := make([]pronto.OJSJob, len(reqs))
 	for i, req := range reqs {
+		if e := applyTenant(r, req, "jobs["+strconv.Itoa(i)+"]"); e != nil {
+			s.writeError(w, r, e)
+			return
+		}
 		if e := s.checkArgs(r.Context(), req, "jobs["+strconv.Itoa(i)+"]"); e != nil {
 			s.writeError(w, r, e)
 			return
