@@ -1,0 +1,213 @@
+package redis
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/pronto-jobs/pronto/store"
+)
+
+// A job is one hash. Its fields, all strings (times in microseconds since the epoch, "0" or absent
+// for a zero time; JSON values as given, absent when nil):
+//
+//	id kind queue args meta prio state attempt max errors result tags rp timeout (ns)
+//	created sched started completed expires lease worker token
+//	ukey ustates (comma-separated) uuntil tenant rkey wf parents (JSON) runon presults
+
+// micros encodes t as microseconds since the epoch, "0" for the zero time.
+func micros(t time.Time) string {
+	if t.IsZero() {
+		return "0"
+	}
+	return strconv.FormatInt(t.UnixMicro(), 10)
+}
+
+// fromMicros decodes what micros encoded.
+func fromMicros(s string) time.Time {
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n == 0 {
+		return time.Time{}
+	}
+	return time.UnixMicro(n).UTC()
+}
+
+// insertFields returns the hash fields of a new job, as field, value pairs. The insert script adds
+// created (and sched, when p has none).
+func insertFields(p *store.InsertParams) []any {
+	f := make([]any, 0, 40)
+	add := func(k, v string) { f = append(f, k, v) }
+	add("id", p.ID)
+	add("kind", p.Kind)
+	add("queue", p.Queue)
+	addRaw := func(k string, v json.RawMessage) {
+		if v != nil {
+			add(k, string(v))
+		}
+	}
+	addRaw("args", p.Args)
+	addRaw("meta", p.Meta)
+	add("prio", strconv.Itoa(p.Priority))
+	add("state", string(p.State))
+	add("attempt", "0")
+	add("max", strconv.Itoa(p.MaxAttempts))
+	if p.Tags != nil {
+		b, _ := json.Marshal(p.Tags)
+		add("tags", string(b))
+	}
+	addRaw("rp", p.RetryPolicy)
+	if p.Timeout != 0 {
+		add("timeout", strconv.FormatInt(int64(p.Timeout), 10))
+	}
+	add("sched", micros(p.ScheduledAt))
+	if !p.ExpiresAt.IsZero() {
+		add("expires", micros(p.ExpiresAt))
+	}
+	if p.UniqueKey != "" {
+		add("ukey", p.UniqueKey)
+		add("ustates", joinStates(store.UniqueStatesOrDefault(p.UniqueStates)))
+		if !p.UniqueUntil.IsZero() {
+			add("uuntil", micros(p.UniqueUntil))
+		}
+	}
+	if p.Tenant != "" {
+		add("tenant", p.Tenant)
+	}
+	if p.RateKey != "" {
+		add("rkey", p.RateKey)
+	}
+	if p.WorkflowID != "" {
+		add("wf", p.WorkflowID)
+	}
+	if len(p.ParentIDs) > 0 {
+		b, _ := json.Marshal(p.ParentIDs)
+		add("parents", string(b))
+	}
+	if p.RunOn != "" {
+		add("runon", string(p.RunOn))
+	}
+	return f
+}
+
+func joinStates(sts []store.State) string {
+	parts := make([]string, len(sts))
+	for i, s := range sts {
+		parts[i] = string(s)
+	}
+	return strings.Join(parts, ",")
+}
+
+// newJobFromParams is the job Insert returns: p as written, created (and due, when p has no due
+// time) at the server's now.
+func newJobFromParams(p *store.InsertParams, now time.Time) *store.Job {
+	j := &store.Job{
+		ID: p.ID, Kind: p.Kind, Queue: p.Queue, Args: clone(p.Args), Meta: clone(p.Meta),
+		Priority: p.Priority, State: p.State, MaxAttempts: p.MaxAttempts, RetryPolicy: clone(p.RetryPolicy),
+		Timeout: p.Timeout, CreatedAt: now, ScheduledAt: p.ScheduledAt, ExpiresAt: p.ExpiresAt,
+		UniqueKey: p.UniqueKey, Tenant: p.Tenant, RateKey: p.RateKey, WorkflowID: p.WorkflowID,
+		RunOn: p.RunOn,
+	}
+	if p.Tags != nil {
+		j.Tags = append([]string(nil), p.Tags...)
+	}
+	if len(p.ParentIDs) > 0 {
+		j.ParentIDs = append([]string(nil), p.ParentIDs...)
+	}
+	if j.ScheduledAt.IsZero() {
+		j.ScheduledAt = now
+	}
+	if p.UniqueKey != "" {
+		j.UniqueStates = append([]store.State(nil), store.UniqueStatesOrDefault(p.UniqueStates)...)
+		j.UniqueUntil = p.UniqueUntil
+	}
+	// Times as stored: microsecond precision.
+	j.ScheduledAt = j.ScheduledAt.Truncate(time.Microsecond)
+	j.ExpiresAt = j.ExpiresAt.Truncate(time.Microsecond)
+	j.UniqueUntil = j.UniqueUntil.Truncate(time.Microsecond)
+	return j
+}
+
+func clone(b json.RawMessage) json.RawMessage {
+	if b == nil {
+		return nil
+	}
+	return append(json.RawMessage(nil), b...)
+}
+
+// flatToMap turns an HGETALL reply a script returned (a flat field, value list) into a map.
+func flatToMap(v any) (map[string]string, error) {
+	arr, ok := v.([]any)
+	if !ok {
+		return nil, fmt.Errorf("redis: unexpected job reply %T", v)
+	}
+	m := make(map[string]string, len(arr)/2)
+	for i := 0; i+1 < len(arr); i += 2 {
+		k, _ := arr[i].(string)
+		val, _ := arr[i+1].(string)
+		m[k] = val
+	}
+	return m, nil
+}
+
+// decodeJob builds a job from its hash. A hash without an id (a job deleted meanwhile) gives nil.
+func decodeJob(m map[string]string) (*store.Job, error) {
+	if m["id"] == "" {
+		return nil, nil
+	}
+	j := &store.Job{
+		ID: m["id"], Kind: m["kind"], Queue: m["queue"], State: store.State(m["state"]),
+		WorkerID: m["worker"], UniqueKey: m["ukey"], Tenant: m["tenant"], RateKey: m["rkey"],
+		WorkflowID: m["wf"], RunOn: store.RunOn(m["runon"]),
+	}
+	raw := func(k string) json.RawMessage {
+		if v, ok := m[k]; ok {
+			return json.RawMessage(v)
+		}
+		return nil
+	}
+	j.Args, j.Meta, j.Result, j.RetryPolicy, j.ParentResults = raw("args"), raw("meta"), raw("result"), raw("rp"), raw("presults")
+	atoi := func(k string) int { n, _ := strconv.Atoi(m[k]); return n }
+	j.Priority, j.Attempt, j.MaxAttempts = atoi("prio"), atoi("attempt"), atoi("max")
+	if v := m["timeout"]; v != "" {
+		n, _ := strconv.ParseInt(v, 10, 64)
+		j.Timeout = time.Duration(n)
+	}
+	j.CreatedAt, j.ScheduledAt, j.StartedAt = fromMicros(m["created"]), fromMicros(m["sched"]), fromMicros(m["started"])
+	j.CompletedAt, j.ExpiresAt, j.LeaseExpiresAt = fromMicros(m["completed"]), fromMicros(m["expires"]), fromMicros(m["lease"])
+	j.UniqueUntil = fromMicros(m["uuntil"])
+	if j.State == store.StateActive {
+		j.ClaimToken = m["token"]
+	}
+	if v := m["ustates"]; v != "" {
+		for _, s := range strings.Split(v, ",") {
+			j.UniqueStates = append(j.UniqueStates, store.State(s))
+		}
+	}
+	if v := m["tags"]; v != "" {
+		if err := json.Unmarshal([]byte(v), &j.Tags); err != nil {
+			return nil, fmt.Errorf("redis: job %s: tags: %w", j.ID, err)
+		}
+	}
+	if v := m["parents"]; v != "" {
+		if err := json.Unmarshal([]byte(v), &j.ParentIDs); err != nil {
+			return nil, fmt.Errorf("redis: job %s: parents: %w", j.ID, err)
+		}
+	}
+	if v := m["errors"]; v != "" {
+		if err := json.Unmarshal([]byte(v), &j.Errors); err != nil {
+			return nil, fmt.Errorf("redis: job %s: errors: %w", j.ID, err)
+		}
+	}
+	return j, nil
+}
+
+// decodeFlat decodes a job from a script's HGETALL reply.
+func decodeFlat(v any) (*store.Job, error) {
+	m, err := flatToMap(v)
+	if err != nil {
+		return nil, err
+	}
+	return decodeJob(m)
+}

@@ -1,0 +1,859 @@
+package redis
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sort"
+	"strconv"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/pronto-jobs/pronto/store"
+)
+
+// defaultLimit bounds a maintenance pass when the caller gives no positive limit, and
+// defaultListLimit is the ListJobs page size in that case; both match the other stores.
+const (
+	defaultLimit     = 1000
+	defaultListLimit = 100
+	// finishChunk bounds the completions of one script call, so that no call holds the server long.
+	finishChunk = 256
+)
+
+func validInsert(p *store.InsertParams) error {
+	if p == nil {
+		return fmt.Errorf("redis: insert: nil job: %w", store.ErrInvalidParams)
+	}
+	switch {
+	case p.ID == "":
+		return fmt.Errorf("redis: insert: job has no id: %w", store.ErrInvalidParams)
+	case p.Kind == "":
+		return fmt.Errorf("redis: insert job %s: no kind: %w", p.ID, store.ErrInvalidParams)
+	case p.Queue == "":
+		return fmt.Errorf("redis: insert job %s: no queue: %w", p.ID, store.ErrInvalidParams)
+	}
+	switch p.State {
+	case store.StateAvailable, store.StateScheduled, store.StatePending:
+	default:
+		return fmt.Errorf("redis: insert job %s: state %q cannot be inserted (want available, scheduled or pending): %w",
+			p.ID, p.State, store.ErrInvalidParams)
+	}
+	if p.RateLimit != nil && p.RateKey == "" {
+		return fmt.Errorf("redis: insert job %s: a rate limit without a rate key: %w", p.ID, store.ErrInvalidParams)
+	}
+	return nil
+}
+
+// nonce returns a random non-zero insert nonce.
+func nonce() uint32 {
+	for {
+		if n := rand.Uint32(); n != 0 {
+			return n
+		}
+	}
+}
+
+// byQueue groups indexes of items by queue, keeping the queues in first-seen order.
+func byQueue(n int, queueOf func(i int) string) (order []string, groups map[string][]int) {
+	groups = make(map[string][]int)
+	for i := range n {
+		q := queueOf(i)
+		if _, ok := groups[q]; !ok {
+			order = append(order, q)
+		}
+		groups[q] = append(groups[q], i)
+	}
+	return order, groups
+}
+
+// Insert writes jobs and announces each queue that got claimable or scheduled jobs.
+//
+// The ids are first recorded in the global id index, all or none (a duplicate id fails the call
+// with store.ErrDuplicate and writes nothing); then each queue's jobs are written by one script,
+// the queues' scripts pipelined. A batch within one queue is atomic; a batch spanning several
+// queues is atomic per queue (see docs/redis.md).
+func (s *Store) Insert(ctx context.Context, params []*store.InsertParams) ([]*store.Job, error) {
+	if err := s.checkInsert(params); err != nil {
+		return nil, err
+	}
+	if len(params) == 0 {
+		return nil, nil
+	}
+	return s.insert(ctx, params)
+}
+
+func (s *Store) checkInsert(params []*store.InsertParams) error {
+	for _, p := range params {
+		if err := validInsert(p); err != nil {
+			return err
+		}
+		if err := store.ValidatePlainInsert(p); err != nil {
+			return fmt.Errorf("redis: insert: %w", err)
+		}
+		if p.UniqueKey != "" || p.RateKey != "" {
+			return fmt.Errorf("redis: insert job %s: unique keys and rate keys: %w", p.ID, store.ErrUnsupported)
+		}
+	}
+	return nil
+}
+
+// insert writes validated jobs (see Insert).
+func (s *Store) insert(ctx context.Context, params []*store.InsertParams) ([]*store.Job, error) {
+	reg := make([]any, 0, 2*len(params))
+	seen := make(map[string]struct{}, len(params))
+	for _, p := range params {
+		if _, dup := seen[p.ID]; dup {
+			return nil, fmt.Errorf("redis: insert job %s twice in one batch: %w", p.ID, store.ErrDuplicate)
+		}
+		seen[p.ID] = struct{}{}
+		reg = append(reg, p.ID, p.Queue)
+	}
+	order, groups := byQueue(len(params), func(i int) string { return params[i].Queue })
+
+	var regCmd *goredis.Cmd
+	_, err := s.rdb.Pipelined(ctx, func(pl goredis.Pipeliner) error {
+		pl.SAdd(ctx, s.queuesKey(), toAny(order)...)
+		regCmd = scriptRegisterIDs.Run(ctx, pl, []string{s.idsKey()}, reg...)
+		return nil
+	})
+	if err != nil && !errors.Is(err, goredis.Nil) {
+		return nil, fmt.Errorf("redis: insert: %w", err)
+	}
+	if dup, err := regCmd.Result(); err == nil && dup != nil {
+		return nil, fmt.Errorf("redis: insert job %v: %w", dup, store.ErrDuplicate)
+	} else if err != nil && !errors.Is(err, goredis.Nil) {
+		return nil, fmt.Errorf("redis: insert: %w", err)
+	}
+
+	cmds := make([]*goredis.Cmd, len(order))
+	_, err = s.rdb.Pipelined(ctx, func(pl goredis.Pipeliner) error {
+		for qi, q := range order {
+			idx := groups[q]
+			args := make([]any, 0, 1+len(idx)*44)
+			args = append(args, len(idx))
+			for _, i := range idx {
+				f := insertFields(params[i])
+				args = append(args, params[i].ID, len(f)/2)
+				args = append(args, f...)
+			}
+			cmds[qi] = scriptInsert.Run(ctx, pl, []string{s.qkey(q)}, args...)
+		}
+		return nil
+	})
+	if err != nil {
+		// Give the ids back, so a retry of the same batch is not refused as a duplicate.
+		s.rdb.HDel(context.WithoutCancel(ctx), s.idsKey(), idsOf(params)...)
+		return nil, fmt.Errorf("redis: insert: %w", err)
+	}
+	out := make([]*store.Job, len(params))
+	var ns []store.Notification
+	for qi, q := range order {
+		nowUS, _ := cmds[qi].Int64()
+		now := time.UnixMicro(nowUS).UTC()
+		var due time.Time
+		announce, dueNow := false, false
+		for _, i := range groups[q] {
+			j := newJobFromParams(params[i], now)
+			out[i] = j
+			switch j.State {
+			case store.StateAvailable:
+				announce, dueNow = true, true
+			case store.StateScheduled:
+				announce = true
+				if !j.ScheduledAt.After(now) {
+					dueNow = true
+				} else if due.IsZero() || j.ScheduledAt.Before(due) {
+					due = j.ScheduledAt
+				}
+			}
+		}
+		if announce {
+			if dueNow {
+				due = time.Time{}
+			}
+			ns = append(ns, store.Notification{Kind: store.NotifyInsert, Queue: q, DueAt: due, Nonce: nonce()})
+		}
+	}
+	if err := s.publish(ctx, ns); err != nil {
+		return nil, fmt.Errorf("redis: insert: jobs written, announcement failed: %w", err)
+	}
+	return out, nil
+}
+
+func idsOf(params []*store.InsertParams) []string {
+	out := make([]string, len(params))
+	for i, p := range params {
+		out[i] = p.ID
+	}
+	return out
+}
+
+func toAny(ss []string) []any {
+	out := make([]any, len(ss))
+	for i, s := range ss {
+		out[i] = s
+	}
+	return out
+}
+
+// Claim moves up to p.Limit claimable jobs of p.Queue to active in one script call and returns
+// them in claim order, each with a fresh random claim token.
+func (s *Store) Claim(ctx context.Context, p store.ClaimParams) ([]*store.Job, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if p.Limit <= 0 {
+		return nil, nil
+	}
+	args := make([]any, 0, 4+len(p.Kinds)+p.Limit)
+	args = append(args, p.Limit, p.WorkerID, p.LeaseDuration.Microseconds(), len(p.Kinds))
+	for _, k := range p.Kinds {
+		args = append(args, k)
+	}
+	for _, t := range tokens(p.Limit) {
+		args = append(args, t)
+	}
+	res, err := scriptClaim.Run(ctx, s.rdb, []string{s.qkey(p.Queue)}, args...).Slice()
+	if err != nil {
+		return nil, fmt.Errorf("redis: claim from %s: %w", p.Queue, err)
+	}
+	out := make([]*store.Job, 0, len(res))
+	for _, v := range res {
+		j, err := decodeFlat(v)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, j)
+	}
+	return out, nil
+}
+
+// queuesOf looks the queues of ids up in the global id index; "" for an id it does not hold.
+func (s *Store) queuesOf(ctx context.Context, ids []string) ([]string, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	vals, err := s.rdb.HMGet(ctx, s.idsKey(), ids...).Result()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]string, len(ids))
+	for i, v := range vals {
+		out[i], _ = v.(string)
+	}
+	return out, nil
+}
+
+// queueOf looks up the queue of one job, giving store.ErrNotFound when the index has none.
+func (s *Store) queueOf(ctx context.Context, id string) (string, error) {
+	q, err := s.rdb.HGet(ctx, s.idsKey(), id).Result()
+	if errors.Is(err, goredis.Nil) {
+		return "", notFound(id)
+	}
+	if err != nil {
+		return "", fmt.Errorf("redis: job %s: %w", id, err)
+	}
+	return q, nil
+}
+
+func notFound(id string) error { return fmt.Errorf("redis: job %s: %w", id, store.ErrNotFound) }
+
+func validFinish(st store.State) bool {
+	switch st {
+	case store.StateCompleted, store.StateRetryable, store.StateScheduled, store.StateDiscarded,
+		store.StateCancelled, store.StateAvailable:
+		return true
+	}
+	return false
+}
+
+// Finish applies completions, one script call per queue and up to finishChunk completions each,
+// all pipelined, and announces the queues of the jobs it made claimable or scheduled.
+func (s *Store) Finish(ctx context.Context, completions []store.Completion) ([]store.FinishResult, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	for _, c := range completions {
+		if !validFinish(c.State) {
+			return nil, fmt.Errorf("redis: finish job %s: cannot move an active job to state %q", c.ID, c.State)
+		}
+	}
+	res := make([]store.FinishResult, len(completions))
+	ids := make([]string, len(completions))
+	for i, c := range completions {
+		res[i].ID = c.ID
+		ids[i] = c.ID
+	}
+	queues, err := s.queuesOf(ctx, ids)
+	if err != nil {
+		return nil, fmt.Errorf("redis: finish: %w", err)
+	}
+	order, groups := byQueue(len(completions), func(i int) string { return queues[i] })
+	type call struct {
+		idx []int
+		cmd *goredis.Cmd
+	}
+	var calls []call
+	_, err = s.rdb.Pipelined(ctx, func(pl goredis.Pipeliner) error {
+		for _, q := range order {
+			if q == "" {
+				continue // unknown ids: not applied
+			}
+			all := groups[q]
+			for len(all) > 0 {
+				idx := all[:min(len(all), finishChunk)]
+				all = all[len(idx):]
+				args := make([]any, 0, 1+8*len(idx))
+				args = append(args, len(idx))
+				for _, i := range idx {
+					c := &completions[i]
+					errJSON := ""
+					if c.Error != nil {
+						b, err := json.Marshal(c.Error)
+						if err != nil {
+							return fmt.Errorf("job %s: error entry: %w", c.ID, err)
+						}
+						errJSON = string(b)
+					}
+					flags, result := "", ""
+					if c.Result != nil {
+						flags, result = "v", string(c.Result)
+					}
+					if c.RefundAttempt {
+						flags += "r"
+					}
+					sched := "0"
+					if c.State == store.StateRetryable || c.State == store.StateScheduled {
+						sched = micros(c.ScheduledAt)
+					}
+					args = append(args, c.ID, strconv.Itoa(c.Attempt), c.Token, string(c.State), sched, errJSON, flags, result)
+				}
+				calls = append(calls, call{idx: idx, cmd: scriptFinish.Run(ctx, pl, []string{s.qkey(q)}, args...)})
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("redis: finish: %w", err)
+	}
+	now := time.Now()
+	var ns []store.Notification
+	announce := func(q string, due time.Time) {
+		for i := range ns {
+			if ns[i].Queue == q {
+				if !ns[i].DueAt.IsZero() && (due.IsZero() || due.Before(ns[i].DueAt)) {
+					ns[i].DueAt = due
+				}
+				return
+			}
+		}
+		ns = append(ns, store.Notification{Kind: store.NotifyInsert, Queue: q, DueAt: due, Nonce: nonce()})
+	}
+	for _, cl := range calls {
+		applied, err := cl.cmd.Int64Slice()
+		if err != nil {
+			return nil, fmt.Errorf("redis: finish: %w", err)
+		}
+		for k, i := range cl.idx {
+			if applied[k] != 1 {
+				continue
+			}
+			res[i].Applied = true
+			c := &completions[i]
+			switch c.State {
+			case store.StateAvailable:
+				announce(queues[i], time.Time{})
+			case store.StateRetryable, store.StateScheduled:
+				due := c.ScheduledAt
+				if !due.After(now) {
+					due = time.Time{}
+				}
+				announce(queues[i], due)
+			}
+		}
+	}
+	if err := s.publish(ctx, ns); err != nil {
+		return nil, fmt.Errorf("redis: finish: outcomes written, announcement failed: %w", err)
+	}
+	return res, nil
+}
+
+// Heartbeat extends the leases of the listed jobs held by p.WorkerID (under p.Tokens, when given)
+// and returns the others.
+func (s *Store) Heartbeat(ctx context.Context, p store.HeartbeatParams) ([]string, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	queues, err := s.queuesOf(ctx, p.IDs)
+	if err != nil {
+		return nil, fmt.Errorf("redis: heartbeat: %w", err)
+	}
+	order, groups := byQueue(len(p.IDs), func(i int) string { return queues[i] })
+	var lost []string
+	var cmds []*goredis.Cmd
+	_, err = s.rdb.Pipelined(ctx, func(pl goredis.Pipeliner) error {
+		for _, q := range order {
+			if q == "" {
+				for _, i := range groups[q] {
+					lost = append(lost, p.IDs[i])
+				}
+				continue
+			}
+			args := []any{p.WorkerID, p.LeaseDuration.Microseconds()}
+			for _, i := range groups[q] {
+				tok := ""
+				if i < len(p.Tokens) {
+					tok = p.Tokens[i]
+				}
+				args = append(args, p.IDs[i], tok)
+			}
+			cmds = append(cmds, scriptHeartbeat.Run(ctx, pl, []string{s.qkey(q)}, args...))
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("redis: heartbeat: %w", err)
+	}
+	for _, c := range cmds {
+		l, err := c.StringSlice()
+		if err != nil {
+			return nil, fmt.Errorf("redis: heartbeat: %w", err)
+		}
+		lost = append(lost, l...)
+	}
+	return lost, nil
+}
+
+// queues returns every queue the registry holds, sorted.
+func (s *Store) queues(ctx context.Context) ([]string, error) {
+	qs, err := s.rdb.SMembers(ctx, s.queuesKey()).Result()
+	if err != nil {
+		return nil, err
+	}
+	sort.Strings(qs)
+	return qs, nil
+}
+
+// Rescue takes back up to p.Limit active jobs whose lease ran out, queue by queue.
+func (s *Store) Rescue(ctx context.Context, p store.RescueParams) (store.RescueResult, error) {
+	var res store.RescueResult
+	limit := p.Limit
+	if limit <= 0 {
+		limit = defaultLimit
+	}
+	qs, err := s.queues(ctx)
+	if err != nil {
+		return res, fmt.Errorf("redis: rescue: %w", err)
+	}
+	var ns []store.Notification
+	for _, q := range qs {
+		left := limit - len(res.Requeued) - len(res.Discarded)
+		if left <= 0 {
+			break
+		}
+		out, err := scriptRescue.Run(ctx, s.rdb, []string{s.qkey(q)}, left).Slice()
+		if err != nil {
+			return res, fmt.Errorf("redis: rescue %s: %w", q, err)
+		}
+		req, _ := out[0].([]any)
+		dis, _ := out[1].([]any)
+		for _, v := range req {
+			j, err := decodeFlat(v)
+			if err != nil {
+				return res, err
+			}
+			res.Requeued = append(res.Requeued, j)
+		}
+		for _, v := range dis {
+			j, err := decodeFlat(v)
+			if err != nil {
+				return res, err
+			}
+			res.Discarded = append(res.Discarded, j)
+		}
+		if len(req) > 0 {
+			ns = append(ns, store.Notification{Kind: store.NotifyInsert, Queue: q, Nonce: nonce()})
+		}
+	}
+	return res, s.publish(ctx, ns)
+}
+
+// eachQueue runs a counting script on every queue until limit is reached, announcing the queues
+// where announce is set and the script counted something.
+func (s *Store) eachQueue(ctx context.Context, what string, sc *goredis.Script, limit int, announce bool) (int, error) {
+	if limit <= 0 {
+		limit = defaultLimit
+	}
+	qs, err := s.queues(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("redis: %s: %w", what, err)
+	}
+	n := 0
+	var ns []store.Notification
+	for _, q := range qs {
+		if n >= limit {
+			break
+		}
+		k, err := sc.Run(ctx, s.rdb, []string{s.qkey(q)}, limit-n).Int()
+		if err != nil {
+			return n, fmt.Errorf("redis: %s %s: %w", what, q, err)
+		}
+		n += k
+		if k > 0 && announce {
+			ns = append(ns, store.Notification{Kind: store.NotifyInsert, Queue: q, Nonce: nonce()})
+		}
+	}
+	return n, s.publish(ctx, ns)
+}
+
+// Promote moves up to limit due scheduled and retryable jobs to available and announces their
+// queues.
+func (s *Store) Promote(ctx context.Context, limit int) (int, error) {
+	return s.eachQueue(ctx, "promote", scriptPromote, limit, true)
+}
+
+// DiscardExpired discards up to limit not-started jobs whose expiry has passed.
+func (s *Store) DiscardExpired(ctx context.Context, limit int) (int, error) {
+	return s.eachQueue(ctx, "discard expired", scriptExpire, limit, false)
+}
+
+// NextDue returns the earliest due time of queue's scheduled and retryable jobs.
+func (s *Store) NextDue(ctx context.Context, queue string) (time.Time, bool, error) {
+	zs, err := s.rdb.ZRangeWithScores(ctx, s.qkey(queue)+"sched", 0, 0).Result()
+	if err != nil {
+		return time.Time{}, false, fmt.Errorf("redis: next due of %s: %w", queue, err)
+	}
+	if len(zs) == 0 {
+		return time.Time{}, false, nil
+	}
+	return time.UnixMicro(int64(zs[0].Score)).UTC(), true, nil
+}
+
+// Cleanup deletes up to p.Limit terminal jobs that finished before their state's cut-off.
+func (s *Store) Cleanup(ctx context.Context, p store.CleanupParams) (int, error) {
+	limit := p.Limit
+	if limit <= 0 {
+		limit = defaultLimit
+	}
+	if p.CompletedBefore.IsZero() && p.CancelledBefore.IsZero() && p.DiscardedBefore.IsZero() {
+		return 0, ctx.Err()
+	}
+	qs, err := s.queues(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("redis: cleanup: %w", err)
+	}
+	n := 0
+	for _, q := range qs {
+		if n >= limit {
+			break
+		}
+		gone, err := scriptCleanup.Run(ctx, s.rdb, []string{s.qkey(q)},
+			micros(p.CompletedBefore), micros(p.CancelledBefore), micros(p.DiscardedBefore), limit-n).StringSlice()
+		if err != nil {
+			return n, fmt.Errorf("redis: cleanup %s: %w", q, err)
+		}
+		if len(gone) > 0 {
+			if err := s.rdb.HDel(ctx, s.idsKey(), gone...).Err(); err != nil {
+				return n, fmt.Errorf("redis: cleanup: %w", err)
+			}
+		}
+		n += len(gone)
+	}
+	return n, nil
+}
+
+// GetJob returns one job, or an error matching store.ErrNotFound.
+func (s *Store) GetJob(ctx context.Context, id string) (*store.Job, error) {
+	q, err := s.queueOf(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	m, err := s.rdb.HGetAll(ctx, s.jobKey(q, id)).Result()
+	if err != nil {
+		return nil, fmt.Errorf("redis: job %s: %w", id, err)
+	}
+	j, err := decodeJob(m)
+	if err != nil {
+		return nil, err
+	}
+	if j == nil {
+		return nil, notFound(id)
+	}
+	return j, nil
+}
+
+// ListJobs returns one page of jobs in id order that match p's filters and the next page's cursor.
+//
+// Every queue keeps a sorted set of ids per state, so a page is a merge of lexical range reads
+// (ZRANGE BYLEX from the cursor) over the queues and states asked for: no scan of whole sets. Kind
+// filters are applied to the jobs read, reading on until the page is full.
+func (s *Store) ListJobs(ctx context.Context, p store.ListParams) ([]*store.Job, string, error) {
+	limit := p.Limit
+	if limit <= 0 {
+		limit = defaultListLimit
+	}
+	if p.WorkflowID != "" {
+		return nil, "", fmt.Errorf("redis: list jobs of a workflow: %w", store.ErrUnsupported)
+	}
+	queues := p.Queues
+	if len(queues) == 0 {
+		var err error
+		if queues, err = s.queues(ctx); err != nil {
+			return nil, "", fmt.Errorf("redis: list jobs: %w", err)
+		}
+	}
+	states := p.States
+	if len(states) == 0 {
+		states = store.AllStates
+	}
+	type source struct{ queue, key string }
+	var srcs []source
+	for _, q := range slices.Compact(slices.Sorted(slices.Values(queues))) {
+		for _, st := range states {
+			srcs = append(srcs, source{q, s.qkey(q) + "st:" + string(st)})
+		}
+	}
+	cursor := p.After
+	var out []*store.Job
+	for {
+		want := limit + 1 - len(out)
+		cmds := make([]*goredis.StringSliceCmd, len(srcs))
+		_, err := s.rdb.Pipelined(ctx, func(pl goredis.Pipeliner) error {
+			for i, src := range srcs {
+				var args []any
+				if p.Descending {
+					hi := "+"
+					if cursor != "" {
+						hi = "(" + cursor
+					}
+					args = []any{"ZRANGE", src.key, hi, "-", "BYLEX", "REV", "LIMIT", 0, want}
+				} else {
+					lo := "-"
+					if cursor != "" {
+						lo = "(" + cursor
+					}
+					args = []any{"ZRANGE", src.key, lo, "+", "BYLEX", "LIMIT", 0, want}
+				}
+				cmd := goredis.NewStringSliceCmd(ctx, args...)
+				_ = pl.Process(ctx, cmd)
+				cmds[i] = cmd
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, "", fmt.Errorf("redis: list jobs: %w", err)
+		}
+		type cand struct{ id, queue string }
+		var cands []cand
+		for i, c := range cmds {
+			for _, id := range c.Val() {
+				cands = append(cands, cand{id, srcs[i].queue})
+			}
+		}
+		slices.SortFunc(cands, func(a, b cand) int {
+			if p.Descending {
+				a, b = b, a
+			}
+			switch {
+			case a.id < b.id:
+				return -1
+			case a.id > b.id:
+				return 1
+			}
+			return 0
+		})
+		cands = slices.CompactFunc(cands, func(a, b cand) bool { return a.id == b.id })
+		exhausted := len(cands) < want
+		if len(cands) > want {
+			cands = cands[:want]
+		}
+		if len(cands) == 0 {
+			break
+		}
+		hcmds := make([]*goredis.MapStringStringCmd, len(cands))
+		_, err = s.rdb.Pipelined(ctx, func(pl goredis.Pipeliner) error {
+			for i, c := range cands {
+				hcmds[i] = pl.HGetAll(ctx, s.jobKey(c.queue, c.id))
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, "", fmt.Errorf("redis: list jobs: %w", err)
+		}
+		for _, hc := range hcmds {
+			j, err := decodeJob(hc.Val())
+			if err != nil {
+				return nil, "", err
+			}
+			if j == nil || (len(p.Kinds) > 0 && !slices.Contains(p.Kinds, j.Kind)) ||
+				(len(p.States) > 0 && !slices.Contains(p.States, j.State)) {
+				continue
+			}
+			out = append(out, j)
+		}
+		cursor = cands[len(cands)-1].id
+		if len(out) > limit || exhausted {
+			break
+		}
+	}
+	if len(out) > limit {
+		out = out[:limit]
+		return out, out[limit-1].ID, nil
+	}
+	return out, "", nil
+}
+
+// byID runs one of the by-id scripts on job id and decodes its {status, ...} reply.
+func (s *Store) byID(ctx context.Context, sc *goredis.Script, op, id string, extra ...any) (*store.Job, bool, error) {
+	q, err := s.queueOf(ctx, id)
+	if err != nil {
+		return nil, false, err
+	}
+	res, err := sc.Run(ctx, s.rdb, []string{s.qkey(q)}, append([]any{id}, extra...)...).Slice()
+	if err != nil {
+		return nil, false, fmt.Errorf("redis: %s job %s: %w", op, id, err)
+	}
+	switch res[0] {
+	case "nf":
+		return nil, false, notFound(id)
+	case "bad":
+		st, _ := res[1].(string)
+		return nil, false, &store.TransitionError{JobID: id, Operation: op, From: store.State(st)}
+	}
+	j, err := decodeFlat(res[2])
+	if err != nil {
+		return nil, false, err
+	}
+	was, _ := res[1].(int64)
+	return j, was == 1, nil
+}
+
+// CancelJob cancels a job that is not terminal; an active job's runner is told with NotifyCancel.
+func (s *Store) CancelJob(ctx context.Context, id string) (*store.Job, error) {
+	j, wasActive, err := s.byID(ctx, scriptCancel, "cancel", id)
+	if err != nil {
+		return nil, err
+	}
+	if wasActive {
+		if err := s.publish(ctx, []store.Notification{{Kind: store.NotifyCancel, Queue: j.Queue, JobID: id}}); err != nil {
+			return j, fmt.Errorf("redis: cancel job %s: cancelled, but its runner was not told: %w", id, err)
+		}
+	}
+	return j, nil
+}
+
+// RetryJob makes a discarded or cancelled job available again with its attempts reset.
+func (s *Store) RetryJob(ctx context.Context, id string) (*store.Job, error) {
+	return s.makeAvailable(ctx, "retry", id, store.StateDiscarded, store.StateCancelled)
+}
+
+// ActivateJob moves a pending job to available.
+func (s *Store) ActivateJob(ctx context.Context, id string) (*store.Job, error) {
+	return s.makeAvailable(ctx, "activate", id, store.StatePending)
+}
+
+func (s *Store) makeAvailable(ctx context.Context, op, id string, from ...store.State) (*store.Job, error) {
+	args := make([]any, len(from))
+	for i, st := range from {
+		args[i] = string(st)
+	}
+	j, _, err := s.byID(ctx, scriptMakeAvailable, op, id, args...)
+	if err != nil {
+		return nil, err
+	}
+	return j, s.publish(ctx, []store.Notification{{Kind: store.NotifyInsert, Queue: j.Queue, Nonce: nonce()}})
+}
+
+// DeleteJob removes a job that is not active and returns it as it was.
+func (s *Store) DeleteJob(ctx context.Context, id string) (*store.Job, error) {
+	j, _, err := s.byID(ctx, scriptDelete, "delete", id)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.rdb.HDel(ctx, s.idsKey(), id).Err(); err != nil {
+		return j, fmt.Errorf("redis: delete job %s: %w", id, err)
+	}
+	return j, nil
+}
+
+// ListQueues returns every queue that has jobs or is paused, by name, with its counts per state.
+func (s *Store) ListQueues(ctx context.Context) ([]store.QueueInfo, error) {
+	qs, err := s.queues(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("redis: list queues: %w", err)
+	}
+	counts := make([][]*goredis.IntCmd, len(qs))
+	paused := make([]*goredis.IntCmd, len(qs))
+	_, err = s.rdb.Pipelined(ctx, func(pl goredis.Pipeliner) error {
+		for i, q := range qs {
+			counts[i] = make([]*goredis.IntCmd, len(store.AllStates))
+			for k, st := range store.AllStates {
+				counts[i][k] = pl.ZCard(ctx, s.qkey(q)+"st:"+string(st))
+			}
+			paused[i] = pl.Exists(ctx, s.qkey(q)+"paused")
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("redis: list queues: %w", err)
+	}
+	out := make([]store.QueueInfo, 0, len(qs))
+	for i, q := range qs {
+		info := store.QueueInfo{Name: q, Paused: paused[i].Val() == 1, Counts: make(map[store.State]int64, 8)}
+		var total int64
+		for k, st := range store.AllStates {
+			info.Counts[st] = counts[i][k].Val()
+			total += info.Counts[st]
+		}
+		if total == 0 && !info.Paused {
+			continue
+		}
+		out = append(out, info)
+	}
+	return out, nil
+}
+
+// PauseQueue stops claims from queue until ResumeQueue, and announces it.
+func (s *Store) PauseQueue(ctx context.Context, queue string) error {
+	_, err := s.rdb.Pipelined(ctx, func(pl goredis.Pipeliner) error {
+		pl.SAdd(ctx, s.queuesKey(), queue)
+		pl.Set(ctx, s.qkey(queue)+"paused", "1", 0)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("redis: pause %s: %w", queue, err)
+	}
+	return s.publish(ctx, []store.Notification{{Kind: store.NotifyPause, Queue: queue}})
+}
+
+// ResumeQueue lets claims from queue start again, and announces it.
+func (s *Store) ResumeQueue(ctx context.Context, queue string) error {
+	if err := s.rdb.Del(ctx, s.qkey(queue)+"paused").Err(); err != nil {
+		return fmt.Errorf("redis: resume %s: %w", queue, err)
+	}
+	return s.publish(ctx, []store.Notification{{Kind: store.NotifyResume, Queue: queue}})
+}
+
+// Elect makes leaderID the leader of name for ttl if nobody else leads it (SET NX PX), or renews
+// its own leadership, and reports whether leaderID leads.
+func (s *Store) Elect(ctx context.Context, name, leaderID string, ttl time.Duration) (bool, error) {
+	ms := max(ttl.Milliseconds(), 1)
+	n, err := scriptElect.Run(ctx, s.rdb, []string{s.leaderKey(name)}, leaderID, ms).Int()
+	if err != nil {
+		return false, fmt.Errorf("redis: elect %s: %w", name, err)
+	}
+	return n == 1, nil
+}
+
+// Resign ends leaderID's leadership of name, if it holds it.
+func (s *Store) Resign(ctx context.Context, name, leaderID string) error {
+	if err := scriptResign.Run(ctx, s.rdb, []string{s.leaderKey(name)}, leaderID).Err(); err != nil && !errors.Is(err, goredis.Nil) {
+		return fmt.Errorf("redis: resign %s: %w", name, err)
+	}
+	return nil
+}

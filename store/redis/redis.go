@@ -1,0 +1,268 @@
+// Package redis is a store.Store on Redis (7 or newer), through go-redis v9's UniversalClient, so
+// one code path serves a single node and a Redis Cluster.
+//
+// Each queue's keys share the hash tag {q:<queue>}, so one queue lives in one cluster slot and
+// every transition of its jobs is one Lua script (scripts.go) run atomically by the server. Claims
+// take a batch of jobs in one script call; outcomes are applied in batches, one script call per
+// queue, pipelined. Two keys are global (outside any queue's slot): the id index, mapping a job id
+// to its queue so that GetJob and the other by-id operations find the job's slot, and the queue
+// registry that maintenance passes and listings walk. See docs/redis.md for the data layout,
+// durability and limits.
+package redis
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/pronto-jobs/pronto/internal/notifyhub"
+	"github.com/pronto-jobs/pronto/store"
+)
+
+// DefaultPrefix starts every key the store writes unless Options.Prefix says otherwise.
+const DefaultPrefix = "pronto:"
+
+// Options configures a Store.
+type Options struct {
+	// Prefix starts every key (default DefaultPrefix). Stores with different prefixes share a Redis
+	// without seeing each other's jobs. It must not contain '{' or '}' (they would move the hash tag).
+	Prefix string
+}
+
+// Store is a store.Store on Redis. Its methods are safe for concurrent use.
+type Store struct {
+	rdb    goredis.UniversalClient
+	own    bool
+	prefix string
+
+	hub    notifyhub.Hub
+	ps     *goredis.PubSub
+	cancel context.CancelFunc
+	done   chan struct{}
+	closed sync.Once
+}
+
+// Compile-time check that Store implements store.Store.
+var _ store.Store = (*Store)(nil)
+
+// Open connects to the Redis named by url (redis://[user:password@]host:port/db, or rediss:// for
+// TLS) and returns a store that closes its client on Close.
+func Open(ctx context.Context, url string, opts Options) (*Store, error) {
+	o, err := goredis.ParseURL(url)
+	if err != nil {
+		return nil, fmt.Errorf("redis: database url: %w", err)
+	}
+	rdb := goredis.NewClient(o)
+	s, err := New(ctx, rdb, opts)
+	if err != nil {
+		_ = rdb.Close()
+		return nil, err
+	}
+	s.own = true
+	return s, nil
+}
+
+// New returns a store on rdb (a *redis.Client, *redis.ClusterClient or the UniversalClient of
+// either). It checks that Redis answers and subscribes to the store's notification channel before
+// it returns. Close does not close rdb.
+func New(ctx context.Context, rdb goredis.UniversalClient, opts Options) (*Store, error) {
+	prefix := opts.Prefix
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	if strings.ContainsAny(prefix, "{}") {
+		return nil, fmt.Errorf("redis: key prefix %q contains a brace, which would move the queues' hash tags", prefix)
+	}
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		return nil, fmt.Errorf("redis: cannot reach the server: %w", err)
+	}
+	s := &Store{rdb: rdb, prefix: prefix, done: make(chan struct{})}
+	if err := s.startNotifier(ctx); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Client returns the go-redis client the store uses.
+func (s *Store) Client() goredis.UniversalClient { return s.rdb }
+
+// Prefix returns the store's key prefix.
+func (s *Store) Prefix() string { return s.prefix }
+
+// Migrate loads every script into the server's script cache. Redis has no schema; scripts are
+// loaded again on demand after a restart or failover, so calling Migrate is optional.
+func (s *Store) Migrate(ctx context.Context) error {
+	for _, sc := range allScripts {
+		if err := sc.Load(ctx, s.rdb).Err(); err != nil {
+			return fmt.Errorf("redis: load script: %w", err)
+		}
+	}
+	return nil
+}
+
+// Close stops the notification subscription and, for a store made by Open, closes the client.
+func (s *Store) Close() error {
+	var err error
+	s.closed.Do(func() {
+		s.cancel()
+		err = s.ps.Close()
+		<-s.done
+		if s.own {
+			if cerr := s.rdb.Close(); err == nil {
+				err = cerr
+			}
+		}
+	})
+	return err
+}
+
+// queueTag returns the hash tag of queue: the name itself when it is safe inside braces, else its
+// hex form (the "q:" and "h:" prefixes keep the two forms apart).
+func queueTag(queue string) string {
+	if strings.ContainsAny(queue, "{}") {
+		return "h:" + hex.EncodeToString([]byte(queue))
+	}
+	return "q:" + queue
+}
+
+// qkey returns the key prefix of queue's keys (KEYS[1] of the queue scripts).
+func (s *Store) qkey(queue string) string { return s.prefix + "{" + queueTag(queue) + "}:" }
+
+// jobKey returns the key of a job's hash.
+func (s *Store) jobKey(queue, id string) string { return s.qkey(queue) + "j:" + id }
+
+// Global keys.
+func (s *Store) idsKey() string              { return s.prefix + "ids" }
+func (s *Store) queuesKey() string           { return s.prefix + "queues" }
+func (s *Store) channel() string             { return s.prefix + "notify" }
+func (s *Store) leaderKey(name string) string { return s.prefix + "leader:" + name }
+
+// tokens returns n fresh random claim tokens.
+func tokens(n int) []string {
+	buf := make([]byte, 12*n)
+	_, _ = rand.Read(buf)
+	out := make([]string, n)
+	for i := range out {
+		out[i] = hex.EncodeToString(buf[12*i : 12*(i+1)])
+	}
+	return out
+}
+
+// payload is a notification as sent on the channel.
+type payload struct {
+	Kind        store.NotificationKind `json:"k"`
+	Queue       string                 `json:"q,omitempty"`
+	JobID       string                 `json:"j,omitempty"`
+	DueAt       int64                  `json:"d,omitempty"`
+	Nonce       uint32                 `json:"n,omitempty"`
+	Client      string                 `json:"c,omitempty"`
+	Fingerprint string                 `json:"f,omitempty"`
+}
+
+func encodeNotification(n store.Notification) string {
+	p := payload{Kind: n.Kind, Queue: n.Queue, JobID: n.JobID, Nonce: n.Nonce, Client: n.Client, Fingerprint: n.Fingerprint}
+	if !n.DueAt.IsZero() {
+		p.DueAt = n.DueAt.UnixMicro()
+	}
+	b, _ := json.Marshal(p)
+	return string(b)
+}
+
+func decodeNotification(s string) (store.Notification, bool) {
+	var p payload
+	if err := json.Unmarshal([]byte(s), &p); err != nil || p.Kind == "" {
+		return store.Notification{}, false
+	}
+	n := store.Notification{Kind: p.Kind, Queue: p.Queue, JobID: p.JobID, Nonce: p.Nonce, Client: p.Client, Fingerprint: p.Fingerprint}
+	if p.DueAt != 0 {
+		n.DueAt = time.UnixMicro(p.DueAt).UTC()
+	}
+	return n, true
+}
+
+// startNotifier subscribes to the channel and waits for the subscription to be confirmed, so that
+// nothing published after New returns is missed.
+func (s *Store) startNotifier(ctx context.Context) error {
+	s.ps = s.rdb.Subscribe(ctx, s.channel())
+	if _, err := s.ps.Receive(ctx); err != nil {
+		_ = s.ps.Close()
+		return fmt.Errorf("redis: subscribe to %s: %w", s.channel(), err)
+	}
+	rctx, cancel := context.WithCancel(context.Background())
+	s.cancel = cancel
+	go s.receive(rctx)
+	return nil
+}
+
+// receive delivers the channel's messages to the hub. go-redis reconnects and subscribes again
+// after a lost connection; the confirmation of such a resubscription is delivered as
+// NotifyReconnect, since anything published meanwhile was missed.
+func (s *Store) receive(ctx context.Context) {
+	defer close(s.done)
+	for {
+		msg, err := s.ps.Receive(ctx)
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, goredis.ErrClosed) {
+				return
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+			continue
+		}
+		switch m := msg.(type) {
+		case *goredis.Message:
+			if n, ok := decodeNotification(m.Payload); ok {
+				s.hub.Publish(n)
+			}
+		case *goredis.Subscription:
+			if m.Kind == "subscribe" {
+				s.hub.Publish(store.Notification{Kind: store.NotifyReconnect})
+			}
+		}
+	}
+}
+
+// Notifier returns the store's notification channel: Redis pub/sub, reaching every process that
+// uses the same Redis and prefix.
+func (s *Store) Notifier() store.Notifier { return (*notifier)(s) }
+
+type notifier Store
+
+// Subscribe registers fn for every notification until the returned function is called.
+func (n *notifier) Subscribe(fn func(store.Notification)) func() { return n.hub.Subscribe(fn) }
+
+// Signal publishes client signals to every process on the channel.
+func (n *notifier) Signal(ctx context.Context, ns []store.Notification) error {
+	if err := notifyhub.CheckSignals(ns); err != nil {
+		return err
+	}
+	return (*Store)(n).publish(ctx, ns)
+}
+
+// publish sends notifications on the channel, pipelined.
+func (s *Store) publish(ctx context.Context, ns []store.Notification) error {
+	switch len(ns) {
+	case 0:
+		return nil
+	case 1:
+		return s.rdb.Publish(ctx, s.channel(), encodeNotification(ns[0])).Err()
+	}
+	_, err := s.rdb.Pipelined(ctx, func(p goredis.Pipeliner) error {
+		for _, n := range ns {
+			p.Publish(ctx, s.channel(), encodeNotification(n))
+		}
+		return nil
+	})
+	return err
+}

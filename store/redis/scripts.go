@@ -1,0 +1,409 @@
+package redis
+
+import goredis "github.com/redis/go-redis/v9"
+
+// Every state transition of the store is one of the Lua scripts below, run atomically by the server
+// (EVALSHA, loaded once; go-redis falls back to EVAL, which loads the script, after a restart or
+// failover). No transition reads a job in Go and writes it back.
+//
+// A queue script gets KEYS[1], the queue's key prefix "<prefix>{<tag>}:", and builds the queue's
+// other keys from it: every key it touches carries the queue's hash tag, so it touches one cluster
+// slot. The keys of one queue (B below):
+//
+//	B.."j:"..id      hash   one job (fields: see encode.go)
+//	B.."st:"..state  zset   ids of the queue's jobs in that state, all scored 0 (lexical = id order)
+//	B.."k:"..kind    zset   available jobs of that kind, scored 0, member rank(prio, due)..id
+//	B.."kinds"       set    kinds that have had available jobs
+//	B.."sched"       zset   scheduled and retryable jobs by due time (µs)
+//	B.."lease"       zset   active jobs by lease end (µs)
+//	B.."exp"         zset   not-started jobs with an expiry, by expiry (µs)
+//	B.."done:"..st   zset   terminal jobs of state st by completion time (µs), for retention
+//	B.."paused"      string present while the queue is paused
+//
+// Times are microseconds since the Unix epoch, from the server's clock (TIME), so every process
+// agrees on "now" as they agree on PostgreSQL's now().
+
+// prelude is prepended to every queue script: the key helpers and place/unplace, which file a job
+// in (and out of) the structures its state calls for.
+const prelude = `
+local B = KEYS[1]
+local function now()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+local function jk(id) return B .. 'j:' .. id end
+local function s(x) return string.format('%d', x) end
+local function num(v) if v == false or v == nil or v == '' then return 0 end return tonumber(v) end
+local function rank(prio, due, id)
+  if due < 0 then due = 0 end
+  return string.format('%010d%016d', 2147483647 - prio, due) .. id
+end
+local function terminal(st) return st == 'completed' or st == 'cancelled' or st == 'discarded' end
+local function notstarted(st)
+  return st == 'scheduled' or st == 'available' or st == 'pending' or st == 'retryable'
+end
+-- unplace takes job id out of every structure its current state filed it in.
+local function unplace(id)
+  local f = redis.call('HMGET', jk(id), 'state', 'kind', 'prio', 'sched')
+  local st = f[1]
+  if not st then return end
+  redis.call('ZREM', B .. 'st:' .. st, id)
+  if st == 'available' then
+    redis.call('ZREM', B .. 'k:' .. f[2], rank(num(f[3]), num(f[4]), id))
+  elseif st == 'scheduled' or st == 'retryable' then
+    redis.call('ZREM', B .. 'sched', id)
+  elseif st == 'active' then
+    redis.call('ZREM', B .. 'lease', id)
+  else
+    redis.call('ZREM', B .. 'done:' .. st, id)
+  end
+  redis.call('ZREM', B .. 'exp', id)
+end
+-- place files job id as its hash says.
+local function place(id)
+  local f = redis.call('HMGET', jk(id), 'state', 'kind', 'prio', 'sched', 'lease', 'completed', 'expires')
+  local st = f[1]
+  redis.call('ZADD', B .. 'st:' .. st, 0, id)
+  if st == 'available' then
+    redis.call('ZADD', B .. 'k:' .. f[2], 0, rank(num(f[3]), num(f[4]), id))
+    redis.call('SADD', B .. 'kinds', f[2])
+  elseif st == 'scheduled' or st == 'retryable' then
+    redis.call('ZADD', B .. 'sched', s(num(f[4])), id)
+  elseif st == 'active' then
+    redis.call('ZADD', B .. 'lease', s(num(f[5])), id)
+  else
+    redis.call('ZADD', B .. 'done:' .. st, s(num(f[6])), id)
+  end
+  if num(f[7]) > 0 and notstarted(st) then
+    redis.call('ZADD', B .. 'exp', s(num(f[7])), id)
+  end
+end
+-- iso formats microseconds since the epoch as RFC 3339 in UTC, for the error entries scripts write.
+local function iso(us)
+  local s = math.floor(us / 1000000)
+  local frac = us - s * 1000000
+  local days = math.floor(s / 86400)
+  local rem = s - days * 86400
+  local z = days + 719468
+  local era = math.floor(z / 146097)
+  local doe = z - era * 146097
+  local yoe = math.floor((doe - math.floor(doe / 1460) + math.floor(doe / 36524) - math.floor(doe / 146096)) / 365)
+  local y = yoe + era * 400
+  local doy = doe - (365 * yoe + math.floor(yoe / 4) - math.floor(yoe / 100))
+  local mp = math.floor((5 * doy + 2) / 153)
+  local d = doy - math.floor((153 * mp + 2) / 5) + 1
+  local m = mp + 3
+  if mp >= 10 then m = mp - 9 end
+  if m <= 2 then y = y + 1 end
+  return string.format('%04d-%02d-%02dT%02d:%02d:%02d.%06dZ', y, m, d,
+    math.floor(rem / 3600), math.floor((rem % 3600) / 60), rem % 60, frac)
+end
+-- adderr appends one JSON error entry to the job's error history (a JSON array).
+local function adderr(id, e)
+  local cur = redis.call('HGET', jk(id), 'errors')
+  if not cur or cur == '' then cur = '[' .. e .. ']' else cur = string.sub(cur, 1, -2) .. ',' .. e .. ']' end
+  redis.call('HSET', jk(id), 'errors', cur)
+end
+local function mkerr(attempt, at, typ, msg)
+  return cjson.encode({attempt = attempt, at = iso(at), type = typ, message = msg})
+end
+-- leave clears what only an active job carries.
+local function leave(id)
+  redis.call('HSET', jk(id), 'lease', '0', 'worker', '', 'token', '')
+end
+`
+
+// scriptRegisterIDs records the queue of each new job id in the global id index (KEYS[1]), or
+// changes nothing and returns the first id already there. ARGV: id1, queue1, id2, queue2, ...
+var scriptRegisterIDs = goredis.NewScript(`
+for i = 1, #ARGV, 2 do
+  if redis.call('HEXISTS', KEYS[1], ARGV[i]) == 1 then return ARGV[i] end
+end
+for i = 1, #ARGV, 2 do
+  if i > 1 and ARGV[i] == ARGV[i - 2] then return ARGV[i] end
+end
+redis.call('HSET', KEYS[1], unpack(ARGV))
+return false
+`)
+
+// scriptInsert writes new jobs of one queue. ARGV: n, then per job: id, nfields, field, value, ...
+// A job with sched 0 is due now. Returns the server's now, which is each job's created time.
+var scriptInsert = goredis.NewScript(prelude + `
+local t = now()
+local i = 2
+for _ = 1, tonumber(ARGV[1]) do
+  local id = ARGV[i]
+  local nf = tonumber(ARGV[i + 1])
+  local k = jk(id)
+  redis.call('HSET', k, unpack(ARGV, i + 2, i + 1 + 2 * nf))
+  redis.call('HSET', k, 'created', s(t))
+  if num(redis.call('HGET', k, 'sched')) == 0 then redis.call('HSET', k, 'sched', s(t)) end
+  place(id)
+  i = i + 2 + 2 * nf
+end
+return t
+`)
+
+// scriptClaim moves up to ARGV[1] claimable jobs to active and returns them (HGETALL arrays).
+// ARGV: limit, worker, lease (µs), nkinds, kinds..., then limit claim tokens. Due scheduled and
+// retryable jobs become available first, so the claim weighs them by priority like the others.
+var scriptClaim = goredis.NewScript(prelude + `
+if redis.call('EXISTS', B .. 'paused') == 1 then return {} end
+local t = now()
+local limit = tonumber(ARGV[1])
+local worker = ARGV[2]
+local leasefor = tonumber(ARGV[3])
+local nk = tonumber(ARGV[4])
+for _, id in ipairs(redis.call('ZRANGEBYSCORE', B .. 'sched', '-inf', s(t))) do
+  unplace(id)
+  redis.call('HSET', jk(id), 'state', 'available')
+  place(id)
+end
+local kinds
+if nk > 0 then kinds = {unpack(ARGV, 5, 4 + nk)} else kinds = redis.call('SMEMBERS', B .. 'kinds') end
+local tok = 5 + nk
+local out = {}
+while #out < limit do
+  local cands = {}
+  for _, kind in ipairs(kinds) do
+    for _, m in ipairs(redis.call('ZRANGE', B .. 'k:' .. kind, 0, limit - #out - 1)) do
+      cands[#cands + 1] = m
+    end
+  end
+  if #cands == 0 then break end
+  table.sort(cands)
+  local skipped = false
+  for _, m in ipairs(cands) do
+    if #out == limit then break end
+    local id = string.sub(m, 27)
+    local k = jk(id)
+    local exp = num(redis.call('HGET', k, 'expires'))
+    unplace(id)
+    if exp > 0 and exp <= t then
+      -- Never claimable: it stays available (and counted) until DiscardExpired discards it.
+      redis.call('ZADD', B .. 'st:available', 0, id)
+      redis.call('ZADD', B .. 'exp', s(exp), id)
+      skipped = true
+    else
+      redis.call('HSET', k, 'state', 'active', 'started', s(t), 'lease', s(t + leasefor), 'worker', worker,
+        'token', ARGV[tok])
+      redis.call('HINCRBY', k, 'attempt', 1)
+      tok = tok + 1
+      place(id)
+      out[#out + 1] = redis.call('HGETALL', k)
+    end
+  end
+  if not skipped then break end
+end
+return out
+`)
+
+// scriptFinish applies completions to jobs of one queue still active in the same attempt (and
+// under the same claim token, when given). ARGV: n, then per completion 8 values: id, attempt,
+// token ("" for none), state, sched (µs, 0: now), error entry JSON ("" for none), flags ("v": a
+// result is given, "r": refund the attempt) and the result. Returns 1 or 0 per completion.
+var scriptFinish = goredis.NewScript(prelude + `
+local t = now()
+local out = {}
+local i = 2
+for c = 1, tonumber(ARGV[1]) do
+  local id, attempt, token, st, sched, err, flags, result =
+    ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], tonumber(ARGV[i + 4]), ARGV[i + 5], ARGV[i + 6], ARGV[i + 7]
+  i = i + 8
+  local k = jk(id)
+  local f = redis.call('HMGET', k, 'state', 'attempt', 'token')
+  if f[1] ~= 'active' or f[2] ~= attempt or (token ~= '' and f[3] ~= token) then
+    out[c] = 0
+  else
+    out[c] = 1
+    unplace(id)
+    redis.call('HSET', k, 'state', st)
+    if st == 'completed' then
+      redis.call('HSET', k, 'completed', s(t))
+      if string.find(flags, 'v', 1, true) then redis.call('HSET', k, 'result', result) else redis.call('HDEL', k, 'result') end
+    elseif st == 'discarded' or st == 'cancelled' then
+      redis.call('HSET', k, 'completed', s(t))
+    elseif st == 'retryable' or st == 'scheduled' then
+      if sched == 0 then sched = t end
+      redis.call('HSET', k, 'sched', s(sched))
+    else
+      redis.call('HSET', k, 'sched', s(t))
+    end
+    leave(id)
+    if err ~= '' then adderr(id, err) end
+    if string.find(flags, 'r', 1, true) then redis.call('HINCRBY', k, 'max', 1) end
+    place(id)
+  end
+end
+return out
+`)
+
+// scriptHeartbeat extends the leases of the listed jobs of one queue that are active under the
+// worker (and the claim token, when given), and returns the ids it could not extend.
+// ARGV: worker, lease (µs), then id, token pairs.
+var scriptHeartbeat = goredis.NewScript(prelude + `
+local t = now()
+local lease = t + tonumber(ARGV[2])
+local lost = {}
+for i = 3, #ARGV, 2 do
+  local id, token = ARGV[i], ARGV[i + 1]
+  local f = redis.call('HMGET', jk(id), 'state', 'worker', 'token')
+  if f[1] ~= 'active' or f[2] ~= ARGV[1] or (token ~= '' and f[3] ~= token) then
+    lost[#lost + 1] = id
+  else
+    redis.call('HSET', jk(id), 'lease', s(lease))
+    redis.call('ZADD', B .. 'lease', s(lease), id)
+  end
+end
+return lost
+`)
+
+// scriptRescue takes back up to ARGV[1] active jobs of one queue whose lease ran out: to available
+// with a lease_expired error entry, or discarded when their attempts are spent. Returns
+// {requeued jobs, discarded jobs}, each a list of HGETALL arrays.
+var scriptRescue = goredis.NewScript(prelude + `
+local t = now()
+local req, dis = {}, {}
+for _, id in ipairs(redis.call('ZRANGEBYSCORE', B .. 'lease', '-inf', '(' .. s(t), 'LIMIT', 0, tonumber(ARGV[1]))) do
+  local k = jk(id)
+  local f = redis.call('HMGET', k, 'attempt', 'max', 'worker')
+  local attempt = num(f[1])
+  unplace(id)
+  adderr(id, mkerr(attempt, t, 'lease_expired', 'lease expired: worker ' .. (f[3] or '') .. ' stopped heartbeating'))
+  leave(id)
+  if attempt >= num(f[2]) then
+    redis.call('HSET', k, 'state', 'discarded', 'completed', s(t))
+    place(id)
+    dis[#dis + 1] = redis.call('HGETALL', k)
+  else
+    redis.call('HSET', k, 'state', 'available', 'sched', s(t))
+    place(id)
+    req[#req + 1] = redis.call('HGETALL', k)
+  end
+end
+return {req, dis}
+`)
+
+// scriptPromote makes up to ARGV[1] due scheduled and retryable jobs of one queue available and
+// returns how many.
+var scriptPromote = goredis.NewScript(prelude + `
+local t = now()
+local ids = redis.call('ZRANGEBYSCORE', B .. 'sched', '-inf', s(t), 'LIMIT', 0, tonumber(ARGV[1]))
+for _, id in ipairs(ids) do
+  unplace(id)
+  redis.call('HSET', jk(id), 'state', 'available')
+  place(id)
+end
+return #ids
+`)
+
+// scriptExpire discards up to ARGV[1] not-started jobs of one queue whose expiry has passed, each
+// with an "expired" error entry, and returns how many.
+var scriptExpire = goredis.NewScript(prelude + `
+local t = now()
+local ids = redis.call('ZRANGEBYSCORE', B .. 'exp', '-inf', s(t), 'LIMIT', 0, tonumber(ARGV[1]))
+for _, id in ipairs(ids) do
+  local attempt = num(redis.call('HGET', jk(id), 'attempt'))
+  unplace(id)
+  redis.call('HSET', jk(id), 'state', 'discarded', 'completed', s(t))
+  adderr(id, mkerr(attempt, t, 'expired', 'job expired before it started'))
+  place(id)
+end
+return #ids
+`)
+
+// scriptCleanup deletes up to ARGV[4] terminal jobs of one queue that finished before their
+// state's cut-off (ARGV 1-3: completed, cancelled, discarded, µs; 0 keeps that state), and returns
+// their ids (the caller removes them from the global id index).
+var scriptCleanup = goredis.NewScript(prelude + `
+local left = tonumber(ARGV[4])
+local gone = {}
+local states = {'completed', 'cancelled', 'discarded'}
+for si = 1, 3 do
+  local cut = tonumber(ARGV[si])
+  if cut > 0 and left > 0 then
+    for _, id in ipairs(redis.call('ZRANGEBYSCORE', B .. 'done:' .. states[si], '-inf', '(' .. s(cut), 'LIMIT', 0, left)) do
+      unplace(id)
+      redis.call('DEL', jk(id))
+      gone[#gone + 1] = id
+      left = left - 1
+    end
+  end
+end
+return gone
+`)
+
+// scriptCancel cancels job ARGV[1] unless it is terminal. Returns {"nf"}, {"bad", state} or
+// {"ok", wasActive, job}.
+var scriptCancel = goredis.NewScript(prelude + `
+local id = ARGV[1]
+local k = jk(id)
+local st = redis.call('HGET', k, 'state')
+if not st then return {'nf'} end
+if terminal(st) then return {'bad', st} end
+local t = now()
+unplace(id)
+redis.call('HSET', k, 'state', 'cancelled', 'completed', s(t))
+leave(id)
+place(id)
+local was = 0
+if st == 'active' then was = 1 end
+return {'ok', was, redis.call('HGETALL', k)}
+`)
+
+// scriptMakeAvailable moves job ARGV[1] to available now if its state is one of ARGV[2..]. A job
+// leaving a terminal state starts over (attempt 0, no completion time). Returns like scriptCancel.
+var scriptMakeAvailable = goredis.NewScript(prelude + `
+local id = ARGV[1]
+local k = jk(id)
+local st = redis.call('HGET', k, 'state')
+if not st then return {'nf'} end
+local ok = false
+for i = 2, #ARGV do if ARGV[i] == st then ok = true end end
+if not ok then return {'bad', st} end
+local t = now()
+unplace(id)
+if terminal(st) then redis.call('HSET', k, 'attempt', 0, 'completed', 0) end
+redis.call('HSET', k, 'state', 'available', 'sched', s(t))
+leave(id)
+place(id)
+return {'ok', 0, redis.call('HGETALL', k)}
+`)
+
+// scriptDelete removes job ARGV[1] unless it is active. Returns like scriptCancel, with the job as
+// it was.
+var scriptDelete = goredis.NewScript(prelude + `
+local id = ARGV[1]
+local k = jk(id)
+local st = redis.call('HGET', k, 'state')
+if not st then return {'nf'} end
+if st == 'active' then return {'bad', st} end
+local was = redis.call('HGETALL', k)
+unplace(id)
+redis.call('DEL', k)
+return {'ok', 0, was}
+`)
+
+// scriptElect makes ARGV[1] the leader (KEYS[1]) for ARGV[2] ms if nobody leads or it already
+// does: SET NX PX takes a free leadership, PEXPIRE renews the holder's own.
+var scriptElect = goredis.NewScript(`
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return 1
+end
+return 0
+`)
+
+// scriptResign deletes the leadership KEYS[1] if ARGV[1] holds it.
+var scriptResign = goredis.NewScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
+return 0
+`)
+
+// allScripts lists every script, for Migrate to load.
+var allScripts = []*goredis.Script{
+	scriptRegisterIDs, scriptInsert, scriptClaim, scriptFinish, scriptHeartbeat, scriptRescue,
+	scriptPromote, scriptExpire, scriptCleanup, scriptCancel, scriptMakeAvailable, scriptDelete,
+	scriptElect, scriptResign,
+}
