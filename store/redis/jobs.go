@@ -95,8 +95,8 @@ func (s *Store) checkInsert(params []*store.InsertParams) error {
 		if err := store.ValidatePlainInsert(p); err != nil {
 			return fmt.Errorf("redis: insert: %w", err)
 		}
-		if p.UniqueKey != "" || p.RateKey != "" {
-			return fmt.Errorf("redis: insert job %s: unique keys and rate keys: %w", p.ID, store.ErrUnsupported)
+		if p.RateKey != "" {
+			return fmt.Errorf("redis: insert job %s: rate keys: %w", p.ID, store.ErrUnsupported)
 		}
 	}
 	return nil
@@ -134,36 +134,111 @@ func (s *Store) insert(ctx context.Context, params []*store.InsertParams) ([]*st
 	_, err = s.rdb.Pipelined(ctx, func(pl goredis.Pipeliner) error {
 		for qi, q := range order {
 			idx := groups[q]
-			args := make([]any, 0, 1+len(idx)*44)
+			args := make([]any, 0, 1+len(idx)*48)
 			args = append(args, len(idx))
 			for _, i := range idx {
-				f := insertFields(params[i])
-				args = append(args, params[i].ID, len(f)/2)
+				p := params[i]
+				f := insertFields(p)
+				ustates := ""
+				if p.UniqueKey != "" {
+					ustates = joinStates(store.UniqueStatesOrDefault(p.UniqueStates))
+				}
+				args = append(args, p.ID, string(p.OnConflict), p.UniqueKey, ustates, string(p.State), len(f)/2)
 				args = append(args, f...)
 			}
 			cmds[qi] = scriptInsert.Run(ctx, pl, []string{s.qkey(q)}, args...)
 		}
 		return nil
 	})
-	if err != nil {
+	if err != nil && !isScriptReply(cmds) {
 		// Give the ids back, so a retry of the same batch is not refused as a duplicate.
 		s.rdb.HDel(context.WithoutCancel(ctx), s.idsKey(), idsOf(params)...)
 		return nil, fmt.Errorf("redis: insert: %w", err)
 	}
+	replies := make([][]any, len(order))
+	var conflict error
+	for qi := range order {
+		r, err := cmds[qi].Slice()
+		if err != nil {
+			conflict = fmt.Errorf("redis: insert: %w", err)
+			continue
+		}
+		replies[qi] = r
+		if r[0] == "uc" {
+			key, _ := r[1].(string)
+			id, _ := r[2].(string)
+			st, _ := r[3].(string)
+			conflict = &store.UniqueConflictError{Key: key, ExistingID: id, ExistingState: store.State(st)}
+		}
+	}
+	if conflict != nil {
+		// Undo the queues that were written: the batch is refused as a whole.
+		bg := context.WithoutCancel(ctx)
+		for qi, q := range order {
+			if replies[qi] == nil || replies[qi][0] != "ok" {
+				continue
+			}
+			var ids []any
+			for _, i := range groups[q] {
+				ids = append(ids, params[i].ID)
+			}
+			scriptPurge.Run(bg, s.rdb, []string{s.qkey(q)}, ids...)
+		}
+		s.rdb.HDel(bg, s.idsKey(), idsOf(params)...)
+		if _, ok := conflict.(*store.UniqueConflictError); ok {
+			return nil, fmt.Errorf("redis: insert: %w", conflict)
+		}
+		return nil, conflict
+	}
 	out := make([]*store.Job, len(params))
 	var ns []store.Notification
+	var notInserted []string
 	for qi, q := range order {
-		nowUS, _ := cmds[qi].Int64()
+		r := replies[qi]
+		nowUS, _ := r[1].(int64)
 		now := time.UnixMicro(nowUS).UTC()
+		idx := groups[q]
+		for _, i := range idx {
+			out[i] = newJobFromParams(params[i], now)
+		}
+		dups, _ := r[2].([]any)
+		for _, d := range dups {
+			pair, _ := d.([]any)
+			x, _ := pair[0].(int64)
+			j, err := decodeFlat(pair[1])
+			if err != nil || j == nil {
+				return nil, fmt.Errorf("redis: insert: reading the job holding a unique key: %v", err)
+			}
+			j.Duplicate = true
+			notInserted = append(notInserted, params[idx[x-1]].ID)
+			out[idx[x-1]] = j
+		}
+		changed, _ := r[3].([]any)
+		for _, c := range changed {
+			pair, _ := c.([]any)
+			x, _ := pair[0].(int64)
+			j, err := decodeFlat(pair[1])
+			if err != nil || j == nil {
+				return nil, fmt.Errorf("redis: insert: reading a job that took over a schedule: %v", err)
+			}
+			out[idx[x-1]] = j
+		}
+		cancels, _ := r[4].([]any)
+		for _, c := range cancels {
+			id, _ := c.(string)
+			ns = append(ns, store.Notification{Kind: store.NotifyCancel, Queue: q, JobID: id})
+		}
 		var due time.Time
 		announce, dueNow := false, false
-		for _, i := range groups[q] {
-			j := newJobFromParams(params[i], now)
-			out[i] = j
+		for _, i := range idx {
+			j := out[i]
+			if j.Duplicate {
+				continue
+			}
 			switch j.State {
 			case store.StateAvailable:
 				announce, dueNow = true, true
-			case store.StateScheduled:
+			case store.StateScheduled, store.StateRetryable:
 				announce = true
 				if !j.ScheduledAt.After(now) {
 					dueNow = true
@@ -179,10 +254,35 @@ func (s *Store) insert(ctx context.Context, params []*store.InsertParams) ([]*st
 			ns = append(ns, store.Notification{Kind: store.NotifyInsert, Queue: q, DueAt: due, Nonce: nonce()})
 		}
 	}
+	if len(notInserted) > 0 {
+		if err := s.rdb.HDel(ctx, s.idsKey(), notInserted...).Err(); err != nil {
+			return nil, fmt.Errorf("redis: insert: %w", err)
+		}
+	}
 	if err := s.publish(ctx, ns); err != nil {
 		return nil, fmt.Errorf("redis: insert: jobs written, announcement failed: %w", err)
 	}
 	return out, nil
+}
+
+// isScriptReply reports whether a pipeline's error came from the scripts' replies (every command
+// ran) rather than from the connection.
+func isScriptReply(cmds []*goredis.Cmd) bool {
+	for _, c := range cmds {
+		if c == nil {
+			return false
+		}
+		if err := c.Err(); err != nil && !isRedisError(err) {
+			return false
+		}
+	}
+	return true
+}
+
+// isRedisError reports whether err is an error reply of the server.
+func isRedisError(err error) bool {
+	var re goredis.Error
+	return errors.As(err, &re)
 }
 
 func idsOf(params []*store.InsertParams) []string {
@@ -719,6 +819,12 @@ func (s *Store) byID(ctx context.Context, sc *goredis.Script, op, id string, ext
 		return nil, false, fmt.Errorf("redis: %s job %s: %w", op, id, err)
 	}
 	switch res[0] {
+	case "uc":
+		key, _ := res[1].(string)
+		hid, _ := res[2].(string)
+		st, _ := res[3].(string)
+		return nil, false, fmt.Errorf("redis: %s job %s: %w", op, id,
+			&store.UniqueConflictError{Key: key, ExistingID: hid, ExistingState: store.State(st)})
 	case "nf":
 		return nil, false, notFound(id)
 	case "bad":

@@ -140,9 +140,9 @@ func (s *Store) qkey(queue string) string { return s.prefix + "{" + queueTag(que
 func (s *Store) jobKey(queue, id string) string { return s.qkey(queue) + "j:" + id }
 
 // Global keys.
-func (s *Store) idsKey() string              { return s.prefix + "ids" }
-func (s *Store) queuesKey() string           { return s.prefix + "queues" }
-func (s *Store) channel() string             { return s.prefix + "notify" }
+func (s *Store) idsKey() string               { return s.prefix + "ids" }
+func (s *Store) queuesKey() string            { return s.prefix + "queues" }
+func (s *Store) channel() string              { return s.prefix + "notify" }
 func (s *Store) leaderKey(name string) string { return s.prefix + "leader:" + name }
 
 // tokens returns n fresh random claim tokens.

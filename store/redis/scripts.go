@@ -59,10 +59,42 @@ local function unplace(id)
   end
   redis.call('ZREM', B .. 'exp', id)
 end
--- place files job id as its hash says.
+-- instates reports whether state st is in the comma-separated list sts.
+local function instates(st, sts)
+  return string.find(',' .. (sts or '') .. ',', ',' .. st .. ',', 1, true) ~= nil
+end
+-- holds reports whether job id holds unique key uk at time t: its key is uk, its state is one of
+-- its unique states, and its period (if any) has not run out.
+local function holds(id, uk, t)
+  local f = redis.call('HMGET', jk(id), 'state', 'ukey', 'ustates', 'uuntil')
+  if not f[1] or f[2] ~= uk then return false end
+  local uu = num(f[4])
+  if uu > 0 and uu <= t then return false end
+  return instates(f[1], f[3])
+end
+-- holder returns the job holding unique key uk at time t and its state, or nil.
+local function holder(uk, t)
+  local cur = redis.call('GET', B .. 'u:' .. uk)
+  if cur and holds(cur, uk, t) then return cur, redis.call('HGET', jk(cur), 'state') end
+  return nil
+end
+-- place files job id as its hash says. A unique job entering one of its unique states takes its
+-- key, or gives it up (ukey "") when another job holds it: automatic transitions never fail for
+-- uniqueness.
 local function place(id)
-  local f = redis.call('HMGET', jk(id), 'state', 'kind', 'prio', 'sched', 'lease', 'completed', 'expires')
+  local f = redis.call('HMGET', jk(id), 'state', 'kind', 'prio', 'sched', 'lease', 'completed', 'expires',
+    'ukey', 'ustates')
   local st = f[1]
+  if f[8] and f[8] ~= '' and instates(st, f[9]) then
+    local cur = redis.call('GET', B .. 'u:' .. f[8])
+    if cur ~= id then
+      if cur and holds(cur, f[8], now()) then
+        redis.call('HSET', jk(id), 'ukey', '')
+      else
+        redis.call('SET', B .. 'u:' .. f[8], id)
+      end
+    end
+  end
   redis.call('ZADD', B .. 'st:' .. st, 0, id)
   if st == 'available' then
     redis.call('ZADD', B .. 'k:' .. f[2], 0, rank(num(f[3]), num(f[4]), id))
@@ -126,22 +158,75 @@ redis.call('HSET', KEYS[1], unpack(ARGV))
 return false
 `)
 
-// scriptInsert writes new jobs of one queue. ARGV: n, then per job: id, nfields, field, value, ...
-// A job with sched 0 is due now. Returns the server's now, which is each job's created time.
+// scriptInsert writes new jobs of one queue. ARGV: n, then per job: id, policy, ukey, ustates,
+// state, nfields, field, value, ... (sched 0 is due now). Unique keys are resolved as features.go
+// says, within the queue: a first pass finds a conflict that refuses the batch (and returns
+// {"uc", key, holder id, holder state}, writing nothing); the second pass writes. Returns
+// {"ok", now, dups, changed, cancels}: dups and changed list {job index, job} for ignored jobs (the
+// holder) and for jobs that took over a replaced job's schedule; cancels lists replaced jobs that
+// were active.
 var scriptInsert = goredis.NewScript(prelude + `
 local t = now()
+local n = tonumber(ARGV[1])
+local jobs = {}
 local i = 2
-for _ = 1, tonumber(ARGV[1]) do
-  local id = ARGV[i]
-  local nf = tonumber(ARGV[i + 1])
-  local k = jk(id)
-  redis.call('HSET', k, unpack(ARGV, i + 2, i + 1 + 2 * nf))
-  redis.call('HSET', k, 'created', s(t))
-  if num(redis.call('HGET', k, 'sched')) == 0 then redis.call('HSET', k, 'sched', s(t)) end
-  place(id)
-  i = i + 2 + 2 * nf
+for x = 1, n do
+  local nf = tonumber(ARGV[i + 5])
+  jobs[x] = {id = ARGV[i], policy = ARGV[i + 1], uk = ARGV[i + 2], us = ARGV[i + 3], st = ARGV[i + 4],
+    from = i + 6, to = i + 5 + 2 * nf}
+  i = i + 6 + 2 * nf
 end
-return t
+-- Pass 1: would any job be refused? taken simulates the keys the batch's earlier jobs take.
+local taken = {}
+for _, j in ipairs(jobs) do
+  if j.uk ~= '' then
+    local hid, hst = nil, nil
+    if taken[j.uk] then hid, hst = taken[j.uk][1], taken[j.uk][2] else hid, hst = holder(j.uk, t) end
+    if hid and (j.policy == '' or j.policy == 'reject') then return {'uc', j.uk, hid, hst} end
+    if not (hid and j.policy == 'ignore') and instates(j.st, j.us) then taken[j.uk] = {j.id, j.st} end
+  end
+end
+-- Pass 2: write.
+local dups, changed, cancels = {}, {}, {}
+for x, j in ipairs(jobs) do
+  local skip = false
+  local adopt = nil
+  if j.uk ~= '' then
+    local cur = redis.call('GET', B .. 'u:' .. j.uk)
+    if cur then
+      local uu = num(redis.call('HGET', jk(cur), 'uuntil'))
+      if uu > 0 and uu <= t and redis.call('HGET', jk(cur), 'ukey') == j.uk then
+        redis.call('HSET', jk(cur), 'ukey', '') -- its period ran out: the key is free
+      end
+    end
+    local hid, hst = holder(j.uk, t)
+    if hid then
+      if j.policy == 'ignore' then
+        dups[#dups + 1] = {x, redis.call('HGETALL', jk(hid))}
+        skip = true
+      else
+        if j.policy == 'replace_except_schedule' and (hst == 'scheduled' or hst == 'retryable') then
+          adopt = {hst, redis.call('HGET', jk(hid), 'sched')}
+        end
+        if hst == 'active' then cancels[#cancels + 1] = hid end
+        unplace(hid)
+        redis.call('HSET', jk(hid), 'state', 'cancelled', 'completed', s(t))
+        leave(hid)
+        place(hid)
+      end
+    end
+  end
+  if not skip then
+    local k = jk(j.id)
+    redis.call('HSET', k, unpack(ARGV, j.from, j.to))
+    redis.call('HSET', k, 'created', s(t))
+    if num(redis.call('HGET', k, 'sched')) == 0 then redis.call('HSET', k, 'sched', s(t)) end
+    if adopt then redis.call('HSET', k, 'state', adopt[1], 'sched', adopt[2]) end
+    place(j.id)
+    if adopt then changed[#changed + 1] = {x, redis.call('HGETALL', k)} end
+  end
+end
+return {'ok', t, dups, changed, cancels}
 `)
 
 // scriptClaim moves up to ARGV[1] claimable jobs to active and returns them (HGETALL arrays).
@@ -362,6 +447,11 @@ local ok = false
 for i = 2, #ARGV do if ARGV[i] == st then ok = true end end
 if not ok then return {'bad', st} end
 local t = now()
+local f = redis.call('HMGET', k, 'ukey', 'ustates')
+if f[1] and f[1] ~= '' and instates('available', f[2]) then
+  local hid, hst = holder(f[1], t)
+  if hid and hid ~= id then return {'uc', f[1], hid, hst} end
+end
 unplace(id)
 if terminal(st) then redis.call('HSET', k, 'attempt', 0, 'completed', 0) end
 redis.call('HSET', k, 'state', 'available', 'sched', s(t))
@@ -382,6 +472,16 @@ local was = redis.call('HGETALL', k)
 unplace(id)
 redis.call('DEL', k)
 return {'ok', 0, was}
+`)
+
+// scriptPurge removes the jobs ARGV of one queue outright: it undoes the part of a batch, spanning
+// several queues, that was written before another queue refused it.
+var scriptPurge = goredis.NewScript(prelude + `
+for _, id in ipairs(ARGV) do
+  unplace(id)
+  redis.call('DEL', jk(id))
+end
+return #ARGV
 `)
 
 // scriptElect makes ARGV[1] the leader (KEYS[1]) for ARGV[2] ms if nobody leads or it already
@@ -405,5 +505,5 @@ return 0
 var allScripts = []*goredis.Script{
 	scriptRegisterIDs, scriptInsert, scriptClaim, scriptFinish, scriptHeartbeat, scriptRescue,
 	scriptPromote, scriptExpire, scriptCleanup, scriptCancel, scriptMakeAvailable, scriptDelete,
-	scriptElect, scriptResign,
+	scriptElect, scriptResign, scriptPurge,
 }
