@@ -95,8 +95,13 @@ func (s *Store) checkInsert(params []*store.InsertParams) error {
 		if err := store.ValidatePlainInsert(p); err != nil {
 			return fmt.Errorf("redis: insert: %w", err)
 		}
-		if p.RateKey != "" {
-			return fmt.Errorf("redis: insert job %s: rate keys: %w", p.ID, store.ErrUnsupported)
+		if p.RateKey != "" && s.cluster() {
+			return fmt.Errorf("redis: insert job %s: rate keys on a Redis Cluster (a key's limit spans queues, so slots): %w", p.ID, store.ErrUnsupported)
+		}
+		if p.RateLimit != nil {
+			if err := validLimit(*p.RateLimit); err != nil {
+				return fmt.Errorf("redis: insert job %s: %w", p.ID, err)
+			}
 		}
 	}
 	return nil
@@ -143,10 +148,14 @@ func (s *Store) insert(ctx context.Context, params []*store.InsertParams) ([]*st
 				if p.UniqueKey != "" {
 					ustates = joinStates(store.UniqueStatesOrDefault(p.UniqueStates))
 				}
-				args = append(args, p.ID, string(p.OnConflict), p.UniqueKey, ustates, string(p.State), len(f)/2)
+				rl := ""
+				if p.RateLimit != nil {
+					rl = encodeLimit(*p.RateLimit)
+				}
+				args = append(args, p.ID, string(p.OnConflict), p.UniqueKey, ustates, string(p.State), p.RateKey, rl, len(f)/2)
 				args = append(args, f...)
 			}
-			cmds[qi] = scriptInsert.Run(ctx, pl, []string{s.qkey(q)}, args...)
+			cmds[qi] = scriptInsert.Run(ctx, pl, s.keys(q), args...)
 		}
 		return nil
 	})
@@ -182,7 +191,7 @@ func (s *Store) insert(ctx context.Context, params []*store.InsertParams) ([]*st
 			for _, i := range groups[q] {
 				ids = append(ids, params[i].ID)
 			}
-			scriptPurge.Run(bg, s.rdb, []string{s.qkey(q)}, ids...)
+			scriptPurge.Run(bg, s.rdb, s.keys(q), ids...)
 		}
 		s.rdb.HDel(bg, s.idsKey(), idsOf(params)...)
 		if _, ok := conflict.(*store.UniqueConflictError); ok {
@@ -318,7 +327,7 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) ([]*store.Job, e
 	for _, t := range tokens(p.Limit) {
 		args = append(args, t)
 	}
-	res, err := scriptClaim.Run(ctx, s.rdb, []string{s.qkey(p.Queue)}, args...).Slice()
+	res, err := scriptClaim.Run(ctx, s.rdb, s.keys(p.Queue), args...).Slice()
 	if err != nil {
 		return nil, fmt.Errorf("redis: claim from %s: %w", p.Queue, err)
 	}
@@ -433,7 +442,7 @@ func (s *Store) Finish(ctx context.Context, completions []store.Completion) ([]s
 					}
 					args = append(args, c.ID, strconv.Itoa(c.Attempt), c.Token, string(c.State), sched, errJSON, flags, result)
 				}
-				calls = append(calls, call{idx: idx, cmd: scriptFinish.Run(ctx, pl, []string{s.qkey(q)}, args...)})
+				calls = append(calls, call{idx: idx, cmd: scriptFinish.Run(ctx, pl, s.keys(q), args...)})
 			}
 		}
 		return nil
@@ -460,11 +469,14 @@ func (s *Store) Finish(ctx context.Context, completions []store.Completion) ([]s
 			return nil, fmt.Errorf("redis: finish: %w", err)
 		}
 		for k, i := range cl.idx {
-			if applied[k] != 1 {
+			if applied[k] == 0 {
 				continue
 			}
 			res[i].Applied = true
 			c := &completions[i]
+			if applied[k] == 2 && c.State != store.StateAvailable {
+				announce(queues[i], time.Time{}) // a slot of its rate key is free
+			}
 			switch c.State {
 			case store.StateAvailable:
 				announce(queues[i], time.Time{})
@@ -512,7 +524,7 @@ func (s *Store) Heartbeat(ctx context.Context, p store.HeartbeatParams) ([]strin
 				}
 				args = append(args, p.IDs[i], tok)
 			}
-			cmds = append(cmds, scriptHeartbeat.Run(ctx, pl, []string{s.qkey(q)}, args...))
+			cmds = append(cmds, scriptHeartbeat.Run(ctx, pl, s.keys(q), args...))
 		}
 		return nil
 	})
@@ -556,7 +568,7 @@ func (s *Store) Rescue(ctx context.Context, p store.RescueParams) (store.RescueR
 		if left <= 0 {
 			break
 		}
-		out, err := scriptRescue.Run(ctx, s.rdb, []string{s.qkey(q)}, left).Slice()
+		out, err := scriptRescue.Run(ctx, s.rdb, s.keys(q), left).Slice()
 		if err != nil {
 			return res, fmt.Errorf("redis: rescue %s: %w", q, err)
 		}
@@ -599,7 +611,7 @@ func (s *Store) eachQueue(ctx context.Context, what string, sc *goredis.Script, 
 		if n >= limit {
 			break
 		}
-		k, err := sc.Run(ctx, s.rdb, []string{s.qkey(q)}, limit-n).Int()
+		k, err := sc.Run(ctx, s.rdb, s.keys(q), limit-n).Int()
 		if err != nil {
 			return n, fmt.Errorf("redis: %s %s: %w", what, q, err)
 		}
@@ -622,16 +634,17 @@ func (s *Store) DiscardExpired(ctx context.Context, limit int) (int, error) {
 	return s.eachQueue(ctx, "discard expired", scriptExpire, limit, false)
 }
 
-// NextDue returns the earliest due time of queue's scheduled and retryable jobs.
+// NextDue returns the earliest due time of queue's scheduled and retryable jobs or, when sooner,
+// the end of the window of an exhausted rate key with jobs available in queue.
 func (s *Store) NextDue(ctx context.Context, queue string) (time.Time, bool, error) {
-	zs, err := s.rdb.ZRangeWithScores(ctx, s.qkey(queue)+"sched", 0, 0).Result()
+	v, err := scriptNextDue.Run(ctx, s.rdb, s.keys(queue)).Text()
+	if errors.Is(err, goredis.Nil) {
+		return time.Time{}, false, nil
+	}
 	if err != nil {
 		return time.Time{}, false, fmt.Errorf("redis: next due of %s: %w", queue, err)
 	}
-	if len(zs) == 0 {
-		return time.Time{}, false, nil
-	}
-	return time.UnixMicro(int64(zs[0].Score)).UTC(), true, nil
+	return fromMicros(v), true, nil
 }
 
 // Cleanup deletes up to p.Limit terminal jobs that finished before their state's cut-off.
@@ -652,7 +665,7 @@ func (s *Store) Cleanup(ctx context.Context, p store.CleanupParams) (int, error)
 		if n >= limit {
 			break
 		}
-		gone, err := scriptCleanup.Run(ctx, s.rdb, []string{s.qkey(q)},
+		gone, err := scriptCleanup.Run(ctx, s.rdb, s.keys(q),
 			micros(p.CompletedBefore), micros(p.CancelledBefore), micros(p.DiscardedBefore), limit-n).StringSlice()
 		if err != nil {
 			return n, fmt.Errorf("redis: cleanup %s: %w", q, err)
@@ -814,7 +827,7 @@ func (s *Store) byID(ctx context.Context, sc *goredis.Script, op, id string, ext
 	if err != nil {
 		return nil, false, err
 	}
-	res, err := sc.Run(ctx, s.rdb, []string{s.qkey(q)}, append([]any{id}, extra...)...).Slice()
+	res, err := sc.Run(ctx, s.rdb, s.keys(q), append([]any{id}, extra...)...).Slice()
 	if err != nil {
 		return nil, false, fmt.Errorf("redis: %s job %s: %w", op, id, err)
 	}

@@ -27,6 +27,7 @@ import goredis "github.com/redis/go-redis/v9"
 // in (and out of) the structures its state calls for.
 const prelude = `
 local B = KEYS[1]
+local G = KEYS[2]
 local function now()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -42,21 +43,27 @@ local function terminal(st) return st == 'completed' or st == 'cancelled' or st 
 local function notstarted(st)
   return st == 'scheduled' or st == 'available' or st == 'pending' or st == 'retryable'
 end
+-- src returns the ready set of available jobs of kind with rate key rk ('' for none).
+local function src(kind, rk) return B .. 'k:' .. kind .. '\n' .. (rk or '') end
+local function rl(rk) return G .. 'rl:' .. rk end
 -- unplace takes job id out of every structure its current state filed it in.
 local function unplace(id)
-  local f = redis.call('HMGET', jk(id), 'state', 'kind', 'prio', 'sched')
+  local f = redis.call('HMGET', jk(id), 'state', 'kind', 'prio', 'sched', 'rkey')
   local st = f[1]
   if not st then return end
+  local rk = f[5]
   redis.call('ZREM', B .. 'st:' .. st, id)
   if st == 'available' then
-    redis.call('ZREM', B .. 'k:' .. f[2], rank(num(f[3]), num(f[4]), id))
+    redis.call('ZREM', src(f[2], rk), rank(num(f[3]), num(f[4]), id))
   elseif st == 'scheduled' or st == 'retryable' then
     redis.call('ZREM', B .. 'sched', id)
+    if rk then redis.call('ZREM', G .. 'rs:' .. rk, id) end
   elseif st == 'active' then
     redis.call('ZREM', B .. 'lease', id)
   else
     redis.call('ZREM', B .. 'done:' .. st, id)
   end
+  if rk then redis.call('HINCRBY', rl(rk), 'n:' .. st, -1) end
   redis.call('ZREM', B .. 'exp', id)
 end
 -- instates reports whether state st is in the comma-separated list sts.
@@ -83,8 +90,9 @@ end
 -- uniqueness.
 local function place(id)
   local f = redis.call('HMGET', jk(id), 'state', 'kind', 'prio', 'sched', 'lease', 'completed', 'expires',
-    'ukey', 'ustates')
+    'ukey', 'ustates', 'rkey')
   local st = f[1]
+  local rk = f[10]
   if f[8] and f[8] ~= '' and instates(st, f[9]) then
     local cur = redis.call('GET', B .. 'u:' .. f[8])
     if cur ~= id then
@@ -97,18 +105,51 @@ local function place(id)
   end
   redis.call('ZADD', B .. 'st:' .. st, 0, id)
   if st == 'available' then
-    redis.call('ZADD', B .. 'k:' .. f[2], 0, rank(num(f[3]), num(f[4]), id))
+    redis.call('ZADD', src(f[2], rk), 0, rank(num(f[3]), num(f[4]), id))
     redis.call('SADD', B .. 'kinds', f[2])
+    redis.call('SADD', B .. 'ks:' .. f[2], rk or '')
   elseif st == 'scheduled' or st == 'retryable' then
     redis.call('ZADD', B .. 'sched', s(num(f[4])), id)
+    if rk then redis.call('ZADD', G .. 'rs:' .. rk, s(num(f[4])), id) end
   elseif st == 'active' then
     redis.call('ZADD', B .. 'lease', s(num(f[5])), id)
   else
     redis.call('ZADD', B .. 'done:' .. st, s(num(f[6])), id)
   end
+  if rk then redis.call('HINCRBY', rl(rk), 'n:' .. st, 1) end
   if num(f[7]) > 0 and notstarted(st) then
     redis.call('ZADD', B .. 'exp', s(num(f[7])), id)
   end
+end
+-- rlblocked reports whether rate key rk can start no job at t, with the end of the rate window
+-- that blocks it (0 when only max_active does) and the limit's on_limit action.
+local function rlblocked(rk, t)
+  local f = redis.call('HMGET', rl(rk), 'set', 'max', 'rate', 'period', 'ws', 'wc', 'n:active', 'onlimit')
+  if f[1] ~= '1' then return false end
+  local rate, per = num(f[3]), num(f[4])
+  if rate > 0 and per > 0 then
+    local ws = num(f[5])
+    if ws > 0 and t < ws + per and num(f[6]) >= rate then return true, ws + per, f[8] end
+  end
+  if num(f[2]) > 0 and num(f[7]) >= num(f[2]) then return true, 0, f[8] end
+  return false
+end
+-- rlstarted counts a start of one of rk's jobs at t in its rate window, opening one if none is.
+local function rlstarted(rk, t)
+  local f = redis.call('HMGET', rl(rk), 'set', 'rate', 'period', 'ws')
+  if f[1] ~= '1' then return end
+  local per = num(f[3])
+  if num(f[2]) > 0 and per > 0 then
+    local ws = num(f[4])
+    if not (ws > 0 and t < ws + per) then redis.call('HSET', rl(rk), 'ws', s(t), 'wc', 0) end
+    redis.call('HINCRBY', rl(rk), 'wc', 1)
+  end
+end
+-- setlimit stores a limit ("max,rate,period_us,onlimit") under rk.
+local function setlimit(rk, enc)
+  local max, rate, per, on = string.match(enc, '^(%-?%d+),(%-?%d+),(%-?%d+),(.*)$')
+  redis.call('HSET', rl(rk), 'set', '1', 'max', max, 'rate', rate, 'period', per, 'onlimit', on)
+  redis.call('ZADD', G .. 'rlkeys', 0, rk)
 end
 -- iso formats microseconds since the epoch as RFC 3339 in UTC, for the error entries scripts write.
 local function iso(us)
@@ -159,7 +200,7 @@ return false
 `)
 
 // scriptInsert writes new jobs of one queue. ARGV: n, then per job: id, policy, ukey, ustates,
-// state, nfields, field, value, ... (sched 0 is due now). Unique keys are resolved as features.go
+// state, rate key, rate limit to store with it ("" for none; see setlimit), nfields, field, value, ... (sched 0 is due now). Unique keys are resolved as features.go
 // says, within the queue: a first pass finds a conflict that refuses the batch (and returns
 // {"uc", key, holder id, holder state}, writing nothing); the second pass writes. Returns
 // {"ok", now, dups, changed, cancels}: dups and changed list {job index, job} for ignored jobs (the
@@ -171,10 +212,10 @@ local n = tonumber(ARGV[1])
 local jobs = {}
 local i = 2
 for x = 1, n do
-  local nf = tonumber(ARGV[i + 5])
+  local nf = tonumber(ARGV[i + 7])
   jobs[x] = {id = ARGV[i], policy = ARGV[i + 1], uk = ARGV[i + 2], us = ARGV[i + 3], st = ARGV[i + 4],
-    from = i + 6, to = i + 5 + 2 * nf}
-  i = i + 6 + 2 * nf
+    rk = ARGV[i + 5], rl = ARGV[i + 6], from = i + 8, to = i + 7 + 2 * nf}
+  i = i + 8 + 2 * nf
 end
 -- Pass 1: would any job be refused? taken simulates the keys the batch's earlier jobs take.
 local taken = {}
@@ -217,6 +258,7 @@ for x, j in ipairs(jobs) do
     end
   end
   if not skip then
+    if j.rl ~= '' then setlimit(j.rk, j.rl) end
     local k = jk(j.id)
     redis.call('HSET', k, unpack(ARGV, j.from, j.to))
     redis.call('HSET', k, 'created', s(t))
@@ -232,6 +274,9 @@ return {'ok', t, dups, changed, cancels}
 // scriptClaim moves up to ARGV[1] claimable jobs to active and returns them (HGETALL arrays).
 // ARGV: limit, worker, lease (µs), nkinds, kinds..., then limit claim tokens. Due scheduled and
 // retryable jobs become available first, so the claim weighs them by priority like the others.
+// Available jobs sit in one sorted set per kind and rate key (a source); the claim merges the heads
+// of the sources in claim order. A job whose rate key is exhausted is dropped or rescheduled as its
+// limit says, or, when the limit waits, its whole source is left alone for this claim.
 var scriptClaim = goredis.NewScript(prelude + `
 if redis.call('EXISTS', B .. 'paused') == 1 then return {} end
 local t = now()
@@ -246,39 +291,68 @@ for _, id in ipairs(redis.call('ZRANGEBYSCORE', B .. 'sched', '-inf', s(t))) do
 end
 local kinds
 if nk > 0 then kinds = {unpack(ARGV, 5, 4 + nk)} else kinds = redis.call('SMEMBERS', B .. 'kinds') end
+local srcs = {}
+for _, kind in ipairs(kinds) do
+  for _, rk in ipairs(redis.call('SMEMBERS', B .. 'ks:' .. kind)) do
+    srcs[#srcs + 1] = {key = src(kind, rk), rk = rk}
+  end
+end
 local tok = 5 + nk
 local out = {}
 while #out < limit do
   local cands = {}
-  for _, kind in ipairs(kinds) do
-    for _, m in ipairs(redis.call('ZRANGE', B .. 'k:' .. kind, 0, limit - #out - 1)) do
-      cands[#cands + 1] = m
+  for si, sr in ipairs(srcs) do
+    if not sr.off then
+      for _, m in ipairs(redis.call('ZRANGE', sr.key, 0, limit - #out - 1)) do
+        cands[#cands + 1] = {m, si}
+      end
     end
   end
   if #cands == 0 then break end
-  table.sort(cands)
-  local skipped = false
-  for _, m in ipairs(cands) do
+  table.sort(cands, function(a, b) return a[1] < b[1] end)
+  local progress = false
+  for _, c in ipairs(cands) do
     if #out == limit then break end
-    local id = string.sub(m, 27)
-    local k = jk(id)
-    local exp = num(redis.call('HGET', k, 'expires'))
-    unplace(id)
-    if exp > 0 and exp <= t then
-      -- Never claimable: it stays available (and counted) until DiscardExpired discards it.
-      redis.call('ZADD', B .. 'st:available', 0, id)
-      redis.call('ZADD', B .. 'exp', s(exp), id)
-      skipped = true
-    else
-      redis.call('HSET', k, 'state', 'active', 'started', s(t), 'lease', s(t + leasefor), 'worker', worker,
-        'token', ARGV[tok])
-      redis.call('HINCRBY', k, 'attempt', 1)
-      tok = tok + 1
-      place(id)
-      out[#out + 1] = redis.call('HGETALL', k)
+    local sr = srcs[c[2]]
+    if not sr.off then
+      local id = string.sub(c[1], 27)
+      local k = jk(id)
+      local exp = num(redis.call('HGET', k, 'expires'))
+      local blocked, until_, action = false, 0, ''
+      if sr.rk ~= '' and not (exp > 0 and exp <= t) then blocked, until_, action = rlblocked(sr.rk, t) end
+      if exp > 0 and exp <= t then
+        -- Never claimable: it stays available (and counted) until DiscardExpired discards it.
+        redis.call('ZREM', sr.key, c[1])
+        progress = true
+      elseif blocked and action == 'drop' then
+        unplace(id)
+        redis.call('HSET', k, 'state', 'discarded', 'completed', s(t))
+        adderr(id, mkerr(num(redis.call('HGET', k, 'attempt')), t, 'rate_limited',
+          'dropped: the limit of rate key ' .. sr.rk .. ' was exhausted'))
+        place(id)
+        progress = true
+      elseif blocked and action == 'reschedule' then
+        if until_ == 0 then until_ = t + 1000000 end
+        unplace(id)
+        redis.call('HSET', k, 'state', 'scheduled', 'sched', s(until_))
+        place(id)
+        progress = true
+      elseif blocked then
+        sr.off = true
+      else
+        unplace(id)
+        redis.call('HSET', k, 'state', 'active', 'started', s(t), 'lease', s(t + leasefor), 'worker', worker,
+          'token', ARGV[tok])
+        redis.call('HINCRBY', k, 'attempt', 1)
+        tok = tok + 1
+        place(id)
+        if sr.rk ~= '' then rlstarted(sr.rk, t) end
+        out[#out + 1] = redis.call('HGETALL', k)
+        progress = true
+      end
     end
   end
-  if not skipped then break end
+  if not progress then break end
 end
 return out
 `)
@@ -286,7 +360,8 @@ return out
 // scriptFinish applies completions to jobs of one queue still active in the same attempt (and
 // under the same claim token, when given). ARGV: n, then per completion 8 values: id, attempt,
 // token ("" for none), state, sched (µs, 0: now), error entry JSON ("" for none), flags ("v": a
-// result is given, "r": refund the attempt) and the result. Returns 1 or 0 per completion.
+// result is given, "r": refund the attempt) and the result. Returns per completion 0 (not applied), 1 (applied) or 2 (applied to a job with a rate
+// key, whose queue is announced: a slot of its key is free).
 var scriptFinish = goredis.NewScript(prelude + `
 local t = now()
 local out = {}
@@ -318,6 +393,7 @@ for c = 1, tonumber(ARGV[1]) do
     if err ~= '' then adderr(id, err) end
     if string.find(flags, 'r', 1, true) then redis.call('HINCRBY', k, 'max', 1) end
     place(id)
+    if redis.call('HEXISTS', k, 'rkey') == 1 then out[c] = 2 end
   end
 end
 return out
@@ -474,6 +550,57 @@ redis.call('DEL', k)
 return {'ok', 0, was}
 `)
 
+// scriptNextDue returns the earliest due time (µs) of the queue's scheduled and retryable jobs,
+// or the end of the window of an exhausted rate key with jobs available in the queue when sooner;
+// false when there is neither.
+var scriptNextDue = goredis.NewScript(prelude + `
+local t = now()
+local best = false
+local top = redis.call('ZRANGE', B .. 'sched', 0, 0, 'WITHSCORES')
+if #top > 0 then best = tonumber(top[2]) end
+for _, kind in ipairs(redis.call('SMEMBERS', B .. 'kinds')) do
+  for _, rk in ipairs(redis.call('SMEMBERS', B .. 'ks:' .. kind)) do
+    if rk ~= '' and redis.call('ZCARD', src(kind, rk)) > 0 then
+      local blocked, until_ = rlblocked(rk, t)
+      if blocked and until_ > 0 and (not best or until_ < best) then best = until_ end
+    end
+  end
+end
+if best then return s(best) end
+return false
+`)
+
+// scriptSetLimit stores limit ARGV[2] under rate key ARGV[1] (KEYS[2] is the prefix).
+var scriptSetLimit = goredis.NewScript(prelude + `
+setlimit(ARGV[1], ARGV[2])
+return 0
+`)
+
+// scriptDeleteLimit removes the limit under rate key ARGV[1] (its jobs' counts stay); returns 0
+// when there was none.
+var scriptDeleteLimit = goredis.NewScript(prelude + `
+if redis.call('HGET', rl(ARGV[1]), 'set') ~= '1' then return 0 end
+redis.call('HDEL', rl(ARGV[1]), 'set', 'max', 'rate', 'period', 'onlimit', 'ws', 'wc')
+redis.call('ZREM', G .. 'rlkeys', ARGV[1])
+return 1
+`)
+
+// scriptLimitInfo returns, for each rate key ARGV, {set, max, rate, period, onlimit, ws, wc,
+// active, available, due scheduled or retryable} read at one instant.
+var scriptLimitInfo = goredis.NewScript(prelude + `
+local t = now()
+local out = {}
+for i, rk in ipairs(ARGV) do
+  local f = redis.call('HMGET', rl(rk), 'set', 'max', 'rate', 'period', 'onlimit', 'ws', 'wc', 'n:active', 'n:available')
+  local per = num(f[4])
+  if not (num(f[6]) > 0 and t < num(f[6]) + per) then f[6], f[7] = '0', '0' end
+  for x = 1, 9 do if not f[x] then f[x] = '' end end
+  f[10] = tostring(redis.call('ZCOUNT', G .. 'rs:' .. rk, '-inf', s(t)))
+  out[i] = f
+end
+return out
+`)
+
 // scriptPurge removes the jobs ARGV of one queue outright: it undoes the part of a batch, spanning
 // several queues, that was written before another queue refused it.
 var scriptPurge = goredis.NewScript(prelude + `
@@ -505,5 +632,6 @@ return 0
 var allScripts = []*goredis.Script{
 	scriptRegisterIDs, scriptInsert, scriptClaim, scriptFinish, scriptHeartbeat, scriptRescue,
 	scriptPromote, scriptExpire, scriptCleanup, scriptCancel, scriptMakeAvailable, scriptDelete,
-	scriptElect, scriptResign, scriptPurge,
+	scriptElect, scriptResign, scriptPurge, scriptNextDue, scriptSetLimit, scriptDeleteLimit,
+	scriptLimitInfo,
 }
