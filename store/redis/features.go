@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -143,17 +144,183 @@ func (s *Store) ListRateLimits(ctx context.Context) ([]*store.RateLimitInfo, err
 	return s.limitInfos(ctx, keys)
 }
 
-// InsertWorkflow is not implemented yet on Redis.
+// Workflows: a workflow is the global hash <prefix>wf:<id> (id, name, type, meta, total, created,
+// cancelled, lastdone, and n:<state>, its members per state, kept by the scripts' place and
+// unplace) with the global sorted set <prefix>wfj:<id> of its job ids. A job's children are the
+// field kids of its hash; every script that can end a job settles the children of the workflow
+// jobs it ended before it returns, so a child is released (or cancelled) in the same script as its
+// parent's transition. A workflow's jobs may sit in several queues, so these scripts cross slots:
+// on a Redis Cluster workflows are refused (store.ErrUnsupported).
+
+func workflowNotFound(id string) error {
+	return fmt.Errorf("redis: workflow %s: %w", id, store.ErrNotFound)
+}
+
+// InsertWorkflow stores the workflow and all its jobs in one script and announces the queues of
+// the jobs claimable now.
 func (s *Store) InsertWorkflow(ctx context.Context, p store.WorkflowParams) (*store.Workflow, []*store.Job, error) {
-	return nil, nil, fmt.Errorf("redis: workflows: %w", store.ErrUnsupported)
+	for _, jp := range p.Jobs {
+		if err := validInsert(jp); err != nil {
+			return nil, nil, fmt.Errorf("redis: insert workflow %s: %w", p.ID, err)
+		}
+		if jp.RateLimit != nil {
+			if err := validLimit(*jp.RateLimit); err != nil {
+				return nil, nil, fmt.Errorf("redis: insert workflow %s: job %s: %w", p.ID, jp.ID, err)
+			}
+		}
+	}
+	if err := store.ValidateWorkflow(p); err != nil {
+		return nil, nil, fmt.Errorf("redis: insert workflow: %w", err)
+	}
+	if s.cluster() {
+		return nil, nil, fmt.Errorf("redis: insert workflow %s: workflows on a Redis Cluster (a workflow spans queues, so slots): %w",
+			p.ID, store.ErrUnsupported)
+	}
+	kids := make(map[string][]string)
+	members := 0
+	for _, jp := range p.Jobs {
+		for _, pid := range jp.ParentIDs {
+			kids[pid] = append(kids[pid], jp.ID)
+		}
+		if jp.RunOn == "" {
+			members++
+		}
+	}
+	reg := make([]any, 0, 2*len(p.Jobs))
+	var queues []any
+	for _, jp := range p.Jobs {
+		reg = append(reg, jp.ID, jp.Queue)
+		queues = append(queues, jp.Queue)
+	}
+	var regCmd *goredis.Cmd
+	_, err := s.rdb.Pipelined(ctx, func(pl goredis.Pipeliner) error {
+		pl.SAdd(ctx, s.queuesKey(), queues...)
+		regCmd = scriptRegisterIDs.Run(ctx, pl, []string{s.idsKey()}, reg...)
+		return nil
+	})
+	if err != nil && !errors.Is(err, goredis.Nil) {
+		return nil, nil, fmt.Errorf("redis: insert workflow %s: %w", p.ID, err)
+	}
+	if dup, err := regCmd.Result(); err == nil && dup != nil {
+		return nil, nil, fmt.Errorf("redis: insert workflow %s: job %v: %w", p.ID, dup, store.ErrDuplicate)
+	} else if err != nil && !errors.Is(err, goredis.Nil) {
+		return nil, nil, fmt.Errorf("redis: insert workflow %s: %w", p.ID, err)
+	}
+	metaFlag, meta := "", ""
+	if p.Meta != nil {
+		metaFlag, meta = "1", string(p.Meta)
+	}
+	args := []any{p.ID, p.Name, p.Type, metaFlag, meta, members, len(p.Jobs)}
+	for _, jp := range p.Jobs {
+		f := insertFields(jp)
+		if k := kids[jp.ID]; len(k) > 0 {
+			f = append(f, "kids", strings.Join(k, ","))
+		}
+		rl := ""
+		if jp.RateLimit != nil {
+			rl = encodeLimit(*jp.RateLimit)
+		}
+		args = append(args, jp.Queue, jp.ID, jp.RateKey, rl, len(f)/2)
+		args = append(args, f...)
+	}
+	res, err := scriptInsertWorkflow.Run(ctx, s.rdb, []string{s.prefix, s.prefix}, args...).Result()
+	if err != nil || res == "dup" {
+		s.rdb.HDel(context.WithoutCancel(ctx), s.idsKey(), idsOf(p.Jobs)...)
+		if err != nil {
+			return nil, nil, fmt.Errorf("redis: insert workflow %s: %w", p.ID, err)
+		}
+		return nil, nil, fmt.Errorf("redis: insert workflow %s: %w", p.ID, store.ErrDuplicate)
+	}
+	nowUS, _ := res.(int64)
+	now := time.UnixMicro(nowUS).UTC()
+	jobs := make([]*store.Job, len(p.Jobs))
+	var ns []store.Notification
+	announce := func(q string, due time.Time) {
+		for i := range ns {
+			if ns[i].Queue == q {
+				if !ns[i].DueAt.IsZero() && (due.IsZero() || due.Before(ns[i].DueAt)) {
+					ns[i].DueAt = due
+				}
+				return
+			}
+		}
+		ns = append(ns, store.Notification{Kind: store.NotifyInsert, Queue: q, DueAt: due, Nonce: nonce()})
+	}
+	for i, jp := range p.Jobs {
+		j := newJobFromParams(jp, now)
+		jobs[i] = j
+		switch j.State {
+		case store.StateAvailable:
+			announce(j.Queue, time.Time{})
+		case store.StateScheduled:
+			due := j.ScheduledAt
+			if !due.After(now) {
+				due = time.Time{}
+			}
+			announce(j.Queue, due)
+		}
+	}
+	if err := s.publish(ctx, ns); err != nil {
+		return nil, nil, fmt.Errorf("redis: insert workflow %s: written, announcement failed: %w", p.ID, err)
+	}
+	w, err := s.GetWorkflow(ctx, p.ID)
+	if err != nil {
+		return nil, nil, err
+	}
+	return w, jobs, nil
 }
 
-// GetWorkflow is not implemented yet on Redis.
+// GetWorkflow returns one workflow, or ErrNotFound.
 func (s *Store) GetWorkflow(ctx context.Context, id string) (*store.Workflow, error) {
-	return nil, fmt.Errorf("redis: workflows: %w", store.ErrUnsupported)
+	m, err := s.rdb.HGetAll(ctx, s.prefix+"wf:"+id).Result()
+	if err != nil {
+		return nil, fmt.Errorf("redis: workflow %s: %w", id, err)
+	}
+	if m["id"] == "" {
+		return nil, workflowNotFound(id)
+	}
+	w := &store.Workflow{ID: id, Name: m["name"], Type: m["type"], Counts: make(map[store.State]int, 8),
+		CreatedAt: fromMicros(m["created"]), CancelledAt: fromMicros(m["cancelled"])}
+	if v, ok := m["meta"]; ok {
+		w.Meta = []byte(v)
+	}
+	for _, st := range store.AllStates {
+		n, _ := strconv.Atoi(m["n:"+string(st)])
+		w.Counts[st] = n
+		w.Total += n
+	}
+	w.State = store.DeriveWorkflowState(!w.CancelledAt.IsZero(), w.Total, w.Counts)
+	if w.State != store.WorkflowRunning {
+		w.FinishedAt = fromMicros(m["lastdone"])
+		if w.CancelledAt.After(w.FinishedAt) {
+			w.FinishedAt = w.CancelledAt
+		}
+		if w.FinishedAt.IsZero() {
+			w.FinishedAt = w.CreatedAt
+		}
+	}
+	return w, nil
 }
 
-// CancelWorkflow is not implemented yet on Redis.
+// CancelWorkflow cancels every job of the workflow that is not terminal (telling the runners of
+// active ones), marks it cancelled and returns it.
 func (s *Store) CancelWorkflow(ctx context.Context, id string) (*store.Workflow, error) {
-	return nil, fmt.Errorf("redis: workflows: %w", store.ErrUnsupported)
+	res, err := scriptCancelWorkflow.Run(ctx, s.rdb, []string{s.prefix, s.prefix}, id).Result()
+	if err != nil {
+		return nil, fmt.Errorf("redis: cancel workflow %s: %w", id, err)
+	}
+	if res == "nf" {
+		return nil, workflowNotFound(id)
+	}
+	told, _ := res.([]any)
+	var ns []store.Notification
+	for i := 0; i+1 < len(told); i += 2 {
+		q, _ := told[i].(string)
+		jid, _ := told[i+1].(string)
+		ns = append(ns, store.Notification{Kind: store.NotifyCancel, Queue: q, JobID: jid})
+	}
+	if err := s.publish(ctx, ns); err != nil {
+		return nil, fmt.Errorf("redis: cancel workflow %s: cancelled, but runners were not told: %w", id, err)
+	}
+	return s.GetWorkflow(ctx, id)
 }

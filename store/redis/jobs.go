@@ -710,9 +710,6 @@ func (s *Store) ListJobs(ctx context.Context, p store.ListParams) ([]*store.Job,
 	if limit <= 0 {
 		limit = defaultListLimit
 	}
-	if p.WorkflowID != "" {
-		return nil, "", fmt.Errorf("redis: list jobs of a workflow: %w", store.ErrUnsupported)
-	}
 	queues := p.Queues
 	if len(queues) == 0 {
 		var err error
@@ -726,9 +723,14 @@ func (s *Store) ListJobs(ctx context.Context, p store.ListParams) ([]*store.Job,
 	}
 	type source struct{ queue, key string }
 	var srcs []source
-	for _, q := range slices.Compact(slices.Sorted(slices.Values(queues))) {
-		for _, st := range states {
-			srcs = append(srcs, source{q, s.qkey(q) + "st:" + string(st)})
+	if p.WorkflowID != "" {
+		// A workflow's own ids (queue looked up per job) rather than every queue's.
+		srcs = []source{{"", s.prefix + "wfj:" + p.WorkflowID}}
+	} else {
+		for _, q := range slices.Compact(slices.Sorted(slices.Values(queues))) {
+			for _, st := range states {
+				srcs = append(srcs, source{q, s.qkey(q) + "st:" + string(st)})
+			}
 		}
 	}
 	cursor := p.After
@@ -788,6 +790,19 @@ func (s *Store) ListJobs(ctx context.Context, p store.ListParams) ([]*store.Job,
 		if len(cands) == 0 {
 			break
 		}
+		if p.WorkflowID != "" {
+			ids := make([]string, len(cands))
+			for i, c := range cands {
+				ids[i] = c.id
+			}
+			qs, err := s.queuesOf(ctx, ids)
+			if err != nil {
+				return nil, "", fmt.Errorf("redis: list jobs: %w", err)
+			}
+			for i := range cands {
+				cands[i].queue = qs[i]
+			}
+		}
 		hcmds := make([]*goredis.MapStringStringCmd, len(cands))
 		_, err = s.rdb.Pipelined(ctx, func(pl goredis.Pipeliner) error {
 			for i, c := range cands {
@@ -804,7 +819,8 @@ func (s *Store) ListJobs(ctx context.Context, p store.ListParams) ([]*store.Job,
 				return nil, "", err
 			}
 			if j == nil || (len(p.Kinds) > 0 && !slices.Contains(p.Kinds, j.Kind)) ||
-				(len(p.States) > 0 && !slices.Contains(p.States, j.State)) {
+				(len(p.States) > 0 && !slices.Contains(p.States, j.State)) ||
+				(p.WorkflowID != "" && len(p.Queues) > 0 && !slices.Contains(p.Queues, j.Queue)) {
 				continue
 			}
 			out = append(out, j)

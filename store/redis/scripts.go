@@ -46,9 +46,11 @@ end
 -- src returns the ready set of available jobs of kind with rate key rk ('' for none).
 local function src(kind, rk) return B .. 'k:' .. kind .. '\n' .. (rk or '') end
 local function rl(rk) return G .. 'rl:' .. rk end
+-- decided lists workflow jobs this script made terminal whose children settle must look at.
+local decided = {}
 -- unplace takes job id out of every structure its current state filed it in.
 local function unplace(id)
-  local f = redis.call('HMGET', jk(id), 'state', 'kind', 'prio', 'sched', 'rkey')
+  local f = redis.call('HMGET', jk(id), 'state', 'kind', 'prio', 'sched', 'rkey', 'wf', 'runon')
   local st = f[1]
   if not st then return end
   local rk = f[5]
@@ -64,6 +66,7 @@ local function unplace(id)
     redis.call('ZREM', B .. 'done:' .. st, id)
   end
   if rk then redis.call('HINCRBY', rl(rk), 'n:' .. st, -1) end
+  if f[6] and not f[7] then redis.call('HINCRBY', G .. 'wf:' .. f[6], 'n:' .. st, -1) end
   redis.call('ZREM', B .. 'exp', id)
 end
 -- instates reports whether state st is in the comma-separated list sts.
@@ -90,9 +93,19 @@ end
 -- uniqueness.
 local function place(id)
   local f = redis.call('HMGET', jk(id), 'state', 'kind', 'prio', 'sched', 'lease', 'completed', 'expires',
-    'ukey', 'ustates', 'rkey')
+    'ukey', 'ustates', 'rkey', 'wf', 'runon', 'kids')
   local st = f[1]
   local rk = f[10]
+  if f[11] then
+    if not f[12] then
+      local w = G .. 'wf:' .. f[11]
+      redis.call('HINCRBY', w, 'n:' .. st, 1)
+      if terminal(st) and num(f[6]) > num(redis.call('HGET', w, 'lastdone')) then
+        redis.call('HSET', w, 'lastdone', s(num(f[6])))
+      end
+    end
+    if terminal(st) and f[13] and f[13] ~= '' then decided[#decided + 1] = id end
+  end
   if f[8] and f[8] ~= '' and instates(st, f[9]) then
     local cur = redis.call('GET', B .. 'u:' .. f[8])
     if cur ~= id then
@@ -119,6 +132,102 @@ local function place(id)
   if rk then redis.call('HINCRBY', rl(rk), 'n:' .. st, 1) end
   if num(f[7]) > 0 and notstarted(st) then
     redis.call('ZADD', B .. 'exp', s(num(f[7])), id)
+  end
+end
+-- qbase returns the key prefix of another queue (as Store.qkey does).
+local function qbase(queue)
+  if string.find(queue, '[{}]') then
+    return G .. '{h:' .. string.gsub(queue, '.', function(c) return string.format('%02x', string.byte(c)) end) .. '}:'
+  end
+  return G .. '{q:' .. queue .. '}:'
+end
+-- inq runs f with B switched to queue's keys (workflows span queues; single Redis node only).
+local function inq(queue, f)
+  local old = B
+  B = qbase(queue)
+  local r = f()
+  B = old
+  return r
+end
+-- forget drops a deleted job from its workflow, and the workflow with its last job.
+local function forget(id, wf)
+  if not wf then return end
+  redis.call('ZREM', G .. 'wfj:' .. wf, id)
+  if redis.call('ZCARD', G .. 'wfj:' .. wf) == 0 then redis.call('DEL', G .. 'wf:' .. wf) end
+end
+-- decide applies the rule of pending child id's run_on to its parents' states.
+local function decide(id)
+  local f = redis.call('HMGET', jk(id), 'parents', 'runon')
+  local parents = cjson.decode(f[1])
+  local term, comp = 0, 0
+  for _, pid in ipairs(parents) do
+    local pq = redis.call('HGET', G .. 'ids', pid)
+    if pq then
+      local pst = redis.call('HGET', qbase(pq) .. 'j:' .. pid, 'state')
+      if pst and terminal(pst) then
+        term = term + 1
+        if pst == 'completed' then comp = comp + 1 end
+      end
+    end
+  end
+  local all, failed = term == #parents, term > comp
+  if f[2] == 'failure' then
+    if not all then return 'wait' end
+    if failed then return 'release' end
+    return 'cancel'
+  elseif f[2] == 'complete' then
+    if all then return 'release' end
+    return 'wait'
+  end
+  if failed then return 'cancel' end
+  if all then return 'release' end
+  return 'wait'
+end
+-- results is the JSON array of the parents' results of id, null for a parent without one.
+local function results(id)
+  local parents = cjson.decode(redis.call('HGET', jk(id), 'parents'))
+  local parts = {}
+  for i, pid in ipairs(parents) do
+    local pq = redis.call('HGET', G .. 'ids', pid)
+    local r = false
+    if pq then r = redis.call('HGET', qbase(pq) .. 'j:' .. pid, 'result') end
+    if not r or r == '' then r = 'null' end
+    parts[i] = r
+  end
+  return '[' .. table.concat(parts, ',') .. ']'
+end
+-- settle decides the pending children of the workflow jobs made terminal (decided), and of the
+-- children it cancels in turn, and announces the queues of the children it released.
+local function settle(t)
+  if #decided == 0 then return end
+  local announce = {}
+  while #decided > 0 do
+    local id = table.remove(decided)
+    local q = redis.call('HGET', G .. 'ids', id)
+    local kids = q and redis.call('HGET', qbase(q) .. 'j:' .. id, 'kids') or false
+    for kid in string.gmatch(kids or '', '[^,]+') do
+      local kq = redis.call('HGET', G .. 'ids', kid)
+      if kq then
+        inq(kq, function()
+          if redis.call('HGET', jk(kid), 'state') ~= 'pending' then return end
+          local o = decide(kid)
+          if o == 'release' then
+            local pr = results(kid)
+            unplace(kid)
+            redis.call('HSET', jk(kid), 'state', 'available', 'sched', s(t), 'presults', pr)
+            place(kid)
+            announce[kq] = true
+          elseif o == 'cancel' then
+            unplace(kid)
+            redis.call('HSET', jk(kid), 'state', 'cancelled', 'completed', s(t))
+            place(kid)
+          end
+        end)
+      end
+    end
+  end
+  for q in pairs(announce) do
+    redis.call('PUBLISH', G .. 'notify', cjson.encode({k = 'insert', q = q}))
   end
 end
 -- rlblocked reports whether rate key rk can start no job at t, with the end of the rate window
@@ -354,6 +463,7 @@ while #out < limit do
   end
   if not progress then break end
 end
+settle(t)
 return out
 `)
 
@@ -396,6 +506,7 @@ for c = 1, tonumber(ARGV[1]) do
     if redis.call('HEXISTS', k, 'rkey') == 1 then out[c] = 2 end
   end
 end
+settle(t)
 return out
 `)
 
@@ -442,6 +553,7 @@ for _, id in ipairs(redis.call('ZRANGEBYSCORE', B .. 'lease', '-inf', '(' .. s(t
     req[#req + 1] = redis.call('HGETALL', k)
   end
 end
+settle(t)
 return {req, dis}
 `)
 
@@ -470,6 +582,7 @@ for _, id in ipairs(ids) do
   adderr(id, mkerr(attempt, t, 'expired', 'job expired before it started'))
   place(id)
 end
+settle(t)
 return #ids
 `)
 
@@ -484,8 +597,10 @@ for si = 1, 3 do
   local cut = tonumber(ARGV[si])
   if cut > 0 and left > 0 then
     for _, id in ipairs(redis.call('ZRANGEBYSCORE', B .. 'done:' .. states[si], '-inf', '(' .. s(cut), 'LIMIT', 0, left)) do
+      local wf = redis.call('HGET', jk(id), 'wf')
       unplace(id)
       redis.call('DEL', jk(id))
+      forget(id, wf)
       gone[#gone + 1] = id
       left = left - 1
     end
@@ -509,6 +624,7 @@ leave(id)
 place(id)
 local was = 0
 if st == 'active' then was = 1 end
+settle(t)
 return {'ok', was, redis.call('HGETALL', k)}
 `)
 
@@ -545,8 +661,10 @@ local st = redis.call('HGET', k, 'state')
 if not st then return {'nf'} end
 if st == 'active' then return {'bad', st} end
 local was = redis.call('HGETALL', k)
+local wf = redis.call('HGET', k, 'wf')
 unplace(id)
 redis.call('DEL', k)
+forget(id, wf)
 return {'ok', 0, was}
 `)
 
@@ -601,12 +719,70 @@ end
 return out
 `)
 
+// scriptInsertWorkflow writes a workflow and all its jobs (KEYS[1] unused, KEYS[2] the prefix;
+// single Redis node only: its jobs may span queues). ARGV: workflow id, name, type, meta ("" flag
+// and value), members, n, then per job: queue, id, rate key, rate limit, nfields, field, value, ...
+// Returns "dup" when the workflow exists, else the server's now.
+var scriptInsertWorkflow = goredis.NewScript(prelude + `
+local w = G .. 'wf:' .. ARGV[1]
+if redis.call('EXISTS', w) == 1 then return 'dup' end
+local t = now()
+redis.call('HSET', w, 'id', ARGV[1], 'name', ARGV[2], 'type', ARGV[3], 'total', ARGV[6], 'created', s(t))
+if ARGV[4] == '1' then redis.call('HSET', w, 'meta', ARGV[5]) end
+local i = 8
+for _ = 1, tonumber(ARGV[7]) do
+  local q, id, rk, lim, nf = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], tonumber(ARGV[i + 4])
+  local from, to = i + 5, i + 4 + 2 * nf
+  i = to + 1
+  inq(q, function()
+    if lim ~= '' then setlimit(rk, lim) end
+    local k = jk(id)
+    redis.call('HSET', k, unpack(ARGV, from, to))
+    redis.call('HSET', k, 'created', s(t))
+    if num(redis.call('HGET', k, 'sched')) == 0 then redis.call('HSET', k, 'sched', s(t)) end
+    place(id)
+  end)
+  redis.call('ZADD', G .. 'wfj:' .. ARGV[1], 0, id)
+end
+return t
+`)
+
+// scriptCancelWorkflow cancels every job of workflow ARGV[1] that is not terminal and marks it
+// cancelled (the first call's time stays). Returns "nf", or {queue, id, ...} of the jobs that
+// were active, whose runners are to be told.
+var scriptCancelWorkflow = goredis.NewScript(prelude + `
+local w = G .. 'wf:' .. ARGV[1]
+if redis.call('EXISTS', w) == 0 then return 'nf' end
+local t = now()
+if num(redis.call('HGET', w, 'cancelled')) == 0 then redis.call('HSET', w, 'cancelled', s(t)) end
+local told = {}
+for _, id in ipairs(redis.call('ZRANGE', G .. 'wfj:' .. ARGV[1], 0, -1)) do
+  local q = redis.call('HGET', G .. 'ids', id)
+  if q then
+    inq(q, function()
+      local st = redis.call('HGET', jk(id), 'state')
+      if st and not terminal(st) then
+        if st == 'active' then told[#told + 1] = q; told[#told + 1] = id end
+        unplace(id)
+        redis.call('HSET', jk(id), 'state', 'cancelled', 'completed', s(t))
+        leave(id)
+        place(id)
+      end
+    end)
+  end
+end
+settle(t)
+return told
+`)
+
 // scriptPurge removes the jobs ARGV of one queue outright: it undoes the part of a batch, spanning
 // several queues, that was written before another queue refused it.
 var scriptPurge = goredis.NewScript(prelude + `
 for _, id in ipairs(ARGV) do
+  local wf = redis.call('HGET', jk(id), 'wf')
   unplace(id)
   redis.call('DEL', jk(id))
+  forget(id, wf)
 end
 return #ARGV
 `)
@@ -633,5 +809,5 @@ var allScripts = []*goredis.Script{
 	scriptRegisterIDs, scriptInsert, scriptClaim, scriptFinish, scriptHeartbeat, scriptRescue,
 	scriptPromote, scriptExpire, scriptCleanup, scriptCancel, scriptMakeAvailable, scriptDelete,
 	scriptElect, scriptResign, scriptPurge, scriptNextDue, scriptSetLimit, scriptDeleteLimit,
-	scriptLimitInfo,
+	scriptLimitInfo, scriptInsertWorkflow, scriptCancelWorkflow,
 }
