@@ -775,6 +775,45 @@ settle(t)
 return told
 `)
 
+// Cron schedules share the hash tag {cron}, so the scripts below touch one slot: KEYS[1] is the
+// schedule's hash <prefix>{cron}:s:<name>, KEYS[2] the sorted set <prefix>{cron}:due of enabled
+// schedules by next run (µs), KEYS[3] the set <prefix>{cron}:names.
+
+// scriptCronCreate stores a new schedule (ARGV: name, enabled "1"/"0", next µs, field, value...),
+// with created set to the server's now; returns 0 when the name is taken.
+var scriptCronCreate = goredis.NewScript(`
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+local t = redis.call('TIME')
+redis.call('HSET', KEYS[1], unpack(ARGV, 4))
+redis.call('HSET', KEYS[1], 'created', string.format('%d', tonumber(t[1]) * 1000000 + tonumber(t[2])))
+if ARGV[2] == '1' then redis.call('ZADD', KEYS[2], ARGV[3], ARGV[1]) end
+redis.call('SADD', KEYS[3], ARGV[1])
+return 1
+`)
+
+// scriptCronDelete removes schedule ARGV[1] and returns it as it was (HGETALL), or an empty list.
+var scriptCronDelete = goredis.NewScript(`
+local was = redis.call('HGETALL', KEYS[1])
+redis.call('DEL', KEYS[1])
+redis.call('ZREM', KEYS[2], ARGV[1])
+redis.call('SREM', KEYS[3], ARGV[1])
+return was
+`)
+
+// scriptCronAdvance moves schedule ARGV[1] past its due occurrence while it is registration
+// ARGV[2] and its next run is still ARGV[3] (µs). ARGV: name, id, from, next, run at, job id.
+var scriptCronAdvance = goredis.NewScript(`
+local f = redis.call('HMGET', KEYS[1], 'id', 'next', 'enabled')
+if f[1] ~= ARGV[2] or f[2] ~= ARGV[3] then return 0 end
+redis.call('HSET', KEYS[1], 'next', ARGV[4], 'last', ARGV[5])
+if ARGV[6] ~= '' then
+  redis.call('HSET', KEYS[1], 'lastjob', ARGV[6])
+  redis.call('HINCRBY', KEYS[1], 'runs', 1)
+end
+if f[3] == '1' then redis.call('ZADD', KEYS[2], ARGV[4], ARGV[1]) end
+return 1
+`)
+
 // scriptPurge removes the jobs ARGV of one queue outright: it undoes the part of a batch, spanning
 // several queues, that was written before another queue refused it.
 var scriptPurge = goredis.NewScript(prelude + `
@@ -809,5 +848,6 @@ var allScripts = []*goredis.Script{
 	scriptRegisterIDs, scriptInsert, scriptClaim, scriptFinish, scriptHeartbeat, scriptRescue,
 	scriptPromote, scriptExpire, scriptCleanup, scriptCancel, scriptMakeAvailable, scriptDelete,
 	scriptElect, scriptResign, scriptPurge, scriptNextDue, scriptSetLimit, scriptDeleteLimit,
-	scriptLimitInfo, scriptInsertWorkflow, scriptCancelWorkflow,
+	scriptLimitInfo, scriptInsertWorkflow, scriptCancelWorkflow, scriptCronCreate, scriptCronDelete,
+	scriptCronAdvance,
 }
