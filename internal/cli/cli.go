@@ -354,7 +354,7 @@ func (r *runner) help(words []string) error {
 }
 
 func (r *runner) topUsage(w io.Writer) {
-	fmt.Fprint(w, `pronto: a durable background-job queue (PostgreSQL, SQLite or in-memory).
+	fmt.Fprint(w, `pronto: a durable background-job queue (PostgreSQL, Redis, SQLite or in-memory).
 
 Usage:
   pronto [--database-url URL] <command> [arguments] [flags]
@@ -373,6 +373,7 @@ Commands:
 Database (every command that reads or writes jobs):
   --database-url URL   where the jobs live; default $`+EnvDatabaseURL+`, else `+DefaultDatabaseURL+`
                          postgres://user:pass@host:5432/db   PostgreSQL (postgresql:// also works)
+                         redis://host:6379/0                 Redis 7+ (rediss:// for TLS)
                          sqlite:PATH                         an SQLite file (created by 'migrate up')
                          memory:                             an in-memory store that lasts one command
   --schema NAME        PostgreSQL schema holding pronto's tables (default "pronto")

@@ -524,7 +524,11 @@ func TestUsageAndErrors(t *testing.T) {
 	run(t, "jobs", "list", "--database-url", "mysql://x").fails(t, ExitUsage, `unsupported database URL "mysql://x" (scheme "mysql"): use postgres://`)
 	run(t, "--database-url", "mysql://x", "jobs", "list").fails(t, ExitUsage, `unsupported database URL "mysql://x"`)
 	run(t, "jobs", "list", "--database-url", "sqlite:").fails(t, ExitUsage, "names no file")
-	run(t, "jobs", "list", "--database-url", "redis://u:hunter2@h").fails(t, ExitUsage, "redis://u:xxxxx@h")
+	run(t, "jobs", "list", "--database-url", "mongodb://u:hunter2@h").fails(t, ExitUsage, "mongodb://u:xxxxx@h")
+	res = run(t, "jobs", "list", "--database-url", "redis://u:hunter2@[::1").fails(t, ExitUsage, "invalid Redis URL")
+	if strings.Contains(res.stderr, "hunter2") {
+		t.Fatalf("the password leaked:\n%s", res)
+	}
 	res = run(t, "jobs", "list", "--database-url", "postgres://u:hunter2@[::1").fails(t, ExitUsage, "invalid PostgreSQL URL")
 	if strings.Contains(res.stderr, "hunter2") {
 		t.Fatalf("the password leaked:\n%s", res)

@@ -15,10 +15,12 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/pronto-jobs/pronto/store"
 	"github.com/pronto-jobs/pronto/store/memory"
 	"github.com/pronto-jobs/pronto/store/postgres"
+	redisstore "github.com/pronto-jobs/pronto/store/redis"
 	"github.com/pronto-jobs/pronto/store/sqlite"
 )
 
@@ -31,6 +33,7 @@ const (
 	kindPostgres = "postgres"
 	kindSQLite   = "sqlite"
 	kindMemory   = "memory"
+	kindRedis    = "redis"
 )
 
 // target is a parsed --database-url.
@@ -40,11 +43,12 @@ type target struct {
 	path    string // sqlite: the file
 	name    string // memory: the shared store's name, "" for a private one
 	pg      *pgxpool.Config
+	url     string // redis: the URL as given
 }
 
 // parseDatabaseURL parses a --database-url. Every error is a usage error naming the accepted forms.
 func parseDatabaseURL(raw string) (*target, error) {
-	const forms = "use postgres://user:pass@host:5432/db, sqlite:PATH or memory:"
+	const forms = "use postgres://user:pass@host:5432/db, redis://host:6379/0, sqlite:PATH or memory:"
 	lower := strings.ToLower(raw)
 	switch {
 	case strings.HasPrefix(lower, "postgres://"), strings.HasPrefix(lower, "postgresql://"):
@@ -67,6 +71,11 @@ func parseDatabaseURL(raw string) (*target, error) {
 			return nil, usageErrorf("database URL %q: an in-memory SQLite database does not outlive one command; use memory:", raw)
 		}
 		return &target{kind: kindSQLite, display: "sqlite:" + path, path: path}, nil
+	case strings.HasPrefix(lower, "redis://"), strings.HasPrefix(lower, "rediss://"):
+		if err := redisstore.CheckURL(raw); err != nil {
+			return nil, usageErrorf("invalid Redis URL %s: %v", redactAny(raw), err)
+		}
+		return &target{kind: kindRedis, display: redactAny(raw), url: raw}, nil
 	case strings.HasPrefix(lower, "memory:"):
 		return &target{kind: kindMemory, display: raw, name: raw[len("memory:"):]}, nil
 	case raw == "":
@@ -184,6 +193,8 @@ func (r *runner) openTarget(ctx context.Context, t *target, o openOptions) (*dat
 		db, err = r.openPostgres(ctx, t, o)
 	case kindSQLite:
 		db, err = openSQLite(ctx, t, o, flags)
+	case kindRedis:
+		db, err = openRedis(ctx, t)
 	default:
 		db = openMemory(t)
 	}
@@ -311,6 +322,23 @@ func openSQLite(ctx context.Context, t *target, o openOptions, flags string) (*d
 	st, err := sqlite.Open(ctx, t.path)
 	if err != nil {
 		return nil, errorf("cannot open %s: %v", t.display, err)
+	}
+	return &database{t: t, store: st, close: func() { _ = st.Close() }}, nil
+}
+
+// quietRedisLog drops go-redis's own log lines (dial retries): the command reports the error.
+type quietRedisLog struct{}
+
+func (quietRedisLog) Printf(context.Context, string, ...any) {}
+
+// openRedis connects to the Redis the URL names (waiting at most connectTimeout for it).
+func openRedis(ctx context.Context, t *target) (*database, error) {
+	goredis.SetLogger(quietRedisLog{})
+	cctx, cancel := context.WithTimeout(ctx, connectTimeout)
+	defer cancel()
+	st, err := redisstore.Open(cctx, t.url, redisstore.Options{})
+	if err != nil {
+		return nil, errorf("cannot connect to Redis at %s: %v", t.display, err)
 	}
 	return &database{t: t, store: st, close: func() { _ = st.Close() }}, nil
 }

@@ -49,7 +49,7 @@ func (v schemaValue) Set(s string) error {
 func (fs *flagSet) withDatabase() *flagSet {
 	fs.db = true
 	fs.StringVar(&fs.r.dbURL, "database-url", fs.r.dbURL,
-		"`URL` of the database: postgres://user:pass@host/db, sqlite:PATH or memory: (default $"+EnvDatabaseURL+", else "+DefaultDatabaseURL+")")
+		"`URL` of the database: postgres://user:pass@host/db, redis://host:6379/0, sqlite:PATH or memory: (default $"+EnvDatabaseURL+", else "+DefaultDatabaseURL+")")
 	fs.Var(schemaValue{fs.r}, "schema", "the PostgreSQL schema `NAME` holding pronto's tables (default pronto)")
 	fs.StringVar(&fs.r.listenURL, "database-listen-url", fs.r.listenURL,
 		"PostgreSQL only: a direct `URL` for the notification listener when --database-url goes through PgBouncer in transaction-pooling mode (default $"+EnvDatabaseListenURL+")")

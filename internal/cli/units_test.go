@@ -19,6 +19,8 @@ func TestParseDatabaseURL(t *testing.T) {
 		{"sqlite://rel/p.db", kindSQLite, "sqlite:rel/p.db", "rel/p.db", ""},
 		{"memory:", kindMemory, "memory:", "", ""},
 		{"memory:shared", kindMemory, "memory:shared", "", "shared"},
+		{"redis://u:secret@cache:6379/2", kindRedis, "redis://u:xxxxx@cache:6379/2", "", ""},
+		{"rediss://cache:6380/0", kindRedis, "rediss://cache:6380/0", "", ""},
 	} {
 		got, err := parseDatabaseURL(c.raw)
 		if err != nil {
@@ -29,7 +31,7 @@ func TestParseDatabaseURL(t *testing.T) {
 			t.Errorf("%s: %+v", c.raw, got)
 		}
 	}
-	for _, raw := range []string{"", "mysql://x", "pronto.db", "sqlite:", "sqlite::memory:", "postgres://u:p@[::1", "redis://localhost"} {
+	for _, raw := range []string{"", "mysql://x", "pronto.db", "sqlite:", "sqlite::memory:", "postgres://u:p@[::1", "redis://u:p@[::1", "mongodb://localhost"} {
 		_, err := parseDatabaseURL(raw)
 		ee, ok := err.(*exitError)
 		if !ok || ee.code != ExitUsage {

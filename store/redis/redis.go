@@ -17,6 +17,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	neturl "net/url"
 	"strings"
 	"sync"
 	"time"
@@ -58,7 +59,7 @@ var _ store.Store = (*Store)(nil)
 func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 	o, err := goredis.ParseURL(url)
 	if err != nil {
-		return nil, fmt.Errorf("redis: database url: %w", err)
+		return nil, fmt.Errorf("redis: database url: %w", urlError(err))
 	}
 	rdb := goredis.NewClient(o)
 	s, err := New(ctx, rdb, opts)
@@ -68,6 +69,21 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 	}
 	s.own = true
 	return s, nil
+}
+
+// CheckURL reports whether url is a Redis URL Open accepts (redis:// or rediss://).
+func CheckURL(url string) error {
+	_, err := goredis.ParseURL(url)
+	return urlError(err)
+}
+
+// urlError drops the URL (and so any password in it) from a URL parsing error.
+func urlError(err error) error {
+	var ue *neturl.Error
+	if errors.As(err, &ue) {
+		return ue.Err
+	}
+	return err
 }
 
 // New returns a store on rdb (a *redis.Client, *redis.ClusterClient or the UniversalClient of
