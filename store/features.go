@@ -41,6 +41,13 @@ import (
 // same key meet each other like any two jobs. The key itself is an opaque string computed by the
 // client (pronto hashes type, queue, args and meta keys); the store never interprets it.
 //
+// On Redis (store/redis) a unique key is held within one queue, not across queues: every key of a
+// queue lives in that queue's cluster slot, and the holder is found and replaced inside the queue's
+// insert script. Two jobs of different queues with the same key do not meet (pronto's client puts
+// the queue in the key with ByQueue; without it, uniqueness on Redis is per queue). A batch spanning
+// several queues that one queue refuses is undone in the others (the jobs it wrote there are
+// deleted, but a job a replace policy cancelled there stays cancelled).
+//
 // # Rate and concurrency limits
 //
 // A job with a RateKey is subject to the RateLimit stored under that key, if there is one (a key
@@ -64,6 +71,10 @@ import (
 // with a RateKey it moves out of active, so a freed concurrency slot is used at once.
 //
 // Jobs without a RateKey pay nothing for the feature: their claims take the same plan as before.
+//
+// On Redis a key's limit spans queues, so its scripts touch keys outside the queue's slot: rate
+// limits (and workflows, whose jobs may span queues) need a single Redis node, and a Redis Cluster
+// refuses them with ErrUnsupported rather than enforcing them loosely.
 //
 // # Workflows
 //

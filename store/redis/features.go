@@ -193,12 +193,12 @@ func (s *Store) InsertWorkflow(ctx context.Context, p store.WorkflowParams) (*st
 		queues = append(queues, jp.Queue)
 	}
 	var regCmd *goredis.Cmd
-	_, err := s.rdb.Pipelined(ctx, func(pl goredis.Pipeliner) error {
+	err := s.pipelined(ctx, func(pl goredis.Pipeliner, run runScript) error {
 		pl.SAdd(ctx, s.queuesKey(), queues...)
-		regCmd = scriptRegisterIDs.Run(ctx, pl, []string{s.idsKey()}, reg...)
+		regCmd = run(scriptRegisterIDs, []string{s.idsKey()}, reg...)
 		return nil
 	})
-	if err != nil && !errors.Is(err, goredis.Nil) {
+	if err != nil {
 		return nil, nil, fmt.Errorf("redis: insert workflow %s: %w", p.ID, err)
 	}
 	if dup, err := regCmd.Result(); err == nil && dup != nil {

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -121,12 +122,12 @@ func (s *Store) insert(ctx context.Context, params []*store.InsertParams) ([]*st
 	order, groups := byQueue(len(params), func(i int) string { return params[i].Queue })
 
 	var regCmd *goredis.Cmd
-	_, err := s.rdb.Pipelined(ctx, func(pl goredis.Pipeliner) error {
+	err := s.pipelined(ctx, func(pl goredis.Pipeliner, run runScript) error {
 		pl.SAdd(ctx, s.queuesKey(), toAny(order)...)
-		regCmd = scriptRegisterIDs.Run(ctx, pl, []string{s.idsKey()}, reg...)
+		regCmd = run(scriptRegisterIDs, []string{s.idsKey()}, reg...)
 		return nil
 	})
-	if err != nil && !errors.Is(err, goredis.Nil) {
+	if err != nil {
 		return nil, fmt.Errorf("redis: insert: %w", err)
 	}
 	if dup, err := regCmd.Result(); err == nil && dup != nil {
@@ -136,7 +137,7 @@ func (s *Store) insert(ctx context.Context, params []*store.InsertParams) ([]*st
 	}
 
 	cmds := make([]*goredis.Cmd, len(order))
-	_, err = s.rdb.Pipelined(ctx, func(pl goredis.Pipeliner) error {
+	err = s.pipelined(ctx, func(pl goredis.Pipeliner, run runScript) error {
 		for qi, q := range order {
 			idx := groups[q]
 			args := make([]any, 0, 1+len(idx)*48)
@@ -155,11 +156,11 @@ func (s *Store) insert(ctx context.Context, params []*store.InsertParams) ([]*st
 				args = append(args, p.ID, string(p.OnConflict), p.UniqueKey, ustates, string(p.State), p.RateKey, rl, len(f)/2)
 				args = append(args, f...)
 			}
-			cmds[qi] = scriptInsert.Run(ctx, pl, s.keys(q), args...)
+			cmds[qi] = run(scriptInsert, s.keys(q), args...)
 		}
 		return nil
 	})
-	if err != nil && !isScriptReply(cmds) {
+	if err != nil {
 		// Give the ids back, so a retry of the same batch is not refused as a duplicate.
 		s.rdb.HDel(context.WithoutCancel(ctx), s.idsKey(), idsOf(params)...)
 		return nil, fmt.Errorf("redis: insert: %w", err)
@@ -274,18 +275,37 @@ func (s *Store) insert(ctx context.Context, params []*store.InsertParams) ([]*st
 	return out, nil
 }
 
-// isScriptReply reports whether a pipeline's error came from the scripts' replies (every command
-// ran) rather than from the connection.
-func isScriptReply(cmds []*goredis.Cmd) bool {
-	for _, c := range cmds {
-		if c == nil {
-			return false
-		}
-		if err := c.Err(); err != nil && !isRedisError(err) {
-			return false
+// runScript queues a script in a pipeline (see Store.pipelined).
+type runScript func(sc *goredis.Script, keys []string, args ...any) *goredis.Cmd
+
+// pipelined runs fn's commands in one pipeline, its scripts by EVALSHA. A script the server did not
+// have (NOSCRIPT: a fresh, restarted or failed-over server) did not run; it is run again on its own
+// by Script.Run, which loads it, and its command takes that result. Errors the server gave a
+// command are left on the command for the caller; a connection error is returned.
+func (s *Store) pipelined(ctx context.Context, fn func(pl goredis.Pipeliner, run runScript) error) error {
+	type call struct {
+		sc   *goredis.Script
+		keys []string
+		args []any
+		cmd  *goredis.Cmd
+	}
+	var calls []call
+	_, err := s.rdb.Pipelined(ctx, func(pl goredis.Pipeliner) error {
+		return fn(pl, func(sc *goredis.Script, keys []string, args ...any) *goredis.Cmd {
+			c := sc.EvalSha(ctx, pl, keys, args...)
+			calls = append(calls, call{sc, keys, args, c})
+			return c
+		})
+	})
+	if err != nil && !isRedisError(err) {
+		return err
+	}
+	for _, c := range calls {
+		if e := c.cmd.Err(); e != nil && strings.HasPrefix(e.Error(), "NOSCRIPT") {
+			*c.cmd = *c.sc.Run(ctx, s.rdb, c.keys, c.args...)
 		}
 	}
-	return true
+	return nil
 }
 
 // isRedisError reports whether err is an error reply of the server.
@@ -408,7 +428,7 @@ func (s *Store) Finish(ctx context.Context, completions []store.Completion) ([]s
 		cmd *goredis.Cmd
 	}
 	var calls []call
-	_, err = s.rdb.Pipelined(ctx, func(pl goredis.Pipeliner) error {
+	err = s.pipelined(ctx, func(pl goredis.Pipeliner, run runScript) error {
 		for _, q := range order {
 			if q == "" {
 				continue // unknown ids: not applied
@@ -442,7 +462,7 @@ func (s *Store) Finish(ctx context.Context, completions []store.Completion) ([]s
 					}
 					args = append(args, c.ID, strconv.Itoa(c.Attempt), c.Token, string(c.State), sched, errJSON, flags, result)
 				}
-				calls = append(calls, call{idx: idx, cmd: scriptFinish.Run(ctx, pl, s.keys(q), args...)})
+				calls = append(calls, call{idx: idx, cmd: run(scriptFinish, s.keys(q), args...)})
 			}
 		}
 		return nil
@@ -508,7 +528,7 @@ func (s *Store) Heartbeat(ctx context.Context, p store.HeartbeatParams) ([]strin
 	order, groups := byQueue(len(p.IDs), func(i int) string { return queues[i] })
 	var lost []string
 	var cmds []*goredis.Cmd
-	_, err = s.rdb.Pipelined(ctx, func(pl goredis.Pipeliner) error {
+	err = s.pipelined(ctx, func(pl goredis.Pipeliner, run runScript) error {
 		for _, q := range order {
 			if q == "" {
 				for _, i := range groups[q] {
@@ -524,7 +544,7 @@ func (s *Store) Heartbeat(ctx context.Context, p store.HeartbeatParams) ([]strin
 				}
 				args = append(args, p.IDs[i], tok)
 			}
-			cmds = append(cmds, scriptHeartbeat.Run(ctx, pl, s.keys(q), args...))
+			cmds = append(cmds, run(scriptHeartbeat, s.keys(q), args...))
 		}
 		return nil
 	})

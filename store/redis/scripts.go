@@ -393,7 +393,9 @@ local limit = tonumber(ARGV[1])
 local worker = ARGV[2]
 local leasefor = tonumber(ARGV[3])
 local nk = tonumber(ARGV[4])
-for _, id in ipairs(redis.call('ZRANGEBYSCORE', B .. 'sched', '-inf', s(t))) do
+-- At most 1000 per claim, earliest due first, so one call stays short whatever the
+-- backlog; Promote (the maintenance pass) moves the rest.
+for _, id in ipairs(redis.call('ZRANGEBYSCORE', B .. 'sched', '-inf', s(t), 'LIMIT', 0, 1000)) do
   unplace(id)
   redis.call('HSET', jk(id), 'state', 'available')
   place(id)
