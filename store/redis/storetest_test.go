@@ -82,3 +82,10 @@ func TestStore(t *testing.T) {
 		},
 	})
 }
+
+// BenchmarkStore measures the store's hot paths through the shared benchmarks.
+func BenchmarkStore(b *testing.B) {
+	storetest.RunBenchmarks(b, storetest.BenchHarness{
+		New: func(b *testing.B) store.Store { return newTestStore(b) },
+	})
+}
