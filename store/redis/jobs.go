@@ -724,7 +724,7 @@ func (s *Store) GetJob(ctx context.Context, id string) (*store.Job, error) {
 //
 // Every queue keeps a sorted set of ids per state, so a page is a merge of lexical range reads
 // (ZRANGE BYLEX from the cursor) over the queues and states asked for: no scan of whole sets. Kind
-// filters are applied to the jobs read, reading on until the page is full.
+// and tag filters are applied to the jobs read, reading on until the page is full.
 func (s *Store) ListJobs(ctx context.Context, p store.ListParams) ([]*store.Job, string, error) {
 	limit := p.Limit
 	if limit <= 0 {
@@ -838,7 +838,7 @@ func (s *Store) ListJobs(ctx context.Context, p store.ListParams) ([]*store.Job,
 			if err != nil {
 				return nil, "", err
 			}
-			if j == nil || (len(p.Kinds) > 0 && !slices.Contains(p.Kinds, j.Kind)) ||
+			if j == nil || (len(p.Kinds) > 0 && !slices.Contains(p.Kinds, j.Kind)) || !hasTags(j, p.Tags) ||
 				(len(p.States) > 0 && !slices.Contains(p.States, j.State)) ||
 				(p.WorkflowID != "" && len(p.Queues) > 0 && !slices.Contains(p.Queues, j.Queue)) {
 				continue
@@ -855,6 +855,16 @@ func (s *Store) ListJobs(ctx context.Context, p store.ListParams) ([]*store.Job,
 		return out, out[limit-1].ID, nil
 	}
 	return out, "", nil
+}
+
+// hasTags reports whether j has every one of tags.
+func hasTags(j *store.Job, tags []string) bool {
+	for _, t := range tags {
+		if !slices.Contains(j.Tags, t) {
+			return false
+		}
+	}
+	return true
 }
 
 // byID runs one of the by-id scripts on job id and decodes its {status, ...} reply.
