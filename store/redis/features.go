@@ -60,7 +60,7 @@ func (s *Store) SetRateLimit(ctx context.Context, key string, l store.RateLimit)
 	if s.cluster() {
 		return fmt.Errorf("redis: set rate limit %s: rate limits on a Redis Cluster: %w", key, store.ErrUnsupported)
 	}
-	if err := scriptSetLimit.Run(ctx, s.rdb, []string{s.prefix, s.prefix}, key, encodeLimit(l)).Err(); err != nil && !errors.Is(err, goredis.Nil) {
+	if err := scriptSetLimit.Run(ctx, s.rdb, []string{s.prefix}, key, encodeLimit(l)).Err(); err != nil && !errors.Is(err, goredis.Nil) {
 		return fmt.Errorf("redis: set rate limit %s: %w", key, err)
 	}
 	return s.wakeAll(ctx)
@@ -81,7 +81,7 @@ func (s *Store) wakeAll(ctx context.Context) error {
 
 // DeleteRateLimit removes the limit under key; its jobs become unlimited.
 func (s *Store) DeleteRateLimit(ctx context.Context, key string) error {
-	n, err := scriptDeleteLimit.Run(ctx, s.rdb, []string{s.prefix, s.prefix}, key).Int()
+	n, err := scriptDeleteLimit.Run(ctx, s.rdb, []string{s.prefix}, key).Int()
 	if err != nil {
 		return fmt.Errorf("redis: delete rate limit %s: %w", key, err)
 	}
@@ -96,7 +96,7 @@ func (s *Store) limitInfos(ctx context.Context, keys []string) ([]*store.RateLim
 	if len(keys) == 0 {
 		return nil, nil
 	}
-	res, err := scriptLimitInfo.Run(ctx, s.rdb, []string{s.prefix, s.prefix}, toAny(keys)...).Slice()
+	res, err := scriptLimitInfo.Run(ctx, s.rdb, []string{s.prefix}, toAny(keys)...).Slice()
 	if err != nil {
 		return nil, fmt.Errorf("redis: rate limits: %w", err)
 	}
@@ -223,7 +223,7 @@ func (s *Store) InsertWorkflow(ctx context.Context, p store.WorkflowParams) (*st
 		args = append(args, jp.Queue, jp.ID, jp.RateKey, rl, len(f)/2)
 		args = append(args, f...)
 	}
-	res, err := scriptInsertWorkflow.Run(ctx, s.rdb, []string{s.prefix, s.prefix}, args...).Result()
+	res, err := scriptInsertWorkflow.Run(ctx, s.rdb, []string{s.prefix}, args...).Result()
 	if err != nil || res == "dup" {
 		s.rdb.HDel(context.WithoutCancel(ctx), s.idsKey(), idsOf(p.Jobs)...)
 		if err != nil {
@@ -305,7 +305,7 @@ func (s *Store) GetWorkflow(ctx context.Context, id string) (*store.Workflow, er
 // CancelWorkflow cancels every job of the workflow that is not terminal (telling the runners of
 // active ones), marks it cancelled and returns it.
 func (s *Store) CancelWorkflow(ctx context.Context, id string) (*store.Workflow, error) {
-	res, err := scriptCancelWorkflow.Run(ctx, s.rdb, []string{s.prefix, s.prefix}, id).Result()
+	res, err := scriptCancelWorkflow.Run(ctx, s.rdb, []string{s.prefix}, id).Result()
 	if err != nil {
 		return nil, fmt.Errorf("redis: cancel workflow %s: %w", id, err)
 	}

@@ -152,9 +152,10 @@ func queueTag(queue string) string {
 // qkey returns the key prefix of queue's keys (KEYS[1] of the queue scripts).
 func (s *Store) qkey(queue string) string { return s.prefix + "{" + queueTag(queue) + "}:" }
 
-// keys returns the KEYS of a queue script: the queue's key prefix and the store's prefix (for the
-// global rate-limit keys).
-func (s *Store) keys(queue string) []string { return []string{s.qkey(queue), s.prefix} }
+// keys returns the KEYS of a queue script: the queue's key prefix, from which the script derives
+// its other keys (all in the queue's slot) and the store's prefix (for the global keys of the
+// single-node features).
+func (s *Store) keys(queue string) []string { return []string{s.qkey(queue)} }
 
 // jobKey returns the key of a job's hash.
 func (s *Store) jobKey(queue, id string) string { return s.qkey(queue) + "j:" + id }

@@ -27,7 +27,9 @@ import goredis "github.com/redis/go-redis/v9"
 // in (and out of) the structures its state calls for.
 const prelude = `
 local B = KEYS[1]
-local G = KEYS[2]
+-- G is the store's prefix, for the global keys: B up to the hash tag (the prefix itself when a
+-- global script passes it as KEYS[1]). Only one key is declared, so a queue script names one slot.
+local G = string.match(B, '^(.-){') or B
 local function now()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -690,7 +692,7 @@ if best then return s(best) end
 return false
 `)
 
-// scriptSetLimit stores limit ARGV[2] under rate key ARGV[1] (KEYS[2] is the prefix).
+// scriptSetLimit stores limit ARGV[2] under rate key ARGV[1] (KEYS[1] is the prefix).
 var scriptSetLimit = goredis.NewScript(prelude + `
 setlimit(ARGV[1], ARGV[2])
 return 0
@@ -721,7 +723,7 @@ end
 return out
 `)
 
-// scriptInsertWorkflow writes a workflow and all its jobs (KEYS[1] unused, KEYS[2] the prefix;
+// scriptInsertWorkflow writes a workflow and all its jobs (KEYS[1] the prefix;
 // single Redis node only: its jobs may span queues). ARGV: workflow id, name, type, meta ("" flag
 // and value), members, n, then per job: queue, id, rate key, rate limit, nfields, field, value, ...
 // Returns "dup" when the workflow exists, else the server's now.
