@@ -163,7 +163,7 @@ func (s *Store) jobKey(queue, id string) string { return s.qkey(queue) + "j:" + 
 // Global keys.
 func (s *Store) idsKey() string               { return s.prefix + "ids" }
 func (s *Store) queuesKey() string            { return s.prefix + "queues" }
-func (s *Store) channel() string              { return s.prefix + "notify" }
+func (s *Store) channel() string              { return s.prefix + "{notify}" }
 func (s *Store) leaderKey(name string) string { return s.prefix + "leader:" + name }
 
 // tokens returns n fresh random claim tokens.
@@ -209,10 +209,15 @@ func decodeNotification(s string) (store.Notification, bool) {
 	return n, true
 }
 
+// The channel is sharded pub/sub (SSUBSCRIBE, SPUBLISH; Redis 7): on a cluster every notification
+// goes through the one master that owns the channel's slot, so one publisher's notifications
+// arrive in the order they were sent (plain PUBLISH fans out over the cluster bus from whichever
+// node got it, and two publishes through two nodes can arrive swapped).
+
 // startNotifier subscribes to the channel and waits for the subscription to be confirmed, so that
 // nothing published after New returns is missed.
 func (s *Store) startNotifier(ctx context.Context) error {
-	s.ps = s.rdb.Subscribe(ctx, s.channel())
+	s.ps = s.rdb.SSubscribe(ctx, s.channel())
 	if _, err := s.ps.Receive(ctx); err != nil {
 		_ = s.ps.Close()
 		return fmt.Errorf("redis: subscribe to %s: %w", s.channel(), err)
@@ -247,7 +252,7 @@ func (s *Store) receive(ctx context.Context) {
 				s.hub.Publish(n)
 			}
 		case *goredis.Subscription:
-			if m.Kind == "subscribe" {
+			if m.Kind == "ssubscribe" || m.Kind == "subscribe" {
 				s.hub.Publish(store.Notification{Kind: store.NotifyReconnect})
 			}
 		}
@@ -277,11 +282,11 @@ func (s *Store) publish(ctx context.Context, ns []store.Notification) error {
 	case 0:
 		return nil
 	case 1:
-		return s.rdb.Publish(ctx, s.channel(), encodeNotification(ns[0])).Err()
+		return s.rdb.SPublish(ctx, s.channel(), encodeNotification(ns[0])).Err()
 	}
 	_, err := s.rdb.Pipelined(ctx, func(p goredis.Pipeliner) error {
 		for _, n := range ns {
-			p.Publish(ctx, s.channel(), encodeNotification(n))
+			p.SPublish(ctx, s.channel(), encodeNotification(n))
 		}
 		return nil
 	})

@@ -229,7 +229,7 @@ local function settle(t)
     end
   end
   for q in pairs(announce) do
-    redis.call('PUBLISH', G .. 'notify', cjson.encode({k = 'insert', q = q}))
+    redis.call('SPUBLISH', G .. '{notify}', cjson.encode({k = 'insert', q = q}))
   end
 end
 -- rlblocked reports whether rate key rk can start no job at t, with the end of the rate window

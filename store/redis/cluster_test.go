@@ -1,0 +1,234 @@
+package redis
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pronto-jobs/pronto/internal/uuidv7"
+	"github.com/pronto-jobs/pronto/store"
+)
+
+// startCluster starts a local Redis Cluster of three masters on free ports (redis-server
+// --cluster-enabled yes, then redis-cli --cluster create) and returns their addresses. The servers
+// are killed when the test ends.
+func startCluster(t *testing.T) []string {
+	t.Helper()
+	for _, bin := range []string{"redis-server", "redis-cli"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			t.Fatalf("the cluster test starts a local Redis Cluster and needs %s on PATH (install Redis 7): %v", bin, err)
+		}
+	}
+	var addrs []string
+	for range 3 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		port := l.Addr().(*net.TCPAddr).Port
+		require.NoError(t, l.Close())
+		dir := t.TempDir()
+		cmd := exec.Command("redis-server", "--bind", "127.0.0.1", "--port", fmt.Sprint(port), "--dir", dir,
+			"--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(dir, "nodes.conf"),
+			"--save", "", "--appendonly", "no")
+		require.NoError(t, cmd.Start())
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		addrs = append(addrs, fmt.Sprintf("127.0.0.1:%d", port))
+	}
+	ctx := context.Background()
+	for _, a := range addrs {
+		c := goredis.NewClient(&goredis.Options{Addr: a, MaxRetries: -1})
+		deadline := time.Now().Add(10 * time.Second)
+		for c.Ping(ctx).Err() != nil {
+			if time.Now().After(deadline) {
+				t.Fatalf("cluster node %s did not start", a)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		_ = c.Close()
+	}
+	args := append([]string{"--cluster", "create"}, addrs...)
+	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
+	out, err := exec.Command("redis-cli", args...).CombinedOutput()
+	require.NoError(t, err, "redis-cli --cluster create: %s", out)
+	for _, a := range addrs {
+		c := goredis.NewClient(&goredis.Options{Addr: a})
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			info, _ := c.ClusterInfo(ctx).Result()
+			if strings.Contains(info, "cluster_state:ok") {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("cluster node %s never reported cluster_state:ok:\n%s", a, info)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		_ = c.Close()
+	}
+	return addrs
+}
+
+// TestCluster runs the store on a local 3-master Redis Cluster: queues whose slots are on every
+// master go through the whole lifecycle (insert, unique keys, claim, finish with tokens, heartbeat,
+// rescue, listing, counts, pause, cancel and retry, cleanup, notifications, leadership, cron), and
+// the single-node features (rate limits, workflows) are refused with store.ErrUnsupported.
+func TestCluster(t *testing.T) {
+	t.Parallel()
+	addrs := startCluster(t)
+	ctx := context.Background()
+	rdb := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: addrs})
+	t.Cleanup(func() { _ = rdb.Close() })
+	s, err := New(ctx, rdb, Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	require.NoError(t, s.Migrate(ctx))
+
+	// Queues whose keys are served by each of the three masters.
+	byMaster := map[string]string{}
+	for i := 0; len(byMaster) < 3 && i < 1000; i++ {
+		q := fmt.Sprintf("q%d", i)
+		node, err := rdb.MasterForKey(ctx, s.qkey(q))
+		require.NoError(t, err)
+		addr := node.Options().Addr
+		if _, ok := byMaster[addr]; !ok {
+			byMaster[addr] = q
+		}
+	}
+	require.Len(t, byMaster, 3, "queues spread over the three masters")
+
+	got := make(chan store.Notification, 1000)
+	defer s.Notifier().Subscribe(func(n store.Notification) {
+		select {
+		case got <- n:
+		default:
+		}
+	})()
+
+	var queues []string
+	for _, q := range byMaster {
+		queues = append(queues, q)
+	}
+	var all []*store.InsertParams
+	for _, q := range queues {
+		for range 10 {
+			all = append(all, testJob(q))
+		}
+	}
+	u := testJob(queues[0])
+	u.UniqueKey = "only-one"
+	all = append(all, u)
+	_, err = s.Insert(ctx, all) // one batch over three masters
+	require.NoError(t, err)
+	dup := testJob(queues[0])
+	dup.UniqueKey = "only-one"
+	_, err = s.Insert(ctx, []*store.InsertParams{dup})
+	require.ErrorIs(t, err, store.ErrUniqueConflict)
+
+	seen := map[string]bool{}
+	deadline := time.After(10 * time.Second)
+	for len(seen) < 3 {
+		select {
+		case n := <-got:
+			if n.Kind == store.NotifyInsert {
+				seen[n.Queue] = true
+			}
+		case <-deadline:
+			t.Fatalf("insert notifications of every queue: got %v", seen)
+		}
+	}
+
+	for i, q := range queues {
+		jobs, err := s.Claim(ctx, store.ClaimParams{Queue: q, Limit: 100, WorkerID: "w", LeaseDuration: time.Hour})
+		require.NoError(t, err)
+		want := 10
+		if i == 0 {
+			want = 11
+		}
+		require.Len(t, jobs, want, "queue %s", q)
+		lost, err := s.Heartbeat(ctx, store.HeartbeatParams{WorkerID: "w", IDs: []string{jobs[0].ID},
+			Tokens: []string{jobs[0].ClaimToken}, LeaseDuration: time.Hour})
+		require.NoError(t, err)
+		require.Empty(t, lost)
+		var cs []store.Completion
+		for _, j := range jobs[:5] {
+			cs = append(cs, store.Completion{ID: j.ID, Attempt: 1, Token: j.ClaimToken, State: store.StateCompleted})
+		}
+		cs = append(cs, store.Completion{ID: jobs[5].ID, Attempt: 1, Token: "stale", State: store.StateCompleted})
+		res, err := s.Finish(ctx, cs)
+		require.NoError(t, err)
+		for k, r := range res {
+			require.Equal(t, k < 5, r.Applied)
+		}
+		// A short lease for one job, which the rescuer takes back.
+		short := testJob(q)
+		_, err = s.Insert(ctx, []*store.InsertParams{short})
+		require.NoError(t, err)
+		_, err = s.Claim(ctx, store.ClaimParams{Queue: q, Limit: 1, WorkerID: "dead", LeaseDuration: time.Millisecond})
+		require.NoError(t, err)
+	}
+	time.Sleep(10 * time.Millisecond)
+	rescued, err := s.Rescue(ctx, store.RescueParams{Limit: 100})
+	require.NoError(t, err)
+	require.Len(t, rescued.Requeued, 3, "one job per master rescued")
+
+	qs, err := s.ListQueues(ctx)
+	require.NoError(t, err)
+	require.Len(t, qs, 3)
+	for _, qi := range qs {
+		require.Equal(t, int64(5), qi.Counts[store.StateCompleted])
+		require.Equal(t, int64(1), qi.Counts[store.StateAvailable])
+	}
+	page, next, err := s.ListJobs(ctx, store.ListParams{States: []store.State{store.StateActive}, Limit: 7})
+	require.NoError(t, err)
+	require.Len(t, page, 7)
+	require.NotEmpty(t, next)
+
+	j, err := s.CancelJob(ctx, page[0].ID)
+	require.NoError(t, err)
+	require.Equal(t, store.StateCancelled, j.State)
+	j, err = s.RetryJob(ctx, page[0].ID)
+	require.NoError(t, err)
+	require.Equal(t, store.StateAvailable, j.State)
+
+	require.NoError(t, s.PauseQueue(ctx, queues[1]))
+	jobs, err := s.Claim(ctx, store.ClaimParams{Queue: queues[1], Limit: 10, WorkerID: "w", LeaseDuration: time.Hour})
+	require.NoError(t, err)
+	require.Empty(t, jobs, "a paused queue gives nothing")
+	require.NoError(t, s.ResumeQueue(ctx, queues[1]))
+
+	n, err := s.Cleanup(ctx, store.CleanupParams{CompletedBefore: time.Now().Add(time.Hour), Limit: 100})
+	require.NoError(t, err)
+	require.Equal(t, 15, n)
+
+	ok, err := s.Elect(ctx, "maint", "a", time.Minute)
+	require.NoError(t, err)
+	require.True(t, ok)
+	ok, err = s.Elect(ctx, "maint", "b", time.Minute)
+	require.NoError(t, err)
+	require.False(t, ok)
+
+	require.NoError(t, s.CronCreate(ctx, &store.CronSchedule{Name: "c", ID: uuidv7.New(), Expression: "@every 1m",
+		Enabled: true, NextRunAt: time.Now().Add(-time.Second), Template: []byte(`{}`)}))
+	due, err := s.CronDue(ctx, time.Now(), 10)
+	require.NoError(t, err)
+	require.Len(t, due, 1)
+
+	// The features whose keys span slots are refused, not enforced loosely.
+	require.ErrorIs(t, s.SetRateLimit(ctx, "k", store.RateLimit{MaxActive: 1}), store.ErrUnsupported)
+	limited := testJob(queues[0])
+	limited.RateKey = "k"
+	_, err = s.Insert(ctx, []*store.InsertParams{limited})
+	require.ErrorIs(t, err, store.ErrUnsupported)
+	wf := uuidv7.New()
+	member := testJob(queues[0])
+	member.WorkflowID = wf
+	_, _, err = s.InsertWorkflow(ctx, store.WorkflowParams{ID: wf, Jobs: []*store.InsertParams{member}})
+	require.ErrorIs(t, err, store.ErrUnsupported)
+}
