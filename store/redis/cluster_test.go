@@ -15,6 +15,7 @@ import (
 
 	"github.com/pronto-jobs/pronto/internal/uuidv7"
 	"github.com/pronto-jobs/pronto/store"
+	"github.com/pronto-jobs/pronto/store/storetest"
 )
 
 // startCluster starts a local Redis Cluster of three masters on free ports (redis-server
@@ -223,12 +224,39 @@ func TestCluster(t *testing.T) {
 	// The features whose keys span slots are refused, not enforced loosely.
 	require.ErrorIs(t, s.SetRateLimit(ctx, "k", store.RateLimit{MaxActive: 1}), store.ErrUnsupported)
 	limited := testJob(queues[0])
-	limited.RateKey = "k"
+	limited.RateKey, limited.RateLimit = "k", &store.RateLimit{MaxActive: 1}
 	_, err = s.Insert(ctx, []*store.InsertParams{limited})
 	require.ErrorIs(t, err, store.ErrUnsupported)
+	limited.RateLimit = nil // a rate key without a limit limits nothing, and is kept
+	_, err = s.Insert(ctx, []*store.InsertParams{limited})
+	require.NoError(t, err)
+	got2, err := s.GetJob(ctx, limited.ID)
+	require.NoError(t, err)
+	require.Equal(t, "k", got2.RateKey)
 	wf := uuidv7.New()
 	member := testJob(queues[0])
 	member.WorkflowID = wf
 	_, _, err = s.InsertWorkflow(ctx, store.WorkflowParams{ID: wf, Jobs: []*store.InsertParams{member}})
 	require.ErrorIs(t, err, store.ErrUnsupported)
+}
+
+// TestClusterStore runs the shared behaviour suite against a local 3-master Redis Cluster, each
+// test under a key prefix of its own (its queues land on all three masters). Rate limits and
+// workflows, whose keys would span slots, are refused there, and the suite holds the store to that.
+func TestClusterStore(t *testing.T) {
+	t.Parallel()
+	addrs := startCluster(t)
+	rdb := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: addrs})
+	t.Cleanup(func() { _ = rdb.Close() })
+	open := func(t *testing.T, prefix string) store.Store {
+		s, err := New(context.Background(), rdb, Options{Prefix: prefix})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = s.Close() })
+		return s
+	}
+	storetest.Run(t, storetest.Harness{
+		New:     func(t *testing.T) store.Store { return open(t, "prontotest:"+uuidv7.New()+":") },
+		Reopen:  func(t *testing.T, s store.Store) store.Store { return open(t, s.(*Store).Prefix()) },
+		Refuses: []string{storetest.FeatureRateLimits, storetest.FeatureWorkflows},
+	})
 }

@@ -35,8 +35,10 @@ func fromMicros(s string) time.Time {
 }
 
 // insertFields returns the hash fields of a new job, as field, value pairs. The insert script adds
-// created (and sched, when p has none).
-func insertFields(p *store.InsertParams) []any {
+// created (and sched, when p has none). On a cluster (no limit can be stored there) the rate key is
+// kept as rkeyc, a field the scripts do not read, so the job's rate key limits nothing and its
+// transitions touch no key outside the queue's slot.
+func insertFields(p *store.InsertParams, cluster bool) []any {
 	f := make([]any, 0, 40)
 	add := func(k, v string) { f = append(f, k, v) }
 	add("id", p.ID)
@@ -76,7 +78,11 @@ func insertFields(p *store.InsertParams) []any {
 		add("tenant", p.Tenant)
 	}
 	if p.RateKey != "" {
-		add("rkey", p.RateKey)
+		if cluster {
+			add("rkeyc", p.RateKey)
+		} else {
+			add("rkey", p.RateKey)
+		}
 	}
 	if p.WorkflowID != "" {
 		add("wf", p.WorkflowID)
@@ -158,7 +164,7 @@ func decodeJob(m map[string]string) (*store.Job, error) {
 	}
 	j := &store.Job{
 		ID: m["id"], Kind: m["kind"], Queue: m["queue"], State: store.State(m["state"]),
-		WorkerID: m["worker"], UniqueKey: m["ukey"], Tenant: m["tenant"], RateKey: m["rkey"],
+		WorkerID: m["worker"], UniqueKey: m["ukey"], Tenant: m["tenant"], RateKey: m["rkey"] + m["rkeyc"],
 		WorkflowID: m["wf"], RunOn: store.RunOn(m["runon"]),
 	}
 	raw := func(k string) json.RawMessage {

@@ -212,7 +212,7 @@ func (s *Store) InsertWorkflow(ctx context.Context, p store.WorkflowParams) (*st
 	}
 	args := []any{p.ID, p.Name, p.Type, metaFlag, meta, members, len(p.Jobs)}
 	for _, jp := range p.Jobs {
-		f := insertFields(jp)
+		f := insertFields(jp, false)
 		if k := kids[jp.ID]; len(k) > 0 {
 			f = append(f, "kids", strings.Join(k, ","))
 		}

@@ -96,8 +96,8 @@ func (s *Store) checkInsert(params []*store.InsertParams) error {
 		if err := store.ValidatePlainInsert(p); err != nil {
 			return fmt.Errorf("redis: insert: %w", err)
 		}
-		if p.RateKey != "" && s.cluster() {
-			return fmt.Errorf("redis: insert job %s: rate keys on a Redis Cluster (a key's limit spans queues, so slots): %w", p.ID, store.ErrUnsupported)
+		if p.RateLimit != nil && s.cluster() {
+			return fmt.Errorf("redis: insert job %s: rate limits on a Redis Cluster (a key's limit spans queues, so slots): %w", p.ID, store.ErrUnsupported)
 		}
 		if p.RateLimit != nil {
 			if err := validLimit(*p.RateLimit); err != nil {
@@ -144,7 +144,7 @@ func (s *Store) insert(ctx context.Context, params []*store.InsertParams) ([]*st
 			args = append(args, len(idx))
 			for _, i := range idx {
 				p := params[i]
-				f := insertFields(p)
+				f := insertFields(p, s.cluster())
 				ustates := ""
 				if p.UniqueKey != "" {
 					ustates = joinStates(store.UniqueStatesOrDefault(p.UniqueStates))

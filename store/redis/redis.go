@@ -46,6 +46,9 @@ type Store struct {
 
 	hub    notifyhub.Hub
 	ps     *goredis.PubSub
+	// sender marks the notifications this store publishes: it delivers them to its own subscribers
+	// at once, and skips their echo from Redis.
+	sender string
 	cancel context.CancelFunc
 	done   chan struct{}
 	closed sync.Once
@@ -100,7 +103,7 @@ func New(ctx context.Context, rdb goredis.UniversalClient, opts Options) (*Store
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		return nil, fmt.Errorf("redis: cannot reach the server: %w", err)
 	}
-	s := &Store{rdb: rdb, prefix: prefix, done: make(chan struct{})}
+	s := &Store{rdb: rdb, prefix: prefix, done: make(chan struct{}), sender: tokens(1)[0]}
 	if err := s.startNotifier(ctx); err != nil {
 		return nil, err
 	}
@@ -186,10 +189,12 @@ type payload struct {
 	Nonce       uint32                 `json:"n,omitempty"`
 	Client      string                 `json:"c,omitempty"`
 	Fingerprint string                 `json:"f,omitempty"`
+	Sender      string                 `json:"s,omitempty"`
 }
 
-func encodeNotification(n store.Notification) string {
-	p := payload{Kind: n.Kind, Queue: n.Queue, JobID: n.JobID, Nonce: n.Nonce, Client: n.Client, Fingerprint: n.Fingerprint}
+func encodeNotification(n store.Notification, sender string) string {
+	p := payload{Kind: n.Kind, Queue: n.Queue, JobID: n.JobID, Nonce: n.Nonce, Client: n.Client, Fingerprint: n.Fingerprint,
+		Sender: sender}
 	if !n.DueAt.IsZero() {
 		p.DueAt = n.DueAt.UnixMicro()
 	}
@@ -197,16 +202,16 @@ func encodeNotification(n store.Notification) string {
 	return string(b)
 }
 
-func decodeNotification(s string) (store.Notification, bool) {
+func decodeNotification(s string) (store.Notification, string, bool) {
 	var p payload
 	if err := json.Unmarshal([]byte(s), &p); err != nil || p.Kind == "" {
-		return store.Notification{}, false
+		return store.Notification{}, "", false
 	}
 	n := store.Notification{Kind: p.Kind, Queue: p.Queue, JobID: p.JobID, Nonce: p.Nonce, Client: p.Client, Fingerprint: p.Fingerprint}
 	if p.DueAt != 0 {
 		n.DueAt = time.UnixMicro(p.DueAt).UTC()
 	}
-	return n, true
+	return n, p.Sender, true
 }
 
 // The channel is sharded pub/sub (SSUBSCRIBE, SPUBLISH; Redis 7): on a cluster every notification
@@ -248,7 +253,7 @@ func (s *Store) receive(ctx context.Context) {
 		}
 		switch m := msg.(type) {
 		case *goredis.Message:
-			if n, ok := decodeNotification(m.Payload); ok {
+			if n, sender, ok := decodeNotification(m.Payload); ok && sender != s.sender {
 				s.hub.Publish(n)
 			}
 		case *goredis.Subscription:
@@ -276,17 +281,21 @@ func (n *notifier) Signal(ctx context.Context, ns []store.Notification) error {
 	return (*Store)(n).publish(ctx, ns)
 }
 
-// publish sends notifications on the channel, pipelined.
+// publish delivers notifications to this store's own subscribers at once, and sends them on the
+// channel, pipelined, to every other store on it (whose echo this store skips).
 func (s *Store) publish(ctx context.Context, ns []store.Notification) error {
-	switch len(ns) {
-	case 0:
+	if len(ns) == 0 {
 		return nil
-	case 1:
-		return s.rdb.SPublish(ctx, s.channel(), encodeNotification(ns[0])).Err()
+	}
+	for _, n := range ns {
+		s.hub.Publish(n)
+	}
+	if len(ns) == 1 {
+		return s.rdb.SPublish(ctx, s.channel(), encodeNotification(ns[0], s.sender)).Err()
 	}
 	_, err := s.rdb.Pipelined(ctx, func(p goredis.Pipeliner) error {
 		for _, n := range ns {
-			p.SPublish(ctx, s.channel(), encodeNotification(n))
+			p.SPublish(ctx, s.channel(), encodeNotification(n, s.sender))
 		}
 		return nil
 	})
