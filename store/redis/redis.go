@@ -44,8 +44,8 @@ type Store struct {
 	own    bool
 	prefix string
 
-	hub    notifyhub.Hub
-	ps     *goredis.PubSub
+	hub notifyhub.Hub
+	ps  *goredis.PubSub
 	// sender marks the notifications this store publishes: it delivers them to its own subscribers
 	// at once, and skips their echo from Redis.
 	sender string
