@@ -18,8 +18,11 @@ import (
 	"testing"
 	"time"
 
+	goredis "github.com/redis/go-redis/v9"
+
 	"github.com/pronto-jobs/pronto/internal/cli"
 	"github.com/pronto-jobs/pronto/internal/testdb"
+	"github.com/pronto-jobs/pronto/internal/uuidv7"
 )
 
 // knownFailures are cases pronto does not pass, each with the reason. A listed case that passes
@@ -229,7 +232,7 @@ func TestConformance(t *testing.T) {
 	// goroutines rather than with t.Parallel, so that they do not wait for -parallel slots: most of
 	// a batch's time is spent sleeping as its cases ask.
 	var wg sync.WaitGroup
-	for _, storeName := range envList("OJS_CONFORMANCE_STORES", "memory,sqlite,postgres") {
+	for _, storeName := range envList("OJS_CONFORMANCE_STORES", "memory,sqlite,postgres,redis") {
 		for i, batch := range batches {
 			name := fmt.Sprintf("%s/batch%d", storeName, i)
 			if len(batch) == 1 {
@@ -304,9 +307,37 @@ func serveArgs(t *testing.T, storeName string) []string {
 		return append(args, "--database-url", "sqlite:"+filepath.Join(t.TempDir(), "pronto.db"))
 	case "postgres":
 		return append(args, "--database-url", testdb.URL(), "--schema", testdb.Schema(t), "--pool-size", "3")
+	case "redis":
+		return append(args, "--database-url", redisURL(t))
 	}
-	t.Fatalf("unknown store %q (want memory, sqlite or postgres)", storeName)
+	t.Fatalf("unknown store %q (want memory, sqlite, postgres or redis)", storeName)
 	return nil
+}
+
+// redisURL returns the URL of the test Redis under a key prefix of the test's own, whose keys are
+// deleted when the test ends; a Redis that cannot be reached fails the test saying how to start one.
+func redisURL(t *testing.T) string {
+	const addr = "127.0.0.1:6379"
+	rdb := goredis.NewClient(&goredis.Options{Addr: addr})
+	if err := rdb.Ping(context.Background()).Err(); err != nil {
+		_ = rdb.Close()
+		t.Fatalf("the Redis conformance run needs Redis at %s (%v); start one with:\n"+
+			"  redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save \"\" --appendonly no", addr, err)
+	}
+	prefix := "prontoconf:" + uuidv7.New() + ":"
+	t.Cleanup(func() {
+		ctx := context.Background()
+		var keys []string
+		iter := rdb.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+		for iter.Next(ctx) {
+			keys = append(keys, iter.Val())
+		}
+		for _, k := range keys {
+			rdb.Del(ctx, k)
+		}
+		_ = rdb.Close()
+	})
+	return "redis://" + addr + "/0?key_prefix=" + prefix
 }
 
 // serverLog collects a test server's output, shown when the test ends (logging from the reading

@@ -58,8 +58,16 @@ type Store struct {
 var _ store.Store = (*Store)(nil)
 
 // Open connects to the Redis named by url (redis://[user:password@]host:port/db, or rediss:// for
-// TLS) and returns a store that closes its client on Close.
+// TLS, with go-redis's options as query parameters) and returns a store that closes its client on
+// Close. The query parameter key_prefix sets Options.Prefix.
 func Open(ctx context.Context, url string, opts Options) (*Store, error) {
+	url, prefix, err := splitPrefix(url)
+	if err != nil {
+		return nil, fmt.Errorf("redis: database url: %w", err)
+	}
+	if prefix != "" {
+		opts.Prefix = prefix
+	}
 	o, err := goredis.ParseURL(url)
 	if err != nil {
 		return nil, fmt.Errorf("redis: database url: %w", urlError(err))
@@ -76,8 +84,30 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 
 // CheckURL reports whether url is a Redis URL Open accepts (redis:// or rediss://).
 func CheckURL(url string) error {
-	_, err := goredis.ParseURL(url)
+	url, _, err := splitPrefix(url)
+	if err != nil {
+		return err
+	}
+	_, err = goredis.ParseURL(url)
 	return urlError(err)
+}
+
+// splitPrefix takes the key_prefix query parameter out of a Redis URL.
+func splitPrefix(raw string) (string, string, error) {
+	base, query, ok := strings.Cut(raw, "?")
+	if !ok {
+		return raw, "", nil
+	}
+	q, err := neturl.ParseQuery(query)
+	if err != nil {
+		return "", "", fmt.Errorf("query: %w", err)
+	}
+	prefix := q.Get("key_prefix")
+	q.Del("key_prefix")
+	if rest := q.Encode(); rest != "" {
+		base += "?" + rest
+	}
+	return base, prefix, nil
 }
 
 // urlError drops the URL (and so any password in it) from a URL parsing error.
