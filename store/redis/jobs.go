@@ -339,9 +339,14 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) ([]*store.Job, e
 	if p.Limit <= 0 {
 		return nil, nil
 	}
-	args := make([]any, 0, 4+len(p.Kinds)+p.Limit)
-	args = append(args, p.Limit, p.WorkerID, p.LeaseDuration.Microseconds(), len(p.Kinds))
-	for _, k := range p.Kinds {
+	kinds := p.Kinds
+	if len(kinds) > 1 {
+		// A kind named twice would make its jobs candidates twice.
+		kinds = slices.Compact(slices.Sorted(slices.Values(kinds)))
+	}
+	args := make([]any, 0, 4+len(kinds)+p.Limit)
+	args = append(args, p.Limit, p.WorkerID, p.LeaseDuration.Microseconds(), len(kinds))
+	for _, k := range kinds {
 		args = append(args, k)
 	}
 	for _, t := range tokens(p.Limit) {

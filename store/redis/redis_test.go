@@ -264,6 +264,22 @@ func waitFor(t *testing.T, ch <-chan store.Notification, ok func(store.Notificat
 	}
 }
 
+// TestClaimKindsNamedTwice: a kind named twice in a claim does not make its jobs claimed twice.
+func TestClaimKindsNamedTwice(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newTestStore(t)
+	_, err := s.Insert(ctx, []*store.InsertParams{testJob("twice"), testJob("twice")})
+	require.NoError(t, err)
+	jobs, err := s.Claim(ctx, store.ClaimParams{Queue: "twice", Kinds: []string{"k", "k"}, Limit: 10, WorkerID: "w",
+		LeaseDuration: time.Minute})
+	require.NoError(t, err)
+	require.Len(t, jobs, 2)
+	for _, j := range jobs {
+		require.Equal(t, 1, j.Attempt)
+	}
+}
+
 // TestOpenURL: Open takes redis:// URLs with a database number, and refuses bad ones without
 // echoing a password.
 func TestOpenURL(t *testing.T) {
@@ -276,6 +292,11 @@ func TestOpenURL(t *testing.T) {
 	_, err = Open(ctx, "redis://u:hunter2@[::1", Options{})
 	require.Error(t, err)
 	require.NotContains(t, err.Error(), "hunter2")
+	prefix := "prontotest:" + uuidv7.New() + ":"
+	s2, err := Open(ctx, "redis://"+testAddr+"/14?key_prefix="+prefix+"&pool_size=2", Options{})
+	require.NoError(t, err)
+	require.Equal(t, prefix, s2.Prefix(), "key_prefix sets the prefix; the other options go to go-redis")
+	require.NoError(t, s2.Close())
 	_, err = New(ctx, s.rdb, Options{Prefix: "a{b}"})
 	require.Error(t, err)
 	require.False(t, errors.Is(err, store.ErrNotFound))
