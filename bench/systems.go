@@ -121,10 +121,11 @@ func systemsByName() map[string]system {
 		"river-tuned":   riverSys{tuned: true},
 		"pronto-sqlite": prontoSQLite{},
 		"pronto-memory": prontoMemory{},
+		"pronto-redis":  prontoRedis{},
 	}
 }
 
-var allSystemNames = []string{"pronto", "river", "river-tuned", "pronto-sqlite", "pronto-memory"}
+var allSystemNames = []string{"pronto", "river", "river-tuned", "pronto-sqlite", "pronto-memory", "pronto-redis"}
 
 func newPool(ctx context.Context, url string) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(url)
@@ -239,6 +240,8 @@ type prontoInstance struct {
 	schema   string // PostgreSQL only: where the application's table of processing_modes lives
 	inserter *pronto.Client
 	count    func(context.Context) (int64, error)
+	// onClose releases what the system opened beside the store (the Redis client).
+	onClose func()
 }
 
 func newProntoInstance(st store.Store, p *pgxpool.Pool, count func(context.Context) (int64, error)) (*prontoInstance, error) {
@@ -319,6 +322,9 @@ func (i *prontoInstance) pool() *pgxpool.Pool                         { return i
 
 func (i *prontoInstance) close() {
 	_ = i.st.Close()
+	if i.onClose != nil {
+		i.onClose()
+	}
 	if i.p != nil {
 		i.p.Close()
 	}

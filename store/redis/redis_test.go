@@ -301,3 +301,20 @@ func TestOpenURL(t *testing.T) {
 	require.Error(t, err)
 	require.False(t, errors.Is(err, store.ErrNotFound))
 }
+
+// TestLargeBatch: a batch of thousands of jobs is one insert (no Lua limit on how many values a
+// script spreads at once gets in the way).
+func TestLargeBatch(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newTestStore(t)
+	ps := make([]*store.InsertParams, 5000)
+	for i := range ps {
+		ps[i] = testJob("large")
+	}
+	_, err := s.Insert(ctx, ps)
+	require.NoError(t, err)
+	jobs, err := s.Claim(ctx, store.ClaimParams{Queue: "large", Limit: 5000, WorkerID: "w", LeaseDuration: time.Minute})
+	require.NoError(t, err)
+	require.Len(t, jobs, 5000)
+}

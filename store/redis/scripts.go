@@ -306,7 +306,10 @@ end
 for i = 1, #ARGV, 2 do
   if i > 1 and ARGV[i] == ARGV[i - 2] then return ARGV[i] end
 end
-redis.call('HSET', KEYS[1], unpack(ARGV))
+-- In slices: unpack has a limit on how many values it spreads.
+for i = 1, #ARGV, 400 do
+  redis.call('HSET', KEYS[1], unpack(ARGV, i, math.min(i + 399, #ARGV)))
+end
 return false
 `)
 

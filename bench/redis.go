@@ -1,0 +1,63 @@
+package main
+
+import (
+	"context"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	redisstore "github.com/pronto-jobs/pronto/store/redis"
+)
+
+// ---- pronto on Redis (store/redis) ----
+
+// prontoRedis runs pronto on the Redis at $REDIS_ADDR (default 127.0.0.1:6379), each instance
+// under a key prefix of its own.
+type prontoRedis struct{}
+
+func (prontoRedis) name() string                   { return "pronto-redis" }
+func (prontoRedis) shared() bool                   { return false }
+func (prontoRedis) workersFor(_ string, n int) int { return n }
+func (prontoRedis) create(context.Context, *env, string) error {
+	return nil
+}
+
+func redisAddr() string { return envOr("REDIS_ADDR", "127.0.0.1:6379") }
+
+func redisPrefix(id string) string { return "bench:" + id + ":" }
+
+// drop deletes the instance's keys (SCAN: the harness's own bookkeeping, off the measured path).
+func (prontoRedis) drop(ctx context.Context, _ *env, id string) error {
+	rdb := goredis.NewClient(&goredis.Options{Addr: redisAddr()})
+	defer rdb.Close()
+	iter := rdb.Scan(ctx, 0, redisPrefix(id)+"*", 1000).Iterator()
+	var keys []string
+	for iter.Next(ctx) {
+		keys = append(keys, iter.Val())
+	}
+	for len(keys) > 0 {
+		n := min(len(keys), 500)
+		if err := rdb.Del(ctx, keys[:n]...).Err(); err != nil {
+			return err
+		}
+		keys = keys[n:]
+	}
+	return iter.Err()
+}
+
+func (prontoRedis) open(ctx context.Context, _ *env, id string) (instance, error) {
+	rdb := goredis.NewClient(&goredis.Options{Addr: redisAddr(), PoolSize: 32})
+	st, err := redisstore.New(ctx, rdb, redisstore.Options{Prefix: redisPrefix(id)})
+	if err != nil {
+		_ = rdb.Close()
+		return nil, err
+	}
+	inst, err := newProntoInstance(st, nil, countFinished(st))
+	if err != nil {
+		_ = st.Close()
+		_ = rdb.Close()
+		return nil, err
+	}
+	inst.onClose = func() { _ = rdb.Close() }
+	return inst, nil
+}
+
