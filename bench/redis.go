@@ -60,4 +60,3 @@ func (prontoRedis) open(ctx context.Context, _ *env, id string) (instance, error
 	inst.onClose = func() { _ = rdb.Close() }
 	return inst, nil
 }
-
