@@ -821,6 +821,25 @@ if f[3] == '1' then redis.call('ZADD', KEYS[2], ARGV[4], ARGV[1]) end
 return 1
 `)
 
+// scriptSchemaCreate stores a new job schema (KEYS[1] its hash, KEYS[2] the sorted set of URIs
+// by creation time, both under the {schema} tag). ARGV: uri, created µs, field, value, ...
+// Returns 0 when the URI is taken.
+var scriptSchemaCreate = goredis.NewScript(`
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+redis.call('HSET', KEYS[1], unpack(ARGV, 3))
+redis.call('ZADD', KEYS[2], ARGV[2], ARGV[1])
+return 1
+`)
+
+// scriptSchemaDelete removes job schema ARGV[1] and returns it as it was (HGETALL), or an empty
+// list.
+var scriptSchemaDelete = goredis.NewScript(`
+local was = redis.call('HGETALL', KEYS[1])
+redis.call('DEL', KEYS[1])
+redis.call('ZREM', KEYS[2], ARGV[1])
+return was
+`)
+
 // scriptPurge removes the jobs ARGV of one queue outright: it undoes the part of a batch, spanning
 // several queues, that was written before another queue refused it.
 var scriptPurge = goredis.NewScript(prelude + `
@@ -856,5 +875,5 @@ var allScripts = []*goredis.Script{
 	scriptPromote, scriptExpire, scriptCleanup, scriptCancel, scriptMakeAvailable, scriptDelete,
 	scriptElect, scriptResign, scriptPurge, scriptNextDue, scriptSetLimit, scriptDeleteLimit,
 	scriptLimitInfo, scriptInsertWorkflow, scriptCancelWorkflow, scriptCronCreate, scriptCronDelete,
-	scriptCronAdvance,
+	scriptCronAdvance, scriptSchemaCreate, scriptSchemaDelete,
 }
