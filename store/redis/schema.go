@@ -110,7 +110,9 @@ func decodeSchema(m map[string]string) *store.JobSchema {
 		CreatedAt: fromMicros(m["created"])}
 }
 
-func schemaNotFound(uri string) error { return fmt.Errorf("redis: schema %s: %w", uri, store.ErrNotFound) }
+func schemaNotFound(uri string) error {
+	return fmt.Errorf("redis: schema %s: %w", uri, store.ErrNotFound)
+}
 
 // SchemaGet returns the schema with uri, or ErrNotFound.
 func (s *Store) SchemaGet(ctx context.Context, uri string) (*store.JobSchema, error) {
