@@ -115,6 +115,11 @@ func main() {
 	flag.BoolVar(&o.quick, "quick", false, "short phases, one run, every scenario (CI)")
 	flag.DurationVar(&o.phase, "phase", 0, "override the enqueue phase of the paced scenarios (default 30s; 2s with --quick)")
 	flag.IntVar(&o.inprocRuns, "inproc-runs", 0, "if set, at most this many runs for pronto-sqlite and pronto-memory")
+	var bullmq bool
+	var bullmqJobs, bullmqRuns int
+	flag.BoolVar(&bullmq, "bullmq", false, "run the BullMQ comparison (bullmq-bench's four scenarios, BullMQ 5 vs pronto-redis) instead")
+	flag.IntVar(&bullmqJobs, "bullmq-jobs", 20000, "measured jobs per BullMQ comparison run")
+	flag.IntVar(&bullmqRuns, "bullmq-runs", 3, "runs per BullMQ comparison scenario")
 	var reportFrom string
 	flag.StringVar(&reportFrom, "report-from", "", "comma-separated result directories: write the report from their runs/*.json into --out, running nothing")
 	flag.Parse()
@@ -129,6 +134,13 @@ func main() {
 			os.Exit(2)
 		}
 		o.runsFor[k] = n
+	}
+	if bullmq {
+		if err := compareBullMQ(context.Background(), bullmqJobs, max(bullmqJobs/10, 100), bullmqRuns); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
 	}
 	if reportFrom != "" {
 		if err := reportOnly(o, splitList(reportFrom, nil)); err != nil {
