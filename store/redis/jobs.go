@@ -364,23 +364,66 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) ([]*store.Job, e
 		}
 		out = append(out, j)
 	}
+	s.remember(out)
 	return out, nil
 }
 
-// queuesOf looks the queues of ids up in the global id index; "" for an id it does not hold.
+// queuesOf looks the queues of ids up: in the cache of the jobs this store claimed, else in the
+// global id index; "" for an id the index does not hold.
 func (s *Store) queuesOf(ctx context.Context, ids []string) ([]string, error) {
 	if len(ids) == 0 {
 		return nil, nil
 	}
-	vals, err := s.rdb.HMGet(ctx, s.idsKey(), ids...).Result()
+	out := make([]string, len(ids))
+	var miss []string
+	var missAt []int
+	s.claimedMu.Lock()
+	for i, id := range ids {
+		if q, ok := s.claimed[id]; ok {
+			out[i] = q
+		} else {
+			miss = append(miss, id)
+			missAt = append(missAt, i)
+		}
+	}
+	s.claimedMu.Unlock()
+	if len(miss) == 0 {
+		return out, nil
+	}
+	vals, err := s.rdb.HMGet(ctx, s.idsKey(), miss...).Result()
 	if err != nil {
 		return nil, err
 	}
-	out := make([]string, len(ids))
-	for i, v := range vals {
-		out[i], _ = v.(string)
+	for k, v := range vals {
+		out[missAt[k]], _ = v.(string)
 	}
 	return out, nil
+}
+
+// maxClaimedCache bounds the cache of claimed jobs' queues (jobs claimed here and finished
+// elsewhere would otherwise stay in it); past it the cache starts over.
+const maxClaimedCache = 1 << 16
+
+// remember records the queues of jobs this store claimed, so that their outcomes and heartbeats
+// skip the id index: a job's queue never changes while its id names it.
+func (s *Store) remember(jobs []*store.Job) {
+	s.claimedMu.Lock()
+	if s.claimed == nil || len(s.claimed)+len(jobs) > maxClaimedCache {
+		s.claimed = make(map[string]string, len(jobs))
+	}
+	for _, j := range jobs {
+		s.claimed[j.ID] = j.Queue
+	}
+	s.claimedMu.Unlock()
+}
+
+// forgetClaimed drops finished jobs from the cache.
+func (s *Store) forgetClaimed(cs []store.Completion) {
+	s.claimedMu.Lock()
+	for _, c := range cs {
+		delete(s.claimed, c.ID)
+	}
+	s.claimedMu.Unlock()
 }
 
 // queueOf looks up the queue of one job, giving store.ErrNotFound when the index has none.
@@ -475,6 +518,7 @@ func (s *Store) Finish(ctx context.Context, completions []store.Completion) ([]s
 	if err != nil {
 		return nil, fmt.Errorf("redis: finish: %w", err)
 	}
+	s.forgetClaimed(completions)
 	now := time.Now()
 	var ns []store.Notification
 	announce := func(q string, due time.Time) {

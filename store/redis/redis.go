@@ -49,9 +49,13 @@ type Store struct {
 	// sender marks the notifications this store publishes: it delivers them to its own subscribers
 	// at once, and skips their echo from Redis.
 	sender string
-	cancel context.CancelFunc
-	done   chan struct{}
-	closed sync.Once
+
+	// claimed caches the queue of each job this store claimed and has not finished (see remember).
+	claimedMu sync.Mutex
+	claimed   map[string]string
+	cancel    context.CancelFunc
+	done      chan struct{}
+	closed    sync.Once
 }
 
 // Compile-time check that Store implements store.Store.
