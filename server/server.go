@@ -60,6 +60,10 @@ type Config struct {
 	MaxBatch int
 	// Logger receives server errors (default: discarded).
 	Logger *slog.Logger
+	// Handlers are extra endpoints outside /ojs/ (such as "/metrics" or "/debug/pprof/"), served
+	// behind the same API key as the rest. A key ending in "/" matches every path below it; other
+	// keys match exactly.
+	Handlers map[string]http.Handler
 }
 
 // Server is the OJS HTTP API as an http.Handler.
@@ -82,6 +86,7 @@ type Server struct {
 	closeOnce   sync.Once
 
 	draining atomic.Bool
+	handlers map[string]http.Handler
 }
 
 // New returns a Server over cfg.Client. Close releases its subscription to the client's events.
@@ -102,6 +107,7 @@ func New(cfg Config) (*Server, error) {
 		events:     newEventLog(cfg.EventBuffer),
 		fetched:    newFetchedJobs(100000),
 		eventsDone: make(chan struct{}),
+		handlers:   cfg.Handlers,
 	}
 	if cfg.APIKey != "" {
 		s.apiKey = []byte(cfg.APIKey)
@@ -226,10 +232,47 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	rest, ok := strings.CutPrefix(path, "/ojs/v1/")
 	if !ok {
+		if h := s.extraHandler(path); h != nil {
+			h.ServeHTTP(w, r)
+			return
+		}
 		s.writeError(w, r, routeNotFound(r))
 		return
 	}
 	s.route(w, r, rest)
+}
+
+// extraHandler returns the Config.Handlers entry for path, or nil.
+func (s *Server) extraHandler(path string) http.Handler {
+	if h := s.handlers[path]; h != nil {
+		return h
+	}
+	for prefix, h := range s.handlers {
+		if strings.HasSuffix(prefix, "/") && strings.HasPrefix(path, prefix) {
+			return h
+		}
+	}
+	return nil
+}
+
+// RequireAPIKey wraps h so that it answers only requests bearing key as "Authorization: Bearer
+// <key>" (as the OJS API does), with an OJS 401 error otherwise. An empty key requires nothing.
+// pronto serve uses it for endpoints on a separate address (--metrics-addr).
+func RequireAPIKey(key string, h http.Handler) http.Handler {
+	if key == "" {
+		return h
+	}
+	s := &Server{apiKey: []byte(key), log: slog.New(slog.DiscardHandler)}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !s.authorized(r) {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="pronto"`)
+			w.Header().Set("X-Request-Id", newRequestID())
+			s.writeError(w, r, errorf(http.StatusUnauthorized, CodeUnauthenticated,
+				"missing or wrong API key: send it as \"Authorization: Bearer <key>\""))
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 func printable(s string) bool {
