@@ -71,6 +71,10 @@ type Client struct {
 	runMu   sync.Mutex
 	running map[string]*runningJob
 	latest  map[string]*runningJob // by job id: the newest run of each job in running
+
+	// remoteProgress throttles progress reported over HTTP, per job (see JobProgressReport).
+	remoteProgressMu sync.Mutex
+	remoteProgress   map[string]*progressThrottle
 }
 
 // runningJob is one run of a claimed job this client holds: running, or finished with its outcome not
@@ -546,6 +550,14 @@ func (c *Client) onRescue(res store.RescueResult) {
 
 type resultKey struct{}
 
+// flushProgress writes the run's pending progress report, if any.
+func (h *resultHolder) flushProgress() {
+	h.progressOnce.Do(func() {}) // no report from now on makes a throttle
+	if h.progress != nil {
+		h.progress.flush()
+	}
+}
+
 // resultHolder is what a Work call's context carries of its run: the result recorded so far, and
 // whether CompleteTx wrote the run's completion in an application's transaction.
 type resultHolder struct {
@@ -555,6 +567,10 @@ type resultHolder struct {
 	mu            sync.Mutex
 	raw           json.RawMessage
 	completedInTx bool
+
+	// progress throttles the run's ReportProgress writes (made on first use).
+	progressOnce sync.Once
+	progress     *progressThrottle
 }
 
 // RecordResult stores v (as JSON) as the result of the job whose context ctx is; it is saved when the
@@ -663,6 +679,7 @@ func (c *Client) run(t jobTask) {
 		err = c.runWorker(jobCtx, row)
 	}
 	dur := time.Since(start)
+	holder.flushProgress() // the latest report is written while the job is still active
 	timedOut := errors.Is(context.Cause(jobCtx), errTimeout)
 	cause := context.Cause(ctx)
 	stopTimeout()
