@@ -79,6 +79,9 @@ func progressData(data any) (json.RawMessage, error) {
 	var raw []byte
 	switch d := data.(type) {
 	case json.RawMessage:
+		if len(d) == 0 {
+			return nil, nil
+		}
 		raw = d
 	default:
 		b, err := json.Marshal(data)
@@ -93,7 +96,7 @@ func progressData(data any) (json.RawMessage, error) {
 	if err := jsoncheck.Check(raw, "progress data"); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidArgs, err)
 	}
-	if raw[0] != '{' {
+	if len(raw) == 0 || raw[0] != '{' {
 		return nil, fmt.Errorf("%w: progress data must be a JSON object", ErrInvalidArgs)
 	}
 	return raw, nil

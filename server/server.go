@@ -42,7 +42,7 @@ type Config struct {
 	// Client is the pronto client the API works through (required). Its store holds the jobs.
 	Client *pronto.Client
 	// APIKey, when set, must be sent as "Authorization: Bearer <key>" on every request except
-	// GET /ojs/v1/health.
+	// GET /ojs/v1/health and GET /ojs/v1/ready (probes).
 	APIKey string
 	// MaxBodyBytes bounds request bodies (default DefaultMaxBodyBytes); larger ones get 413.
 	MaxBodyBytes int64
@@ -209,6 +209,14 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.health(w, r)
 		return
 	}
+	if path == "/ojs/v1/ready" {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			s.writeError(w, r, methodNotAllowed(r, "GET"))
+			return
+		}
+		s.ready(w, r)
+		return
+	}
 	if s.apiKey != nil && !s.authorized(r) {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="pronto"`)
 		s.writeError(w, r, errorf(http.StatusUnauthorized, CodeUnauthenticated,
@@ -355,6 +363,16 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request, rest string) {
 				s.writeError(w, r, methodNotAllowed(r, "GET", "DELETE"))
 			}
 			return
+		case len(seg) == 3 && seg[2] == "progress":
+			switch m {
+			case http.MethodGet:
+				s.getProgress(w, r, seg[1])
+			case http.MethodPut:
+				s.putProgress(w, r, seg[1])
+			default:
+				s.writeError(w, r, methodNotAllowed(r, "GET", "PUT"))
+			}
+			return
 		case len(seg) == 3 && seg[2] == "activate":
 			want(http.MethodPost, func() { s.activateJob(w, r, seg[1]) })
 			return
@@ -388,8 +406,15 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request, rest string) {
 			want(http.MethodPost, func() { s.pauseQueue(w, r, seg[1], seg[2] == "pause") })
 			return
 		}
+	case "admin":
+		if s.routeAdmin(w, r, seg) {
+			return
+		}
 	case "dead-letter":
 		switch {
+		case len(seg) == 2 && seg[1] == "stats":
+			want(http.MethodGet, func() { s.deadLetterStats(w, r) })
+			return
 		case len(seg) == 1:
 			want(http.MethodGet, func() { s.listDeadLetter(w, r) })
 			return
