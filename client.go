@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"runtime/debug"
 	"slices"
 	"strconv"
@@ -331,7 +332,7 @@ func (c *Client) abandonStuckJobs() {
 	}
 	c.runMu.Unlock()
 	for _, row := range stuck {
-		c.cfg.Logger.Warn("pronto: worker ignored cancellation at shutdown; returning its job to available", "job", row.ID, "kind", row.Kind)
+		c.cfg.Logger.Warn("pronto: worker ignored cancellation at shutdown; returning its job to available", jobAttrs(row)...)
 		c.completer.Add(completer.Item{Completion: store.Completion{
 			ID: row.ID, Attempt: row.Attempt, Token: row.ClaimToken, State: store.StateAvailable, RefundAttempt: true,
 		}})
@@ -636,7 +637,7 @@ func (c *Client) execute(row *store.Job, release func(), leaseUntil time.Time) {
 	c.runMu.Unlock()
 	if superseded != nil {
 		c.cfg.Logger.Warn("pronto: a job was claimed again while an earlier run of it still ran here; stopping that run",
-			"job", row.ID, "kind", row.Kind, "attempt", row.Attempt)
+			jobAttrs(row)...)
 		superseded(ErrJobLost)
 	}
 	c.pools[row.Queue] <- jobTask{run: rj, row: row, ctx: ctx, cancel: cancel, release: release, after: after}
@@ -750,7 +751,7 @@ func (c *Client) recordOutcome(rj *runningJob, err error, result json.RawMessage
 		return
 	case errors.Is(cause, ErrJobLost):
 		c.forget(rj)
-		c.cfg.Logger.Warn("pronto: lost the lease of a running job; its outcome is not recorded", "job", row.ID, "kind", row.Kind)
+		c.cfg.Logger.Warn("pronto: lost the lease of a running job; its outcome is not recorded", jobAttrs(row)...)
 		return
 	}
 
@@ -804,9 +805,12 @@ func (c *Client) recordOutcome(rj *runningJob, err error, result json.RawMessage
 		c.forget(rj)
 		if werr != nil || !applied {
 			if werr != nil {
-				c.cfg.Logger.Warn("pronto: outcome not written; the job will be rescued", "job", row.ID, "err", werr)
+				c.cfg.Logger.Warn("pronto: outcome not written; the job will be rescued", jobAttrs(row, "err", werr)...)
 			}
 			return
+		}
+		if c.cfg.Logger.Enabled(context.Background(), slog.LevelDebug) {
+			c.cfg.Logger.Debug("pronto: attempt ended", jobAttrs(row, "state", comp.State, "duration", dur, "err", err)...)
 		}
 		if comp.State == store.StateRetryable || comp.State == store.StateScheduled {
 			if p := c.producers[row.Queue]; p != nil {
@@ -853,7 +857,7 @@ func (c *Client) policyOf(row *JobRow) RetryPolicy {
 	}
 	var p RetryPolicy
 	if err := json.Unmarshal(row.RetryPolicy, &p); err != nil {
-		c.cfg.Logger.Warn("pronto: job has an unreadable retry policy; using the default", "job", row.ID, "err", err)
+		c.cfg.Logger.Warn("pronto: job has an unreadable retry policy; using the default", jobAttrs(row, "err", err)...)
 		return c.cfg.RetryPolicy
 	}
 	return p.withDefaults(c.cfg.RetryPolicy)

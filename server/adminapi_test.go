@@ -3,7 +3,9 @@ package server
 import (
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
+	"time"
 )
 
 // mustCall sends a request and fails unless the status is want; every answer carries a request id.
@@ -191,4 +193,23 @@ func TestReadyAndHealthNeedNoKey(t *testing.T) {
 	mustCall(t, s, 200, "GET", "/ojs/v1/health", nil)
 	checkErrorBody(t, call(t, s, "GET", "/ojs/v1/admin/stats", nil), 401, CodeUnauthenticated)
 	mustCall(t, s, 200, "GET", "/ojs/v1/admin/stats", nil, "Authorization", "Bearer k")
+}
+
+// TestProgressEvent: a progress report appears in the event log as progress.updated.
+func TestProgressEvent(t *testing.T) {
+	s, _ := newTestServer(t, Config{})
+	id := enqueueJob(t, s, `{"type":"a.b","args":[],"options":{"queue":"pe"}}`)
+	mustCall(t, s, 200, "POST", "/ojs/v1/workers/fetch", map[string]any{"queues": []string{"pe"}, "worker_id": "w1"})
+	mustCall(t, s, 204, "PUT", "/ojs/v1/jobs/"+id+"/progress", `{"progress":0.25}`)
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		r := mustCall(t, s, 200, "GET", "/ojs/v1/events?type=progress.updated", nil)
+		if strings.Contains(string(r.raw), `"progress":0.25`) && strings.Contains(string(r.raw), id) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no progress.updated event: %s", r.raw)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
