@@ -129,8 +129,8 @@ func (c *Client) IsLeader() bool {
 	return m != nil && m.IsLeader()
 }
 
-// Subscribe returns a channel of this client's events of the given kinds (all kinds when none are
-// given) and a function that ends the subscription and closes the channel. Delivery never blocks the
+// Subscribe returns a channel of this client's events of the given kinds (all kinds but EventStarted
+// when none are given) and a function that ends the subscription and closes the channel. Delivery never blocks the
 // client: when the channel's buffer (1000 events) is full, events are dropped.
 func (c *Client) Subscribe(kinds ...EventKind) (<-chan *Event, func()) {
 	return c.events.subscribe(1000, kinds)
@@ -673,6 +673,7 @@ func (c *Client) run(t jobTask) {
 		case <-jobCtx.Done():
 		}
 	}
+	c.emitStarted([]*JobRow{row})
 	start := time.Now()
 	if jobCtx.Err() != nil && t.after != nil {
 		err = context.Cause(jobCtx) // stopped while waiting: the worker never ran

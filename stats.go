@@ -1,5 +1,7 @@
 package pronto
 
+import "time"
+
 // ClientStats is a snapshot of a client's own machinery, for metrics and health checks: what it runs
 // and what it has yet to write. Job counts per state come from the store (QueueList), not from here.
 type ClientStats struct {
@@ -46,4 +48,16 @@ func (c *Client) Stats() ClientStats {
 	}
 	st.Leader = m != nil && m.IsLeader()
 	return st
+}
+
+// emitStarted emits EventStarted for each job, each with its own copy of the row.
+func (c *Client) emitStarted(rows []*JobRow) {
+	if len(rows) == 0 || !c.events.wants(EventStarted) {
+		return
+	}
+	now := time.Now()
+	for _, r := range rows {
+		out := *r
+		c.events.emit(&Event{Kind: EventStarted, Job: &out, At: now})
+	}
 }

@@ -13,7 +13,7 @@
 //	registry.MustRegister(m)
 //
 // Counters and histograms are counted by this process (inserts through the insert middleware,
-// attempt starts through the work middleware, outcomes from the client's events); gauges are read at
+// attempt starts and outcomes from the client's events, OJS workers' fetches and acks included); gauges are read at
 // scrape time: job counts per queue and state from one store query (QueueList), cached for
 // Options.CacheTTL, and worker slots, leadership and the outcome backlog from Client.Stats.
 //
@@ -100,7 +100,7 @@ func New(opts *Options) *Metrics {
 	return &Metrics{
 		opts:           o,
 		enqueued:       counter("ojs_job_enqueued_total", "Jobs inserted by this process (duplicates a unique key turned away are not counted)."),
-		claimed:        counter("pronto_job_claimed_total", "Attempts started by this process's workers."),
+		claimed:        counter("pronto_job_claimed_total", "Attempts started: by this client's workers, or fetched through it by OJS workers."),
 		completed:      counter("ojs_job_completed_total", "Jobs that reached the completed state on this process."),
 		failed:         counter("ojs_job_failed_total", "Jobs that reached the discarded state on this process (failed for good)."),
 		attemptsFailed: counter("pronto_job_attempts_failed_total", "Attempts that ended in an error, whether the job will be retried or was discarded."),
@@ -135,10 +135,9 @@ func (m *Metrics) vectors() []prometheus.Collector {
 		m.cancelled, m.snoozed, m.rescued, m.expired, m.duration, m.pickup, m.queueTime, m.turnaround, m.scrapeErrors}
 }
 
-// Instrument appends the metrics' insert and work middleware to cfg. Call it before NewClient.
+// Instrument appends the metrics' insert middleware to cfg. Call it before NewClient.
 func (m *Metrics) Instrument(cfg *pronto.Config) {
 	cfg.InsertMiddleware = append(cfg.InsertMiddleware, m.InsertMiddleware())
-	cfg.WorkMiddleware = append(cfg.WorkMiddleware, m.WorkMiddleware())
 }
 
 // InsertMiddleware counts inserted jobs (ojs_job_enqueued_total).
@@ -154,21 +153,19 @@ func (m *Metrics) InsertMiddleware() pronto.InsertMiddleware {
 	}
 }
 
-// WorkMiddleware counts attempt starts and observes pickup latency and queue time.
-func (m *Metrics) WorkMiddleware() pronto.WorkMiddleware {
-	return func(ctx context.Context, job *pronto.JobRow, next func(ctx context.Context) error) error {
-		m.claimed.WithLabelValues(job.Queue, job.Kind).Inc()
-		start := job.StartedAt
-		if start.IsZero() {
-			start = time.Now()
-		}
-		if !job.ScheduledAt.IsZero() {
-			m.pickup.WithLabelValues(job.Queue, job.Kind).Observe(nonNegative(start.Sub(job.ScheduledAt)))
-		}
-		if job.Attempt == 1 && !job.CreatedAt.IsZero() {
-			m.queueTime.WithLabelValues(job.Queue, job.Kind).Observe(nonNegative(start.Sub(job.CreatedAt)))
-		}
-		return next(ctx)
+// attemptStarted counts an attempt start (on the client's workers or fetched by an OJS worker) and
+// observes its pickup latency and, for a first attempt, its queue time.
+func (m *Metrics) attemptStarted(job *pronto.JobRow, at time.Time) {
+	m.claimed.WithLabelValues(job.Queue, job.Kind).Inc()
+	start := job.StartedAt
+	if start.IsZero() {
+		start = at
+	}
+	if !job.ScheduledAt.IsZero() {
+		m.pickup.WithLabelValues(job.Queue, job.Kind).Observe(nonNegative(start.Sub(job.ScheduledAt)))
+	}
+	if job.Attempt == 1 && !job.CreatedAt.IsZero() {
+		m.queueTime.WithLabelValues(job.Queue, job.Kind).Observe(nonNegative(start.Sub(job.CreatedAt)))
 	}
 }
 
@@ -181,7 +178,8 @@ func (m *Metrics) Attach(c *pronto.Client) (detach func()) {
 	m.mu.Lock()
 	m.client, m.cached = c, nil
 	m.mu.Unlock()
-	events, unsubscribe := c.Subscribe()
+	events, unsubscribe := c.Subscribe(pronto.EventStarted, pronto.EventCompleted, pronto.EventFailed,
+		pronto.EventDiscarded, pronto.EventCancelled, pronto.EventSnoozed, pronto.EventRetried, pronto.EventRescued)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -207,6 +205,9 @@ func (m *Metrics) observe(e *pronto.Event) {
 	q, t := j.Queue, j.Kind
 	attemptEnded := e.Duration > 0
 	switch e.Kind {
+	case pronto.EventStarted:
+		m.attemptStarted(j, e.At)
+		return
 	case pronto.EventCompleted:
 		m.completed.WithLabelValues(q, t).Inc()
 		if !j.CreatedAt.IsZero() && !j.CompletedAt.IsZero() {

@@ -124,7 +124,10 @@ func New(cfg Config) (*Server, error) {
 	if s.backend == "" {
 		s.backend = backendName(s.store)
 	}
-	ch, unsub := cfg.Client.Subscribe()
+	// The kinds the event log records (see consumeClientEvents), so the client never copies a job
+	// for an event nobody here reads.
+	ch, unsub := cfg.Client.Subscribe(pronto.EventCompleted, pronto.EventFailed, pronto.EventDiscarded,
+		pronto.EventCancelled, pronto.EventSnoozed, pronto.EventRetried, pronto.EventProgress)
 	s.unsubscribe = unsub
 	go s.consumeClientEvents(ch)
 	return s, nil

@@ -59,6 +59,9 @@ func TestServeMetrics(t *testing.T) {
 		`ojs_job_enqueued_total{queue="obsq",type="obs.test"} 1`,
 		`ojs_job_completed_total{queue="obsq",type="obs.test"} 1`,
 		`ojs_queue_depth{queue="obsq",state="completed"} 1`,
+		`pronto_job_claimed_total{queue="obsq",type="obs.test"} 1`,
+		`pronto_job_pickup_latency_seconds_count{queue="obsq",type="obs.test"} 1`,
+		`ojs_job_duration_seconds_count{queue="obsq",state="completed",type="obs.test"} 1`,
 		`ojs_queue_depth{queue="obsq",state="available"} 0`,
 		`go_goroutines `,
 	}
