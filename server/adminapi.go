@@ -103,7 +103,7 @@ func (s *Server) routeAdmin(w http.ResponseWriter, r *http.Request, seg []string
 			return true
 		case len(seg) == 3:
 			if is(http.MethodGet) {
-				s.getJob(w, r, seg[2])
+				s.adminGetJob(w, r, seg[2])
 			}
 			return true
 		case len(seg) == 4 && seg[3] == "cancel":
@@ -409,6 +409,24 @@ func containsState(ss []pronto.State, v pronto.State) bool {
 		}
 	}
 	return false
+}
+
+// GET /ojs/v1/admin/jobs/{id}: the job envelope itself, not wrapped in {"job": ...} as the data-plane
+// GET /ojs/v1/jobs/{id} answers (ojs-admin-api.md 7.2 shows it bare).
+func (s *Server) adminGetJob(w http.ResponseWriter, r *http.Request, id string) {
+	if e := checkJobID(id, "job id"); e != nil {
+		s.writeError(w, r, e)
+		return
+	}
+	j, err := s.client.JobGet(r.Context(), id)
+	if err != nil {
+		s.writeError(w, r, fromClientError(err, "job", id))
+		return
+	}
+	j = s.repair(r.Context(), j)
+	b := getBuf()
+	*b = appendJob(*b, j)
+	writeBuf(w, http.StatusOK, b)
 }
 
 // POST /ojs/v1/admin/jobs/{id}/retry

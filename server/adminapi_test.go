@@ -120,7 +120,7 @@ func TestAdminAPI(t *testing.T) {
 			for _, bad := range []string{"state=bogus", "per_page=0", "per_page=101", "page=0", "order=up", "sort=priority", "since=2026-01-01T00:00:00Z", "type=Not%20A%20Type", "queue=Q!"} {
 				checkErrorBody(t, call(t, s, "GET", "/ojs/v1/admin/jobs?"+bad, nil), 400, CodeInvalidRequest)
 			}
-			if j := mustCall(t, s, 200, "GET", "/ojs/v1/admin/jobs/"+kept, nil).body["job"].(map[string]any); j["id"] != kept {
+			if j := mustCall(t, s, 200, "GET", "/ojs/v1/admin/jobs/"+kept, nil).body; j["id"] != kept || j["type"] != "mail.bounce" {
 				t.Fatalf("admin job: %v", j)
 			}
 			checkErrorBody(t, call(t, s, "GET", "/ojs/v1/admin/jobs/019539a4-0000-7000-8000-000000000000", nil), 404, CodeNotFound)
