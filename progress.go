@@ -173,6 +173,9 @@ func (c *Client) JobProgressReport(ctx context.Context, id string, value *float6
 // withProgress sets j.Progress from the store: the progress of j's latest run, reading 1 once the
 // job completed (ojs-progress.md 8.1), or nil when that run reported none.
 func (c *Client) withProgress(ctx context.Context, j *JobRow) (*JobRow, error) {
+	if j.StartedAt.IsZero() {
+		return j, nil // never ran: nothing reported (and no second query)
+	}
 	p, err := c.store.GetProgress(ctx, j.ID)
 	if err != nil {
 		return nil, fmt.Errorf("pronto: get job %s: %w", j.ID, err)
