@@ -29,6 +29,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pronto-jobs/pronto"
+	"github.com/pronto-jobs/pronto/store"
 )
 
 // Options tunes a Metrics. The zero value (or nil) takes every default.
@@ -64,7 +65,7 @@ type Metrics struct {
 	depth, busy, free                *prometheus.Desc
 	active, leader, backlog, dropped *prometheus.Desc
 	scrapeErrors                     prometheus.Counter
-	started                          *prometheus.Desc
+	started, listener                *prometheus.Desc
 
 	mu       sync.Mutex
 	client   *pronto.Client
@@ -117,14 +118,15 @@ func New(opts *Options) *Metrics {
 			o.LatencyBuckets, "queue", "type"),
 		turnaround: hist("pronto_job_turnaround_seconds", "Time from a job's insert to its completion (completed jobs only).",
 			o.LatencyBuckets, "queue", "type"),
-		depth:   prometheus.NewDesc("ojs_queue_depth", "Jobs per queue per state, as the store holds them (cached for a few seconds).", []string{"queue", "state"}, nil),
-		busy:    prometheus.NewDesc("ojs_workers_busy", "Jobs this client is running now, per queue.", []string{"queue"}, nil),
-		free:    prometheus.NewDesc("pronto_workers_free", "Worker slots free on this client, per queue.", []string{"queue"}, nil),
-		active:  prometheus.NewDesc("ojs_workers_active", "Jobs this client is running now, over all queues.", nil, nil),
-		leader:  prometheus.NewDesc("pronto_leader", "1 when this client runs the cluster's maintenance (rescue, promotion, cleanup, cron), else 0.", nil, nil),
-		backlog: prometheus.NewDesc("pronto_completer_backlog", "Attempt outcomes waiting to be written to the store.", nil, nil),
-		dropped: prometheus.NewDesc("pronto_events_dropped_total", "Client events a subscriber missed because its buffer was full (metrics counted from events undercount by up to this).", nil, nil),
-		started: prometheus.NewDesc("pronto_client_started", "1 while the client is working jobs (started and not stopped), else 0.", nil, nil),
+		depth:    prometheus.NewDesc("ojs_queue_depth", "Jobs per queue per state, as the store holds them (cached for a few seconds).", []string{"queue", "state"}, nil),
+		busy:     prometheus.NewDesc("ojs_workers_busy", "Jobs this client is running now, per queue.", []string{"queue"}, nil),
+		free:     prometheus.NewDesc("pronto_workers_free", "Worker slots free on this client, per queue.", []string{"queue"}, nil),
+		active:   prometheus.NewDesc("ojs_workers_active", "Jobs this client is running now, over all queues.", nil, nil),
+		leader:   prometheus.NewDesc("pronto_leader", "1 when this client runs the cluster's maintenance (rescue, promotion, cleanup, cron), else 0.", nil, nil),
+		backlog:  prometheus.NewDesc("pronto_completer_backlog", "Attempt outcomes waiting to be written to the store.", nil, nil),
+		dropped:  prometheus.NewDesc("pronto_events_dropped_total", "Client events a subscriber missed because its buffer was full (metrics counted from events undercount by up to this).", nil, nil),
+		listener: prometheus.NewDesc("pronto_notifier_connected", "1 while the store's notification listener is connected (PostgreSQL only; absent for stores that notify in process).", nil, nil),
+		started:  prometheus.NewDesc("pronto_client_started", "1 while the client is working jobs (started and not stopped), else 0.", nil, nil),
 		scrapeErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "pronto_metrics_store_errors_total",
 			Help: "Scrapes whose store query for job counts failed (ojs_queue_depth was left out of them)."}),
 	}
@@ -242,7 +244,7 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, c := range m.vectors() {
 		c.Describe(ch)
 	}
-	for _, d := range []*prometheus.Desc{m.depth, m.busy, m.free, m.active, m.leader, m.backlog, m.dropped, m.started} {
+	for _, d := range []*prometheus.Desc{m.depth, m.busy, m.free, m.active, m.leader, m.backlog, m.dropped, m.started, m.listener} {
 		ch <- d
 	}
 }
@@ -279,6 +281,9 @@ func (m *Metrics) collectGauges(ch chan<- prometheus.Metric, c *pronto.Client) {
 	ch <- prometheus.MustNewConstMetric(m.active, prometheus.GaugeValue, float64(running))
 	ch <- prometheus.MustNewConstMetric(m.leader, prometheus.GaugeValue, boolValue(st.Leader))
 	ch <- prometheus.MustNewConstMetric(m.started, prometheus.GaugeValue, boolValue(st.Started))
+	if ls, ok := c.Store().(store.ListenerStatus); ok {
+		ch <- prometheus.MustNewConstMetric(m.listener, prometheus.GaugeValue, boolValue(ls.ListenerConnected()))
+	}
 	ch <- prometheus.MustNewConstMetric(m.backlog, prometheus.GaugeValue, float64(st.CompleterBacklog))
 	ch <- prometheus.MustNewConstMetric(m.dropped, prometheus.CounterValue, float64(st.DroppedEvents))
 }

@@ -18,8 +18,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pronto-jobs/pronto"
+	"github.com/pronto-jobs/pronto/internal/testdb"
 	"github.com/pronto-jobs/pronto/promexport"
 	"github.com/pronto-jobs/pronto/store/memory"
+	"github.com/pronto-jobs/pronto/store/postgres"
 )
 
 type okArgs struct{}
@@ -196,4 +198,34 @@ type countingStore struct {
 func (s *countingStore) ListQueues(ctx context.Context) ([]pronto.QueueInfo, error) {
 	s.lists.Add(1)
 	return s.Store.ListQueues(ctx)
+}
+
+// TestNotifierConnectedOnPostgres: on PostgreSQL the listener's state is a gauge; a started client's
+// listener connects.
+func TestNotifierConnectedOnPostgres(t *testing.T) {
+	ctx := context.Background()
+	st, err := postgres.New(testdb.NewPool(t, 4), postgres.Config{Schema: testdb.Schema(t)})
+	require.NoError(t, err)
+	require.NoError(t, st.Migrate(ctx))
+	defer st.Close()
+	workers := pronto.NewWorkers()
+	pronto.AddWorker(workers, pronto.WorkFunc(func(ctx context.Context, j *pronto.Job[okArgs]) error { return nil }))
+	client, err := pronto.NewClient(st, &pronto.Config{Queues: map[string]pronto.QueueConfig{"default": {MaxWorkers: 1}}, Workers: workers})
+	require.NoError(t, err)
+	m := promexport.New(nil)
+	defer m.Attach(client)()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(m)
+	require.NoError(t, client.Start(ctx))
+	defer client.Stop(ctx)
+	require.Eventually(t, func() bool {
+		mfs, err := reg.Gather()
+		require.NoError(t, err)
+		for _, mf := range mfs {
+			if mf.GetName() == "pronto_notifier_connected" {
+				return mf.GetMetric()[0].GetGauge().GetValue() == 1
+			}
+		}
+		return false
+	}, 20*time.Second, 20*time.Millisecond)
 }
