@@ -186,6 +186,16 @@ func TestAdminAPI(t *testing.T) {
 	}
 }
 
+// TestManifestDeclaresExtensions: the manifest names the progress and admin-api extensions.
+func TestManifestDeclaresExtensions(t *testing.T) {
+	s, _ := newTestServer(t, Config{})
+	r := mustCall(t, s, 200, "GET", "/ojs/manifest", nil)
+	ext := fmt.Sprint(r.body["extensions"])
+	if !strings.Contains(ext, "progress") || !strings.Contains(ext, "admin-api") {
+		t.Fatalf("extensions: %s", ext)
+	}
+}
+
 // TestReadyAndHealthNeedNoKey: probes work without the API key; the admin API needs it.
 func TestReadyAndHealthNeedNoKey(t *testing.T) {
 	s, _ := newTestServer(t, Config{APIKey: "k"})
