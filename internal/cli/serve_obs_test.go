@@ -14,8 +14,17 @@ import (
 // TestServeMetrics: after a round trip over the API (enqueue, fetch, ack), /metrics (behind the API
 // key) has the job's series with the right values.
 func TestServeMetrics(t *testing.T) {
-	db := "sqlite:" + filepath.Join(t.TempDir(), "serve.db")
-	base, stop := startServe(t, map[string]string{EnvAPIKey: "k3y"}, "--addr", "127.0.0.1:0", "--database-url", db, "--pprof")
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			testServeMetrics(t, b.setup(t))
+		})
+	}
+}
+
+func testServeMetrics(t *testing.T, db []string) {
+	args := append([]string{"--addr", "127.0.0.1:0", "--pprof"}, db...)
+	base, stop := startServe(t, map[string]string{EnvAPIKey: "k3y"}, args...)
 	defer stop()
 	do := func(method, path, body string, key bool) (int, string) {
 		t.Helper()
