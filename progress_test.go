@@ -3,12 +3,15 @@ package pronto_test
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/pronto-jobs/pronto"
+	"github.com/pronto-jobs/pronto/store"
+	"github.com/pronto-jobs/pronto/store/memory"
 )
 
 type progressArgs struct {
@@ -84,4 +87,43 @@ func TestProgressRoundTrip(t *testing.T) {
 		require.NoError(t, err)
 		require.Nil(t, j.Progress, "no progress before any report")
 	})
+}
+
+// progressCountingStore counts progress writes.
+type progressCountingStore struct {
+	*memory.Store
+	writes atomic.Int64
+}
+
+func (s *progressCountingStore) SetProgress(ctx context.Context, p store.ProgressParams) (bool, error) {
+	s.writes.Add(1)
+	return s.Store.SetProgress(ctx, p)
+}
+
+// TestProgressThrottled: a worker reporting in a tight loop costs a write or two, and the last
+// report is the one stored.
+func TestProgressThrottled(t *testing.T) {
+	st := &progressCountingStore{Store: memory.New()}
+	var loop atomic.Int64 // how long the reporting loop took, in ns
+	workers := pronto.NewWorkers()
+	pronto.AddWorker(workers, pronto.WorkFunc(func(ctx context.Context, j *pronto.Job[progressArgs]) error {
+		start := time.Now()
+		defer func() { loop.Store(int64(time.Since(start))) }()
+		for i := 1; i <= 10000; i++ {
+			if err := pronto.ReportProgress(ctx, float64(i)/20000, map[string]int{"i": i}); err != nil {
+				return err
+			}
+		}
+		return errors.New("stop here, keeping the progress")
+	}))
+	c := startClient(t, st, fastConfig(workers, defaultQueue(1)))
+	job, err := c.Insert(context.Background(), progressArgs{}, &pronto.InsertOpts{MaxAttempts: 1})
+	require.NoError(t, err)
+	j := waitState(t, c, job.ID, pronto.StateDiscarded)
+	require.NotNil(t, j.Progress)
+	require.Equal(t, 0.5, *j.Progress.Value, "the last report is stored")
+	require.JSONEq(t, `{"i":10000}`, string(j.Progress.Data))
+	// One write at once, at most one per second of reporting after it, and the flush at the end.
+	bound := 2 + int64(time.Duration(loop.Load())/pronto.ProgressInterval)
+	require.LessOrEqual(t, st.writes.Load(), bound, "10000 reports are throttled")
 }
