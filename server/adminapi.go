@@ -216,10 +216,15 @@ type jobFilter struct {
 	kinds  []string
 	prefix string // a type filter ending in "*": kinds starting with it
 	before time.Time
+	// since and until bound the creation time (zero: unbounded).
+	since, until time.Time
 }
 
 func (f *jobFilter) match(j *pronto.JobRow) bool {
 	if f.prefix != "" && !strings.HasPrefix(j.Kind, f.prefix) {
+		return false
+	}
+	if (!f.since.IsZero() && j.CreatedAt.Before(f.since)) || (!f.until.IsZero() && !j.CreatedAt.Before(f.until)) {
 		return false
 	}
 	if !f.before.IsZero() {
@@ -304,10 +309,18 @@ func (s *Server) scan(ctx context.Context, f *jobFilter, desc bool, fn func(*pro
 // GET /ojs/v1/admin/jobs (and /admin/dead-letter, with states fixed to discarded)
 func (s *Server) adminListJobs(w http.ResponseWriter, r *http.Request, states []pronto.State) {
 	q := r.URL.Query()
-	for _, unsupported := range []string{"since", "until"} {
-		if q.Has(unsupported) {
-			s.writeError(w, r, invalid(unsupported, "filter %q is not supported by pronto; filter by queue, state and type", unsupported))
-			return
+	var since, until time.Time
+	for _, p := range []struct {
+		name string
+		to   *time.Time
+	}{{"since", &since}, {"until", &until}} {
+		if v := q.Get(p.name); v != "" {
+			t, err := time.Parse(time.RFC3339, v)
+			if err != nil {
+				s.writeError(w, r, invalid(p.name, "%s %q: not an RFC 3339 time", p.name, v))
+				return
+			}
+			*p.to = t
 		}
 	}
 	if sortBy := q.Get("sort"); sortBy != "" && sortBy != "created_at" {
@@ -342,6 +355,7 @@ func (s *Server) adminListJobs(w http.ResponseWriter, r *http.Request, states []
 		s.writeError(w, r, e)
 		return
 	}
+	f.since, f.until = since, until
 	skip := (page - 1) * perPage
 	items := make([]json.RawMessage, 0, perPage)
 	hasMore := false
@@ -365,7 +379,7 @@ func (s *Server) adminListJobs(w http.ResponseWriter, r *http.Request, states []
 		return
 	}
 	pagination := map[string]any{"page": page, "per_page": perPage, "has_more": hasMore}
-	if f.prefix == "" && len(f.kinds) == 0 && states == nil {
+	if f.prefix == "" && len(f.kinds) == 0 && states == nil && since.IsZero() && until.IsZero() {
 		if total, err := s.countJobs(r.Context(), f); err == nil {
 			pagination["total"] = total
 		}

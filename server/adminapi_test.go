@@ -117,8 +117,14 @@ func TestAdminAPI(t *testing.T) {
 			if its := r.body["items"].([]any); len(its) != 1 || its[0].(map[string]any)["id"] != kept || r.body["pagination"].(map[string]any)["has_more"] != true {
 				t.Fatalf("admin jobs page 2: %s", r.raw)
 			}
-			for _, bad := range []string{"state=bogus", "per_page=0", "per_page=101", "page=0", "order=up", "sort=priority", "since=2026-01-01T00:00:00Z", "type=Not%20A%20Type", "queue=Q!"} {
+			for _, bad := range []string{"state=bogus", "per_page=0", "per_page=101", "page=0", "order=up", "sort=priority", "since=yesterday", "until=2026-13-01T00:00:00Z", "type=Not%20A%20Type", "queue=Q!"} {
 				checkErrorBody(t, call(t, s, "GET", "/ojs/v1/admin/jobs?"+bad, nil), 400, CodeInvalidRequest)
+			}
+			if its := mustCall(t, s, 200, "GET", "/ojs/v1/admin/jobs?since=2000-01-01T00:00:00Z&until=2999-01-01T00:00:00Z", nil).body["items"].([]any); len(its) != 3 {
+				t.Fatalf("jobs created between 2000 and 2999: %v", its)
+			}
+			if its := mustCall(t, s, 200, "GET", "/ojs/v1/admin/jobs?until=2000-01-01T00:00:00Z", nil).body["items"].([]any); len(its) != 0 {
+				t.Fatalf("jobs created before 2000: %v", its)
 			}
 			if j := mustCall(t, s, 200, "GET", "/ojs/v1/admin/jobs/"+kept, nil).body; j["id"] != kept || j["type"] != "mail.bounce" {
 				t.Fatalf("admin job: %v", j)
