@@ -28,8 +28,8 @@ jobs, and OJS workers in any language can fetch, ack, nack and heartbeat them. C
 registered through the API are fired by the elected leader among the running servers.
 
 The server listens on 127.0.0.1 unless told otherwise, and refuses a non-loopback address without an
-API key. With a key (--api-key or $` + EnvAPIKey + `), every endpoint except /ojs/v1/health requires
-"Authorization: Bearer <key>". It stops gracefully on SIGINT or SIGTERM.
+API key. With a key (--api-key or $` + EnvAPIKey + `), every endpoint except /ojs/v1/health and
+/ojs/v1/ready requires "Authorization: Bearer <key>", /metrics (Prometheus) included. It stops gracefully on SIGINT or SIGTERM.
 
 Examples:
   pronto serve
