@@ -83,6 +83,8 @@ var tests = []testCase{
 	{"FinishUnknownNotApplied", single(testFinishUnknown)},
 	{"FinishBatchInOrder", single(testFinishBatch)},
 
+	{"Progress", single(testProgress)},
+
 	{"NotFound", single(testNotFound)},
 	{"CancelTerminalRefused", single(testCancelTerminalRefused)},
 	{"RetryRefused", single(testRetryRefused)},
