@@ -51,7 +51,7 @@ func (c *Client) JobGet(ctx context.Context, id string) (*JobRow, error) {
 	if err != nil {
 		return nil, wrapOp(fmt.Sprintf("get job %s", id), err)
 	}
-	return j, nil
+	return c.withProgress(ctx, j)
 }
 
 // JobList lists jobs matching the filters, one page at a time.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"runtime/debug"
 	"slices"
 	"strconv"
@@ -74,6 +75,10 @@ type Client struct {
 	runMu   sync.Mutex
 	running map[string]*runningJob
 	latest  map[string]*runningJob // by job id: the newest run of each job in running
+
+	// remoteProgress throttles progress reported over HTTP, per job (see JobProgressReport).
+	remoteProgressMu sync.Mutex
+	remoteProgress   map[string]*progressThrottle
 }
 
 // runningJob is one run of a claimed job this client holds: running, or finished with its outcome not
@@ -127,8 +132,8 @@ func (c *Client) IsLeader() bool {
 	return m != nil && m.IsLeader()
 }
 
-// Subscribe returns a channel of this client's events of the given kinds (all kinds when none are
-// given) and a function that ends the subscription and closes the channel. Delivery never blocks the
+// Subscribe returns a channel of this client's events of the given kinds (all kinds but EventStarted
+// when none are given) and a function that ends the subscription and closes the channel. Delivery never blocks the
 // client: when the channel's buffer (1000 events) is full, events are dropped.
 func (c *Client) Subscribe(kinds ...EventKind) (<-chan *Event, func()) {
 	return c.events.subscribe(1000, kinds)
@@ -330,7 +335,7 @@ func (c *Client) abandonStuckJobs() {
 	}
 	c.runMu.Unlock()
 	for _, row := range stuck {
-		c.cfg.Logger.Warn("pronto: worker ignored cancellation at shutdown; returning its job to available", "job", row.ID, "kind", row.Kind)
+		c.cfg.Logger.Warn("pronto: worker ignored cancellation at shutdown; returning its job to available", jobAttrs(row)...)
 		c.completer.Add(completer.Item{Completion: store.Completion{
 			ID: row.ID, Attempt: row.Attempt, Token: row.ClaimToken, State: store.StateAvailable, RefundAttempt: true,
 		}})
@@ -549,6 +554,14 @@ func (c *Client) onRescue(res store.RescueResult) {
 
 type resultKey struct{}
 
+// flushProgress writes the run's pending progress report, if any.
+func (h *resultHolder) flushProgress() {
+	h.progressOnce.Do(func() {}) // no report from now on makes a throttle
+	if h.progress != nil {
+		h.progress.flush()
+	}
+}
+
 // resultHolder is what a Work call's context carries of its run: the result recorded so far, and
 // whether CompleteTx wrote the run's completion in an application's transaction.
 type resultHolder struct {
@@ -558,6 +571,10 @@ type resultHolder struct {
 	mu            sync.Mutex
 	raw           json.RawMessage
 	completedInTx bool
+
+	// progress throttles the run's ReportProgress writes (made on first use).
+	progressOnce sync.Once
+	progress     *progressThrottle
 }
 
 // RecordResult stores v (as JSON) as the result of the job whose context ctx is; it is saved when the
@@ -623,7 +640,7 @@ func (c *Client) execute(row *store.Job, release func(), leaseUntil time.Time) {
 	c.runMu.Unlock()
 	if superseded != nil {
 		c.cfg.Logger.Warn("pronto: a job was claimed again while an earlier run of it still ran here; stopping that run",
-			"job", row.ID, "kind", row.Kind, "attempt", row.Attempt)
+			jobAttrs(row)...)
 		superseded(ErrJobLost)
 	}
 	c.pools[row.Queue] <- jobTask{run: rj, row: row, ctx: ctx, cancel: cancel, release: release, after: after}
@@ -659,6 +676,7 @@ func (c *Client) run(t jobTask) {
 		case <-jobCtx.Done():
 		}
 	}
+	c.emitStarted([]*JobRow{row})
 	start := time.Now()
 	if jobCtx.Err() != nil && t.after != nil {
 		err = context.Cause(jobCtx) // stopped while waiting: the worker never ran
@@ -666,6 +684,7 @@ func (c *Client) run(t jobTask) {
 		err = c.runWorker(jobCtx, row)
 	}
 	dur := time.Since(start)
+	holder.flushProgress() // the latest report is written while the job is still active
 	timedOut := errors.Is(context.Cause(jobCtx), errTimeout)
 	cause := context.Cause(ctx)
 	stopTimeout()
@@ -736,7 +755,7 @@ func (c *Client) recordOutcome(rj *runningJob, err error, result json.RawMessage
 		return
 	case errors.Is(cause, ErrJobLost):
 		c.forget(rj)
-		c.cfg.Logger.Warn("pronto: lost the lease of a running job; its outcome is not recorded", "job", row.ID, "kind", row.Kind)
+		c.cfg.Logger.Warn("pronto: lost the lease of a running job; its outcome is not recorded", jobAttrs(row)...)
 		return
 	}
 
@@ -790,9 +809,12 @@ func (c *Client) recordOutcome(rj *runningJob, err error, result json.RawMessage
 		c.forget(rj)
 		if werr != nil || !applied {
 			if werr != nil {
-				c.cfg.Logger.Warn("pronto: outcome not written; the job will be rescued", "job", row.ID, "err", werr)
+				c.cfg.Logger.Warn("pronto: outcome not written; the job will be rescued", jobAttrs(row, "err", werr)...)
 			}
 			return
+		}
+		if c.cfg.Logger.Enabled(context.Background(), slog.LevelDebug) {
+			c.cfg.Logger.Debug("pronto: attempt ended", jobAttrs(row, "state", comp.State, "duration", dur, "err", err)...)
 		}
 		if comp.State == store.StateRetryable || comp.State == store.StateScheduled {
 			if p := c.producers[row.Queue]; p != nil {
@@ -839,7 +861,7 @@ func (c *Client) policyOf(row *JobRow) RetryPolicy {
 	}
 	var p RetryPolicy
 	if err := json.Unmarshal(row.RetryPolicy, &p); err != nil {
-		c.cfg.Logger.Warn("pronto: job has an unreadable retry policy; using the default", "job", row.ID, "err", err)
+		c.cfg.Logger.Warn("pronto: job has an unreadable retry policy; using the default", jobAttrs(row, "err", err)...)
 		return c.cfg.RetryPolicy
 	}
 	return p.withDefaults(c.cfg.RetryPolicy)

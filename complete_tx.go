@@ -95,7 +95,7 @@ func (c *Client) settledInTx(rj *runningJob) bool {
 	j, err := c.store.GetJob(ctx, rj.row.ID)
 	if err != nil {
 		if !errors.Is(err, store.ErrNotFound) {
-			c.cfg.Logger.Warn("pronto: reading a job completed in a transaction failed; writing the outcome Work returned", "job", rj.row.ID, "err", err)
+			c.cfg.Logger.Warn("pronto: reading a job completed in a transaction failed; writing the outcome Work returned", jobAttrs(rj.row, "err", err)...)
 		}
 		return false
 	}

@@ -27,6 +27,9 @@ const (
 	EventRetried EventKind = "job.retried"
 	// EventRescued: this client, as leader, returned a job whose worker stopped heartbeating to available.
 	EventRescued EventKind = "job.rescued"
+	// EventStarted: an attempt started, on this client's workers or fetched through RemoteFetch by an
+	// OJS worker (Job.StartedAt is when). Only subscriptions that name it receive it.
+	EventStarted EventKind = "job.started"
 )
 
 // Event reports one thing that happened to a job on this client.
@@ -52,7 +55,16 @@ type eventBus struct {
 
 type subscription struct {
 	ch    chan *Event
-	kinds map[EventKind]bool // nil: all
+	kinds map[EventKind]bool // nil: all but the opt-in kinds
+}
+
+// takes reports whether the subscription receives events of kind k. EventStarted, as frequent as
+// claims, goes only to subscriptions that name it.
+func (s *subscription) takes(k EventKind) bool {
+	if s.kinds == nil {
+		return k != EventStarted
+	}
+	return s.kinds[k]
 }
 
 func (b *eventBus) subscribe(buffer int, kinds []EventKind) (<-chan *Event, func()) {
@@ -88,11 +100,23 @@ func (b *eventBus) active() bool {
 	return len(b.subs) > 0
 }
 
+// wants reports whether any subscriber takes events of kind k.
+func (b *eventBus) wants(k EventKind) bool {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	for _, s := range b.subs {
+		if s.takes(k) {
+			return true
+		}
+	}
+	return false
+}
+
 func (b *eventBus) emit(e *Event) {
 	b.mu.RLock()
 	defer b.mu.RUnlock()
 	for _, s := range b.subs {
-		if s.kinds != nil && !s.kinds[e.Kind] {
+		if !s.takes(e.Kind) {
 			continue
 		}
 		select {

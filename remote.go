@@ -77,6 +77,7 @@ func (c *Client) RemoteFetch(ctx context.Context, p RemoteFetchParams) ([]*JobRo
 			break
 		}
 	}
+	c.emitStarted(out)
 	return out, nil
 }
 

@@ -91,6 +91,8 @@ func (s *Server) manifest(w http.ResponseWriter, r *http.Request) {
 	*b = appendStringField(*b, "base_url", "/ojs/v1")
 	*b = appendStringField(*b, "manifest", "/ojs/manifest")
 	*b = appendStringField(*b, "health", "/ojs/v1/health")
+	*b = appendStringField(*b, "ready", "/ojs/v1/ready")
+	*b = appendStringField(*b, "admin", "/ojs/v1/admin")
 	*b = append(*b, '}')
 	*b = appendBoolField(*b, "auth_required", s.apiKey != nil)
 	*b = append(*b, '}')

@@ -3,6 +3,7 @@ package server
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -276,6 +277,19 @@ func (s *Server) clientEvent(ev *pronto.Event) {
 	case pronto.EventRetried:
 		s.jobEvent("job.enqueued", j, ev.At, func(b []byte) []byte {
 			return appendIntField(b, "priority", int64(j.Priority))
+		})
+	case pronto.EventProgress:
+		// ojs-progress.md 11.1; the client emits at most one a second per job.
+		s.jobEvent("progress.updated", j, ev.At, func(b []byte) []byte {
+			if p := j.Progress; p != nil {
+				if p.Value != nil {
+					b = strconv.AppendFloat(appendKey(b, "progress"), *p.Value, 'f', -1, 64)
+				}
+				if len(p.Data) > 0 {
+					b = appendRawField(b, "data", p.Data)
+				}
+			}
+			return b
 		})
 	}
 }

@@ -20,6 +20,8 @@ var extensions = []extension{
 	{name: "workflows"},
 	{name: "schema-registry", needsSchemaStore: true},
 	{name: "backpressure"},
+	{name: "progress"},
+	{name: "admin-api"},
 	{name: "x-pronto-relative-times"},
 	{name: "x-pronto-requeue"},
 	{name: "x-pronto-claim-token"},

@@ -217,6 +217,9 @@ func appendJob(b []byte, j *pronto.JobRow) []byte {
 	if len(j.Result) > 0 {
 		b = appendRawField(b, "result", j.Result)
 	}
+	if j.Progress != nil {
+		b = appendProgress(b, j.Progress, "progress_data")
+	}
 	b = appendJobLinks(b, j)
 	if ext != nil && len(ext.Unknown) > 0 {
 		keys := make([]string, 0, len(ext.Unknown))
@@ -245,7 +248,8 @@ func reservedViewKey(k string) bool {
 		"enqueued_at", "scheduled_at", "next_attempt_at", "expires_at", "expired_at", "started_at",
 		"completed_at", "discarded_at", "cancelled_at", "visible_until", "retry_delay_ms", "error",
 		"errors", "result", "options", "timeout", "workflow_id", "depends_on", "workflow_callback",
-		"parent_results", "unique_key", "rate_limit_key", "deduplicated":
+		"parent_results", "unique_key", "rate_limit_key", "deduplicated", "progress", "progress_data",
+		"progress_updated_at":
 		return true
 	}
 	return false

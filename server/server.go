@@ -42,7 +42,7 @@ type Config struct {
 	// Client is the pronto client the API works through (required). Its store holds the jobs.
 	Client *pronto.Client
 	// APIKey, when set, must be sent as "Authorization: Bearer <key>" on every request except
-	// GET /ojs/v1/health.
+	// GET /ojs/v1/health and GET /ojs/v1/ready (probes).
 	APIKey string
 	// MaxBodyBytes bounds request bodies (default DefaultMaxBodyBytes); larger ones get 413.
 	MaxBodyBytes int64
@@ -60,6 +60,10 @@ type Config struct {
 	MaxBatch int
 	// Logger receives server errors (default: discarded).
 	Logger *slog.Logger
+	// Handlers are extra endpoints outside /ojs/ (such as "/metrics" or "/debug/pprof/"), served
+	// behind the same API key as the rest. A key ending in "/" matches every path below it; other
+	// keys match exactly.
+	Handlers map[string]http.Handler
 }
 
 // Server is the OJS HTTP API as an http.Handler.
@@ -84,7 +88,8 @@ type Server struct {
 	draining atomic.Bool
 
 	// schemas is the schema registry's cache (schemaapi.go).
-	schemas *schemaRegistry
+	schemas  *schemaRegistry
+	handlers map[string]http.Handler
 }
 
 // New returns a Server over cfg.Client. Close releases its subscription to the client's events.
@@ -105,6 +110,7 @@ func New(cfg Config) (*Server, error) {
 		events:     newEventLog(cfg.EventBuffer),
 		fetched:    newFetchedJobs(100000),
 		eventsDone: make(chan struct{}),
+		handlers:   cfg.Handlers,
 	}
 	s.schemas = newSchemaRegistry(s.store)
 	if cfg.APIKey != "" {
@@ -122,7 +128,10 @@ func New(cfg Config) (*Server, error) {
 	if s.backend == "" {
 		s.backend = backendName(s.store)
 	}
-	ch, unsub := cfg.Client.Subscribe()
+	// The kinds the event log records (see consumeClientEvents), so the client never copies a job
+	// for an event nobody here reads.
+	ch, unsub := cfg.Client.Subscribe(pronto.EventCompleted, pronto.EventFailed, pronto.EventDiscarded,
+		pronto.EventCancelled, pronto.EventSnoozed, pronto.EventRetried, pronto.EventProgress)
 	s.unsubscribe = unsub
 	go s.consumeClientEvents(ch)
 	return s, nil
@@ -207,6 +216,14 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.health(w, r)
 		return
 	}
+	if path == "/ojs/v1/ready" {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			s.writeError(w, r, methodNotAllowed(r, "GET"))
+			return
+		}
+		s.ready(w, r)
+		return
+	}
 	if s.apiKey != nil && !s.authorized(r) {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="pronto"`)
 		s.writeError(w, r, errorf(http.StatusUnauthorized, CodeUnauthenticated,
@@ -230,10 +247,47 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	rest, ok := strings.CutPrefix(path, "/ojs/v1/")
 	if !ok {
+		if h := s.extraHandler(path); h != nil {
+			h.ServeHTTP(w, r)
+			return
+		}
 		s.writeError(w, r, routeNotFound(r))
 		return
 	}
 	s.route(w, r, rest)
+}
+
+// extraHandler returns the Config.Handlers entry for path, or nil.
+func (s *Server) extraHandler(path string) http.Handler {
+	if h := s.handlers[path]; h != nil {
+		return h
+	}
+	for prefix, h := range s.handlers {
+		if strings.HasSuffix(prefix, "/") && strings.HasPrefix(path, prefix) {
+			return h
+		}
+	}
+	return nil
+}
+
+// RequireAPIKey wraps h so that it answers only requests bearing key as "Authorization: Bearer
+// <key>" (as the OJS API does), with an OJS 401 error otherwise. An empty key requires nothing.
+// pronto serve uses it for endpoints on a separate address (--metrics-addr).
+func RequireAPIKey(key string, h http.Handler) http.Handler {
+	if key == "" {
+		return h
+	}
+	s := &Server{apiKey: []byte(key), log: slog.New(slog.DiscardHandler)}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !s.authorized(r) {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="pronto"`)
+			w.Header().Set("X-Request-Id", newRequestID())
+			s.writeError(w, r, errorf(http.StatusUnauthorized, CodeUnauthenticated,
+				"missing or wrong API key: send it as \"Authorization: Bearer <key>\""))
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 func printable(s string) bool {
@@ -321,6 +375,16 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request, rest string) {
 				s.writeError(w, r, methodNotAllowed(r, "GET", "DELETE"))
 			}
 			return
+		case len(seg) == 3 && seg[2] == "progress":
+			switch m {
+			case http.MethodGet:
+				s.getProgress(w, r, seg[1])
+			case http.MethodPut:
+				s.putProgress(w, r, seg[1])
+			default:
+				s.writeError(w, r, methodNotAllowed(r, "GET", "PUT"))
+			}
+			return
 		case len(seg) == 3 && seg[2] == "activate":
 			want(http.MethodPost, func() { s.activateJob(w, r, seg[1]) })
 			return
@@ -354,8 +418,15 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request, rest string) {
 			want(http.MethodPost, func() { s.pauseQueue(w, r, seg[1], seg[2] == "pause") })
 			return
 		}
+	case "admin":
+		if s.routeAdmin(w, r, seg) {
+			return
+		}
 	case "dead-letter":
 		switch {
+		case len(seg) == 2 && seg[1] == "stats":
+			want(http.MethodGet, func() { s.deadLetterStats(w, r) })
+			return
 		case len(seg) == 1:
 			want(http.MethodGet, func() { s.listDeadLetter(w, r) })
 			return

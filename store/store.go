@@ -171,6 +171,10 @@ type Job struct {
 	// ParentResults is a JSON array with the Result of each parent, in ParentIDs order (null for a
 	// parent without one), written when the job is released. Nil for jobs without parents.
 	ParentResults json.RawMessage
+
+	// Progress is what the job's latest run reported (see ProgressStore). Stores leave it nil in the
+	// jobs they return; the client's JobGet fills it in.
+	Progress *Progress
 }
 
 // InsertParams describes one job to insert. The client fills every field; the store writes them as
@@ -441,6 +445,8 @@ type Store interface {
 	RateLimiter
 	// Workflows: jobs released by their parents' outcomes (see features.go).
 	Workflows
+	// ProgressStore: progress reported by the workers of active jobs (see progress.go).
+	ProgressStore
 
 	// Elect makes leaderID the leader of name for ttl if there is no live leader or it already is,
 	// and reports whether leaderID leads now.

@@ -37,6 +37,7 @@ type jobJSON struct {
 	ExpiresAt      *time.Time            `json:"expires_at,omitempty"`
 	LeaseExpiresAt *time.Time            `json:"lease_expires_at,omitempty"`
 	WorkerID       string                `json:"worker_id,omitempty"`
+	Progress       *jobProgressJSON      `json:"progress,omitempty"`
 }
 
 func timePtr(t time.Time) *time.Time {
@@ -54,7 +55,7 @@ func toJSON(j *pronto.JobRow) *jobJSON {
 		Result: j.Result, Tags: j.Tags, RetryPolicy: j.RetryPolicy,
 		CreatedAt: timePtr(j.CreatedAt), ScheduledAt: timePtr(j.ScheduledAt), StartedAt: timePtr(j.StartedAt),
 		CompletedAt: timePtr(j.CompletedAt), ExpiresAt: timePtr(j.ExpiresAt),
-		LeaseExpiresAt: timePtr(j.LeaseExpiresAt), WorkerID: j.WorkerID,
+		LeaseExpiresAt: timePtr(j.LeaseExpiresAt), WorkerID: j.WorkerID, Progress: progressJSON(j.Progress),
 	}
 	if len(out.Args) == 0 {
 		out.Args = json.RawMessage("[]")
@@ -195,6 +196,9 @@ func printJob(w io.Writer, j *pronto.JobRow, now time.Time) {
 	}
 	if len(j.Result) > 0 && string(j.Result) != "null" {
 		row("Result", compactJSON(j.Result))
+	}
+	if j.Progress != nil {
+		row("Progress", formatProgress(j.Progress, now))
 	}
 	if len(j.Errors) == 0 {
 		return

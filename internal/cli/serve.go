@@ -28,8 +28,8 @@ jobs, and OJS workers in any language can fetch, ack, nack and heartbeat them. C
 registered through the API are fired by the elected leader among the running servers.
 
 The server listens on 127.0.0.1 unless told otherwise, and refuses a non-loopback address without an
-API key. With a key (--api-key or $` + EnvAPIKey + `), every endpoint except /ojs/v1/health requires
-"Authorization: Bearer <key>". It stops gracefully on SIGINT or SIGTERM.
+API key. With a key (--api-key or $` + EnvAPIKey + `), every endpoint except /ojs/v1/health and
+/ojs/v1/ready requires "Authorization: Bearer <key>", /metrics (Prometheus) included. It stops gracefully on SIGINT or SIGTERM.
 
 Examples:
   pronto serve
@@ -47,6 +47,8 @@ func cmdServe(ctx context.Context, r *runner, args []string) error {
 	poolSize := fs.Int("pool-size", 32, "PostgreSQL connections to open at most")
 	testMode := fs.Bool("test-mode", false, "enable POST /ojs/v1/_test/reset and test directives, for conformance runs only: never in production")
 	drain := fs.duration("shutdown-timeout", 10*time.Second, "how long a graceful stop waits for requests in flight")
+	metricsAddr := fs.String("metrics-addr", "", "serve /metrics (Prometheus) on this `HOST:PORT` instead of the API's address; the API key applies there too")
+	pprofOn := fs.Bool("pprof", false, "serve Go's profiler at /debug/pprof/ (behind the API key): for diagnosis, not left on")
 	if _, err := fs.parse(args, 0, 0); err != nil {
 		return err
 	}
@@ -63,6 +65,11 @@ func cmdServe(ctx context.Context, r *runner, args []string) error {
 	if *poolSize < 2 || *poolSize > 10000 {
 		return usageErrorf("serve: --pool-size must be between 2 and 10000")
 	}
+	if *metricsAddr != "" {
+		if err := server.CheckListenAddr(*metricsAddr, key); err != nil {
+			return usageErrorf("serve: --metrics-addr: %v", err)
+		}
+	}
 	db, err := r.open(ctx, openOptions{migrate: *migrate, create: *migrate, maxConns: int32(*poolSize)})
 	if err != nil {
 		return err
@@ -70,12 +77,16 @@ func cmdServe(ctx context.Context, r *runner, args []string) error {
 	defer db.Close()
 
 	logger := slog.New(slog.NewTextHandler(r.env.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	client, err := pronto.NewClient(db.store, &pronto.Config{Logger: logger})
+	clientCfg := &pronto.Config{Logger: logger}
+	obs := newServeObservability(clientCfg, *pprofOn, *metricsAddr != "")
+	client, err := pronto.NewClient(db.store, clientCfg)
 	if err != nil {
 		return errorf("serve: %v", err)
 	}
+	defer obs.attach(client)()
 	srv, err := server.New(server.Config{
 		Client: client, APIKey: key, MaxBodyBytes: *maxBody, Backend: db.t.kind, TestMode: *testMode, Logger: logger,
+		Handlers: obs.handlers,
 	})
 	if err != nil {
 		return errorf("serve: %v", err)
@@ -105,6 +116,16 @@ func cmdServe(ctx context.Context, r *runner, args []string) error {
 	}()
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(ln) }()
+	if *metricsAddr != "" {
+		mln, err := net.Listen("tcp", *metricsAddr)
+		if err != nil {
+			return errorf("serve: cannot listen on %s: %v", *metricsAddr, err)
+		}
+		ms := server.NewHTTPServer(mln.Addr().String(), server.RequireAPIKey(key, obs.metrics))
+		go func() { _ = ms.Serve(mln) }()
+		defer ms.Close()
+		fmt.Fprintf(r.env.Stdout, "pronto serve: metrics at http://%s/metrics\n", mln.Addr())
+	}
 
 	mode := ""
 	if *testMode {

@@ -119,6 +119,13 @@ func New(cfg Config) *Completer {
 	return c
 }
 
+// Backlog returns how many outcomes wait to be written (queued, or waiting for room in the queue).
+func (c *Completer) Backlog() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.pending) + c.waiters
+}
+
 // Add queues one outcome. While MaxPending outcomes wait to be written it waits for room. An Add
 // that comes after Close is refused (its outcome reported as not written); one that was already
 // waiting when Close came is queued, and written by Run's final drain, unless Run has returned.

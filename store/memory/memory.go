@@ -92,6 +92,8 @@ type job struct {
 	// node is the job's place in its workflow's graph (nil outside a workflow). It is a pointer so
 	// that jobs outside workflows, nearly all of them, stay small.
 	node *node
+	// prog is the latest progress a run of the job reported (nil: none).
+	prog *store.Progress
 }
 
 // entry returns a live entry of j with the given keys.

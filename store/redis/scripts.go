@@ -840,6 +840,23 @@ redis.call('ZREM', KEYS[2], ARGV[1])
 return was
 `)
 
+// scriptProgress records a progress report (ARGV: id, token or "", value or "", data flag "1"/"",
+// data) for the job's current run while it is active (under the token, when given). Progress
+// lives in the job's hash (pval, pdata, prun: the run's started time, pat: updated). Within a run
+// the value never decreases; a new run starts afresh. Returns 1 when recorded.
+var scriptProgress = goredis.NewScript(prelude + `
+local k = jk(ARGV[1])
+local f = redis.call('HMGET', k, 'state', 'token', 'started', 'prun', 'pval')
+if f[1] ~= 'active' or (ARGV[2] ~= '' and f[2] ~= ARGV[2]) then return 0 end
+local t = now()
+local cur = nil
+if f[4] == f[3] then cur = tonumber(f[5]) else redis.call('HDEL', k, 'pval', 'pdata') end
+if ARGV[3] ~= '' and (not cur or tonumber(ARGV[3]) > cur) then redis.call('HSET', k, 'pval', ARGV[3]) end
+if ARGV[4] == '1' then redis.call('HSET', k, 'pdata', ARGV[5]) end
+redis.call('HSET', k, 'prun', f[3], 'pat', s(t))
+return 1
+`)
+
 // scriptPurge removes the jobs ARGV of one queue outright: it undoes the part of a batch, spanning
 // several queues, that was written before another queue refused it.
 var scriptPurge = goredis.NewScript(prelude + `
@@ -875,5 +892,5 @@ var allScripts = []*goredis.Script{
 	scriptPromote, scriptExpire, scriptCleanup, scriptCancel, scriptMakeAvailable, scriptDelete,
 	scriptElect, scriptResign, scriptPurge, scriptNextDue, scriptSetLimit, scriptDeleteLimit,
 	scriptLimitInfo, scriptInsertWorkflow, scriptCancelWorkflow, scriptCronCreate, scriptCronDelete,
-	scriptCronAdvance, scriptSchemaCreate, scriptSchemaDelete,
+	scriptCronAdvance, scriptSchemaCreate, scriptSchemaDelete, scriptProgress,
 }

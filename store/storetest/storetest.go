@@ -129,6 +129,8 @@ var tests = []testCase{
 	{"FinishUnknownNotApplied", single(testFinishUnknown)},
 	{"FinishBatchInOrder", single(testFinishBatch)},
 
+	{"Progress", single(testProgress)},
+
 	{"NotFound", single(testNotFound)},
 	{"CancelTerminalRefused", single(testCancelTerminalRefused)},
 	{"RetryRefused", single(testRetryRefused)},

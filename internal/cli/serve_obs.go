@@ -1,0 +1,46 @@
+package cli
+
+import (
+	"net/http"
+	"net/http/pprof"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/pronto-jobs/pronto"
+	"github.com/pronto-jobs/pronto/promexport"
+)
+
+// serveObservability is what pronto serve exposes beside the OJS API: Prometheus metrics of its
+// client (and of the Go runtime and process), and, when asked, Go's profiler.
+type serveObservability struct {
+	m        *promexport.Metrics
+	metrics  http.Handler            // /metrics
+	handlers map[string]http.Handler // served by the API server, behind its key
+}
+
+// newServeObservability instruments cfg (before the client is built). separateMetrics leaves
+// /metrics off the API's address (it is served on --metrics-addr instead).
+func newServeObservability(cfg *pronto.Config, pprofOn, separateMetrics bool) *serveObservability {
+	o := &serveObservability{m: promexport.New(nil), handlers: map[string]http.Handler{}}
+	o.m.Instrument(cfg)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(o.m, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	o.metrics = promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
+	if !separateMetrics {
+		o.handlers["/metrics"] = o.metrics
+	}
+	if pprofOn {
+		// pprof.Index serves the named profiles below /debug/pprof/ as well.
+		o.handlers["/debug/pprof/"] = http.HandlerFunc(pprof.Index)
+		o.handlers["/debug/pprof/cmdline"] = http.HandlerFunc(pprof.Cmdline)
+		o.handlers["/debug/pprof/profile"] = http.HandlerFunc(pprof.Profile)
+		o.handlers["/debug/pprof/symbol"] = http.HandlerFunc(pprof.Symbol)
+		o.handlers["/debug/pprof/trace"] = http.HandlerFunc(pprof.Trace)
+	}
+	return o
+}
+
+// attach follows the client's events; the returned function stops.
+func (o *serveObservability) attach(c *pronto.Client) func() { return o.m.Attach(c) }

@@ -1,0 +1,246 @@
+// Package otelpronto traces pronto jobs with OpenTelemetry, as ojs-observability.md specifies: an
+// insert starts a PRODUCER span ("{queue} enqueue") per job and stores its W3C trace context in the
+// job's meta (meta.traceparent, meta.tracestate); each attempt runs in a CONSUMER span
+// ("{queue} process") that is a child of, and linked to, the span in the job's meta.
+//
+// Because the context travels in meta, the trace crosses languages: a job enqueued over the OJS HTTP
+// API with meta.traceparent set by another SDK continues that trace in a Go worker, and a job
+// enqueued from Go continues its trace in an OJS worker written in any language.
+//
+//	tr := otelpronto.New(nil) // the global TracerProvider, W3C trace context
+//	cfg := &pronto.Config{...}
+//	tr.Instrument(cfg)
+//	client, err := pronto.NewClient(st, cfg)
+//
+// The package uses only the OpenTelemetry API; the application installs the SDK and exporter.
+package otelpronto
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/pronto-jobs/pronto"
+)
+
+// ScopeName is the instrumentation scope of the tracer this package uses.
+const ScopeName = "github.com/pronto-jobs/pronto/otelpronto"
+
+// Attribute keys, named as ojs-observability.md section 7 names them. AttrOutcome is pronto's: what
+// the attempt asked for (the state the job moves to can still depend on the retry policy).
+const (
+	AttrMessagingSystem      = attribute.Key("messaging.system")
+	AttrMessagingOperation   = attribute.Key("messaging.operation.type")
+	AttrMessagingDestination = attribute.Key("messaging.destination.name")
+	AttrMessageID            = attribute.Key("messaging.message.id")
+	AttrJobID                = attribute.Key("ojs.job.id")
+	AttrJobType              = attribute.Key("ojs.job.type")
+	AttrJobQueue             = attribute.Key("ojs.job.queue")
+	AttrJobState             = attribute.Key("ojs.job.state")
+	AttrJobAttempt           = attribute.Key("ojs.job.attempt")
+	AttrJobPriority          = attribute.Key("ojs.job.priority")
+	AttrWorkerID             = attribute.Key("ojs.worker.id")
+	AttrErrorType            = attribute.Key("error.type")
+	AttrErrorMessage         = attribute.Key("error.message")
+	AttrErrorAttempt         = attribute.Key("ojs.job.error.attempt")
+	AttrOutcome              = attribute.Key("ojs.job.outcome")
+)
+
+// Options configures a Tracing. The zero value (or nil) uses the global TracerProvider and the W3C
+// trace-context propagator.
+type Options struct {
+	// TracerProvider makes the tracer (default otel.GetTracerProvider()).
+	TracerProvider trace.TracerProvider
+	// Propagator writes and reads the context in meta (default propagation.TraceContext: the
+	// traceparent and tracestate keys the OJS spec names).
+	Propagator propagation.TextMapPropagator
+}
+
+// Tracing holds the tracer and propagator the middleware use.
+type Tracing struct {
+	tracer trace.Tracer
+	prop   propagation.TextMapPropagator
+}
+
+// New returns a Tracing with opts (nil: defaults).
+func New(opts *Options) *Tracing {
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	if o.TracerProvider == nil {
+		o.TracerProvider = otel.GetTracerProvider()
+	}
+	if o.Propagator == nil {
+		o.Propagator = propagation.TraceContext{}
+	}
+	return &Tracing{tracer: o.TracerProvider.Tracer(ScopeName), prop: o.Propagator}
+}
+
+// Instrument appends the insert and work middleware to cfg. Call it before NewClient.
+func (t *Tracing) Instrument(cfg *pronto.Config) {
+	cfg.InsertMiddleware = append(cfg.InsertMiddleware, t.InsertMiddleware())
+	cfg.WorkMiddleware = append(cfg.WorkMiddleware, t.WorkMiddleware())
+}
+
+// InsertMiddleware starts a PRODUCER span per job and writes its trace context into the job's meta.
+// Its parent is the span in ctx or, when ctx has none, the trace context already in the job's meta
+// (a job enqueued over HTTP by another SDK), so the trace goes on unbroken.
+func (t *Tracing) InsertMiddleware() pronto.InsertMiddleware {
+	return func(ctx context.Context, params []*pronto.JobInsertParams, next pronto.InsertFunc) ([]*pronto.JobRow, error) {
+		spans := make([]trace.Span, len(params))
+		for i, p := range params {
+			meta := decodeMeta(p.Meta)
+			parent := ctx
+			if !trace.SpanContextFromContext(ctx).IsValid() && meta != nil {
+				parent = t.prop.Extract(ctx, carrier(meta))
+			}
+			_, span := t.tracer.Start(parent, p.Queue+" enqueue", trace.WithSpanKind(trace.SpanKindProducer),
+				trace.WithAttributes(jobAttrs("publish", p.ID, p.Kind, p.Queue, p.Priority)...))
+			spans[i] = span
+			if meta == nil {
+				if len(p.Meta) > 0 && string(p.Meta) != "null" {
+					continue // not an object: leave it untouched (insert validation names the problem)
+				}
+				meta = map[string]json.RawMessage{}
+			}
+			c := carrier(meta)
+			t.prop.Inject(trace.ContextWithSpan(ctx, span), c)
+			if b, err := json.Marshal(meta); err == nil {
+				p.Meta = b
+			}
+		}
+		rows, err := next(ctx, params)
+		for i, span := range spans {
+			if err != nil {
+				span.RecordError(err)
+				span.SetStatus(codes.Error, "insert failed")
+			} else if i < len(rows) && rows[i] != nil {
+				span.SetAttributes(AttrJobState.String(string(rows[i].State)))
+				if rows[i].Duplicate {
+					span.SetAttributes(attribute.Bool("ojs.job.duplicate", true))
+				}
+			}
+			span.End()
+		}
+		return rows, err
+	}
+}
+
+// WorkMiddleware runs each attempt in a CONSUMER span, child of and linked to the span whose context
+// the job's meta carries, with the job's id, type, queue and attempt, and the attempt's outcome.
+func (t *Tracing) WorkMiddleware() pronto.WorkMiddleware {
+	return func(ctx context.Context, job *pronto.JobRow, next func(ctx context.Context) error) error {
+		var opts []trace.SpanStartOption
+		parent := ctx
+		if meta := decodeMeta(job.Meta); meta != nil {
+			parent = t.prop.Extract(ctx, carrier(meta))
+			if sc := trace.SpanContextFromContext(parent); sc.IsValid() {
+				opts = append(opts, trace.WithLinks(trace.Link{SpanContext: sc}))
+			}
+		}
+		attrs := append(jobAttrs("process", job.ID, job.Kind, job.Queue, job.Priority), AttrJobAttempt.Int(job.Attempt))
+		if job.WorkerID != "" {
+			attrs = append(attrs, AttrWorkerID.String(job.WorkerID))
+		}
+		opts = append(opts, trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(attrs...))
+		spanCtx, span := t.tracer.Start(parent, job.Queue+" process", opts...)
+		defer span.End()
+		err := next(spanCtx)
+		outcome, state := outcomeOf(err)
+		span.SetAttributes(AttrOutcome.String(outcome))
+		if state != "" {
+			span.SetAttributes(AttrJobState.String(state))
+		}
+		switch outcome {
+		case "completed", "snoozed":
+			span.SetStatus(codes.Ok, "")
+		default:
+			span.SetAttributes(AttrErrorType.String(fmt.Sprintf("%T", innermost(err))), AttrErrorMessage.String(err.Error()),
+				AttrErrorAttempt.Int(job.Attempt))
+			span.SetStatus(codes.Error, outcome)
+		}
+		return err
+	}
+}
+
+// outcomeOf names what an attempt's error asks for, and the state it leads to when that is certain.
+func outcomeOf(err error) (outcome, state string) {
+	var snooze *pronto.SnoozeError
+	var cancel *pronto.CancelError
+	var discard *pronto.DiscardError
+	switch {
+	case err == nil:
+		return "completed", string(pronto.StateCompleted)
+	case errors.As(err, &snooze):
+		return "snoozed", string(pronto.StateScheduled)
+	case errors.As(err, &cancel):
+		return "cancelled", string(pronto.StateCancelled)
+	case errors.As(err, &discard):
+		return "discarded", string(pronto.StateDiscarded)
+	}
+	return "failed", "" // retryable or discarded, as the retry policy decides
+}
+
+// innermost unwraps err to the error its wrappers describe, so error.type names a class, not fmt's.
+func innermost(err error) error {
+	for {
+		u := errors.Unwrap(err)
+		if u == nil {
+			return err
+		}
+		err = u
+	}
+}
+
+func jobAttrs(op, id, kind, queue string, priority int) []attribute.KeyValue {
+	return []attribute.KeyValue{
+		AttrMessagingSystem.String("ojs"), AttrMessagingOperation.String(op), AttrMessagingDestination.String(queue),
+		AttrMessageID.String(id), AttrJobID.String(id), AttrJobType.String(kind), AttrJobQueue.String(queue),
+		AttrJobPriority.Int(priority),
+	}
+}
+
+// decodeMeta returns a job's meta as a map of raw values (so that the values it does not touch are
+// written back byte for byte), or nil when it is empty or not a JSON object.
+func decodeMeta(raw json.RawMessage) map[string]json.RawMessage {
+	if len(raw) == 0 {
+		return nil
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return nil
+	}
+	return m
+}
+
+// carrier reads and writes trace-context keys as the string values of a job's meta.
+type carrier map[string]json.RawMessage
+
+func (c carrier) Get(key string) string {
+	var s string
+	if json.Unmarshal(c[key], &s) != nil {
+		return "" // absent, or not a string
+	}
+	return s
+}
+
+func (c carrier) Set(key, value string) {
+	b, _ := json.Marshal(value) // a string always encodes
+	c[key] = b
+}
+
+func (c carrier) Keys() []string {
+	keys := make([]string, 0, len(c))
+	for k := range c {
+		keys = append(keys, k)
+	}
+	return keys
+}

@@ -1,0 +1,263 @@
+package pronto
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"time"
+
+	"github.com/pronto-jobs/pronto/internal/jsoncheck"
+	"github.com/pronto-jobs/pronto/store"
+)
+
+// JobProgress is what the worker of a job's latest run reported about how far it got
+// (ojs-progress.md): JobRow.Progress, filled in by JobGet.
+type JobProgress = store.Progress
+
+// EventProgress: a worker's progress report on a job was written (at most one a second per job).
+const EventProgress EventKind = "job.progress"
+
+// ProgressInterval is the least time between two progress writes of one job: reports that come
+// faster are merged, and the latest is written when the interval has passed (or when the attempt
+// ends), so a chatty worker cannot flood the store.
+const ProgressInterval = time.Second
+
+// MaxProgressDataBytes bounds the encoded data of one progress report (ojs-progress.md recommends
+// staying under 4 KiB).
+const MaxProgressDataBytes = 64 << 10
+
+// ReportProgress reports how far the job whose context ctx is has got: value from 0 to 1 (clamped;
+// a value lower than one reported before in this attempt is ignored), and data, when not nil, any
+// value that encodes as a JSON object ({"rows": 1400}). JobGet and GET /ojs/v1/jobs/{id}/progress show
+// it, and a completed job's progress reads 1. Call it from Work as often as convenient: writes are
+// throttled to one per ProgressInterval, and a failed write is logged, never returned (progress is
+// advisory). The error says only that the call was made outside a job or with bad arguments.
+func ReportProgress(ctx context.Context, value float64, data any) error {
+	if math.IsNaN(value) {
+		return fmt.Errorf("%w: progress value is NaN", ErrInvalidArgs)
+	}
+	v := min(max(value, 0), 1)
+	return reportProgress(ctx, &v, data)
+}
+
+// ReportProgressData reports structured progress only (see ReportProgress), keeping the numeric value.
+func ReportProgressData(ctx context.Context, data any) error {
+	if data == nil {
+		return fmt.Errorf("%w: progress data is nil", ErrInvalidArgs)
+	}
+	return reportProgress(ctx, nil, data)
+}
+
+func reportProgress(ctx context.Context, value *float64, data any) error {
+	h, ok := ctx.Value(resultKey{}).(*resultHolder)
+	if !ok {
+		return errors.New("pronto: ReportProgress called outside a job's context")
+	}
+	raw, err := progressData(data)
+	if err != nil {
+		return err
+	}
+	h.progressOnce.Do(func() {
+		row := h.run.row
+		h.progress = newProgressThrottle(func(p store.ProgressParams) { h.client.writeProgress(row, p) })
+	})
+	if h.progress == nil {
+		return nil // the attempt is over: a late report is ignored, as the store would
+	}
+	h.progress.report(store.ProgressParams{ID: h.run.row.ID, Token: h.run.row.ClaimToken, Value: value, Data: raw})
+	return nil
+}
+
+// progressData encodes data, which must be nil or encode as a JSON object within the size limit.
+func progressData(data any) (json.RawMessage, error) {
+	if data == nil {
+		return nil, nil
+	}
+	var raw []byte
+	switch d := data.(type) {
+	case json.RawMessage:
+		if len(d) == 0 {
+			return nil, nil
+		}
+		raw = d
+	default:
+		b, err := json.Marshal(data)
+		if err != nil {
+			return nil, fmt.Errorf("%w: progress data does not encode as JSON: %w", ErrInvalidArgs, err)
+		}
+		raw = b
+	}
+	if len(raw) > MaxProgressDataBytes {
+		return nil, fmt.Errorf("%w: progress data is %d bytes, more than %d", ErrInvalidArgs, len(raw), MaxProgressDataBytes)
+	}
+	if err := jsoncheck.Check(raw, "progress data"); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidArgs, err)
+	}
+	if len(raw) == 0 || raw[0] != '{' {
+		return nil, fmt.Errorf("%w: progress data must be a JSON object", ErrInvalidArgs)
+	}
+	return raw, nil
+}
+
+// writeProgress writes one (merged) report and emits EventProgress when it was recorded.
+func (c *Client) writeProgress(row *JobRow, p store.ProgressParams) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	ok, err := c.store.SetProgress(ctx, p)
+	if err != nil {
+		c.cfg.Logger.Warn("pronto: writing job progress failed", jobAttrs(row, "err", err)...)
+		return
+	}
+	if ok && c.events.wants(EventProgress) {
+		out := *row
+		out.Progress = &JobProgress{Value: p.Value, Data: p.Data, RunStartedAt: row.StartedAt, UpdatedAt: time.Now()}
+		c.events.emit(&Event{Kind: EventProgress, Job: &out, At: out.Progress.UpdatedAt})
+	}
+}
+
+// JobProgressReport records progress reported by an OJS worker over HTTP for the active job id (PUT
+// /ojs/v1/jobs/{id}/progress): value (clamped to 0..1) and data as ReportProgress takes them. It is
+// throttled like ReportProgress, per job. It returns ErrNotFound for a job that does not exist; a
+// report for a job that is not active is accepted and ignored, as the OJS spec asks.
+func (c *Client) JobProgressReport(ctx context.Context, id string, value *float64, data json.RawMessage) (*JobRow, error) {
+	if err := checkID(id); err != nil {
+		return nil, err
+	}
+	if value == nil && data == nil {
+		return nil, invalidf("a progress report needs progress, data or both")
+	}
+	if value != nil {
+		if math.IsNaN(*value) || math.IsInf(*value, 0) {
+			return nil, invalidf("progress must be a number from 0 to 1")
+		}
+		v := min(max(*value, 0), 1)
+		value = &v
+	}
+	raw, err := progressData(data)
+	if err != nil {
+		return nil, err
+	}
+	j, err := c.store.GetJob(ctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("pronto: progress of job %s: %w", id, err)
+	}
+	if j.State != StateActive {
+		return j, nil
+	}
+	c.remoteProgressMu.Lock()
+	if c.remoteProgress == nil {
+		c.remoteProgress = make(map[string]*progressThrottle)
+	}
+	if len(c.remoteProgress) > 10000 {
+		// Forget jobs not reported on for a while; a forgotten job's next report is written at once.
+		for k, t := range c.remoteProgress {
+			if t.idle(time.Now()) {
+				delete(c.remoteProgress, k)
+			}
+		}
+	}
+	t := c.remoteProgress[id]
+	if t == nil {
+		row := j
+		t = newProgressThrottle(func(p store.ProgressParams) { c.writeProgress(row, p) })
+		c.remoteProgress[id] = t
+	}
+	c.remoteProgressMu.Unlock()
+	t.report(store.ProgressParams{ID: id, Token: j.ClaimToken, Value: value, Data: raw})
+	return j, nil
+}
+
+// withProgress sets j.Progress from the store: the progress of j's latest run, reading 1 once the
+// job completed (ojs-progress.md 8.1), or nil when that run reported none.
+func (c *Client) withProgress(ctx context.Context, j *JobRow) (*JobRow, error) {
+	if j.StartedAt.IsZero() {
+		return j, nil // never ran: nothing reported (and no second query)
+	}
+	p, err := c.store.GetProgress(ctx, j.ID)
+	if err != nil {
+		return nil, fmt.Errorf("pronto: get job %s: %w", j.ID, err)
+	}
+	if p == nil || !p.RunStartedAt.Equal(j.StartedAt) {
+		return j, nil
+	}
+	if j.State == StateCompleted {
+		one := 1.0
+		p.Value = &one
+	}
+	j.Progress = p
+	return j, nil
+}
+
+// progressThrottle merges progress reports of one job and writes at most one per ProgressInterval,
+// always the latest (highest value, newest data).
+type progressThrottle struct {
+	write func(store.ProgressParams)
+
+	mu      sync.Mutex
+	last    time.Time
+	pending *store.ProgressParams
+	timer   *time.Timer
+	writing sync.Mutex // serializes writes, so a later report is never overwritten by an earlier one
+}
+
+func newProgressThrottle(write func(store.ProgressParams)) *progressThrottle {
+	return &progressThrottle{write: write}
+}
+
+// report merges p into the pending report and writes it now, or when the interval has passed.
+func (t *progressThrottle) report(p store.ProgressParams) {
+	t.mu.Lock()
+	if t.pending == nil {
+		t.pending = &p
+	} else {
+		if p.Value != nil && (t.pending.Value == nil || *p.Value > *t.pending.Value) {
+			t.pending.Value = p.Value
+		}
+		if p.Data != nil {
+			t.pending.Data = p.Data
+		}
+		t.pending.Token = p.Token
+	}
+	wait := ProgressInterval - time.Since(t.last)
+	if t.timer != nil {
+		t.mu.Unlock()
+		return // the timer writes it
+	}
+	if wait > 0 {
+		t.timer = time.AfterFunc(wait, t.flush)
+		t.mu.Unlock()
+		return
+	}
+	t.mu.Unlock()
+	t.flush()
+}
+
+// flush writes the pending report, if any.
+func (t *progressThrottle) flush() {
+	t.writing.Lock()
+	defer t.writing.Unlock()
+	t.mu.Lock()
+	p := t.pending
+	t.pending = nil
+	if t.timer != nil {
+		t.timer.Stop()
+		t.timer = nil
+	}
+	if p != nil {
+		t.last = time.Now()
+	}
+	t.mu.Unlock()
+	if p != nil {
+		t.write(*p)
+	}
+}
+
+// idle reports whether nothing is pending and the last write is an interval old.
+func (t *progressThrottle) idle(now time.Time) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.pending == nil && t.timer == nil && now.Sub(t.last) > ProgressInterval
+}

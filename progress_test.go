@@ -1,0 +1,129 @@
+package pronto_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/pronto-jobs/pronto"
+	"github.com/pronto-jobs/pronto/store"
+	"github.com/pronto-jobs/pronto/store/memory"
+)
+
+type progressArgs struct {
+	Fail bool `json:"fail"`
+}
+
+func (progressArgs) Kind() string { return "test.progress" }
+
+// TestProgressRoundTrip: a worker's progress is visible through JobGet while it runs (throttled,
+// the latest report wins), reads 1 once the job completed, is kept when the job failed, and is
+// announced with EventProgress; on every store.
+func TestProgressRoundTrip(t *testing.T) {
+	forEachStore(t, func(t *testing.T, ts *testStore) {
+		release := make(chan struct{})
+		workers := pronto.NewWorkers()
+		pronto.AddWorker(workers, pronto.WorkFunc(func(ctx context.Context, j *pronto.Job[progressArgs]) error {
+			if err := pronto.ReportProgress(ctx, 0.2, nil); err != nil {
+				return pronto.Discard(err)
+			}
+			if err := pronto.ReportProgress(ctx, 0.5, map[string]int{"rows": 50}); err != nil {
+				return pronto.Discard(err)
+			}
+			_ = pronto.ReportProgress(ctx, 0.4, nil) // lower: ignored
+			if err := pronto.ReportProgress(ctx, 0.5, []int{1}); err == nil {
+				return pronto.Discard(errors.New("data that is not an object was accepted"))
+			}
+			if j.Args.Fail {
+				return errors.New("failed at half way")
+			}
+			<-release
+			return nil
+		}))
+		cfg := fastConfig(workers, defaultQueue(2))
+		c := startClient(t, ts, cfg)
+		events, stop := c.Subscribe(pronto.EventProgress)
+		defer stop()
+		ctx := context.Background()
+
+		require.Error(t, pronto.ReportProgress(ctx, 0.1, nil), "outside a job")
+
+		job, err := c.Insert(ctx, progressArgs{}, nil)
+		require.NoError(t, err)
+		var seen *pronto.JobRow
+		require.Eventually(t, func() bool {
+			j, err := c.JobGet(ctx, job.ID)
+			require.NoError(t, err)
+			seen = j
+			return j.Progress != nil && j.Progress.Value != nil && *j.Progress.Value == 0.5
+		}, 15*time.Second, 10*time.Millisecond, "the progress never read 0.5")
+		require.Equal(t, pronto.StateActive, seen.State)
+		require.JSONEq(t, `{"rows":50}`, string(seen.Progress.Data))
+		select {
+		case e := <-events:
+			require.Equal(t, job.ID, e.Job.ID)
+			require.NotNil(t, e.Job.Progress)
+		case <-time.After(15 * time.Second):
+			t.Fatal("no progress event")
+		}
+		close(release)
+		done := waitState(t, c, job.ID, pronto.StateCompleted)
+		require.NotNil(t, done.Progress)
+		require.Equal(t, 1.0, *done.Progress.Value, "a completed job's progress reads 1")
+
+		failed, err := c.Insert(ctx, progressArgs{Fail: true}, &pronto.InsertOpts{MaxAttempts: 1})
+		require.NoError(t, err)
+		f := waitState(t, c, failed.ID, pronto.StateDiscarded)
+		require.NotNil(t, f.Progress, "a failed job keeps its progress")
+		require.Equal(t, 0.5, *f.Progress.Value)
+
+		fresh, err := c.Insert(ctx, echoArgs{}, &pronto.InsertOpts{Queue: "nobody"})
+		require.NoError(t, err)
+		j, err := c.JobGet(ctx, fresh.ID)
+		require.NoError(t, err)
+		require.Nil(t, j.Progress, "no progress before any report")
+	})
+}
+
+// progressCountingStore counts progress writes.
+type progressCountingStore struct {
+	*memory.Store
+	writes atomic.Int64
+}
+
+func (s *progressCountingStore) SetProgress(ctx context.Context, p store.ProgressParams) (bool, error) {
+	s.writes.Add(1)
+	return s.Store.SetProgress(ctx, p)
+}
+
+// TestProgressThrottled: a worker reporting in a tight loop costs a write or two, and the last
+// report is the one stored.
+func TestProgressThrottled(t *testing.T) {
+	st := &progressCountingStore{Store: memory.New()}
+	var loop atomic.Int64 // how long the reporting loop took, in ns
+	workers := pronto.NewWorkers()
+	pronto.AddWorker(workers, pronto.WorkFunc(func(ctx context.Context, j *pronto.Job[progressArgs]) error {
+		start := time.Now()
+		defer func() { loop.Store(int64(time.Since(start))) }()
+		for i := 1; i <= 10000; i++ {
+			if err := pronto.ReportProgress(ctx, float64(i)/20000, map[string]int{"i": i}); err != nil {
+				return err
+			}
+		}
+		return errors.New("stop here, keeping the progress")
+	}))
+	c := startClient(t, st, fastConfig(workers, defaultQueue(1)))
+	job, err := c.Insert(context.Background(), progressArgs{}, &pronto.InsertOpts{MaxAttempts: 1})
+	require.NoError(t, err)
+	j := waitState(t, c, job.ID, pronto.StateDiscarded)
+	require.NotNil(t, j.Progress)
+	require.Equal(t, 0.5, *j.Progress.Value, "the last report is stored")
+	require.JSONEq(t, `{"i":10000}`, string(j.Progress.Data))
+	// One write at once, at most one per second of reporting after it, and the flush at the end.
+	bound := 2 + int64(time.Duration(loop.Load())/pronto.ProgressInterval)
+	require.LessOrEqual(t, st.writes.Load(), bound, "10000 reports are throttled")
+}

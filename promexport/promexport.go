@@ -1,0 +1,324 @@
+// Package promexport exports a pronto client's metrics to Prometheus.
+//
+// An application builds one Metrics, installs its middleware in the client's Config (Instrument),
+// attaches it to the client once built (Attach), and registers it on its own registry:
+//
+//	m := promexport.New(nil)
+//	cfg := &pronto.Config{Queues: ..., Workers: ...}
+//	m.Instrument(cfg)
+//	client, err := pronto.NewClient(st, cfg)
+//	...
+//	detach := m.Attach(client)
+//	defer detach()
+//	registry.MustRegister(m)
+//
+// Counters and histograms are counted by this process (inserts through the insert middleware,
+// attempt starts and outcomes from the client's events, OJS workers' fetches and acks included); gauges are read at
+// scrape time: job counts per queue and state from one store query (QueueList), cached for
+// Options.CacheTTL, and worker slots, leadership and the outcome backlog from Client.Stats.
+//
+// Labels are bounded: queue, type (the job's kind), state and outcome. Nothing is labelled with a job
+// id or an error message. docs/observability.md lists every series.
+package promexport
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/pronto-jobs/pronto"
+	"github.com/pronto-jobs/pronto/store"
+)
+
+// Options tunes a Metrics. The zero value (or nil) takes every default.
+type Options struct {
+	// CacheTTL is how long job counts read from the store are reused by later scrapes (default 5 s).
+	// Several Prometheus servers scraping one process then cost one query per TTL.
+	CacheTTL time.Duration
+	// QueryTimeout bounds the store query of one scrape (default 5 s). A failed or timed-out query
+	// leaves the job-count gauges out of that scrape and counts a scrape error.
+	QueryTimeout time.Duration
+	// DurationBuckets are the buckets of run durations (default: the OJS recommendation, 5 ms to 300 s).
+	DurationBuckets []float64
+	// LatencyBuckets are the buckets of pickup latency, queue time and turnaround (default: the OJS
+	// queue-time recommendation, 10 ms to 1 h).
+	LatencyBuckets []float64
+}
+
+// Bucket boundaries recommended by ojs-observability.md, section 8.2.
+var (
+	defaultDurationBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300}
+	defaultLatencyBuckets  = []float64{0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 600, 1800, 3600}
+)
+
+// Metrics is a prometheus.Collector of one client's job metrics. It is safe for concurrent use.
+type Metrics struct {
+	opts Options
+
+	enqueued, claimed, completed, failed, attemptsFailed *prometheus.CounterVec
+	retried, cancelled, snoozed, rescued, expired        *prometheus.CounterVec
+	duration                                             *prometheus.HistogramVec
+	pickup, queueTime, turnaround                        *prometheus.HistogramVec
+
+	depth, busy, free                *prometheus.Desc
+	active, leader, backlog, dropped *prometheus.Desc
+	scrapeErrors                     prometheus.Counter
+	started, listener                *prometheus.Desc
+
+	mu       sync.Mutex
+	client   *pronto.Client
+	cached   []pronto.QueueInfo
+	cachedAt time.Time
+}
+
+// New returns a Metrics with opts (nil: defaults). Register it once, on one registry.
+func New(opts *Options) *Metrics {
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	if o.CacheTTL <= 0 {
+		o.CacheTTL = 5 * time.Second
+	}
+	if o.QueryTimeout <= 0 {
+		o.QueryTimeout = 5 * time.Second
+	}
+	if len(o.DurationBuckets) == 0 {
+		o.DurationBuckets = defaultDurationBuckets
+	}
+	if len(o.LatencyBuckets) == 0 {
+		o.LatencyBuckets = defaultLatencyBuckets
+	}
+	qt := []string{"queue", "type"}
+	counter := func(name, help string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, qt)
+	}
+	hist := func(name, help string, buckets []float64, labels ...string) *prometheus.HistogramVec {
+		return prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets}, labels)
+	}
+	return &Metrics{
+		opts:           o,
+		enqueued:       counter("ojs_job_enqueued_total", "Jobs inserted by this process (duplicates a unique key turned away are not counted)."),
+		claimed:        counter("pronto_job_claimed_total", "Attempts started: by this client's workers, or fetched through it by OJS workers."),
+		completed:      counter("ojs_job_completed_total", "Jobs that reached the completed state on this process."),
+		failed:         counter("ojs_job_failed_total", "Jobs that reached the discarded state on this process (failed for good)."),
+		attemptsFailed: counter("pronto_job_attempts_failed_total", "Attempts that ended in an error, whether the job will be retried or was discarded."),
+		retried:        counter("ojs_job_retried_total", "Jobs put back for another attempt: failed attempts with a retry scheduled, and manual retries."),
+		cancelled:      counter("ojs_job_cancelled_total", "Jobs cancelled, by an operator or by their worker."),
+		snoozed:        counter("pronto_job_snoozed_total", "Attempts that snoozed their job."),
+		rescued:        counter("pronto_job_rescued_total", "Jobs whose lease expired (their worker stopped heartbeating) and were returned to available by this process as leader."),
+		expired:        counter("pronto_job_lease_expired_discarded_total", "Jobs whose lease expired with no attempts left and were discarded by this process as leader."),
+		duration: hist("ojs_job_duration_seconds", "How long attempts ran, by the state the attempt left the job in.",
+			o.DurationBuckets, "queue", "type", "state"),
+		pickup: hist("pronto_job_pickup_latency_seconds", "Time from when an attempt was due to when it started.",
+			o.LatencyBuckets, "queue", "type"),
+		queueTime: hist("ojs_job_queue_time_seconds", "Time from a job's insert to the start of its first attempt.",
+			o.LatencyBuckets, "queue", "type"),
+		turnaround: hist("pronto_job_turnaround_seconds", "Time from a job's insert to its completion (completed jobs only).",
+			o.LatencyBuckets, "queue", "type"),
+		depth:    prometheus.NewDesc("ojs_queue_depth", "Jobs per queue per state, as the store holds them (cached for a few seconds).", []string{"queue", "state"}, nil),
+		busy:     prometheus.NewDesc("ojs_workers_busy", "Jobs this client is running now, per queue.", []string{"queue"}, nil),
+		free:     prometheus.NewDesc("pronto_workers_free", "Worker slots free on this client, per queue.", []string{"queue"}, nil),
+		active:   prometheus.NewDesc("ojs_workers_active", "Jobs this client is running now, over all queues.", nil, nil),
+		leader:   prometheus.NewDesc("pronto_leader", "1 when this client runs the cluster's maintenance (rescue, promotion, cleanup, cron), else 0.", nil, nil),
+		backlog:  prometheus.NewDesc("pronto_completer_backlog", "Attempt outcomes waiting to be written to the store.", nil, nil),
+		dropped:  prometheus.NewDesc("pronto_events_dropped_total", "Client events a subscriber missed because its buffer was full (metrics counted from events undercount by up to this).", nil, nil),
+		listener: prometheus.NewDesc("pronto_notifier_connected", "1 while the store's notification listener is connected (PostgreSQL only; absent for stores that notify in process).", nil, nil),
+		started:  prometheus.NewDesc("pronto_client_started", "1 while the client is working jobs (started and not stopped), else 0.", nil, nil),
+		scrapeErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "pronto_metrics_store_errors_total",
+			Help: "Scrapes whose store query for job counts failed (ojs_queue_depth was left out of them)."}),
+	}
+}
+
+func (m *Metrics) vectors() []prometheus.Collector {
+	return []prometheus.Collector{m.enqueued, m.claimed, m.completed, m.failed, m.attemptsFailed, m.retried,
+		m.cancelled, m.snoozed, m.rescued, m.expired, m.duration, m.pickup, m.queueTime, m.turnaround, m.scrapeErrors}
+}
+
+// Instrument appends the metrics' insert middleware to cfg. Call it before NewClient.
+func (m *Metrics) Instrument(cfg *pronto.Config) {
+	cfg.InsertMiddleware = append(cfg.InsertMiddleware, m.InsertMiddleware())
+}
+
+// InsertMiddleware counts inserted jobs (ojs_job_enqueued_total).
+func (m *Metrics) InsertMiddleware() pronto.InsertMiddleware {
+	return func(ctx context.Context, params []*pronto.JobInsertParams, next pronto.InsertFunc) ([]*pronto.JobRow, error) {
+		rows, err := next(ctx, params)
+		for _, r := range rows {
+			if r != nil && !r.Duplicate {
+				m.enqueued.WithLabelValues(r.Queue, r.Kind).Inc()
+			}
+		}
+		return rows, err
+	}
+}
+
+// attemptStarted counts an attempt start (on the client's workers or fetched by an OJS worker) and
+// observes its pickup latency and, for a first attempt, its queue time.
+func (m *Metrics) attemptStarted(job *pronto.JobRow, at time.Time) {
+	m.claimed.WithLabelValues(job.Queue, job.Kind).Inc()
+	start := job.StartedAt
+	if start.IsZero() {
+		start = at
+	}
+	if !job.ScheduledAt.IsZero() {
+		m.pickup.WithLabelValues(job.Queue, job.Kind).Observe(nonNegative(start.Sub(job.ScheduledAt)))
+	}
+	if job.Attempt == 1 && !job.CreatedAt.IsZero() {
+		m.queueTime.WithLabelValues(job.Queue, job.Kind).Observe(nonNegative(start.Sub(job.CreatedAt)))
+	}
+}
+
+func nonNegative(d time.Duration) float64 { return max(d, 0).Seconds() }
+
+// Attach follows c's events (outcome counters and histograms) and reads c's stats and queue counts at
+// scrape time. It returns a function that stops following the events. Attach one client per Metrics;
+// attaching another replaces the first for the gauges.
+func (m *Metrics) Attach(c *pronto.Client) (detach func()) {
+	m.mu.Lock()
+	m.client, m.cached = c, nil
+	m.mu.Unlock()
+	events, unsubscribe := c.Subscribe(pronto.EventStarted, pronto.EventCompleted, pronto.EventFailed,
+		pronto.EventDiscarded, pronto.EventCancelled, pronto.EventSnoozed, pronto.EventRetried, pronto.EventRescued)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for e := range events {
+			m.observe(e)
+		}
+	}()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			unsubscribe()
+			<-done
+		})
+	}
+}
+
+// observe counts one client event.
+func (m *Metrics) observe(e *pronto.Event) {
+	j := e.Job
+	if j == nil {
+		return
+	}
+	q, t := j.Queue, j.Kind
+	attemptEnded := e.Duration > 0
+	switch e.Kind {
+	case pronto.EventStarted:
+		m.attemptStarted(j, e.At)
+		return
+	case pronto.EventCompleted:
+		m.completed.WithLabelValues(q, t).Inc()
+		if !j.CreatedAt.IsZero() && !j.CompletedAt.IsZero() {
+			m.turnaround.WithLabelValues(q, t).Observe(nonNegative(j.CompletedAt.Sub(j.CreatedAt)))
+		}
+	case pronto.EventFailed:
+		m.attemptsFailed.WithLabelValues(q, t).Inc()
+		m.retried.WithLabelValues(q, t).Inc()
+	case pronto.EventDiscarded:
+		m.failed.WithLabelValues(q, t).Inc()
+		if attemptEnded {
+			m.attemptsFailed.WithLabelValues(q, t).Inc()
+		} else {
+			m.expired.WithLabelValues(q, t).Inc() // from the rescuer: no attempt ended here
+		}
+	case pronto.EventCancelled:
+		m.cancelled.WithLabelValues(q, t).Inc()
+	case pronto.EventSnoozed:
+		m.snoozed.WithLabelValues(q, t).Inc()
+	case pronto.EventRetried:
+		m.retried.WithLabelValues(q, t).Inc()
+	case pronto.EventRescued:
+		m.rescued.WithLabelValues(q, t).Inc()
+	}
+	if attemptEnded {
+		m.duration.WithLabelValues(q, t, string(j.State)).Observe(e.Duration.Seconds())
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
+	for _, c := range m.vectors() {
+		c.Describe(ch)
+	}
+	for _, d := range []*prometheus.Desc{m.depth, m.busy, m.free, m.active, m.leader, m.backlog, m.dropped, m.started, m.listener} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector. Gauges need an attached client; before Attach only the
+// counters and histograms are collected.
+func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
+	m.mu.Lock()
+	c := m.client
+	m.mu.Unlock()
+	if c != nil {
+		m.collectGauges(ch, c)
+	}
+	for _, v := range m.vectors() {
+		v.Collect(ch)
+	}
+}
+
+func (m *Metrics) collectGauges(ch chan<- prometheus.Metric, c *pronto.Client) {
+	if queues, ok := m.queues(c); ok {
+		for _, q := range queues {
+			for _, s := range allStates {
+				ch <- prometheus.MustNewConstMetric(m.depth, prometheus.GaugeValue, float64(q.Counts[s]), q.Name, string(s))
+			}
+		}
+	}
+	st := c.Stats()
+	running := 0
+	for name, qs := range st.Queues {
+		running += qs.Running
+		ch <- prometheus.MustNewConstMetric(m.busy, prometheus.GaugeValue, float64(qs.Running), name)
+		ch <- prometheus.MustNewConstMetric(m.free, prometheus.GaugeValue, float64(qs.Free), name)
+	}
+	ch <- prometheus.MustNewConstMetric(m.active, prometheus.GaugeValue, float64(running))
+	ch <- prometheus.MustNewConstMetric(m.leader, prometheus.GaugeValue, boolValue(st.Leader))
+	ch <- prometheus.MustNewConstMetric(m.started, prometheus.GaugeValue, boolValue(st.Started))
+	if ls, ok := c.Store().(store.ListenerStatus); ok {
+		ch <- prometheus.MustNewConstMetric(m.listener, prometheus.GaugeValue, boolValue(ls.ListenerConnected()))
+	}
+	ch <- prometheus.MustNewConstMetric(m.backlog, prometheus.GaugeValue, float64(st.CompleterBacklog))
+	ch <- prometheus.MustNewConstMetric(m.dropped, prometheus.CounterValue, float64(st.DroppedEvents))
+}
+
+// allStates lists the eight OJS states, so every queue reports every state (zero included) and a
+// PromQL query never meets a series that vanishes when its count drops to zero.
+var allStates = []pronto.State{pronto.StateScheduled, pronto.StateAvailable, pronto.StatePending, pronto.StateActive,
+	pronto.StateCompleted, pronto.StateRetryable, pronto.StateCancelled, pronto.StateDiscarded}
+
+// queues returns the job counts per queue, from the cache while it is fresh: one ListQueues query per
+// CacheTTL however many series and scrapers there are. Concurrent scrapes of a stale cache wait for
+// one query.
+func (m *Metrics) queues(c *pronto.Client) ([]pronto.QueueInfo, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.cached != nil && time.Since(m.cachedAt) < m.opts.CacheTTL {
+		return m.cached, true
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), m.opts.QueryTimeout)
+	defer cancel()
+	qs, err := c.QueueList(ctx)
+	if err != nil {
+		m.scrapeErrors.Inc()
+		return nil, false
+	}
+	if qs == nil {
+		qs = []pronto.QueueInfo{}
+	}
+	m.cached, m.cachedAt = qs, time.Now()
+	return qs, true
+}
+
+func boolValue(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}

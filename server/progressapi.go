@@ -1,0 +1,113 @@
+package server
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/pronto-jobs/pronto"
+)
+
+// progressRequest is the body of PUT /ojs/v1/jobs/{id}/progress (ojs-progress.md 6.1).
+type progressRequest struct {
+	Progress *float64        `json:"progress"`
+	Data     json.RawMessage `json:"data"`
+}
+
+// PUT /ojs/v1/jobs/{id}/progress: an OJS worker reports progress on an active job. The report is
+// accepted (204) whatever the job's state, and recorded only while the job is active; it also
+// extends the lease of the worker holding the job, as a heartbeat would (ojs-progress.md 6.3).
+func (s *Server) putProgress(w http.ResponseWriter, r *http.Request, id string) {
+	if e := checkJobID(id, "job id"); e != nil {
+		s.writeError(w, r, e)
+		return
+	}
+	req, ok := readRequest(s, w, r, "progress report", func(body []byte) (progressRequest, *apiError) {
+		var p progressRequest
+		dec := json.NewDecoder(bytes.NewReader(body))
+		if err := dec.Decode(&p); err != nil {
+			return p, invalid("", "progress report: %v (send {\"progress\": 0.47, \"data\": {...}})", err)
+		}
+		if bytes.Equal(bytes.TrimSpace(p.Data), []byte("null")) {
+			p.Data = nil
+		}
+		if p.Progress == nil && p.Data == nil {
+			return p, invalid("progress", "a progress report needs \"progress\" (a number from 0 to 1), \"data\" (an object) or both")
+		}
+		if p.Data != nil && bytes.TrimSpace(p.Data)[0] != '{' {
+			return p, invalid("data", "\"data\" must be a JSON object")
+		}
+		return p, nil
+	})
+	if !ok {
+		return
+	}
+	j, err := s.client.JobProgressReport(r.Context(), id, req.Progress, req.Data)
+	if err != nil {
+		s.writeError(w, r, fromClientError(err, "job", id))
+		return
+	}
+	if j.State == pronto.StateActive && j.WorkerID != "" && j.WorkerID != s.client.ID() {
+		if _, err := s.client.RemoteHeartbeat(r.Context(), j.WorkerID, []string{id}, jobLease(j, 0, time.Now())); err != nil {
+			s.log.Warn("pronto serve: the heartbeat of a progress report failed", "job", id, "err", err)
+		}
+	}
+	w.Header().Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// GET /ojs/v1/jobs/{id}/progress: the progress of the job's latest run, with null values when it
+// reported none (ojs-progress.md 7.1).
+func (s *Server) getProgress(w http.ResponseWriter, r *http.Request, id string) {
+	if e := checkJobID(id, "job id"); e != nil {
+		s.writeError(w, r, e)
+		return
+	}
+	j, err := s.client.JobGet(r.Context(), id)
+	if err != nil {
+		s.writeError(w, r, fromClientError(err, "job", id))
+		return
+	}
+	h := w.Header()
+	h.Set("Cache-Control", "no-cache")
+	b := getBuf()
+	*b = append(*b, '{')
+	*b = appendStringField(*b, "job_id", j.ID)
+	*b = appendStringField(*b, "state", string(j.State))
+	*b = appendProgress(*b, j.Progress, "data")
+	*b = append(*b, '}')
+	if p := j.Progress; p != nil {
+		if p.Value != nil {
+			h.Set("X-OJS-Progress", strconv.FormatFloat(*p.Value, 'f', -1, 64))
+		}
+		h.Set("Last-Modified", p.UpdatedAt.UTC().Format(http.TimeFormat))
+	}
+	writeBuf(w, http.StatusOK, b)
+}
+
+// appendProgress appends "progress", the data under dataKey, and "updated_at" (for the progress
+// endpoint) or "progress_updated_at" (in a job view): null values when p is nil.
+func appendProgress(b []byte, p *pronto.JobProgress, dataKey string) []byte {
+	updatedKey := "updated_at"
+	if dataKey != "data" {
+		updatedKey = "progress_updated_at"
+	}
+	if p == nil {
+		b = appendRawField(b, "progress", []byte("null"))
+		b = appendRawField(b, dataKey, []byte("null"))
+		return appendRawField(b, updatedKey, []byte("null"))
+	}
+	if p.Value != nil {
+		b = strconv.AppendFloat(appendKey(b, "progress"), *p.Value, 'f', -1, 64)
+	} else {
+		b = appendRawField(b, "progress", []byte("null"))
+	}
+	if len(p.Data) > 0 {
+		b = appendRawField(b, dataKey, p.Data)
+	} else {
+		b = appendRawField(b, dataKey, []byte("null"))
+	}
+	return appendTimeField(b, updatedKey, p.UpdatedAt)
+}

@@ -1,0 +1,75 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/pronto-jobs/pronto/store"
+)
+
+// setProgressSQL upserts the progress of an active job's current run in one statement: a report from
+// a new run (another started_at) replaces the row; within a run the value never decreases and data is
+// replaced only when given. It reads the job row without locking it, so a report never waits for (or
+// holds up) a claim, heartbeat or outcome of the job.
+const setProgressSQL = `INSERT INTO {schema}.progress AS p (job_id, run_started_at, value, data, updated_at)
+	SELECT j.id, j.started_at, $2, $3, now() FROM {schema}.jobs j
+	WHERE j.id = $1 AND j.state = 'active' AND ($4::uuid IS NULL OR j.claim_token = $4::uuid)
+	ON CONFLICT (job_id) DO UPDATE SET
+		value = CASE
+			WHEN p.run_started_at <> excluded.run_started_at THEN excluded.value
+			ELSE greatest(p.value, excluded.value) END,
+		data = CASE
+			WHEN p.run_started_at <> excluded.run_started_at THEN excluded.data
+			ELSE coalesce(excluded.data, p.data) END,
+		run_started_at = excluded.run_started_at,
+		updated_at = excluded.updated_at`
+
+const getProgressSQL = `SELECT run_started_at, value, data, updated_at FROM {schema}.progress WHERE job_id = $1`
+
+// SetProgress records progress for the job's current run when it is active.
+func (s *Store) SetProgress(ctx context.Context, p store.ProgressParams) (bool, error) {
+	id, ok := parseUUID(p.ID)
+	if !ok {
+		return false, nil // no job has it
+	}
+	var token pgtype.UUID
+	if p.Token != "" {
+		t, ok := parseUUID(p.Token)
+		if !ok {
+			return false, nil // no run holds it
+		}
+		token = t
+	}
+	var data []byte
+	if p.Data != nil {
+		data = p.Data
+	}
+	tag, err := s.pool.Exec(ctx, s.expand.Replace(setProgressSQL), id, p.Value, data, token)
+	if err != nil {
+		return false, fmt.Errorf("set progress of job %s: %w", p.ID, err)
+	}
+	return tag.RowsAffected() > 0, nil
+}
+
+// GetProgress returns the latest progress reported for the job, or nil.
+func (s *Store) GetProgress(ctx context.Context, id string) (*store.Progress, error) {
+	u, ok := parseUUID(id)
+	if !ok {
+		return nil, nil
+	}
+	var runStarted, updated pgtype.Timestamptz
+	var value *float64
+	var data []byte
+	err := s.pool.QueryRow(ctx, s.expand.Replace(getProgressSQL), u).Scan(&runStarted, &value, &data, &updated)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get progress of job %s: %w", id, err)
+	}
+	return &store.Progress{RunStartedAt: timeOf(runStarted), UpdatedAt: timeOf(updated), Value: value, Data: data}, nil
+}

@@ -1,0 +1,79 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+
+	"github.com/pronto-jobs/pronto/store"
+)
+
+// setProgressSQL upserts the progress of an active job's current run in one statement: a report from
+// a new run (another started_at) replaces the row; within a run the value never decreases and data is
+// replaced only when given.
+const setProgressSQL = `INSERT INTO pronto_progress (job_id, run_started_at, value, data, updated_at)
+	SELECT id, started_at, ?2, ?3, ?4 FROM pronto_jobs
+	WHERE id = ?1 AND state = 'active' AND (?5 = '' OR claim_token = ?5)
+	ON CONFLICT (job_id) DO UPDATE SET
+		value = CASE
+			WHEN pronto_progress.run_started_at <> excluded.run_started_at THEN excluded.value
+			WHEN excluded.value IS NULL THEN pronto_progress.value
+			WHEN pronto_progress.value IS NULL THEN excluded.value
+			ELSE max(pronto_progress.value, excluded.value) END,
+		data = CASE
+			WHEN pronto_progress.run_started_at <> excluded.run_started_at THEN excluded.data
+			ELSE coalesce(excluded.data, pronto_progress.data) END,
+		run_started_at = excluded.run_started_at,
+		updated_at = excluded.updated_at`
+
+const getProgressSQL = `SELECT run_started_at, value, data, updated_at FROM pronto_progress WHERE job_id = ?1`
+
+// SetProgress records progress for the job's current run when it is active.
+func (s *Store) SetProgress(ctx context.Context, p store.ProgressParams) (bool, error) {
+	st, err := s.stmt(ctx, setProgressSQL)
+	if err != nil {
+		return false, fmt.Errorf("set progress of job %s: %w", p.ID, err)
+	}
+	var value sql.NullFloat64
+	if p.Value != nil {
+		value = sql.NullFloat64{Float64: *p.Value, Valid: true}
+	}
+	var data sql.NullString
+	if p.Data != nil {
+		data = sql.NullString{String: string(p.Data), Valid: true}
+	}
+	nowUS, _ := s.nowMicro()
+	res, err := st.ExecContext(ctx, p.ID, value, data, nowUS, p.Token)
+	if err != nil {
+		return false, fmt.Errorf("set progress of job %s: %w", p.ID, s.schemaHint(err))
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return false, fmt.Errorf("set progress of job %s: %w", p.ID, err)
+	}
+	return n > 0, nil
+}
+
+// GetProgress returns the latest progress reported for the job, or nil.
+func (s *Store) GetProgress(ctx context.Context, id string) (*store.Progress, error) {
+	var runStarted, updated int64
+	var value sql.NullFloat64
+	var data sql.NullString
+	err := s.r.QueryRowContext(ctx, getProgressSQL, id).Scan(&runStarted, &value, &data, &updated)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get progress of job %s: %w", id, s.schemaHint(err))
+	}
+	p := &store.Progress{RunStartedAt: microTime(runStarted), UpdatedAt: microTime(updated)}
+	if value.Valid {
+		v := value.Float64
+		p.Value = &v
+	}
+	if data.Valid {
+		p.Data = []byte(data.String)
+	}
+	return p, nil
+}
