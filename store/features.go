@@ -74,7 +74,9 @@ import (
 //
 // On Redis a key's limit spans queues, so its scripts touch keys outside the queue's slot: rate
 // limits (and workflows, whose jobs may span queues) need a single Redis node, and a Redis Cluster
-// refuses them with ErrUnsupported rather than enforcing them loosely.
+// refuses them with ErrUnsupported rather than enforcing them loosely: storing a limit (SetRateLimit,
+// or InsertParams.RateLimit) and inserting a workflow are refused; a job may still carry a rate
+// key, which, no limit being storable, limits nothing.
 //
 // # Workflows
 //
