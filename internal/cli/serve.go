@@ -14,6 +14,7 @@ import (
 	_ "time/tzdata"
 
 	"github.com/pronto-jobs/pronto"
+	"github.com/pronto-jobs/pronto/dashboard"
 	"github.com/pronto-jobs/pronto/server"
 )
 
@@ -30,6 +31,8 @@ registered through the API are fired by the elected leader among the running ser
 The server listens on 127.0.0.1 unless told otherwise, and refuses a non-loopback address without an
 API key. With a key (--api-key or $` + EnvAPIKey + `), every endpoint except /ojs/v1/health and
 /ojs/v1/ready requires "Authorization: Bearer <key>", /metrics (Prometheus) included. It stops gracefully on SIGINT or SIGTERM.
+
+The web dashboard is served at / on the same address; with an API key it asks for the key once.
 
 Examples:
   pronto serve
@@ -49,6 +52,7 @@ func cmdServe(ctx context.Context, r *runner, args []string) error {
 	drain := fs.duration("shutdown-timeout", 10*time.Second, "how long a graceful stop waits for requests in flight")
 	metricsAddr := fs.String("metrics-addr", "", "serve /metrics (Prometheus) on this `HOST:PORT` instead of the API's address; the API key applies there too")
 	pprofOn := fs.Bool("pprof", false, "serve Go's profiler at /debug/pprof/ (behind the API key): for diagnosis, not left on")
+	uiReadOnly := fs.Bool("ui-read-only", false, "serve the web dashboard at / without actions that change state")
 	if _, err := fs.parse(args, 0, 0); err != nil {
 		return err
 	}
@@ -101,8 +105,22 @@ func cmdServe(ctx context.Context, r *runner, args []string) error {
 		ln.Close()
 		return errorf("serve: starting the client: %v", err)
 	}
-	hs := server.NewHTTPServer(ln.Addr().String(), srv)
+	// The dashboard takes "/"; the OJS API keeps everything under /ojs/.
+	dash, err := dashboard.New(dashboard.Config{Client: client, APIKey: key, ReadOnly: *uiReadOnly, Backend: db.t.kind, Logger: logger})
+	if err != nil {
+		ln.Close()
+		return errorf("serve: dashboard: %v", err)
+	}
+	defer dash.Close()
+	mux := http.NewServeMux()
+	mux.Handle("/ojs/", srv)
+	for path := range obs.handlers { // /metrics, /debug/pprof/: the API server's, behind its key
+		mux.Handle(path, srv)
+	}
+	mux.Handle("/", dash)
+	hs := server.NewHTTPServer(ln.Addr().String(), mux)
 	hs.ErrorLog = slog.NewLogLogger(logger.Handler(), slog.LevelWarn)
+	hs.RegisterOnShutdown(dash.Close) // ends the dashboard's event streams, which would hold Shutdown
 
 	runCtx, stopRun := context.WithCancel(ctx)
 	defer stopRun()
@@ -137,6 +155,7 @@ func cmdServe(ctx context.Context, r *runner, args []string) error {
 	}
 	fmt.Fprintf(r.env.Stdout, "pronto serve: OJS HTTP API on http://%s/ojs/v1 (database %s, %s)%s\n",
 		ln.Addr(), db.t.display, auth, mode)
+	fmt.Fprintf(r.env.Stdout, "pronto serve: dashboard at http://%s/\n", ln.Addr())
 
 	var serveErr error
 	select {

@@ -1,0 +1,498 @@
+package dashboard
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/pronto-jobs/pronto"
+)
+
+// jobView is a job as the browser sees it: snake_case, times as RFC 3339 (omitted when zero).
+type jobView struct {
+	ID            string                `json:"id"`
+	Kind          string                `json:"kind"`
+	Queue         string                `json:"queue"`
+	State         pronto.State          `json:"state"`
+	Priority      int                   `json:"priority"`
+	Attempt       int                   `json:"attempt"`
+	MaxAttempts   int                   `json:"max_attempts"`
+	Args          json.RawMessage       `json:"args,omitempty"`
+	Meta          json.RawMessage       `json:"meta,omitempty"`
+	Result        json.RawMessage       `json:"result,omitempty"`
+	Tags          []string              `json:"tags"`
+	Errors        []pronto.AttemptError `json:"errors"`
+	CreatedAt     *time.Time            `json:"created_at,omitempty"`
+	ScheduledAt   *time.Time            `json:"scheduled_at,omitempty"`
+	StartedAt     *time.Time            `json:"started_at,omitempty"`
+	CompletedAt   *time.Time            `json:"completed_at,omitempty"`
+	ExpiresAt     *time.Time            `json:"expires_at,omitempty"`
+	WorkerID      string                `json:"worker_id,omitempty"`
+	UniqueKey     string                `json:"unique_key,omitempty"`
+	WorkflowID    string                `json:"workflow_id,omitempty"`
+	ParentIDs     []string              `json:"parent_ids,omitempty"`
+	RunOn         string                `json:"run_on,omitempty"`
+	RateKey       string                `json:"rate_key,omitempty"`
+	Tenant        string                `json:"tenant,omitempty"`
+	ParentResults json.RawMessage       `json:"parent_results,omitempty"`
+}
+
+func tp(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	t = t.UTC()
+	return &t
+}
+
+func viewJob(j *pronto.JobRow, full bool) *jobView {
+	v := &jobView{
+		ID: j.ID, Kind: j.Kind, Queue: j.Queue, State: j.State, Priority: j.Priority, Attempt: j.Attempt,
+		MaxAttempts: j.MaxAttempts, Tags: j.Tags, CreatedAt: tp(j.CreatedAt), ScheduledAt: tp(j.ScheduledAt),
+		StartedAt: tp(j.StartedAt), CompletedAt: tp(j.CompletedAt), WorkflowID: j.WorkflowID,
+		ParentIDs: j.ParentIDs, RunOn: string(j.RunOn),
+	}
+	if v.Tags == nil {
+		v.Tags = []string{}
+	}
+	if full {
+		v.Args, v.Meta, v.Result, v.Errors = j.Args, j.Meta, j.Result, j.Errors
+		v.ExpiresAt, v.WorkerID, v.UniqueKey = tp(j.ExpiresAt), j.WorkerID, j.UniqueKey
+		v.RateKey, v.Tenant, v.ParentResults = j.RateKey, j.Tenant, j.ParentResults
+	} else if n := len(j.Errors); n > 0 {
+		// The list shows the latest error only; the job page has the whole history.
+		v.Errors = j.Errors[n-1:]
+	}
+	if v.Errors == nil {
+		v.Errors = []pronto.AttemptError{}
+	}
+	return v
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func writeError(w http.ResponseWriter, status int, msg string) {
+	writeJSON(w, status, map[string]string{"error": msg})
+}
+
+// clientError maps a client error to a status the browser can show: bad input and wrong states are
+// the user's to fix, not server failures.
+func (h *Handler) clientError(w http.ResponseWriter, err error) {
+	switch {
+	case errors.Is(err, pronto.ErrNotFound):
+		writeError(w, http.StatusNotFound, err.Error())
+	case errors.Is(err, pronto.ErrInvalidArgs):
+		writeError(w, http.StatusBadRequest, err.Error())
+	case errors.Is(err, pronto.ErrInvalidTransition):
+		writeError(w, http.StatusConflict, err.Error())
+	case errors.Is(err, pronto.ErrUnsupported):
+		writeError(w, http.StatusNotImplemented, err.Error())
+	case errors.Is(err, context.Canceled):
+		// The browser went away.
+	default:
+		h.log.Warn("dashboard: request failed", "err", err)
+		writeError(w, http.StatusInternalServerError, err.Error())
+	}
+}
+
+type queueView struct {
+	Name   string                 `json:"name"`
+	Paused bool                   `json:"paused"`
+	Counts map[pronto.State]int64 `json:"counts"`
+}
+
+func queueViews(qs []pronto.QueueInfo) []queueView {
+	out := make([]queueView, 0, len(qs))
+	for _, q := range qs {
+		c := q.Counts
+		if c == nil {
+			c = map[pronto.State]int64{}
+		}
+		out = append(out, queueView{Name: q.Name, Paused: q.Paused, Counts: c})
+	}
+	sort.Slice(out, func(i, k int) bool { return out[i].Name < out[k].Name })
+	return out
+}
+
+// GET /api/overview: the queues now plus the recent history the charts start from.
+func (h *Handler) overview(w http.ResponseWriter, r *http.Request) {
+	qs, err := h.cfg.Client.QueueList(r.Context())
+	if err != nil {
+		h.clientError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{
+		"queues": queueViews(qs), "history": h.hub.history(), "client_id": h.cfg.Client.ID(),
+		"leader": h.cfg.Client.IsLeader(), "backend": h.cfg.Backend, "read_only": h.cfg.ReadOnly,
+	})
+}
+
+// jobParams reads the jobs list filters shared by the list and bulk-by-filter.
+func jobParams(q map[string][]string) (*pronto.JobListParams, error) {
+	get := func(k string) string {
+		if v := q[k]; len(v) > 0 {
+			return v[0]
+		}
+		return ""
+	}
+	p := &pronto.JobListParams{
+		Queues: splitList(get("queue")), Kinds: splitList(get("kind")), Tags: splitList(get("tag")),
+		Cursor: get("cursor"), Descending: get("order") != "asc", Limit: 50,
+	}
+	for _, s := range splitList(get("state")) {
+		p.States = append(p.States, pronto.State(s))
+	}
+	if l := get("limit"); l != "" {
+		n, err := strconv.Atoi(l)
+		if err != nil || n < 1 || n > 1000 {
+			return nil, fmt.Errorf("limit %q: must be a number from 1 to 1000", l)
+		}
+		p.Limit = n
+	}
+	return p, nil
+}
+
+// GET /api/jobs?state=&queue=&kind=&tag=&cursor=&order=&limit=
+func (h *Handler) listJobs(w http.ResponseWriter, r *http.Request) {
+	p, err := jobParams(r.URL.Query())
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	res, err := h.cfg.Client.JobList(r.Context(), p)
+	if err != nil {
+		h.clientError(w, err)
+		return
+	}
+	jobs := make([]*jobView, len(res.Jobs))
+	for i, j := range res.Jobs {
+		jobs[i] = viewJob(j, false)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"jobs": jobs, "next": res.Next})
+}
+
+// GET /api/jobs/{id}
+func (h *Handler) getJob(w http.ResponseWriter, r *http.Request) {
+	j, err := h.cfg.Client.JobGet(r.Context(), r.PathValue("id"))
+	if err != nil {
+		h.clientError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, viewJob(j, true))
+}
+
+// POST /api/jobs/{id}/{retry|cancel|delete|activate}
+func (h *Handler) jobAction(w http.ResponseWriter, r *http.Request) {
+	c, id := h.cfg.Client, r.PathValue("id")
+	var j *pronto.JobRow
+	var err error
+	switch a := r.PathValue("action"); a {
+	case "retry":
+		j, err = c.JobRetry(r.Context(), id)
+	case "cancel":
+		j, err = c.JobCancel(r.Context(), id)
+	case "delete":
+		j, err = c.JobDelete(r.Context(), id)
+	case "activate":
+		j, err = c.JobActivate(r.Context(), id)
+	default:
+		writeError(w, http.StatusNotFound, fmt.Sprintf("unknown job action %q: use retry, cancel, delete or activate", a))
+		return
+	}
+	if err != nil {
+		h.clientError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, viewJob(j, true))
+}
+
+// maxBulk bounds one bulk action, whether by ids or by filter.
+const maxBulk = 10000
+
+// POST /api/bulk {"action": "retry"|"cancel"|"delete", "ids": [...]} or {"action":..., "filter": "state=..&queue=.."}
+func (h *Handler) bulk(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Action string   `json:"action"`
+		IDs    []string `json:"ids"`
+		Filter *string  `json:"filter"`
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, 1<<20)
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+		writeError(w, http.StatusBadRequest, "bad request body: "+err.Error())
+		return
+	}
+	c := h.cfg.Client
+	var op func(context.Context, []string) ([]pronto.BulkResult, error)
+	switch req.Action {
+	case "retry":
+		op = c.JobRetryMany
+	case "cancel":
+		op = c.JobCancelMany
+	case "delete":
+		op = c.JobDeleteMany
+	default:
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("unknown bulk action %q: use retry, cancel or delete", req.Action))
+		return
+	}
+	ids := req.IDs
+	if req.Filter != nil {
+		// Everything the filter matches, collected first so the action does not chase its own changes.
+		q, err := parseQuery(*req.Filter)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, err.Error())
+			return
+		}
+		p, err := jobParams(q)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, err.Error())
+			return
+		}
+		p.Limit, p.Cursor = 1000, ""
+		for {
+			res, err := c.JobList(r.Context(), p)
+			if err != nil {
+				h.clientError(w, err)
+				return
+			}
+			for _, j := range res.Jobs {
+				ids = append(ids, j.ID)
+			}
+			if res.Next == "" || len(ids) >= maxBulk {
+				break
+			}
+			p.Cursor = res.Next
+		}
+	}
+	if len(ids) == 0 {
+		writeError(w, http.StatusBadRequest, "no jobs selected")
+		return
+	}
+	if len(ids) > maxBulk {
+		ids = ids[:maxBulk]
+	}
+	res, err := op(r.Context(), ids)
+	if err != nil {
+		h.clientError(w, err)
+		return
+	}
+	ok, failed := 0, []map[string]string{}
+	for _, b := range res {
+		if b.Err != nil {
+			failed = append(failed, map[string]string{"id": b.ID, "error": b.Err.Error()})
+		} else {
+			ok++
+		}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"done": ok, "failed": failed})
+}
+
+// POST /api/queues/{name}/{pause|resume}
+func (h *Handler) queueAction(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	var err error
+	switch a := r.PathValue("action"); a {
+	case "pause":
+		err = h.cfg.Client.QueuePause(r.Context(), name)
+	case "resume":
+		err = h.cfg.Client.QueueResume(r.Context(), name)
+	default:
+		writeError(w, http.StatusNotFound, fmt.Sprintf("unknown queue action %q: use pause or resume", a))
+		return
+	}
+	if err != nil {
+		h.clientError(w, err)
+		return
+	}
+	h.hub.poke()
+	writeJSON(w, http.StatusOK, map[string]string{"queue": name})
+}
+
+type workflowView struct {
+	ID          string               `json:"id"`
+	Name        string               `json:"name"`
+	Type        string               `json:"type"`
+	State       pronto.WorkflowState `json:"state"`
+	Total       int                  `json:"total"`
+	Counts      map[pronto.State]int `json:"counts"`
+	CreatedAt   *time.Time           `json:"created_at,omitempty"`
+	FinishedAt  *time.Time           `json:"finished_at,omitempty"`
+	CancelledAt *time.Time           `json:"cancelled_at,omitempty"`
+}
+
+func viewWorkflow(w *pronto.WorkflowInfo) *workflowView {
+	return &workflowView{ID: w.ID, Name: w.Name, Type: w.Type, State: w.State, Total: w.Total, Counts: w.Counts,
+		CreatedAt: tp(w.CreatedAt), FinishedAt: tp(w.FinishedAt), CancelledAt: tp(w.CancelledAt)}
+}
+
+// GET /api/workflows: the workflows of the most recent jobs. The client has no workflow listing, so
+// the newest jobs (up to scanJobs) are read and their workflows gathered, newest first.
+func (h *Handler) listWorkflows(w http.ResponseWriter, r *http.Request) {
+	const scanJobs, maxWorkflows = 5000, 100
+	c := h.cfg.Client
+	seen := map[string]bool{}
+	var ids []string
+	p := &pronto.JobListParams{Descending: true, Limit: 1000}
+	for scanned := 0; scanned < scanJobs && len(ids) < maxWorkflows; {
+		res, err := c.JobList(r.Context(), p)
+		if err != nil {
+			h.clientError(w, err)
+			return
+		}
+		for _, j := range res.Jobs {
+			if j.WorkflowID != "" && !seen[j.WorkflowID] {
+				seen[j.WorkflowID] = true
+				ids = append(ids, j.WorkflowID)
+			}
+		}
+		scanned += len(res.Jobs)
+		if res.Next == "" {
+			break
+		}
+		p.Cursor = res.Next
+	}
+	out := []*workflowView{}
+	for _, id := range ids {
+		wf, err := c.WorkflowGet(r.Context(), id)
+		if errors.Is(err, pronto.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			h.clientError(w, err)
+			return
+		}
+		out = append(out, viewWorkflow(wf))
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"workflows": out})
+}
+
+// GET /api/workflows/{id}: the workflow and its jobs (the graph's nodes; parent_ids are its edges).
+func (h *Handler) getWorkflow(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	wf, err := h.cfg.Client.WorkflowGet(r.Context(), id)
+	if err != nil {
+		h.clientError(w, err)
+		return
+	}
+	jobs, err := h.cfg.Client.WorkflowJobs(r.Context(), id)
+	if err != nil {
+		h.clientError(w, err)
+		return
+	}
+	views := make([]*jobView, len(jobs))
+	for i, j := range jobs {
+		views[i] = viewJob(j, false)
+		views[i].Meta = j.Meta // carries the step name
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"workflow": viewWorkflow(wf), "jobs": views})
+}
+
+// POST /api/workflows/{id}/cancel
+func (h *Handler) cancelWorkflow(w http.ResponseWriter, r *http.Request) {
+	wf, err := h.cfg.Client.WorkflowCancel(r.Context(), r.PathValue("id"))
+	if err != nil {
+		h.clientError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, viewWorkflow(wf))
+}
+
+// GET /api/cron
+func (h *Handler) listCron(w http.ResponseWriter, r *http.Request) {
+	list, err := h.cfg.Client.CronList(r.Context())
+	if err != nil {
+		h.clientError(w, err)
+		return
+	}
+	type cronView struct {
+		Name        string     `json:"name"`
+		Expression  string     `json:"expression"`
+		Timezone    string     `json:"timezone,omitempty"`
+		Kind        string     `json:"kind"`
+		Queue       string     `json:"queue,omitempty"`
+		Description string     `json:"description,omitempty"`
+		Paused      bool       `json:"paused"`
+		NextRunAt   *time.Time `json:"next_run_at,omitempty"`
+		LastRunAt   *time.Time `json:"last_run_at,omitempty"`
+		RunCount    int64      `json:"run_count"`
+		LastJobID   string     `json:"last_job_id,omitempty"`
+	}
+	out := make([]cronView, 0, len(list))
+	for _, c := range list {
+		out = append(out, cronView{Name: c.Name, Expression: c.Expression, Timezone: c.Timezone, Kind: c.Kind,
+			Queue: c.Opts.Queue, Description: c.Description, Paused: c.Paused, NextRunAt: tp(c.NextRunAt),
+			LastRunAt: tp(c.LastRunAt), RunCount: c.RunCount, LastJobID: c.LastJobID})
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"cron": out})
+}
+
+// POST /api/cron/{name}/{pause|resume}
+func (h *Handler) cronAction(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	var err error
+	switch a := r.PathValue("action"); a {
+	case "pause":
+		_, err = h.cfg.Client.CronPause(r.Context(), name)
+	case "resume":
+		_, err = h.cfg.Client.CronResume(r.Context(), name)
+	default:
+		writeError(w, http.StatusNotFound, fmt.Sprintf("unknown cron action %q: use pause or resume", a))
+		return
+	}
+	if err != nil {
+		h.clientError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"name": name})
+}
+
+// GET /api/ratelimits
+func (h *Handler) listRateLimits(w http.ResponseWriter, r *http.Request) {
+	list, err := h.cfg.Client.RateLimitList(r.Context())
+	if err != nil {
+		h.clientError(w, err)
+		return
+	}
+	type rlView struct {
+		Key         string     `json:"key"`
+		MaxActive   int64      `json:"max_active"`
+		Rate        int64      `json:"rate"`
+		PeriodMS    int64      `json:"period_ms"`
+		Active      int64      `json:"active"`
+		WindowCount int64      `json:"window_count"`
+		WindowStart *time.Time `json:"window_start,omitempty"`
+		Waiting     int64      `json:"waiting"`
+	}
+	out := make([]rlView, 0, len(list))
+	for _, l := range list {
+		out = append(out, rlView{Key: l.Key, MaxActive: int64(l.Limit.MaxActive), Rate: int64(l.Limit.Rate),
+			PeriodMS: l.Limit.Period.Milliseconds(), Active: l.Active, WindowCount: l.WindowCount,
+			WindowStart: tp(l.WindowStart), Waiting: l.Waiting})
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"rate_limits": out})
+}
+
+// GET /api/deadletter?cursor=: discarded jobs, newest first; replay is a retry (POST /api/jobs/{id}/retry).
+func (h *Handler) listDeadLetter(w http.ResponseWriter, r *http.Request) {
+	res, err := h.cfg.Client.JobList(r.Context(), &pronto.JobListParams{
+		States: []pronto.State{pronto.StateDiscarded}, Descending: true, Limit: 100, Cursor: r.URL.Query().Get("cursor"),
+	})
+	if err != nil {
+		h.clientError(w, err)
+		return
+	}
+	jobs := make([]*jobView, len(res.Jobs))
+	for i, j := range res.Jobs {
+		jobs[i] = viewJob(j, false)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"jobs": jobs, "next": res.Next})
+}

@@ -1,0 +1,505 @@
+// pronto dashboard: a small single-page app. Views are rebuilt from JSON fetched from /api; live
+// updates arrive as server-sent events from /api/events (one per second) and are folded into the
+// current view without reloading the page.
+"use strict";
+
+const CSRF = document.querySelector('meta[name="csrf-token"]').content;
+const READ_ONLY = document.querySelector('meta[name="read-only"]').content === "1";
+const STATES = ["available", "scheduled", "pending", "active", "retryable", "completed", "discarded", "cancelled"];
+const TERMINAL = new Set(["completed", "discarded", "cancelled"]);
+const main = document.getElementById("main");
+
+// ---- helpers ---------------------------------------------------------------------------------------
+
+// el builds an element; strings become text nodes, so data is never parsed as HTML.
+function el(tag, attrs, ...kids) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === undefined || v === null || v === false) continue;
+    if (k.startsWith("on")) e.addEventListener(k.slice(2), v);
+    else if (k === "class") e.className = v;
+    else e.setAttribute(k, v === true ? "" : v);
+  }
+  for (const k of kids.flat()) if (k !== null && k !== undefined && k !== false) e.append(k instanceof Node ? k : String(k));
+  return e;
+}
+const SVGNS = "http://www.w3.org/2000/svg";
+function sv(tag, attrs, ...kids) {
+  const e = document.createElementNS(SVGNS, tag);
+  for (const [k, v] of Object.entries(attrs || {})) e.setAttribute(k, v);
+  for (const k of kids.flat()) if (k !== null && k !== undefined) e.append(k instanceof Node ? k : String(k));
+  return e;
+}
+
+async function api(path, opts) {
+  opts = opts || {};
+  const init = { credentials: "same-origin", headers: {} };
+  if (opts.method) {
+    init.method = opts.method;
+    init.headers["X-CSRF-Token"] = CSRF;
+    if (opts.body !== undefined) {
+      init.headers["Content-Type"] = "application/json";
+      init.body = JSON.stringify(opts.body);
+    }
+  }
+  const r = await fetch(path, init);
+  let data = null;
+  try { data = await r.json(); } catch (_) { /* empty body */ }
+  if (r.status === 401) { location.reload(); }
+  if (!r.ok) throw new Error((data && data.error) || r.status + " " + r.statusText);
+  return data;
+}
+const post = (path, body) => api(path, { method: "POST", body: body === undefined ? {} : body });
+
+let toastTimer;
+function toast(msg, bad) {
+  const t = document.getElementById("toast");
+  t.textContent = msg;
+  t.className = "toast" + (bad ? " bad" : "");
+  t.hidden = false;
+  clearTimeout(toastTimer);
+  toastTimer = setTimeout(() => { t.hidden = true; }, bad ? 8000 : 3000);
+}
+
+function stateTag(s) { return el("span", { class: "state s-" + s, "data-state": s }, s); }
+function fmtNum(n) { return n >= 10000 ? (n / 1000).toFixed(n >= 100000 ? 0 : 1) + "k" : String(n); }
+function ago(iso) {
+  if (!iso) return "";
+  const d = (Date.now() - Date.parse(iso)) / 1000;
+  const a = Math.abs(d), sfx = d >= 0 ? " ago" : " from now";
+  if (a < 1) return "now";
+  if (a < 60) return Math.round(a) + "s" + sfx;
+  if (a < 3600) return Math.round(a / 60) + "m" + sfx;
+  if (a < 86400) return Math.round(a / 3600) + "h" + sfx;
+  return Math.round(a / 86400) + "d" + sfx;
+}
+function when(iso) { return iso ? el("span", { title: iso }, ago(iso)) : el("span", { class: "muted" }, "—"); }
+function pretty(raw) {
+  if (raw === undefined || raw === null) return el("span", { class: "muted" }, "none");
+  return el("pre", {}, JSON.stringify(raw, null, 2));
+}
+function shortID(id) { return id.slice(0, 8) + "…" + id.slice(-4); }
+function jobLink(id) { return el("a", { href: "#/job/" + id, class: "mono", title: id }, shortID(id)); }
+function actBtn(label, fn, cls) {
+  if (READ_ONLY) return null;
+  return el("button", { class: "act " + (cls || ""), onclick: async (ev) => {
+    const b = ev.currentTarget;
+    b.disabled = true;
+    try { await fn(); } catch (e) { toast(e.message, true); } finally { b.disabled = false; }
+  } }, label);
+}
+
+// ---- live updates ----------------------------------------------------------------------------------
+
+const live = { queues: [], history: [], listeners: new Set() };
+function connectLive() {
+  const ind = document.getElementById("live");
+  const es = new EventSource("/api/events");
+  es.onopen = () => { ind.textContent = "live"; ind.classList.add("on"); };
+  es.onerror = () => { ind.textContent = "reconnecting"; ind.classList.remove("on"); };
+  es.onmessage = (m) => {
+    const u = JSON.parse(m.data);
+    live.queues = u.queues;
+    live.history.push(u.point);
+    if (live.history.length > 300) live.history.shift();
+    for (const f of live.listeners) f(u);
+  };
+}
+
+// ---- router ----------------------------------------------------------------------------------------
+
+let current = null; // the view's cleanup
+function route() {
+  const h = location.hash.slice(1) || "/";
+  const [path, qs] = h.split("?");
+  const params = new URLSearchParams(qs || "");
+  const parts = path.split("/").filter(Boolean);
+  if (current) current();
+  current = null;
+  live.listeners.clear();
+  main.replaceChildren();
+  const name = parts[0] || "overview";
+  for (const a of document.querySelectorAll("nav a")) {
+    const n = a.dataset.nav;
+    a.classList.toggle("on", n === name || (n === "jobs" && name === "job") || (n === "workflows" && name === "workflow"));
+  }
+  const views = { overview, jobs, job, workflows, workflow, cron, ratelimits, deadletter };
+  const v = views[name];
+  if (!v) { main.append(el("h1", {}, "Not found")); return; }
+  Promise.resolve(v(parts.slice(1), params)).catch((e) => main.append(el("p", { class: "error" }, e.message)));
+}
+
+// ---- overview --------------------------------------------------------------------------------------
+
+function drawChart(svg, series, opts) {
+  // series: [{values: [{t, v}], color}]; a polyline per series over the shared time range.
+  const W = 600, H = 160, L = 40, B = 18, T = 8, R = 8;
+  svg.setAttribute("viewBox", `0 0 ${W} ${H}`);
+  svg.setAttribute("preserveAspectRatio", "none");
+  svg.replaceChildren();
+  const now = Date.now(), span = (opts.minutes || 5) * 60000, t0 = now - span;
+  let maxV = opts.min || 1;
+  for (const s of series) for (const p of s.values) if (p.v > maxV) maxV = p.v;
+  maxV = niceMax(maxV);
+  const x = (t) => L + ((t - t0) / span) * (W - L - R);
+  const y = (v) => T + (1 - v / maxV) * (H - T - B);
+  for (let i = 0; i <= 4; i++) {
+    const v = (maxV * i) / 4;
+    svg.append(sv("line", { class: "axis", x1: L, x2: W - R, y1: y(v), y2: y(v) }));
+    svg.append(sv("text", { x: L - 4, y: y(v) + 3, "text-anchor": "end" }, fmtAxis(v)));
+  }
+  for (let m = 0; m <= (opts.minutes || 5); m++) {
+    svg.append(sv("text", { x: x(now - m * 60000), y: H - 4, "text-anchor": "middle" }, m === 0 ? "now" : "-" + m + "m"));
+  }
+  for (const s of series) {
+    const pts = s.values.filter((p) => p.t >= t0).map((p) => x(p.t).toFixed(1) + "," + y(p.v).toFixed(1));
+    if (pts.length) svg.append(sv("polyline", { points: pts.join(" "), fill: "none", stroke: s.color, "stroke-width": 2, "vector-effect": "non-scaling-stroke" }));
+  }
+}
+function niceMax(v) {
+  const p = Math.pow(10, Math.floor(Math.log10(v)));
+  for (const m of [1, 2, 2.5, 5, 10]) if (m * p >= v) return m * p;
+  return 10 * p;
+}
+function fmtAxis(v) { return v >= 1000 ? (v / 1000).toFixed(1) + "k" : (Math.round(v * 10) / 10).toString(); }
+const css = (name) => getComputedStyle(document.documentElement).getPropertyValue(name).trim();
+
+async function overview() {
+  const o = await api("/api/overview");
+  if (live.history.length === 0) live.history = o.history || [];
+  main.append(el("h1", {}, "Overview"));
+  const tput = sv("svg", { id: "chart-throughput", role: "img", "aria-label": "throughput" });
+  const lat = sv("svg", { id: "chart-latency", role: "img", "aria-label": "pickup latency" });
+  const legend = (items) => el("div", { class: "legend" }, items.map(([c, t]) => el("span", {}, el("i", { style: "" , "data-c": c }), t)));
+  const tl = legend([["--ok", "completed/s"], ["--bad", "failed/s"]]);
+  const ll = legend([["--info", "mean pickup latency (ms)"]]);
+  for (const i of [...tl.querySelectorAll("i"), ...ll.querySelectorAll("i")]) i.style.background = css(i.dataset.c);
+  main.append(el("div", { class: "charts" },
+    el("div", { class: "panel chart" }, el("h2", {}, "Throughput"), tl, tput),
+    el("div", { class: "panel chart" }, el("h2", {}, "Pickup latency"), ll, lat)));
+  const tableBox = el("div", { class: "tablewrap" });
+  main.append(el("div", { class: "panel" }, el("h2", {}, "Queues"), tableBox));
+  main.append(el("p", { class: "muted" }, "Client " + o.client_id + (o.leader ? " (leader)" : "")));
+
+  const renderQueues = (qs) => {
+    if (!qs.length) { tableBox.replaceChildren(el("p", { class: "muted", id: "no-queues" }, "No jobs yet.")); return; }
+    const t = el("table", { id: "queues" },
+      el("thead", {}, el("tr", {}, el("th", {}, "Queue"), STATES.map((s) => el("th", { class: "num" + (["pending", "cancelled", "scheduled"].includes(s) ? " opt" : "") }, s)), el("th", {}, ""))),
+      el("tbody", {}, qs.map((q) => el("tr", { class: q.paused ? "paused" : "", "data-queue": q.name },
+        el("td", {}, el("a", { href: "#/jobs?queue=" + encodeURIComponent(q.name) }, q.name)),
+        STATES.map((s) => el("td", { class: "num" + (["pending", "cancelled", "scheduled"].includes(s) ? " opt" : ""), "data-q": q.name, "data-s": s },
+          (q.counts[s] || 0) ? el("a", { href: "#/jobs?queue=" + encodeURIComponent(q.name) + "&state=" + s }, fmtNum(q.counts[s])) : "0")),
+        el("td", {}, q.paused
+          ? actBtn("Resume", async () => { await post("/api/queues/" + encodeURIComponent(q.name) + "/resume"); toast("Resumed " + q.name); })
+          : actBtn("Pause", async () => { await post("/api/queues/" + encodeURIComponent(q.name) + "/pause"); toast("Paused " + q.name); }))))));
+    tableBox.replaceChildren(t);
+  };
+  const renderCharts = () => {
+    const h = live.history;
+    drawChart(tput, [
+      { color: css("--ok"), values: h.map((p) => ({ t: p.t, v: p.completed })) },
+      { color: css("--bad"), values: h.map((p) => ({ t: p.t, v: p.failed })) }], { min: 1 });
+    drawChart(lat, [{ color: css("--info"), values: h.filter((p) => p.latency_ms >= 0).map((p) => ({ t: p.t, v: p.latency_ms })) }], { min: 10 });
+  };
+  renderQueues(o.queues);
+  renderCharts();
+  live.listeners.add((u) => { renderQueues(u.queues); renderCharts(); });
+}
+
+// ---- jobs ------------------------------------------------------------------------------------------
+
+async function jobs(_, params) {
+  main.append(el("h1", {}, "Jobs"));
+  const f = {
+    state: el("select", { name: "state", "aria-label": "state" }, el("option", { value: "" }, "any state"), STATES.map((s) => el("option", { value: s }, s))),
+    queue: el("input", { name: "queue", placeholder: "queue" }),
+    kind: el("input", { name: "kind", placeholder: "kind" }),
+    tag: el("input", { name: "tag", placeholder: "tag" }),
+    order: el("select", { name: "order", "aria-label": "order" }, el("option", { value: "desc" }, "newest first"), el("option", { value: "asc" }, "oldest first")),
+  };
+  for (const k of Object.keys(f)) f[k].value = params.get(k) || (k === "order" ? "desc" : "");
+  const apply = () => {
+    const q = new URLSearchParams();
+    for (const k of Object.keys(f)) if (f[k].value && !(k === "order" && f[k].value === "desc")) q.set(k, f[k].value.trim());
+    location.hash = "#/jobs" + (q.toString() ? "?" + q : "");
+  };
+  const form = el("form", { class: "filters", onsubmit: (e) => { e.preventDefault(); apply(); } },
+    f.state, f.queue, f.kind, f.tag, f.order, el("button", { type: "submit", class: "primary" }, "Filter"));
+  f.state.addEventListener("change", apply);
+  f.order.addEventListener("change", apply);
+  const filter = new URLSearchParams();
+  for (const k of ["state", "queue", "kind", "tag", "order"]) if (params.get(k)) filter.set(k, params.get(k));
+  const cursor = params.get("cursor") || "";
+  const bar = el("div", { class: "bulkbar" });
+  const box = el("div", { class: "tablewrap" });
+  const pager = el("div", { class: "actions" });
+  main.append(el("div", { class: "panel" }, form, bar, box, pager));
+
+  const selected = new Set();
+  let allMatching = false, page = [];
+  const bulk = async (action) => {
+    const what = allMatching ? "every job matching this filter (up to 10000)" : selected.size + " job" + (selected.size === 1 ? "" : "s");
+    if (!confirm(action[0].toUpperCase() + action.slice(1) + " " + what + "?")) return;
+    const body = allMatching ? { action, filter: filter.toString() } : { action, ids: [...selected] };
+    const r = await post("/api/bulk", body);
+    toast(action + ": " + r.done + " done" + (r.failed.length ? ", " + r.failed.length + " refused (" + r.failed[0].error + ")" : ""), r.failed.length > 0);
+    selected.clear(); allMatching = false;
+    load();
+  };
+  const renderBar = () => {
+    const n = allMatching ? "All matching" : selected.size + " selected";
+    bar.replaceChildren(READ_ONLY ? "" : el("span", { id: "selcount" }, n),
+      (selected.size || allMatching) ? [actBtn("Retry", () => bulk("retry")), actBtn("Cancel", () => bulk("cancel")), actBtn("Delete", () => bulk("delete"), "danger"),
+        !allMatching && page.length && selected.size === page.length ? actBtn("Select all matching the filter", async () => { allMatching = true; renderBar(); }) : null] : null);
+  };
+  const load = async () => {
+    const q = new URLSearchParams(filter);
+    if (cursor) q.set("cursor", cursor);
+    const r = await api("/api/jobs?" + q);
+    page = r.jobs;
+    const all = el("input", { type: "checkbox", "aria-label": "select page", class: "act", onchange: (e) => {
+      for (const j of page) e.target.checked ? selected.add(j.id) : selected.delete(j.id);
+      if (!e.target.checked) allMatching = false;
+      for (const c of box.querySelectorAll("tbody input")) c.checked = e.target.checked;
+      renderBar();
+    } });
+    box.replaceChildren(page.length === 0 ? el("p", { class: "muted" }, "No jobs match.") : el("table", { id: "jobs" },
+      el("thead", {}, el("tr", {}, el("th", {}, all), el("th", {}, "Job"), el("th", {}, "Kind"), el("th", {}, "Queue"), el("th", {}, "State"),
+        el("th", { class: "num" }, "Attempt"), el("th", { class: "opt" }, "Created"), el("th", { class: "opt" }, "Last error"))),
+      el("tbody", {}, page.map((j) => el("tr", { "data-id": j.id },
+        el("td", {}, el("input", { type: "checkbox", class: "act", "aria-label": "select " + j.id, checked: selected.has(j.id), onchange: (e) => {
+          e.target.checked ? selected.add(j.id) : (selected.delete(j.id), allMatching = false);
+          renderBar();
+        } })),
+        el("td", {}, jobLink(j.id)), el("td", {}, j.kind), el("td", {}, j.queue), el("td", {}, stateTag(j.state)),
+        el("td", { class: "num" }, j.attempt + "/" + j.max_attempts), el("td", { class: "opt" }, when(j.created_at)),
+        el("td", { class: "opt wrap muted" }, j.errors.length ? j.errors[0].message.slice(0, 120) : ""))))));
+    const next = new URLSearchParams(filter);
+    next.set("cursor", r.next);
+    pager.replaceChildren(cursor ? el("a", { href: "#/jobs?" + filter }, "« First page") : "",
+      r.next ? el("a", { href: "#/jobs?" + next, id: "next-page" }, "Next page »") : "");
+    renderBar();
+  };
+  await load();
+  // Refresh with the live stream, but not while the user has a selection to act on, and at most every 3 s.
+  let lastLoad = Date.now();
+  live.listeners.add(() => {
+    if (selected.size || allMatching || Date.now() - lastLoad < 3000) return;
+    lastLoad = Date.now();
+    load().catch(() => {});
+  });
+}
+
+// ---- one job ---------------------------------------------------------------------------------------
+
+async function job(parts) {
+  const id = parts[0];
+  const box = el("div", {});
+  main.append(box);
+  let last = "";
+  const render = (j) => {
+    const sig = JSON.stringify(j);
+    if (sig === last) return;
+    last = sig;
+    const act = (a, label, cls, confirmText) => actBtn(label, async () => {
+      if (confirmText && !confirm(confirmText)) return;
+      const r = await post("/api/jobs/" + id + "/" + a);
+      toast(label + ": job is now " + r.state);
+      if (a === "delete") { location.hash = "#/jobs"; return; }
+      render(r);
+    }, cls);
+    const tl = [["inserted", j.created_at, ""]];
+    if (j.scheduled_at && j.scheduled_at !== j.created_at) tl.push(["scheduled for", j.scheduled_at, ""]);
+    for (const e of j.errors) tl.push(["attempt " + e.attempt + " failed: " + (e.type ? e.type + ": " : "") + e.message, e.at, "bad"]);
+    if (j.started_at) tl.push(["attempt " + j.attempt + " started" + (j.worker_id ? " on " + j.worker_id : ""), j.started_at, ""]);
+    if (j.completed_at) tl.push([j.state, j.completed_at, j.state === "completed" ? "good" : "bad"]);
+    tl.sort((a, b) => Date.parse(a[1]) - Date.parse(b[1]));
+    box.replaceChildren(
+      el("h1", {}, "Job ", el("span", { class: "mono" }, j.id), " ", stateTag(j.state)),
+      el("div", { class: "actions panel" },
+        ["discarded", "cancelled"].includes(j.state) ? act("retry", "Retry", "primary") : null,
+        j.state === "pending" ? act("activate", "Run now", "primary") : null,
+        !TERMINAL.has(j.state) ? act("cancel", "Cancel", "", "Cancel this job?") : null,
+        j.state !== "active" ? act("delete", "Delete", "danger", "Delete this job for good?") : null,
+        READ_ONLY ? el("span", { class: "muted" }, "read-only") : null),
+      el("div", { class: "grid2" },
+        el("div", { class: "panel" }, el("dl", { class: "kv" })),
+        el("div", { class: "panel" }, el("h2", {}, "Timeline"), el("ul", { class: "timeline", id: "timeline" },
+          tl.map(([what, at, cls]) => el("li", { class: cls }, el("div", {}, what), el("div", { class: "muted" }, when(at), " · ", at)))))),
+      el("div", { class: "grid2" },
+        el("div", { class: "panel" }, el("h2", {}, "Args"), pretty(j.args)),
+        el("div", { class: "panel" }, el("h2", {}, "Result"), pretty(j.result))),
+      el("div", { class: "panel" }, el("h2", {}, "Meta"), pretty(j.meta)),
+      el("div", { class: "panel", id: "errors" }, el("h2", {}, "Errors (" + j.errors.length + ")"),
+        j.errors.length === 0 ? el("p", { class: "muted" }, "No failed attempts.") :
+          j.errors.slice().reverse().map((e) => el("div", { class: "attempt" },
+            el("p", {}, el("b", {}, "Attempt " + e.attempt), " · ", when(e.at), e.type ? " · " + e.type : "", e.retryable === false ? " · not retryable" : ""),
+            el("pre", { class: "errmsg" }, e.message), e.trace ? el("details", {}, el("summary", {}, "stack"), el("pre", {}, e.trace)) : null,
+            e.details ? pretty(e.details) : null))));
+    // The key/value list: built separately so values may be nodes.
+    const dl = box.querySelector("dl.kv");
+    for (const [k, v] of [["kind", j.kind], ["queue", el("a", { href: "#/jobs?queue=" + encodeURIComponent(j.queue) }, j.queue)], ["priority", j.priority],
+      ["attempt", j.attempt + " of " + j.max_attempts], ["tags", j.tags.length ? j.tags.map((t) => el("a", { href: "#/jobs?tag=" + encodeURIComponent(t) }, t + " ")) : "—"],
+      ["worker", j.worker_id || "—"], ["unique key", j.unique_key || "—"],
+      ["workflow", j.workflow_id ? el("a", { href: "#/workflow/" + j.workflow_id, class: "mono" }, j.workflow_id) : "—"],
+      ["parents", j.parent_ids && j.parent_ids.length ? j.parent_ids.map((p) => [jobLink(p), " "]) : "—"],
+      ["rate key", j.rate_key || "—"], ["tenant", j.tenant || "—"], ["expires", j.expires_at ? when(j.expires_at) : "—"]]) {
+      dl.append(el("dt", {}, k), el("dd", {}, v));
+    }
+  };
+  const load = async () => render(await api("/api/jobs/" + id));
+  await load();
+  // An unfinished job is re-read each tick (one small read); a finished one only when an event names it.
+  live.listeners.add((u) => {
+    const state = box.querySelector("h1 .state");
+    const named = u.jobs.some((c) => c.id === id || c.id === "*");
+    if (named || (state && !TERMINAL.has(state.dataset.state))) load().catch(() => {});
+  });
+}
+
+// ---- workflows -------------------------------------------------------------------------------------
+
+async function workflows() {
+  main.append(el("h1", {}, "Workflows"));
+  const r = await api("/api/workflows");
+  main.append(el("div", { class: "panel tablewrap" }, r.workflows.length === 0 ? el("p", { class: "muted" }, "No workflows among the recent jobs.") :
+    el("table", { id: "workflows" }, el("thead", {}, el("tr", {}, ["Workflow", "Name", "State", "Steps", "Done", "Created"].map((h) => el("th", {}, h)))),
+      el("tbody", {}, r.workflows.map((w) => el("tr", {},
+        el("td", {}, el("a", { href: "#/workflow/" + w.id, class: "mono" }, shortID(w.id))), el("td", {}, w.name), el("td", {}, stateTag(w.state)),
+        el("td", { class: "num" }, w.total), el("td", { class: "num" }, (w.counts.completed || 0) + "/" + w.total), el("td", {}, when(w.created_at))))))));
+}
+
+// layout places each job in the column of its depth (longest path from a root) and draws parent edges.
+function drawGraph(jobs) {
+  const byID = new Map(jobs.map((j) => [j.id, j]));
+  const depth = new Map();
+  const d = (j, seen) => {
+    if (depth.has(j.id)) return depth.get(j.id);
+    if (seen.has(j.id)) return 0;
+    seen.add(j.id);
+    let v = 0;
+    for (const p of j.parent_ids || []) if (byID.has(p)) v = Math.max(v, d(byID.get(p), seen) + 1);
+    depth.set(j.id, v);
+    return v;
+  };
+  const cols = [];
+  for (const j of jobs) { const k = d(j, new Set()); (cols[k] = cols[k] || []).push(j); }
+  const NW = 170, NH = 44, GX = 60, GY = 16, P = 10;
+  const rows = Math.max(...cols.map((c) => (c || []).length));
+  const W = P * 2 + cols.length * NW + (cols.length - 1) * GX, H = P * 2 + rows * NH + (rows - 1) * GY;
+  const pos = new Map();
+  cols.forEach((c, ci) => (c || []).forEach((j, ri) => {
+    const off = ((rows - c.length) * (NH + GY)) / 2;
+    pos.set(j.id, { x: P + ci * (NW + GX), y: P + off + ri * (NH + GY) });
+  }));
+  const svg = sv("svg", { viewBox: `0 0 ${W} ${H}`, id: "wfgraph", style: `max-width:${W}px` });
+  for (const j of jobs) for (const p of j.parent_ids || []) {
+    const a = pos.get(p), b = pos.get(j.id);
+    if (!a || !b) continue;
+    const x1 = a.x + NW, y1 = a.y + NH / 2, x2 = b.x, y2 = b.y + NH / 2, mx = (x1 + x2) / 2;
+    svg.append(sv("path", { class: "edge", d: `M${x1},${y1} C${mx},${y1} ${mx},${y2} ${x2},${y2}` }));
+  }
+  for (const j of jobs) {
+    const p = pos.get(j.id);
+    const color = css({ completed: "--ok", discarded: "--bad", retryable: "--warn", active: "--info", available: "--purple", cancelled: "--idle" }[j.state] || "--muted");
+    const label = j.kind.length > 22 ? j.kind.slice(0, 21) + "…" : j.kind;
+    svg.append(sv("a", { href: "#/job/" + j.id, class: "node", "data-id": j.id, "data-state": j.state },
+      sv("title", {}, j.kind + " · " + j.state + (j.run_on ? " · callback on " + j.run_on : "")),
+      sv("rect", { x: p.x, y: p.y, width: NW, height: NH, rx: 6, stroke: color, "stroke-dasharray": j.run_on ? "4 3" : "" }),
+      sv("text", { x: p.x + 10, y: p.y + 18 }, label),
+      sv("text", { x: p.x + 10, y: p.y + 34, style: "fill:" + color }, j.state)));
+  }
+  return svg;
+}
+
+async function workflow(parts) {
+  const id = parts[0];
+  const box = el("div", {});
+  main.append(box);
+  let last = "";
+  const load = async () => {
+    const r = await api("/api/workflows/" + id);
+    const sig = JSON.stringify(r);
+    if (sig === last) return r;
+    last = sig;
+    const w = r.workflow;
+    box.replaceChildren(
+      el("h1", {}, "Workflow ", w.name, " ", stateTag(w.state)),
+      el("div", { class: "actions panel" }, el("span", { class: "mono muted" }, w.id),
+        w.state === "running" ? actBtn("Cancel workflow", async () => { if (confirm("Cancel every unfinished job of this workflow?")) { await post("/api/workflows/" + id + "/cancel"); load(); } }, "danger") : null),
+      el("div", { class: "panel graph tablewrap" }, drawGraph(r.jobs)),
+      el("div", { class: "panel" }, el("dl", { class: "kv" }, el("dt", {}, "steps"), el("dd", {}, w.total),
+        STATES.filter((s) => w.counts[s]).map((s) => [el("dt", {}, s), el("dd", {}, w.counts[s])]),
+        el("dt", {}, "created"), el("dd", {}, when(w.created_at)), el("dt", {}, "finished"), el("dd", {}, when(w.finished_at)))));
+    return r;
+  };
+  const r = await load();
+  let running = r.workflow.state === "running";
+  live.listeners.add((u) => {
+    if (running || u.jobs.some((c) => c.workflow_id === id || c.id === "*")) load().then((x) => { running = x.workflow.state === "running"; }).catch(() => {});
+  });
+}
+
+// ---- cron, rate limits, dead letter ----------------------------------------------------------------
+
+async function cron() {
+  main.append(el("h1", {}, "Cron schedules"));
+  const box = el("div", { class: "panel tablewrap" });
+  main.append(box);
+  const load = async () => {
+    const r = await api("/api/cron");
+    box.replaceChildren(r.cron.length === 0 ? el("p", { class: "muted" }, "No cron schedules.") :
+      el("table", { id: "cron" }, el("thead", {}, el("tr", {}, ["Name", "Schedule", "Kind", "Enabled", "Next run", "Last run", "Runs", ""].map((h) => el("th", {}, h)))),
+        el("tbody", {}, r.cron.map((c) => el("tr", {},
+          el("td", { title: c.description || "" }, c.name), el("td", { class: "mono" }, c.expression + (c.timezone ? " (" + c.timezone + ")" : "")),
+          el("td", {}, c.kind), el("td", {}, c.paused ? el("span", { class: "state s-cancelled" }, "paused") : el("span", { class: "state s-completed" }, "enabled")),
+          el("td", {}, c.paused ? "—" : when(c.next_run_at)), el("td", {}, c.last_job_id ? el("a", { href: "#/job/" + c.last_job_id }, when(c.last_run_at)) : when(c.last_run_at)),
+          el("td", { class: "num" }, c.run_count),
+          el("td", {}, actBtn(c.paused ? "Resume" : "Pause", async () => { await post("/api/cron/" + encodeURIComponent(c.name) + "/" + (c.paused ? "resume" : "pause")); load(); })))))));
+  };
+  await load();
+}
+
+async function ratelimits() {
+  main.append(el("h1", {}, "Rate limits"));
+  const box = el("div", { class: "panel tablewrap" });
+  main.append(box);
+  const bar = (used, max) => max > 0 ? el("span", {}, el("span", { class: "bartrack" }, el("span", { class: "bar", style: "width:" + Math.min(100, (100 * used) / max) + "%" })), used + " / " + max) : el("span", { class: "muted" }, used + " (no limit)");
+  const load = async () => {
+    const r = await api("/api/ratelimits");
+    box.replaceChildren(r.rate_limits.length === 0 ? el("p", { class: "muted" }, "No rate limits.") :
+      el("table", { id: "ratelimits" }, el("thead", {}, el("tr", {}, ["Key", "Active / max", "Started this window / rate", "Period", "Waiting"].map((h) => el("th", {}, h)))),
+        el("tbody", {}, r.rate_limits.map((l) => el("tr", {}, el("td", { class: "mono" }, l.key), el("td", {}, bar(l.active, l.max_active)),
+          el("td", {}, bar(l.window_count, l.rate)), el("td", {}, l.period_ms ? l.period_ms / 1000 + "s" : "—"), el("td", { class: "num" }, l.waiting))))));
+  };
+  await load();
+  let lastLoad = Date.now();
+  live.listeners.add(() => { if (Date.now() - lastLoad >= 2000) { lastLoad = Date.now(); load().catch(() => {}); } });
+}
+
+async function deadletter(_, params) {
+  main.append(el("h1", {}, "Dead letter"));
+  const box = el("div", { class: "panel tablewrap" });
+  main.append(box);
+  const cursor = params.get("cursor") || "";
+  const load = async () => {
+    const r = await api("/api/deadletter" + (cursor ? "?cursor=" + cursor : ""));
+    box.replaceChildren(r.jobs.length === 0 ? el("p", { class: "muted" }, "The dead-letter list is empty.") : [
+      el("div", { class: "bulkbar" }, actBtn("Replay all " + r.jobs.length + " on this page", async () => {
+        if (!confirm("Replay " + r.jobs.length + " jobs?")) return;
+        const x = await post("/api/bulk", { action: "retry", ids: r.jobs.map((j) => j.id) });
+        toast("replayed " + x.done);
+        load();
+      })),
+      el("table", { id: "deadletter" }, el("thead", {}, el("tr", {}, ["Job", "Kind", "Queue", "Failed", "Error", ""].map((h) => el("th", {}, h)))),
+        el("tbody", {}, r.jobs.map((j) => el("tr", { "data-id": j.id }, el("td", {}, jobLink(j.id)), el("td", {}, j.kind), el("td", {}, j.queue),
+          el("td", {}, when(j.completed_at)), el("td", { class: "wrap" }, j.errors.length ? j.errors[0].message.slice(0, 160) : ""),
+          el("td", {}, actBtn("Replay", async () => { await post("/api/jobs/" + j.id + "/retry"); toast("replayed"); load(); })))))),
+      r.next ? el("a", { href: "#/deadletter?cursor=" + r.next }, "Next page »") : ""]);
+  };
+  await load();
+}
+
+window.addEventListener("hashchange", route);
+connectLive();
+route();

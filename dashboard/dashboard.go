@@ -1,0 +1,251 @@
+// Package dashboard serves pronto's web dashboard: live queue counts and charts, jobs, workflows,
+// cron schedules, rate limits and the dead-letter list, with the actions an operator needs. It reads
+// and acts only through a *pronto.Client, so it works on every store. `pronto serve` mounts it at "/"
+// beside the OJS API; a program can mount Handler on its own mux too.
+//
+// Assets are plain HTML, CSS and JavaScript embedded in the binary. Live updates are pushed with
+// server-sent events: one hub per Handler takes a queue-count snapshot every second and folds in the
+// client's job events, so a browser never polls the tables.
+package dashboard
+
+import (
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"embed"
+	"encoding/hex"
+	"errors"
+	"html/template"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/pronto-jobs/pronto"
+)
+
+//go:embed assets
+var assets embed.FS
+
+// CookieName is the cookie holding the dashboard session when an API key is set.
+const CookieName = "pronto_dashboard"
+
+// Config configures a Handler.
+type Config struct {
+	// Client is the client the dashboard reads and acts through (required).
+	Client *pronto.Client
+	// APIKey, when set, must be given once on the login page; the browser then keeps a session cookie
+	// derived from it (the key itself never goes into the cookie).
+	APIKey string
+	// ReadOnly hides and refuses every action that changes state.
+	ReadOnly bool
+	// Backend names the store for display ("sqlite", "postgres", "memory").
+	Backend string
+	// Logger receives handler errors; nil discards them.
+	Logger *slog.Logger
+	// Tick is how often live updates are pushed (default 1s).
+	Tick time.Duration
+}
+
+// Handler serves the dashboard. Create it with New; stop its live-update hub with Close.
+type Handler struct {
+	cfg     Config
+	secret  []byte // signs the session and CSRF tokens
+	session string // the session cookie value when APIKey is set
+	mux     *http.ServeMux
+	page    *template.Template
+	login   *template.Template
+	hub     *hub
+	log     *slog.Logger
+}
+
+// New returns a dashboard handler for cfg.
+func New(cfg Config) (*Handler, error) {
+	if cfg.Client == nil {
+		return nil, errors.New("dashboard: Config.Client is required")
+	}
+	if cfg.Tick <= 0 {
+		cfg.Tick = time.Second
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	h := &Handler{cfg: cfg, log: log, mux: http.NewServeMux()}
+	if cfg.APIKey != "" {
+		// Derived from the key, so sessions survive a restart and die when the key changes.
+		m := hmac.New(sha256.New, []byte(cfg.APIKey))
+		m.Write([]byte("pronto dashboard secret"))
+		h.secret = m.Sum(nil)
+		h.session = h.sign("session")
+	} else {
+		h.secret = make([]byte, 32)
+		if _, err := rand.Read(h.secret); err != nil {
+			return nil, err
+		}
+	}
+	var err error
+	if h.page, err = template.ParseFS(assets, "assets/index.html"); err != nil {
+		return nil, err
+	}
+	if h.login, err = template.ParseFS(assets, "assets/login.html"); err != nil {
+		return nil, err
+	}
+	static, _ := fs.Sub(assets, "assets")
+	h.hub = newHub(cfg.Client, cfg.Tick, log)
+	h.routes(http.FileServerFS(static))
+	return h, nil
+}
+
+// Close stops the live-update hub; open event streams end.
+func (h *Handler) Close() { h.hub.close() }
+
+func (h *Handler) sign(what string) string {
+	m := hmac.New(sha256.New, h.secret)
+	m.Write([]byte(what))
+	return hex.EncodeToString(m.Sum(nil))
+}
+
+// csrfToken is the token the page carries and every POST must echo in X-CSRF-Token. It is bound to
+// the session, so a token from another key's session is useless.
+func (h *Handler) csrfToken() string { return h.sign("csrf:" + h.session) }
+
+func (h *Handler) routes(static http.Handler) {
+	m := h.mux
+	m.HandleFunc("GET /{$}", h.index)
+	m.HandleFunc("POST /login", h.doLogin)
+	m.HandleFunc("POST /logout", h.doLogout)
+	// Assets hold no data, and the login page needs them.
+	m.Handle("GET /static/", http.StripPrefix("/static/", static))
+	m.Handle("GET /api/overview", h.authed(http.HandlerFunc(h.overview)))
+	m.Handle("GET /api/events", h.authed(http.HandlerFunc(h.events)))
+	m.Handle("GET /api/jobs", h.authed(http.HandlerFunc(h.listJobs)))
+	m.Handle("GET /api/jobs/{id}", h.authed(http.HandlerFunc(h.getJob)))
+	m.Handle("POST /api/jobs/{id}/{action}", h.action(h.jobAction))
+	m.Handle("POST /api/bulk", h.action(h.bulk))
+	m.Handle("POST /api/queues/{name}/{action}", h.action(h.queueAction))
+	m.Handle("GET /api/workflows", h.authed(http.HandlerFunc(h.listWorkflows)))
+	m.Handle("GET /api/workflows/{id}", h.authed(http.HandlerFunc(h.getWorkflow)))
+	m.Handle("POST /api/workflows/{id}/cancel", h.action(h.cancelWorkflow))
+	m.Handle("GET /api/cron", h.authed(http.HandlerFunc(h.listCron)))
+	m.Handle("POST /api/cron/{name}/{action}", h.action(h.cronAction))
+	m.Handle("GET /api/ratelimits", h.authed(http.HandlerFunc(h.listRateLimits)))
+	m.Handle("GET /api/deadletter", h.authed(http.HandlerFunc(h.listDeadLetter)))
+}
+
+// ServeHTTP implements http.Handler.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	hd := w.Header()
+	hd.Set("X-Content-Type-Options", "nosniff")
+	hd.Set("X-Frame-Options", "DENY")
+	hd.Set("Referrer-Policy", "same-origin")
+	hd.Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; connect-src 'self'; frame-ancestors 'none'")
+	h.mux.ServeHTTP(w, r)
+}
+
+func (h *Handler) loggedIn(r *http.Request) bool {
+	if h.cfg.APIKey == "" {
+		return true
+	}
+	c, err := r.Cookie(CookieName)
+	return err == nil && subtle.ConstantTimeCompare([]byte(c.Value), []byte(h.session)) == 1
+}
+
+func (h *Handler) authed(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !h.loggedIn(r) {
+			writeError(w, http.StatusUnauthorized, "not logged in: open the dashboard and give the API key")
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// action wraps a state-changing handler: logged in, not read-only, same origin, right CSRF token.
+func (h *Handler) action(next http.HandlerFunc) http.Handler {
+	return h.authed(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if h.cfg.ReadOnly {
+			writeError(w, http.StatusForbidden, "the dashboard is read-only (--ui-read-only)")
+			return
+		}
+		if !sameOrigin(r) {
+			writeError(w, http.StatusForbidden, "cross-origin request refused")
+			return
+		}
+		tok := r.Header.Get("X-CSRF-Token")
+		if subtle.ConstantTimeCompare([]byte(tok), []byte(h.csrfToken())) != 1 {
+			writeError(w, http.StatusForbidden, "missing or wrong CSRF token: reload the page")
+			return
+		}
+		next(w, r)
+	}))
+}
+
+// sameOrigin checks the Origin header when the browser sent one (every modern browser does on POST).
+func sameOrigin(r *http.Request) bool {
+	o := r.Header.Get("Origin")
+	if o == "" {
+		return true
+	}
+	u, err := url.Parse(o)
+	return err == nil && u.Host == r.Host
+}
+
+func (h *Handler) index(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	if !h.loggedIn(r) {
+		w.WriteHeader(http.StatusUnauthorized)
+		_ = h.login.Execute(w, map[string]any{"Error": r.URL.Query().Get("error") != ""})
+		return
+	}
+	_ = h.page.Execute(w, map[string]any{
+		"CSRF": h.csrfToken(), "ReadOnly": h.cfg.ReadOnly, "Backend": h.cfg.Backend, "Auth": h.cfg.APIKey != "",
+	})
+}
+
+func (h *Handler) doLogin(w http.ResponseWriter, r *http.Request) {
+	if h.cfg.APIKey == "" {
+		http.Redirect(w, r, "/", http.StatusSeeOther)
+		return
+	}
+	if !sameOrigin(r) {
+		writeError(w, http.StatusForbidden, "cross-origin request refused")
+		return
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, 4096)
+	key := r.PostFormValue("key")
+	if subtle.ConstantTimeCompare([]byte(key), []byte(h.cfg.APIKey)) != 1 {
+		http.Redirect(w, r, "/?error=1", http.StatusSeeOther)
+		return
+	}
+	http.SetCookie(w, &http.Cookie{
+		Name: CookieName, Value: h.session, Path: "/", HttpOnly: true, Secure: r.TLS != nil,
+		SameSite: http.SameSiteStrictMode, MaxAge: 30 * 24 * 3600,
+	})
+	http.Redirect(w, r, "/", http.StatusSeeOther)
+}
+
+func (h *Handler) doLogout(w http.ResponseWriter, r *http.Request) {
+	if !sameOrigin(r) {
+		writeError(w, http.StatusForbidden, "cross-origin request refused")
+		return
+	}
+	http.SetCookie(w, &http.Cookie{Name: CookieName, Value: "", Path: "/", HttpOnly: true, Secure: r.TLS != nil,
+		SameSite: http.SameSiteStrictMode, MaxAge: -1})
+	http.Redirect(w, r, "/", http.StatusSeeOther)
+}
+
+// splitList reads a comma-separated query parameter.
+func splitList(v string) []string {
+	var out []string
+	for _, s := range strings.Split(v, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}

@@ -1,0 +1,297 @@
+package dashboard
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"sync"
+	"time"
+
+	"github.com/pronto-jobs/pronto"
+)
+
+// historyLen is how many chart points (one per tick) the hub keeps: five minutes at the default tick.
+const historyLen = 300
+
+// point is one tick of the throughput and pickup-latency charts.
+type point struct {
+	T         int64   `json:"t"` // unix milliseconds
+	Completed float64 `json:"completed"`
+	Failed    float64 `json:"failed"`
+	// LatencyMS is the mean wait between due and start of the jobs seen starting in this tick, -1 when
+	// none started.
+	LatencyMS float64 `json:"latency_ms"`
+}
+
+// update is one server-sent event.
+type update struct {
+	Queues []queueView `json:"queues"`
+	Point  point       `json:"point"`
+	// Jobs are the jobs this client saw change in the tick (at most 200), so an open job or workflow
+	// page refreshes only when it has to.
+	Jobs []jobChange `json:"jobs"`
+}
+
+type jobChange struct {
+	ID         string       `json:"id"`
+	State      pronto.State `json:"state"`
+	WorkflowID string       `json:"workflow_id,omitempty"`
+}
+
+// hub takes a snapshot per tick while at least one browser listens and fans it out. Throughput comes
+// from the change in completed and discarded counts (so jobs finished by other processes count) or from
+// this client's events when those say more; pickup latency from the jobs seen starting.
+type hub struct {
+	c    *pronto.Client
+	tick time.Duration
+	log  *slog.Logger
+
+	mu      sync.Mutex
+	subs    map[chan []byte]bool
+	hist    []point
+	running bool
+	pokeCh  chan struct{}
+	stopCh  chan struct{}
+	stopped bool
+}
+
+func newHub(c *pronto.Client, tick time.Duration, log *slog.Logger) *hub {
+	return &hub{c: c, tick: tick, log: log, subs: map[chan []byte]bool{}, pokeCh: make(chan struct{}, 1), stopCh: make(chan struct{})}
+}
+
+func (h *hub) history() []point {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]point{}, h.hist...)
+}
+
+// poke asks for a snapshot now (after an action changed what the browsers show).
+func (h *hub) poke() {
+	select {
+	case h.pokeCh <- struct{}{}:
+	default:
+	}
+}
+
+func (h *hub) close() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.stopped {
+		h.stopped = true
+		close(h.stopCh)
+	}
+}
+
+func (h *hub) subscribe() (chan []byte, bool) {
+	ch := make(chan []byte, 8)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.stopped {
+		return nil, false
+	}
+	h.subs[ch] = true
+	if !h.running {
+		h.running = true
+		go h.loop()
+	}
+	return ch, true
+}
+
+func (h *hub) unsubscribe(ch chan []byte) {
+	h.mu.Lock()
+	delete(h.subs, ch)
+	h.mu.Unlock()
+}
+
+// loop runs while anyone listens: it ends (and the next subscriber starts it again) when the last
+// browser leaves, so an unwatched dashboard costs the database nothing.
+func (h *hub) loop() {
+	events, unsub := h.c.Subscribe()
+	defer unsub()
+	t := time.NewTicker(h.tick)
+	defer t.Stop()
+	var (
+		last            time.Time
+		prevDone        = map[string]int64{}
+		prevDisc        = map[string]int64{}
+		evDone, evFail  int
+		latSum          time.Duration
+		latN            int
+		changes         []jobChange
+		seenStart       = map[string]time.Time{}
+		havePrev        bool
+		changedOverflow bool
+	)
+	sample := func(j *pronto.JobRow) {
+		if j.StartedAt.IsZero() || j.ScheduledAt.IsZero() {
+			return
+		}
+		if seenStart[j.ID].Equal(j.StartedAt) {
+			return
+		}
+		seenStart[j.ID] = j.StartedAt
+		if d := j.StartedAt.Sub(j.ScheduledAt); d >= 0 {
+			latSum += d
+			latN++
+		}
+	}
+	snapshot := func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		now := time.Now()
+		qs, err := h.c.QueueList(ctx)
+		if err != nil {
+			h.log.Warn("dashboard: queue snapshot failed", "err", err)
+			return
+		}
+		// Jobs seen starting since the last tick give pickup latency, whichever process runs them.
+		for _, st := range []pronto.State{pronto.StateActive, pronto.StateCompleted} {
+			res, err := h.c.JobList(ctx, &pronto.JobListParams{States: []pronto.State{st}, Descending: true, Limit: 50})
+			if err != nil {
+				continue
+			}
+			for _, j := range res.Jobs {
+				if !last.IsZero() && j.StartedAt.After(last.Add(-h.tick)) {
+					sample(j)
+				}
+			}
+		}
+		if len(seenStart) > 5000 {
+			seenStart = map[string]time.Time{}
+		}
+		var done, disc int64
+		for _, q := range qs {
+			if havePrev {
+				done += max(0, q.Counts[pronto.StateCompleted]-prevDone[q.Name])
+				disc += max(0, q.Counts[pronto.StateDiscarded]-prevDisc[q.Name])
+			}
+			prevDone[q.Name], prevDisc[q.Name] = q.Counts[pronto.StateCompleted], q.Counts[pronto.StateDiscarded]
+		}
+		secs := h.tick.Seconds()
+		if !last.IsZero() {
+			secs = now.Sub(last).Seconds()
+		}
+		p := point{T: now.UnixMilli(), LatencyMS: -1}
+		if havePrev && secs > 0 {
+			p.Completed = float64(max(done, int64(evDone))) / secs
+			p.Failed = float64(max(disc, int64(evFail))) / secs
+		}
+		if latN > 0 {
+			p.LatencyMS = float64(latSum.Microseconds()) / 1000 / float64(latN)
+		}
+		havePrev, last = true, now
+		evDone, evFail, latSum, latN = 0, 0, 0, 0
+		if changedOverflow {
+			changes = append(changes[:0], jobChange{ID: "*"})
+		}
+		u := update{Queues: queueViews(qs), Point: p, Jobs: changes}
+		if u.Jobs == nil {
+			u.Jobs = []jobChange{}
+		}
+		changes, changedOverflow = nil, false
+		b, _ := json.Marshal(u)
+		h.mu.Lock()
+		h.hist = append(h.hist, p)
+		if len(h.hist) > historyLen {
+			h.hist = h.hist[len(h.hist)-historyLen:]
+		}
+		for ch := range h.subs {
+			select {
+			case ch <- b:
+			default: // a slow browser misses a tick rather than stalling the others
+			}
+		}
+		h.mu.Unlock()
+	}
+	snapshot()
+	for {
+		select {
+		case <-h.stopCh:
+			return
+		case e, ok := <-events:
+			if !ok {
+				events = nil
+				continue
+			}
+			switch e.Kind {
+			case pronto.EventCompleted:
+				evDone++
+			case pronto.EventFailed, pronto.EventDiscarded:
+				evFail++
+			}
+			if e.Job != nil {
+				sample(e.Job)
+				if len(changes) < 200 {
+					changes = append(changes, jobChange{ID: e.Job.ID, State: e.Job.State, WorkflowID: e.Job.WorkflowID})
+				} else {
+					changedOverflow = true
+				}
+			}
+		case <-h.pokeCh:
+			snapshot()
+		case <-t.C:
+			h.mu.Lock()
+			if len(h.subs) == 0 {
+				h.running = false
+				h.mu.Unlock()
+				return
+			}
+			h.mu.Unlock()
+			snapshot()
+		}
+	}
+}
+
+// GET /api/events: a server-sent event stream of updates, one per tick.
+func (h *Handler) events(w http.ResponseWriter, r *http.Request) {
+	fl, ok := w.(http.Flusher)
+	if !ok {
+		writeError(w, http.StatusInternalServerError, "streaming unsupported")
+		return
+	}
+	ch, ok := h.hub.subscribe()
+	if !ok {
+		writeError(w, http.StatusServiceUnavailable, "the dashboard is shutting down")
+		return
+	}
+	defer h.hub.unsubscribe(ch)
+	// The stream outlives the server's write timeout, if one is set.
+	_ = http.NewResponseController(w).SetWriteDeadline(time.Time{})
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	fmt.Fprint(w, "retry: 2000\n\n")
+	fl.Flush()
+	keep := time.NewTicker(15 * time.Second)
+	defer keep.Stop()
+	for {
+		select {
+		case <-r.Context().Done():
+			return
+		case <-h.hub.stopCh:
+			return
+		case b := <-ch:
+			if _, err := fmt.Fprintf(w, "data: %s\n\n", b); err != nil {
+				return
+			}
+			fl.Flush()
+		case <-keep.C:
+			if _, err := fmt.Fprint(w, ": keep-alive\n\n"); err != nil {
+				return
+			}
+			fl.Flush()
+		}
+	}
+}
+
+func parseQuery(s string) (url.Values, error) {
+	q, err := url.ParseQuery(s)
+	if err != nil {
+		return nil, fmt.Errorf("filter %q: %v", s, err)
+	}
+	return q, nil
+}
