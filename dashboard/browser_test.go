@@ -1,0 +1,292 @@
+package dashboard_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/pronto-jobs/pronto"
+	"github.com/pronto-jobs/pronto/internal/cli"
+	"github.com/pronto-jobs/pronto/internal/testdb"
+	"github.com/pronto-jobs/pronto/store"
+	"github.com/pronto-jobs/pronto/store/postgres"
+	"github.com/pronto-jobs/pronto/store/sqlite"
+)
+
+// uiWork is the job the browser tests watch; it fails for good while failing is set.
+type uiWork struct {
+	N int `json:"n"`
+}
+
+func (uiWork) Kind() string { return "ui.work" }
+
+// chromiumPath finds the browser; a missing one fails the test (CI installs the chromium package).
+func chromiumPath(t *testing.T) string {
+	t.Helper()
+	if p := os.Getenv("PRONTO_CHROMIUM"); p != "" {
+		return p
+	}
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "chrome"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	t.Fatal("no Chromium found: install it (Debian: apt-get install -y chromium) or set PRONTO_CHROMIUM to the browser's path")
+	return ""
+}
+
+// screenshotDir keeps the screenshots after the test: PRONTO_SCREENSHOT_DIR, or a new temp dir.
+func screenshotDir(t *testing.T) string {
+	t.Helper()
+	dir := os.Getenv("PRONTO_SCREENSHOT_DIR")
+	if dir == "" {
+		var err error
+		if dir, err = os.MkdirTemp("", "pronto-dashboard-screenshots-"); err != nil {
+			t.Fatal(err)
+		}
+	} else if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshots in %s", dir)
+	return dir
+}
+
+// startServe runs the real `pronto serve` in this process and returns its base URL.
+func startServe(t *testing.T, env map[string]string, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	pr, pw := io.Pipe()
+	done := make(chan int, 1)
+	go func() {
+		code := cli.Run(ctx, append([]string{"serve", "--addr", "127.0.0.1:0"}, args...),
+			cli.Env{Stdout: pw, Stderr: io.Discard, Getenv: func(k string) string { return env[k] }})
+		pw.Close()
+		done <- code
+	}()
+	ready := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(pr)
+		sent := false
+		for sc.Scan() {
+			if _, rest, ok := strings.Cut(sc.Text(), "OJS HTTP API on http://"); ok && !sent {
+				host, _, _ := strings.Cut(rest, "/")
+				ready <- "http://" + host
+				sent = true
+			}
+		}
+		close(ready)
+	}()
+	var base string
+	select {
+	case base = <-ready:
+	case <-time.After(30 * time.Second):
+		cancel()
+		t.Fatal("pronto serve was not ready within 30 s")
+	}
+	if base == "" {
+		cancel()
+		t.Fatalf("pronto serve exited with %d before it was ready", <-done)
+	}
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			t.Error("pronto serve did not stop within 30 s")
+		}
+	})
+	return base
+}
+
+// workerClient works queue "default" against the same database as the server.
+func workerClient(t *testing.T, st store.Store, failing *atomic.Bool) *pronto.Client {
+	t.Helper()
+	workers := pronto.NewWorkers()
+	pronto.AddWorker(workers, pronto.WorkFunc(func(ctx context.Context, j *pronto.Job[uiWork]) error {
+		if failing.Load() {
+			return pronto.Discard(errors.New("boom: the disk is full"))
+		}
+		return pronto.RecordResult(ctx, map[string]int{"doubled": j.Args.N * 2})
+	}))
+	c, err := pronto.NewClient(st, &pronto.Config{
+		Queues:  map[string]pronto.QueueConfig{pronto.DefaultQueue: {MaxWorkers: 4}},
+		Workers: workers, PollInterval: 100 * time.Millisecond, DisableMaintenance: true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = c.Stop(ctx)
+	})
+	return c
+}
+
+func TestBrowserSQLite(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ui.db")
+	base := startServe(t, map[string]string{cli.EnvAPIKey: "s3cret"}, "--database-url", "sqlite:"+path)
+	st, err := sqlite.Open(context.Background(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	browserScenario(t, base, "s3cret", st, "sqlite")
+}
+
+func TestBrowserPostgres(t *testing.T) {
+	schema := testdb.Schema(t)
+	base := startServe(t, nil, "--database-url", testdb.URL(), "--schema", schema, "--pool-size", "4")
+	st, err := postgres.New(testdb.NewPool(t, 4), postgres.Config{Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	browserScenario(t, base, "", st, "postgres")
+}
+
+// browserScenario drives the dashboard the way an operator would, waiting on what the page shows.
+func browserScenario(t *testing.T, base, apiKey string, st store.Store, name string) {
+	var failing atomic.Bool
+	c := workerClient(t, st, &failing)
+	shots := screenshotDir(t)
+
+	opts := []chromedp.ExecAllocatorOption{
+		chromedp.ExecPath(chromiumPath(t)),
+		chromedp.Flag("headless", true), chromedp.NoSandbox, chromedp.DisableGPU,
+		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true), chromedp.NoFirstRun, chromedp.Flag("no-default-browser-check", true),
+		chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1280, 900),
+	}
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	defer cancelAlloc()
+	bctx, cancelBrowser := chromedp.NewContext(actx)
+	defer cancelBrowser()
+	ctx, cancel := context.WithTimeout(bctx, 90*time.Second)
+	defer cancel()
+
+	step := func(what string, actions ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		if err := chromedp.Do(ctx, actions...); err != nil {
+			loc, _ := chromedp.Run(bctx, chromedp.Location())
+			t.Fatalf("%s: %s: %v (page %s)", name, what, err, loc)
+		}
+	}
+	shot := func(file string) chromedp.Action[chromedp.Void] {
+		return chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+			buf, err := chromedp.FullScreenshot(100)(ctx, tg) // 100: PNG
+			if err != nil {
+				return err
+			}
+			return os.WriteFile(filepath.Join(shots, name+"-"+file+".png"), buf, 0o644)
+		})
+	}
+	// wait polls a JavaScript condition until it holds: the page updates itself, we never sleep.
+	wait := func(cond string) chromedp.Action[chromedp.Void] {
+		// Evaluated afresh each time, so a navigation in between (which drops the page's JavaScript
+		// context) only costs a retry.
+		return chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+			deadline := time.Now().Add(30 * time.Second)
+			for {
+				ok, err := chromedp.Evaluate[bool](cond)(ctx, tg)
+				if err == nil && ok {
+					return nil
+				}
+				if time.Now().After(deadline) {
+					return fmt.Errorf("condition %s still false after 30 s (last error: %v)", cond, err)
+				}
+				select {
+				case <-ctx.Done():
+					return ctx.Err()
+				case <-time.After(50 * time.Millisecond):
+				}
+			}
+		})
+	}
+	eval := func(js string) chromedp.Action[chromedp.Void] {
+		return chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+			_, err := chromedp.Evaluate[any](js)(ctx, tg)
+			return err
+		})
+	}
+
+	step("open the dashboard", chromedp.Navigate(base+"/"))
+	if apiKey != "" {
+		step("log in", chromedp.WaitVisible(chromedp.ID("key")), chromedp.SendKeys(chromedp.ID("key"), apiKey),
+			chromedp.Submit(chromedp.ID("key")))
+	}
+	step("overview", wait(`document.querySelector("#queues, #no-queues") !== null && document.querySelector("#live.on") !== null`),
+		eval(`window.__noReload = 1`))
+
+	// Jobs in a queue no one works stay available: the counts must move without a reload.
+	bg := context.Background()
+	for i := 0; i < 3; i++ {
+		if _, err := c.Insert(bg, uiWork{N: i}, &pronto.InsertOpts{Queue: "slow"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	step("live counts", wait(`(document.querySelector('td[data-q="slow"][data-s="available"]') || {}).textContent === "3" && window.__noReload === 1`))
+	step("pause a queue", chromedp.Click(chromedp.CSS(`tr[data-queue="slow"] button`)),
+		wait(`document.querySelector('tr[data-queue="slow"].paused') !== null`), shot("overview"))
+	if qs, err := c.QueueList(bg); err != nil || !paused(qs, "slow") {
+		t.Fatalf("%s: queue slow is not paused in the store: %v %v", name, qs, err)
+	}
+
+	// A job that fails for good shows its error; retried, it completes.
+	failing.Store(true)
+	j, err := c.Insert(bg, uiWork{N: 21}, &pronto.InsertOpts{MaxAttempts: 1, Tags: []string{"ui-test"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	step("open the discarded job", chromedp.Navigate(base+"/#/job/"+j.ID),
+		wait(`document.querySelector('h1 .state[data-state="discarded"]') !== null`),
+		wait(`(document.querySelector("#errors .errmsg") || {}).textContent === "boom: the disk is full"`), shot("job-discarded"))
+	failing.Store(false)
+	step("retry it", chromedp.Click(chromedp.Search(`//button[normalize-space()="Retry"]`)),
+		wait(`document.querySelector('h1 .state[data-state="completed"]') !== null`),
+		wait(`document.body.textContent.includes('"doubled": 42')`), shot("job-completed"))
+
+	step("jobs list", chromedp.Navigate(base+"/#/jobs?tag=ui-test"),
+		wait(`document.querySelector('#jobs tr[data-id="`+j.ID+`"]') !== null`), shot("jobs"))
+
+	// A workflow's graph: a → (b, c), every node completed.
+	wf := pronto.NewWorkflow("ui-graph").
+		Add("a", uiWork{N: 1}, nil).Add("b", uiWork{N: 2}, nil, "a").Add("c", uiWork{N: 3}, nil, "a")
+	res, err := c.WorkflowInsert(bg, wf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	step("workflow graph", chromedp.Navigate(base+"/#/workflow/"+res.Workflow.ID),
+		wait(`document.querySelectorAll('#wfgraph .node[data-state="completed"]').length === 3 && document.querySelectorAll('#wfgraph path.edge').length === 2`),
+		shot("workflow"))
+	step("workflows list", chromedp.Navigate(base+"/#/workflows"),
+		wait(fmt.Sprintf(`document.querySelector('#workflows a[href="#/workflow/%s"]') !== null`, res.Workflow.ID)))
+	step("dead letter, cron, rate limits", chromedp.Navigate(base+"/#/deadletter"), wait(`document.querySelector("main h1").textContent === "Dead letter"`),
+		chromedp.Navigate(base+"/#/cron"), wait(`document.querySelector("main h1").textContent === "Cron schedules"`),
+		chromedp.Navigate(base+"/#/ratelimits"), wait(`document.querySelector("main h1").textContent === "Rate limits"`))
+	step("phone width", chromedp.EmulateViewport(390, 844), chromedp.Navigate(base+"/#/"),
+		wait(`document.querySelector("#queues") !== null`), shot("overview-phone"))
+}
+
+func paused(qs []pronto.QueueInfo, name string) bool {
+	for _, q := range qs {
+		if q.Name == name {
+			return q.Paused
+		}
+	}
+	return false
+}
