@@ -278,6 +278,17 @@ func browserScenario(t *testing.T, base, apiKey string, st store.Store, name str
 	step("dead letter, cron, rate limits", chromedp.Navigate(base+"/#/deadletter"), wait(`document.querySelector("main h1").textContent === "Dead letter"`),
 		chromedp.Navigate(base+"/#/cron"), wait(`document.querySelector("main h1").textContent === "Cron schedules"`),
 		chromedp.Navigate(base+"/#/ratelimits"), wait(`document.querySelector("main h1").textContent === "Rate limits"`))
+	// A burst of work moves the throughput chart.
+	burst := make([]pronto.InsertManyParams, 200)
+	for i := range burst {
+		burst[i] = pronto.InsertManyParams{Args: uiWork{N: i}}
+	}
+	if _, err := c.InsertMany(bg, burst); err != nil {
+		t.Fatal(err)
+	}
+	step("busy overview", chromedp.Navigate(base+"/#/"),
+		wait(`Number((document.querySelector('td[data-q="default"][data-s="completed"]') || {}).textContent) >= 204`),
+		wait(`document.querySelectorAll("#chart-throughput polyline").length === 2`), shot("overview-busy"))
 	step("phone width", chromedp.EmulateViewport(390, 844), chromedp.Navigate(base+"/#/"),
 		wait(`document.querySelector("#queues") !== null`), shot("overview-phone"))
 }

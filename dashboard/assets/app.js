@@ -18,6 +18,7 @@ function el(tag, attrs, ...kids) {
     if (v === undefined || v === null || v === false) continue;
     if (k.startsWith("on")) e.addEventListener(k.slice(2), v);
     else if (k === "class") e.className = v;
+    else if (k === "style") e.style.cssText = v; // through the CSSOM: the CSP refuses style attributes
     else e.setAttribute(k, v === true ? "" : v);
   }
   for (const k of kids.flat()) if (k !== null && k !== undefined && k !== false) e.append(k instanceof Node ? k : String(k));
@@ -26,7 +27,7 @@ function el(tag, attrs, ...kids) {
 const SVGNS = "http://www.w3.org/2000/svg";
 function sv(tag, attrs, ...kids) {
   const e = document.createElementNS(SVGNS, tag);
-  for (const [k, v] of Object.entries(attrs || {})) e.setAttribute(k, v);
+  for (const [k, v] of Object.entries(attrs || {})) k === "style" ? (e.style.cssText = v) : e.setAttribute(k, v);
   for (const k of kids.flat()) if (k !== null && k !== undefined) e.append(k instanceof Node ? k : String(k));
   return e;
 }
@@ -114,6 +115,7 @@ function route() {
   const [path, qs] = h.split("?");
   const params = new URLSearchParams(qs || "");
   const parts = path.split("/").filter(Boolean);
+  document.getElementById("toast").hidden = true;
   if (current) current();
   current = null;
   live.listeners.clear();
@@ -137,7 +139,9 @@ function drawChart(svg, series, opts) {
   svg.setAttribute("viewBox", `0 0 ${W} ${H}`);
   svg.setAttribute("preserveAspectRatio", "none");
   svg.replaceChildren();
-  const now = Date.now(), span = (opts.minutes || 5) * 60000, t0 = now - span;
+  // The window grows with the history, from one minute up to five.
+  const now = Date.now(), first = series.reduce((m, s) => s.values.length ? Math.min(m, s.values[0].t) : m, now);
+  const span = Math.min(5 * 60000, Math.max(60000, now - first)), t0 = now - span;
   let maxV = opts.min || 1;
   for (const s of series) for (const p of s.values) if (p.v > maxV) maxV = p.v;
   maxV = niceMax(maxV);
@@ -148,8 +152,10 @@ function drawChart(svg, series, opts) {
     svg.append(sv("line", { class: "axis", x1: L, x2: W - R, y1: y(v), y2: y(v) }));
     svg.append(sv("text", { x: L - 4, y: y(v) + 3, "text-anchor": "end" }, fmtAxis(v)));
   }
-  for (let m = 0; m <= (opts.minutes || 5); m++) {
-    svg.append(sv("text", { x: x(now - m * 60000), y: H - 4, "text-anchor": "middle" }, m === 0 ? "now" : "-" + m + "m"));
+  const step = span <= 120000 ? 15000 : 60000;
+  for (let d = 0; d <= span; d += step) {
+    const label = d === 0 ? "now" : step < 60000 ? "-" + d / 1000 + "s" : "-" + d / 60000 + "m";
+    svg.append(sv("text", { x: Math.max(L, x(now - d)), y: H - 4, "text-anchor": d === 0 ? "end" : "middle" }, label));
   }
   for (const s of series) {
     const pts = s.values.filter((p) => p.t >= t0).map((p) => x(p.t).toFixed(1) + "," + y(p.v).toFixed(1));
@@ -161,7 +167,7 @@ function niceMax(v) {
   for (const m of [1, 2, 2.5, 5, 10]) if (m * p >= v) return m * p;
   return 10 * p;
 }
-function fmtAxis(v) { return v >= 1000 ? (v / 1000).toFixed(1) + "k" : (Math.round(v * 10) / 10).toString(); }
+function fmtAxis(v) { return v >= 1000 ? (v / 1000).toFixed(1) + "k" : (Math.round(v * 100) / 100).toString(); }
 const css = (name) => getComputedStyle(document.documentElement).getPropertyValue(name).trim();
 
 async function overview() {
@@ -309,7 +315,7 @@ async function job(parts) {
       render(r);
     }, cls);
     const tl = [["inserted", j.created_at, ""]];
-    if (j.scheduled_at && j.scheduled_at !== j.created_at) tl.push(["scheduled for", j.scheduled_at, ""]);
+    if (j.scheduled_at && j.scheduled_at !== j.created_at) tl.push(["due", j.scheduled_at, ""]);
     for (const e of j.errors) tl.push(["attempt " + e.attempt + " failed: " + (e.type ? e.type + ": " : "") + e.message, e.at, "bad"]);
     if (j.started_at) tl.push(["attempt " + j.attempt + " started" + (j.worker_id ? " on " + j.worker_id : ""), j.started_at, ""]);
     if (j.completed_at) tl.push([j.state, j.completed_at, j.state === "completed" ? "good" : "bad"]);
@@ -392,7 +398,7 @@ function drawGraph(jobs) {
     const off = ((rows - c.length) * (NH + GY)) / 2;
     pos.set(j.id, { x: P + ci * (NW + GX), y: P + off + ri * (NH + GY) });
   }));
-  const svg = sv("svg", { viewBox: `0 0 ${W} ${H}`, id: "wfgraph", style: `max-width:${W}px` });
+  const svg = sv("svg", { viewBox: `0 0 ${W} ${H}`, id: "wfgraph", width: W, height: H });
   for (const j of jobs) for (const p of j.parent_ids || []) {
     const a = pos.get(p), b = pos.get(j.id);
     if (!a || !b) continue;
@@ -429,7 +435,7 @@ async function workflow(parts) {
         w.state === "running" ? actBtn("Cancel workflow", async () => { if (confirm("Cancel every unfinished job of this workflow?")) { await post("/api/workflows/" + id + "/cancel"); load(); } }, "danger") : null),
       el("div", { class: "panel graph tablewrap" }, drawGraph(r.jobs)),
       el("div", { class: "panel" }, el("dl", { class: "kv" }, el("dt", {}, "steps"), el("dd", {}, w.total),
-        STATES.filter((s) => w.counts[s]).map((s) => [el("dt", {}, s), el("dd", {}, w.counts[s])]),
+        STATES.filter((s) => w.counts[s]).flatMap((s) => [el("dt", {}, s), el("dd", {}, w.counts[s])]),
         el("dt", {}, "created"), el("dd", {}, when(w.created_at)), el("dt", {}, "finished"), el("dd", {}, when(w.finished_at)))));
     return r;
   };

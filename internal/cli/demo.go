@@ -693,6 +693,8 @@ func printDemoSummary(w io.Writer, s *demoSummary, inspect string, memory bool, 
 		fmt.Fprintf(w, "  %s\n", color.cyan("pronto jobs get "+sample+inspect))
 	}
 	fmt.Fprintf(w, "  %s\n", color.cyan("pronto queues list"+inspect))
+	fmt.Fprintf(w, "Or watch them in the web dashboard at http://%s/:\n", DefaultServeAddr)
+	fmt.Fprintf(w, "  %s\n", color.cyan("pronto serve"+inspect))
 	fmt.Fprintln(w, "(No pronto command yet? From this clone: go install ./cmd/pronto, or make install;")
 	fmt.Fprintln(w, " elsewhere: go install github.com/pronto-jobs/pronto/cmd/pronto@latest.)")
 }
