@@ -10,10 +10,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	cdplog "github.com/chromedp/cdproto/log"
+	cdpruntime "github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 
 	"github.com/pronto-jobs/pronto"
@@ -224,6 +227,37 @@ func browserScenario(t *testing.T, base, apiKey string, st store.Store, name str
 		})
 	}
 
+	// Script errors and console errors (a refused Content-Security-Policy among them) fail the test.
+	var (
+		jsMu   sync.Mutex
+		jsErrs []string
+	)
+	if err := chromedp.Listen(bctx, func(ev any) {
+		jsMu.Lock()
+		defer jsMu.Unlock()
+		switch e := ev.(type) {
+		case *cdpruntime.EventExceptionThrown:
+			msg := e.ExceptionDetails.Text
+			if e.ExceptionDetails.Exception != nil {
+				msg += " " + e.ExceptionDetails.Exception.Description
+			}
+			jsErrs = append(jsErrs, msg)
+		case *cdplog.EventEntryAdded:
+			// Network entries are the HTTP statuses the page expects (401 before logging in).
+			if e.Entry.Level == cdplog.EntryLevelError && e.Entry.Source != cdplog.EntrySourceNetwork {
+				jsErrs = append(jsErrs, string(e.Entry.Source)+": "+e.Entry.Text)
+			}
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		jsMu.Lock()
+		defer jsMu.Unlock()
+		for _, e := range jsErrs {
+			t.Errorf("%s: error in the page: %s", name, e)
+		}
+	}()
 	step("open the dashboard", chromedp.Navigate(base+"/"))
 	if apiKey != "" {
 		step("log in", chromedp.WaitVisible(chromedp.ID("key")), chromedp.SendKeys(chromedp.ID("key"), apiKey),
