@@ -117,6 +117,9 @@ func workerClient(t *testing.T, st store.Store, failing *atomic.Bool) *pronto.Cl
 	t.Helper()
 	workers := pronto.NewWorkers()
 	pronto.AddWorker(workers, pronto.WorkFunc(func(ctx context.Context, j *pronto.Job[uiWork]) error {
+		if j.Args.N == 99 {
+			panic("ui.work cannot take 99")
+		}
 		if failing.Load() {
 			return pronto.Discard(errors.New("boom: the disk is full"))
 		}
@@ -186,6 +189,9 @@ func browserScenario(t *testing.T, base, apiKey string, st store.Store, name str
 		t.Helper()
 		if err := chromedp.Do(ctx, actions...); err != nil {
 			loc, _ := chromedp.Run(bctx, chromedp.Location())
+			if buf, err := chromedp.Run(bctx, chromedp.FullScreenshot(100)); err == nil {
+				_ = os.WriteFile(filepath.Join(shots, name+"-FAILED.png"), buf, 0o644)
+			}
 			t.Fatalf("%s: %s: %v (page %s)", name, what, err, loc)
 		}
 	}
@@ -294,8 +300,27 @@ func browserScenario(t *testing.T, base, apiKey string, st store.Store, name str
 		wait(`document.querySelector('h1 .state[data-state="completed"]') !== null`),
 		wait(`document.body.textContent.includes('"doubled": 42')`), shot("job-completed"))
 
+	// A panic's stack is on the job page.
+	pj, err := c.Insert(bg, uiWork{N: 99}, &pronto.InsertOpts{MaxAttempts: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	step("a panicked job's stack", chromedp.Navigate(base+"/#/job/"+pj.ID),
+		wait(`document.querySelector('h1 .state[data-state="discarded"]') !== null`),
+		wait(`[...document.querySelectorAll("#errors details pre")].some((p) => p.textContent.includes("goroutine"))`))
+
 	step("jobs list", chromedp.Navigate(base+"/#/jobs?tag=ui-test"),
 		wait(`document.querySelector('#jobs tr[data-id="`+j.ID+`"]') !== null`), shot("jobs"))
+
+	// Bulk: select the page of the paused queue's jobs and cancel them, confirming.
+	step("bulk cancel", chromedp.Navigate(base+"/#/jobs?queue=slow"),
+		wait(`document.querySelectorAll("#jobs tbody tr").length === 3`),
+		eval(`window.confirm = (msg) => { window.__confirmed = msg; return true; }; true`))
+	step("select the page", chromedp.Click(chromedp.CSS(`#jobs thead input[type=checkbox]`)),
+		wait(`document.querySelector("#selcount").textContent === "3 selected"`))
+	step("confirm", chromedp.Click(chromedp.Search(`//div[@class="bulkbar"]/button[normalize-space()="Cancel"]`)),
+		wait(`window.__confirmed === "Cancel 3 jobs?"`),
+		wait(`document.querySelectorAll('#jobs tbody .state[data-state="cancelled"]').length === 3`))
 
 	// A workflow's graph: a → (b, c), every node completed.
 	wf := pronto.NewWorkflow("ui-graph").
@@ -315,7 +340,7 @@ func browserScenario(t *testing.T, base, apiKey string, st store.Store, name str
 	// A burst of work moves the throughput chart.
 	burst := make([]pronto.InsertManyParams, 200)
 	for i := range burst {
-		burst[i] = pronto.InsertManyParams{Args: uiWork{N: i}}
+		burst[i] = pronto.InsertManyParams{Args: uiWork{N: 1000 + i}} // never 99, which panics
 	}
 	if _, err := c.InsertMany(bg, burst); err != nil {
 		t.Fatal(err)

@@ -254,9 +254,9 @@ async function jobs(_, params) {
   };
   const renderBar = () => {
     const n = allMatching ? "All matching" : selected.size + " selected";
-    bar.replaceChildren(READ_ONLY ? "" : el("span", { id: "selcount" }, n),
+    bar.replaceChildren(...[READ_ONLY ? "" : el("span", { id: "selcount" }, n),
       (selected.size || allMatching) ? [actBtn("Retry", () => bulk("retry")), actBtn("Cancel", () => bulk("cancel")), actBtn("Delete", () => bulk("delete"), "danger"),
-        !allMatching && page.length && selected.size === page.length ? actBtn("Select all matching the filter", async () => { allMatching = true; renderBar(); }) : null] : null);
+        !allMatching && page.length && selected.size === page.length ? actBtn("Select all matching the filter", async () => { allMatching = true; renderBar(); }) : null] : null].flat().filter(Boolean));
   };
   const load = async () => {
     const q = new URLSearchParams(filter);
@@ -490,7 +490,7 @@ async function deadletter(_, params) {
   const cursor = params.get("cursor") || "";
   const load = async () => {
     const r = await api("/api/deadletter" + (cursor ? "?cursor=" + cursor : ""));
-    box.replaceChildren(r.jobs.length === 0 ? el("p", { class: "muted" }, "The dead-letter list is empty.") : [
+    box.replaceChildren(...(r.jobs.length === 0 ? [el("p", { class: "muted" }, "The dead-letter list is empty.")] : [
       el("div", { class: "bulkbar" }, actBtn("Replay all " + r.jobs.length + " on this page", async () => {
         if (!confirm("Replay " + r.jobs.length + " jobs?")) return;
         const x = await post("/api/bulk", { action: "retry", ids: r.jobs.map((j) => j.id) });
@@ -501,7 +501,7 @@ async function deadletter(_, params) {
         el("tbody", {}, r.jobs.map((j) => el("tr", { "data-id": j.id }, el("td", {}, jobLink(j.id)), el("td", {}, j.kind), el("td", {}, j.queue),
           el("td", {}, when(j.completed_at)), el("td", { class: "wrap" }, j.errors.length ? j.errors[0].message.slice(0, 160) : ""),
           el("td", {}, actBtn("Replay", async () => { await post("/api/jobs/" + j.id + "/retry"); toast("replayed"); load(); })))))),
-      r.next ? el("a", { href: "#/deadletter?cursor=" + r.next }, "Next page »") : ""]);
+      r.next ? el("a", { href: "#/deadletter?cursor=" + r.next }, "Next page »") : ""]));
   };
   await load();
 }
