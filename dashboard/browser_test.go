@@ -334,9 +334,19 @@ func browserScenario(t *testing.T, base, apiKey string, st store.Store, name str
 		shot("workflow"))
 	step("workflows list", chromedp.Navigate(base+"/#/workflows"),
 		wait(fmt.Sprintf(`document.querySelector('#workflows a[href="#/workflow/%s"]') !== null`, res.Workflow.ID)))
-	step("dead letter, cron, rate limits", chromedp.Navigate(base+"/#/deadletter"), wait(`document.querySelector("main h1").textContent === "Dead letter"`),
-		chromedp.Navigate(base+"/#/cron"), wait(`document.querySelector("main h1").textContent === "Cron schedules"`),
-		chromedp.Navigate(base+"/#/ratelimits"), wait(`document.querySelector("main h1").textContent === "Rate limits"`))
+	if _, err := c.CronRegister(bg, pronto.CronJob{Name: "ui-nightly", Expression: "@daily", Kind: "ui.work"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.RateLimitSet(bg, "ui-partner", pronto.RateLimit{MaxActive: 5, Rate: 100, Period: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	step("dead letter", chromedp.Navigate(base+"/#/deadletter"),
+		wait(`document.querySelector('#deadletter tr[data-id="`+pj.ID+`"]') !== null`), shot("deadletter"))
+	step("cron", chromedp.Navigate(base+"/#/cron"), wait(`document.querySelector("#cron tbody tr .s-completed") !== null`),
+		chromedp.Click(chromedp.Search(`//table[@id="cron"]//button[normalize-space()="Pause"]`)),
+		wait(`document.querySelector("#cron tbody tr .s-cancelled") !== null`), shot("cron"))
+	step("rate limits", chromedp.Navigate(base+"/#/ratelimits"),
+		wait(`(document.querySelector("#ratelimits tbody tr") || {}).textContent.includes("ui-partner")`), shot("ratelimits"))
 	// A burst of work moves the throughput chart.
 	burst := make([]pronto.InsertManyParams, 200)
 	for i := range burst {
