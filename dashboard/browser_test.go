@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/emulation"
 	cdplog "github.com/chromedp/cdproto/log"
 	cdpruntime "github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
@@ -361,7 +362,16 @@ func browserScenario(t *testing.T, base, apiKey string, st store.Store, name str
 	step("phone width", chromedp.EmulateViewport(390, 844), chromedp.Navigate(base+"/#/"),
 		wait(`document.querySelector("#queues") !== null`), shot("overview-phone"),
 		// Usable on a phone: nothing widens the page beyond the screen (wide tables scroll inside their panel).
-		wait(`document.documentElement.scrollWidth <= document.documentElement.clientWidth`))
+		wait(`document.documentElement.scrollWidth <= document.documentElement.clientWidth`),
+		wait(`getComputedStyle(document.body).backgroundColor === "rgb(247, 248, 250)"`)) // light by default
+	// Dark follows the system setting.
+	if _, err := chromedp.Call(ctx, emulation.SetEmulatedMedia, emulation.SetEmulatedMediaParams{
+		Features: []*emulation.MediaFeature{{Name: "prefers-color-scheme", Value: "dark"}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	step("dark", chromedp.EmulateViewport(1280, 900),
+		wait(`getComputedStyle(document.body).backgroundColor === "rgb(15, 18, 22)"`), shot("overview-dark"))
 }
 
 func paused(qs []pronto.QueueInfo, name string) bool {
