@@ -1,53 +1,16 @@
 package server
 
 import (
-	"context"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/pronto-jobs/pronto"
-	"github.com/pronto-jobs/pronto/internal/testdb"
-	"github.com/pronto-jobs/pronto/store"
-	"github.com/pronto-jobs/pronto/store/memory"
-	"github.com/pronto-jobs/pronto/store/postgres"
-	"github.com/pronto-jobs/pronto/store/sqlite"
 )
-
-// fenceStore opens a fresh, migrated store of the given kind for the fencing tests.
-func fenceStore(t *testing.T, kind string) store.Store {
-	t.Helper()
-	ctx := context.Background()
-	var st store.Store
-	switch kind {
-	case "memory":
-		st = memory.New()
-	case "sqlite":
-		s, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "jobs.db"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		st = s
-	case "postgres":
-		s, err := postgres.New(testdb.NewPool(t, 4), postgres.Config{Schema: testdb.Schema(t)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		st = s
-	default:
-		t.Fatalf("unknown store %q", kind)
-	}
-	if err := st.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = st.Close() })
-	return st
-}
 
 // fenceServer is a server over a store of the given kind whose leader rescues expired leases quickly.
 func fenceServer(t *testing.T, kind string) *Server {
 	t.Helper()
-	c, err := pronto.NewClient(fenceStore(t, kind), &pronto.Config{RescueInterval: 50 * time.Millisecond})
+	c, err := pronto.NewClient(openStore(t, kind), &pronto.Config{RescueInterval: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

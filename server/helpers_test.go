@@ -7,11 +7,16 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/pronto-jobs/pronto"
+	"github.com/pronto-jobs/pronto/internal/testdb"
+	"github.com/pronto-jobs/pronto/store"
 	"github.com/pronto-jobs/pronto/store/memory"
+	"github.com/pronto-jobs/pronto/store/postgres"
+	"github.com/pronto-jobs/pronto/store/sqlite"
 )
 
 // newTestServer returns a Server over a fresh memory store and a started insert-only client.
@@ -111,4 +116,35 @@ func checkErrorBody(t testing.TB, r *response, status int, code string) {
 	if ct := r.header.Get("Content-Type"); ct != ojsMediaType {
 		t.Fatalf("Content-Type %q", ct)
 	}
+}
+
+// openStore opens a fresh, migrated store of the given kind ("memory", "sqlite" or "postgres": a
+// schema of its own, on a small pool), closed when the test ends.
+func openStore(t testing.TB, kind string) store.Store {
+	t.Helper()
+	ctx := context.Background()
+	var st store.Store
+	switch kind {
+	case "memory":
+		st = memory.New()
+	case "sqlite":
+		s, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "jobs.db"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		st = s
+	case "postgres":
+		s, err := postgres.New(testdb.NewPool(t, 4), postgres.Config{Schema: testdb.Schema(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		st = s
+	default:
+		t.Fatalf("unknown store %q", kind)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	if err := st.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return st
 }

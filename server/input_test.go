@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"encoding/json"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -11,11 +10,6 @@ import (
 
 	"github.com/pronto-jobs/pronto"
 	"github.com/pronto-jobs/pronto/internal/jsoncheck"
-	"github.com/pronto-jobs/pronto/internal/testdb"
-	"github.com/pronto-jobs/pronto/store"
-	"github.com/pronto-jobs/pronto/store/memory"
-	"github.com/pronto-jobs/pronto/store/postgres"
-	"github.com/pronto-jobs/pronto/store/sqlite"
 )
 
 // storeKinds are the stores the input tests run on: every store must accept and refuse alike.
@@ -25,33 +19,7 @@ var storeKinds = []string{"memory", "sqlite", "postgres"}
 // own, with a small pool) and a started insert-only client.
 func newStoreServer(t testing.TB, kind string) *Server {
 	t.Helper()
-	ctx := context.Background()
-	var st store.Store
-	switch kind {
-	case "memory":
-		st = memory.New()
-	case "sqlite":
-		s, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "jobs.db"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := s.Migrate(ctx); err != nil {
-			t.Fatal(err)
-		}
-		st = s
-	case "postgres":
-		s, err := postgres.New(testdb.NewPool(t, 4), postgres.Config{Schema: testdb.Schema(t)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := s.Migrate(ctx); err != nil {
-			t.Fatal(err)
-		}
-		st = s
-	default:
-		t.Fatalf("unknown store %q", kind)
-	}
-	t.Cleanup(func() { _ = st.Close() })
+	st := openStore(t, kind)
 	client, err := pronto.NewClient(st, &pronto.Config{})
 	if err != nil {
 		t.Fatal(err)

@@ -12,18 +12,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/pronto-jobs/pronto"
-	"github.com/pronto-jobs/pronto/internal/testdb"
-	"github.com/pronto-jobs/pronto/store"
-	"github.com/pronto-jobs/pronto/store/memory"
-	"github.com/pronto-jobs/pronto/store/postgres"
-	"github.com/pronto-jobs/pronto/store/sqlite"
 )
 
 // ojsWait bounds every wait on a condition: generous, so that a loaded machine passes.
@@ -50,31 +44,7 @@ func forEachOJSStore(t *testing.T, f func(e *ojsEnv)) {
 func newOJSEnv(t *testing.T, kind string) *ojsEnv {
 	t.Helper()
 	ctx := context.Background()
-	var st store.Store
-	switch kind {
-	case "memory":
-		st = memory.New()
-	case "sqlite":
-		s, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "ojs.db"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := s.Migrate(ctx); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = s.Close() })
-		st = s
-	case "postgres":
-		s, err := postgres.New(testdb.NewPool(t, 3), postgres.Config{Schema: testdb.Schema(t)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := s.Migrate(ctx); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = s.Close() })
-		st = s
-	}
+	st := openStore(t, kind)
 	client, err := pronto.NewClient(st, &pronto.Config{
 		PollInterval: 100 * time.Millisecond, RescueInterval: 100 * time.Millisecond, LeaderTTL: time.Second,
 	})
