@@ -120,6 +120,9 @@ func (s *Store) insert(ctx context.Context, params []*store.InsertParams) ([]*st
 		reg = append(reg, p.ID, p.Queue)
 	}
 	order, groups := byQueue(len(params), func(i int) string { return params[i].Queue })
+	if len(order) == 1 && !s.cluster() {
+		return s.insertWhole(ctx, params, order, groups)
+	}
 
 	var regCmd *goredis.Cmd
 	err := s.pipelined(ctx, func(pl goredis.Pipeliner, run runScript) error {
@@ -139,24 +142,7 @@ func (s *Store) insert(ctx context.Context, params []*store.InsertParams) ([]*st
 	cmds := make([]*goredis.Cmd, len(order))
 	err = s.pipelined(ctx, func(pl goredis.Pipeliner, run runScript) error {
 		for qi, q := range order {
-			idx := groups[q]
-			args := make([]any, 0, 1+len(idx)*48)
-			args = append(args, len(idx))
-			for _, i := range idx {
-				p := params[i]
-				f := insertFields(p, s.cluster())
-				ustates := ""
-				if p.UniqueKey != "" {
-					ustates = joinStates(store.UniqueStatesOrDefault(p.UniqueStates))
-				}
-				rl := ""
-				if p.RateLimit != nil {
-					rl = encodeLimit(*p.RateLimit)
-				}
-				args = append(args, p.ID, string(p.OnConflict), p.UniqueKey, ustates, string(p.State), p.RateKey, rl, len(f)/2)
-				args = append(args, f...)
-			}
-			cmds[qi] = run(scriptInsert, s.keys(q), args...)
+			cmds[qi] = run(scriptInsert, s.keys(q), s.insertArgs(params, groups[q], 0)...)
 		}
 		return nil
 	})
@@ -200,6 +186,86 @@ func (s *Store) insert(ctx context.Context, params []*store.InsertParams) ([]*st
 		}
 		return nil, conflict
 	}
+	out, ns, notInserted, err := s.insertResults(params, order, groups, replies)
+	if err != nil {
+		return nil, err
+	}
+	if len(notInserted) > 0 {
+		if err := s.rdb.HDel(ctx, s.idsKey(), notInserted...).Err(); err != nil {
+			return nil, fmt.Errorf("redis: insert: %w", err)
+		}
+	}
+	if err := s.publish(ctx, ns); err != nil {
+		return nil, fmt.Errorf("redis: insert: jobs written, announcement failed: %w", err)
+	}
+	return out, nil
+}
+
+// insertArgs returns the ARGV of scriptInsert for the jobs params[idx], with extra room at the end.
+func (s *Store) insertArgs(params []*store.InsertParams, idx []int, extra int) []any {
+	args := make([]any, 0, 1+len(idx)*48+extra)
+	args = append(args, len(idx))
+	for _, i := range idx {
+		p := params[i]
+		f := insertFields(p, s.cluster())
+		ustates := ""
+		if p.UniqueKey != "" {
+			ustates = joinStates(store.UniqueStatesOrDefault(p.UniqueStates))
+		}
+		rl := ""
+		if p.RateLimit != nil {
+			rl = encodeLimit(*p.RateLimit)
+		}
+		args = append(args, p.ID, string(p.OnConflict), p.UniqueKey, ustates, string(p.State), p.RateKey, rl, len(f)/2)
+		args = append(args, f...)
+	}
+	return args
+}
+
+// insertWhole inserts a batch of one queue on a single node in one call: scriptInsert also checks
+// and writes the id index, registers the queue and publishes the announcement (see scripts.go), so
+// a single insert is one round trip. The batch is all or nothing.
+func (s *Store) insertWhole(ctx context.Context, params []*store.InsertParams, order []string, groups map[string][]int) ([]*store.Job, error) {
+	q := order[0]
+	n := nonce()
+	args := append(s.insertArgs(params, groups[q], 3), q, s.sender, n)
+	r, err := scriptInsert.Run(ctx, s.rdb, []string{s.qkey(q), s.idsKey(), s.queuesKey()}, args...).Slice()
+	if err != nil {
+		return nil, fmt.Errorf("redis: insert: %w", err)
+	}
+	switch r[0] {
+	case "dup":
+		return nil, fmt.Errorf("redis: insert job %v: %w", r[1], store.ErrDuplicate)
+	case "uc":
+		key, _ := r[1].(string)
+		id, _ := r[2].(string)
+		st, _ := r[3].(string)
+		return nil, fmt.Errorf("redis: insert: %w", &store.UniqueConflictError{Key: key, ExistingID: id, ExistingState: store.State(st)})
+	}
+	out, ns, _, err := s.insertResults(params, order, groups, [][]any{r})
+	if err != nil {
+		return nil, err
+	}
+	// The script published the insert announcement to the other processes (with this nonce);
+	// this store's own subscribers get it here, and the cancels of replaced jobs go out as usual.
+	var cancels []store.Notification
+	for _, x := range ns {
+		if x.Kind == store.NotifyInsert {
+			x.Nonce = n
+			s.hub.Publish(x)
+		} else {
+			cancels = append(cancels, x)
+		}
+	}
+	if err := s.publish(ctx, cancels); err != nil {
+		return nil, fmt.Errorf("redis: insert: jobs written, announcement failed: %w", err)
+	}
+	return out, nil
+}
+
+// insertResults reads the replies of scriptInsert, one per queue of order: the jobs as inserted
+// (or the holders of their unique keys), the notifications to send, and the ids not inserted.
+func (s *Store) insertResults(params []*store.InsertParams, order []string, groups map[string][]int, replies [][]any) ([]*store.Job, []store.Notification, []string, error) {
 	out := make([]*store.Job, len(params))
 	var ns []store.Notification
 	var notInserted []string
@@ -217,7 +283,7 @@ func (s *Store) insert(ctx context.Context, params []*store.InsertParams) ([]*st
 			x, _ := pair[0].(int64)
 			j, err := decodeFlat(pair[1])
 			if err != nil || j == nil {
-				return nil, fmt.Errorf("redis: insert: reading the job holding a unique key: %v", err)
+				return nil, nil, nil, fmt.Errorf("redis: insert: reading the job holding a unique key: %v", err)
 			}
 			j.Duplicate = true
 			notInserted = append(notInserted, params[idx[x-1]].ID)
@@ -229,7 +295,7 @@ func (s *Store) insert(ctx context.Context, params []*store.InsertParams) ([]*st
 			x, _ := pair[0].(int64)
 			j, err := decodeFlat(pair[1])
 			if err != nil || j == nil {
-				return nil, fmt.Errorf("redis: insert: reading a job that took over a schedule: %v", err)
+				return nil, nil, nil, fmt.Errorf("redis: insert: reading a job that took over a schedule: %v", err)
 			}
 			out[idx[x-1]] = j
 		}
@@ -264,15 +330,7 @@ func (s *Store) insert(ctx context.Context, params []*store.InsertParams) ([]*st
 			ns = append(ns, store.Notification{Kind: store.NotifyInsert, Queue: q, DueAt: due, Nonce: nonce()})
 		}
 	}
-	if len(notInserted) > 0 {
-		if err := s.rdb.HDel(ctx, s.idsKey(), notInserted...).Err(); err != nil {
-			return nil, fmt.Errorf("redis: insert: %w", err)
-		}
-	}
-	if err := s.publish(ctx, ns); err != nil {
-		return nil, fmt.Errorf("redis: insert: jobs written, announcement failed: %w", err)
-	}
-	return out, nil
+	return out, ns, notInserted, nil
 }
 
 // runScript queues a script in a pipeline (see Store.pipelined).

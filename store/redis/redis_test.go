@@ -318,3 +318,38 @@ func TestLargeBatch(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, jobs, 5000)
 }
+
+// TestInsertAnnouncedToOthers: the one-call insert publishes from its script; another store on the
+// same prefix gets the announcement (queue, due time of a future job, a brace in the queue name),
+// and this store gets it once, locally, not again as its own echo.
+func TestInsertAnnouncedToOthers(t *testing.T) {
+	ctx := context.Background()
+	s := newTestStore(t)
+	s2, err := New(ctx, testClient(t), Options{Prefix: s.Prefix()})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s2.Close() })
+	mine := make(chan store.Notification, 100)
+	theirs := make(chan store.Notification, 100)
+	defer s.Notifier().Subscribe(func(n store.Notification) { mine <- n })()
+	defer s2.Notifier().Subscribe(func(n store.Notification) { theirs <- n })()
+
+	_, err = s.Insert(ctx, []*store.InsertParams{testJob(`odd "{q}"`)})
+	require.NoError(t, err)
+	waitFor(t, theirs, func(n store.Notification) bool {
+		return n.Kind == store.NotifyInsert && n.Queue == `odd "{q}"` && n.DueAt.IsZero()
+	})
+
+	due := time.Now().Add(time.Hour).Truncate(time.Microsecond).UTC()
+	later := testJob("later")
+	later.State, later.ScheduledAt = store.StateScheduled, due
+	_, err = s.Insert(ctx, []*store.InsertParams{later})
+	require.NoError(t, err)
+	waitFor(t, theirs, func(n store.Notification) bool {
+		return n.Kind == store.NotifyInsert && n.Queue == "later" && n.DueAt.Equal(due)
+	})
+	// Both inserts reached this store once each: nothing else is queued after its two.
+	waitFor(t, mine, func(n store.Notification) bool { return n.Queue == `odd "{q}"` })
+	waitFor(t, mine, func(n store.Notification) bool { return n.Queue == "later" })
+	time.Sleep(50 * time.Millisecond) // an echo, if it were delivered, would be here by now
+	require.Empty(t, mine, "the store's own announcement came back from Redis")
+}

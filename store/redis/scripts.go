@@ -320,6 +320,12 @@ return false
 // {"ok", now, dups, changed, cancels}: dups and changed list {job index, job} for ignored jobs (the
 // holder) and for jobs that took over a replaced job's schedule; cancels lists replaced jobs that
 // were active.
+//
+// On a single node the whole insert is this one call (one round trip): with KEYS[2] (the id index)
+// and KEYS[3] (the queue registry) given, and ARGV after the jobs: queue, sender, nonce, it also
+// refuses an id already in the index (returning {"dup", id}, writing nothing), records the ids it
+// wrote there, registers the queue and publishes the insert notification itself. A cluster cannot
+// (those keys live in other slots): there the index is written first by scriptRegisterIDs.
 var scriptInsert = goredis.NewScript(prelude + `
 local t = now()
 local n = tonumber(ARGV[1])
@@ -330,6 +336,12 @@ for x = 1, n do
   jobs[x] = {id = ARGV[i], policy = ARGV[i + 1], uk = ARGV[i + 2], us = ARGV[i + 3], st = ARGV[i + 4],
     rk = ARGV[i + 5], rl = ARGV[i + 6], from = i + 8, to = i + 7 + 2 * nf}
   i = i + 8 + 2 * nf
+end
+local whole = #KEYS >= 3
+if whole then
+  for _, j in ipairs(jobs) do
+    if redis.call('HEXISTS', KEYS[2], j.id) == 1 then return {'dup', j.id} end
+  end
 end
 -- Pass 1: would any job be refused? taken simulates the keys the batch's earlier jobs take.
 local taken = {}
@@ -380,6 +392,33 @@ for x, j in ipairs(jobs) do
     if adopt then redis.call('HSET', k, 'state', adopt[1], 'sched', adopt[2]) end
     place(j.id)
     if adopt then changed[#changed + 1] = {x, redis.call('HGETALL', k)} end
+    j.written = true
+  end
+end
+if whole then
+  -- Index the written jobs and announce the queue when any of them is claimable or will be: due
+  -- now (no "d") or the earliest future due time, as Go's insert would have.
+  local q = ARGV[i]
+  local announce, due = false, 0
+  for _, j in ipairs(jobs) do
+    if j.written then
+      redis.call('HSET', KEYS[2], j.id, q)
+      local f = redis.call('HMGET', jk(j.id), 'state', 'sched')
+      if f[1] == 'available' then
+        announce, due = true, -1
+      elseif f[1] == 'scheduled' or f[1] == 'retryable' then
+        announce = true
+        local d = num(f[2])
+        if d <= t then due = -1 elseif due == 0 or (due > 0 and d < due) then due = d end
+      end
+    end
+  end
+  redis.call('SADD', KEYS[3], q)
+  if announce then
+    local d = ''
+    if due > 0 then d = ',"d":' .. s(due) end
+    redis.call('SPUBLISH', G .. '{notify}', '{"k":"insert","q":' .. cjson.encode(q) .. d ..
+      ',"n":' .. ARGV[i + 2] .. ',"s":"' .. ARGV[i + 1] .. '"}')
   end
 end
 return {'ok', t, dups, changed, cancels}

@@ -1,0 +1,78 @@
+package redis
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/pronto-jobs/pronto/internal/uuidv7"
+	"github.com/pronto-jobs/pronto/store"
+)
+
+// The benchmarks below measure the store's hot paths one operation at a time against the test
+// Redis (compare runs of the same machine only: `go test -bench . -count 5 ./store/redis`).
+
+func benchJob(queue string) *store.InsertParams {
+	return &store.InsertParams{ID: uuidv7.New(), Kind: "bench", Queue: queue, Args: []byte(`[1]`),
+		State: store.StateAvailable, MaxAttempts: 3}
+}
+
+// BenchmarkInsertOne inserts one job per call (bullmq-bench's queue-add).
+func BenchmarkInsertOne(b *testing.B) {
+	s := newTestStore(b)
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		if _, err := s.Insert(ctx, []*store.InsertParams{benchJob("q")}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkInsertBatch50 inserts 50 jobs per call (queue-add-bulk); ns/op is per batch.
+func BenchmarkInsertBatch50(b *testing.B) {
+	s := newTestStore(b)
+	ctx := context.Background()
+	b.ReportAllocs()
+	batch := make([]*store.InsertParams, 50)
+	for b.Loop() {
+		for i := range batch {
+			batch[i] = benchJob("q")
+		}
+		if _, err := s.Insert(ctx, batch); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkClaimFinish claims one job and completes it per op (worker-generic), the jobs inserted
+// beforehand in batches outside the timer.
+func BenchmarkClaimFinish(b *testing.B) {
+	s := newTestStore(b)
+	ctx := context.Background()
+	n := b.N
+	for n > 0 {
+		k := min(n, 500)
+		batch := make([]*store.InsertParams, k)
+		for i := range batch {
+			batch[i] = benchJob("q")
+		}
+		if _, err := s.Insert(ctx, batch); err != nil {
+			b.Fatal(err)
+		}
+		n -= k
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		jobs, err := s.Claim(ctx, store.ClaimParams{Queue: "q", Limit: 1, WorkerID: "w", LeaseDuration: time.Minute})
+		if err != nil || len(jobs) != 1 {
+			b.Fatalf("claim: %d jobs, %v", len(jobs), err)
+		}
+		j := jobs[0]
+		if _, err := s.Finish(ctx, []store.Completion{{ID: j.ID, Attempt: j.Attempt, Token: j.ClaimToken, State: store.StateCompleted}}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
