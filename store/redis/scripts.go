@@ -50,11 +50,12 @@ local function src(kind, rk) return B .. 'k:' .. kind .. '\n' .. (rk or '') end
 local function rl(rk) return G .. 'rl:' .. rk end
 -- decided lists workflow jobs this script made terminal whose children settle must look at.
 local decided = {}
--- unplace takes job id out of every structure its current state filed it in.
+-- unplace takes job id out of every structure its current state filed it in, and returns the
+-- fields it read (state, kind, prio, sched, rkey, wf, runon, expires), or nil for no job.
 local function unplace(id)
-  local f = redis.call('HMGET', jk(id), 'state', 'kind', 'prio', 'sched', 'rkey', 'wf', 'runon')
+  local f = redis.call('HMGET', jk(id), 'state', 'kind', 'prio', 'sched', 'rkey', 'wf', 'runon', 'expires')
   local st = f[1]
-  if not st then return end
+  if not st then return nil end
   local rk = f[5]
   redis.call('ZREM', B .. 'st:' .. st, id)
   if st == 'available' then
@@ -69,7 +70,9 @@ local function unplace(id)
   end
   if rk then redis.call('HINCRBY', rl(rk), 'n:' .. st, -1) end
   if f[6] and not f[7] then redis.call('HINCRBY', G .. 'wf:' .. f[6], 'n:' .. st, -1) end
-  redis.call('ZREM', B .. 'exp', id)
+  -- Only a job with an expiry (set at insert, never changed) is ever in the expiry index.
+  if num(f[8]) > 0 then redis.call('ZREM', B .. 'exp', id) end
+  return f
 end
 -- instates reports whether state st is in the comma-separated list sts.
 local function instates(st, sts)
@@ -532,24 +535,25 @@ for c = 1, tonumber(ARGV[1]) do
     out[c] = 0
   else
     out[c] = 1
-    unplace(id)
-    redis.call('HSET', k, 'state', st)
+    local uf = unplace(id)
+    -- One HSET per outcome: the new state, its time, and leaving the run (as leave does).
     if st == 'completed' then
-      redis.call('HSET', k, 'completed', s(t))
-      if string.find(flags, 'v', 1, true) then redis.call('HSET', k, 'result', result) else redis.call('HDEL', k, 'result') end
+      if string.find(flags, 'v', 1, true) then
+        redis.call('HSET', k, 'state', st, 'completed', s(t), 'lease', '0', 'worker', '', 'token', '', 'result', result)
+      else
+        redis.call('HSET', k, 'state', st, 'completed', s(t), 'lease', '0', 'worker', '', 'token', '')
+        redis.call('HDEL', k, 'result')
+      end
     elseif st == 'discarded' or st == 'cancelled' then
-      redis.call('HSET', k, 'completed', s(t))
-    elseif st == 'retryable' or st == 'scheduled' then
-      if sched == 0 then sched = t end
-      redis.call('HSET', k, 'sched', s(sched))
+      redis.call('HSET', k, 'state', st, 'completed', s(t), 'lease', '0', 'worker', '', 'token', '')
     else
-      redis.call('HSET', k, 'sched', s(t))
+      if sched == 0 or not (st == 'retryable' or st == 'scheduled') then sched = t end
+      redis.call('HSET', k, 'state', st, 'sched', s(sched), 'lease', '0', 'worker', '', 'token', '')
     end
-    leave(id)
     if err ~= '' then adderr(id, err) end
     if string.find(flags, 'r', 1, true) then redis.call('HINCRBY', k, 'max', 1) end
     place(id)
-    if redis.call('HEXISTS', k, 'rkey') == 1 then out[c] = 2 end
+    if uf[5] then out[c] = 2 end
   end
 end
 settle(t)
