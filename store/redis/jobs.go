@@ -207,7 +207,7 @@ func (s *Store) insertArgs(params []*store.InsertParams, idx []int, extra int) [
 	args = append(args, len(idx))
 	for _, i := range idx {
 		p := params[i]
-		f := insertFields(p, s.cluster())
+		f := dropDueNow(insertFields(p, s.cluster()))
 		ustates := ""
 		if p.UniqueKey != "" {
 			ustates = joinStates(store.UniqueStatesOrDefault(p.UniqueStates))
@@ -220,6 +220,17 @@ func (s *Store) insertArgs(params []*store.InsertParams, idx []int, extra int) [
 		args = append(args, f...)
 	}
 	return args
+}
+
+// dropDueNow removes a sched field of 0 (due now) from a job's fields: scriptInsert then files the
+// job as due at the server's now without reading the field back.
+func dropDueNow(f []any) []any {
+	for i := 0; i+1 < len(f); i += 2 {
+		if f[i] == "sched" && f[i+1] == "0" {
+			return append(f[:i], f[i+2:]...)
+		}
+	}
+	return f
 }
 
 // insertWhole inserts a batch of one queue on a single node in one call: scriptInsert also checks

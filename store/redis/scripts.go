@@ -317,7 +317,7 @@ return false
 `)
 
 // scriptInsert writes new jobs of one queue. ARGV: n, then per job: id, policy, ukey, ustates,
-// state, rate key, rate limit to store with it ("" for none; see setlimit), nfields, field, value, ... (sched 0 is due now). Unique keys are resolved as features.go
+// state, rate key, rate limit to store with it ("" for none; see setlimit), nfields, field, value, ... (no sched field: due now). Unique keys are resolved as features.go
 // says, within the queue: a first pass finds a conflict that refuses the batch (and returns
 // {"uc", key, holder id, holder state}, writing nothing); the second pass writes. Returns
 // {"ok", now, dups, changed, cancels}: dups and changed list {job index, job} for ignored jobs (the
@@ -389,9 +389,8 @@ for x, j in ipairs(jobs) do
   if not skip then
     if j.rl ~= '' then setlimit(j.rk, j.rl) end
     local k = jk(j.id)
-    redis.call('HSET', k, unpack(ARGV, j.from, j.to))
-    redis.call('HSET', k, 'created', s(t))
-    if num(redis.call('HGET', k, 'sched')) == 0 then redis.call('HSET', k, 'sched', s(t)) end
+    -- One HSET: created, and sched now unless the job's fields (later pairs win) give one.
+    redis.call('HSET', k, 'created', s(t), 'sched', s(t), unpack(ARGV, j.from, j.to))
     if adopt then redis.call('HSET', k, 'state', adopt[1], 'sched', adopt[2]) end
     place(j.id)
     if adopt then changed[#changed + 1] = {x, redis.call('HGETALL', k)} end
