@@ -29,7 +29,6 @@ import (
 	"fmt"
 	"slices"
 	"sort"
-	"strconv"
 	"sync"
 	"time"
 
@@ -115,6 +114,9 @@ type queue struct {
 	// waiting holds scheduled and retryable jobs by (due time, id).
 	waiting jheap
 	counts  [8]int64
+	// fair holds the available jobs with a tenant and without a rate key (nil until the queue's
+	// first one): see fair.go.
+	fair *tenantRing
 }
 
 func (q *queue) total() int64 {
@@ -303,6 +305,9 @@ func (s *Store) addID(id string) {
 
 // readyHeap returns the heap of q that holds j while it is available, creating it.
 func (q *queue) readyHeap(j *job) *jheap {
+	if j.rk == nil && j.Tenant != "" {
+		return q.tenantHeap(j)
+	}
 	if j.rk == nil {
 		h := q.ready[j.Kind]
 		if h == nil {
@@ -598,14 +603,18 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) ([]*store.Job, e
 		hs = q.limitedCandidates(p.Kinds, hs)
 	}
 	sel := newSelector(hs)
-	if sel.empty() {
+	fair := q.fairActive()
+	if sel.empty() && !fair {
 		s.mu.Unlock()
 		return nil, nil
 	}
 	lease := now.Add(p.LeaseDuration)
 	a := announcer{now: now}
 	out := make([]*store.Job, 0, min(p.Limit, int(q.counts[stateIndex(store.StateAvailable)])))
-	for len(out) < p.Limit {
+	if fair {
+		out = s.claimFair(q, p, &sel, now, lease, &a, out)
+	}
+	for !fair && len(out) < p.Limit {
 		bi, top := -1, (*entry)(nil)
 		if sel.ordered {
 			bi, top = sel.best()
@@ -639,19 +648,7 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) ([]*store.Job, e
 			// Not claimable, ever: it stays available until DiscardExpired discards it.
 			continue
 		}
-		s.unplace(j)
-		j.State = store.StateActive
-		j.Attempt++
-		j.StartedAt = now
-		j.LeaseExpiresAt = lease
-		j.WorkerID = p.WorkerID
-		s.claims++
-		j.ClaimToken = "m" + strconv.FormatUint(s.claims, 36)
-		s.place(j)
-		if j.rk != nil {
-			j.rk.started(now)
-		}
-		out = append(out, j.export())
+		out = append(out, s.activate(j, p.WorkerID, now, lease))
 	}
 	s.settle(now, &a)
 	s.mu.Unlock()

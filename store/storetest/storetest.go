@@ -115,6 +115,9 @@ var tests = []testCase{
 	{"ClaimPendingAfterActivate", single(testClaimPendingAfterActivate)},
 	{"ClaimSkipsExpiredAndDiscardExpired", single(testClaimExpired)},
 	{"ClaimPausedQueue", single(testClaimPaused)},
+	{"FairTenants", single(testFairTenants)},
+	{"FairPriorityWithinTenant", single(testFairPriorityWithinTenant)},
+	{"FairTenantless", single(testFairTenantless)},
 
 	{"FinishCompleted", single(testFinishCompleted)},
 	{"FinishRetryable", single(testFinishRetryable)},

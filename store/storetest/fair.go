@@ -1,0 +1,111 @@
+package storetest
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/pronto-jobs/pronto/store"
+)
+
+// tenantJob returns the parameters of an available job of tenant ("" for none) in queue.
+func tenantJob(queue, tenant string, priority int) *store.InsertParams {
+	p := job(queue)
+	p.Tenant, p.Priority = tenant, priority
+	return p
+}
+
+// claimTenants claims n jobs of queue one at a time and returns their tenants ("-" for none).
+func claimTenants(t *testing.T, s store.Store, queue string, n int) []string {
+	t.Helper()
+	var got []string
+	for range n {
+		jobs := claim(t, s, queue, 1)
+		require.Len(t, jobs, 1)
+		tenant := jobs[0].Tenant
+		if tenant == "" {
+			tenant = "-"
+		}
+		got = append(got, tenant)
+	}
+	return got
+}
+
+func testFairTenants(t *testing.T, s store.Store) {
+	// A floods the queue first; B's few jobs are still claimed in turn with A's, not after them.
+	q := uniq("fair")
+	var params []*store.InsertParams
+	for range 100 {
+		params = append(params, tenantJob(q, "A", 0))
+	}
+	insert(t, s, params...)
+	params = params[:0]
+	for range 5 {
+		params = append(params, tenantJob(q, "B", 0))
+	}
+	insert(t, s, params...)
+	got := claimTenants(t, s, q, 10)
+	require.ElementsMatch(t, []string{"A", "A", "A", "A", "A", "B", "B", "B", "B", "B"}, got,
+		"B's 5 jobs come within the first 10 claims: %v", got)
+	for i := 1; i < len(got); i++ {
+		require.NotEqual(t, got[i-1], got[i], "claims alternate between the tenants with waiting jobs: %v", got)
+	}
+	require.Equal(t, []string{"A", "A", "A"}, claimTenants(t, s, q, 3), "B drained, A alone")
+
+	// A batch claim rotates too.
+	q = uniq("fair-batch")
+	params = params[:0]
+	for range 6 {
+		params = append(params, tenantJob(q, "A", 0))
+	}
+	params = append(params, tenantJob(q, "B", 0), tenantJob(q, "C", 0))
+	insert(t, s, params...)
+	jobs := claim(t, s, q, 6)
+	counts := map[string]int{}
+	for _, j := range jobs {
+		counts[j.Tenant]++
+	}
+	require.Equal(t, map[string]int{"A": 4, "B": 1, "C": 1}, counts)
+	counts = map[string]int{}
+	for _, j := range jobs[:3] {
+		counts[j.Tenant]++
+	}
+	require.Equal(t, map[string]int{"A": 1, "B": 1, "C": 1}, counts, "the first three of a batch are one of each tenant")
+}
+
+func testFairPriorityWithinTenant(t *testing.T, s store.Store) {
+	q := uniq("fair-prio")
+	aLow, aHigh := tenantJob(q, "A", 0), tenantJob(q, "A", 5)
+	bLow, bHigh := tenantJob(q, "B", -1), tenantJob(q, "B", 3)
+	insert(t, s, aLow, bLow, aHigh, bHigh)
+	var got []string
+	for range 4 {
+		jobs := claim(t, s, q, 1)
+		require.Len(t, jobs, 1)
+		got = append(got, jobs[0].ID)
+	}
+	// Each tenant's jobs come highest priority first; the tenants alternate.
+	require.Contains(t, [][]string{{aHigh.ID, bHigh.ID, aLow.ID, bLow.ID}, {bHigh.ID, aHigh.ID, bLow.ID, aLow.ID}}, got)
+	require.Empty(t, claim(t, s, q, 1))
+}
+
+func testFairTenantless(t *testing.T, s store.Store) {
+	// Jobs without a tenant share one turn of the rotation among themselves.
+	q := uniq("fair-mixed")
+	var params []*store.InsertParams
+	for range 10 {
+		params = append(params, tenantJob(q, "", 0))
+	}
+	for range 2 {
+		params = append(params, tenantJob(q, "A", 0))
+	}
+	insert(t, s, params...)
+	got := claimTenants(t, s, q, 4)
+	require.ElementsMatch(t, []string{"-", "-", "A", "A"}, got, "tenantless jobs take one turn: %v", got)
+	require.Equal(t, []string{"-", "-", "-"}, claimTenants(t, s, q, 3))
+
+	// A queue without tenants claims in plain order, as ever (ClaimOrder holds the details).
+	q = uniq("fair-none")
+	want := orderedJobs(t, s, q)
+	require.Equal(t, want, ids(claim(t, s, q, len(want))))
+}
