@@ -39,11 +39,19 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) ([]*store.Job, e
 		b.Queue(s.q.claimKinds, p.Queue, p.Limit, p.LeaseDuration.Microseconds(), p.WorkerID, p.Kinds)
 	}
 	br := s.pool.SendBatch(ctx, b)
-	jobs, limited, err := claimResults(br)
+	jobs, mode, err := claimResults(br)
 	if cerr := br.Close(); err == nil {
 		err = cerr
 	}
-	if err == nil && limited && len(jobs) < p.Limit {
+	if err == nil && mode == "fair" {
+		// Claimed in turns across tenants: returned in the order of the turns.
+		jobs, err = s.claimFair(ctx, p)
+		if err != nil {
+			return nil, fmt.Errorf("claim jobs from queue %q: %w", p.Queue, err)
+		}
+		return jobs, nil
+	}
+	if err == nil && mode == "on" && len(jobs) < p.Limit {
 		var more []*store.Job
 		more, err = s.claimLimited(ctx, p, p.Limit-len(jobs))
 		jobs = append(jobs, more...)
@@ -70,19 +78,36 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) ([]*store.Job, e
 	return jobs, nil
 }
 
-// claimResults reads the results of the claim batch: the planner settings with whether the queue
-// has claimable jobs with a rate key, then the claimed jobs.
-func claimResults(br pgx.BatchResults) (jobs []*store.Job, limited bool, err error) {
-	var probe string
-	if err := br.QueryRow().Scan(nil, nil, nil, nil, nil, &probe); err != nil {
-		return nil, false, err
+// claimResults reads the results of the claim batch: the planner settings with the queue's claim
+// mode ("on": it has claimable jobs with a rate key, "fair": with a tenant, "off": neither), then
+// the claimed jobs.
+func claimResults(br pgx.BatchResults) (jobs []*store.Job, mode string, err error) {
+	if err := br.QueryRow().Scan(nil, nil, nil, nil, nil, &mode); err != nil {
+		return nil, "", err
 	}
 	rows, err := br.Query()
 	if err != nil {
-		return nil, false, err
+		return nil, "", err
 	}
 	jobs, err = scanJobs(rows)
-	return jobs, probe == "on", err
+	return jobs, mode, err
+}
+
+// claimFair claims up to p.Limit jobs of p.Queue in turns across its tenants, in one round trip.
+func (s *Store) claimFair(ctx context.Context, p store.ClaimParams) ([]*store.Job, error) {
+	var jobs []*store.Job
+	b := &pgx.Batch{}
+	b.Queue(s.q.claimLimitedPlan)
+	b.Queue(s.q.claimFair, p.Queue, p.Limit, p.LeaseDuration.Microseconds(), p.WorkerID, nilIfEmpty(p.Kinds)).
+		Query(func(rows pgx.Rows) error {
+			var err error
+			jobs, err = scanJobs(rows)
+			return err
+		})
+	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
+		return nil, fmt.Errorf("fair claim: %w", err)
+	}
+	return jobs, nil
 }
 
 // claimLimited claims up to limit jobs of p.Queue through claim_limited, in one round trip.

@@ -489,7 +489,7 @@ func TestFirstPlansOnAnEmptyTableUseIndexes(t *testing.T) {
 			settings := c.settings
 			if c.settings == s.q.claimPlan {
 				// The claim's settings take the queue as their parameter.
-				settings = strings.Replace(settings, "$1", "'q'", 1)
+				settings = strings.ReplaceAll(settings, "$1", "'q'")
 			}
 			_, err = tx.Exec(ctx, settings)
 			require.NoError(t, err)

@@ -22,6 +22,9 @@ const jobColsJ = `j.id, j.kind, j.queue, j.args, j.meta, j.priority, j.state, j.
 	j.unique_key, j.tenant, j.rate_key, j.workflow_id, j.parent_ids, j.unique_states, j.unique_until,
 	j.run_on, j.parent_results, j.claim_token`
 
+// jobColsC is jobCols qualified by the alias c.
+var jobColsC = "c." + strings.ReplaceAll(strings.Join(strings.Fields(jobCols), " "), ", ", ", c.")
+
 // notifyClaimable is a CTE body announcing, once per queue, the rows of the CTE "changed" (with
 // columns queue, state, scheduled_at) that are now claimable or due later. The payload is the
 // compact insert notification {"k":"i","q":<queue>,"d":<earliest due in unix ms, 0 when due now>}.
@@ -66,12 +69,20 @@ const rescueTarget = `CASE WHEN attempt >= max_attempts THEN 'discarded' ELSE 'a
 const claimableKeyed = `EXISTS (SELECT 1 FROM {schema}.jobs
 		WHERE queue = $1 AND rate_key IS NOT NULL AND state IN ('available', 'scheduled', 'retryable'))`
 
+// claimableTenant is true when queue $1 has claimable jobs with a tenant (and no rate key): the
+// plain claim then leaves the queue to claim_fair_pick. It probes jobs_tenant_claim_idx, which is
+// empty without tenants, so a queue without tenants pays one index page per claim.
+const claimableTenant = `EXISTS (SELECT 1 FROM {schema}.jobs
+		WHERE queue = $1 AND tenant IS NOT NULL AND rate_key IS NULL
+			AND state IN ('available', 'scheduled', 'retryable'))`
+
 // claimHead and claimTail are the two halves of the claim statement; sqlClaimKinds adds its kind
 // filter between them.
 //
 // The claim takes no job with a rate key, and nothing at all when sqlClaimPlan found such jobs in
 // the queue (pronto.claim_limited 'on'): Claim then calls claim_limited, which takes limited and
-// unlimited jobs together in claim order. The test reads the setting once per execution (a
+// unlimited jobs together in claim order. Likewise with jobs of a tenant ('fair'): Claim then
+// takes jobs in turns across tenants (sqlClaimFair). The test reads the setting once per execution (a
 // one-time filter), and rate_key IS NULL is a heap filter on rows the claim fetches anyway.
 const claimHead = `WITH locked AS (
 	SELECT id FROM {schema}.jobs
@@ -82,12 +93,15 @@ const claimHead = `WITH locked AS (
 		AND rate_key IS NULL`
 
 var claimTail = `
-		AND current_setting('pronto.claim_limited', true) IS DISTINCT FROM 'on'
+		AND current_setting('pronto.claim_limited', true) = 'off'
 		AND NOT EXISTS (SELECT 1 FROM {schema}.queues q WHERE q.name = $1 AND q.paused)
 	ORDER BY priority DESC, scheduled_at, id
 	LIMIT $2
 	FOR UPDATE SKIP LOCKED
-)
+)` + claimUpdate
+
+// claimUpdate makes the jobs of the CTE "locked" active and returns them.
+var claimUpdate = `
 UPDATE {schema}.jobs j
 SET state = 'active', attempt = j.attempt + 1, started_at = now(),
 	lease_expires_at = now() + $3 * interval '1 microsecond', worker_id = $4,
@@ -201,7 +215,8 @@ WHERE o.unique_key = j.unique_key AND o.state = ANY (o.unique_states) AND o.id <
 	sqlClaimPlan = `SELECT set_config('enable_sort', 'off', true), set_config('enable_seqscan', 'off', true),
 	set_config('plan_cache_mode', 'force_generic_plan', true), set_config('jit', 'off', true),
 	set_config('synchronous_commit', 'off', true),
-	set_config('pronto.claim_limited', CASE WHEN ` + claimableKeyed + ` THEN 'on' ELSE 'off' END, true)`
+	set_config('pronto.claim_limited', CASE WHEN ` + claimableKeyed + ` THEN 'on'
+		WHEN ` + claimableTenant + ` THEN 'fair' ELSE 'off' END, true)`
 
 	// sqlClaimLimitedPlan runs before sqlClaimLimited: the claim's commit and JIT settings. Sorting
 	// stays allowed: claim_limited sorts its few candidates.
@@ -245,6 +260,15 @@ var (
 	// and due indexes and sort the whole backlog (22 ms for 20k jobs); the CASE keeps an ordered scan
 	// of jobs_claim_idx that stops at the LIMIT (1.4 ms).
 	sqlClaim = claimHead + claimTail
+
+	// sqlClaimFair claims up to $2 jobs of queue $1 (kinds $5, NULL for any) for worker $4 with a
+	// lease of $3 microseconds in turns across the queue's tenants (claim_fair_pick), and returns
+	// them in the order of the turns.
+	sqlClaimFair = `WITH locked AS (
+	SELECT f.id, f.ord FROM {schema}.claim_fair_pick($1, $5, $2) WITH ORDINALITY AS f(id, ord)
+), claimed AS (` + claimUpdate + `
+)
+SELECT ` + jobColsC + ` FROM claimed c JOIN locked l ON l.id = c.id ORDER BY l.ord`
 
 	// sqlClaimKinds is sqlClaim restricted to the kinds in $5.
 	sqlClaimKinds = claimHead + `
@@ -699,6 +723,8 @@ const (
 
 // queries holds every statement with the schema and channel substituted.
 type queries struct {
+	claimFair string
+
 	insertJob, insertArrays, notify, now, claimPlan, claim, claimKinds, finish, heartbeat, rescue, promote string
 	discardExpired, nextDue, cleanup, getJob, listJobs, listJobsDesc, cancelJob, retryJob                  string
 	activateJob, deleteJob, listQueues, setPaused, elect, resign                                           string
@@ -727,6 +753,7 @@ func newQueries(r *strings.Replacer) *queries {
 		claimPlan:      r.Replace(sqlClaimPlan),
 		claim:          r.Replace(sqlClaim),
 		claimKinds:     r.Replace(sqlClaimKinds),
+		claimFair:      r.Replace(sqlClaimFair),
 		finish:         r.Replace(sqlFinish),
 		heartbeat:      r.Replace(sqlHeartbeat),
 		rescue:         r.Replace(sqlRescue),

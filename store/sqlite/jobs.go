@@ -68,6 +68,18 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) ([]*store.Job, e
 			if jobs, err = s.claimLimited(ctx, p); err != nil {
 				return nil, fmt.Errorf("claim jobs from queue %q: %w", p.Queue, err)
 			}
+		} else {
+			var tenants bool
+			if err := s.r.QueryRowContext(ctx, queueTenantSQL, p.Queue).Scan(&tenants); err != nil {
+				return nil, fmt.Errorf("claim jobs from queue %q: %w", p.Queue, err)
+			}
+			if tenants {
+				// In the order of the turns, not sorted.
+				if jobs, err = s.claimFair(ctx, p); err != nil {
+					return nil, fmt.Errorf("claim jobs from queue %q: %w", p.Queue, err)
+				}
+				return jobs, nil
+			}
 		}
 	}
 	sortClaimOrder(jobs)

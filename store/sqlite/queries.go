@@ -100,7 +100,9 @@ const newClaimToken = `lower(hex(randomblob(16)))`
 // limited path (claimLimited), which enforces the key's limit if one is stored. That guard is one
 // uncorrelated seek of pronto_jobs_rate_queue, evaluated once per statement like the paused flag,
 // whatever the number of stored limits; queues without jobs with rate keys are claimed by the same
-// plan as before rate limits existed.
+// plan as before rate limits existed. Likewise while it holds a claimable job with a tenant: Claim
+// then claims in turns across tenants (claimFair), and a queue without tenants pays one more seek of
+// an empty index.
 func claimSQL(nKinds int) string {
 	return `UPDATE pronto_jobs SET state = 'active', attempt = attempt + 1, started_at = ?1,
 		lease_expires_at = ?2, worker_id = ?3, claim_token = ` + newClaimToken + `,
@@ -110,6 +112,7 @@ func claimSQL(nKinds int) string {
 		WHERE ` + claimableSQL + `
 		  ` + kindsFilter(nKinds, 6) + `
 		  AND NOT ` + keyedInQueueSQL("?4") + `
+		  AND NOT ` + tenantInQueueSQL("?4") + `
 		ORDER BY priority DESC, scheduled_at, id
 		LIMIT ?5)
 	RETURNING ` + jobColumns
