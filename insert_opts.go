@@ -52,7 +52,8 @@ type InsertOpts struct {
 	RateLimit *RateLimit
 	// Tenant names the job's tenant (OJS multi-tenancy; over HTTP meta.tenant_id or the X-OJS-Tenant
 	// header): stored with the job and returned in JobRow.Tenant, 1 to 255 printable ASCII
-	// characters without spaces. Claims do not rotate across tenants yet: it is not a fairness key.
+	// characters without spaces. It is the job's fairness key: within a queue, claims take jobs in
+	// turns across the tenants with waiting jobs (docs/fair-scheduling.md).
 	Tenant string
 }
 

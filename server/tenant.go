@@ -10,7 +10,8 @@ import (
 
 // A job's tenant (ojs-multi-tenancy.md §3): meta.tenant_id, or the X-OJS-Tenant header, which is
 // copied into meta.tenant_id when the body has none; both given and different is 400. The tenant is
-// stored with the job (pronto.InsertOpts.Tenant). Claims do not rotate across tenants yet.
+// stored with the job (pronto.InsertOpts.Tenant), and claims rotate across a queue's tenants
+// (docs/fair-scheduling.md).
 
 var tenantIDKey = []byte(`"tenant_id"`)
 

@@ -156,7 +156,7 @@ type Job struct {
 	// held the new job's UniqueKey and the conflict policy was ConflictIgnore. It is not stored.
 	Duplicate bool
 
-	// Tenant is the fair-scheduling key (stored and returned; not yet interpreted).
+	// Tenant is the job's fair-scheduling key ("" for none): see Claim.
 	Tenant string
 	// RateKey names the rate/concurrency limit the job is subject to (see RateLimit), or "".
 	RateKey string
@@ -386,6 +386,20 @@ type Store interface {
 	// Claim atomically moves up to p.Limit claimable jobs of p.Queue to active and returns them: jobs
 	// that are available, or scheduled/retryable and due, not expired, in a queue that is not paused,
 	// highest priority first, then earliest due, then lowest id. No job is returned to two claimers.
+	//
+	// Fair scheduling: in a queue holding claimable jobs with a Tenant (and no RateKey), claims take
+	// jobs in turns, one per turn, returned in the order of the turns: each tenant with claimable jobs,
+	// then the jobs without a tenant together, then round again, the rotation's place kept per queue
+	// across claims. Within a tenant the order above holds. Each turn costs the same however many
+	// tenants the queue has (a rotating cursor over the tenants with claimable jobs, never a scan of
+	// all of them), and a queue without tenant jobs is claimed exactly as without this rule. Jobs
+	// with a RateKey keep their key's rules: the memory and Redis stores claim them in the turn of
+	// the jobs without a tenant; while a queue holds claimable rate-keyed jobs the database stores
+	// (PostgreSQL, SQLite) claim it by the rate-limit path, in plain order, without turns. On the
+	// database stores the jobs without a tenant take their turn only when one of them is among the
+	// queue's first 64 claimable jobs in plain order. Every store (memory, SQLite,
+	// PostgreSQL, Redis) implements this; per-tenant weights are not implemented yet (every tenant
+	// has one turn per round).
 	Claim(ctx context.Context, p ClaimParams) ([]*Job, error)
 
 	// Finish applies completions in one batch. Per state: completed sets CompletedAt and Result;

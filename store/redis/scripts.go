@@ -48,17 +48,24 @@ end
 -- src returns the ready set of available jobs of kind with rate key rk ('' for none).
 local function src(kind, rk) return B .. 'k:' .. kind .. '\n' .. (rk or '') end
 local function rl(rk) return G .. 'rl:' .. rk end
+-- tsrc returns the ready set of available jobs of kind of tenant tn (jobs with a tenant and no rate
+-- key). The tenants with such jobs form the ring tring (a list rotated by the claim; '\n', never a
+-- tenant, stands for the jobs without a tenant), its members in tset; tk:<tenant> holds the kinds
+-- of a tenant's ready sets.
+local function tsrc(tn, kind) return B .. 'tj:' .. tn .. '\n' .. kind end
 -- decided lists workflow jobs this script made terminal whose children settle must look at.
 local decided = {}
 -- unplace takes job id out of every structure its current state filed it in, and returns the
--- fields it read (state, kind, prio, sched, rkey, wf, runon, expires), or nil for no job.
+-- fields it read (state, kind, prio, sched, rkey, wf, runon, expires, tenant), or nil for no job.
 local function unplace(id)
-  local f = redis.call('HMGET', jk(id), 'state', 'kind', 'prio', 'sched', 'rkey', 'wf', 'runon', 'expires')
+  local f = redis.call('HMGET', jk(id), 'state', 'kind', 'prio', 'sched', 'rkey', 'wf', 'runon', 'expires', 'tenant')
   local st = f[1]
   if not st then return nil end
   local rk = f[5]
   redis.call('ZREM', B .. 'st:' .. st, id)
-  if st == 'available' then
+  if st == 'available' and f[9] and f[9] ~= '' and not rk then
+    redis.call('ZREM', tsrc(f[9], f[2]), rank(num(f[3]), num(f[4]), id))
+  elseif st == 'available' then
     redis.call('ZREM', src(f[2], rk), rank(num(f[3]), num(f[4]), id))
   elseif st == 'scheduled' or st == 'retryable' then
     redis.call('ZREM', B .. 'sched', id)
@@ -98,7 +105,7 @@ end
 -- uniqueness.
 local function place(id)
   local f = redis.call('HMGET', jk(id), 'state', 'kind', 'prio', 'sched', 'lease', 'completed', 'expires',
-    'ukey', 'ustates', 'rkey', 'wf', 'runon', 'kids')
+    'ukey', 'ustates', 'rkey', 'wf', 'runon', 'kids', 'tenant')
   local st = f[1]
   local rk = f[10]
   if f[11] then
@@ -122,7 +129,16 @@ local function place(id)
     end
   end
   redis.call('ZADD', B .. 'st:' .. st, 0, id)
-  if st == 'available' then
+  if st == 'available' and f[14] and f[14] ~= '' and not rk then
+    local tn = f[14]
+    redis.call('ZADD', tsrc(tn, f[2]), 0, rank(num(f[3]), num(f[4]), id))
+    redis.call('SADD', B .. 'tk:' .. tn, f[2])
+    if redis.call('SADD', B .. 'tset', tn) == 1 then
+      -- A new tenant joins at the end of the round (the claim rotates from the right).
+      if redis.call('EXISTS', B .. 'tring') == 0 then redis.call('LPUSH', B .. 'tring', '\n') end
+      redis.call('LPUSH', B .. 'tring', tn)
+    end
+  elseif st == 'available' then
     redis.call('ZADD', src(f[2], rk), 0, rank(num(f[3]), num(f[4]), id))
     redis.call('SADD', B .. 'kinds', f[2])
     redis.call('SADD', B .. 'ks:' .. f[2], rk or '')
@@ -456,11 +472,25 @@ for _, kind in ipairs(kinds) do
 end
 local tok = 5 + nk
 local out = {}
-while #out < limit do
+-- activate makes available job id active under this claim (rate key rk, '' for none).
+local function activate(id, rk)
+  local k = jk(id)
+  unplace(id)
+  redis.call('HSET', k, 'state', 'active', 'started', s(t), 'lease', s(t + leasefor), 'worker', worker,
+    'token', ARGV[tok])
+  redis.call('HINCRBY', k, 'attempt', 1)
+  tok = tok + 1
+  place(id)
+  if rk ~= '' then rlstarted(rk, t) end
+  out[#out + 1] = redis.call('HGETALL', k)
+end
+-- claimplain claims from the sources without a tenant until out holds upto jobs or they run dry.
+local function claimplain(upto)
+while #out < upto do
   local cands = {}
   for si, sr in ipairs(srcs) do
     if not sr.off then
-      for _, m in ipairs(redis.call('ZRANGE', sr.key, 0, limit - #out - 1)) do
+      for _, m in ipairs(redis.call('ZRANGE', sr.key, 0, upto - #out - 1)) do
         cands[#cands + 1] = {m, si}
       end
     end
@@ -469,7 +499,7 @@ while #out < limit do
   table.sort(cands, function(a, b) return a[1] < b[1] end)
   local progress = false
   for _, c in ipairs(cands) do
-    if #out == limit then break end
+    if #out == upto then break end
     local sr = srcs[c[2]]
     if not sr.off then
       local id = string.sub(c[1], 27)
@@ -497,20 +527,74 @@ while #out < limit do
       elseif blocked then
         sr.off = true
       else
-        unplace(id)
-        redis.call('HSET', k, 'state', 'active', 'started', s(t), 'lease', s(t + leasefor), 'worker', worker,
-          'token', ARGV[tok])
-        redis.call('HINCRBY', k, 'attempt', 1)
-        tok = tok + 1
-        place(id)
-        if sr.rk ~= '' then rlstarted(sr.rk, t) end
-        out[#out + 1] = redis.call('HGETALL', k)
+        activate(id, sr.rk)
         progress = true
       end
     end
   end
   if not progress then break end
 end
+end
+-- tenantturn claims tenant tn's first claimable job of the claim's kinds; it returns true when it
+-- took one, false when it had none to take, 'gone' when the tenant has no available job left.
+local want = {}
+for _, kind in ipairs(kinds) do want[kind] = true end
+local function tenantturn(tn)
+  local tk = B .. 'tk:' .. tn
+  while true do
+    local best, bestkey = nil, nil
+    for _, kind in ipairs(redis.call('SMEMBERS', tk)) do
+      local key = tsrc(tn, kind)
+      local m = redis.call('ZRANGE', key, 0, 0)[1]
+      if not m then
+        redis.call('SREM', tk, kind)
+      elseif (nk == 0 or want[kind]) and (not best or m < best) then
+        best, bestkey = m, key
+      end
+    end
+    if not best then
+      if redis.call('SCARD', tk) == 0 then return 'gone' end
+      return false
+    end
+    local id = string.sub(best, 27)
+    local exp = num(redis.call('HGET', jk(id), 'expires'))
+    if exp > 0 and exp <= t then
+      -- Never claimable: it stays available (and counted) until DiscardExpired discards it.
+      redis.call('ZREM', bestkey, best)
+    else
+      activate(id, '')
+      return true
+    end
+  end
+end
+local ring = B .. 'tring'
+if redis.call('EXISTS', ring) == 1 then
+  -- Fair: one job per turn, the ring rotating after every turn (see docs/fair-scheduling.md).
+  local idle = 0
+  while #out < limit and idle < redis.call('LLEN', ring) do
+    local m = redis.call('RPOPLPUSH', ring, ring)
+    if m == '\n' then
+      local before = #out
+      claimplain(#out + 1)
+      if #out > before then idle = 0 else idle = idle + 1 end
+    else
+      local r = tenantturn(m)
+      if r == 'gone' then
+        redis.call('LREM', ring, 1, m)
+        redis.call('SREM', B .. 'tset', m)
+      elseif r then
+        idle = 0
+      else
+        idle = idle + 1
+      end
+    end
+    if redis.call('LLEN', ring) <= 1 then
+      redis.call('DEL', ring)
+      break
+    end
+  end
+end
+if redis.call('EXISTS', ring) == 0 then claimplain(limit) end
 settle(t)
 return out
 `)

@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"encoding/json"
+	"strconv"
 	"testing"
 	"time"
 
@@ -19,6 +20,8 @@ type BenchHarness struct {
 //
 //   - InsertSingle, InsertBatch100, InsertBatch1000: Insert of one job, 100 or 1000 per call.
 //   - ClaimFinish1, ClaimFinish100: one Claim and one Finish (completed) of 1 or 100 jobs per op.
+//   - ClaimFinish1Tenants10k, ClaimFinish100Tenants10k: the same with every job of one of 10,000
+//     tenants (a fair claim, which takes jobs in turns across the tenants).
 //   - Heartbeat100: one Heartbeat extending the leases of 100 active jobs per op.
 //
 // Set-up work (inserting the jobs a claim benchmark drains, deleting finished ones) runs with the
@@ -33,8 +36,10 @@ func RunBenchmarks(b *testing.B, h BenchHarness) {
 	}{{"InsertSingle", 1}, {"InsertBatch100", 100}, {"InsertBatch1000", 1000}} {
 		b.Run(n.name, func(b *testing.B) { benchInsert(b, h, n.size) })
 	}
-	b.Run("ClaimFinish1", func(b *testing.B) { benchClaimFinish(b, h, 1) })
-	b.Run("ClaimFinish100", func(b *testing.B) { benchClaimFinish(b, h, 100) })
+	b.Run("ClaimFinish1", func(b *testing.B) { benchClaimFinish(b, h, 1, 0) })
+	b.Run("ClaimFinish100", func(b *testing.B) { benchClaimFinish(b, h, 100, 0) })
+	b.Run("ClaimFinish1Tenants10k", func(b *testing.B) { benchClaimFinish(b, h, 1, 10_000) })
+	b.Run("ClaimFinish100Tenants10k", func(b *testing.B) { benchClaimFinish(b, h, 100, 10_000) })
 	b.Run("Heartbeat100", func(b *testing.B) { benchHeartbeat(b, h, 100) })
 }
 
@@ -81,7 +86,9 @@ func benchInsert(b *testing.B, h BenchHarness, size int) {
 	reportJobs(b, b.N*size)
 }
 
-func benchClaimFinish(b *testing.B, h BenchHarness, size int) {
+// benchClaimFinish claims and finishes size jobs per op; with tenants > 0 the jobs are spread over
+// that many tenants, round-robin.
+func benchClaimFinish(b *testing.B, h BenchHarness, size, tenants int) {
 	s := h.New(b)
 	c := b.Context()
 	queued := 0
@@ -97,12 +104,21 @@ func benchClaimFinish(b *testing.B, h BenchHarness, size int) {
 			}
 		}
 		want := min(remaining*size, max(10_000, size))
+		if tenants > 0 {
+			want = max(want, 2*tenants) // every tenant waits with a job or two
+		}
 		for want > 0 {
 			n := min(want, 1000)
-			if _, err := s.Insert(c, benchParams("bench", n)); err != nil {
+			ps := benchParams("bench", n)
+			for _, p := range ps {
+				if tenants > 0 {
+					p.Tenant = "tenant-" + strconv.Itoa(queued%tenants)
+				}
+				queued++
+			}
+			if _, err := s.Insert(c, ps); err != nil {
 				b.Fatal(err)
 			}
-			queued += n
 			want -= n
 		}
 	}
