@@ -97,7 +97,7 @@ func claimResults(br pgx.BatchResults) (jobs []*store.Job, mode string, err erro
 func (s *Store) claimFair(ctx context.Context, p store.ClaimParams) ([]*store.Job, error) {
 	var jobs []*store.Job
 	b := &pgx.Batch{}
-	b.Queue(s.q.claimLimitedPlan)
+	b.Queue(s.q.claimFairPlan)
 	b.Queue(s.q.claimFair, p.Queue, p.Limit, p.LeaseDuration.Microseconds(), p.WorkerID, nilIfEmpty(p.Kinds)).
 		Query(func(rows pgx.Rows) error {
 			var err error

@@ -222,6 +222,13 @@ WHERE o.unique_key = j.unique_key AND o.state = ANY (o.unique_states) AND o.id <
 	// stays allowed: claim_limited sorts its few candidates.
 	sqlClaimLimitedPlan = `SELECT set_config('jit', 'off', true), set_config('synchronous_commit', 'off', true)`
 
+	// sqlClaimFairPlan runs before sqlClaimFair: the claim's commit and JIT settings, and neither
+	// sequential scans nor sorts where an index gives the order (see sqlClaimPlan): claim_fair_pick's
+	// probes must stay ordered scans of jobs_tenant_claim_idx that stop at their first row, not a
+	// sort of a tenant's (or every tenant's) backlog.
+	sqlClaimFairPlan = `SELECT set_config('jit', 'off', true), set_config('synchronous_commit', 'off', true),
+	set_config('enable_seqscan', 'off', true), set_config('enable_sort', 'off', true)`
+
 	// sqlClaimLimited claims up to $3 jobs of queue $1 (kinds $2, NULL for any) for worker $5 with a
 	// lease of $4 microseconds, enforcing the rate limits (see claim_limited).
 	sqlClaimLimited = `SELECT ` + jobCols + ` FROM {schema}.claim_limited($1, $2, $3, $4, $5)`
@@ -723,7 +730,7 @@ const (
 
 // queries holds every statement with the schema and channel substituted.
 type queries struct {
-	claimFair string
+	claimFair, claimFairPlan string
 
 	insertJob, insertArrays, notify, now, claimPlan, claim, claimKinds, finish, heartbeat, rescue, promote string
 	discardExpired, nextDue, cleanup, getJob, listJobs, listJobsDesc, cancelJob, retryJob                  string
@@ -754,6 +761,7 @@ func newQueries(r *strings.Replacer) *queries {
 		claim:          r.Replace(sqlClaim),
 		claimKinds:     r.Replace(sqlClaimKinds),
 		claimFair:      r.Replace(sqlClaimFair),
+		claimFairPlan:  sqlClaimFairPlan,
 		finish:         r.Replace(sqlFinish),
 		heartbeat:      r.Replace(sqlHeartbeat),
 		rescue:         r.Replace(sqlRescue),

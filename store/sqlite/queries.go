@@ -102,7 +102,8 @@ const newClaimToken = `lower(hex(randomblob(16)))`
 // whatever the number of stored limits; queues without jobs with rate keys are claimed by the same
 // plan as before rate limits existed. Likewise while it holds a claimable job with a tenant: Claim
 // then claims in turns across tenants (claimFair), and a queue without tenants pays one more seek of
-// an empty index.
+// an empty index. That guard is in the LIMIT, evaluated once before the scan: as a WHERE term it
+// would be checked row by row, and a queue of tenant jobs would be read to its end for nothing.
 func claimSQL(nKinds int) string {
 	return `UPDATE pronto_jobs SET state = 'active', attempt = attempt + 1, started_at = ?1,
 		lease_expires_at = ?2, worker_id = ?3, claim_token = ` + newClaimToken + `,
@@ -112,9 +113,8 @@ func claimSQL(nKinds int) string {
 		WHERE ` + claimableSQL + `
 		  ` + kindsFilter(nKinds, 6) + `
 		  AND NOT ` + keyedInQueueSQL("?4") + `
-		  AND NOT ` + tenantInQueueSQL("?4") + `
 		ORDER BY priority DESC, scheduled_at, id
-		LIMIT ?5)
+		LIMIT (CASE WHEN ` + tenantInQueueSQL("?4") + ` THEN 0 ELSE ?5 END))
 	RETURNING ` + jobColumns
 }
 

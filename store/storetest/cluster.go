@@ -113,7 +113,15 @@ func testReopenSharesData(t *testing.T, h Harness) {
 	require.False(t, ok, "leadership is one across clients")
 }
 
-func testConcurrentClaims(t *testing.T, h Harness) {
+func testConcurrentClaims(t *testing.T, h Harness) { concurrentClaims(t, h, 0) }
+
+// testFairConcurrentClaims is testConcurrentClaims over jobs of 7 tenants and some without one:
+// claims in turns never hand a job to two claimers either.
+func testFairConcurrentClaims(t *testing.T, h Harness) { concurrentClaims(t, h, 7) }
+
+// concurrentClaims has workers on two clients drain a queue concurrently and requires every job
+// claimed exactly once; with tenants > 0, most jobs have one of that many tenants.
+func concurrentClaims(t *testing.T, h Harness, tenants int) {
 	const (
 		total   = 2000
 		workers = 8
@@ -127,6 +135,9 @@ func testConcurrentClaims(t *testing.T, h Harness) {
 		for range 500 {
 			p := job(queue)
 			p.Priority = rand.IntN(3)
+			if tenants > 0 && rand.IntN(10) > 0 {
+				p.Tenant = fmt.Sprintf("tenant-%d", rand.IntN(tenants))
+			}
 			params = append(params, p)
 		}
 		insert(t, s1, params...)

@@ -171,6 +171,7 @@ var tests = []testCase{
 
 	{"ReopenSharesData", testReopenSharesData},
 	{"ConcurrentClaimsExclusive", testConcurrentClaims},
+	{"FairConcurrentClaimsExclusive", testFairConcurrentClaims},
 
 	{"UniqueRejectAtomic", single(testUniqueRejectAtomic)},
 	{"UniqueIgnore", single(testUniqueIgnore)},

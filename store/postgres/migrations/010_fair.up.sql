@@ -45,7 +45,7 @@ BEGIN
         SELECT j.tenant INTO nxt FROM {schema}.jobs j
         WHERE j.queue = p_queue AND j.tenant IS NOT NULL AND j.rate_key IS NULL
             AND j.state IN ('available', 'scheduled', 'retryable')
-            AND (cur IS NULL OR j.tenant > cur)
+            AND j.tenant > coalesce(cur, '')
             AND (CASE WHEN j.state = 'available' THEN true ELSE j.scheduled_at <= now() END)
             AND (j.expires_at IS NULL OR j.expires_at > now())
             AND (p_kinds IS NULL OR j.kind = ANY (p_kinds))
