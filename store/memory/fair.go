@@ -39,7 +39,7 @@ func newTenantRing() *tenantRing {
 	return r
 }
 
-// active reports whether the ring has a tenant with available jobs: the cheap probe that sends a
+// fairActive reports whether q's ring has a tenant with available jobs: the cheap probe that sends a
 // claim down the fair path.
 func (q *queue) fairActive() bool { return q.fair != nil && q.fair.linked > 0 }
 
@@ -170,9 +170,8 @@ func (s *Store) claimFair(q *queue, p store.ClaimParams, sel *selector, now, lea
 			if empty {
 				r.unlink(n) // moves the cursor on; the ring is a participant shorter, so no idle turn
 				continue
-			} else {
-				r.cur = n.next
 			}
+			r.cur = n.next
 		}
 		if j == nil {
 			idle++
