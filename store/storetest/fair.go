@@ -87,6 +87,16 @@ func testFairPriorityWithinTenant(t *testing.T, s store.Store) {
 	// Each tenant's jobs come highest priority first; the tenants alternate.
 	require.Contains(t, [][]string{{aHigh.ID, bHigh.ID, aLow.ID, bLow.ID}, {bHigh.ID, aHigh.ID, bLow.ID, aLow.ID}}, got)
 	require.Empty(t, claim(t, s, q, 1))
+
+	// A kinds filter applies within the turns: a tenant without jobs of those kinds is passed over.
+	q = uniq("fair-kinds")
+	ax, by, bx := tenantJob(q, "A", 0), tenantJob(q, "B", 0), tenantJob(q, "B", 0)
+	ax.Kind, by.Kind, bx.Kind = "x", "y", "x"
+	insert(t, s, ax, by, bx)
+	jobs, err := s.Claim(ctx(t), store.ClaimParams{Queue: q, Kinds: []string{"y"}, Limit: 5, WorkerID: worker, LeaseDuration: lease})
+	require.NoError(t, err)
+	require.Equal(t, []string{by.ID}, ids(jobs))
+	require.ElementsMatch(t, []string{ax.ID, bx.ID}, ids(claim(t, s, q, 5)))
 }
 
 func testFairTenantless(t *testing.T, s store.Store) {
