@@ -237,7 +237,7 @@ func compareBullMQ(ctx context.Context, jobs, warm, runs int) error {
 	rdb := goredis.NewClient(&goredis.Options{Addr: redisAddr(), PoolSize: 32})
 	defer rdb.Close()
 	if err := rdb.Ping(ctx).Err(); err != nil {
-		return fmt.Errorf("Redis at %s: %v (start one: redis-server --daemonize yes --save \"\" --appendonly no)", redisAddr(), err)
+		return fmt.Errorf("no Redis at %s: %v (start one: redis-server --daemonize yes --save \"\" --appendonly no)", redisAddr(), err)
 	}
 	fmt.Printf("BullMQ vs pronto-redis, %d measured jobs (+%d warm-up, not counted), %d run(s), Redis %s\n", jobs, warm, runs, redisAddr())
 	fmt.Printf("%-18s %-4s %12s %10s %10s %12s %10s %10s %7s %s\n", "scenario", "run", "bullmq/s", "node cpu", "redis cpu",
