@@ -21,22 +21,23 @@ type lapseArgs struct{}
 
 func (lapseArgs) Kind() string { return "test.lapse" }
 
-// lapseLease makes the lease of active job id run out at once, as a GC pause, a frozen VM or a late
-// heartbeat would, by writing the database directly.
-func lapseLease(t *testing.T, ts *testStore, id string) {
+// lapseLease makes the lease of job id's attempt run out at once, if the job is active on that
+// attempt, as a GC pause, a frozen VM or a late heartbeat would, by writing the database directly.
+// Naming the attempt keeps it from lapsing a newer run that a concurrent rescue and claim started.
+func lapseLease(t *testing.T, ts *testStore, id string, attempt int) {
 	t.Helper()
 	ctx := context.Background()
 	switch ts.kind {
 	case kindPostgres:
 		_, err := testdb.Pool(t).Exec(ctx, `UPDATE `+pgx.Identifier{ts.schema}.Sanitize()+
-			`.jobs SET lease_expires_at = now() - interval '1 second' WHERE id = $1 AND state = 'active'`, id)
+			`.jobs SET lease_expires_at = now() - interval '1 second' WHERE id = $1 AND state = 'active' AND attempt = $2`, id, attempt)
 		require.NoError(t, err)
 	case kindSQLite:
 		db, err := sql.Open("sqlite", "file:"+ts.path+"?_pragma=busy_timeout(5000)")
 		require.NoError(t, err)
 		defer db.Close()
-		_, err = db.ExecContext(ctx, `UPDATE pronto_jobs SET lease_expires_at = ? WHERE id = ? AND state = 'active'`,
-			time.Now().Add(-time.Second).UnixMicro(), id)
+		_, err = db.ExecContext(ctx, `UPDATE pronto_jobs SET lease_expires_at = ? WHERE id = ? AND state = 'active' AND attempt = ?`,
+			time.Now().Add(-time.Second).UnixMicro(), id, attempt)
 		require.NoError(t, err)
 	default:
 		t.Fatalf("lapseLease: no direct access to a %s store", ts.kind)
@@ -95,7 +96,7 @@ func TestLapsedLeaseInOneProcess(t *testing.T) {
 			// Lapse the lease and rescue until the rescue takes the job back: a heartbeat landing
 			// between the two may extend the lease again first.
 			require.Eventually(t, func() bool {
-				lapseLease(t, ts, row.ID)
+				lapseLease(t, ts, row.ID, 1)
 				res, err := ts.Rescue(context.Background(), store.RescueParams{Limit: 10})
 				require.NoError(t, err)
 				for _, j := range res.Requeued {
