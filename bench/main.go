@@ -196,6 +196,9 @@ func (o options) runsOf(name string) int {
 
 // applies says whether a system runs a scenario.
 func applies(sc scenario, sys system) bool {
+	if f, ok := sys.(interface{ runs(scenario) bool }); ok {
+		return f.runs(sc)
+	}
 	if sys.shared() {
 		return true
 	}

@@ -283,7 +283,7 @@ func writeReport(o options, mi machineInfo, results []*runResult, took time.Dura
 	}
 	w("- Command(s), run from bench/: %s.\n", strings.Join(cmdList, "; "))
 	w("- Runs per scenario and system: %s. Cells show the median, with min–max across runs when there is more than one.\n", strings.Join(rn, "; "))
-	w("- Systems: **pronto** (PostgreSQL store, defaults); **river** (River v0.51.1 at its defaults); **river-tuned** (FetchCooldown 2 ms, FetchPollInterval 20 ms, 2000 workers in the drain, InsertManyFast for batches); **pronto-sqlite** and **pronto-memory** where they make sense (no River counterpart). Each system runs in a fresh schema (or file) per run; the order of systems rotates every run.\n")
+	w("- Systems: **pronto** (PostgreSQL store, defaults); **river** (River v0.51.1 at its defaults); **river-tuned** (FetchCooldown 2 ms, FetchPollInterval 20 ms, 2000 workers in the drain, InsertManyFast for batches); **pronto-sqlite** and **pronto-memory** where they make sense (no River counterpart); **sql-limit** in the drain only (no job queue: a bare table drained by 4 connections, each claiming 100 rows with SKIP LOCKED and completing the previous 100 in the same round trip: the ceiling of this machine's PostgreSQL). Each system runs in a fresh schema (or file) per run; the order of systems rotates every run.\n")
 	w("- \"× better\" compares pronto's median with the other system's: above 1 pronto is better on that figure, whichever way the figure points.\n\n")
 
 	// Headline.
@@ -372,6 +372,9 @@ func writeReport(o options, mi machineInfo, results []*runResult, took time.Dura
 			w("\n")
 		}
 		w("\n")
+		if line := ofSQLLimit(name, g, syss); line != "" {
+			w("%s\n\n", line)
+		}
 		for _, s := range syss {
 			if len(g[s]) > 0 && !g[s][0].Quick {
 				w("Workers of %s ran %s.\n", s, g[s][0].WorkersHost)
@@ -392,6 +395,22 @@ func writeReport(o options, mi machineInfo, results []*runResult, took time.Dura
 	}
 	fmt.Printf("report: %s\n", filepath.Join(o.out, "report.md"))
 	return nil
+}
+
+// ofSQLLimit says, for the drain, what fraction of the sql-limit system's median each other
+// system's median drain reached, or "" when sql-limit did not run.
+func ofSQLLimit(scenario string, g map[string][]*runResult, syss []string) string {
+	limit := aggregate(g["sql-limit"], "drain_jobs_per_s").med
+	if scenario != "drain" || math.IsNaN(limit) || limit <= 0 {
+		return ""
+	}
+	var parts []string
+	for _, s := range syss {
+		if v := aggregate(g[s], "drain_jobs_per_s").med; s != "sql-limit" && !math.IsNaN(v) {
+			parts = append(parts, fmt.Sprintf("%s %.0f%%", s, 100*v/limit))
+		}
+	}
+	return fmt.Sprintf("Drain as a fraction of the SQL limit (%s jobs/s, the same database in the same run): %s.", fmtNum(limit), strings.Join(parts, ", "))
 }
 
 func sortedKeys[V any](m map[int]V) []int {
@@ -453,6 +472,9 @@ func targets(group map[string]map[string][]*runResult, o options) [][3]string {
 	if group["drain"] != nil {
 		p, t := med("drain", "pronto", "drain_jobs_per_s"), med("drain", "river-tuned", "drain_jobs_per_s")
 		out = append(out, [3]string{"drain ≥ 2× River tuned", fmt.Sprintf("%s jobs/s = %s× River tuned (%s)", fmtNum(p), fmtNum(p/t), fmtNum(t)), verdict(p >= 2*t)})
+		if l := med("drain", "sql-limit", "drain_jobs_per_s"); !math.IsNaN(l) {
+			out = append(out, [3]string{"drain ≥ 85% of the SQL limit (sql-limit)", fmt.Sprintf("%.0f%% (%s of %s jobs/s)", 100*p/l, fmtNum(p), fmtNum(l)), verdict(p >= 0.85*l)})
+		}
 	}
 	if group["insert"] != nil {
 		for _, k := range []string{"insert_batch100_per_s", "insert_batch1000_per_s"} {

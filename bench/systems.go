@@ -122,10 +122,11 @@ func systemsByName() map[string]system {
 		"pronto-sqlite": prontoSQLite{},
 		"pronto-memory": prontoMemory{},
 		"pronto-redis":  prontoRedis{},
+		"sql-limit":     sqlLimit{},
 	}
 }
 
-var allSystemNames = []string{"pronto", "river", "river-tuned", "pronto-sqlite", "pronto-memory", "pronto-redis"}
+var allSystemNames = []string{"pronto", "river", "river-tuned", "pronto-sqlite", "pronto-memory", "pronto-redis", "sql-limit"}
 
 func newPool(ctx context.Context, url string) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(url)
