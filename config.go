@@ -73,6 +73,13 @@ type Config struct {
 	// OnPanic is called after a worker panics, with the recovered value and the stack.
 	OnPanic func(ctx context.Context, job *JobRow, value any, stack string)
 
+	// InsertBatchSize bounds how many concurrent single-job inserts (Insert, or InsertMany, InsertRaw
+	// or InsertOJS of one job, outside an application transaction) one store write merges (500).
+	// While a write is in flight, the single-job inserts that arrive meanwhile are written together
+	// in the next, each caller still getting its own job or error; a lone insert is written at once.
+	// 1 writes every insert on its own.
+	InsertBatchSize int
+
 	// InsertMiddleware wraps every insert, outermost first.
 	InsertMiddleware []InsertMiddleware
 	// WorkMiddleware wraps every attempt, outermost first.
