@@ -133,3 +133,32 @@ func BenchmarkInsertParallel(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkInsertSequential measures single-job Inserts made one after another by one goroutine,
+// per store, with insert coalescing (the default) and without (InsertBatchSize 1): a lone caller
+// must not be slower for it.
+func BenchmarkInsertSequential(b *testing.B) {
+	for _, kind := range allStores {
+		for _, mode := range []struct {
+			name string
+			size int
+		}{{"coalesced", 0}, {"alone", 1}} {
+			b.Run(fmt.Sprintf("%s/%s", kind, mode.name), func(b *testing.B) {
+				ctx := context.Background()
+				ts := newTestStore(b, kind)
+				c, err := pronto.NewClient(ts.Store, &pronto.Config{InsertBatchSize: mode.size})
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.ResetTimer()
+				start := time.Now()
+				for i := 0; i < b.N; i++ {
+					if _, err := c.Insert(ctx, noopArgs{N: i}, nil); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "jobs/s")
+			})
+		}
+	}
+}

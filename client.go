@@ -36,7 +36,7 @@ type Client struct {
 	schemaOK atomic.Bool
 
 	// inserts merges concurrent single-job inserts into batched store writes; nil when
-	// Config.InsertBatchSize is 1.
+	// Config.InsertBatchSize is 1 or the store's inserts are in-process (store.LocalInserter).
 	inserts *insertbatch.Batcher
 
 	// bp is the client's view of queue bounds (backpressure.go).
@@ -120,7 +120,7 @@ func NewClient(s store.Store, cfg *Config) (*Client, error) {
 	if c.Workers != nil {
 		cl.kinds = c.Workers.Kinds()
 	}
-	if c.InsertBatchSize != 1 {
+	if local, ok := s.(store.LocalInserter); c.InsertBatchSize != 1 && !(ok && local.InsertsAreLocal()) {
 		cl.inserts = insertbatch.New(insertbatch.Config{Insert: s.Insert, MaxBatch: c.InsertBatchSize})
 	}
 	return cl, nil

@@ -167,6 +167,35 @@ func TestInsertBatchSizeOneWritesAlone(t *testing.T) {
 	require.Zero(t, merged.Load())
 }
 
+// TestLocalStoreInsertsAreNotMerged checks that inserts into a store whose inserts are in-process
+// (store.LocalInserter: the memory store) are written one by one even when concurrent.
+func TestLocalStoreInsertsAreNotMerged(t *testing.T) {
+	ctx := context.Background()
+	var writes, merged atomic.Int32
+	mem := newTestStore(t, kindMemory).Store
+	_, isLocal := mem.(store.LocalInserter)
+	require.True(t, isLocal, "the memory store declares its inserts local")
+	c, err := pronto.NewClient(localStore{countingStore{Store: mem, writes: &writes, merged: &merged}}, nil)
+	require.NoError(t, err)
+	var wg sync.WaitGroup
+	for i := range 50 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := c.Insert(ctx, echoArgs{N: i}, nil)
+			require.NoError(t, err)
+		}()
+	}
+	wg.Wait()
+	require.EqualValues(t, 50, writes.Load())
+	require.Zero(t, merged.Load())
+}
+
+// localStore declares its inserts in-process, as the memory store does.
+type localStore struct{ countingStore }
+
+func (localStore) InsertsAreLocal() bool { return true }
+
 // TestInsertCancelledBeforeWrite checks that an insert whose context has ended is refused with the
 // context's error and stores nothing.
 func TestInsertCancelledBeforeWrite(t *testing.T) {
@@ -195,4 +224,10 @@ func (s countingStore) Insert(ctx context.Context, ps []*store.InsertParams) ([]
 		s.merged.Add(1)
 	}
 	return s.Store.Insert(ctx, ps)
+}
+
+// TestInsertBatchSizeNegative checks that a negative InsertBatchSize is refused by name.
+func TestInsertBatchSizeNegative(t *testing.T) {
+	_, err := pronto.NewClient(newTestStore(t, kindMemory).Store, &pronto.Config{InsertBatchSize: -1})
+	require.ErrorContains(t, err, "InsertBatchSize -1 is negative")
 }
