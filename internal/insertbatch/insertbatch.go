@@ -1,13 +1,14 @@
 // Package insertbatch merges concurrent single-job inserts into batched store writes (group
-// commit). A caller hands its job over and waits for its own outcome. When no write is in flight the
-// job is written at once, alone: there is no window to wait out, so a lone caller is as fast as a
-// direct insert. While writes are in flight, the jobs handed over meanwhile gather and go together
-// in the next write, up to a size bound. Under load each statement carries as many jobs as arrived
-// during the previous one, and the number of statements (and transactions) per job falls with it.
+// commit). A caller hands its job over and waits for its own outcome. When fewer than MaxFlights
+// writes are in flight the job is written at once: there is no window to wait out, so a lone caller
+// is as fast as a direct insert. While writes are in flight, the jobs handed over meanwhile gather
+// and go together in the next write, up to a size bound. Under load each statement carries as many
+// jobs as arrived during the previous one, and the statements (and transactions) per job fall.
 //
-// Every caller gets its own outcome. A store insert is atomic, so one bad job (a duplicate id, a
-// unique conflict under the reject policy, a job the store refuses) fails the whole batch; the
-// batch is then written again one job at a time, so that only that job's caller gets the error.
+// A batch holds the jobs of one queue. Every caller gets its own outcome. A store insert is atomic,
+// so one bad job (a duplicate id, a unique conflict under the reject policy, a job the store
+// refuses) fails the whole batch; the batch is then written again one job at a time, so that only
+// that job's caller gets the error.
 //
 // A caller whose context ends stops waiting at once. If its job was not yet taken into a write it
 // is never written; if it was, the write goes on for the others and the job may be stored. A write
@@ -137,24 +138,31 @@ func (b *Batcher) Insert(ctx context.Context, p *store.InsertParams) (*store.Job
 	return nil, ctx.Err()
 }
 
-// take removes up to maxBatch waiting calls from the queue and marks them taken by a new flight;
-// calls abandoned while waiting are dropped. b.mu is held. It may return an empty batch.
+// take removes from the queue up to maxBatch waiting calls of one queue (the queue of the oldest
+// waiting call) and marks them taken by a new flight; calls abandoned while waiting are dropped and
+// calls of other queues keep their place. b.mu is held. It may return an empty batch.
+//
+// A batch holds one queue's jobs because that is what every store writes atomically: the Redis
+// store writes each queue of a batch in its own script and undoes the others when one refuses,
+// leaving a moment in which a job of the undone queues could be claimed.
 func (b *Batcher) take() []*call {
-	n := 0
 	var batch []*call
+	queue := ""
+	kept := b.queue[:0]
 	for _, c := range b.queue {
-		n++
-		if c.state != waiting {
-			continue
-		}
-		batch = append(batch, c)
-		if len(batch) == b.maxBatch {
-			break
+		switch {
+		case c.state != waiting:
+		case len(batch) == 0:
+			queue = c.p.Queue
+			batch = append(batch, c)
+		case c.p.Queue == queue && len(batch) < b.maxBatch:
+			batch = append(batch, c)
+		default:
+			kept = append(kept, c)
 		}
 	}
-	rest := copy(b.queue, b.queue[n:])
-	clear(b.queue[rest:])
-	b.queue = b.queue[:rest]
+	clear(b.queue[len(kept):])
+	b.queue = kept
 	if len(batch) == 0 {
 		return batch
 	}

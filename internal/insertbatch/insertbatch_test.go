@@ -21,6 +21,7 @@ import (
 type gatedStore struct {
 	*memory.Store
 	mu    sync.Mutex
+	mixed bool                       // some Insert call held jobs of several queues
 	sizes []int                      // batch size of each Insert call, in order
 	ctxs  []context.Context          // context of each Insert call
 	hold  chan struct{}              // while not nil, Insert waits for it to close
@@ -35,6 +36,11 @@ func newGatedStore(t *testing.T) *gatedStore {
 
 func (g *gatedStore) Insert(ctx context.Context, ps []*store.InsertParams) ([]*store.Job, error) {
 	g.mu.Lock()
+	for _, p := range ps {
+		if p.Queue != ps[0].Queue {
+			g.mixed = true
+		}
+	}
 	g.sizes = append(g.sizes, len(ps))
 	g.ctxs = append(g.ctxs, ctx)
 	hold := g.hold
@@ -136,6 +142,30 @@ func TestInsertsGatherWhileAWriteIsInFlight(t *testing.T) {
 		require.JSONEq(t, string(ps[i].Args), string(o.job.Args))
 	}
 	require.Equal(t, []int{1, 7, 3}, g.calls(), "the ten waiting jobs go in batches of at most MaxBatch")
+}
+
+func TestABatchHoldsOneQueue(t *testing.T) {
+	ctx := context.Background()
+	g := newGatedStore(t)
+	b := New(Config{Insert: g.Insert, MaxFlights: 1})
+	release := g.gate()
+	blocker := insertAsync(ctx, b, job(0))
+	<-g.in
+	var outs []<-chan outcome
+	for i, q := range []string{"a", "b", "a", "b", "a"} {
+		p := job(i + 1)
+		p.Queue = q
+		outs = append(outs, insertAsync(ctx, b, p))
+		require.Eventually(t, func() bool { return b.queued() == i+1 }, 10*time.Second, time.Millisecond)
+	}
+	g.ungate()
+	close(release)
+	require.NoError(t, (<-blocker).err)
+	for _, ch := range outs {
+		require.NoError(t, (<-ch).err)
+	}
+	require.Equal(t, []int{1, 3, 2}, g.calls(), "queue a's three jobs, then queue b's two")
+	require.False(t, g.mixed)
 }
 
 func TestABadJobFailsOnlyItsOwnCaller(t *testing.T) {
