@@ -7,8 +7,8 @@
 //
 // A batch holds the jobs of one queue. Every caller gets its own outcome. A store insert is atomic,
 // so one bad job (a duplicate id, a unique conflict under the reject policy, a job the store
-// refuses) fails the whole batch; the batch is then written again one job at a time, so that only
-// that job's caller gets the error.
+// refuses) fails the whole batch; the batch is then written again in halves, down to that job
+// alone, so that only its caller gets the error.
 //
 // A caller whose context ends stops waiting at once. If its job was not yet taken into a write it
 // is never written; if it was, the write goes on for the others and the job may be stored. A write
@@ -178,7 +178,7 @@ func (b *Batcher) take() []*call {
 func (b *Batcher) fly(batch []*call) {
 	for {
 		if len(batch) > 0 {
-			b.write(batch)
+			b.write(batch[0].f.ctx, batch)
 		}
 		b.mu.Lock()
 		if len(b.queue) == 0 {
@@ -191,10 +191,15 @@ func (b *Batcher) fly(batch []*call) {
 	}
 }
 
-// write stores one batch and hands every caller its outcome; a batch the store refuses as a whole is
-// written again job by job.
-func (b *Batcher) write(batch []*call) {
-	ctx := batch[0].f.ctx
+// write stores batch and hands every caller its outcome. A batch the store refuses as a whole is
+// written again in parts: halves, when the error is one a single job causes (an id already taken, a
+// unique conflict, a job the store refuses), so one bad job among n costs about 2·log2(n) writes,
+// not n; otherwise job by job, so each caller gets its own attempt. Parts are written in order, so
+// the earlier of two jobs of one batch holding the same unique key wins, as it would alone.
+func (b *Batcher) write(ctx context.Context, batch []*call) {
+	if len(batch) == 0 {
+		return
+	}
 	ps := make([]*store.InsertParams, len(batch))
 	for i, c := range batch {
 		ps[i] = c.p
@@ -203,37 +208,41 @@ func (b *Batcher) write(batch []*call) {
 	if err == nil && len(jobs) != len(ps) {
 		err = fmt.Errorf("insert of %d jobs returned %d", len(ps), len(jobs))
 	}
-	if err == nil {
+	switch {
+	case err == nil:
 		for i, c := range batch {
 			b.deliver(c, jobs[i], nil)
 		}
-		return
-	}
-	if len(batch) == 1 {
+	case len(batch) == 1:
 		b.deliver(batch[0], nil, err)
-		return
-	}
-	for _, c := range batch {
-		if b.gone(c) {
-			continue
+	case oneJobsFault(err):
+		half := len(batch) / 2
+		b.write(ctx, b.live(batch[:half]))
+		b.write(ctx, b.live(batch[half:]))
+	default:
+		for _, c := range batch {
+			b.write(ctx, b.live([]*call{c}))
 		}
-		jobs, err := b.insert(ctx, []*store.InsertParams{c.p})
-		if err == nil && len(jobs) != 1 {
-			err = fmt.Errorf("insert of 1 job returned %d", len(jobs))
-		}
-		if err != nil {
-			b.deliver(c, nil, err)
-			continue
-		}
-		b.deliver(c, jobs[0], nil)
 	}
 }
 
-// gone reports whether c's caller stopped waiting, so its job need not be retried alone.
-func (b *Batcher) gone(c *call) bool {
+// oneJobsFault reports whether err is one a single job of a batch causes.
+func oneJobsFault(err error) bool {
+	return errors.Is(err, store.ErrDuplicate) || errors.Is(err, store.ErrUniqueConflict) ||
+		errors.Is(err, store.ErrInvalidParams)
+}
+
+// live returns the calls of batch whose callers still wait, so that a retry leaves the others out.
+func (b *Batcher) live(batch []*call) []*call {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return c.state == abandoned
+	out := batch[:0:0]
+	for _, c := range batch {
+		if c.state == taken {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 func (b *Batcher) deliver(c *call, j *store.Job, err error) {

@@ -193,14 +193,21 @@ func TestABadJobFailsOnlyItsOwnCaller(t *testing.T) {
 	ignored.UniqueKey, ignored.OnConflict = "k", store.ConflictIgnore
 	good := []*store.InsertParams{job(6), job(7), job(8)}
 
-	dupOut := insertAsync(ctx, b, dupID)
-	conflictOut := insertAsync(ctx, b, conflict)
-	ignoredOut := insertAsync(ctx, b, ignored)
+	// Handed over one after the other, so the batch's order (and so its halves) is known.
+	queued := 0
+	inOrder := func(p *store.InsertParams) <-chan outcome {
+		ch := insertAsync(ctx, b, p)
+		queued++
+		require.Eventually(t, func() bool { return b.queued() == queued }, 10*time.Second, time.Millisecond)
+		return ch
+	}
+	dupOut := inOrder(dupID)
+	conflictOut := inOrder(conflict)
+	ignoredOut := inOrder(ignored)
 	var goodOuts []<-chan outcome
 	for _, p := range good {
-		goodOuts = append(goodOuts, insertAsync(ctx, b, p))
+		goodOuts = append(goodOuts, inOrder(p))
 	}
-	require.Eventually(t, func() bool { return b.queued() == 6 }, 10*time.Second, time.Millisecond)
 	g.ungate()
 	close(release)
 
@@ -224,7 +231,7 @@ func TestABadJobFailsOnlyItsOwnCaller(t *testing.T) {
 		require.Equal(t, store.StateAvailable, got.State)
 	}
 	calls := g.calls()
-	require.Equal(t, []int{1, 6, 1, 1, 1, 1, 1, 1}, calls, "the refused batch is written again job by job")
+	require.Equal(t, []int{1, 6, 3, 1, 2, 1, 1, 3}, calls, "the refused batch is written again in halves")
 }
 
 func TestCancelledCallerLeavesTheOthersAlone(t *testing.T) {
@@ -260,7 +267,10 @@ func TestCancelledCallerLeavesTheOthersAlone(t *testing.T) {
 	cancelInFlight()
 	o = <-goneOut
 	require.ErrorIs(t, o.err, context.Canceled)
-	require.Error(t, g.ctxs[0].Err(), "a flight whose every caller left is cancelled")
+	g.mu.Lock()
+	firstCtx := g.ctxs[0]
+	g.mu.Unlock()
+	require.Error(t, firstCtx.Err(), "a flight whose every caller left is cancelled")
 
 	g.ungate()
 	close(release)
@@ -338,10 +348,49 @@ func TestManyConcurrentCallers(t *testing.T) {
 		total += s
 	}
 	require.Equal(t, n, total)
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	require.Zero(t, b.flights, "no write is left in flight")
-	require.Empty(t, b.queue)
+	require.Eventually(t, func() bool {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return b.flights == 0 && len(b.queue) == 0
+	}, 10*time.Second, time.Millisecond, "the writers end once the queue is empty")
+}
+
+func TestBatchFailingForAnotherReasonIsRetriedJobByJob(t *testing.T) {
+	ctx := context.Background()
+	g := newGatedStore(t)
+	var mu sync.Mutex
+	var sizes []int
+	// A store that cannot write more than one job at a time, with an error no single job causes.
+	insert := func(ctx context.Context, ps []*store.InsertParams) ([]*store.Job, error) {
+		mu.Lock()
+		sizes = append(sizes, len(ps))
+		mu.Unlock()
+		if len(ps) > 1 {
+			return nil, errors.New("connection reset")
+		}
+		return g.Insert(ctx, ps)
+	}
+	b := New(Config{Insert: insert, MaxFlights: 1})
+	release := g.gate()
+	blocker := insertAsync(ctx, b, job(0))
+	<-g.in
+	ps := []*store.InsertParams{job(1), job(2), job(3)}
+	var outs []<-chan outcome
+	for _, p := range ps {
+		outs = append(outs, insertAsync(ctx, b, p))
+	}
+	require.Eventually(t, func() bool { return b.queued() == 3 }, 10*time.Second, time.Millisecond)
+	g.ungate()
+	close(release)
+	require.NoError(t, (<-blocker).err)
+	for i, ch := range outs {
+		o := <-ch
+		require.NoError(t, o.err)
+		require.Equal(t, ps[i].ID, o.job.ID)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, []int{1, 3, 1, 1, 1}, sizes)
 }
 
 func TestStoreErrorReachesEveryCaller(t *testing.T) {
