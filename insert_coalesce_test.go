@@ -231,3 +231,50 @@ func TestInsertBatchSizeNegative(t *testing.T) {
 	_, err := pronto.NewClient(newTestStore(t, kindMemory).Store, &pronto.Config{InsertBatchSize: -1})
 	require.ErrorContains(t, err, "InsertBatchSize -1 is negative")
 }
+
+// TestInsertMiddlewareSeesEachCallAlone checks that insert middleware runs once per Insert call,
+// with that call's job only, when concurrent inserts are merged below it, and that what it changes
+// is what gets stored.
+func TestInsertMiddlewareSeesEachCallAlone(t *testing.T) {
+	coalesceStores(t, func(t *testing.T, s store.Store) {
+		ctx := context.Background()
+		var calls, wider atomic.Int32
+		var writes, merged atomic.Int32
+		mw := func(ctx context.Context, ps []*pronto.JobInsertParams, next pronto.InsertFunc) ([]*pronto.JobRow, error) {
+			calls.Add(1)
+			if len(ps) != 1 {
+				wider.Add(1)
+			}
+			for _, p := range ps {
+				p.Tags = append(p.Tags, "seen")
+			}
+			return next(ctx, ps)
+		}
+		c, err := pronto.NewClient(countingStore{Store: s, writes: &writes, merged: &merged},
+			&pronto.Config{InsertMiddleware: []pronto.InsertMiddleware{mw}})
+		require.NoError(t, err)
+		const n = 40
+		ids := make([]string, n)
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				j, err := c.Insert(ctx, echoArgs{N: i}, nil)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				ids[i] = j.ID
+			}()
+		}
+		wg.Wait()
+		require.EqualValues(t, n, calls.Load())
+		require.Zero(t, wider.Load(), "middleware sees one job per Insert")
+		for _, id := range ids {
+			j, err := c.JobGet(ctx, id)
+			require.NoError(t, err)
+			require.Equal(t, []string{"seen"}, j.Tags)
+		}
+	})
+}
