@@ -399,3 +399,36 @@ func TestStoreErrorReachesEveryCaller(t *testing.T) {
 	_, err := b.Insert(context.Background(), job(0))
 	require.ErrorIs(t, err, boom)
 }
+
+// BenchmarkHandOff measures what the batcher itself costs per insert, over a store write that does
+// nothing: the hand-off to the writing goroutine and back, alone and from 100 goroutines.
+func BenchmarkHandOff(b *testing.B) {
+	noop := func(_ context.Context, ps []*store.InsertParams) ([]*store.Job, error) {
+		out := make([]*store.Job, len(ps))
+		for i, p := range ps {
+			out[i] = &store.Job{ID: p.ID}
+		}
+		return out, nil
+	}
+	p := job(0)
+	b.Run("sequential", func(b *testing.B) {
+		bt := New(Config{Insert: noop})
+		for b.Loop() {
+			if _, err := bt.Insert(context.Background(), p); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("parallel", func(b *testing.B) {
+		bt := New(Config{Insert: noop})
+		b.SetParallelism(50)
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				if _, err := bt.Insert(context.Background(), p); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	})
+}
