@@ -133,6 +133,7 @@ var tests = []testCase{
 	{"FinishBatchInOrder", single(testFinishBatch)},
 
 	{"Progress", single(testProgress)},
+	{"ProgressCheckpoint", single(testProgressCheckpoint)},
 
 	{"NotFound", single(testNotFound)},
 	{"CancelTerminalRefused", single(testCancelTerminalRefused)},

@@ -1,0 +1,1 @@
+ALTER TABLE pronto_progress DROP COLUMN checkpoint;
