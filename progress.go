@@ -51,14 +51,65 @@ func ReportProgressData(ctx context.Context, data any) error {
 	return reportProgress(ctx, nil, data)
 }
 
-func reportProgress(ctx context.Context, value *float64, data any) error {
+// SaveCheckpoint saves v, any value that encodes as a JSON object ({"offset": 14000}), as the
+// checkpoint of the job whose context ctx is: the state from which a later attempt can resume
+// (ojs-progress.md 6.4), read there with LastCheckpoint. A checkpoint is kept across attempts until
+// a newer one replaces it, and after the job ends. It travels with progress reports, so it is
+// throttled like them: saved within ProgressInterval and, at the latest, before the attempt's
+// outcome is written. A process that dies in between loses at most the checkpoints of its last
+// ProgressInterval, and the next attempt resumes from the one before. A failed write is logged,
+// never returned; the error says only that the call was made outside a job or with a bad value.
+func SaveCheckpoint(ctx context.Context, v any) error {
+	if v == nil {
+		return fmt.Errorf("%w: checkpoint is nil", ErrInvalidArgs)
+	}
+	raw, err := checkpointData(v)
+	if err != nil {
+		return err
+	}
+	return report(ctx, "SaveCheckpoint", store.ProgressParams{Checkpoint: raw})
+}
+
+// LastCheckpoint decodes into v the latest checkpoint saved for the job whose context ctx is (by an
+// earlier attempt, or by this one once its save was written) and reports whether there was one. Call
+// it at the start of Work to resume where a failed attempt stopped:
+//
+//	var cp struct{ Offset int }
+//	if _, err := pronto.LastCheckpoint(ctx, &cp); err != nil { return err }
+//	for i := cp.Offset; i < len(rows); i++ { ... pronto.SaveCheckpoint(ctx, map[string]int{"offset": i + 1}) }
+//
+// Each call reads the store once.
+func LastCheckpoint(ctx context.Context, v any) (bool, error) {
 	h, ok := ctx.Value(resultKey{}).(*resultHolder)
 	if !ok {
-		return errors.New("pronto: ReportProgress called outside a job's context")
+		return false, errors.New("pronto: LastCheckpoint called outside a job's context")
 	}
+	p, err := h.client.store.GetProgress(ctx, h.run.row.ID)
+	if err != nil {
+		return false, fmt.Errorf("pronto: checkpoint of job %s: %w", h.run.row.ID, err)
+	}
+	if p == nil || p.Checkpoint == nil {
+		return false, nil
+	}
+	if err := json.Unmarshal(p.Checkpoint, v); err != nil {
+		return false, fmt.Errorf("pronto: checkpoint of job %s does not decode: %w", h.run.row.ID, err)
+	}
+	return true, nil
+}
+
+func reportProgress(ctx context.Context, value *float64, data any) error {
 	raw, err := progressData(data)
 	if err != nil {
 		return err
+	}
+	return report(ctx, "ReportProgress", store.ProgressParams{Value: value, Data: raw})
+}
+
+// report hands p to the throttle of the run whose context ctx is.
+func report(ctx context.Context, caller string, p store.ProgressParams) error {
+	h, ok := ctx.Value(resultKey{}).(*resultHolder)
+	if !ok {
+		return fmt.Errorf("pronto: %s called outside a job's context", caller)
 	}
 	h.progressOnce.Do(func() {
 		row := h.run.row
@@ -67,12 +118,31 @@ func reportProgress(ctx context.Context, value *float64, data any) error {
 	if h.progress == nil {
 		return nil // the attempt is over: a late report is ignored, as the store would
 	}
-	h.progress.report(store.ProgressParams{ID: h.run.row.ID, Token: h.run.row.ClaimToken, Value: value, Data: raw})
+	p.ID, p.Token = h.run.row.ID, h.run.row.ClaimToken
+	h.progress.report(p)
 	return nil
+}
+
+// checkpointData encodes a checkpoint: a JSON object within MaxProgressDataBytes.
+func checkpointData(v any) (json.RawMessage, error) {
+	raw, err := jsonObject(v, "checkpoint")
+	if err != nil {
+		return nil, err
+	}
+	if raw == nil {
+		return nil, fmt.Errorf("%w: checkpoint is empty", ErrInvalidArgs)
+	}
+	return raw, nil
 }
 
 // progressData encodes data, which must be nil or encode as a JSON object within the size limit.
 func progressData(data any) (json.RawMessage, error) {
+	return jsonObject(data, "progress data")
+}
+
+// jsonObject encodes data (what names it in errors), which must be nil or encode as a JSON object
+// within MaxProgressDataBytes.
+func jsonObject(data any, what string) (json.RawMessage, error) {
 	if data == nil {
 		return nil, nil
 	}
@@ -86,18 +156,18 @@ func progressData(data any) (json.RawMessage, error) {
 	default:
 		b, err := json.Marshal(data)
 		if err != nil {
-			return nil, fmt.Errorf("%w: progress data does not encode as JSON: %w", ErrInvalidArgs, err)
+			return nil, fmt.Errorf("%w: %s does not encode as JSON: %w", ErrInvalidArgs, what, err)
 		}
 		raw = b
 	}
 	if len(raw) > MaxProgressDataBytes {
-		return nil, fmt.Errorf("%w: progress data is %d bytes, more than %d", ErrInvalidArgs, len(raw), MaxProgressDataBytes)
+		return nil, fmt.Errorf("%w: %s is %d bytes, more than %d", ErrInvalidArgs, what, len(raw), MaxProgressDataBytes)
 	}
-	if err := jsoncheck.Check(raw, "progress data"); err != nil {
+	if err := jsoncheck.Check(raw, what); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidArgs, err)
 	}
 	if len(raw) == 0 || raw[0] != '{' {
-		return nil, fmt.Errorf("%w: progress data must be a JSON object", ErrInvalidArgs)
+		return nil, fmt.Errorf("%w: %s must be a JSON object", ErrInvalidArgs, what)
 	}
 	return raw, nil
 }
@@ -121,13 +191,26 @@ func (c *Client) writeProgress(row *JobRow, p store.ProgressParams) {
 // JobProgressReport records progress reported by an OJS worker over HTTP for the active job id (PUT
 // /ojs/v1/jobs/{id}/progress): value (clamped to 0..1) and data as ReportProgress takes them. It is
 // throttled like ReportProgress, per job. It returns ErrNotFound for a job that does not exist; a
-// report for a job that is not active is accepted and ignored, as the OJS spec asks.
+// report for a job that is not active is accepted and ignored, as the OJS spec asks. See
+// JobProgressCheckpoint for a report that carries a checkpoint.
 func (c *Client) JobProgressReport(ctx context.Context, id string, value *float64, data json.RawMessage) (*JobRow, error) {
+	return c.JobProgressCheckpoint(ctx, id, value, data, nil)
+}
+
+// JobProgressCheckpoint is JobProgressReport with a checkpoint (a JSON object, or nil for none), as
+// SaveCheckpoint saves it: the job's next attempt finds it as JobRow.LastCheckpoint.
+func (c *Client) JobProgressCheckpoint(ctx context.Context, id string, value *float64, data, checkpoint json.RawMessage) (*JobRow, error) {
 	if err := checkID(id); err != nil {
 		return nil, err
 	}
-	if value == nil && data == nil {
-		return nil, invalidf("a progress report needs progress, data or both")
+	if value == nil && data == nil && checkpoint == nil {
+		return nil, invalidf("a progress report needs progress, data, a checkpoint or some of them")
+	}
+	var err error
+	if checkpoint != nil {
+		if checkpoint, err = checkpointData(checkpoint); err != nil {
+			return nil, err
+		}
 	}
 	if value != nil {
 		if math.IsNaN(*value) || math.IsInf(*value, 0) {
@@ -166,12 +249,12 @@ func (c *Client) JobProgressReport(ctx context.Context, id string, value *float6
 		c.remoteProgress[id] = t
 	}
 	c.remoteProgressMu.Unlock()
-	t.report(store.ProgressParams{ID: id, Token: j.ClaimToken, Value: value, Data: raw})
+	t.report(store.ProgressParams{ID: id, Token: j.ClaimToken, Value: value, Data: raw, Checkpoint: checkpoint})
 	return j, nil
 }
 
 // withProgress sets j.Progress from the store: the progress of j's latest run, reading 1 once the
-// job completed (ojs-progress.md 8.1), or nil when that run reported none.
+// job completed (ojs-progress.md 8.1), or nil when that run reported none; and j.LastCheckpoint.
 func (c *Client) withProgress(ctx context.Context, j *JobRow) (*JobRow, error) {
 	if j.StartedAt.IsZero() {
 		return j, nil // never ran: nothing reported (and no second query)
@@ -179,6 +262,10 @@ func (c *Client) withProgress(ctx context.Context, j *JobRow) (*JobRow, error) {
 	p, err := c.store.GetProgress(ctx, j.ID)
 	if err != nil {
 		return nil, fmt.Errorf("pronto: get job %s: %w", j.ID, err)
+	}
+	if p != nil && p.Checkpoint != nil {
+		j.LastCheckpoint = p.Checkpoint
+		p.Checkpoint = nil // JobRow.LastCheckpoint holds it
 	}
 	if p == nil || !p.RunStartedAt.Equal(j.StartedAt) {
 		return j, nil
@@ -218,6 +305,9 @@ func (t *progressThrottle) report(p store.ProgressParams) {
 		}
 		if p.Data != nil {
 			t.pending.Data = p.Data
+		}
+		if p.Checkpoint != nil {
+			t.pending.Checkpoint = p.Checkpoint
 		}
 		t.pending.Token = p.Token
 	}
@@ -260,4 +350,17 @@ func (t *progressThrottle) idle(now time.Time) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.pending == nil && t.timer == nil && now.Sub(t.last) > ProgressInterval
+}
+
+// JobLastCheckpoint returns the latest checkpoint saved for job id (see SaveCheckpoint), or nil when
+// none was or the job does not exist.
+func (c *Client) JobLastCheckpoint(ctx context.Context, id string) (json.RawMessage, error) {
+	p, err := c.store.GetProgress(ctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("pronto: checkpoint of job %s: %w", id, err)
+	}
+	if p == nil {
+		return nil, nil
+	}
+	return p.Checkpoint, nil
 }

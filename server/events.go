@@ -187,6 +187,7 @@ func (l *eventLog) appendEvent(b []byte, e *event) []byte {
 
 // jobEvent builds a job event whose data starts with job_type and queue; more adds the rest.
 func (s *Server) jobEvent(typ string, j *pronto.JobRow, at time.Time, more func(b []byte) []byte) {
+	s.streams.wake(j.ID)
 	b := make([]byte, 0, 256)
 	b = append(b, '{')
 	b = appendStringField(b, "job_id", j.ID)
@@ -214,6 +215,7 @@ func (s *Server) clientEvent(ev *pronto.Event) {
 	if j == nil {
 		return
 	}
+	s.streams.wake(j.ID)
 	durMS := ev.Duration.Milliseconds()
 	var lastErr *pronto.AttemptError
 	if n := len(j.Errors); n > 0 {

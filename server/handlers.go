@@ -349,6 +349,7 @@ func (s *Server) fetch(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	s.fetched.add(jobs)
+	s.withCheckpoints(ctx, jobs)
 	b := getBuf()
 	*b = append(*b, `{"jobs":[`...)
 	for i, j := range jobs {

@@ -87,6 +87,9 @@ type Server struct {
 
 	draining atomic.Bool
 
+	// streams are the open progress streams (progressstream.go).
+	streams progressStreams
+
 	// schemas is the schema registry's cache (schemaapi.go).
 	schemas  *schemaRegistry
 	handlers map[string]http.Handler
@@ -374,6 +377,9 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request, rest string) {
 			default:
 				s.writeError(w, r, methodNotAllowed(r, "GET", "DELETE"))
 			}
+			return
+		case len(seg) == 4 && seg[2] == "progress" && seg[3] == "stream":
+			want(http.MethodGet, func() { s.progressStream(w, r, seg[1]) })
 			return
 		case len(seg) == 3 && seg[2] == "progress":
 			switch m {

@@ -1,0 +1,149 @@
+package server
+
+import (
+	"bufio"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+)
+
+// sseEvent is one server-sent event.
+type sseEvent struct {
+	name string
+	data map[string]any
+}
+
+// readEvents parses server-sent events from the stream into a channel, closed at the end of the
+// stream.
+func readEvents(t *testing.T, resp *http.Response) <-chan sseEvent {
+	out := make(chan sseEvent, 16)
+	go func() {
+		defer close(out)
+		sc := bufio.NewScanner(resp.Body)
+		var ev sseEvent
+		for sc.Scan() {
+			line := sc.Text()
+			switch {
+			case strings.HasPrefix(line, "event: "):
+				ev.name = strings.TrimPrefix(line, "event: ")
+			case strings.HasPrefix(line, "data: "):
+				if err := json.Unmarshal([]byte(strings.TrimPrefix(line, "data: ")), &ev.data); err != nil {
+					t.Errorf("event data %q: %v", line, err)
+				}
+			case line == "" && ev.name != "":
+				out <- ev
+				ev = sseEvent{}
+			}
+		}
+	}()
+	return out
+}
+
+func nextEvent(t *testing.T, events <-chan sseEvent) sseEvent {
+	t.Helper()
+	select {
+	case ev, ok := <-events:
+		if !ok {
+			t.Fatal("the stream ended early")
+		}
+		return ev
+	case <-time.After(15 * time.Second):
+		t.Fatal("no event within 15 s")
+	}
+	return sseEvent{}
+}
+
+// TestProgressStreamAndCheckpoint, on every store: GET /ojs/v1/jobs/{id}/progress/stream sends the
+// progress an OJS worker reports, follows the job across a retry, and ends with "completed"; a
+// checkpoint saved with a report reaches the retry's fetch as last_checkpoint.
+func TestProgressStreamAndCheckpoint(t *testing.T) {
+	for _, kind := range storeKinds {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			s := newStoreServer(t, kind)
+			srv := httptest.NewServer(s)
+			defer srv.Close()
+			id := enqueueJob(t, s, `{"type":"a.b","args":[],"options":{"queue":"sse",
+				"retry":{"max_attempts":2,"initial_interval_ms":1,"jitter":false}}}`)
+			path := "/ojs/v1/jobs/" + id + "/progress"
+
+			checkErrorBody(t, call(t, s, "GET", "/ojs/v1/jobs/019539a4-0000-7000-8000-000000000000/progress/stream", nil), 404, CodeNotFound)
+			checkErrorBody(t, call(t, s, "POST", path+"/stream", nil), 405, CodeMethodNotAllowed)
+
+			resp, err := http.Get(srv.URL + path + "/stream")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "text/event-stream" {
+				t.Fatalf("stream answered %d %q", resp.StatusCode, resp.Header.Get("Content-Type"))
+			}
+			events := readEvents(t, resp)
+
+			fetched := mustCall(t, s, 200, "POST", "/ojs/v1/workers/fetch", map[string]any{"queues": []string{"sse"}, "worker_id": "w1"})
+			if job := fetched.body["jobs"].([]any)[0].(map[string]any); job["last_checkpoint"] != nil {
+				t.Fatalf("a first attempt came with a checkpoint: %v", job)
+			}
+			mustCall(t, s, 204, "PUT", path, `{"progress":0.3,"data":{"rows":30},"checkpoint":{"offset":30}}`)
+			ev := nextEvent(t, events)
+			if ev.name != "progress" || ev.data["progress"] != 0.3 || ev.data["data"].(map[string]any)["rows"] != 30.0 ||
+				ev.data["attempt"] != 1.0 || ev.data["updated_at"] == nil {
+				t.Fatalf("first event: %+v", ev)
+			}
+			checkErrorBody(t, call(t, s, "PUT", path, `{"checkpoint":[1]}`), 400, CodeInvalidRequest)
+			if r := mustCall(t, s, 200, "GET", path, nil); r.body["last_checkpoint"].(map[string]any)["offset"] != 30.0 {
+				t.Fatalf("GET progress lacks the checkpoint: %s", r.raw)
+			}
+			mustCall(t, s, 200, "POST", "/ojs/v1/workers/nack", `{"job_id":"`+id+`","worker_id":"w1","error":{"message":"boom"}}`)
+
+			var retry map[string]any
+			deadline := time.Now().Add(15 * time.Second)
+			for retry == nil && time.Now().Before(deadline) {
+				jobs := mustCall(t, s, 200, "POST", "/ojs/v1/workers/fetch", map[string]any{"queues": []string{"sse"}, "worker_id": "w2"}).body["jobs"].([]any)
+				if len(jobs) > 0 {
+					retry = jobs[0].(map[string]any)
+				} else {
+					time.Sleep(10 * time.Millisecond)
+				}
+			}
+			if retry == nil || retry["attempt"] != 2.0 || retry["last_checkpoint"].(map[string]any)["offset"] != 30.0 {
+				t.Fatalf("the retry's fetch: %v", retry)
+			}
+			mustCall(t, s, 204, "PUT", path, `{"progress":0.1}`)
+			ev = nextEvent(t, events)
+			if ev.name != "progress" || ev.data["progress"] != 0.1 || ev.data["attempt"] != 2.0 || ev.data["data"] != nil {
+				t.Fatalf("the retry's progress event: %+v", ev)
+			}
+			mustCall(t, s, 200, "POST", "/ojs/v1/workers/ack", `{"job_id":"`+id+`","worker_id":"w2"}`)
+			ev = nextEvent(t, events)
+			if ev.name != "completed" || ev.data["progress"] != 1.0 || ev.data["state"] != "completed" {
+				t.Fatalf("the last event: %+v", ev)
+			}
+			select {
+			case ev, ok := <-events:
+				if ok {
+					t.Fatalf("an event after completion: %+v", ev)
+				}
+			case <-time.After(15 * time.Second):
+				t.Fatal("the stream stayed open after completion")
+			}
+			job := mustCall(t, s, 200, "GET", "/ojs/v1/jobs/"+id, nil).body["job"].(map[string]any)
+			if job["last_checkpoint"].(map[string]any)["offset"] != 30.0 {
+				t.Fatalf("the job view lacks last_checkpoint: %v", job)
+			}
+
+			// A job that already ended: the stream answers its end at once.
+			resp2, err := http.Get(srv.URL + path + "/stream")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp2.Body.Close()
+			if ev := nextEvent(t, readEvents(t, resp2)); ev.name != "completed" {
+				t.Fatalf("stream of an ended job: %+v", ev)
+			}
+		})
+	}
+}
