@@ -20,6 +20,11 @@ type JobProgress = store.Progress
 // EventProgress: a worker's progress report on a job was written (at most one a second per job).
 const EventProgress EventKind = "job.progress"
 
+// EventProgressStalled: an active job that reported progress has reported none for
+// Config.ProgressStallTimeout (ojs-progress.md 11.1, progress.stalled). Job.Progress is the last
+// progress reported (UpdatedAt: when). Emitted once per silence; a new report re-arms it.
+const EventProgressStalled EventKind = "job.progress_stalled"
+
 // ProgressInterval is the least time between two progress writes of one job: reports that come
 // faster are merged, and the latest is written when the interval has passed (or when the attempt
 // ends), so a chatty worker cannot flood the store.
@@ -113,7 +118,10 @@ func report(ctx context.Context, caller string, p store.ProgressParams) error {
 	}
 	h.progressOnce.Do(func() {
 		row := h.run.row
-		h.progress = newProgressThrottle(func(p store.ProgressParams) { h.client.writeProgress(row, p) })
+		c := h.client
+		h.progress = newProgressThrottle(func(p store.ProgressParams) { c.writeProgress(row, p) })
+		// The run is live until end stops the watch: a stall is this run's.
+		c.watchStall(h.progress, row, nil)
 	})
 	if h.progress == nil {
 		return nil // the attempt is over: a late report is ignored, as the store would
@@ -246,6 +254,15 @@ func (c *Client) JobProgressCheckpoint(ctx context.Context, id string, value *fl
 	if t == nil {
 		row := j
 		t = newProgressThrottle(func(p store.ProgressParams) { c.writeProgress(row, p) })
+		// Nothing ends a remote worker's run here: a stall is reported only if the job still runs
+		// under the claim that reported last (the watch re-arms with the next report, of any run).
+		c.watchStall(t, row, func(ctx context.Context, last store.ProgressParams) *JobRow {
+			now, err := c.store.GetJob(ctx, row.ID)
+			if err != nil || now.State != StateActive || (last.Token != "" && now.ClaimToken != last.Token) {
+				return nil
+			}
+			return now
+		})
 		c.remoteProgress[id] = t
 	}
 	c.remoteProgressMu.Unlock()
@@ -288,6 +305,14 @@ type progressThrottle struct {
 	pending *store.ProgressParams
 	timer   *time.Timer
 	writing sync.Mutex // serializes writes, so a later report is never overwritten by an earlier one
+
+	// The stall watch (see watchStall), under mu.
+	stallAfter time.Duration
+	onStall    func(last store.ProgressParams, at time.Time)
+	stallTimer *time.Timer
+	reported   time.Time            // when the latest report came
+	latest     store.ProgressParams // every report of the run merged (highest value, newest data)
+	ended      bool
 }
 
 func newProgressThrottle(write func(store.ProgressParams)) *progressThrottle {
@@ -297,6 +322,11 @@ func newProgressThrottle(write func(store.ProgressParams)) *progressThrottle {
 // report merges p into the pending report and writes it now, or when the interval has passed.
 func (t *progressThrottle) report(p store.ProgressParams) {
 	t.mu.Lock()
+	if t.ended {
+		t.mu.Unlock()
+		return
+	}
+	t.rearmStall(p)
 	if t.pending == nil {
 		t.pending = &p
 	} else {
@@ -363,4 +393,81 @@ func (c *Client) JobLastCheckpoint(ctx context.Context, id string) (json.RawMess
 		return nil, nil
 	}
 	return p.Checkpoint, nil
+}
+
+// watchStall arms t's stall watch when Config.ProgressStallTimeout is set: EventProgressStalled is
+// emitted for row when no report comes within the timeout of the last one. live, when not nil, is
+// asked before each emission for the job as it runs now under the claim that reported last; nil
+// (the run ended) emits nothing.
+func (c *Client) watchStall(t *progressThrottle, row *JobRow, live func(context.Context, store.ProgressParams) *JobRow) {
+	if c.cfg.ProgressStallTimeout <= 0 {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.stallAfter = c.cfg.ProgressStallTimeout
+	t.onStall = func(last store.ProgressParams, at time.Time) {
+		if !c.events.wants(EventProgressStalled) {
+			return
+		}
+		cur := row
+		if live != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			cur = live(ctx, last)
+			cancel()
+			if cur == nil {
+				return
+			}
+		}
+		out := *cur
+		out.Progress = &JobProgress{Value: last.Value, Data: last.Data, RunStartedAt: cur.StartedAt, UpdatedAt: at}
+		c.events.emit(&Event{Kind: EventProgressStalled, Job: &out, At: time.Now()})
+	}
+}
+
+// rearmStall merges p into the run's latest progress and restarts the stall watch (t.mu held).
+func (t *progressThrottle) rearmStall(p store.ProgressParams) {
+	if t.stallAfter <= 0 {
+		return
+	}
+	if p.Value != nil && (t.latest.Value == nil || *p.Value > *t.latest.Value) {
+		t.latest.Value = p.Value
+	}
+	if p.Data != nil {
+		t.latest.Data = p.Data
+	}
+	if t.latest.Token != p.Token {
+		t.latest = store.ProgressParams{ID: p.ID, Token: p.Token, Value: p.Value, Data: p.Data} // another run
+	}
+	t.reported = time.Now()
+	if t.stallTimer == nil {
+		t.stallTimer = time.AfterFunc(t.stallAfter, t.checkStall)
+	} else {
+		t.stallTimer.Reset(t.stallAfter)
+	}
+}
+
+// checkStall runs when the stall timer fires: it reports the stall unless a report came since (a
+// Reset racing with the timer) or the run ended.
+func (t *progressThrottle) checkStall() {
+	t.mu.Lock()
+	if t.ended || time.Since(t.reported) < t.stallAfter {
+		t.mu.Unlock()
+		return
+	}
+	last, at, onStall := t.latest, t.reported, t.onStall
+	t.mu.Unlock()
+	onStall(last, at)
+}
+
+// end writes the pending report and stops the throttle: later reports are ignored and the stall
+// watch stops.
+func (t *progressThrottle) end() {
+	t.flush()
+	t.mu.Lock()
+	t.ended = true
+	if t.stallTimer != nil {
+		t.stallTimer.Stop()
+	}
+	t.mu.Unlock()
 }

@@ -180,3 +180,62 @@ func TestCheckpointResume(t *testing.T) {
 		require.JSONEq(t, `{"offset":7}`, string(done.LastCheckpoint))
 	})
 }
+
+type stallArgs struct{}
+
+func (stallArgs) Kind() string { return "test.stall" }
+
+// TestProgressStalled: with Config.ProgressStallTimeout, a running job that reported progress and
+// then fell silent gets one EventProgressStalled with its last progress; a new report re-arms the
+// watch; a job that ended is not reported; on every store.
+func TestProgressStalled(t *testing.T) {
+	forEachStore(t, func(t *testing.T, ts *testStore) {
+		step := make(chan struct{})
+		workers := pronto.NewWorkers()
+		pronto.AddWorker(workers, pronto.WorkFunc(func(ctx context.Context, j *pronto.Job[stallArgs]) error {
+			if err := pronto.ReportProgress(ctx, 0.25, map[string]string{"phase": "one"}); err != nil {
+				return pronto.Discard(err)
+			}
+			<-step // stalls here
+			if err := pronto.ReportProgress(ctx, 0.5, nil); err != nil {
+				return pronto.Discard(err)
+			}
+			<-step // and here
+			return nil
+		}))
+		cfg := fastConfig(workers, defaultQueue(1))
+		cfg.ProgressStallTimeout = 100 * time.Millisecond
+		c := startClient(t, ts, cfg)
+		events, stop := c.Subscribe(pronto.EventProgressStalled)
+		defer stop()
+		next := func() *pronto.Event {
+			t.Helper()
+			select {
+			case e := <-events:
+				return e
+			case <-time.After(15 * time.Second):
+				t.Fatal("no stall event")
+			}
+			return nil
+		}
+		job, err := c.Insert(context.Background(), stallArgs{}, nil)
+		require.NoError(t, err)
+		e := next()
+		require.Equal(t, job.ID, e.Job.ID)
+		require.Equal(t, pronto.StateActive, e.Job.State)
+		require.InDelta(t, 0.25, *e.Job.Progress.Value, 1e-9)
+		require.JSONEq(t, `{"phase":"one"}`, string(e.Job.Progress.Data))
+		require.False(t, e.Job.Progress.UpdatedAt.IsZero())
+		step <- struct{}{}
+		e = next()
+		require.InDelta(t, 0.5, *e.Job.Progress.Value, 1e-9, "a new report re-arms the watch")
+		require.JSONEq(t, `{"phase":"one"}`, string(e.Job.Progress.Data))
+		step <- struct{}{}
+		waitState(t, c, job.ID, pronto.StateCompleted)
+		select {
+		case e := <-events:
+			require.Fail(t, "a stall after the job ended", "%+v", e)
+		case <-time.After(3 * cfg.ProgressStallTimeout):
+		}
+	})
+}

@@ -280,6 +280,22 @@ func (s *Server) clientEvent(ev *pronto.Event) {
 		s.jobEvent("job.enqueued", j, ev.At, func(b []byte) []byte {
 			return appendIntField(b, "priority", int64(j.Priority))
 		})
+	case pronto.EventProgressStalled:
+		// ojs-progress.md 11.1: {job_id, last_progress, last_update}.
+		s.jobEvent("progress.stalled", j, ev.At, func(b []byte) []byte {
+			if p := j.Progress; p != nil {
+				if p.Value != nil {
+					b = strconv.AppendFloat(appendKey(b, "last_progress"), *p.Value, 'f', -1, 64)
+				} else {
+					b = appendRawField(b, "last_progress", []byte("null"))
+				}
+				if len(p.Data) > 0 {
+					b = appendRawField(b, "last_data", p.Data)
+				}
+				b = appendTimeField(b, "last_update", p.UpdatedAt)
+			}
+			return b
+		})
 	case pronto.EventProgress:
 		// ojs-progress.md 11.1; the client emits at most one a second per job.
 		s.jobEvent("progress.updated", j, ev.At, func(b []byte) []byte {
