@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/pronto-jobs/pronto"
 )
 
 // sseEvent is one server-sent event.
@@ -144,6 +146,41 @@ func TestProgressStreamAndCheckpoint(t *testing.T) {
 			if ev := nextEvent(t, readEvents(t, resp2)); ev.name != "completed" {
 				t.Fatalf("stream of an ended job: %+v", ev)
 			}
+		})
+	}
+}
+
+// TestProgressStalledRemote, on every store: an OJS worker that reported progress over HTTP and
+// then went silent yields one progress.stalled event (with last_progress and last_update) in GET
+// /ojs/v1/events; after its ack nothing more.
+func TestProgressStalledRemote(t *testing.T) {
+	for _, kind := range storeKinds {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			client, err := pronto.NewClient(openStore(t, kind), &pronto.Config{ProgressStallTimeout: 100 * time.Millisecond})
+			if err != nil {
+				t.Fatal(err)
+			}
+			s, _ := newTestServer(t, Config{Client: client})
+			id := enqueueJob(t, s, `{"type":"a.b","args":[],"options":{"queue":"stall"}}`)
+			mustCall(t, s, 200, "POST", "/ojs/v1/workers/fetch", map[string]any{"queues": []string{"stall"}, "worker_id": "w1"})
+			mustCall(t, s, 204, "PUT", "/ojs/v1/jobs/"+id+"/progress", `{"progress":0.4}`)
+			var stalled []any
+			deadline := time.Now().Add(15 * time.Second)
+			for len(stalled) == 0 && time.Now().Before(deadline) {
+				stalled = mustCall(t, s, 200, "GET", "/ojs/v1/events?types=progress.stalled", nil).body["events"].([]any)
+				if len(stalled) == 0 {
+					time.Sleep(10 * time.Millisecond)
+				}
+			}
+			if len(stalled) != 1 {
+				t.Fatalf("stall events: %v", stalled)
+			}
+			data := stalled[0].(map[string]any)["data"].(map[string]any)
+			if data["job_id"] != id || data["last_progress"] != 0.4 || data["last_update"] == nil {
+				t.Fatalf("stall event data: %v", data)
+			}
+			mustCall(t, s, 200, "POST", "/ojs/v1/workers/ack", `{"job_id":"`+id+`","worker_id":"w1"}`)
 		})
 	}
 }
