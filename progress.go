@@ -471,3 +471,62 @@ func (t *progressThrottle) end() {
 	}
 	t.mu.Unlock()
 }
+
+// WorkflowProgress is the progress of a workflow as a whole (ojs-progress.md 9), from its steps'.
+type WorkflowProgress struct {
+	Workflow *WorkflowInfo
+	// Value is the aggregate, 0 to 1: for a batch, the share of its jobs completed; for a chain, a
+	// group or a dag, the mean of its steps' progress, a completed step counting 1 and a step
+	// without progress 0 (for a chain this is the specification's completed steps plus the current
+	// step's progress, over the steps).
+	Value float64
+	// Steps are the workflow's members (not its callbacks) in creation order, each with Progress
+	// set as JobGet sets it.
+	Steps []*JobRow
+}
+
+// WorkflowProgress returns the aggregate progress of workflow id and its steps' progress. It reads
+// the workflow, its jobs, and the progress of each step that ran and has not completed (one query
+// each); ErrNotFound when the workflow does not exist.
+func (c *Client) WorkflowProgress(ctx context.Context, id string) (*WorkflowProgress, error) {
+	wf, err := c.WorkflowGet(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	jobs, err := c.WorkflowJobs(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	out := &WorkflowProgress{Workflow: wf}
+	var sum float64
+	completed := 0
+	for _, j := range jobs {
+		if j.RunOn != "" {
+			continue // a callback, not a member
+		}
+		if j.State != StateCompleted {
+			if j, err = c.withProgress(ctx, j); err != nil {
+				return nil, err
+			}
+		} else {
+			one := 1.0
+			j.Progress = &JobProgress{Value: &one, RunStartedAt: j.StartedAt, UpdatedAt: j.CompletedAt}
+		}
+		out.Steps = append(out.Steps, j)
+		switch {
+		case j.State == StateCompleted:
+			completed++
+			sum++
+		case j.Progress != nil && j.Progress.Value != nil:
+			sum += *j.Progress.Value
+		}
+	}
+	if n := len(out.Steps); n > 0 {
+		if wf.Type == "batch" {
+			out.Value = float64(completed) / float64(n)
+		} else {
+			out.Value = sum / float64(n)
+		}
+	}
+	return out, nil
+}

@@ -139,3 +139,48 @@ func (s *Server) withCheckpoints(ctx context.Context, jobs []*pronto.JobRow) {
 		j.LastCheckpoint = cp
 	}
 }
+
+// GET /ojs/v1/workflows/{id}/progress: the workflow's aggregate progress and each step's
+// (ojs-progress.md 9.2): {"workflow_id", "type", "state", "progress", "steps": [{"id", "job_id",
+// "type", "state", "progress", "data"?}]}.
+func (s *Server) workflowProgress(w http.ResponseWriter, r *http.Request, id string) {
+	if e := checkWorkflowID(id); e != nil {
+		s.writeError(w, r, e)
+		return
+	}
+	wp, err := s.client.WorkflowProgress(r.Context(), id)
+	if err != nil {
+		s.writeError(w, r, workflowError(err, id))
+		return
+	}
+	w.Header().Set("Cache-Control", "no-cache")
+	w.Header().Set("X-OJS-Progress", strconv.FormatFloat(wp.Value, 'f', -1, 64))
+	b := getBuf()
+	*b = append(*b, '{')
+	*b = appendStringField(*b, "workflow_id", wp.Workflow.ID)
+	*b = appendStringField(*b, "type", wp.Workflow.Type)
+	*b = appendStringField(*b, "state", string(wp.Workflow.State))
+	*b = strconv.AppendFloat(appendKey(*b, "progress"), wp.Value, 'f', -1, 64)
+	*b = append(appendKey(*b, "steps"), '[')
+	for i, j := range wp.Steps {
+		if i > 0 {
+			*b = append(*b, ',')
+		}
+		*b = append(*b, '{')
+		*b = appendStringField(*b, "id", stepID(j, i))
+		*b = appendStringField(*b, "job_id", j.ID)
+		*b = appendStringField(*b, "type", j.Kind)
+		*b = appendStringField(*b, "state", string(j.State))
+		if p := j.Progress; p != nil && p.Value != nil {
+			*b = strconv.AppendFloat(appendKey(*b, "progress"), *p.Value, 'f', -1, 64)
+		} else {
+			*b = appendRawField(*b, "progress", []byte("null"))
+		}
+		if p := j.Progress; p != nil && len(p.Data) > 0 {
+			*b = appendRawField(*b, "data", p.Data)
+		}
+		*b = append(*b, '}')
+	}
+	*b = append(*b, ']', '}')
+	writeBuf(w, http.StatusOK, b)
+}

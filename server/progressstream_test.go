@@ -184,3 +184,73 @@ func TestProgressStalledRemote(t *testing.T) {
 		})
 	}
 }
+
+// fetchOneID fetches one job of queue as worker w1 and returns its id.
+func fetchOneID(t *testing.T, s *Server, queue string) string {
+	t.Helper()
+	jobs := mustCall(t, s, 200, "POST", "/ojs/v1/workers/fetch", map[string]any{"queues": []string{queue}, "worker_id": "w1"}).body["jobs"].([]any)
+	if len(jobs) != 1 {
+		t.Fatalf("fetch %s: %v", queue, jobs)
+	}
+	return jobs[0].(map[string]any)["id"].(string)
+}
+
+// TestWorkflowProgress, on every store: GET /ojs/v1/workflows/{id}/progress aggregates a chain's
+// steps (completed 1, the active step's progress, 0 for the rest; callbacks left out) and a batch's
+// completed share.
+func TestWorkflowProgress(t *testing.T) {
+	for _, kind := range storeKinds {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			s := newStoreServer(t, kind)
+			r := mustCall(t, s, 201, "POST", "/ojs/v1/workflows", `{"type":"chain","name":"etl","options":{"queue":"wfp"},
+				"steps":[{"type":"etl.extract","args":[]},{"type":"etl.transform","args":[]},{"type":"etl.load","args":[]}],
+				"callbacks":{"on_success":{"type":"etl.done","args":[],"options":{"queue":"wfp-cb"}}}}`)
+			id := r.body["workflow"].(map[string]any)["id"].(string)
+			path := "/ojs/v1/workflows/" + id + "/progress"
+			if p := mustCall(t, s, 200, "GET", path, nil); p.body["progress"] != 0.0 || len(p.body["steps"].([]any)) != 3 {
+				t.Fatalf("before any work: %s", p.raw)
+			}
+			first := fetchOneID(t, s, "wfp")
+			mustCall(t, s, 200, "POST", "/ojs/v1/workers/ack", `{"job_id":"`+first+`","worker_id":"w1"}`)
+			var second string
+			deadline := time.Now().Add(15 * time.Second)
+			for second == "" && time.Now().Before(deadline) {
+				jobs := mustCall(t, s, 200, "POST", "/ojs/v1/workers/fetch", map[string]any{"queues": []string{"wfp"}, "worker_id": "w1"}).body["jobs"].([]any)
+				if len(jobs) == 1 {
+					second = jobs[0].(map[string]any)["id"].(string)
+				} else {
+					time.Sleep(10 * time.Millisecond)
+				}
+			}
+			if second == "" {
+				t.Fatal("the chain's second step was never released")
+			}
+			mustCall(t, s, 204, "PUT", "/ojs/v1/jobs/"+second+"/progress", `{"progress":0.75,"data":{"records":75}}`)
+			p := mustCall(t, s, 200, "GET", path, nil)
+			if v := p.body["progress"].(float64); v < 0.583 || v > 0.584 || p.body["type"] != "chain" || p.body["workflow_id"] != id ||
+				p.header.Get("X-OJS-Progress") == "" {
+				t.Fatalf("chain progress (1 + 0.75 + 0) / 3: %s", p.raw)
+			}
+			steps := p.body["steps"].([]any)
+			s0, s1, s2 := steps[0].(map[string]any), steps[1].(map[string]any), steps[2].(map[string]any)
+			if s0["state"] != "completed" || s0["progress"] != 1.0 || s0["job_id"] != first ||
+				s1["state"] != "active" || s1["progress"] != 0.75 || s1["data"].(map[string]any)["records"] != 75.0 || s1["type"] != "etl.transform" ||
+				s2["progress"] != nil || s2["state"] != "pending" {
+				t.Fatalf("steps: %s", p.raw)
+			}
+
+			r = mustCall(t, s, 201, "POST", "/ojs/v1/workflows", `{"type":"batch","jobs":[
+				{"type":"b.a","args":[],"options":{"queue":"wfb"}},{"type":"b.b","args":[],"options":{"queue":"wfb"}}]}`)
+			batch := r.body["workflow"].(map[string]any)["id"].(string)
+			done := fetchOneID(t, s, "wfb")
+			mustCall(t, s, 200, "POST", "/ojs/v1/workers/ack", `{"job_id":"`+done+`","worker_id":"w1"}`)
+			if p := mustCall(t, s, 200, "GET", "/ojs/v1/workflows/"+batch+"/progress", nil); p.body["progress"] != 0.5 {
+				t.Fatalf("batch progress 1 of 2: %s", p.raw)
+			}
+			checkErrorBody(t, call(t, s, "GET", "/ojs/v1/workflows/019539a4-0000-7000-8000-000000000000/progress", nil), 404, CodeNotFound)
+			checkErrorBody(t, call(t, s, "GET", "/ojs/v1/workflows/nope/progress", nil), 400, CodeInvalidRequest)
+			checkErrorBody(t, call(t, s, "PUT", path, nil), 405, CodeMethodNotAllowed)
+		})
+	}
+}

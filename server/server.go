@@ -484,6 +484,9 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request, rest string) {
 		case len(seg) == 3 && seg[2] == "jobs":
 			want(http.MethodGet, func() { s.workflowJobs(w, r, seg[1]) })
 			return
+		case len(seg) == 3 && seg[2] == "progress":
+			want(http.MethodGet, func() { s.workflowProgress(w, r, seg[1]) })
+			return
 		}
 	case "rate-limits":
 		switch {
