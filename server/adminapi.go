@@ -125,9 +125,15 @@ func (s *Server) routeAdmin(w http.ResponseWriter, r *http.Request, seg []string
 			return true
 		}
 	case "stats":
-		if len(seg) == 2 {
+		switch {
+		case len(seg) == 2:
 			if is(http.MethodGet) {
 				s.adminStats(w, r)
+			}
+			return true
+		case len(seg) == 3 && seg[2] == "history":
+			if is(http.MethodGet) {
+				s.adminStatsHistory(w, r)
 			}
 			return true
 		}
@@ -166,8 +172,11 @@ func (s *Server) adminListQueues(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	items := make([]map[string]any, len(qs))
+	now := time.Now()
 	for i := range qs {
 		items[i] = adminQueue(&qs[i])
+		processed, failed := s.history.throughput(qs[i].Name, now)
+		items[i]["throughput"] = map[string]any{"processed_per_minute": processed, "failed_per_minute": failed}
 	}
 	writeJSONValue(w, http.StatusOK, map[string]any{"items": items,
 		"pagination": map[string]any{"total": len(qs), "page": 1, "per_page": len(qs)}})
@@ -185,6 +194,8 @@ func (s *Server) adminGetQueue(w http.ResponseWriter, r *http.Request, name stri
 		return
 	}
 	out := adminQueue(q)
+	processed, failed := s.history.throughput(name, time.Now())
+	out["throughput"] = map[string]any{"processed_per_minute": processed, "failed_per_minute": failed}
 	if st, ok := s.client.Stats().Queues[name]; ok {
 		out["workers"] = map[string]any{"busy": st.Running, "free": st.Free}
 	}
@@ -693,10 +704,12 @@ func (s *Server) adminStats(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	st := s.client.Stats()
+	processed, failed := s.history.throughput("", time.Now())
 	writeJSONValue(w, http.StatusOK, map[string]any{
 		"queues": len(qs), "paused_queues": paused, "workers": len(held), "jobs": jobs,
 		"uptime_seconds": int64(time.Since(s.started).Seconds()), "leader": st.Leader,
 		"completer_backlog": st.CompleterBacklog,
+		"throughput": map[string]any{"processed_per_minute": processed, "failed_per_minute": failed},
 	})
 }
 

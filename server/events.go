@@ -238,6 +238,7 @@ func (s *Server) clientEvent(ev *pronto.Event) {
 	}
 	switch ev.Kind {
 	case pronto.EventCompleted:
+		s.recordOutcome(ev, false)
 		s.jobEvent("job.completed", j, ev.At, func(b []byte) []byte {
 			b = appendIntField(b, "duration_ms", durMS)
 			b = appendIntField(b, "attempt", int64(j.Attempt))
@@ -247,6 +248,7 @@ func (s *Server) clientEvent(ev *pronto.Event) {
 			return b
 		})
 	case pronto.EventFailed:
+		s.recordOutcome(ev, true)
 		s.jobEvent("job.failed", j, ev.At, func(b []byte) []byte {
 			b = appendIntField(b, "attempt", int64(j.Attempt))
 			b = appendErr(b, "error")
@@ -260,6 +262,7 @@ func (s *Server) clientEvent(ev *pronto.Event) {
 		})
 	case pronto.EventDiscarded:
 		if lastErr != nil && lastErr.Attempt == j.Attempt && j.Attempt > 0 {
+			s.recordOutcome(ev, true)
 			s.jobEvent("job.failed", j, ev.At, func(b []byte) []byte {
 				b = appendIntField(b, "attempt", int64(j.Attempt))
 				b = appendErr(b, "error")
@@ -338,6 +341,7 @@ func (s *Server) onCronFire(f pronto.CronFire) {
 
 // enqueuedEvent records job.enqueued (or job.scheduled, for a job due later) of an inserted job.
 func (s *Server) enqueuedEvent(j *pronto.JobRow) {
+	s.history.record(statEnqueued, j.Queue, j.CreatedAt, 0)
 	switch j.State {
 	case pronto.StateScheduled:
 		s.jobEvent("job.scheduled", j, j.CreatedAt, func(b []byte) []byte {

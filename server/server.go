@@ -89,6 +89,8 @@ type Server struct {
 
 	// streams are the open progress streams (progressstream.go).
 	streams progressStreams
+	// history holds the per-minute and per-hour statistics (statshistory.go).
+	history statsHistory
 
 	// schemas is the schema registry's cache (schemaapi.go).
 	schemas  *schemaRegistry
