@@ -709,7 +709,7 @@ func (s *Server) adminStats(w http.ResponseWriter, r *http.Request) {
 		"queues": len(qs), "paused_queues": paused, "workers": len(held), "jobs": jobs,
 		"uptime_seconds": int64(time.Since(s.started).Seconds()), "leader": st.Leader,
 		"completer_backlog": st.CompleterBacklog,
-		"throughput": map[string]any{"processed_per_minute": processed, "failed_per_minute": failed},
+		"throughput":        map[string]any{"processed_per_minute": processed, "failed_per_minute": failed},
 	})
 }
 
