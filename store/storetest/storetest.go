@@ -134,6 +134,7 @@ var tests = []testCase{
 
 	{"Progress", single(testProgress)},
 	{"ProgressCheckpoint", single(testProgressCheckpoint)},
+	{"Workers", single(testWorkers)},
 
 	{"NotFound", single(testNotFound)},
 	{"CancelTerminalRefused", single(testCancelTerminalRefused)},

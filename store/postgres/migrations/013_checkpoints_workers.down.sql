@@ -1,1 +1,2 @@
 ALTER TABLE progress DROP COLUMN IF EXISTS checkpoint;
+DROP TABLE IF EXISTS workers;

@@ -1,1 +1,2 @@
 ALTER TABLE pronto_progress DROP COLUMN checkpoint;
+DROP TABLE IF EXISTS pronto_workers;
