@@ -50,7 +50,6 @@ func (s *Store) TouchWorker(ctx context.Context, id string, queues []string) (st
 	return directive, nil
 }
 
-
 func scanWorker(r rowScanner) (*store.Worker, error) {
 	var w store.Worker
 	var queues string
