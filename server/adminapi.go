@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
-	"sort"
 	"strings"
 	"time"
 
@@ -118,9 +117,25 @@ func (s *Server) routeAdmin(w http.ResponseWriter, r *http.Request, seg []string
 			return true
 		}
 	case "workers":
-		if len(seg) == 2 {
+		switch {
+		case len(seg) == 2:
 			if is(http.MethodGet) {
 				s.adminWorkers(w, r)
+			}
+			return true
+		case len(seg) == 3:
+			switch m {
+			case http.MethodGet:
+				s.adminGetWorker(w, r, seg[2])
+			case http.MethodDelete:
+				s.adminDeregisterWorker(w, r, seg[2])
+			default:
+				s.writeError(w, r, methodNotAllowed(r, "GET", "DELETE"))
+			}
+			return true
+		case len(seg) == 4 && (seg[3] == "quiet" || seg[3] == "terminate"):
+			if is(http.MethodPost) {
+				s.adminWorkerDirective(w, r, seg[2], seg[3])
 			}
 			return true
 		}
@@ -638,35 +653,6 @@ func (s *Server) adminPurgeDeadLetter(w http.ResponseWriter, r *http.Request) {
 	}
 	f := &jobFilter{states: []pronto.State{pronto.StateDiscarded}, before: before}
 	s.purge(w, r, f, []string{string(pronto.StateDiscarded)}, func(j *pronto.JobRow) bool { return !isDeadLetter(j) })
-}
-
-// GET /ojs/v1/admin/workers: the clients and OJS workers holding active jobs now, and this server's
-// own client.
-func (s *Server) adminWorkers(w http.ResponseWriter, r *http.Request) {
-	held, truncated, err := s.workersHolding(r.Context())
-	if err != nil {
-		s.writeError(w, r, fromClientError(err, "worker", ""))
-		return
-	}
-	self := s.client.ID()
-	if _, ok := held[self]; !ok {
-		held[self] = 0
-	}
-	ids := make([]string, 0, len(held))
-	for id := range held {
-		ids = append(ids, id)
-	}
-	sort.Strings(ids)
-	items := make([]map[string]any, len(ids))
-	for i, id := range ids {
-		kind := "remote"
-		if id == self {
-			kind = "server"
-		}
-		items[i] = map[string]any{"id": id, "active_jobs": held[id], "kind": kind}
-	}
-	writeJSONValue(w, http.StatusOK, map[string]any{"items": items,
-		"pagination": map[string]any{"total": len(items), "page": 1, "per_page": len(items)}, "truncated": truncated})
 }
 
 // workersHolding counts the active jobs per worker id.

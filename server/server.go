@@ -64,6 +64,9 @@ type Config struct {
 	// behind the same API key as the rest. A key ending in "/" matches every path below it; other
 	// keys match exactly.
 	Handlers map[string]http.Handler
+	// WorkerStaleAfter is how long an OJS worker may go unheard before the admin API calls it stale
+	// and lets it be deregistered (default DefaultWorkerStaleAfter).
+	WorkerStaleAfter time.Duration
 }
 
 // Server is the OJS HTTP API as an http.Handler.
@@ -91,6 +94,8 @@ type Server struct {
 	streams progressStreams
 	// history holds the per-minute and per-hour statistics (statshistory.go).
 	history statsHistory
+	// workers throttles the worker record writes (workersapi.go).
+	workers workerTracker
 
 	// schemas is the schema registry's cache (schemaapi.go).
 	schemas  *schemaRegistry
@@ -114,6 +119,7 @@ func New(cfg Config) (*Server, error) {
 		source:     "ojs://pronto/api",
 		events:     newEventLog(cfg.EventBuffer),
 		fetched:    newFetchedJobs(100000),
+		workers:    workerTracker{staleAfter: cfg.WorkerStaleAfter},
 		eventsDone: make(chan struct{}),
 		handlers:   cfg.Handlers,
 	}
