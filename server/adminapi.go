@@ -152,6 +152,13 @@ func (s *Server) routeAdmin(w http.ResponseWriter, r *http.Request, seg []string
 			}
 			return true
 		}
+	case "system":
+		if len(seg) == 3 && seg[2] == "config" {
+			if is(http.MethodGet) {
+				s.adminSystemConfig(w, r)
+			}
+			return true
+		}
 	case "dead-letter":
 		switch {
 		case len(seg) == 2:

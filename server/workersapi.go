@@ -313,3 +313,30 @@ func (s *Server) adminDeregisterWorker(w http.ResponseWriter, r *http.Request, i
 	writeJSONValue(w, http.StatusOK, map[string]any{"id": id, "deregistered": true,
 		"jobs_rescheduled": rescheduled, "errors": failed, "truncated": truncated})
 }
+
+// GET /ojs/v1/admin/system/config: this server's configuration, non-sensitive values only
+// (ojs-admin-api.md 12.2): whether an API key is required, never the key.
+func (s *Server) adminSystemConfig(w http.ResponseWriter, r *http.Request) {
+	st := s.client.Stats()
+	queues := make(map[string]any, len(st.Queues))
+	for name, q := range st.Queues {
+		queues[name] = map[string]any{"max_workers": q.Running + q.Free}
+	}
+	writeJSONValue(w, http.StatusOK, map[string]any{
+		"version":                  Version,
+		"backend":                  s.backend,
+		"client_id":                s.client.ID(),
+		"api_key_required":         len(s.apiKey) > 0,
+		"test_mode":                s.testMode,
+		"draining":                 s.draining.Load(),
+		"extensions":               s.extensionNames(),
+		"queues":                   queues,
+		"max_body_bytes":           s.maxBody,
+		"max_batch":                s.maxBatch,
+		"progress_interval_ms":     pronto.ProgressInterval.Milliseconds(),
+		"max_progress_streams":     MaxProgressStreams,
+		"worker_stale_after_ms":    s.workers.stale().Milliseconds(),
+		"worker_touch_interval_ms": s.workers.touchInterval().Milliseconds(),
+		"stats_retention":          map[string]any{"minute_ms": StatsMinuteRetention.Milliseconds(), "hour_ms": StatsHourRetention.Milliseconds()},
+	})
+}

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -98,4 +99,20 @@ func TestAdminWorkers(t *testing.T) {
 			checkErrorBody(t, call(t, s, "GET", "/ojs/v1/admin/workers/w-beta/quiet", nil), 405, CodeMethodNotAllowed)
 		})
 	}
+}
+
+// TestAdminSystemConfig: GET /ojs/v1/admin/system/config answers the server's settings and never
+// the API key.
+func TestAdminSystemConfig(t *testing.T) {
+	s, _ := newTestServer(t, Config{APIKey: "sekrit-key", WorkerStaleAfter: time.Minute})
+	r := mustCall(t, s, 200, "GET", "/ojs/v1/admin/system/config", nil, "Authorization", "Bearer sekrit-key")
+	if r.body["api_key_required"] != true || r.body["backend"] != "memory" || r.body["worker_stale_after_ms"] != 60000.0 ||
+		r.body["version"] != Version || r.body["extensions"] == nil {
+		t.Fatalf("config: %s", r.raw)
+	}
+	if strings.Contains(string(r.raw), "sekrit") {
+		t.Fatalf("the key leaked: %s", r.raw)
+	}
+	checkErrorBody(t, call(t, s, "GET", "/ojs/v1/admin/system/config", nil), 401, CodeUnauthenticated)
+	checkErrorBody(t, call(t, s, "GET", "/ojs/v1/admin/system/maintenance", nil, "Authorization", "Bearer sekrit-key"), 404, CodeNotFound)
 }
