@@ -273,6 +273,9 @@ func (s *Server) clientEvent(ev *pronto.Event) {
 			b = appendIntField(b, "total_attempts", int64(j.Attempt))
 			return appendErr(b, "last_error")
 		})
+		if isDeadLetter(j) {
+			s.deadLetterEvent("dead_letter.added", j)
+		}
 	case pronto.EventCancelled:
 		s.jobEvent("job.cancelled", j, ev.At, nil)
 	case pronto.EventSnoozed:

@@ -442,10 +442,27 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request, rest string) {
 			want(http.MethodGet, func() { s.deadLetterStats(w, r) })
 			return
 		case len(seg) == 1:
-			want(http.MethodGet, func() { s.listDeadLetter(w, r) })
+			switch m {
+			case http.MethodGet:
+				s.listDeadLetter(w, r)
+			case http.MethodDelete:
+				s.adminPurgeDeadLetter(w, r)
+			default:
+				s.writeError(w, r, methodNotAllowed(r, "GET", "DELETE"))
+			}
+			return
+		case len(seg) == 2 && seg[1] == "retry":
+			want(http.MethodPost, func() { s.retryDeadLetterMany(w, r) })
 			return
 		case len(seg) == 2:
-			want(http.MethodDelete, func() { s.deleteDeadLetter(w, r, seg[1]) })
+			switch m {
+			case http.MethodGet:
+				s.getDeadLetter(w, r, seg[1])
+			case http.MethodDelete:
+				s.deleteDeadLetter(w, r, seg[1])
+			default:
+				s.writeError(w, r, methodNotAllowed(r, "GET", "DELETE"))
+			}
 			return
 		case len(seg) == 3 && seg[2] == "retry":
 			want(http.MethodPost, func() { s.retryDeadLetter(w, r, seg[1]) })
