@@ -189,7 +189,7 @@ func (c *Client) writeProgress(row *JobRow, p store.ProgressParams) {
 		c.cfg.Logger.Warn("pronto: writing job progress failed", jobAttrs(row, "err", err)...)
 		return
 	}
-	if ok && c.events.wants(EventProgress) {
+	if ok && (p.Value != nil || p.Data != nil) && c.events.wants(EventProgress) { // not for a checkpoint alone
 		out := *row
 		out.Progress = &JobProgress{Value: p.Value, Data: p.Data, RunStartedAt: row.StartedAt, UpdatedAt: time.Now()}
 		c.events.emit(&Event{Kind: EventProgress, Job: &out, At: out.Progress.UpdatedAt})
