@@ -1,7 +1,9 @@
 package memory
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"slices"
 	"sort"
 	"sync"
@@ -10,10 +12,12 @@ import (
 	"github.com/pronto-jobs/pronto/store"
 )
 
-// workerRegistry holds the worker records (store.WorkerStore), apart from the jobs' lock.
+// workerRegistry holds the worker records (store.WorkerStore) and the settings
+// (store.SettingStore), apart from the jobs' lock.
 type workerRegistry struct {
-	mu   sync.Mutex
-	byID map[string]*store.Worker
+	mu       sync.Mutex
+	byID     map[string]*store.Worker
+	settings map[string]json.RawMessage
 }
 
 var _ store.WorkerStore = (*Store)(nil)
@@ -129,4 +133,36 @@ func (s *Store) PruneWorkers(ctx context.Context, before time.Time) (int, error)
 		}
 	}
 	return n, nil
+}
+
+var _ store.SettingStore = (*Store)(nil)
+
+// GetSetting returns the value under key, or nil.
+func (s *Store) GetSetting(ctx context.Context, key string) (json.RawMessage, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	r := &s.workers
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return bytes.Clone(r.settings[key]), nil
+}
+
+// SetSetting stores value under key; nil removes it.
+func (s *Store) SetSetting(ctx context.Context, key string, value json.RawMessage) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	r := &s.workers
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if value == nil {
+		delete(r.settings, key)
+		return nil
+	}
+	if r.settings == nil {
+		r.settings = map[string]json.RawMessage{}
+	}
+	r.settings[key] = bytes.Clone(value)
+	return nil
 }

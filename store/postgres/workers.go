@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -119,4 +120,34 @@ func (s *Store) PruneWorkers(ctx context.Context, before time.Time) (int, error)
 		return 0, fmt.Errorf("prune workers: %w", err)
 	}
 	return int(tag.RowsAffected()), nil
+}
+
+var _ store.SettingStore = (*Store)(nil)
+
+// GetSetting returns the value under key, or nil.
+func (s *Store) GetSetting(ctx context.Context, key string) (json.RawMessage, error) {
+	var v []byte
+	err := s.pool.QueryRow(ctx, s.expand.Replace(`SELECT value FROM {schema}.settings WHERE key = $1`), key).Scan(&v)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get setting %s: %w", key, err)
+	}
+	return v, nil
+}
+
+// SetSetting stores value under key; nil removes it.
+func (s *Store) SetSetting(ctx context.Context, key string, value json.RawMessage) error {
+	var err error
+	if value == nil {
+		_, err = s.pool.Exec(ctx, s.expand.Replace(`DELETE FROM {schema}.settings WHERE key = $1`), key)
+	} else {
+		_, err = s.pool.Exec(ctx, s.expand.Replace(`INSERT INTO {schema}.settings (key, value, updated_at) VALUES ($1, $2, now())
+			ON CONFLICT (key) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at`), key, []byte(value))
+	}
+	if err != nil {
+		return fmt.Errorf("set setting %s: %w", key, err)
+	}
+	return nil
 }

@@ -167,3 +167,33 @@ func (s *Store) PruneWorkers(ctx context.Context, before time.Time) (int, error)
 	}
 	return int(n), nil
 }
+
+var _ store.SettingStore = (*Store)(nil)
+
+func (s *Store) settingsKey() string { return s.prefix + "settings" }
+
+// GetSetting returns the value under key, or nil.
+func (s *Store) GetSetting(ctx context.Context, key string) (json.RawMessage, error) {
+	v, err := s.rdb.HGet(ctx, s.settingsKey(), key).Result()
+	if err == goredis.Nil {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("redis: get setting %s: %w", key, err)
+	}
+	return json.RawMessage(v), nil
+}
+
+// SetSetting stores value under key; nil removes it.
+func (s *Store) SetSetting(ctx context.Context, key string, value json.RawMessage) error {
+	var err error
+	if value == nil {
+		err = s.rdb.HDel(ctx, s.settingsKey(), key).Err()
+	} else {
+		err = s.rdb.HSet(ctx, s.settingsKey(), key, string(value)).Err()
+	}
+	if err != nil {
+		return fmt.Errorf("redis: set setting %s: %w", key, err)
+	}
+	return nil
+}

@@ -154,3 +154,34 @@ func (s *Store) execCount(ctx context.Context, query string, args ...any) (int64
 	}
 	return res.RowsAffected()
 }
+
+var _ store.SettingStore = (*Store)(nil)
+
+// GetSetting returns the value under key, or nil.
+func (s *Store) GetSetting(ctx context.Context, key string) (json.RawMessage, error) {
+	var v string
+	err := s.r.QueryRowContext(ctx, `SELECT value FROM pronto_settings WHERE key = ?1`, key).Scan(&v)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get setting %s: %w", key, s.schemaHint(err))
+	}
+	return json.RawMessage(v), nil
+}
+
+// SetSetting stores value under key; nil removes it.
+func (s *Store) SetSetting(ctx context.Context, key string, value json.RawMessage) error {
+	var err error
+	if value == nil {
+		_, err = s.execCount(ctx, `DELETE FROM pronto_settings WHERE key = ?1`, key)
+	} else {
+		nowUS, _ := s.nowMicro()
+		_, err = s.execCount(ctx, `INSERT INTO pronto_settings (key, value, updated_at) VALUES (?1, ?2, ?3)
+			ON CONFLICT (key) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at`, key, string(value), nowUS)
+	}
+	if err != nil {
+		return fmt.Errorf("set setting %s: %w", key, err)
+	}
+	return nil
+}

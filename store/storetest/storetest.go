@@ -135,6 +135,7 @@ var tests = []testCase{
 	{"Progress", single(testProgress)},
 	{"ProgressCheckpoint", single(testProgressCheckpoint)},
 	{"Workers", single(testWorkers)},
+	{"Settings", single(testSettings)},
 
 	{"NotFound", single(testNotFound)},
 	{"CancelTerminalRefused", single(testCancelTerminalRefused)},

@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"encoding/json"
 	"testing"
 	"time"
 
@@ -89,4 +90,28 @@ func testWorkers(t *testing.T, s store.Store) {
 	gone, err = ws.DeleteWorker(c, "w-c")
 	require.NoError(t, err)
 	require.False(t, gone)
+}
+
+// testSettings: a setting reads nil until set, reads back what was set (replaced by a later set),
+// and goes when set to nil.
+func testSettings(t *testing.T, s store.Store) {
+	ss, ok := s.(store.SettingStore)
+	require.True(t, ok, "%T does not implement store.SettingStore", s)
+	c := ctx(t)
+	v, err := ss.GetSetting(c, "maintenance")
+	require.NoError(t, err)
+	require.Nil(t, v)
+	require.NoError(t, ss.SetSetting(c, "maintenance", json.RawMessage(`{"enabled":true,"queues":["a"]}`)))
+	v, err = ss.GetSetting(c, "maintenance")
+	require.NoError(t, err)
+	require.JSONEq(t, `{"enabled":true,"queues":["a"]}`, string(v))
+	require.NoError(t, ss.SetSetting(c, "maintenance", json.RawMessage(`{"enabled":false}`)))
+	v, err = ss.GetSetting(c, "maintenance")
+	require.NoError(t, err)
+	require.JSONEq(t, `{"enabled":false}`, string(v))
+	require.NoError(t, ss.SetSetting(c, "maintenance", nil))
+	v, err = ss.GetSetting(c, "maintenance")
+	require.NoError(t, err)
+	require.Nil(t, v)
+	require.NoError(t, ss.SetSetting(c, "never-set", nil), "removing what is not there is no error")
 }

@@ -12,3 +12,10 @@ CREATE TABLE workers (
     directive     text        NOT NULL DEFAULT '',
     directive_at  timestamptz
 );
+
+-- Cluster-wide settings (maintenance mode, ojs-admin-api.md 12.1): a JSON value per key.
+CREATE TABLE settings (
+    key        text        PRIMARY KEY,
+    value      jsonb       NOT NULL,
+    updated_at timestamptz NOT NULL
+);

@@ -12,3 +12,10 @@ CREATE TABLE pronto_workers (
     directive     TEXT    NOT NULL DEFAULT '',
     directive_at  INTEGER
 );
+
+-- Cluster-wide settings (maintenance mode, ojs-admin-api.md 12.1): a JSON value per key.
+CREATE TABLE pronto_settings (
+    key        TEXT    NOT NULL PRIMARY KEY,
+    value      TEXT    NOT NULL,
+    updated_at INTEGER NOT NULL
+);
