@@ -153,9 +153,20 @@ func (s *Server) routeAdmin(w http.ResponseWriter, r *http.Request, seg []string
 			return true
 		}
 	case "system":
-		if len(seg) == 3 && seg[2] == "config" {
+		switch {
+		case len(seg) == 3 && seg[2] == "config":
 			if is(http.MethodGet) {
 				s.adminSystemConfig(w, r)
+			}
+			return true
+		case len(seg) == 3 && seg[2] == "maintenance":
+			switch m {
+			case http.MethodGet:
+				s.adminGetMaintenance(w, r)
+			case http.MethodPost:
+				s.adminSetMaintenance(w, r)
+			default:
+				s.writeError(w, r, methodNotAllowed(r, "GET", "POST"))
 			}
 			return true
 		}

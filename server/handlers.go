@@ -321,8 +321,9 @@ func (s *Server) fetch(w http.ResponseWriter, r *http.Request) {
 		claimLease = pronto.DefaultRemoteLease
 	}
 	ctx := r.Context()
-	if d := s.touchWorker(ctx, req.workerID, req.queues); d != "" {
-		// An operator quieted (or is terminating) this worker: no new jobs (ojs-admin-api.md 9.3).
+	if d := s.touchWorker(ctx, req.workerID, req.queues); d != "" || s.maintenanceOn(ctx) {
+		// An operator quieted (or is terminating) this worker, or maintenance mode is on: no new
+		// jobs (ojs-admin-api.md 9.3, 12.1).
 		writeRaw(w, http.StatusOK, []byte(`{"jobs":[]}`))
 		return
 	}

@@ -96,6 +96,8 @@ type Server struct {
 	history statsHistory
 	// workers throttles the worker record writes (workersapi.go).
 	workers workerTracker
+	// maintenance caches the maintenance mode for fetches (maintenance.go).
+	maintenance maintenanceCache
 
 	// schemas is the schema registry's cache (schemaapi.go).
 	schemas  *schemaRegistry

@@ -114,5 +114,5 @@ func TestAdminSystemConfig(t *testing.T) {
 		t.Fatalf("the key leaked: %s", r.raw)
 	}
 	checkErrorBody(t, call(t, s, "GET", "/ojs/v1/admin/system/config", nil), 401, CodeUnauthenticated)
-	checkErrorBody(t, call(t, s, "GET", "/ojs/v1/admin/system/maintenance", nil, "Authorization", "Bearer sekrit-key"), 404, CodeNotFound)
+	checkErrorBody(t, call(t, s, "GET", "/ojs/v1/admin/system/nothing", nil, "Authorization", "Bearer sekrit-key"), 404, CodeNotFound)
 }
