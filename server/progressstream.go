@@ -27,17 +27,43 @@ const (
 // progressStreams counts the open progress streams and wakes those of a job when this server sees
 // an event about it. The zero value is ready.
 type progressStreams struct {
-	mu    sync.Mutex
-	open  int
-	byJob map[string]map[chan struct{}]struct{}
+	mu      sync.Mutex
+	open    int
+	byJob   map[string]map[chan struct{}]struct{}
+	done    chan struct{} // closed by stop (made on first use)
+	stopped bool
+}
+
+// doneCh returns the channel stop closes.
+func (ps *progressStreams) doneCh() <-chan struct{} {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if ps.done == nil {
+		ps.done = make(chan struct{})
+	}
+	return ps.done
+}
+
+// stop ends every open stream and refuses new ones: the server is draining (a stream would hold a
+// graceful shutdown for as long as its job runs). Clients reconnect, to another server.
+func (ps *progressStreams) stop() {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if ps.done == nil {
+		ps.done = make(chan struct{})
+	}
+	if !ps.stopped {
+		ps.stopped = true
+		close(ps.done)
+	}
 }
 
 // watch registers a stream of job id; it returns the stream's wake channel and its release, or
-// ok false when MaxProgressStreams are open.
+// ok false when MaxProgressStreams are open or the streams were stopped.
 func (ps *progressStreams) watch(id string) (wake chan struct{}, release func(), ok bool) {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
-	if ps.open >= MaxProgressStreams {
+	if ps.open >= MaxProgressStreams || ps.stopped {
 		return nil, nil, false
 	}
 	ps.open++
@@ -98,6 +124,11 @@ func (s *Server) progressStream(w http.ResponseWriter, r *http.Request, id strin
 		return
 	}
 	wake, release, ok := s.streams.watch(id)
+	if !ok && s.draining.Load() {
+		s.writeError(w, r, &apiError{status: http.StatusServiceUnavailable, code: "unavailable", retryable: true,
+			headers: map[string]string{"Retry-After": "1"}, message: "this server is shutting down; stream from another"})
+		return
+	}
 	if !ok {
 		s.writeError(w, r, &apiError{status: http.StatusServiceUnavailable, code: "unavailable", retryable: true,
 			headers: map[string]string{"Retry-After": "5"},
@@ -124,6 +155,7 @@ func (s *Server) progressStream(w http.ResponseWriter, r *http.Request, id strin
 		return
 	}
 
+	done := s.streams.doneCh()
 	poll := time.NewTicker(ProgressStreamPoll)
 	defer poll.Stop()
 	lastWrite := time.Now()
@@ -142,6 +174,8 @@ func (s *Server) progressStream(w http.ResponseWriter, r *http.Request, id strin
 		}
 		select {
 		case <-ctx.Done():
+			return
+		case <-done: // draining: end the stream so that shutdown need not wait for the job
 			return
 		case <-wake:
 		case <-poll.C:

@@ -254,3 +254,32 @@ func TestWorkflowProgress(t *testing.T) {
 		})
 	}
 }
+
+// TestProgressStreamEndsOnDrain: Drain ends an open progress stream (a graceful shutdown need not
+// wait for the job) and refuses new ones with 503.
+func TestProgressStreamEndsOnDrain(t *testing.T) {
+	s, _ := newTestServer(t, Config{})
+	srv := httptest.NewServer(s)
+	defer srv.Close()
+	id := enqueueJob(t, s, `{"type":"a.b","args":[],"options":{"queue":"drain"}}`)
+	resp, err := http.Get(srv.URL + "/ojs/v1/jobs/" + id + "/progress/stream")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	events := readEvents(t, resp)
+	s.Drain()
+	select {
+	case ev, ok := <-events:
+		if ok {
+			t.Fatalf("an event on drain: %+v", ev)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("the stream stayed open after Drain")
+	}
+	r := call(t, s, "GET", "/ojs/v1/jobs/"+id+"/progress/stream", nil)
+	checkErrorBody(t, r, 503, "unavailable")
+	if r.header.Get("Retry-After") == "" {
+		t.Fatal("no Retry-After")
+	}
+}

@@ -162,6 +162,7 @@ func backendName(st store.Store) string {
 // Close stops following the client's events. The handler keeps answering requests.
 func (s *Server) Close() error {
 	s.closeOnce.Do(func() {
+		s.streams.stop()
 		s.unsubscribe()
 		<-s.eventsDone
 	})
@@ -169,8 +170,12 @@ func (s *Server) Close() error {
 }
 
 // Drain makes heartbeats answer "quiet" from now on: workers stop fetching and finish what they hold.
-// Call it when the server is about to shut down.
-func (s *Server) Drain() { s.draining.Store(true) }
+// It also ends the open progress streams and refuses new ones. Call it when the server is about to
+// shut down.
+func (s *Server) Drain() {
+	s.draining.Store(true)
+	s.streams.stop() // progress streams end: they would hold a graceful shutdown
+}
 
 // RunCron runs the client's cron scheduler (see pronto.Client.RunCron) and records its occurrences as
 // cron.triggered and cron.skipped events. It returns when ctx is done.
