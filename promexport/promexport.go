@@ -23,6 +23,7 @@ package promexport
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -65,6 +66,7 @@ type Metrics struct {
 	progressUpdates, progressStalls *prometheus.CounterVec
 	stalledJobs                     *prometheus.Desc
 	stalled                         map[string]string // job id → queue, of the jobs stalled now
+	stalledQueues                   map[string]bool   // queues that had a stall: reported from then on, zeros included
 
 	depth, busy, free                *prometheus.Desc
 	active, leader, backlog, dropped *prometheus.Desc
@@ -135,6 +137,7 @@ func New(opts *Options) *Metrics {
 		progressStalls:  counter("pronto_progress_stalled_total", "Times an active job that reported progress went silent for Config.ProgressStallTimeout."),
 		stalledJobs:     prometheus.NewDesc("ojs_progress_stalled_jobs", "Active jobs whose progress has stalled now (since the stall, no report and no outcome), as this process saw them.", []string{"queue"}, nil),
 		stalled:         map[string]string{},
+		stalledQueues:   map[string]bool{},
 		scrapeErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "pronto_metrics_store_errors_total",
 			Help: "Scrapes whose store query for job counts failed (ojs_queue_depth was left out of them)."}),
 	}
@@ -220,6 +223,7 @@ func (m *Metrics) observe(e *pronto.Event) {
 		m.progressStalls.WithLabelValues(q, t).Inc()
 		m.mu.Lock()
 		m.stalled[j.ID] = q
+		m.stalledQueues[q] = true
 		m.mu.Unlock()
 		return
 	}
@@ -294,8 +298,12 @@ func (m *Metrics) collectGauges(ch chan<- prometheus.Metric, c *pronto.Client) {
 			}
 		}
 	}
+	m.pruneStalled(c)
 	m.mu.Lock()
 	stalled := map[string]int{}
+	for q := range m.stalledQueues {
+		stalled[q] = 0
+	}
 	for _, q := range m.stalled {
 		stalled[q]++
 	}
@@ -323,6 +331,41 @@ func (m *Metrics) collectGauges(ch chan<- prometheus.Metric, c *pronto.Client) {
 	}
 	ch <- prometheus.MustNewConstMetric(m.backlog, prometheus.GaugeValue, float64(st.CompleterBacklog))
 	ch <- prometheus.MustNewConstMetric(m.dropped, prometheus.CounterValue, float64(st.DroppedEvents))
+}
+
+// maxStalledChecks bounds the stalled jobs one scrape rereads.
+const maxStalledChecks = 100
+
+// pruneStalled forgets the stalled jobs that no longer run: a job whose outcome another process
+// recorded (an OJS worker acking through another server) sends this one no event. It rereads at
+// most maxStalledChecks jobs per scrape, one query each; stalls are few.
+func (m *Metrics) pruneStalled(c *pronto.Client) {
+	m.mu.Lock()
+	ids := make([]string, 0, min(len(m.stalled), maxStalledChecks))
+	for id := range m.stalled {
+		if len(ids) == maxStalledChecks {
+			break
+		}
+		ids = append(ids, id)
+	}
+	m.mu.Unlock()
+	if len(ids) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), m.opts.QueryTimeout)
+	defer cancel()
+	for _, id := range ids {
+		j, err := c.JobGet(ctx, id)
+		if err != nil && !errors.Is(err, pronto.ErrNotFound) {
+			return // the store does not answer: keep what is known
+		}
+		if err == nil && j.State == pronto.StateActive {
+			continue
+		}
+		m.mu.Lock()
+		delete(m.stalled, id)
+		m.mu.Unlock()
+	}
 }
 
 // allStates lists the eight OJS states, so every queue reports every state (zero included) and a

@@ -298,3 +298,34 @@ func TestProgressMetrics(t *testing.T) {
 		`ojs_progress_updates_total{queue="default",type="metrics.stall"}`: 1,
 	})
 }
+
+// TestStalledGaugeForgetsJobsEndedElsewhere: a stall reported through this client (an OJS worker's
+// progress) whose job another client completes leaves the gauge at the next scrape.
+func TestStalledGaugeForgetsJobsEndedElsewhere(t *testing.T) {
+	ctx := context.Background()
+	st := memory.New()
+	m := promexport.New(&promexport.Options{CacheTTL: time.Nanosecond})
+	a, err := pronto.NewClient(st, &pronto.Config{ProgressStallTimeout: 50 * time.Millisecond})
+	require.NoError(t, err)
+	b, err := pronto.NewClient(st, &pronto.Config{})
+	require.NoError(t, err)
+	detach := m.Attach(a)
+	defer detach()
+	reg := prometheus.NewPedanticRegistry()
+	require.NoError(t, reg.Register(m))
+	srv := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	defer srv.Close()
+
+	job, err := a.Insert(ctx, stallArgs{}, &pronto.InsertOpts{Queue: "remote"})
+	require.NoError(t, err)
+	fetched, err := a.RemoteFetch(ctx, pronto.RemoteFetchParams{Queues: []string{"remote"}, WorkerID: "ojs-1"})
+	require.NoError(t, err)
+	require.Len(t, fetched, 1)
+	half := 0.5
+	_, err = a.JobProgressReport(ctx, job.ID, &half, nil)
+	require.NoError(t, err)
+	waitSeries(t, srv.URL, map[string]float64{`ojs_progress_stalled_jobs{queue="remote"}`: 1})
+	_, err = b.RemoteAck(ctx, pronto.RemoteAckParams{ID: job.ID, WorkerID: "ojs-1"})
+	require.NoError(t, err)
+	waitSeries(t, srv.URL, map[string]float64{`ojs_progress_stalled_jobs{queue="remote"}`: 0})
+}
