@@ -208,8 +208,7 @@ func (s *Server) adminListQueues(w http.ResponseWriter, r *http.Request) {
 	now := time.Now()
 	for i := range qs {
 		items[i] = adminQueue(&qs[i])
-		processed, failed := s.history.throughput(qs[i].Name, now)
-		items[i]["throughput"] = map[string]any{"processed_per_minute": processed, "failed_per_minute": failed}
+		items[i]["throughput"], items[i]["latency_ms"] = s.history.queueActivity(qs[i].Name, now)
 	}
 	writeJSONValue(w, http.StatusOK, map[string]any{"items": items,
 		"pagination": map[string]any{"total": len(qs), "page": 1, "per_page": len(qs)}})
@@ -227,8 +226,7 @@ func (s *Server) adminGetQueue(w http.ResponseWriter, r *http.Request, name stri
 		return
 	}
 	out := adminQueue(q)
-	processed, failed := s.history.throughput(name, time.Now())
-	out["throughput"] = map[string]any{"processed_per_minute": processed, "failed_per_minute": failed}
+	out["throughput"], out["latency_ms"] = s.history.queueActivity(name, time.Now())
 	if st, ok := s.client.Stats().Queues[name]; ok {
 		out["workers"] = map[string]any{"busy": st.Running, "free": st.Free}
 	}

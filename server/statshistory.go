@@ -161,6 +161,12 @@ func (h *statsHistory) sum(hourly bool, from, to int64, queue string, out *statB
 // throughput returns the jobs processed and attempts failed per minute over the last five minutes
 // (the current one included), for queue ("" for all).
 func (h *statsHistory) throughput(queue string, now time.Time) (processed, failed float64) {
+	b := h.recent(queue, now)
+	return float64(b.processed) / 5, float64(b.failed) / 5
+}
+
+// recent sums the last five minutes (the current one included) for queue ("" for all).
+func (h *statsHistory) recent(queue string, now time.Time) *statBucket {
 	minute := now.Unix() / 60
 	var b statBucket
 	h.mu.Lock()
@@ -168,7 +174,27 @@ func (h *statsHistory) throughput(queue string, now time.Time) (processed, faile
 		h.sum(false, minute-4, minute+1, queue, &b)
 	}
 	h.mu.Unlock()
-	return float64(b.processed) / 5, float64(b.failed) / 5
+	return &b
+}
+
+// queueActivity returns the "throughput" and "latency_ms" objects of a queue (or of all, for "")
+// over the last five minutes: jobs processed and attempts failed per minute, and the p50, p95 and
+// p99 run times (null without attempts).
+func (h *statsHistory) queueActivity(queue string, now time.Time) (throughput, latency map[string]any) {
+	b := h.recent(queue, now)
+	throughput = map[string]any{"processed_per_minute": float64(b.processed) / 5, "failed_per_minute": float64(b.failed) / 5}
+	latency = map[string]any{}
+	for _, p := range []struct {
+		key string
+		q   float64
+	}{{"p50", 0.5}, {"p95", 0.95}, {"p99", 0.99}} {
+		if v := b.percentileMS(p.q); v >= 0 {
+			latency[p.key] = v
+		} else {
+			latency[p.key] = nil
+		}
+	}
+	return throughput, latency
 }
 
 // historyPeriods are the periods GET /admin/stats/history accepts, in minutes.

@@ -71,6 +71,17 @@ func TestAdminStatsHistory(t *testing.T) {
 			if tp := q.body["throughput"].(map[string]any); tp["processed_per_minute"] != 0.2 {
 				t.Fatalf("queue throughput: %s", q.raw)
 			}
+			if lat := q.body["latency_ms"].(map[string]any); lat["p50"] == nil || lat["p99"] == nil {
+				t.Fatalf("queue latency: %s", q.raw)
+			}
+			if lat := mustCall(t, s, 200, "GET", "/ojs/v1/admin/queues/other", nil).body["latency_ms"].(map[string]any); lat["p50"] != nil {
+				t.Fatalf("a queue without attempts has no latency: %v", lat)
+			}
+			for _, it := range mustCall(t, s, 200, "GET", "/ojs/v1/admin/queues", nil).body["items"].([]any) {
+				if m := it.(map[string]any); m["throughput"] == nil || m["latency_ms"] == nil {
+					t.Fatalf("queue list item without throughput or latency: %v", m)
+				}
+			}
 
 			for _, bad := range []string{"period=2m", "since=yesterday", "until=2001-01-01T00:00:00Z", "queue=Bad_Queue"} {
 				checkErrorBody(t, call(t, s, "GET", "/ojs/v1/admin/stats/history?"+bad, nil), 400, CodeInvalidRequest)
