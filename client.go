@@ -566,7 +566,7 @@ type resultKey struct{}
 func (h *resultHolder) flushProgress() {
 	h.progressOnce.Do(func() {}) // no report from now on makes a throttle
 	if h.progress != nil {
-		h.progress.flush()
+		h.progress.end()
 	}
 }
 

@@ -65,6 +65,11 @@ type Config struct {
 	// linger only delays when an outcome (and what it releases: workflow children, unique keys)
 	// becomes visible in the store. Negative writes every outcome at once.
 	CompleterLinger time.Duration
+	// ProgressStallTimeout, when positive, is how long an active job that reported progress may go
+	// without another report before this client emits EventProgressStalled for it (once per
+	// silence; a later report re-arms it). It watches the jobs this client's workers run and those
+	// whose OJS workers report progress through it (PUT /ojs/v1/jobs/{id}/progress). 0: off.
+	ProgressStallTimeout time.Duration
 
 	// Logger receives the client's structured logs (default: discarded).
 	Logger *slog.Logger

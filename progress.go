@@ -20,6 +20,11 @@ type JobProgress = store.Progress
 // EventProgress: a worker's progress report on a job was written (at most one a second per job).
 const EventProgress EventKind = "job.progress"
 
+// EventProgressStalled: an active job that reported progress has reported none for
+// Config.ProgressStallTimeout (ojs-progress.md 11.1, progress.stalled). Job.Progress is the last
+// progress reported (UpdatedAt: when). Emitted once per silence; a new report re-arms it.
+const EventProgressStalled EventKind = "job.progress_stalled"
+
 // ProgressInterval is the least time between two progress writes of one job: reports that come
 // faster are merged, and the latest is written when the interval has passed (or when the attempt
 // ends), so a chatty worker cannot flood the store.
@@ -51,28 +56,101 @@ func ReportProgressData(ctx context.Context, data any) error {
 	return reportProgress(ctx, nil, data)
 }
 
-func reportProgress(ctx context.Context, value *float64, data any) error {
+// SaveCheckpoint saves v, any value that encodes as a JSON object ({"offset": 14000}), as the
+// checkpoint of the job whose context ctx is: the state from which a later attempt can resume
+// (ojs-progress.md 6.4), read there with LastCheckpoint. A checkpoint is kept across attempts until
+// a newer one replaces it, and after the job ends. It travels with progress reports, so it is
+// throttled like them: saved within ProgressInterval and, at the latest, before the attempt's
+// outcome is written. A process that dies in between loses at most the checkpoints of its last
+// ProgressInterval, and the next attempt resumes from the one before. A failed write is logged,
+// never returned; the error says only that the call was made outside a job or with a bad value.
+func SaveCheckpoint(ctx context.Context, v any) error {
+	if v == nil {
+		return fmt.Errorf("%w: checkpoint is nil", ErrInvalidArgs)
+	}
+	raw, err := checkpointData(v)
+	if err != nil {
+		return err
+	}
+	return report(ctx, "SaveCheckpoint", store.ProgressParams{Checkpoint: raw})
+}
+
+// LastCheckpoint decodes into v the latest checkpoint saved for the job whose context ctx is (by an
+// earlier attempt, or by this one once its save was written) and reports whether there was one. Call
+// it at the start of Work to resume where a failed attempt stopped:
+//
+//	var cp struct{ Offset int }
+//	if _, err := pronto.LastCheckpoint(ctx, &cp); err != nil { return err }
+//	for i := cp.Offset; i < len(rows); i++ { ... pronto.SaveCheckpoint(ctx, map[string]int{"offset": i + 1}) }
+//
+// Each call reads the store once.
+func LastCheckpoint(ctx context.Context, v any) (bool, error) {
 	h, ok := ctx.Value(resultKey{}).(*resultHolder)
 	if !ok {
-		return errors.New("pronto: ReportProgress called outside a job's context")
+		return false, errors.New("pronto: LastCheckpoint called outside a job's context")
 	}
+	p, err := h.client.store.GetProgress(ctx, h.run.row.ID)
+	if err != nil {
+		return false, fmt.Errorf("pronto: checkpoint of job %s: %w", h.run.row.ID, err)
+	}
+	if p == nil || p.Checkpoint == nil {
+		return false, nil
+	}
+	if err := json.Unmarshal(p.Checkpoint, v); err != nil {
+		return false, fmt.Errorf("pronto: checkpoint of job %s does not decode: %w", h.run.row.ID, err)
+	}
+	return true, nil
+}
+
+func reportProgress(ctx context.Context, value *float64, data any) error {
 	raw, err := progressData(data)
 	if err != nil {
 		return err
 	}
+	return report(ctx, "ReportProgress", store.ProgressParams{Value: value, Data: raw})
+}
+
+// report hands p to the throttle of the run whose context ctx is.
+func report(ctx context.Context, caller string, p store.ProgressParams) error {
+	h, ok := ctx.Value(resultKey{}).(*resultHolder)
+	if !ok {
+		return fmt.Errorf("pronto: %s called outside a job's context", caller)
+	}
 	h.progressOnce.Do(func() {
 		row := h.run.row
-		h.progress = newProgressThrottle(func(p store.ProgressParams) { h.client.writeProgress(row, p) })
+		c := h.client
+		h.progress = newProgressThrottle(func(p store.ProgressParams) { c.writeProgress(row, p) })
+		// The run is live until end stops the watch: a stall is this run's.
+		c.watchStall(h.progress, row, nil)
 	})
 	if h.progress == nil {
 		return nil // the attempt is over: a late report is ignored, as the store would
 	}
-	h.progress.report(store.ProgressParams{ID: h.run.row.ID, Token: h.run.row.ClaimToken, Value: value, Data: raw})
+	p.ID, p.Token = h.run.row.ID, h.run.row.ClaimToken
+	h.progress.report(p)
 	return nil
+}
+
+// checkpointData encodes a checkpoint: a JSON object within MaxProgressDataBytes.
+func checkpointData(v any) (json.RawMessage, error) {
+	raw, err := jsonObject(v, "checkpoint")
+	if err != nil {
+		return nil, err
+	}
+	if raw == nil {
+		return nil, fmt.Errorf("%w: checkpoint is empty", ErrInvalidArgs)
+	}
+	return raw, nil
 }
 
 // progressData encodes data, which must be nil or encode as a JSON object within the size limit.
 func progressData(data any) (json.RawMessage, error) {
+	return jsonObject(data, "progress data")
+}
+
+// jsonObject encodes data (what names it in errors), which must be nil or encode as a JSON object
+// within MaxProgressDataBytes.
+func jsonObject(data any, what string) (json.RawMessage, error) {
 	if data == nil {
 		return nil, nil
 	}
@@ -86,18 +164,18 @@ func progressData(data any) (json.RawMessage, error) {
 	default:
 		b, err := json.Marshal(data)
 		if err != nil {
-			return nil, fmt.Errorf("%w: progress data does not encode as JSON: %w", ErrInvalidArgs, err)
+			return nil, fmt.Errorf("%w: %s does not encode as JSON: %w", ErrInvalidArgs, what, err)
 		}
 		raw = b
 	}
 	if len(raw) > MaxProgressDataBytes {
-		return nil, fmt.Errorf("%w: progress data is %d bytes, more than %d", ErrInvalidArgs, len(raw), MaxProgressDataBytes)
+		return nil, fmt.Errorf("%w: %s is %d bytes, more than %d", ErrInvalidArgs, what, len(raw), MaxProgressDataBytes)
 	}
-	if err := jsoncheck.Check(raw, "progress data"); err != nil {
+	if err := jsoncheck.Check(raw, what); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidArgs, err)
 	}
 	if len(raw) == 0 || raw[0] != '{' {
-		return nil, fmt.Errorf("%w: progress data must be a JSON object", ErrInvalidArgs)
+		return nil, fmt.Errorf("%w: %s must be a JSON object", ErrInvalidArgs, what)
 	}
 	return raw, nil
 }
@@ -111,7 +189,7 @@ func (c *Client) writeProgress(row *JobRow, p store.ProgressParams) {
 		c.cfg.Logger.Warn("pronto: writing job progress failed", jobAttrs(row, "err", err)...)
 		return
 	}
-	if ok && c.events.wants(EventProgress) {
+	if ok && (p.Value != nil || p.Data != nil) && c.events.wants(EventProgress) { // not for a checkpoint alone
 		out := *row
 		out.Progress = &JobProgress{Value: p.Value, Data: p.Data, RunStartedAt: row.StartedAt, UpdatedAt: time.Now()}
 		c.events.emit(&Event{Kind: EventProgress, Job: &out, At: out.Progress.UpdatedAt})
@@ -121,13 +199,26 @@ func (c *Client) writeProgress(row *JobRow, p store.ProgressParams) {
 // JobProgressReport records progress reported by an OJS worker over HTTP for the active job id (PUT
 // /ojs/v1/jobs/{id}/progress): value (clamped to 0..1) and data as ReportProgress takes them. It is
 // throttled like ReportProgress, per job. It returns ErrNotFound for a job that does not exist; a
-// report for a job that is not active is accepted and ignored, as the OJS spec asks.
+// report for a job that is not active is accepted and ignored, as the OJS spec asks. See
+// JobProgressCheckpoint for a report that carries a checkpoint.
 func (c *Client) JobProgressReport(ctx context.Context, id string, value *float64, data json.RawMessage) (*JobRow, error) {
+	return c.JobProgressCheckpoint(ctx, id, value, data, nil)
+}
+
+// JobProgressCheckpoint is JobProgressReport with a checkpoint (a JSON object, or nil for none), as
+// SaveCheckpoint saves it: the job's next attempt finds it as JobRow.LastCheckpoint.
+func (c *Client) JobProgressCheckpoint(ctx context.Context, id string, value *float64, data, checkpoint json.RawMessage) (*JobRow, error) {
 	if err := checkID(id); err != nil {
 		return nil, err
 	}
-	if value == nil && data == nil {
-		return nil, invalidf("a progress report needs progress, data or both")
+	if value == nil && data == nil && checkpoint == nil {
+		return nil, invalidf("a progress report needs progress, data, a checkpoint or some of them")
+	}
+	var err error
+	if checkpoint != nil {
+		if checkpoint, err = checkpointData(checkpoint); err != nil {
+			return nil, err
+		}
 	}
 	if value != nil {
 		if math.IsNaN(*value) || math.IsInf(*value, 0) {
@@ -163,15 +254,24 @@ func (c *Client) JobProgressReport(ctx context.Context, id string, value *float6
 	if t == nil {
 		row := j
 		t = newProgressThrottle(func(p store.ProgressParams) { c.writeProgress(row, p) })
+		// Nothing ends a remote worker's run here: a stall is reported only if the job still runs
+		// under the claim that reported last (the watch re-arms with the next report, of any run).
+		c.watchStall(t, row, func(ctx context.Context, last store.ProgressParams) *JobRow {
+			now, err := c.store.GetJob(ctx, row.ID)
+			if err != nil || now.State != StateActive || (last.Token != "" && now.ClaimToken != last.Token) {
+				return nil
+			}
+			return now
+		})
 		c.remoteProgress[id] = t
 	}
 	c.remoteProgressMu.Unlock()
-	t.report(store.ProgressParams{ID: id, Token: j.ClaimToken, Value: value, Data: raw})
+	t.report(store.ProgressParams{ID: id, Token: j.ClaimToken, Value: value, Data: raw, Checkpoint: checkpoint})
 	return j, nil
 }
 
 // withProgress sets j.Progress from the store: the progress of j's latest run, reading 1 once the
-// job completed (ojs-progress.md 8.1), or nil when that run reported none.
+// job completed (ojs-progress.md 8.1), or nil when that run reported none; and j.LastCheckpoint.
 func (c *Client) withProgress(ctx context.Context, j *JobRow) (*JobRow, error) {
 	if j.StartedAt.IsZero() {
 		return j, nil // never ran: nothing reported (and no second query)
@@ -179,6 +279,10 @@ func (c *Client) withProgress(ctx context.Context, j *JobRow) (*JobRow, error) {
 	p, err := c.store.GetProgress(ctx, j.ID)
 	if err != nil {
 		return nil, fmt.Errorf("pronto: get job %s: %w", j.ID, err)
+	}
+	if p != nil && p.Checkpoint != nil {
+		j.LastCheckpoint = p.Checkpoint
+		p.Checkpoint = nil // JobRow.LastCheckpoint holds it
 	}
 	if p == nil || !p.RunStartedAt.Equal(j.StartedAt) {
 		return j, nil
@@ -201,6 +305,14 @@ type progressThrottle struct {
 	pending *store.ProgressParams
 	timer   *time.Timer
 	writing sync.Mutex // serializes writes, so a later report is never overwritten by an earlier one
+
+	// The stall watch (see watchStall), under mu.
+	stallAfter time.Duration
+	onStall    func(last store.ProgressParams, at time.Time)
+	stallTimer *time.Timer
+	reported   time.Time            // when the latest report came
+	latest     store.ProgressParams // every report of the run merged (highest value, newest data)
+	ended      bool
 }
 
 func newProgressThrottle(write func(store.ProgressParams)) *progressThrottle {
@@ -210,6 +322,11 @@ func newProgressThrottle(write func(store.ProgressParams)) *progressThrottle {
 // report merges p into the pending report and writes it now, or when the interval has passed.
 func (t *progressThrottle) report(p store.ProgressParams) {
 	t.mu.Lock()
+	if t.ended {
+		t.mu.Unlock()
+		return
+	}
+	t.rearmStall(p)
 	if t.pending == nil {
 		t.pending = &p
 	} else {
@@ -218,6 +335,9 @@ func (t *progressThrottle) report(p store.ProgressParams) {
 		}
 		if p.Data != nil {
 			t.pending.Data = p.Data
+		}
+		if p.Checkpoint != nil {
+			t.pending.Checkpoint = p.Checkpoint
 		}
 		t.pending.Token = p.Token
 	}
@@ -260,4 +380,153 @@ func (t *progressThrottle) idle(now time.Time) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.pending == nil && t.timer == nil && now.Sub(t.last) > ProgressInterval
+}
+
+// JobLastCheckpoint returns the latest checkpoint saved for job id (see SaveCheckpoint), or nil when
+// none was or the job does not exist.
+func (c *Client) JobLastCheckpoint(ctx context.Context, id string) (json.RawMessage, error) {
+	p, err := c.store.GetProgress(ctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("pronto: checkpoint of job %s: %w", id, err)
+	}
+	if p == nil {
+		return nil, nil
+	}
+	return p.Checkpoint, nil
+}
+
+// watchStall arms t's stall watch when Config.ProgressStallTimeout is set: EventProgressStalled is
+// emitted for row when no report comes within the timeout of the last one. live, when not nil, is
+// asked before each emission for the job as it runs now under the claim that reported last; nil
+// (the run ended) emits nothing.
+func (c *Client) watchStall(t *progressThrottle, row *JobRow, live func(context.Context, store.ProgressParams) *JobRow) {
+	if c.cfg.ProgressStallTimeout <= 0 {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.stallAfter = c.cfg.ProgressStallTimeout
+	t.onStall = func(last store.ProgressParams, at time.Time) {
+		if !c.events.wants(EventProgressStalled) {
+			return
+		}
+		cur := row
+		if live != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			cur = live(ctx, last)
+			cancel()
+			if cur == nil {
+				return
+			}
+		}
+		out := *cur
+		out.Progress = &JobProgress{Value: last.Value, Data: last.Data, RunStartedAt: cur.StartedAt, UpdatedAt: at}
+		c.events.emit(&Event{Kind: EventProgressStalled, Job: &out, At: time.Now()})
+	}
+}
+
+// rearmStall merges p into the run's latest progress and restarts the stall watch (t.mu held).
+func (t *progressThrottle) rearmStall(p store.ProgressParams) {
+	if t.stallAfter <= 0 {
+		return
+	}
+	if p.Value != nil && (t.latest.Value == nil || *p.Value > *t.latest.Value) {
+		t.latest.Value = p.Value
+	}
+	if p.Data != nil {
+		t.latest.Data = p.Data
+	}
+	if t.latest.Token != p.Token {
+		t.latest = store.ProgressParams{ID: p.ID, Token: p.Token, Value: p.Value, Data: p.Data} // another run
+	}
+	t.reported = time.Now()
+	if t.stallTimer == nil {
+		t.stallTimer = time.AfterFunc(t.stallAfter, t.checkStall)
+	} else {
+		t.stallTimer.Reset(t.stallAfter)
+	}
+}
+
+// checkStall runs when the stall timer fires: it reports the stall unless a report came since (a
+// Reset racing with the timer) or the run ended.
+func (t *progressThrottle) checkStall() {
+	t.mu.Lock()
+	if t.ended || time.Since(t.reported) < t.stallAfter {
+		t.mu.Unlock()
+		return
+	}
+	last, at, onStall := t.latest, t.reported, t.onStall
+	t.mu.Unlock()
+	onStall(last, at)
+}
+
+// end writes the pending report and stops the throttle: later reports are ignored and the stall
+// watch stops.
+func (t *progressThrottle) end() {
+	t.flush()
+	t.mu.Lock()
+	t.ended = true
+	if t.stallTimer != nil {
+		t.stallTimer.Stop()
+	}
+	t.mu.Unlock()
+}
+
+// WorkflowProgress is the progress of a workflow as a whole (ojs-progress.md 9), from its steps'.
+type WorkflowProgress struct {
+	Workflow *WorkflowInfo
+	// Value is the aggregate, 0 to 1: for a batch, the share of its jobs completed; for a chain, a
+	// group or a dag, the mean of its steps' progress, a completed step counting 1 and a step
+	// without progress 0 (for a chain this is the specification's completed steps plus the current
+	// step's progress, over the steps).
+	Value float64
+	// Steps are the workflow's members (not its callbacks) in creation order, each with Progress
+	// set as JobGet sets it.
+	Steps []*JobRow
+}
+
+// WorkflowProgress returns the aggregate progress of workflow id and its steps' progress. It reads
+// the workflow, its jobs, and the progress of each step that ran and has not completed (one query
+// each); ErrNotFound when the workflow does not exist.
+func (c *Client) WorkflowProgress(ctx context.Context, id string) (*WorkflowProgress, error) {
+	wf, err := c.WorkflowGet(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	jobs, err := c.WorkflowJobs(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	out := &WorkflowProgress{Workflow: wf}
+	var sum float64
+	completed := 0
+	for _, j := range jobs {
+		if j.RunOn != "" {
+			continue // a callback, not a member
+		}
+		if j.State != StateCompleted {
+			if j, err = c.withProgress(ctx, j); err != nil {
+				return nil, err
+			}
+		} else {
+			one := 1.0
+			j.Progress = &JobProgress{Value: &one, RunStartedAt: j.StartedAt, UpdatedAt: j.CompletedAt}
+		}
+		out.Steps = append(out.Steps, j)
+		switch {
+		case j.State == StateCompleted:
+			completed++
+			sum++
+		case j.Progress != nil && j.Progress.Value != nil:
+			sum += *j.Progress.Value
+		}
+	}
+	if n := len(out.Steps); n > 0 {
+		if wf.Type == "batch" {
+			out.Value = float64(completed) / float64(n)
+		} else {
+			out.Value = sum / float64(n)
+		}
+	}
+	return out, nil
 }

@@ -127,3 +127,115 @@ func TestProgressThrottled(t *testing.T) {
 	bound := 2 + int64(time.Duration(loop.Load())/pronto.ProgressInterval)
 	require.LessOrEqual(t, st.writes.Load(), bound, "10000 reports are throttled")
 }
+
+type checkpointArgs struct{}
+
+func (checkpointArgs) Kind() string { return "test.checkpoint" }
+
+// TestCheckpointResume: an attempt saves checkpoints (the latest wins, throttled or not), fails, and
+// the next attempt reads the last one with LastCheckpoint and resumes from it; JobGet shows it as
+// LastCheckpoint after the job ends; on every store.
+func TestCheckpointResume(t *testing.T) {
+	forEachStore(t, func(t *testing.T, ts *testStore) {
+		type cp struct {
+			Offset int `json:"offset"`
+		}
+		workers := pronto.NewWorkers()
+		pronto.AddWorker(workers, pronto.WorkFunc(func(ctx context.Context, j *pronto.Job[checkpointArgs]) error {
+			var last cp
+			found, err := pronto.LastCheckpoint(ctx, &last)
+			if err != nil {
+				return pronto.Discard(err)
+			}
+			if j.Attempt == 1 {
+				if found {
+					return pronto.Discard(errors.New("the first attempt found a checkpoint"))
+				}
+				if err := pronto.SaveCheckpoint(ctx, []int{1}); err == nil {
+					return pronto.Discard(errors.New("a checkpoint that is not an object was accepted"))
+				}
+				for i := 1; i <= 7; i++ {
+					if err := pronto.SaveCheckpoint(ctx, cp{Offset: i}); err != nil {
+						return pronto.Discard(err)
+					}
+				}
+				return errors.New("failed after offset 7")
+			}
+			if !found || last.Offset != 7 {
+				return pronto.Discard(errors.New("the retry did not find checkpoint 7"))
+			}
+			return pronto.RecordResult(ctx, last)
+		}))
+		c := startClient(t, ts, fastConfig(workers, defaultQueue(1)))
+		ctx := context.Background()
+		require.Error(t, pronto.SaveCheckpoint(ctx, cp{}), "outside a job")
+		_, err := pronto.LastCheckpoint(ctx, &cp{})
+		require.Error(t, err, "outside a job")
+
+		job, err := c.Insert(ctx, checkpointArgs{}, &pronto.InsertOpts{MaxAttempts: 2})
+		require.NoError(t, err)
+		done := waitState(t, c, job.ID, pronto.StateCompleted)
+		require.Equal(t, 2, done.Attempt)
+		require.JSONEq(t, `{"offset":7}`, string(done.Result))
+		require.JSONEq(t, `{"offset":7}`, string(done.LastCheckpoint))
+	})
+}
+
+type stallArgs struct{}
+
+func (stallArgs) Kind() string { return "test.stall" }
+
+// TestProgressStalled: with Config.ProgressStallTimeout, a running job that reported progress and
+// then fell silent gets one EventProgressStalled with its last progress; a new report re-arms the
+// watch; a job that ended is not reported; on every store.
+func TestProgressStalled(t *testing.T) {
+	forEachStore(t, func(t *testing.T, ts *testStore) {
+		step := make(chan struct{})
+		workers := pronto.NewWorkers()
+		pronto.AddWorker(workers, pronto.WorkFunc(func(ctx context.Context, j *pronto.Job[stallArgs]) error {
+			if err := pronto.ReportProgress(ctx, 0.25, map[string]string{"phase": "one"}); err != nil {
+				return pronto.Discard(err)
+			}
+			<-step // stalls here
+			if err := pronto.ReportProgress(ctx, 0.5, nil); err != nil {
+				return pronto.Discard(err)
+			}
+			<-step // and here
+			return nil
+		}))
+		cfg := fastConfig(workers, defaultQueue(1))
+		cfg.ProgressStallTimeout = 100 * time.Millisecond
+		c := startClient(t, ts, cfg)
+		events, stop := c.Subscribe(pronto.EventProgressStalled)
+		defer stop()
+		next := func() *pronto.Event {
+			t.Helper()
+			select {
+			case e := <-events:
+				return e
+			case <-time.After(15 * time.Second):
+				t.Fatal("no stall event")
+			}
+			return nil
+		}
+		job, err := c.Insert(context.Background(), stallArgs{}, nil)
+		require.NoError(t, err)
+		e := next()
+		require.Equal(t, job.ID, e.Job.ID)
+		require.Equal(t, pronto.StateActive, e.Job.State)
+		require.InDelta(t, 0.25, *e.Job.Progress.Value, 1e-9)
+		require.JSONEq(t, `{"phase":"one"}`, string(e.Job.Progress.Data))
+		require.False(t, e.Job.Progress.UpdatedAt.IsZero())
+		step <- struct{}{}
+		e = next()
+		require.InDelta(t, 0.5, *e.Job.Progress.Value, 1e-9, "a new report re-arms the watch")
+		require.JSONEq(t, `{"phase":"one"}`, string(e.Job.Progress.Data))
+		step <- struct{}{}
+		waitState(t, c, job.ID, pronto.StateCompleted)
+		select {
+		case e := <-events:
+			require.Fail(t, "a stall after the job ended", "%+v", e)
+		case <-time.After(3 * cfg.ProgressStallTimeout):
+		}
+	})
+}

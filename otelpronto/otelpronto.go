@@ -20,6 +20,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -46,6 +47,7 @@ const (
 	AttrJobState             = attribute.Key("ojs.job.state")
 	AttrJobAttempt           = attribute.Key("ojs.job.attempt")
 	AttrJobPriority          = attribute.Key("ojs.job.priority")
+	AttrJobScheduledAt       = attribute.Key("ojs.job.scheduled_at")
 	AttrWorkerID             = attribute.Key("ojs.worker.id")
 	AttrErrorType            = attribute.Key("error.type")
 	AttrErrorMessage         = attribute.Key("error.message")
@@ -124,6 +126,9 @@ func (t *Tracing) InsertMiddleware() pronto.InsertMiddleware {
 				span.SetStatus(codes.Error, "insert failed")
 			} else if i < len(rows) && rows[i] != nil {
 				span.SetAttributes(AttrJobState.String(string(rows[i].State)))
+				if rows[i].State == pronto.StateScheduled && !rows[i].ScheduledAt.IsZero() {
+					span.SetAttributes(AttrJobScheduledAt.String(rows[i].ScheduledAt.UTC().Format(time.RFC3339Nano)))
+				}
 				if rows[i].Duplicate {
 					span.SetAttributes(attribute.Bool("ojs.job.duplicate", true))
 				}
@@ -149,6 +154,9 @@ func (t *Tracing) WorkMiddleware() pronto.WorkMiddleware {
 		attrs := append(jobAttrs("process", job.ID, job.Kind, job.Queue, job.Priority), AttrJobAttempt.Int(job.Attempt))
 		if job.WorkerID != "" {
 			attrs = append(attrs, AttrWorkerID.String(job.WorkerID))
+		}
+		if !job.ScheduledAt.IsZero() {
+			attrs = append(attrs, AttrJobScheduledAt.String(job.ScheduledAt.UTC().Format(time.RFC3339Nano)))
 		}
 		opts = append(opts, trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(attrs...))
 		spanCtx, span := t.tracer.Start(parent, job.Queue+" process", opts...)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -202,4 +203,48 @@ func TestTraceAcrossHTTP(t *testing.T) {
 	}
 	tp := fetched.Jobs[0].Meta["traceparent"]
 	require.Equal(t, "00-"+goEnq.SpanContext().TraceID().String()+"-"+goEnq.SpanContext().SpanID().String()+"-01", tp)
+}
+
+type loggedArgs struct{}
+
+func (loggedArgs) Kind() string { return "trace.logged" }
+
+// TestScheduledAtAndLogAttrs: a scheduled job's enqueue span and its process span carry
+// ojs.job.scheduled_at; pronto.LogAttrs in the worker names the process span's trace and span ids.
+func TestScheduledAtAndLogAttrs(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	logged := make(chan map[string]any, 1)
+	workers := pronto.NewWorkers()
+	pronto.AddWorker(workers, pronto.WorkFunc(func(ctx context.Context, j *pronto.Job[loggedArgs]) error {
+		var buf bytes.Buffer
+		slog.New(slog.NewJSONHandler(&buf, nil)).InfoContext(ctx, "work", pronto.LogAttrs(ctx)...)
+		var rec map[string]any
+		if err := json.Unmarshal(buf.Bytes(), &rec); err != nil {
+			return pronto.Discard(err)
+		}
+		logged <- rec
+		return nil
+	}))
+	cfg := &pronto.Config{Queues: map[string]pronto.QueueConfig{"sched": {MaxWorkers: 1}}, Workers: workers,
+		PollInterval: 20 * time.Millisecond}
+	otelpronto.New(&otelpronto.Options{TracerProvider: tp}).Instrument(cfg)
+	client, err := pronto.NewClient(memory.New(), cfg)
+	require.NoError(t, err)
+	require.NoError(t, client.Start(context.Background()))
+	t.Cleanup(func() { _ = client.Stop(context.Background()) })
+
+	job, err := client.Insert(context.Background(), loggedArgs{}, &pronto.InsertOpts{Queue: "sched", Delay: 50 * time.Millisecond})
+	require.NoError(t, err)
+	want := job.ScheduledAt.UTC().Format(time.RFC3339Nano)
+	enq := waitSpans(t, rec, "sched enqueue", 1)[0]
+	require.Equal(t, "scheduled", attrs(enq)["ojs.job.state"].AsString())
+	require.Equal(t, want, attrs(enq)["ojs.job.scheduled_at"].AsString())
+	proc := waitSpans(t, rec, "sched process", 1)[0]
+	require.Equal(t, want, attrs(proc)["ojs.job.scheduled_at"].AsString())
+	line := <-logged
+	require.Equal(t, job.ID, line["job"])
+	require.Equal(t, proc.SpanContext().TraceID().String(), line["trace_id"])
+	require.Equal(t, proc.SpanContext().SpanID().String(), line["span_id"])
 }

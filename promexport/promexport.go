@@ -23,6 +23,7 @@ package promexport
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -61,6 +62,11 @@ type Metrics struct {
 	retried, cancelled, snoozed, rescued, expired        *prometheus.CounterVec
 	duration                                             *prometheus.HistogramVec
 	pickup, queueTime, turnaround                        *prometheus.HistogramVec
+
+	progressUpdates, progressStalls *prometheus.CounterVec
+	stalledJobs                     *prometheus.Desc
+	stalled                         map[string]string // job id → queue, of the jobs stalled now
+	stalledQueues                   map[string]bool   // queues that had a stall: reported from then on, zeros included
 
 	depth, busy, free                *prometheus.Desc
 	active, leader, backlog, dropped *prometheus.Desc
@@ -118,15 +124,20 @@ func New(opts *Options) *Metrics {
 			o.LatencyBuckets, "queue", "type"),
 		turnaround: hist("pronto_job_turnaround_seconds", "Time from a job's insert to its completion (completed jobs only).",
 			o.LatencyBuckets, "queue", "type"),
-		depth:    prometheus.NewDesc("ojs_queue_depth", "Jobs per queue per state, as the store holds them (cached for a few seconds).", []string{"queue", "state"}, nil),
-		busy:     prometheus.NewDesc("ojs_workers_busy", "Jobs this client is running now, per queue.", []string{"queue"}, nil),
-		free:     prometheus.NewDesc("pronto_workers_free", "Worker slots free on this client, per queue.", []string{"queue"}, nil),
-		active:   prometheus.NewDesc("ojs_workers_active", "Jobs this client is running now, over all queues.", nil, nil),
-		leader:   prometheus.NewDesc("pronto_leader", "1 when this client runs the cluster's maintenance (rescue, promotion, cleanup, cron), else 0.", nil, nil),
-		backlog:  prometheus.NewDesc("pronto_completer_backlog", "Attempt outcomes waiting to be written to the store.", nil, nil),
-		dropped:  prometheus.NewDesc("pronto_events_dropped_total", "Client events a subscriber missed because its buffer was full (metrics counted from events undercount by up to this).", nil, nil),
-		listener: prometheus.NewDesc("pronto_notifier_connected", "1 while the store's notification listener is connected (PostgreSQL only; absent for stores that notify in process).", nil, nil),
-		started:  prometheus.NewDesc("pronto_client_started", "1 while the client is working jobs (started and not stopped), else 0.", nil, nil),
+		depth:           prometheus.NewDesc("ojs_queue_depth", "Jobs per queue per state, as the store holds them (cached for a few seconds).", []string{"queue", "state"}, nil),
+		busy:            prometheus.NewDesc("ojs_workers_busy", "Jobs this client is running now, per queue.", []string{"queue"}, nil),
+		free:            prometheus.NewDesc("pronto_workers_free", "Worker slots free on this client, per queue.", []string{"queue"}, nil),
+		active:          prometheus.NewDesc("ojs_workers_active", "Jobs this client is running now, over all queues.", nil, nil),
+		leader:          prometheus.NewDesc("pronto_leader", "1 when this client runs the cluster's maintenance (rescue, promotion, cleanup, cron), else 0.", nil, nil),
+		backlog:         prometheus.NewDesc("pronto_completer_backlog", "Attempt outcomes waiting to be written to the store.", nil, nil),
+		dropped:         prometheus.NewDesc("pronto_events_dropped_total", "Client events a subscriber missed because its buffer was full (metrics counted from events undercount by up to this).", nil, nil),
+		listener:        prometheus.NewDesc("pronto_notifier_connected", "1 while the store's notification listener is connected (PostgreSQL only; absent for stores that notify in process).", nil, nil),
+		started:         prometheus.NewDesc("pronto_client_started", "1 while the client is working jobs (started and not stopped), else 0.", nil, nil),
+		progressUpdates: counter("ojs_progress_updates_total", "Progress reports written (at most one a second per job) for jobs run by or reported through this process."),
+		progressStalls:  counter("pronto_progress_stalled_total", "Times an active job that reported progress went silent for Config.ProgressStallTimeout."),
+		stalledJobs:     prometheus.NewDesc("ojs_progress_stalled_jobs", "Active jobs whose progress has stalled now (since the stall, no report and no outcome), as this process saw them.", []string{"queue"}, nil),
+		stalled:         map[string]string{},
+		stalledQueues:   map[string]bool{},
 		scrapeErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "pronto_metrics_store_errors_total",
 			Help: "Scrapes whose store query for job counts failed (ojs_queue_depth was left out of them)."}),
 	}
@@ -134,7 +145,8 @@ func New(opts *Options) *Metrics {
 
 func (m *Metrics) vectors() []prometheus.Collector {
 	return []prometheus.Collector{m.enqueued, m.claimed, m.completed, m.failed, m.attemptsFailed, m.retried,
-		m.cancelled, m.snoozed, m.rescued, m.expired, m.duration, m.pickup, m.queueTime, m.turnaround, m.scrapeErrors}
+		m.cancelled, m.snoozed, m.rescued, m.expired, m.duration, m.pickup, m.queueTime, m.turnaround, m.scrapeErrors,
+		m.progressUpdates, m.progressStalls}
 }
 
 // Instrument appends the metrics' insert middleware to cfg. Call it before NewClient.
@@ -181,7 +193,8 @@ func (m *Metrics) Attach(c *pronto.Client) (detach func()) {
 	m.client, m.cached = c, nil
 	m.mu.Unlock()
 	events, unsubscribe := c.Subscribe(pronto.EventStarted, pronto.EventCompleted, pronto.EventFailed,
-		pronto.EventDiscarded, pronto.EventCancelled, pronto.EventSnoozed, pronto.EventRetried, pronto.EventRescued)
+		pronto.EventDiscarded, pronto.EventCancelled, pronto.EventSnoozed, pronto.EventRetried, pronto.EventRescued,
+		pronto.EventProgress, pronto.EventProgressStalled)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -206,9 +219,23 @@ func (m *Metrics) observe(e *pronto.Event) {
 	}
 	q, t := j.Queue, j.Kind
 	attemptEnded := e.Duration > 0
+	if e.Kind == pronto.EventProgressStalled {
+		m.progressStalls.WithLabelValues(q, t).Inc()
+		m.mu.Lock()
+		m.stalled[j.ID] = q
+		m.stalledQueues[q] = true
+		m.mu.Unlock()
+		return
+	}
+	m.mu.Lock()
+	delete(m.stalled, j.ID) // a report or an outcome ends a stall
+	m.mu.Unlock()
 	switch e.Kind {
 	case pronto.EventStarted:
 		m.attemptStarted(j, e.At)
+		return
+	case pronto.EventProgress:
+		m.progressUpdates.WithLabelValues(q, t).Inc()
 		return
 	case pronto.EventCompleted:
 		m.completed.WithLabelValues(q, t).Inc()
@@ -244,7 +271,7 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, c := range m.vectors() {
 		c.Describe(ch)
 	}
-	for _, d := range []*prometheus.Desc{m.depth, m.busy, m.free, m.active, m.leader, m.backlog, m.dropped, m.started, m.listener} {
+	for _, d := range []*prometheus.Desc{m.depth, m.busy, m.free, m.active, m.leader, m.backlog, m.dropped, m.started, m.listener, m.stalledJobs} {
 		ch <- d
 	}
 }
@@ -271,7 +298,25 @@ func (m *Metrics) collectGauges(ch chan<- prometheus.Metric, c *pronto.Client) {
 			}
 		}
 	}
+	m.pruneStalled(c)
+	m.mu.Lock()
+	stalled := map[string]int{}
+	for q := range m.stalledQueues {
+		stalled[q] = 0
+	}
+	for _, q := range m.stalled {
+		stalled[q]++
+	}
+	m.mu.Unlock()
 	st := c.Stats()
+	for name := range st.Queues {
+		if _, ok := stalled[name]; !ok {
+			stalled[name] = 0 // every queue this client works reports, zero included
+		}
+	}
+	for q, n := range stalled {
+		ch <- prometheus.MustNewConstMetric(m.stalledJobs, prometheus.GaugeValue, float64(n), q)
+	}
 	running := 0
 	for name, qs := range st.Queues {
 		running += qs.Running
@@ -286,6 +331,41 @@ func (m *Metrics) collectGauges(ch chan<- prometheus.Metric, c *pronto.Client) {
 	}
 	ch <- prometheus.MustNewConstMetric(m.backlog, prometheus.GaugeValue, float64(st.CompleterBacklog))
 	ch <- prometheus.MustNewConstMetric(m.dropped, prometheus.CounterValue, float64(st.DroppedEvents))
+}
+
+// maxStalledChecks bounds the stalled jobs one scrape rereads.
+const maxStalledChecks = 100
+
+// pruneStalled forgets the stalled jobs that no longer run: a job whose outcome another process
+// recorded (an OJS worker acking through another server) sends this one no event. It rereads at
+// most maxStalledChecks jobs per scrape, one query each; stalls are few.
+func (m *Metrics) pruneStalled(c *pronto.Client) {
+	m.mu.Lock()
+	ids := make([]string, 0, min(len(m.stalled), maxStalledChecks))
+	for id := range m.stalled {
+		if len(ids) == maxStalledChecks {
+			break
+		}
+		ids = append(ids, id)
+	}
+	m.mu.Unlock()
+	if len(ids) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), m.opts.QueryTimeout)
+	defer cancel()
+	for _, id := range ids {
+		j, err := c.JobGet(ctx, id)
+		if err != nil && !errors.Is(err, pronto.ErrNotFound) {
+			return // the store does not answer: keep what is known
+		}
+		if err == nil && j.State == pronto.StateActive {
+			continue
+		}
+		m.mu.Lock()
+		delete(m.stalled, id)
+		m.mu.Unlock()
+	}
 }
 
 // allStates lists the eight OJS states, so every queue reports every state (zero included) and a

@@ -229,3 +229,103 @@ func TestNotifierConnectedOnPostgres(t *testing.T) {
 		return false
 	}, 20*time.Second, 20*time.Millisecond)
 }
+
+type stallArgs struct{}
+
+func (stallArgs) Kind() string { return "metrics.stall" }
+
+// waitSeries scrapes until every series in want has its value.
+func waitSeries(t *testing.T, url string, want map[string]float64) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		got := scrape(t, url)
+		mismatch := ""
+		for k, v := range want {
+			if g, ok := got[k]; !ok || g != v {
+				mismatch = k
+				break
+			}
+		}
+		if mismatch == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("series %s: want %v, scrape had %v", mismatch, want[mismatch], got[mismatch])
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestProgressMetrics: progress writes are counted, a stall is counted and shows in the stalled-jobs
+// gauge until the job's outcome.
+func TestProgressMetrics(t *testing.T) {
+	ctx := context.Background()
+	release := make(chan struct{})
+	workers := pronto.NewWorkers()
+	pronto.AddWorker(workers, pronto.WorkFunc(func(ctx context.Context, j *pronto.Job[stallArgs]) error {
+		if err := pronto.ReportProgress(ctx, 0.5, nil); err != nil {
+			return pronto.Discard(err)
+		}
+		<-release
+		return nil
+	}))
+	m := promexport.New(&promexport.Options{CacheTTL: time.Nanosecond})
+	cfg := &pronto.Config{Queues: map[string]pronto.QueueConfig{"default": {MaxWorkers: 1}}, Workers: workers,
+		ProgressStallTimeout: 50 * time.Millisecond}
+	m.Instrument(cfg)
+	client, err := pronto.NewClient(memory.New(), cfg)
+	require.NoError(t, err)
+	detach := m.Attach(client)
+	defer detach()
+	reg := prometheus.NewPedanticRegistry()
+	require.NoError(t, reg.Register(m))
+	srv := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	defer srv.Close()
+	require.NoError(t, client.Start(ctx))
+	defer client.Stop(ctx)
+	_, err = client.Insert(ctx, stallArgs{}, nil)
+	require.NoError(t, err)
+	waitSeries(t, srv.URL, map[string]float64{
+		`ojs_progress_updates_total{queue="default",type="metrics.stall"}`:    1,
+		`pronto_progress_stalled_total{queue="default",type="metrics.stall"}`: 1,
+		`ojs_progress_stalled_jobs{queue="default"}`:                          1,
+	})
+	close(release)
+	waitSeries(t, srv.URL, map[string]float64{
+		`ojs_progress_stalled_jobs{queue="default"}`:                       0,
+		`ojs_job_completed_total{queue="default",type="metrics.stall"}`:    1,
+		`ojs_progress_updates_total{queue="default",type="metrics.stall"}`: 1,
+	})
+}
+
+// TestStalledGaugeForgetsJobsEndedElsewhere: a stall reported through this client (an OJS worker's
+// progress) whose job another client completes leaves the gauge at the next scrape.
+func TestStalledGaugeForgetsJobsEndedElsewhere(t *testing.T) {
+	ctx := context.Background()
+	st := memory.New()
+	m := promexport.New(&promexport.Options{CacheTTL: time.Nanosecond})
+	a, err := pronto.NewClient(st, &pronto.Config{ProgressStallTimeout: 50 * time.Millisecond})
+	require.NoError(t, err)
+	b, err := pronto.NewClient(st, &pronto.Config{})
+	require.NoError(t, err)
+	detach := m.Attach(a)
+	defer detach()
+	reg := prometheus.NewPedanticRegistry()
+	require.NoError(t, reg.Register(m))
+	srv := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	defer srv.Close()
+
+	job, err := a.Insert(ctx, stallArgs{}, &pronto.InsertOpts{Queue: "remote"})
+	require.NoError(t, err)
+	fetched, err := a.RemoteFetch(ctx, pronto.RemoteFetchParams{Queues: []string{"remote"}, WorkerID: "ojs-1"})
+	require.NoError(t, err)
+	require.Len(t, fetched, 1)
+	half := 0.5
+	_, err = a.JobProgressReport(ctx, job.ID, &half, nil)
+	require.NoError(t, err)
+	waitSeries(t, srv.URL, map[string]float64{`ojs_progress_stalled_jobs{queue="remote"}`: 1})
+	_, err = b.RemoteAck(ctx, pronto.RemoteAckParams{ID: job.ID, WorkerID: "ojs-1"})
+	require.NoError(t, err)
+	waitSeries(t, srv.URL, map[string]float64{`ojs_progress_stalled_jobs{queue="remote"}`: 0})
+}

@@ -393,6 +393,7 @@ func (s *Server) retryDeadLetter(w http.ResponseWriter, r *http.Request, id stri
 		s.writeError(w, r, fromClientError(err, "dead-letter job", id))
 		return
 	}
+	s.deadLetterEvent("dead_letter.retried", j)
 	s.writeJob(w, http.StatusOK, j, func(b []byte) []byte {
 		return appendTimeField(b, "re_enqueued_at", time.Now())
 	})
@@ -400,7 +401,8 @@ func (s *Server) retryDeadLetter(w http.ResponseWriter, r *http.Request, id stri
 
 // DELETE /ojs/v1/dead-letter/{id}
 func (s *Server) deleteDeadLetter(w http.ResponseWriter, r *http.Request, id string) {
-	if _, e := s.deadLetterJob(r.Context(), id); e != nil {
+	dl, e := s.deadLetterJob(r.Context(), id)
+	if e != nil {
 		s.writeError(w, r, e)
 		return
 	}
@@ -408,6 +410,7 @@ func (s *Server) deleteDeadLetter(w http.ResponseWriter, r *http.Request, id str
 		s.writeError(w, r, fromClientError(err, "dead-letter job", id))
 		return
 	}
+	s.deadLetterEvent("dead_letter.deleted", dl)
 	b := getBuf()
 	*b = append(*b, '{')
 	*b = appendBoolField(*b, "deleted", true)

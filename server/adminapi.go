@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
-	"sort"
 	"strings"
 	"time"
 
@@ -118,16 +117,56 @@ func (s *Server) routeAdmin(w http.ResponseWriter, r *http.Request, seg []string
 			return true
 		}
 	case "workers":
-		if len(seg) == 2 {
+		switch {
+		case len(seg) == 2:
 			if is(http.MethodGet) {
 				s.adminWorkers(w, r)
 			}
 			return true
+		case len(seg) == 3:
+			switch m {
+			case http.MethodGet:
+				s.adminGetWorker(w, r, seg[2])
+			case http.MethodDelete:
+				s.adminDeregisterWorker(w, r, seg[2])
+			default:
+				s.writeError(w, r, methodNotAllowed(r, "GET", "DELETE"))
+			}
+			return true
+		case len(seg) == 4 && (seg[3] == "quiet" || seg[3] == "terminate"):
+			if is(http.MethodPost) {
+				s.adminWorkerDirective(w, r, seg[2], seg[3])
+			}
+			return true
 		}
 	case "stats":
-		if len(seg) == 2 {
+		switch {
+		case len(seg) == 2:
 			if is(http.MethodGet) {
 				s.adminStats(w, r)
+			}
+			return true
+		case len(seg) == 3 && seg[2] == "history":
+			if is(http.MethodGet) {
+				s.adminStatsHistory(w, r)
+			}
+			return true
+		}
+	case "system":
+		switch {
+		case len(seg) == 3 && seg[2] == "config":
+			if is(http.MethodGet) {
+				s.adminSystemConfig(w, r)
+			}
+			return true
+		case len(seg) == 3 && seg[2] == "maintenance":
+			switch m {
+			case http.MethodGet:
+				s.adminGetMaintenance(w, r)
+			case http.MethodPost:
+				s.adminSetMaintenance(w, r)
+			default:
+				s.writeError(w, r, methodNotAllowed(r, "GET", "POST"))
 			}
 			return true
 		}
@@ -166,8 +205,10 @@ func (s *Server) adminListQueues(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	items := make([]map[string]any, len(qs))
+	now := time.Now()
 	for i := range qs {
 		items[i] = adminQueue(&qs[i])
+		items[i]["throughput"], items[i]["latency_ms"] = s.history.queueActivity(qs[i].Name, now)
 	}
 	writeJSONValue(w, http.StatusOK, map[string]any{"items": items,
 		"pagination": map[string]any{"total": len(qs), "page": 1, "per_page": len(qs)}})
@@ -185,6 +226,7 @@ func (s *Server) adminGetQueue(w http.ResponseWriter, r *http.Request, name stri
 		return
 	}
 	out := adminQueue(q)
+	out["throughput"], out["latency_ms"] = s.history.queueActivity(name, time.Now())
 	if st, ok := s.client.Stats().Queues[name]; ok {
 		out["workers"] = map[string]any{"busy": st.Running, "free": st.Free}
 	}
@@ -629,35 +671,6 @@ func (s *Server) adminPurgeDeadLetter(w http.ResponseWriter, r *http.Request) {
 	s.purge(w, r, f, []string{string(pronto.StateDiscarded)}, func(j *pronto.JobRow) bool { return !isDeadLetter(j) })
 }
 
-// GET /ojs/v1/admin/workers: the clients and OJS workers holding active jobs now, and this server's
-// own client.
-func (s *Server) adminWorkers(w http.ResponseWriter, r *http.Request) {
-	held, truncated, err := s.workersHolding(r.Context())
-	if err != nil {
-		s.writeError(w, r, fromClientError(err, "worker", ""))
-		return
-	}
-	self := s.client.ID()
-	if _, ok := held[self]; !ok {
-		held[self] = 0
-	}
-	ids := make([]string, 0, len(held))
-	for id := range held {
-		ids = append(ids, id)
-	}
-	sort.Strings(ids)
-	items := make([]map[string]any, len(ids))
-	for i, id := range ids {
-		kind := "remote"
-		if id == self {
-			kind = "server"
-		}
-		items[i] = map[string]any{"id": id, "active_jobs": held[id], "kind": kind}
-	}
-	writeJSONValue(w, http.StatusOK, map[string]any{"items": items,
-		"pagination": map[string]any{"total": len(items), "page": 1, "per_page": len(items)}, "truncated": truncated})
-}
-
 // workersHolding counts the active jobs per worker id.
 func (s *Server) workersHolding(ctx context.Context) (map[string]int, bool, error) {
 	held := map[string]int{}
@@ -693,10 +706,12 @@ func (s *Server) adminStats(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	st := s.client.Stats()
+	processed, failed := s.history.throughput("", time.Now())
 	writeJSONValue(w, http.StatusOK, map[string]any{
 		"queues": len(qs), "paused_queues": paused, "workers": len(held), "jobs": jobs,
 		"uptime_seconds": int64(time.Since(s.started).Seconds()), "leader": st.Leader,
 		"completer_backlog": st.CompleterBacklog,
+		"throughput":        map[string]any{"processed_per_minute": processed, "failed_per_minute": failed},
 	})
 }
 

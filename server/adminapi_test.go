@@ -138,8 +138,12 @@ func TestAdminAPI(t *testing.T) {
 				t.Fatalf("stats: %v", st)
 			}
 			ws := mustCall(t, s, 200, "GET", "/ojs/v1/admin/workers", nil).body["items"].([]any)
-			if len(ws) != 1 || ws[0].(map[string]any)["id"] != s.client.ID() {
-				t.Fatalf("workers: %v", ws)
+			ids := map[any]any{}
+			for _, it := range ws {
+				ids[it.(map[string]any)["id"]] = it.(map[string]any)["kind"]
+			}
+			if len(ws) != 2 || ids[s.client.ID()] != "server" || ids["w1"] != "remote" {
+				t.Fatalf("workers (this server's client and w1, which fetched): %v", ws)
 			}
 
 			// Dead letter.

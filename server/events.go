@@ -187,6 +187,7 @@ func (l *eventLog) appendEvent(b []byte, e *event) []byte {
 
 // jobEvent builds a job event whose data starts with job_type and queue; more adds the rest.
 func (s *Server) jobEvent(typ string, j *pronto.JobRow, at time.Time, more func(b []byte) []byte) {
+	s.streams.wake(j.ID)
 	b := make([]byte, 0, 256)
 	b = append(b, '{')
 	b = appendStringField(b, "job_id", j.ID)
@@ -214,6 +215,7 @@ func (s *Server) clientEvent(ev *pronto.Event) {
 	if j == nil {
 		return
 	}
+	s.streams.wake(j.ID)
 	durMS := ev.Duration.Milliseconds()
 	var lastErr *pronto.AttemptError
 	if n := len(j.Errors); n > 0 {
@@ -236,6 +238,7 @@ func (s *Server) clientEvent(ev *pronto.Event) {
 	}
 	switch ev.Kind {
 	case pronto.EventCompleted:
+		s.recordOutcome(ev, false)
 		s.jobEvent("job.completed", j, ev.At, func(b []byte) []byte {
 			b = appendIntField(b, "duration_ms", durMS)
 			b = appendIntField(b, "attempt", int64(j.Attempt))
@@ -245,6 +248,7 @@ func (s *Server) clientEvent(ev *pronto.Event) {
 			return b
 		})
 	case pronto.EventFailed:
+		s.recordOutcome(ev, true)
 		s.jobEvent("job.failed", j, ev.At, func(b []byte) []byte {
 			b = appendIntField(b, "attempt", int64(j.Attempt))
 			b = appendErr(b, "error")
@@ -258,6 +262,7 @@ func (s *Server) clientEvent(ev *pronto.Event) {
 		})
 	case pronto.EventDiscarded:
 		if lastErr != nil && lastErr.Attempt == j.Attempt && j.Attempt > 0 {
+			s.recordOutcome(ev, true)
 			s.jobEvent("job.failed", j, ev.At, func(b []byte) []byte {
 				b = appendIntField(b, "attempt", int64(j.Attempt))
 				b = appendErr(b, "error")
@@ -268,6 +273,9 @@ func (s *Server) clientEvent(ev *pronto.Event) {
 			b = appendIntField(b, "total_attempts", int64(j.Attempt))
 			return appendErr(b, "last_error")
 		})
+		if isDeadLetter(j) {
+			s.deadLetterEvent("dead_letter.added", j)
+		}
 	case pronto.EventCancelled:
 		s.jobEvent("job.cancelled", j, ev.At, nil)
 	case pronto.EventSnoozed:
@@ -277,6 +285,22 @@ func (s *Server) clientEvent(ev *pronto.Event) {
 	case pronto.EventRetried:
 		s.jobEvent("job.enqueued", j, ev.At, func(b []byte) []byte {
 			return appendIntField(b, "priority", int64(j.Priority))
+		})
+	case pronto.EventProgressStalled:
+		// ojs-progress.md 11.1: {job_id, last_progress, last_update}.
+		s.jobEvent("progress.stalled", j, ev.At, func(b []byte) []byte {
+			if p := j.Progress; p != nil {
+				if p.Value != nil {
+					b = strconv.AppendFloat(appendKey(b, "last_progress"), *p.Value, 'f', -1, 64)
+				} else {
+					b = appendRawField(b, "last_progress", []byte("null"))
+				}
+				if len(p.Data) > 0 {
+					b = appendRawField(b, "last_data", p.Data)
+				}
+				b = appendTimeField(b, "last_update", p.UpdatedAt)
+			}
+			return b
 		})
 	case pronto.EventProgress:
 		// ojs-progress.md 11.1; the client emits at most one a second per job.
@@ -320,6 +344,7 @@ func (s *Server) onCronFire(f pronto.CronFire) {
 
 // enqueuedEvent records job.enqueued (or job.scheduled, for a job due later) of an inserted job.
 func (s *Server) enqueuedEvent(j *pronto.JobRow) {
+	s.history.record(statEnqueued, j.Queue, j.CreatedAt, 0)
 	switch j.State {
 	case pronto.StateScheduled:
 		s.jobEvent("job.scheduled", j, j.CreatedAt, func(b []byte) []byte {

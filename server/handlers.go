@@ -321,6 +321,12 @@ func (s *Server) fetch(w http.ResponseWriter, r *http.Request) {
 		claimLease = pronto.DefaultRemoteLease
 	}
 	ctx := r.Context()
+	if d := s.touchWorker(ctx, req.workerID, req.queues); d != "" || s.maintenanceOn(ctx) {
+		// An operator quieted (or is terminating) this worker, or maintenance mode is on: no new
+		// jobs (ojs-admin-api.md 9.3, 12.1).
+		writeRaw(w, http.StatusOK, []byte(`{"jobs":[]}`))
+		return
+	}
 	jobs, err := s.client.RemoteFetch(ctx, pronto.RemoteFetchParams{
 		Queues: req.queues, Limit: req.count, WorkerID: req.workerID, Lease: claimLease,
 	})
@@ -349,6 +355,7 @@ func (s *Server) fetch(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	s.fetched.add(jobs)
+	s.withCheckpoints(ctx, jobs)
 	b := getBuf()
 	*b = append(*b, `{"jobs":[`...)
 	for i, j := range jobs {
@@ -752,6 +759,14 @@ func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request) {
 					state = "quiet"
 				}
 			}
+		}
+	}
+	switch s.touchWorker(ctx, req.workerID, nil) {
+	case "terminate":
+		state = "terminate"
+	case "quiet":
+		if state == "running" {
+			state = "quiet"
 		}
 	}
 	extended := make([]string, 0, len(held))

@@ -220,6 +220,9 @@ func appendJob(b []byte, j *pronto.JobRow) []byte {
 	if j.Progress != nil {
 		b = appendProgress(b, j.Progress, "progress_data")
 	}
+	if len(j.LastCheckpoint) > 0 {
+		b = appendRawField(b, "last_checkpoint", j.LastCheckpoint)
+	}
 	b = appendJobLinks(b, j)
 	if ext != nil && len(ext.Unknown) > 0 {
 		keys := make([]string, 0, len(ext.Unknown))
@@ -249,7 +252,7 @@ func reservedViewKey(k string) bool {
 		"completed_at", "discarded_at", "cancelled_at", "visible_until", "retry_delay_ms", "error",
 		"errors", "result", "options", "timeout", "workflow_id", "depends_on", "workflow_callback",
 		"parent_results", "unique_key", "rate_limit_key", "deduplicated", "progress", "progress_data",
-		"progress_updated_at":
+		"progress_updated_at", "last_checkpoint":
 		return true
 	}
 	return false

@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"net/http"
 	"strconv"
@@ -12,8 +13,9 @@ import (
 
 // progressRequest is the body of PUT /ojs/v1/jobs/{id}/progress (ojs-progress.md 6.1).
 type progressRequest struct {
-	Progress *float64        `json:"progress"`
-	Data     json.RawMessage `json:"data"`
+	Progress   *float64        `json:"progress"`
+	Data       json.RawMessage `json:"data"`
+	Checkpoint json.RawMessage `json:"checkpoint"`
 }
 
 // PUT /ojs/v1/jobs/{id}/progress: an OJS worker reports progress on an active job. The report is
@@ -33,18 +35,24 @@ func (s *Server) putProgress(w http.ResponseWriter, r *http.Request, id string) 
 		if bytes.Equal(bytes.TrimSpace(p.Data), []byte("null")) {
 			p.Data = nil
 		}
-		if p.Progress == nil && p.Data == nil {
-			return p, invalid("progress", "a progress report needs \"progress\" (a number from 0 to 1), \"data\" (an object) or both")
+		if bytes.Equal(bytes.TrimSpace(p.Checkpoint), []byte("null")) {
+			p.Checkpoint = nil
+		}
+		if p.Progress == nil && p.Data == nil && p.Checkpoint == nil {
+			return p, invalid("progress", "a progress report needs \"progress\" (a number from 0 to 1), \"data\" (an object), \"checkpoint\" (an object) or some of them")
 		}
 		if p.Data != nil && bytes.TrimSpace(p.Data)[0] != '{' {
 			return p, invalid("data", "\"data\" must be a JSON object")
+		}
+		if p.Checkpoint != nil && bytes.TrimSpace(p.Checkpoint)[0] != '{' {
+			return p, invalid("checkpoint", "\"checkpoint\" must be a JSON object")
 		}
 		return p, nil
 	})
 	if !ok {
 		return
 	}
-	j, err := s.client.JobProgressReport(r.Context(), id, req.Progress, req.Data)
+	j, err := s.client.JobProgressCheckpoint(r.Context(), id, req.Progress, req.Data, req.Checkpoint)
 	if err != nil {
 		s.writeError(w, r, fromClientError(err, "job", id))
 		return
@@ -59,7 +67,7 @@ func (s *Server) putProgress(w http.ResponseWriter, r *http.Request, id string) 
 }
 
 // GET /ojs/v1/jobs/{id}/progress: the progress of the job's latest run, with null values when it
-// reported none (ojs-progress.md 7.1).
+// reported none (ojs-progress.md 7.1), and the job's last_checkpoint when one was saved.
 func (s *Server) getProgress(w http.ResponseWriter, r *http.Request, id string) {
 	if e := checkJobID(id, "job id"); e != nil {
 		s.writeError(w, r, e)
@@ -77,6 +85,9 @@ func (s *Server) getProgress(w http.ResponseWriter, r *http.Request, id string) 
 	*b = appendStringField(*b, "job_id", j.ID)
 	*b = appendStringField(*b, "state", string(j.State))
 	*b = appendProgress(*b, j.Progress, "data")
+	if len(j.LastCheckpoint) > 0 {
+		*b = appendRawField(*b, "last_checkpoint", j.LastCheckpoint)
+	}
 	*b = append(*b, '}')
 	if p := j.Progress; p != nil {
 		if p.Value != nil {
@@ -110,4 +121,66 @@ func appendProgress(b []byte, p *pronto.JobProgress, dataKey string) []byte {
 		b = appendRawField(b, dataKey, []byte("null"))
 	}
 	return appendTimeField(b, updatedKey, p.UpdatedAt)
+}
+
+// withCheckpoints sets LastCheckpoint on the fetched jobs that are retries (attempt > 1), so that an
+// OJS worker finds the checkpoint of an earlier attempt in the job it fetches (ojs-progress.md 6.4):
+// one progress read per retried job, none for first attempts. A failed read leaves the job without.
+func (s *Server) withCheckpoints(ctx context.Context, jobs []*pronto.JobRow) {
+	for _, j := range jobs {
+		if j.Attempt <= 1 {
+			continue
+		}
+		cp, err := s.client.JobLastCheckpoint(ctx, j.ID)
+		if err != nil {
+			s.log.Warn("pronto serve: reading the checkpoint of a fetched job failed", "job", j.ID, "err", err)
+			continue
+		}
+		j.LastCheckpoint = cp
+	}
+}
+
+// GET /ojs/v1/workflows/{id}/progress: the workflow's aggregate progress and each step's
+// (ojs-progress.md 9.2): {"workflow_id", "type", "state", "progress", "steps": [{"id", "job_id",
+// "type", "state", "progress", "data"?}]}.
+func (s *Server) workflowProgress(w http.ResponseWriter, r *http.Request, id string) {
+	if e := checkWorkflowID(id); e != nil {
+		s.writeError(w, r, e)
+		return
+	}
+	wp, err := s.client.WorkflowProgress(r.Context(), id)
+	if err != nil {
+		s.writeError(w, r, workflowError(err, id))
+		return
+	}
+	w.Header().Set("Cache-Control", "no-cache")
+	w.Header().Set("X-OJS-Progress", strconv.FormatFloat(wp.Value, 'f', -1, 64))
+	b := getBuf()
+	*b = append(*b, '{')
+	*b = appendStringField(*b, "workflow_id", wp.Workflow.ID)
+	*b = appendStringField(*b, "type", wp.Workflow.Type)
+	*b = appendStringField(*b, "state", string(wp.Workflow.State))
+	*b = strconv.AppendFloat(appendKey(*b, "progress"), wp.Value, 'f', -1, 64)
+	*b = append(appendKey(*b, "steps"), '[')
+	for i, j := range wp.Steps {
+		if i > 0 {
+			*b = append(*b, ',')
+		}
+		*b = append(*b, '{')
+		*b = appendStringField(*b, "id", stepID(j, i))
+		*b = appendStringField(*b, "job_id", j.ID)
+		*b = appendStringField(*b, "type", j.Kind)
+		*b = appendStringField(*b, "state", string(j.State))
+		if p := j.Progress; p != nil && p.Value != nil {
+			*b = strconv.AppendFloat(appendKey(*b, "progress"), *p.Value, 'f', -1, 64)
+		} else {
+			*b = appendRawField(*b, "progress", []byte("null"))
+		}
+		if p := j.Progress; p != nil && len(p.Data) > 0 {
+			*b = appendRawField(*b, "data", p.Data)
+		}
+		*b = append(*b, '}')
+	}
+	*b = append(*b, ']', '}')
+	writeBuf(w, http.StatusOK, b)
 }

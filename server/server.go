@@ -64,6 +64,9 @@ type Config struct {
 	// behind the same API key as the rest. A key ending in "/" matches every path below it; other
 	// keys match exactly.
 	Handlers map[string]http.Handler
+	// WorkerStaleAfter is how long an OJS worker may go unheard before the admin API calls it stale
+	// and lets it be deregistered (default DefaultWorkerStaleAfter).
+	WorkerStaleAfter time.Duration
 }
 
 // Server is the OJS HTTP API as an http.Handler.
@@ -87,6 +90,15 @@ type Server struct {
 
 	draining atomic.Bool
 
+	// streams are the open progress streams (progressstream.go).
+	streams progressStreams
+	// history holds the per-minute and per-hour statistics (statshistory.go).
+	history statsHistory
+	// workers throttles the worker record writes (workersapi.go).
+	workers workerTracker
+	// maintenance caches the maintenance mode for fetches (maintenance.go).
+	maintenance maintenanceCache
+
 	// schemas is the schema registry's cache (schemaapi.go).
 	schemas  *schemaRegistry
 	handlers map[string]http.Handler
@@ -109,6 +121,7 @@ func New(cfg Config) (*Server, error) {
 		source:     "ojs://pronto/api",
 		events:     newEventLog(cfg.EventBuffer),
 		fetched:    newFetchedJobs(100000),
+		workers:    workerTracker{staleAfter: cfg.WorkerStaleAfter},
 		eventsDone: make(chan struct{}),
 		handlers:   cfg.Handlers,
 	}
@@ -131,7 +144,7 @@ func New(cfg Config) (*Server, error) {
 	// The kinds the event log records (see consumeClientEvents), so the client never copies a job
 	// for an event nobody here reads.
 	ch, unsub := cfg.Client.Subscribe(pronto.EventCompleted, pronto.EventFailed, pronto.EventDiscarded,
-		pronto.EventCancelled, pronto.EventSnoozed, pronto.EventRetried, pronto.EventProgress)
+		pronto.EventCancelled, pronto.EventSnoozed, pronto.EventRetried, pronto.EventProgress, pronto.EventProgressStalled)
 	s.unsubscribe = unsub
 	go s.consumeClientEvents(ch)
 	return s, nil
@@ -149,6 +162,7 @@ func backendName(st store.Store) string {
 // Close stops following the client's events. The handler keeps answering requests.
 func (s *Server) Close() error {
 	s.closeOnce.Do(func() {
+		s.streams.stop()
 		s.unsubscribe()
 		<-s.eventsDone
 	})
@@ -156,8 +170,12 @@ func (s *Server) Close() error {
 }
 
 // Drain makes heartbeats answer "quiet" from now on: workers stop fetching and finish what they hold.
-// Call it when the server is about to shut down.
-func (s *Server) Drain() { s.draining.Store(true) }
+// It also ends the open progress streams and refuses new ones. Call it when the server is about to
+// shut down.
+func (s *Server) Drain() {
+	s.draining.Store(true)
+	s.streams.stop() // progress streams end: they would hold a graceful shutdown
+}
 
 // RunCron runs the client's cron scheduler (see pronto.Client.RunCron) and records its occurrences as
 // cron.triggered and cron.skipped events. It returns when ctx is done.
@@ -375,6 +393,9 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request, rest string) {
 				s.writeError(w, r, methodNotAllowed(r, "GET", "DELETE"))
 			}
 			return
+		case len(seg) == 4 && seg[2] == "progress" && seg[3] == "stream":
+			want(http.MethodGet, func() { s.progressStream(w, r, seg[1]) })
+			return
 		case len(seg) == 3 && seg[2] == "progress":
 			switch m {
 			case http.MethodGet:
@@ -428,10 +449,27 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request, rest string) {
 			want(http.MethodGet, func() { s.deadLetterStats(w, r) })
 			return
 		case len(seg) == 1:
-			want(http.MethodGet, func() { s.listDeadLetter(w, r) })
+			switch m {
+			case http.MethodGet:
+				s.listDeadLetter(w, r)
+			case http.MethodDelete:
+				s.adminPurgeDeadLetter(w, r)
+			default:
+				s.writeError(w, r, methodNotAllowed(r, "GET", "DELETE"))
+			}
+			return
+		case len(seg) == 2 && seg[1] == "retry":
+			want(http.MethodPost, func() { s.retryDeadLetterMany(w, r) })
 			return
 		case len(seg) == 2:
-			want(http.MethodDelete, func() { s.deleteDeadLetter(w, r, seg[1]) })
+			switch m {
+			case http.MethodGet:
+				s.getDeadLetter(w, r, seg[1])
+			case http.MethodDelete:
+				s.deleteDeadLetter(w, r, seg[1])
+			default:
+				s.writeError(w, r, methodNotAllowed(r, "GET", "DELETE"))
+			}
 			return
 		case len(seg) == 3 && seg[2] == "retry":
 			want(http.MethodPost, func() { s.retryDeadLetter(w, r, seg[1]) })
@@ -477,6 +515,9 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request, rest string) {
 			return
 		case len(seg) == 3 && seg[2] == "jobs":
 			want(http.MethodGet, func() { s.workflowJobs(w, r, seg[1]) })
+			return
+		case len(seg) == 3 && seg[2] == "progress":
+			want(http.MethodGet, func() { s.workflowProgress(w, r, seg[1]) })
 			return
 		}
 	case "rate-limits":

@@ -17,6 +17,10 @@ type Progress struct {
 	RunStartedAt time.Time
 	// UpdatedAt is when it was last written (the store's clock).
 	UpdatedAt time.Time
+	// Checkpoint is the latest checkpoint saved for the job (a JSON object: the state a later
+	// attempt resumes from, ojs-progress.md 6.4), or nil. Unlike Value and Data it is kept across
+	// runs: a new run's reports replace it only when they carry a checkpoint of their own.
+	Checkpoint json.RawMessage
 }
 
 // ProgressParams is one progress report for an active job.
@@ -29,6 +33,8 @@ type ProgressParams struct {
 	Value *float64
 	// Data replaces the structured progress when not nil.
 	Data json.RawMessage
+	// Checkpoint replaces the job's checkpoint when not nil (see Progress.Checkpoint).
+	Checkpoint json.RawMessage
 }
 
 // ProgressStore keeps job progress. It is part of Store.
@@ -37,7 +43,8 @@ type ProgressStore interface {
 	// still runs under it), and reports whether it did: reports for jobs in any other state are
 	// ignored (false, nil), as are reports for a job that does not exist. Within one run the numeric
 	// value never decreases (a lower value keeps the higher one); Data, when given, replaces the
-	// previous data. A report for a new run replaces what an earlier run reported.
+	// previous data. A report for a new run replaces what an earlier run reported, except the
+	// checkpoint, which only a report carrying one replaces.
 	SetProgress(ctx context.Context, p ProgressParams) (bool, error)
 	// GetProgress returns the latest progress reported for the job, by whichever run (compare
 	// RunStartedAt with the job's StartedAt), or nil when none was ever reported or the job does not

@@ -175,6 +175,10 @@ type Job struct {
 	// Progress is what the job's latest run reported (see ProgressStore). Stores leave it nil in the
 	// jobs they return; the client's JobGet fills it in.
 	Progress *Progress
+	// LastCheckpoint is the latest checkpoint saved for the job by any of its runs (see
+	// Progress.Checkpoint), the state its next attempt resumes from. Stores leave it nil; the
+	// client's JobGet and the HTTP fetch of a retried job fill it in.
+	LastCheckpoint json.RawMessage
 }
 
 // InsertParams describes one job to insert. The client fills every field; the store writes them as

@@ -53,6 +53,8 @@ func cmdServe(ctx context.Context, r *runner, args []string) error {
 	metricsAddr := fs.String("metrics-addr", "", "serve /metrics (Prometheus) on this `HOST:PORT` instead of the API's address; the API key applies there too")
 	pprofOn := fs.Bool("pprof", false, "serve Go's profiler at /debug/pprof/ (behind the API key): for diagnosis, not left on")
 	uiReadOnly := fs.Bool("ui-read-only", false, "serve the web dashboard at / without actions that change state")
+	stallAfter := fs.duration("progress-stall-timeout", 0, "emit progress.stalled for a running job that reported progress and then nothing for this long (0: off)")
+	staleAfter := fs.duration("worker-stale-after", server.DefaultWorkerStaleAfter, "how long an OJS worker may go unheard before the admin API calls it stale and lets it be deregistered")
 	if _, err := fs.parse(args, 0, 0); err != nil {
 		return err
 	}
@@ -65,6 +67,9 @@ func cmdServe(ctx context.Context, r *runner, args []string) error {
 	}
 	if *maxBody <= 0 {
 		return usageErrorf("serve: --max-body-bytes must be positive")
+	}
+	if *stallAfter < 0 || *staleAfter <= 0 {
+		return usageErrorf("serve: --progress-stall-timeout must not be negative, --worker-stale-after must be positive")
 	}
 	if *poolSize < 2 || *poolSize > 10000 {
 		return usageErrorf("serve: --pool-size must be between 2 and 10000")
@@ -81,7 +86,7 @@ func cmdServe(ctx context.Context, r *runner, args []string) error {
 	defer db.Close()
 
 	logger := slog.New(slog.NewTextHandler(r.env.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	clientCfg := &pronto.Config{Logger: logger}
+	clientCfg := &pronto.Config{Logger: logger, ProgressStallTimeout: *stallAfter}
 	obs := newServeObservability(clientCfg, *pprofOn, *metricsAddr != "")
 	client, err := pronto.NewClient(db.store, clientCfg)
 	if err != nil {
@@ -90,7 +95,7 @@ func cmdServe(ctx context.Context, r *runner, args []string) error {
 	defer obs.attach(client)()
 	srv, err := server.New(server.Config{
 		Client: client, APIKey: key, MaxBodyBytes: *maxBody, Backend: db.t.kind, TestMode: *testMode, Logger: logger,
-		Handlers: obs.handlers,
+		Handlers: obs.handlers, WorkerStaleAfter: *staleAfter,
 	})
 	if err != nil {
 		return errorf("serve: %v", err)

@@ -146,6 +146,8 @@ type Store struct {
 	expiry   jheap   // not-started jobs with an expiry, by expiry
 	terminal [3]fifo // completed, cancelled and discarded jobs in the order they finished
 	leaders  map[string]leader
+	// workers are the OJS worker records (workers.go), under a lock of their own.
+	workers workerRegistry
 
 	// unique maps a unique key to the job that took it last: the only job that may hold it.
 	unique map[string]*job

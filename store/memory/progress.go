@@ -3,6 +3,7 @@ package memory
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"time"
 
@@ -22,11 +23,18 @@ func (s *Store) SetProgress(ctx context.Context, p store.ProgressParams) (bool, 
 	if j.State != store.StateActive || (p.Token != "" && p.Token != j.ClaimToken) {
 		return false, nil
 	}
+	var checkpoint json.RawMessage
+	if j.prog != nil {
+		checkpoint = j.prog.Checkpoint // kept across runs
+	}
+	if p.Checkpoint != nil {
+		checkpoint = bytes.Clone(p.Checkpoint)
+	}
 	prev := j.prog
 	if prev == nil || !prev.RunStartedAt.Equal(j.StartedAt) {
 		prev = nil // a new run starts afresh
 	}
-	next := &store.Progress{RunStartedAt: j.StartedAt, UpdatedAt: time.Now().UTC()}
+	next := &store.Progress{RunStartedAt: j.StartedAt, UpdatedAt: time.Now().UTC(), Checkpoint: checkpoint}
 	if prev != nil {
 		next.Value, next.Data = prev.Value, prev.Data
 	}
@@ -60,5 +68,6 @@ func (s *Store) GetProgress(ctx context.Context, id string) (*store.Progress, er
 		out.Value = &v
 	}
 	out.Data = bytes.Clone(out.Data)
+	out.Checkpoint = bytes.Clone(out.Checkpoint)
 	return &out, nil
 }

@@ -13,10 +13,10 @@ import (
 
 // setProgressSQL upserts the progress of an active job's current run in one statement: a report from
 // a new run (another started_at) replaces the row; within a run the value never decreases and data is
-// replaced only when given. It reads the job row without locking it, so a report never waits for (or
+// replaced only when given; the checkpoint is replaced only when given, whichever the run. It reads the job row without locking it, so a report never waits for (or
 // holds up) a claim, heartbeat or outcome of the job.
-const setProgressSQL = `INSERT INTO {schema}.progress AS p (job_id, run_started_at, value, data, updated_at)
-	SELECT j.id, j.started_at, $2, $3, now() FROM {schema}.jobs j
+const setProgressSQL = `INSERT INTO {schema}.progress AS p (job_id, run_started_at, value, data, updated_at, checkpoint)
+	SELECT j.id, j.started_at, $2, $3, now(), $5 FROM {schema}.jobs j
 	WHERE j.id = $1 AND j.state = 'active' AND ($4::uuid IS NULL OR j.claim_token = $4::uuid)
 	ON CONFLICT (job_id) DO UPDATE SET
 		value = CASE
@@ -25,10 +25,11 @@ const setProgressSQL = `INSERT INTO {schema}.progress AS p (job_id, run_started_
 		data = CASE
 			WHEN p.run_started_at <> excluded.run_started_at THEN excluded.data
 			ELSE coalesce(excluded.data, p.data) END,
+		checkpoint = coalesce(excluded.checkpoint, p.checkpoint),
 		run_started_at = excluded.run_started_at,
 		updated_at = excluded.updated_at`
 
-const getProgressSQL = `SELECT run_started_at, value, data, updated_at FROM {schema}.progress WHERE job_id = $1`
+const getProgressSQL = `SELECT run_started_at, value, data, updated_at, checkpoint FROM {schema}.progress WHERE job_id = $1`
 
 // SetProgress records progress for the job's current run when it is active.
 func (s *Store) SetProgress(ctx context.Context, p store.ProgressParams) (bool, error) {
@@ -48,7 +49,11 @@ func (s *Store) SetProgress(ctx context.Context, p store.ProgressParams) (bool, 
 	if p.Data != nil {
 		data = p.Data
 	}
-	tag, err := s.pool.Exec(ctx, s.expand.Replace(setProgressSQL), id, p.Value, data, token)
+	var checkpoint []byte
+	if p.Checkpoint != nil {
+		checkpoint = p.Checkpoint
+	}
+	tag, err := s.pool.Exec(ctx, s.expand.Replace(setProgressSQL), id, p.Value, data, token, checkpoint)
 	if err != nil {
 		return false, fmt.Errorf("set progress of job %s: %w", p.ID, err)
 	}
@@ -63,13 +68,14 @@ func (s *Store) GetProgress(ctx context.Context, id string) (*store.Progress, er
 	}
 	var runStarted, updated pgtype.Timestamptz
 	var value *float64
-	var data []byte
-	err := s.pool.QueryRow(ctx, s.expand.Replace(getProgressSQL), u).Scan(&runStarted, &value, &data, &updated)
+	var data, checkpoint []byte
+	err := s.pool.QueryRow(ctx, s.expand.Replace(getProgressSQL), u).Scan(&runStarted, &value, &data, &updated, &checkpoint)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("get progress of job %s: %w", id, err)
 	}
-	return &store.Progress{RunStartedAt: timeOf(runStarted), UpdatedAt: timeOf(updated), Value: value, Data: data}, nil
+	return &store.Progress{RunStartedAt: timeOf(runStarted), UpdatedAt: timeOf(updated), Value: value, Data: data,
+		Checkpoint: checkpoint}, nil
 }

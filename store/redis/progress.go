@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strconv"
 
+	goredis "github.com/redis/go-redis/v9"
+
 	"github.com/pronto-jobs/pronto/store"
 )
 
@@ -30,8 +32,26 @@ func (s *Store) SetProgress(ctx context.Context, p store.ProgressParams) (bool, 
 	if err != nil {
 		return false, fmt.Errorf("redis: progress of job %s: %w", p.ID, err)
 	}
+	if n == 1 && p.Checkpoint != nil {
+		// A second script only for reports that carry a checkpoint (few): under the same
+		// conditions, so a checkpoint is never saved by a run that no longer holds the job.
+		if _, err := scriptCheckpoint.Run(ctx, s.rdb, s.keys(q), p.ID, p.Token, string(p.Checkpoint)).Int(); err != nil {
+			return false, fmt.Errorf("redis: checkpoint of job %s: %w", p.ID, err)
+		}
+	}
 	return n == 1, nil
 }
+
+// scriptCheckpoint saves a job's checkpoint (ARGV: id, token or "", checkpoint) in the job's hash
+// (pckpt) while the job is active (under the token, when given). Unlike the progress fields it is
+// kept across runs. Returns 1 when saved.
+var scriptCheckpoint = goredis.NewScript(prelude + `
+local k = jk(ARGV[1])
+local f = redis.call('HMGET', k, 'state', 'token')
+if f[1] ~= 'active' or (ARGV[2] ~= '' and f[2] ~= ARGV[2]) then return 0 end
+redis.call('HSET', k, 'pckpt', ARGV[3])
+return 1
+`)
 
 // GetProgress returns the latest progress reported for the job, or nil.
 func (s *Store) GetProgress(ctx context.Context, id string) (*store.Progress, error) {
@@ -42,7 +62,7 @@ func (s *Store) GetProgress(ctx context.Context, id string) (*store.Progress, er
 	if err != nil {
 		return nil, err
 	}
-	f, err := s.rdb.HMGet(ctx, s.jobKey(q, id), "prun", "pval", "pdata", "pat").Result()
+	f, err := s.rdb.HMGet(ctx, s.jobKey(q, id), "prun", "pval", "pdata", "pat", "pckpt").Result()
 	if err != nil {
 		return nil, fmt.Errorf("redis: progress of job %s: %w", id, err)
 	}
@@ -63,6 +83,9 @@ func (s *Store) GetProgress(ctx context.Context, id string) (*store.Progress, er
 	}
 	if at, ok := f[3].(string); ok {
 		p.UpdatedAt = fromMicros(at)
+	}
+	if c, ok := f[4].(string); ok {
+		p.Checkpoint = []byte(c)
 	}
 	return p, nil
 }

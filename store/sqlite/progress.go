@@ -11,9 +11,9 @@ import (
 
 // setProgressSQL upserts the progress of an active job's current run in one statement: a report from
 // a new run (another started_at) replaces the row; within a run the value never decreases and data is
-// replaced only when given.
-const setProgressSQL = `INSERT INTO pronto_progress (job_id, run_started_at, value, data, updated_at)
-	SELECT id, started_at, ?2, ?3, ?4 FROM pronto_jobs
+// replaced only when given; the checkpoint is replaced only when given, whichever the run.
+const setProgressSQL = `INSERT INTO pronto_progress (job_id, run_started_at, value, data, updated_at, checkpoint)
+	SELECT id, started_at, ?2, ?3, ?4, ?6 FROM pronto_jobs
 	WHERE id = ?1 AND state = 'active' AND (?5 = '' OR claim_token = ?5)
 	ON CONFLICT (job_id) DO UPDATE SET
 		value = CASE
@@ -24,10 +24,11 @@ const setProgressSQL = `INSERT INTO pronto_progress (job_id, run_started_at, val
 		data = CASE
 			WHEN pronto_progress.run_started_at <> excluded.run_started_at THEN excluded.data
 			ELSE coalesce(excluded.data, pronto_progress.data) END,
+		checkpoint = coalesce(excluded.checkpoint, pronto_progress.checkpoint),
 		run_started_at = excluded.run_started_at,
 		updated_at = excluded.updated_at`
 
-const getProgressSQL = `SELECT run_started_at, value, data, updated_at FROM pronto_progress WHERE job_id = ?1`
+const getProgressSQL = `SELECT run_started_at, value, data, updated_at, checkpoint FROM pronto_progress WHERE job_id = ?1`
 
 // SetProgress records progress for the job's current run when it is active.
 func (s *Store) SetProgress(ctx context.Context, p store.ProgressParams) (bool, error) {
@@ -43,8 +44,12 @@ func (s *Store) SetProgress(ctx context.Context, p store.ProgressParams) (bool, 
 	if p.Data != nil {
 		data = sql.NullString{String: string(p.Data), Valid: true}
 	}
+	var checkpoint sql.NullString
+	if p.Checkpoint != nil {
+		checkpoint = sql.NullString{String: string(p.Checkpoint), Valid: true}
+	}
 	nowUS, _ := s.nowMicro()
-	res, err := st.ExecContext(ctx, p.ID, value, data, nowUS, p.Token)
+	res, err := st.ExecContext(ctx, p.ID, value, data, nowUS, p.Token, checkpoint)
 	if err != nil {
 		return false, fmt.Errorf("set progress of job %s: %w", p.ID, s.schemaHint(err))
 	}
@@ -59,8 +64,8 @@ func (s *Store) SetProgress(ctx context.Context, p store.ProgressParams) (bool, 
 func (s *Store) GetProgress(ctx context.Context, id string) (*store.Progress, error) {
 	var runStarted, updated int64
 	var value sql.NullFloat64
-	var data sql.NullString
-	err := s.r.QueryRowContext(ctx, getProgressSQL, id).Scan(&runStarted, &value, &data, &updated)
+	var data, checkpoint sql.NullString
+	err := s.r.QueryRowContext(ctx, getProgressSQL, id).Scan(&runStarted, &value, &data, &updated, &checkpoint)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, nil
 	}
@@ -74,6 +79,9 @@ func (s *Store) GetProgress(ctx context.Context, id string) (*store.Progress, er
 	}
 	if data.Valid {
 		p.Data = []byte(data.String)
+	}
+	if checkpoint.Valid {
+		p.Checkpoint = []byte(checkpoint.String)
 	}
 	return p, nil
 }

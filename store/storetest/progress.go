@@ -78,3 +78,51 @@ func testProgress(t *testing.T, s store.Store) {
 	require.NoError(t, err)
 	require.Nil(t, getProgress(t, s, p.ID), "progress goes with its job")
 }
+
+// testProgressCheckpoint: a checkpoint is saved only by the run holding an active job, replaced only
+// by a report that carries one, and kept across runs (the next attempt resumes from it) and after
+// the job ends, until the job is deleted.
+func testProgressCheckpoint(t *testing.T, s store.Store) {
+	p := job("checkpoint")
+	_, err := s.Insert(ctx(t), []*store.InsertParams{p})
+	require.NoError(t, err)
+	require.False(t, setProgress(t, s, store.ProgressParams{ID: p.ID, Checkpoint: json.RawMessage(`{"at":1}`)}),
+		"a job that is not active takes no checkpoint")
+	require.Nil(t, getProgress(t, s, p.ID))
+
+	first := reclaim(t, s, p.Queue, p.Kind, p.ID, "worker", time.Hour)
+	require.True(t, setProgress(t, s, store.ProgressParams{ID: p.ID, Token: first.ClaimToken, Checkpoint: json.RawMessage(`{"at":10}`)}),
+		"a report may carry a checkpoint only")
+	got := getProgress(t, s, p.ID)
+	require.JSONEq(t, `{"at":10}`, string(got.Checkpoint))
+	require.Nil(t, got.Value)
+	require.Nil(t, got.Data)
+	require.True(t, setProgress(t, s, store.ProgressParams{ID: p.ID, Token: first.ClaimToken, Value: fl(0.4)}))
+	got = getProgress(t, s, p.ID)
+	require.JSONEq(t, `{"at":10}`, string(got.Checkpoint), "a report without a checkpoint keeps it")
+	require.InDelta(t, 0.4, *got.Value, 1e-9)
+	require.True(t, setProgress(t, s, store.ProgressParams{ID: p.ID, Token: first.ClaimToken, Value: fl(0.5),
+		Checkpoint: json.RawMessage(`{"at":20}`)}))
+	require.False(t, setProgress(t, s, store.ProgressParams{ID: p.ID, Token: "00000000-0000-7000-8000-00000000dead",
+		Checkpoint: json.RawMessage(`{"at":99}`)}), "a run that does not hold the job saves no checkpoint")
+	require.JSONEq(t, `{"at":20}`, string(getProgress(t, s, p.ID).Checkpoint))
+
+	require.True(t, finish(t, s, store.Completion{ID: p.ID, Attempt: first.Attempt, Token: first.ClaimToken,
+		State: store.StateRetryable, ScheduledAt: time.Now().Add(-time.Second)}))
+	require.False(t, setProgress(t, s, store.ProgressParams{ID: p.ID, Checkpoint: json.RawMessage(`{"at":30}`)}),
+		"a late checkpoint after the run ended is ignored")
+	require.JSONEq(t, `{"at":20}`, string(getProgress(t, s, p.ID).Checkpoint), "a failed run's checkpoint is kept")
+
+	second := reclaim(t, s, p.Queue, p.Kind, p.ID, "worker", time.Hour)
+	require.JSONEq(t, `{"at":20}`, string(getProgress(t, s, p.ID).Checkpoint), "the next run finds the last checkpoint")
+	require.True(t, setProgress(t, s, store.ProgressParams{ID: p.ID, Token: second.ClaimToken, Value: fl(0.1)}))
+	got = getProgress(t, s, p.ID)
+	require.InDelta(t, 0.1, *got.Value, 1e-9)
+	require.JSONEq(t, `{"at":20}`, string(got.Checkpoint), "a new run's first report keeps the earlier run's checkpoint")
+	require.True(t, setProgress(t, s, store.ProgressParams{ID: p.ID, Token: second.ClaimToken, Checkpoint: json.RawMessage(`{"at":25}`)}))
+	require.True(t, finish(t, s, store.Completion{ID: p.ID, Attempt: second.Attempt, Token: second.ClaimToken, State: store.StateCompleted}))
+	require.JSONEq(t, `{"at":25}`, string(getProgress(t, s, p.ID).Checkpoint), "kept after the job ends")
+	_, err = s.DeleteJob(ctx(t), p.ID)
+	require.NoError(t, err)
+	require.Nil(t, getProgress(t, s, p.ID), "the checkpoint goes with its job")
+}

@@ -133,6 +133,9 @@ var tests = []testCase{
 	{"FinishBatchInOrder", single(testFinishBatch)},
 
 	{"Progress", single(testProgress)},
+	{"ProgressCheckpoint", single(testProgressCheckpoint)},
+	{"Workers", single(testWorkers)},
+	{"Settings", single(testSettings)},
 
 	{"NotFound", single(testNotFound)},
 	{"CancelTerminalRefused", single(testCancelTerminalRefused)},

@@ -1,0 +1,140 @@
+package server
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/pronto-jobs/pronto"
+)
+
+// Dead-letter additions (ojs-dead-letter.md 6.2, 9, 10, 11.1): one entry's detail, bulk retry by
+// filter (error type included), purge on the data plane, and the dead_letter.* events.
+
+// GET /ojs/v1/dead-letter/{id}: a dead-letter job with its full error history; 409 for a job that
+// is not in the dead-letter list.
+func (s *Server) getDeadLetter(w http.ResponseWriter, r *http.Request, id string) {
+	j, e := s.deadLetterJob(r.Context(), id)
+	if e != nil {
+		s.writeError(w, r, e)
+		return
+	}
+	s.writeJob(w, http.StatusOK, j, nil)
+}
+
+// deadLetterRetryRequest is the body of POST /ojs/v1/dead-letter/retry.
+type deadLetterRetryRequest struct {
+	Filter *struct {
+		Queue     string `json:"queue"`
+		Type      string `json:"type"`
+		Since     string `json:"since"`
+		Until     string `json:"until"`
+		ErrorType string `json:"error_type"`
+	} `json:"filter"`
+	Confirm bool `json:"confirm"`
+}
+
+// POST /ojs/v1/dead-letter/retry: retries the dead-letter jobs matching a filter {"queue", "type"
+// (exact or a prefix ending in *), "since"/"until" (RFC 3339 bounds on when the job was discarded),
+// "error_type" (its last error's type, exact or a prefix ending in *)} with "confirm": true. At most
+// adminScanLimit discarded jobs are read ("truncated" says when there were more).
+func (s *Server) retryDeadLetterMany(w http.ResponseWriter, r *http.Request) {
+	req, ok := readRequest(s, w, r, "dead-letter retry", func(body []byte) (deadLetterRetryRequest, *apiError) {
+		var q deadLetterRetryRequest
+		if err := json.NewDecoder(bytes.NewReader(body)).Decode(&q); err != nil {
+			return q, invalid("", "dead-letter retry: %v (send {\"filter\": {\"queue\": ..., \"type\": ..., \"error_type\": ...}, \"confirm\": true})", err)
+		}
+		if q.Filter == nil {
+			return q, invalid("filter", "a dead-letter retry needs a \"filter\" (an empty one matches every dead-letter job)")
+		}
+		if !q.Confirm {
+			return q, invalid("confirm", "a dead-letter retry by filter needs \"confirm\": true")
+		}
+		return q, nil
+	})
+	if !ok {
+		return
+	}
+	f, e := parseFilter(req.Filter.Queue, string(pronto.StateDiscarded), req.Filter.Type)
+	if e != nil {
+		s.writeError(w, r, e)
+		return
+	}
+	var since, until time.Time
+	for _, p := range []struct {
+		name, v string
+		into    *time.Time
+	}{{"filter.since", req.Filter.Since, &since}, {"filter.until", req.Filter.Until, &until}} {
+		if p.v == "" {
+			continue
+		}
+		t, err := time.Parse(time.RFC3339, p.v)
+		if err != nil {
+			s.writeError(w, r, invalid(p.name, "%s %q: an RFC 3339 time", p.name, p.v))
+			return
+		}
+		*p.into = t
+	}
+	errType, errPrefix := req.Filter.ErrorType, false
+	if p, ok := strings.CutSuffix(errType, "*"); ok {
+		errType, errPrefix = p, true
+	}
+	ctx := r.Context()
+	var ids []string
+	truncated, err := s.scan(ctx, f, false, func(j *pronto.JobRow) bool {
+		if !isDeadLetter(j) {
+			return true
+		}
+		if (!since.IsZero() && j.CompletedAt.Before(since)) || (!until.IsZero() && !j.CompletedAt.Before(until)) {
+			return true
+		}
+		if req.Filter.ErrorType != "" {
+			n := len(j.Errors)
+			if n == 0 {
+				return true
+			}
+			t := j.Errors[n-1].Type
+			if (errPrefix && !strings.HasPrefix(t, errType)) || (!errPrefix && t != errType) {
+				return true
+			}
+		}
+		ids = append(ids, j.ID)
+		return true
+	})
+	if err != nil {
+		s.writeError(w, r, fromClientError(err, "dead-letter job", ""))
+		return
+	}
+	succeeded, errs := 0, []map[string]any{}
+	if len(ids) > 0 {
+		res, err := s.client.JobRetryMany(ctx, ids)
+		if err != nil {
+			s.writeError(w, r, fromClientError(err, "dead-letter job", ""))
+			return
+		}
+		for _, br := range res {
+			if br.Err != nil {
+				errs = append(errs, map[string]any{"job_id": br.ID, "error": br.Err.Error()})
+				continue
+			}
+			succeeded++
+			if br.Job != nil {
+				s.deadLetterEvent("dead_letter.retried", br.Job)
+			}
+		}
+	}
+	writeJSONValue(w, http.StatusOK, map[string]any{"action": "retry", "matched": len(ids), "succeeded": succeeded,
+		"failed": len(errs), "errors": errs, "truncated": truncated})
+}
+
+// deadLetterEvent records a dead_letter.* event about j (ojs-dead-letter.md 11.1).
+func (s *Server) deadLetterEvent(typ string, j *pronto.JobRow) {
+	s.jobEvent(typ, j, time.Now(), func(b []byte) []byte {
+		if n := len(j.Errors); n > 0 && j.Errors[n-1].Type != "" {
+			b = appendStringField(b, "error_type", j.Errors[n-1].Type)
+		}
+		return appendIntField(b, "attempt", int64(j.Attempt))
+	})
+}

@@ -1,0 +1,236 @@
+package server
+
+import (
+	"errors"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/pronto-jobs/pronto"
+)
+
+// Progress streams (ojs-progress.md 7.2): GET /ojs/v1/jobs/{id}/progress/stream.
+const (
+	// ProgressStreamPoll is how often a progress stream rereads its job. Progress is written at
+	// most once a second per job (pronto.ProgressInterval), so polling faster shows nothing more;
+	// reports and outcomes that pass through this server wake the stream at once.
+	ProgressStreamPoll = time.Second
+	// ProgressStreamKeepAlive is the longest a stream stays silent: a comment line is sent then,
+	// so that proxies and load balancers do not close an idle connection.
+	ProgressStreamKeepAlive = 15 * time.Second
+	// MaxProgressStreams bounds the progress streams one server keeps open at once (each rereads
+	// its job every ProgressStreamPoll); one more answers 503 with Retry-After.
+	MaxProgressStreams = 1000
+)
+
+// progressStreams counts the open progress streams and wakes those of a job when this server sees
+// an event about it. The zero value is ready.
+type progressStreams struct {
+	mu      sync.Mutex
+	open    int
+	byJob   map[string]map[chan struct{}]struct{}
+	done    chan struct{} // closed by stop (made on first use)
+	stopped bool
+}
+
+// doneCh returns the channel stop closes.
+func (ps *progressStreams) doneCh() <-chan struct{} {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if ps.done == nil {
+		ps.done = make(chan struct{})
+	}
+	return ps.done
+}
+
+// stop ends every open stream and refuses new ones: the server is draining (a stream would hold a
+// graceful shutdown for as long as its job runs). Clients reconnect, to another server.
+func (ps *progressStreams) stop() {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if ps.done == nil {
+		ps.done = make(chan struct{})
+	}
+	if !ps.stopped {
+		ps.stopped = true
+		close(ps.done)
+	}
+}
+
+// watch registers a stream of job id; it returns the stream's wake channel and its release, or
+// ok false when MaxProgressStreams are open or the streams were stopped.
+func (ps *progressStreams) watch(id string) (wake chan struct{}, release func(), ok bool) {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if ps.open >= MaxProgressStreams || ps.stopped {
+		return nil, nil, false
+	}
+	ps.open++
+	if ps.byJob == nil {
+		ps.byJob = map[string]map[chan struct{}]struct{}{}
+	}
+	set := ps.byJob[id]
+	if set == nil {
+		set = map[chan struct{}]struct{}{}
+		ps.byJob[id] = set
+	}
+	wake = make(chan struct{}, 1)
+	set[wake] = struct{}{}
+	return wake, func() {
+		ps.mu.Lock()
+		defer ps.mu.Unlock()
+		ps.open--
+		delete(set, wake)
+		if len(set) == 0 {
+			delete(ps.byJob, id)
+		}
+	}, true
+}
+
+// wake tells the streams of job id that it changed (never blocks).
+func (ps *progressStreams) wake(id string) {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	for ch := range ps.byJob[id] {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// streamEvents maps a terminal state to the event that ends a progress stream.
+var streamEvents = map[pronto.State]string{
+	pronto.StateCompleted: "completed",
+	pronto.StateDiscarded: "failed",
+	pronto.StateCancelled: "cancelled",
+}
+
+// GET /ojs/v1/jobs/{id}/progress/stream: server-sent events of the job's progress. One "progress"
+// event per progress write (the current progress first, when there is one), then "completed",
+// "failed" (discarded) or "cancelled" when the job ends, and the stream closes. A job deleted while
+// watched ends the stream with an "error" event. The stream follows the job across retries (a new
+// attempt's progress starts afresh, ojs-progress.md 5.3).
+func (s *Server) progressStream(w http.ResponseWriter, r *http.Request, id string) {
+	if e := checkJobID(id, "job id"); e != nil {
+		s.writeError(w, r, e)
+		return
+	}
+	ctx := r.Context()
+	j, err := s.client.JobGet(ctx, id)
+	if err != nil {
+		s.writeError(w, r, fromClientError(err, "job", id))
+		return
+	}
+	wake, release, ok := s.streams.watch(id)
+	if !ok && s.draining.Load() {
+		s.writeError(w, r, &apiError{status: http.StatusServiceUnavailable, code: "unavailable", retryable: true,
+			headers: map[string]string{"Retry-After": "1"}, message: "this server is shutting down; stream from another"})
+		return
+	}
+	if !ok {
+		s.writeError(w, r, &apiError{status: http.StatusServiceUnavailable, code: "unavailable", retryable: true,
+			headers: map[string]string{"Retry-After": "5"},
+			message: "too many progress streams are open on this server (" + strconv.Itoa(MaxProgressStreams) + "); poll GET /ojs/v1/jobs/{id}/progress instead"})
+		return
+	}
+	defer release()
+
+	rc := http.NewResponseController(w)
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no") // nginx: do not buffer the stream
+	w.WriteHeader(http.StatusOK)
+	send := func(b []byte) bool {
+		// The server's WriteTimeout covers one request; a stream pushes its deadline on.
+		_ = rc.SetWriteDeadline(time.Now().Add(ProgressStreamKeepAlive + WriteTimeout))
+		if _, err := w.Write(b); err != nil {
+			return false
+		}
+		return rc.Flush() == nil
+	}
+	if !send([]byte(": job " + id + "\n\n")) {
+		return
+	}
+
+	done := s.streams.doneCh()
+	poll := time.NewTicker(ProgressStreamPoll)
+	defer poll.Stop()
+	lastWrite := time.Now()
+	var sent time.Time // UpdatedAt of the last progress sent
+	for {
+		if p := j.Progress; p != nil && !p.UpdatedAt.Equal(sent) && j.State == pronto.StateActive {
+			sent = p.UpdatedAt
+			if !send(progressEvent("progress", j, p)) {
+				return
+			}
+			lastWrite = time.Now()
+		}
+		if ev, end := streamEvents[j.State]; end {
+			send(progressEvent(ev, j, j.Progress))
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-done: // draining: end the stream so that shutdown need not wait for the job
+			return
+		case <-wake:
+		case <-poll.C:
+		}
+		next, err := s.client.JobGet(ctx, id)
+		switch {
+		case errors.Is(err, pronto.ErrNotFound):
+			send([]byte("event: error\ndata: {\"code\":\"not_found\",\"message\":\"the job was deleted\"}\n\n"))
+			return
+		case err != nil:
+			if ctx.Err() != nil {
+				return
+			}
+			s.log.Warn("pronto serve: a progress stream could not read its job", "job", id, "err", err)
+		default:
+			j = next
+		}
+		if time.Since(lastWrite) >= ProgressStreamKeepAlive {
+			if !send([]byte(": keep-alive\n\n")) {
+				return
+			}
+			lastWrite = time.Now()
+		}
+	}
+}
+
+// progressEvent formats one server-sent event: {"progress", "data", "state", "attempt",
+// "updated_at"}, progress reading 1 on completion.
+func progressEvent(event string, j *pronto.JobRow, p *pronto.JobProgress) []byte {
+	b := make([]byte, 0, 256)
+	b = append(b, "event: "...)
+	b = append(b, event...)
+	b = append(b, "\ndata: {"...)
+	switch {
+	case j.State == pronto.StateCompleted:
+		b = appendRawField(b, "progress", []byte("1"))
+	case p != nil && p.Value != nil:
+		b = strconv.AppendFloat(appendKey(b, "progress"), *p.Value, 'f', -1, 64)
+	default:
+		b = appendRawField(b, "progress", []byte("null"))
+	}
+	if p != nil && len(p.Data) > 0 {
+		b = appendRawField(b, "data", p.Data)
+	} else {
+		b = appendRawField(b, "data", []byte("null"))
+	}
+	b = appendStringField(b, "state", string(j.State))
+	b = appendIntField(b, "attempt", int64(j.Attempt))
+	at := j.CompletedAt
+	if p != nil && (event == "progress" || at.IsZero()) {
+		at = p.UpdatedAt
+	}
+	if at.IsZero() {
+		at = time.Now()
+	}
+	b = appendTimeField(b, "updated_at", at)
+	return append(b, "}\n\n"...)
+}

@@ -1,0 +1,3 @@
+ALTER TABLE progress DROP COLUMN IF EXISTS checkpoint;
+DROP TABLE IF EXISTS workers;
+DROP TABLE IF EXISTS settings;
