@@ -303,6 +303,13 @@ type ListParams struct {
 	Limit      int
 	// WorkflowID, when set, lists only that workflow's jobs (members and callbacks).
 	WorkflowID string
+	// CreatedAfter and CreatedBefore, when set, list only jobs created at or after CreatedAfter and
+	// before CreatedBefore, to the millisecond, as their UUIDv7 id records it (see IDTimeBound): the
+	// bounds are a range of the id order, so a page costs the same as without them.
+	CreatedAfter, CreatedBefore time.Time
+	// FinishedAfter and FinishedBefore, when set, list only jobs whose CompletedAt is at or after
+	// FinishedAfter and before FinishedBefore (so only terminal jobs).
+	FinishedAfter, FinishedBefore time.Time
 }
 
 // QueueInfo is a queue's pause flag and its job counts per state.
@@ -461,6 +468,8 @@ type Store interface {
 	Workflows
 	// ProgressStore: progress reported by the workers of active jobs (see progress.go).
 	ProgressStore
+	// ClientRegistry: the records of the live clients using the store (see clients.go).
+	ClientRegistry
 
 	// Elect makes leaderID the leader of name for ttl if there is no live leader or it already is,
 	// and reports whether leaderID leads now.
