@@ -125,6 +125,7 @@ func (h *Handler) routes(static http.Handler) {
 	m.Handle("GET /api/jobs", h.authed(http.HandlerFunc(h.listJobs)))
 	m.Handle("GET /api/jobs/{id}", h.authed(http.HandlerFunc(h.getJob)))
 	m.Handle("POST /api/jobs/{id}/{action}", h.action(h.jobAction))
+	m.Handle("GET /api/count", h.authed(http.HandlerFunc(h.countJobs)))
 	m.Handle("POST /api/bulk", h.action(h.bulk))
 	m.Handle("POST /api/queues/{name}/{action}", h.action(h.queueAction))
 	m.Handle("GET /api/workflows", h.authed(http.HandlerFunc(h.listWorkflows)))
