@@ -150,6 +150,20 @@ func (c *Client) JobActivate(ctx context.Context, id string) (*JobRow, error) {
 	return j, nil
 }
 
+// JobRunNow makes a scheduled job, or a retryable one waiting for its next attempt, available now:
+// it runs as soon as a worker is free, keeping the attempts it used. Other states give an error
+// matching ErrInvalidTransition (a pending job is released with JobActivate).
+func (c *Client) JobRunNow(ctx context.Context, id string) (*JobRow, error) {
+	if err := checkID(id); err != nil {
+		return nil, err
+	}
+	j, err := c.store.RunJobNow(ctx, id)
+	if err != nil {
+		return nil, wrapOp(fmt.Sprintf("run job %s now", id), err)
+	}
+	return j, nil
+}
+
 // JobDelete removes a job that is not running and returns it as it was. Cancel a running job first.
 func (c *Client) JobDelete(ctx context.Context, id string) (*JobRow, error) {
 	if err := checkID(id); err != nil {

@@ -266,7 +266,7 @@ func (h *Handler) getJob(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, viewJob(j, true))
 }
 
-// POST /api/jobs/{id}/{retry|cancel|delete|activate}
+// POST /api/jobs/{id}/{retry|cancel|delete|activate|run-now}
 func (h *Handler) jobAction(w http.ResponseWriter, r *http.Request) {
 	c, id := h.cfg.Client, r.PathValue("id")
 	var j *pronto.JobRow
@@ -280,8 +280,10 @@ func (h *Handler) jobAction(w http.ResponseWriter, r *http.Request) {
 		j, err = c.JobDelete(r.Context(), id)
 	case "activate":
 		j, err = c.JobActivate(r.Context(), id)
+	case "run-now":
+		j, err = c.JobRunNow(r.Context(), id)
 	default:
-		writeError(w, http.StatusNotFound, fmt.Sprintf("unknown job action %q: use retry, cancel, delete or activate", a))
+		writeError(w, http.StatusNotFound, fmt.Sprintf("unknown job action %q: use retry, cancel, delete, activate or run-now", a))
 		return
 	}
 	if err != nil {

@@ -371,6 +371,17 @@ func browserScenario(t *testing.T, base, apiKey string, st store.Store, name str
 	release()
 	step("progress done", wait(`document.querySelector('h1 .state[data-state="completed"]') !== null`))
 
+	// A job due in an hour runs now.
+	later, err := c.Insert(bg, uiWork{N: 8}, &pronto.InsertOpts{ScheduledAt: time.Now().Add(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	step("run a scheduled job now", chromedp.Navigate(base+"/#/job/"+later.ID),
+		wait(`document.querySelector('h1 .state[data-state="scheduled"]') !== null`),
+		chromedp.Click(chromedp.Search(`//button[normalize-space()="Run now"]`)),
+		wait(`document.querySelector('h1 .state[data-state="completed"]') !== null`),
+		wait(`document.body.textContent.includes('"doubled": 16')`))
+
 	// A workflow's graph: a → (b, c), every node completed.
 	wf := pronto.NewWorkflow("ui-graph").
 		Add("a", uiWork{N: 1}, nil).Add("b", uiWork{N: 2}, nil, "a").Add("c", uiWork{N: 3}, nil, "a")

@@ -449,6 +449,9 @@ type Store interface {
 	RetryJob(ctx context.Context, id string) (*Job, error)
 	// ActivateJob moves a pending job to available.
 	ActivateJob(ctx context.Context, id string) (*Job, error)
+	// RunJobNow moves a scheduled or retryable job to available now, keeping its attempts, and
+	// announces its queue. Other states give a *TransitionError.
+	RunJobNow(ctx context.Context, id string) (*Job, error)
 	// DeleteJob removes a job that is not active and returns it as it was.
 	DeleteJob(ctx context.Context, id string) (*Job, error)
 

@@ -390,6 +390,7 @@ async function job(parts) {
       el("div", { class: "actions panel" },
         ["discarded", "cancelled"].includes(j.state) ? act("retry", "Retry", "primary") : null,
         j.state === "pending" ? act("activate", "Run now", "primary") : null,
+        ["scheduled", "retryable"].includes(j.state) ? act("run-now", "Run now", "primary") : null,
         !TERMINAL.has(j.state) ? act("cancel", "Cancel", "", "Cancel this job?") : null,
         j.state !== "active" ? act("delete", "Delete", "danger", "Delete this job for good?") : null,
         READ_ONLY ? el("span", { class: "muted" }, "read-only") : null),

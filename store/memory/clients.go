@@ -113,3 +113,10 @@ func (s *Store) ListWorkflows(ctx context.Context, p store.WorkflowListParams) (
 	}
 	return out, next, nil
 }
+
+// RunJobNow moves a scheduled or retryable job to available now, keeping its attempts.
+func (s *Store) RunJobNow(ctx context.Context, id string) (*store.Job, error) {
+	return s.makeAvailable(ctx, id, "run now", func(st store.State) bool {
+		return st == store.StateScheduled || st == store.StateRetryable
+	})
+}

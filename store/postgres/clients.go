@@ -130,3 +130,12 @@ func (s *Store) ListWorkflows(ctx context.Context, p store.WorkflowListParams) (
 	}
 	return out, next, nil
 }
+
+// sqlRunJobNow moves scheduled or retryable job $1 to available now, keeping its attempts.
+var sqlRunJobNow = makeAvailable(``, `IN ('scheduled', 'retryable')`)
+
+// RunJobNow moves a scheduled or retryable job to available now, keeping its attempts, and
+// announces its queue, in one statement. Other states give a *store.TransitionError.
+func (s *Store) RunJobNow(ctx context.Context, id string) (*store.Job, error) {
+	return s.transition(ctx, s.expand.Replace(sqlRunJobNow), "run now", id)
+}

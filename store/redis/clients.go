@@ -169,3 +169,9 @@ func (s *Store) ListWorkflows(ctx context.Context, p store.WorkflowListParams) (
 	}
 	return out, "", nil
 }
+
+// RunJobNow moves a scheduled or retryable job to available now, keeping its attempts, and
+// announces its queue.
+func (s *Store) RunJobNow(ctx context.Context, id string) (*store.Job, error) {
+	return s.makeAvailable(ctx, "run now", id, store.StateScheduled, store.StateRetryable)
+}

@@ -156,3 +156,19 @@ func (s *Store) ListWorkflows(ctx context.Context, p store.WorkflowListParams) (
 	}
 	return out, next, nil
 }
+
+// runJobNowSQL: ?1 now, ?2 id.
+const runJobNowSQL = `UPDATE pronto_jobs SET state = 'available', scheduled_at = ?1
+	WHERE id = ?2 AND state IN ('scheduled', 'retryable')
+	RETURNING ` + jobColumns
+
+// RunJobNow moves a scheduled or retryable job to available now, keeping its attempts, and wakes
+// its queue's producers.
+func (s *Store) RunJobNow(ctx context.Context, id string) (*store.Job, error) {
+	j, err := s.transition(ctx, "run now", runJobNowSQL, id, nil)
+	if err != nil {
+		return nil, err
+	}
+	s.hub.Publish(store.Notification{Kind: store.NotifyInsert, Queue: j.Queue})
+	return j, nil
+}

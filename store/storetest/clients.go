@@ -207,3 +207,45 @@ func testWorkflowList(t *testing.T, s store.Store) {
 	w := getWorkflow(t, s, wfIDs[0])
 	require.Equal(t, 2, w.Total)
 }
+
+// testRunJobNow: a scheduled or retryable job becomes available and claimable at once, keeping its
+// attempts; other states are refused, a missing job is not found.
+func testRunJobNow(t *testing.T, s store.Store) {
+	queue := uniq("runnow")
+	later := job(queue)
+	later.State, later.ScheduledAt = store.StateScheduled, time.Now().Add(time.Hour)
+	insert(t, s, later)
+	require.Empty(t, claim(t, s, queue, 10), "not due yet")
+	j, err := s.RunJobNow(ctx(t), later.ID)
+	require.NoError(t, err)
+	require.Equal(t, store.StateAvailable, j.State)
+	require.Equal(t, 0, j.Attempt)
+	require.False(t, j.ScheduledAt.After(time.Now().Add(time.Second)), "due now")
+	got := claim(t, s, queue, 10)
+	require.Equal(t, []string{later.ID}, ids(got), "claimable at once")
+
+	// A retryable job keeps the attempt it used.
+	require.True(t, finish(t, s, store.Completion{ID: got[0].ID, Attempt: got[0].Attempt, State: store.StateRetryable,
+		ScheduledAt: time.Now().Add(time.Hour), Error: &store.AttemptError{Attempt: 1, At: time.Now(), Message: "later"}}))
+	require.Empty(t, claim(t, s, queue, 10))
+	j, err = s.RunJobNow(ctx(t), later.ID)
+	require.NoError(t, err)
+	require.Equal(t, store.StateAvailable, j.State)
+	require.Equal(t, 1, j.Attempt)
+	require.Len(t, j.Errors, 1)
+	again := claim(t, s, queue, 10)
+	require.Equal(t, []string{later.ID}, ids(again))
+	require.Equal(t, 2, again[0].Attempt)
+
+	// Active, available and finished jobs are refused.
+	_, err = s.RunJobNow(ctx(t), later.ID)
+	var te *store.TransitionError
+	require.ErrorAs(t, err, &te)
+	require.Equal(t, store.StateActive, te.From)
+	now := job(queue)
+	insert(t, s, now)
+	_, err = s.RunJobNow(ctx(t), now.ID)
+	require.ErrorIs(t, err, store.ErrInvalidTransition)
+	_, err = s.RunJobNow(ctx(t), uuidv7.New())
+	require.ErrorIs(t, err, store.ErrNotFound)
+}

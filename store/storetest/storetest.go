@@ -103,6 +103,7 @@ var tests = []testCase{
 	{"Clients", single(testClients)},
 	{"ListJobsTimeWindows", single(testListJobsTimeWindows)},
 	{"WorkflowList", single(testWorkflowList)},
+	{"RunJobNow", single(testRunJobNow)},
 	{"InsertRoundTrip", single(testInsertRoundTrip)},
 	{"InsertDefaults", single(testInsertDefaults)},
 	{"InsertBatch", single(testInsertBatch)},
