@@ -31,7 +31,7 @@ type update struct {
 	Queues []queueView `json:"queues"`
 	// Clients are the live clients of the store (nil when they could not be read this tick).
 	Clients []clientView `json:"clients"`
-	Point  point       `json:"point"`
+	Point   point        `json:"point"`
 	// Jobs are the jobs this client saw change in the tick (at most 200), so an open job or workflow
 	// page refreshes only when it has to.
 	Jobs []jobChange `json:"jobs"`
