@@ -57,6 +57,11 @@ func IDTimeBound(t time.Time) string {
 	return h[:8] + "-" + h[8:] + "-0000-0000-000000000000"
 }
 
+// FinishedSlack is how far past ListParams.FinishedBefore the time in a job's id may lie for the
+// job to be listed as finished before it: the bound lets a finish-time window seek the id order
+// instead of scanning it, and the slack covers ids chosen by a client whose clock ran ahead.
+const FinishedSlack = time.Hour
+
 // IDWindow turns p's cursor and creation-time bounds into the exclusive bounds of the ids a page
 // may hold: ids greater than lower and smaller than upper ("" for no bound). The cursor bounds the
 // side the page starts from (lower when ascending, upper when descending).
@@ -66,6 +71,13 @@ func (p ListParams) IDWindow() (lower, upper string) {
 	}
 	if !p.CreatedBefore.IsZero() {
 		upper = IDTimeBound(p.CreatedBefore)
+	}
+	// A job finishes after it was created, so one finished before FinishedBefore has an id from
+	// before it too; FinishedSlack allows for a caller's clock that ran ahead when it chose the id.
+	if !p.FinishedBefore.IsZero() {
+		if b := IDTimeBound(p.FinishedBefore.Add(FinishedSlack)); upper == "" || b < upper {
+			upper = b
+		}
 	}
 	if p.After != "" {
 		a := strings.ToLower(p.After)

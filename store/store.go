@@ -308,7 +308,8 @@ type ListParams struct {
 	// bounds are a range of the id order, so a page costs the same as without them.
 	CreatedAfter, CreatedBefore time.Time
 	// FinishedAfter and FinishedBefore, when set, list only jobs whose CompletedAt is at or after
-	// FinishedAfter and before FinishedBefore (so only terminal jobs).
+	// FinishedAfter and before FinishedBefore (so only terminal jobs). A job whose id carries a time
+	// later than FinishedBefore plus FinishedSlack is not listed with FinishedBefore (see IDWindow).
 	FinishedAfter, FinishedBefore time.Time
 }
 
