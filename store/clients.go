@@ -3,7 +3,6 @@ package store
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
 )
 
@@ -80,10 +79,9 @@ func (p ListParams) IDWindow() (lower, upper string) {
 		}
 	}
 	if p.After != "" {
-		a := strings.ToLower(p.After)
-		if p.Descending && (upper == "" || a < upper) {
+		if p.Descending && (upper == "" || p.After < upper) {
 			upper = p.After
-		} else if !p.Descending && (lower == "" || a > lower) {
+		} else if !p.Descending && (lower == "" || p.After > lower) {
 			lower = p.After
 		}
 	}

@@ -26,7 +26,10 @@ func TestMigrateUpDownStatus(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, status, len(migrations))
 	for i, m := range status {
-		require.Equal(t, i+1, m.Version)
+		// Versions increase; numbers reserved for migrations developed elsewhere may be missing.
+		if i > 0 {
+			require.Greater(t, m.Version, status[i-1].Version)
+		}
 		require.NotEmpty(t, m.Name)
 		require.False(t, m.Applied)
 	}

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -97,7 +96,7 @@ func (s *Store) ListClients(ctx context.Context, leader string) ([]store.ClientR
 			continue
 		}
 		var c clientJSON
-		if err := json.NewDecoder(strings.NewReader(text)).Decode(&c); err != nil {
+		if err := json.Unmarshal([]byte(text), &c); err != nil {
 			return nil, fmt.Errorf("redis: list clients: client %s: %w", ids[i], err)
 		}
 		out = append(out, store.ClientRecord{ID: c.ID, Host: c.Host, PID: c.PID, Version: c.Version, Queues: c.Queues,

@@ -1,1 +1,1 @@
-DROP TABLE {schema}.clients;
+DROP TABLE IF EXISTS clients;
