@@ -446,7 +446,7 @@ async function workflows(_, params) {
     const r = await api("/api/workflows" + (cursor ? "?cursor=" + encodeURIComponent(cursor) : ""));
     shown = new Set(r.workflows.map((w) => w.id));
     box.replaceChildren(...(r.workflows.length === 0 ? [el("p", { class: "muted" }, cursor ? "No more workflows." : "No workflows yet.")] : [
-      el("table", { id: "workflows" }, el("thead", {}, el("tr", {}, ["Workflow", "Name", "Type", "State", "Steps", "Done", "Failed", "Created", "Finished"].map((h) => el("th", {}, h)))),
+      el("table", { id: "workflows" }, el("thead", {}, el("tr", {}, ["Workflow", "Name", "Type", "State", "Steps", "Done", "Failed", "Created", "Finished"].map((h) => el("th", { class: ["Steps", "Done", "Failed"].includes(h) ? "num" : "" }, h)))),
         el("tbody", {}, r.workflows.map((w) => el("tr", { "data-id": w.id, "data-state": w.state },
           el("td", {}, el("a", { href: "#/workflow/" + w.id, class: "mono", title: w.id }, shortID(w.id))), el("td", {}, w.name), el("td", { class: "muted" }, w.type),
           el("td", {}, stateTag(w.state)), el("td", { class: "num" }, w.total), el("td", { class: "num" }, (w.counts.completed || 0) + "/" + w.total),
