@@ -26,6 +26,14 @@ type JobListParams struct {
 	Descending bool
 	// Limit is the page size (default 100, at most 10000).
 	Limit int
+	// CreatedAfter and CreatedBefore, when set, list only jobs created at or after CreatedAfter and
+	// before CreatedBefore, to the millisecond, as their UUIDv7 id records it (a job inserted with
+	// InsertOpts.ID counts from the time in that id). The bounds are a range of the id order, so a
+	// page costs the same with them as without, on a table of any size.
+	CreatedAfter, CreatedBefore time.Time
+	// FinishedAfter and FinishedBefore, when set, list only finished jobs (completed, cancelled or
+	// discarded) whose finish time is at or after FinishedAfter and before FinishedBefore.
+	FinishedAfter, FinishedBefore time.Time
 }
 
 // JobListResult is one page of jobs.
@@ -89,6 +97,7 @@ func (c *Client) JobList(ctx context.Context, p *JobListParams) (*JobListResult,
 	}
 	jobs, next, err := c.store.ListJobs(ctx, store.ListParams{
 		States: p.States, Queues: p.Queues, Kinds: p.Kinds, Tags: p.Tags, After: p.Cursor, Descending: p.Descending, Limit: limit,
+		CreatedAfter: p.CreatedAfter, CreatedBefore: p.CreatedBefore, FinishedAfter: p.FinishedAfter, FinishedBefore: p.FinishedBefore,
 	})
 	if err != nil {
 		return nil, wrapOp("list jobs", err)
@@ -141,6 +150,20 @@ func (c *Client) JobActivate(ctx context.Context, id string) (*JobRow, error) {
 	return j, nil
 }
 
+// JobRunNow makes a scheduled job, or a retryable one waiting for its next attempt, available now:
+// it runs as soon as a worker is free, keeping the attempts it used. Other states give an error
+// matching ErrInvalidTransition (a pending job is released with JobActivate).
+func (c *Client) JobRunNow(ctx context.Context, id string) (*JobRow, error) {
+	if err := checkID(id); err != nil {
+		return nil, err
+	}
+	j, err := c.store.RunJobNow(ctx, id)
+	if err != nil {
+		return nil, wrapOp(fmt.Sprintf("run job %s now", id), err)
+	}
+	return j, nil
+}
+
 // JobDelete removes a job that is not running and returns it as it was. Cancel a running job first.
 func (c *Client) JobDelete(ctx context.Context, id string) (*JobRow, error) {
 	if err := checkID(id); err != nil {
@@ -183,4 +206,44 @@ func (c *Client) QueueResume(ctx context.Context, queue string) error {
 		return wrapOp(fmt.Sprintf("resume queue %q", queue), err)
 	}
 	return nil
+}
+
+// WorkflowListParams pages WorkflowList. The zero value lists the newest 50 workflows.
+type WorkflowListParams struct {
+	// Cursor continues a listing from WorkflowListResult.Next.
+	Cursor string
+	// Ascending lists oldest first (default: newest first).
+	Ascending bool
+	// Limit is the page size (default 50, at most 1000).
+	Limit int
+}
+
+// WorkflowListResult is one page of workflows.
+type WorkflowListResult struct {
+	Workflows []*WorkflowInfo
+	// Next is the cursor of the next page, "" on the last page.
+	Next string
+}
+
+// WorkflowList lists workflows by id (creation order), newest first unless p.Ascending, one page
+// at a time, each with its state and counts as WorkflowGet gives them.
+func (c *Client) WorkflowList(ctx context.Context, p *WorkflowListParams) (*WorkflowListResult, error) {
+	if p == nil {
+		p = &WorkflowListParams{}
+	}
+	limit := p.Limit
+	if limit <= 0 {
+		limit = 50
+	}
+	if limit > 1000 {
+		return nil, invalidf("workflow list limit %d: at most 1000", limit)
+	}
+	if p.Cursor != "" && !uuidv7.Valid(p.Cursor) {
+		return nil, invalidf("cursor %q is not a workflow id", p.Cursor)
+	}
+	ws, next, err := c.store.ListWorkflows(ctx, store.WorkflowListParams{After: p.Cursor, Ascending: p.Ascending, Limit: limit})
+	if err != nil {
+		return nil, wrapOp("list workflows", err)
+	}
+	return &WorkflowListResult{Workflows: ws, Next: next}, nil
 }

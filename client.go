@@ -242,6 +242,11 @@ func (c *Client) Start(ctx context.Context) error {
 		defer c.servicesWG.Done()
 		c.heartbeatLoop(c.serviceCtx)
 	}()
+	c.servicesWG.Add(1)
+	go func() {
+		defer c.servicesWG.Done()
+		c.recordLoop(c.serviceCtx) // peers.go: this client in the store's registry, for ClientList
+	}()
 
 	if !c.cfg.DisableMaintenance {
 		c.maintainer = maintenance.New(maintenance.Config{

@@ -40,6 +40,14 @@ type jobView struct {
 	RateKey       string                `json:"rate_key,omitempty"`
 	Tenant        string                `json:"tenant,omitempty"`
 	ParentResults json.RawMessage       `json:"parent_results,omitempty"`
+	Progress      *progressView         `json:"progress,omitempty"`
+}
+
+// progressView is what the job's current run reported (see pronto.ReportProgress).
+type progressView struct {
+	Value     *float64        `json:"value,omitempty"`
+	Data      json.RawMessage `json:"data,omitempty"`
+	UpdatedAt *time.Time      `json:"updated_at,omitempty"`
 }
 
 func tp(t time.Time) *time.Time {
@@ -64,6 +72,9 @@ func viewJob(j *pronto.JobRow, full bool) *jobView {
 		v.Args, v.Meta, v.Result, v.Errors = j.Args, j.Meta, j.Result, j.Errors
 		v.ExpiresAt, v.WorkerID, v.UniqueKey = tp(j.ExpiresAt), j.WorkerID, j.UniqueKey
 		v.RateKey, v.Tenant, v.ParentResults = j.RateKey, j.Tenant, j.ParentResults
+		if p := j.Progress; p != nil {
+			v.Progress = &progressView{Value: p.Value, Data: p.Data, UpdatedAt: tp(p.UpdatedAt)}
+		}
 	} else if n := len(j.Errors); n > 0 {
 		// The list shows the latest error only; the job page has the whole history.
 		v.Errors = j.Errors[n-1:]
@@ -124,6 +135,37 @@ func queueViews(qs []pronto.QueueInfo) []queueView {
 	return out
 }
 
+// clientView is a live client of the store as the overview lists it.
+type clientView struct {
+	ID        string                   `json:"id"`
+	Host      string                   `json:"host,omitempty"`
+	PID       int                      `json:"pid,omitempty"`
+	Version   string                   `json:"version,omitempty"`
+	Leader    bool                     `json:"leader"`
+	Queues    []pronto.ClientQueueInfo `json:"queues"`
+	Workers   int                      `json:"workers"`
+	Running   int                      `json:"running"`
+	StartedAt *time.Time               `json:"started_at,omitempty"`
+	SeenAt    *time.Time               `json:"seen_at,omitempty"`
+}
+
+func clientViews(list []pronto.ClientInfo) []clientView {
+	out := make([]clientView, 0, len(list))
+	for _, c := range list {
+		v := clientView{ID: c.ID, Host: c.Host, PID: c.PID, Version: c.Version, Leader: c.Leader, Queues: c.Queues,
+			StartedAt: tp(c.StartedAt), SeenAt: tp(c.SeenAt)}
+		if v.Queues == nil {
+			v.Queues = []pronto.ClientQueueInfo{}
+		}
+		for _, q := range c.Queues {
+			v.Workers += q.MaxWorkers
+			v.Running += q.Running
+		}
+		out = append(out, v)
+	}
+	return out
+}
+
 // GET /api/overview: the queues now plus the recent history the charts start from.
 func (h *Handler) overview(w http.ResponseWriter, r *http.Request) {
 	qs, err := h.cfg.Client.QueueList(r.Context())
@@ -131,8 +173,13 @@ func (h *Handler) overview(w http.ResponseWriter, r *http.Request) {
 		h.clientError(w, err)
 		return
 	}
+	clients, err := h.cfg.Client.ClientList(r.Context())
+	if err != nil {
+		h.clientError(w, err)
+		return
+	}
 	writeJSON(w, http.StatusOK, map[string]any{
-		"queues": queueViews(qs), "history": h.hub.history(), "client_id": h.cfg.Client.ID(),
+		"queues": queueViews(qs), "clients": clientViews(clients), "history": h.hub.history(), "client_id": h.cfg.Client.ID(),
 		"leader": h.cfg.Client.IsLeader(), "backend": h.cfg.Backend, "read_only": h.cfg.ReadOnly,
 	})
 }
@@ -152,6 +199,22 @@ func jobParams(q map[string][]string) (*pronto.JobListParams, error) {
 	for _, s := range splitList(get("state")) {
 		p.States = append(p.States, pronto.State(s))
 	}
+	now := time.Now()
+	for _, b := range []struct {
+		key  string
+		dest *time.Time
+	}{{"created_after", &p.CreatedAfter}, {"created_before", &p.CreatedBefore},
+		{"finished_after", &p.FinishedAfter}, {"finished_before", &p.FinishedBefore}} {
+		v := get(b.key)
+		if v == "" {
+			continue
+		}
+		t, err := parseWhen(v, now)
+		if err != nil {
+			return nil, fmt.Errorf("%s %q: %v", b.key, v, err)
+		}
+		*b.dest = t
+	}
 	if l := get("limit"); l != "" {
 		n, err := strconv.Atoi(l)
 		if err != nil || n < 1 || n > 1000 {
@@ -162,7 +225,19 @@ func jobParams(q map[string][]string) (*pronto.JobListParams, error) {
 	return p, nil
 }
 
-// GET /api/jobs?state=&queue=&kind=&tag=&cursor=&order=&limit=
+// parseWhen reads a time bound: an RFC 3339 time, or a duration ago ("15m", "2h", "7d" is not Go
+// syntax: days are written as hours, "168h").
+func parseWhen(v string, now time.Time) (time.Time, error) {
+	if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
+		return t, nil
+	}
+	if d, err := time.ParseDuration(v); err == nil && d >= 0 {
+		return now.Add(-d), nil
+	}
+	return time.Time{}, errors.New("want an RFC 3339 time (2026-01-02T15:04:05Z) or a duration ago (15m, 2h)")
+}
+
+// GET /api/jobs?state=&queue=&kind=&tag=&created_after=&created_before=&finished_after=&finished_before=&cursor=&order=&limit=
 func (h *Handler) listJobs(w http.ResponseWriter, r *http.Request) {
 	p, err := jobParams(r.URL.Query())
 	if err != nil {
@@ -191,7 +266,7 @@ func (h *Handler) getJob(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, viewJob(j, true))
 }
 
-// POST /api/jobs/{id}/{retry|cancel|delete|activate}
+// POST /api/jobs/{id}/{retry|cancel|delete|activate|run-now}
 func (h *Handler) jobAction(w http.ResponseWriter, r *http.Request) {
 	c, id := h.cfg.Client, r.PathValue("id")
 	var j *pronto.JobRow
@@ -205,8 +280,10 @@ func (h *Handler) jobAction(w http.ResponseWriter, r *http.Request) {
 		j, err = c.JobDelete(r.Context(), id)
 	case "activate":
 		j, err = c.JobActivate(r.Context(), id)
+	case "run-now":
+		j, err = c.JobRunNow(r.Context(), id)
 	default:
-		writeError(w, http.StatusNotFound, fmt.Sprintf("unknown job action %q: use retry, cancel, delete or activate", a))
+		writeError(w, http.StatusNotFound, fmt.Sprintf("unknown job action %q: use retry, cancel, delete, activate or run-now", a))
 		return
 	}
 	if err != nil {
@@ -218,6 +295,48 @@ func (h *Handler) jobAction(w http.ResponseWriter, r *http.Request) {
 
 // maxBulk bounds one bulk action, whether by ids or by filter.
 const maxBulk = 10000
+
+// matching collects the ids of the jobs the filter matches (a jobs-list query string), at most
+// maxBulk, and whether there were more.
+func (h *Handler) matching(ctx context.Context, filter string) ([]string, bool, error) {
+	q, err := parseQuery(filter)
+	if err != nil {
+		return nil, false, fmt.Errorf("%w: %v", pronto.ErrInvalidArgs, err)
+	}
+	p, err := jobParams(q)
+	if err != nil {
+		return nil, false, fmt.Errorf("%w: %v", pronto.ErrInvalidArgs, err)
+	}
+	p.Limit, p.Cursor = 1000, ""
+	var ids []string
+	for {
+		res, err := h.cfg.Client.JobList(ctx, p)
+		if err != nil {
+			return nil, false, err
+		}
+		for _, j := range res.Jobs {
+			ids = append(ids, j.ID)
+		}
+		if res.Next == "" {
+			return ids, false, nil
+		}
+		if len(ids) >= maxBulk {
+			return ids[:maxBulk], true, nil
+		}
+		p.Cursor = res.Next
+	}
+}
+
+// GET /api/count?<jobs filter>: how many jobs a bulk action on the filter would act on (at most
+// maxBulk; capped says there are more), for the confirmation.
+func (h *Handler) countJobs(w http.ResponseWriter, r *http.Request) {
+	ids, capped, err := h.matching(r.Context(), r.URL.RawQuery)
+	if err != nil {
+		h.clientError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"count": len(ids), "capped": capped, "max": maxBulk})
+}
 
 // POST /api/bulk {"action": "retry"|"cancel"|"delete", "ids": [...]} or {"action":..., "filter": "state=..&queue=.."}
 func (h *Handler) bulk(w http.ResponseWriter, r *http.Request) {
@@ -247,31 +366,12 @@ func (h *Handler) bulk(w http.ResponseWriter, r *http.Request) {
 	ids := req.IDs
 	if req.Filter != nil {
 		// Everything the filter matches, collected first so the action does not chase its own changes.
-		q, err := parseQuery(*req.Filter)
+		more, _, err := h.matching(r.Context(), *req.Filter)
 		if err != nil {
-			writeError(w, http.StatusBadRequest, err.Error())
+			h.clientError(w, err)
 			return
 		}
-		p, err := jobParams(q)
-		if err != nil {
-			writeError(w, http.StatusBadRequest, err.Error())
-			return
-		}
-		p.Limit, p.Cursor = 1000, ""
-		for {
-			res, err := c.JobList(r.Context(), p)
-			if err != nil {
-				h.clientError(w, err)
-				return
-			}
-			for _, j := range res.Jobs {
-				ids = append(ids, j.ID)
-			}
-			if res.Next == "" || len(ids) >= maxBulk {
-				break
-			}
-			p.Cursor = res.Next
-		}
+		ids = append(ids, more...)
 	}
 	if len(ids) == 0 {
 		writeError(w, http.StatusBadRequest, "no jobs selected")
@@ -293,6 +393,7 @@ func (h *Handler) bulk(w http.ResponseWriter, r *http.Request) {
 			ok++
 		}
 	}
+	h.hub.poke()
 	writeJSON(w, http.StatusOK, map[string]any{"done": ok, "failed": failed})
 }
 
@@ -334,45 +435,21 @@ func viewWorkflow(w *pronto.WorkflowInfo) *workflowView {
 		CreatedAt: tp(w.CreatedAt), FinishedAt: tp(w.FinishedAt), CancelledAt: tp(w.CancelledAt)}
 }
 
-// GET /api/workflows: the workflows of the most recent jobs. The client has no workflow listing, so
-// the newest jobs (up to scanJobs) are read and their workflows gathered, newest first.
+// GET /api/workflows?cursor=&order=: one page of workflows, newest first unless order=asc.
 func (h *Handler) listWorkflows(w http.ResponseWriter, r *http.Request) {
-	const scanJobs, maxWorkflows = 5000, 100
-	c := h.cfg.Client
-	seen := map[string]bool{}
-	var ids []string
-	p := &pronto.JobListParams{Descending: true, Limit: 1000}
-	for scanned := 0; scanned < scanJobs && len(ids) < maxWorkflows; {
-		res, err := c.JobList(r.Context(), p)
-		if err != nil {
-			h.clientError(w, err)
-			return
-		}
-		for _, j := range res.Jobs {
-			if j.WorkflowID != "" && !seen[j.WorkflowID] {
-				seen[j.WorkflowID] = true
-				ids = append(ids, j.WorkflowID)
-			}
-		}
-		scanned += len(res.Jobs)
-		if res.Next == "" {
-			break
-		}
-		p.Cursor = res.Next
+	q := r.URL.Query()
+	res, err := h.cfg.Client.WorkflowList(r.Context(), &pronto.WorkflowListParams{
+		Cursor: q.Get("cursor"), Ascending: q.Get("order") == "asc", Limit: 50,
+	})
+	if err != nil {
+		h.clientError(w, err)
+		return
 	}
-	out := []*workflowView{}
-	for _, id := range ids {
-		wf, err := c.WorkflowGet(r.Context(), id)
-		if errors.Is(err, pronto.ErrNotFound) {
-			continue
-		}
-		if err != nil {
-			h.clientError(w, err)
-			return
-		}
-		out = append(out, viewWorkflow(wf))
+	out := make([]*workflowView, len(res.Workflows))
+	for i, wf := range res.Workflows {
+		out[i] = viewWorkflow(wf)
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"workflows": out})
+	writeJSON(w, http.StatusOK, map[string]any{"workflows": out, "next": res.Next})
 }
 
 // GET /api/workflows/{id}: the workflow and its jobs (the graph's nodes; parent_ids are its edges).

@@ -1,11 +1,12 @@
-// Package dashboard serves pronto's web dashboard: live queue counts and charts, jobs, workflows,
-// cron schedules, rate limits and the dead-letter list, with the actions an operator needs. It reads
-// and acts only through a *pronto.Client, so it works on every store. `pronto serve` mounts it at "/"
-// beside the OJS API; a program can mount Handler on its own mux too.
+// Package dashboard serves pronto's web dashboard: live queue counts and charts, the clients
+// connected to the store, jobs, workflows, cron schedules, rate limits and the dead-letter list,
+// with the actions an operator needs. It reads and acts only through a *pronto.Client, so it works
+// on every store. `pronto serve` mounts it at "/" beside the OJS API; a program can mount Handler on
+// its own mux too.
 //
 // Assets are plain HTML, CSS and JavaScript embedded in the binary. Live updates are pushed with
-// server-sent events: one hub per Handler takes a queue-count snapshot every second and folds in the
-// client's job events, so a browser never polls the tables.
+// server-sent events: one hub per Handler takes a snapshot of the queue counts and the clients every
+// second and folds in the client's job events, so a browser never polls the tables.
 package dashboard
 
 import (
@@ -125,6 +126,7 @@ func (h *Handler) routes(static http.Handler) {
 	m.Handle("GET /api/jobs", h.authed(http.HandlerFunc(h.listJobs)))
 	m.Handle("GET /api/jobs/{id}", h.authed(http.HandlerFunc(h.getJob)))
 	m.Handle("POST /api/jobs/{id}/{action}", h.action(h.jobAction))
+	m.Handle("GET /api/count", h.authed(http.HandlerFunc(h.countJobs)))
 	m.Handle("POST /api/bulk", h.action(h.bulk))
 	m.Handle("POST /api/queues/{name}/{action}", h.action(h.queueAction))
 	m.Handle("GET /api/workflows", h.authed(http.HandlerFunc(h.listWorkflows)))

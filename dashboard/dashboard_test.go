@@ -187,6 +187,12 @@ func TestBadInput(t *testing.T) {
 		{"POST", "/api/bulk", `{"action":"retry","filter":"state=sleeping"}`, 400, "unknown state"},
 		{"POST", "/api/queues/Bad Queue/pause", "", 400, "queue"},
 		{"POST", "/api/cron/nope/pause", "", 404, "not found"},
+		{"GET", "/api/jobs?created_after=yesterday", "", 400, "created_after"},
+		{"GET", "/api/jobs?finished_before=-5m", "", 400, "RFC 3339"},
+		{"GET", "/api/count?state=sleeping", "", 400, "unknown state"},
+		{"GET", "/api/count?created_after=soon", "", 400, "created_after"},
+		{"GET", "/api/workflows?cursor=nope", "", 400, "cursor"},
+		{"POST", "/api/bulk", `{"action":"retry","filter":"created_after=soon"}`, 400, "created_after"},
 	} {
 		var code int
 		var body string
@@ -247,5 +253,59 @@ func TestBulkAndEvents(t *testing.T) {
 			t.Fatalf("event stream ended before showing 5 cancelled jobs: %v; got %s", err, buf)
 		}
 		buf = append(buf, chunk[:n]...)
+	}
+}
+
+// The count a bulk confirmation shows, the time windows, run now, and the clients on the overview.
+func TestCountWindowsRunNowClients(t *testing.T) {
+	srv, c := newDashboard(t, dashboard.Config{})
+	ctx := context.Background()
+	for i := 0; i < 4; i++ {
+		if _, err := c.Insert(ctx, noteArgs{}, &pronto.InsertOpts{Queue: "counted"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	later, err := c.Insert(ctx, noteArgs{}, &pronto.InsertOpts{Queue: "counted", ScheduledAt: time.Now().Add(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := newBrowser(t, srv.URL)
+	b.open()
+	if code, body := b.do("GET", "/api/count?queue=counted&state=available", "", nil); code != 200 || !strings.Contains(body, `"count":4`) || !strings.Contains(body, `"capped":false`) {
+		t.Fatalf("count: %d %s", code, body)
+	}
+	if code, body := b.do("GET", "/api/jobs?queue=counted&created_after=1h", "", nil); code != 200 || strings.Count(body, `"kind":"note.add"`) != 5 {
+		t.Fatalf("created in the last hour: %d %s", code, body)
+	}
+	if code, body := b.do("GET", "/api/jobs?queue=counted&created_before="+url.QueryEscape(time.Now().Add(-time.Hour).Format(time.RFC3339)), "", nil); code != 200 || !strings.Contains(body, `"jobs":[]`) {
+		t.Fatalf("created before an hour ago: %d %s", code, body)
+	}
+	if code, body := b.post("/api/jobs/"+later.ID+"/run-now", ""); code != 200 || !strings.Contains(body, `"state":"available"`) {
+		t.Fatalf("run now: %d %s", code, body)
+	}
+	if code, body := b.post("/api/jobs/"+later.ID+"/run-now", ""); code != http.StatusConflict {
+		t.Fatalf("run now of an available job: %d %s, want 409", code, body)
+	}
+	if code, body := b.do("GET", "/api/jobs?queue=counted&finished_after=1h", "", nil); code != 200 || !strings.Contains(body, `"jobs":[]`) {
+		t.Fatalf("nothing finished: %d %s", code, body)
+	}
+	// A started client is on the overview; this one never started, so the list is empty.
+	if code, body := b.do("GET", "/api/overview", "", nil); code != 200 || !strings.Contains(body, `"clients":[]`) {
+		t.Fatalf("overview clients: %d %s", code, body)
+	}
+	if err := c.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Stop(context.Background()) })
+	// The client's record is written at Start; its leadership a moment later, when it is elected.
+	for deadline := time.Now().Add(15 * time.Second); ; {
+		code, body := b.do("GET", "/api/overview", "", nil)
+		if code == 200 && strings.Contains(body, `"id":"`+c.ID()+`"`) && strings.Contains(body, `"leader":true`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("overview clients after start: %d %s", code, body)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

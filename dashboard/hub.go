@@ -29,7 +29,9 @@ type point struct {
 // update is one server-sent event.
 type update struct {
 	Queues []queueView `json:"queues"`
-	Point  point       `json:"point"`
+	// Clients are the live clients of the store (nil when they could not be read this tick).
+	Clients []clientView `json:"clients"`
+	Point   point        `json:"point"`
 	// Jobs are the jobs this client saw change in the tick (at most 200), so an open job or workflow
 	// page refreshes only when it has to.
 	Jobs []jobChange `json:"jobs"`
@@ -147,6 +149,12 @@ func (h *hub) loop() {
 			h.log.Warn("dashboard: queue snapshot failed", "err", err)
 			return
 		}
+		var clients []clientView
+		if cl, err := h.c.ClientList(ctx); err != nil {
+			h.log.Warn("dashboard: client list failed", "err", err)
+		} else {
+			clients = clientViews(cl)
+		}
 		// Jobs seen starting since the last tick give pickup latency, whichever process runs them.
 		for _, st := range []pronto.State{pronto.StateActive, pronto.StateCompleted} {
 			res, err := h.c.JobList(ctx, &pronto.JobListParams{States: []pronto.State{st}, Descending: true, Limit: 50})
@@ -187,7 +195,7 @@ func (h *hub) loop() {
 		if changedOverflow {
 			changes = append(changes[:0], jobChange{ID: "*"})
 		}
-		u := update{Queues: queueViews(qs), Point: p, Jobs: changes}
+		u := update{Queues: queueViews(qs), Clients: clients, Point: p, Jobs: changes}
 		if u.Jobs == nil {
 			u.Jobs = []jobChange{}
 		}

@@ -263,6 +263,8 @@ type Workflows interface {
 	// active ones are told through NotifyCancel), marks it cancelled, and returns it. Cancelling a
 	// workflow twice is not an error; ErrNotFound if there is none.
 	CancelWorkflow(ctx context.Context, id string) (*Workflow, error)
+	// WorkflowLister: one page of workflows at a time (see clients.go).
+	WorkflowLister
 }
 
 // DeriveWorkflowState is the rule every store applies to compute a workflow's state from its member

@@ -307,6 +307,14 @@ type ListParams struct {
 	Limit      int
 	// WorkflowID, when set, lists only that workflow's jobs (members and callbacks).
 	WorkflowID string
+	// CreatedAfter and CreatedBefore, when set, list only jobs created at or after CreatedAfter and
+	// before CreatedBefore, to the millisecond, as their UUIDv7 id records it (see IDTimeBound): the
+	// bounds are a range of the id order, so a page costs the same as without them.
+	CreatedAfter, CreatedBefore time.Time
+	// FinishedAfter and FinishedBefore, when set, list only jobs whose CompletedAt is at or after
+	// FinishedAfter and before FinishedBefore (so only terminal jobs). A job whose id carries a time
+	// later than FinishedBefore plus FinishedSlack is not listed with FinishedBefore (see IDWindow).
+	FinishedAfter, FinishedBefore time.Time
 }
 
 // QueueInfo is a queue's pause flag and its job counts per state.
@@ -446,6 +454,9 @@ type Store interface {
 	RetryJob(ctx context.Context, id string) (*Job, error)
 	// ActivateJob moves a pending job to available.
 	ActivateJob(ctx context.Context, id string) (*Job, error)
+	// RunJobNow moves a scheduled or retryable job to available now, keeping its attempts, and
+	// announces its queue. Other states give a *TransitionError.
+	RunJobNow(ctx context.Context, id string) (*Job, error)
 	// DeleteJob removes a job that is not active and returns it as it was.
 	DeleteJob(ctx context.Context, id string) (*Job, error)
 
@@ -465,6 +476,8 @@ type Store interface {
 	Workflows
 	// ProgressStore: progress reported by the workers of active jobs (see progress.go).
 	ProgressStore
+	// ClientRegistry: the records of the live clients using the store (see clients.go).
+	ClientRegistry
 
 	// Elect makes leaderID the leader of name for ttl if there is no live leader or it already is,
 	// and reports whether leaderID leads now.

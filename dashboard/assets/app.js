@@ -79,6 +79,16 @@ function pretty(raw) {
   if (raw === undefined || raw === null) return el("span", { class: "muted" }, "none");
   return el("pre", {}, JSON.stringify(raw, null, 2));
 }
+// SINCE lists the relative ranges of the jobs list's time filter: the value is the duration ago.
+const SINCE = { "5m": "last 5 minutes", "15m": "last 15 minutes", "1h": "last hour", "6h": "last 6 hours", "24h": "last 24 hours", "168h": "last 7 days" };
+const TIME_KEYS = ["created_after", "created_before", "finished_after", "finished_before"];
+// localInput turns an RFC 3339 time into a datetime-local input's value, in the browser's zone.
+function localInput(iso) {
+  const d = new Date(iso);
+  if (isNaN(d)) return "";
+  const p = (n) => String(n).padStart(2, "0");
+  return d.getFullYear() + "-" + p(d.getMonth() + 1) + "-" + p(d.getDate()) + "T" + p(d.getHours()) + ":" + p(d.getMinutes()) + ":" + p(d.getSeconds());
+}
 function shortID(id) { return id.slice(0, 8) + "…" + id.slice(-4); }
 function jobLink(id) { return el("a", { href: "#/job/" + id, class: "mono", title: id }, shortID(id)); }
 function actBtn(label, fn, cls) {
@@ -185,7 +195,9 @@ async function overview() {
     el("div", { class: "panel chart" }, el("h2", {}, "Pickup latency"), ll, lat)));
   const tableBox = el("div", { class: "tablewrap" });
   main.append(el("div", { class: "panel" }, el("h2", {}, "Queues"), tableBox));
-  main.append(el("p", { class: "muted" }, "Client " + o.client_id + (o.leader ? " (leader)" : "")));
+  const clientsBox = el("div", { class: "tablewrap" });
+  main.append(el("div", { class: "panel" }, el("h2", {}, "Clients"), clientsBox));
+  main.append(el("p", { class: "muted" }, "This dashboard's client: " + o.client_id + (o.leader ? " (leader)" : "")));
 
   const renderQueues = (qs) => {
     if (!qs.length) { tableBox.replaceChildren(el("p", { class: "muted", id: "no-queues" }, "No jobs yet.")); return; }
@@ -207,9 +219,26 @@ async function overview() {
       { color: css("--bad"), values: h.map((p) => ({ t: p.t, v: p.failed })) }], { min: 1 });
     drawChart(lat, [{ color: css("--info"), values: h.filter((p) => p.latency_ms >= 0).map((p) => ({ t: p.t, v: p.latency_ms })) }], { min: 10 });
   };
+  // The clients connected to the store: one row each, the leader marked, its queues with the jobs
+  // running against the workers configured.
+  const renderClients = (cs) => {
+    if (!cs) return; // not readable this tick: keep the last rows
+    if (!cs.length) { clientsBox.replaceChildren(el("p", { class: "muted", id: "no-clients" }, "No client is running.")); return; }
+    clientsBox.replaceChildren(el("table", { id: "clients" },
+      el("thead", {}, el("tr", {}, el("th", {}, "Client"), el("th", { class: "opt" }, "Process"), el("th", {}, "Queues (running / workers)"),
+        el("th", { class: "num" }, "Running"), el("th", { class: "num" }, "Workers"), el("th", { class: "opt" }, "Version"), el("th", { class: "opt" }, "Started"))),
+      el("tbody", {}, cs.map((c) => el("tr", { "data-client": c.id, class: c.leader ? "leader" : "" },
+        el("td", { class: "mono" }, c.id, c.leader ? el("span", { class: "badge lead", title: "runs the cluster's maintenance" }, "leader") : null),
+        el("td", { class: "opt mono" }, c.host ? c.host + (c.pid ? ":" + c.pid : "") : "—"),
+        el("td", { class: "wrap" }, c.queues.length === 0 ? el("span", { class: "muted", title: "this client runs no workers (it inserts, or serves the HTTP API)" }, "no workers") :
+          c.queues.map((q) => el("span", { class: "qchip", "data-q": q.name }, el("a", { href: "#/jobs?queue=" + encodeURIComponent(q.name) }, q.name), " " + q.running + " / " + q.max_workers))),
+        el("td", { class: "num", "data-running": c.id }, c.running), el("td", { class: "num", "data-workers": c.id }, c.workers),
+        el("td", { class: "opt muted" }, c.version || ""), el("td", { class: "opt" }, when(c.started_at)))))));
+  };
   renderQueues(o.queues);
+  renderClients(o.clients);
   renderCharts();
-  live.listeners.add((u) => { renderQueues(u.queues); renderCharts(); });
+  live.listeners.add((u) => { renderQueues(u.queues); renderClients(u.clients); renderCharts(); });
 }
 
 // ---- jobs ------------------------------------------------------------------------------------------
@@ -224,17 +253,46 @@ async function jobs(_, params) {
     order: el("select", { name: "order", "aria-label": "order" }, el("option", { value: "desc" }, "newest first"), el("option", { value: "asc" }, "oldest first")),
   };
   for (const k of Object.keys(f)) f[k].value = params.get(k) || (k === "order" ? "desc" : "");
+  // Time: created or finished, in the last N (kept relative in the address, so a reload moves with
+  // the clock) or between two local times.
+  const opt = (v, label) => el("option", { value: v }, label);
+  const tf = {
+    field: el("select", { name: "time", "aria-label": "time field" }, opt("", "any time"), opt("created", "created"), opt("finished", "finished")),
+    since: el("select", { name: "since", "aria-label": "time range" }, Object.entries(SINCE).map(([v, l]) => opt(v, l)), opt("custom", "between…")),
+    from: el("input", { type: "datetime-local", name: "from", "aria-label": "from", step: 1 }),
+    to: el("input", { type: "datetime-local", name: "to", "aria-label": "until", step: 1 }),
+  };
+  for (const field of ["created", "finished"]) {
+    const a = params.get(field + "_after"), b = params.get(field + "_before");
+    if (!a && !b) continue;
+    tf.field.value = field;
+    if (a && !b && SINCE[a]) tf.since.value = a;
+    else { tf.since.value = "custom"; tf.from.value = a ? localInput(a) : ""; tf.to.value = b ? localInput(b) : ""; }
+  }
+  const showTime = () => {
+    tf.since.hidden = !tf.field.value;
+    tf.from.hidden = tf.to.hidden = !tf.field.value || tf.since.value !== "custom";
+  };
+  showTime();
   const apply = () => {
     const q = new URLSearchParams();
     for (const k of Object.keys(f)) if (f[k].value && !(k === "order" && f[k].value === "desc")) q.set(k, f[k].value.trim());
+    const field = tf.field.value;
+    if (field && tf.since.value !== "custom") q.set(field + "_after", tf.since.value);
+    if (field && tf.since.value === "custom") {
+      if (tf.from.value) q.set(field + "_after", new Date(tf.from.value).toISOString());
+      if (tf.to.value) q.set(field + "_before", new Date(tf.to.value).toISOString());
+    }
     location.hash = "#/jobs" + (q.toString() ? "?" + q : "");
   };
   const form = el("form", { class: "filters", onsubmit: (e) => { e.preventDefault(); apply(); } },
-    f.state, f.queue, f.kind, f.tag, f.order, el("button", { type: "submit", class: "primary" }, "Filter"));
+    f.state, f.queue, f.kind, f.tag, tf.field, tf.since, tf.from, tf.to, f.order, el("button", { type: "submit", class: "primary" }, "Filter"));
   f.state.addEventListener("change", apply);
   f.order.addEventListener("change", apply);
+  tf.field.addEventListener("change", () => { showTime(); if (tf.since.value !== "custom") apply(); });
+  tf.since.addEventListener("change", () => { showTime(); if (tf.since.value !== "custom") apply(); });
   const filter = new URLSearchParams();
-  for (const k of ["state", "queue", "kind", "tag", "order"]) if (params.get(k)) filter.set(k, params.get(k));
+  for (const k of ["state", "queue", "kind", "tag", "order", ...TIME_KEYS]) if (params.get(k)) filter.set(k, params.get(k));
   const cursor = params.get("cursor") || "";
   const bar = el("div", { class: "bulkbar" });
   const box = el("div", { class: "tablewrap" });
@@ -242,21 +300,28 @@ async function jobs(_, params) {
   main.append(el("div", { class: "panel" }, form, bar, box, pager));
 
   const selected = new Set();
-  let allMatching = false, page = [];
+  let allMatching = false, matched = null, page = [];
+  // matchText says how many jobs "everything the filter matches" is, as counted when selected.
+  const matchText = () => matched.capped ? "the first " + matched.count + " (of more)" : "all " + matched.count;
   const bulk = async (action) => {
-    const what = allMatching ? "every job matching this filter (up to 10000)" : selected.size + " job" + (selected.size === 1 ? "" : "s");
+    const n = allMatching ? matched.count : selected.size;
+    const what = allMatching ? matchText() + " job" + (n === 1 ? "" : "s") + " matching the filter" : n + " job" + (n === 1 ? "" : "s");
     if (!confirm(action[0].toUpperCase() + action.slice(1) + " " + what + "?")) return;
     const body = allMatching ? { action, filter: filter.toString() } : { action, ids: [...selected] };
     const r = await post("/api/bulk", body);
     toast(action + ": " + r.done + " done" + (r.failed.length ? ", " + r.failed.length + " refused (" + r.failed[0].error + ")" : ""), r.failed.length > 0);
-    selected.clear(); allMatching = false;
+    selected.clear(); allMatching = false; matched = null;
     load();
   };
   const renderBar = () => {
-    const n = allMatching ? "All matching" : selected.size + " selected";
+    const n = allMatching ? matchText()[0].toUpperCase() + matchText().slice(1) + " matching" : selected.size + " selected";
     bar.replaceChildren(...[READ_ONLY ? "" : el("span", { id: "selcount" }, n),
       (selected.size || allMatching) ? [actBtn("Retry", () => bulk("retry")), actBtn("Cancel", () => bulk("cancel")), actBtn("Delete", () => bulk("delete"), "danger"),
-        !allMatching && page.length && selected.size === page.length ? actBtn("Select all matching the filter", async () => { allMatching = true; renderBar(); }) : null] : null].flat().filter(Boolean));
+        !allMatching && page.length && selected.size === page.length ? actBtn("Select all matching the filter", async () => {
+          matched = await api("/api/count?" + filter);
+          allMatching = true;
+          renderBar();
+        }) : null] : null].flat().filter(Boolean));
   };
   const load = async () => {
     const q = new URLSearchParams(filter);
@@ -265,7 +330,7 @@ async function jobs(_, params) {
     page = r.jobs;
     const all = el("input", { type: "checkbox", "aria-label": "select page", class: "act", onchange: (e) => {
       for (const j of page) e.target.checked ? selected.add(j.id) : selected.delete(j.id);
-      if (!e.target.checked) allMatching = false;
+      if (!e.target.checked) { allMatching = false; matched = null; }
       for (const c of box.querySelectorAll("tbody input")) c.checked = e.target.checked;
       renderBar();
     } });
@@ -325,6 +390,7 @@ async function job(parts) {
       el("div", { class: "actions panel" },
         ["discarded", "cancelled"].includes(j.state) ? act("retry", "Retry", "primary") : null,
         j.state === "pending" ? act("activate", "Run now", "primary") : null,
+        ["scheduled", "retryable"].includes(j.state) ? act("run-now", "Run now", "primary") : null,
         !TERMINAL.has(j.state) ? act("cancel", "Cancel", "", "Cancel this job?") : null,
         j.state !== "active" ? act("delete", "Delete", "danger", "Delete this job for good?") : null,
         READ_ONLY ? el("span", { class: "muted" }, "read-only") : null),
@@ -332,6 +398,11 @@ async function job(parts) {
         el("div", { class: "panel" }, el("dl", { class: "kv" })),
         el("div", { class: "panel" }, el("h2", {}, "Timeline"), el("ul", { class: "timeline", id: "timeline" },
           tl.map(([what, at, cls]) => el("li", { class: cls }, el("div", {}, what), el("div", { class: "muted" }, when(at), " · ", at)))))),
+      j.progress ? el("div", { class: "panel", id: "progress" }, el("h2", {}, "Progress"),
+        typeof j.progress.value === "number" ? el("p", {}, el("span", { class: "bartrack wide" }, el("span", { class: "bar", style: "width:" + Math.round(100 * j.progress.value) + "%" })),
+          el("span", { class: "pct" }, Math.round(100 * j.progress.value) + "%")) : null,
+        j.progress.data ? pretty(j.progress.data) : null,
+        el("p", { class: "muted" }, "reported ", when(j.progress.updated_at))) : null,
       el("div", { class: "grid2" },
         el("div", { class: "panel" }, el("h2", {}, "Args"), pretty(j.args)),
         el("div", { class: "panel" }, el("h2", {}, "Result"), pretty(j.result))),
@@ -365,14 +436,41 @@ async function job(parts) {
 
 // ---- workflows -------------------------------------------------------------------------------------
 
-async function workflows() {
+async function workflows(_, params) {
   main.append(el("h1", {}, "Workflows"));
-  const r = await api("/api/workflows");
-  main.append(el("div", { class: "panel tablewrap" }, r.workflows.length === 0 ? el("p", { class: "muted" }, "No workflows among the recent jobs.") :
-    el("table", { id: "workflows" }, el("thead", {}, el("tr", {}, ["Workflow", "Name", "State", "Steps", "Done", "Created"].map((h) => el("th", {}, h)))),
-      el("tbody", {}, r.workflows.map((w) => el("tr", {},
-        el("td", {}, el("a", { href: "#/workflow/" + w.id, class: "mono" }, shortID(w.id))), el("td", {}, w.name), el("td", {}, stateTag(w.state)),
-        el("td", { class: "num" }, w.total), el("td", { class: "num" }, (w.counts.completed || 0) + "/" + w.total), el("td", {}, when(w.created_at))))))));
+  const cursor = params.get("cursor") || "";
+  const box = el("div", { class: "panel tablewrap" });
+  main.append(box);
+  let shown = new Set();
+  const load = async () => {
+    const r = await api("/api/workflows" + (cursor ? "?cursor=" + encodeURIComponent(cursor) : ""));
+    shown = new Set(r.workflows.map((w) => w.id));
+    box.replaceChildren(...(r.workflows.length === 0 ? [el("p", { class: "muted" }, cursor ? "No more workflows." : "No workflows yet.")] : [
+      el("table", { id: "workflows" }, el("thead", {}, el("tr", {}, ["Workflow", "Name", "Type", "State", "Steps", "Done", "Failed", "Created", "Finished"].map((h) => el("th", { class: ["Steps", "Done", "Failed"].includes(h) ? "num" : "" }, h)))),
+        el("tbody", {}, r.workflows.map((w) => el("tr", { "data-id": w.id, "data-state": w.state },
+          el("td", {}, el("a", { href: "#/workflow/" + w.id, class: "mono", title: w.id }, shortID(w.id))), el("td", {}, w.name), el("td", { class: "muted" }, w.type),
+          el("td", {}, stateTag(w.state)), el("td", { class: "num" }, w.total), el("td", { class: "num" }, (w.counts.completed || 0) + "/" + w.total),
+          el("td", { class: "num" }, (w.counts.discarded || 0) + (w.counts.cancelled || 0)),
+          el("td", {}, when(w.created_at)), el("td", {}, when(w.finished_at)))))),
+      el("div", { class: "actions" }, cursor ? el("a", { href: "#/workflows" }, "« Newest") : "",
+        r.next ? el("a", { href: "#/workflows?cursor=" + encodeURIComponent(r.next), id: "next-page" }, "Next page »") : "")]));
+  };
+  await load();
+  // Live: the jobs of any process move the queue counts the server pushes each tick; when they
+  // moved, the page is re-read (at most every 2 s) if it may have changed: it shows a running
+  // workflow, or it is the first page, where new workflows appear.
+  // The counts of the first tick may already include changes made after the page was read, so
+  // that tick counts as a change.
+  let lastLoad = Date.now(), due = false, lastSig = "";
+  live.listeners.add((u) => {
+    const sig = JSON.stringify(u.queues.map((q) => q.counts));
+    if (sig !== lastSig) {
+      if (!cursor || box.querySelector('tr[data-state="running"]')) due = true;
+      lastSig = sig;
+    }
+    if (u.jobs.some((c) => c.id === "*" || shown.has(c.workflow_id))) due = true;
+    if (due && Date.now() - lastLoad >= 2000) { due = false; lastLoad = Date.now(); load().catch(() => {}); }
+  });
 }
 
 // layout places each job in the column of its depth (longest path from a root) and draws parent edges.
@@ -491,12 +589,18 @@ async function deadletter(_, params) {
   const load = async () => {
     const r = await api("/api/deadletter" + (cursor ? "?cursor=" + cursor : ""));
     box.replaceChildren(...(r.jobs.length === 0 ? [el("p", { class: "muted" }, "The dead-letter list is empty.")] : [
-      el("div", { class: "bulkbar" }, actBtn("Replay all " + r.jobs.length + " on this page", async () => {
+      el("div", { class: "bulkbar" }, actBtn("Replay the " + r.jobs.length + " on this page", async () => {
         if (!confirm("Replay " + r.jobs.length + " jobs?")) return;
         const x = await post("/api/bulk", { action: "retry", ids: r.jobs.map((j) => j.id) });
         toast("replayed " + x.done);
         load();
-      })),
+      }), r.next || cursor ? actBtn("Replay every discarded job", async () => {
+        const c = await api("/api/count?state=discarded");
+        if (!confirm("Replay " + (c.capped ? "the first " + c.count + " (of more)" : "all " + c.count) + " discarded jobs?")) return;
+        const x = await post("/api/bulk", { action: "retry", filter: "state=discarded" });
+        toast("replayed " + x.done);
+        load();
+      }) : null),
       el("table", { id: "deadletter" }, el("thead", {}, el("tr", {}, ["Job", "Kind", "Queue", "Failed", "Error", ""].map((h) => el("th", {}, h)))),
         el("tbody", {}, r.jobs.map((j) => el("tr", { "data-id": j.id }, el("td", {}, jobLink(j.id)), el("td", {}, j.kind), el("td", {}, j.queue),
           el("td", {}, when(j.completed_at)), el("td", { class: "wrap" }, j.errors.length ? j.errors[0].message.slice(0, 160) : ""),

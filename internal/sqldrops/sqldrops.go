@@ -6,6 +6,7 @@ package sqldrops
 
 import (
 	"regexp"
+	"slices"
 	"strings"
 )
 
@@ -108,9 +109,9 @@ type Loss struct {
 
 // Plan returns what reverting the newest steps applied migrations would delete, newest first:
 // the drops of their down files (downs[i] for migration i, applied[i] whether it is applied) that
-// exist in cols, less the table skip (data nobody would miss) and the columns of tables the same
+// exist in cols, less the tables of skip (data nobody would miss) and the columns of tables the same
 // rollback drops whole (counted with their table).
-func Plan(downs []string, applied []bool, steps int, cols Columns, skip string) []Loss {
+func Plan(downs []string, applied []bool, steps int, cols Columns, skip ...string) []Loss {
 	var plan []Loss
 	dropped := map[string]bool{}
 	for i := len(downs) - 1; i >= 0 && steps > 0; i-- {
@@ -122,7 +123,7 @@ func Plan(downs []string, applied []bool, steps int, cols Columns, skip string) 
 			if d.Column == "" {
 				dropped[d.Table] = true
 			}
-			if d.Table != skip && cols[d.Table][d.Column] {
+			if !slices.Contains(skip, d.Table) && cols[d.Table][d.Column] {
 				plan = append(plan, Loss{Migration: i, Drop: d})
 			}
 		}

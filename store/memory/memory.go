@@ -159,6 +159,9 @@ type Store struct {
 
 	hub notifyhub.Hub
 
+	// clients is the registry of live clients (clients.go), under its own lock.
+	clients clientRegistry
+
 	// claims numbers the claims of jobs, for their claim tokens: unique for the store's life, which
 	// is all a token must be here (nothing survives the process to be claimed again).
 	claims uint64
@@ -1050,8 +1053,10 @@ func (s *Store) ListJobs(ctx context.Context, p store.ListParams) ([]*store.Job,
 			(len(p.Queues) == 0 || slices.Contains(p.Queues, j.Queue)) &&
 			(len(p.Kinds) == 0 || slices.Contains(p.Kinds, j.Kind)) &&
 			hasAll(j.Tags, p.Tags) &&
-			(p.WorkflowID == "" || j.WorkflowID == p.WorkflowID)
+			(p.WorkflowID == "" || j.WorkflowID == p.WorkflowID) &&
+			p.FinishedIn(j.CompletedAt)
 	}
+	lower, upper := p.IDWindow()
 	var out []*store.Job
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -1076,18 +1081,18 @@ func (s *Store) ListJobs(ctx context.Context, p store.ListParams) ([]*store.Job,
 	more := false
 	if p.Descending {
 		start := len(ids)
-		if p.After != "" {
-			start = sort.SearchStrings(ids, p.After) // first id >= After
+		if upper != "" {
+			start = sort.SearchStrings(ids, upper) // first id >= upper
 		}
-		for i := start - 1; i >= 0 && !more; i-- {
+		for i := start - 1; i >= 0 && (lower == "" || ids[i] > lower) && !more; i-- {
 			more = visit(i)
 		}
 	} else {
 		start := 0
-		if p.After != "" {
-			start = sort.Search(len(ids), func(i int) bool { return ids[i] > p.After })
+		if lower != "" {
+			start = sort.Search(len(ids), func(i int) bool { return ids[i] > lower })
 		}
-		for i := start; i < len(ids) && !more; i++ {
+		for i := start; i < len(ids) && (upper == "" || ids[i] < upper) && !more; i++ {
 			more = visit(i)
 		}
 	}

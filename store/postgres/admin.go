@@ -48,11 +48,38 @@ func (s *Store) ListJobs(ctx context.Context, p store.ListParams) ([]*store.Job,
 	if limit <= 0 {
 		limit = defaultListLimit
 	}
-	sql, cursor := s.q.listJobs, minUUID
-	if p.Descending {
-		sql, cursor = s.q.listJobsDesc, maxUUID
+	// The page starts after start (before it, when descending) and stops at end.
+	lower, upper := p.IDWindow()
+	lo, hi := minUUID, maxUUID
+	for _, b := range []struct {
+		text string
+		dest *pgtype.UUID
+	}{{lower, &lo}, {upper, &hi}} {
+		if b.text == "" {
+			continue
+		}
+		u, ok := parseUUID(b.text)
+		if !ok {
+			return nil, "", fmt.Errorf("list jobs: cursor %q is not a job id", p.After)
+		}
+		*b.dest = u
 	}
-	args := []any{nil, nilIfEmpty(p.Queues), nilIfEmpty(p.Kinds), nil, limit + 1, nilIfEmpty(p.Tags)}
+	sql, start, end := s.q.listJobs, lo, hi
+	if p.Descending {
+		sql, start, end = s.q.listJobsDesc, hi, lo
+	}
+	var states []string
+	for _, st := range p.States {
+		states = append(states, string(st))
+	}
+	finished := func(t time.Time) any {
+		if t.IsZero() {
+			return nil
+		}
+		return t
+	}
+	args := []any{states, nilIfEmpty(p.Queues), nilIfEmpty(p.Kinds), start, limit + 1, nilIfEmpty(p.Tags),
+		end, finished(p.FinishedAfter), finished(p.FinishedBefore)}
 	if p.WorkflowID != "" {
 		sql = s.q.listWorkflowJobs
 		if p.Descending {
@@ -60,18 +87,6 @@ func (s *Store) ListJobs(ctx context.Context, p store.ListParams) ([]*store.Job,
 		}
 		args = append(args, p.WorkflowID)
 	}
-	if p.After != "" {
-		u, ok := parseUUID(p.After)
-		if !ok {
-			return nil, "", fmt.Errorf("list jobs: cursor %q is not a job id", p.After)
-		}
-		cursor = u
-	}
-	var states []string
-	for _, st := range p.States {
-		states = append(states, string(st))
-	}
-	args[0], args[3] = states, cursor
 	rows, err := s.pool.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, "", fmt.Errorf("list jobs: %w", err)

@@ -16,6 +16,9 @@ var _ store.DownPlanner = (*Store)(nil)
 // leaseTable holds leader leases: not data anyone would miss, so rollbacks do not count it.
 const leaseTable = "leader"
 
+// clientsTable holds the records of live clients, rewritten every few seconds: not counted either.
+const clientsTable = "clients"
+
 // DownDataLoss counts, without changing anything, the rows MigrateDown(ctx, steps) would delete:
 // those of every table the reverted migrations drop and, of the tables they keep, the rows with a
 // value in a column they drop. What a migration drops is read from its down file (sqldrops).
@@ -33,7 +36,7 @@ func (s *Store) DownDataLoss(ctx context.Context, steps int) ([]store.DataLoss, 
 		downs[i], applied[i] = m.down, ms[i].Applied
 	}
 	var out []store.DataLoss
-	for _, d := range sqldrops.Plan(downs, applied, steps, cols, leaseTable) {
+	for _, d := range sqldrops.Plan(downs, applied, steps, cols, leaseTable, clientsTable) {
 		l := store.DataLoss{Migration: ms[d.Migration], Table: d.Table, Column: d.Column}
 		sql := "SELECT count(*) FROM " + pgx.Identifier{s.schema, l.Table}.Sanitize()
 		if l.Column != "" {

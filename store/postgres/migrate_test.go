@@ -26,8 +26,8 @@ func TestMigrateUpDownStatus(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, status, len(migrations))
 	for i, m := range status {
-		// Versions increase; numbers may be skipped (branches reserve theirs ahead of a merge).
 		require.Equal(t, migrations[i].version, m.Version)
+		require.Equal(t, i+1, m.Version, "migrations are numbered 1, 2, 3, ... without gaps")
 		require.NotEmpty(t, m.Name)
 		require.False(t, m.Applied)
 	}

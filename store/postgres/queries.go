@@ -423,9 +423,11 @@ SELECT count(*) FROM gone`
 	sqlGetJob = `SELECT ` + jobCols + ` FROM {schema}.jobs WHERE id = $1`
 
 	// sqlListJobs pages through jobs in id order after $4; $1 states, $2 queues and $3 kinds filter
-	// when not NULL, as $6 tags does (jobs with every one of them); $5 is the page size.
+	// when not NULL, as $6 tags does (jobs with every one of them); $5 is the page size. The page
+	// ends before id $7 and holds jobs finished in [$8, $9) when those are not NULL.
 	sqlListJobs = `SELECT ` + jobCols + ` FROM {schema}.jobs
-WHERE id > $4
+WHERE id > $4 AND id < $7
+	AND ($8::timestamptz IS NULL OR completed_at >= $8) AND ($9::timestamptz IS NULL OR completed_at < $9)
 	AND ($1::text[] IS NULL OR state = ANY($1))
 	AND ($2::text[] IS NULL OR queue = ANY($2))
 	AND ($3::text[] IS NULL OR kind = ANY($3))
@@ -433,9 +435,10 @@ WHERE id > $4
 ORDER BY id
 LIMIT $5`
 
-	// sqlListWorkflowJobs is sqlListJobs restricted to the jobs of workflow $7.
+	// sqlListWorkflowJobs is sqlListJobs restricted to the jobs of workflow $10.
 	sqlListWorkflowJobs = `SELECT ` + jobCols + ` FROM {schema}.jobs
-WHERE workflow_id = $7 AND id > $4
+WHERE workflow_id = $10 AND id > $4 AND id < $7
+	AND ($8::timestamptz IS NULL OR completed_at >= $8) AND ($9::timestamptz IS NULL OR completed_at < $9)
 	AND ($1::text[] IS NULL OR state = ANY($1))
 	AND ($2::text[] IS NULL OR queue = ANY($2))
 	AND ($3::text[] IS NULL OR kind = ANY($3))
@@ -445,7 +448,8 @@ LIMIT $5`
 
 	// sqlListWorkflowJobsDesc is sqlListWorkflowJobs in descending id order, before $4.
 	sqlListWorkflowJobsDesc = `SELECT ` + jobCols + ` FROM {schema}.jobs
-WHERE workflow_id = $7 AND id < $4
+WHERE workflow_id = $10 AND id < $4 AND id > $7
+	AND ($8::timestamptz IS NULL OR completed_at >= $8) AND ($9::timestamptz IS NULL OR completed_at < $9)
 	AND ($1::text[] IS NULL OR state = ANY($1))
 	AND ($2::text[] IS NULL OR queue = ANY($2))
 	AND ($3::text[] IS NULL OR kind = ANY($3))
@@ -455,7 +459,8 @@ LIMIT $5`
 
 	// sqlListJobsDesc is sqlListJobs in descending id order, before $4.
 	sqlListJobsDesc = `SELECT ` + jobCols + ` FROM {schema}.jobs
-WHERE id < $4
+WHERE id < $4 AND id > $7
+	AND ($8::timestamptz IS NULL OR completed_at >= $8) AND ($9::timestamptz IS NULL OR completed_at < $9)
 	AND ($1::text[] IS NULL OR state = ANY($1))
 	AND ($2::text[] IS NULL OR queue = ANY($2))
 	AND ($3::text[] IS NULL OR kind = ANY($3))

@@ -231,6 +231,9 @@ func (s *Store) InsertWorkflow(ctx context.Context, p store.WorkflowParams) (*st
 		}
 		return nil, nil, fmt.Errorf("redis: insert workflow %s: %w", p.ID, store.ErrDuplicate)
 	}
+	if err := s.rdb.ZAdd(ctx, s.workflowsKey(), goredis.Z{Member: p.ID}).Err(); err != nil {
+		return nil, nil, fmt.Errorf("redis: insert workflow %s: written, not indexed for ListWorkflows: %w", p.ID, err)
+	}
 	nowUS, _ := res.(int64)
 	now := time.UnixMicro(nowUS).UTC()
 	jobs := make([]*store.Job, len(p.Jobs))

@@ -871,7 +871,12 @@ func (s *Store) ListJobs(ctx context.Context, p store.ListParams) ([]*store.Job,
 			}
 		}
 	}
-	cursor := p.After
+	// The page starts at the cursor and stops at the other end of p's id window.
+	lower, upper := p.IDWindow()
+	cursor := lower
+	if p.Descending {
+		cursor = upper
+	}
 	var out []*store.Job
 	for {
 		want := limit + 1 - len(out)
@@ -880,17 +885,23 @@ func (s *Store) ListJobs(ctx context.Context, p store.ListParams) ([]*store.Job,
 			for i, src := range srcs {
 				var args []any
 				if p.Descending {
-					hi := "+"
+					hi, lo := "+", "-"
 					if cursor != "" {
 						hi = "(" + cursor
 					}
-					args = []any{"ZRANGE", src.key, hi, "-", "BYLEX", "REV", "LIMIT", 0, want}
+					if lower != "" {
+						lo = "(" + lower
+					}
+					args = []any{"ZRANGE", src.key, hi, lo, "BYLEX", "REV", "LIMIT", 0, want}
 				} else {
-					lo := "-"
+					lo, hi := "-", "+"
 					if cursor != "" {
 						lo = "(" + cursor
 					}
-					args = []any{"ZRANGE", src.key, lo, "+", "BYLEX", "LIMIT", 0, want}
+					if upper != "" {
+						hi = "(" + upper
+					}
+					args = []any{"ZRANGE", src.key, lo, hi, "BYLEX", "LIMIT", 0, want}
 				}
 				cmd := goredis.NewStringSliceCmd(ctx, args...)
 				_ = pl.Process(ctx, cmd)
@@ -957,7 +968,7 @@ func (s *Store) ListJobs(ctx context.Context, p store.ListParams) ([]*store.Job,
 				return nil, "", err
 			}
 			if j == nil || (len(p.Kinds) > 0 && !slices.Contains(p.Kinds, j.Kind)) || !hasTags(j, p.Tags) ||
-				(len(p.States) > 0 && !slices.Contains(p.States, j.State)) ||
+				(len(p.States) > 0 && !slices.Contains(p.States, j.State)) || !p.FinishedIn(j.CompletedAt) ||
 				(p.WorkflowID != "" && len(p.Queues) > 0 && !slices.Contains(p.Queues, j.Queue)) {
 				continue
 			}

@@ -1,6 +1,7 @@
 package sqlite
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -59,15 +60,24 @@ func (s *Store) ListJobs(ctx context.Context, p store.ListParams) ([]*store.Job,
 	if err != nil {
 		return nil, "", err
 	}
-	after := p.After
-	if p.Descending && after == "" {
-		after = "\uffff" // above every id made of ASCII characters
+	// The page starts after (before, when descending) start and stops at end: "" is below every
+	// id, "\uffff" above every id made of ASCII characters.
+	lower, upper := p.IDWindow()
+	start, end := lower, cmp.Or(upper, "\uffff")
+	if p.Descending {
+		start, end = end, start
 	}
 	ft, err := filter(p.Tags)
 	if err != nil {
 		return nil, "", err
 	}
-	args := []any{fs, fq, fk, after, int64(limit + 1), ft}
+	finished := func(t time.Time) any {
+		if t.IsZero() {
+			return nil
+		}
+		return t.UnixMicro()
+	}
+	args := []any{fs, fq, fk, start, int64(limit + 1), ft, end, finished(p.FinishedAfter), finished(p.FinishedBefore)}
 	if p.WorkflowID != "" {
 		args = append(args, p.WorkflowID)
 	}

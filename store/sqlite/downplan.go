@@ -14,6 +14,9 @@ var _ store.DownPlanner = (*Store)(nil)
 // leaseTable holds leader leases: not data anyone would miss, so rollbacks do not count it.
 const leaseTable = "pronto_leaders"
 
+// clientsTable holds the records of live clients, rewritten every few seconds: not counted either.
+const clientsTable = "pronto_clients"
+
 // DownDataLoss counts, without changing anything, the rows MigrateDown(ctx, steps) would delete:
 // those of every table the reverted migrations drop and, of the tables they keep, the rows with a
 // value in a column they drop. What a migration drops is read from its down file (sqldrops).
@@ -35,7 +38,7 @@ func (s *Store) DownDataLoss(ctx context.Context, steps int) ([]store.DataLoss, 
 		downs[i], applied[i] = m.down, ms[i].Applied
 	}
 	var out []store.DataLoss
-	for _, d := range sqldrops.Plan(downs, applied, steps, cols, leaseTable) {
+	for _, d := range sqldrops.Plan(downs, applied, steps, cols, leaseTable, clientsTable) {
 		l := store.DataLoss{Migration: ms[d.Migration], Table: d.Table, Column: d.Column}
 		// The names come from our own migration files and the catalog, never from input.
 		q := "SELECT count(*) FROM " + quoteIdent(l.Table)

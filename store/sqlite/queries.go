@@ -291,16 +291,17 @@ const getJobSQL = `SELECT ` + jobColumns + ` FROM pronto_jobs WHERE id = ?1`
 // workflow filter or not. ?1 states, ?2 queues, ?3 kinds (JSON arrays or NULL), ?4 cursor, ?5 limit,
 // ?6 workflow id (only with the filter, which lets the workflow index find the jobs).
 func listJobsSQL(descending, byWorkflow bool) string {
-	cmp, order := ">", "id"
+	cmp, end, order := ">", "<", "id"
 	if descending {
-		cmp, order = "<", "id DESC"
+		cmp, end, order = "<", ">", "id DESC"
 	}
 	workflow := ""
 	if byWorkflow {
-		workflow = "AND workflow_id = ?7"
+		workflow = "AND workflow_id = ?10"
 	}
 	return `SELECT ` + jobColumns + ` FROM pronto_jobs
-	WHERE id ` + cmp + ` ?4
+	WHERE id ` + cmp + ` ?4 AND id ` + end + ` ?7
+	  AND (?8 IS NULL OR completed_at >= ?8) AND (?9 IS NULL OR completed_at < ?9)
 	  AND (?1 IS NULL OR state IN (SELECT value FROM json_each(?1)))
 	  AND (?2 IS NULL OR queue IN (SELECT value FROM json_each(?2)))
 	  AND (?3 IS NULL OR kind IN (SELECT value FROM json_each(?3)))

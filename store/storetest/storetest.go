@@ -100,6 +100,10 @@ func single(fn func(t *testing.T, s store.Store)) func(t *testing.T, h Harness) 
 
 // tests lists every behaviour; each test owns its store and runs in parallel with the others.
 var tests = []testCase{
+	{"Clients", single(testClients)},
+	{"ListJobsTimeWindows", single(testListJobsTimeWindows)},
+	{"WorkflowList", single(testWorkflowList)},
+	{"RunJobNow", single(testRunJobNow)},
 	{"InsertRoundTrip", single(testInsertRoundTrip)},
 	{"InsertDefaults", single(testInsertDefaults)},
 	{"InsertBatch", single(testInsertBatch)},

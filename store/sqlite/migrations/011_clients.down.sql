@@ -1,0 +1,1 @@
+DROP TABLE pronto_clients;
