@@ -227,6 +227,7 @@ func (r *runner) groups() []group {
 			{name: "jobs retry", summary: "make a discarded or cancelled job available again", run: cmdJobsRetry},
 			{name: "jobs cancel", summary: "cancel a job that has not finished", run: cmdJobsCancel},
 			{name: "jobs activate", summary: "make a pending job available", run: cmdJobsActivate},
+			{name: "jobs run-now", summary: "make a scheduled or retryable job due now", run: cmdJobsRunNow},
 			{name: "jobs delete", summary: "delete a job that is not running", run: cmdJobsDelete},
 		}},
 		{name: "queues", summary: "inspect, pause and resume queues", subs: []command{
@@ -236,9 +237,13 @@ func (r *runner) groups() []group {
 			{name: "queues set-max-depth", summary: "bound a queue's unfinished jobs (backpressure)", run: cmdQueuesSetMaxDepth},
 		}},
 		{name: "workflows", summary: "inspect and cancel workflows", subs: []command{
+			{name: "workflows list", summary: "list workflows, newest first, with their state", run: cmdWorkflowsList},
 			{name: "workflows get", summary: "show a workflow's state and step counts", run: cmdWorkflowsGet},
 			{name: "workflows jobs", summary: "list a workflow's jobs", run: cmdWorkflowsJobs},
 			{name: "workflows cancel", summary: "cancel every unfinished job of a workflow", run: cmdWorkflowsCancel},
+		}},
+		{name: "clients", summary: "see the clients using the database", subs: []command{
+			{name: "clients list", summary: "list live clients: host, queues, workers, leader", run: cmdClientsList},
 		}},
 		{name: "rate-limits", summary: "inspect and set rate and concurrency limits", subs: []command{
 			{name: "rate-limits list", summary: "list stored limits with their use", run: cmdRateLimitsList},

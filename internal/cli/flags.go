@@ -228,3 +228,34 @@ func (fs *flagSet) duration(name string, value time.Duration, usage string) *tim
 	fs.Var((*durationValue)(p), name, usage)
 	return p
 }
+
+// timeValue is a point in time given as RFC 3339 ("2026-11-26T10:00:00Z") or as a duration before
+// now ("90m": ninety minutes ago), read when the flag is parsed.
+type timeValue struct{ t *time.Time }
+
+func (v timeValue) String() string {
+	if v.t == nil || v.t.IsZero() {
+		return ""
+	}
+	return v.t.Format(time.RFC3339)
+}
+
+func (v timeValue) Set(s string) error {
+	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		*v.t = t
+		return nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d < 0 {
+		return errors.New("not a time: give an RFC 3339 time (2026-11-26T10:00:00Z) or how long ago (90m, 24h)")
+	}
+	*v.t = time.Now().Add(-d)
+	return nil
+}
+
+// time defines a time flag (timeValue); unset, it is the zero time.
+func (fs *flagSet) time(name, usage string) *time.Time {
+	p := new(time.Time)
+	fs.Var(timeValue{p}, name, usage)
+	return p
+}

@@ -77,13 +77,18 @@ func cmdJobsList(ctx context.Context, r *runner, args []string) error {
 	cursor := fs.String("cursor", "", "continue after job `ID` (printed at the end of a full page)")
 	asc := fs.Bool("asc", false, "oldest first")
 	asJSON := fs.Bool("json", false, `print {"jobs": [...], "next": CURSOR} as JSON ("next" is "" on the last page)`)
+	createdAfter := fs.time("created-after", "only jobs created at or after `TIME` (RFC 3339, or how long ago: 90m, 24h)")
+	createdBefore := fs.time("created-before", "only jobs created before `TIME`")
+	finishedAfter := fs.time("finished-after", "only finished jobs (completed, cancelled, discarded) that finished at or after `TIME`")
+	finishedBefore := fs.time("finished-before", "only finished jobs that finished before `TIME`")
 	if _, err := fs.parse(args, 0, 0); err != nil {
 		return err
 	}
 	if err := checkNames(r.current, queues, kinds); err != nil {
 		return err
 	}
-	p := &pronto.JobListParams{Queues: queues, Kinds: kinds, Tags: tags, Limit: *limit, Descending: !*asc}
+	p := &pronto.JobListParams{Queues: queues, Kinds: kinds, Tags: tags, Limit: *limit, Descending: !*asc,
+		CreatedAfter: *createdAfter, CreatedBefore: *createdBefore, FinishedAfter: *finishedAfter, FinishedBefore: *finishedBefore}
 	for _, s := range states {
 		st := pronto.State(strings.ToLower(s))
 		if !st.Valid() {
@@ -236,6 +241,14 @@ func cmdJobsActivate(ctx context.Context, r *runner, args []string) error {
 			return c.JobActivate(ctx, id)
 		},
 		func(j *pronto.JobRow) { fmt.Fprintf(r.env.Stdout, "job %s activated: now %s\n", j.ID, j.State) })
+}
+
+func cmdJobsRunNow(ctx context.Context, r *runner, args []string) error {
+	return r.jobCommand(ctx, args, "Make a scheduled or retryable job due now, so a worker can claim it at once.",
+		func(ctx context.Context, c *pronto.Client, id string) (*pronto.JobRow, error) {
+			return c.JobRunNow(ctx, id)
+		},
+		func(j *pronto.JobRow) { fmt.Fprintf(r.env.Stdout, "job %s is due now: %s\n", j.ID, j.State) })
 }
 
 func cmdJobsDelete(ctx context.Context, r *runner, args []string) error {
