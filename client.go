@@ -115,6 +115,12 @@ func NewClient(s store.Store, cfg *Config) (*Client, error) {
 	if c.Workers != nil {
 		cl.kinds = c.Workers.Kinds()
 	}
+	if c.Notifier != nil {
+		r := &relay{n: c.Notifier, onErr: func(err error) {
+			cl.cfg.Logger.Warn("pronto: relaying notifications to Config.Notifier failed", "client", cl.cfg.ID, "err", err)
+		}}
+		s.Notifier().Subscribe(r.forward)
+	}
 	return cl, nil
 }
 
@@ -221,6 +227,11 @@ func (c *Client) Start(ctx context.Context) error {
 	c.presence = presence.New(c.cfg.ID, own, presenceTTL(c.presenceEvery))
 	// Subscribe before the producers' first claim, so nothing inserted after it is missed.
 	c.unsubscribe = c.store.Notifier().Subscribe(c.onNotification)
+	if c.cfg.Notifier != nil {
+		own := c.unsubscribe
+		other := c.cfg.Notifier.Subscribe(c.onNotification)
+		c.unsubscribe = func() { own(); other() }
+	}
 	for _, p := range c.producers {
 		go p.Run(produceCtx)
 	}
@@ -442,7 +453,7 @@ func (c *Client) presenceLoop(ctx context.Context, own map[string]string) {
 // signal sends client signals, logging a failure: a lost announcement costs only some claims
 // made twice, or late (at the next poll), never a job.
 func (c *Client) signal(ctx context.Context, ns []store.Notification) {
-	if err := c.store.Notifier().Signal(ctx, ns); err != nil && ctx.Err() == nil {
+	if err := c.notifier().Signal(ctx, ns); err != nil && ctx.Err() == nil {
 		c.cfg.Logger.Warn("pronto: sending client signals failed", "client", c.cfg.ID, "err", err)
 	}
 }

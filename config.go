@@ -66,6 +66,15 @@ type Config struct {
 	// becomes visible in the store. Negative writes every outcome at once.
 	CompleterLinger time.Duration
 
+	// Notifier, when set, carries notifications between this process and the others that set one
+	// on the same channel, for a store whose own notifications stay in its process (SQLite shared
+	// by several processes; see Notifier). The client forwards its store's inserts, cancellations,
+	// pauses and resumes to it from NewClient on, and works with what the other processes send
+	// as with its store's own notifications: an insert in one process wakes a worker in another at
+	// once instead of at its next poll. Leave it nil on stores whose notifications already reach
+	// every process (PostgreSQL with LISTEN, Redis): it would deliver everything twice.
+	Notifier Notifier
+
 	// Logger receives the client's structured logs (default: discarded).
 	Logger *slog.Logger
 	// OnError is called after an attempt fails with an error (not a panic).

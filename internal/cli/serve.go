@@ -16,6 +16,7 @@ import (
 	"github.com/pronto-jobs/pronto"
 	"github.com/pronto-jobs/pronto/dashboard"
 	"github.com/pronto-jobs/pronto/server"
+	redisstore "github.com/pronto-jobs/pronto/store/redis"
 )
 
 // EnvAPIKey is the environment variable read when --api-key is not given.
@@ -53,6 +54,7 @@ func cmdServe(ctx context.Context, r *runner, args []string) error {
 	metricsAddr := fs.String("metrics-addr", "", "serve /metrics (Prometheus) on this `HOST:PORT` instead of the API's address; the API key applies there too")
 	pprofOn := fs.Bool("pprof", false, "serve Go's profiler at /debug/pprof/ (behind the API key): for diagnosis, not left on")
 	uiReadOnly := fs.Bool("ui-read-only", false, "serve the web dashboard at / without actions that change state")
+	notifyURL := fs.String("notify-url", "", "a Redis `URL` (redis://host:6379/0, ?channel=NAME) carrying notifications between processes sharing an SQLite file, so an insert in one wakes workers in the others at once (see docs/redis.md)")
 	if _, err := fs.parse(args, 0, 0); err != nil {
 		return err
 	}
@@ -82,6 +84,14 @@ func cmdServe(ctx context.Context, r *runner, args []string) error {
 
 	logger := slog.New(slog.NewTextHandler(r.env.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	clientCfg := &pronto.Config{Logger: logger}
+	if *notifyURL != "" {
+		n, err := redisstore.OpenNotifier(ctx, *notifyURL)
+		if err != nil {
+			return usageErrorf("serve: --notify-url: %v", err)
+		}
+		defer n.Close()
+		clientCfg.Notifier = n
+	}
 	obs := newServeObservability(clientCfg, *pprofOn, *metricsAddr != "")
 	client, err := pronto.NewClient(db.store, clientCfg)
 	if err != nil {
