@@ -2,10 +2,14 @@ package main
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/pronto-jobs/pronto"
 	redisstore "github.com/pronto-jobs/pronto/store/redis"
+	"github.com/pronto-jobs/pronto/store/sqlite"
 )
 
 // ---- pronto on Redis (store/redis) ----
@@ -71,5 +75,79 @@ func (prontoRedis) open(ctx context.Context, _ *env, id string) (instance, error
 		return nil, err
 	}
 	inst.onClose = func() { _ = rdb.Close() }
+	return inst, nil
+}
+
+// ---- pronto on SQLite shared by several processes, woken through Redis (Config.Notifier) ----
+
+// prontoSQLiteProcs runs pronto on one SQLite file shared by the harness (inserts) and worker
+// processes: with notify set, every process has a Redis Notifier on the same channel (push pickup
+// across processes); without, the workers find the harness's inserts by their 1 s poll.
+type prontoSQLiteProcs struct{ notify bool }
+
+func (p prontoSQLiteProcs) name() string {
+	if p.notify {
+		return "pronto-sqlite-redisnotify"
+	}
+	return "pronto-sqlite-procs"
+}
+func (prontoSQLiteProcs) shared() bool                   { return true }
+func (prontoSQLiteProcs) workersFor(_ string, n int) int { return n }
+
+// sqliteProcsScenarios are the ones where pickup across processes shows.
+var sqliteProcsScenarios = map[string]bool{"notify_latency": true, "high_scale": true, "multi_process": true}
+
+func (prontoSQLiteProcs) runs(sc scenario) bool { return sqliteProcsScenarios[sc.name] }
+
+// path does not depend on the harness's temporary folder, which the worker processes do not know.
+func (prontoSQLiteProcs) path(id string) string {
+	return filepath.Join(os.TempDir(), "pronto-bench-"+id+".db")
+}
+
+func (p prontoSQLiteProcs) create(ctx context.Context, _ *env, id string) error {
+	st, err := sqlite.Open(ctx, p.path(id))
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	return st.Migrate(ctx)
+}
+
+func (p prontoSQLiteProcs) drop(_ context.Context, _ *env, id string) error {
+	for _, suffix := range []string{"", "-wal", "-shm"} {
+		_ = os.Remove(p.path(id) + suffix)
+	}
+	return nil
+}
+
+func (p prontoSQLiteProcs) open(ctx context.Context, _ *env, id string) (instance, error) {
+	st, err := sqlite.Open(ctx, p.path(id))
+	if err != nil {
+		return nil, err
+	}
+	var n *redisstore.Notifier
+	if p.notify {
+		n, err = redisstore.OpenNotifier(ctx, "redis://"+redisAddr()+"/0?channel=bench:{relay-"+id+"}")
+		if err != nil {
+			_ = st.Close()
+			return nil, err
+		}
+	}
+	inst, err := newProntoInstance(st, nil, countFinished(st))
+	if err != nil {
+		_ = st.Close()
+		return nil, err
+	}
+	if n != nil {
+		// The inserting client relays the store's inserts; the workers' clients take the same notifier.
+		inst.inserter, err = pronto.NewClient(st, &pronto.Config{Notifier: n})
+		if err != nil {
+			_ = st.Close()
+			_ = n.Close()
+			return nil, err
+		}
+		inst.notifier = n
+		inst.onClose = func() { _ = n.Close() }
+	}
 	return inst, nil
 }

@@ -122,10 +122,14 @@ func systemsByName() map[string]system {
 		"pronto-sqlite": prontoSQLite{},
 		"pronto-memory": prontoMemory{},
 		"pronto-redis":  prontoRedis{},
+
+		"pronto-sqlite-procs":       prontoSQLiteProcs{},
+		"pronto-sqlite-redisnotify": prontoSQLiteProcs{notify: true},
 	}
 }
 
-var allSystemNames = []string{"pronto", "river", "river-tuned", "pronto-sqlite", "pronto-memory", "pronto-redis"}
+var allSystemNames = []string{"pronto", "river", "river-tuned", "pronto-sqlite", "pronto-memory", "pronto-redis",
+	"pronto-sqlite-procs", "pronto-sqlite-redisnotify"}
 
 func newPool(ctx context.Context, url string) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(url)
@@ -242,6 +246,8 @@ type prontoInstance struct {
 	count    func(context.Context) (int64, error)
 	// onClose releases what the system opened beside the store (the Redis client).
 	onClose func()
+	// notifier, when set, is given to the workers' client as Config.Notifier.
+	notifier pronto.Notifier
 }
 
 func newProntoInstance(st store.Store, p *pgxpool.Pool, count func(context.Context) (int64, error)) (*prontoInstance, error) {
@@ -305,8 +311,9 @@ func (i *prontoInstance) startWorkers(ctx context.Context, n int, s sink) (func(
 		return work(ctx, j.Args, j.Attempt, s)
 	}))
 	c, err := pronto.NewClient(i.st, &pronto.Config{
-		Queues:  map[string]pronto.QueueConfig{pronto.DefaultQueue: {MaxWorkers: n}},
-		Workers: ws,
+		Queues:   map[string]pronto.QueueConfig{pronto.DefaultQueue: {MaxWorkers: n}},
+		Workers:  ws,
+		Notifier: i.notifier,
 	})
 	if err != nil {
 		return nil, err

@@ -147,7 +147,9 @@ func TestNotifierDelivery(t *testing.T) {
 		return gb.has(func(n store.Notification) bool { return n.Kind == store.NotifyPresence && n.Client == "c1" })
 	}, 10*time.Second, 5*time.Millisecond)
 	// One publisher's notifications arrive in order: the signal came last.
-	require.True(t, gb.has(func(n store.Notification) bool { return n.Kind == store.NotifyInsert && n.Queue == "q1" && n.Nonce == 7 }))
+	require.True(t, gb.has(func(n store.Notification) bool {
+		return n.Kind == store.NotifyInsert && n.Queue == "q1" && n.Nonce == 7
+	}))
 	require.True(t, gb.has(func(n store.Notification) bool { return n.Queue == "q2" && n.DueAt.Equal(due) }))
 	require.True(t, gb.has(func(n store.Notification) bool { return n.Kind == store.NotifyCancel && n.JobID == "j1" }))
 	require.True(t, ga.has(func(n store.Notification) bool { return n.Kind == store.NotifyPresence }), "a signal reaches its own process")
