@@ -72,7 +72,8 @@ type Config struct {
 	// pauses and resumes to it from NewClient on, and works with what the other processes send
 	// as with its store's own notifications: an insert in one process wakes a worker in another at
 	// once instead of at its next poll. Leave it nil on stores whose notifications already reach
-	// every process (PostgreSQL with LISTEN, Redis): it would deliver everything twice.
+	// every process (PostgreSQL with LISTEN, Redis): it would deliver everything twice. The
+	// forwarding lasts as long as the store: make one client per store and process with a Notifier.
 	Notifier Notifier
 
 	// Logger receives the client's structured logs (default: discarded).
