@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	goredis "github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pronto-jobs/pronto"
@@ -241,5 +242,40 @@ func TestNotifierAcrossProcesses(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, "done "+res.ID, next())
 		waitCompleted(t, st, res.ID)
+	}
+}
+
+// TestNotifierResubscribes: after its subscription connection is killed, a Notifier delivers
+// NotifyReconnect (anything sent meanwhile was missed) and then what other notifiers publish again.
+func TestNotifierResubscribes(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srv := startPrivateRedis(t, "--appendonly", "no")
+	rdb := goredis.NewClient(&goredis.Options{Addr: srv.addr()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	a, err := NewNotifier(ctx, rdb, NotifierOptions{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = a.Close() })
+	b, err := NewNotifier(ctx, rdb, NotifierOptions{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = b.Close() })
+	got := make(chan store.Notification, 100)
+	defer a.Subscribe(func(n store.Notification) { got <- n })()
+
+	require.NoError(t, rdb.Do(ctx, "CLIENT", "KILL", "TYPE", "pubsub").Err())
+	waitFor(t, got, func(n store.Notification) bool { return n.Kind == store.NotifyReconnect })
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		require.NoError(t, b.Publish(ctx, []store.Notification{{Kind: store.NotifyInsert, Queue: "after"}}))
+		select {
+		case n := <-got:
+			if n.Kind == store.NotifyInsert && n.Queue == "after" {
+				return
+			}
+		case <-time.After(100 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no notification after the resubscription")
+		}
 	}
 }
