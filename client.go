@@ -116,10 +116,7 @@ func NewClient(s store.Store, cfg *Config) (*Client, error) {
 		cl.kinds = c.Workers.Kinds()
 	}
 	if c.Notifier != nil {
-		r := &relay{n: c.Notifier, onErr: func(err error) {
-			cl.cfg.Logger.Warn("pronto: relaying notifications to Config.Notifier failed", "client", cl.cfg.ID, "err", err)
-		}}
-		s.Notifier().Subscribe(r.forward)
+		cl.startRelay()
 	}
 	return cl, nil
 }

@@ -67,13 +67,15 @@ type Config struct {
 	CompleterLinger time.Duration
 
 	// Notifier, when set, carries notifications between this process and the others that set one
-	// on the same channel, for a store whose own notifications stay in its process (SQLite shared
-	// by several processes; see Notifier). The client forwards its store's inserts, cancellations,
-	// pauses and resumes to it from NewClient on, and works with what the other processes send
-	// as with its store's own notifications: an insert in one process wakes a worker in another at
-	// once instead of at its next poll. Leave it nil on stores whose notifications already reach
-	// every process (PostgreSQL with LISTEN, Redis): it would deliver everything twice. The
-	// forwarding lasts as long as the store: make one client per store and process with a Notifier.
+	// on the same channel, for a store whose own notifications do not reach them: SQLite shared by
+	// several processes, or PostgreSQL behind a pooler that cannot LISTEN (see Notifier). The client
+	// forwards its store's inserts, cancellations, pauses and resumes (on PostgreSQL, whose store
+	// hears even its own through LISTEN, the jobs this client inserts) from NewClient on, and works
+	// with what the other processes send as with its store's own notifications: an insert in one
+	// process wakes a worker in another at once instead of at its next poll. Leave it nil where the
+	// store's notifications already reach every process (PostgreSQL with LISTEN, Redis): everything
+	// would arrive twice. The forwarding lasts as long as the store: make one client per store and
+	// process with a Notifier.
 	Notifier Notifier
 
 	// Logger receives the client's structured logs (default: discarded).

@@ -3,15 +3,17 @@ package pronto
 import (
 	"context"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/pronto-jobs/pronto/store"
 )
 
-// Notifier carries notifications between processes for a store whose own notifications stay in
-// its process: several processes sharing one SQLite file find each other's jobs only by their poll
-// (Config.PollInterval) unless they share a Notifier. redis.NewNotifier (package
+// Notifier carries notifications between processes for a store whose own notifications do not
+// reach them: several processes sharing one SQLite file, or PostgreSQL behind a pooler that cannot
+// LISTEN, find each other's jobs only by their poll (Config.PollInterval) unless they share a
+// Notifier. redis.NewNotifier (package
 // github.com/pronto-jobs/pronto/store/redis) is one, on Redis pub/sub. Set it as Config.Notifier
 // in every process, on the same channel.
 type Notifier interface {
@@ -79,6 +81,59 @@ func (r *relay) send() {
 			r.onErr(err)
 		}
 	}
+}
+
+// startRelay forwards the store's notifications to Config.Notifier. A store that delivers its own
+// notifications in its process (memory, SQLite, Redis) has them relayed as it delivers them. A store
+// that hears even its own through a listener connection (store.ListenerStatus: PostgreSQL's LISTEN)
+// may have none to relay (a pooler that cannot LISTEN): for it the client announces the jobs it
+// inserts instead, after each insert returns (an innermost insert middleware); the store's other
+// releases (workflow children, retries by an operator, rescues) are found by the poll.
+func (c *Client) startRelay() {
+	r := &relay{n: c.cfg.Notifier, onErr: func(err error) {
+		c.cfg.Logger.Warn("pronto: relaying notifications to Config.Notifier failed", "client", c.cfg.ID, "err", err)
+	}}
+	if _, listens := c.store.(store.ListenerStatus); !listens {
+		c.store.Notifier().Subscribe(r.forward)
+		return
+	}
+	announce := func(ctx context.Context, ps []*JobInsertParams, next InsertFunc) ([]*JobRow, error) {
+		rows, err := next(ctx, ps)
+		if err == nil {
+			for _, n := range insertAnnouncements(rows) {
+				r.forward(n)
+			}
+		}
+		return rows, err
+	}
+	c.cfg.InsertMiddleware = append(slices.Clone(c.cfg.InsertMiddleware), announce)
+}
+
+// insertAnnouncements returns what a store announces for inserted rows: per queue, an insert due
+// now when one of its jobs is available, else one with the earliest due time of its scheduled jobs.
+func insertAnnouncements(rows []*JobRow) []store.Notification {
+	var out []store.Notification
+	at := map[string]int{}
+	for _, j := range rows {
+		var due time.Time
+		switch j.State {
+		case store.StateAvailable:
+		case store.StateScheduled:
+			due = j.ScheduledAt
+		default:
+			continue // pending (workflow) jobs and refused or deduplicated ones announce nothing
+		}
+		k, seen := at[j.Queue]
+		if !seen {
+			at[j.Queue] = len(out)
+			out = append(out, store.Notification{Kind: store.NotifyInsert, Queue: j.Queue, DueAt: due})
+			continue
+		}
+		if n := &out[k]; !n.DueAt.IsZero() && (due.IsZero() || due.Before(n.DueAt)) {
+			n.DueAt = due
+		}
+	}
+	return out
 }
 
 // notifier returns where the client sends its signals: Config.Notifier when set, else the store's.

@@ -16,8 +16,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pronto-jobs/pronto"
+	"github.com/pronto-jobs/pronto/internal/testdb"
 	"github.com/pronto-jobs/pronto/internal/uuidv7"
 	"github.com/pronto-jobs/pronto/store"
+	"github.com/pronto-jobs/pronto/store/postgres"
 	"github.com/pronto-jobs/pronto/store/sqlite"
 )
 
@@ -277,5 +279,45 @@ func TestNotifierResubscribes(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatal("no notification after the resubscription")
 		}
+	}
+}
+
+// TestNotifierPostgresWithoutListen: two PostgreSQL stores on one schema whose listeners cannot
+// connect (as behind a pooler that cannot LISTEN, with no direct URL), each client with a Redis
+// Notifier. The worker polls once an hour, yet it works every job the other client inserts, each
+// inserted only after the previous one completed: the inserting client announced them.
+func TestNotifierPostgresWithoutListen(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	schema := testdb.Schema(t)
+	ch := "prontotest:{relay-" + uuidv7.New() + "}"
+	open := func() store.Store {
+		// Port 1 refuses connections: the listener never listens.
+		st, err := postgres.New(testdb.NewPool(t, 3), postgres.Config{Schema: schema, ListenURL: "postgres://postgres@127.0.0.1:1/test?connect_timeout=1"})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = st.Close() })
+		require.NoError(t, st.Migrate(ctx))
+		return st
+	}
+	producerStore, workerStore := open(), open()
+	worker, err := pronto.NewClient(workerStore, relayWorkerConfig(testNotifier(t, ch), func(string) {}))
+	require.NoError(t, err)
+	require.NoError(t, worker.Start(ctx))
+	t.Cleanup(func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = worker.Stop(sctx)
+	})
+	producer, err := pronto.NewClient(producerStore, &pronto.Config{Notifier: testNotifier(t, ch)})
+	require.NoError(t, err)
+	for i := range 5 {
+		res, err := producer.Insert(ctx, relayArgs{N: i}, nil)
+		require.NoError(t, err)
+		waitCompleted(t, producerStore, res.ID)
+	}
+	many, err := producer.InsertMany(ctx, []pronto.InsertManyParams{{Args: relayArgs{N: 10}}, {Args: relayArgs{N: 11}}})
+	require.NoError(t, err)
+	for _, j := range many {
+		waitCompleted(t, producerStore, j.ID)
 	}
 }
