@@ -5,9 +5,11 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/jackc/pgx/v5"
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/pronto-jobs/pronto"
+	"github.com/pronto-jobs/pronto/store/postgres"
 	redisstore "github.com/pronto-jobs/pronto/store/redis"
 	"github.com/pronto-jobs/pronto/store/sqlite"
 )
@@ -143,6 +145,72 @@ func (p prontoSQLiteProcs) open(ctx context.Context, _ *env, id string) (instanc
 		inst.inserter, err = pronto.NewClient(st, &pronto.Config{Notifier: n})
 		if err != nil {
 			_ = st.Close()
+			_ = n.Close()
+			return nil, err
+		}
+		inst.notifier = n
+		inst.onClose = func() { _ = n.Close() }
+	}
+	return inst, nil
+}
+
+// ---- pronto on PostgreSQL without LISTEN, woken through Redis (Config.Notifier) ----
+
+// prontoPGNoListen runs pronto on PostgreSQL with a listener that cannot connect, as behind a
+// pooler that cannot LISTEN with no direct URL: with notify set every process has a Redis Notifier
+// on the same channel (the inserting client announces its inserts); without, the workers find the
+// jobs by their 1 s poll.
+type prontoPGNoListen struct{ notify bool }
+
+func (p prontoPGNoListen) name() string {
+	if p.notify {
+		return "pronto-nolisten-redisnotify"
+	}
+	return "pronto-nolisten"
+}
+func (prontoPGNoListen) shared() bool                   { return true }
+func (prontoPGNoListen) workersFor(_ string, n int) int { return n }
+func (prontoPGNoListen) runs(sc scenario) bool          { return sqliteProcsScenarios[sc.name] }
+func (prontoPGNoListen) create(ctx context.Context, e *env, id string) error {
+	return prontoPG{}.create(ctx, e, id)
+}
+func (prontoPGNoListen) drop(ctx context.Context, e *env, id string) error {
+	return dropSchema(ctx, e, id)
+}
+
+// noListenURL refuses connections (port 1): the store's listener never listens.
+const noListenURL = "postgres://postgres@127.0.0.1:1/none?connect_timeout=1"
+
+func (p prontoPGNoListen) open(ctx context.Context, e *env, id string) (instance, error) {
+	pool, err := newPool(ctx, e.dbURL)
+	if err != nil {
+		return nil, err
+	}
+	st, err := postgres.New(pool, postgres.Config{Schema: id, ListenURL: noListenURL})
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	inst, err := newProntoInstance(st, pool, func(ctx context.Context) (int64, error) {
+		var n int64
+		err := pool.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{id, "jobs"}.Sanitize()+
+			" WHERE state IN ('completed','discarded','cancelled')").Scan(&n)
+		return n, err
+	})
+	if err != nil {
+		st.Close()
+		pool.Close()
+		return nil, err
+	}
+	inst.schema = id
+	if p.notify {
+		n, err := redisstore.OpenNotifier(ctx, "redis://"+redisAddr()+"/0?channel=bench:{relay-"+id+"}")
+		if err != nil {
+			inst.close()
+			return nil, err
+		}
+		if inst.inserter, err = pronto.NewClient(st, &pronto.Config{Notifier: n}); err != nil {
+			inst.close()
 			_ = n.Close()
 			return nil, err
 		}

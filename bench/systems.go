@@ -123,13 +123,15 @@ func systemsByName() map[string]system {
 		"pronto-memory": prontoMemory{},
 		"pronto-redis":  prontoRedis{},
 
-		"pronto-sqlite-procs":       prontoSQLiteProcs{},
-		"pronto-sqlite-redisnotify": prontoSQLiteProcs{notify: true},
+		"pronto-sqlite-procs":         prontoSQLiteProcs{},
+		"pronto-sqlite-redisnotify":   prontoSQLiteProcs{notify: true},
+		"pronto-nolisten":             prontoPGNoListen{},
+		"pronto-nolisten-redisnotify": prontoPGNoListen{notify: true},
 	}
 }
 
 var allSystemNames = []string{"pronto", "river", "river-tuned", "pronto-sqlite", "pronto-memory", "pronto-redis",
-	"pronto-sqlite-procs", "pronto-sqlite-redisnotify"}
+	"pronto-sqlite-procs", "pronto-sqlite-redisnotify", "pronto-nolisten", "pronto-nolisten-redisnotify"}
 
 func newPool(ctx context.Context, url string) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(url)

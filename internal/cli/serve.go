@@ -54,7 +54,7 @@ func cmdServe(ctx context.Context, r *runner, args []string) error {
 	metricsAddr := fs.String("metrics-addr", "", "serve /metrics (Prometheus) on this `HOST:PORT` instead of the API's address; the API key applies there too")
 	pprofOn := fs.Bool("pprof", false, "serve Go's profiler at /debug/pprof/ (behind the API key): for diagnosis, not left on")
 	uiReadOnly := fs.Bool("ui-read-only", false, "serve the web dashboard at / without actions that change state")
-	notifyURL := fs.String("notify-url", "", "a Redis `URL` (redis://host:6379/0, ?channel=NAME) carrying notifications between processes sharing an SQLite file, so an insert in one wakes workers in the others at once (see docs/redis.md)")
+	notifyURL := fs.String("notify-url", "", "a Redis `URL` (redis://host:6379/0, ?channel=NAME) carrying notifications between processes sharing an SQLite file, or using PostgreSQL through a pooler that cannot LISTEN, so an insert in one wakes workers in the others at once (see docs/redis.md)")
 	if _, err := fs.parse(args, 0, 0); err != nil {
 		return err
 	}
