@@ -3,6 +3,7 @@ package pronto_test
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -94,6 +95,69 @@ func BenchmarkInsert(b *testing.B) {
 					}
 				}
 				b.ReportMetric(float64(b.N*size)/time.Since(start).Seconds(), "jobs/s")
+			})
+		}
+	}
+}
+
+// BenchmarkInsertParallel measures single-job Inserts made by 100 goroutines at once through one
+// client, per store, with concurrent inserts merged into batched writes (coalesced, the default)
+// and with every insert written on its own (InsertBatchSize 1). jobs/s is the figure to watch.
+func BenchmarkInsertParallel(b *testing.B) {
+	for _, kind := range allStores {
+		for _, mode := range []struct {
+			name string
+			size int
+		}{{"coalesced", 0}, {"alone", 1}} {
+			b.Run(fmt.Sprintf("%s/%s", kind, mode.name), func(b *testing.B) {
+				ctx := context.Background()
+				ts := newTestStore(b, kind)
+				c, err := pronto.NewClient(ts.Store, &pronto.Config{InsertBatchSize: mode.size})
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.SetParallelism(max(1, 100/runtime.GOMAXPROCS(0)))
+				var n atomic.Int64
+				b.ResetTimer()
+				start := time.Now()
+				b.RunParallel(func(pb *testing.PB) {
+					for pb.Next() {
+						if _, err := c.Insert(ctx, noopArgs{N: int(n.Add(1))}, nil); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				})
+				b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "jobs/s")
+			})
+		}
+	}
+}
+
+// BenchmarkInsertSequential measures single-job Inserts made one after another by one goroutine,
+// per store, with insert coalescing (the default) and without (InsertBatchSize 1): a lone caller
+// must not be slower for it.
+func BenchmarkInsertSequential(b *testing.B) {
+	for _, kind := range allStores {
+		for _, mode := range []struct {
+			name string
+			size int
+		}{{"coalesced", 0}, {"alone", 1}} {
+			b.Run(fmt.Sprintf("%s/%s", kind, mode.name), func(b *testing.B) {
+				ctx := context.Background()
+				ts := newTestStore(b, kind)
+				c, err := pronto.NewClient(ts.Store, &pronto.Config{InsertBatchSize: mode.size})
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.ResetTimer()
+				start := time.Now()
+				for i := 0; i < b.N; i++ {
+					if _, err := c.Insert(ctx, noopArgs{N: i}, nil); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "jobs/s")
 			})
 		}
 	}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/pronto-jobs/pronto/internal/completer"
+	"github.com/pronto-jobs/pronto/internal/insertbatch"
 	"github.com/pronto-jobs/pronto/internal/jsoncheck"
 	"github.com/pronto-jobs/pronto/internal/maintenance"
 	"github.com/pronto-jobs/pronto/internal/presence"
@@ -33,6 +34,10 @@ type Client struct {
 
 	// schemaOK is set once the store's schema was found to match (see checkSchema).
 	schemaOK atomic.Bool
+
+	// inserts merges concurrent single-job inserts into batched store writes; nil when
+	// Config.InsertBatchSize is 1 or the store's inserts are in-process (store.LocalInserter).
+	inserts *insertbatch.Batcher
 
 	// bp is the client's view of queue bounds (backpressure.go).
 	bp backpressure
@@ -114,6 +119,9 @@ func NewClient(s store.Store, cfg *Config) (*Client, error) {
 		presenceEvery: presenceInterval, overflow: make(map[string]bool), overflowWake: make(chan struct{}, 1)}
 	if c.Workers != nil {
 		cl.kinds = c.Workers.Kinds()
+	}
+	if local, ok := s.(store.LocalInserter); c.InsertBatchSize != 1 && !(ok && local.InsertsAreLocal()) {
+		cl.inserts = insertbatch.New(insertbatch.Config{Insert: s.Insert, MaxBatch: c.InsertBatchSize})
 	}
 	if c.Notifier != nil {
 		cl.startRelay()

@@ -85,6 +85,15 @@ type Config struct {
 	// OnPanic is called after a worker panics, with the recovered value and the stack.
 	OnPanic func(ctx context.Context, job *JobRow, value any, stack string)
 
+	// InsertBatchSize bounds how many concurrent single-job inserts (Insert, or InsertMany, InsertRaw
+	// or InsertOJS of one job, outside an application transaction) one store write merges
+	// (DefaultInsertBatchSize).
+	// While a write is in flight, the single-job inserts that arrive meanwhile are written together
+	// in the next, each caller still getting its own job or error; a lone insert is written at once.
+	// 1 writes every insert on its own, as does the memory store always (its inserts have no round
+	// trip to save).
+	InsertBatchSize int
+
 	// InsertMiddleware wraps every insert, outermost first.
 	InsertMiddleware []InsertMiddleware
 	// WorkMiddleware wraps every attempt, outermost first.
@@ -98,6 +107,7 @@ const (
 	DefaultHeartbeatInterval = time.Second
 	DefaultPollInterval      = time.Second
 	DefaultMaxArgsBytes      = 1 << 20
+	DefaultInsertBatchSize   = 500
 	DefaultRescueInterval    = 500 * time.Millisecond
 	DefaultLeaderTTL         = 2 * time.Second
 )
@@ -147,6 +157,12 @@ func (c Config) withDefaults() (Config, error) {
 	def(&c.LeaderTTL, DefaultLeaderTTL)
 	if c.MaxArgsBytes <= 0 {
 		c.MaxArgsBytes = DefaultMaxArgsBytes
+	}
+	if c.InsertBatchSize < 0 {
+		return c, fmt.Errorf("pronto: config: InsertBatchSize %d is negative", c.InsertBatchSize)
+	}
+	if c.InsertBatchSize == 0 {
+		c.InsertBatchSize = DefaultInsertBatchSize
 	}
 	c.RetryPolicy = c.RetryPolicy.withDefaults(DefaultRetryPolicy)
 	if err := c.RetryPolicy.Validate(); err != nil {

@@ -28,11 +28,25 @@ func (c *Client) Insert(ctx context.Context, args JobArgs, opts *InsertOpts) (*J
 	if err != nil {
 		return nil, err
 	}
-	rows, err := c.insert(ctx, []*store.InsertParams{p}, c.store.Insert)
+	rows, err := c.insert(ctx, []*store.InsertParams{p}, c.storeInsert)
 	if err != nil {
 		return nil, err
 	}
 	return rows[0], nil
+}
+
+// storeInsert writes jobs outside any application transaction. A single job goes through the insert
+// batcher, which merges it with the single-job inserts of other callers into one store write (see
+// internal/insertbatch); several jobs are written as one atomic batch of their own.
+func (c *Client) storeInsert(ctx context.Context, ps []*store.InsertParams) ([]*store.Job, error) {
+	if len(ps) != 1 || c.inserts == nil {
+		return c.store.Insert(ctx, ps)
+	}
+	j, err := c.inserts.Insert(ctx, ps[0])
+	if err != nil {
+		return nil, err
+	}
+	return []*store.Job{j}, nil
 }
 
 // InsertMany stores many jobs atomically (all or none) with one notification per queue; on
@@ -42,7 +56,7 @@ func (c *Client) InsertMany(ctx context.Context, jobs []InsertManyParams) ([]*Jo
 	if err != nil {
 		return nil, err
 	}
-	return c.insert(ctx, ps, c.store.Insert)
+	return c.insert(ctx, ps, c.storeInsert)
 }
 
 // InsertTx stores one job inside the application's pgx transaction: the job exists, and clients are
@@ -298,7 +312,7 @@ func (c *Client) InsertRaw(ctx context.Context, jobs []RawJob) ([]*JobRow, error
 	if err != nil {
 		return nil, err
 	}
-	return c.insert(ctx, ps, c.store.Insert)
+	return c.insert(ctx, ps, c.storeInsert)
 }
 
 func (c *Client) resolveRaw(j RawJob) (*store.InsertParams, error) {

@@ -31,7 +31,7 @@ func (c *Client) InsertOJS(ctx context.Context, jobs []OJSJob) ([]*JobRow, error
 	if err != nil {
 		return nil, err
 	}
-	return c.insert(ctx, ps, c.store.Insert)
+	return c.insert(ctx, ps, c.storeInsert)
 }
 
 // resolveOJS validates one job given in OJS terms.

@@ -121,3 +121,31 @@ func expectedFigures(sc scenario, sys system) []string {
 	}
 	return ks
 }
+
+// TestOfSQLLimit: the drain's line reads each system's median as a fraction of sql-limit's, and
+// there is no line without sql-limit or for another scenario.
+func TestOfSQLLimit(t *testing.T) {
+	r := func(v float64) *runResult { return &runResult{Metrics: map[string]num{"drain_jobs_per_s": num(v)}} }
+	g := map[string][]*runResult{
+		"pronto":      {r(30), r(40), r(35)},
+		"river-tuned": {r(20)},
+		"sql-limit":   {r(50)},
+	}
+	syss := []string{"pronto", "river-tuned", "sql-limit"}
+	got := ofSQLLimit("drain", g, syss)
+	for _, want := range []string{"pronto 70%", "river-tuned 40%", "(50.0 jobs/s"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("line %q lacks %q", got, want)
+		}
+	}
+	if strings.Contains(got, "sql-limit 100%") {
+		t.Errorf("sql-limit is not compared with itself: %q", got)
+	}
+	if l := ofSQLLimit("insert", g, syss); l != "" {
+		t.Errorf("insert got a line: %q", l)
+	}
+	delete(g, "sql-limit")
+	if l := ofSQLLimit("drain", g, syss[:2]); l != "" {
+		t.Errorf("no sql-limit, yet a line: %q", l)
+	}
+}

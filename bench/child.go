@@ -8,7 +8,9 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -21,6 +23,9 @@ import (
 const childEnv = "PRONTO_BENCH_CHILD"
 
 // childConfig is what a worker process is told.
+// profileEnv, when set to a directory, makes every worker process write a CPU profile there.
+const profileEnv = "BENCH_CPU_PROFILE_DIR"
+
 type childConfig struct {
 	System     string `json:"system"`
 	DBURL      string `json:"db_url"`
@@ -116,6 +121,16 @@ func runChild(raw string) int {
 			}
 		}
 	})
+	if dir := os.Getenv(profileEnv); dir != "" {
+		// A CPU profile of this worker process, for finding where a system's CPU goes (never on by default).
+		f, err := os.Create(filepath.Join(dir, fmt.Sprintf("%s_%s_%d.cpu.pprof", cfg.System, cfg.ID, os.Getpid())))
+		if err == nil && pprof.StartCPUProfile(f) == nil {
+			defer func() {
+				pprof.StopCPUProfile()
+				_ = f.Close()
+			}()
+		}
+	}
 	stop, err := inst.startWorkers(ctx, cfg.Workers, childSink{w: w, starts: cfg.EmitStarts})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench child: start workers:", err)

@@ -203,8 +203,8 @@ func (o options) runsOf(name string) int {
 
 // applies says whether a system runs a scenario.
 func applies(sc scenario, sys system) bool {
-	if l, ok := sys.(interface{ runs(scenario) bool }); ok {
-		return l.runs(sc)
+	if f, ok := sys.(interface{ runs(scenario) bool }); ok {
+		return f.runs(sc)
 	}
 	if sys.shared() {
 		return true

@@ -186,11 +186,14 @@ func advantage(k string, p, o float64) string {
 }
 
 var sysColors = map[string]color.RGBA{
-	"pronto":        {R: 0x1f, G: 0x77, B: 0xb4, A: 255},
-	"river":         {R: 0xd6, G: 0x27, B: 0x28, A: 255},
-	"river-tuned":   {R: 0xff, G: 0x7f, B: 0x0e, A: 255},
-	"pronto-sqlite": {R: 0x2c, G: 0xa0, B: 0x2c, A: 255},
-	"pronto-memory": {R: 0x94, G: 0x67, B: 0xbd, A: 255},
+	"pronto":          {R: 0x1f, G: 0x77, B: 0xb4, A: 255},
+	"river":           {R: 0xd6, G: 0x27, B: 0x28, A: 255},
+	"river-tuned":     {R: 0xff, G: 0x7f, B: 0x0e, A: 255},
+	"pronto-sqlite":   {R: 0x2c, G: 0xa0, B: 0x2c, A: 255},
+	"pronto-memory":   {R: 0x94, G: 0x67, B: 0xbd, A: 255},
+	"pronto-redis":    {R: 0x8c, G: 0x56, B: 0x4b, A: 255},
+	"pronto-unlogged": {R: 0x17, G: 0xbe, B: 0xcf, A: 255},
+	"sql-limit":       {R: 0x7f, G: 0x7f, B: 0x7f, A: 255},
 }
 
 func writeReport(o options, mi machineInfo, results []*runResult, took time.Duration) error {
@@ -283,7 +286,7 @@ func writeReport(o options, mi machineInfo, results []*runResult, took time.Dura
 	}
 	w("- Command(s), run from bench/: %s.\n", strings.Join(cmdList, "; "))
 	w("- Runs per scenario and system: %s. Cells show the median, with min–max across runs when there is more than one.\n", strings.Join(rn, "; "))
-	w("- Systems: **pronto** (PostgreSQL store, defaults); **river** (River v0.51.1 at its defaults); **river-tuned** (FetchCooldown 2 ms, FetchPollInterval 20 ms, 2000 workers in the drain, InsertManyFast for batches); **pronto-sqlite** and **pronto-memory** where they make sense (no River counterpart). Each system runs in a fresh schema (or file) per run; the order of systems rotates every run.\n")
+	w("- Systems: **pronto** (PostgreSQL store, defaults); **river** (River v0.51.1 at its defaults); **river-tuned** (FetchCooldown 2 ms, FetchPollInterval 20 ms, 2000 workers in the drain, InsertManyFast for batches); **pronto-sqlite** and **pronto-memory** where they make sense (no River counterpart); **pronto-unlogged** (pronto on PostgreSQL with an UNLOGGED jobs table, which a database crash empties) in the drain, insert, round-trip and WAL scenarios; **sql-limit** in the drain only (no job queue: a bare table drained by 4 connections, each claiming 100 rows with SKIP LOCKED and completing the previous 100 in the same round trip: the ceiling of this machine's PostgreSQL). Each system runs in a fresh schema (or file) per run; the order of systems rotates every run.\n")
 	w("- \"× better\" compares pronto's median with the other system's: above 1 pronto is better on that figure, whichever way the figure points.\n\n")
 
 	// Headline.
@@ -372,6 +375,9 @@ func writeReport(o options, mi machineInfo, results []*runResult, took time.Dura
 			w("\n")
 		}
 		w("\n")
+		if line := ofSQLLimit(name, g, syss); line != "" {
+			w("%s\n\n", line)
+		}
 		for _, s := range syss {
 			if len(g[s]) > 0 && !g[s][0].Quick {
 				w("Workers of %s ran %s.\n", s, g[s][0].WorkersHost)
@@ -392,6 +398,22 @@ func writeReport(o options, mi machineInfo, results []*runResult, took time.Dura
 	}
 	fmt.Printf("report: %s\n", filepath.Join(o.out, "report.md"))
 	return nil
+}
+
+// ofSQLLimit says, for the drain, what fraction of the sql-limit system's median each other
+// system's median drain reached, or "" when sql-limit did not run.
+func ofSQLLimit(scenario string, g map[string][]*runResult, syss []string) string {
+	limit := aggregate(g["sql-limit"], "drain_jobs_per_s").med
+	if scenario != "drain" || math.IsNaN(limit) || limit <= 0 {
+		return ""
+	}
+	var parts []string
+	for _, s := range syss {
+		if v := aggregate(g[s], "drain_jobs_per_s").med; s != "sql-limit" && !math.IsNaN(v) {
+			parts = append(parts, fmt.Sprintf("%s %.0f%%", s, 100*v/limit))
+		}
+	}
+	return fmt.Sprintf("Drain as a fraction of the SQL limit (%s jobs/s, the same database in the same run): %s.", fmtNum(limit), strings.Join(parts, ", "))
 }
 
 func sortedKeys[V any](m map[int]V) []int {
@@ -453,6 +475,9 @@ func targets(group map[string]map[string][]*runResult, o options) [][3]string {
 	if group["drain"] != nil {
 		p, t := med("drain", "pronto", "drain_jobs_per_s"), med("drain", "river-tuned", "drain_jobs_per_s")
 		out = append(out, [3]string{"drain ≥ 2× River tuned", fmt.Sprintf("%s jobs/s = %s× River tuned (%s)", fmtNum(p), fmtNum(p/t), fmtNum(t)), verdict(p >= 2*t)})
+		if l := med("drain", "sql-limit", "drain_jobs_per_s"); !math.IsNaN(l) {
+			out = append(out, [3]string{"drain ≥ 85% of the SQL limit (sql-limit)", fmt.Sprintf("%.0f%% (%s of %s jobs/s)", 100*p/l, fmtNum(p), fmtNum(l)), verdict(p >= 0.85*l)})
+		}
 	}
 	if group["insert"] != nil {
 		for _, k := range []string{"insert_batch100_per_s", "insert_batch1000_per_s"} {

@@ -116,12 +116,14 @@ type instance interface {
 
 func systemsByName() map[string]system {
 	return map[string]system{
-		"pronto":        prontoPG{},
-		"river":         riverSys{tuned: false},
-		"river-tuned":   riverSys{tuned: true},
-		"pronto-sqlite": prontoSQLite{},
-		"pronto-memory": prontoMemory{},
-		"pronto-redis":  prontoRedis{},
+		"pronto":          prontoPG{},
+		"pronto-unlogged": prontoPG{unlogged: true},
+		"river":           riverSys{tuned: false},
+		"river-tuned":     riverSys{tuned: true},
+		"pronto-sqlite":   prontoSQLite{},
+		"pronto-memory":   prontoMemory{},
+		"pronto-redis":    prontoRedis{},
+		"sql-limit":       sqlLimit{},
 
 		"pronto-sqlite-procs":         prontoSQLiteProcs{},
 		"pronto-sqlite-redisnotify":   prontoSQLiteProcs{notify: true},
@@ -130,7 +132,7 @@ func systemsByName() map[string]system {
 	}
 }
 
-var allSystemNames = []string{"pronto", "river", "river-tuned", "pronto-sqlite", "pronto-memory", "pronto-redis",
+var allSystemNames = []string{"pronto", "river", "river-tuned", "pronto-sqlite", "pronto-memory", "pronto-redis", "pronto-unlogged", "sql-limit",
 	"pronto-sqlite-procs", "pronto-sqlite-redisnotify", "pronto-nolisten", "pronto-nolisten-redisnotify"}
 
 func newPool(ctx context.Context, url string) (*pgxpool.Pool, error) {
@@ -153,14 +155,27 @@ func dropSchema(ctx context.Context, e *env, schema string) error {
 
 // ---- pronto on PostgreSQL ----
 
-type prontoPG struct{}
+// prontoPG is pronto on PostgreSQL; unlogged makes its jobs table UNLOGGED (postgres.Store.SetUnlogged),
+// which loses every job on a database crash, measured in the scenarios where the WAL matters.
+type prontoPG struct{ unlogged bool }
 
-func (prontoPG) name() string                                      { return "pronto" }
+func (p prontoPG) name() string {
+	if p.unlogged {
+		return "pronto-unlogged"
+	}
+	return "pronto"
+}
+
+// runs limits the unlogged variant to the throughput and WAL scenarios.
+func (p prontoPG) runs(sc scenario) bool {
+	return !p.unlogged || sc.kind == "drain" || sc.kind == "insert" || sc.kind == "roundtrip" || sc.kind == "wal"
+}
+
 func (prontoPG) shared() bool                                      { return true }
 func (prontoPG) workersFor(_ string, n int) int                    { return n }
 func (prontoPG) drop(ctx context.Context, e *env, id string) error { return dropSchema(ctx, e, id) }
 
-func (prontoPG) create(ctx context.Context, e *env, id string) error {
+func (s prontoPG) create(ctx context.Context, e *env, id string) error {
 	p, err := newPool(ctx, e.dbURL)
 	if err != nil {
 		return err
@@ -171,7 +186,13 @@ func (prontoPG) create(ctx context.Context, e *env, id string) error {
 		return err
 	}
 	defer st.Close()
-	return st.Migrate(ctx)
+	if err := st.Migrate(ctx); err != nil {
+		return err
+	}
+	if s.unlogged {
+		return st.SetUnlogged(ctx, true)
+	}
+	return nil
 }
 
 func (prontoPG) open(ctx context.Context, e *env, id string) (instance, error) {

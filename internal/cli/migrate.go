@@ -49,15 +49,33 @@ func migrationStatus(ctx context.Context, m store.Migrator, db *database) ([]sto
 }
 
 func cmdMigrateUp(ctx context.Context, r *runner, args []string) error {
-	fs := r.newFlagSet("pronto migrate up [flags]",
+	fs := r.newFlagSet("pronto migrate up [--unlogged | --logged] [flags]",
 		"Apply every pending migration, creating the schema (and, for SQLite, the file) if needed.\n"+
-			"Safe to run again, and from several processes at once.").withDatabase()
+			"Safe to run again, and from several processes at once.\n\n"+
+			"On PostgreSQL, --unlogged then makes the jobs table UNLOGGED: no WAL for job rows, so jobs\n"+
+			"cost less to insert and work, but a database crash (not a clean restart) deletes every job,\n"+
+			"and replicas do not have them. --logged makes it durable again. Either rewrites the table\n"+
+			"under an exclusive lock (docs/architecture.md, \"An UNLOGGED jobs table\").").withDatabase()
+	unlogged := fs.Bool("unlogged", false, "PostgreSQL: make the jobs table UNLOGGED (jobs are lost on a database crash)")
+	logged := fs.Bool("logged", false, "PostgreSQL: make the jobs table logged (durable) again")
 	if _, err := fs.parse(args, 0, 0); err != nil {
 		return err
+	}
+	if *unlogged && *logged {
+		return usageErrorf("migrate up: --unlogged and --logged exclude each other")
 	}
 	return r.withMigrations(ctx, true, func(m store.Migrator, db *database, before []store.Migration, _ int) error {
 		if err := db.store.Migrate(ctx); err != nil {
 			return errorf("migrating %s: %v", db.t.display, err)
+		}
+		if *unlogged || *logged {
+			u, ok := db.store.(persistenceSetter)
+			if !ok {
+				return errorf("%s: --unlogged and --logged apply to PostgreSQL only", db.t.display)
+			}
+			if err := u.SetUnlogged(ctx, *unlogged); err != nil {
+				return errorf("%s: %v", db.t.display, err)
+			}
 		}
 		ms, after, err := migrationStatus(ctx, m, db)
 		if err != nil {
@@ -69,6 +87,11 @@ func cmdMigrateUp(ctx context.Context, r *runner, args []string) error {
 			}
 		}
 		fmt.Fprintf(r.env.Stdout, "%s is up to date: %d of %d migrations applied\n", db.t.display, after, len(ms))
+		if *unlogged {
+			fmt.Fprintln(r.env.Stdout, "the jobs table is UNLOGGED: a database crash deletes every job")
+		} else if *logged {
+			fmt.Fprintln(r.env.Stdout, "the jobs table is logged")
+		}
 		return nil
 	})
 }
@@ -139,6 +162,11 @@ func cmdMigrateStatus(ctx context.Context, r *runner, args []string) error {
 		if err := tw.Flush(); err != nil {
 			return err
 		}
+		if u, ok := db.store.(persistenceSetter); ok && applied > 0 {
+			if on, err := u.Unlogged(ctx); err == nil && on {
+				fmt.Fprintln(r.env.Stdout, "the jobs table is UNLOGGED: a database crash deletes every job (pronto migrate up --logged makes it durable)")
+			}
+		}
 		if pending := len(ms) - applied; pending > 0 {
 			fmt.Fprintf(r.env.Stdout, "%d of %d migrations pending; apply them with: pronto migrate up%s\n", pending, len(ms), db.urlFlag())
 		} else {
@@ -146,6 +174,12 @@ func cmdMigrateStatus(ctx context.Context, r *runner, args []string) error {
 		}
 		return nil
 	})
+}
+
+// persistenceSetter is the PostgreSQL store's choice between a logged and an UNLOGGED jobs table.
+type persistenceSetter interface {
+	SetUnlogged(ctx context.Context, on bool) error
+	Unlogged(ctx context.Context) (bool, error)
 }
 
 // presenceListen is how long migrate down listens for clients' presence announcements on

@@ -69,3 +69,69 @@ func bareName(s string) string {
 	}
 	return strings.ToLower(s)
 }
+
+// Columns is a catalog reading: each table with its columns, and "" for the table itself.
+type Columns map[string]map[string]bool
+
+// Add records a table's column (and the table).
+func (c Columns) Add(table, column string) {
+	if c[table] == nil {
+		c[table] = map[string]bool{"": true}
+	}
+	c[table][column] = true
+}
+
+// Removed lists what is in before but not in after: whole tables, and the columns of tables
+// that remain. Tests compare it with Parse of the down migration that went between the readings.
+func Removed(before, after Columns) []Drop {
+	var out []Drop
+	for table, cols := range before {
+		if after[table] == nil {
+			out = append(out, Drop{Table: table})
+			continue
+		}
+		for c := range cols {
+			if !after[table][c] {
+				out = append(out, Drop{Table: table, Column: c})
+			}
+		}
+	}
+	return out
+}
+
+// Loss is a table (Column empty) or a column whose rows a rollback deletes, with the index of
+// the migration that drops it.
+type Loss struct {
+	Migration int
+	Drop
+}
+
+// Plan returns what reverting the newest steps applied migrations would delete, newest first:
+// the drops of their down files (downs[i] for migration i, applied[i] whether it is applied) that
+// exist in cols, less the table skip (data nobody would miss) and the columns of tables the same
+// rollback drops whole (counted with their table).
+func Plan(downs []string, applied []bool, steps int, cols Columns, skip string) []Loss {
+	var plan []Loss
+	dropped := map[string]bool{}
+	for i := len(downs) - 1; i >= 0 && steps > 0; i-- {
+		if !applied[i] {
+			continue
+		}
+		steps--
+		for _, d := range Parse(downs[i]) {
+			if d.Column == "" {
+				dropped[d.Table] = true
+			}
+			if d.Table != skip && cols[d.Table][d.Column] {
+				plan = append(plan, Loss{Migration: i, Drop: d})
+			}
+		}
+	}
+	out := plan[:0]
+	for _, l := range plan {
+		if l.Column == "" || !dropped[l.Table] {
+			out = append(out, l)
+		}
+	}
+	return out
+}

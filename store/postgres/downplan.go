@@ -28,27 +28,13 @@ func (s *Store) DownDataLoss(ctx context.Context, steps int) ([]store.DataLoss, 
 	if err != nil {
 		return nil, fmt.Errorf("preview rollback of schema %s: %w", s.schema, err)
 	}
-	var plan []store.DataLoss
-	dropped := map[string]bool{}
-	for i := len(migrations) - 1; i >= 0 && steps > 0; i-- {
-		if !ms[i].Applied {
-			continue
-		}
-		steps--
-		for _, d := range sqldrops.Parse(migrations[i].down) {
-			if d.Column == "" {
-				dropped[d.Table] = true
-			}
-			if d.Table != leaseTable && cols[d.Table][d.Column] {
-				plan = append(plan, store.DataLoss{Migration: ms[i], Table: d.Table, Column: d.Column})
-			}
-		}
+	downs, applied := make([]string, len(migrations)), make([]bool, len(migrations))
+	for i, m := range migrations {
+		downs[i], applied[i] = m.down, ms[i].Applied
 	}
 	var out []store.DataLoss
-	for _, l := range plan {
-		if l.Column != "" && dropped[l.Table] {
-			continue // counted with its table
-		}
+	for _, d := range sqldrops.Plan(downs, applied, steps, cols, leaseTable) {
+		l := store.DataLoss{Migration: ms[d.Migration], Table: d.Table, Column: d.Column}
 		sql := "SELECT count(*) FROM " + pgx.Identifier{s.schema, l.Table}.Sanitize()
 		if l.Column != "" {
 			sql += " WHERE " + pgx.Identifier{l.Column}.Sanitize() + " IS NOT NULL"
@@ -64,19 +50,16 @@ func (s *Store) DownDataLoss(ctx context.Context, steps int) ([]store.DataLoss, 
 }
 
 // columns returns the schema's tables, each with its columns and "" (the table itself).
-func (s *Store) columns(ctx context.Context) (map[string]map[string]bool, error) {
+func (s *Store) columns(ctx context.Context) (sqldrops.Columns, error) {
 	rows, err := s.pool.Query(ctx,
 		`SELECT table_name::text, column_name::text FROM information_schema.columns WHERE table_schema = $1`, s.schema)
 	if err != nil {
 		return nil, err
 	}
-	out := map[string]map[string]bool{}
+	out := sqldrops.Columns{}
 	var table, column string
 	_, err = pgx.ForEachRow(rows, []any{&table, &column}, func() error {
-		if out[table] == nil {
-			out[table] = map[string]bool{"": true}
-		}
-		out[table][column] = true
+		out.Add(table, column)
 		return nil
 	})
 	return out, err

@@ -30,18 +30,7 @@ func TestDownDropsAreRead(t *testing.T) {
 		require.NoError(t, s.MigrateDown(ctx, 1))
 		after, err := s.columns(ctx)
 		require.NoError(t, err)
-		var removed []sqldrops.Drop
-		for table, cols := range before {
-			if after[table] == nil {
-				removed = append(removed, sqldrops.Drop{Table: table})
-				continue
-			}
-			for c := range cols {
-				if !after[table][c] {
-					removed = append(removed, sqldrops.Drop{Table: table, Column: c})
-				}
-			}
-		}
+		removed := sqldrops.Removed(before, after)
 		require.ElementsMatch(t, removed, sqldrops.Parse(m.down), "migration %03d_%s", m.version, m.name)
 	}
 }

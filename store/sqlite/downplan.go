@@ -30,27 +30,13 @@ func (s *Store) DownDataLoss(ctx context.Context, steps int) ([]store.DataLoss, 
 	if err != nil {
 		return nil, fmt.Errorf("preview rollback of %s: %w", s.path, err)
 	}
-	var plan []store.DataLoss
-	dropped := map[string]bool{}
-	for i := len(known) - 1; i >= 0 && steps > 0; i-- {
-		if !ms[i].Applied {
-			continue
-		}
-		steps--
-		for _, d := range sqldrops.Parse(known[i].down) {
-			if d.Column == "" {
-				dropped[d.Table] = true
-			}
-			if d.Table != leaseTable && cols[d.Table][d.Column] {
-				plan = append(plan, store.DataLoss{Migration: ms[i], Table: d.Table, Column: d.Column})
-			}
-		}
+	downs, applied := make([]string, len(known)), make([]bool, len(known))
+	for i, m := range known {
+		downs[i], applied[i] = m.down, ms[i].Applied
 	}
 	var out []store.DataLoss
-	for _, l := range plan {
-		if l.Column != "" && dropped[l.Table] {
-			continue // counted with its table
-		}
+	for _, d := range sqldrops.Plan(downs, applied, steps, cols, leaseTable) {
+		l := store.DataLoss{Migration: ms[d.Migration], Table: d.Table, Column: d.Column}
 		// The names come from our own migration files and the catalog, never from input.
 		q := "SELECT count(*) FROM " + quoteIdent(l.Table)
 		if l.Column != "" {
@@ -67,24 +53,20 @@ func (s *Store) DownDataLoss(ctx context.Context, steps int) ([]store.DataLoss, 
 }
 
 // columns returns the database's tables, each with its columns and "" (the table itself).
-func (s *Store) columns(ctx context.Context) (map[string]map[string]bool, error) {
+func (s *Store) columns(ctx context.Context) (sqldrops.Columns, error) {
 	rows, err := s.r.QueryContext(ctx,
 		`SELECT m.name, p.name FROM sqlite_schema m, pragma_table_info(m.name) p WHERE m.type = 'table'`)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	out := map[string]map[string]bool{}
+	out := sqldrops.Columns{}
 	for rows.Next() {
 		var table, column string
 		if err := rows.Scan(&table, &column); err != nil {
 			return nil, err
 		}
-		table, column = strings.ToLower(table), strings.ToLower(column)
-		if out[table] == nil {
-			out[table] = map[string]bool{"": true}
-		}
-		out[table][column] = true
+		out.Add(strings.ToLower(table), strings.ToLower(column))
 	}
 	return out, rows.Err()
 }

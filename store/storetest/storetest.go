@@ -218,6 +218,7 @@ var tests = []testCase{
 	{"WorkflowConcurrentParents", testWorkflowConcurrentParents},
 	{"SchemaRegistry", single(testSchemaRegistry)},
 	{"QueueBounds", single(testQueueBounds)},
+	{"Cron", single(testCron)},
 }
 
 // Run runs every behaviour test against stores made by h, each as a parallel subtest with a store of

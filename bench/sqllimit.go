@@ -1,0 +1,203 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// sqlLimit is not a job queue: it is the fastest drain of a job table we know how to write in SQL,
+// run on the same database in the same invocation, so every drain figure can be read as a fraction
+// of what this machine's PostgreSQL allows at all. A bare table (id, state, attempt, args, two
+// timestamps) with one partial index over the claimable rows; each connection claims 100 rows with
+// FOR UPDATE SKIP LOCKED and, in the same round trip, completes the 100 it claimed before. Nothing
+// else: no leases, no retries, no notifications, no fencing. Claims commit before the work runs, as
+// a queue's must, so a crash would leave rows in state 1 (a real queue needs a rescuer for those).
+type sqlLimit struct{}
+
+// sqlLimitConns is how many connections drain the table: on the 2-core machines this bench runs on,
+// 4 was the fastest of 2, 4 and 8 (docs/benchmarks.md).
+const sqlLimitConns = 4
+
+// sqlLimitBatch is how many rows each claim takes.
+const sqlLimitBatch = 100
+
+func (sqlLimit) name() string                                      { return "sql-limit" }
+func (sqlLimit) shared() bool                                      { return true }
+func (sqlLimit) workersFor(_ string, _ int) int                    { return sqlLimitConns }
+func (sqlLimit) drop(ctx context.Context, e *env, id string) error { return dropSchema(ctx, e, id) }
+
+// runs reports which scenarios the SQL limit takes part in: only the drain, the figure it bounds.
+func (sqlLimit) runs(sc scenario) bool { return sc.kind == "drain" }
+
+func (sqlLimit) create(ctx context.Context, e *env, id string) error {
+	conn, err := pgx.Connect(ctx, e.dbURL)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	s := pgx.Identifier{id}.Sanitize()
+	_, err = conn.Exec(ctx, `CREATE SCHEMA `+s+`;
+CREATE TABLE `+s+`.jobs (
+	id bigserial PRIMARY KEY,
+	state smallint NOT NULL DEFAULT 0, -- 0 waiting, 1 claimed, 2 done
+	attempt smallint NOT NULL DEFAULT 0,
+	args jsonb NOT NULL,
+	attempted_at timestamptz,
+	finalized_at timestamptz
+);
+CREATE INDEX jobs_waiting ON `+s+`.jobs (id) WHERE state = 0;`)
+	return err
+}
+
+func (sqlLimit) open(ctx context.Context, e *env, id string) (instance, error) {
+	cfg, err := pgxpool.ParseConfig(e.dbURL)
+	if err != nil {
+		return nil, err
+	}
+	cfg.MaxConns = sqlLimitConns + 1
+	p, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	t := pgx.Identifier{id, "jobs"}.Sanitize()
+	return &sqlLimitInstance{
+		p:      p,
+		schema: id,
+		table:  t,
+		claim: `UPDATE ` + t + ` j SET state = 1, attempt = j.attempt + 1, attempted_at = now()
+FROM (SELECT id FROM ` + t + ` WHERE state = 0 ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED) c
+WHERE j.id = c.id RETURNING j.id, j.attempt, j.args`,
+		complete: `UPDATE ` + t + ` SET state = 2, finalized_at = now() WHERE id = ANY($1)`,
+	}, nil
+}
+
+type sqlLimitInstance struct {
+	p                              *pgxpool.Pool
+	schema, table, claim, complete string
+}
+
+var errSQLLimitDrainOnly = errors.New("sql-limit takes part in the drain only")
+
+func (i *sqlLimitInstance) insert(context.Context, benchArgs, int) error { return errSQLLimitDrainOnly }
+func (i *sqlLimitInstance) insertMany(context.Context, []benchArgs, int) error {
+	return errSQLLimitDrainOnly
+}
+
+// bulkLoad copies the backlog in, as the other systems' bulk loads do (not measured).
+func (i *sqlLimitInstance) bulkLoad(ctx context.Context, as []benchArgs) error {
+	rows := make([][]any, len(as))
+	for k, a := range as {
+		b, err := json.Marshal(a)
+		if err != nil {
+			return err
+		}
+		rows[k] = []any{b}
+	}
+	_, err := i.p.CopyFrom(ctx, pgx.Identifier{i.schema, "jobs"}, []string{"args"}, pgx.CopyFromRows(rows))
+	return err
+}
+
+// startWorkers runs n connections, each looping: complete what it claimed last time and claim the
+// next batch in one round trip, then run the batch's jobs.
+func (i *sqlLimitInstance) startWorkers(ctx context.Context, n int, s sink) (func(context.Context) error, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		werr error
+	)
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := i.drainLoop(ctx, s); err != nil && ctx.Err() == nil {
+				mu.Lock()
+				werr = errors.Join(werr, err)
+				mu.Unlock()
+			}
+		}()
+	}
+	return func(context.Context) error {
+		cancel()
+		wg.Wait()
+		mu.Lock()
+		defer mu.Unlock()
+		return werr
+	}, nil
+}
+
+func (i *sqlLimitInstance) drainLoop(ctx context.Context, s sink) error {
+	var done []int64
+	for ctx.Err() == nil {
+		b := &pgx.Batch{}
+		if len(done) > 0 {
+			b.Queue(i.complete, done)
+		}
+		b.Queue(i.claim, sqlLimitBatch)
+		br := i.p.SendBatch(ctx, b)
+		if len(done) > 0 {
+			if _, err := br.Exec(); err != nil {
+				_ = br.Close()
+				return fmt.Errorf("sql-limit complete: %w", err)
+			}
+		}
+		rows, err := br.Query()
+		if err != nil {
+			_ = br.Close()
+			return fmt.Errorf("sql-limit claim: %w", err)
+		}
+		done = done[:0]
+		type claimed struct {
+			id      int64
+			attempt int16
+			args    []byte
+		}
+		var batch []claimed
+		for rows.Next() {
+			var c claimed
+			if err := rows.Scan(&c.id, &c.attempt, &c.args); err != nil {
+				rows.Close()
+				_ = br.Close()
+				return err
+			}
+			batch = append(batch, c)
+		}
+		rows.Close()
+		if err := br.Close(); err != nil {
+			return fmt.Errorf("sql-limit claim: %w", err)
+		}
+		for _, c := range batch {
+			var a benchArgs
+			if err := json.Unmarshal(c.args, &a); err != nil {
+				return err
+			}
+			if err := work(ctx, a, int(c.attempt), s); err == nil {
+				done = append(done, c.id)
+			}
+		}
+		if len(batch) == 0 && len(done) == 0 {
+			// An empty table: wait briefly rather than spin (the drain ends when the count is reached).
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Millisecond):
+			}
+		}
+	}
+	return nil
+}
+
+func (i *sqlLimitInstance) finished(ctx context.Context) (int64, error) {
+	var n int64
+	err := i.p.QueryRow(ctx, `SELECT count(*) FROM `+i.table+` WHERE state = 2`).Scan(&n)
+	return n, err
+}
+
+func (i *sqlLimitInstance) pool() *pgxpool.Pool { return i.p }
+func (i *sqlLimitInstance) close()              { i.p.Close() }
