@@ -123,6 +123,9 @@ func NewClient(s store.Store, cfg *Config) (*Client, error) {
 	if local, ok := s.(store.LocalInserter); c.InsertBatchSize != 1 && !(ok && local.InsertsAreLocal()) {
 		cl.inserts = insertbatch.New(insertbatch.Config{Insert: s.Insert, MaxBatch: c.InsertBatchSize})
 	}
+	if c.Notifier != nil {
+		cl.startRelay()
+	}
 	return cl, nil
 }
 
@@ -229,6 +232,11 @@ func (c *Client) Start(ctx context.Context) error {
 	c.presence = presence.New(c.cfg.ID, own, presenceTTL(c.presenceEvery))
 	// Subscribe before the producers' first claim, so nothing inserted after it is missed.
 	c.unsubscribe = c.store.Notifier().Subscribe(c.onNotification)
+	if c.cfg.Notifier != nil {
+		own := c.unsubscribe
+		other := c.cfg.Notifier.Subscribe(c.onNotification)
+		c.unsubscribe = func() { own(); other() }
+	}
 	for _, p := range c.producers {
 		go p.Run(produceCtx)
 	}
@@ -455,7 +463,7 @@ func (c *Client) presenceLoop(ctx context.Context, own map[string]string) {
 // signal sends client signals, logging a failure: a lost announcement costs only some claims
 // made twice, or late (at the next poll), never a job.
 func (c *Client) signal(ctx context.Context, ns []store.Notification) {
-	if err := c.store.Notifier().Signal(ctx, ns); err != nil && ctx.Err() == nil {
+	if err := c.notifier().Signal(ctx, ns); err != nil && ctx.Err() == nil {
 		c.cfg.Logger.Warn("pronto: sending client signals failed", "client", c.cfg.ID, "err", err)
 	}
 }

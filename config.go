@@ -71,6 +71,18 @@ type Config struct {
 	// whose OJS workers report progress through it (PUT /ojs/v1/jobs/{id}/progress). 0: off.
 	ProgressStallTimeout time.Duration
 
+	// Notifier, when set, carries notifications between this process and the others that set one
+	// on the same channel, for a store whose own notifications do not reach them: SQLite shared by
+	// several processes, or PostgreSQL behind a pooler that cannot LISTEN (see Notifier). The client
+	// forwards its store's inserts, cancellations, pauses and resumes (on PostgreSQL, whose store
+	// hears even its own through LISTEN, the jobs this client inserts) from NewClient on, and works
+	// with what the other processes send as with its store's own notifications: an insert in one
+	// process wakes a worker in another at once instead of at its next poll. Leave it nil where the
+	// store's notifications already reach every process (PostgreSQL with LISTEN, Redis): everything
+	// would arrive twice. The forwarding lasts as long as the store: make one client per store and
+	// process with a Notifier.
+	Notifier Notifier
+
 	// Logger receives the client's structured logs (default: discarded).
 	Logger *slog.Logger
 	// OnError is called after an attempt fails with an error (not a panic).

@@ -4,10 +4,14 @@ import (
 	"context"
 	_ "embed"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/pprof"
+	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -97,6 +101,81 @@ type bullmqResult struct {
 	jobsPerSec         float64
 	driverCPU, srvCPU  float64
 	loadBefore, loadAt string
+	// perJob (pronto, with --bullmq-profile) is the Redis commands per measured job.
+	perJob string
+}
+
+var bullmqProfile = flag.String("bullmq-profile", "", "with --bullmq: write a Go CPU profile of each pronto-redis run into this `DIR`, and print the Redis commands per job (INFO commandstats; use a Redis of its own, REDIS_ADDR, or other clients' commands count too)")
+
+// startProfile starts a CPU profile of the pronto side of a run when --bullmq-profile is set.
+func startProfile(scenario string) (stop func(), err error) {
+	if *bullmqProfile == "" {
+		return func() {}, nil
+	}
+	if err := os.MkdirAll(*bullmqProfile, 0o755); err != nil {
+		return nil, err
+	}
+	f, err := os.CreateTemp(*bullmqProfile, "pronto-"+scenario+"-*.pprof")
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
+}
+
+// commandStats reads INFO commandstats: per command, calls and microseconds of server time.
+func commandStats(ctx context.Context, rdb *goredis.Client) map[string][2]float64 {
+	out := map[string][2]float64{}
+	info, err := rdb.Info(ctx, "commandstats").Result()
+	if err != nil {
+		return out
+	}
+	for _, l := range strings.Split(info, "\r\n") {
+		name, rest, ok := strings.Cut(l, ":")
+		if !ok || !strings.HasPrefix(name, "cmdstat_") {
+			continue
+		}
+		var calls, usec float64
+		for _, kv := range strings.Split(rest, ",") {
+			k, v, _ := strings.Cut(kv, "=")
+			switch k {
+			case "calls":
+				calls, _ = strconv.ParseFloat(v, 64)
+			case "usec":
+				usec, _ = strconv.ParseFloat(v, 64)
+			}
+		}
+		out[strings.TrimPrefix(name, "cmdstat_")] = [2]float64{calls, usec}
+	}
+	return out
+}
+
+// perJobStats formats the commands between two readings per job: "evalsha 1.00 (38 µs)", busiest first.
+func perJobStats(a, b map[string][2]float64, jobs int) string {
+	type row struct {
+		name        string
+		calls, usec float64
+	}
+	var rows []row
+	var total, totalUs float64
+	for name, v := range b {
+		d := [2]float64{v[0] - a[name][0], v[1] - a[name][1]}
+		if d[0] <= 0 || name == "info" {
+			continue
+		}
+		rows = append(rows, row{name, d[0] / float64(jobs), d[1] / float64(jobs)})
+		total += d[0] / float64(jobs)
+		totalUs += d[1] / float64(jobs)
+	}
+	sort.Slice(rows, func(i, j int) bool { return rows[i].usec > rows[j].usec })
+	parts := []string{fmt.Sprintf("%.2f commands, %.1f µs of Redis time per job:", total, totalUs)}
+	for _, r := range rows {
+		parts = append(parts, fmt.Sprintf("%s %.3f (%.1f µs)", r.name, r.calls, r.usec))
+	}
+	return strings.Join(parts, " ")
 }
 
 func runBullMQ(ctx context.Context, dir, scenario string, jobs, warm int, rdb *goredis.Client) (bullmqResult, error) {
@@ -179,11 +258,23 @@ func runProntoRedis(ctx context.Context, scenario string, jobs, warm int, rdb *g
 		if err != nil {
 			return err
 		}
+		// Completions are counted as BullMQ's driver counts them, from the worker's own events (a
+		// completed event follows the outcome's write), not by polling Redis meanwhile; a dropped
+		// event makes the count fall back to the store's.
+		evs, unsubscribe := c.Subscribe(pronto.EventCompleted)
+		defer unsubscribe()
 		if err := c.Start(ctx); err != nil {
 			return err
 		}
-		for completed()-base < int64(n) {
-			time.Sleep(2 * time.Millisecond)
+		for done := 0; done < n; {
+			select {
+			case <-evs:
+				done++
+			case <-time.After(100 * time.Millisecond):
+				if c.DroppedEvents() > 0 && completed()-base >= int64(n) {
+					done = n
+				}
+			}
 		}
 		return c.Stop(ctx)
 	}
@@ -215,12 +306,22 @@ func runProntoRedis(ctx context.Context, scenario string, jobs, warm int, rdb *g
 		}
 		measure = func() error { return consume(jobs, workers) }
 	}
+	stats0 := commandStats(ctx, rdb)
+	stopProfile, err := startProfile(scenario)
+	if err != nil {
+		return r, err
+	}
 	srv0, self0 := redisCPU(ctx, rdb), selfCPU()
 	start := time.Now()
 	if err := measure(); err != nil {
+		stopProfile()
 		return r, err
 	}
 	r.jobsPerSec = float64(jobs) / time.Since(start).Seconds()
+	stopProfile()
+	if *bullmqProfile != "" {
+		r.perJob = perJobStats(stats0, commandStats(ctx, rdb), jobs)
+	}
 	r.driverCPU = selfCPU() - self0
 	r.srvCPU = redisCPU(ctx, rdb) - srv0
 	r.loadAt = loadavg()
@@ -255,6 +356,9 @@ func compareBullMQ(ctx context.Context, jobs, warm, runs int) error {
 			fmt.Printf("%-18s %-4d %12.0f %9.2fs %9.2fs %12.0f %9.2fs %9.2fs %6.2fx %s→%s; %s→%s\n", sc, run,
 				b.jobsPerSec, b.driverCPU, b.srvCPU, p.jobsPerSec, p.driverCPU, p.srvCPU, p.jobsPerSec/b.jobsPerSec,
 				b.loadBefore, b.loadAt, p.loadBefore, p.loadAt)
+			if p.perJob != "" {
+				fmt.Printf("    pronto-redis %s: %s\n", sc, p.perJob)
+			}
 		}
 	}
 	return nil

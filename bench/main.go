@@ -142,6 +142,13 @@ func main() {
 		}
 		return
 	}
+	if *httpMode {
+		if err := runHTTP(context.Background(), o.dbURL); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if reportFrom != "" {
 		if err := reportOnly(o, splitList(reportFrom, nil)); err != nil {
 			fmt.Fprintln(os.Stderr, "bench:", err)

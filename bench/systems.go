@@ -124,10 +124,16 @@ func systemsByName() map[string]system {
 		"pronto-memory":   prontoMemory{},
 		"pronto-redis":    prontoRedis{},
 		"sql-limit":       sqlLimit{},
+
+		"pronto-sqlite-procs":         prontoSQLiteProcs{},
+		"pronto-sqlite-redisnotify":   prontoSQLiteProcs{notify: true},
+		"pronto-nolisten":             prontoPGNoListen{},
+		"pronto-nolisten-redisnotify": prontoPGNoListen{notify: true},
 	}
 }
 
-var allSystemNames = []string{"pronto", "river", "river-tuned", "pronto-sqlite", "pronto-memory", "pronto-redis", "pronto-unlogged", "sql-limit"}
+var allSystemNames = []string{"pronto", "river", "river-tuned", "pronto-sqlite", "pronto-memory", "pronto-redis", "pronto-unlogged", "sql-limit",
+	"pronto-sqlite-procs", "pronto-sqlite-redisnotify", "pronto-nolisten", "pronto-nolisten-redisnotify"}
 
 func newPool(ctx context.Context, url string) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(url)
@@ -263,6 +269,8 @@ type prontoInstance struct {
 	count    func(context.Context) (int64, error)
 	// onClose releases what the system opened beside the store (the Redis client).
 	onClose func()
+	// notifier, when set, is given to the workers' client as Config.Notifier.
+	notifier pronto.Notifier
 }
 
 func newProntoInstance(st store.Store, p *pgxpool.Pool, count func(context.Context) (int64, error)) (*prontoInstance, error) {
@@ -326,8 +334,9 @@ func (i *prontoInstance) startWorkers(ctx context.Context, n int, s sink) (func(
 		return work(ctx, j.Args, j.Attempt, s)
 	}))
 	c, err := pronto.NewClient(i.st, &pronto.Config{
-		Queues:  map[string]pronto.QueueConfig{pronto.DefaultQueue: {MaxWorkers: n}},
-		Workers: ws,
+		Queues:   map[string]pronto.QueueConfig{pronto.DefaultQueue: {MaxWorkers: n}},
+		Workers:  ws,
+		Notifier: i.notifier,
 	})
 	if err != nil {
 		return nil, err

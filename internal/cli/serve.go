@@ -16,6 +16,7 @@ import (
 	"github.com/pronto-jobs/pronto"
 	"github.com/pronto-jobs/pronto/dashboard"
 	"github.com/pronto-jobs/pronto/server"
+	redisstore "github.com/pronto-jobs/pronto/store/redis"
 )
 
 // EnvAPIKey is the environment variable read when --api-key is not given.
@@ -55,6 +56,7 @@ func cmdServe(ctx context.Context, r *runner, args []string) error {
 	uiReadOnly := fs.Bool("ui-read-only", false, "serve the web dashboard at / without actions that change state")
 	stallAfter := fs.duration("progress-stall-timeout", 0, "emit progress.stalled for a running job that reported progress and then nothing for this long (0: off)")
 	staleAfter := fs.duration("worker-stale-after", server.DefaultWorkerStaleAfter, "how long an OJS worker may go unheard before the admin API calls it stale and lets it be deregistered")
+	notifyURL := fs.String("notify-url", "", "a Redis `URL` (redis://host:6379/0, ?channel=NAME) carrying notifications between processes sharing an SQLite file, or using PostgreSQL through a pooler that cannot LISTEN, so an insert in one wakes workers in the others at once (see docs/redis.md)")
 	if _, err := fs.parse(args, 0, 0); err != nil {
 		return err
 	}
@@ -87,6 +89,14 @@ func cmdServe(ctx context.Context, r *runner, args []string) error {
 
 	logger := slog.New(slog.NewTextHandler(r.env.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	clientCfg := &pronto.Config{Logger: logger, ProgressStallTimeout: *stallAfter}
+	if *notifyURL != "" {
+		n, err := redisstore.OpenNotifier(ctx, *notifyURL)
+		if err != nil {
+			return usageErrorf("serve: --notify-url: %v", err)
+		}
+		defer n.Close()
+		clientCfg.Notifier = n
+	}
 	obs := newServeObservability(clientCfg, *pprofOn, *metricsAddr != "")
 	client, err := pronto.NewClient(db.store, clientCfg)
 	if err != nil {

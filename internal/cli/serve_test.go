@@ -107,3 +107,15 @@ func TestServeRefusesUnsafeSetups(t *testing.T) {
 		t.Fatalf("serve exited with %d", code)
 	}
 }
+
+// TestServeNotifyURL: --notify-url takes a Redis URL (the server starts and stops with it) and
+// refuses anything else as a usage error naming the flag.
+func TestServeNotifyURL(t *testing.T) {
+	run(t, "serve", "--database-url", "memory:", "--notify-url", "postgres://localhost/db").fails(t, ExitUsage, "--notify-url")
+	db := "sqlite:" + filepath.Join(t.TempDir(), "notify.db")
+	_, stop := startServe(t, nil, "--addr", "127.0.0.1:0", "--database-url", db,
+		"--notify-url", "redis://127.0.0.1:6379/0?channel=prontotest:{serve-notify}")
+	if code := stop(); code != ExitOK {
+		t.Fatalf("serve exited with %d", code)
+	}
+}
