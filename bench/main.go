@@ -385,6 +385,8 @@ func runOne(ctx context.Context, e *env, sc scenario, sys system, run int, quick
 		err = runWAL(rc)
 	case "modes":
 		err = runModes(rc)
+	case "flood":
+		err = runFlood(rc)
 	}
 	if err != nil {
 		res.Errors = append(res.Errors, err.Error())

@@ -64,6 +64,8 @@ func metricsFor(sc scenario) []string {
 		return append([]string{"completions_per_s", "worker_ends_per_s", "inserts_per_s"}, base...)
 	case "wal":
 		return []string{"wal_bytes_per_job_batch1", "wal_bytes_per_job_batch10"}
+	case "flood":
+		return append(floodMetrics, base...)
 	case "modes":
 		return []string{"staged_jobs_per_s", "atomic_jobs_per_s", "atomic_vs_staged", "staged_drain_s", "atomic_drain_s",
 			"staged_cpu_us_per_job", "atomic_cpu_us_per_job", "staged_duplicate_rows", "atomic_duplicate_rows",
@@ -532,6 +534,9 @@ func plotsFor(sc scenario, g map[string][]*runResult, syss []string, dir string)
 	case sc.kind == "modes":
 		bars("processing_modes_throughput.png", "processing_modes: drain jobs/s (median)", "jobs/s", []string{"staged", "atomic"},
 			[]string{"staged_jobs_per_s", "atomic_jobs_per_s"}, 1)
+	case sc.kind == "flood":
+		bars("tenant_flood_pickup.png", "tenant_flood: tenant B's pickup p95 (median)", "ms", []string{"idle queue", "while A drains"},
+			[]string{"b_idle_p95_ms", "b_flood_p95_ms"}, 1)
 	case sc.kind == "wal":
 		bars("wal_bytes.png", "WAL bytes per job (median)", "bytes", []string{"batches of 1", "batches of 10"},
 			[]string{"wal_bytes_per_job_batch1", "wal_bytes_per_job_batch10"}, 1)

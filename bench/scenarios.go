@@ -51,7 +51,7 @@ func (s scenario) capacity(workers int) float64 {
 var scenarioOrder = []string{
 	"notify_latency", "steady_under", "steady_balanced", "steady_over", "burst", "noisy_neighbor",
 	"noisy_neighbor_saturated", "rate_limit_pressure", "high_scale", "multi_process", "crash_recovery",
-	"drain", "insert", "round_trip_max", "wal", "processing_modes",
+	"drain", "insert", "round_trip_max", "wal", "processing_modes", "tenant_flood",
 }
 
 // headlineScenarios get the most runs when time is short.
@@ -114,6 +114,13 @@ func scenarios(quick bool) map[string]scenario {
 				"staged (the row commits, then the job's outcome in a second transaction) and atomic (the row and the job's completion in one "+
 				"transaction: pronto.CompleteTx, river.JobCompleteTx); each mode drains in a fresh schema, then the harness checks one row per job and every job completed",
 				n(5000, 300))},
+		{name: "tenant_flood", kind: "flood", rate: 20, workers: 100, backlog: n(100000, 10000),
+			phase: t(20*time.Second, 5*time.Second), tail: t(300*time.Second, 60*time.Second),
+			desc: fmt.Sprintf("one queue, 100 workers, no work: %d jobs without a tenant inserted at once and drained (the plain drain, in a fresh "+
+				"schema of its own); then, in another fresh schema, tenant B inserts 20 jobs/s alone (B's idle pickup), then tenant A inserts %d jobs at once "+
+				"while B keeps inserting 20 jobs/s: B's pickup while A drains, and A's drain rate against the plain drain. pronto stores the tenants "+
+				"(fair claims); River has none (FIFO)",
+				n(100000, 10000), n(100000, 10000))},
 	}
 	out := map[string]scenario{}
 	for _, s := range list {

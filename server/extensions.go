@@ -27,6 +27,7 @@ var extensions = []extension{
 	{name: "x-pronto-claim-token"},
 	{name: "x-pronto-dag-workflows"},
 	{name: "x-pronto-unique-jobs"},
+	{name: "x-pronto-tenants"},
 }
 
 // extensionNames lists the extensions this server serves.

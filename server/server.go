@@ -440,6 +440,9 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request, rest string) {
 			return
 		}
 	case "admin":
+		if len(seg) >= 2 && seg[1] == "tenants" && s.routeTenants(w, r, seg) { // tenantapi.go
+			return
+		}
 		if s.routeAdmin(w, r, seg) {
 			return
 		}

@@ -250,6 +250,12 @@ func (r *runner) groups() []group {
 			{name: "rate-limits set", summary: "store the limit of a rate key", run: cmdRateLimitsSet},
 			{name: "rate-limits delete", summary: "remove a rate key's limit", run: cmdRateLimitsDelete},
 		}},
+		{name: "tenants", summary: "inspect tenants and set their weights and limits", subs: []command{
+			{name: "tenants list", summary: "list tenants with their weights, limits and job counts", run: cmdTenantsList},
+			{name: "tenants get", summary: "show one tenant", run: cmdTenantsGet},
+			{name: "tenants set", summary: "set a tenant's weight and limits", run: cmdTenantsSet},
+			{name: "tenants delete", summary: "forget a tenant's weight and limits", run: cmdTenantsDelete},
+		}},
 		{name: "cron", summary: "schedule periodic jobs", subs: []command{
 			{name: "cron list", summary: "list cron schedules with their next run", run: cmdCronList},
 			{name: "cron add", summary: "register a periodic job", run: cmdCronAdd},

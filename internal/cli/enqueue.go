@@ -90,6 +90,7 @@ func cmdEnqueue(ctx context.Context, r *runner, args []string) error {
 	fs.Var(&tags, "tag", "label the job with `TAGS` (repeatable or comma-separated)")
 	meta := fs.String("meta", "", "the job's meta, a JSON `OBJECT`")
 	id := fs.String("id", "", "the job's `ID`, a UUIDv7 (default: a new one)")
+	tenant := fs.String("tenant", "", "the job's `TENANT`, its fairness key (see 'pronto tenants')")
 	pending := fs.Bool("pending", false, "insert the job pending: it waits for 'pronto jobs activate ID'")
 	asJSON := fs.Bool("json", false, "print the inserted job as JSON instead of its id")
 	pos, err := fs.parse(args, 1, 1)
@@ -101,7 +102,7 @@ func cmdEnqueue(ctx context.Context, r *runner, args []string) error {
 		return usageErrorf("enqueue: invalid kind %q: kinds are %s", kind, pronto.KindRule)
 	}
 	opts := &pronto.InsertOpts{Queue: *queue, Priority: *priority, Delay: *delay, MaxAttempts: *maxAttempts,
-		Timeout: *timeout, Tags: tags, Pending: *pending}
+		Timeout: *timeout, Tags: tags, Pending: *pending, Tenant: *tenant}
 	if !pronto.ValidQueueName(*queue) {
 		return usageErrorf("enqueue: invalid queue name %q: queue names are %s", *queue, pronto.QueueNameRule)
 	}

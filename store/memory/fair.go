@@ -22,6 +22,7 @@ type tenantRing struct {
 	// the order they got work, then head again.
 	head   tenantNode
 	cur    *tenantNode // the participant whose turn it is
+	used   int         // jobs cur has taken in its current turn (a tenant of weight w takes up to w)
 	linked int         // tenants in the ring (head not counted)
 }
 
@@ -74,7 +75,7 @@ func (q *queue) tenantHeap(j *job) *jheap {
 // unlink takes n, whose heaps are all empty, out of the ring and forgets it.
 func (r *tenantRing) unlink(n *tenantNode) {
 	if r.cur == n {
-		r.cur = n.next
+		r.cur, r.used = n.next, 0
 	}
 	n.prev.next, n.next.prev = n.next, n.prev
 	n.prev, n.next, n.linked = nil, nil, false
@@ -152,26 +153,39 @@ func (s *Store) takeUntenanted(sel *selector, now time.Time, a *announcer) *job 
 	}
 }
 
-// claimFair is Claim for a queue whose ring has tenants: one job per turn, the ring's cursor moving
-// on after every turn, so a tenant's claim share does not depend on how many jobs it has waiting.
-// A turn costs O(kinds of the tenant); a walk meets only tenants with available jobs.
+// claimFair is Claim for a queue whose ring has tenants: a tenant of weight w takes up to w jobs per
+// turn (one job each for the jobs without a tenant), the ring's cursor moving on after each turn, so
+// a tenant's claim share does not depend on how many jobs it has waiting. A tenant at its limit
+// (store.TenantLimitKey) passes its turn. A turn costs O(kinds of the tenant); a walk meets only
+// tenants with available jobs.
 func (s *Store) claimFair(q *queue, p store.ClaimParams, sel *selector, now, lease time.Time, a *announcer, out []*store.Job) []*store.Job {
 	r := q.fair
 	idle := 0 // consecutive turns that found nothing; the ring has r.linked+1 participants
+	next := func(n *tenantNode) { r.cur, r.used = n.next, 0 }
 	for len(out) < p.Limit && idle <= r.linked {
 		n := r.cur
 		var j *job
 		if n == &r.head {
 			j = s.takeUntenanted(sel, now, a)
-			r.cur = n.next
+			next(n)
 		} else {
+			if s.tenantBlocked(n.name, now) {
+				next(n)
+				idle++
+				continue
+			}
 			var empty bool
 			j, empty = n.take(p.Kinds, now)
 			if empty {
 				r.unlink(n) // moves the cursor on; the ring is a participant shorter, so no idle turn
 				continue
 			}
-			r.cur = n.next
+			if j != nil {
+				r.used++
+			}
+			if j == nil || r.used >= s.tenantWeight(n.name) {
+				next(n) // the tenant's turn is over
+			}
 		}
 		if j == nil {
 			idle++
@@ -179,6 +193,11 @@ func (s *Store) claimFair(q *queue, p store.ClaimParams, sel *selector, now, lea
 		}
 		idle = 0
 		out = append(out, s.activate(j, p.WorkerID, now, lease))
+		if j.Tenant != "" && j.rk == nil {
+			if rk := s.tenantLimit(j.Tenant); rk != nil {
+				rk.started(now)
+			}
+		}
 	}
 	return out
 }

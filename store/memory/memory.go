@@ -154,6 +154,9 @@ type Store struct {
 	// rates holds the rate keys that have a stored limit or stored jobs.
 	rates     map[string]*rateKey
 	workflows map[string]*workflow
+	// tenants holds the tenants with a stored weight or stored jobs (nil until the first): see
+	// tenant.go.
+	tenants map[string]*tenantStat
 	// decided lists workflow jobs that became terminal and whose children settle has not looked at.
 	decided []*job
 
@@ -240,6 +243,9 @@ func (s *Store) place(j *job) {
 	if j.rk != nil {
 		j.rk.counts[i]++
 	}
+	if j.Tenant != "" {
+		s.countTenant(j.Tenant, i, 1)
+	}
 	if j.node != nil {
 		j.node.wf.placed(j)
 	}
@@ -275,6 +281,9 @@ func (s *Store) unplace(j *job) {
 	j.q.counts[i]--
 	if j.rk != nil {
 		j.rk.counts[i]--
+	}
+	if j.Tenant != "" {
+		s.countTenant(j.Tenant, i, -1)
 	}
 	if j.node != nil {
 		j.node.wf.unplaced(j)

@@ -31,6 +31,19 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) ([]*store.Job, e
 	if p.Limit <= 0 {
 		return nil, nil
 	}
+	if _, ok := s.fairQueues.Load(p.Queue); ok {
+		jobs, mode, err := s.claimFair(ctx, p)
+		if err != nil {
+			return nil, fmt.Errorf("claim jobs from queue %q: %w", p.Queue, err)
+		}
+		if mode == "fair" && slices.ContainsFunc(jobs, func(j *store.Job) bool { return j.Tenant != "" }) {
+			return jobs, nil
+		}
+		s.fairQueues.Delete(p.Queue) // no tenant job claimed: the plain claim decides again
+		if mode == "fair" && len(jobs) > 0 {
+			return jobs, nil
+		}
+	}
 	b := &pgx.Batch{}
 	b.Queue(s.q.claimPlan, p.Queue)
 	if len(p.Kinds) == 0 {
@@ -45,7 +58,8 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) ([]*store.Job, e
 	}
 	if err == nil && mode == "fair" {
 		// Claimed in turns across tenants: returned in the order of the turns.
-		jobs, err = s.claimFair(ctx, p)
+		s.fairQueues.Store(p.Queue, struct{}{})
+		jobs, _, err = s.claimFair(ctx, p)
 		if err != nil {
 			return nil, fmt.Errorf("claim jobs from queue %q: %w", p.Queue, err)
 		}
@@ -93,11 +107,15 @@ func claimResults(br pgx.BatchResults) (jobs []*store.Job, mode string, err erro
 	return jobs, mode, err
 }
 
-// claimFair claims up to p.Limit jobs of p.Queue in turns across its tenants, in one round trip.
-func (s *Store) claimFair(ctx context.Context, p store.ClaimParams) ([]*store.Job, error) {
+// claimFair claims up to p.Limit jobs of p.Queue in turns across its tenants, in one round trip,
+// when the queue's claim mode (returned) is still "fair"; otherwise it claims nothing.
+func (s *Store) claimFair(ctx context.Context, p store.ClaimParams) ([]*store.Job, string, error) {
 	var jobs []*store.Job
+	var mode string
 	b := &pgx.Batch{}
-	b.Queue(s.q.claimFairPlan)
+	b.Queue(s.q.claimFairPlan, p.Queue).QueryRow(func(row pgx.Row) error {
+		return row.Scan(nil, nil, nil, nil, nil, &mode)
+	})
 	b.Queue(s.q.claimFair, p.Queue, p.Limit, p.LeaseDuration.Microseconds(), p.WorkerID, nilIfEmpty(p.Kinds)).
 		Query(func(rows pgx.Rows) error {
 			var err error
@@ -105,9 +123,9 @@ func (s *Store) claimFair(ctx context.Context, p store.ClaimParams) ([]*store.Jo
 			return err
 		})
 	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
-		return nil, fmt.Errorf("fair claim: %w", err)
+		return nil, "", fmt.Errorf("fair claim: %w", err)
 	}
-	return jobs, nil
+	return jobs, mode, nil
 }
 
 // claimLimited claims up to limit jobs of p.Queue through claim_limited, in one round trip.

@@ -38,6 +38,7 @@ import (
 	"hash/fnv"
 	"log/slog"
 	"strings"
+	"sync"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -81,6 +82,10 @@ type Store struct {
 	listenConfig *pgx.ConnConfig
 
 	notifier *notifier
+
+	// fairQueues holds the queues whose last claim went fair (queue name -> struct{}): their next
+	// claim goes to claim_fair_pick in one round trip, not through the plain claim first.
+	fairQueues sync.Map
 }
 
 // Compile-time checks of the interfaces the store promises.

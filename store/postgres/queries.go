@@ -225,9 +225,19 @@ WHERE o.unique_key = j.unique_key AND o.state = ANY (o.unique_states) AND o.id <
 	// sqlClaimFairPlan runs before sqlClaimFair: the claim's commit and JIT settings, and neither
 	// sequential scans nor sorts where an index gives the order (see sqlClaimPlan): claim_fair_pick's
 	// probes must stay ordered scans of jobs_tenant_claim_idx that stop at their first row, not a
-	// sort of a tenant's (or every tenant's) backlog.
+	// sort of a tenant's (or every tenant's) backlog. Generic plans from the first call: planning
+	// claim_fair_pick's statements for each call's values took twice as long as running them.
+	// Its last column is queue $1's claim mode: 'on' when it has claimable jobs with a rate key
+	// (then sqlClaimFair claims nothing and Claim takes the plain path), else 'fair'. Claim sends a
+	// queue whose last claim was fair straight here. The probe for tenant jobs is left out: it would
+	// pass over the front of the tenants' index range, where the entries of the jobs claimed since
+	// the last vacuum lie, and claim_fair_pick passes there anyway. A queue with no tenant job left
+	// is claimed once more here, correctly (the jobs without a tenant, in claim order, at most 64),
+	// and Claim then forgets that it was fair.
 	sqlClaimFairPlan = `SELECT set_config('jit', 'off', true), set_config('synchronous_commit', 'off', true),
-	set_config('enable_seqscan', 'off', true), set_config('enable_sort', 'off', true)`
+	set_config('enable_seqscan', 'off', true), set_config('enable_sort', 'off', true),
+	set_config('plan_cache_mode', 'force_generic_plan', true),
+	set_config('pronto.claim_limited', CASE WHEN ` + claimableKeyed + ` THEN 'on' ELSE 'fair' END, true)`
 
 	// sqlClaimLimited claims up to $3 jobs of queue $1 (kinds $2, NULL for any) for worker $5 with a
 	// lease of $4 microseconds, enforcing the rate limits (see claim_limited).
@@ -272,7 +282,8 @@ var (
 	// lease of $3 microseconds in turns across the queue's tenants (claim_fair_pick), and returns
 	// them in the order of the turns.
 	sqlClaimFair = `WITH locked AS (
-	SELECT f.id, f.ord FROM {schema}.claim_fair_pick($1, $5, $2) WITH ORDINALITY AS f(id, ord)
+	SELECT f.id, f.ord FROM {schema}.claim_fair_pick($1, $5,
+		CASE WHEN current_setting('pronto.claim_limited', true) = 'fair' THEN $2 ELSE 0 END) WITH ORDINALITY AS f(id, ord)
 ), claimed AS (` + claimUpdate + `
 )
 SELECT ` + jobColsC + ` FROM claimed c JOIN locked l ON l.id = c.id ORDER BY l.ord`
@@ -766,7 +777,7 @@ func newQueries(r *strings.Replacer) *queries {
 		claim:          r.Replace(sqlClaim),
 		claimKinds:     r.Replace(sqlClaimKinds),
 		claimFair:      r.Replace(sqlClaimFair),
-		claimFairPlan:  sqlClaimFairPlan,
+		claimFairPlan:  r.Replace(sqlClaimFairPlan),
 		finish:         r.Replace(sqlFinish),
 		heartbeat:      r.Replace(sqlHeartbeat),
 		rescue:         r.Replace(sqlRescue),

@@ -76,6 +76,11 @@ func insertFields(p *store.InsertParams, cluster bool) []any {
 	}
 	if p.Tenant != "" {
 		add("tenant", p.Tenant)
+		if !cluster {
+			// tng: the tenant again, for the tenant's global counts (tenant.go), which a cluster
+			// cannot keep (they span queues, so slots).
+			add("tng", p.Tenant)
+		}
 	}
 	if p.RateKey != "" {
 		if cluster {

@@ -413,7 +413,7 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) ([]*store.Job, e
 		// A kind named twice would make its jobs candidates twice.
 		kinds = slices.Compact(slices.Sorted(slices.Values(kinds)))
 	}
-	args := make([]any, 0, 4+len(kinds)+p.Limit)
+	args := make([]any, 0, 5+len(kinds)+p.Limit)
 	args = append(args, p.Limit, p.WorkerID, p.LeaseDuration.Microseconds(), len(kinds))
 	for _, k := range kinds {
 		args = append(args, k)
@@ -421,6 +421,7 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) ([]*store.Job, e
 	for _, t := range tokens(p.Limit) {
 		args = append(args, t)
 	}
+	args = append(args, boolFlag(!s.cluster())) // tenant weights and limits: a single node only
 	res, err := scriptClaim.Run(ctx, s.rdb, s.keys(p.Queue), args...).Slice()
 	if err != nil {
 		return nil, fmt.Errorf("redis: claim from %s: %w", p.Queue, err)

@@ -58,11 +58,12 @@ local decided = {}
 -- unplace takes job id out of every structure its current state filed it in, and returns the
 -- fields it read (state, kind, prio, sched, rkey, wf, runon, expires, tenant), or nil for no job.
 local function unplace(id)
-  local f = redis.call('HMGET', jk(id), 'state', 'kind', 'prio', 'sched', 'rkey', 'wf', 'runon', 'expires', 'tenant')
+  local f = redis.call('HMGET', jk(id), 'state', 'kind', 'prio', 'sched', 'rkey', 'wf', 'runon', 'expires', 'tenant', 'tng')
   local st = f[1]
   if not st then return nil end
   local rk = f[5]
   redis.call('ZREM', B .. 'st:' .. st, id)
+  if f[10] then redis.call('HINCRBY', G .. 'tc:' .. f[10], 'n:' .. st, -1) end
   if st == 'available' and f[9] and f[9] ~= '' and not rk then
     redis.call('ZREM', tsrc(f[9], f[2]), rank(num(f[3]), num(f[4]), id))
   elseif st == 'available' then
@@ -105,9 +106,13 @@ end
 -- uniqueness.
 local function place(id)
   local f = redis.call('HMGET', jk(id), 'state', 'kind', 'prio', 'sched', 'lease', 'completed', 'expires',
-    'ukey', 'ustates', 'rkey', 'wf', 'runon', 'kids', 'tenant')
+    'ukey', 'ustates', 'rkey', 'wf', 'runon', 'kids', 'tenant', 'tng')
   local st = f[1]
   local rk = f[10]
+  if f[15] then
+    redis.call('HINCRBY', G .. 'tc:' .. f[15], 'n:' .. st, 1)
+    redis.call('ZADD', G .. 'tenants', 0, f[15])
+  end
   if f[11] then
     if not f[12] then
       local w = G .. 'wf:' .. f[11]
@@ -274,6 +279,18 @@ local function rlstarted(rk, t)
     if not (ws > 0 and t < ws + per) then redis.call('HSET', rl(rk), 'ws', s(t), 'wc', 0) end
     redis.call('HINCRBY', rl(rk), 'wc', 1)
   end
+end
+-- tblocked reports whether tenant tn's limit (under 'tenant:'..tn) lets it start no job at t: its
+-- rate window is spent, or its active jobs across queues (<prefix>tc:<tenant>) reach max.
+local function tblocked(tn, t)
+  local f = redis.call('HMGET', rl('tenant:' .. tn), 'set', 'max', 'rate', 'period', 'ws', 'wc')
+  if f[1] ~= '1' then return false end
+  local rate, per = num(f[3]), num(f[4])
+  if rate > 0 and per > 0 then
+    local ws = num(f[5])
+    if ws > 0 and t < ws + per and num(f[6]) >= rate then return true end
+  end
+  return num(f[2]) > 0 and num(redis.call('HGET', G .. 'tc:' .. tn, 'n:active')) >= num(f[2])
 end
 -- setlimit stores a limit ("max,rate,period_us,onlimit") under rk.
 local function setlimit(rk, enc)
@@ -455,6 +472,9 @@ local limit = tonumber(ARGV[1])
 local worker = ARGV[2]
 local leasefor = tonumber(ARGV[3])
 local nk = tonumber(ARGV[4])
+-- global: the store may touch keys outside the queue's slot (a single node), for tenant weights and
+-- limits.
+local global = ARGV[5 + nk + limit] == '1'
 -- At most 1000 per claim, earliest due first, so one call stays short whatever the
 -- backlog; Promote (the maintenance pass) moves the rest.
 for _, id in ipairs(redis.call('ZRANGEBYSCORE', B .. 'sched', '-inf', s(t), 'LIMIT', 0, 1000)) do
@@ -569,30 +589,52 @@ local function tenantturn(tn)
 end
 local ring = B .. 'tring'
 if redis.call('EXISTS', ring) == 1 then
-  -- Fair: one job per turn, the ring rotating after every turn (see docs/fair-scheduling.md).
+  -- Fair (see docs/fair-scheduling.md): the ring's tail is the participant whose turn it is; a
+  -- tenant of weight w (<prefix>tw) takes up to w jobs in its turn, tused counting them, and the ring
+  -- rotates when the turn ends. Weights and tenant limits live in global keys: on a cluster (global
+  -- false) every tenant weighs 1 and none is limited.
   local idle = 0
+  local used = num(redis.call('GET', B .. 'tused'))
   while #out < limit and idle < redis.call('LLEN', ring) do
-    local m = redis.call('RPOPLPUSH', ring, ring)
+    local m = redis.call('LINDEX', ring, -1)
     if m == '\n' then
+      redis.call('RPOPLPUSH', ring, ring)
+      used = 0
       local before = #out
       claimplain(#out + 1)
       if #out > before then idle = 0 else idle = idle + 1 end
     else
-      local r = tenantturn(m)
+      local r = false
+      if not (global and tblocked(m, t)) then r = tenantturn(m) end
       if r == 'gone' then
-        redis.call('LREM', ring, 1, m)
+        redis.call('LREM', ring, -1, m)
         redis.call('SREM', B .. 'tset', m)
+        used = 0
       elseif r then
         idle = 0
+        used = used + 1
+        local w = 1
+        if global then
+          rlstarted('tenant:' .. m, t)
+          w = math.max(1, num(redis.call('HGET', G .. 'tw', m)))
+        end
+        if used >= w then
+          redis.call('RPOPLPUSH', ring, ring)
+          used = 0
+        end
       else
         idle = idle + 1
+        redis.call('RPOPLPUSH', ring, ring)
+        used = 0
       end
     end
     if redis.call('LLEN', ring) <= 1 then
       redis.call('DEL', ring)
+      used = 0
       break
     end
   end
+  redis.call('SET', B .. 'tused', used)
 end
 if redis.call('EXISTS', ring) == 0 then claimplain(limit) end
 settle(t)

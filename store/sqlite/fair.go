@@ -1,10 +1,12 @@
 package sqlite
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/pronto-jobs/pronto/store"
 )
@@ -33,39 +35,47 @@ const fairCond = `queue = ?2 AND state IN ('available', 'scheduled', 'retryable'
 		AND (state = 'available' OR scheduled_at <= ?1)
 		AND (expires_at IS NULL OR expires_at > ?1) AND held IS NULL`
 
-// fairSQL holds the statements of a fair claim for a kinds filter of n kinds (?4...).
+// fairSQL holds the statements of a fair claim for a kinds filter of n kinds (?4...); ?(4+n) is a
+// count of jobs.
 type fairSQL struct {
 	next, best, untenanted string
 }
 
 func newFairSQL(n int) fairSQL {
 	kinds := kindsFilter(n, 4)
+	limit := fmt.Sprintf("?%d", 4+n)
 	return fairSQL{
 		// The first tenant after ?3 ('' for the first of all) with a claimable job.
 		next: `SELECT tenant FROM pronto_jobs INDEXED BY pronto_jobs_tenant
 			WHERE ` + fairCond + ` AND tenant IS NOT NULL AND rate_key IS NULL AND tenant > ?3 ` + kinds + `
 			ORDER BY tenant LIMIT 1`,
-		// Tenant ?3's first claimable job.
+		// Tenant ?3's first claimable jobs.
 		best: `SELECT id FROM pronto_jobs INDEXED BY pronto_jobs_tenant
 			WHERE ` + fairCond + ` AND tenant = ?3 AND rate_key IS NULL ` + kinds + `
-			ORDER BY priority DESC, scheduled_at, id LIMIT 1`,
-		// The first claimable job without a tenant, looked for among the queue's first 64 claimable
-		// jobs in plain claim order: finding it beyond them would mean reading the tenants' backlogs.
+			ORDER BY priority DESC, scheduled_at, id LIMIT ` + limit,
+		// The first claimable jobs without a tenant, looked for among the queue's first 64 claimable
+		// jobs in plain claim order: finding them beyond would mean reading the tenants' backlogs.
 		// (?3 is unused: the kinds keep their places.)
 		untenanted: `SELECT id FROM (
 				SELECT id, tenant, rate_key, priority, scheduled_at FROM pronto_jobs
 				WHERE ` + fairCond + ` AND coalesce(?3, '') = coalesce(?3, '') ` + kinds + `
 				ORDER BY priority DESC, scheduled_at, id LIMIT 64)
 			WHERE tenant IS NULL AND rate_key IS NULL
-			ORDER BY priority DESC, scheduled_at, id LIMIT 1`,
+			ORDER BY priority DESC, scheduled_at, id LIMIT ` + limit,
 	}
 }
 
 const (
 	fairPausedSQL    = `SELECT EXISTS (SELECT 1 FROM pronto_queues WHERE name = ?1 AND paused = 1)`
-	fairCursorSQL    = `SELECT tenant FROM pronto_tenant_cursors WHERE queue = ?1`
-	fairSetCursorSQL = `INSERT INTO pronto_tenant_cursors (queue, tenant) VALUES (?1, ?2)
-		ON CONFLICT (queue) DO UPDATE SET tenant = excluded.tenant`
+	fairCursorSQL    = `SELECT tenant, used FROM pronto_tenant_cursors WHERE queue = ?1`
+	fairSetCursorSQL = `INSERT INTO pronto_tenant_cursors (queue, tenant, used) VALUES (?1, ?2, ?3)
+		ON CONFLICT (queue) DO UPDATE SET tenant = excluded.tenant, used = excluded.used`
+	fairWeightSQL = `SELECT weight FROM pronto_tenants WHERE tenant = ?1`
+	// fairLimitSQL reads the limit stored under a tenant's limit key ?1, if it bounds anything.
+	fairLimitSQL = `SELECT max_active, rate, period_us, window_start, window_count FROM pronto_rate_limits
+		WHERE key = ?1 AND (max_active > 0 OR (rate > 0 AND period_us > 0))`
+	// fairActiveSQL counts tenant ?1's active jobs across queues (pronto_jobs_tenant_state).
+	fairActiveSQL = `SELECT count(*) FROM pronto_jobs WHERE tenant = ?1 AND state = 'active'`
 )
 
 // fairClaimOneSQL makes job ?4 active for worker ?3 at ?1 with a lease until ?2.
@@ -75,11 +85,24 @@ var fairClaimOneSQL = `UPDATE pronto_jobs SET state = 'active', attempt = attemp
 	WHERE id = ?4
 	RETURNING ` + jobColumns
 
+// fairPart is one participant of a fair claim: a tenant, or the jobs without one.
+type fairPart struct {
+	tenant string // "": the jobs without a tenant
+	weight int
+	limit  *keyLimit // nil: no limit
+	alive  bool
+}
+
 // claimFair claims up to p.Limit jobs of p.Queue in turns across its tenants, in one transaction,
-// and returns them in the order of the turns.
+// and returns them in the order of the turns. It follows claim_fair_pick of the PostgreSQL store
+// (migration 011): a walk from the queue's cursor collects the participants that come next (at most
+// p.Limit + 1, one seek each, passing over tenants at their limit), then each participant takes its
+// weight times max(1, wanted / total weight) jobs per step in one seek, leaving when it comes up
+// short; jobs are ranked by round and place, and the cursor moves to the last-ranked participant.
 func (s *Store) claimFair(ctx context.Context, p store.ClaimParams) ([]*store.Job, error) {
 	q := newFairSQL(len(p.Kinds))
-	r, err := s.begin(ctx, fairPausedSQL, fairCursorSQL, fairSetCursorSQL, fairClaimOneSQL)
+	r, err := s.begin(ctx, fairPausedSQL, fairCursorSQL, fairSetCursorSQL, fairClaimOneSQL, fairWeightSQL,
+		fairLimitSQL, fairActiveSQL, setWindowSQL)
 	if err != nil {
 		return nil, err
 	}
@@ -89,70 +112,211 @@ func (s *Store) claimFair(ctx context.Context, p store.ClaimParams) ([]*store.Jo
 		return nil, err
 	}
 	var cur sql.NullString // the participant served last; NULL: the jobs without a tenant
-	if err := r.tx.QueryRowContext(ctx, fairCursorSQL, p.Queue).Scan(&cur); err != nil && !errors.Is(err, sql.ErrNoRows) {
+	var curUsed int
+	if err := r.tx.QueryRowContext(ctx, fairCursorSQL, p.Queue).Scan(&cur, &curUsed); err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return nil, err
 	}
 	nowUS, _ := s.nowMicro()
-	args := make([]any, 3, 3+len(p.Kinds))
+	args := make([]any, 3, 4+len(p.Kinds))
 	args[0], args[1] = nowUS, p.Queue
 	for _, k := range p.Kinds {
 		args = append(args, k)
 	}
-	one := func(query string, v any) (bool, error) {
-		err := r.tx.QueryRowContext(ctx, query, args...).Scan(v)
+	args = append(args, 0)
+	limitArg := len(args) - 1
+
+	weight := func(tenant string) (int, error) {
+		var w int
+		err := r.QueryRowContext(ctx, fairWeightSQL, tenant).Scan(&w)
 		if errors.Is(err, sql.ErrNoRows) {
-			return false, nil
+			return store.DefaultTenantWeight, nil
 		}
-		return err == nil, err
+		return w, err
 	}
-	var jobs []*store.Job
-	took, idle := false, 0 // idle: rounds in a row that took nothing
-	for len(jobs) < p.Limit && idle < 2 {
-		args[2] = cur.String
-		var next, id string
-		found, err := one(q.next, &next)
-		if err != nil {
-			return nil, fmt.Errorf("next tenant: %w", err)
+	limit := func(tenant string) (*keyLimit, error) {
+		k := &keyLimit{}
+		err := r.QueryRowContext(ctx, fairLimitSQL, store.TenantLimitKey(tenant)).Scan(&k.maxActive, &k.rate,
+			&k.periodUS, &k.windowStart, &k.windowCount)
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil, nil
 		}
-		var got bool
-		if found {
-			cur = sql.NullString{String: next, Valid: true}
-			args[2] = next
-			got, err = one(q.best, &id)
+		if err != nil {
+			return nil, err
+		}
+		if k.maxActive > 0 {
+			if err := r.QueryRowContext(ctx, fairActiveSQL, tenant).Scan(&k.active); err != nil {
+				return nil, err
+			}
+		}
+		return k, nil
+	}
+
+	// 1. The walk.
+	var parts []*fairPart
+	going := false // the cursor's tenant continues its turn
+	after := cur.String
+	if cur.Valid {
+		w, err := weight(cur.String)
+		if err != nil {
+			return nil, fmt.Errorf("tenant weight: %w", err)
+		}
+		going = curUsed < w
+	}
+	untenanted := false
+	for len(parts) <= p.Limit {
+		var next string
+		if going && len(parts) == 0 {
+			next = cur.String
 		} else {
-			// The turn of the jobs without a tenant, which closes the round.
-			cur = sql.NullString{}
-			got, err = one(q.untenanted, &id)
+			args[2] = after
+			err := r.tx.QueryRowContext(ctx, q.next, args...).Scan(&next)
+			if err != nil && !errors.Is(err, sql.ErrNoRows) {
+				return nil, fmt.Errorf("next tenant: %w", err)
+			}
 		}
+		if next == "" {
+			if untenanted {
+				break
+			}
+			parts = append(parts, &fairPart{weight: 1, alive: true})
+			untenanted, after = true, ""
+			if !cur.Valid {
+				break // the jobs without a tenant were served last: their turn closes the walk
+			}
+			continue
+		}
+		if untenanted && cur.Valid && (next > cur.String || (next == cur.String && going)) {
+			break // past the cursor again: the walk is round
+		}
+		after = next
+		w, err := weight(next)
 		if err != nil {
-			return nil, fmt.Errorf("fair turn: %w", err)
+			return nil, fmt.Errorf("tenant weight: %w", err)
 		}
-		if got {
-			rows, err := r.QueryContext(ctx, fairClaimOneSQL, nowUS, nowUS+p.LeaseDuration.Microseconds(), p.WorkerID, id)
-			if err != nil {
-				return nil, err
-			}
-			claimed, err := scanJobs(rows, 1)
-			if err != nil {
-				return nil, err
-			}
-			jobs = append(jobs, claimed...)
-			took = true
+		k, err := limit(next)
+		if err != nil {
+			return nil, fmt.Errorf("tenant limit: %w", err)
 		}
-		if !found {
-			if took {
-				idle = 0
-			} else {
-				idle++
-			}
-			took = false
+		if k == nil || k.room(nowUS) > 0 {
+			parts = append(parts, &fairPart{tenant: next, weight: w, limit: k, alive: true})
+		}
+		if untenanted && next == cur.String {
+			break // the cursor's tenant starts a new turn: the walk is round
 		}
 	}
-	if _, err := r.ExecContext(ctx, fairSetCursorSQL, p.Queue, cur); err != nil {
-		return nil, err
+
+	// 2. The rounds.
+	type ranked struct {
+		rank int64
+		job  *store.Job
+	}
+	var out []ranked
+	remaining, base := p.Limit, 0
+	bestRank, lastPart, lastUsed := int64(-1), -1, 0
+	n := int64(len(parts))
+	for remaining > 0 {
+		total := 0
+		for _, pt := range parts {
+			if pt.alive {
+				total += pt.weight
+			}
+		}
+		if total == 0 {
+			break
+		}
+		m := max(1, remaining/total)
+		for i, pt := range parts {
+			if remaining <= 0 {
+				break
+			}
+			if !pt.alive {
+				continue
+			}
+			off := 0
+			if i == 0 && base == 0 && going {
+				off = curUsed
+			}
+			want := min(m*pt.weight-off, remaining)
+			if pt.limit != nil {
+				want = int(min(int64(want), pt.limit.room(nowUS)))
+			}
+			query := q.best
+			if pt.tenant == "" {
+				query = q.untenanted
+			}
+			args[2], args[limitArg] = pt.tenant, want
+			ids, err := queryIDs(ctx, r.tx, query, args)
+			if err != nil {
+				return nil, fmt.Errorf("fair turn: %w", err)
+			}
+			for k, id := range ids {
+				rows, err := r.QueryContext(ctx, fairClaimOneSQL, nowUS, nowUS+p.LeaseDuration.Microseconds(), p.WorkerID, id)
+				if err != nil {
+					return nil, err
+				}
+				claimed, err := scanJobs(rows, 1)
+				if err != nil {
+					return nil, err
+				}
+				rnd := base + (k+off)/pt.weight
+				rank := int64(rnd)*(n+1) + int64(i)
+				for _, j := range claimed {
+					out = append(out, ranked{rank, j})
+				}
+				if rank >= bestRank {
+					bestRank, lastPart, lastUsed = rank, i, (k+off)%pt.weight+1
+				}
+				if pt.limit != nil {
+					pt.limit.take(nowUS)
+				}
+			}
+			remaining -= len(ids)
+			if len(ids) < want || (pt.limit != nil && pt.limit.room(nowUS) <= 0) {
+				pt.alive = false
+			}
+		}
+		base += m
+	}
+	for _, pt := range parts {
+		if pt.limit != nil && pt.limit.windowMoved {
+			if _, err := r.ExecContext(ctx, setWindowSQL, store.TenantLimitKey(pt.tenant), pt.limit.windowStart.Int64, pt.limit.windowCount); err != nil {
+				return nil, fmt.Errorf("record rate window of tenant %s: %w", pt.tenant, err)
+			}
+		}
+	}
+
+	// 3. The cursor.
+	if lastPart >= 0 {
+		last := sql.NullString{String: parts[lastPart].tenant, Valid: parts[lastPart].tenant != ""}
+		if _, err := r.ExecContext(ctx, fairSetCursorSQL, p.Queue, last, lastUsed); err != nil {
+			return nil, err
+		}
 	}
 	if err := r.tx.Commit(); err != nil {
 		return nil, fmt.Errorf("commit: %w", err)
 	}
+	slices.SortStableFunc(out, func(a, b ranked) int { return cmp.Compare(a.rank, b.rank) })
+	jobs := make([]*store.Job, len(out))
+	for i, o := range out {
+		jobs[i] = o.job
+	}
 	return jobs, nil
+}
+
+// queryIDs returns the ids query selects.
+func queryIDs(ctx context.Context, tx *sql.Tx, query string, args []any) ([]string, error) {
+	rows, err := tx.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var ids []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		ids = append(ids, id)
+	}
+	return ids, rows.Err()
 }

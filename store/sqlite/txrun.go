@@ -34,6 +34,14 @@ func (r txRunner) QueryContext(ctx context.Context, query string, args ...any) (
 	return r.tx.QueryContext(ctx, query, args...)
 }
 
+// QueryRowContext is QueryContext for one row.
+func (r txRunner) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
+	if st := r.prepared(query); st != nil {
+		return r.tx.StmtContext(ctx, st).QueryRowContext(ctx, args...)
+	}
+	return r.tx.QueryRowContext(ctx, query, args...)
+}
+
 func (r txRunner) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
 	if st := r.prepared(query); st != nil {
 		return r.tx.StmtContext(ctx, st).ExecContext(ctx, args...)

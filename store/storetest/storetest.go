@@ -55,7 +55,10 @@ const (
 // featureOf returns the feature a test exercises, "" for the core.
 func featureOf(name string) string {
 	switch {
-	case strings.HasPrefix(name, "RateLimit"), name == "ClaimTokensDistinctInBatch":
+	case strings.HasPrefix(name, "RateLimit"), name == "ClaimTokensDistinctInBatch",
+		// Tenant weights and counts span queues like the limits (outside a queue's slot on Redis).
+		name == "TenantWeights", name == "TenantStats":
+
 		return FeatureRateLimits
 	case strings.HasPrefix(name, "Workflow"):
 		return FeatureWorkflows
@@ -122,6 +125,8 @@ var tests = []testCase{
 	{"FairTenants", single(testFairTenants)},
 	{"FairPriorityWithinTenant", single(testFairPriorityWithinTenant)},
 	{"FairTenantless", single(testFairTenantless)},
+	{"TenantWeights", single(testTenantWeights)},
+	{"TenantStats", single(testTenantStats)},
 
 	{"FinishCompleted", single(testFinishCompleted)},
 	{"FinishRetryable", single(testFinishRetryable)},
@@ -203,6 +208,7 @@ var tests = []testCase{
 	{"RateLimitUnlimited", single(testRateLimitUnlimited)},
 	{"RateLimitInfo", single(testRateLimitInfo)},
 	{"RateLimitConcurrentClaims", testRateLimitConcurrent},
+	{"RateLimitTenant", single(testRateLimitTenant)},
 
 	{"WorkflowRoundTrip", single(testWorkflowRoundTrip)},
 	{"WorkflowChain", single(testWorkflowChain)},

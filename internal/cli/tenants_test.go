@@ -1,0 +1,37 @@
+package cli
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestTenants sets a tenant's weight and limit from the command line, lists and shows it with its
+// job counts, and forgets it.
+func TestTenants(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, db []string) {
+		run(t, with(db, "tenants", "list")...).ok(t)
+		if res := run(t, with(db, "tenants", "set", "acme", "--weight", "3", "--max-active", "2")...).ok(t); res.stdout != "tenant acme: weight 3, limit stored\n" {
+			t.Fatalf("set output:\n%s", res)
+		}
+		run(t, with(db, "enqueue", "report.build", "--tenant", "acme")...).ok(t)
+		run(t, with(db, "enqueue", "report.build", "--tenant", "beta")...).ok(t)
+		run(t, with(db, "enqueue", "report.build", "--tenant", "has space")...).fails(t, ExitUsage, "tenant")
+		res := run(t, with(db, "tenants", "list")...).ok(t)
+		if !strings.Contains(res.stdout, "acme") || !strings.Contains(res.stdout, "beta") || !strings.Contains(res.stdout, "1 (default)") {
+			t.Fatalf("list:\n%s", res)
+		}
+		res = run(t, with(db, "tenants", "get", "acme", "--json")...).ok(t)
+		for _, want := range []string{`"weight": 3`, `"max_active": 2`, `"available": 1`} {
+			if !strings.Contains(res.stdout, want) {
+				t.Fatalf("get --json lacks %s:\n%s", want, res)
+			}
+		}
+		run(t, with(db, "tenants", "set", "acme", "--weight", "0")...).fails(t, ExitUsage, "nothing to set")
+		run(t, with(db, "tenants", "set", "acme", "--weight", "5000")...).fails(t, ExitUsage, "must be 1 to 1000")
+		run(t, with(db, "tenants", "set", "acme", "--rate", "5")...).fails(t, ExitUsage, "go together")
+		run(t, with(db, "tenants", "set", "acme", "--no-limit")...).ok(t)
+		run(t, with(db, "tenants", "delete", "acme")...).ok(t)
+		run(t, with(db, "tenants", "delete", "acme")...).fails(t, ExitNotFound, "no weight or limit")
+		run(t, with(db, "tenants", "get", "nobody")...).fails(t, ExitNotFound, "nobody")
+	})
+}

@@ -1,0 +1,369 @@
+package server
+
+import (
+	"encoding/json"
+	"errors"
+	"math"
+	"net/http"
+	"slices"
+	"time"
+
+	"github.com/pronto-jobs/pronto"
+	"github.com/pronto-jobs/pronto/internal/isodur"
+)
+
+// Tenant administration (ojs-multi-tenancy.md §8 to §10) under /ojs/v1/admin/tenants:
+//
+//	GET    /ojs/v1/admin/tenants               every tenant with a weight, a limit or jobs, with its stats
+//	GET    /ojs/v1/admin/tenants/{id}          one tenant (also /{id}/stats)
+//	PUT    /ojs/v1/admin/tenants/{id}          its config: {"fairness_weight", "limits"}
+//	PUT    /ojs/v1/admin/tenants/{id}/limits   its limits alone: {"max_concurrency", "max_start_rate", "reason"}
+//	DELETE /ojs/v1/admin/tenants/{id}          forgets its weight and limits (its jobs stay)
+//
+// A tenant's limits are enforced when jobs are fetched (its jobs wait while it is at a limit): the
+// spec's enqueue-time limits (max_enqueue_rate, max_queue_depth, max_scheduled) and priority_boost
+// are not implemented and are refused by name.
+
+// routeTenants dispatches a path below /ojs/v1/admin/tenants (seg[1] == "tenants"); false when no
+// route matches.
+func (s *Server) routeTenants(w http.ResponseWriter, r *http.Request, seg []string) bool {
+	m := r.Method
+	switch {
+	case len(seg) == 2:
+		if m != http.MethodGet {
+			s.writeError(w, r, methodNotAllowed(r, http.MethodGet))
+			return true
+		}
+		s.listTenants(w, r)
+		return true
+	case len(seg) == 3:
+		switch m {
+		case http.MethodGet:
+			s.getTenant(w, r, seg[2])
+		case http.MethodPut:
+			s.putTenant(w, r, seg[2], false)
+		case http.MethodDelete:
+			s.deleteTenant(w, r, seg[2])
+		default:
+			s.writeError(w, r, methodNotAllowed(r, http.MethodGet, http.MethodPut, http.MethodDelete))
+		}
+		return true
+	case len(seg) == 4 && seg[3] == "stats":
+		if m != http.MethodGet {
+			s.writeError(w, r, methodNotAllowed(r, http.MethodGet))
+			return true
+		}
+		s.getTenant(w, r, seg[2])
+		return true
+	case len(seg) == 4 && seg[3] == "limits":
+		if m != http.MethodPut {
+			s.writeError(w, r, methodNotAllowed(r, http.MethodPut))
+			return true
+		}
+		s.putTenant(w, r, seg[2], true)
+		return true
+	}
+	return false
+}
+
+// checkTenant validates a tenant id taken from a path.
+func checkTenant(id string) *apiError {
+	if !pronto.ValidTenant(id) {
+		return invalid("tenant_id", "tenant %q: must be 1 to 255 printable ASCII characters without spaces", id)
+	}
+	return nil
+}
+
+// tenantView is the OJS view of a tenant: its config, its jobs per state across queues, and its
+// limits with their current use.
+func tenantView(t *pronto.TenantInfo, now time.Time) map[string]any {
+	jobs := make(map[string]int64, len(adminStates))
+	var total int64
+	for _, st := range adminStates {
+		jobs[string(st)] = t.Counts[st]
+		total += t.Counts[st]
+	}
+	jobs["total"] = total
+	limits := map[string]any{}
+	if t.Limit != nil {
+		l := t.Limit.Limit
+		if l.MaxActive > 0 {
+			limits["max_concurrency"] = map[string]any{"limit": l.MaxActive, "current": t.Counts[pronto.StateActive]}
+		}
+		if l.Rate > 0 && l.Period > 0 {
+			var count int64
+			rate := map[string]any{"limit": l.Rate, "period": isodur.Format(l.Period)}
+			if ws := t.Limit.WindowStart; !ws.IsZero() && ws.Add(l.Period).After(now) {
+				count = t.Limit.WindowCount
+				rate["window_resets_at"] = ws.Add(l.Period).UTC().Format(time.RFC3339Nano)
+			}
+			rate["current"] = count
+			limits["max_start_rate"] = rate
+		}
+	}
+	return map[string]any{
+		"tenant_id":       t.Tenant,
+		"fairness_weight": t.Weight,
+		"configured":      t.WeightSet || t.Limit != nil,
+		"limits":          limits,
+		"jobs":            jobs,
+		"fairness":        map[string]any{"weight": t.Weight, "weight_configured": t.WeightSet},
+	}
+}
+
+// tenantError maps a client error about tenant id.
+func tenantError(err error, id string) *apiError {
+	e := fromClientError(err, "tenant", id)
+	if e.status == http.StatusNotFound {
+		e.hint = "a tenant is known once it has jobs, a fairness_weight or limits: PUT its config to register it"
+	}
+	return e
+}
+
+// GET /ojs/v1/admin/tenants
+func (s *Server) listTenants(w http.ResponseWriter, r *http.Request) {
+	infos, err := s.client.TenantList(r.Context())
+	if err != nil {
+		s.writeError(w, r, tenantError(err, ""))
+		return
+	}
+	now := time.Now()
+	items := make([]map[string]any, len(infos))
+	for i, t := range infos {
+		items[i] = tenantView(t, now)
+	}
+	writeJSONValue(w, http.StatusOK, map[string]any{
+		"items":      items,
+		"pagination": map[string]any{"total": len(items), "page": 1, "per_page": len(items)},
+	})
+}
+
+// GET /ojs/v1/admin/tenants/{id} and /ojs/v1/admin/tenants/{id}/stats
+func (s *Server) getTenant(w http.ResponseWriter, r *http.Request, id string) {
+	if e := checkTenant(id); e != nil {
+		s.writeError(w, r, e)
+		return
+	}
+	t, err := s.client.TenantGet(r.Context(), id)
+	if err != nil {
+		s.writeError(w, r, tenantError(err, id))
+		return
+	}
+	writeJSONValue(w, http.StatusOK, tenantView(t, time.Now()))
+}
+
+// tenantLimits is a decoded limits object: the limit to store, and whether it sets any bound.
+type tenantLimits struct {
+	limit  pronto.RateLimit
+	bounds bool
+}
+
+// unsupportedTenantFields are the multi-tenancy §8.1 fields pronto does not implement.
+var unsupportedTenantFields = []string{"max_enqueue_rate", "max_queue_depth", "max_scheduled", "priority_boost"}
+
+// decodeTenantLimits reads {"max_concurrency": n, "max_start_rate": {"limit", "period"}, "reason"}
+// (field prefixes error fields).
+func decodeTenantLimits(raw json.RawMessage, field string) (*tenantLimits, *apiError) {
+	join := func(k string) string {
+		if field == "" {
+			return k
+		}
+		return field + "." + k
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &m); err != nil || m == nil {
+		return nil, invalid(field, "%s must be a JSON object", nonEmpty(field, "the body"))
+	}
+	out := &tenantLimits{}
+	for k, v := range m {
+		f := join(k)
+		switch {
+		case k == "reason":
+			if _, e := wantString(v, f); e != nil && !isNull(v) {
+				return nil, e
+			}
+		case k == "max_concurrency":
+			if isNull(v) {
+				continue
+			}
+			n, e := wantInt(v, f, 0, math.MaxInt32)
+			if e != nil {
+				return nil, e
+			}
+			if n > 0 {
+				out.limit.MaxActive, out.bounds = int(n), true
+			}
+		case k == "max_start_rate":
+			if isNull(v) {
+				continue
+			}
+			var rm map[string]json.RawMessage
+			if err := json.Unmarshal(v, &rm); err != nil || rm == nil {
+				return nil, invalid(f, "%s must be an object {\"limit\", \"period\"}", f)
+			}
+			lim, ok1 := rm["limit"]
+			per, ok2 := rm["period"]
+			if !ok1 || !ok2 || len(rm) != 2 {
+				return nil, invalid(f, "%s must have exactly limit (starts per period) and period (an ISO 8601 duration)", f)
+			}
+			n, e := wantInt(lim, f+".limit", 1, math.MaxInt32)
+			if e != nil {
+				return nil, e
+			}
+			d, e := wantDuration(per, f+".period")
+			if e != nil {
+				return nil, e
+			}
+			out.limit.Rate, out.limit.Period, out.bounds = int(n), d, true
+		case slices.Contains(unsupportedTenantFields, k):
+			return nil, invalid(f, "%s is not supported: pronto limits a tenant when its jobs are fetched (max_concurrency, max_start_rate), not at enqueue", f)
+		default:
+			return nil, invalid(f, "unknown field %s (limits take max_concurrency, max_start_rate and reason)", f)
+		}
+	}
+	return out, nil
+}
+
+func nonEmpty(s, otherwise string) string {
+	if s == "" {
+		return otherwise
+	}
+	return s
+}
+
+// tenantConfig is a decoded PUT /ojs/v1/admin/tenants/{id} body.
+type tenantConfig struct {
+	weight int // 0: not given
+	limits *tenantLimits
+}
+
+// decodeTenantConfig reads {"tenant_id", "fairness_weight", "limits"} for tenant id.
+func decodeTenantConfig(body []byte, id string) (*tenantConfig, *apiError) {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(body, &m); err != nil || m == nil {
+		return nil, invalid("", "the body must be a JSON object")
+	}
+	out := &tenantConfig{}
+	for k, v := range m {
+		switch {
+		case k == "tenant_id":
+			got, e := wantString(v, k)
+			if e != nil {
+				return nil, e
+			}
+			if got != id {
+				return nil, invalid(k, "the body's tenant_id %q is not the path's %q", got, id)
+			}
+		case k == "fairness_weight":
+			if isNull(v) {
+				continue
+			}
+			n, e := wantInt(v, k, 1, pronto.MaxTenantWeight)
+			if e != nil {
+				return nil, e
+			}
+			out.weight = int(n)
+		case k == "limits":
+			if isNull(v) {
+				continue
+			}
+			l, e := decodeTenantLimits(v, "limits")
+			if e != nil {
+				return nil, e
+			}
+			out.limits = l
+		case slices.Contains(unsupportedTenantFields, k):
+			return nil, invalid(k, "%s is not supported: pronto limits a tenant when its jobs are fetched (limits.max_concurrency, limits.max_start_rate)", k)
+		default:
+			return nil, invalid(k, "unknown field %s (a tenant's config takes tenant_id, fairness_weight and limits)", k)
+		}
+	}
+	return out, nil
+}
+
+// PUT /ojs/v1/admin/tenants/{id} (limitsOnly false) and /ojs/v1/admin/tenants/{id}/limits. A limits
+// object without a bound removes the tenant's limits.
+func (s *Server) putTenant(w http.ResponseWriter, r *http.Request, id string, limitsOnly bool) {
+	if e := checkTenant(id); e != nil {
+		s.writeError(w, r, e)
+		return
+	}
+	cfg, ok := readRequest(s, w, r, "tenant", func(body []byte) (*tenantConfig, *apiError) {
+		if limitsOnly {
+			l, e := decodeTenantLimits(body, "")
+			return &tenantConfig{limits: l}, e
+		}
+		return decodeTenantConfig(body, id)
+	})
+	if !ok {
+		return
+	}
+	ctx := r.Context()
+	if cfg.limits != nil && !pronto.ValidRateKey(pronto.TenantLimitKey(id)) {
+		s.writeError(w, r, invalid("tenant_id", "tenant %q cannot have limits: its id must match [a-zA-Z0-9][a-zA-Z0-9._:-]* (ojs-multi-tenancy.md §5.2)", id))
+		return
+	}
+	if cfg.weight > 0 {
+		if err := s.client.TenantSetWeight(ctx, id, cfg.weight); err != nil {
+			s.writeError(w, r, tenantError(err, id))
+			return
+		}
+	}
+	if cfg.limits != nil {
+		var err error
+		if cfg.limits.bounds {
+			err = s.client.TenantSetLimit(ctx, id, cfg.limits.limit)
+		} else if err = s.client.TenantDeleteLimit(ctx, id); errors.Is(err, pronto.ErrNotFound) {
+			err = nil
+		}
+		if err != nil {
+			s.writeError(w, r, tenantError(err, id))
+			return
+		}
+	}
+	t, err := s.client.TenantGet(ctx, id)
+	if errors.Is(err, pronto.ErrNotFound) {
+		// Nothing stored and no jobs (a PUT that only removed limits): an empty tenant.
+		t, err = &pronto.TenantInfo{Tenant: id, Weight: pronto.DefaultTenantWeight}, nil
+	}
+	if err != nil {
+		s.writeError(w, r, tenantError(err, id))
+		return
+	}
+	writeJSONValue(w, http.StatusOK, tenantView(t, time.Now()))
+}
+
+// DELETE /ojs/v1/admin/tenants/{id}: forgets the tenant's weight and limits; 404 when it had neither.
+func (s *Server) deleteTenant(w http.ResponseWriter, r *http.Request, id string) {
+	if e := checkTenant(id); e != nil {
+		s.writeError(w, r, e)
+		return
+	}
+	ctx := r.Context()
+	found := false
+	for _, del := range []func() error{
+		func() error { return s.client.TenantDeleteWeight(ctx, id) },
+		func() error {
+			if !pronto.ValidRateKey(pronto.TenantLimitKey(id)) {
+				return pronto.ErrNotFound
+			}
+			return s.client.TenantDeleteLimit(ctx, id)
+		},
+	} {
+		switch err := del(); {
+		case err == nil:
+			found = true
+		case errors.Is(err, pronto.ErrNotFound):
+		default:
+			s.writeError(w, r, tenantError(err, id))
+			return
+		}
+	}
+	if !found {
+		e := notFound("tenant", id)
+		e.hint = "the tenant has no stored fairness_weight or limits"
+		s.writeError(w, r, e)
+		return
+	}
+	writeJSONValue(w, http.StatusOK, map[string]any{"deleted": true, "tenant_id": id})
+}
