@@ -15,6 +15,9 @@ func TestMain(m *testing.M) {
 	if raw := os.Getenv(childEnv); raw != "" {
 		os.Exit(runChild(raw))
 	}
+	if raw := os.Getenv(isolatedEnv); raw != "" {
+		os.Exit(runIsolatedChild(raw))
+	}
 	os.Exit(m.Run())
 }
 
