@@ -6,6 +6,11 @@
 // Several clients in one process may share one Store, exactly as several processes share a
 // PostgreSQL database; notifications reach every subscriber in the process.
 //
+// Finished jobs (completed, cancelled and discarded) are kept up to a bound, the newest
+// DefaultMaxFinished (10,000) unless WithMaxFinished says otherwise: as jobs finish beyond it, the
+// oldest finished jobs are deleted, as retention would delete them. Memory then stays bounded by the
+// jobs not yet finished plus the bound, whatever the retention.
+//
 // The store keeps one mutex. Claimable jobs sit in per-queue, per-kind heaps keyed on (priority
 // descending, due time, id), so a claim of k jobs costs O(k log n) whatever the queue's size;
 // scheduled and retryable jobs, leases and expiries each have a heap of their own and finished jobs a
