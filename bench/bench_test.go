@@ -195,4 +195,3 @@ func expectedFigures(sc scenario, sys system) []string {
 	}
 	return ks
 }
-
