@@ -15,7 +15,81 @@ func TestMain(m *testing.M) {
 	if raw := os.Getenv(childEnv); raw != "" {
 		os.Exit(runChild(raw))
 	}
+	if raw := os.Getenv(isolatedEnv); raw != "" {
+		os.Exit(runIsolatedChild(raw))
+	}
 	os.Exit(m.Run())
+}
+
+// insertRun is a run of the insert scenario by sys with the given batch figures.
+func insertRun(sys string, b100, b1000 float64) *runResult {
+	r := &runResult{Scenario: "insert", System: sys, Run: 1, Metrics: map[string]num{}}
+	r.set("insert_batch100_per_s", b100)
+	r.set("insert_batch1000_per_s", b1000)
+	return r
+}
+
+// TestBulkInsertTargetUsesBestRiverRowPresent: the bulk insert target compares pronto with the best
+// River row the run has. With River tuned alone it is that row (it once printed "n/a×" and MISSED
+// because River's default row was missing); with both, the faster one; with neither, no verdict.
+func TestBulkInsertTargetUsesBestRiverRowPresent(t *testing.T) {
+	bulk := func(rows [][3]string) [][3]string {
+		var out [][3]string
+		for _, r := range rows {
+			if strings.HasPrefix(r[0], "bulk insert") {
+				out = append(out, r)
+			}
+		}
+		return out
+	}
+	group := func(rs ...*runResult) map[string]map[string][]*runResult {
+		g := map[string]map[string][]*runResult{}
+		for _, r := range rs {
+			if g[r.Scenario] == nil {
+				g[r.Scenario] = map[string][]*runResult{}
+			}
+			g[r.Scenario][r.System] = append(g[r.Scenario][r.System], r)
+		}
+		return g
+	}
+
+	// River tuned only: 30,000 / 20,000 = 1.5× met; 40,000 / 30,000 = 1.33× missed.
+	rows := bulk(targets(group(insertRun("pronto", 30000, 40000), insertRun("river-tuned", 20000, 30000)), options{}))
+	if len(rows) != 2 {
+		t.Fatalf("want 2 bulk insert rows, got %v", rows)
+	}
+	for _, r := range rows {
+		if strings.Contains(r[1], "n/a") || strings.Contains(r[1], "NaN") {
+			t.Errorf("%s: %q compares with a missing row", r[0], r[1])
+		}
+		if !strings.Contains(r[1], "River tuned") {
+			t.Errorf("%s: %q does not name River tuned", r[0], r[1])
+		}
+	}
+	if rows[0][2] != "met" || !strings.Contains(rows[0][1], "1.50×") {
+		t.Errorf("batch of 100: got %q %q, want 1.50× met", rows[0][1], rows[0][2])
+	}
+	if rows[1][2] != "**MISSED**" || !strings.Contains(rows[1][1], "1.33×") {
+		t.Errorf("batch of 1000: got %q %q, want 1.33× MISSED", rows[1][1], rows[1][2])
+	}
+
+	// Both River rows: the faster one per figure is the reference.
+	rows = bulk(targets(group(insertRun("pronto", 30000, 40000), insertRun("river", 25000, 10000),
+		insertRun("river-tuned", 20000, 30000)), options{}))
+	if !strings.Contains(rows[0][1], "River (25,000)") || rows[0][2] != "**MISSED**" {
+		t.Errorf("batch of 100 against River's 25,000: got %q %q", rows[0][1], rows[0][2])
+	}
+	if !strings.Contains(rows[1][1], "River tuned (30,000)") {
+		t.Errorf("batch of 1000 against River tuned's 30,000: got %q", rows[1][1])
+	}
+
+	// No River row: no verdict rather than a miss.
+	rows = bulk(targets(group(insertRun("pronto", 30000, 40000)), options{}))
+	for _, r := range rows {
+		if r[2] != "n/a" {
+			t.Errorf("%s without River rows: verdict %q, want n/a", r[0], r[2])
+		}
+	}
 }
 
 // TestQuick runs the harness end to end in quick mode and checks that every figure was produced:

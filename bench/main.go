@@ -103,6 +103,9 @@ func main() {
 	if raw := os.Getenv(childEnv); raw != "" {
 		os.Exit(runChild(raw))
 	}
+	if raw := os.Getenv(isolatedEnv); raw != "" {
+		os.Exit(runIsolatedChild(raw))
+	}
 	var o options
 	var scen, sys, runsFor string
 	flag.StringVar(&o.dbURL, "database-url", envOr("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"), "PostgreSQL URL")
@@ -258,7 +261,7 @@ func run(ctx context.Context, o options) error {
 				if !sys.shared() && o.inprocRuns > 0 && r > o.inprocRuns {
 					continue
 				}
-				res := runOne(ctx, e, sc, sys, r, o.quick)
+				res := runSystem(ctx, e, sc, sys, r, o)
 				res.Machine = mi
 				results = append(results, res)
 				fmt.Printf("%-26s %-14s run %d  %s\n", name, sys.name(), r, summary(res))

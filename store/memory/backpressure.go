@@ -10,20 +10,19 @@ import (
 
 var _ store.QueueBounder = (*Store)(nil)
 
-// boundTables holds each Store's queue bounds beside the Store (keyed by it), as cronTables does.
-var boundTables sync.Map // *Store -> *boundTable
-
 type boundTable struct {
 	mu sync.Mutex
 	m  map[string]int64
 }
 
+// bounds returns the store's queue bounds, making the table on first use.
 func (s *Store) bounds() *boundTable {
-	if t, ok := boundTables.Load(s); ok {
-		return t.(*boundTable)
+	s.sideMu.Lock()
+	defer s.sideMu.Unlock()
+	if s.boundT == nil {
+		s.boundT = &boundTable{m: map[string]int64{}}
 	}
-	t, _ := boundTables.LoadOrStore(s, &boundTable{m: map[string]int64{}})
-	return t.(*boundTable)
+	return s.boundT
 }
 
 // SetQueueMaxDepth stores queue's maximum depth; 0 removes the bound.

@@ -16,21 +16,19 @@ var (
 	_ store.CronPauser = (*Store)(nil)
 )
 
-// cronTables holds each Store's cron schedules beside the Store (keyed by it), so that the schedules
-// live exactly as long as the jobs do: for the life of the process.
-var cronTables sync.Map // *Store -> *cronTable
-
 type cronTable struct {
 	mu     sync.Mutex
 	byName map[string]*store.CronSchedule
 }
 
+// crons returns the store's cron schedules, making the table on first use.
 func (s *Store) crons() *cronTable {
-	if t, ok := cronTables.Load(s); ok {
-		return t.(*cronTable)
+	s.sideMu.Lock()
+	defer s.sideMu.Unlock()
+	if s.cronT == nil {
+		s.cronT = &cronTable{byName: make(map[string]*store.CronSchedule)}
 	}
-	t, _ := cronTables.LoadOrStore(s, &cronTable{byName: make(map[string]*store.CronSchedule)})
-	return t.(*cronTable)
+	return s.cronT
 }
 
 func cloneCron(c *store.CronSchedule) *store.CronSchedule {

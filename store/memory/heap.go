@@ -177,6 +177,9 @@ type fifo struct {
 
 func (f *fifo) push(e entry) { f.items = append(f.items, e) }
 
+// size returns the number of live entries.
+func (f *fifo) size() int { return len(f.items) - f.head - f.stale }
+
 // front drops stale entries from the front and returns the first live one, or nil.
 func (f *fifo) front() *entry {
 	for f.head < len(f.items) {

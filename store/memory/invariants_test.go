@@ -117,8 +117,13 @@ func (s *Store) check(t *testing.T) {
 	for j := range live {
 		require.Same(t, j, s.jobs[j.ID], "a live entry belongs to a stored job")
 	}
+	finished := 0
 	for q, c := range counts {
 		require.Equal(t, c, q.counts, "counts of queue %s", q.name)
+		finished += int(c[stateIndex(store.StateCompleted)] + c[stateIndex(store.StateCancelled)] + c[stateIndex(store.StateDiscarded)])
+	}
+	if s.maxFinished > 0 {
+		require.LessOrEqual(t, finished, s.maxFinished, "finished jobs kept within the bound")
 	}
 	s.checkFeatures(t)
 	require.True(t, slices.IsSorted(s.ids))
@@ -181,7 +186,19 @@ func (s *Store) checkFeatures(t *testing.T) {
 // TestRandomOperationsKeepInvariants drives the store through many random operations, enough to
 // compact every structure several times, checking its bookkeeping as it goes.
 func TestRandomOperationsKeepInvariants(t *testing.T) {
-	s := New()
+	randomOperations(t, New(WithMaxFinished(0)))
+}
+
+// TestRandomOperationsKeepInvariantsBounded does the same with a bound of 40 finished jobs, so the
+// bound deletes jobs of every kind (rate keys, unique keys, workflow members) all along.
+func TestRandomOperationsKeepInvariantsBounded(t *testing.T) {
+	s := New(WithMaxFinished(40))
+	randomOperations(t, s)
+	require.Positive(t, s.DroppedFinished(), "the bound deleted finished jobs")
+}
+
+// randomOperations drives s through many random operations, checking its bookkeeping as it goes.
+func randomOperations(t *testing.T, s *Store) {
 	ctx := t.Context()
 	rng := rand.New(rand.NewPCG(1, 2))
 	queues := []string{"a", "b", "c", "w"} // "w" is for the feature operations only

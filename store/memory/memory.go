@@ -6,6 +6,11 @@
 // Several clients in one process may share one Store, exactly as several processes share a
 // PostgreSQL database; notifications reach every subscriber in the process.
 //
+// Finished jobs (completed, cancelled and discarded) are kept up to a bound, the newest
+// DefaultMaxFinished (10,000) unless WithMaxFinished says otherwise: as jobs finish beyond it, the
+// oldest finished jobs are deleted, as retention would delete them. Memory then stays bounded by the
+// jobs not yet finished plus the bound, whatever the retention.
+//
 // The store keeps one mutex. Claimable jobs sit in per-queue, per-kind heaps keyed on (priority
 // descending, due time, id), so a claim of k jobs costs O(k log n) whatever the queue's size;
 // scheduled and retryable jobs, leases and expiries each have a heap of their own and finished jobs a
@@ -168,18 +173,83 @@ type Store struct {
 	// claims numbers the claims of jobs, for their claim tokens: unique for the store's life, which
 	// is all a token must be here (nothing survives the process to be claimed again).
 	claims uint64
+
+	// sideMu guards the tables of cron.go, backpressure.go and schema.go, each made on first use and
+	// locked on its own. They are fields, not package-level maps keyed by the Store, so that a Store
+	// nobody references any more is garbage, jobs and all.
+	sideMu  sync.Mutex
+	cronT   *cronTable
+	boundT  *boundTable
+	schemaT *schemaTable
+
+	// maxFinished bounds the finished jobs kept (0: no bound); dropped counts those deleted to keep
+	// within it.
+	maxFinished int
+	dropped     int64
+}
+
+// DefaultMaxFinished is how many finished jobs (completed, cancelled and discarded, together) a Store
+// keeps unless WithMaxFinished says otherwise. A finished job costs about 1 KB, so the default holds
+// the store's history to about 10 MB however many jobs pass through it.
+const DefaultMaxFinished = 10_000
+
+// Option configures New.
+type Option func(*Store)
+
+// WithMaxFinished bounds the finished jobs (completed, cancelled and discarded, together) the store
+// keeps to the newest n by finish time: whenever a job's finish would make more, the oldest finished
+// jobs are deleted in the same critical section, as retention (Cleanup) would delete them, unique keys
+// and workflow bookkeeping included. Zero or negative keeps every finished job until Cleanup removes
+// it (the pronto client's retention deletes completed jobs after 24 h by default), so memory grows with
+// the number of jobs finished in that time. Jobs that are not finished are never dropped.
+func WithMaxFinished(n int) Option {
+	return func(s *Store) { s.maxFinished = max(n, 0) }
 }
 
 // New returns an empty in-memory store, ready to use (Migrate is not needed). Nothing it holds
-// survives the process.
-func New() *Store {
-	return &Store{
-		jobs:      make(map[string]*job),
-		queues:    make(map[string]*queue),
-		leaders:   make(map[string]leader),
-		unique:    make(map[string]*job),
-		rates:     make(map[string]*rateKey),
-		workflows: make(map[string]*workflow),
+// survives the process. It keeps at most DefaultMaxFinished finished jobs unless WithMaxFinished
+// says otherwise.
+func New(opts ...Option) *Store {
+	s := &Store{
+		jobs:        make(map[string]*job),
+		queues:      make(map[string]*queue),
+		leaders:     make(map[string]leader),
+		unique:      make(map[string]*job),
+		rates:       make(map[string]*rateKey),
+		workflows:   make(map[string]*workflow),
+		maxFinished: DefaultMaxFinished,
+	}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
+}
+
+// DroppedFinished returns how many finished jobs the store has deleted so far to keep within its
+// bound (WithMaxFinished). Jobs removed by Cleanup or DeleteJob are not counted.
+func (s *Store) DroppedFinished() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.dropped
+}
+
+// trimFinished deletes the oldest finished jobs while more than s.maxFinished are kept; s.mu must be
+// held and no workflow job may wait on s.decided (settle calls it last).
+func (s *Store) trimFinished() {
+	for s.terminal[0].size()+s.terminal[1].size()+s.terminal[2].size() > s.maxFinished {
+		var f *fifo
+		var oldest *entry
+		for i := range s.terminal {
+			if e := s.terminal[i].front(); e != nil && (oldest == nil || e.j.CompletedAt.Before(oldest.j.CompletedAt)) {
+				f, oldest = &s.terminal[i], e
+			}
+		}
+		j := oldest.j
+		f.popFront()
+		j.fifo = nil
+		s.unplace(j)
+		s.forget(j)
+		s.dropped++
 	}
 }
 
@@ -188,7 +258,9 @@ func (s *Store) Migrate(ctx context.Context) error { return ctx.Err() }
 
 // Close releases the store's cron schedules. Its jobs stay in memory until the store is garbage.
 func (s *Store) Close() error {
-	cronTables.Delete(s) // the cron schedules live beside the store; release them with it
+	s.sideMu.Lock()
+	s.cronT = nil
+	s.sideMu.Unlock()
 	return nil
 }
 

@@ -134,7 +134,7 @@ func TestReturnedJSONIsCapped(t *testing.T) {
 // without growing the stack per step.
 func TestDeepChainCascades(t *testing.T) {
 	const steps = 20_000
-	s := memory.New()
+	s := memory.New(memory.WithMaxFinished(0)) // keep every cancelled step, to count them
 	wf := uuidv7.New()
 	ps := make([]*store.InsertParams, steps)
 	for i := range ps {

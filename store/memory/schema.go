@@ -12,20 +12,19 @@ import (
 
 var _ store.SchemaStore = (*Store)(nil)
 
-// schemaTables holds each Store's schema registry beside the Store (keyed by it), as cronTables does.
-var schemaTables sync.Map // *Store -> *schemaTable
-
 type schemaTable struct {
 	mu    sync.Mutex
 	byURI map[string]*store.JobSchema
 }
 
+// schemas returns the store's schema registry, making the table on first use.
 func (s *Store) schemas() *schemaTable {
-	if t, ok := schemaTables.Load(s); ok {
-		return t.(*schemaTable)
+	s.sideMu.Lock()
+	defer s.sideMu.Unlock()
+	if s.schemaT == nil {
+		s.schemaT = &schemaTable{byURI: make(map[string]*store.JobSchema)}
 	}
-	t, _ := schemaTables.LoadOrStore(s, &schemaTable{byURI: make(map[string]*store.JobSchema)})
-	return t.(*schemaTable)
+	return s.schemaT
 }
 
 func cloneSchema(js *store.JobSchema) *store.JobSchema {

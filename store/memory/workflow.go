@@ -269,12 +269,15 @@ func decide(c *job) outcome {
 }
 
 // settle decides the pending children of the workflow jobs that became terminal (s.decided), and of
-// the children it cancels in turn. Released children are announced through a. s.mu must be held;
-// every operation that can end a job calls it before unlocking. It is small enough to be inlined,
-// so operations that ended no workflow job pay one comparison.
+// the children it cancels in turn, and then deletes the oldest finished jobs beyond the store's bound
+// (trimFinished). Released children are announced through a. s.mu must be held; every operation that
+// can end a job calls it before unlocking.
 func (s *Store) settle(now time.Time, a *announcer) {
 	if len(s.decided) > 0 {
 		s.settleDecided(now, a)
+	}
+	if s.maxFinished > 0 {
+		s.trimFinished()
 	}
 }
 

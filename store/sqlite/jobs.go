@@ -41,9 +41,10 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) ([]*store.Job, e
 		return nil, fmt.Errorf("claim jobs from queue %q: %w", p.Queue, err)
 	}
 	nowUS, _ := s.nowMicro()
+	leaseUS := nowUS + p.LeaseDuration.Microseconds()
 	args := make([]any, 5, 5+len(p.Kinds))
 	args[0] = nowUS
-	args[1] = nowUS + p.LeaseDuration.Microseconds()
+	args[1] = leaseUS
 	args[2] = p.WorkerID
 	args[3] = p.Queue
 	args[4] = int64(p.Limit)
@@ -55,7 +56,7 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) ([]*store.Job, e
 	if err != nil {
 		return nil, fmt.Errorf("claim jobs from queue %q: %w", p.Queue, err)
 	}
-	jobs, err := scanJobs(rows, p.Limit)
+	jobs, err := scanClaimed(rows, p.Limit, nowUS, leaseUS, p.WorkerID)
 	if err != nil {
 		return nil, fmt.Errorf("claim jobs from queue %q: %w", p.Queue, err)
 	}
@@ -100,9 +101,40 @@ func sortClaimOrder(jobs []*store.Job) {
 }
 
 // finishChunk is the most completions one finishBatchSQL statement applies. Smaller batches use the
-// statement for the next power of two, padded with NULL rows, so at most eight of each form are ever
-// prepared.
+// statement of the next size finishSize allows, padded with NULL rows, so at most twelve of each form
+// are ever prepared.
 const finishChunk = 128
+
+// finishSize returns the number of rows of the finishBatchSQL statement that carries n completions
+// (1 <= n <= finishChunk): the least power of two up to 16, then the least multiple of 16. A batch
+// then carries at most 15 padding rows (a power of two up to 128 could carry 63, each costing its
+// binds and a lookup).
+func finishSize(n int) int {
+	if n <= 16 {
+		return pow2(n)
+	}
+	return (n + 15) / 16 * 16
+}
+
+// finishQueries holds finishBatchSQL's text for every size finishSize returns, indexed by size and
+// plainOnly, built once: Finish looks its prepared statement up by that text on every call.
+var finishQueries = func() (qs [2][finishChunk + 1]string) {
+	for n := 1; n <= finishChunk; n++ {
+		if size := finishSize(n); size == n {
+			qs[0][n], qs[1][n] = finishBatchSQL(n, false), finishBatchSQL(n, true)
+		}
+	}
+	return qs
+}()
+
+// finishQuery returns finishBatchSQL(finishSize(n), plainOnly), built once.
+func finishQuery(n int, plainOnly bool) string {
+	i := 0
+	if plainOnly {
+		i = 1
+	}
+	return finishQueries[i][finishSize(n)]
+}
 
 // finishRow is one completion's values for finishBatchSQL.
 type finishRow struct {
@@ -145,7 +177,7 @@ func (s *Store) Finish(ctx context.Context, completions []store.Completion) ([]s
 
 	var out outbox
 	if len(rows) <= finishChunk && !hasDuplicateIDs(completions) {
-		st, err := s.stmt(ctx, finishBatchSQL(pow2(len(rows)), true))
+		st, err := s.stmt(ctx, finishQuery(len(rows), true))
 		if err != nil {
 			return nil, fmt.Errorf("finish jobs: %w", err)
 		}
@@ -224,7 +256,7 @@ func pow2(n int) int {
 	return size
 }
 
-// runFinishChunk runs st, a finishBatchSQL statement for pow2(len(chunk)) rows, on chunk and returns
+// runFinishChunk runs st, a finishBatchSQL statement for finishSize(len(chunk)) rows, on chunk and returns
 // the jobs it changed by id.
 func runFinishChunk(ctx context.Context, st *sql.Stmt, chunk []finishRow) (map[string]finished, error) {
 	res, err := st.QueryContext(ctx, finishChunkArgs(chunk)...)
@@ -234,13 +266,13 @@ func runFinishChunk(ctx context.Context, st *sql.Stmt, chunk []finishRow) (map[s
 	return readFinished(res, len(chunk))
 }
 
-// finishChunkArgs is the parameters of finishBatchSQL for chunk, padded to pow2(len(chunk)) rows.
+// finishChunkArgs is the parameters of finishBatchSQL for chunk, padded to finishSize(len(chunk)) rows.
 func finishChunkArgs(chunk []finishRow) []any {
-	args := make([]any, 0, pow2(len(chunk))*finishBatchArgs)
+	args := make([]any, 0, finishSize(len(chunk))*finishBatchArgs)
 	for i := range chunk {
 		args = append(args, chunk[i].args[:]...)
 	}
-	for range (pow2(len(chunk)) - len(chunk)) * finishBatchArgs {
+	for range (finishSize(len(chunk)) - len(chunk)) * finishBatchArgs {
 		args = append(args, nil)
 	}
 	return args
@@ -303,7 +335,7 @@ func (s *Store) finishInTx(ctx context.Context, completions []store.Completion, 
 	queries := slices.Clone(settleQueries)
 	for _, round := range rounds {
 		for chunk := range slices.Chunk(round, finishChunk) {
-			queries = append(queries, finishBatchSQL(pow2(len(chunk)), false))
+			queries = append(queries, finishQuery(len(chunk), false))
 		}
 	}
 	r, err := s.begin(ctx, queries...)
@@ -314,7 +346,7 @@ func (s *Store) finishInTx(ctx context.Context, completions []store.Completion, 
 	var terminal []string
 	for _, round := range rounds {
 		for chunk := range slices.Chunk(round, finishChunk) {
-			st := r.tx.StmtContext(ctx, r.prepared(finishBatchSQL(pow2(len(chunk)), false)))
+			st := r.tx.StmtContext(ctx, r.prepared(finishQuery(len(chunk), false)))
 			done, err := runFinishChunk(ctx, st, chunk)
 			if err != nil {
 				return fmt.Errorf("finish jobs: %w", err)
@@ -780,7 +812,7 @@ func (s *Store) CompleteSQLTx(ctx context.Context, tx *sql.Tx, c store.Completio
 
 // completeInTx is the body of CompleteSQLTx, inside its savepoint.
 func completeInTx(ctx context.Context, r txRunner, c store.Completion, rows []finishRow, nowUS int64, out *outbox) (bool, error) {
-	res, err := r.QueryContext(ctx, finishBatchSQL(1, false), finishChunkArgs(rows)...)
+	res, err := r.QueryContext(ctx, finishQuery(1, false), finishChunkArgs(rows)...)
 	if err != nil {
 		return false, err
 	}

@@ -115,7 +115,7 @@ func claimSQL(nKinds int) string {
 		  AND NOT ` + keyedInQueueSQL("?4") + `
 		ORDER BY priority DESC, scheduled_at, id
 		LIMIT (CASE WHEN ` + tenantInQueueSQL("?4") + ` THEN 0 ELSE ?5 END))
-	RETURNING ` + jobColumns
+	RETURNING ` + claimedColumns
 }
 
 // claimQueries holds claimSQL's text for the kinds filters clients commonly use, built once.

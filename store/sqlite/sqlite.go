@@ -284,7 +284,7 @@ func acquireFile(ctx context.Context, abs string, cfg config) (*sharedFile, erro
 	uri := (&url.URL{Scheme: "file", Path: abs}).String()
 	busy := cfg.busyTimeout.Milliseconds()
 	writerDSN := fmt.Sprintf("%s?_pragma=busy_timeout(%d)&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)"+
-		"&_pragma=foreign_keys(on)&_pragma=cache_size(-32768)&_txlock=immediate", uri, busy)
+		"&_pragma=foreign_keys(on)&_pragma=cache_size(-8192)&_txlock=immediate", uri, busy)
 	readerDSN := fmt.Sprintf("%s?_pragma=busy_timeout(%d)&_pragma=synchronous(NORMAL)&_query_only=1", uri, busy)
 
 	hook, err := newHookConnector(writerDSN, &sf.hub)
