@@ -13,7 +13,7 @@ import (
 	"github.com/pronto-jobs/pronto/store"
 )
 
-// The OJS worker records (store.WorkerStore) live in {schema}.workers (migration 013). The
+// The OJS worker records (store.WorkerStore) live in {schema}.workers (migration 012). The
 // statements are not prepared ahead: they run on admin requests and throttled heartbeats.
 
 var _ store.WorkerStore = (*Store)(nil)
