@@ -14,7 +14,10 @@ import (
 	"github.com/pronto-jobs/pronto/store"
 )
 
-var _ store.CronStore = (*Store)(nil)
+var (
+	_ store.CronStore  = (*Store)(nil)
+	_ store.CronPauser = (*Store)(nil)
+)
 
 // Cron keys: see the scripts' comment in scripts.go.
 func (s *Store) cronKey(name string) string { return s.prefix + "{cron}:s:" + name }
@@ -158,4 +161,27 @@ func (s *Store) CronAdvance(ctx context.Context, a store.CronAdvance) (bool, err
 		return false, fmt.Errorf("redis: advance cron schedule %q: %w", a.Name, err)
 	}
 	return n == 1, nil
+}
+
+// CronSetEnabled pauses or resumes a cron schedule (store.CronPauser): a paused schedule leaves the
+// due set, so CronDue never returns it; a resumed one rejoins it at its next run (next, when not
+// zero).
+func (s *Store) CronSetEnabled(ctx context.Context, name string, enabled bool, next time.Time) (*store.CronSchedule, error) {
+	nextArg := ""
+	if !next.IsZero() {
+		nextArg = micros(next)
+	}
+	res, err := scriptCronSetEnabled.Run(ctx, s.rdb, s.cronKeys(name), name, boolFlag(enabled), nextArg).Result()
+	if err != nil {
+		return nil, fmt.Errorf("redis: set cron schedule %q enabled: %w", name, err)
+	}
+	m, err := flatToMap(res)
+	if err != nil {
+		return nil, err
+	}
+	c := decodeCron(m)
+	if c == nil {
+		return nil, fmt.Errorf("redis: cron schedule %q: %w", name, store.ErrNotFound)
+	}
+	return c, nil
 }

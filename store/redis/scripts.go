@@ -327,6 +327,15 @@ end
 local function mkerr(attempt, at, typ, msg)
   return cjson.encode({attempt = attempt, at = iso(at), type = typ, message = msg})
 end
+-- withstart adds started_at (the attempt's start, µs as text; nothing when unset) to the JSON error
+-- object e, as its last member.
+local function withstart(e, started)
+  local us = num(started)
+  if us <= 0 then return e end
+  local body = string.sub(e, 2, -2)
+  if string.find(body, '%S') then body = body .. ',' end
+  return '{' .. body .. '"started_at":"' .. iso(us) .. '"}'
+end
 -- leave clears what only an active job carries.
 local function leave(id)
   redis.call('HSET', jk(id), 'lease', '0', 'worker', '', 'token', '')
@@ -655,7 +664,7 @@ for c = 1, tonumber(ARGV[1]) do
     ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], tonumber(ARGV[i + 4]), ARGV[i + 5], ARGV[i + 6], ARGV[i + 7]
   i = i + 8
   local k = jk(id)
-  local f = redis.call('HMGET', k, 'state', 'attempt', 'token')
+  local f = redis.call('HMGET', k, 'state', 'attempt', 'token', 'started')
   if f[1] ~= 'active' or f[2] ~= attempt or (token ~= '' and f[3] ~= token) then
     out[c] = 0
   else
@@ -675,7 +684,7 @@ for c = 1, tonumber(ARGV[1]) do
       if sched == 0 or not (st == 'retryable' or st == 'scheduled') then sched = t end
       redis.call('HSET', k, 'state', st, 'sched', s(sched), 'lease', '0', 'worker', '', 'token', '')
     end
-    if err ~= '' then adderr(id, err) end
+    if err ~= '' then adderr(id, withstart(err, f[4])) end
     if string.find(flags, 'r', 1, true) then redis.call('HINCRBY', k, 'max', 1) end
     place(id)
     if uf[5] then out[c] = 2 end
@@ -713,10 +722,10 @@ local t = now()
 local req, dis = {}, {}
 for _, id in ipairs(redis.call('ZRANGEBYSCORE', B .. 'lease', '-inf', '(' .. s(t), 'LIMIT', 0, tonumber(ARGV[1]))) do
   local k = jk(id)
-  local f = redis.call('HMGET', k, 'attempt', 'max', 'worker')
+  local f = redis.call('HMGET', k, 'attempt', 'max', 'worker', 'started')
   local attempt = num(f[1])
   unplace(id)
-  adderr(id, mkerr(attempt, t, 'lease_expired', 'lease expired: worker ' .. (f[3] or '') .. ' stopped heartbeating'))
+  adderr(id, withstart(mkerr(attempt, t, 'lease_expired', 'lease expired: worker ' .. (f[3] or '') .. ' stopped heartbeating'), f[4]))
   leave(id)
   if attempt >= num(f[2]) then
     redis.call('HSET', k, 'state', 'discarded', 'completed', s(t))
@@ -989,6 +998,21 @@ if f[3] == '1' then redis.call('ZADD', KEYS[2], ARGV[4], ARGV[1]) end
 return 1
 `)
 
+// scriptCronSetEnabled pauses (ARGV[2] "0") or resumes (ARGV[2] "1") schedule ARGV[1]; when ARGV[3]
+// is not empty it becomes the next run (µs). A paused schedule leaves the due set, a resumed one
+// joins it at its next run. Returns the schedule as it now is (HGETALL), or an empty list.
+var scriptCronSetEnabled = goredis.NewScript(`
+if redis.call('EXISTS', KEYS[1]) == 0 then return {} end
+redis.call('HSET', KEYS[1], 'enabled', ARGV[2])
+if ARGV[3] ~= '' then redis.call('HSET', KEYS[1], 'next', ARGV[3]) end
+if ARGV[2] == '1' then
+  redis.call('ZADD', KEYS[2], redis.call('HGET', KEYS[1], 'next'), ARGV[1])
+else
+  redis.call('ZREM', KEYS[2], ARGV[1])
+end
+return redis.call('HGETALL', KEYS[1])
+`)
+
 // scriptSchemaCreate stores a new job schema (KEYS[1] its hash, KEYS[2] the sorted set of URIs
 // by creation time, both under the {schema} tag). ARGV: uri, created µs, field, value, ...
 // Returns 0 when the URI is taken.
@@ -1060,5 +1084,5 @@ var allScripts = []*goredis.Script{
 	scriptPromote, scriptExpire, scriptCleanup, scriptCancel, scriptMakeAvailable, scriptDelete,
 	scriptElect, scriptResign, scriptPurge, scriptNextDue, scriptSetLimit, scriptDeleteLimit,
 	scriptLimitInfo, scriptInsertWorkflow, scriptCancelWorkflow, scriptCronCreate, scriptCronDelete,
-	scriptCronAdvance, scriptSchemaCreate, scriptSchemaDelete, scriptProgress,
+	scriptCronAdvance, scriptCronSetEnabled, scriptSchemaCreate, scriptSchemaDelete, scriptProgress,
 }

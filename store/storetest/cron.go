@@ -13,7 +13,7 @@ import (
 
 // testCron: schedules are created once per name, read back as written, listed by name and due by
 // time; an occurrence is advanced once, guarded by the registration and the stored due time; a
-// delete returns what it removed.
+// delete returns what it removed; a paused schedule is never due and resumes from the next run given.
 func testCron(t *testing.T, st store.Store) {
 	s, ok := st.(store.CronStore)
 	require.True(t, ok, "every pronto store keeps cron schedules (store.CronStore)")
@@ -87,6 +87,8 @@ func testCron(t *testing.T, st store.Store) {
 	require.EqualValues(t, 0, got.RunCount, "a skipped occurrence is not counted")
 	require.Empty(t, got.LastJobID)
 
+	testCronPause(t, s, b, now)
+
 	deleted, err := s.CronDelete(ctx, "a")
 	require.NoError(t, err)
 	require.Equal(t, a.ID, deleted.ID)
@@ -95,4 +97,48 @@ func testCron(t *testing.T, st store.Store) {
 	due, err = s.CronDue(ctx, now, 0)
 	require.NoError(t, err)
 	require.Empty(t, due)
+}
+
+// testCronPause pauses schedule b (due since a minute ago before it was advanced) and resumes it.
+func testCronPause(t *testing.T, s store.CronStore, b *store.CronSchedule, now time.Time) {
+	p, ok := s.(store.CronPauser)
+	require.True(t, ok, "every pronto store pauses cron schedules (store.CronPauser)")
+	ctx := ctx(t)
+	dueNames := func(at time.Time) []string {
+		due, err := s.CronDue(ctx, at, 0)
+		require.NoError(t, err)
+		var names []string
+		for _, c := range due {
+			names = append(names, c.Name)
+		}
+		return names
+	}
+	require.Contains(t, dueNames(now.Add(2*time.Hour)), "b")
+
+	got, err := p.CronSetEnabled(ctx, "b", false, time.Time{})
+	require.NoError(t, err)
+	require.False(t, got.Enabled)
+	require.Equal(t, b.ID, got.ID)
+	require.WithinDuration(t, now.Add(time.Hour), got.NextRunAt, time.Microsecond, "a zero next keeps NextRunAt")
+	require.NotContains(t, dueNames(now.Add(2*time.Hour)), "b", "a paused schedule is never due")
+	got, err = s.CronGet(ctx, "b")
+	require.NoError(t, err)
+	require.False(t, got.Enabled, "the pause is stored")
+
+	// A paused schedule does not come back through CronAdvance (an old leader's guard still holds).
+	ok, err = s.CronAdvance(ctx, store.CronAdvance{Name: "b", ID: b.ID, From: got.NextRunAt, Next: now.Add(-time.Minute), RunAt: now})
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.NotContains(t, dueNames(now.Add(2*time.Hour)), "b", "advancing a paused schedule keeps it paused")
+
+	resume := now.Add(30 * time.Minute)
+	got, err = p.CronSetEnabled(ctx, "b", true, resume)
+	require.NoError(t, err)
+	require.True(t, got.Enabled)
+	require.WithinDuration(t, resume, got.NextRunAt, time.Microsecond, "a resumed schedule starts from the next run given")
+	require.NotContains(t, dueNames(now), "b", "resumed from its next occurrence, not the missed one")
+	require.Contains(t, dueNames(resume), "b")
+
+	_, err = p.CronSetEnabled(ctx, "missing", false, time.Time{})
+	require.ErrorIs(t, err, store.ErrNotFound)
 }
