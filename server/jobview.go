@@ -73,6 +73,9 @@ func appendAttemptError(b []byte, ae *pronto.AttemptError) []byte {
 		b = appendStringField(b, "backtrace", ae.Trace)
 	}
 	b = appendIntField(b, "attempt", int64(ae.Attempt))
+	if !ae.StartedAt.IsZero() {
+		b = appendTimeField(b, "started_at", ae.StartedAt)
+	}
 	if !ae.At.IsZero() {
 		b = appendTimeField(b, "occurred_at", ae.At)
 		b = appendTimeField(b, "timestamp", ae.At)

@@ -248,6 +248,22 @@ func TestRetryAndDeadLetter(t *testing.T) {
 	if errs := job["errors"].([]any); len(errs) != 2 || job["retry"].(map[string]any)["on_exhaustion"] != "dead_letter" {
 		t.Fatalf("dead-letter job: %v", job)
 	}
+	// Each entry carries its attempt's start, before the failure, the second after the first.
+	var starts []time.Time
+	for _, e := range job["errors"].([]any) {
+		e := e.(map[string]any)
+		startedText, _ := e["started_at"].(string)
+		occurredText, _ := e["occurred_at"].(string)
+		started, err1 := time.Parse(time.RFC3339Nano, startedText)
+		occurred, err2 := time.Parse(time.RFC3339Nano, occurredText)
+		if err1 != nil || err2 != nil || occurred.Before(started) {
+			t.Fatalf("error entry's started_at and occurred_at: %v", e)
+		}
+		starts = append(starts, started)
+	}
+	if starts[1].Before(starts[0]) {
+		t.Fatalf("attempt 2 started before attempt 1: %v", starts)
+	}
 	r = call(t, s, "POST", "/ojs/v1/dead-letter/"+id+"/retry", nil)
 	if r.body["job"].(map[string]any)["state"] != "available" {
 		t.Fatalf("retry: %s", r.raw)

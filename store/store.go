@@ -87,6 +87,10 @@ func (e *TransitionError) Is(target error) bool { return target == ErrInvalidTra
 type AttemptError struct {
 	Attempt int       `json:"attempt"`
 	At      time.Time `json:"at"`
+	// StartedAt is when the failed attempt started (the job's StartedAt at the failure), set by the
+	// store when it records the entry; zero for failures before a start (expired, rate-limited) and
+	// for entries recorded before pronto kept it.
+	StartedAt time.Time `json:"started_at,omitzero"`
 	// Type is the error's class (a Go type name, "panic", "timeout", "lease_expired", or what an OJS
 	// worker reported).
 	Type    string `json:"type,omitempty"`

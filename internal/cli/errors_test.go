@@ -69,3 +69,22 @@ func TestPanicInErrorHistory(t *testing.T) {
 		t.Errorf("doubled:\n%s", out.String())
 	}
 }
+
+// TestAttemptStartInErrorHistory: an entry that knows its attempt's start shows the start, the
+// failure and the run time; an old entry without it shows the failure alone.
+func TestAttemptStartInErrorHistory(t *testing.T) {
+	var out bytes.Buffer
+	at := time.Date(2026, 1, 2, 3, 4, 5, 250_000_000, time.Local)
+	printJob(&out, &pronto.JobRow{ID: "x", State: pronto.StateRetryable, Errors: []pronto.AttemptError{
+		{Attempt: 1, At: at, Message: "old entry"},
+		{Attempt: 2, StartedAt: at.Add(-1500 * time.Millisecond), At: at, Message: "refused"},
+	}}, at)
+	for _, want := range []string{
+		"  attempt 1, 2026-01-02 03:04:05.250: old entry\n",
+		"  attempt 2, started 2026-01-02 03:04:03.750, failed 2026-01-02 03:04:05.250 after 1.5s: refused\n",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("lacks %q:\n%s", want, out.String())
+		}
+	}
+}

@@ -210,7 +210,13 @@ func printJob(w io.Writer, j *pronto.JobRow, now time.Time) {
 			// A panic's message is "panic: VALUE"; the type says it already.
 			typ, msg = " ["+e.Type+"]", strings.TrimPrefix(msg, e.Type+": ")
 		}
-		fmt.Fprintf(w, "  attempt %d, %s%s: %s\n", e.Attempt, e.At.Local().Format("2006-01-02 15:04:05.000"), typ, msg)
+		const stamp = "2006-01-02 15:04:05.000"
+		if e.StartedAt.IsZero() { // a failure before the attempt started, or an entry older than started_at
+			fmt.Fprintf(w, "  attempt %d, %s%s: %s\n", e.Attempt, e.At.Local().Format(stamp), typ, msg)
+		} else {
+			fmt.Fprintf(w, "  attempt %d, started %s, failed %s after %s%s: %s\n", e.Attempt,
+				e.StartedAt.Local().Format(stamp), e.At.Local().Format(stamp), e.At.Sub(e.StartedAt).Round(time.Millisecond), typ, msg)
+		}
 		if e.Trace != "" {
 			for _, line := range strings.Split(strings.TrimRight(e.Trace, "\n"), "\n") {
 				fmt.Fprintf(w, "      %s\n", line)

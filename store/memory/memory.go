@@ -885,7 +885,9 @@ func (s *Store) Finish(ctx context.Context, completions []store.Completion) ([]s
 		j.LeaseExpiresAt = time.Time{}
 		j.WorkerID = ""
 		if c.Error != nil {
-			j.Errors = append(j.Errors, cloneError(*c.Error))
+			ae := cloneError(*c.Error)
+			ae.StartedAt = j.StartedAt
+			j.Errors = append(j.Errors, ae)
 		}
 		if c.RefundAttempt {
 			j.MaxAttempts++
@@ -953,10 +955,11 @@ func (s *Store) Rescue(ctx context.Context, p store.RescueParams) (store.RescueR
 		j.heap = nil
 		s.unplace(j)
 		j.Errors = append(j.Errors, store.AttemptError{
-			Attempt: j.Attempt,
-			At:      now,
-			Type:    "lease_expired",
-			Message: fmt.Sprintf("lease expired: worker %s stopped heartbeating", j.WorkerID),
+			Attempt:   j.Attempt,
+			At:        now,
+			StartedAt: j.StartedAt,
+			Type:      "lease_expired",
+			Message:   fmt.Sprintf("lease expired: worker %s stopped heartbeating", j.WorkerID),
 		})
 		j.LeaseExpiresAt = time.Time{}
 		j.WorkerID = ""

@@ -308,7 +308,7 @@ SELECT ` + jobColsC + ` FROM claimed c JOIN locked l ON l.id = c.id ORDER BY l.o
 			ELSE j.scheduled_at END,
 		completed_at = CASE WHEN u.state IN ('completed', 'discarded', 'cancelled') THEN now() END,
 		result = CASE WHEN u.state = 'completed' THEN u.result ELSE j.result END,
-		errors = CASE WHEN u.error IS NULL THEN j.errors ELSE j.errors || jsonb_build_array(u.error) END,
+		errors = CASE WHEN u.error IS NULL THEN j.errors ELSE j.errors || jsonb_build_array(u.error || jsonb_strip_nulls(jsonb_build_object('started_at', j.started_at))) END,
 		max_attempts = CASE WHEN u.refund THEN j.max_attempts + 1 ELSE j.max_attempts END,
 		lease_expires_at = NULL,
 		worker_id = NULL,
@@ -347,7 +347,7 @@ RETURNING j.id`
 		scheduled_at = CASE WHEN j.attempt >= j.max_attempts THEN j.scheduled_at ELSE now() END,
 		completed_at = CASE WHEN j.attempt >= j.max_attempts THEN now() END,
 		errors = j.errors || jsonb_build_array(jsonb_build_object(
-			'attempt', j.attempt, 'at', now(), 'type', 'lease_expired',
+			'attempt', j.attempt, 'at', now(), 'started_at', j.started_at, 'type', 'lease_expired',
 			'message', 'lease expired: worker ' || coalesce(j.worker_id, '') || ' stopped heartbeating')),
 		lease_expires_at = NULL,
 		worker_id = NULL,

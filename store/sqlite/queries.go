@@ -156,7 +156,8 @@ func finishBatchSQL(n int, plainOnly bool) string {
 		completed_at = c.completed,
 		result = CASE WHEN c.state = 'completed' THEN c.result ELSE pronto_jobs.result END,
 		errors = CASE WHEN c.err IS NULL THEN pronto_jobs.errors
-			ELSE json_insert(COALESCE(pronto_jobs.errors, '[]'), '$[#]', json(c.err)) END,
+			ELSE json_insert(COALESCE(pronto_jobs.errors, '[]'), '$[#]',
+				json_set(c.err, '$.started_at', ` + jsonMicroTime("pronto_jobs.started_at") + `)) END,
 		max_attempts = pronto_jobs.max_attempts + c.refund,
 		lease_expires_at = NULL,
 		worker_id = NULL,
@@ -206,7 +207,7 @@ var rescueSQL = `UPDATE pronto_jobs SET
 		scheduled_at = CASE WHEN attempt >= max_attempts THEN scheduled_at ELSE ?1 END,
 		completed_at = CASE WHEN attempt >= max_attempts THEN ?1 ELSE NULL END,
 		errors = json_insert(COALESCE(errors, '[]'), '$[#]', json_object(
-			'attempt', attempt, 'at', ?2, 'type', 'lease_expired',
+			'attempt', attempt, 'at', ?2, 'started_at', ` + jsonMicroTime("started_at") + `, 'type', 'lease_expired',
 			'message', 'lease expired: worker ' || COALESCE(worker_id, '(unknown)') || ' stopped heartbeating')),
 		lease_expires_at = NULL,
 		worker_id = NULL,
@@ -571,3 +572,9 @@ const releaseChildrenSQL = `UPDATE pronto_jobs SET state = 'available', schedule
 const cancelChildrenSQL = `UPDATE pronto_jobs SET state = 'cancelled', completed_at = ?1
 	WHERE id IN (SELECT value FROM json_each(?2)) AND state = 'pending'
 	RETURNING id`
+
+// jsonMicroTime is the SQL text of col, a time in microseconds since the epoch, as the RFC 3339 UTC
+// text encoding/json reads into a time.Time ("2026-01-02T15:04:05.000123Z"); NULL stays NULL.
+func jsonMicroTime(col string) string {
+	return `(strftime('%Y-%m-%dT%H:%M:%S', ` + col + ` / 1000000, 'unixepoch') || printf('.%06dZ', ` + col + ` % 1000000))`
+}

@@ -58,6 +58,7 @@ func testFinishRetryable(t *testing.T, s store.Store) {
 	require.NotNil(t, e.Retryable)
 	require.True(t, *e.Retryable)
 	require.JSONEq(t, `{"code":42}`, string(e.Details))
+	requireTimeEqual(t, a.StartedAt, e.StartedAt, "started_at of the failed attempt: the store records it")
 
 	again := reclaim(t, s, "retry", a.Kind, a.ID, worker, lease)
 	require.Equal(t, 2, again.Attempt, "a due retryable job is claimable, as its next attempt")
@@ -75,6 +76,9 @@ func testFinishRetryable(t *testing.T, s store.Store) {
 	require.Equal(t, "still refused", j.Errors[1].Message)
 	require.Equal(t, 2, j.Errors[1].Attempt)
 	require.Nil(t, j.Errors[1].Retryable)
+	requireTimeEqual(t, a.StartedAt, j.Errors[0].StartedAt, "the first attempt's start is kept")
+	requireTimeEqual(t, again.StartedAt, j.Errors[1].StartedAt, "each attempt error has its own attempt's start")
+	require.False(t, j.Errors[1].StartedAt.Before(j.Errors[0].StartedAt), "the second attempt started after the first")
 	require.Empty(t, claim(t, s, "retry", 10), "a retry due later is not claimable")
 	next, ok, err := s.NextDue(ctx(t), "retry")
 	require.NoError(t, err)

@@ -79,6 +79,7 @@ func testRescueRequeues(t *testing.T, s store.Store) {
 		require.Equal(t, 1, j.Errors[0].Attempt)
 		require.NotEmpty(t, j.Errors[0].Message)
 		requireNow(t, j.Errors[0].At, "time of the lease_expired error")
+		requireTimeEqual(t, a.StartedAt, j.Errors[0].StartedAt, "started_at of the rescued attempt")
 		requireNow(t, j.ScheduledAt, "scheduled_at of a rescued job: when it became available")
 	}
 	eventually(t, "the rescued job's queue to be announced", func() bool { return len(c.inserts("rescue")) > 0 })
