@@ -342,7 +342,13 @@ func browserScenario(t *testing.T, base, apiKey string, st store.Store, name str
 	failing.Store(false)
 	step("retry it", chromedp.Click(chromedp.Search(`//button[normalize-space()="Retry"]`)),
 		wait(`document.querySelector('h1 .state[data-state="completed"]') !== null`),
-		wait(`document.body.textContent.includes('"doubled": 42')`), shot("job-completed"))
+		wait(`document.body.textContent.includes('"doubled": 42')`),
+		// The timeline shows both runs: the failed attempt's start and failure, then the retry's start
+		// and completion, in that order.
+		wait(`Array.from(document.querySelectorAll("#timeline li.start, #timeline li.bad, #timeline li.good")).map((li) => li.className).join() === "start,bad,start,good"`),
+		wait(`document.querySelector("#timeline li.bad").textContent.includes("boom: the disk is full")`),
+		wait(`!Array.from(document.querySelector("#errors").parentNode.childNodes).some((n) => n.nodeType === 3 && n.textContent.trim() === "null")`),
+		shot("job-completed"))
 
 	// A panic's stack is on the job page.
 	pj, err := c.Insert(bg, uiWork{N: 99}, &pronto.InsertOpts{MaxAttempts: 1})

@@ -379,11 +379,19 @@ async function job(parts) {
       if (a === "delete") { location.hash = "#/jobs"; return; }
       render(r);
     }, cls);
+    // The timeline: inserted, due, then each attempt's start and end (a failed attempt's start comes
+    // from its error entry; entries older than started_at show only the failure), then the outcome.
     const tl = [["inserted", j.created_at, ""]];
     if (j.scheduled_at && j.scheduled_at !== j.created_at) tl.push(["due", j.scheduled_at, ""]);
-    for (const e of j.errors) tl.push(["attempt " + e.attempt + " failed: " + (e.type ? e.type + ": " : "") + e.message, e.at, "bad"]);
-    if (j.started_at) tl.push(["attempt " + j.attempt + " started" + (j.worker_id ? " on " + j.worker_id : ""), j.started_at, ""]);
-    if (j.completed_at) tl.push([j.state, j.completed_at, j.state === "completed" ? "good" : "bad"]);
+    const ran = (from, to) => { const ms = Date.parse(to) - Date.parse(from); return ms >= 0 ? " after " + (ms < 1000 ? ms + " ms" : (ms / 1000).toFixed(ms < 10000 ? 2 : 1) + " s") : ""; };
+    for (const e of j.errors) {
+      if (e.started_at) tl.push(["attempt " + e.attempt + " started", e.started_at, "start", e.attempt]);
+      tl.push(["attempt " + e.attempt + " failed" + (e.started_at ? ran(e.started_at, e.at) : "") + ": " + (e.type ? e.type + ": " : "") + e.message, e.at, "bad", e.attempt]);
+    }
+    // The current attempt's start, unless its failure above already shows it.
+    if (j.started_at && !j.errors.some((e) => e.attempt === j.attempt && e.started_at && Date.parse(e.started_at) === Date.parse(j.started_at)))
+      tl.push(["attempt " + j.attempt + " started" + (j.worker_id ? " on " + j.worker_id : ""), j.started_at, "start", j.attempt]);
+    if (j.completed_at) tl.push([j.state + (j.started_at && j.state === "completed" ? ran(j.started_at, j.completed_at) : ""), j.completed_at, j.state === "completed" ? "good" : "bad"]);
     tl.sort((a, b) => Date.parse(a[1]) - Date.parse(b[1]));
     box.replaceChildren(
       el("h1", {}, "Job ", el("span", { class: "mono" }, j.id), " ", stateTag(j.state)),
@@ -397,12 +405,12 @@ async function job(parts) {
       el("div", { class: "grid2" },
         el("div", { class: "panel" }, el("dl", { class: "kv" })),
         el("div", { class: "panel" }, el("h2", {}, "Timeline"), el("ul", { class: "timeline", id: "timeline" },
-          tl.map(([what, at, cls]) => el("li", { class: cls }, el("div", {}, what), el("div", { class: "muted" }, when(at), " · ", at)))))),
+          tl.map(([what, at, cls, attempt]) => el("li", { class: cls, "data-attempt": attempt || null }, el("div", {}, what), el("div", { class: "muted" }, when(at), " · ", at)))))),
       j.progress ? el("div", { class: "panel", id: "progress" }, el("h2", {}, "Progress"),
         typeof j.progress.value === "number" ? el("p", {}, el("span", { class: "bartrack wide" }, el("span", { class: "bar", style: "width:" + Math.round(100 * j.progress.value) + "%" })),
           el("span", { class: "pct" }, Math.round(100 * j.progress.value) + "%")) : null,
         j.progress.data ? pretty(j.progress.data) : null,
-        el("p", { class: "muted" }, "reported ", when(j.progress.updated_at))) : null,
+        el("p", { class: "muted" }, "reported ", when(j.progress.updated_at))) : "", // replaceChildren would print a null
       el("div", { class: "grid2" },
         el("div", { class: "panel" }, el("h2", {}, "Args"), pretty(j.args)),
         el("div", { class: "panel" }, el("h2", {}, "Result"), pretty(j.result))),
@@ -410,7 +418,7 @@ async function job(parts) {
       el("div", { class: "panel", id: "errors" }, el("h2", {}, "Errors (" + j.errors.length + ")"),
         j.errors.length === 0 ? el("p", { class: "muted" }, "No failed attempts.") :
           j.errors.slice().reverse().map((e) => el("div", { class: "attempt" },
-            el("p", {}, el("b", {}, "Attempt " + e.attempt), " · ", when(e.at), e.type ? " · " + e.type : "", e.retryable === false ? " · not retryable" : ""),
+            el("p", {}, el("b", {}, "Attempt " + e.attempt), e.started_at ? [" · started ", when(e.started_at), " · failed "] : " · ", when(e.at), e.type ? " · " + e.type : "", e.retryable === false ? " · not retryable" : ""),
             el("pre", { class: "errmsg" }, e.message), e.trace ? el("details", {}, el("summary", {}, "stack"), el("pre", {}, e.trace)) : null,
             e.details ? pretty(e.details) : null))));
     // The key/value list: built separately so values may be nodes.
