@@ -850,7 +850,9 @@ func (c *Client) recordOutcome(rj *runningJob, err error, result json.RawMessage
 		out.Result = comp.Result
 		out.WorkerID = ""
 		if comp.Error != nil {
-			out.Errors = append(slices.Clone(row.Errors), *comp.Error)
+			ae := *comp.Error
+			ae.StartedAt = row.StartedAt // as the store records it
+			out.Errors = append(slices.Clone(row.Errors), ae)
 		}
 		if comp.RefundAttempt {
 			out.MaxAttempts++

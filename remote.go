@@ -236,7 +236,9 @@ func (c *Client) RemoteNack(ctx context.Context, p RemoteNackParams) (*RemoteNac
 		return nil, err
 	}
 	out.State = comp.State
-	out.Errors = append(append([]AttemptError(nil), j.Errors...), ae)
+	recorded := ae
+	recorded.StartedAt = j.StartedAt // as the store records it
+	out.Errors = append(append([]AttemptError(nil), j.Errors...), recorded)
 	if retryable {
 		out.ScheduledAt = comp.ScheduledAt
 	} else {

@@ -53,6 +53,11 @@ func TestRemoteFetchAckNack(t *testing.T) {
 		require.Equal(t, 10*time.Millisecond, res.RetryDelay)
 		ev := <-events
 		require.Equal(t, pronto.EventFailed, ev.Kind)
+		// The event's error history ends with this attempt's failure, with its start as the store records it.
+		require.NotEmpty(t, ev.Job.Errors)
+		firstStart := ev.Job.Errors[len(ev.Job.Errors)-1].StartedAt
+		require.False(t, firstStart.IsZero(), "the failure carries its attempt's start")
+		require.WithinDuration(t, got[0].StartedAt, firstStart, time.Millisecond)
 
 		// The last attempt's failure discards it, with the whole history kept.
 		time.Sleep(20 * time.Millisecond)
@@ -68,6 +73,8 @@ func TestRemoteFetchAckNack(t *testing.T) {
 		require.NoError(t, err)
 		require.Len(t, j.Errors, 2)
 		require.Equal(t, "net.timeout", j.Errors[0].Type)
+		require.WithinDuration(t, firstStart, j.Errors[0].StartedAt, time.Millisecond, "the stored start matches the event's")
+		require.WithinDuration(t, got[0].StartedAt, j.Errors[1].StartedAt, time.Millisecond, "each attempt's own start")
 		require.Equal(t, 2, j.Errors[1].Attempt)
 
 		// Ack stores the result; a second ack is refused.
