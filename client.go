@@ -706,6 +706,7 @@ func (c *Client) run(t jobTask) {
 	}
 	dur := time.Since(start)
 	holder.flushProgress() // the latest report is written while the job is still active
+	progressed, progressData := holder.progress.reportedProgress()
 	timedOut := errors.Is(context.Cause(jobCtx), errTimeout)
 	cause := context.Cause(ctx)
 	stopTimeout()
@@ -724,9 +725,12 @@ func (c *Client) run(t jobTask) {
 		out := *row
 		out.State, out.Result, out.WorkerID, out.CompletedAt = store.StateCompleted, result, "", time.Now()
 		c.events.emit(&Event{Kind: EventCompleted, Job: &out, Duration: dur, At: out.CompletedAt})
+		if progressed {
+			c.emitProgressCompleted(&out, progressData, dur, out.CompletedAt)
+		}
 		return
 	}
-	c.recordOutcome(t.run, err, result, cause, timedOut, dur)
+	c.recordOutcome(t.run, err, result, cause, timedOut, dur, progressed, progressData)
 }
 
 // runWorker runs the job's worker through the work middleware, turning panics into errors.
@@ -763,7 +767,8 @@ func (c *Client) safeCallback(f func()) {
 }
 
 // recordOutcome turns an attempt's outcome into a completion and hands it to the completer.
-func (c *Client) recordOutcome(rj *runningJob, err error, result json.RawMessage, cause error, timedOut bool, dur time.Duration) {
+// progressed says whether the attempt reported progress, progressData the last data it reported.
+func (c *Client) recordOutcome(rj *runningJob, err error, result json.RawMessage, cause error, timedOut bool, dur time.Duration, progressed bool, progressData json.RawMessage) {
 	row := rj.row
 	now := time.Now()
 	switch {
@@ -862,6 +867,9 @@ func (c *Client) recordOutcome(rj *runningJob, err error, result json.RawMessage
 			out.CompletedAt = now
 		}
 		c.events.emit(&Event{Kind: kind, Job: &out, Err: err, Duration: dur, At: now})
+		if kind == EventCompleted && progressed {
+			c.emitProgressCompleted(&out, progressData, dur, now)
+		}
 	}})
 }
 

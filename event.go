@@ -42,6 +42,9 @@ type Event struct {
 	// Duration is how long the attempt ran, for events that end an attempt.
 	Duration time.Duration
 	At       time.Time
+	// From is the state the job left, for EventRetried (discarded: a retry from the dead letter
+	// queue; cancelled), when the client read it; else empty.
+	From State
 }
 
 // eventBus fans events out to subscribers without ever blocking a worker: a subscriber whose buffer is

@@ -302,6 +302,16 @@ func (s *Server) clientEvent(ev *pronto.Event) {
 			}
 			return b
 		})
+	case pronto.EventProgressCompleted:
+		// ojs-progress.md 11.1: {job_id, progress, duration}; duration_ms like job.completed's.
+		s.jobEvent("progress.completed", j, ev.At, func(b []byte) []byte {
+			b = strconv.AppendFloat(appendKey(b, "progress"), 1, 'f', -1, 64)
+			b = appendIntField(b, "duration_ms", durMS)
+			if p := j.Progress; p != nil && len(p.Data) > 0 {
+				b = appendRawField(b, "data", p.Data)
+			}
+			return b
+		})
 	case pronto.EventProgress:
 		// ojs-progress.md 11.1; the client emits at most one a second per job.
 		s.jobEvent("progress.updated", j, ev.At, func(b []byte) []byte {
