@@ -267,6 +267,7 @@ func (c *Client) Start(ctx context.Context) error {
 			DiscardedRetention: c.cfg.DiscardedRetention,
 			Logger:             c.cfg.Logger,
 			OnRescue:           c.onRescue,
+			OnPass:             c.onMaintenancePass(),
 		})
 		c.servicesWG.Add(1)
 		go func() {

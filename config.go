@@ -70,6 +70,10 @@ type Config struct {
 	// silence; a later report re-arms it). It watches the jobs this client's workers run and those
 	// whose OJS workers report progress through it (PUT /ojs/v1/jobs/{id}/progress). 0: off.
 	ProgressStallTimeout time.Duration
+	// SystemHook, when set, observes this client's housekeeping passes: promotion, rescue and
+	// retention cleanup while it leads, and each cron occurrence RunCron handles (see SystemOp;
+	// otelpronto's Tracing.SystemHook traces them).
+	SystemHook SystemHook
 
 	// Notifier, when set, carries notifications between this process and the others that set one
 	// on the same channel, for a store whose own notifications do not reach them: SQLite shared by

@@ -7,6 +7,7 @@ package maintenance
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync/atomic"
 	"time"
@@ -40,6 +41,25 @@ type Config struct {
 	// OnRescue and OnLeadership, if set, observe what happens (events, tests).
 	OnRescue     func(store.RescueResult)
 	OnLeadership func(leader bool)
+	// OnPass, if set, is called as each pass starts (op: OpPromote, OpRescue or OpCleanup) and
+	// returns the context the pass runs in and a function called when it ends, with the number of
+	// jobs it moved or deleted and its error (tracing).
+	OnPass func(ctx context.Context, op string) (context.Context, func(n int, err error))
+}
+
+// The passes Config.OnPass is told about.
+const (
+	OpPromote = "promote" // due scheduled and retryable jobs made available, expired jobs discarded
+	OpRescue  = "rescue"  // expired leases back to available (or discarded)
+	OpCleanup = "cleanup" // terminal jobs past their retention deleted
+)
+
+// pass starts a pass for OnPass; the returned function ends it.
+func (m *Maintainer) pass(ctx context.Context, op string) (context.Context, func(n int, err error)) {
+	if m.cfg.OnPass == nil {
+		return ctx, func(int, error) {}
+	}
+	return m.cfg.OnPass(ctx, op)
 }
 
 // Maintainer runs the loop.
@@ -153,15 +173,21 @@ func (m *Maintainer) elect(ctx context.Context) bool {
 }
 
 func (m *Maintainer) rescue(ctx context.Context) {
+	ctx, end := m.pass(ctx, OpRescue)
+	total := 0
+	var failed error
+	defer func() { end(total, failed) }()
 	for ctx.Err() == nil {
 		res, err := m.cfg.Store.Rescue(ctx, store.RescueParams{Limit: m.cfg.BatchSize})
 		if err != nil {
+			failed = err
 			if ctx.Err() == nil {
 				m.cfg.Logger.Warn("pronto: rescue failed", "err", err)
 			}
 			return
 		}
 		n := len(res.Requeued) + len(res.Discarded)
+		total += n
 		if n > 0 {
 			m.cfg.Logger.Info("pronto: rescued jobs with expired leases", "requeued", len(res.Requeued), "discarded", len(res.Discarded))
 			if m.cfg.OnRescue != nil {
@@ -175,12 +201,16 @@ func (m *Maintainer) rescue(ctx context.Context) {
 }
 
 func (m *Maintainer) promote(ctx context.Context) {
-	if _, err := m.cfg.Store.Promote(ctx, m.cfg.BatchSize); err != nil && ctx.Err() == nil {
-		m.cfg.Logger.Warn("pronto: promote due jobs failed", "err", err)
+	ctx, end := m.pass(ctx, OpPromote)
+	promoted, perr := m.cfg.Store.Promote(ctx, m.cfg.BatchSize)
+	if perr != nil && ctx.Err() == nil {
+		m.cfg.Logger.Warn("pronto: promote due jobs failed", "err", perr)
 	}
-	if _, err := m.cfg.Store.DiscardExpired(ctx, m.cfg.BatchSize); err != nil && ctx.Err() == nil {
-		m.cfg.Logger.Warn("pronto: discard expired jobs failed", "err", err)
+	expired, eerr := m.cfg.Store.DiscardExpired(ctx, m.cfg.BatchSize)
+	if eerr != nil && ctx.Err() == nil {
+		m.cfg.Logger.Warn("pronto: discard expired jobs failed", "err", eerr)
 	}
+	end(promoted+expired, errors.Join(perr, eerr))
 }
 
 func (m *Maintainer) cleanup(ctx context.Context) {
@@ -197,9 +227,15 @@ func (m *Maintainer) cleanup(ctx context.Context) {
 		DiscardedBefore: before(m.cfg.DiscardedRetention),
 		Limit:           m.cfg.BatchSize,
 	}
+	ctx, end := m.pass(ctx, OpCleanup)
+	total := 0
+	var failed error
+	defer func() { end(total, failed) }()
 	for ctx.Err() == nil {
 		n, err := m.cfg.Store.Cleanup(ctx, p)
+		total += n
 		if err != nil {
+			failed = err
 			if ctx.Err() == nil {
 				m.cfg.Logger.Warn("pronto: retention cleanup failed", "err", err)
 			}
