@@ -23,7 +23,8 @@ const (
 	EventCancelled EventKind = "job.cancelled"
 	// EventSnoozed: the worker snoozed the job.
 	EventSnoozed EventKind = "job.snoozed"
-	// EventRetried: an operator retried a discarded or cancelled job with JobRetry on this client.
+	// EventRetried: an operator retried a discarded or cancelled job with JobRetry (or JobRetryWith:
+	// Job is then the new job) on this client.
 	EventRetried EventKind = "job.retried"
 	// EventRescued: this client, as leader, returned a job whose worker stopped heartbeating to available.
 	EventRescued EventKind = "job.rescued"
