@@ -58,10 +58,12 @@ type Client struct {
 	// every presenceEvery, and of them only the one a notification's nonce picks claims at once.
 	presence      *presence.Table
 	presenceEvery time.Duration
-	presenceDone  chan struct{} // closed when the presence loop has returned
-	overflowMu    sync.Mutex
-	overflow      map[string]bool // queues whose jobs this client was to claim but had no free worker for
-	overflowWake  chan struct{}   // buffered(1): overflow has queues
+	// cleanupEvery, when set (tests), replaces the leader's retention cleanup interval.
+	cleanupEvery time.Duration
+	presenceDone chan struct{} // closed when the presence loop has returned
+	overflowMu   sync.Mutex
+	overflow     map[string]bool // queues whose jobs this client was to claim but had no free worker for
+	overflowWake chan struct{}   // buffered(1): overflow has queues
 
 	// Contexts of the running machinery: producers stop claiming first, then jobs are cancelled at
 	// Stop's deadline, then the completer, heartbeat and maintenance stop.
@@ -143,8 +145,8 @@ func (c *Client) IsLeader() bool {
 	return m != nil && m.IsLeader()
 }
 
-// Subscribe returns a channel of this client's events of the given kinds (all kinds but EventStarted
-// when none are given) and a function that ends the subscription and closes the channel. Delivery never blocks the
+// Subscribe returns a channel of this client's events of the given kinds (all kinds but EventStarted,
+// EventCheckpointSaved and EventDeadLetterPruned when none are given) and a function that ends the subscription and closes the channel. Delivery never blocks the
 // client: when the channel's buffer (1000 events) is full, events are dropped.
 func (c *Client) Subscribe(kinds ...EventKind) (<-chan *Event, func()) {
 	return c.events.subscribe(1000, kinds)
@@ -265,9 +267,12 @@ func (c *Client) Start(ctx context.Context) error {
 			CompletedRetention: c.cfg.CompletedRetention,
 			CancelledRetention: c.cfg.CancelledRetention,
 			DiscardedRetention: c.cfg.DiscardedRetention,
+			DiscardedMaxCount:  c.cfg.DiscardedMaxCount,
+			CleanupInterval:    c.cleanupEvery,
 			Logger:             c.cfg.Logger,
 			OnRescue:           c.onRescue,
 			OnPass:             c.onMaintenancePass(),
+			OnPrune:            c.onPrune,
 		})
 		c.servicesWG.Add(1)
 		go func() {

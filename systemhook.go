@@ -2,6 +2,7 @@ package pronto
 
 import (
 	"context"
+	"time"
 
 	"github.com/pronto-jobs/pronto/internal/maintenance"
 )
@@ -53,5 +54,13 @@ func (c *Client) onMaintenancePass() func(context.Context, string) (context.Cont
 	}
 	return func(ctx context.Context, op string) (context.Context, func(int, error)) {
 		return hook(ctx, SystemPass{Op: maintenanceOps[op]})
+	}
+}
+
+// onPrune emits EventDeadLetterPruned per queue the leader's cleanup pruned discarded jobs from.
+func (c *Client) onPrune(perQueue map[string]int) {
+	now := time.Now()
+	for q, n := range perQueue {
+		c.events.emit(&Event{Kind: EventDeadLetterPruned, Job: &JobRow{Queue: q, State: StateDiscarded}, Count: n, At: now})
 	}
 }

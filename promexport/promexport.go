@@ -69,7 +69,7 @@ type Metrics struct {
 	progressCompleted               *prometheus.CounterVec
 	checkpointSize                  *prometheus.HistogramVec
 	deadAdded                       *prometheus.CounterVec
-	deadRetried                     *prometheus.CounterVec
+	deadRetried, deadPruned         *prometheus.CounterVec
 	deadTotal                       *prometheus.Desc
 	stalledJobs                     *prometheus.Desc
 	stalled                         map[string]string // job id → queue, of the jobs stalled now
@@ -150,6 +150,8 @@ func New(opts *Options) *Metrics {
 		deadAdded: counter("ojs_dead_letter_added_total", "Jobs that entered the dead letter queue (the discarded state) on this process."),
 		deadRetried: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ojs_dead_letter_retried_total",
 			Help: "Discarded jobs an operator retried through this process."}, []string{"queue"}),
+		deadPruned: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ojs_dead_letter_pruned_total",
+			Help: "Discarded jobs the dead letter retention deleted (by age or count) while this process led."}, []string{"queue"}),
 		deadTotal:     prometheus.NewDesc("ojs_dead_letter_total", "Jobs in the dead letter queue (discarded) per queue, as the store holds them (cached for a few seconds).", []string{"queue"}, nil),
 		stalled:       map[string]string{},
 		stalledQueues: map[string]bool{},
@@ -161,7 +163,7 @@ func New(opts *Options) *Metrics {
 func (m *Metrics) vectors() []prometheus.Collector {
 	return []prometheus.Collector{m.enqueued, m.claimed, m.completed, m.failed, m.attemptsFailed, m.retried,
 		m.cancelled, m.snoozed, m.rescued, m.expired, m.duration, m.pickup, m.queueTime, m.turnaround, m.scrapeErrors,
-		m.progressUpdates, m.progressStalls, m.progressCompleted, m.checkpointSize, m.deadAdded, m.deadRetried}
+		m.progressUpdates, m.progressStalls, m.progressCompleted, m.checkpointSize, m.deadAdded, m.deadRetried, m.deadPruned}
 }
 
 // Instrument appends the metrics' insert middleware to cfg. Call it before NewClient.
@@ -209,7 +211,8 @@ func (m *Metrics) Attach(c *pronto.Client) (detach func()) {
 	m.mu.Unlock()
 	events, unsubscribe := c.Subscribe(pronto.EventStarted, pronto.EventCompleted, pronto.EventFailed,
 		pronto.EventDiscarded, pronto.EventCancelled, pronto.EventSnoozed, pronto.EventRetried, pronto.EventRescued,
-		pronto.EventProgress, pronto.EventProgressStalled, pronto.EventProgressCompleted, pronto.EventCheckpointSaved)
+		pronto.EventProgress, pronto.EventProgressStalled, pronto.EventProgressCompleted, pronto.EventCheckpointSaved,
+		pronto.EventDeadLetterPruned)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -240,6 +243,9 @@ func (m *Metrics) observe(e *pronto.Event) {
 		return
 	case pronto.EventProgressCompleted:
 		m.progressCompleted.WithLabelValues(q, t).Inc()
+		return
+	case pronto.EventDeadLetterPruned:
+		m.deadPruned.WithLabelValues(q).Add(float64(e.Count))
 		return
 	}
 	if e.Kind == pronto.EventProgressStalled {

@@ -215,6 +215,13 @@ func (s *Server) clientEvent(ev *pronto.Event) {
 	if j == nil {
 		return
 	}
+	if ev.Kind == pronto.EventDeadLetterPruned {
+		// ojs-dead-letter.md 8.1: the count of jobs removed, per queue.
+		b := appendStringField([]byte{'{'}, "queue", j.Queue)
+		b = append(appendIntField(b, "count", int64(ev.Count)), '}')
+		s.events.add(event{typ: "dead_letter.pruned", source: s.source, subject: j.Queue, at: ev.At, queue: j.Queue, data: b})
+		return
+	}
 	s.streams.wake(j.ID)
 	durMS := ev.Duration.Milliseconds()
 	var lastErr *pronto.AttemptError

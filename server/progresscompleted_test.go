@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/pronto-jobs/pronto"
 )
 
 // TestProgressCompletedEvent: on every store, an OJS worker's ack of a job it reported progress on
@@ -51,5 +53,21 @@ func TestProgressCompletedEvent(t *testing.T) {
 				t.Fatalf("progress.completed lacks the last data: %s", r.raw)
 			}
 		})
+	}
+}
+
+// TestDeadLetterPrunedEvent: the client's EventDeadLetterPruned appears in the events API as
+// dead_letter.pruned with the queue and the count (ojs-dead-letter.md 8.1).
+func TestDeadLetterPrunedEvent(t *testing.T) {
+	s, _ := newTestServer(t, Config{})
+	s.clientEvent(&pronto.Event{Kind: pronto.EventDeadLetterPruned, Job: &pronto.JobRow{Queue: "billing"}, Count: 7, At: time.Now()})
+	r := mustCall(t, s, 200, "GET", "/ojs/v1/events?types=dead_letter.pruned&queue=billing", nil)
+	evs, _ := r.body["events"].([]any)
+	if len(evs) != 1 {
+		t.Fatalf("want one dead_letter.pruned event: %s", r.raw)
+	}
+	data := evs[0].(map[string]any)["data"].(map[string]any)
+	if data["queue"] != "billing" || data["count"] != 7.0 {
+		t.Fatalf("dead_letter.pruned: %s", r.raw)
 	}
 }

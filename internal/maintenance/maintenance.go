@@ -35,6 +35,9 @@ type Config struct {
 	CompletedRetention time.Duration
 	CancelledRetention time.Duration
 	DiscardedRetention time.Duration
+	// DiscardedMaxCount bounds the discarded jobs kept, over the whole store: the oldest beyond it
+	// are deleted (10000; negative: no count bound). Stores without store.DiscardedPruner ignore it.
+	DiscardedMaxCount int
 	// BatchSize bounds each statement (1000).
 	BatchSize int
 	Logger    *slog.Logger
@@ -45,6 +48,9 @@ type Config struct {
 	// returns the context the pass runs in and a function called when it ends, with the number of
 	// jobs it moved or deleted and its error (tracing).
 	OnPass func(ctx context.Context, op string) (context.Context, func(n int, err error))
+	// OnPrune, if set, is told how many discarded jobs each cleanup pass deleted per queue (by age
+	// or count), on stores with store.DiscardedPruner.
+	OnPrune func(perQueue map[string]int)
 }
 
 // The passes Config.OnPass is told about.
@@ -83,6 +89,9 @@ func New(cfg Config) *Maintainer {
 	def(&cfg.CompletedRetention, 24*time.Hour)
 	def(&cfg.CancelledRetention, 24*time.Hour)
 	def(&cfg.DiscardedRetention, 7*24*time.Hour)
+	if cfg.DiscardedMaxCount == 0 {
+		cfg.DiscardedMaxCount = 10000
+	}
 	if cfg.BatchSize <= 0 {
 		cfg.BatchSize = 1000
 	}
@@ -231,6 +240,39 @@ func (m *Maintainer) cleanup(ctx context.Context) {
 	total := 0
 	var failed error
 	defer func() { end(total, failed) }()
+	pruner, prunes := m.cfg.Store.(store.DiscardedPruner)
+	if prunes {
+		// The dead letter queue is pruned by age and count together, so that the pass can say
+		// which queues lost jobs (dead_letter.pruned).
+		pp := store.PruneParams{Before: p.DiscardedBefore, Keep: max(m.cfg.DiscardedMaxCount, 0), Limit: m.cfg.BatchSize}
+		p.DiscardedBefore = time.Time{}
+		pruned := map[string]int{}
+		for ctx.Err() == nil {
+			got, err := pruner.PruneDiscarded(ctx, pp)
+			n := 0
+			for q, k := range got {
+				pruned[q] += k
+				n += k
+			}
+			total += n
+			if err != nil {
+				failed = err
+				if ctx.Err() == nil {
+					m.cfg.Logger.Warn("pronto: pruning discarded jobs failed", "err", err)
+				}
+				break
+			}
+			if n < pp.Limit {
+				break
+			}
+		}
+		if len(pruned) > 0 {
+			m.cfg.Logger.Info("pronto: pruned discarded jobs", "per_queue", pruned)
+			if m.cfg.OnPrune != nil {
+				m.cfg.OnPrune(pruned)
+			}
+		}
+	}
 	for ctx.Err() == nil {
 		n, err := m.cfg.Store.Cleanup(ctx, p)
 		total += n
