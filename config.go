@@ -54,8 +54,8 @@ type Config struct {
 	DiscardedRetention time.Duration
 	// DiscardedMaxCount bounds the dead letter queue by count (ojs-dead-letter.md 5, max_count): the
 	// leader keeps the newest this many discarded jobs of the store and deletes older ones beyond
-	// them, with EventDeadLetterPruned (10000; negative: no count bound). Memory, SQLite and
-	// PostgreSQL stores; the Redis store bounds its dead letter queue by DiscardedRetention only.
+	// them, with EventDeadLetterPruned (10000; negative: no count bound). Every pronto store
+	// implements it (store.DiscardedPruner); a store that does not is bounded by age only.
 	DiscardedMaxCount int
 	// DisableMaintenance keeps this client out of leader election (it never rescues or cleans).
 	DisableMaintenance bool

@@ -10,12 +10,11 @@ import (
 )
 
 // testPruneDiscarded: PruneDiscarded deletes discarded jobs only, by count (the newest Keep of the
-// whole store kept), by age, within Limit, and reports the queues it deleted from. Stores without the
-// dead letter count bound (store.DiscardedPruner) skip it, saying so.
+// whole store kept), by age, within Limit, and reports the queues it deleted from.
 func testPruneDiscarded(t *testing.T, s store.Store) {
 	pr, ok := s.(store.DiscardedPruner)
 	if !ok {
-		t.Skipf("storetest: %T does not implement store.DiscardedPruner (the dead letter queue is bounded by age only)", s)
+		t.Fatalf("storetest: %T does not implement store.DiscardedPruner", s)
 	}
 	var dead []string // in discard order, oldest first
 	for i := range 5 {
