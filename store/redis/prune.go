@@ -126,4 +126,3 @@ func (s *Store) PruneDiscarded(ctx context.Context, p store.PruneParams) (map[st
 	}
 	return out, nil
 }
-
