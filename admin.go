@@ -130,11 +130,17 @@ func (c *Client) JobRetry(ctx context.Context, id string) (*JobRow, error) {
 	if err := checkID(id); err != nil {
 		return nil, err
 	}
+	var from State
+	if c.events.wants(EventRetried) {
+		if prev, err := c.store.GetJob(ctx, id); err == nil {
+			from = prev.State // for subscribers that tell dead-letter retries apart
+		}
+	}
 	j, err := c.store.RetryJob(ctx, id)
 	if err != nil {
 		return nil, wrapOp(fmt.Sprintf("retry job %s", id), err)
 	}
-	c.events.emit(&Event{Kind: EventRetried, Job: j, At: time.Now()})
+	c.events.emit(&Event{Kind: EventRetried, Job: j, At: time.Now(), From: from})
 	return j, nil
 }
 

@@ -58,10 +58,12 @@ type Client struct {
 	// every presenceEvery, and of them only the one a notification's nonce picks claims at once.
 	presence      *presence.Table
 	presenceEvery time.Duration
-	presenceDone  chan struct{} // closed when the presence loop has returned
-	overflowMu    sync.Mutex
-	overflow      map[string]bool // queues whose jobs this client was to claim but had no free worker for
-	overflowWake  chan struct{}   // buffered(1): overflow has queues
+	// cleanupEvery, when set (tests), replaces the leader's retention cleanup interval.
+	cleanupEvery time.Duration
+	presenceDone chan struct{} // closed when the presence loop has returned
+	overflowMu   sync.Mutex
+	overflow     map[string]bool // queues whose jobs this client was to claim but had no free worker for
+	overflowWake chan struct{}   // buffered(1): overflow has queues
 
 	// Contexts of the running machinery: producers stop claiming first, then jobs are cancelled at
 	// Stop's deadline, then the completer, heartbeat and maintenance stop.
@@ -143,8 +145,8 @@ func (c *Client) IsLeader() bool {
 	return m != nil && m.IsLeader()
 }
 
-// Subscribe returns a channel of this client's events of the given kinds (all kinds but EventStarted
-// when none are given) and a function that ends the subscription and closes the channel. Delivery never blocks the
+// Subscribe returns a channel of this client's events of the given kinds (all kinds but EventStarted,
+// EventCheckpointSaved and EventDeadLetterPruned when none are given) and a function that ends the subscription and closes the channel. Delivery never blocks the
 // client: when the channel's buffer (1000 events) is full, events are dropped.
 func (c *Client) Subscribe(kinds ...EventKind) (<-chan *Event, func()) {
 	return c.events.subscribe(1000, kinds)
@@ -265,8 +267,12 @@ func (c *Client) Start(ctx context.Context) error {
 			CompletedRetention: c.cfg.CompletedRetention,
 			CancelledRetention: c.cfg.CancelledRetention,
 			DiscardedRetention: c.cfg.DiscardedRetention,
+			DiscardedMaxCount:  c.cfg.DiscardedMaxCount,
+			CleanupInterval:    c.cleanupEvery,
 			Logger:             c.cfg.Logger,
 			OnRescue:           c.onRescue,
+			OnPass:             c.onMaintenancePass(),
+			OnPrune:            c.onPrune,
 		})
 		c.servicesWG.Add(1)
 		go func() {
@@ -706,6 +712,7 @@ func (c *Client) run(t jobTask) {
 	}
 	dur := time.Since(start)
 	holder.flushProgress() // the latest report is written while the job is still active
+	progressed, progressData := holder.progress.reportedProgress()
 	timedOut := errors.Is(context.Cause(jobCtx), errTimeout)
 	cause := context.Cause(ctx)
 	stopTimeout()
@@ -724,9 +731,12 @@ func (c *Client) run(t jobTask) {
 		out := *row
 		out.State, out.Result, out.WorkerID, out.CompletedAt = store.StateCompleted, result, "", time.Now()
 		c.events.emit(&Event{Kind: EventCompleted, Job: &out, Duration: dur, At: out.CompletedAt})
+		if progressed {
+			c.emitProgressCompleted(&out, progressData, dur, out.CompletedAt)
+		}
 		return
 	}
-	c.recordOutcome(t.run, err, result, cause, timedOut, dur)
+	c.recordOutcome(t.run, err, result, cause, timedOut, dur, progressed, progressData)
 }
 
 // runWorker runs the job's worker through the work middleware, turning panics into errors.
@@ -763,7 +773,8 @@ func (c *Client) safeCallback(f func()) {
 }
 
 // recordOutcome turns an attempt's outcome into a completion and hands it to the completer.
-func (c *Client) recordOutcome(rj *runningJob, err error, result json.RawMessage, cause error, timedOut bool, dur time.Duration) {
+// progressed says whether the attempt reported progress, progressData the last data it reported.
+func (c *Client) recordOutcome(rj *runningJob, err error, result json.RawMessage, cause error, timedOut bool, dur time.Duration, progressed bool, progressData json.RawMessage) {
 	row := rj.row
 	now := time.Now()
 	switch {
@@ -864,6 +875,9 @@ func (c *Client) recordOutcome(rj *runningJob, err error, result json.RawMessage
 			out.CompletedAt = now
 		}
 		c.events.emit(&Event{Kind: kind, Job: &out, Err: err, Duration: dur, At: now})
+		if kind == EventCompleted && progressed {
+			c.emitProgressCompleted(&out, progressData, dur, now)
+		}
 	}})
 }
 

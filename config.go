@@ -52,6 +52,11 @@ type Config struct {
 	CompletedRetention time.Duration
 	CancelledRetention time.Duration
 	DiscardedRetention time.Duration
+	// DiscardedMaxCount bounds the dead letter queue by count (ojs-dead-letter.md 5, max_count): the
+	// leader keeps the newest this many discarded jobs of the store and deletes older ones beyond
+	// them, with EventDeadLetterPruned (10000; negative: no count bound). Every pronto store
+	// implements it (store.DiscardedPruner); a store that does not is bounded by age only.
+	DiscardedMaxCount int
 	// DisableMaintenance keeps this client out of leader election (it never rescues or cleans).
 	DisableMaintenance bool
 	// MaxArgsBytes bounds a job's encoded args (1 MiB).
@@ -70,6 +75,10 @@ type Config struct {
 	// silence; a later report re-arms it). It watches the jobs this client's workers run and those
 	// whose OJS workers report progress through it (PUT /ojs/v1/jobs/{id}/progress). 0: off.
 	ProgressStallTimeout time.Duration
+	// SystemHook, when set, observes this client's housekeeping passes: promotion, rescue and
+	// retention cleanup while it leads, and each cron occurrence RunCron handles (see SystemOp;
+	// otelpronto's Tracing.SystemHook traces them).
+	SystemHook SystemHook
 
 	// Notifier, when set, carries notifications between this process and the others that set one
 	// on the same channel, for a store whose own notifications do not reach them: SQLite shared by

@@ -439,7 +439,13 @@ func (c *Client) fireDueCrons(ctx context.Context, cs store.CronStore, cfg *Cron
 		if ctx.Err() != nil {
 			return
 		}
-		if err := c.fireCron(ctx, cs, s, cfg); err != nil && ctx.Err() == nil {
+		fctx, end := ctx, func(int, error) {}
+		if c.cfg.SystemHook != nil {
+			fctx, end = c.cfg.SystemHook(ctx, SystemPass{Op: SystemOpCronTrigger, Name: s.Name})
+		}
+		err := c.fireCron(fctx, cs, s, cfg)
+		end(0, err)
+		if err != nil && ctx.Err() == nil {
 			c.cfg.Logger.Warn("pronto: cron: firing failed; retrying on the next tick", "cron", s.Name, "err", err)
 		}
 	}

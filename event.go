@@ -23,10 +23,15 @@ const (
 	EventCancelled EventKind = "job.cancelled"
 	// EventSnoozed: the worker snoozed the job.
 	EventSnoozed EventKind = "job.snoozed"
-	// EventRetried: an operator retried a discarded or cancelled job with JobRetry on this client.
+	// EventRetried: an operator retried a discarded or cancelled job with JobRetry (or JobRetryWith:
+	// Job is then the new job) on this client.
 	EventRetried EventKind = "job.retried"
 	// EventRescued: this client, as leader, returned a job whose worker stopped heartbeating to available.
 	EventRescued EventKind = "job.rescued"
+	// EventDeadLetterPruned: this client, as leader, deleted Count discarded jobs of queue Job.Queue
+	// that were past the dead letter retention (DiscardedRetention or DiscardedMaxCount). Job holds
+	// the queue only.
+	EventDeadLetterPruned EventKind = "dead_letter.pruned"
 	// EventStarted: an attempt started, on this client's workers or fetched through RemoteFetch by an
 	// OJS worker (Job.StartedAt is when). Only subscriptions that name it receive it.
 	EventStarted EventKind = "job.started"
@@ -42,6 +47,11 @@ type Event struct {
 	// Duration is how long the attempt ran, for events that end an attempt.
 	Duration time.Duration
 	At       time.Time
+	// Count is the number of jobs, for EventDeadLetterPruned.
+	Count int
+	// From is the state the job left, for EventRetried (discarded: a retry from the dead letter
+	// queue; cancelled), when the client read it; else empty.
+	From State
 }
 
 // eventBus fans events out to subscribers without ever blocking a worker: a subscriber whose buffer is
@@ -59,10 +69,11 @@ type subscription struct {
 }
 
 // takes reports whether the subscription receives events of kind k. EventStarted, as frequent as
-// claims, goes only to subscriptions that name it.
+// claims, EventCheckpointSaved, as frequent as checkpoints, and EventDeadLetterPruned, which is about
+// a queue rather than a job, go only to subscriptions that name them.
 func (s *subscription) takes(k EventKind) bool {
 	if s.kinds == nil {
-		return k != EventStarted
+		return k != EventStarted && k != EventCheckpointSaved && k != EventDeadLetterPruned
 	}
 	return s.kinds[k]
 }

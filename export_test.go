@@ -10,3 +10,7 @@ func SetPresenceInterval(c *Client, every time.Duration) { c.presenceEvery = eve
 
 // EffectiveConfig returns c's configuration with its defaults applied (tests only).
 func EffectiveConfig(c *Client) Config { return c.cfg }
+
+// SetCleanupInterval sets how often c, as leader, runs the retention cleanup; call it before Start
+// (tests only).
+func SetCleanupInterval(c *Client, every time.Duration) { c.cleanupEvery = every }

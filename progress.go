@@ -25,6 +25,16 @@ const EventProgress EventKind = "job.progress"
 // progress reported (UpdatedAt: when). Emitted once per silence; a new report re-arms it.
 const EventProgressStalled EventKind = "job.progress_stalled"
 
+// EventProgressCompleted: a job whose completing attempt reported progress (a value or data) completed
+// (ojs-progress.md 11.1, progress.completed). It follows the attempt's EventCompleted; Job.Progress
+// reads 1 with the last data reported, and Duration is the attempt's run time. For an OJS worker's
+// ack it needs one more store read, made only while someone subscribes to it.
+const EventProgressCompleted EventKind = "job.progress_completed"
+
+// EventCheckpointSaved: a checkpoint (SaveCheckpoint, or a remote report carrying one) was written;
+// Job.LastCheckpoint is the checkpoint saved. Subscribe to it to measure checkpoint sizes.
+const EventCheckpointSaved EventKind = "job.checkpoint_saved"
+
 // ProgressInterval is the least time between two progress writes of one job: reports that come
 // faster are merged, and the latest is written when the interval has passed (or when the attempt
 // ends), so a chatty worker cannot flood the store.
@@ -194,6 +204,34 @@ func (c *Client) writeProgress(row *JobRow, p store.ProgressParams) {
 		out.Progress = &JobProgress{Value: p.Value, Data: p.Data, RunStartedAt: row.StartedAt, UpdatedAt: time.Now()}
 		c.events.emit(&Event{Kind: EventProgress, Job: &out, At: out.Progress.UpdatedAt})
 	}
+	if ok && p.Checkpoint != nil && c.events.wants(EventCheckpointSaved) {
+		out := *row
+		out.LastCheckpoint = p.Checkpoint
+		c.events.emit(&Event{Kind: EventCheckpointSaved, Job: &out, At: time.Now()})
+	}
+}
+
+// emitProgressCompleted emits EventProgressCompleted for out, a job just completed whose attempt
+// reported progress, data the last progress data reported (nil for none).
+func (c *Client) emitProgressCompleted(out *JobRow, data json.RawMessage, dur time.Duration, at time.Time) {
+	if !c.events.wants(EventProgressCompleted) {
+		return
+	}
+	j := *out
+	one := 1.0
+	j.Progress = &JobProgress{Value: &one, Data: data, RunStartedAt: out.StartedAt, UpdatedAt: at}
+	c.events.emit(&Event{Kind: EventProgressCompleted, Job: &j, Duration: dur, At: at})
+}
+
+// reportedProgress reports whether the run reported progress (a value or data, not a checkpoint
+// alone), and the last data it reported.
+func (t *progressThrottle) reportedProgress() (bool, json.RawMessage) {
+	if t == nil {
+		return false, nil
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.progressed, t.lastData
 }
 
 // JobProgressReport records progress reported by an OJS worker over HTTP for the active job id (PUT
@@ -313,6 +351,9 @@ type progressThrottle struct {
 	reported   time.Time            // when the latest report came
 	latest     store.ProgressParams // every report of the run merged (highest value, newest data)
 	ended      bool
+
+	progressed bool            // a report carried a value or data (under mu)
+	lastData   json.RawMessage // the newest data reported (under mu)
 }
 
 func newProgressThrottle(write func(store.ProgressParams)) *progressThrottle {
@@ -327,6 +368,12 @@ func (t *progressThrottle) report(p store.ProgressParams) {
 		return
 	}
 	t.rearmStall(p)
+	if p.Value != nil || p.Data != nil {
+		t.progressed = true
+	}
+	if p.Data != nil {
+		t.lastData = p.Data
+	}
 	if t.pending == nil {
 		t.pending = &p
 	} else {

@@ -63,12 +63,16 @@ type Options struct {
 	// Propagator writes and reads the context in meta (default propagation.TraceContext: the
 	// traceparent and tracestate keys the OJS spec names).
 	Propagator propagation.TextMapPropagator
+	// SystemSpans makes Instrument install SystemHook too: an INTERNAL span per housekeeping pass
+	// (ojs-observability.md 6.3). Off by default: the leader runs about three passes a second.
+	SystemSpans bool
 }
 
 // Tracing holds the tracer and propagator the middleware use.
 type Tracing struct {
-	tracer trace.Tracer
-	prop   propagation.TextMapPropagator
+	tracer      trace.Tracer
+	prop        propagation.TextMapPropagator
+	systemSpans bool
 }
 
 // New returns a Tracing with opts (nil: defaults).
@@ -83,13 +87,49 @@ func New(opts *Options) *Tracing {
 	if o.Propagator == nil {
 		o.Propagator = propagation.TraceContext{}
 	}
-	return &Tracing{tracer: o.TracerProvider.Tracer(ScopeName), prop: o.Propagator}
+	return &Tracing{tracer: o.TracerProvider.Tracer(ScopeName), prop: o.Propagator, systemSpans: o.SystemSpans}
 }
 
-// Instrument appends the insert and work middleware to cfg. Call it before NewClient.
+// Instrument appends the insert and work middleware to cfg, and sets cfg.SystemHook when
+// Options.SystemSpans is set. Call it before NewClient.
 func (t *Tracing) Instrument(cfg *pronto.Config) {
 	cfg.InsertMiddleware = append(cfg.InsertMiddleware, t.InsertMiddleware())
 	cfg.WorkMiddleware = append(cfg.WorkMiddleware, t.WorkMiddleware())
+	if t.systemSpans {
+		cfg.SystemHook = t.SystemHook()
+	}
+}
+
+// Attributes of system spans (pronto's names: the OJS spec names none for them).
+const (
+	AttrSystemJobs = attribute.Key("ojs.system.jobs") // jobs the pass moved or deleted
+	AttrCronName   = attribute.Key("ojs.cron.name")   // the schedule of an ojs.cron trigger span
+)
+
+// SystemHook returns a pronto.SystemHook that wraps each housekeeping pass in an INTERNAL span
+// named as ojs-observability.md 6.3 names it ("ojs.scheduler poll", "ojs.reaper check", "ojs.cron
+// trigger"; "pronto.retention cleanup" for retention), with messaging.system "ojs", the jobs the
+// pass moved or deleted (ojs.system.jobs) and, for a cron trigger, ojs.cron.name. A failed pass
+// records its error and an Error status. The cron trigger's context carries the span, so the span
+// of the job it inserts (with the insert middleware) is its child.
+func (t *Tracing) SystemHook() pronto.SystemHook {
+	return func(ctx context.Context, p pronto.SystemPass) (context.Context, func(int, error)) {
+		kv := []attribute.KeyValue{AttrMessagingSystem.String("ojs")}
+		if p.Name != "" {
+			kv = append(kv, AttrCronName.String(p.Name))
+		}
+		ctx, span := t.tracer.Start(ctx, string(p.Op), trace.WithSpanKind(trace.SpanKindInternal), trace.WithAttributes(kv...))
+		return ctx, func(n int, err error) {
+			if p.Op != pronto.SystemOpCronTrigger {
+				span.SetAttributes(AttrSystemJobs.Int(n))
+			}
+			if err != nil {
+				span.RecordError(err)
+				span.SetStatus(codes.Error, err.Error())
+			}
+			span.End()
+		}
+	}
 }
 
 // InsertMiddleware starts a PRODUCER span per job and writes its trace context into the job's meta.

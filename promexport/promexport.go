@@ -52,6 +52,8 @@ type Options struct {
 var (
 	defaultDurationBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300}
 	defaultLatencyBuckets  = []float64{0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 600, 1800, 3600}
+	// Checkpoint sizes in bytes: 64 B to the 64 KiB limit (pronto.MaxProgressDataBytes).
+	defaultCheckpointBuckets = []float64{64, 256, 1024, 4096, 16384, 65536}
 )
 
 // Metrics is a prometheus.Collector of one client's job metrics. It is safe for concurrent use.
@@ -64,6 +66,11 @@ type Metrics struct {
 	pickup, queueTime, turnaround                        *prometheus.HistogramVec
 
 	progressUpdates, progressStalls *prometheus.CounterVec
+	progressCompleted               *prometheus.CounterVec
+	checkpointSize                  *prometheus.HistogramVec
+	deadAdded                       *prometheus.CounterVec
+	deadRetried, deadPruned         *prometheus.CounterVec
+	deadTotal                       *prometheus.Desc
 	stalledJobs                     *prometheus.Desc
 	stalled                         map[string]string // job id → queue, of the jobs stalled now
 	stalledQueues                   map[string]bool   // queues that had a stall: reported from then on, zeros included
@@ -136,8 +143,18 @@ func New(opts *Options) *Metrics {
 		progressUpdates: counter("ojs_progress_updates_total", "Progress reports written (at most one a second per job) for jobs run by or reported through this process."),
 		progressStalls:  counter("pronto_progress_stalled_total", "Times an active job that reported progress went silent for Config.ProgressStallTimeout."),
 		stalledJobs:     prometheus.NewDesc("ojs_progress_stalled_jobs", "Active jobs whose progress has stalled now (since the stall, no report and no outcome), as this process saw them.", []string{"queue"}, nil),
-		stalled:         map[string]string{},
-		stalledQueues:   map[string]bool{},
+		progressCompleted: counter("pronto_progress_completed_total",
+			"Jobs that completed after their completing attempt reported progress (progress.completed events)."),
+		checkpointSize: hist("ojs_progress_checkpoint_size_bytes", "Size of the checkpoints written (encoded JSON).",
+			defaultCheckpointBuckets, "type"),
+		deadAdded: counter("ojs_dead_letter_added_total", "Jobs that entered the dead letter queue (the discarded state) on this process."),
+		deadRetried: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ojs_dead_letter_retried_total",
+			Help: "Discarded jobs an operator retried through this process."}, []string{"queue"}),
+		deadPruned: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ojs_dead_letter_pruned_total",
+			Help: "Discarded jobs the dead letter retention deleted (by age or count) while this process led."}, []string{"queue"}),
+		deadTotal:     prometheus.NewDesc("ojs_dead_letter_total", "Jobs in the dead letter queue (discarded) per queue, as the store holds them (cached for a few seconds).", []string{"queue"}, nil),
+		stalled:       map[string]string{},
+		stalledQueues: map[string]bool{},
 		scrapeErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "pronto_metrics_store_errors_total",
 			Help: "Scrapes whose store query for job counts failed (ojs_queue_depth was left out of them)."}),
 	}
@@ -146,7 +163,7 @@ func New(opts *Options) *Metrics {
 func (m *Metrics) vectors() []prometheus.Collector {
 	return []prometheus.Collector{m.enqueued, m.claimed, m.completed, m.failed, m.attemptsFailed, m.retried,
 		m.cancelled, m.snoozed, m.rescued, m.expired, m.duration, m.pickup, m.queueTime, m.turnaround, m.scrapeErrors,
-		m.progressUpdates, m.progressStalls}
+		m.progressUpdates, m.progressStalls, m.progressCompleted, m.checkpointSize, m.deadAdded, m.deadRetried, m.deadPruned}
 }
 
 // Instrument appends the metrics' insert middleware to cfg. Call it before NewClient.
@@ -194,7 +211,8 @@ func (m *Metrics) Attach(c *pronto.Client) (detach func()) {
 	m.mu.Unlock()
 	events, unsubscribe := c.Subscribe(pronto.EventStarted, pronto.EventCompleted, pronto.EventFailed,
 		pronto.EventDiscarded, pronto.EventCancelled, pronto.EventSnoozed, pronto.EventRetried, pronto.EventRescued,
-		pronto.EventProgress, pronto.EventProgressStalled)
+		pronto.EventProgress, pronto.EventProgressStalled, pronto.EventProgressCompleted, pronto.EventCheckpointSaved,
+		pronto.EventDeadLetterPruned)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -219,6 +237,17 @@ func (m *Metrics) observe(e *pronto.Event) {
 	}
 	q, t := j.Queue, j.Kind
 	attemptEnded := e.Duration > 0
+	switch e.Kind {
+	case pronto.EventCheckpointSaved:
+		m.checkpointSize.WithLabelValues(t).Observe(float64(len(j.LastCheckpoint)))
+		return
+	case pronto.EventProgressCompleted:
+		m.progressCompleted.WithLabelValues(q, t).Inc()
+		return
+	case pronto.EventDeadLetterPruned:
+		m.deadPruned.WithLabelValues(q).Add(float64(e.Count))
+		return
+	}
 	if e.Kind == pronto.EventProgressStalled {
 		m.progressStalls.WithLabelValues(q, t).Inc()
 		m.mu.Lock()
@@ -247,6 +276,7 @@ func (m *Metrics) observe(e *pronto.Event) {
 		m.retried.WithLabelValues(q, t).Inc()
 	case pronto.EventDiscarded:
 		m.failed.WithLabelValues(q, t).Inc()
+		m.deadAdded.WithLabelValues(q, t).Inc()
 		if attemptEnded {
 			m.attemptsFailed.WithLabelValues(q, t).Inc()
 		} else {
@@ -258,6 +288,9 @@ func (m *Metrics) observe(e *pronto.Event) {
 		m.snoozed.WithLabelValues(q, t).Inc()
 	case pronto.EventRetried:
 		m.retried.WithLabelValues(q, t).Inc()
+		if e.From == pronto.StateDiscarded {
+			m.deadRetried.WithLabelValues(q).Inc()
+		}
 	case pronto.EventRescued:
 		m.rescued.WithLabelValues(q, t).Inc()
 	}
@@ -271,7 +304,7 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, c := range m.vectors() {
 		c.Describe(ch)
 	}
-	for _, d := range []*prometheus.Desc{m.depth, m.busy, m.free, m.active, m.leader, m.backlog, m.dropped, m.started, m.listener, m.stalledJobs} {
+	for _, d := range []*prometheus.Desc{m.depth, m.busy, m.free, m.active, m.leader, m.backlog, m.dropped, m.started, m.listener, m.stalledJobs, m.deadTotal} {
 		ch <- d
 	}
 }
@@ -296,6 +329,7 @@ func (m *Metrics) collectGauges(ch chan<- prometheus.Metric, c *pronto.Client) {
 			for _, s := range allStates {
 				ch <- prometheus.MustNewConstMetric(m.depth, prometheus.GaugeValue, float64(q.Counts[s]), q.Name, string(s))
 			}
+			ch <- prometheus.MustNewConstMetric(m.deadTotal, prometheus.GaugeValue, float64(q.Counts[pronto.StateDiscarded]), q.Name)
 		}
 	}
 	m.pruneStalled(c)

@@ -381,22 +381,117 @@ func (s *Server) deadLetterJob(ctx context.Context, id string) (*pronto.JobRow, 
 	return j, nil
 }
 
-// POST /ojs/v1/dead-letter/{id}/retry
+// POST /ojs/v1/dead-letter/{id}/retry, with an optional body {"override": {"args", "queue", "meta",
+// "priority", "retry": {"max_attempts"}}} (ojs-dead-letter.md 6.3).
 func (s *Server) retryDeadLetter(w http.ResponseWriter, r *http.Request, id string) {
-	discardBody(r)
+	o, ok := readRequest(s, w, r, "dead-letter retry", decodeRetryOverride)
+	if !ok {
+		return
+	}
 	if _, e := s.deadLetterJob(r.Context(), id); e != nil {
 		s.writeError(w, r, e)
 		return
 	}
-	j, err := s.client.JobRetry(r.Context(), id)
+	var j *pronto.JobRow
+	var err error
+	if o == nil {
+		j, err = s.client.JobRetry(r.Context(), id)
+	} else {
+		j, err = s.client.JobRetryWith(r.Context(), id, *o)
+		if err != nil && j != nil {
+			s.log.Warn("pronto: dead-letter retry with changes left the old job", "job_id", id, "new_job_id", j.ID, "err", err)
+			err = nil // the retry happened; the old job is left behind, as logged
+		}
+	}
 	if err != nil {
 		s.writeError(w, r, fromClientError(err, "dead-letter job", id))
 		return
 	}
 	s.deadLetterEvent("dead_letter.retried", j)
 	s.writeJob(w, http.StatusOK, j, func(b []byte) []byte {
+		if j.ID != id {
+			b = appendStringField(b, "retried_from", id)
+		}
 		return appendTimeField(b, "re_enqueued_at", time.Now())
 	})
+}
+
+// decodeRetryOverride reads the body of a dead-letter retry: nil when it has no "override".
+func decodeRetryOverride(body []byte) (*pronto.RetryOverride, *apiError) {
+	m, e := decodeBody(body, "dead-letter retry")
+	if e != nil {
+		return nil, e
+	}
+	var o *pronto.RetryOverride
+	for _, mb := range m {
+		if mb.key != "override" {
+			return nil, invalid(mb.key, "%s: a dead-letter retry takes only \"override\"", mb.key)
+		}
+		if isNull(mb.val) {
+			continue
+		}
+		fields, e := decodePolicyObject(mb.val, "override", "override")
+		if e != nil {
+			return nil, e
+		}
+		o = &pronto.RetryOverride{}
+		for _, f := range fields {
+			field := "override." + f.key
+			if isNull(f.val) {
+				continue
+			}
+			switch f.key {
+			case "args":
+				if jsonKind(f.val) != "array" {
+					return nil, invalid(field, "%s must be a JSON array", field)
+				}
+				o.Args = f.val
+			case "meta":
+				if jsonKind(f.val) != "object" {
+					return nil, invalid(field, "%s must be a JSON object", field)
+				}
+				o.Meta = f.val
+			case "queue":
+				q, e := wantString(f.val, field)
+				if e != nil {
+					return nil, e
+				}
+				if !validQueue(q) {
+					return nil, invalid(field, "queue %q: must match [a-z0-9][a-z0-9.-]* (at most 128 characters)", q)
+				}
+				o.Queue = q
+			case "priority":
+				p, e := wantInt(f.val, field, pronto.PriorityMin, pronto.PriorityMax)
+				if e != nil {
+					return nil, e
+				}
+				pr := int(p)
+				o.Priority = &pr
+			case "retry":
+				rp, e := decodePolicyObject(f.val, "override.retry", field)
+				if e != nil {
+					return nil, e
+				}
+				for _, rf := range rp {
+					rfield := field + "." + rf.key
+					if rf.key != "max_attempts" {
+						return nil, invalid(rfield, "%s: a retry override sets only max_attempts", rfield)
+					}
+					if isNull(rf.val) {
+						continue
+					}
+					n, e := wantInt(rf.val, rfield, 1, 1<<31-1)
+					if e != nil {
+						return nil, e
+					}
+					o.MaxAttempts = int(n)
+				}
+			default:
+				return nil, invalid(field, "%s: an override sets args, queue, meta, priority or retry.max_attempts", field)
+			}
+		}
+	}
+	return o, nil
 }
 
 // DELETE /ojs/v1/dead-letter/{id}

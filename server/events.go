@@ -215,6 +215,13 @@ func (s *Server) clientEvent(ev *pronto.Event) {
 	if j == nil {
 		return
 	}
+	if ev.Kind == pronto.EventDeadLetterPruned {
+		// ojs-dead-letter.md 8.1: the count of jobs removed, per queue.
+		b := appendStringField([]byte{'{'}, "queue", j.Queue)
+		b = append(appendIntField(b, "count", int64(ev.Count)), '}')
+		s.events.add(event{typ: "dead_letter.pruned", source: s.source, subject: j.Queue, at: ev.At, queue: j.Queue, data: b})
+		return
+	}
 	s.streams.wake(j.ID)
 	durMS := ev.Duration.Milliseconds()
 	var lastErr *pronto.AttemptError
@@ -299,6 +306,16 @@ func (s *Server) clientEvent(ev *pronto.Event) {
 					b = appendRawField(b, "last_data", p.Data)
 				}
 				b = appendTimeField(b, "last_update", p.UpdatedAt)
+			}
+			return b
+		})
+	case pronto.EventProgressCompleted:
+		// ojs-progress.md 11.1: {job_id, progress, duration}; duration_ms like job.completed's.
+		s.jobEvent("progress.completed", j, ev.At, func(b []byte) []byte {
+			b = strconv.AppendFloat(appendKey(b, "progress"), 1, 'f', -1, 64)
+			b = appendIntField(b, "duration_ms", durMS)
+			if p := j.Progress; p != nil && len(p.Data) > 0 {
+				b = appendRawField(b, "data", p.Data)
 			}
 			return b
 		})

@@ -144,7 +144,8 @@ func New(cfg Config) (*Server, error) {
 	// The kinds the event log records (see consumeClientEvents), so the client never copies a job
 	// for an event nobody here reads.
 	ch, unsub := cfg.Client.Subscribe(pronto.EventCompleted, pronto.EventFailed, pronto.EventDiscarded,
-		pronto.EventCancelled, pronto.EventSnoozed, pronto.EventRetried, pronto.EventProgress, pronto.EventProgressStalled)
+		pronto.EventCancelled, pronto.EventSnoozed, pronto.EventRetried, pronto.EventProgress, pronto.EventProgressStalled,
+		pronto.EventProgressCompleted, pronto.EventDeadLetterPruned)
 	s.unsubscribe = unsub
 	go s.consumeClientEvents(ch)
 	return s, nil

@@ -298,6 +298,23 @@ type CleanupParams struct {
 	Limit           int
 }
 
+// PruneParams says which discarded jobs (the dead letter queue) PruneDiscarded deletes: those whose
+// CompletedAt is before Before (zero: none by age), and those beyond the newest Keep discarded jobs
+// of the whole store, by CompletedAt (Keep <= 0: none by count); at most Limit in all, oldest first.
+type PruneParams struct {
+	Before time.Time
+	Keep   int
+	Limit  int
+}
+
+// DiscardedPruner is implemented by stores that bound the dead letter queue by count as well as by
+// age (ojs-dead-letter.md 5, max_count). A workflow job a pending child still waits for is kept,
+// as Cleanup keeps it.
+type DiscardedPruner interface {
+	// PruneDiscarded deletes the discarded jobs p selects and returns how many per queue.
+	PruneDiscarded(ctx context.Context, p PruneParams) (map[string]int, error)
+}
+
 // ListParams filters and pages a job listing. Jobs come in id order (creation order for UUIDv7).
 type ListParams struct {
 	States []State

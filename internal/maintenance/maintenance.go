@@ -7,6 +7,7 @@ package maintenance
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync/atomic"
 	"time"
@@ -34,12 +35,37 @@ type Config struct {
 	CompletedRetention time.Duration
 	CancelledRetention time.Duration
 	DiscardedRetention time.Duration
+	// DiscardedMaxCount bounds the discarded jobs kept, over the whole store: the oldest beyond it
+	// are deleted (10000; negative: no count bound). Stores without store.DiscardedPruner ignore it.
+	DiscardedMaxCount int
 	// BatchSize bounds each statement (1000).
 	BatchSize int
 	Logger    *slog.Logger
 	// OnRescue and OnLeadership, if set, observe what happens (events, tests).
 	OnRescue     func(store.RescueResult)
 	OnLeadership func(leader bool)
+	// OnPass, if set, is called as each pass starts (op: OpPromote, OpRescue or OpCleanup) and
+	// returns the context the pass runs in and a function called when it ends, with the number of
+	// jobs it moved or deleted and its error (tracing).
+	OnPass func(ctx context.Context, op string) (context.Context, func(n int, err error))
+	// OnPrune, if set, is told how many discarded jobs each cleanup pass deleted per queue (by age
+	// or count), on stores with store.DiscardedPruner.
+	OnPrune func(perQueue map[string]int)
+}
+
+// The passes Config.OnPass is told about.
+const (
+	OpPromote = "promote" // due scheduled and retryable jobs made available, expired jobs discarded
+	OpRescue  = "rescue"  // expired leases back to available (or discarded)
+	OpCleanup = "cleanup" // terminal jobs past their retention deleted
+)
+
+// pass starts a pass for OnPass; the returned function ends it.
+func (m *Maintainer) pass(ctx context.Context, op string) (context.Context, func(n int, err error)) {
+	if m.cfg.OnPass == nil {
+		return ctx, func(int, error) {}
+	}
+	return m.cfg.OnPass(ctx, op)
 }
 
 // Maintainer runs the loop.
@@ -63,6 +89,9 @@ func New(cfg Config) *Maintainer {
 	def(&cfg.CompletedRetention, 24*time.Hour)
 	def(&cfg.CancelledRetention, 24*time.Hour)
 	def(&cfg.DiscardedRetention, 7*24*time.Hour)
+	if cfg.DiscardedMaxCount == 0 {
+		cfg.DiscardedMaxCount = 10000
+	}
 	if cfg.BatchSize <= 0 {
 		cfg.BatchSize = 1000
 	}
@@ -153,15 +182,21 @@ func (m *Maintainer) elect(ctx context.Context) bool {
 }
 
 func (m *Maintainer) rescue(ctx context.Context) {
+	ctx, end := m.pass(ctx, OpRescue)
+	total := 0
+	var failed error
+	defer func() { end(total, failed) }()
 	for ctx.Err() == nil {
 		res, err := m.cfg.Store.Rescue(ctx, store.RescueParams{Limit: m.cfg.BatchSize})
 		if err != nil {
+			failed = err
 			if ctx.Err() == nil {
 				m.cfg.Logger.Warn("pronto: rescue failed", "err", err)
 			}
 			return
 		}
 		n := len(res.Requeued) + len(res.Discarded)
+		total += n
 		if n > 0 {
 			m.cfg.Logger.Info("pronto: rescued jobs with expired leases", "requeued", len(res.Requeued), "discarded", len(res.Discarded))
 			if m.cfg.OnRescue != nil {
@@ -175,12 +210,16 @@ func (m *Maintainer) rescue(ctx context.Context) {
 }
 
 func (m *Maintainer) promote(ctx context.Context) {
-	if _, err := m.cfg.Store.Promote(ctx, m.cfg.BatchSize); err != nil && ctx.Err() == nil {
-		m.cfg.Logger.Warn("pronto: promote due jobs failed", "err", err)
+	ctx, end := m.pass(ctx, OpPromote)
+	promoted, perr := m.cfg.Store.Promote(ctx, m.cfg.BatchSize)
+	if perr != nil && ctx.Err() == nil {
+		m.cfg.Logger.Warn("pronto: promote due jobs failed", "err", perr)
 	}
-	if _, err := m.cfg.Store.DiscardExpired(ctx, m.cfg.BatchSize); err != nil && ctx.Err() == nil {
-		m.cfg.Logger.Warn("pronto: discard expired jobs failed", "err", err)
+	expired, eerr := m.cfg.Store.DiscardExpired(ctx, m.cfg.BatchSize)
+	if eerr != nil && ctx.Err() == nil {
+		m.cfg.Logger.Warn("pronto: discard expired jobs failed", "err", eerr)
 	}
+	end(promoted+expired, errors.Join(perr, eerr))
 }
 
 func (m *Maintainer) cleanup(ctx context.Context) {
@@ -197,9 +236,48 @@ func (m *Maintainer) cleanup(ctx context.Context) {
 		DiscardedBefore: before(m.cfg.DiscardedRetention),
 		Limit:           m.cfg.BatchSize,
 	}
+	ctx, end := m.pass(ctx, OpCleanup)
+	total := 0
+	var failed error
+	defer func() { end(total, failed) }()
+	pruner, prunes := m.cfg.Store.(store.DiscardedPruner)
+	if prunes {
+		// The dead letter queue is pruned by age and count together, so that the pass can say
+		// which queues lost jobs (dead_letter.pruned).
+		pp := store.PruneParams{Before: p.DiscardedBefore, Keep: max(m.cfg.DiscardedMaxCount, 0), Limit: m.cfg.BatchSize}
+		p.DiscardedBefore = time.Time{}
+		pruned := map[string]int{}
+		for ctx.Err() == nil {
+			got, err := pruner.PruneDiscarded(ctx, pp)
+			n := 0
+			for q, k := range got {
+				pruned[q] += k
+				n += k
+			}
+			total += n
+			if err != nil {
+				failed = err
+				if ctx.Err() == nil {
+					m.cfg.Logger.Warn("pronto: pruning discarded jobs failed", "err", err)
+				}
+				break
+			}
+			if n < pp.Limit {
+				break
+			}
+		}
+		if len(pruned) > 0 {
+			m.cfg.Logger.Info("pronto: pruned discarded jobs", "per_queue", pruned)
+			if m.cfg.OnPrune != nil {
+				m.cfg.OnPrune(pruned)
+			}
+		}
+	}
 	for ctx.Err() == nil {
 		n, err := m.cfg.Store.Cleanup(ctx, p)
+		total += n
 		if err != nil {
+			failed = err
 			if ctx.Err() == nil {
 				m.cfg.Logger.Warn("pronto: retention cleanup failed", "err", err)
 			}

@@ -1438,3 +1438,36 @@ func hasAll(tags, want []string) bool {
 	}
 	return true
 }
+
+// PruneDiscarded deletes the oldest discarded jobs: those finished before p.Before, and those beyond
+// the newest p.Keep, at most p.Limit (see store.DiscardedPruner).
+func (s *Store) PruneDiscarded(ctx context.Context, p store.PruneParams) (map[string]int, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	limit := p.Limit
+	if limit <= 0 {
+		limit = defaultLimit
+	}
+	out := map[string]int{}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f := &s.terminal[terminalIndex(store.StateDiscarded)]
+	for n := 0; n < limit; n++ {
+		e := f.front()
+		if e == nil {
+			break
+		}
+		old := !p.Before.IsZero() && e.j.CompletedAt.Before(p.Before)
+		if !old && (p.Keep <= 0 || f.size() <= p.Keep) {
+			break
+		}
+		j := e.j
+		f.popFront()
+		j.fifo = nil
+		s.unplace(j)
+		s.forget(j)
+		out[j.Queue]++
+	}
+	return out, nil
+}

@@ -164,6 +164,7 @@ var tests = []testCase{
 	{"NextDue", single(testNextDue)},
 	{"Cleanup", single(testCleanup)},
 	{"CleanupLimit", single(testCleanupLimit)},
+	{"PruneDiscarded", single(testPruneDiscarded)},
 
 	{"ListJobsFilters", single(testListJobsFilters)},
 	{"ListJobsPagination", single(testListJobsPagination)},

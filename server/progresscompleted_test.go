@@ -1,0 +1,73 @@
+package server
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pronto-jobs/pronto"
+)
+
+// TestProgressCompletedEvent: on every store, an OJS worker's ack of a job it reported progress on
+// records progress.completed (progress 1, the attempt's duration, the last data) after job.completed;
+// the ack of a job with no progress records none.
+func TestProgressCompletedEvent(t *testing.T) {
+	for _, kind := range storeKinds {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			s := newStoreServer(t, kind)
+			withProgress := enqueueJob(t, s, `{"type":"a.b","args":[],"options":{"queue":"pc"}}`)
+			mustCall(t, s, 200, "POST", "/ojs/v1/workers/fetch", map[string]any{"queues": []string{"pc"}, "worker_id": "w1"})
+			mustCall(t, s, 204, "PUT", "/ojs/v1/jobs/"+withProgress+"/progress", `{"progress":0.4,"data":{"rows":7}}`)
+			mustCall(t, s, 200, "POST", "/ojs/v1/workers/ack", `{"job_id":"`+withProgress+`","worker_id":"w1"}`)
+			without := enqueueJob(t, s, `{"type":"a.b","args":[],"options":{"queue":"pc"}}`)
+			mustCall(t, s, 200, "POST", "/ojs/v1/workers/fetch", map[string]any{"queues": []string{"pc"}, "worker_id": "w1"})
+			mustCall(t, s, 200, "POST", "/ojs/v1/workers/ack", `{"job_id":"`+without+`","worker_id":"w1"}`)
+
+			deadline := time.Now().Add(20 * time.Second)
+			for {
+				// Both acks' job.completed are logged: the events of the first ack are too.
+				done := mustCall(t, s, 200, "GET", "/ojs/v1/events?type=job.completed", nil)
+				if strings.Contains(string(done.raw), without) && strings.Contains(string(done.raw), withProgress) {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("job.completed events missing: %s", done.raw)
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			r := mustCall(t, s, 200, "GET", "/ojs/v1/events?type=progress.completed", nil)
+			evs, _ := r.body["events"].([]any)
+			if len(evs) != 1 {
+				t.Fatalf("want one progress.completed event, got %s", r.raw)
+			}
+			ev := evs[0].(map[string]any)
+			data, _ := ev["data"].(map[string]any)
+			if data["job_id"] != withProgress || data["progress"] != 1.0 {
+				t.Fatalf("progress.completed event: %s", r.raw)
+			}
+			if _, ok := data["duration_ms"].(float64); !ok {
+				t.Fatalf("progress.completed has no duration_ms: %s", r.raw)
+			}
+			if d, _ := data["data"].(map[string]any); d["rows"] != 7.0 {
+				t.Fatalf("progress.completed lacks the last data: %s", r.raw)
+			}
+		})
+	}
+}
+
+// TestDeadLetterPrunedEvent: the client's EventDeadLetterPruned appears in the events API as
+// dead_letter.pruned with the queue and the count (ojs-dead-letter.md 8.1).
+func TestDeadLetterPrunedEvent(t *testing.T) {
+	s, _ := newTestServer(t, Config{})
+	s.clientEvent(&pronto.Event{Kind: pronto.EventDeadLetterPruned, Job: &pronto.JobRow{Queue: "billing"}, Count: 7, At: time.Now()})
+	r := mustCall(t, s, 200, "GET", "/ojs/v1/events?types=dead_letter.pruned&queue=billing", nil)
+	evs, _ := r.body["events"].([]any)
+	if len(evs) != 1 {
+		t.Fatalf("want one dead_letter.pruned event: %s", r.raw)
+	}
+	data := evs[0].(map[string]any)["data"].(map[string]any)
+	if data["queue"] != "billing" || data["count"] != 7.0 {
+		t.Fatalf("dead_letter.pruned: %s", r.raw)
+	}
+}

@@ -1,0 +1,1 @@
+DROP INDEX pronto_jobs_discarded_idx;

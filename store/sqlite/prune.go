@@ -1,0 +1,109 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"math"
+	"slices"
+
+	"github.com/pronto-jobs/pronto/store"
+)
+
+var _ store.DiscardedPruner = (*Store)(nil)
+
+// pruneScanSQL picks up to ?3 discarded jobs from pronto_jobs_discarded_idx: those finished before
+// ?1 (NULL: none by age) and those beyond the newest ?2.
+const pruneScanSQL = `SELECT rowid FROM (SELECT rowid FROM pronto_jobs INDEXED BY pronto_jobs_discarded_idx
+		WHERE state = 'discarded' AND completed_at < ?1 ORDER BY completed_at LIMIT ?3)
+	UNION
+	SELECT rowid FROM (SELECT rowid FROM pronto_jobs INDEXED BY pronto_jobs_discarded_idx
+		WHERE state = 'discarded' ORDER BY completed_at DESC LIMIT ?3 OFFSET ?2)
+	LIMIT ?3`
+
+// pruneDeleteSQL deletes the candidates (a JSON array of rowids) that are still discarded and not
+// kept as workflow parents, returning their queues and workflows.
+const pruneDeleteSQL = `DELETE FROM pronto_jobs
+	WHERE rowid IN (SELECT value FROM json_each(?1)) AND state = 'discarded'
+	  AND (workflow_id IS NULL OR NOT ` + keptParentSQL + `)
+	RETURNING queue, workflow_id`
+
+// PruneDiscarded deletes discarded jobs finished before p.Before and those beyond the newest p.Keep,
+// at most p.Limit (see store.DiscardedPruner). The candidates are read on a read connection from an
+// index of discarded jobs, then deleted in one short write transaction that checks them again.
+func (s *Store) PruneDiscarded(ctx context.Context, p store.PruneParams) (map[string]int, error) {
+	out := map[string]int{}
+	if p.Before.IsZero() && p.Keep <= 0 {
+		return out, nil
+	}
+	limit := p.Limit
+	if limit <= 0 {
+		limit = defaultMaintenanceLimit
+	}
+	keep := int64(math.MaxInt64)
+	if p.Keep > 0 {
+		keep = int64(p.Keep)
+	}
+	rows, err := s.r.QueryContext(ctx, pruneScanSQL, micro(p.Before), keep, limit)
+	if err != nil {
+		return nil, fmt.Errorf("prune discarded jobs: %w", s.schemaHint(err))
+	}
+	var candidates []int64
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("prune discarded jobs: %w", err)
+		}
+		candidates = append(candidates, id)
+	}
+	if err := closeRows(rows); err != nil {
+		return nil, fmt.Errorf("prune discarded jobs: %w", err)
+	}
+	if len(candidates) == 0 {
+		return out, nil
+	}
+	ids, err := json.Marshal(candidates)
+	if err != nil {
+		return nil, err
+	}
+	r, err := s.begin(ctx, pruneDeleteSQL, cleanupWorkflowsSQL)
+	if err != nil {
+		return nil, fmt.Errorf("prune discarded jobs: %w", err)
+	}
+	defer r.tx.Rollback() //nolint:errcheck // after Commit it is a no-op
+	drows, err := r.QueryContext(ctx, pruneDeleteSQL, string(ids))
+	if err != nil {
+		return nil, fmt.Errorf("prune discarded jobs: %w", err)
+	}
+	var inWorkflows []string
+	for drows.Next() {
+		var queue string
+		var workflowID sql.NullString
+		if err := drows.Scan(&queue, &workflowID); err != nil {
+			drows.Close()
+			return nil, fmt.Errorf("prune discarded jobs: %w", err)
+		}
+		out[queue]++
+		if workflowID.Valid && !slices.Contains(inWorkflows, workflowID.String) {
+			inWorkflows = append(inWorkflows, workflowID.String)
+		}
+	}
+	if err := closeRows(drows); err != nil {
+		return nil, fmt.Errorf("prune discarded jobs: %w", err)
+	}
+	if len(inWorkflows) > 0 {
+		b, err := json.Marshal(inWorkflows)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := r.ExecContext(ctx, cleanupWorkflowsSQL, string(b)); err != nil {
+			return nil, fmt.Errorf("prune discarded jobs: workflows: %w", err)
+		}
+	}
+	if err := r.tx.Commit(); err != nil {
+		return nil, fmt.Errorf("prune discarded jobs: commit: %w", err)
+	}
+	return out, nil
+}
