@@ -52,6 +52,7 @@ func cmdServe(ctx context.Context, r *runner, args []string) error {
 	testMode := fs.Bool("test-mode", false, "enable POST /ojs/v1/_test/reset and test directives, for conformance runs only: never in production")
 	drain := fs.duration("shutdown-timeout", 10*time.Second, "how long a graceful stop waits for requests in flight")
 	metricsAddr := fs.String("metrics-addr", "", "serve /metrics (Prometheus) on this `HOST:PORT` instead of the API's address; the API key applies there too")
+	tenantLabels := fs.Bool("metrics-tenant-labels", false, "add per-tenant series (label tenant_id) to /metrics: one series per tenant and queue, so off by default")
 	pprofOn := fs.Bool("pprof", false, "serve Go's profiler at /debug/pprof/ (behind the API key): for diagnosis, not left on")
 	uiReadOnly := fs.Bool("ui-read-only", false, "serve the web dashboard at / without actions that change state")
 	stallAfter := fs.duration("progress-stall-timeout", 0, "emit progress.stalled for a running job that reported progress and then nothing for this long (0: off)")
@@ -97,7 +98,7 @@ func cmdServe(ctx context.Context, r *runner, args []string) error {
 		defer n.Close()
 		clientCfg.Notifier = n
 	}
-	obs := newServeObservability(clientCfg, *pprofOn, *metricsAddr != "")
+	obs := newServeObservability(clientCfg, *pprofOn, *metricsAddr != "", *tenantLabels)
 	client, err := pronto.NewClient(db.store, clientCfg)
 	if err != nil {
 		return errorf("serve: %v", err)
