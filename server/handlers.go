@@ -216,6 +216,7 @@ type fetchRequest struct {
 	count    int
 	workerID string
 	lease    time.Duration // 0: per job
+	pool     string        // "": none (poolapi.go)
 }
 
 func decodeFetch(body []byte) (*fetchRequest, *apiError) {
@@ -224,21 +225,27 @@ func decodeFetch(body []byte) (*fetchRequest, *apiError) {
 		return nil, e
 	}
 	req := &fetchRequest{count: 1}
+	if v, ok := m.get("pool"); ok && !isNull(v) {
+		if req.pool, e = wantString(v, "pool"); e != nil {
+			return nil, e
+		}
+	}
 	raw, ok := m.get("queues")
 	if !ok || isNull(raw) {
+		// A fetch naming a pool and no queues takes the pool's (applyPool).
 		if q, ok := m.get("queue"); ok { // a single queue, as some clients send
 			name, e := wantString(q, "queue")
 			if e != nil {
 				return nil, e
 			}
 			req.queues = []string{name}
-		} else {
+		} else if req.pool == "" {
 			return nil, invalid("queues", "queues is required: the queues to fetch from, in order")
 		}
 	} else if req.queues, e = wantStrings(raw, "queues"); e != nil {
 		return nil, e
 	}
-	if len(req.queues) == 0 {
+	if len(req.queues) == 0 && req.pool == "" {
 		return nil, invalid("queues", "queues is empty")
 	}
 	if len(req.queues) > 100 {
@@ -321,6 +328,15 @@ func (s *Server) fetch(w http.ResponseWriter, r *http.Request) {
 		claimLease = pronto.DefaultRemoteLease
 	}
 	ctx := r.Context()
+	if ok, e := s.applyPool(ctx, req); e != nil {
+		s.writeError(w, r, e)
+		return
+	} else if !ok {
+		// The pool is at its concurrency: nothing to fetch now.
+		s.touchWorker(ctx, req.workerID, req.queues)
+		writeRaw(w, http.StatusOK, []byte(`{"jobs":[]}`))
+		return
+	}
 	if d := s.touchWorker(ctx, req.workerID, req.queues); d != "" || s.maintenanceOn(ctx) {
 		// An operator quieted (or is terminating) this worker, or maintenance mode is on: no new
 		// jobs (ojs-admin-api.md 9.3, 12.1).

@@ -443,6 +443,9 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request, rest string) {
 		if len(seg) >= 2 && seg[1] == "tenants" && s.routeTenants(w, r, seg) { // tenantapi.go
 			return
 		}
+		if len(seg) >= 2 && seg[1] == "pools" && s.routePools(w, r, seg) { // poolapi.go
+			return
+		}
 		if s.routeAdmin(w, r, seg) {
 			return
 		}
