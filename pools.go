@@ -16,14 +16,22 @@ import (
 // most the pool's free capacity: Concurrency minus the jobs active in the pool's queues. Pools are
 // stored in the store's settings (one setting, workerPoolsKey), so every server sees them.
 //
-// What a pool does not do (see docs/fair-scheduling.md): its queues are consumed in order
-// (PoolStrategyStrict, the order of every fetch) — the round-robin, weighted and least-loaded
-// strategies are not implemented; a pool's queues stay open to workers outside it (no pool
-// isolation); and its active jobs are those of its queues, whoever fetched them.
+// Strategies (§7): PoolStrategyRoundRobin (the default) and PoolStrategyStrict. What a pool does not
+// do (see docs/fair-scheduling.md): the weighted and least-loaded strategies are not implemented; a
+// pool's queues stay open to workers outside it (no pool isolation); and its active jobs are those of
+// its queues, whoever fetched them.
 
-// PoolStrategyStrict consumes a pool's queues in the order listed: the first queue's claimable jobs
-// are taken before the second's. It is the only strategy implemented.
-const PoolStrategyStrict = "strict"
+// Pool strategies.
+const (
+	// PoolStrategyRoundRobin starts each fetch through the pool at the queue after the one the
+	// previous fetch (through the same server) started at, going on to the next queues when it is
+	// empty: fetches of one job each take the queues in turns (§7.1). A fetch of several jobs takes
+	// them from its first queue with claimable jobs before the next.
+	PoolStrategyRoundRobin = "round-robin"
+	// PoolStrategyStrict consumes a pool's queues in the order listed: the first queue's claimable
+	// jobs are taken before the second's.
+	PoolStrategyStrict = "strict"
+)
 
 // WorkerPool is a pool's configuration.
 type WorkerPool struct {
@@ -34,7 +42,8 @@ type WorkerPool struct {
 	// Concurrency bounds the jobs active in the pool's queues that fetches through the pool take
 	// (0: no bound).
 	Concurrency int `json:"concurrency,omitempty"`
-	// Strategy is how the queues are consumed: PoolStrategyStrict.
+	// Strategy is how the queues are consumed: PoolStrategyRoundRobin (default) or
+	// PoolStrategyStrict.
 	Strategy string `json:"strategy"`
 }
 
@@ -76,10 +85,10 @@ func (p *WorkerPool) validate() error {
 		return invalidf("pool %q: concurrency %d: must be 0 (no bound) or more", p.Name, p.Concurrency)
 	}
 	if p.Strategy == "" {
-		p.Strategy = PoolStrategyStrict
+		p.Strategy = PoolStrategyRoundRobin
 	}
-	if p.Strategy != PoolStrategyStrict {
-		return fmt.Errorf("pool %q: strategy %q: only %q (queues in order) is implemented: %w", p.Name, p.Strategy, PoolStrategyStrict, ErrUnsupported)
+	if p.Strategy != PoolStrategyStrict && p.Strategy != PoolStrategyRoundRobin {
+		return fmt.Errorf("pool %q: strategy %q: only %q and %q are implemented: %w", p.Name, p.Strategy, PoolStrategyRoundRobin, PoolStrategyStrict, ErrUnsupported)
 	}
 	return nil
 }

@@ -36,7 +36,7 @@ func (s *Server) enqueue(w http.ResponseWriter, r *http.Request) {
 	}
 	req, e := decodeJob(body, time.Now())
 	if e == nil {
-		e = applyTenant(r, req, "")
+		e = s.applyTenant(r, req, "")
 	}
 	if e == nil {
 		e = s.checkArgs(r.Context(), req, "")
@@ -77,7 +77,7 @@ func (s *Server) enqueueBatch(w http.ResponseWriter, r *http.Request) {
 	}
 	jobs := make([]pronto.OJSJob, len(reqs))
 	for i, req := range reqs {
-		if e := applyTenant(r, req, "jobs["+strconv.Itoa(i)+"]"); e != nil {
+		if e := s.applyTenant(r, req, "jobs["+strconv.Itoa(i)+"]"); e != nil {
 			s.writeError(w, r, e)
 			return
 		}
@@ -217,6 +217,8 @@ type fetchRequest struct {
 	workerID string
 	lease    time.Duration // 0: per job
 	pool     string        // "": none (poolapi.go)
+	// poolQueues are the round-robin pool's queues (nil otherwise), for poolServed.
+	poolQueues []string
 }
 
 func decodeFetch(body []byte) (*fetchRequest, *apiError) {
@@ -353,6 +355,7 @@ func (s *Server) fetch(w http.ResponseWriter, r *http.Request) {
 	if err == nil && len(jobs) < req.count {
 		jobs = s.fetchMore(ctx, req, claimLease, jobs)
 	}
+	s.poolServed(req, jobs)
 	now := time.Now()
 	// Jobs whose own lease differs from the one claimed with get it now, one statement per lease.
 	var groups map[time.Duration][]string

@@ -7,6 +7,7 @@ import (
 	"math"
 	"net/http"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/pronto-jobs/pronto"
@@ -22,8 +23,9 @@ import (
 //
 // A fetch naming a pool ({"pool": "name"}) takes jobs from the pool's queues only (all of them, in
 // order, when it names no queues) and at most the pool's free capacity (concurrency minus the jobs
-// active in its queues, counted per fetch). Only the strict strategy (queues in order) is
-// implemented; the others are refused with 422 unsupported.
+// active in its queues, counted per fetch). The round-robin strategy (the default) starts each fetch
+// at the next of the pool's queues (pronto.PoolStrategyRoundRobin), the strict one takes them in
+// order; weighted and least-loaded are refused with 422 unsupported.
 
 // routePools dispatches a path below /ojs/v1/admin/pools (seg[1] == "pools"); false when no route
 // matches.
@@ -200,7 +202,7 @@ func decodePool(body []byte, name string) (*pronto.WorkerPool, *apiError) {
 			}
 			p.Strategy = st
 		case "weights":
-			return nil, errorf(http.StatusUnprocessableEntity, CodeUnsupported, "weights are for the weighted strategy, which is not implemented (only strict)")
+			return nil, errorf(http.StatusUnprocessableEntity, CodeUnsupported, "weights are for the weighted strategy, which is not implemented (round-robin and strict are)")
 		default:
 			return nil, invalid(k, "unknown field %s (a pool takes name, queues, concurrency and strategy)", k)
 		}
@@ -256,12 +258,19 @@ func (s *Server) applyPool(ctx context.Context, req *fetchRequest) (ok bool, _ *
 		return false, poolError(err, req.pool)
 	}
 	if len(req.queues) == 0 {
-		req.queues = p.Queues
+		req.queues = slices.Clone(p.Queues)
 	}
 	for _, q := range req.queues {
 		if !slices.Contains(p.Queues, q) {
 			return false, invalid("queues", "queue %q is not one of pool %q's queues %v", q, p.Name, p.Queues)
 		}
+	}
+	if p.Strategy == pronto.PoolStrategyRoundRobin {
+		// Order the fetch's queues from the pool's next turn on, wrapping around.
+		start := s.poolTurns.start(p.Name, len(p.Queues))
+		pos := func(q string) int { return (slices.Index(p.Queues, q) - start + len(p.Queues)) % len(p.Queues) }
+		slices.SortFunc(req.queues, func(a, b string) int { return pos(a) - pos(b) })
+		req.poolQueues = p.Queues
 	}
 	if p.Concurrency > 0 {
 		u, err := s.readPoolUse(ctx)
@@ -279,4 +288,37 @@ func (s *Server) applyPool(ctx context.Context, req *fetchRequest) (ok bool, _ *
 		req.count = int(min(int64(req.count), free))
 	}
 	return true, nil
+}
+
+// poolTurns keeps, per round-robin pool, the index of the queue whose turn is next on this server.
+// The zero value is ready.
+type poolTurns struct {
+	mu   sync.Mutex
+	next map[string]int
+}
+
+// start returns the index of the queue whose turn is next in pool (of n queues).
+func (t *poolTurns) start(pool string, n int) int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.next[pool] % n
+}
+
+// poolServed moves a round-robin pool's turn past the queue of the last job a fetch took: the next
+// fetch starts at the queue after it (an empty queue in between was skipped).
+func (s *Server) poolServed(req *fetchRequest, jobs []*pronto.JobRow) {
+	if req.poolQueues == nil || len(jobs) == 0 {
+		return
+	}
+	i := slices.Index(req.poolQueues, jobs[len(jobs)-1].Queue)
+	if i < 0 {
+		return
+	}
+	t := &s.poolTurns
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.next == nil {
+		t.next = map[string]int{}
+	}
+	t.next[req.pool] = i + 1
 }

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/pronto-jobs/pronto"
@@ -25,7 +26,7 @@ func TestWorkerPoolsHTTP(t *testing.T) {
 			}
 			checkErrorBody(t, call(t, s, "GET", "/ojs/v1/admin/pools/critical", nil), 404, CodeNotFound)
 			r = mustCall(t, s, 200, "PUT", "/ojs/v1/admin/pools/critical", `{"queues":["critical","payments"],"concurrency":2}`)
-			if r.body["strategy"] != "strict" || r.body["concurrency"] != 2.0 || r.body["active_jobs"] != 0.0 {
+			if r.body["strategy"] != "round-robin" || r.body["concurrency"] != 2.0 || r.body["active_jobs"] != 0.0 {
 				t.Fatalf("put: %s", r.raw)
 			}
 			mustCall(t, s, 200, "PUT", "/ojs/v1/admin/pools/general", `{"name":"general","queues":["default"],"strategy":"strict"}`)
@@ -76,6 +77,20 @@ func TestWorkerPoolsHTTP(t *testing.T) {
 			r = mustCall(t, s, 200, "POST", "/ojs/v1/workers/fetch", map[string]any{"pool": "critical", "queues": []string{"payments"}, "worker_id": "w1", "count": 10})
 			if n := len(r.body["jobs"].([]any)); n != 1 {
 				t.Fatalf("fetched %d after raising the concurrency: %s", n, r.raw)
+			}
+
+			// Round-robin: fetches of one job take the pool's queues in turns, skipping an empty one.
+			mustCall(t, s, 200, "PUT", "/ojs/v1/admin/pools/rr", `{"queues":["qa","qb","qc"],"strategy":"round-robin"}`)
+			for _, q := range []string{"qa", "qa", "qa", "qb", "qb"} {
+				mustCall(t, s, 201, "POST", "/ojs/v1/jobs", `{"type":"rr","args":[],"options":{"queue":"`+q+`"}}`)
+			}
+			var order []string
+			for range 5 {
+				r := mustCall(t, s, 200, "POST", "/ojs/v1/workers/fetch", map[string]any{"pool": "rr", "worker_id": "w2"})
+				order = append(order, r.body["jobs"].([]any)[0].(map[string]any)["queue"].(string))
+			}
+			if got := strings.Join(order, ","); got != "qa,qb,qa,qb,qa" {
+				t.Fatalf("round-robin order %s", got)
 			}
 
 			mustCall(t, s, 200, "DELETE", "/ojs/v1/admin/pools/critical", nil)

@@ -67,6 +67,10 @@ type Config struct {
 	// WorkerStaleAfter is how long an OJS worker may go unheard before the admin API calls it stale
 	// and lets it be deregistered (default DefaultWorkerStaleAfter).
 	WorkerStaleAfter time.Duration
+	// RequireTenant enables multi-tenancy in the sense of ojs-multi-tenancy.md §5.1: every enqueued
+	// job must name its tenant (meta.tenant_id or X-OJS-Tenant), else 422; the manifest then lists the
+	// multi-tenancy extension.
+	RequireTenant bool
 }
 
 // Server is the OJS HTTP API as an http.Handler.
@@ -78,9 +82,11 @@ type Server struct {
 	maxBatch int
 	backend  string
 	testMode bool
-	log      *slog.Logger
-	started  time.Time
-	source   string
+	// requireTenant: Config.RequireTenant (tenant.go).
+	requireTenant bool
+	log           *slog.Logger
+	started       time.Time
+	source        string
 
 	events      *eventLog
 	fetched     *fetchedJobs
@@ -96,6 +102,8 @@ type Server struct {
 	history statsHistory
 	// workers throttles the worker record writes (workersapi.go).
 	workers workerTracker
+	// poolTurns rotates the round-robin pools' fetches (poolapi.go).
+	poolTurns poolTurns
 	// maintenance caches the maintenance mode for fetches (maintenance.go).
 	maintenance maintenanceCache
 
@@ -110,20 +118,21 @@ func New(cfg Config) (*Server, error) {
 		return nil, errors.New("server: Config.Client is nil")
 	}
 	s := &Server{
-		client:     cfg.Client,
-		store:      cfg.Client.Store(),
-		maxBody:    cfg.MaxBodyBytes,
-		maxBatch:   cfg.MaxBatch,
-		backend:    cfg.Backend,
-		testMode:   cfg.TestMode,
-		log:        cfg.Logger,
-		started:    time.Now(),
-		source:     "ojs://pronto/api",
-		events:     newEventLog(cfg.EventBuffer),
-		fetched:    newFetchedJobs(100000),
-		workers:    workerTracker{staleAfter: cfg.WorkerStaleAfter},
-		eventsDone: make(chan struct{}),
-		handlers:   cfg.Handlers,
+		client:        cfg.Client,
+		store:         cfg.Client.Store(),
+		maxBody:       cfg.MaxBodyBytes,
+		maxBatch:      cfg.MaxBatch,
+		backend:       cfg.Backend,
+		testMode:      cfg.TestMode,
+		requireTenant: cfg.RequireTenant,
+		log:           cfg.Logger,
+		started:       time.Now(),
+		source:        "ojs://pronto/api",
+		events:        newEventLog(cfg.EventBuffer),
+		fetched:       newFetchedJobs(100000),
+		workers:       workerTracker{staleAfter: cfg.WorkerStaleAfter},
+		eventsDone:    make(chan struct{}),
+		handlers:      cfg.Handlers,
 	}
 	s.schemas = newSchemaRegistry(s.store)
 	if cfg.APIKey != "" {
