@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -122,4 +123,36 @@ func TestTenantEnqueueLimitsHTTP(t *testing.T) {
 			mustCall(t, s, 201, "POST", "/ojs/v1/jobs", job, "X-OJS-Tenant", "gamma")
 		})
 	}
+}
+
+// TestRequireTenant: with Config.RequireTenant a job without a tenant is refused with 422 naming
+// meta.tenant_id (alone and in a batch), one with a tenant is taken, and the manifest lists
+// multi-tenancy; without it, it does not (fair-scheduling is listed either way).
+func TestRequireTenant(t *testing.T) {
+	manifestExtensions := func(s *Server) string {
+		return string(call(t, s, "GET", "/ojs/manifest", nil).raw)
+	}
+	plain, _ := newTestServer(t, Config{})
+	if m := manifestExtensions(plain); strings.Contains(m, `"multi-tenancy"`) || !strings.Contains(m, `"fair-scheduling"`) {
+		t.Fatalf("manifest without RequireTenant: %s", m)
+	}
+	mustCall(t, plain, 201, "POST", "/ojs/v1/jobs", `{"type":"t.job","args":[]}`)
+
+	s, _ := newTestServer(t, Config{RequireTenant: true})
+	if m := manifestExtensions(s); !strings.Contains(m, `"multi-tenancy"`) || !strings.Contains(m, `"fair-scheduling"`) {
+		t.Fatalf("manifest with RequireTenant: %s", m)
+	}
+	r := call(t, s, "POST", "/ojs/v1/jobs", `{"type":"t.job","args":[]}`)
+	checkErrorBody(t, r, 422, CodeInvalidRequest)
+	if f := r.body["error"].(map[string]any)["details"].(map[string]any)["field"]; f != "meta.tenant_id" {
+		t.Fatalf("field %v: %s", f, r.raw)
+	}
+	checkErrorBody(t, call(t, s, "POST", "/ojs/v1/jobs", `{"type":"t.job","args":[],"meta":{"other":1}}`), 422, CodeInvalidRequest)
+	r = call(t, s, "POST", "/ojs/v1/jobs/batch", `{"jobs":[{"type":"t.job","args":[],"meta":{"tenant_id":"acme"}},{"type":"t.job","args":[]}]}`)
+	checkErrorBody(t, r, 422, CodeInvalidRequest)
+	if f := r.body["error"].(map[string]any)["details"].(map[string]any)["field"]; f != "jobs[1].meta.tenant_id" {
+		t.Fatalf("batch field %v: %s", f, r.raw)
+	}
+	mustCall(t, s, 201, "POST", "/ojs/v1/jobs", `{"type":"t.job","args":[]}`, "X-OJS-Tenant", "acme")
+	mustCall(t, s, 201, "POST", "/ojs/v1/jobs", `{"type":"t.job","args":[],"meta":{"tenant_id":"beta"}}`)
 }
