@@ -206,7 +206,9 @@ func (c *Client) checkTenantLimits(ctx context.Context, ps []*store.InsertParams
 		if (l.MaxQueueDepth > 0 || l.MaxScheduled > 0) && now.Sub(tc.at) >= depthEvery {
 			info, err := ts.GetTenant(ctx, t)
 			switch {
-			case errors.Is(err, store.ErrNotFound):
+			case errors.Is(err, store.ErrNotFound), errors.Is(err, store.ErrUnsupported):
+				// No jobs; or a store that cannot count them (TenantSetEnqueueLimits refuses depth
+				// limits there): nothing counted.
 				tc.waiting, tc.scheduled = 0, 0
 			case err != nil:
 				return fmt.Errorf("counting the jobs of tenant %q for its enqueue limits: %w", t, err)
@@ -261,8 +263,15 @@ func (c *Client) TenantSetEnqueueLimits(ctx context.Context, tenant string, l Te
 	if !ok {
 		return fmt.Errorf("pronto: %T keeps no settings (store.SettingStore): %w", c.store, ErrUnsupported)
 	}
-	if _, err := c.tenants(); err != nil {
+	ts, err := c.tenants()
+	if err != nil {
 		return err
+	}
+	if l.MaxQueueDepth > 0 || l.MaxScheduled > 0 {
+		// Depth limits count the tenant's jobs (a Redis Cluster keeps no tenant counts).
+		if _, err := ts.GetTenant(ctx, tenant); errors.Is(err, store.ErrUnsupported) {
+			return fmt.Errorf("pronto: enqueue limits of tenant %q: %T cannot count a tenant's jobs: %w", tenant, c.store, ErrUnsupported)
+		}
 	}
 	g := &c.tg
 	g.setMu.Lock()
