@@ -82,11 +82,9 @@ type Server struct {
 	maxBatch int
 	backend  string
 	testMode bool
-	// requireTenant: Config.RequireTenant (tenant.go).
-	requireTenant bool
-	log           *slog.Logger
-	started       time.Time
-	source        string
+	log      *slog.Logger
+	started  time.Time
+	source   string
 
 	events      *eventLog
 	fetched     *fetchedJobs
@@ -104,6 +102,8 @@ type Server struct {
 	workers workerTracker
 	// poolTurns rotates the round-robin pools' fetches (poolapi.go).
 	poolTurns poolTurns
+	// requireTenant is Config.RequireTenant (tenant.go).
+	requireTenant bool
 	// maintenance caches the maintenance mode for fetches (maintenance.go).
 	maintenance maintenanceCache
 
@@ -118,22 +118,22 @@ func New(cfg Config) (*Server, error) {
 		return nil, errors.New("server: Config.Client is nil")
 	}
 	s := &Server{
-		client:        cfg.Client,
-		store:         cfg.Client.Store(),
-		maxBody:       cfg.MaxBodyBytes,
-		maxBatch:      cfg.MaxBatch,
-		backend:       cfg.Backend,
-		testMode:      cfg.TestMode,
-		requireTenant: cfg.RequireTenant,
-		log:           cfg.Logger,
-		started:       time.Now(),
-		source:        "ojs://pronto/api",
-		events:        newEventLog(cfg.EventBuffer),
-		fetched:       newFetchedJobs(100000),
-		workers:       workerTracker{staleAfter: cfg.WorkerStaleAfter},
-		eventsDone:    make(chan struct{}),
-		handlers:      cfg.Handlers,
+		client:     cfg.Client,
+		store:      cfg.Client.Store(),
+		maxBody:    cfg.MaxBodyBytes,
+		maxBatch:   cfg.MaxBatch,
+		backend:    cfg.Backend,
+		testMode:   cfg.TestMode,
+		log:        cfg.Logger,
+		started:    time.Now(),
+		source:     "ojs://pronto/api",
+		events:     newEventLog(cfg.EventBuffer),
+		fetched:    newFetchedJobs(100000),
+		workers:    workerTracker{staleAfter: cfg.WorkerStaleAfter},
+		eventsDone: make(chan struct{}),
+		handlers:   cfg.Handlers,
 	}
+	s.requireTenant = cfg.RequireTenant
 	s.schemas = newSchemaRegistry(s.store)
 	if cfg.APIKey != "" {
 		s.apiKey = []byte(cfg.APIKey)
