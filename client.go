@@ -41,6 +41,8 @@ type Client struct {
 
 	// bp is the client's view of queue bounds (backpressure.go).
 	bp backpressure
+	// tg is the client's view of tenant enqueue limits (tenantlimits.go).
+	tg tenantGate
 
 	mu       sync.Mutex
 	started  bool

@@ -119,6 +119,9 @@ func (c *Client) insert(ctx context.Context, ps []*store.InsertParams, do Insert
 	if err := c.checkBounds(ctx, ps); err != nil {
 		return nil, fmt.Errorf("pronto: insert %d job(s): %w", len(ps), err)
 	}
+	if err := c.checkTenantLimits(ctx, ps); err != nil {
+		return nil, fmt.Errorf("pronto: insert %d job(s): %w", len(ps), err)
+	}
 	rows, err := next(ctx, ps)
 	if err != nil {
 		return nil, fmt.Errorf("pronto: insert %d job(s): %w", len(ps), c.schemaCause(ctx, err))

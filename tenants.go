@@ -43,6 +43,9 @@ type TenantInfo struct {
 	// and Waiting count jobs whose RateKey is TenantLimitKey(tenant); the tenant's own active jobs,
 	// which MaxActive bounds, are Counts[StateActive].
 	Limit *RateLimitInfo
+	// EnqueueLimits are the tenant's enqueue-time limits (TenantSetEnqueueLimits), or nil when none
+	// are stored.
+	EnqueueLimits *TenantEnqueueLimits
 }
 
 // tenants returns the client's store as a store.TenantStore, or an ErrUnsupported error.
@@ -123,7 +126,7 @@ func tenantInfo(si *store.TenantInfo, limit *RateLimitInfo) *TenantInfo {
 }
 
 // TenantGet returns what the store knows of tenant: its weight, its jobs per state across queues
-// and its limit. ErrNotFound when it has no weight, no limit and no jobs.
+// its limit and its enqueue limits. ErrNotFound when it has none of them and no jobs.
 func (c *Client) TenantGet(ctx context.Context, tenant string) (*TenantInfo, error) {
 	ts, err := c.tenants()
 	if err != nil {
@@ -140,16 +143,30 @@ func (c *Client) TenantGet(ctx context.Context, tenant string) (*TenantInfo, err
 			return nil, wrapOp(fmt.Sprintf("limit of tenant %q", tenant), err)
 		}
 	}
+	els, err := c.TenantEnqueueLimits(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out *TenantInfo
 	switch {
 	case si != nil:
-		return tenantInfo(si, limit), nil
+		out = tenantInfo(si, limit)
 	case limit != nil:
-		return tenantInfo(&store.TenantInfo{Tenant: tenant, Weight: DefaultTenantWeight}, limit), nil
+		out = tenantInfo(&store.TenantInfo{Tenant: tenant, Weight: DefaultTenantWeight}, limit)
+	}
+	if el, ok := els[tenant]; ok {
+		if out == nil {
+			out = tenantInfo(&store.TenantInfo{Tenant: tenant, Weight: DefaultTenantWeight}, nil)
+		}
+		out.EnqueueLimits = &el
+	}
+	if out != nil {
+		return out, nil
 	}
 	return nil, wrapOp(fmt.Sprintf("tenant %q", tenant), fmt.Errorf("no weight, limit or jobs: %w", store.ErrNotFound))
 }
 
-// TenantList returns every tenant with a stored weight, a limit or jobs, in tenant order. It counts
+// TenantList returns every tenant with a stored weight, a limit, enqueue limits or jobs, in tenant order. It counts
 // every tenant's jobs: meant for operators and dashboards.
 func (c *Client) TenantList(ctx context.Context) ([]*TenantInfo, error) {
 	ts, err := c.tenants()
@@ -177,6 +194,21 @@ func (c *Client) TenantList(ctx context.Context) ([]*TenantInfo, error) {
 	}
 	for tenant, l := range limits {
 		out = append(out, tenantInfo(&store.TenantInfo{Tenant: tenant, Weight: DefaultTenantWeight}, l))
+	}
+	els, err := c.TenantEnqueueLimits(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, t := range out {
+		if el, ok := els[t.Tenant]; ok {
+			t.EnqueueLimits = &el
+			delete(els, t.Tenant)
+		}
+	}
+	for tenant, el := range els {
+		t := tenantInfo(&store.TenantInfo{Tenant: tenant, Weight: DefaultTenantWeight}, nil)
+		t.EnqueueLimits = &el
+		out = append(out, t)
 	}
 	slices.SortFunc(out, func(a, b *TenantInfo) int { return strings.Compare(a.Tenant, b.Tenant) })
 	return out, nil

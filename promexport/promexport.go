@@ -17,8 +17,8 @@
 // scrape time: job counts per queue and state from one store query (QueueList), cached for
 // Options.CacheTTL, and worker slots, leadership and the outcome backlog from Client.Stats.
 //
-// Labels are bounded: queue, type (the job's kind), state and outcome. Nothing is labelled with a job
-// id or an error message. docs/observability.md lists every series.
+// Labels are bounded: queue, type (the job's kind), state and outcome; tenant_id only on the
+// per-tenant series of Options.TenantLabels. Nothing is labelled with a job id or an error message. docs/observability.md lists every series.
 package promexport
 
 import (
@@ -46,6 +46,9 @@ type Options struct {
 	// LatencyBuckets are the buckets of pickup latency, queue time and turnaround (default: the OJS
 	// queue-time recommendation, 10 ms to 1 h).
 	LatencyBuckets []float64
+	// TenantLabels adds the per-tenant series (labelled tenant_id, see tenants.go and
+	// docs/observability.md): off by default, since each tenant adds series (cardinality).
+	TenantLabels bool
 }
 
 // Bucket boundaries recommended by ojs-observability.md, section 8.2.
@@ -80,6 +83,8 @@ type Metrics struct {
 	scrapeErrors                     prometheus.Counter
 	started, listener                *prometheus.Desc
 
+	tenant *tenantMetrics // nil unless Options.TenantLabels
+
 	mu       sync.Mutex
 	client   *pronto.Client
 	cached   []pronto.QueueInfo
@@ -111,7 +116,7 @@ func New(opts *Options) *Metrics {
 	hist := func(name, help string, buckets []float64, labels ...string) *prometheus.HistogramVec {
 		return prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets}, labels)
 	}
-	return &Metrics{
+	m := &Metrics{
 		opts:           o,
 		enqueued:       counter("ojs_job_enqueued_total", "Jobs inserted by this process (duplicates a unique key turned away are not counted)."),
 		claimed:        counter("pronto_job_claimed_total", "Attempts started: by this client's workers, or fetched through it by OJS workers."),
@@ -158,12 +163,21 @@ func New(opts *Options) *Metrics {
 		scrapeErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "pronto_metrics_store_errors_total",
 			Help: "Scrapes whose store query for job counts failed (ojs_queue_depth was left out of them)."}),
 	}
+	if o.TenantLabels {
+		m.tenant = newTenantMetrics()
+	}
+	return m
 }
 
 func (m *Metrics) vectors() []prometheus.Collector {
 	return []prometheus.Collector{m.enqueued, m.claimed, m.completed, m.failed, m.attemptsFailed, m.retried,
 		m.cancelled, m.snoozed, m.rescued, m.expired, m.duration, m.pickup, m.queueTime, m.turnaround, m.scrapeErrors,
 		m.progressUpdates, m.progressStalls, m.progressCompleted, m.checkpointSize, m.deadAdded, m.deadRetried, m.deadPruned}
+}
+
+// allCollectors is vectors plus the per-tenant vectors.
+func (m *Metrics) allCollectors() []prometheus.Collector {
+	return append(m.vectors(), m.tenantCollectors()...)
 }
 
 // Instrument appends the metrics' insert middleware to cfg. Call it before NewClient.
@@ -178,6 +192,7 @@ func (m *Metrics) InsertMiddleware() pronto.InsertMiddleware {
 		for _, r := range rows {
 			if r != nil && !r.Duplicate {
 				m.enqueued.WithLabelValues(r.Queue, r.Kind).Inc()
+				m.tenantInserted(r)
 			}
 		}
 		return rows, err
@@ -208,6 +223,9 @@ func nonNegative(d time.Duration) float64 { return max(d, 0).Seconds() }
 func (m *Metrics) Attach(c *pronto.Client) (detach func()) {
 	m.mu.Lock()
 	m.client, m.cached = c, nil
+	if m.tenant != nil {
+		m.tenant.cached = nil
+	}
 	m.mu.Unlock()
 	events, unsubscribe := c.Subscribe(pronto.EventStarted, pronto.EventCompleted, pronto.EventFailed,
 		pronto.EventDiscarded, pronto.EventCancelled, pronto.EventSnoozed, pronto.EventRetried, pronto.EventRescued,
@@ -236,6 +254,7 @@ func (m *Metrics) observe(e *pronto.Event) {
 		return
 	}
 	q, t := j.Queue, j.Kind
+	m.tenantObserve(e)
 	attemptEnded := e.Duration > 0
 	switch e.Kind {
 	case pronto.EventCheckpointSaved:
@@ -301,10 +320,10 @@ func (m *Metrics) observe(e *pronto.Event) {
 
 // Describe implements prometheus.Collector.
 func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
-	for _, c := range m.vectors() {
+	for _, c := range m.allCollectors() {
 		c.Describe(ch)
 	}
-	for _, d := range []*prometheus.Desc{m.depth, m.busy, m.free, m.active, m.leader, m.backlog, m.dropped, m.started, m.listener, m.stalledJobs, m.deadTotal} {
+	for _, d := range append([]*prometheus.Desc{m.depth, m.busy, m.free, m.active, m.leader, m.backlog, m.dropped, m.started, m.listener, m.stalledJobs, m.deadTotal}, m.tenantDescs()...) {
 		ch <- d
 	}
 }
@@ -317,8 +336,9 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	m.mu.Unlock()
 	if c != nil {
 		m.collectGauges(ch, c)
+		m.collectTenants(ch, c)
 	}
-	for _, v := range m.vectors() {
+	for _, v := range m.allCollectors() {
 		v.Collect(ch)
 	}
 }

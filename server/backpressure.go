@@ -40,7 +40,8 @@ func queueFull(err error) *apiError {
 }
 
 // writeInsertError answers a failed enqueue; a refusal by a queue bound is also recorded as a
-// backpressure.rejected event (§10.1).
+// backpressure.rejected event (§10.1), one by a tenant's enqueue limit as tenant.limit_exceeded
+// (ojs-multi-tenancy.md §11.1).
 func (s *Server) writeInsertError(w http.ResponseWriter, r *http.Request, err error, kind, id, jobType string) {
 	var qf *pronto.QueueFullError
 	if errors.As(err, &qf) {
@@ -53,6 +54,19 @@ func (s *Server) writeInsertError(w http.ResponseWriter, r *http.Request, err er
 		b = append(b, '}')
 		s.events.add(event{typ: "backpressure.rejected", source: s.source, subject: qf.Queue, at: time.Now(),
 			queue: qf.Queue, jobType: jobType, data: b})
+	}
+	var tl *pronto.TenantLimitError
+	if errors.As(err, &tl) {
+		b := make([]byte, 0, 128)
+		b = append(b, '{')
+		b = appendStringField(b, "tenant_id", tl.Tenant)
+		b = appendStringField(b, "limit", tl.Limit)
+		b = appendIntField(b, "current", tl.Current)
+		b = appendIntField(b, "maximum", tl.Maximum)
+		b = appendStringField(b, "job_type", jobType)
+		b = append(b, '}')
+		s.events.add(event{typ: "tenant.limit_exceeded", source: s.source, subject: tl.Tenant, at: time.Now(),
+			jobType: jobType, data: b})
 	}
 	s.writeError(w, r, fromClientError(err, kind, id))
 }

@@ -122,7 +122,7 @@ func (s *Server) bulkEnqueue(w http.ResponseWriter, r *http.Request) {
 	for i, el := range elems {
 		reqs[i], items[i].err = decodeJob(el, now)
 		if items[i].err == nil {
-			items[i].err = applyTenant(r, reqs[i], "")
+			items[i].err = s.applyTenant(r, reqs[i], "")
 		}
 		if items[i].err == nil {
 			items[i].err = s.checkArgs(r.Context(), reqs[i], "")

@@ -92,6 +92,8 @@ func fromClientError(err error, kind, id string) *apiError {
 		return uniqueConflict(uce)
 	case errors.Is(err, pronto.ErrQueueFull):
 		return queueFull(err)
+	case errors.Is(err, pronto.ErrTenantLimit):
+		return tenantLimitExceeded(err)
 	case errors.As(err, &te):
 		e := conflict("cannot %s %s %s in state %q", te.Operation, kind, id, te.From)
 		e.details = map[string]any{"job_id": id, "current_state": string(te.From)}

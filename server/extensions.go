@@ -7,6 +7,10 @@ type extension struct {
 	name string
 	// needsSchemaStore: listed only when the store keeps a schema registry.
 	needsSchemaStore bool
+	// needsRequireTenant: listed only when the server requires every job's tenant
+	// (Config.RequireTenant): ojs-multi-tenancy.md §5.1 makes the tenant mandatory once the extension
+	// is enabled.
+	needsRequireTenant bool
 }
 
 // extensions is what the manifest's extensions list says pronto implements, official first.
@@ -22,6 +26,8 @@ var extensions = []extension{
 	{name: "backpressure"},
 	{name: "progress"},
 	{name: "admin-api"},
+	{name: "fair-scheduling"},
+	{name: "multi-tenancy", needsRequireTenant: true},
 	{name: "x-pronto-relative-times"},
 	{name: "x-pronto-requeue"},
 	{name: "x-pronto-claim-token"},
@@ -35,6 +41,9 @@ func (s *Server) extensionNames() []string {
 	out := make([]string, 0, len(extensions))
 	for _, x := range extensions {
 		if x.needsSchemaStore && s.schemas.st == nil {
+			continue
+		}
+		if x.needsRequireTenant && !s.requireTenant {
 			continue
 		}
 		out = append(out, x.name)

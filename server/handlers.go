@@ -36,7 +36,7 @@ func (s *Server) enqueue(w http.ResponseWriter, r *http.Request) {
 	}
 	req, e := decodeJob(body, time.Now())
 	if e == nil {
-		e = applyTenant(r, req, "")
+		e = s.applyTenant(r, req, "")
 	}
 	if e == nil {
 		e = s.checkArgs(r.Context(), req, "")
@@ -77,7 +77,7 @@ func (s *Server) enqueueBatch(w http.ResponseWriter, r *http.Request) {
 	}
 	jobs := make([]pronto.OJSJob, len(reqs))
 	for i, req := range reqs {
-		if e := applyTenant(r, req, "jobs["+strconv.Itoa(i)+"]"); e != nil {
+		if e := s.applyTenant(r, req, "jobs["+strconv.Itoa(i)+"]"); e != nil {
 			s.writeError(w, r, e)
 			return
 		}
@@ -216,6 +216,9 @@ type fetchRequest struct {
 	count    int
 	workerID string
 	lease    time.Duration // 0: per job
+	pool     string        // "": none (poolapi.go)
+	// poolQueues are the round-robin pool's queues (nil otherwise), for poolServed.
+	poolQueues []string
 }
 
 func decodeFetch(body []byte) (*fetchRequest, *apiError) {
@@ -224,21 +227,27 @@ func decodeFetch(body []byte) (*fetchRequest, *apiError) {
 		return nil, e
 	}
 	req := &fetchRequest{count: 1}
+	if v, ok := m.get("pool"); ok && !isNull(v) {
+		if req.pool, e = wantString(v, "pool"); e != nil {
+			return nil, e
+		}
+	}
 	raw, ok := m.get("queues")
 	if !ok || isNull(raw) {
+		// A fetch naming a pool and no queues takes the pool's (applyPool).
 		if q, ok := m.get("queue"); ok { // a single queue, as some clients send
 			name, e := wantString(q, "queue")
 			if e != nil {
 				return nil, e
 			}
 			req.queues = []string{name}
-		} else {
+		} else if req.pool == "" {
 			return nil, invalid("queues", "queues is required: the queues to fetch from, in order")
 		}
 	} else if req.queues, e = wantStrings(raw, "queues"); e != nil {
 		return nil, e
 	}
-	if len(req.queues) == 0 {
+	if len(req.queues) == 0 && req.pool == "" {
 		return nil, invalid("queues", "queues is empty")
 	}
 	if len(req.queues) > 100 {
@@ -321,6 +330,15 @@ func (s *Server) fetch(w http.ResponseWriter, r *http.Request) {
 		claimLease = pronto.DefaultRemoteLease
 	}
 	ctx := r.Context()
+	if ok, e := s.applyPool(ctx, req); e != nil {
+		s.writeError(w, r, e)
+		return
+	} else if !ok {
+		// The pool is at its concurrency: nothing to fetch now.
+		s.touchWorker(ctx, req.workerID, req.queues)
+		writeRaw(w, http.StatusOK, []byte(`{"jobs":[]}`))
+		return
+	}
 	if d := s.touchWorker(ctx, req.workerID, req.queues); d != "" || s.maintenanceOn(ctx) {
 		// An operator quieted (or is terminating) this worker, or maintenance mode is on: no new
 		// jobs (ojs-admin-api.md 9.3, 12.1).
@@ -337,6 +355,7 @@ func (s *Server) fetch(w http.ResponseWriter, r *http.Request) {
 	if err == nil && len(jobs) < req.count {
 		jobs = s.fetchMore(ctx, req, claimLease, jobs)
 	}
+	s.poolServed(req, jobs)
 	now := time.Now()
 	// Jobs whose own lease differs from the one claimed with get it now, one statement per lease.
 	var groups map[time.Duration][]string

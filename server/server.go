@@ -67,6 +67,10 @@ type Config struct {
 	// WorkerStaleAfter is how long an OJS worker may go unheard before the admin API calls it stale
 	// and lets it be deregistered (default DefaultWorkerStaleAfter).
 	WorkerStaleAfter time.Duration
+	// RequireTenant enables multi-tenancy in the sense of ojs-multi-tenancy.md §5.1: every enqueued
+	// job must name its tenant (meta.tenant_id or X-OJS-Tenant), else 422; the manifest then lists the
+	// multi-tenancy extension.
+	RequireTenant bool
 }
 
 // Server is the OJS HTTP API as an http.Handler.
@@ -96,6 +100,10 @@ type Server struct {
 	history statsHistory
 	// workers throttles the worker record writes (workersapi.go).
 	workers workerTracker
+	// poolTurns rotates the round-robin pools' fetches (poolapi.go).
+	poolTurns poolTurns
+	// requireTenant is Config.RequireTenant (tenant.go).
+	requireTenant bool
 	// maintenance caches the maintenance mode for fetches (maintenance.go).
 	maintenance maintenanceCache
 
@@ -125,6 +133,7 @@ func New(cfg Config) (*Server, error) {
 		eventsDone: make(chan struct{}),
 		handlers:   cfg.Handlers,
 	}
+	s.requireTenant = cfg.RequireTenant
 	s.schemas = newSchemaRegistry(s.store)
 	if cfg.APIKey != "" {
 		s.apiKey = []byte(cfg.APIKey)
@@ -442,6 +451,9 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request, rest string) {
 		}
 	case "admin":
 		if len(seg) >= 2 && seg[1] == "tenants" && s.routeTenants(w, r, seg) { // tenantapi.go
+			return
+		}
+		if len(seg) >= 2 && seg[1] == "pools" && s.routePools(w, r, seg) { // poolapi.go
 			return
 		}
 		if s.routeAdmin(w, r, seg) {

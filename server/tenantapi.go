@@ -6,6 +6,7 @@ import (
 	"math"
 	"net/http"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/pronto-jobs/pronto"
@@ -17,12 +18,34 @@ import (
 //	GET    /ojs/v1/admin/tenants               every tenant with a weight, a limit or jobs, with its stats
 //	GET    /ojs/v1/admin/tenants/{id}          one tenant (also /{id}/stats)
 //	PUT    /ojs/v1/admin/tenants/{id}          its config: {"fairness_weight", "limits"}
-//	PUT    /ojs/v1/admin/tenants/{id}/limits   its limits alone: {"max_concurrency", "max_start_rate", "reason"}
+//	PUT    /ojs/v1/admin/tenants/{id}/limits   its limits alone: {"max_concurrency", "max_start_rate",
+//	                                           "max_queue_depth", "max_scheduled", "max_enqueue_rate", "reason"}
 //	DELETE /ojs/v1/admin/tenants/{id}          forgets its weight and limits (its jobs stay)
 //
-// A tenant's limits are enforced when jobs are fetched (its jobs wait while it is at a limit): the
-// spec's enqueue-time limits (max_enqueue_rate, max_queue_depth, max_scheduled) and priority_boost
-// are not implemented and are refused by name.
+// max_concurrency and max_start_rate hold when jobs are fetched (the tenant's jobs wait while it is at
+// one); max_queue_depth, max_scheduled and max_enqueue_rate hold at enqueue: an enqueue beyond one
+// answers 429 tenant_limit_exceeded with Retry-After (§8.2, MT-004). priority_boost is not
+// implemented and is refused by name.
+
+// CodeTenantLimitExceeded answers an enqueue refused by a tenant's enqueue limit (429).
+const CodeTenantLimitExceeded = "tenant_limit_exceeded"
+
+// tenantLimitExceeded maps a *pronto.TenantLimitError.
+func tenantLimitExceeded(err error) *apiError {
+	var tl *pronto.TenantLimitError
+	if !errors.As(err, &tl) {
+		e := errorf(http.StatusTooManyRequests, CodeTenantLimitExceeded, "%v", err)
+		e.retryable = true
+		e.headers = map[string]string{"Retry-After": "1"}
+		return e
+	}
+	e := errorf(http.StatusTooManyRequests, CodeTenantLimitExceeded, "tenant %q has exceeded %s (%d): %d counted, adding %d",
+		tl.Tenant, tl.Limit, tl.Maximum, tl.Current, tl.Adding)
+	e.retryable = true
+	e.details = map[string]any{"tenant_id": tl.Tenant, "limit": tl.Limit, "current": tl.Current, "maximum": tl.Maximum}
+	e.headers = map[string]string{"Retry-After": strconv.FormatInt(max(1, int64(math.Ceil(tl.RetryAfter.Seconds()))), 10)}
+	return e
+}
 
 // routeTenants dispatches a path below /ojs/v1/admin/tenants (seg[1] == "tenants"); false when no
 // route matches.
@@ -101,10 +124,25 @@ func tenantView(t *pronto.TenantInfo, now time.Time) map[string]any {
 			limits["max_start_rate"] = rate
 		}
 	}
+	if el := t.EnqueueLimits; el != nil {
+		var waiting int64
+		for _, st := range []pronto.State{pronto.StateAvailable, pronto.StateScheduled, pronto.StateRetryable, pronto.StatePending} {
+			waiting += t.Counts[st]
+		}
+		if el.MaxQueueDepth > 0 {
+			limits["max_queue_depth"] = map[string]any{"limit": el.MaxQueueDepth, "current": waiting}
+		}
+		if el.MaxScheduled > 0 {
+			limits["max_scheduled"] = map[string]any{"limit": el.MaxScheduled, "current": t.Counts[pronto.StateScheduled]}
+		}
+		if el.EnqueueRate > 0 {
+			limits["max_enqueue_rate"] = map[string]any{"limit": el.EnqueueRate, "period": isodur.Format(el.EnqueuePeriod)}
+		}
+	}
 	return map[string]any{
 		"tenant_id":       t.Tenant,
 		"fairness_weight": t.Weight,
-		"configured":      t.WeightSet || t.Limit != nil,
+		"configured":      t.WeightSet || t.Limit != nil || t.EnqueueLimits != nil,
 		"limits":          limits,
 		"jobs":            jobs,
 		"fairness":        map[string]any{"weight": t.Weight, "weight_configured": t.WeightSet},
@@ -152,16 +190,41 @@ func (s *Server) getTenant(w http.ResponseWriter, r *http.Request, id string) {
 	writeJSONValue(w, http.StatusOK, tenantView(t, time.Now()))
 }
 
-// tenantLimits is a decoded limits object: the limit to store, and whether it sets any bound.
+// tenantLimits is a decoded limits object: the fetch-time limit to store and whether it sets any
+// bound, and the enqueue-time limits (zero: none).
 type tenantLimits struct {
-	limit  pronto.RateLimit
-	bounds bool
+	limit   pronto.RateLimit
+	bounds  bool
+	enqueue pronto.TenantEnqueueLimits
 }
 
 // unsupportedTenantFields are the multi-tenancy §8.1 fields pronto does not implement.
-var unsupportedTenantFields = []string{"max_enqueue_rate", "max_queue_depth", "max_scheduled", "priority_boost"}
+var unsupportedTenantFields = []string{"priority_boost"}
 
-// decodeTenantLimits reads {"max_concurrency": n, "max_start_rate": {"limit", "period"}, "reason"}
+// decodeRate reads {"limit": n, "period": "PT1M"} at field f.
+func decodeRate(v json.RawMessage, f, what string) (int64, time.Duration, *apiError) {
+	var rm map[string]json.RawMessage
+	if err := json.Unmarshal(v, &rm); err != nil || rm == nil {
+		return 0, 0, invalid(f, "%s must be an object {\"limit\", \"period\"}", f)
+	}
+	lim, ok1 := rm["limit"]
+	per, ok2 := rm["period"]
+	if !ok1 || !ok2 || len(rm) != 2 {
+		return 0, 0, invalid(f, "%s must have exactly limit (%s per period) and period (an ISO 8601 duration)", f, what)
+	}
+	n, e := wantInt(lim, f+".limit", 1, math.MaxInt32)
+	if e != nil {
+		return 0, 0, e
+	}
+	d, e := wantDuration(per, f+".period")
+	if e != nil {
+		return 0, 0, e
+	}
+	return n, d, nil
+}
+
+// decodeTenantLimits reads {"max_concurrency": n, "max_start_rate": {"limit", "period"},
+// "max_queue_depth": n, "max_scheduled": n, "max_enqueue_rate": {"limit", "period"}, "reason"}
 // (field prefixes error fields).
 func decodeTenantLimits(raw json.RawMessage, field string) (*tenantLimits, *apiError) {
 	join := func(k string) string {
@@ -197,28 +260,35 @@ func decodeTenantLimits(raw json.RawMessage, field string) (*tenantLimits, *apiE
 			if isNull(v) {
 				continue
 			}
-			var rm map[string]json.RawMessage
-			if err := json.Unmarshal(v, &rm); err != nil || rm == nil {
-				return nil, invalid(f, "%s must be an object {\"limit\", \"period\"}", f)
-			}
-			lim, ok1 := rm["limit"]
-			per, ok2 := rm["period"]
-			if !ok1 || !ok2 || len(rm) != 2 {
-				return nil, invalid(f, "%s must have exactly limit (starts per period) and period (an ISO 8601 duration)", f)
-			}
-			n, e := wantInt(lim, f+".limit", 1, math.MaxInt32)
-			if e != nil {
-				return nil, e
-			}
-			d, e := wantDuration(per, f+".period")
+			n, d, e := decodeRate(v, f, "starts")
 			if e != nil {
 				return nil, e
 			}
 			out.limit.Rate, out.limit.Period, out.bounds = int(n), d, true
-		case slices.Contains(unsupportedTenantFields, k):
-			return nil, invalid(f, "%s is not supported: pronto limits a tenant when its jobs are fetched (max_concurrency, max_start_rate), not at enqueue", f)
+		case k == "max_enqueue_rate":
+			if isNull(v) {
+				continue
+			}
+			n, d, e := decodeRate(v, f, "enqueues")
+			if e != nil {
+				return nil, e
+			}
+			out.enqueue.EnqueueRate, out.enqueue.EnqueuePeriod = n, d
+		case k == "max_queue_depth", k == "max_scheduled":
+			if isNull(v) {
+				continue
+			}
+			n, e := wantInt(v, f, 0, math.MaxInt64)
+			if e != nil {
+				return nil, e
+			}
+			if k == "max_queue_depth" {
+				out.enqueue.MaxQueueDepth = n
+			} else {
+				out.enqueue.MaxScheduled = n
+			}
 		default:
-			return nil, invalid(f, "unknown field %s (limits take max_concurrency, max_start_rate and reason)", f)
+			return nil, invalid(f, "unknown field %s (limits take max_concurrency, max_start_rate, max_queue_depth, max_scheduled, max_enqueue_rate and reason)", f)
 		}
 	}
 	return out, nil
@@ -273,7 +343,7 @@ func decodeTenantConfig(body []byte, id string) (*tenantConfig, *apiError) {
 			}
 			out.limits = l
 		case slices.Contains(unsupportedTenantFields, k):
-			return nil, invalid(k, "%s is not supported: pronto limits a tenant when its jobs are fetched (limits.max_concurrency, limits.max_start_rate)", k)
+			return nil, invalid(k, "%s is not supported: a tenant's jobs keep their own priorities", k)
 		default:
 			return nil, invalid(k, "unknown field %s (a tenant's config takes tenant_id, fairness_weight and limits)", k)
 		}
@@ -320,6 +390,10 @@ func (s *Server) putTenant(w http.ResponseWriter, r *http.Request, id string, li
 			s.writeError(w, r, tenantError(err, id))
 			return
 		}
+		if err := s.client.TenantSetEnqueueLimits(ctx, id, cfg.limits.enqueue); err != nil {
+			s.writeError(w, r, tenantError(err, id))
+			return
+		}
 	}
 	t, err := s.client.TenantGet(ctx, id)
 	if errors.Is(err, pronto.ErrNotFound) {
@@ -348,6 +422,16 @@ func (s *Server) deleteTenant(w http.ResponseWriter, r *http.Request, id string)
 				return pronto.ErrNotFound
 			}
 			return s.client.TenantDeleteLimit(ctx, id)
+		},
+		func() error {
+			els, err := s.client.TenantEnqueueLimits(ctx)
+			if err != nil {
+				return err
+			}
+			if _, ok := els[id]; !ok {
+				return pronto.ErrNotFound
+			}
+			return s.client.TenantSetEnqueueLimits(ctx, id, pronto.TenantEnqueueLimits{})
 		},
 	} {
 		switch err := del(); {

@@ -52,6 +52,8 @@ func cmdServe(ctx context.Context, r *runner, args []string) error {
 	testMode := fs.Bool("test-mode", false, "enable POST /ojs/v1/_test/reset and test directives, for conformance runs only: never in production")
 	drain := fs.duration("shutdown-timeout", 10*time.Second, "how long a graceful stop waits for requests in flight")
 	metricsAddr := fs.String("metrics-addr", "", "serve /metrics (Prometheus) on this `HOST:PORT` instead of the API's address; the API key applies there too")
+	requireTenant := fs.Bool("require-tenant", false, "refuse (422) every job without a tenant (meta.tenant_id or X-OJS-Tenant): multi-tenancy enabled, as ojs-multi-tenancy.md §5.1 defines it; the manifest then lists multi-tenancy")
+	tenantLabels := fs.Bool("metrics-tenant-labels", false, "add per-tenant series (label tenant_id) to /metrics: one series per tenant and queue, so off by default")
 	pprofOn := fs.Bool("pprof", false, "serve Go's profiler at /debug/pprof/ (behind the API key): for diagnosis, not left on")
 	uiReadOnly := fs.Bool("ui-read-only", false, "serve the web dashboard at / without actions that change state")
 	stallAfter := fs.duration("progress-stall-timeout", 0, "emit progress.stalled for a running job that reported progress and then nothing for this long (0: off)")
@@ -97,7 +99,7 @@ func cmdServe(ctx context.Context, r *runner, args []string) error {
 		defer n.Close()
 		clientCfg.Notifier = n
 	}
-	obs := newServeObservability(clientCfg, *pprofOn, *metricsAddr != "")
+	obs := newServeObservability(clientCfg, *pprofOn, *metricsAddr != "", *tenantLabels)
 	client, err := pronto.NewClient(db.store, clientCfg)
 	if err != nil {
 		return errorf("serve: %v", err)
@@ -105,7 +107,7 @@ func cmdServe(ctx context.Context, r *runner, args []string) error {
 	defer obs.attach(client)()
 	srv, err := server.New(server.Config{
 		Client: client, APIKey: key, MaxBodyBytes: *maxBody, Backend: db.t.kind, TestMode: *testMode, Logger: logger,
-		Handlers: obs.handlers, WorkerStaleAfter: *staleAfter,
+		Handlers: obs.handlers, WorkerStaleAfter: *staleAfter, RequireTenant: *requireTenant,
 	})
 	if err != nil {
 		return errorf("serve: %v", err)

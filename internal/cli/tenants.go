@@ -19,6 +19,11 @@ type tenantJSON struct {
 	Rate      int              `json:"rate,omitempty"`
 	Period    string           `json:"period,omitempty"`
 	Counts    map[string]int64 `json:"counts"`
+	// Enqueue-time limits (pronto.TenantEnqueueLimits).
+	MaxQueueDepth int64  `json:"max_queue_depth,omitempty"`
+	MaxScheduled  int64  `json:"max_scheduled,omitempty"`
+	EnqueueRate   int64  `json:"enqueue_rate,omitempty"`
+	EnqueuePeriod string `json:"enqueue_period,omitempty"`
 }
 
 func tenantToJSON(t *pronto.TenantInfo) tenantJSON {
@@ -30,6 +35,12 @@ func tenantToJSON(t *pronto.TenantInfo) tenantJSON {
 		out.MaxActive, out.Rate = t.Limit.Limit.MaxActive, t.Limit.Limit.Rate
 		if t.Limit.Limit.Period > 0 {
 			out.Period = t.Limit.Limit.Period.String()
+		}
+	}
+	if el := t.EnqueueLimits; el != nil {
+		out.MaxQueueDepth, out.MaxScheduled, out.EnqueueRate = el.MaxQueueDepth, el.MaxScheduled, el.EnqueueRate
+		if el.EnqueuePeriod > 0 {
+			out.EnqueuePeriod = el.EnqueuePeriod.String()
 		}
 	}
 	return out
@@ -119,20 +130,34 @@ func cmdTenantsSet(ctx context.Context, r *runner, args []string) error {
 	fs := r.newFlagSet("pronto tenants set TENANT [flags]",
 		"Set a tenant's weight (its jobs per turn of a queue's rotation across tenants) and its limit (at\n"+
 			"most --max-active of its jobs running at once across queues, at most --rate started per\n"+
-			"--period): claims pass over a tenant at its limit and its jobs wait. Flags not given are left\n"+
-			"as they are; --no-limit removes the limit.").withDatabase()
+			"--period): claims pass over a tenant at its limit and its jobs wait. Its enqueue limits\n"+
+			"(--max-queue-depth, --max-scheduled, --enqueue-rate with --enqueue-period) refuse inserts beyond\n"+
+			"them; given, they replace the tenant's enqueue limits. Flags not given are left as they are;\n"+
+			"--no-limit removes the limit, --no-enqueue-limits the enqueue limits.").withDatabase()
 	weight := fs.Int("weight", 0, fmt.Sprintf("`N` jobs per turn, 1 to %d", pronto.MaxTenantWeight))
 	maxActive := fs.Int("max-active", 0, "at most `N` of the tenant's jobs running at once (0: no bound)")
 	rate := fs.Int("rate", 0, "at most `N` of the tenant's jobs started per --period (0: no bound)")
 	period := fs.duration("period", 0, "the rate's window, e.g. 1s or 1m")
 	noLimit := fs.Bool("no-limit", false, "remove the tenant's limit")
+	maxDepth := fs.Int64("max-queue-depth", 0, "refuse inserts beyond `N` waiting jobs of the tenant across queues (0: no bound)")
+	maxScheduled := fs.Int64("max-scheduled", 0, "refuse inserts beyond `N` scheduled jobs of the tenant (0: no bound)")
+	enqRate := fs.Int64("enqueue-rate", 0, "refuse inserts beyond `N` per --enqueue-period, counted by each client (0: no bound)")
+	enqPeriod := fs.duration("enqueue-period", 0, "the enqueue rate's window, e.g. 1m")
+	noEnqueue := fs.Bool("no-enqueue-limits", false, "remove the tenant's enqueue limits")
 	pos, err := fs.parse(args, 1, 1)
 	if err != nil {
 		return err
 	}
 	tenant := pos[0]
 	setLimit := *maxActive != 0 || *rate != 0 || *period != 0
+	setEnqueue := *maxDepth != 0 || *maxScheduled != 0 || *enqRate != 0 || *enqPeriod != 0
 	switch {
+	case *maxDepth < 0 || *maxScheduled < 0 || *enqRate < 0 || *enqPeriod < 0:
+		return usageErrorf("tenants set: --max-queue-depth, --max-scheduled, --enqueue-rate and --enqueue-period must not be negative")
+	case (*enqRate > 0) != (*enqPeriod > 0):
+		return usageErrorf("tenants set: --enqueue-rate and --enqueue-period go together: give both (for example --enqueue-rate 1000 --enqueue-period 1m) or neither")
+	case setEnqueue && *noEnqueue:
+		return usageErrorf("tenants set: --no-enqueue-limits and an enqueue limit contradict each other")
 	case !pronto.ValidTenant(tenant):
 		return usageErrorf("tenants set: invalid tenant %q: 1 to 255 printable ASCII characters without spaces", tenant)
 	case *weight != 0 && (*weight < 1 || *weight > pronto.MaxTenantWeight):
@@ -143,8 +168,8 @@ func cmdTenantsSet(ctx context.Context, r *runner, args []string) error {
 		return usageErrorf("tenants set: --rate and --period go together: give both (for example --rate 10 --period 1s) or neither")
 	case setLimit && *noLimit:
 		return usageErrorf("tenants set: --no-limit and a limit (--max-active, --rate) contradict each other")
-	case *weight == 0 && !setLimit && !*noLimit:
-		return usageErrorf("tenants set: nothing to set: give --weight, --max-active, --rate with --period, or --no-limit")
+	case *weight == 0 && !setLimit && !*noLimit && !setEnqueue && !*noEnqueue:
+		return usageErrorf("tenants set: nothing to set: give --weight, --max-active, --rate with --period, an enqueue limit, --no-limit or --no-enqueue-limits")
 	}
 	c, db, err := r.adminClient(ctx)
 	if err != nil {
@@ -175,6 +200,17 @@ func cmdTenantsSet(ctx context.Context, r *runner, args []string) error {
 			return fail(err)
 		}
 		did = append(did, "no limit")
+	}
+	if setEnqueue || *noEnqueue {
+		el := pronto.TenantEnqueueLimits{MaxQueueDepth: *maxDepth, MaxScheduled: *maxScheduled, EnqueueRate: *enqRate, EnqueuePeriod: *enqPeriod}
+		if err := c.TenantSetEnqueueLimits(ctx, tenant, el); err != nil {
+			return fail(err)
+		}
+		if setEnqueue {
+			did = append(did, "enqueue limits stored")
+		} else {
+			did = append(did, "no enqueue limits")
+		}
 	}
 	fmt.Fprintf(r.env.Stdout, "tenant %s: %s\n", tenant, strings.Join(did, ", "))
 	return nil

@@ -30,6 +30,22 @@ func TestTenants(t *testing.T) {
 		run(t, with(db, "tenants", "set", "acme", "--weight", "5000")...).fails(t, ExitUsage, "must be 1 to 1000")
 		run(t, with(db, "tenants", "set", "acme", "--rate", "5")...).fails(t, ExitUsage, "go together")
 		run(t, with(db, "tenants", "set", "acme", "--no-limit")...).ok(t)
+
+		// Enqueue limits: beyond them an enqueue fails, naming the limit.
+		if res := run(t, with(db, "tenants", "set", "acme", "--max-queue-depth", "1", "--enqueue-rate", "100", "--enqueue-period", "1m")...).ok(t); res.stdout != "tenant acme: enqueue limits stored\n" {
+			t.Fatalf("set output:\n%s", res)
+		}
+		run(t, with(db, "enqueue", "report.build", "--tenant", "acme")...).fails(t, 1, "max_queue_depth")
+		res = run(t, with(db, "tenants", "get", "acme", "--json")...).ok(t)
+		for _, want := range []string{`"max_queue_depth": 1`, `"enqueue_rate": 100`, `"enqueue_period": "1m0s"`} {
+			if !strings.Contains(res.stdout, want) {
+				t.Fatalf("get --json lacks %s:\n%s", want, res)
+			}
+		}
+		run(t, with(db, "tenants", "set", "acme", "--enqueue-rate", "5")...).fails(t, ExitUsage, "go together")
+		run(t, with(db, "tenants", "set", "acme", "--no-enqueue-limits", "--max-scheduled", "3")...).fails(t, ExitUsage, "contradict")
+		run(t, with(db, "tenants", "set", "acme", "--no-enqueue-limits")...).ok(t)
+		run(t, with(db, "enqueue", "report.build", "--tenant", "acme")...).ok(t)
 		run(t, with(db, "tenants", "delete", "acme")...).ok(t)
 		run(t, with(db, "tenants", "delete", "acme")...).fails(t, ExitNotFound, "no weight or limit")
 		run(t, with(db, "tenants", "get", "nobody")...).fails(t, ExitNotFound, "nobody")
