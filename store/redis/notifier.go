@@ -2,12 +2,10 @@ package redis
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	neturl "net/url"
 	"strings"
 	"sync"
-	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
@@ -97,30 +95,7 @@ func OpenNotifier(ctx context.Context, url string) (*Notifier, error) {
 
 func (n *Notifier) receive(ctx context.Context) {
 	defer close(n.done)
-	for {
-		msg, err := n.ps.Receive(ctx)
-		if err != nil {
-			if ctx.Err() != nil || errors.Is(err, goredis.ErrClosed) {
-				return
-			}
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(100 * time.Millisecond):
-			}
-			continue
-		}
-		switch m := msg.(type) {
-		case *goredis.Message:
-			if note, sender, ok := decodeNotification(m.Payload); ok && sender != n.sender {
-				n.hub.Publish(note)
-			}
-		case *goredis.Subscription:
-			if m.Kind == "ssubscribe" || m.Kind == "subscribe" {
-				n.hub.Publish(store.Notification{Kind: store.NotifyReconnect})
-			}
-		}
-	}
+	receiveNotifications(ctx, n.ps, n.sender, &n.hub)
 }
 
 // Subscribe registers fn for every notification other processes publish or signal, and this

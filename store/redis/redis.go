@@ -272,8 +272,15 @@ func (s *Store) startNotifier(ctx context.Context) error {
 // NotifyReconnect, since anything published meanwhile was missed.
 func (s *Store) receive(ctx context.Context) {
 	defer close(s.done)
+	receiveNotifications(ctx, s.ps, s.sender, &s.hub)
+}
+
+// receiveNotifications delivers a subscription's messages to hub until ctx ends or the
+// subscription is closed, leaving out the ones sender published itself. A resubscription's
+// confirmation is delivered as NotifyReconnect. Both the store and the stand-alone Notifier use it.
+func receiveNotifications(ctx context.Context, ps *goredis.PubSub, sender string, hub *notifyhub.Hub) {
 	for {
-		msg, err := s.ps.Receive(ctx)
+		msg, err := ps.Receive(ctx)
 		if err != nil {
 			if ctx.Err() != nil || errors.Is(err, goredis.ErrClosed) {
 				return
@@ -287,12 +294,12 @@ func (s *Store) receive(ctx context.Context) {
 		}
 		switch m := msg.(type) {
 		case *goredis.Message:
-			if n, sender, ok := decodeNotification(m.Payload); ok && sender != s.sender {
-				s.hub.Publish(n)
+			if n, from, ok := decodeNotification(m.Payload); ok && from != sender {
+				hub.Publish(n)
 			}
 		case *goredis.Subscription:
 			if m.Kind == "ssubscribe" || m.Kind == "subscribe" {
-				s.hub.Publish(store.Notification{Kind: store.NotifyReconnect})
+				hub.Publish(store.Notification{Kind: store.NotifyReconnect})
 			}
 		}
 	}
