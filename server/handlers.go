@@ -400,15 +400,20 @@ func (s *Server) fetch(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// fetchMoreBudget bounds how long fetchMore keeps trying for due jobs held by another transaction.
+const fetchMoreBudget = 150 * time.Millisecond
+
 // fetchMore covers a race of claims with maintenance: a claim skips rows another transaction holds
-// locked (PostgreSQL's SKIP LOCKED), and the leader's promotion of due jobs holds them for a moment.
-// When a fetch comes up short while one of its queues has jobs that are due, it claims again, a few
-// times, a few milliseconds apart.
+// locked (PostgreSQL's SKIP LOCKED), and the leader's promotion of due jobs holds them for a moment,
+// longer on a loaded machine. When a fetch comes up short while one of its queues has jobs that are
+// due, it claims again, with waits doubling from 5 ms, for at most fetchMoreBudget. (A fetch of a
+// paused or rate-limited queue with due jobs comes back empty after that budget, not at once.)
 func (s *Server) fetchMore(ctx context.Context, req *fetchRequest, lease time.Duration, jobs []*pronto.JobRow) []*pronto.JobRow {
 	if len(req.queues) > 4 {
 		return jobs
 	}
-	for try := 0; try < 3 && len(jobs) < req.count; try++ {
+	deadline := time.Now().Add(fetchMoreBudget)
+	for wait := 5 * time.Millisecond; len(jobs) < req.count && time.Now().Before(deadline); wait = min(2*wait, 50*time.Millisecond) {
 		due := false
 		now := time.Now()
 		for _, q := range req.queues {
@@ -423,7 +428,7 @@ func (s *Server) fetchMore(ctx context.Context, req *fetchRequest, lease time.Du
 		select {
 		case <-ctx.Done():
 			return jobs
-		case <-time.After(5 * time.Millisecond):
+		case <-time.After(wait):
 		}
 		more, err := s.client.RemoteFetch(ctx, pronto.RemoteFetchParams{
 			Queues: req.queues, Limit: req.count - len(jobs), WorkerID: req.workerID, Lease: lease,
