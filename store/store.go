@@ -53,6 +53,16 @@ func (s State) Terminal() bool {
 	return s == StateCompleted || s == StateCancelled || s == StateDiscarded
 }
 
+// Finishable reports whether a Completion may move an active job to s: completed, retryable,
+// scheduled (snooze), discarded, cancelled, or available (returned unfinished).
+func (s State) Finishable() bool {
+	switch s {
+	case StateCompleted, StateRetryable, StateScheduled, StateDiscarded, StateCancelled, StateAvailable:
+		return true
+	}
+	return false
+}
+
 // Sentinel errors that every backend returns (wrapped) so callers can branch with errors.Is.
 var (
 	// ErrNotFound: no job (or queue) with the given identifier exists.

@@ -832,15 +832,6 @@ func (s *Store) promoteQueue(q *queue, now time.Time, limit int, a *announcer) i
 }
 
 // validFinish lists the states a Completion may move a job to.
-func validFinish(st store.State) bool {
-	switch st {
-	case store.StateCompleted, store.StateRetryable, store.StateScheduled, store.StateDiscarded,
-		store.StateCancelled, store.StateAvailable:
-		return true
-	}
-	return false
-}
-
 // Finish applies completions to jobs still active in the same attempt and reports which it applied.
 // A completion to any other state than completed, retryable, scheduled, discarded, cancelled or
 // available fails the whole call before anything is applied.
@@ -849,7 +840,7 @@ func (s *Store) Finish(ctx context.Context, completions []store.Completion) ([]s
 		return nil, err
 	}
 	for _, c := range completions {
-		if !validFinish(c.State) {
+		if !c.State.Finishable() {
 			return nil, fmt.Errorf("memory: finish job %s: cannot move an active job to state %q", c.ID, c.State)
 		}
 	}

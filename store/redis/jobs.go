@@ -510,15 +510,6 @@ func (s *Store) queueOf(ctx context.Context, id string) (string, error) {
 
 func notFound(id string) error { return fmt.Errorf("redis: job %s: %w", id, store.ErrNotFound) }
 
-func validFinish(st store.State) bool {
-	switch st {
-	case store.StateCompleted, store.StateRetryable, store.StateScheduled, store.StateDiscarded,
-		store.StateCancelled, store.StateAvailable:
-		return true
-	}
-	return false
-}
-
 // Finish applies completions, one script call per queue and up to finishChunk completions each,
 // all pipelined, and announces the queues of the jobs it made claimable or scheduled.
 func (s *Store) Finish(ctx context.Context, completions []store.Completion) ([]store.FinishResult, error) {
@@ -526,7 +517,7 @@ func (s *Store) Finish(ctx context.Context, completions []store.Completion) ([]s
 		return nil, err
 	}
 	for _, c := range completions {
-		if !validFinish(c.State) {
+		if !c.State.Finishable() {
 			return nil, fmt.Errorf("redis: finish job %s: cannot move an active job to state %q", c.ID, c.State)
 		}
 	}
