@@ -243,6 +243,11 @@ type ClaimParams struct {
 	Limit int
 	// WorkerID is recorded on each claimed job; heartbeats and completions are checked against it.
 	WorkerID string
+	// WorkerIDs, when not empty, claims for several workers at once (concurrent remote fetches of
+	// one queue sharing one claim): the claim takes at most len(WorkerIDs) jobs, and the n jobs it
+	// returns carry the first n entries of WorkerIDs as their WorkerID, one entry each, in no
+	// particular pairing. Limit and WorkerID are then ignored.
+	WorkerIDs []string
 	// LeaseDuration is how long each claimed job is held without a heartbeat.
 	LeaseDuration time.Duration
 }

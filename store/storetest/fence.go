@@ -82,3 +82,91 @@ func testClaimTokensDistinctInBatch(t *testing.T, s store.Store) {
 	require.False(t, finish(t, s, store.Completion{ID: jobs[0].ID, Attempt: 1, Token: jobs[1].ClaimToken,
 		State: store.StateCompleted}))
 }
+
+// testClaimForWorkers: one claim made for several workers (ClaimParams.WorkerIDs) takes at most one
+// job per entry and records the first entries on the jobs it returns, one each, whatever path the
+// queue's claim takes (plain, kind-filtered, in turns across tenants); each worker then holds only
+// its own jobs.
+func testClaimForWorkers(t *testing.T, s store.Store) {
+	workers := []string{"wa", "wa", "wb", "wc", "wd", "we", "wf"}
+	for _, c := range []struct {
+		name    string
+		tenants bool
+		kinds   bool
+	}{{"plain", false, false}, {"kinds", false, true}, {"tenants", true, false}} {
+		queue := uniq("for-workers")
+		ps := make([]*store.InsertParams, 5)
+		for i := range ps {
+			ps[i] = job(queue)
+			if c.tenants {
+				ps[i].Tenant = []string{"t1", "t2"}[i%2]
+			}
+		}
+		insert(t, s, ps...)
+		p := store.ClaimParams{Queue: queue, WorkerIDs: workers, LeaseDuration: time.Hour,
+			Limit: 1, WorkerID: "ignored"}
+		if c.kinds {
+			p.Kinds = []string{ps[0].Kind}
+		}
+		jobs, err := s.Claim(ctx(t), p)
+		require.NoError(t, err, c.name)
+		require.Len(t, jobs, len(ps), "%s: every job is claimed, one per worker entry, Limit ignored", c.name)
+		checkWorkerEntries(t, s, jobs, workers, c.name)
+
+		// Each worker's heartbeat extends its own jobs only.
+		var ofB, ofA string
+		for _, j := range jobs {
+			switch j.WorkerID {
+			case "wb":
+				ofB = j.ID
+			case "wa":
+				ofA = j.ID
+			}
+		}
+		lost, err := s.Heartbeat(ctx(t), store.HeartbeatParams{WorkerID: "wb", IDs: []string{ofB, ofA}, LeaseDuration: time.Hour})
+		require.NoError(t, err)
+		require.Equal(t, []string{ofA}, lost, "%s: a worker cannot extend another worker's job of the same claim", c.name)
+	}
+
+	// A claim for more workers than jobs serves the first entries; an empty queue gives nothing.
+	queue := uniq("for-workers-short")
+	insert(t, s, job(queue), job(queue))
+	jobs, err := s.Claim(ctx(t), store.ClaimParams{Queue: queue, WorkerIDs: workers, LeaseDuration: time.Hour})
+	require.NoError(t, err)
+	require.Len(t, jobs, 2)
+	checkWorkerEntries(t, s, jobs, workers, "short")
+	jobs, err = s.Claim(ctx(t), store.ClaimParams{Queue: queue, WorkerIDs: workers, LeaseDuration: time.Hour})
+	require.NoError(t, err)
+	require.Empty(t, jobs)
+}
+
+// testRateLimitClaimForWorkers: the rate-limited claim path records one worker entry per job too.
+func testRateLimitClaimForWorkers(t *testing.T, s store.Store) {
+	queue := uniq("for-workers-limited")
+	ps := make([]*store.InsertParams, 4)
+	for i := range ps {
+		ps[i] = job(queue)
+		if i%2 == 0 {
+			ps[i].RateKey, ps[i].RateLimit = uniq("fw-key"), &store.RateLimit{MaxActive: 10}
+		}
+	}
+	insert(t, s, ps...)
+	workers := []string{"w1", "w2", "w3", "w4", "w5"}
+	jobs, err := s.Claim(ctx(t), store.ClaimParams{Queue: queue, WorkerIDs: workers, LeaseDuration: time.Hour})
+	require.NoError(t, err)
+	require.Len(t, jobs, len(ps))
+	checkWorkerEntries(t, s, jobs, workers, "limited")
+}
+
+// checkWorkerEntries requires jobs to carry the first len(jobs) entries of workers, one each, as
+// returned and as stored.
+func checkWorkerEntries(t *testing.T, s store.Store, jobs []*store.Job, workers []string, name string) {
+	t.Helper()
+	got := make([]string, len(jobs))
+	for i, j := range jobs {
+		got[i] = j.WorkerID
+		require.Equal(t, j.WorkerID, get(t, s, j.ID).WorkerID, "%s: the stored worker id is the returned one", name)
+		require.Equal(t, store.StateActive, j.State)
+	}
+	require.ElementsMatch(t, workers[:len(jobs)], got, "%s: the first entries, one per job", name)
+}

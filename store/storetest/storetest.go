@@ -137,6 +137,8 @@ var tests = []testCase{
 	{"FinishStaleAttemptNotApplied", single(testFinishStale)},
 	{"ClaimTokenFencesRuns", single(testClaimTokenFencesRuns)},
 	{"ClaimTokensDistinctInBatch", single(testClaimTokensDistinctInBatch)},
+	{"ClaimForWorkers", single(testClaimForWorkers)},
+	{"RateLimitClaimForWorkers", single(testRateLimitClaimForWorkers)},
 	{"FinishAfterCancelNotApplied", single(testFinishAfterCancel)},
 	{"FinishUnknownNotApplied", single(testFinishUnknown)},
 	{"FinishBatchInOrder", single(testFinishBatch)},
