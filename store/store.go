@@ -252,6 +252,58 @@ type ClaimParams struct {
 	LeaseDuration time.Duration
 }
 
+// SlotLimit is the most jobs the claim takes: len(WorkerIDs) when set, else Limit.
+func (p *ClaimParams) SlotLimit() int {
+	if len(p.WorkerIDs) > 0 {
+		return len(p.WorkerIDs)
+	}
+	return p.Limit
+}
+
+// WorkerFor is the worker id to record on the i-th job (from 0) a claim returns.
+func (p *ClaimParams) WorkerFor(i int) string {
+	if len(p.WorkerIDs) > 0 {
+		return p.WorkerIDs[i]
+	}
+	return p.WorkerID
+}
+
+// ReassignWorkers is for stores whose claim path records one worker id on every job it claims
+// (WorkerIDs[0] with WorkerIDs set): it gives the claimed jobs the first len(jobs) entries of
+// p.WorkerIDs, one each, keeping the entries jobs already carry, and returns the jobs whose WorkerID
+// it changed, which the store must then record. Without WorkerIDs it changes nothing.
+func ReassignWorkers(p *ClaimParams, jobs []*Job) (changed []*Job) {
+	if len(p.WorkerIDs) == 0 || len(jobs) == 0 {
+		return nil
+	}
+	entries := p.WorkerIDs[:min(len(jobs), len(p.WorkerIDs))]
+	need := make(map[string]int, len(entries))
+	for _, w := range entries {
+		need[w]++
+	}
+	var misfits []*Job
+	for _, j := range jobs {
+		if need[j.WorkerID] > 0 {
+			need[j.WorkerID]--
+		} else {
+			misfits = append(misfits, j)
+		}
+	}
+	next := 0
+	for _, j := range misfits {
+		for next < len(entries) && need[entries[next]] == 0 {
+			next++
+		}
+		if next == len(entries) {
+			break // more jobs than entries: a store bug the shared cases catch
+		}
+		j.WorkerID = entries[next]
+		need[entries[next]]--
+		changed = append(changed, j)
+	}
+	return changed
+}
+
 // Completion is the outcome of one attempt, applied by Store.Finish. It only takes effect while the
 // job is still active with the same Attempt (and claim Token, when given): a job rescued, cancelled
 // or re-claimed meanwhile is left as it is.
@@ -567,4 +619,24 @@ type PgxTxCompleter interface {
 // same file).
 type SQLTxCompleter interface {
 	CompleteSQLTx(ctx context.Context, tx *sql.Tx, c Completion) (applied bool, err error)
+}
+
+// releaseTimeout bounds ReleaseClaimed.
+const releaseTimeout = 5 * time.Second
+
+// ReleaseClaimed returns jobs a claim made active to available with their attempt refunded, for a
+// claim that failed, or whose caller left, after it took them: otherwise they would wait out their
+// lease. It is best effort: it runs even when ctx has ended, for at most a few seconds, and if it
+// fails the jobs come back when their leases expire.
+func ReleaseClaimed(ctx context.Context, s Store, jobs []*Job) {
+	if len(jobs) == 0 {
+		return
+	}
+	cs := make([]Completion, len(jobs))
+	for i, j := range jobs {
+		cs[i] = Completion{ID: j.ID, Attempt: j.Attempt, Token: j.ClaimToken, State: StateAvailable, RefundAttempt: true}
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+	defer cancel()
+	_, _ = s.Finish(ctx, cs)
 }

@@ -192,7 +192,7 @@ func (s *Store) claimFair(q *queue, p store.ClaimParams, sel *selector, now, lea
 			continue
 		}
 		idle = 0
-		out = append(out, s.activate(j, p.WorkerID, now, lease))
+		out = append(out, s.activate(j, p.WorkerFor(len(out)), now, lease))
 		if j.Tenant != "" && j.rk == nil {
 			if rk := s.tenantLimit(j.Tenant); rk != nil {
 				rk.started(now)

@@ -658,6 +658,7 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) ([]*store.Job, e
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	p.Limit = p.SlotLimit()
 	if p.Limit <= 0 {
 		return nil, nil
 	}
@@ -734,7 +735,7 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) ([]*store.Job, e
 			// Not claimable, ever: it stays available until DiscardExpired discards it.
 			continue
 		}
-		out = append(out, s.activate(j, p.WorkerID, now, lease))
+		out = append(out, s.activate(j, p.WorkerFor(len(out)), now, lease))
 	}
 	s.settle(now, &a)
 	s.mu.Unlock()

@@ -27,7 +27,40 @@ const defaultMaintenanceLimit = 1000
 // queue has claimable ones (an index probe that costs nothing when there are none). When it has,
 // the plain claim takes nothing and a second round trip runs claim_limited, which enforces the
 // stored limits while taking limited and unlimited jobs together in claim order.
+//
+// A claim for several workers (p.WorkerIDs) records their ids in the same statement on the plain
+// path; the other paths record the first entry on every job, then the others in a second statement.
 func (s *Store) Claim(ctx context.Context, p store.ClaimParams) ([]*store.Job, error) {
+	if len(p.WorkerIDs) == 0 {
+		return s.claim(ctx, p)
+	}
+	p.Limit, p.WorkerID = len(p.WorkerIDs), p.WorkerIDs[0]
+	jobs, err := s.claim(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.reassignWorkers(ctx, store.ReassignWorkers(&p, jobs)); err != nil {
+		store.ReleaseClaimed(ctx, s, jobs)
+		return nil, fmt.Errorf("claim jobs from queue %q: %w", p.Queue, err)
+	}
+	return jobs, nil
+}
+
+// reassignWorkers records the worker ids of claimed jobs, each still active under its claim token,
+// in one statement.
+func (s *Store) reassignWorkers(ctx context.Context, jobs []*store.Job) error {
+	if len(jobs) == 0 {
+		return nil
+	}
+	ids, workers, tokens := make([]string, len(jobs)), make([]string, len(jobs)), make([]string, len(jobs))
+	for i, j := range jobs {
+		ids[i], workers[i], tokens[i] = j.ID, j.WorkerID, j.ClaimToken
+	}
+	_, err := s.pool.Exec(ctx, s.q.reassignWorkers, ids, workers, tokens)
+	return err
+}
+
+func (s *Store) claim(ctx context.Context, p store.ClaimParams) ([]*store.Job, error) {
 	if p.Limit <= 0 {
 		return nil, nil
 	}
@@ -46,7 +79,9 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) ([]*store.Job, e
 	}
 	b := &pgx.Batch{}
 	b.Queue(s.q.claimPlan, p.Queue)
-	if len(p.Kinds) == 0 {
+	if len(p.Kinds) == 0 && len(p.WorkerIDs) > 0 {
+		b.Queue(s.q.claimFor, p.Queue, p.Limit, p.LeaseDuration.Microseconds(), p.WorkerID, p.WorkerIDs)
+	} else if len(p.Kinds) == 0 {
 		b.Queue(s.q.claim, p.Queue, p.Limit, p.LeaseDuration.Microseconds(), p.WorkerID)
 	} else {
 		b.Queue(s.q.claimKinds, p.Queue, p.Limit, p.LeaseDuration.Microseconds(), p.WorkerID, p.Kinds)

@@ -288,6 +288,17 @@ var (
 )
 SELECT ` + jobColsC + ` FROM claimed c JOIN locked l ON l.id = c.id ORDER BY l.ord`
 
+	// sqlClaimFor is sqlClaim for several workers: the jobs take the entries of $5 in turn (the
+	// first len(jobs) of them, one each; $4 is the first).
+	sqlClaimFor = claimHead + strings.Replace(claimTail, "worker_id = $4",
+		"worker_id = coalesce(($5::text[])[array_position(ARRAY(SELECT id FROM locked), j.id)], $4)", 1)
+
+	// sqlReassignWorkers sets the worker ids $2 of the claimed jobs $1, each while it is still
+	// active under its claim token (the same position of $3).
+	sqlReassignWorkers = `UPDATE {schema}.jobs j SET worker_id = u.worker
+FROM unnest($1::uuid[], $2::text[], $3::uuid[]) AS u(id, worker, token)
+WHERE j.id = u.id AND j.state = 'active' AND j.claim_token = u.token`
+
 	// sqlClaimKinds is sqlClaim restricted to the kinds in $5.
 	sqlClaimKinds = claimHead + `
 		AND kind = ANY($5)` + claimTail
@@ -746,7 +757,7 @@ const (
 
 // queries holds every statement with the schema and channel substituted.
 type queries struct {
-	claimFair, claimFairPlan string
+	claimFair, claimFairPlan, claimFor, reassignWorkers string
 
 	insertJob, insertArrays, notify, now, claimPlan, claim, claimKinds, finish, heartbeat, rescue, promote string
 	discardExpired, nextDue, cleanup, getJob, listJobs, listJobsDesc, cancelJob, retryJob                  string
@@ -768,34 +779,36 @@ type queries struct {
 // newQueries substitutes the quoted schema and the channel literal into every statement through r.
 func newQueries(r *strings.Replacer) *queries {
 	return &queries{
-		insertJob:      r.Replace(sqlInsertJob),
-		insertArrays:   r.Replace(sqlInsertArrays),
-		notify:         r.Replace(sqlNotify),
-		notifyMany:     r.Replace(sqlNotifyMany),
-		now:            sqlNow,
-		claimPlan:      r.Replace(sqlClaimPlan),
-		claim:          r.Replace(sqlClaim),
-		claimKinds:     r.Replace(sqlClaimKinds),
-		claimFair:      r.Replace(sqlClaimFair),
-		claimFairPlan:  r.Replace(sqlClaimFairPlan),
-		finish:         r.Replace(sqlFinish),
-		heartbeat:      r.Replace(sqlHeartbeat),
-		rescue:         r.Replace(sqlRescue),
-		promote:        r.Replace(sqlPromote),
-		discardExpired: r.Replace(sqlDiscardExpired),
-		nextDue:        r.Replace(sqlNextDue),
-		cleanup:        r.Replace(sqlCleanup),
-		getJob:         r.Replace(sqlGetJob),
-		listJobs:       r.Replace(sqlListJobs),
-		listJobsDesc:   r.Replace(sqlListJobsDesc),
-		cancelJob:      r.Replace(sqlCancelJob),
-		retryJob:       r.Replace(sqlRetryJob),
-		activateJob:    r.Replace(sqlActivateJob),
-		deleteJob:      r.Replace(sqlDeleteJob),
-		listQueues:     r.Replace(sqlListQueues),
-		setPaused:      r.Replace(sqlSetPaused),
-		elect:          r.Replace(sqlElect),
-		resign:         r.Replace(sqlResign),
+		insertJob:       r.Replace(sqlInsertJob),
+		insertArrays:    r.Replace(sqlInsertArrays),
+		notify:          r.Replace(sqlNotify),
+		notifyMany:      r.Replace(sqlNotifyMany),
+		now:             sqlNow,
+		claimPlan:       r.Replace(sqlClaimPlan),
+		claim:           r.Replace(sqlClaim),
+		claimKinds:      r.Replace(sqlClaimKinds),
+		claimFor:        r.Replace(sqlClaimFor),
+		reassignWorkers: r.Replace(sqlReassignWorkers),
+		claimFair:       r.Replace(sqlClaimFair),
+		claimFairPlan:   r.Replace(sqlClaimFairPlan),
+		finish:          r.Replace(sqlFinish),
+		heartbeat:       r.Replace(sqlHeartbeat),
+		rescue:          r.Replace(sqlRescue),
+		promote:         r.Replace(sqlPromote),
+		discardExpired:  r.Replace(sqlDiscardExpired),
+		nextDue:         r.Replace(sqlNextDue),
+		cleanup:         r.Replace(sqlCleanup),
+		getJob:          r.Replace(sqlGetJob),
+		listJobs:        r.Replace(sqlListJobs),
+		listJobsDesc:    r.Replace(sqlListJobsDesc),
+		cancelJob:       r.Replace(sqlCancelJob),
+		retryJob:        r.Replace(sqlRetryJob),
+		activateJob:     r.Replace(sqlActivateJob),
+		deleteJob:       r.Replace(sqlDeleteJob),
+		listQueues:      r.Replace(sqlListQueues),
+		setPaused:       r.Replace(sqlSetPaused),
+		elect:           r.Replace(sqlElect),
+		resign:          r.Replace(sqlResign),
 
 		insertUnique:         r.Replace(sqlInsertUnique),
 		uniqueHolder:         r.Replace(sqlUniqueHolder),

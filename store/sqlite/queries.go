@@ -127,6 +127,13 @@ var claimQueries = func() (qs [17]string) {
 }()
 
 // claimQuery returns claimSQL(nKinds), built once for up to 16 kinds.
+// reassignWorkersSQL sets the worker id of claimed jobs: ? is a JSON array of [id, worker id, claim
+// token] triples, and a job no longer active under its token is left alone.
+const reassignWorkersSQL = `UPDATE pronto_jobs SET worker_id = json_extract(x.value, '$[1]')
+	FROM json_each(?) AS x
+	WHERE pronto_jobs.id = json_extract(x.value, '$[0]') AND pronto_jobs.state = 'active'
+		AND pronto_jobs.claim_token = json_extract(x.value, '$[2]')`
+
 func claimQuery(nKinds int) string {
 	if nKinds < len(claimQueries) {
 		return claimQueries[nKinds]
