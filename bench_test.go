@@ -162,3 +162,53 @@ func BenchmarkInsertSequential(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkRemoteFetchParallel measures remote fetches of one job, each then acked, made by 100
+// goroutines at once through one client (an OJS server's load), per store, with concurrent fetches
+// of the queue sharing claims (the default) and with every fetch claiming alone (FetchBatchSize 1).
+func BenchmarkRemoteFetchParallel(b *testing.B) {
+	for _, kind := range []storeKind{kindSQLite, kindPostgres} {
+		for _, mode := range []struct {
+			name string
+			size int
+		}{{"shared", 0}, {"alone", 1}} {
+			b.Run(fmt.Sprintf("%s/%s", kind, mode.name), func(b *testing.B) {
+				ctx := context.Background()
+				ts := newTestStore(b, kind)
+				c, err := pronto.NewClient(ts.Store, &pronto.Config{FetchBatchSize: mode.size})
+				if err != nil {
+					b.Fatal(err)
+				}
+				for left := b.N + 100; left > 0; left -= 1000 {
+					batch := make([]pronto.InsertManyParams, min(left, 1000))
+					for i := range batch {
+						batch[i] = pronto.InsertManyParams{Args: noopArgs{N: i}}
+					}
+					if _, err := c.InsertMany(ctx, batch); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.SetParallelism(max(1, 100/runtime.GOMAXPROCS(0)))
+				var worker atomic.Int64
+				b.ResetTimer()
+				start := time.Now()
+				b.RunParallel(func(pb *testing.PB) {
+					w := fmt.Sprintf("w%d", worker.Add(1))
+					for pb.Next() {
+						jobs, err := c.RemoteFetch(ctx, pronto.RemoteFetchParams{Queues: []string{pronto.DefaultQueue},
+							WorkerID: w, Lease: time.Minute})
+						if err != nil || len(jobs) != 1 {
+							b.Errorf("fetch: %d jobs, %v", len(jobs), err)
+							return
+						}
+						if _, err := c.RemoteAck(ctx, pronto.RemoteAckParams{ID: jobs[0].ID, WorkerID: w, Job: jobs[0]}); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				})
+				b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "jobs/s")
+			})
+		}
+	}
+}

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/pronto-jobs/pronto/internal/completer"
+	"github.com/pronto-jobs/pronto/internal/fetchbatch"
+	"github.com/pronto-jobs/pronto/internal/finishbatch"
 	"github.com/pronto-jobs/pronto/internal/insertbatch"
 	"github.com/pronto-jobs/pronto/internal/jsoncheck"
 	"github.com/pronto-jobs/pronto/internal/maintenance"
@@ -38,6 +40,11 @@ type Client struct {
 	// inserts merges concurrent single-job inserts into batched store writes; nil when
 	// Config.InsertBatchSize is 1 or the store's inserts are in-process (store.LocalInserter).
 	inserts *insertbatch.Batcher
+	// fetches merges concurrent remote fetches of a queue into shared claims, and finishes
+	// concurrent remote outcomes into shared writes; nil when Config.FetchBatchSize is 1 or the
+	// store is in-process.
+	fetches  *fetchbatch.Batcher
+	finishes *finishbatch.Batcher
 
 	// bp is the client's view of queue bounds (backpressure.go).
 	bp backpressure
@@ -126,6 +133,11 @@ func NewClient(s store.Store, cfg *Config) (*Client, error) {
 	}
 	if local, ok := s.(store.LocalInserter); c.InsertBatchSize != 1 && !(ok && local.InsertsAreLocal()) {
 		cl.inserts = insertbatch.New(insertbatch.Config{Insert: s.Insert, MaxBatch: c.InsertBatchSize})
+	}
+	if local, ok := s.(store.LocalInserter); c.FetchBatchSize != 1 && !(ok && local.InsertsAreLocal()) {
+		cl.fetches = fetchbatch.New(fetchbatch.Config{Claim: s.Claim, MaxSlots: c.FetchBatchSize,
+			Release: func(ctx context.Context, jobs []*store.Job) { store.ReleaseClaimed(ctx, s, jobs) }})
+		cl.finishes = finishbatch.New(finishbatch.Config{Finish: s.Finish, MaxBatch: c.FetchBatchSize})
 	}
 	if c.Notifier != nil {
 		cl.startRelay()

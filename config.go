@@ -107,6 +107,14 @@ type Config struct {
 	// 1 writes every insert on its own, as does the memory store always (its inserts have no round
 	// trip to save).
 	InsertBatchSize int
+	// FetchBatchSize bounds how many jobs concurrent remote fetches of one queue (RemoteFetch, and
+	// so the HTTP API's fetch) share in one store claim, and how many concurrent remote outcomes
+	// (RemoteAck, RemoteNack) share one store write (DefaultFetchBatchSize). While claims of a
+	// queue are in flight, the fetches that arrive meanwhile share the next, each job recorded under
+	// the worker it goes to; a lone fetch claims at once. Likewise for outcomes, each caller told
+	// whether its own was applied. 1 claims and finishes every call on its own, as does the memory
+	// store always.
+	FetchBatchSize int
 
 	// InsertMiddleware wraps every insert, outermost first.
 	InsertMiddleware []InsertMiddleware
@@ -122,6 +130,7 @@ const (
 	DefaultPollInterval      = time.Second
 	DefaultMaxArgsBytes      = 1 << 20
 	DefaultInsertBatchSize   = 500
+	DefaultFetchBatchSize    = 1000
 	DefaultRescueInterval    = 500 * time.Millisecond
 	DefaultLeaderTTL         = 2 * time.Second
 )
@@ -174,6 +183,12 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.InsertBatchSize < 0 {
 		return c, fmt.Errorf("pronto: config: InsertBatchSize %d is negative", c.InsertBatchSize)
+	}
+	if c.FetchBatchSize < 0 {
+		return c, fmt.Errorf("pronto: config: FetchBatchSize %d is negative", c.FetchBatchSize)
+	}
+	if c.FetchBatchSize == 0 {
+		c.FetchBatchSize = DefaultFetchBatchSize
 	}
 	if c.InsertBatchSize == 0 {
 		c.InsertBatchSize = DefaultInsertBatchSize

@@ -40,7 +40,7 @@ type RemoteFetchParams struct {
 
 // RemoteFetch claims up to p.Limit claimable jobs of any kind from p.Queues, in queue order, and
 // returns them active with their attempt counted. Paused queues yield nothing. No job is returned to
-// two callers.
+// two callers. Concurrent fetches of a queue share store claims (Config.FetchBatchSize).
 func (c *Client) RemoteFetch(ctx context.Context, p RemoteFetchParams) ([]*JobRow, error) {
 	if len(p.Queues) == 0 {
 		return nil, invalidf("fetch: no queues named")
@@ -66,9 +66,15 @@ func (c *Client) RemoteFetch(ctx context.Context, p RemoteFetchParams) ([]*JobRo
 	}
 	var out []*JobRow
 	for _, q := range p.Queues {
-		jobs, err := c.store.Claim(ctx, store.ClaimParams{
-			Queue: q, Limit: limit - len(out), WorkerID: p.WorkerID, LeaseDuration: lease,
-		})
+		var jobs []*store.Job
+		var err error
+		if c.fetches != nil {
+			jobs, err = c.fetches.Claim(ctx, q, p.WorkerID, limit-len(out), lease)
+		} else {
+			jobs, err = c.store.Claim(ctx, store.ClaimParams{
+				Queue: q, Limit: limit - len(out), WorkerID: p.WorkerID, LeaseDuration: lease,
+			})
+		}
 		if err != nil {
 			return out, fmt.Errorf("pronto: fetch from queue %q: %w", q, err)
 		}
@@ -356,11 +362,19 @@ func lostALease(j *JobRow) bool {
 // finishOne writes one completion of a job read by activeJob, refusing it when the job moved on
 // meanwhile (finished, rescued or cancelled by someone else).
 func (c *Client) finishOne(ctx context.Context, j *JobRow, comp store.Completion, op string) error {
-	res, err := c.store.Finish(ctx, []store.Completion{comp})
+	var applied bool
+	var err error
+	if c.finishes != nil {
+		applied, err = c.finishes.Finish(ctx, comp)
+	} else {
+		var res []store.FinishResult
+		res, err = c.store.Finish(ctx, []store.Completion{comp})
+		applied = err == nil && len(res) == 1 && res[0].Applied
+	}
 	if err != nil {
 		return fmt.Errorf("pronto: %s job %s: %w", op, j.ID, err)
 	}
-	if len(res) == 1 && res[0].Applied {
+	if applied {
 		return nil
 	}
 	from := store.StateActive
