@@ -3,10 +3,12 @@ package server
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -50,6 +52,77 @@ func BenchmarkHTTPEnqueueConcurrent(b *testing.B) {
 			})
 		}
 	}
+}
+
+// BenchmarkHTTPFetchAckConcurrent measures fetch-then-ack round trips (POST /ojs/v1/workers/fetch of
+// one job, then POST /ojs/v1/workers/ack with its claim token) made over real HTTP on the loopback
+// by 100 concurrent workers, per store, with concurrent fetches sharing claims and acks sharing
+// writes (the default) and with each on its own (FetchBatchSize 1).
+func BenchmarkHTTPFetchAckConcurrent(b *testing.B) {
+	for _, kind := range []string{"sqlite", "postgres"} {
+		for _, mode := range []struct {
+			name string
+			size int
+		}{{"shared", 0}, {"alone", 1}} {
+			b.Run(kind+"/"+mode.name, func(b *testing.B) {
+				client, err := pronto.NewClient(openStore(b, kind), &pronto.Config{FetchBatchSize: mode.size})
+				if err != nil {
+					b.Fatal(err)
+				}
+				for left := b.N + 200; left > 0; left -= 1000 {
+					batch := make([]pronto.OJSJob, min(left, 1000))
+					for i := range batch {
+						batch[i] = pronto.OJSJob{Kind: "bench.fetch", Args: json.RawMessage(`[1]`)}
+					}
+					if _, err := client.InsertOJS(context.Background(), batch); err != nil {
+						b.Fatal(err)
+					}
+				}
+				s, _ := newTestServer(b, Config{Client: client})
+				srv := httptest.NewServer(s)
+				b.Cleanup(srv.Close)
+				hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 200}}
+				b.Cleanup(hc.CloseIdleConnections)
+				var workers atomic.Int64
+				benchHTTP(b, 100, func() error {
+					worker := fmt.Sprintf("w%d", workers.Add(1))
+					var fetched struct {
+						Jobs []struct {
+							ID         string `json:"id"`
+							ClaimToken string `json:"claim_token"`
+						} `json:"jobs"`
+					}
+					if err := postJSON(hc, srv.URL+"/ojs/v1/workers/fetch",
+						fmt.Sprintf(`{"queues":["default"],"worker_id":%q}`, worker), &fetched); err != nil {
+						return err
+					}
+					if len(fetched.Jobs) != 1 {
+						return fmt.Errorf("fetch: %d jobs", len(fetched.Jobs))
+					}
+					return postJSON(hc, srv.URL+"/ojs/v1/workers/ack", fmt.Sprintf(`{"job_id":%q,"worker_id":%q,"claim_token":%q}`,
+						fetched.Jobs[0].ID, worker, fetched.Jobs[0].ClaimToken), nil)
+				})
+			})
+		}
+	}
+}
+
+// postJSON posts body to url, requires 200 and decodes the answer into out (unless nil).
+func postJSON(hc *http.Client, url, body string, out any) error {
+	resp, err := hc.Post(url, "application/json", strings.NewReader(body))
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		msg, _ := io.ReadAll(resp.Body)
+		return fmt.Errorf("%s: status %d: %s", url, resp.StatusCode, msg)
+	}
+	if out == nil {
+		_, _ = io.Copy(io.Discard, resp.Body)
+		return nil
+	}
+	return json.NewDecoder(resp.Body).Decode(out)
 }
 
 // benchHTTP runs b.N calls of op from clients goroutines and reports ops/s.
