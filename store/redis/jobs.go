@@ -400,10 +400,14 @@ func toAny(ss []string) []any {
 }
 
 // Claim moves up to p.Limit claimable jobs of p.Queue to active in one script call and returns
-// them in claim order, each with a fresh random claim token.
+// them in claim order, each with a fresh random claim token. With p.WorkerIDs it claims up to one
+// job per entry, the n-th job for the n-th entry.
 func (s *Store) Claim(ctx context.Context, p store.ClaimParams) ([]*store.Job, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
+	}
+	if len(p.WorkerIDs) > 0 {
+		p.Limit, p.WorkerID = len(p.WorkerIDs), ""
 	}
 	if p.Limit <= 0 {
 		return nil, nil
@@ -413,7 +417,7 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) ([]*store.Job, e
 		// A kind named twice would make its jobs candidates twice.
 		kinds = slices.Compact(slices.Sorted(slices.Values(kinds)))
 	}
-	args := make([]any, 0, 5+len(kinds)+p.Limit)
+	args := make([]any, 0, 5+len(kinds)+p.Limit+len(p.WorkerIDs))
 	args = append(args, p.Limit, p.WorkerID, p.LeaseDuration.Microseconds(), len(kinds))
 	for _, k := range kinds {
 		args = append(args, k)
@@ -422,6 +426,9 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) ([]*store.Job, e
 		args = append(args, t)
 	}
 	args = append(args, boolFlag(!s.cluster())) // tenant weights and limits: a single node only
+	for _, w := range p.WorkerIDs {
+		args = append(args, w)
+	}
 	res, err := scriptClaim.Run(ctx, s.rdb, s.keys(p.Queue), args...).Slice()
 	if err != nil {
 		return nil, fmt.Errorf("redis: claim from %s: %w", p.Queue, err)

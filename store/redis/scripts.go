@@ -469,7 +469,9 @@ return {'ok', t, dups, changed, cancels}
 `)
 
 // scriptClaim moves up to ARGV[1] claimable jobs to active and returns them (HGETALL arrays).
-// ARGV: limit, worker, lease (µs), nkinds, kinds..., then limit claim tokens. Due scheduled and
+// ARGV: limit, worker, lease (µs), nkinds, kinds..., then limit claim tokens, the global flag, and
+// optionally limit worker ids: the n-th job claimed takes the n-th token and, when they are given,
+// the n-th worker id instead of worker (ClaimParams.WorkerIDs). Due scheduled and
 // retryable jobs become available first, so the claim weighs them by priority like the others.
 // Available jobs sit in one sorted set per kind and rate key (a source); the claim merges the heads
 // of the sources in claim order. A job whose rate key is exhausted is dropped or rescheduled as its
@@ -484,6 +486,8 @@ local nk = tonumber(ARGV[4])
 -- global: the store may touch keys outside the queue's slot (a single node), for tenant weights and
 -- limits.
 local global = ARGV[5 + nk + limit] == '1'
+-- perworker: the claim is for several workers, one worker id per slot after the flag.
+local perworker = #ARGV > 5 + nk + limit
 -- At most 1000 per claim, earliest due first, so one call stays short whatever the
 -- backlog; Promote (the maintenance pass) moves the rest.
 for _, id in ipairs(redis.call('ZRANGEBYSCORE', B .. 'sched', '-inf', s(t), 'LIMIT', 0, 1000)) do
@@ -504,8 +508,10 @@ local out = {}
 -- activate makes available job id active under this claim (rate key rk, '' for none).
 local function activate(id, rk)
   local k = jk(id)
+  local w = worker
+  if perworker then w = ARGV[tok + limit + 1] end
   unplace(id)
-  redis.call('HSET', k, 'state', 'active', 'started', s(t), 'lease', s(t + leasefor), 'worker', worker,
+  redis.call('HSET', k, 'state', 'active', 'started', s(t), 'lease', s(t + leasefor), 'worker', w,
     'token', ARGV[tok])
   redis.call('HINCRBY', k, 'attempt', 1)
   tok = tok + 1

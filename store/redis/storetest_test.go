@@ -1,7 +1,9 @@
 package redis
 
 import (
+	"cmp"
 	"context"
+	"os"
 	"testing"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -11,8 +13,9 @@ import (
 	"github.com/pronto-jobs/pronto/store/storetest"
 )
 
-// testAddr is the Redis the tests use.
-const testAddr = "127.0.0.1:6379"
+// testAddr is the Redis the tests use: PRONTO_TEST_REDIS_ADDR, else the machine's default Redis
+// (a private server keeps per-command statistics of a benchmark free of other clients).
+var testAddr = cmp.Or(os.Getenv("PRONTO_TEST_REDIS_ADDR"), "127.0.0.1:6379")
 
 // testClient returns a client of the test Redis, failing the test with how to start one when it
 // cannot be reached.
