@@ -45,6 +45,8 @@ type Client struct {
 	// store is in-process.
 	fetches  *fetchbatch.Batcher
 	finishes *finishbatch.Batcher
+	// progressChecks emits EventProgressCompleted for remotely acked runs (progresscheck.go).
+	progressChecks progressChecks
 
 	// bp is the client's view of queue bounds (backpressure.go).
 	bp backpressure

@@ -157,11 +157,9 @@ func (c *Client) RemoteAck(ctx context.Context, p RemoteAckParams) (*JobRow, err
 	out.LeaseExpiresAt, out.WorkerID = time.Time{}, ""
 	c.events.emit(&Event{Kind: EventCompleted, Job: &out, Duration: attemptDuration(j, now), At: now})
 	if c.events.wants(EventProgressCompleted) {
-		// The worker may have reported through another server: the store knows whether this run did.
-		if pr, err := c.store.GetProgress(ctx, j.ID); err == nil && pr != nil && (pr.Value != nil || pr.Data != nil) &&
-			pr.RunStartedAt.Equal(j.StartedAt) {
-			c.emitProgressCompleted(&out, pr.Data, attemptDuration(j, now), now)
-		}
+		// The worker may have reported through another server: the store knows whether this run did,
+		// and is asked after the ack has answered (progresscheck.go).
+		c.checkProgressCompleted(&out, attemptDuration(j, now), now)
 	}
 	return &out, nil
 }

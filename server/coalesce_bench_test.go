@@ -85,7 +85,8 @@ func BenchmarkHTTPFetchAckConcurrent(b *testing.B) {
 				b.Cleanup(hc.CloseIdleConnections)
 				var workers atomic.Int64
 				benchHTTP(b, 100, func() error {
-					worker := fmt.Sprintf("w%d", workers.Add(1))
+					// 100 workers, as the clients: each worker's id is recorded once, not per fetch.
+					worker := fmt.Sprintf("w%d", workers.Add(1)%100)
 					var fetched struct {
 						Jobs []struct {
 							ID         string `json:"id"`

@@ -23,25 +23,36 @@ func TestProgressCompletedEvent(t *testing.T) {
 			without := enqueueJob(t, s, `{"type":"a.b","args":[],"options":{"queue":"pc"}}`)
 			mustCall(t, s, 200, "POST", "/ojs/v1/workers/fetch", map[string]any{"queues": []string{"pc"}, "worker_id": "w1"})
 			mustCall(t, s, 200, "POST", "/ojs/v1/workers/ack", `{"job_id":"`+without+`","worker_id":"w1"}`)
+			// A third job with progress, acked last: the checks run in ack order, so once its event is
+			// logged, the check of the job without progress has been made too.
+			last := enqueueJob(t, s, `{"type":"a.b","args":[],"options":{"queue":"pc"}}`)
+			mustCall(t, s, 200, "POST", "/ojs/v1/workers/fetch", map[string]any{"queues": []string{"pc"}, "worker_id": "w1"})
+			mustCall(t, s, 204, "PUT", "/ojs/v1/jobs/"+last+"/progress", `{"progress":0.9}`)
+			mustCall(t, s, 200, "POST", "/ojs/v1/workers/ack", `{"job_id":"`+last+`","worker_id":"w1"}`)
 
 			deadline := time.Now().Add(20 * time.Second)
+			var r *response
 			for {
-				// Both acks' job.completed are logged: the events of the first ack are too.
+				// Every ack's job.completed is logged, and the last job's progress.completed.
 				done := mustCall(t, s, 200, "GET", "/ojs/v1/events?type=job.completed", nil)
-				if strings.Contains(string(done.raw), without) && strings.Contains(string(done.raw), withProgress) {
+				r = mustCall(t, s, 200, "GET", "/ojs/v1/events?type=progress.completed", nil)
+				if strings.Contains(string(done.raw), without) && strings.Contains(string(done.raw), withProgress) &&
+					strings.Contains(string(r.raw), last) {
 					break
 				}
 				if time.Now().After(deadline) {
-					t.Fatalf("job.completed events missing: %s", done.raw)
+					t.Fatalf("events missing: %s\n%s", done.raw, r.raw)
 				}
 				time.Sleep(10 * time.Millisecond)
 			}
-			r := mustCall(t, s, 200, "GET", "/ojs/v1/events?type=progress.completed", nil)
 			evs, _ := r.body["events"].([]any)
-			if len(evs) != 1 {
-				t.Fatalf("want one progress.completed event, got %s", r.raw)
+			if len(evs) != 2 || strings.Contains(string(r.raw), without) {
+				t.Fatalf("want progress.completed for the two jobs with progress only, got %s", r.raw)
 			}
 			ev := evs[0].(map[string]any)
+			if ev["data"].(map[string]any)["job_id"] != withProgress {
+				ev = evs[1].(map[string]any)
+			}
 			data, _ := ev["data"].(map[string]any)
 			if data["job_id"] != withProgress || data["progress"] != 1.0 {
 				t.Fatalf("progress.completed event: %s", r.raw)

@@ -51,3 +51,11 @@ type ProgressStore interface {
 	// exist. Progress goes when its job is deleted.
 	GetProgress(ctx context.Context, id string) (*Progress, error)
 }
+
+// ProgressBatchReader is implemented by stores that read the progress of many jobs in one round
+// trip. The client uses it, when it can, to learn which remotely acked jobs reported progress.
+type ProgressBatchReader interface {
+	// GetProgressBatch returns the progress of each of ids that has any, keyed by id, as
+	// GetProgress would return it.
+	GetProgressBatch(ctx context.Context, ids []string) (map[string]*Progress, error)
+}

@@ -31,6 +31,45 @@ const setProgressSQL = `INSERT INTO {schema}.progress AS p (job_id, run_started_
 
 const getProgressSQL = `SELECT run_started_at, value, data, updated_at, checkpoint FROM {schema}.progress WHERE job_id = $1`
 
+// getProgressBatchSQL reads the progress of the jobs $1.
+const getProgressBatchSQL = `SELECT job_id, run_started_at, value, data, updated_at, checkpoint FROM {schema}.progress
+WHERE job_id = ANY($1::uuid[])`
+
+// GetProgressBatch returns the progress of each of ids that has any, in one statement
+// (store.ProgressBatchReader).
+func (s *Store) GetProgressBatch(ctx context.Context, ids []string) (map[string]*store.Progress, error) {
+	us := make([]pgtype.UUID, 0, len(ids))
+	for _, id := range ids {
+		if u, ok := parseUUID(id); ok {
+			us = append(us, u)
+		}
+	}
+	out := map[string]*store.Progress{}
+	if len(us) == 0 {
+		return out, nil
+	}
+	rows, err := s.pool.Query(ctx, s.expand.Replace(getProgressBatchSQL), us)
+	if err != nil {
+		return nil, fmt.Errorf("get progress of %d jobs: %w", len(us), err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id pgtype.UUID
+		var runStarted, updated pgtype.Timestamptz
+		var value *float64
+		var data, checkpoint []byte
+		if err := rows.Scan(&id, &runStarted, &value, &data, &updated, &checkpoint); err != nil {
+			return nil, fmt.Errorf("get progress of %d jobs: %w", len(us), err)
+		}
+		out[formatUUID(id.Bytes)] = &store.Progress{RunStartedAt: timeOf(runStarted), UpdatedAt: timeOf(updated),
+			Value: value, Data: data, Checkpoint: checkpoint}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("get progress of %d jobs: %w", len(us), err)
+	}
+	return out, nil
+}
+
 // SetProgress records progress for the job's current run when it is active.
 func (s *Store) SetProgress(ctx context.Context, p store.ProgressParams) (bool, error) {
 	id, ok := parseUUID(p.ID)
