@@ -2,10 +2,8 @@ package server
 
 import (
 	"cmp"
-	"fmt"
+	"maps"
 	"slices"
-	"sort"
-	"strings"
 	"sync"
 	"time"
 
@@ -31,12 +29,12 @@ type sched struct {
 
 // poolState is one pool's state on this server.
 type poolState struct {
-	sig    string           // the config the state was built for; a change starts it afresh
-	next   int              // round-robin: the index of the queue whose turn is next
-	credit map[string]int   // weighted: each queue's current credit (smooth weighted round-robin)
-	total  int64            // dispatches through the pool since the server started
-	counts map[string]int64 // the same per queue
-	recent *recentCounts    // starvation prevention: dispatches per queue over the rotation interval
+	cfg    *pronto.WorkerPool // the config the state was built for; a change starts it afresh
+	next   int                // round-robin: the index of the queue whose turn is next
+	credit map[string]int     // weighted: each queue's current credit (smooth weighted round-robin)
+	total  int64              // dispatches through the pool since the server started
+	counts map[string]int64   // the same per queue
+	recent *recentCounts      // starvation prevention: dispatches per queue over the rotation interval
 }
 
 // queueDispatch counts a queue's dispatches through this server: since it started, and per second
@@ -48,18 +46,19 @@ type queueDispatch struct {
 	}
 }
 
-// poolSig identifies what a pool's state depends on: strategy, queues, weights and the starvation
-// window.
-func poolSig(p *pronto.WorkerPool) string {
-	var b strings.Builder
-	b.WriteString(p.Strategy)
-	for _, q := range p.Queues {
-		fmt.Fprintf(&b, "|%s:%d", q, p.Weight(q))
-	}
+// sameConfig reports whether st was built for pool p's current config: strategy, queues, weights
+// and starvation window (compared without allocating: this runs on every fetch through a pool).
+func (st *poolState) sameConfig(p *pronto.WorkerPool) bool {
+	return st.cfg.Strategy == p.Strategy && slices.Equal(st.cfg.Queues, p.Queues) && maps.Equal(st.cfg.Weights, p.Weights) &&
+		recentWindow(st.cfg) == recentWindow(p)
+}
+
+// recentWindow is p's starvation window, 0 when starvation prevention is off.
+func recentWindow(p *pronto.WorkerPool) time.Duration {
 	if sp := p.StarvationPrevention; sp != nil && sp.Enabled {
-		fmt.Fprintf(&b, "|sp:%d", sp.RotationInterval)
+		return sp.RotationInterval
 	}
-	return b.String()
+	return 0
 }
 
 // state returns pool p's state, started afresh when p's config changed. Under s.mu.
@@ -67,16 +66,15 @@ func (s *sched) state(p *pronto.WorkerPool) *poolState {
 	if s.pools == nil {
 		s.pools = map[string]*poolState{}
 	}
-	sig := poolSig(p)
 	st := s.pools[p.Name]
-	if st == nil || st.sig != sig {
-		st = &poolState{sig: sig, credit: map[string]int{}, counts: map[string]int64{}}
+	if st == nil || !st.sameConfig(p) {
+		st = &poolState{cfg: p, credit: map[string]int{}, counts: map[string]int64{}}
 		if st0 := s.pools[p.Name]; st0 != nil {
 			// Counts since start outlive a config change; turns and credits do not.
 			st.total, st.counts = st0.total, st0.counts
 		}
-		if sp := p.StarvationPrevention; sp != nil && sp.Enabled {
-			st.recent = newRecentCounts(sp.RotationInterval)
+		if d := recentWindow(p); d > 0 {
+			st.recent = newRecentCounts(d)
 		}
 		s.pools[p.Name] = st
 	}
@@ -121,13 +119,12 @@ func (s *sched) order(p *pronto.WorkerPool, queues []string, available map[strin
 	}
 	ratio := p.StarvationPrevention.MinDispatchRatio
 	share := func(q string) float64 { return float64(counts[q]) / float64(total) }
-	starved := func(q string) bool { return share(q) < ratio }
-	sort.SliceStable(queues, func(i, j int) bool {
-		si, sj := starved(queues[i]), starved(queues[j])
-		if si != sj {
-			return si
+	slices.SortStableFunc(queues, func(a, b string) int {
+		sa, sb := share(a), share(b)
+		if sa >= ratio && sb >= ratio {
+			return 0 // neither starved: the strategy's order
 		}
-		return si && share(queues[i]) < share(queues[j])
+		return cmp.Compare(sa, sb) // the starved before the others, the most starved first
 	})
 }
 
@@ -253,6 +250,7 @@ type recentCounts struct {
 		idx    int64
 		counts map[string]int64
 	}
+	sums map[string]int64 // sum's result, reused
 }
 
 func newRecentCounts(window time.Duration) *recentCounts {
@@ -262,15 +260,25 @@ func newRecentCounts(window time.Duration) *recentCounts {
 func (r *recentCounts) add(now time.Time, queue string) {
 	idx := now.UnixNano() / int64(r.width)
 	b := &r.buckets[idx%recentBuckets]
-	if b.idx != idx || b.counts == nil {
-		b.idx, b.counts = idx, map[string]int64{}
+	if b.counts == nil {
+		b.counts = map[string]int64{}
+	}
+	if b.idx != idx {
+		b.idx = idx
+		clear(b.counts)
 	}
 	b.counts[queue]++
 }
 
+// sum returns the counts per queue over the window and their total; the map is valid until the
+// next call.
 func (r *recentCounts) sum(now time.Time) (map[string]int64, int64) {
 	idx := now.UnixNano() / int64(r.width)
-	out := map[string]int64{}
+	if r.sums == nil {
+		r.sums = map[string]int64{}
+	}
+	out := r.sums
+	clear(out)
 	var total int64
 	for _, b := range r.buckets {
 		if b.counts != nil && b.idx > idx-recentBuckets && b.idx <= idx {

@@ -44,3 +44,30 @@ func TestSchedStarvationWindow(t *testing.T) {
 		t.Fatalf("counts %d %v", total, counts)
 	}
 }
+
+// BenchmarkSchedServed: what every fetch now adds for the scheduling statistics (a fetch of one job
+// naming no pool), and a one-job fetch through a weighted pool with starvation prevention (order
+// and served).
+func BenchmarkSchedServed(b *testing.B) {
+	jobs := []*pronto.JobRow{{Queue: "default"}}
+	b.Run("no-pool", func(b *testing.B) {
+		var s sched
+		now := time.Now()
+		for b.Loop() {
+			s.served(nil, nil, jobs, now)
+		}
+	})
+	b.Run("weighted-starvation", func(b *testing.B) {
+		p := &pronto.WorkerPool{Name: "p", Queues: []string{"default", "low"}, Strategy: pronto.PoolStrategyWeighted,
+			Weights:              map[string]int{"default": 3},
+			StarvationPrevention: &pronto.StarvationPrevention{Enabled: true, RotationInterval: time.Minute, MinDispatchRatio: 0.05}}
+		var s sched
+		now := time.Now()
+		qs := make([]string, 2)
+		for b.Loop() {
+			copy(qs, p.Queues)
+			s.order(p, qs, nil, now)
+			s.served(p, qs, jobs, now)
+		}
+	})
+}
