@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/pronto-jobs/pronto/store"
 )
@@ -16,10 +18,12 @@ import (
 // most the pool's free capacity: Concurrency minus the jobs active in the pool's queues. Pools are
 // stored in the store's settings (one setting, workerPoolsKey), so every server sees them.
 //
-// Strategies (§7): PoolStrategyRoundRobin (the default) and PoolStrategyStrict. What a pool does not
-// do (see docs/fair-scheduling.md): the weighted and least-loaded strategies are not implemented; a
-// pool's queues stay open to workers outside it (no pool isolation); and its active jobs are those of
-// its queues, whoever fetched them.
+// Strategies (§7): PoolStrategyRoundRobin (the default), PoolStrategyStrict, PoolStrategyWeighted
+// and PoolStrategyLeastLoaded, with optional starvation prevention (§8). The strategies order the
+// queues of each fetch through a pool; their state (turns, weights' credits, recent dispatches) is
+// kept by each server (pronto serve) for the fetches it answers, not across the cluster. What a pool
+// does not do (see docs/fair-scheduling.md): a pool's queues stay open to workers outside it (no
+// pool isolation); and its active jobs are those of its queues, whoever fetched them.
 
 // Pool strategies.
 const (
@@ -31,7 +35,39 @@ const (
 	// PoolStrategyStrict consumes a pool's queues in the order listed: the first queue's claimable
 	// jobs are taken before the second's.
 	PoolStrategyStrict = "strict"
+	// PoolStrategyWeighted serves the queues in proportion to WorkerPool.Weights (§7.3): a smooth
+	// weighted round-robin, so that over each cycle of (sum of weights) one-job fetches a queue of
+	// weight w is served w times, spread out, and every queue with jobs gets a turn within a cycle.
+	// An empty queue is skipped and keeps its place for when it has jobs.
+	PoolStrategyWeighted = "weighted"
+	// PoolStrategyLeastLoaded serves first the queue with the most available jobs (§7.2), read once
+	// per fetch from the store's queue counts.
+	PoolStrategyLeastLoaded = "least-loaded"
 )
+
+// MaxPoolWeight bounds a queue's weight in a weighted pool.
+const MaxPoolWeight = 1000
+
+// Starvation prevention defaults (ojs-fair-scheduling.md §8.1).
+const (
+	DefaultRotationInterval = 30 * time.Second
+	DefaultMinDispatchRatio = 0.05
+)
+
+// StarvationPrevention guards a pool's queues against starving (§8): when enabled, a queue that got
+// less than MinDispatchRatio of the pool's dispatches over the last RotationInterval is served
+// first by the next fetch through the pool. It applies to the strict, weighted and least-loaded
+// strategies (round-robin serves every queue in turn already), counted per server.
+type StarvationPrevention struct {
+	// Enabled turns it on.
+	Enabled bool `json:"enabled"`
+	// RotationInterval is the sliding window over which dispatches are counted (0: 30 s; at least
+	// 1 ms, at most 24 h).
+	RotationInterval time.Duration `json:"rotation_interval,omitempty"`
+	// MinDispatchRatio is the share of the pool's dispatches each queue is due, above 0 and at most
+	// 1 (0: 0.05).
+	MinDispatchRatio float64 `json:"min_dispatch_ratio,omitempty"`
+}
 
 // WorkerPool is a pool's configuration.
 type WorkerPool struct {
@@ -42,9 +78,23 @@ type WorkerPool struct {
 	// Concurrency bounds the jobs active in the pool's queues that fetches through the pool take
 	// (0: no bound).
 	Concurrency int `json:"concurrency,omitempty"`
-	// Strategy is how the queues are consumed: PoolStrategyRoundRobin (default) or
-	// PoolStrategyStrict.
+	// Strategy is how the queues are consumed: PoolStrategyRoundRobin (default),
+	// PoolStrategyStrict, PoolStrategyWeighted or PoolStrategyLeastLoaded.
 	Strategy string `json:"strategy"`
+	// Weights are the queues' weights for PoolStrategyWeighted: only the pool's queues, each 1 to
+	// MaxPoolWeight; a queue without one weighs 1. Refused with another strategy.
+	Weights map[string]int `json:"weights,omitempty"`
+	// StarvationPrevention, when set and enabled, serves first a queue that got less than its
+	// share of recent dispatches (§8).
+	StarvationPrevention *StarvationPrevention `json:"starvation_prevention,omitempty"`
+}
+
+// Weight returns queue's weight in the pool: its Weights entry, else 1.
+func (p *WorkerPool) Weight(queue string) int {
+	if w, ok := p.Weights[queue]; ok {
+		return w
+	}
+	return 1
 }
 
 // workerPoolsKey is the setting (store.SettingStore) holding every pool, a JSON object keyed by name.
@@ -87,8 +137,36 @@ func (p *WorkerPool) validate() error {
 	if p.Strategy == "" {
 		p.Strategy = PoolStrategyRoundRobin
 	}
-	if p.Strategy != PoolStrategyStrict && p.Strategy != PoolStrategyRoundRobin {
-		return fmt.Errorf("pool %q: strategy %q: only %q and %q are implemented: %w", p.Name, p.Strategy, PoolStrategyRoundRobin, PoolStrategyStrict, ErrUnsupported)
+	switch p.Strategy {
+	case PoolStrategyRoundRobin, PoolStrategyStrict, PoolStrategyWeighted, PoolStrategyLeastLoaded:
+	default:
+		return invalidf("pool %q: strategy %q: must be %q, %q, %q or %q", p.Name, p.Strategy,
+			PoolStrategyRoundRobin, PoolStrategyStrict, PoolStrategyWeighted, PoolStrategyLeastLoaded)
+	}
+	if len(p.Weights) > 0 && p.Strategy != PoolStrategyWeighted {
+		return invalidf("pool %q: weights are for the %q strategy, not %q", p.Name, PoolStrategyWeighted, p.Strategy)
+	}
+	for q, w := range p.Weights {
+		if !slices.Contains(p.Queues, q) {
+			return invalidf("pool %q: weight for queue %q, which is not one of the pool's queues", p.Name, q)
+		}
+		if w < 1 || w > MaxPoolWeight {
+			return invalidf("pool %q: weight %d for queue %q: must be 1 to %d", p.Name, w, q, MaxPoolWeight)
+		}
+	}
+	if sp := p.StarvationPrevention; sp != nil {
+		if sp.RotationInterval == 0 {
+			sp.RotationInterval = DefaultRotationInterval
+		}
+		if sp.RotationInterval < time.Millisecond || sp.RotationInterval > 24*time.Hour {
+			return invalidf("pool %q: starvation_prevention.rotation_interval %s: must be 1 ms to 24 h", p.Name, sp.RotationInterval)
+		}
+		if sp.MinDispatchRatio == 0 {
+			sp.MinDispatchRatio = DefaultMinDispatchRatio
+		}
+		if !(sp.MinDispatchRatio > 0 && sp.MinDispatchRatio <= 1) {
+			return invalidf("pool %q: starvation_prevention.min_dispatch_ratio %v: must be above 0 and at most 1", p.Name, sp.MinDispatchRatio)
+		}
 	}
 	return nil
 }
@@ -119,6 +197,11 @@ func (c *Client) readPools(ctx context.Context) (store.SettingStore, map[string]
 // setting, written whole).
 func (c *Client) PoolSet(ctx context.Context, p WorkerPool) error {
 	p.Queues = slices.Clone(p.Queues)
+	p.Weights = maps.Clone(p.Weights)
+	if p.StarvationPrevention != nil {
+		sp := *p.StarvationPrevention
+		p.StarvationPrevention = &sp
+	}
 	if err := p.validate(); err != nil {
 		return err
 	}

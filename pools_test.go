@@ -3,6 +3,7 @@ package pronto_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -43,10 +44,31 @@ func TestWorkerPools(t *testing.T) {
 			{Name: "p", Queues: []string{"a", "a"}},
 			{Name: "p", Queues: []string{"Bad!"}},
 			{Name: "p", Queues: []string{"a"}, Concurrency: -1},
+			{Name: "p", Queues: []string{"a"}, Strategy: "fastest"},
+			{Name: "p", Queues: []string{"a"}, Weights: map[string]int{"a": 2}},
+			{Name: "p", Queues: []string{"a"}, Strategy: pronto.PoolStrategyWeighted, Weights: map[string]int{"b": 2}},
+			{Name: "p", Queues: []string{"a"}, Strategy: pronto.PoolStrategyWeighted, Weights: map[string]int{"a": 0}},
+			{Name: "p", Queues: []string{"a"}, Strategy: pronto.PoolStrategyWeighted, Weights: map[string]int{"a": 1001}},
+			{Name: "p", Queues: []string{"a"}, StarvationPrevention: &pronto.StarvationPrevention{Enabled: true, MinDispatchRatio: 1.5}},
+			{Name: "p", Queues: []string{"a"}, StarvationPrevention: &pronto.StarvationPrevention{Enabled: true, RotationInterval: -time.Second}},
 		} {
 			require.ErrorIs(t, c.PoolSet(ctx, bad), pronto.ErrInvalidArgs, "%+v", bad)
 		}
-		require.ErrorIs(t, c.PoolSet(ctx, pronto.WorkerPool{Name: "p", Queues: []string{"a"}, Strategy: "weighted"}), pronto.ErrUnsupported)
+
+		// Weights and starvation prevention are stored and read back, with the defaults filled in.
+		require.NoError(t, c.PoolSet(ctx, pronto.WorkerPool{
+			Name: "w", Queues: []string{"a", "b"}, Strategy: pronto.PoolStrategyWeighted, Weights: map[string]int{"a": 3},
+			StarvationPrevention: &pronto.StarvationPrevention{Enabled: true},
+		}))
+		p, err = c2.PoolGet(ctx, "w")
+		require.NoError(t, err)
+		require.Equal(t, map[string]int{"a": 3}, p.Weights)
+		require.Equal(t, 3, p.Weight("a"))
+		require.Equal(t, 1, p.Weight("b"))
+		require.Equal(t, &pronto.StarvationPrevention{Enabled: true, RotationInterval: pronto.DefaultRotationInterval, MinDispatchRatio: pronto.DefaultMinDispatchRatio}, p.StarvationPrevention)
+		require.NoError(t, c.PoolSet(ctx, pronto.WorkerPool{Name: "ll", Queues: []string{"a", "b"}, Strategy: pronto.PoolStrategyLeastLoaded}))
+		require.NoError(t, c.PoolDelete(ctx, "w"))
+		require.NoError(t, c.PoolDelete(ctx, "ll"))
 
 		require.NoError(t, c.PoolSet(ctx, pronto.WorkerPool{Name: "critical", Queues: []string{"critical"}}))
 		p, err = c2.PoolGet(ctx, "critical")

@@ -217,8 +217,8 @@ type fetchRequest struct {
 	workerID string
 	lease    time.Duration // 0: per job
 	pool     string        // "": none (poolapi.go)
-	// poolQueues are the round-robin pool's queues (nil otherwise), for poolServed.
-	poolQueues []string
+	// poolCfg is the pool the fetch named (nil: none), set by applyPool for sched.served.
+	poolCfg *pronto.WorkerPool
 }
 
 func decodeFetch(body []byte) (*fetchRequest, *apiError) {
@@ -355,8 +355,8 @@ func (s *Server) fetch(w http.ResponseWriter, r *http.Request) {
 	if err == nil && len(jobs) < req.count {
 		jobs = s.fetchMore(ctx, req, claimLease, jobs)
 	}
-	s.poolServed(req, jobs)
 	now := time.Now()
+	s.sched.served(req.poolCfg, req.queues, jobs, now)
 	// Jobs whose own lease differs from the one claimed with get it now, one statement per lease.
 	var groups map[time.Duration][]string
 	for _, j := range jobs {

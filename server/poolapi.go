@@ -7,10 +7,10 @@ import (
 	"math"
 	"net/http"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/pronto-jobs/pronto"
+	"github.com/pronto-jobs/pronto/internal/isodur"
 	"github.com/pronto-jobs/pronto/store"
 )
 
@@ -18,14 +18,16 @@ import (
 //
 //	GET    /ojs/v1/admin/pools          every pool with its active_workers and active_jobs
 //	GET    /ojs/v1/admin/pools/{name}   one pool
-//	PUT    /ojs/v1/admin/pools/{name}   creates or replaces it: {"queues", "concurrency", "strategy"}
+//	PUT    /ojs/v1/admin/pools/{name}   creates or replaces it: {"queues", "concurrency", "strategy",
+//	                                    "weights", "starvation_prevention"}
 //	DELETE /ojs/v1/admin/pools/{name}   removes it
 //
 // A fetch naming a pool ({"pool": "name"}) takes jobs from the pool's queues only (all of them, in
 // order, when it names no queues) and at most the pool's free capacity (concurrency minus the jobs
-// active in its queues, counted per fetch). The round-robin strategy (the default) starts each fetch
-// at the next of the pool's queues (pronto.PoolStrategyRoundRobin), the strict one takes them in
-// order; weighted and least-loaded are refused with 422 unsupported.
+// active in its queues, counted per fetch). The pool's strategy orders the fetch's queues
+// (poolsched.go): round-robin (the default) starts at the next of the pool's queues, strict takes
+// them in order, weighted by a smooth weighted round-robin, least-loaded the deepest backlog first;
+// starvation prevention puts a queue short of its share first.
 
 // routePools dispatches a path below /ojs/v1/admin/pools (seg[1] == "pools"); false when no route
 // matches.
@@ -63,22 +65,24 @@ func checkPool(name string) *apiError {
 
 // poolUse is what a pool's view counts: active jobs per queue and the live workers' queues.
 type poolUse struct {
-	active  map[string]int64
-	workers []store.Worker
+	active    map[string]int64
+	available map[string]int64
+	workers   []store.Worker
 }
 
-// readPoolUse counts active jobs per queue and reads the live OJS workers (none when the store keeps
-// no worker records).
-func (s *Server) readPoolUse(ctx context.Context) (*poolUse, error) {
+// readPoolUse counts active and available jobs per queue and, with workers, reads the live OJS
+// workers (none when the store keeps no worker records).
+func (s *Server) readPoolUse(ctx context.Context, workers bool) (*poolUse, error) {
 	qs, err := s.client.QueueList(ctx)
 	if err != nil {
 		return nil, err
 	}
-	u := &poolUse{active: make(map[string]int64, len(qs))}
+	u := &poolUse{active: make(map[string]int64, len(qs)), available: make(map[string]int64, len(qs))}
 	for _, q := range qs {
 		u.active[q.Name] = q.Counts[pronto.StateActive]
+		u.available[q.Name] = q.Counts[pronto.StateAvailable]
 	}
-	if ws, ok := s.store.(store.WorkerStore); ok {
+	if ws, ok := s.store.(store.WorkerStore); ok && workers {
 		all, err := ws.ListWorkers(ctx)
 		if err != nil {
 			return nil, err
@@ -106,10 +110,24 @@ func poolView(p *pronto.WorkerPool, u *poolUse) map[string]any {
 			workers++
 		}
 	}
-	return map[string]any{
+	v := map[string]any{
 		"name": p.Name, "queues": p.Queues, "concurrency": p.Concurrency, "strategy": p.Strategy,
 		"active_workers": workers, "active_jobs": jobs,
 	}
+	if p.Strategy == pronto.PoolStrategyWeighted {
+		// Every queue's weight, those left at 1 included.
+		weights := make(map[string]int, len(p.Queues))
+		for _, q := range p.Queues {
+			weights[q] = p.Weight(q)
+		}
+		v["weights"] = weights
+	}
+	if sp := p.StarvationPrevention; sp != nil {
+		v["starvation_prevention"] = map[string]any{
+			"enabled": sp.Enabled, "rotation_interval": isodur.Format(sp.RotationInterval), "min_dispatch_ratio": sp.MinDispatchRatio,
+		}
+	}
+	return v
 }
 
 func poolError(err error, name string) *apiError {
@@ -128,7 +146,7 @@ func (s *Server) listPools(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, poolError(err, ""))
 		return
 	}
-	u, err := s.readPoolUse(ctx)
+	u, err := s.readPoolUse(ctx, true)
 	if err != nil {
 		s.writeError(w, r, poolError(err, ""))
 		return
@@ -152,7 +170,7 @@ func (s *Server) getPool(w http.ResponseWriter, r *http.Request, name string) {
 		s.writeError(w, r, poolError(err, name))
 		return
 	}
-	u, err := s.readPoolUse(ctx)
+	u, err := s.readPoolUse(ctx, true)
 	if err != nil {
 		s.writeError(w, r, poolError(err, name))
 		return
@@ -202,15 +220,81 @@ func decodePool(body []byte, name string) (*pronto.WorkerPool, *apiError) {
 			}
 			p.Strategy = st
 		case "weights":
-			return nil, errorf(http.StatusUnprocessableEntity, CodeUnsupported, "weights are for the weighted strategy, which is not implemented (round-robin and strict are)")
+			if isNull(v) {
+				continue
+			}
+			var raw map[string]json.RawMessage
+			if err := json.Unmarshal(v, &raw); err != nil || raw == nil {
+				return nil, invalid(k, "weights must be an object of queue names to positive integers")
+			}
+			p.Weights = make(map[string]int, len(raw))
+			for q, wv := range raw {
+				n, e := wantInt(wv, "weights."+q, 1, pronto.MaxPoolWeight)
+				if e != nil {
+					return nil, e
+				}
+				p.Weights[q] = int(n)
+			}
+		case "starvation_prevention":
+			if isNull(v) {
+				continue
+			}
+			sp, e := decodeStarvation(v)
+			if e != nil {
+				return nil, e
+			}
+			p.StarvationPrevention = sp
 		default:
-			return nil, invalid(k, "unknown field %s (a pool takes name, queues, concurrency and strategy)", k)
+			return nil, invalid(k, "unknown field %s (a pool takes name, queues, concurrency, strategy, weights and starvation_prevention)", k)
 		}
 	}
 	if p.Queues == nil {
 		return nil, invalid("queues", "queues is required: the queues the pool's workers fetch from, in order")
 	}
 	return p, nil
+}
+
+// decodeStarvation reads {"enabled", "rotation_interval", "min_dispatch_ratio"} (§8.1).
+func decodeStarvation(body []byte) (*pronto.StarvationPrevention, *apiError) {
+	const f = "starvation_prevention"
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(body, &m); err != nil || m == nil {
+		return nil, invalid(f, "starvation_prevention must be an object: {\"enabled\", \"rotation_interval\", \"min_dispatch_ratio\"}")
+	}
+	sp := &pronto.StarvationPrevention{}
+	for k, v := range m {
+		if isNull(v) {
+			continue
+		}
+		switch k {
+		case "enabled":
+			if err := json.Unmarshal(v, &sp.Enabled); err != nil {
+				return nil, invalid(f+"."+k, "%s.%s must be a boolean", f, k)
+			}
+		case "rotation_interval":
+			str, e := wantString(v, f+"."+k)
+			if e != nil {
+				return nil, e
+			}
+			d, err := isodur.Parse(str)
+			if err != nil {
+				return nil, invalid(f+"."+k, "%s.%s: %v", f, k, err)
+			}
+			if d <= 0 {
+				return nil, invalid(f+"."+k, "%s.%s %q: must be positive", f, k, str)
+			}
+			sp.RotationInterval = d
+		case "min_dispatch_ratio":
+			var r float64
+			if err := json.Unmarshal(v, &r); err != nil || !(r > 0 && r <= 1) {
+				return nil, invalid(f+"."+k, "%s.%s must be a number above 0 and at most 1", f, k)
+			}
+			sp.MinDispatchRatio = r
+		default:
+			return nil, invalid(f+"."+k, "unknown field %s.%s (it takes enabled, rotation_interval and min_dispatch_ratio)", f, k)
+		}
+	}
+	return sp, nil
 }
 
 // PUT /ojs/v1/admin/pools/{name}
@@ -265,18 +349,14 @@ func (s *Server) applyPool(ctx context.Context, req *fetchRequest) (ok bool, _ *
 			return false, invalid("queues", "queue %q is not one of pool %q's queues %v", q, p.Name, p.Queues)
 		}
 	}
-	if p.Strategy == pronto.PoolStrategyRoundRobin {
-		// Order the fetch's queues from the pool's next turn on, wrapping around.
-		start := s.poolTurns.start(p.Name, len(p.Queues))
-		pos := func(q string) int { return (slices.Index(p.Queues, q) - start + len(p.Queues)) % len(p.Queues) }
-		slices.SortFunc(req.queues, func(a, b string) int { return pos(a) - pos(b) })
-		req.poolQueues = p.Queues
-	}
-	if p.Concurrency > 0 {
-		u, err := s.readPoolUse(ctx)
-		if err != nil {
+	var u *poolUse
+	if p.Concurrency > 0 || p.Strategy == pronto.PoolStrategyLeastLoaded {
+		// One read of the queues' counts serves both the capacity and the backlogs.
+		if u, err = s.readPoolUse(ctx, false); err != nil {
 			return false, poolError(err, req.pool)
 		}
+	}
+	if p.Concurrency > 0 {
 		var active int64
 		for _, q := range p.Queues {
 			active += u.active[q]
@@ -287,38 +367,78 @@ func (s *Server) applyPool(ctx context.Context, req *fetchRequest) (ok bool, _ *
 		}
 		req.count = int(min(int64(req.count), free))
 	}
+	var available map[string]int64
+	if u != nil {
+		available = u.available
+	}
+	s.sched.order(p, req.queues, available, time.Now())
+	req.poolCfg = p
 	return true, nil
 }
 
-// poolTurns keeps, per round-robin pool, the index of the queue whose turn is next on this server.
-// The zero value is ready.
-type poolTurns struct {
-	mu   sync.Mutex
-	next map[string]int
-}
-
-// start returns the index of the queue whose turn is next in pool (of n queues).
-func (t *poolTurns) start(pool string, n int) int {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.next[pool] % n
-}
-
-// poolServed moves a round-robin pool's turn past the queue of the last job a fetch took: the next
-// fetch starts at the queue after it (an empty queue in between was skipped).
-func (s *Server) poolServed(req *fetchRequest, jobs []*pronto.JobRow) {
-	if req.poolQueues == nil || len(jobs) == 0 {
+// GET /ojs/v1/admin/scheduling/stats (§10.2, FS-R004): every queue the store knows or this server
+// dispatched from, with its dispatches through this server over the last minute (count, share of
+// all, average wait from due to dispatch) and since the server started, and its active jobs (from
+// the store); and every pool with its strategy and its dispatches through this server.
+func (s *Server) schedulingStats(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	u, err := s.readPoolUse(ctx, false)
+	if err != nil {
+		s.writeError(w, r, poolError(err, ""))
 		return
 	}
-	i := slices.Index(req.poolQueues, jobs[len(jobs)-1].Queue)
-	if i < 0 {
+	pools, err := s.client.PoolList(ctx)
+	if err != nil && !errors.Is(err, pronto.ErrUnsupported) { // a store without settings has no pools
+		s.writeError(w, r, poolError(err, ""))
 		return
 	}
-	t := &s.poolTurns
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.next == nil {
-		t.next = map[string]int{}
+	stats := s.sched.queueStats(time.Now())
+	names := make([]string, 0, len(u.active)+len(stats))
+	for q := range u.active {
+		names = append(names, q)
 	}
-	t.next[req.pool] = i + 1
+	var recent int64
+	for q, st := range stats {
+		if _, ok := u.active[q]; !ok {
+			names = append(names, q)
+		}
+		recent += st.recent
+	}
+	slices.Sort(names)
+	queues := make([]map[string]any, len(names))
+	for i, q := range names {
+		st := stats[q]
+		ratio, wait := 0.0, any(nil)
+		if recent > 0 {
+			ratio = float64(st.recent) / float64(recent)
+		}
+		if st.recent > 0 {
+			wait = st.waitMS / st.recent
+		}
+		queues[i] = map[string]any{
+			"name": q, "dispatch_count_1m": st.recent, "dispatch_ratio_1m": ratio, "avg_wait_ms": wait,
+			"active_jobs": u.active[q], "available_jobs": u.available[q], "dispatch_count": st.total,
+		}
+	}
+	items := make([]map[string]any, len(pools))
+	for i, p := range pools {
+		total, counts := s.sched.poolCounts(p)
+		for _, q := range p.Queues {
+			if _, ok := counts[q]; !ok {
+				counts[q] = 0 // every queue of the pool, those not served yet included
+			}
+		}
+		var active int64
+		for _, q := range p.Queues {
+			active += u.active[q]
+		}
+		items[i] = map[string]any{
+			"name": p.Name, "strategy": p.Strategy, "queues": p.Queues, "concurrency": p.Concurrency,
+			"active_jobs": active, "dispatch_count": total, "dispatch_counts": counts,
+		}
+	}
+	writeJSONValue(w, http.StatusOK, map[string]any{
+		"queues": queues, "pools": items, "window": "PT1M",
+		"since": s.started.UTC().Format(time.RFC3339Nano),
+	})
 }

@@ -100,8 +100,8 @@ type Server struct {
 	history statsHistory
 	// workers throttles the worker record writes (workersapi.go).
 	workers workerTracker
-	// poolTurns rotates the round-robin pools' fetches (poolapi.go).
-	poolTurns poolTurns
+	// sched orders the fetches through pools and counts dispatches (poolsched.go).
+	sched sched
 	// requireTenant is Config.RequireTenant (tenant.go).
 	requireTenant bool
 	// maintenance caches the maintenance mode for fetches (maintenance.go).
@@ -454,6 +454,10 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request, rest string) {
 			return
 		}
 		if len(seg) >= 2 && seg[1] == "pools" && s.routePools(w, r, seg) { // poolapi.go
+			return
+		}
+		if len(seg) == 3 && seg[1] == "scheduling" && seg[2] == "stats" {
+			want(http.MethodGet, func() { s.schedulingStats(w, r) }) // poolapi.go
 			return
 		}
 		if s.routeAdmin(w, r, seg) {
