@@ -4,8 +4,6 @@ import (
 	"context"
 	"sync"
 	"time"
-
-	"github.com/pronto-jobs/pronto/store"
 )
 
 // progressChecks learns, after remote acks, which acked runs reported progress, and emits
@@ -13,7 +11,7 @@ import (
 // only the store knows; asking it in the ack itself cost every ack a round trip and a pool
 // connection. The checks are made after the ack has answered instead, batched: one goroutine, started
 // when checks are waiting and gone when none are, reads the progress of every waiting job at once
-// (store.ProgressBatchReader, else one read per job). The events follow their job.completed by the
+// (store.ProgressStore.GetProgressBatch). The events follow their job.completed by the
 // time of a read.
 type progressChecks struct {
 	mu      sync.Mutex
@@ -80,28 +78,14 @@ func (c *Client) runProgressChecks() {
 func (c *Client) emitCheckedProgress(batch []progressCheck) {
 	ctx, cancel := context.WithTimeout(context.Background(), progressCheckTimeout)
 	defer cancel()
-	progress := map[string]*store.Progress{}
-	if br, ok := c.store.(store.ProgressBatchReader); ok && len(batch) > 1 {
-		ids := make([]string, len(batch))
-		for i, b := range batch {
-			ids[i] = b.job.ID
-		}
-		var err error
-		if progress, err = br.GetProgressBatch(ctx, ids); err != nil {
-			c.cfg.Logger.Warn("pronto: reading the progress of acked jobs failed", "jobs", len(ids), "err", err)
-			return
-		}
-	} else {
-		for _, b := range batch {
-			pr, err := c.store.GetProgress(ctx, b.job.ID)
-			if err != nil {
-				c.cfg.Logger.Warn("pronto: reading the progress of an acked job failed", "job", b.job.ID, "err", err)
-				continue
-			}
-			if pr != nil {
-				progress[b.job.ID] = pr
-			}
-		}
+	ids := make([]string, len(batch))
+	for i, b := range batch {
+		ids[i] = b.job.ID
+	}
+	progress, err := c.store.GetProgressBatch(ctx, ids)
+	if err != nil {
+		c.cfg.Logger.Warn("pronto: reading the progress of acked jobs failed", "jobs", len(ids), "err", err)
+		return
 	}
 	for _, b := range batch {
 		// The run that completed is the one that reported: a report of an earlier run does not count.

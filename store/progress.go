@@ -50,12 +50,8 @@ type ProgressStore interface {
 	// RunStartedAt with the job's StartedAt), or nil when none was ever reported or the job does not
 	// exist. Progress goes when its job is deleted.
 	GetProgress(ctx context.Context, id string) (*Progress, error)
-}
-
-// ProgressBatchReader is implemented by stores that read the progress of many jobs in one round
-// trip. The client uses it, when it can, to learn which remotely acked jobs reported progress.
-type ProgressBatchReader interface {
 	// GetProgressBatch returns the progress of each of ids that has any, keyed by id, as
-	// GetProgress would return it.
+	// GetProgress would return it; ids of jobs without progress, or of no job, are left out.
 	GetProgressBatch(ctx context.Context, ids []string) (map[string]*Progress, error)
 }
+

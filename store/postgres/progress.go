@@ -35,8 +35,7 @@ const getProgressSQL = `SELECT run_started_at, value, data, updated_at, checkpoi
 const getProgressBatchSQL = `SELECT job_id, run_started_at, value, data, updated_at, checkpoint FROM {schema}.progress
 WHERE job_id = ANY($1::uuid[])`
 
-// GetProgressBatch returns the progress of each of ids that has any, in one statement
-// (store.ProgressBatchReader).
+// GetProgressBatch returns the progress of each of ids that has any, in one statement.
 func (s *Store) GetProgressBatch(ctx context.Context, ids []string) (map[string]*store.Progress, error) {
 	us := make([]pgtype.UUID, 0, len(ids))
 	for _, id := range ids {

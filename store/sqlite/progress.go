@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -62,15 +63,56 @@ func (s *Store) SetProgress(ctx context.Context, p store.ProgressParams) (bool, 
 
 // GetProgress returns the latest progress reported for the job, or nil.
 func (s *Store) GetProgress(ctx context.Context, id string) (*store.Progress, error) {
-	var runStarted, updated int64
-	var value sql.NullFloat64
-	var data, checkpoint sql.NullString
-	err := s.r.QueryRowContext(ctx, getProgressSQL, id).Scan(&runStarted, &value, &data, &updated, &checkpoint)
+	p, err := scanProgress(s.r.QueryRowContext(ctx, getProgressSQL, id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("get progress of job %s: %w", id, s.schemaHint(err))
+	}
+	return p, nil
+}
+
+// getProgressBatchSQL reads the progress of the jobs in the JSON array ?1.
+const getProgressBatchSQL = `SELECT run_started_at, value, data, updated_at, checkpoint, job_id FROM pronto_progress
+WHERE job_id IN (SELECT value FROM json_each(?1))`
+
+// GetProgressBatch returns the progress of each of ids that has any, in one statement.
+func (s *Store) GetProgressBatch(ctx context.Context, ids []string) (map[string]*store.Progress, error) {
+	out := map[string]*store.Progress{}
+	if len(ids) == 0 {
+		return out, nil
+	}
+	arg, err := json.Marshal(ids)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := s.r.QueryContext(ctx, getProgressBatchSQL, string(arg))
+	if err != nil {
+		return nil, fmt.Errorf("get progress of %d jobs: %w", len(ids), s.schemaHint(err))
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id string
+		p, err := scanProgress(rows, &id)
+		if err != nil {
+			return nil, fmt.Errorf("get progress of %d jobs: %w", len(ids), err)
+		}
+		out[id] = p
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("get progress of %d jobs: %w", len(ids), err)
+	}
+	return out, nil
+}
+
+// scanProgress reads a row of getProgressSQL's columns, then into more any further columns.
+func scanProgress(row interface{ Scan(...any) error }, more ...any) (*store.Progress, error) {
+	var runStarted, updated int64
+	var value sql.NullFloat64
+	var data, checkpoint sql.NullString
+	if err := row.Scan(append([]any{&runStarted, &value, &data, &updated, &checkpoint}, more...)...); err != nil {
+		return nil, err
 	}
 	p := &store.Progress{RunStartedAt: microTime(runStarted), UpdatedAt: microTime(updated)}
 	if value.Valid {

@@ -126,3 +126,22 @@ func testProgressCheckpoint(t *testing.T, s store.Store) {
 	require.NoError(t, err)
 	require.Nil(t, getProgress(t, s, p.ID), "the checkpoint goes with its job")
 }
+
+// testProgressBatch: GetProgressBatch returns, in one call, what GetProgress returns for each job
+// with progress, and leaves out jobs without progress and ids of no job.
+func testProgressBatch(t *testing.T, s store.Store) {
+	a := active(t, s, job("progress-batch"))
+	b := active(t, s, job("progress-batch"))
+	c := active(t, s, job("progress-batch"))
+	require.True(t, setProgress(t, s, store.ProgressParams{ID: a.ID, Value: fl(0.5)}))
+	require.True(t, setProgress(t, s, store.ProgressParams{ID: b.ID, Data: json.RawMessage(`{"rows":3}`)}))
+	got, err := s.GetProgressBatch(ctx(t), []string{a.ID, b.ID, c.ID, "not-a-job-id", uniq("missing")})
+	require.NoError(t, err)
+	require.Len(t, got, 2, "only the jobs with progress")
+	for _, id := range []string{a.ID, b.ID} {
+		require.Equal(t, getProgress(t, s, id), got[id], "job %s: as GetProgress gives it", id)
+	}
+	empty, err := s.GetProgressBatch(ctx(t), nil)
+	require.NoError(t, err)
+	require.Empty(t, empty)
+}

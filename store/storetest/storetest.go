@@ -144,6 +144,7 @@ var tests = []testCase{
 	{"FinishBatchInOrder", single(testFinishBatch)},
 
 	{"Progress", single(testProgress)},
+	{"ProgressBatch", single(testProgressBatch)},
 	{"ProgressCheckpoint", single(testProgressCheckpoint)},
 	{"Workers", single(testWorkers)},
 	{"Settings", single(testSettings)},
