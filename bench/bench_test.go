@@ -223,3 +223,52 @@ func TestOfSQLLimit(t *testing.T) {
 		t.Errorf("no sql-limit, yet a line: %q", l)
 	}
 }
+
+// TestLaterIssuesTargets: the targets of issues 16 and 19 are judged from the runs present: CPU at
+// 300 Hz against River tuned's, the embedded stores' drains, the SQLite store's worst RSS in any
+// scenario, and tenant_flood's two ratios.
+func TestLaterIssuesTargets(t *testing.T) {
+	run := func(sc, sys string, kv map[string]float64) *runResult {
+		r := &runResult{Scenario: sc, System: sys, Run: 1, Metrics: map[string]num{}}
+		for k, v := range kv {
+			r.set(k, v)
+		}
+		return r
+	}
+	g := map[string]map[string][]*runResult{}
+	for _, r := range []*runResult{
+		run("high_scale", "pronto", map[string]float64{"cpu_s": 1.5}),
+		run("high_scale", "river-tuned", map[string]float64{"cpu_s": 1.0}),
+		run("high_scale", "pronto-sqlite", map[string]float64{"rss_max_mb": 40}),
+		run("drain", "pronto-sqlite", map[string]float64{"drain_jobs_per_s": 60_000, "rss_max_mb": 120}),
+		run("drain", "pronto-memory", map[string]float64{"drain_jobs_per_s": 200_000}),
+		run("tenant_flood", "pronto", map[string]float64{"b_p95_ratio": 1.5, "a_drain_vs_plain": 0.8}),
+	} {
+		if g[r.Scenario] == nil {
+			g[r.Scenario] = map[string][]*runResult{}
+		}
+		g[r.Scenario][r.System] = append(g[r.Scenario][r.System], r)
+	}
+	want := map[string][2]string{
+		"CPU at 300 Hz ≤ 1.0× River tuned's (high_scale, worker processes)": {"1.50×", "**MISSED**"},
+		"SQLite drain ≥ 50,000 jobs/s":                                      {"60,000", "met"},
+		"memory drain ≥ 300,000 jobs/s":                                     {"200,000", "**MISSED**"},
+		"SQLite store RSS ≤ 100 MB in every scenario":                       {"120 MB at most (drain)", "**MISSED**"},
+		"tenant_flood: B's pickup p95 while A drains ≤ 2× its idle p95":     {"1.50×", "met"},
+		"tenant_flood: A's drain ≥ 0.9× the plain drain":                    {"0.800×", "**MISSED**"},
+	}
+	got := map[string][2]string{}
+	for _, r := range targets(g, options{}) {
+		got[r[0]] = [2]string{r[1], r[2]}
+	}
+	for name, w := range want {
+		g, ok := got[name]
+		if !ok {
+			t.Errorf("no target row %q in %v", name, got)
+			continue
+		}
+		if !strings.Contains(g[0], w[0]) || g[1] != w[1] {
+			t.Errorf("%s: got %q %q, want %q in it and %q", name, g[0], g[1], w[0], w[1])
+		}
+	}
+}

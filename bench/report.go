@@ -309,7 +309,7 @@ func writeReport(o options, mi machineInfo, results []*runResult, took time.Dura
 	w("\n")
 
 	// Targets.
-	w("## Targets (from issue 6) at pronto's defaults\n\n| target | pronto | verdict |\n|---|---|---|\n")
+	w("## Targets (issues 6, 16 and 19) at pronto's defaults\n\n| target | pronto | verdict |\n|---|---|---|\n")
 	for _, t := range targets(group, o) {
 		w("| %s | %s | %s |\n", t[0], t[1], t[2])
 	}
@@ -507,6 +507,38 @@ func targets(group map[string]map[string][]*runResult, o options) [][3]string {
 			}
 			out = append(out, [3]string{target, fmt.Sprintf("%s jobs/s = %s× %s (%s)", fmtNum(p), fmtNum(p/r), row, fmtNum(r)), verdict(p >= 1.5*r)})
 		}
+	}
+	if group["high_scale"] != nil {
+		p, t := med("high_scale", "pronto", "cpu_s"), med("high_scale", "river-tuned", "cpu_s")
+		if !math.IsNaN(t) {
+			out = append(out, [3]string{"CPU at 300 Hz ≤ 1.0× River tuned's (high_scale, worker processes)",
+				fmt.Sprintf("%s s = %s× River tuned's (%s s)", fmtNum(p), fmtNum(p/t), fmtNum(t)), verdict(p <= t)})
+		}
+	}
+	for _, e := range []struct {
+		sys  string
+		min  float64
+		name string
+	}{{"pronto-sqlite", 50_000, "SQLite"}, {"pronto-memory", 300_000, "memory"}} {
+		if v := med("drain", e.sys, "drain_jobs_per_s"); group["drain"] != nil && !math.IsNaN(v) {
+			out = append(out, [3]string{fmt.Sprintf("%s drain ≥ %s jobs/s", e.name, fmtNum(e.min)), fmtNum(v) + " jobs/s", verdict(v >= e.min)})
+		}
+	}
+	// The SQLite store's memory, in every scenario it ran.
+	worst, where := math.NaN(), ""
+	for sc, bySys := range group {
+		if v := aggregate(bySys["pronto-sqlite"], "rss_max_mb").hi; !math.IsNaN(v) && (math.IsNaN(worst) || v > worst) {
+			worst, where = v, sc
+		}
+	}
+	if !math.IsNaN(worst) {
+		out = append(out, [3]string{"SQLite store RSS ≤ 100 MB in every scenario", fmt.Sprintf("%s MB at most (%s)", fmtNum(worst), where), verdict(worst <= 100)})
+	}
+	if group["tenant_flood"] != nil {
+		r := med("tenant_flood", "pronto", "b_p95_ratio")
+		out = append(out, [3]string{"tenant_flood: B's pickup p95 while A drains ≤ 2× its idle p95", fmtNum(r) + "×", verdict(r <= 2)})
+		d := med("tenant_flood", "pronto", "a_drain_vs_plain")
+		out = append(out, [3]string{"tenant_flood: A's drain ≥ 0.9× the plain drain", fmtNum(d) + "×", verdict(d >= 0.9)})
 	}
 	if group["crash_recovery"] != nil {
 		rec := med("crash_recovery", "pronto", "recovery_s")
