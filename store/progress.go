@@ -54,4 +54,3 @@ type ProgressStore interface {
 	// GetProgress would return it; ids of jobs without progress, or of no job, are left out.
 	GetProgressBatch(ctx context.Context, ids []string) (map[string]*Progress, error)
 }
-

@@ -621,6 +621,44 @@ type SQLTxCompleter interface {
 	CompleteSQLTx(ctx context.Context, tx *sql.Tx, c Completion) (applied bool, err error)
 }
 
+// ClaimThenReassign is Claim for stores whose claim paths record one worker id on every job: a
+// claim for several workers (p.WorkerIDs) claims under the first entry with claim, then records the
+// others with reassign (jobs whose WorkerID ReassignWorkers changed). If that fails, the jobs are
+// released (ReleaseClaimed) and the error returned.
+func ClaimThenReassign(ctx context.Context, s Store, p ClaimParams, claim func(context.Context, ClaimParams) ([]*Job, error),
+	reassign func(context.Context, []*Job) error) ([]*Job, error) {
+	if len(p.WorkerIDs) == 0 {
+		return claim(ctx, p)
+	}
+	p.Limit, p.WorkerID = len(p.WorkerIDs), p.WorkerIDs[0]
+	jobs, err := claim(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	if changed := ReassignWorkers(&p, jobs); len(changed) > 0 {
+		if err := reassign(ctx, changed); err != nil {
+			ReleaseClaimed(ctx, s, jobs)
+			return nil, fmt.Errorf("claim jobs from queue %q: record their workers: %w", p.Queue, err)
+		}
+	}
+	return jobs, nil
+}
+
+// GetProgressEach is GetProgressBatch for stores that read one job's progress at a time.
+func GetProgressEach(ctx context.Context, s ProgressStore, ids []string) (map[string]*Progress, error) {
+	out := make(map[string]*Progress)
+	for _, id := range ids {
+		p, err := s.GetProgress(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		if p != nil {
+			out[id] = p
+		}
+	}
+	return out, nil
+}
+
 // releaseTimeout bounds ReleaseClaimed.
 const releaseTimeout = 5 * time.Second
 

@@ -72,17 +72,7 @@ func (s *Store) GetProgress(ctx context.Context, id string) (*store.Progress, er
 	return &out, nil
 }
 
-// GetProgressBatch returns the progress of each of ids that has any.
+// GetProgressBatch returns the progress of each of ids that has any, one job at a time.
 func (s *Store) GetProgressBatch(ctx context.Context, ids []string) (map[string]*store.Progress, error) {
-	out := make(map[string]*store.Progress)
-	for _, id := range ids {
-		p, err := s.GetProgress(ctx, id)
-		if err != nil {
-			return nil, err
-		}
-		if p != nil {
-			out[id] = p
-		}
-	}
-	return out, nil
+	return store.GetProgressEach(ctx, s, ids)
 }

@@ -31,27 +31,12 @@ const defaultMaintenanceLimit = 1000
 // A claim for several workers (p.WorkerIDs) records their ids in the same statement on the plain
 // path; the other paths record the first entry on every job, then the others in a second statement.
 func (s *Store) Claim(ctx context.Context, p store.ClaimParams) ([]*store.Job, error) {
-	if len(p.WorkerIDs) == 0 {
-		return s.claim(ctx, p)
-	}
-	p.Limit, p.WorkerID = len(p.WorkerIDs), p.WorkerIDs[0]
-	jobs, err := s.claim(ctx, p)
-	if err != nil {
-		return nil, err
-	}
-	if err := s.reassignWorkers(ctx, store.ReassignWorkers(&p, jobs)); err != nil {
-		store.ReleaseClaimed(ctx, s, jobs)
-		return nil, fmt.Errorf("claim jobs from queue %q: %w", p.Queue, err)
-	}
-	return jobs, nil
+	return store.ClaimThenReassign(ctx, s, p, s.claim, s.reassignWorkers)
 }
 
 // reassignWorkers records the worker ids of claimed jobs, each still active under its claim token,
 // in one statement.
 func (s *Store) reassignWorkers(ctx context.Context, jobs []*store.Job) error {
-	if len(jobs) == 0 {
-		return nil
-	}
 	ids, workers, tokens := make([]string, len(jobs)), make([]string, len(jobs)), make([]string, len(jobs))
 	for i, j := range jobs {
 		ids[i], workers[i], tokens[i] = j.ID, j.WorkerID, j.ClaimToken

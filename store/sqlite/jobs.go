@@ -33,27 +33,12 @@ const maxClaimKinds = 500
 // A claim for several workers (p.WorkerIDs) records the first entry on every job, then the others
 // in a second statement (reassignWorkers).
 func (s *Store) Claim(ctx context.Context, p store.ClaimParams) ([]*store.Job, error) {
-	if len(p.WorkerIDs) == 0 {
-		return s.claim(ctx, p)
-	}
-	p.Limit, p.WorkerID = len(p.WorkerIDs), p.WorkerIDs[0]
-	jobs, err := s.claim(ctx, p)
-	if err != nil {
-		return nil, err
-	}
-	if err := s.reassignWorkers(ctx, store.ReassignWorkers(&p, jobs)); err != nil {
-		store.ReleaseClaimed(ctx, s, jobs)
-		return nil, fmt.Errorf("claim jobs from queue %q: %w", p.Queue, err)
-	}
-	return jobs, nil
+	return store.ClaimThenReassign(ctx, s, p, s.claim, s.reassignWorkers)
 }
 
 // reassignWorkers records the worker ids of claimed jobs, each still active under its claim token,
 // in one statement.
 func (s *Store) reassignWorkers(ctx context.Context, jobs []*store.Job) error {
-	if len(jobs) == 0 {
-		return nil
-	}
 	rows := make([][3]string, len(jobs))
 	for i, j := range jobs {
 		rows[i] = [3]string{j.ID, j.WorkerID, j.ClaimToken}
