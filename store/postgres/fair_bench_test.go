@@ -11,19 +11,23 @@ import (
 
 // BenchmarkFairClaim measures one claim of 50 jobs from a queue of 100,000 jobs of one tenant
 // (with -benchtime=1000x, 1,000 claims drain half of it), side by side: "plain" (the same jobs
-// without a tenant), "fair-011" (the fair claim of migration 011, migration 014 reverted) and
-// "fair" (the current one). It reports the median and 95th percentile of a claim.
+// without a tenant), "fair-011" and "fair-014" (the fair claims of migrations 011 and 014: the
+// migrations from 014, or from 015, reverted) and "fair" (the current one, which claims a tenant
+// alone as the plain claim does). It reports the median and 95th percentile of a claim.
 func BenchmarkFairClaim(b *testing.B) {
-	// Reverting migration 014 reverts the ones after it too.
-	faster := slices.IndexFunc(migrations, func(m migration) bool { return m.name == "fair_faster" })
-	if faster < 0 {
-		b.Fatal("no migration fair_faster")
+	// Reverting a migration reverts the ones after it too.
+	from := func(name string) int {
+		i := slices.IndexFunc(migrations, func(m migration) bool { return m.name == name })
+		if i < 0 {
+			b.Fatalf("no migration %s", name)
+		}
+		return len(migrations) - i
 	}
 	for _, c := range []struct {
 		name   string
 		tenant string
 		down   int
-	}{{"plain", "", 0}, {"fair-011", "a", len(migrations) - faster}, {"fair", "a", 0}} {
+	}{{"plain", "", 0}, {"fair-011", "a", from("fair_faster")}, {"fair-014", "a", from("fair_solo")}, {"fair", "a", 0}} {
 		b.Run(c.name, func(b *testing.B) {
 			ctx := context.Background()
 			s := setup(b)
