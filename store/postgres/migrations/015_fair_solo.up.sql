@@ -86,8 +86,8 @@ DECLARE
     solo_max   text;
     solo_ids   uuid[];
     alone      boolean;           -- step 0: that tenant is the only participant
-    last_prio  integer;
-    last_at    timestamptz;
+    prios      integer[];
+    ats        timestamptz[];
 BEGIN
     IF p_limit <= 0 OR EXISTS (SELECT 1 FROM {schema}.queues WHERE name = p_queue AND paused) THEN
         RETURN;
@@ -96,22 +96,21 @@ BEGIN
     -- 0. One participant alone. The probe is the plain claim's (jobs_claim_idx, claim order, the
     -- only pass over the front of the queue's index range, where the entries of the jobs claimed
     -- since the last vacuum lie); the checks that follow are seeks that pass over none of them.
-    SELECT array_agg(x.id ORDER BY x.o), min(x.tenant), max(x.tenant), bool_and(x.tenant IS NOT NULL),
-        (array_agg(x.priority ORDER BY x.o DESC))[1], (array_agg(x.scheduled_at ORDER BY x.o DESC))[1]
-    INTO solo_ids, solo, solo_max, alone, last_prio, last_at
+    -- The aggregates read the locked rows in claim order, as the subquery returns them.
+    SELECT array_agg(x.id), min(x.tenant), max(x.tenant), bool_and(x.tenant IS NOT NULL),
+        array_agg(x.priority), array_agg(x.scheduled_at)
+    INTO solo_ids, solo, solo_max, alone, prios, ats
     FROM (
-        SELECT j.id, j.tenant, j.priority, j.scheduled_at, row_number() OVER () AS o FROM (
-            SELECT j.id, j.tenant, j.priority, j.scheduled_at FROM {schema}.jobs j
-            WHERE j.queue = p_queue
-                AND j.state IN ('available', 'scheduled', 'retryable')
-                AND (CASE WHEN j.state = 'available' THEN true ELSE j.scheduled_at <= now() END)
-                AND (j.expires_at IS NULL OR j.expires_at > now())
-                AND j.rate_key IS NULL
-                AND (p_kinds IS NULL OR j.kind = ANY (p_kinds))
-            ORDER BY j.priority DESC, j.scheduled_at, j.id
-            LIMIT p_limit
-            FOR UPDATE SKIP LOCKED
-        ) j
+        SELECT j.id, j.tenant, j.priority, j.scheduled_at FROM {schema}.jobs j
+        WHERE j.queue = p_queue
+            AND j.state IN ('available', 'scheduled', 'retryable')
+            AND (CASE WHEN j.state = 'available' THEN true ELSE j.scheduled_at <= now() END)
+            AND (j.expires_at IS NULL OR j.expires_at > now())
+            AND j.rate_key IS NULL
+            AND (p_kinds IS NULL OR j.kind = ANY (p_kinds))
+        ORDER BY j.priority DESC, j.scheduled_at, j.id
+        LIMIT p_limit
+        FOR UPDATE SKIP LOCKED
     ) x;
     k := coalesce(cardinality(solo_ids), 0);
     IF k > 0 AND alone AND solo = solo_max THEN
@@ -135,8 +134,8 @@ BEGIN
                     AND (p_kinds IS NULL OR j.kind = ANY (p_kinds)))
             AND (k >= 64 OR NOT EXISTS (SELECT 1 FROM (
                     (SELECT j.tenant FROM {schema}.jobs j
-                    WHERE j.queue = p_queue AND j.priority = last_prio
-                        AND (j.scheduled_at, j.id) > (last_at, solo_ids[k])
+                    WHERE j.queue = p_queue AND j.priority = prios[k]
+                        AND (j.scheduled_at, j.id) > (ats[k], solo_ids[k])
                         AND j.state IN ('available', 'scheduled', 'retryable')
                         AND (CASE WHEN j.state = 'available' THEN true ELSE j.scheduled_at <= now() END)
                         AND (j.expires_at IS NULL OR j.expires_at > now())
@@ -145,7 +144,7 @@ BEGIN
                     LIMIT 64 - k)
                     UNION ALL
                     (SELECT j.tenant FROM {schema}.jobs j
-                    WHERE j.queue = p_queue AND j.priority < last_prio
+                    WHERE j.queue = p_queue AND j.priority < prios[k]
                         AND j.state IN ('available', 'scheduled', 'retryable')
                         AND (CASE WHEN j.state = 'available' THEN true ELSE j.scheduled_at <= now() END)
                         AND (j.expires_at IS NULL OR j.expires_at > now())
