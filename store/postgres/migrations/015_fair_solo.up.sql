@@ -1,7 +1,7 @@
--- The fair claim of one tenant alone, as cheap as the plain claim (docs/fair-scheduling.md, "What it
--- costs"): claim_fair_pick first checks, in one statement, whether the queue's claimable work is one
--- tenant's, and if so claims that tenant's jobs in one ordered probe, without the walk, the
--- tenantless turn or the cursor row's lock. Otherwise it claims as migration 014's did.
+-- The fair claim of one tenant alone, about as cheap as the plain claim (docs/fair-scheduling.md,
+-- "Migration 015"): claim_fair_pick first takes the plain claim's probe, and when the jobs it locked
+-- are all of one tenant that is alone in the rotation, they are the claim: no walk, no tenantless
+-- turn, no lock on the cursor row. Otherwise it claims as migration 014's did.
 
 -- claim_fair_pick picks, and locks, up to p_limit claimable jobs of queue p_queue (kinds p_kinds,
 -- NULL for any) in turns, and returns them in the order of the turns.
@@ -11,14 +11,17 @@
 -- last and how many jobs it took in its turn; a tenant of weight w takes up to w jobs per turn, the
 -- jobs without a tenant one.
 --
---  0. One participant alone: when the queue's claimable jobs with a tenant are all of one tenant T,
---     which has no stored limit, and no job without a tenant is among the queue's first 64 claimable
---     jobs in plain claim order (where step 1 looks for them), every turn of the rotation is T's.
---     The claim is then T's first p_limit jobs in claim order (jobs_tenant_claim_idx, one probe),
---     and the cursor moves to T with the jobs T took in its last turn, as steps 1-3 would have left
---     it. The cursor row is neither locked nor written unless it changes: with one participant
---     there are no turns for concurrent claims to share out, and SKIP LOCKED keeps them off each
---     other's jobs. A check that fails costs the claim one more read of those 64 jobs at most.
+--  0. One participant alone. The plain claim's probe locks the queue's first p_limit claimable jobs
+--     in claim order (jobs_claim_idx: the only pass over the front of the queue's index range,
+--     where the entries of the jobs claimed since the last vacuum lie). When they are all of one
+--     tenant T, T has no stored limit, no other tenant has a claimable job (a seek on each side of
+--     T's range of jobs_tenant_claim_idx) and no job without a tenant follows within the queue's
+--     first 64 claimable jobs (a seek past the last job locked; step 1 looks no further), every turn
+--     of the rotation is T's: those jobs are the claim, and the cursor moves to T with the jobs T
+--     took in its last turn, as steps 1-3 would have left it. The cursor row is read without a
+--     lock and written only if it changes: with one participant there are no turns for concurrent
+--     claims to share out, and SKIP LOCKED keeps them off each other's jobs. When a check fails, the
+--     jobs locked stay this claim's to take or leave, and steps 1-3 run.
 --  1. The first round walks the participants from the cursor on (the cursor's own tenant first when
 --     its turn is not over), each found by one index probe (jobs_tenant_claim_idx) and taking its
 --     turn at once, until the claim is full or the walk comes round: a claim costs in proportion to
