@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -78,11 +79,13 @@ const (
 	fairActiveSQL = `SELECT count(*) FROM pronto_jobs WHERE tenant = ?1 AND state = 'active'`
 )
 
-// fairClaimOneSQL makes job ?4 active for worker ?3 at ?1 with a lease until ?2.
-var fairClaimOneSQL = `UPDATE pronto_jobs SET state = 'active', attempt = attempt + 1, started_at = ?1,
+// fairClaimSQL makes the jobs whose ids are in the JSON array ?4 active for worker ?3 at ?1 with a
+// lease until ?2: one statement per turn, not one per job (a turn of a tenant alone takes a whole
+// claim's jobs).
+var fairClaimSQL = `UPDATE pronto_jobs SET state = 'active', attempt = attempt + 1, started_at = ?1,
 		lease_expires_at = ?2, worker_id = ?3, claim_token = ` + newClaimToken + `,
 		` + uniqueKeyAfter(`'active'`, "") + `
-	WHERE id = ?4
+	WHERE id IN (SELECT value FROM json_each(?4))
 	RETURNING ` + jobColumns
 
 // fairPart is one participant of a fair claim: a tenant, or the jobs without one.
@@ -101,7 +104,7 @@ type fairPart struct {
 // short; jobs are ranked by round and place, and the cursor moves to the last-ranked participant.
 func (s *Store) claimFair(ctx context.Context, p store.ClaimParams) ([]*store.Job, error) {
 	q := newFairSQL(len(p.Kinds))
-	r, err := s.begin(ctx, fairPausedSQL, fairCursorSQL, fairSetCursorSQL, fairClaimOneSQL, fairWeightSQL,
+	r, err := s.begin(ctx, fairPausedSQL, fairCursorSQL, fairSetCursorSQL, fairClaimSQL, fairWeightSQL,
 		fairLimitSQL, fairActiveSQL, setWindowSQL)
 	if err != nil {
 		return nil, err
@@ -249,18 +252,28 @@ func (s *Store) claimFair(ctx context.Context, p store.ClaimParams) ([]*store.Jo
 			if err != nil {
 				return nil, fmt.Errorf("fair turn: %w", err)
 			}
+			claimed := map[string]*store.Job{}
+			if len(ids) > 0 {
+				b, err := json.Marshal(ids)
+				if err != nil {
+					return nil, err
+				}
+				rows, err := r.QueryContext(ctx, fairClaimSQL, nowUS, nowUS+p.LeaseDuration.Microseconds(), p.WorkerID, string(b))
+				if err != nil {
+					return nil, err
+				}
+				jobs, err := scanJobs(rows, len(ids))
+				if err != nil {
+					return nil, err
+				}
+				for _, j := range jobs {
+					claimed[j.ID] = j
+				}
+			}
 			for k, id := range ids {
-				rows, err := r.QueryContext(ctx, fairClaimOneSQL, nowUS, nowUS+p.LeaseDuration.Microseconds(), p.WorkerID, id)
-				if err != nil {
-					return nil, err
-				}
-				claimed, err := scanJobs(rows, 1)
-				if err != nil {
-					return nil, err
-				}
 				rnd := base + (k+off)/pt.weight
 				rank := int64(rnd)*(n+1) + int64(i)
-				for _, j := range claimed {
+				if j := claimed[id]; j != nil {
 					out = append(out, ranked{rank, j})
 				}
 				if rank >= bestRank {

@@ -22,6 +22,8 @@ type BenchHarness struct {
 //   - ClaimFinish1, ClaimFinish100: one Claim and one Finish (completed) of 1 or 100 jobs per op.
 //   - ClaimFinish1Tenants10k, ClaimFinish100Tenants10k: the same with every job of one of 10,000
 //     tenants (a fair claim, which takes jobs in turns across the tenants).
+//   - ClaimFinish100Tenants1: the same with every job of one tenant (a tenant alone, which a fair
+//     claim serves as the plain claim does).
 //   - ClaimFinish1Tenants2, ClaimFinish100Tenants2: the same over 2 tenants (a flood: each tenant's
 //     turn takes many jobs).
 //   - Heartbeat100: one Heartbeat extending the leases of 100 active jobs per op.
@@ -42,6 +44,7 @@ func RunBenchmarks(b *testing.B, h BenchHarness) {
 	b.Run("ClaimFinish100", func(b *testing.B) { benchClaimFinish(b, h, 100, 0) })
 	b.Run("ClaimFinish1Tenants10k", func(b *testing.B) { benchClaimFinish(b, h, 1, 10_000) })
 	b.Run("ClaimFinish100Tenants10k", func(b *testing.B) { benchClaimFinish(b, h, 100, 10_000) })
+	b.Run("ClaimFinish100Tenants1", func(b *testing.B) { benchClaimFinish(b, h, 100, 1) })
 	b.Run("ClaimFinish1Tenants2", func(b *testing.B) { benchClaimFinish(b, h, 1, 2) })
 	b.Run("ClaimFinish100Tenants2", func(b *testing.B) { benchClaimFinish(b, h, 100, 2) })
 	b.Run("Heartbeat100", func(b *testing.B) { benchHeartbeat(b, h, 100) })

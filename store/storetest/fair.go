@@ -119,3 +119,38 @@ func testFairTenantless(t *testing.T, s store.Store) {
 	want := orderedJobs(t, s, q)
 	require.Equal(t, want, ids(claim(t, s, q, len(want))))
 }
+
+func testFairTenantAlone(t *testing.T, s store.Store) {
+	// One tenant alone is claimed in its claim order, whatever the claim's size.
+	q, a := uniq("fair-alone"), uniq("A")
+	low, high, mid := tenantJob(q, a, 0), tenantJob(q, a, 9), tenantJob(q, a, 5)
+	insert(t, s, low, high, mid)
+	require.Equal(t, []string{high.ID, mid.ID}, ids(claim(t, s, q, 2)))
+	require.Equal(t, []string{low.ID}, ids(claim(t, s, q, 5)))
+
+	// A job without a tenant behind a lone tenant's jobs in claim order still gets its turn.
+	q = uniq("fair-alone-mixed")
+	insertTenant(t, s, q, a, 10)
+	insert(t, s, tenantJob(q, "", 0))
+	require.ElementsMatch(t, []string{a, "-"}, claimTenants(t, s, q, 2))
+	require.Equal(t, []string{a, a}, claimTenants(t, s, q, 2))
+}
+
+func testTenantWeightsAlone(t *testing.T, s store.Store) {
+	// A tenant of weight 3 alone, then B arrives: A's turn goes on from where its claims alone left
+	// it, then the turns alternate as ever.
+	ts := tenants(t, s)
+	q, a, b := uniq("weights-alone"), uniq("A"), uniq("B")
+	require.NoError(t, ts.SetTenantWeight(ctx(t), a, 3))
+	insertTenant(t, s, q, a, 20)
+	require.Len(t, claim(t, s, q, 1), 1)
+	insertTenant(t, s, q, b, 10)
+	require.Equal(t, []string{a, a, b, a, a, a, b}, claimTenants(t, s, q, 7))
+
+	// Alone again, A's claims of 4 leave its turn at 4 mod 3 = 1 taken: B, back, waits for 2 more.
+	q = uniq("weights-alone-batch")
+	insertTenant(t, s, q, a, 20)
+	require.Len(t, claim(t, s, q, 4), 4)
+	insertTenant(t, s, q, b, 10)
+	require.Equal(t, []string{a, a, b, a}, claimTenants(t, s, q, 4))
+}

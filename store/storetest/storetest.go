@@ -57,7 +57,7 @@ func featureOf(name string) string {
 	switch {
 	case strings.HasPrefix(name, "RateLimit"), name == "ClaimTokensDistinctInBatch",
 		// Tenant weights and counts span queues like the limits (outside a queue's slot on Redis).
-		name == "TenantWeights", name == "TenantStats":
+		name == "TenantWeights", name == "TenantWeightsAlone", name == "TenantStats":
 
 		return FeatureRateLimits
 	case strings.HasPrefix(name, "Workflow"):
@@ -125,7 +125,9 @@ var tests = []testCase{
 	{"FairTenants", single(testFairTenants)},
 	{"FairPriorityWithinTenant", single(testFairPriorityWithinTenant)},
 	{"FairTenantless", single(testFairTenantless)},
+	{"FairTenantAlone", single(testFairTenantAlone)},
 	{"TenantWeights", single(testTenantWeights)},
+	{"TenantWeightsAlone", single(testTenantWeightsAlone)},
 	{"TenantStats", single(testTenantStats)},
 
 	{"FinishCompleted", single(testFinishCompleted)},
