@@ -2,6 +2,7 @@ package redis
 
 import (
 	"context"
+	"os"
 	"testing"
 	"time"
 
@@ -11,6 +12,20 @@ import (
 
 // The benchmarks below measure the store's hot paths one operation at a time against the test
 // Redis (compare runs of the same machine only: `go test -bench . -count 5 ./store/redis`).
+// With PRONTO_BENCH_RESETSTAT=1 (on a Redis of your own, PRONTO_TEST_REDIS_ADDR) each resets the
+// server's statistics as its timer starts, so that `redis-cli INFO commandstats` afterwards counts
+// the measured calls only (per-call server time).
+
+// startTimer resets the benchmark's timer and, when asked, the server's command statistics.
+func startTimer(b *testing.B, s *Store) {
+	b.Helper()
+	if os.Getenv("PRONTO_BENCH_RESETSTAT") == "1" {
+		if err := s.rdb.ConfigResetStat(context.Background()).Err(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ResetTimer()
+}
 
 func benchJob(queue string) *store.InsertParams {
 	return &store.InsertParams{ID: uuidv7.New(), Kind: "bench", Queue: queue, Args: []byte(`[1]`),
@@ -22,7 +37,7 @@ func BenchmarkInsertOne(b *testing.B) {
 	s := newTestStore(b)
 	ctx := context.Background()
 	b.ReportAllocs()
-	b.ResetTimer()
+	startTimer(b, s)
 	for b.Loop() {
 		if _, err := s.Insert(ctx, []*store.InsertParams{benchJob("q")}); err != nil {
 			b.Fatal(err)
@@ -36,6 +51,7 @@ func BenchmarkInsertBatch50(b *testing.B) {
 	ctx := context.Background()
 	b.ReportAllocs()
 	batch := make([]*store.InsertParams, 50)
+	startTimer(b, s)
 	for b.Loop() {
 		for i := range batch {
 			batch[i] = benchJob("q")
@@ -64,7 +80,7 @@ func BenchmarkClaimFinish(b *testing.B) {
 		n -= k
 	}
 	b.ReportAllocs()
-	b.ResetTimer()
+	startTimer(b, s)
 	for range b.N {
 		jobs, err := s.Claim(ctx, store.ClaimParams{Queue: "q", Limit: 1, WorkerID: "w", LeaseDuration: time.Minute})
 		if err != nil || len(jobs) != 1 {

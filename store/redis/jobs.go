@@ -5,11 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"sort"
 	"strconv"
-	"strings"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -118,6 +118,9 @@ func (s *Store) insert(ctx context.Context, params []*store.InsertParams) ([]*st
 		}
 		seen[p.ID] = struct{}{}
 		reg = append(reg, p.ID, p.Queue)
+	}
+	if len(params) == 1 && !s.cluster() && plainInsert(params[0]) {
+		return s.insertOne(ctx, params[0])
 	}
 	order, groups := byQueue(len(params), func(i int) string { return params[i].Queue })
 	if len(order) == 1 && !s.cluster() {
@@ -233,6 +236,38 @@ func dropDueNow(f []any) []any {
 	return f
 }
 
+// plainInsert reports whether p is the common job scriptInsertOne writes: available now, with no
+// unique key, tenant, rate key, workflow or expiry.
+func plainInsert(p *store.InsertParams) bool {
+	return p.State == store.StateAvailable && p.ScheduledAt.IsZero() && p.ExpiresAt.IsZero() &&
+		p.UniqueKey == "" && p.Tenant == "" && p.RateKey == "" && p.RateLimit == nil &&
+		p.WorkflowID == "" && len(p.ParentIDs) == 0 && p.RunOn == ""
+}
+
+// insertOne inserts one plain job on a single node (see plainInsert) by scriptInsertOne: one
+// round trip, as insertWhole, with a script that reads nothing back.
+func (s *Store) insertOne(ctx context.Context, p *store.InsertParams) ([]*store.Job, error) {
+	n := nonce()
+	note := store.Notification{Kind: store.NotifyInsert, Queue: p.Queue, Nonce: n}
+	f := dropDueNow(insertFields(p, false))
+	args := make([]any, 0, 5+len(f))
+	args = append(args, p.ID, p.Queue, p.Kind, fmt.Sprintf("%010d", math.MaxInt32-p.Priority),
+		encodeNotification(note, s.sender))
+	args = append(args, f...)
+	r, err := scriptInsertOne.Run(ctx, s.rdb, []string{s.qkey(p.Queue), s.idsKey(), s.queuesKey()}, args...).Slice()
+	if err != nil {
+		return nil, fmt.Errorf("redis: insert: %w", err)
+	}
+	if r[0] == "dup" {
+		return nil, fmt.Errorf("redis: insert job %v: %w", r[1], store.ErrDuplicate)
+	}
+	nowUS, _ := r[1].(int64)
+	// The script published the announcement to the other processes; this store's own subscribers
+	// get it here.
+	s.hub.Publish(note)
+	return []*store.Job{newJobFromParams(p, time.UnixMicro(nowUS).UTC())}, nil
+}
+
 // insertWhole inserts a batch of one queue on a single node in one call: scriptInsert also checks
 // and writes the id index, registers the queue and publishes the announcement (see scripts.go), so
 // a single insert is one round trip. The batch is all or nothing.
@@ -345,23 +380,24 @@ func (s *Store) insertResults(params []*store.InsertParams, order []string, grou
 }
 
 // runScript queues a script in a pipeline (see Store.pipelined).
-type runScript func(sc *goredis.Script, keys []string, args ...any) *goredis.Cmd
+type runScript func(sc *luaFunc, keys []string, args ...any) *goredis.Cmd
 
-// pipelined runs fn's commands in one pipeline, its scripts by EVALSHA. A script the server did not
-// have (NOSCRIPT: a fresh, restarted or failed-over server) did not run; it is run again on its own
-// by Script.Run, which loads it, and its command takes that result. Errors the server gave a
-// command are left on the command for the caller; a connection error is returned.
+// pipelined runs fn's commands in one pipeline, its scripts by FCALL. A script the server did not
+// have (a fresh, restarted or failed-over server without the library) did not run; it is run again
+// on its own by luaFunc.Run, which loads the library, and its command takes that result. Errors
+// the server gave a command are left on the command for the caller; a connection error is
+// returned.
 func (s *Store) pipelined(ctx context.Context, fn func(pl goredis.Pipeliner, run runScript) error) error {
 	type call struct {
-		sc   *goredis.Script
+		sc   *luaFunc
 		keys []string
 		args []any
 		cmd  *goredis.Cmd
 	}
 	var calls []call
 	_, err := s.rdb.Pipelined(ctx, func(pl goredis.Pipeliner) error {
-		return fn(pl, func(sc *goredis.Script, keys []string, args ...any) *goredis.Cmd {
-			c := sc.EvalSha(ctx, pl, keys, args...)
+		return fn(pl, func(sc *luaFunc, keys []string, args ...any) *goredis.Cmd {
+			c := sc.call(ctx, pl, keys, args...)
 			calls = append(calls, call{sc, keys, args, c})
 			return c
 		})
@@ -370,7 +406,7 @@ func (s *Store) pipelined(ctx context.Context, fn func(pl goredis.Pipeliner, run
 		return err
 	}
 	for _, c := range calls {
-		if e := c.cmd.Err(); e != nil && strings.HasPrefix(e.Error(), "NOSCRIPT") {
+		if noFunction(c.cmd.Err()) {
 			*c.cmd = *c.sc.Run(ctx, s.rdb, c.keys, c.args...)
 		}
 	}
@@ -734,7 +770,7 @@ func (s *Store) Rescue(ctx context.Context, p store.RescueParams) (store.RescueR
 
 // eachQueue runs a counting script on every queue until limit is reached, announcing the queues
 // where announce is set and the script counted something.
-func (s *Store) eachQueue(ctx context.Context, what string, sc *goredis.Script, limit int, announce bool) (int, error) {
+func (s *Store) eachQueue(ctx context.Context, what string, sc *luaFunc, limit int, announce bool) (int, error) {
 	if limit <= 0 {
 		limit = defaultLimit
 	}
@@ -996,7 +1032,7 @@ func hasTags(j *store.Job, tags []string) bool {
 }
 
 // byID runs one of the by-id scripts on job id and decodes its {status, ...} reply.
-func (s *Store) byID(ctx context.Context, sc *goredis.Script, op, id string, extra ...any) (*store.Job, bool, error) {
+func (s *Store) byID(ctx context.Context, sc *luaFunc, op, id string, extra ...any) (*store.Job, bool, error) {
 	q, err := s.queueOf(ctx, id)
 	if err != nil {
 		return nil, false, err

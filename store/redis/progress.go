@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"strconv"
 
-	goredis "github.com/redis/go-redis/v9"
-
 	"github.com/pronto-jobs/pronto/store"
 )
 
@@ -45,7 +43,7 @@ func (s *Store) SetProgress(ctx context.Context, p store.ProgressParams) (bool, 
 // scriptCheckpoint saves a job's checkpoint (ARGV: id, token or "", checkpoint) in the job's hash
 // (pckpt) while the job is active (under the token, when given). Unlike the progress fields it is
 // kept across runs. Returns 1 when saved.
-var scriptCheckpoint = goredis.NewScript(prelude + `
+var scriptCheckpoint = newFunc("Checkpoint", `
 local k = jk(ARGV[1])
 local f = redis.call('HMGET', k, 'state', 'token')
 if f[1] ~= 'active' or (ARGV[2] ~= '' and f[2] ~= ARGV[2]) then return 0 end

@@ -15,7 +15,7 @@ var _ store.DiscardedPruner = (*Store)(nil)
 
 // scriptPruneIDs deletes the jobs ARGV[1..] of one queue that are still discarded (in its
 // done:discarded set), and returns their ids (the caller removes them from the global id index).
-var scriptPruneIDs = goredis.NewScript(prelude + `
+var scriptPruneIDs = newFunc("PruneIDs", `
 local gone = {}
 for i = 1, #ARGV do
   local id = ARGV[i]

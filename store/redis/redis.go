@@ -150,13 +150,12 @@ func (s *Store) Client() goredis.UniversalClient { return s.rdb }
 // Prefix returns the store's key prefix.
 func (s *Store) Prefix() string { return s.prefix }
 
-// Migrate loads every script into the server's script cache. Redis has no schema; scripts are
-// loaded again on demand after a restart or failover, so calling Migrate is optional.
+// Migrate loads the store's function library (its scripts) into the server. Redis has no schema;
+// the library is loaded again on demand after a restart or failover, so calling Migrate is
+// optional.
 func (s *Store) Migrate(ctx context.Context) error {
-	for _, sc := range allScripts {
-		if err := sc.Load(ctx, s.rdb).Err(); err != nil {
-			return fmt.Errorf("redis: load script: %w", err)
-		}
+	if err := loadLibrary(ctx, s.rdb); err != nil {
+		return fmt.Errorf("redis: load scripts: %w", err)
 	}
 	return nil
 }

@@ -353,3 +353,39 @@ func TestInsertAnnouncedToOthers(t *testing.T) {
 	time.Sleep(50 * time.Millisecond) // an echo, if it were delivered, would be here by now
 	require.Empty(t, mine, "the store's own announcement came back from Redis")
 }
+
+// TestLibraryLoadedOnDemand: the store's function library is loaded by the first call that finds
+// it missing (a fresh or flushed server), for a single call and inside a pipeline alike, so that
+// Migrate stays optional.
+func TestLibraryLoadedOnDemand(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srv := startPrivateRedis(t, "--appendonly", "no")
+	rdb := goredis.NewClient(&goredis.Options{Addr: srv.addr()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	s, err := New(ctx, rdb, Options{}) // no Migrate
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	flush := func() { require.NoError(t, rdb.FunctionFlush(ctx).Err()) }
+
+	one := testJob("lib")
+	_, err = s.Insert(ctx, []*store.InsertParams{one}) // a single call
+	require.NoError(t, err)
+	flush()
+	_, err = s.Insert(ctx, []*store.InsertParams{testJob("lib"), testJob("lib-b")}) // pipelined
+	require.NoError(t, err)
+	flush()
+	jobs, err := s.Claim(ctx, store.ClaimParams{Queue: "lib", Limit: 2, WorkerID: "w", LeaseDuration: time.Minute})
+	require.NoError(t, err)
+	require.Len(t, jobs, 2)
+	flush()
+	res, err := s.Finish(ctx, []store.Completion{ // pipelined
+		{ID: jobs[0].ID, Attempt: 1, Token: jobs[0].ClaimToken, State: store.StateCompleted},
+		{ID: jobs[1].ID, Attempt: 1, Token: jobs[1].ClaimToken, State: store.StateCompleted},
+	})
+	require.NoError(t, err)
+	require.True(t, res[0].Applied && res[1].Applied)
+	got, err := s.GetJob(ctx, one.ID)
+	require.NoError(t, err)
+	require.Equal(t, store.StateCompleted, got.State)
+}

@@ -1,10 +1,9 @@
 package redis
 
-import goredis "github.com/redis/go-redis/v9"
-
 // Every state transition of the store is one of the Lua scripts below, run atomically by the server
-// (EVALSHA, loaded once; go-redis falls back to EVAL, which loads the script, after a restart or
-// failover). No transition reads a job in Go and writes it back.
+// (functions of one library, FCALL, loaded once; the first call that finds the library missing
+// after a restart or failover loads it again: see lua.go). No transition reads a job in Go and
+// writes it back.
 //
 // A queue script gets KEYS[1], the queue's key prefix "<prefix>{<tag>}:", and builds the queue's
 // other keys from it: every key it touches carries the queue's hash tag, so it touches one cluster
@@ -23,13 +22,13 @@ import goredis "github.com/redis/go-redis/v9"
 // Times are microseconds since the Unix epoch, from the server's clock (TIME), so every process
 // agrees on "now" as they agree on PostgreSQL's now().
 
-// prelude is prepended to every queue script: the key helpers and place/unplace, which file a job
-// in (and out of) the structures its state calls for.
-const prelude = `
-local B = KEYS[1]
--- G is the store's prefix, for the global keys: B up to the hash tag (the prefix itself when a
--- global script passes it as KEYS[1]). Only one key is declared, so a queue script names one slot.
-local G = string.match(B, '^(.-){') or B
+// preludeBody heads the library: the key helpers and place/unplace, which file a job in (and out of)
+// the structures its state calls for, in scope of every function.
+//
+// B is KEYS[1]; G is the store's prefix, for the global keys: B up to the hash tag (the prefix itself
+// when a global script passes it as KEYS[1]). Only one key is declared, so a queue script names one
+// slot. Each function of the library sets them, and decided, as it starts (lua.go).
+const preludeBody = `
 local function now()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -55,19 +54,31 @@ local function rl(rk) return G .. 'rl:' .. rk end
 local function tsrc(tn, kind) return B .. 'tj:' .. tn .. '\n' .. kind end
 -- decided lists workflow jobs this script made terminal whose children settle must look at.
 local decided = {}
--- unplace takes job id out of every structure its current state filed it in, and returns the
--- fields it read (state, kind, prio, sched, rkey, wf, runon, expires, tenant), or nil for no job.
-local function unplace(id)
-  local f = redis.call('HMGET', jk(id), 'state', 'kind', 'prio', 'sched', 'rkey', 'wf', 'runon', 'expires', 'tenant', 'tng')
-  local st = f[1]
-  if not st then return nil end
-  local rk = f[5]
+-- FN names the fields fields() reads: what place and unplace need, and what the claim and finish
+-- check, so that a transition reads its job once.
+local FN = {'state', 'kind', 'prio', 'sched', 'lease', 'completed', 'expires', 'ukey', 'ustates', 'rkey',
+  'wf', 'runon', 'kids', 'tenant', 'tng', 'attempt', 'token', 'started'}
+-- fields returns job id's fields named in FN, by name (false when absent), or nil for no job.
+local function fields(id)
+  local v = redis.call('HMGET', jk(id), unpack(FN))
+  if not v[1] then return nil end
+  -- A constructor sizes the table once (filling it in a loop costs as much as the HMGET).
+  return {state = v[1], kind = v[2], prio = v[3], sched = v[4], lease = v[5], completed = v[6],
+    expires = v[7], ukey = v[8], ustates = v[9], rkey = v[10], wf = v[11], runon = v[12], kids = v[13],
+    tenant = v[14], tng = v[15], attempt = v[16], token = v[17], started = v[18]}
+end
+-- unplace takes job id out of every structure its current state filed it in, and returns its
+-- fields (see fields; f when the caller read them already), or nil for no job.
+local function unplace(id, f)
+  f = f or fields(id)
+  if not f then return nil end
+  local st, rk = f.state, f.rkey
   redis.call('ZREM', B .. 'st:' .. st, id)
-  if f[10] then redis.call('HINCRBY', G .. 'tc:' .. f[10], 'n:' .. st, -1) end
-  if st == 'available' and f[9] and f[9] ~= '' and not rk then
-    redis.call('ZREM', tsrc(f[9], f[2]), rank(num(f[3]), num(f[4]), id))
+  if f.tng then redis.call('HINCRBY', G .. 'tc:' .. f.tng, 'n:' .. st, -1) end
+  if st == 'available' and f.tenant and f.tenant ~= '' and not rk then
+    redis.call('ZREM', tsrc(f.tenant, f.kind), rank(num(f.prio), num(f.sched), id))
   elseif st == 'available' then
-    redis.call('ZREM', src(f[2], rk), rank(num(f[3]), num(f[4]), id))
+    redis.call('ZREM', src(f.kind, rk), rank(num(f.prio), num(f.sched), id))
   elseif st == 'scheduled' or st == 'retryable' then
     redis.call('ZREM', B .. 'sched', id)
     if rk then redis.call('ZREM', G .. 'rs:' .. rk, id) end
@@ -77,9 +88,9 @@ local function unplace(id)
     redis.call('ZREM', B .. 'done:' .. st, id)
   end
   if rk then redis.call('HINCRBY', rl(rk), 'n:' .. st, -1) end
-  if f[6] and not f[7] then redis.call('HINCRBY', G .. 'wf:' .. f[6], 'n:' .. st, -1) end
+  if f.wf and not f.runon then redis.call('HINCRBY', G .. 'wf:' .. f.wf, 'n:' .. st, -1) end
   -- Only a job with an expiry (set at insert, never changed) is ever in the expiry index.
-  if num(f[8]) > 0 then redis.call('ZREM', B .. 'exp', id) end
+  if num(f.expires) > 0 then redis.call('ZREM', B .. 'exp', id) end
   return f
 end
 -- instates reports whether state st is in the comma-separated list sts.
@@ -101,63 +112,63 @@ local function holder(uk, t)
   if cur and holds(cur, uk, t) then return cur, redis.call('HGET', jk(cur), 'state') end
   return nil
 end
--- place files job id as its hash says. A unique job entering one of its unique states takes its
--- key, or gives it up (ukey "") when another job holds it: automatic transitions never fail for
--- uniqueness.
-local function place(id)
-  local f = redis.call('HMGET', jk(id), 'state', 'kind', 'prio', 'sched', 'lease', 'completed', 'expires',
-    'ukey', 'ustates', 'rkey', 'wf', 'runon', 'kids', 'tenant', 'tng')
-  local st = f[1]
-  local rk = f[10]
-  if f[15] then
-    redis.call('HINCRBY', G .. 'tc:' .. f[15], 'n:' .. st, 1)
-    redis.call('ZADD', G .. 'tenants', 0, f[15])
+-- place files job id as its hash says (f: its fields as they now are, when the caller has them;
+-- see fields). A unique job entering one of its unique states takes its key, or gives it up (ukey
+-- "") when another job holds it: automatic transitions never fail for uniqueness.
+local function place(id, f)
+  f = f or fields(id)
+  local st = f.state
+  local rk = f.rkey
+  if f.tng then
+    redis.call('HINCRBY', G .. 'tc:' .. f.tng, 'n:' .. st, 1)
+    redis.call('ZADD', G .. 'tenants', 0, f.tng)
   end
-  if f[11] then
-    if not f[12] then
-      local w = G .. 'wf:' .. f[11]
+  if f.wf then
+    if not f.runon then
+      local w = G .. 'wf:' .. f.wf
       redis.call('HINCRBY', w, 'n:' .. st, 1)
-      if terminal(st) and num(f[6]) > num(redis.call('HGET', w, 'lastdone')) then
-        redis.call('HSET', w, 'lastdone', s(num(f[6])))
+      if terminal(st) and num(f.completed) > num(redis.call('HGET', w, 'lastdone')) then
+        redis.call('HSET', w, 'lastdone', s(num(f.completed)))
       end
     end
-    if terminal(st) and f[13] and f[13] ~= '' then decided[#decided + 1] = id end
+    if terminal(st) and f.kids and f.kids ~= '' then decided[#decided + 1] = id end
   end
-  if f[8] and f[8] ~= '' and instates(st, f[9]) then
-    local cur = redis.call('GET', B .. 'u:' .. f[8])
+  if f.ukey and f.ukey ~= '' and instates(st, f.ustates) then
+    local cur = redis.call('GET', B .. 'u:' .. f.ukey)
     if cur ~= id then
-      if cur and holds(cur, f[8], now()) then
+      if cur and holds(cur, f.ukey, now()) then
         redis.call('HSET', jk(id), 'ukey', '')
+        f.ukey = ''
       else
-        redis.call('SET', B .. 'u:' .. f[8], id)
+        redis.call('SET', B .. 'u:' .. f.ukey, id)
       end
     end
   end
   redis.call('ZADD', B .. 'st:' .. st, 0, id)
-  if st == 'available' and f[14] and f[14] ~= '' and not rk then
-    local tn = f[14]
-    redis.call('ZADD', tsrc(tn, f[2]), 0, rank(num(f[3]), num(f[4]), id))
-    redis.call('SADD', B .. 'tk:' .. tn, f[2])
+  if st == 'available' and f.tenant and f.tenant ~= '' and not rk then
+    local tn = f.tenant
+    redis.call('ZADD', tsrc(tn, f.kind), 0, rank(num(f.prio), num(f.sched), id))
+    redis.call('SADD', B .. 'tk:' .. tn, f.kind)
     if redis.call('SADD', B .. 'tset', tn) == 1 then
       -- A new tenant joins at the end of the round (the claim rotates from the right).
       if redis.call('EXISTS', B .. 'tring') == 0 then redis.call('LPUSH', B .. 'tring', '\n') end
       redis.call('LPUSH', B .. 'tring', tn)
     end
   elseif st == 'available' then
-    redis.call('ZADD', src(f[2], rk), 0, rank(num(f[3]), num(f[4]), id))
-    redis.call('SADD', B .. 'kinds', f[2])
-    redis.call('SADD', B .. 'ks:' .. f[2], rk or '')
+    redis.call('ZADD', src(f.kind, rk), 0, rank(num(f.prio), num(f.sched), id))
+    redis.call('SADD', B .. 'kinds', f.kind)
+    redis.call('SADD', B .. 'ks:' .. f.kind, rk or '')
   elseif st == 'scheduled' or st == 'retryable' then
-    redis.call('ZADD', B .. 'sched', s(num(f[4])), id)
-    if rk then redis.call('ZADD', G .. 'rs:' .. rk, s(num(f[4])), id) end
+    redis.call('ZADD', B .. 'sched', s(num(f.sched)), id)
+    if rk then redis.call('ZADD', G .. 'rs:' .. rk, s(num(f.sched)), id) end
   elseif st == 'active' then
-    redis.call('ZADD', B .. 'lease', s(num(f[5])), id)
+    redis.call('ZADD', B .. 'lease', s(num(f.lease)), id)
   else
-    redis.call('ZADD', B .. 'done:' .. st, s(num(f[6])), id)
+    redis.call('ZADD', B .. 'done:' .. st, s(num(f.completed)), id)
   end
   if rk then redis.call('HINCRBY', rl(rk), 'n:' .. st, 1) end
-  if num(f[7]) > 0 and notstarted(st) then
-    redis.call('ZADD', B .. 'exp', s(num(f[7])), id)
+  if num(f.expires) > 0 and notstarted(st) then
+    redis.call('ZADD', B .. 'exp', s(num(f.expires)), id)
   end
 end
 -- qbase returns the key prefix of another queue (as Store.qkey does).
@@ -344,7 +355,7 @@ end
 
 // scriptRegisterIDs records the queue of each new job id in the global id index (KEYS[1]), or
 // changes nothing and returns the first id already there. ARGV: id1, queue1, id2, queue2, ...
-var scriptRegisterIDs = goredis.NewScript(`
+var scriptRegisterIDs = newFunc("RegisterIDs", `
 for i = 1, #ARGV, 2 do
   if redis.call('HEXISTS', KEYS[1], ARGV[i]) == 1 then return ARGV[i] end
 end
@@ -371,7 +382,7 @@ return false
 // refuses an id already in the index (returning {"dup", id}, writing nothing), records the ids it
 // wrote there, registers the queue and publishes the insert notification itself. A cluster cannot
 // (those keys live in other slots): there the index is written first by scriptRegisterIDs.
-var scriptInsert = goredis.NewScript(prelude + `
+var scriptInsert = newFunc("Insert", `
 local t = now()
 local n = tonumber(ARGV[1])
 local jobs = {}
@@ -468,6 +479,28 @@ end
 return {'ok', t, dups, changed, cancels}
 `)
 
+// scriptInsertOne is scriptInsert's single-node call for the common single insert: one available
+// job due now, with no unique key, tenant, rate key, workflow or expiry (see plainInsert). It
+// skips the prelude and every read: the id index entry doubles as the duplicate check (HSETNX),
+// and place's filing of such a job is spelled out (keep it in step with place). KEYS: the queue's
+// prefix, the id index, the queue registry. ARGV: id, queue, kind, the rank's priority part (10
+// digits, see rank), the insert notification, then the job's field, value pairs. Returns
+// {"dup", id} or {"ok", now, {}, {}, {}} as scriptInsert does.
+var scriptInsertOne = newFunc("InsertOne", `
+local B, id, kind = KEYS[1], ARGV[1], ARGV[3]
+if redis.call('HSETNX', KEYS[2], id, ARGV[2]) == 0 then return {'dup', id} end
+local tm = redis.call('TIME')
+local t = string.format('%d%06d', tm[1], tm[2])
+redis.call('HSET', B .. 'j:' .. id, 'created', t, 'sched', t, unpack(ARGV, 6))
+redis.call('ZADD', B .. 'st:available', 0, id)
+redis.call('ZADD', B .. 'k:' .. kind .. '\n', 0, ARGV[4] .. string.format('%016d', t) .. id)
+redis.call('SADD', B .. 'kinds', kind)
+redis.call('SADD', B .. 'ks:' .. kind, '')
+redis.call('SADD', KEYS[3], ARGV[2])
+redis.call('SPUBLISH', string.match(B, '^(.-){') .. '{notify}', ARGV[5])
+return {'ok', tonumber(t), {}, {}, {}}
+`)
+
 // scriptClaim moves up to ARGV[1] claimable jobs to active and returns them (HGETALL arrays).
 // ARGV: limit, worker, lease (µs), nkinds, kinds..., then limit claim tokens, the global flag, and
 // optionally limit worker ids: the n-th job claimed takes the n-th token and, when they are given,
@@ -476,7 +509,7 @@ return {'ok', t, dups, changed, cancels}
 // Available jobs sit in one sorted set per kind and rate key (a source); the claim merges the heads
 // of the sources in claim order. A job whose rate key is exhausted is dropped or rescheduled as its
 // limit says, or, when the limit waits, its whole source is left alone for this claim.
-var scriptClaim = goredis.NewScript(prelude + `
+var scriptClaim = newFunc("Claim", `
 if redis.call('EXISTS', B .. 'paused') == 1 then return {} end
 local t = now()
 local limit = tonumber(ARGV[1])
@@ -505,17 +538,17 @@ for _, kind in ipairs(kinds) do
 end
 local tok = 5 + nk
 local out = {}
--- activate makes available job id active under this claim (rate key rk, '' for none).
-local function activate(id, rk)
+-- activate makes available job id (fields f) active under this claim (rate key rk, '' for none).
+local function activate(id, rk, f)
   local k = jk(id)
   local w = worker
   if perworker then w = ARGV[tok + limit + 1] end
-  unplace(id)
-  redis.call('HSET', k, 'state', 'active', 'started', s(t), 'lease', s(t + leasefor), 'worker', w,
-    'token', ARGV[tok])
-  redis.call('HINCRBY', k, 'attempt', 1)
+  unplace(id, f)
+  f.state, f.started, f.lease, f.attempt = 'active', s(t), s(t + leasefor), s(num(f.attempt) + 1)
+  redis.call('HSET', k, 'state', 'active', 'started', f.started, 'lease', f.lease, 'worker', w,
+    'token', ARGV[tok], 'attempt', f.attempt)
   tok = tok + 1
-  place(id)
+  place(id, f)
   if rk ~= '' then rlstarted(rk, t) end
   out[#out + 1] = redis.call('HGETALL', k)
 end
@@ -539,30 +572,31 @@ while #out < upto do
     if not sr.off then
       local id = string.sub(c[1], 27)
       local k = jk(id)
-      local exp = num(redis.call('HGET', k, 'expires'))
+      local f = fields(id)
+      local exp = num(f and f.expires)
       local blocked, until_, action = false, 0, ''
-      if sr.rk ~= '' and not (exp > 0 and exp <= t) then blocked, until_, action = rlblocked(sr.rk, t) end
-      if exp > 0 and exp <= t then
+      if f and sr.rk ~= '' and not (exp > 0 and exp <= t) then blocked, until_, action = rlblocked(sr.rk, t) end
+      if not f or (exp > 0 and exp <= t) then
         -- Never claimable: it stays available (and counted) until DiscardExpired discards it.
         redis.call('ZREM', sr.key, c[1])
         progress = true
       elseif blocked and action == 'drop' then
-        unplace(id)
+        unplace(id, f)
         redis.call('HSET', k, 'state', 'discarded', 'completed', s(t))
-        adderr(id, mkerr(num(redis.call('HGET', k, 'attempt')), t, 'rate_limited',
+        adderr(id, mkerr(num(f.attempt), t, 'rate_limited',
           'dropped: the limit of rate key ' .. sr.rk .. ' was exhausted'))
         place(id)
         progress = true
       elseif blocked and action == 'reschedule' then
         if until_ == 0 then until_ = t + 1000000 end
-        unplace(id)
+        unplace(id, f)
         redis.call('HSET', k, 'state', 'scheduled', 'sched', s(until_))
         place(id)
         progress = true
       elseif blocked then
         sr.off = true
       else
-        activate(id, sr.rk)
+        activate(id, sr.rk, f)
         progress = true
       end
     end
@@ -592,18 +626,20 @@ local function tenantturn(tn)
       return false
     end
     local id = string.sub(best, 27)
-    local exp = num(redis.call('HGET', jk(id), 'expires'))
-    if exp > 0 and exp <= t then
+    local f = fields(id)
+    local exp = num(f and f.expires)
+    if not f or (exp > 0 and exp <= t) then
       -- Never claimable: it stays available (and counted) until DiscardExpired discards it.
       redis.call('ZREM', bestkey, best)
     else
-      activate(id, '')
+      activate(id, '', f)
       return true
     end
   end
 end
 local ring = B .. 'tring'
-if redis.call('EXISTS', ring) == 1 then
+local fair = redis.call('EXISTS', ring) == 1
+if fair then
   -- Fair (see docs/fair-scheduling.md): the ring's tail is the participant whose turn it is; a
   -- tenant of weight w (<prefix>tw) takes up to w jobs in its turn, tused counting them, and the ring
   -- rotates when the turn ends. Weights and tenant limits live in global keys: on a cluster (global
@@ -651,7 +687,7 @@ if redis.call('EXISTS', ring) == 1 then
   end
   redis.call('SET', B .. 'tused', used)
 end
-if redis.call('EXISTS', ring) == 0 then claimplain(limit) end
+if not fair or redis.call('EXISTS', ring) == 0 then claimplain(limit) end
 settle(t)
 return out
 `)
@@ -661,7 +697,7 @@ return out
 // token ("" for none), state, sched (µs, 0: now), error entry JSON ("" for none), flags ("v": a
 // result is given, "r": refund the attempt) and the result. Returns per completion 0 (not applied), 1 (applied) or 2 (applied to a job with a rate
 // key, whose queue is announced: a slot of its key is free).
-var scriptFinish = goredis.NewScript(prelude + `
+var scriptFinish = newFunc("Finish", `
 local t = now()
 local out = {}
 local i = 2
@@ -670,30 +706,35 @@ for c = 1, tonumber(ARGV[1]) do
     ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], tonumber(ARGV[i + 4]), ARGV[i + 5], ARGV[i + 6], ARGV[i + 7]
   i = i + 8
   local k = jk(id)
-  local f = redis.call('HMGET', k, 'state', 'attempt', 'token', 'started')
-  if f[1] ~= 'active' or f[2] ~= attempt or (token ~= '' and f[3] ~= token) then
+  local f = fields(id)
+  if not f or f.state ~= 'active' or f.attempt ~= attempt or (token ~= '' and f.token ~= token) then
     out[c] = 0
   else
     out[c] = 1
-    local uf = unplace(id)
-    -- One HSET per outcome: the new state, its time, and leaving the run (as leave does).
+    unplace(id, f)
+    -- One HSET per outcome: the new state, its time, and leaving the run (as leave does); f
+    -- follows the hash, for place.
     if st == 'completed' then
+      f.completed = s(t)
       if string.find(flags, 'v', 1, true) then
-        redis.call('HSET', k, 'state', st, 'completed', s(t), 'lease', '0', 'worker', '', 'token', '', 'result', result)
+        redis.call('HSET', k, 'state', st, 'completed', f.completed, 'lease', '0', 'worker', '', 'token', '', 'result', result)
       else
-        redis.call('HSET', k, 'state', st, 'completed', s(t), 'lease', '0', 'worker', '', 'token', '')
+        redis.call('HSET', k, 'state', st, 'completed', f.completed, 'lease', '0', 'worker', '', 'token', '')
         redis.call('HDEL', k, 'result')
       end
     elseif st == 'discarded' or st == 'cancelled' then
-      redis.call('HSET', k, 'state', st, 'completed', s(t), 'lease', '0', 'worker', '', 'token', '')
+      f.completed = s(t)
+      redis.call('HSET', k, 'state', st, 'completed', f.completed, 'lease', '0', 'worker', '', 'token', '')
     else
       if sched == 0 or not (st == 'retryable' or st == 'scheduled') then sched = t end
-      redis.call('HSET', k, 'state', st, 'sched', s(sched), 'lease', '0', 'worker', '', 'token', '')
+      f.sched = s(sched)
+      redis.call('HSET', k, 'state', st, 'sched', f.sched, 'lease', '0', 'worker', '', 'token', '')
     end
-    if err ~= '' then adderr(id, withstart(err, f[4])) end
+    f.state, f.lease, f.token = st, '0', ''
+    if err ~= '' then adderr(id, withstart(err, f.started)) end
     if string.find(flags, 'r', 1, true) then redis.call('HINCRBY', k, 'max', 1) end
-    place(id)
-    if uf[5] then out[c] = 2 end
+    place(id, f)
+    if f.rkey then out[c] = 2 end
   end
 end
 settle(t)
@@ -703,7 +744,7 @@ return out
 // scriptHeartbeat extends the leases of the listed jobs of one queue that are active under the
 // worker (and the claim token, when given), and returns the ids it could not extend.
 // ARGV: worker, lease (µs), then id, token pairs.
-var scriptHeartbeat = goredis.NewScript(prelude + `
+var scriptHeartbeat = newFunc("Heartbeat", `
 local t = now()
 local lease = t + tonumber(ARGV[2])
 local lost = {}
@@ -723,7 +764,7 @@ return lost
 // scriptRescue takes back up to ARGV[1] active jobs of one queue whose lease ran out: to available
 // with a lease_expired error entry, or discarded when their attempts are spent. Returns
 // {requeued jobs, discarded jobs}, each a list of HGETALL arrays.
-var scriptRescue = goredis.NewScript(prelude + `
+var scriptRescue = newFunc("Rescue", `
 local t = now()
 local req, dis = {}, {}
 for _, id in ipairs(redis.call('ZRANGEBYSCORE', B .. 'lease', '-inf', '(' .. s(t), 'LIMIT', 0, tonumber(ARGV[1]))) do
@@ -749,7 +790,7 @@ return {req, dis}
 
 // scriptPromote makes up to ARGV[1] due scheduled and retryable jobs of one queue available and
 // returns how many.
-var scriptPromote = goredis.NewScript(prelude + `
+var scriptPromote = newFunc("Promote", `
 local t = now()
 local ids = redis.call('ZRANGEBYSCORE', B .. 'sched', '-inf', s(t), 'LIMIT', 0, tonumber(ARGV[1]))
 for _, id in ipairs(ids) do
@@ -762,7 +803,7 @@ return #ids
 
 // scriptExpire discards up to ARGV[1] not-started jobs of one queue whose expiry has passed, each
 // with an "expired" error entry, and returns how many.
-var scriptExpire = goredis.NewScript(prelude + `
+var scriptExpire = newFunc("Expire", `
 local t = now()
 local ids = redis.call('ZRANGEBYSCORE', B .. 'exp', '-inf', s(t), 'LIMIT', 0, tonumber(ARGV[1]))
 for _, id in ipairs(ids) do
@@ -779,7 +820,7 @@ return #ids
 // scriptCleanup deletes up to ARGV[4] terminal jobs of one queue that finished before their
 // state's cut-off (ARGV 1-3: completed, cancelled, discarded, µs; 0 keeps that state), and returns
 // their ids (the caller removes them from the global id index).
-var scriptCleanup = goredis.NewScript(prelude + `
+var scriptCleanup = newFunc("Cleanup", `
 local left = tonumber(ARGV[4])
 local gone = {}
 local states = {'completed', 'cancelled', 'discarded'}
@@ -801,7 +842,7 @@ return gone
 
 // scriptCancel cancels job ARGV[1] unless it is terminal. Returns {"nf"}, {"bad", state} or
 // {"ok", wasActive, job}.
-var scriptCancel = goredis.NewScript(prelude + `
+var scriptCancel = newFunc("Cancel", `
 local id = ARGV[1]
 local k = jk(id)
 local st = redis.call('HGET', k, 'state')
@@ -820,7 +861,7 @@ return {'ok', was, redis.call('HGETALL', k)}
 
 // scriptMakeAvailable moves job ARGV[1] to available now if its state is one of ARGV[2..]. A job
 // leaving a terminal state starts over (attempt 0, no completion time). Returns like scriptCancel.
-var scriptMakeAvailable = goredis.NewScript(prelude + `
+var scriptMakeAvailable = newFunc("MakeAvailable", `
 local id = ARGV[1]
 local k = jk(id)
 local st = redis.call('HGET', k, 'state')
@@ -844,7 +885,7 @@ return {'ok', 0, redis.call('HGETALL', k)}
 
 // scriptDelete removes job ARGV[1] unless it is active. Returns like scriptCancel, with the job as
 // it was.
-var scriptDelete = goredis.NewScript(prelude + `
+var scriptDelete = newFunc("Delete", `
 local id = ARGV[1]
 local k = jk(id)
 local st = redis.call('HGET', k, 'state')
@@ -861,7 +902,7 @@ return {'ok', 0, was}
 // scriptNextDue returns the earliest due time (µs) of the queue's scheduled and retryable jobs,
 // or the end of the window of an exhausted rate key with jobs available in the queue when sooner;
 // false when there is neither.
-var scriptNextDue = goredis.NewScript(prelude + `
+var scriptNextDue = newFunc("NextDue", `
 local t = now()
 local best = false
 local top = redis.call('ZRANGE', B .. 'sched', 0, 0, 'WITHSCORES')
@@ -879,14 +920,14 @@ return false
 `)
 
 // scriptSetLimit stores limit ARGV[2] under rate key ARGV[1] (KEYS[1] is the prefix).
-var scriptSetLimit = goredis.NewScript(prelude + `
+var scriptSetLimit = newFunc("SetLimit", `
 setlimit(ARGV[1], ARGV[2])
 return 0
 `)
 
 // scriptDeleteLimit removes the limit under rate key ARGV[1] (its jobs' counts stay); returns 0
 // when there was none.
-var scriptDeleteLimit = goredis.NewScript(prelude + `
+var scriptDeleteLimit = newFunc("DeleteLimit", `
 if redis.call('HGET', rl(ARGV[1]), 'set') ~= '1' then return 0 end
 redis.call('HDEL', rl(ARGV[1]), 'set', 'max', 'rate', 'period', 'onlimit', 'ws', 'wc')
 redis.call('ZREM', G .. 'rlkeys', ARGV[1])
@@ -895,7 +936,7 @@ return 1
 
 // scriptLimitInfo returns, for each rate key ARGV, {set, max, rate, period, onlimit, ws, wc,
 // active, available, due scheduled or retryable} read at one instant.
-var scriptLimitInfo = goredis.NewScript(prelude + `
+var scriptLimitInfo = newFunc("LimitInfo", `
 local t = now()
 local out = {}
 for i, rk in ipairs(ARGV) do
@@ -913,7 +954,7 @@ return out
 // single Redis node only: its jobs may span queues). ARGV: workflow id, name, type, meta ("" flag
 // and value), members, n, then per job: queue, id, rate key, rate limit, nfields, field, value, ...
 // Returns "dup" when the workflow exists, else the server's now.
-var scriptInsertWorkflow = goredis.NewScript(prelude + `
+var scriptInsertWorkflow = newFunc("InsertWorkflow", `
 local w = G .. 'wf:' .. ARGV[1]
 if redis.call('EXISTS', w) == 1 then return 'dup' end
 local t = now()
@@ -940,7 +981,7 @@ return t
 // scriptCancelWorkflow cancels every job of workflow ARGV[1] that is not terminal and marks it
 // cancelled (the first call's time stays). Returns "nf", or {queue, id, ...} of the jobs that
 // were active, whose runners are to be told.
-var scriptCancelWorkflow = goredis.NewScript(prelude + `
+var scriptCancelWorkflow = newFunc("CancelWorkflow", `
 local w = G .. 'wf:' .. ARGV[1]
 if redis.call('EXISTS', w) == 0 then return 'nf' end
 local t = now()
@@ -971,7 +1012,7 @@ return told
 
 // scriptCronCreate stores a new schedule (ARGV: name, enabled "1"/"0", next µs, field, value...),
 // with created set to the server's now; returns 0 when the name is taken.
-var scriptCronCreate = goredis.NewScript(`
+var scriptCronCreate = newFunc("CronCreate", `
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 local t = redis.call('TIME')
 redis.call('HSET', KEYS[1], unpack(ARGV, 4))
@@ -982,7 +1023,7 @@ return 1
 `)
 
 // scriptCronDelete removes schedule ARGV[1] and returns it as it was (HGETALL), or an empty list.
-var scriptCronDelete = goredis.NewScript(`
+var scriptCronDelete = newFunc("CronDelete", `
 local was = redis.call('HGETALL', KEYS[1])
 redis.call('DEL', KEYS[1])
 redis.call('ZREM', KEYS[2], ARGV[1])
@@ -992,7 +1033,7 @@ return was
 
 // scriptCronAdvance moves schedule ARGV[1] past its due occurrence while it is registration
 // ARGV[2] and its next run is still ARGV[3] (µs). ARGV: name, id, from, next, run at, job id.
-var scriptCronAdvance = goredis.NewScript(`
+var scriptCronAdvance = newFunc("CronAdvance", `
 local f = redis.call('HMGET', KEYS[1], 'id', 'next', 'enabled')
 if f[1] ~= ARGV[2] or f[2] ~= ARGV[3] then return 0 end
 redis.call('HSET', KEYS[1], 'next', ARGV[4], 'last', ARGV[5])
@@ -1007,7 +1048,7 @@ return 1
 // scriptCronSetEnabled pauses (ARGV[2] "0") or resumes (ARGV[2] "1") schedule ARGV[1]; when ARGV[3]
 // is not empty it becomes the next run (µs). A paused schedule leaves the due set, a resumed one
 // joins it at its next run. Returns the schedule as it now is (HGETALL), or an empty list.
-var scriptCronSetEnabled = goredis.NewScript(`
+var scriptCronSetEnabled = newFunc("CronSetEnabled", `
 if redis.call('EXISTS', KEYS[1]) == 0 then return {} end
 redis.call('HSET', KEYS[1], 'enabled', ARGV[2])
 if ARGV[3] ~= '' then redis.call('HSET', KEYS[1], 'next', ARGV[3]) end
@@ -1022,7 +1063,7 @@ return redis.call('HGETALL', KEYS[1])
 // scriptSchemaCreate stores a new job schema (KEYS[1] its hash, KEYS[2] the sorted set of URIs
 // by creation time, both under the {schema} tag). ARGV: uri, created µs, field, value, ...
 // Returns 0 when the URI is taken.
-var scriptSchemaCreate = goredis.NewScript(`
+var scriptSchemaCreate = newFunc("SchemaCreate", `
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 redis.call('HSET', KEYS[1], unpack(ARGV, 3))
 redis.call('ZADD', KEYS[2], ARGV[2], ARGV[1])
@@ -1031,7 +1072,7 @@ return 1
 
 // scriptSchemaDelete removes job schema ARGV[1] and returns it as it was (HGETALL), or an empty
 // list.
-var scriptSchemaDelete = goredis.NewScript(`
+var scriptSchemaDelete = newFunc("SchemaDelete", `
 local was = redis.call('HGETALL', KEYS[1])
 redis.call('DEL', KEYS[1])
 redis.call('ZREM', KEYS[2], ARGV[1])
@@ -1042,7 +1083,7 @@ return was
 // data) for the job's current run while it is active (under the token, when given). Progress
 // lives in the job's hash (pval, pdata, prun: the run's started time, pat: updated). Within a run
 // the value never decreases; a new run starts afresh. Returns 1 when recorded.
-var scriptProgress = goredis.NewScript(prelude + `
+var scriptProgress = newFunc("Progress", `
 local k = jk(ARGV[1])
 local f = redis.call('HMGET', k, 'state', 'token', 'started', 'prun', 'pval')
 if f[1] ~= 'active' or (ARGV[2] ~= '' and f[2] ~= ARGV[2]) then return 0 end
@@ -1057,7 +1098,7 @@ return 1
 
 // scriptPurge removes the jobs ARGV of one queue outright: it undoes the part of a batch, spanning
 // several queues, that was written before another queue refused it.
-var scriptPurge = goredis.NewScript(prelude + `
+var scriptPurge = newFunc("Purge", `
 for _, id in ipairs(ARGV) do
   local wf = redis.call('HGET', jk(id), 'wf')
   unplace(id)
@@ -1069,7 +1110,7 @@ return #ARGV
 
 // scriptElect makes ARGV[1] the leader (KEYS[1]) for ARGV[2] ms if nobody leads or it already
 // does: SET NX PX takes a free leadership, PEXPIRE renews the holder's own.
-var scriptElect = goredis.NewScript(`
+var scriptElect = newFunc("Elect", `
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
@@ -1079,16 +1120,7 @@ return 0
 `)
 
 // scriptResign deletes the leadership KEYS[1] if ARGV[1] holds it.
-var scriptResign = goredis.NewScript(`
+var scriptResign = newFunc("Resign", `
 if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
 return 0
 `)
-
-// allScripts lists every script, for Migrate to load.
-var allScripts = []*goredis.Script{
-	scriptRegisterIDs, scriptInsert, scriptClaim, scriptFinish, scriptHeartbeat, scriptRescue,
-	scriptPromote, scriptExpire, scriptCleanup, scriptCancel, scriptMakeAvailable, scriptDelete,
-	scriptElect, scriptResign, scriptPurge, scriptNextDue, scriptSetLimit, scriptDeleteLimit,
-	scriptLimitInfo, scriptInsertWorkflow, scriptCancelWorkflow, scriptCronCreate, scriptCronDelete,
-	scriptCronAdvance, scriptCronSetEnabled, scriptSchemaCreate, scriptSchemaDelete, scriptProgress,
-}

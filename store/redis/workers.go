@@ -31,7 +31,7 @@ type workerRecord struct {
 
 // scriptTouchWorker (KEYS: the workers hash; ARGV: id, queues JSON or "") creates or updates a
 // record's last-seen time (the server's clock) and queues, and returns its directive.
-var scriptTouchWorker = goredis.NewScript(`
+var scriptTouchWorker = newFunc("TouchWorker", `
 local t = redis.call('TIME')
 local now = string.format('%d', tonumber(t[1]) * 1000000 + tonumber(t[2]))
 local raw = redis.call('HGET', KEYS[1], ARGV[1])
@@ -45,7 +45,7 @@ return r.d
 
 // scriptWorkerDirective (KEYS: the workers hash; ARGV: id, directive) sets a record's directive;
 // returns 0 without a record.
-var scriptWorkerDirective = goredis.NewScript(`
+var scriptWorkerDirective = newFunc("WorkerDirective", `
 local raw = redis.call('HGET', KEYS[1], ARGV[1])
 if not raw then return 0 end
 local r = cjson.decode(raw)
