@@ -54,18 +54,23 @@ local function rl(rk) return G .. 'rl:' .. rk end
 local function tsrc(tn, kind) return B .. 'tj:' .. tn .. '\n' .. kind end
 -- decided lists workflow jobs this script made terminal whose children settle must look at.
 local decided = {}
--- FN names the fields fields() reads: what place and unplace need, and what the claim and finish
--- check, so that a transition reads its job once.
-local FN = {'state', 'kind', 'prio', 'sched', 'lease', 'completed', 'expires', 'ukey', 'ustates', 'rkey',
-  'wf', 'runon', 'kids', 'tenant', 'tng', 'attempt', 'token', 'started'}
--- fields returns job id's fields named in FN, by name (false when absent), or nil for no job.
+-- fields returns what place and unplace need of job id, and what the claim and finish check, by
+-- name (false when absent), or nil for no job: a transition reads its job once. The optional
+-- fields are read only for a job not marked plain (field p, see encode.go).
 local function fields(id)
-  local v = redis.call('HMGET', jk(id), unpack(FN))
+  local v = redis.call('HMGET', jk(id), 'state', 'kind', 'prio', 'sched', 'lease', 'completed', 'attempt',
+    'token', 'started', 'p')
   if not v[1] then return nil end
   -- A constructor sizes the table once (filling it in a loop costs as much as the HMGET).
-  return {state = v[1], kind = v[2], prio = v[3], sched = v[4], lease = v[5], completed = v[6],
-    expires = v[7], ukey = v[8], ustates = v[9], rkey = v[10], wf = v[11], runon = v[12], kids = v[13],
-    tenant = v[14], tng = v[15], attempt = v[16], token = v[17], started = v[18]}
+  local f = {state = v[1], kind = v[2], prio = v[3], sched = v[4], lease = v[5], completed = v[6],
+    attempt = v[7], token = v[8], started = v[9], expires = false, ukey = false, ustates = false,
+    rkey = false, wf = false, runon = false, kids = false, tenant = false, tng = false}
+  if v[10] ~= '1' then
+    local o = redis.call('HMGET', jk(id), 'expires', 'ukey', 'ustates', 'rkey', 'wf', 'runon', 'kids', 'tenant', 'tng')
+    f.expires, f.ukey, f.ustates, f.rkey, f.wf, f.runon, f.kids, f.tenant, f.tng =
+      o[1], o[2], o[3], o[4], o[5], o[6], o[7], o[8], o[9]
+  end
+  return f
 end
 -- unplace takes job id out of every structure its current state filed it in, and returns its
 -- fields (see fields; f when the caller read them already), or nil for no job.
@@ -442,10 +447,17 @@ for x, j in ipairs(jobs) do
   if not skip then
     if j.rl ~= '' then setlimit(j.rk, j.rl) end
     local k = jk(j.id)
-    -- One HSET: created, and sched now unless the job's fields (later pairs win) give one.
+    -- One HSET: created, and sched now unless the job's fields (later pairs win) give one. f is
+    -- the new hash as place reads it, from the arguments rather than read back.
     redis.call('HSET', k, 'created', s(t), 'sched', s(t), unpack(ARGV, j.from, j.to))
-    if adopt then redis.call('HSET', k, 'state', adopt[1], 'sched', adopt[2]) end
-    place(j.id)
+    local f = {sched = s(t)}
+    for a = j.from, j.to, 2 do f[ARGV[a]] = ARGV[a + 1] end
+    if adopt then
+      redis.call('HSET', k, 'state', adopt[1], 'sched', adopt[2])
+      f.state, f.sched = adopt[1], adopt[2]
+    end
+    j.f = f
+    place(j.id, f)
     if adopt then changed[#changed + 1] = {x, redis.call('HGETALL', k)} end
     j.written = true
   end
@@ -458,12 +470,12 @@ if whole then
   for _, j in ipairs(jobs) do
     if j.written then
       redis.call('HSET', KEYS[2], j.id, q)
-      local f = redis.call('HMGET', jk(j.id), 'state', 'sched')
-      if f[1] == 'available' then
+      local st = j.f.state
+      if st == 'available' then
         announce, due = true, -1
-      elseif f[1] == 'scheduled' or f[1] == 'retryable' then
+      elseif st == 'scheduled' or st == 'retryable' then
         announce = true
-        local d = num(f[2])
+        local d = num(j.f.sched)
         if d <= t then due = -1 elseif due == 0 or (due > 0 and d < due) then due = d end
       end
     end
@@ -716,12 +728,8 @@ for c = 1, tonumber(ARGV[1]) do
     -- follows the hash, for place.
     if st == 'completed' then
       f.completed = s(t)
-      if string.find(flags, 'v', 1, true) then
-        redis.call('HSET', k, 'state', st, 'completed', f.completed, 'lease', '0', 'worker', '', 'token', '', 'result', result)
-      else
-        redis.call('HSET', k, 'state', st, 'completed', f.completed, 'lease', '0', 'worker', '', 'token', '')
-        redis.call('HDEL', k, 'result')
-      end
+      -- No result is "" (Go's ARGV gives it so), which clears one an earlier run left.
+      redis.call('HSET', k, 'state', st, 'completed', f.completed, 'lease', '0', 'worker', '', 'token', '', 'result', result)
     elseif st == 'discarded' or st == 'cancelled' then
       f.completed = s(t)
       redis.call('HSET', k, 'state', st, 'completed', f.completed, 'lease', '0', 'worker', '', 'token', '')
