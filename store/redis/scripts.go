@@ -35,6 +35,9 @@ local function now()
 end
 local function jk(id) return B .. 'j:' .. id end
 local function s(x) return string.format('%d', x) end
+-- sv returns a time field as stored (µs as text), '0' when unset: it is written as read, without a
+-- round trip through a number.
+local function sv(v) if v and v ~= '' then return v end return '0' end
 local function num(v) if v == false or v == nil or v == '' then return 0 end return tonumber(v) end
 local function rank(prio, due, id)
   if due < 0 then due = 0 end
@@ -149,10 +152,10 @@ local function place(id, f)
       end
     end
   end
-  redis.call('ZADD', B .. 'st:' .. st, 0, id)
+  redis.call('ZADD', B .. 'st:' .. st, '0', id)
   if st == 'available' and f.tenant and f.tenant ~= '' and not rk then
     local tn = f.tenant
-    redis.call('ZADD', tsrc(tn, f.kind), 0, rank(num(f.prio), num(f.sched), id))
+    redis.call('ZADD', tsrc(tn, f.kind), '0', rank(num(f.prio), num(f.sched), id))
     redis.call('SADD', B .. 'tk:' .. tn, f.kind)
     if redis.call('SADD', B .. 'tset', tn) == 1 then
       -- A new tenant joins at the end of the round (the claim rotates from the right).
@@ -160,20 +163,20 @@ local function place(id, f)
       redis.call('LPUSH', B .. 'tring', tn)
     end
   elseif st == 'available' then
-    redis.call('ZADD', src(f.kind, rk), 0, rank(num(f.prio), num(f.sched), id))
+    redis.call('ZADD', src(f.kind, rk), '0', rank(num(f.prio), num(f.sched), id))
     redis.call('SADD', B .. 'kinds', f.kind)
     redis.call('SADD', B .. 'ks:' .. f.kind, rk or '')
   elseif st == 'scheduled' or st == 'retryable' then
-    redis.call('ZADD', B .. 'sched', s(num(f.sched)), id)
-    if rk then redis.call('ZADD', G .. 'rs:' .. rk, s(num(f.sched)), id) end
+    redis.call('ZADD', B .. 'sched', sv(f.sched), id)
+    if rk then redis.call('ZADD', G .. 'rs:' .. rk, sv(f.sched), id) end
   elseif st == 'active' then
-    redis.call('ZADD', B .. 'lease', s(num(f.lease)), id)
+    redis.call('ZADD', B .. 'lease', sv(f.lease), id)
   else
-    redis.call('ZADD', B .. 'done:' .. st, s(num(f.completed)), id)
+    redis.call('ZADD', B .. 'done:' .. st, sv(f.completed), id)
   end
   if rk then redis.call('HINCRBY', rl(rk), 'n:' .. st, 1) end
   if num(f.expires) > 0 and notstarted(st) then
-    redis.call('ZADD', B .. 'exp', s(num(f.expires)), id)
+    redis.call('ZADD', B .. 'exp', sv(f.expires), id)
   end
 end
 -- qbase returns the key prefix of another queue (as Store.qkey does).
@@ -502,10 +505,11 @@ var scriptInsertOne = newFunc("InsertOne", `
 local B, id, kind = KEYS[1], ARGV[1], ARGV[3]
 if redis.call('HSETNX', KEYS[2], id, ARGV[2]) == 0 then return {'dup', id} end
 local tm = redis.call('TIME')
-local t = string.format('%d%06d', tm[1], tm[2])
+-- Now in µs as text (seconds, then the microseconds padded to 6 digits), built without numbers.
+local t = tm[1] .. string.rep('0', 6 - #tm[2]) .. tm[2]
 redis.call('HSET', B .. 'j:' .. id, 'created', t, 'sched', t, unpack(ARGV, 6))
-redis.call('ZADD', B .. 'st:available', 0, id)
-redis.call('ZADD', B .. 'k:' .. kind .. '\n', 0, ARGV[4] .. string.format('%016d', t) .. id)
+redis.call('ZADD', B .. 'st:available', '0', id)
+redis.call('ZADD', B .. 'k:' .. kind .. '\n', '0', ARGV[4] .. string.rep('0', 16 - #t) .. t .. id)
 redis.call('SADD', B .. 'kinds', kind)
 redis.call('SADD', B .. 'ks:' .. kind, '')
 redis.call('SADD', KEYS[3], ARGV[2])
@@ -535,7 +539,7 @@ local global = ARGV[5 + nk + limit] == '1'
 local perworker = #ARGV > 5 + nk + limit
 -- At most 1000 per claim, earliest due first, so one call stays short whatever the
 -- backlog; Promote (the maintenance pass) moves the rest.
-for _, id in ipairs(redis.call('ZRANGEBYSCORE', B .. 'sched', '-inf', s(t), 'LIMIT', 0, 1000)) do
+for _, id in ipairs(redis.call('ZRANGEBYSCORE', B .. 'sched', '-inf', s(t), 'LIMIT', '0', '1000')) do
   unplace(id)
   redis.call('HSET', jk(id), 'state', 'available')
   place(id)
@@ -570,7 +574,7 @@ while #out < upto do
   local cands = {}
   for si, sr in ipairs(srcs) do
     if not sr.off then
-      for _, m in ipairs(redis.call('ZRANGE', sr.key, 0, upto - #out - 1)) do
+      for _, m in ipairs(redis.call('ZRANGE', sr.key, '0', s(upto - #out - 1))) do
         cands[#cands + 1] = {m, si}
       end
     end
