@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/pronto-jobs/pronto"
+	"github.com/pronto-jobs/pronto/store"
 )
 
 type noopArgs struct {
@@ -138,15 +139,20 @@ func BenchmarkInsertParallel(b *testing.B) {
 // per store, with insert coalescing (the default) and without (InsertBatchSize 1): a lone caller
 // must not be slower for it.
 func BenchmarkInsertSequential(b *testing.B) {
-	for _, kind := range allStores {
+	for _, kind := range append(allStores[:len(allStores):len(allStores)], "redis") {
 		for _, mode := range []struct {
 			name string
 			size int
 		}{{"coalesced", 0}, {"alone", 1}} {
 			b.Run(fmt.Sprintf("%s/%s", kind, mode.name), func(b *testing.B) {
 				ctx := context.Background()
-				ts := newTestStore(b, kind)
-				c, err := pronto.NewClient(ts.Store, &pronto.Config{InsertBatchSize: mode.size})
+				var st store.Store
+				if kind == "redis" {
+					st = newRedisStore(b) // bullmq-bench's queue-add: one producer, single adds
+				} else {
+					st = newTestStore(b, kind).Store
+				}
+				c, err := pronto.NewClient(st, &pronto.Config{InsertBatchSize: mode.size})
 				if err != nil {
 					b.Fatal(err)
 				}

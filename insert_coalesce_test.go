@@ -1,9 +1,11 @@
 package pronto_test
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
+	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -32,15 +34,16 @@ func coalesceStores(t *testing.T, f func(t *testing.T, s store.Store)) {
 	})
 }
 
-// newRedisStore opens a Redis store on the test Redis (127.0.0.1:6379) under a key prefix of its
-// own, whose keys are deleted when the test ends.
+// newRedisStore opens a Redis store on the test Redis (127.0.0.1:6379, or PRONTO_TEST_REDIS_ADDR)
+// under a key prefix of its own, whose keys are deleted when the test ends.
 func newRedisStore(t testing.TB) store.Store {
 	t.Helper()
 	ctx := context.Background()
-	rdb := goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:6379", PoolSize: 8})
+	addr := cmp.Or(os.Getenv("PRONTO_TEST_REDIS_ADDR"), "127.0.0.1:6379")
+	rdb := goredis.NewClient(&goredis.Options{Addr: addr, PoolSize: 8})
 	t.Cleanup(func() { _ = rdb.Close() })
 	if err := rdb.Ping(ctx).Err(); err != nil {
-		t.Fatalf("this test needs Redis at 127.0.0.1:6379: %v", err)
+		t.Fatalf("this test needs Redis at %s: %v", addr, err)
 	}
 	prefix := "prontotest:" + uuidv7.New() + ":"
 	s, err := redis.New(ctx, rdb, redis.Options{Prefix: prefix})

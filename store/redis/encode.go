@@ -16,6 +16,10 @@ import (
 //	id kind queue args meta prio state attempt max errors result tags rp timeout (ns)
 //	created sched started completed expires lease worker token
 //	ukey ustates (comma-separated) uuntil tenant rkey wf parents (JSON) runon presults
+//	p ("1": a plain job, without any of expires, ukey, ustates, tenant, tng, rkey, wf, runon, kids)
+//
+// A result of "" stands for no result (the finish script overwrites a result with "" rather than
+// deleting the field).
 
 // micros encodes t as microseconds since the epoch, "0" for the zero time.
 func micros(t time.Time) string {
@@ -99,6 +103,12 @@ func insertFields(p *store.InsertParams, cluster bool) []any {
 	if p.RunOn != "" {
 		add("runon", string(p.RunOn))
 	}
+	if p.ExpiresAt.IsZero() && p.UniqueKey == "" && p.Tenant == "" && p.RateKey == "" && p.WorkflowID == "" &&
+		len(p.ParentIDs) == 0 && p.RunOn == "" {
+		// p (plain): the job has none of the fields above and never will, so the scripts read none
+		// of them (each field a hash lacks costs a scan of the whole hash to find absent).
+		add("p", "1")
+	}
 	return f
 }
 
@@ -173,7 +183,7 @@ func decodeJob(m map[string]string) (*store.Job, error) {
 		WorkflowID: m["wf"], RunOn: store.RunOn(m["runon"]),
 	}
 	raw := func(k string) json.RawMessage {
-		if v, ok := m[k]; ok {
+		if v, ok := m[k]; ok && v != "" {
 			return json.RawMessage(v)
 		}
 		return nil

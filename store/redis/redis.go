@@ -278,6 +278,10 @@ func (s *Store) receive(ctx context.Context) {
 // subscription is closed, leaving out the ones sender published itself. A resubscription's
 // confirmation is delivered as NotifyReconnect. Both the store and the stand-alone Notifier use it.
 func receiveNotifications(ctx context.Context, ps *goredis.PubSub, sender string, hub *notifyhub.Hub) {
+	// Every message sender publishes ends so (Sender is the payload's last field, and the insert
+	// scripts write it last too; tokens are hex): its echo is skipped without decoding the JSON, a
+	// cost a producer would otherwise pay once per insert.
+	own := `"s":"` + sender + `"}`
 	for {
 		msg, err := ps.Receive(ctx)
 		if err != nil {
@@ -293,6 +297,9 @@ func receiveNotifications(ctx context.Context, ps *goredis.PubSub, sender string
 		}
 		switch m := msg.(type) {
 		case *goredis.Message:
+			if strings.HasSuffix(m.Payload, own) {
+				continue
+			}
 			if n, from, ok := decodeNotification(m.Payload); ok && from != sender {
 				hub.Publish(n)
 			}

@@ -35,6 +35,9 @@ local function now()
 end
 local function jk(id) return B .. 'j:' .. id end
 local function s(x) return string.format('%d', x) end
+-- sv returns a time field as stored (µs as text), '0' when unset: it is written as read, without a
+-- round trip through a number.
+local function sv(v) if v and v ~= '' then return v end return '0' end
 local function num(v) if v == false or v == nil or v == '' then return 0 end return tonumber(v) end
 local function rank(prio, due, id)
   if due < 0 then due = 0 end
@@ -54,18 +57,23 @@ local function rl(rk) return G .. 'rl:' .. rk end
 local function tsrc(tn, kind) return B .. 'tj:' .. tn .. '\n' .. kind end
 -- decided lists workflow jobs this script made terminal whose children settle must look at.
 local decided = {}
--- FN names the fields fields() reads: what place and unplace need, and what the claim and finish
--- check, so that a transition reads its job once.
-local FN = {'state', 'kind', 'prio', 'sched', 'lease', 'completed', 'expires', 'ukey', 'ustates', 'rkey',
-  'wf', 'runon', 'kids', 'tenant', 'tng', 'attempt', 'token', 'started'}
--- fields returns job id's fields named in FN, by name (false when absent), or nil for no job.
+-- fields returns what place and unplace need of job id, and what the claim and finish check, by
+-- name (false when absent), or nil for no job: a transition reads its job once. The optional
+-- fields are read only for a job not marked plain (field p, see encode.go).
 local function fields(id)
-  local v = redis.call('HMGET', jk(id), unpack(FN))
+  local v = redis.call('HMGET', jk(id), 'state', 'kind', 'prio', 'sched', 'lease', 'completed', 'attempt',
+    'token', 'started', 'p')
   if not v[1] then return nil end
   -- A constructor sizes the table once (filling it in a loop costs as much as the HMGET).
-  return {state = v[1], kind = v[2], prio = v[3], sched = v[4], lease = v[5], completed = v[6],
-    expires = v[7], ukey = v[8], ustates = v[9], rkey = v[10], wf = v[11], runon = v[12], kids = v[13],
-    tenant = v[14], tng = v[15], attempt = v[16], token = v[17], started = v[18]}
+  local f = {state = v[1], kind = v[2], prio = v[3], sched = v[4], lease = v[5], completed = v[6],
+    attempt = v[7], token = v[8], started = v[9], expires = false, ukey = false, ustates = false,
+    rkey = false, wf = false, runon = false, kids = false, tenant = false, tng = false}
+  if v[10] ~= '1' then
+    local o = redis.call('HMGET', jk(id), 'expires', 'ukey', 'ustates', 'rkey', 'wf', 'runon', 'kids', 'tenant', 'tng')
+    f.expires, f.ukey, f.ustates, f.rkey, f.wf, f.runon, f.kids, f.tenant, f.tng =
+      o[1], o[2], o[3], o[4], o[5], o[6], o[7], o[8], o[9]
+  end
+  return f
 end
 -- unplace takes job id out of every structure its current state filed it in, and returns its
 -- fields (see fields; f when the caller read them already), or nil for no job.
@@ -144,10 +152,10 @@ local function place(id, f)
       end
     end
   end
-  redis.call('ZADD', B .. 'st:' .. st, 0, id)
+  redis.call('ZADD', B .. 'st:' .. st, '0', id)
   if st == 'available' and f.tenant and f.tenant ~= '' and not rk then
     local tn = f.tenant
-    redis.call('ZADD', tsrc(tn, f.kind), 0, rank(num(f.prio), num(f.sched), id))
+    redis.call('ZADD', tsrc(tn, f.kind), '0', rank(num(f.prio), num(f.sched), id))
     redis.call('SADD', B .. 'tk:' .. tn, f.kind)
     if redis.call('SADD', B .. 'tset', tn) == 1 then
       -- A new tenant joins at the end of the round (the claim rotates from the right).
@@ -155,20 +163,20 @@ local function place(id, f)
       redis.call('LPUSH', B .. 'tring', tn)
     end
   elseif st == 'available' then
-    redis.call('ZADD', src(f.kind, rk), 0, rank(num(f.prio), num(f.sched), id))
+    redis.call('ZADD', src(f.kind, rk), '0', rank(num(f.prio), num(f.sched), id))
     redis.call('SADD', B .. 'kinds', f.kind)
     redis.call('SADD', B .. 'ks:' .. f.kind, rk or '')
   elseif st == 'scheduled' or st == 'retryable' then
-    redis.call('ZADD', B .. 'sched', s(num(f.sched)), id)
-    if rk then redis.call('ZADD', G .. 'rs:' .. rk, s(num(f.sched)), id) end
+    redis.call('ZADD', B .. 'sched', sv(f.sched), id)
+    if rk then redis.call('ZADD', G .. 'rs:' .. rk, sv(f.sched), id) end
   elseif st == 'active' then
-    redis.call('ZADD', B .. 'lease', s(num(f.lease)), id)
+    redis.call('ZADD', B .. 'lease', sv(f.lease), id)
   else
-    redis.call('ZADD', B .. 'done:' .. st, s(num(f.completed)), id)
+    redis.call('ZADD', B .. 'done:' .. st, sv(f.completed), id)
   end
   if rk then redis.call('HINCRBY', rl(rk), 'n:' .. st, 1) end
   if num(f.expires) > 0 and notstarted(st) then
-    redis.call('ZADD', B .. 'exp', s(num(f.expires)), id)
+    redis.call('ZADD', B .. 'exp', sv(f.expires), id)
   end
 end
 -- qbase returns the key prefix of another queue (as Store.qkey does).
@@ -442,10 +450,17 @@ for x, j in ipairs(jobs) do
   if not skip then
     if j.rl ~= '' then setlimit(j.rk, j.rl) end
     local k = jk(j.id)
-    -- One HSET: created, and sched now unless the job's fields (later pairs win) give one.
+    -- One HSET: created, and sched now unless the job's fields (later pairs win) give one. f is
+    -- the new hash as place reads it, from the arguments rather than read back.
     redis.call('HSET', k, 'created', s(t), 'sched', s(t), unpack(ARGV, j.from, j.to))
-    if adopt then redis.call('HSET', k, 'state', adopt[1], 'sched', adopt[2]) end
-    place(j.id)
+    local f = {sched = s(t)}
+    for a = j.from, j.to, 2 do f[ARGV[a]] = ARGV[a + 1] end
+    if adopt then
+      redis.call('HSET', k, 'state', adopt[1], 'sched', adopt[2])
+      f.state, f.sched = adopt[1], adopt[2]
+    end
+    j.f = f
+    place(j.id, f)
     if adopt then changed[#changed + 1] = {x, redis.call('HGETALL', k)} end
     j.written = true
   end
@@ -458,12 +473,12 @@ if whole then
   for _, j in ipairs(jobs) do
     if j.written then
       redis.call('HSET', KEYS[2], j.id, q)
-      local f = redis.call('HMGET', jk(j.id), 'state', 'sched')
-      if f[1] == 'available' then
+      local st = j.f.state
+      if st == 'available' then
         announce, due = true, -1
-      elseif f[1] == 'scheduled' or f[1] == 'retryable' then
+      elseif st == 'scheduled' or st == 'retryable' then
         announce = true
-        local d = num(f[2])
+        local d = num(j.f.sched)
         if d <= t then due = -1 elseif due == 0 or (due > 0 and d < due) then due = d end
       end
     end
@@ -490,10 +505,11 @@ var scriptInsertOne = newFunc("InsertOne", `
 local B, id, kind = KEYS[1], ARGV[1], ARGV[3]
 if redis.call('HSETNX', KEYS[2], id, ARGV[2]) == 0 then return {'dup', id} end
 local tm = redis.call('TIME')
-local t = string.format('%d%06d', tm[1], tm[2])
+-- Now in µs as text (seconds, then the microseconds padded to 6 digits), built without numbers.
+local t = tm[1] .. string.rep('0', 6 - #tm[2]) .. tm[2]
 redis.call('HSET', B .. 'j:' .. id, 'created', t, 'sched', t, unpack(ARGV, 6))
-redis.call('ZADD', B .. 'st:available', 0, id)
-redis.call('ZADD', B .. 'k:' .. kind .. '\n', 0, ARGV[4] .. string.format('%016d', t) .. id)
+redis.call('ZADD', B .. 'st:available', '0', id)
+redis.call('ZADD', B .. 'k:' .. kind .. '\n', '0', ARGV[4] .. string.rep('0', 16 - #t) .. t .. id)
 redis.call('SADD', B .. 'kinds', kind)
 redis.call('SADD', B .. 'ks:' .. kind, '')
 redis.call('SADD', KEYS[3], ARGV[2])
@@ -523,7 +539,7 @@ local global = ARGV[5 + nk + limit] == '1'
 local perworker = #ARGV > 5 + nk + limit
 -- At most 1000 per claim, earliest due first, so one call stays short whatever the
 -- backlog; Promote (the maintenance pass) moves the rest.
-for _, id in ipairs(redis.call('ZRANGEBYSCORE', B .. 'sched', '-inf', s(t), 'LIMIT', 0, 1000)) do
+for _, id in ipairs(redis.call('ZRANGEBYSCORE', B .. 'sched', '-inf', s(t), 'LIMIT', '0', '1000')) do
   unplace(id)
   redis.call('HSET', jk(id), 'state', 'available')
   place(id)
@@ -558,7 +574,7 @@ while #out < upto do
   local cands = {}
   for si, sr in ipairs(srcs) do
     if not sr.off then
-      for _, m in ipairs(redis.call('ZRANGE', sr.key, 0, upto - #out - 1)) do
+      for _, m in ipairs(redis.call('ZRANGE', sr.key, '0', s(upto - #out - 1))) do
         cands[#cands + 1] = {m, si}
       end
     end
@@ -716,12 +732,8 @@ for c = 1, tonumber(ARGV[1]) do
     -- follows the hash, for place.
     if st == 'completed' then
       f.completed = s(t)
-      if string.find(flags, 'v', 1, true) then
-        redis.call('HSET', k, 'state', st, 'completed', f.completed, 'lease', '0', 'worker', '', 'token', '', 'result', result)
-      else
-        redis.call('HSET', k, 'state', st, 'completed', f.completed, 'lease', '0', 'worker', '', 'token', '')
-        redis.call('HDEL', k, 'result')
-      end
+      -- No result is "" (Go's ARGV gives it so), which clears one an earlier run left.
+      redis.call('HSET', k, 'state', st, 'completed', f.completed, 'lease', '0', 'worker', '', 'token', '', 'result', result)
     elseif st == 'discarded' or st == 'cancelled' then
       f.completed = s(t)
       redis.call('HSET', k, 'state', st, 'completed', f.completed, 'lease', '0', 'worker', '', 'token', '')
