@@ -91,3 +91,54 @@ func TestConcurrentRemoteFetches(t *testing.T) {
 		require.Equal(t, jobs, len(owner)+len(rest), "every job was handed out exactly once")
 	})
 }
+
+// TestRemoteFetchesAcrossServers: two clients over the same data (two servers), each sharing claims
+// among its own concurrent fetches, never hand one job to two workers, and every job is handed out.
+func TestRemoteFetchesAcrossServers(t *testing.T) {
+	forEachStore(t, func(t *testing.T, ts *testStore) {
+		ctx := context.Background()
+		servers := []*pronto.Client{}
+		for _, s := range []store.Store{ts.Store, ts.reopen(t)} {
+			c, err := pronto.NewClient(s, nil)
+			require.NoError(t, err)
+			servers = append(servers, c)
+		}
+		const jobs, fetchers = 90, 60
+		ojs := make([]pronto.OJSJob, jobs)
+		for i := range ojs {
+			ojs[i] = pronto.OJSJob{Kind: "remote.across", Args: json.RawMessage(`[]`), Opts: pronto.InsertOpts{Queue: "across"}}
+		}
+		_, err := servers[0].InsertOJS(ctx, ojs)
+		require.NoError(t, err)
+
+		var mu sync.Mutex
+		owner := map[string]string{}
+		var wg sync.WaitGroup
+		for i := range fetchers {
+			wg.Go(func() {
+				worker := fmt.Sprintf("s%d-w%d", i%2, i)
+				for {
+					got, err := servers[i%2].RemoteFetch(ctx, pronto.RemoteFetchParams{Queues: []string{"across"},
+						Limit: 2, WorkerID: worker, Lease: time.Minute})
+					require.NoError(t, err)
+					if len(got) == 0 {
+						return
+					}
+					mu.Lock()
+					for _, j := range got {
+						prev, dup := owner[j.ID]
+						require.False(t, dup, "job %s handed to %s and %s", j.ID, prev, worker)
+						owner[j.ID] = worker
+					}
+					mu.Unlock()
+					for _, j := range got {
+						_, err := servers[i%2].RemoteAck(ctx, pronto.RemoteAckParams{ID: j.ID, WorkerID: worker, ClaimToken: j.ClaimToken})
+						require.NoError(t, err)
+					}
+				}
+			})
+		}
+		wg.Wait()
+		require.Len(t, owner, jobs, "every job handed out once")
+	})
+}
