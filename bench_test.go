@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -217,4 +218,43 @@ func BenchmarkRemoteFetchParallel(b *testing.B) {
 			})
 		}
 	}
+}
+
+// BenchmarkPickupRedis20Hz measures pickup on the Redis store in one process (a lower bound of the
+// bench's notify_latency, whose workers run in other processes): an idle client gets one job every
+// 50 ms, timed from just before Insert to its worker's start; it reports p50-ms and p95-ms.
+// -benchtime sets the number of jobs (200x: ten seconds).
+func BenchmarkPickupRedis20Hz(b *testing.B) {
+	ctx := context.Background()
+	started := make(chan time.Time, 1)
+	workers := pronto.NewWorkers()
+	pronto.AddWorker(workers, pronto.WorkFunc(func(context.Context, *pronto.Job[noopArgs]) error {
+		started <- time.Now()
+		return nil
+	}))
+	c, err := pronto.NewClient(newRedisStore(b), &pronto.Config{Queues: defaultQueue(10), Workers: workers})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := c.Start(ctx); err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = c.Stop(ctx) }()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	lat := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for i := range b.N {
+		<-tick.C
+		t0 := time.Now()
+		if _, err := c.Insert(ctx, noopArgs{N: i}, nil); err != nil {
+			b.Fatal(err)
+		}
+		lat = append(lat, (<-started).Sub(t0))
+	}
+	b.StopTimer()
+	slices.Sort(lat)
+	ms := func(q float64) float64 { return float64(lat[int(q*float64(len(lat)-1))]) / float64(time.Millisecond) }
+	b.ReportMetric(ms(0.5), "p50-ms")
+	b.ReportMetric(ms(0.95), "p95-ms")
 }

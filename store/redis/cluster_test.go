@@ -103,6 +103,11 @@ func TestCluster(t *testing.T) {
 		}
 	}
 	require.Len(t, byMaster, 3, "queues spread over the three masters")
+	// Every master loses the store's function library (as a restart without persistence would):
+	// the first call to find it missing loads it on every master again.
+	require.NoError(t, rdb.ForEachMaster(ctx, func(ctx context.Context, m *goredis.Client) error {
+		return m.FunctionFlush(ctx).Err()
+	}))
 
 	got := make(chan store.Notification, 1000)
 	defer s.Notifier().Subscribe(func(n store.Notification) {

@@ -252,7 +252,7 @@ func (s *Store) insertOne(ctx context.Context, p *store.InsertParams) ([]*store.
 	f := dropDueNow(insertFields(p, false))
 	args := make([]any, 0, 5+len(f))
 	args = append(args, p.ID, p.Queue, p.Kind, fmt.Sprintf("%010d", math.MaxInt32-p.Priority),
-		encodeNotification(note, s.sender))
+		encodeInsert(p.Queue, n, s.sender))
 	args = append(args, f...)
 	r, err := scriptInsertOne.Run(ctx, s.rdb, []string{s.qkey(p.Queue), s.idsKey(), s.queuesKey()}, args...).Slice()
 	if err != nil {

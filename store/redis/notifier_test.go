@@ -321,3 +321,16 @@ func TestNotifierPostgresWithoutListen(t *testing.T) {
 		waitCompleted(t, producerStore, j.ID)
 	}
 }
+
+// TestEncodeInsert: the insert announcement written without reflection is what encodeNotification
+// writes, and queue names it leaves to encodeNotification decode as given.
+func TestEncodeInsert(t *testing.T) {
+	for _, q := range []string{"default", "a-b.c:d", "we{ird}", `quo"te`, `back\slash`, "tab\there", "ünï", "a<b>&c", ""} {
+		want := encodeNotification(store.Notification{Kind: store.NotifyInsert, Queue: q, Nonce: 42}, "abc123")
+		require.Equal(t, want, encodeInsert(q, 42, "abc123"), q)
+		n, from, ok := decodeNotification(encodeInsert(q, 42, "abc123"))
+		require.True(t, ok, q)
+		require.Equal(t, "abc123", from)
+		require.Equal(t, store.Notification{Kind: store.NotifyInsert, Queue: q, Nonce: 42}, n, q)
+	}
+}

@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	neturl "net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -232,6 +233,31 @@ func encodeNotification(n store.Notification, sender string) string {
 		p.DueAt = n.DueAt.UnixMicro()
 	}
 	b, _ := json.Marshal(p)
+	return string(b)
+}
+
+// encodeInsert is encodeNotification of an insert announcement due now, written without
+// reflection for the common queue name (printable ASCII that JSON writes as is): a producer
+// encodes one per insert. Other names go through encodeNotification.
+func encodeInsert(queue string, nonce uint32, sender string) string {
+	if queue == "" {
+		return encodeNotification(store.Notification{Kind: store.NotifyInsert, Nonce: nonce}, sender)
+	}
+	for i := 0; i < len(queue); i++ {
+		if c := queue[i]; c < 0x20 || c > 0x7e || strings.IndexByte(`"\\<>&`, c) >= 0 {
+			return encodeNotification(store.Notification{Kind: store.NotifyInsert, Queue: queue, Nonce: nonce}, sender)
+		}
+	}
+	b := make([]byte, 0, 48+len(queue)+len(sender))
+	b = append(b, `{"k":"`...)
+	b = append(b, store.NotifyInsert...)
+	b = append(b, `","q":"`...)
+	b = append(b, queue...)
+	b = append(b, `","n":`...)
+	b = strconv.AppendUint(b, uint64(nonce), 10)
+	b = append(b, `,"s":"`...)
+	b = append(b, sender...)
+	b = append(b, `"}`...)
 	return string(b)
 }
 
