@@ -22,19 +22,36 @@ import (
 // change in the machine's load touches them all alike. It reports the median and 95th percentile of
 // each one's claims (ns/op is the four claims together).
 func BenchmarkFairClaim(b *testing.B) {
-	// Reverting a migration reverts the ones after it too.
+	benchFairClaim(b, []fairVariant{{"plain", "", ""}, {"fair-011", "a", "fair_faster"}, {"fair-014", "a", "fair_solo"}, {"fair", "a", ""}}, false)
+}
+
+// BenchmarkFairClaimMixed is BenchmarkFairClaim's queue of 100,000 jobs of tenant a with a second
+// tenant, b, that inserts one job before every claim (tenant_flood's trickle, at the claims'
+// pace): every claim meets two tenants and takes b's job and 49 of a's. It compares the fair claim
+// of migration 015 (which walks the rotation with a probe of its own per turn, passing again over
+// the front of a's range) with the current one (whose turns of a take the jobs its first probe
+// locked).
+func BenchmarkFairClaimMixed(b *testing.B) {
+	benchFairClaim(b, []fairVariant{{"fair-015", "a", "fair_supply"}, {"fair", "a", ""}}, true)
+}
+
+// fairVariant is one schema of benchFairClaim: its jobs' tenant ("" for none) and the first
+// migration reverted ("" for none; reverting one reverts the ones after it too).
+type fairVariant struct {
+	name, tenant, revert string
+}
+
+func benchFairClaim(b *testing.B, variants []fairVariant, mixed bool) {
 	from := func(name string) int {
+		if name == "" {
+			return 0
+		}
 		i := slices.IndexFunc(migrations, func(m migration) bool { return m.name == name })
 		if i < 0 {
 			b.Fatalf("no migration %s", name)
 		}
 		return len(migrations) - i
 	}
-	variants := []struct {
-		name   string
-		tenant string
-		down   int
-	}{{"plain", "", 0}, {"fair-011", "a", from("fair_faster")}, {"fair-014", "a", from("fair_solo")}, {"fair", "a", 0}}
 	ctx := context.Background()
 	n := 100_000
 	if b.N*50 > n/2 {
@@ -43,8 +60,8 @@ func BenchmarkFairClaim(b *testing.B) {
 	stores := make([]*Store, len(variants))
 	for i, c := range variants {
 		s := setup(b)
-		if c.down > 0 {
-			if err := s.MigrateDown(ctx, c.down); err != nil {
+		if down := from(c.revert); down > 0 {
+			if err := s.MigrateDown(ctx, down); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -66,6 +83,13 @@ func BenchmarkFairClaim(b *testing.B) {
 	b.ResetTimer()
 	for range b.N {
 		for i, s := range stores {
+			if mixed {
+				p := params("fair")
+				p.Tenant = "b"
+				if _, err := s.Insert(ctx, []*store.InsertParams{p}); err != nil {
+					b.Fatal(err)
+				}
+			}
 			start := time.Now()
 			jobs, err := s.Claim(ctx, claimParams("fair", 50))
 			if err != nil {
