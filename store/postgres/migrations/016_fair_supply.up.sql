@@ -1,5 +1,5 @@
 -- The mixed fair claim without a second pass over the busiest tenant's jobs (docs/fair-scheduling.md,
--- "Migration 017"). When step 0's probe locked only one tenant's jobs but others have claimable
+-- "Migration 016"). When step 0's probe locked only one tenant's jobs but others have claimable
 -- jobs too, those locked jobs (the tenant's first in claim order) are its supply for the rotation:
 -- its turns take from them instead of probing jobs_tenant_claim_idx again, where the front of a
 -- draining tenant's range holds the index entries of every job claimed since the last vacuum. The
