@@ -219,14 +219,10 @@ func (c *Client) Start(ctx context.Context) error {
 		for range q.MaxWorkers {
 			go c.workerPool(tasks)
 		}
-		// claimStarted is when the producer's latest claim began; the producer calls Claim and then
-		// Execute for each job on its own goroutine, so no lock is needed.
-		var claimStarted time.Time
 		c.producers[name] = producer.New(producer.Config{
 			Queue:      name,
 			MaxWorkers: q.MaxWorkers,
 			Claim: func(ctx context.Context, limit int) ([]*store.Job, error) {
-				claimStarted = time.Now()
 				return c.store.Claim(ctx, store.ClaimParams{
 					Queue: name, Kinds: c.kinds, Limit: limit,
 					WorkerID: c.cfg.ID, LeaseDuration: c.cfg.LeaseDuration,
@@ -235,8 +231,8 @@ func (c *Client) Start(ctx context.Context) error {
 			NextDue: func(ctx context.Context) (time.Time, bool, error) {
 				return c.store.NextDue(ctx, name)
 			},
-			Execute: func(row *store.Job, release func()) {
-				c.execute(row, release, claimStarted.Add(c.cfg.LeaseDuration))
+			Execute: func(row *store.Job, claimedAt time.Time, release func()) {
+				c.execute(row, release, claimedAt.Add(c.cfg.LeaseDuration))
 			},
 			PollInterval: c.cfg.PollInterval,
 			Logger:       c.cfg.Logger,

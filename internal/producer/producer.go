@@ -1,7 +1,10 @@
 // Package producer runs the claim loop of one queue: it claims jobs when told that some exist (a
 // notification), when a worker slot frees while more are known to wait, when the earliest scheduled
 // job falls due, and on a slow poll that covers lost notifications. There is no cooldown: a wake-up
-// claims at once, and wake-ups that arrive during a claim coalesce into one follow-up claim.
+// claims at once, and wake-ups that arrive during a claim coalesce into one follow-up claim. A
+// wake-up that finds a claim in flight and worker slots free beside it also starts one side claim
+// into those slots at once: a job inserted while a backlog's claim runs does not wait for that
+// claim to end (the claim in flight read the queue before the job was there).
 package producer
 
 import (
@@ -25,8 +28,9 @@ type Config struct {
 	Claim func(ctx context.Context, limit int) ([]*store.Job, error)
 	// NextDue returns the earliest due time of the queue's scheduled and retryable jobs.
 	NextDue func(ctx context.Context) (time.Time, bool, error)
-	// Execute runs one claimed job; it must call done exactly once when the job's worker slot is free.
-	Execute func(job *store.Job, done func())
+	// Execute runs one claimed job, claimed by a claim that began at claimedAt; it must call done
+	// exactly once when the job's worker slot is free.
+	Execute func(job *store.Job, claimedAt time.Time, done func())
 	// PollInterval is the slow poll that covers lost notifications.
 	PollInterval time.Duration
 	Logger       *slog.Logger
@@ -41,6 +45,13 @@ type Producer struct {
 
 	mu       sync.Mutex
 	inFlight int
+	// reserved counts the worker slots of the claims in flight, each claim's limit until it returns:
+	// a side claim beside the Run loop's claim takes only the slots neither holds.
+	reserved int
+	claiming bool            // the Run loop's claim is in flight
+	side     bool            // a side claim is in flight
+	runCtx   context.Context // Run's context, for side claims; nil before Run and after it ends
+	sideDone sync.WaitGroup  // the side claim in flight, waited for by Run's end
 	// promised counts the jobs this producer took on (Promise) since its latest claim began.
 	promised int
 	dueAt    time.Time // earliest known due time of a scheduled job, zero if none known
@@ -66,12 +77,57 @@ func New(cfg Config) *Producer {
 	}
 }
 
-// Wake asks for a claim as soon as possible. Calls during a claim coalesce into one follow-up claim.
+// Wake asks for a claim as soon as possible. Calls during a claim coalesce into one follow-up claim;
+// when worker slots are free beside the claim in flight, the first of them also starts a side claim
+// into those slots (one at a time).
 func (p *Producer) Wake() {
 	select {
 	case p.wake <- struct{}{}:
 	default:
 	}
+	p.sideClaim()
+}
+
+// sideClaim claims into the worker slots that neither the Run loop's claim in flight nor the jobs
+// running hold, in a goroutine of its own, when that claim is in flight and no side claim is.
+func (p *Producer) sideClaim() {
+	p.mu.Lock()
+	free := p.cfg.MaxWorkers - p.inFlight - p.reserved
+	if !p.claiming || p.side || p.runCtx == nil || free <= 0 {
+		p.mu.Unlock()
+		return
+	}
+	ctx := p.runCtx
+	p.side = true
+	p.reserved += free
+	p.sideDone.Add(1)
+	p.mu.Unlock()
+	go func() {
+		defer p.sideDone.Done()
+		claimedAt := time.Now()
+		jobs, err := p.cfg.Claim(ctx, free)
+		p.mu.Lock()
+		p.reserved -= free
+		p.inFlight += len(jobs) // none on error
+		p.side = false
+		p.mu.Unlock()
+		if err != nil {
+			if ctx.Err() == nil {
+				p.cfg.Logger.Error("pronto: claim failed", "queue", p.cfg.Queue, "err", err)
+			}
+			return
+		}
+		for _, job := range jobs {
+			p.cfg.Execute(job, claimedAt, p.release)
+		}
+		if len(jobs) == free {
+			// More may wait: the Run loop claims again.
+			select {
+			case p.wake <- struct{}{}:
+			default:
+			}
+		}
+	}()
 }
 
 // Promise takes on a job announced to this producer alone (of the clients working the queue, it
@@ -125,6 +181,15 @@ func (p *Producer) Done() <-chan struct{} { return p.done }
 // them.
 func (p *Producer) Run(ctx context.Context) {
 	defer close(p.done)
+	p.mu.Lock()
+	p.runCtx = ctx
+	p.mu.Unlock()
+	defer func() {
+		p.mu.Lock()
+		p.runCtx = nil // no side claim starts from here on
+		p.mu.Unlock()
+		p.sideDone.Wait()
+	}()
 	poll := time.NewTicker(p.cfg.PollInterval)
 	defer poll.Stop()
 	dueTimer := time.NewTimer(time.Hour)
@@ -164,7 +229,7 @@ func (p *Producer) Run(ctx context.Context) {
 				continue
 			}
 			p.mu.Lock()
-			free := p.cfg.MaxWorkers - p.inFlight
+			free := p.cfg.MaxWorkers - p.inFlight - p.reserved
 			p.mu.Unlock()
 			if free*2 >= p.cfg.MaxWorkers {
 				claimNow()
@@ -227,21 +292,25 @@ func (p *Producer) refreshDue(ctx context.Context) {
 func (p *Producer) claim(ctx context.Context, mayHaveMore *bool) {
 	for ctx.Err() == nil {
 		p.mu.Lock()
-		free := p.cfg.MaxWorkers - p.inFlight
+		free := p.cfg.MaxWorkers - p.inFlight - p.reserved
 		// The claim covers the jobs promised so far; those promised while it runs wake a follow-up.
 		promised := p.promised
-		p.mu.Unlock()
 		if free <= 0 {
 			// Jobs promised now wait for a free slot like any backlog (mayHaveMore): a promise
 			// counts against the slots only until a claim could have taken its job.
-			p.mu.Lock()
 			p.promised = 0
 			p.mu.Unlock()
 			*mayHaveMore = true
 			return
 		}
+		p.reserved += free
+		p.claiming = true
+		p.mu.Unlock()
+		claimedAt := time.Now()
 		jobs, err := p.cfg.Claim(ctx, free)
 		p.mu.Lock()
+		p.reserved -= free
+		p.claiming = false
 		p.promised = max(p.promised-promised, 0)
 		p.inFlight += len(jobs) // none on error
 		p.mu.Unlock()
@@ -258,7 +327,7 @@ func (p *Producer) claim(ctx context.Context, mayHaveMore *bool) {
 			return
 		}
 		for _, job := range jobs {
-			p.cfg.Execute(job, p.release)
+			p.cfg.Execute(job, claimedAt, p.release)
 		}
 		if len(jobs) < free {
 			*mayHaveMore = false

@@ -68,7 +68,7 @@ func TestClaimsNoMoreThanFreeSlotsAndRefillsAsSlotsFree(t *testing.T) {
 	var mu sync.Mutex
 	var held []func()
 	p, _ := start(t, Config{Queue: "q", MaxWorkers: 10, Claim: q.claim, PollInterval: time.Hour,
-		Execute: func(_ *store.Job, done func()) { mu.Lock(); held = append(held, done); mu.Unlock() }})
+		Execute: func(_ *store.Job, _ time.Time, done func()) { mu.Lock(); held = append(held, done); mu.Unlock() }})
 	// Execute runs after the claim counts the job in flight: wait for every job to be handed over.
 	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(held) == 10 }, 5*time.Second, time.Millisecond)
 	require.Equal(t, 10, p.InFlight())
@@ -89,7 +89,7 @@ func TestClaimsNoMoreThanFreeSlotsAndRefillsAsSlotsFree(t *testing.T) {
 func TestWakeClaimsAtOnceAndIdleProducerDoesNotClaim(t *testing.T) {
 	q := &fakeQueue{}
 	p, _ := start(t, Config{Queue: "q", MaxWorkers: 4, Claim: q.claim, PollInterval: time.Hour,
-		Execute: func(_ *store.Job, done func()) { done() }})
+		Execute: func(_ *store.Job, _ time.Time, done func()) { done() }})
 	require.Eventually(t, func() bool { return len(q.claims()) == 1 }, 5*time.Second, time.Millisecond, "one claim at start")
 	time.Sleep(50 * time.Millisecond)
 	require.Len(t, q.claims(), 1, "an idle producer with no wake-up does not claim (no polling tick but the slow poll)")
@@ -101,7 +101,7 @@ func TestWakeClaimsAtOnceAndIdleProducerDoesNotClaim(t *testing.T) {
 func TestWakeUpsDuringAClaimCoalesce(t *testing.T) {
 	q := &fakeQueue{block: make(chan struct{})}
 	p, _ := start(t, Config{Queue: "q", MaxWorkers: 4, Claim: q.claim, PollInterval: time.Hour,
-		Execute: func(_ *store.Job, done func()) { done() }})
+		Execute: func(_ *store.Job, _ time.Time, done func()) { done() }})
 	// The start-up claim is blocked; pile up wake-ups meanwhile.
 	for i := 0; i < 50; i++ {
 		p.Wake()
@@ -115,7 +115,7 @@ func TestWakeUpsDuringAClaimCoalesce(t *testing.T) {
 func TestWakeAtClaimsWhenDue(t *testing.T) {
 	q := &fakeQueue{}
 	p, _ := start(t, Config{Queue: "q", MaxWorkers: 4, Claim: q.claim, PollInterval: time.Hour,
-		Execute: func(_ *store.Job, done func()) { done() }})
+		Execute: func(_ *store.Job, _ time.Time, done func()) { done() }})
 	require.Eventually(t, func() bool { return len(q.claims()) == 1 }, 5*time.Second, time.Millisecond)
 	due := time.Now().Add(80 * time.Millisecond)
 	q.add(1)
@@ -130,7 +130,7 @@ func TestRunStopsWithItsContext(t *testing.T) {
 	q := &fakeQueue{}
 	ctx, cancel := context.WithCancel(context.Background())
 	p := New(Config{Queue: "q", MaxWorkers: 1, Claim: q.claim, PollInterval: 10 * time.Millisecond,
-		Execute: func(_ *store.Job, done func()) { done() }})
+		Execute: func(_ *store.Job, _ time.Time, done func()) { done() }})
 	go p.Run(ctx)
 	cancel()
 	select {
@@ -146,7 +146,7 @@ func TestPromiseCountsFreeSlotsAndPromisesUntilAClaim(t *testing.T) {
 	var mu sync.Mutex
 	var held []func()
 	p, _ := start(t, Config{Queue: "q", MaxWorkers: 3, Claim: q.claim, PollInterval: time.Hour,
-		Execute: func(_ *store.Job, done func()) { mu.Lock(); held = append(held, done); mu.Unlock() }})
+		Execute: func(_ *store.Job, _ time.Time, done func()) { mu.Lock(); held = append(held, done); mu.Unlock() }})
 	// The start-up claim is blocked: promises count against the three slots meanwhile.
 	require.True(t, p.Promise())
 	require.True(t, p.Promise())
@@ -167,4 +167,122 @@ func TestPromiseCountsFreeSlotsAndPromisesUntilAClaim(t *testing.T) {
 		d()
 	}
 	mu.Unlock()
+}
+
+// gatedQueue is a fakeQueue whose next claim, once armed, waits until released.
+type gatedQueue struct {
+	fakeQueue
+	gmu     sync.Mutex
+	gate    chan struct{} // armed: the next claim takes it and waits on it
+	waiting chan int      // the limit of the claim that took the gate
+}
+
+func (q *gatedQueue) claim(ctx context.Context, limit int) ([]*store.Job, error) {
+	q.gmu.Lock()
+	gate := q.gate
+	q.gate = nil
+	q.gmu.Unlock()
+	if gate != nil {
+		q.waiting <- limit
+		<-gate
+	}
+	return q.fakeQueue.claim(ctx, limit)
+}
+
+func TestWakeDuringAClaimClaimsTheSlotsFreeBesideIt(t *testing.T) {
+	q := &gatedQueue{fakeQueue: fakeQueue{left: 100}, waiting: make(chan int, 1)}
+	var mu sync.Mutex
+	var held []func()
+	running, most := 0, 0
+	p, _ := start(t, Config{Queue: "q", MaxWorkers: 10, Claim: q.claim, PollInterval: time.Hour,
+		Execute: func(_ *store.Job, _ time.Time, done func()) {
+			mu.Lock()
+			running++
+			most = max(most, running)
+			held = append(held, func() { mu.Lock(); running--; mu.Unlock(); done() })
+			mu.Unlock()
+		}})
+	heldCount := func() int { mu.Lock(); defer mu.Unlock(); return len(held) }
+	require.Eventually(t, func() bool { return heldCount() == 10 }, 5*time.Second, time.Millisecond)
+	// Arm the gate, then free six slots: the Run loop's claim of them waits at the gate.
+	gate := make(chan struct{})
+	var openGate sync.Once
+	// On failure too, before the producer is stopped: its claim waits at the gate.
+	t.Cleanup(func() { openGate.Do(func() { close(gate) }) })
+	q.gmu.Lock()
+	q.gate = gate
+	q.gmu.Unlock()
+	release := func(n int) {
+		mu.Lock()
+		free := held[:n]
+		held = append([]func(){}, held[n:]...)
+		mu.Unlock()
+		for _, d := range free {
+			d()
+		}
+	}
+	release(6)
+	mainLimit := <-q.waiting
+	require.Positive(t, mainLimit)
+	// Three more slots free while that claim is in flight: a wake-up claims them beside it, and only
+	// them (the Run loop's claim holds its own).
+	release(3)
+	before := len(q.claims())
+	p.Wake()
+	require.Eventually(t, func() bool { return len(q.claims()) > before }, 5*time.Second, time.Millisecond,
+		"a side claim ran while the Run loop's claim was in flight")
+	side := q.claims()[before]
+	require.Equal(t, 10-1-mainLimit, side, "the side claim asks for the slots neither the claim in flight nor the running jobs hold")
+	require.Eventually(t, func() bool { return heldCount() == 1+side }, 5*time.Second, time.Millisecond)
+	openGate.Do(func() { close(gate) })
+	require.Eventually(t, func() bool { return heldCount() == 10 }, 5*time.Second, time.Millisecond)
+	mu.Lock()
+	defer mu.Unlock()
+	require.LessOrEqual(t, most, 10, "never more jobs running than worker slots")
+}
+
+func TestConcurrentWakeUpsNeverOverfillTheSlots(t *testing.T) {
+	const jobs, workers = 3000, 8
+	q := &fakeQueue{left: jobs}
+	var running, most atomic.Int64
+	var finished atomic.Int64
+	p, _ := start(t, Config{Queue: "q", MaxWorkers: workers, Claim: q.claim, PollInterval: time.Hour,
+		Execute: func(_ *store.Job, _ time.Time, done func()) {
+			n := running.Add(1)
+			for {
+				m := most.Load()
+				if n <= m || most.CompareAndSwap(m, n) {
+					break
+				}
+			}
+			go func() {
+				time.Sleep(time.Duration(n) * 10 * time.Microsecond)
+				running.Add(-1)
+				finished.Add(1)
+				done()
+			}()
+		}})
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+					p.Wake()
+					time.Sleep(50 * time.Microsecond)
+				}
+			}
+		}()
+	}
+	require.Eventually(t, func() bool { return finished.Load() == jobs }, 30*time.Second, time.Millisecond)
+	close(stop)
+	wg.Wait()
+	require.EqualValues(t, jobs, q.claimed.Load(), "every job claimed once")
+	require.LessOrEqual(t, most.Load(), int64(workers), "never more jobs running than worker slots")
+	require.Zero(t, p.InFlight())
 }
