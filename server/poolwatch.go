@@ -212,7 +212,7 @@ func (s *sched) markStarved(p *pronto.WorkerPool, queue string, now time.Time) b
 }
 
 // reached records what a fetch through pool p reached: the queues it tried up to the last one it
-// served (or all of them when it took nothing), and clears the starvation of the queues served.
+// served (or all of them when it took nothing), which ends their starvation.
 // Under s.mu.
 func (s *sched) reached(p *pronto.WorkerPool, tried []string, jobs []*pronto.JobRow, now time.Time) {
 	w := s.watch(p, now)
@@ -226,10 +226,8 @@ func (s *sched) reached(p *pronto.WorkerPool, tried []string, jobs []*pronto.Job
 		}
 	}
 	for _, q := range tried[:last+1] {
-		w.queue(q, now).reached = now
-	}
-	for _, j := range jobs {
-		w.queue(j.Queue, now).starved = false
+		qw := w.queue(q, now)
+		qw.reached, qw.starved = now, false // reached: served, or found empty
 	}
 }
 
