@@ -1,8 +1,10 @@
 package server
 
 import (
+	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -354,5 +356,72 @@ func TestSchedulingMetrics(t *testing.T) {
 	}
 	if len(got) != len(want) {
 		t.Errorf("scraped %v, want %v", got, want)
+	}
+}
+
+// TestPoolIsolationConcurrent: fetches naming no pool, fetches through pools and pool changes at once
+// (run with -race): the isolated queue's jobs go to its pool's fetches only.
+func TestPoolIsolationConcurrent(t *testing.T) {
+	s, _ := newTestServer(t, Config{})
+	mustCall(t, s, 200, "PUT", "/ojs/v1/admin/pools/pay", `{"queues":["payments"],"isolated":true}`)
+	for range 20 {
+		mustCall(t, s, 201, "POST", "/ojs/v1/jobs", `{"type":"c","args":[],"options":{"queue":"payments"}}`)
+		mustCall(t, s, 201, "POST", "/ojs/v1/jobs", `{"type":"c","args":[],"options":{"queue":"default"}}`)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan string, 100)
+	for i := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 10 {
+				r := call(t, s, "POST", "/ojs/v1/workers/fetch", map[string]any{"queues": []string{"payments", "default"}, "worker_id": fmt.Sprint("w", i)})
+				if strings.Contains(string(r.raw), `"queue":"payments"`) || r.status != 200 {
+					errs <- string(r.raw)
+				}
+				s.sched.cache.invalidate()
+			}
+		}()
+	}
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		for i := range 10 {
+			if r := call(t, s, "PUT", "/ojs/v1/admin/pools/gen", fmt.Sprintf(`{"queues":["default"],"concurrency":%d}`, 10+i)); r.status != 200 {
+				errs <- string(r.raw)
+			}
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		for range 10 {
+			if r := call(t, s, "POST", "/ojs/v1/workers/fetch", map[string]any{"pool": "pay", "worker_id": "wp"}); r.status != 200 {
+				errs <- string(r.raw)
+			}
+		}
+	}()
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Errorf("fetch naming no pool: %s", e)
+	}
+}
+
+// BenchmarkFetchIsolation: what isolation adds to a fetch naming no pool, from the cached pools (one
+// isolated pool; the fetch's queues are not isolated, the common case).
+func BenchmarkFetchIsolation(b *testing.B) {
+	s, _ := newTestServer(b, Config{})
+	mustCallB := func(method, path, body string) {
+		if r := call(b, s, method, path, body); r.status != 200 {
+			b.Fatalf("%s %s: %s", method, path, r.raw)
+		}
+	}
+	mustCallB("PUT", "/ojs/v1/admin/pools/pay", `{"queues":["payments"],"isolated":true}`)
+	ctx := context.Background()
+	queues := []string{"default", "email"}
+	for b.Loop() {
+		if _, ok := isolate(s.isolation(ctx), "", queues); !ok {
+			b.Fatal("isolated")
+		}
 	}
 }
