@@ -353,6 +353,7 @@ func (s *Server) deletePool(w http.ResponseWriter, r *http.Request, name string)
 		return
 	}
 	s.sched.cache.invalidate()
+	s.sched.forget(name)
 	writeJSONValue(w, http.StatusOK, map[string]any{"deleted": true, "name": name})
 }
 

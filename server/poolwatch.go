@@ -156,6 +156,13 @@ func (s *sched) watch(p *pronto.WorkerPool, now time.Time) *poolWatch {
 	return w
 }
 
+// forget drops a deleted pool's watch.
+func (s *sched) forget(pool string) {
+	s.mu.Lock()
+	delete(s.watches, pool)
+	s.mu.Unlock()
+}
+
 // queue returns queue q's watch, created as reached now. Under s.mu.
 func (w *poolWatch) queue(q string, now time.Time) *queueWatch {
 	qw := w.queues[q]
