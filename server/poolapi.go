@@ -408,8 +408,8 @@ func (s *Server) applyPool(ctx context.Context, req *fetchRequest) (ok bool, _ *
 			}
 			return false, nil
 		}
-		s.sched.setOverloaded(p, false, now)
 		req.count = int(min(int64(req.count), free))
+		s.sched.room(p, free, req.count, now)
 	}
 	u = s.checkStarvation(ctx, p, u, now)
 	var available map[string]int64

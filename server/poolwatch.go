@@ -22,7 +22,8 @@ import (
 //
 // The events are edge-triggered, each once per occurrence on the server that sees it:
 // scheduling.pool_overloaded when a fetch through a pool finds it at its concurrency (again only
-// after a fetch found room), scheduling.queue_starved when a queue of a pool with jobs available went
+// after a fetch left it room: one that asked for fewer jobs than were free, or took fewer than it
+// asked for; a pool kept full, each freed slot taken at once, is one occurrence), scheduling.queue_starved when a queue of a pool with jobs available went
 // unreached by the pool's fetches for its rotation interval (again only after it was served), and
 // scheduling.rebalanced when a PUT through this server changes a pool's strategy or weights.
 
@@ -124,6 +125,7 @@ func isolate(iso map[string][]string, pool string, queues []string) (_ []string,
 type poolWatch struct {
 	lastFetch  time.Time
 	overloaded bool
+	asked      int // jobs the last fetch with room asked for, when it could fill the pool (0: it could not)
 	queues     map[string]*queueWatch
 }
 
@@ -219,7 +221,8 @@ func (s *sched) markStarved(p *pronto.WorkerPool, queue string, now time.Time) b
 }
 
 // reached records what a fetch through pool p reached: the queues it tried up to the last one it
-// served (or all of them when it took nothing), which ends their starvation.
+// served (or all of them when it took nothing), which ends their starvation; and ends the pool's
+// overload when the fetch, able to fill the pool, took fewer jobs than it asked for.
 // Under s.mu.
 func (s *sched) reached(p *pronto.WorkerPool, tried []string, jobs []*pronto.JobRow, now time.Time) {
 	w := s.watch(p, now)
@@ -235,6 +238,9 @@ func (s *sched) reached(p *pronto.WorkerPool, tried []string, jobs []*pronto.Job
 	for _, q := range tried[:last+1] {
 		qw := w.queue(q, now)
 		qw.reached, qw.starved = now, false // reached: served, or found empty
+	}
+	if w.asked > 0 && len(jobs) < w.asked {
+		w.overloaded, w.asked = false, 0 // the queues ran dry before the pool filled
 	}
 }
 
@@ -252,6 +258,19 @@ func (s *sched) setOverloaded(p *pronto.WorkerPool, on bool, now time.Time) bool
 	was := w.overloaded
 	w.overloaded = on
 	return on && !was
+}
+
+// room records a fetch through pool p that found free slots and asks for count jobs (count ≤ free):
+// when it cannot fill the pool the overload is over; otherwise served decides by what it takes.
+func (s *sched) room(p *pronto.WorkerPool, free int64, count int, now time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	w := s.watch(p, now)
+	if free > int64(count) {
+		w.overloaded, w.asked = false, 0
+		return
+	}
+	w.asked = count
 }
 
 // checkStarvation reports the queues of pool p that fetches through it leave unreached for its window

@@ -141,7 +141,8 @@ func TestPoolIsolationHTTP(t *testing.T) {
 }
 
 // TestSchedulingEventsHTTP: scheduling.rebalanced on a change of strategy or weights,
-// scheduling.pool_overloaded once when a pool reaches its concurrency (again after it had room), and
+// scheduling.pool_overloaded once when a pool reaches its concurrency (again only after a fetch left
+// it room, not while each freed slot is taken at once), and
 // scheduling.queue_starved once while a queue with jobs goes unreached (§11.1). On every store.
 func TestSchedulingEventsHTTP(t *testing.T) {
 	for _, kind := range []string{"memory", "sqlite", "postgres", "redis"} {
@@ -190,11 +191,33 @@ func TestSchedulingEventsHTTP(t *testing.T) {
 			if len(evs) != 1 || evs[0]["pool"] != "small" || evs[0]["active_jobs"] != 2.0 || evs[0]["waiting_jobs"] != 2.0 || evs[0]["concurrency"] != 2.0 {
 				t.Fatalf("overloaded events after 3 fetches of a full pool: %v", evs)
 			}
-			mustCall(t, s, 200, "POST", "/ojs/v1/workers/ack", map[string]any{"job_id": ids[0], "worker_id": "w"})
-			if got, _ := fetchQueues(t, s, map[string]any{"pool": "small", "worker_id": "w"}); len(got) != 1 {
-				t.Fatalf("a pool with room served %v", got)
+			ack := func(id string) {
+				t.Helper()
+				mustCall(t, s, 200, "POST", "/ojs/v1/workers/ack", map[string]any{"job_id": id, "worker_id": "w"})
 			}
-			fetchQueues(t, s, map[string]any{"pool": "small", "worker_id": "w"})
+			fetchOne := func(want int) []string {
+				t.Helper()
+				_, got := fetchQueues(t, s, map[string]any{"pool": "small", "worker_id": "w"})
+				if len(got) != want {
+					t.Fatalf("fetched %d, want %d", len(got), want)
+				}
+				return got
+			}
+			// Kept full (a freed slot taken at once): the same occurrence, no new event.
+			ack(ids[0])
+			third := fetchOne(1)
+			fetchOne(0)
+			if evs := schedEvents(t, s, "scheduling.pool_overloaded"); len(evs) != 1 {
+				t.Fatalf("overloaded events while the pool was kept full: %v", evs)
+			}
+			// Room left (two free, one asked for): the occurrence is over; filled again, a new one.
+			ack(ids[1])
+			ack(third[0])
+			fetchOne(1) // the last job of oa; one slot stays free
+			enqueue("oa", 2)
+			fetchOne(1)
+			fetchOne(0)
+			fetchOne(0)
 			if evs := schedEvents(t, s, "scheduling.pool_overloaded"); len(evs) != 2 || evs[1]["waiting_jobs"] != 1.0 {
 				t.Fatalf("overloaded events after the pool filled again: %v", evs)
 			}
@@ -283,8 +306,21 @@ func TestSchedStarvationWatch(t *testing.T) {
 	if got := names(s.starving(p, at(75))); got != "" {
 		t.Fatalf("in a full pool: %s", got)
 	}
-	if s.setOverloaded(p, false, at(76)) || !s.setOverloaded(p, true, at(76)) {
-		t.Fatal("setOverloaded: not an edge after room")
+	// Room that a fetch can fill: still the same overload; a fetch that took fewer than it asked
+	// for (the queues ran dry) ends it.
+	s.room(p, 1, 1, at(76))
+	s.served(p, []string{"a", "b"}, a, at(76))
+	if s.setOverloaded(p, true, at(77)) {
+		t.Fatal("setOverloaded: a new edge while the pool was kept full")
+	}
+	s.room(p, 2, 2, at(78))
+	s.served(p, []string{"a", "b"}, a, at(78))
+	if !s.setOverloaded(p, true, at(79)) {
+		t.Fatal("setOverloaded: no edge after the queues ran dry")
+	}
+	s.room(p, 2, 1, at(80)) // asks for less than is free
+	if !s.setOverloaded(p, true, at(81)) {
+		t.Fatal("setOverloaded: no edge after a fetch that left room")
 	}
 }
 
