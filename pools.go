@@ -21,9 +21,14 @@ import (
 // Strategies (§7): PoolStrategyRoundRobin (the default), PoolStrategyStrict, PoolStrategyWeighted
 // and PoolStrategyLeastLoaded, with optional starvation prevention (§8). The strategies order the
 // queues of each fetch through a pool; their state (turns, weights' credits, recent dispatches) is
-// kept by each server (pronto serve) for the fetches it answers, not across the cluster. What a pool
-// does not do (see docs/fair-scheduling.md): a pool's queues stay open to workers outside it (no
-// pool isolation); and its active jobs are those of its queues, whoever fetched them.
+// kept by each server (pronto serve) for the fetches it answers, not across the cluster.
+//
+// Isolation (§6.3, FS-R006): an isolated pool's queues are served only to fetches through it (or
+// through another isolated pool listing the queue): an OJS fetch naming no pool or another pool
+// gets no jobs from them. It governs OJS fetches (POST /ojs/v1/workers/fetch through pronto serve),
+// not the application's own Go workers (Config.Queues), which the application configures. A queue of
+// an isolated pool can be shared only with other isolated pools (PoolSet refuses the rest). A pool's
+// active jobs are those of its queues, whoever fetched them.
 
 // Pool strategies.
 const (
@@ -87,6 +92,52 @@ type WorkerPool struct {
 	// StarvationPrevention, when set and enabled, serves first a queue that got less than its
 	// share of recent dispatches (§8).
 	StarvationPrevention *StarvationPrevention `json:"starvation_prevention,omitempty"`
+	// Isolated reserves the pool's queues to fetches through it (§6.3): an OJS fetch naming no
+	// pool, or a pool that is not isolated, gets no jobs from them. A queue of an isolated pool can
+	// be in other pools only if they are isolated too (each of them is then served).
+	Isolated bool `json:"isolated,omitempty"`
+}
+
+// IsolatedQueues maps each queue of an isolated pool among pools to the isolated pools listing it,
+// in pools' order: the only pools whose fetches a server dispatches that queue's jobs to.
+func IsolatedQueues(pools []*WorkerPool) map[string][]string {
+	var m map[string][]string
+	for _, p := range pools {
+		if !p.Isolated {
+			continue
+		}
+		if m == nil {
+			m = map[string][]string{}
+		}
+		for _, q := range p.Queues {
+			m[q] = append(m[q], p.Name)
+		}
+	}
+	return m
+}
+
+// isolationConflict refuses p beside the other pools in m when a queue would be in an isolated pool
+// and in one that is not: the second would never get that queue's jobs, which is surely not meant.
+func isolationConflict(p *WorkerPool, m map[string]*WorkerPool) error {
+	names := slices.Sorted(maps.Keys(m))
+	for _, name := range names {
+		o := m[name]
+		if name == p.Name || o.Isolated == p.Isolated {
+			continue
+		}
+		for _, q := range p.Queues {
+			if !slices.Contains(o.Queues, q) {
+				continue
+			}
+			iso, other := p, o
+			if o.Isolated {
+				iso, other = o, p
+			}
+			return invalidf("pool %q: queue %q is in isolated pool %q and in pool %q, which is not isolated: "+
+				"a queue of an isolated pool can be shared only with other isolated pools", p.Name, q, iso.Name, other.Name)
+		}
+	}
+	return nil
 }
 
 // Weight returns queue's weight in the pool: its Weights entry, else 1.
@@ -209,6 +260,9 @@ func (c *Client) PoolSet(ctx context.Context, p WorkerPool) error {
 	defer c.tg.setMu.Unlock()
 	ss, m, err := c.readPools(ctx)
 	if err != nil {
+		return err
+	}
+	if err := isolationConflict(&p, m); err != nil {
 		return err
 	}
 	m[p.Name] = &p

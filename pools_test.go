@@ -83,3 +83,37 @@ func TestWorkerPools(t *testing.T) {
 		require.Len(t, list, 1)
 	})
 }
+
+// TestWorkerPoolIsolation: the isolated flag is stored and read back; a queue of an isolated pool can
+// be shared with other isolated pools only; IsolatedQueues maps each such queue to its pools. On every
+// store.
+func TestWorkerPoolIsolation(t *testing.T) {
+	coalesceStores(t, func(t *testing.T, s store.Store) {
+		ctx := context.Background()
+		c, err := pronto.NewClient(s, nil)
+		require.NoError(t, err)
+		require.NoError(t, c.PoolSet(ctx, pronto.WorkerPool{Name: "pay", Queues: []string{"payments"}, Isolated: true}))
+		require.NoError(t, c.PoolSet(ctx, pronto.WorkerPool{Name: "gen", Queues: []string{"default"}}))
+		p, err := c.PoolGet(ctx, "pay")
+		require.NoError(t, err)
+		require.True(t, p.Isolated)
+
+		// A pool that is not isolated cannot take an isolated pool's queue, nor can a pool sharing a
+		// queue with one that is not isolated become isolated.
+		err = c.PoolSet(ctx, pronto.WorkerPool{Name: "gen", Queues: []string{"default", "payments"}})
+		require.ErrorIs(t, err, pronto.ErrInvalidArgs)
+		require.ErrorContains(t, err, `queue "payments" is in isolated pool "pay" and in pool "gen"`)
+		require.NoError(t, c.PoolSet(ctx, pronto.WorkerPool{Name: "gen", Queues: []string{"default"}, Isolated: true}))
+		require.NoError(t, c.PoolSet(ctx, pronto.WorkerPool{Name: "gen", Queues: []string{"default"}}))
+		require.NoError(t, c.PoolSet(ctx, pronto.WorkerPool{Name: "bulk", Queues: []string{"default", "low"}}))
+		require.ErrorIs(t, c.PoolSet(ctx, pronto.WorkerPool{Name: "gen", Queues: []string{"default"}, Isolated: true}), pronto.ErrInvalidArgs)
+
+		// Two isolated pools may share a queue: both serve it.
+		require.NoError(t, c.PoolSet(ctx, pronto.WorkerPool{Name: "gpu", Queues: []string{"payments", "images"}, Isolated: true}))
+		require.ErrorIs(t, c.PoolSet(ctx, pronto.WorkerPool{Name: "pay", Queues: []string{"payments"}}), pronto.ErrInvalidArgs)
+		list, err := c.PoolList(ctx)
+		require.NoError(t, err)
+		require.Equal(t, map[string][]string{"payments": {"gpu", "pay"}, "images": {"gpu"}}, pronto.IsolatedQueues(list))
+		require.Nil(t, pronto.IsolatedQueues(nil))
+	})
+}

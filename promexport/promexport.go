@@ -13,11 +13,12 @@
 //	registry.MustRegister(m)
 //
 // Counters and histograms are counted by this process (inserts through the insert middleware,
-// attempt starts and outcomes from the client's events, OJS workers' fetches and acks included); gauges are read at
+// attempt starts and outcomes from the client's events, OJS workers' fetches and acks included; the
+// scheduling series from pronto serve's fetches, see scheduling.go); gauges are read at
 // scrape time: job counts per queue and state from one store query (QueueList), cached for
 // Options.CacheTTL, and worker slots, leadership and the outcome backlog from Client.Stats.
 //
-// Labels are bounded: queue, type (the job's kind), state and outcome; tenant_id only on the
+// Labels are bounded: queue, type (the job's kind), state, outcome and pool; tenant_id only on the
 // per-tenant series of Options.TenantLabels. Nothing is labelled with a job id or an error message. docs/observability.md lists every series.
 package promexport
 
@@ -84,6 +85,7 @@ type Metrics struct {
 	started, listener                *prometheus.Desc
 
 	tenant *tenantMetrics // nil unless Options.TenantLabels
+	sched  *schedMetrics  // the scheduling series (scheduling.go)
 
 	mu       sync.Mutex
 	client   *pronto.Client
@@ -166,6 +168,7 @@ func New(opts *Options) *Metrics {
 	if o.TenantLabels {
 		m.tenant = newTenantMetrics()
 	}
+	m.sched = newSchedMetrics(o.LatencyBuckets)
 	return m
 }
 
@@ -175,9 +178,9 @@ func (m *Metrics) vectors() []prometheus.Collector {
 		m.progressUpdates, m.progressStalls, m.progressCompleted, m.checkpointSize, m.deadAdded, m.deadRetried, m.deadPruned}
 }
 
-// allCollectors is vectors plus the per-tenant vectors.
+// allCollectors is vectors plus the per-tenant and the scheduling vectors.
 func (m *Metrics) allCollectors() []prometheus.Collector {
-	return append(m.vectors(), m.tenantCollectors()...)
+	return append(append(m.vectors(), m.tenantCollectors()...), m.sched.collectors()...)
 }
 
 // Instrument appends the metrics' insert middleware to cfg. Call it before NewClient.
@@ -227,6 +230,9 @@ func (m *Metrics) Attach(c *pronto.Client) (detach func()) {
 		m.tenant.cached = nil
 	}
 	m.mu.Unlock()
+	m.sched.mu.Lock()
+	m.sched.pools, m.sched.poolsAt = nil, time.Time{}
+	m.sched.mu.Unlock()
 	events, unsubscribe := c.Subscribe(pronto.EventStarted, pronto.EventCompleted, pronto.EventFailed,
 		pronto.EventDiscarded, pronto.EventCancelled, pronto.EventSnoozed, pronto.EventRetried, pronto.EventRescued,
 		pronto.EventProgress, pronto.EventProgressStalled, pronto.EventProgressCompleted, pronto.EventCheckpointSaved,
@@ -323,7 +329,8 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, c := range m.allCollectors() {
 		c.Describe(ch)
 	}
-	for _, d := range append([]*prometheus.Desc{m.depth, m.busy, m.free, m.active, m.leader, m.backlog, m.dropped, m.started, m.listener, m.stalledJobs, m.deadTotal}, m.tenantDescs()...) {
+	for _, d := range append([]*prometheus.Desc{m.depth, m.busy, m.free, m.active, m.leader, m.backlog, m.dropped, m.started, m.listener,
+		m.stalledJobs, m.deadTotal, m.sched.ratio, m.sched.util}, m.tenantDescs()...) {
 		ch <- d
 	}
 }
@@ -338,6 +345,7 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 		m.collectGauges(ch, c)
 		m.collectTenants(ch, c)
 	}
+	m.collectScheduling(ch, c)
 	for _, v := range m.allCollectors() {
 		v.Collect(ch)
 	}

@@ -19,7 +19,7 @@ import (
 //	GET    /ojs/v1/admin/pools          every pool with its active_workers and active_jobs
 //	GET    /ojs/v1/admin/pools/{name}   one pool
 //	PUT    /ojs/v1/admin/pools/{name}   creates or replaces it: {"queues", "concurrency", "strategy",
-//	                                    "weights", "starvation_prevention"}
+//	                                    "weights", "starvation_prevention", "isolated"}
 //	DELETE /ojs/v1/admin/pools/{name}   removes it
 //
 // A fetch naming a pool ({"pool": "name"}) takes jobs from the pool's queues only (all of them, in
@@ -27,7 +27,9 @@ import (
 // active in its queues, counted per fetch). The pool's strategy orders the fetch's queues
 // (poolsched.go): round-robin (the default) starts at the next of the pool's queues, strict takes
 // them in order, weighted by a smooth weighted round-robin, least-loaded the deepest backlog first;
-// starvation prevention puts a queue short of its share first.
+// starvation prevention puts a queue short of its share first. An isolated pool's queues are served
+// only to fetches through it (§6.3): a fetch naming no pool or another pool gets nothing from them
+// (poolwatch.go).
 
 // routePools dispatches a path below /ojs/v1/admin/pools (seg[1] == "pools"); false when no route
 // matches.
@@ -112,7 +114,7 @@ func poolView(p *pronto.WorkerPool, u *poolUse) map[string]any {
 	}
 	v := map[string]any{
 		"name": p.Name, "queues": p.Queues, "concurrency": p.Concurrency, "strategy": p.Strategy,
-		"active_workers": workers, "active_jobs": jobs,
+		"isolated": p.Isolated, "active_workers": workers, "active_jobs": jobs,
 	}
 	if p.Strategy == pronto.PoolStrategyWeighted {
 		// Every queue's weight, those left at 1 included.
@@ -178,7 +180,8 @@ func (s *Server) getPool(w http.ResponseWriter, r *http.Request, name string) {
 	writeJSONValue(w, http.StatusOK, poolView(p, u))
 }
 
-// decodePool reads {"name", "queues", "concurrency", "strategy"} for pool name.
+// decodePool reads {"name", "queues", "concurrency", "strategy", "weights", "starvation_prevention",
+// "isolated"} for pool name.
 func decodePool(body []byte, name string) (*pronto.WorkerPool, *apiError) {
 	var m map[string]json.RawMessage
 	if err := json.Unmarshal(body, &m); err != nil || m == nil {
@@ -244,8 +247,15 @@ func decodePool(body []byte, name string) (*pronto.WorkerPool, *apiError) {
 				return nil, e
 			}
 			p.StarvationPrevention = sp
+		case "isolated":
+			if isNull(v) {
+				continue
+			}
+			if err := json.Unmarshal(v, &p.Isolated); err != nil {
+				return nil, invalid(k, "isolated must be a boolean")
+			}
 		default:
-			return nil, invalid(k, "unknown field %s (a pool takes name, queues, concurrency, strategy, weights and starvation_prevention)", k)
+			return nil, invalid(k, "unknown field %s (a pool takes name, queues, concurrency, strategy, weights, starvation_prevention and isolated)", k)
 		}
 	}
 	if p.Queues == nil {
@@ -308,11 +318,28 @@ func (s *Server) putPool(w http.ResponseWriter, r *http.Request, name string) {
 		return
 	}
 	ctx := r.Context()
+	prev, err := s.client.PoolGet(ctx, name)
+	if err != nil && !errors.Is(err, pronto.ErrNotFound) {
+		s.writeError(w, r, poolError(err, name))
+		return
+	}
 	if err := s.client.PoolSet(ctx, *p); err != nil {
 		s.writeError(w, r, poolError(err, name))
 		return
 	}
-	s.getPool(w, r, name)
+	s.sched.cache.invalidate()
+	cur, err := s.client.PoolGet(ctx, name)
+	if err != nil {
+		s.writeError(w, r, poolError(err, name))
+		return
+	}
+	s.rebalancedEvent(prev, cur)
+	u, err := s.readPoolUse(ctx, true)
+	if err != nil {
+		s.writeError(w, r, poolError(err, name))
+		return
+	}
+	writeJSONValue(w, http.StatusOK, poolView(cur, u))
 }
 
 // DELETE /ojs/v1/admin/pools/{name}
@@ -325,22 +352,31 @@ func (s *Server) deletePool(w http.ResponseWriter, r *http.Request, name string)
 		s.writeError(w, r, poolError(err, name))
 		return
 	}
+	s.sched.cache.invalidate()
+	s.sched.forget(name)
 	writeJSONValue(w, http.StatusOK, map[string]any{"deleted": true, "name": name})
 }
 
-// applyPool fits a fetch naming a pool to it: its queues default to the pool's and must be among
-// them, and its count is cut to the pool's free capacity. ok false: the pool is full (fetch nothing).
+// applyPool fits a fetch to the pools. Naming none, it loses the queues isolated pools reserve (from
+// the cached pools). Naming one, its queues default to the pool's and must be among them, it loses
+// those isolated to other pools, and its count is cut to the pool's free capacity. ok false: nothing
+// to fetch (the pool is full, or every queue asked for is isolated elsewhere).
 func (s *Server) applyPool(ctx context.Context, req *fetchRequest) (ok bool, _ *apiError) {
 	if req.pool == "" {
-		return true, nil
+		req.queues, ok = isolate(s.isolation(ctx), "", req.queues)
+		return ok, nil
 	}
-	p, err := s.client.PoolGet(ctx, req.pool)
-	if errors.Is(err, pronto.ErrNotFound) {
-		return false, invalid("pool", "unknown pool %q: create it with PUT /ojs/v1/admin/pools/%s", req.pool, req.pool)
-	}
+	// One read of the pools (the setting holds them all) serves the pool and the isolation.
+	pools, err := s.client.PoolList(ctx)
 	if err != nil {
 		return false, poolError(err, req.pool)
 	}
+	s.sched.cache.set(pools)
+	i := slices.IndexFunc(pools, func(p *pronto.WorkerPool) bool { return p.Name == req.pool })
+	if i < 0 {
+		return false, invalid("pool", "unknown pool %q: create it with PUT /ojs/v1/admin/pools/%s", req.pool, req.pool)
+	}
+	p := pools[i]
 	if len(req.queues) == 0 {
 		req.queues = slices.Clone(p.Queues)
 	}
@@ -349,9 +385,13 @@ func (s *Server) applyPool(ctx context.Context, req *fetchRequest) (ok bool, _ *
 			return false, invalid("queues", "queue %q is not one of pool %q's queues %v", q, p.Name, p.Queues)
 		}
 	}
+	if req.queues, ok = isolate(pronto.IsolatedQueues(pools), p.Name, req.queues); !ok {
+		return false, nil
+	}
+	now := time.Now()
 	var u *poolUse
 	if p.Concurrency > 0 || p.Strategy == pronto.PoolStrategyLeastLoaded {
-		// One read of the queues' counts serves both the capacity and the backlogs.
+		// One read of the queues' counts serves the capacity, the backlogs and the starvation check.
 		if u, err = s.readPoolUse(ctx, false); err != nil {
 			return false, poolError(err, req.pool)
 		}
@@ -363,15 +403,20 @@ func (s *Server) applyPool(ctx context.Context, req *fetchRequest) (ok bool, _ *
 		}
 		free := int64(p.Concurrency) - active
 		if free <= 0 {
+			if s.sched.setOverloaded(p, true, now) {
+				s.overloadedEvent(p, active, u)
+			}
 			return false, nil
 		}
 		req.count = int(min(int64(req.count), free))
+		s.sched.room(p, free, req.count, now)
 	}
+	u = s.checkStarvation(ctx, p, u, now)
 	var available map[string]int64
 	if u != nil {
 		available = u.available
 	}
-	s.sched.order(p, req.queues, available, time.Now())
+	s.sched.order(p, req.queues, available, now)
 	req.poolCfg = p
 	return true, nil
 }

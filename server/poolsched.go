@@ -5,6 +5,7 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/pronto-jobs/pronto"
@@ -22,9 +23,13 @@ const statsWindow = 60
 
 // sched is a server's scheduling state. The zero value is ready.
 type sched struct {
-	mu     sync.Mutex
-	pools  map[string]*poolState
-	queues map[string]*queueDispatch
+	mu      sync.Mutex
+	pools   map[string]*poolState
+	queues  map[string]*queueDispatch
+	watches map[string]*poolWatch // for the events (poolwatch.go)
+
+	cache   poolCache // the pools' isolation, for fetches naming no pool
+	metrics atomic.Pointer[metricsRef]
 }
 
 // poolState is one pool's state on this server.
@@ -129,9 +134,23 @@ func (s *sched) order(p *pronto.WorkerPool, queues []string, available map[strin
 }
 
 // served moves the state on by the jobs a fetch took: the pool's (when the fetch named one, with its
-// queues in the order tried) and every queue's dispatch counts.
+// queues in the order tried), every queue's dispatch counts and the metrics.
 func (s *sched) served(p *pronto.WorkerPool, tried []string, jobs []*pronto.JobRow, now time.Time) {
+	if m := s.metrics.Load(); m != nil {
+		pool := ""
+		if p != nil {
+			pool = p.Name
+		}
+		for _, j := range jobs {
+			m.m.ObserveDispatch(j.Queue, pool, dispatchWait(j, now))
+		}
+	}
 	if len(jobs) == 0 {
+		if p != nil {
+			s.mu.Lock()
+			s.reached(p, tried, nil, now)
+			s.mu.Unlock()
+		}
 		return
 	}
 	s.mu.Lock()
@@ -152,14 +171,12 @@ func (s *sched) served(p *pronto.WorkerPool, tried []string, jobs []*pronto.JobR
 			b.sec, b.n, b.waitMS = sec, 0, 0
 		}
 		b.n++
-		// The wait runs from when the job became available (its due time) to its dispatch.
-		if due := j.ScheduledAt; !due.IsZero() && now.After(due) {
-			b.waitMS += now.Sub(due).Milliseconds()
-		}
+		b.waitMS += dispatchWait(j, now).Milliseconds()
 	}
 	if p == nil {
 		return
 	}
+	s.reached(p, tried, jobs, now)
 	st := s.state(p)
 	for _, j := range jobs {
 		st.total++
@@ -197,6 +214,15 @@ func (s *sched) served(p *pronto.WorkerPool, tried []string, jobs []*pronto.JobR
 			st.credit[j.Queue] -= sum
 		}
 	}
+}
+
+// dispatchWait is how long j waited for its dispatch at now: from when it became available (its due
+// time).
+func dispatchWait(j *pronto.JobRow, now time.Time) time.Duration {
+	if due := j.ScheduledAt; !due.IsZero() && now.After(due) {
+		return now.Sub(due)
+	}
+	return 0
 }
 
 // queueStat is a queue's line of the scheduling statistics.

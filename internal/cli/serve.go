@@ -113,6 +113,7 @@ func cmdServe(ctx context.Context, r *runner, args []string) error {
 		return errorf("serve: %v", err)
 	}
 	defer srv.Close()
+	srv.SetSchedulingMetrics(obs.m) // the fetches' dispatch metrics (ojs_scheduling_*)
 
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
