@@ -17,6 +17,7 @@ import (
 //
 //	GET    /ojs/v1/admin/tenants               every tenant with a weight, a limit or jobs, with its stats
 //	GET    /ojs/v1/admin/tenants/{id}          one tenant (also /{id}/stats)
+//	GET    /ojs/v1/admin/tenants/{id}/jobs     its jobs: ?state=&queue=&type=&order=&page=&per_page=&cursor=
 //	PUT    /ojs/v1/admin/tenants/{id}          its config: {"fairness_weight", "limits"}
 //	PUT    /ojs/v1/admin/tenants/{id}/limits   its limits alone: {"max_concurrency", "max_start_rate",
 //	                                           "max_queue_depth", "max_scheduled", "max_enqueue_rate", "reason"}
@@ -24,8 +25,7 @@ import (
 //
 // max_concurrency and max_start_rate hold when jobs are fetched (the tenant's jobs wait while it is at
 // one); max_queue_depth, max_scheduled and max_enqueue_rate hold at enqueue: an enqueue beyond one
-// answers 429 tenant_limit_exceeded with Retry-After (§8.2, MT-004). priority_boost is not
-// implemented and is refused by name.
+// answers 429 tenant_limit_exceeded with Retry-After (§8.2, MT-004).
 
 // CodeTenantLimitExceeded answers an enqueue refused by a tenant's enqueue limit (429).
 const CodeTenantLimitExceeded = "tenant_limit_exceeded"
@@ -77,6 +77,13 @@ func (s *Server) routeTenants(w http.ResponseWriter, r *http.Request, seg []stri
 			return true
 		}
 		s.getTenant(w, r, seg[2])
+		return true
+	case len(seg) == 4 && seg[3] == "jobs":
+		if m != http.MethodGet {
+			s.writeError(w, r, methodNotAllowed(r, http.MethodGet))
+			return true
+		}
+		s.tenantJobs(w, r, seg[2])
 		return true
 	case len(seg) == 4 && seg[3] == "limits":
 		if m != http.MethodPut {
@@ -450,4 +457,94 @@ func (s *Server) deleteTenant(w http.ResponseWriter, r *http.Request, id string)
 		return
 	}
 	writeJSONValue(w, http.StatusOK, map[string]any{"deleted": true, "tenant_id": id})
+}
+
+// GET /ojs/v1/admin/tenants/{id}/jobs?state=&queue=&type=&order=asc|desc&page=&per_page=&cursor=
+// (ojs-multi-tenancy.md §10.3): the tenant's jobs, newest first unless order=asc, as GET
+// /ojs/v1/admin/jobs lists them ({"items", "pagination": {"page", "per_page", "has_more"}}), with
+// next_cursor as well: a later page may start at cursor (page then counts from it). The store reads
+// the tenant's own jobs (an index by tenant), not the queues'. 404 when the tenant is unknown (no
+// jobs, weight or limits), 400 for a bad id, state, queue, type or page.
+func (s *Server) tenantJobs(w http.ResponseWriter, r *http.Request, id string) {
+	if e := checkTenant(id); e != nil {
+		s.writeError(w, r, e)
+		return
+	}
+	q := r.URL.Query()
+	order := q.Get("order")
+	if order != "" && order != "asc" && order != "desc" {
+		s.writeError(w, r, invalid("order", "order %q: must be asc or desc", order))
+		return
+	}
+	page, e := queryInt(q, "page", 1, 1, adminScanLimit)
+	if e != nil {
+		s.writeError(w, r, e)
+		return
+	}
+	perPage, e := queryInt(q, "per_page", 20, 1, 100)
+	if e != nil {
+		s.writeError(w, r, e)
+		return
+	}
+	if (page-1)*perPage >= adminScanLimit {
+		s.writeError(w, r, invalid("page", "page %d is too deep: pages reach the first %d jobs; continue with cursor (next_cursor)", page, adminScanLimit))
+		return
+	}
+	cursor := q.Get("cursor")
+	if cursor != "" {
+		if e := checkJobID(cursor, "cursor"); e != nil {
+			s.writeError(w, r, e)
+			return
+		}
+	}
+	f, e := parseFilter(q.Get("queue"), q.Get("state"), q.Get("type"))
+	if e != nil {
+		s.writeError(w, r, e)
+		return
+	}
+	ctx := r.Context()
+	skip := (page - 1) * perPage
+	items := make([]json.RawMessage, 0, perPage)
+	hasMore, next, last := false, "", ""
+	for read := 0; ; {
+		res, err := s.client.JobList(ctx, &pronto.JobListParams{Tenant: id, States: f.states, Queues: f.queues, Kinds: f.kinds,
+			Cursor: cursor, Descending: order != "asc", Limit: min(1000, skip+perPage+1)})
+		if err != nil {
+			s.writeError(w, r, tenantError(err, id))
+			return
+		}
+		for _, j := range res.Jobs {
+			if !f.match(j) {
+				continue
+			}
+			if skip > 0 {
+				skip--
+				continue
+			}
+			if len(items) == perPage {
+				hasMore, next = true, last
+				break
+			}
+			items = append(items, appendJob(nil, j))
+			last = j.ID
+		}
+		read += len(res.Jobs)
+		// A type prefix filters here: the read stops at adminScanLimit, as GET /admin/jobs does.
+		if hasMore || res.Next == "" || read >= adminScanLimit {
+			break
+		}
+		cursor = res.Next
+	}
+	if len(items) == 0 && page == 1 && q.Get("cursor") == "" {
+		// No job listed: a tenant without jobs is known only by its weight or limits.
+		if _, err := s.client.TenantGet(ctx, id); err != nil {
+			s.writeError(w, r, tenantError(err, id))
+			return
+		}
+	}
+	pagination := map[string]any{"page": page, "per_page": perPage, "has_more": hasMore}
+	if hasMore {
+		pagination["next_cursor"] = next
+	}
+	writeJSONValue(w, http.StatusOK, map[string]any{"tenant_id": id, "items": items, "pagination": pagination})
 }

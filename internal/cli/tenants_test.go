@@ -16,6 +16,13 @@ func TestTenants(t *testing.T) {
 		run(t, with(db, "enqueue", "report.build", "--tenant", "acme")...).ok(t)
 		run(t, with(db, "enqueue", "report.build", "--tenant", "beta")...).ok(t)
 		run(t, with(db, "enqueue", "report.build", "--tenant", "has space")...).fails(t, ExitUsage, "tenant")
+		// jobs list --tenant: only that tenant's jobs.
+		var list jobList
+		run(t, with(db, "jobs", "list", "--tenant", "beta", "--json")...).ok(t).decode(t, &list)
+		if len(list.Jobs) != 1 || list.Jobs[0].Tenant != "beta" {
+			t.Fatalf("jobs list --tenant beta: %+v", list)
+		}
+		run(t, with(db, "jobs", "list", "--tenant", "has space")...).fails(t, ExitUsage, "--tenant")
 		res := run(t, with(db, "tenants", "list")...).ok(t)
 		if !strings.Contains(res.stdout, "acme") || !strings.Contains(res.stdout, "beta") || !strings.Contains(res.stdout, "1 (default)") {
 			t.Fatalf("list:\n%s", res)
