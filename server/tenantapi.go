@@ -5,7 +5,6 @@ import (
 	"errors"
 	"math"
 	"net/http"
-	"slices"
 	"strconv"
 	"time"
 
@@ -18,14 +17,16 @@ import (
 //	GET    /ojs/v1/admin/tenants               every tenant with a weight, a limit or jobs, with its stats
 //	GET    /ojs/v1/admin/tenants/{id}          one tenant (also /{id}/stats)
 //	GET    /ojs/v1/admin/tenants/{id}/jobs     its jobs: ?state=&queue=&type=&order=&page=&per_page=&cursor=
-//	PUT    /ojs/v1/admin/tenants/{id}          its config: {"fairness_weight", "limits"}
+//	PUT    /ojs/v1/admin/tenants/{id}          its config: {"fairness_weight", "priority_boost", "limits"}
 //	PUT    /ojs/v1/admin/tenants/{id}/limits   its limits alone: {"max_concurrency", "max_start_rate",
 //	                                           "max_queue_depth", "max_scheduled", "max_enqueue_rate", "reason"}
-//	DELETE /ojs/v1/admin/tenants/{id}          forgets its weight and limits (its jobs stay)
+//	DELETE /ojs/v1/admin/tenants/{id}          forgets its weight, priority boost and limits (its jobs stay)
 //
 // max_concurrency and max_start_rate hold when jobs are fetched (the tenant's jobs wait while it is at
 // one); max_queue_depth, max_scheduled and max_enqueue_rate hold at enqueue: an enqueue beyond one
-// answers 429 tenant_limit_exceeded with Retry-After (§8.2, MT-004).
+// answers 429 tenant_limit_exceeded with Retry-After (§8.2, MT-004). priority_boost (-200 to 200) is
+// added to the priority of the tenant's jobs as they are enqueued, clamped to -100..100 (see
+// pronto.TenantSetPriorityBoost): jobs already waiting keep theirs.
 
 // CodeTenantLimitExceeded answers an enqueue refused by a tenant's enqueue limit (429).
 const CodeTenantLimitExceeded = "tenant_limit_exceeded"
@@ -149,7 +150,8 @@ func tenantView(t *pronto.TenantInfo, now time.Time) map[string]any {
 	return map[string]any{
 		"tenant_id":       t.Tenant,
 		"fairness_weight": t.Weight,
-		"configured":      t.WeightSet || t.Limit != nil || t.EnqueueLimits != nil,
+		"priority_boost":  t.PriorityBoost,
+		"configured":      t.WeightSet || t.Limit != nil || t.EnqueueLimits != nil || t.PriorityBoost != 0,
 		"limits":          limits,
 		"jobs":            jobs,
 		"fairness":        map[string]any{"weight": t.Weight, "weight_configured": t.WeightSet},
@@ -204,9 +206,6 @@ type tenantLimits struct {
 	bounds  bool
 	enqueue pronto.TenantEnqueueLimits
 }
-
-// unsupportedTenantFields are the multi-tenancy §8.1 fields pronto does not implement.
-var unsupportedTenantFields = []string{"priority_boost"}
 
 // decodeRate reads {"limit": n, "period": "PT1M"} at field f.
 func decodeRate(v json.RawMessage, f, what string) (int64, time.Duration, *apiError) {
@@ -312,9 +311,10 @@ func nonEmpty(s, otherwise string) string {
 type tenantConfig struct {
 	weight int // 0: not given
 	limits *tenantLimits
+	boost  *int // nil: not given; 0 removes the boost
 }
 
-// decodeTenantConfig reads {"tenant_id", "fairness_weight", "limits"} for tenant id.
+// decodeTenantConfig reads {"tenant_id", "fairness_weight", "priority_boost", "limits"} for tenant id.
 func decodeTenantConfig(body []byte, id string) (*tenantConfig, *apiError) {
 	var m map[string]json.RawMessage
 	if err := json.Unmarshal(body, &m); err != nil || m == nil {
@@ -349,10 +349,18 @@ func decodeTenantConfig(body []byte, id string) (*tenantConfig, *apiError) {
 				return nil, e
 			}
 			out.limits = l
-		case slices.Contains(unsupportedTenantFields, k):
-			return nil, invalid(k, "%s is not supported: a tenant's jobs keep their own priorities", k)
+		case k == "priority_boost":
+			if isNull(v) {
+				continue
+			}
+			n, e := wantInt(v, k, -pronto.MaxTenantPriorityBoost, pronto.MaxTenantPriorityBoost)
+			if e != nil {
+				return nil, e
+			}
+			b := int(n)
+			out.boost = &b
 		default:
-			return nil, invalid(k, "unknown field %s (a tenant's config takes tenant_id, fairness_weight and limits)", k)
+			return nil, invalid(k, "unknown field %s (a tenant's config takes tenant_id, fairness_weight, priority_boost and limits)", k)
 		}
 	}
 	return out, nil
@@ -386,6 +394,18 @@ func (s *Server) putTenant(w http.ResponseWriter, r *http.Request, id string, li
 			return
 		}
 	}
+	if cfg.boost != nil {
+		var err error
+		if *cfg.boost != 0 {
+			err = s.client.TenantSetPriorityBoost(ctx, id, *cfg.boost)
+		} else if err = s.client.TenantDeletePriorityBoost(ctx, id); errors.Is(err, pronto.ErrNotFound) {
+			err = nil
+		}
+		if err != nil {
+			s.writeError(w, r, tenantError(err, id))
+			return
+		}
+	}
 	if cfg.limits != nil {
 		var err error
 		if cfg.limits.bounds {
@@ -414,7 +434,8 @@ func (s *Server) putTenant(w http.ResponseWriter, r *http.Request, id string, li
 	writeJSONValue(w, http.StatusOK, tenantView(t, time.Now()))
 }
 
-// DELETE /ojs/v1/admin/tenants/{id}: forgets the tenant's weight and limits; 404 when it had neither.
+// DELETE /ojs/v1/admin/tenants/{id}: forgets the tenant's weight, priority boost and limits; 404 when it
+// had none.
 func (s *Server) deleteTenant(w http.ResponseWriter, r *http.Request, id string) {
 	if e := checkTenant(id); e != nil {
 		s.writeError(w, r, e)
@@ -430,6 +451,7 @@ func (s *Server) deleteTenant(w http.ResponseWriter, r *http.Request, id string)
 			}
 			return s.client.TenantDeleteLimit(ctx, id)
 		},
+		func() error { return s.client.TenantDeletePriorityBoost(ctx, id) },
 		func() error {
 			els, err := s.client.TenantEnqueueLimits(ctx)
 			if err != nil {
@@ -452,7 +474,7 @@ func (s *Server) deleteTenant(w http.ResponseWriter, r *http.Request, id string)
 	}
 	if !found {
 		e := notFound("tenant", id)
-		e.hint = "the tenant has no stored fairness_weight or limits"
+		e.hint = "the tenant has no stored fairness_weight, priority_boost or limits"
 		s.writeError(w, r, e)
 		return
 	}
