@@ -109,3 +109,27 @@ func TestTenantPriorityBoost(t *testing.T) {
 		}
 	})
 }
+
+// TestTenantPriorityBoostReads: the boosts cost no round trip per insert: a client reads them at most
+// about once a second on inserts with a tenant, and never on inserts without one.
+func TestTenantPriorityBoostReads(t *testing.T) {
+	ctx := context.Background()
+	cs := &countingTenants{Store: newTestStore(t, kindMemory).Store}
+	c, err := pronto.NewClient(cs, nil)
+	require.NoError(t, err)
+	for i := range 200 {
+		_, err := c.Insert(ctx, tenantArgs{N: i}, &pronto.InsertOpts{Queue: "plain"})
+		require.NoError(t, err)
+	}
+	require.Zero(t, cs.boostReads.Load(), "inserts without a tenant read no boosts")
+	require.NoError(t, c.TenantSetPriorityBoost(ctx, "gold", 1))
+	cs.boostReads.Store(0)
+	start := time.Now()
+	for i := range 500 {
+		r, err := c.Insert(ctx, tenantArgs{N: i}, &pronto.InsertOpts{Tenant: "gold"})
+		require.NoError(t, err)
+		require.Equal(t, 1, r.Priority)
+	}
+	seconds := int64(time.Since(start)/time.Second) + 1
+	require.LessOrEqual(t, cs.boostReads.Load(), seconds+1, "at most one read a second (and the first)")
+}
