@@ -9,6 +9,7 @@ import (
 
 	"github.com/pronto-jobs/pronto"
 	"github.com/pronto-jobs/pronto/store"
+	"github.com/pronto-jobs/pronto/store/postgres"
 )
 
 // TestTenantPriorityBoost: a tenant's boost is added to the priority of its jobs as they are inserted
@@ -132,4 +133,28 @@ func TestTenantPriorityBoostReads(t *testing.T) {
 	}
 	seconds := int64(time.Since(start)/time.Second) + 1
 	require.LessOrEqual(t, cs.boostReads.Load(), seconds+1, "at most one read a second (and the first)")
+}
+
+// TestTenantPriorityBoostInsertTx: InsertTx (PostgreSQL) and a workflow's jobs take the boost too.
+func TestTenantPriorityBoostInsertTx(t *testing.T) {
+	ctx := context.Background()
+	ts := newTestStore(t, kindPostgres)
+	c, err := pronto.NewClient(ts.Store, nil)
+	require.NoError(t, err)
+	require.NoError(t, c.TenantSetPriorityBoost(ctx, "gold", 7))
+	tx, err := ts.Store.(*postgres.Store).Pool().Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx) //nolint:errcheck // no-op once committed
+	j, err := c.InsertTx(ctx, tx, tenantArgs{N: 1}, &pronto.InsertOpts{Tenant: "gold", Priority: 2})
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit(ctx))
+	require.Equal(t, 9, j.Priority)
+	stored, err := c.JobGet(ctx, j.ID)
+	require.NoError(t, err)
+	require.Equal(t, 9, stored.Priority)
+
+	w := pronto.NewWorkflow("boosted").Add("a", tenantArgs{N: 2}, &pronto.InsertOpts{Tenant: "gold"})
+	res, err := c.WorkflowInsert(ctx, w)
+	require.NoError(t, err)
+	require.Equal(t, 7, res.Jobs["a"].Priority)
 }
