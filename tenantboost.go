@@ -13,9 +13,10 @@ import (
 // Tenant priority boosts (ojs-multi-tenancy.md §7: priority_boost, "added to job priority for this
 // tenant"). A tenant's boost is added to the priority of every job inserted for it (InsertOpts.Tenant)
 // through any of the client's inserts (Insert, InsertMany, InsertTx, InsertSQLTx, InsertRaw,
-// InsertOJS, which the HTTP server's enqueue and batch use, and the periodic jobs), the sum clamped
-// to PriorityMin..PriorityMax. It applies at insert: the job's stored priority is the boosted one,
-// which the job keeps; jobs already waiting when a boost changes keep the priority they were given.
+// InsertOJS, which the HTTP server's enqueue and batch use, WorkflowInsert and the periodic jobs),
+// the sum clamped to PriorityMin..PriorityMax. It applies at insert: the job's stored priority is the
+// boosted one, which the job keeps; jobs already waiting when a boost changes keep the priority they
+// were given.
 //
 // Within a tenant, priority orders the claims as always. Across tenants a fair claim still takes
 // turns (docs/fair-scheduling.md): a boost does not give a tenant more turns (its weight does), it
