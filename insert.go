@@ -116,6 +116,7 @@ func (c *Client) insert(ctx context.Context, ps []*store.InsertParams, do Insert
 		mw, inner := c.cfg.InsertMiddleware[i], next
 		next = func(ctx context.Context, ps []*store.InsertParams) ([]*JobRow, error) { return mw(ctx, ps, inner) }
 	}
+	c.applyTenantBoosts(ctx, ps)
 	if err := c.checkBounds(ctx, ps); err != nil {
 		return nil, fmt.Errorf("pronto: insert %d job(s): %w", len(ps), err)
 	}

@@ -106,6 +106,8 @@ type tenantGate struct {
 	tenants  map[string]*tenantCount // made on first use
 	// setMu serializes this client's read-modify-write of the limits setting.
 	setMu sync.Mutex
+	// boosts are the tenants' priority boosts (tenantboost.go), read the same way.
+	boosts tenantBoosts
 }
 
 type tenantCount struct {

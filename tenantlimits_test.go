@@ -140,10 +140,15 @@ func TestTenantEnqueueLimits(t *testing.T) {
 type countingTenants struct {
 	store.Store
 	settingReads, tenantReads atomic.Int64
+	// boostReads counts the reads of the priority boosts' setting (also in settingReads).
+	boostReads atomic.Int64
 }
 
 func (s *countingTenants) GetSetting(ctx context.Context, key string) (json.RawMessage, error) {
 	s.settingReads.Add(1)
+	if key == "tenant_priority_boosts" {
+		s.boostReads.Add(1)
+	}
 	return s.Store.(store.SettingStore).GetSetting(ctx, key)
 }
 

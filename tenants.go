@@ -17,6 +17,8 @@ import (
 //   - a limit (TenantSetLimit): the rate-limit machinery's RateLimit, stored under the rate key
 //     TenantLimitKey(tenant), bounding the tenant's active jobs across every queue (MaxActive) and
 //     its starts per window (Rate per Period); a tenant at its limit is passed over, its jobs wait;
+//   - a priority boost (TenantSetPriorityBoost, tenantboost.go): added to the priority of its jobs
+//     as they are inserted;
 //   - its jobs per state across queues (TenantGet, TenantList).
 
 // DefaultTenantWeight is the weight of a tenant without a stored one: one turn per round.
@@ -46,6 +48,8 @@ type TenantInfo struct {
 	// EnqueueLimits are the tenant's enqueue-time limits (TenantSetEnqueueLimits), or nil when none
 	// are stored.
 	EnqueueLimits *TenantEnqueueLimits
+	// PriorityBoost is the tenant's priority boost (TenantSetPriorityBoost), 0 when none is stored.
+	PriorityBoost int
 }
 
 // tenants returns the client's store as a store.TenantStore, or an ErrUnsupported error.
@@ -125,8 +129,8 @@ func tenantInfo(si *store.TenantInfo, limit *RateLimitInfo) *TenantInfo {
 	return out
 }
 
-// TenantGet returns what the store knows of tenant: its weight, its jobs per state across queues
-// its limit and its enqueue limits. ErrNotFound when it has none of them and no jobs.
+// TenantGet returns what the store knows of tenant: its weight, its jobs per state across queues,
+// its limit, its enqueue limits and its priority boost. ErrNotFound when it has none of them and no jobs.
 func (c *Client) TenantGet(ctx context.Context, tenant string) (*TenantInfo, error) {
 	ts, err := c.tenants()
 	if err != nil {
@@ -160,13 +164,24 @@ func (c *Client) TenantGet(ctx context.Context, tenant string) (*TenantInfo, err
 		}
 		out.EnqueueLimits = &el
 	}
+	boosts, err := c.TenantPriorityBoosts(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if boost, ok := boosts[tenant]; ok {
+		if out == nil {
+			out = tenantInfo(&store.TenantInfo{Tenant: tenant, Weight: DefaultTenantWeight}, nil)
+		}
+		out.PriorityBoost = boost
+	}
 	if out != nil {
 		return out, nil
 	}
-	return nil, wrapOp(fmt.Sprintf("tenant %q", tenant), fmt.Errorf("no weight, limit or jobs: %w", store.ErrNotFound))
+	return nil, wrapOp(fmt.Sprintf("tenant %q", tenant), fmt.Errorf("no weight, limit, priority boost or jobs: %w", store.ErrNotFound))
 }
 
-// TenantList returns every tenant with a stored weight, a limit, enqueue limits or jobs, in tenant order. It counts
+// TenantList returns every tenant with a stored weight, a limit, enqueue limits, a priority boost or
+// jobs, in tenant order. It counts
 // every tenant's jobs: meant for operators and dashboards.
 func (c *Client) TenantList(ctx context.Context) ([]*TenantInfo, error) {
 	ts, err := c.tenants()
@@ -208,6 +223,21 @@ func (c *Client) TenantList(ctx context.Context) ([]*TenantInfo, error) {
 	for tenant, el := range els {
 		t := tenantInfo(&store.TenantInfo{Tenant: tenant, Weight: DefaultTenantWeight}, nil)
 		t.EnqueueLimits = &el
+		out = append(out, t)
+	}
+	boosts, err := c.TenantPriorityBoosts(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, t := range out {
+		if boost, ok := boosts[t.Tenant]; ok {
+			t.PriorityBoost = boost
+			delete(boosts, t.Tenant)
+		}
+	}
+	for tenant, boost := range boosts {
+		t := tenantInfo(&store.TenantInfo{Tenant: tenant, Weight: DefaultTenantWeight}, nil)
+		t.PriorityBoost = boost
 		out = append(out, t)
 	}
 	slices.SortFunc(out, func(a, b *TenantInfo) int { return strings.Compare(a.Tenant, b.Tenant) })

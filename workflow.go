@@ -187,6 +187,7 @@ func (c *Client) WorkflowInsert(ctx context.Context, w *Workflow) (*WorkflowInse
 	if err != nil {
 		return nil, err
 	}
+	c.applyTenantBoosts(ctx, params.Jobs)
 	info, jobs, err := c.store.InsertWorkflow(ctx, params)
 	if err != nil {
 		return nil, wrapOp(fmt.Sprintf("insert workflow %q", w.name), c.schemaCause(ctx, err))

@@ -193,7 +193,7 @@ func jobParams(q map[string][]string) (*pronto.JobListParams, error) {
 		return ""
 	}
 	p := &pronto.JobListParams{
-		Queues: splitList(get("queue")), Kinds: splitList(get("kind")), Tags: splitList(get("tag")),
+		Queues: splitList(get("queue")), Kinds: splitList(get("kind")), Tags: splitList(get("tag")), Tenant: get("tenant"),
 		Cursor: get("cursor"), Descending: get("order") != "asc", Limit: 50,
 	}
 	for _, s := range splitList(get("state")) {
@@ -237,7 +237,7 @@ func parseWhen(v string, now time.Time) (time.Time, error) {
 	return time.Time{}, errors.New("want an RFC 3339 time (2026-01-02T15:04:05Z) or a duration ago (15m, 2h)")
 }
 
-// GET /api/jobs?state=&queue=&kind=&tag=&created_after=&created_before=&finished_after=&finished_before=&cursor=&order=&limit=
+// GET /api/jobs?state=&queue=&kind=&tag=&tenant=&created_after=&created_before=&finished_after=&finished_before=&cursor=&order=&limit=
 func (h *Handler) listJobs(w http.ResponseWriter, r *http.Request) {
 	p, err := jobParams(r.URL.Query())
 	if err != nil {

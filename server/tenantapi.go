@@ -5,7 +5,6 @@ import (
 	"errors"
 	"math"
 	"net/http"
-	"slices"
 	"strconv"
 	"time"
 
@@ -17,15 +16,17 @@ import (
 //
 //	GET    /ojs/v1/admin/tenants               every tenant with a weight, a limit or jobs, with its stats
 //	GET    /ojs/v1/admin/tenants/{id}          one tenant (also /{id}/stats)
-//	PUT    /ojs/v1/admin/tenants/{id}          its config: {"fairness_weight", "limits"}
+//	GET    /ojs/v1/admin/tenants/{id}/jobs     its jobs: ?state=&queue=&type=&order=&page=&per_page=&cursor=
+//	PUT    /ojs/v1/admin/tenants/{id}          its config: {"fairness_weight", "priority_boost", "limits"}
 //	PUT    /ojs/v1/admin/tenants/{id}/limits   its limits alone: {"max_concurrency", "max_start_rate",
 //	                                           "max_queue_depth", "max_scheduled", "max_enqueue_rate", "reason"}
-//	DELETE /ojs/v1/admin/tenants/{id}          forgets its weight and limits (its jobs stay)
+//	DELETE /ojs/v1/admin/tenants/{id}          forgets its weight, priority boost and limits (its jobs stay)
 //
 // max_concurrency and max_start_rate hold when jobs are fetched (the tenant's jobs wait while it is at
 // one); max_queue_depth, max_scheduled and max_enqueue_rate hold at enqueue: an enqueue beyond one
-// answers 429 tenant_limit_exceeded with Retry-After (§8.2, MT-004). priority_boost is not
-// implemented and is refused by name.
+// answers 429 tenant_limit_exceeded with Retry-After (§8.2, MT-004). priority_boost (-200 to 200) is
+// added to the priority of the tenant's jobs as they are enqueued, clamped to -100..100 (see
+// pronto.TenantSetPriorityBoost): jobs already waiting keep theirs.
 
 // CodeTenantLimitExceeded answers an enqueue refused by a tenant's enqueue limit (429).
 const CodeTenantLimitExceeded = "tenant_limit_exceeded"
@@ -77,6 +78,13 @@ func (s *Server) routeTenants(w http.ResponseWriter, r *http.Request, seg []stri
 			return true
 		}
 		s.getTenant(w, r, seg[2])
+		return true
+	case len(seg) == 4 && seg[3] == "jobs":
+		if m != http.MethodGet {
+			s.writeError(w, r, methodNotAllowed(r, http.MethodGet))
+			return true
+		}
+		s.tenantJobs(w, r, seg[2])
 		return true
 	case len(seg) == 4 && seg[3] == "limits":
 		if m != http.MethodPut {
@@ -142,7 +150,8 @@ func tenantView(t *pronto.TenantInfo, now time.Time) map[string]any {
 	return map[string]any{
 		"tenant_id":       t.Tenant,
 		"fairness_weight": t.Weight,
-		"configured":      t.WeightSet || t.Limit != nil || t.EnqueueLimits != nil,
+		"priority_boost":  t.PriorityBoost,
+		"configured":      t.WeightSet || t.Limit != nil || t.EnqueueLimits != nil || t.PriorityBoost != 0,
 		"limits":          limits,
 		"jobs":            jobs,
 		"fairness":        map[string]any{"weight": t.Weight, "weight_configured": t.WeightSet},
@@ -197,9 +206,6 @@ type tenantLimits struct {
 	bounds  bool
 	enqueue pronto.TenantEnqueueLimits
 }
-
-// unsupportedTenantFields are the multi-tenancy §8.1 fields pronto does not implement.
-var unsupportedTenantFields = []string{"priority_boost"}
 
 // decodeRate reads {"limit": n, "period": "PT1M"} at field f.
 func decodeRate(v json.RawMessage, f, what string) (int64, time.Duration, *apiError) {
@@ -305,9 +311,10 @@ func nonEmpty(s, otherwise string) string {
 type tenantConfig struct {
 	weight int // 0: not given
 	limits *tenantLimits
+	boost  *int // nil: not given; 0 removes the boost
 }
 
-// decodeTenantConfig reads {"tenant_id", "fairness_weight", "limits"} for tenant id.
+// decodeTenantConfig reads {"tenant_id", "fairness_weight", "priority_boost", "limits"} for tenant id.
 func decodeTenantConfig(body []byte, id string) (*tenantConfig, *apiError) {
 	var m map[string]json.RawMessage
 	if err := json.Unmarshal(body, &m); err != nil || m == nil {
@@ -342,10 +349,18 @@ func decodeTenantConfig(body []byte, id string) (*tenantConfig, *apiError) {
 				return nil, e
 			}
 			out.limits = l
-		case slices.Contains(unsupportedTenantFields, k):
-			return nil, invalid(k, "%s is not supported: a tenant's jobs keep their own priorities", k)
+		case k == "priority_boost":
+			if isNull(v) {
+				continue
+			}
+			n, e := wantInt(v, k, -pronto.MaxTenantPriorityBoost, pronto.MaxTenantPriorityBoost)
+			if e != nil {
+				return nil, e
+			}
+			b := int(n)
+			out.boost = &b
 		default:
-			return nil, invalid(k, "unknown field %s (a tenant's config takes tenant_id, fairness_weight and limits)", k)
+			return nil, invalid(k, "unknown field %s (a tenant's config takes tenant_id, fairness_weight, priority_boost and limits)", k)
 		}
 	}
 	return out, nil
@@ -379,6 +394,18 @@ func (s *Server) putTenant(w http.ResponseWriter, r *http.Request, id string, li
 			return
 		}
 	}
+	if cfg.boost != nil {
+		var err error
+		if *cfg.boost != 0 {
+			err = s.client.TenantSetPriorityBoost(ctx, id, *cfg.boost)
+		} else if err = s.client.TenantDeletePriorityBoost(ctx, id); errors.Is(err, pronto.ErrNotFound) {
+			err = nil
+		}
+		if err != nil {
+			s.writeError(w, r, tenantError(err, id))
+			return
+		}
+	}
 	if cfg.limits != nil {
 		var err error
 		if cfg.limits.bounds {
@@ -407,7 +434,8 @@ func (s *Server) putTenant(w http.ResponseWriter, r *http.Request, id string, li
 	writeJSONValue(w, http.StatusOK, tenantView(t, time.Now()))
 }
 
-// DELETE /ojs/v1/admin/tenants/{id}: forgets the tenant's weight and limits; 404 when it had neither.
+// DELETE /ojs/v1/admin/tenants/{id}: forgets the tenant's weight, priority boost and limits; 404 when it
+// had none.
 func (s *Server) deleteTenant(w http.ResponseWriter, r *http.Request, id string) {
 	if e := checkTenant(id); e != nil {
 		s.writeError(w, r, e)
@@ -423,6 +451,7 @@ func (s *Server) deleteTenant(w http.ResponseWriter, r *http.Request, id string)
 			}
 			return s.client.TenantDeleteLimit(ctx, id)
 		},
+		func() error { return s.client.TenantDeletePriorityBoost(ctx, id) },
 		func() error {
 			els, err := s.client.TenantEnqueueLimits(ctx)
 			if err != nil {
@@ -445,9 +474,99 @@ func (s *Server) deleteTenant(w http.ResponseWriter, r *http.Request, id string)
 	}
 	if !found {
 		e := notFound("tenant", id)
-		e.hint = "the tenant has no stored fairness_weight or limits"
+		e.hint = "the tenant has no stored fairness_weight, priority_boost or limits"
 		s.writeError(w, r, e)
 		return
 	}
 	writeJSONValue(w, http.StatusOK, map[string]any{"deleted": true, "tenant_id": id})
+}
+
+// GET /ojs/v1/admin/tenants/{id}/jobs?state=&queue=&type=&order=asc|desc&page=&per_page=&cursor=
+// (ojs-multi-tenancy.md §10.3): the tenant's jobs, newest first unless order=asc, as GET
+// /ojs/v1/admin/jobs lists them ({"items", "pagination": {"page", "per_page", "has_more"}}), with
+// next_cursor as well: a later page may start at cursor (page then counts from it). The store reads
+// the tenant's own jobs (an index by tenant), not the queues'. 404 when the tenant is unknown (no
+// jobs, weight or limits), 400 for a bad id, state, queue, type or page.
+func (s *Server) tenantJobs(w http.ResponseWriter, r *http.Request, id string) {
+	if e := checkTenant(id); e != nil {
+		s.writeError(w, r, e)
+		return
+	}
+	q := r.URL.Query()
+	order := q.Get("order")
+	if order != "" && order != "asc" && order != "desc" {
+		s.writeError(w, r, invalid("order", "order %q: must be asc or desc", order))
+		return
+	}
+	page, e := queryInt(q, "page", 1, 1, adminScanLimit)
+	if e != nil {
+		s.writeError(w, r, e)
+		return
+	}
+	perPage, e := queryInt(q, "per_page", 20, 1, 100)
+	if e != nil {
+		s.writeError(w, r, e)
+		return
+	}
+	if (page-1)*perPage >= adminScanLimit {
+		s.writeError(w, r, invalid("page", "page %d is too deep: pages reach the first %d jobs; continue with cursor (next_cursor)", page, adminScanLimit))
+		return
+	}
+	cursor := q.Get("cursor")
+	if cursor != "" {
+		if e := checkJobID(cursor, "cursor"); e != nil {
+			s.writeError(w, r, e)
+			return
+		}
+	}
+	f, e := parseFilter(q.Get("queue"), q.Get("state"), q.Get("type"))
+	if e != nil {
+		s.writeError(w, r, e)
+		return
+	}
+	ctx := r.Context()
+	skip := (page - 1) * perPage
+	items := make([]json.RawMessage, 0, perPage)
+	hasMore, next, last := false, "", ""
+	for read := 0; ; {
+		res, err := s.client.JobList(ctx, &pronto.JobListParams{Tenant: id, States: f.states, Queues: f.queues, Kinds: f.kinds,
+			Cursor: cursor, Descending: order != "asc", Limit: min(1000, skip+perPage+1)})
+		if err != nil {
+			s.writeError(w, r, tenantError(err, id))
+			return
+		}
+		for _, j := range res.Jobs {
+			if !f.match(j) {
+				continue
+			}
+			if skip > 0 {
+				skip--
+				continue
+			}
+			if len(items) == perPage {
+				hasMore, next = true, last
+				break
+			}
+			items = append(items, appendJob(nil, j))
+			last = j.ID
+		}
+		read += len(res.Jobs)
+		// A type prefix filters here: the read stops at adminScanLimit, as GET /admin/jobs does.
+		if hasMore || res.Next == "" || read >= adminScanLimit {
+			break
+		}
+		cursor = res.Next
+	}
+	if len(items) == 0 && page == 1 && q.Get("cursor") == "" {
+		// No job listed: a tenant without jobs is known only by its weight or limits.
+		if _, err := s.client.TenantGet(ctx, id); err != nil {
+			s.writeError(w, r, tenantError(err, id))
+			return
+		}
+	}
+	pagination := map[string]any{"page": page, "per_page": perPage, "has_more": hasMore}
+	if hasMore {
+		pagination["next_cursor"] = next
+	}
+	writeJSONValue(w, http.StatusOK, map[string]any{"tenant_id": id, "items": items, "pagination": pagination})
 }

@@ -37,7 +37,10 @@ func TestTenantAdminAPI(t *testing.T) {
 				`{"limits":{"max_enqueue_rate":{"limit":5}}}`:               "limits.max_enqueue_rate",
 				`{"limits":{"max_start_rate":{"limit":5}}}`:                 "limits.max_start_rate",
 				`{"limits":{"max_concurrency":-1}}`:                         "limits.max_concurrency",
-				`{"priority_boost":1}`:                                      "priority_boost",
+				`{"priority_boost":"x"}`:                                    "priority_boost",
+				`{"priority_boost":1.5}`:                                    "priority_boost",
+				`{"priority_boost":201}`:                                    "priority_boost",
+				`{"priority_boost":-201}`:                                   "priority_boost",
 				`{"surprise":1}`:                                            "surprise",
 				`{"limits":{"max_start_rate":{"limit":5,"period":"soon"}}}`: "limits.max_start_rate.period",
 			} {

@@ -66,13 +66,15 @@ func jobError(op, id string, err error) error {
 func cmdJobsList(ctx context.Context, r *runner, args []string) error {
 	fs := r.newFlagSet("pronto jobs list [flags]",
 		"List jobs, newest first (--asc for oldest first), one page at a time. Filters may be repeated\n"+
-			"or comma-separated: --state discarded,cancelled --queue email. A job matches when it is in one of\nthe states, one of the queues and of one of the kinds given, and has every tag given.").withDatabase()
+			"or comma-separated: --state discarded,cancelled --queue email. A job matches when it is in one of\nthe states, one of the queues and of one of the kinds given, and has every tag given.\n"+
+			"--tenant lists one tenant's jobs across queues (read from the tenant's own index).").withDatabase()
 	var states, queues, kinds listValue
 	fs.Var(&states, "state", "only jobs in these `STATES`: "+stateNames())
 	fs.Var(&queues, "queue", "only jobs in these `QUEUES`")
 	fs.Var(&kinds, "kind", "only jobs of these `KINDS`")
 	var tags listValue
 	fs.Var(&tags, "tag", "only jobs that have every one of these `TAGS`")
+	tenant := fs.String("tenant", "", "only the jobs of `TENANT` (see 'pronto tenants')")
 	limit := fs.Int("limit", 50, "at most `N` jobs (1 to 10000)")
 	cursor := fs.String("cursor", "", "continue after job `ID` (printed at the end of a full page)")
 	asc := fs.Bool("asc", false, "oldest first")
@@ -87,7 +89,10 @@ func cmdJobsList(ctx context.Context, r *runner, args []string) error {
 	if err := checkNames(r.current, queues, kinds); err != nil {
 		return err
 	}
-	p := &pronto.JobListParams{Queues: queues, Kinds: kinds, Tags: tags, Limit: *limit, Descending: !*asc,
+	if *tenant != "" && !pronto.ValidTenant(*tenant) {
+		return usageErrorf("jobs list: --tenant %q: must be 1 to 255 printable ASCII characters without spaces", *tenant)
+	}
+	p := &pronto.JobListParams{Queues: queues, Kinds: kinds, Tags: tags, Tenant: *tenant, Limit: *limit, Descending: !*asc,
 		CreatedAfter: *createdAfter, CreatedBefore: *createdBefore, FinishedAfter: *finishedAfter, FinishedBefore: *finishedBefore}
 	for _, s := range states {
 		st := pronto.State(strings.ToLower(s))

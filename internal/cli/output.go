@@ -28,6 +28,7 @@ type jobJSON struct {
 	Errors         []pronto.AttemptError `json:"errors"`
 	Result         json.RawMessage       `json:"result,omitempty"`
 	Tags           []string              `json:"tags,omitempty"`
+	Tenant         string                `json:"tenant,omitempty"`
 	RetryPolicy    json.RawMessage       `json:"retry_policy,omitempty"`
 	Timeout        string                `json:"timeout,omitempty"`
 	CreatedAt      *time.Time            `json:"created_at,omitempty"`
@@ -52,7 +53,7 @@ func toJSON(j *pronto.JobRow) *jobJSON {
 	out := &jobJSON{
 		ID: j.ID, Kind: j.Kind, Queue: j.Queue, State: j.State, Args: j.Args, Meta: j.Meta,
 		Priority: j.Priority, Attempt: j.Attempt, MaxAttempts: j.MaxAttempts, Errors: j.Errors,
-		Result: j.Result, Tags: j.Tags, RetryPolicy: j.RetryPolicy,
+		Result: j.Result, Tags: j.Tags, Tenant: j.Tenant, RetryPolicy: j.RetryPolicy,
 		CreatedAt: timePtr(j.CreatedAt), ScheduledAt: timePtr(j.ScheduledAt), StartedAt: timePtr(j.StartedAt),
 		CompletedAt: timePtr(j.CompletedAt), ExpiresAt: timePtr(j.ExpiresAt),
 		LeaseExpiresAt: timePtr(j.LeaseExpiresAt), WorkerID: j.WorkerID, Progress: progressJSON(j.Progress),

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 
@@ -24,10 +25,12 @@ type tenantJSON struct {
 	MaxScheduled  int64  `json:"max_scheduled,omitempty"`
 	EnqueueRate   int64  `json:"enqueue_rate,omitempty"`
 	EnqueuePeriod string `json:"enqueue_period,omitempty"`
+	// PriorityBoost is added to the priority of the tenant's jobs as they are inserted.
+	PriorityBoost int `json:"priority_boost,omitempty"`
 }
 
 func tenantToJSON(t *pronto.TenantInfo) tenantJSON {
-	out := tenantJSON{Tenant: t.Tenant, Weight: t.Weight, WeightSet: t.WeightSet, Counts: map[string]int64{}}
+	out := tenantJSON{Tenant: t.Tenant, Weight: t.Weight, WeightSet: t.WeightSet, Counts: map[string]int64{}, PriorityBoost: t.PriorityBoost}
 	for st, n := range t.Counts {
 		out.Counts[string(st)] = n
 	}
@@ -49,7 +52,7 @@ func tenantToJSON(t *pronto.TenantInfo) tenantJSON {
 // printTenants prints tenants as a table.
 func printTenants(r *runner, ts []*pronto.TenantInfo) error {
 	tw := tabwriter.NewWriter(r.env.Stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "TENANT\tWEIGHT\tMAX ACTIVE\tRATE\tAVAILABLE\tACTIVE\tSCHEDULED\tRETRYABLE\tCOMPLETED\tDISCARDED")
+	fmt.Fprintln(tw, "TENANT\tWEIGHT\tBOOST\tMAX ACTIVE\tRATE\tAVAILABLE\tACTIVE\tSCHEDULED\tRETRYABLE\tCOMPLETED\tDISCARDED")
 	for _, t := range ts {
 		weight := fmt.Sprint(t.Weight)
 		if !t.WeightSet {
@@ -62,8 +65,12 @@ func printTenants(r *runner, ts []*pronto.TenantInfo) error {
 		if t.Limit != nil && t.Limit.Limit.Rate > 0 {
 			rate = fmt.Sprintf("%d/%s", t.Limit.Limit.Rate, t.Limit.Limit.Period)
 		}
+		boost := "-"
+		if t.PriorityBoost != 0 {
+			boost = fmt.Sprintf("%+d", t.PriorityBoost)
+		}
 		c := t.Counts
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\n", t.Tenant, weight, maxActive, rate,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\n", t.Tenant, weight, boost, maxActive, rate,
 			c[pronto.StateAvailable], c[pronto.StateActive], c[pronto.StateScheduled], c[pronto.StateRetryable],
 			c[pronto.StateCompleted], c[pronto.StateDiscarded])
 	}
@@ -132,8 +139,10 @@ func cmdTenantsSet(ctx context.Context, r *runner, args []string) error {
 			"most --max-active of its jobs running at once across queues, at most --rate started per\n"+
 			"--period): claims pass over a tenant at its limit and its jobs wait. Its enqueue limits\n"+
 			"(--max-queue-depth, --max-scheduled, --enqueue-rate with --enqueue-period) refuse inserts beyond\n"+
-			"them; given, they replace the tenant's enqueue limits. Flags not given are left as they are;\n"+
-			"--no-limit removes the limit, --no-enqueue-limits the enqueue limits.").withDatabase()
+			"them; given, they replace the tenant's enqueue limits. --priority-boost N adds N to the priority\n"+
+			"of the tenant's jobs inserted from then on (clamped to -100..100; jobs already stored keep\n"+
+			"theirs; 0 removes it). Flags not given are left as they are; --no-limit removes the limit,\n"+
+			"--no-enqueue-limits the enqueue limits.").withDatabase()
 	weight := fs.Int("weight", 0, fmt.Sprintf("`N` jobs per turn, 1 to %d", pronto.MaxTenantWeight))
 	maxActive := fs.Int("max-active", 0, "at most `N` of the tenant's jobs running at once (0: no bound)")
 	rate := fs.Int("rate", 0, "at most `N` of the tenant's jobs started per --period (0: no bound)")
@@ -144,11 +153,15 @@ func cmdTenantsSet(ctx context.Context, r *runner, args []string) error {
 	enqRate := fs.Int64("enqueue-rate", 0, "refuse inserts beyond `N` per --enqueue-period, counted by each client (0: no bound)")
 	enqPeriod := fs.duration("enqueue-period", 0, "the enqueue rate's window, e.g. 1m")
 	noEnqueue := fs.Bool("no-enqueue-limits", false, "remove the tenant's enqueue limits")
+	boostFlag := fs.String("priority-boost", "", fmt.Sprintf("add `N` to the priority of the tenant's new jobs, -%d to %d (0: remove the boost)",
+		pronto.MaxTenantPriorityBoost, pronto.MaxTenantPriorityBoost))
 	pos, err := fs.parse(args, 1, 1)
 	if err != nil {
 		return err
 	}
 	tenant := pos[0]
+	setBoost := *boostFlag != ""
+	boost, boostErr := strconv.Atoi(*boostFlag)
 	setLimit := *maxActive != 0 || *rate != 0 || *period != 0
 	setEnqueue := *maxDepth != 0 || *maxScheduled != 0 || *enqRate != 0 || *enqPeriod != 0
 	switch {
@@ -168,8 +181,10 @@ func cmdTenantsSet(ctx context.Context, r *runner, args []string) error {
 		return usageErrorf("tenants set: --rate and --period go together: give both (for example --rate 10 --period 1s) or neither")
 	case setLimit && *noLimit:
 		return usageErrorf("tenants set: --no-limit and a limit (--max-active, --rate) contradict each other")
-	case *weight == 0 && !setLimit && !*noLimit && !setEnqueue && !*noEnqueue:
-		return usageErrorf("tenants set: nothing to set: give --weight, --max-active, --rate with --period, an enqueue limit, --no-limit or --no-enqueue-limits")
+	case setBoost && (boostErr != nil || boost < -pronto.MaxTenantPriorityBoost || boost > pronto.MaxTenantPriorityBoost):
+		return usageErrorf("tenants set: --priority-boost %q: must be an integer from -%d to %d", *boostFlag, pronto.MaxTenantPriorityBoost, pronto.MaxTenantPriorityBoost)
+	case *weight == 0 && !setLimit && !*noLimit && !setEnqueue && !*noEnqueue && !setBoost:
+		return usageErrorf("tenants set: nothing to set: give --weight, --priority-boost, --max-active, --rate with --period, an enqueue limit, --no-limit or --no-enqueue-limits")
 	}
 	c, db, err := r.adminClient(ctx)
 	if err != nil {
@@ -188,6 +203,19 @@ func cmdTenantsSet(ctx context.Context, r *runner, args []string) error {
 			return fail(err)
 		}
 		did = append(did, fmt.Sprintf("weight %d", *weight))
+	}
+	if setBoost {
+		if boost != 0 {
+			if err := c.TenantSetPriorityBoost(ctx, tenant, boost); err != nil {
+				return fail(err)
+			}
+			did = append(did, fmt.Sprintf("priority boost %+d", boost))
+		} else {
+			if err := c.TenantDeletePriorityBoost(ctx, tenant); err != nil && !errors.Is(err, pronto.ErrNotFound) {
+				return fail(err)
+			}
+			did = append(did, "no priority boost")
+		}
 	}
 	if setLimit {
 		if err := c.TenantSetLimit(ctx, tenant, pronto.RateLimit{MaxActive: *maxActive, Rate: *rate, Period: *period}); err != nil {
@@ -218,7 +246,8 @@ func cmdTenantsSet(ctx context.Context, r *runner, args []string) error {
 
 func cmdTenantsDelete(ctx context.Context, r *runner, args []string) error {
 	fs := r.newFlagSet("pronto tenants delete TENANT [flags]",
-		"Forget a tenant's weight and limit (its jobs stay; it weighs 1 and is unlimited again).").withDatabase()
+		"Forget a tenant's weight, limit and priority boost (its jobs stay, with their priorities; it weighs\n"+
+			"1, is unlimited and unboosted again).").withDatabase()
 	pos, err := fs.parse(args, 1, 1)
 	if err != nil {
 		return err
@@ -232,6 +261,7 @@ func cmdTenantsDelete(ctx context.Context, r *runner, args []string) error {
 	for _, del := range []func() error{
 		func() error { return c.TenantDeleteWeight(ctx, pos[0]) },
 		func() error { return c.TenantDeleteLimit(ctx, pos[0]) },
+		func() error { return c.TenantDeletePriorityBoost(ctx, pos[0]) },
 	} {
 		switch err := del(); {
 		case err == nil:
@@ -242,8 +272,8 @@ func cmdTenantsDelete(ctx context.Context, r *runner, args []string) error {
 		}
 	}
 	if !found {
-		return notFoundf("tenant %q has no weight or limit stored", pos[0])
+		return notFoundf("tenant %q has no weight or limit stored, nor a priority boost", pos[0])
 	}
-	fmt.Fprintf(r.env.Stdout, "tenant %s: weight and limit forgotten\n", pos[0])
+	fmt.Fprintf(r.env.Stdout, "tenant %s: weight, limit and priority boost forgotten\n", pos[0])
 	return nil
 }

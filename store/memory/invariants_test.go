@@ -60,6 +60,13 @@ func (s *Store) check(t *testing.T) {
 				}
 			}
 		}
+		if q.fair != nil {
+			for name, n := range q.fair.byName {
+				for k, h := range n.heaps {
+					countHeap("tenant "+q.name+"/"+name+"/"+k, h)
+				}
+			}
+		}
 		countHeap("waiting "+q.name, &q.waiting)
 		counts[q] = [8]int64{}
 	}
@@ -113,6 +120,23 @@ func (s *Store) check(t *testing.T) {
 		require.Equal(t, wantExp, expiryLive[j], "job %s (%s) expiry entries", id, j.State)
 		_, found := slices.BinarySearch(s.ids, id)
 		require.True(t, found, "job %s in the id list", id)
+		if j.Tenant != "" {
+			l := s.tenantIDs[j.Tenant]
+			require.NotNil(t, l, "tenant %s has an id list", j.Tenant)
+			_, found := slices.BinarySearch(l.ids, id)
+			require.True(t, found, "job %s in its tenant's id list", id)
+		}
+	}
+	tenantJobs := map[string]int{}
+	for _, j := range s.jobs {
+		if j.Tenant != "" {
+			tenantJobs[j.Tenant]++
+		}
+	}
+	for tenant, l := range s.tenantIDs {
+		require.Equal(t, tenantJobs[tenant], l.live, "live ids of tenant %s", tenant)
+		require.True(t, slices.IsSorted(l.ids), "tenant %s's ids sorted", tenant)
+		require.Equal(t, len(l.ids), len(slices.Compact(slices.Clone(l.ids))), "no id listed twice for tenant %s", tenant)
 	}
 	for j := range live {
 		require.Same(t, j, s.jobs[j.ID], "a live entry belongs to a stored job")
@@ -231,6 +255,9 @@ func randomOperations(t *testing.T, s *Store) {
 					p.State = store.StatePending
 				case 2:
 					p.ExpiresAt = time.Now().Add(time.Duration(rng.IntN(20)) * time.Millisecond)
+				}
+				if n := rng.IntN(4); n > 0 { // most jobs with one of three tenants (their id lists)
+					p.Tenant = fmt.Sprintf("t%d", n)
 				}
 				ps = append(ps, p)
 			}

@@ -162,6 +162,9 @@ type Store struct {
 	// tenants holds the tenants with a stored weight or stored jobs (nil until the first): see
 	// tenant.go.
 	tenants map[string]*tenantStat
+	// tenantIDs lists each tenant's job ids in ascending order, for ListJobs with a tenant (see
+	// tenantIDList); nil until the first job with a tenant.
+	tenantIDs map[string]*idList
 	// decided lists workflow jobs that became terminal and whose children settle has not looked at.
 	decided []*job
 
@@ -427,6 +430,9 @@ func (s *Store) forget(j *job) {
 	if j.node != nil {
 		s.forgetMember(j)
 	}
+	if j.Tenant != "" {
+		s.forgetTenantID(j.Tenant)
+	}
 	if dead := len(s.ids) - len(s.jobs); dead > 1024 && dead > len(s.jobs) {
 		live := s.ids[:0]
 		for _, id := range s.ids {
@@ -566,6 +572,9 @@ func (s *Store) add(j *job) {
 	}
 	s.jobs[j.ID] = j
 	s.addID(j.ID)
+	if j.Tenant != "" {
+		s.addTenantID(j.Tenant, j.ID)
+	}
 	s.place(j)
 }
 
@@ -1130,6 +1139,7 @@ func (s *Store) ListJobs(ctx context.Context, p store.ListParams) ([]*store.Job,
 			(len(p.Kinds) == 0 || slices.Contains(p.Kinds, j.Kind)) &&
 			hasAll(j.Tags, p.Tags) &&
 			(p.WorkflowID == "" || j.WorkflowID == p.WorkflowID) &&
+			(p.Tenant == "" || j.Tenant == p.Tenant) &&
 			p.FinishedIn(j.CompletedAt)
 	}
 	lower, upper := p.IDWindow()
@@ -1137,7 +1147,14 @@ func (s *Store) ListJobs(ctx context.Context, p store.ListParams) ([]*store.Job,
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	ids := s.ids
-	if p.WorkflowID != "" {
+	switch {
+	case p.Tenant != "":
+		// The tenant's own ids rather than every id (a workflow filter then applies per job).
+		ids = nil
+		if l := s.tenantIDs[p.Tenant]; l != nil {
+			ids = l.ids
+		}
+	case p.WorkflowID != "":
 		// A workflow's own ids, sorted, rather than every id.
 		ids = s.workflowIDs(p.WorkflowID)
 	}

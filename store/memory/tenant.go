@@ -169,3 +169,54 @@ func (s *Store) ListTenants(ctx context.Context) ([]*store.TenantInfo, error) {
 	slices.SortFunc(out, func(a, b *store.TenantInfo) int { return strings.Compare(a.Tenant, b.Tenant) })
 	return out, nil
 }
+
+// idList is one tenant's job ids in ascending order, as Store.ids is every job's: deleted ids stay
+// (skipped by ListJobs) until they outnumber the live ones.
+type idList struct {
+	ids  []string
+	live int
+}
+
+// addTenantID records the new job id of tenant; s.mu must be held.
+func (s *Store) addTenantID(tenant, id string) {
+	if s.tenantIDs == nil {
+		s.tenantIDs = make(map[string]*idList)
+	}
+	l := s.tenantIDs[tenant]
+	if l == nil {
+		l = &idList{}
+		s.tenantIDs[tenant] = l
+	}
+	l.live++
+	if n := len(l.ids); n == 0 || l.ids[n-1] < id {
+		l.ids = append(l.ids, id) // ids made by one process increase: the usual case
+		return
+	}
+	if i, found := slices.BinarySearch(l.ids, id); !found {
+		l.ids = slices.Insert(l.ids, i, id)
+	}
+}
+
+// forgetTenantID counts one of tenant's jobs deleted (s.jobs no longer holds it) and compacts the
+// tenant's ids when the deleted ones outnumber the live; s.mu must be held.
+func (s *Store) forgetTenantID(tenant string) {
+	l := s.tenantIDs[tenant]
+	if l == nil {
+		return
+	}
+	l.live--
+	if l.live <= 0 {
+		delete(s.tenantIDs, tenant)
+		return
+	}
+	if dead := len(l.ids) - l.live; dead > 64 && dead > l.live {
+		live := l.ids[:0]
+		for _, id := range l.ids {
+			if j := s.jobs[id]; j != nil && j.Tenant == tenant {
+				live = append(live, id)
+			}
+		}
+		clear(l.ids[len(live):])
+		l.ids = live
+	}
+}

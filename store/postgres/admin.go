@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -41,13 +42,35 @@ func (s *Store) GetJob(ctx context.Context, id string) (*store.Job, error) {
 
 // ListJobs returns one page of jobs in id order (descending when asked) after the cursor p.After,
 // filtered by state, queue and kind when those lists are not empty, by tags (jobs having every one),
-// and by workflow when
-// p.WorkflowID is set, and the cursor of the next page ("" when this page is the last).
+// by workflow when p.WorkflowID is set, by tenant when p.Tenant is (one range read of
+// jobs_tenant_state_idx per state), and the cursor of the next page ("" when this page is the last).
 func (s *Store) ListJobs(ctx context.Context, p store.ListParams) ([]*store.Job, string, error) {
 	limit := p.Limit
 	if limit <= 0 {
 		limit = defaultListLimit
 	}
+	sql, args, err := s.listQuery(p, limit)
+	if err != nil {
+		return nil, "", err
+	}
+	rows, err := s.pool.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, "", fmt.Errorf("list jobs: %w", err)
+	}
+	jobs, err := scanJobs(rows)
+	if err != nil {
+		return nil, "", fmt.Errorf("list jobs: %w", err)
+	}
+	next := ""
+	if len(jobs) > limit {
+		jobs = jobs[:limit]
+		next = jobs[limit-1].ID
+	}
+	return jobs, next, nil
+}
+
+// listQuery returns the statement and arguments of ListJobs for p, reading up to limit+1 jobs.
+func (s *Store) listQuery(p store.ListParams, limit int) (string, []any, error) {
 	// The page starts after start (before it, when descending) and stops at end.
 	lower, upper := p.IDWindow()
 	lo, hi := minUUID, maxUUID
@@ -60,7 +83,7 @@ func (s *Store) ListJobs(ctx context.Context, p store.ListParams) ([]*store.Job,
 		}
 		u, ok := parseUUID(b.text)
 		if !ok {
-			return nil, "", fmt.Errorf("list jobs: cursor %q is not a job id", p.After)
+			return "", nil, fmt.Errorf("list jobs: cursor %q is not a job id", p.After)
 		}
 		*b.dest = u
 	}
@@ -80,27 +103,30 @@ func (s *Store) ListJobs(ctx context.Context, p store.ListParams) ([]*store.Job,
 	}
 	args := []any{states, nilIfEmpty(p.Queues), nilIfEmpty(p.Kinds), start, limit + 1, nilIfEmpty(p.Tags),
 		end, finished(p.FinishedAfter), finished(p.FinishedBefore)}
-	if p.WorkflowID != "" {
+	if p.Tenant != "" {
+		sql = s.q.listTenantJobs
+		if p.Descending {
+			sql = s.q.listTenantJobsDesc
+		}
+		if len(states) == 0 {
+			for _, st := range store.AllStates {
+				states = append(states, string(st))
+			}
+		}
+		args[0] = slices.Compact(slices.Sorted(slices.Values(states)))
+		var wf any
+		if p.WorkflowID != "" {
+			wf = p.WorkflowID
+		}
+		args = append(args, wf, p.Tenant)
+	} else if p.WorkflowID != "" {
 		sql = s.q.listWorkflowJobs
 		if p.Descending {
 			sql = s.q.listWorkflowJobsDesc
 		}
 		args = append(args, p.WorkflowID)
 	}
-	rows, err := s.pool.Query(ctx, sql, args...)
-	if err != nil {
-		return nil, "", fmt.Errorf("list jobs: %w", err)
-	}
-	jobs, err := scanJobs(rows)
-	if err != nil {
-		return nil, "", fmt.Errorf("list jobs: %w", err)
-	}
-	next := ""
-	if len(jobs) > limit {
-		jobs = jobs[:limit]
-		next = jobs[limit-1].ID
-	}
-	return jobs, next, nil
+	return sql, args, nil
 }
 
 // CancelJob cancels a job that is not terminal, in one statement that locks the row. An active job's

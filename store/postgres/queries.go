@@ -479,6 +479,39 @@ WHERE workflow_id = $10 AND id < $4 AND id > $7
 ORDER BY workflow_id DESC, id DESC
 LIMIT $5`
 
+	// sqlListTenantJobs is sqlListJobs restricted to the jobs of tenant $11 (and of workflow $10 when
+	// not NULL), $1 never NULL: one range read of jobs_tenant_state_idx (tenant, state, id) per state,
+	// each stopping at the page size, merged in id order. Each state's range is written as row
+	// comparisons on (state, id), ordered by (state, id), which only that index provides: with
+	// "state = st AND id > $4 ORDER BY id" the planner may walk the primary key instead, filtering,
+	// which for a large tenant and a state it has no job in reads the whole id range.
+	sqlListTenantJobs = `SELECT ` + jobCols + ` FROM unnest($1::text[]) AS want(st), LATERAL (
+	SELECT ` + jobCols + ` FROM {schema}.jobs
+	WHERE tenant = $11 AND (state, id) > (want.st, $4) AND (state, id) < (want.st, $7)
+		AND ($8::timestamptz IS NULL OR completed_at >= $8) AND ($9::timestamptz IS NULL OR completed_at < $9)
+		AND ($2::text[] IS NULL OR queue = ANY($2))
+		AND ($3::text[] IS NULL OR kind = ANY($3))
+		AND ($6::text[] IS NULL OR tags @> $6)
+		AND ($10::text IS NULL OR workflow_id = $10)
+	ORDER BY state, id
+	LIMIT $5) j
+ORDER BY id
+LIMIT $5`
+
+	// sqlListTenantJobsDesc is sqlListTenantJobs in descending id order, before $4.
+	sqlListTenantJobsDesc = `SELECT ` + jobCols + ` FROM unnest($1::text[]) AS want(st), LATERAL (
+	SELECT ` + jobCols + ` FROM {schema}.jobs
+	WHERE tenant = $11 AND (state, id) < (want.st, $4) AND (state, id) > (want.st, $7)
+		AND ($8::timestamptz IS NULL OR completed_at >= $8) AND ($9::timestamptz IS NULL OR completed_at < $9)
+		AND ($2::text[] IS NULL OR queue = ANY($2))
+		AND ($3::text[] IS NULL OR kind = ANY($3))
+		AND ($6::text[] IS NULL OR tags @> $6)
+		AND ($10::text IS NULL OR workflow_id = $10)
+	ORDER BY state DESC, id DESC
+	LIMIT $5) j
+ORDER BY id DESC
+LIMIT $5`
+
 	// sqlListJobsDesc is sqlListJobs in descending id order, before $4.
 	sqlListJobsDesc = `SELECT ` + jobCols + ` FROM {schema}.jobs
 WHERE id < $4 AND id > $7
@@ -765,6 +798,7 @@ type queries struct {
 
 	insertUnique, uniqueHolder, uniqueRelease, uniqueReplace, uniqueConflict string
 	claimLimitedPlan, claimLimited, listWorkflowJobs, listWorkflowJobsDesc   string
+	listTenantJobs, listTenantJobsDesc                                       string
 	finishPlan, notifyMany                                                   string
 
 	upsertRateLimit, setRateLimit, deleteRateLimit, getRateLimit, listRateLimits string
@@ -820,6 +854,8 @@ func newQueries(r *strings.Replacer) *queries {
 		claimLimited:         r.Replace(sqlClaimLimited),
 		listWorkflowJobs:     r.Replace(sqlListWorkflowJobs),
 		listWorkflowJobsDesc: r.Replace(sqlListWorkflowJobsDesc),
+		listTenantJobs:       r.Replace(sqlListTenantJobs),
+		listTenantJobsDesc:   r.Replace(sqlListTenantJobsDesc),
 
 		upsertRateLimit: r.Replace(sqlUpsertRateLimit),
 		setRateLimit:    r.Replace(sqlSetRateLimit),

@@ -877,14 +877,20 @@ func (s *Store) GetJob(ctx context.Context, id string) (*store.Job, error) {
 //
 // Every queue keeps a sorted set of ids per state, so a page is a merge of lexical range reads
 // (ZRANGE BYLEX from the cursor) over the queues and states asked for: no scan of whole sets. Kind
-// and tag filters are applied to the jobs read, reading on until the page is full.
+// and tag filters are applied to the jobs read, reading on until the page is full. A tenant's jobs are
+// read from its own sets per state (single node only: a Redis Cluster returns store.ErrUnsupported),
+// so a small tenant's page reads none of a large tenant's jobs.
 func (s *Store) ListJobs(ctx context.Context, p store.ListParams) ([]*store.Job, string, error) {
 	limit := p.Limit
 	if limit <= 0 {
 		limit = defaultListLimit
 	}
+	if p.Tenant != "" && s.cluster() {
+		return nil, "", fmt.Errorf("redis: list jobs of tenant %q: a Redis Cluster keeps no index of a tenant's jobs (it spans queues, so slots): %w",
+			p.Tenant, store.ErrUnsupported)
+	}
 	queues := p.Queues
-	if len(queues) == 0 {
+	if len(queues) == 0 && p.Tenant == "" && p.WorkflowID == "" {
 		var err error
 		if queues, err = s.queues(ctx); err != nil {
 			return nil, "", fmt.Errorf("redis: list jobs: %w", err)
@@ -896,10 +902,18 @@ func (s *Store) ListJobs(ctx context.Context, p store.ListParams) ([]*store.Job,
 	}
 	type source struct{ queue, key string }
 	var srcs []source
-	if p.WorkflowID != "" {
+	byID := p.Tenant != "" || p.WorkflowID != "" // sources without a queue: looked up per job
+	switch {
+	case p.Tenant != "":
+		// The tenant's own ids per state (tj:<state>:<tenant>, see scripts.go) rather than every
+		// queue's; a workflow filter then applies per job.
+		for _, st := range slices.Compact(slices.Sorted(slices.Values(states))) {
+			srcs = append(srcs, source{"", s.prefix + "tj:" + string(st) + ":" + p.Tenant})
+		}
+	case p.WorkflowID != "":
 		// A workflow's own ids (queue looked up per job) rather than every queue's.
 		srcs = []source{{"", s.prefix + "wfj:" + p.WorkflowID}}
-	} else {
+	default:
 		for _, q := range slices.Compact(slices.Sorted(slices.Values(queues))) {
 			for _, st := range states {
 				srcs = append(srcs, source{q, s.qkey(q) + "st:" + string(st)})
@@ -974,7 +988,7 @@ func (s *Store) ListJobs(ctx context.Context, p store.ListParams) ([]*store.Job,
 		if len(cands) == 0 {
 			break
 		}
-		if p.WorkflowID != "" {
+		if byID {
 			ids := make([]string, len(cands))
 			for i, c := range cands {
 				ids[i] = c.id
@@ -1004,7 +1018,8 @@ func (s *Store) ListJobs(ctx context.Context, p store.ListParams) ([]*store.Job,
 			}
 			if j == nil || (len(p.Kinds) > 0 && !slices.Contains(p.Kinds, j.Kind)) || !hasTags(j, p.Tags) ||
 				(len(p.States) > 0 && !slices.Contains(p.States, j.State)) || !p.FinishedIn(j.CompletedAt) ||
-				(p.WorkflowID != "" && len(p.Queues) > 0 && !slices.Contains(p.Queues, j.Queue)) {
+				(byID && len(p.Queues) > 0 && !slices.Contains(p.Queues, j.Queue)) ||
+				(p.WorkflowID != "" && j.WorkflowID != p.WorkflowID) || (p.Tenant != "" && j.Tenant != p.Tenant) {
 				continue
 			}
 			out = append(out, j)

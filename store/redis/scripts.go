@@ -19,6 +19,11 @@ package redis
 //	B.."done:"..st   zset   terminal jobs of state st by completion time (µs), for retention
 //	B.."paused"      string present while the queue is paused
 //
+// Beside them, on a single node, global keys (G below) that span queues, among them
+// G.."tj:"..state..":"..tenant, a zset of the tenant's jobs in that state across queues, scored 0
+// (lexical = id order), for ListJobs by tenant (tenant.go), kept by place and unplace from the job's
+// tng field, which jobs on a Redis Cluster do not carry.
+//
 // Times are microseconds since the Unix epoch, from the server's clock (TIME), so every process
 // agrees on "now" as they agree on PostgreSQL's now().
 
@@ -82,7 +87,10 @@ local function unplace(id, f)
   if not f then return nil end
   local st, rk = f.state, f.rkey
   redis.call('ZREM', B .. 'st:' .. st, id)
-  if f.tng then redis.call('HINCRBY', G .. 'tc:' .. f.tng, 'n:' .. st, -1) end
+  if f.tng then
+    redis.call('HINCRBY', G .. 'tc:' .. f.tng, 'n:' .. st, -1)
+    redis.call('ZREM', G .. 'tj:' .. st .. ':' .. f.tng, id)
+  end
   if st == 'available' and f.tenant and f.tenant ~= '' and not rk then
     redis.call('ZREM', tsrc(f.tenant, f.kind), rank(num(f.prio), num(f.sched), id))
   elseif st == 'available' then
@@ -130,6 +138,7 @@ local function place(id, f)
   if f.tng then
     redis.call('HINCRBY', G .. 'tc:' .. f.tng, 'n:' .. st, 1)
     redis.call('ZADD', G .. 'tenants', 0, f.tng)
+    redis.call('ZADD', G .. 'tj:' .. st .. ':' .. f.tng, '0', id)
   end
   if f.wf then
     if not f.runon then

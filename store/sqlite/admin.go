@@ -78,10 +78,26 @@ func (s *Store) ListJobs(ctx context.Context, p store.ListParams) ([]*store.Job,
 		return t.UnixMicro()
 	}
 	args := []any{fs, fq, fk, start, int64(limit + 1), ft, end, finished(p.FinishedAfter), finished(p.FinishedBefore)}
-	if p.WorkflowID != "" {
+	query := listJobsSQL(p.Descending, p.WorkflowID != "")
+	if p.Tenant != "" {
+		// The tenant's own index, a range per state, rather than every job.
+		sts := states
+		if len(sts) == 0 {
+			for _, st := range store.AllStates {
+				sts = append(sts, string(st))
+			}
+		}
+		for _, st := range sts {
+			if !store.State(st).Valid() {
+				return nil, "", fmt.Errorf("list jobs: state %q: %w", st, store.ErrInvalidParams)
+			}
+		}
+		query = listTenantJobsSQL(p.Descending, p.WorkflowID != "", slices.Compact(slices.Sorted(slices.Values(sts))))
+		args = append(args, p.WorkflowID, p.Tenant)
+	} else if p.WorkflowID != "" {
 		args = append(args, p.WorkflowID)
 	}
-	rows, err := s.r.QueryContext(ctx, listJobsSQL(p.Descending, p.WorkflowID != ""), args...)
+	rows, err := s.r.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, "", fmt.Errorf("list jobs: %w", s.schemaHint(err))
 	}

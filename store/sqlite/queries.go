@@ -319,6 +319,38 @@ func listJobsSQL(descending, byWorkflow bool) string {
 	ORDER BY ` + order + ` LIMIT ?5`
 }
 
+// listTenantJobsSQL is listJobsSQL restricted to the jobs of tenant ?11 (and of workflow ?10 when
+// byWorkflow) in states: one range read of pronto_jobs_tenant_state (tenant, state, id) per state,
+// each stopping at the page size ?5, merged in id order. States are pronto's fixed names, quoted here.
+func listTenantJobsSQL(descending, byWorkflow bool, states []string) string {
+	cmp, end, order := ">", "<", "id"
+	if descending {
+		cmp, end, order = "<", ">", "id DESC"
+	}
+	workflow := ""
+	if byWorkflow {
+		workflow = "AND workflow_id = ?10"
+	}
+	var b strings.Builder
+	b.WriteString(`SELECT ` + jobColumns + ` FROM (`)
+	for i, st := range states {
+		if i > 0 {
+			b.WriteString(" UNION ALL ")
+		}
+		b.WriteString(`SELECT * FROM (SELECT ` + jobColumns + ` FROM pronto_jobs INDEXED BY pronto_jobs_tenant_state
+	WHERE tenant = ?11 AND state = '` + st + `' AND id ` + cmp + ` ?4 AND id ` + end + ` ?7
+	  AND (?8 IS NULL OR completed_at >= ?8) AND (?9 IS NULL OR completed_at < ?9)
+	  AND (?2 IS NULL OR queue IN (SELECT value FROM json_each(?2)))
+	  AND (?3 IS NULL OR kind IN (SELECT value FROM json_each(?3)))
+	  AND (?6 IS NULL OR NOT EXISTS (SELECT 1 FROM json_each(?6) want
+	        WHERE want.value NOT IN (SELECT value FROM json_each(coalesce(tags, '[]')))))
+	  ` + workflow + `
+	ORDER BY ` + order + ` LIMIT ?5)`)
+	}
+	b.WriteString(`) ORDER BY ` + order + ` LIMIT ?5`)
+	return b.String()
+}
+
 // cancelJobSQL: ?1 now, ?2 id.
 var cancelJobSQL = `UPDATE pronto_jobs SET state = 'cancelled', completed_at = ?1, lease_expires_at = NULL,
 		worker_id = NULL, ` + uniqueKeyAfter(`'cancelled'`, "") + `
