@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -27,13 +28,17 @@ import (
 
 // floodMetrics are the figures of tenant_flood's report table, in order.
 var floodMetrics = []string{"b_idle_p95_ms", "b_flood_p95_ms", "b_p95_ratio", "b_flood_p50_ms", "b_flood_max_ms",
+	"b_flood_insert_p95_ms", "b_flood_p95_loading_ms", "b_flood_p95_loaded_ms",
 	"b_flood_jobs", "plain_drain_jobs_per_s", "a_drain_jobs_per_s", "a_drain_vs_plain", "workers"}
 
 func init() {
 	for k, v := range map[string]string{
 		"b_idle_p95_ms": "B pickup p95 on an idle queue (ms)", "b_flood_p95_ms": "B pickup p95 while A drains (ms)",
 		"b_p95_ratio": "B p95 while A drains ÷ idle (target ≤ 2)", "b_flood_p50_ms": "B pickup p50 while A drains (ms)",
-		"b_flood_max_ms": "B pickup max while A drains (ms)", "b_flood_jobs": "B jobs inserted while A drained",
+		"b_flood_max_ms":         "B pickup max while A drains (ms)",
+		"b_flood_insert_p95_ms":  "B insert call p95 while A drains (ms, in the pickup)",
+		"b_flood_p95_loading_ms": "B pickup p95 while A's backlog is inserted (ms)",
+		"b_flood_p95_loaded_ms":  "B pickup p95 after A's backlog is in (ms)", "b_flood_jobs": "B jobs inserted while A drained",
 		"plain_drain_jobs_per_s": "plain drain jobs/s (no tenants)", "a_drain_jobs_per_s": "A drain jobs/s (beside B)",
 		"a_drain_vs_plain": "A drain ÷ plain drain (target ≥ 0.9)",
 	} {
@@ -41,6 +46,7 @@ func init() {
 	}
 	for k, d := range map[string]int{
 		"b_idle_p95_ms": -1, "b_flood_p95_ms": -1, "b_p95_ratio": -1, "b_flood_p50_ms": -1, "b_flood_max_ms": -1,
+		"b_flood_insert_p95_ms": -1, "b_flood_p95_loading_ms": -1, "b_flood_p95_loaded_ms": -1,
 		"plain_drain_jobs_per_s": 1, "a_drain_jobs_per_s": 1, "a_drain_vs_plain": 1,
 	} {
 		direction[k] = d
@@ -83,9 +89,16 @@ const (
 	floodB     = 2
 )
 
+// insertLag is one of B's inserts: when it began (ns) and how long the call took (ms).
+type insertLag struct {
+	ins int64
+	ms  float64
+}
+
 // paceB inserts B's jobs at sc.rate from seq on until stop is closed (or, when dur > 0, for dur),
-// and returns how many it inserted and the first insert error.
-func paceB(rc *runCtx, seq *atomic.Int64, dur time.Duration, stop <-chan struct{}) (int, error) {
+// and returns how many it inserted and the first insert error; lags, when not nil, gets each
+// insert's duration.
+func paceB(rc *runCtx, seq *atomic.Int64, dur time.Duration, stop <-chan struct{}, lags *[]insertLag) (int, error) {
 	step := time.Duration(float64(time.Second) / rc.sc.rate)
 	start := time.Now()
 	var n int
@@ -108,13 +121,16 @@ func paceB(rc *runCtx, seq *atomic.Int64, dur time.Duration, stop <-chan struct{
 		n++
 		goHarness(func() {
 			defer wg.Done()
-			if err := floodInsert(rc, []benchArgs{a}, "B"); err != nil {
-				mu.Lock()
-				if firstErr == nil {
-					firstErr = err
-				}
-				mu.Unlock()
+			err := floodInsert(rc, []benchArgs{a}, "B")
+			took := float64(time.Now().UnixNano()-a.Ins) / 1e6
+			mu.Lock()
+			if err != nil && firstErr == nil {
+				firstErr = err
 			}
+			if lags != nil {
+				*lags = append(*lags, insertLag{ins: a.Ins, ms: took})
+			}
+			mu.Unlock()
 		})
 	}
 	wg.Wait()
@@ -258,7 +274,7 @@ func runFlood(rc *runCtx) error {
 
 	// B alone on an idle queue.
 	idleFrom := seq.Load()
-	nIdle, err := paceB(rc, &seq, sc.phase, nil)
+	nIdle, err := paceB(rc, &seq, sc.phase, nil, nil)
 	if err != nil {
 		return fmt.Errorf("idle phase: %w", err)
 	}
@@ -272,16 +288,18 @@ func runFlood(rc *runCtx) error {
 	bFrom := seq.Load()
 	var nB int
 	var bErr error
+	var bLags []insertLag
 	var wg sync.WaitGroup
 	wg.Add(1)
 	goHarness(func() {
 		defer wg.Done()
-		nB, bErr = paceB(rc, &seq, 0, stop)
+		nB, bErr = paceB(rc, &seq, 0, stop, &bLags)
 	})
 	var aSeq atomic.Int64
 	aSeq.Store(1 << 50) // A's seqs live apart from B's
 	aFrom := aSeq.Load()
 	loadErr := loadBacklog(rc, &aSeq, sc.backlog, floodA, "A")
+	aLoaded := time.Now().UnixNano()
 	aTo := aSeq.Load()
 	drained := loadErr == nil && waitEnds(rec, floodA, sc.backlog, time.Now().Add(sc.tail))
 	close(stop)
@@ -307,6 +325,18 @@ func runFlood(rc *runCtx) error {
 	af, al, adone := drainSpan(evs, floodA, aFrom, aTo)
 	during := sortedCopy(pickups(evs, floodB, bFrom, bTo, af, al))
 	aRate := drainRate(af, al, adone, sc.backlog)
+	// Where B's wait goes: its insert calls while A drains, and its pickups before and after A's
+	// backlog was all inserted (while A's inserts of 5000 share the database with the claims).
+	var lagsDuring []float64
+	for _, l := range bLags {
+		if l.ins >= af && l.ins <= al {
+			lagsDuring = append(lagsDuring, l.ms)
+		}
+	}
+	slices.Sort(lagsDuring)
+	res.set("b_flood_insert_p95_ms", percentile(lagsDuring, 95))
+	res.set("b_flood_p95_loading_ms", percentile(sortedCopy(pickups(evs, floodB, bFrom, bTo, af, aLoaded)), 95))
+	res.set("b_flood_p95_loaded_ms", percentile(sortedCopy(pickups(evs, floodB, bFrom, bTo, aLoaded, al)), 95))
 	res.set("workers", float64(workers))
 	res.set("b_idle_jobs", float64(len(idle)))
 	res.set("b_idle_p50_ms", percentile(idle, 50))
