@@ -334,7 +334,8 @@ func (s *Server) fetch(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, e)
 		return
 	} else if !ok {
-		// The pool is at its concurrency: nothing to fetch now.
+		// The pool is at its concurrency, or every queue asked for is isolated in pools this fetch is
+		// not through: nothing to fetch now.
 		s.touchWorker(ctx, req.workerID, req.queues)
 		writeRaw(w, http.StatusOK, []byte(`{"jobs":[]}`))
 		return
