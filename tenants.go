@@ -89,7 +89,7 @@ func (c *Client) TenantSetWeight(ctx context.Context, tenant string, weight int)
 	if err := ts.SetTenantWeight(ctx, tenant, weight); err != nil {
 		return wrapOp(fmt.Sprintf("set weight of tenant %q", tenant), err)
 	}
-	c.markThrottleOverridden(ctx, tenant)
+	c.markThrottleOverridden(ctx, tenant, ThrottleWeightReduced)
 	created()
 	return nil
 }
@@ -104,7 +104,7 @@ func (c *Client) TenantDeleteWeight(ctx context.Context, tenant string) error {
 	if err := ts.DeleteTenantWeight(ctx, tenant); err != nil {
 		return wrapOp(fmt.Sprintf("delete weight of tenant %q", tenant), err)
 	}
-	c.markThrottleOverridden(ctx, tenant)
+	c.markThrottleOverridden(ctx, tenant, ThrottleWeightReduced)
 	return nil
 }
 
@@ -124,6 +124,7 @@ func (c *Client) TenantSetLimit(ctx context.Context, tenant string, l RateLimit)
 	if err := c.RateLimitSet(ctx, TenantLimitKey(tenant), l); err != nil {
 		return err
 	}
+	c.markThrottleOverridden(ctx, tenant, ThrottleConcurrencyReduced)
 	created()
 	return nil
 }
@@ -149,24 +150,27 @@ func (c *Client) tenantConfigured(ctx context.Context, tenant string) bool {
 	if err != nil {
 		return true
 	}
+	ths, err := c.TenantThrottles(ctx)
+	if err != nil {
+		return true
+	}
+	th, throttled := ths[tenant]
 	si, err := ts.GetTenant(ctx, tenant)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 	case err != nil:
 		return true
-	case si.Configured:
-		ths, err := c.TenantThrottles(ctx)
-		if err != nil {
-			return true
-		}
-		if th, ok := ths[tenant]; !ok || th.OriginalWeightSet {
-			return true
-		}
+	case si.Configured && (!throttled || th.Action != ThrottleWeightReduced || th.OriginalWeightSet):
+		return true // a weight, not only one a throttle stored
 	}
 	if ValidRateKey(TenantLimitKey(tenant)) {
 		_, err := c.store.GetRateLimit(ctx, TenantLimitKey(tenant))
-		if err == nil || !errors.Is(err, store.ErrNotFound) && !errors.Is(err, store.ErrUnsupported) {
+		switch {
+		case errors.Is(err, store.ErrNotFound), errors.Is(err, store.ErrUnsupported):
+		case err != nil:
 			return true
+		case !throttled || th.Action != ThrottleConcurrencyReduced || th.OriginalLimit != nil:
+			return true // a limit, not only one a throttle stored
 		}
 	}
 	els, err := c.TenantEnqueueLimits(ctx)
@@ -184,7 +188,11 @@ func (c *Client) tenantConfigured(ctx context.Context, tenant string) bool {
 
 // TenantDeleteLimit removes tenant's limit, or returns ErrNotFound.
 func (c *Client) TenantDeleteLimit(ctx context.Context, tenant string) error {
-	return c.RateLimitDelete(ctx, TenantLimitKey(tenant))
+	if err := c.RateLimitDelete(ctx, TenantLimitKey(tenant)); err != nil {
+		return err
+	}
+	c.markThrottleOverridden(ctx, tenant, ThrottleConcurrencyReduced)
+	return nil
 }
 
 // tenantInfo converts si and attaches limit.

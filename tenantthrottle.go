@@ -38,8 +38,14 @@ const (
 	NoisyErrorRate   = "error_rate_ratio_exceeded"
 )
 
-// ThrottleWeightReduced is the action of a throttle that lowered the tenant's weight.
-const ThrottleWeightReduced = "weight_reduced"
+// Actions of a throttle (TenantThrottle.Action).
+const (
+	// ThrottleWeightReduced: the tenant's weight was lowered (a tenant of weight above 1).
+	ThrottleWeightReduced = "weight_reduced"
+	// ThrottleConcurrencyReduced: the tenant's limit got a lower MaxActive (max_concurrency), for a
+	// tenant of weight 1, whose weight cannot go lower.
+	ThrottleConcurrencyReduced = "concurrency_reduced"
+)
 
 // Causes of a throttle's release (TenantThrottleRelease.Cause).
 const (
@@ -154,20 +160,25 @@ type TenantThrottle struct {
 	// available jobs and 10 × the median).
 	Value     float64 `json:"value"`
 	Threshold float64 `json:"threshold"`
-	// Action is ThrottleWeightReduced.
+	// Action is ThrottleWeightReduced or ThrottleConcurrencyReduced.
 	Action string `json:"action"`
 	// OriginalWeight is the tenant's weight before (OriginalWeightSet: it was stored, rather than
 	// DefaultTenantWeight by default).
 	OriginalWeight    int  `json:"original_weight"`
 	OriginalWeightSet bool `json:"original_weight_set"`
-	// EffectiveWeight is the weight the throttle stored.
+	// EffectiveWeight is the weight the throttle stored (OriginalWeight when it lowered the
+	// concurrency instead).
 	EffectiveWeight int `json:"effective_weight"`
+	// OriginalLimit is the tenant's limit before a ThrottleConcurrencyReduced throttle (nil: none),
+	// and EffectiveLimit the one it stored: OriginalLimit with a lower MaxActive.
+	OriginalLimit  *RateLimit `json:"original_limit,omitempty"`
+	EffectiveLimit *RateLimit `json:"effective_limit,omitempty"`
 	// Since and Until bound it.
 	Since time.Time `json:"since"`
 	Until time.Time `json:"until"`
-	// Overridden reports that the tenant's weight was changed through the client API while the
-	// throttle held: its release then keeps that weight.
-	Overridden bool `json:"weight_overridden,omitempty"`
+	// Overridden reports that what the throttle lowered (the weight, or the limit) was changed
+	// through the client API while the throttle held: its release then keeps the change.
+	Overridden bool `json:"overridden,omitempty"`
 }
 
 // TenantThrottleRelease reports the end of a throttle.
@@ -177,9 +188,12 @@ type TenantThrottleRelease struct {
 	Cause string
 	// Weight is the tenant's weight after the release.
 	Weight int
-	// WeightKept reports that the weight was changed while the throttle held and was kept, instead
-	// of OriginalWeight being restored.
-	WeightKept bool
+	// Limit is the tenant's limit after the release of a ThrottleConcurrencyReduced throttle (nil:
+	// none).
+	Limit *RateLimit
+	// Kept reports that what the throttle lowered was changed while it held and was kept, instead
+	// of the original being restored.
+	Kept bool
 }
 
 // TenantEvent is the payload of the tenant events (Event.Tenant).
@@ -323,13 +337,20 @@ func (c *Client) releaseThrottle(ctx context.Context, ss store.SettingStore, m m
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
 		return nil, err
 	}
+	rel.Weight = DefaultTenantWeight
+	if cur != nil {
+		rel.Weight = cur.Weight
+	}
+	if th.Action == ThrottleConcurrencyReduced {
+		if err := c.releaseLimit(ctx, rel); err != nil {
+			return nil, err
+		}
+		return rel, c.dropThrottle(ctx, ss, m, rel)
+	}
 	stillOurs := !th.Overridden && cur != nil && cur.Configured && cur.Weight == th.EffectiveWeight
 	switch {
 	case !stillOurs:
-		rel.WeightKept, rel.Weight = true, DefaultTenantWeight
-		if cur != nil {
-			rel.Weight = cur.Weight
-		}
+		rel.Kept = true
 	case th.OriginalWeightSet:
 		if err := ts.SetTenantWeight(ctx, th.Tenant, th.OriginalWeight); err != nil {
 			return nil, err
@@ -341,19 +362,53 @@ func (c *Client) releaseThrottle(ctx context.Context, ss store.SettingStore, m m
 		}
 		rel.Weight = DefaultTenantWeight
 	}
-	delete(m, th.Tenant)
-	if err := writeTenantThrottles(ctx, ss, m); err != nil {
-		return nil, err
-	}
-	c.cfg.Logger.Info("pronto: tenant throttle released", "tenant", th.Tenant, "cause", cause, "weight", rel.Weight, "weight_kept", rel.WeightKept)
-	c.events.emit(&Event{Kind: EventTenantThrottleReleased, Tenant: &TenantEvent{Tenant: th.Tenant, Release: rel}, At: c.noisy.clock()})
-	return rel, nil
+	return rel, c.dropThrottle(ctx, ss, m, rel)
 }
 
-// markThrottleOverridden records that tenant's weight was changed while a throttle held it, so that
-// the throttle's release keeps the new weight. Best effort: a failure is logged (the release then
-// compares the stored weight with the effective one).
-func (c *Client) markThrottleOverridden(ctx context.Context, tenant string) {
+// releaseLimit restores the limit a ThrottleConcurrencyReduced throttle lowered, unless it was
+// changed meanwhile (rel.Kept).
+func (c *Client) releaseLimit(ctx context.Context, rel *TenantThrottleRelease) error {
+	key := TenantLimitKey(rel.Tenant)
+	info, err := c.store.GetRateLimit(ctx, key)
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		return err
+	}
+	var cur *RateLimit
+	if info != nil {
+		cur = &info.Limit
+	}
+	if rel.Overridden || cur == nil || rel.EffectiveLimit == nil || *cur != *rel.EffectiveLimit {
+		rel.Kept, rel.Limit = true, cur
+		return nil
+	}
+	if rel.OriginalLimit == nil {
+		if err := c.store.DeleteRateLimit(ctx, key); err != nil && !errors.Is(err, store.ErrNotFound) {
+			return err
+		}
+		return nil
+	}
+	if err := c.store.SetRateLimit(ctx, key, *rel.OriginalLimit); err != nil {
+		return err
+	}
+	rel.Limit = rel.OriginalLimit
+	return nil
+}
+
+// dropThrottle removes rel's throttle from m, stores m and emits EventTenantThrottleReleased.
+func (c *Client) dropThrottle(ctx context.Context, ss store.SettingStore, m map[string]TenantThrottle, rel *TenantThrottleRelease) error {
+	delete(m, rel.Tenant)
+	if err := writeTenantThrottles(ctx, ss, m); err != nil {
+		return err
+	}
+	c.cfg.Logger.Info("pronto: tenant throttle released", "tenant", rel.Tenant, "cause", rel.Cause, "action", rel.Action, "weight", rel.Weight, "kept", rel.Kept)
+	c.events.emit(&Event{Kind: EventTenantThrottleReleased, Tenant: &TenantEvent{Tenant: rel.Tenant, Release: rel}, At: c.noisy.clock()})
+	return nil
+}
+
+// markThrottleOverridden records that what a throttle of action lowered (tenant's weight, or its
+// limit) was changed while the throttle held, so that the release keeps the change. Best effort: a
+// failure is logged (the release then compares what is stored with what the throttle stored).
+func (c *Client) markThrottleOverridden(ctx context.Context, tenant, action string) {
 	ss, ok := c.settings()
 	if !ok {
 		return
@@ -364,7 +419,7 @@ func (c *Client) markThrottleOverridden(ctx context.Context, tenant string) {
 	m, err := readTenantThrottles(ctx, ss)
 	if err == nil {
 		th, ok := m[tenant]
-		if !ok || th.Overridden {
+		if !ok || th.Overridden || th.Action != action {
 			return
 		}
 		th.Overridden = true
@@ -481,30 +536,60 @@ func (c *Client) checkNoisyNeighbors(ctx context.Context) (*noisyCheck, error) {
 			continue
 		}
 		s := cur[f.tenant]
-		if s.weight <= 1 {
-			continue // nothing to lower; logged as noisy above
-		}
-		eff := max(1, int(float64(s.weight)*cfg.WeightFactor))
-		if eff >= s.weight {
-			eff = s.weight - 1
-		}
 		th := TenantThrottle{Tenant: f.tenant, Reason: f.reason, Value: f.value, Threshold: f.threshold, Action: ThrottleWeightReduced,
-			OriginalWeight: s.weight, OriginalWeightSet: s.weightSet, EffectiveWeight: eff,
+			OriginalWeight: s.weight, OriginalWeightSet: s.weightSet, EffectiveWeight: s.weight,
 			Since: now.UTC(), Until: now.Add(cfg.ThrottleFor).UTC()}
-		// The record first: should the weight's write fail, the release finds the weight not the
-		// effective one and leaves it.
+		var apply func() error
+		if s.weight > 1 {
+			th.EffectiveWeight = lowered(s.weight, cfg.WeightFactor)
+			apply = func() error { return ts.SetTenantWeight(ctx, f.tenant, th.EffectiveWeight) }
+		} else {
+			// Weight 1 cannot go lower: bound the tenant's concurrency instead, below its active jobs.
+			key := TenantLimitKey(f.tenant)
+			if !ValidRateKey(key) {
+				continue // an id a limit cannot name; logged as noisy above
+			}
+			info, err := c.store.GetRateLimit(ctx, key)
+			if err != nil && !errors.Is(err, store.ErrNotFound) {
+				c.cfg.Logger.Warn("pronto: reading a noisy tenant's limit failed", "tenant", f.tenant, "error", err)
+				continue
+			}
+			var eff RateLimit
+			base := s.active
+			if info != nil {
+				orig := info.Limit
+				th.OriginalLimit, eff = &orig, orig
+				if orig.MaxActive > 0 {
+					base = min(base, int64(orig.MaxActive))
+				}
+			}
+			if base <= 1 {
+				continue // at most one job active: nothing to lower
+			}
+			eff.MaxActive, eff.OnLimit = lowered(int(base), cfg.WeightFactor), LimitWait
+			th.Action, th.EffectiveLimit = ThrottleConcurrencyReduced, &eff
+			apply = func() error { return c.store.SetRateLimit(ctx, key, eff) }
+		}
+		// The record first: should the lowering fail, the release finds what is stored not what the
+		// throttle stored, and leaves it.
 		throttles[f.tenant] = th
 		if err := writeTenantThrottles(ctx, ss, throttles); err != nil {
 			return out, fmt.Errorf("record the throttle of tenant %q: %w", f.tenant, err)
 		}
-		if err := ts.SetTenantWeight(ctx, f.tenant, eff); err != nil {
-			return out, fmt.Errorf("lower the weight of tenant %q: %w", f.tenant, err)
+		if err := apply(); err != nil {
+			return out, fmt.Errorf("throttle tenant %q (%s): %w", f.tenant, th.Action, err)
 		}
 		out.throttled = append(out.throttled, f.tenant)
-		c.cfg.Logger.Warn("pronto: tenant throttled", "tenant", f.tenant, "reason", f.reason, "weight", s.weight, "effective_weight", eff, "until", th.Until)
+		c.cfg.Logger.Warn("pronto: tenant throttled", "tenant", f.tenant, "reason", f.reason, "action", th.Action,
+			"weight", s.weight, "effective_weight", th.EffectiveWeight, "until", th.Until)
 		c.events.emit(&Event{Kind: EventTenantThrottled, Tenant: &TenantEvent{Tenant: f.tenant, Throttle: &th}, At: now})
 	}
 	return out, nil
+}
+
+// lowered returns n scaled by factor, at least 1 and below n (n > 1).
+func lowered(n int, factor float64) int {
+	return min(n-1, max(1, int(float64(n)*factor)))
 }
 
 func mapKeys[V any](m map[string]V) func(func(string) bool) {

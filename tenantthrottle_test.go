@@ -80,14 +80,25 @@ func TestNoisyNeighborThrottle(t *testing.T) {
 			_, err := c.InsertMany(ctx, ps)
 			require.NoError(t, err)
 		}
+		var held []*store.Job // claimed, not finished yet
 		drain := func() {
 			for {
 				got, err := s.Claim(ctx, store.ClaimParams{Queue: "noisy", Limit: 500, WorkerID: "w", LeaseDuration: time.Hour})
 				require.NoError(t, err)
+				held = append(held, got...)
 				if len(got) == 0 {
-					return
+					break
 				}
 			}
+			// Finished: no tenant keeps active jobs (a noisy tenant of weight 1 with active jobs would
+			// be throttled by concurrency, TestNoisyNeighborConcurrencyThrottle).
+			cs := make([]store.Completion, len(held))
+			for i, j := range held {
+				cs[i] = store.Completion{ID: j.ID, Attempt: j.Attempt, Token: j.ClaimToken, State: store.StateCompleted}
+			}
+			_, err := s.Finish(ctx, cs)
+			require.NoError(t, err)
+			held = nil
 		}
 
 		// Quiet tenants alone: nobody is noisy.
@@ -134,6 +145,7 @@ func TestNoisyNeighborThrottle(t *testing.T) {
 		// where weight 10 took 10 of flood's first.
 		claimed, err := s.Claim(ctx, store.ClaimParams{Queue: "noisy", Limit: 12, WorkerID: "w", LeaseDuration: time.Hour})
 		require.NoError(t, err)
+		held = append(held, claimed...)
 		per := map[string]int{}
 		for _, j := range claimed {
 			per[j.Tenant]++
@@ -156,7 +168,7 @@ func TestNoisyNeighborThrottle(t *testing.T) {
 		require.Equal(t, pronto.EventTenantThrottleReleased, ev.Kind)
 		require.Equal(t, pronto.ThrottleExpired, ev.Tenant.Release.Cause)
 		require.Equal(t, 10, ev.Tenant.Release.Weight)
-		require.False(t, ev.Tenant.Release.WeightKept)
+		require.False(t, ev.Tenant.Release.Kept)
 		info, err = c.TenantGet(ctx, "flood")
 		require.NoError(t, err)
 		require.Equal(t, 10, info.Weight)
@@ -172,7 +184,7 @@ func TestNoisyNeighborThrottle(t *testing.T) {
 		require.NoError(t, c.TenantSetWeight(ctx, "flood", 7))
 		rel, err := c.TenantThrottleReset(ctx, "flood")
 		require.NoError(t, err)
-		require.True(t, rel.WeightKept)
+		require.True(t, rel.Kept)
 		require.Equal(t, 7, rel.Weight)
 		require.Equal(t, pronto.ThrottleReset, rel.Cause)
 		ev = nextTenantEvent(t, events)
@@ -193,13 +205,113 @@ func TestNoisyNeighborThrottle(t *testing.T) {
 		require.Equal(t, 1, nextTenantEvent(t, events).Tenant.Throttle.EffectiveWeight)
 		rel, err = c.TenantThrottleReset(ctx, "flood")
 		require.NoError(t, err)
-		require.False(t, rel.WeightKept)
+		require.False(t, rel.Kept)
 		require.Equal(t, 7, rel.Weight)
 		require.Equal(t, pronto.EventTenantThrottleReleased, nextTenantEvent(t, events).Kind)
 		info, err = c.TenantGet(ctx, "flood")
 		require.NoError(t, err)
 		require.Equal(t, 7, info.Weight)
 		require.Nil(t, info.Throttle)
+
+		select {
+		case ev := <-events:
+			t.Fatalf("an event too many: %s %+v", ev.Kind, ev.Tenant)
+		default:
+		}
+	})
+}
+
+// TestNoisyNeighborConcurrencyThrottle, on every store: a tenant of weight 1 holding most active jobs
+// cannot have its weight lowered, so its throttle bounds its concurrency (its limit's MaxActive,
+// below its active jobs): a fair claim then passes it over. An operator's limit set meanwhile is
+// kept at the release; otherwise the limit before is restored.
+func TestNoisyNeighborConcurrencyThrottle(t *testing.T) {
+	coalesceStores(t, func(t *testing.T, s store.Store) {
+		ctx := context.Background()
+		c, err := pronto.NewClient(s, &pronto.Config{NoisyNeighbors: &pronto.NoisyNeighborConfig{Throttle: true, ThrottleFor: time.Hour,
+			QueueDepthRatio: -1, EnqueueRateRatio: -1, ErrorRateRatio: -1, MinActive: 5}})
+		require.NoError(t, err)
+		clock := &fakeClock{t: time.Now()}
+		pronto.SetNoisyClock(c, clock.now)
+		events, unsub := c.Subscribe(pronto.EventTenantThrottled, pronto.EventTenantThrottleReleased, pronto.EventTenantCreated)
+		defer unsub()
+		insert := func(tenant string, n int) {
+			ps := make([]pronto.InsertManyParams, n)
+			for i := range ps {
+				ps[i] = pronto.InsertManyParams{Args: tenantArgs{N: i}, Opts: &pronto.InsertOpts{Tenant: tenant, Queue: "cq"}}
+			}
+			_, err := c.InsertMany(ctx, ps)
+			require.NoError(t, err)
+		}
+		claim := func(n int) map[string]int {
+			got, err := s.Claim(ctx, store.ClaimParams{Queue: "cq", Limit: n, WorkerID: "w", LeaseDuration: time.Hour})
+			require.NoError(t, err)
+			per := map[string]int{}
+			for _, j := range got {
+				per[j.Tenant]++
+			}
+			return per
+		}
+
+		insert("hog", 40)
+		require.Equal(t, map[string]int{"hog": 20}, claim(20))
+		insert("q1", 3)
+		insert("q2", 3)
+		noisy, throttled, _, err := pronto.CheckNoisyNeighbors(ctx, c)
+		require.NoError(t, err)
+		require.Equal(t, map[string]string{"hog": pronto.NoisyActiveJobs}, noisy)
+		require.Equal(t, []string{"hog"}, throttled)
+		ev := nextTenantEvent(t, events)
+		require.Equal(t, pronto.EventTenantThrottled, ev.Kind)
+		th := ev.Tenant.Throttle
+		require.Equal(t, pronto.ThrottleConcurrencyReduced, th.Action)
+		require.Equal(t, 1, th.OriginalWeight)
+		require.Equal(t, 1, th.EffectiveWeight)
+		require.Nil(t, th.OriginalLimit)
+		require.Equal(t, 4, th.EffectiveLimit.MaxActive, "20 active × 0.2")
+		info, err := c.TenantGet(ctx, "hog")
+		require.NoError(t, err)
+		require.NotNil(t, info.Limit)
+		require.Equal(t, 4, info.Limit.Limit.MaxActive)
+		require.Equal(t, pronto.ThrottleConcurrencyReduced, info.Throttle.Action)
+
+		// hog, at 20 active of at most 4, is passed over: the others' jobs are claimed, none of its.
+		require.Equal(t, map[string]int{"q1": 3, "q2": 3}, claim(10))
+
+		// The operator sets a limit meanwhile: the release by time keeps it.
+		require.NoError(t, c.TenantSetLimit(ctx, "hog", pronto.RateLimit{MaxActive: 8}))
+		// Its first configuration by an operator (the throttle's limit does not count).
+		require.Equal(t, pronto.TenantEvent{Tenant: "hog", Setting: "limits"}, *nextTenantEvent(t, events).Tenant)
+		clock.add(2 * time.Hour)
+		_, throttled, released, err := pronto.CheckNoisyNeighbors(ctx, c)
+		require.NoError(t, err)
+		require.Equal(t, []string{"hog"}, released)
+		require.Empty(t, throttled, "nobody waits behind hog")
+		ev = nextTenantEvent(t, events)
+		require.Equal(t, pronto.EventTenantThrottleReleased, ev.Kind)
+		require.True(t, ev.Tenant.Release.Kept)
+		require.Equal(t, 8, ev.Tenant.Release.Limit.MaxActive)
+		info, err = c.TenantGet(ctx, "hog")
+		require.NoError(t, err)
+		require.Equal(t, 8, info.Limit.Limit.MaxActive)
+		require.Nil(t, info.Throttle)
+
+		// Throttled below the operator's 8; a reset restores the 8.
+		insert("q3", 3)
+		_, throttled, _, err = pronto.CheckNoisyNeighbors(ctx, c)
+		require.NoError(t, err)
+		require.Equal(t, []string{"hog"}, throttled)
+		th = nextTenantEvent(t, events).Tenant.Throttle
+		require.Equal(t, 8, th.OriginalLimit.MaxActive)
+		require.Equal(t, 1, th.EffectiveLimit.MaxActive)
+		rel, err := c.TenantThrottleReset(ctx, "hog")
+		require.NoError(t, err)
+		require.False(t, rel.Kept)
+		require.Equal(t, 8, rel.Limit.MaxActive)
+		require.Equal(t, pronto.EventTenantThrottleReleased, nextTenantEvent(t, events).Kind)
+		info, err = c.TenantGet(ctx, "hog")
+		require.NoError(t, err)
+		require.Equal(t, 8, info.Limit.Limit.MaxActive)
 
 		select {
 		case ev := <-events:
@@ -352,4 +464,34 @@ func TestNoisyNeighborLeaderTask(t *testing.T) {
 		require.NoError(t, err)
 		return info.Throttle != nil && info.Weight == 1
 	}, 20*time.Second, 20*time.Millisecond)
+}
+
+// BenchmarkNoisyNeighborCheck measures one noisy-neighbour check (the throttles' setting read and
+// the count of every tenant's jobs, store.TenantStore.ListTenants, then the judging) with 10,000
+// tenants of 10 jobs each (100,000 jobs) on every store.
+func BenchmarkNoisyNeighborCheck(b *testing.B) {
+	const tenants, perTenant = 10000, 10
+	run := func(b *testing.B, s store.Store) {
+		ctx := context.Background()
+		c, err := pronto.NewClient(s, &pronto.Config{NoisyNeighbors: &pronto.NoisyNeighborConfig{}})
+		require.NoError(b, err)
+		ps := make([]pronto.InsertManyParams, 0, 1000)
+		for i := range tenants * perTenant {
+			ps = append(ps, pronto.InsertManyParams{Args: tenantArgs{N: i}, Opts: &pronto.InsertOpts{Tenant: fmt.Sprintf("t%05d", i/perTenant), Queue: "bench"}})
+			if len(ps) == cap(ps) {
+				_, err := c.InsertMany(ctx, ps)
+				require.NoError(b, err)
+				ps = ps[:0]
+			}
+		}
+		b.ResetTimer()
+		for range b.N {
+			_, _, _, err := pronto.CheckNoisyNeighbors(ctx, c)
+			require.NoError(b, err)
+		}
+	}
+	for _, kind := range allStores {
+		b.Run(string(kind), func(b *testing.B) { run(b, newTestStore(b, kind).Store) })
+	}
+	b.Run("redis", func(b *testing.B) { run(b, newRedisStore(b)) })
 }

@@ -392,8 +392,18 @@ func throttleView(th *pronto.TenantThrottle) map[string]any {
 		"value":            th.Value,
 		"threshold":        th.Threshold,
 	}
+	if th.Action == pronto.ThrottleConcurrencyReduced {
+		orig := 0 // none
+		if th.OriginalLimit != nil {
+			orig = th.OriginalLimit.MaxActive
+		}
+		v["original_max_concurrency"] = orig
+		if th.EffectiveLimit != nil {
+			v["effective_max_concurrency"] = th.EffectiveLimit.MaxActive
+		}
+	}
 	if th.Overridden {
-		v["weight_overridden"] = true
+		v["overridden"] = true
 	}
 	return v
 }
@@ -403,7 +413,14 @@ func releaseView(rel *pronto.TenantThrottleRelease) map[string]any {
 	v := throttleView(&rel.TenantThrottle)
 	v["cause"] = rel.Cause
 	v["weight"] = rel.Weight
-	v["weight_kept"] = rel.WeightKept
+	if rel.Action == pronto.ThrottleConcurrencyReduced {
+		mc := 0 // none
+		if rel.Limit != nil {
+			mc = rel.Limit.MaxActive
+		}
+		v["max_concurrency"] = mc
+	}
+	v["kept"] = rel.Kept
 	return v
 }
 

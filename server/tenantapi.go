@@ -610,7 +610,7 @@ func (s *Server) getTenantThrottle(w http.ResponseWriter, r *http.Request, id st
 }
 
 // DELETE /ojs/v1/admin/tenants/{id}/throttle: ends the tenant's throttle now and restores its weight,
-// unless the weight was changed while the throttle held (then kept: "weight_kept": true); emits
+// (or its limit), unless it was changed while the throttle held (then kept: "kept": true); emits
 // tenant.throttle_released. 404 when none holds.
 func (s *Server) resetTenantThrottle(w http.ResponseWriter, r *http.Request, id string) {
 	if e := checkTenant(id); e != nil {

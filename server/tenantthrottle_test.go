@@ -85,7 +85,7 @@ func TestTenantThrottleAPI(t *testing.T) {
 				}
 			}
 			r = mustCall(t, s, 200, "DELETE", "/ojs/v1/admin/tenants/flood/throttle", nil)
-			if r.body["released"] != true || r.body["weight"] != 10.0 || r.body["weight_kept"] != false || r.body["cause"] != "reset" {
+			if r.body["released"] != true || r.body["weight"] != 10.0 || r.body["kept"] != false || r.body["cause"] != "reset" {
 				t.Fatalf("reset: %s", r.raw)
 			}
 			if r := mustCall(t, s, 200, "GET", "/ojs/v1/admin/tenants/flood", nil); r.body["throttle"] != nil || r.body["fairness_weight"] != 10.0 {
