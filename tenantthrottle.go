@@ -215,8 +215,11 @@ const tenantThrottlesKey = "tenant_throttles"
 // noisyDetector is the leader's state between checks, and the client's lock on the throttles'
 // setting.
 type noisyDetector struct {
-	// mu serializes this client's read-modify-write of the throttles setting, and its checks.
-	mu      sync.Mutex
+	// mu serializes this client's checks and resets (and guards the fields below).
+	mu sync.Mutex
+	// setMu serializes this client's read-modify-writes of the throttles setting; held briefly,
+	// so that a weight change (markThrottleOverridden) never waits for a check's count.
+	setMu   sync.Mutex
 	prev    map[string]tenantSample
 	prevAt  time.Time
 	prevDel int64
@@ -271,6 +274,20 @@ func readTenantThrottles(ctx context.Context, ss store.SettingStore) (map[string
 	return m, nil
 }
 
+// updateThrottles rereads the throttles, applies change and stores them: the read-modify-write is
+// kept to two round trips, so that a change made by another process meanwhile (a reset through
+// another server) is lost only when it falls between them.
+func (c *Client) updateThrottles(ctx context.Context, ss store.SettingStore, change func(m map[string]TenantThrottle)) error {
+	c.noisy.setMu.Lock()
+	defer c.noisy.setMu.Unlock()
+	m, err := readTenantThrottles(ctx, ss)
+	if err != nil {
+		return err
+	}
+	change(m)
+	return writeTenantThrottles(ctx, ss, m)
+}
+
 func writeTenantThrottles(ctx context.Context, ss store.SettingStore, m map[string]TenantThrottle) error {
 	var raw json.RawMessage
 	if len(m) > 0 {
@@ -317,7 +334,7 @@ func (c *Client) TenantThrottleReset(ctx context.Context, tenant string) (*Tenan
 	if !ok {
 		return nil, wrapOp(fmt.Sprintf("throttle of tenant %q", tenant), fmt.Errorf("none in force: %w", store.ErrNotFound))
 	}
-	rel, err := c.releaseThrottle(ctx, ss, m, th, ThrottleReset)
+	rel, err := c.releaseThrottle(ctx, ss, th, ThrottleReset)
 	if err != nil {
 		return nil, wrapOp(fmt.Sprintf("release the throttle of tenant %q", tenant), err)
 	}
@@ -327,7 +344,7 @@ func (c *Client) TenantThrottleReset(ctx context.Context, tenant string) (*Tenan
 // releaseThrottle restores th's weight (unless it was changed meanwhile), then drops th from m and
 // stores m, in that order: a release cut short is finished by the next one, which finds the weight
 // no longer the effective one and keeps it. d.mu is held.
-func (c *Client) releaseThrottle(ctx context.Context, ss store.SettingStore, m map[string]TenantThrottle, th TenantThrottle, cause string) (*TenantThrottleRelease, error) {
+func (c *Client) releaseThrottle(ctx context.Context, ss store.SettingStore, th TenantThrottle, cause string) (*TenantThrottleRelease, error) {
 	ts, err := c.tenants()
 	if err != nil {
 		return nil, err
@@ -345,7 +362,7 @@ func (c *Client) releaseThrottle(ctx context.Context, ss store.SettingStore, m m
 		if err := c.releaseLimit(ctx, rel); err != nil {
 			return nil, err
 		}
-		return rel, c.dropThrottle(ctx, ss, m, rel)
+		return rel, c.dropThrottle(ctx, ss, rel)
 	}
 	stillOurs := !th.Overridden && cur != nil && cur.Configured && cur.Weight == th.EffectiveWeight
 	switch {
@@ -362,7 +379,7 @@ func (c *Client) releaseThrottle(ctx context.Context, ss store.SettingStore, m m
 		}
 		rel.Weight = DefaultTenantWeight
 	}
-	return rel, c.dropThrottle(ctx, ss, m, rel)
+	return rel, c.dropThrottle(ctx, ss, rel)
 }
 
 // releaseLimit restores the limit a ThrottleConcurrencyReduced throttle lowered, unless it was
@@ -394,10 +411,9 @@ func (c *Client) releaseLimit(ctx context.Context, rel *TenantThrottleRelease) e
 	return nil
 }
 
-// dropThrottle removes rel's throttle from m, stores m and emits EventTenantThrottleReleased.
-func (c *Client) dropThrottle(ctx context.Context, ss store.SettingStore, m map[string]TenantThrottle, rel *TenantThrottleRelease) error {
-	delete(m, rel.Tenant)
-	if err := writeTenantThrottles(ctx, ss, m); err != nil {
+// dropThrottle removes rel's throttle from the setting and emits EventTenantThrottleReleased.
+func (c *Client) dropThrottle(ctx context.Context, ss store.SettingStore, rel *TenantThrottleRelease) error {
+	if err := c.updateThrottles(ctx, ss, func(m map[string]TenantThrottle) { delete(m, rel.Tenant) }); err != nil {
 		return err
 	}
 	c.cfg.Logger.Info("pronto: tenant throttle released", "tenant", rel.Tenant, "cause", rel.Cause, "action", rel.Action, "weight", rel.Weight, "kept", rel.Kept)
@@ -413,18 +429,17 @@ func (c *Client) markThrottleOverridden(ctx context.Context, tenant, action stri
 	if !ok {
 		return
 	}
-	d := &c.noisy
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	m, err := readTenantThrottles(ctx, ss)
+	ths, err := readTenantThrottles(ctx, ss)
 	if err == nil {
-		th, ok := m[tenant]
-		if !ok || th.Overridden || th.Action != action {
+		if th, ok := ths[tenant]; !ok || th.Overridden || th.Action != action {
 			return
 		}
-		th.Overridden = true
-		m[tenant] = th
-		err = writeTenantThrottles(ctx, ss, m)
+		err = c.updateThrottles(ctx, ss, func(m map[string]TenantThrottle) {
+			if th, ok := m[tenant]; ok && th.Action == action {
+				th.Overridden = true
+				m[tenant] = th
+			}
+		})
 	}
 	if err != nil {
 		c.cfg.Logger.Warn("pronto: recording a weight change during a tenant's throttle failed", "tenant", tenant, "error", err)
@@ -482,7 +497,7 @@ func (c *Client) checkNoisyNeighbors(ctx context.Context) (*noisyCheck, error) {
 			if th.Until.After(now) {
 				continue
 			}
-			if _, err := c.releaseThrottle(ctx, ss, throttles, th, ThrottleExpired); err != nil {
+			if _, err := c.releaseThrottle(ctx, ss, th, ThrottleExpired); err != nil {
 				return out, fmt.Errorf("release the throttle of tenant %q: %w", tenant, err)
 			}
 			out.released = append(out.released, tenant)
@@ -510,7 +525,9 @@ func (c *Client) checkNoisyNeighbors(ctx context.Context) (*noisyCheck, error) {
 	}
 	var prev map[string]tenantSample
 	var dt float64
-	if d.prev != nil && d.prevDel == deleted && now.After(d.prevAt) {
+	// Rates need the previous check of this leader, not too old (another client may have led
+	// meanwhile, its cleanup deletions unseen here), and no deletion by this one's cleanup since.
+	if d.prev != nil && d.prevDel == deleted && now.After(d.prevAt) && now.Sub(d.prevAt) <= 2*cfg.Interval {
 		prev, dt = d.prev, now.Sub(d.prevAt).Seconds()
 	}
 	d.prev, d.prevAt, d.prevDel = cur, now, deleted
@@ -573,7 +590,7 @@ func (c *Client) checkNoisyNeighbors(ctx context.Context) (*noisyCheck, error) {
 		// The record first: should the lowering fail, the release finds what is stored not what the
 		// throttle stored, and leaves it.
 		throttles[f.tenant] = th
-		if err := writeTenantThrottles(ctx, ss, throttles); err != nil {
+		if err := c.updateThrottles(ctx, ss, func(m map[string]TenantThrottle) { m[f.tenant] = th }); err != nil {
 			return out, fmt.Errorf("record the throttle of tenant %q: %w", f.tenant, err)
 		}
 		if err := apply(); err != nil {
