@@ -47,7 +47,8 @@ const (
 	EventTenantCreated EventKind = "tenant.created"
 )
 
-// Event reports one thing that happened to a job on this client.
+// Event reports one thing that happened to a job on this client, or to a tenant (the tenant events,
+// whose payload is Tenant).
 type Event struct {
 	Kind EventKind
 	// Job is the job as this client last saw it (its State is the state it moved to).

@@ -20,7 +20,9 @@ import (
 //     its starts per window (Rate per Period); a tenant at its limit is passed over, its jobs wait;
 //   - a priority boost (TenantSetPriorityBoost, tenantboost.go): added to the priority of its jobs
 //     as they are inserted;
-//   - its jobs per state across queues (TenantGet, TenantList).
+//   - its jobs per state across queues (TenantGet, TenantList);
+//   - an automatic throttle, while noisy-neighbour checks (Config.NoisyNeighbors, tenantthrottle.go)
+//     hold its weight or concurrency lowered.
 
 // DefaultTenantWeight is the weight of a tenant without a stored one: one turn per round.
 const DefaultTenantWeight = store.DefaultTenantWeight
