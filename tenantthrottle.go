@@ -341,9 +341,9 @@ func (c *Client) TenantThrottleReset(ctx context.Context, tenant string) (*Tenan
 	return rel, nil
 }
 
-// releaseThrottle restores th's weight (unless it was changed meanwhile), then drops th from m and
-// stores m, in that order: a release cut short is finished by the next one, which finds the weight
-// no longer the effective one and keeps it. d.mu is held.
+// releaseThrottle restores what th lowered (unless it was changed meanwhile), then drops th from the
+// setting, in that order: a release cut short is finished by the next one, which finds the value no
+// longer the throttle's and keeps it. c.noisy.mu is held.
 func (c *Client) releaseThrottle(ctx context.Context, ss store.SettingStore, th TenantThrottle, cause string) (*TenantThrottleRelease, error) {
 	ts, err := c.tenants()
 	if err != nil {
@@ -394,7 +394,7 @@ func (c *Client) releaseLimit(ctx context.Context, rel *TenantThrottleRelease) e
 	if info != nil {
 		cur = &info.Limit
 	}
-	if rel.Overridden || cur == nil || rel.EffectiveLimit == nil || *cur != *rel.EffectiveLimit {
+	if rel.Overridden || cur == nil || rel.EffectiveLimit == nil || !sameBounds(*cur, *rel.EffectiveLimit) {
 		rel.Kept, rel.Limit = true, cur
 		return nil
 	}
@@ -409,6 +409,11 @@ func (c *Client) releaseLimit(ctx context.Context, rel *TenantThrottleRelease) e
 	}
 	rel.Limit = rel.OriginalLimit
 	return nil
+}
+
+// sameBounds reports whether a and b bound alike (OnLimit aside: a tenant's jobs always wait).
+func sameBounds(a, b RateLimit) bool {
+	return a.MaxActive == b.MaxActive && a.Rate == b.Rate && a.Period == b.Period
 }
 
 // dropThrottle removes rel's throttle from the setting and emits EventTenantThrottleReleased.
@@ -442,7 +447,7 @@ func (c *Client) markThrottleOverridden(ctx context.Context, tenant, action stri
 		})
 	}
 	if err != nil {
-		c.cfg.Logger.Warn("pronto: recording a weight change during a tenant's throttle failed", "tenant", tenant, "error", err)
+		c.cfg.Logger.Warn("pronto: recording a change made during a tenant's throttle failed", "tenant", tenant, "error", err)
 	}
 }
 
