@@ -2,6 +2,7 @@ package pronto_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"sync"
 	"testing"
@@ -494,4 +495,45 @@ func BenchmarkNoisyNeighborCheck(b *testing.B) {
 		b.Run(string(kind), func(b *testing.B) { run(b, newTestStore(b, kind).Store) })
 	}
 	b.Run("redis", func(b *testing.B) { run(b, newRedisStore(b)) })
+}
+
+// clusterLikeStore refuses tenant counts and weights as a Redis Cluster does.
+type clusterLikeStore struct{ store.Store }
+
+func (s clusterLikeStore) ListTenants(context.Context) ([]*store.TenantInfo, error) {
+	return nil, fmt.Errorf("tenant stats on a cluster: %w", store.ErrUnsupported)
+}
+func (s clusterLikeStore) GetTenant(context.Context, string) (*store.TenantInfo, error) {
+	return nil, fmt.Errorf("tenant stats on a cluster: %w", store.ErrUnsupported)
+}
+func (s clusterLikeStore) SetTenantWeight(context.Context, string, int) error {
+	return fmt.Errorf("tenant weights on a cluster: %w", store.ErrUnsupported)
+}
+func (s clusterLikeStore) DeleteTenantWeight(context.Context, string) error {
+	return fmt.Errorf("tenant weights on a cluster: %w", store.ErrUnsupported)
+}
+
+// Settings work on a cluster (one key each).
+func (s clusterLikeStore) GetSetting(ctx context.Context, key string) (json.RawMessage, error) {
+	return s.Store.(store.SettingStore).GetSetting(ctx, key)
+}
+func (s clusterLikeStore) SetSetting(ctx context.Context, key string, v json.RawMessage) error {
+	return s.Store.(store.SettingStore).SetSetting(ctx, key, v)
+}
+
+// TestNoisyNeighborUnsupported: on a store that cannot count tenants (a Redis Cluster), a check
+// fails with ErrUnsupported and throttles nothing.
+func TestNoisyNeighborUnsupported(t *testing.T) {
+	ctx := context.Background()
+	s := clusterLikeStore{newTestStore(t, "memory").Store}
+	c, err := pronto.NewClient(s, &pronto.Config{NoisyNeighbors: &pronto.NoisyNeighborConfig{Throttle: true}})
+	require.NoError(t, err)
+	_, throttled, _, err := pronto.CheckNoisyNeighbors(ctx, c)
+	require.ErrorIs(t, err, pronto.ErrUnsupported)
+	require.Empty(t, throttled)
+	_, err = c.TenantThrottleReset(ctx, "acme")
+	require.ErrorIs(t, err, pronto.ErrNotFound)
+	ths, err := c.TenantThrottles(ctx)
+	require.NoError(t, err)
+	require.Empty(t, ths)
 }
