@@ -1,7 +1,8 @@
 // Package maintenance runs the cluster's housekeeping on the one client elected leader of its store:
 // the rescuer (expired leases back to available, or discarded when attempts are spent), the promoter
 // (due scheduled and retryable jobs shown as available), the expirer (jobs past expires_at discarded)
-// and the retention cleaner. Leadership is a row in the store with a TTL that the leader renews; when
+// and the retention cleaner, and the leader-only tasks the client adds (Config.Tasks: the
+// noisy-neighbour checks). Leadership is a row in the store with a TTL that the leader renews; when
 // the leader dies another client takes over within one TTL.
 package maintenance
 
