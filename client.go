@@ -52,6 +52,8 @@ type Client struct {
 	bp backpressure
 	// tg is the client's view of tenant enqueue limits (tenantlimits.go).
 	tg tenantGate
+	// noisy is the noisy-neighbour check's state (tenantthrottle.go).
+	noisy noisyDetector
 
 	mu       sync.Mutex
 	started  bool
@@ -285,6 +287,7 @@ func (c *Client) Start(ctx context.Context) error {
 			OnRescue:           c.onRescue,
 			OnPass:             c.onMaintenancePass(),
 			OnPrune:            c.onPrune,
+			Tasks:              c.maintenanceTasks(),
 		})
 		c.servicesWG.Add(1)
 		go func() {

@@ -79,6 +79,10 @@ type Config struct {
 	// retention cleanup while it leads, and each cron occurrence RunCron handles (see SystemOp;
 	// otelpronto's Tracing.SystemHook traces them).
 	SystemHook SystemHook
+	// NoisyNeighbors, when set, has the client that leads maintenance check the tenants for noisy
+	// neighbours every NoisyNeighbors.Interval (ojs-multi-tenancy.md §9) and, with Throttle, lower a
+	// noisy tenant's weight for a while (see NoisyNeighborConfig, docs/fair-scheduling.md). Nil: off.
+	NoisyNeighbors *NoisyNeighborConfig
 
 	// Notifier, when set, carries notifications between this process and the others that set one
 	// on the same channel, for a store whose own notifications do not reach them: SQLite shared by
@@ -220,5 +224,12 @@ func (c Config) withDefaults() (Config, error) {
 		queues[name] = q
 	}
 	c.Queues = queues
+	if c.NoisyNeighbors != nil {
+		nn, err := c.NoisyNeighbors.withDefaults()
+		if err != nil {
+			return c, fmt.Errorf("pronto: %w", err)
+		}
+		c.NoisyNeighbors = &nn
+	}
 	return c, nil
 }

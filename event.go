@@ -35,9 +35,20 @@ const (
 	// EventStarted: an attempt started, on this client's workers or fetched through RemoteFetch by an
 	// OJS worker (Job.StartedAt is when). Only subscriptions that name it receive it.
 	EventStarted EventKind = "job.started"
+	// EventTenantThrottled: this client, as leader, throttled a noisy tenant (Config.NoisyNeighbors;
+	// Tenant.Throttle says how). Only subscriptions that name it receive it, as for the other tenant
+	// events, which carry no Job.
+	EventTenantThrottled EventKind = "tenant.throttled"
+	// EventTenantThrottleReleased: a tenant's throttle ended (Tenant.Release), at its Until by this
+	// client as leader, or by TenantThrottleReset on this client.
+	EventTenantThrottleReleased EventKind = "tenant.throttle_released"
+	// EventTenantCreated: a tenant was configured for the first time (a weight, limit, enqueue limits
+	// or priority boost where it had none) through this client.
+	EventTenantCreated EventKind = "tenant.created"
 )
 
-// Event reports one thing that happened to a job on this client.
+// Event reports one thing that happened to a job on this client, or to a tenant (the tenant events,
+// whose payload is Tenant).
 type Event struct {
 	Kind EventKind
 	// Job is the job as this client last saw it (its State is the state it moved to).
@@ -52,6 +63,8 @@ type Event struct {
 	// From is the state the job left, for EventRetried (discarded: a retry from the dead letter
 	// queue; cancelled), when the client read it; else empty.
 	From State
+	// Tenant is the payload of the tenant events (Job is nil for them).
+	Tenant *TenantEvent
 }
 
 // eventBus fans events out to subscribers without ever blocking a worker: a subscriber whose buffer is
@@ -69,11 +82,13 @@ type subscription struct {
 }
 
 // takes reports whether the subscription receives events of kind k. EventStarted, as frequent as
-// claims, EventCheckpointSaved, as frequent as checkpoints, and EventDeadLetterPruned, which is about
-// a queue rather than a job, go only to subscriptions that name them.
+// claims, EventCheckpointSaved, as frequent as checkpoints, EventDeadLetterPruned, which is about
+// a queue rather than a job, and the tenant events, which carry no job, go only to subscriptions that
+// name them.
 func (s *subscription) takes(k EventKind) bool {
 	if s.kinds == nil {
-		return k != EventStarted && k != EventCheckpointSaved && k != EventDeadLetterPruned
+		return k != EventStarted && k != EventCheckpointSaved && k != EventDeadLetterPruned &&
+			k != EventTenantThrottled && k != EventTenantThrottleReleased && k != EventTenantCreated
 	}
 	return s.kinds[k]
 }

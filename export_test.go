@@ -1,6 +1,9 @@
 package pronto
 
-import "time"
+import (
+	"context"
+	"time"
+)
 
 // PresencePeers returns how many other live clients c counts among those working queue (tests only).
 func PresencePeers(c *Client, queue string) int { return c.presence.Peers(queue, time.Now()) }
@@ -14,3 +17,20 @@ func EffectiveConfig(c *Client) Config { return c.cfg }
 // SetCleanupInterval sets how often c, as leader, runs the retention cleanup; call it before Start
 // (tests only).
 func SetCleanupInterval(c *Client, every time.Duration) { c.cleanupEvery = every }
+
+// CheckNoisyNeighbors runs one noisy-neighbour check of c now, as its leader's task would (tests
+// only): the noisy tenants with their reason, and the tenants throttled and released.
+func CheckNoisyNeighbors(ctx context.Context, c *Client) (noisy map[string]string, throttled, released []string, err error) {
+	out, err := c.checkNoisyNeighbors(ctx)
+	if out == nil {
+		return nil, nil, nil, err
+	}
+	return out.noisy, out.throttled, out.released, err
+}
+
+// SetNoisyClock replaces the clock of c's noisy-neighbour checks and throttles (tests only).
+func SetNoisyClock(c *Client, now func() time.Time) {
+	c.noisy.mu.Lock()
+	c.noisy.now = now
+	c.noisy.mu.Unlock()
+}

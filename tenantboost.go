@@ -117,8 +117,15 @@ func (c *Client) TenantSetPriorityBoost(ctx context.Context, tenant string, boos
 	if boost < -MaxTenantPriorityBoost || boost > MaxTenantPriorityBoost {
 		return invalidf("priority boost %d of tenant %q: must be -%d to %d", boost, tenant, MaxTenantPriorityBoost, MaxTenantPriorityBoost)
 	}
-	_, err := c.updateTenantPriorityBoost(ctx, tenant, boost)
-	return err
+	created := func() {}
+	if boost != 0 {
+		created = c.watchTenantCreated(ctx, tenant, "priority_boost")
+	}
+	if _, err := c.updateTenantPriorityBoost(ctx, tenant, boost); err != nil {
+		return err
+	}
+	created()
+	return nil
 }
 
 // TenantDeletePriorityBoost removes tenant's priority boost, or returns ErrNotFound.

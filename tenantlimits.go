@@ -275,6 +275,10 @@ func (c *Client) TenantSetEnqueueLimits(ctx context.Context, tenant string, l Te
 			return fmt.Errorf("pronto: enqueue limits of tenant %q: %T cannot count a tenant's jobs: %w", tenant, c.store, ErrUnsupported)
 		}
 	}
+	created := func() {}
+	if !l.IsZero() {
+		created = c.watchTenantCreated(ctx, tenant, "enqueue_limits")
+	}
 	g := &c.tg
 	g.setMu.Lock()
 	defer g.setMu.Unlock()
@@ -302,6 +306,7 @@ func (c *Client) TenantSetEnqueueLimits(ctx context.Context, tenant string, l Te
 	g.mu.Lock()
 	g.limitsAt = time.Time{}
 	g.mu.Unlock()
+	created()
 	return nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/pronto-jobs/pronto/store"
 )
@@ -19,7 +20,9 @@ import (
 //     its starts per window (Rate per Period); a tenant at its limit is passed over, its jobs wait;
 //   - a priority boost (TenantSetPriorityBoost, tenantboost.go): added to the priority of its jobs
 //     as they are inserted;
-//   - its jobs per state across queues (TenantGet, TenantList).
+//   - its jobs per state across queues (TenantGet, TenantList);
+//   - an automatic throttle, while noisy-neighbour checks (Config.NoisyNeighbors, tenantthrottle.go)
+//     hold its weight or concurrency lowered.
 
 // DefaultTenantWeight is the weight of a tenant without a stored one: one turn per round.
 const DefaultTenantWeight = store.DefaultTenantWeight
@@ -50,6 +53,9 @@ type TenantInfo struct {
 	EnqueueLimits *TenantEnqueueLimits
 	// PriorityBoost is the tenant's priority boost (TenantSetPriorityBoost), 0 when none is stored.
 	PriorityBoost int
+	// Throttle is the tenant's automatic throttle in force (Config.NoisyNeighbors), or nil. While it
+	// holds, Weight is its EffectiveWeight.
+	Throttle *TenantThrottle
 }
 
 // tenants returns the client's store as a store.TenantStore, or an ErrUnsupported error.
@@ -81,9 +87,12 @@ func (c *Client) TenantSetWeight(ctx context.Context, tenant string, weight int)
 	if err != nil {
 		return err
 	}
+	created := c.watchTenantCreated(ctx, tenant, "fairness_weight")
 	if err := ts.SetTenantWeight(ctx, tenant, weight); err != nil {
 		return wrapOp(fmt.Sprintf("set weight of tenant %q", tenant), err)
 	}
+	c.markThrottleOverridden(ctx, tenant, ThrottleWeightReduced)
+	created()
 	return nil
 }
 
@@ -97,6 +106,7 @@ func (c *Client) TenantDeleteWeight(ctx context.Context, tenant string) error {
 	if err := ts.DeleteTenantWeight(ctx, tenant); err != nil {
 		return wrapOp(fmt.Sprintf("delete weight of tenant %q", tenant), err)
 	}
+	c.markThrottleOverridden(ctx, tenant, ThrottleWeightReduced)
 	return nil
 }
 
@@ -112,12 +122,79 @@ func (c *Client) TenantSetLimit(ctx context.Context, tenant string, l RateLimit)
 	if l.OnLimit != "" && l.OnLimit != LimitWait {
 		return invalidf("limit of tenant %q: on_limit %q: a tenant's jobs always wait for room", tenant, l.OnLimit)
 	}
-	return c.RateLimitSet(ctx, TenantLimitKey(tenant), l)
+	created := c.watchTenantCreated(ctx, tenant, "limits")
+	if err := c.RateLimitSet(ctx, TenantLimitKey(tenant), l); err != nil {
+		return err
+	}
+	c.markThrottleOverridden(ctx, tenant, ThrottleConcurrencyReduced)
+	created()
+	return nil
+}
+
+// watchTenantCreated returns the function to call once setting is stored for tenant: it emits
+// EventTenantCreated when tenant had no configuration before (a weight, limit, enqueue limits or
+// priority boost). The reads are made only when a subscription takes the event. Two processes
+// configuring a new tenant at the same instant may both emit it.
+func (c *Client) watchTenantCreated(ctx context.Context, tenant, setting string) func() {
+	if !c.events.wants(EventTenantCreated) || c.tenantConfigured(ctx, tenant) {
+		return func() {}
+	}
+	return func() {
+		c.events.emit(&Event{Kind: EventTenantCreated, Tenant: &TenantEvent{Tenant: tenant, Setting: setting}, At: time.Now()})
+	}
+}
+
+// tenantConfigured reports whether tenant has a weight (other than one a throttle stored), a limit,
+// enqueue limits or a priority boost. A failed read counts as configured: no event rather than a
+// wrong one.
+func (c *Client) tenantConfigured(ctx context.Context, tenant string) bool {
+	ts, err := c.tenants()
+	if err != nil {
+		return true
+	}
+	ths, err := c.TenantThrottles(ctx)
+	if err != nil {
+		return true
+	}
+	th, throttled := ths[tenant]
+	si, err := ts.GetTenant(ctx, tenant)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+	case err != nil:
+		return true
+	case si.Configured && (!throttled || th.Action != ThrottleWeightReduced || th.OriginalWeightSet):
+		return true // a weight, not only one a throttle stored
+	}
+	if ValidRateKey(TenantLimitKey(tenant)) {
+		_, err := c.store.GetRateLimit(ctx, TenantLimitKey(tenant))
+		switch {
+		case errors.Is(err, store.ErrNotFound), errors.Is(err, store.ErrUnsupported):
+		case err != nil:
+			return true
+		case !throttled || th.Action != ThrottleConcurrencyReduced || th.OriginalLimit != nil:
+			return true // a limit, not only one a throttle stored
+		}
+	}
+	els, err := c.TenantEnqueueLimits(ctx)
+	if err != nil {
+		return true
+	}
+	boosts, err := c.TenantPriorityBoosts(ctx)
+	if err != nil {
+		return true
+	}
+	_, hasEL := els[tenant]
+	_, hasBoost := boosts[tenant]
+	return hasEL || hasBoost
 }
 
 // TenantDeleteLimit removes tenant's limit, or returns ErrNotFound.
 func (c *Client) TenantDeleteLimit(ctx context.Context, tenant string) error {
-	return c.RateLimitDelete(ctx, TenantLimitKey(tenant))
+	if err := c.RateLimitDelete(ctx, TenantLimitKey(tenant)); err != nil {
+		return err
+	}
+	c.markThrottleOverridden(ctx, tenant, ThrottleConcurrencyReduced)
+	return nil
 }
 
 // tenantInfo converts si and attaches limit.
@@ -175,6 +252,13 @@ func (c *Client) TenantGet(ctx context.Context, tenant string) (*TenantInfo, err
 		out.PriorityBoost = boost
 	}
 	if out != nil {
+		ths, err := c.TenantThrottles(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if th, ok := ths[tenant]; ok {
+			out.Throttle = &th
+		}
 		return out, nil
 	}
 	return nil, wrapOp(fmt.Sprintf("tenant %q", tenant), fmt.Errorf("no weight, limit, priority boost or jobs: %w", store.ErrNotFound))
@@ -239,6 +323,15 @@ func (c *Client) TenantList(ctx context.Context) ([]*TenantInfo, error) {
 		t := tenantInfo(&store.TenantInfo{Tenant: tenant, Weight: DefaultTenantWeight}, nil)
 		t.PriorityBoost = boost
 		out = append(out, t)
+	}
+	ths, err := c.TenantThrottles(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, t := range out {
+		if th, ok := ths[t.Tenant]; ok {
+			t.Throttle = &th
+		}
 	}
 	slices.SortFunc(out, func(a, b *TenantInfo) int { return strings.Compare(a.Tenant, b.Tenant) })
 	return out, nil

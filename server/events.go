@@ -3,6 +3,7 @@ package server
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"strconv"
 	"strings"
 	"sync"
@@ -211,6 +212,10 @@ func (s *Server) consumeClientEvents(ch <-chan *pronto.Event) {
 }
 
 func (s *Server) clientEvent(ev *pronto.Event) {
+	if ev.Tenant != nil {
+		s.tenantEvent(ev)
+		return
+	}
 	j := ev.Job
 	if j == nil {
 		return
@@ -372,4 +377,78 @@ func (s *Server) enqueuedEvent(j *pronto.JobRow) {
 			return appendIntField(b, "priority", int64(j.Priority))
 		})
 	}
+}
+
+// throttleView is the OJS view of a tenant's throttle (ojs-multi-tenancy.md §9.2).
+func throttleView(th *pronto.TenantThrottle) map[string]any {
+	v := map[string]any{
+		"tenant_id":        th.Tenant,
+		"reason":           th.Reason,
+		"action":           th.Action,
+		"original_weight":  th.OriginalWeight,
+		"effective_weight": th.EffectiveWeight,
+		"since":            th.Since.UTC().Format(time.RFC3339Nano),
+		"until":            th.Until.UTC().Format(time.RFC3339Nano),
+		"value":            th.Value,
+		"threshold":        th.Threshold,
+	}
+	if th.Action == pronto.ThrottleConcurrencyReduced {
+		orig := 0 // none
+		if th.OriginalLimit != nil {
+			orig = th.OriginalLimit.MaxActive
+		}
+		v["original_max_concurrency"] = orig
+		if th.EffectiveLimit != nil {
+			v["effective_max_concurrency"] = th.EffectiveLimit.MaxActive
+		}
+	}
+	if th.Overridden {
+		v["overridden"] = true
+	}
+	return v
+}
+
+// releaseView is the OJS view of a throttle's release.
+func releaseView(rel *pronto.TenantThrottleRelease) map[string]any {
+	v := throttleView(&rel.TenantThrottle)
+	v["cause"] = rel.Cause
+	v["weight"] = rel.Weight
+	if rel.Action == pronto.ThrottleConcurrencyReduced {
+		mc := 0 // none
+		if rel.Limit != nil {
+			mc = rel.Limit.MaxActive
+		}
+		v["max_concurrency"] = mc
+	}
+	v["kept"] = rel.Kept
+	return v
+}
+
+// tenantEvent records the tenant events of ojs-multi-tenancy.md §11.1 that the client emits:
+// tenant.throttled and tenant.throttle_released (this client as the maintenance leader, or a reset
+// through it) and tenant.created (a tenant configured through it for the first time).
+func (s *Server) tenantEvent(ev *pronto.Event) {
+	te := ev.Tenant
+	var data map[string]any
+	switch ev.Kind {
+	case pronto.EventTenantThrottled:
+		if te.Throttle == nil {
+			return
+		}
+		data = throttleView(te.Throttle)
+	case pronto.EventTenantThrottleReleased:
+		if te.Release == nil {
+			return
+		}
+		data = releaseView(te.Release)
+	case pronto.EventTenantCreated:
+		data = map[string]any{"tenant_id": te.Tenant, "setting": te.Setting}
+	default:
+		return
+	}
+	b, err := json.Marshal(data)
+	if err != nil {
+		return
+	}
+	s.events.add(event{typ: string(ev.Kind), source: s.source, subject: te.Tenant, at: ev.At, data: b})
 }

@@ -154,7 +154,8 @@ func New(cfg Config) (*Server, error) {
 	// for an event nobody here reads.
 	ch, unsub := cfg.Client.Subscribe(pronto.EventCompleted, pronto.EventFailed, pronto.EventDiscarded,
 		pronto.EventCancelled, pronto.EventSnoozed, pronto.EventRetried, pronto.EventProgress, pronto.EventProgressStalled,
-		pronto.EventProgressCompleted, pronto.EventDeadLetterPruned)
+		pronto.EventProgressCompleted, pronto.EventDeadLetterPruned,
+		pronto.EventTenantThrottled, pronto.EventTenantThrottleReleased, pronto.EventTenantCreated)
 	s.unsubscribe = unsub
 	go s.consumeClientEvents(ch)
 	return s, nil

@@ -21,6 +21,8 @@ import (
 //	PUT    /ojs/v1/admin/tenants/{id}/limits   its limits alone: {"max_concurrency", "max_start_rate",
 //	                                           "max_queue_depth", "max_scheduled", "max_enqueue_rate", "reason"}
 //	DELETE /ojs/v1/admin/tenants/{id}          forgets its weight, priority boost and limits (its jobs stay)
+//	GET    /ojs/v1/admin/tenants/{id}/throttle its automatic throttle in force (404 when none)
+//	DELETE /ojs/v1/admin/tenants/{id}/throttle ends it now, restoring its weight (pronto.TenantThrottleReset)
 //
 // max_concurrency and max_start_rate hold when jobs are fetched (the tenant's jobs wait while it is at
 // one); max_queue_depth, max_scheduled and max_enqueue_rate hold at enqueue: an enqueue beyond one
@@ -86,6 +88,16 @@ func (s *Server) routeTenants(w http.ResponseWriter, r *http.Request, seg []stri
 		}
 		s.tenantJobs(w, r, seg[2])
 		return true
+	case len(seg) == 4 && seg[3] == "throttle":
+		switch m {
+		case http.MethodGet:
+			s.getTenantThrottle(w, r, seg[2])
+		case http.MethodDelete:
+			s.resetTenantThrottle(w, r, seg[2])
+		default:
+			s.writeError(w, r, methodNotAllowed(r, http.MethodGet, http.MethodDelete))
+		}
+		return true
 	case len(seg) == 4 && seg[3] == "limits":
 		if m != http.MethodPut {
 			s.writeError(w, r, methodNotAllowed(r, http.MethodPut))
@@ -147,6 +159,10 @@ func tenantView(t *pronto.TenantInfo, now time.Time) map[string]any {
 			limits["max_enqueue_rate"] = map[string]any{"limit": el.EnqueueRate, "period": isodur.Format(el.EnqueuePeriod)}
 		}
 	}
+	var throttle any // null when none holds
+	if t.Throttle != nil {
+		throttle = throttleView(t.Throttle)
+	}
 	return map[string]any{
 		"tenant_id":       t.Tenant,
 		"fairness_weight": t.Weight,
@@ -155,6 +171,7 @@ func tenantView(t *pronto.TenantInfo, now time.Time) map[string]any {
 		"limits":          limits,
 		"jobs":            jobs,
 		"fairness":        map[string]any{"weight": t.Weight, "weight_configured": t.WeightSet},
+		"throttle":        throttle,
 	}
 }
 
@@ -569,4 +586,47 @@ func (s *Server) tenantJobs(w http.ResponseWriter, r *http.Request, id string) {
 		pagination["next_cursor"] = next
 	}
 	writeJSONValue(w, http.StatusOK, map[string]any{"tenant_id": id, "items": items, "pagination": pagination})
+}
+
+// GET /ojs/v1/admin/tenants/{id}/throttle: the tenant's throttle in force; 404 when none.
+func (s *Server) getTenantThrottle(w http.ResponseWriter, r *http.Request, id string) {
+	if e := checkTenant(id); e != nil {
+		s.writeError(w, r, e)
+		return
+	}
+	ths, err := s.client.TenantThrottles(r.Context())
+	if err != nil {
+		s.writeError(w, r, tenantError(err, id))
+		return
+	}
+	th, ok := ths[id]
+	if !ok {
+		e := notFound("throttle", id)
+		e.hint = "the tenant is not throttled: throttles are applied by noisy-neighbour detection (pronto serve --tenant-throttle)"
+		s.writeError(w, r, e)
+		return
+	}
+	writeJSONValue(w, http.StatusOK, throttleView(&th))
+}
+
+// DELETE /ojs/v1/admin/tenants/{id}/throttle: ends the tenant's throttle now and restores its weight,
+// (or its limit), unless it was changed while the throttle held (then kept: "kept": true); emits
+// tenant.throttle_released. 404 when none holds.
+func (s *Server) resetTenantThrottle(w http.ResponseWriter, r *http.Request, id string) {
+	if e := checkTenant(id); e != nil {
+		s.writeError(w, r, e)
+		return
+	}
+	rel, err := s.client.TenantThrottleReset(r.Context(), id)
+	if err != nil {
+		e := fromClientError(err, "throttle", id)
+		if e.status == http.StatusNotFound {
+			e.hint = "the tenant is not throttled"
+		}
+		s.writeError(w, r, e)
+		return
+	}
+	out := releaseView(rel)
+	out["released"] = true
+	writeJSONValue(w, http.StatusOK, out)
 }

@@ -59,7 +59,19 @@ func cmdServe(ctx context.Context, r *runner, args []string) error {
 	stallAfter := fs.duration("progress-stall-timeout", 0, "emit progress.stalled for a running job that reported progress and then nothing for this long (0: off)")
 	staleAfter := fs.duration("worker-stale-after", server.DefaultWorkerStaleAfter, "how long an OJS worker may go unheard before the admin API calls it stale and lets it be deregistered")
 	notifyURL := fs.String("notify-url", "", "a Redis `URL` (redis://host:6379/0, ?channel=NAME) carrying notifications between processes sharing an SQLite file, or using PostgreSQL through a pooler that cannot LISTEN, so an insert in one wakes workers in the others at once (see docs/redis.md)")
+	noisyEvery := fs.duration("tenant-noisy-interval", time.Minute, "how often the maintenance leader checks tenants for noisy neighbours (ojs-multi-tenancy.md §9.1; it counts every tenant's jobs); 0: no checks")
+	noisyDepth := fs.Float64("tenant-noisy-depth-ratio", 10, "a tenant is noisy when its available jobs exceed this many times the other tenants' median (and 100); 0: signal off")
+	noisyActive := fs.Float64("tenant-noisy-active-share", 0.5, "a tenant is noisy when its active jobs exceed this share of all tenants' active jobs (and 10); 0: signal off")
+	noisyEnqueue := fs.Float64("tenant-noisy-enqueue-ratio", 5, "a tenant is noisy when its jobs grow this many times faster than the others' average (and 1 a second); 0: signal off")
+	noisyErrors := fs.Float64("tenant-noisy-error-ratio", 3, "a tenant is noisy when the share of its finished jobs discarded exceeds this many times the others' average (and 0.1); 0: signal off")
+	throttle := fs.Bool("tenant-throttle", false, "throttle noisy tenants automatically: lower their fairness weight for --tenant-throttle-for (ojs-multi-tenancy.md §9.2); off: they are only logged")
+	throttleFactor := fs.Float64("tenant-throttle-factor", 0.2, "a throttled tenant's weight is its weight times this (above 0, below 1), at least 1")
+	throttleFor := fs.duration("tenant-throttle-for", 5*time.Minute, "how long an automatic throttle lasts (DELETE /ojs/v1/admin/tenants/{id}/throttle ends one sooner)")
 	if _, err := fs.parse(args, 0, 0); err != nil {
+		return err
+	}
+	nn, err := noisyConfig(*noisyEvery, *noisyDepth, *noisyActive, *noisyEnqueue, *noisyErrors, *throttle, *throttleFactor, *throttleFor)
+	if err != nil {
 		return err
 	}
 	key := *apiKey
@@ -90,7 +102,7 @@ func cmdServe(ctx context.Context, r *runner, args []string) error {
 	defer db.Close()
 
 	logger := slog.New(slog.NewTextHandler(r.env.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	clientCfg := &pronto.Config{Logger: logger, ProgressStallTimeout: *stallAfter}
+	clientCfg := &pronto.Config{Logger: logger, ProgressStallTimeout: *stallAfter, NoisyNeighbors: nn}
 	if *notifyURL != "" {
 		n, err := redisstore.OpenNotifier(ctx, *notifyURL)
 		if err != nil {
@@ -196,4 +208,39 @@ func cmdServe(ctx context.Context, r *runner, args []string) error {
 	}
 	fmt.Fprintln(r.env.Stdout, "pronto serve: stopped")
 	return nil
+}
+
+// noisyConfig builds the noisy-neighbour configuration from serve's flags (nil when checks are off),
+// or a usage error naming the flag.
+func noisyConfig(every time.Duration, depth, active, enqueue, errs float64, throttle bool, factor float64, lasts time.Duration) (*pronto.NoisyNeighborConfig, error) {
+	switch {
+	case every < 0 || every > 0 && every < 100*time.Millisecond:
+		return nil, usageErrorf("serve: --tenant-noisy-interval must be 0 (off) or at least 100ms")
+	case depth < 0:
+		return nil, usageErrorf("serve: --tenant-noisy-depth-ratio must not be negative")
+	case active < 0 || active >= 1:
+		return nil, usageErrorf("serve: --tenant-noisy-active-share must be 0 (off) or below 1")
+	case enqueue < 0:
+		return nil, usageErrorf("serve: --tenant-noisy-enqueue-ratio must not be negative")
+	case errs < 0:
+		return nil, usageErrorf("serve: --tenant-noisy-error-ratio must not be negative")
+	case factor <= 0 || factor >= 1:
+		return nil, usageErrorf("serve: --tenant-throttle-factor must be above 0 and below 1")
+	case lasts <= 0:
+		return nil, usageErrorf("serve: --tenant-throttle-for must be positive")
+	}
+	if every == 0 {
+		if throttle {
+			return nil, usageErrorf("serve: --tenant-throttle needs the checks (--tenant-noisy-interval above 0)")
+		}
+		return nil, nil
+	}
+	off := func(v float64) float64 { // 0 turns a signal off; the Go config's zero is its default
+		if v == 0 {
+			return -1
+		}
+		return v
+	}
+	return &pronto.NoisyNeighborConfig{Interval: every, QueueDepthRatio: off(depth), ActiveShare: off(active),
+		EnqueueRateRatio: off(enqueue), ErrorRateRatio: off(errs), Throttle: throttle, WeightFactor: factor, ThrottleFor: lasts}, nil
 }

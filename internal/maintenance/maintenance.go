@@ -1,7 +1,8 @@
 // Package maintenance runs the cluster's housekeeping on the one client elected leader of its store:
 // the rescuer (expired leases back to available, or discarded when attempts are spent), the promoter
 // (due scheduled and retryable jobs shown as available), the expirer (jobs past expires_at discarded)
-// and the retention cleaner. Leadership is a row in the store with a TTL that the leader renews; when
+// and the retention cleaner, and the leader-only tasks the client adds (Config.Tasks: the
+// noisy-neighbour checks). Leadership is a row in the store with a TTL that the leader renews; when
 // the leader dies another client takes over within one TTL.
 package maintenance
 
@@ -9,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -51,6 +53,19 @@ type Config struct {
 	// OnPrune, if set, is told how many discarded jobs each cleanup pass deleted per queue (by age
 	// or count), on stores with store.DiscardedPruner.
 	OnPrune func(perQueue map[string]int)
+	// Tasks are further cluster-wide periodic work, each run every Interval while this client leads
+	// (never two runs of one task at once, and never on a client that does not lead).
+	Tasks []Task
+}
+
+// Task is periodic work done by the leader only.
+type Task struct {
+	// Name names the task in logs.
+	Name string
+	// Interval is how often it runs while this client leads (at least 10 ms).
+	Interval time.Duration
+	// Run does the work; it should return soon after ctx is done.
+	Run func(ctx context.Context)
 }
 
 // The passes Config.OnPass is told about.
@@ -73,7 +88,13 @@ type Maintainer struct {
 	cfg    Config
 	leader atomic.Bool
 	done   chan struct{}
+	// deleted counts the jobs this client's cleanup passes deleted (see Deleted).
+	deleted atomic.Int64
 }
+
+// Deleted returns how many jobs this client's retention cleanup and dead letter pruning have
+// deleted so far: a task comparing job counts over time can tell whether deletions came between.
+func (m *Maintainer) Deleted() int64 { return m.deleted.Load() }
 
 // New applies defaults and returns a Maintainer; Run starts it.
 func New(cfg Config) *Maintainer {
@@ -120,6 +141,16 @@ func (m *Maintainer) Run(ctx context.Context) {
 	cleanup := time.NewTicker(c.CleanupInterval)
 	defer cleanup.Stop()
 
+	var tasks sync.WaitGroup
+	defer tasks.Wait()
+	for _, t := range c.Tasks {
+		tasks.Add(1)
+		go func() {
+			defer tasks.Done()
+			m.runTask(ctx, t)
+		}()
+	}
+
 	if m.elect(ctx) {
 		m.rescue(ctx)
 	}
@@ -150,6 +181,22 @@ func (m *Maintainer) Run(ctx context.Context) {
 		case <-cleanup.C:
 			if m.leader.Load() {
 				m.cleanup(ctx)
+			}
+		}
+	}
+}
+
+// runTask runs t every t.Interval while this client leads, until ctx is done.
+func (m *Maintainer) runTask(ctx context.Context, t Task) {
+	tick := time.NewTicker(max(t.Interval, 10*time.Millisecond))
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			if m.leader.Load() {
+				t.Run(ctx)
 			}
 		}
 	}
@@ -239,7 +286,10 @@ func (m *Maintainer) cleanup(ctx context.Context) {
 	ctx, end := m.pass(ctx, OpCleanup)
 	total := 0
 	var failed error
-	defer func() { end(total, failed) }()
+	defer func() {
+		m.deleted.Add(int64(total))
+		end(total, failed)
+	}()
 	pruner, prunes := m.cfg.Store.(store.DiscardedPruner)
 	if prunes {
 		// The dead letter queue is pruned by age and count together, so that the pass can say

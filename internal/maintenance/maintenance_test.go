@@ -2,6 +2,8 @@ package maintenance
 
 import (
 	"context"
+	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -45,5 +47,46 @@ func TestTakeOfficeRescuesAtOnce(t *testing.T) {
 	j, err := st.GetJob(ctx, claimed[0].ID)
 	if err != nil || j.State != store.StateAvailable {
 		t.Fatalf("job after takeover: %+v %v", j, err)
+	}
+}
+
+// TestTasksRunOnTheLeaderOnly: of two maintainers on one store, only the leader runs the tasks, and
+// Run returns only once its tasks have stopped.
+func TestTasksRunOnTheLeaderOnly(t *testing.T) {
+	ctx := context.Background()
+	st := memory.New()
+	defer st.Close()
+	var runs [2]atomic.Int64
+	ms := make([]*Maintainer, 2)
+	cancels := make([]context.CancelFunc, 2)
+	for i := range ms {
+		ms[i] = New(Config{Store: st, ClientID: fmt.Sprint("c", i), LeaderTTL: time.Minute,
+			Tasks: []Task{{Name: "count", Interval: 10 * time.Millisecond, Run: func(context.Context) { runs[i].Add(1) }}}})
+		var runCtx context.Context
+		runCtx, cancels[i] = context.WithCancel(ctx)
+		go ms[i].Run(runCtx)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for runs[0].Load()+runs[1].Load() < 5 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	leader := 0
+	if ms[1].IsLeader() {
+		leader = 1
+	}
+	if !ms[leader].IsLeader() || ms[1-leader].IsLeader() {
+		t.Fatal("want exactly one leader")
+	}
+	if runs[leader].Load() < 5 || runs[1-leader].Load() != 0 {
+		t.Fatalf("task runs: leader %d, other %d", runs[leader].Load(), runs[1-leader].Load())
+	}
+	for i := range ms {
+		cancels[i]()
+		<-ms[i].Done()
+	}
+	after := runs[leader].Load()
+	time.Sleep(50 * time.Millisecond)
+	if runs[leader].Load() != after {
+		t.Fatal("the task ran after Run returned")
 	}
 }
