@@ -522,7 +522,37 @@ redis.call('ZADD', B .. 'k:' .. kind .. '\n', '0', ARGV[4] .. string.rep('0', 16
 redis.call('SADD', B .. 'kinds', kind)
 redis.call('SADD', B .. 'ks:' .. kind, '')
 redis.call('SADD', KEYS[3], ARGV[2])
-redis.call('SPUBLISH', string.match(B, '^(.-){') .. '{notify}', ARGV[5])
+local note = ARGV[5]
+-- Hand-off (handoff.go): a producer waiting with a free slot gets a claim run for it here, with the
+-- arguments it advertised; the claimed job goes to its inbox list, which it waits on (BLPOP). When
+-- that claim took this job, no one else needs to hear of it.
+local handed = false
+local wk = B .. 'wait'
+if redis.call('EXISTS', wk) == 1 then
+  redis.call('ZREMRANGEBYSCORE', wk, '-inf', '(' .. t)
+  for _, p in ipairs(redis.call('ZRANGE', wk, '0', '3')) do
+    local a = redis.call('LRANGE', B .. 'w:' .. p, '0', '-1')
+    if #a > 0 then
+      ARGV = a
+      local got = claimjobs()
+      if #got > 0 then
+        redis.call('ZREM', wk, p)
+        redis.call('DEL', B .. 'w:' .. p)
+        local parts, gid = {}, nil
+        for i, v in ipairs(got[1]) do
+          parts[#parts + 1] = #v .. ':' .. v
+          if v == 'id' and i % 2 == 1 then gid = got[1][i + 1] end
+        end
+        local ik = B .. 'in:' .. p
+        redis.call('RPUSH', ik, table.concat(parts))
+        redis.call('PEXPIRE', ik, '60000')
+        handed = gid == id
+        break
+      end
+    end
+  end
+end
+if not handed then redis.call('SPUBLISH', string.match(B, '^(.-){') .. '{notify}', note) end
 return {'ok', tonumber(t), {}, {}, {}}
 `)
 
@@ -535,6 +565,35 @@ return {'ok', tonumber(t), {}, {}, {}}
 // of the sources in claim order. A job whose rate key is exhausted is dropped or rescheduled as its
 // limit says, or, when the limit waits, its whole source is left alone for this claim.
 var scriptClaim = newFunc("Claim", `
+local out = claimjobs()
+-- An advertisement (see handoff.go) follows the flag when the claim is for one worker: a claim that
+-- leaves slots free (it took fewer than the limit) advertises its producer as waiting, with the
+-- claim arguments an insert uses to claim for it (limit 1, the hand-off's lease, a fresh token); a
+-- full claim withdraws it.
+local nk, limit = tonumber(ARGV[4]), tonumber(ARGV[1])
+local at = 6 + nk + limit
+if ARGV[at] == '\nad' then
+  local p, ttl = ARGV[at + 1], tonumber(ARGV[at + 2])
+  local w = B .. 'w:' .. p
+  redis.call('DEL', w)
+  if #out < limit then
+    local a = {'1', ARGV[2], ARGV[at + 3], ARGV[4]}
+    for i = 5, 4 + nk do a[#a + 1] = ARGV[i] end
+    a[#a + 1] = ARGV[at + 4]
+    a[#a + 1] = ARGV[5 + nk + limit]
+    redis.call('RPUSH', w, unpack(a))
+    redis.call('PEXPIRE', w, math.floor(ttl / 1000) + 1000)
+    redis.call('ZADD', B .. 'wait', now() + ttl, p)
+  else
+    redis.call('ZREM', B .. 'wait', p)
+  end
+end
+return out
+`)
+
+// claimBody is the claim (scriptClaim's ARGV), a function of the library's prelude (claimjobs), so
+// that the single insert can run it for a waiting producer (see handoff.go).
+const claimBody = `
 if redis.call('EXISTS', B .. 'paused') == 1 then return {} end
 local t = now()
 local limit = tonumber(ARGV[1])
@@ -545,7 +604,7 @@ local nk = tonumber(ARGV[4])
 -- limits.
 local global = ARGV[5 + nk + limit] == '1'
 -- perworker: the claim is for several workers, one worker id per slot after the flag.
-local perworker = #ARGV > 5 + nk + limit
+local perworker = #ARGV > 5 + nk + limit and ARGV[6 + nk + limit] ~= '\nad'
 -- At most 1000 per claim, earliest due first, so one call stays short whatever the
 -- backlog; Promote (the maintenance pass) moves the rest.
 for _, id in ipairs(redis.call('ZRANGEBYSCORE', B .. 'sched', '-inf', s(t), 'LIMIT', '0', '1000')) do
@@ -715,7 +774,7 @@ end
 if not fair or redis.call('EXISTS', ring) == 0 then claimplain(limit) end
 settle(t)
 return out
-`)
+`
 
 // scriptFinish applies completions to jobs of one queue still active in the same attempt (and
 // under the same claim token, when given). ARGV: n, then per completion 8 values: id, attempt,
