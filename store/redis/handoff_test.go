@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/pronto-jobs/pronto"
 	"github.com/pronto-jobs/pronto/internal/producer"
 	"github.com/pronto-jobs/pronto/internal/uuidv7"
 	"github.com/pronto-jobs/pronto/store"
@@ -303,6 +304,60 @@ func TestHandoffProducers(t *testing.T) {
 	require.Eventually(t, func() bool { return done.Load() == total }, 30*time.Second, 10*time.Millisecond)
 	cancel()
 	wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, runs, total)
+	for id, n := range runs {
+		require.Equal(t, 1, n, "job %s ran %d times", id, n)
+	}
+}
+
+// TestHandoffClients runs two pronto clients on Redis (workers in two stores, the poll an hour, so
+// every pickup is by hand-off or notification) while a third store inserts single jobs paced and in
+// bursts and batches: every job completes, each run once (until the clients stop). Run it with -race.
+func TestHandoffClients(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	prefix := "prontotest:" + uuidv7.New() + ":"
+	var mu sync.Mutex
+	runs := map[string]int{}
+	var done atomic.Int32
+	var clients []*pronto.Client
+	for range 2 {
+		s := storeWithPrefix(t, prefix)
+		cfg := relayWorkerConfig(nil, func(id string) {
+			mu.Lock()
+			runs[id]++
+			mu.Unlock()
+			done.Add(1)
+		})
+		c, err := pronto.NewClient(s, cfg)
+		require.NoError(t, err)
+		require.NoError(t, c.Start(ctx))
+		clients = append(clients, c)
+	}
+	ins, err := pronto.NewClient(storeWithPrefix(t, prefix), nil)
+	require.NoError(t, err)
+	total := 0
+	for i := range 60 {
+		_, err := ins.Insert(ctx, relayArgs{N: i}, nil)
+		require.NoError(t, err)
+		total++
+		if i%3 == 0 {
+			time.Sleep(2 * time.Millisecond)
+		}
+	}
+	batch := make([]pronto.InsertManyParams, 20)
+	for i := range batch {
+		batch[i] = pronto.InsertManyParams{Args: relayArgs{N: i}}
+	}
+	_, err = ins.InsertMany(ctx, batch)
+	require.NoError(t, err)
+	total += len(batch)
+	require.Eventually(t, func() bool { return done.Load() >= int32(total) }, 30*time.Second, 10*time.Millisecond)
+	for _, c := range clients {
+		require.NoError(t, c.Stop(ctx))
+	}
 	mu.Lock()
 	defer mu.Unlock()
 	require.Len(t, runs, total)
