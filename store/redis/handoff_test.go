@@ -256,9 +256,7 @@ func TestHandoffProducers(t *testing.T) {
 	var wg sync.WaitGroup
 	for w := range 2 {
 		s := storeWithPrefix(t, prefix)
-		var unsub func()
-		var p *producer.Producer
-		p = producer.New(producer.Config{Queue: "many", MaxWorkers: 3, PollInterval: time.Hour,
+		p := producer.New(producer.Config{Queue: "many", MaxWorkers: 3, PollInterval: time.Hour,
 			Claim: func(ctx context.Context, limit int) ([]*store.Job, error) {
 				return s.Claim(ctx, store.ClaimParams{Queue: "many", Limit: limit, WorkerID: string(rune('a' + w)), LeaseDuration: time.Minute})
 			},
@@ -274,7 +272,7 @@ func TestHandoffProducers(t *testing.T) {
 					}
 				}()
 			}})
-		unsub = s.Notifier().Subscribe(func(n store.Notification) {
+		unsub := s.Notifier().Subscribe(func(n store.Notification) {
 			if n.Queue == "many" && (n.Kind == store.NotifyInsert || n.Kind == store.NotifyReconnect) {
 				p.Wake()
 			}
