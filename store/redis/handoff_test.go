@@ -132,7 +132,9 @@ func TestHandoffFollowsClaimRules(t *testing.T) {
 	in := testJob("rules") // kind "k"
 	_, err = b.Insert(ctx, []*store.InsertParams{in})
 	require.NoError(t, err)
-	waitFor(t, notes, func(n store.Notification) bool { return n.Kind == store.NotifyInsert && n.Queue == "rules" && n.Nonce != 0 })
+	waitFor(t, notes, func(n store.Notification) bool {
+		return n.Kind == store.NotifyInsert && n.Queue == "rules" && n.Nonce != 0
+	})
 	got, err := b.GetJob(ctx, in.ID)
 	require.NoError(t, err)
 	require.Equal(t, store.StateAvailable, got.State)
@@ -144,7 +146,9 @@ func TestHandoffFollowsClaimRules(t *testing.T) {
 	in = testJob("paused")
 	_, err = b.Insert(ctx, []*store.InsertParams{in})
 	require.NoError(t, err)
-	waitFor(t, notes, func(n store.Notification) bool { return n.Kind == store.NotifyInsert && n.Queue == "paused" && n.Nonce != 0 })
+	waitFor(t, notes, func(n store.Notification) bool {
+		return n.Kind == store.NotifyInsert && n.Queue == "paused" && n.Nonce != 0
+	})
 	got, err = b.GetJob(ctx, in.ID)
 	require.NoError(t, err)
 	require.Equal(t, store.StateAvailable, got.State)
