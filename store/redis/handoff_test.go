@@ -28,7 +28,7 @@ func loopContext(t *testing.T) context.Context {
 			}
 			return nil, nil
 		},
-		Execute: func(*store.Job, func()) {}})
+		Execute: func(*store.Job, time.Time, func()) {}})
 	ctx, cancel := context.WithCancel(context.Background())
 	go p.Run(ctx)
 	c := <-got
@@ -264,7 +264,7 @@ func TestHandoffProducers(t *testing.T) {
 			Claim: func(ctx context.Context, limit int) ([]*store.Job, error) {
 				return s.Claim(ctx, store.ClaimParams{Queue: "many", Limit: limit, WorkerID: string(rune('a' + w)), LeaseDuration: time.Minute})
 			},
-			Execute: func(j *store.Job, release func()) {
+			Execute: func(j *store.Job, _ time.Time, release func()) {
 				go func() {
 					defer release()
 					mu.Lock()
