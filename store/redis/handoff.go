@@ -167,7 +167,7 @@ func (w *waiter) run(key string) {
 	s := w.s
 	ctx := s.waitCtx
 	conn := s.rdb.(*goredis.Client).Conn()
-	defer conn.Close()
+	defer func() { _ = conn.Close() }()
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	for ctx.Err() == nil {
@@ -183,6 +183,10 @@ func (w *waiter) run(key string) {
 				return
 			}
 			s.logf("redis: hand-off: wait on %s: %v", w.queue, err)
+			// A connection of its own stays broken once broken (go-redis does not reconnect it):
+			// take a new one.
+			_ = conn.Close()
+			conn = s.rdb.(*goredis.Client).Conn()
 			select {
 			case <-ctx.Done():
 				return

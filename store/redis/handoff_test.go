@@ -2,11 +2,13 @@ package redis
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	goredis "github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pronto-jobs/pronto"
@@ -366,4 +368,36 @@ func TestHandoffClients(t *testing.T) {
 	for id, n := range runs {
 		require.Equal(t, 1, n, "job %s ran %d times", id, n)
 	}
+}
+
+// TestHandoffWaiterReconnects: when the connection a waiter blocks on is killed, the waiter takes a
+// new one, and jobs are handed to it again.
+func TestHandoffWaiterReconnects(t *testing.T) {
+	t.Parallel()
+	loop := loopContext(t)
+	ctx := context.Background()
+	srv := startPrivateRedis(t, "--appendonly", "no")
+	rdb := goredis.NewClient(&goredis.Options{Addr: srv.addr(), PoolSize: 8})
+	t.Cleanup(func() { _ = rdb.Close() })
+	s, err := New(ctx, rdb, Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	notes := make(chan store.Notification, 100)
+	defer s.Notifier().Subscribe(func(n store.Notification) { notes <- n })()
+	p := loopClaim("re")
+	_, err = s.Claim(loop, p)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		list, err := rdb.ClientList(ctx).Result()
+		return err == nil && strings.Contains(list, "cmd=blpop")
+	}, 10*time.Second, 10*time.Millisecond)
+	require.NoError(t, rdb.Do(ctx, "CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes").Err())
+	// The next claim advertises the producer again; inserts are handed to it once its waiter waits
+	// on a new connection (a job pushed meanwhile waits in its inbox).
+	_, err = s.Claim(loop, p)
+	require.NoError(t, err)
+	in := testJob("re")
+	_, err = s.Insert(ctx, []*store.InsertParams{in}) // the same store: its own subscribers hear nothing of it
+	require.NoError(t, err)
+	require.Equal(t, in.ID, handedTo(t, loop, s, p, notes).ID)
 }

@@ -264,8 +264,10 @@ func (s *Store) insertOne(ctx context.Context, p *store.InsertParams) ([]*store.
 	}
 	nowUS, _ := r[1].(int64)
 	// The script published the announcement to the other processes; this store's own subscribers
-	// get it here.
-	s.hub.Publish(note)
+	// get it here, unless the script handed the job to a waiting producer (handoff.go).
+	if len(r) < 6 {
+		s.hub.Publish(note)
+	}
 	return []*store.Job{newJobFromParams(p, time.UnixMicro(nowUS).UTC())}, nil
 }
 

@@ -511,7 +511,7 @@ return {'ok', t, dups, changed, cancels}
 // digits, see rank), the insert notification, then the job's field, value pairs. Returns
 // {"dup", id} or {"ok", now, {}, {}, {}} as scriptInsert does. When a producer waits for jobs of
 // this kind (an advertisement, see handoff.go), the job is claimed for it in this call and pushed
-// onto its inbox instead of being announced.
+// onto its inbox instead of being announced; the reply then has a sixth element, 1.
 var scriptInsertOne = newFunc("InsertOne", `
 local B, id, kind = KEYS[1], ARGV[1], ARGV[3]
 if redis.call('HSETNX', KEYS[2], id, ARGV[2]) == 0 then return {'dup', id} end
@@ -572,7 +572,7 @@ if handed then
   redis.call('RPUSH', ik, table.concat(parts))
   redis.call('PEXPIRE', ik, '60000')
   -- When the claim took another job, this one still needs a claimer.
-  if gid == id then return {'ok', tonumber(t), {}, {}, {}} end
+  if gid == id then return {'ok', tonumber(t), {}, {}, {}, 1} end
 end
 redis.call('SPUBLISH', string.match(B, '^(.-){') .. '{notify}', note)
 return {'ok', tonumber(t), {}, {}, {}}
