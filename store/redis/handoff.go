@@ -148,6 +148,13 @@ func (w *waiter) take(limit int) []*store.Job {
 	return out
 }
 
+// holding reports whether handed jobs are kept, not yet taken.
+func (w *waiter) holding() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.buf) > 0
+}
+
 // keep files handed jobs and wakes the store's subscribers (the producer claims, and gets them).
 func (w *waiter) keep(jobs []*store.Job) {
 	now := time.Now()
@@ -217,18 +224,22 @@ func (w *waiter) run(key string) {
 				w.expire(ctx)
 				free = 0
 			}
-			if free <= 0 {
-				break
-			}
-			jobs, err := s.claim(ctx, store.ClaimParams{Queue: w.queue, Kinds: w.params.Kinds, Limit: free,
-				WorkerID: w.params.WorkerID, LeaseDuration: w.params.LeaseDuration + handoffSlack}, w)
-			if err != nil || len(jobs) == 0 {
+			if free > 0 {
+				jobs, err := s.claim(ctx, store.ClaimParams{Queue: w.queue, Kinds: w.params.Kinds, Limit: free,
+					WorkerID: w.params.WorkerID, LeaseDuration: w.params.LeaseDuration + handoffSlack}, w)
 				if err != nil && ctx.Err() == nil {
 					s.logf("redis: hand-off: claim from %s: %v", w.queue, err)
 				}
+				if len(jobs) > 0 {
+					w.keep(jobs)
+					continue
+				}
+			}
+			// Jobs still held (the producer took fewer than were kept) are watched until taken or
+			// returned; then the inbox again.
+			if !w.holding() {
 				break
 			}
-			w.keep(jobs)
 		}
 	}
 }

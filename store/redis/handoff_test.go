@@ -401,3 +401,45 @@ func TestHandoffWaiterReconnects(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, in.ID, handedTo(t, loop, s, p, notes).ID)
 }
+
+// TestHandoffLeftoverReturns: jobs the waiter claimed again for the producer's free slots and that
+// the producer then does not all take go back to available, like a hand-off not taken.
+func TestHandoffLeftoverReturns(t *testing.T) {
+	t.Parallel()
+	loop := loopContext(t)
+	ctx := context.Background()
+	prefix := "prontotest:" + uuidv7.New() + ":"
+	a, b := storeWithPrefix(t, prefix), storeWithPrefix(t, prefix)
+	notes := make(chan store.Notification, 100)
+	defer a.Notifier().Subscribe(func(n store.Notification) { notes <- n })()
+	handed := func(n store.Notification) bool { return n.Kind == store.NotifyInsert && n.Queue == "left" && n.Nonce == 0 }
+
+	p := loopClaim("left")
+	p.Limit = 3
+	_, err := a.Claim(loop, p)
+	require.NoError(t, err)
+	first := testJob("left")
+	_, err = b.Insert(ctx, []*store.InsertParams{first})
+	require.NoError(t, err)
+	waitFor(t, notes, handed)
+	more := []*store.InsertParams{testJob("left"), testJob("left")}
+	_, err = b.Insert(ctx, more) // a batch: not handed, available
+	require.NoError(t, err)
+	jobs, err := a.Claim(loop, p)
+	require.NoError(t, err)
+	require.Len(t, jobs, 1)
+	require.Equal(t, first.ID, jobs[0].ID)
+	waitFor(t, notes, handed) // the waiter claimed the two others for the two slots left
+	p.Limit = 1
+	jobs, err = a.Claim(loop, p)
+	require.NoError(t, err)
+	require.Len(t, jobs, 1)
+	left := more[0].ID
+	if jobs[0].ID == left {
+		left = more[1].ID
+	}
+	require.Eventually(t, func() bool {
+		got, err := b.GetJob(ctx, left)
+		return err == nil && got.State == store.StateAvailable
+	}, 10*time.Second, 10*time.Millisecond)
+}
