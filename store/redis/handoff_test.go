@@ -412,7 +412,9 @@ func TestHandoffLeftoverReturns(t *testing.T) {
 	a, b := storeWithPrefix(t, prefix), storeWithPrefix(t, prefix)
 	notes := make(chan store.Notification, 100)
 	defer a.Notifier().Subscribe(func(n store.Notification) { notes <- n })()
-	handed := func(n store.Notification) bool { return n.Kind == store.NotifyInsert && n.Queue == "left" && n.Nonce == 0 }
+	handed := func(n store.Notification) bool {
+		return n.Kind == store.NotifyInsert && n.Queue == "left" && n.Nonce == 0
+	}
 
 	p := loopClaim("left")
 	p.Limit = 3
