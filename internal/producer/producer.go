@@ -36,6 +36,18 @@ type Config struct {
 	Logger       *slog.Logger
 }
 
+// loopKey marks the context of a producer's claims (see InLoop).
+type loopKey struct{}
+
+// InLoop reports whether ctx is that of a claim made by a producer's loop: one that claims again
+// as soon as it is woken (a notification for its queue) while it has free slots. A store may then
+// hand jobs to it directly (the Redis store does); other callers of Claim (remote fetches) may
+// never claim again.
+func InLoop(ctx context.Context) bool {
+	v, _ := ctx.Value(loopKey{}).(bool)
+	return v
+}
+
 // Producer is the claim loop of one queue. Its methods are safe for concurrent use.
 type Producer struct {
 	cfg Config
@@ -181,6 +193,7 @@ func (p *Producer) Done() <-chan struct{} { return p.done }
 // them.
 func (p *Producer) Run(ctx context.Context) {
 	defer close(p.done)
+	ctx = context.WithValue(ctx, loopKey{}, true)
 	p.mu.Lock()
 	p.runCtx = ctx
 	p.mu.Unlock()

@@ -14,6 +14,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/pronto-jobs/pronto/internal/producer"
 	"github.com/pronto-jobs/pronto/store"
 )
 
@@ -263,8 +264,10 @@ func (s *Store) insertOne(ctx context.Context, p *store.InsertParams) ([]*store.
 	}
 	nowUS, _ := r[1].(int64)
 	// The script published the announcement to the other processes; this store's own subscribers
-	// get it here.
-	s.hub.Publish(note)
+	// get it here, unless the script handed the job to a waiting producer (handoff.go).
+	if len(r) < 6 {
+		s.hub.Publish(note)
+	}
 	return []*store.Job{newJobFromParams(p, time.UnixMicro(nowUS).UTC())}, nil
 }
 
@@ -448,11 +451,23 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) ([]*store.Job, e
 	if p.Limit <= 0 {
 		return nil, nil
 	}
-	kinds := p.Kinds
-	if len(kinds) > 1 {
-		// A kind named twice would make its jobs candidates twice.
-		kinds = slices.Compact(slices.Sorted(slices.Values(kinds)))
+	var w *waiter
+	if len(p.WorkerIDs) == 0 && s.handoffOn() && producer.InLoop(ctx) {
+		p.Kinds = sortedKinds(p.Kinds)
+		if w = s.waiterFor(&p, p.Kinds); w != nil {
+			// Jobs handed to this producer by inserts (handoff.go): no round trip.
+			if jobs := w.take(p.Limit); len(jobs) > 0 {
+				return jobs, nil
+			}
+		}
 	}
+	return s.claim(ctx, p, w)
+}
+
+// claim runs the claim script; with w, it advertises w's producer as waiting when slots stay free
+// (handoff.go).
+func (s *Store) claim(ctx context.Context, p store.ClaimParams, w *waiter) ([]*store.Job, error) {
+	kinds := sortedKinds(p.Kinds)
 	args := make([]any, 0, 5+len(kinds)+p.Limit+len(p.WorkerIDs))
 	args = append(args, p.Limit, p.WorkerID, p.LeaseDuration.Microseconds(), len(kinds))
 	for _, k := range kinds {
@@ -464,6 +479,9 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) ([]*store.Job, e
 	args = append(args, boolFlag(!s.cluster())) // tenant weights and limits: a single node only
 	for _, w := range p.WorkerIDs {
 		args = append(args, w)
+	}
+	if w != nil {
+		args = append(args, w.adArgs()...)
 	}
 	res, err := scriptClaim.Run(ctx, s.rdb, s.keys(p.Queue), args...).Slice()
 	if err != nil {

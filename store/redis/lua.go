@@ -51,6 +51,7 @@ func library() (string, string) {
 		// KEYS, ARGV, B, G and decided are set by each function as it starts (see prelude).
 		b.WriteString("local KEYS, ARGV, B, G\n")
 		b.WriteString(preludeBody)
+		b.WriteString("\nlocal function claimjobs()\n" + claimBody + "\nend\n")
 		for _, f := range libFuncs {
 			b.WriteString("\nredis.register_function{function_name = 'pronto_@_" + f.name + "', flags = {'allow-cross-slot-keys'}, callback = function(keys, args)\n")
 			b.WriteString("KEYS, ARGV, B = keys, args, keys[1]\nG = string.match(B or '', '^(.-){') or B\ndecided = {}\n")

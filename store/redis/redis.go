@@ -17,6 +17,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	neturl "net/url"
 	"strconv"
 	"strings"
@@ -37,6 +38,11 @@ type Options struct {
 	// Prefix starts every key (default DefaultPrefix). Stores with different prefixes share a Redis
 	// without seeing each other's jobs. It must not contain '{' or '}' (they would move the hash tag).
 	Prefix string
+	// NoHandoff turns the hand-off off (see docs/redis.md, "Pickup"): every pickup is then a
+	// notification and a claim.
+	NoHandoff bool
+	// Logger receives the errors of the store's background work (default: discarded).
+	Logger *slog.Logger
 }
 
 // Store is a store.Store on Redis. Its methods are safe for concurrent use.
@@ -57,6 +63,15 @@ type Store struct {
 	cancel    context.CancelFunc
 	done      chan struct{}
 	closed    sync.Once
+
+	logger    *slog.Logger
+	noHandoff bool
+	// waiters are the producers' hand-offs (handoff.go), by queue, worker, lease and kinds.
+	waitersMu  sync.Mutex
+	waiters    map[string]*waiter
+	closing    bool
+	waitCtx    context.Context
+	waitCancel context.CancelFunc
 }
 
 // Compile-time check that Store implements store.Store.
@@ -138,12 +153,20 @@ func New(ctx context.Context, rdb goredis.UniversalClient, opts Options) (*Store
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		return nil, fmt.Errorf("redis: cannot reach the server: %w", err)
 	}
-	s := &Store{rdb: rdb, prefix: prefix, done: make(chan struct{}), sender: tokens(1)[0]}
+	s := &Store{rdb: rdb, prefix: prefix, done: make(chan struct{}), sender: tokens(1)[0], noHandoff: opts.NoHandoff,
+		logger: opts.Logger}
+	if s.logger == nil {
+		s.logger = slog.New(slog.DiscardHandler)
+	}
+	s.waitCtx, s.waitCancel = context.WithCancel(context.Background())
 	if err := s.startNotifier(ctx); err != nil {
 		return nil, err
 	}
 	return s, nil
 }
+
+// logf logs an error of the store's background work.
+func (s *Store) logf(format string, args ...any) { s.logger.Error(fmt.Sprintf(format, args...)) }
 
 // Client returns the go-redis client the store uses.
 func (s *Store) Client() goredis.UniversalClient { return s.rdb }
@@ -165,6 +188,9 @@ func (s *Store) Migrate(ctx context.Context) error {
 func (s *Store) Close() error {
 	var err error
 	s.closed.Do(func() {
+		stop, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		s.stopWaiters(stop)
+		cancel()
 		s.cancel()
 		err = s.ps.Close()
 		<-s.done

@@ -509,20 +509,72 @@ return {'ok', t, dups, changed, cancels}
 // and place's filing of such a job is spelled out (keep it in step with place). KEYS: the queue's
 // prefix, the id index, the queue registry. ARGV: id, queue, kind, the rank's priority part (10
 // digits, see rank), the insert notification, then the job's field, value pairs. Returns
-// {"dup", id} or {"ok", now, {}, {}, {}} as scriptInsert does.
+// {"dup", id} or {"ok", now, {}, {}, {}} as scriptInsert does. When a producer waits for jobs of
+// this kind (an advertisement, see handoff.go), the job is claimed for it in this call and pushed
+// onto its inbox instead of being announced; the reply then has a sixth element, 1.
 var scriptInsertOne = newFunc("InsertOne", `
 local B, id, kind = KEYS[1], ARGV[1], ARGV[3]
 if redis.call('HSETNX', KEYS[2], id, ARGV[2]) == 0 then return {'dup', id} end
 local tm = redis.call('TIME')
 -- Now in µs as text (seconds, then the microseconds padded to 6 digits), built without numbers.
 local t = tm[1] .. string.rep('0', 6 - #tm[2]) .. tm[2]
-redis.call('HSET', B .. 'j:' .. id, 'created', t, 'sched', t, unpack(ARGV, 6))
-redis.call('ZADD', B .. 'st:available', '0', id)
-redis.call('ZADD', B .. 'k:' .. kind .. '\n', '0', ARGV[4] .. string.rep('0', 16 - #t) .. t .. id)
-redis.call('SADD', B .. 'kinds', kind)
-redis.call('SADD', B .. 'ks:' .. kind, '')
 redis.call('SADD', KEYS[3], ARGV[2])
-redis.call('SPUBLISH', string.match(B, '^(.-){') .. '{notify}', ARGV[5])
+local note = ARGV[5]
+-- Hand-off (handoff.go): the first producer waiting with a free slot for this kind (its
+-- advertisement: the claim arguments to use for it) gets the job claimed for it here, pushed onto
+-- its inbox list, which it waits on (BLPOP); nothing is then published.
+local wk, ad, p = B .. 'wait', nil, nil
+if redis.call('EXISTS', wk) == 1 then
+  redis.call('ZREMRANGEBYSCORE', wk, '-inf', '(' .. t)
+  for _, cand in ipairs(redis.call('ZRANGE', wk, '0', '3')) do
+    local a = redis.call('LRANGE', B .. 'w:' .. cand, '0', '-1')
+    local nk = tonumber(a[4] or '-1')
+    local ok = nk == 0
+    for i = 5, 4 + nk do if a[i] == kind then ok = true end end
+    if ok then ad, p = a, cand break end
+  end
+end
+local handed = nil
+if ad and redis.call('EXISTS', B .. 'paused', B .. 'tring') == 0 and redis.call('ZCARD', B .. 'st:available') == 0 and
+  #redis.call('ZRANGEBYSCORE', B .. 'sched', '-inf', t, 'LIMIT', '0', '1') == 0 then
+  -- Nothing else is claimable (no available job, none due, no tenant turn, not paused), so the
+  -- claim would take this job: it is written active under the advertised claim at once, filed as
+  -- place files an active plain job (keep in step with place and the claim's activate).
+  local nk = tonumber(ad[4])
+  local lease = string.format('%d', tonumber(t) + tonumber(ad[3]))
+  local k = B .. 'j:' .. id
+  redis.call('HSET', k, 'created', t, 'sched', t, unpack(ARGV, 6))
+  redis.call('HSET', k, 'state', 'active', 'started', t, 'lease', lease, 'worker', ad[2], 'token', ad[5 + nk], 'attempt', '1')
+  redis.call('ZADD', B .. 'st:active', '0', id)
+  redis.call('ZADD', B .. 'lease', lease, id)
+  handed = redis.call('HGETALL', k)
+else
+  redis.call('HSET', B .. 'j:' .. id, 'created', t, 'sched', t, unpack(ARGV, 6))
+  redis.call('ZADD', B .. 'st:available', '0', id)
+  redis.call('ZADD', B .. 'k:' .. kind .. '\n', '0', ARGV[4] .. string.rep('0', 16 - #t) .. t .. id)
+  redis.call('SADD', B .. 'kinds', kind)
+  redis.call('SADD', B .. 'ks:' .. kind, '')
+  if ad then
+    -- Other jobs may come first: the claim decides.
+    ARGV = ad
+    handed = claimjobs()[1]
+  end
+end
+if handed then
+  redis.call('ZREM', wk, p)
+  redis.call('DEL', B .. 'w:' .. p)
+  local parts, gid = {}, nil
+  for i, v in ipairs(handed) do
+    parts[#parts + 1] = #v .. ':' .. v
+    if v == 'id' and i % 2 == 1 then gid = handed[i + 1] end
+  end
+  local ik = B .. 'in:' .. p
+  redis.call('RPUSH', ik, table.concat(parts))
+  redis.call('PEXPIRE', ik, '60000')
+  -- When the claim took another job, this one still needs a claimer.
+  if gid == id then return {'ok', tonumber(t), {}, {}, {}, 1} end
+end
+redis.call('SPUBLISH', string.match(B, '^(.-){') .. '{notify}', note)
 return {'ok', tonumber(t), {}, {}, {}}
 `)
 
@@ -535,6 +587,35 @@ return {'ok', tonumber(t), {}, {}, {}}
 // of the sources in claim order. A job whose rate key is exhausted is dropped or rescheduled as its
 // limit says, or, when the limit waits, its whole source is left alone for this claim.
 var scriptClaim = newFunc("Claim", `
+local out = claimjobs()
+-- An advertisement (see handoff.go) follows the flag when the claim is for one worker: a claim that
+-- leaves slots free (it took fewer than the limit) advertises its producer as waiting, with the
+-- claim arguments an insert uses to claim for it (limit 1, the hand-off's lease, a fresh token); a
+-- full claim withdraws it.
+local nk, limit = tonumber(ARGV[4]), tonumber(ARGV[1])
+local at = 6 + nk + limit
+if ARGV[at] == '\nad' then
+  local p, ttl = ARGV[at + 1], tonumber(ARGV[at + 2])
+  local w = B .. 'w:' .. p
+  redis.call('DEL', w)
+  if #out < limit then
+    local a = {'1', ARGV[2], ARGV[at + 3], ARGV[4]}
+    for i = 5, 4 + nk do a[#a + 1] = ARGV[i] end
+    a[#a + 1] = ARGV[at + 4]
+    a[#a + 1] = ARGV[5 + nk + limit]
+    redis.call('RPUSH', w, unpack(a))
+    redis.call('PEXPIRE', w, math.floor(ttl / 1000) + 1000)
+    redis.call('ZADD', B .. 'wait', now() + ttl, p)
+  else
+    redis.call('ZREM', B .. 'wait', p)
+  end
+end
+return out
+`)
+
+// claimBody is the claim (scriptClaim's ARGV), a function of the library's prelude (claimjobs), so
+// that the single insert can run it for a waiting producer (see handoff.go).
+const claimBody = `
 if redis.call('EXISTS', B .. 'paused') == 1 then return {} end
 local t = now()
 local limit = tonumber(ARGV[1])
@@ -545,7 +626,7 @@ local nk = tonumber(ARGV[4])
 -- limits.
 local global = ARGV[5 + nk + limit] == '1'
 -- perworker: the claim is for several workers, one worker id per slot after the flag.
-local perworker = #ARGV > 5 + nk + limit
+local perworker = #ARGV > 5 + nk + limit and ARGV[6 + nk + limit] ~= '\nad'
 -- At most 1000 per claim, earliest due first, so one call stays short whatever the
 -- backlog; Promote (the maintenance pass) moves the rest.
 for _, id in ipairs(redis.call('ZRANGEBYSCORE', B .. 'sched', '-inf', s(t), 'LIMIT', '0', '1000')) do
@@ -715,7 +796,7 @@ end
 if not fair or redis.call('EXISTS', ring) == 0 then claimplain(limit) end
 settle(t)
 return out
-`)
+`
 
 // scriptFinish applies completions to jobs of one queue still active in the same attempt (and
 // under the same claim token, when given). ARGV: n, then per completion 8 values: id, attempt,

@@ -1,0 +1,393 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/pronto-jobs/pronto/store"
+)
+
+// Hand-off: pickup in one hop on a single node.
+//
+// A claim for one worker that leaves slots free (it took fewer jobs than its limit) advertises its
+// producer as waiting: the queue's sorted set B.."wait" gets the waiter's id, scored by when the
+// advertisement lapses, and the list B.."w:"..id the claim arguments to use for it (limit 1, the
+// worker, the lease plus handoffSlack, the kinds, a fresh claim token, the global flag). A full
+// claim withdraws it. The single insert (scriptInsertOne) then runs the claim itself for the
+// earliest-lapsing waiter, in the same script, and pushes the claimed job onto the waiter's inbox
+// list B.."in:"..id; when that claim took the inserted job the insert publishes nothing. A
+// goroutine per waiter blocks on the inbox (BLPOP on a connection of its own), keeps the job and
+// wakes the store's subscribers, whose producer's next Claim returns it without a round trip.
+//
+// The claim in the insert is the Claim script (claimjobs), so the same rules decide what is claimed
+// (kinds, priority, paused queues, rate limits, tenant turns and limits) and the job is active under
+// a lease and a claim token like any claimed job. A process that dies holding a handed job (in its
+// inbox or its buffer) loses it as it loses any claimed job: the rescuer takes it back when its
+// lease ends. An advertisement lapses adTTL after the claim that wrote it (the producers' poll
+// rewrites it well before), so a dead process is handed jobs for at most that long.
+//
+// The client reckons a job's lease from when its Claim call began, which for a handed job is after
+// the lease began in Redis: the hand-off's lease is longer by handoffSlack, and a handed job not
+// taken by a Claim within serveWithin (its producer is busy or stopped) is returned to available
+// (the attempt refunded) instead of being served late; its advertisement is withdrawn with it.
+const (
+	adTTL        = 10 * time.Second
+	handoffSlack = 250 * time.Millisecond
+	serveWithin  = 100 * time.Millisecond
+	// waitBlock is the longest one BLPOP blocks; the waiter then checks whether the store is closing.
+	waitBlock = 5 * time.Second
+)
+
+// adMarker starts the advertisement arguments of a claim (after the global flag). A worker id
+// cannot start with a newline, so it does not read as ClaimParams.WorkerIDs.
+const adMarker = "\nad"
+
+// stopMarker is pushed onto an inbox to end its waiter's BLPOP when the store closes.
+const stopMarker = "stop"
+
+// waiter is one producer's hand-off: a queue, worker, lease and kinds as its claims give them.
+type waiter struct {
+	s      *Store
+	queue  string
+	id     string
+	params store.ClaimParams // Limit unset; Kinds sorted
+
+	mu  sync.Mutex
+	buf []handedJob
+	// taken carries the free slots left after a Claim took handed jobs (buffered 1, latest wins).
+	taken chan int
+	done  chan struct{}
+	// used is when a claim last went through this waiter (UnixNano): a waiter no claim used for
+	// adTTL retires, its producer gone.
+	used atomic.Int64
+}
+
+type handedJob struct {
+	job *store.Job
+	at  time.Time
+}
+
+// handoffOn reports whether the store hands jobs off: on a single node (the single insert is a
+// single-node script) reached through a *redis.Client, whose connections can be dedicated.
+func (s *Store) handoffOn() bool {
+	_, ok := s.rdb.(*goredis.Client)
+	return ok && !s.noHandoff
+}
+
+// waiterFor returns the waiter of a claim for one worker, starting it on first use.
+func (s *Store) waiterFor(p *store.ClaimParams, kinds []string) *waiter {
+	key := p.Queue + "\x00" + p.WorkerID + "\x00" + strconv.FormatInt(int64(p.LeaseDuration), 10) + "\x00" + strings.Join(kinds, "\x00")
+	s.waitersMu.Lock()
+	defer s.waitersMu.Unlock()
+	if s.closing {
+		return nil
+	}
+	if w := s.waiters[key]; w != nil {
+		w.used.Store(time.Now().UnixNano())
+		return w
+	}
+	// Each waiter holds a connection of the pool while it waits: at most a quarter of them.
+	if len(s.waiters) >= s.rdb.(*goredis.Client).Options().PoolSize/4 {
+		return nil
+	}
+	if s.waiters == nil {
+		s.waiters = make(map[string]*waiter)
+	}
+	w := &waiter{s: s, queue: p.Queue, id: tokens(1)[0],
+		params: store.ClaimParams{Queue: p.Queue, Kinds: kinds, WorkerID: p.WorkerID, LeaseDuration: p.LeaseDuration},
+		taken:  make(chan int, 1), done: make(chan struct{})}
+	w.used.Store(time.Now().UnixNano())
+	s.waiters[key] = w
+	go w.run(key)
+	return w
+}
+
+// adArgs are the advertisement arguments of a claim by w's producer.
+func (w *waiter) adArgs() []any {
+	return []any{adMarker, w.id, adTTL.Microseconds(), (w.params.LeaseDuration + handoffSlack).Microseconds(), tokens(1)[0]}
+}
+
+func (w *waiter) inbox() string { return w.s.qkey(w.queue) + "in:" + w.id }
+
+// take returns up to limit handed jobs kept less than serveWithin, and tells the waiter how many
+// slots the producer has left.
+func (w *waiter) take(limit int) []*store.Job {
+	w.mu.Lock()
+	if len(w.buf) == 0 {
+		w.mu.Unlock()
+		return nil
+	}
+	var out []*store.Job
+	kept := w.buf[:0]
+	for _, h := range w.buf {
+		if len(out) < limit && time.Since(h.at) < serveWithin {
+			out = append(out, h.job)
+		} else {
+			kept = append(kept, h)
+		}
+	}
+	clear(w.buf[len(kept):])
+	w.buf = kept
+	w.mu.Unlock()
+	if len(out) > 0 {
+		select {
+		case <-w.taken:
+		default:
+		}
+		w.taken <- limit - len(out)
+	}
+	return out
+}
+
+// holding reports whether handed jobs are kept, not yet taken.
+func (w *waiter) holding() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.buf) > 0
+}
+
+// keep files handed jobs and wakes the store's subscribers (the producer claims, and gets them).
+func (w *waiter) keep(jobs []*store.Job) {
+	now := time.Now()
+	w.mu.Lock()
+	for _, j := range jobs {
+		w.buf = append(w.buf, handedJob{job: j, at: now})
+	}
+	w.mu.Unlock()
+	w.s.hub.Publish(store.Notification{Kind: store.NotifyInsert, Queue: w.queue})
+}
+
+// run waits on the inbox until the store closes. After a hand-off it waits for the producer to take
+// the job, then claims again for the slots the producer has left (which advertises it again when
+// they stay free), or, when the job is not taken within serveWithin, returns it.
+func (w *waiter) run(key string) {
+	defer close(w.done)
+	s := w.s
+	ctx := s.waitCtx
+	conn := s.rdb.(*goredis.Client).Conn()
+	defer func() { _ = conn.Close() }()
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	for ctx.Err() == nil {
+		r, err := conn.BLPop(ctx, waitBlock, w.inbox()).Result()
+		if err != nil {
+			if errors.Is(err, goredis.Nil) {
+				if time.Since(time.Unix(0, w.used.Load())) > adTTL && w.retire(key) {
+					return
+				}
+				continue
+			}
+			if ctx.Err() != nil {
+				return
+			}
+			s.logf("redis: hand-off: wait on %s: %v", w.queue, err)
+			// A connection of its own stays broken once broken (go-redis does not reconnect it):
+			// take a new one.
+			_ = conn.Close()
+			conn = s.rdb.(*goredis.Client).Conn()
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+			continue
+		}
+		if r[1] == stopMarker {
+			continue
+		}
+		job, err := decodeHanded(r[1])
+		if err != nil {
+			s.logf("redis: hand-off: %v", err)
+			continue
+		}
+		s.remember([]*store.Job{job})
+		w.keep([]*store.Job{job})
+		for {
+			timer.Reset(serveWithin)
+			var free int
+			select {
+			case <-ctx.Done():
+				timer.Stop()
+				return
+			case free = <-w.taken:
+				timer.Stop()
+			case <-timer.C:
+				w.expire(ctx)
+				free = 0
+			}
+			if free > 0 {
+				jobs, err := s.claim(ctx, store.ClaimParams{Queue: w.queue, Kinds: w.params.Kinds, Limit: free,
+					WorkerID: w.params.WorkerID, LeaseDuration: w.params.LeaseDuration + handoffSlack}, w)
+				if err != nil && ctx.Err() == nil {
+					s.logf("redis: hand-off: claim from %s: %v", w.queue, err)
+				}
+				if len(jobs) > 0 {
+					w.keep(jobs)
+					continue
+				}
+			}
+			// Jobs still held (the producer took fewer than were kept) are watched until taken or
+			// returned; then the inbox again.
+			if !w.holding() {
+				break
+			}
+		}
+	}
+}
+
+// expire returns the handed jobs the producer did not take within serveWithin to available, and
+// withdraws the advertisement: the producer is busy or gone, and the next claim that leaves a slot
+// free advertises it again.
+func (w *waiter) expire(ctx context.Context) {
+	w.mu.Lock()
+	var stale []*store.Job
+	kept := w.buf[:0]
+	for _, h := range w.buf {
+		if time.Since(h.at) >= serveWithin {
+			stale = append(stale, h.job)
+		} else {
+			kept = append(kept, h)
+		}
+	}
+	clear(w.buf[len(kept):])
+	w.buf = kept
+	w.mu.Unlock()
+	if err := w.s.rdb.ZRem(ctx, w.s.qkey(w.queue)+"wait", w.id).Err(); err != nil && ctx.Err() == nil {
+		w.s.logf("redis: hand-off: withdraw from %s: %v", w.queue, err)
+	}
+	w.s.release(ctx, w.queue, stale)
+}
+
+// release returns claimed jobs that no worker ran to available, refunding the attempt, and
+// announces their queue.
+func (s *Store) release(ctx context.Context, queue string, jobs []*store.Job) {
+	if len(jobs) == 0 {
+		return
+	}
+	cs := make([]store.Completion, len(jobs))
+	for i, j := range jobs {
+		cs[i] = store.Completion{ID: j.ID, Attempt: j.Attempt, Token: j.ClaimToken, State: store.StateAvailable, RefundAttempt: true}
+	}
+	if _, err := s.Finish(ctx, cs); err != nil {
+		s.logf("redis: hand-off: return %d jobs of %s: %v", len(jobs), queue, err)
+		return
+	}
+	if err := s.publish(ctx, []store.Notification{{Kind: store.NotifyInsert, Queue: queue}}); err != nil {
+		s.logf("redis: hand-off: announce %s: %v", queue, err)
+	}
+}
+
+// stopWaiters ends the waiters, withdraws their advertisements, and returns the jobs handed to them
+// and not taken (kept, or still in their inboxes) to available.
+func (s *Store) stopWaiters(ctx context.Context) {
+	s.waitersMu.Lock()
+	s.closing = true
+	ws := make([]*waiter, 0, len(s.waiters))
+	for _, w := range s.waiters {
+		ws = append(ws, w)
+	}
+	s.waitersMu.Unlock()
+	s.waitCancel()
+	for _, w := range ws {
+		// Ends a BLPOP that the cancellation does not interrupt.
+		_ = s.rdb.RPush(ctx, w.inbox(), stopMarker).Err()
+	}
+	for _, w := range ws {
+		<-w.done
+		w.cleanup(ctx)
+	}
+}
+
+// retire ends an unused waiter (see waiter.used) unless a claim took it meanwhile.
+func (w *waiter) retire(key string) bool {
+	s := w.s
+	s.waitersMu.Lock()
+	if s.closing || time.Since(time.Unix(0, w.used.Load())) <= adTTL {
+		s.waitersMu.Unlock()
+		return false
+	}
+	delete(s.waiters, key)
+	s.waitersMu.Unlock()
+	// Claims that found the waiter before it left the map may still take its jobs: cleanup returns
+	// what is left.
+	w.cleanup(s.waitCtx)
+	return true
+}
+
+// cleanup withdraws the waiter's advertisement and returns the jobs handed to it and not taken
+// (kept, or still in its inbox) to available.
+func (w *waiter) cleanup(ctx context.Context) {
+	s := w.s
+	var left []*store.Job
+	w.mu.Lock()
+	for _, h := range w.buf {
+		left = append(left, h.job)
+	}
+	w.buf = nil
+	w.mu.Unlock()
+	b := s.qkey(w.queue)
+	var rest *goredis.StringSliceCmd
+	_, err := s.rdb.TxPipelined(ctx, func(p goredis.Pipeliner) error {
+		p.ZRem(ctx, b+"wait", w.id)
+		p.Del(ctx, b+"w:"+w.id)
+		rest = p.LRange(ctx, w.inbox(), 0, -1)
+		p.Del(ctx, w.inbox())
+		return nil
+	})
+	if err != nil {
+		s.logf("redis: hand-off: withdraw from %s: %v", w.queue, err)
+		return
+	}
+	for _, v := range rest.Val() {
+		if v == stopMarker {
+			continue
+		}
+		if j, err := decodeHanded(v); err == nil {
+			left = append(left, j)
+		}
+	}
+	s.release(ctx, w.queue, left)
+}
+
+// decodeHanded reads a handed job: its hash's fields and values, each as <length>:<bytes>.
+func decodeHanded(v string) (*store.Job, error) {
+	var flat []any
+	for len(v) > 0 {
+		i := strings.IndexByte(v, ':')
+		if i < 0 {
+			return nil, fmt.Errorf("redis: hand-off: malformed job")
+		}
+		n, err := strconv.Atoi(v[:i])
+		if err != nil || n < 0 || i+1+n > len(v) {
+			return nil, fmt.Errorf("redis: hand-off: malformed job")
+		}
+		flat = append(flat, v[i+1:i+1+n])
+		v = v[i+1+n:]
+	}
+	j, err := decodeFlat(flat)
+	if err != nil {
+		return nil, err
+	}
+	if j == nil {
+		return nil, fmt.Errorf("redis: hand-off: job without id")
+	}
+	return j, nil
+}
+
+// sortedKinds returns kinds sorted without duplicates (a kind named twice would make its jobs
+// candidates twice).
+func sortedKinds(kinds []string) []string {
+	if len(kinds) > 1 {
+		return slices.Compact(slices.Sorted(slices.Values(kinds)))
+	}
+	return kinds
+}
