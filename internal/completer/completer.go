@@ -115,6 +115,8 @@ type Completer struct {
 	lingering bool
 	full      chan struct{} // buffered(1)
 	done      chan struct{}
+
+	cs []store.Completion // write's buffer, owned by Run
 }
 
 // New returns a completer; Run starts it.
@@ -264,10 +266,16 @@ func (c *Completer) Run(ctx context.Context) {
 
 // write applies one batch, retrying with backoff while the store fails and ctx is live.
 func (c *Completer) write(ctx context.Context, batch []Item) {
-	cs := make([]store.Completion, len(batch))
-	for i, it := range batch {
-		cs[i] = it.Completion
+	// Only Run writes, one batch at a time, so the completions' buffer is reused: a Completion is
+	// large, and a fresh slice per batch was much of a drain's garbage.
+	cs := c.cs[:0]
+	for i := range batch {
+		cs = append(cs, batch[i].Completion)
 	}
+	defer func() {
+		clear(cs) // drop the results and errors it points to
+		c.cs = cs[:0]
+	}()
 	backoff := 50 * time.Millisecond
 	for {
 		res, err := c.cfg.Finish(ctx, cs)
