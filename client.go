@@ -83,6 +83,7 @@ type Client struct {
 	produceCancel   context.CancelFunc
 	workCtx         context.Context
 	workCancel      context.CancelCauseFunc
+	workBase        context.Context // workCtx's parent, never cancelled: the runs' contexts derive from it
 	serviceCtx      context.Context
 	serviceCancel   context.CancelFunc
 	completerCtx    context.Context
@@ -107,14 +108,48 @@ type Client struct {
 type runningJob struct {
 	key string // runKey(row)
 	row *JobRow
-	// returned is closed when the worker has returned: a newer run of the same job in this client
-	// starts only then, so that two runs of one job never overlap in one process.
+	// returned, made under runMu only when a newer run of the same job must wait for this one (rare),
+	// is closed when the worker has returned: a newer run of the same job in this client starts only
+	// then, so that two runs of one job never overlap in one process.
 	returned chan struct{}
 	cancel   context.CancelCauseFunc // nil once the worker returned
 	// leaseUntil is the client's conservative reckoning of when the job's lease ends: the start of the
 	// claim (or of the last heartbeat that extended it) plus LeaseDuration. Only the heartbeat loop
 	// reads and writes it after execute, under runMu.
 	leaseUntil time.Time
+
+	// The run's Work-call state and context, and its outcome on its way to the store, live in the one
+	// allocation a run makes (see execute), rather than in a holder, a context value and a callback
+	// closure of their own: a drain of short jobs spends much of its CPU on allocating and collecting.
+	holder resultHolder
+	jctx   jobCtx
+	out    pendingOutcome
+}
+
+// jobCtx is a job's context: the run's cancellable context, answering resultKey with the run's
+// holder itself (as context.WithValue would, without its allocation).
+type jobCtx struct {
+	context.Context
+	h *resultHolder
+}
+
+// Value returns the run's holder for resultKey and defers to the run's context for other keys.
+func (c *jobCtx) Value(key any) any {
+	if _, ok := key.(resultKey); ok {
+		return c.h
+	}
+	return c.Context.Value(key)
+}
+
+// pendingOutcome is what a run's Finished callback needs of its outcome once it is written.
+type pendingOutcome struct {
+	comp         store.Completion
+	kind         EventKind
+	err          error
+	dur          time.Duration
+	now          time.Time
+	progressed   bool
+	progressData json.RawMessage
 }
 
 // NewClient returns a client over s. A nil cfg means an insert-only client with defaults.
@@ -197,6 +232,7 @@ func (c *Client) Start(ctx context.Context) error {
 	var produceCtx context.Context
 	produceCtx, c.produceCancel = context.WithCancel(base)
 	c.workCtx, c.workCancel = context.WithCancelCause(base)
+	c.workBase = base
 	c.serviceCtx, c.serviceCancel = context.WithCancel(base)
 	c.completerCtx, c.completerCancel = context.WithCancel(base)
 
@@ -334,7 +370,7 @@ func (c *Client) stop(ctx context.Context) error {
 	case <-jobsDone:
 	case <-ctx.Done():
 		result = ctx.Err()
-		c.workCancel(ErrShutdown)
+		c.cancelWork(ErrShutdown)
 		// Workers that honour their context return at once; give them a moment.
 		select {
 		case <-jobsDone:
@@ -360,7 +396,7 @@ func (c *Client) stop(ctx context.Context) error {
 	}
 	c.servicesWG.Wait()
 	c.completerCancel()
-	c.workCancel(ErrShutdown)
+	c.cancelWork(ErrShutdown)
 	c.cfg.Logger.Info("pronto: client stopped", "client", c.cfg.ID)
 	return result
 }
@@ -666,8 +702,14 @@ func (c *Client) workerPool(tasks <-chan jobTask) {
 // leaseUntil is the client's reckoning of the end of the job's lease.
 func (c *Client) execute(row *store.Job, release func(), leaseUntil time.Time) {
 	c.jobsWG.Add(1)
-	ctx, cancel := context.WithCancelCause(c.workCtx)
-	rj := &runningJob{key: runKey(row), row: row, cancel: cancel, leaseUntil: leaseUntil, returned: make(chan struct{})}
+	// The run's context derives from workBase, which is never cancelled, so that it is not one more
+	// child in a context shared by every run (a lock and a map entry per run); shutdown cancels the
+	// runs through c.running instead (cancelWork), and a run registered after that finds workCtx
+	// cancelled below.
+	ctx, cancel := context.WithCancelCause(c.workBase)
+	rj := &runningJob{key: runKey(row), row: row, cancel: cancel, leaseUntil: leaseUntil}
+	rj.holder = resultHolder{client: c, run: rj}
+	rj.jctx = jobCtx{Context: ctx, h: &rj.holder}
 	c.runMu.Lock()
 	var superseded context.CancelCauseFunc
 	var after <-chan struct{}
@@ -675,17 +717,40 @@ func (c *Client) execute(row *store.Job, release func(), leaseUntil time.Time) {
 		// The store gave this client the job again while a run of it goes on here: that run's lease
 		// lapsed and the rescuer took the job back. It must stop, its outcome is not recorded, and
 		// the new run waits for it to return.
+		if old.returned == nil {
+			old.returned = make(chan struct{})
+		}
 		superseded, after = old.cancel, old.returned
 	}
 	c.running[rj.key] = rj
 	c.latest[row.ID] = rj
 	c.runMu.Unlock()
+	if c.workCtx.Err() != nil {
+		cancel(context.Cause(c.workCtx)) // registered after cancelWork's sweep
+	}
 	if superseded != nil {
 		c.cfg.Logger.Warn("pronto: a job was claimed again while an earlier run of it still ran here; stopping that run",
 			jobAttrs(row)...)
 		superseded(ErrJobLost)
 	}
 	c.pools[row.Queue] <- jobTask{run: rj, row: row, ctx: ctx, cancel: cancel, release: release, after: after}
+}
+
+// cancelWork cancels workCtx and every run's context with cause. A run that execute registers after
+// the sweep finds workCtx cancelled.
+func (c *Client) cancelWork(cause error) {
+	c.workCancel(cause)
+	c.runMu.Lock()
+	cancels := make([]context.CancelCauseFunc, 0, len(c.running))
+	for _, rj := range c.running {
+		if rj.cancel != nil {
+			cancels = append(cancels, rj.cancel)
+		}
+	}
+	c.runMu.Unlock()
+	for _, cancel := range cancels {
+		cancel(cause)
+	}
 }
 
 // runKey identifies one run of a job: its claim token, which every claim draws anew, or, from a
@@ -701,8 +766,8 @@ func runKey(row *JobRow) string {
 func (c *Client) run(t jobTask) {
 	row, ctx, cancel, release := t.row, t.ctx, t.cancel, t.release
 	defer c.jobsWG.Done()
-	holder := &resultHolder{client: c, run: t.run}
-	jobCtx := context.WithValue(ctx, resultKey{}, holder)
+	holder := &t.run.holder
+	var jobCtx context.Context = &t.run.jctx
 	timeout := row.Timeout
 	if timeout == 0 {
 		timeout = c.cfg.JobTimeout
@@ -733,8 +798,10 @@ func (c *Client) run(t jobTask) {
 	stopTimeout()
 	c.runMu.Lock()
 	t.run.cancel = nil
+	if t.run.returned != nil {
+		close(t.run.returned)
+	}
 	c.runMu.Unlock()
-	close(t.run.returned)
 	cancel(nil)
 	release()
 	holder.mu.Lock()
@@ -769,6 +836,9 @@ func (c *Client) runWorker(ctx context.Context, row *JobRow) (err error) {
 	if entry == nil {
 		// Only kinds with workers are claimed, so this needs a registry changed under our feet.
 		return Discard(fmt.Errorf("no worker registered for kind %q on client %s", row.Kind, c.cfg.ID))
+	}
+	if len(c.work) == 0 {
+		return entry.run(ctx, row)
 	}
 	next := func(ctx context.Context) error { return entry.run(ctx, row) }
 	for i := len(c.work) - 1; i >= 0; i-- {
@@ -808,15 +878,29 @@ func (c *Client) recordOutcome(rj *runningJob, err error, result json.RawMessage
 
 	comp := store.Completion{ID: row.ID, Attempt: row.Attempt, Token: row.ClaimToken}
 	var kind EventKind
-	var snooze *SnoozeError
-	var cancelErr *CancelError
-	var discard *DiscardError
 	switch {
 	case err == nil:
 		comp.State, comp.Result, kind = store.StateCompleted, result, EventCompleted
 	case errors.Is(cause, ErrShutdown) && !timedOut:
 		// Interrupted by shutdown: back to available at once, the attempt refunded.
 		comp.State, comp.RefundAttempt = store.StateAvailable, true
+	default:
+		kind, err = c.failedOutcome(row, err, &comp, timedOut, dur, now)
+	}
+	rj.out = pendingOutcome{comp: comp, kind: kind, err: err, dur: dur, now: now, progressed: progressed, progressData: progressData}
+	// The run itself is the callback: no closure per outcome.
+	c.completer.Add(completer.Item{Completion: comp, Callback: rj})
+}
+
+// failedOutcome fills in comp for an attempt that returned err, and returns the event kind to emit and
+// the error as recorded. It is apart from recordOutcome so that a successful attempt does not pay for
+// the errors.As targets, which escape to the heap.
+func (c *Client) failedOutcome(row *JobRow, err error, comp *store.Completion, timedOut bool, dur time.Duration, now time.Time) (EventKind, error) {
+	var kind EventKind
+	var snooze *SnoozeError
+	var cancelErr *CancelError
+	var discard *DiscardError
+	switch {
 	case errors.As(err, &snooze):
 		comp.State, comp.RefundAttempt, kind = store.StateScheduled, true, EventSnoozed
 		comp.ScheduledAt = now.Add(snooze.Duration)
@@ -852,48 +936,54 @@ func (c *Client) recordOutcome(rj *runningJob, err error, result json.RawMessage
 		}
 		comp.Error = ae
 	}
-	c.completer.Add(completer.Item{Completion: comp, Done: func(applied bool, werr error) {
-		c.forget(rj)
-		if werr != nil || !applied {
-			if werr != nil {
-				c.cfg.Logger.Warn("pronto: outcome not written; the job will be rescued", jobAttrs(row, "err", werr)...)
-			}
-			return
+	return kind, err
+}
+
+// Finished is the completer's callback for the run's outcome (rj.out): applied reports whether the
+// store took it, werr why it could not be written.
+func (rj *runningJob) Finished(applied bool, werr error) {
+	c, row, o := rj.holder.client, rj.row, &rj.out
+	c.forget(rj)
+	if werr != nil || !applied {
+		if werr != nil {
+			c.cfg.Logger.Warn("pronto: outcome not written; the job will be rescued", jobAttrs(row, "err", werr)...)
 		}
-		if c.cfg.Logger.Enabled(context.Background(), slog.LevelDebug) {
-			c.cfg.Logger.Debug("pronto: attempt ended", jobAttrs(row, "state", comp.State, "duration", dur, "err", err)...)
+		return
+	}
+	comp := &o.comp
+	if c.cfg.Logger.Enabled(context.Background(), slog.LevelDebug) {
+		c.cfg.Logger.Debug("pronto: attempt ended", jobAttrs(row, "state", comp.State, "duration", o.dur, "err", o.err)...)
+	}
+	if comp.State == store.StateRetryable || comp.State == store.StateScheduled {
+		if p := c.producers[row.Queue]; p != nil {
+			p.WakeAt(comp.ScheduledAt)
 		}
-		if comp.State == store.StateRetryable || comp.State == store.StateScheduled {
-			if p := c.producers[row.Queue]; p != nil {
-				p.WakeAt(comp.ScheduledAt)
-			}
-		}
-		if kind == "" || !c.events.active() {
-			return
-		}
-		out := *row
-		out.State = comp.State
-		out.Result = comp.Result
-		out.WorkerID = ""
-		if comp.Error != nil {
-			ae := *comp.Error
-			ae.StartedAt = row.StartedAt // as the store records it
-			out.Errors = append(slices.Clone(row.Errors), ae)
-		}
-		if comp.RefundAttempt {
-			out.MaxAttempts++
-		}
-		if !comp.ScheduledAt.IsZero() {
-			out.ScheduledAt = comp.ScheduledAt
-		}
-		if comp.State.Terminal() {
-			out.CompletedAt = now
-		}
-		c.events.emit(&Event{Kind: kind, Job: &out, Err: err, Duration: dur, At: now})
-		if kind == EventCompleted && progressed {
-			c.emitProgressCompleted(&out, progressData, dur, now)
-		}
-	}})
+	}
+	if o.kind == "" || !c.events.active() {
+		return
+	}
+	out := *row
+	out.State = comp.State
+	out.Result = comp.Result
+	out.WorkerID = ""
+	if comp.Error != nil {
+		ae := *comp.Error
+		ae.StartedAt = row.StartedAt // as the store records it
+		out.Errors = append(slices.Clone(row.Errors), ae)
+	}
+	if comp.RefundAttempt {
+		out.MaxAttempts++
+	}
+	if !comp.ScheduledAt.IsZero() {
+		out.ScheduledAt = comp.ScheduledAt
+	}
+	if comp.State.Terminal() {
+		out.CompletedAt = o.now
+	}
+	c.events.emit(&Event{Kind: o.kind, Job: &out, Err: o.err, Duration: o.dur, At: o.now})
+	if o.kind == EventCompleted && o.progressed {
+		c.emitProgressCompleted(&out, o.progressData, o.dur, o.now)
+	}
 }
 
 // forget drops a run whose outcome is settled (written, refused, or not to be recorded).

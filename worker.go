@@ -97,6 +97,16 @@ func encodeArgs(args JobArgs) (json.RawMessage, error) {
 
 // decodeArgs reads the one element of an OJS args array into a T, in one decoding pass.
 func decodeArgs[T any](raw json.RawMessage, dst *T) error {
+	// The usual case, "[" value "]", decodes the value straight into dst, without a slice to
+	// hold it. Anything else (or a value that does not decode) takes the full path below, which
+	// says what is wrong.
+	if n := len(raw); n >= 2 && raw[0] == '[' && raw[n-1] == ']' {
+		if json.Unmarshal(raw[1:n-1], dst) == nil {
+			return nil
+		}
+		var zero T
+		*dst = zero // a value that failed part-way may have filled some fields
+	}
 	var elems []T
 	if err := json.Unmarshal(raw, &elems); err != nil {
 		return fmt.Errorf("args are not a JSON array of one %T: %w", *dst, err)

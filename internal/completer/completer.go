@@ -65,6 +65,24 @@ type Item struct {
 	// Done, if set, is called after the batch holding the item is written (applied reports whether the
 	// job was still active with that attempt), or with err when the client stopped before it could be.
 	Done func(applied bool, err error)
+	// Callback, if set, is told the same as Done (both are called when both are set). It lets a
+	// caller pass an object it already has instead of a closure made per outcome.
+	Callback Finisher
+}
+
+// Finisher is told the fate of an Item's outcome, as Item.Done is.
+type Finisher interface {
+	Finished(applied bool, err error)
+}
+
+// done tells the item's callbacks its outcome's fate.
+func (it *Item) done(applied bool, err error) {
+	if it.Done != nil {
+		it.Done(applied, err)
+	}
+	if it.Callback != nil {
+		it.Callback.Finished(applied, err)
+	}
 }
 
 // Config configures a Completer.
@@ -97,6 +115,8 @@ type Completer struct {
 	lingering bool
 	full      chan struct{} // buffered(1)
 	done      chan struct{}
+
+	cs []store.Completion // write's buffer, owned by Run
 }
 
 // New returns a completer; Run starts it.
@@ -140,9 +160,7 @@ func (c *Completer) Add(it Item) {
 	}
 	if c.exited || (c.closed && !waited) {
 		c.mu.Unlock()
-		if it.Done != nil {
-			it.Done(false, context.Canceled)
-		}
+		it.done(false, context.Canceled)
 		return
 	}
 	c.pending = append(c.pending, it)
@@ -188,6 +206,7 @@ func (c *Completer) Run(ctx context.Context) {
 	linger := time.NewTimer(time.Hour)
 	linger.Stop()
 	defer linger.Stop()
+	var spare []Item // a buffer for the next batch or queue, owned by Run
 	for {
 		c.mu.Lock()
 		// After Close, Adds that were waiting for room still come in: wait for them too.
@@ -200,10 +219,8 @@ func (c *Completer) Run(ctx context.Context) {
 			c.closed, c.exited = true, true
 			c.mu.Unlock()
 			c.space.Broadcast()
-			for _, it := range left {
-				if it.Done != nil {
-					it.Done(false, context.Cause(ctx))
-				}
+			for i := range left {
+				left[i].done(false, context.Cause(ctx))
 			}
 			return
 		}
@@ -230,42 +247,64 @@ func (c *Completer) Run(ctx context.Context) {
 				continue // report what is left as not written
 			}
 		}
-		n := min(len(c.pending), c.cfg.MaxBatchSize)
-		batch := make([]Item, n)
-		copy(batch, c.pending[:n])
-		c.pending = append(c.pending[:0], c.pending[n:]...)
+		var batch []Item
+		if n := len(c.pending); n <= c.cfg.MaxBatchSize {
+			// The common case: the whole queue is the batch. The queue takes the spare buffer, so
+			// no batch is copied, nor a buffer allocated per batch.
+			batch, c.pending = c.pending, spare[:0]
+		} else {
+			batch = append(spare[:0], c.pending[:c.cfg.MaxBatchSize]...)
+			c.pending = append(c.pending[:0], c.pending[c.cfg.MaxBatchSize:]...)
+		}
 		c.mu.Unlock()
 		c.space.Broadcast()
 		c.write(ctx, batch)
+		clear(batch) // drop the written items' callbacks
+		spare = batch[:0]
 	}
 }
 
 // write applies one batch, retrying with backoff while the store fails and ctx is live.
 func (c *Completer) write(ctx context.Context, batch []Item) {
-	cs := make([]store.Completion, len(batch))
-	for i, it := range batch {
-		cs[i] = it.Completion
+	// Only Run writes, one batch at a time, so the completions' buffer is reused: a Completion is
+	// large, and a fresh slice per batch was much of a drain's garbage.
+	cs := c.cs[:0]
+	for i := range batch {
+		cs = append(cs, batch[i].Completion)
 	}
+	defer func() {
+		clear(cs) // drop the results and errors it points to
+		c.cs = cs[:0]
+	}()
 	backoff := 50 * time.Millisecond
 	for {
 		res, err := c.cfg.Finish(ctx, cs)
 		if err == nil {
-			applied := make(map[string]bool, len(res))
-			for _, r := range res {
-				applied[r.ID] = r.Applied
+			// Stores answer in the completions' order; should one not, the results are matched by
+			// id instead.
+			var applied map[string]bool
+			if len(res) != len(batch) {
+				applied = appliedByID(res)
 			}
-			for _, it := range batch {
-				if it.Done != nil {
-					it.Done(applied[it.Completion.ID], nil)
+			for i := range batch {
+				it := &batch[i]
+				var ok bool
+				switch {
+				case applied != nil:
+					ok = applied[it.Completion.ID]
+				case res[i].ID == it.Completion.ID:
+					ok = res[i].Applied
+				default:
+					applied = appliedByID(res)
+					ok = applied[it.Completion.ID]
 				}
+				it.done(ok, nil)
 			}
 			return
 		}
 		if ctx.Err() != nil {
-			for _, it := range batch {
-				if it.Done != nil {
-					it.Done(false, err)
-				}
+			for i := range batch {
+				batch[i].done(false, err)
 			}
 			return
 		}
@@ -276,4 +315,13 @@ func (c *Completer) write(ctx context.Context, batch []Item) {
 		}
 		backoff = min(backoff*2, 5*time.Second)
 	}
+}
+
+// appliedByID maps the results of a Finish by job id.
+func appliedByID(res []store.FinishResult) map[string]bool {
+	applied := make(map[string]bool, len(res))
+	for _, r := range res {
+		applied[r.ID] = r.Applied
+	}
+	return applied
 }
