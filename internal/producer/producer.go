@@ -70,6 +70,8 @@ type Producer struct {
 	dueSet   chan struct{}
 
 	done chan struct{}
+	// releaseFn is release as a func value, made once: a method value per job is an allocation.
+	releaseFn func()
 }
 
 // New returns a producer; Run starts it.
@@ -80,13 +82,15 @@ func New(cfg Config) *Producer {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Producer{
+	p := &Producer{
 		cfg:       cfg,
 		wake:      make(chan struct{}, 1),
 		slotFreed: make(chan struct{}, 1),
 		dueSet:    make(chan struct{}, 1),
 		done:      make(chan struct{}),
 	}
+	p.releaseFn = p.release
+	return p
 }
 
 // Wake asks for a claim as soon as possible. Calls during a claim coalesce into one follow-up claim;
@@ -130,7 +134,7 @@ func (p *Producer) sideClaim() {
 			return
 		}
 		for _, job := range jobs {
-			p.cfg.Execute(job, claimedAt, p.release)
+			p.cfg.Execute(job, claimedAt, p.releaseFn)
 		}
 		if len(jobs) == free {
 			// More may wait: the Run loop claims again.
@@ -340,7 +344,7 @@ func (p *Producer) claim(ctx context.Context, mayHaveMore *bool) {
 			return
 		}
 		for _, job := range jobs {
-			p.cfg.Execute(job, claimedAt, p.release)
+			p.cfg.Execute(job, claimedAt, p.releaseFn)
 		}
 		if len(jobs) < free {
 			*mayHaveMore = false
