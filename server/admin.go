@@ -239,6 +239,25 @@ func (s *Server) pauseQueue(w http.ResponseWriter, r *http.Request, name string,
 }
 
 // queryInt reads an integer query parameter within [lo, hi], or def when absent.
+// listPaging reads a job listing's order (asc, desc or none), page and per_page (20 by default, at
+// most 100); deep says what to do instead of asking for a page beyond the first adminScanLimit jobs.
+func listPaging(q url.Values, deep string) (order string, page, perPage int, e *apiError) {
+	order = q.Get("order")
+	if order != "" && order != "asc" && order != "desc" {
+		return "", 0, 0, invalid("order", "order %q: must be asc or desc", order)
+	}
+	if page, e = queryInt(q, "page", 1, 1, adminScanLimit); e != nil {
+		return "", 0, 0, e
+	}
+	if perPage, e = queryInt(q, "per_page", 20, 1, 100); e != nil {
+		return "", 0, 0, e
+	}
+	if (page-1)*perPage >= adminScanLimit {
+		return "", 0, 0, invalid("page", "page %d is too deep: pages reach the first %d jobs; %s", page, adminScanLimit, deep)
+	}
+	return order, page, perPage, nil
+}
+
 func queryInt(q url.Values, name string, def, lo, hi int) (int, *apiError) {
 	v := q.Get(name)
 	if v == "" {

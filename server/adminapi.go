@@ -369,23 +369,9 @@ func (s *Server) adminListJobs(w http.ResponseWriter, r *http.Request, states []
 		s.writeError(w, r, invalid("sort", "sort %q is not supported: jobs are listed by created_at only", sortBy))
 		return
 	}
-	order := q.Get("order")
-	if order != "" && order != "asc" && order != "desc" {
-		s.writeError(w, r, invalid("order", "order %q: must be asc or desc", order))
-		return
-	}
-	page, e := queryInt(q, "page", 1, 1, adminScanLimit)
+	order, page, perPage, e := listPaging(q, "narrow the filter")
 	if e != nil {
 		s.writeError(w, r, e)
-		return
-	}
-	perPage, e := queryInt(q, "per_page", 20, 1, 100)
-	if e != nil {
-		s.writeError(w, r, e)
-		return
-	}
-	if (page-1)*perPage >= adminScanLimit {
-		s.writeError(w, r, invalid("page", "page %d is too deep: pages reach the first %d jobs; narrow the filter", page, adminScanLimit))
 		return
 	}
 	state := q.Get("state")

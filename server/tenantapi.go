@@ -510,23 +510,9 @@ func (s *Server) tenantJobs(w http.ResponseWriter, r *http.Request, id string) {
 		return
 	}
 	q := r.URL.Query()
-	order := q.Get("order")
-	if order != "" && order != "asc" && order != "desc" {
-		s.writeError(w, r, invalid("order", "order %q: must be asc or desc", order))
-		return
-	}
-	page, e := queryInt(q, "page", 1, 1, adminScanLimit)
+	order, page, perPage, e := listPaging(q, "continue with cursor (next_cursor)")
 	if e != nil {
 		s.writeError(w, r, e)
-		return
-	}
-	perPage, e := queryInt(q, "per_page", 20, 1, 100)
-	if e != nil {
-		s.writeError(w, r, e)
-		return
-	}
-	if (page-1)*perPage >= adminScanLimit {
-		s.writeError(w, r, invalid("page", "page %d is too deep: pages reach the first %d jobs; continue with cursor (next_cursor)", page, adminScanLimit))
 		return
 	}
 	cursor := q.Get("cursor")
