@@ -46,17 +46,7 @@ type tenantBoosts struct {
 }
 
 func readTenantPriorityBoosts(ctx context.Context, ss store.SettingStore) (map[string]int, error) {
-	raw, err := ss.GetSetting(ctx, tenantPriorityBoostsKey)
-	if err != nil {
-		return nil, err
-	}
-	m := map[string]int{}
-	if len(raw) > 0 {
-		if err := json.Unmarshal(raw, &m); err != nil {
-			return nil, fmt.Errorf("setting %s: %w", tenantPriorityBoostsKey, err)
-		}
-	}
-	return m, nil
+	return readSettingMap[int](ctx, ss, tenantPriorityBoostsKey)
 }
 
 // boostedPriority returns priority raised by boost, clamped to the priority range.

@@ -126,17 +126,7 @@ func (c *Client) settings() (store.SettingStore, bool) {
 }
 
 func readTenantEnqueueLimits(ctx context.Context, ss store.SettingStore) (map[string]TenantEnqueueLimits, error) {
-	raw, err := ss.GetSetting(ctx, tenantEnqueueLimitsKey)
-	if err != nil {
-		return nil, err
-	}
-	m := map[string]TenantEnqueueLimits{}
-	if len(raw) > 0 {
-		if err := json.Unmarshal(raw, &m); err != nil {
-			return nil, fmt.Errorf("setting %s: %w", tenantEnqueueLimitsKey, err)
-		}
-	}
-	return m, nil
+	return readSettingMap[TenantEnqueueLimits](ctx, ss, tenantEnqueueLimitsKey)
 }
 
 // checkTenantLimits refuses ps when one of its tenants would go beyond an enqueue limit, and

@@ -261,17 +261,7 @@ type noisyCheck struct {
 }
 
 func readTenantThrottles(ctx context.Context, ss store.SettingStore) (map[string]TenantThrottle, error) {
-	raw, err := ss.GetSetting(ctx, tenantThrottlesKey)
-	if err != nil {
-		return nil, err
-	}
-	m := map[string]TenantThrottle{}
-	if len(raw) > 0 {
-		if err := json.Unmarshal(raw, &m); err != nil {
-			return nil, fmt.Errorf("setting %s: %w", tenantThrottlesKey, err)
-		}
-	}
-	return m, nil
+	return readSettingMap[TenantThrottle](ctx, ss, tenantThrottlesKey)
 }
 
 // updateThrottles rereads the throttles, applies change and stores them: the read-modify-write is
