@@ -69,6 +69,20 @@ func TestServeTenantThrottle(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+	// The command line shows the throttle too, in the table and in --json.
+	table := run(t, "tenants", "get", "flood", "--database-url", db).ok(t)
+	if !strings.Contains(table.stdout, "(throttled: weight_reduced until ") {
+		t.Fatalf("tenants get does not show the throttle:\n%s", table)
+	}
+	var got struct {
+		Throttle *struct {
+			EffectiveWeight int `json:"effective_weight"`
+		} `json:"throttle"`
+	}
+	run(t, "tenants", "get", "flood", "--json", "--database-url", db).ok(t).decode(t, &got)
+	if got.Throttle == nil || got.Throttle.EffectiveWeight != 1 {
+		t.Fatalf("tenants get --json: throttle %+v", got.Throttle)
+	}
 	if code, m := do("DELETE", "/ojs/v1/admin/tenants/flood/throttle", ""); code != 200 || m["weight"] != 5.0 {
 		t.Fatalf("reset: %d %v", code, m)
 	}

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/pronto-jobs/pronto"
 )
@@ -27,10 +28,13 @@ type tenantJSON struct {
 	EnqueuePeriod string `json:"enqueue_period,omitempty"`
 	// PriorityBoost is added to the priority of the tenant's jobs as they are inserted.
 	PriorityBoost int `json:"priority_boost,omitempty"`
+	// Throttle is the automatic throttle in force (pronto serve --tenant-throttle), if any.
+	Throttle *pronto.TenantThrottle `json:"throttle,omitempty"`
 }
 
 func tenantToJSON(t *pronto.TenantInfo) tenantJSON {
-	out := tenantJSON{Tenant: t.Tenant, Weight: t.Weight, WeightSet: t.WeightSet, Counts: map[string]int64{}, PriorityBoost: t.PriorityBoost}
+	out := tenantJSON{Tenant: t.Tenant, Weight: t.Weight, WeightSet: t.WeightSet, Counts: map[string]int64{}, PriorityBoost: t.PriorityBoost,
+		Throttle: t.Throttle}
 	for st, n := range t.Counts {
 		out.Counts[string(st)] = n
 	}
@@ -57,6 +61,9 @@ func printTenants(r *runner, ts []*pronto.TenantInfo) error {
 		weight := fmt.Sprint(t.Weight)
 		if !t.WeightSet {
 			weight += " (default)"
+		}
+		if th := t.Throttle; th != nil {
+			weight += fmt.Sprintf(" (throttled: %s until %s)", th.Action, th.Until.UTC().Format(time.RFC3339))
 		}
 		maxActive, rate := "-", "-"
 		if t.Limit != nil && t.Limit.Limit.MaxActive > 0 {
