@@ -66,6 +66,10 @@ type Producer struct {
 	sideDone sync.WaitGroup  // the side claim in flight, waited for by Run's end
 	// promised counts the jobs this producer took on (Promise) since its latest claim began.
 	promised int
+	// more: the last claim filled every free slot, so more jobs may be waiting; a freed slot then
+	// wakes the Run loop to claim again. While it is false a freed slot wakes nothing: at moderate
+	// rates every job's end would otherwise wake the loop only to find nothing to do.
+	more     bool
 	dueAt    time.Time // earliest known due time of a scheduled job, zero if none known
 	dueSet   chan struct{}
 
@@ -213,9 +217,7 @@ func (p *Producer) Run(ctx context.Context) {
 	dueTimer.Stop()
 	defer dueTimer.Stop()
 
-	// mayHaveMore: the last claim filled every free slot, so more jobs may be waiting; claim again as
-	// soon as a slot frees.
-	mayHaveMore := true
+	p.setMore(true)
 	// While working through a backlog, a slot that frees alone waits up to BacklogGather for others,
 	// so claims stay large (one statement for many jobs) when jobs are short. Jobs in a backlog have
 	// waited far longer than that already; new jobs announced by a notification never wait.
@@ -228,7 +230,7 @@ func (p *Producer) Run(ctx context.Context) {
 			gather.Stop()
 			gathering = false
 		}
-		p.claim(ctx, &mayHaveMore)
+		p.claim(ctx)
 	}
 	p.refreshDue(ctx)
 	claimNow()
@@ -239,15 +241,15 @@ func (p *Producer) Run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-p.wake:
-			mayHaveMore = true
+			p.setMore(true)
 			claimNow()
 		case <-p.slotFreed:
-			if !mayHaveMore {
+			p.mu.Lock()
+			more, free := p.more, p.cfg.MaxWorkers-p.inFlight-p.reserved
+			p.mu.Unlock()
+			if !more {
 				continue
 			}
-			p.mu.Lock()
-			free := p.cfg.MaxWorkers - p.inFlight - p.reserved
-			p.mu.Unlock()
 			if free*2 >= p.cfg.MaxWorkers {
 				claimNow()
 			} else if !gathering {
@@ -256,24 +258,34 @@ func (p *Producer) Run(ctx context.Context) {
 			}
 		case <-gather.C:
 			gathering = false
-			if mayHaveMore {
-				p.claim(ctx, &mayHaveMore)
+			p.mu.Lock()
+			more := p.more
+			p.mu.Unlock()
+			if more {
+				p.claim(ctx)
 			}
 		case <-p.dueSet:
 			// loop to re-arm the timer
 		case <-dueTimer.C:
 			p.mu.Lock()
 			p.dueAt = time.Time{}
+			p.more = true
 			p.mu.Unlock()
-			mayHaveMore = true
 			claimNow()
 			p.refreshDue(ctx)
 		case <-poll.C:
-			mayHaveMore = true
+			p.setMore(true)
 			claimNow()
 			p.refreshDue(ctx)
 		}
 	}
+}
+
+// setMore records whether more jobs may be waiting beyond the slots the last claim filled.
+func (p *Producer) setMore(v bool) {
+	p.mu.Lock()
+	p.more = v
+	p.mu.Unlock()
 }
 
 func (p *Producer) armDueTimer(t *time.Timer) {
@@ -306,18 +318,18 @@ func (p *Producer) refreshDue(ctx context.Context) {
 }
 
 // claim claims into every free slot, repeating while claims come back full and slots remain.
-func (p *Producer) claim(ctx context.Context, mayHaveMore *bool) {
+func (p *Producer) claim(ctx context.Context) {
 	for ctx.Err() == nil {
 		p.mu.Lock()
 		free := p.cfg.MaxWorkers - p.inFlight - p.reserved
 		// The claim covers the jobs promised so far; those promised while it runs wake a follow-up.
 		promised := p.promised
 		if free <= 0 {
-			// Jobs promised now wait for a free slot like any backlog (mayHaveMore): a promise
-			// counts against the slots only until a claim could have taken its job.
+			// Jobs promised now wait for a free slot like any backlog (more): a promise counts
+			// against the slots only until a claim could have taken its job.
 			p.promised = 0
+			p.more = true
 			p.mu.Unlock()
-			*mayHaveMore = true
 			return
 		}
 		p.reserved += free
@@ -330,6 +342,8 @@ func (p *Producer) claim(ctx context.Context, mayHaveMore *bool) {
 		p.claiming = false
 		p.promised = max(p.promised-promised, 0)
 		p.inFlight += len(jobs) // none on error
+		// Set before any of the jobs runs, so a release of one of them sees it.
+		p.more = err != nil || len(jobs) >= free
 		p.mu.Unlock()
 		if err != nil {
 			if ctx.Err() == nil {
@@ -340,17 +354,14 @@ func (p *Producer) claim(ctx context.Context, mayHaveMore *bool) {
 				case <-time.After(100 * time.Millisecond):
 				}
 			}
-			*mayHaveMore = true
 			return
 		}
 		for _, job := range jobs {
 			p.cfg.Execute(job, claimedAt, p.releaseFn)
 		}
 		if len(jobs) < free {
-			*mayHaveMore = false
 			return
 		}
-		*mayHaveMore = true
 	}
 }
 
@@ -358,7 +369,11 @@ func (p *Producer) claim(ctx context.Context, mayHaveMore *bool) {
 func (p *Producer) release() {
 	p.mu.Lock()
 	p.inFlight--
+	more := p.more
 	p.mu.Unlock()
+	if !more {
+		return // nothing is known to wait: the next notification or poll claims
+	}
 	select {
 	case p.slotFreed <- struct{}{}:
 	default:
