@@ -69,9 +69,9 @@ type Producer struct {
 	// more: the last claim filled every free slot, so more jobs may be waiting; a freed slot then
 	// wakes the Run loop to claim again. While it is false a freed slot wakes nothing: at moderate
 	// rates every job's end would otherwise wake the loop only to find nothing to do.
-	more     bool
-	dueAt    time.Time // earliest known due time of a scheduled job, zero if none known
-	dueSet   chan struct{}
+	more   bool
+	dueAt  time.Time // earliest known due time of a scheduled job, zero if none known
+	dueSet chan struct{}
 
 	done chan struct{}
 	// releaseFn is release as a func value, made once: a method value per job is an allocation.
