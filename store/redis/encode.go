@@ -48,25 +48,9 @@ func insertFields(p *store.InsertParams, cluster bool) []any {
 	add("id", p.ID)
 	add("kind", p.Kind)
 	add("queue", p.Queue)
-	addRaw := func(k string, v json.RawMessage) {
-		if v != nil {
-			add(k, string(v))
-		}
-	}
-	addRaw("args", p.Args)
-	addRaw("meta", p.Meta)
-	add("prio", strconv.Itoa(p.Priority))
 	add("state", string(p.State))
 	add("attempt", "0")
-	add("max", strconv.Itoa(p.MaxAttempts))
-	if p.Tags != nil {
-		b, _ := json.Marshal(p.Tags)
-		add("tags", string(b))
-	}
-	addRaw("rp", p.RetryPolicy)
-	if p.Timeout != 0 {
-		add("timeout", strconv.FormatInt(int64(p.Timeout), 10))
-	}
+	f = plainFields(f, p)
 	add("sched", micros(p.ScheduledAt))
 	if !p.ExpiresAt.IsZero() {
 		add("expires", micros(p.ExpiresAt))
@@ -108,6 +92,30 @@ func insertFields(p *store.InsertParams, cluster bool) []any {
 		// p (plain): the job has none of the fields above and never will, so the scripts read none
 		// of them (each field a hash lacks costs a scan of the whole hash to find absent).
 		add("p", "1")
+	}
+	return f
+}
+
+// plainFields appends to f the fields in which plain jobs differ (args, meta, priority, maximum
+// attempts, tags, retry policy, timeout); scriptInsertOne writes the others itself. JSON values go
+// as the caller's bytes, not copied into strings.
+func plainFields(f []any, p *store.InsertParams) []any {
+	if p.Args != nil {
+		f = append(f, "args", []byte(p.Args))
+	}
+	if p.Meta != nil {
+		f = append(f, "meta", []byte(p.Meta))
+	}
+	f = append(f, "prio", strconv.Itoa(p.Priority), "max", strconv.Itoa(p.MaxAttempts))
+	if p.Tags != nil {
+		b, _ := json.Marshal(p.Tags)
+		f = append(f, "tags", b)
+	}
+	if p.RetryPolicy != nil {
+		f = append(f, "rp", []byte(p.RetryPolicy))
+	}
+	if p.Timeout != 0 {
+		f = append(f, "timeout", strconv.FormatInt(int64(p.Timeout), 10))
 	}
 	return f
 }

@@ -50,6 +50,8 @@ type Store struct {
 	rdb    goredis.UniversalClient
 	own    bool
 	prefix string
+	// idsK and queuesK are idsKey() and queuesKey(), kept for the single insert.
+	idsK, queuesK string
 
 	hub notifyhub.Hub
 	ps  *goredis.PubSub
@@ -158,6 +160,7 @@ func New(ctx context.Context, rdb goredis.UniversalClient, opts Options) (*Store
 	if s.logger == nil {
 		s.logger = slog.New(slog.DiscardHandler)
 	}
+	s.idsK, s.queuesK = s.idsKey(), s.queuesKey()
 	s.waitCtx, s.waitCancel = context.WithCancel(context.Background())
 	if err := s.startNotifier(ctx); err != nil {
 		return nil, err
