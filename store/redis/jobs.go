@@ -252,7 +252,7 @@ func (s *Store) insertOne(ctx context.Context, p *store.InsertParams) ([]*store.
 	n := nonce()
 	cmd := make([]any, 0, 24)
 	cmd = append(cmd, "fcall", scriptInsertOne.fname(), "3", s.qkey(p.Queue), s.idsK, s.queuesK,
-		p.ID, p.Queue, p.Kind, rankPrio(p.Priority), encodeInsert(p.Queue, n, s.sender))
+		p.ID, p.Queue, p.Kind, rankPrio(p.Priority), encodeInsert(p.Queue, n, s.sender), boolFlag(s.subscribed.Load()))
 	cmd = plainFields(cmd, p)
 	v, err := scriptInsertOne.do(ctx, s.rdb, cmd).Result()
 	if err != nil {

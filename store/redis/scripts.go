@@ -508,12 +508,15 @@ return {'ok', t, dups, changed, cancels}
 // skips the prelude and every read: the id index entry doubles as the duplicate check (HSETNX),
 // and place's filing of such a job is spelled out (keep it in step with place). KEYS: the queue's
 // prefix, the id index, the queue registry. ARGV: id, queue, kind, the rank's priority part (10
-// digits, see rank), the insert notification, then the job's other field, value pairs (plainFields:
-// the fields every plain job has alike are written here). Returns {"dup", id}, or the server's now
+// digits, see rank), the insert notification, "1" when the caller's own subscription to the
+// channel is up, then the job's other field, value pairs (plainFields: the fields every plain job
+// has alike are written here). The notification is published only when some other subscriber
+// listens: with the caller's subscription up, a count of one is the caller, which wakes its own
+// subscribers itself (and would only skip the echo). Returns {"dup", id}, or the server's now
 // in µs: negated when the job was handed to a waiting producer (handoff.go), which is then not
 // announced (one integer: the common reply parses without allocating).
 var scriptInsertOne = newFunc("InsertOne", `
-local B, id, q, kind, note = KEYS[1], ARGV[1], ARGV[2], ARGV[3], ARGV[5]
+local B, id, q, kind, note, solo = KEYS[1], ARGV[1], ARGV[2], ARGV[3], ARGV[5], ARGV[6] == '1'
 if redis.call('HSETNX', KEYS[2], id, q) == 0 then return {'dup', id} end
 local tm = redis.call('TIME')
 -- Now in µs as text (seconds, then the microseconds padded to 6 digits), built without numbers.
@@ -545,13 +548,13 @@ if ad and redis.call('EXISTS', B .. 'paused', B .. 'tring') == 0 and redis.call(
   local lease = string.format('%d', tonumber(t) + tonumber(ad[3]))
   handed = {'id', id, 'queue', q, 'kind', kind, 'state', 'active', 'attempt', '1', 'p', '1', 'created', t,
     'sched', t, 'started', t, 'lease', lease, 'worker', ad[2], 'token', ad[5 + nk]}
-  for i = 6, #ARGV do handed[#handed + 1] = ARGV[i] end
+  for i = 7, #ARGV do handed[#handed + 1] = ARGV[i] end
   redis.call('HSET', k, unpack(handed))
   redis.call('ZADD', B .. 'st:active', '0', id)
   redis.call('ZADD', B .. 'lease', lease, id)
 else
   redis.call('HSET', k, 'id', id, 'queue', q, 'kind', kind, 'state', 'available', 'attempt', '0', 'p', '1',
-    'created', t, 'sched', t, unpack(ARGV, 6))
+    'created', t, 'sched', t, unpack(ARGV, 7))
   redis.call('ZADD', B .. 'st:available', '0', id)
   redis.call('ZADD', B .. 'k:' .. kind .. '\n', '0', ARGV[4] .. string.rep('0', 16 - #t) .. t .. id)
   redis.call('SADD', B .. 'kinds', kind)
@@ -576,7 +579,8 @@ if handed then
   -- When the claim took another job, this one still needs a claimer.
   if gid == id then return -tonumber(t) end
 end
-redis.call('SPUBLISH', string.match(B, '^(.-){') .. '{notify}', note)
+local ch = string.match(B, '^(.-){') .. '{notify}'
+if not solo or redis.call('PUBSUB', 'SHARDNUMSUB', ch)[2] > 1 then redis.call('SPUBLISH', ch, note) end
 return tonumber(t)
 `)
 
