@@ -360,7 +360,7 @@ func (w *waiter) cleanup(ctx context.Context) {
 
 // decodeHanded reads a handed job: its hash's fields and values, each as <length>:<bytes>.
 func decodeHanded(v string) (*store.Job, error) {
-	m := make(map[string]string, 24)
+	var d jobDecoder
 	var field string
 	for i := 0; len(v) > 0; i++ {
 		c := strings.IndexByte(v, ':')
@@ -374,11 +374,11 @@ func decodeHanded(v string) (*store.Job, error) {
 		if i%2 == 0 {
 			field = v[c+1 : c+1+n]
 		} else {
-			m[field] = v[c+1 : c+1+n]
+			d.set(field, v[c+1:c+1+n])
 		}
 		v = v[c+1+n:]
 	}
-	j, err := decodeJob(m)
+	j, err := d.job()
 	if err != nil {
 		return nil, err
 	}
