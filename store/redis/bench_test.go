@@ -3,6 +3,7 @@ package redis
 import (
 	"context"
 	"os"
+	"strconv"
 	"testing"
 	"time"
 
@@ -104,6 +105,28 @@ func BenchmarkClaimFinish(b *testing.B) {
 		}
 		j := jobs[0]
 		if _, err := s.Finish(ctx, []store.Completion{{ID: j.ID, Attempt: j.Attempt, Token: j.ClaimToken, State: store.StateCompleted}}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkDecodeHanded decodes a handed job as a waiter does on the pickup path (handoff.go).
+func BenchmarkDecodeHanded(b *testing.B) {
+	fields := []string{"id", uuidv7.New(), "queue", "default", "kind", "bench.noop", "state", "active",
+		"attempt", "1", "p", "1", "created", "1795713721534965", "sched", "1795713721534965",
+		"started", "1795713721534965", "lease", "1795713724784965", "worker", "host-1234-0123456789ab",
+		"token", "676c277c1a03429969cced35", "args", `{"n":1,"at":"2026-11-26T17:00:00.123456789Z"}`,
+		"prio", "1", "max", "25"}
+	var v []byte
+	for _, f := range fields {
+		v = strconv.AppendInt(v, int64(len(f)), 10)
+		v = append(v, ':')
+		v = append(v, f...)
+	}
+	s := string(v)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := decodeHanded(s); err != nil {
 			b.Fatal(err)
 		}
 	}

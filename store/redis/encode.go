@@ -48,25 +48,9 @@ func insertFields(p *store.InsertParams, cluster bool) []any {
 	add("id", p.ID)
 	add("kind", p.Kind)
 	add("queue", p.Queue)
-	addRaw := func(k string, v json.RawMessage) {
-		if v != nil {
-			add(k, string(v))
-		}
-	}
-	addRaw("args", p.Args)
-	addRaw("meta", p.Meta)
-	add("prio", strconv.Itoa(p.Priority))
 	add("state", string(p.State))
 	add("attempt", "0")
-	add("max", strconv.Itoa(p.MaxAttempts))
-	if p.Tags != nil {
-		b, _ := json.Marshal(p.Tags)
-		add("tags", string(b))
-	}
-	addRaw("rp", p.RetryPolicy)
-	if p.Timeout != 0 {
-		add("timeout", strconv.FormatInt(int64(p.Timeout), 10))
-	}
+	f = plainFields(f, p)
 	add("sched", micros(p.ScheduledAt))
 	if !p.ExpiresAt.IsZero() {
 		add("expires", micros(p.ExpiresAt))
@@ -108,6 +92,30 @@ func insertFields(p *store.InsertParams, cluster bool) []any {
 		// p (plain): the job has none of the fields above and never will, so the scripts read none
 		// of them (each field a hash lacks costs a scan of the whole hash to find absent).
 		add("p", "1")
+	}
+	return f
+}
+
+// plainFields appends to f the fields in which plain jobs differ (args, meta, priority, maximum
+// attempts, tags, retry policy, timeout); scriptInsertOne writes the others itself. JSON values go
+// as the caller's bytes, not copied into strings.
+func plainFields(f []any, p *store.InsertParams) []any {
+	if p.Args != nil {
+		f = append(f, "args", []byte(p.Args))
+	}
+	if p.Meta != nil {
+		f = append(f, "meta", []byte(p.Meta))
+	}
+	f = append(f, "prio", strconv.Itoa(p.Priority), "max", strconv.Itoa(p.MaxAttempts))
+	if p.Tags != nil {
+		b, _ := json.Marshal(p.Tags)
+		f = append(f, "tags", b)
+	}
+	if p.RetryPolicy != nil {
+		f = append(f, "rp", []byte(p.RetryPolicy))
+	}
+	if p.Timeout != 0 {
+		f = append(f, "timeout", strconv.FormatInt(int64(p.Timeout), 10))
 	}
 	return f
 }
@@ -174,50 +182,125 @@ func flatToMap(v any) (map[string]string, error) {
 
 // decodeJob builds a job from its hash. A hash without an id (a job deleted meanwhile) gives nil.
 func decodeJob(m map[string]string) (*store.Job, error) {
-	if m["id"] == "" {
-		return nil, nil
+	var d jobDecoder
+	for k, v := range m {
+		d.set(k, v)
 	}
-	j := &store.Job{
-		ID: m["id"], Kind: m["kind"], Queue: m["queue"], State: store.State(m["state"]),
-		WorkerID: m["worker"], UniqueKey: m["ukey"], Tenant: m["tenant"], RateKey: m["rkey"] + m["rkeyc"],
-		WorkflowID: m["wf"], RunOn: store.RunOn(m["runon"]),
-	}
-	raw := func(k string) json.RawMessage {
-		if v, ok := m[k]; ok && v != "" {
-			return json.RawMessage(v)
+	return d.job()
+}
+
+// jobDecoder builds a job from its hash's fields given one at a time, in any order, so that a
+// script's flat reply and a handed job are decoded without building a map first.
+type jobDecoder struct {
+	j                                         store.Job
+	token, ustates, tags, parents, errs, rkey string
+}
+
+// set takes one field of the hash; unknown fields are ignored.
+func (d *jobDecoder) set(k, v string) {
+	j := &d.j
+	raw := func() json.RawMessage {
+		if v == "" {
+			return nil
 		}
-		return nil
+		return json.RawMessage(v)
 	}
-	j.Args, j.Meta, j.Result, j.RetryPolicy, j.ParentResults = raw("args"), raw("meta"), raw("result"), raw("rp"), raw("presults")
-	atoi := func(k string) int { n, _ := strconv.Atoi(m[k]); return n }
-	j.Priority, j.Attempt, j.MaxAttempts = atoi("prio"), atoi("attempt"), atoi("max")
-	if v := m["timeout"]; v != "" {
+	atoi := func() int { n, _ := strconv.Atoi(v); return n }
+	switch k {
+	case "id":
+		j.ID = v
+	case "kind":
+		j.Kind = v
+	case "queue":
+		j.Queue = v
+	case "state":
+		j.State = store.State(v)
+	case "worker":
+		j.WorkerID = v
+	case "ukey":
+		j.UniqueKey = v
+	case "tenant":
+		j.Tenant = v
+	case "rkey", "rkeyc":
+		d.rkey += v
+	case "wf":
+		j.WorkflowID = v
+	case "runon":
+		j.RunOn = store.RunOn(v)
+	case "args":
+		j.Args = raw()
+	case "meta":
+		j.Meta = raw()
+	case "result":
+		j.Result = raw()
+	case "rp":
+		j.RetryPolicy = raw()
+	case "presults":
+		j.ParentResults = raw()
+	case "prio":
+		j.Priority = atoi()
+	case "attempt":
+		j.Attempt = atoi()
+	case "max":
+		j.MaxAttempts = atoi()
+	case "timeout":
 		n, _ := strconv.ParseInt(v, 10, 64)
 		j.Timeout = time.Duration(n)
+	case "created":
+		j.CreatedAt = fromMicros(v)
+	case "sched":
+		j.ScheduledAt = fromMicros(v)
+	case "started":
+		j.StartedAt = fromMicros(v)
+	case "completed":
+		j.CompletedAt = fromMicros(v)
+	case "expires":
+		j.ExpiresAt = fromMicros(v)
+	case "lease":
+		j.LeaseExpiresAt = fromMicros(v)
+	case "uuntil":
+		j.UniqueUntil = fromMicros(v)
+	case "token":
+		d.token = v
+	case "ustates":
+		d.ustates = v
+	case "tags":
+		d.tags = v
+	case "parents":
+		d.parents = v
+	case "errors":
+		d.errs = v
 	}
-	j.CreatedAt, j.ScheduledAt, j.StartedAt = fromMicros(m["created"]), fromMicros(m["sched"]), fromMicros(m["started"])
-	j.CompletedAt, j.ExpiresAt, j.LeaseExpiresAt = fromMicros(m["completed"]), fromMicros(m["expires"]), fromMicros(m["lease"])
-	j.UniqueUntil = fromMicros(m["uuntil"])
+}
+
+// job returns the job the fields set describe; nil when they hold no id.
+func (d *jobDecoder) job() (*store.Job, error) {
+	if d.j.ID == "" {
+		return nil, nil
+	}
+	j := new(store.Job)
+	*j = d.j
+	j.RateKey = d.rkey
 	if j.State == store.StateActive {
-		j.ClaimToken = m["token"]
+		j.ClaimToken = d.token
 	}
-	if v := m["ustates"]; v != "" {
-		for _, s := range strings.Split(v, ",") {
+	if d.ustates != "" {
+		for _, s := range strings.Split(d.ustates, ",") {
 			j.UniqueStates = append(j.UniqueStates, store.State(s))
 		}
 	}
-	if v := m["tags"]; v != "" {
-		if err := json.Unmarshal([]byte(v), &j.Tags); err != nil {
+	if d.tags != "" {
+		if err := json.Unmarshal([]byte(d.tags), &j.Tags); err != nil {
 			return nil, fmt.Errorf("redis: job %s: tags: %w", j.ID, err)
 		}
 	}
-	if v := m["parents"]; v != "" {
-		if err := json.Unmarshal([]byte(v), &j.ParentIDs); err != nil {
+	if d.parents != "" {
+		if err := json.Unmarshal([]byte(d.parents), &j.ParentIDs); err != nil {
 			return nil, fmt.Errorf("redis: job %s: parents: %w", j.ID, err)
 		}
 	}
-	if v := m["errors"]; v != "" {
-		if err := json.Unmarshal([]byte(v), &j.Errors); err != nil {
+	if d.errs != "" {
+		if err := json.Unmarshal([]byte(d.errs), &j.Errors); err != nil {
 			return nil, fmt.Errorf("redis: job %s: errors: %w", j.ID, err)
 		}
 	}
@@ -226,9 +309,15 @@ func decodeJob(m map[string]string) (*store.Job, error) {
 
 // decodeFlat decodes a job from a script's HGETALL reply.
 func decodeFlat(v any) (*store.Job, error) {
-	m, err := flatToMap(v)
-	if err != nil {
-		return nil, err
+	arr, ok := v.([]any)
+	if !ok {
+		return nil, fmt.Errorf("redis: unexpected job reply %T", v)
 	}
-	return decodeJob(m)
+	var d jobDecoder
+	for i := 0; i+1 < len(arr); i += 2 {
+		k, _ := arr[i].(string)
+		val, _ := arr[i+1].(string)
+		d.set(k, val)
+	}
+	return d.job()
 }

@@ -360,20 +360,25 @@ func (w *waiter) cleanup(ctx context.Context) {
 
 // decodeHanded reads a handed job: its hash's fields and values, each as <length>:<bytes>.
 func decodeHanded(v string) (*store.Job, error) {
-	var flat []any
-	for len(v) > 0 {
-		i := strings.IndexByte(v, ':')
-		if i < 0 {
+	var d jobDecoder
+	var field string
+	for i := 0; len(v) > 0; i++ {
+		c := strings.IndexByte(v, ':')
+		if c < 0 {
 			return nil, fmt.Errorf("redis: hand-off: malformed job")
 		}
-		n, err := strconv.Atoi(v[:i])
-		if err != nil || n < 0 || i+1+n > len(v) {
+		n, err := strconv.Atoi(v[:c])
+		if err != nil || n < 0 || c+1+n > len(v) {
 			return nil, fmt.Errorf("redis: hand-off: malformed job")
 		}
-		flat = append(flat, v[i+1:i+1+n])
-		v = v[i+1+n:]
+		if i%2 == 0 {
+			field = v[c+1 : c+1+n]
+		} else {
+			d.set(field, v[c+1:c+1+n])
+		}
+		v = v[c+1+n:]
 	}
-	j, err := decodeFlat(flat)
+	j, err := d.job()
 	if err != nil {
 		return nil, err
 	}

@@ -111,6 +111,9 @@ func (s *Store) checkInsert(params []*store.InsertParams) error {
 
 // insert writes validated jobs (see Insert).
 func (s *Store) insert(ctx context.Context, params []*store.InsertParams) ([]*store.Job, error) {
+	if len(params) == 1 && !s.cluster() && plainInsert(params[0]) {
+		return s.insertOne(ctx, params[0])
+	}
 	reg := make([]any, 0, 2*len(params))
 	seen := make(map[string]struct{}, len(params))
 	for _, p := range params {
@@ -119,9 +122,6 @@ func (s *Store) insert(ctx context.Context, params []*store.InsertParams) ([]*st
 		}
 		seen[p.ID] = struct{}{}
 		reg = append(reg, p.ID, p.Queue)
-	}
-	if len(params) == 1 && !s.cluster() && plainInsert(params[0]) {
-		return s.insertOne(ctx, params[0])
 	}
 	order, groups := byQueue(len(params), func(i int) string { return params[i].Queue })
 	if len(order) == 1 && !s.cluster() {
@@ -246,29 +246,48 @@ func plainInsert(p *store.InsertParams) bool {
 }
 
 // insertOne inserts one plain job on a single node (see plainInsert) by scriptInsertOne: one
-// round trip, as insertWhole, with a script that reads nothing back.
+// round trip, as insertWhole, with a script that reads nothing back. The FCALL is built here in one
+// slice (no copy into go-redis's), with the job's fields scriptInsertOne does not write itself.
 func (s *Store) insertOne(ctx context.Context, p *store.InsertParams) ([]*store.Job, error) {
 	n := nonce()
-	note := store.Notification{Kind: store.NotifyInsert, Queue: p.Queue, Nonce: n}
-	f := dropDueNow(insertFields(p, false))
-	args := make([]any, 0, 5+len(f))
-	args = append(args, p.ID, p.Queue, p.Kind, fmt.Sprintf("%010d", math.MaxInt32-p.Priority),
-		encodeInsert(p.Queue, n, s.sender))
-	args = append(args, f...)
-	r, err := scriptInsertOne.Run(ctx, s.rdb, []string{s.qkey(p.Queue), s.idsKey(), s.queuesKey()}, args...).Slice()
+	cmd := make([]any, 0, 24)
+	cmd = append(cmd, "fcall", scriptInsertOne.fname(), "3", s.qkey(p.Queue), s.idsK, s.queuesK,
+		p.ID, p.Queue, p.Kind, rankPrio(p.Priority), encodeInsert(p.Queue, n, s.sender), boolFlag(s.subscribed.Load()))
+	cmd = plainFields(cmd, p)
+	v, err := scriptInsertOne.do(ctx, s.rdb, cmd).Result()
 	if err != nil {
 		return nil, fmt.Errorf("redis: insert: %w", err)
 	}
-	if r[0] == "dup" {
-		return nil, fmt.Errorf("redis: insert job %v: %w", r[1], store.ErrDuplicate)
+	nowUS, ok := v.(int64)
+	if !ok {
+		if r, _ := v.([]any); len(r) == 2 && r[0] == "dup" {
+			return nil, fmt.Errorf("redis: insert job %v: %w", r[1], store.ErrDuplicate)
+		}
+		return nil, fmt.Errorf("redis: insert: unexpected reply %v", v)
 	}
-	nowUS, _ := r[1].(int64)
 	// The script published the announcement to the other processes; this store's own subscribers
-	// get it here, unless the script handed the job to a waiting producer (handoff.go).
-	if len(r) < 6 {
-		s.hub.Publish(note)
+	// get it here, unless the script handed the job to a waiting producer (a negative now).
+	if nowUS > 0 {
+		s.hub.Publish(store.Notification{Kind: store.NotifyInsert, Queue: p.Queue, Nonce: n})
+	} else {
+		nowUS = -nowUS
 	}
 	return []*store.Job{newJobFromParams(p, time.UnixMicro(nowUS).UTC())}, nil
+}
+
+// rankPrio is the priority part of a job's rank in its claim index: 2^31-1-priority in 10 digits,
+// so that lexical order is priority order.
+func rankPrio(priority int) string {
+	r := int64(math.MaxInt32) - int64(priority)
+	if r < 0 || r >= 1e10 {
+		return fmt.Sprintf("%010d", r)
+	}
+	var b [10]byte
+	for i := 9; i >= 0; i-- {
+		b[i] = byte('0' + r%10)
+		r /= 10
+	}
+	return string(b[:])
 }
 
 // insertWhole inserts a batch of one queue on a single node in one call: scriptInsert also checks

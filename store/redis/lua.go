@@ -27,6 +27,7 @@ import (
 type luaFunc struct {
 	name string
 	body string
+	full string // the name in the server, set by library
 }
 
 var (
@@ -61,14 +62,17 @@ func library() (string, string) {
 		sum := sha1.Sum([]byte(b.String()))
 		libHash = hex.EncodeToString(sum[:8])
 		libCode = "#!lua name=pronto_" + libHash + "\n" + strings.ReplaceAll(b.String(), "'pronto_@_", "'pronto_"+libHash+"_")
+		for _, f := range libFuncs {
+			f.full = "pronto_" + libHash + "_" + f.name
+		}
 	})
 	return libCode, libHash
 }
 
 // fname is the function's name in the server.
 func (f *luaFunc) fname() string {
-	_, h := library()
-	return "pronto_" + h + "_" + f.name
+	library()
+	return f.full
 }
 
 // call sends FCALL on c (a client or a pipeline) without loading the library first.
@@ -86,6 +90,19 @@ func (f *luaFunc) Run(ctx context.Context, c goredis.Cmdable, keys []string, arg
 		cmd = f.call(ctx, c, keys, args...)
 	}
 	return cmd
+}
+
+// do sends cmd, a whole FCALL of the function (built by the caller, its name from fname), on c,
+// loading the library and sending it again when the server lacks it.
+func (f *luaFunc) do(ctx context.Context, c goredis.UniversalClient, cmd []any) *goredis.Cmd {
+	r := c.Do(ctx, cmd...)
+	if noFunction(r.Err()) {
+		if err := loadLibrary(ctx, c); err != nil {
+			return r
+		}
+		r = c.Do(ctx, cmd...)
+	}
+	return r
 }
 
 // noFunction reports whether err says the server has no such function (the library is not loaded).

@@ -22,6 +22,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -50,9 +51,14 @@ type Store struct {
 	rdb    goredis.UniversalClient
 	own    bool
 	prefix string
+	// idsK and queuesK are idsKey() and queuesKey(), kept for the single insert.
+	idsK, queuesK string
 
 	hub notifyhub.Hub
 	ps  *goredis.PubSub
+	// subscribed is whether ps's subscription is up, as far as the store knows: from its
+	// confirmation to a receive error (the single insert then skips publishing to itself alone).
+	subscribed atomic.Bool
 	// sender marks the notifications this store publishes: it delivers them to its own subscribers
 	// at once, and skips their echo from Redis.
 	sender string
@@ -158,6 +164,7 @@ func New(ctx context.Context, rdb goredis.UniversalClient, opts Options) (*Store
 	if s.logger == nil {
 		s.logger = slog.New(slog.DiscardHandler)
 	}
+	s.idsK, s.queuesK = s.idsKey(), s.queuesKey()
 	s.waitCtx, s.waitCancel = context.WithCancel(context.Background())
 	if err := s.startNotifier(ctx); err != nil {
 		return nil, err
@@ -312,6 +319,7 @@ func (s *Store) startNotifier(ctx context.Context) error {
 		_ = s.ps.Close()
 		return fmt.Errorf("redis: subscribe to %s: %w", s.channel(), err)
 	}
+	s.subscribed.Store(true)
 	rctx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
 	go s.receive(rctx)
@@ -323,13 +331,14 @@ func (s *Store) startNotifier(ctx context.Context) error {
 // NotifyReconnect, since anything published meanwhile was missed.
 func (s *Store) receive(ctx context.Context) {
 	defer close(s.done)
-	receiveNotifications(ctx, s.ps, s.sender, &s.hub)
+	receiveNotifications(ctx, s.ps, s.sender, &s.hub, &s.subscribed)
 }
 
 // receiveNotifications delivers a subscription's messages to hub until ctx ends or the
 // subscription is closed, leaving out the ones sender published itself. A resubscription's
-// confirmation is delivered as NotifyReconnect. Both the store and the stand-alone Notifier use it.
-func receiveNotifications(ctx context.Context, ps *goredis.PubSub, sender string, hub *notifyhub.Hub) {
+// confirmation is delivered as NotifyReconnect. Both the store and the stand-alone Notifier use it;
+// up, when given, tracks whether the subscription is up.
+func receiveNotifications(ctx context.Context, ps *goredis.PubSub, sender string, hub *notifyhub.Hub, up *atomic.Bool) {
 	// Every message sender publishes ends so (Sender is the payload's last field, and the insert
 	// scripts write it last too; tokens are hex): its echo is skipped without decoding the JSON, a
 	// cost a producer would otherwise pay once per insert.
@@ -337,6 +346,9 @@ func receiveNotifications(ctx context.Context, ps *goredis.PubSub, sender string
 	for {
 		msg, err := ps.Receive(ctx)
 		if err != nil {
+			if up != nil {
+				up.Store(false)
+			}
 			if ctx.Err() != nil || errors.Is(err, goredis.ErrClosed) {
 				return
 			}
@@ -357,6 +369,9 @@ func receiveNotifications(ctx context.Context, ps *goredis.PubSub, sender string
 			}
 		case *goredis.Subscription:
 			if m.Kind == "ssubscribe" || m.Kind == "subscribe" {
+				if up != nil {
+					up.Store(true)
+				}
 				hub.Publish(store.Notification{Kind: store.NotifyReconnect})
 			}
 		}

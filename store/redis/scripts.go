@@ -508,18 +508,20 @@ return {'ok', t, dups, changed, cancels}
 // skips the prelude and every read: the id index entry doubles as the duplicate check (HSETNX),
 // and place's filing of such a job is spelled out (keep it in step with place). KEYS: the queue's
 // prefix, the id index, the queue registry. ARGV: id, queue, kind, the rank's priority part (10
-// digits, see rank), the insert notification, then the job's field, value pairs. Returns
-// {"dup", id} or {"ok", now, {}, {}, {}} as scriptInsert does. When a producer waits for jobs of
-// this kind (an advertisement, see handoff.go), the job is claimed for it in this call and pushed
-// onto its inbox instead of being announced; the reply then has a sixth element, 1.
+// digits, see rank), the insert notification, "1" when the caller's own subscription to the
+// channel is up, then the job's other field, value pairs (plainFields: the fields every plain job
+// has alike are written here). The notification is published only when some other subscriber
+// listens: with the caller's subscription up, a count of one is the caller, which wakes its own
+// subscribers itself (and would only skip the echo). Returns {"dup", id}, or the server's now
+// in µs: negated when the job was handed to a waiting producer (handoff.go), which is then not
+// announced (one integer: the common reply parses without allocating).
 var scriptInsertOne = newFunc("InsertOne", `
-local B, id, kind = KEYS[1], ARGV[1], ARGV[3]
-if redis.call('HSETNX', KEYS[2], id, ARGV[2]) == 0 then return {'dup', id} end
+local B, id, q, kind, note, solo = KEYS[1], ARGV[1], ARGV[2], ARGV[3], ARGV[5], ARGV[6] == '1'
+if redis.call('HSETNX', KEYS[2], id, q) == 0 then return {'dup', id} end
 local tm = redis.call('TIME')
 -- Now in µs as text (seconds, then the microseconds padded to 6 digits), built without numbers.
 local t = tm[1] .. string.rep('0', 6 - #tm[2]) .. tm[2]
-redis.call('SADD', KEYS[3], ARGV[2])
-local note = ARGV[5]
+redis.call('SADD', KEYS[3], q)
 -- Hand-off (handoff.go): the first producer waiting with a free slot for this kind (its
 -- advertisement: the claim arguments to use for it) gets the job claimed for it here, pushed onto
 -- its inbox list, which it waits on (BLPOP); nothing is then published.
@@ -534,22 +536,25 @@ if redis.call('EXISTS', wk) == 1 then
     if ok then ad, p = a, cand break end
   end
 end
+local k = B .. 'j:' .. id
 local handed = nil
 if ad and redis.call('EXISTS', B .. 'paused', B .. 'tring') == 0 and redis.call('ZCARD', B .. 'st:available') == 0 and
   #redis.call('ZRANGEBYSCORE', B .. 'sched', '-inf', t, 'LIMIT', '0', '1') == 0 then
   -- Nothing else is claimable (no available job, none due, no tenant turn, not paused), so the
   -- claim would take this job: it is written active under the advertised claim at once, filed as
-  -- place files an active plain job (keep in step with place and the claim's activate).
+  -- place files an active plain job (keep in step with place and the claim's activate). The
+  -- fields written are also what is handed: no read back.
   local nk = tonumber(ad[4])
   local lease = string.format('%d', tonumber(t) + tonumber(ad[3]))
-  local k = B .. 'j:' .. id
-  redis.call('HSET', k, 'created', t, 'sched', t, unpack(ARGV, 6))
-  redis.call('HSET', k, 'state', 'active', 'started', t, 'lease', lease, 'worker', ad[2], 'token', ad[5 + nk], 'attempt', '1')
+  handed = {'id', id, 'queue', q, 'kind', kind, 'state', 'active', 'attempt', '1', 'p', '1', 'created', t,
+    'sched', t, 'started', t, 'lease', lease, 'worker', ad[2], 'token', ad[5 + nk]}
+  for i = 7, #ARGV do handed[#handed + 1] = ARGV[i] end
+  redis.call('HSET', k, unpack(handed))
   redis.call('ZADD', B .. 'st:active', '0', id)
   redis.call('ZADD', B .. 'lease', lease, id)
-  handed = redis.call('HGETALL', k)
 else
-  redis.call('HSET', B .. 'j:' .. id, 'created', t, 'sched', t, unpack(ARGV, 6))
+  redis.call('HSET', k, 'id', id, 'queue', q, 'kind', kind, 'state', 'available', 'attempt', '0', 'p', '1',
+    'created', t, 'sched', t, unpack(ARGV, 7))
   redis.call('ZADD', B .. 'st:available', '0', id)
   redis.call('ZADD', B .. 'k:' .. kind .. '\n', '0', ARGV[4] .. string.rep('0', 16 - #t) .. t .. id)
   redis.call('SADD', B .. 'kinds', kind)
@@ -565,17 +570,18 @@ if handed then
   redis.call('DEL', B .. 'w:' .. p)
   local parts, gid = {}, nil
   for i, v in ipairs(handed) do
-    parts[#parts + 1] = #v .. ':' .. v
+    parts[i] = #v .. ':' .. v
     if v == 'id' and i % 2 == 1 then gid = handed[i + 1] end
   end
   local ik = B .. 'in:' .. p
   redis.call('RPUSH', ik, table.concat(parts))
   redis.call('PEXPIRE', ik, '60000')
   -- When the claim took another job, this one still needs a claimer.
-  if gid == id then return {'ok', tonumber(t), {}, {}, {}, 1} end
+  if gid == id then return -tonumber(t) end
 end
-redis.call('SPUBLISH', string.match(B, '^(.-){') .. '{notify}', note)
-return {'ok', tonumber(t), {}, {}, {}}
+local ch = string.match(B, '^(.-){') .. '{notify}'
+if not solo or redis.call('PUBSUB', 'SHARDNUMSUB', ch)[2] > 1 then redis.call('SPUBLISH', ch, note) end
+return tonumber(t)
 `)
 
 // scriptClaim moves up to ARGV[1] claimable jobs to active and returns them (HGETALL arrays).
