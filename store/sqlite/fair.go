@@ -56,10 +56,11 @@ func newFairSQL(n int) fairSQL {
 			ORDER BY priority DESC, scheduled_at, id LIMIT ` + limit,
 		// The first claimable jobs without a tenant, looked for among the queue's first 64 claimable
 		// jobs in plain claim order: finding them beyond would mean reading the tenants' backlogs.
-		// (?3 is unused: the kinds keep their places.)
+		// (?3 is unused: the kinds keep their places.) claimableStatesSQL, redundant with fairCond,
+		// lets it read pronto_jobs_claim, whose condition spells the states that way.
 		untenanted: `SELECT id FROM (
 				SELECT id, tenant, rate_key, priority, scheduled_at FROM pronto_jobs
-				WHERE ` + fairCond + ` AND coalesce(?3, '') = coalesce(?3, '') ` + kinds + `
+				WHERE ` + fairCond + ` AND ` + claimableStatesSQL + ` AND coalesce(?3, '') = coalesce(?3, '') ` + kinds + `
 				ORDER BY priority DESC, scheduled_at, id LIMIT 64)
 			WHERE tenant IS NULL AND rate_key IS NULL
 			ORDER BY priority DESC, scheduled_at, id LIMIT ` + limit,

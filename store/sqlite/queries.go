@@ -69,9 +69,15 @@ func uniqueKeyAfter(to, rival string) string {
 		THEN NULL ELSE pronto_jobs.unique_key END`
 }
 
+// claimableStatesSQL is the claimable states as pronto_jobs_claim's condition spells them (migration
+// 014): a statement that is to use that index repeats it word for word. Chains of = instead of IN
+// because SQLite evaluates an IN list of three or more constants in an index's condition by filling
+// a temporary B-tree, for every row a claim or a finish writes.
+const claimableStatesSQL = `(state = 'available' OR state = 'scheduled' OR state = 'retryable')`
+
 // claimableSQL is the condition, on pronto_jobs, of the jobs a claim may take from queue ?4 at ?1.
 const claimableSQL = `queue = ?4
-		  AND state IN ('available', 'scheduled', 'retryable')
+		  AND ` + claimableStatesSQL + `
 		  AND (state = 'available' OR scheduled_at <= ?1)
 		  AND (expires_at IS NULL OR expires_at > ?1)
 		  AND held IS NULL
