@@ -116,7 +116,7 @@ func (s *Store) claim(ctx context.Context, p store.ClaimParams) ([]*store.Job, e
 // mode ("on": it has claimable jobs with a rate key, "fair": with a tenant, "off": neither), then
 // the claimed jobs.
 func claimResults(br pgx.BatchResults) (jobs []*store.Job, mode string, err error) {
-	if err := br.QueryRow().Scan(nil, nil, nil, nil, nil, &mode); err != nil {
+	if mode, err = claimMode(br); err != nil {
 		return nil, "", err
 	}
 	rows, err := br.Query()
@@ -125,6 +125,30 @@ func claimResults(br pgx.BatchResults) (jobs []*store.Job, mode string, err erro
 	}
 	jobs, err = scanJobs(rows)
 	return jobs, mode, err
+}
+
+// claimMode reads the claim mode, the last column of the planner settings' one row, straight from
+// the wire: scanning the row would plan six columns' scans for one value.
+func claimMode(br pgx.BatchResults) (string, error) {
+	rows, err := br.Query()
+	if err != nil {
+		return "", err
+	}
+	defer rows.Close()
+	if !rows.Next() {
+		if err := rows.Err(); err != nil {
+			return "", err
+		}
+		return "", pgx.ErrNoRows
+	}
+	mode, ok := rawText(rows, 5)
+	if !ok {
+		if err := rows.Scan(nil, nil, nil, nil, nil, &mode); err != nil {
+			return "", err
+		}
+	}
+	rows.Close()
+	return mode, rows.Err()
 }
 
 // claimFair claims up to p.Limit jobs of p.Queue in turns across its tenants, in one round trip,
