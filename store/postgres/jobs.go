@@ -218,31 +218,45 @@ func (s *Store) Finish(ctx context.Context, completions []store.Completion) ([]s
 	if err != nil {
 		return nil, err
 	}
-	applied := make(map[[16]byte]struct{}, n)
 	b := &pgx.Batch{}
 	b.Queue(s.q.finishPlan)
 	b.Queue(s.q.finish, args...).Query(func(rows pgx.Rows) error {
-		var id pgtype.UUID
 		for rows.Next() {
-			if err := rows.Scan(&id); err != nil {
+			id, err := rawUUID(rows)
+			if err != nil {
 				return err
 			}
-			applied[id.Bytes] = struct{}{}
+			// The returned ids are among the sorted ones sent: find the completion by search.
+			k, found := slices.BinarySearchFunc(order, id, func(i int, id [16]byte) int {
+				return bytes.Compare(ids[i].Bytes[:], id[:])
+			})
+			// A completion listed twice (the same id) is applied for both, as a map would say.
+			for ; found && k < len(order) && ids[order[k]].Bytes == id; k++ {
+				results[order[k]].Applied = true
+			}
 		}
 		return rows.Err()
 	})
 	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
 		return nil, fmt.Errorf("finish %d jobs: %w", n, err)
 	}
-	for i := range results {
-		if !ids[i].Valid {
-			continue
-		}
-		if _, ok := applied[ids[i].Bytes]; ok {
-			results[i].Applied = true
+	return results, nil
+}
+
+// rawUUID reads the current row's first column, a uuid, from the wire when it comes in binary
+// format, else through Scan.
+func rawUUID(rows pgx.Rows) ([16]byte, error) {
+	if f := rows.FieldDescriptions(); len(f) > 0 && f[0].Format == pgtype.BinaryFormatCode &&
+		f[0].DataTypeOID == pgtype.UUIDOID {
+		if v := rows.RawValues(); len(v) > 0 && len(v[0]) == 16 {
+			return [16]byte(v[0]), nil
 		}
 	}
-	return results, nil
+	var id pgtype.UUID
+	if err := rows.Scan(&id); err != nil {
+		return id.Bytes, err
+	}
+	return id.Bytes, nil
 }
 
 // finishArgs is the parameters of sqlFinish for the completions at the positions order (sorted by
@@ -290,7 +304,10 @@ func finishArgs(completions []store.Completion, ids []pgtype.UUID, order []int) 
 			}
 		}
 	}
-	return []any{uuids, attempts, states, scheduled, errs, res, refunds, tokens}, nil
+	// FlatArray spares pgx the reflection it uses on slices of other element types.
+	return []any{pgtype.FlatArray[pgtype.UUID](uuids), attempts, states,
+		pgtype.FlatArray[pgtype.Timestamptz](scheduled), pgtype.FlatArray[[]byte](errs),
+		pgtype.FlatArray[[]byte](res), refunds, pgtype.FlatArray[pgtype.UUID](tokens)}, nil
 }
 
 // Heartbeat extends the leases of the listed jobs that p.WorkerID still holds, in one statement, and
