@@ -37,6 +37,50 @@ type jobDecoder struct {
 	loc *time.Location
 	// jsonbBinary tells which jsonb columns come in binary format (a version byte first).
 	jsonbBinary [len(jobColOIDs)]bool
+	// kind, queue, worker and tenant are the previous row's values: the rows of one claim mostly
+	// share them, and a repeated value is not allocated again.
+	kind, queue, worker, tenant pgtype.Text
+}
+
+// repeat decodes a text column, reusing the previous row's string *prev when the bytes are the
+// same.
+func repeat(b []byte, prev *pgtype.Text) pgtype.Text {
+	if b == nil {
+		return pgtype.Text{}
+	}
+	if !prev.Valid || prev.String != string(b) {
+		*prev = pgtype.Text{String: string(b), Valid: true}
+	}
+	return *prev
+}
+
+// decState decodes the state column into the constant of its value, allocating nothing.
+func decState(b []byte) pgtype.Text {
+	if b == nil {
+		return pgtype.Text{}
+	}
+	var st string
+	switch string(b) {
+	case "scheduled":
+		st = "scheduled"
+	case "available":
+		st = "available"
+	case "pending":
+		st = "pending"
+	case "active":
+		st = "active"
+	case "completed":
+		st = "completed"
+	case "retryable":
+		st = "retryable"
+	case "cancelled":
+		st = "cancelled"
+	case "discarded":
+		st = "discarded"
+	default:
+		st = string(b)
+	}
+	return pgtype.Text{String: st, Valid: true}
 }
 
 // newJobDecoder returns a decoder for the result rows belongs to, or false when its columns are not
@@ -87,15 +131,15 @@ func (d *jobDecoder) decode(v [][]byte, r *jobRow) error {
 		}
 	}
 	fail(decUUID(v[0], &r.id))
-	r.kind = decText(v[1])
-	r.queue = decText(v[2])
+	r.kind = repeat(v[1], &d.kind)
+	r.queue = repeat(v[2], &d.queue)
 	var e error
 	r.args, e = d.decJSONB(v, 3)
 	fail(e)
 	r.meta, e = d.decJSONB(v, 4)
 	fail(e)
 	fail(decInt4(v[5], &r.priority))
-	r.state = decText(v[6])
+	r.state = decState(v[6])
 	fail(decInt4(v[7], &r.attempt))
 	fail(decInt4(v[8], &r.maxAttempts))
 	r.errors, e = d.decJSONB(v, 9)
@@ -113,9 +157,9 @@ func (d *jobDecoder) decode(v [][]byte, r *jobRow) error {
 	fail(d.decTime(v[17], &r.completedAt))
 	fail(d.decTime(v[18], &r.expiresAt))
 	fail(d.decTime(v[19], &r.leaseExpiresAt))
-	r.workerID = decText(v[20])
+	r.workerID = repeat(v[20], &d.worker)
 	r.uniqueKey = decText(v[21])
-	r.tenant = decText(v[22])
+	r.tenant = repeat(v[22], &d.tenant)
 	r.rateKey = decText(v[23])
 	r.workflowID = decText(v[24])
 	r.parentIDs, e = decUUIDArray(v[25])

@@ -134,6 +134,11 @@ func claimMode(br pgx.BatchResults) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	return readClaimMode(rows)
+}
+
+// readClaimMode reads the claim mode from the plan row of rows, and closes rows.
+func readClaimMode(rows pgx.Rows) (string, error) {
 	defer rows.Close()
 	if !rows.Next() {
 		if err := rows.Err(); err != nil {
@@ -157,8 +162,10 @@ func (s *Store) claimFair(ctx context.Context, p store.ClaimParams) ([]*store.Jo
 	var jobs []*store.Job
 	var mode string
 	b := &pgx.Batch{}
-	b.Queue(s.q.claimFairPlan, p.Queue).QueryRow(func(row pgx.Row) error {
-		return row.Scan(nil, nil, nil, nil, nil, &mode)
+	b.Queue(s.q.claimFairPlan, p.Queue).Query(func(rows pgx.Rows) error {
+		var err error
+		mode, err = readClaimMode(rows)
+		return err
 	})
 	b.Queue(s.q.claimFair, p.Queue, p.Limit, p.LeaseDuration.Microseconds(), p.WorkerID, nilIfEmpty(p.Kinds)).
 		Query(func(rows pgx.Rows) error {
@@ -346,13 +353,13 @@ func (s *Store) Heartbeat(ctx context.Context, p store.HeartbeatParams) ([]strin
 		if err != nil {
 			return nil, fmt.Errorf("heartbeat %d jobs of worker %q: %w", len(ids), p.WorkerID, err)
 		}
-		var id pgtype.UUID
 		for rows.Next() {
-			if err := rows.Scan(&id); err != nil {
+			id, err := rawUUID(rows)
+			if err != nil {
 				rows.Close()
 				return nil, fmt.Errorf("heartbeat %d jobs of worker %q: %w", len(ids), p.WorkerID, err)
 			}
-			held[id.Bytes] = struct{}{}
+			held[id] = struct{}{}
 		}
 		if err := rows.Err(); err != nil {
 			return nil, fmt.Errorf("heartbeat %d jobs of worker %q: %w", len(ids), p.WorkerID, err)
