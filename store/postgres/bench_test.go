@@ -3,6 +3,8 @@ package postgres
 import (
 	"context"
 	"slices"
+	"strconv"
+	"syscall"
 	"testing"
 	"time"
 
@@ -53,4 +55,55 @@ func BenchmarkPickup(b *testing.B) {
 	b.ReportMetric(float64(pickup[len(pickup)/2].Microseconds())/1000, "pickup-p50-ms")
 	b.ReportMetric(float64(pickup[len(pickup)*95/100].Microseconds())/1000, "pickup-p95-ms")
 	b.ReportMetric(float64(notify[len(notify)/2].Microseconds())/1000, "notify-p50-ms")
+}
+
+// BenchmarkClaimFinishCPU claims and completes 1 or 100 jobs per op, like the shared ClaimFinish
+// benchmarks, and reports the process's CPU time per op (user and system, getrusage) over the
+// timed loop only: what the store costs the client, which wall time per op, dominated by the
+// database, hides.
+func BenchmarkClaimFinishCPU(b *testing.B) {
+	for _, size := range []int{1, 100} {
+		b.Run(strconv.Itoa(size), func(b *testing.B) {
+			ctx := context.Background()
+			s := setup(b)
+			for left := b.N * size; left > 0; left -= 1000 {
+				ps := make([]*store.InsertParams, min(left, 1000))
+				for i := range ps {
+					ps[i] = params("cpu")
+				}
+				if _, err := s.Insert(ctx, ps); err != nil {
+					b.Fatal(err)
+				}
+			}
+			cs := make([]store.Completion, 0, size)
+			b.ReportAllocs()
+			before := cpuTime()
+			b.ResetTimer()
+			for range b.N {
+				jobs, err := s.Claim(ctx, claimParams("cpu", size))
+				if err != nil {
+					b.Fatal(err)
+				}
+				cs = cs[:0]
+				for _, j := range jobs {
+					cs = append(cs, store.Completion{ID: j.ID, Attempt: j.Attempt, Token: j.ClaimToken,
+						State: store.StateCompleted})
+				}
+				if _, err := s.Finish(ctx, cs); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			b.ReportMetric(float64((cpuTime()-before).Microseconds())/float64(b.N), "cpu-us/op")
+		})
+	}
+}
+
+// cpuTime is the process's user and system CPU time so far.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -116,7 +116,7 @@ func (s *Store) claim(ctx context.Context, p store.ClaimParams) ([]*store.Job, e
 // mode ("on": it has claimable jobs with a rate key, "fair": with a tenant, "off": neither), then
 // the claimed jobs.
 func claimResults(br pgx.BatchResults) (jobs []*store.Job, mode string, err error) {
-	if err := br.QueryRow().Scan(nil, nil, nil, nil, nil, &mode); err != nil {
+	if mode, err = claimMode(br); err != nil {
 		return nil, "", err
 	}
 	rows, err := br.Query()
@@ -127,14 +127,45 @@ func claimResults(br pgx.BatchResults) (jobs []*store.Job, mode string, err erro
 	return jobs, mode, err
 }
 
+// claimMode reads the claim mode, the last column of the planner settings' one row, straight from
+// the wire: scanning the row would plan six columns' scans for one value.
+func claimMode(br pgx.BatchResults) (string, error) {
+	rows, err := br.Query()
+	if err != nil {
+		return "", err
+	}
+	return readClaimMode(rows)
+}
+
+// readClaimMode reads the claim mode from the plan row of rows, and closes rows.
+func readClaimMode(rows pgx.Rows) (string, error) {
+	defer rows.Close()
+	if !rows.Next() {
+		if err := rows.Err(); err != nil {
+			return "", err
+		}
+		return "", pgx.ErrNoRows
+	}
+	mode, ok := rawText(rows, 5)
+	if !ok {
+		if err := rows.Scan(nil, nil, nil, nil, nil, &mode); err != nil {
+			return "", err
+		}
+	}
+	rows.Close()
+	return mode, rows.Err()
+}
+
 // claimFair claims up to p.Limit jobs of p.Queue in turns across its tenants, in one round trip,
 // when the queue's claim mode (returned) is still "fair"; otherwise it claims nothing.
 func (s *Store) claimFair(ctx context.Context, p store.ClaimParams) ([]*store.Job, string, error) {
 	var jobs []*store.Job
 	var mode string
 	b := &pgx.Batch{}
-	b.Queue(s.q.claimFairPlan, p.Queue).QueryRow(func(row pgx.Row) error {
-		return row.Scan(nil, nil, nil, nil, nil, &mode)
+	b.Queue(s.q.claimFairPlan, p.Queue).Query(func(rows pgx.Rows) error {
+		var err error
+		mode, err = readClaimMode(rows)
+		return err
 	})
 	b.Queue(s.q.claimFair, p.Queue, p.Limit, p.LeaseDuration.Microseconds(), p.WorkerID, nilIfEmpty(p.Kinds)).
 		Query(func(rows pgx.Rows) error {
@@ -194,31 +225,45 @@ func (s *Store) Finish(ctx context.Context, completions []store.Completion) ([]s
 	if err != nil {
 		return nil, err
 	}
-	applied := make(map[[16]byte]struct{}, n)
 	b := &pgx.Batch{}
 	b.Queue(s.q.finishPlan)
 	b.Queue(s.q.finish, args...).Query(func(rows pgx.Rows) error {
-		var id pgtype.UUID
 		for rows.Next() {
-			if err := rows.Scan(&id); err != nil {
+			id, err := rawUUID(rows)
+			if err != nil {
 				return err
 			}
-			applied[id.Bytes] = struct{}{}
+			// The returned ids are among the sorted ones sent: find the completion by search.
+			k, found := slices.BinarySearchFunc(order, id, func(i int, id [16]byte) int {
+				return bytes.Compare(ids[i].Bytes[:], id[:])
+			})
+			// A completion listed twice (the same id) is applied for both, as a map would say.
+			for ; found && k < len(order) && ids[order[k]].Bytes == id; k++ {
+				results[order[k]].Applied = true
+			}
 		}
 		return rows.Err()
 	})
 	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
 		return nil, fmt.Errorf("finish %d jobs: %w", n, err)
 	}
-	for i := range results {
-		if !ids[i].Valid {
-			continue
-		}
-		if _, ok := applied[ids[i].Bytes]; ok {
-			results[i].Applied = true
+	return results, nil
+}
+
+// rawUUID reads the current row's first column, a uuid, from the wire when it comes in binary
+// format, else through Scan.
+func rawUUID(rows pgx.Rows) ([16]byte, error) {
+	if f := rows.FieldDescriptions(); len(f) > 0 && f[0].Format == pgtype.BinaryFormatCode &&
+		f[0].DataTypeOID == pgtype.UUIDOID {
+		if v := rows.RawValues(); len(v) > 0 && len(v[0]) == 16 {
+			return [16]byte(v[0]), nil
 		}
 	}
-	return results, nil
+	var id pgtype.UUID
+	if err := rows.Scan(&id); err != nil {
+		return id.Bytes, err
+	}
+	return id.Bytes, nil
 }
 
 // finishArgs is the parameters of sqlFinish for the completions at the positions order (sorted by
@@ -266,7 +311,10 @@ func finishArgs(completions []store.Completion, ids []pgtype.UUID, order []int) 
 			}
 		}
 	}
-	return []any{uuids, attempts, states, scheduled, errs, res, refunds, tokens}, nil
+	// FlatArray spares pgx the reflection it uses on slices of other element types.
+	return []any{pgtype.FlatArray[pgtype.UUID](uuids), attempts, states,
+		pgtype.FlatArray[pgtype.Timestamptz](scheduled), pgtype.FlatArray[[]byte](errs),
+		pgtype.FlatArray[[]byte](res), refunds, pgtype.FlatArray[pgtype.UUID](tokens)}, nil
 }
 
 // Heartbeat extends the leases of the listed jobs that p.WorkerID still holds, in one statement, and
@@ -305,13 +353,13 @@ func (s *Store) Heartbeat(ctx context.Context, p store.HeartbeatParams) ([]strin
 		if err != nil {
 			return nil, fmt.Errorf("heartbeat %d jobs of worker %q: %w", len(ids), p.WorkerID, err)
 		}
-		var id pgtype.UUID
 		for rows.Next() {
-			if err := rows.Scan(&id); err != nil {
+			id, err := rawUUID(rows)
+			if err != nil {
 				rows.Close()
 				return nil, fmt.Errorf("heartbeat %d jobs of worker %q: %w", len(ids), p.WorkerID, err)
 			}
-			held[id.Bytes] = struct{}{}
+			held[id] = struct{}{}
 		}
 		if err := rows.Err(); err != nil {
 			return nil, fmt.Errorf("heartbeat %d jobs of worker %q: %w", len(ids), p.WorkerID, err)

@@ -116,14 +116,24 @@ func (r *jobRow) job() (*store.Job, error) {
 	return j, nil
 }
 
-// scanJobs reads every row of jobCols into jobs.
+// scanJobs reads every row of jobCols into jobs, decoding them without Scan where it can
+// (jobDecoder).
 func scanJobs(rows pgx.Rows) ([]*store.Job, error) {
 	defer rows.Close()
 	var jobs []*store.Job
+	var (
+		dec    jobDecoder
+		direct bool
+	)
 	for rows.Next() {
+		if jobs == nil {
+			dec, direct = newJobDecoder(rows)
+		}
 		var r jobRow
-		if err := rows.Scan(r.dest()...); err != nil {
-			return nil, err
+		if !direct || dec.decode(rows.RawValues(), &r) != nil {
+			if err := rows.Scan(r.dest()...); err != nil {
+				return nil, err
+			}
 		}
 		j, err := r.job()
 		if err != nil {
