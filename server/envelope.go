@@ -73,6 +73,14 @@ func isNull(raw json.RawMessage) bool { return jsonKind(raw) == "null" }
 // decodeObject reads a JSON object's members, keeping their values raw, in one pass. A body that is
 // not JSON is invalid_payload; JSON that is not an object is invalid_request.
 func decodeObject(body []byte, what string) (object, *apiError) {
+	if o, ok := scanObject(nil, body); ok {
+		return o, nil
+	}
+	return decodeObjectSlow(body, what)
+}
+
+// decodeObjectSlow is decodeObject without scanObject's fast path: it tells what is wrong.
+func decodeObjectSlow(body []byte, what string) (object, *apiError) {
 	if !json.Valid(body) {
 		return nil, errorf(400, CodeInvalidPayload, "the %s is not valid JSON", what)
 	}
@@ -89,7 +97,15 @@ func decodeObject(body []byte, what string) (object, *apiError) {
 // decodeBody is decodeObject for a whole request body, which must moreover hold nothing a store
 // cannot (jsoncheck): such input is refused here, identically whatever the store, naming the field.
 func decodeBody(body []byte, what string) (object, *apiError) {
-	o, e := decodeObject(body, what)
+	return decodeBodyInto(nil, body, what)
+}
+
+// decodeBodyInto is decodeBody appending the members to dst, which may have room for them.
+func decodeBodyInto(dst object, body []byte, what string) (object, *apiError) {
+	if o, ok := scanObject(dst, body); ok {
+		return o, nil // valid, and storable
+	}
+	o, e := decodeObjectSlow(body, what)
 	if e != nil {
 		return nil, e
 	}
@@ -297,7 +313,8 @@ type enqueueRequest struct {
 
 // decodeJob reads and validates one OJS job envelope.
 func decodeJob(body []byte, now time.Time) (*enqueueRequest, *apiError) {
-	top, e := decodeBody(body, "job")
+	var buf [16]member
+	top, e := decodeBodyInto(buf[:0], body, "job")
 	if e != nil {
 		return nil, e
 	}

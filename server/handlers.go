@@ -222,7 +222,8 @@ type fetchRequest struct {
 }
 
 func decodeFetch(body []byte) (*fetchRequest, *apiError) {
-	m, e := decodeBody(body, "fetch request")
+	var buf [8]member
+	m, e := decodeBodyInto(buf[:0], body, "fetch request")
 	if e != nil {
 		return nil, e
 	}
@@ -449,7 +450,8 @@ type ackRequest struct {
 }
 
 func decodeAck(body []byte) (*ackRequest, *apiError) {
-	m, e := decodeBody(body, "ack request")
+	var buf [8]member
+	m, e := decodeBodyInto(buf[:0], body, "ack request")
 	if e != nil {
 		return nil, e
 	}
@@ -696,7 +698,8 @@ type heartbeatRequest struct {
 }
 
 func decodeHeartbeat(body []byte) (*heartbeatRequest, *apiError) {
-	m, e := decodeBody(body, "heartbeat")
+	var buf [8]member
+	m, e := decodeBodyInto(buf[:0], body, "heartbeat")
 	if e != nil {
 		return nil, e
 	}
