@@ -51,7 +51,7 @@ func (s *Server) enqueue(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	j := rows[0]
-	w.Header().Set("Location", "/ojs/v1/jobs/"+j.ID)
+	w.Header()["Location"] = []string{"/ojs/v1/jobs/" + j.ID}
 	b := getBuf()
 	*b = append(*b, `{"job":`...)
 	*b = appendJob(*b, j)
@@ -395,10 +395,7 @@ func (s *Server) fetch(w http.ResponseWriter, r *http.Request) {
 	*b = append(*b, ']', '}')
 	writeBuf(w, http.StatusOK, b)
 	for _, j := range jobs {
-		s.jobEvent("job.started", j, j.StartedAt, func(b []byte) []byte {
-			b = appendStringField(b, "worker_id", req.workerID)
-			return appendIntField(b, "attempt", int64(j.Attempt))
-		})
+		s.jobEventForm("job.started", j, j.StartedAt, event{form: formStarted, n1: int64(j.Attempt), worker: req.workerID})
 	}
 }
 
