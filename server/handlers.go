@@ -34,12 +34,13 @@ func (s *Server) enqueue(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, invalid("", "the request body is empty: send a job envelope {\"type\": ..., \"args\": [...]}"))
 		return
 	}
-	req, e := decodeJob(body, time.Now())
+	var req enqueueRequest
+	e := decodeJobInto(&req, body, time.Now())
 	if e == nil {
-		e = s.applyTenant(r, req, "")
+		e = s.applyTenant(r, &req, "")
 	}
 	if e == nil {
-		e = s.checkArgs(r.Context(), req, "")
+		e = s.checkArgs(r.Context(), &req, "")
 	}
 	if e != nil {
 		s.writeError(w, r, e)
