@@ -73,6 +73,14 @@ func isNull(raw json.RawMessage) bool { return jsonKind(raw) == "null" }
 // decodeObject reads a JSON object's members, keeping their values raw, in one pass. A body that is
 // not JSON is invalid_payload; JSON that is not an object is invalid_request.
 func decodeObject(body []byte, what string) (object, *apiError) {
+	if o, ok := scanObject(nil, body); ok {
+		return o, nil
+	}
+	return decodeObjectSlow(body, what)
+}
+
+// decodeObjectSlow is decodeObject without scanObject's fast path: it tells what is wrong.
+func decodeObjectSlow(body []byte, what string) (object, *apiError) {
 	if !json.Valid(body) {
 		return nil, errorf(400, CodeInvalidPayload, "the %s is not valid JSON", what)
 	}
@@ -89,7 +97,15 @@ func decodeObject(body []byte, what string) (object, *apiError) {
 // decodeBody is decodeObject for a whole request body, which must moreover hold nothing a store
 // cannot (jsoncheck): such input is refused here, identically whatever the store, naming the field.
 func decodeBody(body []byte, what string) (object, *apiError) {
-	o, e := decodeObject(body, what)
+	return decodeBodyInto(nil, body, what)
+}
+
+// decodeBodyInto is decodeBody appending the members to dst, which may have room for them.
+func decodeBodyInto(dst object, body []byte, what string) (object, *apiError) {
+	if o, ok := scanObject(dst, body); ok {
+		return o, nil // valid, and storable
+	}
+	o, e := decodeObjectSlow(body, what)
 	if e != nil {
 		return nil, e
 	}
@@ -297,36 +313,53 @@ type enqueueRequest struct {
 
 // decodeJob reads and validates one OJS job envelope.
 func decodeJob(body []byte, now time.Time) (*enqueueRequest, *apiError) {
-	top, e := decodeBody(body, "job")
-	if e != nil {
+	req := &enqueueRequest{}
+	if e := decodeJobInto(req, body, now); e != nil {
 		return nil, e
 	}
-	return decodeJobMembers(top, now)
+	return req, nil
+}
+
+// decodeJobInto is decodeJob into a zero *req (which a single enqueue keeps on its stack).
+func decodeJobInto(req *enqueueRequest, body []byte, now time.Time) *apiError {
+	var buf [16]member
+	top, e := decodeBodyInto(buf[:0], body, "job")
+	if e != nil {
+		return e
+	}
+	return decodeJobMembersInto(req, top, now)
 }
 
 func decodeJobMembers(top object, now time.Time) (*enqueueRequest, *apiError) {
 	req := &enqueueRequest{}
+	if e := decodeJobMembersInto(req, top, now); e != nil {
+		return nil, e
+	}
+	return req, nil
+}
+
+func decodeJobMembersInto(req *enqueueRequest, top object, now time.Time) *apiError {
 	o := &req.job.Opts
 	var e *apiError
 
 	rawType, ok := top.get("type")
 	if !ok {
-		return nil, invalid("type", "type is required (a dot-separated job type such as \"email.send\")")
+		return invalid("type", "type is required (a dot-separated job type such as \"email.send\")")
 	}
 	if req.job.Kind, e = wantString(rawType, "type"); e != nil {
-		return nil, e
+		return e
 	}
 	if !pronto.ValidOJSType(req.job.Kind) {
-		return nil, invalid("type", "type %q: must be dot-separated segments of [a-z][a-z0-9_-]* (for example \"email.send\")", req.job.Kind)
+		return invalid("type", "type %q: must be dot-separated segments of [a-z][a-z0-9_-]* (for example \"email.send\")", req.job.Kind)
 	}
 	rawArgs, ok := top.get("args")
 	if !ok {
-		return nil, invalid("args", "args is required (a JSON array, possibly empty)")
+		return invalid("args", "args is required (a JSON array, possibly empty)")
 	}
 	if k := jsonKind(rawArgs); k != "array" {
 		e := invalid("args", "args must be a JSON array, not %s", k)
 		e.details["expected"], e.details["received"] = "array", k
-		return nil, e
+		return e
 	}
 	req.job.Args = rawArgs
 
@@ -338,25 +371,25 @@ func decodeJobMembers(top object, now time.Time) (*enqueueRequest, *apiError) {
 		case "type", "args":
 		case "id":
 			if o.ID, e = wantString(v, "id"); e != nil {
-				return nil, e
+				return e
 			}
 			if !validID(o.ID) {
-				return nil, invalid("id", "id %q: must be a UUIDv7 in lowercase 8-4-4-4-12 form, or absent", o.ID)
+				return invalid("id", "id %q: must be a UUIDv7 in lowercase 8-4-4-4-12 form, or absent", o.ID)
 			}
 		case "specversion":
 			s, e := wantString(v, "specversion")
 			if e != nil {
-				return nil, e
+				return e
 			}
 			if s != "1.0" {
-				return nil, invalid("specversion", "specversion %q: this server speaks OJS 1.0", s)
+				return invalid("specversion", "specversion %q: this server speaks OJS 1.0", s)
 			}
 		case "meta":
 			if isNull(v) {
 				continue
 			}
 			if e := checkMeta(v, "meta"); e != nil {
-				return nil, e
+				return e
 			}
 			meta = v
 		case "options":
@@ -366,17 +399,17 @@ func decodeJobMembers(top object, now time.Time) (*enqueueRequest, *apiError) {
 			opts, e := decodeObject(v, "options")
 			if e != nil {
 				e.details = map[string]any{"field": "options"}
-				return nil, e
+				return e
 			}
 			if e := applyOptions(req, opts, now); e != nil {
-				return nil, e
+				return e
 			}
 		case "queue", "priority", "scheduled_at", "expires_at", "retry", "tags", "unique":
 			topOpts = append(topOpts, mb)
 		case "timeout":
 			secs, e := wantInt(v, "timeout", 0, math.MaxInt32)
 			if e != nil {
-				return nil, e
+				return e
 			}
 			if o.Timeout == 0 {
 				o.Timeout = time.Duration(secs) * time.Second
@@ -400,16 +433,16 @@ func decodeJobMembers(top object, now time.Time) (*enqueueRequest, *apiError) {
 			}
 		}
 		if e := applyOptions(req, apply, now); e != nil {
-			return nil, e
+			return e
 		}
 	}
 	if !validQueue(queueOr(o.Queue)) {
-		return nil, invalid("queue", "queue %q: must match [a-z0-9][a-z0-9.-]* (at most 128 characters)", o.Queue)
+		return invalid("queue", "queue %q: must match [a-z0-9][a-z0-9.-]* (at most 128 characters)", o.Queue)
 	}
 	if len(req.metadata) > 0 || !req.ext.empty() {
-		merged, e := mergeMeta(meta, req.metadata, &req.ext)
+		merged, e := mergeMeta(meta, req.metadata, req.ext)
 		if e != nil {
-			return nil, e
+			return e
 		}
 		meta = merged
 	}
@@ -419,10 +452,10 @@ func decodeJobMembers(top object, now time.Time) (*enqueueRequest, *apiError) {
 	}
 	if o.Unique != nil {
 		if e := checkUniqueKeys(o.Unique, req.job.Args, meta, "options.unique"); e != nil {
-			return nil, e
+			return e
 		}
 	}
-	return req, nil
+	return nil
 }
 
 // checkMeta refuses a meta that is not an object or that uses the reserved key.
@@ -442,7 +475,7 @@ func checkMeta(raw json.RawMessage, field string) *apiError {
 }
 
 // mergeMeta adds options.metadata (under meta's own keys) and pronto's ext to a meta object.
-func mergeMeta(meta json.RawMessage, metadata map[string]json.RawMessage, ext *ojsExt) (json.RawMessage, *apiError) {
+func mergeMeta(meta json.RawMessage, metadata map[string]json.RawMessage, ext ojsExt) (json.RawMessage, *apiError) {
 	m := map[string]json.RawMessage{}
 	if len(meta) > 0 {
 		if err := json.Unmarshal(meta, &m); err != nil {
@@ -455,7 +488,7 @@ func mergeMeta(meta json.RawMessage, metadata map[string]json.RawMessage, ext *o
 		}
 	}
 	if !ext.empty() {
-		b, err := json.Marshal(ext)
+		b, err := json.Marshal(&ext)
 		if err != nil {
 			return nil, invalid("", "the job's options do not encode: %v", err)
 		}

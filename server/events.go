@@ -30,7 +30,50 @@ type event struct {
 	at      time.Time
 	queue   string
 	jobType string
-	data    []byte // a JSON object
+	data    []byte // a JSON object, or nil when form says how to write it
+
+	// form is the shape of the data of the frequent job events (job.enqueued, job.started,
+	// job.completed), kept as their fields and written only when the event is read: every enqueue,
+	// fetch and ack records one, and few are ever read. subject, jobType and queue are the job's.
+	form   eventForm
+	n1, n2 int64 // enqueued: priority; started: attempt; completed: attempt, duration_ms
+	worker string
+	raw    []byte // completed: the result
+}
+
+// eventForm names the shape of an event's data kept as fields.
+type eventForm uint8
+
+const (
+	formData      eventForm = iota // data holds the data
+	formEnqueued                   // {job_id, job_type, queue, priority}
+	formStarted                    // {job_id, job_type, queue, worker_id, attempt}
+	formCompleted                  // {job_id, job_type, queue, duration_ms, attempt, result?}
+)
+
+// appendEventData appends e's data object.
+func appendEventData(b []byte, e *event) []byte {
+	if e.form == formData {
+		return append(b, e.data...)
+	}
+	b = append(b, '{')
+	b = appendStringField(b, "job_id", e.subject)
+	b = appendStringField(b, "job_type", e.jobType)
+	b = appendStringField(b, "queue", e.queue)
+	switch e.form {
+	case formEnqueued:
+		b = appendIntField(b, "priority", e.n1)
+	case formStarted:
+		b = appendStringField(b, "worker_id", e.worker)
+		b = appendIntField(b, "attempt", e.n1)
+	case formCompleted:
+		b = appendIntField(b, "duration_ms", e.n2)
+		b = appendIntField(b, "attempt", e.n1)
+		if len(e.raw) > 0 {
+			b = appendRawField(b, "result", e.raw)
+		}
+	}
+	return append(b, '}')
 }
 
 // eventLog is a ring of the latest events.
@@ -182,7 +225,7 @@ func (l *eventLog) appendEvent(b []byte, e *event) []byte {
 		b = appendStringField(b, "subject", e.subject)
 	}
 	b = appendStringField(b, "datacontenttype", "application/json")
-	b = appendRawField(b, "data", e.data)
+	b = appendEventData(appendKey(b, "data"), e)
 	return append(b, '}')
 }
 
@@ -201,6 +244,13 @@ func (s *Server) jobEvent(typ string, j *pronto.JobRow, at time.Time, more func(
 	s.events.add(event{
 		typ: typ, source: s.source, subject: j.ID, at: at, queue: j.Queue, jobType: j.Kind, data: b,
 	})
+}
+
+// jobEventForm records a job event whose data e's form and fields give (see event).
+func (s *Server) jobEventForm(typ string, j *pronto.JobRow, at time.Time, e event) {
+	s.streams.wake(j.ID)
+	e.typ, e.source, e.subject, e.at, e.queue, e.jobType = typ, s.source, j.ID, at, j.Queue, j.Kind
+	s.events.add(e)
 }
 
 // consumeClientEvents turns the client's events into OJS events until ch is closed.
@@ -251,14 +301,7 @@ func (s *Server) clientEvent(ev *pronto.Event) {
 	switch ev.Kind {
 	case pronto.EventCompleted:
 		s.recordOutcome(ev, false)
-		s.jobEvent("job.completed", j, ev.At, func(b []byte) []byte {
-			b = appendIntField(b, "duration_ms", durMS)
-			b = appendIntField(b, "attempt", int64(j.Attempt))
-			if len(j.Result) > 0 {
-				b = appendRawField(b, "result", j.Result)
-			}
-			return b
-		})
+		s.jobEventForm("job.completed", j, ev.At, event{form: formCompleted, n1: int64(j.Attempt), n2: durMS, raw: j.Result})
 	case pronto.EventFailed:
 		s.recordOutcome(ev, true)
 		s.jobEvent("job.failed", j, ev.At, func(b []byte) []byte {
@@ -295,9 +338,7 @@ func (s *Server) clientEvent(ev *pronto.Event) {
 			return appendTimeField(b, "scheduled_at", j.ScheduledAt)
 		})
 	case pronto.EventRetried:
-		s.jobEvent("job.enqueued", j, ev.At, func(b []byte) []byte {
-			return appendIntField(b, "priority", int64(j.Priority))
-		})
+		s.jobEventForm("job.enqueued", j, ev.At, event{form: formEnqueued, n1: int64(j.Priority)})
 	case pronto.EventProgressStalled:
 		// ojs-progress.md 11.1: {job_id, last_progress, last_update}.
 		s.jobEvent("progress.stalled", j, ev.At, func(b []byte) []byte {
@@ -373,9 +414,7 @@ func (s *Server) enqueuedEvent(j *pronto.JobRow) {
 			return appendTimeField(b, "scheduled_at", j.ScheduledAt)
 		})
 	case pronto.StateAvailable:
-		s.jobEvent("job.enqueued", j, j.CreatedAt, func(b []byte) []byte {
-			return appendIntField(b, "priority", int64(j.Priority))
-		})
+		s.jobEventForm("job.enqueued", j, j.CreatedAt, event{form: formEnqueued, n1: int64(j.Priority)})
 	}
 }
 

@@ -34,12 +34,13 @@ func (s *Server) enqueue(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, invalid("", "the request body is empty: send a job envelope {\"type\": ..., \"args\": [...]}"))
 		return
 	}
-	req, e := decodeJob(body, time.Now())
+	var req enqueueRequest
+	e := decodeJobInto(&req, body, time.Now())
 	if e == nil {
-		e = s.applyTenant(r, req, "")
+		e = s.applyTenant(r, &req, "")
 	}
 	if e == nil {
-		e = s.checkArgs(r.Context(), req, "")
+		e = s.checkArgs(r.Context(), &req, "")
 	}
 	if e != nil {
 		s.writeError(w, r, e)
@@ -51,7 +52,7 @@ func (s *Server) enqueue(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	j := rows[0]
-	w.Header().Set("Location", "/ojs/v1/jobs/"+j.ID)
+	w.Header()["Location"] = []string{"/ojs/v1/jobs/" + j.ID}
 	b := getBuf()
 	*b = append(*b, `{"job":`...)
 	*b = appendJob(*b, j)
@@ -222,7 +223,8 @@ type fetchRequest struct {
 }
 
 func decodeFetch(body []byte) (*fetchRequest, *apiError) {
-	m, e := decodeBody(body, "fetch request")
+	var buf [8]member
+	m, e := decodeBodyInto(buf[:0], body, "fetch request")
 	if e != nil {
 		return nil, e
 	}
@@ -394,10 +396,7 @@ func (s *Server) fetch(w http.ResponseWriter, r *http.Request) {
 	*b = append(*b, ']', '}')
 	writeBuf(w, http.StatusOK, b)
 	for _, j := range jobs {
-		s.jobEvent("job.started", j, j.StartedAt, func(b []byte) []byte {
-			b = appendStringField(b, "worker_id", req.workerID)
-			return appendIntField(b, "attempt", int64(j.Attempt))
-		})
+		s.jobEventForm("job.started", j, j.StartedAt, event{form: formStarted, n1: int64(j.Attempt), worker: req.workerID})
 	}
 }
 
@@ -449,7 +448,8 @@ type ackRequest struct {
 }
 
 func decodeAck(body []byte) (*ackRequest, *apiError) {
-	m, e := decodeBody(body, "ack request")
+	var buf [8]member
+	m, e := decodeBodyInto(buf[:0], body, "ack request")
 	if e != nil {
 		return nil, e
 	}
@@ -696,7 +696,8 @@ type heartbeatRequest struct {
 }
 
 func decodeHeartbeat(body []byte) (*heartbeatRequest, *apiError) {
-	m, e := decodeBody(body, "heartbeat")
+	var buf [8]member
+	m, e := decodeBodyInto(buf[:0], body, "heartbeat")
 	if e != nil {
 		return nil, e
 	}

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/pronto-jobs/pronto"
@@ -27,8 +28,10 @@ const (
 // progressStreams counts the open progress streams and wakes those of a job when this server sees
 // an event about it. The zero value is ready.
 type progressStreams struct {
-	mu      sync.Mutex
-	open    int
+	mu   sync.Mutex
+	open int
+	// watched is open, read without the lock by wake: most events concern no stream at all.
+	watched atomic.Int64
 	byJob   map[string]map[chan struct{}]struct{}
 	done    chan struct{} // closed by stop (made on first use)
 	stopped bool
@@ -67,6 +70,7 @@ func (ps *progressStreams) watch(id string) (wake chan struct{}, release func(),
 		return nil, nil, false
 	}
 	ps.open++
+	ps.watched.Store(int64(ps.open))
 	if ps.byJob == nil {
 		ps.byJob = map[string]map[chan struct{}]struct{}{}
 	}
@@ -81,6 +85,7 @@ func (ps *progressStreams) watch(id string) (wake chan struct{}, release func(),
 		ps.mu.Lock()
 		defer ps.mu.Unlock()
 		ps.open--
+		ps.watched.Store(int64(ps.open))
 		delete(set, wake)
 		if len(set) == 0 {
 			delete(ps.byJob, id)
@@ -90,6 +95,10 @@ func (ps *progressStreams) watch(id string) (wake chan struct{}, release func(),
 
 // wake tells the streams of job id that it changed (never blocks).
 func (ps *progressStreams) wake(id string) {
+	if ps.watched.Load() == 0 {
+		// No stream is open; one opening now reads the job after this change anyway, or polls.
+		return
+	}
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	for ch := range ps.byJob[id] {

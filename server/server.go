@@ -263,7 +263,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, tooLarge(s.maxBody))
 		return
 	}
-	if r.Body != nil && r.Body != http.NoBody {
+	if r.Body != nil && r.Body != http.NoBody && r.ContentLength <= 0 {
+		// A body of a known length is already limited to it (net/http reads no further).
 		r.Body = http.MaxBytesReader(w, r.Body, s.maxBody)
 	}
 	if path == "/ojs/manifest" {
@@ -602,11 +603,13 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool)
 	if r.Body == nil || r.Body == http.NoBody {
 		return nil, true
 	}
-	buf := getBuf()
-	defer putBuf(buf)
-	bb := bytes.NewBuffer(*buf)
-	_, err := bb.ReadFrom(r.Body)
-	*buf = bb.Bytes()[:0]
+	// The body is read into a slice of its own (the decoded request keeps parts of it), sized to the
+	// Content-Length when there is one.
+	size := 512
+	if cl := r.ContentLength; cl > 0 && cl <= s.maxBody {
+		size = int(cl) + 1 // room for the read that meets the end
+	}
+	body, err := readAll(r.Body, size, s.maxBody)
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
@@ -616,9 +619,29 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool)
 		}
 		return nil, false
 	}
-	// The caller decodes into values that copy what they keep, but may hold the slice meanwhile: hand
-	// it a copy so the pooled buffer can be reused at once.
-	return bytes.Clone(bb.Bytes()), true
+	return body, true
+}
+
+// readAll reads rd to its end into a slice of capacity size at first, and fails with an
+// *http.MaxBytesError beyond limit bytes.
+func readAll(rd io.Reader, size int, limit int64) ([]byte, error) {
+	b := make([]byte, 0, size)
+	for {
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)]
+		}
+		n, err := rd.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if int64(len(b)) > limit {
+			return nil, &http.MaxBytesError{Limit: limit}
+		}
+		if err == io.EOF {
+			return b, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
 }
 
 // readObject reads a body that must be a JSON object (an empty body counts as {}).
