@@ -25,7 +25,10 @@ import (
 )
 
 // DefaultLinger is the default Config.Linger.
-const DefaultLinger = 5 * time.Millisecond
+//
+// 20 ms: at 300 jobs/s a batch then carries about six outcomes instead of two, and the worker
+// process spends 7-10% less CPU (docs/benchmarks.md); River's completer flushes every 50 ms.
+const DefaultLinger = 20 * time.Millisecond
 
 // spacingWeight is the weight, as a divisor, of the newest gap between two outcomes in the
 // running estimate of their spacing.
