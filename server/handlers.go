@@ -401,7 +401,9 @@ func (s *Server) fetch(w http.ResponseWriter, r *http.Request) {
 }
 
 // fetchMoreBudget bounds how long fetchMore keeps trying for due jobs held by another transaction.
-const fetchMoreBudget = 150 * time.Millisecond
+// 150 ms was too short on a machine loaded by parallel test runs: a promotion holding a due job
+// for longer left a fetch empty (OJS case L1-RTR-013, once in a CI run).
+const fetchMoreBudget = 500 * time.Millisecond
 
 // fetchMore covers a race of claims with maintenance: a claim skips rows another transaction holds
 // locked (PostgreSQL's SKIP LOCKED), and the leader's promotion of due jobs holds them for a moment,

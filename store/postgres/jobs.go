@@ -402,9 +402,26 @@ func (s *Store) Rescue(ctx context.Context, p store.RescueParams) (store.RescueR
 
 // Promote moves up to limit due scheduled and retryable jobs to available and announces their
 // queues.
+//
+// It commits without waiting for its WAL flush (sqlAsyncCommit in the same implicit transaction):
+// claims skip the rows it holds locked, so every millisecond it holds them is one in which a due
+// job looks unclaimable (an HTTP fetch then comes back empty once its retries run out, see
+// server.fetchMore). A promotion lost in a database crash loses nothing: claims take due scheduled
+// and retryable jobs as they are, and the next pass promotes them again.
 func (s *Store) Promote(ctx context.Context, limit int) (int, error) {
+	b := &pgx.Batch{}
+	b.Queue(sqlAsyncCommit)
+	b.Queue(s.q.promote, limitOrDefault(limit))
+	br := s.pool.SendBatch(ctx, b)
 	var n int
-	if err := s.pool.QueryRow(ctx, s.q.promote, limitOrDefault(limit)).Scan(&n); err != nil {
+	_, err := br.Exec()
+	if err == nil {
+		err = br.QueryRow().Scan(&n)
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
 		return 0, fmt.Errorf("promote due jobs: %w", err)
 	}
 	return n, nil

@@ -218,6 +218,10 @@ WHERE o.unique_key = j.unique_key AND o.state = ANY (o.unique_states) AND o.id <
 	set_config('pronto.claim_limited', CASE WHEN ` + claimableKeyed + ` THEN 'on'
 		WHEN ` + claimableTenant + ` THEN 'fair' ELSE 'off' END, true)`
 
+	// sqlAsyncCommit makes the implicit transaction it starts commit without waiting for its WAL
+	// flush: for writes that a crash may undo without loss (see Promote).
+	sqlAsyncCommit = `SELECT set_config('synchronous_commit', 'off', true)`
+
 	// sqlClaimLimitedPlan runs before sqlClaimLimited: the claim's commit and JIT settings. Sorting
 	// stays allowed: claim_limited sorts its few candidates.
 	sqlClaimLimitedPlan = `SELECT set_config('jit', 'off', true), set_config('synchronous_commit', 'off', true)`
