@@ -3,6 +3,8 @@ package server
 import (
 	"encoding/json"
 	"unicode/utf8"
+
+	"github.com/pronto-jobs/pronto/internal/jsoncheck"
 )
 
 // A request body is split into its top-level members without reflection: after json.Valid has
@@ -323,7 +325,7 @@ func scanString(b []byte, i int) int {
 			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
 				j += 2
 			case 'u':
-				r, ok := hex4(b, j+2)
+				r, ok := jsoncheck.Hex4(b, j+2)
 				if !ok || r == 0 || r >= 0xD800 && r <= 0xDFFF {
 					return -1
 				}
@@ -344,27 +346,6 @@ func scanString(b []byte, i int) int {
 		}
 	}
 	return -1
-}
-
-// hex4 reads four hex digits at b[i:].
-func hex4(b []byte, i int) (rune, bool) {
-	if i+4 > len(b) {
-		return 0, false
-	}
-	var r rune
-	for _, c := range b[i : i+4] {
-		switch {
-		case c >= '0' && c <= '9':
-			r = r<<4 | rune(c-'0')
-		case c >= 'a' && c <= 'f':
-			r = r<<4 | rune(c-'a'+10)
-		case c >= 'A' && c <= 'F':
-			r = r<<4 | rune(c-'A'+10)
-		default:
-			return 0, false
-		}
-	}
-	return r, true
 }
 
 // memberKey returns the text of a member's key (a valid JSON string): the keys requests use are

@@ -195,7 +195,7 @@ func scanString(b []byte, i int) (int, string) {
 				j += 2
 				continue
 			}
-			r, ok := hex4(b, j+2)
+			r, ok := Hex4(b, j+2)
 			if !ok {
 				return j, reasonSyntax
 			}
@@ -205,7 +205,7 @@ func scanString(b []byte, i int) (int, string) {
 			case r >= 0xD800 && r <= 0xDBFF:
 				// A high surrogate must be followed at once by an escaped low one.
 				if j+7 < len(b) && b[j+6] == '\\' && b[j+7] == 'u' {
-					if lo, ok := hex4(b, j+8); ok && lo >= 0xDC00 && lo <= 0xDFFF {
+					if lo, ok := Hex4(b, j+8); ok && lo >= 0xDC00 && lo <= 0xDFFF {
 						j += 12
 						continue
 					}
@@ -245,8 +245,8 @@ func stringEnd(b []byte, i int) int {
 	return len(b)
 }
 
-// hex4 reads four hex digits at b[i:].
-func hex4(b []byte, i int) (rune, bool) {
+// Hex4 reads the four hex digits of a \u escape at b[i:]; ok is false when they are not all there.
+func Hex4(b []byte, i int) (rune, bool) {
 	if i+4 > len(b) {
 		return 0, false
 	}
