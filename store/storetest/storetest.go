@@ -126,6 +126,8 @@ var tests = []testCase{
 	{"ClaimPendingAfterActivate", single(testClaimPendingAfterActivate)},
 	{"ClaimSkipsExpiredAndDiscardExpired", single(testClaimExpired)},
 	{"ClaimPausedQueue", single(testClaimPaused)},
+	{"ClaimedJobIsStoredJob", single(testClaimedJobIsStoredJob)},
+	{"WorkflowClaimedChild", single(testWorkflowClaimedChild)},
 	{"FairTenants", single(testFairTenants)},
 	{"FairPriorityWithinTenant", single(testFairPriorityWithinTenant)},
 	{"FairTenantless", single(testFairTenantless)},
