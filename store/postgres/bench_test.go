@@ -1,12 +1,17 @@
 package postgres
 
 import (
+	"bytes"
 	"context"
+	"fmt"
 	"slices"
 	"strconv"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/pronto-jobs/pronto/store"
 )
@@ -106,4 +111,124 @@ func cpuTime() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkFinishAndClaim measures a lever of issue 16: writing a batch's outcomes and claiming the
+// next batch in one round trip. Each op completes the 100 jobs the previous op claimed and claims the
+// next 100 for the same worker, either "apart", as the client does today (Finish, then Claim: two
+// round trips and two transactions, the claim's committed without waiting for its WAL flush), or
+// "together" in one pgx batch (finishClaimTogether: one round trip and one implicit transaction,
+// which commits durably because the outcomes must). It reports wall time and the client's CPU per
+// op; the database's CPU is not in it.
+func BenchmarkFinishAndClaim(b *testing.B) {
+	const size = 100
+	for _, mode := range []string{"apart", "together"} {
+		b.Run(mode, func(b *testing.B) {
+			ctx := context.Background()
+			s := setup(b)
+			for left := (b.N + 1) * size; left > 0; left -= 1000 {
+				ps := make([]*store.InsertParams, min(left, 1000))
+				for i := range ps {
+					ps[i] = params("fc")
+				}
+				if _, err := s.Insert(ctx, ps); err != nil {
+					b.Fatal(err)
+				}
+			}
+			p := claimParams("fc", size)
+			jobs, err := s.Claim(ctx, p)
+			if err != nil {
+				b.Fatal(err)
+			}
+			before := cpuTime()
+			b.ResetTimer()
+			for range b.N {
+				cs := make([]store.Completion, len(jobs))
+				for i, j := range jobs {
+					cs[i] = store.Completion{ID: j.ID, Attempt: j.Attempt, Token: j.ClaimToken, State: store.StateCompleted}
+				}
+				var applied int
+				if mode == "apart" {
+					res, err := s.Finish(ctx, cs)
+					if err != nil {
+						b.Fatal(err)
+					}
+					for _, r := range res {
+						if r.Applied {
+							applied++
+						}
+					}
+					jobs, err = s.Claim(ctx, p)
+					if err != nil {
+						b.Fatal(err)
+					}
+				} else {
+					jobs, applied, err = finishClaimTogether(ctx, s, cs, p)
+					if err != nil {
+						b.Fatal(err)
+					}
+				}
+				if applied != len(cs) || len(jobs) != size {
+					b.Fatalf("applied %d of %d outcomes and claimed %d jobs, want all and %d", applied, len(cs), len(jobs), size)
+				}
+			}
+			b.StopTimer()
+			b.ReportMetric(float64((cpuTime()-before).Microseconds())/float64(b.N), "cpu-us/op")
+		})
+	}
+}
+
+// finishClaimTogether writes the outcomes cs and claims for p in one round trip: the store's claim
+// and finish statements in one pgx batch, so one implicit transaction, with synchronous_commit set
+// back on last so that the outcomes are as durable as Finish makes them. It returns the claimed jobs
+// and how many outcomes were applied.
+func finishClaimTogether(ctx context.Context, s *Store, cs []store.Completion, p store.ClaimParams) ([]*store.Job, int, error) {
+	order := make([]int, len(cs))
+	ids := make([]pgtype.UUID, len(cs))
+	for i, c := range cs {
+		u, ok := parseUUID(c.ID)
+		if !ok {
+			return nil, 0, fmt.Errorf("job id %q is no UUID", c.ID)
+		}
+		ids[i], order[i] = u, i
+	}
+	slices.SortFunc(order, func(a, b int) int { return bytes.Compare(ids[a].Bytes[:], ids[b].Bytes[:]) })
+	args, err := finishArgs(cs, ids, order)
+	if err != nil {
+		return nil, 0, err
+	}
+	bt := &pgx.Batch{}
+	bt.Queue(s.q.claimPlan, p.Queue)
+	bt.Queue(s.q.claim, p.Queue, p.Limit, p.LeaseDuration.Microseconds(), p.WorkerID)
+	bt.Queue(s.q.finishPlan)
+	bt.Queue(s.q.finish, args...)
+	bt.Queue(`SELECT set_config('synchronous_commit', 'on', true)`)
+	br := s.pool.SendBatch(ctx, bt)
+	defer br.Close()
+	jobs, mode, err := claimResults(br)
+	if err != nil {
+		return nil, 0, err
+	}
+	if mode != "off" {
+		return nil, 0, fmt.Errorf("claim mode %q: the benchmark's queue has no rate keys nor tenants", mode)
+	}
+	if _, err := br.Exec(); err != nil {
+		return nil, 0, err
+	}
+	rows, err := br.Query()
+	if err != nil {
+		return nil, 0, err
+	}
+	applied := 0
+	for rows.Next() {
+		applied++
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, 0, err
+	}
+	if _, err := br.Exec(); err != nil {
+		return nil, 0, err
+	}
+	return jobs, applied, br.Close()
 }
