@@ -1,3 +1,5 @@
+//go:build !benchworker
+
 package main
 
 import (

@@ -1,3 +1,5 @@
+//go:build !benchworker
+
 // Command bench runs pronto and River side by side against the same PostgreSQL, scenario by scenario,
 // and writes one JSON file per run, a Markdown report and plots.
 //
@@ -54,6 +56,9 @@ type machineInfo struct {
 	MemoryMB   int64  `json:"memory_mb"`
 	PostgreSQL string `json:"postgresql"`
 	PGSettings string `json:"pg_settings"`
+	// WorkerBinaries says what the worker processes ran: a binary per system family, or the
+	// harness's own (before 2026-11-27, and with --single-binary).
+	WorkerBinaries string `json:"worker_binaries,omitempty"`
 }
 
 // runResult is one run of one scenario by one system: what the JSON files hold.
@@ -86,6 +91,10 @@ func (r *runResult) get(k string) float64 {
 	return float64(v)
 }
 
+// allSystemNames is every system in the order the report lists them.
+var allSystemNames = []string{"pronto", "river", "river-tuned", "pronto-sqlite", "pronto-memory", "pronto-redis", "pronto-unlogged", "sql-limit", "sql-pickup",
+	"pronto-sqlite-procs", "pronto-sqlite-redisnotify", "pronto-nolisten", "pronto-nolisten-redisnotify"}
+
 type options struct {
 	dbURL      string
 	runs       int
@@ -97,6 +106,8 @@ type options struct {
 	headline   int
 	phase      time.Duration
 	inprocRuns int
+	// singleBinary runs worker processes from the harness binary (workerbin.go).
+	singleBinary bool
 }
 
 func main() {
@@ -117,6 +128,7 @@ func main() {
 	flag.StringVar(&o.out, "out", "bench-results", "output directory")
 	flag.BoolVar(&o.quick, "quick", false, "short phases, one run, every scenario (CI)")
 	flag.DurationVar(&o.phase, "phase", 0, "override the enqueue phase of the paced scenarios (default 30s; 2s with --quick)")
+	flag.BoolVar(&o.singleBinary, "single-binary", false, "run worker processes from this binary (every system's code and the harness's) instead of a binary per system family")
 	flag.IntVar(&o.inprocRuns, "inproc-runs", 0, "if set, at most this many runs for pronto-sqlite and pronto-memory")
 	var bullmq bool
 	var bullmqJobs, bullmqRuns int
@@ -163,13 +175,6 @@ func main() {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
-}
-
-func envOr(k, def string) string {
-	if v := os.Getenv(k); v != "" {
-		return v
-	}
-	return def
 }
 
 func splitList(s string, all []string) []string {
@@ -238,10 +243,12 @@ func run(ctx context.Context, o options) error {
 	}
 	defer os.RemoveAll(tmp)
 	e := &env{dbURL: o.dbURL, tmpDir: tmp}
+	workerBinaries = &workerBins{dir: tmp, single: o.singleBinary}
 	mi, err := machine(ctx, o.dbURL)
 	if err != nil {
 		return fmt.Errorf("PostgreSQL at %s: %w", redact(o.dbURL), err)
 	}
+	mi.WorkerBinaries = workerBinaries.describe()
 	fmt.Printf("machine: %d cores, %s, %s; PostgreSQL %s\n", mi.Cores, mi.CPU, mi.GoVersion, mi.PostgreSQL)
 	began := time.Now()
 	var results []*runResult

@@ -1,3 +1,5 @@
+//go:build !benchworker
+
 package main
 
 import (
@@ -5,6 +7,8 @@ import (
 
 	"github.com/pronto-jobs/pronto/store/memory"
 )
+
+func init() { register(prontoMemory{}) }
 
 // ---- pronto on the in-memory store (one process only) ----
 

@@ -1,3 +1,5 @@
+//go:build !benchworker
+
 package main
 
 import (
@@ -126,18 +128,6 @@ func median(xs []float64) float64 {
 }
 
 // ---- process statistics ----
-
-// harnessGoroutines counts the goroutines the harness itself runs in this process (pacer, inserters,
-// samplers, readers), so that in-process figures can be reported for the system alone.
-var harnessGoroutines atomic.Int64
-
-func goHarness(f func()) {
-	harnessGoroutines.Add(1)
-	go func() {
-		defer harnessGoroutines.Add(-1)
-		f()
-	}()
-}
 
 // rssOf reads VmRSS (bytes) of a process from /proc ("self" for this one).
 func rssOf(pid string) int64 {

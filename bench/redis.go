@@ -1,3 +1,5 @@
+//go:build !benchworker || bw_extra
+
 package main
 
 import (
@@ -14,6 +16,10 @@ import (
 	"github.com/pronto-jobs/pronto/store/sqlite"
 )
 
+func init() {
+	register(prontoRedis{}, prontoSQLiteProcs{}, prontoSQLiteProcs{notify: true}, prontoPGNoListen{}, prontoPGNoListen{notify: true})
+}
+
 // ---- pronto on Redis (store/redis) ----
 
 // prontoRedis runs pronto on the Redis at $REDIS_ADDR (default 127.0.0.1:6379), each instance
@@ -28,17 +34,6 @@ func (prontoRedis) workersFor(_ string, n int) int { return n }
 func (prontoRedis) create(context.Context, *env, string) error {
 	return nil
 }
-
-// redisScenarios are the scenarios pronto-redis runs: the River table's notify_latency,
-// high_scale, drain, round_trip_max and crash_recovery, and the insert and steady_over rows the
-// in-process stores run. The others (PostgreSQL's WAL, transactional processing modes) do not apply,
-// or add little beside these.
-var redisScenarios = map[string]bool{
-	"notify_latency": true, "high_scale": true, "drain": true, "round_trip_max": true, "crash_recovery": true,
-	"insert": true, "steady_over": true, "multi_process": true,
-}
-
-func (prontoRedis) runs(sc scenario) bool { return redisScenarios[sc.name] }
 
 func redisAddr() string { return envOr("REDIS_ADDR", "127.0.0.1:6379") }
 
@@ -95,11 +90,6 @@ func (p prontoSQLiteProcs) name() string {
 }
 func (prontoSQLiteProcs) shared() bool                   { return true }
 func (prontoSQLiteProcs) workersFor(_ string, n int) int { return n }
-
-// sqliteProcsScenarios are the ones where pickup across processes shows.
-var sqliteProcsScenarios = map[string]bool{"notify_latency": true, "high_scale": true, "multi_process": true}
-
-func (prontoSQLiteProcs) runs(sc scenario) bool { return sqliteProcsScenarios[sc.name] }
 
 // path does not depend on the harness's temporary folder, which the worker processes do not know.
 func (prontoSQLiteProcs) path(id string) string {
@@ -170,7 +160,6 @@ func (p prontoPGNoListen) name() string {
 }
 func (prontoPGNoListen) shared() bool                   { return true }
 func (prontoPGNoListen) workersFor(_ string, n int) int { return n }
-func (prontoPGNoListen) runs(sc scenario) bool          { return sqliteProcsScenarios[sc.name] }
 func (prontoPGNoListen) create(ctx context.Context, e *env, id string) error {
 	return prontoPG{}.create(ctx, e, id)
 }
@@ -218,4 +207,11 @@ func (p prontoPGNoListen) open(ctx context.Context, e *env, id string) (instance
 		inst.onClose = func() { _ = n.Close() }
 	}
 	return inst, nil
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
 }

@@ -1,3 +1,5 @@
+//go:build !benchworker
+
 package main
 
 import (
@@ -213,6 +215,9 @@ func runPaced(rc *runCtx) error {
 	ch := make(chan item, len(offsets)+1)
 	var inserted, insertErrs atomic.Int64
 	lags := make([]float64, len(offsets))
+	// insEnd is when each insert call returned (UnixNano), for the split of pickup into the insert
+	// call and what follows it.
+	insEnd := make([]int64, len(offsets))
 	var firstErr atomic.Value
 	var wg sync.WaitGroup
 	for w := 0; w < 16; w++ {
@@ -228,6 +233,7 @@ func runPaced(rc *runCtx) error {
 					firstErr.CompareAndSwap(nil, err.Error())
 					continue
 				}
+				insEnd[it.seq] = time.Now().UnixNano()
 				inserted.Add(1)
 			}
 		})
@@ -281,11 +287,11 @@ func runPaced(rc *runCtx) error {
 	res.set("goroutines_max", float64(g))
 	res.set("rss_max_mb", float64(rss)/(1<<20))
 	res.set("cpu_s", cpu)
-	analyzePaced(rc, rec, t0, t1, killNs, killedProc, allDone, workers)
+	analyzePaced(rc, rec, t0, t1, killNs, killedProc, allDone, workers, insEnd)
 	return nil
 }
 
-func analyzePaced(rc *runCtx, rec *recorder, t0, t1 time.Time, killNs int64, killedProc int, allDone bool, workers int) {
+func analyzePaced(rc *runCtx, rec *recorder, t0, t1 time.Time, killNs int64, killedProc int, allDone bool, workers int, insEnd []int64) {
 	kp := int16(killedProc)
 	sc, res := rc.sc, rc.res
 	evs := rec.events()
@@ -376,6 +382,24 @@ func analyzePaced(rc *runCtx, rec *recorder, t0, t1 time.Time, killNs int64, kil
 	res.set("pickup_p50_ms", percentile(sp, 50))
 	res.set("pickup_p95_ms", percentile(sp, 95))
 	res.set("pickup_p99_ms", percentile(sp, 99))
+	// The same pickups split at the moment the insert call returned: the insert (to its commit and
+	// back) and the rest (notification, claim, hand-off to a worker; negative when the worker started
+	// before the inserting client saw its commit).
+	var call, after []float64
+	for seq, j := range jobs {
+		if j.ins < t0n || j.ins > t1n || j.firstStart == math.MaxInt64 || seq < 0 || seq >= int64(len(insEnd)) || insEnd[seq] == 0 {
+			continue
+		}
+		call = append(call, float64(insEnd[seq]-j.ins)/1e6)
+		after = append(after, float64(j.firstStart-insEnd[seq])/1e6)
+	}
+	if len(call) > 0 {
+		sc, sa := sortedCopy(call), sortedCopy(after)
+		res.set("insert_call_p50_ms", percentile(sc, 50))
+		res.set("insert_call_p95_ms", percentile(sc, 95))
+		res.set("after_insert_p50_ms", percentile(sa, 50))
+		res.set("after_insert_p95_ms", percentile(sa, 95))
+	}
 	res.set("pickup_max_ms", percentile(sp, 100))
 	res.PickupMs = sampleSorted(sp, 4000)
 	if sc.saturated {

@@ -1,3 +1,5 @@
+//go:build !benchworker || bw_sql
+
 package main
 
 import (
@@ -11,6 +13,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
+
+func init() { register(sqlLimit{}) }
 
 // sqlLimit is not a job queue: it is the fastest drain of a job table we know how to write in SQL,
 // run on the same database in the same invocation, so every drain figure can be read as a fraction
@@ -32,9 +36,6 @@ func (sqlLimit) name() string                                      { return "sql
 func (sqlLimit) shared() bool                                      { return true }
 func (sqlLimit) workersFor(_ string, _ int) int                    { return sqlLimitConns }
 func (sqlLimit) drop(ctx context.Context, e *env, id string) error { return dropSchema(ctx, e, id) }
-
-// runs reports which scenarios the SQL limit takes part in: only the drain, the figure it bounds.
-func (sqlLimit) runs(sc scenario) bool { return sc.kind == "drain" }
 
 func (sqlLimit) create(ctx context.Context, e *env, id string) error {
 	conn, err := pgx.Connect(ctx, e.dbURL)

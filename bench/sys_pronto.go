@@ -1,0 +1,178 @@
+//go:build !benchworker || bw_pronto || bw_extra
+
+package main
+
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/pronto-jobs/pronto"
+	"github.com/pronto-jobs/pronto/store"
+	"github.com/pronto-jobs/pronto/store/postgres"
+)
+
+func init() { register(prontoPG{}, prontoPG{unlogged: true}) }
+
+// ---- pronto on PostgreSQL ----
+
+// prontoPG is pronto on PostgreSQL; unlogged makes its jobs table UNLOGGED (postgres.Store.SetUnlogged),
+// which loses every job on a database crash, measured in the scenarios where the WAL matters.
+type prontoPG struct{ unlogged bool }
+
+func (p prontoPG) name() string {
+	if p.unlogged {
+		return "pronto-unlogged"
+	}
+	return "pronto"
+}
+
+func (prontoPG) shared() bool                                      { return true }
+func (prontoPG) workersFor(_ string, n int) int                    { return n }
+func (prontoPG) drop(ctx context.Context, e *env, id string) error { return dropSchema(ctx, e, id) }
+
+func (s prontoPG) create(ctx context.Context, e *env, id string) error {
+	p, err := newPool(ctx, e.dbURL)
+	if err != nil {
+		return err
+	}
+	defer p.Close()
+	st, err := postgres.New(p, postgres.Config{Schema: id})
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	if err := st.Migrate(ctx); err != nil {
+		return err
+	}
+	if s.unlogged {
+		return st.SetUnlogged(ctx, true)
+	}
+	return nil
+}
+
+func (prontoPG) open(ctx context.Context, e *env, id string) (instance, error) {
+	p, err := newPool(ctx, e.dbURL)
+	if err != nil {
+		return nil, err
+	}
+	st, err := postgres.New(p, postgres.Config{Schema: id})
+	if err != nil {
+		p.Close()
+		return nil, err
+	}
+	inst, err := newProntoInstance(st, p, func(ctx context.Context) (int64, error) {
+		var n int64
+		err := p.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{id, "jobs"}.Sanitize()+
+			" WHERE state IN ('completed','discarded','cancelled')").Scan(&n)
+		return n, err
+	})
+	if err != nil {
+		st.Close()
+		p.Close()
+		return nil, err
+	}
+	inst.schema = id
+	return inst, nil
+}
+
+// ---- pronto, common ----
+
+type prontoInstance struct {
+	st       store.Store
+	p        *pgxpool.Pool
+	schema   string // PostgreSQL only: where the application's table of processing_modes lives
+	inserter *pronto.Client
+	count    func(context.Context) (int64, error)
+	// onClose releases what the system opened beside the store (the Redis client).
+	onClose func()
+	// notifier, when set, is given to the workers' client as Config.Notifier.
+	notifier pronto.Notifier
+}
+
+func newProntoInstance(st store.Store, p *pgxpool.Pool, count func(context.Context) (int64, error)) (*prontoInstance, error) {
+	c, err := pronto.NewClient(st, nil)
+	if err != nil {
+		return nil, err
+	}
+	return &prontoInstance{st: st, p: p, inserter: c, count: count}, nil
+}
+
+// countFinished counts the store's finished jobs (completed, discarded, cancelled) through its
+// queue statistics, for the stores that run inside the harness.
+func countFinished(st store.Store) func(context.Context) (int64, error) {
+	return func(ctx context.Context) (int64, error) {
+		qs, err := st.ListQueues(ctx)
+		if err != nil {
+			return 0, err
+		}
+		var n int64
+		for _, q := range qs {
+			n += q.Counts[store.StateCompleted] + q.Counts[store.StateDiscarded] + q.Counts[store.StateCancelled]
+		}
+		return n, nil
+	}
+}
+
+func prontoOpts(maxAttempts int) *pronto.InsertOpts {
+	if maxAttempts <= 0 {
+		return nil
+	}
+	return &pronto.InsertOpts{MaxAttempts: maxAttempts}
+}
+
+func (i *prontoInstance) insert(ctx context.Context, a benchArgs, maxAttempts int) error {
+	_, err := i.inserter.Insert(ctx, a, prontoOpts(maxAttempts))
+	return err
+}
+
+func (i *prontoInstance) insertMany(ctx context.Context, as []benchArgs, maxAttempts int) error {
+	ps := make([]pronto.InsertManyParams, len(as))
+	o := prontoOpts(maxAttempts)
+	for k := range as {
+		ps[k] = pronto.InsertManyParams{Args: as[k], Opts: o}
+	}
+	_, err := i.inserter.InsertMany(ctx, ps)
+	return err
+}
+
+func (i *prontoInstance) bulkLoad(ctx context.Context, as []benchArgs) error {
+	return i.insertMany(ctx, as, 0)
+}
+
+func (i *prontoInstance) startWorkers(ctx context.Context, n int, s sink) (func(context.Context) error, error) {
+	ws := pronto.NewWorkers()
+	pronto.AddWorker(ws, pronto.WorkFunc(func(ctx context.Context, j *pronto.Job[benchArgs]) error {
+		if j.Args.Mode != 0 {
+			return effectWork(ctx, i.p, i.schema, j.Args, j.Attempt, s, func(tx pgx.Tx) error {
+				return pronto.CompleteTx(ctx, tx)
+			})
+		}
+		return work(ctx, j.Args, j.Attempt, s)
+	}))
+	c, err := pronto.NewClient(i.st, &pronto.Config{
+		Queues:   map[string]pronto.QueueConfig{pronto.DefaultQueue: {MaxWorkers: n}},
+		Workers:  ws,
+		Notifier: i.notifier,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := c.Start(ctx); err != nil {
+		return nil, err
+	}
+	return c.Stop, nil
+}
+
+func (i *prontoInstance) finished(ctx context.Context) (int64, error) { return i.count(ctx) }
+func (i *prontoInstance) pool() *pgxpool.Pool                         { return i.p }
+
+func (i *prontoInstance) close() {
+	_ = i.st.Close()
+	if i.onClose != nil {
+		i.onClose()
+	}
+	if i.p != nil {
+		i.p.Close()
+	}
+}
