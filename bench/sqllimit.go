@@ -67,21 +67,33 @@ func (sqlLimit) open(ctx context.Context, e *env, id string) (instance, error) {
 	if err != nil {
 		return nil, err
 	}
-	t := pgx.Identifier{id, "jobs"}.Sanitize()
+	b := newBareTable(p, id)
 	return &sqlLimitInstance{
-		p:      p,
-		schema: id,
-		table:  t,
-		claim: `UPDATE ` + t + ` j SET state = 1, attempt = j.attempt + 1, attempted_at = now()
-FROM (SELECT id FROM ` + t + ` WHERE state = 0 ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED) c
-WHERE j.id = c.id RETURNING j.id, j.attempt, j.args`,
-		complete: `UPDATE ` + t + ` SET state = 2, finalized_at = now() WHERE id = ANY($1)`,
+		bareTable: b,
+		schema:    id,
+		complete:  `UPDATE ` + b.table + ` SET state = 2, finalized_at = now() WHERE id = ANY($1)`,
 	}, nil
 }
 
 type sqlLimitInstance struct {
-	p                              *pgxpool.Pool
-	schema, table, claim, complete string
+	bareTable
+	schema, complete string
+}
+
+// bareTable is the job table of sql-limit and sql-pickup (see sqlLimit.create) on its pool.
+type bareTable struct {
+	p     *pgxpool.Pool
+	table string
+	// claim takes up to $1 waiting rows and returns their id, attempt and args.
+	claim string
+}
+
+func newBareTable(p *pgxpool.Pool, schema string) bareTable {
+	t := pgx.Identifier{schema, "jobs"}.Sanitize()
+	return bareTable{p: p, table: t,
+		claim: `UPDATE ` + t + ` j SET state = 1, attempt = j.attempt + 1, attempted_at = now()
+FROM (SELECT id FROM ` + t + ` WHERE state = 0 ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED) c
+WHERE j.id = c.id RETURNING j.id, j.attempt, j.args`}
 }
 
 var errSQLLimitDrainOnly = errors.New("sql-limit takes part in the drain only")
@@ -194,11 +206,11 @@ func (i *sqlLimitInstance) drainLoop(ctx context.Context, s sink) error {
 	return nil
 }
 
-func (i *sqlLimitInstance) finished(ctx context.Context) (int64, error) {
+func (b bareTable) finished(ctx context.Context) (int64, error) {
 	var n int64
-	err := i.p.QueryRow(ctx, `SELECT count(*) FROM `+i.table+` WHERE state = 2`).Scan(&n)
+	err := b.p.QueryRow(ctx, `SELECT count(*) FROM `+b.table+` WHERE state = 2`).Scan(&n)
 	return n, err
 }
 
-func (i *sqlLimitInstance) pool() *pgxpool.Pool { return i.p }
-func (i *sqlLimitInstance) close()              { i.p.Close() }
+func (b bareTable) pool() *pgxpool.Pool { return b.p }
+func (b bareTable) close()              { b.p.Close() }

@@ -46,25 +46,19 @@ func (sqlPickup) open(ctx context.Context, e *env, id string) (instance, error) 
 	if err != nil {
 		return nil, err
 	}
-	t := pgx.Identifier{id, "jobs"}.Sanitize()
-	channel := id + "_jobs"
+	b := newBareTable(p, id)
 	return &sqlPickupInstance{
-		p:         p,
+		bareTable: b,
 		dbURL:     e.dbURL,
-		table:     t,
-		channel:   channel,
-		insertSQL: `WITH j AS (INSERT INTO ` + t + ` (args) VALUES ($1) RETURNING id) SELECT pg_notify($2, '') FROM j`,
-		claim: `UPDATE ` + t + ` j SET state = 1, attempt = j.attempt + 1, attempted_at = now()
-FROM (SELECT id FROM ` + t + ` WHERE state = 0 ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED) c
-WHERE j.id = c.id RETURNING j.id, j.attempt, j.args`,
-		complete: `UPDATE ` + t + ` SET state = 2, finalized_at = now() WHERE id = $1`,
+		channel:   id + "_jobs",
+		insertSQL: `WITH j AS (INSERT INTO ` + b.table + ` (args) VALUES ($1) RETURNING id) SELECT pg_notify($2, '') FROM j`,
+		complete:  `UPDATE ` + b.table + ` SET state = 2, finalized_at = now() WHERE id = $1`,
 	}, nil
 }
 
 type sqlPickupInstance struct {
-	p                          *pgxpool.Pool
-	dbURL, table, channel      string
-	insertSQL, claim, complete string
+	bareTable
+	dbURL, channel, insertSQL, complete string
 }
 
 func (i *sqlPickupInstance) insert1(ctx context.Context, a benchArgs) error {
@@ -228,13 +222,3 @@ func (i *sqlPickupInstance) startWorkers(ctx context.Context, n int, s sink) (fu
 		return werr
 	}, nil
 }
-
-func (i *sqlPickupInstance) finished(ctx context.Context) (int64, error) {
-	var n int64
-	err := i.p.QueryRow(ctx, `SELECT count(*) FROM `+i.table+` WHERE state = 2`).Scan(&n)
-	return n, err
-}
-
-func (i *sqlPickupInstance) pool() *pgxpool.Pool { return i.p }
-
-func (i *sqlPickupInstance) close() { i.p.Close() }
