@@ -58,16 +58,10 @@ CREATE INDEX jobs_waiting ON `+s+`.jobs (id) WHERE state = 0;`)
 }
 
 func (sqlLimit) open(ctx context.Context, e *env, id string) (instance, error) {
-	cfg, err := pgxpool.ParseConfig(e.dbURL)
+	b, err := openBareTable(ctx, e.dbURL, id, sqlLimitConns+1)
 	if err != nil {
 		return nil, err
 	}
-	cfg.MaxConns = sqlLimitConns + 1
-	p, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		return nil, err
-	}
-	b := newBareTable(p, id)
 	return &sqlLimitInstance{
 		bareTable: b,
 		schema:    id,
@@ -88,12 +82,22 @@ type bareTable struct {
 	claim string
 }
 
-func newBareTable(p *pgxpool.Pool, schema string) bareTable {
+// openBareTable opens a pool of at most conns connections to the bare table in schema.
+func openBareTable(ctx context.Context, url, schema string, conns int32) (bareTable, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return bareTable{}, err
+	}
+	cfg.MaxConns = conns
+	p, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return bareTable{}, err
+	}
 	t := pgx.Identifier{schema, "jobs"}.Sanitize()
 	return bareTable{p: p, table: t,
 		claim: `UPDATE ` + t + ` j SET state = 1, attempt = j.attempt + 1, attempted_at = now()
 FROM (SELECT id FROM ` + t + ` WHERE state = 0 ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED) c
-WHERE j.id = c.id RETURNING j.id, j.attempt, j.args`}
+WHERE j.id = c.id RETURNING j.id, j.attempt, j.args`}, nil
 }
 
 var errSQLLimitDrainOnly = errors.New("sql-limit takes part in the drain only")

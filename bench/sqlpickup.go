@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 func init() { register(sqlPickup{}) }
@@ -37,16 +36,10 @@ func (sqlPickup) create(ctx context.Context, e *env, id string) error {
 }
 
 func (sqlPickup) open(ctx context.Context, e *env, id string) (instance, error) {
-	cfg, err := pgxpool.ParseConfig(e.dbURL)
+	b, err := openBareTable(ctx, e.dbURL, id, 4)
 	if err != nil {
 		return nil, err
 	}
-	cfg.MaxConns = 4
-	p, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		return nil, err
-	}
-	b := newBareTable(p, id)
 	return &sqlPickupInstance{
 		bareTable: b,
 		dbURL:     e.dbURL,
