@@ -1,7 +1,6 @@
 package postgres
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"slices"
@@ -11,7 +10,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/pronto-jobs/pronto/store"
 )
@@ -183,16 +181,10 @@ func BenchmarkFinishAndClaim(b *testing.B) {
 // back on last so that the outcomes are as durable as Finish makes them. It returns the claimed jobs
 // and how many outcomes were applied.
 func finishClaimTogether(ctx context.Context, s *Store, cs []store.Completion, p store.ClaimParams) ([]*store.Job, int, error) {
-	order := make([]int, len(cs))
-	ids := make([]pgtype.UUID, len(cs))
-	for i, c := range cs {
-		u, ok := parseUUID(c.ID)
-		if !ok {
-			return nil, 0, fmt.Errorf("job id %q is no UUID", c.ID)
-		}
-		ids[i], order[i] = u, i
+	ids, order := finishOrder(cs)
+	if len(order) != len(cs) {
+		return nil, 0, fmt.Errorf("%d of %d job ids are no UUIDs", len(cs)-len(order), len(cs))
 	}
-	slices.SortFunc(order, func(a, b int) int { return bytes.Compare(ids[a].Bytes[:], ids[b].Bytes[:]) })
 	args, err := finishArgs(cs, ids, order)
 	if err != nil {
 		return nil, 0, err

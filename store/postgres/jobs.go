@@ -196,6 +196,22 @@ func (s *Store) claimLimited(ctx context.Context, p store.ClaimParams, limit int
 	return jobs, nil
 }
 
+// finishOrder parses the completions' ids and returns them with the indexes of the valid ones in
+// id order: Finish locks rows in id order, as Heartbeat's index scan does, so overlapping batches
+// cannot deadlock. An id that is no UUID is left out of order (no job can have it).
+func finishOrder(cs []store.Completion) (ids []pgtype.UUID, order []int) {
+	order = make([]int, 0, len(cs))
+	ids = make([]pgtype.UUID, len(cs))
+	for i, c := range cs {
+		if u, ok := parseUUID(c.ID); ok {
+			ids[i] = u
+			order = append(order, i)
+		}
+	}
+	slices.SortFunc(order, func(a, b int) int { return bytes.Compare(ids[a].Bytes[:], ids[b].Bytes[:]) })
+	return ids, order
+}
+
 // Finish applies the completions in one statement: every job still active in the same attempt
 // takes its next state, and the queues of jobs made claimable or scheduled are announced in the same
 // statement, sent in one round trip with the setting that pins its plan (sqlFinishPlan).
@@ -205,18 +221,10 @@ func (s *Store) Finish(ctx context.Context, completions []store.Completion) ([]s
 	if len(completions) == 0 {
 		return results, nil
 	}
-	// Lock rows in id order, as Heartbeat's index scan does, so overlapping batches cannot deadlock.
-	order := make([]int, 0, len(completions))
-	ids := make([]pgtype.UUID, len(completions))
 	for i, c := range completions {
 		results[i].ID = c.ID
-		if u, ok := parseUUID(c.ID); ok {
-			ids[i] = u
-			order = append(order, i)
-		}
 	}
-	slices.SortFunc(order, func(a, b int) int { return bytes.Compare(ids[a].Bytes[:], ids[b].Bytes[:]) })
-
+	ids, order := finishOrder(completions)
 	n := len(order)
 	if n == 0 {
 		return results, nil
