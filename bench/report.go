@@ -730,9 +730,14 @@ func barPlot(title, ylabel string, groups []string, series []barSeries, path str
 const methodology = `## Methodology
 
 - **Harness**: ` + "`cd bench && go run . [flags]`" + ` (module github.com/pronto-jobs/pronto/bench, which alone imports River). Inserts come from the
-  harness process; on PostgreSQL the workers run in child processes (re-executions of the bench binary), so their RSS (VmRSS from
-  /proc), goroutines (reported by the child, less its own reporting goroutines) and CPU (getrusage of the child) are the worker's
-  alone. pronto on SQLite and memory runs its workers inside the harness, so their figures include the inserting harness.
+  harness process; on PostgreSQL and Redis the workers run in child processes, each a binary of its system's family only (built
+  from bench/ with the tags benchworker and bw_pronto, bw_river, bw_extra or bw_sql, as a user's worker binary holds only its
+  queue; with --single-binary, re-executions of the harness binary), so their RSS (VmRSS from /proc), goroutines (reported by
+  the child, less its own reporting goroutines) and CPU (getrusage of the child) are the worker's alone. pronto on SQLite and
+  memory runs its workers inside the harness, so their figures include the inserting harness.
+- **sql-pickup**, in notify_latency and high_scale, is the floor of pickup latency: no job queue, a durable insert and its
+  pg_notify in one statement, one listening connection, one claim per notification (committed without waiting for its WAL
+  flush), no leases or retries. The paced scenarios also split each pickup at the moment the insert call returned.
 - **Pickup latency** = the moment the worker's function began minus the moment the insert call began (carried in the job's args),
   for jobs inserted inside the measured window (a warm-up before it is excluded).
 - **Completions/s** counts attempts that succeeded inside the measured window (the enqueue phase) and divides by the window's length;
