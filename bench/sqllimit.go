@@ -124,30 +124,53 @@ func (i *sqlLimitInstance) bulkLoad(ctx context.Context, as []benchArgs) error {
 // startWorkers runs n connections, each looping: complete what it claimed last time and claim the
 // next batch in one round trip, then run the batch's jobs.
 func (i *sqlLimitInstance) startWorkers(ctx context.Context, n int, s sink) (func(context.Context) error, error) {
-	ctx, cancel := context.WithCancel(ctx)
-	var (
-		wg   sync.WaitGroup
-		mu   sync.Mutex
-		werr error
-	)
+	g := newLoops(ctx)
 	for range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := i.drainLoop(ctx, s); err != nil && ctx.Err() == nil {
-				mu.Lock()
-				werr = errors.Join(werr, err)
-				mu.Unlock()
-			}
-		}()
+		g.run(func(ctx context.Context) error { return i.drainLoop(ctx, s) })
 	}
-	return func(context.Context) error {
-		cancel()
-		wg.Wait()
-		mu.Lock()
-		defer mu.Unlock()
-		return werr
-	}, nil
+	return g.stop, nil
+}
+
+// loops runs the goroutines of a bare-SQL system until stopped and gathers their errors (those
+// after the stop are the stop's doing, and left out).
+type loops struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	mu     sync.Mutex
+	err    error
+}
+
+func newLoops(ctx context.Context) *loops {
+	ctx, cancel := context.WithCancel(ctx)
+	return &loops{ctx: ctx, cancel: cancel}
+}
+
+// run runs f in a goroutine of its own and keeps its error.
+func (l *loops) run(f func(ctx context.Context) error) {
+	l.wg.Add(1)
+	go func() {
+		defer l.wg.Done()
+		l.fail(f(l.ctx))
+	}()
+}
+
+// fail keeps err unless it is nil or the loops are stopping.
+func (l *loops) fail(err error) {
+	if err != nil && l.ctx.Err() == nil {
+		l.mu.Lock()
+		l.err = errors.Join(l.err, err)
+		l.mu.Unlock()
+	}
+}
+
+// stop ends the loops, waits for them and returns what they failed with.
+func (l *loops) stop(context.Context) error {
+	l.cancel()
+	l.wg.Wait()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.err
 }
 
 func (i *sqlLimitInstance) drainLoop(ctx context.Context, s sink) error {

@@ -5,9 +5,7 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -91,7 +89,7 @@ func (i *sqlPickupInstance) startWorkers(ctx context.Context, n int, s sink) (fu
 		_ = conn.Close(ctx)
 		return nil, err
 	}
-	ctx, cancel := context.WithCancel(ctx)
+	g := newLoops(ctx)
 	type claimed struct {
 		id      int64
 		attempt int16
@@ -107,62 +105,43 @@ func (i *sqlPickupInstance) startWorkers(ctx context.Context, n int, s sink) (fu
 		default:
 		}
 	}
-	var (
-		wg   sync.WaitGroup
-		mu   sync.Mutex
-		werr error
-	)
-	fail := func(err error) {
-		if err != nil && ctx.Err() == nil {
-			mu.Lock()
-			werr = errors.Join(werr, err)
-			mu.Unlock()
-		}
-	}
 	for range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		g.run(func(ctx context.Context) error { // a worker
 			for {
 				select {
 				case <-ctx.Done():
-					return
+					return nil
 				case c := <-jobs:
 					var a benchArgs
 					if err := json.Unmarshal(c.args, &a); err != nil {
-						fail(err)
-						return
+						return err
 					}
 					if work(ctx, a, int(c.attempt), s) == nil {
 						_, err := i.p.Exec(ctx, i.complete, c.id)
-						fail(err)
+						g.fail(err)
 					}
 					free.Add(1)
 					signal()
 				}
 			}
-		}()
+		})
 	}
-	wg.Add(2)
-	go func() { // the listener
-		defer wg.Done()
+	g.run(func(ctx context.Context) error { // the listener
 		defer conn.Close(context.Background())
 		for {
 			if _, err := conn.WaitForNotification(ctx); err != nil {
-				fail(err)
-				return
+				return err
 			}
 			signal()
 		}
-	}()
-	go func() { // the claimer
-		defer wg.Done()
+	})
+	g.run(func(ctx context.Context) error { // the claimer
 		poll := time.NewTicker(time.Second)
 		defer poll.Stop()
 		for {
 			select {
 			case <-ctx.Done():
-				return
+				return nil
 			case <-wake:
 			case <-poll.C:
 			}
@@ -194,8 +173,7 @@ func (i *sqlPickupInstance) startWorkers(ctx context.Context, n int, s sink) (fu
 					err = cerr
 				}
 				if err != nil {
-					fail(fmt.Errorf("sql-pickup claim: %w", err))
-					return
+					return fmt.Errorf("sql-pickup claim: %w", err)
 				}
 				free.Add(-int64(len(got)))
 				for _, c := range got {
@@ -206,12 +184,6 @@ func (i *sqlPickupInstance) startWorkers(ctx context.Context, n int, s sink) (fu
 				}
 			}
 		}
-	}()
-	return func(context.Context) error {
-		cancel()
-		wg.Wait()
-		mu.Lock()
-		defer mu.Unlock()
-		return werr
-	}, nil
+	})
+	return g.stop, nil
 }
