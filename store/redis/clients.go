@@ -142,15 +142,15 @@ func (s *Store) ListWorkflows(ctx context.Context, p store.WorkflowListParams) (
 		if err != nil {
 			return nil, "", fmt.Errorf("redis: list workflows: %w", err)
 		}
+		ws, err := s.getWorkflows(ctx, ids)
+		if err != nil {
+			return nil, "", fmt.Errorf("redis: list workflows: %w", err)
+		}
 		var gone []any
-		for _, id := range ids {
-			w, err := s.GetWorkflow(ctx, id)
-			if errors.Is(err, store.ErrNotFound) {
-				gone = append(gone, id)
+		for i, w := range ws {
+			if w == nil {
+				gone = append(gone, ids[i])
 				continue
-			}
-			if err != nil {
-				return nil, "", fmt.Errorf("redis: list workflows: %w", err)
 			}
 			out = append(out, w)
 		}

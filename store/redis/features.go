@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -144,20 +145,73 @@ func (s *Store) ListRateLimits(ctx context.Context) ([]*store.RateLimitInfo, err
 	return s.limitInfos(ctx, keys)
 }
 
-// Workflows: a workflow is the global hash <prefix>wf:<id> (id, name, type, meta, total, created,
-// cancelled, lastdone, and n:<state>, its members per state, kept by the scripts' place and
-// unplace) with the global sorted set <prefix>wfj:<id> of its job ids. A job's children are the
-// field kids of its hash; every script that can end a job settles the children of the workflow
-// jobs it ended before it returns, so a child is released (or cancelled) in the same script as its
-// parent's transition. A workflow's jobs may sit in several queues, so these scripts cross slots:
-// on a Redis Cluster workflows are refused (store.ErrUnsupported).
+// Workflows: a workflow is a hash wf:<id> (id, name, type, meta, total, created, cancelled,
+// lastdone, and n:<state>, its members per state, kept by the scripts' place and unplace) with a
+// sorted set wfj:<id> of its job ids. A job's children are the field kids of its hash; every script
+// that can end a job settles the children of the workflow jobs it ended before it returns, so a
+// child is released (or cancelled) in the same script as its parent's transition.
+//
+// Where those keys live depends on the workflow's queues:
+//
+//   - All its jobs in one queue (the common case, and the only one a Redis Cluster accepts): the
+//     keys are tagged by that queue (<prefix>{q:<queue>}:wf:<id>), and its jobs carry the field wfl,
+//     so every script of the workflow touches the queue's one slot, like any other queue script.
+//   - Jobs in several queues (single node only): the keys are global (<prefix>wf:<id>), and the
+//     scripts find the other queues' jobs through the id index. A cluster refuses such a workflow
+//     with store.ErrUnsupported: no one script could release a child in another slot in the same
+//     atomic step as its parent's outcome.
+//
+// The workflow index <prefix>wfq{<prefix>ids} (a hash: workflow id -> its queue, "" for the global
+// layout) finds a workflow's keys by id. Its hash tag is the id index's key, so one call registers a
+// new workflow there and its jobs in the id index, all or nothing, before the workflow's script runs
+// in its queue's slot (a cluster cannot do both in one script). A crash between the two calls leaves
+// an entry naming no workflow: it reads as not found, and a retry of the same workflow is refused as
+// a duplicate, as for the job ids registered with it. A workflow with no entry is one written before
+// the index existed (global layout): it is read, run and cleaned up as before, with no migration.
+
+// wfIndexKey is the workflow index (see above): in the id index's slot through its hash tag.
+func (s *Store) wfIndexKey() string { return s.prefix + "wfq{" + s.idsKey() + "}" }
 
 func workflowNotFound(id string) error {
 	return fmt.Errorf("redis: workflow %s: %w", id, store.ErrNotFound)
 }
 
-// InsertWorkflow stores the workflow and all its jobs in one script and announces the queues of
-// the jobs claimable now.
+// workflowBases returns, for each workflow id, the key prefix of its keys (its queue's, or the
+// store's prefix for the global layout) and its queue ("" for the global layout).
+func (s *Store) workflowBases(ctx context.Context, ids []string) (bases, queues []string, err error) {
+	vals, err := s.rdb.HMGet(ctx, s.wfIndexKey(), ids...).Result()
+	if err != nil {
+		return nil, nil, err
+	}
+	bases, queues = make([]string, len(ids)), make([]string, len(ids))
+	for i, v := range vals {
+		q, _ := v.(string)
+		queues[i], bases[i] = q, s.prefix
+		if q != "" {
+			bases[i] = s.qkey(q)
+		}
+	}
+	return bases, queues, nil
+}
+
+// dropWorkflows removes workflows deleted with their last job from the workflow index and the
+// listing's index.
+func (s *Store) dropWorkflows(ctx context.Context, ids []string) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	_, err := s.rdb.Pipelined(ctx, func(pl goredis.Pipeliner) error {
+		pl.HDel(ctx, s.wfIndexKey(), ids...)
+		pl.ZRem(ctx, s.workflowsKey(), toAny(ids)...)
+		return nil
+	})
+	return err
+}
+
+// InsertWorkflow stores the workflow: its index entry and its jobs' ids first (one call), then the
+// workflow and all its jobs in one script, and announces the queues of the jobs claimable now. On a
+// Redis Cluster a workflow whose jobs span queues is refused (store.ErrUnsupported), as are rate
+// limits given with its jobs.
 func (s *Store) InsertWorkflow(ctx context.Context, p store.WorkflowParams) (*store.Workflow, []*store.Job, error) {
 	for _, jp := range p.Jobs {
 		if err := validInsert(jp); err != nil {
@@ -172,9 +226,31 @@ func (s *Store) InsertWorkflow(ctx context.Context, p store.WorkflowParams) (*st
 	if err := store.ValidateWorkflow(p); err != nil {
 		return nil, nil, fmt.Errorf("redis: insert workflow: %w", err)
 	}
-	if s.cluster() {
-		return nil, nil, fmt.Errorf("redis: insert workflow %s: workflows on a Redis Cluster (a workflow spans queues, so slots): %w",
-			p.ID, store.ErrUnsupported)
+	var queues []string
+	for _, jp := range p.Jobs {
+		if !slices.Contains(queues, jp.Queue) {
+			queues = append(queues, jp.Queue)
+		}
+	}
+	cluster := s.cluster()
+	if cluster {
+		if len(queues) > 1 {
+			return nil, nil, fmt.Errorf("redis: insert workflow %s: its jobs span queues %s, and on a Redis Cluster a workflow's jobs "+
+				"must share one queue (its steps must each be one atomic script in one slot): %w",
+				p.ID, strings.Join(queues, ", "), store.ErrUnsupported)
+		}
+		for _, jp := range p.Jobs {
+			if jp.RateLimit != nil {
+				return nil, nil, fmt.Errorf("redis: insert workflow %s: job %s: rate limits on a Redis Cluster (a key's limit spans queues, so slots): %w",
+					p.ID, jp.ID, store.ErrUnsupported)
+			}
+		}
+	}
+	// local: the workflow's keys are tagged by its one queue (see above).
+	local := len(queues) == 1
+	wfQueue, keys, layout := "", []string{s.prefix}, ""
+	if local {
+		wfQueue, keys, layout = queues[0], s.keys(queues[0]), "1"
 	}
 	kids := make(map[string][]string)
 	members := 0
@@ -186,22 +262,24 @@ func (s *Store) InsertWorkflow(ctx context.Context, p store.WorkflowParams) (*st
 			members++
 		}
 	}
-	reg := make([]any, 0, 2*len(p.Jobs))
-	var queues []any
+	reg := make([]any, 0, 2+2*len(p.Jobs))
+	reg = append(reg, p.ID, wfQueue)
 	for _, jp := range p.Jobs {
 		reg = append(reg, jp.ID, jp.Queue)
-		queues = append(queues, jp.Queue)
 	}
 	var regCmd *goredis.Cmd
 	err := s.pipelined(ctx, func(pl goredis.Pipeliner, run runScript) error {
-		pl.SAdd(ctx, s.queuesKey(), queues...)
-		regCmd = run(scriptRegisterIDs, []string{s.idsKey()}, reg...)
+		pl.SAdd(ctx, s.queuesKey(), toAny(queues)...)
+		regCmd = run(scriptRegisterWorkflow, []string{s.idsKey(), s.wfIndexKey()}, reg...)
 		return nil
 	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("redis: insert workflow %s: %w", p.ID, err)
 	}
 	if dup, err := regCmd.Result(); err == nil && dup != nil {
+		if _, ok := dup.([]any); ok {
+			return nil, nil, fmt.Errorf("redis: insert workflow %s: %w", p.ID, store.ErrDuplicate)
+		}
 		return nil, nil, fmt.Errorf("redis: insert workflow %s: job %v: %w", p.ID, dup, store.ErrDuplicate)
 	} else if err != nil && !errors.Is(err, goredis.Nil) {
 		return nil, nil, fmt.Errorf("redis: insert workflow %s: %w", p.ID, err)
@@ -210,11 +288,14 @@ func (s *Store) InsertWorkflow(ctx context.Context, p store.WorkflowParams) (*st
 	if p.Meta != nil {
 		metaFlag, meta = "1", string(p.Meta)
 	}
-	args := []any{p.ID, p.Name, p.Type, metaFlag, meta, members, len(p.Jobs)}
+	args := []any{p.ID, p.Name, p.Type, metaFlag, meta, members, len(p.Jobs), layout, boolFlag(!cluster)}
 	for _, jp := range p.Jobs {
-		f := insertFields(jp, false)
+		f := insertFields(jp, cluster)
 		if k := kids[jp.ID]; len(k) > 0 {
 			f = append(f, "kids", strings.Join(k, ","))
+		}
+		if local {
+			f = append(f, "wfl", "1")
 		}
 		rl := ""
 		if jp.RateLimit != nil {
@@ -223,9 +304,15 @@ func (s *Store) InsertWorkflow(ctx context.Context, p store.WorkflowParams) (*st
 		args = append(args, jp.Queue, jp.ID, jp.RateKey, rl, len(f)/2)
 		args = append(args, f...)
 	}
-	res, err := scriptInsertWorkflow.Run(ctx, s.rdb, []string{s.prefix}, args...).Result()
+	res, err := scriptInsertWorkflow.Run(ctx, s.rdb, keys, args...).Result()
 	if err != nil || res == "dup" {
-		s.rdb.HDel(context.WithoutCancel(ctx), s.idsKey(), idsOf(p.Jobs)...)
+		// Give the ids back, so a retry is not refused as a duplicate.
+		bg := context.WithoutCancel(ctx)
+		_, _ = s.rdb.Pipelined(bg, func(pl goredis.Pipeliner) error {
+			pl.HDel(bg, s.idsKey(), idsOf(p.Jobs)...)
+			pl.HDel(bg, s.wfIndexKey(), p.ID)
+			return nil
+		})
 		if err != nil {
 			return nil, nil, fmt.Errorf("redis: insert workflow %s: %w", p.ID, err)
 		}
@@ -275,13 +362,47 @@ func (s *Store) InsertWorkflow(ctx context.Context, p store.WorkflowParams) (*st
 
 // GetWorkflow returns one workflow, or ErrNotFound.
 func (s *Store) GetWorkflow(ctx context.Context, id string) (*store.Workflow, error) {
-	m, err := s.rdb.HGetAll(ctx, s.prefix+"wf:"+id).Result()
+	ws, err := s.getWorkflows(ctx, []string{id})
 	if err != nil {
 		return nil, fmt.Errorf("redis: workflow %s: %w", id, err)
 	}
-	if m["id"] == "" {
+	if ws[0] == nil {
 		return nil, workflowNotFound(id)
 	}
+	return ws[0], nil
+}
+
+// getWorkflows reads workflows by id (nil for one not found): their keys through the workflow index,
+// then their hashes, pipelined.
+func (s *Store) getWorkflows(ctx context.Context, ids []string) ([]*store.Workflow, error) {
+	out := make([]*store.Workflow, len(ids))
+	if len(ids) == 0 {
+		return out, nil
+	}
+	bases, _, err := s.workflowBases(ctx, ids)
+	if err != nil {
+		return nil, err
+	}
+	cmds := make([]*goredis.MapStringStringCmd, len(ids))
+	_, err = s.rdb.Pipelined(ctx, func(pl goredis.Pipeliner) error {
+		for i, id := range ids {
+			cmds[i] = pl.HGetAll(ctx, bases[i]+"wf:"+id)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	for i, id := range ids {
+		if m := cmds[i].Val(); m["id"] != "" {
+			out[i] = decodeWorkflow(id, m)
+		}
+	}
+	return out, nil
+}
+
+// decodeWorkflow builds a workflow from its hash.
+func decodeWorkflow(id string, m map[string]string) *store.Workflow {
 	w := &store.Workflow{ID: id, Name: m["name"], Type: m["type"], Counts: make(map[store.State]int, 8),
 		CreatedAt: fromMicros(m["created"]), CancelledAt: fromMicros(m["cancelled"])}
 	if v, ok := m["meta"]; ok {
@@ -302,13 +423,21 @@ func (s *Store) GetWorkflow(ctx context.Context, id string) (*store.Workflow, er
 			w.FinishedAt = w.CreatedAt
 		}
 	}
-	return w, nil
+	return w
 }
 
 // CancelWorkflow cancels every job of the workflow that is not terminal (telling the runners of
 // active ones), marks it cancelled and returns it.
 func (s *Store) CancelWorkflow(ctx context.Context, id string) (*store.Workflow, error) {
-	res, err := scriptCancelWorkflow.Run(ctx, s.rdb, []string{s.prefix}, id).Result()
+	bases, queues, err := s.workflowBases(ctx, []string{id})
+	if err != nil {
+		return nil, fmt.Errorf("redis: cancel workflow %s: %w", id, err)
+	}
+	if queues[0] == "" && s.cluster() {
+		// The global layout exists on a single node only (and its script would cross slots here).
+		return nil, workflowNotFound(id)
+	}
+	res, err := scriptCancelWorkflow.Run(ctx, s.rdb, []string{bases[0]}, id, queues[0]).Result()
 	if err != nil {
 		return nil, fmt.Errorf("redis: cancel workflow %s: %w", id, err)
 	}

@@ -784,6 +784,7 @@ func (s *Store) Rescue(ctx context.Context, p store.RescueParams) (store.RescueR
 		}
 		req, _ := out[0].([]any)
 		dis, _ := out[1].([]any)
+		released, _ := out[2].(int64)
 		for _, v := range req {
 			j, err := decodeFlat(v)
 			if err != nil {
@@ -798,7 +799,7 @@ func (s *Store) Rescue(ctx context.Context, p store.RescueParams) (store.RescueR
 			}
 			res.Discarded = append(res.Discarded, j)
 		}
-		if len(req) > 0 {
+		if len(req) > 0 || released == 1 {
 			ns = append(ns, store.Notification{Kind: store.NotifyInsert, Queue: q, Nonce: nonce()})
 		}
 	}
@@ -806,8 +807,8 @@ func (s *Store) Rescue(ctx context.Context, p store.RescueParams) (store.RescueR
 }
 
 // eachQueue runs a counting script on every queue until limit is reached, announcing the queues
-// where announce is set and the script counted something.
-func (s *Store) eachQueue(ctx context.Context, what string, sc *luaFunc, limit int, announce bool) (int, error) {
+// the script asks to (its reply is {count, 1 to announce the queue}).
+func (s *Store) eachQueue(ctx context.Context, what string, sc *luaFunc, limit int) (int, error) {
 	if limit <= 0 {
 		limit = defaultLimit
 	}
@@ -821,12 +822,15 @@ func (s *Store) eachQueue(ctx context.Context, what string, sc *luaFunc, limit i
 		if n >= limit {
 			break
 		}
-		k, err := sc.Run(ctx, s.rdb, s.keys(q), limit-n).Int()
+		r, err := sc.Run(ctx, s.rdb, s.keys(q), limit-n).Int64Slice()
 		if err != nil {
 			return n, fmt.Errorf("redis: %s %s: %w", what, q, err)
 		}
-		n += k
-		if k > 0 && announce {
+		if len(r) != 2 {
+			return n, fmt.Errorf("redis: %s %s: unexpected reply %v", what, q, r)
+		}
+		n += int(r[0])
+		if r[1] == 1 {
 			ns = append(ns, store.Notification{Kind: store.NotifyInsert, Queue: q, Nonce: nonce()})
 		}
 	}
@@ -836,12 +840,13 @@ func (s *Store) eachQueue(ctx context.Context, what string, sc *luaFunc, limit i
 // Promote moves up to limit due scheduled and retryable jobs to available and announces their
 // queues.
 func (s *Store) Promote(ctx context.Context, limit int) (int, error) {
-	return s.eachQueue(ctx, "promote", scriptPromote, limit, true)
+	return s.eachQueue(ctx, "promote", scriptPromote, limit)
 }
 
-// DiscardExpired discards up to limit not-started jobs whose expiry has passed.
+// DiscardExpired discards up to limit not-started jobs whose expiry has passed, and announces the
+// queues where that released workflow children (failure callbacks).
 func (s *Store) DiscardExpired(ctx context.Context, limit int) (int, error) {
-	return s.eachQueue(ctx, "discard expired", scriptExpire, limit, false)
+	return s.eachQueue(ctx, "discard expired", scriptExpire, limit)
 }
 
 // NextDue returns the earliest due time of queue's scheduled and retryable jobs or, when sooner,
@@ -875,15 +880,10 @@ func (s *Store) Cleanup(ctx context.Context, p store.CleanupParams) (int, error)
 		if n >= limit {
 			break
 		}
-		gone, err := scriptCleanup.Run(ctx, s.rdb, s.keys(q),
-			micros(p.CompletedBefore), micros(p.CancelledBefore), micros(p.DiscardedBefore), limit-n).StringSlice()
+		gone, err := s.deleted(ctx, scriptCleanup.Run(ctx, s.rdb, s.keys(q),
+			micros(p.CompletedBefore), micros(p.CancelledBefore), micros(p.DiscardedBefore), limit-n))
 		if err != nil {
 			return n, fmt.Errorf("redis: cleanup %s: %w", q, err)
-		}
-		if len(gone) > 0 {
-			if err := s.rdb.HDel(ctx, s.idsKey(), gone...).Err(); err != nil {
-				return n, fmt.Errorf("redis: cleanup: %w", err)
-			}
 		}
 		n += len(gone)
 	}
@@ -949,7 +949,11 @@ func (s *Store) ListJobs(ctx context.Context, p store.ListParams) ([]*store.Job,
 		}
 	case p.WorkflowID != "":
 		// A workflow's own ids (queue looked up per job) rather than every queue's.
-		srcs = []source{{"", s.prefix + "wfj:" + p.WorkflowID}}
+		bases, _, err := s.workflowBases(ctx, []string{p.WorkflowID})
+		if err != nil {
+			return nil, "", fmt.Errorf("redis: list jobs: %w", err)
+		}
+		srcs = []source{{"", bases[0] + "wfj:" + p.WorkflowID}}
 	default:
 		for _, q := range slices.Compact(slices.Sorted(slices.Values(queues))) {
 			for _, st := range states {
@@ -1083,49 +1087,102 @@ func hasTags(j *store.Job, tags []string) bool {
 	return true
 }
 
+// deleted reads the reply of a script that deletes jobs of one queue, {ids, workflows gone with
+// their last job}, removes both from the global indexes and returns the ids.
+func (s *Store) deleted(ctx context.Context, cmd *goredis.Cmd) ([]string, error) {
+	res, err := cmd.Slice()
+	if err != nil {
+		return nil, err
+	}
+	if len(res) != 2 {
+		return nil, fmt.Errorf("unexpected reply %v", res)
+	}
+	gone, wfs := strs(res[0]), strs(res[1])
+	if len(gone) > 0 {
+		if err := s.rdb.HDel(ctx, s.idsKey(), gone...).Err(); err != nil {
+			return nil, err
+		}
+	}
+	return gone, s.dropWorkflows(ctx, wfs)
+}
+
+// strs returns the strings of an array reply.
+func strs(v any) []string {
+	arr, _ := v.([]any)
+	out := make([]string, 0, len(arr))
+	for _, x := range arr {
+		if str, ok := x.(string); ok {
+			out = append(out, str)
+		}
+	}
+	return out
+}
+
+// byIDReply is the decoded {"ok", wasActive, job, released, dropped} reply of a by-id script.
+type byIDReply struct {
+	job       *store.Job
+	wasActive bool
+	// released is the queue where the script released workflow children ("" for none); dropped, the
+	// workflow it deleted with its last job ("" for none).
+	released, dropped string
+}
+
 // byID runs one of the by-id scripts on job id and decodes its {status, ...} reply.
-func (s *Store) byID(ctx context.Context, sc *luaFunc, op, id string, extra ...any) (*store.Job, bool, error) {
+func (s *Store) byID(ctx context.Context, sc *luaFunc, op, id string, extra ...any) (byIDReply, error) {
+	var out byIDReply
 	q, err := s.queueOf(ctx, id)
 	if err != nil {
-		return nil, false, err
+		return out, err
 	}
 	res, err := sc.Run(ctx, s.rdb, s.keys(q), append([]any{id}, extra...)...).Slice()
 	if err != nil {
-		return nil, false, fmt.Errorf("redis: %s job %s: %w", op, id, err)
+		return out, fmt.Errorf("redis: %s job %s: %w", op, id, err)
 	}
 	switch res[0] {
 	case "uc":
 		key, _ := res[1].(string)
 		hid, _ := res[2].(string)
 		st, _ := res[3].(string)
-		return nil, false, fmt.Errorf("redis: %s job %s: %w", op, id,
+		return out, fmt.Errorf("redis: %s job %s: %w", op, id,
 			&store.UniqueConflictError{Key: key, ExistingID: hid, ExistingState: store.State(st)})
 	case "nf":
-		return nil, false, notFound(id)
+		return out, notFound(id)
 	case "bad":
 		st, _ := res[1].(string)
-		return nil, false, &store.TransitionError{JobID: id, Operation: op, From: store.State(st)}
+		return out, &store.TransitionError{JobID: id, Operation: op, From: store.State(st)}
 	}
-	j, err := decodeFlat(res[2])
-	if err != nil {
-		return nil, false, err
+	if out.job, err = decodeFlat(res[2]); err != nil {
+		return out, err
 	}
 	was, _ := res[1].(int64)
-	return j, was == 1, nil
+	out.wasActive = was == 1
+	if len(res) > 3 {
+		out.released, _ = res[3].(string)
+	}
+	if len(res) > 4 {
+		out.dropped, _ = res[4].(string)
+	}
+	return out, nil
 }
 
-// CancelJob cancels a job that is not terminal; an active job's runner is told with NotifyCancel.
+// CancelJob cancels a job that is not terminal; an active job's runner is told with NotifyCancel,
+// and the queue of workflow children the cancellation released (failure callbacks) is announced.
 func (s *Store) CancelJob(ctx context.Context, id string) (*store.Job, error) {
-	j, wasActive, err := s.byID(ctx, scriptCancel, "cancel", id)
+	r, err := s.byID(ctx, scriptCancel, "cancel", id)
 	if err != nil {
 		return nil, err
 	}
-	if wasActive {
-		if err := s.publish(ctx, []store.Notification{{Kind: store.NotifyCancel, Queue: j.Queue, JobID: id}}); err != nil {
-			return j, fmt.Errorf("redis: cancel job %s: cancelled, but its runner was not told: %w", id, err)
-		}
+	var ns []store.Notification
+	if r.wasActive {
+		ns = append(ns, store.Notification{Kind: store.NotifyCancel, Queue: r.job.Queue, JobID: id})
 	}
-	return j, nil
+	if r.released != "" {
+		ns = append(ns, store.Notification{Kind: store.NotifyInsert, Queue: r.released, Nonce: nonce()})
+	}
+	if err := s.publish(ctx, ns); err != nil {
+		return r.job, fmt.Errorf("redis: cancel job %s: cancelled, but it was not announced: %w", id, err)
+	}
+	return r.job, nil
 }
 
 // RetryJob makes a discarded or cancelled job available again with its attempts reset.
@@ -1143,23 +1200,29 @@ func (s *Store) makeAvailable(ctx context.Context, op, id string, from ...store.
 	for i, st := range from {
 		args[i] = string(st)
 	}
-	j, _, err := s.byID(ctx, scriptMakeAvailable, op, id, args...)
+	r, err := s.byID(ctx, scriptMakeAvailable, op, id, args...)
 	if err != nil {
 		return nil, err
 	}
-	return j, s.publish(ctx, []store.Notification{{Kind: store.NotifyInsert, Queue: j.Queue, Nonce: nonce()}})
+	return r.job, s.publish(ctx, []store.Notification{{Kind: store.NotifyInsert, Queue: r.job.Queue, Nonce: nonce()}})
 }
 
-// DeleteJob removes a job that is not active and returns it as it was.
+// DeleteJob removes a job that is not active and returns it as it was; a workflow whose last job
+// it was leaves the workflow indexes too.
 func (s *Store) DeleteJob(ctx context.Context, id string) (*store.Job, error) {
-	j, _, err := s.byID(ctx, scriptDelete, "delete", id)
+	r, err := s.byID(ctx, scriptDelete, "delete", id)
 	if err != nil {
 		return nil, err
 	}
 	if err := s.rdb.HDel(ctx, s.idsKey(), id).Err(); err != nil {
-		return j, fmt.Errorf("redis: delete job %s: %w", id, err)
+		return r.job, fmt.Errorf("redis: delete job %s: %w", id, err)
 	}
-	return j, nil
+	if r.dropped != "" {
+		if err := s.dropWorkflows(ctx, []string{r.dropped}); err != nil {
+			return r.job, fmt.Errorf("redis: delete job %s: %w", id, err)
+		}
+	}
+	return r.job, nil
 }
 
 // ListQueues returns every queue that has jobs or is paused, by name, with its counts per state.

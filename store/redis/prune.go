@@ -14,20 +14,21 @@ import (
 var _ store.DiscardedPruner = (*Store)(nil)
 
 // scriptPruneIDs deletes the jobs ARGV[1..] of one queue that are still discarded (in its
-// done:discarded set), and returns their ids (the caller removes them from the global id index).
+// done:discarded set), and returns {their ids, the workflows gone with their last job} (the caller
+// removes them from the global id and workflow indexes).
 var scriptPruneIDs = newFunc("PruneIDs", `
 local gone = {}
 for i = 1, #ARGV do
   local id = ARGV[i]
   if redis.call('ZSCORE', B .. 'done:discarded', id) then
-    local wf = redis.call('HGET', jk(id), 'wf')
+    local wf = redis.call('HMGET', jk(id), 'wf', 'wfl')
     unplace(id)
     redis.call('DEL', jk(id))
-    forget(id, wf)
+    forget(id, wf[1], wf[2])
     gone[#gone + 1] = id
   end
 end
-return gone
+return {gone, dropped}
 `)
 
 // PruneDiscarded deletes discarded jobs finished before p.Before and, oldest first, those beyond the
@@ -47,26 +48,23 @@ func (s *Store) PruneDiscarded(ctx context.Context, p store.PruneParams) (map[st
 	if err != nil {
 		return nil, fmt.Errorf("redis: prune discarded jobs: %w", err)
 	}
-	drop := func(q string, gone []string) error {
+	drop := func(q string, gone []string) {
 		if len(gone) == 0 {
-			return nil
+			return
 		}
 		out[q] += len(gone)
 		left -= len(gone)
-		return s.rdb.HDel(ctx, s.idsKey(), gone...).Err()
 	}
 	if !p.Before.IsZero() {
 		for _, q := range qs {
 			if left <= 0 {
 				break
 			}
-			gone, err := scriptCleanup.Run(ctx, s.rdb, s.keys(q), "0", "0", micros(p.Before), left).StringSlice()
+			gone, err := s.deleted(ctx, scriptCleanup.Run(ctx, s.rdb, s.keys(q), "0", "0", micros(p.Before), left))
 			if err != nil {
 				return out, fmt.Errorf("redis: prune discarded jobs of %s: %w", q, err)
 			}
-			if err := drop(q, gone); err != nil {
-				return out, fmt.Errorf("redis: prune discarded jobs: %w", err)
-			}
+			drop(q, gone)
 		}
 	}
 	if p.Keep <= 0 || left <= 0 {
@@ -116,13 +114,11 @@ func (s *Store) PruneDiscarded(ctx context.Context, p store.PruneParams) (map[st
 		perQueue[e.queue] = append(perQueue[e.queue], e.id)
 	}
 	for q, ids := range perQueue {
-		gone, err := scriptPruneIDs.Run(ctx, s.rdb, s.keys(q), ids...).StringSlice()
+		gone, err := s.deleted(ctx, scriptPruneIDs.Run(ctx, s.rdb, s.keys(q), ids...))
 		if err != nil {
 			return out, fmt.Errorf("redis: prune discarded jobs of %s: %w", q, err)
 		}
-		if err := drop(q, gone); err != nil {
-			return out, fmt.Errorf("redis: prune discarded jobs: %w", err)
-		}
+		drop(q, gone)
 	}
 	return out, nil
 }

@@ -60,8 +60,17 @@ local function rl(rk) return G .. 'rl:' .. rk end
 -- tenant, stands for the jobs without a tenant), its members in tset; tk:<tenant> holds the kinds
 -- of a tenant's ready sets.
 local function tsrc(tn, kind) return B .. 'tj:' .. tn .. '\n' .. kind end
--- decided lists workflow jobs this script made terminal whose children settle must look at.
+-- decided lists workflow jobs this script made terminal whose children settle must look at, each as
+-- {id, base}: base is the key prefix of the job's queue when its workflow's keys are tagged by that
+-- queue (job field wfl, see wfkey), else false.
 local decided = {}
+-- released is the queue of the children settle released of a workflow tagged by its queue (false when
+-- none): the script's own queue, which the caller announces from the script's reply (on a cluster the
+-- notification channel is in another slot than the queue).
+local released = false
+-- dropped lists the workflows whose last job this script deleted (forget): the caller removes them
+-- from the workflow index, a global key.
+local dropped = {}
 -- fields returns what place and unplace need of job id, and what the claim and finish check, by
 -- name (false when absent), or nil for no job: a transition reads its job once. The optional
 -- fields are read only for a job not marked plain (field p, see encode.go).
@@ -72,13 +81,21 @@ local function fields(id)
   -- A constructor sizes the table once (filling it in a loop costs as much as the HMGET).
   local f = {state = v[1], kind = v[2], prio = v[3], sched = v[4], lease = v[5], completed = v[6],
     attempt = v[7], token = v[8], started = v[9], expires = false, ukey = false, ustates = false,
-    rkey = false, wf = false, runon = false, kids = false, tenant = false, tng = false}
+    rkey = false, wf = false, runon = false, kids = false, tenant = false, tng = false, wfl = false}
   if v[10] ~= '1' then
-    local o = redis.call('HMGET', jk(id), 'expires', 'ukey', 'ustates', 'rkey', 'wf', 'runon', 'kids', 'tenant', 'tng')
-    f.expires, f.ukey, f.ustates, f.rkey, f.wf, f.runon, f.kids, f.tenant, f.tng =
-      o[1], o[2], o[3], o[4], o[5], o[6], o[7], o[8], o[9]
+    local o = redis.call('HMGET', jk(id), 'expires', 'ukey', 'ustates', 'rkey', 'wf', 'runon', 'kids', 'tenant', 'tng', 'wfl')
+    f.expires, f.ukey, f.ustates, f.rkey, f.wf, f.runon, f.kids, f.tenant, f.tng, f.wfl =
+      o[1], o[2], o[3], o[4], o[5], o[6], o[7], o[8], o[9], o[10]
   end
   return f
+end
+-- wfbase returns the key prefix of the keys (wf:<id>, wfj:<id>) of a job's workflow: its own queue's
+-- (B) when the job carries wfl (all the workflow's jobs are in that queue, so every workflow step is
+-- one slot), else the store's prefix (a workflow spanning queues, single node only, or one written
+-- before workflows were tagged by their queue).
+local function wfbase(wfl)
+  if wfl then return B end
+  return G
 end
 -- unplace takes job id out of every structure its current state filed it in, and returns its
 -- fields (see fields; f when the caller read them already), or nil for no job.
@@ -104,7 +121,7 @@ local function unplace(id, f)
     redis.call('ZREM', B .. 'done:' .. st, id)
   end
   if rk then redis.call('HINCRBY', rl(rk), 'n:' .. st, -1) end
-  if f.wf and not f.runon then redis.call('HINCRBY', G .. 'wf:' .. f.wf, 'n:' .. st, -1) end
+  if f.wf and not f.runon then redis.call('HINCRBY', wfbase(f.wfl) .. 'wf:' .. f.wf, 'n:' .. st, -1) end
   -- Only a job with an expiry (set at insert, never changed) is ever in the expiry index.
   if num(f.expires) > 0 then redis.call('ZREM', B .. 'exp', id) end
   return f
@@ -142,13 +159,13 @@ local function place(id, f)
   end
   if f.wf then
     if not f.runon then
-      local w = G .. 'wf:' .. f.wf
+      local w = wfbase(f.wfl) .. 'wf:' .. f.wf
       redis.call('HINCRBY', w, 'n:' .. st, 1)
       if terminal(st) and num(f.completed) > num(redis.call('HGET', w, 'lastdone')) then
         redis.call('HSET', w, 'lastdone', s(num(f.completed)))
       end
     end
-    if terminal(st) and f.kids and f.kids ~= '' then decided[#decided + 1] = id end
+    if terminal(st) and f.kids and f.kids ~= '' then decided[#decided + 1] = {id, f.wfl and B} end
   end
   if f.ukey and f.ukey ~= '' and instates(st, f.ustates) then
     local cur = redis.call('GET', B .. 'u:' .. f.ukey)
@@ -195,29 +212,44 @@ local function qbase(queue)
   end
   return G .. '{q:' .. queue .. '}:'
 end
--- inq runs f with B switched to queue's keys (workflows span queues; single Redis node only).
-local function inq(queue, f)
+-- inb runs f with B switched to the queue keys under base b; inq, to queue's keys (a workflow spanning
+-- queues; single Redis node only).
+local function inb(b, f)
   local old = B
-  B = qbase(queue)
+  B = b
   local r = f()
   B = old
   return r
 end
--- forget drops a deleted job from its workflow, and the workflow with its last job.
-local function forget(id, wf)
+local function inq(queue, f) return inb(qbase(queue), f) end
+-- forget drops a deleted job (its wf and wfl fields) from its workflow, and the workflow with its
+-- last job, which it lists in dropped.
+local function forget(id, wf, wfl)
   if not wf then return end
-  redis.call('ZREM', G .. 'wfj:' .. wf, id)
-  if redis.call('ZCARD', G .. 'wfj:' .. wf) == 0 then redis.call('DEL', G .. 'wf:' .. wf) end
+  local w = wfbase(wfl)
+  redis.call('ZREM', w .. 'wfj:' .. wf, id)
+  if redis.call('ZCARD', w .. 'wfj:' .. wf) == 0 then
+    redis.call('DEL', w .. 'wf:' .. wf)
+    dropped[#dropped + 1] = wf
+  end
 end
--- decide applies the rule of pending child id's run_on to its parents' states.
-local function decide(id)
+-- pkey returns the key of parent pid's hash (nil when unknown): in B when the workflow is tagged by
+-- its queue (loc), else found through the id index.
+local function pkey(pid, loc)
+  if loc then return jk(pid) end
+  local pq = redis.call('HGET', G .. 'ids', pid)
+  if pq then return qbase(pq) .. 'j:' .. pid end
+  return nil
+end
+-- decide applies the rule of pending child id's run_on to its parents' states (loc: see pkey).
+local function decide(id, loc)
   local f = redis.call('HMGET', jk(id), 'parents', 'runon')
   local parents = cjson.decode(f[1])
   local term, comp = 0, 0
   for _, pid in ipairs(parents) do
-    local pq = redis.call('HGET', G .. 'ids', pid)
-    if pq then
-      local pst = redis.call('HGET', qbase(pq) .. 'j:' .. pid, 'state')
+    local pk = pkey(pid, loc)
+    if pk then
+      local pst = redis.call('HGET', pk, 'state')
       if pst and terminal(pst) then
         term = term + 1
         if pst == 'completed' then comp = comp + 1 end
@@ -237,40 +269,54 @@ local function decide(id)
   if all then return 'release' end
   return 'wait'
 end
--- results is the JSON array of the parents' results of id, null for a parent without one.
-local function results(id)
+-- results is the JSON array of the parents' results of id, null for a parent without one (loc: see
+-- pkey).
+local function results(id, loc)
   local parents = cjson.decode(redis.call('HGET', jk(id), 'parents'))
   local parts = {}
   for i, pid in ipairs(parents) do
-    local pq = redis.call('HGET', G .. 'ids', pid)
+    local pk = pkey(pid, loc)
     local r = false
-    if pq then r = redis.call('HGET', qbase(pq) .. 'j:' .. pid, 'result') end
+    if pk then r = redis.call('HGET', pk, 'result') end
     if not r or r == '' then r = 'null' end
     parts[i] = r
   end
   return '[' .. table.concat(parts, ',') .. ']'
 end
 -- settle decides the pending children of the workflow jobs made terminal (decided), and of the
--- children it cancels in turn, and announces the queues of the children it released.
+-- children it cancels in turn. A workflow tagged by its queue has its children in that queue, the
+-- script's own, touched through B alone (no global key: one slot on a cluster); a release there
+-- sets released, for the caller to announce. A workflow of the global layout (single node) finds
+-- its children's queues in the id index, and the queues of those released are announced here.
 local function settle(t)
   if #decided == 0 then return end
   local announce = {}
   while #decided > 0 do
-    local id = table.remove(decided)
-    local q = redis.call('HGET', G .. 'ids', id)
-    local kids = q and redis.call('HGET', qbase(q) .. 'j:' .. id, 'kids') or false
+    local d = table.remove(decided)
+    local id, lb = d[1], d[2]
+    local kids = false
+    if lb then
+      kids = redis.call('HGET', lb .. 'j:' .. id, 'kids')
+    else
+      local q = redis.call('HGET', G .. 'ids', id)
+      kids = q and redis.call('HGET', qbase(q) .. 'j:' .. id, 'kids') or false
+    end
     for kid in string.gmatch(kids or '', '[^,]+') do
-      local kq = redis.call('HGET', G .. 'ids', kid)
-      if kq then
-        inq(kq, function()
+      local kq, kb = nil, lb
+      if not lb then
+        kq = redis.call('HGET', G .. 'ids', kid)
+        kb = kq and qbase(kq)
+      end
+      if kb then
+        inb(kb, function()
           if redis.call('HGET', jk(kid), 'state') ~= 'pending' then return end
-          local o = decide(kid)
+          local o = decide(kid, lb)
           if o == 'release' then
-            local pr = results(kid)
+            local pr = results(kid, lb)
             unplace(kid)
             redis.call('HSET', jk(kid), 'state', 'available', 'sched', s(t), 'presults', pr)
             place(kid)
-            announce[kq] = true
+            if lb then released = redis.call('HGET', jk(kid), 'queue') else announce[kq] = true end
           elseif o == 'cancel' then
             unplace(kid)
             redis.call('HSET', jk(kid), 'state', 'cancelled', 'completed', s(t))
@@ -801,14 +847,18 @@ if fair then
 end
 if not fair or redis.call('EXISTS', ring) == 0 then claimplain(limit) end
 settle(t)
+-- A dropped workflow job can release a child in this queue (a failure callback). Only a single node
+-- drops (rate limits), and there the channel is reachable: announce it here.
+if released and global then redis.call('SPUBLISH', G .. '{notify}', cjson.encode({k = 'insert', q = released})) end
 return out
 `
 
 // scriptFinish applies completions to jobs of one queue still active in the same attempt (and
 // under the same claim token, when given). ARGV: n, then per completion 8 values: id, attempt,
 // token ("" for none), state, sched (µs, 0: now), error entry JSON ("" for none), flags ("v": a
-// result is given, "r": refund the attempt) and the result. Returns per completion 0 (not applied), 1 (applied) or 2 (applied to a job with a rate
-// key, whose queue is announced: a slot of its key is free).
+// result is given, "r": refund the attempt) and the result. Returns per completion 0 (not applied),
+// 1 (applied) or 2 (applied, and the queue is to be announced: a slot of the job's rate key is free,
+// or a workflow child was released in this queue).
 var scriptFinish = newFunc("Finish", `
 local t = now()
 local out = {}
@@ -846,6 +896,10 @@ for c = 1, tonumber(ARGV[1]) do
   end
 end
 settle(t)
+-- Children released in this queue: every applied outcome asks for the queue's announcement.
+if released then
+  for c = 1, #out do if out[c] == 1 then out[c] = 2 end end
+end
 return out
 `)
 
@@ -871,7 +925,8 @@ return lost
 
 // scriptRescue takes back up to ARGV[1] active jobs of one queue whose lease ran out: to available
 // with a lease_expired error entry, or discarded when their attempts are spent. Returns
-// {requeued jobs, discarded jobs}, each a list of HGETALL arrays.
+// {requeued jobs, discarded jobs, released}, the jobs each a list of HGETALL arrays, released 1
+// when workflow children were released in this queue (the caller announces it), else 0.
 var scriptRescue = newFunc("Rescue", `
 local t = now()
 local req, dis = {}, {}
@@ -893,11 +948,11 @@ for _, id in ipairs(redis.call('ZRANGEBYSCORE', B .. 'lease', '-inf', '(' .. s(t
   end
 end
 settle(t)
-return {req, dis}
+return {req, dis, released and 1 or 0}
 `)
 
 // scriptPromote makes up to ARGV[1] due scheduled and retryable jobs of one queue available and
-// returns how many.
+// returns {how many, 1 when the queue is to be announced}.
 var scriptPromote = newFunc("Promote", `
 local t = now()
 local ids = redis.call('ZRANGEBYSCORE', B .. 'sched', '-inf', s(t), 'LIMIT', 0, tonumber(ARGV[1]))
@@ -906,11 +961,12 @@ for _, id in ipairs(ids) do
   redis.call('HSET', jk(id), 'state', 'available')
   place(id)
 end
-return #ids
+return {#ids, #ids > 0 and 1 or 0}
 `)
 
 // scriptExpire discards up to ARGV[1] not-started jobs of one queue whose expiry has passed, each
-// with an "expired" error entry, and returns how many.
+// with an "expired" error entry, and returns {how many, 1 when workflow children were released in
+// this queue (to be announced)}.
 var scriptExpire = newFunc("Expire", `
 local t = now()
 local ids = redis.call('ZRANGEBYSCORE', B .. 'exp', '-inf', s(t), 'LIMIT', 0, tonumber(ARGV[1]))
@@ -922,12 +978,13 @@ for _, id in ipairs(ids) do
   place(id)
 end
 settle(t)
-return #ids
+return {#ids, released and 1 or 0}
 `)
 
 // scriptCleanup deletes up to ARGV[4] terminal jobs of one queue that finished before their
 // state's cut-off (ARGV 1-3: completed, cancelled, discarded, µs; 0 keeps that state), and returns
-// their ids (the caller removes them from the global id index).
+// {their ids, the workflows gone with their last job} (the caller removes them from the global id
+// and workflow indexes).
 var scriptCleanup = newFunc("Cleanup", `
 local left = tonumber(ARGV[4])
 local gone = {}
@@ -936,20 +993,21 @@ for si = 1, 3 do
   local cut = tonumber(ARGV[si])
   if cut > 0 and left > 0 then
     for _, id in ipairs(redis.call('ZRANGEBYSCORE', B .. 'done:' .. states[si], '-inf', '(' .. s(cut), 'LIMIT', 0, left)) do
-      local wf = redis.call('HGET', jk(id), 'wf')
+      local wf = redis.call('HMGET', jk(id), 'wf', 'wfl')
       unplace(id)
       redis.call('DEL', jk(id))
-      forget(id, wf)
+      forget(id, wf[1], wf[2])
       gone[#gone + 1] = id
       left = left - 1
     end
   end
 end
-return gone
+return {gone, dropped}
 `)
 
 // scriptCancel cancels job ARGV[1] unless it is terminal. Returns {"nf"}, {"bad", state} or
-// {"ok", wasActive, job}.
+// {"ok", wasActive, job, released}: released is the queue of the workflow children it released
+// there ("" for none), which the caller announces.
 var scriptCancel = newFunc("Cancel", `
 local id = ARGV[1]
 local k = jk(id)
@@ -964,7 +1022,7 @@ place(id)
 local was = 0
 if st == 'active' then was = 1 end
 settle(t)
-return {'ok', was, redis.call('HGETALL', k)}
+return {'ok', was, redis.call('HGETALL', k), released or ''}
 `)
 
 // scriptMakeAvailable moves job ARGV[1] to available now if its state is one of ARGV[2..]. A job
@@ -992,7 +1050,7 @@ return {'ok', 0, redis.call('HGETALL', k)}
 `)
 
 // scriptDelete removes job ARGV[1] unless it is active. Returns like scriptCancel, with the job as
-// it was.
+// it was, and after released the workflow gone with its last job ("" for none).
 var scriptDelete = newFunc("Delete", `
 local id = ARGV[1]
 local k = jk(id)
@@ -1000,11 +1058,11 @@ local st = redis.call('HGET', k, 'state')
 if not st then return {'nf'} end
 if st == 'active' then return {'bad', st} end
 local was = redis.call('HGETALL', k)
-local wf = redis.call('HGET', k, 'wf')
+local wf = redis.call('HMGET', k, 'wf', 'wfl')
 unplace(id)
 redis.call('DEL', k)
-forget(id, wf)
-return {'ok', 0, was}
+forget(id, wf[1], wf[2])
+return {'ok', 0, was, '', dropped[1] or ''}
 `)
 
 // scriptNextDue returns the earliest due time (µs) of the queue's scheduled and retryable jobs,
@@ -1058,17 +1116,24 @@ end
 return out
 `)
 
-// scriptInsertWorkflow writes a workflow and all its jobs (KEYS[1] the prefix;
-// single Redis node only: its jobs may span queues). ARGV: workflow id, name, type, meta ("" flag
-// and value), members, n, then per job: queue, id, rate key, rate limit, nfields, field, value, ...
-// Returns "dup" when the workflow exists, else the server's now.
+// scriptInsertWorkflow writes a workflow and all its jobs. ARGV: workflow id, name, type, meta (""
+// flag and value), members, n, layout, single node, then per job: queue, id, rate key, rate limit,
+// nfields, field, value, ... With layout "1" every job is in KEYS[1]'s queue and the workflow's keys
+// are tagged by it (B..'wf:'..id, B..'wfj:'..id; the jobs carry wfl), so the script touches that one
+// slot; with "" (a workflow spanning queues, single Redis node only) KEYS[1] is the store's prefix
+// and the keys are global. Single node "1" also refuses an id held by a workflow of the global layout
+// (one written before workflows were tagged by their queue). Returns "dup" when the workflow exists,
+// else the server's now.
 var scriptInsertWorkflow = newFunc("InsertWorkflow", `
-local w = G .. 'wf:' .. ARGV[1]
+local W = G
+if ARGV[8] == '1' then W = B end
+local w = W .. 'wf:' .. ARGV[1]
 if redis.call('EXISTS', w) == 1 then return 'dup' end
+if W ~= G and ARGV[9] == '1' and redis.call('EXISTS', G .. 'wf:' .. ARGV[1]) == 1 then return 'dup' end
 local t = now()
 redis.call('HSET', w, 'id', ARGV[1], 'name', ARGV[2], 'type', ARGV[3], 'total', ARGV[6], 'created', s(t))
 if ARGV[4] == '1' then redis.call('HSET', w, 'meta', ARGV[5]) end
-local i = 8
+local i = 10
 for _ = 1, tonumber(ARGV[7]) do
   local q, id, rk, lim, nf = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], tonumber(ARGV[i + 4])
   local from, to = i + 5, i + 4 + 2 * nf
@@ -1081,22 +1146,45 @@ for _ = 1, tonumber(ARGV[7]) do
     if num(redis.call('HGET', k, 'sched')) == 0 then redis.call('HSET', k, 'sched', s(t)) end
     place(id)
   end)
-  redis.call('ZADD', G .. 'wfj:' .. ARGV[1], 0, id)
+  redis.call('ZADD', W .. 'wfj:' .. ARGV[1], 0, id)
 end
 return t
 `)
 
+// scriptRegisterWorkflow records a new workflow in the workflow index (KEYS[2]: id -> its queue
+// when its keys are tagged by it, "" for the global layout) and its jobs in the id index (KEYS[1]),
+// all or nothing: it changes nothing and returns {"wf"} when the workflow id is indexed already, or
+// the first job id indexed already. ARGV: workflow id, its queue or "", then job id, queue pairs.
+// The workflow index carries the id index's key as its hash tag, so both are one slot and one call.
+var scriptRegisterWorkflow = newFunc("RegisterWorkflow", `
+if redis.call('HEXISTS', KEYS[2], ARGV[1]) == 1 then return {'wf'} end
+for i = 3, #ARGV, 2 do
+  if redis.call('HEXISTS', KEYS[1], ARGV[i]) == 1 then return ARGV[i] end
+end
+for i = 3, #ARGV, 400 do
+  redis.call('HSET', KEYS[1], unpack(ARGV, i, math.min(i + 399, #ARGV)))
+end
+redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
+return false
+`)
+
 // scriptCancelWorkflow cancels every job of workflow ARGV[1] that is not terminal and marks it
-// cancelled (the first call's time stays). Returns "nf", or {queue, id, ...} of the jobs that
-// were active, whose runners are to be told.
+// cancelled (the first call's time stays). ARGV[2] is the workflow's queue when its keys are tagged
+// by it (KEYS[1] is then that queue's prefix, and the script touches that slot alone), "" for the
+// global layout (KEYS[1] the store's prefix; single node). Returns "nf", or {queue, id, ...} of the
+// jobs that were active, whose runners are to be told.
 var scriptCancelWorkflow = newFunc("CancelWorkflow", `
-local w = G .. 'wf:' .. ARGV[1]
+local loc = ARGV[2] ~= ''
+local W = G
+if loc then W = B end
+local w = W .. 'wf:' .. ARGV[1]
 if redis.call('EXISTS', w) == 0 then return 'nf' end
 local t = now()
 if num(redis.call('HGET', w, 'cancelled')) == 0 then redis.call('HSET', w, 'cancelled', s(t)) end
 local told = {}
-for _, id in ipairs(redis.call('ZRANGE', G .. 'wfj:' .. ARGV[1], 0, -1)) do
-  local q = redis.call('HGET', G .. 'ids', id)
+for _, id in ipairs(redis.call('ZRANGE', W .. 'wfj:' .. ARGV[1], 0, -1)) do
+  local q = ARGV[2]
+  if not loc then q = redis.call('HGET', G .. 'ids', id) end
   if q then
     inq(q, function()
       local st = redis.call('HGET', jk(id), 'state')
@@ -1110,6 +1198,7 @@ for _, id in ipairs(redis.call('ZRANGE', G .. 'wfj:' .. ARGV[1], 0, -1)) do
     end)
   end
 end
+-- Every pending member was cancelled above, so settle releases nothing (it cancels no further).
 settle(t)
 return told
 `)
@@ -1205,13 +1294,14 @@ return 1
 `)
 
 // scriptPurge removes the jobs ARGV of one queue outright: it undoes the part of a batch, spanning
-// several queues, that was written before another queue refused it.
+// several queues, that was written before another queue refused it (plain jobs: Insert refuses
+// workflow members, so no workflow is dropped here).
 var scriptPurge = newFunc("Purge", `
 for _, id in ipairs(ARGV) do
-  local wf = redis.call('HGET', jk(id), 'wf')
+  local wf = redis.call('HMGET', jk(id), 'wf', 'wfl')
   unplace(id)
   redis.call('DEL', jk(id))
-  forget(id, wf)
+  forget(id, wf[1], wf[2])
 end
 return #ARGV
 `)
