@@ -246,8 +246,9 @@ func TestCluster(t *testing.T) {
 }
 
 // TestClusterStore runs the shared behaviour suite against a local 3-master Redis Cluster, each
-// test under a key prefix of its own (its queues land on all three masters). Rate limits and
-// workflows, whose keys would span slots, are refused there, and the suite holds the store to that.
+// test under a key prefix of its own (its queues land on all three masters). Rate limits, whose keys
+// would span slots, are refused there, and so are workflows spanning queues (workflows in one queue
+// run in its slot); the suite holds the store to that.
 func TestClusterStore(t *testing.T) {
 	t.Parallel()
 	addrs := startCluster(t)
@@ -260,8 +261,9 @@ func TestClusterStore(t *testing.T) {
 		return s
 	}
 	storetest.Run(t, storetest.Harness{
-		New:     func(t *testing.T) store.Store { return open(t, "prontotest:"+uuidv7.New()+":") },
-		Reopen:  func(t *testing.T, s store.Store) store.Store { return open(t, s.(*Store).Prefix()) },
-		Refuses: []string{storetest.FeatureRateLimits, storetest.FeatureWorkflows},
+		New:                  func(t *testing.T) store.Store { return open(t, "prontotest:"+uuidv7.New()+":") },
+		Reopen:               func(t *testing.T, s store.Store) store.Store { return open(t, s.(*Store).Prefix()) },
+		Refuses:              []string{storetest.FeatureRateLimits},
+		SingleQueueWorkflows: true,
 	})
 }
