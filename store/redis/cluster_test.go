@@ -79,7 +79,7 @@ func startCluster(t *testing.T) []string {
 // TestCluster runs the store on a local 3-master Redis Cluster: queues whose slots are on every
 // master go through the whole lifecycle (insert, unique keys, claim, finish with tokens, heartbeat,
 // rescue, listing, counts, pause, cancel and retry, cleanup, notifications, leadership, cron), and
-// the single-node features (rate limits, workflows) are refused with store.ErrUnsupported.
+// what spans slots (rate limits, workflows spanning queues) is refused with store.ErrUnsupported.
 func TestCluster(t *testing.T) {
 	t.Parallel()
 	addrs := startCluster(t)
@@ -238,11 +238,16 @@ func TestCluster(t *testing.T) {
 	got2, err := s.GetJob(ctx, limited.ID)
 	require.NoError(t, err)
 	require.Equal(t, "k", got2.RateKey)
+	// A workflow in one queue runs in its slot (TestClusterWorkflows); one spanning queues is refused.
 	wf := uuidv7.New()
 	member := testJob(queues[0])
 	member.WorkflowID = wf
-	_, _, err = s.InsertWorkflow(ctx, store.WorkflowParams{ID: wf, Jobs: []*store.InsertParams{member}})
+	other := testJob(queues[1])
+	other.WorkflowID = wf
+	_, _, err = s.InsertWorkflow(ctx, store.WorkflowParams{ID: wf, Jobs: []*store.InsertParams{member, other}})
 	require.ErrorIs(t, err, store.ErrUnsupported)
+	_, _, err = s.InsertWorkflow(ctx, store.WorkflowParams{ID: wf, Jobs: []*store.InsertParams{member}})
+	require.NoError(t, err)
 }
 
 // TestClusterStore runs the shared behaviour suite against a local 3-master Redis Cluster, each
