@@ -73,10 +73,11 @@ import (
 // Jobs without a RateKey pay nothing for the feature: their claims take the same plan as before.
 //
 // On Redis a key's limit spans queues, so its scripts touch keys outside the queue's slot: rate
-// limits (and workflows, whose jobs may span queues) need a single Redis node, and a Redis Cluster
+// limits (and workflows whose jobs span queues) need a single Redis node, and a Redis Cluster
 // refuses them with ErrUnsupported rather than enforcing them loosely: storing a limit (SetRateLimit,
-// or InsertParams.RateLimit) and inserting a workflow are refused; a job may still carry a rate
-// key, which, no limit being storable, limits nothing.
+// or InsertParams.RateLimit) and inserting a workflow whose jobs are in several queues are refused
+// (a workflow whose jobs share one queue runs there, in that queue's slot); a job may still carry a
+// rate key, which, no limit being storable, limits nothing.
 //
 // # Workflows
 //

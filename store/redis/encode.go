@@ -16,7 +16,8 @@ import (
 //	id kind queue args meta prio state attempt max errors result tags rp timeout (ns)
 //	created sched started completed expires lease worker token
 //	ukey ustates (comma-separated) uuntil tenant rkey wf parents (JSON) runon presults
-//	p ("1": a plain job, without any of expires, ukey, ustates, tenant, tng, rkey, wf, runon, kids)
+//	wfl ("1": the keys of its workflow are tagged by its queue, see features.go)
+//	p ("1": a plain job, without any of expires, ukey, ustates, tenant, tng, rkey, wf, runon, kids, wfl)
 //
 // A result of "" stands for no result (the finish script overwrites a result with "" rather than
 // deleting the field).

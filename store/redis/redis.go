@@ -6,8 +6,10 @@
 // take a batch of jobs in one script call; outcomes are applied in batches, one script call per
 // queue, pipelined. Two keys are global (outside any queue's slot): the id index, mapping a job id
 // to its queue so that GetJob and the other by-id operations find the job's slot, and the queue
-// registry that maintenance passes and listings walk. See docs/redis.md for the data layout,
-// durability and limits.
+// registry that maintenance passes and listings walk. A workflow whose jobs share one queue lives
+// in that queue's slot too, found by id through a workflow index beside the id index (features.go);
+// on a Redis Cluster, workflows spanning queues and rate limits are refused. See docs/redis.md for
+// the data layout, durability and limits.
 package redis
 
 import (

@@ -18,6 +18,8 @@ package redis
 //	B.."exp"         zset   not-started jobs with an expiry, by expiry (µs)
 //	B.."done:"..st   zset   terminal jobs of state st by completion time (µs), for retention
 //	B.."paused"      string present while the queue is paused
+//	B.."wf:"..id     hash   a workflow whose jobs are all in this queue (see wfbase)
+//	B.."wfj:"..id    zset   its job ids, scored 0
 //
 // Beside them, on a single node, global keys (G below) that span queues, among them
 // G.."tj:"..state..":"..tenant, a zset of the tenant's jobs in that state across queues, scored 0
