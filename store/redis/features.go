@@ -164,13 +164,64 @@ func (s *Store) ListRateLimits(ctx context.Context) ([]*store.RateLimitInfo, err
 // The workflow index <prefix>wfq{<prefix>ids} (a hash: workflow id -> its queue, "" for the global
 // layout) finds a workflow's keys by id. Its hash tag is the id index's key, so one call registers a
 // new workflow there and its jobs in the id index, all or nothing, before the workflow's script runs
-// in its queue's slot (a cluster cannot do both in one script). A crash between the two calls leaves
-// an entry naming no workflow: it reads as not found, and a retry of the same workflow is refused as
-// a duplicate, as for the job ids registered with it. A workflow with no entry is one written before
-// the index existed (global layout): it is read, run and cleaned up as before, with no migration.
+// in its queue's slot (a cluster cannot do both in one script). The registration stays pending
+// (<prefix>wfp{<prefix>ids}, <prefix>wfr{<prefix>ids}) until the workflow is written. A crash between
+// the two calls leaves an entry naming no workflow: it reads as not found, and a retry of the same
+// workflow is refused as a duplicate, until Cleanup finds the registration pending for longer than
+// pendingGrace with no workflow written and undoes it (index entry and job ids). A workflow with no
+// entry is one written before the index existed (global layout): it is read, run and cleaned up as
+// before, with no migration.
 
 // wfIndexKey is the workflow index (see above): in the id index's slot through its hash tag.
 func (s *Store) wfIndexKey() string { return s.prefix + "wfq{" + s.idsKey() + "}" }
+
+// wfRegKeys are the keys of a workflow's registration: the id index, the workflow index, the
+// pending registrations by time and their job ids (all in the id index's slot).
+func (s *Store) wfRegKeys() []string {
+	tag := "{" + s.idsKey() + "}"
+	return []string{s.idsKey(), s.wfIndexKey(), s.prefix + "wfp" + tag, s.prefix + "wfr" + tag}
+}
+
+// pendingGrace is how long a workflow's registration may stay pending before Cleanup takes its
+// writer for dead: far longer than the two back-to-back calls of InsertWorkflow take.
+const pendingGrace = 10 * time.Minute
+
+// sweepRegistrations undoes up to 100 workflow registrations pending for longer than pendingGrace
+// whose workflow was never written (their writer died between its two calls), and ends those whose
+// workflow was written (the writer died before ending its registration).
+func (s *Store) sweepRegistrations(ctx context.Context) error {
+	res, err := scriptStaleWorkflows.Run(ctx, s.rdb, s.wfRegKeys(), pendingGrace.Microseconds(), 100).StringSlice()
+	if err != nil || len(res) == 0 {
+		return err
+	}
+	cmds := make([]*goredis.IntCmd, 0, len(res)/2)
+	_, err = s.rdb.Pipelined(ctx, func(pl goredis.Pipeliner) error {
+		for i := 0; i+1 < len(res); i += 2 {
+			base := s.prefix
+			if q := res[i+1]; q != "" {
+				base = s.qkey(q)
+			}
+			cmds = append(cmds, pl.Exists(ctx, base+"wf:"+res[i]))
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	args := make([]any, 0, len(res))
+	for k, c := range cmds {
+		args = append(args, res[2*k], boolFlag(c.Val() == 0))
+	}
+	return ignoreNil(scriptSettleRegistrations.Run(ctx, s.rdb, s.wfRegKeys(), args...).Err())
+}
+
+// ignoreNil drops go-redis's Nil (a nil reply) from err.
+func ignoreNil(err error) error {
+	if errors.Is(err, goredis.Nil) {
+		return nil
+	}
+	return err
+}
 
 func workflowNotFound(id string) error {
 	return fmt.Errorf("redis: workflow %s: %w", id, store.ErrNotFound)
@@ -270,7 +321,7 @@ func (s *Store) InsertWorkflow(ctx context.Context, p store.WorkflowParams) (*st
 	var regCmd *goredis.Cmd
 	err := s.pipelined(ctx, func(pl goredis.Pipeliner, run runScript) error {
 		pl.SAdd(ctx, s.queuesKey(), toAny(queues)...)
-		regCmd = run(scriptRegisterWorkflow, []string{s.idsKey(), s.wfIndexKey()}, reg...)
+		regCmd = run(scriptRegisterWorkflow, s.wfRegKeys(), reg...)
 		return nil
 	})
 	if err != nil {
@@ -307,18 +358,18 @@ func (s *Store) InsertWorkflow(ctx context.Context, p store.WorkflowParams) (*st
 	res, err := scriptInsertWorkflow.Run(ctx, s.rdb, keys, args...).Result()
 	if err != nil || res == "dup" {
 		// Give the ids back, so a retry is not refused as a duplicate.
-		bg := context.WithoutCancel(ctx)
-		_, _ = s.rdb.Pipelined(bg, func(pl goredis.Pipeliner) error {
-			pl.HDel(bg, s.idsKey(), idsOf(p.Jobs)...)
-			pl.HDel(bg, s.wfIndexKey(), p.ID)
-			return nil
-		})
+		scriptSettleRegistrations.Run(context.WithoutCancel(ctx), s.rdb, s.wfRegKeys(), p.ID, "1")
 		if err != nil {
 			return nil, nil, fmt.Errorf("redis: insert workflow %s: %w", p.ID, err)
 		}
 		return nil, nil, fmt.Errorf("redis: insert workflow %s: %w", p.ID, store.ErrDuplicate)
 	}
-	if err := s.rdb.ZAdd(ctx, s.workflowsKey(), goredis.Z{Member: p.ID}).Err(); err != nil {
+	err = s.pipelined(ctx, func(pl goredis.Pipeliner, run runScript) error {
+		pl.ZAdd(ctx, s.workflowsKey(), goredis.Z{Member: p.ID})
+		run(scriptSettleRegistrations, s.wfRegKeys(), p.ID, "")
+		return nil
+	})
+	if err != nil {
 		return nil, nil, fmt.Errorf("redis: insert workflow %s: written, not indexed for ListWorkflows: %w", p.ID, err)
 	}
 	nowUS, _ := res.(int64)

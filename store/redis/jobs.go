@@ -871,6 +871,9 @@ func (s *Store) Cleanup(ctx context.Context, p store.CleanupParams) (int, error)
 	if p.CompletedBefore.IsZero() && p.CancelledBefore.IsZero() && p.DiscardedBefore.IsZero() {
 		return 0, ctx.Err()
 	}
+	if err := s.sweepRegistrations(ctx); err != nil {
+		return 0, fmt.Errorf("redis: cleanup: workflow registrations: %w", err)
+	}
 	qs, err := s.queues(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("redis: cleanup: %w", err)

@@ -1156,8 +1156,10 @@ return t
 // scriptRegisterWorkflow records a new workflow in the workflow index (KEYS[2]: id -> its queue
 // when its keys are tagged by it, "" for the global layout) and its jobs in the id index (KEYS[1]),
 // all or nothing: it changes nothing and returns {"wf"} when the workflow id is indexed already, or
-// the first job id indexed already. ARGV: workflow id, its queue or "", then job id, queue pairs.
-// The workflow index carries the id index's key as its hash tag, so both are one slot and one call.
+// the first job id indexed already. The registration stays pending (KEYS[3]: id by registration
+// time, µs; KEYS[4]: id -> its job ids, JSON) until the workflow is written, so that a registration
+// whose writer died can be undone (scriptStaleWorkflows). ARGV: workflow id, its queue or "", then
+// job id, queue pairs. These keys carry the id index's key as their hash tag: one slot, one call.
 var scriptRegisterWorkflow = newFunc("RegisterWorkflow", `
 if redis.call('HEXISTS', KEYS[2], ARGV[1]) == 1 then return {'wf'} end
 for i = 3, #ARGV, 2 do
@@ -1167,7 +1169,43 @@ for i = 3, #ARGV, 400 do
   redis.call('HSET', KEYS[1], unpack(ARGV, i, math.min(i + 399, #ARGV)))
 end
 redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
+local jobs = {}
+for i = 3, #ARGV, 2 do jobs[#jobs + 1] = ARGV[i] end
+redis.call('ZADD', KEYS[3], s(now()), ARGV[1])
+redis.call('HSET', KEYS[4], ARGV[1], cjson.encode(jobs))
 return false
+`)
+
+// scriptStaleWorkflows returns up to ARGV[2] workflow registrations pending for longer than ARGV[1]
+// µs, as id, queue pairs (the queue as the workflow index has it, "" for none). KEYS as
+// scriptRegisterWorkflow's.
+var scriptStaleWorkflows = newFunc("StaleWorkflows", `
+local out = {}
+local cut = now() - tonumber(ARGV[1])
+for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', '(' .. s(cut), 'LIMIT', 0, tonumber(ARGV[2]))) do
+  out[#out + 1] = id
+  out[#out + 1] = redis.call('HGET', KEYS[2], id) or ''
+end
+return out
+`)
+
+// scriptSettleRegistrations ends pending workflow registrations. ARGV: id, flag pairs: flag "1"
+// undoes one whose workflow was never written (its entry in the workflow index and its jobs' in the
+// id index go), "" keeps the registration of a workflow that was. KEYS as scriptRegisterWorkflow's.
+var scriptSettleRegistrations = newFunc("SettleRegistrations", `
+for i = 1, #ARGV, 2 do
+  local id = ARGV[i]
+  if ARGV[i + 1] == '1' then
+    local js = redis.call('HGET', KEYS[4], id)
+    if js then
+      for _, jid in ipairs(cjson.decode(js)) do redis.call('HDEL', KEYS[1], jid) end
+    end
+    redis.call('HDEL', KEYS[2], id)
+  end
+  redis.call('ZREM', KEYS[3], id)
+  redis.call('HDEL', KEYS[4], id)
+end
+return 0
 `)
 
 // scriptCancelWorkflow cancels every job of workflow ARGV[1] that is not terminal and marks it

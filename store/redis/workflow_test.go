@@ -336,6 +336,9 @@ func TestClusterWorkflows(t *testing.T) {
 		})
 	}
 
+	// A writer dying between a workflow's two calls leaves nothing Cleanup does not undo.
+	checkRegistrationSweep(t, s, queues[1])
+
 	// A workflow spanning queues is refused, with the reason, and nothing is stored.
 	wf := uuidv7.New()
 	a := wfJob(wf, queues[0])
@@ -404,13 +407,6 @@ func insertOldLayout(t *testing.T, s *Store, wf string, jobs ...*store.InsertPar
 	ok, err := s.rdb.HExists(ctx, s.wfIndexKey(), wf).Result()
 	require.NoError(t, err)
 	require.False(t, ok)
-}
-
-func ignoreNil(err error) error {
-	if err == goredis.Nil {
-		return nil
-	}
-	return err
 }
 
 // TestWorkflowOldLayout: workflows written before workflows were tagged by their queue (global keys,
@@ -537,4 +533,57 @@ func TestWorkflowLayout(t *testing.T) {
 	require.ErrorIs(t, err, store.ErrDuplicate)
 	_, _, err = s.InsertWorkflow(ctx, store.WorkflowParams{ID: span, Jobs: []*store.InsertParams{wfJob(span, q)}})
 	require.ErrorIs(t, err, store.ErrDuplicate)
+}
+
+// checkRegistrationSweep simulates writers of workflows in queue q that died: one after registering
+// its workflow and jobs, before writing them (the registration is then undone by Cleanup, freeing
+// the ids), one after writing its workflow, before ending its registration (the workflow stays).
+func checkRegistrationSweep(t *testing.T, s *Store, q string) {
+	t.Helper()
+	ctx := context.Background()
+	keys := s.wfRegKeys()
+	dead := uuidv7.New()
+	a := wfJob(dead, q)
+	b := wfJob(dead, q, a)
+	require.NoError(t, ignoreNil(scriptRegisterWorkflow.Run(ctx, s.rdb, keys, dead, q, a.ID, q, b.ID, q).Err()))
+	_, err := s.GetWorkflow(ctx, dead)
+	require.ErrorIs(t, err, store.ErrNotFound, "a registered workflow never written reads as not found")
+	_, _, err = s.InsertWorkflow(ctx, store.WorkflowParams{ID: dead, Jobs: []*store.InsertParams{a, b}})
+	require.ErrorIs(t, err, store.ErrDuplicate, "its id is taken while its registration is pending")
+
+	kept := uuidv7.New()
+	k := wfJob(kept, q)
+	wfInsert(t, s, kept, k)
+	require.NoError(t, s.rdb.HSet(ctx, keys[3], kept, `["`+k.ID+`"]`).Err())
+
+	// Cleanup undoes only registrations older than pendingGrace: age both.
+	for _, id := range []string{dead, kept} {
+		require.NoError(t, s.rdb.ZAdd(ctx, keys[2], goredis.Z{Score: 1, Member: id}).Err())
+	}
+	_, err = s.Cleanup(ctx, store.CleanupParams{CompletedBefore: time.Now(), Limit: 10})
+	require.NoError(t, err)
+	n, err := s.rdb.ZCard(ctx, keys[2]).Result()
+	require.NoError(t, err)
+	require.Zero(t, n, "no registration is pending any more")
+	n, err = s.rdb.HLen(ctx, keys[3]).Result()
+	require.NoError(t, err)
+	require.Zero(t, n)
+	ok, err := s.rdb.HExists(ctx, keys[1], dead).Result()
+	require.NoError(t, err)
+	require.False(t, ok, "the dead writer's index entry is gone")
+	ok, err = s.rdb.HExists(ctx, keys[0], a.ID).Result()
+	require.NoError(t, err)
+	require.False(t, ok, "and its jobs' ids")
+	wfGet(t, s, kept, store.WorkflowRunning)
+	_, err = s.GetJob(ctx, k.ID)
+	require.NoError(t, err, "a written workflow's job ids stay")
+	wfInsert(t, s, dead, a, b)
+	wfGet(t, s, dead, store.WorkflowRunning)
+}
+
+// TestWorkflowRegistrationSweep: see checkRegistrationSweep (single node; TestClusterWorkflows runs
+// it on a cluster).
+func TestWorkflowRegistrationSweep(t *testing.T) {
+	t.Parallel()
+	checkRegistrationSweep(t, newTestStore(t), "sweep")
 }
