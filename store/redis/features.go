@@ -245,14 +245,17 @@ func (s *Store) workflowBases(ctx context.Context, ids []string) (bases, queues 
 	return bases, queues, nil
 }
 
-// dropWorkflows removes workflows deleted with their last job from the workflow index and the
-// listing's index.
+// dropWorkflows removes workflows deleted with their last job from the workflow index, the
+// listing's index and, should their writer have died before ending it, their registration.
 func (s *Store) dropWorkflows(ctx context.Context, ids []string) error {
 	if len(ids) == 0 {
 		return nil
 	}
+	reg := s.wfRegKeys()
 	_, err := s.rdb.Pipelined(ctx, func(pl goredis.Pipeliner) error {
 		pl.HDel(ctx, s.wfIndexKey(), ids...)
+		pl.ZRem(ctx, reg[2], toAny(ids)...)
+		pl.HDel(ctx, reg[3], ids...)
 		pl.ZRem(ctx, s.workflowsKey(), toAny(ids)...)
 		return nil
 	})

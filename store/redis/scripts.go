@@ -64,7 +64,7 @@ local function rl(rk) return G .. 'rl:' .. rk end
 local function tsrc(tn, kind) return B .. 'tj:' .. tn .. '\n' .. kind end
 -- decided lists workflow jobs this script made terminal whose children settle must look at, each as
 -- {id, base}: base is the key prefix of the job's queue when its workflow's keys are tagged by that
--- queue (job field wfl, see wfkey), else false.
+-- queue (job field wfl, see wfbase), else false.
 local decided = {}
 -- released is the queue of the children settle released of a workflow tagged by its queue (false when
 -- none): the script's own queue, which the caller announces from the script's reply (on a cluster the
