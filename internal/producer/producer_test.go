@@ -286,3 +286,44 @@ func TestConcurrentWakeUpsNeverOverfillTheSlots(t *testing.T) {
 	require.LessOrEqual(t, most.Load(), int64(workers), "never more jobs running than worker slots")
 	require.Zero(t, p.InFlight())
 }
+
+func TestBacklogSlotsFreedDuringAClaimStartASideClaim(t *testing.T) {
+	q := &gatedQueue{fakeQueue: fakeQueue{left: 100}, waiting: make(chan int, 1)}
+	var mu sync.Mutex
+	var held []func()
+	p, _ := start(t, Config{Queue: "q", MaxWorkers: 10, Claim: q.claim, PollInterval: time.Hour,
+		Execute: func(_ *store.Job, _ time.Time, done func()) { mu.Lock(); held = append(held, done); mu.Unlock() }})
+	heldCount := func() int { mu.Lock(); defer mu.Unlock(); return len(held) }
+	release := func(n int) {
+		mu.Lock()
+		free := held[:n]
+		held = append([]func(){}, held[n:]...)
+		mu.Unlock()
+		for _, d := range free {
+			d()
+		}
+	}
+	// The first claim filled every slot, so more jobs may wait (a backlog).
+	require.Eventually(t, func() bool { return heldCount() == 10 }, 5*time.Second, time.Millisecond)
+	gate := make(chan struct{})
+	var openGate sync.Once
+	t.Cleanup(func() { openGate.Do(func() { close(gate) }) })
+	q.gmu.Lock()
+	q.gate = gate
+	q.gmu.Unlock()
+	// Half the slots free: the Run loop claims them and waits at the gate.
+	release(5)
+	mainLimit := <-q.waiting
+	require.Positive(t, mainLimit)
+	before := len(q.claims())
+	// The other jobs end while that claim is in flight: with no wake-up at all, their slots are
+	// claimed beside it.
+	release(heldCount())
+	require.Eventually(t, func() bool { return len(q.claims()) > before }, 5*time.Second, time.Millisecond,
+		"slots freed through a backlog during a claim start a side claim")
+	require.Equal(t, 10-mainLimit, q.claims()[before], "the side claim takes the slots the claim in flight does not hold")
+	require.Eventually(t, func() bool { return heldCount() == 10-mainLimit }, 5*time.Second, time.Millisecond)
+	openGate.Do(func() { close(gate) })
+	require.Eventually(t, func() bool { return heldCount() == 10 }, 5*time.Second, time.Millisecond)
+	require.Equal(t, 10, p.InFlight(), "never more jobs than worker slots")
+}
