@@ -252,6 +252,9 @@ func TestLaterIssuesTargets(t *testing.T) {
 		run("drain", "pronto-sqlite", map[string]float64{"drain_jobs_per_s": 60_000, "rss_max_mb": 120}),
 		run("drain", "pronto-memory", map[string]float64{"drain_jobs_per_s": 200_000}),
 		run("tenant_flood", "pronto", map[string]float64{"b_p95_ratio": 1.5, "a_drain_vs_plain": 0.8}),
+		run("drain", "pronto", map[string]float64{"drain_jobs_per_s": 30_000}),
+		run("drain", "pronto-2000w", map[string]float64{"drain_jobs_per_s": 50_000}),
+		run("drain", "river-tuned", map[string]float64{"drain_jobs_per_s": 20_000}),
 	} {
 		if g[r.Scenario] == nil {
 			g[r.Scenario] = map[string][]*runResult{}
@@ -266,6 +269,8 @@ func TestLaterIssuesTargets(t *testing.T) {
 		"SQLite store RSS ≤ 100 MB in every scenario":                       {"120 MB at most (drain)", "**MISSED**"},
 		"tenant_flood: B's pickup p95 while A drains ≤ 2× its idle p95":     {"1.50×", "met"},
 		"tenant_flood: A's drain ≥ 0.9× the plain drain":                    {"0.800×", "**MISSED**"},
+		"drain ≥ 2× River tuned":                                            {"30,000 jobs/s = 1.50× River tuned (20,000)", "**MISSED**"},
+		"drain ≥ 2× River tuned, at its 2000 workers (pronto-2000w)":        {"50,000 jobs/s = 2.50× River tuned (20,000)", "met"},
 	}
 	got := map[string][2]string{}
 	for _, r := range targets(g, options{}) {

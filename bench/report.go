@@ -201,6 +201,7 @@ var sysColors = map[string]color.RGBA{
 	"pronto-memory":   {R: 0x94, G: 0x67, B: 0xbd, A: 255},
 	"pronto-redis":    {R: 0x8c, G: 0x56, B: 0x4b, A: 255},
 	"pronto-unlogged": {R: 0x17, G: 0xbe, B: 0xcf, A: 255},
+	"pronto-2000w":    {R: 0x0b, G: 0x3c, B: 0x5d, A: 255},
 	"sql-limit":       {R: 0x7f, G: 0x7f, B: 0x7f, A: 255},
 	"sql-pickup":      {R: 0xbc, G: 0xbd, B: 0x22, A: 255},
 }
@@ -300,7 +301,7 @@ func writeReport(o options, mi machineInfo, results []*runResult, took time.Dura
 	}
 	w("- Command(s), run from bench/: %s.\n", strings.Join(cmdList, "; "))
 	w("- Runs per scenario and system: %s. Cells show the median, with min–max across runs when there is more than one.\n", strings.Join(rn, "; "))
-	w("- Systems: **pronto** (PostgreSQL store, defaults); **river** (River v0.51.1 at its defaults); **river-tuned** (FetchCooldown 2 ms, FetchPollInterval 20 ms, 2000 workers in the drain, InsertManyFast for batches); **pronto-sqlite** and **pronto-memory** where they make sense (no River counterpart); **pronto-unlogged** (pronto on PostgreSQL with an UNLOGGED jobs table, which a database crash empties) in the drain, insert, round-trip and WAL scenarios; **sql-limit** in the drain only (no job queue: a bare table drained by 4 connections, each claiming 100 rows with SKIP LOCKED and completing the previous 100 in the same round trip: the ceiling of this machine's PostgreSQL); **sql-pickup** in notify_latency and high_scale only (no job queue either: the shortest insert-to-worker path on LISTEN/NOTIFY, a durable insert with its notification, one claim per notification, no leases: the floor of pickup latency on this machine). Each system runs in a fresh schema (or file) per run; the order of systems rotates every run.\n")
+	w("- Systems: **pronto** (PostgreSQL store, defaults); **river** (River v0.51.1 at its defaults); **river-tuned** (FetchCooldown 2 ms, FetchPollInterval 20 ms, 2000 workers in the drain, InsertManyFast for batches); **pronto-sqlite** and **pronto-memory** where they make sense (no River counterpart); **pronto-unlogged** (pronto on PostgreSQL with an UNLOGGED jobs table, which a database crash empties) in the drain, insert, round-trip and WAL scenarios; **pronto-2000w** in the drain only (pronto at defaults but with River tuned's 2000 workers, to compare the drain at equal workers); **sql-limit** in the drain only (no job queue: a bare table drained by 4 connections, each claiming 100 rows with SKIP LOCKED and completing the previous 100 in the same round trip: the ceiling of this machine's PostgreSQL); **sql-pickup** in notify_latency and high_scale only (no job queue either: the shortest insert-to-worker path on LISTEN/NOTIFY, a durable insert with its notification, one claim per notification, no leases: the floor of pickup latency on this machine). Each system runs in a fresh schema (or file) per run; the order of systems rotates every run.\n")
 	w("- \"× better\" compares pronto's median with the other system's: above 1 pronto is better on that figure, whichever way the figure points.\n\n")
 
 	// Headline.
@@ -508,6 +509,11 @@ func targets(group map[string]map[string][]*runResult, o options) [][3]string {
 	if group["drain"] != nil {
 		p, t := med("drain", "pronto", "drain_jobs_per_s"), med("drain", "river-tuned", "drain_jobs_per_s")
 		out = append(out, [3]string{"drain ≥ 2× River tuned", fmt.Sprintf("%s jobs/s = %s× River tuned (%s)", fmtNum(p), fmtNum(p/t), fmtNum(t)), verdict(p >= 2*t)})
+		if w := med("drain", "pronto-2000w", "drain_jobs_per_s"); !math.IsNaN(w) {
+			// River tuned drains with 2000 workers, pronto with 100: the same target at equal workers.
+			out = append(out, [3]string{fmt.Sprintf("drain ≥ 2× River tuned, at its %d workers (pronto-2000w)", tunedDrainWorkers),
+				fmt.Sprintf("%s jobs/s = %s× River tuned (%s)", fmtNum(w), fmtNum(w/t), fmtNum(t)), verdict(w >= 2*t)})
+		}
 		if l := med("drain", "sql-limit", "drain_jobs_per_s"); !math.IsNaN(l) {
 			out = append(out, [3]string{"drain ≥ 85% of the SQL limit (sql-limit)", fmt.Sprintf("%.0f%% (%s of %s jobs/s)", 100*p/l, fmtNum(p), fmtNum(l)), verdict(p >= 0.85*l)})
 		}

@@ -12,23 +12,34 @@ import (
 	"github.com/pronto-jobs/pronto/store/postgres"
 )
 
-func init() { register(prontoPG{}, prontoPG{unlogged: true}) }
+func init() { register(prontoPG{}, prontoPG{unlogged: true}, prontoPG{tunedWorkers: true}) }
 
 // ---- pronto on PostgreSQL ----
 
 // prontoPG is pronto on PostgreSQL; unlogged makes its jobs table UNLOGGED (postgres.Store.SetUnlogged),
-// which loses every job on a database crash, measured in the scenarios where the WAL matters.
-type prontoPG struct{ unlogged bool }
+// which loses every job on a database crash, measured in the scenarios where the WAL matters;
+// tunedWorkers gives it River tuned's worker count in the drain (tunedDrainWorkers), so that the
+// drain is also compared at equal workers.
+type prontoPG struct{ unlogged, tunedWorkers bool }
 
 func (p prontoPG) name() string {
-	if p.unlogged {
+	switch {
+	case p.unlogged:
 		return "pronto-unlogged"
+	case p.tunedWorkers:
+		return "pronto-2000w"
 	}
 	return "pronto"
 }
 
+func (p prontoPG) workersFor(scenario string, n int) int {
+	if p.tunedWorkers && scenario == "drain" {
+		return tunedDrainWorkers
+	}
+	return n
+}
+
 func (prontoPG) shared() bool                                      { return true }
-func (prontoPG) workersFor(_ string, n int) int                    { return n }
 func (prontoPG) drop(ctx context.Context, e *env, id string) error { return dropSchema(ctx, e, id) }
 
 func (s prontoPG) create(ctx context.Context, e *env, id string) error {

@@ -29,7 +29,7 @@ func (r riverSys) name() string {
 func (riverSys) shared() bool { return true }
 func (r riverSys) workersFor(scenario string, n int) int {
 	if r.tuned && scenario == "drain" {
-		return 2000
+		return tunedDrainWorkers
 	}
 	return n
 }

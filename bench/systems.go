@@ -36,6 +36,10 @@ type sink interface {
 
 var errSimulated429 = errors.New("simulated 429 Too Many Requests")
 
+// tunedDrainWorkers is River tuned's worker count in the drain (its own benchmark's setting), which
+// pronto-2000w takes too.
+const tunedDrainWorkers = 2000
+
 // failRoll is a deterministic roll in [0,100) per (seq, attempt), so every system sees the same
 // attempts fail.
 func failRoll(seq int64, attempt int) int {

@@ -5,9 +5,16 @@ package main
 // Which scenarios each system takes part in: the harness decides, so these stay out of the worker
 // binaries.
 
-// runs limits the unlogged variant to the throughput and WAL scenarios.
+// runs limits the unlogged variant to the throughput and WAL scenarios, and the one with River tuned's
+// workers to the drain.
 func (p prontoPG) runs(sc scenario) bool {
-	return !p.unlogged || sc.kind == "drain" || sc.kind == "insert" || sc.kind == "roundtrip" || sc.kind == "wal"
+	switch {
+	case p.tunedWorkers:
+		return sc.name == "drain"
+	case p.unlogged:
+		return sc.kind == "drain" || sc.kind == "insert" || sc.kind == "roundtrip" || sc.kind == "wal"
+	}
+	return true
 }
 
 func (prontoRedis) runs(sc scenario) bool { return redisScenarios[sc.name] }
