@@ -189,38 +189,67 @@ func (q *gatedQueue) claim(ctx context.Context, limit int) ([]*store.Job, error)
 	return q.fakeQueue.claim(ctx, limit)
 }
 
+// arm sets the gate the next claim waits at, and returns what opens it (once; also when the test
+// ends, failed or not, before the producer is stopped, since its claim waits there).
+func (q *gatedQueue) arm(t *testing.T) (open func()) {
+	gate := make(chan struct{})
+	var once sync.Once
+	open = func() { once.Do(func() { close(gate) }) }
+	t.Cleanup(open)
+	q.gmu.Lock()
+	q.gate = gate
+	q.gmu.Unlock()
+	return open
+}
+
+// heldJobs keeps the done funcs of the jobs handed to Execute, so a test frees slots when it chooses.
+type heldJobs struct {
+	mu  sync.Mutex
+	fns []func()
+}
+
+func (h *heldJobs) add(done func()) {
+	h.mu.Lock()
+	h.fns = append(h.fns, done)
+	h.mu.Unlock()
+}
+
+func (h *heldJobs) execute(_ *store.Job, _ time.Time, done func()) { h.add(done) }
+
+func (h *heldJobs) count() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.fns)
+}
+
+// release ends the n jobs held longest.
+func (h *heldJobs) release(n int) {
+	h.mu.Lock()
+	free := h.fns[:n]
+	h.fns = append([]func(){}, h.fns[n:]...)
+	h.mu.Unlock()
+	for _, d := range free {
+		d()
+	}
+}
+
 func TestWakeDuringAClaimClaimsTheSlotsFreeBesideIt(t *testing.T) {
 	q := &gatedQueue{fakeQueue: fakeQueue{left: 100}, waiting: make(chan int, 1)}
 	var mu sync.Mutex
-	var held []func()
+	var held heldJobs
 	running, most := 0, 0
 	p, _ := start(t, Config{Queue: "q", MaxWorkers: 10, Claim: q.claim, PollInterval: time.Hour,
 		Execute: func(_ *store.Job, _ time.Time, done func()) {
 			mu.Lock()
 			running++
 			most = max(most, running)
-			held = append(held, func() { mu.Lock(); running--; mu.Unlock(); done() })
 			mu.Unlock()
+			held.add(func() { mu.Lock(); running--; mu.Unlock(); done() })
 		}})
-	heldCount := func() int { mu.Lock(); defer mu.Unlock(); return len(held) }
+	heldCount, release := held.count, held.release
 	require.Eventually(t, func() bool { return heldCount() == 10 }, 5*time.Second, time.Millisecond)
 	// Arm the gate, then free six slots: the Run loop's claim of them waits at the gate.
-	gate := make(chan struct{})
-	var openGate sync.Once
-	// On failure too, before the producer is stopped: its claim waits at the gate.
-	t.Cleanup(func() { openGate.Do(func() { close(gate) }) })
-	q.gmu.Lock()
-	q.gate = gate
-	q.gmu.Unlock()
-	release := func(n int) {
-		mu.Lock()
-		free := held[:n]
-		held = append([]func(){}, held[n:]...)
-		mu.Unlock()
-		for _, d := range free {
-			d()
-		}
-	}
+	openGate := q.arm(t)
 	release(6)
 	mainLimit := <-q.waiting
 	require.Positive(t, mainLimit)
@@ -234,7 +263,7 @@ func TestWakeDuringAClaimClaimsTheSlotsFreeBesideIt(t *testing.T) {
 	side := q.claims()[before]
 	require.Equal(t, 10-1-mainLimit, side, "the side claim asks for the slots neither the claim in flight nor the running jobs hold")
 	require.Eventually(t, func() bool { return heldCount() == 1+side }, 5*time.Second, time.Millisecond)
-	openGate.Do(func() { close(gate) })
+	openGate()
 	require.Eventually(t, func() bool { return heldCount() == 10 }, 5*time.Second, time.Millisecond)
 	mu.Lock()
 	defer mu.Unlock()
@@ -289,28 +318,12 @@ func TestConcurrentWakeUpsNeverOverfillTheSlots(t *testing.T) {
 
 func TestBacklogSlotsFreedDuringAClaimStartASideClaim(t *testing.T) {
 	q := &gatedQueue{fakeQueue: fakeQueue{left: 100}, waiting: make(chan int, 1)}
-	var mu sync.Mutex
-	var held []func()
-	p, _ := start(t, Config{Queue: "q", MaxWorkers: 10, Claim: q.claim, PollInterval: time.Hour,
-		Execute: func(_ *store.Job, _ time.Time, done func()) { mu.Lock(); held = append(held, done); mu.Unlock() }})
-	heldCount := func() int { mu.Lock(); defer mu.Unlock(); return len(held) }
-	release := func(n int) {
-		mu.Lock()
-		free := held[:n]
-		held = append([]func(){}, held[n:]...)
-		mu.Unlock()
-		for _, d := range free {
-			d()
-		}
-	}
+	var held heldJobs
+	p, _ := start(t, Config{Queue: "q", MaxWorkers: 10, Claim: q.claim, PollInterval: time.Hour, Execute: held.execute})
+	heldCount, release := held.count, held.release
 	// The first claim filled every slot, so more jobs may wait (a backlog).
 	require.Eventually(t, func() bool { return heldCount() == 10 }, 5*time.Second, time.Millisecond)
-	gate := make(chan struct{})
-	var openGate sync.Once
-	t.Cleanup(func() { openGate.Do(func() { close(gate) }) })
-	q.gmu.Lock()
-	q.gate = gate
-	q.gmu.Unlock()
+	openGate := q.arm(t)
 	// Half the slots free: the Run loop claims them and waits at the gate.
 	release(5)
 	mainLimit := <-q.waiting
@@ -323,7 +336,7 @@ func TestBacklogSlotsFreedDuringAClaimStartASideClaim(t *testing.T) {
 		"slots freed through a backlog during a claim start a side claim")
 	require.Equal(t, 10-mainLimit, q.claims()[before], "the side claim takes the slots the claim in flight does not hold")
 	require.Eventually(t, func() bool { return heldCount() == 10-mainLimit }, 5*time.Second, time.Millisecond)
-	openGate.Do(func() { close(gate) })
+	openGate()
 	require.Eventually(t, func() bool { return heldCount() == 10 }, 5*time.Second, time.Millisecond)
 	require.Equal(t, 10, p.InFlight(), "never more jobs than worker slots")
 }

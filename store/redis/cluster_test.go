@@ -76,33 +76,34 @@ func startCluster(t *testing.T) []string {
 	return addrs
 }
 
+// clusterClient starts a local 3-master cluster (startCluster) and returns a client of it, closed
+// when the test ends.
+func clusterClient(t *testing.T) *goredis.ClusterClient {
+	rdb := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: startCluster(t)})
+	t.Cleanup(func() { _ = rdb.Close() })
+	return rdb
+}
+
+// clusterStore opens a store on rdb, closed when the test ends.
+func clusterStore(t *testing.T, rdb *goredis.ClusterClient) *Store {
+	s, err := New(context.Background(), rdb, Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
 // TestCluster runs the store on a local 3-master Redis Cluster: queues whose slots are on every
 // master go through the whole lifecycle (insert, unique keys, claim, finish with tokens, heartbeat,
 // rescue, listing, counts, pause, cancel and retry, cleanup, notifications, leadership, cron), and
 // what spans slots (rate limits, workflows spanning queues) is refused with store.ErrUnsupported.
 func TestCluster(t *testing.T) {
 	t.Parallel()
-	addrs := startCluster(t)
 	ctx := context.Background()
-	rdb := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: addrs})
-	t.Cleanup(func() { _ = rdb.Close() })
-	s, err := New(ctx, rdb, Options{})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = s.Close() })
+	rdb := clusterClient(t)
+	s := clusterStore(t, rdb)
 	require.NoError(t, s.Migrate(ctx))
 
-	// Queues whose keys are served by each of the three masters.
-	byMaster := map[string]string{}
-	for i := 0; len(byMaster) < 3 && i < 1000; i++ {
-		q := fmt.Sprintf("q%d", i)
-		node, err := rdb.MasterForKey(ctx, s.qkey(q))
-		require.NoError(t, err)
-		addr := node.Options().Addr
-		if _, ok := byMaster[addr]; !ok {
-			byMaster[addr] = q
-		}
-	}
-	require.Len(t, byMaster, 3, "queues spread over the three masters")
+	queues := queuesOnEachMaster(t, rdb, s)
 	// Every master loses the store's function library (as a restart without persistence would):
 	// the first call to find it missing loads it on every master again.
 	require.NoError(t, rdb.ForEachMaster(ctx, func(ctx context.Context, m *goredis.Client) error {
@@ -117,10 +118,6 @@ func TestCluster(t *testing.T) {
 		}
 	})()
 
-	var queues []string
-	for _, q := range byMaster {
-		queues = append(queues, q)
-	}
 	var all []*store.InsertParams
 	for _, q := range queues {
 		for range 10 {
@@ -130,7 +127,7 @@ func TestCluster(t *testing.T) {
 	u := testJob(queues[0])
 	u.UniqueKey = "only-one"
 	all = append(all, u)
-	_, err = s.Insert(ctx, all) // one batch over three masters
+	_, err := s.Insert(ctx, all) // one batch over three masters
 	require.NoError(t, err)
 	dup := testJob(queues[0])
 	dup.UniqueKey = "only-one"
@@ -256,9 +253,7 @@ func TestCluster(t *testing.T) {
 // run in its slot); the suite holds the store to that.
 func TestClusterStore(t *testing.T) {
 	t.Parallel()
-	addrs := startCluster(t)
-	rdb := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: addrs})
-	t.Cleanup(func() { _ = rdb.Close() })
+	rdb := clusterClient(t)
 	open := func(t *testing.T, prefix string) store.Store {
 		s, err := New(context.Background(), rdb, Options{Prefix: prefix})
 		require.NoError(t, err)

@@ -14,29 +14,8 @@ import (
 
 	"github.com/pronto-jobs/pronto/internal/uuidv7"
 	"github.com/pronto-jobs/pronto/store"
+	"github.com/pronto-jobs/pronto/store/storetest"
 )
-
-// wfJob returns a workflow member in queue with a kind of its own (so wfRun claims exactly it),
-// pending when it has parents.
-func wfJob(wf, queue string, parents ...*store.InsertParams) *store.InsertParams {
-	p := testJob(queue)
-	p.Kind = "wf-" + uuidv7.New()[24:]
-	p.WorkflowID = wf
-	for _, par := range parents {
-		p.ParentIDs = append(p.ParentIDs, par.ID)
-	}
-	if len(parents) > 0 {
-		p.State = store.StatePending
-	}
-	return p
-}
-
-// wfCallback returns a callback of wf released by on.
-func wfCallback(wf, queue string, on store.RunOn, parents ...*store.InsertParams) *store.InsertParams {
-	p := wfJob(wf, queue, parents...)
-	p.RunOn = on
-	return p
-}
 
 // wfRun claims p's job (by its kind) and returns it active.
 func wfRun(t *testing.T, s *Store, p *store.InsertParams, lease time.Duration) *store.Job {
@@ -161,13 +140,9 @@ func queuesOnEachMaster(t *testing.T, rdb *goredis.ClusterClient, s *Store) []st
 // cancelling the workflow, and cleanup. A workflow spanning queues is refused, storing nothing.
 func TestClusterWorkflows(t *testing.T) {
 	t.Parallel()
-	addrs := startCluster(t)
 	ctx := context.Background()
-	rdb := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: addrs})
-	t.Cleanup(func() { _ = rdb.Close() })
-	s, err := New(ctx, rdb, Options{})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = s.Close() })
+	rdb := clusterClient(t)
+	s := clusterStore(t, rdb)
 	queues := queuesOnEachMaster(t, rdb, s)
 	got := countInserts(t, s)
 
@@ -178,9 +153,9 @@ func TestClusterWorkflows(t *testing.T) {
 			// Chain: each step gets its parent's result; the queue is announced at each release.
 			wf := uuidv7.New()
 			wfs = append(wfs, wf)
-			a := wfJob(wf, q)
-			b := wfJob(wf, q, a)
-			c := wfJob(wf, q, b)
+			a := storetest.WorkflowJob(wf, q)
+			b := storetest.WorkflowJob(wf, q, a)
+			c := storetest.WorkflowJob(wf, q, b)
 			wfInsert(t, s, wf, a, b, c)
 			ex, err := rdb.Exists(ctx, s.qkey(q)+"wf:"+wf, s.qkey(q)+"wfj:"+wf).Result()
 			require.NoError(t, err)
@@ -208,10 +183,10 @@ func TestClusterWorkflows(t *testing.T) {
 			// Group with callbacks: one member fails.
 			wf = uuidv7.New()
 			wfs = append(wfs, wf)
-			g1, g2 := wfJob(wf, q), wfJob(wf, q)
-			onOK := wfCallback(wf, q, store.RunOnSuccess, g1, g2)
-			onFail := wfCallback(wf, q, store.RunOnFailure, g1, g2)
-			onDone := wfCallback(wf, q, store.RunOnComplete, g1, g2)
+			g1, g2 := storetest.WorkflowJob(wf, q), storetest.WorkflowJob(wf, q)
+			onOK := storetest.WorkflowCallback(wf, q, store.RunOnSuccess, g1, g2)
+			onFail := storetest.WorkflowCallback(wf, q, store.RunOnFailure, g1, g2)
+			onDone := storetest.WorkflowCallback(wf, q, store.RunOnComplete, g1, g2)
 			wfInsert(t, s, wf, g1, g2, onOK, onFail, onDone)
 			wfFinish(t, s, g1, store.StateCompleted, `1`)
 			wfState(t, s, store.StatePending, onOK, onFail, onDone)
@@ -227,10 +202,10 @@ func TestClusterWorkflows(t *testing.T) {
 			// DAG: a diamond, parents' results in the child's parent order.
 			wf = uuidv7.New()
 			wfs = append(wfs, wf)
-			d1 := wfJob(wf, q)
-			d2 := wfJob(wf, q, d1)
-			d3 := wfJob(wf, q, d1)
-			d4 := wfJob(wf, q, d3, d2)
+			d1 := storetest.WorkflowJob(wf, q)
+			d2 := storetest.WorkflowJob(wf, q, d1)
+			d3 := storetest.WorkflowJob(wf, q, d1)
+			d4 := storetest.WorkflowJob(wf, q, d3, d2)
 			wfInsert(t, s, wf, d1, d2, d3, d4)
 			wfFinish(t, s, d1, store.StateCompleted, `"root"`)
 			wfReleased(t, s, d2, `["root"]`)
@@ -245,9 +220,9 @@ func TestClusterWorkflows(t *testing.T) {
 			// Failure cascade: a failed root cancels its descendants.
 			wf = uuidv7.New()
 			wfs = append(wfs, wf)
-			f1 := wfJob(wf, q)
-			f2 := wfJob(wf, q, f1)
-			f3 := wfJob(wf, q, f2)
+			f1 := storetest.WorkflowJob(wf, q)
+			f2 := storetest.WorkflowJob(wf, q, f1)
+			f3 := storetest.WorkflowJob(wf, q, f2)
 			wfInsert(t, s, wf, f1, f2, f3)
 			wfFinish(t, s, f1, store.StateDiscarded, "")
 			wfState(t, s, store.StateCancelled, f2, f3)
@@ -257,9 +232,9 @@ func TestClusterWorkflows(t *testing.T) {
 			// CancelJob cascades, releasing a failure callback, whose queue is announced.
 			wf = uuidv7.New()
 			wfs = append(wfs, wf)
-			k1 := wfJob(wf, q)
-			k2 := wfJob(wf, q, k1)
-			kcb := wfCallback(wf, q, store.RunOnFailure, k1)
+			k1 := storetest.WorkflowJob(wf, q)
+			k2 := storetest.WorkflowJob(wf, q, k1)
+			kcb := storetest.WorkflowCallback(wf, q, store.RunOnFailure, k1)
 			wfInsert(t, s, wf, k1, k2, kcb)
 			before = got.of(q)
 			_, err = s.CancelJob(ctx, k1.ID)
@@ -272,10 +247,10 @@ func TestClusterWorkflows(t *testing.T) {
 			// The rescuer's discard of a spent member cascades the same way.
 			wf = uuidv7.New()
 			wfs = append(wfs, wf)
-			r1 := wfJob(wf, q)
+			r1 := storetest.WorkflowJob(wf, q)
 			r1.MaxAttempts = 1
-			r2 := wfJob(wf, q, r1)
-			rcb := wfCallback(wf, q, store.RunOnFailure, r1)
+			r2 := storetest.WorkflowJob(wf, q, r1)
+			rcb := storetest.WorkflowCallback(wf, q, store.RunOnFailure, r1)
 			wfInsert(t, s, wf, r1, r2, rcb)
 			wfRun(t, s, r1, time.Millisecond)
 			before = got.of(q)
@@ -293,8 +268,8 @@ func TestClusterWorkflows(t *testing.T) {
 			// CancelWorkflow cancels the running and the waiting members.
 			wf = uuidv7.New()
 			wfs = append(wfs, wf)
-			m1 := wfJob(wf, q)
-			m2 := wfJob(wf, q, m1)
+			m1 := storetest.WorkflowJob(wf, q)
+			m2 := storetest.WorkflowJob(wf, q, m1)
 			wfInsert(t, s, wf, m1, m2)
 			running := wfRun(t, s, m1, time.Minute)
 			w, err = s.CancelWorkflow(ctx, wf)
@@ -341,9 +316,9 @@ func TestClusterWorkflows(t *testing.T) {
 
 	// A workflow spanning queues is refused, with the reason, and nothing is stored.
 	wf := uuidv7.New()
-	a := wfJob(wf, queues[0])
-	b := wfJob(wf, queues[1], a)
-	_, _, err = s.InsertWorkflow(ctx, store.WorkflowParams{ID: wf, Jobs: []*store.InsertParams{a, b}})
+	a := storetest.WorkflowJob(wf, queues[0])
+	b := storetest.WorkflowJob(wf, queues[1], a)
+	_, _, err := s.InsertWorkflow(ctx, store.WorkflowParams{ID: wf, Jobs: []*store.InsertParams{a, b}})
 	require.ErrorIs(t, err, store.ErrUnsupported)
 	require.Contains(t, err.Error(), "span queues")
 	_, err = s.GetWorkflow(ctx, wf)
@@ -362,7 +337,7 @@ func TestClusterWorkflows(t *testing.T) {
 	require.ErrorIs(t, err, store.ErrNotFound)
 	// Rate limits stay refused, in a workflow too.
 	wf = uuidv7.New()
-	l := wfJob(wf, queues[0])
+	l := storetest.WorkflowJob(wf, queues[0])
 	l.RateKey, l.RateLimit = "k", &store.RateLimit{MaxActive: 1}
 	_, _, err = s.InsertWorkflow(ctx, store.WorkflowParams{ID: wf, Jobs: []*store.InsertParams{l}})
 	require.ErrorIs(t, err, store.ErrUnsupported)
@@ -421,9 +396,9 @@ func TestWorkflowOldLayout(t *testing.T) {
 
 	// A chain in one queue.
 	wf := uuidv7.New()
-	a := wfJob(wf, q)
-	b := wfJob(wf, q, a)
-	c := wfJob(wf, q, b)
+	a := storetest.WorkflowJob(wf, q)
+	b := storetest.WorkflowJob(wf, q, a)
+	c := storetest.WorkflowJob(wf, q, b)
 	insertOldLayout(t, s, wf, a, b, c)
 	w := wfGet(t, s, wf, store.WorkflowRunning)
 	require.Equal(t, 3, w.Total)
@@ -437,10 +412,10 @@ func TestWorkflowOldLayout(t *testing.T) {
 	require.Equal(t, wf, listed[0].ID)
 
 	// Its id stays taken, whatever layout a new workflow with it would have.
-	dup := wfJob(wf, q)
+	dup := storetest.WorkflowJob(wf, q)
 	_, _, err = s.InsertWorkflow(ctx, store.WorkflowParams{ID: wf, Jobs: []*store.InsertParams{dup}})
 	require.ErrorIs(t, err, store.ErrDuplicate, "a single-queue workflow with an old workflow's id")
-	dup2 := wfJob(wf, q2, dup)
+	dup2 := storetest.WorkflowJob(wf, q2, dup)
 	_, _, err = s.InsertWorkflow(ctx, store.WorkflowParams{ID: wf, Jobs: []*store.InsertParams{dup, dup2}})
 	require.ErrorIs(t, err, store.ErrDuplicate, "a multi-queue workflow with an old workflow's id")
 	for _, id := range []string{dup.ID, dup2.ID} {
@@ -462,8 +437,8 @@ func TestWorkflowOldLayout(t *testing.T) {
 
 	// One spanning two queues: a failed root cancels its child in the other queue.
 	wf2 := uuidv7.New()
-	x := wfJob(wf2, q)
-	y := wfJob(wf2, q2, x)
+	x := storetest.WorkflowJob(wf2, q)
+	y := storetest.WorkflowJob(wf2, q2, x)
 	insertOldLayout(t, s, wf2, x, y)
 	wfFinish(t, s, x, store.StateDiscarded, "")
 	wfState(t, s, store.StateCancelled, y)
@@ -471,8 +446,8 @@ func TestWorkflowOldLayout(t *testing.T) {
 
 	// One cancelled as a whole.
 	wf3 := uuidv7.New()
-	m := wfJob(wf3, q)
-	n := wfJob(wf3, q2, m)
+	m := storetest.WorkflowJob(wf3, q)
+	n := storetest.WorkflowJob(wf3, q2, m)
 	insertOldLayout(t, s, wf3, m, n)
 	w, err = s.CancelWorkflow(ctx, wf3)
 	require.NoError(t, err)
@@ -494,7 +469,7 @@ func TestWorkflowOldLayout(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, listed)
 	// The id is free again once the old workflow is gone: a new one takes the queue's layout.
-	again := wfJob(wf, q)
+	again := storetest.WorkflowJob(wf, q)
 	wfInsert(t, s, wf, again)
 	idx, err := s.rdb.HGet(ctx, s.wfIndexKey(), wf).Result()
 	require.NoError(t, err)
@@ -509,8 +484,8 @@ func TestWorkflowLayout(t *testing.T) {
 	s := newTestStore(t)
 	q, q2 := "lay-a", "lay-b"
 	one := uuidv7.New()
-	a := wfJob(one, q)
-	wfInsert(t, s, one, a, wfJob(one, q, a))
+	a := storetest.WorkflowJob(one, q)
+	wfInsert(t, s, one, a, storetest.WorkflowJob(one, q, a))
 	ex, err := s.rdb.Exists(ctx, s.qkey(q)+"wf:"+one, s.qkey(q)+"wfj:"+one).Result()
 	require.NoError(t, err)
 	require.Equal(t, int64(2), ex)
@@ -519,8 +494,8 @@ func TestWorkflowLayout(t *testing.T) {
 	require.Equal(t, "1", wfl, "its jobs are marked")
 
 	span := uuidv7.New()
-	x := wfJob(span, q)
-	wfInsert(t, s, span, x, wfJob(span, q2, x))
+	x := storetest.WorkflowJob(span, q)
+	wfInsert(t, s, span, x, storetest.WorkflowJob(span, q2, x))
 	ex, err = s.rdb.Exists(ctx, s.prefix+"wf:"+span, s.prefix+"wfj:"+span).Result()
 	require.NoError(t, err)
 	require.Equal(t, int64(2), ex)
@@ -529,9 +504,9 @@ func TestWorkflowLayout(t *testing.T) {
 	require.Equal(t, []any{q, ""}, idx)
 
 	// A workflow id is one across layouts.
-	_, _, err = s.InsertWorkflow(ctx, store.WorkflowParams{ID: one, Jobs: []*store.InsertParams{wfJob(one, q), wfJob(one, q2)}})
+	_, _, err = s.InsertWorkflow(ctx, store.WorkflowParams{ID: one, Jobs: []*store.InsertParams{storetest.WorkflowJob(one, q), storetest.WorkflowJob(one, q2)}})
 	require.ErrorIs(t, err, store.ErrDuplicate)
-	_, _, err = s.InsertWorkflow(ctx, store.WorkflowParams{ID: span, Jobs: []*store.InsertParams{wfJob(span, q)}})
+	_, _, err = s.InsertWorkflow(ctx, store.WorkflowParams{ID: span, Jobs: []*store.InsertParams{storetest.WorkflowJob(span, q)}})
 	require.ErrorIs(t, err, store.ErrDuplicate)
 }
 
@@ -543,8 +518,8 @@ func checkRegistrationSweep(t *testing.T, s *Store, q string) {
 	ctx := context.Background()
 	keys := s.wfRegKeys()
 	dead := uuidv7.New()
-	a := wfJob(dead, q)
-	b := wfJob(dead, q, a)
+	a := storetest.WorkflowJob(dead, q)
+	b := storetest.WorkflowJob(dead, q, a)
 	require.NoError(t, ignoreNil(scriptRegisterWorkflow.Run(ctx, s.rdb, keys, dead, q, a.ID, q, b.ID, q).Err()))
 	_, err := s.GetWorkflow(ctx, dead)
 	require.ErrorIs(t, err, store.ErrNotFound, "a registered workflow never written reads as not found")
@@ -552,7 +527,7 @@ func checkRegistrationSweep(t *testing.T, s *Store, q string) {
 	require.ErrorIs(t, err, store.ErrDuplicate, "its id is taken while its registration is pending")
 
 	kept := uuidv7.New()
-	k := wfJob(kept, q)
+	k := storetest.WorkflowJob(kept, q)
 	wfInsert(t, s, kept, k)
 	require.NoError(t, s.rdb.HSet(ctx, keys[3], kept, `["`+k.ID+`"]`).Err())
 

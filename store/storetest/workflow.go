@@ -38,6 +38,17 @@ func member(wf, queue string, parents ...*store.InsertParams) *store.InsertParam
 	return p
 }
 
+// WorkflowJob returns the parameters of a job of workflow wf in queue (a fresh id and kind), pending
+// on parents when it has any: for a store's own workflow tests beside the suite.
+func WorkflowJob(wf, queue string, parents ...*store.InsertParams) *store.InsertParams {
+	return member(wf, queue, parents...)
+}
+
+// WorkflowCallback returns the parameters of a callback of workflow wf released by on.
+func WorkflowCallback(wf, queue string, on store.RunOn, parents ...*store.InsertParams) *store.InsertParams {
+	return callback(wf, queue, on, parents...)
+}
+
 // callback returns the parameters of a workflow callback released by on.
 func callback(wf, queue string, on store.RunOn, parents ...*store.InsertParams) *store.InsertParams {
 	p := member(wf, queue, parents...)
