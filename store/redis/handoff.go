@@ -137,22 +137,31 @@ func (w *waiter) take(limit int) []*store.Job {
 	}
 	clear(w.buf[len(kept):])
 	w.buf = kept
-	w.mu.Unlock()
 	if len(out) > 0 {
+		// Under w.mu, so that the waiter, which looks at buf and taken together (settled), never
+		// sees buf emptied by this take without its free slots: it would go back to its inbox
+		// and the slots would wait for the next notification, while the producer, whose claim
+		// came back short, believes the queue empty.
 		select {
 		case <-w.taken:
 		default:
 		}
 		w.taken <- limit - len(out)
 	}
+	w.mu.Unlock()
 	return out
 }
 
-// holding reports whether handed jobs are kept, not yet taken.
-func (w *waiter) holding() bool {
+// settled returns the free slots of a take not yet followed up (0 when none), and whether the
+// waiter is done with its hand-off: no handed job kept and no free slots to claim for.
+func (w *waiter) settled() (free int, done bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return len(w.buf) > 0
+	select {
+	case free = <-w.taken:
+	default:
+	}
+	return free, free == 0 && len(w.buf) == 0
 }
 
 // keep files handed jobs and wakes the store's subscribers (the producer claims, and gets them).
@@ -211,19 +220,22 @@ func (w *waiter) run(key string) {
 		}
 		s.remember([]*store.Job{job})
 		w.keep([]*store.Job{job})
+		free, wait := 0, true
 		for {
-			timer.Reset(serveWithin)
-			var free int
-			select {
-			case <-ctx.Done():
-				timer.Stop()
-				return
-			case free = <-w.taken:
-				timer.Stop()
-			case <-timer.C:
-				w.expire(ctx)
-				free = 0
+			if wait {
+				timer.Reset(serveWithin)
+				select {
+				case <-ctx.Done():
+					timer.Stop()
+					return
+				case free = <-w.taken:
+					timer.Stop()
+				case <-timer.C:
+					w.expire(ctx)
+					free = 0
+				}
 			}
+			wait = true
 			if free > 0 {
 				jobs, err := s.claim(ctx, store.ClaimParams{Queue: w.queue, Kinds: w.params.Kinds, Limit: free,
 					WorkerID: w.params.WorkerID, LeaseDuration: w.params.LeaseDuration + handoffSlack}, w)
@@ -236,10 +248,13 @@ func (w *waiter) run(key string) {
 				}
 			}
 			// Jobs still held (the producer took fewer than were kept) are watched until taken or
-			// returned; then the inbox again.
-			if !w.holding() {
+			// returned, and the free slots of a take that came meanwhile are claimed for; then the
+			// inbox again.
+			var done bool
+			if free, done = w.settled(); done {
 				break
 			}
+			wait = free == 0
 		}
 	}
 }

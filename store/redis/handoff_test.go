@@ -445,3 +445,41 @@ func TestHandoffLeftoverReturns(t *testing.T) {
 		return err == nil && got.State == store.StateAvailable
 	}, 10*time.Second, 10*time.Millisecond)
 }
+
+// TestWaiterSettled: a waiter follows up every take that left its producer slots free, also the one
+// that emptied its kept jobs after the waiter last looked. That take's claim came back short, so its
+// producer takes the queue for empty; when the waiter went back to its inbox without claiming for
+// those slots, jobs inserted meanwhile (a batch, whose notification the short claim had answered)
+// waited for the next notification or poll (TestHandoffClients, with the poll an hour, lost them
+// about one run in twelve under load).
+func TestWaiterSettled(t *testing.T) {
+	w := &waiter{taken: make(chan int, 1)}
+	keep := func(n int) {
+		for range n {
+			w.buf = append(w.buf, handedJob{job: &store.Job{ID: uuidv7.New()}, at: time.Now()})
+		}
+	}
+	keep(1)
+	free, done := w.settled()
+	require.Zero(t, free)
+	require.False(t, done, "a kept job not yet taken")
+
+	require.Len(t, w.take(3), 1)
+	free, done = w.settled()
+	require.Equal(t, 2, free, "the take that emptied the waiter left two slots free: they are claimed for")
+	require.False(t, done)
+	free, done = w.settled()
+	require.Zero(t, free)
+	require.True(t, done, "followed up, nothing kept")
+
+	// A take that fills its producer's slots leaves nothing to claim for.
+	keep(3)
+	require.Len(t, w.take(2), 2)
+	free, done = w.settled()
+	require.Zero(t, free)
+	require.False(t, done, "one job still kept")
+	require.Len(t, w.take(1), 1)
+	free, done = w.settled()
+	require.Zero(t, free)
+	require.True(t, done)
+}
