@@ -22,7 +22,7 @@ type JobListParams struct {
 	Tags []string
 	// Tenant, when set, lists only that tenant's jobs (InsertOpts.Tenant), across queues. The stores
 	// read an index of the tenant's own jobs, so a small tenant's page costs the same beside a large
-	// tenant's backlog. On a Redis Cluster it is refused (ErrUnsupported).
+	// tenant's backlog (a Redis Cluster keeps one per queue and merges them).
 	Tenant string
 	// Cursor continues a listing from JobListResult.Next.
 	Cursor string

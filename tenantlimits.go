@@ -260,7 +260,7 @@ func (c *Client) TenantSetEnqueueLimits(ctx context.Context, tenant string, l Te
 		return err
 	}
 	if l.MaxQueueDepth > 0 || l.MaxScheduled > 0 {
-		// Depth limits count the tenant's jobs (a Redis Cluster keeps no tenant counts).
+		// Depth limits count the tenant's jobs (a store may keep no tenant counts).
 		if _, err := ts.GetTenant(ctx, tenant); errors.Is(err, store.ErrUnsupported) {
 			return fmt.Errorf("pronto: enqueue limits of tenant %q: %T cannot count a tenant's jobs: %w", tenant, c.store, ErrUnsupported)
 		}

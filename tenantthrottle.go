@@ -453,7 +453,7 @@ func (c *Client) maintenanceTasks() []maintenance.Task {
 		switch {
 		case err == nil || ctx.Err() != nil:
 		case errors.Is(err, ErrUnsupported):
-			// A store without tenant counts (a Redis Cluster): said once.
+			// A store without tenant counts: said once.
 			c.noisy.unsupported.Do(func() { c.cfg.Logger.Warn("pronto: noisy-neighbour checks need tenant counts", "error", err) })
 		default:
 			c.cfg.Logger.Warn("pronto: noisy-neighbour check failed", "error", err)

@@ -397,8 +397,7 @@ type ListParams struct {
 	WorkflowID string
 	// Tenant, when set, lists only that tenant's jobs (InsertParams.Tenant), across queues. Stores
 	// read the tenant's own jobs (an index by tenant), so a small tenant's page costs the same beside
-	// a large tenant's backlog. A store that keeps no such index (a Redis Cluster) returns an error
-	// matching ErrUnsupported.
+	// a large tenant's backlog (a Redis Cluster keeps one per queue and merges them).
 	Tenant string
 	// CreatedAfter and CreatedBefore, when set, list only jobs created at or after CreatedAfter and
 	// before CreatedBefore, to the millisecond, as their UUIDv7 id records it (see IDTimeBound): the

@@ -6,6 +6,7 @@ import (
 	"net"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -266,4 +267,106 @@ func TestClusterStore(t *testing.T) {
 		Refuses:              []string{storetest.FeatureRateLimits},
 		SingleQueueWorkflows: true,
 	})
+}
+
+// TestClusterTenants checks the tenant features on a local 3-master Redis Cluster, in queues served
+// by each master: weights stored before a queue exists reach it with its first insert, changed
+// weights reach every queue, a queue's stale copy of the weights is what its claims follow until
+// Cleanup repairs it, and counts, the tenant list and a tenant's jobs span the queues.
+func TestClusterTenants(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rdb := clusterClient(t)
+	s := clusterStore(t, rdb)
+	require.NoError(t, s.Migrate(ctx))
+	queues := queuesOnEachMaster(t, rdb, s)
+
+	claimTenants := func(q string, n int) map[string]int {
+		t.Helper()
+		got := map[string]int{}
+		for range n {
+			jobs, err := s.Claim(ctx, store.ClaimParams{Queue: q, Limit: 1, WorkerID: "w", LeaseDuration: time.Minute})
+			require.NoError(t, err)
+			require.Len(t, jobs, 1)
+			got[jobs[0].Tenant]++
+		}
+		return got
+	}
+
+	// Stored before any queue exists: each queue gets it with its first insert.
+	require.NoError(t, s.SetTenantWeight(ctx, "A", 3))
+	var aIDs []string
+	for _, q := range queues {
+		var batch []*store.InsertParams
+		for i := range 40 {
+			j := testJob(q)
+			j.Tenant = "A"
+			if i%2 == 1 {
+				j.Tenant = "B"
+			} else {
+				aIDs = append(aIDs, j.ID)
+			}
+			batch = append(batch, j)
+		}
+		_, err := s.Insert(ctx, batch)
+		require.NoError(t, err)
+	}
+	for _, q := range queues {
+		require.Equal(t, map[string]int{"A": 3, "B": 1}, claimTenants(q, 4), "queue %s: A weighs 3", q)
+	}
+
+	// Changed while the queues exist: every queue follows.
+	require.NoError(t, s.SetTenantWeight(ctx, "B", 2))
+	for _, q := range queues {
+		require.Equal(t, map[string]int{"A": 3, "B": 2}, claimTenants(q, 5), "queue %s: A 3, B 2", q)
+	}
+
+	// A queue's copy is what its claims read; Cleanup puts the stored weights back into it.
+	stale := queues[len(queues)-1]
+	require.NoError(t, rdb.HSet(ctx, s.qkey(stale)+"tw", "A", 1, "B", 1).Err())
+	require.Equal(t, map[string]int{"A": 2, "B": 2}, claimTenants(stale, 4), "the stale copy: A and B weigh 1")
+	_, err := s.Cleanup(ctx, store.CleanupParams{})
+	require.NoError(t, err)
+	require.Equal(t, map[string]int{"A": 3, "B": 2}, claimTenants(stale, 5), "repaired by Cleanup")
+
+	// Counts, the list and the jobs of a tenant span the queues (on every master). Claimed so far:
+	// A 3+3 and B 1+2 in each queue, and A 2+3 and B 2+2 more in the stale one.
+	activeA, activeB := int64(6*len(queues)+5), int64(3*len(queues)+4)
+	info, err := s.GetTenant(ctx, "A")
+	require.NoError(t, err)
+	require.Equal(t, 3, info.Weight)
+	require.Equal(t, map[store.State]int64{store.StateActive: activeA, store.StateAvailable: 20*int64(len(queues)) - activeA},
+		info.Counts, "A's jobs in every queue")
+	list, err := s.ListTenants(ctx)
+	require.NoError(t, err)
+	require.Len(t, list, 2)
+	require.Equal(t, "A", list[0].Tenant)
+	require.Equal(t, "B", list[1].Tenant)
+	require.Equal(t, activeB, list[1].Counts[store.StateActive])
+	require.Equal(t, 2, list[1].Weight)
+
+	var listed []string
+	cursor := ""
+	for pages := 0; ; pages++ {
+		require.Less(t, pages, 100)
+		page, next, err := s.ListJobs(ctx, store.ListParams{Tenant: "A", Limit: 7, After: cursor})
+		require.NoError(t, err)
+		for _, j := range page {
+			require.Equal(t, "A", j.Tenant)
+			listed = append(listed, j.ID)
+		}
+		if next == "" {
+			break
+		}
+		cursor = next
+	}
+	slices.Sort(aIDs)
+	require.Equal(t, aIDs, listed, "every job of A, across the queues, in id order, once")
+
+	// Forgotten, A weighs 1 again everywhere.
+	require.NoError(t, s.DeleteTenantWeight(ctx, "A"))
+	require.NoError(t, s.DeleteTenantWeight(ctx, "B"))
+	for _, q := range queues[:len(queues)-1] {
+		require.Equal(t, map[string]int{"A": 2, "B": 2}, claimTenants(q, 4), "queue %s: no weights", q)
+	}
 }

@@ -17,7 +17,7 @@ import (
 //	created sched started completed expires lease worker token
 //	ukey ustates (comma-separated) uuntil tenant rkey wf parents (JSON) runon presults
 //	wfl ("1": the keys of its workflow are tagged by its queue, see features.go)
-//	p ("1": a plain job, without any of expires, ukey, ustates, tenant, tng, rkey, wf, runon, kids, wfl)
+//	p ("1": a plain job, without any of expires, ukey, ustates, tenant, tng, tnq, rkey, wf, runon, kids, wfl)
 //
 // A result of "" stands for no result (the finish script overwrites a result with "" rather than
 // deleting the field).
@@ -65,9 +65,12 @@ func insertFields(p *store.InsertParams, cluster bool) []any {
 	}
 	if p.Tenant != "" {
 		add("tenant", p.Tenant)
-		if !cluster {
-			// tng: the tenant again, for the tenant's global counts (tenant.go), which a cluster
-			// cannot keep (they span queues, so slots).
+		// The tenant again, for the tenant's counts and job sets (tenant.go): tng keeps them across
+		// queues (global keys), tnq per queue on a cluster, where a key spanning queues would span
+		// slots.
+		if cluster {
+			add("tnq", p.Tenant)
+		} else {
 			add("tng", p.Tenant)
 		}
 	}

@@ -322,8 +322,9 @@ func (s *Store) InsertWorkflow(ctx context.Context, p store.WorkflowParams) (*st
 		reg = append(reg, jp.ID, jp.Queue)
 	}
 	var regCmd *goredis.Cmd
+	var queueCmds []*goredis.IntCmd
 	err := s.pipelined(ctx, func(pl goredis.Pipeliner, run runScript) error {
-		pl.SAdd(ctx, s.queuesKey(), toAny(queues)...)
+		queueCmds = s.registerQueues(ctx, pl, queues)
 		regCmd = run(scriptRegisterWorkflow, s.wfRegKeys(), reg...)
 		return nil
 	})
@@ -337,6 +338,11 @@ func (s *Store) InsertWorkflow(ctx context.Context, p store.WorkflowParams) (*st
 		return nil, nil, fmt.Errorf("redis: insert workflow %s: job %v: %w", p.ID, dup, store.ErrDuplicate)
 	} else if err != nil && !errors.Is(err, goredis.Nil) {
 		return nil, nil, fmt.Errorf("redis: insert workflow %s: %w", p.ID, err)
+	}
+	// A queue new to a cluster gets the tenant weights before its first jobs (tenant.go).
+	if err := s.seedWeights(ctx, newQueues(queues, queueCmds)); err != nil {
+		scriptSettleRegistrations.Run(context.WithoutCancel(ctx), s.rdb, s.wfRegKeys(), p.ID, "1")
+		return nil, nil, fmt.Errorf("redis: insert workflow %s: tenant weights: %w", p.ID, err)
 	}
 	metaFlag, meta := "", ""
 	if p.Meta != nil {

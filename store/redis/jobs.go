@@ -129,8 +129,9 @@ func (s *Store) insert(ctx context.Context, params []*store.InsertParams) ([]*st
 	}
 
 	var regCmd *goredis.Cmd
+	var queueCmds []*goredis.IntCmd
 	err := s.pipelined(ctx, func(pl goredis.Pipeliner, run runScript) error {
-		pl.SAdd(ctx, s.queuesKey(), toAny(order)...)
+		queueCmds = s.registerQueues(ctx, pl, order)
 		regCmd = run(scriptRegisterIDs, []string{s.idsKey()}, reg...)
 		return nil
 	})
@@ -141,6 +142,11 @@ func (s *Store) insert(ctx context.Context, params []*store.InsertParams) ([]*st
 		return nil, fmt.Errorf("redis: insert job %v: %w", dup, store.ErrDuplicate)
 	} else if err != nil && !errors.Is(err, goredis.Nil) {
 		return nil, fmt.Errorf("redis: insert: %w", err)
+	}
+	// A queue new to a cluster gets the tenant weights before its first jobs (tenant.go).
+	if err := s.seedWeights(ctx, newQueues(order, queueCmds)); err != nil {
+		s.rdb.HDel(context.WithoutCancel(ctx), s.idsKey(), idsOf(params)...)
+		return nil, fmt.Errorf("redis: insert: tenant weights: %w", err)
 	}
 
 	cmds := make([]*goredis.Cmd, len(order))
@@ -868,6 +874,11 @@ func (s *Store) Cleanup(ctx context.Context, p store.CleanupParams) (int, error)
 	if limit <= 0 {
 		limit = defaultLimit
 	}
+	// The maintenance pass also repairs the queues' copies of the tenant weights on a cluster
+	// (tenant.go).
+	if err := s.syncWeights(ctx); err != nil {
+		return 0, fmt.Errorf("redis: cleanup: tenant weights: %w", err)
+	}
 	if p.CompletedBefore.IsZero() && p.CancelledBefore.IsZero() && p.DiscardedBefore.IsZero() {
 		return 0, ctx.Err()
 	}
@@ -918,19 +929,16 @@ func (s *Store) GetJob(ctx context.Context, id string) (*store.Job, error) {
 // Every queue keeps a sorted set of ids per state, so a page is a merge of lexical range reads
 // (ZRANGE BYLEX from the cursor) over the queues and states asked for: no scan of whole sets. Kind
 // and tag filters are applied to the jobs read, reading on until the page is full. A tenant's jobs are
-// read from its own sets per state (single node only: a Redis Cluster returns store.ErrUnsupported),
-// so a small tenant's page reads none of a large tenant's jobs.
+// read from its own sets per state (on a Redis Cluster, its sets per queue and state, merged), so a
+// small tenant's page reads none of a large tenant's jobs.
 func (s *Store) ListJobs(ctx context.Context, p store.ListParams) ([]*store.Job, string, error) {
 	limit := p.Limit
 	if limit <= 0 {
 		limit = defaultListLimit
 	}
-	if p.Tenant != "" && s.cluster() {
-		return nil, "", fmt.Errorf("redis: list jobs of tenant %q: a Redis Cluster keeps no index of a tenant's jobs (it spans queues, so slots): %w",
-			p.Tenant, store.ErrUnsupported)
-	}
+	clusterTenant := p.Tenant != "" && s.cluster()
 	queues := p.Queues
-	if len(queues) == 0 && p.Tenant == "" && p.WorkflowID == "" {
+	if len(queues) == 0 && (clusterTenant || p.Tenant == "" && p.WorkflowID == "") {
 		var err error
 		if queues, err = s.queues(ctx); err != nil {
 			return nil, "", fmt.Errorf("redis: list jobs: %w", err)
@@ -942,8 +950,16 @@ func (s *Store) ListJobs(ctx context.Context, p store.ListParams) ([]*store.Job,
 	}
 	type source struct{ queue, key string }
 	var srcs []source
-	byID := p.Tenant != "" || p.WorkflowID != "" // sources without a queue: looked up per job
+	byID := !clusterTenant && (p.Tenant != "" || p.WorkflowID != "") // sources without a queue: looked up per job
 	switch {
+	case clusterTenant:
+		// The tenant's ids per queue and state (tjs:<state>:<tenant> in each queue, see scripts.go);
+		// a workflow filter then applies per job.
+		for _, q := range slices.Compact(slices.Sorted(slices.Values(queues))) {
+			for _, st := range slices.Compact(slices.Sorted(slices.Values(states))) {
+				srcs = append(srcs, source{q, s.qkey(q) + "tjs:" + string(st) + ":" + p.Tenant})
+			}
+		}
 	case p.Tenant != "":
 		// The tenant's own ids per state (tj:<state>:<tenant>, see scripts.go) rather than every
 		// queue's; a workflow filter then applies per job.
@@ -1267,11 +1283,15 @@ func (s *Store) ListQueues(ctx context.Context) ([]store.QueueInfo, error) {
 
 // PauseQueue stops claims from queue until ResumeQueue, and announces it.
 func (s *Store) PauseQueue(ctx context.Context, queue string) error {
+	var queueCmds []*goredis.IntCmd
 	_, err := s.rdb.Pipelined(ctx, func(pl goredis.Pipeliner) error {
-		pl.SAdd(ctx, s.queuesKey(), queue)
+		queueCmds = s.registerQueues(ctx, pl, []string{queue})
 		pl.Set(ctx, s.qkey(queue)+"paused", "1", 0)
 		return nil
 	})
+	if err == nil {
+		err = s.seedWeights(ctx, newQueues([]string{queue}, queueCmds))
+	}
 	if err != nil {
 		return fmt.Errorf("redis: pause %s: %w", queue, err)
 	}

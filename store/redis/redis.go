@@ -61,6 +61,9 @@ type Store struct {
 	// subscribed is whether ps's subscription is up, as far as the store knows: from its
 	// confirmation to a receive error (the single insert then skips publishing to itself alone).
 	subscribed atomic.Bool
+	// weightsSynced is when Cleanup last copied the tenant weights into every queue on a cluster
+	// (UnixNano; tenant.go).
+	weightsSynced atomic.Int64
 	// sender marks the notifications this store publishes: it delivers them to its own subscribers
 	// at once, and skips their echo from Redis.
 	sender string

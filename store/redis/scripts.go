@@ -24,7 +24,9 @@ package redis
 // Beside them, on a single node, global keys (G below) that span queues, among them
 // G.."tj:"..state..":"..tenant, a zset of the tenant's jobs in that state across queues, scored 0
 // (lexical = id order), for ListJobs by tenant (tenant.go), kept by place and unplace from the job's
-// tng field, which jobs on a Redis Cluster do not carry.
+// tng field. On a Redis Cluster a job carries tnq instead, and the same counts and sets are kept per
+// queue (B.."tc:"..tenant, B.."tenants", B.."tjs:"..state..":"..tenant), which tenant.go sums and
+// merges across queues; B.."tw" is the queue's copy of the tenant weights, which tenant.go keeps.
 //
 // Times are microseconds since the Unix epoch, from the server's clock (TIME), so every process
 // agrees on "now" as they agree on PostgreSQL's now().
@@ -83,13 +85,23 @@ local function fields(id)
   -- A constructor sizes the table once (filling it in a loop costs as much as the HMGET).
   local f = {state = v[1], kind = v[2], prio = v[3], sched = v[4], lease = v[5], completed = v[6],
     attempt = v[7], token = v[8], started = v[9], expires = false, ukey = false, ustates = false,
-    rkey = false, wf = false, runon = false, kids = false, tenant = false, tng = false, wfl = false}
+    rkey = false, wf = false, runon = false, kids = false, tenant = false, tng = false, wfl = false,
+    tnq = false}
   if v[10] ~= '1' then
-    local o = redis.call('HMGET', jk(id), 'expires', 'ukey', 'ustates', 'rkey', 'wf', 'runon', 'kids', 'tenant', 'tng', 'wfl')
-    f.expires, f.ukey, f.ustates, f.rkey, f.wf, f.runon, f.kids, f.tenant, f.tng, f.wfl =
-      o[1], o[2], o[3], o[4], o[5], o[6], o[7], o[8], o[9], o[10]
+    local o = redis.call('HMGET', jk(id), 'expires', 'ukey', 'ustates', 'rkey', 'wf', 'runon', 'kids', 'tenant', 'tng', 'wfl', 'tnq')
+    f.expires, f.ukey, f.ustates, f.rkey, f.wf, f.runon, f.kids, f.tenant, f.tng, f.wfl, f.tnq =
+      o[1], o[2], o[3], o[4], o[5], o[6], o[7], o[8], o[9], o[10], o[11]
   end
   return f
+end
+-- tenantkeys returns the keys that count job f in state st under its tenant (its counts, the set of
+-- tenants, its jobs in st) and the tenant, or nil when nothing counts it: the store's keys for a job
+-- with tng (a single node: across queues), the queue's for one with tnq (a Redis Cluster, where a
+-- key spanning queues would span slots; tenant.go sums them).
+local function tenantkeys(f, st)
+  if f.tng then return G .. 'tc:' .. f.tng, G .. 'tenants', G .. 'tj:' .. st .. ':' .. f.tng, f.tng end
+  if f.tnq then return B .. 'tc:' .. f.tnq, B .. 'tenants', B .. 'tjs:' .. st .. ':' .. f.tnq, f.tnq end
+  return nil
 end
 -- wfbase returns the key prefix of the keys (wf:<id>, wfj:<id>) of a job's workflow: its own queue's
 -- (B) when the job carries wfl (all the workflow's jobs are in that queue, so every workflow step is
@@ -106,9 +118,10 @@ local function unplace(id, f)
   if not f then return nil end
   local st, rk = f.state, f.rkey
   redis.call('ZREM', B .. 'st:' .. st, id)
-  if f.tng then
-    redis.call('HINCRBY', G .. 'tc:' .. f.tng, 'n:' .. st, -1)
-    redis.call('ZREM', G .. 'tj:' .. st .. ':' .. f.tng, id)
+  local tc, _, tj = tenantkeys(f, st)
+  if tc then
+    redis.call('HINCRBY', tc, 'n:' .. st, -1)
+    redis.call('ZREM', tj, id)
   end
   if st == 'available' and f.tenant and f.tenant ~= '' and not rk then
     redis.call('ZREM', tsrc(f.tenant, f.kind), rank(num(f.prio), num(f.sched), id))
@@ -154,10 +167,11 @@ local function place(id, f)
   f = f or fields(id)
   local st = f.state
   local rk = f.rkey
-  if f.tng then
-    redis.call('HINCRBY', G .. 'tc:' .. f.tng, 'n:' .. st, 1)
-    redis.call('ZADD', G .. 'tenants', 0, f.tng)
-    redis.call('ZADD', G .. 'tj:' .. st .. ':' .. f.tng, '0', id)
+  local tc, tl, tj, tn = tenantkeys(f, st)
+  if tc then
+    redis.call('HINCRBY', tc, 'n:' .. st, 1)
+    redis.call('ZADD', tl, 0, tn)
+    redis.call('ZADD', tj, '0', id)
   end
   if f.wf then
     if not f.runon then
@@ -803,7 +817,8 @@ if fair then
   -- Fair (see docs/fair-scheduling.md): the ring's tail is the participant whose turn it is; a
   -- tenant of weight w (<prefix>tw) takes up to w jobs in its turn, tused counting them, and the ring
   -- rotates when the turn ends. Weights and tenant limits live in global keys: on a cluster (global
-  -- false) every tenant weighs 1 and none is limited.
+  -- false) the weights come from the queue's copy (B.."tw", kept by tenant.go) and no tenant is
+  -- limited.
   local idle = 0
   local used = num(redis.call('GET', B .. 'tused'))
   while #out < limit and idle < redis.call('LLEN', ring) do
@@ -824,10 +839,12 @@ if fair then
       elseif r then
         idle = 0
         used = used + 1
-        local w = 1
+        local w
         if global then
           rlstarted('tenant:' .. m, t)
           w = math.max(1, num(redis.call('HGET', G .. 'tw', m)))
+        else
+          w = math.max(1, num(redis.call('HGET', B .. 'tw', m)))
         end
         if used >= w then
           redis.call('RPOPLPUSH', ring, ring)
@@ -1085,6 +1102,14 @@ for _, kind in ipairs(redis.call('SMEMBERS', B .. 'kinds')) do
 end
 if best then return s(best) end
 return false
+`)
+
+// scriptSetWeights replaces the queue's copy of the tenant weights (B.."tw", which the claim reads on
+// a Redis Cluster) with ARGV: tenant, weight, ... (see tenant.go).
+var scriptSetWeights = newFunc("SetWeights", `
+redis.call('DEL', B .. 'tw')
+for i = 1, #ARGV, 2 do redis.call('HSET', B .. 'tw', ARGV[i], ARGV[i + 1]) end
+return 0
 `)
 
 // scriptSetLimit stores limit ARGV[2] under rate key ARGV[1] (KEYS[1] is the prefix).

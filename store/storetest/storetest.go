@@ -60,11 +60,7 @@ const (
 // featureOf returns the feature a test exercises, "" for the core.
 func featureOf(name string) string {
 	switch {
-	case strings.HasPrefix(name, "RateLimit"), name == "ClaimTokensDistinctInBatch",
-		// Tenant weights and counts span queues like the limits (outside a queue's slot on Redis).
-		name == "TenantWeights", name == "TenantWeightsAlone", name == "TenantStats",
-		name == "TenantJobs":
-
+	case strings.HasPrefix(name, "RateLimit"), name == "ClaimTokensDistinctInBatch":
 		return FeatureRateLimits
 	case strings.HasPrefix(name, "Workflow"):
 		return FeatureWorkflows
@@ -83,9 +79,6 @@ func testRefused(t *testing.T, s store.Store, feature string) {
 		require.ErrorIs(t, err, store.ErrUnsupported)
 		_, err = s.GetJob(ctx(t), p.ID)
 		require.ErrorIs(t, err, store.ErrNotFound, "a refused insert stores nothing")
-		// Listing a tenant's jobs needs an index across queues, as the tenants' counts do.
-		_, _, err = s.ListJobs(ctx(t), store.ListParams{Tenant: "t", Limit: 1})
-		require.ErrorIs(t, err, store.ErrUnsupported)
 	case FeatureWorkflows:
 		wf := uuidv7.New()
 		p := job(uniq("refused"))
