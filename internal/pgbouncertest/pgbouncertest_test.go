@@ -44,15 +44,18 @@ func queryErrors(t *testing.T, b *Bouncer, mode string) map[string]int {
 }
 
 // TestQueryModes is the measurement behind docs/pgbouncer.md: through PgBouncer in transaction
-// mode, pgx's cache_describe and describe_exec modes (unnamed statements only) work from many
-// connections at once. The default cache_statement mode prepares named statements per session,
-// which PgBouncer before 1.21 (or with max_prepared_statements = 0) hands to other clients; its
-// errors are logged, not asserted, since a newer PgBouncer may track them.
+// mode, pgx's cache_describe mode (the one pronto uses) works from many connections at once: each
+// statement goes as one Parse/Bind/Execute/Sync of the unnamed statement, which PgBouncer never
+// splits between server connections. The other modes' errors are logged, not asserted: the default
+// cache_statement prepares named statements per session, which PgBouncer before 1.21 (or with
+// max_prepared_statements = 0) hands to other clients; describe_exec describes the unnamed
+// statement in one round trip and executes it in the next, and PgBouncer may give the server
+// connection to another client in between, so it fails now and then (26000), depending on timing.
 func TestQueryModes(t *testing.T) {
 	t.Parallel()
 	b := Start(t)
-	for _, mode := range []string{"cache_describe", "describe_exec"} {
-		require.Empty(t, queryErrors(t, b, mode), "mode %s", mode)
+	require.Empty(t, queryErrors(t, b, "cache_describe"), "mode cache_describe")
+	for _, mode := range []string{"describe_exec", "cache_statement"} {
+		t.Logf("%s through this PgBouncer: %v", mode, queryErrors(t, b, mode))
 	}
-	t.Logf("cache_statement through this PgBouncer: %v", queryErrors(t, b, "cache_statement"))
 }

@@ -17,7 +17,9 @@ import (
 //	created sched started completed expires lease worker token
 //	ukey ustates (comma-separated) uuntil tenant rkey wf parents (JSON) runon presults
 //	wfl ("1": the keys of its workflow are tagged by its queue, see features.go)
-//	p ("1": a plain job, without any of expires, ukey, ustates, tenant, tng, tnq, rkey, wf, runon, kids, wfl)
+//	tng or tnq (its tenant again, see tenantkeys), rkq ("1": its rate key's counts are its queue's,
+//	see ratekeys)
+//	p ("1": a plain job, without any of expires, ukey, ustates, tenant, tng, tnq, rkey, rkq, wf, runon, kids, wfl)
 //
 // A result of "" stands for no result (the finish script overwrites a result with "" rather than
 // deleting the field).
@@ -40,9 +42,10 @@ func fromMicros(s string) time.Time {
 }
 
 // insertFields returns the hash fields of a new job, as field, value pairs. The insert script adds
-// created (and sched, when p has none). On a cluster (no limit can be stored there) the rate key is
-// kept as rkeyc, a field the scripts do not read, so the job's rate key limits nothing and its
-// transitions touch no key outside the queue's slot.
+// created (and sched, when p has none). On a cluster a job with a rate key also carries rkq: its
+// counts under the key are kept in its queue's slot (see ratekeys in scripts.go). Jobs written by
+// earlier versions on a cluster may carry rkeyc instead, a field the scripts do not read: their key
+// limits nothing.
 func insertFields(p *store.InsertParams, cluster bool) []any {
 	f := make([]any, 0, 40)
 	add := func(k, v string) { f = append(f, k, v) }
@@ -75,10 +78,9 @@ func insertFields(p *store.InsertParams, cluster bool) []any {
 		}
 	}
 	if p.RateKey != "" {
+		add("rkey", p.RateKey)
 		if cluster {
-			add("rkeyc", p.RateKey)
-		} else {
-			add("rkey", p.RateKey)
+			add("rkq", "1")
 		}
 	}
 	if p.WorkflowID != "" {

@@ -14,13 +14,14 @@ import (
 	"github.com/pronto-jobs/pronto/store"
 )
 
-// Rate limits: a key's limit and use live in the global hash <prefix>rl:<key> (fields set, max,
-// rate, period (µs), onlimit, ws and wc (the open window's start and count), and n:<state>, the
-// key's jobs per state), with <prefix>rs:<key> (its scheduled and retryable jobs by due time, for
-// Waiting) and <prefix>rlkeys (the keys with a stored limit, for listing in key order). A limit
-// spans queues, so the claim script of any queue reads and updates it: that is one script on a
-// single Redis node, but crosses slots on a Redis Cluster, where jobs with a rate key are refused
-// (store.ErrUnsupported).
+// Rate limits: on a single node a key's limit and use live in the global hash <prefix>rl:<key>
+// (fields set, max, rate, period (µs), onlimit, ws and wc (the open window's start and count), and
+// n:<state>, the key's jobs per state), with <prefix>rs:<key> (its scheduled and retryable jobs by
+// due time, for Waiting) and <prefix>rlkeys (the keys with a stored limit, for listing in key
+// order). A limit spans queues, so the claim script of any queue reads and updates it, in the same
+// atomic step as the claim. A Redis Cluster cannot do that in one script (the limit and the queue
+// are in different slots): there the limit lives in its key's own slot with a ledger of permits
+// (ratelimit.go), and tenant limits are refused (store.ErrUnsupported).
 
 // cluster reports whether the store runs on a Redis Cluster.
 func (s *Store) cluster() bool {
@@ -59,7 +60,13 @@ func (s *Store) SetRateLimit(ctx context.Context, key string, l store.RateLimit)
 		return fmt.Errorf("redis: set rate limit %s: %w", key, err)
 	}
 	if s.cluster() {
-		return fmt.Errorf("redis: set rate limit %s: rate limits on a Redis Cluster: %w", key, store.ErrUnsupported)
+		if isTenantKey(key) {
+			return fmt.Errorf("redis: set rate limit %s: tenant limits on a Redis Cluster: %w", key, store.ErrUnsupported)
+		}
+		if err := s.setLimitCluster(ctx, key, l); err != nil {
+			return fmt.Errorf("redis: set rate limit %s: %w", key, err)
+		}
+		return s.wakeAll(ctx)
 	}
 	if err := scriptSetLimit.Run(ctx, s.rdb, []string{s.prefix}, key, encodeLimit(l)).Err(); err != nil && !errors.Is(err, goredis.Nil) {
 		return fmt.Errorf("redis: set rate limit %s: %w", key, err)
@@ -82,11 +89,21 @@ func (s *Store) wakeAll(ctx context.Context) error {
 
 // DeleteRateLimit removes the limit under key; its jobs become unlimited.
 func (s *Store) DeleteRateLimit(ctx context.Context, key string) error {
-	n, err := scriptDeleteLimit.Run(ctx, s.rdb, []string{s.prefix}, key).Int()
-	if err != nil {
-		return fmt.Errorf("redis: delete rate limit %s: %w", key, err)
+	var found bool
+	if s.cluster() {
+		ok, err := s.deleteLimitCluster(ctx, key)
+		if err != nil {
+			return fmt.Errorf("redis: delete rate limit %s: %w", key, err)
+		}
+		found = ok
+	} else {
+		n, err := scriptDeleteLimit.Run(ctx, s.rdb, []string{s.prefix}, key).Int()
+		if err != nil {
+			return fmt.Errorf("redis: delete rate limit %s: %w", key, err)
+		}
+		found = n == 1
 	}
-	if n == 0 {
+	if !found {
 		return rateNotFound(key)
 	}
 	return s.wakeAll(ctx)
@@ -96,6 +113,13 @@ func (s *Store) DeleteRateLimit(ctx context.Context, key string) error {
 func (s *Store) limitInfos(ctx context.Context, keys []string) ([]*store.RateLimitInfo, error) {
 	if len(keys) == 0 {
 		return nil, nil
+	}
+	if s.cluster() {
+		infos, err := s.limitInfosCluster(ctx, keys)
+		if err != nil {
+			return nil, fmt.Errorf("redis: rate limits: %w", err)
+		}
+		return infos, nil
 	}
 	res, err := scriptLimitInfo.Run(ctx, s.rdb, []string{s.prefix}, toAny(keys)...).Slice()
 	if err != nil {
@@ -138,7 +162,7 @@ func (s *Store) GetRateLimit(ctx context.Context, key string) (*store.RateLimitI
 
 // ListRateLimits returns every stored limit with its use, in key order.
 func (s *Store) ListRateLimits(ctx context.Context) ([]*store.RateLimitInfo, error) {
-	keys, err := s.rdb.ZRange(ctx, s.prefix+"rlkeys", 0, -1).Result()
+	keys, err := s.rdb.ZRange(ctx, s.rateKeysKey(), 0, -1).Result()
 	if err != nil {
 		return nil, fmt.Errorf("redis: rate limits: %w", err)
 	}
@@ -294,8 +318,8 @@ func (s *Store) InsertWorkflow(ctx context.Context, p store.WorkflowParams) (*st
 				p.ID, strings.Join(queues, ", "), store.ErrUnsupported)
 		}
 		for _, jp := range p.Jobs {
-			if jp.RateLimit != nil {
-				return nil, nil, fmt.Errorf("redis: insert workflow %s: job %s: rate limits on a Redis Cluster (a key's limit spans queues, so slots): %w",
+			if jp.RateLimit != nil && isTenantKey(jp.RateKey) {
+				return nil, nil, fmt.Errorf("redis: insert workflow %s: job %s: tenant limits on a Redis Cluster: %w",
 					p.ID, jp.ID, store.ErrUnsupported)
 			}
 		}
@@ -339,10 +363,15 @@ func (s *Store) InsertWorkflow(ctx context.Context, p store.WorkflowParams) (*st
 	} else if err != nil && !errors.Is(err, goredis.Nil) {
 		return nil, nil, fmt.Errorf("redis: insert workflow %s: %w", p.ID, err)
 	}
-	// A queue new to a cluster gets the tenant weights before its first jobs (tenant.go).
+	// A queue new to a cluster gets the tenant weights before its first jobs (tenant.go), and the
+	// limits the jobs bring are stored in their keys' slots (ratelimit.go).
 	if err := s.seedWeights(ctx, newQueues(queues, queueCmds)); err != nil {
 		scriptSettleRegistrations.Run(context.WithoutCancel(ctx), s.rdb, s.wfRegKeys(), p.ID, "1")
 		return nil, nil, fmt.Errorf("redis: insert workflow %s: tenant weights: %w", p.ID, err)
+	}
+	if err := s.insertLimits(ctx, p.Jobs); err != nil {
+		scriptSettleRegistrations.Run(context.WithoutCancel(ctx), s.rdb, s.wfRegKeys(), p.ID, "1")
+		return nil, nil, fmt.Errorf("redis: insert workflow %s: rate limits: %w", p.ID, err)
 	}
 	metaFlag, meta := "", ""
 	if p.Meta != nil {
@@ -358,7 +387,7 @@ func (s *Store) InsertWorkflow(ctx context.Context, p store.WorkflowParams) (*st
 			f = append(f, "wfl", "1")
 		}
 		rl := ""
-		if jp.RateLimit != nil {
+		if jp.RateLimit != nil && !cluster {
 			rl = encodeLimit(*jp.RateLimit)
 		}
 		args = append(args, jp.Queue, jp.ID, jp.RateKey, rl, len(f)/2)

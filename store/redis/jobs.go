@@ -97,8 +97,8 @@ func (s *Store) checkInsert(params []*store.InsertParams) error {
 		if err := store.ValidatePlainInsert(p); err != nil {
 			return fmt.Errorf("redis: insert: %w", err)
 		}
-		if p.RateLimit != nil && s.cluster() {
-			return fmt.Errorf("redis: insert job %s: rate limits on a Redis Cluster (a key's limit spans queues, so slots): %w", p.ID, store.ErrUnsupported)
+		if p.RateLimit != nil && s.cluster() && isTenantKey(p.RateKey) {
+			return fmt.Errorf("redis: insert job %s: tenant limits on a Redis Cluster: %w", p.ID, store.ErrUnsupported)
 		}
 		if p.RateLimit != nil {
 			if err := validLimit(*p.RateLimit); err != nil {
@@ -147,6 +147,12 @@ func (s *Store) insert(ctx context.Context, params []*store.InsertParams) ([]*st
 	if err := s.seedWeights(ctx, newQueues(order, queueCmds)); err != nil {
 		s.rdb.HDel(context.WithoutCancel(ctx), s.idsKey(), idsOf(params)...)
 		return nil, fmt.Errorf("redis: insert: tenant weights: %w", err)
+	}
+	// On a cluster the limits the jobs bring are stored in their keys' slots first, once the ids are
+	// known not to be duplicates, so that no claim sees the jobs without their limits.
+	if err := s.insertLimits(ctx, params); err != nil {
+		s.rdb.HDel(context.WithoutCancel(ctx), s.idsKey(), idsOf(params)...)
+		return nil, fmt.Errorf("redis: insert: rate limits: %w", err)
 	}
 
 	cmds := make([]*goredis.Cmd, len(order))
@@ -223,7 +229,7 @@ func (s *Store) insertArgs(params []*store.InsertParams, idx []int, extra int) [
 			ustates = joinStates(store.UniqueStatesOrDefault(p.UniqueStates))
 		}
 		rl := ""
-		if p.RateLimit != nil {
+		if p.RateLimit != nil && !s.cluster() { // a cluster stores it beforehand (insertLimits)
 			rl = encodeLimit(*p.RateLimit)
 		}
 		args = append(args, p.ID, string(p.OnConflict), p.UniqueKey, ustates, string(p.State), p.RateKey, rl, len(f)/2)
@@ -486,12 +492,25 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) ([]*store.Job, e
 			}
 		}
 	}
+	if s.cluster() {
+		return s.claimCluster(ctx, p)
+	}
 	return s.claim(ctx, p, w)
 }
 
-// claim runs the claim script; with w, it advertises w's producer as waiting when slots stay free
-// (handoff.go).
+// claim runs the claim script on a single node; with w, it advertises w's producer as waiting when
+// slots stay free (handoff.go).
 func (s *Store) claim(ctx context.Context, p store.ClaimParams, w *waiter) ([]*store.Job, error) {
+	jobs, _, err := s.claimOnce(ctx, p, "1", w)
+	if err != nil {
+		return nil, fmt.Errorf("redis: claim from %s: %w", p.Queue, err)
+	}
+	return jobs, nil
+}
+
+// claimOnce runs the claim script once with flag (see claimBody's global) and returns the jobs it
+// claimed and, on a cluster, the rate keys it stopped for (ratelimit.go).
+func (s *Store) claimOnce(ctx context.Context, p store.ClaimParams, flag string, w *waiter) ([]*store.Job, []need, error) {
 	kinds := sortedKinds(p.Kinds)
 	args := make([]any, 0, 5+len(kinds)+p.Limit+len(p.WorkerIDs))
 	args = append(args, p.Limit, p.WorkerID, p.LeaseDuration.Microseconds(), len(kinds))
@@ -501,7 +520,7 @@ func (s *Store) claim(ctx context.Context, p store.ClaimParams, w *waiter) ([]*s
 	for _, t := range tokens(p.Limit) {
 		args = append(args, t)
 	}
-	args = append(args, boolFlag(!s.cluster())) // tenant weights and limits: a single node only
+	args = append(args, flag)
 	for _, w := range p.WorkerIDs {
 		args = append(args, w)
 	}
@@ -510,18 +529,24 @@ func (s *Store) claim(ctx context.Context, p store.ClaimParams, w *waiter) ([]*s
 	}
 	res, err := scriptClaim.Run(ctx, s.rdb, s.keys(p.Queue), args...).Slice()
 	if err != nil {
-		return nil, fmt.Errorf("redis: claim from %s: %w", p.Queue, err)
+		return nil, nil, err
+	}
+	var needs []need
+	if n := len(res); n > 0 {
+		if last, _ := res[n-1].([]any); len(last) > 0 && last[0] == "\nneed" {
+			needs, res = parseNeed(last), res[:n-1]
+		}
 	}
 	out := make([]*store.Job, 0, len(res))
 	for _, v := range res {
 		j, err := decodeFlat(v)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		out = append(out, j)
 	}
 	s.remember(out)
-	return out, nil
+	return out, needs, nil
 }
 
 // queuesOf looks the queues of ids up: in the cache of the jobs this store claimed, else in the
@@ -679,10 +704,30 @@ func (s *Store) Finish(ctx context.Context, completions []store.Completion) ([]s
 		}
 		ns = append(ns, store.Notification{Kind: store.NotifyInsert, Queue: q, DueAt: due, Nonce: nonce()})
 	}
+	var freed map[string][]any // on a cluster: the permits to give back, by rate key (ratelimit.go)
 	for _, cl := range calls {
-		applied, err := cl.cmd.Int64Slice()
+		reply, err := cl.cmd.Slice()
 		if err != nil {
 			return nil, fmt.Errorf("redis: finish: %w", err)
+		}
+		if len(reply) < len(cl.idx) {
+			return nil, fmt.Errorf("redis: finish: %d outcomes for %d completions", len(reply), len(cl.idx))
+		}
+		applied := make([]int64, len(cl.idx))
+		for k := range cl.idx {
+			applied[k], _ = reply[k].(int64)
+		}
+		for r := len(cl.idx); r+1 < len(reply); r += 2 {
+			k, _ := reply[r].(int64)
+			key, _ := reply[r+1].(string)
+			if k < 1 || int(k) > len(cl.idx) {
+				continue
+			}
+			c := &completions[cl.idx[k-1]]
+			if freed == nil {
+				freed = map[string][]any{}
+			}
+			freed[key] = append(freed[key], ledgerEntry(c.ID, c.Attempt))
 		}
 		for k, i := range cl.idx {
 			if applied[k] == 0 {
@@ -704,6 +749,11 @@ func (s *Store) Finish(ctx context.Context, completions []store.Completion) ([]s
 				announce(queues[i], due)
 			}
 		}
+	}
+	if err := s.releasePermits(ctx, freed); err != nil {
+		// The outcomes are written; the entries are dropped by the next check of their keys'
+		// ledgers (ratelimit.go).
+		s.logf("redis: finish: giving back rate-limit permits: %v", err)
 	}
 	if err := s.publish(ctx, ns); err != nil {
 		return nil, fmt.Errorf("redis: finish: outcomes written, announcement failed: %w", err)
@@ -809,6 +859,13 @@ func (s *Store) Rescue(ctx context.Context, p store.RescueParams) (store.RescueR
 			ns = append(ns, store.Notification{Kind: store.NotifyInsert, Queue: q, Nonce: nonce()})
 		}
 	}
+	if s.cluster() {
+		// The permits of rate-limited jobs that left active without Finish (rescued just now,
+		// cancelled or deleted while running) come back (ratelimit.go).
+		if err := s.reconcileLapsed(ctx); err != nil {
+			return res, fmt.Errorf("redis: rescue: rate-limit ledgers: %w", err)
+		}
+	}
 	return res, s.publish(ctx, ns)
 }
 
@@ -858,6 +915,13 @@ func (s *Store) DiscardExpired(ctx context.Context, limit int) (int, error) {
 // NextDue returns the earliest due time of queue's scheduled and retryable jobs or, when sooner,
 // the end of the window of an exhausted rate key with jobs available in queue.
 func (s *Store) NextDue(ctx context.Context, queue string) (time.Time, bool, error) {
+	if s.cluster() {
+		t, ok, err := s.nextDueCluster(ctx, queue)
+		if err != nil {
+			return time.Time{}, false, fmt.Errorf("redis: next due of %s: %w", queue, err)
+		}
+		return t, ok, nil
+	}
 	v, err := scriptNextDue.Run(ctx, s.rdb, s.keys(queue)).Text()
 	if errors.Is(err, goredis.Nil) {
 		return time.Time{}, false, nil

@@ -33,6 +33,9 @@ func TestMain(m *testing.M) {
 	if v := os.Getenv(notifyChildEnv); v != "" {
 		os.Exit(runNotifyChild(v))
 	}
+	if v := os.Getenv(rateChildEnv); v != "" {
+		os.Exit(runRateChild(v))
+	}
 	os.Exit(m.Run())
 }
 

@@ -68,6 +68,9 @@ local function tsrc(tn, kind) return B .. 'tj:' .. tn .. '\n' .. kind end
 -- {id, base}: base is the key prefix of the job's queue when its workflow's keys are tagged by that
 -- queue (job field wfl, see wfbase), else false.
 local decided = {}
+-- needed is what a Redis Cluster's claim that stopped for want of rate-limit permits asks for (see
+-- needpermits in the claim), false when it did not stop.
+local needed = false
 -- released is the queue of the children settle released of a workflow tagged by its queue (false when
 -- none): the script's own queue, which the caller announces from the script's reply (on a cluster the
 -- notification channel is in another slot than the queue).
@@ -86,11 +89,11 @@ local function fields(id)
   local f = {state = v[1], kind = v[2], prio = v[3], sched = v[4], lease = v[5], completed = v[6],
     attempt = v[7], token = v[8], started = v[9], expires = false, ukey = false, ustates = false,
     rkey = false, wf = false, runon = false, kids = false, tenant = false, tng = false, wfl = false,
-    tnq = false}
+    tnq = false, rkq = false}
   if v[10] ~= '1' then
-    local o = redis.call('HMGET', jk(id), 'expires', 'ukey', 'ustates', 'rkey', 'wf', 'runon', 'kids', 'tenant', 'tng', 'wfl', 'tnq')
-    f.expires, f.ukey, f.ustates, f.rkey, f.wf, f.runon, f.kids, f.tenant, f.tng, f.wfl, f.tnq =
-      o[1], o[2], o[3], o[4], o[5], o[6], o[7], o[8], o[9], o[10], o[11]
+    local o = redis.call('HMGET', jk(id), 'expires', 'ukey', 'ustates', 'rkey', 'wf', 'runon', 'kids', 'tenant', 'tng', 'wfl', 'tnq', 'rkq')
+    f.expires, f.ukey, f.ustates, f.rkey, f.wf, f.runon, f.kids, f.tenant, f.tng, f.wfl, f.tnq, f.rkq =
+      o[1], o[2], o[3], o[4], o[5], o[6], o[7], o[8], o[9], o[10], o[11], o[12]
   end
   return f
 end
@@ -102,6 +105,14 @@ local function tenantkeys(f, st)
   if f.tng then return G .. 'tc:' .. f.tng, G .. 'tenants', G .. 'tj:' .. st .. ':' .. f.tng, f.tng end
   if f.tnq then return B .. 'tc:' .. f.tnq, B .. 'tenants', B .. 'tjs:' .. st .. ':' .. f.tnq, f.tnq end
   return nil
+end
+-- ratekeys returns the keys that count job f's states under its rate key (a hash of n:<state>) and
+-- hold its scheduled and retryable jobs by due time: the store's global keys (a single node: the
+-- limit's own hash, across queues), or the queue's when the job carries rkq (a Redis Cluster, where
+-- the limit lives in its own slot; ratelimit.go sums the queues' counts).
+local function ratekeys(f)
+  if f.rkq then return B .. 'rn:' .. f.rkey, B .. 'rs:' .. f.rkey end
+  return rl(f.rkey), G .. 'rs:' .. f.rkey
 end
 -- wfbase returns the key prefix of the keys (wf:<id>, wfj:<id>) of a job's workflow: its own queue's
 -- (B) when the job carries wfl (all the workflow's jobs are in that queue, so every workflow step is
@@ -129,13 +140,13 @@ local function unplace(id, f)
     redis.call('ZREM', src(f.kind, rk), rank(num(f.prio), num(f.sched), id))
   elseif st == 'scheduled' or st == 'retryable' then
     redis.call('ZREM', B .. 'sched', id)
-    if rk then redis.call('ZREM', G .. 'rs:' .. rk, id) end
+    if rk then redis.call('ZREM', select(2, ratekeys(f)), id) end
   elseif st == 'active' then
     redis.call('ZREM', B .. 'lease', id)
   else
     redis.call('ZREM', B .. 'done:' .. st, id)
   end
-  if rk then redis.call('HINCRBY', rl(rk), 'n:' .. st, -1) end
+  if rk then redis.call('HINCRBY', (ratekeys(f)), 'n:' .. st, -1) end
   if f.wf and not f.runon then redis.call('HINCRBY', wfbase(f.wfl) .. 'wf:' .. f.wf, 'n:' .. st, -1) end
   -- Only a job with an expiry (set at insert, never changed) is ever in the expiry index.
   if num(f.expires) > 0 then redis.call('ZREM', B .. 'exp', id) end
@@ -210,13 +221,13 @@ local function place(id, f)
     redis.call('SADD', B .. 'ks:' .. f.kind, rk or '')
   elseif st == 'scheduled' or st == 'retryable' then
     redis.call('ZADD', B .. 'sched', sv(f.sched), id)
-    if rk then redis.call('ZADD', G .. 'rs:' .. rk, sv(f.sched), id) end
+    if rk then redis.call('ZADD', select(2, ratekeys(f)), sv(f.sched), id) end
   elseif st == 'active' then
     redis.call('ZADD', B .. 'lease', sv(f.lease), id)
   else
     redis.call('ZADD', B .. 'done:' .. st, sv(f.completed), id)
   end
-  if rk then redis.call('HINCRBY', rl(rk), 'n:' .. st, 1) end
+  if rk then redis.call('HINCRBY', (ratekeys(f)), 'n:' .. st, 1) end
   if num(f.expires) > 0 and notstarted(st) then
     redis.call('ZADD', B .. 'exp', sv(f.expires), id)
   end
@@ -656,6 +667,7 @@ return tonumber(t)
 // limit says, or, when the limit waits, its whole source is left alone for this claim.
 var scriptClaim = newFunc("Claim", `
 local out = claimjobs()
+if needed then out[#out + 1] = needed end
 -- An advertisement (see handoff.go) follows the flag when the claim is for one worker: a claim that
 -- leaves slots free (it took fewer than the limit) advertises its producer as waiting, with the
 -- claim arguments an insert uses to claim for it (limit 1, the hand-off's lease, a fresh token); a
@@ -690,9 +702,15 @@ local limit = tonumber(ARGV[1])
 local worker = ARGV[2]
 local leasefor = tonumber(ARGV[3])
 local nk = tonumber(ARGV[4])
--- global: the store may touch keys outside the queue's slot (a single node), for tenant weights and
--- limits.
-local global = ARGV[5 + nk + limit] == '1'
+-- global: the store may touch keys outside the queue's slot (a single node), for rate limits, tenant
+-- weights and tenant limits. On a Redis Cluster the flag is '0', followed by the permits the caller
+-- took for rate keys in their own slots (ratelimit.go), as JSON: rate key -> {n = permits, a = the
+-- limit's action when it granted fewer than asked because it is exhausted ('' when it is only
+-- busy), u = the end of the window that holds it, µs, 0 for none}.
+local flag = ARGV[5 + nk + limit]
+local global = flag == '1'
+local grants = {}
+if not global and #flag > 1 then grants = cjson.decode(string.sub(flag, 2)) end
 -- perworker: the claim is for several workers, one worker id per slot after the flag.
 local perworker = #ARGV > 5 + nk + limit and ARGV[6 + nk + limit] ~= '\nad'
 -- At most 1000 per claim, earliest due first, so one call stays short whatever the
@@ -723,8 +741,25 @@ local function activate(id, rk, f)
     'token', ARGV[tok], 'attempt', f.attempt)
   tok = tok + 1
   place(id, f)
-  if rk ~= '' then rlstarted(rk, t) end
+  if rk ~= '' and global then rlstarted(rk, t) end
   out[#out + 1] = redis.call('HGETALL', k)
+end
+-- needpermits sets needed to {'\nneed', rate key, count, ...}: the rate keys of srcs (a Redis
+-- Cluster's claim) that have no permits in this claim, each with how many of its jobs the claim
+-- could take (at most upto), for the caller to ask its limit for that many.
+local function needpermits(srcs, upto)
+  local count, order = {}, {}
+  for _, sr in ipairs(srcs) do
+    if sr.rk ~= '' and not grants[sr.rk] then
+      if not count[sr.rk] then order[#order + 1] = sr.rk count[sr.rk] = 0 end
+      count[sr.rk] = math.min(upto, count[sr.rk] + redis.call('ZCARD', sr.key))
+    end
+  end
+  needed = {'\nneed'}
+  for _, rk in ipairs(order) do
+    needed[#needed + 1] = rk
+    needed[#needed + 1] = s(count[rk])
+  end
 end
 -- claimplain claims from the sources without a tenant until out holds upto jobs or they run dry.
 local function claimplain(upto)
@@ -749,7 +784,23 @@ while #out < upto do
       local f = fields(id)
       local exp = num(f and f.expires)
       local blocked, until_, action = false, 0, ''
-      if f and sr.rk ~= '' and not (exp > 0 and exp <= t) then blocked, until_, action = rlblocked(sr.rk, t) end
+      local g = nil
+      if f and sr.rk ~= '' and not (exp > 0 and exp <= t) then
+        if global then
+          blocked, until_, action = rlblocked(sr.rk, t)
+        else
+          g = grants[sr.rk]
+          if not g then
+            -- A Redis Cluster's claim holds no permit of this key yet (its limit is in another slot):
+            -- it stops here, so that no job after this one is taken before it, and names the keys it
+            -- needs permits of (see needpermits); the caller takes them and claims again.
+            needpermits(srcs, upto - #out)
+            break
+          elseif g.n <= 0 then
+            blocked, until_, action = true, g.u, g.a
+          end
+        end
+      end
       if not f or (exp > 0 and exp <= t) then
         -- Never claimable: it stays available (and counted) until DiscardExpired discards it.
         redis.call('ZREM', sr.key, c[1])
@@ -770,12 +821,13 @@ while #out < upto do
       elseif blocked then
         sr.off = true
       else
+        if g then g.n = g.n - 1 end
         activate(id, sr.rk, f)
         progress = true
       end
     end
   end
-  if not progress then break end
+  if not progress or needed then break end
 end
 end
 -- tenantturn claims tenant tn's first claimable job of the claim's kinds; it returns true when it
@@ -821,7 +873,7 @@ if fair then
   -- limited.
   local idle = 0
   local used = num(redis.call('GET', B .. 'tused'))
-  while #out < limit and idle < redis.call('LLEN', ring) do
+  while #out < limit and not needed and idle < redis.call('LLEN', ring) do
     local m = redis.call('LINDEX', ring, -1)
     if m == '\n' then
       redis.call('RPOPLPUSH', ring, ring)
@@ -864,7 +916,7 @@ if fair then
   end
   redis.call('SET', B .. 'tused', used)
 end
-if not fair or redis.call('EXISTS', ring) == 0 then claimplain(limit) end
+if not needed and (not fair or redis.call('EXISTS', ring) == 0) then claimplain(limit) end
 settle(t)
 -- A dropped workflow job can release a child in this queue (a failure callback). Only a single node
 -- drops (rate limits), and there the channel is reachable: announce it here.
@@ -877,10 +929,11 @@ return out
 // token ("" for none), state, sched (µs, 0: now), error entry JSON ("" for none), flags ("v": a
 // result is given, "r": refund the attempt) and the result. Returns per completion 0 (not applied),
 // 1 (applied) or 2 (applied, and the queue is to be announced: a slot of the job's rate key is free,
-// or a workflow child was released in this queue).
+// or a workflow child was released in this queue), then, on a Redis Cluster, the index (from 1) and
+// rate key of each applied completion whose job holds a permit of its key (ratelimit.go).
 var scriptFinish = newFunc("Finish", `
 local t = now()
-local out = {}
+local out, freed = {}, {}
 local i = 2
 for c = 1, tonumber(ARGV[1]) do
   local id, attempt, token, st, sched, err, flags, result =
@@ -912,6 +965,7 @@ for c = 1, tonumber(ARGV[1]) do
     if string.find(flags, 'r', 1, true) then redis.call('HINCRBY', k, 'max', 1) end
     place(id, f)
     if f.rkey then out[c] = 2 end
+    if f.rkq then freed[#freed + 1] = c freed[#freed + 1] = f.rkey end
   end
 end
 settle(t)
@@ -919,6 +973,9 @@ settle(t)
 if released then
   for c = 1, #out do if out[c] == 1 then out[c] = 2 end end
 end
+-- On a Redis Cluster the jobs that held a permit of a rate key give it back (ratelimit.go): their
+-- completion's index and rate key follow the outcomes.
+for _, v in ipairs(freed) do out[#out + 1] = v end
 return out
 `)
 
@@ -1087,18 +1144,31 @@ return {'ok', 0, was, '', dropped[1] or ''}
 // scriptNextDue returns the earliest due time (µs) of the queue's scheduled and retryable jobs,
 // or the end of the window of an exhausted rate key with jobs available in the queue when sooner;
 // false when there is neither.
+//
+// On a Redis Cluster (ARGV[1] "c") the limits are in other slots: it returns {earliest due time or
+// "", the rate keys with jobs available in the queue...}, and ratelimit.go asks their limits.
 var scriptNextDue = newFunc("NextDue", `
 local t = now()
 local best = false
+local cl = ARGV[1] == 'c'
+local keys = {''}
 local top = redis.call('ZRANGE', B .. 'sched', 0, 0, 'WITHSCORES')
 if #top > 0 then best = tonumber(top[2]) end
 for _, kind in ipairs(redis.call('SMEMBERS', B .. 'kinds')) do
   for _, rk in ipairs(redis.call('SMEMBERS', B .. 'ks:' .. kind)) do
     if rk ~= '' and redis.call('ZCARD', src(kind, rk)) > 0 then
-      local blocked, until_ = rlblocked(rk, t)
-      if blocked and until_ > 0 and (not best or until_ < best) then best = until_ end
+      if cl then
+        keys[#keys + 1] = rk
+      else
+        local blocked, until_ = rlblocked(rk, t)
+        if blocked and until_ > 0 and (not best or until_ < best) then best = until_ end
+      end
     end
   end
+end
+if cl then
+  if best then keys[1] = s(best) end
+  return keys
 end
 if best then return s(best) end
 return false
@@ -1141,6 +1211,131 @@ for i, rk in ipairs(ARGV) do
   out[i] = f
 end
 return out
+`)
+
+// The scripts below keep a rate key's limit on a Redis Cluster, in the key's own slot (KEYS[1] is
+// its prefix, R below: "<prefix>{r:<key>}:", see ratelimit.go), where no queue script can reach it.
+// A claim takes permits first (RateAcquire), claims with them, then confirms the permits it used and
+// returns the rest (RateConfirm); a job that leaves active gives its permit back (RateRelease), and
+// entries whose job left active some other way are found and dropped by RateReconcile:
+//
+//	R.."rl"   hash  set, max, rate, period (µs), onlimit, ws and wc (the open window's start and count)
+//	R.."act"  zset  the key's active jobs ("<id>\n<attempt>") by lease end (µs) as last known
+//	R.."res"  zset  permits taken and not yet confirmed ("<reservation>\n<i>") by expiry (µs)
+
+// scriptRateSetLimit stores limit ARGV[1] ("max,rate,period_us,onlimit", see setlimit) in R.
+var scriptRateSetLimit = newFunc("RateSetLimit", `
+local max, rate, per, on = string.match(ARGV[1], '^(%-?%d+),(%-?%d+),(%-?%d+),(.*)$')
+redis.call('HSET', B .. 'rl', 'set', '1', 'max', max, 'rate', rate, 'period', per, 'onlimit', on)
+return 0
+`)
+
+// scriptRateDeleteLimit removes R's limit (its ledger stays, and keeps counting); returns 0 when
+// there was none.
+var scriptRateDeleteLimit = newFunc("RateDeleteLimit", `
+if redis.call('HGET', B .. 'rl', 'set') ~= '1' then return 0 end
+redis.call('HDEL', B .. 'rl', 'set', 'max', 'rate', 'period', 'onlimit', 'ws', 'wc')
+return 1
+`)
+
+// scriptRateLimitInfo returns R's {set, max, rate, period, onlimit, ws, wc} ("" for unset fields;
+// ws and wc '0' when no window is open).
+var scriptRateLimitInfo = newFunc("RateLimitInfo", `
+local t = now()
+local f = redis.call('HMGET', B .. 'rl', 'set', 'max', 'rate', 'period', 'onlimit', 'ws', 'wc')
+if not (num(f[6]) > 0 and t < num(f[6]) + num(f[4])) then f[6], f[7] = '0', '0' end
+for x = 1, 7 do if not f[x] then f[x] = '' end end
+return f
+`)
+
+// scriptRateAcquire takes up to ARGV[1] permits of R's limit for a claim, as reservation ARGV[2],
+// each held until confirmed or until ARGV[3] µs from now. Returns {granted, window, action, until,
+// full}: granted is -1 when no limit is stored (nothing to take, nothing to confirm); window, the
+// start (µs) of the rate window the permits were counted in ('0' for none); action, the limit's
+// on_limit when the key is exhausted once these permits are used (a claim applies it to the key's
+// next jobs), "" when more may come free sooner (other claims' permits not yet confirmed); until,
+// the end of the window that exhausts it, '0' for none; full, 1 when the confirmed active jobs
+// alone reach max_active (the caller then checks them: see RateReconcile).
+var scriptRateAcquire = newFunc("RateAcquire", `
+local t = now()
+local want = tonumber(ARGV[1])
+local h = B .. 'rl'
+local f = redis.call('HMGET', h, 'set', 'max', 'rate', 'period', 'ws', 'wc', 'onlimit')
+if f[1] ~= '1' then return {-1, '0', '', '0', 0} end
+redis.call('ZREMRANGEBYSCORE', B .. 'res', '-inf', s(t))
+local max, rate, per = num(f[2]), num(f[3]), num(f[4])
+local n, hard, until_, full, ws = want, false, 0, 0, 0
+if max > 0 then
+  local used, held = redis.call('ZCARD', B .. 'act'), redis.call('ZCARD', B .. 'res')
+  n = math.max(0, math.min(n, max - used - held))
+  if used + n >= max and held == 0 then hard = true end
+  if used >= max then full = 1 end
+end
+if rate > 0 and per > 0 and n > 0 then
+  ws = num(f[5])
+  local wc = num(f[6])
+  if not (ws > 0 and t < ws + per) then
+    ws, wc = t, 0
+    redis.call('HSET', h, 'ws', s(t), 'wc', '0')
+  end
+  n = math.max(0, math.min(n, rate - wc))
+  if wc + n >= rate then hard, until_ = true, ws + per end
+  if n > 0 then redis.call('HINCRBY', h, 'wc', n) end
+elseif rate > 0 and per > 0 then
+  -- Nothing to take (max_active): the window, if one is open and spent, still says when.
+  local ows = num(f[5])
+  if ows > 0 and t < ows + per and num(f[6]) >= rate then hard, until_ = true, ows + per end
+end
+local exp = s(t + tonumber(ARGV[3]))
+for i = 1, n do redis.call('ZADD', B .. 'res', exp, ARGV[2] .. '\n' .. i) end
+local action = ''
+if hard then action = f[7] or 'wait' end
+return {n, s(ws), action, s(until_), full}
+`)
+
+// scriptRateConfirm ends reservation ARGV[1] of ARGV[2] permits counted in the window that started
+// at ARGV[3] ('0': none): the jobs that used them (ARGV[4]...: lease end, "<id>\n<attempt>" pairs)
+// join the ledger, and the unused permits go back, to the window too while it is the same one.
+var scriptRateConfirm = newFunc("RateConfirm", `
+local granted = tonumber(ARGV[2])
+for i = 1, granted do redis.call('ZREM', B .. 'res', ARGV[1] .. '\n' .. i) end
+local used = (#ARGV - 3) / 2
+for i = 4, #ARGV, 400 do redis.call('ZADD', B .. 'act', unpack(ARGV, i, math.min(i + 399, #ARGV))) end
+local back = granted - used
+if back > 0 and ARGV[3] ~= '0' and redis.call('HGET', B .. 'rl', 'ws') == ARGV[3] then
+  if redis.call('HINCRBY', B .. 'rl', 'wc', -back) <= 0 then
+    -- No start is left in the window: it was never opened.
+    redis.call('HSET', B .. 'rl', 'ws', '0', 'wc', '0')
+  end
+end
+return 0
+`)
+
+// scriptRateRelease gives back the permits of the jobs ARGV ("<id>\n<attempt>") that left active.
+var scriptRateRelease = newFunc("RateRelease", `
+local n = 0
+for i = 1, #ARGV, 400 do n = n + redis.call('ZREM', B .. 'act', unpack(ARGV, i, math.min(i + 399, #ARGV))) end
+return n
+`)
+
+// scriptRateReconcile applies what the caller found of ledger entries it read: ARGV are triples of
+// entry, the lease end it was read with, and the job's lease end now ('0': the job left active in
+// that attempt). An entry left active is dropped and a live one's lease end updated, each only when
+// the entry is as it was read (a confirm since may have written it anew). Returns how many it
+// dropped.
+var scriptRateReconcile = newFunc("RateReconcile", `
+local n = 0
+for i = 1, #ARGV, 3 do
+  local cur = redis.call('ZSCORE', B .. 'act', ARGV[i])
+  if cur and cur == ARGV[i + 1] then
+    if ARGV[i + 2] == '0' then
+      n = n + redis.call('ZREM', B .. 'act', ARGV[i])
+    else
+      redis.call('ZADD', B .. 'act', ARGV[i + 2], ARGV[i])
+    end
+  end
+end
+return n
 `)
 
 // scriptInsertWorkflow writes a workflow and all its jobs. ARGV: workflow id, name, type, meta (""

@@ -335,14 +335,35 @@ func TestClusterWorkflows(t *testing.T) {
 	require.Empty(t, jobs)
 	_, err = s.CancelWorkflow(ctx, wf)
 	require.ErrorIs(t, err, store.ErrNotFound)
-	// Rate limits stay refused, in a workflow too.
+	// Tenant limits stay refused, in a workflow too.
 	wf = uuidv7.New()
 	l := storetest.WorkflowJob(wf, queues[0])
-	l.RateKey, l.RateLimit = "k", &store.RateLimit{MaxActive: 1}
+	l.RateKey, l.RateLimit = store.TenantLimitKey("t"), &store.RateLimit{MaxActive: 1}
 	_, _, err = s.InsertWorkflow(ctx, store.WorkflowParams{ID: wf, Jobs: []*store.InsertParams{l}})
 	require.ErrorIs(t, err, store.ErrUnsupported)
 	_, err = s.GetJob(ctx, l.ID)
 	require.ErrorIs(t, err, store.ErrNotFound)
+	// A rate limit a workflow's job brings is stored in its key's slot and holds its jobs.
+	wf = uuidv7.New()
+	l1, l2 := storetest.WorkflowJob(wf, queues[1]), storetest.WorkflowJob(wf, queues[1])
+	for _, p := range []*store.InsertParams{l1, l2} {
+		p.RateKey, p.RateLimit = "wf-key", &store.RateLimit{MaxActive: 1}
+	}
+	_, _, err = s.InsertWorkflow(ctx, store.WorkflowParams{ID: wf, Jobs: []*store.InsertParams{l1, l2}})
+	require.NoError(t, err)
+	info, err := s.GetRateLimit(ctx, "wf-key")
+	require.NoError(t, err)
+	require.Equal(t, 1, info.Limit.MaxActive)
+	require.Equal(t, int64(2), info.Waiting)
+	limited, err := s.Claim(ctx, store.ClaimParams{Queue: queues[1], Limit: 10, WorkerID: "w", LeaseDuration: time.Minute})
+	require.NoError(t, err)
+	n := 0
+	for _, j := range limited {
+		if j.RateKey == "wf-key" {
+			n++
+		}
+	}
+	require.Equal(t, 1, n, "the workflow's limit holds its jobs")
 }
 
 // insertOldLayout writes a workflow as the store did before workflows were tagged by their queue:

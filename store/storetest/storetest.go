@@ -39,8 +39,9 @@ type Harness struct {
 	// it, closed by the harness too. It may return s itself when the backend has no second view (the
 	// memory store). Nil means the same as returning s.
 	Reopen func(t *testing.T, s store.Store) store.Store
-	// Refuses lists the features (FeatureRateLimits, FeatureWorkflows) the store refuses with
-	// store.ErrUnsupported in this configuration, as the Redis store does on a Redis Cluster. Their
+	// Refuses lists the features (FeatureRateLimits, FeatureTenantLimits, FeatureWorkflows) the store
+	// refuses with store.ErrUnsupported in this configuration, as the Redis store does tenant limits
+	// on a Redis Cluster. Their
 	// behaviour tests are replaced by one that requires the refusal: a configuration that gives a
 	// feature up says so, and is held to it.
 	Refuses []string
@@ -53,13 +54,16 @@ type Harness struct {
 
 // Features a configuration may refuse (see Harness.Refuses).
 const (
-	FeatureRateLimits = "RateLimits"
-	FeatureWorkflows  = "Workflows"
+	FeatureRateLimits   = "RateLimits"
+	FeatureTenantLimits = "TenantLimits"
+	FeatureWorkflows    = "Workflows"
 )
 
 // featureOf returns the feature a test exercises, "" for the core.
 func featureOf(name string) string {
 	switch {
+	case name == "RateLimitTenant":
+		return FeatureTenantLimits
 	case strings.HasPrefix(name, "RateLimit"), name == "ClaimTokensDistinctInBatch":
 		return FeatureRateLimits
 	case strings.HasPrefix(name, "Workflow"):
@@ -76,6 +80,17 @@ func testRefused(t *testing.T, s store.Store, feature string) {
 		p := job(uniq("refused"))
 		p.RateKey, p.RateLimit = "k", &store.RateLimit{MaxActive: 1}
 		_, err := s.Insert(ctx(t), []*store.InsertParams{p})
+		require.ErrorIs(t, err, store.ErrUnsupported)
+		_, err = s.GetJob(ctx(t), p.ID)
+		require.ErrorIs(t, err, store.ErrNotFound, "a refused insert stores nothing")
+	case FeatureTenantLimits:
+		key := store.TenantLimitKey(uniq("refused"))
+		require.ErrorIs(t, limiter(t, s).SetRateLimit(ctx(t), key, store.RateLimit{MaxActive: 1}), store.ErrUnsupported)
+		_, err := limiter(t, s).GetRateLimit(ctx(t), key)
+		require.ErrorIs(t, err, store.ErrNotFound, "a refused limit is not stored")
+		p := job(uniq("refused"))
+		p.RateKey, p.RateLimit = key, &store.RateLimit{MaxActive: 1}
+		_, err = s.Insert(ctx(t), []*store.InsertParams{p})
 		require.ErrorIs(t, err, store.ErrUnsupported)
 		_, err = s.GetJob(ctx(t), p.ID)
 		require.ErrorIs(t, err, store.ErrNotFound, "a refused insert stores nothing")

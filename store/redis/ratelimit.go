@@ -1,0 +1,544 @@
+package redis
+
+import (
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/pronto-jobs/pronto/store"
+)
+
+// Rate limits on a Redis Cluster. A key's limit spans queues, so slots, and no queue script can
+// read it there. The limit lives instead in the key's own slot (rateBase), beside a ledger of the
+// key's active jobs, and a claim that meets a limited job works in three steps:
+//
+//  1. The claim script stops at the first job whose key it holds no permits of, and names the keys
+//     of the queue's limited jobs with how many of each it could take (needpermits).
+//  2. RateAcquire takes up to that many permits of each key, as a reservation that counts against
+//     max_active and the rate window at once, so two claims on different queues never overrun it.
+//  3. The claim runs again with the permits (the jobs before the stop are kept: claim order holds),
+//     and RateConfirm turns the used permits into ledger entries and gives the others back.
+//
+// A job's permit comes back when Finish applies its outcome (RateRelease). A job that leaves active
+// some other way (rescued, cancelled or deleted while running, or finished by a process that died
+// before its release) keeps its entry until RateReconcile finds that job no longer active in that
+// attempt: Rescue looks at the entries whose lease has passed on each pass, and a claim that finds
+// a key full looks at all of its entries, at most once per reconcileEvery per key.
+//
+// What a cluster gives, against a single node (docs/redis.md, "Redis Cluster"): max_active and
+// the rate window hold across queues and processes as they do there; a limit's exhaustion is only
+// acted on (drop, reschedule) when the confirmed jobs and window alone exhaust it, never for permits
+// another claim holds for a moment; jobs of a key without a stored limit are not in the ledger, so
+// a limit stored while some of them run counts only the jobs claimed after it; a permit of a job
+// that left active other than through Finish returns within a rescue pass after its lease end, or
+// within reconcileEvery of a claim finding the key full.
+
+// reconcileEvery bounds how often one store checks every ledger entry of a full key.
+const reconcileEvery = time.Second
+
+// maxClaimRounds bounds the claim calls of one Claim on a cluster: a claim stops at most once per
+// rate key it meets, and a key that appears between two calls is left to the next Claim.
+const maxClaimRounds = 4
+
+// rateBase returns the key prefix of rate key rk's limit and ledger on a Redis Cluster (KEYS[1] of
+// the Rate scripts): tagged by the key, as a queue's keys are by the queue.
+func (s *Store) rateBase(rk string) string {
+	tag := "r:" + rk
+	if strings.ContainsAny(rk, "{}") {
+		tag = "rh:" + hex.EncodeToString([]byte(rk))
+	}
+	return s.prefix + "{" + tag + "}:"
+}
+
+// rateKeysKey is the sorted set of the keys with a stored limit, for listing in key order.
+func (s *Store) rateKeysKey() string { return s.prefix + "rlkeys" }
+
+// permits is what one claim holds of one rate key's limit on a cluster.
+type permits struct {
+	key     string
+	res     string // the reservation's id
+	granted int    // permits taken; -1 when the key has no stored limit (nothing to confirm)
+	left    int    // permits not used yet
+	window  string // start of the rate window they were counted in, "0" for none
+	action  string // the limit's on_limit once they are used up and the key is exhausted, "" to wait
+	until   int64  // end of the window that exhausts the key, µs, 0 for none
+	full    bool   // the key's confirmed active jobs reach max_active
+	used    []any  // lease end, "<id>\n<attempt>" of each job that used one
+}
+
+// grantJSON is the form the claim script reads (see claimBody's grants).
+type grantJSON struct {
+	N int    `json:"n"`
+	A string `json:"a"`
+	U int64  `json:"u"`
+}
+
+// ledgerEntry names a job's run in a key's ledger: its id and attempt.
+func ledgerEntry(id string, attempt int) string { return id + "\n" + strconv.Itoa(attempt) }
+
+// claimFlag is the claim script's flag argument on a cluster: "0", then the permits held as JSON.
+func claimFlag(held map[string]*permits, limit int) (string, error) {
+	if len(held) == 0 {
+		return "0", nil
+	}
+	m := make(map[string]grantJSON, len(held))
+	for k, p := range held {
+		n := p.left
+		if p.granted < 0 {
+			n = limit // no limit: as many as the claim takes
+		}
+		m[k] = grantJSON{N: n, A: p.action, U: p.until}
+	}
+	b, err := json.Marshal(m)
+	if err != nil {
+		return "", err
+	}
+	return "0" + string(b), nil
+}
+
+// claimCluster claims on a Redis Cluster: the claim script, then, when it stopped for want of
+// permits, RateAcquire for the keys it named and the script again for the slots left, and at the
+// end RateConfirm for every key it took permits of (see the top of this file).
+func (s *Store) claimCluster(ctx context.Context, p store.ClaimParams) ([]*store.Job, error) {
+	held := map[string]*permits{}
+	var out []*store.Job
+	var failed error
+	for round := 0; round < maxClaimRounds && p.Limit > 0; round++ {
+		flag, err := claimFlag(held, p.Limit)
+		if err != nil {
+			failed = err
+			break
+		}
+		jobs, need, err := s.claimOnce(ctx, p, flag, nil)
+		if err != nil {
+			failed = err
+			break
+		}
+		out = append(out, jobs...)
+		for _, j := range jobs {
+			if pm := held[j.RateKey]; pm != nil && j.RateKey != "" {
+				pm.left--
+				pm.used = append(pm.used, micros(j.LeaseExpiresAt), ledgerEntry(j.ID, j.Attempt))
+			}
+		}
+		p.Limit -= len(jobs)
+		if len(p.WorkerIDs) > 0 {
+			p.WorkerIDs = p.WorkerIDs[len(jobs):]
+		}
+		if len(need) == 0 || p.Limit <= 0 {
+			break
+		}
+		got, err := s.acquire(ctx, need, p.LeaseDuration)
+		for _, pm := range got {
+			held[pm.key] = pm
+		}
+		if err != nil {
+			failed = err
+			break
+		}
+	}
+	if err := s.confirm(ctx, held); err != nil && failed == nil {
+		// The jobs are claimed: they run. Their permits stay reserved until the reservation
+		// expires (a lease from now), so the key is never overrun meanwhile.
+		s.logf("redis: claim from %s: confirming rate-limit permits: %v", p.Queue, err)
+	}
+	if failed != nil && len(out) == 0 {
+		return nil, fmt.Errorf("redis: claim from %s: %w", p.Queue, failed)
+	}
+	if failed != nil {
+		s.logf("redis: claim from %s: a further claim for rate-limited jobs failed: %v", p.Queue, failed)
+	}
+	return out, nil
+}
+
+// need is a rate key a claim stopped at, with how many of its jobs it could take.
+type need struct {
+	key string
+	n   int
+}
+
+// parseNeed reads the claim script's trailing {"\nneed", key, count, ...} entry.
+func parseNeed(v []any) []need {
+	var out []need
+	for i := 1; i+1 < len(v); i += 2 {
+		k, _ := v[i].(string)
+		n, _ := strconv.Atoi(fmt.Sprint(v[i+1]))
+		out = append(out, need{key: k, n: max(n, 1)})
+	}
+	return out
+}
+
+// acquire takes permits of the keys needed, all in one pipeline. A key whose confirmed jobs fill
+// max_active has its ledger checked (at most once per reconcileEvery), and is asked again when that
+// freed some.
+func (s *Store) acquire(ctx context.Context, needs []need, lease time.Duration) ([]*permits, error) {
+	got, err := s.acquireOnce(ctx, needs, lease)
+	if err != nil {
+		return got, err
+	}
+	var again []need
+	for i, pm := range got {
+		if !pm.full || !s.reconcileDue(pm.key) {
+			continue
+		}
+		freed, err := s.reconcile(ctx, pm.key, false)
+		if err != nil {
+			s.logf("redis: rate key %s: checking its active jobs: %v", pm.key, err)
+			continue
+		}
+		if freed > 0 {
+			again = append(again, needs[i])
+		}
+	}
+	if len(again) == 0 {
+		return got, nil
+	}
+	more, err := s.acquireOnce(ctx, again, lease)
+	for _, m := range more {
+		for i, pm := range got {
+			if pm.key == m.key {
+				// The first reservation goes back unused.
+				if err := s.confirm(ctx, map[string]*permits{pm.key: pm}); err != nil {
+					s.logf("redis: rate key %s: returning permits: %v", pm.key, err)
+				}
+				got[i] = m
+			}
+		}
+	}
+	return got, err
+}
+
+// acquireOnce runs RateAcquire for each need.
+func (s *Store) acquireOnce(ctx context.Context, needs []need, lease time.Duration) ([]*permits, error) {
+	cmds := make([]*goredis.Cmd, len(needs))
+	res := tokens(len(needs))
+	err := s.pipelined(ctx, func(pl goredis.Pipeliner, run runScript) error {
+		for i, nd := range needs {
+			cmds[i] = run(scriptRateAcquire, []string{s.rateBase(nd.key)}, nd.n, res[i], lease.Microseconds())
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("rate-limit permits: %w", err)
+	}
+	var out []*permits
+	for i, c := range cmds {
+		v, err := c.Slice()
+		if err != nil || len(v) != 5 {
+			return out, fmt.Errorf("rate-limit permits of %s: %v (reply %v)", needs[i].key, err, v)
+		}
+		n, _ := v[0].(int64)
+		full, _ := v[4].(int64)
+		until, _ := strconv.ParseInt(fmt.Sprint(v[3]), 10, 64)
+		pm := &permits{key: needs[i].key, res: res[i], granted: int(n), left: int(n), window: fmt.Sprint(v[1]),
+			action: fmt.Sprint(v[2]), until: until, full: full == 1}
+		if pm.action == string(store.LimitWait) {
+			pm.action = ""
+		}
+		out = append(out, pm)
+	}
+	return out, nil
+}
+
+// confirm ends the reservations held: each key's used permits join its ledger, the rest go back.
+func (s *Store) confirm(ctx context.Context, held map[string]*permits) error {
+	var cmds []*goredis.Cmd
+	err := s.pipelined(ctx, func(pl goredis.Pipeliner, run runScript) error {
+		for _, pm := range held {
+			if pm.granted < 0 {
+				continue
+			}
+			args := append([]any{pm.res, pm.granted, pm.window}, pm.used...)
+			cmds = append(cmds, run(scriptRateConfirm, []string{s.rateBase(pm.key)}, args...))
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for _, c := range cmds {
+		if err := c.Err(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// releasePermits gives back the permits of runs that left active through Finish: entries by rate key.
+func (s *Store) releasePermits(ctx context.Context, entries map[string][]any) error {
+	if len(entries) == 0 {
+		return nil
+	}
+	var cmds []*goredis.Cmd
+	err := s.pipelined(ctx, func(pl goredis.Pipeliner, run runScript) error {
+		for k, e := range entries {
+			cmds = append(cmds, run(scriptRateRelease, []string{s.rateBase(k)}, e...))
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for _, c := range cmds {
+		if err := c.Err(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// reconcileDue reports whether this store may check key's whole ledger now (once per
+// reconcileEvery), and notes that it does.
+func (s *Store) reconcileDue(key string) bool {
+	s.reconciledMu.Lock()
+	defer s.reconciledMu.Unlock()
+	if s.reconciled == nil {
+		s.reconciled = map[string]time.Time{}
+	}
+	if last, ok := s.reconciled[key]; ok && time.Since(last) < reconcileEvery {
+		return false
+	}
+	if len(s.reconciled) > 4096 {
+		clear(s.reconciled)
+	}
+	s.reconciled[key] = time.Now()
+	return true
+}
+
+// reconcile checks key's ledger entries (only those whose lease end has passed, with lapsed) against
+// their jobs, drops the entries of runs no longer active and updates the lease ends of the others;
+// it returns how many it dropped.
+func (s *Store) reconcile(ctx context.Context, key string, lapsed bool) (int, error) {
+	base := s.rateBase(key)
+	max := "+inf"
+	if lapsed {
+		t, err := s.rdb.Time(ctx).Result()
+		if err != nil {
+			return 0, err
+		}
+		max = "(" + strconv.FormatInt(t.UnixMicro(), 10)
+	}
+	entries, err := s.rdb.ZRangeByScoreWithScores(ctx, base+"act", &goredis.ZRangeBy{Min: "-inf", Max: max, Count: 1000}).Result()
+	if err != nil || len(entries) == 0 {
+		return 0, err
+	}
+	ids := make([]string, len(entries))
+	for i, e := range entries {
+		m, _ := e.Member.(string)
+		ids[i], _, _ = strings.Cut(m, "\n")
+	}
+	queues, err := s.queuesOf(ctx, ids)
+	if err != nil {
+		return 0, err
+	}
+	cmds := make([]*goredis.SliceCmd, len(entries))
+	_, err = s.rdb.Pipelined(ctx, func(pl goredis.Pipeliner) error {
+		for i := range entries {
+			if queues[i] != "" {
+				cmds[i] = pl.HMGet(ctx, s.jobKey(queues[i], ids[i]), "state", "attempt", "lease")
+			}
+		}
+		return nil
+	})
+	if err != nil && !isRedisError(err) {
+		return 0, err
+	}
+	args := make([]any, 0, 3*len(entries))
+	for i, e := range entries {
+		m, _ := e.Member.(string)
+		_, attempt, _ := strings.Cut(m, "\n")
+		now := "0"
+		if cmds[i] != nil {
+			if v, err := cmds[i].Result(); err == nil && len(v) == 3 && v[0] == "active" && v[1] == attempt {
+				if l, _ := v[2].(string); l != "" && l != "0" {
+					now = l
+				}
+			}
+		}
+		args = append(args, m, strconv.FormatFloat(e.Score, 'f', -1, 64), now)
+	}
+	return scriptRateReconcile.Run(ctx, s.rdb, []string{base}, args...).Int()
+}
+
+// reconcileLapsed checks the ledger entries whose lease end has passed, of every key with a stored
+// limit (Rescue's pass on a cluster: a rescued job's permit comes back with it).
+func (s *Store) reconcileLapsed(ctx context.Context) error {
+	keys, err := s.rdb.ZRange(ctx, s.rateKeysKey(), 0, -1).Result()
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, k := range keys {
+		if _, err := s.reconcile(ctx, k, true); err != nil {
+			errs = append(errs, fmt.Errorf("rate key %s: %w", k, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// setLimitCluster stores a limit in its key's slot, then lists the key.
+func (s *Store) setLimitCluster(ctx context.Context, key string, l store.RateLimit) error {
+	if err := scriptRateSetLimit.Run(ctx, s.rdb, []string{s.rateBase(key)}, encodeLimit(l)).Err(); err != nil && !errors.Is(err, goredis.Nil) {
+		return err
+	}
+	return s.rdb.ZAdd(ctx, s.rateKeysKey(), goredis.Z{Member: key}).Err()
+}
+
+// deleteLimitCluster unlists a key, then removes its limit; false when it had none.
+func (s *Store) deleteLimitCluster(ctx context.Context, key string) (bool, error) {
+	if err := s.rdb.ZRem(ctx, s.rateKeysKey(), key).Err(); err != nil {
+		return false, err
+	}
+	n, err := scriptRateDeleteLimit.Run(ctx, s.rdb, []string{s.rateBase(key)}).Int()
+	return n == 1, err
+}
+
+// limitInfosCluster reads the limits of keys from their slots and sums their jobs' counts over
+// the registered queues (each queue keeps its own, see ratekeys in scripts.go).
+func (s *Store) limitInfosCluster(ctx context.Context, keys []string) ([]*store.RateLimitInfo, error) {
+	qs, err := s.queues(ctx)
+	if err != nil {
+		return nil, err
+	}
+	now := strconv.FormatInt(time.Now().UnixMicro(), 10)
+	lims := make([]*goredis.Cmd, len(keys))
+	type counts struct{ n, due []*goredis.Cmd }
+	per := make([]counts, len(keys))
+	err = s.pipelined(ctx, func(pl goredis.Pipeliner, run runScript) error {
+		for i, k := range keys {
+			lims[i] = run(scriptRateLimitInfo, []string{s.rateBase(k)})
+			for _, q := range qs {
+				per[i].n = append(per[i].n, pl.Do(ctx, "hmget", s.qkey(q)+"rn:"+k, "n:active", "n:available"))
+				per[i].due = append(per[i].due, pl.Do(ctx, "zcount", s.qkey(q)+"rs:"+k, "-inf", now))
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	var out []*store.RateLimitInfo
+	for i, k := range keys {
+		f, err := lims[i].StringSlice()
+		if err != nil {
+			return nil, fmt.Errorf("rate key %s: %w", k, err)
+		}
+		if len(f) != 7 || f[0] != "1" {
+			continue
+		}
+		n := func(s string) int64 { v, _ := strconv.ParseInt(s, 10, 64); return v }
+		info := &store.RateLimitInfo{
+			Key: k,
+			Limit: store.RateLimit{MaxActive: int(n(f[1])), Rate: int(n(f[2])), Period: time.Duration(n(f[3])) * time.Microsecond,
+				OnLimit: store.LimitAction(f[4])},
+		}
+		if ws := n(f[5]); ws > 0 {
+			info.WindowStart, info.WindowCount = time.UnixMicro(ws).UTC(), n(f[6])
+		}
+		for j := range qs {
+			if v, err := per[i].n[j].Slice(); err == nil && len(v) == 2 {
+				info.Active += n(fmt.Sprint(v[0]))
+				info.Waiting += n(fmt.Sprint(v[1]))
+			}
+			if d, err := per[i].due[j].Int64(); err == nil {
+				info.Waiting += d
+			}
+		}
+		out = append(out, info)
+	}
+	return out, nil
+}
+
+// nextDueCluster is NextDue on a cluster: the queue's earliest due job, or the end of the window
+// of a rate key that holds the queue's available jobs back, when sooner.
+func (s *Store) nextDueCluster(ctx context.Context, queue string) (time.Time, bool, error) {
+	v, err := scriptNextDue.Run(ctx, s.rdb, s.keys(queue), "c").StringSlice()
+	if err != nil {
+		return time.Time{}, false, err
+	}
+	var best int64
+	if len(v) > 0 && v[0] != "" {
+		best, _ = strconv.ParseInt(v[0], 10, 64)
+	}
+	if len(v) > 1 {
+		infos, err := s.limitInfosWindows(ctx, v[1:])
+		if err != nil {
+			return time.Time{}, false, err
+		}
+		for _, end := range infos {
+			if end > 0 && (best == 0 || end < best) {
+				best = end
+			}
+		}
+	}
+	if best == 0 {
+		return time.Time{}, false, nil
+	}
+	return time.UnixMicro(best).UTC(), true, nil
+}
+
+// limitInfosWindows returns, per key, the end (µs) of its open rate window when the window is spent,
+// else 0.
+func (s *Store) limitInfosWindows(ctx context.Context, keys []string) ([]int64, error) {
+	cmds := make([]*goredis.Cmd, len(keys))
+	err := s.pipelined(ctx, func(pl goredis.Pipeliner, run runScript) error {
+		for i, k := range keys {
+			cmds[i] = run(scriptRateLimitInfo, []string{s.rateBase(k)})
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]int64, len(keys))
+	for i, c := range cmds {
+		f, err := c.StringSlice()
+		if err != nil || len(f) != 7 || f[0] != "1" {
+			continue
+		}
+		rate, _ := strconv.ParseInt(f[2], 10, 64)
+		per, _ := strconv.ParseInt(f[3], 10, 64)
+		ws, _ := strconv.ParseInt(f[5], 10, 64)
+		wc, _ := strconv.ParseInt(f[6], 10, 64)
+		if rate > 0 && per > 0 && ws > 0 && wc >= rate {
+			out[i] = ws + per
+		}
+	}
+	return out, nil
+}
+
+// isTenantKey reports whether rate key k is a tenant's limit (store.TenantLimitKey), which a claim
+// on a cluster cannot apply: its fair rotation reads the limit in the claim script.
+func isTenantKey(k string) bool { return strings.HasPrefix(k, store.TenantLimitKey("")) }
+
+// insertLimits stores, on a cluster, the limits jobs being inserted bring (the last one given for a
+// key wins, as on a single node).
+func (s *Store) insertLimits(ctx context.Context, params []*store.InsertParams) error {
+	if !s.cluster() {
+		return nil
+	}
+	limits := map[string]store.RateLimit{}
+	var order []string
+	for _, p := range params {
+		if p.RateLimit == nil {
+			continue
+		}
+		if _, ok := limits[p.RateKey]; !ok {
+			order = append(order, p.RateKey)
+		}
+		limits[p.RateKey] = *p.RateLimit
+	}
+	for _, k := range order {
+		if err := s.setLimitCluster(ctx, k, limits[k]); err != nil {
+			return fmt.Errorf("rate key %s: %w", k, err)
+		}
+	}
+	return nil
+}

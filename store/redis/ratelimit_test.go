@@ -1,0 +1,290 @@
+package redis
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pronto-jobs/pronto/store"
+)
+
+// rateChildEnv starts the helper process of TestClusterRateLimitKilledProcess (see TestMain): its
+// value is the cluster's addresses (comma-separated), the store's prefix, the queue and the limit's
+// number of jobs to hold, tab-separated. The helper claims that many jobs of the queue with a short
+// lease, prints "held ID" for each, and then waits to be killed without finishing them.
+const rateChildEnv = "PRONTO_REDIS_RATE_CHILD"
+
+func runRateChild(v string) int {
+	parts := strings.Split(v, "\t")
+	if len(parts) != 4 {
+		fmt.Fprintln(os.Stderr, "want addrs, prefix, queue, count")
+		return 2
+	}
+	var want int
+	fmt.Sscan(parts[3], &want)
+	ctx := context.Background()
+	rdb := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: strings.Split(parts[0], ",")})
+	s, err := New(ctx, rdb, Options{Prefix: parts[1]})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	for held := 0; held < want; {
+		jobs, err := s.Claim(ctx, store.ClaimParams{Queue: parts[2], Limit: want - held, WorkerID: "doomed", LeaseDuration: 300 * time.Millisecond})
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		for _, j := range jobs {
+			fmt.Printf("held %s\n", j.ID)
+		}
+		held += len(jobs)
+	}
+	select {} // killed by the test
+}
+
+// limitedTestJob is a job of queue under rate key.
+func limitedTestJob(queue, key string) *store.InsertParams {
+	p := testJob(queue)
+	p.RateKey = key
+	return p
+}
+
+// ledgerSizes returns how many entries key's ledger and reservations hold.
+func ledgerSizes(t *testing.T, s *Store, key string) (active, reserved int64) {
+	t.Helper()
+	ctx := context.Background()
+	active, err := s.rdb.ZCard(ctx, s.rateBase(key)+"act").Result()
+	require.NoError(t, err)
+	reserved, err = s.rdb.ZCard(ctx, s.rateBase(key)+"res").Result()
+	require.NoError(t, err)
+	return active, reserved
+}
+
+// TestClusterRateLimits checks a rate limit on a local 3-master Redis Cluster, whose limit lives in
+// another slot than the queues it holds (ratelimit.go): max_active holds across queues on every
+// master and two stores claiming at once; a permit a claimer took and never confirmed counts until
+// it expires and is never taken for the key's exhaustion (no job is dropped for it); permits of jobs
+// that left active without Finish (rescued, cancelled while running) come back.
+func TestClusterRateLimits(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rdb := clusterClient(t)
+	s1 := clusterStore(t, rdb)
+	require.NoError(t, s1.Migrate(ctx))
+	rdb2 := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: rdb.Options().Addrs})
+	t.Cleanup(func() { _ = rdb2.Close() })
+	s2 := clusterStore(t, rdb2)
+	queues := queuesOnEachMaster(t, rdb, s1)
+
+	// max_active across three queues (three masters) and two stores, six claimers.
+	const maxActive, perQueue, claimers = 4, 30, 6
+	require.NoError(t, s1.SetRateLimit(ctx, "shared", store.RateLimit{MaxActive: maxActive}))
+	for _, q := range queues {
+		var batch []*store.InsertParams
+		for range perQueue {
+			batch = append(batch, limitedTestJob(q, "shared"))
+		}
+		_, err := s1.Insert(ctx, batch)
+		require.NoError(t, err)
+	}
+	var running, peak, done atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, claimers)
+	for w := range claimers {
+		st, q := s1, queues[w%len(queues)]
+		if w%2 == 1 {
+			st = s2
+		}
+		rng := rand.New(rand.NewPCG(uint64(w), 11))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			deadline := time.Now().Add(time.Minute)
+			for done.Load() < perQueue*int64(len(queues)) {
+				if time.Now().After(deadline) {
+					errs <- fmt.Errorf("claimer %d: jobs not drained in a minute", w)
+					return
+				}
+				jobs, err := st.Claim(ctx, store.ClaimParams{Queue: q, Limit: 1 + rng.IntN(3), WorkerID: fmt.Sprint("w", w), LeaseDuration: time.Minute})
+				if err != nil {
+					errs <- err
+					return
+				}
+				if len(jobs) == 0 {
+					// This queue is drained or the key is full: help another queue.
+					q = queues[rng.IntN(len(queues))]
+					time.Sleep(time.Millisecond)
+					continue
+				}
+				n := running.Add(int64(len(jobs)))
+				for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+				}
+				time.Sleep(time.Duration(rng.IntN(1500)) * time.Microsecond)
+				running.Add(-int64(len(jobs)))
+				cs := make([]store.Completion, len(jobs))
+				for i, j := range jobs {
+					cs[i] = store.Completion{ID: j.ID, Attempt: j.Attempt, State: store.StateCompleted}
+				}
+				if _, err := st.Finish(ctx, cs); err != nil {
+					errs <- err
+					return
+				}
+				done.Add(int64(len(jobs)))
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	require.Equal(t, perQueue*int64(len(queues)), done.Load(), "every job ran once")
+	require.LessOrEqual(t, peak.Load(), int64(maxActive), "never more than max_active at once, across queues and stores")
+	require.Positive(t, peak.Load())
+	act, res := ledgerSizes(t, s1, "shared")
+	require.Zero(t, act, "every permit came back with its job's outcome")
+	require.Zero(t, res, "no reservation is left")
+
+	// A claimer that took a permit and died before confirming it: the permit counts until its
+	// reservation expires, and the key is not exhausted by it, so on_limit drop drops nothing.
+	require.NoError(t, s1.SetRateLimit(ctx, "dying", store.RateLimit{MaxActive: 1, OnLimit: store.LimitDrop}))
+	d := limitedTestJob(queues[0], "dying")
+	_, err := s1.Insert(ctx, []*store.InsertParams{d})
+	require.NoError(t, err)
+	granted, err := scriptRateAcquire.Run(ctx, rdb, []string{s1.rateBase("dying")}, 1, "lost", (300 * time.Millisecond).Microseconds()).Slice()
+	require.NoError(t, err)
+	require.Equal(t, int64(1), granted[0], "the lost claimer's permit")
+	got, err := s2.Claim(ctx, store.ClaimParams{Queue: queues[0], Limit: 5, WorkerID: "w", LeaseDuration: time.Minute})
+	require.NoError(t, err)
+	require.Empty(t, got, "the reserved permit counts")
+	j, err := s1.GetJob(ctx, d.ID)
+	require.NoError(t, err)
+	require.Equal(t, store.StateAvailable, j.State, "a key busy with another claim's permit drops nothing")
+	require.Eventually(t, func() bool {
+		got, err := s2.Claim(ctx, store.ClaimParams{Queue: queues[0], Limit: 5, WorkerID: "w", LeaseDuration: time.Minute})
+		require.NoError(t, err)
+		return len(got) == 1 && got[0].ID == d.ID
+	}, 20*time.Second, 10*time.Millisecond, "the unconfirmed permit expires")
+
+	// Permits of jobs that leave active without Finish: a job rescued when its lease ran out, then
+	// a job cancelled while running.
+	require.NoError(t, s1.SetRateLimit(ctx, "lost", store.RateLimit{MaxActive: 1}))
+	var lost []*store.InsertParams
+	for range 3 {
+		lost = append(lost, limitedTestJob(queues[1], "lost"))
+	}
+	_, err = s1.Insert(ctx, lost)
+	require.NoError(t, err)
+	first, err := s2.Claim(ctx, store.ClaimParams{Queue: queues[1], Limit: 5, WorkerID: "w", LeaseDuration: 200 * time.Millisecond})
+	require.NoError(t, err)
+	require.Len(t, first, 1)
+	require.Eventually(t, func() bool {
+		res, err := s1.Rescue(ctx, store.RescueParams{Limit: 100})
+		require.NoError(t, err)
+		if len(res.Requeued) == 0 {
+			return false
+		}
+		act, _ := ledgerSizes(t, s1, "lost")
+		return act == 0
+	}, 20*time.Second, 10*time.Millisecond, "the rescue pass gives the rescued job's permit back")
+	second, err := s1.Claim(ctx, store.ClaimParams{Queue: queues[1], Limit: 5, WorkerID: "w", LeaseDuration: time.Minute})
+	require.NoError(t, err)
+	require.Len(t, second, 1)
+	_, err = s1.CancelJob(ctx, second[0].ID)
+	require.NoError(t, err)
+	var third []*store.Job
+	require.Eventually(t, func() bool {
+		third, err = s2.Claim(ctx, store.ClaimParams{Queue: queues[1], Limit: 5, WorkerID: "w", LeaseDuration: time.Minute})
+		require.NoError(t, err)
+		return len(third) == 1
+	}, 20*time.Second, 10*time.Millisecond, "the cancelled job's permit comes back")
+	info, err := s1.GetRateLimit(ctx, "lost")
+	require.NoError(t, err)
+	require.Equal(t, int64(1), info.Active)
+	// Finished by the other store (which did not claim it): its permit comes back all the same.
+	res2, err := s1.Finish(ctx, []store.Completion{{ID: third[0].ID, Attempt: third[0].Attempt, State: store.StateCompleted}})
+	require.NoError(t, err)
+	require.True(t, res2[0].Applied)
+	act, _ = ledgerSizes(t, s1, "lost")
+	require.Zero(t, act)
+}
+
+// TestClusterRateLimitKilledProcess: a process holding all of a key's permits is killed; while it
+// lives no other process gets one, and once its jobs' leases run out the survivor rescues them and
+// drains every job under the limit.
+func TestClusterRateLimitKilledProcess(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rdb := clusterClient(t)
+	s := clusterStore(t, rdb)
+	require.NoError(t, s.Migrate(ctx))
+	queues := queuesOnEachMaster(t, rdb, s)
+	const maxActive = 2
+	require.NoError(t, s.SetRateLimit(ctx, "k", store.RateLimit{MaxActive: maxActive}))
+	var batch []*store.InsertParams
+	for i := range 10 {
+		batch = append(batch, limitedTestJob(queues[i%len(queues)], "k"))
+	}
+	_, err := s.Insert(ctx, batch)
+	require.NoError(t, err)
+
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), rateChildEnv+"="+strings.Join([]string{strings.Join(rdb.Options().Addrs, ","), s.Prefix(), queues[0], fmt.Sprint(maxActive)}, "\t"))
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	sc := bufio.NewScanner(out)
+	held := map[string]bool{}
+	for len(held) < maxActive && sc.Scan() {
+		id, ok := strings.CutPrefix(sc.Text(), "held ")
+		require.True(t, ok, "helper said %q", sc.Text())
+		held[id] = true
+	}
+	require.Len(t, held, maxActive, "the helper holds every permit")
+	for _, q := range queues {
+		got, err := s.Claim(ctx, store.ClaimParams{Queue: q, Limit: 5, WorkerID: "w", LeaseDuration: time.Minute})
+		require.NoError(t, err)
+		require.Empty(t, got, "the helper's permits hold queue %s", q)
+	}
+	require.NoError(t, cmd.Process.Kill())
+	_ = cmd.Wait()
+
+	finished := map[string]bool{}
+	require.Eventually(t, func() bool {
+		_, err := s.Rescue(ctx, store.RescueParams{Limit: 100})
+		require.NoError(t, err)
+		for _, q := range queues {
+			jobs, err := s.Claim(ctx, store.ClaimParams{Queue: q, Limit: 5, WorkerID: "w", LeaseDuration: time.Minute})
+			require.NoError(t, err)
+			require.LessOrEqual(t, len(jobs), maxActive)
+			info, err := s.GetRateLimit(ctx, "k")
+			require.NoError(t, err)
+			require.LessOrEqual(t, info.Active, int64(maxActive), "never more than max_active")
+			cs := make([]store.Completion, len(jobs))
+			for i, j := range jobs {
+				cs[i] = store.Completion{ID: j.ID, Attempt: j.Attempt, State: store.StateCompleted}
+				finished[j.ID] = true
+			}
+			_, err = s.Finish(ctx, cs)
+			require.NoError(t, err)
+		}
+		return len(finished) == len(batch)
+	}, 30*time.Second, 10*time.Millisecond, "every job, the dead helper's too, runs once its permits come back")
+	for id := range held {
+		require.True(t, finished[id], "the helper's job %s was rescued and ran", id)
+	}
+}
