@@ -95,9 +95,8 @@ func clusterStore(t *testing.T, rdb *goredis.ClusterClient) *Store {
 
 // TestCluster runs the store on a local 3-master Redis Cluster: queues whose slots are on every
 // master go through the whole lifecycle (insert, unique keys, claim, finish with tokens, heartbeat,
-// rescue, listing, counts, pause, cancel and retry, cleanup, notifications, leadership, cron), and
-// what spans slots in one atomic step (tenant limits, workflows spanning queues) is refused with
-// store.ErrUnsupported.
+// rescue, listing, counts, pause, cancel and retry, cleanup, notifications, leadership, cron), and a
+// workflow spanning queues (slots) is refused with store.ErrUnsupported.
 func TestCluster(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -225,8 +224,6 @@ func TestCluster(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, due, 1)
 
-	// The features whose keys span slots in one step are refused, not enforced loosely.
-	require.ErrorIs(t, s.SetRateLimit(ctx, store.TenantLimitKey("t"), store.RateLimit{MaxActive: 1}), store.ErrUnsupported)
 	// A workflow in one queue runs in its slot (TestClusterWorkflows); one spanning queues is refused.
 	wf := uuidv7.New()
 	member := testJob(queues[0])
@@ -240,9 +237,9 @@ func TestCluster(t *testing.T) {
 }
 
 // TestClusterStore runs the shared behaviour suite against a local 3-master Redis Cluster, each
-// test under a key prefix of its own (its queues land on all three masters). Rate limits run there
-// through their permit ledgers (ratelimit.go); tenant limits are refused, and so are workflows
-// spanning queues (workflows in one queue run in its slot); the suite holds the store to that.
+// test under a key prefix of its own (its queues land on all three masters). Rate and tenant limits
+// run there through their permit ledgers (ratelimit.go); workflows spanning queues are refused
+// (workflows in one queue run in its slot), and the suite holds the store to that.
 func TestClusterStore(t *testing.T) {
 	t.Parallel()
 	rdb := clusterClient(t)
@@ -255,7 +252,6 @@ func TestClusterStore(t *testing.T) {
 	storetest.Run(t, storetest.Harness{
 		New:                  func(t *testing.T) store.Store { return open(t, "prontotest:"+uuidv7.New()+":") },
 		Reopen:               func(t *testing.T, s store.Store) store.Store { return open(t, s.(*Store).Prefix()) },
-		Refuses:              []string{storetest.FeatureTenantLimits},
 		SingleQueueWorkflows: true,
 	})
 }

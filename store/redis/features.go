@@ -21,7 +21,7 @@ import (
 // order). A limit spans queues, so the claim script of any queue reads and updates it, in the same
 // atomic step as the claim. A Redis Cluster cannot do that in one script (the limit and the queue
 // are in different slots): there the limit lives in its key's own slot with a ledger of permits
-// (ratelimit.go), and tenant limits are refused (store.ErrUnsupported).
+// (ratelimit.go), tenant limits too.
 
 // cluster reports whether the store runs on a Redis Cluster.
 func (s *Store) cluster() bool {
@@ -60,9 +60,6 @@ func (s *Store) SetRateLimit(ctx context.Context, key string, l store.RateLimit)
 		return fmt.Errorf("redis: set rate limit %s: %w", key, err)
 	}
 	if s.cluster() {
-		if isTenantKey(key) {
-			return fmt.Errorf("redis: set rate limit %s: tenant limits on a Redis Cluster: %w", key, store.ErrUnsupported)
-		}
 		if err := s.setLimitCluster(ctx, key, l); err != nil {
 			return fmt.Errorf("redis: set rate limit %s: %w", key, err)
 		}
@@ -316,12 +313,6 @@ func (s *Store) InsertWorkflow(ctx context.Context, p store.WorkflowParams) (*st
 			return nil, nil, fmt.Errorf("redis: insert workflow %s: its jobs span queues %s, and on a Redis Cluster a workflow's jobs "+
 				"must share one queue (its steps must each be one atomic script in one slot): %w",
 				p.ID, strings.Join(queues, ", "), store.ErrUnsupported)
-		}
-		for _, jp := range p.Jobs {
-			if jp.RateLimit != nil && isTenantKey(jp.RateKey) {
-				return nil, nil, fmt.Errorf("redis: insert workflow %s: job %s: tenant limits on a Redis Cluster: %w",
-					p.ID, jp.ID, store.ErrUnsupported)
-			}
 		}
 	}
 	// local: the workflow's keys are tagged by its one queue (see above).

@@ -97,9 +97,6 @@ func (s *Store) checkInsert(params []*store.InsertParams) error {
 		if err := store.ValidatePlainInsert(p); err != nil {
 			return fmt.Errorf("redis: insert: %w", err)
 		}
-		if p.RateLimit != nil && s.cluster() && isTenantKey(p.RateKey) {
-			return fmt.Errorf("redis: insert job %s: tenant limits on a Redis Cluster: %w", p.ID, store.ErrUnsupported)
-		}
 		if p.RateLimit != nil {
 			if err := validLimit(*p.RateLimit); err != nil {
 				return fmt.Errorf("redis: insert job %s: %w", p.ID, err)

@@ -32,13 +32,19 @@ import (
 // attempt: Rescue looks at the entries whose lease has passed on each pass, and a claim that finds
 // a key full looks at all of its entries, at most once per reconcileEvery per key.
 //
+// A tenant's limit (store.TenantLimitKey) is kept the same way. The claim is told which tenants have
+// a stored limit (limitedTenants), and a limited tenant's turn in the fair rotation takes one of its
+// permits per job, or stops the claim to ask for them; a job claimed under a tenant permit carries
+// tlp, so that its outcome gives it back.
+//
 // What a cluster gives, against a single node (docs/redis.md, "Redis Cluster"): max_active and
 // the rate window hold across queues and processes as they do there; a limit's exhaustion is only
 // acted on (drop, reschedule) when the confirmed jobs and window alone exhaust it, never for permits
 // another claim holds for a moment; jobs of a key without a stored limit are not in the ledger, so
 // a limit stored while some of them run counts only the jobs claimed after it; a permit of a job
 // that left active other than through Finish returns within a rescue pass after its lease end, or
-// within reconcileEvery of a claim finding the key full.
+// within reconcileEvery of a claim finding the key full; a tenant limit stored by another process
+// applies to this one's claims within tenantLimitsEvery.
 
 // reconcileEvery bounds how often one store checks every ledger entry of a full key.
 const reconcileEvery = time.Second
@@ -83,35 +89,96 @@ type grantJSON struct {
 // ledgerEntry names a job's run in a key's ledger: its id and attempt.
 func ledgerEntry(id string, attempt int) string { return id + "\n" + strconv.Itoa(attempt) }
 
-// claimFlag is the claim script's flag argument on a cluster: "0", then the permits held as JSON.
-func claimFlag(held map[string]*permits, limit int) (string, error) {
-	if len(held) == 0 {
+// flagJSON is the JSON of the claim script's flag on a cluster (see claimBody's grants).
+type flagJSON struct {
+	G map[string]grantJSON `json:"g,omitempty"`
+	T []string             `json:"t,omitempty"`
+}
+
+// claimFlag is the claim script's flag argument on a cluster: "0", then the permits held and the
+// tenants with a stored limit, as JSON.
+func claimFlag(held map[string]*permits, tenants []string, limit int) (string, error) {
+	if len(held) == 0 && len(tenants) == 0 {
 		return "0", nil
 	}
-	m := make(map[string]grantJSON, len(held))
+	f := flagJSON{T: tenants}
+	if len(held) > 0 {
+		f.G = make(map[string]grantJSON, len(held))
+	}
 	for k, p := range held {
 		n := p.left
 		if p.granted < 0 {
 			n = limit // no limit: as many as the claim takes
 		}
-		m[k] = grantJSON{N: n, A: p.action, U: p.until}
+		f.G[k] = grantJSON{N: n, A: p.action, U: p.until}
 	}
-	b, err := json.Marshal(m)
+	b, err := json.Marshal(f)
 	if err != nil {
 		return "", err
 	}
 	return "0" + string(b), nil
 }
 
+// permitKey returns the key whose permit job j took in a claim on a cluster: its rate key, else its
+// tenant's limit key (a tenant's turn takes one when the tenant is limited; a job with both a rate
+// key and a tenant is claimed by its rate key, outside the tenants' rotation).
+func permitKey(j *store.Job) string {
+	if j.RateKey != "" {
+		return j.RateKey
+	}
+	if j.Tenant != "" {
+		return store.TenantLimitKey(j.Tenant)
+	}
+	return ""
+}
+
+// tenantLimitsEvery bounds how stale this store's list of the tenants with a stored limit may be:
+// a tenant limit stored by another process applies to this one's claims within it.
+const tenantLimitsEvery = time.Second
+
+// limitedTenants returns the tenants with a stored limit, read from the list of limited keys at
+// most once per tenantLimitsEvery (and at once after this store set or deleted a tenant limit).
+func (s *Store) limitedTenants(ctx context.Context) ([]string, error) {
+	s.tenantLimitsMu.Lock()
+	defer s.tenantLimitsMu.Unlock()
+	if !s.tenantLimitsAt.IsZero() && time.Since(s.tenantLimitsAt) < tenantLimitsEvery {
+		return s.tenantLimits, nil
+	}
+	// The keys from "tenant:" up to "tenant;" (';' follows ':'), in the list's lexical order.
+	prefix := store.TenantLimitKey("")
+	upper := strings.TrimSuffix(prefix, ":") + ";"
+	keys, err := s.rdb.ZRangeByLex(ctx, s.rateKeysKey(), &goredis.ZRangeBy{Min: "[" + prefix, Max: "(" + upper}).Result()
+	if err != nil {
+		return nil, err
+	}
+	s.tenantLimits = s.tenantLimits[:0]
+	for _, k := range keys {
+		s.tenantLimits = append(s.tenantLimits, strings.TrimPrefix(k, prefix))
+	}
+	s.tenantLimitsAt = time.Now()
+	return s.tenantLimits, nil
+}
+
+// forgetTenantLimits makes the next claim read the limited tenants again.
+func (s *Store) forgetTenantLimits() {
+	s.tenantLimitsMu.Lock()
+	s.tenantLimitsAt = time.Time{}
+	s.tenantLimitsMu.Unlock()
+}
+
 // claimCluster claims on a Redis Cluster: the claim script, then, when it stopped for want of
 // permits, RateAcquire for the keys it named and the script again for the slots left, and at the
 // end RateConfirm for every key it took permits of (see the top of this file).
 func (s *Store) claimCluster(ctx context.Context, p store.ClaimParams) ([]*store.Job, error) {
+	tenants, err := s.limitedTenants(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("redis: claim from %s: tenant limits: %w", p.Queue, err)
+	}
 	held := map[string]*permits{}
 	var out []*store.Job
 	var failed error
 	for round := 0; round < maxClaimRounds && p.Limit > 0; round++ {
-		flag, err := claimFlag(held, p.Limit)
+		flag, err := claimFlag(held, tenants, p.Limit)
 		if err != nil {
 			failed = err
 			break
@@ -123,7 +190,8 @@ func (s *Store) claimCluster(ctx context.Context, p store.ClaimParams) ([]*store
 		}
 		out = append(out, jobs...)
 		for _, j := range jobs {
-			if pm := held[j.RateKey]; pm != nil && j.RateKey != "" {
+			if k := permitKey(j); k != "" && held[k] != nil {
+				pm := held[k]
 				pm.left--
 				pm.used = append(pm.used, micros(j.LeaseExpiresAt), ledgerEntry(j.ID, j.Attempt))
 			}
@@ -388,6 +456,7 @@ func (s *Store) setLimitCluster(ctx context.Context, key string, l store.RateLim
 	if err := scriptRateSetLimit.Run(ctx, s.rdb, []string{s.rateBase(key)}, encodeLimit(l)).Err(); err != nil && !errors.Is(err, goredis.Nil) {
 		return err
 	}
+	defer s.forgetTenantLimits()
 	return s.rdb.ZAdd(ctx, s.rateKeysKey(), goredis.Z{Member: key}).Err()
 }
 
@@ -396,6 +465,7 @@ func (s *Store) deleteLimitCluster(ctx context.Context, key string) (bool, error
 	if err := s.rdb.ZRem(ctx, s.rateKeysKey(), key).Err(); err != nil {
 		return false, err
 	}
+	s.forgetTenantLimits()
 	n, err := scriptRateDeleteLimit.Run(ctx, s.rdb, []string{s.rateBase(key)}).Int()
 	return n == 1, err
 }
@@ -513,10 +583,6 @@ func (s *Store) limitInfosWindows(ctx context.Context, keys []string) ([]int64, 
 	}
 	return out, nil
 }
-
-// isTenantKey reports whether rate key k is a tenant's limit (store.TenantLimitKey), which a claim
-// on a cluster cannot apply: its fair rotation reads the limit in the claim script.
-func isTenantKey(k string) bool { return strings.HasPrefix(k, store.TenantLimitKey("")) }
 
 // insertLimits stores, on a cluster, the limits jobs being inserted bring (the last one given for a
 // key wins, as on a single node).

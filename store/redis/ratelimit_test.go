@@ -221,6 +221,78 @@ func TestClusterRateLimits(t *testing.T) {
 	require.Zero(t, act)
 }
 
+// TestClusterTenantLimits checks a tenant's limit on a local 3-master Redis Cluster: it bounds the
+// tenant's running jobs across queues on every master and two stores, a finished job frees its
+// permit, another tenant is not held back, a rate window holds, and a deleted limit frees the tenant
+// at once for the store that deleted it.
+func TestClusterTenantLimits(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rdb := clusterClient(t)
+	s1 := clusterStore(t, rdb)
+	require.NoError(t, s1.Migrate(ctx))
+	rdb2 := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: rdb.Options().Addrs})
+	t.Cleanup(func() { _ = rdb2.Close() })
+	s2 := clusterStore(t, rdb2)
+	queues := queuesOnEachMaster(t, rdb, s1)
+	claimAll := func(st *Store) map[string][]*store.Job {
+		t.Helper()
+		got := map[string][]*store.Job{}
+		for _, q := range queues {
+			jobs, err := st.Claim(ctx, store.ClaimParams{Queue: q, Limit: 10, WorkerID: "w", LeaseDuration: time.Minute})
+			require.NoError(t, err)
+			for _, j := range jobs {
+				got[j.Tenant] = append(got[j.Tenant], j)
+			}
+		}
+		return got
+	}
+
+	require.NoError(t, s1.SetRateLimit(ctx, store.TenantLimitKey("A"), store.RateLimit{MaxActive: 2}))
+	for _, q := range queues {
+		var batch []*store.InsertParams
+		for i := range 6 {
+			j := testJob(q)
+			j.Tenant = "A"
+			if i%3 == 2 {
+				j.Tenant = "B"
+			}
+			batch = append(batch, j)
+		}
+		_, err := s1.Insert(ctx, batch)
+		require.NoError(t, err)
+	}
+	got := claimAll(s2)
+	require.Len(t, got["A"], 2, "A's limit spans the queues of every master")
+	require.Len(t, got["B"], 6, "B is not held back")
+	require.Empty(t, claimAll(s1)["A"], "A's limit holds for the other store too")
+	info, err := s1.GetRateLimit(ctx, store.TenantLimitKey("A"))
+	require.NoError(t, err)
+	require.Equal(t, 2, info.Limit.MaxActive)
+
+	// A finished job of A frees one permit, whichever store finishes it.
+	res, err := s1.Finish(ctx, []store.Completion{{ID: got["A"][0].ID, Attempt: 1, State: store.StateCompleted}})
+	require.NoError(t, err)
+	require.True(t, res[0].Applied)
+	require.Len(t, claimAll(s1)["A"], 1, "a finished job frees one permit")
+	require.Empty(t, claimAll(s2)["A"])
+
+	// A rate: two starts per window, across the queues.
+	require.NoError(t, s1.SetRateLimit(ctx, store.TenantLimitKey("C"), store.RateLimit{Rate: 2, Period: time.Hour}))
+	for _, q := range queues {
+		j := testJob(q)
+		j.Tenant = "C"
+		_, err := s1.Insert(ctx, []*store.InsertParams{j})
+		require.NoError(t, err)
+	}
+	require.Len(t, claimAll(s1)["C"], 2, "two starts in the window")
+	require.Empty(t, claimAll(s1)["C"])
+
+	// Without its limit the tenant runs freely.
+	require.NoError(t, s1.DeleteRateLimit(ctx, store.TenantLimitKey("C")))
+	require.Len(t, claimAll(s1)["C"], 1)
+}
+
 // TestClusterRateLimitKilledProcess: a process holding all of a key's permits is killed; while it
 // lives no other process gets one, and once its jobs' leases run out the survivor rescues them and
 // drains every job under the limit.

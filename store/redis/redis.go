@@ -8,8 +8,8 @@
 // to its queue so that GetJob and the other by-id operations find the job's slot, and the queue
 // registry that maintenance passes and listings walk. A workflow whose jobs share one queue lives
 // in that queue's slot too, found by id through a workflow index beside the id index (features.go);
-// on a Redis Cluster, rate limits live in their keys' own slots (ratelimit.go), and workflows
-// spanning queues and tenant limits are refused. See docs/redis.md for the data layout, durability
+// on a Redis Cluster, rate and tenant limits live in their keys' own slots (ratelimit.go), and
+// workflows spanning queues are refused. See docs/redis.md for the data layout, durability
 // and limits.
 package redis
 
@@ -75,9 +75,13 @@ type Store struct {
 	// reconciled is when this store last checked each rate key's whole ledger (ratelimit.go).
 	reconciledMu sync.Mutex
 	reconciled   map[string]time.Time
-	cancel       context.CancelFunc
-	done         chan struct{}
-	closed       sync.Once
+	// tenantLimits caches the tenants with a stored limit, read at tenantLimitsAt (ratelimit.go).
+	tenantLimitsMu sync.Mutex
+	tenantLimits   []string
+	tenantLimitsAt time.Time
+	cancel         context.CancelFunc
+	done           chan struct{}
+	closed         sync.Once
 
 	logger    *slog.Logger
 	noHandoff bool

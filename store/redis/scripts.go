@@ -89,11 +89,11 @@ local function fields(id)
   local f = {state = v[1], kind = v[2], prio = v[3], sched = v[4], lease = v[5], completed = v[6],
     attempt = v[7], token = v[8], started = v[9], expires = false, ukey = false, ustates = false,
     rkey = false, wf = false, runon = false, kids = false, tenant = false, tng = false, wfl = false,
-    tnq = false, rkq = false}
+    tnq = false, rkq = false, tlp = false}
   if v[10] ~= '1' then
-    local o = redis.call('HMGET', jk(id), 'expires', 'ukey', 'ustates', 'rkey', 'wf', 'runon', 'kids', 'tenant', 'tng', 'wfl', 'tnq', 'rkq')
-    f.expires, f.ukey, f.ustates, f.rkey, f.wf, f.runon, f.kids, f.tenant, f.tng, f.wfl, f.tnq, f.rkq =
-      o[1], o[2], o[3], o[4], o[5], o[6], o[7], o[8], o[9], o[10], o[11], o[12]
+    local o = redis.call('HMGET', jk(id), 'expires', 'ukey', 'ustates', 'rkey', 'wf', 'runon', 'kids', 'tenant', 'tng', 'wfl', 'tnq', 'rkq', 'tlp')
+    f.expires, f.ukey, f.ustates, f.rkey, f.wf, f.runon, f.kids, f.tenant, f.tng, f.wfl, f.tnq, f.rkq, f.tlp =
+      o[1], o[2], o[3], o[4], o[5], o[6], o[7], o[8], o[9], o[10], o[11], o[12], o[13]
   end
   return f
 end
@@ -703,14 +703,19 @@ local worker = ARGV[2]
 local leasefor = tonumber(ARGV[3])
 local nk = tonumber(ARGV[4])
 -- global: the store may touch keys outside the queue's slot (a single node), for rate limits, tenant
--- weights and tenant limits. On a Redis Cluster the flag is '0', followed by the permits the caller
--- took for rate keys in their own slots (ratelimit.go), as JSON: rate key -> {n = permits, a = the
--- limit's action when it granted fewer than asked because it is exhausted ('' when it is only
--- busy), u = the end of the window that holds it, µs, 0 for none}.
+-- weights and tenant limits. On a Redis Cluster the flag is '0', followed, when there are any, by
+-- the permits the caller took for rate keys in their own slots (ratelimit.go) and the tenants with
+-- a stored limit, as JSON: {g = {rate key -> {n = permits, a = the limit's action when it granted
+-- fewer than asked because it is exhausted ('' when it is only busy), u = the end of the window
+-- that holds it, µs, 0 for none}}, t = {tenant, ...}}.
 local flag = ARGV[5 + nk + limit]
 local global = flag == '1'
-local grants = {}
-if not global and #flag > 1 then grants = cjson.decode(string.sub(flag, 2)) end
+local grants, limitedt = {}, {}
+if not global and #flag > 1 then
+  local fj = cjson.decode(string.sub(flag, 2))
+  if type(fj.g) == 'table' then grants = fj.g end
+  if type(fj.t) == 'table' then for _, tn in ipairs(fj.t) do limitedt[tn] = true end end
+end
 -- perworker: the claim is for several workers, one worker id per slot after the flag.
 local perworker = #ARGV > 5 + nk + limit and ARGV[6 + nk + limit] ~= '\nad'
 -- At most 1000 per claim, earliest due first, so one call stays short whatever the
@@ -730,8 +735,10 @@ for _, kind in ipairs(kinds) do
 end
 local tok = 5 + nk
 local out = {}
--- activate makes available job id (fields f) active under this claim (rate key rk, '' for none).
-local function activate(id, rk, f)
+-- activate makes available job id (fields f) active under this claim (rate key rk, '' for none);
+-- with tp (a Redis Cluster's claim), the job takes one of tp's permits of its tenant's limit, and
+-- carries tlp until it leaves active, so that its outcome gives the permit back (ratelimit.go).
+local function activate(id, rk, f, tp)
   local k = jk(id)
   local w = worker
   if perworker then w = ARGV[tok + limit + 1] end
@@ -739,6 +746,12 @@ local function activate(id, rk, f)
   f.state, f.started, f.lease, f.attempt = 'active', s(t), s(t + leasefor), s(num(f.attempt) + 1)
   redis.call('HSET', k, 'state', 'active', 'started', f.started, 'lease', f.lease, 'worker', w,
     'token', ARGV[tok], 'attempt', f.attempt)
+  if tp then
+    tp.n = tp.n - 1
+    redis.call('HSET', k, 'tlp', '1')
+  elseif f.tlp == '1' then
+    redis.call('HSET', k, 'tlp', '')
+  end
   tok = tok + 1
   place(id, f)
   if rk ~= '' and global then rlstarted(rk, t) end
@@ -834,7 +847,7 @@ end
 -- took one, false when it had none to take, 'gone' when the tenant has no available job left.
 local want = {}
 for _, kind in ipairs(kinds) do want[kind] = true end
-local function tenantturn(tn)
+local function tenantturn(tn, tp)
   local tk = B .. 'tk:' .. tn
   while true do
     local best, bestkey = nil, nil
@@ -858,8 +871,22 @@ local function tenantturn(tn)
       -- Never claimable: it stays available (and counted) until DiscardExpired discards it.
       redis.call('ZREM', bestkey, best)
     else
-      activate(id, '', f)
+      activate(id, '', f, tp)
       return true
+    end
+  end
+end
+-- needtenants sets needed (see needpermits) to the limited tenants of the queue's ring that have no
+-- permits in this claim, under their limits' keys, each with how many of its jobs the claim could
+-- take (at most upto).
+local function needtenants(upto)
+  needed = {'\nneed'}
+  for tn in pairs(limitedt) do
+    if not grants['tenant:' .. tn] and redis.call('SISMEMBER', B .. 'tset', tn) == 1 then
+      local c = 0
+      for _, kind in ipairs(redis.call('SMEMBERS', B .. 'tk:' .. tn)) do c = c + redis.call('ZCARD', tsrc(tn, kind)) end
+      needed[#needed + 1] = 'tenant:' .. tn
+      needed[#needed + 1] = s(math.max(1, math.min(upto, c)))
     end
   end
 end
@@ -869,8 +896,8 @@ if fair then
   -- Fair (see docs/fair-scheduling.md): the ring's tail is the participant whose turn it is; a
   -- tenant of weight w (<prefix>tw) takes up to w jobs in its turn, tused counting them, and the ring
   -- rotates when the turn ends. Weights and tenant limits live in global keys: on a cluster (global
-  -- false) the weights come from the queue's copy (B.."tw", kept by tenant.go) and no tenant is
-  -- limited.
+  -- false) the weights come from the queue's copy (B.."tw", kept by tenant.go) and a limited
+  -- tenant's turn takes the permits the caller took of its limit (ratelimit.go).
   local idle = 0
   local used = num(redis.call('GET', B .. 'tused'))
   while #out < limit and not needed and idle < redis.call('LLEN', ring) do
@@ -883,7 +910,20 @@ if fair then
       if #out > before then idle = 0 else idle = idle + 1 end
     else
       local r = false
-      if not (global and tblocked(m, t)) then r = tenantturn(m) end
+      if global then
+        if not tblocked(m, t) then r = tenantturn(m) end
+      elseif limitedt[m] then
+        -- A Redis Cluster's claim: the tenant's limit is in another slot, so its turn takes the
+        -- permits the caller took there, or stops the claim to ask for them (see needpermits).
+        local tp = grants['tenant:' .. m]
+        if not tp then
+          needtenants(limit - #out)
+          break
+        end
+        if tp.n > 0 then r = tenantturn(m, tp) end
+      else
+        r = tenantturn(m)
+      end
       if r == 'gone' then
         redis.call('LREM', ring, -1, m)
         redis.call('SREM', B .. 'tset', m)
@@ -966,6 +1006,7 @@ for c = 1, tonumber(ARGV[1]) do
     place(id, f)
     if f.rkey then out[c] = 2 end
     if f.rkq then freed[#freed + 1] = c freed[#freed + 1] = f.rkey end
+    if f.tlp == '1' and f.tnq then freed[#freed + 1] = c freed[#freed + 1] = 'tenant:' .. f.tnq end
   end
 end
 settle(t)

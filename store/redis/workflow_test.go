@@ -335,14 +335,6 @@ func TestClusterWorkflows(t *testing.T) {
 	require.Empty(t, jobs)
 	_, err = s.CancelWorkflow(ctx, wf)
 	require.ErrorIs(t, err, store.ErrNotFound)
-	// Tenant limits stay refused, in a workflow too.
-	wf = uuidv7.New()
-	l := storetest.WorkflowJob(wf, queues[0])
-	l.RateKey, l.RateLimit = store.TenantLimitKey("t"), &store.RateLimit{MaxActive: 1}
-	_, _, err = s.InsertWorkflow(ctx, store.WorkflowParams{ID: wf, Jobs: []*store.InsertParams{l}})
-	require.ErrorIs(t, err, store.ErrUnsupported)
-	_, err = s.GetJob(ctx, l.ID)
-	require.ErrorIs(t, err, store.ErrNotFound)
 	// A rate limit a workflow's job brings is stored in its key's slot and holds its jobs.
 	wf = uuidv7.New()
 	l1, l2 := storetest.WorkflowJob(wf, queues[1]), storetest.WorkflowJob(wf, queues[1])

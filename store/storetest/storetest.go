@@ -39,72 +39,11 @@ type Harness struct {
 	// it, closed by the harness too. It may return s itself when the backend has no second view (the
 	// memory store). Nil means the same as returning s.
 	Reopen func(t *testing.T, s store.Store) store.Store
-	// Refuses lists the features (FeatureRateLimits, FeatureTenantLimits, FeatureWorkflows) the store
-	// refuses with store.ErrUnsupported in this configuration, as the Redis store does tenant limits
-	// on a Redis Cluster. Their
-	// behaviour tests are replaced by one that requires the refusal: a configuration that gives a
-	// feature up says so, and is held to it.
-	Refuses []string
 	// SingleQueueWorkflows says the store takes only workflows whose jobs all share one queue (the
 	// Redis store on a Redis Cluster) and refuses the others with store.ErrUnsupported. The cases
 	// whose workflows span queues then require that refusal, and check what they can within one
 	// queue.
 	SingleQueueWorkflows bool
-}
-
-// Features a configuration may refuse (see Harness.Refuses).
-const (
-	FeatureRateLimits   = "RateLimits"
-	FeatureTenantLimits = "TenantLimits"
-	FeatureWorkflows    = "Workflows"
-)
-
-// featureOf returns the feature a test exercises, "" for the core.
-func featureOf(name string) string {
-	switch {
-	case name == "RateLimitTenant":
-		return FeatureTenantLimits
-	case strings.HasPrefix(name, "RateLimit"), name == "ClaimTokensDistinctInBatch":
-		return FeatureRateLimits
-	case strings.HasPrefix(name, "Workflow"):
-		return FeatureWorkflows
-	}
-	return ""
-}
-
-// testRefused requires store s to refuse feature with store.ErrUnsupported, storing nothing.
-func testRefused(t *testing.T, s store.Store, feature string) {
-	switch feature {
-	case FeatureRateLimits:
-		require.ErrorIs(t, limiter(t, s).SetRateLimit(ctx(t), "k", store.RateLimit{MaxActive: 1}), store.ErrUnsupported)
-		p := job(uniq("refused"))
-		p.RateKey, p.RateLimit = "k", &store.RateLimit{MaxActive: 1}
-		_, err := s.Insert(ctx(t), []*store.InsertParams{p})
-		require.ErrorIs(t, err, store.ErrUnsupported)
-		_, err = s.GetJob(ctx(t), p.ID)
-		require.ErrorIs(t, err, store.ErrNotFound, "a refused insert stores nothing")
-	case FeatureTenantLimits:
-		key := store.TenantLimitKey(uniq("refused"))
-		require.ErrorIs(t, limiter(t, s).SetRateLimit(ctx(t), key, store.RateLimit{MaxActive: 1}), store.ErrUnsupported)
-		_, err := limiter(t, s).GetRateLimit(ctx(t), key)
-		require.ErrorIs(t, err, store.ErrNotFound, "a refused limit is not stored")
-		p := job(uniq("refused"))
-		p.RateKey, p.RateLimit = key, &store.RateLimit{MaxActive: 1}
-		_, err = s.Insert(ctx(t), []*store.InsertParams{p})
-		require.ErrorIs(t, err, store.ErrUnsupported)
-		_, err = s.GetJob(ctx(t), p.ID)
-		require.ErrorIs(t, err, store.ErrNotFound, "a refused insert stores nothing")
-	case FeatureWorkflows:
-		wf := uuidv7.New()
-		p := job(uniq("refused"))
-		p.WorkflowID = wf
-		_, _, err := workflows(t, s).InsertWorkflow(ctx(t), store.WorkflowParams{ID: wf, Jobs: []*store.InsertParams{p}})
-		require.ErrorIs(t, err, store.ErrUnsupported)
-		_, err = s.GetJob(ctx(t), p.ID)
-		require.ErrorIs(t, err, store.ErrNotFound, "a refused workflow stores nothing")
-	default:
-		t.Fatalf("storetest: no feature %q", feature)
-	}
 }
 
 // testCase is one behaviour of the suite.
@@ -266,16 +205,7 @@ func Run(t *testing.T, h Harness) {
 	if h.New == nil {
 		t.Fatal("storetest: Harness.New is nil")
 	}
-	for _, f := range h.Refuses {
-		t.Run("Refuses"+f, func(t *testing.T) {
-			t.Parallel()
-			testRefused(t, h.New(t), f)
-		})
-	}
 	for _, tc := range tests {
-		if f := featureOf(tc.name); f != "" && slices.Contains(h.Refuses, f) {
-			continue // replaced by Refuses<feature> above
-		}
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			started.Store(t.Name(), time.Now())
