@@ -444,6 +444,29 @@ func (s *Store) pipelined(ctx context.Context, fn func(pl goredis.Pipeliner, run
 	return nil
 }
 
+// pipelinedScripts runs fn's scripts in one pipeline (see pipelined) and returns the first error
+// one of them gave: for scripts whose replies say nothing beyond success.
+func (s *Store) pipelinedScripts(ctx context.Context, fn func(run runScript)) error {
+	var cmds []*goredis.Cmd
+	err := s.pipelined(ctx, func(_ goredis.Pipeliner, run runScript) error {
+		fn(func(sc *luaFunc, keys []string, args ...any) *goredis.Cmd {
+			c := run(sc, keys, args...)
+			cmds = append(cmds, c)
+			return c
+		})
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for _, c := range cmds {
+		if err := c.Err(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // isRedisError reports whether err is an error reply of the server.
 func isRedisError(err error) bool {
 	var re goredis.Error

@@ -317,26 +317,13 @@ func (s *Store) acquireOnce(ctx context.Context, needs []need, lease time.Durati
 
 // confirm ends the reservations held: each key's used permits join its ledger, the rest go back.
 func (s *Store) confirm(ctx context.Context, held map[string]*permits) error {
-	var cmds []*goredis.Cmd
-	err := s.pipelined(ctx, func(pl goredis.Pipeliner, run runScript) error {
+	return s.pipelinedScripts(ctx, func(run runScript) {
 		for _, pm := range held {
-			if pm.granted < 0 {
-				continue
+			if pm.granted >= 0 {
+				run(scriptRateConfirm, []string{s.rateBase(pm.key)}, append([]any{pm.res, pm.granted, pm.window}, pm.used...)...)
 			}
-			args := append([]any{pm.res, pm.granted, pm.window}, pm.used...)
-			cmds = append(cmds, run(scriptRateConfirm, []string{s.rateBase(pm.key)}, args...))
 		}
-		return nil
 	})
-	if err != nil {
-		return err
-	}
-	for _, c := range cmds {
-		if err := c.Err(); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // releasePermits gives back the permits of runs that left active through Finish: entries by rate key.
@@ -344,22 +331,11 @@ func (s *Store) releasePermits(ctx context.Context, entries map[string][]any) er
 	if len(entries) == 0 {
 		return nil
 	}
-	var cmds []*goredis.Cmd
-	err := s.pipelined(ctx, func(pl goredis.Pipeliner, run runScript) error {
+	return s.pipelinedScripts(ctx, func(run runScript) {
 		for k, e := range entries {
-			cmds = append(cmds, run(scriptRateRelease, []string{s.rateBase(k)}, e...))
+			run(scriptRateRelease, []string{s.rateBase(k)}, e...)
 		}
-		return nil
 	})
-	if err != nil {
-		return err
-	}
-	for _, c := range cmds {
-		if err := c.Err(); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // reconcileDue reports whether this store may check key's whole ledger now (once per

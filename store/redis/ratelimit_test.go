@@ -72,6 +72,18 @@ func ledgerSizes(t *testing.T, s *Store, key string) (active, reserved int64) {
 	return active, reserved
 }
 
+// twoClusterStores starts a local cluster and opens two stores on it, each with a client of its
+// own (as two processes would), and names a queue on each master.
+func twoClusterStores(t *testing.T) (*goredis.ClusterClient, *Store, *Store, []string) {
+	t.Helper()
+	rdb := clusterClient(t)
+	s1 := clusterStore(t, rdb)
+	require.NoError(t, s1.Migrate(context.Background()))
+	rdb2 := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: rdb.Options().Addrs})
+	t.Cleanup(func() { _ = rdb2.Close() })
+	return rdb, s1, clusterStore(t, rdb2), queuesOnEachMaster(t, rdb, s1)
+}
+
 // TestClusterRateLimits checks a rate limit on a local 3-master Redis Cluster, whose limit lives in
 // another slot than the queues it holds (ratelimit.go): max_active holds across queues on every
 // master and two stores claiming at once; a permit a claimer took and never confirmed counts until
@@ -80,13 +92,7 @@ func ledgerSizes(t *testing.T, s *Store, key string) (active, reserved int64) {
 func TestClusterRateLimits(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	rdb := clusterClient(t)
-	s1 := clusterStore(t, rdb)
-	require.NoError(t, s1.Migrate(ctx))
-	rdb2 := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: rdb.Options().Addrs})
-	t.Cleanup(func() { _ = rdb2.Close() })
-	s2 := clusterStore(t, rdb2)
-	queues := queuesOnEachMaster(t, rdb, s1)
+	rdb, s1, s2, queues := twoClusterStores(t)
 
 	// max_active across three queues (three masters) and two stores, six claimers.
 	const maxActive, perQueue, claimers = 4, 30, 6
@@ -228,13 +234,7 @@ func TestClusterRateLimits(t *testing.T) {
 func TestClusterTenantLimits(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	rdb := clusterClient(t)
-	s1 := clusterStore(t, rdb)
-	require.NoError(t, s1.Migrate(ctx))
-	rdb2 := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: rdb.Options().Addrs})
-	t.Cleanup(func() { _ = rdb2.Close() })
-	s2 := clusterStore(t, rdb2)
-	queues := queuesOnEachMaster(t, rdb, s1)
+	_, s1, s2, queues := twoClusterStores(t)
 	claimAll := func(st *Store) map[string][]*store.Job {
 		t.Helper()
 		got := map[string][]*store.Job{}

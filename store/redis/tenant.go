@@ -140,22 +140,11 @@ func (s *Store) syncWeights(ctx context.Context) error {
 
 // setWeights replaces the weight copies of queues with args, one script per queue.
 func (s *Store) setWeights(ctx context.Context, queues []string, args []any) error {
-	cmds := make([]*goredis.Cmd, len(queues))
-	err := s.pipelined(ctx, func(_ goredis.Pipeliner, run runScript) error {
-		for i, q := range queues {
-			cmds[i] = run(scriptSetWeights, s.keys(q), args...)
+	return s.pipelinedScripts(ctx, func(run runScript) {
+		for _, q := range queues {
+			run(scriptSetWeights, s.keys(q), args...)
 		}
-		return nil
 	})
-	if err != nil {
-		return err
-	}
-	for _, c := range cmds {
-		if err := c.Err(); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // registerQueues queues, on pl, the registration of queues in the registry, one SADD each: the
