@@ -151,12 +151,13 @@ func (s *Store) limitedTenants(ctx context.Context) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.tenantLimits = s.tenantLimits[:0]
-	for _, k := range keys {
-		s.tenantLimits = append(s.tenantLimits, strings.TrimPrefix(k, prefix))
+	// A new slice: claims running may still hold the last one.
+	tenants := make([]string, len(keys))
+	for i, k := range keys {
+		tenants[i] = strings.TrimPrefix(k, prefix)
 	}
-	s.tenantLimitsAt = time.Now()
-	return s.tenantLimits, nil
+	s.tenantLimits, s.tenantLimitsAt = tenants, time.Now()
+	return tenants, nil
 }
 
 // forgetTenantLimits makes the next claim read the limited tenants again.
@@ -212,7 +213,9 @@ func (s *Store) claimCluster(ctx context.Context, p store.ClaimParams) ([]*store
 			break
 		}
 	}
-	if err := s.confirm(ctx, held); err != nil && failed == nil {
+	// Confirmed even when the claim's context ends: the jobs claimed are active, and their permits
+	// must move from the reservation to the ledger.
+	if err := s.confirm(context.WithoutCancel(ctx), held); err != nil && failed == nil {
 		// The jobs are claimed: they run. Their permits stay reserved until the reservation
 		// expires (a lease from now), so the key is never overrun meanwhile.
 		s.logf("redis: claim from %s: confirming rate-limit permits: %v", p.Queue, err)
@@ -256,7 +259,7 @@ func (s *Store) acquire(ctx context.Context, needs []need, lease time.Duration) 
 		if !pm.full || !s.reconcileDue(pm.key) {
 			continue
 		}
-		freed, err := s.reconcile(ctx, pm.key, false)
+		freed, err := s.reconcile(ctx, pm.key)
 		if err != nil {
 			s.logf("redis: rate key %s: checking its active jobs: %v", pm.key, err)
 			continue
@@ -356,22 +359,22 @@ func (s *Store) reconcileDue(key string) bool {
 	return true
 }
 
-// reconcile checks key's ledger entries (only those whose lease end has passed, with lapsed) against
-// their jobs, drops the entries of runs no longer active and updates the lease ends of the others;
-// it returns how many it dropped.
-func (s *Store) reconcile(ctx context.Context, key string, lapsed bool) (int, error) {
-	base := s.rateBase(key)
-	max := "+inf"
-	if lapsed {
-		t, err := s.rdb.Time(ctx).Result()
-		if err != nil {
-			return 0, err
-		}
-		max = "(" + strconv.FormatInt(t.UnixMicro(), 10)
-	}
-	entries, err := s.rdb.ZRangeByScoreWithScores(ctx, base+"act", &goredis.ZRangeBy{Min: "-inf", Max: max, Count: 1000}).Result()
-	if err != nil || len(entries) == 0 {
+// reconcile checks key's ledger entries (up to 1000, the oldest lease ends first) against their
+// jobs (see checkEntries) and returns how many it dropped.
+func (s *Store) reconcile(ctx context.Context, key string) (int, error) {
+	entries, err := s.rdb.ZRangeByScoreWithScores(ctx, s.rateBase(key)+"act", &goredis.ZRangeBy{Min: "-inf", Max: "+inf", Count: 1000}).Result()
+	if err != nil {
 		return 0, err
+	}
+	return s.checkEntries(ctx, key, entries)
+}
+
+// checkEntries reads the jobs of key's ledger entries (as read, with their lease ends), drops the
+// entries of runs no longer active and updates the lease ends of the others; it returns how many it
+// dropped.
+func (s *Store) checkEntries(ctx context.Context, key string, entries []goredis.Z) (int, error) {
+	if len(entries) == 0 {
+		return 0, nil
 	}
 	ids := make([]string, len(entries))
 	for i, e := range entries {
@@ -398,29 +401,49 @@ func (s *Store) reconcile(ctx context.Context, key string, lapsed bool) (int, er
 	for i, e := range entries {
 		m, _ := e.Member.(string)
 		_, attempt, _ := strings.Cut(m, "\n")
-		now := "0"
+		lease := "0"
 		if cmds[i] != nil {
 			if v, err := cmds[i].Result(); err == nil && len(v) == 3 && v[0] == "active" && v[1] == attempt {
 				if l, _ := v[2].(string); l != "" && l != "0" {
-					now = l
+					lease = l
 				}
 			}
 		}
-		args = append(args, m, strconv.FormatFloat(e.Score, 'f', -1, 64), now)
+		args = append(args, m, strconv.FormatFloat(e.Score, 'f', -1, 64), lease)
 	}
-	return scriptRateReconcile.Run(ctx, s.rdb, []string{base}, args...).Int()
+	return scriptRateReconcile.Run(ctx, s.rdb, []string{s.rateBase(key)}, args...).Int()
 }
 
 // reconcileLapsed checks the ledger entries whose lease end has passed, of every key with a stored
-// limit (Rescue's pass on a cluster: a rescued job's permit comes back with it).
+// limit (Rescue's pass on a cluster: a rescued job's permit comes back with it). The entries of all
+// keys are read in one pipeline; only keys with lapsed entries cost more.
 func (s *Store) reconcileLapsed(ctx context.Context) error {
 	keys, err := s.rdb.ZRange(ctx, s.rateKeysKey(), 0, -1).Result()
+	if err != nil || len(keys) == 0 {
+		return err
+	}
+	t, err := s.rdb.Time(ctx).Result()
 	if err != nil {
 		return err
 	}
+	before := "(" + strconv.FormatInt(t.UnixMicro(), 10)
+	cmds := make([]*goredis.ZSliceCmd, len(keys))
+	_, err = s.rdb.Pipelined(ctx, func(pl goredis.Pipeliner) error {
+		for i, k := range keys {
+			cmds[i] = pl.ZRangeByScoreWithScores(ctx, s.rateBase(k)+"act", &goredis.ZRangeBy{Min: "-inf", Max: before, Count: 1000})
+		}
+		return nil
+	})
+	if err != nil && !isRedisError(err) {
+		return err
+	}
 	var errs []error
-	for _, k := range keys {
-		if _, err := s.reconcile(ctx, k, true); err != nil {
+	for i, k := range keys {
+		entries, err := cmds[i].Result()
+		if err == nil {
+			_, err = s.checkEntries(ctx, k, entries)
+		}
+		if err != nil {
 			errs = append(errs, fmt.Errorf("rate key %s: %w", k, err))
 		}
 	}
