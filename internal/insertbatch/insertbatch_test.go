@@ -17,7 +17,8 @@ import (
 )
 
 // gatedStore is a memory store whose Insert calls are recorded and can be held until released, so
-// that a test can decide what gathers while a write is in flight.
+// that a test can decide what gathers while a write is in flight. A held call ends with its context,
+// as a real store's does.
 type gatedStore struct {
 	*memory.Store
 	mu    sync.Mutex
@@ -47,7 +48,11 @@ func (g *gatedStore) Insert(ctx context.Context, ps []*store.InsertParams) ([]*s
 	g.mu.Unlock()
 	if hold != nil {
 		g.in <- ps
-		<-hold
+		select {
+		case <-hold:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
 	}
 	return g.Store.Insert(ctx, ps)
 }
@@ -239,21 +244,26 @@ func TestCancelledCallerLeavesTheOthersAlone(t *testing.T) {
 	g := newGatedStore(t)
 	b := New(Config{Insert: g.Insert, MaxFlights: 1})
 	release := g.gate()
-
-	// Two callers in the flight; one gives up while it is being written.
+	// A lone caller's write holds the one flight slot, so the next job gathers into a flight.
+	blocker := insertAsync(ctx, b, job(0))
+	<-g.in
 	inFlightCtx, cancelInFlight := context.WithCancel(ctx)
-	gone, stays := job(0), job(1)
+	gone, stays := job(1), job(2)
 	goneOut := make(chan outcome, 1)
 	go func() {
 		j, err := b.Insert(inFlightCtx, gone)
 		goneOut <- outcome{j, err}
 	}()
-	require.Eventually(t, func() bool { return len(g.calls()) == 1 }, 10*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return b.queued() == 1 }, 10*time.Second, time.Millisecond)
+	second := g.gate()
+	close(release) // the flight of the one caller who will give up starts and is held
 	<-g.in
-	// A second write gathers the stayer and a waiter that gives up before it is taken.
+	require.NoError(t, (<-blocker).err)
+
+	// A third write gathers the stayer and a waiter that gives up before it is taken.
 	staysOut := insertAsync(ctx, b, stays)
 	waitCtx, cancelWait := context.WithCancel(ctx)
-	never := job(2)
+	never := job(3)
 	neverOut := make(chan outcome, 1)
 	go func() {
 		j, err := b.Insert(waitCtx, never)
@@ -268,19 +278,51 @@ func TestCancelledCallerLeavesTheOthersAlone(t *testing.T) {
 	o = <-goneOut
 	require.ErrorIs(t, o.err, context.Canceled)
 	g.mu.Lock()
-	firstCtx := g.ctxs[0]
+	flightCtx := g.ctxs[1]
 	g.mu.Unlock()
-	require.Error(t, firstCtx.Err(), "a flight whose every caller left is cancelled")
+	require.Error(t, flightCtx.Err(), "a flight whose every caller left is cancelled")
+	require.NotEqual(t, inFlightCtx, flightCtx, "a flight writes under its own context")
 
 	g.ungate()
-	close(release)
+	close(second)
 	o = <-staysOut
 	require.NoError(t, o.err)
 	require.Equal(t, stays.ID, o.job.ID)
 	_, err := g.Store.GetJob(ctx, never.ID)
 	require.ErrorIs(t, err, store.ErrNotFound, "a job given up before its write is never written")
 	calls := g.calls()
-	require.Equal(t, 1, calls[len(calls)-1], "only the stayer is in the second write")
+	require.Equal(t, 1, calls[len(calls)-1], "only the stayer is in the last write")
+}
+
+// TestLoneCallerWritesItself: a caller alone writes its job itself, under its own context, so that
+// its cancellation ends the write (a store's insert ends with its context), and what gathers
+// meanwhile is written after it.
+func TestLoneCallerWritesItself(t *testing.T) {
+	ctx := context.Background()
+	g := newGatedStore(t)
+	b := New(Config{Insert: g.Insert, MaxFlights: 1})
+	release := g.gate()
+	loneCtx, cancelLone := context.WithCancel(ctx)
+	lone := job(0)
+	loneOut := make(chan outcome, 1)
+	go func() {
+		j, err := b.Insert(loneCtx, lone)
+		loneOut <- outcome{j, err}
+	}()
+	<-g.in
+	g.mu.Lock()
+	require.Equal(t, loneCtx, g.ctxs[0], "the lone caller's write runs under its context")
+	g.mu.Unlock()
+	later := insertAsync(ctx, b, job(1))
+	require.Eventually(t, func() bool { return b.queued() == 1 }, 10*time.Second, time.Millisecond)
+	g.ungate()
+	cancelLone()
+	require.ErrorIs(t, (<-loneOut).err, context.Canceled)
+	_, err := g.Store.GetJob(ctx, lone.ID)
+	require.ErrorIs(t, err, store.ErrNotFound, "the cancelled write stored nothing")
+	close(release)
+	require.NoError(t, (<-later).err, "the job that gathered meanwhile is written after it")
+	require.Equal(t, []int{1, 1}, g.calls())
 }
 
 func TestFlightContextOutlivesOneCaller(t *testing.T) {
