@@ -876,18 +876,20 @@ local function tenantturn(tn, tp)
     end
   end
 end
--- needtenants sets needed (see needpermits) to the limited tenants of the queue's ring that have no
--- permits in this claim, under their limits' keys, each with how many of its jobs the claim could
--- take (at most upto).
-local function needtenants(upto)
+-- needtenants sets needed (see needpermits) to tenant first, whose turn it is, and the other limited
+-- tenants of the queue's ring that have no permits in this claim, under their limits' keys, each
+-- with how many of its jobs the claim could take (at most upto).
+local function needtenants(first, upto)
   needed = {'\nneed'}
+  local function add(tn)
+    local c = 0
+    for _, kind in ipairs(redis.call('SMEMBERS', B .. 'tk:' .. tn)) do c = c + redis.call('ZCARD', tsrc(tn, kind)) end
+    needed[#needed + 1] = 'tenant:' .. tn
+    needed[#needed + 1] = s(math.max(1, math.min(upto, c)))
+  end
+  add(first)
   for tn in pairs(limitedt) do
-    if not grants['tenant:' .. tn] and redis.call('SISMEMBER', B .. 'tset', tn) == 1 then
-      local c = 0
-      for _, kind in ipairs(redis.call('SMEMBERS', B .. 'tk:' .. tn)) do c = c + redis.call('ZCARD', tsrc(tn, kind)) end
-      needed[#needed + 1] = 'tenant:' .. tn
-      needed[#needed + 1] = s(math.max(1, math.min(upto, c)))
-    end
+    if tn ~= first and not grants['tenant:' .. tn] and redis.call('SISMEMBER', B .. 'tset', tn) == 1 then add(tn) end
   end
 end
 local ring = B .. 'tring'
@@ -917,7 +919,7 @@ if fair then
         -- permits the caller took there, or stops the claim to ask for them (see needpermits).
         local tp = grants['tenant:' .. m]
         if not tp then
-          needtenants(limit - #out)
+          needtenants(m, limit - #out)
           break
         end
         if tp.n > 0 then r = tenantturn(m, tp) end
