@@ -131,3 +131,55 @@ func BenchmarkDecodeHanded(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkClusterClaimFinish claims one job and completes it per op on a local 3-master Redis
+// Cluster: plain jobs, and jobs of a rate key whose limit never holds them back (max_active far
+// above what runs), which measures what the permits cost a claim there (ratelimit.go: the claim
+// stops, takes permits in the key's slot, claims again and confirms; the outcome gives the permit
+// back).
+func BenchmarkClusterClaimFinish(b *testing.B) {
+	rdb := clusterClient(b)
+	s := clusterStore(b, rdb)
+	ctx := context.Background()
+	if err := s.Migrate(ctx); err != nil {
+		b.Fatal(err)
+	}
+	if err := s.SetRateLimit(ctx, "bench-key", store.RateLimit{MaxActive: 1 << 20}); err != nil {
+		b.Fatal(err)
+	}
+	for _, limited := range []bool{false, true} {
+		name, queue := "plain", "plain"
+		if limited {
+			name, queue = "rate-limited", "limited"
+		}
+		b.Run(name, func(b *testing.B) {
+			n := b.N
+			for n > 0 {
+				k := min(n, 500)
+				batch := make([]*store.InsertParams, k)
+				for i := range batch {
+					batch[i] = benchJob(queue)
+					if limited {
+						batch[i].RateKey = "bench-key"
+					}
+				}
+				if _, err := s.Insert(ctx, batch); err != nil {
+					b.Fatal(err)
+				}
+				n -= k
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for range b.N {
+				jobs, err := s.Claim(ctx, store.ClaimParams{Queue: queue, Limit: 1, WorkerID: "w", LeaseDuration: time.Minute})
+				if err != nil || len(jobs) != 1 {
+					b.Fatalf("claim: %d jobs, %v", len(jobs), err)
+				}
+				j := jobs[0]
+				if _, err := s.Finish(ctx, []store.Completion{{ID: j.ID, Attempt: j.Attempt, Token: j.ClaimToken, State: store.StateCompleted}}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -22,7 +22,7 @@ import (
 // startCluster starts a local Redis Cluster of three masters on free ports (redis-server
 // --cluster-enabled yes, then redis-cli --cluster create) and returns their addresses. The servers
 // are killed when the test ends.
-func startCluster(t *testing.T) []string {
+func startCluster(t testing.TB) []string {
 	t.Helper()
 	for _, bin := range []string{"redis-server", "redis-cli"} {
 		if _, err := exec.LookPath(bin); err != nil {
@@ -79,14 +79,14 @@ func startCluster(t *testing.T) []string {
 
 // clusterClient starts a local 3-master cluster (startCluster) and returns a client of it, closed
 // when the test ends.
-func clusterClient(t *testing.T) *goredis.ClusterClient {
+func clusterClient(t testing.TB) *goredis.ClusterClient {
 	rdb := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: startCluster(t)})
 	t.Cleanup(func() { _ = rdb.Close() })
 	return rdb
 }
 
 // clusterStore opens a store on rdb, closed when the test ends.
-func clusterStore(t *testing.T, rdb *goredis.ClusterClient) *Store {
+func clusterStore(t testing.TB, rdb *goredis.ClusterClient) *Store {
 	s, err := New(context.Background(), rdb, Options{})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.Close() })

@@ -114,7 +114,7 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 }
 
 // queuesOnEachMaster returns three queues whose keys are served by the three masters of rdb.
-func queuesOnEachMaster(t *testing.T, rdb *goredis.ClusterClient, s *Store) []string {
+func queuesOnEachMaster(t testing.TB, rdb *goredis.ClusterClient, s *Store) []string {
 	t.Helper()
 	byMaster := map[string]string{}
 	for i := 0; len(byMaster) < 3 && i < 1000; i++ {
