@@ -66,17 +66,33 @@ func (s *Store) rateBase(rk string) string {
 // rateKeysKey is the sorted set of the keys with a stored limit, for listing in key order.
 func (s *Store) rateKeysKey() string { return s.prefix + "rlkeys" }
 
-// permits is what one claim holds of one rate key's limit on a cluster.
+// permits is what one claim holds of one rate key's limit on a cluster: the reservations it took
+// (usually one; another when it used up the first and asked again).
 type permits struct {
-	key     string
-	res     string // the reservation's id
-	granted int    // permits taken; -1 when the key has no stored limit (nothing to confirm)
-	left    int    // permits not used yet
+	key       string
+	res       []reservation
+	unlimited bool   // the key has no stored limit: nothing was taken, nothing to confirm
+	left      int    // permits not used yet
+	more      bool   // the last reservation got all it asked for: more may be free
+	action    string // the limit's on_limit once they are used up and the key is exhausted, "" to wait
+	until     int64  // end of the window that exhausts the key, µs, 0 for none
+	full      bool   // the key's confirmed active jobs reach max_active
+	used      []any  // lease end, "<id>\n<attempt>" of each job that used one
+}
+
+// reservation is one RateAcquire's permits.
+type reservation struct {
+	id      string
+	granted int
 	window  string // start of the rate window they were counted in, "0" for none
-	action  string // the limit's on_limit once they are used up and the key is exhausted, "" to wait
-	until   int64  // end of the window that exhausts the key, µs, 0 for none
-	full    bool   // the key's confirmed active jobs reach max_active
-	used    []any  // lease end, "<id>\n<attempt>" of each job that used one
+}
+
+// merge adds the permits of a later RateAcquire of the same key to p.
+func (p *permits) merge(q *permits) {
+	p.unlimited = p.unlimited || q.unlimited
+	p.res = append(p.res, q.res...)
+	p.left += q.left
+	p.more, p.action, p.until, p.full = q.more, q.action, q.until, q.full
 }
 
 // grantJSON is the form the claim script reads (see claimBody's grants).
@@ -84,6 +100,7 @@ type grantJSON struct {
 	N int    `json:"n"`
 	A string `json:"a"`
 	U int64  `json:"u"`
+	M bool   `json:"m,omitempty"`
 }
 
 // ledgerEntry names a job's run in a key's ledger: its id and attempt.
@@ -106,11 +123,11 @@ func claimFlag(held map[string]*permits, tenants []string, limit int) (string, e
 		f.G = make(map[string]grantJSON, len(held))
 	}
 	for k, p := range held {
-		n := p.left
-		if p.granted < 0 {
-			n = limit // no limit: as many as the claim takes
+		n, more := p.left, p.more
+		if p.unlimited {
+			n, more = limit, false // no limit: as many as the claim takes
 		}
-		f.G[k] = grantJSON{N: n, A: p.action, U: p.until}
+		f.G[k] = grantJSON{N: n, A: p.action, U: p.until, M: more}
 	}
 	b, err := json.Marshal(f)
 	if err != nil {
@@ -178,7 +195,18 @@ func (s *Store) claimCluster(ctx context.Context, p store.ClaimParams) ([]*store
 	held := map[string]*permits{}
 	var out []*store.Job
 	var failed error
-	for round := 0; round < maxClaimRounds && p.Limit > 0; round++ {
+	// The keys this queue's last claim took permits of are asked first, for as many jobs as it took
+	// or could take then (see rememberNeeds); that spares the claim call that would stop for them.
+	// A claim that uses them up asks again (see wants in claimBody).
+	if known := s.knownNeeds(p.Queue, p.Limit); len(known) > 0 {
+		got, err := s.acquire(ctx, known, p.LeaseDuration)
+		for _, pm := range got {
+			held[pm.key] = pm
+		}
+		failed = err
+	}
+	var named []need
+	for round := 0; failed == nil && round < maxClaimRounds && p.Limit > 0; round++ {
 		flag, err := claimFlag(held, tenants, p.Limit)
 		if err != nil {
 			failed = err
@@ -204,15 +232,21 @@ func (s *Store) claimCluster(ctx context.Context, p store.ClaimParams) ([]*store
 		if len(need) == 0 || p.Limit <= 0 {
 			break
 		}
+		named = append(named, need...)
 		got, err := s.acquire(ctx, need, p.LeaseDuration)
 		for _, pm := range got {
-			held[pm.key] = pm
+			if h := held[pm.key]; h != nil {
+				h.merge(pm)
+			} else {
+				held[pm.key] = pm
+			}
 		}
 		if err != nil {
 			failed = err
 			break
 		}
 	}
+	s.rememberNeeds(p.Queue, held, named)
 	// Confirmed even when the claim's context ends: the jobs claimed are active, and their permits
 	// must move from the reservation to the ledger.
 	if err := s.confirm(context.WithoutCancel(ctx), held); err != nil && failed == nil {
@@ -233,6 +267,50 @@ func (s *Store) claimCluster(ctx context.Context, p store.ClaimParams) ([]*store
 type need struct {
 	key string
 	n   int
+}
+
+// knownNeeds returns the keys queue's last claim took permits of, each for at most limit jobs.
+func (s *Store) knownNeeds(queue string, limit int) []need {
+	s.needsMu.Lock()
+	defer s.needsMu.Unlock()
+	known := s.needs[queue]
+	if len(known) == 0 {
+		return nil
+	}
+	out := make([]need, len(known))
+	for i, nd := range known {
+		out[i] = need{key: nd.key, n: min(nd.n, limit)}
+	}
+	return out
+}
+
+// rememberNeeds keeps, for queue's next claim, the keys this claim used permits of or stopped for,
+// each with the most jobs it took or could take; a key asked for beforehand and not used is
+// forgotten (the queue may have no job of it left).
+func (s *Store) rememberNeeds(queue string, held map[string]*permits, named []need) {
+	counts := map[string]int{}
+	for k, pm := range held {
+		if len(pm.used) > 0 {
+			counts[k] = len(pm.used) / 2 // lease end, entry pairs
+		}
+	}
+	for _, nd := range named {
+		counts[nd.key] = max(counts[nd.key], nd.n)
+	}
+	keep := make([]need, 0, len(counts))
+	for k, n := range counts {
+		keep = append(keep, need{key: k, n: max(n, 1)})
+	}
+	s.needsMu.Lock()
+	defer s.needsMu.Unlock()
+	if len(keep) == 0 {
+		delete(s.needs, queue)
+		return
+	}
+	if s.needs == nil || len(s.needs) > 4096 {
+		s.needs = map[string][]need{}
+	}
+	s.needs[queue] = keep
 }
 
 // parseNeed reads the claim script's trailing {"\nneed", key, count, ...} entry.
@@ -308,8 +386,11 @@ func (s *Store) acquireOnce(ctx context.Context, needs []need, lease time.Durati
 		n, _ := v[0].(int64)
 		full, _ := v[4].(int64)
 		until, _ := strconv.ParseInt(fmt.Sprint(v[3]), 10, 64)
-		pm := &permits{key: needs[i].key, res: res[i], granted: int(n), left: int(n), window: fmt.Sprint(v[1]),
+		pm := &permits{key: needs[i].key, unlimited: n < 0, left: max(int(n), 0), more: int(n) >= needs[i].n,
 			action: fmt.Sprint(v[2]), until: until, full: full == 1}
+		if n >= 0 {
+			pm.res = []reservation{{id: res[i], granted: int(n), window: fmt.Sprint(v[1])}}
+		}
 		if pm.action == string(store.LimitWait) {
 			pm.action = ""
 		}
@@ -322,8 +403,12 @@ func (s *Store) acquireOnce(ctx context.Context, needs []need, lease time.Durati
 func (s *Store) confirm(ctx context.Context, held map[string]*permits) error {
 	return s.pipelinedScripts(ctx, func(run runScript) {
 		for _, pm := range held {
-			if pm.granted >= 0 {
-				run(scriptRateConfirm, []string{s.rateBase(pm.key)}, append([]any{pm.res, pm.granted, pm.window}, pm.used...)...)
+			// The jobs that used permits are counted against the reservations in the order taken.
+			used := pm.used
+			for _, r := range pm.res {
+				k := min(r.granted*2, len(used))
+				run(scriptRateConfirm, []string{s.rateBase(pm.key)}, append([]any{r.id, r.granted, r.window}, used[:k]...)...)
+				used = used[k:]
 			}
 		}
 	})

@@ -360,3 +360,74 @@ func TestClusterRateLimitKilledProcess(t *testing.T) {
 		require.True(t, finished[id], "the helper's job %s was rescued and ran", id)
 	}
 }
+
+// TestClusterClaimAsksAgain: a claim on a cluster first asks for the permits its queue's last claim
+// used (for as many jobs as then), asks again when it uses them up while jobs of the key remain,
+// confirms each reservation's permits (the window counts each start once), stops asking when the
+// key is exhausted, and forgets a key the queue has no job of.
+func TestClusterClaimAsksAgain(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, s, _, queues := twoClusterStores(t)
+	q := queues[0]
+	claim := func(limit int) []*store.Job {
+		t.Helper()
+		jobs, err := s.Claim(ctx, store.ClaimParams{Queue: q, Limit: limit, WorkerID: "w", LeaseDuration: time.Minute})
+		require.NoError(t, err)
+		return jobs
+	}
+	remember := func(key string, n int) {
+		s.needsMu.Lock()
+		s.needs[q] = []need{{key: key, n: n}}
+		s.needsMu.Unlock()
+	}
+
+	require.NoError(t, s.SetRateLimit(ctx, "k", store.RateLimit{MaxActive: 6}))
+	var batch []*store.InsertParams
+	for range 6 {
+		batch = append(batch, limitedTestJob(q, "k"))
+	}
+	_, err := s.Insert(ctx, batch)
+	require.NoError(t, err)
+	require.Len(t, claim(1), 1)
+	require.Equal(t, "k", s.knownNeeds(q, 10)[0].key, "the queue's claim remembers the key")
+	remember("k", 1)
+	require.Len(t, claim(10), 5, "a claim that used up the permits it asked for first asks again")
+	act, res := ledgerSizes(t, s, "k")
+	require.Equal(t, int64(6), act, "every permit of both reservations is confirmed")
+	require.Zero(t, res)
+	_, err = s.Insert(ctx, []*store.InsertParams{limitedTestJob(q, "k")})
+	require.NoError(t, err)
+	require.Empty(t, claim(10), "the key is exhausted: no permit, no job")
+
+	// Two reservations in one rate window: each start counts once.
+	require.NoError(t, s.SetRateLimit(ctx, "w", store.RateLimit{Rate: 3, Period: time.Hour}))
+	wq := queues[1]
+	batch = nil
+	for range 5 {
+		batch = append(batch, limitedTestJob(wq, "w"))
+	}
+	_, err = s.Insert(ctx, batch)
+	require.NoError(t, err)
+	s.needsMu.Lock()
+	s.needs[wq] = []need{{key: "w", n: 1}}
+	s.needsMu.Unlock()
+	jobs, err := s.Claim(ctx, store.ClaimParams{Queue: wq, Limit: 10, WorkerID: "w", LeaseDuration: time.Minute})
+	require.NoError(t, err)
+	require.Len(t, jobs, 3, "the window admits its rate, over two reservations")
+	info, err := s.GetRateLimit(ctx, "w")
+	require.NoError(t, err)
+	require.Equal(t, int64(3), info.WindowCount)
+
+	// A queue with no job of a remembered key forgets it.
+	eq := queues[2]
+	s.needsMu.Lock()
+	s.needs[eq] = []need{{key: "k", n: 3}}
+	s.needsMu.Unlock()
+	jobs, err = s.Claim(ctx, store.ClaimParams{Queue: eq, Limit: 10, WorkerID: "w", LeaseDuration: time.Minute})
+	require.NoError(t, err)
+	require.Empty(t, jobs)
+	require.Empty(t, s.knownNeeds(eq, 10), "an unused key is forgotten")
+	_, res = ledgerSizes(t, s, "k")
+	require.Zero(t, res, "its permits went back")
+}

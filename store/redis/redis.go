@@ -75,6 +75,9 @@ type Store struct {
 	// reconciled is when this store last checked each rate key's whole ledger (ratelimit.go).
 	reconciledMu sync.Mutex
 	reconciled   map[string]time.Time
+	// needs remembers, per queue, the limit keys its last claim took permits of (ratelimit.go).
+	needsMu sync.Mutex
+	needs   map[string][]need
 	// tenantLimits caches the tenants with a stored limit, read at tenantLimitsAt (ratelimit.go).
 	tenantLimitsMu sync.Mutex
 	tenantLimits   []string

@@ -707,7 +707,8 @@ local nk = tonumber(ARGV[4])
 -- the permits the caller took for rate keys in their own slots (ratelimit.go) and the tenants with
 -- a stored limit, as JSON: {g = {rate key -> {n = permits, a = the limit's action when it granted
 -- fewer than asked because it is exhausted ('' when it is only busy), u = the end of the window
--- that holds it, µs, 0 for none}}, t = {tenant, ...}}.
+-- that holds it, µs, 0 for none, m = true when they were all that was asked, so that more may be
+-- free once they are used}}, t = {tenant, ...}}.
 local flag = ARGV[5 + nk + limit]
 local global = flag == '1'
 local grants, limitedt = {}, {}
@@ -757,13 +758,19 @@ local function activate(id, rk, f, tp)
   if rk ~= '' and global then rlstarted(rk, t) end
   out[#out + 1] = redis.call('HGETALL', k)
 end
+-- wants reports whether a Redis Cluster's claim is to ask for permits of key k: it holds none, or
+-- has used up permits that were all it asked for (more may be free).
+local function wants(k)
+  local g = grants[k]
+  return not g or (g.n <= 0 and g.m == true)
+end
 -- needpermits sets needed to {'\nneed', rate key, count, ...}: the rate keys of srcs (a Redis
 -- Cluster's claim) that have no permits in this claim, each with how many of its jobs the claim
 -- could take (at most upto), for the caller to ask its limit for that many.
 local function needpermits(srcs, upto)
   local count, order = {}, {}
   for _, sr in ipairs(srcs) do
-    if sr.rk ~= '' and not grants[sr.rk] then
+    if sr.rk ~= '' and wants(sr.rk) then
       if not count[sr.rk] then order[#order + 1] = sr.rk count[sr.rk] = 0 end
       count[sr.rk] = math.min(upto, count[sr.rk] + redis.call('ZCARD', sr.key))
     end
@@ -803,10 +810,11 @@ while #out < upto do
           blocked, until_, action = rlblocked(sr.rk, t)
         else
           g = grants[sr.rk]
-          if not g then
-            -- A Redis Cluster's claim holds no permit of this key yet (its limit is in another slot):
-            -- it stops here, so that no job after this one is taken before it, and names the keys it
-            -- needs permits of (see needpermits); the caller takes them and claims again.
+          if wants(sr.rk) then
+            -- A Redis Cluster's claim holds no permit of this key (its limit is in another slot), or
+            -- has used those it asked for: it stops here, so that no job after this one is taken
+            -- before it, and names the keys it needs permits of (see needpermits); the caller takes
+            -- them and claims again.
             needpermits(srcs, upto - #out)
             break
           elseif g.n <= 0 then
@@ -889,7 +897,7 @@ local function needtenants(first, upto)
   end
   add(first)
   for tn in pairs(limitedt) do
-    if tn ~= first and not grants['tenant:' .. tn] and redis.call('SISMEMBER', B .. 'tset', tn) == 1 then add(tn) end
+    if tn ~= first and wants('tenant:' .. tn) and redis.call('SISMEMBER', B .. 'tset', tn) == 1 then add(tn) end
   end
 end
 local ring = B .. 'tring'
@@ -918,7 +926,7 @@ if fair then
         -- A Redis Cluster's claim: the tenant's limit is in another slot, so its turn takes the
         -- permits the caller took there, or stops the claim to ask for them (see needpermits).
         local tp = grants['tenant:' .. m]
-        if not tp then
+        if wants('tenant:' .. m) then
           needtenants(m, limit - #out)
           break
         end
