@@ -26,6 +26,11 @@ import (
 //  3. The claim runs again with the permits (the jobs before the stop are kept: claim order holds),
 //     and RateConfirm turns the used permits into ledger entries and gives the others back.
 //
+// The store remembers, per queue, the keys its last claim used permits of (rememberNeeds), and the
+// next claim takes those permits before its first call. A claim that uses up every permit it asked
+// for, with jobs of the key left, stops and asks again (wants in claimBody), so one claim's permits
+// of a key may span reservations, each confirmed for its share.
+//
 // A job's permit comes back when Finish applies its outcome (RateRelease). A job that leaves active
 // some other way (rescued, cancelled or deleted while running, or finished by a process that died
 // before its release) keeps its entry until RateReconcile finds that job no longer active in that
