@@ -85,6 +85,16 @@ func clusterClient(t testing.TB) *goredis.ClusterClient {
 	return rdb
 }
 
+// migratedCluster starts a local cluster, opens a migrated store on it and names a queue on each
+// master.
+func migratedCluster(t *testing.T) (*goredis.ClusterClient, *Store, []string) {
+	t.Helper()
+	rdb := clusterClient(t)
+	s := clusterStore(t, rdb)
+	require.NoError(t, s.Migrate(context.Background()))
+	return rdb, s, queuesOnEachMaster(t, rdb, s)
+}
+
 // clusterStore opens a store on rdb, closed when the test ends.
 func clusterStore(t testing.TB, rdb *goredis.ClusterClient) *Store {
 	s, err := New(context.Background(), rdb, Options{})
@@ -100,11 +110,7 @@ func clusterStore(t testing.TB, rdb *goredis.ClusterClient) *Store {
 func TestCluster(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	rdb := clusterClient(t)
-	s := clusterStore(t, rdb)
-	require.NoError(t, s.Migrate(ctx))
-
-	queues := queuesOnEachMaster(t, rdb, s)
+	rdb, s, queues := migratedCluster(t)
 	// Every master loses the store's function library (as a restart without persistence would):
 	// the first call to find it missing loads it on every master again.
 	require.NoError(t, rdb.ForEachMaster(ctx, func(ctx context.Context, m *goredis.Client) error {
@@ -263,10 +269,7 @@ func TestClusterStore(t *testing.T) {
 func TestClusterTenants(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	rdb := clusterClient(t)
-	s := clusterStore(t, rdb)
-	require.NoError(t, s.Migrate(ctx))
-	queues := queuesOnEachMaster(t, rdb, s)
+	rdb, s, queues := migratedCluster(t)
 
 	claimTenants := func(q string, n int) map[string]int {
 		t.Helper()

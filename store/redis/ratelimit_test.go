@@ -76,12 +76,10 @@ func ledgerSizes(t *testing.T, s *Store, key string) (active, reserved int64) {
 // own (as two processes would), and names a queue on each master.
 func twoClusterStores(t *testing.T) (*goredis.ClusterClient, *Store, *Store, []string) {
 	t.Helper()
-	rdb := clusterClient(t)
-	s1 := clusterStore(t, rdb)
-	require.NoError(t, s1.Migrate(context.Background()))
+	rdb, s1, queues := migratedCluster(t)
 	rdb2 := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: rdb.Options().Addrs})
 	t.Cleanup(func() { _ = rdb2.Close() })
-	return rdb, s1, clusterStore(t, rdb2), queuesOnEachMaster(t, rdb, s1)
+	return rdb, s1, clusterStore(t, rdb2), queues
 }
 
 // TestClusterRateLimits checks a rate limit on a local 3-master Redis Cluster, whose limit lives in
@@ -299,10 +297,7 @@ func TestClusterTenantLimits(t *testing.T) {
 func TestClusterRateLimitKilledProcess(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	rdb := clusterClient(t)
-	s := clusterStore(t, rdb)
-	require.NoError(t, s.Migrate(ctx))
-	queues := queuesOnEachMaster(t, rdb, s)
+	rdb, s, queues := migratedCluster(t)
 	const maxActive = 2
 	require.NoError(t, s.SetRateLimit(ctx, "k", store.RateLimit{MaxActive: maxActive}))
 	var batch []*store.InsertParams

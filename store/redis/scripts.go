@@ -71,6 +71,8 @@ local decided = {}
 -- needed is what a Redis Cluster's claim that stopped for want of rate-limit permits asks for (see
 -- needpermits in the claim), false when it did not stop.
 local needed = false
+-- none is an empty table no function writes to, for what a claim on a single node leaves empty.
+local none = {}
 -- released is the queue of the children settle released of a workflow tagged by its queue (false when
 -- none): the script's own queue, which the caller announces from the script's reply (on a cluster the
 -- notification channel is in another slot than the queue).
@@ -711,8 +713,9 @@ local nk = tonumber(ARGV[4])
 -- free once they are used}}, t = {tenant, ...}}.
 local flag = ARGV[5 + nk + limit]
 local global = flag == '1'
-local grants, limitedt = {}, {}
+local grants, limitedt = none, none
 if not global and #flag > 1 then
+  grants, limitedt = {}, {}
   local fj = cjson.decode(string.sub(flag, 2))
   if type(fj.g) == 'table' then grants = fj.g end
   if type(fj.t) == 'table' then for _, tn in ipairs(fj.t) do limitedt[tn] = true end end
