@@ -72,12 +72,9 @@ import (
 //
 // Jobs without a RateKey pay nothing for the feature: their claims take the same plan as before.
 //
-// On Redis a key's limit spans queues, so its scripts touch keys outside the queue's slot: rate
-// limits (and workflows whose jobs span queues) need a single Redis node, and a Redis Cluster
-// refuses them with ErrUnsupported rather than enforcing them loosely: storing a limit (SetRateLimit,
-// or InsertParams.RateLimit) and inserting a workflow whose jobs are in several queues are refused
-// (a workflow whose jobs share one queue runs there, in that queue's slot); a job may still carry a
-// rate key, which, no limit being storable, limits nothing.
+// On a Redis Cluster a key's limit spans queues, so slots: the limit lives in the key's own slot and
+// a claim takes permits from it before it starts the key's jobs (store/redis/ratelimit.go), so that
+// claims on different masters never overrun it together.
 //
 // # Workflows
 //
@@ -100,6 +97,14 @@ import (
 // Released means: state available, ScheduledAt now, ParentResults set to the parents' results, and
 // the queue announced when the transaction commits. Cancelled means state cancelled, CompletedAt now.
 // There is no polling step: the child is claimable the moment the parent's transition commits.
+//
+// One store gives a weaker form of that guarantee, and says so: on a Redis Cluster, a child in another
+// queue than its parent is in another slot, which no script can touch with the parent's. There the
+// parent's transition writes its outcome, in the same atomic step, into a durable outbox in its own
+// queue, and the store delivers it to the child's queue right after (one or two round trips later);
+// a process that dies in between leaves the outcome in the outbox, and any process's Rescue delivers
+// it. The child is decided exactly as above, once, never lost, but not in the parent's transaction
+// (store/redis/relay.go).
 //
 // The workflow's state is derived from its members (callbacks excluded): cancelled once
 // CancelWorkflow was called; otherwise running while any member is not terminal; completed when all

@@ -106,7 +106,7 @@ func clusterStore(t testing.TB, rdb *goredis.ClusterClient) *Store {
 // TestCluster runs the store on a local 3-master Redis Cluster: queues whose slots are on every
 // master go through the whole lifecycle (insert, unique keys, claim, finish with tokens, heartbeat,
 // rescue, listing, counts, pause, cancel and retry, cleanup, notifications, leadership, cron), and a
-// workflow spanning queues (slots) is refused with store.ErrUnsupported.
+// workflow spanning queues (slots) is taken.
 func TestCluster(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -230,22 +230,23 @@ func TestCluster(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, due, 1)
 
-	// A workflow in one queue runs in its slot (TestClusterWorkflows); one spanning queues is refused.
+	// A workflow in one queue runs in its slot (TestClusterWorkflows); one spanning queues is split
+	// into a part per queue (TestClusterSplitWorkflows).
 	wf := uuidv7.New()
 	member := testJob(queues[0])
 	member.WorkflowID = wf
 	other := testJob(queues[1])
 	other.WorkflowID = wf
-	_, _, err = s.InsertWorkflow(ctx, store.WorkflowParams{ID: wf, Jobs: []*store.InsertParams{member, other}})
-	require.ErrorIs(t, err, store.ErrUnsupported)
-	_, _, err = s.InsertWorkflow(ctx, store.WorkflowParams{ID: wf, Jobs: []*store.InsertParams{member}})
+	w, _, err := s.InsertWorkflow(ctx, store.WorkflowParams{ID: wf, Jobs: []*store.InsertParams{member, other}})
 	require.NoError(t, err)
+	require.Equal(t, 2, w.Total)
+	require.Equal(t, 2, w.Counts[store.StateAvailable])
 }
 
 // TestClusterStore runs the shared behaviour suite against a local 3-master Redis Cluster, each
 // test under a key prefix of its own (its queues land on all three masters). Rate and tenant limits
-// run there through their permit ledgers (ratelimit.go); workflows spanning queues are refused
-// (workflows in one queue run in its slot), and the suite holds the store to that.
+// run there through their permit ledgers (ratelimit.go), and workflows spanning queues as one part
+// per queue (relay.go).
 func TestClusterStore(t *testing.T) {
 	t.Parallel()
 	rdb := clusterClient(t)
@@ -256,9 +257,8 @@ func TestClusterStore(t *testing.T) {
 		return s
 	}
 	storetest.Run(t, storetest.Harness{
-		New:                  func(t *testing.T) store.Store { return open(t, "prontotest:"+uuidv7.New()+":") },
-		Reopen:               func(t *testing.T, s store.Store) store.Store { return open(t, s.(*Store).Prefix()) },
-		SingleQueueWorkflows: true,
+		New:    func(t *testing.T) store.Store { return open(t, "prontotest:"+uuidv7.New()+":") },
+		Reopen: func(t *testing.T, s store.Store) store.Store { return open(t, s.(*Store).Prefix()) },
 	})
 }
 

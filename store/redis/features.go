@@ -174,16 +174,17 @@ func (s *Store) ListRateLimits(ctx context.Context) ([]*store.RateLimitInfo, err
 //
 // Where those keys live depends on the workflow's queues:
 //
-//   - All its jobs in one queue (the common case, and the only one a Redis Cluster accepts): the
-//     keys are tagged by that queue (<prefix>{q:<queue>}:wf:<id>), and its jobs carry the field wfl,
-//     so every script of the workflow touches the queue's one slot, like any other queue script.
-//   - Jobs in several queues (single node only): the keys are global (<prefix>wf:<id>), and the
-//     scripts find the other queues' jobs through the id index. A cluster refuses such a workflow
-//     with store.ErrUnsupported: no one script could release a child in another slot in the same
-//     atomic step as its parent's outcome.
+//   - All its jobs in one queue (the common case): the keys are tagged by that queue
+//     (<prefix>{q:<queue>}:wf:<id>), and its jobs carry the field wfl, so every script of the
+//     workflow touches the queue's one slot, like any other queue script.
+//   - Jobs in several queues, on a single node: the keys are global (<prefix>wf:<id>), and the
+//     scripts find the other queues' jobs through the id index.
+//   - Jobs in several queues, on a Redis Cluster: the workflow is split into one part per queue, each
+//     of the layout above in its queue's slot, and outcomes reach the children in other queues
+//     through each queue's outbox (relay.go).
 //
 // The workflow index <prefix>wfq{<prefix>ids} (a hash: workflow id -> its queue, "" for the global
-// layout) finds a workflow's keys by id. Its hash tag is the id index's key, so one call registers a
+// layout, its queues after newlines for a split workflow) finds a workflow's keys by id. Its hash tag is the id index's key, so one call registers a
 // new workflow there and its jobs in the id index, all or nothing, before the workflow's script runs
 // in its queue's slot (a cluster cannot do both in one script). The registration stays pending
 // (<prefix>wfp{<prefix>ids}, <prefix>wfr{<prefix>ids}) until the workflow is written. A crash between
@@ -208,21 +209,31 @@ func (s *Store) wfRegKeys() []string {
 const pendingGrace = 10 * time.Minute
 
 // sweepRegistrations undoes up to 100 workflow registrations pending for longer than pendingGrace
-// whose workflow was never written (their writer died between its two calls), and ends those whose
-// workflow was written (the writer died before ending its registration).
+// whose workflow was never written (their writer died between its calls), and ends those whose
+// workflow was written (the writer died before ending its registration), listing them. A split
+// workflow (relay.go) with every part written has its held roots released; one with only some
+// parts written has them deleted, and is undone.
 func (s *Store) sweepRegistrations(ctx context.Context) error {
 	res, err := scriptStaleWorkflows.Run(ctx, s.rdb, s.wfRegKeys(), pendingGrace.Microseconds(), 100).StringSlice()
 	if err != nil || len(res) == 0 {
 		return err
 	}
-	cmds := make([]*goredis.IntCmd, 0, len(res)/2)
+	n := len(res) / 2
+	parts := make([][]string, n) // per registration, the queues of its parts ("" for the global layout)
+	exists := make([][]*goredis.IntCmd, n)
 	_, err = s.rdb.Pipelined(ctx, func(pl goredis.Pipeliner) error {
-		for i := 0; i+1 < len(res); i += 2 {
-			base := s.prefix
-			if q := res[i+1]; q != "" {
-				base = s.qkey(q)
+		for k := range n {
+			id, v := res[2*k], res[2*k+1]
+			if parts[k] = splitQueues(v); parts[k] == nil {
+				parts[k] = []string{v}
 			}
-			cmds = append(cmds, pl.Exists(ctx, base+"wf:"+res[i]))
+			for _, q := range parts[k] {
+				base := s.prefix
+				if q != "" {
+					base = s.qkey(q)
+				}
+				exists[k] = append(exists[k], pl.Exists(ctx, base+"wf:"+id))
+			}
 		}
 		return nil
 	})
@@ -230,8 +241,33 @@ func (s *Store) sweepRegistrations(ctx context.Context) error {
 		return err
 	}
 	args := make([]any, 0, len(res))
-	for k, c := range cmds {
-		args = append(args, res[2*k], boolFlag(c.Val() == 0))
+	for k := range n {
+		id, written := res[2*k], 0
+		for _, c := range exists[k] {
+			written += int(c.Val())
+		}
+		switch {
+		case written == len(parts[k]):
+			if len(parts[k]) > 1 {
+				err = s.pipelinedScripts(ctx, func(run runScript) {
+					for _, q := range parts[k] {
+						run(scriptReleaseHeld, s.keys(q), id)
+					}
+				})
+			}
+			if err == nil {
+				err = s.rdb.ZAdd(ctx, s.workflowsKey(), goredis.Z{Member: id}).Err()
+			}
+			args = append(args, id, "")
+		case written > 0:
+			err = s.dropParts(ctx, id, parts[k])
+			args = append(args, id, "1")
+		default:
+			args = append(args, id, "1")
+		}
+		if err != nil {
+			return fmt.Errorf("workflow %s: %w", id, err)
+		}
 	}
 	return ignoreNil(scriptSettleRegistrations.Run(ctx, s.rdb, s.wfRegKeys(), args...).Err())
 }
@@ -269,11 +305,12 @@ func (s *Store) workflowBases(ctx context.Context, ids []string) (bases, queues 
 // dropWorkflows removes workflows deleted with their last job from the workflow index, the
 // listing's index and, should their writer have died before ending it, their registration.
 func (s *Store) dropWorkflows(ctx context.Context, ids []string) error {
-	if len(ids) == 0 {
-		return nil
+	ids, err := s.withoutParts(ctx, ids)
+	if err != nil || len(ids) == 0 {
+		return err
 	}
 	reg := s.wfRegKeys()
-	_, err := s.rdb.Pipelined(ctx, func(pl goredis.Pipeliner) error {
+	_, err = s.rdb.Pipelined(ctx, func(pl goredis.Pipeliner) error {
 		pl.HDel(ctx, s.wfIndexKey(), ids...)
 		pl.ZRem(ctx, reg[2], toAny(ids)...)
 		pl.HDel(ctx, reg[3], ids...)
@@ -283,10 +320,41 @@ func (s *Store) dropWorkflows(ctx context.Context, ids []string) error {
 	return err
 }
 
+// withoutParts returns ids without the split workflows (relay.go) that still have a part in some
+// queue: a part gone with its last job leaves the others.
+func (s *Store) withoutParts(ctx context.Context, ids []string) ([]string, error) {
+	if len(ids) == 0 || !s.cluster() {
+		return ids, nil
+	}
+	_, queues, err := s.workflowBases(ctx, ids)
+	if err != nil {
+		return nil, err
+	}
+	exists := make([][]*goredis.IntCmd, len(ids))
+	_, err = s.rdb.Pipelined(ctx, func(pl goredis.Pipeliner) error {
+		for i, id := range ids {
+			for _, q := range splitQueues(queues[i]) {
+				exists[i] = append(exists[i], pl.Exists(ctx, s.qkey(q)+"wf:"+id))
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := ids[:0:0]
+	for i, id := range ids {
+		if !slices.ContainsFunc(exists[i], func(c *goredis.IntCmd) bool { return c.Val() > 0 }) {
+			out = append(out, id)
+		}
+	}
+	return out, nil
+}
+
 // InsertWorkflow stores the workflow: its index entry and its jobs' ids first (one call), then the
-// workflow and all its jobs in one script, and announces the queues of the jobs claimable now. On a
-// Redis Cluster a workflow whose jobs span queues is refused (store.ErrUnsupported), as are rate
-// limits given with its jobs.
+// workflow and all its jobs in one script (on a Redis Cluster, for a workflow whose jobs span queues,
+// one script per queue and a second to release the roots, see relay.go), and announces the queues of
+// the jobs claimable now.
 func (s *Store) InsertWorkflow(ctx context.Context, p store.WorkflowParams) (*store.Workflow, []*store.Job, error) {
 	for _, jp := range p.Jobs {
 		if err := validInsert(jp); err != nil {
@@ -308,18 +376,21 @@ func (s *Store) InsertWorkflow(ctx context.Context, p store.WorkflowParams) (*st
 		}
 	}
 	cluster := s.cluster()
-	if cluster {
-		if len(queues) > 1 {
-			return nil, nil, fmt.Errorf("redis: insert workflow %s: its jobs span queues %s, and on a Redis Cluster a workflow's jobs "+
-				"must share one queue (its steps must each be one atomic script in one slot): %w",
-				p.ID, strings.Join(queues, ", "), store.ErrUnsupported)
-		}
-	}
-	// local: the workflow's keys are tagged by its one queue (see above).
-	local := len(queues) == 1
+	// local: the workflow's keys are tagged by its one queue (see above); split: it spans a
+	// cluster's queues and is written as one part per queue (relay.go).
+	local, split := len(queues) == 1, cluster && len(queues) > 1
 	wfQueue, keys, layout := "", []string{s.prefix}, ""
-	if local {
+	switch {
+	case local:
 		wfQueue, keys, layout = queues[0], s.keys(queues[0]), "1"
+	case split:
+		for _, q := range queues {
+			if strings.Contains(q, splitMark) {
+				return nil, nil, fmt.Errorf("redis: insert workflow %s: queue %q holds a newline, which a workflow spanning a "+
+					"Redis Cluster's queues cannot: %w", p.ID, q, store.ErrInvalidParams)
+			}
+		}
+		wfQueue, layout = splitValue(queues), "1"
 	}
 	kids := make(map[string][]string)
 	members := 0
@@ -340,6 +411,9 @@ func (s *Store) InsertWorkflow(ctx context.Context, p store.WorkflowParams) (*st
 	var queueCmds []*goredis.IntCmd
 	err := s.pipelined(ctx, func(pl goredis.Pipeliner, run runScript) error {
 		queueCmds = s.registerQueues(ctx, pl, queues)
+		if split {
+			pl.SAdd(ctx, s.splitSetKey(), toAny(queues)...)
+		}
 		regCmd = run(scriptRegisterWorkflow, s.wfRegKeys(), reg...)
 		return nil
 	})
@@ -369,29 +443,14 @@ func (s *Store) InsertWorkflow(ctx context.Context, p store.WorkflowParams) (*st
 		metaFlag, meta = "1", string(p.Meta)
 	}
 	args := []any{p.ID, p.Name, p.Type, metaFlag, meta, members, len(p.Jobs), layout, boolFlag(!cluster)}
-	for _, jp := range p.Jobs {
-		f := insertFields(jp, cluster)
-		if k := kids[jp.ID]; len(k) > 0 {
-			f = append(f, "kids", strings.Join(k, ","))
-		}
-		if local {
-			f = append(f, "wfl", "1")
-		}
-		rl := ""
-		if jp.RateLimit != nil && !cluster {
-			rl = encodeLimit(*jp.RateLimit)
-		}
-		args = append(args, jp.Queue, jp.ID, jp.RateKey, rl, len(f)/2)
-		args = append(args, f...)
+	var res any
+	if split {
+		res, err = s.insertSplit(ctx, p, queues, kids, args)
+	} else {
+		res, err = s.writeWorkflow(ctx, p, keys, args, kids, local)
 	}
-	res, err := scriptInsertWorkflow.Run(ctx, s.rdb, keys, args...).Result()
-	if err != nil || res == "dup" {
-		// Give the ids back, so a retry is not refused as a duplicate.
-		scriptSettleRegistrations.Run(context.WithoutCancel(ctx), s.rdb, s.wfRegKeys(), p.ID, "1")
-		if err != nil {
-			return nil, nil, fmt.Errorf("redis: insert workflow %s: %w", p.ID, err)
-		}
-		return nil, nil, fmt.Errorf("redis: insert workflow %s: %w", p.ID, store.ErrDuplicate)
+	if err != nil {
+		return nil, nil, fmt.Errorf("redis: insert workflow %s: %w", p.ID, err)
 	}
 	err = s.pipelined(ctx, func(pl goredis.Pipeliner, run runScript) error {
 		pl.ZAdd(ctx, s.workflowsKey(), goredis.Z{Member: p.ID})
@@ -440,6 +499,37 @@ func (s *Store) InsertWorkflow(ctx context.Context, p store.WorkflowParams) (*st
 	return w, jobs, nil
 }
 
+// writeWorkflow writes workflow p and all its jobs in one script (keys and the workflow's own
+// arguments args as InsertWorkflow built them), and returns the server's time of the write. On a
+// failure it undoes the registration, so that a retry is not refused as a duplicate.
+func (s *Store) writeWorkflow(ctx context.Context, p store.WorkflowParams, keys []string, args []any, kids map[string][]string, local bool) (any, error) {
+	cluster := s.cluster()
+	for _, jp := range p.Jobs {
+		f := insertFields(jp, cluster)
+		if k := kids[jp.ID]; len(k) > 0 {
+			f = append(f, "kids", strings.Join(k, ","))
+		}
+		if local {
+			f = append(f, "wfl", "1")
+		}
+		rl := ""
+		if jp.RateLimit != nil && !cluster {
+			rl = encodeLimit(*jp.RateLimit)
+		}
+		args = append(args, jp.Queue, jp.ID, jp.RateKey, rl, len(f)/2)
+		args = append(args, f...)
+	}
+	res, err := scriptInsertWorkflow.Run(ctx, s.rdb, keys, args...).Result()
+	if err == nil && res == "dup" {
+		err = store.ErrDuplicate
+	}
+	if err != nil {
+		scriptSettleRegistrations.Run(context.WithoutCancel(ctx), s.rdb, s.wfRegKeys(), p.ID, "1")
+		return nil, err
+	}
+	return res, nil
+}
+
 // GetWorkflow returns one workflow, or ErrNotFound.
 func (s *Store) GetWorkflow(ctx context.Context, id string) (*store.Workflow, error) {
 	ws, err := s.getWorkflows(ctx, []string{id})
@@ -459,14 +549,21 @@ func (s *Store) getWorkflows(ctx context.Context, ids []string) ([]*store.Workfl
 	if len(ids) == 0 {
 		return out, nil
 	}
-	bases, _, err := s.workflowBases(ctx, ids)
+	bases, queues, err := s.workflowBases(ctx, ids)
 	if err != nil {
 		return nil, err
 	}
-	cmds := make([]*goredis.MapStringStringCmd, len(ids))
+	// A split workflow's parts (relay.go) are read together and merged.
+	cmds := make([][]*goredis.MapStringStringCmd, len(ids))
 	_, err = s.rdb.Pipelined(ctx, func(pl goredis.Pipeliner) error {
 		for i, id := range ids {
-			cmds[i] = pl.HGetAll(ctx, bases[i]+"wf:"+id)
+			if parts := splitQueues(queues[i]); parts != nil {
+				for _, q := range parts {
+					cmds[i] = append(cmds[i], pl.HGetAll(ctx, s.qkey(q)+"wf:"+id))
+				}
+				continue
+			}
+			cmds[i] = append(cmds[i], pl.HGetAll(ctx, bases[i]+"wf:"+id))
 		}
 		return nil
 	})
@@ -474,7 +571,11 @@ func (s *Store) getWorkflows(ctx context.Context, ids []string) ([]*store.Workfl
 		return nil, err
 	}
 	for i, id := range ids {
-		if m := cmds[i].Val(); m["id"] != "" {
+		parts := make([]map[string]string, len(cmds[i]))
+		for k, c := range cmds[i] {
+			parts[k] = c.Val()
+		}
+		if m := mergeParts(parts); m != nil {
 			out[i] = decodeWorkflow(id, m)
 		}
 	}
@@ -517,14 +618,47 @@ func (s *Store) CancelWorkflow(ctx context.Context, id string) (*store.Workflow,
 		// The global layout exists on a single node only (and its script would cross slots here).
 		return nil, workflowNotFound(id)
 	}
-	res, err := scriptCancelWorkflow.Run(ctx, s.rdb, []string{bases[0]}, id, queues[0]).Result()
+	// A split workflow (relay.go) is cancelled part by part.
+	parts, keys := []string{queues[0]}, []string{bases[0]}
+	if split := splitQueues(queues[0]); split != nil {
+		parts, keys = split, nil
+		for _, q := range split {
+			keys = append(keys, s.qkey(q))
+		}
+	}
+	cmds := make([]*goredis.Cmd, len(parts))
+	err = s.pipelined(ctx, func(_ goredis.Pipeliner, run runScript) error {
+		for i, q := range parts {
+			cmds[i] = run(scriptCancelWorkflow, []string{keys[i]}, id, q)
+		}
+		return nil
+	})
 	if err != nil {
 		return nil, fmt.Errorf("redis: cancel workflow %s: %w", id, err)
 	}
-	if res == "nf" {
+	var told []any
+	found := false
+	for _, c := range cmds {
+		res, err := c.Result()
+		if err != nil {
+			return nil, fmt.Errorf("redis: cancel workflow %s: %w", id, err)
+		}
+		if res != "nf" {
+			found = true
+			t, _ := res.([]any)
+			told = append(told, t...)
+		}
+	}
+	if !found {
 		return nil, workflowNotFound(id)
 	}
-	told, _ := res.([]any)
+	if len(parts) > 1 {
+		// The outcomes the cancellations wrote for the other parts change nothing there (their jobs
+		// are cancelled too); relaying them empties the outboxes.
+		if err := s.relay(ctx, parts...); err != nil {
+			s.logf("redis: cancel workflow %s: %v", id, err)
+		}
+	}
 	var ns []store.Notification
 	for i := 0; i+1 < len(told); i += 2 {
 		q, _ := told[i].(string)

@@ -725,6 +725,7 @@ func (s *Store) Finish(ctx context.Context, completions []store.Completion) ([]s
 		ns = append(ns, store.Notification{Kind: store.NotifyInsert, Queue: q, DueAt: due, Nonce: nonce()})
 	}
 	var freed map[string][]any // on a cluster: the permits to give back, by rate key (ratelimit.go)
+	var relays []string        // queues whose workflow outboxes to relay (relay.go)
 	for _, cl := range calls {
 		reply, err := cl.cmd.Slice()
 		if err != nil {
@@ -755,8 +756,11 @@ func (s *Store) Finish(ctx context.Context, completions []store.Completion) ([]s
 			}
 			res[i].Applied = true
 			c := &completions[i]
-			if applied[k] == 2 && c.State != store.StateAvailable {
+			if applied[k] >= 2 && c.State != store.StateAvailable {
 				announce(queues[i], time.Time{}) // a slot of its rate key is free
+			}
+			if applied[k] == 3 && !slices.Contains(relays, queues[i]) {
+				relays = append(relays, queues[i])
 			}
 			switch c.State {
 			case store.StateAvailable:
@@ -769,6 +773,10 @@ func (s *Store) Finish(ctx context.Context, completions []store.Completion) ([]s
 				announce(queues[i], due)
 			}
 		}
+	}
+	if err := s.relay(ctx, relays...); err != nil {
+		// The outcomes are written; Rescue relays what is left.
+		s.logf("redis: finish: %v", err)
 	}
 	if err := s.releasePermits(ctx, freed); err != nil {
 		// The outcomes are written; the entries are dropped by the next check of their keys'
@@ -875,11 +883,16 @@ func (s *Store) Rescue(ctx context.Context, p store.RescueParams) (store.RescueR
 			}
 			res.Discarded = append(res.Discarded, j)
 		}
-		if len(req) > 0 || released == 1 {
+		if len(req) > 0 || released >= 1 {
 			ns = append(ns, store.Notification{Kind: store.NotifyInsert, Queue: q, Nonce: nonce()})
 		}
 	}
 	if s.cluster() {
+		// Outcomes of split workflows' jobs left in their queues' outboxes (rescued just now, or
+		// written by a process that died before relaying them) reach the other queues (relay.go).
+		if err := s.relayAll(ctx); err != nil {
+			return res, fmt.Errorf("redis: rescue: %w", err)
+		}
 		// The permits of rate-limited jobs that left active without Finish (rescued just now,
 		// cancelled or deleted while running) come back (ratelimit.go).
 		if err := s.reconcileLapsed(ctx); err != nil {
@@ -890,7 +903,8 @@ func (s *Store) Rescue(ctx context.Context, p store.RescueParams) (store.RescueR
 }
 
 // eachQueue runs a counting script on every queue until limit is reached, announcing the queues
-// the script asks to (its reply is {count, 1 to announce the queue}).
+// the script asks to (its reply is {count, 1 to announce the queue, 2 to announce it and relay its
+// workflow outbox (relay.go)}).
 func (s *Store) eachQueue(ctx context.Context, what string, sc *luaFunc, limit int) (int, error) {
 	if limit <= 0 {
 		limit = defaultLimit
@@ -913,8 +927,13 @@ func (s *Store) eachQueue(ctx context.Context, what string, sc *luaFunc, limit i
 			return n, fmt.Errorf("redis: %s %s: unexpected reply %v", what, q, r)
 		}
 		n += int(r[0])
-		if r[1] == 1 {
+		if r[1] >= 1 {
 			ns = append(ns, store.Notification{Kind: store.NotifyInsert, Queue: q, Nonce: nonce()})
+		}
+		if r[1] == 2 {
+			if err := s.relay(ctx, q); err != nil {
+				return n, fmt.Errorf("redis: %s: %w", what, err)
+			}
 		}
 	}
 	return n, s.publish(ctx, ns)
@@ -1052,11 +1071,18 @@ func (s *Store) ListJobs(ctx context.Context, p store.ListParams) ([]*store.Job,
 		}
 	case p.WorkflowID != "":
 		// A workflow's own ids (queue looked up per job) rather than every queue's.
-		bases, _, err := s.workflowBases(ctx, []string{p.WorkflowID})
+		bases, wq, err := s.workflowBases(ctx, []string{p.WorkflowID})
 		if err != nil {
 			return nil, "", fmt.Errorf("redis: list jobs: %w", err)
 		}
 		srcs = []source{{"", bases[0] + "wfj:" + p.WorkflowID}}
+		if parts := splitQueues(wq[0]); parts != nil {
+			// A split workflow's parts, each of its queue's jobs (relay.go).
+			srcs = srcs[:0]
+			for _, q := range parts {
+				srcs = append(srcs, source{q, s.qkey(q) + "wfj:" + p.WorkflowID})
+			}
+		}
 	default:
 		for _, q := range slices.Compact(slices.Sorted(slices.Values(queues))) {
 			for _, st := range states {
@@ -1221,13 +1247,15 @@ func strs(v any) []string {
 	return out
 }
 
-// byIDReply is the decoded {"ok", wasActive, job, released, dropped} reply of a by-id script.
+// byIDReply is the decoded {"ok", wasActive, job, released, dropped, relay} reply of a by-id script.
 type byIDReply struct {
 	job       *store.Job
 	wasActive bool
 	// released is the queue where the script released workflow children ("" for none); dropped, the
 	// workflow it deleted with its last job ("" for none).
 	released, dropped string
+	// relay says the script wrote to its queue's workflow outbox (relay.go).
+	relay bool
 }
 
 // byID runs one of the by-id scripts on job id and decodes its {status, ...} reply.
@@ -1265,6 +1293,10 @@ func (s *Store) byID(ctx context.Context, sc *luaFunc, op, id string, extra ...a
 	if len(res) > 4 {
 		out.dropped, _ = res[4].(string)
 	}
+	if len(res) > 5 {
+		r, _ := res[5].(int64)
+		out.relay = r == 1
+	}
 	return out, nil
 }
 
@@ -1281,6 +1313,11 @@ func (s *Store) CancelJob(ctx context.Context, id string) (*store.Job, error) {
 	}
 	if r.released != "" {
 		ns = append(ns, store.Notification{Kind: store.NotifyInsert, Queue: r.released, Nonce: nonce()})
+	}
+	if r.relay {
+		if err := s.relay(ctx, r.job.Queue); err != nil {
+			return r.job, fmt.Errorf("redis: cancel job %s: cancelled, but its workflow's other queues were not told (Rescue will): %w", id, err)
+		}
 	}
 	if err := s.publish(ctx, ns); err != nil {
 		return r.job, fmt.Errorf("redis: cancel job %s: cancelled, but it was not announced: %w", id, err)

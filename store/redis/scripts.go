@@ -77,6 +77,10 @@ local none = {}
 -- none): the script's own queue, which the caller announces from the script's reply (on a cluster the
 -- notification channel is in another slot than the queue).
 local released = false
+-- relay is true when settle wrote entries to the queue's workflow outbox (wfout, see relay.go): the
+-- outcomes of jobs of a workflow split over a Redis Cluster's queues, for their children in the other
+-- queues. The caller delivers them (Store.relay).
+local relay = false
 -- dropped lists the workflows whose last job this script deleted (forget): the caller removes them
 -- from the workflow index, a global key.
 local dropped = {}
@@ -91,11 +95,11 @@ local function fields(id)
   local f = {state = v[1], kind = v[2], prio = v[3], sched = v[4], lease = v[5], completed = v[6],
     attempt = v[7], token = v[8], started = v[9], expires = false, ukey = false, ustates = false,
     rkey = false, wf = false, runon = false, kids = false, tenant = false, tng = false, wfl = false,
-    tnq = false, rkq = false, tlp = false}
+    tnq = false, rkq = false, tlp = false, xkids = false}
   if v[10] ~= '1' then
-    local o = redis.call('HMGET', jk(id), 'expires', 'ukey', 'ustates', 'rkey', 'wf', 'runon', 'kids', 'tenant', 'tng', 'wfl', 'tnq', 'rkq', 'tlp')
-    f.expires, f.ukey, f.ustates, f.rkey, f.wf, f.runon, f.kids, f.tenant, f.tng, f.wfl, f.tnq, f.rkq, f.tlp =
-      o[1], o[2], o[3], o[4], o[5], o[6], o[7], o[8], o[9], o[10], o[11], o[12], o[13]
+    local o = redis.call('HMGET', jk(id), 'expires', 'ukey', 'ustates', 'rkey', 'wf', 'runon', 'kids', 'tenant', 'tng', 'wfl', 'tnq', 'rkq', 'tlp', 'xkids')
+    f.expires, f.ukey, f.ustates, f.rkey, f.wf, f.runon, f.kids, f.tenant, f.tng, f.wfl, f.tnq, f.rkq, f.tlp, f.xkids =
+      o[1], o[2], o[3], o[4], o[5], o[6], o[7], o[8], o[9], o[10], o[11], o[12], o[13], o[14]
   end
   return f
 end
@@ -194,7 +198,7 @@ local function place(id, f)
         redis.call('HSET', w, 'lastdone', s(num(f.completed)))
       end
     end
-    if terminal(st) and f.kids and f.kids ~= '' then decided[#decided + 1] = {id, f.wfl and B} end
+    if terminal(st) and ((f.kids and f.kids ~= '') or f.xkids) then decided[#decided + 1] = {id, f.wfl and B} end
   end
   if f.ukey and f.ukey ~= '' and instates(st, f.ustates) then
     local cur = redis.call('GET', B .. 'u:' .. f.ukey)
@@ -270,19 +274,28 @@ local function pkey(pid, loc)
   if pq then return qbase(pq) .. 'j:' .. pid end
   return nil
 end
+-- parent returns the state and result of parent pid of a job of workflow wf (false for what is
+-- unknown; loc: see pkey). A parent in another queue of a workflow split over a Redis Cluster's
+-- queues (relay.go) is read from what its queue relayed into this queue's part of the workflow
+-- (fields ps:<id> and pr:<id>).
+local function parent(pid, loc, wf)
+  local pk = pkey(pid, loc)
+  if not pk then return false, false end
+  local v = redis.call('HMGET', pk, 'state', 'result')
+  if v[1] or not loc then return v[1], v[2] end
+  v = redis.call('HMGET', B .. 'wf:' .. wf, 'ps:' .. pid, 'pr:' .. pid)
+  return v[1], v[2]
+end
 -- decide applies the rule of pending child id's run_on to its parents' states (loc: see pkey).
 local function decide(id, loc)
-  local f = redis.call('HMGET', jk(id), 'parents', 'runon')
+  local f = redis.call('HMGET', jk(id), 'parents', 'runon', 'wf')
   local parents = cjson.decode(f[1])
   local term, comp = 0, 0
   for _, pid in ipairs(parents) do
-    local pk = pkey(pid, loc)
-    if pk then
-      local pst = redis.call('HGET', pk, 'state')
-      if pst and terminal(pst) then
-        term = term + 1
-        if pst == 'completed' then comp = comp + 1 end
-      end
+    local pst = parent(pid, loc, f[3])
+    if pst and terminal(pst) then
+      term = term + 1
+      if pst == 'completed' then comp = comp + 1 end
     end
   end
   local all, failed = term == #parents, term > comp
@@ -301,22 +314,54 @@ end
 -- results is the JSON array of the parents' results of id, null for a parent without one (loc: see
 -- pkey).
 local function results(id, loc)
-  local parents = cjson.decode(redis.call('HGET', jk(id), 'parents'))
+  local f = redis.call('HMGET', jk(id), 'parents', 'wf')
+  local parents = cjson.decode(f[1])
   local parts = {}
   for i, pid in ipairs(parents) do
-    local pk = pkey(pid, loc)
-    local r = false
-    if pk then r = redis.call('HGET', pk, 'result') end
+    local _, r = parent(pid, loc, f[2])
     if not r or r == '' then r = 'null' end
     parts[i] = r
   end
   return '[' .. table.concat(parts, ',') .. ']'
 end
+-- settlekid decides pending child kid of a workflow job made terminal (loc: see pkey), in the queue
+-- under key prefix kb (its own). kq is its queue when the workflow is of the global layout (single
+-- node): a release there goes into announce.
+local function settlekid(kid, kb, loc, kq, t, announce)
+  inb(kb, function()
+    if redis.call('HGET', jk(kid), 'state') ~= 'pending' then return end
+    local o = decide(kid, loc)
+    if o == 'release' then
+      local pr = results(kid, loc)
+      unplace(kid)
+      redis.call('HSET', jk(kid), 'state', 'available', 'sched', s(t), 'presults', pr)
+      place(kid)
+      if loc then released = redis.call('HGET', jk(kid), 'queue') else announce[kq] = true end
+    elseif o == 'cancel' then
+      unplace(kid)
+      redis.call('HSET', jk(kid), 'state', 'cancelled', 'completed', s(t))
+      place(kid)
+    end
+  end)
+end
+-- outbox writes, for the children in other queues (xkids: JSON, queue -> their ids joined by ',')
+-- of job id of workflow wf (a workflow split over a Redis Cluster's queues, in this queue's slot),
+-- one entry per queue into the queue's workflow outbox: the job's terminal state and result, for
+-- Store.relay to deliver there (scriptDeliver).
+local function outbox(id, xkids)
+  local f = redis.call('HMGET', jk(id), 'wf', 'state', 'result')
+  for q, ids in pairs(cjson.decode(xkids)) do
+    redis.call('RPUSH', B .. 'wfout', cjson.encode({q = q, w = f[1], p = id, s = f[2], r = f[3] or '', k = ids}))
+  end
+  relay = true
+end
 -- settle decides the pending children of the workflow jobs made terminal (decided), and of the
 -- children it cancels in turn. A workflow tagged by its queue has its children in that queue, the
 -- script's own, touched through B alone (no global key: one slot on a cluster); a release there
--- sets released, for the caller to announce. A workflow of the global layout (single node) finds
--- its children's queues in the id index, and the queues of those released are announced here.
+-- sets released, for the caller to announce; children in other queues (a workflow split over a
+-- Redis Cluster's queues) get the outcome through the outbox. A workflow of the global layout
+-- (single node) finds its children's queues in the id index, and the queues of those released are
+-- announced here.
 local function settle(t)
   if #decided == 0 then return end
   local announce = {}
@@ -325,33 +370,19 @@ local function settle(t)
     local id, lb = d[1], d[2]
     local kids = false
     if lb then
-      kids = redis.call('HGET', lb .. 'j:' .. id, 'kids')
+      local f = redis.call('HMGET', lb .. 'j:' .. id, 'kids', 'xkids')
+      kids = f[1]
+      if f[2] then inb(lb, function() outbox(id, f[2]) end) end
     else
       local q = redis.call('HGET', G .. 'ids', id)
       kids = q and redis.call('HGET', qbase(q) .. 'j:' .. id, 'kids') or false
     end
     for kid in string.gmatch(kids or '', '[^,]+') do
-      local kq, kb = nil, lb
-      if not lb then
-        kq = redis.call('HGET', G .. 'ids', kid)
-        kb = kq and qbase(kq)
-      end
-      if kb then
-        inb(kb, function()
-          if redis.call('HGET', jk(kid), 'state') ~= 'pending' then return end
-          local o = decide(kid, lb)
-          if o == 'release' then
-            local pr = results(kid, lb)
-            unplace(kid)
-            redis.call('HSET', jk(kid), 'state', 'available', 'sched', s(t), 'presults', pr)
-            place(kid)
-            if lb then released = redis.call('HGET', jk(kid), 'queue') else announce[kq] = true end
-          elseif o == 'cancel' then
-            unplace(kid)
-            redis.call('HSET', jk(kid), 'state', 'cancelled', 'completed', s(t))
-            place(kid)
-          end
-        end)
+      if lb then
+        settlekid(kid, lb, lb, nil, t, announce)
+      else
+        local kq = redis.call('HGET', G .. 'ids', kid)
+        if kq then settlekid(kid, qbase(kq), false, kq, t, announce) end
       end
     end
   end
@@ -982,7 +1013,8 @@ return out
 // token ("" for none), state, sched (µs, 0: now), error entry JSON ("" for none), flags ("v": a
 // result is given, "r": refund the attempt) and the result. Returns per completion 0 (not applied),
 // 1 (applied) or 2 (applied, and the queue is to be announced: a slot of the job's rate key is free,
-// or a workflow child was released in this queue), then, on a Redis Cluster, the index (from 1) and
+// or a workflow child was released in this queue) or 3 (as 2, and the queue's workflow outbox is to
+// be relayed, see relay.go), then, on a Redis Cluster, the index (from 1) and
 // rate key of each applied completion whose job holds a permit of its key (ratelimit.go).
 var scriptFinish = newFunc("Finish", `
 local t = now()
@@ -1023,9 +1055,11 @@ for c = 1, tonumber(ARGV[1]) do
   end
 end
 settle(t)
--- Children released in this queue: every applied outcome asks for the queue's announcement.
-if released then
-  for c = 1, #out do if out[c] == 1 then out[c] = 2 end end
+-- Children released in this queue: every applied outcome asks for the queue's announcement; with
+-- outcomes to relay to other queues (relay.go), for that too (3).
+if released or relay then
+  local code = relay and 3 or 2
+  for c = 1, #out do if out[c] >= 1 then out[c] = code end end
 end
 -- On a Redis Cluster the jobs that held a permit of a rate key give it back (ratelimit.go): their
 -- completion's index and rate key follow the outcomes.
@@ -1056,7 +1090,8 @@ return lost
 // scriptRescue takes back up to ARGV[1] active jobs of one queue whose lease ran out: to available
 // with a lease_expired error entry, or discarded when their attempts are spent. Returns
 // {requeued jobs, discarded jobs, released}, the jobs each a list of HGETALL arrays, released 1
-// when workflow children were released in this queue (the caller announces it), else 0.
+// when workflow children were released in this queue (the caller announces it), 2 when besides the
+// queue's workflow outbox is to be relayed (relay.go), else 0.
 var scriptRescue = newFunc("Rescue", `
 local t = now()
 local req, dis = {}, {}
@@ -1078,7 +1113,7 @@ for _, id in ipairs(redis.call('ZRANGEBYSCORE', B .. 'lease', '-inf', '(' .. s(t
   end
 end
 settle(t)
-return {req, dis, released and 1 or 0}
+return {req, dis, relay and 2 or released and 1 or 0}
 `)
 
 // scriptPromote makes up to ARGV[1] due scheduled and retryable jobs of one queue available and
@@ -1096,7 +1131,7 @@ return {#ids, #ids > 0 and 1 or 0}
 
 // scriptExpire discards up to ARGV[1] not-started jobs of one queue whose expiry has passed, each
 // with an "expired" error entry, and returns {how many, 1 when workflow children were released in
-// this queue (to be announced)}.
+// this queue (to be announced), 2 when besides its workflow outbox is to be relayed (relay.go)}.
 var scriptExpire = newFunc("Expire", `
 local t = now()
 local ids = redis.call('ZRANGEBYSCORE', B .. 'exp', '-inf', s(t), 'LIMIT', 0, tonumber(ARGV[1]))
@@ -1108,7 +1143,7 @@ for _, id in ipairs(ids) do
   place(id)
 end
 settle(t)
-return {#ids, released and 1 or 0}
+return {#ids, relay and 2 or released and 1 or 0}
 `)
 
 // scriptCleanup deletes up to ARGV[4] terminal jobs of one queue that finished before their
@@ -1136,8 +1171,9 @@ return {gone, dropped}
 `)
 
 // scriptCancel cancels job ARGV[1] unless it is terminal. Returns {"nf"}, {"bad", state} or
-// {"ok", wasActive, job, released}: released is the queue of the workflow children it released
-// there ("" for none), which the caller announces.
+// {"ok", wasActive, job, released, "", relay}: released is the queue of the workflow children it
+// released there ("" for none), which the caller announces; relay is 1 when the queue's workflow
+// outbox is to be relayed (relay.go).
 var scriptCancel = newFunc("Cancel", `
 local id = ARGV[1]
 local k = jk(id)
@@ -1152,7 +1188,7 @@ place(id)
 local was = 0
 if st == 'active' then was = 1 end
 settle(t)
-return {'ok', was, redis.call('HGETALL', k), released or ''}
+return {'ok', was, redis.call('HGETALL', k), released or '', '', relay and 1 or 0}
 `)
 
 // scriptMakeAvailable moves job ARGV[1] to available now if its state is one of ARGV[2..]. A job

@@ -137,7 +137,7 @@ func queuesOnEachMaster(t testing.TB, rdb *goredis.ClusterClient, s *Store) []st
 // in queues served by each master (so at least two of them are not on the master of the global
 // keys, where a script touching a global key would fail): a chain passing results, a group with
 // callbacks, a DAG with parent results, a failure cascade, cascades by cancel and by the rescuer,
-// cancelling the workflow, and cleanup. A workflow spanning queues is refused, storing nothing.
+// cancelling the workflow, and cleanup (workflows spanning queues: TestClusterSplitWorkflows).
 func TestClusterWorkflows(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -314,29 +314,10 @@ func TestClusterWorkflows(t *testing.T) {
 	// A writer dying between a workflow's two calls leaves nothing Cleanup does not undo.
 	checkRegistrationSweep(t, s, queues[1])
 
-	// A workflow spanning queues is refused, with the reason, and nothing is stored.
-	wf := uuidv7.New()
-	a := storetest.WorkflowJob(wf, queues[0])
-	b := storetest.WorkflowJob(wf, queues[1], a)
-	_, _, err := s.InsertWorkflow(ctx, store.WorkflowParams{ID: wf, Jobs: []*store.InsertParams{a, b}})
-	require.ErrorIs(t, err, store.ErrUnsupported)
-	require.Contains(t, err.Error(), "span queues")
-	_, err = s.GetWorkflow(ctx, wf)
-	require.ErrorIs(t, err, store.ErrNotFound)
-	for _, p := range []*store.InsertParams{a, b} {
-		_, err = s.GetJob(ctx, p.ID)
-		require.ErrorIs(t, err, store.ErrNotFound, "a refused workflow's job is not stored")
-	}
-	ok, err := rdb.HExists(ctx, s.wfIndexKey(), wf).Result()
-	require.NoError(t, err)
-	require.False(t, ok, "a refused workflow is not indexed")
-	jobs, _, err := s.ListJobs(ctx, store.ListParams{WorkflowID: wf})
-	require.NoError(t, err)
-	require.Empty(t, jobs)
-	_, err = s.CancelWorkflow(ctx, wf)
+	_, err := s.CancelWorkflow(ctx, uuidv7.New())
 	require.ErrorIs(t, err, store.ErrNotFound)
 	// A rate limit a workflow's job brings is stored in its key's slot and holds its jobs.
-	wf = uuidv7.New()
+	wf := uuidv7.New()
 	l1, l2 := storetest.WorkflowJob(wf, queues[1]), storetest.WorkflowJob(wf, queues[1])
 	for _, p := range []*store.InsertParams{l1, l2} {
 		p.RateKey, p.RateLimit = "wf-key", &store.RateLimit{MaxActive: 1}

@@ -39,11 +39,6 @@ type Harness struct {
 	// it, closed by the harness too. It may return s itself when the backend has no second view (the
 	// memory store). Nil means the same as returning s.
 	Reopen func(t *testing.T, s store.Store) store.Store
-	// SingleQueueWorkflows says the store takes only workflows whose jobs all share one queue (the
-	// Redis store on a Redis Cluster) and refuses the others with store.ErrUnsupported. The cases
-	// whose workflows span queues then require that refusal, and check what they can within one
-	// queue.
-	SingleQueueWorkflows bool
 }
 
 // testCase is one behaviour of the suite.

@@ -549,33 +549,15 @@ func testWorkflowNotify(t *testing.T, h Harness) {
 	wf := uuidv7.New()
 	a := member(wf, q1)
 	b := member(wf, q2, a)
-	if h.SingleQueueWorkflows {
-		// A workflow spanning two queues is refused, storing nothing; the announcements are then
-		// those of a workflow in one queue.
-		_, _, err := workflows(t, s).InsertWorkflow(ctx(t), store.WorkflowParams{ID: wf, Jobs: []*store.InsertParams{a, b}})
-		require.ErrorIs(t, err, store.ErrUnsupported, "a workflow spanning queues")
-		_, err = workflows(t, s).GetWorkflow(ctx(t), wf)
-		require.ErrorIs(t, err, store.ErrNotFound, "a refused workflow is not stored")
-		requireAbsent(t, s, a.ID, b.ID)
-		q2, wf = q1, uuidv7.New()
-		a = member(wf, q1)
-		b = member(wf, q2, a)
-	}
 	insertWorkflow(t, s, wf, a, b)
 	eventually(t, "the root's queue to be announced", func() bool { return len(c.inserts(q1)) == 1 })
 	settle(t, s, c)
 	require.True(t, c.inserts(q1)[0].DueAt.IsZero(), "a root due now is announced as due now")
-	before := 0
-	if q2 != q1 {
-		require.Empty(t, c.inserts(q2), "a pending child's queue is not announced at insert")
-	} else {
-		require.Len(t, c.inserts(q1), 1, "the queue is announced once at insert")
-		before = 1
-	}
+	require.Empty(t, c.inserts(q2), "a pending child's queue is not announced at insert")
 
 	complete(t, s, a, "")
-	eventually(t, "the released child's queue to be announced", func() bool { return len(c.inserts(q2)) == before+1 })
-	require.True(t, c.inserts(q2)[before].DueAt.IsZero(), "a released child is due now")
+	eventually(t, "the released child's queue to be announced", func() bool { return len(c.inserts(q2)) == 1 })
+	require.True(t, c.inserts(q2)[0].DueAt.IsZero(), "a released child is due now")
 }
 
 func testWorkflowReopen(t *testing.T, h Harness) {
