@@ -9,6 +9,7 @@ import (
 
 	"github.com/pronto-jobs/pronto/internal/uuidv7"
 	"github.com/pronto-jobs/pronto/store"
+	"github.com/pronto-jobs/pronto/store/storetest"
 )
 
 // The benchmarks below measure the store's hot paths one operation at a time against the test
@@ -179,6 +180,58 @@ func BenchmarkClusterClaimFinish(b *testing.B) {
 				if _, err := s.Finish(ctx, []store.Completion{{ID: j.ID, Attempt: j.Attempt, Token: j.ClaimToken, State: store.StateCompleted}}); err != nil {
 					b.Fatal(err)
 				}
+			}
+		})
+	}
+}
+
+// BenchmarkClusterWorkflowStep runs one two-step workflow per op on a local 3-master Redis Cluster
+// (claim and complete the parent, which releases the child; claim and complete the child): both
+// steps in one queue, and the child in a queue on another master (a split workflow, relay.go), which
+// measures what relaying the parent's outcome through its queue's outbox costs.
+func BenchmarkClusterWorkflowStep(b *testing.B) {
+	rdb := clusterClient(b)
+	s := clusterStore(b, rdb)
+	ctx := context.Background()
+	if err := s.Migrate(ctx); err != nil {
+		b.Fatal(err)
+	}
+	qs := queuesOnEachMaster(b, rdb, s)
+	// run claims p's job (each workflow job has a kind of its own) and completes it.
+	run := func(b *testing.B, p *store.InsertParams) {
+		b.Helper()
+		jobs, err := s.Claim(ctx, store.ClaimParams{Queue: p.Queue, Kinds: []string{p.Kind}, Limit: 1, WorkerID: "w",
+			LeaseDuration: time.Minute})
+		if err != nil || len(jobs) != 1 {
+			b.Fatalf("claim of %s: %d jobs, %v", p.ID, len(jobs), err)
+		}
+		j := jobs[0]
+		res, err := s.Finish(ctx, []store.Completion{{ID: j.ID, Attempt: j.Attempt, Token: j.ClaimToken, State: store.StateCompleted}})
+		if err != nil || !res[0].Applied {
+			b.Fatalf("finish: %v", err)
+		}
+	}
+	for _, split := range []bool{false, true} {
+		name, childQueue := "one-queue", qs[0]
+		if split {
+			name, childQueue = "two-queues", qs[1]
+		}
+		b.Run(name, func(b *testing.B) {
+			steps := make([][2]*store.InsertParams, b.N)
+			for i := range steps {
+				wf := uuidv7.New()
+				parent := storetest.WorkflowJob(wf, qs[0])
+				child := storetest.WorkflowJob(wf, childQueue, parent)
+				if _, _, err := s.InsertWorkflow(ctx, store.WorkflowParams{ID: wf, Jobs: []*store.InsertParams{parent, child}}); err != nil {
+					b.Fatal(err)
+				}
+				steps[i] = [2]*store.InsertParams{parent, child}
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for _, st := range steps {
+				run(b, st[0])
+				run(b, st[1])
 			}
 		})
 	}
