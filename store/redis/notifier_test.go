@@ -36,6 +36,9 @@ func TestMain(m *testing.M) {
 	if v := os.Getenv(rateChildEnv); v != "" {
 		os.Exit(runRateChild(v))
 	}
+	if v := os.Getenv(splitChildEnv); v != "" {
+		os.Exit(runSplitChild(v))
+	}
 	os.Exit(m.Run())
 }
 

@@ -1,9 +1,13 @@
 package redis
 
 import (
+	"bufio"
 	"context"
 	"fmt"
+	"os"
+	"os/exec"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -340,4 +344,116 @@ func TestClusterSplitWorkflowSweep(t *testing.T) {
 		names = append(names, w.ID)
 	}
 	require.Contains(t, names, full, "and listed")
+}
+
+// splitChildEnv makes the test binary a worker process for TestClusterSplitWorkflowKilledWorker:
+// "addrs\tprefix\tqueues" (comma-separated lists). It claims jobs of the queues in turn (short
+// leases), completes each with its own id as result, prints "done ID" after each outcome, and runs
+// until it is killed.
+const splitChildEnv = "PRONTO_REDIS_SPLIT_CHILD"
+
+func runSplitChild(v string) int {
+	parts := strings.Split(v, "\t")
+	if len(parts) != 3 {
+		fmt.Fprintln(os.Stderr, "want addrs, prefix, queues")
+		return 2
+	}
+	ctx := context.Background()
+	rdb := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: strings.Split(parts[0], ",")})
+	s, err := New(ctx, rdb, Options{Prefix: parts[1]})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	for {
+		for _, q := range strings.Split(parts[2], ",") {
+			if err := workSplit(ctx, s, q, "doomed", time.Second, func(id string) { fmt.Printf("done %s\n", id) }); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				return 1
+			}
+		}
+	}
+}
+
+// workSplit claims up to 5 jobs of queue and completes each with its id (a JSON string) as result,
+// calling done after each outcome is written.
+func workSplit(ctx context.Context, s *Store, queue, worker string, lease time.Duration, done func(string)) error {
+	jobs, err := s.Claim(ctx, store.ClaimParams{Queue: queue, Limit: 5, WorkerID: worker, LeaseDuration: lease})
+	if err != nil {
+		return err
+	}
+	for _, j := range jobs {
+		_, err := s.Finish(ctx, []store.Completion{{ID: j.ID, Attempt: j.Attempt, Token: j.ClaimToken,
+			State: store.StateCompleted, Result: []byte(`"` + j.ID + `"`)}})
+		if err != nil {
+			return err
+		}
+		done(j.ID)
+	}
+	return nil
+}
+
+// TestClusterSplitWorkflowKilledWorker: a worker process running the jobs of workflows that span
+// the three masters' queues is killed mid-run (holding claims, or between an outcome and its
+// relay); the survivor rescues its jobs and relays what it left, and every workflow completes, each
+// child released with its parents' results, and no outbox keeps an entry.
+func TestClusterSplitWorkflowKilledWorker(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rdb, s, qs := migratedCluster(t)
+	type flow struct{ id, a, b, c, d string }
+	var flows []flow
+	for range 30 {
+		// a (qs[0]) -> b (qs[1]) -> c (qs[2]); a and c -> d (qs[1]).
+		wf := uuidv7.New()
+		a := storetest.WorkflowJob(wf, qs[0])
+		b := storetest.WorkflowJob(wf, qs[1], a)
+		c := storetest.WorkflowJob(wf, qs[2], b)
+		d := storetest.WorkflowJob(wf, qs[1], a, c)
+		for _, p := range []*store.InsertParams{a, b, c, d} {
+			p.Kind = "step" // any worker takes any step
+		}
+		wfInsert(t, s, wf, a, b, c, d)
+		flows = append(flows, flow{wf, a.ID, b.ID, c.ID, d.ID})
+	}
+
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), splitChildEnv+"="+strings.Join([]string{strings.Join(rdb.Options().Addrs, ","), s.Prefix(),
+		strings.Join(qs, ",")}, "\t"))
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	sc := bufio.NewScanner(out)
+	for n := 0; n < 40 && sc.Scan(); n++ {
+		require.True(t, strings.HasPrefix(sc.Text(), "done "), "helper said %q", sc.Text())
+	}
+	require.NoError(t, cmd.Process.Kill())
+	_ = cmd.Wait()
+
+	require.Eventually(t, func() bool {
+		_, err := s.Rescue(ctx, store.RescueParams{Limit: 100})
+		require.NoError(t, err)
+		for _, q := range qs {
+			require.NoError(t, workSplit(ctx, s, q, "survivor", time.Minute, func(string) {}))
+		}
+		for _, f := range flows {
+			w, err := s.GetWorkflow(ctx, f.id)
+			require.NoError(t, err)
+			if w.State != store.WorkflowCompleted {
+				return false
+			}
+		}
+		return true
+	}, 60*time.Second, 20*time.Millisecond, "every workflow completes, the dead worker's jobs and outcomes too")
+	for _, f := range flows {
+		for id, want := range map[string]string{f.b: `["` + f.a + `"]`, f.c: `["` + f.b + `"]`, f.d: `["` + f.a + `","` + f.c + `"]`} {
+			j, err := s.GetJob(ctx, id)
+			require.NoError(t, err)
+			require.Equal(t, store.StateCompleted, j.State)
+			require.JSONEq(t, want, string(j.ParentResults), "job %s ran with its parents' results", id)
+		}
+	}
+	requireOutboxesEmpty(t, s, qs...)
 }
