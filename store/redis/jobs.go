@@ -1344,6 +1344,11 @@ func (s *Store) makeAvailable(ctx context.Context, op, id string, from ...store.
 	if err != nil {
 		return nil, err
 	}
+	if r.relay {
+		if err := s.relay(ctx, r.job.Queue); err != nil {
+			return r.job, fmt.Errorf("redis: %s job %s: done, but its workflow's other queues were not told (Rescue will): %w", op, id, err)
+		}
+	}
 	return r.job, s.publish(ctx, []store.Notification{{Kind: store.NotifyInsert, Queue: r.job.Queue, Nonce: nonce()}})
 }
 

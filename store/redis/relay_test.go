@@ -201,6 +201,22 @@ func TestClusterSplitWorkflowRelay(t *testing.T) {
 	wfGet(t, s, wf, store.WorkflowCompleted)
 	requireOutboxesEmpty(t, s, qs...)
 
+	// A parent retried after its failure is no longer ended for its children in other queues: a
+	// callback run on completion of two parents waits for the retried one's new outcome.
+	wf3 := uuidv7.New()
+	p1 := storetest.WorkflowJob(wf3, qs[0])
+	p2 := storetest.WorkflowJob(wf3, qs[1])
+	cb := storetest.WorkflowCallback(wf3, qs[2], store.RunOnComplete, p1, p2)
+	wfInsert(t, s, wf3, p1, p2, cb)
+	wfFinish(t, s, p1, store.StateDiscarded, "")
+	_, err = s.RetryJob(ctx, p1.ID)
+	require.NoError(t, err)
+	wfFinish(t, s, p2, store.StateCompleted, `"p2"`)
+	wfState(t, s, store.StatePending, cb)
+	wfFinish(t, s, p1, store.StateCompleted, `"p1"`)
+	wfReleased(t, s, cb, `["p1","p2"]`)
+	requireOutboxesEmpty(t, s, qs...)
+
 	// Six parents over two queues, one child in a third, the parents finished by two clients at once.
 	wf2 := uuidv7.New()
 	var parents []*store.InsertParams

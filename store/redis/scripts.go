@@ -1192,7 +1192,8 @@ return {'ok', was, redis.call('HGETALL', k), released or '', '', relay and 1 or 
 `)
 
 // scriptMakeAvailable moves job ARGV[1] to available now if its state is one of ARGV[2..]. A job
-// leaving a terminal state starts over (attempt 0, no completion time). Returns like scriptCancel.
+// leaving a terminal state starts over (attempt 0, no completion time). Returns like scriptCancel
+// (relay: its state is to be relayed to its children in other queues).
 var scriptMakeAvailable = newFunc("MakeAvailable", `
 local id = ARGV[1]
 local k = jk(id)
@@ -1212,7 +1213,11 @@ if terminal(st) then redis.call('HSET', k, 'attempt', 0, 'completed', 0) end
 redis.call('HSET', k, 'state', 'available', 'sched', s(t))
 leave(id)
 place(id)
-return {'ok', 0, redis.call('HGETALL', k)}
+-- A job of a split workflow leaving a terminal state tells its children's queues, whose record of
+-- its outcome would otherwise stay (relay.go).
+local xk = terminal(st) and redis.call('HGET', k, 'xkids')
+if xk then outbox(id, xk) end
+return {'ok', 0, redis.call('HGETALL', k), '', '', relay and 1 or 0}
 `)
 
 // scriptDelete removes job ARGV[1] unless it is active. Returns like scriptCancel, with the job as
