@@ -725,7 +725,7 @@ func (s *Store) Finish(ctx context.Context, completions []store.Completion) ([]s
 		ns = append(ns, store.Notification{Kind: store.NotifyInsert, Queue: q, DueAt: due, Nonce: nonce()})
 	}
 	var freed map[string][]any // on a cluster: the permits to give back, by rate key (ratelimit.go)
-	var relays []string        // queues whose workflow outboxes to relay (relay.go)
+	var relays []relayed       // outbox entries the outcomes wrote, to deliver (relay.go)
 	for _, cl := range calls {
 		reply, err := cl.cmd.Slice()
 		if err != nil {
@@ -738,7 +738,11 @@ func (s *Store) Finish(ctx context.Context, completions []store.Completion) ([]s
 		for k := range cl.idx {
 			applied[k], _ = reply[k].(int64)
 		}
-		for r := len(cl.idx); r+1 < len(reply); r += 2 {
+		r := len(cl.idx)
+		for ; r+1 < len(reply); r += 2 {
+			if m, ok := reply[r].(string); ok && m == relayMarker {
+				break
+			}
 			k, _ := reply[r].(int64)
 			key, _ := reply[r+1].(string)
 			if k < 1 || int(k) > len(cl.idx) {
@@ -750,6 +754,10 @@ func (s *Store) Finish(ctx context.Context, completions []store.Completion) ([]s
 			}
 			freed[key] = append(freed[key], ledgerEntry(c.ID, c.Attempt))
 		}
+		if r < len(reply) && reply[r] == relayMarker {
+			q := queues[cl.idx[0]]
+			relays = append(relays, relayed{q, strs(reply[r+1:])})
+		}
 		for k, i := range cl.idx {
 			if applied[k] == 0 {
 				continue
@@ -758,9 +766,6 @@ func (s *Store) Finish(ctx context.Context, completions []store.Completion) ([]s
 			c := &completions[i]
 			if applied[k] >= 2 && c.State != store.StateAvailable {
 				announce(queues[i], time.Time{}) // a slot of its rate key is free
-			}
-			if applied[k] == 3 && !slices.Contains(relays, queues[i]) {
-				relays = append(relays, queues[i])
 			}
 			switch c.State {
 			case store.StateAvailable:
@@ -774,9 +779,11 @@ func (s *Store) Finish(ctx context.Context, completions []store.Completion) ([]s
 			}
 		}
 	}
-	if err := s.relay(ctx, relays...); err != nil {
-		// The outcomes are written; Rescue relays what is left.
-		s.logf("redis: finish: %v", err)
+	for _, r := range relays {
+		if err := s.deliver(ctx, r.queue, r.entries); err != nil {
+			// The outcomes are written; Rescue relays what is left.
+			s.logf("redis: finish: %v", err)
+		}
 	}
 	if err := s.releasePermits(ctx, freed); err != nil {
 		// The outcomes are written; the entries are dropped by the next check of their keys'

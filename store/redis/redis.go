@@ -94,6 +94,8 @@ type Store struct {
 	closing    bool
 	waitCtx    context.Context
 	waitCancel context.CancelFunc
+	// relayWG counts the background removals of delivered outbox entries (relay.go).
+	relayWG sync.WaitGroup
 }
 
 // Compile-time check that Store implements store.Store.
@@ -214,6 +216,7 @@ func (s *Store) Close() error {
 		stop, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		s.stopWaiters(stop)
 		cancel()
+		s.relayWG.Wait()
 		s.cancel()
 		err = s.ps.Close()
 		<-s.done

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
@@ -34,8 +35,9 @@ import (
 //     child is decided only while pending), so an entry delivered twice (two relays at once, or a
 //     relay that died before removing it) changes nothing the second time.
 //   - Every script that can end a job reports when it wrote to the outbox, and its caller relays at
-//     once, so a child in another queue is released one or two round trips after its parent's
-//     outcome. A process that dies between the two leaves the entry in the outbox, durable like the
+//     once. The finish script's reply carries the entries themselves, so Finish delivers them
+//     without reading the outbox and removes them in the background: a child in another queue is
+//     released one round trip after its parent's outcome. A process that dies between the two leaves the entry in the outbox, durable like the
 //     outcome itself; Rescue relays every outbox with entries (the queues with parts are in the set
 //     <prefix>wfx), so the child is released within one rescue interval.
 //
@@ -160,6 +162,15 @@ func (s *Store) relay(ctx context.Context, queues ...string) error {
 	return nil
 }
 
+// relayed is what one script wrote to its queue's outbox.
+type relayed struct {
+	queue   string
+	entries []string
+}
+
+// relayMarker precedes, in scriptFinish's reply, the outbox entries it wrote.
+const relayMarker = "\nrelay"
+
 // relayOnce delivers up to relayBatch entries of queue's outbox and removes them, and returns the
 // queues to relay next (their deliveries wrote to their outboxes, or queue has more entries).
 func (s *Store) relayOnce(ctx context.Context, queue string) ([]string, error) {
@@ -167,12 +178,51 @@ func (s *Store) relayOnce(ctx context.Context, queue string) ([]string, error) {
 	if err != nil || len(raw) == 0 {
 		return nil, err
 	}
+	next, err := s.deliverEntries(ctx, queue, raw)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.dropEntries(ctx, queue, raw); err != nil {
+		return nil, err
+	}
+	if len(raw) == relayBatch {
+		next = append(next, queue)
+	}
+	return next, nil
+}
+
+// deliver delivers entries that a script of queue wrote to its outbox and reported in its reply
+// (so the outbox is not read), then relays the queues where that wrote entries in turn. The entries
+// leave the outbox in the background, off the caller's path: one delivered again meanwhile (by
+// Rescue) changes nothing, and Close waits for the removal.
+func (s *Store) deliver(ctx context.Context, queue string, entries []string) error {
+	next, err := s.deliverEntries(ctx, queue, entries)
+	if err != nil {
+		return fmt.Errorf("redis: relay workflow outcomes of queue %s: %w", queue, err)
+	}
+	s.relayWG.Add(1)
+	go func() {
+		defer s.relayWG.Done()
+		bg, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		if err := s.dropEntries(bg, queue, entries); err != nil {
+			s.logf("redis: relay: removing delivered entries of queue %s (Rescue delivers them again, to no effect): %v", queue, err)
+		}
+	}()
+	return s.relay(ctx, next...)
+}
+
+// deliverEntries delivers outbox entries of queue (scriptDeliver, one pipelined call per children's
+// queue), announces the queues where children were released, and returns the queues whose outboxes
+// the deliveries wrote to.
+func (s *Store) deliverEntries(ctx context.Context, queue string, raw []string) ([]string, error) {
 	var order []string
 	args := map[string][]any{}
 	for _, r := range raw {
 		var e relayEntry
 		if err := json.Unmarshal([]byte(r), &e); err != nil || e.Queue == "" {
-			// Only the scripts write entries; one that does not decode is dropped below, said here.
+			// Only the scripts write entries; one that does not decode is dropped with the others,
+			// said here.
 			s.logf("redis: relay: dropping an undecodable outbox entry of queue %s: %q", queue, r)
 			continue
 		}
@@ -182,7 +232,7 @@ func (s *Store) relayOnce(ctx context.Context, queue string) ([]string, error) {
 		args[e.Queue] = append(args[e.Queue], e.Workflow, e.Parent, e.State, e.Result, e.Kids)
 	}
 	cmds := make([]*goredis.Cmd, len(order))
-	err = s.pipelined(ctx, func(_ goredis.Pipeliner, run runScript) error {
+	err := s.pipelined(ctx, func(_ goredis.Pipeliner, run runScript) error {
 		for i, to := range order {
 			cmds[i] = run(scriptDeliver, s.keys(to), args[to]...)
 		}
@@ -208,20 +258,18 @@ func (s *Store) relayOnce(ctx context.Context, queue string) ([]string, error) {
 			next = append(next, order[i])
 		}
 	}
-	// Every entry is delivered: only now do they leave the outbox.
-	_, err = s.rdb.Pipelined(ctx, func(pl goredis.Pipeliner) error {
+	return next, s.publish(ctx, ns)
+}
+
+// dropEntries removes delivered entries from queue's outbox.
+func (s *Store) dropEntries(ctx context.Context, queue string, raw []string) error {
+	_, err := s.rdb.Pipelined(ctx, func(pl goredis.Pipeliner) error {
 		for _, r := range raw {
 			pl.LRem(ctx, s.outboxKey(queue), 1, r)
 		}
 		return nil
 	})
-	if err != nil {
-		return nil, err
-	}
-	if len(raw) == relayBatch {
-		next = append(next, queue)
-	}
-	return next, s.publish(ctx, ns)
+	return err
 }
 
 // relayAll relays every outbox that has entries, of the queues holding parts of split workflows:

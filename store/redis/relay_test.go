@@ -160,9 +160,12 @@ func TestClusterSplitWorkflows(t *testing.T) {
 func finishUnrelayed(t *testing.T, s *Store, j *store.Job, result string) int64 {
 	t.Helper()
 	out, err := scriptFinish.Run(context.Background(), s.rdb, s.keys(j.Queue), 1,
-		j.ID, fmt.Sprint(j.Attempt), j.ClaimToken, string(store.StateCompleted), "0", "", "v", result).Int64Slice()
+		j.ID, fmt.Sprint(j.Attempt), j.ClaimToken, string(store.StateCompleted), "0", "", "v", result).Slice()
 	require.NoError(t, err)
-	return out[0]
+	require.Len(t, out, 3, "the code, the marker and the one entry written")
+	require.Equal(t, relayMarker, out[1])
+	code, _ := out[0].(int64)
+	return code
 }
 
 // TestClusterSplitWorkflowRelay: an outcome whose relay was never made (its process died after

@@ -77,9 +77,9 @@ local none = {}
 -- none): the script's own queue, which the caller announces from the script's reply (on a cluster the
 -- notification channel is in another slot than the queue).
 local released = false
--- relay is true when settle wrote entries to the queue's workflow outbox (wfout, see relay.go): the
--- outcomes of jobs of a workflow split over a Redis Cluster's queues, for their children in the other
--- queues. The caller delivers them (Store.relay).
+-- relay lists the entries settle wrote to the queue's workflow outbox (wfout, see relay.go), false
+-- for none: the outcomes of jobs of a workflow split over a Redis Cluster's queues, for their
+-- children in the other queues. The caller delivers them (Store.relay).
 local relay = false
 -- dropped lists the workflows whose last job this script deleted (forget): the caller removes them
 -- from the workflow index, a global key.
@@ -350,10 +350,12 @@ end
 -- Store.relay to deliver there (scriptDeliver).
 local function outbox(id, xkids)
   local f = redis.call('HMGET', jk(id), 'wf', 'state', 'result')
+  relay = relay or {}
   for q, ids in pairs(cjson.decode(xkids)) do
-    redis.call('RPUSH', B .. 'wfout', cjson.encode({q = q, w = f[1], p = id, s = f[2], r = f[3] or '', k = ids}))
+    local e = cjson.encode({q = q, w = f[1], p = id, s = f[2], r = f[3] or '', k = ids})
+    redis.call('RPUSH', B .. 'wfout', e)
+    relay[#relay + 1] = e
   end
-  relay = true
 end
 -- settle decides the pending children of the workflow jobs made terminal (decided), and of the
 -- children it cancels in turn. A workflow tagged by its queue has its children in that queue, the
@@ -1015,7 +1017,8 @@ return out
 // 1 (applied) or 2 (applied, and the queue is to be announced: a slot of the job's rate key is free,
 // or a workflow child was released in this queue) or 3 (as 2, and the queue's workflow outbox is to
 // be relayed, see relay.go), then, on a Redis Cluster, the index (from 1) and
-// rate key of each applied completion whose job holds a permit of its key (ratelimit.go).
+// rate key of each applied completion whose job holds a permit of its key (ratelimit.go), and,
+// when it wrote outbox entries, the string "\nrelay" followed by them.
 var scriptFinish = newFunc("Finish", `
 local t = now()
 local out, freed = {}, {}
@@ -1062,8 +1065,13 @@ if released or relay then
   for c = 1, #out do if out[c] >= 1 then out[c] = code end end
 end
 -- On a Redis Cluster the jobs that held a permit of a rate key give it back (ratelimit.go): their
--- completion's index and rate key follow the outcomes.
+-- completion's index and rate key follow the outcomes; then the outbox entries written, after a
+-- marker, which the caller delivers without reading the outbox (relay.go).
 for _, v in ipairs(freed) do out[#out + 1] = v end
+if relay then
+  out[#out + 1] = '\nrelay'
+  for _, e in ipairs(relay) do out[#out + 1] = e end
+end
 return out
 `)
 
