@@ -20,14 +20,16 @@ import (
 	"github.com/pronto-jobs/pronto/store/storetest"
 )
 
-// requireOutboxesEmpty requires the workflow outboxes of queues to hold nothing (every outcome
-// relayed).
+// requireOutboxesEmpty requires the workflow outboxes of queues to come to hold nothing (every
+// outcome relayed; Finish removes the entries it delivered in the background).
 func requireOutboxesEmpty(t *testing.T, s *Store, queues ...string) {
 	t.Helper()
 	for _, q := range queues {
-		n, err := s.rdb.LLen(context.Background(), s.outboxKey(q)).Result()
-		require.NoError(t, err)
-		require.Zero(t, n, "queue %s's outbox is empty", q)
+		waitUntil(t, "queue "+q+"'s outbox to be empty", func() bool {
+			n, err := s.rdb.LLen(context.Background(), s.outboxKey(q)).Result()
+			require.NoError(t, err)
+			return n == 0
+		})
 	}
 }
 
