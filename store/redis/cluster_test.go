@@ -360,3 +360,70 @@ func TestClusterTenants(t *testing.T) {
 		require.Equal(t, map[string]int{"A": 2, "B": 2}, claimTenants(q, 4), "queue %s: no weights", q)
 	}
 }
+
+// TestOpenCluster: Open finds a Redis Cluster by itself, from a URL naming one of its nodes or
+// from one naming several seeds, and the store it returns works across the masters; a database
+// other than 0 is refused on a cluster, naming the reason.
+func TestOpenCluster(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	addrs := startCluster(t)
+	urls := []string{
+		"redis://" + addrs[1],
+		"redis://" + addrs[0] + "/0?addr=" + addrs[1] + "&addr=" + addrs[2] + "&dial_timeout=3s",
+	}
+	for _, u := range urls {
+		s, err := Open(ctx, u+sep(u)+"key_prefix=open:"+uuidv7.New()+":", Options{})
+		require.NoError(t, err, u)
+		require.True(t, s.cluster(), "%s opens a cluster client", u)
+		require.NoError(t, CheckURL(u))
+		require.NoError(t, s.Migrate(ctx))
+		qs := queuesOnEachMaster(t, s.rdb.(*goredis.ClusterClient), s)
+		var batch []*store.InsertParams
+		for _, q := range qs {
+			batch = append(batch, testJob(q))
+		}
+		_, err = s.Insert(ctx, batch)
+		require.NoError(t, err)
+		for _, q := range qs {
+			jobs, err := s.Claim(ctx, store.ClaimParams{Queue: q, Limit: 5, WorkerID: "w", LeaseDuration: time.Minute})
+			require.NoError(t, err)
+			require.Len(t, jobs, 1, "queue %s's job, on its master", q)
+		}
+		require.NoError(t, s.Close())
+	}
+	_, err := Open(ctx, "redis://"+addrs[0]+"/3", Options{})
+	require.ErrorContains(t, err, "a Redis Cluster has database 0 only")
+
+	// A notifier opened on one node of the cluster hears what another one, opened with seeds,
+	// publishes (sharded pub/sub reaches the channel's master from any node).
+	ch := "opentest:{" + uuidv7.New() + "}"
+	sub, err := OpenNotifier(ctx, "redis://"+addrs[2]+"?channel="+ch)
+	require.NoError(t, err)
+	defer sub.Close()
+	pub, err := OpenNotifier(ctx, "redis://"+addrs[0]+"?addr="+addrs[1]+"&channel="+ch)
+	require.NoError(t, err)
+	defer pub.Close()
+	heard := make(chan store.Notification, 1)
+	defer sub.Subscribe(func(n store.Notification) {
+		select {
+		case heard <- n:
+		default:
+		}
+	})()
+	require.NoError(t, pub.Publish(ctx, []store.Notification{{Kind: store.NotifyInsert, Queue: "q", Nonce: 7}}))
+	select {
+	case n := <-heard:
+		require.Equal(t, "q", n.Queue)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the notification published through one node was not heard through another")
+	}
+}
+
+// sep returns the separator that adds a query parameter to u.
+func sep(u string) string {
+	if strings.Contains(u, "?") {
+		return "&"
+	}
+	return "?"
+}

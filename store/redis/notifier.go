@@ -63,8 +63,8 @@ func NewNotifier(ctx context.Context, rdb goredis.UniversalClient, opts Notifier
 	return n, nil
 }
 
-// OpenNotifier connects to the Redis at url (redis:// or rediss://, as Open reads it; a
-// ?channel=NAME option names the channel) and returns a Notifier on it. Close closes the connection.
+// OpenNotifier connects to the Redis at url (redis:// or rediss://, as Open reads it, a Redis
+// Cluster included; a ?channel=NAME option names the channel) and returns a Notifier on it. Close closes the connection.
 func OpenNotifier(ctx context.Context, url string) (*Notifier, error) {
 	base, channel := url, ""
 	if b, query, ok := strings.Cut(url, "?"); ok {
@@ -79,11 +79,10 @@ func OpenNotifier(ctx context.Context, url string) (*Notifier, error) {
 			base += "?" + rest
 		}
 	}
-	o, err := goredis.ParseURL(base)
+	rdb, err := dial(ctx, base)
 	if err != nil {
-		return nil, fmt.Errorf("redis: notifier URL: %w", urlError(err))
+		return nil, fmt.Errorf("redis: notifier URL: %w", err)
 	}
-	rdb := goredis.NewClient(o)
 	n, err := NewNotifier(ctx, rdb, NotifierOptions{Channel: channel})
 	if err != nil {
 		_ = rdb.Close()

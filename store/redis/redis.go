@@ -104,6 +104,11 @@ var _ store.Store = (*Store)(nil)
 // Open connects to the Redis named by url (redis://[user:password@]host:port/db, or rediss:// for
 // TLS, with go-redis's options as query parameters) and returns a store that closes its client on
 // Close. The query parameter key_prefix sets Options.Prefix.
+//
+// A Redis Cluster is found by itself: a URL naming one node of a cluster (its INFO says
+// cluster_enabled:1) opens a cluster client with that node as its seed, and a URL with addr
+// query parameters (redis://host1:port?addr=host2:port&addr=host3:port) opens one with every
+// address named as a seed. A cluster has database 0 only.
 func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 	url, prefix, err := splitPrefix(url)
 	if err != nil {
@@ -112,11 +117,10 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 	if prefix != "" {
 		opts.Prefix = prefix
 	}
-	o, err := goredis.ParseURL(url)
+	rdb, err := dial(ctx, url)
 	if err != nil {
-		return nil, fmt.Errorf("redis: database url: %w", urlError(err))
+		return nil, fmt.Errorf("redis: database url: %w", err)
 	}
-	rdb := goredis.NewClient(o)
 	s, err := New(ctx, rdb, opts)
 	if err != nil {
 		_ = rdb.Close()
@@ -126,13 +130,65 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 	return s, nil
 }
 
-// CheckURL reports whether url is a Redis URL Open accepts (redis:// or rediss://).
+// dial returns a client for url: a cluster client when the URL names several seeds or its node
+// says it is part of a cluster, else a client of the one node.
+func dial(ctx context.Context, url string) (goredis.UniversalClient, error) {
+	if hasSeeds(url) {
+		return dialCluster(url)
+	}
+	o, err := goredis.ParseURL(url)
+	if err != nil {
+		return nil, urlError(err)
+	}
+	// The probe uses database 0: a cluster node refuses to SELECT another. A node that does not
+	// answer is reported by New, which checks that Redis answers.
+	db := o.DB
+	o.DB = 0
+	probe := goredis.NewClient(o)
+	info, err := probe.Info(ctx, "cluster").Result()
+	if err == nil && strings.Contains(info, "cluster_enabled:1") {
+		_ = probe.Close()
+		if db != 0 {
+			return nil, fmt.Errorf("database %d: a Redis Cluster has database 0 only", db)
+		}
+		return dialCluster(url)
+	}
+	if db == 0 {
+		return probe, nil
+	}
+	_ = probe.Close()
+	o.DB = db
+	return goredis.NewClient(o), nil
+}
+
+// dialCluster returns a cluster client seeded by url's address and its addr parameters.
+func dialCluster(url string) (goredis.UniversalClient, error) {
+	o, err := goredis.ParseClusterURL(url)
+	if err != nil {
+		return nil, urlError(err)
+	}
+	return goredis.NewClusterClient(o), nil
+}
+
+// hasSeeds reports whether url names more nodes in addr query parameters (a Redis Cluster's seeds).
+func hasSeeds(url string) bool {
+	_, query, _ := strings.Cut(url, "?")
+	q, err := neturl.ParseQuery(query)
+	return err == nil && q.Has("addr")
+}
+
+// CheckURL reports whether url is a Redis URL Open accepts (redis:// or rediss://, with addr
+// parameters for a cluster's seeds).
 func CheckURL(url string) error {
 	url, _, err := splitPrefix(url)
 	if err != nil {
 		return err
 	}
-	_, err = goredis.ParseURL(url)
+	if hasSeeds(url) {
+		_, err = goredis.ParseClusterURL(url)
+	} else {
+		_, err = goredis.ParseURL(url)
+	}
 	return urlError(err)
 }
 
