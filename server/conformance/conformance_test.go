@@ -21,6 +21,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/pronto-jobs/pronto/internal/cli"
+	"github.com/pronto-jobs/pronto/internal/redistest"
 	"github.com/pronto-jobs/pronto/internal/testdb"
 	"github.com/pronto-jobs/pronto/internal/uuidv7"
 )
@@ -231,8 +232,13 @@ func TestConformance(t *testing.T) {
 	// Every batch of every store runs at once, on its own server. The batches are started from
 	// goroutines rather than with t.Parallel, so that they do not wait for -parallel slots: most of
 	// a batch's time is spent sleeping as its cases ask.
+	stores := envList("OJS_CONFORMANCE_STORES", "memory,sqlite,postgres,redis,redis-cluster")
+	if slices.Contains(stores, "redis-cluster") {
+		// One local cluster serves every batch, each under a key prefix of its own.
+		clusterAddrs = redistest.StartCluster(t)
+	}
 	var wg sync.WaitGroup
-	for _, storeName := range envList("OJS_CONFORMANCE_STORES", "memory,sqlite,postgres,redis") {
+	for _, storeName := range stores {
 		for i, batch := range batches {
 			name := fmt.Sprintf("%s/batch%d", storeName, i)
 			if len(batch) == 1 {
@@ -309,10 +315,18 @@ func serveArgs(t *testing.T, storeName string) []string {
 		return append(args, "--database-url", testdb.URL(), "--schema", testdb.Schema(t), "--pool-size", "3")
 	case "redis":
 		return append(args, "--database-url", redisURL(t))
+	case "redis-cluster":
+		// The URL names one node and the others as seeds; the store finds the cluster itself.
+		return append(args, "--database-url", "redis://"+clusterAddrs[0]+"?addr="+clusterAddrs[1]+"&addr="+clusterAddrs[2]+
+			"&key_prefix=prontoconf:"+uuidv7.New()+":")
 	}
-	t.Fatalf("unknown store %q (want memory, sqlite, postgres or redis)", storeName)
+	t.Fatalf("unknown store %q (want memory, sqlite, postgres, redis or redis-cluster)", storeName)
 	return nil
 }
+
+// clusterAddrs are the nodes of the local Redis Cluster TestConformance starts for the
+// redis-cluster store.
+var clusterAddrs []string
 
 // redisURL returns the URL of the test Redis under a key prefix of the test's own, whose keys are
 // deleted when the test ends; a Redis that cannot be reached fails the test saying how to start one.

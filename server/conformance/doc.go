@@ -1,12 +1,13 @@
 // Package conformance runs the official OJS conformance test cases (the JSON step language of
 // ../shared/ojs/conformance/test-case-reference.md) against a live `pronto serve` on every store:
-// memory, SQLite and PostgreSQL. It has no API; its tests are the runner:
+// memory, SQLite, PostgreSQL, Redis, and Redis on a local 3-master Redis Cluster the test starts
+// (redis-cluster). It has no API; its tests are the runner:
 //
 //	go test ./server/conformance/
 //
 // The cases are read from ../shared/ojs/conformance relative to the module root (override with
 // OJS_CONFORMANCE_DIR). OJS_CONFORMANCE_LEVELS (default "0,1,2,3,4"), OJS_CONFORMANCE_STORES (default
-// "memory,sqlite,postgres") and OJS_CONFORMANCE_RUN (a regular expression on test ids) narrow a run.
+// "memory,sqlite,postgres,redis,redis-cluster") and OJS_CONFORMANCE_RUN (a regular expression on test ids) narrow a run.
 // PostgreSQL is reached through internal/testdb (PRONTO_TEST_DATABASE_URL); it is never skipped.
 //
 // The cases are not part of this repository. TestConformance fails when they are missing; the test

@@ -2,10 +2,6 @@ package redis
 
 import (
 	"context"
-	"fmt"
-	"net"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -14,68 +10,15 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/pronto-jobs/pronto/internal/redistest"
 	"github.com/pronto-jobs/pronto/internal/uuidv7"
 	"github.com/pronto-jobs/pronto/store"
 	"github.com/pronto-jobs/pronto/store/storetest"
 )
 
-// startCluster starts a local Redis Cluster of three masters on free ports (redis-server
-// --cluster-enabled yes, then redis-cli --cluster create) and returns their addresses. The servers
-// are killed when the test ends.
-func startCluster(t testing.TB) []string {
-	t.Helper()
-	for _, bin := range []string{"redis-server", "redis-cli"} {
-		if _, err := exec.LookPath(bin); err != nil {
-			t.Fatalf("the cluster test starts a local Redis Cluster and needs %s on PATH (install Redis 7): %v", bin, err)
-		}
-	}
-	var addrs []string
-	for range 3 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		require.NoError(t, err)
-		port := l.Addr().(*net.TCPAddr).Port
-		require.NoError(t, l.Close())
-		dir := t.TempDir()
-		cmd := exec.Command("redis-server", "--bind", "127.0.0.1", "--port", fmt.Sprint(port), "--dir", dir,
-			"--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(dir, "nodes.conf"),
-			"--save", "", "--appendonly", "no")
-		require.NoError(t, cmd.Start())
-		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-		addrs = append(addrs, fmt.Sprintf("127.0.0.1:%d", port))
-	}
-	ctx := context.Background()
-	for _, a := range addrs {
-		c := goredis.NewClient(&goredis.Options{Addr: a, MaxRetries: -1})
-		deadline := time.Now().Add(10 * time.Second)
-		for c.Ping(ctx).Err() != nil {
-			if time.Now().After(deadline) {
-				t.Fatalf("cluster node %s did not start", a)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-		_ = c.Close()
-	}
-	args := append([]string{"--cluster", "create"}, addrs...)
-	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
-	out, err := exec.Command("redis-cli", args...).CombinedOutput()
-	require.NoError(t, err, "redis-cli --cluster create: %s", out)
-	for _, a := range addrs {
-		c := goredis.NewClient(&goredis.Options{Addr: a})
-		deadline := time.Now().Add(20 * time.Second)
-		for {
-			info, _ := c.ClusterInfo(ctx).Result()
-			if strings.Contains(info, "cluster_state:ok") {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("cluster node %s never reported cluster_state:ok:\n%s", a, info)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-		_ = c.Close()
-	}
-	return addrs
-}
+// startCluster starts a local 3-master Redis Cluster (redistest.StartCluster) and returns its
+// nodes' addresses.
+func startCluster(t testing.TB) []string { return redistest.StartCluster(t) }
 
 // clusterClient starts a local 3-master cluster (startCluster) and returns a client of it, closed
 // when the test ends.

@@ -1,0 +1,80 @@
+// Package redistest starts what the tests of pronto's Redis store need beside the machine's Redis:
+// a local Redis Cluster.
+package redistest
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+)
+
+// StartCluster starts a local Redis Cluster of three masters on free ports (redis-server
+// --cluster-enabled yes, then redis-cli --cluster create) and returns their addresses once every
+// node reports cluster_state:ok. The servers are killed when the test ends. It fails the test,
+// saying what to install, when redis-server or redis-cli is missing.
+func StartCluster(t testing.TB) []string {
+	t.Helper()
+	for _, bin := range []string{"redis-server", "redis-cli"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			t.Fatalf("the cluster test starts a local Redis Cluster and needs %s on PATH (install Redis 7): %v", bin, err)
+		}
+	}
+	var addrs []string
+	for range 3 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatalf("a free port for a cluster node: %v", err)
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		_ = l.Close()
+		dir := t.TempDir()
+		cmd := exec.Command("redis-server", "--bind", "127.0.0.1", "--port", fmt.Sprint(port), "--dir", dir,
+			"--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(dir, "nodes.conf"),
+			"--save", "", "--appendonly", "no")
+		if err := cmd.Start(); err != nil {
+			t.Fatalf("start a cluster node: %v", err)
+		}
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		addrs = append(addrs, fmt.Sprintf("127.0.0.1:%d", port))
+	}
+	ctx := context.Background()
+	for _, a := range addrs {
+		c := goredis.NewClient(&goredis.Options{Addr: a, MaxRetries: -1})
+		deadline := time.Now().Add(10 * time.Second)
+		for c.Ping(ctx).Err() != nil {
+			if time.Now().After(deadline) {
+				t.Fatalf("cluster node %s did not start", a)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		_ = c.Close()
+	}
+	args := append([]string{"--cluster", "create"}, addrs...)
+	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
+	if out, err := exec.Command("redis-cli", args...).CombinedOutput(); err != nil {
+		t.Fatalf("redis-cli --cluster create: %v: %s", err, out)
+	}
+	for _, a := range addrs {
+		c := goredis.NewClient(&goredis.Options{Addr: a})
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			info, _ := c.ClusterInfo(ctx).Result()
+			if strings.Contains(info, "cluster_state:ok") {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("cluster node %s never reported cluster_state:ok:\n%s", a, info)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		_ = c.Close()
+	}
+	return addrs
+}
