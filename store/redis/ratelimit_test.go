@@ -25,21 +25,32 @@ import (
 // lease, prints "held ID" for each, and then waits to be killed without finishing them.
 const rateChildEnv = "PRONTO_REDIS_RATE_CHILD"
 
-func runRateChild(v string) int {
+// childStore opens, in a helper process, the store a test process named in v ("addrs\tprefix\t..."
+// with n fields in all, addrs comma-separated): a store on the test's cluster under its prefix,
+// and v's fields. It returns the exit code to leave with when that fails.
+func childStore(v string, n int, want string) (*Store, []string, int) {
 	parts := strings.Split(v, "\t")
-	if len(parts) != 4 {
-		fmt.Fprintln(os.Stderr, "want addrs, prefix, queue, count")
-		return 2
+	if len(parts) != n {
+		fmt.Fprintln(os.Stderr, "want", want)
+		return nil, nil, 2
+	}
+	rdb := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: strings.Split(parts[0], ",")})
+	s, err := New(context.Background(), rdb, Options{Prefix: parts[1]})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return nil, nil, 1
+	}
+	return s, parts, 0
+}
+
+func runRateChild(v string) int {
+	s, parts, code := childStore(v, 4, "addrs, prefix, queue, count")
+	if s == nil {
+		return code
 	}
 	var want int
 	fmt.Sscan(parts[3], &want)
 	ctx := context.Background()
-	rdb := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: strings.Split(parts[0], ",")})
-	s, err := New(ctx, rdb, Options{Prefix: parts[1]})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
 	for held := 0; held < want; {
 		jobs, err := s.Claim(ctx, store.ClaimParams{Queue: parts[2], Limit: want - held, WorkerID: "doomed", LeaseDuration: 300 * time.Millisecond})
 		if err != nil {

@@ -374,18 +374,11 @@ func TestClusterSplitWorkflowSweep(t *testing.T) {
 const splitChildEnv = "PRONTO_REDIS_SPLIT_CHILD"
 
 func runSplitChild(v string) int {
-	parts := strings.Split(v, "\t")
-	if len(parts) != 3 {
-		fmt.Fprintln(os.Stderr, "want addrs, prefix, queues")
-		return 2
+	s, parts, code := childStore(v, 3, "addrs, prefix, queues")
+	if s == nil {
+		return code
 	}
 	ctx := context.Background()
-	rdb := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: strings.Split(parts[0], ",")})
-	s, err := New(ctx, rdb, Options{Prefix: parts[1]})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
 	for {
 		for _, q := range strings.Split(parts[2], ",") {
 			if err := workSplit(ctx, s, q, "doomed", time.Second, func(id string) { fmt.Printf("done %s\n", id) }); err != nil {
