@@ -557,6 +557,16 @@ func (s *Store) claimOnce(ctx context.Context, p store.ClaimParams, flag string,
 			needs, res = parseNeed(last), res[:n-1]
 		}
 	}
+	if n := len(res); n > 0 {
+		if last, _ := res[n-1].([]any); len(last) > 0 && last[0] == relayMarker {
+			res = res[:n-1]
+			// Jobs of split workflows the claim dropped (their rate key's limit says so): their
+			// children in other queues are told now (relay.go).
+			if err := s.deliver(ctx, p.Queue, strs(last[1:])); err != nil {
+				s.logf("redis: claim: %v", err)
+			}
+		}
+	}
 	out := make([]*store.Job, 0, len(res))
 	for _, v := range res {
 		j, err := decodeFlat(v)

@@ -222,6 +222,28 @@ func TestClusterSplitWorkflowRelay(t *testing.T) {
 	wfReleased(t, s, cb, `["p1","p2"]`)
 	requireOutboxesEmpty(t, s, qs...)
 
+	// A parent the claim drops for its rate key's limit cancels its child in another queue at once,
+	// without waiting for Rescue.
+	require.NoError(t, s.SetRateLimit(ctx, "drop-key", store.RateLimit{MaxActive: 1, OnLimit: store.LimitDrop}))
+	busy := testJob(qs[0])
+	busy.RateKey = "drop-key"
+	_, err = s.Insert(ctx, []*store.InsertParams{busy})
+	require.NoError(t, err)
+	held := wfRun(t, s, busy, time.Minute) // takes the key's one slot
+	wf4 := uuidv7.New()
+	dp := storetest.WorkflowJob(wf4, qs[0])
+	dp.RateKey = "drop-key"
+	dk := storetest.WorkflowJob(wf4, qs[1], dp)
+	wfInsert(t, s, wf4, dp, dk)
+	jobs, err := s.Claim(ctx, store.ClaimParams{Queue: qs[0], Limit: 5, WorkerID: "w", LeaseDuration: time.Minute})
+	require.NoError(t, err)
+	require.Empty(t, jobs, "the limit holds the parent back")
+	wfState(t, s, store.StateDiscarded, dp)
+	wfState(t, s, store.StateCancelled, dk)
+	_, err = s.Finish(ctx, []store.Completion{{ID: held.ID, Attempt: held.Attempt, Token: held.ClaimToken, State: store.StateCompleted}})
+	require.NoError(t, err)
+	requireOutboxesEmpty(t, s, qs...)
+
 	// Six parents over two queues, one child in a third, the parents finished by two clients at once.
 	wf2 := uuidv7.New()
 	var parents []*store.InsertParams

@@ -702,6 +702,9 @@ return tonumber(t)
 // limit says, or, when the limit waits, its whole source is left alone for this claim.
 var scriptClaim = newFunc("Claim", `
 local out = claimjobs()
+-- Outbox entries of split workflows' jobs the claim dropped (relay.go), then the permits it stopped
+-- for: the caller reads both from the end of the reply.
+if relay then out[#out + 1] = {'\nrelay', unpack(relay)} end
 if needed then out[#out + 1] = needed end
 -- An advertisement (see handoff.go) follows the flag when the claim is for one worker: a claim that
 -- leaves slots free (it took fewer than the limit) advertises its producer as waiting, with the
@@ -1004,8 +1007,8 @@ if fair then
 end
 if not needed and (not fair or redis.call('EXISTS', ring) == 0) then claimplain(limit) end
 settle(t)
--- A dropped workflow job can release a child in this queue (a failure callback). Only a single node
--- drops (rate limits), and there the channel is reachable: announce it here.
+-- A dropped workflow job can release a child in this queue (a failure callback). On a single node
+-- the channel is reachable: announce it here (a cluster's claim leaves it to the next claim's poll).
 if released and global then redis.call('SPUBLISH', G .. '{notify}', cjson.encode({k = 'insert', q = released})) end
 return out
 `
