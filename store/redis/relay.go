@@ -168,7 +168,7 @@ type relayed struct {
 	entries []string
 }
 
-// relayMarker precedes, in scriptFinish's reply, the outbox entries it wrote.
+// relayMarker precedes, in the finish and claim scripts' replies, the outbox entries they wrote.
 const relayMarker = "\nrelay"
 
 // relayOnce delivers up to relayBatch entries of queue's outbox and removes them, and returns the
