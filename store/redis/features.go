@@ -184,9 +184,10 @@ func (s *Store) ListRateLimits(ctx context.Context) ([]*store.RateLimitInfo, err
 //     through each queue's outbox (relay.go).
 //
 // The workflow index <prefix>wfq{<prefix>ids} (a hash: workflow id -> its queue, "" for the global
-// layout, its queues after newlines for a split workflow) finds a workflow's keys by id. Its hash tag is the id index's key, so one call registers a
-// new workflow there and its jobs in the id index, all or nothing, before the workflow's script runs
-// in its queue's slot (a cluster cannot do both in one script). The registration stays pending
+// layout, its queues after newlines for a split workflow) finds a workflow's keys by id. Its hash
+// tag is the id index's key, so one call registers a new workflow there and its jobs in the id
+// index, all or nothing, before the workflow's script runs in its queue's slot (a cluster cannot
+// do both in one script). The registration stays pending
 // (<prefix>wfp{<prefix>ids}, <prefix>wfr{<prefix>ids}) until the workflow is written. A crash between
 // the two calls leaves an entry naming no workflow: it reads as not found, and a retry of the same
 // workflow is refused as a duplicate, until Cleanup finds the registration pending for longer than
