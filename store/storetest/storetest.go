@@ -173,6 +173,7 @@ var tests = []testCase{
 	{"WorkflowRoundTrip", single(testWorkflowRoundTrip)},
 	{"WorkflowChain", single(testWorkflowChain)},
 	{"WorkflowFailureCascade", single(testWorkflowFailureCascade)},
+	{"WorkflowAcrossQueues", single(testWorkflowAcrossQueues)},
 	{"WorkflowCancelJobCascades", single(testWorkflowCancelJobCascades)},
 	{"WorkflowRescueAndExpiryCascade", single(testWorkflowRescueCascades)},
 	{"WorkflowGroup", single(testWorkflowGroup)},

@@ -181,6 +181,58 @@ func testWorkflowChain(t *testing.T, s store.Store) {
 	require.JSONEq(t, `{"owner":"ops"}`, string(w.Meta))
 }
 
+// testWorkflowAcrossQueues runs workflows whose jobs are in three queues: a diamond passing results
+// from queue to queue, with a child in its parent's own queue beside; a failure cascading through
+// two queues into a failure callback in a third; and cancelling such a workflow.
+func testWorkflowAcrossQueues(t *testing.T, s store.Store) {
+	q1, q2, q3 := uniq("wf-across-1"), uniq("wf-across-2"), uniq("wf-across-3")
+	wf := uuidv7.New()
+	a := member(wf, q1)
+	b := member(wf, q2, a)
+	c := member(wf, q3, a)
+	d := member(wf, q1, b, c)
+	e := member(wf, q1, a)
+	insertWorkflow(t, s, wf, a, b, c, d, e)
+	requireState(t, s, store.StatePending, b, c, d, e)
+	complete(t, s, a, `"a"`)
+	requireReleasedWith(t, s, b, `["a"]`)
+	requireReleasedWith(t, s, c, `["a"]`)
+	requireReleasedWith(t, s, e, `["a"]`)
+	requireState(t, s, store.StatePending, d)
+	complete(t, s, c, `{"c":3}`)
+	requireState(t, s, store.StatePending, d)
+	complete(t, s, b, `"b"`)
+	requireReleasedWith(t, s, d, `["b",{"c":3}]`)
+	complete(t, s, d, "")
+	complete(t, s, e, "")
+	requireWorkflow(t, getWorkflow(t, s, wf), store.WorkflowCompleted, 5, map[store.State]int{store.StateCompleted: 5})
+	jobs, _, err := s.ListJobs(ctx(t), store.ListParams{WorkflowID: wf, Limit: 10})
+	require.NoError(t, err)
+	require.Equal(t, []string{a.ID, b.ID, c.ID, d.ID, e.ID}, ids(jobs), "the workflow's jobs of every queue, in id order")
+
+	wf2 := uuidv7.New()
+	x := member(wf2, q1)
+	y := member(wf2, q2, x)
+	z := member(wf2, q3, y)
+	f := callback(wf2, q3, store.RunOnFailure, x)
+	insertWorkflow(t, s, wf2, x, y, z, f)
+	fail(t, s, x)
+	requireState(t, s, store.StateCancelled, y, z)
+	requireReleasedWith(t, s, f, `[null]`)
+	requireWorkflow(t, getWorkflow(t, s, wf2), store.WorkflowFailed, 3,
+		map[store.State]int{store.StateDiscarded: 1, store.StateCancelled: 2})
+
+	wf3 := uuidv7.New()
+	m := member(wf3, q2)
+	n := member(wf3, q3, m)
+	insertWorkflow(t, s, wf3, m, n)
+	run(t, s, m)
+	w, err := workflows(t, s).CancelWorkflow(ctx(t), wf3)
+	require.NoError(t, err)
+	require.Equal(t, store.WorkflowCancelled, w.State)
+	requireState(t, s, store.StateCancelled, m, n)
+}
+
 func testWorkflowFailureCascade(t *testing.T, s store.Store) {
 	q, wf := uniq("wf-fail"), uuidv7.New()
 	a := member(wf, q)
