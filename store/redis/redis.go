@@ -8,9 +8,10 @@
 // to its queue so that GetJob and the other by-id operations find the job's slot, and the queue
 // registry that maintenance passes and listings walk. A workflow whose jobs share one queue lives
 // in that queue's slot too, found by id through a workflow index beside the id index (features.go);
-// on a Redis Cluster, rate and tenant limits live in their keys' own slots (ratelimit.go), and
-// workflows spanning queues are refused. See docs/redis.md for the data layout, durability
-// and limits.
+// on a Redis Cluster, rate and tenant limits live in their keys' own slots (ratelimit.go), and a
+// workflow spanning queues is split into one part per queue whose outcomes reach the other parts
+// through each queue's outbox (relay.go). See docs/redis.md for the data layout, durability and
+// limits.
 package redis
 
 import (
