@@ -43,6 +43,22 @@ func childStore(v string, n int, want string) (*Store, []string, int) {
 	return s, parts, 0
 }
 
+// startChild starts this test binary as a helper process (env names which, see TestMain) on the
+// test's cluster and store, with fields after the cluster's addresses and the store's prefix (see
+// childStore), killed when the test ends, and returns it with a scanner of its output.
+func startChild(t *testing.T, env string, rdb *goredis.ClusterClient, s *Store, fields ...string) (*exec.Cmd, *bufio.Scanner) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	v := append([]string{strings.Join(rdb.Options().Addrs, ","), s.Prefix()}, fields...)
+	cmd.Env = append(os.Environ(), env+"="+strings.Join(v, "\t"))
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	return cmd, bufio.NewScanner(out)
+}
+
 func runRateChild(v string) int {
 	s, parts, code := childStore(v, 4, "addrs, prefix, queue, count")
 	if s == nil {
@@ -318,14 +334,7 @@ func TestClusterRateLimitKilledProcess(t *testing.T) {
 	_, err := s.Insert(ctx, batch)
 	require.NoError(t, err)
 
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), rateChildEnv+"="+strings.Join([]string{strings.Join(rdb.Options().Addrs, ","), s.Prefix(), queues[0], fmt.Sprint(maxActive)}, "\t"))
-	cmd.Stderr = os.Stderr
-	out, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	sc := bufio.NewScanner(out)
+	cmd, sc := startChild(t, rateChildEnv, rdb, s, queues[0], fmt.Sprint(maxActive))
 	held := map[string]bool{}
 	for len(held) < maxActive && sc.Scan() {
 		id, ok := strings.CutPrefix(sc.Text(), "held ")

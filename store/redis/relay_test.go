@@ -1,11 +1,9 @@
 package redis
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"slices"
 	"strings"
 	"sync"
@@ -453,15 +451,7 @@ func TestClusterSplitWorkflowKilledWorker(t *testing.T) {
 		flows = append(flows, flow{wf, a.ID, b.ID, c.ID, d.ID})
 	}
 
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), splitChildEnv+"="+strings.Join([]string{strings.Join(rdb.Options().Addrs, ","), s.Prefix(),
-		strings.Join(qs, ",")}, "\t"))
-	cmd.Stderr = os.Stderr
-	out, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	sc := bufio.NewScanner(out)
+	cmd, sc := startChild(t, splitChildEnv, rdb, s, strings.Join(qs, ","))
 	for n := 0; n < 40 && sc.Scan(); n++ {
 		require.True(t, strings.HasPrefix(sc.Text(), "done "), "helper said %q", sc.Text())
 	}
