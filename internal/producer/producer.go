@@ -50,6 +50,12 @@ func InLoop(ctx context.Context) bool {
 	return v
 }
 
+// LoopContext returns ctx marked as a producer loop's (InLoop): stores' tests claim with it to
+// exercise what a store does only for loops (the hand-off).
+func LoopContext(ctx context.Context) context.Context {
+	return context.WithValue(ctx, loopKey{}, true)
+}
+
 // Producer is the claim loop of one queue. Its methods are safe for concurrent use.
 type Producer struct {
 	cfg Config
@@ -203,7 +209,7 @@ func (p *Producer) Done() <-chan struct{} { return p.done }
 // them.
 func (p *Producer) Run(ctx context.Context) {
 	defer close(p.done)
-	ctx = context.WithValue(ctx, loopKey{}, true)
+	ctx = LoopContext(ctx)
 	p.mu.Lock()
 	p.runCtx = ctx
 	p.mu.Unlock()

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -72,6 +73,8 @@ func (s *Store) Insert(ctx context.Context, params []*store.InsertParams) ([]*st
 	}
 	var jobs []*store.Job
 	switch {
+	case len(rows) <= pipelineMax && s.handoff != nil:
+		jobs, err = s.insertHandingOff(ctx, rows)
 	case len(rows) <= pipelineMax:
 		jobs, err = s.insertBatch(ctx, s.pool, rows)
 	case len(rows) <= arraysMax:
@@ -251,16 +254,71 @@ func (s *Store) insertBatch(ctx context.Context, db batchSender, rows []insertRo
 	return s.insertRows(ctx, db, rows, insertNotifications(rows, time.Now()))
 }
 
-// insertRows sends one INSERT per job and the notifications notes as a single pipelined batch.
+// insertHandingOff is insertBatch on the pool, offering each queue's jobs due now to a producer
+// waiting for them (sqlHandoff, see handoff.go) in place of the queue's notification, in the same
+// round trip and transaction. Queues with tenant jobs are announced as insertBatch does: the fair
+// claim serves them.
+func (s *Store) insertHandingOff(ctx context.Context, rows []insertRow) ([]*store.Job, error) {
+	now := time.Now()
+	notes := insertNotifications(rows, now)
+	type share struct {
+		due    int
+		kinds  []string
+		tenant bool
+	}
+	shares := make(map[string]*share, 1)
+	for i := range rows {
+		r := &rows[i]
+		sh := shares[r.p.Queue]
+		if sh == nil {
+			sh = &share{}
+			shares[r.p.Queue] = sh
+		}
+		sh.tenant = sh.tenant || r.p.Tenant != ""
+		if r.state == store.StateAvailable && (r.p.ScheduledAt.IsZero() || !r.p.ScheduledAt.After(now)) {
+			sh.due++
+			if !slices.Contains(sh.kinds, r.p.Kind) {
+				sh.kinds = append(sh.kinds, r.p.Kind)
+			}
+		}
+	}
+	planned := false
+	return s.insertRowsThen(ctx, s.pool, rows, func(b *pgx.Batch) {
+		for _, note := range notes {
+			n, _ := decodePayload(note)
+			sh := shares[n.Queue]
+			if sh == nil || sh.due == 0 || sh.tenant {
+				b.Queue(s.q.notify, note)
+				continue
+			}
+			if !planned {
+				b.Queue(s.q.handoffPlan)
+				planned = true
+			}
+			b.Queue(s.q.handoff, n.Queue, sh.due, sh.kinds, note)
+		}
+	})
+}
+
+// insertRows sends one INSERT per job and then the notifications notes as a single pipelined batch.
 func (s *Store) insertRows(ctx context.Context, db batchSender, rows []insertRow, notes []string) ([]*store.Job, error) {
+	return s.insertRowsThen(ctx, db, rows, func(b *pgx.Batch) {
+		for _, n := range notes {
+			b.Queue(s.q.notify, n)
+		}
+	})
+}
+
+// insertRowsThen sends one INSERT per job and then the statements queued by then as a single
+// pipelined batch.
+func (s *Store) insertRowsThen(ctx context.Context, db batchSender, rows []insertRow, then func(*pgx.Batch)) ([]*store.Job, error) {
 	b := &pgx.Batch{}
 	for i := range rows {
 		r := &rows[i]
 		b.Queue(s.q.insertJob, r.args(r.state, r.p.ScheduledAt)...)
 	}
-	for _, n := range notes {
-		b.Queue(s.q.notify, n)
-	}
+	then(b)
+	tail := b.Len() - len(rows)
 	br := db.SendBatch(ctx, b)
 	jobs := make([]*store.Job, len(rows))
 	for i := range rows {
@@ -271,7 +329,7 @@ func (s *Store) insertRows(ctx context.Context, db batchSender, rows []insertRow
 		}
 		jobs[i] = jobFromInsert(&rows[i], rows[i].state, createdAt, scheduledAt)
 	}
-	for range notes {
+	for range tail {
 		if _, err := br.Exec(); err != nil {
 			_ = br.Close()
 			return nil, err

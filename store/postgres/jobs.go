@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
+	"github.com/pronto-jobs/pronto/internal/producer"
 	"github.com/pronto-jobs/pronto/store"
 )
 
@@ -49,6 +50,39 @@ func (s *Store) claim(ctx context.Context, p store.ClaimParams) ([]*store.Job, e
 	if p.Limit <= 0 {
 		return nil, nil
 	}
+	var w *waiter
+	var handed []*store.Job
+	if len(p.WorkerIDs) == 0 && producer.InLoop(ctx) {
+		if w = s.handoff.waiterFor(&p); w != nil {
+			// Jobs handed to this producer by inserts (handoff.go): no round trip.
+			handed = w.take(p.Limit)
+			// A queue notification since the last claim may announce jobs no hand-off took (an
+			// insert of more jobs than the producer had slots advertised, another process's
+			// insert): the producer, whose claim comes back short, would not claim again before
+			// the next notification, so claim them now.
+			if len(handed) == p.Limit || (len(handed) > 0 && !w.notified.Swap(false)) {
+				return handed, nil
+			}
+			p.Limit -= len(handed)
+		}
+	}
+	if len(handed) > 0 {
+		jobs, err := s.claimPlain(ctx, p, w)
+		if err != nil {
+			// The handed jobs are claimed already: run them; the producer's poll claims again.
+			s.log.Warn("pronto: claim after a hand-off", "schema", s.schema, "queue", p.Queue, "error", err)
+			return handed, nil
+		}
+		return append(handed, jobs...), nil
+	}
+	return s.claimPlain(ctx, p, w)
+}
+
+// claimPlain claims as Claim describes, advertising w's producer when w is not nil.
+func (s *Store) claimPlain(ctx context.Context, p store.ClaimParams, w *waiter) ([]*store.Job, error) {
+	if w != nil {
+		w.notified.Store(false)
+	}
 	if _, ok := s.fairQueues.Load(p.Queue); ok {
 		jobs, mode, err := s.claimFair(ctx, p)
 		if err != nil {
@@ -64,7 +98,11 @@ func (s *Store) claim(ctx context.Context, p store.ClaimParams) ([]*store.Job, e
 	}
 	b := &pgx.Batch{}
 	b.Queue(s.q.claimPlan, p.Queue)
-	if len(p.Kinds) == 0 && len(p.WorkerIDs) > 0 {
+	if w != nil {
+		// The claim also advertises the producer when it leaves slots free.
+		sql, args := w.claimArgs(s.q, p.Limit)
+		b.Queue(sql, args...)
+	} else if len(p.Kinds) == 0 && len(p.WorkerIDs) > 0 {
 		b.Queue(s.q.claimFor, p.Queue, p.Limit, p.LeaseDuration.Microseconds(), p.WorkerID, p.WorkerIDs)
 	} else if len(p.Kinds) == 0 {
 		b.Queue(s.q.claim, p.Queue, p.Limit, p.LeaseDuration.Microseconds(), p.WorkerID)
@@ -75,6 +113,9 @@ func (s *Store) claim(ctx context.Context, p store.ClaimParams) ([]*store.Job, e
 	jobs, mode, err := claimResults(br)
 	if cerr := br.Close(); err == nil {
 		err = cerr
+	}
+	if w != nil && err == nil {
+		s.handoff.afterClaim(ctx, w)
 	}
 	if err == nil && mode == "fair" {
 		// Claimed in turns across tenants: returned in the order of the turns.

@@ -307,10 +307,12 @@ func (n *notifier) run(ctx context.Context, l *listener) {
 		}
 		backoff = 0
 		l.pid.Store(conn.PgConn().PID())
+		n.s.handoff.listenerUp()
 		readyOnce()
 		n.hub.Publish(store.Notification{Kind: store.NotifyReconnect})
 		err = n.receive(ctx, conn)
 		l.pid.Store(0)
+		n.s.handoff.listenerDown()
 		closeCtx, cancel := context.WithTimeout(context.Background(), time.Second)
 		_ = conn.Close(closeCtx)
 		cancel()
@@ -335,7 +337,11 @@ func (n *notifier) connect(ctx context.Context) (*pgx.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{n.s.channel}.Sanitize()); err != nil {
+	listen := "LISTEN " + pgx.Identifier{n.s.channel}.Sanitize()
+	if n.s.handoff != nil {
+		listen += "; LISTEN " + pgx.Identifier{n.s.handoff.channel}.Sanitize()
+	}
+	if _, err := conn.Exec(ctx, listen); err != nil {
 		_ = conn.Close(context.WithoutCancel(ctx))
 		return nil, err
 	}
@@ -362,12 +368,18 @@ func (n *notifier) receive(ctx context.Context, conn *pgx.Conn) error {
 			continue
 		}
 		if msg.Channel != n.s.channel {
+			if h := n.s.handoff; h != nil && msg.Channel == h.channel {
+				h.received(msg.Payload)
+			}
 			continue
 		}
 		note, ok := decodePayload(msg.Payload)
 		if !ok {
 			n.s.log.Warn("pronto: ignoring malformed notification", "schema", n.s.schema, "payload", msg.Payload)
 			continue
+		}
+		if h := n.s.handoff; h != nil && note.Kind == store.NotifyInsert {
+			h.queueNotified(note.Queue)
 		}
 		n.hub.Publish(note)
 	}

@@ -63,6 +63,9 @@ type Config struct {
 	// transaction pooler hands to another client after every statement. Only one connection per
 	// store uses it.
 	ListenURL string
+	// NoHandoff turns the hand-off off (see handoff.go and docs/architecture.md, "Pickup"): every
+	// pickup is then a notification followed by the producer's own claim.
+	NoHandoff bool
 }
 
 // Store is the PostgreSQL implementation of store.Store. It also implements store.Migrator,
@@ -82,6 +85,8 @@ type Store struct {
 	listenConfig *pgx.ConnConfig
 
 	notifier *notifier
+	// handoff is the store's side of the hand-off; nil when Config.NoHandoff.
+	handoff *handoff
 
 	// fairQueues holds the queues whose last claim went fair (queue name -> struct{}): their next
 	// claim goes to claim_fair_pick in one round trip, not through the plain claim first.
@@ -147,6 +152,9 @@ func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 		listenConfig: listenConfig,
 	}
 	s.notifier = newNotifier(s)
+	if !cfg.NoHandoff {
+		s.handoff = newHandoff(s)
+	}
 	return s, nil
 }
 
@@ -160,9 +168,11 @@ func (s *Store) Schema() string { return s.schema }
 // pauses. It is derived from the schema, so stores in different schemas never hear each other.
 func (s *Store) Channel() string { return s.channel }
 
-// Close stops the notifier's listener connection and waits for it to exit. It does not close the
+// Close withdraws the store's hand-off advertisements, returns the jobs handed to it and not taken,
+// and stops the notifier's listener connection and waits for it to exit. It does not close the
 // pool. The store must not be used afterwards.
 func (s *Store) Close() error {
+	s.handoff.close()
 	s.notifier.close()
 	return nil
 }

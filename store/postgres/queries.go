@@ -110,6 +110,46 @@ SET state = 'active', attempt = j.attempt + 1, started_at = now(),
 WHERE j.id = ANY(ARRAY(SELECT id FROM locked))
 RETURNING ` + jobColsJ
 
+// claimTailAd is claimTail advertising the producer for the hand-off (see sqlClaimAd), with the
+// parameters of the waiter's id, channel, kinds, lease and lifetime.
+func claimTailAd(id, channel, kinds, lease, ttl string) string {
+	return strings.Replace(claimTail, claimUpdate, "", 1) + `, claimed AS (` + claimUpdate + `
+), ad AS (
+	INSERT INTO {schema}.waiters (id, queue, channel, worker_id, kinds, lease_us, free, expires_at)
+	SELECT ` + id + `, $1, ` + channel + `, $4, ` + kinds + `, ` + lease + `, $2 - count(*),
+		now() + ` + ttl + ` * interval '1 microsecond'
+	FROM claimed
+	HAVING count(*) < $2 AND current_setting('pronto.claim_limited', true) = 'off'
+	ON CONFLICT (id) DO UPDATE SET free = EXCLUDED.free, expires_at = EXCLUDED.expires_at
+), unad AS (
+	DELETE FROM {schema}.waiters
+	WHERE id = ` + id + ` AND ((SELECT count(*) FROM claimed) >= $2
+		OR current_setting('pronto.claim_limited', true) <> 'off')
+)
+SELECT * FROM claimed`
+}
+
+// handedPayload is the JSON array of a claimed job (alias c) that a hand-off notification carries,
+// in jobCols order with times as Unix microseconds (decodeHanded reads it), or [id, claim token]
+// when that would not fit in a notification (8000 bytes).
+var handedPayload = `(SELECT CASE WHEN octet_length(p) < 7900 THEN p
+	ELSE json_build_array(c.id, c.claim_token)::text END
+	FROM (SELECT json_build_array(c.id, c.kind, c.queue, c.args, c.meta, c.priority, c.state, c.attempt,
+		c.max_attempts, c.errors, c.result, c.tags, c.retry_policy, c.timeout_ms,
+		` + unixMicros("c.created_at", "c.scheduled_at", "c.started_at", "c.completed_at", "c.expires_at",
+	"c.lease_expires_at") + `,
+		c.worker_id, c.unique_key, c.tenant, c.rate_key, c.workflow_id, c.parent_ids, c.unique_states,
+		` + unixMicros("c.unique_until") + `, c.run_on, c.parent_results, c.claim_token)::text AS p) AS x)`
+
+// unixMicros lists the timestamp columns as Unix microseconds (NULL stays NULL).
+func unixMicros(cols ...string) string {
+	out := make([]string, len(cols))
+	for i, c := range cols {
+		out[i] = "(extract(epoch FROM " + c + ") * 1000000)::bigint"
+	}
+	return strings.Join(out, ", ")
+}
+
 // jobValues are the columns and parameters of a job insert: $12 NULL means scheduled now.
 const jobValues = ` INTO {schema}.jobs (id, kind, queue, args, meta, priority, state,
 	max_attempts, tags, retry_policy, timeout_ms, scheduled_at, expires_at, unique_key, tenant,
@@ -296,6 +336,74 @@ SELECT ` + jobColsC + ` FROM claimed c JOIN locked l ON l.id = c.id ORDER BY l.o
 	// first len(jobs) of them, one each; $4 is the first).
 	sqlClaimFor = claimHead + strings.Replace(claimTail, "worker_id = $4",
 		"worker_id = coalesce(($5::text[])[array_position(ARRAY(SELECT id FROM locked), j.id)], $4)", 1)
+
+	// sqlClaimAd is sqlClaim that also advertises its producer for the hand-off (handoff.go) when
+	// the claim leaves slots free in a plain queue: waiter $5 on hand-off channel $6, kinds $7
+	// (NULL for any), a hand-off lease of $8 microseconds, lapsing after $9 microseconds, with the
+	// slots left free. A full claim, or a queue with rate-limited or tenant jobs (which the hand-off
+	// does not serve), withdraws it.
+	sqlClaimAd = claimHead + claimTailAd("$5", "$6", "$7", "$8", "$9")
+
+	// sqlClaimKindsAd is sqlClaimKinds advertising as sqlClaimAd does, its arguments one later.
+	sqlClaimKindsAd = claimHead + `
+		AND kind = ANY($5)` + claimTailAd("$6", "$7", "$5", "$8", "$9")
+
+	// sqlHandoffPlan runs before sqlHandoff in an insert's batch: sqlClaimPlan's plan settings
+	// (not its asynchronous commit: the insert's commit stays durable).
+	sqlHandoffPlan = `SELECT set_config('enable_sort', 'off', true), set_config('enable_seqscan', 'off', true),
+	set_config('plan_cache_mode', 'force_generic_plan', true), set_config('jit', 'off', true)`
+
+	// sqlHandoff runs after a single insert's rows of queue $1 ($2 jobs due now, of kinds $3), in the
+	// same transaction, instead of the queue's notification $4 (handoff.go): it claims up to $2 jobs
+	// of the queue for the producer waiting longest among those advertising free slots for these
+	// kinds, by the plain claim's rules and order, and notifies each claimed job on the producer's
+	// hand-off channel: "<waiter id> <job>" (handedPayload). When it claimed fewer than $2 jobs
+	// (nobody waits, or fewer slots), it sends the queue's notification as the insert would have.
+	// Without an advertisement the scan of jobs is skipped (a one-time filter).
+	sqlHandoff = `WITH ad AS (
+	SELECT id, channel, worker_id, kinds, lease_us, free FROM {schema}.waiters
+	WHERE queue = $1 AND expires_at > now() AND free > 0 AND (kinds IS NULL OR kinds && $3::text[])
+	ORDER BY expires_at
+	LIMIT 1
+	FOR UPDATE SKIP LOCKED
+), locked AS (
+	SELECT id FROM {schema}.jobs
+	WHERE (SELECT id FROM ad) IS NOT NULL
+		AND queue = $1
+		AND state IN ('available', 'scheduled', 'retryable')
+		AND (CASE WHEN state = 'available' THEN true ELSE scheduled_at <= now() END)
+		AND (expires_at IS NULL OR expires_at > now())
+		AND rate_key IS NULL
+		AND ((SELECT kinds FROM ad) IS NULL OR kind = ANY ((SELECT kinds FROM ad)::text[]))
+		AND NOT ` + claimableKeyed + `
+		AND NOT ` + claimableTenant + `
+		AND NOT EXISTS (SELECT 1 FROM {schema}.queues q WHERE q.name = $1 AND q.paused)
+	ORDER BY priority DESC, scheduled_at, id
+	LIMIT least($2, (SELECT free FROM ad))
+	FOR UPDATE SKIP LOCKED
+), claimed AS (
+	UPDATE {schema}.jobs j
+	SET state = 'active', attempt = j.attempt + 1, started_at = now(),
+		lease_expires_at = now() + (SELECT lease_us FROM ad) * interval '1 microsecond',
+		worker_id = (SELECT worker_id FROM ad),
+		claim_token = gen_random_uuid(),
+		` + uniqueKeyAfter(`'active'`, "ARRAY(SELECT id FROM locked)", "NULL", `'active'`) + `
+	WHERE j.id = ANY(ARRAY(SELECT id FROM locked))
+	RETURNING ` + jobColsJ + `
+), took AS (
+	UPDATE {schema}.waiters w SET free = w.free - (SELECT count(*) FROM claimed)
+	WHERE w.id = (SELECT id FROM ad) AND EXISTS (SELECT 1 FROM claimed)
+)
+SELECT pg_notify((SELECT channel FROM ad), (SELECT id FROM ad) || ' ' || ` + handedPayload + `) FROM claimed c
+UNION ALL
+SELECT pg_notify({channel}, $4) WHERE (SELECT count(*) FROM claimed) < $2`
+
+	// sqlWithdrawWaiters deletes the advertisements $1.
+	sqlWithdrawWaiters = `DELETE FROM {schema}.waiters WHERE id = ANY($1)`
+
+	// sqlHandedJob reads a job handed off under claim token $2 while that claim holds it: the
+	// hand-off's notification carries only the id and token of a job too large for a payload.
+	sqlHandedJob = `SELECT ` + jobCols + ` FROM {schema}.jobs WHERE id = $1 AND claim_token = $2 AND state = 'active'`
 
 	// sqlReassignWorkers sets the worker ids $2 of the claimed jobs $1, each while it is still
 	// active under its claim token (the same position of $3).
@@ -794,7 +902,8 @@ const (
 
 // queries holds every statement with the schema and channel substituted.
 type queries struct {
-	claimFair, claimFairPlan, claimFor, reassignWorkers string
+	claimFair, claimFairPlan, claimFor, reassignWorkers                     string
+	claimAd, claimKindsAd, handoffPlan, handoff, withdrawWaiters, handedJob string
 
 	insertJob, insertArrays, notify, now, claimPlan, claim, claimKinds, finish, heartbeat, rescue, promote string
 	discardExpired, nextDue, cleanup, getJob, listJobs, listJobsDesc, cancelJob, retryJob                  string
@@ -827,6 +936,12 @@ func newQueries(r *strings.Replacer) *queries {
 		claimKinds:      r.Replace(sqlClaimKinds),
 		claimFor:        r.Replace(sqlClaimFor),
 		reassignWorkers: r.Replace(sqlReassignWorkers),
+		claimAd:         r.Replace(sqlClaimAd),
+		claimKindsAd:    r.Replace(sqlClaimKindsAd),
+		handoffPlan:     sqlHandoffPlan,
+		handoff:         r.Replace(sqlHandoff),
+		withdrawWaiters: r.Replace(sqlWithdrawWaiters),
+		handedJob:       r.Replace(sqlHandedJob),
 		claimFair:       r.Replace(sqlClaimFair),
 		claimFairPlan:   r.Replace(sqlClaimFairPlan),
 		finish:          r.Replace(sqlFinish),

@@ -17,27 +17,10 @@ import (
 	"github.com/pronto-jobs/pronto/store"
 )
 
-// loopContext returns a context whose claims the store takes for a producer's loop (the one
-// producer.Run passes to Claim), captured from a producer run for the purpose.
+// loopContext returns a context whose claims the store takes for a producer's loop.
 func loopContext(t *testing.T) context.Context {
 	t.Helper()
-	got := make(chan context.Context, 1)
-	p := producer.New(producer.Config{Queue: "capture", MaxWorkers: 1,
-		Claim: func(ctx context.Context, _ int) ([]*store.Job, error) {
-			select {
-			case got <- ctx:
-			default:
-			}
-			return nil, nil
-		},
-		Execute: func(*store.Job, time.Time, func()) {}})
-	ctx, cancel := context.WithCancel(context.Background())
-	go p.Run(ctx)
-	c := <-got
-	cancel()
-	<-p.Done()
-	require.True(t, producer.InLoop(c))
-	return context.WithoutCancel(c)
+	return producer.LoopContext(context.Background())
 }
 
 func loopClaim(queue string) store.ClaimParams {

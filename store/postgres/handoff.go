@@ -1,0 +1,508 @@
+package postgres
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/pronto-jobs/pronto/store"
+)
+
+// Hand-off: pickup without a claim round trip.
+//
+// Without it, a job inserted into an idle queue is picked up in three steps: the insert commits
+// and notifies the queue, the waiting producer's listener hears it, and the producer claims the job
+// in a round trip of its own. With it, a producer's claim that leaves worker slots free also
+// advertises the producer (a row of the unlogged table waiters: queue, kinds, worker, lease, free
+// slots, and this store's hand-off channel), and a single insert claims its job for the producer
+// waiting longest in its own transaction (sqlHandoff) and notifies the claimed job itself on that
+// producer's channel. The listener files the job with its waiter and wakes the producer, whose next
+// Claim returns it without a round trip. The insert sends the queue's notification as before when
+// nobody waits, so pickup never waits longer than without the hand-off.
+//
+// The claim in the insert follows the plain claim's rules (priority then due time, kinds, paused
+// queues) and leaves queues with rate-limited or tenant jobs to the claims of their own, so the
+// job is active under a lease and a claim token like any claimed job. Each hand-off spends one of
+// the advertised free slots; the producer's next claim of its own writes the count again, so the
+// count never exceeds the producer's free slots. The lease is the producer's plus handoffSlack: the
+// client reckons a lease from the start of the Claim call that returns the job, after the lease
+// began in the database.
+//
+// What can go wrong, and what happens then:
+//   - the producer is busy or stopped: a handed job not taken by a Claim within serveWithin is
+//     returned to available (the attempt refunded, the queue announced) and the advertisement
+//     withdrawn;
+//   - the listener loses its connection: its notifications meanwhile are lost, so the store
+//     withdraws its advertisements at once and advertises again only once listening; a job handed
+//     in between is rescued when its lease ends, as a crashed process's job is;
+//   - the process dies: its advertisements lapse adTTL after they were written, and the jobs
+//     handed to it are rescued when their leases end.
+const (
+	adTTL        = 10 * time.Second
+	handoffSlack = 250 * time.Millisecond
+	serveWithin  = 100 * time.Millisecond
+	// releaseTimeout bounds returning unserved jobs and withdrawing advertisements.
+	releaseTimeout = 5 * time.Second
+)
+
+// handoff is a store's side of the hand-off: its channel and its producers' waiters.
+type handoff struct {
+	s       *Store
+	channel string
+	// listening is set while the notifier listens on channel: advertisements are written only then.
+	listening atomic.Bool
+
+	mu      sync.Mutex
+	waiters map[string]*waiter // by queue, worker, lease and kinds
+	byID    map[string]*waiter
+	closing bool
+}
+
+// waiter is one producer's advertisement and the jobs handed to it, not yet taken.
+type waiter struct {
+	h      *handoff
+	key    string
+	id     string
+	params store.ClaimParams // Limit unset; Kinds sorted
+
+	mu  sync.Mutex
+	buf []handedJob
+	// used is when a claim last went through this waiter (UnixNano).
+	used atomic.Int64
+	// notified is set by a notification of the queue since the producer's last claim of its own.
+	notified atomic.Bool
+}
+
+type handedJob struct {
+	job *store.Job
+	at  time.Time
+}
+
+func newHandoff(s *Store) *handoff {
+	return &handoff{s: s, channel: "pronto_h_" + randomHex(12),
+		waiters: make(map[string]*waiter), byID: make(map[string]*waiter)}
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// waiterFor returns the waiter of a producer's claim, or nil when the store does not hand off now
+// (off, closing, or its listener not listening).
+func (h *handoff) waiterFor(p *store.ClaimParams) *waiter {
+	if h == nil || !h.listening.Load() {
+		return nil
+	}
+	kinds := p.Kinds
+	if len(kinds) > 1 {
+		kinds = slices.Compact(slices.Sorted(slices.Values(kinds)))
+	}
+	key := p.Queue + "\x00" + p.WorkerID + "\x00" + strconv.FormatInt(int64(p.LeaseDuration), 10) + "\x00" + strings.Join(kinds, "\x00")
+	now := time.Now()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closing {
+		return nil
+	}
+	if w := h.waiters[key]; w != nil {
+		w.used.Store(now.UnixNano())
+		return w
+	}
+	// Producers are few and long-lived: forget those unused for a while when a new one comes.
+	for k, w := range h.waiters {
+		if now.Sub(time.Unix(0, w.used.Load())) > 2*adTTL && w.empty() {
+			delete(h.waiters, k)
+			delete(h.byID, w.id)
+		}
+	}
+	w := &waiter{h: h, key: key, id: randomHex(8),
+		params: store.ClaimParams{Queue: p.Queue, Kinds: kinds, WorkerID: p.WorkerID, LeaseDuration: p.LeaseDuration}}
+	w.used.Store(now.UnixNano())
+	h.waiters[key] = w
+	h.byID[w.id] = w
+	return w
+}
+
+// claimArgs returns the claim statement advertising w and its arguments, for a claim of limit
+// jobs.
+func (w *waiter) claimArgs(q *queries, limit int) (string, []any) {
+	p := &w.params
+	lease := (p.LeaseDuration + handoffSlack).Microseconds()
+	if len(p.Kinds) == 0 {
+		return q.claimAd, []any{p.Queue, limit, p.LeaseDuration.Microseconds(), p.WorkerID,
+			w.id, w.h.channel, nil, lease, adTTL.Microseconds()}
+	}
+	return q.claimKindsAd, []any{p.Queue, limit, p.LeaseDuration.Microseconds(), p.WorkerID,
+		p.Kinds, w.id, w.h.channel, lease, adTTL.Microseconds()}
+}
+
+func (w *waiter) empty() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.buf) == 0
+}
+
+// take returns up to limit handed jobs kept less than serveWithin; older ones are left to expire.
+func (w *waiter) take(limit int) []*store.Job {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.buf) == 0 {
+		return nil
+	}
+	var out []*store.Job
+	kept := w.buf[:0]
+	for _, hj := range w.buf {
+		if len(out) < limit && time.Since(hj.at) < serveWithin {
+			out = append(out, hj.job)
+		} else {
+			kept = append(kept, hj)
+		}
+	}
+	clear(w.buf[len(kept):])
+	w.buf = kept
+	return out
+}
+
+// keep files a handed job, wakes the producer (its next Claim returns the job) and, should the
+// producer not take it within serveWithin, returns it.
+func (w *waiter) keep(j *store.Job) {
+	w.mu.Lock()
+	w.buf = append(w.buf, handedJob{job: j, at: time.Now()})
+	w.mu.Unlock()
+	w.h.s.notifier.hub.Publish(store.Notification{Kind: store.NotifyInsert, Queue: j.Queue})
+	time.AfterFunc(serveWithin, w.expire)
+}
+
+// expire returns the handed jobs the producer did not take within serveWithin and withdraws the
+// advertisement: the producer is busy or gone, and its next claim that leaves slots free
+// advertises again.
+func (w *waiter) expire() {
+	w.mu.Lock()
+	var stale []*store.Job
+	kept := w.buf[:0]
+	for _, hj := range w.buf {
+		if time.Since(hj.at) >= serveWithin {
+			stale = append(stale, hj.job)
+		} else {
+			kept = append(kept, hj)
+		}
+	}
+	clear(w.buf[len(kept):])
+	w.buf = kept
+	w.mu.Unlock()
+	if len(stale) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+	defer cancel()
+	w.h.withdraw(ctx, []string{w.id})
+	w.h.s.release(ctx, stale)
+}
+
+// withdraw deletes the advertisements ids.
+func (h *handoff) withdraw(ctx context.Context, ids []string) {
+	if len(ids) == 0 {
+		return
+	}
+	if _, err := h.s.pool.Exec(ctx, h.s.q.withdrawWaiters, ids); err != nil {
+		h.s.log.Warn("pronto: hand-off: withdrawing advertisements", "schema", h.s.schema, "error", err)
+	}
+}
+
+// ids returns the ids of every waiter.
+func (h *handoff) ids() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	ids := make([]string, 0, len(h.byID))
+	for id := range h.byID {
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+// queueNotified marks the waiters of queue as notified (see waiter.notified).
+func (h *handoff) queueNotified(queue string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, w := range h.waiters {
+		if w.params.Queue == queue {
+			w.notified.Store(true)
+		}
+	}
+}
+
+// listenerUp and listenerDown follow the notifier's listener: notifications sent while it does not
+// listen are lost, so the advertisements go when it stops listening and come back with the
+// producers' next claims once it listens again.
+func (h *handoff) listenerUp() {
+	if h != nil {
+		h.listening.Store(true)
+	}
+}
+
+func (h *handoff) listenerDown() {
+	if h == nil || !h.listening.Swap(false) {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+	defer cancel()
+	h.withdraw(ctx, h.ids())
+}
+
+// afterClaim withdraws an advertisement a claim wrote while the listener stopped listening.
+func (h *handoff) afterClaim(ctx context.Context, w *waiter) {
+	if !h.listening.Load() {
+		h.withdraw(context.WithoutCancel(ctx), []string{w.id})
+	}
+}
+
+// close withdraws every advertisement and returns the jobs handed and not taken. A job handed in
+// the moment before the withdrawal, whose notification the closing listener misses, is rescued
+// when its lease ends.
+func (h *handoff) close() {
+	if h == nil {
+		return
+	}
+	h.mu.Lock()
+	h.closing = true
+	ws := make([]*waiter, 0, len(h.waiters))
+	for _, w := range h.waiters {
+		ws = append(ws, w)
+	}
+	h.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+	defer cancel()
+	ids := make([]string, len(ws))
+	var left []*store.Job
+	for i, w := range ws {
+		ids[i] = w.id
+		w.mu.Lock()
+		for _, hj := range w.buf {
+			left = append(left, hj.job)
+		}
+		w.buf = nil
+		w.mu.Unlock()
+	}
+	h.withdraw(ctx, ids)
+	h.s.release(ctx, left)
+}
+
+// received handles a notification on the hand-off channel: "<waiter id> <job>" (handedPayload).
+// A job for a waiter this store no longer has, or handed while it closes, goes back at once.
+func (h *handoff) received(payload string) {
+	id, body, ok := strings.Cut(payload, " ")
+	if !ok {
+		h.s.log.Warn("pronto: hand-off: ignoring malformed notification", "schema", h.s.schema, "payload", payload)
+		return
+	}
+	j, full, err := decodeHanded([]byte(body))
+	if err != nil {
+		h.s.log.Warn("pronto: hand-off: ignoring malformed notification", "schema", h.s.schema, "error", err)
+		return
+	}
+	if !full {
+		// Too large for a notification: read it, off the listener's goroutine.
+		go h.fetch(id, j)
+		return
+	}
+	h.deliver(id, j)
+}
+
+func (h *handoff) deliver(id string, j *store.Job) {
+	h.mu.Lock()
+	w := h.byID[id]
+	closing := h.closing
+	h.mu.Unlock()
+	if w == nil || closing {
+		ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+		defer cancel()
+		h.s.release(ctx, []*store.Job{j})
+		return
+	}
+	w.keep(j)
+}
+
+// fetch reads a handed job that its notification names only, and delivers it.
+func (h *handoff) fetch(id string, ref *store.Job) {
+	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+	defer cancel()
+	rows, err := h.s.pool.Query(ctx, h.s.q.handedJob, ref.ID, ref.ClaimToken)
+	var jobs []*store.Job
+	if err == nil {
+		jobs, err = scanJobs(rows)
+	}
+	if err != nil {
+		// Not read: the job stays active under its lease and is rescued when the lease ends.
+		h.s.log.Warn("pronto: hand-off: reading a handed job", "schema", h.s.schema, "job", ref.ID, "error", err)
+		return
+	}
+	if len(jobs) == 1 {
+		h.deliver(id, jobs[0])
+	}
+}
+
+// release returns claimed jobs that no worker ran to available, refunding the attempt (Finish
+// announces their queues).
+func (s *Store) release(ctx context.Context, jobs []*store.Job) {
+	if len(jobs) == 0 {
+		return
+	}
+	cs := make([]store.Completion, len(jobs))
+	for i, j := range jobs {
+		cs[i] = store.Completion{ID: j.ID, Attempt: j.Attempt, Token: j.ClaimToken, State: store.StateAvailable, RefundAttempt: true}
+	}
+	if _, err := s.Finish(ctx, cs); err != nil {
+		s.log.Warn("pronto: hand-off: returning unserved jobs", "schema", s.schema, "jobs", len(jobs), "error", err)
+	}
+}
+
+var errHanded = errors.New("malformed handed job")
+
+// decodeHanded reads handedPayload: the job's 31 columns, or only its id and claim token (full
+// false) when the job was too large for a notification.
+func decodeHanded(b []byte) (j *store.Job, full bool, err error) {
+	var cols []json.RawMessage
+	if err := json.Unmarshal(b, &cols); err != nil {
+		return nil, false, fmt.Errorf("%w: %v", errHanded, err)
+	}
+	if len(cols) == 2 {
+		var id, token string
+		if json.Unmarshal(cols[0], &id) != nil || json.Unmarshal(cols[1], &token) != nil {
+			return nil, false, errHanded
+		}
+		return &store.Job{ID: id, ClaimToken: token}, false, nil
+	}
+	if len(cols) != len(jobColOIDs) {
+		return nil, false, fmt.Errorf("%w: %d columns", errHanded, len(cols))
+	}
+	var r jobRow
+	d := handedDecoder{cols: cols}
+	d.uuid(0, &r.id)
+	d.text(1, &r.kind)
+	d.text(2, &r.queue)
+	r.args = d.raw(3)
+	r.meta = d.raw(4)
+	d.int4(5, &r.priority)
+	d.text(6, &r.state)
+	d.int4(7, &r.attempt)
+	d.int4(8, &r.maxAttempts)
+	r.errors = d.raw(9)
+	r.result = d.raw(10)
+	r.tags = d.strings(11)
+	r.retryPolicy = d.raw(12)
+	d.int8(13, &r.timeoutMS)
+	for i, t := range []*pgtype.Timestamptz{&r.createdAt, &r.scheduledAt, &r.startedAt, &r.completedAt, &r.expiresAt, &r.leaseExpiresAt} {
+		d.time(14+i, t)
+	}
+	d.text(20, &r.workerID)
+	d.text(21, &r.uniqueKey)
+	d.text(22, &r.tenant)
+	d.text(23, &r.rateKey)
+	d.text(24, &r.workflowID)
+	for _, s := range d.strings(25) {
+		u, ok := parseUUID(s)
+		if !ok {
+			d.fail()
+		}
+		r.parentIDs = append(r.parentIDs, u)
+	}
+	r.uniqueStates = d.strings(26)
+	d.time(27, &r.uniqueUntil)
+	d.text(28, &r.runOn)
+	r.parentResults = d.raw(29)
+	d.uuid(30, &r.claimToken)
+	if d.err != nil {
+		return nil, false, d.err
+	}
+	j, err = r.job()
+	return j, err == nil, err
+}
+
+// handedDecoder reads the columns of a handed job, keeping the first error.
+type handedDecoder struct {
+	cols []json.RawMessage
+	err  error
+}
+
+func (d *handedDecoder) fail() {
+	if d.err == nil {
+		d.err = errHanded
+	}
+}
+
+func isNull(m json.RawMessage) bool { return len(m) == 0 || string(m) == "null" }
+
+func (d *handedDecoder) raw(i int) []byte {
+	if isNull(d.cols[i]) {
+		return nil
+	}
+	return d.cols[i]
+}
+
+func (d *handedDecoder) text(i int, t *pgtype.Text) {
+	if isNull(d.cols[i]) {
+		return
+	}
+	if json.Unmarshal(d.cols[i], &t.String) != nil {
+		d.fail()
+	}
+	t.Valid = true
+}
+
+func (d *handedDecoder) strings(i int) []string {
+	var out []string
+	if !isNull(d.cols[i]) && json.Unmarshal(d.cols[i], &out) != nil {
+		d.fail()
+	}
+	return out
+}
+
+func (d *handedDecoder) int8(i int, n *pgtype.Int8) {
+	if isNull(d.cols[i]) {
+		return
+	}
+	if json.Unmarshal(d.cols[i], &n.Int64) != nil {
+		d.fail()
+	}
+	n.Valid = true
+}
+
+func (d *handedDecoder) int4(i int, n *pgtype.Int4) {
+	var v pgtype.Int8
+	d.int8(i, &v)
+	*n = pgtype.Int4{Int32: int32(v.Int64), Valid: v.Valid}
+}
+
+func (d *handedDecoder) time(i int, t *pgtype.Timestamptz) {
+	var us pgtype.Int8
+	d.int8(i, &us)
+	if us.Valid {
+		*t = pgtype.Timestamptz{Time: time.UnixMicro(us.Int64), Valid: true}
+	}
+}
+
+func (d *handedDecoder) uuid(i int, u *pgtype.UUID) {
+	var s pgtype.Text
+	d.text(i, &s)
+	if !s.Valid {
+		return
+	}
+	v, ok := parseUUID(s.String)
+	if !ok {
+		d.fail()
+	}
+	*u = v
+}

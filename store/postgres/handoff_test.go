@@ -1,0 +1,454 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/pronto-jobs/pronto/internal/producer"
+	"github.com/pronto-jobs/pronto/internal/testdb"
+	"github.com/pronto-jobs/pronto/internal/uuidv7"
+	"github.com/pronto-jobs/pronto/store"
+)
+
+// handoffPair returns two stores on one schema, a (whose producers wait, its listener up) and b (the
+// inserting process), and a's notifications.
+func handoffPair(t *testing.T) (a, b *Store, notes chan store.Notification) {
+	t.Helper()
+	schema := testdb.Schema(t)
+	a = newStore(t, testdb.NewPool(t, 3), schema)
+	b = newStore(t, testdb.NewPool(t, 3), schema)
+	notes = make(chan store.Notification, 100)
+	t.Cleanup(a.Notifier().Subscribe(func(n store.Notification) { notes <- n }))
+	require.True(t, a.handoff.listening.Load())
+	return a, b, notes
+}
+
+var loop = producer.LoopContext(context.Background())
+
+func loopClaim(queue string) store.ClaimParams {
+	return store.ClaimParams{Queue: queue, Limit: 4, WorkerID: "w1", LeaseDuration: time.Minute}
+}
+
+// waitNote waits for a notification that ok accepts.
+func waitNote(t *testing.T, notes <-chan store.Notification, ok func(store.Notification) bool) {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	for {
+		select {
+		case n := <-notes:
+			if ok(n) {
+				return
+			}
+		case <-deadline:
+			t.Fatal("no such notification")
+		}
+	}
+}
+
+// handed waits for a job handed to a's waiter of p and claims it in p's loop: no round trip, so the
+// claim returns what the hand-off buffered.
+func handed(t *testing.T, a *Store, p store.ClaimParams, notes <-chan store.Notification) *store.Job {
+	t.Helper()
+	w := a.handoff.waiterFor(&p)
+	require.NotNil(t, w)
+	require.Eventually(t, func() bool { return !w.empty() }, 10*time.Second, time.Millisecond)
+	jobs := w.take(p.Limit)
+	require.Len(t, jobs, 1)
+	return jobs[0]
+}
+
+func adsOf(t *testing.T, s *Store) int {
+	t.Helper()
+	var n int
+	require.NoError(t, s.pool.QueryRow(context.Background(),
+		`SELECT count(*) FROM `+s.expand.Replace("{schema}")+`.waiters`).Scan(&n))
+	return n
+}
+
+// TestHandoff: after a producer's claim leaves slots free, an insert from another process claims
+// the job for it in the insert's transaction, as a claim would (active, attempt 1, the producer's
+// worker, a fresh token, a lease), and the notification carries the job whole: every column reads as
+// GetJob reads it. The outcome is fenced by the token, and the next insert is handed too.
+func TestHandoff(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	a, b, notes := handoffPair(t)
+	p := loopClaim("ho")
+	jobs, err := a.Claim(loop, p)
+	require.NoError(t, err)
+	require.Empty(t, jobs)
+	require.Equal(t, 1, adsOf(t, a))
+
+	in := params("ho")
+	in.Meta = json.RawMessage(`{"trace":"x"}`)
+	in.Tags = []string{"t1", "t2"}
+	in.Priority = 3
+	in.Timeout = 1500 * time.Millisecond
+	in.RetryPolicy = json.RawMessage(`{"initial_interval":"PT1S"}`)
+	in.ExpiresAt = time.Now().Add(time.Hour).Truncate(time.Microsecond)
+	in.Args = json.RawMessage(`[{"s":"é \" \\ \n"}]`)
+	_, err = b.Insert(ctx, []*store.InsertParams{in})
+	require.NoError(t, err)
+	waitNote(t, notes, func(n store.Notification) bool { return n.Kind == store.NotifyInsert && n.Queue == "ho" })
+	jobs, err = a.Claim(loop, p)
+	require.NoError(t, err)
+	require.Len(t, jobs, 1)
+	j := jobs[0]
+	require.Equal(t, in.ID, j.ID)
+	require.Equal(t, store.StateActive, j.State)
+	require.Equal(t, 1, j.Attempt)
+	require.Equal(t, "w1", j.WorkerID)
+	require.NotEmpty(t, j.ClaimToken)
+	require.True(t, j.LeaseExpiresAt.After(time.Now().Add(p.LeaseDuration-time.Second)))
+
+	got, err := b.GetJob(ctx, in.ID)
+	require.NoError(t, err)
+	require.Equal(t, store.StateActive, got.State)
+	// The handed job is the row: compare it with GetJob's, times by instant.
+	for _, pair := range [][2]*time.Time{{&j.CreatedAt, &got.CreatedAt}, {&j.ScheduledAt, &got.ScheduledAt},
+		{&j.StartedAt, &got.StartedAt}, {&j.ExpiresAt, &got.ExpiresAt}, {&j.LeaseExpiresAt, &got.LeaseExpiresAt}} {
+		require.True(t, pair[0].Equal(*pair[1]), "%v != %v", *pair[0], *pair[1])
+		*pair[0], *pair[1] = time.Time{}, time.Time{}
+	}
+	require.Equal(t, got, j)
+
+	res, err := a.Finish(ctx, []store.Completion{{ID: j.ID, Attempt: 1, Token: uuidv7.New(), State: store.StateCompleted}})
+	require.NoError(t, err)
+	require.False(t, res[0].Applied, "another token is refused")
+	res, err = a.Finish(ctx, []store.Completion{{ID: j.ID, Attempt: 1, Token: j.ClaimToken, State: store.StateCompleted}})
+	require.NoError(t, err)
+	require.True(t, res[0].Applied)
+
+	in2 := params("ho")
+	_, err = b.Insert(ctx, []*store.InsertParams{in2})
+	require.NoError(t, err)
+	require.Equal(t, in2.ID, handed(t, a, p, notes).ID)
+}
+
+// TestHandoffBatchAndSlots: a batch of single-row inserts is handed up to the free slots the
+// producer advertised; the rest is announced, and the producer's claim that takes the handed jobs
+// claims the announced ones too.
+func TestHandoffBatchAndSlots(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	a, b, notes := handoffPair(t)
+	p := loopClaim("slots")
+	p.Limit = 2
+	_, err := a.Claim(loop, p)
+	require.NoError(t, err)
+	batch := []*store.InsertParams{params("slots"), params("slots"), params("slots")}
+	_, err = b.Insert(ctx, batch)
+	require.NoError(t, err)
+	w := a.handoff.waiterFor(&p)
+	require.Eventually(t, func() bool { return w.notified.Load() }, 10*time.Second, time.Millisecond,
+		"the queue is announced for the job no slot took")
+	waitNote(t, notes, func(n store.Notification) bool { return n.Kind == store.NotifyInsert && n.Queue == "slots" })
+	states := map[store.State]int{}
+	for _, in := range batch {
+		got, err := b.GetJob(ctx, in.ID)
+		require.NoError(t, err)
+		states[got.State]++
+	}
+	require.Equal(t, map[store.State]int{store.StateActive: 2, store.StateAvailable: 1}, states)
+
+	// The producer has three slots now: the two handed jobs and the announced one, in one claim.
+	p.Limit = 3
+	jobs, err := a.Claim(loop, p)
+	require.NoError(t, err)
+	require.Len(t, jobs, 3)
+}
+
+// TestHandoffOnlyToLoops: a claim outside a producer's loop (a remote fetch) is never advertised,
+// so an insert after it leaves the job available.
+func TestHandoffOnlyToLoops(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	a, b, _ := handoffPair(t)
+	jobs, err := a.Claim(ctx, loopClaim("fetch"))
+	require.NoError(t, err)
+	require.Empty(t, jobs)
+	require.Zero(t, adsOf(t, a))
+	in := params("fetch")
+	_, err = b.Insert(ctx, []*store.InsertParams{in})
+	require.NoError(t, err)
+	got, err := b.GetJob(ctx, in.ID)
+	require.NoError(t, err)
+	require.Equal(t, store.StateAvailable, got.State)
+}
+
+// TestHandoffFollowsClaimRules: the insert's claim for a waiting producer follows the claim's rules:
+// a job of a kind the producer does not work, of a paused queue, of a tenant or scheduled later is
+// not handed and is announced as usual; a full claim withdraws the advertisement.
+func TestHandoffFollowsClaimRules(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	a, b, notes := handoffPair(t)
+	announced := func(queue string) {
+		waitNote(t, notes, func(n store.Notification) bool { return n.Kind == store.NotifyInsert && n.Queue == queue })
+	}
+	requireState := func(id string, want store.State) {
+		t.Helper()
+		got, err := b.GetJob(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, want, got.State)
+	}
+
+	p := loopClaim("rules")
+	p.Kinds = []string{"other"}
+	_, err := a.Claim(loop, p)
+	require.NoError(t, err)
+	in := params("rules") // kind "k"
+	_, err = b.Insert(ctx, []*store.InsertParams{in})
+	require.NoError(t, err)
+	announced("rules")
+	requireState(in.ID, store.StateAvailable)
+	other := params("rules")
+	other.Kind = "other"
+	_, err = b.Insert(ctx, []*store.InsertParams{other})
+	require.NoError(t, err)
+	require.Equal(t, other.ID, handed(t, a, p, notes).ID, "a kind it works is handed")
+
+	p = loopClaim("paused")
+	_, err = a.Claim(loop, p)
+	require.NoError(t, err)
+	require.NoError(t, b.PauseQueue(ctx, "paused"))
+	in = params("paused")
+	_, err = b.Insert(ctx, []*store.InsertParams{in})
+	require.NoError(t, err)
+	announced("paused")
+	requireState(in.ID, store.StateAvailable)
+
+	p = loopClaim("later")
+	_, err = a.Claim(loop, p)
+	require.NoError(t, err)
+	in = params("later")
+	in.State, in.ScheduledAt = store.StateScheduled, time.Now().Add(time.Hour)
+	tenant := params("later")
+	tenant.Tenant = "acme"
+	_, err = b.Insert(ctx, []*store.InsertParams{in, tenant})
+	require.NoError(t, err)
+	announced("later")
+	requireState(in.ID, store.StateScheduled)
+	requireState(tenant.ID, store.StateAvailable)
+
+	// A claim that fills every slot withdraws the producer.
+	p = loopClaim("full")
+	p.Limit = 1
+	_, err = a.Claim(loop, p)
+	require.NoError(t, err)
+	before := adsOf(t, a)
+	_, err = b.Insert(ctx, []*store.InsertParams{params("full")})
+	require.NoError(t, err)
+	handed(t, a, p, notes)
+	_, err = b.Insert(ctx, []*store.InsertParams{params("full")})
+	require.NoError(t, err)
+	jobs, err := a.Claim(loop, p)
+	require.NoError(t, err)
+	require.Len(t, jobs, 1)
+	require.Equal(t, before-1, adsOf(t, a))
+}
+
+// TestHandoffNotTakenReturns: a handed job the producer does not claim in time (it is busy or
+// stopped) goes back to available with its attempt refunded, and the advertisement is withdrawn.
+func TestHandoffNotTakenReturns(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	a, b, _ := handoffPair(t)
+	_, err := a.Claim(loop, loopClaim("late"))
+	require.NoError(t, err)
+	in := params("late")
+	_, err = b.Insert(ctx, []*store.InsertParams{in})
+	require.NoError(t, err)
+	// Handed (the advertisement stays until the job goes back), then returned.
+	require.Eventually(t, func() bool {
+		got, err := b.GetJob(ctx, in.ID)
+		return err == nil && got.State == store.StateAvailable && got.MaxAttempts == in.MaxAttempts+1
+	}, 10*time.Second, 10*time.Millisecond)
+	require.Zero(t, adsOf(t, a))
+	in2 := params("late")
+	_, err = b.Insert(ctx, []*store.InsertParams{in2})
+	require.NoError(t, err)
+	got, err := b.GetJob(ctx, in2.ID)
+	require.NoError(t, err)
+	require.Equal(t, store.StateAvailable, got.State)
+}
+
+// TestHandoffCloseReturnsJobs: closing a store withdraws its producers' advertisements and returns
+// the jobs handed to them and not taken to available.
+func TestHandoffCloseReturnsJobs(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	a, b, notes := handoffPair(t)
+	p := loopClaim("close")
+	p.LeaseDuration = time.Hour // the job must come back by the close, not by a lease's end
+	_, err := a.Claim(loop, p)
+	require.NoError(t, err)
+	in := params("close")
+	_, err = b.Insert(ctx, []*store.InsertParams{in})
+	require.NoError(t, err)
+	waitNote(t, notes, func(n store.Notification) bool { return n.Kind == store.NotifyInsert && n.Queue == "close" })
+	require.NoError(t, a.Close())
+	got, err := b.GetJob(ctx, in.ID)
+	require.NoError(t, err)
+	require.Equal(t, store.StateAvailable, got.State)
+	require.Equal(t, in.MaxAttempts+1, got.MaxAttempts, "the attempt is refunded")
+	require.Zero(t, adsOf(t, b), "no advertisement is left")
+}
+
+// TestHandoffToDeadProcessIsRescued: a job handed to a process that died (its advertisement still
+// standing, nobody listening on its channel) is active under a lease like any claimed job, and the
+// rescuer takes it back when the lease ends.
+func TestHandoffToDeadProcessIsRescued(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := setup(t)
+	_, err := s.pool.Exec(ctx, `INSERT INTO `+s.expand.Replace("{schema}")+`.waiters
+		(id, queue, channel, worker_id, kinds, lease_us, free, expires_at)
+		VALUES ('dead', 'dead', 'pronto_h_nobody', 'w-dead', NULL, 100000, 5, now() + interval '1 hour')`)
+	require.NoError(t, err)
+	in := params("dead")
+	_, err = s.Insert(ctx, []*store.InsertParams{in})
+	require.NoError(t, err)
+	got, err := s.GetJob(ctx, in.ID)
+	require.NoError(t, err)
+	require.Equal(t, store.StateActive, got.State, "handed to the dead process")
+	require.Equal(t, "w-dead", got.WorkerID)
+	require.Eventually(t, func() bool {
+		r, err := s.Rescue(ctx, store.RescueParams{Limit: 10})
+		return err == nil && len(r.Requeued) == 1 && r.Requeued[0].ID == in.ID
+	}, 10*time.Second, 50*time.Millisecond)
+	jobs, err := s.Claim(ctx, store.ClaimParams{Queue: "dead", Limit: 10, WorkerID: "w2", LeaseDuration: time.Minute})
+	require.NoError(t, err)
+	require.Len(t, jobs, 1)
+	require.Equal(t, 2, jobs[0].Attempt)
+}
+
+// TestHandoffLargeJob: a job too large for a notification is handed by id and claim token, and the
+// listener reads it.
+func TestHandoffLargeJob(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	a, b, notes := handoffPair(t)
+	p := loopClaim("large")
+	_, err := a.Claim(loop, p)
+	require.NoError(t, err)
+	in := params("large")
+	in.Args = json.RawMessage(`["` + strings.Repeat("x", 20000) + `"]`)
+	_, err = b.Insert(ctx, []*store.InsertParams{in})
+	require.NoError(t, err)
+	j := handed(t, a, p, notes)
+	require.Equal(t, in.ID, j.ID)
+	require.JSONEq(t, string(in.Args), string(j.Args))
+	require.NotEmpty(t, j.ClaimToken)
+}
+
+// TestHandoffListenerLoss: when the listener's connection dies, the store withdraws its
+// advertisements (notifications sent meanwhile would be lost), so inserts are announced, not
+// handed; once it listens again the producer's next claim advertises it and hand-offs resume.
+func TestHandoffListenerLoss(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	a, b, notes := handoffPair(t)
+	p := loopClaim("loss")
+	_, err := a.Claim(loop, p)
+	require.NoError(t, err)
+	require.Equal(t, 1, adsOf(t, a))
+	pid := a.ListenerPID()
+	_, err = b.pool.Exec(ctx, `SELECT pg_terminate_backend($1)`, pid)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return adsOf(t, a) == 0 }, 10*time.Second, 10*time.Millisecond)
+	waitNote(t, notes, func(n store.Notification) bool { return n.Kind == store.NotifyReconnect })
+	require.NotEqual(t, pid, a.ListenerPID())
+	in := params("loss")
+	_, err = b.Insert(ctx, []*store.InsertParams{in})
+	require.NoError(t, err)
+	jobs, err := a.Claim(loop, p) // claims it the usual way, and advertises again
+	require.NoError(t, err)
+	require.Len(t, jobs, 1)
+	require.Equal(t, in.ID, jobs[0].ID)
+	in2 := params("loss")
+	_, err = b.Insert(ctx, []*store.InsertParams{in2})
+	require.NoError(t, err)
+	require.Equal(t, in2.ID, handed(t, a, p, notes).ID)
+}
+
+// TestHandoffProducers runs producers in two stores on one queue (their poll an hour) while a third
+// store inserts from several goroutines: every job runs exactly once, whether handed off or
+// claimed. Run it with -race.
+func TestHandoffProducers(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	schema := testdb.Schema(t)
+	ins := newStore(t, testdb.NewPool(t, 4), schema)
+	const total = 300
+	var mu sync.Mutex
+	runs := map[string]int{}
+	var done atomic.Int32
+	runCtx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	for w := range 2 {
+		s := newStore(t, testdb.NewPool(t, 3), schema)
+		p := producer.New(producer.Config{Queue: "many", MaxWorkers: 3, PollInterval: time.Hour,
+			Claim: func(ctx context.Context, limit int) ([]*store.Job, error) {
+				return s.Claim(ctx, store.ClaimParams{Queue: "many", Limit: limit, WorkerID: string(rune('a' + w)), LeaseDuration: time.Minute})
+			},
+			Execute: func(j *store.Job, _ time.Time, release func()) {
+				go func() {
+					defer release()
+					mu.Lock()
+					runs[j.ID]++
+					mu.Unlock()
+					_, err := s.Finish(ctx, []store.Completion{{ID: j.ID, Attempt: j.Attempt, Token: j.ClaimToken, State: store.StateCompleted}})
+					if err == nil {
+						done.Add(1)
+					}
+				}()
+			}})
+		t.Cleanup(s.Notifier().Subscribe(func(n store.Notification) {
+			if n.Queue == "many" && n.Kind == store.NotifyInsert || n.Kind == store.NotifyReconnect {
+				p.Wake()
+			}
+		}))
+		wg.Add(1)
+		go func() { defer wg.Done(); p.Run(runCtx) }()
+	}
+	var iw sync.WaitGroup
+	for g := range 3 {
+		iw.Add(1)
+		go func() {
+			defer iw.Done()
+			for i := range total / 3 {
+				batch := []*store.InsertParams{params("many")}
+				if (i+g)%10 == 0 {
+					batch = append(batch, params("many"), params("many"))
+				}
+				if _, err := ins.Insert(ctx, batch); err != nil {
+					t.Error(err)
+					return
+				}
+				if (i+g)%7 == 0 {
+					time.Sleep(time.Millisecond)
+				}
+			}
+		}()
+	}
+	iw.Wait()
+	var want int
+	require.NoError(t, ins.pool.QueryRow(ctx, `SELECT count(*) FROM `+ins.expand.Replace("{schema}")+`.jobs`).Scan(&want))
+	require.Eventually(t, func() bool { return done.Load() == int32(want) }, 30*time.Second, 10*time.Millisecond)
+	cancel()
+	wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, runs, want)
+	for id, n := range runs {
+		require.Equal(t, 1, n, "job %s ran %d times", id, n)
+	}
+}
