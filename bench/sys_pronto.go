@@ -12,15 +12,18 @@ import (
 	"github.com/pronto-jobs/pronto/store/postgres"
 )
 
-func init() { register(prontoPG{}, prontoPG{unlogged: true}, prontoPG{tunedWorkers: true}) }
+func init() {
+	register(prontoPG{}, prontoPG{unlogged: true}, prontoPG{tunedWorkers: true}, prontoPG{noHandoff: true})
+}
 
 // ---- pronto on PostgreSQL ----
 
 // prontoPG is pronto on PostgreSQL; unlogged makes its jobs table UNLOGGED (postgres.Store.SetUnlogged),
 // which loses every job on a database crash, measured in the scenarios where the WAL matters;
 // tunedWorkers gives it River tuned's worker count in the drain (tunedDrainWorkers), so that the
-// drain is also compared at equal workers.
-type prontoPG struct{ unlogged, tunedWorkers bool }
+// drain is also compared at equal workers; noHandoff turns the hand-off off
+// (postgres.Config.NoHandoff), to measure what it gives pickup and CPU.
+type prontoPG struct{ unlogged, tunedWorkers, noHandoff bool }
 
 func (p prontoPG) name() string {
 	switch {
@@ -28,6 +31,8 @@ func (p prontoPG) name() string {
 		return "pronto-unlogged"
 	case p.tunedWorkers:
 		return "pronto-2000w"
+	case p.noHandoff:
+		return "pronto-nohandoff"
 	}
 	return "pronto"
 }
@@ -62,12 +67,12 @@ func (s prontoPG) create(ctx context.Context, e *env, id string) error {
 	return nil
 }
 
-func (prontoPG) open(ctx context.Context, e *env, id string) (instance, error) {
+func (s prontoPG) open(ctx context.Context, e *env, id string) (instance, error) {
 	p, err := newPool(ctx, e.dbURL)
 	if err != nil {
 		return nil, err
 	}
-	st, err := postgres.New(p, postgres.Config{Schema: id})
+	st, err := postgres.New(p, postgres.Config{Schema: id, NoHandoff: s.noHandoff})
 	if err != nil {
 		p.Close()
 		return nil, err

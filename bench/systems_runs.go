@@ -5,14 +5,16 @@ package main
 // Which scenarios each system takes part in: the harness decides, so these stay out of the worker
 // binaries.
 
-// runs limits the unlogged variant to the throughput and WAL scenarios, and the one with River tuned's
-// workers to the drain.
+// runs limits the unlogged variant to the throughput and WAL scenarios, the one with River tuned's
+// workers to the drain, and the one without the hand-off to the pickup scenarios.
 func (p prontoPG) runs(sc scenario) bool {
 	switch {
 	case p.tunedWorkers:
 		return sc.name == "drain"
 	case p.unlogged:
 		return sc.kind == "drain" || sc.kind == "insert" || sc.kind == "roundtrip" || sc.kind == "wal"
+	case p.noHandoff:
+		return sc.name == "notify_latency" || sc.name == "high_scale"
 	}
 	return true
 }

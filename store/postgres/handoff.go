@@ -62,6 +62,8 @@ type handoff struct {
 	channel string
 	// listening is set while the notifier listens on channel: advertisements are written only then.
 	listening atomic.Bool
+	// serveWithin is the package's serveWithin, per store so a test can lengthen it.
+	serveWithin time.Duration
 
 	mu      sync.Mutex
 	waiters map[string]*waiter // by queue, worker, lease and kinds
@@ -90,7 +92,7 @@ type handedJob struct {
 }
 
 func newHandoff(s *Store) *handoff {
-	return &handoff{s: s, channel: "pronto_h_" + randomHex(12),
+	return &handoff{s: s, channel: "pronto_h_" + randomHex(12), serveWithin: serveWithin,
 		waiters: make(map[string]*waiter), byID: make(map[string]*waiter)}
 }
 
@@ -165,7 +167,7 @@ func (w *waiter) take(limit int) []*store.Job {
 	var out []*store.Job
 	kept := w.buf[:0]
 	for _, hj := range w.buf {
-		if len(out) < limit && time.Since(hj.at) < serveWithin {
+		if len(out) < limit && time.Since(hj.at) < w.h.serveWithin {
 			out = append(out, hj.job)
 		} else {
 			kept = append(kept, hj)
@@ -183,7 +185,7 @@ func (w *waiter) keep(j *store.Job) {
 	w.buf = append(w.buf, handedJob{job: j, at: time.Now()})
 	w.mu.Unlock()
 	w.h.s.notifier.hub.Publish(store.Notification{Kind: store.NotifyInsert, Queue: j.Queue})
-	time.AfterFunc(serveWithin, w.expire)
+	time.AfterFunc(w.h.serveWithin, w.expire)
 }
 
 // expire returns the handed jobs the producer did not take within serveWithin and withdraws the
@@ -194,7 +196,7 @@ func (w *waiter) expire() {
 	var stale []*store.Job
 	kept := w.buf[:0]
 	for _, hj := range w.buf {
-		if time.Since(hj.at) >= serveWithin {
+		if time.Since(hj.at) >= w.h.serveWithin {
 			stale = append(stale, hj.job)
 		} else {
 			kept = append(kept, hj)

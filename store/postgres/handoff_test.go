@@ -24,6 +24,8 @@ func handoffPair(t *testing.T) (a, b *Store, notes chan store.Notification) {
 	schema := testdb.Schema(t)
 	a = newStore(t, testdb.NewPool(t, 3), schema)
 	b = newStore(t, testdb.NewPool(t, 3), schema)
+	// Handed jobs stay handed while the test looks at them, however slow the machine.
+	a.handoff.serveWithin = time.Minute
 	notes = make(chan store.Notification, 100)
 	t.Cleanup(a.Notifier().Subscribe(func(n store.Notification) { notes <- n }))
 	require.True(t, a.handoff.listening.Load())
@@ -238,6 +240,29 @@ func TestHandoffFollowsClaimRules(t *testing.T) {
 	requireState(in.ID, store.StateScheduled)
 	requireState(tenant.ID, store.StateAvailable)
 
+	// Only the job the claim would take first is handed: not one behind an available job of its
+	// priority or above, but one ahead of them.
+	p = loopClaim("prio")
+	_, err = a.Claim(loop, p)
+	require.NoError(t, err)
+	var backlog []*store.InsertParams
+	for range pipelineMax + 1 { // more than a single insert: announced, never handed
+		older := params("prio")
+		older.Priority = 5
+		backlog = append(backlog, older)
+	}
+	_, err = b.Insert(ctx, backlog)
+	require.NoError(t, err)
+	requireState(backlog[0].ID, store.StateAvailable)
+	same, high := params("prio"), params("prio")
+	same.Priority, high.Priority = 5, 9
+	_, err = b.Insert(ctx, []*store.InsertParams{same})
+	require.NoError(t, err)
+	requireState(same.ID, store.StateAvailable)
+	_, err = b.Insert(ctx, []*store.InsertParams{high})
+	require.NoError(t, err)
+	requireState(high.ID, store.StateActive)
+
 	// A claim that fills every slot withdraws the producer.
 	p = loopClaim("full")
 	p.Limit = 1
@@ -261,6 +286,7 @@ func TestHandoffNotTakenReturns(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	a, b, _ := handoffPair(t)
+	a.handoff.serveWithin = serveWithin
 	_, err := a.Claim(loop, loopClaim("late"))
 	require.NoError(t, err)
 	in := params("late")

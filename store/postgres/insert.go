@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -254,50 +253,76 @@ func (s *Store) insertBatch(ctx context.Context, db batchSender, rows []insertRo
 	return s.insertRows(ctx, db, rows, insertNotifications(rows, time.Now()))
 }
 
-// insertHandingOff is insertBatch on the pool, offering each queue's jobs due now to a producer
-// waiting for them (sqlHandoff, see handoff.go) in place of the queue's notification, in the same
-// round trip and transaction. Queues with tenant jobs are announced as insertBatch does: the fair
-// claim serves them.
+// insertHandingOff is insertBatch on the pool with the hand-off (handoff.go): a job due now, without
+// a tenant, is written already claimed by a producer waiting for it when there is one
+// (sqlInsertHanded), and a queue whose announced jobs were all handed is not announced. Still one
+// round trip and one transaction.
 func (s *Store) insertHandingOff(ctx context.Context, rows []insertRow) ([]*store.Job, error) {
 	now := time.Now()
-	notes := insertNotifications(rows, now)
-	type share struct {
-		due    int
-		kinds  []string
-		tenant bool
-	}
-	shares := make(map[string]*share, 1)
+	handable := make([]bool, len(rows))
+	// queues holds, per queue, the ids of its handable jobs, or nil when it has a job to announce
+	// that cannot be handed.
+	queues := make(map[string][]pgtype.UUID, 1)
 	for i := range rows {
 		r := &rows[i]
-		sh := shares[r.p.Queue]
-		if sh == nil {
-			sh = &share{}
-			shares[r.p.Queue] = sh
-		}
-		sh.tenant = sh.tenant || r.p.Tenant != ""
-		if r.state == store.StateAvailable && (r.p.ScheduledAt.IsZero() || !r.p.ScheduledAt.After(now)) {
-			sh.due++
-			if !slices.Contains(sh.kinds, r.p.Kind) {
-				sh.kinds = append(sh.kinds, r.p.Kind)
-			}
+		ids, seen := queues[r.p.Queue]
+		handable[i] = r.state == store.StateAvailable && r.p.Tenant == "" &&
+			(r.p.ScheduledAt.IsZero() || !r.p.ScheduledAt.After(now))
+		switch {
+		case handable[i] && (!seen || ids != nil):
+			queues[r.p.Queue] = append(ids, r.id)
+		case !handable[i] && r.state != store.StatePending:
+			queues[r.p.Queue] = nil
+		case !seen:
+			queues[r.p.Queue] = ids
 		}
 	}
+	b := &pgx.Batch{}
+	states := make([]store.State, len(rows))
+	times := make([][2]time.Time, len(rows))
 	planned := false
-	return s.insertRowsThen(ctx, s.pool, rows, func(b *pgx.Batch) {
-		for _, note := range notes {
-			n, _ := decodePayload(note)
-			sh := shares[n.Queue]
-			if sh == nil || sh.due == 0 || sh.tenant {
-				b.Queue(s.q.notify, note)
-				continue
-			}
+	for i := range rows {
+		r := &rows[i]
+		sql := s.q.insertJob
+		if handable[i] {
+			sql = s.q.insertHanded
 			if !planned {
 				b.Queue(s.q.handoffPlan)
 				planned = true
 			}
-			b.Queue(s.q.handoff, n.Queue, sh.due, sh.kinds, note)
 		}
-	})
+		b.Queue(sql, r.args(r.state, r.p.ScheduledAt)...).QueryRow(func(row pgx.Row) error {
+			if !handable[i] {
+				states[i] = r.state
+				return row.Scan(&times[i][0], &times[i][1])
+			}
+			var state string
+			var notified any
+			err := row.Scan(&times[i][0], &times[i][1], &state, &notified)
+			states[i] = store.State(state)
+			return err
+		})
+	}
+	for _, note := range insertNotifications(rows, now) {
+		n, _ := decodePayload(note)
+		if ids := queues[n.Queue]; ids != nil {
+			b.Queue(s.q.notifyUnlessHanded, note, ids)
+		} else {
+			b.Queue(s.q.notify, note)
+		}
+	}
+	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
+		return nil, err
+	}
+	jobs := make([]*store.Job, len(rows))
+	for i := range rows {
+		jobs[i] = jobFromInsert(&rows[i], states[i], times[i][0], times[i][1])
+		if states[i] == store.StateActive {
+			// Handed off: claimed in the insert. Its worker and claim token are its runner's.
+			jobs[i].Attempt, jobs[i].StartedAt = 1, times[i][0]
+		}
+	}
+	return jobs, nil
 }
 
 // insertRows sends one INSERT per job and then the notifications notes as a single pipelined batch.

@@ -69,6 +69,12 @@ const rescueTarget = `CASE WHEN attempt >= max_attempts THEN 'discarded' ELSE 'a
 const claimableKeyed = `EXISTS (SELECT 1 FROM {schema}.jobs
 		WHERE queue = $1 AND rate_key IS NOT NULL AND state IN ('available', 'scheduled', 'retryable'))`
 
+// claimableKeyedQ3 and claimableTenantQ3 are claimableKeyed and claimableTenant for queue $3.
+var (
+	claimableKeyedQ3  = strings.ReplaceAll(claimableKeyed, "$1", "$3")
+	claimableTenantQ3 = strings.ReplaceAll(claimableTenant, "$1", "$3")
+)
+
 // claimableTenant is true when queue $1 has claimable jobs with a tenant (and no rate key): the
 // plain claim then leaves the queue to claim_fair_pick. It probes jobs_tenant_claim_idx, which is
 // empty without tenants, so a queue without tenants pays one index page per claim.
@@ -348,55 +354,57 @@ SELECT ` + jobColsC + ` FROM claimed c JOIN locked l ON l.id = c.id ORDER BY l.o
 	sqlClaimKindsAd = claimHead + `
 		AND kind = ANY($5)` + claimTailAd("$6", "$7", "$5", "$8", "$9")
 
-	// sqlHandoffPlan runs before sqlHandoff in an insert's batch: sqlClaimPlan's plan settings
-	// (not its asynchronous commit: the insert's commit stays durable).
+	// sqlInsertHanded is sqlInsertJob for a job due now in a single insert (handoff.go): when a
+	// producer of its queue waits with a free slot for its kind, and the plain claim would take this
+	// job first (no claimable job of the producer's kinds at its priority or above, no paused queue,
+	// no rate-limited or tenant jobs in the queue, which their own claims serve), the job is written
+	// already claimed by that producer, the one waiting longest: active, attempt 1, its lease and a
+	// fresh claim token, one free slot spent. It is then notified on the producer's hand-off channel
+	// as "<waiter id> <job>" (handedPayload). Returns the job's created_at, scheduled_at and state.
+	sqlInsertHanded = `WITH ad AS (
+	SELECT w.id, w.channel, w.worker_id, w.lease_us FROM {schema}.waiters w
+	WHERE w.queue = $3 AND w.expires_at > now() AND w.free > 0 AND (w.kinds IS NULL OR $2 = ANY (w.kinds))
+		AND NOT ` + claimableKeyedQ3 + `
+		AND NOT ` + claimableTenantQ3 + `
+		AND NOT EXISTS (SELECT 1 FROM {schema}.queues q WHERE q.name = $3 AND q.paused)
+		AND NOT EXISTS (SELECT 1 FROM {schema}.jobs j
+			WHERE j.queue = $3 AND j.priority >= $6
+				AND j.state IN ('available', 'scheduled', 'retryable')
+				AND (CASE WHEN j.state = 'available' THEN true ELSE j.scheduled_at <= now() END)
+				AND (j.expires_at IS NULL OR j.expires_at > now())
+				AND j.rate_key IS NULL
+				AND (w.kinds IS NULL OR j.kind = ANY (w.kinds)))
+	ORDER BY w.expires_at
+	LIMIT 1
+	FOR UPDATE SKIP LOCKED
+), ins AS (
+	INSERT INTO {schema}.jobs (id, kind, queue, args, meta, priority, state,
+		max_attempts, tags, retry_policy, timeout_ms, scheduled_at, expires_at, unique_key, tenant,
+		rate_key, workflow_id, parent_ids, unique_states, unique_until, run_on,
+		attempt, started_at, lease_expires_at, worker_id, claim_token)
+	SELECT $1, $2, $3, $4, $5, $6, CASE WHEN ad.id IS NULL THEN $7 ELSE 'active' END, $8, $9, $10, $11,
+		coalesce($12, now()), $13, $14, $15, $16, $17, $18, $19, $20, $21,
+		CASE WHEN ad.id IS NULL THEN 0 ELSE 1 END, CASE WHEN ad.id IS NOT NULL THEN now() END,
+		now() + ad.lease_us * interval '1 microsecond', ad.worker_id,
+		CASE WHEN ad.id IS NOT NULL THEN gen_random_uuid() END
+	FROM (SELECT) AS one LEFT JOIN ad ON true
+	RETURNING ` + jobCols + `
+), took AS (
+	UPDATE {schema}.waiters w SET free = w.free - 1 FROM ad WHERE w.id = ad.id
+)
+SELECT c.created_at, c.scheduled_at, c.state,
+	CASE WHEN ad.id IS NOT NULL THEN pg_notify(ad.channel, ad.id || ' ' || ` + handedPayload + `) END
+FROM ins c LEFT JOIN ad ON true`
+
+	// sqlHandoffPlan runs before the first sqlInsertHanded of a batch: sqlClaimPlan's plan settings
+	// (not its asynchronous commit: the insert's commit stays durable). Without a generic plan,
+	// the statement was planned at every execution, which cost more than running it.
 	sqlHandoffPlan = `SELECT set_config('enable_sort', 'off', true), set_config('enable_seqscan', 'off', true),
 	set_config('plan_cache_mode', 'force_generic_plan', true), set_config('jit', 'off', true)`
 
-	// sqlHandoff runs after a single insert's rows of queue $1 ($2 jobs due now, of kinds $3), in the
-	// same transaction, instead of the queue's notification $4 (handoff.go): it claims up to $2 jobs
-	// of the queue for the producer waiting longest among those advertising free slots for these
-	// kinds, by the plain claim's rules and order, and notifies each claimed job on the producer's
-	// hand-off channel: "<waiter id> <job>" (handedPayload). When it claimed fewer than $2 jobs
-	// (nobody waits, or fewer slots), it sends the queue's notification as the insert would have.
-	// Without an advertisement the scan of jobs is skipped (a one-time filter).
-	sqlHandoff = `WITH ad AS (
-	SELECT id, channel, worker_id, kinds, lease_us, free FROM {schema}.waiters
-	WHERE queue = $1 AND expires_at > now() AND free > 0 AND (kinds IS NULL OR kinds && $3::text[])
-	ORDER BY expires_at
-	LIMIT 1
-	FOR UPDATE SKIP LOCKED
-), locked AS (
-	SELECT id FROM {schema}.jobs
-	WHERE (SELECT id FROM ad) IS NOT NULL
-		AND queue = $1
-		AND state IN ('available', 'scheduled', 'retryable')
-		AND (CASE WHEN state = 'available' THEN true ELSE scheduled_at <= now() END)
-		AND (expires_at IS NULL OR expires_at > now())
-		AND rate_key IS NULL
-		AND ((SELECT kinds FROM ad) IS NULL OR kind = ANY ((SELECT kinds FROM ad)::text[]))
-		AND NOT ` + claimableKeyed + `
-		AND NOT ` + claimableTenant + `
-		AND NOT EXISTS (SELECT 1 FROM {schema}.queues q WHERE q.name = $1 AND q.paused)
-	ORDER BY priority DESC, scheduled_at, id
-	LIMIT least($2, (SELECT free FROM ad))
-	FOR UPDATE SKIP LOCKED
-), claimed AS (
-	UPDATE {schema}.jobs j
-	SET state = 'active', attempt = j.attempt + 1, started_at = now(),
-		lease_expires_at = now() + (SELECT lease_us FROM ad) * interval '1 microsecond',
-		worker_id = (SELECT worker_id FROM ad),
-		claim_token = gen_random_uuid(),
-		` + uniqueKeyAfter(`'active'`, "ARRAY(SELECT id FROM locked)", "NULL", `'active'`) + `
-	WHERE j.id = ANY(ARRAY(SELECT id FROM locked))
-	RETURNING ` + jobColsJ + `
-), took AS (
-	UPDATE {schema}.waiters w SET free = w.free - (SELECT count(*) FROM claimed)
-	WHERE w.id = (SELECT id FROM ad) AND EXISTS (SELECT 1 FROM claimed)
-)
-SELECT pg_notify((SELECT channel FROM ad), (SELECT id FROM ad) || ' ' || ` + handedPayload + `) FROM claimed c
-UNION ALL
-SELECT pg_notify({channel}, $4) WHERE (SELECT count(*) FROM claimed) < $2`
+	// sqlNotifyUnlessHanded sends the insert notification $1 unless every job $2 was handed off.
+	sqlNotifyUnlessHanded = `SELECT pg_notify({channel}, $1)
+WHERE EXISTS (SELECT 1 FROM {schema}.jobs WHERE id = ANY ($2::uuid[]) AND state <> 'active')`
 
 	// sqlWithdrawWaiters deletes the advertisements $1.
 	sqlWithdrawWaiters = `DELETE FROM {schema}.waiters WHERE id = ANY($1)`
@@ -902,8 +910,9 @@ const (
 
 // queries holds every statement with the schema and channel substituted.
 type queries struct {
-	claimFair, claimFairPlan, claimFor, reassignWorkers                     string
-	claimAd, claimKindsAd, handoffPlan, handoff, withdrawWaiters, handedJob string
+	claimFair, claimFairPlan, claimFor, reassignWorkers                                 string
+	claimAd, claimKindsAd, insertHanded, notifyUnlessHanded, withdrawWaiters, handedJob string
+	handoffPlan                                                                         string
 
 	insertJob, insertArrays, notify, now, claimPlan, claim, claimKinds, finish, heartbeat, rescue, promote string
 	discardExpired, nextDue, cleanup, getJob, listJobs, listJobsDesc, cancelJob, retryJob                  string
@@ -926,42 +935,43 @@ type queries struct {
 // newQueries substitutes the quoted schema and the channel literal into every statement through r.
 func newQueries(r *strings.Replacer) *queries {
 	return &queries{
-		insertJob:       r.Replace(sqlInsertJob),
-		insertArrays:    r.Replace(sqlInsertArrays),
-		notify:          r.Replace(sqlNotify),
-		notifyMany:      r.Replace(sqlNotifyMany),
-		now:             sqlNow,
-		claimPlan:       r.Replace(sqlClaimPlan),
-		claim:           r.Replace(sqlClaim),
-		claimKinds:      r.Replace(sqlClaimKinds),
-		claimFor:        r.Replace(sqlClaimFor),
-		reassignWorkers: r.Replace(sqlReassignWorkers),
-		claimAd:         r.Replace(sqlClaimAd),
-		claimKindsAd:    r.Replace(sqlClaimKindsAd),
-		handoffPlan:     sqlHandoffPlan,
-		handoff:         r.Replace(sqlHandoff),
-		withdrawWaiters: r.Replace(sqlWithdrawWaiters),
-		handedJob:       r.Replace(sqlHandedJob),
-		claimFair:       r.Replace(sqlClaimFair),
-		claimFairPlan:   r.Replace(sqlClaimFairPlan),
-		finish:          r.Replace(sqlFinish),
-		heartbeat:       r.Replace(sqlHeartbeat),
-		rescue:          r.Replace(sqlRescue),
-		promote:         r.Replace(sqlPromote),
-		discardExpired:  r.Replace(sqlDiscardExpired),
-		nextDue:         r.Replace(sqlNextDue),
-		cleanup:         r.Replace(sqlCleanup),
-		getJob:          r.Replace(sqlGetJob),
-		listJobs:        r.Replace(sqlListJobs),
-		listJobsDesc:    r.Replace(sqlListJobsDesc),
-		cancelJob:       r.Replace(sqlCancelJob),
-		retryJob:        r.Replace(sqlRetryJob),
-		activateJob:     r.Replace(sqlActivateJob),
-		deleteJob:       r.Replace(sqlDeleteJob),
-		listQueues:      r.Replace(sqlListQueues),
-		setPaused:       r.Replace(sqlSetPaused),
-		elect:           r.Replace(sqlElect),
-		resign:          r.Replace(sqlResign),
+		insertJob:          r.Replace(sqlInsertJob),
+		insertArrays:       r.Replace(sqlInsertArrays),
+		notify:             r.Replace(sqlNotify),
+		notifyMany:         r.Replace(sqlNotifyMany),
+		now:                sqlNow,
+		claimPlan:          r.Replace(sqlClaimPlan),
+		claim:              r.Replace(sqlClaim),
+		claimKinds:         r.Replace(sqlClaimKinds),
+		claimFor:           r.Replace(sqlClaimFor),
+		reassignWorkers:    r.Replace(sqlReassignWorkers),
+		claimAd:            r.Replace(sqlClaimAd),
+		claimKindsAd:       r.Replace(sqlClaimKindsAd),
+		insertHanded:       r.Replace(sqlInsertHanded),
+		handoffPlan:        sqlHandoffPlan,
+		notifyUnlessHanded: r.Replace(sqlNotifyUnlessHanded),
+		withdrawWaiters:    r.Replace(sqlWithdrawWaiters),
+		handedJob:          r.Replace(sqlHandedJob),
+		claimFair:          r.Replace(sqlClaimFair),
+		claimFairPlan:      r.Replace(sqlClaimFairPlan),
+		finish:             r.Replace(sqlFinish),
+		heartbeat:          r.Replace(sqlHeartbeat),
+		rescue:             r.Replace(sqlRescue),
+		promote:            r.Replace(sqlPromote),
+		discardExpired:     r.Replace(sqlDiscardExpired),
+		nextDue:            r.Replace(sqlNextDue),
+		cleanup:            r.Replace(sqlCleanup),
+		getJob:             r.Replace(sqlGetJob),
+		listJobs:           r.Replace(sqlListJobs),
+		listJobsDesc:       r.Replace(sqlListJobsDesc),
+		cancelJob:          r.Replace(sqlCancelJob),
+		retryJob:           r.Replace(sqlRetryJob),
+		activateJob:        r.Replace(sqlActivateJob),
+		deleteJob:          r.Replace(sqlDeleteJob),
+		listQueues:         r.Replace(sqlListQueues),
+		setPaused:          r.Replace(sqlSetPaused),
+		elect:              r.Replace(sqlElect),
+		resign:             r.Replace(sqlResign),
 
 		insertUnique:         r.Replace(sqlInsertUnique),
 		uniqueHolder:         r.Replace(sqlUniqueHolder),
