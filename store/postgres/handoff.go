@@ -25,19 +25,20 @@ import (
 // and notifies the queue, the waiting producer's listener hears it, and the producer claims the job
 // in a round trip of its own. With it, a producer's claim that leaves worker slots free also
 // advertises the producer (a row of the unlogged table waiters: queue, kinds, worker, lease, free
-// slots, and this store's hand-off channel), and a single insert claims its job for the producer
-// waiting longest in its own transaction (sqlHandoff) and notifies the claimed job itself on that
-// producer's channel. The listener files the job with its waiter and wakes the producer, whose next
-// Claim returns it without a round trip. The insert sends the queue's notification as before when
-// nobody waits, so pickup never waits longer than without the hand-off.
+// slots, and this store's hand-off channel), and a single insert writes a job due now already
+// claimed by the producer of its queue waiting longest (sqlInsertHanded), when that producer's own
+// claim would take the job first, and notifies the job itself on the producer's channel. The
+// listener files the job with its waiter and wakes the producer, whose next Claim returns it
+// without a round trip. When nobody waits, the insert is announced as before, so pickup never
+// waits longer than without the hand-off.
 //
-// The claim in the insert follows the plain claim's rules (priority then due time, kinds, paused
-// queues) and leaves queues with rate-limited or tenant jobs to the claims of their own, so the
-// job is active under a lease and a claim token like any claimed job. Each hand-off spends one of
-// the advertised free slots; the producer's next claim of its own writes the count again, so the
-// count never exceeds the producer's free slots. The lease is the producer's plus handoffSlack: the
-// client reckons a lease from the start of the Claim call that returns the job, after the lease
-// began in the database.
+// The rules are the plain claim's: kinds, paused queues, and claim order (no claimable job at the
+// job's priority or above); queues with rate-limited or tenant jobs are left to their own claims.
+// The job is active under a lease and a claim token like any claimed job. Each hand-off spends one
+// of the advertised free slots; the producer's next claim of its own writes the count again, so
+// the count never exceeds the producer's free slots. The lease is the producer's plus
+// handoffSlack: the client reckons a lease from the start of the Claim call that returns the job,
+// after the lease began in the database.
 //
 // What can go wrong, and what happens then:
 //   - the producer is busy or stopped: a handed job not taken by a Claim within serveWithin is
@@ -49,6 +50,10 @@ import (
 //   - the process dies: its advertisements lapse adTTL after they were written, and the jobs
 //     handed to it are rescued when their leases end.
 const (
+	// quietFor is how long single inserts into a queue skip the hand-off after one found nobody
+	// waiting: the hand-off's insert costs about 0.2 ms more than a plain one (the producer checks),
+	// which a busy queue, whose producers have no free slots, would pay on every insert.
+	quietFor     = 50 * time.Millisecond
 	adTTL        = 10 * time.Second
 	handoffSlack = 250 * time.Millisecond
 	serveWithin  = 100 * time.Millisecond
@@ -64,6 +69,12 @@ type handoff struct {
 	listening atomic.Bool
 	// serveWithin is the package's serveWithin, per store so a test can lengthen it.
 	serveWithin time.Duration
+
+	// quiet holds, per queue and kind, until when (UnixNano) single inserts skip the hand-off: the
+	// last one found no producer waiting (see tryHandoff).
+	quiet sync.Map
+	// quietFor is the package's quietFor, per store so a test can change it.
+	quietFor time.Duration
 
 	mu      sync.Mutex
 	waiters map[string]*waiter // by queue, worker, lease and kinds
@@ -92,7 +103,7 @@ type handedJob struct {
 }
 
 func newHandoff(s *Store) *handoff {
-	return &handoff{s: s, channel: "pronto_h_" + randomHex(12), serveWithin: serveWithin,
+	return &handoff{s: s, channel: "pronto_h_" + randomHex(12), serveWithin: serveWithin, quietFor: quietFor,
 		waiters: make(map[string]*waiter), byID: make(map[string]*waiter)}
 }
 
@@ -233,6 +244,19 @@ func (h *handoff) ids() []string {
 		ids = append(ids, id)
 	}
 	return ids
+}
+
+// tryHandoff reports whether a single insert of a job of kind into queue tries the hand-off at now.
+func (h *handoff) tryHandoff(queue, kind string, now time.Time) bool {
+	v, ok := h.quiet.Load(queue + "\x00" + kind)
+	return !ok || now.UnixNano() >= v.(int64)
+}
+
+// missed records that a single insert of a job of kind into queue found nobody waiting at now.
+func (h *handoff) missed(queue, kind string, now time.Time) {
+	if h.quietFor > 0 {
+		h.quiet.Store(queue+"\x00"+kind, now.Add(h.quietFor).UnixNano())
+	}
 }
 
 // queueNotified marks the waiters of queue as notified (see waiter.notified).

@@ -24,8 +24,10 @@ func handoffPair(t *testing.T) (a, b *Store, notes chan store.Notification) {
 	schema := testdb.Schema(t)
 	a = newStore(t, testdb.NewPool(t, 3), schema)
 	b = newStore(t, testdb.NewPool(t, 3), schema)
-	// Handed jobs stay handed while the test looks at them, however slow the machine.
+	// Handed jobs stay handed while the test looks at them, however slow the machine, and every
+	// single insert tries the hand-off.
 	a.handoff.serveWithin = time.Minute
+	b.handoff.quietFor = 0
 	notes = make(chan store.Notification, 100)
 	t.Cleanup(a.Notifier().Subscribe(func(n store.Notification) { notes <- n }))
 	require.True(t, a.handoff.listening.Load())
@@ -335,6 +337,7 @@ func TestHandoffToDeadProcessIsRescued(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := setup(t)
+	s.handoff.quietFor = 0
 	_, err := s.pool.Exec(ctx, `INSERT INTO `+s.expand.Replace("{schema}")+`.waiters
 		(id, queue, channel, worker_id, kinds, lease_us, free, expires_at)
 		VALUES ('dead', 'dead', 'pronto_h_nobody', 'w-dead', NULL, 100000, 5, now() + interval '1 hour')`)
@@ -477,4 +480,40 @@ func TestHandoffProducers(t *testing.T) {
 	for id, n := range runs {
 		require.Equal(t, 1, n, "job %s ran %d times", id, n)
 	}
+}
+
+// TestHandoffQuietAfterAMiss: a single insert that finds nobody waiting makes the next single
+// inserts of its queue and kind skip the hand-off for a while (they cost more than plain ones), and
+// leaves other kinds alone; after the while they try again.
+func TestHandoffQuietAfterAMiss(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	a, b, notes := handoffPair(t)
+	b.handoff.quietFor = time.Hour
+	miss := params("quiet")
+	_, err := b.Insert(ctx, []*store.InsertParams{miss}) // nobody waits yet
+	require.NoError(t, err)
+	p := loopClaim("quiet")
+	jobs, err := a.Claim(loop, p) // takes it, and advertises
+	require.NoError(t, err)
+	require.Len(t, jobs, 1)
+	skipped := params("quiet")
+	_, err = b.Insert(ctx, []*store.InsertParams{skipped})
+	require.NoError(t, err)
+	got, err := b.GetJob(ctx, skipped.ID)
+	require.NoError(t, err)
+	require.Equal(t, store.StateAvailable, got.State, "quiet: not tried")
+	other := params("quiet")
+	other.Kind, other.Priority = "k2", 1 // ahead of the skipped job, which the claim would take first
+	_, err = b.Insert(ctx, []*store.InsertParams{other})
+	require.NoError(t, err)
+	require.Equal(t, other.ID, handed(t, a, p, notes).ID, "another kind is tried")
+	b.handoff.quiet.Clear() // the while has passed
+	jobs, err = a.Claim(loop, p)
+	require.NoError(t, err)
+	require.Len(t, jobs, 1)
+	again := params("quiet")
+	_, err = b.Insert(ctx, []*store.InsertParams{again})
+	require.NoError(t, err)
+	require.Equal(t, again.ID, handed(t, a, p, notes).ID)
 }

@@ -267,7 +267,7 @@ func (s *Store) insertHandingOff(ctx context.Context, rows []insertRow) ([]*stor
 		r := &rows[i]
 		ids, seen := queues[r.p.Queue]
 		handable[i] = r.state == store.StateAvailable && r.p.Tenant == "" &&
-			(r.p.ScheduledAt.IsZero() || !r.p.ScheduledAt.After(now))
+			(r.p.ScheduledAt.IsZero() || !r.p.ScheduledAt.After(now)) && s.handoff.tryHandoff(r.p.Queue, r.p.Kind, now)
 		switch {
 		case handable[i] && (!seen || ids != nil):
 			queues[r.p.Queue] = append(ids, r.id)
@@ -320,6 +320,8 @@ func (s *Store) insertHandingOff(ctx context.Context, rows []insertRow) ([]*stor
 		if states[i] == store.StateActive {
 			// Handed off: claimed in the insert. Its worker and claim token are its runner's.
 			jobs[i].Attempt, jobs[i].StartedAt = 1, times[i][0]
+		} else if handable[i] {
+			s.handoff.missed(rows[i].p.Queue, rows[i].p.Kind, now)
 		}
 	}
 	return jobs, nil
