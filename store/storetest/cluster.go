@@ -1,14 +1,17 @@
 package storetest
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/pronto-jobs/pronto/internal/producer"
 	"github.com/pronto-jobs/pronto/store"
 )
 
@@ -226,4 +229,82 @@ func keys(m map[string]int) []string {
 		out = append(out, k)
 	}
 	return out
+}
+
+// testProducersRunEachJobOnce runs a producer loop in each of two views of the store (as two
+// processes would, each woken by its own notifier, the poll an hour) while a third view inserts
+// single jobs and small batches from three goroutines: every job runs exactly once. On the stores
+// with a hand-off (PostgreSQL, Redis) most single inserts are handed to a waiting producer, the
+// rest claimed after a notification, and the two must never both take a job.
+func testProducersRunEachJobOnce(t *testing.T, h Harness) {
+	ins := h.New(t)
+	const queue = "many"
+	var (
+		mu   sync.Mutex
+		runs = map[string]int{}
+		done atomic.Int32
+	)
+	runCtx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for w := range 2 {
+		s := reopen(t, h, ins)
+		p := producer.New(producer.Config{Queue: queue, MaxWorkers: 3, PollInterval: time.Hour,
+			Claim: func(ctx context.Context, limit int) ([]*store.Job, error) {
+				return s.Claim(ctx, store.ClaimParams{Queue: queue, Limit: limit,
+					WorkerID: worker + string(rune('a'+w)), LeaseDuration: time.Minute})
+			},
+			Execute: func(j *store.Job, _ time.Time, release func()) {
+				go func() {
+					defer release()
+					mu.Lock()
+					runs[j.ID]++
+					mu.Unlock()
+					res, err := s.Finish(context.Background(), []store.Completion{{ID: j.ID, Attempt: j.Attempt,
+						Token: j.ClaimToken, State: store.StateCompleted}})
+					if err == nil && res[0].Applied {
+						done.Add(1)
+					}
+				}()
+			}})
+		t.Cleanup(s.Notifier().Subscribe(func(n store.Notification) {
+			if n.Queue == queue && n.Kind == store.NotifyInsert || n.Kind == store.NotifyReconnect {
+				p.Wake()
+			}
+		}))
+		wg.Add(1)
+		go func() { defer wg.Done(); p.Run(runCtx) }()
+	}
+	var total atomic.Int32
+	var iw sync.WaitGroup
+	for g := range 3 {
+		iw.Add(1)
+		go func() {
+			defer iw.Done()
+			for i := range 60 {
+				batch := []*store.InsertParams{job(queue)}
+				if (i+g)%10 == 0 {
+					batch = append(batch, job(queue), job(queue))
+				}
+				if _, err := ins.Insert(context.Background(), batch); err != nil {
+					t.Error(err)
+					return
+				}
+				total.Add(int32(len(batch)))
+				if (i+g)%7 == 0 {
+					time.Sleep(time.Millisecond)
+				}
+			}
+		}()
+	}
+	iw.Wait()
+	require.Eventually(t, func() bool { return done.Load() == total.Load() }, 30*time.Second, 10*time.Millisecond,
+		"every job completes")
+	cancel()
+	wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, runs, int(total.Load()))
+	for id, n := range runs {
+		require.Equal(t, 1, n, "job %s ran %d times", id, n)
+	}
 }

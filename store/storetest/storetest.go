@@ -142,6 +142,7 @@ var tests = []testCase{
 	{"ElectAfterTTL", single(testElectAfterTTL)},
 
 	{"ReopenSharesData", testReopenSharesData},
+	{"ProducersRunEachJobOnce", testProducersRunEachJobOnce},
 	{"ConcurrentClaimsExclusive", testConcurrentClaims},
 	{"FairConcurrentClaimsExclusive", testFairConcurrentClaims},
 
