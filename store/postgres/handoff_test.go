@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -409,80 +407,6 @@ func TestHandoffListenerLoss(t *testing.T) {
 	_, err = b.Insert(ctx, []*store.InsertParams{in2})
 	require.NoError(t, err)
 	require.Equal(t, in2.ID, handed(t, a, p, notes).ID)
-}
-
-// TestHandoffProducers runs producers in two stores on one queue (their poll an hour) while a third
-// store inserts from several goroutines: every job runs exactly once, whether handed off or
-// claimed. Run it with -race.
-func TestHandoffProducers(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	schema := testdb.Schema(t)
-	ins := newStore(t, testdb.NewPool(t, 4), schema)
-	const total = 300
-	var mu sync.Mutex
-	runs := map[string]int{}
-	var done atomic.Int32
-	runCtx, cancel := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	for w := range 2 {
-		s := newStore(t, testdb.NewPool(t, 3), schema)
-		p := producer.New(producer.Config{Queue: "many", MaxWorkers: 3, PollInterval: time.Hour,
-			Claim: func(ctx context.Context, limit int) ([]*store.Job, error) {
-				return s.Claim(ctx, store.ClaimParams{Queue: "many", Limit: limit, WorkerID: string(rune('a' + w)), LeaseDuration: time.Minute})
-			},
-			Execute: func(j *store.Job, _ time.Time, release func()) {
-				go func() {
-					defer release()
-					mu.Lock()
-					runs[j.ID]++
-					mu.Unlock()
-					_, err := s.Finish(ctx, []store.Completion{{ID: j.ID, Attempt: j.Attempt, Token: j.ClaimToken, State: store.StateCompleted}})
-					if err == nil {
-						done.Add(1)
-					}
-				}()
-			}})
-		t.Cleanup(s.Notifier().Subscribe(func(n store.Notification) {
-			if n.Queue == "many" && n.Kind == store.NotifyInsert || n.Kind == store.NotifyReconnect {
-				p.Wake()
-			}
-		}))
-		wg.Add(1)
-		go func() { defer wg.Done(); p.Run(runCtx) }()
-	}
-	var iw sync.WaitGroup
-	for g := range 3 {
-		iw.Add(1)
-		go func() {
-			defer iw.Done()
-			for i := range total / 3 {
-				batch := []*store.InsertParams{params("many")}
-				if (i+g)%10 == 0 {
-					batch = append(batch, params("many"), params("many"))
-				}
-				if _, err := ins.Insert(ctx, batch); err != nil {
-					t.Error(err)
-					return
-				}
-				if (i+g)%7 == 0 {
-					time.Sleep(time.Millisecond)
-				}
-			}
-		}()
-	}
-	iw.Wait()
-	var want int
-	require.NoError(t, ins.pool.QueryRow(ctx, `SELECT count(*) FROM `+ins.expand.Replace("{schema}")+`.jobs`).Scan(&want))
-	require.Eventually(t, func() bool { return done.Load() == int32(want) }, 30*time.Second, 10*time.Millisecond)
-	cancel()
-	wg.Wait()
-	mu.Lock()
-	defer mu.Unlock()
-	require.Len(t, runs, want)
-	for id, n := range runs {
-		require.Equal(t, 1, n, "job %s ran %d times", id, n)
-	}
 }
 
 // TestHandoffQuietAfterAMiss: a single insert that finds nobody waiting makes the next single
