@@ -47,14 +47,17 @@ import (
 //   - the listener loses its connection: its notifications meanwhile are lost, so the store
 //     withdraws its advertisements at once and advertises again only once listening; a job handed
 //     in between is rescued when its lease ends, as a crashed process's job is;
-//   - the process dies: its advertisements lapse adTTL after they were written, and the jobs
-//     handed to it are rescued when their leases end.
+//   - the process dies: an insert hands nothing to a producer whose listener's backend is gone
+//     (the advertisement names it; a killed process's connections end with it), and the jobs
+//     handed to it before are rescued when their leases end. A process that hangs (stopped, its
+//     connections open) is handed jobs until its advertisements lapse, adTTL after its last
+//     claim; an idle producer claims, and so advertises again, at every poll.
 const (
 	// quietFor is how long single inserts into a queue skip the hand-off after one found nobody
 	// waiting: the hand-off's insert costs about 0.2 ms more than a plain one (the producer checks),
 	// which a busy queue, whose producers have no free slots, would pay on every insert.
 	quietFor     = 50 * time.Millisecond
-	adTTL        = 10 * time.Second
+	adTTL        = 3 * time.Second
 	handoffSlack = 250 * time.Millisecond
 	serveWithin  = 100 * time.Millisecond
 	// releaseTimeout bounds returning unserved jobs and withdrawing advertisements.
@@ -154,12 +157,13 @@ func (h *handoff) waiterFor(p *store.ClaimParams) *waiter {
 func (w *waiter) claimArgs(q *queries, limit int) (string, []any) {
 	p := &w.params
 	lease := (p.LeaseDuration + handoffSlack).Microseconds()
+	pid := int32(w.h.s.ListenerPID())
 	if len(p.Kinds) == 0 {
 		return q.claimAd, []any{p.Queue, limit, p.LeaseDuration.Microseconds(), p.WorkerID,
-			w.id, w.h.channel, nil, lease, adTTL.Microseconds()}
+			w.id, w.h.channel, nil, lease, adTTL.Microseconds(), pid}
 	}
 	return q.claimKindsAd, []any{p.Queue, limit, p.LeaseDuration.Microseconds(), p.WorkerID,
-		p.Kinds, w.id, w.h.channel, lease, adTTL.Microseconds()}
+		p.Kinds, w.id, w.h.channel, lease, adTTL.Microseconds(), pid}
 }
 
 func (w *waiter) empty() bool {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pronto-jobs/pronto/internal/producer"
@@ -328,33 +329,69 @@ func TestHandoffCloseReturnsJobs(t *testing.T) {
 	require.Zero(t, adsOf(t, b), "no advertisement is left")
 }
 
-// TestHandoffToDeadProcessIsRescued: a job handed to a process that died (its advertisement still
-// standing, nobody listening on its channel) is active under a lease like any claimed job, and the
-// rescuer takes it back when the lease ends.
-func TestHandoffToDeadProcessIsRescued(t *testing.T) {
+// advertise writes an advertisement for queue as a producer's claim would, its listener's backend
+// being pid, with a lease of 100 ms.
+func advertise(t *testing.T, s *Store, queue string, pid uint32) {
+	t.Helper()
+	_, err := s.pool.Exec(context.Background(), `INSERT INTO `+s.expand.Replace("{schema}")+`.waiters
+		(id, queue, channel, listener_pid, worker_id, kinds, lease_us, free, expires_at)
+		VALUES ($1, $1, 'pronto_h_nobody', $2, 'w-'||$1, NULL, 100000, 5, now() + interval '1 hour')`, queue, int32(pid))
+	require.NoError(t, err)
+}
+
+// TestHandoffToHungProcessIsRescued: a job handed to a process that stopped reading (its listener's
+// connection still open, its advertisement standing) is active under a lease like any claimed job,
+// and the rescuer takes it back when the lease ends.
+func TestHandoffToHungProcessIsRescued(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := setup(t)
 	s.handoff.quietFor = 0
-	_, err := s.pool.Exec(ctx, `INSERT INTO `+s.expand.Replace("{schema}")+`.waiters
-		(id, queue, channel, worker_id, kinds, lease_us, free, expires_at)
-		VALUES ('dead', 'dead', 'pronto_h_nobody', 'w-dead', NULL, 100000, 5, now() + interval '1 hour')`)
+	hung, err := pgx.Connect(ctx, s.pool.Config().ConnConfig.ConnString())
 	require.NoError(t, err)
+	t.Cleanup(func() { _ = hung.Close(context.Background()) })
+	advertise(t, s, "hung", hung.PgConn().PID())
+	in := params("hung")
+	_, err = s.Insert(ctx, []*store.InsertParams{in})
+	require.NoError(t, err)
+	got, err := s.GetJob(ctx, in.ID)
+	require.NoError(t, err)
+	require.Equal(t, store.StateActive, got.State, "handed to the hung process")
+	require.Equal(t, "w-hung", got.WorkerID)
+	require.Eventually(t, func() bool {
+		r, err := s.Rescue(ctx, store.RescueParams{Limit: 10})
+		return err == nil && len(r.Requeued) == 1 && r.Requeued[0].ID == in.ID
+	}, 10*time.Second, 50*time.Millisecond)
+	jobs, err := s.Claim(ctx, store.ClaimParams{Queue: "hung", Limit: 10, WorkerID: "w2", LeaseDuration: time.Minute})
+	require.NoError(t, err)
+	require.Len(t, jobs, 1)
+	require.Equal(t, 2, jobs[0].Attempt)
+}
+
+// TestHandoffNotToDeadProcess: a producer whose listener's backend is gone (its process was killed,
+// and its connections with it) is handed nothing, although its advertisement still stands: the
+// job stays available for the living.
+func TestHandoffNotToDeadProcess(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := setup(t)
+	s.handoff.quietFor = 0
+	dead, err := pgx.Connect(ctx, s.pool.Config().ConnConfig.ConnString())
+	require.NoError(t, err)
+	pid := dead.PgConn().PID()
+	require.NoError(t, dead.Close(ctx))
+	require.Eventually(t, func() bool {
+		var alive bool
+		err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_get_activity($1))`, int32(pid)).Scan(&alive)
+		return err == nil && !alive
+	}, 10*time.Second, 10*time.Millisecond)
+	advertise(t, s, "dead", pid)
 	in := params("dead")
 	_, err = s.Insert(ctx, []*store.InsertParams{in})
 	require.NoError(t, err)
 	got, err := s.GetJob(ctx, in.ID)
 	require.NoError(t, err)
-	require.Equal(t, store.StateActive, got.State, "handed to the dead process")
-	require.Equal(t, "w-dead", got.WorkerID)
-	require.Eventually(t, func() bool {
-		r, err := s.Rescue(ctx, store.RescueParams{Limit: 10})
-		return err == nil && len(r.Requeued) == 1 && r.Requeued[0].ID == in.ID
-	}, 10*time.Second, 50*time.Millisecond)
-	jobs, err := s.Claim(ctx, store.ClaimParams{Queue: "dead", Limit: 10, WorkerID: "w2", LeaseDuration: time.Minute})
-	require.NoError(t, err)
-	require.Len(t, jobs, 1)
-	require.Equal(t, 2, jobs[0].Attempt)
+	require.Equal(t, store.StateAvailable, got.State)
 }
 
 // TestHandoffLargeJob: a job too large for a notification is handed by id and claim token, and the

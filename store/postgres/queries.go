@@ -118,15 +118,16 @@ RETURNING ` + jobColsJ
 
 // claimTailAd is claimTail advertising the producer for the hand-off (see sqlClaimAd), with the
 // parameters of the waiter's id, channel, kinds, lease and lifetime.
-func claimTailAd(id, channel, kinds, lease, ttl string) string {
+func claimTailAd(id, channel, kinds, lease, ttl, pid string) string {
 	return strings.Replace(claimTail, claimUpdate, "", 1) + `, claimed AS (` + claimUpdate + `
 ), ad AS (
-	INSERT INTO {schema}.waiters (id, queue, channel, worker_id, kinds, lease_us, free, expires_at)
-	SELECT ` + id + `, $1, ` + channel + `, $4, ` + kinds + `, ` + lease + `, $2 - count(*),
+	INSERT INTO {schema}.waiters (id, queue, channel, listener_pid, worker_id, kinds, lease_us, free, expires_at)
+	SELECT ` + id + `, $1, ` + channel + `, ` + pid + `, $4, ` + kinds + `, ` + lease + `, $2 - count(*),
 		now() + ` + ttl + ` * interval '1 microsecond'
 	FROM claimed
 	HAVING count(*) < $2 AND current_setting('pronto.claim_limited', true) = 'off'
-	ON CONFLICT (id) DO UPDATE SET free = EXCLUDED.free, expires_at = EXCLUDED.expires_at
+	ON CONFLICT (id) DO UPDATE SET free = EXCLUDED.free, expires_at = EXCLUDED.expires_at,
+		listener_pid = EXCLUDED.listener_pid
 ), unad AS (
 	DELETE FROM {schema}.waiters
 	WHERE id = ` + id + ` AND ((SELECT count(*) FROM claimed) >= $2
@@ -346,24 +347,25 @@ SELECT ` + jobColsC + ` FROM claimed c JOIN locked l ON l.id = c.id ORDER BY l.o
 	// sqlClaimAd is sqlClaim that also advertises its producer for the hand-off (handoff.go) when
 	// the claim leaves slots free in a plain queue: waiter $5 on hand-off channel $6, kinds $7
 	// (NULL for any), a hand-off lease of $8 microseconds, lapsing after $9 microseconds, with the
-	// slots left free. A full claim, or a queue with rate-limited or tenant jobs (which the hand-off
+	// slots left free and $10 the backend pid of the connection listening on $6. A full claim, or a queue with rate-limited or tenant jobs (which the hand-off
 	// does not serve), withdraws it.
-	sqlClaimAd = claimHead + claimTailAd("$5", "$6", "$7", "$8", "$9")
+	sqlClaimAd = claimHead + claimTailAd("$5", "$6", "$7", "$8", "$9", "$10")
 
 	// sqlClaimKindsAd is sqlClaimKinds advertising as sqlClaimAd does, its arguments one later.
 	sqlClaimKindsAd = claimHead + `
-		AND kind = ANY($5)` + claimTailAd("$6", "$7", "$5", "$8", "$9")
+		AND kind = ANY($5)` + claimTailAd("$6", "$7", "$5", "$8", "$9", "$10")
 
 	// sqlInsertHanded is sqlInsertJob for a job due now in a single insert (handoff.go): when a
 	// producer of its queue waits with a free slot for its kind, and the plain claim would take this
 	// job first (no claimable job of the producer's kinds at its priority or above, no paused queue,
 	// no rate-limited or tenant jobs in the queue, which their own claims serve), the job is written
-	// already claimed by that producer, the one waiting longest: active, attempt 1, its lease and a
+	// already claimed by that producer, the one waiting longest whose listener's backend is alive: active, attempt 1, its lease and a
 	// fresh claim token, one free slot spent. It is then notified on the producer's hand-off channel
 	// as "<waiter id> <job>" (handedPayload). Returns the job's created_at, scheduled_at and state.
 	sqlInsertHanded = `WITH ad AS (
 	SELECT w.id, w.channel, w.worker_id, w.lease_us FROM {schema}.waiters w
 	WHERE w.queue = $3 AND w.expires_at > now() AND w.free > 0 AND (w.kinds IS NULL OR $2 = ANY (w.kinds))
+		AND EXISTS (SELECT 1 FROM pg_stat_get_activity(w.listener_pid))
 		AND NOT ` + claimableKeyedQ3 + `
 		AND NOT ` + claimableTenantQ3 + `
 		AND NOT EXISTS (SELECT 1 FROM {schema}.queues q WHERE q.name = $3 AND q.paused)

@@ -6,6 +6,9 @@ CREATE UNLOGGED TABLE {schema}.waiters (
 	queue text NOT NULL,
 	-- channel is the waiting process's hand-off channel: the notification carries the claimed job.
 	channel text NOT NULL,
+	-- listener_pid is the backend of the connection listening on channel: an insert hands nothing to
+	-- a producer whose listener is gone (its process killed), without waiting for expires_at.
+	listener_pid integer NOT NULL,
 	worker_id text NOT NULL,
 	-- kinds are the kinds the producer works; NULL for every kind.
 	kinds text[],
