@@ -6,8 +6,8 @@ package main
 // binaries.
 
 // runs limits the unlogged variant to the throughput and WAL scenarios, the one with River tuned's
-// workers to the drain, and the one without the hand-off to the pickup scenarios and the insert (which the hand-off's single
-// inserts could slow).
+// workers to the drain, and the one without the hand-off to the pickup scenarios, the insert (which the hand-off's single
+// inserts could slow) and crash recovery (which jobs handed to a killed process could slow).
 func (p prontoPG) runs(sc scenario) bool {
 	switch {
 	case p.tunedWorkers:
@@ -15,7 +15,7 @@ func (p prontoPG) runs(sc scenario) bool {
 	case p.unlogged:
 		return sc.kind == "drain" || sc.kind == "insert" || sc.kind == "roundtrip" || sc.kind == "wal"
 	case p.noHandoff:
-		return sc.name == "notify_latency" || sc.name == "high_scale" || sc.kind == "insert"
+		return sc.name == "notify_latency" || sc.name == "high_scale" || sc.kind == "insert" || sc.name == "crash_recovery"
 	}
 	return true
 }
