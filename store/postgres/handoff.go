@@ -16,6 +16,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgtype"
 
+	"github.com/pronto-jobs/pronto/internal/handoffbuf"
 	"github.com/pronto-jobs/pronto/store"
 )
 
@@ -92,17 +93,11 @@ type waiter struct {
 	id     string
 	params store.ClaimParams // Limit unset; Kinds sorted
 
-	mu  sync.Mutex
-	buf []handedJob
+	buf handoffbuf.Buffer
 	// used is when a claim last went through this waiter (UnixNano).
 	used atomic.Int64
 	// notified is set by a notification of the queue since the producer's last claim of its own.
 	notified atomic.Bool
-}
-
-type handedJob struct {
-	job *store.Job
-	at  time.Time
 }
 
 func newHandoff(s *Store) *handoff {
@@ -166,39 +161,17 @@ func (w *waiter) claimArgs(q *queries, limit int) (string, []any) {
 		p.Kinds, w.id, w.h.channel, lease, adTTL.Microseconds(), pid}
 }
 
-func (w *waiter) empty() bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return len(w.buf) == 0
-}
+func (w *waiter) empty() bool { return w.buf.Len(nil) == 0 }
 
 // take returns up to limit handed jobs kept less than serveWithin; older ones are left to expire.
 func (w *waiter) take(limit int) []*store.Job {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if len(w.buf) == 0 {
-		return nil
-	}
-	var out []*store.Job
-	kept := w.buf[:0]
-	for _, hj := range w.buf {
-		if len(out) < limit && time.Since(hj.at) < w.h.serveWithin {
-			out = append(out, hj.job)
-		} else {
-			kept = append(kept, hj)
-		}
-	}
-	clear(w.buf[len(kept):])
-	w.buf = kept
-	return out
+	return w.buf.Take(limit, w.h.serveWithin, time.Now(), nil)
 }
 
 // keep files a handed job, wakes the producer (its next Claim returns the job) and, should the
 // producer not take it within serveWithin, returns it.
 func (w *waiter) keep(j *store.Job) {
-	w.mu.Lock()
-	w.buf = append(w.buf, handedJob{job: j, at: time.Now()})
-	w.mu.Unlock()
+	w.buf.Add(j, time.Now())
 	w.h.s.notifier.hub.Publish(store.Notification{Kind: store.NotifyInsert, Queue: j.Queue})
 	time.AfterFunc(w.h.serveWithin, w.expire)
 }
@@ -207,19 +180,7 @@ func (w *waiter) keep(j *store.Job) {
 // advertisement: the producer is busy or gone, and its next claim that leaves slots free
 // advertises again.
 func (w *waiter) expire() {
-	w.mu.Lock()
-	var stale []*store.Job
-	kept := w.buf[:0]
-	for _, hj := range w.buf {
-		if time.Since(hj.at) >= w.h.serveWithin {
-			stale = append(stale, hj.job)
-		} else {
-			kept = append(kept, hj)
-		}
-	}
-	clear(w.buf[len(kept):])
-	w.buf = kept
-	w.mu.Unlock()
+	stale := w.buf.Stale(w.h.serveWithin, time.Now())
 	if len(stale) == 0 {
 		return
 	}
@@ -319,12 +280,7 @@ func (h *handoff) close() {
 	var left []*store.Job
 	for i, w := range ws {
 		ids[i] = w.id
-		w.mu.Lock()
-		for _, hj := range w.buf {
-			left = append(left, hj.job)
-		}
-		w.buf = nil
-		w.mu.Unlock()
+		left = append(left, w.buf.Drain()...)
 	}
 	h.withdraw(ctx, ids)
 	h.s.release(ctx, left)

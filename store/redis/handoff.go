@@ -7,12 +7,12 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/pronto-jobs/pronto/internal/handoffbuf"
 	"github.com/pronto-jobs/pronto/store"
 )
 
@@ -61,19 +61,13 @@ type waiter struct {
 	id     string
 	params store.ClaimParams // Limit unset; Kinds sorted
 
-	mu  sync.Mutex
-	buf []handedJob
+	buf handoffbuf.Buffer
 	// taken carries the free slots left after a Claim took handed jobs (buffered 1, latest wins).
 	taken chan int
 	done  chan struct{}
 	// used is when a claim last went through this waiter (UnixNano): a waiter no claim used for
 	// adTTL retires, its producer gone.
 	used atomic.Int64
-}
-
-type handedJob struct {
-	job *store.Job
-	at  time.Time
 }
 
 // handoffOn reports whether the store hands jobs off: on a single node (the single insert is a
@@ -121,57 +115,38 @@ func (w *waiter) inbox() string { return w.s.qkey(w.queue) + "in:" + w.id }
 // take returns up to limit handed jobs kept less than serveWithin, and tells the waiter how many
 // slots the producer has left.
 func (w *waiter) take(limit int) []*store.Job {
-	w.mu.Lock()
-	if len(w.buf) == 0 {
-		w.mu.Unlock()
-		return nil
-	}
-	var out []*store.Job
-	kept := w.buf[:0]
-	for _, h := range w.buf {
-		if len(out) < limit && time.Since(h.at) < serveWithin {
-			out = append(out, h.job)
-		} else {
-			kept = append(kept, h)
-		}
-	}
-	clear(w.buf[len(kept):])
-	w.buf = kept
-	if len(out) > 0 {
-		// Under w.mu, so that the waiter, which looks at buf and taken together (settled), never
-		// sees buf emptied by this take without its free slots: it would go back to its inbox
-		// and the slots would wait for the next notification, while the producer, whose claim
-		// came back short, believes the queue empty.
+	return w.buf.Take(limit, serveWithin, time.Now(), func(taken int) {
+		// Under the buffer's lock, so that the waiter, which looks at the buffer and taken together
+		// (settled), never sees the buffer emptied by this take without its free slots: it would go
+		// back to its inbox and the slots would wait for the next notification, while the producer,
+		// whose claim came back short, believes the queue empty.
 		select {
 		case <-w.taken:
 		default:
 		}
-		w.taken <- limit - len(out)
-	}
-	w.mu.Unlock()
-	return out
+		w.taken <- limit - taken
+	})
 }
 
 // settled returns the free slots of a take not yet followed up (0 when none), and whether the
 // waiter is done with its hand-off: no handed job kept and no free slots to claim for.
 func (w *waiter) settled() (free int, done bool) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	select {
-	case free = <-w.taken:
-	default:
-	}
-	return free, free == 0 && len(w.buf) == 0
+	w.buf.Len(func(n int) {
+		select {
+		case free = <-w.taken:
+		default:
+		}
+		done = free == 0 && n == 0
+	})
+	return free, done
 }
 
 // keep files handed jobs and wakes the store's subscribers (the producer claims, and gets them).
 func (w *waiter) keep(jobs []*store.Job) {
 	now := time.Now()
-	w.mu.Lock()
 	for _, j := range jobs {
-		w.buf = append(w.buf, handedJob{job: j, at: now})
+		w.buf.Add(j, now)
 	}
-	w.mu.Unlock()
 	w.s.hub.Publish(store.Notification{Kind: store.NotifyInsert, Queue: w.queue})
 }
 
@@ -263,19 +238,7 @@ func (w *waiter) run(key string) {
 // withdraws the advertisement: the producer is busy or gone, and the next claim that leaves a slot
 // free advertises it again.
 func (w *waiter) expire(ctx context.Context) {
-	w.mu.Lock()
-	var stale []*store.Job
-	kept := w.buf[:0]
-	for _, h := range w.buf {
-		if time.Since(h.at) >= serveWithin {
-			stale = append(stale, h.job)
-		} else {
-			kept = append(kept, h)
-		}
-	}
-	clear(w.buf[len(kept):])
-	w.buf = kept
-	w.mu.Unlock()
+	stale := w.buf.Stale(serveWithin, time.Now())
 	if err := w.s.rdb.ZRem(ctx, w.s.qkey(w.queue)+"wait", w.id).Err(); err != nil && ctx.Err() == nil {
 		w.s.logf("redis: hand-off: withdraw from %s: %v", w.queue, err)
 	}
@@ -342,13 +305,7 @@ func (w *waiter) retire(key string) bool {
 // (kept, or still in its inbox) to available.
 func (w *waiter) cleanup(ctx context.Context) {
 	s := w.s
-	var left []*store.Job
-	w.mu.Lock()
-	for _, h := range w.buf {
-		left = append(left, h.job)
-	}
-	w.buf = nil
-	w.mu.Unlock()
+	left := w.buf.Drain()
 	b := s.qkey(w.queue)
 	var rest *goredis.StringSliceCmd
 	_, err := s.rdb.TxPipelined(ctx, func(p goredis.Pipeliner) error {

@@ -370,7 +370,7 @@ func TestWaiterSettled(t *testing.T) {
 	w := &waiter{taken: make(chan int, 1)}
 	keep := func(n int) {
 		for range n {
-			w.buf = append(w.buf, handedJob{job: &store.Job{ID: uuidv7.New()}, at: time.Now()})
+			w.buf.Add(&store.Job{ID: uuidv7.New()}, time.Now())
 		}
 	}
 	keep(1)

@@ -1,0 +1,95 @@
+// Package handoffbuf keeps the jobs a store's hand-off gave to a waiting producer until the
+// producer's next Claim takes them, and gives back the ones it did not take in time. The PostgreSQL
+// and Redis stores share it; each delivers the jobs its own way.
+package handoffbuf
+
+import (
+	"sync"
+	"time"
+
+	"github.com/pronto-jobs/pronto/store"
+)
+
+// Buffer holds handed jobs with the time each arrived. Its methods are safe for concurrent use.
+type Buffer struct {
+	mu   sync.Mutex
+	jobs []entry
+}
+
+type entry struct {
+	job *store.Job
+	at  time.Time
+}
+
+// Add files a job that arrived at at.
+func (b *Buffer) Add(j *store.Job, at time.Time) {
+	b.mu.Lock()
+	b.jobs = append(b.jobs, entry{job: j, at: at})
+	b.mu.Unlock()
+}
+
+// Take removes and returns up to limit jobs that arrived less than within before now, oldest first;
+// older ones stay for Stale. When it takes any, it calls then with their number while still
+// holding the buffer, so that whoever also looks at Len sees the take and its follow-up together.
+func (b *Buffer) Take(limit int, within time.Duration, now time.Time, then func(taken int)) []*store.Job {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.jobs) == 0 {
+		return nil
+	}
+	var out []*store.Job
+	kept := b.jobs[:0]
+	for _, e := range b.jobs {
+		if len(out) < limit && now.Sub(e.at) < within {
+			out = append(out, e.job)
+		} else {
+			kept = append(kept, e)
+		}
+	}
+	clear(b.jobs[len(kept):])
+	b.jobs = kept
+	if len(out) > 0 && then != nil {
+		then(len(out))
+	}
+	return out
+}
+
+// Stale removes and returns the jobs that arrived within or more before now.
+func (b *Buffer) Stale(within time.Duration, now time.Time) []*store.Job {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var stale []*store.Job
+	kept := b.jobs[:0]
+	for _, e := range b.jobs {
+		if now.Sub(e.at) >= within {
+			stale = append(stale, e.job)
+		} else {
+			kept = append(kept, e)
+		}
+	}
+	clear(b.jobs[len(kept):])
+	b.jobs = kept
+	return stale
+}
+
+// Drain removes and returns every job.
+func (b *Buffer) Drain() []*store.Job {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := make([]*store.Job, len(b.jobs))
+	for i, e := range b.jobs {
+		out[i] = e.job
+	}
+	b.jobs = nil
+	return out
+}
+
+// Len returns how many jobs it holds; with f, it calls f with that number while holding the buffer.
+func (b *Buffer) Len(f func(n int)) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if f != nil {
+		f(len(b.jobs))
+	}
+	return len(b.jobs)
+}
