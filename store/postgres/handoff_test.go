@@ -67,6 +67,16 @@ func handed(t *testing.T, a *Store, p store.ClaimParams, notes <-chan store.Noti
 	return jobs[0]
 }
 
+// stateAfterInsert inserts in through s and returns the state the job is in right after.
+func stateAfterInsert(t *testing.T, s *Store, in *store.InsertParams) store.State {
+	t.Helper()
+	_, err := s.Insert(context.Background(), []*store.InsertParams{in})
+	require.NoError(t, err)
+	got, err := s.GetJob(context.Background(), in.ID)
+	require.NoError(t, err)
+	return got.State
+}
+
 func adsOf(t *testing.T, s *Store) int {
 	t.Helper()
 	var n int
@@ -178,12 +188,7 @@ func TestHandoffOnlyToLoops(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, jobs)
 	require.Zero(t, adsOf(t, a))
-	in := params("fetch")
-	_, err = b.Insert(ctx, []*store.InsertParams{in})
-	require.NoError(t, err)
-	got, err := b.GetJob(ctx, in.ID)
-	require.NoError(t, err)
-	require.Equal(t, store.StateAvailable, got.State)
+	require.Equal(t, store.StateAvailable, stateAfterInsert(t, b, params("fetch")))
 }
 
 // TestHandoffFollowsClaimRules: the insert's claim for a waiting producer follows the claim's rules:
@@ -299,12 +304,7 @@ func TestHandoffNotTakenReturns(t *testing.T) {
 		return err == nil && got.State == store.StateAvailable && got.MaxAttempts == in.MaxAttempts+1
 	}, 10*time.Second, 10*time.Millisecond)
 	require.Zero(t, adsOf(t, a))
-	in2 := params("late")
-	_, err = b.Insert(ctx, []*store.InsertParams{in2})
-	require.NoError(t, err)
-	got, err := b.GetJob(ctx, in2.ID)
-	require.NoError(t, err)
-	require.Equal(t, store.StateAvailable, got.State)
+	require.Equal(t, store.StateAvailable, stateAfterInsert(t, b, params("late")))
 }
 
 // TestHandoffCloseReturnsJobs: closing a store withdraws its producers' advertisements and returns
@@ -386,12 +386,7 @@ func TestHandoffNotToDeadProcess(t *testing.T) {
 		return err == nil && !alive
 	}, 10*time.Second, 10*time.Millisecond)
 	advertise(t, s, "dead", pid)
-	in := params("dead")
-	_, err = s.Insert(ctx, []*store.InsertParams{in})
-	require.NoError(t, err)
-	got, err := s.GetJob(ctx, in.ID)
-	require.NoError(t, err)
-	require.Equal(t, store.StateAvailable, got.State)
+	require.Equal(t, store.StateAvailable, stateAfterInsert(t, s, params("dead")))
 }
 
 // TestHandoffLargeJob: a job too large for a notification is handed by id and claim token, and the
