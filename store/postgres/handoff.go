@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -360,13 +359,15 @@ var errHanded = errors.New("malformed handed job")
 // decodeHanded reads handedPayload: the job's 31 columns, or only its id and claim token (full
 // false) when the job was too large for a notification.
 func decodeHanded(b []byte) (j *store.Job, full bool, err error) {
-	var cols []json.RawMessage
-	if err := json.Unmarshal(b, &cols); err != nil {
-		return nil, false, fmt.Errorf("%w: %v", errHanded, err)
+	var buf [31][]byte
+	cols, err := splitJSONArray(b, buf[:0])
+	if err != nil {
+		return nil, false, err
 	}
 	if len(cols) == 2 {
-		var id, token string
-		if json.Unmarshal(cols[0], &id) != nil || json.Unmarshal(cols[1], &token) != nil {
+		id, ok1 := jsonString(cols[0])
+		token, ok2 := jsonString(cols[1])
+		if !ok1 || !ok2 {
 			return nil, false, errHanded
 		}
 		return &store.Job{ID: id, ClaimToken: token}, false, nil
@@ -419,7 +420,7 @@ func decodeHanded(b []byte) (j *store.Job, full bool, err error) {
 
 // handedDecoder reads the columns of a handed job, keeping the first error.
 type handedDecoder struct {
-	cols []json.RawMessage
+	cols [][]byte
 	err  error
 }
 
@@ -429,7 +430,7 @@ func (d *handedDecoder) fail() {
 	}
 }
 
-func isNull(m json.RawMessage) bool { return len(m) == 0 || string(m) == "null" }
+func isNull(m []byte) bool { return len(m) == 0 || string(m) == "null" }
 
 func (d *handedDecoder) raw(i int) []byte {
 	if isNull(d.cols[i]) {
@@ -442,16 +443,30 @@ func (d *handedDecoder) text(i int, t *pgtype.Text) {
 	if isNull(d.cols[i]) {
 		return
 	}
-	if json.Unmarshal(d.cols[i], &t.String) != nil {
+	s, ok := jsonString(d.cols[i])
+	if !ok {
 		d.fail()
 	}
-	t.Valid = true
+	*t = pgtype.Text{String: s, Valid: true}
 }
 
 func (d *handedDecoder) strings(i int) []string {
-	var out []string
-	if !isNull(d.cols[i]) && json.Unmarshal(d.cols[i], &out) != nil {
+	if isNull(d.cols[i]) {
+		return nil
+	}
+	var buf [8][]byte
+	vs, err := splitJSONArray(d.cols[i], buf[:0])
+	if err != nil {
 		d.fail()
+		return nil
+	}
+	out := make([]string, len(vs))
+	for k, v := range vs {
+		s, ok := jsonString(v)
+		if !ok {
+			d.fail()
+		}
+		out[k] = s
 	}
 	return out
 }
@@ -460,15 +475,19 @@ func (d *handedDecoder) int8(i int, n *pgtype.Int8) {
 	if isNull(d.cols[i]) {
 		return
 	}
-	if json.Unmarshal(d.cols[i], &n.Int64) != nil {
+	v, ok := jsonInt(d.cols[i])
+	if !ok {
 		d.fail()
 	}
-	n.Valid = true
+	*n = pgtype.Int8{Int64: v, Valid: true}
 }
 
 func (d *handedDecoder) int4(i int, n *pgtype.Int4) {
 	var v pgtype.Int8
 	d.int8(i, &v)
+	if v.Int64 != int64(int32(v.Int64)) {
+		d.fail()
+	}
 	*n = pgtype.Int4{Int32: int32(v.Int64), Valid: v.Valid}
 }
 
