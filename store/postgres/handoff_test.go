@@ -476,3 +476,79 @@ func TestHandoffQuietAfterAMiss(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, again.ID, handed(t, a, p, notes).ID)
 }
+
+// TestHandoffAdvertisementKeptFresh: once half the advertised slots have been handed jobs, the
+// producer's next Claim also claims of its own, which advertises its free slots afresh; before
+// that, handed jobs are returned with no round trip and the advertisement only shrinks.
+func TestHandoffAdvertisementKeptFresh(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	a, b, _ := handoffPair(t)
+	free := func() int {
+		t.Helper()
+		var n int
+		require.NoError(t, a.pool.QueryRow(ctx,
+			`SELECT free FROM `+a.expand.Replace("{schema}")+`.waiters`).Scan(&n))
+		return n
+	}
+	p := loopClaim("fresh") // 4 free slots
+	jobs, err := a.Claim(loop, p)
+	require.NoError(t, err)
+	require.Empty(t, jobs)
+	require.Equal(t, 4, free())
+	w := a.handoff.waiterFor(&p)
+	takeHanded := func() {
+		t.Helper()
+		in := params("fresh")
+		require.Equal(t, store.StateActive, stateAfterInsert(t, b, in))
+		require.Eventually(t, func() bool { return !w.empty() }, 10*time.Second, time.Millisecond)
+		// Each handed job has run by the next claim: the producer has its 4 slots free again.
+		jobs, err := a.Claim(loop, p)
+		require.NoError(t, err)
+		require.Len(t, jobs, 1)
+		require.Equal(t, in.ID, jobs[0].ID)
+	}
+	takeHanded()
+	require.Equal(t, 3, free(), "one of four slots handed: taken with no claim of its own")
+	takeHanded()
+	require.Equal(t, 3, free(), "two of four handed: the claim advertised its 3 slots left afresh, not the 2 the insert left")
+}
+
+// TestHandoffPassedOverIsNoMiss: a single insert that passes over a producer with free slots (its
+// advertisement locked by a concurrent insert, or a claimable job ahead of the new one) is
+// announced as usual but does not make the next inserts skip the hand-off, as an insert that
+// finds nobody waiting does (TestHandoffQuietAfterAMiss).
+func TestHandoffPassedOverIsNoMiss(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	a, b, _ := handoffPair(t)
+	b.handoff.quietFor = time.Hour
+	p := loopClaim("passed")
+	jobs, err := a.Claim(loop, p)
+	require.NoError(t, err)
+	require.Empty(t, jobs)
+
+	// A concurrent insert holds the advertisement: this one passes it over.
+	tx, err := b.pool.Begin(ctx)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, `SELECT 1 FROM `+b.expand.Replace("{schema}")+`.waiters FOR UPDATE`)
+	require.NoError(t, err)
+	state := stateAfterInsert(t, b, params("passed"))
+	require.NoError(t, tx.Rollback(ctx))
+	require.Equal(t, store.StateAvailable, state, "advertisement locked")
+	// A claimable job ahead of the new one (written in a transaction, which never hands off).
+	tx, err = b.pool.Begin(ctx)
+	require.NoError(t, err)
+	ahead := params("passed")
+	ahead.Priority = 5
+	_, err = b.InsertPgxTx(ctx, tx, []*store.InsertParams{ahead})
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit(ctx))
+	require.Equal(t, store.StateAvailable, stateAfterInsert(t, b, params("passed")), "a job ahead")
+
+	jobs, err = a.Claim(loop, p) // the producer takes the three
+	require.NoError(t, err)
+	require.Len(t, jobs, 3)
+	require.Equal(t, store.StateActive, stateAfterInsert(t, b, params("passed")),
+		"the next insert still tries the hand-off")
+}

@@ -280,6 +280,7 @@ func (s *Store) insertHandingOff(ctx context.Context, rows []insertRow) ([]*stor
 	b := &pgx.Batch{}
 	states := make([]store.State, len(rows))
 	times := make([][2]time.Time, len(rows))
+	passedOver := make([]bool, len(rows))
 	planned := false
 	for i := range rows {
 		r := &rows[i]
@@ -298,7 +299,7 @@ func (s *Store) insertHandingOff(ctx context.Context, rows []insertRow) ([]*stor
 			}
 			var state string
 			var notified any
-			err := row.Scan(&times[i][0], &times[i][1], &state, &notified)
+			err := row.Scan(&times[i][0], &times[i][1], &state, &notified, &passedOver[i])
 			states[i] = store.State(state)
 			return err
 		})
@@ -320,7 +321,7 @@ func (s *Store) insertHandingOff(ctx context.Context, rows []insertRow) ([]*stor
 		if states[i] == store.StateActive {
 			// Handed off: claimed in the insert. Its worker and claim token are its runner's.
 			jobs[i].Attempt, jobs[i].StartedAt = 1, times[i][0]
-		} else if handable[i] {
+		} else if handable[i] && !passedOver[i] {
 			s.handoff.missed(rows[i].p.Queue, rows[i].p.Kind, now)
 		}
 	}

@@ -60,7 +60,8 @@ func (s *Store) claim(ctx context.Context, p store.ClaimParams) ([]*store.Job, e
 			// insert of more jobs than the producer had slots advertised, another process's
 			// insert): the producer, whose claim comes back short, would not claim again before
 			// the next notification, so claim them now.
-			if len(handed) == p.Limit || (len(handed) > 0 && !w.notified.Swap(false)) {
+			// So is a claim once the advertisement runs low (waiter.adFree).
+			if len(handed) == p.Limit || (len(handed) > 0 && !w.notified.Swap(false) && !w.adLow()) {
 				return handed, nil
 			}
 			p.Limit -= len(handed)
@@ -115,6 +116,7 @@ func (s *Store) claimPlain(ctx context.Context, p store.ClaimParams, w *waiter) 
 		err = cerr
 	}
 	if w != nil && err == nil {
+		w.advertised(max(p.Limit-len(jobs), 0))
 		s.handoff.afterClaim(ctx, w)
 	}
 	if err == nil && mode == "fair" {

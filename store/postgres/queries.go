@@ -361,7 +361,10 @@ SELECT ` + jobColsC + ` FROM claimed c JOIN locked l ON l.id = c.id ORDER BY l.o
 	// no rate-limited or tenant jobs in the queue, which their own claims serve), the job is written
 	// already claimed by that producer, the one waiting longest whose listener's backend is alive: active, attempt 1, its lease and a
 	// fresh claim token, one free slot spent. It is then notified on the producer's hand-off channel
-	// as "<waiter id> <job>" (handedPayload). Returns the job's created_at, scheduled_at and state.
+	// as "<waiter id> <job>" (handedPayload). Returns the job's created_at, scheduled_at and state,
+	// the notification, and whether a producer with a free slot was passed over all the same (its
+	// advertisement locked by a concurrent insert, or a claimable job ahead of this one): a miss
+	// that says nothing of the next insert, which handoff.missed must not make skip the hand-off.
 	sqlInsertHanded = `WITH ad AS (
 	SELECT w.id, w.channel, w.worker_id, w.lease_us FROM {schema}.waiters w
 	WHERE w.queue = $3 AND w.expires_at > now() AND w.free > 0 AND (w.kinds IS NULL OR $2 = ANY (w.kinds))
@@ -395,7 +398,9 @@ SELECT ` + jobColsC + ` FROM claimed c JOIN locked l ON l.id = c.id ORDER BY l.o
 	UPDATE {schema}.waiters w SET free = w.free - 1 FROM ad WHERE w.id = ad.id
 )
 SELECT c.created_at, c.scheduled_at, c.state,
-	CASE WHEN ad.id IS NOT NULL THEN pg_notify(ad.channel, ad.id || ' ' || ` + handedPayload + `) END
+	CASE WHEN ad.id IS NOT NULL THEN pg_notify(ad.channel, ad.id || ' ' || ` + handedPayload + `) END,
+	ad.id IS NULL AND EXISTS (SELECT 1 FROM {schema}.waiters w
+		WHERE w.queue = $3 AND w.expires_at > now() AND w.free > 0 AND (w.kinds IS NULL OR $2 = ANY (w.kinds)))
 FROM ins c LEFT JOIN ad ON true`
 
 	// sqlHandoffPlan runs before the first sqlInsertHanded of a batch: sqlClaimPlan's plan settings
