@@ -98,31 +98,15 @@ func cronError(name string, err error) error {
 }
 
 func cmdCronList(ctx context.Context, r *runner, args []string) error {
-	fs := r.newFlagSet("pronto cron list [flags]", "List every cron schedule, by name, with its next run.").withDatabase()
-	asJSON := fs.Bool("json", false, `print {"cron": [...], "next": ""} as JSON`)
-	if _, err := fs.parse(args, 0, 0); err != nil {
-		return err
-	}
-	c, db, err := r.adminClient(ctx)
-	if err != nil {
-		return err
-	}
-	defer db.Close()
-	list, err := c.CronList(ctx)
-	if err != nil {
-		return errorf("%v", err)
-	}
-	if *asJSON {
-		out := make([]cronJSON, len(list))
-		for i, j := range list {
-			out[i] = toCronJSON(j)
-		}
-		return writeList(r.env.Stdout, "cron", out, "")
-	}
-	if len(list) == 0 {
-		fmt.Fprintln(r.env.Stderr, "no cron schedules: add one with 'pronto cron add NAME --schedule EXPR --kind KIND'")
-		return nil
-	}
+	return listCommand[*pronto.CronJob, cronJSON]{
+		synopsis: "pronto cron list [flags]", about: "List every cron schedule, by name, with its next run.",
+		key: "cron", empty: "no cron schedules: add one with 'pronto cron add NAME --schedule EXPR --kind KIND'",
+		list: (*pronto.Client).CronList, toJSON: toCronJSON, table: printCrons,
+	}.run(ctx, r, args)
+}
+
+// printCrons prints cron schedules as a table.
+func printCrons(r *runner, list []*pronto.CronJob) error {
 	now := time.Now()
 	tw := tabwriter.NewWriter(r.env.Stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tSCHEDULE\tKIND\tQUEUE\tSTATUS\tNEXT RUN\tLAST RUN\tRUNS")

@@ -125,36 +125,26 @@ func onLimit(a pronto.LimitAction) string {
 }
 
 func cmdRateLimitsList(ctx context.Context, r *runner, args []string) error {
-	fs := r.newFlagSet("pronto rate-limits list [flags]", "List every stored rate limit with its current use.").withDatabase()
-	asJSON := fs.Bool("json", false, `print {"rate_limits": [...], "next": ""} as JSON`)
-	if _, err := fs.parse(args, 0, 0); err != nil {
-		return err
+	return listCommand[*pronto.RateLimitInfo, rateLimitJSON]{
+		synopsis: "pronto rate-limits list [flags]", about: "List every stored rate limit with its current use.",
+		key: "rate_limits", empty: "no rate limits stored",
+		list: (*pronto.Client).RateLimitList, toJSON: toRateLimitJSON, table: printRateLimits,
+	}.run(ctx, r, args)
+}
+
+// toRateLimitJSON is a stored limit as 'rate-limits list --json' prints it.
+func toRateLimitJSON(in *pronto.RateLimitInfo) rateLimitJSON {
+	out := rateLimitJSON{Key: in.Key, MaxActive: in.Limit.MaxActive, Rate: in.Limit.Rate,
+		OnLimit: onLimit(in.Limit.OnLimit), Active: in.Active, WindowStart: timePtr(in.WindowStart),
+		WindowCount: in.WindowCount, Waiting: in.Waiting}
+	if in.Limit.Period > 0 {
+		out.Period = in.Limit.Period.String()
 	}
-	c, db, err := r.adminClient(ctx)
-	if err != nil {
-		return err
-	}
-	defer db.Close()
-	infos, err := c.RateLimitList(ctx)
-	if err != nil {
-		return errorf("%v", err)
-	}
-	if *asJSON {
-		out := make([]rateLimitJSON, len(infos))
-		for i, in := range infos {
-			out[i] = rateLimitJSON{Key: in.Key, MaxActive: in.Limit.MaxActive, Rate: in.Limit.Rate,
-				OnLimit: onLimit(in.Limit.OnLimit), Active: in.Active, WindowStart: timePtr(in.WindowStart),
-				WindowCount: in.WindowCount, Waiting: in.Waiting}
-			if in.Limit.Period > 0 {
-				out[i].Period = in.Limit.Period.String()
-			}
-		}
-		return writeList(r.env.Stdout, "rate_limits", out, "")
-	}
-	if len(infos) == 0 {
-		fmt.Fprintln(r.env.Stderr, "no rate limits stored")
-		return nil
-	}
+	return out
+}
+
+// printRateLimits prints stored rate limits as a table.
+func printRateLimits(r *runner, infos []*pronto.RateLimitInfo) error {
 	tw := tabwriter.NewWriter(r.env.Stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "KEY\tMAX ACTIVE\tRATE\tON LIMIT\tACTIVE\tSTARTED IN WINDOW\tWAITING")
 	for _, in := range infos {

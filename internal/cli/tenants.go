@@ -85,34 +85,13 @@ func printTenants(r *runner, ts []*pronto.TenantInfo) error {
 }
 
 func cmdTenantsList(ctx context.Context, r *runner, args []string) error {
-	fs := r.newFlagSet("pronto tenants list [flags]",
-		"List every tenant with jobs, a weight or a limit: its weight (turns per round of a queue's\n"+
-			"rotation), its limit, and its jobs per state across queues.").withDatabase()
-	asJSON := fs.Bool("json", false, `print {"tenants": [...], "next": ""} as JSON`)
-	if _, err := fs.parse(args, 0, 0); err != nil {
-		return err
-	}
-	c, db, err := r.adminClient(ctx)
-	if err != nil {
-		return err
-	}
-	defer db.Close()
-	ts, err := c.TenantList(ctx)
-	if err != nil {
-		return errorf("%v", err)
-	}
-	if *asJSON {
-		out := make([]tenantJSON, len(ts))
-		for i, t := range ts {
-			out[i] = tenantToJSON(t)
-		}
-		return writeList(r.env.Stdout, "tenants", out, "")
-	}
-	if len(ts) == 0 {
-		fmt.Fprintln(r.env.Stderr, "no tenants")
-		return nil
-	}
-	return printTenants(r, ts)
+	return listCommand[*pronto.TenantInfo, tenantJSON]{
+		synopsis: "pronto tenants list [flags]",
+		about: "List every tenant with jobs, a weight or a limit: its weight (turns per round of a queue's\n" +
+			"rotation), its limit, and its jobs per state across queues.",
+		key: "tenants", empty: "no tenants",
+		list: (*pronto.Client).TenantList, toJSON: tenantToJSON, table: printTenants,
+	}.run(ctx, r, args)
 }
 
 func cmdTenantsGet(ctx context.Context, r *runner, args []string) error {
