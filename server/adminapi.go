@@ -456,13 +456,8 @@ func containsState(ss []pronto.State, v pronto.State) bool {
 // GET /ojs/v1/admin/jobs/{id}: the job envelope itself, not wrapped in {"job": ...} as the data-plane
 // GET /ojs/v1/jobs/{id} answers (ojs-admin-api.md 7.2 shows it bare).
 func (s *Server) adminGetJob(w http.ResponseWriter, r *http.Request, id string) {
-	if e := checkJobID(id, "job id"); e != nil {
-		s.writeError(w, r, e)
-		return
-	}
-	j, err := s.client.JobGet(r.Context(), id)
-	if err != nil {
-		s.writeError(w, r, fromClientError(err, "job", id))
+	j := s.lookupJob(w, r, id)
+	if j == nil {
 		return
 	}
 	j = s.repair(r.Context(), j)

@@ -142,15 +142,25 @@ func (s *Server) repair(ctx context.Context, j *pronto.JobRow) *pronto.JobRow {
 	return j
 }
 
-// GET /ojs/v1/jobs/{id}
-func (s *Server) getJob(w http.ResponseWriter, r *http.Request, id string) {
+// lookupJob reads job id for a handler. When the id is malformed or the read fails it answers the
+// error itself and returns nil.
+func (s *Server) lookupJob(w http.ResponseWriter, r *http.Request, id string) *pronto.JobRow {
 	if e := checkJobID(id, "job id"); e != nil {
 		s.writeError(w, r, e)
-		return
+		return nil
 	}
 	j, err := s.client.JobGet(r.Context(), id)
 	if err != nil {
 		s.writeError(w, r, fromClientError(err, "job", id))
+		return nil
+	}
+	return j
+}
+
+// GET /ojs/v1/jobs/{id}
+func (s *Server) getJob(w http.ResponseWriter, r *http.Request, id string) {
+	j := s.lookupJob(w, r, id)
+	if j == nil {
 		return
 	}
 	j = s.repair(r.Context(), j)
@@ -173,13 +183,8 @@ func (s *Server) writeJob(w http.ResponseWriter, status int, j *pronto.JobRow, m
 
 // DELETE /ojs/v1/jobs/{id}
 func (s *Server) cancelJob(w http.ResponseWriter, r *http.Request, id string) {
-	if e := checkJobID(id, "job id"); e != nil {
-		s.writeError(w, r, e)
-		return
-	}
-	prev, err := s.client.JobGet(r.Context(), id)
-	if err != nil {
-		s.writeError(w, r, fromClientError(err, "job", id))
+	prev := s.lookupJob(w, r, id)
+	if prev == nil {
 		return
 	}
 	j, err := s.client.JobCancel(r.Context(), id)

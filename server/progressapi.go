@@ -69,13 +69,8 @@ func (s *Server) putProgress(w http.ResponseWriter, r *http.Request, id string) 
 // GET /ojs/v1/jobs/{id}/progress: the progress of the job's latest run, with null values when it
 // reported none (ojs-progress.md 7.1), and the job's last_checkpoint when one was saved.
 func (s *Server) getProgress(w http.ResponseWriter, r *http.Request, id string) {
-	if e := checkJobID(id, "job id"); e != nil {
-		s.writeError(w, r, e)
-		return
-	}
-	j, err := s.client.JobGet(r.Context(), id)
-	if err != nil {
-		s.writeError(w, r, fromClientError(err, "job", id))
+	j := s.lookupJob(w, r, id)
+	if j == nil {
 		return
 	}
 	h := w.Header()

@@ -122,16 +122,11 @@ var streamEvents = map[pronto.State]string{
 // watched ends the stream with an "error" event. The stream follows the job across retries (a new
 // attempt's progress starts afresh, ojs-progress.md 5.3).
 func (s *Server) progressStream(w http.ResponseWriter, r *http.Request, id string) {
-	if e := checkJobID(id, "job id"); e != nil {
-		s.writeError(w, r, e)
+	j := s.lookupJob(w, r, id)
+	if j == nil {
 		return
 	}
 	ctx := r.Context()
-	j, err := s.client.JobGet(ctx, id)
-	if err != nil {
-		s.writeError(w, r, fromClientError(err, "job", id))
-		return
-	}
 	wake, release, ok := s.streams.watch(id)
 	if !ok && s.draining.Load() {
 		s.writeError(w, r, &apiError{status: http.StatusServiceUnavailable, code: "unavailable", retryable: true,
