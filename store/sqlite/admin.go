@@ -18,11 +18,8 @@ import (
 // GetJob returns the job with id, or an error wrapping store.ErrNotFound.
 func (s *Store) GetJob(ctx context.Context, id string) (*store.Job, error) {
 	j, err := firstJob(s.r.QueryContext(ctx, getJobSQL, id))
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, fmt.Errorf("get job %s: %w", id, store.ErrNotFound)
-	}
 	if err != nil {
-		return nil, fmt.Errorf("get job %s: %w", id, s.schemaHint(err))
+		return nil, s.rowError("get job "+id, err)
 	}
 	return j, nil
 }

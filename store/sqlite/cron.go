@@ -62,29 +62,17 @@ func (s *Store) CronCreate(ctx context.Context, c *store.CronSchedule) error {
 	if c.LastJobID != "" {
 		lastJob = c.LastJobID
 	}
-	res, err := s.w.ExecContext(ctx, `INSERT INTO pronto_cron (`+cronColumns+`)
+	return s.insertNew(ctx, fmt.Sprintf("create cron schedule %q", c.Name), `INSERT INTO pronto_cron (`+cronColumns+`)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (name) DO NOTHING`,
 		c.Name, c.ID, c.Expression, c.Timezone, c.OverlapPolicy, string(c.Template), c.Description, enabled,
 		c.CreatedAt.UnixMicro(), c.NextRunAt.UnixMicro(), cronMicro(c.LastRunAt), c.RunCount, lastJob)
-	if err != nil {
-		return fmt.Errorf("create cron schedule %q: %w", c.Name, s.schemaHint(err))
-	}
-	if n, err := res.RowsAffected(); err != nil {
-		return fmt.Errorf("create cron schedule %q: %w", c.Name, err)
-	} else if n == 0 {
-		return fmt.Errorf("create cron schedule %q: %w", c.Name, store.ErrDuplicate)
-	}
-	return nil
 }
 
 // CronGet returns one cron schedule, or store.ErrNotFound.
 func (s *Store) CronGet(ctx context.Context, name string) (*store.CronSchedule, error) {
 	c, err := scanCron(s.r.QueryRowContext(ctx, `SELECT `+cronColumns+` FROM pronto_cron WHERE name = ?`, name))
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, fmt.Errorf("cron schedule %q: %w", name, store.ErrNotFound)
-	}
 	if err != nil {
-		return nil, fmt.Errorf("cron schedule %q: %w", name, s.schemaHint(err))
+		return nil, s.rowError(fmt.Sprintf("cron schedule %q", name), err)
 	}
 	return c, nil
 }
@@ -118,11 +106,8 @@ func (s *Store) CronList(ctx context.Context) ([]*store.CronSchedule, error) {
 // CronDelete removes a cron schedule and returns it, or gives store.ErrNotFound.
 func (s *Store) CronDelete(ctx context.Context, name string) (*store.CronSchedule, error) {
 	c, err := scanCron(s.w.QueryRowContext(ctx, `DELETE FROM pronto_cron WHERE name = ? RETURNING `+cronColumns, name))
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, fmt.Errorf("delete cron schedule %q: %w", name, store.ErrNotFound)
-	}
 	if err != nil {
-		return nil, fmt.Errorf("delete cron schedule %q: %w", name, s.schemaHint(err))
+		return nil, s.rowError(fmt.Sprintf("delete cron schedule %q", name), err)
 	}
 	return c, nil
 }

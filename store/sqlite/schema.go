@@ -2,8 +2,6 @@ package sqlite
 
 import (
 	"context"
-	"database/sql"
-	"errors"
 	"fmt"
 	"time"
 
@@ -33,28 +31,16 @@ func scanSchema(rs interface{ Scan(...any) error }) (*store.JobSchema, error) {
 
 // SchemaCreate stores a new schema; an existing URI gives store.ErrDuplicate.
 func (s *Store) SchemaCreate(ctx context.Context, js *store.JobSchema) error {
-	res, err := s.w.ExecContext(ctx, `INSERT INTO pronto_schemas (`+schemaColumns+`)
+	return s.insertNew(ctx, fmt.Sprintf("create schema %q", js.URI), `INSERT INTO pronto_schemas (`+schemaColumns+`)
 		VALUES (?, ?, ?, ?, ?) ON CONFLICT (uri) DO NOTHING`,
 		js.URI, js.Kind, js.Version, string(js.Schema), js.CreatedAt.UnixMicro())
-	if err != nil {
-		return fmt.Errorf("create schema %q: %w", js.URI, s.schemaHint(err))
-	}
-	if n, err := res.RowsAffected(); err != nil {
-		return fmt.Errorf("create schema %q: %w", js.URI, err)
-	} else if n == 0 {
-		return fmt.Errorf("create schema %q: %w", js.URI, store.ErrDuplicate)
-	}
-	return nil
 }
 
 // SchemaGet returns the schema with uri, or store.ErrNotFound.
 func (s *Store) SchemaGet(ctx context.Context, uri string) (*store.JobSchema, error) {
 	js, err := scanSchema(s.r.QueryRowContext(ctx, `SELECT `+schemaColumns+` FROM pronto_schemas WHERE uri = ?`, uri))
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, fmt.Errorf("schema %q: %w", uri, store.ErrNotFound)
-	}
 	if err != nil {
-		return nil, fmt.Errorf("schema %q: %w", uri, s.schemaHint(err))
+		return nil, s.rowError(fmt.Sprintf("schema %q", uri), err)
 	}
 	return js, nil
 }
@@ -80,11 +66,8 @@ func (s *Store) SchemaList(ctx context.Context) ([]*store.JobSchema, error) {
 // SchemaDelete removes the schema with uri and returns it, or gives store.ErrNotFound.
 func (s *Store) SchemaDelete(ctx context.Context, uri string) (*store.JobSchema, error) {
 	js, err := scanSchema(s.w.QueryRowContext(ctx, `DELETE FROM pronto_schemas WHERE uri = ? RETURNING `+schemaColumns, uri))
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, fmt.Errorf("delete schema %q: %w", uri, store.ErrNotFound)
-	}
 	if err != nil {
-		return nil, fmt.Errorf("delete schema %q: %w", uri, s.schemaHint(err))
+		return nil, s.rowError(fmt.Sprintf("delete schema %q", uri), err)
 	}
 	return js, nil
 }

@@ -257,6 +257,30 @@ func (s *Store) schemaHint(err error) error {
 	return err
 }
 
+// insertNew runs an INSERT ... ON CONFLICT DO NOTHING of one row: a row already there gives
+// store.ErrDuplicate. what starts every error message, such as `create schema "x"`.
+func (s *Store) insertNew(ctx context.Context, what, query string, args ...any) error {
+	res, err := s.w.ExecContext(ctx, query, args...)
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, s.schemaHint(err))
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	} else if n == 0 {
+		return fmt.Errorf("%s: %w", what, store.ErrDuplicate)
+	}
+	return nil
+}
+
+// rowError words the error of reading the one row a statement returns: no row is
+// store.ErrNotFound. what starts the message, such as `schema "x"`.
+func (s *Store) rowError(what string, err error) error {
+	if errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("%s: %w", what, store.ErrNotFound)
+	}
+	return fmt.Errorf("%s: %w", what, s.schemaHint(err))
+}
+
 // sharedFile is the state every Store on one file in this process shares.
 type sharedFile struct {
 	key  string
