@@ -13,6 +13,7 @@ import (
 	"github.com/pronto-jobs/pronto"
 	"github.com/pronto-jobs/pronto/internal/isodur"
 	"github.com/pronto-jobs/pronto/internal/jsoncheck"
+	"github.com/pronto-jobs/pronto/internal/jsonscan"
 )
 
 // Decoding and validation of request bodies. Every function here is total: any input gives either a
@@ -143,18 +144,7 @@ func checkPathText(s, field string) *apiError {
 // common case), and decodes it otherwise. raw must be a valid JSON value.
 func rawString(raw json.RawMessage) (string, bool) {
 	raw = bytes.TrimSpace(raw)
-	if len(raw) < 2 || raw[0] != '"' || raw[len(raw)-1] != '"' {
-		return "", false
-	}
-	inner := raw[1 : len(raw)-1]
-	if bytes.IndexByte(inner, '\\') < 0 && utf8.Valid(inner) {
-		return string(inner), true
-	}
-	var s string
-	if json.Unmarshal(raw, &s) != nil {
-		return "", false
-	}
-	return s, true
+	return jsonscan.Text(raw)
 }
 
 func wantString(raw json.RawMessage, field string) (string, *apiError) {
@@ -211,12 +201,12 @@ func wantStrings(raw json.RawMessage, field string) ([]string, *apiError) {
 
 // simpleStrings reads an array of strings without escapes (the common case) without reflection.
 func simpleStrings(raw json.RawMessage) ([]string, bool) {
-	i := skipSpace(raw, 0)
+	i := jsonscan.Space(raw, 0)
 	if i >= len(raw) || raw[i] != '[' {
 		return nil, false
 	}
 	out := make([]string, 0, 4)
-	i = skipSpace(raw, i+1)
+	i = jsonscan.Space(raw, i+1)
 	if i < len(raw) && raw[i] == ']' {
 		return out, true
 	}
@@ -224,7 +214,7 @@ func simpleStrings(raw json.RawMessage) ([]string, bool) {
 		if raw[i] != '"' {
 			return nil, false
 		}
-		end := skipString(raw, i)
+		end := jsonscan.String(raw, i)
 		if end < 0 {
 			return nil, false
 		}
@@ -233,13 +223,13 @@ func simpleStrings(raw json.RawMessage) ([]string, bool) {
 			return nil, false
 		}
 		out = append(out, string(inner))
-		i = skipSpace(raw, end)
+		i = jsonscan.Space(raw, end)
 		if i >= len(raw) {
 			return nil, false
 		}
 		switch raw[i] {
 		case ',':
-			i = skipSpace(raw, i+1)
+			i = jsonscan.Space(raw, i+1)
 		case ']':
 			return out, true
 		default:

@@ -20,6 +20,8 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/pronto-jobs/pronto/internal/jsonscan"
 )
 
 // MaxNumberLen bounds how many characters a JSON number may be written with. A double never needs
@@ -234,13 +236,8 @@ func scanString(b []byte, i int) (int, string) {
 
 // stringEnd returns the index just after the string starting at b[i], or len(b).
 func stringEnd(b []byte, i int) int {
-	for j := i + 1; j < len(b); j++ {
-		switch b[j] {
-		case '\\':
-			j++
-		case '"':
-			return j + 1
-		}
+	if end := jsonscan.String(b, i); end >= 0 {
+		return end
 	}
 	return len(b)
 }

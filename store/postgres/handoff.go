@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/pronto-jobs/pronto/internal/handoffbuf"
+	"github.com/pronto-jobs/pronto/internal/jsonscan"
 	"github.com/pronto-jobs/pronto/store"
 )
 
@@ -377,16 +378,19 @@ func (s *Store) release(ctx context.Context, jobs []*store.Job) {
 var errHanded = errors.New("malformed handed job")
 
 // decodeHanded reads handedPayload: the job's 31 columns, or only its id and claim token (full
-// false) when the job was too large for a notification.
+// false) when the job was too large for a notification. The payload is split and its scalars read
+// with jsonscan, its JSON columns handed on as PostgreSQL wrote them (as a claim's rows are):
+// encoding/json took 24 µs and 85 allocations a job, about a seventh of a worker's CPU at 300
+// jobs/s; this takes 3.7 µs and 15 (BenchmarkDecodeHanded). A malformed payload is an error.
 func decodeHanded(b []byte) (j *store.Job, full bool, err error) {
 	var buf [31][]byte
-	cols, err := splitJSONArray(b, buf[:0])
-	if err != nil {
-		return nil, false, err
+	cols, ok := jsonscan.SplitArray(b, buf[:0])
+	if !ok {
+		return nil, false, errHanded
 	}
 	if len(cols) == 2 {
-		id, ok1 := jsonString(cols[0])
-		token, ok2 := jsonString(cols[1])
+		id, ok1 := jsonscan.Text(cols[0])
+		token, ok2 := jsonscan.Text(cols[1])
 		if !ok1 || !ok2 {
 			return nil, false, errHanded
 		}
@@ -463,7 +467,7 @@ func (d *handedDecoder) text(i int, t *pgtype.Text) {
 	if isNull(d.cols[i]) {
 		return
 	}
-	s, ok := jsonString(d.cols[i])
+	s, ok := jsonscan.Text(d.cols[i])
 	if !ok {
 		d.fail()
 	}
@@ -475,14 +479,14 @@ func (d *handedDecoder) strings(i int) []string {
 		return nil
 	}
 	var buf [8][]byte
-	vs, err := splitJSONArray(d.cols[i], buf[:0])
-	if err != nil {
+	vs, ok := jsonscan.SplitArray(d.cols[i], buf[:0])
+	if !ok {
 		d.fail()
 		return nil
 	}
 	out := make([]string, len(vs))
 	for k, v := range vs {
-		s, ok := jsonString(v)
+		s, ok := jsonscan.Text(v)
 		if !ok {
 			d.fail()
 		}
@@ -495,7 +499,7 @@ func (d *handedDecoder) int8(i int, n *pgtype.Int8) {
 	if isNull(d.cols[i]) {
 		return
 	}
-	v, ok := jsonInt(d.cols[i])
+	v, ok := jsonscan.Int(d.cols[i])
 	if !ok {
 		d.fail()
 	}

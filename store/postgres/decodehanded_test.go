@@ -1,10 +1,7 @@
 package postgres
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -65,65 +62,6 @@ func TestDecodeHandedRefusesMalformed(t *testing.T) {
 			t.Errorf("decodeHanded(%.80q) decoded", bad)
 		}
 	}
-}
-
-func TestJSONScalars(t *testing.T) {
-	for _, c := range []struct {
-		in   string
-		want string
-		ok   bool
-	}{
-		{`"plain"`, "plain", true},
-		{`""`, "", true},
-		{`"tab\tquote\"slash\\u\u00e9"`, "tab\tquote\"slash\\u\u00e9", true},
-		{`"héllo"`, "héllo", true},
-		{`plain`, "", false},
-		{`"`, "", false},
-		{"\"a\x01b\"", "", false}, // a control character must be escaped
-	} {
-		got, ok := jsonString([]byte(c.in))
-		if ok != c.ok || got != c.want {
-			t.Errorf("jsonString(%q) = %q, %v; want %q, %v", c.in, got, ok, c.want, c.ok)
-		}
-	}
-	for _, c := range []struct {
-		in   string
-		want int64
-		ok   bool
-	}{
-		{`0`, 0, true}, {`-7`, -7, true}, {`1732848000123456`, 1732848000123456, true},
-		{`9223372036854775807`, 9223372036854775807, true}, {`-9223372036854775808`, -9223372036854775808, true},
-		{`9223372036854775808`, 0, false}, {`1e3`, 0, false}, {`-`, 0, false}, {``, 0, false}, {`12a`, 0, false},
-	} {
-		got, ok := jsonInt([]byte(c.in))
-		if ok != c.ok || (ok && got != c.want) {
-			t.Errorf("jsonInt(%q) = %d, %v; want %d, %v", c.in, got, ok, c.want, c.ok)
-		}
-	}
-}
-
-// FuzzSplitJSONArray checks the reader against encoding/json: it never panics, and on any valid
-// JSON array it finds exactly the elements encoding/json finds.
-func FuzzSplitJSONArray(f *testing.F) {
-	for _, s := range []string{handedSample, `[]`, `[1, "a", null, {"k": [1, {"x": "]"}]}]`, `[" \\\" ", [[]]]`, ` [ 1 ] `} {
-		f.Add([]byte(s))
-	}
-	f.Fuzz(func(t *testing.T, b []byte) {
-		if bytes.Count(b, []byte("["))+bytes.Count(b, []byte("{")) > 60 {
-			return // may nest deeper than the reader takes
-		}
-		got, err := splitJSONArray(b, nil)
-		var want []json.RawMessage
-		if json.Unmarshal(b, &want) != nil || want == nil { // want is nil for the literal null
-			return // not a valid array: any error or split will do, as long as nothing panicked
-		}
-		if err != nil {
-			t.Fatalf("valid array %q refused: %v", b, err)
-		}
-		if fmt.Sprintf("%q", got) != fmt.Sprintf("%q", want) {
-			t.Fatalf("split %q:\n got %q\nwant %q", b, got, want)
-		}
-	})
 }
 
 func BenchmarkDecodeHanded(b *testing.B) {

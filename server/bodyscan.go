@@ -5,6 +5,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/pronto-jobs/pronto/internal/jsoncheck"
+	"github.com/pronto-jobs/pronto/internal/jsonscan"
 )
 
 // A request body is split into its top-level members without reflection: after json.Valid has
@@ -33,11 +34,11 @@ func (o object) get(key string) (json.RawMessage, bool) {
 // splitObject splits a valid JSON object (it must start with '{' after white space). It returns
 // false for anything else.
 func splitObject(b []byte) (object, bool) {
-	i := skipSpace(b, 0)
+	i := jsonscan.Space(b, 0)
 	if i >= len(b) || b[i] != '{' {
 		return nil, false
 	}
-	i = skipSpace(b, i+1)
+	i = jsonscan.Space(b, i+1)
 	out := make(object, 0, 8)
 	if i < len(b) && b[i] == '}' {
 		return object{}, true
@@ -46,7 +47,7 @@ func splitObject(b []byte) (object, bool) {
 		if b[i] != '"' {
 			return nil, false
 		}
-		end := skipString(b, i)
+		end := jsonscan.String(b, i)
 		if end < 0 {
 			return nil, false
 		}
@@ -54,23 +55,23 @@ func splitObject(b []byte) (object, bool) {
 		if !ok {
 			return nil, false
 		}
-		i = skipSpace(b, end)
+		i = jsonscan.Space(b, end)
 		if i >= len(b) || b[i] != ':' {
 			return nil, false
 		}
-		i = skipSpace(b, i+1)
-		vend := skipValue(b, i)
+		i = jsonscan.Space(b, i+1)
+		vend := jsonscan.Value(b, i)
 		if vend < 0 {
 			return nil, false
 		}
 		out = append(out, member{key: key, val: b[i:vend:vend]})
-		i = skipSpace(b, vend)
+		i = jsonscan.Space(b, vend)
 		if i >= len(b) {
 			return nil, false
 		}
 		switch b[i] {
 		case ',':
-			i = skipSpace(b, i+1)
+			i = jsonscan.Space(b, i+1)
 		case '}':
 			return out, true
 		default:
@@ -80,83 +81,19 @@ func splitObject(b []byte) (object, bool) {
 	return nil, false
 }
 
-func skipSpace(b []byte, i int) int {
-	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
-		i++
-	}
-	return i
-}
-
-// skipString returns the index just after the string starting at b[i] (a '"'), or -1.
-func skipString(b []byte, i int) int {
-	for j := i + 1; j < len(b); j++ {
-		switch b[j] {
-		case '\\':
-			j++
-		case '"':
-			return j + 1
-		}
-	}
-	return -1
-}
-
-// skipValue returns the index just after the value starting at b[i], or -1. The document is valid
-// JSON, so only strings and nesting need care.
-func skipValue(b []byte, i int) int {
-	if i >= len(b) {
-		return -1
-	}
-	switch b[i] {
-	case '"':
-		return skipString(b, i)
-	case '{', '[':
-		depth := 0
-		for j := i; j < len(b); j++ {
-			switch b[j] {
-			case '"':
-				end := skipString(b, j)
-				if end < 0 {
-					return -1
-				}
-				j = end - 1
-			case '{', '[':
-				depth++
-			case '}', ']':
-				depth--
-				if depth == 0 {
-					return j + 1
-				}
-			}
-		}
-		return -1
-	}
-	j := i
-	for j < len(b) {
-		c := b[j]
-		if c == ',' || c == '}' || c == ']' || c == ' ' || c == '\t' || c == '\n' || c == '\r' {
-			break
-		}
-		j++
-	}
-	if j == i {
-		return -1
-	}
-	return j
-}
-
 // scanObject is the fast path of decodeBody: in one pass, it checks that b is a JSON object that
 // json.Valid accepts and in which jsoncheck.Check finds nothing to refuse, and appends its members to
 // dst as splitObject would. It answers false whenever it is not sure (an exponent or a long number,
 // a \u escape of a NUL or a surrogate, bytes that are not UTF-8, nesting deeper than scanMaxDepth, or
 // anything that is not JSON): the caller then takes the slower path, which says what is wrong.
 func scanObject(dst object, b []byte) (object, bool) {
-	i := skipSpace(b, 0)
+	i := jsonscan.Space(b, 0)
 	if i >= len(b) || b[i] != '{' {
 		return nil, false
 	}
-	i = skipSpace(b, i+1)
+	i = jsonscan.Space(b, i+1)
 	if i < len(b) && b[i] == '}' {
-		if skipSpace(b, i+1) != len(b) {
+		if jsonscan.Space(b, i+1) != len(b) {
 			return nil, false
 		}
 		return object{}, true
@@ -173,25 +110,25 @@ func scanObject(dst object, b []byte) (object, bool) {
 		if !ok {
 			return nil, false
 		}
-		i = skipSpace(b, kend)
+		i = jsonscan.Space(b, kend)
 		if i >= len(b) || b[i] != ':' {
 			return nil, false
 		}
-		i = skipSpace(b, i+1)
+		i = jsonscan.Space(b, i+1)
 		vend := scanValue(b, i, 1)
 		if vend < 0 {
 			return nil, false
 		}
 		dst = append(dst, member{key: key, val: b[i:vend:vend]})
-		i = skipSpace(b, vend)
+		i = jsonscan.Space(b, vend)
 		if i >= len(b) {
 			return nil, false
 		}
 		switch b[i] {
 		case ',':
-			i = skipSpace(b, i+1)
+			i = jsonscan.Space(b, i+1)
 		case '}':
-			if skipSpace(b, i+1) != len(b) {
+			if jsonscan.Space(b, i+1) != len(b) {
 				return nil, false
 			}
 			return dst, true
@@ -221,7 +158,7 @@ func scanValue(b []byte, i, depth int) int {
 		if c == '[' {
 			closer = ']'
 		}
-		i = skipSpace(b, i+1)
+		i = jsonscan.Space(b, i+1)
 		if i < len(b) && b[i] == closer {
 			return i + 1
 		}
@@ -233,22 +170,22 @@ func scanValue(b []byte, i, depth int) int {
 				if i = scanString(b, i); i < 0 {
 					return -1
 				}
-				i = skipSpace(b, i)
+				i = jsonscan.Space(b, i)
 				if i >= len(b) || b[i] != ':' {
 					return -1
 				}
-				i = skipSpace(b, i+1)
+				i = jsonscan.Space(b, i+1)
 			}
 			if i = scanValue(b, i, depth+1); i < 0 {
 				return -1
 			}
-			i = skipSpace(b, i)
+			i = jsonscan.Space(b, i)
 			if i >= len(b) {
 				return -1
 			}
 			switch b[i] {
 			case ',':
-				i = skipSpace(b, i+1)
+				i = jsonscan.Space(b, i+1)
 			case closer:
 				return i + 1
 			default:
