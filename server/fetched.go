@@ -1,64 +1,70 @@
 package server
 
 import (
+	"container/heap"
 	"sync"
 	"time"
 
 	"github.com/pronto-jobs/pronto"
 )
 
-// fetchedSweepEvery bounds how often a full fetchedJobs forgets expired jobs: a sweep reads every
-// remembered job, so it must not run on every fetch while the table stays full.
-const fetchedSweepEvery = time.Second
-
 // fetchedJobs remembers the jobs this server handed to workers until they ack or nack them, so that
-// the outcome needs one statement instead of a read and a write. It is only a shortcut: an outcome
-// for a job not remembered here (fetched through another server, or forgotten) reads the job first,
-// and one for a job that moved on since is refused by the store's attempt guard either way.
+// the outcome needs one statement instead of a read and a write, and so that a heartbeat carrying
+// only a count of active jobs (the OJS Go SDK's) knows which jobs the worker holds. It is only a
+// shortcut: an outcome for a job not remembered here (fetched through another server, or forgotten)
+// reads the job first, and one for a job that moved on since is refused by the store's attempt
+// guard either way.
 //
-// Every operation costs in proportion to the jobs it touches, not to the jobs remembered: with
-// 100,000 fetched and unacknowledged jobs, a scan per fetch under the lock once made 100 concurrent
-// clients crawl at a few hundred requests a second.
+// Each remembered job carries the end of its lease as this server last set it (at the fetch, then at
+// each heartbeat that extended it). A job whose lease ended is forgotten lazily. When the table is
+// full, the job whose lease ends first gives way to the newly fetched one: it is the one fetched
+// longest ago and never heartbeated since, the likeliest to have been abandoned (workers that
+// fetch without ever acking once filled the table for good, and every outcome after that paid a
+// read). Every operation costs in proportion to the jobs it touches, O(log n) each, never a scan of
+// the table.
 type fetchedJobs struct {
 	mu       sync.Mutex
-	jobs     map[string]*pronto.JobRow
+	jobs     map[string]*fetchedEntry
+	byLease  fetchedHeap                    // every remembered job, earliest lease end first
 	byWorker map[string]map[string]struct{} // worker id → ids of its remembered jobs
 	max      int
-	// soonest is no later than the earliest lease expiry of a remembered job: before it, a sweep
-	// would find nothing to forget.
-	soonest   time.Time
-	lastSweep time.Time
-	sweeps    int // sweeps run, for tests
+	evicted  int // live jobs forgotten to make room, for tests
+}
+
+// fetchedEntry is one remembered job.
+type fetchedEntry struct {
+	job      *pronto.JobRow
+	leaseEnd time.Time
+	index    int // position in byLease
 }
 
 func newFetchedJobs(max int) *fetchedJobs {
-	return &fetchedJobs{jobs: make(map[string]*pronto.JobRow), byWorker: make(map[string]map[string]struct{}), max: max}
+	return &fetchedJobs{jobs: make(map[string]*fetchedEntry), byWorker: make(map[string]map[string]struct{}), max: max}
 }
 
-// add remembers fetched jobs. When full, it first forgets jobs whose lease has run out (at most once
-// per fetchedSweepEvery, and only once one can have); if it is still full, it remembers nothing more
-// until outcomes free room.
+// add remembers fetched jobs, each until its LeaseExpiresAt. A job fetched again replaces its old
+// entry. Jobs whose lease ended are forgotten first; when the table is still full, the jobs whose
+// lease ends first.
 func (f *fetchedJobs) add(jobs []*pronto.JobRow) {
 	if len(jobs) == 0 || f.max <= 0 {
 		return
 	}
+	now := time.Now()
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if len(f.jobs)+len(jobs) > f.max {
-		now := time.Now()
-		if !now.Before(f.soonest) && now.Sub(f.lastSweep) >= fetchedSweepEvery {
-			f.sweep(now)
-		}
+	// Expired jobs go first: each is popped once, so this costs O(log n) per job over its life.
+	for len(f.byLease) > 0 && f.byLease[0].leaseEnd.Before(now) {
+		f.forget(f.byLease[0].job.ID)
 	}
 	for _, j := range jobs {
-		if len(f.jobs) >= f.max {
-			return
+		f.forget(j.ID)
+		for len(f.jobs) >= f.max {
+			f.evicted++
+			f.forget(f.byLease[0].job.ID)
 		}
-		if len(f.jobs) == 0 || j.LeaseExpiresAt.Before(f.soonest) {
-			f.soonest = j.LeaseExpiresAt
-		}
-		f.forget(j.ID) // a job fetched again replaces its old entry
-		f.jobs[j.ID] = j
+		e := &fetchedEntry{job: j, leaseEnd: j.LeaseExpiresAt}
+		f.jobs[j.ID] = e
+		heap.Push(&f.byLease, e)
 		ids := f.byWorker[j.WorkerID]
 		if ids == nil {
 			ids = make(map[string]struct{})
@@ -68,33 +74,18 @@ func (f *fetchedJobs) add(jobs []*pronto.JobRow) {
 	}
 }
 
-// sweep forgets the jobs whose lease ran out by now and recomputes soonest. f.mu is held.
-func (f *fetchedJobs) sweep(now time.Time) {
-	f.sweeps++
-	f.lastSweep = now
-	var soonest time.Time
-	for id, j := range f.jobs {
-		switch {
-		case j.LeaseExpiresAt.Before(now):
-			f.forget(id)
-		case soonest.IsZero() || j.LeaseExpiresAt.Before(soonest):
-			soonest = j.LeaseExpiresAt
-		}
-	}
-	f.soonest = soonest
-}
-
-// forget removes job id from both indexes. f.mu is held.
+// forget removes job id from every index. f.mu is held.
 func (f *fetchedJobs) forget(id string) {
-	j := f.jobs[id]
-	if j == nil {
+	e := f.jobs[id]
+	if e == nil {
 		return
 	}
 	delete(f.jobs, id)
-	if ids := f.byWorker[j.WorkerID]; ids != nil {
+	heap.Remove(&f.byLease, e.index)
+	if ids := f.byWorker[e.job.WorkerID]; ids != nil {
 		delete(ids, id)
 		if len(ids) == 0 {
-			delete(f.byWorker, j.WorkerID)
+			delete(f.byWorker, e.job.WorkerID)
 		}
 	}
 }
@@ -103,16 +94,45 @@ func (f *fetchedJobs) forget(id string) {
 func (f *fetchedJobs) take(id string) *pronto.JobRow {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	j := f.jobs[id]
+	e := f.jobs[id]
+	if e == nil {
+		return nil
+	}
 	f.forget(id)
-	return j
+	return e.job
+}
+
+// extended records that the leases of the remembered jobs among ids now end at until (a heartbeat
+// extended them), so that later count-only heartbeats go on finding them.
+func (f *fetchedJobs) extended(ids []string, until time.Time) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, id := range ids {
+		if e := f.jobs[id]; e != nil {
+			e.leaseEnd = until
+			heap.Fix(&f.byLease, e.index)
+		}
+	}
+}
+
+// lost forgets the jobs among ids that were remembered as workerID's, which a heartbeat of
+// workerID found it no longer holds. Another worker's jobs stay: a heartbeat naming them is wrong
+// about them, not about the worker that fetched them.
+func (f *fetchedJobs) lost(workerID string, ids []string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, id := range ids {
+		if e := f.jobs[id]; e != nil && e.job.WorkerID == workerID {
+			f.forget(id)
+		}
+	}
 }
 
 func (f *fetchedJobs) reset() {
 	f.mu.Lock()
 	clear(f.jobs)
 	clear(f.byWorker)
-	f.soonest, f.lastSweep = time.Time{}, time.Time{}
+	f.byLease = nil
 	f.mu.Unlock()
 }
 
@@ -124,9 +144,31 @@ func (f *fetchedJobs) heldBy(workerID string) []string {
 	defer f.mu.Unlock()
 	var ids []string
 	for id := range f.byWorker[workerID] {
-		if f.jobs[id].LeaseExpiresAt.After(now) {
+		if f.jobs[id].leaseEnd.After(now) {
 			ids = append(ids, id)
 		}
 	}
 	return ids
+}
+
+// fetchedHeap orders remembered jobs by lease end (container/heap).
+type fetchedHeap []*fetchedEntry
+
+func (h fetchedHeap) Len() int           { return len(h) }
+func (h fetchedHeap) Less(i, j int) bool { return h[i].leaseEnd.Before(h[j].leaseEnd) }
+func (h fetchedHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].index, h[j].index = i, j
+}
+func (h *fetchedHeap) Push(x any) {
+	e := x.(*fetchedEntry)
+	e.index = len(*h)
+	*h = append(*h, e)
+}
+func (h *fetchedHeap) Pop() any {
+	old := *h
+	e := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	return e
 }

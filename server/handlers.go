@@ -814,6 +814,7 @@ func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request) {
 			goneSet[id] = true
 		}
 		lost = append(lost, gone...)
+		from := len(extended)
 		for _, id := range ids {
 			if goneSet[id] {
 				continue
@@ -826,7 +827,9 @@ func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request) {
 				return appendTimeField(b, "visible_until", until)
 			})
 		}
+		s.fetched.extended(extended[from:], now.Add(l))
 	}
+	s.fetched.lost(req.workerID, lost)
 	b := getBuf()
 	*b = append(*b, '{')
 	*b = appendStringField(*b, "state", state)

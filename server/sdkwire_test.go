@@ -226,6 +226,45 @@ func TestSDKHeartbeatCount(t *testing.T) {
 	}
 }
 
+// TestSDKHeartbeatCountPastFirstLease: the SDK's count-only heartbeats keep a job held past the
+// lease its fetch gave (they once extended it only until then, so a job ran at most two
+// visibility timeouts before it was taken away from a worker still heartbeating it).
+func TestSDKHeartbeatCountPastFirstLease(t *testing.T) {
+	s, _ := newTestServer(t, Config{})
+	var job struct {
+		Job sdkJob `json:"job"`
+	}
+	sdkCall(t, s, "POST", "/ojs/v1/jobs", `{"type":"a.b","args":[]}`, 201, &job)
+	const vt = 2 * time.Second
+	firstLeaseEnd := time.Now().Add(vt)
+	var fetched struct {
+		Jobs []sdkJob `json:"jobs"`
+	}
+	sdkCall(t, s, "POST", "/ojs/v1/workers/fetch", `{"queues":["default"],"count":1,"worker_id":"wk","visibility_timeout_ms":2000}`, 200, &fetched)
+	if len(fetched.Jobs) != 1 {
+		t.Fatalf("fetched %d jobs", len(fetched.Jobs))
+	}
+	// Heartbeat as the SDK does, more often than the lease, until well past the first lease's end.
+	for beats := 0; ; beats++ {
+		var hb struct {
+			Extended []string `json:"jobs_extended"`
+		}
+		sdkCall(t, s, "POST", "/ojs/v1/workers/heartbeat", `{"worker_id":"wk","state":"running","active_jobs":1,"visibility_timeout_ms":2000}`, 200, &hb)
+		if len(hb.Extended) != 1 || hb.Extended[0] != job.Job.ID {
+			t.Fatalf("heartbeat %d (%v after the first lease's end) extended %v, want the held job",
+				beats, time.Since(firstLeaseEnd).Round(time.Millisecond), hb.Extended)
+		}
+		if time.Now().After(firstLeaseEnd.Add(vt / 2)) {
+			break
+		}
+		time.Sleep(vt / 8)
+	}
+	r := call(t, s, "GET", "/ojs/v1/jobs/"+job.Job.ID, "")
+	if st := obj(t, r, "job")["state"]; st != "active" {
+		t.Fatalf("job state %v after the heartbeats, want active: %s", st, r.raw)
+	}
+}
+
 func TestSDKUniqueKeyPeriodMS(t *testing.T) {
 	s, _ := newTestServer(t, Config{})
 	// WithUnique(UniquePolicy{Key: []string{"to"}, Period: time.Minute}).
