@@ -2,6 +2,7 @@ package server
 
 import (
 	"container/heap"
+	"errors"
 	"sync"
 	"time"
 
@@ -90,16 +91,37 @@ func (f *fetchedJobs) forget(id string) {
 	}
 }
 
-// take returns and forgets the job with id, or nil.
-func (f *fetchedJobs) take(id string) *pronto.JobRow {
+// get returns the remembered job with id, or nil.
+func (f *fetchedJobs) get(id string) *pronto.JobRow {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	e := f.jobs[id]
-	if e == nil {
-		return nil
+	if e := f.jobs[id]; e != nil {
+		return e.job
 	}
-	f.forget(id)
-	return e.job
+	return nil
+}
+
+// decided forgets j, a job get returned, after an ack or nack of it ended in err: unless the store
+// refused the outcome for a reason that leaves the worker holding the job (invalid input, a database
+// error), it is no longer the worker's. An entry that replaced j since (the job fetched again)
+// stays.
+func (f *fetchedJobs) decided(j *pronto.JobRow, err error) {
+	if j == nil || (err != nil && stillHeld(err)) {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if e := f.jobs[j.ID]; e != nil && e.job == j {
+		f.forget(j.ID)
+	}
+}
+
+// stillHeld reports whether an outcome refused with err leaves the job with the worker that sent it:
+// not when the job moved on (a transition or stale-claim refusal) or is gone.
+func stillHeld(err error) bool {
+	var te *pronto.TransitionError
+	var sc *pronto.StaleClaimError
+	return !errors.As(err, &te) && !errors.As(err, &sc) && !errors.Is(err, pronto.ErrNotFound)
 }
 
 // extended records that the leases of the remembered jobs among ids now end at until (a heartbeat

@@ -10,6 +10,13 @@ import (
 	"github.com/pronto-jobs/pronto"
 )
 
+// take returns and forgets the job with id, or nil.
+func (f *fetchedJobs) take(id string) *pronto.JobRow {
+	j := f.get(id)
+	f.decided(j, nil)
+	return j
+}
+
 func fetchedRow(id, worker string, lease time.Time) *pronto.JobRow {
 	return &pronto.JobRow{ID: id, WorkerID: worker, LeaseExpiresAt: lease}
 }

@@ -522,10 +522,14 @@ func (s *Server) ack(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	known := s.fetched.get(req.jobID)
 	j, err := s.client.RemoteAck(r.Context(), pronto.RemoteAckParams{
 		ID: req.jobID, WorkerID: req.workerID, ClaimToken: req.claimToken, Attempt: req.attempt,
-		Result: req.result, Job: s.fetched.take(req.jobID),
+		Result: req.result, Job: known,
 	})
+	// Forgotten once decided: a refused outcome (a bad result, a database error) leaves the job held,
+	// and count-only heartbeats go on renewing it.
+	s.fetched.decided(known, err)
 	if err != nil {
 		s.writeError(w, r, transitionError(err, "acknowledge", req.jobID))
 		return
@@ -664,13 +668,15 @@ func (s *Server) nack(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	known := s.fetched.get(req.jobID)
 	res, err := s.client.RemoteNack(r.Context(), pronto.RemoteNackParams{
 		ID: req.jobID, WorkerID: req.workerID, ClaimToken: req.claimToken, Attempt: req.attempt,
 		Requeue:      req.requeue,
 		NonRetryable: req.retryable != nil && !*req.retryable,
 		Error:        pronto.AttemptError{Type: req.typ, Message: req.message, Details: req.errObj},
-		Job:          s.fetched.take(req.jobID),
+		Job:          known,
 	})
+	s.fetched.decided(known, err)
 	if err != nil {
 		s.writeError(w, r, transitionError(err, "fail", req.jobID))
 		return

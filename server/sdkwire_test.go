@@ -265,6 +265,43 @@ func TestSDKHeartbeatCountPastFirstLease(t *testing.T) {
 	}
 }
 
+// TestSDKHeartbeatCountAfterRefusedAck: an ack the server refuses without deciding the job (its
+// result is unstorable) leaves the job with its worker, so count-only heartbeats still renew it;
+// once acked, they renew nothing.
+func TestSDKHeartbeatCountAfterRefusedAck(t *testing.T) {
+	s, _ := newTestServer(t, Config{})
+	var job struct {
+		Job sdkJob `json:"job"`
+	}
+	sdkCall(t, s, "POST", "/ojs/v1/jobs", `{"type":"a.b","args":[]}`, 201, &job)
+	var fetched struct {
+		Jobs []sdkJob `json:"jobs"`
+	}
+	sdkCall(t, s, "POST", "/ojs/v1/workers/fetch", `{"queues":["default"],"count":1,"worker_id":"wk"}`, 200, &fetched)
+	if len(fetched.Jobs) != 1 {
+		t.Fatalf("fetched %d jobs", len(fetched.Jobs))
+	}
+	r := call(t, s, "POST", "/ojs/v1/workers/ack", `{"job_id":"`+job.Job.ID+`","worker_id":"wk","result":{"a":"x\u0000y"}}`)
+	checkErrorBody(t, r, 400, CodeInvalidRequest)
+	type hbResp struct {
+		Extended []string `json:"jobs_extended"`
+	}
+	var hb hbResp
+	sdkCall(t, s, "POST", "/ojs/v1/workers/heartbeat", `{"worker_id":"wk","state":"running","active_jobs":1}`, 200, &hb)
+	if len(hb.Extended) != 1 || hb.Extended[0] != job.Job.ID {
+		t.Fatalf("after a refused ack, the count-only heartbeat extended %v, want the job", hb.Extended)
+	}
+	sdkCall(t, s, "POST", "/ojs/v1/workers/ack", `{"job_id":"`+job.Job.ID+`","worker_id":"wk","result":1}`, 200, nil)
+	hb = hbResp{}
+	sdkCall(t, s, "POST", "/ojs/v1/workers/heartbeat", `{"worker_id":"wk","state":"running","active_jobs":1}`, 200, &hb)
+	if len(hb.Extended) != 0 {
+		t.Fatalf("after the ack, the heartbeat extended %v", hb.Extended)
+	}
+	if n := len(s.fetched.jobs); n != 0 {
+		t.Fatalf("%d jobs still remembered after the ack", n)
+	}
+}
+
 func TestSDKUniqueKeyPeriodMS(t *testing.T) {
 	s, _ := newTestServer(t, Config{})
 	// WithUnique(UniquePolicy{Key: []string{"to"}, Period: time.Minute}).
