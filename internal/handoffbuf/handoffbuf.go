@@ -14,6 +14,8 @@ import (
 type Buffer struct {
 	mu   sync.Mutex
 	jobs []entry
+	// expiring is set while an Expire call is due (see Add).
+	expiring bool
 }
 
 type entry struct {
@@ -21,11 +23,37 @@ type entry struct {
 	at  time.Time
 }
 
-// Add files a job that arrived at at.
-func (b *Buffer) Add(j *store.Job, at time.Time) {
+// Add files a job that arrived at at. It reports whether no Expire call was due: the caller then
+// arranges one when the job goes stale, and Expire arranges the next, so one timer at a time
+// watches the buffer however many jobs pass through it (a timer per job cost a goroutine per job).
+// An owner that watches the buffer otherwise (calling Stale from a loop of its own) ignores it.
+func (b *Buffer) Add(j *store.Job, at time.Time) (arm bool) {
 	b.mu.Lock()
 	b.jobs = append(b.jobs, entry{job: j, at: at})
+	arm = !b.expiring
+	b.expiring = true
 	b.mu.Unlock()
+	return arm
+}
+
+// Expire is Stale for an owner that arms a timer when Add says so: it removes and returns the jobs
+// that arrived within or more before now and, while jobs remain, returns when the oldest of them
+// goes stale, when the caller calls Expire again. When none remain it returns the zero time, and
+// the next Add arms afresh.
+func (b *Buffer) Expire(within time.Duration, now time.Time) (stale []*store.Job, next time.Time) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	stale = b.staleLocked(within, now)
+	for _, e := range b.jobs {
+		if next.IsZero() || e.at.Before(next) {
+			next = e.at
+		}
+	}
+	if next.IsZero() {
+		b.expiring = false
+		return stale, time.Time{}
+	}
+	return stale, next.Add(within)
 }
 
 // Take removes and returns up to limit jobs that arrived less than within before now, oldest first;
@@ -58,6 +86,10 @@ func (b *Buffer) Take(limit int, within time.Duration, now time.Time, then func(
 func (b *Buffer) Stale(within time.Duration, now time.Time) []*store.Job {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	return b.staleLocked(within, now)
+}
+
+func (b *Buffer) staleLocked(within time.Duration, now time.Time) []*store.Job {
 	var stale []*store.Job
 	kept := b.jobs[:0]
 	for _, e := range b.jobs {

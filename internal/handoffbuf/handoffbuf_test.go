@@ -94,3 +94,26 @@ func TestConcurrent(t *testing.T) {
 		require.Equal(t, 1, c, id)
 	}
 }
+
+// TestExpireArming: Add asks for a timer only when none is due; Expire returns the stale jobs and,
+// while jobs remain, when the oldest goes stale; once empty, the next Add asks again.
+func TestExpireArming(t *testing.T) {
+	var b Buffer
+	t0 := time.Now()
+	const within = 100 * time.Millisecond
+	require.True(t, b.Add(&store.Job{ID: "a"}, t0), "the first Add arms")
+	require.False(t, b.Add(&store.Job{ID: "b"}, t0.Add(30*time.Millisecond)), "an expiry is due already")
+	require.False(t, b.Add(&store.Job{ID: "c"}, t0.Add(60*time.Millisecond)))
+
+	stale, next := b.Expire(within, t0.Add(within))
+	require.Equal(t, []string{"a"}, ids(stale))
+	require.Equal(t, t0.Add(30*time.Millisecond+within), next, "next: when b goes stale")
+	require.False(t, b.Add(&store.Job{ID: "d"}, t0.Add(110*time.Millisecond)), "still watched: the next Expire is due")
+
+	// The producer takes b, c and d before they go stale: the due Expire finds nothing and disarms.
+	require.Equal(t, []string{"b", "c", "d"}, ids(b.Take(10, within, t0.Add(120*time.Millisecond), nil)))
+	stale, next = b.Expire(within, next)
+	require.Empty(t, stale)
+	require.True(t, next.IsZero())
+	require.True(t, b.Add(&store.Job{ID: "e"}, t0.Add(time.Second)), "an empty buffer arms again")
+}

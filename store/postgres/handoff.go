@@ -191,16 +191,20 @@ func (w *waiter) take(limit int) []*store.Job {
 // producer not take it within serveWithin, returns it.
 func (w *waiter) keep(j *store.Job) {
 	w.handed.Add(1)
-	w.buf.Add(j, time.Now())
+	if w.buf.Add(j, time.Now()) {
+		time.AfterFunc(w.h.serveWithin, w.expire)
+	}
 	w.h.s.notifier.hub.Publish(store.Notification{Kind: store.NotifyInsert, Queue: j.Queue})
-	time.AfterFunc(w.h.serveWithin, w.expire)
 }
 
 // expire returns the handed jobs the producer did not take within serveWithin and withdraws the
 // advertisement: the producer is busy or gone, and its next claim that leaves slots free
-// advertises again.
+// advertises again. While handed jobs remain it runs again when the oldest of them goes stale.
 func (w *waiter) expire() {
-	stale := w.buf.Stale(w.h.serveWithin, time.Now())
+	stale, next := w.buf.Expire(w.h.serveWithin, time.Now())
+	if !next.IsZero() {
+		time.AfterFunc(time.Until(next), w.expire)
+	}
 	if len(stale) == 0 {
 		return
 	}

@@ -307,6 +307,40 @@ func TestHandoffNotTakenReturns(t *testing.T) {
 	require.Equal(t, store.StateAvailable, stateAfterInsert(t, b, params("late")))
 }
 
+// TestHandoffNotTakenReturnsEach: jobs handed one after another while the first one's expiry is
+// pending (one timer watches a waiter, re-armed for the next oldest job) all go back when nobody
+// takes them, not only the first.
+func TestHandoffNotTakenReturnsEach(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	a, b, _ := handoffPair(t)
+	a.handoff.serveWithin = 300 * time.Millisecond
+	_, err := a.Claim(loop, loopClaim("late2"))
+	require.NoError(t, err)
+	var ins []*store.InsertParams
+	for range 3 {
+		in := params("late2")
+		_, err = b.Insert(ctx, []*store.InsertParams{in})
+		require.NoError(t, err)
+		ins = append(ins, in)
+	}
+	handed := 0
+	for _, in := range ins {
+		got, err := b.GetJob(ctx, in.ID)
+		require.NoError(t, err)
+		if got.State == store.StateActive {
+			handed++
+		}
+	}
+	require.GreaterOrEqual(t, handed, 2, "at least two of the three jobs were handed before the first went back")
+	for _, in := range ins {
+		require.Eventually(t, func() bool {
+			got, err := b.GetJob(ctx, in.ID)
+			return err == nil && got.State == store.StateAvailable
+		}, 10*time.Second, 10*time.Millisecond, "job %s is back (its lease is a minute)", in.ID)
+	}
+}
+
 // TestHandoffCloseReturnsJobs: closing a store withdraws its producers' advertisements and returns
 // the jobs handed to them and not taken to available.
 func TestHandoffCloseReturnsJobs(t *testing.T) {
