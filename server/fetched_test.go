@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -169,4 +170,36 @@ func TestFetchedJobsHeldBy(t *testing.T) {
 	if len(f.heldBy("w2")) != 0 || len(f.jobs) != 0 {
 		t.Fatal("reset forgets everything")
 	}
+}
+
+// TestFetchedJobsConcurrent: fetches, outcomes, heartbeats and count-only lookups from many
+// goroutines at once (run with -race) leave the table consistent and within its bound.
+func TestFetchedJobsConcurrent(t *testing.T) {
+	f := newFetchedJobs(200)
+	now := time.Now()
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w := fmt.Sprint("w", g%3)
+			for i := range 2000 {
+				id := fmt.Sprint("g", g, "-", i%300)
+				switch i % 5 {
+				case 0, 1:
+					f.add([]*pronto.JobRow{fetchedRow(id, w, now.Add(time.Duration(i%50)*time.Second))})
+				case 2:
+					f.decided(f.get(id), nil)
+				case 3:
+					f.extended(f.heldBy(w), now.Add(time.Minute))
+				case 4:
+					f.lost(w, []string{id})
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	checkFetched(t, f)
 }
