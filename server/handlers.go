@@ -782,6 +782,12 @@ func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request) {
 			continue
 		}
 		j, err := s.store.GetJob(ctx, id)
+		if err != nil && !errors.Is(err, pronto.ErrNotFound) {
+			// The store could not say (a database error): the worker keeps its jobs and heartbeats
+			// again, rather than being told it lost them.
+			s.writeError(w, r, fromClientError(err, "job", id))
+			return
+		}
 		if err != nil || j.State != pronto.StateActive || j.WorkerID != req.workerID {
 			lost = append(lost, id)
 			continue

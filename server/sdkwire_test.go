@@ -1,13 +1,20 @@
 package server
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/pronto-jobs/pronto"
+	"github.com/pronto-jobs/pronto/store"
+	"github.com/pronto-jobs/pronto/store/memory"
 )
 
 // These tests send the exact request bytes the official OJS Go SDK (github.com/openjobspec/ojs-go-sdk)
@@ -471,5 +478,55 @@ func TestExtensionsDocumented(t *testing.T) {
 		if !strings.Contains(string(doc), "| `"+x.name+"` |") {
 			t.Errorf("docs/http-api.md has no row for the extension %q", x.name)
 		}
+	}
+}
+
+// getJobFailing is a store whose GetJob fails while fail is set, as a database that went away would.
+type getJobFailing struct {
+	store.Store
+	fail atomic.Bool
+}
+
+func (g *getJobFailing) GetJob(ctx context.Context, id string) (*store.Job, error) {
+	if g.fail.Load() {
+		return nil, errors.New("dial tcp 127.0.0.1:5432: connect: connection refused")
+	}
+	return g.Store.GetJob(ctx, id)
+}
+
+// TestHeartbeatDatabaseError: a heartbeat the store cannot answer is a retryable 500 naming the
+// backend error, not a jobs_lost list that would make the worker drop jobs it still holds; once the
+// store answers again, the same heartbeat extends them.
+func TestHeartbeatDatabaseError(t *testing.T) {
+	st := &getJobFailing{Store: memory.New()}
+	client, err := pronto.NewClient(st, &pronto.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, _ := newTestServer(t, Config{Client: client})
+	var job struct {
+		Job sdkJob `json:"job"`
+	}
+	sdkCall(t, s, "POST", "/ojs/v1/jobs", `{"type":"a.b","args":[]}`, 201, &job)
+	sdkCall(t, s, "POST", "/ojs/v1/workers/fetch", `{"queues":["default"],"count":1,"worker_id":"wk"}`, 200, nil)
+	st.fail.Store(true)
+	for _, body := range []string{
+		`{"worker_id":"wk","state":"running","active_jobs":1}`,
+		`{"worker_id":"wk","active_jobs":["` + job.Job.ID + `"]}`,
+	} {
+		r := call(t, s, "POST", "/ojs/v1/workers/heartbeat", body)
+		checkErrorBody(t, r, 500, CodeBackendError)
+		if !strings.Contains(string(r.raw), "connection refused") {
+			t.Fatalf("the error does not name the backend's: %s", r.raw)
+		}
+	}
+	st.fail.Store(false)
+	var hb struct {
+		Extended []string `json:"jobs_extended"`
+		Lost     []string `json:"jobs_lost"`
+	}
+	sdkCall(t, s, "POST", "/ojs/v1/workers/heartbeat", `{"worker_id":"wk","state":"running","active_jobs":1}`, 200, &hb)
+	if len(hb.Extended) != 1 || hb.Extended[0] != job.Job.ID || len(hb.Lost) != 0 {
+		t.Fatalf("after the store recovered: extended %v, lost %v", hb.Extended, hb.Lost)
 	}
 }
