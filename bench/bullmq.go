@@ -330,6 +330,29 @@ func runProntoRedis(ctx context.Context, scenario string, jobs, warm int, rdb *g
 	return r, nil
 }
 
+// roundTripProbes is how many PINGs redisRoundTrip times.
+const roundTripProbes = 2000
+
+// redisRoundTrip returns the median time of a PING sent by one caller back to back: the floor of any
+// operation that waits for Redis's answer before the next (a single add, one worker's next job).
+func redisRoundTrip(ctx context.Context, rdb *goredis.Client) (time.Duration, error) {
+	d := make([]time.Duration, roundTripProbes)
+	for i := range d {
+		t0 := time.Now()
+		if err := rdb.Ping(ctx).Err(); err != nil {
+			return 0, err
+		}
+		d[i] = time.Since(t0)
+	}
+	sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
+	return d[len(d)/2], nil
+}
+
+// roundTripBound reports whether scenario sc waits for one Redis round trip per job on both sides:
+// one producer awaiting each single add, one worker at concurrency 1 (BullMQ fetches the next job in
+// the call that finishes the last; pronto-redis claims it in one call).
+func roundTripBound(sc string) bool { return sc == "queue-add" || sc == "worker-generic" }
+
 // compareBullMQ runs the four scenarios, runs times each, alternating BullMQ and pronto-redis, and
 // prints a table with the same-run ratio.
 func compareBullMQ(ctx context.Context, jobs, warm, runs int) error {
@@ -343,6 +366,12 @@ func compareBullMQ(ctx context.Context, jobs, warm, runs int) error {
 		return fmt.Errorf("no Redis at %s: %v (start one: redis-server --daemonize yes --save \"\" --appendonly no)", redisAddr(), err)
 	}
 	fmt.Printf("BullMQ vs pronto-redis, %d measured jobs (+%d warm-up, not counted), %d run(s), Redis %s\n", jobs, warm, runs, redisAddr())
+	rtt, err := redisRoundTrip(ctx, rdb)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("Redis round trip (PING, one caller, back to back, p50 of %d): %.1f µs: a scenario that waits one round trip per job runs at most %.0f jobs/s here\n",
+		roundTripProbes, float64(rtt.Nanoseconds())/1e3, 1/rtt.Seconds())
 	fmt.Printf("%-18s %-4s %12s %10s %10s %12s %10s %10s %7s %s\n", "scenario", "run", "bullmq/s", "node cpu", "redis cpu",
 		"pronto/s", "go cpu", "redis cpu", "ratio", "load before→after (bullmq; pronto)")
 	for _, sc := range bullmqScenarios {
@@ -360,6 +389,10 @@ func compareBullMQ(ctx context.Context, jobs, warm, runs int) error {
 				b.loadBefore, b.loadAt, p.loadBefore, p.loadAt)
 			if p.perJob != "" {
 				fmt.Printf("    pronto-redis %s: %s\n", sc, p.perJob)
+			}
+			if roundTripBound(sc) {
+				fmt.Printf("    %s waits one round trip per job on both sides: the round trip alone caps pronto-redis at %.2fx this run's BullMQ\n",
+					sc, 1/rtt.Seconds()/b.jobsPerSec)
 			}
 		}
 	}
