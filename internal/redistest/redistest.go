@@ -66,15 +66,39 @@ func StartCluster(t testing.TB) []string {
 		deadline := time.Now().Add(20 * time.Second)
 		for {
 			info, _ := c.ClusterInfo(ctx).Result()
-			if strings.Contains(info, "cluster_state:ok") {
+			masters := slotMasters(ctx, c)
+			// cluster_state:ok says every slot is served; the slot map must also name each master by
+			// the address clients reach it at: a node that has not yet learned its own address from
+			// the handshake reports its slots under an empty host, and a client routing by that map
+			// would see fewer masters than there are.
+			if strings.Contains(info, "cluster_state:ok") && len(masters) == len(addrs) {
 				break
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("cluster node %s never reported cluster_state:ok:\n%s", a, info)
+				t.Fatalf("cluster node %s never reported cluster_state:ok with %d masters (slot map: %v):\n%s", a, len(addrs), masters, info)
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
 		_ = c.Close()
 	}
 	return addrs
+}
+
+// slotMasters returns the masters node c's slot map names ("host:port"), leaving out entries
+// without a host.
+func slotMasters(ctx context.Context, c *goredis.Client) map[string]bool {
+	slots, err := c.ClusterSlots(ctx).Result()
+	if err != nil {
+		return nil
+	}
+	out := map[string]bool{}
+	for _, r := range slots {
+		if len(r.Nodes) == 0 {
+			continue
+		}
+		if host, _, err := net.SplitHostPort(r.Nodes[0].Addr); err == nil && host != "" {
+			out[r.Nodes[0].Addr] = true
+		}
+	}
+	return out
 }

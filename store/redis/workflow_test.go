@@ -116,16 +116,29 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 // queuesOnEachMaster returns three queues whose keys are served by the three masters of rdb.
 func queuesOnEachMaster(t testing.TB, rdb *goredis.ClusterClient, s *Store) []string {
 	t.Helper()
-	byMaster := map[string]string{}
-	for i := 0; len(byMaster) < 3 && i < 1000; i++ {
-		q := fmt.Sprintf("q%d", i)
-		node, err := rdb.MasterForKey(context.Background(), s.qkey(q))
-		require.NoError(t, err)
-		if _, ok := byMaster[node.Options().Addr]; !ok {
-			byMaster[node.Options().Addr] = q
+	ctx := context.Background()
+	var byMaster map[string]string
+	// The client's slot map comes from one node's view; until the cluster's gossip has settled it
+	// can name fewer masters than serve slots: reload it until it names three.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		byMaster = map[string]string{}
+		for i := 0; len(byMaster) < 3 && i < 1000; i++ {
+			q := fmt.Sprintf("q%d", i)
+			node, err := rdb.MasterForKey(ctx, s.qkey(q))
+			require.NoError(t, err)
+			if _, ok := byMaster[node.Options().Addr]; !ok {
+				byMaster[node.Options().Addr] = q
+			}
 		}
+		if len(byMaster) == 3 || time.Now().After(deadline) {
+			break
+		}
+		rdb.ReloadState(ctx)
+		time.Sleep(50 * time.Millisecond)
 	}
-	require.Len(t, byMaster, 3, "queues spread over the three masters")
+	slots, _ := rdb.ClusterSlots(ctx).Result()
+	require.Len(t, byMaster, 3, "queues spread over the three masters (the client's slot map: %v)", slots)
 	var out []string
 	for _, q := range byMaster {
 		out = append(out, q)
