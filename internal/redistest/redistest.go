@@ -67,15 +67,14 @@ func StartCluster(t testing.TB) []string {
 		for {
 			info, _ := c.ClusterInfo(ctx).Result()
 			masters := slotMasters(ctx, c)
-			// cluster_state:ok says every slot is served; the slot map must also name each master by
-			// the address clients reach it at: a node that has not yet learned its own address from
-			// the handshake reports its slots under an empty host, and a client routing by that map
-			// would see fewer masters than there are.
+			// cluster_state:ok says every slot is served; the node's view must also name each master
+			// serving slots by the address clients reach it at (a node learns its own address in the
+			// handshake), or a client routing by that view would see fewer masters than there are.
 			if strings.Contains(info, "cluster_state:ok") && len(masters) == len(addrs) {
 				break
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("cluster node %s never reported cluster_state:ok with %d masters (slot map: %v):\n%s", a, len(addrs), masters, info)
+				t.Fatalf("cluster node %s never reported cluster_state:ok with %d masters (masters serving slots: %v):\n%s", a, len(addrs), masters, info)
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
@@ -84,20 +83,22 @@ func StartCluster(t testing.TB) []string {
 	return addrs
 }
 
-// slotMasters returns the masters node c's slot map names ("host:port"), leaving out entries
-// without a host.
+// slotMasters returns the masters serving slots in node c's view ("ip:port"), leaving out those
+// whose address the view does not know yet.
 func slotMasters(ctx context.Context, c *goredis.Client) map[string]bool {
-	slots, err := c.ClusterSlots(ctx).Result()
+	shards, err := c.ClusterShards(ctx).Result()
 	if err != nil {
 		return nil
 	}
 	out := map[string]bool{}
-	for _, r := range slots {
-		if len(r.Nodes) == 0 {
+	for _, sh := range shards {
+		if len(sh.Slots) == 0 {
 			continue
 		}
-		if host, _, err := net.SplitHostPort(r.Nodes[0].Addr); err == nil && host != "" {
-			out[r.Nodes[0].Addr] = true
+		for _, n := range sh.Nodes {
+			if n.Role == "master" && n.IP != "" && n.Health == "online" {
+				out[net.JoinHostPort(n.IP, fmt.Sprint(n.Port))] = true
+			}
 		}
 	}
 	return out

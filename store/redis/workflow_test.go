@@ -137,8 +137,8 @@ func queuesOnEachMaster(t testing.TB, rdb *goredis.ClusterClient, s *Store) []st
 		rdb.ReloadState(ctx)
 		time.Sleep(50 * time.Millisecond)
 	}
-	slots, _ := rdb.ClusterSlots(ctx).Result()
-	require.Len(t, byMaster, 3, "queues spread over the three masters (the client's slot map: %v)", slots)
+	shards, _ := rdb.ClusterShards(ctx).Result()
+	require.Len(t, byMaster, 3, "queues spread over the three masters (the cluster's shards: %+v)", shards)
 	var out []string
 	for _, q := range byMaster {
 		out = append(out, q)
