@@ -102,7 +102,7 @@ func (c *inserts) of(q string) int {
 }
 
 // waitUntil polls cond until it holds, failing the test after 10 s.
-func waitUntil(t *testing.T, what string, cond func() bool) {
+func waitUntil(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for !cond() {
@@ -120,8 +120,7 @@ func queuesOnEachMaster(t testing.TB, rdb *goredis.ClusterClient, s *Store) []st
 	var byMaster map[string]string
 	// The client's slot map comes from one node's view; until the cluster's gossip has settled it
 	// can name fewer masters than serve slots: reload it until it names three.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	waitUntil(t, "the client's slot map to name the three masters", func() bool {
 		byMaster = map[string]string{}
 		for i := 0; len(byMaster) < 3 && i < 1000; i++ {
 			q := fmt.Sprintf("q%d", i)
@@ -131,14 +130,11 @@ func queuesOnEachMaster(t testing.TB, rdb *goredis.ClusterClient, s *Store) []st
 				byMaster[node.Options().Addr] = q
 			}
 		}
-		if len(byMaster) == 3 || time.Now().After(deadline) {
-			break
+		if len(byMaster) < 3 {
+			rdb.ReloadState(ctx)
 		}
-		rdb.ReloadState(ctx)
-		time.Sleep(50 * time.Millisecond)
-	}
-	shards, _ := rdb.ClusterShards(ctx).Result()
-	require.Len(t, byMaster, 3, "queues spread over the three masters (the cluster's shards: %+v)", shards)
+		return len(byMaster) == 3
+	})
 	var out []string
 	for _, q := range byMaster {
 		out = append(out, q)
