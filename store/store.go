@@ -603,6 +603,27 @@ type PgxTxInserter interface {
 	InsertPgxTx(ctx context.Context, tx pgx.Tx, params []*InsertParams) ([]*Job, error)
 }
 
+// FastInserter is implemented by stores that can write a batch of jobs, exactly as Insert does
+// (atomically, with the same checks, notifications and errors), without building the inserted jobs
+// for the caller: a bulk load that needs only to know the jobs are stored (Client.InsertManyFast)
+// then spares the time and memory of a Job per job. It returns how many new jobs it stored; a
+// unique job that met its key's holder under ConflictIgnore stored nothing and is not counted.
+type FastInserter interface {
+	InsertFast(ctx context.Context, params []*InsertParams) (int, error)
+}
+
+// CountStored counts the jobs of an Insert's result that it stored: all but the unique keys'
+// holders it returned in their place (Duplicate).
+func CountStored(jobs []*Job) int {
+	n := 0
+	for _, j := range jobs {
+		if !j.Duplicate {
+			n++
+		}
+	}
+	return n
+}
+
 // SQLTxInserter is implemented by stores that can insert jobs inside an application's own
 // database/sql transaction on the same database (the SQLite store: a *sql.Tx on the same file).
 // The jobs become visible, and producers are woken, only if it commits.

@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -16,13 +17,15 @@ import (
 
 // Batch sizes choosing how Insert writes plain jobs. Up to pipelineMax, one pipelined batch of
 // single-row INSERTs (one round trip). Up to arraysMax, one INSERT of parallel arrays, also one
-// round trip: at 100 jobs it wrote 50k jobs/s where COPY, with its four round trips (the
-// transaction's timestamp, the COPY statement, its data, the commit), wrote 35k. Above arraysMax,
-// COPY: its cheaper parsing outweighs the round trips, and from about 1000 jobs it is the faster
-// of the two. Batches that are not plain (unique jobs, workflows) use COPY above pipelineMax.
+// round trip, sending only the columns in which the jobs differ (see sqlInsertArrays); above it,
+// COPY, which streams the rows in four round trips (the transaction's timestamp, the COPY statement,
+// its data, the commit) instead of building one message of them all. Since the arrays carry only the
+// columns that differ, they beat COPY at every size measured, 100 to 10,000 jobs (20-35% less time
+// per batch of 1000, a third to half of the client's CPU; docs/benchmarks.md, sixteenth session).
+// Batches that are not plain (unique jobs, workflows) use COPY above pipelineMax.
 const (
 	pipelineMax = 9
-	arraysMax   = 500
+	arraysMax   = 10000
 )
 
 // pgUniqueViolation is PostgreSQL's SQLSTATE for a unique constraint violation.
@@ -87,9 +90,49 @@ func (s *Store) Insert(ctx context.Context, params []*store.InsertParams) ([]*st
 	return jobs, nil
 }
 
+// InsertFast writes the jobs as Insert does and returns how many it stored, without building them
+// (store.FastInserter): the plain batches of 10 jobs or more, written with one INSERT of arrays or
+// with COPY, are not read back, and no Job is made per job. Other batches go through Insert.
+func (s *Store) InsertFast(ctx context.Context, params []*store.InsertParams) (int, error) {
+	if len(params) <= pipelineMax {
+		jobs, err := s.Insert(ctx, params)
+		return store.CountStored(jobs), err
+	}
+	rows, special, err := prepareInsert(params, false)
+	if err != nil {
+		return 0, err
+	}
+	if special {
+		jobs, err := s.insertSpecialPool(ctx, rows)
+		if err != nil {
+			return 0, insertError(err)
+		}
+		return store.CountStored(jobs), nil
+	}
+	if len(rows) <= arraysMax {
+		_, err = s.writeArrays(ctx, s.pool, rows)
+	} else {
+		_, err = s.copyPool(ctx, rows)
+	}
+	if err != nil {
+		return 0, insertError(err)
+	}
+	return len(rows), nil
+}
+
 // insertArrays writes plain jobs (see sqlInsertArrays) with one INSERT of parallel arrays, pipelined
 // with their notifications: one round trip, one implicit transaction (or db's transaction).
 func (s *Store) insertArrays(ctx context.Context, db batchSender, rows []insertRow) ([]*store.Job, error) {
+	now, err := s.writeArrays(ctx, db, rows)
+	if err != nil {
+		return nil, err
+	}
+	return jobsFromCopy(rows, now), nil
+}
+
+// writeArrays is insertArrays without building the jobs: it returns the transaction's timestamp,
+// which every row took as created_at.
+func (s *Store) writeArrays(ctx context.Context, db batchSender, rows []insertRow) (time.Time, error) {
 	n := len(rows)
 	var (
 		ids       = make([]pgtype.UUID, n)
@@ -117,7 +160,7 @@ func (s *Store) insertArrays(ctx context.Context, db batchSender, rows []insertR
 		if len(r.tags) > 0 {
 			b, err := json.Marshal(r.tags)
 			if err != nil {
-				return nil, err
+				return time.Time{}, err
 			}
 			tags[i] = b
 		}
@@ -130,24 +173,55 @@ func (s *Store) insertArrays(ctx context.Context, db batchSender, rows []insertR
 	b := &pgx.Batch{}
 	// FlatArray spares pgx the reflection it uses on slices of other element types (as in
 	// finishArgs): about 8% of the client's CPU in an insert of 100, 309 allocations of 1733.
-	b.Queue(s.q.insertArrays, pgtype.FlatArray[pgtype.UUID](ids), kinds, queues, pgtype.FlatArray[[]byte](args),
-		pgtype.FlatArray[[]byte](metas), prios, states, attempts, pgtype.FlatArray[[]byte](tags),
-		pgtype.FlatArray[[]byte](policies), timeouts, pgtype.FlatArray[pgtype.Timestamptz](scheduled),
-		pgtype.FlatArray[pgtype.Timestamptz](expires), pgtype.FlatArray[pgtype.Text](tenants),
-		pgtype.FlatArray[pgtype.Text](rateKeys)).QueryRow(func(row pgx.Row) error {
+	params := []any{pgtype.FlatArray[pgtype.UUID](ids)}
+	scalars := make([]any, 0, 14)
+	params, scalars = squeeze(params, scalars, pgtype.FlatArray[string](kinds), eqComparable)
+	params, scalars = squeeze(params, scalars, pgtype.FlatArray[string](queues), eqComparable)
+	params, scalars = squeeze(params, scalars, pgtype.FlatArray[[]byte](args), bytes.Equal)
+	params, scalars = squeeze(params, scalars, pgtype.FlatArray[[]byte](metas), eqNullBytes)
+	params, scalars = squeeze(params, scalars, pgtype.FlatArray[int32](prios), eqComparable)
+	params, scalars = squeeze(params, scalars, pgtype.FlatArray[string](states), eqComparable)
+	params, scalars = squeeze(params, scalars, pgtype.FlatArray[int32](attempts), eqComparable)
+	params, scalars = squeeze(params, scalars, pgtype.FlatArray[[]byte](tags), eqNullBytes)
+	params, scalars = squeeze(params, scalars, pgtype.FlatArray[[]byte](policies), eqNullBytes)
+	params, scalars = squeeze(params, scalars, pgtype.FlatArray[int64](timeouts), eqComparable)
+	params, scalars = squeeze(params, scalars, pgtype.FlatArray[pgtype.Timestamptz](scheduled), eqComparable)
+	params, scalars = squeeze(params, scalars, pgtype.FlatArray[pgtype.Timestamptz](expires), eqComparable)
+	params, scalars = squeeze(params, scalars, pgtype.FlatArray[pgtype.Text](tenants), eqComparable)
+	params, scalars = squeeze(params, scalars, pgtype.FlatArray[pgtype.Text](rateKeys), eqComparable)
+	b.Queue(s.q.insertArrays, append(params, scalars...)...).QueryRow(func(row pgx.Row) error {
 		return row.Scan(&now, &written)
 	})
 	for _, note := range insertNotifications(rows, time.Now()) {
 		b.Queue(s.q.notify, note)
 	}
 	if err := db.SendBatch(ctx, b).Close(); err != nil {
-		return nil, err
+		return time.Time{}, err
 	}
 	if written != n {
-		return nil, fmt.Errorf("wrote %d of %d jobs", written, n)
+		return time.Time{}, fmt.Errorf("wrote %d of %d jobs", written, n)
 	}
-	return jobsFromCopy(rows, now), nil
+	return now, nil
 }
+
+// squeeze appends to params the column vals (one value per job) and to scalars NULL when the jobs'
+// values differ, or else an empty array and the one value they share (see sqlInsertArrays).
+func squeeze[T any](params, scalars []any, vals pgtype.FlatArray[T], eq func(a, b T) bool) ([]any, []any) {
+	for i := 1; i < len(vals); i++ {
+		if !eq(vals[0], vals[i]) {
+			return append(params, vals), append(scalars, nil)
+		}
+	}
+	if len(vals) == 0 {
+		return append(params, vals), append(scalars, nil)
+	}
+	return append(params, vals[:0]), append(scalars, vals[0])
+}
+
+func eqComparable[T comparable](a, b T) bool { return a == b }
+
+// eqNullBytes is bytes.Equal telling NULL (nil) from an empty value.
+func eqNullBytes(a, b []byte) bool { return (a == nil) == (b == nil) && bytes.Equal(a, b) }
 
 // InsertPgxTx inserts the jobs inside the application's transaction tx. They become visible, and
 // their notifications are delivered, only when tx commits; a rollback leaves no trace (a unique
@@ -385,10 +459,20 @@ type copier interface {
 // insertCopyPool writes the jobs with COPY in a transaction of its own on a pool connection, in
 // three round trips: BEGIN with the transaction's timestamp, the COPY, then the notifications with
 // COMMIT.
-func (s *Store) insertCopyPool(ctx context.Context, rows []insertRow) (jobs []*store.Job, err error) {
-	pc, err := s.pool.Acquire(ctx)
+func (s *Store) insertCopyPool(ctx context.Context, rows []insertRow) ([]*store.Job, error) {
+	now, err := s.copyPool(ctx, rows)
 	if err != nil {
 		return nil, err
+	}
+	return jobsFromCopy(rows, now), nil
+}
+
+// copyPool is insertCopyPool without building the jobs: it returns the transaction's timestamp,
+// which every row took as created_at.
+func (s *Store) copyPool(ctx context.Context, rows []insertRow) (now time.Time, err error) {
+	pc, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return now, err
 	}
 	defer pc.Release()
 	conn := pc.Conn()
@@ -399,15 +483,14 @@ func (s *Store) insertCopyPool(ctx context.Context, rows []insertRow) (jobs []*s
 		}
 	}()
 
-	var now time.Time
 	b := &pgx.Batch{}
 	b.Queue(sqlBegin)
 	b.Queue(s.q.now).QueryRow(func(row pgx.Row) error { return row.Scan(&now) })
 	if err := conn.SendBatch(ctx, b).Close(); err != nil {
-		return nil, err
+		return now, err
 	}
 	if err := s.copyRows(ctx, conn, rows, now); err != nil {
-		return nil, err
+		return now, err
 	}
 	b = &pgx.Batch{}
 	for _, n := range insertNotifications(rows, time.Now()) {
@@ -416,12 +499,12 @@ func (s *Store) insertCopyPool(ctx context.Context, rows []insertRow) (jobs []*s
 	var tag pgconn.CommandTag
 	b.Queue(sqlCommit).Exec(func(ct pgconn.CommandTag) error { tag = ct; return nil })
 	if err := conn.SendBatch(ctx, b).Close(); err != nil {
-		return nil, err
+		return now, err
 	}
 	if tag.String() != "COMMIT" {
-		return nil, errors.New("commit: the transaction was rolled back")
+		return now, errors.New("commit: the transaction was rolled back")
 	}
-	return jobsFromCopy(rows, now), nil
+	return now, nil
 }
 
 // insertCopy writes the jobs with COPY inside the caller's transaction tx, then announces them
@@ -471,10 +554,58 @@ func (s *Store) notifyAll(ctx context.Context, tx copier, notes []string) error 
 
 // copyRows COPYs the rows into the jobs table. Rows take the transaction's timestamp now as
 // created_at (and as scheduled_at when not given), exactly what now() would give them.
+//
+// A column in which every row holds the column's default (see copyDefault) is left out of the COPY
+// and takes that default: a batch of plain jobs sends the five columns that carry something, not 22,
+// and pgx encodes, and PostgreSQL reads, a quarter of the values.
 func (s *Store) copyRows(ctx context.Context, db copier, rows []insertRow, now time.Time) error {
-	src := &copySource{rows: rows, now: now, pos: -1, vals: make([]any, len(copyColumns))}
-	_, err := db.CopyFrom(ctx, s.jobsTable, copyColumns, src)
+	var cols []int
+	var names []string
+	for c, name := range copyColumns {
+		if isDefault := copyDefault[c]; isDefault != nil && allRows(rows, isDefault) {
+			continue
+		}
+		cols = append(cols, c)
+		names = append(names, name)
+	}
+	src := &copySource{rows: rows, now: now, pos: -1, vals: make([]any, len(copyColumns)), cols: cols,
+		out: make([]any, len(cols))}
+	_, err := db.CopyFrom(ctx, s.jobsTable, names, src)
 	return err
+}
+
+// copyDefault tells, for the columns of copyColumns that have one, whether a row holds the column's
+// default (nil: the column is always sent). created_at always does: its default, now(), is the
+// transaction's timestamp, which copyRows writes.
+var copyDefault = [...]func(r *insertRow) bool{
+	4:  func(r *insertRow) bool { return len(r.p.Meta) == 0 },
+	5:  func(r *insertRow) bool { return r.p.Priority == 0 },
+	6:  func(r *insertRow) bool { return r.state == store.StateAvailable },
+	7:  func(r *insertRow) bool { return r.p.MaxAttempts == 1 },
+	8:  func(r *insertRow) bool { return len(r.tags) == 0 },
+	9:  func(r *insertRow) bool { return len(r.p.RetryPolicy) == 0 },
+	10: func(r *insertRow) bool { return r.p.Timeout.Milliseconds() == 0 },
+	11: func(*insertRow) bool { return true },
+	12: func(r *insertRow) bool { return r.p.ScheduledAt.IsZero() },
+	13: func(r *insertRow) bool { return r.p.ExpiresAt.IsZero() },
+	14: func(r *insertRow) bool { return r.p.UniqueKey == "" },
+	15: func(r *insertRow) bool { return r.p.Tenant == "" },
+	16: func(r *insertRow) bool { return r.p.RateKey == "" },
+	17: func(r *insertRow) bool { return r.p.WorkflowID == "" },
+	18: func(r *insertRow) bool { return r.parentIDs == nil },
+	19: func(r *insertRow) bool { return r.p.UniqueKey == "" },
+	20: func(r *insertRow) bool { return !r.uniqueUntil().Valid },
+	21: func(r *insertRow) bool { return r.p.RunOn == "" },
+}
+
+// allRows reports whether f holds for every row.
+func allRows(rows []insertRow, f func(*insertRow) bool) bool {
+	for i := range rows {
+		if !f(&rows[i]) {
+			return false
+		}
+	}
+	return true
 }
 
 // jobsFromCopy builds the jobs a COPY wrote at the transaction timestamp now.
@@ -490,12 +621,14 @@ func jobsFromCopy(rows []insertRow, now time.Time) []*store.Job {
 	return jobs
 }
 
-// copySource feeds insert rows to CopyFrom, reusing one value slice.
+// copySource feeds insert rows to CopyFrom, reusing its value slices.
 type copySource struct {
 	rows []insertRow
 	now  time.Time
 	pos  int
 	vals []any
+	cols []int // the indexes in copyColumns of the columns sent
+	out  []any
 }
 
 // Next advances to the next row.
@@ -519,7 +652,10 @@ func (c *copySource) Values() ([]any, error) {
 	v[13], v[14], v[15] = nullTime(p.ExpiresAt), nullText(p.UniqueKey), nullText(p.Tenant)
 	v[16], v[17], v[18] = nullText(p.RateKey), nullText(p.WorkflowID), r.parentIDs
 	v[19], v[20], v[21] = r.featureArgs()
-	return v, nil
+	for k, col := range c.cols {
+		c.out[k] = v[col]
+	}
+	return c.out, nil
 }
 
 // Err reports no error: the rows were validated beforehand.

@@ -178,13 +178,22 @@ RETURNING created_at, scheduled_at`
 	// sqlInsertArrays inserts the plain jobs (no unique key, no workflow fields) given as parallel
 	// arrays, one element per job, and returns the transaction's timestamp, which every row took as
 	// created_at (and as scheduled_at where $12 is NULL), with the number of rows written. Tags come
-	// as one JSON array per job (NULL for none): an array of arrays must be rectangular.
+	// as one JSON array per job (NULL for none): an array of arrays must be rectangular. A column
+	// whose value is the same for every job comes as an empty array, which unnest pads with NULLs,
+	// and that one value in its parameter of $16-$29, which coalesce puts in their place (the
+	// parameter is NULL when the column's array is full): a batch of like jobs sends, and
+	// PostgreSQL reads, the ids and the columns that differ, not 15 arrays of every job.
 	sqlInsertArrays = `WITH ins AS (
 	INSERT INTO {schema}.jobs (id, kind, queue, args, meta, priority, state, max_attempts, tags,
 		retry_policy, timeout_ms, scheduled_at, expires_at, tenant, rate_key)
-	SELECT id, kind, queue, args, meta, priority, state, max_attempts,
-		CASE WHEN tags IS NULL THEN '{}'::text[] ELSE ARRAY(SELECT jsonb_array_elements_text(tags)) END,
-		retry_policy, timeout_ms, coalesce(scheduled_at, now()), expires_at, tenant, rate_key
+	SELECT id, coalesce(kind, $16::text), coalesce(queue, $17::text), coalesce(args, $18::jsonb),
+		coalesce(meta, $19::jsonb), coalesce(priority, $20::int), coalesce(state, $21::text),
+		coalesce(max_attempts, $22::int),
+		CASE WHEN coalesce(tags, $23::jsonb) IS NULL THEN '{}'::text[]
+			ELSE ARRAY(SELECT jsonb_array_elements_text(coalesce(tags, $23::jsonb))) END,
+		coalesce(retry_policy, $24::jsonb), coalesce(timeout_ms, $25::bigint),
+		coalesce(scheduled_at, $26::timestamptz, now()), coalesce(expires_at, $27::timestamptz),
+		coalesce(tenant, $28::text), coalesce(rate_key, $29::text)
 	FROM unnest($1::uuid[], $2::text[], $3::text[], $4::jsonb[], $5::jsonb[], $6::int[], $7::text[],
 		$8::int[], $9::jsonb[], $10::jsonb[], $11::bigint[], $12::timestamptz[], $13::timestamptz[],
 		$14::text[], $15::text[])
