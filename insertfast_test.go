@@ -68,6 +68,19 @@ func TestInsertManyFast(t *testing.T) {
 		require.ErrorIs(t, err, pronto.ErrDuplicate)
 		require.Zero(t, n)
 
+		// A queue's bound holds for it as for InsertMany: a batch past it stores nothing.
+		require.NoError(t, c.QueueSetMaxDepth(ctx, "bounded", 15))
+		bounded := make([]pronto.InsertManyParams, 20)
+		for i := range bounded {
+			bounded[i] = pronto.InsertManyParams{Args: echoArgs{N: i}, Opts: &pronto.InsertOpts{Queue: "bounded"}}
+		}
+		n, err = c.InsertManyFast(ctx, bounded)
+		require.ErrorIs(t, err, pronto.ErrQueueFull)
+		require.Zero(t, n)
+		n, err = c.InsertManyFast(ctx, bounded[:15])
+		require.NoError(t, err)
+		require.Equal(t, 15, n)
+
 		// What it stored is there, and is worked.
 		want := stored + 1 + 2 + 1 // the batches, the unique holder, the two new jobs, the taken id
 		var done atomic.Int64
