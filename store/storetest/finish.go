@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"encoding/json"
+	"fmt"
 	"testing"
 	"time"
 
@@ -232,4 +233,57 @@ func testFinishBatch(t *testing.T, s store.Store) {
 	require.Equal(t, store.StateActive, get(t, s, act[2].ID).State)
 	require.Equal(t, store.StateAvailable, get(t, s, queued.ID).State, "an available job cannot be completed")
 	require.Equal(t, store.StateRetryable, get(t, s, act[3].ID).State)
+}
+
+// testFinishBatchColumns: every field of a completion takes effect in a batch, whether all the
+// batch's completions share its value (a store may send such a value once) or they differ.
+func testFinishBatchColumns(t *testing.T, s store.Store) {
+	const n = 6
+	later := time.Now().Add(time.Hour).Truncate(time.Millisecond)
+	run := func(shared bool) {
+		var act []*store.Job
+		for range n {
+			p := job("batch-columns")
+			p.MaxAttempts = 5
+			act = append(act, active(t, s, p))
+		}
+		cs := make([]store.Completion, n)
+		for i, a := range act {
+			c := store.Completion{ID: a.ID, Attempt: 1, Token: a.ClaimToken, State: store.StateCompleted,
+				Result: json.RawMessage(`{"same":true}`)}
+			if !shared && i%2 == 1 {
+				e := store.AttemptError{Attempt: 1, At: time.Now().Truncate(time.Millisecond), Type: "boom",
+					Message: fmt.Sprintf("failure %d", i)}
+				c = store.Completion{ID: a.ID, Attempt: 1, Token: a.ClaimToken, State: store.StateRetryable,
+					ScheduledAt: later.Add(time.Duration(i) * time.Second), Error: &e, RefundAttempt: i == 3}
+			}
+			cs[i] = c
+		}
+		res, err := s.Finish(ctx(t), cs)
+		require.NoError(t, err)
+		for i, r := range res {
+			require.True(t, r.Applied, "completion %d", i)
+		}
+		for i, c := range cs {
+			j := get(t, s, c.ID)
+			require.Equal(t, c.State, j.State, "job %d", i)
+			requireReleased(t, j)
+			if c.State == store.StateCompleted {
+				require.JSONEq(t, `{"same":true}`, string(j.Result), "job %d", i)
+				require.Empty(t, j.Errors)
+				require.Equal(t, 5, j.MaxAttempts)
+				continue
+			}
+			require.WithinDuration(t, c.ScheduledAt, j.ScheduledAt, precision, "job %d", i)
+			require.Len(t, j.Errors, 1)
+			require.Equal(t, c.Error.Message, j.Errors[0].Message)
+			want := 5
+			if c.RefundAttempt {
+				want = 6
+			}
+			require.Equal(t, want, j.MaxAttempts, "job %d", i)
+		}
+	}
+	run(true)
+	run(false)
 }

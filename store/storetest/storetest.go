@@ -98,6 +98,7 @@ var tests = []testCase{
 	{"FinishAfterCancelNotApplied", single(testFinishAfterCancel)},
 	{"FinishUnknownNotApplied", single(testFinishUnknown)},
 	{"FinishBatchInOrder", single(testFinishBatch)},
+	{"FinishBatchColumns", single(testFinishBatchColumns)},
 
 	{"Progress", single(testProgress)},
 	{"ProgressBatch", single(testProgressBatch)},
