@@ -362,18 +362,10 @@ func finishArgs(completions []store.Completion, ids []pgtype.UUID, order []int) 
 			}
 		}
 	}
-	// FlatArray spares pgx the reflection it uses on slices of other element types. A column every
-	// completion shares goes once (squeeze): a batch of successes sends its ids, states and tokens.
-	params := []any{pgtype.FlatArray[pgtype.UUID](uuids)}
-	scalars := make([]any, 0, 6)
-	params, scalars = squeeze(params, scalars, pgtype.FlatArray[int32](attempts), eqComparable)
-	params = append(params, pgtype.FlatArray[string](states))
-	params, scalars = squeeze(params, scalars, pgtype.FlatArray[pgtype.Timestamptz](scheduled), eqComparable)
-	params, scalars = squeeze(params, scalars, pgtype.FlatArray[[]byte](errs), eqNullBytes)
-	params, scalars = squeeze(params, scalars, pgtype.FlatArray[[]byte](res), eqNullBytes)
-	params, scalars = squeeze(params, scalars, pgtype.FlatArray[bool](refunds), eqComparable)
-	params, scalars = squeeze(params, scalars, pgtype.FlatArray[pgtype.UUID](tokens), eqComparable)
-	return append(params, scalars...), nil
+	// FlatArray spares pgx the reflection it uses on slices of other element types.
+	return []any{pgtype.FlatArray[pgtype.UUID](uuids), attempts, states,
+		pgtype.FlatArray[pgtype.Timestamptz](scheduled), pgtype.FlatArray[[]byte](errs),
+		pgtype.FlatArray[[]byte](res), refunds, pgtype.FlatArray[pgtype.UUID](tokens)}, nil
 }
 
 // Heartbeat extends the leases of the listed jobs that p.WorkerID still holds, in one statement, and

@@ -443,15 +443,8 @@ WHERE j.id = u.id AND j.state = 'active' AND j.claim_token = u.token`
 	// in the same attempt and, where a claim token is given ($8, NULL elements for none), under
 	// that claim, announces the queues it made claimable or whose rate-limited jobs left
 	// active, and returns the applied ids.
-	//
-	// As in sqlInsertArrays, a column every completion shares (all but the ids and the states, which
-	// unique_key_taken reads whole) may come as an empty array with its one value in $9-$14.
 	sqlFinish = `WITH u AS (
-	SELECT id, coalesce(attempt, $9::int) AS attempt, state,
-		coalesce(scheduled_at, $10::timestamptz) AS scheduled_at, coalesce(error, $11::jsonb) AS error,
-		coalesce(result, $12::jsonb) AS result, coalesce(refund, $13::bool) AS refund,
-		coalesce(token, $14::uuid) AS token
-	FROM unnest($1::uuid[], $2::int[], $3::text[], $4::timestamptz[], $5::jsonb[],
+	SELECT * FROM unnest($1::uuid[], $2::int[], $3::text[], $4::timestamptz[], $5::jsonb[],
 		$6::jsonb[], $7::bool[], $8::uuid[]) AS u(id, attempt, state, scheduled_at, error, result, refund, token)
 ), changed AS (
 	UPDATE {schema}.jobs j
