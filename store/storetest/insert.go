@@ -177,6 +177,26 @@ func testInsertDuplicate(t *testing.T, s store.Store) {
 	require.False(t, listed, "nothing of the refused batch is counted")
 	require.Empty(t, claim(t, s, "dups-other", 10), "nothing of the refused batch is claimable")
 
+	// Deep in a large batch too (a store may check the ids in chunks), and a large batch without one
+	// is written whole, every job found by its id.
+	large := make([]*store.InsertParams, 900)
+	for i := range large {
+		large[i] = job("dups-large")
+	}
+	deep := *dup
+	deep.Queue = "dups-large" // one queue: a store may write such a batch in one step
+	large[850] = &deep
+	_, err = s.Insert(ctx(t), large)
+	require.ErrorIs(t, err, store.ErrDuplicate)
+	_, listed = queueInfo(t, s, "dups-large")
+	require.False(t, listed, "nothing of the refused large batch is counted")
+	large[850] = job("dups-large")
+	_, err = s.Insert(ctx(t), large)
+	require.NoError(t, err)
+	for _, i := range []int{0, 399, 400, 401, 850, 899} {
+		require.Equal(t, "dups-large", get(t, s, large[i].ID).Queue)
+	}
+
 	// The same id twice in one batch is a duplicate too.
 	twice := job("dups-twice")
 	_, err = s.Insert(ctx(t), []*store.InsertParams{twice, twice})
