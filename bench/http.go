@@ -41,6 +41,7 @@ var (
 	httpRuns    = flag.Int("http-runs", 3, "runs per store for --http (each on a fresh server and database)")
 	httpOut     = flag.String("http-out", "", "directory for the --http report (http.md, http.json); default: print only")
 	prontoBin   = flag.String("pronto-bin", "", "a built pronto binary for --http (default: built from this checkout into a temporary folder)")
+	httpProfile = flag.String("http-profile", "", "directory for CPU profiles of `pronto serve` (started with --pprof), one per store, run and operation, taken over the measured window")
 )
 
 // httpOps are the measured operations, in the order they run (fetch works the enqueue phase's jobs).
@@ -140,6 +141,9 @@ func startServe(ctx context.Context, bin string, db httpDB) (*httpServer, error)
 		return nil, err
 	}
 	args := append([]string{"serve", "--addr", addr}, db.args...)
+	if *httpProfile != "" {
+		args = append(args, "--pprof")
+	}
 	cmd := exec.Command(bin, args...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
@@ -163,6 +167,36 @@ func startServe(ctx context.Context, bin string, db httpDB) (*httpServer, error)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// profile writes a CPU profile of the server taken over the next d (whole seconds, at least one) to
+// file.
+func (s *httpServer) profile(ctx context.Context, d time.Duration, file string) error {
+	secs := max(int(d.Seconds()), 1)
+	req, err := http.NewRequestWithContext(ctx, "GET", fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", s.base, secs), nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET /debug/pprof/profile: %s", resp.Status)
+	}
+	if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
+		return err
+	}
+	f, err := os.Create(file)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // cpu returns the server process's CPU seconds so far (user + system, from /proc).
@@ -424,8 +458,19 @@ func runHTTPStore(ctx context.Context, bin, storeName, dbURL, tmp string, run, c
 			}
 		}
 		r := httpOpResult{Store: storeName, Run: run, Op: name, LoadBefore: loadAvg()}
+		var profiled chan error
+		if *httpProfile != "" {
+			profiled = make(chan error, 1)
+			file := filepath.Join(*httpProfile, fmt.Sprintf("%s-run%d-%s.pprof", storeName, run, name))
+			go func() { time.Sleep(warm); profiled <- srv.profile(ctx, window, file) }()
+		}
 		s0, d0 := srv.cpu(), selfCPU()
 		r.Ops, r.Errors, r.Seconds, r.Note = measure(clients, warm, window, ops[name])
+		if profiled != nil {
+			if err := <-profiled; err != nil {
+				return out, fmt.Errorf("profiling pronto serve: %w", err)
+			}
+		}
 		r.ServerCPU, r.DriverCPU = srv.cpu()-s0, selfCPU()-d0
 		r.LoadAfter = loadAvg()
 		if r.Seconds > 0 {
