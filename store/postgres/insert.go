@@ -15,15 +15,20 @@ import (
 	"github.com/pronto-jobs/pronto/store"
 )
 
-// Batch sizes choosing how Insert writes plain jobs. Up to pipelineMax, one pipelined batch of
-// single-row INSERTs (one round trip). Up to arraysMax, one INSERT of parallel arrays, also one
-// round trip, sending only the columns in which the jobs differ (see sqlInsertArrays); above it,
+// Batch sizes choosing how Insert writes plain jobs. Below arraysMin, one pipelined batch of
+// single-row INSERTs (one round trip); so too up to pipelineMax when a job of the batch can be
+// handed to a waiting producer (sqlInsertHanded is a single-row INSERT). Up to arraysMax, one
+// INSERT of parallel arrays, also one round trip, sending only the columns in which the jobs differ
+// (see sqlInsertArrays): from 4 jobs on it costs the database less than as many single INSERTs
+// (BenchmarkSmallInsert, eight inserters at once: equal at 4 jobs, 15% more jobs/s at 8, 30% at
+// 16), which is what merged HTTP enqueues mostly are (docs/benchmarks.md, seventeenth session); above it,
 // COPY, which streams the rows in four round trips (the transaction's timestamp, the COPY statement,
 // its data, the commit) instead of building one message of them all. Since the arrays carry only the
 // columns that differ, they beat COPY at every size measured, 100 to 10,000 jobs (20-35% less time
 // per batch of 1000, a third to half of the client's CPU; docs/benchmarks.md, sixteenth session).
 // Batches that are not plain (unique jobs, workflows) use COPY above pipelineMax.
 const (
+	arraysMin   = 4
 	pipelineMax = 9
 	arraysMax   = 10000
 )
@@ -77,7 +82,7 @@ func (s *Store) Insert(ctx context.Context, params []*store.InsertParams) ([]*st
 	switch {
 	case len(rows) <= pipelineMax && s.handoff != nil:
 		jobs, err = s.insertHandingOff(ctx, rows)
-	case len(rows) <= pipelineMax:
+	case len(rows) < arraysMin:
 		jobs, err = s.insertBatch(ctx, s.pool, rows)
 	case len(rows) <= arraysMax:
 		jobs, err = s.insertArrays(ctx, s.pool, rows)
@@ -91,10 +96,10 @@ func (s *Store) Insert(ctx context.Context, params []*store.InsertParams) ([]*st
 }
 
 // InsertFast writes the jobs as Insert does and returns how many it stored, without building them
-// (store.FastInserter): the plain batches of 10 jobs or more, written with one INSERT of arrays or
-// with COPY, are not read back, and no Job is made per job. Other batches go through Insert.
+// (store.FastInserter): the plain batches written with one INSERT of arrays or with COPY (from
+// arraysMin jobs on, or above pipelineMax where the hand-off is on) are not read back, and no Job is made per job. Other batches go through Insert.
 func (s *Store) InsertFast(ctx context.Context, params []*store.InsertParams) (int, error) {
-	if len(params) <= pipelineMax {
+	if len(params) < arraysMin || (len(params) <= pipelineMax && s.handoff != nil) {
 		jobs, err := s.Insert(ctx, params)
 		return store.CountStored(jobs), err
 	}
@@ -249,7 +254,7 @@ func (s *Store) InsertPgxTx(ctx context.Context, tx pgx.Tx, params []*store.Inse
 	var jobs []*store.Job
 	if special {
 		jobs, err = s.insertSpecial(ctx, tx, rows, insertSavepoint)
-	} else if len(rows) <= pipelineMax {
+	} else if len(rows) < arraysMin {
 		jobs, err = s.insertBatch(ctx, tx, rows)
 	} else if len(rows) <= arraysMax {
 		jobs, err = s.insertArrays(ctx, tx, rows)
@@ -351,11 +356,13 @@ func (s *Store) insertHandingOff(ctx context.Context, rows []insertRow) ([]*stor
 	// queues holds, per queue, the ids of its handable jobs, or nil when it has a job to announce
 	// that cannot be handed.
 	queues := make(map[string][]pgtype.UUID, 1)
+	anyHandable := false
 	for i := range rows {
 		r := &rows[i]
 		ids, seen := queues[r.p.Queue]
 		handable[i] = r.state == store.StateAvailable && r.p.Tenant == "" &&
 			(r.p.ScheduledAt.IsZero() || !r.p.ScheduledAt.After(now)) && s.handoff.tryHandoff(r.p.Queue, r.p.Kind, now)
+		anyHandable = anyHandable || handable[i]
 		switch {
 		case handable[i] && (!seen || ids != nil):
 			queues[r.p.Queue] = append(ids, r.id)
@@ -364,6 +371,12 @@ func (s *Store) insertHandingOff(ctx context.Context, rows []insertRow) ([]*stor
 		case !seen:
 			queues[r.p.Queue] = ids
 		}
+	}
+	if !anyHandable {
+		if len(rows) < arraysMin {
+			return s.insertBatch(ctx, s.pool, rows)
+		}
+		return s.insertArrays(ctx, s.pool, rows)
 	}
 	b := &pgx.Batch{}
 	states := make([]store.State, len(rows))

@@ -12,7 +12,7 @@ import (
 	"github.com/pronto-jobs/pronto/store"
 )
 
-// TestInsertBatchColumns: every way of writing a batch (one INSERT of arrays, COPY for a batch
+// TestInsertBatchColumns: every way of writing a batch (single INSERTs, one INSERT of arrays, COPY for a batch
 // above arraysMax, COPY for the plain jobs of a batch with a unique job) stores every column as
 // given, whether the jobs all hold a column's default (left out of the COPY), all share one other
 // value (sent once with the arrays), or differ. InsertFast stores the same and counts the jobs.
@@ -76,15 +76,27 @@ func TestInsertBatchColumns(t *testing.T) {
 			require.True(t, got.ScheduledAt.Equal(read.ScheduledAt))
 		}
 	}
+	// A small batch is written with single INSERTs while one of its jobs may be handed to a waiting
+	// producer (the hand-off, on by default), else as arrays from arraysMin jobs on: noHandoff
+	// reaches the latter.
 	for _, path := range []struct {
-		name   string
-		n      int
-		unique bool
-	}{{"arrays", 20, false}, {"copy", arraysMax + 1, false}, {"copy-beside-unique", 12, true}} {
+		name      string
+		n         int
+		unique    bool
+		noHandoff bool
+	}{{"arrays", 20, false, false}, {"arrays-small", arraysMin, false, true},
+		{"pipeline", arraysMin - 1, false, true}, {"handoff-small", pipelineMax, false, false},
+		{"copy", arraysMax + 1, false, false}, {"copy-beside-unique", 12, true, false}} {
 		for _, shape := range []string{"defaults", "shared", "differing"} {
 			t.Run(fmt.Sprintf("%s/%s", path.name, shape), func(t *testing.T) {
 				t.Parallel()
 				s := setup(t)
+				if path.noHandoff {
+					var err error
+					s, err = New(s.pool, Config{Schema: s.schema, NoHandoff: true})
+					require.NoError(t, err)
+					t.Cleanup(func() { require.NoError(t, s.Close()) })
+				}
 				for _, fast := range []bool{false, true} {
 					batch := make([]*store.InsertParams, path.n)
 					for i := range batch {
