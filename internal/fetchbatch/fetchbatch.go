@@ -22,8 +22,9 @@ import (
 
 // Defaults of Config.
 const (
-	DefaultMaxSlots   = 1000
-	DefaultMaxFlights = 2
+	DefaultMaxSlots = 1000
+	// DefaultMaxFlights is one claim of a queue at a time, for the reason insertbatch gives.
+	DefaultMaxFlights = 1
 )
 
 // Config configures a Batcher.

@@ -23,8 +23,9 @@ import (
 
 // Defaults of Config.
 const (
-	DefaultMaxBatch   = 500
-	DefaultMaxFlights = 2
+	DefaultMaxBatch = 500
+	// DefaultMaxFlights is one write at a time, for the reason insertbatch gives.
+	DefaultMaxFlights = 1
 )
 
 // writeTimeout bounds one write: outcomes are written whether or not their callers still wait,

@@ -1,6 +1,6 @@
 // Package insertbatch merges concurrent single-job inserts into batched store writes (group
 // commit). A caller hands its job over and waits for its own outcome. When fewer than MaxFlights
-// writes are in flight the job is written at once, by the caller itself when it is alone: there is
+// writes are in flight (by default: none) the job is written at once, by the caller itself when it is alone: there is
 // no window to wait out and no goroutine to wake, so a lone caller is as fast as a direct insert. While writes are in flight, the jobs handed over meanwhile gather
 // and go together in the next write, up to a size bound. Under load each statement carries as many
 // jobs as arrived during the previous one, and the statements (and transactions) per job fall.
@@ -27,8 +27,12 @@ import (
 
 // Defaults of Config.
 const (
-	DefaultMaxBatch   = 500
-	DefaultMaxFlights = 2
+	DefaultMaxBatch = 500
+	// DefaultMaxFlights is one write at a time: under load, each write then carries every job that
+	// arrived during the previous one, and the fewer, larger writes cost the database and the
+	// client less than two overlapping ones did (docs/architecture.md, "Remote fetches and outcomes"), while
+	// a lone caller still writes at once.
+	DefaultMaxFlights = 1
 )
 
 // InsertFunc writes jobs atomically and returns them in the order given (store.Store.Insert).
