@@ -17,7 +17,7 @@ import (
 
 // GetJob returns the job with id, or an error wrapping store.ErrNotFound.
 func (s *Store) GetJob(ctx context.Context, id string) (*store.Job, error) {
-	j, err := firstJob(s.r.QueryContext(ctx, getJobSQL, id))
+	j, err := firstJob(s.readQuery(ctx, getJobSQL, id))
 	if err != nil {
 		return nil, s.rowError("get job "+id, err)
 	}

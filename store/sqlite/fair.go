@@ -27,10 +27,6 @@ func tenantInQueueSQL(queue string) string {
 			AND t.state IN ('available', 'scheduled', 'retryable'))`
 }
 
-// queueTenantSQL asks tenantInQueueSQL of queue ?1; Claim asks it only when its statement claimed
-// nothing and the queue has no claimable job with a rate key.
-var queueTenantSQL = `SELECT ` + tenantInQueueSQL("?1")
-
 // fairCond is the condition of a job a fair turn may take: queue ?2 at ?1.
 const fairCond = `queue = ?2 AND state IN ('available', 'scheduled', 'retryable')
 		AND (state = 'available' OR scheduled_at <= ?1)

@@ -87,26 +87,21 @@ func (s *Store) claim(ctx context.Context, p store.ClaimParams) ([]*store.Job, e
 		return nil, fmt.Errorf("claim jobs from queue %q: %w", p.Queue, err)
 	}
 	if len(jobs) == 0 {
-		var keyed bool
-		if err := s.r.QueryRowContext(ctx, queueKeyedSQL, p.Queue).Scan(&keyed); err != nil {
+		var keyed, tenants bool
+		if err := s.readRow(ctx, queueModeSQL, p.Queue).Scan(&keyed, &tenants); err != nil {
 			return nil, fmt.Errorf("claim jobs from queue %q: %w", p.Queue, err)
 		}
-		if keyed {
+		switch {
+		case keyed:
 			if jobs, err = s.claimLimited(ctx, p); err != nil {
 				return nil, fmt.Errorf("claim jobs from queue %q: %w", p.Queue, err)
 			}
-		} else {
-			var tenants bool
-			if err := s.r.QueryRowContext(ctx, queueTenantSQL, p.Queue).Scan(&tenants); err != nil {
+		case tenants:
+			// In the order of the turns, not sorted.
+			if jobs, err = s.claimFair(ctx, p); err != nil {
 				return nil, fmt.Errorf("claim jobs from queue %q: %w", p.Queue, err)
 			}
-			if tenants {
-				// In the order of the turns, not sorted.
-				if jobs, err = s.claimFair(ctx, p); err != nil {
-					return nil, fmt.Errorf("claim jobs from queue %q: %w", p.Queue, err)
-				}
-				return jobs, nil
-			}
+			return jobs, nil
 		}
 	}
 	sortClaimOrder(jobs)
@@ -653,7 +648,7 @@ func (s *Store) DiscardExpired(ctx context.Context, limit int) (int, error) {
 func (s *Store) NextDue(ctx context.Context, queue string) (time.Time, bool, error) {
 	nowUS, _ := s.nowMicro()
 	var v sql.NullInt64
-	if err := s.r.QueryRowContext(ctx, nextDueSQL, queue, nowUS).Scan(&v); err != nil {
+	if err := s.readRow(ctx, nextDueSQL, queue, nowUS).Scan(&v); err != nil {
 		return time.Time{}, false, fmt.Errorf("next due time of queue %q: %w", queue, s.schemaHint(err))
 	}
 	if !v.Valid {

@@ -234,11 +234,10 @@ func (s *Store) migrationStatus(ctx context.Context) ([]store.Migration, []int, 
 func (s *Store) resetStmts() {
 	s.stmtMu.Lock()
 	defer s.stmtMu.Unlock()
-	if s.stmts == nil {
-		return
-	}
-	for q, st := range s.stmts {
-		_ = st.Close()
-		delete(s.stmts, q)
+	for _, stmts := range []map[string]*sql.Stmt{s.stmts, s.rstmts} {
+		for q, st := range stmts {
+			_ = st.Close()
+			delete(stmts, q)
+		}
 	}
 }

@@ -63,7 +63,7 @@ func (s *Store) SetProgress(ctx context.Context, p store.ProgressParams) (bool, 
 
 // GetProgress returns the latest progress reported for the job, or nil.
 func (s *Store) GetProgress(ctx context.Context, id string) (*store.Progress, error) {
-	p, err := scanProgress(s.r.QueryRowContext(ctx, getProgressSQL, id))
+	p, err := scanProgress(s.readRow(ctx, getProgressSQL, id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, nil
 	}
@@ -87,7 +87,11 @@ func (s *Store) GetProgressBatch(ctx context.Context, ids []string) (map[string]
 	if err != nil {
 		return nil, err
 	}
-	rows, err := s.r.QueryContext(ctx, getProgressBatchSQL, string(arg))
+	st, err := s.readStmt(ctx, getProgressBatchSQL)
+	if err != nil {
+		return nil, fmt.Errorf("get progress of %d jobs: %w", len(ids), s.schemaHint(err))
+	}
+	rows, err := st.QueryContext(ctx, string(arg))
 	if err != nil {
 		return nil, fmt.Errorf("get progress of %d jobs: %w", len(ids), s.schemaHint(err))
 	}

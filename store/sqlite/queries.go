@@ -455,9 +455,10 @@ func keyedInQueueSQL(queue string) string {
 		WHERE j.queue = ` + queue + ` AND j.rate_key IS NOT NULL AND j.state IN ('available', 'scheduled', 'retryable'))`
 }
 
-// queueKeyedSQL asks keyedInQueueSQL of queue ?1. Claim asks it, on a reader, only when its statement
-// claimed nothing.
-var queueKeyedSQL = `SELECT ` + keyedInQueueSQL("?1")
+// queueModeSQL asks keyedInQueueSQL and tenantInQueueSQL of queue ?1 at once. Claim asks it, on a
+// reader, only when its statement claimed nothing: rate-limited jobs take the limited claim, else
+// tenant jobs the fair one.
+var queueModeSQL = `SELECT ` + keyedInQueueSQL("?1") + `, ` + tenantInQueueSQL("?1")
 
 // queueRateKeysCTE enumerates, as k(key), the distinct rate keys of queue ?1's claimable jobs, one
 // seek of pronto_jobs_rate_queue per key (however many jobs each has).
