@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/pprof"
 	"sort"
 	"strconv"
 	"strings"
@@ -41,7 +42,7 @@ var (
 	httpRuns    = flag.Int("http-runs", 3, "runs per store for --http (each on a fresh server and database)")
 	httpOut     = flag.String("http-out", "", "directory for the --http report (http.md, http.json); default: print only")
 	prontoBin   = flag.String("pronto-bin", "", "a built pronto binary for --http (default: built from this checkout into a temporary folder)")
-	httpProfile = flag.String("http-profile", "", "directory for CPU profiles of `pronto serve` (started with --pprof), one per store, run and operation, taken over the measured window")
+	httpProfile = flag.String("http-profile", "", "directory for CPU profiles of `pronto serve` (started with --pprof) and of the driver (driver-*.pprof), one per store, run and operation, taken over the measured window")
 )
 
 // httpOps are the measured operations, in the order they run (fetch works the enqueue phase's jobs).
@@ -167,6 +168,22 @@ func startServe(ctx context.Context, bin string, db httpDB) (*httpServer, error)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// profileSelf starts a CPU profile of this process (the HTTP driver) into file; stop ends it.
+func profileSelf(file string) (stop func(), err error) {
+	if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
+		return nil, err
+	}
+	f, err := os.Create(file)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }
 
 // profile writes a CPU profile of the server taken over the next d (whole seconds, at least one) to
@@ -462,7 +479,18 @@ func runHTTPStore(ctx context.Context, bin, storeName, dbURL, tmp string, run, c
 		if *httpProfile != "" {
 			profiled = make(chan error, 1)
 			file := filepath.Join(*httpProfile, fmt.Sprintf("%s-run%d-%s.pprof", storeName, run, name))
-			go func() { time.Sleep(warm); profiled <- srv.profile(ctx, window, file) }()
+			driverFile := filepath.Join(*httpProfile, fmt.Sprintf("driver-%s-run%d-%s.pprof", storeName, run, name))
+			go func() {
+				time.Sleep(warm)
+				stop, err := profileSelf(driverFile)
+				if err != nil {
+					profiled <- err
+					return
+				}
+				err = srv.profile(ctx, window, file)
+				stop()
+				profiled <- err
+			}()
 		}
 		s0, d0 := srv.cpu(), selfCPU()
 		r.Ops, r.Errors, r.Seconds, r.Note = measure(clients, warm, window, ops[name])
