@@ -21,11 +21,12 @@ import (
 // INSERT of parallel arrays, also one round trip, sending only the columns in which the jobs differ
 // (see sqlInsertArrays): from 4 jobs on it costs the database less than as many single INSERTs
 // (BenchmarkSmallInsert, eight inserters at once: equal at 4 jobs, 15% more jobs/s at 8, 30% at
-// 16), which is what merged HTTP enqueues mostly are (docs/benchmarks.md, seventeenth session); above it,
-// COPY, which streams the rows in four round trips (the transaction's timestamp, the COPY statement,
-// its data, the commit) instead of building one message of them all. Since the arrays carry only the
-// columns that differ, they beat COPY at every size measured, 100 to 10,000 jobs (20-35% less time
-// per batch of 1000, a third to half of the client's CPU; docs/benchmarks.md, sixteenth session).
+// 16), and merged HTTP enqueues are mostly such batches (docs/benchmarks.md, seventeenth
+// session). Above arraysMax, COPY, which streams the rows in four round trips (the transaction's
+// timestamp, the COPY statement, its data, the commit) instead of building one message of them all.
+// Since the arrays carry only the columns that differ, they beat COPY at every size measured, 100
+// to 10,000 jobs (20-35% less time per batch of 1000, a third to half of the client's CPU;
+// docs/benchmarks.md, sixteenth session).
 // Batches that are not plain (unique jobs, workflows) use COPY above pipelineMax.
 const (
 	arraysMin   = 4
@@ -97,7 +98,8 @@ func (s *Store) Insert(ctx context.Context, params []*store.InsertParams) ([]*st
 
 // InsertFast writes the jobs as Insert does and returns how many it stored, without building them
 // (store.FastInserter): the plain batches written with one INSERT of arrays or with COPY (from
-// arraysMin jobs on, or above pipelineMax where the hand-off is on) are not read back, and no Job is made per job. Other batches go through Insert.
+// arraysMin jobs on, or above pipelineMax where the hand-off is on) are not read back, and no Job
+// is made per job. Other batches go through Insert.
 func (s *Store) InsertFast(ctx context.Context, params []*store.InsertParams) (int, error) {
 	if len(params) < arraysMin || (len(params) <= pipelineMax && s.handoff != nil) {
 		jobs, err := s.Insert(ctx, params)
