@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"sort"
 	"strconv"
 	"strings"
@@ -219,4 +220,14 @@ func loadAvg() string {
 		return strings.Join(f[:3], " ")
 	}
 	return strings.TrimSpace(string(b))
+}
+
+// profileInto starts a CPU profile of this process into f, which stop ends and closes (f is closed
+// at once when the profile cannot start).
+func profileInto(f *os.File) (stop func(), err error) {
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }
