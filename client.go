@@ -626,9 +626,13 @@ func (c *Client) onRescue(res store.RescueResult) {
 		c.events.emit(&Event{Kind: EventRescued, Job: j, At: now})
 	}
 	for _, j := range res.Discarded {
-		c.events.emit(&Event{Kind: EventDiscarded, Job: j, Err: errors.New("lease expired with no attempts left"), At: now})
+		c.events.emit(&Event{Kind: EventDiscarded, Job: j, Err: errLeaseExpiredDiscarded, At: now})
 	}
 }
+
+// errLeaseExpiredDiscarded is the error of a job the rescuer discarded: its run lost the lease on the
+// last attempt allowed. It wraps ErrJobLost so that subscribers can tell it from a worker's error.
+var errLeaseExpiredDiscarded = fmt.Errorf("%w: lease expired with no attempts left", ErrJobLost)
 
 type resultKey struct{}
 

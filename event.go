@@ -16,7 +16,7 @@ const (
 	// EventFailed: an attempt failed and the job will be retried (it is retryable).
 	EventFailed EventKind = "job.failed"
 	// EventDiscarded: the job failed for good (attempts spent, Discard, non-retryable error, expired
-	// lease with no attempts left).
+	// lease with no attempts left; for the last, Err is ErrJobLost, wrapped).
 	EventDiscarded EventKind = "job.discarded"
 	// EventCancelled: the job was cancelled (by JobCancel on this client, or by its worker with Cancel,
 	// or while running here).

@@ -278,6 +278,7 @@ type demoStats struct {
 	failed    int // failed attempts that will be retried
 	panics    int
 	snoozes   int
+	lost      int                      // runs whose lease ran out and that the rescuer requeued or discarded
 	runTime   map[string]time.Duration // per kind, of attempts that ended
 	runs      map[string]int
 	lastDone  time.Time
@@ -322,6 +323,11 @@ func (s *demoStats) consume(events <-chan *pronto.Event, total int) {
 			s.failed++
 		case pronto.EventSnoozed:
 			s.snoozes++
+		case pronto.EventRescued:
+			s.lost++
+		}
+		if e.Kind == pronto.EventDiscarded && errors.Is(e.Err, pronto.ErrJobLost) {
+			s.lost++
 		}
 		if len(s.finished) == total && !s.closed {
 			s.closed = true
@@ -354,6 +360,9 @@ type demoSummary struct {
 	Panics         int                        `json:"panics_recovered"`
 	Snoozes        int                        `json:"snoozes"`
 	Scheduled      int                        `json:"scheduled"`
+	// LostLeases counts runs that stalled past their lease (an overloaded machine: the heartbeat came
+	// too late) and were taken back by the rescuer; each one adds an attempt nobody scripted.
+	LostLeases int `json:"lost_leases"`
 }
 
 type demoKindResult struct {
@@ -570,6 +579,7 @@ func summarize(ctx context.Context, c *pronto.Client, stats *demoStats, plan *de
 		Database: display, Jobs: plan.total,
 		States: map[pronto.State]int{}, Kinds: map[string]*demoKindResult{},
 		FailedAttempts: stats.failed, Panics: stats.panics, Snoozes: stats.snoozes, Scheduled: plan.scheduled,
+		LostLeases: stats.lost,
 	}
 	for _, k := range demoKinds {
 		kr := &demoKindResult{}
@@ -658,6 +668,9 @@ func printDemoSummary(w io.Writer, s *demoSummary, inspect string, memory bool, 
 	fmt.Fprintf(w, "Totals: %s.\n", strings.Join(states, ", "))
 	fmt.Fprintf(w, "Attempts: %d for %d jobs: %d failed and were retried, %d panic recovered, %d snoozed.\n\n",
 		s.Attempts, s.Jobs, s.FailedAttempts, s.Panics, s.Snoozes)
+	if s.LostLeases > 0 {
+		fmt.Fprintf(w, "%d runs stalled past their lease (is the machine overloaded?) and the rescuer ran them again.\n\n", s.LostLeases)
+	}
 	// The table is aligned first, then coloured a whole line at a time (escape codes would count as
 	// width in the tabwriter).
 	var table bytes.Buffer
