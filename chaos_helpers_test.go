@@ -137,7 +137,14 @@ func runChaosWorker(kind string) int {
 		say("done %s %d", j.ID, j.Attempt)
 		return nil
 	}))
-	cfg := fastConfig(workers, defaultQueue(8))
+	queue := pronto.QueueConfig{MaxWorkers: 8}
+	if n, err := strconv.Atoi(os.Getenv(chaosWorkersEnv)); err == nil {
+		queue.MaxWorkers = n
+	}
+	if n, err := strconv.Atoi(os.Getenv(chaosPrefetchEnv)); err == nil {
+		queue.Prefetch = n
+	}
+	cfg := fastConfig(workers, map[string]pronto.QueueConfig{pronto.DefaultQueue: queue})
 	cfg.ID = fmt.Sprintf("chaos-%d", pid)
 	cfg.LeaseDuration = chaosLease
 	cfg.HeartbeatInterval = chaosHeartbeat
@@ -177,6 +184,13 @@ func runChaosWorker(kind string) int {
 	say("stopped")
 	return 0
 }
+
+// chaosWorkersEnv and chaosPrefetchEnv set a chaos worker's MaxWorkers (default 8) and Prefetch
+// (default 0).
+const (
+	chaosWorkersEnv  = "PRONTO_CHAOS_WORKERS"
+	chaosPrefetchEnv = "PRONTO_CHAOS_PREFETCH"
+)
 
 // chaosRoleEnv set to "server" makes a chaos worker process an OJS HTTP server instead (no workers:
 // OJS workers fetch from it over HTTP).

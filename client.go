@@ -117,6 +117,9 @@ type runningJob struct {
 	// claim (or of the last heartbeat that extended it) plus LeaseDuration. Only the heartbeat loop
 	// reads and writes it after execute, under runMu.
 	leaseUntil time.Time
+	// started is set when a worker takes the run up; until then the run is prefetched (waiting in its
+	// queue's pool), and Stop gives it back without running it.
+	started atomic.Bool
 
 	// The run's Work-call state and context, and its outcome on its way to the store, live in the one
 	// allocation a run makes (see execute), rather than in a holder, a context value and a callback
@@ -252,14 +255,16 @@ func (c *Client) Start(ctx context.Context) error {
 	c.pools = make(map[string]chan jobTask, len(c.cfg.Queues))
 	for name, q := range c.cfg.Queues {
 		name := name
-		tasks := make(chan jobTask, q.MaxWorkers)
+		// The producer claims into MaxWorkers+Prefetch slots; the pool's channel holds the prefetched
+		// jobs until one of the MaxWorkers goroutines takes them up.
+		tasks := make(chan jobTask, q.MaxWorkers+q.Prefetch)
 		c.pools[name] = tasks
 		for range q.MaxWorkers {
 			go c.workerPool(tasks)
 		}
 		c.producers[name] = producer.New(producer.Config{
 			Queue:      name,
-			MaxWorkers: q.MaxWorkers,
+			MaxWorkers: q.MaxWorkers + q.Prefetch,
 			Claim: func(ctx context.Context, limit int) ([]*store.Job, error) {
 				return c.store.Claim(ctx, store.ClaimParams{
 					Queue: name, Kinds: c.kinds, Limit: limit,
@@ -363,6 +368,8 @@ func (c *Client) stop(ctx context.Context) error {
 		c.signal(gone, []store.Notification{{Kind: store.NotifyGone, Client: c.cfg.ID}})
 		cancel()
 	}
+	// No claim runs any more: the prefetched jobs that no worker has taken up go back at once.
+	c.returnPrefetched()
 	var result error
 	jobsDone := make(chan struct{})
 	go func() { c.jobsWG.Wait(); close(jobsDone) }()
@@ -399,6 +406,29 @@ func (c *Client) stop(ctx context.Context) error {
 	c.cancelWork(ErrShutdown)
 	c.cfg.Logger.Info("pronto: client stopped", "client", c.cfg.ID)
 	return result
+}
+
+// returnPrefetched cancels, with ErrShutdown, the runs no worker has started: each is then given
+// back to available with its attempt refunded, without running. The producers have stopped, so the
+// pools' channels hold only such runs: one more goroutine per prefetching pool takes them up, so
+// that they go back at once rather than after the running jobs free a worker.
+func (c *Client) returnPrefetched() {
+	for name, q := range c.cfg.Queues {
+		if q.Prefetch > 0 {
+			go c.workerPool(c.pools[name])
+		}
+	}
+	c.runMu.Lock()
+	var waiting []context.CancelCauseFunc
+	for _, rj := range c.running {
+		if rj.cancel != nil && !rj.started.Load() {
+			waiting = append(waiting, rj.cancel)
+		}
+	}
+	c.runMu.Unlock()
+	for _, cancel := range waiting {
+		cancel(ErrShutdown)
+	}
 }
 
 // abandonStuckJobs returns jobs whose workers ignore cancellation to available; their late outcomes
@@ -787,11 +817,14 @@ func (c *Client) run(t jobTask) {
 		case <-jobCtx.Done():
 		}
 	}
-	c.emitStarted([]*JobRow{row})
+	t.run.started.Store(true)
 	start := time.Now()
-	if jobCtx.Err() != nil && t.after != nil {
-		err = context.Cause(jobCtx) // stopped while waiting: the worker never ran
+	if jobCtx.Err() != nil {
+		// Stopped before its worker started (superseded while waiting for the earlier run, or a
+		// prefetched job cancelled, lost or given back by Stop): the worker never runs.
+		err = context.Cause(jobCtx)
 	} else {
+		c.emitStarted([]*JobRow{row})
 		err = c.runWorker(jobCtx, row)
 	}
 	dur := time.Since(start)

@@ -14,6 +14,15 @@ import (
 type QueueConfig struct {
 	// MaxWorkers is how many of the queue's jobs this client runs at once (default 100).
 	MaxWorkers int
+	// Prefetch is how many of the queue's jobs this client may claim beyond its free workers, to
+	// start each as soon as a worker frees (default 0: a claim takes only what free workers can run).
+	// It takes the claim's round trip off the path between one job and the next, which is what
+	// bounds a queue of short jobs with few workers. A prefetched job is claimed: it counts as
+	// active (toward rate and tenant limits too), its lease is renewed by this client's heartbeats
+	// while it waits, no other client can run it, and its timeout starts only when its worker does.
+	// Stop gives the jobs not yet started back at once, their attempt refunded; a process that
+	// dies holds them until their leases run out, like its running jobs.
+	Prefetch int
 }
 
 // Config configures a Client. The zero value is valid for an insert-only client; a client that works
@@ -220,6 +229,9 @@ func (c Config) withDefaults() (Config, error) {
 		}
 		if q.MaxWorkers < 0 {
 			return c, fmt.Errorf("pronto: config: queue %q: MaxWorkers %d is negative", name, q.MaxWorkers)
+		}
+		if q.Prefetch < 0 {
+			return c, fmt.Errorf("pronto: config: queue %q: Prefetch %d is negative", name, q.Prefetch)
 		}
 		queues[name] = q
 	}

@@ -1,7 +1,9 @@
 package pronto_test
 
 import (
+	"cmp"
 	"context"
+	"os"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -11,9 +13,11 @@ import (
 
 	"github.com/pronto-jobs/pronto"
 	"github.com/pronto-jobs/pronto/internal/testdb"
+	"github.com/pronto-jobs/pronto/internal/uuidv7"
 	"github.com/pronto-jobs/pronto/store"
 	"github.com/pronto-jobs/pronto/store/memory"
 	"github.com/pronto-jobs/pronto/store/postgres"
+	redisstore "github.com/pronto-jobs/pronto/store/redis"
 	"github.com/pronto-jobs/pronto/store/sqlite"
 )
 
@@ -27,6 +31,13 @@ const (
 )
 
 var allStores = []storeKind{kindMemory, kindSQLite, kindPostgres}
+
+// kindRedis is the Redis store on the machine's Redis (PRONTO_TEST_REDIS_ADDR, default
+// 127.0.0.1:6379), under a key prefix of its own; tests that name it run there too (store/redis's
+// own tests cover the store; these cover client behaviour that meets its hand-off).
+const kindRedis storeKind = "redis"
+
+var storesWithRedis = []storeKind{kindMemory, kindSQLite, kindPostgres, kindRedis}
 
 // testStore is a fresh store plus a way to open more instances over the same data (more "clients").
 type testStore struct {
@@ -68,13 +79,29 @@ func newTestStore(t testing.TB, kind storeKind) *testStore {
 		s := open(t)
 		return &testStore{Store: s, kind: kind, schema: schema, reopen: open}
 	}
+	if kind == kindRedis {
+		url := "redis://" + cmp.Or(os.Getenv("PRONTO_TEST_REDIS_ADDR"), "127.0.0.1:6379") + "/0?key_prefix=clienttest:" + uuidv7.New() + ":"
+		open := func(t testing.TB) store.Store {
+			s, err := redisstore.Open(ctx, url, redisstore.Options{})
+			require.NoError(t, err, "the client tests that run on Redis need one: redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save \"\" --appendonly no")
+			t.Cleanup(func() { _ = s.Close() })
+			return s
+		}
+		s := open(t)
+		return &testStore{Store: s, kind: kind, reopen: open}
+	}
 	t.Fatalf("unknown store kind %q", kind)
 	return nil
 }
 
 // forEachStore runs f as a parallel subtest per backend.
 func forEachStore(t *testing.T, f func(t *testing.T, ts *testStore)) {
-	for _, k := range allStores {
+	forEachStoreOf(t, allStores, f)
+}
+
+// forEachStoreOf runs f as a parallel subtest per backend of kinds.
+func forEachStoreOf(t *testing.T, kinds []storeKind, f func(t *testing.T, ts *testStore)) {
+	for _, k := range kinds {
 		t.Run(string(k), func(t *testing.T) {
 			t.Parallel()
 			f(t, newTestStore(t, k))

@@ -22,7 +22,10 @@ type QueueStats struct {
 	// Running is how many of the queue's jobs this client runs now (including ones whose outcome is
 	// being decided).
 	Running int
-	// Free is how many more it could claim now: the queue's MaxWorkers less Running.
+	// Prefetched is how many it has claimed ahead of a free worker (QueueConfig.Prefetch).
+	Prefetched int
+	// Free is how many more it could claim now: the queue's MaxWorkers plus Prefetch, less Running
+	// and Prefetched.
 	Free int
 }
 
@@ -36,10 +39,14 @@ func (c *Client) Stats() ClientStats {
 	st := ClientStats{Queues: make(map[string]QueueStats, len(c.cfg.Queues)), DroppedEvents: c.events.dropped.Load(),
 		Started: started && !stopped}
 	for name, q := range c.cfg.Queues {
-		qs := QueueStats{Free: q.MaxWorkers}
+		qs := QueueStats{Free: q.MaxWorkers + q.Prefetch}
 		if p := producers[name]; p != nil {
-			qs.Running = p.InFlight()
-			qs.Free = max(q.MaxWorkers-qs.Running, 0)
+			held := p.InFlight()
+			// Workers take up a prefetched job as soon as one is free, so the claimed jobs beyond
+			// MaxWorkers are the ones waiting.
+			qs.Running = min(held, q.MaxWorkers)
+			qs.Prefetched = held - qs.Running
+			qs.Free = max(q.MaxWorkers+q.Prefetch-held, 0)
 		}
 		st.Queues[name] = qs
 	}

@@ -79,7 +79,7 @@ type Metrics struct {
 	stalled                         map[string]string // job id → queue, of the jobs stalled now
 	stalledQueues                   map[string]bool   // queues that had a stall: reported from then on, zeros included
 
-	depth, busy, free                *prometheus.Desc
+	depth, busy, free, prefetched    *prometheus.Desc
 	active, leader, backlog, dropped *prometheus.Desc
 	scrapeErrors                     prometheus.Counter
 	started, listener                *prometheus.Desc
@@ -140,7 +140,8 @@ func New(opts *Options) *Metrics {
 			o.LatencyBuckets, "queue", "type"),
 		depth:           prometheus.NewDesc("ojs_queue_depth", "Jobs per queue per state, as the store holds them (cached for a few seconds).", []string{"queue", "state"}, nil),
 		busy:            prometheus.NewDesc("ojs_workers_busy", "Jobs this client is running now, per queue.", []string{"queue"}, nil),
-		free:            prometheus.NewDesc("pronto_workers_free", "Worker slots free on this client, per queue.", []string{"queue"}, nil),
+		free:            prometheus.NewDesc("pronto_workers_free", "Worker slots free on this client, per queue (prefetch slots included).", []string{"queue"}, nil),
+		prefetched:      prometheus.NewDesc("pronto_jobs_prefetched", "Jobs this client has claimed ahead of a free worker, per queue (QueueConfig.Prefetch).", []string{"queue"}, nil),
 		active:          prometheus.NewDesc("ojs_workers_active", "Jobs this client is running now, over all queues.", nil, nil),
 		leader:          prometheus.NewDesc("pronto_leader", "1 when this client runs the cluster's maintenance (rescue, promotion, cleanup, cron), else 0.", nil, nil),
 		backlog:         prometheus.NewDesc("pronto_completer_backlog", "Attempt outcomes waiting to be written to the store.", nil, nil),
@@ -329,7 +330,7 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, c := range m.allCollectors() {
 		c.Describe(ch)
 	}
-	for _, d := range append([]*prometheus.Desc{m.depth, m.busy, m.free, m.active, m.leader, m.backlog, m.dropped, m.started, m.listener,
+	for _, d := range append([]*prometheus.Desc{m.depth, m.busy, m.free, m.prefetched, m.active, m.leader, m.backlog, m.dropped, m.started, m.listener,
 		m.stalledJobs, m.deadTotal, m.sched.ratio, m.sched.util}, m.tenantDescs()...) {
 		ch <- d
 	}
@@ -384,6 +385,7 @@ func (m *Metrics) collectGauges(ch chan<- prometheus.Metric, c *pronto.Client) {
 		running += qs.Running
 		ch <- prometheus.MustNewConstMetric(m.busy, prometheus.GaugeValue, float64(qs.Running), name)
 		ch <- prometheus.MustNewConstMetric(m.free, prometheus.GaugeValue, float64(qs.Free), name)
+		ch <- prometheus.MustNewConstMetric(m.prefetched, prometheus.GaugeValue, float64(qs.Prefetched), name)
 	}
 	ch <- prometheus.MustNewConstMetric(m.active, prometheus.GaugeValue, float64(running))
 	ch <- prometheus.MustNewConstMetric(m.leader, prometheus.GaugeValue, boolValue(st.Leader))
