@@ -53,6 +53,42 @@ local function rank(prio, due, id)
   return string.format('%010d%016d', 2147483647 - prio, due) .. id
 end
 local function terminal(st) return st == 'completed' or st == 'cancelled' or st == 'discarded' end
+-- zw writes (ZADD with score sc, or ZREM) member id of an index no function reads back while it
+-- runs: a state's ids (st:<state>), the lease index, done:<state>. While zq is a table (Claim and
+-- Finish turn it on; every function starts with it off, see lua.go) the writes are queued per key,
+-- in order, and zflush sends each key's consecutive writes of one kind as one variadic call: a
+-- claim or finish of many jobs then makes a few calls for these indexes, not four per job. Order is
+-- kept per key and no other key is touched, so the indexes end as the writes one by one would leave
+-- them.
+local function zw(op, key, sc, id)
+  if not zq then
+    if op == 'ZADD' then return redis.call('ZADD', key, sc, id) end
+    return redis.call('ZREM', key, id)
+  end
+  local runs = zq[key]
+  if not runs then
+    runs = {}
+    zq[key] = runs
+    zkeys[#zkeys + 1] = key
+  end
+  local r = runs[#runs]
+  if not r or r.op ~= op then
+    r = {op = op}
+    runs[#runs + 1] = r
+  end
+  if op == 'ZADD' then r[#r + 1] = sc end
+  r[#r + 1] = id
+end
+-- zflush sends the writes zw queued (in slices: unpack's stack is bounded) and turns queueing off.
+local function zflush()
+  if not zq then return end
+  for _, key in ipairs(zkeys) do
+    for _, r in ipairs(zq[key]) do
+      for i = 1, #r, 1000 do redis.call(r.op, key, unpack(r, i, math.min(i + 999, #r))) end
+    end
+  end
+  zq, zkeys = false, nil
+end
 local function notstarted(st)
   return st == 'scheduled' or st == 'available' or st == 'pending' or st == 'retryable'
 end
@@ -134,7 +170,7 @@ local function unplace(id, f)
   f = f or fields(id)
   if not f then return nil end
   local st, rk = f.state, f.rkey
-  redis.call('ZREM', B .. 'st:' .. st, id)
+  zw('ZREM', B .. 'st:' .. st, nil, id)
   local tc, _, tj = tenantkeys(f, st)
   if tc then
     redis.call('HINCRBY', tc, 'n:' .. st, -1)
@@ -148,9 +184,9 @@ local function unplace(id, f)
     redis.call('ZREM', B .. 'sched', id)
     if rk then redis.call('ZREM', select(2, ratekeys(f)), id) end
   elseif st == 'active' then
-    redis.call('ZREM', B .. 'lease', id)
+    zw('ZREM', B .. 'lease', nil, id)
   else
-    redis.call('ZREM', B .. 'done:' .. st, id)
+    zw('ZREM', B .. 'done:' .. st, nil, id)
   end
   if rk then redis.call('HINCRBY', (ratekeys(f)), 'n:' .. st, -1) end
   if f.wf and not f.runon then redis.call('HINCRBY', wfbase(f.wfl) .. 'wf:' .. f.wf, 'n:' .. st, -1) end
@@ -211,7 +247,7 @@ local function place(id, f)
       end
     end
   end
-  redis.call('ZADD', B .. 'st:' .. st, '0', id)
+  zw('ZADD', B .. 'st:' .. st, '0', id)
   if st == 'available' and f.tenant and f.tenant ~= '' and not rk then
     local tn = f.tenant
     redis.call('ZADD', tsrc(tn, f.kind), '0', rank(num(f.prio), num(f.sched), id))
@@ -229,9 +265,9 @@ local function place(id, f)
     redis.call('ZADD', B .. 'sched', sv(f.sched), id)
     if rk then redis.call('ZADD', select(2, ratekeys(f)), sv(f.sched), id) end
   elseif st == 'active' then
-    redis.call('ZADD', B .. 'lease', sv(f.lease), id)
+    zw('ZADD', B .. 'lease', sv(f.lease), id)
   else
-    redis.call('ZADD', B .. 'done:' .. st, sv(f.completed), id)
+    zw('ZADD', B .. 'done:' .. st, sv(f.completed), id)
   end
   if rk then redis.call('HINCRBY', (ratekeys(f)), 'n:' .. st, 1) end
   if num(f.expires) > 0 and notstarted(st) then
@@ -701,7 +737,9 @@ return tonumber(t)
 // of the sources in claim order. A job whose rate key is exhausted is dropped or rescheduled as its
 // limit says, or, when the limit waits, its whole source is left alone for this claim.
 var scriptClaim = newFunc("Claim", `
+zq, zkeys = {}, {}
 local out = claimjobs()
+zflush()
 -- Outbox entries of split workflows' jobs the claim dropped (relay.go), then the permits it stopped
 -- for: the caller reads both from the end of the reply.
 if relay then out[#out + 1] = {'\nrelay', unpack(relay)} end
@@ -1023,6 +1061,7 @@ return out
 // rate key of each applied completion whose job holds a permit of its key (ratelimit.go), and,
 // when it wrote outbox entries, the string "\nrelay" followed by them.
 var scriptFinish = newFunc("Finish", `
+zq, zkeys = {}, {}
 local t = now()
 local out, freed = {}, {}
 local i = 2
@@ -1061,6 +1100,7 @@ for c = 1, tonumber(ARGV[1]) do
   end
 end
 settle(t)
+zflush()
 -- Children released in this queue: every applied outcome asks for the queue's announcement; with
 -- outcomes to relay to other queues (relay.go), for that too (3).
 if released or relay then
