@@ -117,9 +117,13 @@ type runningJob struct {
 	// claim (or of the last heartbeat that extended it) plus LeaseDuration. Only the heartbeat loop
 	// reads and writes it after execute, under runMu.
 	leaseUntil time.Time
-	// started is set when a worker takes the run up; until then the run is prefetched (waiting in its
-	// queue's pool), and Stop gives it back without running it.
-	started atomic.Bool
+	// phase is runQueued until a worker takes the run up (runStarted); a prefetched run waits in its
+	// queue's pool until then, and Stop may give it back (runReturned) without running it. The
+	// moves are compare-and-swaps, so a run is either started or given back, never both.
+	phase atomic.Int32
+	// queuedAt is when the run was handed to its pool, in a queue that prefetches (else zero): its
+	// start is then reported that much later than the claim's (see run).
+	queuedAt time.Time
 
 	// The run's Work-call state and context, and its outcome on its way to the store, live in the one
 	// allocation a run makes (see execute), rather than in a holder, a context value and a callback
@@ -128,6 +132,13 @@ type runningJob struct {
 	jctx   jobCtx
 	out    pendingOutcome
 }
+
+// The phases of a run (runningJob.phase).
+const (
+	runQueued int32 = iota
+	runStarted
+	runReturned
+)
 
 // jobCtx is a job's context: the run's cancellable context, answering resultKey with the run's
 // holder itself (as context.WithValue would, without its allocation).
@@ -258,6 +269,7 @@ func (c *Client) Start(ctx context.Context) error {
 		// The producer claims into MaxWorkers+Prefetch slots; the pool's channel holds the prefetched
 		// jobs until one of the MaxWorkers goroutines takes them up.
 		tasks := make(chan jobTask, q.MaxWorkers+q.Prefetch)
+		prefetching := q.Prefetch > 0
 		c.pools[name] = tasks
 		for range q.MaxWorkers {
 			go c.workerPool(tasks)
@@ -275,7 +287,7 @@ func (c *Client) Start(ctx context.Context) error {
 				return c.store.NextDue(ctx, name)
 			},
 			Execute: func(row *store.Job, claimedAt time.Time, release func()) {
-				c.execute(row, release, claimedAt.Add(c.cfg.LeaseDuration))
+				c.execute(row, release, claimedAt.Add(c.cfg.LeaseDuration), prefetching)
 			},
 			PollInterval: c.cfg.PollInterval,
 			Logger:       c.cfg.Logger,
@@ -409,25 +421,27 @@ func (c *Client) stop(ctx context.Context) error {
 }
 
 // returnPrefetched cancels, with ErrShutdown, the runs no worker has started: each is then given
-// back to available with its attempt refunded, without running. The producers have stopped, so the
-// pools' channels hold only such runs: one more goroutine per prefetching pool takes them up, so
-// that they go back at once rather than after the running jobs free a worker.
+// back to available with its attempt refunded, without running. The producers have stopped, so
+// once they are cancelled the pools' channels hold only such runs: then one more goroutine per
+// prefetching pool takes them up, so that they go back at once rather than after the running jobs
+// free a worker. (Started before the sweep, that goroutine could take up a run not yet cancelled
+// and run it beside the pool's MaxWorkers.)
 func (c *Client) returnPrefetched() {
-	for name, q := range c.cfg.Queues {
-		if q.Prefetch > 0 {
-			go c.workerPool(c.pools[name])
-		}
-	}
 	c.runMu.Lock()
 	var waiting []context.CancelCauseFunc
 	for _, rj := range c.running {
-		if rj.cancel != nil && !rj.started.Load() {
+		if rj.cancel != nil && c.cfg.Queues[rj.row.Queue].Prefetch > 0 && rj.phase.CompareAndSwap(runQueued, runReturned) {
 			waiting = append(waiting, rj.cancel)
 		}
 	}
 	c.runMu.Unlock()
 	for _, cancel := range waiting {
 		cancel(ErrShutdown)
+	}
+	for name, q := range c.cfg.Queues {
+		if q.Prefetch > 0 {
+			go c.workerPool(c.pools[name])
+		}
 	}
 }
 
@@ -734,7 +748,7 @@ func (c *Client) workerPool(tasks <-chan jobTask) {
 // execute hands one claimed job to its queue's worker pool; release frees its worker slot. The pool
 // always has room: a producer claims no more jobs than it has free slots.
 // leaseUntil is the client's reckoning of the end of the job's lease.
-func (c *Client) execute(row *store.Job, release func(), leaseUntil time.Time) {
+func (c *Client) execute(row *store.Job, release func(), leaseUntil time.Time, prefetching bool) {
 	c.jobsWG.Add(1)
 	// The run's context derives from workBase, which is never cancelled, so that it is not one more
 	// child in a context shared by every run (a lock and a map entry per run); shutdown cancels the
@@ -742,6 +756,9 @@ func (c *Client) execute(row *store.Job, release func(), leaseUntil time.Time) {
 	// cancelled below.
 	ctx, cancel := context.WithCancelCause(c.workBase)
 	rj := &runningJob{key: runKey(row), row: row, cancel: cancel, leaseUntil: leaseUntil}
+	if prefetching {
+		rj.queuedAt = time.Now()
+	}
 	rj.holder = resultHolder{client: c, run: rj}
 	rj.jctx = jobCtx{Context: ctx, h: &rj.holder}
 	c.runMu.Lock()
@@ -817,14 +834,20 @@ func (c *Client) run(t jobTask) {
 		case <-jobCtx.Done():
 		}
 	}
-	t.run.started.Store(true)
+	if !t.run.phase.CompareAndSwap(runQueued, runStarted) {
+		<-jobCtx.Done() // given back by Stop, whose cancel follows at once
+	}
 	start := time.Now()
 	if jobCtx.Err() != nil {
 		// Stopped before its worker started (superseded while waiting for the earlier run, or a
 		// prefetched job cancelled, lost or given back by Stop): the worker never runs.
 		err = context.Cause(jobCtx)
 	} else {
-		c.emitStarted([]*JobRow{row})
+		if !t.run.queuedAt.IsZero() {
+			c.emitPrefetchedStarted(row, start.Sub(t.run.queuedAt))
+		} else {
+			c.emitStarted([]*JobRow{row})
+		}
 		err = c.runWorker(jobCtx, row)
 	}
 	dur := time.Since(start)

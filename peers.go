@@ -47,7 +47,7 @@ func (c *Client) clientRecord(started time.Time) store.ClientRecord {
 	running := make(map[string]int)
 	c.runMu.Lock()
 	for _, rj := range c.running {
-		if rj.cancel != nil && rj.started.Load() { // running: not prefetched, nor only waiting for its outcome to be written
+		if rj.cancel != nil && rj.phase.Load() == runStarted { // running: not prefetched, nor only waiting for its outcome to be written
 			running[rj.row.Queue]++
 		}
 	}

@@ -98,17 +98,47 @@ func TestPrefetchClaimsAheadOfFreeWorkers(t *testing.T) {
 	forEachStoreOf(t, storesWithRedis, func(t *testing.T, ts *testStore) {
 		g := newGatedWorkers()
 		cfg := fastConfig(g.workers(), map[string]pronto.QueueConfig{pronto.DefaultQueue: {MaxWorkers: 1, Prefetch: 3}})
-		c := startClient(t, ts, cfg)
+		c, err := pronto.NewClient(ts, cfg)
+		require.NoError(t, err)
+		starts, unsubscribe := c.Subscribe(pronto.EventStarted)
+		defer unsubscribe()
+		require.NoError(t, c.Start(context.Background()))
+		t.Cleanup(func() { _ = c.Stop(context.Background()) })
 		ids := insertPrefetchJobs(t, c, 10)
 		waitActive(t, c, 4)
-		<-g.started
+		first := <-g.started
+		heldSince := time.Now() // the four jobs were claimed before this
+		claimedAt := map[string]time.Time{}
+		for _, id := range ids {
+			j, err := c.JobGet(context.Background(), id)
+			require.NoError(t, err)
+			if j.State == pronto.StateActive {
+				claimedAt[id] = j.StartedAt
+			}
+		}
+		require.Len(t, claimedAt, 4)
 		st := c.Stats().Queues[pronto.DefaultQueue]
 		require.Equal(t, pronto.QueueStats{Running: 1, Prefetched: 3, Free: 0}, st)
+		opened := time.Now()
 		g.open()
 		for _, id := range ids {
 			j := waitState(t, c, id, pronto.StateCompleted)
 			require.Equal(t, 1, j.Attempt, "job %s", id)
 			require.Equal(t, 1, g.runs(id), "job %s", id)
+		}
+		// A prefetched job's start, as its started event reports it (pickup latency reads it), is
+		// the claim's time moved on by its wait for the worker, which lasted at least from
+		// heldSince to opened.
+		reported := map[string]time.Time{}
+		for range ids {
+			e := <-starts
+			reported[e.Job.ID] = e.Job.StartedAt
+		}
+		for id, at := range claimedAt {
+			if id == first {
+				continue
+			}
+			require.GreaterOrEqual(t, reported[id].Sub(at), opened.Sub(heldSince), "job %s: the wait is counted", id)
 		}
 		require.Equal(t, int32(1), g.peak.Load(), "one worker: never two runs at once")
 		require.Zero(t, g.cancelledBefore.Load())

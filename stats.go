@@ -57,6 +57,20 @@ func (c *Client) Stats() ClientStats {
 	return st
 }
 
+// emitPrefetchedStarted emits EventStarted for a prefetched job that waited in its pool for a
+// worker: its StartedAt (the claim's time, by the store's clock) moves on by that wait, so that
+// pickup latency counts the wait.
+func (c *Client) emitPrefetchedStarted(row *JobRow, waited time.Duration) {
+	if !c.events.wants(EventStarted) {
+		return
+	}
+	out := *row
+	if !out.StartedAt.IsZero() {
+		out.StartedAt = out.StartedAt.Add(waited)
+	}
+	c.events.emit(&Event{Kind: EventStarted, Job: &out, At: time.Now()})
+}
+
 // emitStarted emits EventStarted for each job, each with its own copy of the row.
 func (c *Client) emitStarted(rows []*JobRow) {
 	if len(rows) == 0 || !c.events.wants(EventStarted) {
