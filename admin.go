@@ -126,9 +126,12 @@ func (c *Client) JobCancel(ctx context.Context, id string) (*JobRow, error) {
 	if err != nil {
 		return nil, wrapOp(fmt.Sprintf("cancel job %s", id), err)
 	}
-	// A running job's cancellation is reported by the client running it.
+	// A running job's cancellation is reported by the client running it. When that is this one, its
+	// run stops now rather than when the notification comes back (a prefetched run then never starts).
 	if prev == nil || prev.State != store.StateActive {
 		c.events.emit(&Event{Kind: EventCancelled, Job: j, At: time.Now()})
+	} else {
+		c.cancelLocal(id)
 	}
 	return j, nil
 }

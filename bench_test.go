@@ -27,7 +27,24 @@ func BenchmarkDrain(b *testing.B) {
 	}
 }
 
+// BenchmarkDrainOneWorker drains a backlog of zero-work jobs with one worker, without and with
+// Prefetch (QueueConfig.Prefetch): without, each job waits for its own claim's round trip; with,
+// the claims run ahead of the worker.
+func BenchmarkDrainOneWorker(b *testing.B) {
+	for _, kind := range storesWithRedis {
+		for _, prefetch := range []int{0, 64} {
+			b.Run(fmt.Sprintf("%s/prefetch=%d", kind, prefetch), func(b *testing.B) {
+				benchDrainWith(b, kind, pronto.QueueConfig{MaxWorkers: 1, Prefetch: prefetch})
+			})
+		}
+	}
+}
+
 func benchDrain(b *testing.B, kind storeKind) {
+	benchDrainWith(b, kind, pronto.QueueConfig{MaxWorkers: 100})
+}
+
+func benchDrainWith(b *testing.B, kind storeKind, queue pronto.QueueConfig) {
 	ctx := context.Background()
 	ts := newTestStore(b, kind)
 	var done atomic.Int64
@@ -51,7 +68,7 @@ func benchDrain(b *testing.B, kind storeKind) {
 			b.Fatal(err)
 		}
 	}
-	c, err := pronto.NewClient(ts.Store, &pronto.Config{Queues: defaultQueue(100), Workers: workers})
+	c, err := pronto.NewClient(ts.Store, &pronto.Config{Queues: map[string]pronto.QueueConfig{pronto.DefaultQueue: queue}, Workers: workers})
 	if err != nil {
 		b.Fatal(err)
 	}

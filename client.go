@@ -487,15 +487,7 @@ func (c *Client) onNotification(n store.Notification) {
 			p.Wake()
 		}
 	case store.NotifyCancel:
-		c.runMu.Lock()
-		var cancel context.CancelCauseFunc
-		if rj := c.latest[n.JobID]; rj != nil {
-			cancel = rj.cancel
-		}
-		c.runMu.Unlock()
-		if cancel != nil {
-			cancel(ErrJobCancelled)
-		}
+		c.cancelLocal(n.JobID)
 	case store.NotifyReconnect:
 		for _, p := range c.producers {
 			p.Wake()
@@ -649,6 +641,20 @@ func (c *Client) runsToRenew(now time.Time, within time.Duration) []*runningJob 
 		}
 	}
 	return runs
+}
+
+// cancelLocal cancels, with ErrJobCancelled, this client's run of job id, if it holds one: running
+// or prefetched (which then never runs).
+func (c *Client) cancelLocal(id string) {
+	c.runMu.Lock()
+	var cancel context.CancelCauseFunc
+	if rj := c.latest[id]; rj != nil {
+		cancel = rj.cancel
+	}
+	c.runMu.Unlock()
+	if cancel != nil {
+		cancel(ErrJobCancelled)
+	}
 }
 
 // cancelRun cancels rj's context with cause unless its worker has already returned.

@@ -71,6 +71,13 @@ func (g *gatedWorkers) workers() *pronto.Workers {
 	return ws
 }
 
+// stopClient stops c within a bound, for a cleanup.
+func stopClient(c *pronto.Client) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_ = c.Stop(ctx)
+}
+
 func insertPrefetchJobs(t *testing.T, c *pronto.Client, n int) []string {
 	t.Helper()
 	ids := make([]string, n)
@@ -103,42 +110,43 @@ func TestPrefetchClaimsAheadOfFreeWorkers(t *testing.T) {
 		starts, unsubscribe := c.Subscribe(pronto.EventStarted)
 		defer unsubscribe()
 		require.NoError(t, c.Start(context.Background()))
-		t.Cleanup(func() { _ = c.Stop(context.Background()) })
+		t.Cleanup(func() { stopClient(c) })
+		t.Cleanup(g.open) // first: a test that fails with the gate shut still stops
 		ids := insertPrefetchJobs(t, c, 10)
 		waitActive(t, c, 4)
 		first := <-g.started
-		heldSince := time.Now() // the four jobs were claimed before this
-		claimedAt := map[string]time.Time{}
-		for _, id := range ids {
-			j, err := c.JobGet(context.Background(), id)
-			require.NoError(t, err)
-			if j.State == pronto.StateActive {
-				claimedAt[id] = j.StartedAt
-			}
-		}
-		require.Len(t, claimedAt, 4)
-		st := c.Stats().Queues[pronto.DefaultQueue]
-		require.Equal(t, pronto.QueueStats{Running: 1, Prefetched: 3, Free: 0}, st)
+		// A job an insert handed to the producer (PostgreSQL, Redis) is active in the store a moment
+		// before the producer takes it.
+		require.Eventually(t, func() bool {
+			return c.Stats().Queues[pronto.DefaultQueue] == pronto.QueueStats{Running: 1, Prefetched: 3, Free: 0}
+		}, 30*time.Second, time.Millisecond, "stats: %+v", c.Stats().Queues)
+		heldSince := time.Now() // three jobs wait in the pool from before this
+		// Keep them waiting a while, so that the bound checked below is not vacuous (a slow machine
+		// only makes the wait longer).
+		time.Sleep(20 * time.Millisecond)
 		opened := time.Now()
 		g.open()
+		final := map[string]*pronto.JobRow{}
 		for _, id := range ids {
 			j := waitState(t, c, id, pronto.StateCompleted)
-			require.Equal(t, 1, j.Attempt, "job %s", id)
+			// (A job an insert handed to the producer and that it could not take in time went back
+			// with its attempt refunded: the counter may have moved without a run.)
+			require.Empty(t, j.Errors, "job %s: no lease was lost", id)
 			require.Equal(t, 1, g.runs(id), "job %s", id)
+			final[id] = j
 		}
 		// A prefetched job's start, as its started event reports it (pickup latency reads it), is
-		// the claim's time moved on by its wait for the worker, which lasted at least from
-		// heldSince to opened.
-		reported := map[string]time.Time{}
+		// its claim's time moved on by its wait for the worker. The three jobs that started after
+		// the first are the three the pool held at heldSince (one worker takes them in order): each
+		// waited at least from heldSince to opened.
+		var order []*pronto.Event
 		for range ids {
-			e := <-starts
-			reported[e.Job.ID] = e.Job.StartedAt
+			order = append(order, <-starts)
 		}
-		for id, at := range claimedAt {
-			if id == first {
-				continue
-			}
-			require.GreaterOrEqual(t, reported[id].Sub(at), opened.Sub(heldSince), "job %s: the wait is counted", id)
+		require.Equal(t, first, order[0].Job.ID)
+		for _, e := range order[1:4] {
+			waited := e.Job.StartedAt.Sub(final[e.Job.ID].StartedAt)
+			require.GreaterOrEqual(t, waited, opened.Sub(heldSince), "job %s: the wait is counted", e.Job.ID)
 		}
 		require.Equal(t, int32(1), g.peak.Load(), "one worker: never two runs at once")
 		require.Zero(t, g.cancelledBefore.Load())
@@ -154,6 +162,8 @@ func TestPrefetchedJobsGoBackOnStop(t *testing.T) {
 		c, err := pronto.NewClient(ts, cfg)
 		require.NoError(t, err)
 		require.NoError(t, c.Start(context.Background()))
+		t.Cleanup(func() { stopClient(c) })
+		t.Cleanup(g.open)
 		ids := insertPrefetchJobs(t, c, 4)
 		waitActive(t, c, 4)
 		running := <-g.started
@@ -183,7 +193,8 @@ func TestPrefetchedJobsGoBackOnStop(t *testing.T) {
 		g.open()
 		require.NoError(t, <-stopped)
 		j := waitState(t, c, running, pronto.StateCompleted)
-		require.Equal(t, 1, j.Attempt)
+		require.Empty(t, j.Errors)
+		require.Equal(t, 1, g.runs(running))
 		require.Zero(t, g.cancelledBefore.Load())
 	})
 }
@@ -195,6 +206,7 @@ func TestPrefetchedLeasesAreRenewed(t *testing.T) {
 		g := newGatedWorkers()
 		cfg := fastConfig(g.workers(), map[string]pronto.QueueConfig{pronto.DefaultQueue: {MaxWorkers: 1, Prefetch: 1}})
 		c := startClient(t, ts, cfg)
+		t.Cleanup(g.open)
 		ids := insertPrefetchJobs(t, c, 2)
 		waitActive(t, c, 2)
 		running := <-g.started
@@ -217,19 +229,20 @@ func TestPrefetchedLeasesAreRenewed(t *testing.T) {
 		g.open()
 		for _, id := range ids {
 			j := waitState(t, c, id, pronto.StateCompleted)
-			require.Equal(t, 1, j.Attempt, "job %s was never rescued", id)
+			require.Empty(t, j.Errors, "job %s was never rescued", id)
 			require.Equal(t, 1, g.runs(id))
 		}
 	})
 }
 
 // TestCancelledPrefetchedJobNeverRuns: a prefetched job cancelled while it waits for a worker is
-// cancelled without running.
+// cancelled without running (JobCancel on the client that holds it stops the run at once).
 func TestCancelledPrefetchedJobNeverRuns(t *testing.T) {
 	forEachStoreOf(t, storesWithRedis, func(t *testing.T, ts *testStore) {
 		g := newGatedWorkers()
 		cfg := fastConfig(g.workers(), map[string]pronto.QueueConfig{pronto.DefaultQueue: {MaxWorkers: 1, Prefetch: 1}})
 		c := startClient(t, ts, cfg)
+		t.Cleanup(g.open)
 		events, unsubscribe := c.Subscribe(pronto.EventCancelled)
 		defer unsubscribe()
 		ids := insertPrefetchJobs(t, c, 2)
@@ -239,6 +252,10 @@ func TestCancelledPrefetchedJobNeverRuns(t *testing.T) {
 		if waiting == running {
 			waiting = ids[1]
 		}
+		// The client holds it (an insert may have handed it to the producer a moment before the
+		// producer takes it: the store shows it active first).
+		require.Eventually(t, func() bool { return c.Stats().Queues[pronto.DefaultQueue].Prefetched == 1 },
+			30*time.Second, time.Millisecond)
 		_, err := c.JobCancel(context.Background(), waiting)
 		require.NoError(t, err)
 		waitState(t, c, waiting, pronto.StateCancelled)
@@ -314,9 +331,10 @@ func TestChaosPrefetchingWorkers(t *testing.T) {
 		j, err := admin.JobGet(ctx, id)
 		require.NoError(t, err)
 		require.Equal(t, pronto.StateCompleted, j.State)
-		require.Equal(t, 2, j.Attempt, "job %s was held by the killed process and rescued", id)
+		require.Len(t, j.Errors, 1, "job %s was held by the killed process and rescued", id)
 		require.Equal(t, "lease_expired", j.Errors[0].Type)
-		require.Equal(t, []ledgerRow{{Attempt: 2, PID: w2.pid}}, ledger[id], "job %s ran once, in the survivor", id)
+		require.Len(t, ledger[id], 1, "job %s ran once", id)
+		require.Equal(t, w2.pid, ledger[id][0].PID, "job %s ran in the survivor", id)
 	}
 	for id := range started {
 		require.Contains(t, held, id, "the killed process started only a job it held")
@@ -346,7 +364,6 @@ func TestChaosPrefetchingWorkers(t *testing.T) {
 			continue
 		}
 		require.Equal(t, pronto.StateAvailable, j.State, "job %s: given back by the stopping process", id)
-		require.Equal(t, 1, j.Attempt)
 		require.Empty(t, j.Errors, "job %s: a prefetched job given back has no error", id)
 		require.NotContains(t, w3.runs(), id, "job %s never started", id)
 	}
