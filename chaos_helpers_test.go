@@ -185,6 +185,17 @@ func runChaosWorker(kind string) int {
 	return 0
 }
 
+// chaosPostgres returns a fresh PostgreSQL store with the chaos ledger in its schema, its pool, and
+// the environment a chaos worker process needs to open the same store.
+func chaosPostgres(t *testing.T) (*testStore, *pgxpool.Pool, []string) {
+	t.Helper()
+	ts := newTestStore(t, kindPostgres)
+	pool := ts.Store.(*postgres.Store).Pool()
+	_, err := pool.Exec(context.Background(), fmt.Sprintf(chaosLedgerDDL, ts.schema+"."))
+	require.NoError(t, err)
+	return ts, pool, []string{"PRONTO_TEST_DATABASE_URL=" + testdb.URL(), "PRONTO_TEST_SCHEMA=" + ts.schema}
+}
+
 // chaosWorkersEnv and chaosPrefetchEnv set a chaos worker's MaxWorkers (default 8) and Prefetch
 // (default 0).
 const (

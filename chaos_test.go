@@ -118,12 +118,7 @@ func countPostgres(pool *pgxpool.Pool, schema string) func(ctx context.Context) 
 // a killed process.
 func TestChaosKilledWorkers(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	ts := newTestStore(t, kindPostgres)
-	pool := ts.Store.(*postgres.Store).Pool()
-	_, err := pool.Exec(ctx, fmt.Sprintf(chaosLedgerDDL, ts.schema+"."))
-	require.NoError(t, err)
-	env := []string{"PRONTO_TEST_DATABASE_URL=" + testdb.URL(), "PRONTO_TEST_SCHEMA=" + ts.schema}
+	ts, pool, env := chaosPostgres(t)
 
 	live := make([]*chaosProc, 3)
 	for i := range live {
@@ -193,11 +188,7 @@ func TestChaosKilledWorkers(t *testing.T) {
 func TestChaosStoppedWorker(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	ts := newTestStore(t, kindPostgres)
-	pool := ts.Store.(*postgres.Store).Pool()
-	_, err := pool.Exec(ctx, fmt.Sprintf(chaosLedgerDDL, ts.schema+"."))
-	require.NoError(t, err)
-	env := []string{"PRONTO_TEST_DATABASE_URL=" + testdb.URL(), "PRONTO_TEST_SCHEMA=" + ts.schema}
+	ts, pool, env := chaosPostgres(t)
 
 	w1 := startChaosWorker(t, kindPostgres, env...)
 	admin, err := pronto.NewClient(ts.Store, nil)

@@ -2,7 +2,6 @@ package pronto_test
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -12,9 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pronto-jobs/pronto"
-	"github.com/pronto-jobs/pronto/internal/testdb"
 	"github.com/pronto-jobs/pronto/store/memory"
-	"github.com/pronto-jobs/pronto/store/postgres"
 )
 
 type prefetchArgs struct {
@@ -71,6 +68,38 @@ func (g *gatedWorkers) workers() *pronto.Workers {
 	return ws
 }
 
+// startGated starts a client over ts with one worker on the default queue and Prefetch prefetch,
+// its runs held by g's gate; subscribe (if not nil) subscribes before the start. At the test's end
+// the gate opens, then the client stops (within a bound), so a test that fails with the gate shut
+// still ends.
+func startGated(t *testing.T, ts *testStore, prefetch int, subscribe func(c *pronto.Client)) (*gatedWorkers, *pronto.Client) {
+	t.Helper()
+	g := newGatedWorkers()
+	cfg := fastConfig(g.workers(), map[string]pronto.QueueConfig{pronto.DefaultQueue: {MaxWorkers: 1, Prefetch: prefetch}})
+	c, err := pronto.NewClient(ts, cfg)
+	require.NoError(t, err)
+	if subscribe != nil {
+		subscribe(c)
+	}
+	require.NoError(t, c.Start(context.Background()))
+	t.Cleanup(func() { stopClient(c) })
+	t.Cleanup(g.open)
+	return g, c
+}
+
+// runningAndWaiting inserts two jobs into a client with one worker and Prefetch 1 and returns the
+// one its worker runs and the one it holds prefetched.
+func runningAndWaiting(t *testing.T, c *pronto.Client, g *gatedWorkers) (running, waiting string) {
+	t.Helper()
+	ids := insertPrefetchJobs(t, c, 2)
+	waitActive(t, c, 2)
+	running = <-g.started
+	if waiting = ids[0]; waiting == running {
+		waiting = ids[1]
+	}
+	return running, waiting
+}
+
 // stopClient stops c within a bound, for a cleanup.
 func stopClient(c *pronto.Client) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -103,15 +132,12 @@ func waitActive(t *testing.T, c *pronto.Client, want int) {
 // (one running, three claimed ahead), never runs two at once, and runs every job exactly once.
 func TestPrefetchClaimsAheadOfFreeWorkers(t *testing.T) {
 	forEachStoreOf(t, storesWithRedis, func(t *testing.T, ts *testStore) {
-		g := newGatedWorkers()
-		cfg := fastConfig(g.workers(), map[string]pronto.QueueConfig{pronto.DefaultQueue: {MaxWorkers: 1, Prefetch: 3}})
-		c, err := pronto.NewClient(ts, cfg)
-		require.NoError(t, err)
-		starts, unsubscribe := c.Subscribe(pronto.EventStarted)
-		defer unsubscribe()
-		require.NoError(t, c.Start(context.Background()))
-		t.Cleanup(func() { stopClient(c) })
-		t.Cleanup(g.open) // first: a test that fails with the gate shut still stops
+		var starts <-chan *pronto.Event
+		g, c := startGated(t, ts, 3, func(c *pronto.Client) {
+			var unsubscribe func()
+			starts, unsubscribe = c.Subscribe(pronto.EventStarted)
+			t.Cleanup(unsubscribe)
+		})
 		ids := insertPrefetchJobs(t, c, 10)
 		waitActive(t, c, 4)
 		first := <-g.started
@@ -157,13 +183,7 @@ func TestPrefetchClaimsAheadOfFreeWorkers(t *testing.T) {
 // refunded and their worker never run, while the running job finishes gracefully.
 func TestPrefetchedJobsGoBackOnStop(t *testing.T) {
 	forEachStoreOf(t, storesWithRedis, func(t *testing.T, ts *testStore) {
-		g := newGatedWorkers()
-		cfg := fastConfig(g.workers(), map[string]pronto.QueueConfig{pronto.DefaultQueue: {MaxWorkers: 1, Prefetch: 3}})
-		c, err := pronto.NewClient(ts, cfg)
-		require.NoError(t, err)
-		require.NoError(t, c.Start(context.Background()))
-		t.Cleanup(func() { stopClient(c) })
-		t.Cleanup(g.open)
+		g, c := startGated(t, ts, 3, nil)
 		ids := insertPrefetchJobs(t, c, 4)
 		waitActive(t, c, 4)
 		running := <-g.started
@@ -203,17 +223,9 @@ func TestPrefetchedJobsGoBackOnStop(t *testing.T) {
 // client's heartbeats keep it (no rescue, no second attempt).
 func TestPrefetchedLeasesAreRenewed(t *testing.T) {
 	forEachStoreOf(t, storesWithRedis, func(t *testing.T, ts *testStore) {
-		g := newGatedWorkers()
-		cfg := fastConfig(g.workers(), map[string]pronto.QueueConfig{pronto.DefaultQueue: {MaxWorkers: 1, Prefetch: 1}})
-		c := startClient(t, ts, cfg)
-		t.Cleanup(g.open)
-		ids := insertPrefetchJobs(t, c, 2)
-		waitActive(t, c, 2)
-		running := <-g.started
-		waiting := ids[0]
-		if waiting == running {
-			waiting = ids[1]
-		}
+		g, c := startGated(t, ts, 1, nil)
+		running, waiting := runningAndWaiting(t, c, g)
+		ids := []string{running, waiting}
 		first, err := c.JobGet(context.Background(), waiting)
 		require.NoError(t, err)
 		require.Equal(t, pronto.StateActive, first.State)
@@ -239,19 +251,10 @@ func TestPrefetchedLeasesAreRenewed(t *testing.T) {
 // cancelled without running (JobCancel on the client that holds it stops the run at once).
 func TestCancelledPrefetchedJobNeverRuns(t *testing.T) {
 	forEachStoreOf(t, storesWithRedis, func(t *testing.T, ts *testStore) {
-		g := newGatedWorkers()
-		cfg := fastConfig(g.workers(), map[string]pronto.QueueConfig{pronto.DefaultQueue: {MaxWorkers: 1, Prefetch: 1}})
-		c := startClient(t, ts, cfg)
-		t.Cleanup(g.open)
+		g, c := startGated(t, ts, 1, nil)
 		events, unsubscribe := c.Subscribe(pronto.EventCancelled)
 		defer unsubscribe()
-		ids := insertPrefetchJobs(t, c, 2)
-		waitActive(t, c, 2)
-		running := <-g.started
-		waiting := ids[0]
-		if waiting == running {
-			waiting = ids[1]
-		}
+		running, waiting := runningAndWaiting(t, c, g)
 		// The client holds it (an insert may have handed it to the producer a moment before the
 		// producer takes it: the store shows it active first).
 		require.Eventually(t, func() bool { return c.Stats().Queues[pronto.DefaultQueue].Prefetched == 1 },
@@ -287,12 +290,8 @@ func TestPrefetchConfig(t *testing.T) {
 func TestChaosPrefetchingWorkers(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	ts := newTestStore(t, kindPostgres)
-	pool := ts.Store.(*postgres.Store).Pool()
-	_, err := pool.Exec(ctx, fmt.Sprintf(chaosLedgerDDL, ts.schema+"."))
-	require.NoError(t, err)
-	env := []string{"PRONTO_TEST_DATABASE_URL=" + testdb.URL(), "PRONTO_TEST_SCHEMA=" + ts.schema,
-		chaosWorkersEnv + "=1", chaosPrefetchEnv + "=6"}
+	ts, pool, plain := chaosPostgres(t)
+	env := append(plain[:len(plain):len(plain)], chaosWorkersEnv+"=1", chaosPrefetchEnv+"=6")
 	admin, err := pronto.NewClient(ts.Store, nil)
 	require.NoError(t, err)
 	heldBy := func(worker string) []string {
@@ -323,7 +322,7 @@ func TestChaosPrefetchingWorkers(t *testing.T) {
 	started := w1.runs()
 	require.Len(t, started, 1, "one worker: one job started, six prefetched")
 	// The survivor is a plain process (eight workers, no prefetch).
-	w2 := startChaosWorker(t, kindPostgres, env[:2]...)
+	w2 := startChaosWorker(t, kindPostgres, plain...)
 	waitAllCompleted(t, countPostgres(pool, ts.schema), len(acked))
 	w2.stop(t)
 	ledger := readPostgresLedger(t, pool, ts.schema)
