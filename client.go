@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/pronto-jobs/pronto/internal/cancelset"
 	"github.com/pronto-jobs/pronto/internal/completer"
 	"github.com/pronto-jobs/pronto/internal/fetchbatch"
 	"github.com/pronto-jobs/pronto/internal/finishbatch"
@@ -96,6 +97,8 @@ type Client struct {
 	runMu   sync.Mutex
 	running map[string]*runningJob
 	latest  map[string]*runningJob // by job id: the newest run of each job in running
+	// cancels are the runs cancelled before this client registered them (see cancelLocal).
+	cancels cancelset.Set
 
 	// remoteProgress throttles progress reported over HTTP, per job (see JobProgressReport).
 	remoteProgressMu sync.Mutex
@@ -487,7 +490,7 @@ func (c *Client) onNotification(n store.Notification) {
 			p.Wake()
 		}
 	case store.NotifyCancel:
-		c.cancelLocal(n.JobID)
+		c.cancelLocal(n.JobID, n.ClaimToken)
 	case store.NotifyReconnect:
 		for _, p := range c.producers {
 			p.Wake()
@@ -644,12 +647,15 @@ func (c *Client) runsToRenew(now time.Time, within time.Duration) []*runningJob 
 }
 
 // cancelLocal cancels, with ErrJobCancelled, this client's run of job id, if it holds one: running
-// or prefetched (which then never runs).
-func (c *Client) cancelLocal(id string) {
+// or prefetched (which then never runs). With a token, only the run under that claim token: one
+// not registered yet (claimed, on its way to execute) is remembered, and execute stops it.
+func (c *Client) cancelLocal(id, token string) {
 	c.runMu.Lock()
 	var cancel context.CancelCauseFunc
-	if rj := c.latest[id]; rj != nil {
+	if rj := c.latest[id]; rj != nil && (token == "" || rj.row.ClaimToken == "" || rj.row.ClaimToken == token) {
 		cancel = rj.cancel
+	} else {
+		c.cancels.Add(id, token, time.Now())
 	}
 	c.runMu.Unlock()
 	if cancel != nil {
@@ -781,9 +787,13 @@ func (c *Client) execute(row *store.Job, release func(), leaseUntil time.Time, p
 	}
 	c.running[rj.key] = rj
 	c.latest[row.ID] = rj
+	cancelled := c.cancels.Has(row.ID, row.ClaimToken, time.Now())
 	c.runMu.Unlock()
 	if c.workCtx.Err() != nil {
 		cancel(context.Cause(c.workCtx)) // registered after cancelWork's sweep
+	}
+	if cancelled {
+		cancel(ErrJobCancelled) // cancelled between its claim and now: its worker never runs
 	}
 	if superseded != nil {
 		c.cfg.Logger.Warn("pronto: a job was claimed again while an earlier run of it still ran here; stopping that run",

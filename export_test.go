@@ -34,3 +34,7 @@ func SetNoisyClock(c *Client, now func() time.Time) {
 	c.noisy.now = now
 	c.noisy.mu.Unlock()
 }
+
+// HeardCancel reports whether c remembers the cancellation of job id's run under token, heard
+// before c registered that run.
+func HeardCancel(c *Client, id, token string) bool { return c.cancels.Has(id, token, time.Now()) }

@@ -450,6 +450,10 @@ type Notification struct {
 	Kind  NotificationKind
 	Queue string
 	JobID string
+	// ClaimToken, on a cancel, is the claim token of the run it stops, when the store knows it: a
+	// holder that hears of the cancellation before the run reaches it (a hand-off buffer, a client
+	// between claim and start) stops that run, and no later one, by it.
+	ClaimToken string
 	// DueAt, for inserts of jobs due later, is the earliest due time among them (zero: due now).
 	DueAt time.Time
 	// Nonce, on an insert, is a random non-zero number that the clients working Queue hash to agree,
@@ -539,7 +543,8 @@ type Store interface {
 	// ListJobs returns one page of jobs and the cursor of the next page ("" at the end).
 	ListJobs(ctx context.Context, p ListParams) (jobs []*Job, next string, err error)
 	// CancelJob cancels a job that is not terminal (an active job's runner is told through the
-	// notifier). A terminal job gives a *TransitionError.
+	// notifier, by a NotifyCancel naming the run's claim token). A terminal job gives a
+	// *TransitionError.
 	CancelJob(ctx context.Context, id string) (*Job, error)
 	// RetryJob makes a discarded or cancelled job available again with its attempts reset (its error
 	// history is kept). Other states give a *TransitionError.

@@ -93,9 +93,14 @@ func TestConcurrentFetchesShareClaims(t *testing.T) {
 			got[i], errs[i] = b.Claim(context.Background(), "q", fmt.Sprintf("w%d", i), 1, time.Minute)
 		})
 	}
-	// Two claims are in flight (blocked); the other fetches gather.
-	require.Eventually(t, func() bool { return waitingIn(b, "q", time.Minute) == fetchers-2 },
-		10*time.Second, time.Millisecond)
+	// Two claims are in flight, both blocked at the gate (each has asked for its size); the other
+	// fetches gather.
+	require.Eventually(t, func() bool {
+		g.mu.Lock()
+		asked := len(g.sizes)
+		g.mu.Unlock()
+		return asked == 2 && waitingIn(b, "q", time.Minute) == fetchers-2
+	}, 10*time.Second, time.Millisecond)
 	close(g.gate)
 	wg.Wait()
 

@@ -4,6 +4,7 @@
 package handoffbuf
 
 import (
+	"slices"
 	"sync"
 	"time"
 
@@ -102,6 +103,20 @@ func (b *Buffer) staleLocked(within time.Duration, now time.Time) []*store.Job {
 	clear(b.jobs[len(kept):])
 	b.jobs = kept
 	return stale
+}
+
+// Remove removes job id if the buffer holds it, and reports whether it did; with a token, only
+// the job's run under that claim token.
+func (b *Buffer) Remove(id, token string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for i, e := range b.jobs {
+		if e.job.ID == id && (token == "" || e.job.ClaimToken == token) {
+			b.jobs = slices.Delete(b.jobs, i, i+1)
+			return true
+		}
+	}
+	return false
 }
 
 // Drain removes and returns every job.

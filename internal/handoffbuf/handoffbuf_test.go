@@ -117,3 +117,19 @@ func TestExpireArming(t *testing.T) {
 	require.True(t, next.IsZero())
 	require.True(t, b.Add(&store.Job{ID: "e"}, t0.Add(time.Second)), "an empty buffer arms again")
 }
+
+// TestRemove: Remove takes out only the job named (with a token, only that run of it), once, and
+// the others keep their order.
+func TestRemove(t *testing.T) {
+	var b Buffer
+	now := time.Now()
+	for _, id := range []string{"a", "b", "c"} {
+		b.Add(&store.Job{ID: id, ClaimToken: "t"}, now)
+	}
+	require.False(t, b.Remove("b", "other"), "another run")
+	require.True(t, b.Remove("b", "t"))
+	require.False(t, b.Remove("b", "t"), "removed once")
+	require.False(t, b.Remove("x", ""))
+	require.True(t, b.Remove("c", ""), "any run")
+	require.Equal(t, []string{"a"}, ids(b.Take(5, time.Second, now, nil)))
+}

@@ -1228,7 +1228,7 @@ func (s *Store) CancelJob(ctx context.Context, id string) (*store.Job, error) {
 // was active; s.mu must be held.
 func (s *Store) cancel(j *job, now time.Time, cancels *[]store.Notification) {
 	if j.State == store.StateActive {
-		*cancels = append(*cancels, store.Notification{Kind: store.NotifyCancel, Queue: j.Queue, JobID: j.ID})
+		*cancels = append(*cancels, store.Notification{Kind: store.NotifyCancel, Queue: j.Queue, JobID: j.ID, ClaimToken: j.ClaimToken})
 	}
 	s.unplace(j)
 	j.State = store.StateCancelled

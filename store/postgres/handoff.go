@@ -15,6 +15,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgtype"
 
+	"github.com/pronto-jobs/pronto/internal/cancelset"
 	"github.com/pronto-jobs/pronto/internal/handoffbuf"
 	"github.com/pronto-jobs/pronto/internal/jsonscan"
 	"github.com/pronto-jobs/pronto/store"
@@ -79,6 +80,9 @@ type handoff struct {
 	quiet sync.Map
 	// quietFor is the package's quietFor, per store so a test can change it.
 	quietFor time.Duration
+
+	// cancels are the active jobs cancelled lately (see heardCancel).
+	cancels cancelset.Set
 
 	mu      sync.Mutex
 	waiters map[string]*waiter // by queue, worker, lease and kinds
@@ -189,12 +193,36 @@ func (w *waiter) take(limit int) []*store.Job {
 
 // keep files a handed job, wakes the producer (its next Claim returns the job) and, should the
 // producer not take it within serveWithin, returns it.
+// A job cancelled before it got here is dropped: the cancellation wrote its state already.
 func (w *waiter) keep(j *store.Job) {
-	w.handed.Add(1)
-	if w.buf.Add(j, time.Now()) {
+	now := time.Now()
+	if w.buf.Add(j, now) {
 		time.AfterFunc(w.h.serveWithin, w.expire)
 	}
+	if w.h.cancels.Has(j.ID, j.ClaimToken, now) && w.buf.Remove(j.ID, j.ClaimToken) {
+		return
+	}
+	w.handed.Add(1)
 	w.h.s.notifier.hub.Publish(store.Notification{Kind: store.NotifyInsert, Queue: j.Queue})
+}
+
+// heardCancel drops the run of job id under claim token from the waiters' buffers: cancelled while
+// handed and not yet taken, it must not start. The cancellation is also remembered for a handed job
+// still on its way (read by fetch, say), which keep then drops. A run taken already is the client's
+// to stop.
+func (h *handoff) heardCancel(id, token string) {
+	h.cancels.Add(id, token, time.Now())
+	h.mu.Lock()
+	ws := make([]*waiter, 0, len(h.waiters))
+	for _, w := range h.waiters {
+		ws = append(ws, w)
+	}
+	h.mu.Unlock()
+	for _, w := range ws {
+		if w.buf.Remove(id, token) {
+			return
+		}
+	}
 }
 
 // expire returns the handed jobs the producer did not take within serveWithin and withdraws the

@@ -586,3 +586,40 @@ func TestHandoffPassedOverIsNoMiss(t *testing.T) {
 	require.Equal(t, store.StateActive, stateAfterInsert(t, b, params("passed")),
 		"the next insert still tries the hand-off")
 }
+
+// TestHandoffCancelledNeverStarts: a job cancelled while handed and not yet taken leaves the
+// waiter's buffer, so the producer's next claim does not start it; a handed job whose cancellation
+// was heard before it arrived (one read by fetch, say) is dropped on arrival.
+func TestHandoffCancelledNeverStarts(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	a, b, notes := handoffPair(t)
+	p := loopClaim("hocancel")
+	jobs, err := a.Claim(loop, p)
+	require.NoError(t, err)
+	require.Empty(t, jobs)
+
+	in := params("hocancel")
+	require.Equal(t, store.StateActive, stateAfterInsert(t, b, in), "handed")
+	w := a.handoff.waiterFor(&p)
+	require.NotNil(t, w)
+	require.Eventually(t, func() bool { return !w.empty() }, 10*time.Second, time.Millisecond)
+	_, err = b.CancelJob(ctx, in.ID)
+	require.NoError(t, err)
+	// The listener drops the job before it publishes the cancellation to the subscribers.
+	waitNote(t, notes, func(n store.Notification) bool { return n.Kind == store.NotifyCancel && n.JobID == in.ID })
+	jobs, err = a.Claim(loop, p)
+	require.NoError(t, err)
+	require.Empty(t, jobs, "a cancelled job is not started")
+	got, err := b.GetJob(ctx, in.ID)
+	require.NoError(t, err)
+	require.Equal(t, store.StateCancelled, got.State)
+
+	a.handoff.heardCancel("early", "t1")
+	w.keep(&store.Job{ID: "early", Queue: "hocancel", ClaimToken: "t1"})
+	require.True(t, w.empty(), "dropped on arrival")
+	w.keep(&store.Job{ID: "early", Queue: "hocancel", ClaimToken: "t2"})
+	taken := w.take(4)
+	require.Len(t, taken, 1, "another run of the job is kept")
+	require.Equal(t, "t2", taken[0].ClaimToken)
+}

@@ -38,7 +38,7 @@ const (
 //
 //	{"k":"i","q":"default","n":7,"d":0}  insert: jobs claimable (d 0) or due at d (unix ms) in queue q;
 //	                                     n, the nonce, only on inserts by Insert (see store.Notification)
-//	{"k":"c","id":"<job id>"}            cancel
+//	{"k":"c","id":"<job id>","t":"<claim token>"}  cancel of an active job's run
 //	{"k":"p","q":"default"}              pause
 //	{"k":"r","q":"default"}              resume
 //	{"k":"h","c":"<client>","q":"default","f":"<kinds>"}  presence of a client working queue q
@@ -52,6 +52,7 @@ type payload struct {
 	F  string `json:"f,omitempty"`
 	D  int64  `json:"d,omitempty"`
 	ID string `json:"id,omitempty"`
+	T  string `json:"t,omitempty"`
 }
 
 // insertPayload encodes the insert notification of queue, due at dueAt (zero: now), with a fresh
@@ -102,7 +103,7 @@ func decodePayload(s string) (n store.Notification, ok bool) {
 			n.DueAt = time.UnixMilli(p.D)
 		}
 	case "c":
-		n = store.Notification{Kind: store.NotifyCancel, JobID: p.ID}
+		n = store.Notification{Kind: store.NotifyCancel, JobID: p.ID, ClaimToken: p.T}
 	case "p":
 		n = store.Notification{Kind: store.NotifyPause, Queue: p.Q}
 	case "r":
@@ -378,15 +379,21 @@ func (n *notifier) receive(ctx context.Context, conn *pgx.Conn) error {
 			n.s.log.Warn("pronto: ignoring malformed notification", "schema", n.s.schema, "payload", msg.Payload)
 			continue
 		}
-		if h := n.s.handoff; h != nil && note.Kind == store.NotifyInsert {
-			h.queueNotified(note.Queue)
+		if h := n.s.handoff; h != nil {
+			switch note.Kind {
+			case store.NotifyInsert:
+				h.queueNotified(note.Queue)
+			case store.NotifyCancel:
+				h.heardCancel(note.JobID, note.ClaimToken)
+			}
 		}
 		n.hub.Publish(note)
 	}
 }
 
-// cancelPayload encodes the cancel notification of job id, as the SQL statements write it.
-func cancelPayload(id string) string {
-	b, _ := json.Marshal(payload{K: "c", ID: id})
+// cancelPayload encodes the cancel notification of job id's run under claim token, as the SQL
+// statements write it.
+func cancelPayload(id, token string) string {
+	b, _ := json.Marshal(payload{K: "c", ID: id, T: token})
 	return string(b)
 }

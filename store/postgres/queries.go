@@ -666,7 +666,7 @@ LIMIT $5`
 	// sqlCancelJob cancels job $1 unless it is terminal, telling an active job's runner; an active
 	// job with a rate key also announces its queue, whose next job may take the freed slot.
 	sqlCancelJob = `WITH locked AS (
-	SELECT id, state, queue, rate_key FROM {schema}.jobs WHERE id = $1 FOR UPDATE
+	SELECT id, state, queue, rate_key, claim_token FROM {schema}.jobs WHERE id = $1 FOR UPDATE
 ), updated AS (
 	UPDATE {schema}.jobs j
 	SET state = 'cancelled', completed_at = now(), lease_expires_at = NULL, worker_id = NULL,
@@ -675,7 +675,7 @@ LIMIT $5`
 	WHERE j.id = $1 AND j.id = l.id AND l.state NOT IN ('completed', 'cancelled', 'discarded')
 	RETURNING ` + jobColsJ + `
 ), notified AS (
-	SELECT pg_notify({channel}, '{"k":"c","id":"' || l.id::text || '"}')
+	SELECT pg_notify({channel}, '{"k":"c","id":"' || l.id::text || '","t":"' || coalesce(l.claim_token::text, '') || '"}')
 	FROM locked l
 	WHERE l.state = 'active' AND EXISTS (SELECT 1 FROM updated)
 	UNION ALL
@@ -852,7 +852,7 @@ RETURNING created_at`
 	sqlCancelWorkflow = `WITH w AS (
 	UPDATE {schema}.workflows SET cancelled_at = coalesce(cancelled_at, now()) WHERE id = $1 RETURNING id
 ), locked AS (
-	SELECT j.id, j.state FROM {schema}.jobs j
+	SELECT j.id, j.state, j.claim_token FROM {schema}.jobs j
 	WHERE j.workflow_id = $1 AND j.state NOT IN ('completed', 'cancelled', 'discarded')
 	ORDER BY j.id
 	FOR UPDATE
@@ -863,7 +863,7 @@ RETURNING created_at`
 	WHERE j.id = l.id
 	RETURNING j.id
 ), notified AS (
-	SELECT pg_notify({channel}, '{"k":"c","id":"' || l.id::text || '"}')
+	SELECT pg_notify({channel}, '{"k":"c","id":"' || l.id::text || '","t":"' || coalesce(l.claim_token::text, '') || '"}')
 	FROM locked l
 	WHERE l.state = 'active'
 )

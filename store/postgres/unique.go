@@ -262,7 +262,7 @@ func (s *Store) insertUnique(ctx context.Context, tx copier, r *insertRow) (uniq
 		}
 		out.replaced = append(out.replaced, replaced)
 		if holder.State == store.StateActive {
-			out.notes = append(out.notes, cancelPayload(holder.ID))
+			out.notes = append(out.notes, cancelPayload(holder.ID, holder.ClaimToken))
 		}
 	}
 	return out, fmt.Errorf("job %s: unique key %q changed hands %d times while it was inserted; try again",

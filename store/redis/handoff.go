@@ -115,7 +115,7 @@ func (w *waiter) inbox() string { return w.s.qkey(w.queue) + "in:" + w.id }
 // take returns up to limit handed jobs kept less than serveWithin, and tells the waiter how many
 // slots the producer has left.
 func (w *waiter) take(limit int) []*store.Job {
-	return w.buf.Take(limit, serveWithin, time.Now(), func(taken int) {
+	return w.buf.Take(limit, w.s.serveWithin, time.Now(), func(taken int) {
 		// Under the buffer's lock, so that the waiter, which looks at the buffer and taken together
 		// (settled), never sees the buffer emptied by this take without its free slots: it would go
 		// back to its inbox and the slots would wait for the next notification, while the producer,
@@ -142,12 +142,45 @@ func (w *waiter) settled() (free int, done bool) {
 }
 
 // keep files handed jobs and wakes the store's subscribers (the producer claims, and gets them).
-func (w *waiter) keep(jobs []*store.Job) {
+// It drops the jobs cancelled before they got here (the cancellation wrote their state already;
+// the inbox and the notifications travel apart), and reports how many it kept.
+func (w *waiter) keep(jobs []*store.Job) int {
 	now := time.Now()
+	kept := 0
 	for _, j := range jobs {
 		w.buf.Add(j, now)
+		if !(w.s.cancels.Has(j.ID, j.ClaimToken, now) && w.buf.Remove(j.ID, j.ClaimToken)) {
+			kept++
+		}
 	}
-	w.s.hub.Publish(store.Notification{Kind: store.NotifyInsert, Queue: w.queue})
+	if kept > 0 {
+		w.s.hub.Publish(store.Notification{Kind: store.NotifyInsert, Queue: w.queue})
+	}
+	return kept
+}
+
+// heardCancel drops a cancelled run (the job's, under the notification's claim token) from the
+// waiters' buffers: handed and not yet taken, it must not start. The cancellation is also
+// remembered for a handed job still in an inbox, which keep then drops. A run taken already is the
+// client's to stop.
+func (s *Store) heardCancel(n store.Notification) {
+	if n.Kind != store.NotifyCancel {
+		return
+	}
+	s.cancels.Add(n.JobID, n.ClaimToken, time.Now())
+	s.waitersMu.Lock()
+	ws := make([]*waiter, 0, len(s.waiters))
+	for _, w := range s.waiters {
+		if n.Queue == "" || w.queue == n.Queue {
+			ws = append(ws, w)
+		}
+	}
+	s.waitersMu.Unlock()
+	for _, w := range ws {
+		if w.buf.Remove(n.JobID, n.ClaimToken) {
+			return
+		}
+	}
 }
 
 // run waits on the inbox until the store closes. After a hand-off it waits for the producer to take
@@ -194,11 +227,17 @@ func (w *waiter) run(key string) {
 			continue
 		}
 		s.remember([]*store.Job{job})
-		w.keep([]*store.Job{job})
+		if w.keep([]*store.Job{job}) == 0 {
+			// Cancelled on its way: nothing for the producer to take. The insert spent the
+			// advertisement; withdrawing it leaves the next inserts to be announced until the
+			// producer's next claim advertises again.
+			w.expire(ctx)
+			continue
+		}
 		free, wait := 0, true
 		for {
 			if wait {
-				timer.Reset(serveWithin)
+				timer.Reset(s.serveWithin)
 				select {
 				case <-ctx.Done():
 					timer.Stop()
@@ -217,8 +256,7 @@ func (w *waiter) run(key string) {
 				if err != nil && ctx.Err() == nil {
 					s.logf("redis: hand-off: claim from %s: %v", w.queue, err)
 				}
-				if len(jobs) > 0 {
-					w.keep(jobs)
+				if len(jobs) > 0 && w.keep(jobs) > 0 {
 					continue
 				}
 			}
@@ -238,7 +276,7 @@ func (w *waiter) run(key string) {
 // withdraws the advertisement: the producer is busy or gone, and the next claim that leaves a slot
 // free advertises it again.
 func (w *waiter) expire(ctx context.Context) {
-	stale := w.buf.Stale(serveWithin, time.Now())
+	stale := w.buf.Stale(w.s.serveWithin, time.Now())
 	if err := w.s.rdb.ZRem(ctx, w.s.qkey(w.queue)+"wait", w.id).Err(); err != nil && ctx.Err() == nil {
 		w.s.logf("redis: hand-off: withdraw from %s: %v", w.queue, err)
 	}

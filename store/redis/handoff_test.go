@@ -367,7 +367,7 @@ func TestHandoffLeftoverReturns(t *testing.T) {
 // waited for the next notification or poll (TestHandoffClients, with the poll an hour, lost them
 // about one run in twelve under load).
 func TestWaiterSettled(t *testing.T) {
-	w := &waiter{taken: make(chan int, 1)}
+	w := &waiter{s: &Store{serveWithin: serveWithin}, taken: make(chan int, 1)}
 	keep := func(n int) {
 		for range n {
 			w.buf.Add(&store.Job{ID: uuidv7.New()}, time.Now())
@@ -396,4 +396,56 @@ func TestWaiterSettled(t *testing.T) {
 	free, done = w.settled()
 	require.Zero(t, free)
 	require.True(t, done)
+}
+
+// TestHandoffCancelledNeverStarts: a job cancelled while handed and not yet taken leaves the
+// waiter's buffer, so the producer's next claim does not start it; a handed job whose cancellation
+// was heard before it arrived (the inbox and the notifications travel apart) is dropped on arrival.
+func TestHandoffCancelledNeverStarts(t *testing.T) {
+	t.Parallel()
+	loop := loopContext(t)
+	ctx := context.Background()
+	prefix := "prontotest:" + uuidv7.New() + ":"
+	a, b := storeWithPrefix(t, prefix), storeWithPrefix(t, prefix)
+	a.serveWithin = time.Minute // the handed job waits for the test, however slow the machine
+	notes := make(chan store.Notification, 100)
+	defer a.Notifier().Subscribe(func(n store.Notification) { notes <- n })()
+
+	p := loopClaim("hocancel")
+	jobs, err := a.Claim(loop, p)
+	require.NoError(t, err)
+	require.Empty(t, jobs)
+	in := testJob("hocancel")
+	_, err = b.Insert(ctx, []*store.InsertParams{in})
+	require.NoError(t, err)
+	waitFor(t, notes, func(n store.Notification) bool { return n.Kind == store.NotifyInsert && n.Queue == "hocancel" })
+	got, err := b.GetJob(ctx, in.ID)
+	require.NoError(t, err)
+	require.Equal(t, store.StateActive, got.State, "handed")
+
+	_, err = b.CancelJob(ctx, in.ID)
+	require.NoError(t, err)
+	// The store's own subscriber runs before the test's: once the test hears it, the job is gone.
+	waitFor(t, notes, func(n store.Notification) bool { return n.Kind == store.NotifyCancel && n.JobID == in.ID })
+	jobs, err = a.Claim(loop, p)
+	require.NoError(t, err)
+	require.Empty(t, jobs, "a cancelled job is not started")
+	got, err = b.GetJob(ctx, in.ID)
+	require.NoError(t, err)
+	require.Equal(t, store.StateCancelled, got.State)
+
+	w := a.waiterFor(&p, nil)
+	require.NotNil(t, w)
+	a.heardCancel(store.Notification{Kind: store.NotifyCancel, Queue: "hocancel", JobID: "early", ClaimToken: "t1"})
+	require.Zero(t, w.keep([]*store.Job{{ID: "early", Queue: "hocancel", ClaimToken: "t1"}}), "dropped on arrival")
+	require.Equal(t, 1, w.keep([]*store.Job{{ID: "early", Queue: "hocancel", ClaimToken: "t2"}}), "another run of the job")
+	require.Equal(t, []string{"early"}, jobIDs(w.take(4)))
+}
+
+func jobIDs(jobs []*store.Job) []string {
+	out := make([]string, len(jobs))
+	for i, j := range jobs {
+		out[i] = j.ID
+	}
+	return out
 }

@@ -1264,7 +1264,8 @@ func strs(v any) []string {
 	return out
 }
 
-// byIDReply is the decoded {"ok", wasActive, job, released, dropped, relay} reply of a by-id script.
+// byIDReply is the decoded {"ok", wasActive, job, released, dropped, relay, token} reply of a by-id
+// script.
 type byIDReply struct {
 	job       *store.Job
 	wasActive bool
@@ -1273,6 +1274,8 @@ type byIDReply struct {
 	released, dropped string
 	// relay says the script wrote to its queue's workflow outbox (relay.go).
 	relay bool
+	// token is the claim token of the run a cancel stopped ("" for none).
+	token string
 }
 
 // byID runs one of the by-id scripts on job id and decodes its {status, ...} reply.
@@ -1314,6 +1317,9 @@ func (s *Store) byID(ctx context.Context, sc *luaFunc, op, id string, extra ...a
 		r, _ := res[5].(int64)
 		out.relay = r == 1
 	}
+	if len(res) > 6 {
+		out.token, _ = res[6].(string)
+	}
 	return out, nil
 }
 
@@ -1326,7 +1332,7 @@ func (s *Store) CancelJob(ctx context.Context, id string) (*store.Job, error) {
 	}
 	var ns []store.Notification
 	if r.wasActive {
-		ns = append(ns, store.Notification{Kind: store.NotifyCancel, Queue: r.job.Queue, JobID: id})
+		ns = append(ns, store.Notification{Kind: store.NotifyCancel, Queue: r.job.Queue, JobID: id, ClaimToken: r.token})
 	}
 	if r.released != "" {
 		ns = append(ns, store.Notification{Kind: store.NotifyInsert, Queue: r.released, Nonce: nonce()})

@@ -31,6 +31,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/pronto-jobs/pronto/internal/cancelset"
 	"github.com/pronto-jobs/pronto/internal/notifyhub"
 	"github.com/pronto-jobs/pronto/store"
 )
@@ -95,6 +96,10 @@ type Store struct {
 	closing    bool
 	waitCtx    context.Context
 	waitCancel context.CancelFunc
+	// cancels are the active jobs cancelled lately (see heardCancel).
+	cancels cancelset.Set
+	// serveWithin is the package's serveWithin, per store so a test can lengthen it.
+	serveWithin time.Duration
 	// relayWG counts the background removals of delivered outbox entries (relay.go).
 	relayWG sync.WaitGroup
 }
@@ -235,12 +240,16 @@ func New(ctx context.Context, rdb goredis.UniversalClient, opts Options) (*Store
 		return nil, fmt.Errorf("redis: cannot reach the server: %w", err)
 	}
 	s := &Store{rdb: rdb, prefix: prefix, done: make(chan struct{}), sender: tokens(1)[0], noHandoff: opts.NoHandoff,
-		logger: opts.Logger}
+		logger: opts.Logger, serveWithin: serveWithin}
 	if s.logger == nil {
 		s.logger = slog.New(slog.DiscardHandler)
 	}
 	s.idsK, s.queuesK = s.idsKey(), s.queuesKey()
 	s.waitCtx, s.waitCancel = context.WithCancel(context.Background())
+	if s.handoffOn() {
+		// For the store's lifetime: every cancellation, this process's or another's, passes here.
+		s.hub.Subscribe(s.heardCancel)
+	}
 	if err := s.startNotifier(ctx); err != nil {
 		return nil, err
 	}
@@ -328,6 +337,7 @@ type payload struct {
 	Kind        store.NotificationKind `json:"k"`
 	Queue       string                 `json:"q,omitempty"`
 	JobID       string                 `json:"j,omitempty"`
+	ClaimToken  string                 `json:"t,omitempty"`
 	DueAt       int64                  `json:"d,omitempty"`
 	Nonce       uint32                 `json:"n,omitempty"`
 	Client      string                 `json:"c,omitempty"`
@@ -336,7 +346,7 @@ type payload struct {
 }
 
 func encodeNotification(n store.Notification, sender string) string {
-	p := payload{Kind: n.Kind, Queue: n.Queue, JobID: n.JobID, Nonce: n.Nonce, Client: n.Client, Fingerprint: n.Fingerprint,
+	p := payload{Kind: n.Kind, Queue: n.Queue, JobID: n.JobID, ClaimToken: n.ClaimToken, Nonce: n.Nonce, Client: n.Client, Fingerprint: n.Fingerprint,
 		Sender: sender}
 	if !n.DueAt.IsZero() {
 		p.DueAt = n.DueAt.UnixMicro()
@@ -375,7 +385,7 @@ func decodeNotification(s string) (store.Notification, string, bool) {
 	if err := json.Unmarshal([]byte(s), &p); err != nil || p.Kind == "" {
 		return store.Notification{}, "", false
 	}
-	n := store.Notification{Kind: p.Kind, Queue: p.Queue, JobID: p.JobID, Nonce: p.Nonce, Client: p.Client, Fingerprint: p.Fingerprint}
+	n := store.Notification{Kind: p.Kind, Queue: p.Queue, JobID: p.JobID, ClaimToken: p.ClaimToken, Nonce: p.Nonce, Client: p.Client, Fingerprint: p.Fingerprint}
 	if p.DueAt != 0 {
 		n.DueAt = time.UnixMicro(p.DueAt).UTC()
 	}

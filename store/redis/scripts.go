@@ -1222,24 +1222,25 @@ return {gone, dropped}
 `)
 
 // scriptCancel cancels job ARGV[1] unless it is terminal. Returns {"nf"}, {"bad", state} or
-// {"ok", wasActive, job, released, "", relay}: released is the queue of the workflow children it
-// released there ("" for none), which the caller announces; relay is 1 when the queue's workflow
-// outbox is to be relayed (relay.go).
+// {"ok", wasActive, job, released, "", relay, token}: released is the queue of the workflow children
+// it released there ("" for none), which the caller announces; relay is 1 when the queue's workflow
+// outbox is to be relayed (relay.go); token is the claim token of the run it stopped ("" when the
+// job was not active).
 var scriptCancel = newFunc("Cancel", `
 local id = ARGV[1]
 local k = jk(id)
 local st = redis.call('HGET', k, 'state')
 if not st then return {'nf'} end
 if terminal(st) then return {'bad', st} end
+local was, tok = 0, ''
+if st == 'active' then was, tok = 1, redis.call('HGET', k, 'token') or '' end
 local t = now()
 unplace(id)
 redis.call('HSET', k, 'state', 'cancelled', 'completed', s(t))
 leave(id)
 place(id)
-local was = 0
-if st == 'active' then was = 1 end
 settle(t)
-return {'ok', was, redis.call('HGETALL', k), released or '', '', relay and 1 or 0}
+return {'ok', was, redis.call('HGETALL', k), released or '', '', relay and 1 or 0, tok}
 `)
 
 // scriptMakeAvailable moves job ARGV[1] to available now if its state is one of ARGV[2..]. A job

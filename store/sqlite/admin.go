@@ -202,13 +202,18 @@ func yieldLapsedHolder(ctx context.Context, r txRunner, id string, nowUS int64) 
 // be free.
 func (s *Store) CancelJob(ctx context.Context, id string) (*store.Job, error) {
 	var out outbox
+	var token string
 	j, err := s.transition(ctx, "cancel", cancelJobSQL, id, func(r txRunner, j *store.Job, nowUS int64) error {
+		var err error
+		if token, err = runToken(ctx, r, j.ID); err != nil {
+			return err
+		}
 		return afterTerminal(ctx, r, []*store.Job{j}, nowUS, &out)
 	})
 	if err != nil {
 		return nil, err
 	}
-	s.hub.Publish(store.Notification{Kind: store.NotifyCancel, Queue: j.Queue, JobID: j.ID})
+	s.hub.Publish(store.Notification{Kind: store.NotifyCancel, Queue: j.Queue, JobID: j.ID, ClaimToken: token})
 	s.publishOutbox(&out)
 	return j, nil
 }
@@ -377,4 +382,15 @@ func (s *Store) Resign(ctx context.Context, name, leaderID string) error {
 		return fmt.Errorf("resign leadership of %q: %w", name, err)
 	}
 	return nil
+}
+
+// runToken returns the claim token job id's latest run had (a transition out of active keeps it),
+// which a cancellation names so that a holder not yet running that run can stop it.
+func runToken(ctx context.Context, r txRunner, id string) (string, error) {
+	var token string
+	err := r.QueryRowContext(ctx, runTokenSQL, id).Scan(&token)
+	if err != nil {
+		return "", fmt.Errorf("job %s: its claim token: %w", id, err)
+	}
+	return token, nil
 }

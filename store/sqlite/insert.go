@@ -363,7 +363,11 @@ func replaceHolder(ctx context.Context, r txRunner, holder *store.Job, nowUS int
 		if err != nil {
 			return nil, err
 		}
-		out.cancel(cancelled.Queue, cancelled.ID)
+		token, err := runToken(ctx, r, holder.ID)
+		if err != nil {
+			return nil, err
+		}
+		out.cancel(cancelled.Queue, cancelled.ID, token)
 		if err := afterTerminal(ctx, r, []*store.Job{cancelled}, nowUS, out); err != nil {
 			return nil, err
 		}

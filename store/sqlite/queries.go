@@ -363,6 +363,9 @@ var cancelJobSQL = `UPDATE pronto_jobs SET state = 'cancelled', completed_at = ?
 	WHERE id = ?2 AND state NOT IN ('completed', 'cancelled', 'discarded')
 	RETURNING ` + jobColumns
 
+// runTokenSQL reads the claim token of job ?1's latest run.
+const runTokenSQL = `SELECT coalesce(claim_token, '') FROM pronto_jobs WHERE id = ?1`
+
 // retryJobSQL: ?1 now, ?2 id.
 const retryJobSQL = `UPDATE pronto_jobs SET state = 'available', attempt = 0, scheduled_at = ?1,
 		completed_at = NULL, lease_expires_at = NULL, worker_id = NULL, held = NULL
@@ -592,7 +595,7 @@ const markWorkflowCancelledSQL = `UPDATE pronto_workflows SET cancelled_at = COA
 	WHERE id = ?1 RETURNING id`
 
 // workflowActiveSQL lists workflow ?1's active jobs (their runners must be told of the cancellation).
-const workflowActiveSQL = `SELECT id, queue FROM pronto_jobs WHERE workflow_id = ?1 AND state = 'active'`
+const workflowActiveSQL = `SELECT id, queue, coalesce(claim_token, '') FROM pronto_jobs WHERE workflow_id = ?1 AND state = 'active'`
 
 // cancelWorkflowJobsSQL cancels every job of workflow ?1 that is not terminal. ?2 now.
 const cancelWorkflowJobsSQL = `UPDATE pronto_jobs SET state = 'cancelled', completed_at = ?2,

@@ -98,9 +98,9 @@ func (o *outbox) wake(queue string, due time.Time) {
 	}
 }
 
-// cancel tells the runner of job id in queue to stop.
-func (o *outbox) cancel(queue, id string) {
-	o.other = append(o.other, store.Notification{Kind: store.NotifyCancel, Queue: queue, JobID: id})
+// cancel tells the runner of job id in queue, under claim token, to stop.
+func (o *outbox) cancel(queue, id, token string) {
+	o.other = append(o.other, store.Notification{Kind: store.NotifyCancel, Queue: queue, JobID: id, ClaimToken: token})
 }
 
 // notifications returns everything gathered: the cancellations first, then the wake-ups.

@@ -149,12 +149,12 @@ func (s *Store) CancelWorkflow(ctx context.Context, id string) (*store.Workflow,
 		return nil, fmt.Errorf("cancel workflow %s: %w", id, err)
 	}
 	for active.Next() {
-		var jobID, queue string
-		if err := active.Scan(&jobID, &queue); err != nil {
+		var jobID, queue, token string
+		if err := active.Scan(&jobID, &queue, &token); err != nil {
 			active.Close()
 			return nil, fmt.Errorf("cancel workflow %s: %w", id, err)
 		}
-		out.cancel(queue, jobID)
+		out.cancel(queue, jobID, token)
 	}
 	if err := closeRows(active); err != nil {
 		return nil, fmt.Errorf("cancel workflow %s: %w", id, err)

@@ -99,6 +99,8 @@ func testCancelActive(t *testing.T, s store.Store) {
 	})
 	cancels := c.matching(func(n store.Notification) bool { return n.Kind == store.NotifyCancel })
 	require.Len(t, cancels, 1, "one cancel notification, for the cancelled job")
+	require.NotEmpty(t, a.ClaimToken)
+	require.Equal(t, a.ClaimToken, cancels[0].ClaimToken, "the notification names the run it stops")
 
 	lost, err := s.Heartbeat(ctx(t), store.HeartbeatParams{WorkerID: worker, IDs: []string{a.ID}, LeaseDuration: lease})
 	require.NoError(t, err)
