@@ -164,9 +164,6 @@ func (w *waiter) keep(jobs []*store.Job) int {
 // remembered for a handed job still in an inbox, which keep then drops. A run taken already is the
 // client's to stop.
 func (s *Store) heardCancel(n store.Notification) {
-	if n.Kind != store.NotifyCancel {
-		return
-	}
 	s.cancels.Add(n.JobID, n.ClaimToken, time.Now())
 	s.waitersMu.Lock()
 	ws := make([]*waiter, 0, len(s.waiters))

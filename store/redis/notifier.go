@@ -94,7 +94,7 @@ func OpenNotifier(ctx context.Context, url string) (*Notifier, error) {
 
 func (n *Notifier) receive(ctx context.Context) {
 	defer close(n.done)
-	receiveNotifications(ctx, n.ps, n.sender, &n.hub, nil)
+	receiveNotifications(ctx, n.ps, n.sender, n.hub.Publish, nil)
 }
 
 // Subscribe registers fn for every notification other processes publish or signal, and this

@@ -246,10 +246,6 @@ func New(ctx context.Context, rdb goredis.UniversalClient, opts Options) (*Store
 	}
 	s.idsK, s.queuesK = s.idsKey(), s.queuesKey()
 	s.waitCtx, s.waitCancel = context.WithCancel(context.Background())
-	if s.handoffOn() {
-		// For the store's lifetime: every cancellation, this process's or another's, passes here.
-		s.hub.Subscribe(s.heardCancel)
-	}
 	if err := s.startNotifier(ctx); err != nil {
 		return nil, err
 	}
@@ -417,14 +413,23 @@ func (s *Store) startNotifier(ctx context.Context) error {
 // NotifyReconnect, since anything published meanwhile was missed.
 func (s *Store) receive(ctx context.Context) {
 	defer close(s.done)
-	receiveNotifications(ctx, s.ps, s.sender, &s.hub, &s.subscribed)
+	receiveNotifications(ctx, s.ps, s.sender, s.notify, &s.subscribed)
 }
 
-// receiveNotifications delivers a subscription's messages to hub until ctx ends or the
+// notify hands a notification to this store's subscribers. A cancel reaches the hand-off first
+// (heardCancel): no subscriber hears of it while the cancelled run still waits there to be taken.
+func (s *Store) notify(n store.Notification) {
+	if n.Kind == store.NotifyCancel && s.handoffOn() {
+		s.heardCancel(n)
+	}
+	s.hub.Publish(n)
+}
+
+// receiveNotifications delivers a subscription's messages until ctx ends or the
 // subscription is closed, leaving out the ones sender published itself. A resubscription's
 // confirmation is delivered as NotifyReconnect. Both the store and the stand-alone Notifier use it;
 // up, when given, tracks whether the subscription is up.
-func receiveNotifications(ctx context.Context, ps *goredis.PubSub, sender string, hub *notifyhub.Hub, up *atomic.Bool) {
+func receiveNotifications(ctx context.Context, ps *goredis.PubSub, sender string, deliver func(store.Notification), up *atomic.Bool) {
 	// Every message sender publishes ends so (Sender is the payload's last field, and the insert
 	// scripts write it last too; tokens are hex): its echo is skipped without decoding the JSON, a
 	// cost a producer would otherwise pay once per insert.
@@ -451,14 +456,14 @@ func receiveNotifications(ctx context.Context, ps *goredis.PubSub, sender string
 				continue
 			}
 			if n, from, ok := decodeNotification(m.Payload); ok && from != sender {
-				hub.Publish(n)
+				deliver(n)
 			}
 		case *goredis.Subscription:
 			if m.Kind == "ssubscribe" || m.Kind == "subscribe" {
 				if up != nil {
 					up.Store(true)
 				}
-				hub.Publish(store.Notification{Kind: store.NotifyReconnect})
+				deliver(store.Notification{Kind: store.NotifyReconnect})
 			}
 		}
 	}
@@ -488,7 +493,7 @@ func (s *Store) publish(ctx context.Context, ns []store.Notification) error {
 		return nil
 	}
 	for _, n := range ns {
-		s.hub.Publish(n)
+		s.notify(n)
 	}
 	if len(ns) == 1 {
 		return s.rdb.SPublish(ctx, s.channel(), encodeNotification(ns[0], s.sender)).Err()
