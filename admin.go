@@ -131,7 +131,7 @@ func (c *Client) JobCancel(ctx context.Context, id string) (*JobRow, error) {
 	if prev == nil || prev.State != store.StateActive {
 		c.events.emit(&Event{Kind: EventCancelled, Job: j, At: time.Now()})
 	} else {
-		c.cancelLocal(id, "")
+		c.cancelLocal(id, prev.ClaimToken)
 	}
 	return j, nil
 }

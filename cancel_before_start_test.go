@@ -60,12 +60,7 @@ func TestCancelBetweenClaimAndStart(t *testing.T) {
 		var err error
 		c, err = pronto.NewClient(s, fastConfig(ws, defaultQueue(2)))
 		require.NoError(t, err)
-		require.NoError(t, c.Start(context.Background()))
-		t.Cleanup(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			_ = c.Stop(ctx)
-		})
+		startBuilt(t, c)
 
 		first, err := c.Insert(context.Background(), echoArgs{Message: "cancelled"}, nil)
 		require.NoError(t, err)

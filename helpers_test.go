@@ -128,13 +128,19 @@ func startClient(t *testing.T, s store.Store, cfg *pronto.Config) *pronto.Client
 	t.Helper()
 	c, err := pronto.NewClient(s, cfg)
 	require.NoError(t, err)
+	startBuilt(t, c)
+	return c
+}
+
+// startBuilt starts a client built by the test, stopping it when the test ends.
+func startBuilt(t *testing.T, c *pronto.Client) {
+	t.Helper()
 	require.NoError(t, c.Start(context.Background()))
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_ = c.Stop(ctx)
 	})
-	return c
 }
 
 func defaultQueue(n int) map[string]pronto.QueueConfig {

@@ -27,6 +27,17 @@ func loopClaim(queue string) store.ClaimParams {
 	return store.ClaimParams{Queue: queue, Limit: 4, WorkerID: "w1", LeaseDuration: time.Minute}
 }
 
+// handoffPair returns two stores under one fresh key prefix, a (whose producers wait) and b (the
+// inserting process), and a's notifications.
+func handoffPair(t *testing.T) (a, b *Store, notes chan store.Notification) {
+	t.Helper()
+	prefix := "prontotest:" + uuidv7.New() + ":"
+	a, b = storeWithPrefix(t, prefix), storeWithPrefix(t, prefix)
+	notes = make(chan store.Notification, 100)
+	t.Cleanup(a.Notifier().Subscribe(func(n store.Notification) { notes <- n }))
+	return a, b, notes
+}
+
 // handedTo waits for the job handed to the waiter of p and returns it (a claim in p's loop).
 func handedTo(t *testing.T, ctx context.Context, s *Store, p store.ClaimParams, notes <-chan store.Notification) *store.Job {
 	t.Helper()
@@ -44,10 +55,7 @@ func TestHandoff(t *testing.T) {
 	t.Parallel()
 	loop := loopContext(t)
 	ctx := context.Background()
-	prefix := "prontotest:" + uuidv7.New() + ":"
-	a, b := storeWithPrefix(t, prefix), storeWithPrefix(t, prefix)
-	notes := make(chan store.Notification, 100)
-	defer a.Notifier().Subscribe(func(n store.Notification) { notes <- n })()
+	a, b, notes := handoffPair(t)
 
 	p := loopClaim("ho")
 	jobs, err := a.Claim(loop, p)
@@ -105,10 +113,7 @@ func TestHandoffFollowsClaimRules(t *testing.T) {
 	t.Parallel()
 	loop := loopContext(t)
 	ctx := context.Background()
-	prefix := "prontotest:" + uuidv7.New() + ":"
-	a, b := storeWithPrefix(t, prefix), storeWithPrefix(t, prefix)
-	notes := make(chan store.Notification, 100)
-	defer a.Notifier().Subscribe(func(n store.Notification) { notes <- n })()
+	a, b, notes := handoffPair(t)
 
 	p := loopClaim("rules")
 	p.Kinds = []string{"other"}
@@ -145,8 +150,7 @@ func TestHandoffNotTakenReturns(t *testing.T) {
 	t.Parallel()
 	loop := loopContext(t)
 	ctx := context.Background()
-	prefix := "prontotest:" + uuidv7.New() + ":"
-	a, b := storeWithPrefix(t, prefix), storeWithPrefix(t, prefix)
+	a, b, _ := handoffPair(t)
 	_, err := a.Claim(loop, loopClaim("late"))
 	require.NoError(t, err)
 	in := testJob("late")
@@ -174,10 +178,7 @@ func TestHandoffCloseReturnsJobs(t *testing.T) {
 	t.Parallel()
 	loop := loopContext(t)
 	ctx := context.Background()
-	prefix := "prontotest:" + uuidv7.New() + ":"
-	a, b := storeWithPrefix(t, prefix), storeWithPrefix(t, prefix)
-	notes := make(chan store.Notification, 100)
-	defer a.Notifier().Subscribe(func(n store.Notification) { notes <- n })()
+	a, b, notes := handoffPair(t)
 	_, err := a.Claim(loop, loopClaim("close"))
 	require.NoError(t, err)
 	in := testJob("close")
@@ -201,8 +202,7 @@ func TestHandoffToDeadProcessIsRescued(t *testing.T) {
 	t.Parallel()
 	loop := loopContext(t)
 	ctx := context.Background()
-	prefix := "prontotest:" + uuidv7.New() + ":"
-	a, b := storeWithPrefix(t, prefix), storeWithPrefix(t, prefix)
+	a, b, _ := handoffPair(t)
 	p := loopClaim("dead")
 	p.LeaseDuration = 100 * time.Millisecond
 	_, err := a.Claim(loop, p)
@@ -322,10 +322,7 @@ func TestHandoffLeftoverReturns(t *testing.T) {
 	t.Parallel()
 	loop := loopContext(t)
 	ctx := context.Background()
-	prefix := "prontotest:" + uuidv7.New() + ":"
-	a, b := storeWithPrefix(t, prefix), storeWithPrefix(t, prefix)
-	notes := make(chan store.Notification, 100)
-	defer a.Notifier().Subscribe(func(n store.Notification) { notes <- n })()
+	a, b, notes := handoffPair(t)
 	handed := func(n store.Notification) bool {
 		return n.Kind == store.NotifyInsert && n.Queue == "left" && n.Nonce == 0
 	}
@@ -405,11 +402,8 @@ func TestHandoffCancelledNeverStarts(t *testing.T) {
 	t.Parallel()
 	loop := loopContext(t)
 	ctx := context.Background()
-	prefix := "prontotest:" + uuidv7.New() + ":"
-	a, b := storeWithPrefix(t, prefix), storeWithPrefix(t, prefix)
+	a, b, notes := handoffPair(t)
 	a.serveWithin = time.Minute // the handed job waits for the test, however slow the machine
-	notes := make(chan store.Notification, 100)
-	defer a.Notifier().Subscribe(func(n store.Notification) { notes <- n })()
 
 	p := loopClaim("hocancel")
 	jobs, err := a.Claim(loop, p)
