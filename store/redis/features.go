@@ -661,10 +661,11 @@ func (s *Store) CancelWorkflow(ctx context.Context, id string) (*store.Workflow,
 		}
 	}
 	var ns []store.Notification
-	for i := 0; i+1 < len(told); i += 2 {
+	for i := 0; i+2 < len(told); i += 3 {
 		q, _ := told[i].(string)
 		jid, _ := told[i+1].(string)
-		ns = append(ns, store.Notification{Kind: store.NotifyCancel, Queue: q, JobID: jid})
+		token, _ := told[i+2].(string)
+		ns = append(ns, store.Notification{Kind: store.NotifyCancel, Queue: q, JobID: jid, ClaimToken: token})
 	}
 	if err := s.publish(ctx, ns); err != nil {
 		return nil, fmt.Errorf("redis: cancel workflow %s: cancelled, but runners were not told: %w", id, err)

@@ -377,9 +377,10 @@ func (s *Store) insertResults(params []*store.InsertParams, order []string, grou
 			out[idx[x-1]] = j
 		}
 		cancels, _ := r[4].([]any)
-		for _, c := range cancels {
-			id, _ := c.(string)
-			ns = append(ns, store.Notification{Kind: store.NotifyCancel, Queue: q, JobID: id})
+		for i := 0; i+1 < len(cancels); i += 2 {
+			id, _ := cancels[i].(string)
+			token, _ := cancels[i+1].(string)
+			ns = append(ns, store.Notification{Kind: store.NotifyCancel, Queue: q, JobID: id, ClaimToken: token})
 		}
 		var due time.Time
 		announce, dueNow := false, false

@@ -535,8 +535,8 @@ return false
 // says, within the queue: a first pass finds a conflict that refuses the batch (and returns
 // {"uc", key, holder id, holder state}, writing nothing); the second pass writes. Returns
 // {"ok", now, dups, changed, cancels}: dups and changed list {job index, job} for ignored jobs (the
-// holder) and for jobs that took over a replaced job's schedule; cancels lists replaced jobs that
-// were active.
+// holder) and for jobs that took over a replaced job's schedule; cancels lists the replaced jobs
+// that were active, each as its id and its run's claim token.
 //
 // On a single node the whole insert is this one call (one round trip): with KEYS[2] (the id index)
 // and KEYS[3] (the queue registry) given, and ARGV after the jobs: queue, sender, nonce, it also
@@ -592,7 +592,10 @@ for x, j in ipairs(jobs) do
         if j.policy == 'replace_except_schedule' and (hst == 'scheduled' or hst == 'retryable') then
           adopt = {hst, redis.call('HGET', jk(hid), 'sched')}
         end
-        if hst == 'active' then cancels[#cancels + 1] = hid end
+        if hst == 'active' then
+          cancels[#cancels + 1] = hid
+          cancels[#cancels + 1] = redis.call('HGET', jk(hid), 'token') or ''
+        end
         unplace(hid)
         redis.call('HSET', jk(hid), 'state', 'cancelled', 'completed', s(t))
         leave(hid)
@@ -1578,8 +1581,8 @@ return 0
 // scriptCancelWorkflow cancels every job of workflow ARGV[1] that is not terminal and marks it
 // cancelled (the first call's time stays). ARGV[2] is the workflow's queue when its keys are tagged
 // by it (KEYS[1] is then that queue's prefix, and the script touches that slot alone), "" for the
-// global layout (KEYS[1] the store's prefix; single node). Returns "nf", or {queue, id, ...} of the
-// jobs that were active, whose runners are to be told.
+// global layout (KEYS[1] the store's prefix; single node). Returns "nf", or {queue, id, token, ...}
+// of the jobs that were active, whose runners are to be told (token: the run's claim token).
 var scriptCancelWorkflow = newFunc("CancelWorkflow", `
 local loc = ARGV[2] ~= ''
 local W = G
@@ -1596,7 +1599,10 @@ for _, id in ipairs(redis.call('ZRANGE', W .. 'wfj:' .. ARGV[1], 0, -1)) do
     inq(q, function()
       local st = redis.call('HGET', jk(id), 'state')
       if st and not terminal(st) then
-        if st == 'active' then told[#told + 1] = q; told[#told + 1] = id end
+        if st == 'active' then
+          told[#told + 1] = q; told[#told + 1] = id
+          told[#told + 1] = redis.call('HGET', jk(id), 'token') or ''
+        end
         unplace(id)
         redis.call('HSET', jk(id), 'state', 'cancelled', 'completed', s(t))
         leave(id)

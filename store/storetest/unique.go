@@ -128,7 +128,8 @@ func testUniqueReplace(t *testing.T, s store.Store) {
 	n := get(t, s, repl.ID)
 	require.Equal(t, store.StateAvailable, n.State)
 	require.Equal(t, key, n.UniqueKey)
-	require.Equal(t, []string{repl.ID}, ids(claim(t, s, q, 10)), "only the new job is claimable")
+	claimed := claim(t, s, q, 10)
+	require.Equal(t, []string{repl.ID}, ids(claimed), "only the new job is claimable")
 
 	// Replacing an active job cancels it and tells its runner.
 	c := listen(t, s)
@@ -142,6 +143,10 @@ func testUniqueReplace(t *testing.T, s store.Store) {
 			return n.Kind == store.NotifyCancel && n.JobID == repl.ID
 		})) == 1
 	})
+	require.NotEmpty(t, claimed[0].ClaimToken)
+	require.Equal(t, claimed[0].ClaimToken, c.matching(func(n store.Notification) bool {
+		return n.Kind == store.NotifyCancel && n.JobID == repl.ID
+	})[0].ClaimToken, "the notification names the run it stops")
 	require.False(t, finish(t, s, store.Completion{ID: repl.ID, Attempt: 1, State: store.StateCompleted}),
 		"the replaced job's completion is not applied")
 	require.Equal(t, store.StateAvailable, get(t, s, again.ID).State)

@@ -446,6 +446,10 @@ func testWorkflowCancel(t *testing.T, s store.Store) {
 			return n.Kind == store.NotifyCancel && n.JobID == a.ID
 		})) == 1
 	})
+	require.NotEmpty(t, aj.ClaimToken)
+	require.Equal(t, aj.ClaimToken, listener.matching(func(n store.Notification) bool {
+		return n.Kind == store.NotifyCancel && n.JobID == a.ID
+	})[0].ClaimToken, "the notification names the run it stops")
 	require.False(t, finish(t, s, store.Completion{ID: aj.ID, Attempt: 1, State: store.StateCompleted}),
 		"the cancelled job's completion is not applied")
 	require.Equal(t, []string{other.ID}, ids(claim(t, s, q, 10)), "nothing of the cancelled workflow runs")
