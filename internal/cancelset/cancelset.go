@@ -4,6 +4,7 @@ package cancelset
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -16,10 +17,15 @@ import (
 // methods are safe for concurrent use; the zero value is ready.
 type Set struct {
 	mu   sync.Mutex
-	runs map[string]time.Time
+	runs map[run]time.Time
 	// swept is when Add last dropped old entries.
 	swept time.Time
+	// size is len(runs), read without the lock: a client asks Has of every run it starts, and
+	// the set is nearly always empty.
+	size atomic.Int64
 }
+
+type run struct{ id, token string }
 
 // Kept is how long a Set remembers a cancellation: far longer than a run takes to reach
 // its holder. Only active jobs are cancelled this way, and those are bounded by the workers, so the
@@ -34,9 +40,9 @@ func (c *Set) Add(id, token string, now time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.runs == nil {
-		c.runs = make(map[string]time.Time)
+		c.runs = make(map[run]time.Time)
 	}
-	c.runs[id+"\x00"+token] = now
+	c.runs[run{id, token}] = now
 	if now.Sub(c.swept) >= Kept {
 		for k, at := range c.runs {
 			if now.Sub(at) >= Kept {
@@ -45,13 +51,17 @@ func (c *Set) Add(id, token string, now time.Time) {
 		}
 		c.swept = now
 	}
+	c.size.Store(int64(len(c.runs)))
 }
 
 // Has reports whether the run of job id under claim token was cancelled less than Kept
 // before now.
 func (c *Set) Has(id, token string, now time.Time) bool {
+	if c.size.Load() == 0 {
+		return false
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	at, ok := c.runs[id+"\x00"+token]
+	at, ok := c.runs[run{id, token}]
 	return ok && now.Sub(at) < Kept
 }

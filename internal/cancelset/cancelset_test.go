@@ -23,3 +23,15 @@ func TestCancels(t *testing.T) {
 	require.Len(t, c.runs, 1, "the old entry is swept")
 	require.True(t, c.Has("b", "t1", t0.Add(Kept)))
 }
+
+// BenchmarkHasEmpty is the cost a client pays per run it starts when nothing was cancelled.
+func BenchmarkHasEmpty(b *testing.B) {
+	var c Set
+	now := time.Now()
+	b.ReportAllocs()
+	for b.Loop() {
+		if c.Has("0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b", "7f1e2d3c-4b5a-6978-8a9b-0c1d2e3f4a5b", now) {
+			b.Fatal("empty set")
+		}
+	}
+}
