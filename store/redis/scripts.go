@@ -139,6 +139,20 @@ local function fields(id)
   end
   return f
 end
+-- jobof reads job id's whole hash in one call: its fields by name as fields returns them (the hash's
+-- other fields beside them), and the flat HGETALL array, which a claim returns with the fields it
+-- changes appended (the decoder keeps a field's last value). One HGETALL costs less than fields'
+-- HMGET and a second read after the claim's HSET. nil for no job.
+local function jobof(id)
+  local a = redis.call('HGETALL', jk(id))
+  if #a == 0 then return nil end
+  local f = {state = false, kind = false, prio = false, sched = false, lease = false, completed = false,
+    attempt = false, token = false, started = false, expires = false, ukey = false, ustates = false,
+    rkey = false, wf = false, runon = false, kids = false, tenant = false, tng = false, wfl = false,
+    tnq = false, rkq = false, tlp = false, xkids = false}
+  for i = 1, #a, 2 do f[a[i]] = a[i + 1] end
+  return f, a
+end
 -- tenantkeys returns the keys that count job f in state st under its tenant (its counts, the set of
 -- tenants, its jobs in st) and the tenant, or nil when nothing counts it: the store's keys for a job
 -- with tng (a single node: across queues), the queue's for one with tnq (a Redis Cluster, where a
@@ -819,24 +833,41 @@ local out = {}
 -- activate makes available job id (fields f) active under this claim (rate key rk, '' for none);
 -- with tp (a Redis Cluster's claim), the job takes one of tp's permits of its tenant's limit, and
 -- carries tlp until it leaves active, so that its outcome gives the permit back (ratelimit.go).
-local function activate(id, rk, f, tp)
+local started, leaseto = s(t), s(t + leasefor)
+local function activate(id, rk, f, tp, a)
   local k = jk(id)
   local w = worker
   if perworker then w = ARGV[tok + limit + 1] end
   unplace(id, f)
-  f.state, f.started, f.lease, f.attempt = 'active', s(t), s(t + leasefor), s(num(f.attempt) + 1)
-  redis.call('HSET', k, 'state', 'active', 'started', f.started, 'lease', f.lease, 'worker', w,
-    'token', ARGV[tok], 'attempt', f.attempt)
+  f.state, f.started, f.lease, f.attempt = 'active', started, leaseto, s(num(f.attempt) + 1)
+  local tlp = nil
   if tp then
     tp.n = tp.n - 1
-    redis.call('HSET', k, 'tlp', '1')
+    tlp = '1'
   elseif f.tlp == '1' then
-    redis.call('HSET', k, 'tlp', '')
+    tlp = ''
   end
+  if tlp then
+    redis.call('HSET', k, 'state', 'active', 'started', started, 'lease', leaseto, 'worker', w,
+      'token', ARGV[tok], 'attempt', f.attempt, 'tlp', tlp)
+  else
+    redis.call('HSET', k, 'state', 'active', 'started', started, 'lease', leaseto, 'worker', w,
+      'token', ARGV[tok], 'attempt', f.attempt)
+  end
+  local tk = ARGV[tok]
   tok = tok + 1
   place(id, f)
   if rk ~= '' and global then rlstarted(rk, t) end
-  out[#out + 1] = redis.call('HGETALL', k)
+  if not a or f.ukey == '' then
+    -- place may have changed the hash (a unique key given up): read it again.
+    out[#out + 1] = redis.call('HGETALL', k)
+    return
+  end
+  local n = #a
+  a[n + 1], a[n + 2], a[n + 3], a[n + 4], a[n + 5], a[n + 6] = 'state', 'active', 'started', started, 'lease', leaseto
+  a[n + 7], a[n + 8], a[n + 9], a[n + 10], a[n + 11], a[n + 12] = 'worker', w, 'token', tk, 'attempt', f.attempt
+  if tlp then a[n + 13], a[n + 14] = 'tlp', tlp end
+  out[#out + 1] = a
 end
 -- wants reports whether a Redis Cluster's claim is to ask for permits of key k: it holds none, or
 -- has used up permits that were all it asked for (more may be free).
@@ -873,7 +904,8 @@ while #out < upto do
     end
   end
   if #cands == 0 then break end
-  table.sort(cands, function(a, b) return a[1] < b[1] end)
+  -- One source's members come in order already.
+  if cands[#cands][2] ~= cands[1][2] then table.sort(cands, function(a, b) return a[1] < b[1] end) end
   local progress = false
   for _, c in ipairs(cands) do
     if #out == upto then break end
@@ -881,7 +913,7 @@ while #out < upto do
     if not sr.off then
       local id = string.sub(c[1], 27)
       local k = jk(id)
-      local f = fields(id)
+      local f, a = jobof(id)
       local exp = num(f and f.expires)
       local blocked, until_, action = false, 0, ''
       local g = nil
@@ -923,7 +955,7 @@ while #out < upto do
         sr.off = true
       else
         if g then g.n = g.n - 1 end
-        activate(id, sr.rk, f)
+        activate(id, sr.rk, f, nil, a)
         progress = true
       end
     end
