@@ -49,14 +49,14 @@ func newFunc(name, body string) *luaFunc {
 func library() (string, string) {
 	libOnce.Do(func() {
 		var b strings.Builder
-		// KEYS, ARGV, B, G, decided, released, dropped, needed, relay, zq and zkeys are set by each
-		// function as it starts (see prelude).
-		b.WriteString("local KEYS, ARGV, B, G, zq, zkeys\n")
+		// KEYS, ARGV, B, G, decided, released, dropped, needed, relay, zq, zkeys and filed are set by
+		// each function as it starts (see prelude).
+		b.WriteString("local KEYS, ARGV, B, G, zq, zkeys, filed\n")
 		b.WriteString(preludeBody)
 		b.WriteString("\nlocal function claimjobs()\n" + claimBody + "\nend\n")
 		for _, f := range libFuncs {
 			b.WriteString("\nredis.register_function{function_name = 'pronto_@_" + f.name + "', flags = {'allow-cross-slot-keys'}, callback = function(keys, args)\n")
-			b.WriteString("KEYS, ARGV, B = keys, args, keys[1]\nG = string.match(B or '', '^(.-){') or B\ndecided, released, dropped, needed, relay, zq, zkeys = {}, false, {}, false, false, false, nil\n")
+			b.WriteString("KEYS, ARGV, B = keys, args, keys[1]\nG = string.match(B or '', '^(.-){') or B\ndecided, released, dropped, needed, relay, zq, zkeys, filed = {}, false, {}, false, false, false, nil, false\n")
 			b.WriteString(f.body)
 			b.WriteString("\nend}\n")
 		}

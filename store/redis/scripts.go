@@ -79,6 +79,9 @@ local function zw(op, key, sc, id)
   if op == 'ZADD' then r[#r + 1] = sc end
   r[#r + 1] = id
 end
+-- filed, while a table (the batch insert turns it on; every function starts with it false, see
+-- lua.go), holds the sources (queue prefix, kind, rate key) place has registered in kinds and ks:
+-- during this call, so that a batch of one kind registers it once, not once per job.
 -- zflush sends the writes zw queued (in slices: unpack's stack is bounded) and turns queueing off.
 local function zflush()
   if not zq then return end
@@ -273,8 +276,12 @@ local function place(id, f)
     end
   elseif st == 'available' then
     redis.call('ZADD', src(f.kind, rk), '0', rank(num(f.prio), num(f.sched), id))
-    redis.call('SADD', B .. 'kinds', f.kind)
-    redis.call('SADD', B .. 'ks:' .. f.kind, rk or '')
+    local fk = filed and B .. f.kind .. '\n' .. (rk or '')
+    if not (fk and filed[fk]) then
+      redis.call('SADD', B .. 'kinds', f.kind)
+      redis.call('SADD', B .. 'ks:' .. f.kind, rk or '')
+      if fk then filed[fk] = true end
+    end
   elseif st == 'scheduled' or st == 'retryable' then
     redis.call('ZADD', B .. 'sched', sv(f.sched), id)
     if rk then redis.call('ZADD', select(2, ratekeys(f)), sv(f.sched), id) end
@@ -558,7 +565,9 @@ return false
 // wrote there, registers the queue and publishes the insert notification itself. A cluster cannot
 // (those keys live in other slots): there the index is written first by scriptRegisterIDs.
 var scriptInsert = newFunc("Insert", `
+zq, zkeys, filed = {}, {}, {}
 local t = now()
+local ts = s(t)
 local n = tonumber(ARGV[1])
 local jobs = {}
 local i = 2
@@ -570,8 +579,12 @@ for x = 1, n do
 end
 local whole = #KEYS >= 3
 if whole then
-  for _, j in ipairs(jobs) do
-    if redis.call('HEXISTS', KEYS[2], j.id) == 1 then return {'dup', j.id} end
+  -- One HMGET of the id index per 1000 jobs (unpack's stack is bounded).
+  for a = 1, n, 1000 do
+    local ids = {}
+    for x = a, math.min(a + 999, n) do ids[#ids + 1] = jobs[x].id end
+    local got = redis.call('HMGET', KEYS[2], unpack(ids))
+    for y = 1, #ids do if got[y] then return {'dup', ids[y]} end end
   end
 end
 -- Pass 1: would any job be refused? taken simulates the keys the batch's earlier jobs take.
@@ -622,8 +635,8 @@ for x, j in ipairs(jobs) do
     local k = jk(j.id)
     -- One HSET: created, and sched now unless the job's fields (later pairs win) give one. f is
     -- the new hash as place reads it, from the arguments rather than read back.
-    redis.call('HSET', k, 'created', s(t), 'sched', s(t), unpack(ARGV, j.from, j.to))
-    local f = {sched = s(t)}
+    redis.call('HSET', k, 'created', ts, 'sched', ts, unpack(ARGV, j.from, j.to))
+    local f = {sched = ts}
     for a = j.from, j.to, 2 do f[ARGV[a]] = ARGV[a + 1] end
     if adopt then
       redis.call('HSET', k, 'state', adopt[1], 'sched', adopt[2])
@@ -640,9 +653,11 @@ if whole then
   -- now (no "d") or the earliest future due time, as Go's insert would have.
   local q = ARGV[i]
   local announce, due = false, 0
+  local idx = {}
   for _, j in ipairs(jobs) do
     if j.written then
-      redis.call('HSET', KEYS[2], j.id, q)
+      idx[#idx + 1] = j.id
+      idx[#idx + 1] = q
       local st = j.f.state
       if st == 'available' then
         announce, due = true, -1
@@ -653,6 +668,7 @@ if whole then
       end
     end
   end
+  for a = 1, #idx, 1000 do redis.call('HSET', KEYS[2], unpack(idx, a, math.min(a + 999, #idx))) end
   redis.call('SADD', KEYS[3], q)
   if announce then
     local d = ''
@@ -661,6 +677,7 @@ if whole then
       ',"n":' .. ARGV[i + 2] .. ',"s":"' .. ARGV[i + 1] .. '"}')
   end
 end
+zflush()
 return {'ok', t, dups, changed, cancels}
 `)
 
@@ -1098,6 +1115,7 @@ return out
 var scriptFinish = newFunc("Finish", `
 zq, zkeys = {}, {}
 local t = now()
+local ts = s(t)
 local out, freed = {}, {}
 local i = 2
 for c = 1, tonumber(ARGV[1]) do
@@ -1114,11 +1132,11 @@ for c = 1, tonumber(ARGV[1]) do
     -- One HSET per outcome: the new state, its time, and leaving the run (as leave does); f
     -- follows the hash, for place.
     if st == 'completed' then
-      f.completed = s(t)
+      f.completed = ts
       -- No result is "" (Go's ARGV gives it so), which clears one an earlier run left.
       redis.call('HSET', k, 'state', st, 'completed', f.completed, 'lease', '0', 'worker', '', 'token', '', 'result', result)
     elseif st == 'discarded' or st == 'cancelled' then
-      f.completed = s(t)
+      f.completed = ts
       redis.call('HSET', k, 'state', st, 'completed', f.completed, 'lease', '0', 'worker', '', 'token', '')
     else
       if sched == 0 or not (st == 'retryable' or st == 'scheduled') then sched = t end
