@@ -13,7 +13,7 @@ import (
 )
 
 func init() {
-	register(prontoPG{}, prontoPG{unlogged: true}, prontoPG{tunedWorkers: true}, prontoPG{noHandoff: true})
+	register(prontoPG{}, prontoPG{unlogged: true}, prontoPG{tunedWorkers: true}, prontoPG{noHandoff: true}, prontoPG{prefetch: true})
 }
 
 // ---- pronto on PostgreSQL ----
@@ -22,8 +22,13 @@ func init() {
 // which loses every job on a database crash, measured in the scenarios where the WAL matters;
 // tunedWorkers gives it River tuned's worker count in the drain (tunedDrainWorkers), so that the
 // drain is also compared at equal workers; noHandoff turns the hand-off off
-// (postgres.Config.NoHandoff), to measure what it gives pickup and CPU.
-type prontoPG struct{ unlogged, tunedWorkers, noHandoff bool }
+// (postgres.Config.NoHandoff), to measure what it gives pickup and CPU; prefetch keeps pronto's 100
+// workers and lets the queue claim as many again beyond its free workers (QueueConfig.Prefetch =
+// prefetchDrain), pronto's own tuning for a drain of short jobs, as River tuned is River's.
+type prontoPG struct{ unlogged, tunedWorkers, noHandoff, prefetch bool }
+
+// prefetchDrain is pronto-prefetch's QueueConfig.Prefetch: as many jobs as its workers.
+const prefetchDrain = 100
 
 func (p prontoPG) name() string {
 	switch {
@@ -33,6 +38,8 @@ func (p prontoPG) name() string {
 		return "pronto-2000w"
 	case p.noHandoff:
 		return "pronto-nohandoff"
+	case p.prefetch:
+		return "pronto-prefetch"
 	}
 	return "pronto"
 }
@@ -89,6 +96,9 @@ func (s prontoPG) open(ctx context.Context, e *env, id string) (instance, error)
 		return nil, err
 	}
 	inst.schema = id
+	if s.prefetch {
+		inst.prefetch = prefetchDrain
+	}
 	return inst, nil
 }
 
@@ -104,6 +114,8 @@ type prontoInstance struct {
 	onClose func()
 	// notifier, when set, is given to the workers' client as Config.Notifier.
 	notifier pronto.Notifier
+	// prefetch is the workers' QueueConfig.Prefetch (0: pronto's default, none).
+	prefetch int
 }
 
 func newProntoInstance(st store.Store, p *pgxpool.Pool, count func(context.Context) (int64, error)) (*prontoInstance, error) {
@@ -168,7 +180,7 @@ func (i *prontoInstance) startWorkers(ctx context.Context, n int, s sink) (func(
 		return work(ctx, j.Args, j.Attempt, s)
 	}))
 	c, err := pronto.NewClient(i.st, &pronto.Config{
-		Queues:   map[string]pronto.QueueConfig{pronto.DefaultQueue: {MaxWorkers: n}},
+		Queues:   map[string]pronto.QueueConfig{pronto.DefaultQueue: {MaxWorkers: n, Prefetch: i.prefetch}},
 		Workers:  ws,
 		Notifier: i.notifier,
 	})
