@@ -289,3 +289,25 @@ func TestLaterIssuesTargets(t *testing.T) {
 		}
 	}
 }
+
+// TestCounterKeepsNoEvents: round_trip_max's recorder counts outcomes without holding an event per
+// job (which an in-process system's RSS would count), while a full recorder keeps every event.
+func TestCounterKeepsNoEvents(t *testing.T) {
+	full, counter := newRecorder(0, false), newCounter()
+	for i := range 1000 {
+		e := ev{seq: int64(i), end: int64(i + 1), attempt: 1, ok: i%4 != 0, kind: 'E'}
+		full.add(e)
+		counter.add(e)
+	}
+	if n := len(counter.events()); n != 0 {
+		t.Errorf("the counter kept %d events, want none", n)
+	}
+	if n := len(full.events()); n != 1000 {
+		t.Errorf("the full recorder kept %d events, want 1000", n)
+	}
+	for _, r := range []*recorder{full, counter} {
+		if ok, term, last := r.okEnds.Load(), r.terminal.Load(), r.lastEnd.Load(); ok != 750 || term != 750 || last != 1000 {
+			t.Errorf("counters: %d ok ends, %d terminal, last end %d; want 750, 750, 1000", ok, term, last)
+		}
+	}
+}

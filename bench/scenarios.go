@@ -628,7 +628,7 @@ func runInsert(rc *runCtx) error {
 
 func runRoundTrip(rc *runCtx) error {
 	sc := rc.sc
-	rec := newRecorder(0, false)
+	rec := newCounter() // the figures come from the counters alone
 	workers := rc.sys.workersFor(sc.name, sc.workers)
 	h, err := rc.startHost(workers, 1, rec)
 	if err != nil {
