@@ -50,7 +50,7 @@ func (c *Client) storeInsert(ctx context.Context, ps []*store.InsertParams) ([]*
 }
 
 // InsertMany stores many jobs atomically (all or none) with one notification per queue; on
-// PostgreSQL it uses COPY.
+// PostgreSQL up to 10,000 plain jobs are one INSERT in one round trip, larger batches use COPY.
 func (c *Client) InsertMany(ctx context.Context, jobs []InsertManyParams) ([]*JobRow, error) {
 	ps, err := c.buildInsertMany(jobs)
 	if err != nil {

@@ -59,9 +59,9 @@ type insertRow struct {
 // Insert writes the jobs atomically and announces them, once per queue. A batch without unique
 // jobs or rate limits takes the fast paths: up to arraysMax (10,000) jobs take one round trip (a
 // pipelined batch of INSERTs, or one INSERT of arrays, with the NOTIFYs, run as one implicit
-// transaction); larger batches are written with COPY in a transaction. A batch with unique jobs or rate limits runs in a
-// transaction of its own, in two round trips unless a unique job meets a holder (see
-// insertSpecial). An id that exists already fails the whole call with
+// transaction); larger batches are written with COPY in a transaction. A batch with unique jobs or
+// rate limits runs in a transaction of its own, in two round trips unless a unique job meets a
+// holder (see insertSpecial). An id that exists already fails the whole call with
 // store.ErrDuplicate; a unique job refused by its key's holder fails it with a
 // *store.UniqueConflictError.
 func (s *Store) Insert(ctx context.Context, params []*store.InsertParams) ([]*store.Job, error) {
