@@ -16,6 +16,7 @@ import (
 
 	"github.com/pronto-jobs/pronto/internal/cancelset"
 	"github.com/pronto-jobs/pronto/internal/completer"
+	"github.com/pronto-jobs/pronto/internal/fairq"
 	"github.com/pronto-jobs/pronto/internal/fetchbatch"
 	"github.com/pronto-jobs/pronto/internal/finishbatch"
 	"github.com/pronto-jobs/pronto/internal/insertbatch"
@@ -63,7 +64,7 @@ type Client struct {
 	stopErr  error
 
 	producers   map[string]*producer.Producer
-	pools       map[string]chan jobTask
+	pools       map[string]*fairq.Queue[jobTask]
 	completer   *completer.Completer
 	maintainer  *maintenance.Maintainer
 	unsubscribe func()
@@ -266,20 +267,24 @@ func (c *Client) Start(ctx context.Context) error {
 	}()
 
 	c.producers = make(map[string]*producer.Producer, len(c.cfg.Queues))
-	c.pools = make(map[string]chan jobTask, len(c.cfg.Queues))
+	c.pools = make(map[string]*fairq.Queue[jobTask], len(c.cfg.Queues))
 	for name, q := range c.cfg.Queues {
 		name := name
-		// The producer claims into MaxWorkers+Prefetch slots; the pool's channel holds the prefetched
-		// jobs until one of the MaxWorkers goroutines takes them up.
-		tasks := make(chan jobTask, q.MaxWorkers+q.Prefetch)
-		prefetching := q.Prefetch > 0
+		// The producer claims into MaxWorkers slots and up to ahead more (QueueConfig.Prefetch); the
+		// pool's queue holds the prefetched jobs until one of the MaxWorkers goroutines takes them up,
+		// in turns across tenants (fairq).
+		ahead := q.prefetchMax()
+		tasks := fairq.New[jobTask]()
+		prefetching := ahead > 0
 		c.pools[name] = tasks
 		for range q.MaxWorkers {
 			go c.workerPool(tasks)
 		}
 		c.producers[name] = producer.New(producer.Config{
-			Queue:      name,
-			MaxWorkers: q.MaxWorkers + q.Prefetch,
+			Queue:        name,
+			MaxWorkers:   q.MaxWorkers,
+			Prefetch:     ahead,
+			AutoPrefetch: q.Prefetch == 0,
 			Claim: func(ctx context.Context, limit int) ([]*store.Job, error) {
 				return c.store.Claim(ctx, store.ClaimParams{
 					Queue: name, Kinds: c.kinds, Limit: limit,
@@ -402,7 +407,7 @@ func (c *Client) stop(ctx context.Context) error {
 	}
 	// Every job has returned (or was abandoned): the pools' goroutines may go.
 	for _, tasks := range c.pools {
-		close(tasks)
+		tasks.Close()
 	}
 	c.completer.Close()
 	select {
@@ -433,7 +438,7 @@ func (c *Client) returnPrefetched() {
 	c.runMu.Lock()
 	var waiting []context.CancelCauseFunc
 	for _, rj := range c.running {
-		if rj.cancel != nil && c.cfg.Queues[rj.row.Queue].Prefetch > 0 && rj.phase.CompareAndSwap(runQueued, runReturned) {
+		if rj.cancel != nil && c.cfg.Queues[rj.row.Queue].prefetchMax() > 0 && rj.phase.CompareAndSwap(runQueued, runReturned) {
 			waiting = append(waiting, rj.cancel)
 		}
 	}
@@ -442,7 +447,7 @@ func (c *Client) returnPrefetched() {
 		cancel(ErrShutdown)
 	}
 	for name, q := range c.cfg.Queues {
-		if q.Prefetch > 0 {
+		if q.prefetchMax() > 0 {
 			go c.workerPool(c.pools[name])
 		}
 	}
@@ -751,8 +756,12 @@ type jobTask struct {
 
 // workerPool runs a queue's jobs on a fixed set of goroutines (one per worker slot), so their stacks
 // stay warm and the goroutine count is bounded by the configured workers.
-func (c *Client) workerPool(tasks <-chan jobTask) {
-	for t := range tasks {
+func (c *Client) workerPool(tasks *fairq.Queue[jobTask]) {
+	for {
+		t, ok := tasks.Pop()
+		if !ok {
+			return
+		}
 		c.run(t)
 	}
 }
@@ -800,7 +809,7 @@ func (c *Client) execute(row *store.Job, release func(), leaseUntil time.Time, p
 			jobAttrs(row)...)
 		superseded(ErrJobLost)
 	}
-	c.pools[row.Queue] <- jobTask{run: rj, row: row, ctx: ctx, cancel: cancel, release: release, after: after}
+	c.pools[row.Queue].Push(row.Tenant, jobTask{run: rj, row: row, ctx: ctx, cancel: cancel, release: release, after: after})
 }
 
 // cancelWork cancels workCtx and every run's context with cause. A run that execute registers after
@@ -854,6 +863,7 @@ func (c *Client) run(t jobTask) {
 		<-jobCtx.Done() // given back by Stop, whose cancel follows at once
 	}
 	start := time.Now()
+	ran := false
 	if jobCtx.Err() != nil {
 		// Stopped before its worker started (superseded while waiting for the earlier run, or a
 		// prefetched job cancelled, lost or given back by Stop): the worker never runs.
@@ -865,8 +875,12 @@ func (c *Client) run(t jobTask) {
 			c.emitStarted([]*JobRow{row})
 		}
 		err = c.runWorker(jobCtx, row)
+		ran = true
 	}
 	dur := time.Since(start)
+	if p := c.producers[row.Queue]; ran && p != nil {
+		p.ObserveRun(dur) // the run times that size the queue's prefetch (QueueConfig.Prefetch)
+	}
 	holder.flushProgress() // the latest report is written while the job is still active
 	progressed, progressData := holder.progress.reportedProgress()
 	timedOut := errors.Is(context.Cause(jobCtx), errTimeout)

@@ -15,14 +15,42 @@ type QueueConfig struct {
 	// MaxWorkers is how many of the queue's jobs this client runs at once (default 100).
 	MaxWorkers int
 	// Prefetch is how many of the queue's jobs this client may claim beyond its free workers, to
-	// start each as soon as a worker frees (default 0: a claim takes only what free workers can run).
-	// It takes the claim's round trip off the path between one job and the next, which is what
-	// bounds a queue of short jobs with few workers. A prefetched job is claimed: it counts as
-	// active (toward rate and tenant limits too), its lease is renewed by this client's heartbeats
-	// while it waits, no other client can run it, and its timeout starts only when its worker does.
-	// Stop gives the jobs not yet started back at once, their attempt refunded; a process that
-	// dies holds them until their leases run out, like its running jobs.
+	// start each as soon as a worker frees. It takes the claim's round trip off the path between one
+	// job and the next, which is what bounds a queue of short jobs.
+	//
+	// The default, 0, prefetches by itself: as many jobs as the workers finish during one claim's
+	// round trip (MaxWorkers × the claim's time ÷ a job's run time, running estimates of this
+	// client's), at most AutoPrefetchMax(MaxWorkers). A prefetched job then waits about one claim's
+	// round trip, which it would have waited for its own claim, and a queue whose jobs run longer
+	// than MaxWorkers claims prefetches nothing. N > 0 prefetches up to N jobs whatever their run
+	// time; NoPrefetch never prefetches: a claim takes only what free workers can run.
+	//
+	// A prefetched job is claimed: it counts as active (toward rate and tenant limits too), its
+	// lease is renewed by this client's heartbeats while it waits, no other client can run it, and
+	// its timeout starts only when its worker does. Stop gives the jobs not yet started back at once,
+	// their attempt refunded; a process that dies holds them until their leases run out, like its
+	// running jobs.
 	Prefetch int
+}
+
+// NoPrefetch, as QueueConfig.Prefetch, turns prefetching off.
+const NoPrefetch = -1
+
+// AutoPrefetchMax is the most jobs a queue of maxWorkers workers prefetches by itself (Prefetch 0):
+// four times its workers, at least 64 and at most 1,000.
+func AutoPrefetchMax(maxWorkers int) int {
+	return min(max(4*maxWorkers, 64), 1000)
+}
+
+// prefetchMax is the most jobs the queue may hold beyond its workers.
+func (q QueueConfig) prefetchMax() int {
+	switch {
+	case q.Prefetch == 0:
+		return AutoPrefetchMax(q.MaxWorkers)
+	case q.Prefetch < 0:
+		return 0
+	}
+	return q.Prefetch
 }
 
 // Config configures a Client. The zero value is valid for an insert-only client; a client that works
@@ -230,8 +258,8 @@ func (c Config) withDefaults() (Config, error) {
 		if q.MaxWorkers < 0 {
 			return c, fmt.Errorf("pronto: config: queue %q: MaxWorkers %d is negative", name, q.MaxWorkers)
 		}
-		if q.Prefetch < 0 {
-			return c, fmt.Errorf("pronto: config: queue %q: Prefetch %d is negative", name, q.Prefetch)
+		if q.Prefetch < NoPrefetch {
+			return c, fmt.Errorf("pronto: config: queue %q: Prefetch %d is negative (NoPrefetch, -1, turns it off)", name, q.Prefetch)
 		}
 		queues[name] = q
 	}

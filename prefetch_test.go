@@ -278,8 +278,11 @@ func TestCancelledPrefetchedJobNeverRuns(t *testing.T) {
 func TestPrefetchConfig(t *testing.T) {
 	ws := pronto.NewWorkers()
 	pronto.AddWorker(ws, pronto.WorkFunc(func(context.Context, *pronto.Job[prefetchArgs]) error { return nil }))
-	_, err := pronto.NewClient(memory.New(), &pronto.Config{Workers: ws, Queues: map[string]pronto.QueueConfig{"q": {Prefetch: -1}}})
-	require.ErrorContains(t, err, `queue "q": Prefetch -1 is negative`)
+	_, err := pronto.NewClient(memory.New(), &pronto.Config{Workers: ws, Queues: map[string]pronto.QueueConfig{"q": {Prefetch: -2}}})
+	require.ErrorContains(t, err, `queue "q": Prefetch -2 is negative (NoPrefetch, -1, turns it off)`)
+	c, err := pronto.NewClient(memory.New(), &pronto.Config{Workers: ws, Queues: map[string]pronto.QueueConfig{"q": {Prefetch: pronto.NoPrefetch}}})
+	require.NoError(t, err)
+	require.Equal(t, 100, c.Stats().Queues["q"].Free, "NoPrefetch: the workers' slots only")
 }
 
 // TestChaosPrefetchingWorkers: worker processes with one worker and Prefetch 6 on PostgreSQL. One is

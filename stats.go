@@ -24,8 +24,8 @@ type QueueStats struct {
 	Running int
 	// Prefetched is how many it has claimed ahead of a free worker (QueueConfig.Prefetch).
 	Prefetched int
-	// Free is how many more it could claim now: the queue's MaxWorkers plus Prefetch, less Running
-	// and Prefetched.
+	// Free is how many more it could claim now: the queue's MaxWorkers plus the jobs it may
+	// prefetch now, less Running and Prefetched.
 	Free int
 }
 
@@ -39,14 +39,14 @@ func (c *Client) Stats() ClientStats {
 	st := ClientStats{Queues: make(map[string]QueueStats, len(c.cfg.Queues)), DroppedEvents: c.events.dropped.Load(),
 		Started: started && !stopped}
 	for name, q := range c.cfg.Queues {
-		qs := QueueStats{Free: q.MaxWorkers + q.Prefetch}
+		qs := QueueStats{Free: q.MaxWorkers}
 		if p := producers[name]; p != nil {
 			held := p.InFlight()
 			// Workers take up a prefetched job as soon as one is free, so the claimed jobs beyond
 			// MaxWorkers are the ones waiting.
 			qs.Running = min(held, q.MaxWorkers)
 			qs.Prefetched = held - qs.Running
-			qs.Free = max(q.MaxWorkers+q.Prefetch-held, 0)
+			qs.Free = max(p.Slots()-held, 0)
 		}
 		st.Queues[name] = qs
 	}

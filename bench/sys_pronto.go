@@ -13,7 +13,7 @@ import (
 )
 
 func init() {
-	register(prontoPG{}, prontoPG{unlogged: true}, prontoPG{tunedWorkers: true}, prontoPG{noHandoff: true}, prontoPG{prefetch: true})
+	register(prontoPG{}, prontoPG{unlogged: true}, prontoPG{tunedWorkers: true}, prontoPG{noHandoff: true}, prontoPG{noPrefetch: true})
 }
 
 // ---- pronto on PostgreSQL ----
@@ -22,13 +22,10 @@ func init() {
 // which loses every job on a database crash, measured in the scenarios where the WAL matters;
 // tunedWorkers gives it River tuned's worker count in the drain (tunedDrainWorkers), so that the
 // drain is also compared at equal workers; noHandoff turns the hand-off off
-// (postgres.Config.NoHandoff), to measure what it gives pickup and CPU; prefetch keeps pronto's 100
-// workers and lets the queue claim as many again beyond its free workers (QueueConfig.Prefetch =
-// prefetchDrain), pronto's own tuning for a drain of short jobs, as River tuned is River's.
-type prontoPG struct{ unlogged, tunedWorkers, noHandoff, prefetch bool }
-
-// prefetchDrain is pronto-prefetch's QueueConfig.Prefetch: as many jobs as its workers.
-const prefetchDrain = 100
+// (postgres.Config.NoHandoff), to measure what it gives pickup and CPU; noPrefetch turns the
+// queue's prefetch off (QueueConfig.Prefetch = pronto.NoPrefetch; pronto's default until the
+// twenty-second session), to measure what prefetching by itself gives the drain.
+type prontoPG struct{ unlogged, tunedWorkers, noHandoff, noPrefetch bool }
 
 func (p prontoPG) name() string {
 	switch {
@@ -38,8 +35,8 @@ func (p prontoPG) name() string {
 		return "pronto-2000w"
 	case p.noHandoff:
 		return "pronto-nohandoff"
-	case p.prefetch:
-		return "pronto-prefetch"
+	case p.noPrefetch:
+		return "pronto-noprefetch"
 	}
 	return "pronto"
 }
@@ -96,8 +93,8 @@ func (s prontoPG) open(ctx context.Context, e *env, id string) (instance, error)
 		return nil, err
 	}
 	inst.schema = id
-	if s.prefetch {
-		inst.prefetch = prefetchDrain
+	if s.noPrefetch {
+		inst.prefetch = pronto.NoPrefetch
 	}
 	return inst, nil
 }
@@ -114,7 +111,8 @@ type prontoInstance struct {
 	onClose func()
 	// notifier, when set, is given to the workers' client as Config.Notifier.
 	notifier pronto.Notifier
-	// prefetch is the workers' QueueConfig.Prefetch (0: pronto's default, none).
+	// prefetch is the workers' QueueConfig.Prefetch (0: pronto's default, which prefetches by itself
+	// through a backlog of short jobs).
 	prefetch int
 }
 

@@ -24,8 +24,15 @@ const BacklogGather = time.Millisecond
 
 // Config configures a Producer.
 type Config struct {
-	Queue      string
+	Queue string
+	// MaxWorkers is how many of the queue's jobs run at once.
 	MaxWorkers int
+	// Prefetch is how many jobs the producer may hold beyond MaxWorkers, waiting for a worker; with
+	// AutoPrefetch, the most it may hold.
+	Prefetch int
+	// AutoPrefetch holds beyond MaxWorkers only as many jobs as the workers finish during one claim's
+	// round trip, at most Prefetch (see Producer.ahead): none while jobs run longer than a claim.
+	AutoPrefetch bool
 	// Claim claims up to limit jobs of the queue.
 	Claim func(ctx context.Context, limit int) ([]*store.Job, error)
 	// NextDue returns the earliest due time of the queue's scheduled and retryable jobs.
@@ -81,6 +88,17 @@ type Producer struct {
 	dueAt  time.Time // earliest known due time of a scheduled job, zero if none known
 	dueSet chan struct{}
 
+	// With AutoPrefetch: running estimates of a job's run time and of a claim's round trip, and the
+	// jobs held beyond MaxWorkers that they call for (see adjust), held only through a backlog: while
+	// the latest claim filled every slot it had.
+	runEst, claimEst time.Duration
+	ahead            int
+	backlog          bool
+	// tenants: the latest claim took jobs of tenants, which the store hands out in turns across
+	// tenants (fair scheduling): nothing is then held ahead, which would put each tenant's next turn
+	// behind jobs already claimed for the others.
+	tenants bool
+
 	done chan struct{}
 	// releaseFn is release as a func value, made once: a method value per job is an allocation.
 	releaseFn func()
@@ -93,6 +111,9 @@ func New(cfg Config) *Producer {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Prefetch < 0 {
+		cfg.Prefetch = 0
 	}
 	p := &Producer{
 		cfg:       cfg,
@@ -120,7 +141,7 @@ func (p *Producer) Wake() {
 // running hold, in a goroutine of its own, when that claim is in flight and no side claim is.
 func (p *Producer) sideClaim() {
 	p.mu.Lock()
-	free := p.cfg.MaxWorkers - p.inFlight - p.reserved
+	free := p.slots() - p.inFlight - p.reserved
 	if !p.claiming || p.side || p.runCtx == nil || free <= 0 {
 		p.mu.Unlock()
 		return
@@ -138,6 +159,7 @@ func (p *Producer) sideClaim() {
 		p.reserved -= free
 		p.inFlight += len(jobs) // none on error
 		p.side = false
+		p.observeClaim(time.Since(claimedAt), err)
 		p.mu.Unlock()
 		if err != nil {
 			if ctx.Err() == nil {
@@ -164,7 +186,7 @@ func (p *Producer) sideClaim() {
 // every slot is taken it returns false and leaves the job to others.
 func (p *Producer) Promise() bool {
 	p.mu.Lock()
-	ok := p.inFlight+p.promised < p.cfg.MaxWorkers
+	ok := p.inFlight+p.promised < p.slots()
 	if ok {
 		p.promised++
 	}
@@ -253,12 +275,13 @@ func (p *Producer) Run(ctx context.Context) {
 			claimNow()
 		case <-p.slotFreed:
 			p.mu.Lock()
-			more, free := p.more, p.cfg.MaxWorkers-p.inFlight-p.reserved
+			more, slots := p.more, p.slots()
+			free := slots - p.inFlight - p.reserved
 			p.mu.Unlock()
 			if !more {
 				continue
 			}
-			if free*2 >= p.cfg.MaxWorkers {
+			if free*2 >= slots {
 				claimNow()
 			} else if !gathering {
 				gathering = true
@@ -329,7 +352,7 @@ func (p *Producer) refreshDue(ctx context.Context) {
 func (p *Producer) claim(ctx context.Context) {
 	for ctx.Err() == nil {
 		p.mu.Lock()
-		free := p.cfg.MaxWorkers - p.inFlight - p.reserved
+		free := p.slots() - p.inFlight - p.reserved
 		// The claim covers the jobs promised so far; those promised while it runs wake a follow-up.
 		promised := p.promised
 		if free <= 0 {
@@ -352,6 +375,9 @@ func (p *Producer) claim(ctx context.Context) {
 		p.inFlight += len(jobs) // none on error
 		// Set before any of the jobs runs, so a release of one of them sees it.
 		p.more = err != nil || len(jobs) >= free
+		p.backlog = err == nil && len(jobs) >= free
+		p.observeClaim(time.Since(claimedAt), err)
+		p.observeTenants(jobs)
 		p.mu.Unlock()
 		if err != nil {
 			if ctx.Err() == nil {
@@ -382,7 +408,8 @@ func (p *Producer) release() {
 	// claim into them: the store then works on one claim while the other's jobs run, where one claim
 	// at a time leaves the workers idle for each claim's round trip (a drain of short jobs on
 	// PostgreSQL: about 7% more jobs/s with 100 workers).
-	side := more && p.claiming && !p.side && (p.cfg.MaxWorkers-p.inFlight-p.reserved)*2 >= p.cfg.MaxWorkers
+	slots := p.slots()
+	side := more && p.claiming && !p.side && (slots-p.inFlight-p.reserved)*2 >= slots
 	p.mu.Unlock()
 	if !more {
 		return // nothing is known to wait: the next notification or poll claims
@@ -394,4 +421,88 @@ func (p *Producer) release() {
 	case p.slotFreed <- struct{}{}:
 	default:
 	}
+}
+
+// slots is how many jobs the producer may hold: MaxWorkers running and the prefetched ones. With
+// AutoPrefetch it prefetches only through a backlog: otherwise a claim, and what it advertises to
+// the stores' hand-off and claims for an announced job (Promise), are for free workers only, so
+// that a job arriving at a queue without a backlog goes where a worker is free, not behind a
+// running one. Nor does it while the queue's claims take jobs of tenants (see tenants).
+// p.mu is held.
+func (p *Producer) slots() int {
+	switch {
+	case !p.cfg.AutoPrefetch:
+		return p.cfg.MaxWorkers + p.cfg.Prefetch
+	case p.backlog && !p.tenants:
+		return p.cfg.MaxWorkers + p.ahead
+	}
+	return p.cfg.MaxWorkers
+}
+
+// Slots returns how many jobs the producer may hold now: MaxWorkers and the jobs it may prefetch.
+func (p *Producer) Slots() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.slots()
+}
+
+// estimateWeight is the weight, as a divisor, of the newest sample in the running estimates.
+const estimateWeight = 8
+
+// ewma folds sample into the running estimate est (the sample alone when est is zero).
+func ewma(est, sample time.Duration) time.Duration {
+	if est == 0 {
+		return max(sample, 1)
+	}
+	return max(est+(sample-est)/estimateWeight, 1)
+}
+
+// ObserveRun records how long a job's worker ran (AutoPrefetch).
+func (p *Producer) ObserveRun(d time.Duration) {
+	if !p.cfg.AutoPrefetch {
+		return
+	}
+	p.mu.Lock()
+	p.runEst = ewma(p.runEst, d)
+	p.adjust()
+	p.mu.Unlock()
+}
+
+// observeClaim records a claim's round trip (AutoPrefetch); a failed claim says nothing of it.
+// p.mu is held.
+func (p *Producer) observeClaim(d time.Duration, err error) {
+	if !p.cfg.AutoPrefetch || err != nil {
+		return
+	}
+	p.claimEst = ewma(p.claimEst, d)
+	p.adjust()
+}
+
+// observeTenants records whether a claim's jobs include jobs of tenants (AutoPrefetch). p.mu is
+// held.
+func (p *Producer) observeTenants(jobs []*store.Job) {
+	if !p.cfg.AutoPrefetch {
+		return
+	}
+	p.tenants = false
+	for _, j := range jobs {
+		if j.Tenant != "" {
+			p.tenants = true
+			return
+		}
+	}
+}
+
+// adjust sets how many jobs to hold beyond MaxWorkers: as many as the workers finish while a claim
+// is on its way (MaxWorkers × claim ÷ run time), so that a freed worker finds its next job waiting
+// instead of waiting out the claim, and a held job waits about one claim's round trip, which it
+// would have waited for its own claim anyway. Jobs that run longer than MaxWorkers claims are held
+// by none. Nothing is held until a job has run and a claim has returned. p.mu is held.
+func (p *Producer) adjust() {
+	if p.runEst == 0 || p.claimEst == 0 {
+		p.ahead = 0
+		return
+	}
+	n := int64(p.cfg.MaxWorkers) * int64(p.claimEst) / int64(p.runEst)
+	p.ahead = int(min(n, int64(p.cfg.Prefetch)))
 }
