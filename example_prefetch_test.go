@@ -14,8 +14,10 @@ type ResizeThumb struct {
 
 func (ResizeThumb) Kind() string { return "thumb.resize" }
 
-// One worker with Prefetch: the client claims jobs ahead of its free worker, so short jobs run back
-// to back instead of each waiting for a claim; they still run one at a time, in claim order.
+// One worker with a fixed Prefetch: the client claims up to 16 jobs ahead of its free worker, so
+// short jobs run back to back instead of each waiting for a claim; they still run one at a time, in
+// claim order. The default (Prefetch 0) does this by itself through a backlog of jobs shorter than a
+// claim's round trip; a fixed count holds ahead whatever the jobs, and NoPrefetch never does.
 func Example_prefetch() {
 	ctx := context.Background()
 	ran := make(chan int, 10)
