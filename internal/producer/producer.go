@@ -6,7 +6,9 @@
 // into those slots at once: a job inserted while a backlog's claim runs does not wait for that
 // claim to end (the claim in flight read the queue before the job was there). Through a backlog,
 // half the worker slots freed while a claim is in flight start such a side claim too, so that two
-// claims overlap instead of the workers waiting out each one.
+// claims overlap instead of the workers waiting out each one. The producer's slots are its workers
+// and the jobs it may prefetch: a fixed count, or with AutoPrefetch as many as the workers finish
+// during a claim, through a backlog only (see Producer.slots).
 package producer
 
 import (
@@ -31,7 +33,8 @@ type Config struct {
 	// AutoPrefetch, the most it may hold.
 	Prefetch int
 	// AutoPrefetch holds beyond MaxWorkers only as many jobs as the workers finish during one claim's
-	// round trip, at most Prefetch (see Producer.ahead): none while jobs run longer than a claim.
+	// round trip, at most Prefetch, and only through a backlog of jobs without tenants (see slots and
+	// adjust).
 	AutoPrefetch bool
 	// Claim claims up to limit jobs of the queue.
 	Claim func(ctx context.Context, limit int) ([]*store.Job, error)
