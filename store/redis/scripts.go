@@ -79,9 +79,6 @@ local function zw(op, key, sc, id)
   if op == 'ZADD' then r[#r + 1] = sc end
   r[#r + 1] = id
 end
--- filed, while a table (the batch insert turns it on; every function starts with it false, see
--- lua.go), holds the sources (queue prefix, kind, rate key) place has registered in kinds and ks:
--- during this call, so that a batch of one kind registers it once, not once per job.
 -- zflush sends the writes zw queued (in slices: unpack's stack is bounded) and turns queueing off.
 local function zflush()
   if not zq then return end
@@ -276,7 +273,10 @@ local function place(id, f)
     end
   elseif st == 'available' then
     redis.call('ZADD', src(f.kind, rk), '0', rank(num(f.prio), num(f.sched), id))
-    local fk = filed and B .. f.kind .. '\n' .. (rk or '')
+    -- filed, while a table (the batch insert turns it on; every function starts with it false,
+    -- see lua.go), holds the sources (kind, rate key) registered in kinds and ks: during this call,
+    -- so that a batch of one kind registers it once, not once per job. A call writes one queue.
+    local fk = filed and f.kind .. '\n' .. (rk or '')
     if not (fk and filed[fk]) then
       redis.call('SADD', B .. 'kinds', f.kind)
       redis.call('SADD', B .. 'ks:' .. f.kind, rk or '')
