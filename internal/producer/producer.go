@@ -15,6 +15,7 @@ import (
 	"context"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/pronto-jobs/pronto/store"
@@ -34,7 +35,7 @@ type Config struct {
 	Prefetch int
 	// AutoPrefetch holds beyond MaxWorkers only as many jobs as the workers finish during one claim's
 	// round trip, at most Prefetch, and only through a backlog of jobs without tenants (see slots and
-	// adjust).
+	// ahead).
 	AutoPrefetch bool
 	// Claim claims up to limit jobs of the queue.
 	Claim func(ctx context.Context, limit int) ([]*store.Job, error)
@@ -91,12 +92,12 @@ type Producer struct {
 	dueAt  time.Time // earliest known due time of a scheduled job, zero if none known
 	dueSet chan struct{}
 
-	// With AutoPrefetch: running estimates of a job's run time and of a claim's round trip, and the
-	// jobs held beyond MaxWorkers that they call for (see adjust), held only through a backlog: while
-	// the latest claim filled every slot it had.
-	runEst, claimEst time.Duration
-	ahead            int
-	backlog          bool
+	// With AutoPrefetch: running estimates of a job's run time (nanoseconds, updated by the workers
+	// without the lock) and of a claim's round trip, which size the jobs held beyond MaxWorkers (see
+	// ahead), held only through a backlog: while the latest claim filled every slot it had.
+	runEst   atomic.Int64
+	claimEst time.Duration
+	backlog  bool
 	// tenants: the latest claim took jobs of tenants, which the store hands out in turns across
 	// tenants (fair scheduling): nothing is then held ahead, which would put each tenant's next turn
 	// behind jobs already claimed for the others.
@@ -437,7 +438,7 @@ func (p *Producer) slots() int {
 	case !p.cfg.AutoPrefetch:
 		return p.cfg.MaxWorkers + p.cfg.Prefetch
 	case p.backlog && !p.tenants:
-		return p.cfg.MaxWorkers + p.ahead
+		return p.cfg.MaxWorkers + p.ahead()
 	}
 	return p.cfg.MaxWorkers
 }
@@ -460,15 +461,18 @@ func ewma(est, sample time.Duration) time.Duration {
 	return max(est+(sample-est)/estimateWeight, 1)
 }
 
-// ObserveRun records how long a job's worker ran (AutoPrefetch).
+// ObserveRun records how long a job's worker ran (AutoPrefetch). Every worker calls it once a
+// job, so it takes no lock.
 func (p *Producer) ObserveRun(d time.Duration) {
 	if !p.cfg.AutoPrefetch {
 		return
 	}
-	p.mu.Lock()
-	p.runEst = ewma(p.runEst, d)
-	p.adjust()
-	p.mu.Unlock()
+	for {
+		old := p.runEst.Load()
+		if p.runEst.CompareAndSwap(old, int64(ewma(time.Duration(old), d))) {
+			return
+		}
+	}
 }
 
 // observeClaim records a claim's round trip (AutoPrefetch); a failed claim says nothing of it.
@@ -478,7 +482,6 @@ func (p *Producer) observeClaim(d time.Duration, err error) {
 		return
 	}
 	p.claimEst = ewma(p.claimEst, d)
-	p.adjust()
 }
 
 // observeTenants records whether a claim's jobs include jobs of tenants (AutoPrefetch). p.mu is
@@ -496,16 +499,16 @@ func (p *Producer) observeTenants(jobs []*store.Job) {
 	}
 }
 
-// adjust sets how many jobs to hold beyond MaxWorkers: as many as the workers finish while a claim
-// is on its way (MaxWorkers × claim ÷ run time), so that a freed worker finds its next job waiting
+// ahead is how many jobs to hold beyond MaxWorkers: as many as the workers finish while a claim is
+// on its way (MaxWorkers × claim ÷ run time), so that a freed worker finds its next job waiting
 // instead of waiting out the claim, and a held job waits about one claim's round trip, which it
 // would have waited for its own claim anyway. Jobs that run longer than MaxWorkers claims are held
 // by none. Nothing is held until a job has run and a claim has returned. p.mu is held.
-func (p *Producer) adjust() {
-	if p.runEst == 0 || p.claimEst == 0 {
-		p.ahead = 0
-		return
+func (p *Producer) ahead() int {
+	run := p.runEst.Load()
+	if run == 0 || p.claimEst == 0 {
+		return 0
 	}
-	n := int64(p.cfg.MaxWorkers) * int64(p.claimEst) / int64(p.runEst)
-	p.ahead = int(min(n, int64(p.cfg.Prefetch)))
+	n := int64(p.cfg.MaxWorkers) * int64(p.claimEst) / run
+	return int(min(n, int64(p.cfg.Prefetch)))
 }
