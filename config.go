@@ -22,8 +22,11 @@ type QueueConfig struct {
 	// round trip (MaxWorkers × the claim's time ÷ a job's run time, running estimates of this
 	// client's), at most AutoPrefetchMax(MaxWorkers). A prefetched job then waits about one claim's
 	// round trip, which it would have waited for its own claim, and a queue whose jobs run longer
-	// than MaxWorkers claims prefetches nothing. N > 0 prefetches up to N jobs whatever their run
-	// time; NoPrefetch never prefetches: a claim takes only what free workers can run.
+	// than MaxWorkers claims prefetches nothing. It prefetches only through a backlog (while claims
+	// come back full), so a job arriving at a quiet queue goes to a free worker, and not while the
+	// claims take jobs of tenants, whose turns it would delay. N > 0 prefetches up to N jobs at any
+	// time whatever their run time; NoPrefetch never prefetches: a claim takes only what free
+	// workers can run.
 	//
 	// A prefetched job is claimed: it counts as active (toward rate and tenant limits too), its
 	// lease is renewed by this client's heartbeats while it waits, no other client can run it, and
