@@ -164,6 +164,7 @@ func (p *Producer) sideClaim() {
 		p.inFlight += len(jobs) // none on error
 		p.side = false
 		p.observeClaim(time.Since(claimedAt), err)
+		p.observeSideTenants(jobs)
 		p.mu.Unlock()
 		if err != nil {
 			if ctx.Err() == nil {
@@ -487,16 +488,28 @@ func (p *Producer) observeClaim(d time.Duration, err error) {
 // observeTenants records whether a claim's jobs include jobs of tenants (AutoPrefetch). p.mu is
 // held.
 func (p *Producer) observeTenants(jobs []*store.Job) {
-	if !p.cfg.AutoPrefetch {
-		return
+	if p.cfg.AutoPrefetch {
+		p.tenants = hasTenant(jobs)
 	}
-	p.tenants = false
+}
+
+// observeSideTenants records that a side claim took jobs of tenants (AutoPrefetch): that turns
+// holding ahead off as the Run loop's claim would, but a side claim never turns it back on, since it
+// takes only the slots beside that claim, which decides. p.mu is held.
+func (p *Producer) observeSideTenants(jobs []*store.Job) {
+	if p.cfg.AutoPrefetch && hasTenant(jobs) {
+		p.tenants = true
+	}
+}
+
+// hasTenant reports whether any of jobs has a tenant.
+func hasTenant(jobs []*store.Job) bool {
 	for _, j := range jobs {
 		if j.Tenant != "" {
-			p.tenants = true
-			return
+			return true
 		}
 	}
+	return false
 }
 
 // ahead is how many jobs to hold beyond MaxWorkers: as many as the workers finish while a claim is
