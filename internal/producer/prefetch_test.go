@@ -16,19 +16,19 @@ import (
 // while the claims take jobs of tenants.
 func TestAutoPrefetchSizing(t *testing.T) {
 	p := New(Config{Queue: "q", MaxWorkers: 10, Prefetch: 40, AutoPrefetch: true})
-	p.mu.Lock()
-	p.backlog = true
-	p.mu.Unlock()
+	// locked runs f with p.mu held, as the producer calls what it tests.
+	locked := func(f func()) {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		f()
+	}
+	locked(func() { p.backlog = true })
 	require.Equal(t, 10, p.Slots(), "no estimate of a claim yet")
 	p.ObserveRun(time.Millisecond)
 	require.Equal(t, 10, p.Slots(), "no estimate of a claim yet")
-	p.mu.Lock()
-	p.observeClaim(2*time.Millisecond, nil)
-	p.mu.Unlock()
+	locked(func() { p.observeClaim(2*time.Millisecond, nil) })
 	require.Equal(t, 30, p.Slots(), "10 workers finish 20 jobs of 1 ms during a claim of 2 ms")
-	p.mu.Lock()
-	p.observeClaim(time.Hour, context.DeadlineExceeded)
-	p.mu.Unlock()
+	locked(func() { p.observeClaim(time.Hour, context.DeadlineExceeded) })
 	require.Equal(t, 30, p.Slots(), "a failed claim says nothing of the round trip")
 	for range 100 {
 		p.ObserveRun(time.Microsecond)
@@ -41,31 +41,21 @@ func TestAutoPrefetchSizing(t *testing.T) {
 	for range 100 {
 		p.ObserveRun(time.Microsecond)
 	}
-	p.mu.Lock()
-	p.backlog = false
-	p.mu.Unlock()
+	locked(func() { p.backlog = false })
 	require.Equal(t, 10, p.Slots(), "no backlog: the workers' slots only")
 
-	p.mu.Lock()
-	p.backlog = true
-	p.observeTenants([]*store.Job{{ID: "a"}, {ID: "b", Tenant: "t1"}})
-	p.mu.Unlock()
+	locked(func() {
+		p.backlog = true
+		p.observeTenants([]*store.Job{{ID: "a"}, {ID: "b", Tenant: "t1"}})
+	})
 	require.Equal(t, 10, p.Slots(), "a claim met jobs of tenants: none held ahead of their turns")
-	p.mu.Lock()
-	p.observeTenants([]*store.Job{{ID: "c"}})
-	p.mu.Unlock()
+	locked(func() { p.observeTenants([]*store.Job{{ID: "c"}}) })
 	require.Equal(t, 50, p.Slots(), "the claims meet no tenant any more")
-	p.mu.Lock()
-	p.observeSideTenants([]*store.Job{{ID: "d", Tenant: "t2"}})
-	p.mu.Unlock()
+	locked(func() { p.observeSideTenants([]*store.Job{{ID: "d", Tenant: "t2"}}) })
 	require.Equal(t, 10, p.Slots(), "a side claim met jobs of a tenant: none held ahead")
-	p.mu.Lock()
-	p.observeSideTenants([]*store.Job{{ID: "e"}})
-	p.mu.Unlock()
+	locked(func() { p.observeSideTenants([]*store.Job{{ID: "e"}}) })
 	require.Equal(t, 10, p.Slots(), "a side claim without tenants leaves the Run loop's claim to decide")
-	p.mu.Lock()
-	p.observeTenants([]*store.Job{{ID: "f"}})
-	p.mu.Unlock()
+	locked(func() { p.observeTenants([]*store.Job{{ID: "f"}}) })
 	require.Equal(t, 50, p.Slots(), "the Run loop's claim meets no tenant: held ahead again")
 
 	fixed := New(Config{Queue: "q", MaxWorkers: 10, Prefetch: 40})
