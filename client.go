@@ -971,6 +971,7 @@ func (c *Client) recordOutcome(rj *runningJob, err error, result json.RawMessage
 	switch {
 	case err == nil:
 		comp.State, comp.Result, kind = store.StateCompleted, result, EventCompleted
+		comp.Remove = c.removesCompleted(row.Queue)
 	case errors.Is(cause, ErrShutdown) && !timedOut:
 		// Interrupted by shutdown: back to available at once, the attempt refunded.
 		comp.State, comp.RefundAttempt = store.StateAvailable, true
@@ -980,6 +981,12 @@ func (c *Client) recordOutcome(rj *runningJob, err error, result json.RawMessage
 	rj.out = pendingOutcome{comp: comp, kind: kind, err: err, dur: dur, now: now, progressed: progressed, progressData: progressData}
 	// The run itself is the callback: no closure per outcome.
 	c.completer.Add(completer.Item{Completion: comp, Callback: rj})
+}
+
+// removesCompleted reports whether this client removes the completed jobs of queue
+// (QueueConfig.RemoveCompleted).
+func (c *Client) removesCompleted(queue string) bool {
+	return c.cfg.Queues[queue].RemoveCompleted
 }
 
 // failedOutcome fills in comp for an attempt that returned err, and returns the event kind to emit and

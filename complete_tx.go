@@ -70,7 +70,7 @@ func (h *resultHolder) completeIn(ctx context.Context, write func(store.Completi
 	result := h.raw
 	h.mu.Unlock()
 	applied, err := write(store.Completion{ID: row.ID, Attempt: row.Attempt, Token: row.ClaimToken,
-		State: store.StateCompleted, Result: result})
+		State: store.StateCompleted, Result: result, Remove: h.client.removesCompleted(row.Queue)})
 	if err != nil {
 		return fmt.Errorf("pronto: complete job %s in a transaction: %w", row.ID, err)
 	}

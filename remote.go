@@ -148,7 +148,8 @@ func (c *Client) RemoteAck(ctx context.Context, p RemoteAckParams) (*JobRow, err
 		}
 	}
 	now := time.Now()
-	comp := store.Completion{ID: j.ID, Attempt: j.Attempt, Token: j.ClaimToken, State: store.StateCompleted, Result: p.Result}
+	comp := store.Completion{ID: j.ID, Attempt: j.Attempt, Token: j.ClaimToken, State: store.StateCompleted,
+		Result: p.Result, Remove: c.removesCompleted(j.Queue)}
 	if err := c.finishOne(ctx, j, comp, "ack"); err != nil {
 		return nil, err
 	}

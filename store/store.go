@@ -326,6 +326,12 @@ type Completion struct {
 	// RefundAttempt gives back the attempt this run used (snooze, shutdown): MaxAttempts grows by one,
 	// so Attempt stays monotonic while the retry budget is unchanged.
 	RefundAttempt bool
+	// Remove, with State completed, deletes the job as its outcome is written instead of keeping it
+	// completed until retention cleanup (pronto.QueueConfig.RemoveCompleted): the job is then gone
+	// as a cleaned-up job is, its result with it. A job that others still read once completed is
+	// kept completed all the same: a workflow's job (its children and its workflow read its state
+	// and result) and a unique job whose key holds in the completed state. Other states ignore it.
+	Remove bool
 }
 
 // FinishResult says, per Completion in order, whether it was applied.

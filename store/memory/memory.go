@@ -868,6 +868,13 @@ func (s *Store) Finish(ctx context.Context, completions []store.Completion) ([]s
 		}
 		res[i].Applied = true
 		s.unplace(j)
+		if removable(c, j) {
+			s.forget(j)
+			if j.RateKey != "" {
+				a.addQueue(j.Queue, time.Time{}) // its key has room for one more job
+			}
+			continue
+		}
 		j.State = c.State
 		switch c.State {
 		case store.StateCompleted:
@@ -905,6 +912,13 @@ func (s *Store) Finish(ctx context.Context, completions []store.Completion) ([]s
 	s.mu.Unlock()
 	s.publish(a.ns)
 	return res, nil
+}
+
+// removable reports whether completion c deletes job j (store.Completion.Remove): a completed job
+// outside any workflow whose unique key, if any, does not hold in the completed state.
+func removable(c *store.Completion, j *job) bool {
+	return c.Remove && c.State == store.StateCompleted && j.WorkflowID == "" &&
+		(j.UniqueKey == "" || !slices.Contains(j.UniqueStates, store.StateCompleted))
 }
 
 // Heartbeat extends the leases of the listed jobs that are active and held by p.WorkerID, and

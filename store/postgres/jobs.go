@@ -330,6 +330,7 @@ func finishArgs(completions []store.Completion, ids []pgtype.UUID, order []int) 
 		res       = make([][]byte, n)
 		refunds   = make([]bool, n)
 		tokens    = make([]pgtype.UUID, n)
+		removes   = make([]bool, n)
 	)
 	for k, i := range order {
 		c := &completions[i]
@@ -352,6 +353,7 @@ func finishArgs(completions []store.Completion, ids []pgtype.UUID, order []int) 
 		}
 		res[k] = nullJSON(c.Result)
 		refunds[k] = c.RefundAttempt
+		removes[k] = c.Remove
 		if c.Token != "" {
 			// A token that is no UUID is no claim's: the completion cannot apply. An all-zero
 			// token, which no claim draws, makes it so.
@@ -365,7 +367,7 @@ func finishArgs(completions []store.Completion, ids []pgtype.UUID, order []int) 
 	// FlatArray spares pgx the reflection it uses on slices of other element types.
 	return []any{pgtype.FlatArray[pgtype.UUID](uuids), attempts, states,
 		pgtype.FlatArray[pgtype.Timestamptz](scheduled), pgtype.FlatArray[[]byte](errs),
-		pgtype.FlatArray[[]byte](res), refunds, pgtype.FlatArray[pgtype.UUID](tokens)}, nil
+		pgtype.FlatArray[[]byte](res), refunds, pgtype.FlatArray[pgtype.UUID](tokens), removes}, nil
 }
 
 // Heartbeat extends the leases of the listed jobs that p.WorkerID still holds, in one statement, and

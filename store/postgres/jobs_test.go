@@ -476,7 +476,7 @@ func TestFirstPlansOnAnEmptyTableUseIndexes(t *testing.T) {
 	}{
 		{"claim", s.q.claimPlan, s.q.claim, "('q', 10, 60000000, 'w')"},
 		{"claim by kind", s.q.claimPlan, s.q.claimKinds, "('q', 10, 60000000, 'w', '{k}')"},
-		{"finish", s.q.finishPlan, s.q.finish, "('{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}')"},
+		{"finish", s.q.finishPlan, s.q.finish, "('{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}')"},
 		{"heartbeat", "SELECT 1", s.q.heartbeat, "('{}', 'w', 1000000, '{}')"},
 	} {
 		t.Run(c.name, func(t *testing.T) {

@@ -707,6 +707,9 @@ func (s *Store) Finish(ctx context.Context, completions []store.Completion) ([]s
 					if c.RefundAttempt {
 						flags += "r"
 					}
+					if c.Remove {
+						flags += "x"
+					}
 					sched := "0"
 					if c.State == store.StateRetryable || c.State == store.StateScheduled {
 						sched = micros(c.ScheduledAt)
@@ -737,6 +740,7 @@ func (s *Store) Finish(ctx context.Context, completions []store.Completion) ([]s
 	}
 	var freed map[string][]any // on a cluster: the permits to give back, by rate key (ratelimit.go)
 	var relays []relayed       // outbox entries the outcomes wrote, to deliver (relay.go)
+	var removed []string       // the jobs removed (store.Completion.Remove), to drop from the id index
 	for _, cl := range calls {
 		reply, err := cl.cmd.Slice()
 		if err != nil {
@@ -775,6 +779,10 @@ func (s *Store) Finish(ctx context.Context, completions []store.Completion) ([]s
 			}
 			res[i].Applied = true
 			c := &completions[i]
+			if applied[k]&4 != 0 {
+				removed = append(removed, c.ID)
+				applied[k] &^= 4
+			}
 			if applied[k] >= 2 && c.State != store.StateAvailable {
 				announce(queues[i], time.Time{}) // a slot of its rate key is free
 			}
@@ -788,6 +796,13 @@ func (s *Store) Finish(ctx context.Context, completions []store.Completion) ([]s
 				}
 				announce(queues[i], due)
 			}
+		}
+	}
+	if len(removed) > 0 {
+		if err := s.rdb.HDel(ctx, s.idsKey(), removed...).Err(); err != nil {
+			// The jobs are gone; a stale entry of the index points to no job, which readers
+			// take as not found, as after an interrupted Cleanup.
+			s.logf("redis: finish: dropping removed jobs from the id index: %v", err)
 		}
 	}
 	for _, r := range relays {

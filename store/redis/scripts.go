@@ -1106,10 +1106,12 @@ return out
 // scriptFinish applies completions to jobs of one queue still active in the same attempt (and
 // under the same claim token, when given). ARGV: n, then per completion 8 values: id, attempt,
 // token ("" for none), state, sched (µs, 0: now), error entry JSON ("" for none), flags ("v": a
-// result is given, "r": refund the attempt) and the result. Returns per completion 0 (not applied),
-// 1 (applied) or 2 (applied, and the queue is to be announced: a slot of the job's rate key is free,
-// or a workflow child was released in this queue) or 3 (as 2, and the queue's workflow outbox is to
-// be relayed, see relay.go), then, on a Redis Cluster, the index (from 1) and
+// result is given, "r": refund the attempt, "x": remove the job if it completes, see
+// store.Completion.Remove) and the result. Returns per completion 0 (not applied), 1 (applied) or 2
+// (applied, and the queue is to be announced: a slot of the job's rate key is free, or a workflow
+// child was released in this queue) or 3 (as 2, and the queue's workflow outbox is to be relayed,
+// see relay.go), plus 4 when the job was removed (the caller drops it from the id index), then, on
+// a Redis Cluster, the index (from 1) and
 // rate key of each applied completion whose job holds a permit of its key (ratelimit.go), and,
 // when it wrote outbox entries, the string "\nrelay" followed by them.
 var scriptFinish = newFunc("Finish", `
@@ -1131,7 +1133,13 @@ for c = 1, tonumber(ARGV[1]) do
     unplace(id, f)
     -- One HSET per outcome: the new state, its time, and leaving the run (as leave does); f
     -- follows the hash, for place.
-    if st == 'completed' then
+    if st == 'completed' and string.find(flags, 'x', 1, true) and not f.wf
+        and not (f.ukey and f.ukey ~= '' and instates(st, f.ustates)) then
+      -- Removed (store.Completion.Remove): the hash goes as Cleanup deletes it; the caller drops
+      -- the id from the id index (4 marks it).
+      redis.call('DEL', k)
+      out[c] = 5
+    elseif st == 'completed' then
       f.completed = ts
       -- No result is "" (Go's ARGV gives it so), which clears one an earlier run left.
       redis.call('HSET', k, 'state', st, 'completed', f.completed, 'lease', '0', 'worker', '', 'token', '', 'result', result)
@@ -1143,11 +1151,15 @@ for c = 1, tonumber(ARGV[1]) do
       f.sched = s(sched)
       redis.call('HSET', k, 'state', st, 'sched', f.sched, 'lease', '0', 'worker', '', 'token', '')
     end
-    f.state, f.lease, f.token = st, '0', ''
-    if err ~= '' then adderr(id, withstart(err, f.started)) end
-    if string.find(flags, 'r', 1, true) then redis.call('HINCRBY', k, 'max', 1) end
-    place(id, f)
-    if f.rkey then out[c] = 2 end
+    if out[c] == 1 then
+      f.state, f.lease, f.token = st, '0', ''
+      if err ~= '' then adderr(id, withstart(err, f.started)) end
+      if string.find(flags, 'r', 1, true) then redis.call('HINCRBY', k, 'max', 1) end
+      place(id, f)
+      if f.rkey then out[c] = 2 end
+    elseif f.rkey then
+      out[c] = 6
+    end
     if f.rkq then freed[#freed + 1] = c freed[#freed + 1] = f.rkey end
     if f.tlp == '1' and f.tnq then freed[#freed + 1] = c freed[#freed + 1] = 'tenant:' .. f.tnq end
   end
@@ -1158,7 +1170,7 @@ zflush()
 -- outcomes to relay to other queues (relay.go), for that too (3).
 if released or relay then
   local code = relay and 3 or 2
-  for c = 1, #out do if out[c] >= 1 then out[c] = code end end
+  for c = 1, #out do if out[c] >= 1 then out[c] = code + (out[c] >= 4 and 4 or 0) end end
 end
 -- On a Redis Cluster the jobs that held a permit of a rate key give it back (ratelimit.go): their
 -- completion's index and rate key follow the outcomes; then the outbox entries written, after a

@@ -197,6 +197,16 @@ func (s *Store) Finish(ctx context.Context, completions []store.Completion) ([]s
 	}
 
 	var out outbox
+	if hasRemovals(completions) {
+		var err error
+		if rows, err = s.removeFinished(ctx, completions, rows, results, &out); err != nil {
+			return nil, fmt.Errorf("finish jobs: %w", err)
+		}
+		if len(rows) == 0 {
+			s.publishOutbox(&out)
+			return results, nil
+		}
+	}
 	if len(rows) <= finishChunk && !hasDuplicateIDs(completions) {
 		st, err := s.stmt(ctx, finishQuery(len(rows), true))
 		if err != nil {
@@ -217,6 +227,85 @@ func (s *Store) Finish(ctx context.Context, completions []store.Completion) ([]s
 	}
 	s.publishOutbox(&out)
 	return results, nil
+}
+
+// hasRemovals reports whether a completion asks to remove its completed job (store.Completion.Remove).
+func hasRemovals(cs []store.Completion) bool {
+	for i := range cs {
+		if cs[i].Remove && cs[i].State == store.StateCompleted {
+			return true
+		}
+	}
+	return false
+}
+
+// removeFinished deletes, in one statement, the jobs whose completions ask to remove them and that
+// removeFinishedSQL finds removable, marks those completions applied, wakes the queues of the
+// rate-limited ones among them (a slot of the key is free), and returns the rows left to apply. A
+// job named by several completions is removed by the first of them; the others then find no job.
+func (s *Store) removeFinished(ctx context.Context, cs []store.Completion, rows []finishRow, results []store.FinishResult, out *outbox) ([]finishRow, error) {
+	type target struct {
+		ID      string  `json:"i"`
+		Attempt int     `json:"a"`
+		Token   *string `json:"t"`
+	}
+	var targets []target
+	first := map[string]int{} // id -> index of its first removing completion
+	for i := range cs {
+		c := &cs[i]
+		if !c.Remove || c.State != store.StateCompleted {
+			continue
+		}
+		if _, dup := first[c.ID]; dup {
+			continue
+		}
+		first[c.ID] = i
+		t := target{ID: c.ID, Attempt: c.Attempt}
+		if c.Token != "" {
+			t.Token = &c.Token
+		}
+		targets = append(targets, t)
+	}
+	arg, err := json.Marshal(targets)
+	if err != nil {
+		return nil, err
+	}
+	st, err := s.stmt(ctx, removeFinishedSQL)
+	if err != nil {
+		return nil, err
+	}
+	res, err := st.QueryContext(ctx, string(arg))
+	if err != nil {
+		return nil, err
+	}
+	removed := map[int]bool{}
+	for res.Next() {
+		var id, queue string
+		var rateKey sql.NullString
+		if err := res.Scan(&id, &queue, &rateKey); err != nil {
+			res.Close()
+			return nil, err
+		}
+		i := first[id]
+		removed[i] = true
+		results[i].Applied = true
+		if rateKey.Valid { // it left active: its key may have room for a waiting job now
+			out.wake(queue, time.Time{})
+		}
+	}
+	if err := closeRows(res); err != nil {
+		return nil, err
+	}
+	if len(removed) == 0 {
+		return rows, nil
+	}
+	left := rows[:0:0]
+	for _, r := range rows {
+		if !removed[r.idx] {
+			left = append(left, r)
+		}
+	}
+	return left, nil
 }
 
 // makeFinishRow computes the values of completion c (index i) for finishBatchSQL.

@@ -195,6 +195,18 @@ var finishUniqueKey = uniqueKeyAfter("c.state", `EXISTS (SELECT 1 FROM c AS r JO
 				  AND instr(o.unique_states, ',' || r.state || ',') > 0
 				  AND instr(o.unique_states, ',' || o.state || ',') = 0)`)
 
+// removeFinishedSQL deletes the jobs of completions that remove them (store.Completion.Remove),
+// given as a JSON array of {"i": id, "a": attempt, "t": claim token or null}: each only while
+// still active in that attempt (and under that claim), outside any workflow, and holding no
+// unique key in the completed state; it returns their ids, queues and rate keys.
+const removeFinishedSQL = `DELETE FROM pronto_jobs WHERE rowid IN (
+	SELECT j.rowid FROM json_each(?) AS e JOIN pronto_jobs AS j ON j.id = json_extract(e.value, '$.i')
+	WHERE j.state = 'active' AND j.attempt = json_extract(e.value, '$.a')
+		AND (json_extract(e.value, '$.t') IS NULL OR j.claim_token = json_extract(e.value, '$.t'))
+		AND j.workflow_id IS NULL
+		AND (j.unique_key IS NULL OR instr(coalesce(j.unique_states, ''), ',completed,') = 0))
+RETURNING id, queue, rate_key`
+
 // finishBatchArgs is the number of values one row of finishBatchSQL binds.
 const finishBatchArgs = 9
 

@@ -98,6 +98,8 @@ var tests = []testCase{
 	{"FinishAfterCancelNotApplied", single(testFinishAfterCancel)},
 	{"FinishUnknownNotApplied", single(testFinishUnknown)},
 	{"FinishBatchInOrder", single(testFinishBatch)},
+	{"FinishRemoveCompleted", single(testFinishRemoveCompleted)},
+	{"FinishRemoveKeepsWorkflowAndUniqueHolders", single(testFinishRemoveKeeps)},
 	{"FinishBatchColumns", single(testFinishBatchColumns)},
 
 	{"Progress", single(testProgress)},
