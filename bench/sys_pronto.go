@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -13,7 +14,8 @@ import (
 )
 
 func init() {
-	register(prontoPG{}, prontoPG{unlogged: true}, prontoPG{tunedWorkers: true}, prontoPG{noHandoff: true}, prontoPG{noPrefetch: true})
+	register(prontoPG{}, prontoPG{unlogged: true}, prontoPG{tunedWorkers: true}, prontoPG{noHandoff: true}, prontoPG{noPrefetch: true},
+		prontoPG{remove: true})
 }
 
 // ---- pronto on PostgreSQL ----
@@ -24,8 +26,10 @@ func init() {
 // drain is also compared at equal workers; noHandoff turns the hand-off off
 // (postgres.Config.NoHandoff), to measure what it gives pickup and CPU; noPrefetch turns the
 // queue's prefetch off (QueueConfig.Prefetch = pronto.NoPrefetch; pronto's default until the
-// twenty-second session), to measure what prefetching by itself gives the drain.
-type prontoPG struct{ unlogged, tunedWorkers, noHandoff, noPrefetch bool }
+// twenty-second session), to measure what prefetching by itself gives the drain; remove deletes
+// each job as it completes (QueueConfig.RemoveCompleted), to measure what keeping completed jobs
+// costs the drain.
+type prontoPG struct{ unlogged, tunedWorkers, noHandoff, noPrefetch, remove bool }
 
 func (p prontoPG) name() string {
 	switch {
@@ -37,6 +41,8 @@ func (p prontoPG) name() string {
 		return "pronto-nohandoff"
 	case p.noPrefetch:
 		return "pronto-noprefetch"
+	case p.remove:
+		return "pronto-remove"
 	}
 	return "pronto"
 }
@@ -81,8 +87,16 @@ func (s prontoPG) open(ctx context.Context, e *env, id string) (instance, error)
 		p.Close()
 		return nil, err
 	}
-	inst, err := newProntoInstance(st, p, func(ctx context.Context) (int64, error) {
+	var inst *prontoInstance
+	inst, err = newProntoInstance(st, p, func(ctx context.Context) (int64, error) {
 		var n int64
+		if s.remove {
+			// Completed jobs are deleted: those finished are those inserted and no longer waiting
+			// or running.
+			err := p.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{id, "jobs"}.Sanitize()+
+				" WHERE state NOT IN ('completed','discarded','cancelled')").Scan(&n)
+			return inst.inserted.Load() - n, err
+		}
 		err := p.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{id, "jobs"}.Sanitize()+
 			" WHERE state IN ('completed','discarded','cancelled')").Scan(&n)
 		return n, err
@@ -96,6 +110,7 @@ func (s prontoPG) open(ctx context.Context, e *env, id string) (instance, error)
 	if s.noPrefetch {
 		inst.prefetch = pronto.NoPrefetch
 	}
+	inst.removeCompleted = s.remove
 	return inst, nil
 }
 
@@ -114,6 +129,11 @@ type prontoInstance struct {
 	// prefetch is the workers' QueueConfig.Prefetch (0: pronto's default, which prefetches by itself
 	// through a backlog of short jobs).
 	prefetch int
+	// removeCompleted is the workers' QueueConfig.RemoveCompleted.
+	removeCompleted bool
+	// inserted counts the jobs this instance inserted (for a count of finished jobs that are
+	// deleted as they complete).
+	inserted atomic.Int64
 }
 
 func newProntoInstance(st store.Store, p *pgxpool.Pool, count func(context.Context) (int64, error)) (*prontoInstance, error) {
@@ -149,6 +169,9 @@ func prontoOpts(maxAttempts int) *pronto.InsertOpts {
 
 func (i *prontoInstance) insert(ctx context.Context, a benchArgs, maxAttempts int) error {
 	_, err := i.inserter.Insert(ctx, a, prontoOpts(maxAttempts))
+	if err == nil {
+		i.inserted.Add(1)
+	}
 	return err
 }
 
@@ -159,7 +182,8 @@ func (i *prontoInstance) insertMany(ctx context.Context, as []benchArgs, maxAtte
 		ps[k] = pronto.InsertManyParams{Args: as[k], Opts: o}
 	}
 	// Counted, not returned: River tuned's InsertManyFast is the same choice.
-	_, err := i.inserter.InsertManyFast(ctx, ps)
+	n, err := i.inserter.InsertManyFast(ctx, ps)
+	i.inserted.Add(int64(n))
 	return err
 }
 
@@ -178,7 +202,7 @@ func (i *prontoInstance) startWorkers(ctx context.Context, n int, s sink) (func(
 		return work(ctx, j.Args, j.Attempt, s)
 	}))
 	c, err := pronto.NewClient(i.st, &pronto.Config{
-		Queues:   map[string]pronto.QueueConfig{pronto.DefaultQueue: {MaxWorkers: n, Prefetch: i.prefetch}},
+		Queues:   map[string]pronto.QueueConfig{pronto.DefaultQueue: {MaxWorkers: n, Prefetch: i.prefetch, RemoveCompleted: i.removeCompleted}},
 		Workers:  ws,
 		Notifier: i.notifier,
 	})

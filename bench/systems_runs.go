@@ -6,11 +6,11 @@ package main
 // binaries.
 
 // runs limits the unlogged variant to the throughput and WAL scenarios, the one with River tuned's
-// workers and the one without prefetch to the drain, and the one without the hand-off to the pickup scenarios, the insert (which the hand-off's single
+// workers, the one without prefetch and the one removing completed jobs to the drain, and the one without the hand-off to the pickup scenarios, the insert (which the hand-off's single
 // inserts could slow) and crash recovery (which jobs handed to a killed process could slow).
 func (p prontoPG) runs(sc scenario) bool {
 	switch {
-	case p.tunedWorkers, p.noPrefetch:
+	case p.tunedWorkers, p.noPrefetch, p.remove:
 		return sc.name == "drain"
 	case p.unlogged:
 		return sc.kind == "drain" || sc.kind == "insert" || sc.kind == "roundtrip" || sc.kind == "wal"

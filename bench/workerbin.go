@@ -22,7 +22,7 @@ import (
 
 // workerFamilies maps a system to the build tag of its worker binary.
 var workerFamilies = map[string]string{
-	"pronto": "bw_pronto", "pronto-unlogged": "bw_pronto", "pronto-2000w": "bw_pronto", "pronto-noprefetch": "bw_pronto", "pronto-nohandoff": "bw_pronto",
+	"pronto": "bw_pronto", "pronto-unlogged": "bw_pronto", "pronto-2000w": "bw_pronto", "pronto-noprefetch": "bw_pronto", "pronto-remove": "bw_pronto", "pronto-nohandoff": "bw_pronto",
 	"river": "bw_river", "river-tuned": "bw_river",
 	"sql-limit": "bw_sql", "sql-pickup": "bw_sql",
 	// pronto on Redis, and pronto on a store that cannot LISTEN woken through Redis.
