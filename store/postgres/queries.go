@@ -447,7 +447,7 @@ WHERE j.id = u.id AND j.state = 'active' AND j.claim_token = u.token`
 	// A completion to completed with remove ($9) deletes its job instead (store.Completion.Remove),
 	// unless the job belongs to a workflow or its unique key holds in the completed state: a DELETE
 	// writes no new row version and no index entry, where the UPDATE writes both (a drain of
-	// removed jobs ran about a quarter faster, docs/benchmarks.md). The two statements take
+	// removed jobs ran 15% faster, docs/benchmarks.md). The two statements take
 	// disjoint rows: removable is the same test on the same snapshot in both.
 	sqlFinish = `WITH u AS (
 	SELECT * FROM unnest($1::uuid[], $2::int[], $3::text[], $4::timestamptz[], $5::jsonb[],
