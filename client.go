@@ -984,9 +984,9 @@ func (c *Client) recordOutcome(rj *runningJob, err error, result json.RawMessage
 }
 
 // removesCompleted reports whether this client removes the completed jobs of queue
-// (QueueConfig.RemoveCompleted).
+// (Config.RemoveCompleted, QueueConfig.RemoveCompleted).
 func (c *Client) removesCompleted(queue string) bool {
-	return c.cfg.Queues[queue].RemoveCompleted
+	return c.cfg.RemoveCompleted || c.cfg.Queues[queue].RemoveCompleted
 }
 
 // failedOutcome fills in comp for an attempt that returned err, and returns the event kind to emit and

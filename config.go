@@ -104,6 +104,10 @@ type Config struct {
 	CompletedRetention time.Duration
 	CancelledRetention time.Duration
 	DiscardedRetention time.Duration
+	// RemoveCompleted, as QueueConfig.RemoveCompleted, for the completions of every queue through
+	// this client, those it works and those of OJS workers it serves (`pronto serve
+	// --remove-completed`); a queue's own setting can only add to it.
+	RemoveCompleted bool
 	// DiscardedMaxCount bounds the dead letter queue by count (ojs-dead-letter.md 5, max_count): the
 	// leader keeps the newest this many discarded jobs of the store and deletes older ones beyond
 	// them, with EventDeadLetterPruned (10000; negative: no count bound). Every pronto store

@@ -56,6 +56,7 @@ func cmdServe(ctx context.Context, r *runner, args []string) error {
 	tenantLabels := fs.Bool("metrics-tenant-labels", false, "add per-tenant series (label tenant_id) to /metrics: one series per tenant and queue, so off by default")
 	pprofOn := fs.Bool("pprof", false, "serve Go's profiler at /debug/pprof/ (behind the API key): for diagnosis, not left on")
 	uiReadOnly := fs.Bool("ui-read-only", false, "serve the web dashboard at / without actions that change state")
+	removeCompleted := fs.Bool("remove-completed", false, "delete each job as its worker acknowledges it (ack), instead of keeping it completed until retention cleanup: GET of the job then answers 404 (pronto.Config.RemoveCompleted; workflow jobs and unique jobs holding their key while completed are kept)")
 	stallAfter := fs.duration("progress-stall-timeout", 0, "emit progress.stalled for a running job that reported progress and then nothing for this long (0: off)")
 	staleAfter := fs.duration("worker-stale-after", server.DefaultWorkerStaleAfter, "how long an OJS worker may go unheard before the admin API calls it stale and lets it be deregistered")
 	notifyURL := fs.String("notify-url", "", "a Redis `URL` (redis://host:6379/0, ?channel=NAME) carrying notifications between processes sharing an SQLite file, or using PostgreSQL through a pooler that cannot LISTEN, so an insert in one wakes workers in the others at once (see docs/redis.md)")
@@ -102,7 +103,8 @@ func cmdServe(ctx context.Context, r *runner, args []string) error {
 	defer db.Close()
 
 	logger := slog.New(slog.NewTextHandler(r.env.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	clientCfg := &pronto.Config{Logger: logger, ProgressStallTimeout: *stallAfter, NoisyNeighbors: nn}
+	clientCfg := &pronto.Config{Logger: logger, ProgressStallTimeout: *stallAfter, NoisyNeighbors: nn,
+		RemoveCompleted: *removeCompleted}
 	if *notifyURL != "" {
 		n, err := redisstore.OpenNotifier(ctx, *notifyURL)
 		if err != nil {

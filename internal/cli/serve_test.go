@@ -3,6 +3,7 @@ package cli
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
 	"path/filepath"
@@ -117,5 +118,57 @@ func TestServeNotifyURL(t *testing.T) {
 		"--notify-url", "redis://127.0.0.1:6379/0?channel=prontotest:{serve-notify}")
 	if code := stop(); code != ExitOK {
 		t.Fatalf("serve exited with %d", code)
+	}
+}
+
+// TestServeRemoveCompleted: with --remove-completed, a job acknowledged through the server is gone
+// (404), while a job that fails for good is kept.
+func TestServeRemoveCompleted(t *testing.T) {
+	db := "sqlite:" + filepath.Join(t.TempDir(), "serve.db")
+	base, stop := startServe(t, nil, "--addr", "127.0.0.1:0", "--database-url", db, "--remove-completed")
+	defer stop()
+	call := func(method, path, body string, want int) map[string]any {
+		t.Helper()
+		req, err := http.NewRequest(method, base+path, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var out map[string]any
+		_ = json.NewDecoder(resp.Body).Decode(&out)
+		if resp.StatusCode != want {
+			t.Fatalf("%s %s: status %d, want %d: %v", method, path, resp.StatusCode, want, out)
+		}
+		return out
+	}
+	fetchOne := func() string {
+		t.Helper()
+		out := call("POST", "/ojs/v1/workers/fetch", `{"queues":["rm"],"worker_id":"w1","count":1}`, 200)
+		jobs, _ := out["jobs"].([]any)
+		if len(jobs) != 1 {
+			t.Fatalf("fetch: %v", out)
+		}
+		return jobs[0].(map[string]any)["id"].(string)
+	}
+	ok := call("POST", "/ojs/v1/jobs", `{"type":"a.b","args":[],"options":{"queue":"rm"}}`, 201)["job"].(map[string]any)["id"].(string)
+	if id := fetchOne(); id != ok {
+		t.Fatalf("fetched %s, want %s", id, ok)
+	}
+	call("POST", "/ojs/v1/workers/ack", `{"job_id":"`+ok+`","result":{"sent":true}}`, 200)
+	call("GET", "/ojs/v1/jobs/"+ok, "", 404)
+
+	failed := call("POST", "/ojs/v1/jobs", `{"type":"a.b","args":[],"options":{"queue":"rm","retry":{"max_attempts":1}}}`, 201)["job"].(map[string]any)["id"].(string)
+	if id := fetchOne(); id != failed {
+		t.Fatalf("fetched %s, want %s", id, failed)
+	}
+	call("POST", "/ojs/v1/workers/nack", `{"job_id":"`+failed+`","error":{"type":"boom","message":"no"}}`, 200)
+	job := call("GET", "/ojs/v1/jobs/"+failed, "", 200)["job"].(map[string]any)
+	if job["state"] != "discarded" {
+		t.Fatalf("the failed job: %v", job)
 	}
 }
