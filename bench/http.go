@@ -35,7 +35,7 @@ import (
 
 var (
 	httpMode    = flag.Bool("http", false, "run the HTTP scenario (OJS's enqueue, fetch and round trip, 100 clients, against `pronto serve` on each store) instead")
-	httpStores  = flag.String("http-stores", "memory,sqlite,postgres,redis", "comma-separated stores for --http")
+	httpStores  = flag.String("http-stores", "memory,sqlite,postgres,redis", "comma-separated stores for --http; a store with the suffix -remove (postgres-remove) runs `pronto serve --remove-completed`")
 	httpClients = flag.Int("http-clients", 100, "concurrent HTTP clients for --http")
 	httpSeconds = flag.Float64("http-seconds", 5, "measured window of each --http operation, in seconds (after a 1 s warm-up)")
 	httpRuns    = flag.Int("http-runs", 3, "runs per store for --http (each on a fresh server and database)")
@@ -96,6 +96,12 @@ type httpDB struct {
 }
 
 func httpDatabase(ctx context.Context, storeName, dbURL, tmp string, run int) (httpDB, error) {
+	if base, ok := strings.CutSuffix(storeName, "-remove"); ok {
+		// The store with `pronto serve --remove-completed`: acknowledged jobs are deleted.
+		db, err := httpDatabase(ctx, base, dbURL, tmp, run)
+		db.args = append(db.args, "--remove-completed")
+		return db, err
+	}
 	id := fmt.Sprintf("bench_http_%s_%d_%d", storeName, run, time.Now().UnixNano()%1_000_000)
 	switch storeName {
 	case "memory":
@@ -117,7 +123,7 @@ func httpDatabase(ctx context.Context, storeName, dbURL, tmp string, run int) (h
 			_ = prontoRedis{}.drop(context.Background(), nil, id)
 		}}, nil
 	}
-	return httpDB{}, fmt.Errorf("unknown store %q for --http (have memory, sqlite, postgres, redis)", storeName)
+	return httpDB{}, fmt.Errorf("unknown store %q for --http (have memory, sqlite, postgres, redis, each also with -remove)", storeName)
 }
 
 // httpServer is a running `pronto serve`.

@@ -363,6 +363,10 @@ type demoSummary struct {
 	// LostLeases counts runs that stalled past their lease (an overloaded machine: the heartbeat came
 	// too late) and were taken back by the rescuer; each one adds an attempt nobody scripted.
 	LostLeases int `json:"lost_leases"`
+	// RefundedAttempts counts the attempts given back: the snooze's, and those of claims returned
+	// before they started (on PostgreSQL, a job handed to a busy producer and not taken in time), each
+	// of which moved a job's attempt number without a run.
+	RefundedAttempts int `json:"refunded_attempts"`
 }
 
 type demoKindResult struct {
@@ -610,6 +614,7 @@ func summarize(ctx context.Context, c *pronto.Client, stats *demoStats, plan *de
 			kr.Jobs++
 			kr.Attempts += j.Attempt
 			s.Attempts += j.Attempt
+			s.RefundedAttempts += j.MaxAttempts - demoAttempts
 			switch j.State {
 			case pronto.StateCompleted:
 				kr.Completed++
