@@ -569,6 +569,9 @@ func httpReport(all []httpOpResult, stores []string, clients int, window time.Du
 	b.WriteString("| store | enqueue ops/s | fetch ops/s | round trip ops/s | serve CPU ms per 1k ops (enq / fetch / rt) | load (1 min) |\n|---|---|---|---|---|---|\n")
 	for _, st := range stores {
 		title := httpStoreTitle[st]
+		if base, ok := strings.CutSuffix(st, "-remove"); ok && httpStoreTitle[base] != "" {
+			title = httpStoreTitle[base] + ", serve --remove-completed"
+		}
 		if title == "" {
 			title = st
 		}
