@@ -92,7 +92,7 @@ func (r *runResult) get(k string) float64 {
 }
 
 // allSystemNames is every system in the order the report lists them.
-var allSystemNames = []string{"pronto", "river", "river-tuned", "pronto-sqlite", "pronto-memory", "pronto-redis", "pronto-unlogged", "pronto-2000w", "pronto-noprefetch", "pronto-remove", "pronto-nohandoff", "sql-limit", "sql-pickup",
+var allSystemNames = []string{"pronto", "river", "river-tuned", "pronto-sqlite", "pronto-memory", "pronto-redis", "pronto-redis-remove", "pronto-unlogged", "pronto-2000w", "pronto-noprefetch", "pronto-remove", "pronto-nohandoff", "sql-limit", "sql-pickup",
 	"pronto-sqlite-procs", "pronto-sqlite-redisnotify", "pronto-nolisten", "pronto-nolisten-redisnotify"}
 
 type options struct {

@@ -17,7 +17,7 @@ import (
 )
 
 func init() {
-	register(prontoRedis{}, prontoSQLiteProcs{}, prontoSQLiteProcs{notify: true}, prontoPGNoListen{}, prontoPGNoListen{notify: true})
+	register(prontoRedis{}, prontoRedis{remove: true}, prontoSQLiteProcs{}, prontoSQLiteProcs{notify: true}, prontoPGNoListen{}, prontoPGNoListen{notify: true})
 }
 
 // ---- pronto on Redis (store/redis) ----
@@ -25,10 +25,16 @@ func init() {
 // prontoRedis runs pronto on the Redis at $REDIS_ADDR (default 127.0.0.1:6379), each instance
 // under a key prefix of its own. Like PostgreSQL, one instance serves several processes, so its
 // workers run in child processes (inserts from the harness), as pronto's and River's do: the same
-// work as theirs in the scenarios it runs (redisScenarios).
-type prontoRedis struct{}
+// work as theirs in the scenarios it runs (redisScenarios). remove deletes each job as it completes
+// (QueueConfig.RemoveCompleted), in the drain only, as pronto-remove does on PostgreSQL.
+type prontoRedis struct{ remove bool }
 
-func (prontoRedis) name() string                   { return "pronto-redis" }
+func (p prontoRedis) name() string {
+	if p.remove {
+		return "pronto-redis-remove"
+	}
+	return "pronto-redis"
+}
 func (prontoRedis) shared() bool                   { return true }
 func (prontoRedis) workersFor(_ string, n int) int { return n }
 func (prontoRedis) create(context.Context, *env, string) error {
@@ -58,19 +64,41 @@ func (prontoRedis) drop(ctx context.Context, _ *env, id string) error {
 	return iter.Err()
 }
 
-func (prontoRedis) open(ctx context.Context, _ *env, id string) (instance, error) {
+func (p prontoRedis) open(ctx context.Context, _ *env, id string) (instance, error) {
 	rdb := goredis.NewClient(&goredis.Options{Addr: redisAddr(), PoolSize: 32})
 	st, err := redisstore.New(ctx, rdb, redisstore.Options{Prefix: redisPrefix(id)})
 	if err != nil {
 		_ = rdb.Close()
 		return nil, err
 	}
-	inst, err := newProntoInstance(st, nil, countFinished(st))
+	count := countFinished(st)
+	var inst *prontoInstance
+	if p.remove {
+		// Completed jobs are deleted: those finished are those inserted and no longer counted in
+		// a state that is not terminal.
+		count = func(ctx context.Context) (int64, error) {
+			qs, err := st.ListQueues(ctx)
+			if err != nil {
+				return 0, err
+			}
+			n := inst.inserted.Load()
+			for _, q := range qs {
+				for state, c := range q.Counts {
+					if !state.Terminal() {
+						n -= c
+					}
+				}
+			}
+			return n, nil
+		}
+	}
+	inst, err = newProntoInstance(st, nil, count)
 	if err != nil {
 		_ = st.Close()
 		_ = rdb.Close()
 		return nil, err
 	}
+	inst.removeCompleted = p.remove
 	inst.onClose = func() { _ = rdb.Close() }
 	return inst, nil
 }

@@ -194,19 +194,20 @@ func advantage(k string, p, o float64) string {
 }
 
 var sysColors = map[string]color.RGBA{
-	"pronto":            {R: 0x1f, G: 0x77, B: 0xb4, A: 255},
-	"river":             {R: 0xd6, G: 0x27, B: 0x28, A: 255},
-	"river-tuned":       {R: 0xff, G: 0x7f, B: 0x0e, A: 255},
-	"pronto-sqlite":     {R: 0x2c, G: 0xa0, B: 0x2c, A: 255},
-	"pronto-memory":     {R: 0x94, G: 0x67, B: 0xbd, A: 255},
-	"pronto-redis":      {R: 0x8c, G: 0x56, B: 0x4b, A: 255},
-	"pronto-unlogged":   {R: 0x17, G: 0xbe, B: 0xcf, A: 255},
-	"pronto-2000w":      {R: 0x0b, G: 0x3c, B: 0x5d, A: 255},
-	"pronto-nohandoff":  {R: 0x6b, G: 0xae, B: 0xd6, A: 255},
-	"pronto-noprefetch": {R: 0x39, G: 0x3b, B: 0x79, A: 255},
-	"pronto-remove":     {R: 0x8c, G: 0x6d, B: 0x31, A: 255},
-	"sql-limit":         {R: 0x7f, G: 0x7f, B: 0x7f, A: 255},
-	"sql-pickup":        {R: 0xbc, G: 0xbd, B: 0x22, A: 255},
+	"pronto":              {R: 0x1f, G: 0x77, B: 0xb4, A: 255},
+	"river":               {R: 0xd6, G: 0x27, B: 0x28, A: 255},
+	"river-tuned":         {R: 0xff, G: 0x7f, B: 0x0e, A: 255},
+	"pronto-sqlite":       {R: 0x2c, G: 0xa0, B: 0x2c, A: 255},
+	"pronto-memory":       {R: 0x94, G: 0x67, B: 0xbd, A: 255},
+	"pronto-redis":        {R: 0x8c, G: 0x56, B: 0x4b, A: 255},
+	"pronto-redis-remove": {R: 0xc4, G: 0x9c, B: 0x94, A: 255},
+	"pronto-unlogged":     {R: 0x17, G: 0xbe, B: 0xcf, A: 255},
+	"pronto-2000w":        {R: 0x0b, G: 0x3c, B: 0x5d, A: 255},
+	"pronto-nohandoff":    {R: 0x6b, G: 0xae, B: 0xd6, A: 255},
+	"pronto-noprefetch":   {R: 0x39, G: 0x3b, B: 0x79, A: 255},
+	"pronto-remove":       {R: 0x8c, G: 0x6d, B: 0x31, A: 255},
+	"sql-limit":           {R: 0x7f, G: 0x7f, B: 0x7f, A: 255},
+	"sql-pickup":          {R: 0xbc, G: 0xbd, B: 0x22, A: 255},
 }
 
 func writeReport(o options, mi machineInfo, results []*runResult, took time.Duration) error {
@@ -304,7 +305,7 @@ func writeReport(o options, mi machineInfo, results []*runResult, took time.Dura
 	}
 	w("- Command(s), run from bench/: %s.\n", strings.Join(cmdList, "; "))
 	w("- Runs per scenario and system: %s. Cells show the median, with min–max across runs when there is more than one.\n", strings.Join(rn, "; "))
-	w("- Systems: **pronto** (PostgreSQL store, defaults); **river** (River v0.51.1 at its defaults); **river-tuned** (FetchCooldown 2 ms, FetchPollInterval 20 ms, 2000 workers in the drain, InsertManyFast for batches); every pronto system inserts batches with InsertManyFast, its counterpart; **pronto-sqlite** and **pronto-memory** where they make sense (no River counterpart); **pronto-unlogged** (pronto on PostgreSQL with an UNLOGGED jobs table, which a database crash empties) in the drain, insert, round-trip and WAL scenarios; **pronto-2000w** in the drain only (pronto at defaults but with River tuned's 2000 workers, to compare the drain at equal workers); **pronto-noprefetch** in the drain only (pronto with its queue's prefetch off, QueueConfig.Prefetch = NoPrefetch: claims only into free workers, pronto's default before the twenty-second session; the default prefetches through a backlog of short jobs); **pronto-remove** in the drain only (pronto with QueueConfig.RemoveCompleted: each job deleted as its outcome is written, instead of kept completed for a day); **pronto-nohandoff** in notify_latency, high_scale, insert and crash_recovery only (pronto with the hand-off off, postgres.Config.NoHandoff: every pickup a notification and the producer's own claim); **sql-limit** in the drain only (no job queue: a bare table drained by 4 connections, each claiming 100 rows with SKIP LOCKED and completing the previous 100 in the same round trip: the ceiling of this machine's PostgreSQL); **sql-pickup** in notify_latency and high_scale only (no job queue either: the shortest insert-to-worker path on LISTEN/NOTIFY, a durable insert with its notification, one claim per notification, no leases: the floor of pickup latency on this machine). Each system runs in a fresh schema (or file) per run; the order of systems rotates every run.\n")
+	w("- Systems: **pronto** (PostgreSQL store, defaults); **river** (River v0.51.1 at its defaults); **river-tuned** (FetchCooldown 2 ms, FetchPollInterval 20 ms, 2000 workers in the drain, InsertManyFast for batches); every pronto system inserts batches with InsertManyFast, its counterpart; **pronto-sqlite** and **pronto-memory** where they make sense (no River counterpart); **pronto-unlogged** (pronto on PostgreSQL with an UNLOGGED jobs table, which a database crash empties) in the drain, insert, round-trip and WAL scenarios; **pronto-2000w** in the drain only (pronto at defaults but with River tuned's 2000 workers, to compare the drain at equal workers); **pronto-noprefetch** in the drain only (pronto with its queue's prefetch off, QueueConfig.Prefetch = NoPrefetch: claims only into free workers, pronto's default before the twenty-second session; the default prefetches through a backlog of short jobs); **pronto-remove** and **pronto-redis-remove** in the drain only (pronto on PostgreSQL, and on Redis, with QueueConfig.RemoveCompleted: each job deleted as its outcome is written, instead of kept completed for a day); **pronto-nohandoff** in notify_latency, high_scale, insert and crash_recovery only (pronto with the hand-off off, postgres.Config.NoHandoff: every pickup a notification and the producer's own claim); **sql-limit** in the drain only (no job queue: a bare table drained by 4 connections, each claiming 100 rows with SKIP LOCKED and completing the previous 100 in the same round trip: the ceiling of this machine's PostgreSQL); **sql-pickup** in notify_latency and high_scale only (no job queue either: the shortest insert-to-worker path on LISTEN/NOTIFY, a durable insert with its notification, one claim per notification, no leases: the floor of pickup latency on this machine). Each system runs in a fresh schema (or file) per run; the order of systems rotates every run.\n")
 	w("- \"× better\" compares pronto's median with the other system's: above 1 pronto is better on that figure, whichever way the figure points.\n\n")
 
 	// Headline.

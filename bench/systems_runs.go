@@ -20,7 +20,12 @@ func (p prontoPG) runs(sc scenario) bool {
 	return true
 }
 
-func (prontoRedis) runs(sc scenario) bool { return redisScenarios[sc.name] }
+func (p prontoRedis) runs(sc scenario) bool {
+	if p.remove {
+		return sc.name == "drain"
+	}
+	return redisScenarios[sc.name]
+}
 
 func (prontoSQLiteProcs) runs(sc scenario) bool { return sqliteProcsScenarios[sc.name] }
 

@@ -26,7 +26,7 @@ var workerFamilies = map[string]string{
 	"river": "bw_river", "river-tuned": "bw_river",
 	"sql-limit": "bw_sql", "sql-pickup": "bw_sql",
 	// pronto on Redis, and pronto on a store that cannot LISTEN woken through Redis.
-	"pronto-redis": "bw_extra", "pronto-sqlite-procs": "bw_extra", "pronto-sqlite-redisnotify": "bw_extra",
+	"pronto-redis": "bw_extra", "pronto-redis-remove": "bw_extra", "pronto-sqlite-procs": "bw_extra", "pronto-sqlite-redisnotify": "bw_extra",
 	"pronto-nolisten": "bw_extra", "pronto-nolisten-redisnotify": "bw_extra",
 }
 
