@@ -129,20 +129,9 @@ func TestServeRemoveCompleted(t *testing.T) {
 	defer stop()
 	call := func(method, path, body string, want int) map[string]any {
 		t.Helper()
-		req, err := http.NewRequest(method, base+path, strings.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		var out map[string]any
-		_ = json.NewDecoder(resp.Body).Decode(&out)
-		if resp.StatusCode != want {
-			t.Fatalf("%s %s: status %d, want %d: %v", method, path, resp.StatusCode, want, out)
+		code, out := serveCall(t, base, method, path, body)
+		if code != want {
+			t.Fatalf("%s %s: status %d, want %d: %v", method, path, code, want, out)
 		}
 		return out
 	}
@@ -171,4 +160,23 @@ func TestServeRemoveCompleted(t *testing.T) {
 	if job["state"] != "discarded" {
 		t.Fatalf("the failed job: %v", job)
 	}
+}
+
+// serveCall sends a JSON request to a running `pronto serve` at base and returns the status and the
+// decoded JSON body (nil when it is none).
+func serveCall(t *testing.T, base, method, path, body string) (int, map[string]any) {
+	t.Helper()
+	req, err := http.NewRequest(method, base+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out map[string]any
+	_ = json.NewDecoder(resp.Body).Decode(&out)
+	return resp.StatusCode, out
 }

@@ -1,9 +1,7 @@
 package cli
 
 import (
-	"encoding/json"
 	"fmt"
-	"net/http"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -31,16 +29,7 @@ func TestServeTenantThrottle(t *testing.T) {
 	base, stop := startServe(t, nil, "--addr", "127.0.0.1:0", "--database-url", db,
 		"--tenant-noisy-interval", "100ms", "--tenant-throttle", "--tenant-throttle-for", "1h")
 	do := func(method, path, body string) (int, map[string]any) {
-		req, _ := http.NewRequest(method, base+path, strings.NewReader(body))
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		var m map[string]any
-		_ = json.NewDecoder(resp.Body).Decode(&m)
-		return resp.StatusCode, m
+		return serveCall(t, base, method, path, body)
 	}
 	if code, m := do("PUT", "/ojs/v1/admin/tenants/flood", `{"fairness_weight":5}`); code != 200 {
 		t.Fatalf("put: %d %v", code, m)
