@@ -101,6 +101,9 @@ type Client struct {
 	// cancels are the runs cancelled before this client registered them (see cancelLocal).
 	cancels cancelset.Set
 
+	// cronHeld counts the cron leader's passes that maintenance mode held (RunCron); tests wait on it.
+	cronHeld atomic.Int64
+
 	// remoteProgress throttles progress reported over HTTP, per job (see JobProgressReport).
 	remoteProgressMu sync.Mutex
 	remoteProgress   map[string]*progressThrottle
@@ -348,6 +351,7 @@ func (c *Client) Start(ctx context.Context) error {
 			OnRescue:           c.onRescue,
 			OnPass:             c.onMaintenancePass(),
 			OnPrune:            c.onPrune,
+			Held:               c.maintenanceHeld,
 			Tasks:              c.maintenanceTasks(),
 		})
 		c.servicesWG.Add(1)

@@ -372,8 +372,9 @@ const cronLeaderName = "cron"
 
 // RunCron runs the cron scheduler until ctx is done: it takes part in the election of the store's
 // cron leader and, while it leads, inserts the jobs of due occurrences. Run it in every process that
-// should be able to take over; only the leader fires. It returns nil when ctx ends, or an error
-// matching ErrUnsupported when the store keeps no schedules.
+// should be able to take over; only the leader fires. While maintenance mode is on (pronto serve's
+// admin API), it fires nothing; afterwards each schedule fires its latest missed occurrence once. It
+// returns nil when ctx ends, or an error matching ErrUnsupported when the store keeps no schedules.
 func (c *Client) RunCron(ctx context.Context, cfg *CronConfig) error {
 	cs, err := c.cronStore()
 	if err != nil {
@@ -407,9 +408,21 @@ func (c *Client) RunCron(ctx context.Context, cfg *CronConfig) error {
 		leader = ok
 	}
 	doElect()
+	held := false
 	for {
 		if leader {
-			c.fireDueCrons(ctx, cs, cfg)
+			// Maintenance mode (ojs-admin-api.md 12.1) holds the triggers. When it ends, each schedule
+			// fires its latest missed occurrence once, as after any time without a leader.
+			h := c.maintenanceHeld(ctx)
+			if h != held {
+				c.cfg.Logger.Info("pronto: cron: maintenance mode holds the triggers", "held", h)
+				held = h
+			}
+			if h {
+				c.cronHeld.Add(1)
+			} else {
+				c.fireDueCrons(ctx, cs, cfg)
+			}
 		}
 		select {
 		case <-ctx.Done():

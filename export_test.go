@@ -38,3 +38,6 @@ func SetNoisyClock(c *Client, now func() time.Time) {
 // HeardCancel reports whether c remembers the cancellation of job id's run under token, heard
 // before c registered that run.
 func HeardCancel(c *Client, id, token string) bool { return c.cancels.Has(id, token, time.Now()) }
+
+// CronHeldPasses returns how many of c's cron leader passes maintenance mode held (tests only).
+func CronHeldPasses(c *Client) int64 { return c.cronHeld.Load() }

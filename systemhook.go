@@ -13,8 +13,8 @@ type SystemOp string
 
 // The housekeeping passes.
 const (
-	// SystemOpSchedulerPoll: the leader made due scheduled and retryable jobs available and
-	// discarded jobs past their expiry (every second).
+	// SystemOpSchedulerPoll: the leader made due scheduled and retryable jobs available (not while
+	// maintenance mode is on) and discarded jobs past their expiry (every second).
 	SystemOpSchedulerPoll SystemOp = "ojs.scheduler poll"
 	// SystemOpReaperCheck: the leader returned jobs whose lease expired (their worker died or
 	// stopped heartbeating) to available, or discarded them with no attempts left (every

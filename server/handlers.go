@@ -117,8 +117,9 @@ func (s *Server) enqueueBatch(w http.ResponseWriter, r *http.Request) {
 
 // repair brings a job's visible state up to date when the maintenance that would change it is due
 // but has not run yet (it runs on the leader about every second): a due scheduled or retryable job is
-// available, an expired one not yet started is discarded, an active job whose lease ran out is back to
-// available. It changes nothing the store would not change on its own a moment later.
+// available (unless maintenance mode holds promotion), an expired one not yet started is discarded, an
+// active job whose lease ran out is back to available. It changes nothing the store would not change
+// on its own a moment later.
 func (s *Server) repair(ctx context.Context, j *pronto.JobRow) *pronto.JobRow {
 	now := time.Now()
 	var err error
@@ -126,7 +127,8 @@ func (s *Server) repair(ctx context.Context, j *pronto.JobRow) *pronto.JobRow {
 	case !j.ExpiresAt.IsZero() && !j.ExpiresAt.After(now) && j.Attempt == 0 &&
 		(j.State == pronto.StateAvailable || j.State == pronto.StateScheduled || j.State == pronto.StatePending || j.State == pronto.StateRetryable):
 		_, err = s.store.DiscardExpired(ctx, 1000)
-	case (j.State == pronto.StateScheduled || j.State == pronto.StateRetryable) && !j.ScheduledAt.After(now):
+	case (j.State == pronto.StateScheduled || j.State == pronto.StateRetryable) && !j.ScheduledAt.After(now) &&
+		!s.maintenanceOn(ctx):
 		_, err = s.store.Promote(ctx, 1000)
 	case j.State == pronto.StateActive && !j.LeaseExpiresAt.IsZero() && j.LeaseExpiresAt.Before(now):
 		_, err = s.store.Rescue(ctx, store.RescueParams{Limit: 1000})

@@ -17,11 +17,13 @@ import (
 // Maintenance mode (ojs-admin-api.md 12.1). Enabling it pauses every queue that is not paused (the
 // queues with jobs or a pause flag in the store, and the queues this server's client works) and
 // records which, in the store's settings, so that disabling resumes exactly those; while it is on,
-// every server's fetch answers no jobs (whatever the queue), and inserts go on. Promotion of
-// scheduled jobs and cron go on too, but what they make available waits in paused queues.
+// every server's fetch answers no jobs (whatever the queue), and inserts go on. Every client's
+// leader holds the promotion of due scheduled and retryable jobs and the cron triggers while the
+// setting is there (pronto.Client, maintenance.go in the root package), and repair (handlers.go)
+// does not promote either.
 
 // maintenanceKey is the setting that holds the state.
-const maintenanceKey = "maintenance"
+const maintenanceKey = store.MaintenanceSetting
 
 // MaintenanceRecheck is how often a server rereads the maintenance state for its fetches: mode
 // changes made through another server apply here within it (through this server at once).

@@ -1,7 +1,9 @@
 package server
 
 import (
+	"fmt"
 	"testing"
+	"time"
 )
 
 func queuePaused(t *testing.T, s *Server, name string) bool {
@@ -10,7 +12,8 @@ func queuePaused(t *testing.T, s *Server, name string) bool {
 }
 
 // TestMaintenanceMode, on every store: enabling pauses the queues that were not paused (recorded),
-// fetches get nothing while inserts go on; disabling resumes exactly the queues it paused.
+// fetches get nothing while inserts go on, a job falling due stays scheduled; disabling resumes
+// exactly the queues it paused.
 func TestMaintenanceMode(t *testing.T) {
 	for _, kind := range storeKinds {
 		t.Run(kind, func(t *testing.T) {
@@ -46,6 +49,16 @@ func TestMaintenanceMode(t *testing.T) {
 					t.Fatalf("fetched %v from %s in maintenance", jobs, q)
 				}
 			}
+			// A job that falls due in maintenance mode stays scheduled, even when read (repair).
+			dueAt := time.Now().Add(100 * time.Millisecond)
+			due := enqueueJob(t, s, fmt.Sprintf(`{"type":"m.run","args":[],"options":{"queue":"m-open","scheduled_at":%q}}`,
+				dueAt.UTC().Format(time.RFC3339Nano)))
+			for time.Now().Before(dueAt) {
+				time.Sleep(10 * time.Millisecond)
+			}
+			if st := mustCall(t, s, 200, "GET", "/ojs/v1/jobs/"+due, nil).body["job"].(map[string]any)["state"]; st != "scheduled" {
+				t.Fatalf("a due job read in maintenance mode is %v, want scheduled", st)
+			}
 			if r := mustCall(t, s, 200, "GET", path, nil); r.body["maintenance"] != true || r.body["reason"] != "database migration" {
 				t.Fatalf("status: %s", r.raw)
 			}
@@ -62,8 +75,11 @@ func TestMaintenanceMode(t *testing.T) {
 			if queuePaused(t, s, "m-open") || queuePaused(t, s, "m-new") || !queuePaused(t, s, "m-held") {
 				t.Fatal("disabling must resume m-open and m-new and leave m-held paused")
 			}
-			if jobs := mustCall(t, s, 200, "POST", "/ojs/v1/workers/fetch", map[string]any{"queues": []string{"m-open"}, "worker_id": "w1"}).body["jobs"].([]any); len(jobs) != 1 {
-				t.Fatalf("after maintenance m-open gave %v", jobs)
+			if st := mustCall(t, s, 200, "GET", "/ojs/v1/jobs/"+due, nil).body["job"].(map[string]any)["state"]; st != "available" {
+				t.Fatalf("the due job after maintenance is %v, want available", st)
+			}
+			if jobs := mustCall(t, s, 200, "POST", "/ojs/v1/workers/fetch", map[string]any{"queues": []string{"m-open"}, "worker_id": "w1", "count": 10}).body["jobs"].([]any); len(jobs) != 2 {
+				t.Fatalf("after maintenance m-open gave %v, want its two jobs", jobs)
 			}
 			if r := mustCall(t, s, 200, "POST", path, `{"enabled":false}`); r.body["maintenance"] != false {
 				t.Fatalf("disabling twice: %s", r.raw)

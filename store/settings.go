@@ -13,3 +13,8 @@ type SettingStore interface {
 	// SetSetting stores value under key; a nil value removes the key.
 	SetSetting(ctx context.Context, key string, value json.RawMessage) error
 }
+
+// MaintenanceSetting is the SettingStore key that holds maintenance mode's state while the mode is
+// on (ojs-admin-api.md 12.1; absent when off). Besides the fetches the server refuses, every
+// client's leader reads it to hold the promotion of due jobs and the cron triggers.
+const MaintenanceSetting = "maintenance"

@@ -1,8 +1,8 @@
 // Package maintenance runs the cluster's housekeeping on the one client elected leader of its store:
 // the rescuer (expired leases back to available, or discarded when attempts are spent), the promoter
-// (due scheduled and retryable jobs shown as available), the expirer (jobs past expires_at discarded)
-// and the retention cleaner, and the leader-only tasks the client adds (Config.Tasks: the
-// noisy-neighbour checks). Leadership is a row in the store with a TTL that the leader renews; when
+// (due scheduled and retryable jobs shown as available; held in maintenance mode), the expirer (jobs
+// past expires_at discarded) and the retention cleaner, and the leader-only tasks the client adds
+// (Config.Tasks: the noisy-neighbour checks). Leadership is a row in the store with a TTL that the leader renews; when
 // the leader dies another client takes over within one TTL.
 package maintenance
 
@@ -53,6 +53,10 @@ type Config struct {
 	// OnPrune, if set, is told how many discarded jobs each cleanup pass deleted per queue (by age
 	// or count), on stores with store.DiscardedPruner.
 	OnPrune func(perQueue map[string]int)
+	// Held, if set, is asked before each promotion pass: while it reports true (maintenance mode,
+	// ojs-admin-api.md 12.1) due scheduled and retryable jobs stay as they are. Expired jobs are
+	// still discarded: they can never run, held or not.
+	Held func(ctx context.Context) bool
 	// Tasks are further cluster-wide periodic work, each run every Interval while this client leads
 	// (never two runs of one task at once, and never on a client that does not lead).
 	Tasks []Task
@@ -258,9 +262,12 @@ func (m *Maintainer) rescue(ctx context.Context) {
 
 func (m *Maintainer) promote(ctx context.Context) {
 	ctx, end := m.pass(ctx, OpPromote)
-	promoted, perr := m.cfg.Store.Promote(ctx, m.cfg.BatchSize)
-	if perr != nil && ctx.Err() == nil {
-		m.cfg.Logger.Warn("pronto: promote due jobs failed", "err", perr)
+	promoted, perr := 0, error(nil)
+	if m.cfg.Held == nil || !m.cfg.Held(ctx) {
+		promoted, perr = m.cfg.Store.Promote(ctx, m.cfg.BatchSize)
+		if perr != nil && ctx.Err() == nil {
+			m.cfg.Logger.Warn("pronto: promote due jobs failed", "err", perr)
+		}
 	}
 	expired, eerr := m.cfg.Store.DiscardExpired(ctx, m.cfg.BatchSize)
 	if eerr != nil && ctx.Err() == nil {

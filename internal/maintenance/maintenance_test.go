@@ -90,3 +90,63 @@ func TestTasksRunOnTheLeaderOnly(t *testing.T) {
 		t.Fatal("the task ran after Run returned")
 	}
 }
+
+// TestHeldHoldsPromotion: while Held reports true (maintenance mode) the leader's promotion passes
+// leave a due scheduled job scheduled, yet still discard a job past its deadline; once Held reports
+// false the next pass promotes it.
+func TestHeldHoldsPromotion(t *testing.T) {
+	ctx := context.Background()
+	st := memory.New()
+	defer st.Close()
+	past := time.Now().Add(-time.Second)
+	due := &store.InsertParams{ID: "019461a8-1a2b-7c3d-8e4f-5a6b7c8d9e01", Kind: "a.b", Queue: "default", Args: []byte(`[]`),
+		MaxAttempts: 3, State: store.StateScheduled, ScheduledAt: past}
+	expired := &store.InsertParams{ID: "019461a8-1a2b-7c3d-8e4f-5a6b7c8d9e02", Kind: "a.b", Queue: "default", Args: []byte(`[]`),
+		MaxAttempts: 3, State: store.StateAvailable, ExpiresAt: past}
+	if _, err := st.Insert(ctx, []*store.InsertParams{due, expired}); err != nil {
+		t.Fatal(err)
+	}
+	var held atomic.Bool
+	held.Store(true)
+	var heldPasses atomic.Int64
+	m := New(Config{Store: st, ClientID: "leader", PromoteInterval: 10 * time.Millisecond,
+		Held: func(context.Context) bool { return held.Load() },
+		OnPass: func(ctx context.Context, op string) (context.Context, func(int, error)) {
+			return ctx, func(int, error) {
+				if op == OpPromote && held.Load() {
+					heldPasses.Add(1)
+				}
+			}
+		}})
+	runCtx, cancel := context.WithCancel(ctx)
+	defer func() { cancel(); <-m.Done() }()
+	go m.Run(runCtx)
+
+	state := func(id string) store.State {
+		t.Helper()
+		j, err := st.GetJob(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return j.State
+	}
+	waitFor(t, "three held promotion passes", func() bool { return heldPasses.Load() >= 3 })
+	if s := state(due.ID); s != store.StateScheduled {
+		t.Fatalf("due job under maintenance mode: %s, want scheduled", s)
+	}
+	if s := state(expired.ID); s != store.StateDiscarded {
+		t.Fatalf("expired job under maintenance mode: %s, want discarded", s)
+	}
+	held.Store(false)
+	waitFor(t, "the due job promoted after maintenance", func() bool { return state(due.ID) == store.StateAvailable })
+}
+
+// waitFor polls cond until it holds, failing the test after 30 s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
