@@ -187,6 +187,9 @@ func (s *Server) routeAdmin(w http.ResponseWriter, r *http.Request, seg []string
 				s.deadLetterStats(w, r)
 			}
 			return true
+		case len(seg) == 3 && seg[2] == "replay-rules": // replay.go
+			s.replayRules(w, r)
+			return true
 		case len(seg) == 4 && seg[3] == "retry":
 			if is(http.MethodPost) {
 				s.retryDeadLetter(w, r, seg[2])

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/pronto-jobs/pronto"
@@ -77,10 +76,7 @@ func (s *Server) retryDeadLetterMany(w http.ResponseWriter, r *http.Request) {
 		}
 		*p.into = t
 	}
-	errType, errPrefix := req.Filter.ErrorType, false
-	if p, ok := strings.CutSuffix(errType, "*"); ok {
-		errType, errPrefix = p, true
-	}
+	errMatch := errorTypeMatcher(req.Filter.ErrorType)
 	ctx := r.Context()
 	var ids []string
 	truncated, err := s.scan(ctx, f, false, func(j *pronto.JobRow) bool {
@@ -90,15 +86,8 @@ func (s *Server) retryDeadLetterMany(w http.ResponseWriter, r *http.Request) {
 		if (!since.IsZero() && j.CompletedAt.Before(since)) || (!until.IsZero() && !j.CompletedAt.Before(until)) {
 			return true
 		}
-		if req.Filter.ErrorType != "" {
-			n := len(j.Errors)
-			if n == 0 {
-				return true
-			}
-			t := j.Errors[n-1].Type
-			if (errPrefix && !strings.HasPrefix(t, errType)) || (!errPrefix && t != errType) {
-				return true
-			}
+		if !errMatch(j) {
+			return true
 		}
 		ids = append(ids, j.ID)
 		return true

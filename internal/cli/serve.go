@@ -68,6 +68,7 @@ func cmdServe(ctx context.Context, r *runner, args []string) error {
 	throttle := fs.Bool("tenant-throttle", false, "throttle noisy tenants automatically: lower their fairness weight for --tenant-throttle-for (ojs-multi-tenancy.md §9.2); off: they are only logged")
 	throttleFactor := fs.Float64("tenant-throttle-factor", 0.2, "a throttled tenant's weight is its weight times this (above 0, below 1), at least 1")
 	throttleFor := fs.duration("tenant-throttle-for", 5*time.Minute, "how long an automatic throttle lasts (DELETE /ojs/v1/admin/tenants/{id}/throttle ends one sooner)")
+	replayEvery := fs.duration("dead-letter-replay-interval", server.DefaultReplayInterval, "how often the maintenance leader applies the dead-letter replay rules (PUT /ojs/v1/dead-letter/replay-rules; ojs-dead-letter.md 7); 0: never")
 	if _, err := fs.parse(args, 0, 0); err != nil {
 		return err
 	}
@@ -164,6 +165,13 @@ func cmdServe(ctx context.Context, r *runner, args []string) error {
 			logger.Warn("pronto serve: cron scheduler stopped", "err", err)
 		}
 	}()
+	if *replayEvery > 0 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			srv.RunReplay(runCtx, *replayEvery)
+		}()
+	}
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(ln) }()
 	if *metricsAddr != "" {

@@ -162,6 +162,42 @@ func TestServeRemoveCompleted(t *testing.T) {
 	}
 }
 
+// TestServeReplaysDeadLetter: pronto serve applies the dead-letter replay rules every
+// --dead-letter-replay-interval, on its own (its client leads maintenance).
+func TestServeReplaysDeadLetter(t *testing.T) {
+	db := "sqlite:" + filepath.Join(t.TempDir(), "serve.db")
+	base, stop := startServe(t, nil, "--addr", "127.0.0.1:0", "--database-url", db, "--dead-letter-replay-interval", "50ms")
+	defer stop()
+	code, out := serveCall(t, base, "POST", "/ojs/v1/jobs", `{"type":"a.b","args":[],"options":{"queue":"rp","retry":{"max_attempts":1}}}`)
+	if code != 201 {
+		t.Fatalf("enqueue: %d %v", code, out)
+	}
+	id := out["job"].(map[string]any)["id"].(string)
+	if code, out := serveCall(t, base, "POST", "/ojs/v1/workers/fetch", `{"queues":["rp"],"worker_id":"w1"}`); code != 200 || len(out["jobs"].([]any)) != 1 {
+		t.Fatalf("fetch: %d %v", code, out)
+	}
+	if code, out := serveCall(t, base, "POST", "/ojs/v1/workers/nack", `{"job_id":"`+id+`","error":{"type":"Timeout","message":"slow"}}`); code != 200 {
+		t.Fatalf("nack: %d %v", code, out)
+	}
+	if code, out := serveCall(t, base, "PUT", "/ojs/v1/dead-letter/replay-rules",
+		`{"replay_rules":[{"name":"timeouts","filter":{"error_type":"Timeout"},"delay":"PT0S","max_replays":1}]}`); code != 200 {
+		t.Fatalf("put rules: %d %v", code, out)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		_, out := serveCall(t, base, "GET", "/ojs/v1/admin/jobs?queue=rp&state=available", "")
+		if jobs, _ := out["items"].([]any); len(jobs) == 1 {
+			meta, _ := jobs[0].(map[string]any)["meta"].(map[string]any)
+			if meta["retried_from"] != id || meta["ojs.replay_rule"] != "timeouts" {
+				t.Fatalf("the replayed job: %v", jobs[0])
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("pronto serve did not replay the dead-letter job")
+		}
+	}
+}
+
 // serveCall sends a JSON request to a running `pronto serve` at base and returns the status and the
 // decoded JSON body (nil when it is none).
 func serveCall(t *testing.T, base, method, path, body string) (int, map[string]any) {
