@@ -352,6 +352,7 @@ func (c *Client) Start(ctx context.Context) error {
 			OnPass:             c.onMaintenancePass(),
 			OnPrune:            c.onPrune,
 			Held:               c.maintenanceHeld,
+			DeadLetterQueues:   c.deadLetterQueues,
 			Tasks:              c.maintenanceTasks(),
 		})
 		c.servicesWG.Add(1)

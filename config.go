@@ -111,7 +111,9 @@ type Config struct {
 	// DiscardedMaxCount bounds the dead letter queue by count (ojs-dead-letter.md 5, max_count): the
 	// leader keeps the newest this many discarded jobs of the store and deletes older ones beyond
 	// them, with EventDeadLetterPruned (10000; negative: no count bound). Every pronto store
-	// implements it (store.DiscardedPruner); a store that does not is bounded by age only.
+	// implements it (store.DiscardedPruner); a store that does not is bounded by age only. Queues
+	// given a retention of their own (Client.DeadLetterRetentionsSet) are bounded by it instead and
+	// left out of this count and of DiscardedRetention.
 	DiscardedMaxCount int
 	// DisableMaintenance keeps this client out of leader election (it never rescues or cleans).
 	DisableMaintenance bool

@@ -187,6 +187,9 @@ func (s *Server) routeAdmin(w http.ResponseWriter, r *http.Request, seg []string
 				s.deadLetterStats(w, r)
 			}
 			return true
+		case len(seg) == 3 && seg[2] == "retention": // replay.go
+			s.deadLetterRetentionRoute(w, r)
+			return true
 		case len(seg) == 3 && seg[2] == "replay-rules": // replay.go
 			s.replayRules(w, r)
 			return true

@@ -483,6 +483,9 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request, rest string) {
 		case len(seg) == 2 && seg[1] == "retry":
 			want(http.MethodPost, func() { s.retryDeadLetterMany(w, r) })
 			return
+		case len(seg) == 2 && seg[1] == "retention": // replay.go
+			s.deadLetterRetentionRoute(w, r)
+			return
 		case len(seg) == 2 && seg[1] == "replay-rules": // replay.go
 			s.replayRules(w, r)
 			return

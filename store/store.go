@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -374,10 +375,22 @@ type CleanupParams struct {
 // PruneParams says which discarded jobs (the dead letter queue) PruneDiscarded deletes: those whose
 // CompletedAt is before Before (zero: none by age), and those beyond the newest Keep discarded jobs
 // of the whole store, by CompletedAt (Keep <= 0: none by count); at most Limit in all, oldest first.
+// Queues and SkipQueues narrow "the whole store" for queues with a retention of their own
+// (ojs-dead-letter.md 5.3).
 type PruneParams struct {
 	Before time.Time
 	Keep   int
 	Limit  int
+	// Queues, when not empty, limits the pass to these queues: Before applies to their jobs, and Keep
+	// bounds their jobs together.
+	Queues []string
+	// SkipQueues are left out of the pass, and out of Keep's count.
+	SkipQueues []string
+}
+
+// Prunes reports whether p's pass covers queue q.
+func (p *PruneParams) Prunes(q string) bool {
+	return (len(p.Queues) == 0 || slices.Contains(p.Queues, q)) && !slices.Contains(p.SkipQueues, q)
 }
 
 // DiscardedPruner is implemented by stores that bound the dead letter queue by count as well as by

@@ -9,7 +9,10 @@ package maintenance
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -53,6 +56,10 @@ type Config struct {
 	// OnPrune, if set, is told how many discarded jobs each cleanup pass deleted per queue (by age
 	// or count), on stores with store.DiscardedPruner.
 	OnPrune func(perQueue map[string]int)
+	// DeadLetterQueues, if set, returns the queues whose discarded jobs have bounds of their own
+	// (ojs-dead-letter.md 5.3), read at each cleanup pass: they are pruned by those, and left out of
+	// DiscardedRetention and DiscardedMaxCount. Stores without store.DiscardedPruner ignore it.
+	DeadLetterQueues func(ctx context.Context) (map[string]QueueRetention, error)
 	// Held, if set, is asked before each promotion pass: while it reports true (maintenance mode,
 	// ojs-admin-api.md 12.1) due scheduled and retryable jobs stay as they are. Expired jobs are
 	// still discarded: they can never run, held or not.
@@ -60,6 +67,13 @@ type Config struct {
 	// Tasks are further cluster-wide periodic work, each run every Interval while this client leads
 	// (never two runs of one task at once, and never on a client that does not lead).
 	Tasks []Task
+}
+
+// QueueRetention bounds one queue's discarded jobs: those discarded more than MaxAge ago, and the
+// oldest beyond the newest MaxCount, are deleted. Zero is no bound of that kind.
+type QueueRetention struct {
+	MaxAge   time.Duration
+	MaxCount int
 }
 
 // Task is periodic work done by the leader only.
@@ -276,6 +290,65 @@ func (m *Maintainer) promote(ctx context.Context) {
 	end(promoted+expired, errors.Join(perr, eerr))
 }
 
+// pruneDeadLetter prunes the discarded jobs: each queue with a retention of its own
+// (Config.DeadLetterQueues) by its bounds, the others together by base's. It returns how many it
+// deleted. When the queues' retentions cannot be read, nothing is pruned: the global bounds could
+// delete what a queue keeps longer.
+func (m *Maintainer) pruneDeadLetter(ctx context.Context, pruner store.DiscardedPruner, base store.PruneParams, now time.Time) (int, error) {
+	var own map[string]QueueRetention
+	if m.cfg.DeadLetterQueues != nil {
+		var err error
+		if own, err = m.cfg.DeadLetterQueues(ctx); err != nil {
+			return 0, fmt.Errorf("reading the queues' dead-letter retention: %w", err)
+		}
+	}
+	passes := make([]store.PruneParams, 0, len(own)+1)
+	for _, q := range slices.Sorted(maps.Keys(own)) {
+		r := own[q]
+		pp := store.PruneParams{Keep: max(r.MaxCount, 0), Limit: base.Limit, Queues: []string{q}}
+		if r.MaxAge > 0 {
+			pp.Before = now.Add(-r.MaxAge)
+		}
+		passes = append(passes, pp)
+		base.SkipQueues = append(base.SkipQueues, q)
+	}
+	passes = append(passes, base)
+	pruned := map[string]int{}
+	total := 0
+	var failed error
+	for _, pp := range passes {
+		if pp.Before.IsZero() && pp.Keep <= 0 {
+			continue
+		}
+		for ctx.Err() == nil {
+			got, err := pruner.PruneDiscarded(ctx, pp)
+			n := 0
+			for q, k := range got {
+				pruned[q] += k
+				n += k
+			}
+			total += n
+			if err != nil {
+				failed = err
+				break
+			}
+			if n < pp.Limit {
+				break
+			}
+		}
+		if failed != nil {
+			break
+		}
+	}
+	if len(pruned) > 0 {
+		m.cfg.Logger.Info("pronto: pruned discarded jobs", "per_queue", pruned)
+		if m.cfg.OnPrune != nil {
+			m.cfg.OnPrune(pruned)
+		}
+	}
+	return total, failed
+}
+
 func (m *Maintainer) cleanup(ctx context.Context) {
 	now := time.Now()
 	before := func(d time.Duration) time.Time {
@@ -297,36 +370,17 @@ func (m *Maintainer) cleanup(ctx context.Context) {
 		m.deleted.Add(int64(total))
 		end(total, failed)
 	}()
-	pruner, prunes := m.cfg.Store.(store.DiscardedPruner)
-	if prunes {
+	if pruner, prunes := m.cfg.Store.(store.DiscardedPruner); prunes {
 		// The dead letter queue is pruned by age and count together, so that the pass can say
 		// which queues lost jobs (dead_letter.pruned).
 		pp := store.PruneParams{Before: p.DiscardedBefore, Keep: max(m.cfg.DiscardedMaxCount, 0), Limit: m.cfg.BatchSize}
 		p.DiscardedBefore = time.Time{}
-		pruned := map[string]int{}
-		for ctx.Err() == nil {
-			got, err := pruner.PruneDiscarded(ctx, pp)
-			n := 0
-			for q, k := range got {
-				pruned[q] += k
-				n += k
-			}
-			total += n
-			if err != nil {
-				failed = err
-				if ctx.Err() == nil {
-					m.cfg.Logger.Warn("pronto: pruning discarded jobs failed", "err", err)
-				}
-				break
-			}
-			if n < pp.Limit {
-				break
-			}
-		}
-		if len(pruned) > 0 {
-			m.cfg.Logger.Info("pronto: pruned discarded jobs", "per_queue", pruned)
-			if m.cfg.OnPrune != nil {
-				m.cfg.OnPrune(pruned)
+		n, err := m.pruneDeadLetter(ctx, pruner, pp, now)
+		total += n
+		if err != nil {
+			failed = err
+			if ctx.Err() == nil {
+				m.cfg.Logger.Warn("pronto: pruning discarded jobs failed", "err", err)
 			}
 		}
 	}

@@ -1452,6 +1452,34 @@ func cloneError(e store.AttemptError) store.AttemptError {
 	return e
 }
 
+// pruneSome is PruneDiscarded for a pass that covers some queues only: it walks the discarded jobs
+// in the order they finished, counting and deleting only the covered queues'. Under s.mu.
+func (s *Store) pruneSome(f *fifo, p store.PruneParams, limit int, out map[string]int) {
+	covered := 0
+	for i := f.head; i < len(f.items); i++ {
+		if e := &f.items[i]; e.live() && p.Prunes(e.j.Queue) {
+			covered++
+		}
+	}
+	var gone []*job
+	for i := f.head; i < len(f.items) && len(gone) < limit; i++ {
+		e := &f.items[i]
+		if !e.live() || !p.Prunes(e.j.Queue) {
+			continue
+		}
+		old := !p.Before.IsZero() && e.j.CompletedAt.Before(p.Before)
+		if !old && (p.Keep <= 0 || covered-len(gone) <= p.Keep) {
+			break // the rest finished later: neither older nor beyond the newest Keep
+		}
+		gone = append(gone, e.j)
+	}
+	for _, j := range gone {
+		s.unplace(j)
+		s.forget(j)
+		out[j.Queue]++
+	}
+}
+
 // hasAll reports whether tags has every one of want.
 func hasAll(tags, want []string) bool {
 	for _, w := range want {
@@ -1462,8 +1490,8 @@ func hasAll(tags, want []string) bool {
 	return true
 }
 
-// PruneDiscarded deletes the oldest discarded jobs: those finished before p.Before, and those beyond
-// the newest p.Keep, at most p.Limit (see store.DiscardedPruner).
+// PruneDiscarded deletes the oldest discarded jobs of the queues p covers: those finished before
+// p.Before, and those beyond the newest p.Keep, at most p.Limit (see store.DiscardedPruner).
 func (s *Store) PruneDiscarded(ctx context.Context, p store.PruneParams) (map[string]int, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -1476,6 +1504,10 @@ func (s *Store) PruneDiscarded(ctx context.Context, p store.PruneParams) (map[st
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	f := &s.terminal[terminalIndex(store.StateDiscarded)]
+	if len(p.Queues) > 0 || len(p.SkipQueues) > 0 {
+		s.pruneSome(f, p, limit, out)
+		return out, nil
+	}
 	for n := 0; n < limit; n++ {
 		e := f.front()
 		if e == nil {

@@ -31,8 +31,8 @@ end
 return {gone, dropped}
 `)
 
-// PruneDiscarded deletes discarded jobs finished before p.Before and, oldest first, those beyond the
-// newest p.Keep of the store, at most p.Limit (see store.DiscardedPruner). Every queue keeps its
+// PruneDiscarded deletes discarded jobs of the queues p covers finished before p.Before and, oldest
+// first, those beyond the newest p.Keep of them, at most p.Limit (see store.DiscardedPruner). Every queue keeps its
 // discarded jobs in a set scored by completion time: the count bound reads the sets' sizes and the
 // oldest p.Limit entries of each, merged across queues; no scan.
 func (s *Store) PruneDiscarded(ctx context.Context, p store.PruneParams) (map[string]int, error) {
@@ -44,9 +44,15 @@ func (s *Store) PruneDiscarded(ctx context.Context, p store.PruneParams) (map[st
 	if left <= 0 {
 		left = defaultLimit
 	}
-	qs, err := s.queues(ctx)
+	all, err := s.queues(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("redis: prune discarded jobs: %w", err)
+	}
+	qs := all[:0:0]
+	for _, q := range all {
+		if p.Prunes(q) {
+			qs = append(qs, q)
+		}
 	}
 	drop := func(q string, gone []string) {
 		if len(gone) == 0 {

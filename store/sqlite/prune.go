@@ -14,13 +14,20 @@ import (
 var _ store.DiscardedPruner = (*Store)(nil)
 
 // pruneScanSQL picks up to ?3 discarded jobs from pronto_jobs_discarded_idx: those finished before
-// ?1 (NULL: none by age) and those beyond the newest ?2.
+// ?1 (NULL: none by age) and those beyond the newest ?2, of the queues ?4 (a JSON array; NULL: every
+// queue) but ?5 (a JSON array).
 const pruneScanSQL = `SELECT rowid FROM (SELECT rowid FROM pronto_jobs INDEXED BY pronto_jobs_discarded_idx
-		WHERE state = 'discarded' AND completed_at < ?1 ORDER BY completed_at LIMIT ?3)
+		WHERE state = 'discarded' AND completed_at < ?1 AND ` + pruneQueuesSQL + `
+		ORDER BY completed_at LIMIT ?3)
 	UNION
 	SELECT rowid FROM (SELECT rowid FROM pronto_jobs INDEXED BY pronto_jobs_discarded_idx
-		WHERE state = 'discarded' ORDER BY completed_at DESC LIMIT ?3 OFFSET ?2)
+		WHERE state = 'discarded' AND ` + pruneQueuesSQL + `
+		ORDER BY completed_at DESC LIMIT ?3 OFFSET ?2)
 	LIMIT ?3`
+
+// pruneQueuesSQL keeps the jobs of the queues a pass covers (see pruneScanSQL).
+const pruneQueuesSQL = `(?4 IS NULL OR queue IN (SELECT value FROM json_each(?4)))
+		AND queue NOT IN (SELECT value FROM json_each(?5))`
 
 // pruneDeleteSQL deletes the candidates (a JSON array of rowids) that are still discarded and not
 // kept as workflow parents, returning their queues and workflows.
@@ -29,8 +36,8 @@ const pruneDeleteSQL = `DELETE FROM pronto_jobs
 	  AND (workflow_id IS NULL OR NOT ` + keptParentSQL + `)
 	RETURNING queue, workflow_id`
 
-// PruneDiscarded deletes discarded jobs finished before p.Before and those beyond the newest p.Keep,
-// at most p.Limit (see store.DiscardedPruner). The candidates are read on a read connection from an
+// PruneDiscarded deletes discarded jobs of the queues p covers finished before p.Before and those
+// beyond the newest p.Keep, at most p.Limit (see store.DiscardedPruner). The candidates are read on a read connection from an
 // index of discarded jobs, then deleted in one short write transaction that checks them again.
 func (s *Store) PruneDiscarded(ctx context.Context, p store.PruneParams) (map[string]int, error) {
 	out := map[string]int{}
@@ -45,7 +52,19 @@ func (s *Store) PruneDiscarded(ctx context.Context, p store.PruneParams) (map[st
 	if p.Keep > 0 {
 		keep = int64(p.Keep)
 	}
-	rows, err := s.r.QueryContext(ctx, pruneScanSQL, micro(p.Before), keep, limit)
+	var queues any // NULL: every queue
+	if len(p.Queues) > 0 {
+		b, err := json.Marshal(p.Queues)
+		if err != nil {
+			return nil, err
+		}
+		queues = string(b)
+	}
+	skip, err := json.Marshal(append([]string{}, p.SkipQueues...))
+	if err != nil {
+		return nil, err
+	}
+	rows, err := s.r.QueryContext(ctx, pruneScanSQL, micro(p.Before), keep, limit, queues, string(skip))
 	if err != nil {
 		return nil, fmt.Errorf("prune discarded jobs: %w", s.schemaHint(err))
 	}

@@ -127,6 +127,7 @@ var tests = []testCase{
 	{"Cleanup", single(testCleanup)},
 	{"CleanupLimit", single(testCleanupLimit)},
 	{"PruneDiscarded", single(testPruneDiscarded)},
+	{"PruneDiscardedQueues", single(testPruneDiscardedQueues)},
 
 	{"ListJobsFilters", single(testListJobsFilters)},
 	{"ListJobsPagination", single(testListJobsPagination)},

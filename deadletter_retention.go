@@ -1,0 +1,119 @@
+package pronto
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/pronto-jobs/pronto/internal/isodur"
+	"github.com/pronto-jobs/pronto/internal/maintenance"
+	"github.com/pronto-jobs/pronto/store"
+)
+
+// DeadLetterRetention bounds one queue's dead letter jobs (its discarded jobs) in place of
+// Config.DiscardedRetention and Config.DiscardedMaxCount (ojs-dead-letter.md 5.3): a billing queue
+// can keep its failures for a year while the others keep them a week. Zero is no bound of that kind;
+// at least one must be set, since the dead letter queue must stay bounded (5.2).
+type DeadLetterRetention struct {
+	// MaxAge deletes the queue's jobs discarded longer ago than this.
+	MaxAge time.Duration
+	// MaxCount keeps the queue's newest MaxCount discarded jobs and deletes the older ones.
+	MaxCount int
+}
+
+// deadLetterRetentionKey is the setting that holds the queues' retentions, a JSON object by queue.
+const deadLetterRetentionKey = "dead_letter.queue_retention"
+
+// storedRetention is one queue's retention as the setting holds it (the spec's field names).
+type storedRetention struct {
+	MaxAge   string `json:"max_age,omitempty"`
+	MaxCount int    `json:"max_count,omitempty"`
+}
+
+// DeadLetterRetentions returns the queues that have a dead letter retention of their own. They are
+// kept in the store, so that whichever client leads the cluster's cleanup applies them (every 30 s);
+// the other queues follow the leader's Config.DiscardedRetention and DiscardedMaxCount together.
+// It returns an error matching ErrUnsupported when the store keeps no settings.
+func (c *Client) DeadLetterRetentions(ctx context.Context) (map[string]DeadLetterRetention, error) {
+	ss, ok := c.store.(store.SettingStore)
+	if !ok {
+		return nil, fmt.Errorf("pronto: dead letter retention per queue: the store keeps no settings: %w", ErrUnsupported)
+	}
+	v, err := ss.GetSetting(ctx, deadLetterRetentionKey)
+	if err != nil {
+		return nil, wrapOp("read the dead letter retentions", err)
+	}
+	out := map[string]DeadLetterRetention{}
+	if v == nil {
+		return out, nil
+	}
+	var stored map[string]storedRetention
+	if err := json.Unmarshal(v, &stored); err != nil {
+		return nil, fmt.Errorf("pronto: the stored dead letter retentions do not decode: %w", err)
+	}
+	for q, r := range stored {
+		d, err := isodur.Parse(r.MaxAge)
+		if r.MaxAge != "" && err != nil {
+			return nil, fmt.Errorf("pronto: the stored dead letter retention of queue %s: max_age %q: %w", q, r.MaxAge, err)
+		}
+		if r.MaxAge == "" {
+			d = 0
+		}
+		out[q] = DeadLetterRetention{MaxAge: d, MaxCount: r.MaxCount}
+	}
+	return out, nil
+}
+
+// DeadLetterRetentionsSet replaces every queue's dead letter retention with rs (empty or nil: every
+// queue follows the client's bounds again). Each entry needs a valid queue name and at least one
+// positive bound, and neither may be negative; anything else is an error matching
+// ErrInvalidArgs, and nothing is stored.
+func (c *Client) DeadLetterRetentionsSet(ctx context.Context, rs map[string]DeadLetterRetention) error {
+	ss, ok := c.store.(store.SettingStore)
+	if !ok {
+		return fmt.Errorf("pronto: dead letter retention per queue: the store keeps no settings: %w", ErrUnsupported)
+	}
+	stored := make(map[string]storedRetention, len(rs))
+	for q, r := range rs {
+		if !ValidQueueName(q) {
+			return invalidf("dead letter retention: queue %q: not a valid queue name", q)
+		}
+		if r.MaxAge < 0 || r.MaxCount < 0 || (r.MaxAge == 0 && r.MaxCount == 0) {
+			return invalidf("dead letter retention of queue %s: MaxAge and MaxCount cannot be negative, and one must be set", q)
+		}
+		s := storedRetention{MaxCount: r.MaxCount}
+		if r.MaxAge > 0 {
+			s.MaxAge = isodur.Format(r.MaxAge)
+		}
+		stored[q] = s
+	}
+	var v json.RawMessage
+	if len(stored) > 0 {
+		b, err := json.Marshal(stored)
+		if err != nil {
+			return err
+		}
+		v = b
+	}
+	if err := ss.SetSetting(ctx, deadLetterRetentionKey, v); err != nil {
+		return wrapOp("store the dead letter retentions", err)
+	}
+	return nil
+}
+
+// deadLetterQueues gives the maintenance leader the queues' own retentions at each cleanup pass.
+func (c *Client) deadLetterQueues(ctx context.Context) (map[string]maintenance.QueueRetention, error) {
+	if _, ok := c.store.(store.SettingStore); !ok {
+		return nil, nil
+	}
+	rs, err := c.DeadLetterRetentions(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]maintenance.QueueRetention, len(rs))
+	for q, r := range rs {
+		out[q] = maintenance.QueueRetention{MaxAge: r.MaxAge, MaxCount: r.MaxCount}
+	}
+	return out, nil
+}
