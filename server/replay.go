@@ -27,8 +27,10 @@ import (
 // replayRulesKey is the setting that holds the rules.
 const replayRulesKey = "dead_letter.replay_rules"
 
-// DefaultReplayInterval is how often RunReplay looks for dead-letter jobs due for replay.
-const DefaultReplayInterval = 10 * time.Second
+// DefaultReplayInterval is how often RunReplay looks for dead-letter jobs due for replay. Each pass
+// with enabled rules lists the dead-letter jobs their filters select (at most 10,000 a rule), so it
+// is not run more often than replay delays need.
+const DefaultReplayInterval = 30 * time.Second
 
 const (
 	// maxReplayRules bounds the rules of a deployment.
@@ -291,7 +293,9 @@ func (s *Server) replayRule(ctx context.Context, rule replayRule, now time.Time)
 		case err != nil && nj == nil:
 			return replayed, fmt.Errorf("replaying job %s: %w", d.job.ID, err)
 		case err != nil:
-			s.log.Warn("pronto serve: dead-letter replay", "job", d.job.ID, "err", err)
+			// Inserted again but still in the dead letter queue: stop here rather than risk more
+			// such copies this pass (the next pass would replay it once more; the error says so).
+			return replayed + 1, fmt.Errorf("replaying job %s: %w", d.job.ID, err)
 		}
 		replayed++
 		s.jobEvent("dead_letter.replayed", nj, time.Now(), func(b []byte) []byte {
