@@ -1,0 +1,39 @@
+package pronto_test
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/pronto-jobs/pronto"
+	"github.com/pronto-jobs/pronto/store/memory"
+)
+
+// A queue whose failures must be kept longer than the others' gets a dead letter retention of its
+// own (ojs-dead-letter.md 5.3). It is kept in the store, so whichever client leads the cleanup
+// applies it; the other queues share Config.DiscardedRetention and DiscardedMaxCount.
+func ExampleClient_DeadLetterRetentionsSet() {
+	ctx := context.Background()
+	client, err := pronto.NewClient(memory.New(), &pronto.Config{DiscardedMaxCount: 1000})
+	if err != nil {
+		panic(err)
+	}
+	err = client.DeadLetterRetentionsSet(ctx, map[string]pronto.DeadLetterRetention{
+		"billing": {MaxAge: 365 * 24 * time.Hour, MaxCount: 50000},
+	})
+	if err != nil {
+		panic(err)
+	}
+	retentions, err := client.DeadLetterRetentions(ctx)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(retentions["billing"].MaxAge, retentions["billing"].MaxCount)
+
+	// A retention needs a bound: the dead letter queue never grows without one.
+	err = client.DeadLetterRetentionsSet(ctx, map[string]pronto.DeadLetterRetention{"mail": {}})
+	fmt.Println(err != nil)
+	// Output:
+	// 8760h0m0s 50000
+	// true
+}
