@@ -81,9 +81,8 @@ func (s *Server) setMaintenanceCache(on bool) {
 
 // loadMaintenance reads the stored state (nil when off), or writes the error.
 func (s *Server) loadMaintenance(w http.ResponseWriter, r *http.Request) (store.SettingStore, *maintenanceState, bool) {
-	ss, ok := s.store.(store.SettingStore)
-	if !ok {
-		s.writeError(w, r, errorf(http.StatusNotImplemented, CodeUnsupported, "this server's store (%s) keeps no settings: no maintenance mode", s.backend))
+	ss := s.settings(w, r, "maintenance mode")
+	if ss == nil {
 		return nil, nil, false
 	}
 	v, err := ss.GetSetting(r.Context(), maintenanceKey)

@@ -121,7 +121,8 @@ func decodeReplayRules(body []byte) (*replayRules, *apiError) {
 
 func isControl(r rune) bool { return r < 0x20 || r == 0x7f }
 
-// settings returns the store's settings, or answers 501 and returns nil.
+// settings returns the store's settings, or answers 501 (the store keeps none, so there is no
+// what) and returns nil.
 func (s *Server) settings(w http.ResponseWriter, r *http.Request, what string) store.SettingStore {
 	ss, ok := s.store.(store.SettingStore)
 	if !ok {
