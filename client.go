@@ -353,6 +353,8 @@ func (c *Client) Start(ctx context.Context) error {
 			OnPrune:            c.onPrune,
 			Held:               c.maintenanceHeld,
 			DeadLetterQueues:   c.deadLetterQueues,
+			Archive:            c.archiveDeadLetter(),
+			ArchiveAll:         c.cfg.DeadLetterPruningPolicy == PruneArchive,
 			Tasks:              c.maintenanceTasks(),
 		})
 		c.servicesWG.Add(1)

@@ -115,6 +115,13 @@ type Config struct {
 	// given a retention of their own (Client.DeadLetterRetentionsSet) are bounded by it instead and
 	// left out of this count and of DiscardedRetention.
 	DiscardedMaxCount int
+	// DeadLetterArchive, if set, keeps the dead letter jobs that pruning removes from queues whose
+	// pruning policy is PruneArchive (ojs-dead-letter.md 8.2): the leader hands each batch to it and
+	// deletes the jobs only once it has returned nil. See DeadLetterArchive.
+	DeadLetterArchive DeadLetterArchive
+	// DeadLetterPruningPolicy is the pruning policy of the queues without a retention of their own
+	// (PruneDelete when empty). PruneArchive needs DeadLetterArchive.
+	DeadLetterPruningPolicy PruningPolicy
 	// DisableMaintenance keeps this client out of leader election (it never rescues or cleans).
 	DisableMaintenance bool
 	// MaxArgsBytes bounds a job's encoded args (1 MiB).
@@ -285,6 +292,9 @@ func (c Config) withDefaults() (Config, error) {
 		queues[name] = q
 	}
 	c.Queues = queues
+	if err := c.DeadLetterPruningPolicy.check(c.DeadLetterArchive != nil); err != nil {
+		return c, fmt.Errorf("pronto: config: DeadLetterPruningPolicy: %w", err)
+	}
 	if c.NoisyNeighbors != nil {
 		nn, err := c.NoisyNeighbors.withDefaults()
 		if err != nil {

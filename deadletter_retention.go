@@ -20,6 +20,9 @@ type DeadLetterRetention struct {
 	MaxAge time.Duration
 	// MaxCount keeps the queue's newest MaxCount discarded jobs and deletes the older ones.
 	MaxCount int
+	// PruningPolicy says what becomes of the jobs pruned (ojs-dead-letter.md 8.2); empty follows
+	// the leader's Config.DeadLetterPruningPolicy.
+	PruningPolicy PruningPolicy
 }
 
 // deadLetterRetentionKey is the setting that holds the queues' retentions, a JSON object by queue.
@@ -27,8 +30,9 @@ const deadLetterRetentionKey = "dead_letter.queue_retention"
 
 // storedRetention is one queue's retention as the setting holds it (the spec's field names).
 type storedRetention struct {
-	MaxAge   string `json:"max_age,omitempty"`
-	MaxCount int    `json:"max_count,omitempty"`
+	MaxAge        string        `json:"max_age,omitempty"`
+	MaxCount      int           `json:"max_count,omitempty"`
+	PruningPolicy PruningPolicy `json:"pruning_policy,omitempty"`
 }
 
 // DeadLetterRetentions returns the queues that have a dead letter retention of their own. They are
@@ -60,14 +64,15 @@ func (c *Client) DeadLetterRetentions(ctx context.Context) (map[string]DeadLette
 		if r.MaxAge == "" {
 			d = 0
 		}
-		out[q] = DeadLetterRetention{MaxAge: d, MaxCount: r.MaxCount}
+		out[q] = DeadLetterRetention{MaxAge: d, MaxCount: r.MaxCount, PruningPolicy: r.PruningPolicy}
 	}
 	return out, nil
 }
 
 // DeadLetterRetentionsSet replaces every queue's dead letter retention with rs (empty or nil: every
 // queue follows the client's bounds again). Each entry needs a valid queue name and at least one
-// positive bound, and neither may be negative; anything else is an error matching
+// positive bound, and neither may be negative, and a PruningPolicy this client could apply
+// (PruneArchive needs its Config.DeadLetterArchive); anything else is an error matching
 // ErrInvalidArgs, and nothing is stored.
 func (c *Client) DeadLetterRetentionsSet(ctx context.Context, rs map[string]DeadLetterRetention) error {
 	ss, ok := c.store.(store.SettingStore)
@@ -82,7 +87,10 @@ func (c *Client) DeadLetterRetentionsSet(ctx context.Context, rs map[string]Dead
 		if r.MaxAge < 0 || r.MaxCount < 0 || (r.MaxAge == 0 && r.MaxCount == 0) {
 			return invalidf("dead letter retention of queue %s: MaxAge and MaxCount cannot be negative, and one must be set", q)
 		}
-		s := storedRetention{MaxCount: r.MaxCount}
+		if err := r.PruningPolicy.check(c.cfg.DeadLetterArchive != nil); err != nil {
+			return invalidf("dead letter retention of queue %s: %v", q, err)
+		}
+		s := storedRetention{MaxCount: r.MaxCount, PruningPolicy: r.PruningPolicy}
 		if r.MaxAge > 0 {
 			s.MaxAge = isodur.Format(r.MaxAge)
 		}
@@ -113,7 +121,9 @@ func (c *Client) deadLetterQueues(ctx context.Context) (map[string]maintenance.Q
 	}
 	out := make(map[string]maintenance.QueueRetention, len(rs))
 	for q, r := range rs {
-		out[q] = maintenance.QueueRetention{MaxAge: r.MaxAge, MaxCount: r.MaxCount}
+		archive := r.PruningPolicy == PruneArchive ||
+			(r.PruningPolicy == "" && c.cfg.DeadLetterPruningPolicy == PruneArchive)
+		out[q] = maintenance.QueueRetention{MaxAge: r.MaxAge, MaxCount: r.MaxCount, Archive: archive}
 	}
 	return out, nil
 }

@@ -60,6 +60,9 @@ type Event struct {
 	At       time.Time
 	// Count is the number of jobs, for EventDeadLetterPruned.
 	Count int
+	// Archived reports, for EventDeadLetterPruned, that the jobs went to Config.DeadLetterArchive
+	// before they were deleted (the queue's pruning policy is PruneArchive).
+	Archived bool
 	// From is the state the job left, for EventRetried (discarded: a retry from the dead letter
 	// queue; cancelled), when the client read it; else empty.
 	From State

@@ -58,9 +58,9 @@ func (c *Client) onMaintenancePass() func(context.Context, string) (context.Cont
 }
 
 // onPrune emits EventDeadLetterPruned per queue the leader's cleanup pruned discarded jobs from.
-func (c *Client) onPrune(perQueue map[string]int) {
+func (c *Client) onPrune(perQueue map[string]int, archived bool) {
 	now := time.Now()
 	for q, n := range perQueue {
-		c.events.emit(&Event{Kind: EventDeadLetterPruned, Job: &JobRow{Queue: q, State: StateDiscarded}, Count: n, At: now})
+		c.events.emit(&Event{Kind: EventDeadLetterPruned, Job: &JobRow{Queue: q, State: StateDiscarded}, Count: n, Archived: archived, At: now})
 	}
 }

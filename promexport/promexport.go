@@ -74,6 +74,7 @@ type Metrics struct {
 	checkpointSize                  *prometheus.HistogramVec
 	deadAdded                       *prometheus.CounterVec
 	deadRetried, deadPruned         *prometheus.CounterVec
+	deadArchived                    *prometheus.CounterVec
 	deadTotal                       *prometheus.Desc
 	stalledJobs                     *prometheus.Desc
 	stalled                         map[string]string // job id → queue, of the jobs stalled now
@@ -160,6 +161,8 @@ func New(opts *Options) *Metrics {
 			Help: "Discarded jobs an operator retried through this process."}, []string{"queue"}),
 		deadPruned: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ojs_dead_letter_pruned_total",
 			Help: "Discarded jobs the dead letter retention deleted (by age or count) while this process led."}, []string{"queue"}),
+		deadArchived: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pronto_dead_letter_archived_total",
+			Help: "Pruned discarded jobs the dead letter archive kept before they were deleted (pruning_policy archive) while this process led; included in ojs_dead_letter_pruned_total."}, []string{"queue"}),
 		deadTotal:     prometheus.NewDesc("ojs_dead_letter_total", "Jobs in the dead letter queue (discarded) per queue, as the store holds them (cached for a few seconds).", []string{"queue"}, nil),
 		stalled:       map[string]string{},
 		stalledQueues: map[string]bool{},
@@ -176,7 +179,7 @@ func New(opts *Options) *Metrics {
 func (m *Metrics) vectors() []prometheus.Collector {
 	return []prometheus.Collector{m.enqueued, m.claimed, m.completed, m.failed, m.attemptsFailed, m.retried,
 		m.cancelled, m.snoozed, m.rescued, m.expired, m.duration, m.pickup, m.queueTime, m.turnaround, m.scrapeErrors,
-		m.progressUpdates, m.progressStalls, m.progressCompleted, m.checkpointSize, m.deadAdded, m.deadRetried, m.deadPruned}
+		m.progressUpdates, m.progressStalls, m.progressCompleted, m.checkpointSize, m.deadAdded, m.deadRetried, m.deadPruned, m.deadArchived}
 }
 
 // allCollectors is vectors plus the per-tenant and the scheduling vectors.
@@ -272,6 +275,9 @@ func (m *Metrics) observe(e *pronto.Event) {
 		return
 	case pronto.EventDeadLetterPruned:
 		m.deadPruned.WithLabelValues(q).Add(float64(e.Count))
+		if e.Archived {
+			m.deadArchived.WithLabelValues(q).Add(float64(e.Count))
+		}
 		return
 	}
 	if e.Kind == pronto.EventProgressStalled {

@@ -19,8 +19,9 @@ type deadLetterRetention struct {
 }
 
 type retentionBounds struct {
-	MaxAge   string `json:"max_age,omitempty"`
-	MaxCount int    `json:"max_count,omitempty"`
+	MaxAge        string `json:"max_age,omitempty"`
+	MaxCount      int    `json:"max_count,omitempty"`
+	PruningPolicy string `json:"pruning_policy,omitempty"` // ojs-dead-letter.md 8.2
 }
 
 // deadLetterRetentionRoute serves /ojs/v1/dead-letter/retention (and its admin twin).
@@ -52,7 +53,7 @@ func (s *Server) writeDeadLetterRetention(w http.ResponseWriter, r *http.Request
 	}
 	out := deadLetterRetention{Queues: make(map[string]retentionBounds, len(rs))}
 	for q, b := range rs {
-		rb := retentionBounds{MaxCount: b.MaxCount}
+		rb := retentionBounds{MaxCount: b.MaxCount, PruningPolicy: string(b.PruningPolicy)}
 		if b.MaxAge > 0 {
 			rb.MaxAge = isodur.Format(b.MaxAge)
 		}
@@ -61,8 +62,9 @@ func (s *Server) writeDeadLetterRetention(w http.ResponseWriter, r *http.Request
 	writeJSONValue(w, http.StatusOK, out)
 }
 
-// decodeDeadLetterRetention reads a PUT body: {"queues": {"name": {"max_age", "max_count"}}}, every
-// field known, each queue with at least one bound.
+// decodeDeadLetterRetention reads a PUT body: {"queues": {"name": {"max_age", "max_count",
+// "pruning_policy"}}}, every field known, each queue with at least one bound. Whether this server
+// can apply an archive policy is the client's check (DeadLetterRetentionsSet).
 func decodeDeadLetterRetention(body []byte) (map[string]pronto.DeadLetterRetention, *apiError) {
 	var in struct {
 		Queues *map[string]json.RawMessage `json:"queues"`
@@ -99,6 +101,12 @@ func decodeDeadLetterRetention(body []byte) (map[string]pronto.DeadLetterRetenti
 			return nil, invalid(field+".max_count", "%s.max_count: cannot be negative", field)
 		}
 		r.MaxCount = b.MaxCount
+		switch p := pronto.PruningPolicy(b.PruningPolicy); p {
+		case "", pronto.PruneDelete, pronto.PruneArchive:
+			r.PruningPolicy = p
+		default:
+			return nil, invalid(field+".pruning_policy", "%s.pruning_policy %q: must be \"delete\" or \"archive\"", field, b.PruningPolicy)
+		}
 		if r.MaxAge == 0 && r.MaxCount == 0 {
 			return nil, invalid(field, "%s: max_age or max_count is required (a dead letter queue stays bounded)", field)
 		}

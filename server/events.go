@@ -273,7 +273,11 @@ func (s *Server) clientEvent(ev *pronto.Event) {
 	if ev.Kind == pronto.EventDeadLetterPruned {
 		// ojs-dead-letter.md 8.1: the count of jobs removed, per queue.
 		b := appendStringField([]byte{'{'}, "queue", j.Queue)
-		b = append(appendIntField(b, "count", int64(ev.Count)), '}')
+		b = appendIntField(b, "count", int64(ev.Count))
+		if ev.Archived {
+			b = append(b, `,"archived":true`...) // pruning_policy archive (8.2)
+		}
+		b = append(b, '}')
 		s.events.add(event{typ: "dead_letter.pruned", source: s.source, subject: j.Queue, at: ev.At, queue: j.Queue, data: b})
 		return
 	}

@@ -78,7 +78,16 @@ func TestDeadLetterPrunedEvent(t *testing.T) {
 		t.Fatalf("want one dead_letter.pruned event: %s", r.raw)
 	}
 	data := evs[0].(map[string]any)["data"].(map[string]any)
-	if data["queue"] != "billing" || data["count"] != 7.0 {
+	if data["queue"] != "billing" || data["count"] != 7.0 || data["archived"] != nil {
 		t.Fatalf("dead_letter.pruned: %s", r.raw)
+	}
+	s.clientEvent(&pronto.Event{Kind: pronto.EventDeadLetterPruned, Job: &pronto.JobRow{Queue: "audit"}, Count: 2, Archived: true, At: time.Now()})
+	r = mustCall(t, s, 200, "GET", "/ojs/v1/events?types=dead_letter.pruned&queue=audit", nil)
+	evs, _ = r.body["events"].([]any)
+	if len(evs) != 1 {
+		t.Fatalf("want one dead_letter.pruned event: %s", r.raw)
+	}
+	if data := evs[0].(map[string]any)["data"].(map[string]any); data["count"] != 2.0 || data["archived"] != true {
+		t.Fatalf("dead_letter.pruned of archived jobs: %s", r.raw)
 	}
 }

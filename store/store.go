@@ -401,6 +401,20 @@ type DiscardedPruner interface {
 	PruneDiscarded(ctx context.Context, p PruneParams) (map[string]int, error)
 }
 
+// DiscardedArchiver is implemented by stores that can prune the dead letter queue in two steps, so
+// that its jobs are archived before they are deleted (ojs-dead-letter.md 8.2, the archive pruning
+// policy): read the jobs a pass would delete, hand them to the archive, then delete exactly those.
+type DiscardedArchiver interface {
+	// PruneCandidates returns the discarded jobs PruneDiscarded(ctx, p) would delete now, oldest
+	// first (by CompletedAt), and deletes nothing.
+	PruneCandidates(ctx context.Context, p PruneParams) ([]*Job, error)
+	// DeleteDiscarded deletes each of jobs (by ID) that is still discarded with the same
+	// CompletedAt, the version the caller read and archived: a job retried since, or retried and
+	// discarded again, is kept. A workflow job a pending child still waits for is kept too. It
+	// returns how many it deleted per queue.
+	DeleteDiscarded(ctx context.Context, jobs []*Job) (map[string]int, error)
+}
+
 // ListParams filters and pages a job listing. Jobs come in id order (creation order for UUIDv7).
 type ListParams struct {
 	States []State

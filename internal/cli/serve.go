@@ -68,6 +68,8 @@ func cmdServe(ctx context.Context, r *runner, args []string) error {
 	throttle := fs.Bool("tenant-throttle", false, "throttle noisy tenants automatically: lower their fairness weight for --tenant-throttle-for (ojs-multi-tenancy.md §9.2); off: they are only logged")
 	throttleFactor := fs.Float64("tenant-throttle-factor", 0.2, "a throttled tenant's weight is its weight times this (above 0, below 1), at least 1")
 	throttleFor := fs.duration("tenant-throttle-for", 5*time.Minute, "how long an automatic throttle lasts (DELETE /ojs/v1/admin/tenants/{id}/throttle ends one sooner)")
+	archiveDir := fs.String("dead-letter-archive", "", "folder where the dead letter jobs that retention prunes from queues with pruning_policy archive are kept first, as JSON Lines (one file per UTC day, fsynced; ojs-dead-letter.md 8.2)")
+	pruningPolicy := fs.String("dead-letter-pruning-policy", "delete", "pruning policy of the queues without a retention of their own: delete, or archive (needs --dead-letter-archive)")
 	replayEvery := fs.duration("dead-letter-replay-interval", server.DefaultReplayInterval, "how often the maintenance leader applies the dead-letter replay rules (PUT /ojs/v1/dead-letter/replay-rules; ojs-dead-letter.md 7); 0: never")
 	if _, err := fs.parse(args, 0, 0); err != nil {
 		return err
@@ -97,6 +99,23 @@ func cmdServe(ctx context.Context, r *runner, args []string) error {
 			return usageErrorf("serve: --metrics-addr: %v", err)
 		}
 	}
+	var archive pronto.DeadLetterArchive
+	if *archiveDir != "" {
+		a, err := server.NewFileArchive(*archiveDir)
+		if err != nil {
+			return usageErrorf("serve: --dead-letter-archive: %v", err)
+		}
+		archive = a
+	}
+	switch pronto.PruningPolicy(*pruningPolicy) {
+	case pronto.PruneDelete:
+	case pronto.PruneArchive:
+		if archive == nil {
+			return usageErrorf("serve: --dead-letter-pruning-policy archive needs --dead-letter-archive")
+		}
+	default:
+		return usageErrorf("serve: --dead-letter-pruning-policy %q: must be delete or archive", *pruningPolicy)
+	}
 	db, err := r.open(ctx, openOptions{migrate: *migrate, create: *migrate, maxConns: int32(*poolSize)})
 	if err != nil {
 		return err
@@ -105,7 +124,7 @@ func cmdServe(ctx context.Context, r *runner, args []string) error {
 
 	logger := slog.New(slog.NewTextHandler(r.env.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	clientCfg := &pronto.Config{Logger: logger, ProgressStallTimeout: *stallAfter, NoisyNeighbors: nn,
-		RemoveCompleted: *removeCompleted}
+		RemoveCompleted: *removeCompleted, DeadLetterArchive: archive, DeadLetterPruningPolicy: pronto.PruningPolicy(*pruningPolicy)}
 	if *notifyURL != "" {
 		n, err := redisstore.OpenNotifier(ctx, *notifyURL)
 		if err != nil {

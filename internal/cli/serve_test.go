@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -215,4 +216,34 @@ func serveCall(t *testing.T, base, method, path, body string) (int, map[string]a
 	var out map[string]any
 	_ = json.NewDecoder(resp.Body).Decode(&out)
 	return resp.StatusCode, out
+}
+
+// TestServeDeadLetterArchive: --dead-letter-archive gives the server's client a file archive, so
+// that a queue's retention may say pruning_policy archive (refused without one), and
+// --dead-letter-pruning-policy is checked as a usage error naming the flag.
+func TestServeDeadLetterArchive(t *testing.T) {
+	run(t, "serve", "--database-url", "memory:", "--dead-letter-pruning-policy", "shred").fails(t, ExitUsage, "--dead-letter-pruning-policy")
+	run(t, "serve", "--database-url", "memory:", "--dead-letter-pruning-policy", "archive").fails(t, ExitUsage, "--dead-letter-archive")
+	file := filepath.Join(t.TempDir(), "a-file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	run(t, "serve", "--database-url", "memory:", "--dead-letter-archive", filepath.Join(file, "sub")).fails(t, ExitUsage, "--dead-letter-archive")
+
+	const put = `{"queues":{"billing":{"max_count":100,"pruning_policy":"archive"}}}`
+	base, stop := startServe(t, nil, "--addr", "127.0.0.1:0", "--database-url", "memory:")
+	if code, out := serveCall(t, base, "PUT", "/ojs/v1/dead-letter/retention", put); code != 400 {
+		t.Fatalf("archive policy on a server without an archive: %d %v", code, out)
+	}
+	stop()
+	dir := filepath.Join(t.TempDir(), "archive")
+	base, stop = startServe(t, nil, "--addr", "127.0.0.1:0", "--database-url", "memory:",
+		"--dead-letter-archive", dir, "--dead-letter-pruning-policy", "archive")
+	defer stop()
+	if code, out := serveCall(t, base, "PUT", "/ojs/v1/dead-letter/retention", put); code != 200 {
+		t.Fatalf("archive policy with --dead-letter-archive: %d %v", code, out)
+	}
+	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+		t.Fatalf("the archive folder is created at start: %v", err)
+	}
 }

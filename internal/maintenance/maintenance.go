@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -54,8 +55,14 @@ type Config struct {
 	// jobs it moved or deleted and its error (tracing).
 	OnPass func(ctx context.Context, op string) (context.Context, func(n int, err error))
 	// OnPrune, if set, is told how many discarded jobs each cleanup pass deleted per queue (by age
-	// or count), on stores with store.DiscardedPruner.
-	OnPrune func(perQueue map[string]int)
+	// or count), on stores with store.DiscardedPruner, and whether Archive had them first.
+	OnPrune func(perQueue map[string]int, archived bool)
+	// Archive, if set, keeps the discarded jobs of queues whose pruning policy is archive
+	// (ojs-dead-letter.md 8.2) before they are deleted: only the jobs of a call that returned nil
+	// are deleted, and only if they are still discarded as read (store.DiscardedArchiver).
+	Archive func(ctx context.Context, jobs []*store.Job) error
+	// ArchiveAll makes archive the pruning policy of the queues without a retention of their own.
+	ArchiveAll bool
 	// DeadLetterQueues, if set, returns the queues whose discarded jobs have bounds of their own
 	// (ojs-dead-letter.md 5.3), read at each cleanup pass: they are pruned by those, and left out of
 	// DiscardedRetention and DiscardedMaxCount. Stores without store.DiscardedPruner ignore it.
@@ -74,6 +81,8 @@ type Config struct {
 type QueueRetention struct {
 	MaxAge   time.Duration
 	MaxCount int
+	// Archive: the jobs go to Config.Archive before they are deleted.
+	Archive bool
 }
 
 // Task is periodic work done by the leader only.
@@ -290,10 +299,18 @@ func (m *Maintainer) promote(ctx context.Context) {
 	end(promoted+expired, errors.Join(perr, eerr))
 }
 
+// prunePass is one of a cleanup's dead letter passes: its bounds, and whether its jobs are
+// archived before they are deleted.
+type prunePass struct {
+	store.PruneParams
+	archive bool
+}
+
 // pruneDeadLetter prunes the discarded jobs: each queue with a retention of its own
 // (Config.DeadLetterQueues) by its bounds, the others together by base's. It returns how many it
 // deleted. When the queues' retentions cannot be read, nothing is pruned: the global bounds could
-// delete what a queue keeps longer.
+// delete what a queue keeps longer. A pass that cannot archive what its policy says to archive
+// deletes nothing.
 func (m *Maintainer) pruneDeadLetter(ctx context.Context, pruner store.DiscardedPruner, base store.PruneParams, now time.Time) (int, error) {
 	var own map[string]QueueRetention
 	if m.cfg.DeadLetterQueues != nil {
@@ -302,51 +319,97 @@ func (m *Maintainer) pruneDeadLetter(ctx context.Context, pruner store.Discarded
 			return 0, fmt.Errorf("reading the queues' dead-letter retention: %w", err)
 		}
 	}
-	passes := make([]store.PruneParams, 0, len(own)+1)
+	passes := make([]prunePass, 0, len(own)+1)
 	for _, q := range slices.Sorted(maps.Keys(own)) {
 		r := own[q]
 		pp := store.PruneParams{Keep: max(r.MaxCount, 0), Limit: base.Limit, Queues: []string{q}}
 		if r.MaxAge > 0 {
 			pp.Before = now.Add(-r.MaxAge)
 		}
-		passes = append(passes, pp)
+		passes = append(passes, prunePass{pp, r.Archive})
 		base.SkipQueues = append(base.SkipQueues, q)
 	}
-	passes = append(passes, base)
-	pruned := map[string]int{}
+	passes = append(passes, prunePass{base, m.cfg.ArchiveAll})
 	total := 0
 	var failed error
 	for _, pp := range passes {
 		if pp.Before.IsZero() && pp.Keep <= 0 {
 			continue
 		}
-		for ctx.Err() == nil {
-			got, err := pruner.PruneDiscarded(ctx, pp)
-			n := 0
-			for q, k := range got {
-				pruned[q] += k
-				n += k
-			}
-			total += n
-			if err != nil {
-				failed = err
-				break
-			}
-			if n < pp.Limit {
-				break
+		pruned := map[string]int{}
+		n, err := m.prunePass(ctx, pruner, pp, pruned)
+		total += n
+		if len(pruned) > 0 {
+			m.cfg.Logger.Info("pronto: pruned discarded jobs", "per_queue", pruned, "archived", pp.archive)
+			if m.cfg.OnPrune != nil {
+				m.cfg.OnPrune(pruned, pp.archive)
 			}
 		}
-		if failed != nil {
-			break
-		}
-	}
-	if len(pruned) > 0 {
-		m.cfg.Logger.Info("pronto: pruned discarded jobs", "per_queue", pruned)
-		if m.cfg.OnPrune != nil {
-			m.cfg.OnPrune(pruned)
+		if err != nil {
+			// The next pass covers other queues: one that cannot archive holds back no other.
+			failed = errors.Join(failed, err)
 		}
 	}
 	return total, failed
+}
+
+// prunePass runs one pass in batches of its Limit until a batch comes short, counting what it
+// deleted per queue in pruned.
+func (m *Maintainer) prunePass(ctx context.Context, pruner store.DiscardedPruner, pp prunePass, pruned map[string]int) (int, error) {
+	archiver, twoSteps := pruner.(store.DiscardedArchiver)
+	if pp.archive && (m.cfg.Archive == nil || !twoSteps) {
+		return 0, fmt.Errorf("the dead letter of %s is to be archived before pruning, and this client has no archive (Config.DeadLetterArchive) or its store cannot archive: nothing pruned",
+			passQueues(pp.PruneParams))
+	}
+	total := 0
+	for ctx.Err() == nil {
+		var got map[string]int
+		var err error
+		batch := 0
+		if pp.archive {
+			got, batch, err = m.archiveBatch(ctx, archiver, pp.PruneParams)
+		} else {
+			got, err = pruner.PruneDiscarded(ctx, pp.PruneParams)
+		}
+		n := 0
+		for q, k := range got {
+			pruned[q] += k
+			n += k
+		}
+		total += n
+		if err != nil {
+			return total, err
+		}
+		if !pp.archive {
+			batch = n
+		}
+		if batch < pp.Limit || n == 0 {
+			break
+		}
+	}
+	return total, nil
+}
+
+// archiveBatch archives one batch of pp's jobs and deletes those still discarded as archived. It
+// returns what it deleted per queue and how many jobs it read.
+func (m *Maintainer) archiveBatch(ctx context.Context, archiver store.DiscardedArchiver, pp store.PruneParams) (map[string]int, int, error) {
+	jobs, err := archiver.PruneCandidates(ctx, pp)
+	if err != nil || len(jobs) == 0 {
+		return nil, 0, err
+	}
+	if err := m.cfg.Archive(ctx, jobs); err != nil {
+		return nil, len(jobs), fmt.Errorf("archiving %d discarded jobs of %s: %w (nothing deleted)", len(jobs), passQueues(pp), err)
+	}
+	got, err := archiver.DeleteDiscarded(ctx, jobs)
+	return got, len(jobs), err
+}
+
+// passQueues names the queues a pass covers, for errors.
+func passQueues(pp store.PruneParams) string {
+	if len(pp.Queues) > 0 {
+		return "queue " + strings.Join(pp.Queues, ", ")
+	}
+	return "the queues without a retention of their own"
 }
 
 func (m *Maintainer) cleanup(ctx context.Context) {

@@ -150,3 +150,71 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		}
 	}
 }
+
+// onlyPruner hides every method of a store but the one-step PruneDiscarded: a store that cannot
+// read its candidates first.
+type onlyPruner struct{ store.DiscardedPruner }
+
+// TestArchivePolicyNeverDeletesUnarchived: a pass whose policy is archive deletes nothing when
+// the client has no archive or its store cannot prune in two steps, and holds back no other
+// queue's pass.
+func TestArchivePolicyNeverDeletesUnarchived(t *testing.T) {
+	ctx := context.Background()
+	st := memory.New()
+	defer st.Close()
+	for i, q := range []string{"keep", "keep", "drop", "drop"} {
+		p := &store.InsertParams{ID: fmt.Sprintf("019461a8-1a2b-7c3d-8e4f-5a6b7c8d9e%02d", i), Kind: "a.b", Queue: q,
+			Args: []byte(`[]`), MaxAttempts: 1, State: store.StateAvailable}
+		if _, err := st.Insert(ctx, []*store.InsertParams{p}); err != nil {
+			t.Fatal(err)
+		}
+		jobs, err := st.Claim(ctx, store.ClaimParams{Queue: q, Limit: 1, WorkerID: "w", LeaseDuration: time.Minute})
+		if err != nil || len(jobs) != 1 {
+			t.Fatalf("claim: %v %v", jobs, err)
+		}
+		if _, err := st.Finish(ctx, []store.Completion{{ID: jobs[0].ID, Attempt: 1, State: store.StateDiscarded}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	queues := func(context.Context) (map[string]QueueRetention, error) {
+		return map[string]QueueRetention{"keep": {MaxCount: 1, Archive: true}, "drop": {MaxCount: 1}}, nil
+	}
+	var archived atomic.Int64
+	archive := func(_ context.Context, jobs []*store.Job) error { archived.Add(int64(len(jobs))); return nil }
+	for _, tc := range []struct {
+		name    string
+		pruner  store.DiscardedPruner
+		archive func(context.Context, []*store.Job) error
+	}{
+		{"no archive", st, nil},
+		{"a store that prunes in one step", onlyPruner{st}, archive},
+	} {
+		m := New(Config{Store: st, ClientID: "leader", DeadLetterQueues: queues, Archive: tc.archive, BatchSize: 100})
+		n, err := m.pruneDeadLetter(ctx, tc.pruner, store.PruneParams{Limit: 100}, time.Now())
+		if err == nil {
+			t.Fatalf("%s: no error for a queue to archive", tc.name)
+		}
+		if n > 1 {
+			t.Fatalf("%s: %d deleted, want at most drop's 1", tc.name, n)
+		}
+	}
+	if archived.Load() != 0 {
+		t.Fatalf("archived %d through a store that cannot delete what it read", archived.Load())
+	}
+	page, _, err := st.ListJobs(ctx, store.ListParams{States: []store.State{store.StateDiscarded}, Queues: []string{"keep"}, Limit: 10})
+	if err != nil || len(page) != 2 {
+		t.Fatalf("keep's discarded jobs: %d (%v), want both", len(page), err)
+	}
+	page, _, err = st.ListJobs(ctx, store.ListParams{States: []store.State{store.StateDiscarded}, Queues: []string{"drop"}, Limit: 10})
+	if err != nil || len(page) != 1 {
+		t.Fatalf("drop's discarded jobs: %d (%v), want 1: its pass is not held back", len(page), err)
+	}
+
+	m := New(Config{Store: st, ClientID: "leader", DeadLetterQueues: queues, Archive: archive, BatchSize: 100})
+	if _, err := m.pruneDeadLetter(ctx, st, store.PruneParams{Limit: 100}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if archived.Load() != 1 {
+		t.Fatalf("archived %d, want keep's oldest", archived.Load())
+	}
+}

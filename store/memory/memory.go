@@ -29,6 +29,7 @@
 package memory
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -1452,32 +1453,41 @@ func cloneError(e store.AttemptError) store.AttemptError {
 	return e
 }
 
-// pruneSome is PruneDiscarded for a pass that covers some queues only: it walks the discarded jobs
-// in the order they finished, counting and deleting only the covered queues'. Under s.mu.
-func (s *Store) pruneSome(f *fifo, p store.PruneParams, limit int, out map[string]int) {
-	covered := 0
-	for i := f.head; i < len(f.items); i++ {
-		if e := &f.items[i]; e.live() && p.Prunes(e.j.Queue) {
-			covered++
+var _ store.DiscardedArchiver = (*Store)(nil)
+
+// pruneSelect returns the discarded jobs of the queues p covers that its pass takes, oldest first,
+// at most limit: those finished before p.Before, and those beyond the newest p.Keep.
+func (s *Store) pruneSelect(p store.PruneParams, limit int) []*job {
+	f := &s.terminal[terminalIndex(store.StateDiscarded)]
+	covered := f.size()
+	if len(p.Queues) > 0 || len(p.SkipQueues) > 0 {
+		covered = 0
+		for i := f.head; i < len(f.items); i++ {
+			if e := &f.items[i]; e.live() && p.Prunes(e.j.Queue) {
+				covered++
+			}
 		}
 	}
-	var gone []*job
-	for i := f.head; i < len(f.items) && len(gone) < limit; i++ {
+	var taken []*job
+	for i := f.head; i < len(f.items) && len(taken) < limit; i++ {
 		e := &f.items[i]
 		if !e.live() || !p.Prunes(e.j.Queue) {
 			continue
 		}
 		old := !p.Before.IsZero() && e.j.CompletedAt.Before(p.Before)
-		if !old && (p.Keep <= 0 || covered-len(gone) <= p.Keep) {
+		if !old && (p.Keep <= 0 || covered-len(taken) <= p.Keep) {
 			break // the rest finished later: neither older nor beyond the newest Keep
 		}
-		gone = append(gone, e.j)
+		taken = append(taken, e.j)
 	}
-	for _, j := range gone {
-		s.unplace(j)
-		s.forget(j)
-		out[j.Queue]++
-	}
+	return taken
+}
+
+// drop deletes j, a terminal job, and counts it under its queue in out.
+func (s *Store) drop(j *job, out map[string]int) {
+	s.unplace(j)
+	s.forget(j)
+	out[j.Queue]++
 }
 
 // hasAll reports whether tags has every one of want.
@@ -1496,33 +1506,43 @@ func (s *Store) PruneDiscarded(ctx context.Context, p store.PruneParams) (map[st
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	limit := p.Limit
-	if limit <= 0 {
-		limit = defaultLimit
+	out := map[string]int{}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, j := range s.pruneSelect(p, cmp.Or(max(p.Limit, 0), defaultLimit)) {
+		s.drop(j, out)
+	}
+	return out, nil
+}
+
+// PruneCandidates returns copies of the discarded jobs PruneDiscarded(ctx, p) would delete now,
+// oldest first (see store.DiscardedArchiver).
+func (s *Store) PruneCandidates(ctx context.Context, p store.PruneParams) ([]*store.Job, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	taken := s.pruneSelect(p, cmp.Or(max(p.Limit, 0), defaultLimit))
+	out := make([]*store.Job, len(taken))
+	for i, j := range taken {
+		out[i] = j.export()
+	}
+	return out, nil
+}
+
+// DeleteDiscarded deletes the jobs still discarded as read (see store.DiscardedArchiver).
+func (s *Store) DeleteDiscarded(ctx context.Context, jobs []*store.Job) (map[string]int, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
 	}
 	out := map[string]int{}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	f := &s.terminal[terminalIndex(store.StateDiscarded)]
-	if len(p.Queues) > 0 || len(p.SkipQueues) > 0 {
-		s.pruneSome(f, p, limit, out)
-		return out, nil
-	}
-	for n := 0; n < limit; n++ {
-		e := f.front()
-		if e == nil {
-			break
+	for _, read := range jobs {
+		if j := s.jobs[read.ID]; j != nil && j.State == store.StateDiscarded && j.CompletedAt.Equal(read.CompletedAt) {
+			s.drop(j, out)
 		}
-		old := !p.Before.IsZero() && e.j.CompletedAt.Before(p.Before)
-		if !old && (p.Keep <= 0 || f.size() <= p.Keep) {
-			break
-		}
-		j := e.j
-		f.popFront()
-		j.fifo = nil
-		s.unplace(j)
-		s.forget(j)
-		out[j.Queue]++
 	}
 	return out, nil
 }

@@ -5,22 +5,27 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/pronto-jobs/pronto/store"
 )
 
-var _ store.DiscardedPruner = (*Store)(nil)
+var (
+	_ store.DiscardedPruner   = (*Store)(nil)
+	_ store.DiscardedArchiver = (*Store)(nil)
+)
 
-// scriptPruneIDs deletes the jobs ARGV[1..] of one queue that are still discarded (in its
-// done:discarded set), and returns {their ids, the workflows gone with their last job} (the caller
+// scriptPruneIDs deletes the jobs of one queue given as ARGV pairs (id, completion time in µs)
+// that are still prunable (see prunable: discarded with that completion time, waited for by no
+// pending child), and returns {their ids, the workflows gone with their last job} (the caller
 // removes them from the global id and workflow indexes).
 var scriptPruneIDs = newFunc("PruneIDs", `
 local gone = {}
-for i = 1, #ARGV do
+for i = 1, #ARGV, 2 do
   local id = ARGV[i]
-  if redis.call('ZSCORE', B .. 'done:discarded', id) then
+  if prunable(id, ARGV[i + 1]) then
     local wf = redis.call('HMGET', jk(id), 'wf', 'wfl')
     unplace(id)
     redis.call('DEL', jk(id))
@@ -31,22 +36,119 @@ end
 return {gone, dropped}
 `)
 
+// scriptPrunableJobs returns the whole hash (HGETALL) of each job of one queue given as ARGV pairs
+// like scriptPruneIDs' that scriptPruneIDs would delete: the check and the read in one atomic step,
+// so PruneCandidates names exactly what a pass would delete.
+var scriptPrunableJobs = newFunc("PrunableJobs", `
+local out = {}
+for i = 1, #ARGV, 2 do
+  if prunable(ARGV[i], ARGV[i + 1]) then out[#out + 1] = redis.call('HGETALL', jk(ARGV[i])) end
+end
+return out
+`)
+
+// pruneEntry is a discarded job a prune pass takes: its queue, its id, and its score in the
+// queue's done:discarded set (completion time, µs, as micros writes it), which the scripts check
+// again so that only the version selected is deleted.
+type pruneEntry struct {
+	queue, id, at string
+}
+
 // PruneDiscarded deletes discarded jobs of the queues p covers finished before p.Before and, oldest
-// first, those beyond the newest p.Keep of them, at most p.Limit (see store.DiscardedPruner). Every queue keeps its
-// discarded jobs in a set scored by completion time: the count bound reads the sets' sizes and the
-// oldest p.Limit entries of each, merged across queues; no scan.
+// first, those beyond the newest p.Keep of them, at most p.Limit (see store.DiscardedPruner); a
+// workflow job a pending child still waits for is kept.
 func (s *Store) PruneDiscarded(ctx context.Context, p store.PruneParams) (map[string]int, error) {
-	out := map[string]int{}
-	if p.Before.IsZero() && p.Keep <= 0 {
-		return out, nil
+	sel, err := s.pruneSelect(ctx, p)
+	if err != nil {
+		return nil, fmt.Errorf("redis: prune discarded jobs: %w", err)
 	}
-	left := p.Limit
-	if left <= 0 {
-		left = defaultLimit
+	return s.pruneEntries(ctx, sel)
+}
+
+// PruneCandidates returns the discarded jobs PruneDiscarded(ctx, p) would delete now, oldest first
+// (see store.DiscardedArchiver): the same selection, read instead of deleted.
+func (s *Store) PruneCandidates(ctx context.Context, p store.PruneParams) ([]*store.Job, error) {
+	sel, err := s.pruneSelect(ctx, p)
+	if err != nil {
+		return nil, fmt.Errorf("redis: read the discarded jobs to prune: %w", err)
+	}
+	var jobs []*store.Job
+	for q, args := range pruneArgs(sel) {
+		res, err := scriptPrunableJobs.Run(ctx, s.rdb, s.keys(q), args...).Slice()
+		if err != nil {
+			return nil, fmt.Errorf("redis: read the discarded jobs of %s to prune: %w", q, err)
+		}
+		for _, v := range res {
+			j, err := decodeFlat(v)
+			if err != nil {
+				return nil, err
+			}
+			jobs = append(jobs, j)
+		}
+	}
+	slices.SortFunc(jobs, func(a, b *store.Job) int {
+		if c := a.CompletedAt.Compare(b.CompletedAt); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.ID, b.ID)
+	})
+	return jobs, nil
+}
+
+// DeleteDiscarded deletes each of jobs still discarded with the CompletedAt it carries and waited
+// for by no pending child (see store.DiscardedArchiver), one script call per queue.
+func (s *Store) DeleteDiscarded(ctx context.Context, jobs []*store.Job) (map[string]int, error) {
+	sel := make([]pruneEntry, 0, len(jobs))
+	for _, j := range jobs {
+		if j != nil {
+			sel = append(sel, pruneEntry{j.Queue, j.ID, micros(j.CompletedAt)})
+		}
+	}
+	return s.pruneEntries(ctx, sel)
+}
+
+// pruneEntries deletes the entries still prunable, each queue's in one script call (one slot), and
+// counts them per queue.
+func (s *Store) pruneEntries(ctx context.Context, sel []pruneEntry) (map[string]int, error) {
+	out := map[string]int{}
+	for q, args := range pruneArgs(sel) {
+		gone, err := s.deleted(ctx, scriptPruneIDs.Run(ctx, s.rdb, s.keys(q), args...))
+		if err != nil {
+			return out, fmt.Errorf("redis: prune discarded jobs of %s: %w", q, err)
+		}
+		if len(gone) > 0 {
+			out[q] += len(gone)
+		}
+	}
+	return out, nil
+}
+
+// pruneArgs groups entries by queue as the prune scripts' ARGV: id, completion time pairs.
+func pruneArgs(sel []pruneEntry) map[string][]any {
+	args := map[string][]any{}
+	for _, e := range sel {
+		args[e.queue] = append(args[e.queue], e.id, e.at)
+	}
+	return args
+}
+
+// pruneSelect returns the entries of the done:discarded sets of the queues p covers that a pass p
+// takes, oldest first (by completion time, then id): those finished before p.Before and those
+// beyond the newest p.Keep, at most p.Limit. In that order each bound takes a prefix of the covered
+// entries, so their union is the longer prefix: one round trip reads each set's size and count
+// before p.Before, a second the oldest entries each set may contribute, merged across queues; no
+// scan, and nothing is deleted.
+func (s *Store) pruneSelect(ctx context.Context, p store.PruneParams) ([]pruneEntry, error) {
+	if p.Before.IsZero() && p.Keep <= 0 {
+		return nil, nil
+	}
+	limit := int64(p.Limit)
+	if limit <= 0 {
+		limit = defaultLimit
 	}
 	all, err := s.queues(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("redis: prune discarded jobs: %w", err)
+		return nil, err
 	}
 	qs := all[:0:0]
 	for _, q := range all {
@@ -54,77 +156,75 @@ func (s *Store) PruneDiscarded(ctx context.Context, p store.PruneParams) (map[st
 			qs = append(qs, q)
 		}
 	}
-	drop := func(q string, gone []string) {
-		if len(gone) == 0 {
-			return
-		}
-		out[q] += len(gone)
-		left -= len(gone)
+	if len(qs) == 0 {
+		return nil, nil
 	}
-	if !p.Before.IsZero() {
-		for _, q := range qs {
-			if left <= 0 {
-				break
-			}
-			gone, err := s.deleted(ctx, scriptCleanup.Run(ctx, s.rdb, s.keys(q), "0", "0", micros(p.Before), left))
-			if err != nil {
-				return out, fmt.Errorf("redis: prune discarded jobs of %s: %w", q, err)
-			}
-			drop(q, gone)
-		}
-	}
-	if p.Keep <= 0 || left <= 0 {
-		return out, nil
-	}
+	key := func(q string) string { return s.qkey(q) + "done:discarded" }
+	cut := "(" + micros(p.Before)
 	cards := make([]*goredis.IntCmd, len(qs))
-	pipe := s.rdb.Pipeline()
+	olds := make([]*goredis.IntCmd, len(qs))
+	if _, err := s.rdb.Pipelined(ctx, func(pl goredis.Pipeliner) error {
+		for i, q := range qs {
+			if p.Keep > 0 {
+				cards[i] = pl.ZCard(ctx, key(q))
+			}
+			if !p.Before.IsZero() {
+				olds[i] = pl.ZCount(ctx, key(q), "-inf", cut)
+			}
+		}
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	// excess is how many of the oldest entries the count bound takes.
+	excess := int64(0)
+	if p.Keep > 0 {
+		for _, c := range cards {
+			excess += c.Val()
+		}
+		excess = max(excess-int64(p.Keep), 0)
+	}
+	ranges := make([]*goredis.ZSliceCmd, len(qs))
+	if _, err := s.rdb.Pipelined(ctx, func(pl goredis.Pipeliner) error {
+		for i, q := range qs {
+			n := excess
+			if olds[i] != nil {
+				n = max(n, olds[i].Val())
+			}
+			if n = min(n, limit); n > 0 {
+				ranges[i] = pl.ZRangeWithScores(ctx, key(q), 0, n-1)
+			}
+		}
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	type scored struct {
+		pruneEntry
+		score float64
+	}
+	var oldest []scored
 	for i, q := range qs {
-		cards[i] = pipe.ZCard(ctx, s.qkey(q)+"done:discarded")
-	}
-	if _, err := pipe.Exec(ctx); err != nil {
-		return out, fmt.Errorf("redis: prune discarded jobs: %w", err)
-	}
-	total := int64(0)
-	for _, c := range cards {
-		total += c.Val()
-	}
-	n := min(total-int64(p.Keep), int64(left))
-	if n <= 0 {
-		return out, nil
-	}
-	type entry struct {
-		queue, id string
-		at        float64
-	}
-	var oldest []entry
-	for i, q := range qs {
-		if cards[i].Val() == 0 {
+		if ranges[i] == nil {
 			continue
 		}
-		zs, err := s.rdb.ZRangeWithScores(ctx, s.qkey(q)+"done:discarded", 0, n-1).Result()
-		if err != nil {
-			return out, fmt.Errorf("redis: prune discarded jobs of %s: %w", q, err)
-		}
-		for _, z := range zs {
-			oldest = append(oldest, entry{q, fmt.Sprint(z.Member), z.Score})
+		for _, z := range ranges[i].Val() {
+			oldest = append(oldest, scored{pruneEntry{q, fmt.Sprint(z.Member), strconv.FormatFloat(z.Score, 'f', -1, 64)}, z.Score})
 		}
 	}
-	slices.SortFunc(oldest, func(a, b entry) int {
-		if c := cmp.Compare(a.at, b.at); c != 0 {
+	slices.SortFunc(oldest, func(a, b scored) int {
+		if c := cmp.Compare(a.score, b.score); c != 0 {
 			return c
 		}
 		return cmp.Compare(a.id, b.id)
 	})
-	perQueue := map[string][]any{}
-	for _, e := range oldest[:min(int64(len(oldest)), n)] {
-		perQueue[e.queue] = append(perQueue[e.queue], e.id)
-	}
-	for q, ids := range perQueue {
-		gone, err := s.deleted(ctx, scriptPruneIDs.Run(ctx, s.rdb, s.keys(q), ids...))
-		if err != nil {
-			return out, fmt.Errorf("redis: prune discarded jobs of %s: %w", q, err)
+	before := float64(p.Before.UnixMicro())
+	sel := make([]pruneEntry, 0, min(int64(len(oldest)), limit))
+	for i, e := range oldest {
+		if int64(i) >= limit || (int64(i) >= excess && (p.Before.IsZero() || e.score >= before)) {
+			break
 		}
-		drop(q, gone)
+		sel = append(sel, e.pruneEntry)
 	}
-	return out, nil
+	return sel, nil
 }

@@ -323,6 +323,31 @@ local function forget(id, wf, wfl)
     dropped[#dropped + 1] = wf
   end
 end
+-- waited reports whether a pending child still waits for job id: its state decides the child's
+-- release and its result goes into the child's presults, so the prune functions keep it. Its
+-- children are found as settle finds them (kids: in B when the workflow is tagged by its queue,
+-- else through the id index, single node); those in other queues of a split workflow (xkids) read
+-- the outcome relayed to their queue, not the job.
+local function waited(id)
+  local f = redis.call('HMGET', jk(id), 'kids', 'wfl')
+  for kid in string.gmatch(f[1] or '', '[^,]+') do
+    local k = false
+    if f[2] then
+      k = jk(kid)
+    else
+      local q = redis.call('HGET', G .. 'ids', kid)
+      k = q and qbase(q) .. 'j:' .. kid
+    end
+    if k and redis.call('HGET', k, 'state') == 'pending' then return true end
+  end
+  return false
+end
+-- prunable reports whether job id is still discarded with completion time at (µs, as text), the
+-- version a prune pass selected or an archiver read, and no pending child waits for it.
+local function prunable(id, at)
+  local sc = redis.call('ZSCORE', B .. 'done:discarded', id)
+  return sc and tonumber(sc) == tonumber(at) and not waited(id)
+end
 -- pkey returns the key of parent pid's hash (nil when unknown): in B when the workflow is tagged by
 -- its queue (loc), else found through the id index.
 local function pkey(pid, loc)

@@ -128,6 +128,8 @@ var tests = []testCase{
 	{"CleanupLimit", single(testCleanupLimit)},
 	{"PruneDiscarded", single(testPruneDiscarded)},
 	{"PruneDiscardedQueues", single(testPruneDiscardedQueues)},
+	{"PruneArchiveSteps", single(testPruneArchiveSteps)},
+	{"PruneDiscardedTies", single(testPruneDiscardedTies)},
 
 	{"ListJobsFilters", single(testListJobsFilters)},
 	{"ListJobsPagination", single(testListJobsPagination)},

@@ -1,0 +1,162 @@
+package pronto_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/pronto-jobs/pronto"
+)
+
+// recordingArchive is a DeadLetterArchive that keeps what it is given in memory, and refuses
+// while fail is set.
+type recordingArchive struct {
+	fail  atomic.Bool
+	calls atomic.Int64
+	mu    sync.Mutex
+	jobs  map[string]*pronto.JobRow
+}
+
+func (a *recordingArchive) ArchiveDeadLetter(_ context.Context, jobs []*pronto.JobRow) error {
+	a.calls.Add(1)
+	if a.fail.Load() {
+		return errors.New("archive unavailable")
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, j := range jobs {
+		a.jobs[j.ID] = j
+	}
+	return nil
+}
+
+func (a *recordingArchive) queues() map[string]int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := map[string]int{}
+	for _, j := range a.jobs {
+		out[j.Queue]++
+	}
+	return out
+}
+
+// TestDeadLetterArchive, on every store: with the archive pruning policy (ojs-dead-letter.md 8.2)
+// the jobs retention prunes go to the archive first, and nothing is deleted while the archive
+// refuses; a queue whose own retention says delete is pruned meanwhile; the policy is checked where
+// it is set, and the pruned events say which jobs were archived.
+func TestDeadLetterArchive(t *testing.T) {
+	forEachStoreOf(t, storesWithRedis, func(t *testing.T, ts *testStore) {
+		ctx := context.Background()
+		workers := pronto.NewWorkers()
+		pronto.AddWorker(workers, pronto.WorkFunc(func(context.Context, *pronto.Job[noopArgs]) error {
+			return errors.New("always")
+		}))
+		queues := []string{"ar-del", "ar-own", "ar-all"}
+		qc := map[string]pronto.QueueConfig{}
+		for _, q := range queues {
+			qc[q] = pronto.QueueConfig{MaxWorkers: 2}
+		}
+
+		cfg := fastConfig(workers, qc)
+		cfg.DeadLetterPruningPolicy = pronto.PruneArchive
+		_, err := pronto.NewClient(ts.Store, cfg)
+		require.ErrorIs(t, err, pronto.ErrInvalidArgs, "archive without an archive")
+		cfg.DeadLetterPruningPolicy = "shred"
+		_, err = pronto.NewClient(ts.Store, cfg)
+		require.ErrorIs(t, err, pronto.ErrInvalidArgs, "an unknown policy")
+		cfg.DeadLetterPruningPolicy = ""
+		plain, err := pronto.NewClient(ts.Store, cfg)
+		require.NoError(t, err)
+		require.ErrorIs(t, plain.DeadLetterRetentionsSet(ctx, map[string]pronto.DeadLetterRetention{
+			"ar-own": {MaxCount: 1, PruningPolicy: pronto.PruneArchive}}), pronto.ErrInvalidArgs,
+			"a client without an archive cannot set a policy it could not apply")
+
+		archive := &recordingArchive{jobs: map[string]*pronto.JobRow{}}
+		archive.fail.Store(true)
+		cfg.DeadLetterArchive = archive
+		cfg.DeadLetterPruningPolicy = pronto.PruneArchive
+		cfg.DiscardedMaxCount = 1
+		c, err := pronto.NewClient(ts.Store, cfg)
+		require.NoError(t, err)
+		pronto.SetCleanupInterval(c, 20*time.Millisecond)
+		want := map[string]pronto.DeadLetterRetention{
+			"ar-del": {MaxCount: 1, PruningPolicy: pronto.PruneDelete},
+			"ar-own": {MaxCount: 1}, // follows the client's policy: archive
+		}
+		require.ErrorIs(t, c.DeadLetterRetentionsSet(ctx, map[string]pronto.DeadLetterRetention{
+			"ar-own": {MaxCount: 1, PruningPolicy: "shred"}}), pronto.ErrInvalidArgs)
+		require.NoError(t, c.DeadLetterRetentionsSet(ctx, want))
+		got, err := c.DeadLetterRetentions(ctx)
+		require.NoError(t, err)
+		require.Equal(t, want, got)
+
+		pruned, unsubscribe := c.Subscribe(pronto.EventDeadLetterPruned)
+		defer unsubscribe()
+		for i := range 3 {
+			for _, q := range queues {
+				_, err := c.Insert(ctx, noopArgs{N: i}, &pronto.InsertOpts{Queue: q, MaxAttempts: 1})
+				require.NoError(t, err)
+			}
+		}
+		discarded := func(q string) []*pronto.JobRow {
+			page, err := c.JobList(ctx, &pronto.JobListParams{Queues: []string{q}, States: []pronto.State{pronto.StateDiscarded}})
+			require.NoError(t, err)
+			return page.Jobs
+		}
+		all := map[string][]*pronto.JobRow{}
+		startBuilt(t, c)
+		require.Eventually(t, func() bool {
+			for _, q := range []string{"ar-own", "ar-all"} {
+				all[q] = discarded(q)
+			}
+			return len(all["ar-own"]) == 3 && len(all["ar-all"]) == 3 && len(discarded("ar-del")) == 1
+		}, 30*time.Second, 10*time.Millisecond, "ar-del pruned by delete while the archive refuses")
+		from := archive.calls.Load()
+		require.Eventually(t, func() bool { return archive.calls.Load() >= from+4 }, 30*time.Second, 10*time.Millisecond)
+		require.Len(t, discarded("ar-own"), 3, "nothing deleted while the archive refuses")
+		require.Len(t, discarded("ar-all"), 3)
+
+		archive.fail.Store(false)
+		require.Eventually(t, func() bool { return len(discarded("ar-own")) == 1 && len(discarded("ar-all")) == 1 },
+			30*time.Second, 10*time.Millisecond)
+		require.Equal(t, map[string]int{"ar-own": 2, "ar-all": 2}, archive.queues(), "the pruned jobs, and no others")
+		for _, q := range []string{"ar-own", "ar-all"} {
+			left := discarded(q)[0]
+			for _, j := range all[q] {
+				a, ok := archive.jobs[j.ID]
+				if j.ID == left.ID {
+					require.False(t, ok, "the newest is kept, not archived")
+					continue
+				}
+				require.True(t, ok, "job %s archived", j.ID)
+				require.Equal(t, pronto.StateDiscarded, a.State)
+				require.Equal(t, j.Kind, a.Kind)
+				require.JSONEq(t, string(j.Args), string(a.Args))
+				require.NotEmpty(t, a.Errors, "with its error history")
+				require.False(t, a.CompletedAt.After(left.CompletedAt), "the oldest are pruned")
+			}
+		}
+
+		counts := map[string]int{}
+		archived := map[string]bool{}
+		require.Eventually(t, func() bool {
+			for {
+				select {
+				case e := <-pruned:
+					counts[e.Job.Queue] += e.Count
+					archived[e.Job.Queue] = e.Archived
+					continue
+				default:
+				}
+				return len(counts) == 3 && counts["ar-own"] == 2 && counts["ar-all"] == 2
+			}
+		}, 30*time.Second, 10*time.Millisecond)
+		require.Equal(t, map[string]int{"ar-del": 2, "ar-own": 2, "ar-all": 2}, counts)
+		require.Equal(t, map[string]bool{"ar-del": false, "ar-own": true, "ar-all": true}, archived)
+	})
+}
