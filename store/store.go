@@ -568,7 +568,9 @@ type Store interface {
 	// NextDue returns the earliest due time of scheduled or retryable jobs in queue, and false if none.
 	NextDue(ctx context.Context, queue string) (time.Time, bool, error)
 
-	// Cleanup deletes old terminal jobs, at most p.Limit, and returns how many.
+	// Cleanup deletes old terminal jobs, at most p.Limit, and returns how many. A workflow job that
+	// a pending child still waits for is kept, however old: the child is released by its state and
+	// reads its result.
 	Cleanup(ctx context.Context, p CleanupParams) (int, error)
 
 	// GetJob returns one job, or ErrNotFound.

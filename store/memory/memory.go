@@ -1092,22 +1092,31 @@ func (s *Store) Cleanup(ctx context.Context, p store.CleanupParams) (int, error)
 	cutoffs := [3]time.Time{p.CompletedBefore, p.CancelledBefore, p.DiscardedBefore}
 	n := 0
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	for i := range s.terminal {
 		f := &s.terminal[i]
-		for n < limit && !cutoffs[i].IsZero() {
-			e := f.front()
-			if e == nil || !e.j.CompletedAt.Before(cutoffs[i]) {
-				break
+		if cutoffs[i].IsZero() {
+			continue
+		}
+		var old []*job
+		for k := f.head; k < len(f.items) && n+len(old) < limit; k++ {
+			e := &f.items[k]
+			if !e.live() {
+				continue
 			}
-			j := e.j
-			f.popFront()
-			j.fifo = nil
+			if !e.j.CompletedAt.Before(cutoffs[i]) {
+				break // finish order: the rest are newer
+			}
+			if !s.waited(e.j) {
+				old = append(old, e.j)
+			}
+		}
+		for _, j := range old {
 			s.unplace(j)
 			s.forget(j)
-			n++
 		}
+		n += len(old)
 	}
-	s.mu.Unlock()
 	return n, nil
 }
 
@@ -1469,14 +1478,19 @@ func (s *Store) pruneSelect(p store.PruneParams, limit int) []*job {
 		}
 	}
 	var taken []*job
+	kept := 0
 	for i := f.head; i < len(f.items) && len(taken) < limit; i++ {
 		e := &f.items[i]
 		if !e.live() || !p.Prunes(e.j.Queue) {
 			continue
 		}
 		old := !p.Before.IsZero() && e.j.CompletedAt.Before(p.Before)
-		if !old && (p.Keep <= 0 || covered-len(taken) <= p.Keep) {
+		if !old && (p.Keep <= 0 || covered-len(taken)-kept <= p.Keep) {
 			break // the rest finished later: neither older nor beyond the newest Keep
+		}
+		if s.waited(e.j) {
+			kept++ // beyond the bounds, but a pending child needs it
+			continue
 		}
 		taken = append(taken, e.j)
 	}

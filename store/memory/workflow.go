@@ -76,6 +76,21 @@ func (w *workflow) export() *store.Workflow {
 	return out
 }
 
+// waited reports whether a pending child of workflow job j still waits for it: Cleanup and
+// PruneDiscarded keep such a job, as the database stores do, so that the job a child's
+// ParentResults came from stays readable until the child is released. s.mu must be held.
+func (s *Store) waited(j *job) bool {
+	if j.node == nil {
+		return false
+	}
+	for _, c := range j.node.children {
+		if s.jobs[c.ID] == c && c.State == store.StatePending {
+			return true
+		}
+	}
+	return false
+}
+
 // forgetMember accounts for the deletion of workflow job j; s.mu must be held.
 func (s *Store) forgetMember(j *job) {
 	w := j.node.wf

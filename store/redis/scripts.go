@@ -1290,21 +1290,30 @@ return {#ids, relay and 2 or released and 1 or 0}
 // scriptCleanup deletes up to ARGV[4] terminal jobs of one queue that finished before their
 // state's cut-off (ARGV 1-3: completed, cancelled, discarded, µs; 0 keeps that state), and returns
 // {their ids, the workflows gone with their last job} (the caller removes them from the global id
-// and workflow indexes).
+// and workflow indexes). A workflow job a pending child still waits for is kept (see waited).
 var scriptCleanup = newFunc("Cleanup", `
 local left = tonumber(ARGV[4])
 local gone = {}
 local states = {'completed', 'cancelled', 'discarded'}
 for si = 1, 3 do
   local cut = tonumber(ARGV[si])
-  if cut > 0 and left > 0 then
-    for _, id in ipairs(redis.call('ZRANGEBYSCORE', B .. 'done:' .. states[si], '-inf', '(' .. s(cut), 'LIMIT', 0, left)) do
-      local wf = redis.call('HMGET', jk(id), 'wf', 'wfl')
-      unplace(id)
-      redis.call('DEL', jk(id))
-      forget(id, wf[1], wf[2])
-      gone[#gone + 1] = id
-      left = left - 1
+  -- A job a pending child waits for is kept and stepped over (skip), each read bounded by left.
+  local skip, budget = 0, left * 4
+  while cut > 0 and left > 0 and budget > 0 do
+    local ids = redis.call('ZRANGEBYSCORE', B .. 'done:' .. states[si], '-inf', '(' .. s(cut), 'LIMIT', skip, left)
+    if #ids == 0 then break end
+    budget = budget - #ids
+    for _, id in ipairs(ids) do
+      if waited(id) then
+        skip = skip + 1
+      else
+        local wf = redis.call('HMGET', jk(id), 'wf', 'wfl')
+        unplace(id)
+        redis.call('DEL', jk(id))
+        forget(id, wf[1], wf[2])
+        gone[#gone + 1] = id
+        left = left - 1
+      end
     end
   end
 end

@@ -195,6 +195,7 @@ var tests = []testCase{
 	{"WorkflowManualOps", single(testWorkflowManualOps)},
 	{"WorkflowLongChain", single(testWorkflowLongChain)},
 	{"WorkflowCleanup", single(testWorkflowCleanup)},
+	{"WorkflowCleanupKeepsWaitedParents", single(testWorkflowCleanupKeepsWaitedParents)},
 	{"WorkflowReopen", testWorkflowReopen},
 	{"WorkflowConcurrentParents", testWorkflowConcurrentParents},
 	{"SchemaRegistry", single(testSchemaRegistry)},

@@ -787,3 +787,34 @@ func testWorkflowCleanup(t *testing.T, s store.Store) {
 	_, err = workflows(t, s).GetWorkflow(ctx(t), wf)
 	require.ErrorIs(t, err, store.ErrNotFound, "a workflow whose jobs are all cleaned up is gone")
 }
+
+// testWorkflowCleanupKeepsWaitedParents: a parent that finished long ago is kept by Cleanup and by
+// PruneDiscarded while a pending child still waits for its siblings: the child is released with the
+// parent's result when the last parent completes, and then the parents may go.
+func testWorkflowCleanupKeepsWaitedParents(t *testing.T, s store.Store) {
+	q, wf := uniq("wf-keep"), uuidv7.New()
+	a := member(wf, q)
+	b := member(wf, q)
+	d := member(wf, q)
+	c := callback(wf, q, store.RunOnComplete, a, b, d)
+	insertWorkflow(t, s, wf, a, b, d, c)
+	complete(t, s, a, `"from a"`)
+	fail(t, s, d)
+	j := run(t, s, b)
+	n, err := s.Cleanup(ctx(t), store.CleanupParams{CompletedBefore: time.Now().Add(time.Hour),
+		DiscardedBefore: time.Now().Add(time.Hour), Limit: 100})
+	require.NoError(t, err)
+	require.Zero(t, n, "a and d are waited for by c")
+	got, err := s.(store.DiscardedPruner).PruneDiscarded(ctx(t), store.PruneParams{Before: time.Now().Add(time.Hour), Limit: 100})
+	require.NoError(t, err)
+	require.Empty(t, got, "d is waited for by c")
+	requireState(t, s, store.StateCompleted, a)
+	requireState(t, s, store.StateDiscarded, d)
+
+	require.True(t, finish(t, s, store.Completion{ID: j.ID, Attempt: j.Attempt, State: store.StateCompleted, Result: json.RawMessage(`"from b"`)}))
+	requireReleasedWith(t, s, c, `["from a","from b",null]`)
+	n, err = s.Cleanup(ctx(t), store.CleanupParams{CompletedBefore: time.Now().Add(time.Hour),
+		DiscardedBefore: time.Now().Add(time.Hour), Limit: 100})
+	require.NoError(t, err)
+	require.Equal(t, 3, n, "released, c waits for none of them")
+}
