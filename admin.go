@@ -183,6 +183,9 @@ func (c *Client) JobRunNow(ctx context.Context, id string) (*JobRow, error) {
 }
 
 // JobDelete removes a job that is not running and returns it as it was. Cancel a running job first.
+// A finished workflow job that a pending job of its workflow still waits for is refused too (an
+// error matching ErrInvalidTransition, saying so): that job is released by its parents' outcomes
+// and reads their results. Cancel the workflow, or the waiting job, first.
 func (c *Client) JobDelete(ctx context.Context, id string) (*JobRow, error) {
 	if err := checkID(id); err != nil {
 		return nil, err

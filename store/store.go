@@ -85,10 +85,22 @@ type TransitionError struct {
 	JobID     string
 	Operation string
 	From      State
+	// Reason, when set, says why the operation was refused although From allows it in general
+	// (ReasonAwaitedParent).
+	Reason string
 }
 
+// ReasonAwaitedParent refuses DeleteJob of a workflow job that a pending child still waits for: the
+// child is released by its parents' outcomes and reads their results, so deleting one would leave
+// it pending for good.
+const ReasonAwaitedParent = "a pending job of its workflow still waits for it (cancel the workflow, or that job, first)"
+
 func (e *TransitionError) Error() string {
-	return fmt.Sprintf("invalid state transition: cannot %s job %s in state %q", e.Operation, e.JobID, e.From)
+	msg := fmt.Sprintf("invalid state transition: cannot %s job %s in state %q", e.Operation, e.JobID, e.From)
+	if e.Reason != "" {
+		msg += ": " + e.Reason
+	}
+	return msg
 }
 
 // Is makes errors.Is(err, ErrInvalidTransition) true.
@@ -589,7 +601,8 @@ type Store interface {
 	// RunJobNow moves a scheduled or retryable job to available now, keeping its attempts, and
 	// announces its queue. Other states give a *TransitionError.
 	RunJobNow(ctx context.Context, id string) (*Job, error)
-	// DeleteJob removes a job that is not active and returns it as it was.
+	// DeleteJob removes a job that is not active and returns it as it was. A workflow job a pending
+	// child still waits for gives a *TransitionError with Reason ReasonAwaitedParent.
 	DeleteJob(ctx context.Context, id string) (*Job, error)
 
 	// ListQueues returns every queue that has jobs or a pause flag, with counts per state.

@@ -1320,6 +1320,9 @@ func (s *Store) DeleteJob(ctx context.Context, id string) (*store.Job, error) {
 	if j.State == store.StateActive {
 		return nil, transitionError(j, "delete")
 	}
+	if s.waited(j) {
+		return nil, &store.TransitionError{JobID: j.ID, Operation: "delete", From: j.State, Reason: store.ReasonAwaitedParent}
+	}
 	s.unplace(j)
 	s.forget(j)
 	return j.export(), nil

@@ -181,7 +181,11 @@ func (s *Store) transition(ctx context.Context, sql, op, id string) (*store.Job,
 		}
 	}
 	if !r.id.Valid {
-		return nil, &store.TransitionError{JobID: id, Operation: op, From: store.State(prev)}
+		te := &store.TransitionError{JobID: id, Operation: op, From: store.State(prev)}
+		if op == "delete" && te.From != store.StateActive {
+			te.Reason = store.ReasonAwaitedParent // the statement refuses nothing else
+		}
+		return nil, te
 	}
 	return r.job()
 }

@@ -710,13 +710,16 @@ WHERE (SELECT count(*) FROM notified) >= 0`
 	// sqlActivateJob moves pending job $1 to available.
 	sqlActivateJob = makeAvailable(``, `= 'pending'`)
 
-	// sqlDeleteJob deletes job $1 unless it is active, returning it as it was.
+	// sqlDeleteJob deletes job $1 unless it is active or a pending workflow child waits for it,
+	// returning it as it was.
 	sqlDeleteJob = `WITH locked AS (
-	SELECT id, state FROM {schema}.jobs WHERE id = $1 FOR UPDATE
+	SELECT id, state, workflow_id FROM {schema}.jobs WHERE id = $1 FOR UPDATE
 ), deleted AS (
 	DELETE FROM {schema}.jobs j
 	USING locked l
 	WHERE j.id = $1 AND j.id = l.id AND l.state <> 'active'
+		AND (l.workflow_id IS NULL OR NOT EXISTS (SELECT 1 FROM {schema}.jobs c
+			WHERE c.workflow_id = l.workflow_id AND c.state = 'pending' AND l.id = ANY(c.parent_ids)))
 	RETURNING ` + jobColsJ + `
 )
 SELECT l.state, deleted.* FROM locked l LEFT JOIN deleted ON true`

@@ -1316,7 +1316,11 @@ func (s *Store) byID(ctx context.Context, sc *luaFunc, op, id string, extra ...a
 		return out, notFound(id)
 	case "bad":
 		st, _ := res[1].(string)
-		return out, &store.TransitionError{JobID: id, Operation: op, From: store.State(st)}
+		te := &store.TransitionError{JobID: id, Operation: op, From: store.State(st)}
+		if len(res) > 2 && res[2] == "awaited" {
+			te.Reason = store.ReasonAwaitedParent
+		}
+		return out, te
 	}
 	if out.job, err = decodeFlat(res[2]); err != nil {
 		return out, err

@@ -1379,6 +1379,7 @@ local k = jk(id)
 local st = redis.call('HGET', k, 'state')
 if not st then return {'nf'} end
 if st == 'active' then return {'bad', st} end
+if waited(id) then return {'bad', st, 'awaited'} end
 local was = redis.call('HGETALL', k)
 local wf = redis.call('HMGET', k, 'wf', 'wfl')
 unplace(id)

@@ -114,6 +114,16 @@ func (s *Store) ListJobs(ctx context.Context, p store.ListParams) ([]*store.Job,
 // transaction, then after, if given, in the same transaction. When the query matches nothing, the job
 // is missing (store.ErrNotFound) or in a state the operation does not accept
 // (*store.TransitionError).
+// refused is the error of a single-job operation its statement refused for a job in state from:
+// a delete refuses only active jobs and the parents a pending workflow child waits for.
+func refused(id, op string, from store.State) error {
+	te := &store.TransitionError{JobID: id, Operation: op, From: from}
+	if op == "delete" && from != store.StateActive {
+		te.Reason = store.ReasonAwaitedParent
+	}
+	return te
+}
+
 func (s *Store) transition(ctx context.Context, op, query, id string, after func(txRunner, *store.Job, int64) error) (*store.Job, error) {
 	r, err := s.begin(ctx, append([]string{query, jobStateSQL, uniqueRivalSQL, releaseUniqueKeySQL}, settleQueries...)...)
 	if err != nil {
@@ -145,7 +155,7 @@ func (s *Store) transition(ctx context.Context, op, query, id string, after func
 		if err != nil {
 			return nil, fmt.Errorf("%s job %s: %w", op, id, err)
 		}
-		return nil, &store.TransitionError{JobID: id, Operation: op, From: store.State(state)}
+		return nil, refused(id, op, store.State(state))
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%s job %s: %w", op, id, err)

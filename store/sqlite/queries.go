@@ -390,7 +390,9 @@ const activateJobSQL = `UPDATE pronto_jobs SET state = 'available', scheduled_at
 	RETURNING ` + jobColumns
 
 // deleteJobSQL: ?1 id.
-const deleteJobSQL = `DELETE FROM pronto_jobs WHERE id = ?1 AND state <> 'active' RETURNING ` + jobColumns
+// deleteJobSQL deletes job ?1 unless it is active or a pending workflow child waits for it.
+const deleteJobSQL = `DELETE FROM pronto_jobs WHERE id = ?1 AND state <> 'active'
+	AND (workflow_id IS NULL OR NOT ` + keptParentSQL + `) RETURNING ` + jobColumns
 
 const jobStateSQL = `SELECT state FROM pronto_jobs WHERE id = ?1`
 

@@ -196,6 +196,7 @@ var tests = []testCase{
 	{"WorkflowLongChain", single(testWorkflowLongChain)},
 	{"WorkflowCleanup", single(testWorkflowCleanup)},
 	{"WorkflowCleanupKeepsWaitedParents", single(testWorkflowCleanupKeepsWaitedParents)},
+	{"WorkflowDeleteWaitedParentRefused", single(testWorkflowDeleteWaitedParentRefused)},
 	{"WorkflowReopen", testWorkflowReopen},
 	{"WorkflowConcurrentParents", testWorkflowConcurrentParents},
 	{"SchemaRegistry", single(testSchemaRegistry)},

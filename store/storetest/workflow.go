@@ -818,3 +818,28 @@ func testWorkflowCleanupKeepsWaitedParents(t *testing.T, s store.Store) {
 	require.NoError(t, err)
 	require.Equal(t, 3, n, "released, c waits for none of them")
 }
+
+// testWorkflowDeleteWaitedParentRefused: DeleteJob refuses a finished parent that a pending child
+// still waits for (deleting it would leave the child pending for good), and deletes it once the
+// child is released.
+func testWorkflowDeleteWaitedParentRefused(t *testing.T, s store.Store) {
+	q, wf := uniq("wf-del"), uuidv7.New()
+	a := member(wf, q)
+	b := member(wf, q)
+	c := member(wf, q, a, b)
+	insertWorkflow(t, s, wf, a, b, c)
+	complete(t, s, a, `"from a"`)
+	_, err := s.DeleteJob(ctx(t), a.ID)
+	requireTransitionError(t, err, a.ID, store.StateCompleted)
+	var te *store.TransitionError
+	require.ErrorAs(t, err, &te)
+	require.Equal(t, store.ReasonAwaitedParent, te.Reason)
+	require.Contains(t, err.Error(), "waits for it")
+
+	complete(t, s, b, `"from b"`)
+	requireReleasedWith(t, s, c, `["from a","from b"]`)
+	gone, err := s.DeleteJob(ctx(t), a.ID)
+	require.NoError(t, err)
+	require.Equal(t, a.ID, gone.ID)
+	requireGone(t, s, a.ID)
+}
