@@ -75,6 +75,8 @@ type Client struct {
 	presenceEvery time.Duration
 	// cleanupEvery, when set (tests), replaces the leader's retention cleanup interval.
 	cleanupEvery time.Duration
+	// retentionMu serializes this process's read-modify-write of the queues' retentions.
+	retentionMu  sync.Mutex
 	presenceDone chan struct{} // closed when the presence loop has returned
 	overflowMu   sync.Mutex
 	overflow     map[string]bool // queues whose jobs this client was to claim but had no free worker for
@@ -353,6 +355,7 @@ func (c *Client) Start(ctx context.Context) error {
 			OnPrune:            c.onPrune,
 			Held:               c.maintenanceHeld,
 			DeadLetterQueues:   c.deadLetterQueues,
+			FinishedQueues:     c.finishedQueues,
 			Archive:            c.archiveDeadLetter(),
 			ArchiveAll:         c.cfg.DeadLetterPruningPolicy == PruneArchive,
 			Tasks:              c.maintenanceTasks(),

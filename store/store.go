@@ -382,6 +382,15 @@ type CleanupParams struct {
 	CancelledBefore time.Time
 	DiscardedBefore time.Time
 	Limit           int
+	// Queues, when not empty, limits the pass to these queues; SkipQueues are left out of it
+	// (queues with a retention of their own, ojs-admin-api.md 6.6).
+	Queues     []string
+	SkipQueues []string
+}
+
+// Cleans reports whether p's pass covers queue q.
+func (p *CleanupParams) Cleans(q string) bool {
+	return (len(p.Queues) == 0 || slices.Contains(p.Queues, q)) && !slices.Contains(p.SkipQueues, q)
 }
 
 // PruneParams says which discarded jobs (the dead letter queue) PruneDiscarded deletes: those whose

@@ -67,6 +67,10 @@ type Config struct {
 	// (ojs-dead-letter.md 5.3), read at each cleanup pass: they are pruned by those, and left out of
 	// DiscardedRetention and DiscardedMaxCount. Stores without store.DiscardedPruner ignore it.
 	DeadLetterQueues func(ctx context.Context) (map[string]QueueRetention, error)
+	// FinishedQueues, if set, returns the queues whose completed and cancelled jobs have retention
+	// times of their own (ojs-admin-api.md 6.6), read at each cleanup pass: they are cleaned by
+	// those (zero: CompletedRetention or CancelledRetention), and left out of the shared pass.
+	FinishedQueues func(ctx context.Context) (map[string]FinishedRetention, error)
 	// Held, if set, is asked before each promotion pass: while it reports true (maintenance mode,
 	// ojs-admin-api.md 12.1) due scheduled and retryable jobs stay as they are. Expired jobs are
 	// still discarded: they can never run, held or not.
@@ -83,6 +87,12 @@ type QueueRetention struct {
 	MaxCount int
 	// Archive: the jobs go to Config.Archive before they are deleted.
 	Archive bool
+}
+
+// FinishedRetention is one queue's retention of its completed and cancelled jobs; zero follows the
+// client's, negative keeps forever.
+type FinishedRetention struct {
+	Completed, Cancelled time.Duration
 }
 
 // Task is periodic work done by the leader only.
@@ -414,16 +424,10 @@ func passQueues(pp store.PruneParams) string {
 
 func (m *Maintainer) cleanup(ctx context.Context) {
 	now := time.Now()
-	before := func(d time.Duration) time.Time {
-		if d < 0 {
-			return time.Time{} // keep forever
-		}
-		return now.Add(-d)
-	}
 	p := store.CleanupParams{
-		CompletedBefore: before(m.cfg.CompletedRetention),
-		CancelledBefore: before(m.cfg.CancelledRetention),
-		DiscardedBefore: before(m.cfg.DiscardedRetention),
+		CompletedBefore: cutoff(0, m.cfg.CompletedRetention, now),
+		CancelledBefore: cutoff(0, m.cfg.CancelledRetention, now),
+		DiscardedBefore: cutoff(0, m.cfg.DiscardedRetention, now),
 		Limit:           m.cfg.BatchSize,
 	}
 	ctx, end := m.pass(ctx, OpCleanup)
@@ -447,18 +451,57 @@ func (m *Maintainer) cleanup(ctx context.Context) {
 			}
 		}
 	}
-	for ctx.Err() == nil {
-		n, err := m.cfg.Store.Cleanup(ctx, p)
-		total += n
+	passes := []store.CleanupParams{p}
+	if m.cfg.FinishedQueues != nil {
+		own, err := m.cfg.FinishedQueues(ctx)
 		if err != nil {
-			failed = err
+			// The shared bounds could delete what a queue keeps longer: clean nothing this time.
+			failed = fmt.Errorf("reading the queues' retention: %w", err)
 			if ctx.Err() == nil {
-				m.cfg.Logger.Warn("pronto: retention cleanup failed", "err", err)
+				m.cfg.Logger.Warn("pronto: retention cleanup skipped", "err", failed)
 			}
 			return
 		}
-		if n < p.Limit {
-			return
+		passes = passes[:0]
+		for _, q := range slices.Sorted(maps.Keys(own)) {
+			r := own[q]
+			passes = append(passes, store.CleanupParams{
+				CompletedBefore: cutoff(r.Completed, m.cfg.CompletedRetention, now),
+				CancelledBefore: cutoff(r.Cancelled, m.cfg.CancelledRetention, now),
+				DiscardedBefore: p.DiscardedBefore, // zero when the dead letter is pruned above
+				Limit:           p.Limit, Queues: []string{q},
+			})
+			p.SkipQueues = append(p.SkipQueues, q)
+		}
+		passes = append(passes, p)
+	}
+	for _, pass := range passes {
+		for ctx.Err() == nil {
+			n, err := m.cfg.Store.Cleanup(ctx, pass)
+			total += n
+			if err != nil {
+				failed = err
+				if ctx.Err() == nil {
+					m.cfg.Logger.Warn("pronto: retention cleanup failed", "err", err)
+				}
+				return
+			}
+			if n < pass.Limit {
+				break
+			}
 		}
 	}
+}
+
+// cutoff is the time before which a queue's finished jobs go: by its own retention when set, else
+// by the client's; zero (keep) when the one that applies is negative.
+func cutoff(own, shared time.Duration, now time.Time) time.Time {
+	d := shared
+	if own != 0 {
+		d = own
+	}
+	if d < 0 {
+		return time.Time{}
+	}
+	return now.Add(-d)
 }

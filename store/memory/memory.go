@@ -1107,7 +1107,7 @@ func (s *Store) Cleanup(ctx context.Context, p store.CleanupParams) (int, error)
 			if !e.j.CompletedAt.Before(cutoffs[i]) {
 				break // finish order: the rest are newer
 			}
-			if !s.waited(e.j) {
+			if p.Cleans(e.j.Queue) && !s.waited(e.j) {
 				old = append(old, e.j)
 			}
 		}

@@ -505,9 +505,17 @@ func (s *Store) Cleanup(ctx context.Context, p store.CleanupParams) (int, error)
 	if p.CompletedBefore.IsZero() && p.CancelledBefore.IsZero() && p.DiscardedBefore.IsZero() {
 		return 0, nil
 	}
+	var queues []string // NULL: every queue
+	if len(p.Queues) > 0 {
+		queues = p.Queues
+	}
+	skip := p.SkipQueues
+	if skip == nil {
+		skip = []string{} // <> ALL of an empty array holds; of NULL it would not
+	}
 	var n int
 	err := s.pool.QueryRow(ctx, s.q.cleanup, nullTime(p.CompletedBefore), nullTime(p.CancelledBefore),
-		nullTime(p.DiscardedBefore), limitOrDefault(p.Limit)).Scan(&n)
+		nullTime(p.DiscardedBefore), limitOrDefault(p.Limit), queues, skip).Scan(&n)
 	if err != nil {
 		return 0, fmt.Errorf("clean up finished jobs: %w", err)
 	}

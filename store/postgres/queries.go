@@ -580,6 +580,7 @@ WHERE j.id = ANY(ARRAY(SELECT id FROM expired))`
 	WHERE ((state = 'completed' AND completed_at < $1)
 		OR (state = 'cancelled' AND completed_at < $2)
 		OR (state = 'discarded' AND completed_at < $3))
+		AND ($5::text[] IS NULL OR queue = ANY($5)) AND queue <> ALL($6::text[])
 		AND (t.workflow_id IS NULL OR NOT EXISTS (SELECT 1 FROM {schema}.jobs c
 			WHERE c.workflow_id = t.workflow_id AND c.state = 'pending' AND t.id = ANY(c.parent_ids)))
 	LIMIT $4

@@ -1030,6 +1030,9 @@ func (s *Store) Cleanup(ctx context.Context, p store.CleanupParams) (int, error)
 		if n >= limit {
 			break
 		}
+		if !p.Cleans(q) {
+			continue
+		}
 		gone, err := s.deleted(ctx, scriptCleanup.Run(ctx, s.rdb, s.keys(q),
 			micros(p.CompletedBefore), micros(p.CancelledBefore), micros(p.DiscardedBefore), limit-n))
 		if err != nil {

@@ -808,10 +808,10 @@ walk:
 		n := 0
 		for rows.Next() {
 			var rowid, createdAt int64
-			var state string
+			var state, queue string
 			var completedAt sql.NullInt64
 			var kept bool
-			if err := rows.Scan(&rowid, &state, &completedAt, &createdAt, &kept); err != nil {
+			if err := rows.Scan(&rowid, &state, &completedAt, &createdAt, &queue, &kept); err != nil {
 				rows.Close()
 				return 0, fmt.Errorf("clean up jobs: %w", err)
 			}
@@ -821,7 +821,7 @@ walk:
 				rows.Close()
 				break walk
 			}
-			if completedAt.Valid && !kept && qualifies(state, completedAt.Int64) {
+			if completedAt.Valid && !kept && qualifies(state, completedAt.Int64) && p.Cleans(queue) {
 				candidates = append(candidates, rowid)
 				if len(candidates) >= limit {
 					break

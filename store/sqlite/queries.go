@@ -284,7 +284,7 @@ const nextDueSQL = queueRateKeysCTE + `
 
 // cleanupScanSQL pages through jobs in rowid (insertion) order. ?1 rowid cursor, ?2 page size. Its last
 // column is 1 for a workflow job that a pending child still waits for (see keptParentSQL).
-const cleanupScanSQL = `SELECT rowid, state, completed_at, created_at,
+const cleanupScanSQL = `SELECT rowid, state, completed_at, created_at, queue,
 		CASE WHEN workflow_id IS NULL THEN 0 ELSE ` + keptParentSQL + ` END
 	FROM pronto_jobs
 	WHERE rowid > ?1 ORDER BY rowid LIMIT ?2`

@@ -316,3 +316,32 @@ func requirePresent(t testing.TB, s store.Store, ids ...string) {
 		get(t, s, id)
 	}
 }
+
+// testCleanupQueues: Queues limits a cleanup pass to some queues and SkipQueues leaves queues out
+// of it (queues with a retention of their own, ojs-admin-api.md 6.6).
+func testCleanupQueues(t *testing.T, s store.Store) {
+	done := map[string]string{}
+	for _, q := range []string{"cq-a", "cq-b", "cq-c"} {
+		done[q] = inState(t, s, q, store.StateCompleted).ID
+		done[q+"/cancelled"] = inState(t, s, q, store.StateCancelled).ID
+	}
+	later := time.Now().Add(time.Minute)
+	n, err := s.Cleanup(ctx(t), store.CleanupParams{CompletedBefore: later, Queues: []string{"cq-a"}, Limit: 100})
+	require.NoError(t, err)
+	require.Equal(t, 1, n, "cq-a's completed job only")
+	requireGone(t, s, done["cq-a"])
+	requirePresent(t, s, done["cq-a/cancelled"], done["cq-b"], done["cq-c"])
+
+	n, err = s.Cleanup(ctx(t), store.CleanupParams{CompletedBefore: later, CancelledBefore: later,
+		SkipQueues: []string{"cq-b"}, Limit: 100})
+	require.NoError(t, err)
+	require.Equal(t, 3, n, "cq-a's cancelled job, cq-c's two")
+	requireGone(t, s, done["cq-a/cancelled"], done["cq-c"], done["cq-c/cancelled"])
+	requirePresent(t, s, done["cq-b"], done["cq-b/cancelled"])
+
+	n, err = s.Cleanup(ctx(t), store.CleanupParams{CompletedBefore: later, CancelledBefore: later,
+		Queues: []string{"cq-b"}, SkipQueues: []string{"cq-b"}, Limit: 100})
+	require.NoError(t, err)
+	require.Zero(t, n, "a queue both named and skipped is skipped")
+	requirePresent(t, s, done["cq-b"], done["cq-b/cancelled"])
+}

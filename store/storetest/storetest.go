@@ -126,6 +126,7 @@ var tests = []testCase{
 	{"NextDue", single(testNextDue)},
 	{"Cleanup", single(testCleanup)},
 	{"CleanupLimit", single(testCleanupLimit)},
+	{"CleanupQueues", single(testCleanupQueues)},
 	{"PruneDiscarded", single(testPruneDiscarded)},
 	{"PruneDiscardedQueues", single(testPruneDiscardedQueues)},
 	{"PruneArchiveSteps", single(testPruneArchiveSteps)},
