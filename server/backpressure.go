@@ -1,12 +1,16 @@
 package server
 
 import (
+	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
+	"slices"
 	"strconv"
 	"time"
 
 	"github.com/pronto-jobs/pronto"
+	"github.com/pronto-jobs/pronto/internal/isodur"
 )
 
 // Backpressure (ojs-backpressure.md): an enqueue into a queue at its maximum depth answers 429
@@ -71,7 +75,8 @@ func (s *Server) writeInsertError(w http.ResponseWriter, r *http.Request, err er
 	s.writeError(w, r, fromClientError(err, kind, id))
 }
 
-// GET and PUT /ojs/v1/admin/queues/{name}/config: {"queue", "backpressure": {"max_depth", "strategy"}}.
+// GET and PUT /ojs/v1/admin/queues/{name}/config (ojs-admin-api.md 6.6): {"queue", "backpressure":
+// {"max_depth", "strategy"}, "retention": {"completed", "cancelled", "discarded"}}.
 func (s *Server) queueConfig(w http.ResponseWriter, r *http.Request, name string) {
 	if e := checkQueueName(name); e != nil {
 		s.writeError(w, r, e)
@@ -81,15 +86,19 @@ func (s *Server) queueConfig(w http.ResponseWriter, r *http.Request, name string
 	switch r.Method {
 	case http.MethodGet:
 	case http.MethodPut:
-		maxDepth, ok := readRequest(s, w, r, "queue config", decodeQueueConfig)
+		u, ok := readRequest(s, w, r, "queue config", decodeQueueConfig)
 		if !ok {
 			return
 		}
-		if maxDepth >= 0 {
-			if err := s.client.QueueSetMaxDepth(ctx, name, maxDepth); err != nil {
+		if u.maxDepth >= 0 {
+			if err := s.client.QueueSetMaxDepth(ctx, name, u.maxDepth); err != nil {
 				s.writeError(w, r, fromClientError(err, "queue", name))
 				return
 			}
+		}
+		if err := s.setQueueRetention(ctx, name, u.retention); err != nil {
+			s.writeError(w, r, fromClientError(err, "queue", name))
+			return
 		}
 	default:
 		s.writeError(w, r, methodNotAllowed(r, "GET", "PUT"))
@@ -106,58 +115,188 @@ func (s *Server) queueConfig(w http.ResponseWriter, r *http.Request, name string
 	*b = append(appendKey(*b, "backpressure"), '{')
 	*b = appendIntField(*b, "max_depth", bounds[name])
 	*b = appendStringField(*b, "strategy", "reject")
-	*b = append(*b, '}', '}')
+	*b = append(*b, '}')
+	if ret, err := s.queueRetention(ctx, name); err == nil {
+		*b = append(appendKey(*b, "retention"), '{')
+		for _, f := range retentionFields {
+			if d := ret[f]; d > 0 {
+				*b = appendStringField(*b, f, isodur.Format(d))
+			}
+		}
+		*b = append(*b, '}')
+	} else if !errors.Is(err, pronto.ErrUnsupported) {
+		s.writeError(w, r, fromClientError(err, "queue", name))
+		return
+	}
+	*b = append(*b, '}')
 	writeBuf(w, http.StatusOK, b)
 }
 
-// decodeQueueConfig reads {"backpressure": {"max_depth", "strategy"?}} and returns max_depth (0:
-// unbounded), or -1 when the body does not set it.
-func decodeQueueConfig(body []byte) (int64, *apiError) {
+// retentionFields are the members of a queue's retention, each a terminal state.
+var retentionFields = []string{"completed", "cancelled", "discarded"}
+
+// queueConfigUpdate is a PUT's changes: maxDepth -1 leaves the bound; retention holds the members
+// given, each a duration or nil for null (back to the server's).
+type queueConfigUpdate struct {
+	maxDepth  int64
+	retention map[string]*time.Duration
+}
+
+// queueRetention returns the queue's own retention times by state (absent: the server's).
+func (s *Server) queueRetention(ctx context.Context, queue string) (map[string]time.Duration, error) {
+	own, err := s.client.QueueRetentions(ctx)
+	if err != nil {
+		return nil, err
+	}
+	dead, err := s.client.DeadLetterRetentions(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return map[string]time.Duration{"completed": own[queue].Completed, "cancelled": own[queue].Cancelled,
+		"discarded": dead[queue].MaxAge}, nil
+}
+
+// setQueueRetention applies a PUT's retention members: completed and cancelled to the queue's
+// retention (Client.QueueRetentionSet), discarded to its dead-letter retention's max_age, whose
+// max_count and pruning policy stay.
+func (s *Server) setQueueRetention(ctx context.Context, queue string, set map[string]*time.Duration) error {
+	if len(set) == 0 {
+		return nil
+	}
+	value := func(f string) time.Duration {
+		if d := set[f]; d != nil {
+			return *d
+		}
+		return 0
+	}
+	_, c := set["completed"]
+	_, x := set["cancelled"]
+	if c || x {
+		own, err := s.client.QueueRetentions(ctx)
+		if err != nil {
+			return err
+		}
+		r := own[queue]
+		if c {
+			r.Completed = value("completed")
+		}
+		if x {
+			r.Cancelled = value("cancelled")
+		}
+		if err := s.client.QueueRetentionSet(ctx, queue, r); err != nil {
+			return err
+		}
+	}
+	if _, ok := set["discarded"]; ok {
+		dead, err := s.client.DeadLetterRetentions(ctx)
+		if err != nil {
+			return err
+		}
+		r := dead[queue]
+		r.MaxAge = value("discarded")
+		if r.MaxAge == 0 && r.MaxCount == 0 {
+			delete(dead, queue)
+		} else {
+			dead[queue] = r
+		}
+		return s.client.DeadLetterRetentionsSet(ctx, dead)
+	}
+	return nil
+}
+
+// decodeQueueConfig reads {"backpressure": {"max_depth", "strategy"?}, "retention": {"completed"?,
+// "cancelled"?, "discarded"?}}: a member left out is unchanged, a null one cleared.
+func decodeQueueConfig(body []byte) (queueConfigUpdate, *apiError) {
+	u := queueConfigUpdate{maxDepth: -1}
 	m, e := decodeBody(body, "queue config")
 	if e != nil {
-		return 0, e
+		return u, e
 	}
-	maxDepth := int64(-1)
 	for _, mb := range m {
-		if mb.key != "backpressure" {
-			return 0, invalid(mb.key, "%s is not a queue setting pronto serves (backpressure)", mb.key)
-		}
 		if isNull(mb.val) {
 			continue
 		}
-		bp, e := decodePolicyObject(mb.val, "backpressure", "backpressure")
-		if e != nil {
-			return 0, e
+		switch mb.key {
+		case "backpressure":
+			if u.maxDepth, e = decodeBackpressure(mb.val); e != nil {
+				return u, e
+			}
+		case "retention":
+			if u.retention, e = decodeRetention(mb.val); e != nil {
+				return u, e
+			}
+		default:
+			return u, invalid(mb.key, "%s is not a queue setting pronto serves (backpressure, retention; concurrency is each worker's and rate limits are per rate key)", mb.key)
 		}
-		for _, f := range bp {
-			field := "backpressure." + f.key
-			if isNull(f.val) {
-				continue
+	}
+	return u, nil
+}
+
+// decodeRetention reads a queue's retention: each member a positive ISO 8601 duration, or null.
+func decodeRetention(raw json.RawMessage) (map[string]*time.Duration, *apiError) {
+	members, e := decodePolicyObject(raw, "retention", "retention")
+	if e != nil {
+		return nil, e
+	}
+	out := map[string]*time.Duration{}
+	for _, f := range members {
+		field := "retention." + f.key
+		if !slices.Contains(retentionFields, f.key) {
+			return nil, invalid(field, "%s is not a retention pronto keeps (completed, cancelled, discarded)", field)
+		}
+		if isNull(f.val) {
+			out[f.key] = nil
+			continue
+		}
+		text, e := wantString(f.val, field)
+		if e != nil {
+			return nil, e
+		}
+		d, err := isodur.Parse(text)
+		if err != nil || d <= 0 {
+			return nil, invalid(field, "%s %q: not a positive ISO 8601 duration (such as P14D)", field, text)
+		}
+		out[f.key] = &d
+	}
+	return out, nil
+}
+
+// decodeBackpressure reads {"max_depth", "strategy"?} and returns max_depth (0: unbounded), or -1
+// when it does not set it.
+func decodeBackpressure(raw json.RawMessage) (int64, *apiError) {
+	maxDepth := int64(-1)
+	bp, e := decodePolicyObject(raw, "backpressure", "backpressure")
+	if e != nil {
+		return 0, e
+	}
+	for _, f := range bp {
+		field := "backpressure." + f.key
+		if isNull(f.val) {
+			continue
+		}
+		switch f.key {
+		case "max_depth":
+			if maxDepth, e = wantInt(f.val, field, 0, 1<<53); e != nil {
+				return 0, e
 			}
-			switch f.key {
-			case "max_depth":
-				if maxDepth, e = wantInt(f.val, field, 0, 1<<53); e != nil {
-					return 0, e
-				}
-			case "strategy":
-				st, e := wantString(f.val, field)
-				if e != nil {
-					return 0, e
-				}
-				if st != "reject" {
-					return 0, unprocessable(field, "%s %q: pronto implements the reject strategy only", field, st)
-				}
-			case "max_size_bytes":
-				n, e := wantInt(f.val, field, 0, 1<<53)
-				if e != nil {
-					return 0, e
-				}
-				if n != 0 {
-					return 0, unprocessable(field, "%s: pronto bounds queues by depth only (max_depth)", field)
-				}
-			default:
-				return 0, invalid(field, "%s is not a backpressure setting pronto serves (max_depth, strategy)", field)
+		case "strategy":
+			st, e := wantString(f.val, field)
+			if e != nil {
+				return 0, e
 			}
+			if st != "reject" {
+				return 0, unprocessable(field, "%s %q: pronto implements the reject strategy only", field, st)
+			}
+		case "max_size_bytes":
+			n, e := wantInt(f.val, field, 0, 1<<53)
+			if e != nil {
+				return 0, e
+			}
+			if n != 0 {
+				return 0, unprocessable(field, "%s: pronto bounds queues by depth only (max_depth)", field)
+			}
+		default:
+			return 0, invalid(field, "%s is not a backpressure setting pronto serves (max_depth, strategy)", field)
 		}
 	}
 	return maxDepth, nil

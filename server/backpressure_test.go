@@ -70,3 +70,61 @@ func TestBackpressureHTTP(t *testing.T) {
 		t.Fatal("the manifest does not list the backpressure extension")
 	}
 }
+
+// TestQueueConfigRetention, on every store: PUT /admin/queues/{name}/config sets a queue's own
+// retention (ojs-admin-api.md 6.6): completed and cancelled as the queue's retention, discarded as
+// its dead-letter retention's max_age beside the max_count it had; null clears a member, an absent
+// one is unchanged, and a bad one is 400 naming it.
+func TestQueueConfigRetention(t *testing.T) {
+	const path = "/ojs/v1/admin/queues/billing/config"
+	for _, kind := range storeKinds {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			s := newStoreServer(t, kind)
+			mustCall(t, s, 200, "PUT", "/ojs/v1/dead-letter/retention", `{"queues":{"billing":{"max_count":500}}}`)
+			for body, field := range map[string]string{
+				`{"retention":{"completed":"soon"}}`:         "retention.completed",
+				`{"retention":{"completed":"PT0S"}}`:         "retention.completed",
+				`{"retention":{"cancelled":7}}`:              "retention.cancelled",
+				`{"retention":{"archived":"P1D"}}`:           "retention.archived",
+				`{"retention":"P1D"}`:                        "retention",
+				`{"concurrency":30}`:                         "concurrency",
+				`{"rate_limit":{"limit":1,"period":"PT1S"}}`: "rate_limit",
+			} {
+				r := call(t, s, "PUT", path, body)
+				checkErrorBody(t, r, 400, "")
+				if details, _ := r.body["error"].(map[string]any)["details"].(map[string]any); details == nil || details["field"] != field {
+					t.Errorf("PUT %s: %s, want the error to name %s", body, r.raw, field)
+				}
+			}
+			if r := mustCall(t, s, 200, "GET", path, nil); len(obj(t, r, "retention")) != 0 {
+				t.Fatalf("nothing set by the refused PUTs: %s", r.raw)
+			}
+
+			r := mustCall(t, s, 200, "PUT", path, `{"retention":{"completed":"P14D","discarded":"P90D","cancelled":null}}`)
+			for _, r := range []*response{r, mustCall(t, s, 200, "GET", path, nil)} {
+				ret := obj(t, r, "retention")
+				if len(ret) != 2 || ret["completed"] != "P14D" || ret["discarded"] != "P90D" {
+					t.Fatalf("retention: %s", r.raw)
+				}
+			}
+			dead := mustCall(t, s, 200, "GET", "/ojs/v1/dead-letter/retention", nil)
+			if b, _ := dead.body["queues"].(map[string]any)["billing"].(map[string]any); b["max_age"] != "P90D" || b["max_count"] != 500.0 {
+				t.Fatalf("the dead-letter retention keeps its max_count beside the new max_age: %s", dead.raw)
+			}
+			// Absent members stay; null clears.
+			r = mustCall(t, s, 200, "PUT", path, `{"retention":{"cancelled":"P1D"}}`)
+			if ret := obj(t, r, "retention"); len(ret) != 3 || ret["cancelled"] != "P1D" || ret["completed"] != "P14D" {
+				t.Fatalf("after adding cancelled: %s", r.raw)
+			}
+			r = mustCall(t, s, 200, "PUT", path, `{"retention":{"completed":null,"cancelled":null,"discarded":null}}`)
+			if ret := obj(t, r, "retention"); len(ret) != 0 {
+				t.Fatalf("after clearing: %s", r.raw)
+			}
+			dead = mustCall(t, s, 200, "GET", "/ojs/v1/dead-letter/retention", nil)
+			if b, _ := dead.body["queues"].(map[string]any)["billing"].(map[string]any); b["max_age"] != nil || b["max_count"] != 500.0 {
+				t.Fatalf("max_count stays when max_age is cleared: %s", dead.raw)
+			}
+		})
+	}
+}
