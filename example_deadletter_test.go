@@ -37,3 +37,32 @@ func ExampleClient_DeadLetterRetentionsSet() {
 	// 8760h0m0s 50000
 	// true
 }
+
+// A queue whose completed jobs must stay readable longer than the others' (for a month, say, for
+// reconciliation) gets a retention of its own (ojs-admin-api.md 6.6). Zero follows the client's
+// CompletedRetention or CancelledRetention.
+func ExampleClient_QueueRetentionSet() {
+	ctx := context.Background()
+	client, err := pronto.NewClient(memory.New(), &pronto.Config{CompletedRetention: 24 * time.Hour})
+	if err != nil {
+		panic(err)
+	}
+	if err := client.QueueRetentionSet(ctx, "payments", pronto.QueueRetention{Completed: 30 * 24 * time.Hour}); err != nil {
+		panic(err)
+	}
+	retentions, err := client.QueueRetentions(ctx)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(retentions["payments"].Completed, retentions["payments"].Cancelled)
+
+	// Both zero: the queue follows the client's retention again.
+	if err := client.QueueRetentionSet(ctx, "payments", pronto.QueueRetention{}); err != nil {
+		panic(err)
+	}
+	retentions, _ = client.QueueRetentions(ctx)
+	fmt.Println(len(retentions))
+	// Output:
+	// 720h0m0s 0s
+	// 0
+}
