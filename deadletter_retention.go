@@ -2,7 +2,6 @@ package pronto
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"time"
 
@@ -40,29 +39,21 @@ type storedRetention struct {
 // the other queues follow the leader's Config.DiscardedRetention and DiscardedMaxCount together.
 // It returns an error matching ErrUnsupported when the store keeps no settings.
 func (c *Client) DeadLetterRetentions(ctx context.Context) (map[string]DeadLetterRetention, error) {
-	ss, ok := c.store.(store.SettingStore)
-	if !ok {
-		return nil, fmt.Errorf("pronto: dead letter retention per queue: the store keeps no settings: %w", ErrUnsupported)
+	ss, err := c.settingStore("dead letter retention per queue")
+	if err != nil {
+		return nil, err
 	}
-	v, err := ss.GetSetting(ctx, deadLetterRetentionKey)
+	stored, err := readSettingMap[storedRetention](ctx, ss, deadLetterRetentionKey)
 	if err != nil {
 		return nil, wrapOp("read the dead letter retentions", err)
 	}
-	out := map[string]DeadLetterRetention{}
-	if v == nil {
-		return out, nil
-	}
-	var stored map[string]storedRetention
-	if err := json.Unmarshal(v, &stored); err != nil {
-		return nil, fmt.Errorf("pronto: the stored dead letter retentions do not decode: %w", err)
-	}
+	out := make(map[string]DeadLetterRetention, len(stored))
 	for q, r := range stored {
-		d, err := isodur.Parse(r.MaxAge)
-		if r.MaxAge != "" && err != nil {
-			return nil, fmt.Errorf("pronto: the stored dead letter retention of queue %s: max_age %q: %w", q, r.MaxAge, err)
-		}
-		if r.MaxAge == "" {
-			d = 0
+		var d time.Duration
+		if r.MaxAge != "" {
+			if d, err = isodur.Parse(r.MaxAge); err != nil {
+				return nil, fmt.Errorf("pronto: the stored dead letter retention of queue %s: max_age %q: %w", q, r.MaxAge, err)
+			}
 		}
 		out[q] = DeadLetterRetention{MaxAge: d, MaxCount: r.MaxCount, PruningPolicy: r.PruningPolicy}
 	}
@@ -75,9 +66,9 @@ func (c *Client) DeadLetterRetentions(ctx context.Context) (map[string]DeadLette
 // (PruneArchive needs its Config.DeadLetterArchive); anything else is an error matching
 // ErrInvalidArgs, and nothing is stored.
 func (c *Client) DeadLetterRetentionsSet(ctx context.Context, rs map[string]DeadLetterRetention) error {
-	ss, ok := c.store.(store.SettingStore)
-	if !ok {
-		return fmt.Errorf("pronto: dead letter retention per queue: the store keeps no settings: %w", ErrUnsupported)
+	ss, err := c.settingStore("dead letter retention per queue")
+	if err != nil {
+		return err
 	}
 	stored := make(map[string]storedRetention, len(rs))
 	for q, r := range rs {
@@ -96,18 +87,30 @@ func (c *Client) DeadLetterRetentionsSet(ctx context.Context, rs map[string]Dead
 		}
 		stored[q] = s
 	}
-	var v json.RawMessage
-	if len(stored) > 0 {
-		b, err := json.Marshal(stored)
-		if err != nil {
-			return err
-		}
-		v = b
-	}
-	if err := ss.SetSetting(ctx, deadLetterRetentionKey, v); err != nil {
+	if err := writeSettingMap(ctx, ss, deadLetterRetentionKey, stored); err != nil {
 		return wrapOp("store the dead letter retentions", err)
 	}
 	return nil
+}
+
+// DeadLetterRetentionSet gives one queue its own dead letter retention, or, when r is the zero
+// value, returns it to the client's bounds, leaving the other queues' as they are. It checks r as
+// DeadLetterRetentionsSet does. The retentions of all queues are one setting: this process
+// serializes its own changes, but two processes changing different queues at the same moment can
+// lose one (the later write wins).
+func (c *Client) DeadLetterRetentionSet(ctx context.Context, queue string, r DeadLetterRetention) error {
+	c.retentionMu.Lock()
+	defer c.retentionMu.Unlock()
+	cur, err := c.DeadLetterRetentions(ctx)
+	if err != nil {
+		return err
+	}
+	if r == (DeadLetterRetention{}) {
+		delete(cur, queue)
+	} else {
+		cur[queue] = r
+	}
+	return c.DeadLetterRetentionsSet(ctx, cur)
 }
 
 // deadLetterQueues gives the maintenance leader the queues' own retentions at each cleanup pass.

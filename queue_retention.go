@@ -2,7 +2,6 @@ package pronto
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"time"
 
@@ -33,22 +32,15 @@ type storedQueueRetention struct {
 // own. They are kept in the store, so that whichever client leads the cluster's cleanup applies
 // them (every 30 s). It returns an error matching ErrUnsupported when the store keeps no settings.
 func (c *Client) QueueRetentions(ctx context.Context) (map[string]QueueRetention, error) {
-	ss, ok := c.store.(store.SettingStore)
-	if !ok {
-		return nil, fmt.Errorf("pronto: retention per queue: the store keeps no settings: %w", ErrUnsupported)
+	ss, err := c.settingStore("retention per queue")
+	if err != nil {
+		return nil, err
 	}
-	v, err := ss.GetSetting(ctx, queueRetentionKey)
+	stored, err := readSettingMap[storedQueueRetention](ctx, ss, queueRetentionKey)
 	if err != nil {
 		return nil, wrapOp("read the queues' retentions", err)
 	}
-	out := map[string]QueueRetention{}
-	if v == nil {
-		return out, nil
-	}
-	var stored map[string]storedQueueRetention
-	if err := json.Unmarshal(v, &stored); err != nil {
-		return nil, fmt.Errorf("pronto: the stored queue retentions do not decode: %w", err)
-	}
+	out := make(map[string]QueueRetention, len(stored))
 	for q, r := range stored {
 		var qr QueueRetention
 		for _, f := range []struct {
@@ -75,9 +67,9 @@ func (c *Client) QueueRetentions(ctx context.Context) (map[string]QueueRetention
 // queues are one setting: two processes changing different queues at the same moment can lose one
 // change (the later write wins), as with DeadLetterRetentionsSet.
 func (c *Client) QueueRetentionSet(ctx context.Context, queue string, r QueueRetention) error {
-	ss, ok := c.store.(store.SettingStore)
-	if !ok {
-		return fmt.Errorf("pronto: retention per queue: the store keeps no settings: %w", ErrUnsupported)
+	ss, err := c.settingStore("retention per queue")
+	if err != nil {
+		return err
 	}
 	if !ValidQueueName(queue) {
 		return invalidf("queue retention: queue %q: not a valid queue name", queue)
@@ -107,13 +99,7 @@ func (c *Client) QueueRetentionSet(ctx context.Context, queue string, r QueueRet
 		}
 		stored[q] = s
 	}
-	var v json.RawMessage
-	if len(stored) > 0 {
-		if v, err = json.Marshal(stored); err != nil {
-			return err
-		}
-	}
-	if err := ss.SetSetting(ctx, queueRetentionKey, v); err != nil {
+	if err := writeSettingMap(ctx, ss, queueRetentionKey, stored); err != nil {
 		return wrapOp("store the queues' retentions", err)
 	}
 	return nil

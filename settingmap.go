@@ -23,3 +23,26 @@ func readSettingMap[V any](ctx context.Context, ss store.SettingStore, key strin
 	}
 	return m, nil
 }
+
+// writeSettingMap stores m as the JSON object under key, or removes the key when m is empty.
+func writeSettingMap[V any](ctx context.Context, ss store.SettingStore, key string, m map[string]V) error {
+	var raw json.RawMessage
+	if len(m) > 0 {
+		b, err := json.Marshal(m)
+		if err != nil {
+			return err
+		}
+		raw = b
+	}
+	return ss.SetSetting(ctx, key, raw)
+}
+
+// settingStore returns the client's store as a SettingStore, or an error matching ErrUnsupported
+// naming what needs it.
+func (c *Client) settingStore(what string) (store.SettingStore, error) {
+	ss, ok := c.store.(store.SettingStore)
+	if !ok {
+		return nil, fmt.Errorf("pronto: %s: the store keeps no settings: %w", what, ErrUnsupported)
+	}
+	return ss, nil
+}

@@ -195,11 +195,9 @@ func (s *Server) setQueueRetention(ctx context.Context, queue string, set map[st
 		r := dead[queue]
 		r.MaxAge = value("discarded")
 		if r.MaxAge == 0 && r.MaxCount == 0 {
-			delete(dead, queue)
-		} else {
-			dead[queue] = r
+			r = pronto.DeadLetterRetention{} // no bound left: the queue follows the server's
 		}
-		return s.client.DeadLetterRetentionsSet(ctx, dead)
+		return s.client.DeadLetterRetentionSet(ctx, queue, r)
 	}
 	return nil
 }
