@@ -160,3 +160,86 @@ func TestDeadLetterArchive(t *testing.T) {
 		require.Equal(t, map[string]bool{"ar-del": false, "ar-own": true, "ar-all": true}, archived)
 	})
 }
+
+// hangingArchive keeps the first batch it is given and then hangs until its context ends, as an
+// archive whose storage stopped answering would, or a leader stopped in the middle of a pass.
+type hangingArchive struct {
+	called chan []*pronto.JobRow
+}
+
+func (a *hangingArchive) ArchiveDeadLetter(ctx context.Context, jobs []*pronto.JobRow) error {
+	select {
+	case a.called <- jobs:
+	default:
+	}
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// TestDeadLetterArchiveLeaderStopsMidPass, on every store, with two clients: the leader's archive
+// hangs and the leader is stopped in the middle of its pass; nothing is deleted, and the client
+// that takes office archives the same jobs again and only then deletes them.
+func TestDeadLetterArchiveLeaderStopsMidPass(t *testing.T) {
+	forEachStoreOf(t, storesWithRedis, func(t *testing.T, ts *testStore) {
+		ctx := context.Background()
+		workers := pronto.NewWorkers()
+		pronto.AddWorker(workers, pronto.WorkFunc(func(context.Context, *pronto.Job[noopArgs]) error {
+			return errors.New("always")
+		}))
+		failer := fastConfig(workers, map[string]pronto.QueueConfig{"arl": {MaxWorkers: 1}})
+		failer.DisableMaintenance = true
+		c0, err := pronto.NewClient(ts.Store, failer)
+		require.NoError(t, err)
+		for i := range 5 {
+			_, err := c0.Insert(ctx, noopArgs{N: i}, &pronto.InsertOpts{Queue: "arl", MaxAttempts: 1})
+			require.NoError(t, err)
+		}
+		discarded := func() []*pronto.JobRow {
+			page, err := c0.JobList(ctx, &pronto.JobListParams{Queues: []string{"arl"}, States: []pronto.State{pronto.StateDiscarded}})
+			require.NoError(t, err)
+			return page.Jobs
+		}
+		startBuilt(t, c0)
+		require.Eventually(t, func() bool { return len(discarded()) == 5 }, 30*time.Second, 10*time.Millisecond)
+
+		leaderConfig := func(a pronto.DeadLetterArchive) *pronto.Config {
+			cfg := fastConfig(nil, nil)
+			cfg.DeadLetterArchive = a
+			cfg.DeadLetterPruningPolicy = pronto.PruneArchive
+			cfg.DiscardedMaxCount = 2
+			return cfg
+		}
+		hanging := &hangingArchive{called: make(chan []*pronto.JobRow, 1)}
+		a, err := pronto.NewClient(ts.Store, leaderConfig(hanging))
+		require.NoError(t, err)
+		pronto.SetCleanupInterval(a, 20*time.Millisecond)
+		require.NoError(t, a.Start(ctx))
+		var offered []*pronto.JobRow
+		select {
+		case offered = <-hanging.called:
+		case <-time.After(30 * time.Second):
+			t.Fatal("the leader never offered a batch to its archive")
+		}
+		require.Len(t, offered, 3, "the three oldest beyond the newest 2")
+		stopCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		require.NoError(t, a.Stop(stopCtx))
+		cancel()
+		require.Len(t, discarded(), 5, "a batch the archive did not accept is not deleted")
+
+		kept := &recordingArchive{jobs: map[string]*pronto.JobRow{}}
+		b, err := pronto.NewClient(ts.Store, leaderConfig(kept))
+		require.NoError(t, err)
+		pronto.SetCleanupInterval(b, 20*time.Millisecond)
+		startBuilt(t, b)
+		require.Eventually(t, func() bool { return len(discarded()) == 2 }, 30*time.Second, 10*time.Millisecond)
+		kept.mu.Lock()
+		defer kept.mu.Unlock()
+		require.Len(t, kept.jobs, 3)
+		for _, j := range offered {
+			require.Contains(t, kept.jobs, j.ID, "the new leader archived the same jobs again before deleting them")
+		}
+		for _, j := range discarded() {
+			require.NotContains(t, kept.jobs, j.ID, "the newest two are kept, not archived")
+		}
+	})
+}
