@@ -247,7 +247,8 @@ type Workflow struct {
 	Meta json.RawMessage
 	// State is derived as described in the Workflows section.
 	State WorkflowState
-	// Total counts the members (callbacks excluded); Counts counts them per state.
+	// Total counts the members (callbacks excluded); Counts counts them per state, with every one of
+	// the eight states present (zero included), as the HTTP API shows them.
 	Total  int
 	Counts map[State]int
 	// CreatedAt is when it was inserted; CancelledAt when CancelWorkflow was called (zero if never);

@@ -89,7 +89,7 @@ func (s *Store) InsertWorkflow(ctx context.Context, p store.WorkflowParams) (*st
 
 	jobs := make([]*store.Job, len(rows))
 	w := &store.Workflow{ID: p.ID, Name: p.Name, Type: p.Type, Meta: p.Meta, CreatedAt: now,
-		Counts: make(map[store.State]int)}
+		Counts: zeroCounts()}
 	if len(w.Meta) == 0 || string(w.Meta) == "null" {
 		w.Meta = nil
 	}
@@ -188,13 +188,22 @@ func (s *Store) CancelWorkflow(ctx context.Context, id string) (*store.Workflow,
 	return w, nil
 }
 
+// zeroCounts returns workflow counts with every state at zero.
+func zeroCounts() map[store.State]int {
+	m := make(map[store.State]int, len(store.AllStates))
+	for _, st := range store.AllStates {
+		m[st] = 0
+	}
+	return m
+}
+
 // loadWorkflow reads workflow id and derives its state from its members' counts.
 func loadWorkflow(ctx context.Context, q queryer, id string) (*store.Workflow, error) {
 	rows, err := q.QueryContext(ctx, getWorkflowSQL, id)
 	if err != nil {
 		return nil, err
 	}
-	w := &store.Workflow{Counts: make(map[store.State]int)}
+	w := &store.Workflow{Counts: zeroCounts()}
 	found := false
 	for rows.Next() {
 		var meta []byte
