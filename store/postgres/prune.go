@@ -18,20 +18,22 @@ var (
 
 // sqlPruneSelect names, as the CTE old, up to $3 discarded jobs: those finished before $1 (NULL:
 // none by age) and those beyond the newest $2, oldest first, of the queues $4 (NULL: every queue)
-// but $5, less the workflow jobs a pending child still waits for. Both candidate lists are read
+// but $5, less the workflow jobs a pending child still waits for (passed over before the limit,
+// so that a batch's failed jobs waiting for their callback never use it up). Both candidate lists are read
 // from jobs_finalized_idx (state, completed_at): the count bound finds the $2-th newest entry of
 // the index, no table scan (with queues named, the entries of other queues are read past), and
 // takes the oldest entries before it in (completed_at, id) order: the completer finishes a batch at
 // one timestamp, so ties are common. The
 // statement using it closes old's SELECT: with FOR UPDATE to delete, without to read.
 const sqlPruneSelect = `WITH cand AS (
-	(SELECT id, completed_at FROM {schema}.jobs
+	(SELECT id, completed_at FROM {schema}.jobs t
 		WHERE state = 'discarded' AND completed_at < $1
-			AND ($4::text[] IS NULL OR queue = ANY($4)) AND queue <> ALL($5::text[])
+			AND ($4::text[] IS NULL OR queue = ANY($4)) AND queue <> ALL($5::text[]) AND ` + sqlNotAwaitedParent + `
 		ORDER BY completed_at, id LIMIT $3)
 	UNION
-	(SELECT id, completed_at FROM {schema}.jobs
+	(SELECT id, completed_at FROM {schema}.jobs t
 		WHERE state = 'discarded' AND ($4::text[] IS NULL OR queue = ANY($4)) AND queue <> ALL($5::text[])
+			AND ` + sqlNotAwaitedParent + `
 			AND (completed_at, id) < (SELECT completed_at, id FROM {schema}.jobs
 				WHERE state = 'discarded' AND ($4::text[] IS NULL OR queue = ANY($4)) AND queue <> ALL($5::text[])
 				ORDER BY completed_at DESC, id DESC OFFSET $2::bigint - 1 LIMIT 1)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
@@ -132,12 +133,25 @@ func pruneArgs(sel []pruneEntry) map[string][]any {
 	return args
 }
 
+// scriptWaitedAmong returns those of the jobs ARGV (of one queue) that a pending child waits for:
+// pruneSelect passes over them without counting them against its limit.
+var scriptWaitedAmong = newFunc("WaitedAmong", `
+local out = {}
+for i = 1, #ARGV do
+  if waited(ARGV[i]) then out[#out + 1] = ARGV[i] end
+end
+return out
+`)
+
 // pruneSelect returns the entries of the done:discarded sets of the queues p covers that a pass p
 // takes, oldest first (by completion time, then id): those finished before p.Before and those
-// beyond the newest p.Keep, at most p.Limit. In that order each bound takes a prefix of the covered
+// beyond the newest p.Keep, at most p.Limit, passing over the jobs a pending child waits for
+// without counting them against the limit (a batch's failed jobs waiting for its callback would
+// otherwise use it up at every pass). In that order each bound takes a prefix of the covered
 // entries, so their union is the longer prefix: one round trip reads each set's size and count
-// before p.Before, a second the oldest entries each set may contribute, merged across queues; no
-// scan, and nothing is deleted.
+// before p.Before, a second the oldest entries each set may contribute, merged across queues, and
+// a third which of those are waited for (when some are, the second and third are done again, at
+// most four times, with the sets read that much further); no scan, and nothing is deleted.
 func (s *Store) pruneSelect(ctx context.Context, p store.PruneParams) ([]pruneEntry, error) {
 	if p.Before.IsZero() && p.Keep <= 0 {
 		return nil, nil
@@ -176,7 +190,7 @@ func (s *Store) pruneSelect(ctx context.Context, p store.PruneParams) ([]pruneEn
 	}); err != nil {
 		return nil, err
 	}
-	// excess is how many of the oldest entries the count bound takes.
+	// excess is how many of the oldest entries the count bound takes, waited for or not.
 	excess := int64(0)
 	if p.Keep > 0 {
 		for _, c := range cards {
@@ -184,21 +198,45 @@ func (s *Store) pruneSelect(ctx context.Context, p store.PruneParams) ([]pruneEn
 		}
 		excess = max(excess-int64(p.Keep), 0)
 	}
-	ranges := make([]*goredis.ZSliceCmd, len(qs))
-	if _, err := s.rdb.Pipelined(ctx, func(pl goredis.Pipeliner) error {
-		for i, q := range qs {
-			n := excess
-			if olds[i] != nil {
-				n = max(n, olds[i].Val())
+	waited := map[string]bool{}   // ids a pending child waits for
+	skipped := map[string]int64{} // per queue, how many of them its range holds
+	var sel []pruneEntry
+	for round := 0; round < 4; round++ {
+		ranges := make([]*goredis.ZSliceCmd, len(qs))
+		if _, err := s.rdb.Pipelined(ctx, func(pl goredis.Pipeliner) error {
+			for i, q := range qs {
+				n := excess
+				if olds[i] != nil {
+					n = max(n, olds[i].Val())
+				}
+				if n = min(n, limit+skipped[q]); n > 0 {
+					ranges[i] = pl.ZRangeWithScores(ctx, key(q), 0, n-1)
+				}
 			}
-			if n = min(n, limit); n > 0 {
-				ranges[i] = pl.ZRangeWithScores(ctx, key(q), 0, n-1)
-			}
+			return nil
+		}); err != nil {
+			return nil, err
 		}
-		return nil
-	}); err != nil {
-		return nil, err
+		sel = takeOldest(qs, ranges, waited, excess, limit, p.Before)
+		found, err := s.waitedAmong(ctx, sel)
+		if err != nil {
+			return nil, err
+		}
+		if len(found) == 0 {
+			return sel, nil
+		}
+		for _, e := range found {
+			waited[e.id] = true
+			skipped[e.queue]++
+		}
 	}
+	// Still some waited for after four rounds: the delete script keeps them anyway.
+	return sel, nil
+}
+
+// takeOldest merges the queues' ranges oldest first and takes at most limit entries that are not
+// waited for, among the first excess of all (the count bound) or finished before before.
+func takeOldest(qs []string, ranges []*goredis.ZSliceCmd, waited map[string]bool, excess, limit int64, before time.Time) []pruneEntry {
 	type scored struct {
 		pruneEntry
 		score float64
@@ -218,13 +256,35 @@ func (s *Store) pruneSelect(ctx context.Context, p store.PruneParams) ([]pruneEn
 		}
 		return cmp.Compare(a.id, b.id)
 	})
-	before := float64(p.Before.UnixMicro())
+	cutoff := float64(before.UnixMicro())
 	sel := make([]pruneEntry, 0, min(int64(len(oldest)), limit))
-	for i, e := range oldest {
-		if int64(i) >= limit || (int64(i) >= excess && (p.Before.IsZero() || e.score >= before)) {
+	for pos, e := range oldest {
+		if int64(len(sel)) >= limit || (int64(pos) >= excess && (before.IsZero() || e.score >= cutoff)) {
 			break
 		}
-		sel = append(sel, e.pruneEntry)
+		if !waited[e.id] {
+			sel = append(sel, e.pruneEntry)
+		}
 	}
-	return sel, nil
+	return sel
+}
+
+// waitedAmong returns the entries of sel that a pending child waits for, one script call per
+// queue.
+func (s *Store) waitedAmong(ctx context.Context, sel []pruneEntry) ([]pruneEntry, error) {
+	byQueue := map[string][]any{}
+	for _, e := range sel {
+		byQueue[e.queue] = append(byQueue[e.queue], e.id)
+	}
+	var out []pruneEntry
+	for q, ids := range byQueue {
+		res, err := scriptWaitedAmong.Run(ctx, s.rdb, s.keys(q), ids...).StringSlice()
+		if err != nil {
+			return nil, fmt.Errorf("redis: prune discarded jobs of %s: %w", q, err)
+		}
+		for _, id := range res {
+			out = append(out, pruneEntry{queue: q, id: id})
+		}
+	}
+	return out, nil
 }

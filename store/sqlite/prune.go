@@ -21,16 +21,20 @@ var (
 // order (the completer finishes a batch at one timestamp, so ties are common), of the queues ?4 (a
 // JSON array; NULL: every queue) but ?5 (a JSON array).
 const pruneScanSQL = `SELECT rowid FROM (SELECT rowid FROM pronto_jobs INDEXED BY pronto_jobs_discarded_idx
-		WHERE state = 'discarded' AND completed_at < ?1 AND ` + pruneQueuesSQL + `
+		WHERE state = 'discarded' AND completed_at < ?1 AND ` + pruneQueuesSQL + ` AND ` + notAwaitedSQL + `
 		ORDER BY completed_at, id LIMIT ?3)
 	UNION
 	SELECT rowid FROM (SELECT rowid FROM pronto_jobs INDEXED BY pronto_jobs_discarded_idx
-		WHERE state = 'discarded' AND ` + pruneQueuesSQL + `
+		WHERE state = 'discarded' AND ` + pruneQueuesSQL + ` AND ` + notAwaitedSQL + `
 			AND (completed_at, id) < (SELECT completed_at, id FROM pronto_jobs INDEXED BY pronto_jobs_discarded_idx
 				WHERE state = 'discarded' AND ` + pruneQueuesSQL + `
 				ORDER BY completed_at DESC, id DESC LIMIT 1 OFFSET ?2 - 1)
 		ORDER BY completed_at, id LIMIT ?3)
 	LIMIT ?3`
+
+// notAwaitedSQL passes over the workflow jobs a pending child still waits for, before the scan's
+// limit, so that a batch's failed jobs waiting for their callback never use it up.
+const notAwaitedSQL = `(workflow_id IS NULL OR NOT ` + keptParentSQL + `)`
 
 // pruneQueuesSQL keeps the jobs of the queues a pass covers (see pruneScanSQL).
 const pruneQueuesSQL = `(?4 IS NULL OR queue IN (SELECT value FROM json_each(?4)))
@@ -40,21 +44,20 @@ const pruneQueuesSQL = `(?4 IS NULL OR queue IN (SELECT value FROM json_each(?4)
 // kept as workflow parents, returning their queues and workflows.
 const pruneDeleteSQL = `DELETE FROM pronto_jobs
 	WHERE rowid IN (SELECT value FROM json_each(?1)) AND state = 'discarded'
-	  AND (workflow_id IS NULL OR NOT ` + keptParentSQL + `)
+	  AND ` + notAwaitedSQL + `
 	RETURNING queue, workflow_id`
 
 // pruneCandidatesSQL reads the candidates (a JSON array of rowids) that the delete would take,
 // oldest first.
 const pruneCandidatesSQL = `SELECT ` + jobColumns + ` FROM pronto_jobs
-	WHERE rowid IN (SELECT value FROM json_each(?1)) AND state = 'discarded'
-	  AND (workflow_id IS NULL OR NOT ` + keptParentSQL + `)
+	WHERE rowid IN (SELECT value FROM json_each(?1)) AND state = 'discarded' AND ` + notAwaitedSQL + `
 	ORDER BY completed_at, id`
 
 // deleteDiscardedSQL deletes the jobs ?1 (a JSON array of [id, completed_at] pairs) still
 // discarded at that completed_at and not kept as workflow parents.
 const deleteDiscardedSQL = `DELETE FROM pronto_jobs
 	WHERE (id, completed_at) IN (SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(?1))
-	  AND state = 'discarded' AND (workflow_id IS NULL OR NOT ` + keptParentSQL + `)
+	  AND state = 'discarded' AND ` + notAwaitedSQL + `
 	RETURNING queue, workflow_id`
 
 // PruneDiscarded deletes discarded jobs of the queues p covers finished before p.Before and those

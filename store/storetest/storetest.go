@@ -198,6 +198,7 @@ var tests = []testCase{
 	{"WorkflowCleanup", single(testWorkflowCleanup)},
 	{"WorkflowCleanupKeepsWaitedParents", single(testWorkflowCleanupKeepsWaitedParents)},
 	{"WorkflowDeleteWaitedParentRefused", single(testWorkflowDeleteWaitedParentRefused)},
+	{"PruneSkipsWaitedParents", single(testPruneSkipsWaitedParents)},
 	{"WorkflowReopen", testWorkflowReopen},
 	{"WorkflowConcurrentParents", testWorkflowConcurrentParents},
 	{"SchemaRegistry", single(testSchemaRegistry)},

@@ -848,3 +848,29 @@ func testWorkflowDeleteWaitedParentRefused(t *testing.T, s store.Store) {
 	require.Equal(t, a.ID, gone.ID)
 	requireGone(t, s, a.ID)
 }
+
+// testPruneSkipsWaitedParents: discarded workflow jobs a pending callback waits for (a batch whose
+// other jobs still run) are kept by dead-letter pruning without using up its Limit, so the jobs
+// after them are still pruned.
+func testPruneSkipsWaitedParents(t *testing.T, s store.Store) {
+	q := uniq("wf-prune")
+	for range 3 {
+		wf := uuidv7.New()
+		failed := member(wf, q)
+		running := member(wf, q)
+		onDone := callback(wf, q, store.RunOnComplete, failed, running)
+		insertWorkflow(t, s, wf, failed, running, onDone)
+		fail(t, s, failed)
+		run(t, s, running)
+		time.Sleep(2 * time.Millisecond) // the waited ones finish first
+	}
+	plain := []string{inState(t, s, q, store.StateDiscarded).ID, inState(t, s, q, store.StateDiscarded).ID}
+	later := time.Now().Add(time.Minute)
+	cands, err := s.(store.DiscardedArchiver).PruneCandidates(ctx(t), store.PruneParams{Before: later, Limit: 2})
+	require.NoError(t, err)
+	require.ElementsMatch(t, plain, ids(cands), "the waited jobs are passed over, not counted")
+	got, err := s.(store.DiscardedPruner).PruneDiscarded(ctx(t), store.PruneParams{Before: later, Limit: 2})
+	require.NoError(t, err)
+	require.Equal(t, map[string]int{q: 2}, got)
+	requireGone(t, s, plain...)
+}
