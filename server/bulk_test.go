@@ -373,3 +373,32 @@ func TestBulkBadRequests(t *testing.T) {
 	checkErrorBody(t, call(t, s, "GET", "/ojs/v1/jobs/bulk", nil), 405, CodeMethodNotAllowed)
 	checkErrorBody(t, call(t, s, "POST", "/ojs/v1/jobs/bulk/purge", `{}`), 404, CodeNotFound)
 }
+
+// TestBulkDeleteWaitedStep: a finished workflow step that a pending step still waits for is
+// skipped by bulk delete, and the item says why (deleting it would leave the waiting step pending
+// for good); once the workflow is cancelled it is deleted.
+func TestBulkDeleteWaitedStep(t *testing.T) {
+	s, _ := newTestServer(t, Config{})
+	r := mustCall(t, s, 201, "POST", "/ojs/v1/workflows", `{"name":"w","steps":[
+		{"id":"a","type":"t.a","args":[],"options":{"queue":"wfd"}},
+		{"id":"b","type":"t.b","args":[],"options":{"queue":"wfd-slow"}},
+		{"id":"c","type":"t.c","args":[],"depends_on":["a","b"],"options":{"queue":"wfd"}}]}`)
+	wf := obj(t, r, "workflow")
+	a := fetchOne(t, s, "wfd")
+	if a["type"] != "t.a" {
+		t.Fatalf("fetched %v, want step a", a)
+	}
+	mustCall(t, s, 200, "POST", "/ojs/v1/workers/ack", `{"job_id":"`+a["id"].(string)+`"}`)
+	r = call(t, s, "POST", "/ojs/v1/jobs/bulk/delete", `{"job_ids":["`+a["id"].(string)+`"]}`)
+	wantCounts(t, r, 422, map[string]float64{"total_matched": 1, "deleted": 0, "skipped": 1})
+	item := bulkItems(t, r, 1)[0]
+	if reason, _ := item["reason"].(string); item["current_state"] != "completed" || !strings.Contains(reason, "waits for it") {
+		t.Fatalf("skipped item: %v", item)
+	}
+	if st := jobState(t, s, a["id"].(string)); st != "completed" {
+		t.Fatalf("step a: %q, want completed (kept)", st)
+	}
+	mustCall(t, s, 200, "DELETE", "/ojs/v1/workflows/"+wf["id"].(string), nil)
+	r = call(t, s, "POST", "/ojs/v1/jobs/bulk/delete", `{"job_ids":["`+a["id"].(string)+`"]}`)
+	wantCounts(t, r, 200, map[string]float64{"total_matched": 1, "deleted": 1})
+}

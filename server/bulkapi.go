@@ -535,7 +535,11 @@ func appendSkipReason(b []byte, err error) []byte {
 	var te *pronto.TransitionError
 	switch {
 	case errors.As(err, &te):
-		b = appendStringField(b, "reason", "job is in state "+string(te.From))
+		reason := "job is in state " + string(te.From)
+		if te.Reason != "" {
+			reason += ": " + te.Reason // a state that allows it, refused here (a waited-for workflow step)
+		}
+		b = appendStringField(b, "reason", reason)
 		return appendStringField(b, "current_state", string(te.From))
 	case errors.Is(err, pronto.ErrNotFound):
 		return appendStringField(b, "reason", "job not found")
