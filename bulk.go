@@ -35,8 +35,9 @@ func (c *Client) JobRetryMany(ctx context.Context, ids []string) ([]BulkResult, 
 }
 
 // JobDeleteMany deletes each job that is in a terminal state (completed, cancelled or discarded), one
-// at a time and in order. A job in any other state is left alone and gets an error matching
-// ErrInvalidTransition in its BulkResult. The returned error is as for JobCancelMany.
+// at a time and in order. A job in any other state, or a workflow step a pending step still waits
+// for (see JobDelete), is left alone and gets an error matching ErrInvalidTransition in its
+// BulkResult. The returned error is as for JobCancelMany.
 //
 // The state is read before the delete, not in the same store operation: a cancelled or discarded job
 // that another caller retries in between is deleted although it had become available (a completed
