@@ -1010,16 +1010,22 @@ func (s *Store) Cleanup(ctx context.Context, p store.CleanupParams) (int, error)
 	if limit <= 0 {
 		limit = defaultLimit
 	}
-	// The maintenance pass also repairs the queues' copies of the tenant weights on a cluster
-	// (tenant.go).
-	if err := s.syncWeights(ctx); err != nil {
-		return 0, fmt.Errorf("redis: cleanup: tenant weights: %w", err)
+	// The maintenance pass over every queue also repairs the queues' copies of the tenant weights on
+	// a cluster (tenant.go) and sweeps the workflow registrations; the passes of the queues with a
+	// retention of their own (p.Queues) come before it and leave that to it.
+	whole := len(p.Queues) == 0
+	if whole {
+		if err := s.syncWeights(ctx); err != nil {
+			return 0, fmt.Errorf("redis: cleanup: tenant weights: %w", err)
+		}
 	}
 	if p.CompletedBefore.IsZero() && p.CancelledBefore.IsZero() && p.DiscardedBefore.IsZero() {
 		return 0, ctx.Err()
 	}
-	if err := s.sweepRegistrations(ctx); err != nil {
-		return 0, fmt.Errorf("redis: cleanup: workflow registrations: %w", err)
+	if whole {
+		if err := s.sweepRegistrations(ctx); err != nil {
+			return 0, fmt.Errorf("redis: cleanup: workflow registrations: %w", err)
+		}
 	}
 	qs, err := s.queues(ctx)
 	if err != nil {
