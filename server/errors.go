@@ -44,6 +44,9 @@ type apiError struct {
 	hint    string
 	// headers are set on the response (Retry-After on 429).
 	headers map[string]string
+	// cause is the store's error behind a backend_error, for writeError to tell an unreachable
+	// backend (503) from a failure (500).
+	cause error
 }
 
 func (e *apiError) Error() string { return e.message }
@@ -117,7 +120,28 @@ func fromClientError(err error, kind, id string) *apiError {
 	}
 	e := errorf(http.StatusInternalServerError, CodeBackendError, "backend error: %v", err)
 	e.retryable = true
+	e.cause = err
 	return e
+}
+
+// unavailableRetryAfter is the Retry-After of a 503 for an unreachable backend, in seconds: long
+// enough not to hammer a restarting database, short enough for a failover.
+const unavailableRetryAfter = "1"
+
+// asUnavailable turns a backend_error whose cause says the store's backend cannot be reached or
+// cannot serve now (store.IsUnavailable) into the 503 the HTTP binding (16.2) and the error catalog
+// (OJS-2001, BACKEND_UNAVAILABLE, with Retry-After) give it: a client should wait and retry, and a
+// load balancer can tell it from a bug. The code stays backend_error, the binding's only code for it.
+func (s *Server) asUnavailable(e *apiError) *apiError {
+	if e.code != CodeBackendError || e.status != http.StatusInternalServerError || !store.IsUnavailable(s.store, e.cause) {
+		return e
+	}
+	u := *e
+	u.status = http.StatusServiceUnavailable
+	u.message = "backend unavailable: " + strings.TrimPrefix(e.message, "backend error: ")
+	u.details = map[string]any{"backend": s.backend, "reason": "unavailable"}
+	u.headers = map[string]string{"Retry-After": unavailableRetryAfter}
+	return &u
 }
 
 // sqlStateError is what PostgreSQL's errors (pgconn.PgError) have: the SQLSTATE code.
@@ -172,6 +196,7 @@ func trimPrefix(msg string) string {
 
 // writeError answers e as an OJS error body.
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, e *apiError) {
+	e = s.asUnavailable(e)
 	if e.status >= 500 {
 		s.log.Error("pronto serve: request failed", "method", r.Method, "path", r.URL.Path, "err", e.message)
 	}

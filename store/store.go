@@ -77,6 +77,8 @@ var (
 	// ErrInvalidParams: the request is malformed (a field the operation does not accept, a parent
 	// outside the workflow, a cycle). The error's text names the problem.
 	ErrInvalidParams = errors.New("invalid parameters")
+	// ErrClosed: the store was closed; it serves nothing more (IsUnavailable counts it).
+	ErrClosed = errors.New("store is closed")
 )
 
 // TransitionError reports a refused state transition: what was asked, and the state the job was in.

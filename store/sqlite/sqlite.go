@@ -264,14 +264,18 @@ type errRow struct{ err error }
 // Scan returns the row's error.
 func (r errRow) Scan(...any) error { return r.err }
 
+// errStoreClosed is every call's error once the store is closed.
+var errStoreClosed = fmt.Errorf("sqlite store: %w", store.ErrClosed)
+
 // cachedStmt returns the statement of query in the cache that cache returns (read under stmtMu; nil
 // once the store is closed), preparing it on db on first use.
+
 func (s *Store) cachedStmt(ctx context.Context, db *sql.DB, cache func() map[string]*sql.Stmt, query string) (*sql.Stmt, error) {
 	s.stmtMu.Lock()
 	stmts := cache()
 	if stmts == nil {
 		s.stmtMu.Unlock()
-		return nil, errors.New("sqlite store: store is closed")
+		return nil, errStoreClosed
 	}
 	st, ok := stmts[query]
 	s.stmtMu.Unlock()
@@ -286,7 +290,7 @@ func (s *Store) cachedStmt(ctx context.Context, db *sql.DB, cache func() map[str
 	defer s.stmtMu.Unlock()
 	if stmts = cache(); stmts == nil {
 		_ = st.Close()
-		return nil, errors.New("sqlite store: store is closed")
+		return nil, errStoreClosed
 	}
 	if prev, ok := stmts[query]; ok { // prepared by another caller meanwhile
 		_ = st.Close()

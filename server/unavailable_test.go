@@ -1,0 +1,266 @@
+package server
+
+import (
+	"context"
+	"io"
+	"net"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/pronto-jobs/pronto"
+	"github.com/pronto-jobs/pronto/internal/testdb"
+	"github.com/pronto-jobs/pronto/internal/uuidv7"
+	"github.com/pronto-jobs/pronto/store"
+	"github.com/pronto-jobs/pronto/store/postgres"
+	"github.com/pronto-jobs/pronto/store/redis"
+	"github.com/pronto-jobs/pronto/store/sqlite"
+)
+
+// cutProxy forwards TCP connections to a backend until it is cut: then its listener is closed (new
+// connections are refused) and every connection through it is dropped, as when the backend's host
+// goes away. mend listens again on the same address.
+type cutProxy struct {
+	t      *testing.T
+	addr   string
+	target string
+
+	mu    sync.Mutex
+	ln    net.Listener
+	conns map[net.Conn]bool
+}
+
+func newCutProxy(t *testing.T, target string) *cutProxy {
+	p := &cutProxy{t: t, target: target, conns: map[net.Conn]bool{}}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.addr = ln.Addr().String()
+	p.serve(ln)
+	t.Cleanup(p.cut)
+	return p
+}
+
+func (p *cutProxy) serve(ln net.Listener) {
+	p.mu.Lock()
+	p.ln = ln
+	p.mu.Unlock()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			b, err := net.Dial("tcp", p.target)
+			if err != nil {
+				_ = c.Close()
+				continue
+			}
+			p.mu.Lock()
+			if p.ln != ln { // cut meanwhile
+				p.mu.Unlock()
+				_, _ = c.Close(), b.Close()
+				continue
+			}
+			p.conns[c], p.conns[b] = true, true
+			p.mu.Unlock()
+			go func() { _, _ = io.Copy(b, c); _, _ = c.Close(), b.Close() }()
+			go func() { _, _ = io.Copy(c, b); _, _ = c.Close(), b.Close() }()
+		}
+	}()
+}
+
+func (p *cutProxy) cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ln != nil {
+		_ = p.ln.Close()
+		p.ln = nil
+	}
+	for c := range p.conns {
+		_ = c.Close()
+	}
+	clear(p.conns)
+}
+
+func (p *cutProxy) mend() {
+	var ln net.Listener
+	var err error
+	// The port was ours a moment ago; another process taking it in between is not expected, but
+	// a listener's close can take a moment to release it.
+	for range 50 {
+		if ln, err = net.Listen("tcp", p.addr); err == nil {
+			p.serve(ln)
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	p.t.Fatalf("listen again on %s: %v", p.addr, err)
+}
+
+// TestBackendUnavailable: when the store's backend cannot be reached (PostgreSQL or Redis behind a
+// connection that is cut, or a SQLite database closed under the server), requests answer 503 with
+// Retry-After and a retryable backend_error naming the cause (ojs-http-binding.md 16.2,
+// ojs-errors.md BACKEND_UNAVAILABLE), never a 500 or a panic; the health check says disconnected;
+// once the backend is back, the same requests succeed and the job stored before the outage is intact.
+// The memory store has no backend to lose.
+func TestBackendUnavailable(t *testing.T) {
+	for _, kind := range []string{"postgres", "redis", "sqlite"} {
+		t.Run(kind, func(t *testing.T) {
+			ctx := context.Background()
+			var st store.Store
+			var down, up func()
+			switch kind {
+			case "postgres":
+				proxy := newCutProxy(t, "127.0.0.1:5432")
+				cfg, err := pgxpool.ParseConfig(testdb.URL())
+				if err != nil {
+					t.Fatal(err)
+				}
+				host, port, err := net.SplitHostPort(proxy.addr)
+				if err != nil {
+					t.Fatal(err)
+				}
+				cfg.ConnConfig.Host = host
+				n, err := strconv.ParseUint(port, 10, 16)
+				if err != nil {
+					t.Fatal(err)
+				}
+				cfg.ConnConfig.Port = uint16(n)
+				cfg.MaxConns = 2
+				pool, err := pgxpool.NewWithConfig(ctx, cfg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(pool.Close)
+				s, err := postgres.New(pool, postgres.Config{Schema: testdb.Schema(t)})
+				if err != nil {
+					t.Fatal(err)
+				}
+				st, down, up = s, proxy.cut, proxy.mend
+			case "redis":
+				proxy := newCutProxy(t, "127.0.0.1:6379")
+				rdb := goredis.NewClient(&goredis.Options{Addr: proxy.addr, PoolSize: 4})
+				t.Cleanup(func() { _ = rdb.Close() })
+				if err := rdb.Ping(ctx).Err(); err != nil {
+					t.Fatalf("this test needs Redis at 127.0.0.1:6379: %v", err)
+				}
+				prefix := "prontotest:" + uuidv7.New() + ":"
+				s, err := redis.New(ctx, rdb, redis.Options{Prefix: prefix})
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() {
+					direct := goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:6379"})
+					defer direct.Close()
+					iter := direct.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+					for iter.Next(ctx) {
+						_ = direct.Del(ctx, iter.Val()).Err()
+					}
+				})
+				st, down, up = s, proxy.cut, proxy.mend
+			case "sqlite":
+				path := filepath.Join(t.TempDir(), "jobs.db")
+				s, err := sqlite.Open(ctx, path)
+				if err != nil {
+					t.Fatal(err)
+				}
+				st = s
+				down = func() { _ = s.Close() }
+				up = func() {
+					// A closed store stays closed: the server's operator opens the file again, and
+					// a new server over it finds what the old one stored.
+					s2, err := sqlite.Open(ctx, path)
+					if err != nil {
+						t.Fatal(err)
+					}
+					t.Cleanup(func() { _ = s2.Close() })
+					st = s2
+				}
+			}
+			t.Cleanup(func() { _ = st.Close() })
+			if err := st.Migrate(ctx); err != nil {
+				t.Fatal(err)
+			}
+			newServer := func() *Server {
+				client, err := pronto.NewClient(st, &pronto.Config{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				s, _ := newTestServer(t, Config{Client: client})
+				return s
+			}
+			s := newServer()
+			r := call(t, s, "POST", "/ojs/v1/jobs", `{"type":"email.send","args":["before"]}`)
+			if r.status != 201 {
+				t.Fatalf("enqueue: %d %s", r.status, r.raw)
+			}
+			id := r.body["job"].(map[string]any)["id"].(string)
+
+			down()
+			for _, req := range []struct{ method, path, body string }{
+				{"POST", "/ojs/v1/jobs", `{"type":"email.send","args":["during"]}`},
+				{"GET", "/ojs/v1/jobs/" + id, ""},
+				{"POST", "/ojs/v1/workers/fetch", `{"queues":["default"]}`},
+				{"POST", "/ojs/v1/jobs/batch", `{"jobs":[{"type":"email.send","args":[1]}]}`},
+				{"GET", "/ojs/v1/queues", ""},
+			} {
+				var body any
+				if req.body != "" {
+					body = req.body
+				}
+				r := call(t, s, req.method, req.path, body)
+				checkErrorBody(t, r, 503, CodeBackendError)
+				e := r.body["error"].(map[string]any)
+				if e["retryable"] != true {
+					t.Errorf("%s %s: retryable %v", req.method, req.path, e["retryable"])
+				}
+				if got := r.header.Get("Retry-After"); got != unavailableRetryAfter {
+					t.Errorf("%s %s: Retry-After %q", req.method, req.path, got)
+				}
+				if d, _ := e["details"].(map[string]any); d["reason"] != "unavailable" {
+					t.Errorf("%s %s: details %v", req.method, req.path, e["details"])
+				}
+			}
+			if r := call(t, s, "GET", "/ojs/v1/health", nil); r.status != 503 ||
+				r.body["backend"].(map[string]any)["status"] != "disconnected" {
+				t.Fatalf("health while down: %d %s", r.status, r.raw)
+			}
+
+			up()
+			if kind == "sqlite" {
+				s = newServer()
+			}
+			// The pool finds its connections dead and dials again: wait for the first success
+			// rather than for a time.
+			deadline := time.Now().Add(30 * time.Second)
+			for {
+				r := call(t, s, "POST", "/ojs/v1/jobs", `{"type":"email.send","args":["after"]}`)
+				if r.status == 201 {
+					break
+				}
+				if r.status != 503 || time.Now().After(deadline) {
+					t.Fatalf("enqueue after the backend came back: %d %s", r.status, r.raw)
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			r = call(t, s, "GET", "/ojs/v1/jobs/"+id, nil)
+			if r.status != 200 {
+				t.Fatalf("get the job stored before: %d %s", r.status, r.raw)
+			}
+			job := r.body["job"].(map[string]any)
+			if job["state"] != "available" || job["args"].([]any)[0] != "before" {
+				t.Fatalf("the job stored before the outage changed: %s", r.raw)
+			}
+			if r := call(t, s, "GET", "/ojs/v1/health", nil); r.status != 200 {
+				t.Fatalf("health after: %d %s", r.status, r.raw)
+			}
+		})
+	}
+}
