@@ -1079,7 +1079,7 @@ func (rj *runningJob) Finished(applied bool, werr error) {
 		out.Errors = append(slices.Clone(row.Errors), ae)
 	}
 	if comp.RefundAttempt {
-		out.MaxAttempts++
+		out.MaxAttempts = min(out.MaxAttempts+1, store.MaxAttemptsLimit)
 	}
 	if !comp.ScheduledAt.IsZero() {
 		out.ScheduledAt = comp.ScheduledAt

@@ -118,7 +118,13 @@ func ParseCron(expression, timezone string) (CronSchedule, error) {
 	if err != nil {
 		return CronSchedule{}, invalidf("cron expression %q: %v", expression, err)
 	}
-	return CronSchedule{sched: sched, loc: loc}, nil
+	cs := CronSchedule{sched: sched, loc: loc}
+	// The parser accepts fields that never meet ("0 0 30 2 *", February 30th) and then answers the
+	// zero time, which a scheduler would take as due at once, forever.
+	if cs.Next(time.Now()).IsZero() {
+		return CronSchedule{}, invalidf("cron expression %q: no occurrence in the next five years (a date that does not exist, such as February 30th?)", expression)
+	}
+	return cs, nil
 }
 
 // ValidCronName reports whether name is an acceptable cron registration name.

@@ -47,6 +47,12 @@ func TestInsertUnstorableRefused(t *testing.T) {
 		check("cron args", err, "args[0]")
 		_, err = c.CronRegister(ctx, pronto.CronJob{Name: "n", Expression: "@hourly", Kind: "a.b", Description: "d\x00"})
 		check("cron description", err, "description")
+		// Every store counts attempts in 32 bits.
+		_, err = c.Insert(ctx, echoArgs{Message: "ok"}, &pronto.InsertOpts{MaxAttempts: 1 << 31})
+		require.ErrorIs(t, err, pronto.ErrInvalidArgs)
+		require.Contains(t, err.Error(), "max attempts")
+		_, err = c.CronRegister(ctx, pronto.CronJob{Name: "n", Expression: "0 0 30 2 *", Kind: "a.b"})
+		require.ErrorIs(t, err, pronto.ErrInvalidArgs, "a schedule with no occurrence")
 
 		jobs, err := c.JobList(ctx, nil)
 		require.NoError(t, err)

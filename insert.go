@@ -258,6 +258,9 @@ func (c *Client) resolve(kind string, args, meta json.RawMessage, o InsertOpts) 
 	if o.MaxAttempts > 0 {
 		p.MaxAttempts = o.MaxAttempts
 	}
+	if p.MaxAttempts > store.MaxAttemptsLimit {
+		return nil, invalidf("max attempts %d: must be at most %d", p.MaxAttempts, store.MaxAttemptsLimit)
+	}
 	p.Meta = meta
 	if o.Meta != nil {
 		b, err := json.Marshal(o.Meta)

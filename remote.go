@@ -214,7 +214,7 @@ func (c *Client) RemoteNack(ctx context.Context, p RemoteNackParams) (*RemoteNac
 			return nil, err
 		}
 		out.State, out.ScheduledAt = store.StateAvailable, now
-		out.MaxAttempts++
+		out.MaxAttempts = min(out.MaxAttempts+1, store.MaxAttemptsLimit)
 		return res, nil
 	}
 	ae := p.Error

@@ -466,8 +466,8 @@ func decodeRetryOverride(body []byte) (*pronto.RetryOverride, *apiError) {
 				}
 				o.Args = f.val
 			case "meta":
-				if jsonKind(f.val) != "object" {
-					return nil, invalid(field, "%s must be a JSON object", field)
+				if e := checkMeta(f.val, field); e != nil { // as at enqueue: pronto's own key is refused
+					return nil, e
 				}
 				o.Meta = f.val
 			case "queue":

@@ -355,6 +355,7 @@ func decodeJobMembersInto(req *enqueueRequest, top object, now time.Time) *apiEr
 
 	var meta json.RawMessage
 	var topOpts object // envelope-level options (OJS core places them at the top)
+	var opts object    // the options object's members
 	for _, mb := range top {
 		k, v := mb.key, mb.val
 		switch k {
@@ -386,7 +387,7 @@ func decodeJobMembersInto(req *enqueueRequest, top object, now time.Time) *apiEr
 			if isNull(v) {
 				continue
 			}
-			opts, e := decodeObject(v, "options")
+			opts, e = decodeObject(v, "options")
 			if e != nil {
 				e.details = map[string]any{"field": "options"}
 				return e
@@ -418,7 +419,7 @@ func decodeJobMembersInto(req *enqueueRequest, top object, now time.Time) *apiEr
 	if topOpts != nil {
 		var apply object
 		for _, mb := range topOpts {
-			if !optionSet(req, mb.key) {
+			if !optionSet(req, opts, mb.key) {
 				apply = append(apply, mb)
 			}
 		}
@@ -453,7 +454,9 @@ func checkMeta(raw json.RawMessage, field string) *apiError {
 	if k := jsonKind(raw); k != "object" {
 		return invalid(field, "%s must be a JSON object, not %s", field, k)
 	}
-	if bytes.Contains(raw, extKeyBytes) {
+	// A key spelled with escapes ("\u005fpronto") decodes to the reserved one (PostgreSQL's jsonb
+	// decodes it on write), so any escape means a full decode.
+	if bytes.Contains(raw, extKeyBytes) || bytes.Contains(raw, []byte(`\u`)) {
 		var m map[string]json.RawMessage
 		if json.Unmarshal(raw, &m) == nil {
 			if _, ok := m[extKey]; ok {
@@ -492,13 +495,15 @@ func mergeMeta(meta json.RawMessage, metadata map[string]json.RawMessage, ext oj
 }
 
 // optionSet reports whether options already set the option named k.
-func optionSet(req *enqueueRequest, k string) bool {
+func optionSet(req *enqueueRequest, opts object, k string) bool {
 	o := &req.job.Opts
 	switch k {
 	case "queue":
 		return o.Queue != ""
 	case "priority":
-		return o.Priority != 0
+		// 0 is a priority like any other: whether options gave one is in the request.
+		v, ok := opts.get("priority")
+		return ok && !isNull(v)
 	case "scheduled_at":
 		return !o.ScheduledAt.IsZero()
 	case "expires_at":

@@ -68,6 +68,20 @@ func (s *Server) enqueue(w http.ResponseWriter, r *http.Request) {
 	writeBuf(w, status, b)
 }
 
+// existingID returns the first id given in jobs that a stored job has, for the error of a batch the
+// store refused as a duplicate (its error does not say which id): only on that error path.
+func (s *Server) existingID(ctx context.Context, jobs []pronto.OJSJob) string {
+	for _, j := range jobs {
+		if j.Opts.ID == "" {
+			continue
+		}
+		if _, err := s.store.GetJob(ctx, j.Opts.ID); err == nil {
+			return j.Opts.ID
+		}
+	}
+	return ""
+}
+
 // POST /ojs/v1/jobs/batch
 func (s *Server) enqueueBatch(w http.ResponseWriter, r *http.Request) {
 	reqs, ok := readRequest(s, w, r, "batch", func(body []byte) ([]*enqueueRequest, *apiError) {
@@ -77,7 +91,19 @@ func (s *Server) enqueueBatch(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	jobs := make([]pronto.OJSJob, len(reqs))
+	var ids map[string]bool
 	for i, req := range reqs {
+		if id := req.job.Opts.ID; id != "" {
+			// Refused here rather than as a duplicate the store cannot name.
+			if ids[id] {
+				s.writeError(w, r, invalid("jobs["+strconv.Itoa(i)+"].id", "id %q is given to more than one job of the batch", id))
+				return
+			}
+			if ids == nil {
+				ids = map[string]bool{}
+			}
+			ids[id] = true
+		}
 		if e := s.applyTenant(r, req, "jobs["+strconv.Itoa(i)+"]"); e != nil {
 			s.writeError(w, r, e)
 			return
@@ -90,7 +116,11 @@ func (s *Server) enqueueBatch(w http.ResponseWriter, r *http.Request) {
 	}
 	rows, err := s.client.InsertOJS(r.Context(), jobs)
 	if err != nil {
-		s.writeInsertError(w, r, err, "job", "", jobs[0].Kind)
+		id := ""
+		if errors.Is(err, pronto.ErrDuplicate) {
+			id = s.existingID(r.Context(), jobs)
+		}
+		s.writeInsertError(w, r, err, "job", id, jobs[0].Kind)
 		return
 	}
 	b := getBuf()
@@ -275,11 +305,8 @@ func decodeFetch(body []byte) (*fetchRequest, *apiError) {
 		req.count = int(n)
 	}
 	if v, ok := m.get("worker_id"); ok && !isNull(v) {
-		if req.workerID, e = wantString(v, "worker_id"); e != nil {
+		if req.workerID, e = wantWorkerID(v); e != nil {
 			return nil, e
-		}
-		if len(req.workerID) > 255 {
-			return nil, invalid("worker_id", "worker_id is longer than 255 bytes")
 		}
 	}
 	if req.lease, e = visibilityTimeout(m); e != nil {
@@ -480,6 +507,22 @@ type jobRef struct {
 	attempt         int    // 0: not given
 }
 
+// maxWorkerIDLen bounds a worker_id: the workers registry keys rows by it, and every store must be
+// able to hold (and index) what one accepts.
+const maxWorkerIDLen = 255
+
+// wantWorkerID reads a worker_id: a string of at most maxWorkerIDLen bytes.
+func wantWorkerID(v []byte) (string, *apiError) {
+	id, e := wantString(v, "worker_id")
+	if e != nil {
+		return "", e
+	}
+	if len(id) > maxWorkerIDLen {
+		return "", invalid("worker_id", "worker_id is longer than %d bytes", maxWorkerIDLen)
+	}
+	return id, nil
+}
+
 // decodeJobRef reads job_id (required), and worker_id, claim_token and attempt (optional).
 func decodeJobRef(m object) (ref jobRef, e *apiError) {
 	raw, ok := m.get("job_id")
@@ -496,7 +539,7 @@ func decodeJobRef(m object) (ref jobRef, e *apiError) {
 		return ref, e
 	}
 	if v, ok := m.get("worker_id"); ok && !isNull(v) {
-		if ref.workerID, e = wantString(v, "worker_id"); e != nil {
+		if ref.workerID, e = wantWorkerID(v); e != nil {
 			return ref, e
 		}
 	}
@@ -721,7 +764,7 @@ func decodeHeartbeat(body []byte) (*heartbeatRequest, *apiError) {
 	if !ok || isNull(raw) {
 		return nil, invalid("worker_id", "worker_id is required")
 	}
-	if req.workerID, e = wantString(raw, "worker_id"); e != nil {
+	if req.workerID, e = wantWorkerID(raw); e != nil {
 		return nil, e
 	}
 	if v, ok := m.get("active_jobs"); ok && !isNull(v) {

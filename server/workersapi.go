@@ -211,6 +211,14 @@ func (s *Server) heldJobs(ctx context.Context, id string) ([]string, bool, error
 
 // loadWorker reads worker id's record, or writes the error.
 func (s *Server) loadWorker(w http.ResponseWriter, r *http.Request, id string) (*store.Worker, bool) {
+	e := checkPathText(id, "worker_id")
+	if e == nil && len(id) > maxWorkerIDLen {
+		e = invalid("worker_id", "worker_id is longer than %d bytes", maxWorkerIDLen)
+	}
+	if e != nil {
+		s.writeError(w, r, e)
+		return nil, false
+	}
 	ws, ok := s.workerStore()
 	if !ok {
 		s.writeError(w, r, errorf(http.StatusNotImplemented, CodeUnsupported, "this server's store (%s) keeps no worker records", s.backend))

@@ -92,9 +92,14 @@ type TransitionError struct {
 	Reason string
 }
 
+// MaxAttemptsLimit is the most attempts a job can have: every store keeps the count in 32 bits (a
+// PostgreSQL integer), and an attempt given back (RefundAttempt) stops growing it there.
+const MaxAttemptsLimit = 1<<31 - 1
+
 // ReasonAwaitedParent refuses DeleteJob of a workflow job that a pending child still waits for: the
 // child is released by its parents' outcomes and reads their results, so deleting one would leave
 // it pending for good.
+
 const ReasonAwaitedParent = "a pending job of its workflow still waits for it (cancel the workflow, or that job, first)"
 
 func (e *TransitionError) Error() string {
@@ -339,7 +344,7 @@ type Completion struct {
 	// Result is stored for completed jobs.
 	Result json.RawMessage
 	// RefundAttempt gives back the attempt this run used (snooze, shutdown): MaxAttempts grows by one,
-	// so Attempt stays monotonic while the retry budget is unchanged.
+	// so Attempt stays monotonic while the retry budget is unchanged (up to MaxAttemptsLimit).
 	RefundAttempt bool
 	// Remove, with State completed, deletes the job as its outcome is written instead of keeping it
 	// completed until retention cleanup (pronto.QueueConfig.RemoveCompleted): the job is then gone

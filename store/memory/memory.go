@@ -899,7 +899,7 @@ func (s *Store) Finish(ctx context.Context, completions []store.Completion) ([]s
 			j.Errors = append(j.Errors, ae)
 		}
 		if c.RefundAttempt {
-			j.MaxAttempts++
+			j.MaxAttempts = min(j.MaxAttempts+1, store.MaxAttemptsLimit)
 		}
 		s.place(j)
 		switch {

@@ -462,7 +462,7 @@ WHERE j.id = u.id AND j.state = 'active' AND j.claim_token = u.token`
 		completed_at = CASE WHEN u.state IN ('completed', 'discarded', 'cancelled') THEN now() END,
 		result = CASE WHEN u.state = 'completed' THEN u.result ELSE j.result END,
 		errors = CASE WHEN u.error IS NULL THEN j.errors ELSE j.errors || jsonb_build_array(u.error || jsonb_strip_nulls(jsonb_build_object('started_at', j.started_at))) END,
-		max_attempts = CASE WHEN u.refund THEN j.max_attempts + 1 ELSE j.max_attempts END,
+		max_attempts = CASE WHEN u.refund AND j.max_attempts < 2147483647 THEN j.max_attempts + 1 ELSE j.max_attempts END,
 		lease_expires_at = NULL,
 		worker_id = NULL,
 		` + uniqueKeyAfter("u.state", "$1", "$3", "NULL") + `

@@ -1179,7 +1179,7 @@ for c = 1, tonumber(ARGV[1]) do
     if out[c] == 1 then
       f.state, f.lease, f.token = st, '0', ''
       if err ~= '' then adderr(id, withstart(err, f.started)) end
-      if string.find(flags, 'r', 1, true) then redis.call('HINCRBY', k, 'max', 1) end
+      if string.find(flags, 'r', 1, true) and tonumber(redis.call('HGET', k, 'max')) < 2147483647 then redis.call('HINCRBY', k, 'max', 1) end
       place(id, f)
       if f.rkey then out[c] = 2 end
     elseif f.rkey then

@@ -171,7 +171,7 @@ func finishBatchSQL(n int, plainOnly bool) string {
 		errors = CASE WHEN c.err IS NULL THEN pronto_jobs.errors
 			ELSE json_insert(COALESCE(pronto_jobs.errors, '[]'), '$[#]',
 				json_set(c.err, '$.started_at', ` + jsonMicroTime("pronto_jobs.started_at") + `)) END,
-		max_attempts = pronto_jobs.max_attempts + c.refund,
+		max_attempts = min(pronto_jobs.max_attempts + c.refund, 2147483647),
 		lease_expires_at = NULL,
 		worker_id = NULL,
 		` + finishUniqueKey + `

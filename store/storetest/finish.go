@@ -159,6 +159,15 @@ func testFinishAvailable(t *testing.T, s store.Store) {
 
 	again := reclaim(t, s, "returned", a.Kind, a.ID, worker, lease)
 	require.Equal(t, 2, again.Attempt, "a job returned unfinished runs again")
+
+	// At the bound, a refund keeps the bound rather than leaving the range every store can hold.
+	p = job("returned-at-bound")
+	p.MaxAttempts = store.MaxAttemptsLimit
+	b := active(t, s, p)
+	require.True(t, finish(t, s, store.Completion{ID: b.ID, Attempt: 1, State: store.StateAvailable, RefundAttempt: true}))
+	j = get(t, s, b.ID)
+	require.Equal(t, store.StateAvailable, j.State)
+	require.Equal(t, store.MaxAttemptsLimit, j.MaxAttempts)
 }
 
 func testFinishStale(t *testing.T, s store.Store) {
