@@ -25,7 +25,8 @@ import (
 //   - ConflictIgnore: nothing is inserted for that job; Insert returns the existing job in its place,
 //     with Duplicate set. The rest of the batch is inserted.
 //   - ConflictReplace: the existing job is cancelled (CompletedAt now; an active one's runner is told
-//     through NotifyCancel) and the new job is inserted, in the same transaction.
+//     through NotifyCancel) and the new job is inserted, in the same transaction. An existing job in
+//     a terminal state (its UniqueStates include one) is left as it is and gives its key up.
 //   - ConflictReplaceExceptSchedule: like ConflictReplace, but when the existing job is scheduled or
 //     retryable the new job takes over its state and ScheduledAt, so it runs when the old one would
 //     have.

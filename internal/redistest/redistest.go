@@ -28,34 +28,9 @@ func StartCluster(t testing.TB) []string {
 	}
 	var addrs []string
 	for range 3 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatalf("a free port for a cluster node: %v", err)
-		}
-		port := l.Addr().(*net.TCPAddr).Port
-		_ = l.Close()
-		dir := t.TempDir()
-		cmd := exec.Command("redis-server", "--bind", "127.0.0.1", "--port", fmt.Sprint(port), "--dir", dir,
-			"--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(dir, "nodes.conf"),
-			"--save", "", "--appendonly", "no")
-		if err := cmd.Start(); err != nil {
-			t.Fatalf("start a cluster node: %v", err)
-		}
-		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-		addrs = append(addrs, fmt.Sprintf("127.0.0.1:%d", port))
+		addrs = append(addrs, startNode(t))
 	}
 	ctx := context.Background()
-	for _, a := range addrs {
-		c := goredis.NewClient(&goredis.Options{Addr: a, MaxRetries: -1})
-		deadline := time.Now().Add(10 * time.Second)
-		for c.Ping(ctx).Err() != nil {
-			if time.Now().After(deadline) {
-				t.Fatalf("cluster node %s did not start", a)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-		_ = c.Close()
-	}
 	args := append([]string{"--cluster", "create"}, addrs...)
 	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
 	if out, err := exec.Command("redis-cli", args...).CombinedOutput(); err != nil {
@@ -102,4 +77,72 @@ func slotMasters(ctx context.Context, c *goredis.Client) map[string]bool {
 		}
 	}
 	return out
+}
+
+// startNode starts one cluster node and returns its address once it answers. A node needs its port
+// and the port 10000 above it (the cluster bus) free; a port that another process takes between
+// the check and the start, or a node that does not come up, is tried again on other ports.
+func startNode(t testing.TB) string {
+	t.Helper()
+	var last string
+	for range 5 {
+		port, ok := freePortPair()
+		if !ok {
+			continue
+		}
+		dir := t.TempDir()
+		cmd := exec.Command("redis-server", "--bind", "127.0.0.1", "--port", fmt.Sprint(port), "--dir", dir,
+			"--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(dir, "nodes.conf"),
+			"--save", "", "--appendonly", "no")
+		var out strings.Builder
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Start(); err != nil {
+			t.Fatalf("start a cluster node: %v", err)
+		}
+		exited := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(exited) }()
+		addr := fmt.Sprintf("127.0.0.1:%d", port)
+		c := goredis.NewClient(&goredis.Options{Addr: addr, MaxRetries: -1})
+		up := false
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			if c.Ping(context.Background()).Err() == nil {
+				up = true
+				break
+			}
+			select {
+			case <-exited:
+				deadline = time.Time{} // it exited: try other ports
+			default:
+			}
+		}
+		_ = c.Close()
+		if up {
+			t.Cleanup(func() { _ = cmd.Process.Kill(); <-exited })
+			return addr
+		}
+		_ = cmd.Process.Kill()
+		<-exited
+		last = fmt.Sprintf("node on port %d did not start: %s", port, out.String())
+	}
+	t.Fatalf("a cluster node did not start in five tries; the last: %s", last)
+	return ""
+}
+
+// freePortPair returns a port that is free on 127.0.0.1 with the port 10000 above it free too.
+func freePortPair() (int, bool) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, false
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	defer l.Close()
+	if port+10000 > 65535 {
+		return 0, false
+	}
+	bus, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port+10000))
+	if err != nil {
+		return 0, false
+	}
+	_ = bus.Close()
+	return port, true
 }

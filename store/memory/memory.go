@@ -313,6 +313,9 @@ func expired(j *job, now time.Time) bool {
 
 // place files j in the structures its state calls for; s.mu must be held and j must be unplaced.
 func (s *Store) place(j *job) {
+	if j.UniqueKey != "" {
+		s.meetHolder(j)
+	}
 	q := j.q
 	i := stateIndex(j.State)
 	q.counts[i]++

@@ -9,7 +9,8 @@ import (
 )
 
 // Unique keys. s.unique maps each key to the job that took it last; since a job may only take a key
-// nobody holds, that job is the only one that can hold it. Whether it does is decided when asked,
+// nobody holds, and a job moved into its unique states takes the key back or gives it up
+// (meetHolder), that job is the only one that can hold it. Whether it does is decided when asked,
 // from its state, UniqueStates and UniqueUntil, so nothing needs updating when a holder moves on.
 
 // lapsed reports whether j's unique period has run out.
@@ -20,6 +21,26 @@ func (j *job) lapsed(now time.Time) bool {
 // holds reports whether j holds its unique key at now.
 func (j *job) holds(now time.Time) bool {
 	return j.UniqueKey != "" && !j.lapsed(now) && slices.Contains(store.UniqueStatesOrDefault(j.UniqueStates), j.State)
+}
+
+// meetHolder settles the key of j, which a transition has just moved into its state, as the database
+// stores' partial unique index does: if j now holds its key while another job does, j gives its key
+// up (a claim, finish, promotion or rescue never fails for uniqueness); if j holds it alone, j
+// becomes the key's holder (it may have taken the key while outside its states, and another job
+// taken it since). s.mu must be held.
+func (s *Store) meetHolder(j *job) {
+	now := time.Now()
+	if !j.holds(now) {
+		return
+	}
+	h := s.holder(j.UniqueKey)
+	switch {
+	case h == j:
+	case h != nil && h.holds(now):
+		j.UniqueKey = ""
+	default:
+		s.unique[j.UniqueKey] = j
+	}
 }
 
 // holder returns the stored job that took key last, or nil; s.mu must be held.

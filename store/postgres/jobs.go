@@ -3,6 +3,7 @@ package postgres
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -280,18 +281,15 @@ func (s *Store) Finish(ctx context.Context, completions []store.Completion) ([]s
 	b.Queue(s.q.finishPlan)
 	b.Queue(s.q.finish, args...).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
-			id, err := rawUUID(rows)
+			ord, err := rawInt8(rows)
 			if err != nil {
 				return err
 			}
-			// The returned ids are among the sorted ones sent: find the completion by search.
-			k, found := slices.BinarySearchFunc(order, id, func(i int, id [16]byte) int {
-				return bytes.Compare(ids[i].Bytes[:], id[:])
-			})
-			// A completion listed twice (the same id) is applied for both, as a map would say.
-			for ; found && k < len(order) && ids[order[k]].Bytes == id; k++ {
-				results[order[k]].Applied = true
+			// ord is the applied completion's position among those sent, which are in order.
+			if ord < 1 || ord > int64(len(order)) {
+				return fmt.Errorf("finish: the database answered position %d of %d", ord, len(order))
 			}
+			results[order[ord-1]].Applied = true
 		}
 		return rows.Err()
 	})
@@ -299,6 +297,20 @@ func (s *Store) Finish(ctx context.Context, completions []store.Completion) ([]s
 		return nil, fmt.Errorf("finish %d jobs: %w", n, err)
 	}
 	return results, nil
+}
+
+// rawInt8 reads the current row's first column, a bigint, from the wire when it comes in binary
+// format, else through Scan.
+func rawInt8(rows pgx.Rows) (int64, error) {
+	if f := rows.FieldDescriptions(); len(f) > 0 && f[0].Format == pgtype.BinaryFormatCode &&
+		f[0].DataTypeOID == pgtype.Int8OID {
+		if v := rows.RawValues(); len(v) > 0 && len(v[0]) == 8 {
+			return int64(binary.BigEndian.Uint64(v[0])), nil
+		}
+	}
+	var n int64
+	err := rows.Scan(&n)
+	return n, err
 }
 
 // rawUUID reads the current row's first column, a uuid, from the wire when it comes in binary

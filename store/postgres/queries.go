@@ -442,7 +442,8 @@ WHERE j.id = u.id AND j.state = 'active' AND j.claim_token = u.token`
 	// sqlFinish applies a batch of completions given as parallel arrays, only to jobs still active
 	// in the same attempt and, where a claim token is given ($8, NULL elements for none), under
 	// that claim, announces the queues it made claimable or whose rate-limited jobs left
-	// active, and returns the applied ids.
+	// active, and returns the positions (1-based, in the arrays) of the completions it applied:
+	// of two completions of one job, only the one that matched its claim is reported.
 	//
 	// A completion to completed with remove ($9) deletes its job instead (store.Completion.Remove),
 	// unless the job belongs to a workflow or its unique key holds in the completed state: a DELETE
@@ -451,7 +452,8 @@ WHERE j.id = u.id AND j.state = 'active' AND j.claim_token = u.token`
 	// disjoint rows: removable is the same test on the same snapshot in both.
 	sqlFinish = `WITH u AS (
 	SELECT * FROM unnest($1::uuid[], $2::int[], $3::text[], $4::timestamptz[], $5::jsonb[],
-		$6::jsonb[], $7::bool[], $8::uuid[], $9::bool[]) AS u(id, attempt, state, scheduled_at, error, result, refund, token, remove)
+		$6::jsonb[], $7::bool[], $8::uuid[], $9::bool[]) WITH ORDINALITY
+		AS u(id, attempt, state, scheduled_at, error, result, refund, token, remove, ord)
 ), changed AS (
 	UPDATE {schema}.jobs j
 	SET state = u.state,
@@ -469,17 +471,17 @@ WHERE j.id = u.id AND j.state = 'active' AND j.claim_token = u.token`
 	FROM u
 	WHERE j.id = u.id AND j.state = 'active' AND j.attempt = u.attempt
 		AND (u.token IS NULL OR j.claim_token = u.token) AND NOT (` + removable + `)
-	RETURNING j.id, j.queue, j.state, j.scheduled_at, j.rate_key
+	RETURNING j.id, j.queue, j.state, j.scheduled_at, j.rate_key, u.ord
 ), removed AS (
 	DELETE FROM {schema}.jobs j USING u
 	WHERE j.id = u.id AND j.state = 'active' AND j.attempt = u.attempt
 		AND (u.token IS NULL OR j.claim_token = u.token) AND ` + removable + `
-	RETURNING j.id, j.queue, 'completed'::text AS state, j.scheduled_at, j.rate_key
+	RETURNING j.id, j.queue, 'completed'::text AS state, j.scheduled_at, j.rate_key, u.ord
 ), finished AS (
 	SELECT * FROM changed UNION ALL SELECT * FROM removed
 ), notified AS (` + strings.Replace(sqlNotifyFinished, "FROM changed", "FROM finished", 1) + `
 )
-SELECT id FROM finished WHERE (SELECT count(*) FROM notified) >= 0`
+SELECT ord FROM finished WHERE (SELECT count(*) FROM notified) >= 0`
 
 	// removable is true for a completion u of job j that deletes it (see sqlFinish).
 	removable = `(u.remove IS TRUE AND u.state = 'completed' AND j.workflow_id IS NULL

@@ -644,14 +644,19 @@ for x, j in ipairs(jobs) do
         if j.policy == 'replace_except_schedule' and (hst == 'scheduled' or hst == 'retryable') then
           adopt = {hst, redis.call('HGET', jk(hid), 'sched')}
         end
-        if hst == 'active' then
-          cancels[#cancels + 1] = hid
-          cancels[#cancels + 1] = redis.call('HGET', jk(hid), 'token') or ''
+        if terminal(hst) then
+          -- A finished holder (its states include a terminal one) stays as it is and gives the key up.
+          redis.call('HSET', jk(hid), 'ukey', '')
+        else
+          if hst == 'active' then
+            cancels[#cancels + 1] = hid
+            cancels[#cancels + 1] = redis.call('HGET', jk(hid), 'token') or ''
+          end
+          unplace(hid)
+          redis.call('HSET', jk(hid), 'state', 'cancelled', 'completed', s(t))
+          leave(hid)
+          place(hid)
         end
-        unplace(hid)
-        redis.call('HSET', jk(hid), 'state', 'cancelled', 'completed', s(t))
-        leave(hid)
-        place(hid)
       end
     end
   end

@@ -296,3 +296,39 @@ func testFinishBatchColumns(t *testing.T, s store.Store) {
 	run(true)
 	run(false)
 }
+
+// testFinishStaleBesideCurrent: one Finish call holding the outcome of a job's current run and a
+// stale outcome of an earlier run of the same job (an older claim) applies the current one and
+// reports, in order, only that one as applied (store.FinishResult). PostgreSQL once reported both.
+func testFinishStaleBesideCurrent(t *testing.T, s store.Store) {
+	old := active(t, s, job("stale-beside-current"))
+	require.True(t, finish(t, s, store.Completion{ID: old.ID, Attempt: old.Attempt, Token: old.ClaimToken,
+		State: store.StateAvailable, RefundAttempt: true}))
+	cur := reclaim(t, s, old.Queue, old.Kind, old.ID, worker, lease)
+	require.NotEqual(t, old.ClaimToken, cur.ClaimToken)
+
+	for _, stale := range []store.Completion{
+		{ID: old.ID, Attempt: old.Attempt, Token: old.ClaimToken, State: store.StateDiscarded,
+			Error: &store.AttemptError{Attempt: old.Attempt, At: time.Now(), Message: "stale"}},
+		{ID: old.ID, Attempt: cur.Attempt, Token: old.ClaimToken, State: store.StateDiscarded}, // right attempt, old claim
+	} {
+		res, err := s.Finish(ctx(t), []store.Completion{
+			stale,
+			{ID: cur.ID, Attempt: cur.Attempt, Token: cur.ClaimToken, State: store.StateCompleted, Result: json.RawMessage(`"current"`)},
+			stale,
+		})
+		require.NoError(t, err)
+		require.Len(t, res, 3)
+		require.Equal(t, []bool{false, true, false}, []bool{res[0].Applied, res[1].Applied, res[2].Applied})
+		j := get(t, s, cur.ID)
+		require.Equal(t, store.StateCompleted, j.State, "the current run's outcome decides the job")
+		require.Empty(t, j.Errors, "the stale outcome wrote nothing")
+		require.JSONEq(t, `"current"`, string(j.Result))
+
+		// Again, for the second form: a fresh run of a fresh job.
+		old = active(t, s, job("stale-beside-current"))
+		require.True(t, finish(t, s, store.Completion{ID: old.ID, Attempt: old.Attempt, Token: old.ClaimToken,
+			State: store.StateAvailable, RefundAttempt: true}))
+		cur = reclaim(t, s, old.Queue, old.Kind, old.ID, worker, lease)
+	}
+}

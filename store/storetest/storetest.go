@@ -91,6 +91,7 @@ var tests = []testCase{
 	{"FinishCancelled", single(testFinishCancelled)},
 	{"FinishAvailable", single(testFinishAvailable)},
 	{"FinishStaleAttemptNotApplied", single(testFinishStale)},
+	{"FinishStaleBesideCurrent", single(testFinishStaleBesideCurrent)},
 	{"ClaimTokenFencesRuns", single(testClaimTokenFencesRuns)},
 	{"ClaimTokensDistinctInBatch", single(testClaimTokensDistinctInBatch)},
 	{"ClaimForWorkers", single(testClaimForWorkers)},
@@ -164,6 +165,8 @@ var tests = []testCase{
 	{"UniqueRoundTrip", single(testUniqueRoundTrip)},
 	{"UniqueConcurrentInserts", testUniqueConcurrent},
 	{"UniqueManualReentry", single(testUniqueManualReentry)},
+	{"UniqueHeldAfterClaim", single(testUniqueHeldAfterClaim)},
+	{"UniqueReplaceTerminalHolder", single(testUniqueReplaceTerminalHolder)},
 	{"InsertRefusesWorkflowFields", single(testInsertRefusesWorkflowFields)},
 
 	{"RateLimitCRUD", single(testRateLimitCRUD)},

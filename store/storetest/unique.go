@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"encoding/json"
 	"errors"
 	"sync"
 	"testing"
@@ -483,4 +484,61 @@ func testUniqueManualReentry(t *testing.T, s store.Store) {
 	require.Equal(t, key, get(t, s, first.ID).UniqueKey, "the retried job holds its key again")
 	_, err = s.Insert(ctx(t), []*store.InsertParams{uniqueJob(q, key, "")})
 	requireConflict(t, err, key, first.ID, store.StateAvailable)
+}
+
+// testUniqueHeldAfterClaim: a job that took its key while outside its unique states holds it once
+// a claim moves it into them, even after a later job took the same (then free) key; a third job
+// then meets it. The later job, claimed in its turn, gives its key up (store/features.go). The
+// memory store once let the third job in, two jobs holding one key.
+func testUniqueHeldAfterClaim(t *testing.T, s store.Store) {
+	q, key := uniq("unique-held-after-claim"), uniq("key")
+	first := uniqueJob(q, key, "")
+	first.UniqueStates = []store.State{store.StateActive}
+	insert(t, s, first)
+	second := uniqueJob(q, key, "")
+	second.UniqueStates = []store.State{store.StateActive}
+	insert(t, s, second) // the first job is available, outside its states: the key is free
+
+	c := claim(t, s, q, 1)
+	require.Equal(t, []string{first.ID}, ids(c))
+	require.Equal(t, key, get(t, s, first.ID).UniqueKey, "nobody held the key: the claimed job keeps it")
+
+	third := uniqueJob(q, key, "")
+	_, err := s.Insert(ctx(t), []*store.InsertParams{third})
+	requireConflict(t, err, key, first.ID, store.StateActive)
+
+	c = claim(t, s, q, 1)
+	require.Equal(t, []string{second.ID}, ids(c), "a claim never fails for uniqueness")
+	_, err = s.Insert(ctx(t), []*store.InsertParams{third})
+	requireConflict(t, err, key, first.ID, store.StateActive)
+
+	// Once the first job leaves its states, the key is free again (the second gave it up).
+	require.True(t, finish(t, s, store.Completion{ID: first.ID, Attempt: 1, Token: get(t, s, first.ID).ClaimToken, State: store.StateCompleted}))
+	insert(t, s, third)
+}
+
+// testUniqueReplaceTerminalHolder: ConflictReplace meeting a holder in a terminal state (its
+// UniqueStates include completed) takes the key without touching the holder: a terminal job stays
+// terminal (store.State.Terminal). Redis once cancelled the completed holder.
+func testUniqueReplaceTerminalHolder(t *testing.T, s store.Store) {
+	q, key := uniq("unique-replace-terminal"), uniq("key")
+	p := uniqueJob(q, key, "")
+	p.UniqueStates = []store.State{store.StateAvailable, store.StateActive, store.StateCompleted}
+	a := active(t, s, p)
+	require.True(t, finish(t, s, store.Completion{ID: a.ID, Attempt: 1, Token: a.ClaimToken, State: store.StateCompleted,
+		Result: json.RawMessage(`"done"`)}))
+	before := get(t, s, a.ID)
+
+	repl := uniqueJob(q, key, store.ConflictReplace)
+	insert(t, s, repl)
+	require.Equal(t, store.StateAvailable, get(t, s, repl.ID).State)
+	after := get(t, s, a.ID)
+	require.Equal(t, store.StateCompleted, after.State, "a completed holder is not cancelled")
+	require.WithinDuration(t, before.CompletedAt, after.CompletedAt, precision, "its completed_at stands")
+	require.JSONEq(t, `"done"`, string(after.Result))
+
+	// The key went to the new job.
+	again := uniqueJob(q, key, "")
+	_, err := s.Insert(ctx(t), []*store.InsertParams{again})
+	requireConflict(t, err, key, repl.ID, store.StateAvailable)
 }
