@@ -26,7 +26,7 @@ func cmdQueuesSetMaxDepth(ctx context.Context, r *runner, args []string) error {
 	}
 	n, err := strconv.ParseInt(pos[1], 10, 64)
 	if err != nil || n < 0 {
-		return usageErrorf("%s: max depth %q: must be a whole number, 0 (unbounded) or more", r.current, pos[1])
+		return usageErrorf("%s: max depth %q: must be a whole number ≥ 0 (0 lifts the bound: pronto queues set-max-depth %s 0)", r.current, pos[1], q)
 	}
 	c, db, err := r.adminClient(ctx)
 	if err != nil {

@@ -49,6 +49,10 @@ type Env struct {
 	// IsTerminal reports whether Stdout is an interactive terminal, where the demo redraws its progress
 	// in place. Nil: detected from Stdout when it is an *os.File (a character device), else false.
 	IsTerminal func() bool
+	// SharedMemory lets "memory:NAME" name an in-memory store shared by the Runs of this process
+	// (tests, programs embedding the CLI). Off, as in the pronto binary, where a store lasts one
+	// command, only "memory:" is accepted.
+	SharedMemory bool
 }
 
 // OSEnv is the process's own environment.
@@ -199,7 +203,8 @@ type runner struct {
 	// 'pronto completion').
 	collect *[]flagInfo
 
-	dbURL     string // --database-url as given ("" if not)
+	dbURL     string // --database-url as given
+	dbURLSet  bool   // --database-url was given, even empty (which is refused, not the default)
 	listenURL string // --database-listen-url as given ("" if not)
 	schema    string // --schema as given
 	schemaSet bool
@@ -288,7 +293,7 @@ func (r *runner) run(ctx context.Context, args []string) error {
 	fs.BoolVar(help, "h", false, "show this help")
 	version := fs.Bool("version", false, "print the version")
 	if err := fs.Parse(args); err != nil {
-		return usageErrorf("%s", flagErrorText(err))
+		return usageErrorf("%s", flagErrorText(fs.FlagSet, err))
 	}
 	rest := fs.Args()
 	if *version {

@@ -86,7 +86,7 @@ func cmdClientsList(ctx context.Context, r *runner, args []string) error {
 		"List the clients using the database, from any process: each writes its record every 2 s while\n"+
 			"it runs and removes it when it stops. Shows host and pid, version, which one leads maintenance,\n"+
 			"and per queue its workers and the jobs it is running.").withDatabase()
-	asJSON := fs.Bool("json", false, `print {"clients": [...]} as JSON`)
+	asJSON := fs.Bool("json", false, `print {"clients": [...], "next": ""} as JSON`)
 	if _, err := fs.parse(args, 0, 0); err != nil {
 		return err
 	}
@@ -108,7 +108,7 @@ func cmdClientsList(ctx context.Context, r *runner, args []string) error {
 				out[i].Queues = append(out[i].Queues, clientQueueJSON{Name: q.Name, Workers: q.MaxWorkers, Running: q.Running})
 			}
 		}
-		return writeJSON(r.env.Stdout, map[string]any{"clients": out})
+		return writeList(r.env.Stdout, "clients", out, "")
 	}
 	if len(list) == 0 {
 		fmt.Fprintln(r.env.Stderr, "no live clients")

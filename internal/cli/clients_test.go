@@ -109,7 +109,7 @@ func TestWorkflowsList(t *testing.T) {
 func TestClientsList(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, db []string) {
 		ctx := context.Background()
-		r := &runner{env: Env{}}
+		r := &runner{env: Env{SharedMemory: true}}
 		fs := r.newFlagSet("", "").withDatabase()
 		if err := fs.Parse(db); err != nil {
 			t.Fatal(err)

@@ -320,7 +320,7 @@ func TestQueuesPauseResume(t *testing.T) {
 		}
 
 		// A client working the queue, on the same database.
-		r := &runner{env: Env{}}
+		r := &runner{env: Env{SharedMemory: true}}
 		fs := r.newFlagSet("", "").withDatabase()
 		if err := fs.Parse(db); err != nil {
 			t.Fatal(err)

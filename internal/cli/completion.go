@@ -98,7 +98,7 @@ func cmdCompletion(_ context.Context, r *runner, args []string) error {
 			"--state, --on-limit and --overlap.\n\n"+
 			"  bash:  source <(pronto completion bash)        (e.g. in ~/.bashrc)\n"+
 			"  zsh:   source <(pronto completion zsh)         (e.g. in ~/.zshrc, after compinit)\n"+
-			"  fish:  pronto completion fish > ~/.config/fish/completions/pronto.fish")
+			"  fish:  pronto completion fish > ~/.config/fish/completions/pronto.fish").ignoringDatabase()
 	pos, err := fs.parse(args, 1, 1)
 	if err != nil {
 		return err

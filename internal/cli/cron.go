@@ -147,7 +147,7 @@ func cmdCronAdd(ctx context.Context, r *runner, args []string) error {
 	var tags listValue
 	fs.Var(&tags, "tag", "label the jobs with `TAGS` (repeatable or comma-separated)")
 	overlap := fs.String("overlap", string(pronto.CronSkip),
-		"when the previous occurrence's job has not finished: skip, allow, cancel_previous or enqueue")
+		"`POLICY` when the previous occurrence's job has not finished: skip, allow, cancel_previous or enqueue")
 	description := fs.String("description", "", "free `TEXT` for people")
 	asJSON := fs.Bool("json", false, "print the schedule as JSON")
 	pos, err := fs.parse(args, 1, 1)

@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"time"
@@ -57,7 +58,7 @@ func parseDatabaseURL(raw string) (*target, error) {
 		display := redactAny(raw)
 		cfg, err := pgxpool.ParseConfig(raw)
 		if err != nil {
-			return nil, usageErrorf("invalid PostgreSQL URL: %v", err)
+			return nil, usageErrorf("invalid PostgreSQL URL: %s", scrub(err.Error(), raw))
 		}
 		return &target{kind: kindPostgres, display: display, pg: cfg}, nil
 	case strings.HasPrefix(lower, "sqlite:"):
@@ -81,15 +82,49 @@ func parseDatabaseURL(raw string) (*target, error) {
 	case raw == "":
 		return nil, usageErrorf("empty database URL: %s", forms)
 	}
-	scheme := raw
-	if i := strings.Index(raw, ":"); i >= 0 {
-		scheme = raw[:i]
+	// The scheme is named only when there is one: a DSN ("host=db password=...") is not repeated.
+	if scheme, _, ok := strings.Cut(raw, ":"); ok && validScheme(scheme) {
+		return nil, usageErrorf("unsupported database URL %q (scheme %q): %s", redactAny(raw), scheme, forms)
 	}
-	return nil, usageErrorf("unsupported database URL %q (scheme %q): %s", redactAny(raw), scheme, forms)
+	return nil, usageErrorf("unsupported database URL %q (not a URL): %s", redactAny(raw), forms)
 }
 
-// redactAny hides the password of a URL of any scheme, even one that does not parse.
+// redactAny hides the passwords of a URL of any scheme, even one that does not parse: the one in
+// "user:pass@", and the value of every query parameter whose name contains "password" (pgx reads
+// ?password= and ?sslpassword=). A key=value DSN ("host=db password=secret") has its password=
+// values hidden too.
 func redactAny(raw string) string {
+	if !strings.Contains(raw, "://") {
+		return dsnPassword.ReplaceAllString(raw, "${1}xxxxx")
+	}
+	base, query, hasQuery := strings.Cut(raw, "?")
+	out := redactUserinfo(base)
+	if hasQuery {
+		parts := strings.Split(query, "&")
+		for i, p := range parts {
+			if k, _, ok := strings.Cut(p, "="); ok && isPasswordKey(k) {
+				parts[i] = k + "=xxxxx"
+			}
+		}
+		out += "?" + strings.Join(parts, "&")
+	}
+	return out
+}
+
+// dsnPassword matches the value of a password in a key=value DSN, quoted ('pass word', with \'
+// escapes) or not.
+var dsnPassword = regexp.MustCompile(`(?i)(\b[a-z]*password\s*=\s*)('(?:[^'\\]|\\.)*'?|[^\s]*)`)
+
+// isPasswordKey reports whether a query parameter's name (escaped or not) names a password.
+func isPasswordKey(k string) bool {
+	if u, err := url.QueryUnescape(k); err == nil {
+		k = u
+	}
+	return strings.Contains(strings.ToLower(k), "password")
+}
+
+// redactUserinfo hides the password of "user:pass@" in a URL without its query.
+func redactUserinfo(raw string) string {
 	if u, err := url.Parse(raw); err == nil {
 		if _, ok := u.User.Password(); ok {
 			return u.Redacted()
@@ -115,6 +150,59 @@ func redactAny(raw string) string {
 		out += "/" + path
 	}
 	return out
+}
+
+// secretsOf returns the passwords written in raw (a URL or a DSN), as written and unescaped, for
+// scrubbing them from messages that quote raw in their own way (pgx's parse errors).
+func secretsOf(raw string) []string {
+	var out []string
+	add := func(s string) {
+		if s != "" && s != "xxxxx" {
+			out = append(out, s)
+			if u, err := url.QueryUnescape(s); err == nil && u != s {
+				out = append(out, u)
+			}
+		}
+	}
+	if !strings.Contains(raw, "://") {
+		for _, m := range dsnPassword.FindAllStringSubmatch(raw, -1) {
+			add(strings.Trim(m[2], "'"))
+		}
+		return out
+	}
+	base, query, _ := strings.Cut(raw, "?")
+	if _, rest, ok := strings.Cut(base, "://"); ok {
+		auth, _, _ := strings.Cut(rest, "/")
+		if at := strings.LastIndex(auth, "@"); at >= 0 {
+			if _, pass, ok := strings.Cut(auth[:at], ":"); ok {
+				add(pass)
+			}
+		}
+	}
+	for _, p := range strings.Split(query, "&") {
+		if k, v, ok := strings.Cut(p, "="); ok && isPasswordKey(k) {
+			add(v)
+		}
+	}
+	return out
+}
+
+// scrub hides in msg every password written in raw.
+func scrub(msg, raw string) string {
+	for _, s := range secretsOf(raw) {
+		msg = strings.ReplaceAll(msg, s, "xxxxx")
+	}
+	return msg
+}
+
+// validScheme reports whether s is a URL scheme (RFC 3986: a letter, then letters, digits, +, - or .).
+func validScheme(s string) bool {
+	if s == "" || !(s[0] >= 'a' && s[0] <= 'z' || s[0] >= 'A' && s[0] <= 'Z') {
+		return false
+	}
+	return strings.IndexFunc(s, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '+' || r == '-' || r == '.')
+	}) < 0
 }
 
 // database is an open store and what is needed to close it.
@@ -144,11 +232,15 @@ type openOptions struct {
 	create bool
 	// maxConns sizes the PostgreSQL pool (default 4).
 	maxConns int32
+	// checkListen connects once to --database-listen-url, if given, and fails when it cannot (the
+	// commands that run workers: serve, demo).
+	checkListen bool
 }
 
-// databaseURL returns the URL to use: the flag, else the environment, else the default.
+// databaseURL returns the URL to use: the flag (even an empty one, which parseDatabaseURL refuses),
+// else the environment, else the default.
 func (r *runner) databaseURL() string {
-	if r.dbURL != "" {
+	if r.dbURLSet {
 		return r.dbURL
 	}
 	if u := r.env.getenv(EnvDatabaseURL); u != "" {
@@ -159,11 +251,24 @@ func (r *runner) databaseURL() string {
 
 // open opens the database the flags name.
 func (r *runner) open(ctx context.Context, o openOptions) (*database, error) {
-	t, err := parseDatabaseURL(r.databaseURL())
+	t, err := r.parseTarget(r.databaseURL())
 	if err != nil {
 		return nil, err
 	}
 	return r.openTarget(ctx, t, o)
+}
+
+// parseTarget is parseDatabaseURL, refusing a named in-memory store unless Env.SharedMemory: in a
+// process that runs one command, "memory:NAME" would look like a store that outlives the command.
+func (r *runner) parseTarget(raw string) (*target, error) {
+	t, err := parseDatabaseURL(raw)
+	if err != nil {
+		return nil, err
+	}
+	if t.kind == kindMemory && t.name != "" && !r.env.SharedMemory {
+		return nil, usageErrorf("database URL %q: an in-memory store is written memory: alone (it lasts one command)", raw)
+	}
+	return t, nil
 }
 
 func (r *runner) openTarget(ctx context.Context, t *target, o openOptions) (*database, error) {
@@ -175,7 +280,7 @@ func (r *runner) openTarget(ctx context.Context, t *target, o openOptions) (*dat
 	}
 	var flags string
 	switch {
-	case r.dbURL == "":
+	case !r.dbURLSet:
 	case t.display != r.dbURL:
 		flags = " --database-url URL" // the user's URL holds a password that is not repeated
 	default:
@@ -231,7 +336,7 @@ func (r *runner) openPostgres(ctx context.Context, t *target, o openOptions) (*d
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
-		return nil, errorf("cannot connect to PostgreSQL at %s: %v", t.display, err)
+		return nil, errorf("cannot connect to PostgreSQL at %s: %s", t.display, scrub(err.Error(), r.databaseURL()))
 	}
 	// The pool connects lazily: check the schema name before waiting for the server.
 	st, err := postgres.New(pool, postgres.Config{Schema: r.schema, ListenURL: listenURL})
@@ -245,9 +350,38 @@ func (r *runner) openPostgres(ctx context.Context, t *target, o openOptions) (*d
 	if err != nil {
 		_ = st.Close()
 		pool.Close()
-		return nil, errorf("cannot connect to PostgreSQL at %s: %s", t.display, connectErrorText(err, cfg.ConnConfig.ConnectTimeout))
+		return nil, errorf("cannot connect to PostgreSQL at %s: %s", t.display, scrub(connectErrorText(err, cfg.ConnConfig.ConnectTimeout), r.databaseURL()))
+	}
+	if listenURL != "" && o.checkListen {
+		if err := checkListenURL(ctx, listenURL); err != nil {
+			_ = st.Close()
+			pool.Close()
+			return nil, err
+		}
 	}
 	return &database{t: t, store: st, close: func() { _ = st.Close(); pool.Close() }}, nil
+}
+
+// checkListenURL connects once to the listener's URL: a client that runs for long (serve, demo)
+// would otherwise start with workers that are never woken by notifications, polling only, while its
+// listener retries in the background.
+func checkListenURL(ctx context.Context, raw string) error {
+	display := redactAny(raw)
+	cfg, err := pgx.ParseConfig(raw)
+	if err != nil {
+		return usageErrorf("--database-listen-url: invalid PostgreSQL URL: %s", scrub(err.Error(), raw))
+	}
+	if cfg.ConnectTimeout == 0 {
+		cfg.ConnectTimeout = connectTimeout
+	}
+	cctx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout+time.Second)
+	defer cancel()
+	conn, err := pgx.ConnectConfig(cctx, cfg)
+	if err != nil {
+		return errorf("cannot connect to PostgreSQL at %s (--database-listen-url, the notification listener's): %s",
+			display, scrub(connectErrorText(err, cfg.ConnectTimeout), raw))
+	}
+	return conn.Close(context.WithoutCancel(ctx))
 }
 
 // pgListenURL returns the listener's URL: --database-listen-url, else $PRONTO_DATABASE_LISTEN_URL,
@@ -263,12 +397,13 @@ func (r *runner) pgListenURL(cfg *pgxpool.Config, t *target) (string, error) {
 	if raw == "" {
 		return "", nil
 	}
-	lt, err := parseDatabaseURL(raw)
-	if err != nil {
-		return "", usageErrorf("--database-listen-url: %v", err)
+	// Checked before parsing: the listener takes a PostgreSQL URL only, so the other forms a
+	// --database-url may take are not offered.
+	if lower := strings.ToLower(raw); !strings.HasPrefix(lower, "postgres://") && !strings.HasPrefix(lower, "postgresql://") {
+		return "", usageErrorf("--database-listen-url %q: must be a postgres:// URL, for example postgres://user:pass@host:5432/db", redactAny(raw))
 	}
-	if lt.kind != kindPostgres {
-		return "", usageErrorf("--database-listen-url %s: must be a postgres:// URL", lt.display)
+	if _, err := parseDatabaseURL(raw); err != nil {
+		return "", usageErrorf("--database-listen-url: %v", err)
 	}
 	if !strings.Contains(t.display, "default_query_exec_mode") {
 		cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeCacheDescribe
@@ -338,9 +473,20 @@ func openRedis(ctx context.Context, t *target) (*database, error) {
 	defer cancel()
 	st, err := redisstore.Open(cctx, t.url, redisstore.Options{})
 	if err != nil {
-		return nil, errorf("cannot connect to Redis at %s: %v", t.display, err)
+		return nil, errorf("cannot connect to Redis at %s: %s", t.display, redisErrorText(t.url, err))
 	}
 	return &database{t: t, store: st, close: func() { _ = st.Close() }}, nil
+}
+
+// redisErrorText is a connection error to the Redis at url. A TLS handshake with a server that does
+// not speak TLS waits for an answer that never comes: only the timeout is reported, so the likely
+// cause is named.
+func redisErrorText(url string, err error) string {
+	msg := scrub(err.Error(), url)
+	if strings.HasPrefix(strings.ToLower(url), "rediss://") && (errors.Is(err, context.DeadlineExceeded) || strings.Contains(msg, "deadline exceeded") || strings.Contains(msg, "i/o timeout")) {
+		msg += " (rediss:// speaks TLS: is TLS enabled on the server? For a plain-text server use redis://)"
+	}
+	return msg
 }
 
 // Named in-memory stores live as long as the process, so that commands run in-process (by tests, or

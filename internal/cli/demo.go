@@ -415,8 +415,8 @@ func cmdDemo(ctx context.Context, r *runner, args []string) error {
 		inspect string // database flags for the follow-up commands
 		err     error
 	)
-	if r.dbURL != "" {
-		if t, err = parseDatabaseURL(r.dbURL); err != nil {
+	if r.dbURLSet {
+		if t, err = r.parseTarget(r.dbURL); err != nil {
 			return err
 		}
 	} else {
@@ -432,7 +432,7 @@ func cmdDemo(ctx context.Context, r *runner, args []string) error {
 			fmt.Fprintf(r.env.Stderr, "note: the demo ignores $%s; pass --database-url to run it there\n", EnvDatabaseURL)
 		}
 	}
-	db, err := r.openTarget(ctx, t, openOptions{migrate: true, create: true, maxConns: 16})
+	db, err := r.openTarget(ctx, t, openOptions{migrate: true, create: true, maxConns: 16, checkListen: true})
 	if err != nil {
 		return err
 	}
@@ -458,6 +458,13 @@ func cmdDemo(ctx context.Context, r *runner, args []string) error {
 	if err != nil {
 		return errorf("demo: %v", err)
 	}
+	// A paused queue's jobs never run: the demo would wait out --duration for nothing.
+	if paused, err := pausedDemoQueues(ctx, client); err != nil {
+		return errorf("demo: listing the queues of %s: %v", t.display, err)
+	} else if len(paused) > 0 {
+		return errorf("demo: %s in %s, so the demo's jobs there would never run; resume with: %s, or run the demo on another database",
+			pausedText(paused), t.display, resumeCommands(paused, inspect))
+	}
 	plan := buildDemoPlan(*n)
 	stats := newDemoStats(plan.ids)
 	events, unsubscribe := client.Subscribe()
@@ -469,7 +476,7 @@ func cmdDemo(ctx context.Context, r *runner, args []string) error {
 
 	where := t.display
 	switch {
-	case r.dbURL == "":
+	case !r.dbURLSet:
 		where = "SQLite file " + t.path + " (new for this run)"
 	case t.kind == kindMemory:
 		where = "the in-memory store (gone when the demo exits)"
@@ -535,7 +542,13 @@ wait:
 				break wait
 			}
 		case <-deadline.C:
-			outcome = errorf("demo: jobs still unfinished after --duration %s", *limit)
+			// Paused while the demo ran (by another process): name the cause.
+			if paused, err := pausedDemoQueues(ctx, client); err == nil && len(paused) > 0 {
+				outcome = errorf("demo: jobs still unfinished after --duration %s: %s (resume with: %s)",
+					*limit, pausedText(paused), resumeCommands(paused, inspect))
+			} else {
+				outcome = errorf("demo: jobs still unfinished after --duration %s", *limit)
+			}
 			break wait
 		case <-ctx.Done():
 			outcome = errorf("demo: interrupted")
@@ -574,6 +587,40 @@ wait:
 			plan.total-plan.expectDiscarded, plan.expectDiscarded, sum.States[pronto.StateCompleted], sum.States[pronto.StateDiscarded])
 	}
 	return outcome
+}
+
+// pausedDemoQueues returns the demo's queues that are paused in the database.
+func pausedDemoQueues(ctx context.Context, c *pronto.Client) ([]string, error) {
+	qs, err := c.QueueList(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, dq := range demoQueues {
+		for _, q := range qs {
+			if q.Name == dq.name && q.Paused {
+				out = append(out, q.Name)
+			}
+		}
+	}
+	return out, nil
+}
+
+// pausedText says which queues are paused: "queue email is paused", "queues email, media are paused".
+func pausedText(qs []string) string {
+	if len(qs) == 1 {
+		return "queue " + qs[0] + " is paused"
+	}
+	return "queues " + strings.Join(qs, ", ") + " are paused"
+}
+
+// resumeCommands are the commands that resume qs.
+func resumeCommands(qs []string, flags string) string {
+	cmds := make([]string, len(qs))
+	for i, q := range qs {
+		cmds[i] = "pronto queues resume " + q + flags
+	}
+	return strings.Join(cmds, "; ")
 }
 
 // summarize reads the demo's jobs back from the store: the authoritative outcome.
@@ -705,8 +752,14 @@ func printDemoSummary(w io.Writer, s *demoSummary, inspect string, memory bool, 
 		fmt.Fprintln(w, "\nThe in-memory store is gone now; run the demo on SQLite or PostgreSQL to inspect its jobs.")
 		return
 	}
-	fmt.Fprintf(w, "\nThe discarded jobs failed all %d attempts on purpose. Inspect them:\n", demoAttempts)
-	fmt.Fprintf(w, "  %s\n", color.cyan("pronto jobs list --state discarded"+inspect))
+	if s.States[pronto.StateDiscarded] > 0 {
+		fmt.Fprintf(w, "\nThe discarded jobs failed all %d attempts on purpose. Inspect them:\n", demoAttempts)
+		fmt.Fprintf(w, "  %s\n", color.cyan("pronto jobs list --state discarded"+inspect))
+	} else {
+		// None was discarded (the demo stopped before, or is small): nothing failed on purpose yet.
+		fmt.Fprintln(w, "\nInspect the jobs:")
+		fmt.Fprintf(w, "  %s\n", color.cyan("pronto jobs list"+inspect))
+	}
 	if sample != "" {
 		fmt.Fprintf(w, "  %s\n", color.cyan("pronto jobs get "+sample+inspect))
 	}

@@ -167,8 +167,8 @@ func cmdRateLimitsSet(ctx context.Context, r *runner, args []string) error {
 			"to it from their next claim.").withDatabase()
 	maxActive := fs.Int("max-active", 0, "at most `N` of the key's jobs running at once (0: no bound)")
 	rate := fs.Int("rate", 0, "at most `N` of the key's jobs started per --period (0: no bound)")
-	period := fs.duration("period", 0, "the rate's window, e.g. 1s or 1m")
-	action := fs.String("on-limit", "wait", "what happens to a held-back job: wait, reschedule or drop")
+	period := fs.duration("period", 0, "the rate's window, a `DURATION` such as 1s or 1m")
+	action := fs.String("on-limit", "wait", "`ACTION` taken on a held-back job: wait, reschedule or drop")
 	pos, err := fs.parse(args, 1, 1)
 	if err != nil {
 		return err
@@ -177,6 +177,8 @@ func cmdRateLimitsSet(ctx context.Context, r *runner, args []string) error {
 	switch {
 	case *maxActive < 0 || *rate < 0 || *period < 0:
 		return usageErrorf("rate-limits set: --max-active, --rate and --period must not be negative")
+	case *rate > 0 && *period == 0 && fs.given("period"):
+		return usageErrorf("rate-limits set: --period %s: the rate's window must be positive, for example 1s or 1m", *period)
 	case (*rate > 0) != (*period > 0):
 		return usageErrorf("rate-limits set: --rate and --period go together: give both (for example --rate 10 --period 1s) or neither")
 	case *maxActive == 0 && *rate == 0:

@@ -11,7 +11,7 @@ import (
 // openClient opens the database named by the flags db, as the commands do, and returns a client on it.
 func openClient(t *testing.T, db []string) *pronto.Client {
 	t.Helper()
-	r := &runner{env: Env{}}
+	r := &runner{env: Env{SharedMemory: true}}
 	fs := r.newFlagSet("", "").withDatabase()
 	if err := fs.Parse(db); err != nil {
 		t.Fatal(err)
@@ -52,7 +52,7 @@ func TestWorkflowsCommands(t *testing.T) {
 			t.Fatalf("workflows cancel: %+v", got)
 		}
 		run(t, with(db, "workflows", "get", "01a208c4-315b-705a-bc19-a2f30fe201c6")...).fails(t, ExitNotFound, "not found")
-		run(t, with(db, "workflows", "get", "nope")...).fails(t, ExitUsage, "invalid job id")
+		run(t, with(db, "workflows", "get", "nope")...).fails(t, ExitUsage, "invalid workflow id")
 	})
 }
 

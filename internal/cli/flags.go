@@ -18,6 +18,7 @@ type flagSet struct {
 	synopsis string // e.g. "pronto jobs get ID [flags]"
 	about    string // what the command does, printed under the synopsis
 	db       bool   // the command takes --database-url and --schema
+	dbIgnore bool   // it takes them only to ignore them (version, completion)
 	help     bool
 }
 
@@ -44,15 +45,38 @@ func (v schemaValue) Set(s string) error {
 	return nil
 }
 
+// dbURLValue records --database-url on the runner, and that it was given: an explicitly empty URL
+// is a mistake, not a request for the default.
+type dbURLValue struct{ r *runner }
+
+func (v dbURLValue) String() string {
+	if v.r == nil {
+		return ""
+	}
+	return v.r.dbURL
+}
+
+func (v dbURLValue) Set(s string) error {
+	v.r.dbURL, v.r.dbURLSet = s, true
+	return nil
+}
+
 // withDatabase adds --database-url and --schema. Their values live on the runner, so they may be given
 // before the command name or after it.
 func (fs *flagSet) withDatabase() *flagSet {
 	fs.db = true
-	fs.StringVar(&fs.r.dbURL, "database-url", fs.r.dbURL,
+	fs.Var(dbURLValue{fs.r}, "database-url",
 		"`URL` of the database: postgres://user:pass@host/db, redis://host:6379/0, sqlite:PATH or memory: (default $"+EnvDatabaseURL+", else "+DefaultDatabaseURL+")")
 	fs.Var(schemaValue{fs.r}, "schema", "the PostgreSQL schema `NAME` holding pronto's tables (default pronto)")
 	fs.StringVar(&fs.r.listenURL, "database-listen-url", fs.r.listenURL,
-		"PostgreSQL only: a direct `URL` for the notification listener when --database-url goes through PgBouncer in transaction-pooling mode (default $"+EnvDatabaseListenURL+")")
+		"PostgreSQL only: a direct `URL` for the notification listener when --database-url goes through PgBouncer in transaction-pooling mode (default $"+EnvDatabaseListenURL+"); serve and demo connect to it once at start and fail if they cannot")
+	return fs
+}
+
+// ignoringDatabase adds the database flags to a command that uses no database, which accepts and
+// ignores them: "every command takes --database-url", so a script or alias may always pass it.
+func (fs *flagSet) ignoringDatabase() *flagSet {
+	fs.withDatabase().dbIgnore = true
 	return fs
 }
 
@@ -82,7 +106,15 @@ func (fs *flagSet) parse(args []string, minPos, maxPos int) ([]string, error) {
 			return nil, errHelpShown
 		}
 		if err != nil {
-			return nil, usageErrorf("%s: %s", fs.r.current, flagErrorText(err))
+			// The flag package stops at the bad argument, having taken it: a negative number there
+			// is a positional argument ("queues set-max-depth q -1"), for the command to judge.
+			rest := fs.Args()
+			if bad := len(args) - len(rest) - 1; bad >= 0 && bad < len(args) && negativeNumber(args[bad]) {
+				pos = append(pos, args[bad])
+				args = rest
+				continue
+			}
+			return nil, usageErrorf("%s: %s", fs.r.current, flagErrorText(fs.FlagSet, err))
 		}
 		rest := fs.Args()
 		if len(rest) == 0 {
@@ -105,8 +137,20 @@ func (fs *flagSet) parse(args []string, minPos, maxPos int) ([]string, error) {
 	return pos, nil
 }
 
-// flagErrorText rewrites the flag package's messages in pronto's double-dash spelling.
-func flagErrorText(err error) string {
+// given reports whether the flag name was on the command line (even with its default value).
+func (fs *flagSet) given(name string) bool {
+	found := false
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == name {
+			found = true
+		}
+	})
+	return found
+}
+
+// flagErrorText rewrites the flag package's messages in pronto's double-dash spelling, and says
+// what a number flag takes instead of its bare "parse error".
+func flagErrorText(fs *flag.FlagSet, err error) string {
 	msg := err.Error()
 	if name, ok := strings.CutPrefix(msg, "flag provided but not defined: -"); ok {
 		return "unknown flag --" + name
@@ -115,10 +159,34 @@ func flagErrorText(err error) string {
 		return "flag --" + name + " needs a value"
 	}
 	// invalid value "x" for flag -priority: parse error
-	if i := strings.Index(msg, " for flag -"); i >= 0 {
-		msg = msg[:i] + " for flag --" + msg[i+len(" for flag -"):]
+	i := strings.Index(msg, " for flag -")
+	if i < 0 {
+		return msg
 	}
-	return msg
+	name, why, _ := strings.Cut(msg[i+len(" for flag -"):], ": ")
+	if f := fs.Lookup(name); f != nil {
+		if g, ok := f.Value.(flag.Getter); ok {
+			switch g.Get().(type) {
+			case int, int64, uint, uint64:
+				why = strings.NewReplacer("parse error", "must be a whole number", "value out of range", "out of range").Replace(why)
+			case float64:
+				why = strings.NewReplacer("parse error", "must be a number", "value out of range", "out of range").Replace(why)
+			case bool:
+				why = strings.Replace(why, "parse error", "must be true or false", 1)
+			}
+		}
+	}
+	return msg[:i] + " for flag --" + name + ": " + why
+}
+
+// negativeNumber reports whether arg is a negative number ("-1", "-2.5"), which the flag package
+// would read as an unknown flag: given as a positional argument, it is the argument's value to check.
+func negativeNumber(arg string) bool {
+	if !strings.HasPrefix(arg, "-") || len(arg) < 2 {
+		return false
+	}
+	_, err := strconv.ParseFloat(arg, 64)
+	return err == nil
 }
 
 // printUsage writes the command's help: synopsis, description, flags, database flags.
@@ -143,7 +211,9 @@ func (fs *flagSet) printUsage(w io.Writer) {
 			printFlag(w, f)
 		}
 	}
-	if len(db) > 0 {
+	if len(db) > 0 && fs.dbIgnore {
+		fmt.Fprintln(w, "\nDatabase:\n  --database-url, --schema and --database-listen-url are accepted and ignored.")
+	} else if len(db) > 0 {
 		fmt.Fprintln(w, "\nDatabase:")
 		for _, f := range db {
 			printFlag(w, f)
@@ -231,31 +301,52 @@ func (fs *flagSet) duration(name string, value time.Duration, usage string) *tim
 
 // timeValue is a point in time given as RFC 3339 ("2026-11-26T10:00:00Z") or as a duration before
 // now ("90m": ninety minutes ago), read when the flag is parsed.
-type timeValue struct{ t *time.Time }
+type timeValue struct{ f *timeFlag }
+
+// timeFlag is a time flag's value, and whether it was given: the zero time is a time one may give
+// (0001-01-01T00:00:00Z), not "unset".
+type timeFlag struct {
+	t   time.Time
+	set bool
+}
 
 func (v timeValue) String() string {
-	if v.t == nil || v.t.IsZero() {
+	if v.f == nil || !v.f.set {
 		return ""
 	}
-	return v.t.Format(time.RFC3339)
+	return v.f.t.Format(time.RFC3339)
 }
 
 func (v timeValue) Set(s string) error {
 	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
-		*v.t = t
+		v.f.t, v.f.set = t, true
 		return nil
 	}
 	d, err := time.ParseDuration(s)
 	if err != nil || d < 0 {
 		return errors.New("not a time: give an RFC 3339 time (2026-11-26T10:00:00Z) or how long ago (90m, 24h)")
 	}
-	*v.t = time.Now().Add(-d)
+	v.f.t, v.f.set = time.Now().Add(-d), true
 	return nil
 }
 
-// time defines a time flag (timeValue); unset, it is the zero time.
-func (fs *flagSet) time(name, usage string) *time.Time {
-	p := new(time.Time)
+// time defines a time flag (timeValue).
+func (fs *flagSet) time(name, usage string) *timeFlag {
+	p := new(timeFlag)
 	fs.Var(timeValue{p}, name, usage)
 	return p
 }
+
+// upper returns the time as an exclusive upper bound for the library, which reads the zero time as
+// no bound. Nothing is created or finished before the zero time (ids record times from 1970 on), so
+// the nanosecond after it selects the same (no) jobs, as a bound.
+func (f *timeFlag) upper() time.Time {
+	if f.set && f.t.IsZero() {
+		return f.t.Add(time.Nanosecond)
+	}
+	return f.t
+}
+
+// lower returns the time as an inclusive lower bound: unset or the zero time, every job is at or
+// after it, which is what the library's zero time (no bound) means.
+func (f *timeFlag) lower() time.Time { return f.t }

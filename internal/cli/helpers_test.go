@@ -95,6 +95,8 @@ func runWith(t *testing.T, o runOpts, args ...string) result {
 		Stderr:     &stderr,
 		Getenv:     func(k string) string { return o.env[k] },
 		IsTerminal: func() bool { return o.terminal },
+		// The tests share named in-memory stores between runs, as an embedding program may.
+		SharedMemory: true,
 	})
 	return result{args: args, code: code, stdout: stdout.String(), stderr: stderr.String()}
 }

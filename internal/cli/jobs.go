@@ -28,10 +28,13 @@ func (r *runner) adminClient(ctx context.Context) (*pronto.Client, *database, er
 }
 
 // parseJobID checks a job id argument; ids are case-insensitive on the command line.
-func parseJobID(arg string) (string, error) {
+func parseJobID(arg string) (string, error) { return parseID("job", arg) }
+
+// parseID checks the id of a noun ("job", "workflow"): both are UUIDv7s.
+func parseID(noun, arg string) (string, error) {
 	id := strings.ToLower(strings.TrimSpace(arg))
 	if !uuidv7.Valid(id) {
-		return "", usageErrorf("invalid job id %q: job ids are UUIDv7s such as 0190d4b2-6c1e-7f3a-9b2c-4d5e6f708192", arg)
+		return "", usageErrorf("invalid %s id %q: %s ids are UUIDv7s such as 0190d4b2-6c1e-7f3a-9b2c-4d5e6f708192", noun, arg, noun)
 	}
 	return id, nil
 }
@@ -93,7 +96,7 @@ func cmdJobsList(ctx context.Context, r *runner, args []string) error {
 		return usageErrorf("jobs list: --tenant %q: must be 1 to 255 printable ASCII characters without spaces", *tenant)
 	}
 	p := &pronto.JobListParams{Queues: queues, Kinds: kinds, Tags: tags, Tenant: *tenant, Limit: *limit, Descending: !*asc,
-		CreatedAfter: *createdAfter, CreatedBefore: *createdBefore, FinishedAfter: *finishedAfter, FinishedBefore: *finishedBefore}
+		CreatedAfter: createdAfter.lower(), CreatedBefore: createdBefore.upper(), FinishedAfter: finishedAfter.lower(), FinishedBefore: finishedBefore.upper()}
 	for _, s := range states {
 		st := pronto.State(strings.ToLower(s))
 		if !st.Valid() {
@@ -180,7 +183,11 @@ func idCommand[T any](ctx context.Context, r *runner, args []string, about strin
 	if err != nil {
 		return err
 	}
-	id, err := parseJobID(pos[0])
+	noun := "job"
+	if strings.HasPrefix(r.current, "workflows ") {
+		noun = "workflow"
+	}
+	id, err := parseID(noun, pos[0])
 	if err != nil {
 		return err
 	}

@@ -64,6 +64,16 @@ func cmdMigrateUp(ctx context.Context, r *runner, args []string) error {
 	if *unlogged && *logged {
 		return usageErrorf("migrate up: --unlogged and --logged exclude each other")
 	}
+	if *unlogged || *logged {
+		// Refused before anything is created or migrated: the flag does not fit the database.
+		t, err := r.parseTarget(r.databaseURL())
+		if err != nil {
+			return err
+		}
+		if t.kind != kindPostgres {
+			return usageErrorf("migrate up: --unlogged and --logged apply to PostgreSQL only, and the database is %s", t.display)
+		}
+	}
 	return r.withMigrations(ctx, true, func(m store.Migrator, db *database, before []store.Migration, _ int) error {
 		if err := db.store.Migrate(ctx); err != nil {
 			return errorf("migrating %s: %v", db.t.display, err)
@@ -112,6 +122,9 @@ func cmdMigrateDown(ctx context.Context, r *runner, args []string) error {
 	}
 	if *steps < 1 {
 		return usageErrorf("migrate down: --steps %d: must be at least 1", *steps)
+	}
+	if *all && fs.given("steps") {
+		return usageErrorf("migrate down: --steps and --all exclude each other")
 	}
 	return r.withMigrations(ctx, false, func(m store.Migrator, db *database, before []store.Migration, applied int) error {
 		if applied == 0 {

@@ -25,7 +25,8 @@ type demoProgress struct {
 	color    palette
 	queues   map[string]pronto.QueueConfig
 
-	drawn   int // lines drawn by the last redraw
+	drawn   int    // lines drawn by the last redraw
+	printed string // plain mode: the counts of the last line printed, less its time and rate
 	counts  map[string]map[pronto.State]int64
 	samples []rateSample
 }
@@ -59,13 +60,13 @@ func (p *demoProgress) run() (stop func()) {
 		for {
 			select {
 			case <-quit:
-				p.frame()
+				p.frame(true)
 				if p.terminal {
 					fmt.Fprint(p.out, "\x1b[?25h")
 				}
 				return
 			case <-t.C:
-				p.frame()
+				p.frame(false)
 			}
 		}
 	}()
@@ -109,7 +110,8 @@ func (p *demoProgress) rate(now time.Time, completed int) float64 {
 	return 0
 }
 
-func (p *demoProgress) frame() {
+// frame draws the progress; last is the frame drawn as the display stops.
+func (p *demoProgress) frame(last bool) {
 	p.refresh()
 	now := time.Now()
 	finished, completed, discarded, failed := p.stats.snapshot()
@@ -122,9 +124,16 @@ func (p *demoProgress) frame() {
 				total[s] += n
 			}
 		}
-		fmt.Fprintf(p.out, "%5.1fs  finished %d/%d (completed %d, discarded %d)  active %d  available %d  scheduled %d  retryable %d  %.0f jobs/s now\n",
-			elapsed, finished, p.plan.total, completed, discarded, total[pronto.StateActive], total[pronto.StateAvailable],
-			total[pronto.StateScheduled], total[pronto.StateRetryable], rate)
+		counts := fmt.Sprintf("finished %d/%d (completed %d, discarded %d)  active %d  available %d  scheduled %d  retryable %d",
+			finished, p.plan.total, completed, discarded, total[pronto.StateActive], total[pronto.StateAvailable],
+			total[pronto.StateScheduled], total[pronto.StateRetryable])
+		// The last frame often follows a tick that printed the same counts: a line of a log says
+		// something new or nothing.
+		if last && counts == p.printed {
+			return
+		}
+		p.printed = counts
+		fmt.Fprintf(p.out, "%5.1fs  %s  %.0f jobs/s now\n", elapsed, counts, rate)
 		return
 	}
 	var b strings.Builder

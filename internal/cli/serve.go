@@ -7,11 +7,16 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	// Cron timezones must resolve on machines without a zoneinfo database.
 	_ "time/tzdata"
+
+	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/pronto-jobs/pronto"
 	"github.com/pronto-jobs/pronto/dashboard"
@@ -48,29 +53,29 @@ func cmdServe(ctx context.Context, r *runner, args []string) error {
 	apiKey := fs.String("api-key", "", "require this `KEY` as a Bearer token (default $"+EnvAPIKey+")")
 	maxBody := fs.Int64("max-body-bytes", server.DefaultMaxBodyBytes, "largest request body accepted, in `BYTES`; larger ones get 413")
 	migrate := fs.Bool("migrate", true, "apply pending schema migrations at start (creating an SQLite file if missing)")
-	poolSize := fs.Int("pool-size", 32, "PostgreSQL connections to open at most")
+	poolSize := fs.Int("pool-size", 32, "open at most `N` PostgreSQL connections")
 	testMode := fs.Bool("test-mode", false, "enable POST /ojs/v1/_test/reset and test directives, for conformance runs only: never in production")
-	drain := fs.duration("shutdown-timeout", 10*time.Second, "how long a graceful stop waits for requests in flight")
+	drain := fs.duration("shutdown-timeout", 10*time.Second, "how long (`DURATION`) a graceful stop waits for requests in flight")
 	metricsAddr := fs.String("metrics-addr", "", "serve /metrics (Prometheus) on this `HOST:PORT` instead of the API's address; the API key applies there too")
 	requireTenant := fs.Bool("require-tenant", false, "refuse (422) every job without a tenant (meta.tenant_id or X-OJS-Tenant): multi-tenancy enabled, as ojs-multi-tenancy.md §5.1 defines it; the manifest then lists multi-tenancy")
 	tenantLabels := fs.Bool("metrics-tenant-labels", false, "add per-tenant series (label tenant_id) to /metrics: one series per tenant and queue, so off by default")
 	pprofOn := fs.Bool("pprof", false, "serve Go's profiler at /debug/pprof/ (behind the API key): for diagnosis, not left on")
 	uiReadOnly := fs.Bool("ui-read-only", false, "serve the web dashboard at / without actions that change state")
 	removeCompleted := fs.Bool("remove-completed", false, "delete each job as its worker acknowledges it (ack), instead of keeping it completed until retention cleanup: GET of the job then answers 404 (pronto.Config.RemoveCompleted; workflow jobs and unique jobs holding their key while completed are kept)")
-	stallAfter := fs.duration("progress-stall-timeout", 0, "emit progress.stalled for a running job that reported progress and then nothing for this long (0: off)")
-	staleAfter := fs.duration("worker-stale-after", server.DefaultWorkerStaleAfter, "how long an OJS worker may go unheard before the admin API calls it stale and lets it be deregistered")
+	stallAfter := fs.duration("progress-stall-timeout", 0, "emit progress.stalled for a running job that reported progress and then nothing for `DURATION` (0: off)")
+	staleAfter := fs.duration("worker-stale-after", server.DefaultWorkerStaleAfter, "how long (`DURATION`) an OJS worker may go unheard before the admin API calls it stale and lets it be deregistered")
 	notifyURL := fs.String("notify-url", "", "a Redis `URL` (redis://host:6379/0, ?channel=NAME) carrying notifications between processes sharing an SQLite file, or using PostgreSQL through a pooler that cannot LISTEN, so an insert in one wakes workers in the others at once (see docs/redis.md)")
-	noisyEvery := fs.duration("tenant-noisy-interval", time.Minute, "how often the maintenance leader checks tenants for noisy neighbours (ojs-multi-tenancy.md §9.1; it counts every tenant's jobs); 0: no checks")
-	noisyDepth := fs.Float64("tenant-noisy-depth-ratio", 10, "a tenant is noisy when its available jobs exceed this many times the other tenants' median (and 100); 0: signal off")
-	noisyActive := fs.Float64("tenant-noisy-active-share", 0.5, "a tenant is noisy when its active jobs exceed this share of all tenants' active jobs (and 10); 0: signal off")
-	noisyEnqueue := fs.Float64("tenant-noisy-enqueue-ratio", 5, "a tenant is noisy when its jobs grow this many times faster than the others' average (and 1 a second); 0: signal off")
-	noisyErrors := fs.Float64("tenant-noisy-error-ratio", 3, "a tenant is noisy when the share of its finished jobs discarded exceeds this many times the others' average (and 0.1); 0: signal off")
+	noisyEvery := fs.duration("tenant-noisy-interval", time.Minute, "how often (`DURATION`) the maintenance leader checks tenants for noisy neighbours (ojs-multi-tenancy.md §9.1; it counts every tenant's jobs); 0: no checks")
+	noisyDepth := fs.Float64("tenant-noisy-depth-ratio", 10, "a tenant is noisy when its available jobs exceed `RATIO` times the other tenants' median (and 100); 0: signal off")
+	noisyActive := fs.Float64("tenant-noisy-active-share", 0.5, "a tenant is noisy when its active jobs exceed this `SHARE` of all tenants' active jobs (and 10); 0: signal off")
+	noisyEnqueue := fs.Float64("tenant-noisy-enqueue-ratio", 5, "a tenant is noisy when its jobs grow `RATIO` times faster than the others' average (and 1 a second); 0: signal off")
+	noisyErrors := fs.Float64("tenant-noisy-error-ratio", 3, "a tenant is noisy when the share of its finished jobs discarded exceeds `RATIO` times the others' average (and 0.1); 0: signal off")
 	throttle := fs.Bool("tenant-throttle", false, "throttle noisy tenants automatically: lower their fairness weight for --tenant-throttle-for (ojs-multi-tenancy.md §9.2); off: they are only logged")
-	throttleFactor := fs.Float64("tenant-throttle-factor", 0.2, "a throttled tenant's weight is its weight times this (above 0, below 1), at least 1")
-	throttleFor := fs.duration("tenant-throttle-for", 5*time.Minute, "how long an automatic throttle lasts (DELETE /ojs/v1/admin/tenants/{id}/throttle ends one sooner)")
-	archiveDir := fs.String("dead-letter-archive", "", "folder where the dead letter jobs that retention prunes from queues with pruning_policy archive are kept first, as JSON Lines (one file per UTC day, fsynced; ojs-dead-letter.md 8.2)")
-	pruningPolicy := fs.String("dead-letter-pruning-policy", "delete", "pruning policy of the queues without a retention of their own: delete, or archive (needs --dead-letter-archive)")
-	replayEvery := fs.duration("dead-letter-replay-interval", server.DefaultReplayInterval, "how often the maintenance leader applies the dead-letter replay rules (PUT /ojs/v1/dead-letter/replay-rules; ojs-dead-letter.md 7); 0: never")
+	throttleFactor := fs.Float64("tenant-throttle-factor", 0.2, "a throttled tenant's weight is its weight times `FACTOR` (above 0, below 1), at least 1")
+	throttleFor := fs.duration("tenant-throttle-for", 5*time.Minute, "how long (`DURATION`) an automatic throttle lasts (DELETE /ojs/v1/admin/tenants/{id}/throttle ends one sooner)")
+	archiveDir := fs.String("dead-letter-archive", "", "folder `DIR` where the dead letter jobs that retention prunes from queues with pruning_policy archive are kept first, as JSON Lines (one file per UTC day, fsynced; ojs-dead-letter.md 8.2)")
+	pruningPolicy := fs.String("dead-letter-pruning-policy", "delete", "the `POLICY` of the queues without a retention of their own: delete, or archive (needs --dead-letter-archive)")
+	replayEvery := fs.duration("dead-letter-replay-interval", server.DefaultReplayInterval, "how often (`DURATION`) the maintenance leader applies the dead-letter replay rules (PUT /ojs/v1/dead-letter/replay-rules; ojs-dead-letter.md 7); 0: never")
 	if _, err := fs.parse(args, 0, 0); err != nil {
 		return err
 	}
@@ -82,7 +87,7 @@ func cmdServe(ctx context.Context, r *runner, args []string) error {
 	if key == "" {
 		key = r.env.getenv(EnvAPIKey)
 	}
-	if err := server.CheckListenAddr(*addr, key); err != nil {
+	if err := checkListenAddr(*addr, key); err != nil {
 		return usageErrorf("serve: %v", err)
 	}
 	if *maxBody <= 0 {
@@ -95,7 +100,7 @@ func cmdServe(ctx context.Context, r *runner, args []string) error {
 		return usageErrorf("serve: --pool-size must be between 2 and 10000")
 	}
 	if *metricsAddr != "" {
-		if err := server.CheckListenAddr(*metricsAddr, key); err != nil {
+		if err := checkListenAddr(*metricsAddr, key); err != nil {
 			return usageErrorf("serve: --metrics-addr: %v", err)
 		}
 	}
@@ -116,7 +121,12 @@ func cmdServe(ctx context.Context, r *runner, args []string) error {
 	default:
 		return usageErrorf("serve: --dead-letter-pruning-policy %q: must be delete or archive", *pruningPolicy)
 	}
-	db, err := r.open(ctx, openOptions{migrate: *migrate, create: *migrate, maxConns: int32(*poolSize)})
+	if *notifyURL != "" {
+		if err := checkNotifyURL(*notifyURL); err != nil {
+			return usageErrorf("serve: --notify-url %s: %v", redactAny(*notifyURL), err)
+		}
+	}
+	db, err := r.open(ctx, openOptions{migrate: *migrate, create: *migrate, maxConns: int32(*poolSize), checkListen: true})
 	if err != nil {
 		return err
 	}
@@ -126,9 +136,13 @@ func cmdServe(ctx context.Context, r *runner, args []string) error {
 	clientCfg := &pronto.Config{Logger: logger, ProgressStallTimeout: *stallAfter, NoisyNeighbors: nn,
 		RemoveCompleted: *removeCompleted, DeadLetterArchive: archive, DeadLetterPruningPolicy: pronto.PruningPolicy(*pruningPolicy)}
 	if *notifyURL != "" {
-		n, err := redisstore.OpenNotifier(ctx, *notifyURL)
+		goredis.SetLogger(quietRedisLog{}) // its dial retries' lines: the error below says it once
+		cctx, cancel := context.WithTimeout(ctx, connectTimeout)
+		n, err := redisstore.OpenNotifier(cctx, *notifyURL)
+		cancel()
 		if err != nil {
-			return usageErrorf("serve: --notify-url: %v", err)
+			// The URL was checked above: this is the server, not the command line.
+			return errorf("serve: --notify-url: cannot connect to Redis at %s: %s", redactAny(*notifyURL), redisErrorText(*notifyURL, err))
 		}
 		defer n.Close()
 		clientCfg.Notifier = n
@@ -237,6 +251,42 @@ func cmdServe(ctx context.Context, r *runner, args []string) error {
 	}
 	fmt.Fprintln(r.env.Stdout, "pronto serve: stopped")
 	return nil
+}
+
+// checkListenAddr is server.CheckListenAddr, with the port checked too: a port out of range is a
+// mistake on the command line (exit 2), not a failure to listen (exit 1).
+func checkListenAddr(addr, key string) error {
+	if err := server.CheckListenAddr(addr, key); err != nil {
+		return err
+	}
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("invalid listen address %q: %v", addr, err)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		return fmt.Errorf("invalid listen address %q: the port must be a number from 0 to 65535", addr)
+	}
+	return nil
+}
+
+// checkNotifyURL checks a --notify-url without connecting: a Redis URL, with the notifier's own
+// ?channel= parameter, which the Redis URL parser does not know.
+func checkNotifyURL(raw string) error {
+	if lower := strings.ToLower(raw); !strings.HasPrefix(lower, "redis://") && !strings.HasPrefix(lower, "rediss://") {
+		return errors.New("must be a redis:// or rediss:// URL, for example redis://127.0.0.1:6379/0")
+	}
+	base, query, ok := strings.Cut(raw, "?")
+	if ok {
+		q, err := url.ParseQuery(query)
+		if err != nil {
+			return fmt.Errorf("query: %v", err)
+		}
+		q.Del("channel")
+		if rest := q.Encode(); rest != "" {
+			base += "?" + rest
+		}
+	}
+	return redisstore.CheckURL(base)
 }
 
 // noisyConfig builds the noisy-neighbour configuration from serve's flags (nil when checks are off),

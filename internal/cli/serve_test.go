@@ -21,7 +21,7 @@ func startServe(t *testing.T, env map[string]string, args ...string) (string, fu
 	pr, pw := io.Pipe()
 	done := make(chan int, 1)
 	go func() {
-		code := Run(ctx, append([]string{"serve"}, args...), Env{Stdout: pw, Stderr: io.Discard, Getenv: func(k string) string { return env[k] }})
+		code := Run(ctx, append([]string{"serve"}, args...), Env{Stdout: pw, Stderr: io.Discard, Getenv: func(k string) string { return env[k] }, SharedMemory: true})
 		pw.Close()
 		done <- code
 	}()

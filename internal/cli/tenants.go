@@ -95,7 +95,7 @@ func cmdTenantsList(ctx context.Context, r *runner, args []string) error {
 }
 
 func cmdTenantsGet(ctx context.Context, r *runner, args []string) error {
-	fs := r.newFlagSet("pronto tenants get TENANT [flags]", "Show one tenant: its weight, its limit and its jobs per state.").withDatabase()
+	fs := r.newFlagSet("pronto tenants get TENANT [flags]", "Show one tenant: its weight, its limits (enqueue limits included) and its jobs per state.").withDatabase()
 	asJSON := fs.Bool("json", false, "print the tenant as JSON")
 	pos, err := fs.parse(args, 1, 1)
 	if err != nil {
@@ -116,7 +116,26 @@ func cmdTenantsGet(ctx context.Context, r *runner, args []string) error {
 	if *asJSON {
 		return writeJSON(r.env.Stdout, tenantToJSON(t))
 	}
-	return printTenants(r, []*pronto.TenantInfo{t})
+	if err := printTenants(r, []*pronto.TenantInfo{t}); err != nil {
+		return err
+	}
+	// The enqueue limits, which the list's table has no room for.
+	if el := t.EnqueueLimits; el != nil && (el.MaxQueueDepth > 0 || el.MaxScheduled > 0 || el.EnqueueRate > 0) {
+		var parts []string
+		if el.MaxQueueDepth > 0 {
+			parts = append(parts, fmt.Sprintf("max queue depth %d", el.MaxQueueDepth))
+		}
+		if el.MaxScheduled > 0 {
+			parts = append(parts, fmt.Sprintf("max scheduled %d", el.MaxScheduled))
+		}
+		if el.EnqueueRate > 0 {
+			parts = append(parts, fmt.Sprintf("enqueue rate %d/%s", el.EnqueueRate, el.EnqueuePeriod))
+		}
+		fmt.Fprintf(r.env.Stdout, "enqueue limits: %s\n", strings.Join(parts, ", "))
+	} else {
+		fmt.Fprintln(r.env.Stdout, "enqueue limits: none")
+	}
+	return nil
 }
 
 func cmdTenantsSet(ctx context.Context, r *runner, args []string) error {
@@ -132,12 +151,12 @@ func cmdTenantsSet(ctx context.Context, r *runner, args []string) error {
 	weight := fs.Int("weight", 0, fmt.Sprintf("`N` jobs per turn, 1 to %d", pronto.MaxTenantWeight))
 	maxActive := fs.Int("max-active", 0, "at most `N` of the tenant's jobs running at once (0: no bound)")
 	rate := fs.Int("rate", 0, "at most `N` of the tenant's jobs started per --period (0: no bound)")
-	period := fs.duration("period", 0, "the rate's window, e.g. 1s or 1m")
+	period := fs.duration("period", 0, "the rate's window, a `DURATION` such as 1s or 1m")
 	noLimit := fs.Bool("no-limit", false, "remove the tenant's limit")
 	maxDepth := fs.Int64("max-queue-depth", 0, "refuse inserts beyond `N` waiting jobs of the tenant across queues (0: no bound)")
 	maxScheduled := fs.Int64("max-scheduled", 0, "refuse inserts beyond `N` scheduled jobs of the tenant (0: no bound)")
 	enqRate := fs.Int64("enqueue-rate", 0, "refuse inserts beyond `N` per --enqueue-period, counted by each client (0: no bound)")
-	enqPeriod := fs.duration("enqueue-period", 0, "the enqueue rate's window, e.g. 1m")
+	enqPeriod := fs.duration("enqueue-period", 0, "the enqueue rate's window, a `DURATION` such as 1m")
 	noEnqueue := fs.Bool("no-enqueue-limits", false, "remove the tenant's enqueue limits")
 	boostFlag := fs.String("priority-boost", "", fmt.Sprintf("add `N` to the priority of the tenant's new jobs, -%d to %d (0: remove the boost)",
 		pronto.MaxTenantPriorityBoost, pronto.MaxTenantPriorityBoost))
@@ -153,16 +172,20 @@ func cmdTenantsSet(ctx context.Context, r *runner, args []string) error {
 	switch {
 	case *maxDepth < 0 || *maxScheduled < 0 || *enqRate < 0 || *enqPeriod < 0:
 		return usageErrorf("tenants set: --max-queue-depth, --max-scheduled, --enqueue-rate and --enqueue-period must not be negative")
+	case *enqRate > 0 && *enqPeriod == 0 && fs.given("enqueue-period"):
+		return usageErrorf("tenants set: --enqueue-period %s: the enqueue rate's window must be positive, for example 1m", *enqPeriod)
 	case (*enqRate > 0) != (*enqPeriod > 0):
 		return usageErrorf("tenants set: --enqueue-rate and --enqueue-period go together: give both (for example --enqueue-rate 1000 --enqueue-period 1m) or neither")
 	case setEnqueue && *noEnqueue:
 		return usageErrorf("tenants set: --no-enqueue-limits and an enqueue limit contradict each other")
 	case !pronto.ValidTenant(tenant):
 		return usageErrorf("tenants set: invalid tenant %q: 1 to 255 printable ASCII characters without spaces", tenant)
-	case *weight != 0 && (*weight < 1 || *weight > pronto.MaxTenantWeight):
+	case fs.given("weight") && (*weight < 1 || *weight > pronto.MaxTenantWeight):
 		return usageErrorf("tenants set: --weight %d: must be 1 to %d", *weight, pronto.MaxTenantWeight)
 	case *maxActive < 0 || *rate < 0 || *period < 0:
 		return usageErrorf("tenants set: --max-active, --rate and --period must not be negative")
+	case *rate > 0 && *period == 0 && fs.given("period"):
+		return usageErrorf("tenants set: --period %s: the rate's window must be positive, for example 1s or 1m", *period)
 	case (*rate > 0) != (*period > 0):
 		return usageErrorf("tenants set: --rate and --period go together: give both (for example --rate 10 --period 1s) or neither")
 	case setLimit && *noLimit:

@@ -33,7 +33,8 @@ func TestTenants(t *testing.T) {
 				t.Fatalf("get --json lacks %s:\n%s", want, res)
 			}
 		}
-		run(t, with(db, "tenants", "set", "acme", "--weight", "0")...).fails(t, ExitUsage, "nothing to set")
+		run(t, with(db, "tenants", "set", "acme", "--weight", "0")...).fails(t, ExitUsage, "--weight 0: must be 1 to 1000")
+		run(t, with(db, "tenants", "set", "acme")...).fails(t, ExitUsage, "nothing to set")
 		run(t, with(db, "tenants", "set", "acme", "--weight", "5000")...).fails(t, ExitUsage, "must be 1 to 1000")
 		run(t, with(db, "tenants", "set", "acme", "--rate", "5")...).fails(t, ExitUsage, "go together")
 		run(t, with(db, "tenants", "set", "acme", "--no-limit")...).ok(t)

@@ -49,6 +49,13 @@ func TestRedactAny(t *testing.T) {
 		"postgres://u@h/db":          "postgres://u@h/db",
 		"mysql://x":                  "mysql://x",
 		"postgres://u:p%zz@h/db?x=1": "postgres://u:xxxxx@h/db?x=1",
+		// A password in the query (pgx reads ?password= and ?sslpassword=), the URL parsing or not.
+		"postgres://u@h/db?sslmode=disable&password=s3cret":   "postgres://u@h/db?sslmode=disable&password=xxxxx",
+		"postgres://u:p@h/db?password=s3cret&sslpassword=k3y": "postgres://u:xxxxx@h/db?password=xxxxx&sslpassword=xxxxx",
+		"postgres://u@[::1/db?PASSWORD=s3cret":                "postgres://u@[::1/db?PASSWORD=xxxxx",
+		// A key=value DSN.
+		"host=db user=u password=s3cret dbname=app": "host=db user=u password=xxxxx dbname=app",
+		"host=db password='s3 cret' dbname=app":     "host=db password=xxxxx dbname=app",
 	} {
 		if got := redactAny(raw); got != want {
 			t.Errorf("redactAny(%q) = %q, want %q", raw, got, want)

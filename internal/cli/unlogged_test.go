@@ -13,7 +13,7 @@ func TestMigrateUnlogged(t *testing.T) {
 		run(t, with(db, "migrate", "up", "--unlogged", "--logged")...).fails(t, ExitUsage, "--unlogged and --logged exclude each other")
 		if !strings.Contains(db[1], "postgres") {
 			if strings.HasPrefix(db[1], "sqlite:") {
-				run(t, with(db, "migrate", "up", "--unlogged")...).fails(t, ExitError, "--unlogged and --logged apply to PostgreSQL only")
+				run(t, with(db, "migrate", "up", "--unlogged")...).fails(t, ExitUsage, "--unlogged and --logged apply to PostgreSQL only")
 			}
 			return
 		}

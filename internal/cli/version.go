@@ -18,7 +18,7 @@ func cmdVersion(_ context.Context, r *runner, args []string) error {
 	fs := r.newFlagSet("pronto version",
 		"Print pronto's version (as 'go install' recorded it, or (devel) with the VCS revision for a\n"+
 			"build from a clone), the Go version and the platform. 'pronto serve' reports the same version\n"+
-			"in its manifest.")
+			"in its manifest.").ignoringDatabase()
 	if _, err := fs.parse(args, 0, 0); err != nil {
 		return err
 	}
