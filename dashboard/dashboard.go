@@ -22,7 +22,9 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/pronto-jobs/pronto"
@@ -53,9 +55,11 @@ type Config struct {
 
 // Handler serves the dashboard. Create it with New; stop its live-update hub with Close.
 type Handler struct {
-	cfg     Config
-	secret  []byte // signs the session and CSRF tokens
-	session string // the session cookie value when APIKey is set
+	cfg    Config
+	secret []byte // signs the session and CSRF tokens
+
+	mu      sync.Mutex
+	revoked map[string]time.Time // logged-out session ids, until their expiry
 	mux     *http.ServeMux
 	page    *template.Template
 	login   *template.Template
@@ -77,11 +81,11 @@ func New(cfg Config) (*Handler, error) {
 	}
 	h := &Handler{cfg: cfg, log: log, mux: http.NewServeMux()}
 	if cfg.APIKey != "" {
-		// Derived from the key, so sessions survive a restart and die when the key changes.
+		// Derived from the key, so sessions survive a restart (and reach every server sharing the
+		// key) and all die when the key changes.
 		m := hmac.New(sha256.New, []byte(cfg.APIKey))
 		m.Write([]byte("pronto dashboard secret"))
 		h.secret = m.Sum(nil)
-		h.session = h.sign("session")
 	} else {
 		h.secret = make([]byte, 32)
 		if _, err := rand.Read(h.secret); err != nil {
@@ -110,9 +114,63 @@ func (h *Handler) sign(what string) string {
 	return hex.EncodeToString(m.Sum(nil))
 }
 
-// csrfToken is the token the page carries and every POST must echo in X-CSRF-Token. It is bound to
-// the session, so a token from another key's session is useless.
-func (h *Handler) csrfToken() string { return h.sign("csrf:" + h.session) }
+// csrfToken is the token the page of session sid carries and every POST must echo in X-CSRF-Token.
+// It is bound to the session, so another session's token is useless.
+func (h *Handler) csrfToken(sid string) string { return h.sign("csrf:" + sid) }
+
+// SessionTTL is how long a dashboard login lasts; the server checks it, whatever the browser keeps.
+const SessionTTL = 30 * 24 * time.Hour
+
+// newSession returns a new session cookie value: a random id and its expiry, signed.
+func (h *Handler) newSession(now time.Time) (string, error) {
+	id := make([]byte, 16)
+	if _, err := rand.Read(id); err != nil {
+		return "", err
+	}
+	v := hex.EncodeToString(id) + "." + strconv.FormatInt(now.Add(SessionTTL).Unix(), 10)
+	return v + "." + h.sign("session:"+v), nil
+}
+
+// session returns the id of r's session, its expiry, and whether r is logged in: with an API key, a
+// cookie this key signed, not expired and not logged out; without one, always (the id empty).
+func (h *Handler) session(r *http.Request) (string, time.Time, bool) {
+	if h.cfg.APIKey == "" {
+		return "", time.Time{}, true
+	}
+	c, err := r.Cookie(CookieName)
+	if err != nil {
+		return "", time.Time{}, false
+	}
+	id, rest, ok1 := strings.Cut(c.Value, ".")
+	exp, sig, ok2 := strings.Cut(rest, ".")
+	if !ok1 || !ok2 || subtle.ConstantTimeCompare([]byte(sig), []byte(h.sign("session:"+id+"."+exp))) != 1 {
+		return "", time.Time{}, false
+	}
+	until, err := strconv.ParseInt(exp, 10, 64)
+	if err != nil || time.Now().Unix() >= until {
+		return "", time.Time{}, false
+	}
+	h.mu.Lock()
+	_, out := h.revoked[id]
+	h.mu.Unlock()
+	return id, time.Unix(until, 0), !out
+}
+
+// revoke ends session id (valid until until) on this server.
+func (h *Handler) revoke(id string, until time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	now := time.Now()
+	for k, t := range h.revoked { // the expired ones are refused anyway
+		if now.After(t) {
+			delete(h.revoked, k)
+		}
+	}
+	if h.revoked == nil {
+		h.revoked = map[string]time.Time{}
+	}
+	h.revoked[id] = until
+}
 
 func (h *Handler) routes(static http.Handler) {
 	m := h.mux
@@ -149,11 +207,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) loggedIn(r *http.Request) bool {
-	if h.cfg.APIKey == "" {
-		return true
-	}
-	c, err := r.Cookie(CookieName)
-	return err == nil && subtle.ConstantTimeCompare([]byte(c.Value), []byte(h.session)) == 1
+	_, _, ok := h.session(r)
+	return ok
 }
 
 func (h *Handler) authed(next http.Handler) http.Handler {
@@ -177,8 +232,9 @@ func (h *Handler) action(next http.HandlerFunc) http.Handler {
 			writeError(w, http.StatusForbidden, "cross-origin request refused")
 			return
 		}
+		sid, _, _ := h.session(r)
 		tok := r.Header.Get("X-CSRF-Token")
-		if subtle.ConstantTimeCompare([]byte(tok), []byte(h.csrfToken())) != 1 {
+		if subtle.ConstantTimeCompare([]byte(tok), []byte(h.csrfToken(sid))) != 1 {
 			writeError(w, http.StatusForbidden, "missing or wrong CSRF token: reload the page")
 			return
 		}
@@ -199,13 +255,14 @@ func sameOrigin(r *http.Request) bool {
 func (h *Handler) index(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
-	if !h.loggedIn(r) {
+	sid, _, ok := h.session(r)
+	if !ok {
 		w.WriteHeader(http.StatusUnauthorized)
 		_ = h.login.Execute(w, map[string]any{"Error": r.URL.Query().Get("error") != ""})
 		return
 	}
 	_ = h.page.Execute(w, map[string]any{
-		"CSRF": h.csrfToken(), "ReadOnly": h.cfg.ReadOnly, "Backend": h.cfg.Backend, "Auth": h.cfg.APIKey != "",
+		"CSRF": h.csrfToken(sid), "ReadOnly": h.cfg.ReadOnly, "Backend": h.cfg.Backend, "Auth": h.cfg.APIKey != "",
 	})
 }
 
@@ -224,9 +281,14 @@ func (h *Handler) doLogin(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, "/?error=1", http.StatusSeeOther)
 		return
 	}
+	v, err := h.newSession(time.Now())
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, "cannot make a session: "+err.Error())
+		return
+	}
 	http.SetCookie(w, &http.Cookie{
-		Name: CookieName, Value: h.session, Path: "/", HttpOnly: true, Secure: r.TLS != nil,
-		SameSite: http.SameSiteStrictMode, MaxAge: 30 * 24 * 3600,
+		Name: CookieName, Value: v, Path: "/", HttpOnly: true, Secure: r.TLS != nil,
+		SameSite: http.SameSiteStrictMode, MaxAge: int(SessionTTL / time.Second),
 	})
 	http.Redirect(w, r, "/", http.StatusSeeOther)
 }
@@ -235,6 +297,9 @@ func (h *Handler) doLogout(w http.ResponseWriter, r *http.Request) {
 	if !sameOrigin(r) {
 		writeError(w, http.StatusForbidden, "cross-origin request refused")
 		return
+	}
+	if id, until, ok := h.session(r); ok && id != "" {
+		h.revoke(id, until)
 	}
 	http.SetCookie(w, &http.Cookie{Name: CookieName, Value: "", Path: "/", HttpOnly: true, Secure: r.TLS != nil,
 		SameSite: http.SameSiteStrictMode, MaxAge: -1})

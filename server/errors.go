@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -133,7 +134,19 @@ const unavailableRetryAfter = "1"
 // (OJS-2001, BACKEND_UNAVAILABLE, with Retry-After) give it: a client should wait and retry, and a
 // load balancer can tell it from a bug. The code stays backend_error, the binding's only code for it.
 func (s *Server) asUnavailable(e *apiError) *apiError {
-	if e.code != CodeBackendError || e.status != http.StatusInternalServerError || !store.IsUnavailable(s.store, e.cause) {
+	if e.code != CodeBackendError || e.status != http.StatusInternalServerError || e.cause == nil {
+		return e
+	}
+	if errors.Is(e.cause, context.DeadlineExceeded) {
+		// The request's deadline (Config.RequestTimeout) ran out waiting on the store: the binding has
+		// no code for it; the error catalog's BACKEND_TIMEOUT is a 504.
+		u := *e
+		u.status = http.StatusGatewayTimeout
+		u.message = "backend timeout: the store did not answer in time: " + strings.TrimPrefix(e.message, "backend error: ")
+		u.details = map[string]any{"backend": s.backend, "reason": "timeout"}
+		return &u
+	}
+	if !store.IsUnavailable(s.store, e.cause) {
 		return e
 	}
 	u := *e

@@ -71,7 +71,17 @@ type Config struct {
 	// job must name its tenant (meta.tenant_id or X-OJS-Tenant), else 422; the manifest then lists the
 	// multi-tenancy extension.
 	RequireTenant bool
+	// RequestTimeout bounds how long a request of the OJS API may wait on the store (default
+	// DefaultRequestTimeout; negative: no bound). A store that does not answer within it (a
+	// database behind a network partition, a lock held too long) gets a retryable 504
+	// backend_error instead of a connection the HTTP server's WriteTimeout cuts without an answer.
+	// Progress streams are not bounded by it.
+	RequestTimeout time.Duration
 }
+
+// DefaultRequestTimeout is Config.RequestTimeout's default: under WriteTimeout, so the 504 can still
+// be written.
+const DefaultRequestTimeout = WriteTimeout - 5*time.Second
 
 // Server is the OJS HTTP API as an http.Handler.
 type Server struct {
@@ -80,11 +90,13 @@ type Server struct {
 	apiKey   []byte
 	maxBody  int64
 	maxBatch int
-	backend  string
-	testMode bool
-	log      *slog.Logger
-	started  time.Time
-	source   string
+	// requestTimeout is Config.RequestTimeout (0: none).
+	requestTimeout time.Duration
+	backend        string
+	testMode       bool
+	log            *slog.Logger
+	started        time.Time
+	source         string
 
 	events      *eventLog
 	fetched     *fetchedJobs
@@ -143,6 +155,12 @@ func New(cfg Config) (*Server, error) {
 	}
 	if s.maxBatch <= 0 {
 		s.maxBatch = 10000
+	}
+	switch {
+	case cfg.RequestTimeout == 0:
+		s.requestTimeout = DefaultRequestTimeout
+	case cfg.RequestTimeout > 0:
+		s.requestTimeout = cfg.RequestTimeout
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -253,6 +271,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.ready(w, r)
 		return
 	}
+	if crossSite(r) {
+		s.writeError(w, r, errorf(http.StatusForbidden, CodeForbidden,
+			"a cross-site request (Origin %q) may not change anything here: OJS clients send no Origin", r.Header.Get("Origin")))
+		return
+	}
 	if s.apiKey != nil && !s.authorized(r) {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="pronto"`)
 		s.writeError(w, r, errorf(http.StatusUnauthorized, CodeUnauthenticated,
@@ -283,6 +306,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		s.writeError(w, r, routeNotFound(r))
 		return
+	}
+	if s.requestTimeout > 0 && !strings.HasSuffix(rest, "/progress/stream") {
+		ctx, cancel := context.WithTimeout(r.Context(), s.requestTimeout)
+		defer cancel()
+		r = r.WithContext(ctx)
 	}
 	s.route(w, r, rest)
 }

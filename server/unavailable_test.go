@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"io"
 	"net"
 	"path/filepath"
 	"strconv"
@@ -24,19 +23,23 @@ import (
 
 // cutProxy forwards TCP connections to a backend until it is cut: then its listener is closed (new
 // connections are refused) and every connection through it is dropped, as when the backend's host
-// goes away. mend listens again on the same address.
+// goes away. mend listens again on the same address. stall holds every byte in both directions
+// (a network partition: nothing refused, nothing answered) until flow.
 type cutProxy struct {
 	t      *testing.T
 	addr   string
 	target string
 
-	mu    sync.Mutex
-	ln    net.Listener
-	conns map[net.Conn]bool
+	mu      sync.Mutex
+	flowing *sync.Cond // signalled when stalled turns false
+	stalled bool
+	ln      net.Listener
+	conns   map[net.Conn]bool
 }
 
 func newCutProxy(t *testing.T, target string) *cutProxy {
 	p := &cutProxy{t: t, target: target, conns: map[net.Conn]bool{}}
+	p.flowing = sync.NewCond(&p.mu)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -70,15 +73,52 @@ func (p *cutProxy) serve(ln net.Listener) {
 			}
 			p.conns[c], p.conns[b] = true, true
 			p.mu.Unlock()
-			go func() { _, _ = io.Copy(b, c); _, _ = c.Close(), b.Close() }()
-			go func() { _, _ = io.Copy(c, b); _, _ = c.Close(), b.Close() }()
+			go p.pipe(b, c)
+			go p.pipe(c, b)
 		}
 	}()
+}
+
+// pipe copies src to dst, holding what it read while the proxy is stalled.
+func (p *cutProxy) pipe(dst, src net.Conn) {
+	defer func() { _, _ = dst.Close(), src.Close() }()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			p.mu.Lock()
+			for p.stalled {
+				p.flowing.Wait()
+			}
+			p.mu.Unlock()
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+func (p *cutProxy) stall() {
+	p.mu.Lock()
+	p.stalled = true
+	p.mu.Unlock()
+}
+
+func (p *cutProxy) flow() {
+	p.mu.Lock()
+	p.stalled = false
+	p.flowing.Broadcast()
+	p.mu.Unlock()
 }
 
 func (p *cutProxy) cut() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.stalled = false // let held pipes run into their closed connections
+	p.flowing.Broadcast()
 	if p.ln != nil {
 		_ = p.ln.Close()
 		p.ln = nil
@@ -117,54 +157,10 @@ func TestBackendUnavailable(t *testing.T) {
 			var st store.Store
 			var down, up func()
 			switch kind {
-			case "postgres":
-				proxy := newCutProxy(t, "127.0.0.1:5432")
-				cfg, err := pgxpool.ParseConfig(testdb.URL())
-				if err != nil {
-					t.Fatal(err)
-				}
-				host, port, err := net.SplitHostPort(proxy.addr)
-				if err != nil {
-					t.Fatal(err)
-				}
-				cfg.ConnConfig.Host = host
-				n, err := strconv.ParseUint(port, 10, 16)
-				if err != nil {
-					t.Fatal(err)
-				}
-				cfg.ConnConfig.Port = uint16(n)
-				cfg.MaxConns = 2
-				pool, err := pgxpool.NewWithConfig(ctx, cfg)
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(pool.Close)
-				s, err := postgres.New(pool, postgres.Config{Schema: testdb.Schema(t)})
-				if err != nil {
-					t.Fatal(err)
-				}
-				st, down, up = s, proxy.cut, proxy.mend
-			case "redis":
-				proxy := newCutProxy(t, "127.0.0.1:6379")
-				rdb := goredis.NewClient(&goredis.Options{Addr: proxy.addr, PoolSize: 4})
-				t.Cleanup(func() { _ = rdb.Close() })
-				if err := rdb.Ping(ctx).Err(); err != nil {
-					t.Fatalf("this test needs Redis at 127.0.0.1:6379: %v", err)
-				}
-				prefix := "prontotest:" + uuidv7.New() + ":"
-				s, err := redis.New(ctx, rdb, redis.Options{Prefix: prefix})
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() {
-					direct := goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:6379"})
-					defer direct.Close()
-					iter := direct.Scan(ctx, 0, prefix+"*", 1000).Iterator()
-					for iter.Next(ctx) {
-						_ = direct.Del(ctx, iter.Val()).Err()
-					}
-				})
-				st, down, up = s, proxy.cut, proxy.mend
+			case "postgres", "redis":
+				var proxy *cutProxy
+				st, proxy = storeBehindProxy(t, kind)
+				down, up = proxy.cut, proxy.mend
 			case "sqlite":
 				path := filepath.Join(t.TempDir(), "jobs.db")
 				s, err := sqlite.Open(ctx, path)
@@ -260,6 +256,126 @@ func TestBackendUnavailable(t *testing.T) {
 			}
 			if r := call(t, s, "GET", "/ojs/v1/health", nil); r.status != 200 {
 				t.Fatalf("health after: %d %s", r.status, r.raw)
+			}
+		})
+	}
+}
+
+// storeBehindProxy opens a fresh store of kind ("postgres" or "redis") whose every connection goes
+// through a cutProxy, migrated; both are closed when the test ends.
+func storeBehindProxy(t *testing.T, kind string) (store.Store, *cutProxy) {
+	ctx := context.Background()
+	var st store.Store
+	var p *cutProxy
+	switch kind {
+	case "postgres":
+		proxy := newCutProxy(t, "127.0.0.1:5432")
+		cfg, err := pgxpool.ParseConfig(testdb.URL())
+		if err != nil {
+			t.Fatal(err)
+		}
+		host, port, err := net.SplitHostPort(proxy.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.ConnConfig.Host = host
+		n, err := strconv.ParseUint(port, 10, 16)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.ConnConfig.Port = uint16(n)
+		cfg.MaxConns = 2
+		pool, err := pgxpool.NewWithConfig(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(pool.Close)
+		s, err := postgres.New(pool, postgres.Config{Schema: testdb.Schema(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, p = s, proxy
+	case "redis":
+		proxy := newCutProxy(t, "127.0.0.1:6379")
+		rdb := goredis.NewClient(&goredis.Options{Addr: proxy.addr, PoolSize: 4, ContextTimeoutEnabled: true})
+		t.Cleanup(func() { _ = rdb.Close() })
+		if err := rdb.Ping(ctx).Err(); err != nil {
+			t.Fatalf("this test needs Redis at 127.0.0.1:6379: %v", err)
+		}
+		prefix := "prontotest:" + uuidv7.New() + ":"
+		s, err := redis.New(ctx, rdb, redis.Options{Prefix: prefix})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			direct := goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:6379"})
+			defer direct.Close()
+			iter := direct.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+			for iter.Next(ctx) {
+				_ = direct.Del(ctx, iter.Val()).Err()
+			}
+		})
+		st, p = s, proxy
+	default:
+		t.Fatalf("no proxy for store %q", kind)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	if err := st.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return st, p
+}
+
+// TestBackendStalled: a store that stops answering without refusing (a network partition: the
+// proxy holds every byte) gets a retryable 504 backend_error once the request's deadline
+// (Config.RequestTimeout) passes, rather than a request hanging until the HTTP server's write
+// timeout cuts it without an answer; once the network flows again, requests succeed and what was
+// stored before is intact.
+func TestBackendStalled(t *testing.T) {
+	for _, kind := range []string{"postgres", "redis"} {
+		t.Run(kind, func(t *testing.T) {
+			st, proxy := storeBehindProxy(t, kind)
+			client, err := pronto.NewClient(st, &pronto.Config{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			s, _ := newTestServer(t, Config{Client: client, RequestTimeout: 300 * time.Millisecond})
+			r := call(t, s, "POST", "/ojs/v1/jobs", `{"type":"email.send","args":["before"]}`)
+			if r.status != 201 {
+				t.Fatalf("enqueue: %d %s", r.status, r.raw)
+			}
+			id := r.body["job"].(map[string]any)["id"].(string)
+
+			proxy.stall()
+			for _, req := range []struct{ method, path, body string }{
+				{"POST", "/ojs/v1/jobs", `{"type":"email.send","args":["during"]}`},
+				{"GET", "/ojs/v1/jobs/" + id, ""},
+			} {
+				var body any
+				if req.body != "" {
+					body = req.body
+				}
+				r := call(t, s, req.method, req.path, body)
+				checkErrorBody(t, r, 504, CodeBackendError)
+				e := r.body["error"].(map[string]any)
+				if d, _ := e["details"].(map[string]any); e["retryable"] != true || d["reason"] != "timeout" {
+					t.Errorf("%s %s: %s", req.method, req.path, r.raw)
+				}
+			}
+			proxy.flow()
+			deadline := time.Now().Add(30 * time.Second)
+			for {
+				r := call(t, s, "GET", "/ojs/v1/jobs/"+id, nil)
+				if r.status == 200 {
+					if j := r.body["job"].(map[string]any); j["state"] != "available" || j["args"].([]any)[0] != "before" {
+						t.Fatalf("the job stored before the partition changed: %s", r.raw)
+					}
+					break
+				}
+				if (r.status != 504 && r.status != 503) || time.Now().After(deadline) {
+					t.Fatalf("get after the network came back: %d %s", r.status, r.raw)
+				}
+				time.Sleep(20 * time.Millisecond)
 			}
 		})
 	}

@@ -75,6 +75,8 @@ func cmdServe(ctx context.Context, r *runner, args []string) error {
 	throttleFor := fs.duration("tenant-throttle-for", 5*time.Minute, "how long (`DURATION`) an automatic throttle lasts (DELETE /ojs/v1/admin/tenants/{id}/throttle ends one sooner)")
 	archiveDir := fs.String("dead-letter-archive", "", "folder `DIR` where the dead letter jobs that retention prunes from queues with pruning_policy archive are kept first, as JSON Lines (one file per UTC day, fsynced; ojs-dead-letter.md 8.2)")
 	pruningPolicy := fs.String("dead-letter-pruning-policy", "delete", "the `POLICY` of the queues without a retention of their own: delete, or archive (needs --dead-letter-archive)")
+	requestTimeout := fs.duration("request-timeout", server.DefaultRequestTimeout, "how long (`DURATION`) an API request may wait on the database before it is answered 504 backend_error (retryable); progress streams are not bounded")
+	allowedHosts := fs.String("allowed-host", "", "without an API key, requests must name a loopback Host (localhost, 127.0.0.1, [::1]) against DNS rebinding; also accept these `NAMES` (comma-separated, with or without a port)")
 	replayEvery := fs.duration("dead-letter-replay-interval", server.DefaultReplayInterval, "how often (`DURATION`) the maintenance leader applies the dead-letter replay rules (PUT /ojs/v1/dead-letter/replay-rules; ojs-dead-letter.md 7); 0: never")
 	if _, err := fs.parse(args, 0, 0); err != nil {
 		return err
@@ -95,6 +97,15 @@ func cmdServe(ctx context.Context, r *runner, args []string) error {
 	}
 	if *stallAfter < 0 || *staleAfter <= 0 {
 		return usageErrorf("serve: --progress-stall-timeout must not be negative, --worker-stale-after must be positive")
+	}
+	if *requestTimeout <= 0 {
+		return usageErrorf("serve: --request-timeout must be positive")
+	}
+	var hosts []string
+	for _, h := range strings.Split(*allowedHosts, ",") {
+		if h = strings.TrimSpace(h); h != "" {
+			hosts = append(hosts, h)
+		}
 	}
 	if *poolSize < 2 || *poolSize > 10000 {
 		return usageErrorf("serve: --pool-size must be between 2 and 10000")
@@ -156,6 +167,7 @@ func cmdServe(ctx context.Context, r *runner, args []string) error {
 	srv, err := server.New(server.Config{
 		Client: client, APIKey: key, MaxBodyBytes: *maxBody, Backend: db.t.kind, TestMode: *testMode, Logger: logger,
 		Handlers: obs.handlers, WorkerStaleAfter: *staleAfter, RequireTenant: *requireTenant,
+		RequestTimeout: *requestTimeout,
 	})
 	if err != nil {
 		return errorf("serve: %v", err)
@@ -184,7 +196,11 @@ func cmdServe(ctx context.Context, r *runner, args []string) error {
 		mux.Handle(path, srv)
 	}
 	mux.Handle("/", dash)
-	hs := server.NewHTTPServer(ln.Addr().String(), mux)
+	var root http.Handler = mux
+	if key == "" {
+		root = server.LoopbackGuard(mux, hosts) // the loopback listen is the only protection: see DNS rebinding
+	}
+	hs := server.NewHTTPServer(ln.Addr().String(), root)
 	hs.ErrorLog = slog.NewLogLogger(logger.Handler(), slog.LevelWarn)
 	hs.RegisterOnShutdown(dash.Close) // ends the dashboard's event streams, which would hold Shutdown
 
@@ -212,7 +228,11 @@ func cmdServe(ctx context.Context, r *runner, args []string) error {
 		if err != nil {
 			return errorf("serve: cannot listen on %s: %v", *metricsAddr, err)
 		}
-		ms := server.NewHTTPServer(mln.Addr().String(), server.RequireAPIKey(key, obs.metrics))
+		var mh http.Handler = server.RequireAPIKey(key, obs.metrics)
+		if key == "" {
+			mh = server.LoopbackGuard(mh, hosts)
+		}
+		ms := server.NewHTTPServer(mln.Addr().String(), mh)
 		go func() { _ = ms.Serve(mln) }()
 		defer ms.Close()
 		fmt.Fprintf(r.env.Stdout, "pronto serve: metrics at http://%s/metrics\n", mln.Addr())

@@ -247,3 +247,46 @@ func TestServeDeadLetterArchive(t *testing.T) {
 		t.Fatalf("the archive folder is created at start: %v", err)
 	}
 }
+
+// TestServeLoopbackHosts: without an API key, serve answers only requests to a loopback Host, on
+// the API and the dashboard alike (DNS rebinding), and --allowed-host adds names; with a key, the
+// Host is free. --request-timeout must be positive.
+func TestServeLoopbackHosts(t *testing.T) {
+	run(t, "serve", "--request-timeout", "0s", "--database-url", "memory:").fails(t, ExitUsage, "--request-timeout")
+	get := func(base, path, host string) int {
+		req, err := http.NewRequest("GET", base+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Host = host
+		req.Header.Set("Authorization", "Bearer k3y")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	base, stop := startServe(t, nil, "--addr", "127.0.0.1:0", "--database-url", "memory:",
+		"--allowed-host", "jobs.internal, proxy:8443", "--request-timeout", "2s")
+	for _, path := range []string{"/ojs/v1/queues", "/"} {
+		if got := get(base, path, "attacker.example:8080"); got != http.StatusForbidden {
+			t.Errorf("GET %s with a rebound Host: %d", path, got)
+		}
+		for _, host := range []string{strings.TrimPrefix(base, "http://"), "localhost", "jobs.internal", "proxy:8443"} {
+			if got := get(base, path, host); got != http.StatusOK {
+				t.Errorf("GET %s with Host %s: %d", path, host, got)
+			}
+		}
+	}
+	if code := stop(); code != ExitOK {
+		t.Fatalf("serve exited with %d", code)
+	}
+	base, stop = startServe(t, map[string]string{EnvAPIKey: "k3y"}, "--addr", "127.0.0.1:0", "--database-url", "memory:")
+	if got := get(base, "/ojs/v1/queues", "jobs.example.com"); got != http.StatusOK {
+		t.Errorf("with an API key, any Host: %d", got)
+	}
+	if code := stop(); code != ExitOK {
+		t.Fatalf("serve exited with %d", code)
+	}
+}

@@ -136,6 +136,11 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 	return s, nil
 }
 
+// contextTimeouts: the clients Open makes honour their callers' context deadlines
+// (go-redis's ContextTimeoutEnabled, off by default), so that a request's deadline bounds a call to
+// a Redis that stopped answering, rather than go-redis's own read timeout and retries. A client
+// passed to New is used as its maker configured it.
+//
 // dial returns a client for url: a cluster client when the URL names several seeds or its node
 // says it is part of a cluster, else a client of the one node.
 func dial(ctx context.Context, url string) (goredis.UniversalClient, error) {
@@ -146,6 +151,7 @@ func dial(ctx context.Context, url string) (goredis.UniversalClient, error) {
 	if err != nil {
 		return nil, urlError(err)
 	}
+	o.ContextTimeoutEnabled = true // see contextTimeouts
 	// The probe uses database 0: a cluster node refuses to SELECT another. A node that does not
 	// answer is reported by New, which checks that Redis answers.
 	db := o.DB
@@ -173,6 +179,7 @@ func dialCluster(url string) (goredis.UniversalClient, error) {
 	if err != nil {
 		return nil, urlError(err)
 	}
+	o.ContextTimeoutEnabled = true // see contextTimeouts
 	return goredis.NewClusterClient(o), nil
 }
 
