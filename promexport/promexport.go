@@ -50,6 +50,10 @@ type Options struct {
 	// TenantLabels adds the per-tenant series (labelled tenant_id, see tenants.go and
 	// docs/observability.md): off by default, since each tenant adds series (cardinality).
 	TenantLabels bool
+	// MaxLabelValues bounds the distinct values of the queue and type labels each (default
+	// DefaultMaxLabelValues): values first seen after that many are exported as OtherLabel, and the
+	// queues past it are summed under it in the depth gauges.
+	MaxLabelValues int
 }
 
 // Bucket boundaries recommended by ojs-observability.md, section 8.2.
@@ -63,6 +67,8 @@ var (
 // Metrics is a prometheus.Collector of one client's job metrics. It is safe for concurrent use.
 type Metrics struct {
 	opts Options
+	// queueLabels and typeLabels bound the values of the queue and type labels.
+	queueLabels, typeLabels *labelCap
 
 	enqueued, claimed, completed, failed, attemptsFailed *prometheus.CounterVec
 	retried, cancelled, snoozed, rescued, expired        *prometheus.CounterVec
@@ -112,6 +118,9 @@ func New(opts *Options) *Metrics {
 	if len(o.LatencyBuckets) == 0 {
 		o.LatencyBuckets = defaultLatencyBuckets
 	}
+	if o.MaxLabelValues <= 0 {
+		o.MaxLabelValues = DefaultMaxLabelValues
+	}
 	qt := []string{"queue", "type"}
 	counter := func(name, help string) *prometheus.CounterVec {
 		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, qt)
@@ -121,6 +130,8 @@ func New(opts *Options) *Metrics {
 	}
 	m := &Metrics{
 		opts:           o,
+		queueLabels:    newLabelCap(o.MaxLabelValues),
+		typeLabels:     newLabelCap(o.MaxLabelValues),
 		enqueued:       counter("ojs_job_enqueued_total", "Jobs inserted by this process (duplicates a unique key turned away are not counted)."),
 		claimed:        counter("pronto_job_claimed_total", "Attempts started: by this client's workers, or fetched through it by OJS workers."),
 		completed:      counter("ojs_job_completed_total", "Jobs that reached the completed state on this process."),
@@ -198,7 +209,7 @@ func (m *Metrics) InsertMiddleware() pronto.InsertMiddleware {
 		rows, err := next(ctx, params)
 		for _, r := range rows {
 			if r != nil && !r.Duplicate {
-				m.enqueued.WithLabelValues(r.Queue, r.Kind).Inc()
+				m.enqueued.WithLabelValues(m.queueLabels.value(r.Queue), m.typeLabels.value(r.Kind)).Inc()
 				m.tenantInserted(r)
 			}
 		}
@@ -209,16 +220,17 @@ func (m *Metrics) InsertMiddleware() pronto.InsertMiddleware {
 // attemptStarted counts an attempt start (on the client's workers or fetched by an OJS worker) and
 // observes its pickup latency and, for a first attempt, its queue time.
 func (m *Metrics) attemptStarted(job *pronto.JobRow, at time.Time) {
-	m.claimed.WithLabelValues(job.Queue, job.Kind).Inc()
+	q, t := m.queueLabels.value(job.Queue), m.typeLabels.value(job.Kind)
+	m.claimed.WithLabelValues(q, t).Inc()
 	start := job.StartedAt
 	if start.IsZero() {
 		start = at
 	}
 	if !job.ScheduledAt.IsZero() {
-		m.pickup.WithLabelValues(job.Queue, job.Kind).Observe(nonNegative(start.Sub(job.ScheduledAt)))
+		m.pickup.WithLabelValues(q, t).Observe(nonNegative(start.Sub(job.ScheduledAt)))
 	}
 	if job.Attempt == 1 && !job.CreatedAt.IsZero() {
-		m.queueTime.WithLabelValues(job.Queue, job.Kind).Observe(nonNegative(start.Sub(job.CreatedAt)))
+		m.queueTime.WithLabelValues(q, t).Observe(nonNegative(start.Sub(job.CreatedAt)))
 	}
 }
 
@@ -263,9 +275,14 @@ func (m *Metrics) observe(e *pronto.Event) {
 	if j == nil {
 		return
 	}
-	q, t := j.Queue, j.Kind
+	q, t := m.queueLabels.value(j.Queue), m.typeLabels.value(j.Kind)
 	m.tenantObserve(e)
-	attemptEnded := e.Duration > 0
+	// An attempt ended here unless the rescuer discarded a job whose lease expired (Err is
+	// ErrJobLost). Duration alone cannot tell: an OJS worker's attempt is timed from started_at,
+	// which the database's clock set, and a database clock ahead of this host's makes it 0.
+	lost := errors.Is(e.Err, pronto.ErrJobLost)
+	attemptEnded := e.Duration > 0 ||
+		(!lost && (e.Kind == pronto.EventCompleted || e.Kind == pronto.EventFailed || e.Kind == pronto.EventDiscarded))
 	switch e.Kind {
 	case pronto.EventCheckpointSaved:
 		m.checkpointSize.WithLabelValues(t).Observe(float64(len(j.LastCheckpoint)))
@@ -309,10 +326,10 @@ func (m *Metrics) observe(e *pronto.Event) {
 	case pronto.EventDiscarded:
 		m.failed.WithLabelValues(q, t).Inc()
 		m.deadAdded.WithLabelValues(q, t).Inc()
-		if attemptEnded {
-			m.attemptsFailed.WithLabelValues(q, t).Inc()
-		} else {
+		if lost {
 			m.expired.WithLabelValues(q, t).Inc() // from the rescuer: no attempt ended here
+		} else {
+			m.attemptsFailed.WithLabelValues(q, t).Inc()
 		}
 	case pronto.EventCancelled:
 		m.cancelled.WithLabelValues(q, t).Inc()
@@ -360,11 +377,31 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 
 func (m *Metrics) collectGauges(ch chan<- prometheus.Metric, c *pronto.Client) {
 	if queues, ok := m.queues(c); ok {
+		// Queues past the label bound are summed under OtherLabel.
+		byLabel := make(map[string]map[pronto.State]int64, len(queues))
 		for _, q := range queues {
-			for _, s := range allStates {
-				ch <- prometheus.MustNewConstMetric(m.depth, prometheus.GaugeValue, float64(q.Counts[s]), q.Name, string(s))
+			name := m.queueLabels.value(q.Name)
+			counts := byLabel[name]
+			if counts == nil {
+				counts = make(map[pronto.State]int64, len(allStates))
+				byLabel[name] = counts
 			}
-			ch <- prometheus.MustNewConstMetric(m.deadTotal, prometheus.GaugeValue, float64(q.Counts[pronto.StateDiscarded]), q.Name)
+			for _, s := range allStates {
+				counts[s] += q.Counts[s]
+			}
+		}
+		// A queue this client works reports zeros when the store lists it no more (its last job
+		// deleted), so its series never vanish.
+		for name := range c.Stats().Queues {
+			if name = m.queueLabels.value(name); byLabel[name] == nil {
+				byLabel[name] = map[pronto.State]int64{}
+			}
+		}
+		for name, counts := range byLabel {
+			for _, s := range allStates {
+				ch <- prometheus.MustNewConstMetric(m.depth, prometheus.GaugeValue, float64(counts[s]), name, string(s))
+			}
+			ch <- prometheus.MustNewConstMetric(m.deadTotal, prometheus.GaugeValue, float64(counts[pronto.StateDiscarded]), name)
 		}
 	}
 	m.pruneStalled(c)

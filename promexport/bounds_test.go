@@ -1,0 +1,154 @@
+package promexport_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pronto-jobs/pronto"
+	"github.com/pronto-jobs/pronto/promexport"
+	"github.com/pronto-jobs/pronto/server"
+	"github.com/pronto-jobs/pronto/store/memory"
+)
+
+// TestLabelValuesBounded: job types and queues come from whoever enqueues (any client of the HTTP
+// API), and counter series are never dropped: the queue and type labels each export at most
+// Options.MaxLabelValues values, the rest as "other", so one client cannot grow /metrics without
+// bound. They used to take every value sent.
+func TestLabelValuesBounded(t *testing.T) {
+	m := promexport.New(&promexport.Options{CacheTTL: time.Millisecond})
+	cfg := &pronto.Config{}
+	m.Instrument(cfg)
+	client, err := pronto.NewClient(memory.New(), cfg)
+	require.NoError(t, err)
+	defer m.Attach(client)()
+	srv, err := server.New(server.Config{Client: client})
+	require.NoError(t, err)
+	defer srv.Close()
+	api := httptest.NewServer(srv)
+	defer api.Close()
+
+	const n = 3000
+	for b := 0; b < n/1000; b++ {
+		var jobs []string
+		for i := 0; i < 1000; i++ {
+			k := b*1000 + i
+			jobs = append(jobs, fmt.Sprintf(`{"type":"attacker.t%d","args":[],"options":{"queue":"q%d"}}`, k, k))
+		}
+		resp, err := http.Post(api.URL+"/ojs/v1/jobs/batch", "application/json", strings.NewReader(`{"jobs":[`+strings.Join(jobs, ",")+`]}`))
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Less(t, resp.StatusCode, 300, "batch enqueue")
+	}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(m)
+	ms := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	defer ms.Close()
+	samples := scrape(t, ms.URL)
+	types, queues := map[string]bool{}, map[string]bool{}
+	typeRe, queueRe := regexp.MustCompile(`type="([^"]*)"`), regexp.MustCompile(`queue="([^"]*)"`)
+	for s := range samples {
+		if x := typeRe.FindStringSubmatch(s); x != nil {
+			types[x[1]] = true
+		}
+		if x := queueRe.FindStringSubmatch(s); x != nil {
+			queues[x[1]] = true
+		}
+	}
+	t.Logf("%d samples on /metrics after %d enqueues by one client", len(samples), n)
+	if !types[promexport.OtherLabel] || !queues[promexport.OtherLabel] ||
+		len(types) > promexport.DefaultMaxLabelValues+1 || len(queues) > promexport.DefaultMaxLabelValues+1 {
+		t.Errorf("one HTTP client made %d distinct type labels and %d distinct queue labels (%d samples) with %d enqueues: label cardinality is unbounded",
+			len(types), len(queues), len(samples), n)
+	}
+}
+
+// TestQueueDepthSeriesStay: ojs_queue_depth reports every state of a queue this client works, zeros
+// included, also once the queue's last job is deleted and the store lists it no more; its series
+// used to vanish then.
+func TestQueueDepthSeriesStay(t *testing.T) {
+	ctx := context.Background()
+	m := promexport.New(&promexport.Options{CacheTTL: time.Millisecond})
+	workers := pronto.NewWorkers()
+	pronto.AddWorker(workers, pronto.WorkFunc(func(context.Context, *pronto.Job[okArgs]) error { return nil }))
+	cfg := &pronto.Config{Queues: map[string]pronto.QueueConfig{"vanish": {MaxWorkers: 1}}, Workers: workers}
+	m.Instrument(cfg)
+	client, err := pronto.NewClient(memory.New(), cfg)
+	require.NoError(t, err)
+	defer m.Attach(client)()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(m)
+	ms := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	defer ms.Close()
+
+	j, err := client.Insert(ctx, okArgs{}, &pronto.InsertOpts{Queue: "vanish"})
+	require.NoError(t, err)
+	const series = `ojs_queue_depth{queue="vanish",state="available"}`
+	before := scrape(t, ms.URL)
+	require.Contains(t, before, series)
+	_, err = client.JobDelete(ctx, j.ID)
+	require.NoError(t, err)
+	time.Sleep(5 * time.Millisecond) // past CacheTTL
+	after := scrape(t, ms.URL)
+	if _, ok := after[series]; !ok {
+		t.Errorf("%s vanished once the queue's last job was deleted (want 0); busy gauge present: %v",
+			series, has(after, `ojs_workers_busy{queue="vanish"}`))
+	}
+}
+
+func has(m map[string]float64, k string) bool { _, ok := m[k]; return ok }
+
+// TestRemoteDiscardNotLeaseExpiry: an OJS worker's nack that discards a job counts as a failed
+// attempt, not as a lease expiry, even when the database's clock (which set started_at) runs ahead
+// of this host's, which makes the attempt's measured duration 0: the rescuer's discards are told by
+// their ErrJobLost. The job below is the fetched row with started_at 2 s ahead.
+func TestRemoteDiscardNotLeaseExpiry(t *testing.T) {
+	ctx := context.Background()
+	m := promexport.New(nil)
+	cfg := &pronto.Config{}
+	m.Instrument(cfg)
+	client, err := pronto.NewClient(memory.New(), cfg)
+	require.NoError(t, err)
+	defer m.Attach(client)()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(m)
+	ms := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	defer ms.Close()
+
+	_, err = client.Insert(ctx, failArgs{}, nil)
+	require.NoError(t, err)
+	jobs, err := client.RemoteFetch(ctx, pronto.RemoteFetchParams{Queues: []string{pronto.DefaultQueue}, WorkerID: "w1"})
+	require.NoError(t, err)
+	require.Len(t, jobs, 1)
+	j := *jobs[0]
+	j.StartedAt = j.StartedAt.Add(2 * time.Second) // the database's clock
+	_, err = client.RemoteNack(ctx, pronto.RemoteNackParams{ID: j.ID, WorkerID: "w1", ClaimToken: j.ClaimToken, Attempt: j.Attempt,
+		Error: pronto.AttemptError{Message: "boom"}, NonRetryable: true, Job: &j})
+	require.NoError(t, err)
+
+	lbl := `{queue="default",type="metrics.fail"}`
+	deadline := time.Now().Add(5 * time.Second)
+	var s map[string]float64
+	for {
+		s = scrape(t, ms.URL)
+		if s["ojs_job_failed_total"+lbl] == 1 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	require.Equal(t, 1.0, s["ojs_job_failed_total"+lbl])
+	if s["pronto_job_lease_expired_discarded_total"+lbl] != 0 || s["pronto_job_attempts_failed_total"+lbl] != 1 {
+		t.Errorf("a worker's nack discarding the job: lease_expired_discarded=%v attempts_failed=%v, want 0 and 1",
+			s["pronto_job_lease_expired_discarded_total"+lbl], s["pronto_job_attempts_failed_total"+lbl])
+	}
+}
