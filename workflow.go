@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/pronto-jobs/pronto/internal/jsoncheck"
@@ -127,9 +128,11 @@ func (w *Workflow) AddJob(name string, job WorkflowJob, after ...string) *Workfl
 	case w.names[name] != nil:
 		w.err = invalidf("workflow %q: two steps are named %q", w.name, name)
 	}
-	for _, a := range after {
+	for i, a := range after {
 		if w.names[a] == nil || w.names[a].runOn != "" {
 			w.err = invalidf("workflow %q: step %q comes after %q, which is not an earlier step", w.name, name, a)
+		} else if slices.Contains(after[:i], a) {
+			w.err = invalidf("workflow %q: step %q names %q twice among the steps it comes after", w.name, name, a)
 		}
 	}
 	if w.err != nil {
@@ -276,7 +279,8 @@ func (c *Client) WorkflowGet(ctx context.Context, id string) (*WorkflowInfo, err
 	return info, nil
 }
 
-// WorkflowJobs lists every job of a workflow (steps and callbacks) in insertion order.
+// WorkflowJobs lists every job of a workflow (steps and callbacks) in id order: insertion order,
+// unless its jobs were given ids (InsertOpts.ID) out of that order.
 func (c *Client) WorkflowJobs(ctx context.Context, id string) ([]*JobRow, error) {
 	if err := checkID(id); err != nil {
 		return nil, err

@@ -148,6 +148,7 @@ func (s *Server) workflowProgress(w http.ResponseWriter, r *http.Request, id str
 		s.writeError(w, r, workflowError(err, id))
 		return
 	}
+	orderSteps(wp.Workflow.Type, wp.Steps)
 	w.Header().Set("Cache-Control", "no-cache")
 	w.Header().Set("X-OJS-Progress", strconv.FormatFloat(wp.Value, 'f', -1, 64))
 	b := getBuf()

@@ -285,6 +285,20 @@ func decodeWorkflow(body []byte, now time.Time, maxJobs int) (*pronto.Workflow, 
 		seen[stepName] = true
 		w.AddJob(stepName, jobs[i], after...)
 	}
+	if !dag {
+		// Steps given ids are listed in id order, not creation order: each records its position.
+		for _, req := range reqs {
+			if req.job.Opts.ID == "" {
+				continue
+			}
+			for i, req := range reqs {
+				if e := setStepName(req, strconv.Itoa(i)); e != nil {
+					return nil, nil, atPath(e, listField+"["+strconv.Itoa(i)+"]")
+				}
+			}
+			break
+		}
+	}
 	switch typ {
 	case "chain":
 		w = pronto.NewChain(name, jobs...)
@@ -450,6 +464,7 @@ func (s *Server) getWorkflow(w http.ResponseWriter, r *http.Request, id string) 
 		s.writeError(w, r, workflowError(err, id))
 		return
 	}
+	orderSteps(wf.Type, jobs)
 	b := getBuf()
 	*b = append(*b, `{"workflow":`...)
 	*b = appendWorkflow(*b, wf)
@@ -493,6 +508,7 @@ func (s *Server) workflowJobs(w http.ResponseWriter, r *http.Request, id string)
 		s.writeError(w, r, workflowError(err, id))
 		return
 	}
+	orderSteps(wf.Type, jobs)
 	b := getBuf()
 	*b = append(*b, `{"workflow":`...)
 	*b = appendWorkflow(*b, wf)

@@ -1,7 +1,10 @@
 package server
 
 import (
+	"cmp"
 	"encoding/json"
+	"math"
+	"slices"
 	"strconv"
 
 	"github.com/pronto-jobs/pronto"
@@ -35,6 +38,27 @@ func setStepName(req *enqueueRequest, name string) *apiError {
 	req.job.Meta = meta
 	req.ext.Step = name
 	return nil
+}
+
+// orderSteps puts the jobs of a chain, group or batch (typ) in creation order, callbacks last: the
+// store lists them in id order, which is creation order unless the steps were given ids, and then
+// each member carries its position as its step name (decodeWorkflow). A dag's steps stay in id order.
+func orderSteps(typ string, jobs []*pronto.JobRow) {
+	if typ == "dag" {
+		return
+	}
+	key := func(j *pronto.JobRow) int {
+		if j.RunOn != "" {
+			return math.MaxInt
+		}
+		if _, ext := splitMeta(j.Meta); ext != nil && ext.Step != "" {
+			if n, err := strconv.Atoi(ext.Step); err == nil && n >= 0 {
+				return n
+			}
+		}
+		return -1 // no position recorded: the ids were pronto's, in creation order already
+	}
+	slices.SortStableFunc(jobs, func(a, b *pronto.JobRow) int { return cmp.Compare(key(a), key(b)) })
 }
 
 // stepID is the id a workflow job answers under in steps[]: the id it was created with (a dag step's

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -314,9 +315,12 @@ func ValidateWorkflow(p WorkflowParams) error {
 		if j.UniqueKey != "" {
 			return fmt.Errorf("%w: job %d (%s) of workflow %s has a unique key; workflow jobs cannot be unique", ErrInvalidParams, i, j.ID, p.ID)
 		}
-		for _, pid := range j.ParentIDs {
+		for k, pid := range j.ParentIDs {
 			if !seen[pid] {
 				return fmt.Errorf("%w: job %d (%s) names parent %s, which is not an earlier job of workflow %s", ErrInvalidParams, i, j.ID, pid, p.ID)
+			}
+			if slices.Contains(j.ParentIDs[:k], pid) {
+				return fmt.Errorf("%w: job %d (%s) names parent %s twice", ErrInvalidParams, i, j.ID, pid)
 			}
 		}
 		switch j.RunOn {

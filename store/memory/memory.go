@@ -205,7 +205,9 @@ type Option func(*Store)
 // jobs are deleted in the same critical section, as retention (Cleanup) would delete them, unique keys
 // and workflow bookkeeping included. Zero or negative keeps every finished job until Cleanup removes
 // it (the pronto client's retention deletes completed jobs after 24 h by default), so memory grows with
-// the number of jobs finished in that time. Jobs that are not finished are never dropped.
+// the number of jobs finished in that time. Jobs that are not finished are never dropped, nor is a
+// finished workflow job a pending job still waits for (its result is that job's input), so a long
+// workflow may keep more than n until it moves on.
 func WithMaxFinished(n int) Option {
 	return func(s *Store) { s.maxFinished = max(n, 0) }
 }
@@ -241,20 +243,35 @@ func (s *Store) DroppedFinished() int64 {
 // held and no workflow job may wait on s.decided (settle calls it last).
 func (s *Store) trimFinished() {
 	for s.terminal[0].size()+s.terminal[1].size()+s.terminal[2].size() > s.maxFinished {
-		var f *fifo
-		var oldest *entry
-		for i := range s.terminal {
-			if e := s.terminal[i].front(); e != nil && (oldest == nil || e.j.CompletedAt.Before(oldest.j.CompletedAt)) {
-				f, oldest = &s.terminal[i], e
-			}
+		j := s.oldestDroppable()
+		if j == nil {
+			return // every finished job left is one a pending workflow job waits for
 		}
-		j := oldest.j
-		f.popFront()
-		j.fifo = nil
 		s.unplace(j)
 		s.forget(j)
 		s.dropped++
 	}
+}
+
+// oldestDroppable returns the finished job that finished first among those no pending workflow job
+// waits for (as Cleanup keeps those, however old), or nil. It looks past the front of a list only
+// when the front is waited for.
+func (s *Store) oldestDroppable() *job {
+	var oldest *job
+	for i := range s.terminal {
+		f := &s.terminal[i]
+		for k := f.head; k < len(f.items); k++ {
+			e := &f.items[k]
+			if !e.live() || s.waited(e.j) {
+				continue
+			}
+			if oldest == nil || e.j.CompletedAt.Before(oldest.CompletedAt) {
+				oldest = e.j
+			}
+			break
+		}
+	}
+	return oldest
 }
 
 // Migrate does nothing: an in-memory store has no schema.

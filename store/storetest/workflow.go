@@ -539,6 +539,11 @@ func testWorkflowInvalid(t *testing.T, s store.Store) {
 			b := member(wf, q, a, c)
 			return []*store.InsertParams{a, b, c}
 		},
+		"parent named twice": func(wf string) []*store.InsertParams {
+			a := member(wf, q)
+			b := member(wf, q, a, a)
+			return []*store.InsertParams{a, b}
+		},
 		"job with parents not pending": func(wf string) []*store.InsertParams {
 			a := member(wf, q)
 			b := member(wf, q, a)
