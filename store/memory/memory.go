@@ -260,6 +260,9 @@ func (s *Store) oldestDroppable() *job {
 	var oldest *job
 	for i := range s.terminal {
 		f := &s.terminal[i]
+		if f.front() == nil { // also drops the stale entries before the first live one
+			continue
+		}
 		for k := f.head; k < len(f.items); k++ {
 			e := &f.items[k]
 			if !e.live() || s.waited(e.j) {
