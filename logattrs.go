@@ -70,8 +70,11 @@ func metaSpanContext(meta json.RawMessage) trace.SpanContext {
 	if json.Unmarshal(meta, &m) != nil {
 		return trace.SpanContext{}
 	}
+	// W3C Trace Context, as the propagator reads it: version (two hex digits, not ff; version 00
+	// has exactly four fields, a later one at least four), trace id, span id, flags (two hex digits).
 	parts := strings.Split(m.Traceparent, "-")
-	if len(parts) < 4 || len(parts[0]) != 2 || parts[0] == "ff" {
+	if len(parts) < 4 || !isHex2(parts[0]) || parts[0] == "ff" || (parts[0] == "00" && len(parts) != 4) ||
+		!isHex2(parts[3]) {
 		return trace.SpanContext{}
 	}
 	tid, err := trace.TraceIDFromHex(parts[1])
@@ -84,3 +87,10 @@ func metaSpanContext(meta json.RawMessage) trace.SpanContext {
 	}
 	return trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: sid, Remote: true})
 }
+
+// isHex2 reports whether s is two lowercase hex digits.
+func isHex2(s string) bool {
+	return len(s) == 2 && isLowerHex(s[0]) && isLowerHex(s[1])
+}
+
+func isLowerHex(c byte) bool { return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' }

@@ -153,6 +153,9 @@ func (t *Tracing) InsertMiddleware() pronto.InsertMiddleware {
 				}
 				meta = map[string]json.RawMessage{}
 			}
+			// A tracestate belongs to the traceparent beside it: the one written now carries its own
+			// (when it has one), and a sender's must not outlive the context it came with.
+			delete(meta, "tracestate")
 			c := carrier(meta)
 			t.prop.Inject(trace.ContextWithSpan(ctx, span), c)
 			if b, err := json.Marshal(meta); err == nil {
