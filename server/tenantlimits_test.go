@@ -19,8 +19,15 @@ func openTestStore(t *testing.T, kind string) store.Store {
 	if kind != "redis" {
 		return openStore(t, kind)
 	}
+	return openRedisStore(t, "127.0.0.1:6379")
+}
+
+// openRedisStore opens a migrated store on the Redis reached at addr (the test Redis, or a proxy in
+// front of it) under a key prefix of its own, whose keys are deleted when the test ends (through a
+// connection of their own, should addr be cut by then).
+func openRedisStore(t *testing.T, addr string) store.Store {
 	ctx := context.Background()
-	rdb := goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:6379", PoolSize: 4})
+	rdb := goredis.NewClient(&goredis.Options{Addr: addr, PoolSize: 4, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = rdb.Close() })
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		t.Fatalf("this test needs Redis at 127.0.0.1:6379: %v", err)
@@ -35,9 +42,11 @@ func openTestStore(t *testing.T, kind string) store.Store {
 	}
 	t.Cleanup(func() {
 		_ = s.Close()
-		iter := rdb.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+		direct := goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:6379"})
+		defer direct.Close()
+		iter := direct.Scan(ctx, 0, prefix+"*", 1000).Iterator()
 		for iter.Next(ctx) {
-			_ = rdb.Del(ctx, iter.Val()).Err()
+			_ = direct.Del(ctx, iter.Val()).Err()
 		}
 	})
 	return s

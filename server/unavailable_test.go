@@ -5,19 +5,17 @@ import (
 	"net"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/pronto-jobs/pronto"
 	"github.com/pronto-jobs/pronto/internal/testdb"
-	"github.com/pronto-jobs/pronto/internal/uuidv7"
 	"github.com/pronto-jobs/pronto/store"
 	"github.com/pronto-jobs/pronto/store/postgres"
-	"github.com/pronto-jobs/pronto/store/redis"
 	"github.com/pronto-jobs/pronto/store/sqlite"
 )
 
@@ -200,30 +198,12 @@ func TestBackendUnavailable(t *testing.T) {
 			id := r.body["job"].(map[string]any)["id"].(string)
 
 			down()
-			for _, req := range []struct{ method, path, body string }{
-				{"POST", "/ojs/v1/jobs", `{"type":"email.send","args":["during"]}`},
-				{"GET", "/ojs/v1/jobs/" + id, ""},
-				{"POST", "/ojs/v1/workers/fetch", `{"queues":["default"]}`},
-				{"POST", "/ojs/v1/jobs/batch", `{"jobs":[{"type":"email.send","args":[1]}]}`},
-				{"GET", "/ojs/v1/queues", ""},
-			} {
-				var body any
-				if req.body != "" {
-					body = req.body
-				}
-				r := call(t, s, req.method, req.path, body)
-				checkErrorBody(t, r, 503, CodeBackendError)
-				e := r.body["error"].(map[string]any)
-				if e["retryable"] != true {
-					t.Errorf("%s %s: retryable %v", req.method, req.path, e["retryable"])
-				}
-				if got := r.header.Get("Retry-After"); got != unavailableRetryAfter {
-					t.Errorf("%s %s: Retry-After %q", req.method, req.path, got)
-				}
-				if d, _ := e["details"].(map[string]any); d["reason"] != "unavailable" {
-					t.Errorf("%s %s: details %v", req.method, req.path, e["details"])
-				}
-			}
+			checkBackendErrors(t, s, 503, "unavailable",
+				"POST /ojs/v1/jobs", `{"type":"email.send","args":["during"]}`,
+				"GET /ojs/v1/jobs/"+id, "",
+				"POST /ojs/v1/workers/fetch", `{"queues":["default"]}`,
+				"POST /ojs/v1/jobs/batch", `{"jobs":[{"type":"email.send","args":[1]}]}`,
+				"GET /ojs/v1/queues", "")
 			if r := call(t, s, "GET", "/ojs/v1/health", nil); r.status != 503 ||
 				r.body["backend"].(map[string]any)["status"] != "disconnected" {
 				t.Fatalf("health while down: %d %s", r.status, r.raw)
@@ -296,26 +276,8 @@ func storeBehindProxy(t *testing.T, kind string) (store.Store, *cutProxy) {
 		}
 		st, p = s, proxy
 	case "redis":
-		proxy := newCutProxy(t, "127.0.0.1:6379")
-		rdb := goredis.NewClient(&goredis.Options{Addr: proxy.addr, PoolSize: 4, ContextTimeoutEnabled: true})
-		t.Cleanup(func() { _ = rdb.Close() })
-		if err := rdb.Ping(ctx).Err(); err != nil {
-			t.Fatalf("this test needs Redis at 127.0.0.1:6379: %v", err)
-		}
-		prefix := "prontotest:" + uuidv7.New() + ":"
-		s, err := redis.New(ctx, rdb, redis.Options{Prefix: prefix})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			direct := goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:6379"})
-			defer direct.Close()
-			iter := direct.Scan(ctx, 0, prefix+"*", 1000).Iterator()
-			for iter.Next(ctx) {
-				_ = direct.Del(ctx, iter.Val()).Err()
-			}
-		})
-		st, p = s, proxy
+		p = newCutProxy(t, "127.0.0.1:6379")
+		return openRedisStore(t, p.addr), p
 	default:
 		t.Fatalf("no proxy for store %q", kind)
 	}
@@ -347,21 +309,9 @@ func TestBackendStalled(t *testing.T) {
 			id := r.body["job"].(map[string]any)["id"].(string)
 
 			proxy.stall()
-			for _, req := range []struct{ method, path, body string }{
-				{"POST", "/ojs/v1/jobs", `{"type":"email.send","args":["during"]}`},
-				{"GET", "/ojs/v1/jobs/" + id, ""},
-			} {
-				var body any
-				if req.body != "" {
-					body = req.body
-				}
-				r := call(t, s, req.method, req.path, body)
-				checkErrorBody(t, r, 504, CodeBackendError)
-				e := r.body["error"].(map[string]any)
-				if d, _ := e["details"].(map[string]any); e["retryable"] != true || d["reason"] != "timeout" {
-					t.Errorf("%s %s: %s", req.method, req.path, r.raw)
-				}
-			}
+			checkBackendErrors(t, s, 504, "timeout",
+				"POST /ojs/v1/jobs", `{"type":"email.send","args":["during"]}`,
+				"GET /ojs/v1/jobs/"+id, "")
 			proxy.flow()
 			deadline := time.Now().Add(30 * time.Second)
 			for {
@@ -378,5 +328,27 @@ func TestBackendStalled(t *testing.T) {
 				time.Sleep(20 * time.Millisecond)
 			}
 		})
+	}
+}
+
+// checkBackendErrors sends each request (method and path, then body, in pairs) and requires a
+// retryable backend_error with the given status and details.reason, and Retry-After on a 503.
+func checkBackendErrors(t *testing.T, s *Server, status int, reason string, reqs ...string) {
+	t.Helper()
+	for i := 0; i+1 < len(reqs); i += 2 {
+		method, path, _ := strings.Cut(reqs[i], " ")
+		var body any
+		if reqs[i+1] != "" {
+			body = reqs[i+1]
+		}
+		r := call(t, s, method, path, body)
+		checkErrorBody(t, r, status, CodeBackendError)
+		e := r.body["error"].(map[string]any)
+		if d, _ := e["details"].(map[string]any); e["retryable"] != true || d["reason"] != reason {
+			t.Errorf("%s: %s", reqs[i], r.raw)
+		}
+		if status == 503 && r.header.Get("Retry-After") != unavailableRetryAfter {
+			t.Errorf("%s: Retry-After %q", reqs[i], r.header.Get("Retry-After"))
+		}
 	}
 }
