@@ -58,7 +58,16 @@ func TestDeadLetterRetentionPerQueue(t *testing.T) {
 			require.NoError(t, err)
 			return len(page.Jobs)
 		}
+		unfinished := func() int {
+			page, err := c.JobList(ctx, &pronto.JobListParams{Queues: []string{"dl-keep", "dl-other"},
+				States: []pronto.State{pronto.StateAvailable, pronto.StateActive, pronto.StateRetryable, pronto.StateScheduled}})
+			require.NoError(t, err)
+			return len(page.Jobs)
+		}
 		startBuilt(t, c)
+		// Every job fails once and is discarded; only then are the counts below final (a job still
+		// running when they are read would be discarded after them).
+		require.Eventually(t, func() bool { return unfinished() == 0 }, 30*time.Second, 10*time.Millisecond)
 		// dl-other is held to the client's 2; dl-keep to its own 5, so it keeps all 4.
 		require.Eventually(t, func() bool { return discarded("dl-keep") == 4 && discarded("dl-other") == 2 },
 			30*time.Second, 10*time.Millisecond)
