@@ -84,7 +84,7 @@ for i = 1, #ARGV, 5 do
   local w = B .. 'wf:' .. ARGV[i]
   if redis.call('EXISTS', w) == 1 then
     redis.call('HSET', w, 'ps:' .. ARGV[i + 1], ARGV[i + 2], 'pr:' .. ARGV[i + 1], ARGV[i + 3])
-    for kid in string.gmatch(ARGV[i + 4], '[^,]+') do settlekid(kid, B, B, nil, t, {}) end
+    for kid in string.gmatch(ARGV[i + 4], '[^,]+') do settlekid(kid, B, B, nil, t, {}, ARGV[i + 2]) end
   end
 end
 settle(t)

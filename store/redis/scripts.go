@@ -368,16 +368,26 @@ local function parent(pid, loc, wf)
   v = redis.call('HMGET', B .. 'wf:' .. wf, 'ps:' .. pid, 'pr:' .. pid)
   return v[1], v[2]
 end
--- decide applies the rule of pending child id's run_on to its parents' states (loc: see pkey).
-local function decide(id, loc)
+-- decide applies the rule of pending child id's run_on to its parents' states (loc: see pkey). trig
+-- is the state of the parent whose outcome asks (false: none known). Every rule waits while a parent
+-- is unfinished, except that of a plain step or on_success, which a failed parent cancels at once;
+-- since a parent's failure settles its children when it happens, a child still pending has no
+-- failed parent but trig. So the scan stops at the first unfinished parent, and goes from the last
+-- named, which tend to finish last: a wide group's callbacks cost little per member's outcome,
+-- where reading every parent each time made a group of n members cost n².
+local function decide(id, loc, trig)
   local f = redis.call('HMGET', jk(id), 'parents', 'runon', 'wf')
+  local success = f[2] ~= 'failure' and f[2] ~= 'complete'
+  if trig and success and terminal(trig) and trig ~= 'completed' then return 'cancel' end
   local parents = cjson.decode(f[1])
   local term, comp = 0, 0
-  for _, pid in ipairs(parents) do
-    local pst = parent(pid, loc, f[3])
+  for i = #parents, 1, -1 do
+    local pst = parent(parents[i], loc, f[3])
     if pst and terminal(pst) then
       term = term + 1
-      if pst == 'completed' then comp = comp + 1 end
+      if pst == 'completed' then comp = comp + 1 elseif success then return 'cancel' end
+    elseif trig or not success then
+      return 'wait'
     end
   end
   local all, failed = term == #parents, term > comp
@@ -409,10 +419,10 @@ end
 -- settlekid decides pending child kid of a workflow job made terminal (loc: see pkey), in the queue
 -- under key prefix kb (its own). kq is its queue when the workflow is of the global layout (single
 -- node): a release there goes into announce.
-local function settlekid(kid, kb, loc, kq, t, announce)
+local function settlekid(kid, kb, loc, kq, t, announce, trig)
   inb(kb, function()
     if redis.call('HGET', jk(kid), 'state') ~= 'pending' then return end
-    local o = decide(kid, loc)
+    local o = decide(kid, loc, trig)
     if o == 'release' then
       local pr = results(kid, loc)
       unplace(kid)
@@ -452,21 +462,24 @@ local function settle(t)
   while #decided > 0 do
     local d = table.remove(decided)
     local id, lb = d[1], d[2]
-    local kids = false
+    local kids, st = false, false
     if lb then
-      local f = redis.call('HMGET', lb .. 'j:' .. id, 'kids', 'xkids')
-      kids = f[1]
+      local f = redis.call('HMGET', lb .. 'j:' .. id, 'kids', 'xkids', 'state')
+      kids, st = f[1], f[3]
       if f[2] then inb(lb, function() outbox(id, f[2]) end) end
     else
       local q = redis.call('HGET', G .. 'ids', id)
-      kids = q and redis.call('HGET', qbase(q) .. 'j:' .. id, 'kids') or false
+      if q then
+        local f = redis.call('HMGET', qbase(q) .. 'j:' .. id, 'kids', 'state')
+        kids, st = f[1], f[2]
+      end
     end
     for kid in string.gmatch(kids or '', '[^,]+') do
       if lb then
-        settlekid(kid, lb, lb, nil, t, announce)
+        settlekid(kid, lb, lb, nil, t, announce, st)
       else
         local kq = redis.call('HGET', G .. 'ids', kid)
-        if kq then settlekid(kid, qbase(kq), false, kq, t, announce) end
+        if kq then settlekid(kid, qbase(kq), false, kq, t, announce, st) end
       end
     end
   end
