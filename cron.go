@@ -47,7 +47,7 @@ type CronJob struct {
 	Name string
 	// Expression is a 5-field cron expression (minute hour day-of-month month day-of-week), a 6-field
 	// one with seconds first, or a descriptor: @yearly, @annually, @monthly, @weekly, @daily,
-	// @midnight, @hourly, or @every <Go duration> (at least 1s).
+	// @midnight, @hourly, or @every <Go duration> (whole seconds, at least 1s).
 	Expression string
 	// Timezone is the IANA zone the expression is read in ("America/New_York"); empty means UTC.
 	Timezone string
@@ -80,11 +80,80 @@ var cronParser = cron.NewParser(cron.SecondOptional | cron.Minute | cron.Hour | 
 type CronSchedule struct {
 	sched cron.Schedule
 	loc   *time.Location
+	// fixed: the expression names its minute and hour (no "*" in either: "30 2 * * *", @daily),
+	// so a daylight-saving change moves it rather than dropping or repeating it (see Next).
+	fixed bool
 }
 
 // Next returns the first occurrence strictly after t.
+//
+// Across a daylight-saving change, a schedule that names its minute and hour runs as cron daemons
+// (Vixie, ISC) run it: once on the day the clocks go back (at the first of the two times that read
+// the same), and, when its time falls in the hour the clocks skip, at the moment they jump. A
+// schedule with "*" in its minute or hour runs by the clock as it is: an hourly job runs once per
+// real hour either way.
 func (s CronSchedule) Next(t time.Time) time.Time {
-	return s.sched.Next(t.In(s.loc)).UTC()
+	n := s.sched.Next(t.In(s.loc))
+	if n.IsZero() || !s.fixed {
+		return n.UTC()
+	}
+	_, offT := t.In(s.loc).Zone()
+	_, offN := n.Zone()
+	switch {
+	case offN < offT:
+		// Clocks went back between t and n. If n's wall time also read one shift earlier, that
+		// earlier instant was not after t (else it would be n): n repeats a time already run.
+		if prev := n.Add(-time.Duration(offT-offN) * time.Second); sameWallClock(prev.In(s.loc), n) {
+			return s.Next(n)
+		}
+	case offN > offT:
+		// Clocks went forward at g. Read with the offset before g, the schedule's next time may fall
+		// after g and before n: a time the jump skipped, run at the jump.
+		g := zoneChange(t, n, s.loc)
+		if n0 := s.sched.Next(t.In(time.FixedZone("", offT))); !n0.Before(g) && n0.Before(n) {
+			return g.UTC()
+		}
+	}
+	return n.UTC()
+}
+
+// sameWallClock reports whether a and b read the same date and time on their clocks.
+func sameWallClock(a, b time.Time) bool {
+	y1, m1, d1 := a.Date()
+	y2, m2, d2 := b.Date()
+	return y1 == y2 && m1 == m2 && d1 == d2 && a.Hour() == b.Hour() && a.Minute() == b.Minute() && a.Second() == b.Second()
+}
+
+// zoneChange returns the first instant after a, up to b, whose UTC offset in loc is b's (the zone's
+// offset changes between them), to the second.
+func zoneChange(a, b time.Time, loc *time.Location) time.Time {
+	_, offB := b.In(loc).Zone()
+	lo, hi := a, b
+	for hi.Sub(lo) > time.Second {
+		mid := lo.Add(hi.Sub(lo) / 2)
+		if _, off := mid.In(loc).Zone(); off == offB {
+			hi = mid
+		} else {
+			lo = mid
+		}
+	}
+	return hi.Truncate(time.Second)
+}
+
+// fixedTime reports whether a parsed expression names its minute and hour (see CronSchedule.fixed).
+func fixedTime(expr string) bool {
+	if strings.HasPrefix(expr, "@") {
+		switch expr {
+		case "@yearly", "@annually", "@monthly", "@weekly", "@daily", "@midnight":
+			return true
+		}
+		return false // @hourly, @every
+	}
+	f := strings.Fields(expr)
+	if len(f) == 6 {
+		f = f[1:] // seconds first
+	}
+	return len(f) >= 2 && !strings.Contains(f[0], "*") && !strings.Contains(f[1], "*")
 }
 
 // ParseCron validates a cron expression and IANA timezone ("" is UTC) and returns the schedule, or an
@@ -112,13 +181,16 @@ func ParseCron(expression, timezone string) (CronSchedule, error) {
 	if every, ok := strings.CutPrefix(expr, "@every "); ok {
 		if d, err := time.ParseDuration(strings.TrimSpace(every)); err == nil && d < time.Second {
 			return CronSchedule{}, invalidf("cron expression %q: @every needs at least 1s", expression)
+		} else if err == nil && d%time.Second != 0 {
+			// The schedule counts whole seconds: 1500ms would fire every second.
+			return CronSchedule{}, invalidf("cron expression %q: @every takes whole seconds", expression)
 		}
 	}
 	sched, err := cronParser.Parse(expr)
 	if err != nil {
 		return CronSchedule{}, invalidf("cron expression %q: %v", expression, err)
 	}
-	cs := CronSchedule{sched: sched, loc: loc}
+	cs := CronSchedule{sched: sched, loc: loc, fixed: fixedTime(expr)}
 	// The parser accepts fields that never meet ("0 0 30 2 *", February 30th) and then answers the
 	// zero time, which a scheduler would take as due at once, forever.
 	if cs.Next(time.Now()).IsZero() {
@@ -494,6 +566,19 @@ func (c *Client) fireCron(ctx context.Context, cs store.CronStore, s *store.Cron
 		return err
 	} else if !errors.Is(err, store.ErrNotFound) {
 		return err
+	}
+
+	// Still this occurrence's to fire? A leader that stalled since it read s (past its leadership)
+	// finds that another leader fired or skipped it, or that it was paused or deleted meanwhile, and
+	// does nothing. The read comes just before the overlap decision and the insert, so what remains
+	// is a stall of this process between them (and the job id is the occurrence's: a second insert
+	// while the first job exists is refused as a duplicate).
+	if cur, err := cs.CronGet(ctx, s.Name); errors.Is(err, store.ErrNotFound) {
+		return nil
+	} else if err != nil {
+		return err
+	} else if cur.ID != s.ID || !cur.Enabled || !cur.NextRunAt.Equal(at) {
+		return nil
 	}
 
 	policy := CronOverlapPolicy(s.OverlapPolicy)
