@@ -3,6 +3,8 @@ package pronto
 import (
 	"context"
 	"fmt"
+	"math"
+	"time"
 
 	"github.com/pronto-jobs/pronto/store"
 )
@@ -43,6 +45,13 @@ func validateRateLimit(key string, l *RateLimit) error {
 	}
 	if l.MaxActive == 0 && l.Rate == 0 {
 		return invalidf("rate limit %q: sets no bound (give MaxActive, or Rate and Period)", key)
+	}
+	// Every store keeps these in 32 bits (PostgreSQL integers) and the period in whole microseconds.
+	if l.MaxActive > math.MaxInt32 || l.Rate > math.MaxInt32 {
+		return invalidf("rate limit %q: MaxActive and Rate must be at most %d", key, math.MaxInt32)
+	}
+	if l.Period > 0 && l.Period < time.Millisecond {
+		return invalidf("rate limit %q: Period must be at least 1ms", key)
 	}
 	switch l.OnLimit {
 	case "", LimitWait, LimitReschedule, LimitDrop:

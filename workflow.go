@@ -190,7 +190,10 @@ func (c *Client) WorkflowInsert(ctx context.Context, w *Workflow) (*WorkflowInse
 	if err != nil {
 		return nil, err
 	}
-	c.applyTenantBoosts(ctx, params.Jobs)
+	// Queue bounds and tenant enqueue limits hold for a workflow's jobs as for any insert.
+	if err := c.beforeInsert(ctx, params.Jobs); err != nil {
+		return nil, fmt.Errorf("insert workflow %q: %w", w.name, err)
+	}
 	info, jobs, err := c.store.InsertWorkflow(ctx, params)
 	if err != nil {
 		return nil, wrapOp(fmt.Sprintf("insert workflow %q", w.name), c.schemaCause(ctx, err))

@@ -1272,10 +1272,14 @@ func (s *Store) CancelJob(ctx context.Context, id string) (*store.Job, error) {
 }
 
 // cancel moves j, which is not terminal, to cancelled, appending a NotifyCancel to cancels when it
-// was active; s.mu must be held.
+// was active, and then, when it had a rate key, an announcement of its queue (its key has room for
+// one more job, as when a limited job finishes); s.mu must be held.
 func (s *Store) cancel(j *job, now time.Time, cancels *[]store.Notification) {
 	if j.State == store.StateActive {
 		*cancels = append(*cancels, store.Notification{Kind: store.NotifyCancel, Queue: j.Queue, JobID: j.ID, ClaimToken: j.ClaimToken})
+		if j.RateKey != "" {
+			*cancels = append(*cancels, store.Notification{Kind: store.NotifyInsert, Queue: j.Queue})
+		}
 	}
 	s.unplace(j)
 	j.State = store.StateCancelled

@@ -362,7 +362,8 @@ func (s *Store) insertHandingOff(ctx context.Context, rows []insertRow) ([]*stor
 	for i := range rows {
 		r := &rows[i]
 		ids, seen := queues[r.p.Queue]
-		handable[i] = r.state == store.StateAvailable && r.p.Tenant == "" &&
+		// A job with a rate key is left to a claim, which counts its key's active jobs and window.
+		handable[i] = r.state == store.StateAvailable && r.p.Tenant == "" && r.p.RateKey == "" &&
 			(r.p.ScheduledAt.IsZero() || !r.p.ScheduledAt.After(now)) && s.handoff.tryHandoff(r.p.Queue, r.p.Kind, now)
 		anyHandable = anyHandable || handable[i]
 		switch {

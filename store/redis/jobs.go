@@ -1362,6 +1362,10 @@ func (s *Store) CancelJob(ctx context.Context, id string) (*store.Job, error) {
 	var ns []store.Notification
 	if r.wasActive {
 		ns = append(ns, store.Notification{Kind: store.NotifyCancel, Queue: r.job.Queue, JobID: id, ClaimToken: r.token})
+		if r.job.RateKey != "" {
+			// Its key has room for one more job, as when a limited job finishes.
+			ns = append(ns, store.Notification{Kind: store.NotifyInsert, Queue: r.job.Queue, Nonce: nonce()})
+		}
 	}
 	if r.released != "" {
 		ns = append(ns, store.Notification{Kind: store.NotifyInsert, Queue: r.released, Nonce: nonce()})
