@@ -63,7 +63,12 @@ func TestProgressAPI(t *testing.T) {
 			}
 
 			checkErrorBody(t, call(t, s, "PUT", path, `{}`), 400, CodeInvalidRequest)
-			checkErrorBody(t, call(t, s, "PUT", path, `{"progress":"half"}`), 400, CodeInvalidRequest)
+			bad := call(t, s, "PUT", path, `{"progress":"half"}`)
+			checkErrorBody(t, bad, 400, CodeInvalidRequest)
+			if e := bad.body["error"].(map[string]any); e["details"].(map[string]any)["field"] != "progress" ||
+				strings.Contains(e["message"].(string), "float64") {
+				t.Fatalf("a progress of the wrong type: %s", bad.raw)
+			}
 			checkErrorBody(t, call(t, s, "PUT", path, `{"data":[1,2]}`), 400, CodeInvalidRequest)
 			checkErrorBody(t, call(t, s, "PUT", path, `not json`), 400, CodeInvalidRequest)
 			checkErrorBody(t, call(t, s, "PUT", "/ojs/v1/jobs/019539a4-0000-7000-8000-000000000000/progress", `{"progress":0.1}`), 404, CodeNotFound)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"strconv"
 	"time"
@@ -30,6 +31,10 @@ func (s *Server) putProgress(w http.ResponseWriter, r *http.Request, id string) 
 		var p progressRequest
 		dec := json.NewDecoder(bytes.NewReader(body))
 		if err := dec.Decode(&p); err != nil {
+			var ute *json.UnmarshalTypeError
+			if errors.As(err, &ute) && ute.Field == "progress" { // the one typed field
+				return p, invalid("progress", "\"progress\" must be a number from 0 to 1, not a JSON %s", ute.Value)
+			}
 			return p, invalid("", "progress report: %v (send {\"progress\": 0.47, \"data\": {...}})", err)
 		}
 		if bytes.Equal(bytes.TrimSpace(p.Data), []byte("null")) {
