@@ -72,7 +72,8 @@ type Config struct {
 	// multi-tenancy extension.
 	RequireTenant bool
 	// RequestTimeout bounds how long a request of the OJS API may wait on the store (default
-	// DefaultRequestTimeout; negative: no bound). A store that does not answer within it (a
+	// DefaultRequestTimeout, or none on the memory store, which has nothing to wait on; negative:
+	// no bound). A store that does not answer within it (a
 	// database behind a network partition, a lock held too long) gets a retryable 504
 	// backend_error instead of a connection the HTTP server's WriteTimeout cuts without an answer.
 	// Progress streams are not bounded by it.
@@ -157,10 +158,13 @@ func New(cfg Config) (*Server, error) {
 		s.maxBatch = 10000
 	}
 	switch {
-	case cfg.RequestTimeout == 0:
-		s.requestTimeout = DefaultRequestTimeout
 	case cfg.RequestTimeout > 0:
 		s.requestTimeout = cfg.RequestTimeout
+	case cfg.RequestTimeout < 0:
+	case backendName(s.store) == "memory":
+		// Nothing to wait on but this process: the deadline would only cost each request its timer.
+	default:
+		s.requestTimeout = DefaultRequestTimeout
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
