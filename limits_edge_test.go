@@ -140,6 +140,14 @@ func waitStarted(t *testing.T, started <-chan int, want int, what string) {
 // free)"). The poll interval is a minute, so only the wake-up can start it; memory and Redis used to
 // leave it to the poll.
 func TestCancelActiveWakesWaiting(t *testing.T) {
+	for _, how := range []string{"job", "workflow"} {
+		t.Run(how, func(t *testing.T) { testCancelActiveWakesWaiting(t, how) })
+	}
+}
+
+// testCancelActiveWakesWaiting runs TestCancelActiveWakesWaiting with the running job cancelled by
+// JobCancel, or as a step of a workflow by WorkflowCancel.
+func testCancelActiveWakesWaiting(t *testing.T, how string) {
 	forEachStoreOf(t, storesWithRedis, func(t *testing.T, ts *testStore) {
 		ctx := context.Background()
 		started := make(chan int, 16)
@@ -149,8 +157,18 @@ func TestCancelActiveWakesWaiting(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, c.RateLimitSet(ctx, "slot", pronto.RateLimit{MaxActive: 1}))
 		// Both inserted before the client starts: the first claim takes the first only.
-		j1, err := c.Insert(ctx, limArgs{Mode: "block", N: 1}, &pronto.InsertOpts{RateKey: "slot", Priority: 10})
-		require.NoError(t, err)
+		first := &pronto.InsertOpts{RateKey: "slot", Priority: 10}
+		var j1ID, wfID string
+		if how == "workflow" {
+			wf := pronto.NewChain("limited", pronto.WorkflowJob{Args: limArgs{Mode: "block", N: 1}, Opts: first})
+			res, err := c.WorkflowInsert(ctx, wf)
+			require.NoError(t, err)
+			j1ID, wfID = res.Jobs[res.Order[0]].ID, wf.ID()
+		} else {
+			j1, err := c.Insert(ctx, limArgs{Mode: "block", N: 1}, first)
+			require.NoError(t, err)
+			j1ID = j1.ID
+		}
 		_, err = c.Insert(ctx, limArgs{Mode: "ok", N: 2}, &pronto.InsertOpts{RateKey: "slot"})
 		require.NoError(t, err)
 		startBuilt(t, c)
@@ -159,7 +177,11 @@ func TestCancelActiveWakesWaiting(t *testing.T) {
 			info, err := c.RateLimitGet(ctx, "slot")
 			return err == nil && info.Waiting == 1 && info.Active == 1
 		}, 10*time.Second, 20*time.Millisecond)
-		_, err = c.JobCancel(ctx, j1.ID)
+		if how == "workflow" {
+			_, err = c.WorkflowCancel(ctx, wfID)
+		} else {
+			_, err = c.JobCancel(ctx, j1ID)
+		}
 		require.NoError(t, err)
 		deadline := time.After(20 * time.Second)
 		for ok := false; !ok; {
@@ -168,7 +190,7 @@ func TestCancelActiveWakesWaiting(t *testing.T) {
 				ok = n == 2
 			case <-deadline:
 				info, _ := c.RateLimitGet(ctx, "slot")
-				j, _ := c.JobGet(ctx, j1.ID)
+				j, _ := c.JobGet(ctx, j1ID)
 				t.Fatalf("the waiting job never started after the running one was cancelled: limit %+v, first job %s", info, j.State)
 			}
 		}

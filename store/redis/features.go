@@ -661,11 +661,18 @@ func (s *Store) CancelWorkflow(ctx context.Context, id string) (*store.Workflow,
 		}
 	}
 	var ns []store.Notification
+	announced := map[string]bool{}
 	for i := 0; i+2 < len(told); i += 3 {
 		q, _ := told[i].(string)
 		jid, _ := told[i+1].(string)
 		token, _ := told[i+2].(string)
 		ns = append(ns, store.Notification{Kind: store.NotifyCancel, Queue: q, JobID: jid, ClaimToken: token})
+		if !announced[q] {
+			// A running job cancelled may free its rate key's slot: the queue's producers claim again
+			// (as CancelJob does for a limited job) rather than wait for their poll.
+			announced[q] = true
+			ns = append(ns, store.Notification{Kind: store.NotifyInsert, Queue: q, Nonce: nonce()})
+		}
 	}
 	if err := s.publish(ctx, ns); err != nil {
 		return nil, fmt.Errorf("redis: cancel workflow %s: cancelled, but runners were not told: %w", id, err)
