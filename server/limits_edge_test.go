@@ -2,29 +2,15 @@ package server
 
 import (
 	"testing"
-
-	"github.com/pronto-jobs/pronto"
 )
-
-var auditLimKinds = []string{"memory", "sqlite", "postgres", "redis"}
-
-func limitsServer(t *testing.T, kind string) *Server {
-	t.Helper()
-	client, err := pronto.NewClient(openTestStore(t, kind), &pronto.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, _ := newTestServer(t, Config{Client: client})
-	return s
-}
 
 // TestWorkflowQueueFullHTTP: POST /ojs/v1/workflows into a queue at its maximum depth answers
 // 429 queue_full like POST /ojs/v1/jobs and /jobs/batch (ojs-backpressure.md §5.1, §7.1).
 func TestWorkflowQueueFullHTTP(t *testing.T) {
-	for _, kind := range auditLimKinds {
+	for _, kind := range everyStore {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
-			s := limitsServer(t, kind)
+			s := serverOn(t, kind)
 			mustCall(t, s, 200, "PUT", "/ojs/v1/admin/queues/wfq/config", `{"backpressure":{"max_depth":1}}`)
 			mustCall(t, s, 201, "POST", "/ojs/v1/jobs", `{"type":"a.b","args":[],"options":{"queue":"wfq"}}`)
 			checkErrorBody(t, call(t, s, "POST", "/ojs/v1/jobs", `{"type":"a.b","args":[],"options":{"queue":"wfq"}}`), 429, CodeQueueFull)
@@ -41,10 +27,10 @@ func TestWorkflowQueueFullHTTP(t *testing.T) {
 // millisecond ("PT0.0000001S") is refused 400 on every store. It used to answer 200 everywhere while
 // SQLite, PostgreSQL and Redis, which keep whole microseconds, stored a limit with no bound at all.
 func TestRateLimitShortPeriodRefused(t *testing.T) {
-	for _, kind := range auditLimKinds {
+	for _, kind := range everyStore {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
-			s := limitsServer(t, kind)
+			s := serverOn(t, kind)
 			for _, p := range []struct{ path, body, field string }{
 				{"/ojs/v1/rate-limits/k", `{"rate":{"limit":5,"period":"PT0.0000001S"}}`, "rate"},
 			} {
