@@ -137,7 +137,8 @@ func (c *Client) JobCancel(ctx context.Context, id string) (*JobRow, error) {
 }
 
 // JobRetry makes a discarded or cancelled job available again, its attempts reset and its error
-// history kept. Other states give an error matching ErrInvalidTransition.
+// history kept. A workflow step whose parents have not all finished (none failed) goes back to
+// pending instead, to run when they do. Other states give an error matching ErrInvalidTransition.
 func (c *Client) JobRetry(ctx context.Context, id string) (*JobRow, error) {
 	if err := checkID(id); err != nil {
 		return nil, err

@@ -1322,18 +1322,31 @@ func (s *Store) makeAvailable(ctx context.Context, id, op string, from func(stor
 		return nil, err
 	}
 	s.unplace(j)
+	next := store.StateAvailable
 	if j.State.Terminal() {
 		j.Attempt = 0
 		j.CompletedAt = time.Time{}
+		if j.node != nil && len(j.node.parents) > 0 {
+			// A workflow job retried waits again for its parents when their states would keep a
+			// pending job waiting, as if it had never left pending; otherwise it runs now, with
+			// their results, even after a failed parent (the operator's call).
+			if decide(j) == outcomeWait {
+				next = store.StatePending
+			} else {
+				j.ParentResults = parentResults(j.node.parents)
+			}
+		}
 	}
-	j.State = store.StateAvailable
+	j.State = next
 	j.ScheduledAt = now
 	j.LeaseExpiresAt = time.Time{}
 	j.WorkerID = ""
 	s.place(j)
 	out := j.export()
 	s.mu.Unlock()
-	s.hub.Publish(store.Notification{Kind: store.NotifyInsert, Queue: out.Queue})
+	if out.State == store.StateAvailable {
+		s.hub.Publish(store.Notification{Kind: store.NotifyInsert, Queue: out.Queue})
+	}
 	return out, nil
 }
 

@@ -138,8 +138,33 @@ func (s *Store) CancelJob(ctx context.Context, id string) (*store.Job, error) {
 // RetryJob makes a discarded or cancelled job available again with its attempts reset, keeping its
 // error history, and announces its queue. Other states give a *store.TransitionError. A unique job
 // whose key another job holds by now gives a *store.UniqueConflictError and stays as it is.
+//
+// A workflow job waits again for its parents (pending) when their states would keep a pending job
+// waiting, to be decided by their outcomes as if it had never left pending; otherwise it runs now
+// with their results, even after a failed parent (the operator's call).
 func (s *Store) RetryJob(ctx context.Context, id string) (*store.Job, error) {
-	return s.transition(ctx, s.q.retryJob, "retry", id)
+	u, ok := parseUUID(id)
+	if !ok {
+		return nil, notFound(id)
+	}
+	var parents []pgtype.UUID
+	if err := s.pool.QueryRow(ctx, s.q.jobParents, u).Scan(&parents); err != nil {
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil, notFound(id)
+		}
+		return nil, fmt.Errorf("retry job %s: %w", id, err)
+	}
+	if len(parents) == 0 {
+		return s.transition(ctx, s.q.retryJob, "retry", id)
+	}
+	return s.transitionWith(ctx, "retry", id, func(dest []any) error {
+		return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, s.q.lockParents, parents); err != nil {
+				return err
+			}
+			return tx.QueryRow(ctx, s.q.retryMember, u).Scan(dest...)
+		})
+	})
 }
 
 // ActivateJob moves a pending job to available and announces its queue. Other states give a
@@ -162,13 +187,21 @@ func (s *Store) transition(ctx context.Context, sql, op, id string) (*store.Job,
 	if !ok {
 		return nil, notFound(id)
 	}
+	return s.transitionWith(ctx, op, id, func(dest []any) error {
+		return s.pool.QueryRow(ctx, sql, u).Scan(dest...)
+	})
+}
+
+// transitionWith is transition with the statement run by run, which scans its row into dest.
+func (s *Store) transitionWith(ctx context.Context, op, id string, run func(dest []any) error) (*store.Job, error) {
+	u, _ := parseUUID(id)
 	var (
 		prev string
 		r    jobRow
 	)
 	dest := append([]any{&prev}, r.dest()...)
 	for attempt := 1; ; attempt++ {
-		err := s.pool.QueryRow(ctx, sql, u).Scan(dest...)
+		err := run(dest)
 		if err == nil {
 			break
 		}

@@ -710,6 +710,45 @@ WHERE (SELECT count(*) FROM notified) >= 0`
 	sqlRetryJob = makeAvailable(`attempt = 0, completed_at = NULL, lease_expires_at = NULL, worker_id = NULL`,
 		`IN ('discarded', 'cancelled')`)
 
+	// sqlJobParents reads job $1's workflow parents (NULL for none); they never change.
+	sqlJobParents = `SELECT parent_ids FROM {schema}.jobs WHERE id = $1`
+
+	// sqlLockParents locks the jobs $1 (a retried job's parents) in id order, so that none of them
+	// reaches a terminal state, and decides its pending children, between sqlRetryMember's read of
+	// their states and its commit: a parent's transition locks its row before its children's.
+	sqlLockParents = `SELECT id FROM {schema}.jobs WHERE id = ANY($1) ORDER BY id FOR SHARE`
+
+	// sqlRetryMember is sqlRetryJob for a workflow job, run after sqlLockParents in one transaction:
+	// when its parents' states would keep a pending job waiting (workflow_advance's rules: a parent
+	// is unfinished, and none failed unless the job runs on failure or completion; a parent deleted
+	// by hand counts as unfinished), the job goes back to pending, to be decided by their outcomes;
+	// otherwise it is available with their results.
+	sqlRetryMember = `WITH locked AS (
+	SELECT id, state, EXISTS (
+		SELECT 1 FROM unnest(parent_ids) AS u(id) LEFT JOIN {schema}.jobs p ON p.id = u.id
+		WHERE p.state IS NULL OR p.state NOT IN ('completed', 'cancelled', 'discarded')
+	) AND (coalesce(run_on, 'success') IN ('failure', 'complete') OR NOT EXISTS (
+		SELECT 1 FROM unnest(parent_ids) AS u(id) JOIN {schema}.jobs p ON p.id = u.id
+		WHERE p.state IN ('cancelled', 'discarded'))) AS waits
+	FROM {schema}.jobs WHERE id = $1 FOR UPDATE
+), updated AS (
+	UPDATE {schema}.jobs j
+	SET state = CASE WHEN l.waits THEN 'pending' ELSE 'available' END, scheduled_at = now(),
+		attempt = 0, completed_at = NULL, lease_expires_at = NULL, worker_id = NULL,
+		parent_results = CASE WHEN l.waits THEN j.parent_results ELSE (
+			SELECT jsonb_agg(p.result ORDER BY u.ord)
+			FROM unnest(j.parent_ids) WITH ORDINALITY AS u(id, ord)
+			LEFT JOIN {schema}.jobs p ON p.id = u.id) END
+	FROM locked l
+	WHERE j.id = $1 AND j.id = l.id AND l.state IN ('discarded', 'cancelled')
+	RETURNING ` + jobColsJ + `
+), changed AS (
+	SELECT queue, state, scheduled_at FROM updated
+), notified AS (` + notifyClaimable + `
+)
+SELECT l.state, updated.* FROM locked l LEFT JOIN updated ON true
+WHERE (SELECT count(*) FROM notified) >= 0`
+
 	// sqlActivateJob moves pending job $1 to available.
 	sqlActivateJob = makeAvailable(``, `= 'pending'`)
 
@@ -959,6 +998,7 @@ type queries struct {
 
 	insertJob, insertArrays, notify, now, claimPlan, claim, claimKinds, finish, heartbeat, rescue, promote string
 	discardExpired, nextDue, cleanup, getJob, listJobs, listJobsDesc, cancelJob, retryJob                  string
+	jobParents, lockParents, retryMember                                                                   string
 	activateJob, deleteJob, listQueues, setPaused, elect, resign                                           string
 
 	insertUnique, uniqueHolder, uniqueRelease, uniqueReplace, uniqueConflict string
@@ -1009,6 +1049,9 @@ func newQueries(r *strings.Replacer) *queries {
 		listJobsDesc:       r.Replace(sqlListJobsDesc),
 		cancelJob:          r.Replace(sqlCancelJob),
 		retryJob:           r.Replace(sqlRetryJob),
+		jobParents:         r.Replace(sqlJobParents),
+		lockParents:        r.Replace(sqlLockParents),
+		retryMember:        r.Replace(sqlRetryMember),
 		activateJob:        r.Replace(sqlActivateJob),
 		deleteJob:          r.Replace(sqlDeleteJob),
 		listQueues:         r.Replace(sqlListQueues),

@@ -1381,7 +1381,10 @@ func (s *Store) CancelJob(ctx context.Context, id string) (*store.Job, error) {
 	return r.job, nil
 }
 
-// RetryJob makes a discarded or cancelled job available again with its attempts reset.
+// RetryJob makes a discarded or cancelled job available again with its attempts reset. A workflow
+// job waits again for its parents (pending) when their states would keep a pending job waiting, to
+// be decided by their outcomes as if it had never left pending; otherwise it runs now with their
+// results, even after a failed parent (the operator's call).
 func (s *Store) RetryJob(ctx context.Context, id string) (*store.Job, error) {
 	return s.makeAvailable(ctx, "retry", id, store.StateDiscarded, store.StateCancelled)
 }
@@ -1404,6 +1407,9 @@ func (s *Store) makeAvailable(ctx context.Context, op, id string, from ...store.
 		if err := s.relay(ctx, r.job.Queue); err != nil {
 			return r.job, fmt.Errorf("redis: %s job %s: done, but its workflow's other queues were not told (Rescue will): %w", op, id, err)
 		}
+	}
+	if r.job.State != store.StateAvailable {
+		return r.job, nil
 	}
 	return r.job, s.publish(ctx, []store.Notification{{Kind: store.NotifyInsert, Queue: r.job.Queue, Nonce: nonce()}})
 }

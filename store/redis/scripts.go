@@ -403,6 +403,24 @@ local function decide(id, loc, trig)
   if all then return 'release' end
   return 'wait'
 end
+-- waits reports whether workflow job id's parents would keep it waiting were it pending (loc: see
+-- pkey): one has not finished (one unknown, deleted by hand or in another queue that has not
+-- relayed its outcome, counts as not finished), and none failed unless id runs on failure or
+-- completion. decide relies on a pending plain step having no failed parent.
+local function waits(id, loc)
+  local f = redis.call('HMGET', jk(id), 'parents', 'wf', 'runon')
+  local success = f[3] ~= 'failure' and f[3] ~= 'complete'
+  local open = false
+  for _, pid in ipairs(cjson.decode(f[1])) do
+    local pst = parent(pid, loc, f[2])
+    if not (pst and terminal(pst)) then
+      open = true
+    elseif success and pst ~= 'completed' then
+      return false
+    end
+  end
+  return open
+end
 -- results is the JSON array of the parents' results of id, null for a parent without one (loc: see
 -- pkey).
 local function results(id, loc)
@@ -1361,7 +1379,8 @@ return {'ok', was, redis.call('HGETALL', k), released or '', '', relay and 1 or 
 `)
 
 // scriptMakeAvailable moves job ARGV[1] to available now if its state is one of ARGV[2..]. A job
-// leaving a terminal state starts over (attempt 0, no completion time). Returns like scriptCancel
+// leaving a terminal state starts over (attempt 0, no completion time); a workflow job among them
+// goes back to pending while a parent has not finished (see Store.RetryJob). Returns like scriptCancel
 // (relay: its state is to be relayed to its children in other queues).
 var scriptMakeAvailable = newFunc("MakeAvailable", `
 local id = ARGV[1]
@@ -1372,14 +1391,25 @@ local ok = false
 for i = 2, #ARGV do if ARGV[i] == st then ok = true end end
 if not ok then return {'bad', st} end
 local t = now()
+-- A workflow job retried waits again for its parents, as if it had never left pending, or runs
+-- with their results once they have all finished.
+local target, pr = 'available', false
+if terminal(st) then
+  local g = redis.call('HMGET', k, 'parents', 'wfl')
+  if g[1] then
+    local loc = g[2] and B or false
+    if waits(id, loc) then target = 'pending' else pr = results(id, loc) end
+  end
+end
 local f = redis.call('HMGET', k, 'ukey', 'ustates')
-if f[1] and f[1] ~= '' and instates('available', f[2]) then
+if f[1] and f[1] ~= '' and instates(target, f[2]) then
   local hid, hst = holder(f[1], t)
   if hid and hid ~= id then return {'uc', f[1], hid, hst} end
 end
 unplace(id)
 if terminal(st) then redis.call('HSET', k, 'attempt', 0, 'completed', 0) end
-redis.call('HSET', k, 'state', 'available', 'sched', s(t))
+redis.call('HSET', k, 'state', target, 'sched', s(t))
+if pr then redis.call('HSET', k, 'presults', pr) end
 leave(id)
 place(id)
 -- A job of a split workflow leaving a terminal state tells its children's queues, whose record of

@@ -230,13 +230,43 @@ func (s *Store) CancelJob(ctx context.Context, id string) (*store.Job, error) {
 
 // RetryJob makes a discarded or cancelled job available now with its attempt count reset to zero,
 // keeping its error history, and announces it. Other states give a *store.TransitionError.
+//
+// A workflow job waits again for its parents (pending) when their states would keep a pending job
+// waiting, to be decided by their outcomes as if it had never left pending; otherwise it runs now
+// with their results, even after a failed parent (the operator's call).
 func (s *Store) RetryJob(ctx context.Context, id string) (*store.Job, error) {
-	j, err := s.transition(ctx, "retry", retryJobSQL, id, nil)
+	j, err := s.transition(ctx, "retry", retryJobSQL, id, func(r txRunner, j *store.Job, _ int64) error {
+		return retriedMember(ctx, r, j)
+	})
 	if err != nil {
 		return nil, err
 	}
-	s.hub.Publish(store.Notification{Kind: store.NotifyInsert, Queue: j.Queue})
+	if j.State == store.StateAvailable {
+		s.hub.Publish(store.Notification{Kind: store.NotifyInsert, Queue: j.Queue})
+	}
 	return j, nil
+}
+
+// retriedMember applies RetryJob's rule for workflow jobs to j, just made available in r.
+func retriedMember(ctx context.Context, r txRunner, j *store.Job) error {
+	if len(j.ParentIDs) == 0 {
+		return nil
+	}
+	c := child{id: j.ID, runOn: j.RunOn, parents: j.ParentIDs}
+	parents, err := parentsOf(ctx, r, []child{c})
+	if err != nil {
+		return err
+	}
+	if decide(c, parents) == keepWaiting {
+		if _, err := r.ExecContext(ctx, rependJobSQL, j.ID); err != nil {
+			return err
+		}
+		j.State = store.StatePending
+		return nil
+	}
+	j.ParentResults = parentResults(c, parents)
+	_, err = r.ExecContext(ctx, setParentResultsSQL, j.ID, string(j.ParentResults))
+	return err
 }
 
 // ActivateJob moves a pending job to available (due now) and announces it. Other states give a

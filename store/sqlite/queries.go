@@ -384,6 +384,12 @@ const retryJobSQL = `UPDATE pronto_jobs SET state = 'available', attempt = 0, sc
 	WHERE id = ?2 AND state IN ('discarded', 'cancelled')
 	RETURNING ` + jobColumns
 
+// rependJobSQL puts job ?1, just retried, back to pending (see RetryJob).
+const rependJobSQL = `UPDATE pronto_jobs SET state = 'pending' WHERE id = ?1`
+
+// setParentResultsSQL: ?1 id, ?2 the results as JSON text.
+const setParentResultsSQL = `UPDATE pronto_jobs SET parent_results = ?2 WHERE id = ?1`
+
 // activateJobSQL: ?1 now, ?2 id.
 const activateJobSQL = `UPDATE pronto_jobs SET state = 'available', scheduled_at = ?1
 	WHERE id = ?2 AND state = 'pending'

@@ -197,6 +197,7 @@ var tests = []testCase{
 	{"WorkflowInvalid", single(testWorkflowInvalid)},
 	{"WorkflowNotify", testWorkflowNotify},
 	{"WorkflowManualOps", single(testWorkflowManualOps)},
+	{"WorkflowRetryWaits", single(testWorkflowRetryWaits)},
 	{"WorkflowLongChain", single(testWorkflowLongChain)},
 	{"WorkflowCleanup", single(testWorkflowCleanup)},
 	{"WorkflowCleanupKeepsWaitedParents", single(testWorkflowCleanupKeepsWaitedParents)},

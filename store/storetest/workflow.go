@@ -879,3 +879,99 @@ func testPruneSkipsWaitedParents(t *testing.T, s store.Store) {
 	require.Equal(t, map[string]int{q: 2}, got)
 	requireGone(t, s, plain...)
 }
+
+// testWorkflowRetryWaits: RetryJob of a workflow job whose parents have not all finished puts it
+// back to pending, to be decided by their outcomes as if it had never left; one whose parents have
+// all finished runs at once, with their results.
+func testWorkflowRetryWaits(t *testing.T, s store.Store) {
+	q, wf := uniq("wf-retry-waits"), uuidv7.New()
+	a := member(wf, q)
+	b := member(wf, q, a)
+	c := member(wf, q, b)
+	insertWorkflow(t, s, wf, a, b, c)
+	aj := run(t, s, a)
+	_, err := s.CancelJob(ctx(t), b.ID)
+	require.NoError(t, err)
+	requireState(t, s, store.StateCancelled, b, c)
+
+	j, err := s.RetryJob(ctx(t), b.ID)
+	require.NoError(t, err)
+	require.Equal(t, store.StatePending, j.State, "a retried step waits for its running parent")
+	require.Zero(t, j.Attempt)
+	requireState(t, s, store.StatePending, b)
+	requireState(t, s, store.StateCancelled, c)
+	requireWorkflow(t, getWorkflow(t, s, wf), store.WorkflowRunning, 3,
+		map[store.State]int{store.StateActive: 1, store.StatePending: 1, store.StateCancelled: 1})
+	claimed, err := s.Claim(ctx(t), store.ClaimParams{Queue: q, Limit: 10, WorkerID: worker, LeaseDuration: lease})
+	require.NoError(t, err)
+	require.Empty(t, claimed, "a pending step is not claimable")
+
+	require.True(t, finish(t, s, store.Completion{ID: aj.ID, Attempt: aj.Attempt, State: store.StateCompleted,
+		Result: json.RawMessage(`{"a":1}`)}))
+	requireReleasedWith(t, s, b, `[{"a":1}]`)
+	requireState(t, s, store.StateCancelled, c)
+
+	// Parents that have all finished: the retried step runs now, with their results, even though it
+	// was cancelled before they finished and so was never released.
+	wf2 := uuidv7.New()
+	x := member(wf2, q)
+	y := member(wf2, q, x)
+	insertWorkflow(t, s, wf2, x, y)
+	_, err = s.CancelJob(ctx(t), y.ID)
+	require.NoError(t, err)
+	complete(t, s, x, `"x"`)
+	requireState(t, s, store.StateCancelled, y)
+	j, err = s.RetryJob(ctx(t), y.ID)
+	require.NoError(t, err)
+	require.Equal(t, store.StateAvailable, j.State)
+	require.JSONEq(t, `["x"]`, string(j.ParentResults))
+	requireReleasedWith(t, s, y, `["x"]`)
+
+	// A failed parent does not stop an operator's retry once every parent has finished.
+	wf3 := uuidv7.New()
+	m := member(wf3, q)
+	n := member(wf3, q, m)
+	insertWorkflow(t, s, wf3, m, n)
+	fail(t, s, m)
+	requireState(t, s, store.StateCancelled, n)
+	j, err = s.RetryJob(ctx(t), n.ID)
+	require.NoError(t, err)
+	require.Equal(t, store.StateAvailable, j.State)
+	requireReleasedWith(t, s, n, `[null]`)
+
+	// The same across queues (on a Redis Cluster, a parent in another slot).
+	q2, wf4 := uniq("wf-retry-waits-2"), uuidv7.New()
+	g := member(wf4, q)
+	h := member(wf4, q2, g)
+	insertWorkflow(t, s, wf4, g, h)
+	gj := run(t, s, g)
+	_, err = s.CancelJob(ctx(t), h.ID)
+	require.NoError(t, err)
+	j, err = s.RetryJob(ctx(t), h.ID)
+	require.NoError(t, err)
+	require.Equal(t, store.StatePending, j.State, "a retried step waits for its running parent in another queue")
+	require.True(t, finish(t, s, store.Completion{ID: gj.ID, Attempt: gj.Attempt, State: store.StateCompleted,
+		Result: json.RawMessage(`"g"`)}))
+	requireReleasedWith(t, s, h, `["g"]`)
+
+	// A failed parent decides at once, as for a pending job: the retried step runs now although its
+	// other parent still runs; a failure callback waits for every parent.
+	wf5 := uuidv7.New()
+	p1 := member(wf5, q)
+	p2 := member(wf5, q)
+	k := member(wf5, q, p1, p2)
+	onFail := callback(wf5, q, store.RunOnFailure, p1, p2)
+	insertWorkflow(t, s, wf5, p1, p2, k, onFail)
+	run(t, s, p2)
+	fail(t, s, p1)
+	requireState(t, s, store.StateCancelled, k)
+	requireState(t, s, store.StatePending, onFail)
+	j, err = s.RetryJob(ctx(t), k.ID)
+	require.NoError(t, err)
+	require.Equal(t, store.StateAvailable, j.State, "a failed parent lets the operator's retry run at once")
+	_, err = s.CancelJob(ctx(t), onFail.ID)
+	require.NoError(t, err)
+	j, err = s.RetryJob(ctx(t), onFail.ID)
+	require.NoError(t, err)
+	require.Equal(t, store.StatePending, j.State, "a failure callback waits for every parent")
+}
