@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 )
@@ -54,6 +55,23 @@ func CheckMigrations(where string, ms []Migration, unknown []int) error {
 		return nil
 	}
 	return e
+}
+
+// RefuseNewer returns the *SchemaError of a schema that has applied (version -> when) versions
+// that known (this binary's) lacks, or nil when it has none. A rollback by this binary must refuse
+// such a schema: the unknown migrations may depend on the ones it would revert.
+func RefuseNewer(where string, known []int, applied map[int]time.Time) error {
+	var unknown []int
+	for v := range applied {
+		if !slices.Contains(known, v) {
+			unknown = append(unknown, v)
+		}
+	}
+	if len(unknown) == 0 {
+		return nil
+	}
+	slices.Sort(unknown)
+	return &SchemaError{Where: where, Known: len(known), Unknown: unknown}
 }
 
 // Error says what is wrong and what to run.

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -31,6 +32,20 @@ func (r *runner) withMigrations(ctx context.Context, create bool,
 		return err
 	}
 	return fn(m, db, ms, applied)
+}
+
+// refuseNewer returns an error when db's schema has migrations applied that this binary does not
+// know (a newer pronto's): applying or reverting this binary's migrations under them could break
+// them, and its status would be misleading.
+func refuseNewer(ctx context.Context, db *database) error {
+	c, ok := db.store.(store.SchemaChecker)
+	if !ok {
+		return nil
+	}
+	if err := c.CheckSchema(ctx); errors.Is(err, store.ErrSchemaTooNew) {
+		return errorf("%v", err)
+	}
+	return nil
 }
 
 // status returns the migrations and how many are applied.
@@ -75,6 +90,9 @@ func cmdMigrateUp(ctx context.Context, r *runner, args []string) error {
 		}
 	}
 	return r.withMigrations(ctx, true, func(m store.Migrator, db *database, before []store.Migration, _ int) error {
+		if err := refuseNewer(ctx, db); err != nil {
+			return err
+		}
 		if err := db.store.Migrate(ctx); err != nil {
 			return errorf("migrating %s: %v", db.t.display, err)
 		}
@@ -131,6 +149,9 @@ func cmdMigrateDown(ctx context.Context, r *runner, args []string) error {
 			fmt.Fprintf(r.env.Stdout, "%s has no migrations applied: nothing to roll back\n", db.t.display)
 			return nil
 		}
+		if err := refuseNewer(ctx, db); err != nil {
+			return err
+		}
 		n := *steps
 		if *all {
 			n = applied
@@ -179,6 +200,9 @@ func cmdMigrateStatus(ctx context.Context, r *runner, args []string) error {
 			if on, err := u.Unlogged(ctx); err == nil && on {
 				fmt.Fprintln(r.env.Stdout, "the jobs table is UNLOGGED: a database crash deletes every job (pronto migrate up --logged makes it durable)")
 			}
+		}
+		if err := refuseNewer(ctx, db); err != nil {
+			return err
 		}
 		if pending := len(ms) - applied; pending > 0 {
 			fmt.Fprintf(r.env.Stdout, "%d of %d migrations pending; apply them with: pronto migrate up%s\n", pending, len(ms), db.urlFlag())

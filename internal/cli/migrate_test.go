@@ -113,4 +113,17 @@ func TestSchemaNewerThanBinary(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, s.Close())
 	run(t, with(db, "jobs", "list")...).fails(t, ExitError, "is newer than this binary")
+	for _, cmd := range [][]string{{"migrate", "up"}, {"migrate", "down"}, {"migrate", "down", "--all", "--force"}, {"migrate", "status"}} {
+		run(t, with(db, cmd...)...).fails(t, ExitError, "migration(s) 999 applied, which this version of pronto does not know")
+	}
+	// Nothing was reverted under the newer migration, nor by the store itself when asked directly.
+	s, err = sqlite.Open(context.Background(), path)
+	require.NoError(t, err)
+	defer s.Close()
+	require.ErrorIs(t, s.MigrateDown(context.Background(), 1), store.ErrSchemaTooNew)
+	ms, err := s.MigrationStatus(context.Background())
+	require.NoError(t, err)
+	for _, m := range ms {
+		require.True(t, m.Applied, "migration %03d_%s is still applied", m.Version, m.Name)
+	}
 }

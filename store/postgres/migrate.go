@@ -109,6 +109,13 @@ func (s *Store) MigrateDown(ctx context.Context, steps int) error {
 		return nil
 	}
 	return s.migrateTx(ctx, func(ctx context.Context, tx pgx.Tx, applied map[int]time.Time) error {
+		known := make([]int, len(migrations))
+		for i, m := range migrations {
+			known[i] = m.version
+		}
+		if err := store.RefuseNewer(fmt.Sprintf("PostgreSQL schema %q", s.schema), known, applied); err != nil {
+			return err
+		}
 		for i := len(migrations) - 1; i >= 0 && steps > 0; i-- {
 			m := migrations[i]
 			if _, ok := applied[m.version]; !ok {

@@ -174,4 +174,12 @@ func TestCheckSchema(t *testing.T) {
 	require.False(t, errors.Is(err, store.ErrSchemaNotMigrated))
 	require.ErrorContains(t, err, "schema is newer than this binary")
 	require.ErrorContains(t, err, "999")
+
+	// This binary reverts nothing under a newer binary's migration, which may depend on its own.
+	require.ErrorIs(t, s.MigrateDown(ctx, 1), store.ErrSchemaTooNew)
+	ms, err := s.MigrationStatus(ctx)
+	require.NoError(t, err)
+	for _, m := range ms {
+		require.True(t, m.Applied, "migration %03d_%s is still applied", m.Version, m.Name)
+	}
 }

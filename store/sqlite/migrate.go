@@ -158,6 +158,13 @@ func (s *Store) MigrateDown(ctx context.Context, steps int) error {
 	if err != nil {
 		return fmt.Errorf("migrate down %s: %w", s.path, err)
 	}
+	known := make([]int, len(ms))
+	for i, m := range ms {
+		known[i] = m.version
+	}
+	if err := store.RefuseNewer("SQLite database "+s.path, known, applied); err != nil {
+		return fmt.Errorf("migrate down: %w", err)
+	}
 	for i := len(ms) - 1; i >= 0 && steps > 0; i-- {
 		m := ms[i]
 		if _, ok := applied[m.version]; !ok {
