@@ -93,6 +93,7 @@ type Client struct {
 	completerCtx    context.Context
 	completerCancel context.CancelFunc
 	jobsWG          sync.WaitGroup
+	executing       atomic.Int64 // jobs in jobsWG: handed to a worker pool and not yet returned
 	servicesWG      sync.WaitGroup
 
 	// The runs this client holds, keyed by run (see runKey), never by job id alone: a job whose lease
@@ -406,6 +407,12 @@ func (c *Client) stop(ctx context.Context) error {
 	select {
 	case <-jobsDone:
 	case <-ctx.Done():
+		if c.executing.Load() == 0 {
+			// No job runs (those left are returning): nothing is cancelled, so Stop succeeds
+			// however done ctx is.
+			<-jobsDone
+			break
+		}
 		result = ctx.Err()
 		c.cancelWork(ErrShutdown)
 		// Workers that honour their context return at once; give them a moment.
@@ -781,6 +788,7 @@ func (c *Client) workerPool(tasks *fairq.Queue[jobTask]) {
 // leaseUntil is the client's reckoning of the end of the job's lease.
 func (c *Client) execute(row *store.Job, release func(), leaseUntil time.Time, prefetching bool) {
 	c.jobsWG.Add(1)
+	c.executing.Add(1)
 	// The run's context derives from workBase, which is never cancelled, so that it is not one more
 	// child in a context shared by every run (a lock and a map entry per run); shutdown cancels the
 	// runs through c.running instead (cancelWork), and a run registered after that finds workCtx
@@ -852,6 +860,7 @@ func runKey(row *JobRow) string {
 func (c *Client) run(t jobTask) {
 	row, ctx, cancel, release := t.row, t.ctx, t.cancel, t.release
 	defer c.jobsWG.Done()
+	defer c.executing.Add(-1)
 	holder := &t.run.holder
 	var jobCtx context.Context = &t.run.jctx
 	timeout := row.Timeout

@@ -238,6 +238,16 @@ func (c Config) withDefaults() (Config, error) {
 			*d = v
 		}
 	}
+	// A negative interval would reach time.NewTicker in a goroutine and crash the process.
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"LeaseDuration", c.LeaseDuration}, {"HeartbeatInterval", c.HeartbeatInterval}, {"PollInterval", c.PollInterval},
+		{"RescueInterval", c.RescueInterval}, {"LeaderTTL", c.LeaderTTL}, {"JobTimeout", c.JobTimeout}} {
+		if d.v < 0 {
+			return c, fmt.Errorf("pronto: config: %s (%s) is negative", d.name, d.v)
+		}
+	}
 	if c.ID == "" {
 		host, _ := os.Hostname()
 		c.ID = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), uuidv7.New()[24:])

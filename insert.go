@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -188,10 +189,17 @@ func resolveAll[J any](jobs []J, resolve func(J) (*store.InsertParams, error)) (
 	return ps, nil
 }
 
+// LatestTime is the latest ScheduledAt or ExpiresAt a job may have: every store holds times up to
+// it, and RFC 3339, the JSON form of times, writes four-digit years only.
+var LatestTime = time.Date(9999, 12, 31, 23, 59, 59, 0, time.UTC)
+
 // buildInsert validates and resolves one job.
 func (c *Client) buildInsert(args JobArgs, opts *InsertOpts) (*store.InsertParams, error) {
 	if args == nil {
 		return nil, invalidf("args are nil")
+	}
+	if v := reflect.ValueOf(args); v.Kind() == reflect.Pointer && v.IsNil() {
+		return nil, invalidf("args are a nil %T", args)
 	}
 	kind := args.Kind()
 	if !ValidKind(kind) {
@@ -231,6 +239,17 @@ func (c *Client) resolve(kind string, args, meta json.RawMessage, o InsertOpts) 
 	}
 	if o.Delay < 0 || o.Timeout < 0 || o.MaxAttempts < 0 {
 		return nil, invalidf("Delay, Timeout and MaxAttempts must not be negative")
+	}
+	if r := o.Timeout % time.Millisecond; r != 0 {
+		o.Timeout += time.Millisecond - r // stores keep whole milliseconds; 0 would mean none
+	}
+	for _, t := range []struct {
+		name string
+		at   time.Time
+	}{{"ScheduledAt", o.ScheduledAt}, {"ExpiresAt", o.ExpiresAt}} {
+		if t.at.After(LatestTime) {
+			return nil, invalidf("%s %s: must not be after %s", t.name, t.at.UTC().Format(time.RFC3339), LatestTime.Format(time.RFC3339))
+		}
 	}
 	id := o.ID
 	if id == "" {

@@ -22,7 +22,8 @@ type InsertOpts struct {
 	Queue string
 	// Priority: higher runs first, from PriorityMin to PriorityMax; 0 by default.
 	Priority int
-	// ScheduledAt makes the job wait until then; Delay waits that long from now. Setting both is an error.
+	// ScheduledAt makes the job wait until then (at most LatestTime); Delay waits that long from now.
+	// Setting both is an error.
 	ScheduledAt time.Time
 	Delay       time.Duration
 	// MaxAttempts overrides the retry policy's attempts (1: no retry).
@@ -30,9 +31,9 @@ type InsertOpts struct {
 	// RetryPolicy overrides the client's default policy for this job.
 	RetryPolicy *RetryPolicy
 	// Timeout bounds each attempt: the worker's context is cancelled when it passes and the attempt
-	// fails. Zero: the client's JobTimeout.
+	// fails. Zero: the client's JobTimeout. It is kept in whole milliseconds (a fraction rounds up).
 	Timeout time.Duration
-	// ExpiresAt: a job not started by then is discarded instead of run.
+	// ExpiresAt: a job not started by then is discarded instead of run (at most LatestTime).
 	ExpiresAt time.Time
 	// Tags are free labels for searching and dashboards: JobList (JobListParams.Tags), 'pronto jobs
 	// list --tag' and the HTTP bulk filter list the jobs that have every given tag.
