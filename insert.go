@@ -76,11 +76,13 @@ func (c *Client) InsertManyFast(ctx context.Context, jobs []InsertManyParams) (i
 		rows, err := c.insert(ctx, ps, c.storeInsert)
 		return store.CountStored(rows), err
 	}
-	if err := c.beforeInsert(ctx, ps); err != nil {
+	adm, err := c.beforeInsert(ctx, ps)
+	if err != nil {
 		return 0, err
 	}
 	n, err := fast.InsertFast(ctx, ps)
 	if err != nil {
+		c.refund(adm, ps)
 		return 0, fmt.Errorf("pronto: insert %d job(s): %w", len(ps), c.schemaCause(ctx, err))
 	}
 	return n, nil
@@ -143,10 +145,12 @@ func (c *Client) insert(ctx context.Context, ps []*store.InsertParams, do Insert
 		mw, inner := c.cfg.InsertMiddleware[i], next
 		next = func(ctx context.Context, ps []*store.InsertParams) ([]*JobRow, error) { return mw(ctx, ps, inner) }
 	}
-	if err := c.beforeInsert(ctx, ps); err != nil {
+	adm, err := c.beforeInsert(ctx, ps)
+	if err != nil {
 		return nil, err
 	}
 	rows, err := next(ctx, ps)
+	c.refundUnstored(adm, ps, rows, err)
 	if err != nil {
 		return nil, fmt.Errorf("pronto: insert %d job(s): %w", len(ps), c.schemaCause(ctx, err))
 	}
@@ -154,16 +158,18 @@ func (c *Client) insert(ctx context.Context, ps []*store.InsertParams, do Insert
 }
 
 // beforeInsert applies the tenants' priority boosts to ps and refuses the insert when a queue's bound
-// or a tenant's limit on waiting jobs would be passed.
-func (c *Client) beforeInsert(ctx context.Context, ps []*store.InsertParams) error {
+// or a tenant's limit on waiting jobs would be passed. The caller refunds what the store did not
+// insert (see Client.refund).
+func (c *Client) beforeInsert(ctx context.Context, ps []*store.InsertParams) (tenantAdmission, error) {
 	c.applyTenantBoosts(ctx, ps)
 	if err := c.checkBounds(ctx, ps); err != nil {
-		return fmt.Errorf("pronto: insert %d job(s): %w", len(ps), err)
+		return nil, fmt.Errorf("pronto: insert %d job(s): %w", len(ps), err)
 	}
-	if err := c.checkTenantLimits(ctx, ps); err != nil {
-		return fmt.Errorf("pronto: insert %d job(s): %w", len(ps), err)
+	adm, err := c.checkTenantLimits(ctx, ps)
+	if err != nil {
+		return nil, fmt.Errorf("pronto: insert %d job(s): %w", len(ps), err)
 	}
-	return nil
+	return adm, nil
 }
 
 func (c *Client) buildInsertMany(jobs []InsertManyParams) ([]*store.InsertParams, error) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"strings"
 	"time"
 
 	"github.com/pronto-jobs/pronto/store"
@@ -32,9 +33,19 @@ const (
 	LimitDrop = store.LimitDrop
 )
 
+// validLimitKey reports whether a limit may be stored under key: a valid rate key, or the
+// TenantLimitKey of a valid tenant (whose ids allow more characters than rate keys).
+func validLimitKey(key string) bool {
+	if ValidRateKey(key) {
+		return true
+	}
+	tenant, ok := strings.CutPrefix(key, TenantLimitKey(""))
+	return ok && ValidTenant(tenant)
+}
+
 // validateRateLimit checks a limit before it is stored.
 func validateRateLimit(key string, l *RateLimit) error {
-	if !ValidRateKey(key) {
+	if !validLimitKey(key) {
 		return invalidf("rate key %q: must match [a-zA-Z0-9][a-zA-Z0-9._:-]* (at most 255 characters)", key)
 	}
 	if l.MaxActive < 0 || l.Rate < 0 || l.Period < 0 {

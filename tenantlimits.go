@@ -129,16 +129,62 @@ func readTenantEnqueueLimits(ctx context.Context, ss store.SettingStore) (map[st
 	return readSettingMap[TenantEnqueueLimits](ctx, ss, tenantEnqueueLimitsKey)
 }
 
+// tenantAdmission is the set of limited tenants whose counts checkTenantLimits raised for an
+// insert: those of its jobs the store did not insert are taken back out (refund).
+type tenantAdmission map[string]bool
+
+// refund takes the jobs of ps, which the store did not insert (the insert failed, or a unique job
+// met its key's holder), back out of the counts that checkTenantLimits raised for them: a refused
+// insert uses up none of a tenant's enqueue rate.
+func (c *Client) refund(adm tenantAdmission, ps []*store.InsertParams) {
+	if len(adm) == 0 || len(ps) == 0 {
+		return
+	}
+	g := &c.tg
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, p := range ps {
+		tc := g.tenants[p.Tenant]
+		if !adm[p.Tenant] || tc == nil {
+			continue
+		}
+		tc.waiting = max(tc.waiting-1, 0)
+		if p.State == StateScheduled {
+			tc.scheduled = max(tc.scheduled-1, 0)
+		}
+		tc.windowCount = max(tc.windowCount-1, 0)
+	}
+}
+
+// refundUnstored is refund of the jobs of ps that an insert returning rows (in ps's order) and err
+// did not store.
+func (c *Client) refundUnstored(adm tenantAdmission, ps []*store.InsertParams, rows []*JobRow, err error) {
+	if len(adm) == 0 {
+		return
+	}
+	if err != nil || len(rows) != len(ps) {
+		c.refund(adm, ps)
+		return
+	}
+	var unstored []*store.InsertParams
+	for i, r := range rows {
+		if r != nil && r.Duplicate {
+			unstored = append(unstored, ps[i])
+		}
+	}
+	c.refund(adm, unstored)
+}
+
 // checkTenantLimits refuses ps when one of its tenants would go beyond an enqueue limit, and
-// otherwise counts ps into the tenants' counts.
-func (c *Client) checkTenantLimits(ctx context.Context, ps []*store.InsertParams) error {
+// otherwise counts ps into the tenants' counts, returning the tenants it counted (see refund).
+func (c *Client) checkTenantLimits(ctx context.Context, ps []*store.InsertParams) (tenantAdmission, error) {
 	ss, ok := c.settings()
 	if !ok {
-		return nil
+		return nil, nil
 	}
 	ts, ok := c.store.(store.TenantStore)
 	if !ok {
-		return nil
+		return nil, nil
 	}
 	g := &c.tg
 	g.mu.Lock()
@@ -155,7 +201,7 @@ func (c *Client) checkTenantLimits(ctx context.Context, ps []*store.InsertParams
 		g.limitsAt = now
 	}
 	if len(g.limits) == 0 {
-		return nil
+		return nil, nil
 	}
 	type adding struct{ all, scheduled int }
 	var add map[string]*adding
@@ -182,7 +228,7 @@ func (c *Client) checkTenantLimits(ctx context.Context, ps []*store.InsertParams
 		}
 	}
 	if add == nil {
-		return nil
+		return nil, nil
 	}
 	if g.tenants == nil {
 		g.tenants = map[string]*tenantCount{}
@@ -203,7 +249,7 @@ func (c *Client) checkTenantLimits(ctx context.Context, ps []*store.InsertParams
 				// limits there): nothing counted.
 				tc.waiting, tc.scheduled = 0, 0
 			case err != nil:
-				return fmt.Errorf("counting the jobs of tenant %q for its enqueue limits: %w", t, err)
+				return nil, fmt.Errorf("counting the jobs of tenant %q for its enqueue limits: %w", t, err)
 			default:
 				tc.waiting = 0
 				for _, st := range waitingStates {
@@ -215,28 +261,30 @@ func (c *Client) checkTenantLimits(ctx context.Context, ps []*store.InsertParams
 		}
 		retry := depthEvery - now.Sub(tc.at)
 		if l.MaxQueueDepth > 0 && tc.waiting+int64(a.all) > l.MaxQueueDepth {
-			return &TenantLimitError{Tenant: t, Limit: TenantLimitQueueDepth, Current: tc.waiting, Maximum: l.MaxQueueDepth, Adding: a.all, RetryAfter: retry}
+			return nil, &TenantLimitError{Tenant: t, Limit: TenantLimitQueueDepth, Current: tc.waiting, Maximum: l.MaxQueueDepth, Adding: a.all, RetryAfter: retry}
 		}
 		if l.MaxScheduled > 0 && a.scheduled > 0 && tc.scheduled+int64(a.scheduled) > l.MaxScheduled {
-			return &TenantLimitError{Tenant: t, Limit: TenantLimitScheduled, Current: tc.scheduled, Maximum: l.MaxScheduled, Adding: a.scheduled, RetryAfter: retry}
+			return nil, &TenantLimitError{Tenant: t, Limit: TenantLimitScheduled, Current: tc.scheduled, Maximum: l.MaxScheduled, Adding: a.scheduled, RetryAfter: retry}
 		}
 		if l.EnqueueRate > 0 {
 			if now.Sub(tc.windowStart) >= l.EnqueuePeriod {
 				tc.windowStart, tc.windowCount = now, 0
 			}
 			if tc.windowCount+int64(a.all) > l.EnqueueRate {
-				return &TenantLimitError{Tenant: t, Limit: TenantLimitEnqueueRate, Current: tc.windowCount, Maximum: l.EnqueueRate, Adding: a.all,
+				return nil, &TenantLimitError{Tenant: t, Limit: TenantLimitEnqueueRate, Current: tc.windowCount, Maximum: l.EnqueueRate, Adding: a.all,
 					RetryAfter: tc.windowStart.Add(l.EnqueuePeriod).Sub(now)}
 			}
 		}
 	}
+	adm := make(tenantAdmission, len(order))
 	for _, t := range order {
 		tc, a := g.tenants[t], add[t]
 		tc.waiting += int64(a.all)
 		tc.scheduled += int64(a.scheduled)
 		tc.windowCount += int64(a.all)
+		adm[t] = true
 	}
-	return nil
+	return adm, nil
 }
 
 // TenantSetEnqueueLimits stores tenant's enqueue limits, replacing any; a zero l removes them. Every

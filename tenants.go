@@ -165,15 +165,13 @@ func (c *Client) tenantConfigured(ctx context.Context, tenant string) bool {
 	case si.Configured && (!throttled || th.Action != ThrottleWeightReduced || th.OriginalWeightSet):
 		return true // a weight, not only one a throttle stored
 	}
-	if ValidRateKey(TenantLimitKey(tenant)) {
-		_, err := c.store.GetRateLimit(ctx, TenantLimitKey(tenant))
-		switch {
-		case errors.Is(err, store.ErrNotFound), errors.Is(err, store.ErrUnsupported):
-		case err != nil:
-			return true
-		case !throttled || th.Action != ThrottleConcurrencyReduced || th.OriginalLimit != nil:
-			return true // a limit, not only one a throttle stored
-		}
+	_, err = c.store.GetRateLimit(ctx, TenantLimitKey(tenant))
+	switch {
+	case errors.Is(err, store.ErrNotFound), errors.Is(err, store.ErrUnsupported):
+	case err != nil:
+		return true
+	case !throttled || th.Action != ThrottleConcurrencyReduced || th.OriginalLimit != nil:
+		return true // a limit, not only one a throttle stored
 	}
 	els, err := c.TenantEnqueueLimits(ctx)
 	if err != nil {
@@ -217,12 +215,9 @@ func (c *Client) TenantGet(ctx context.Context, tenant string) (*TenantInfo, err
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
 		return nil, wrapOp(fmt.Sprintf("tenant %q", tenant), err)
 	}
-	var limit *RateLimitInfo
-	if ValidRateKey(TenantLimitKey(tenant)) {
-		limit, err = c.store.GetRateLimit(ctx, TenantLimitKey(tenant))
-		if err != nil && !errors.Is(err, store.ErrNotFound) && !errors.Is(err, store.ErrUnsupported) {
-			return nil, wrapOp(fmt.Sprintf("limit of tenant %q", tenant), err)
-		}
+	limit, err := c.store.GetRateLimit(ctx, TenantLimitKey(tenant))
+	if err != nil && !errors.Is(err, store.ErrNotFound) && !errors.Is(err, store.ErrUnsupported) {
+		return nil, wrapOp(fmt.Sprintf("limit of tenant %q", tenant), err)
 	}
 	els, err := c.TenantEnqueueLimits(ctx)
 	if err != nil {

@@ -558,9 +558,6 @@ func (c *Client) checkNoisyNeighbors(ctx context.Context) (*noisyCheck, error) {
 		} else {
 			// Weight 1 cannot go lower: bound the tenant's concurrency instead, below its active jobs.
 			key := TenantLimitKey(f.tenant)
-			if !ValidRateKey(key) {
-				continue // an id a limit cannot name; logged as noisy above
-			}
 			info, err := c.store.GetRateLimit(ctx, key)
 			if err != nil && !errors.Is(err, store.ErrNotFound) {
 				c.cfg.Logger.Warn("pronto: reading a noisy tenant's limit failed", "tenant", f.tenant, "error", err)

@@ -191,11 +191,13 @@ func (c *Client) WorkflowInsert(ctx context.Context, w *Workflow) (*WorkflowInse
 		return nil, err
 	}
 	// Queue bounds and tenant enqueue limits hold for a workflow's jobs as for any insert.
-	if err := c.beforeInsert(ctx, params.Jobs); err != nil {
+	adm, err := c.beforeInsert(ctx, params.Jobs)
+	if err != nil {
 		return nil, fmt.Errorf("insert workflow %q: %w", w.name, err)
 	}
 	info, jobs, err := c.store.InsertWorkflow(ctx, params)
 	if err != nil {
+		c.refund(adm, params.Jobs)
 		return nil, wrapOp(fmt.Sprintf("insert workflow %q", w.name), c.schemaCause(ctx, err))
 	}
 	res := &WorkflowInsertResult{Workflow: info, Jobs: make(map[string]*JobRow, len(jobs))}
@@ -239,6 +241,11 @@ func (c *Client) buildWorkflow(w *Workflow) (store.WorkflowParams, error) {
 		}
 		if jp.State == store.StatePending {
 			return store.WorkflowParams{}, invalidf("workflow %q, step %q: workflow jobs cannot be inserted pending", w.name, s.name)
+		}
+		// ojs-multi-tenancy.md §15.2: a workflow belongs to one tenant (or none), every job with it.
+		if i > 0 && jp.Tenant != p.Jobs[0].Tenant {
+			return store.WorkflowParams{}, invalidf("workflow %q, step %q: tenant %q, but step %q has tenant %q: a workflow's jobs all have one tenant",
+				w.name, s.name, jp.Tenant, w.steps[0].name, p.Jobs[0].Tenant)
 		}
 		jp.WorkflowID, jp.RunOn = w.id, s.runOn
 		if s.runOn != "" {

@@ -2,6 +2,7 @@ package server
 
 import (
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/pronto-jobs/pronto"
@@ -11,9 +12,11 @@ import (
 // Rate-limit endpoints (ojs-rate-limiting.md §10): list, inspect, override and delete the limits
 // stored under rate keys.
 
-// checkRateKey validates a rate key taken from a path.
+// checkRateKey validates a rate key taken from a path: a rate key, or a tenant's limit key (tenant
+// ids allow more characters).
 func checkRateKey(key string) *apiError {
-	if !pronto.ValidRateKey(key) {
+	tenant, isTenant := strings.CutPrefix(key, pronto.TenantLimitKey(""))
+	if !pronto.ValidRateKey(key) && !(isTenant && pronto.ValidTenant(tenant)) {
 		return invalid("key", "rate limit key %q: must match [a-zA-Z0-9][a-zA-Z0-9._:-]* (at most 255 characters)", key)
 	}
 	return nil

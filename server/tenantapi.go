@@ -401,10 +401,6 @@ func (s *Server) putTenant(w http.ResponseWriter, r *http.Request, id string, li
 		return
 	}
 	ctx := r.Context()
-	if cfg.limits != nil && !pronto.ValidRateKey(pronto.TenantLimitKey(id)) {
-		s.writeError(w, r, invalid("tenant_id", "tenant %q cannot have limits: its id must match [a-zA-Z0-9][a-zA-Z0-9._:-]* (ojs-multi-tenancy.md §5.2)", id))
-		return
-	}
 	if cfg.weight > 0 {
 		if err := s.client.TenantSetWeight(ctx, id, cfg.weight); err != nil {
 			s.writeError(w, r, tenantError(err, id))
@@ -462,12 +458,7 @@ func (s *Server) deleteTenant(w http.ResponseWriter, r *http.Request, id string)
 	found := false
 	for _, del := range []func() error{
 		func() error { return s.client.TenantDeleteWeight(ctx, id) },
-		func() error {
-			if !pronto.ValidRateKey(pronto.TenantLimitKey(id)) {
-				return pronto.ErrNotFound
-			}
-			return s.client.TenantDeleteLimit(ctx, id)
-		},
+		func() error { return s.client.TenantDeleteLimit(ctx, id) },
 		func() error { return s.client.TenantDeletePriorityBoost(ctx, id) },
 		func() error {
 			els, err := s.client.TenantEnqueueLimits(ctx)
