@@ -299,6 +299,8 @@ type enqueueRequest struct {
 	metadata map[string]json.RawMessage
 	// rateKeyFromQueue: options.rate_limit named no key, so the key is "queue:" and the job's queue.
 	rateKeyFromQueue bool
+	// uniqueKeyDims: options.unique.key named dimensions only (see uniqueKeyAsDimensions).
+	uniqueKeyDims []string
 }
 
 // decodeJob reads and validates one OJS job envelope.
@@ -442,7 +444,11 @@ func decodeJobMembersInto(req *enqueueRequest, top object, now time.Time) *apiEr
 		o.RateKey = "queue:" + queueOr(o.Queue)
 	}
 	if o.Unique != nil {
-		if e := checkUniqueKeys(o.Unique, req.job.Args, meta, "options.unique"); e != nil {
+		e := checkUniqueKeys(o.Unique, req.job.Args, meta, "options.unique")
+		if e != nil && req.uniqueKeyDims != nil {
+			o.Unique, e = uniqueKeyAsDimensions(o.Unique, req.uniqueKeyDims, "options.unique")
+		}
+		if e != nil {
 			return e
 		}
 	}
@@ -638,7 +644,7 @@ func applyOptions(req *enqueueRequest, opts object, now time.Time) *apiError {
 			}
 			req.metadata = m
 		case "unique":
-			if o.Unique, e = decodeUnique(v, field); e != nil {
+			if o.Unique, req.uniqueKeyDims, e = decodeUnique(v, field); e != nil {
 				return e
 			}
 		case "rate_limit":

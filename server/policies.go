@@ -72,10 +72,42 @@ func decodePolicyObject(raw json.RawMessage, what, field string) (object, *apiEr
 
 // decodeUnique reads an OJS UniquePolicy. What depends on the job's args and meta (that each of
 // args_keys and meta_keys occurs) is checked by checkUniqueKeys once the envelope is read.
-func decodeUnique(raw json.RawMessage, field string) (*pronto.UniqueOpts, *apiError) {
+//
+// The SDKs' key is read as the Go SDK's args fields; when it names only uniqueness dimensions (as the
+// Python SDK sends "key": ["type", "queue", "args"]), dims returns them, for the caller to read the
+// key as the Python SDK's dimensions instead if the job's args have not all those fields
+// (uniqueKeyAsDimensions).
+func decodeUnique(raw json.RawMessage, field string) (u *pronto.UniqueOpts, dims []string, e *apiError) {
+	u, sdkKey, e := decodeUniqueForms(raw, field)
+	if e != nil || len(sdkKey) == 0 {
+		return u, nil, e
+	}
+	for _, d := range sdkKey {
+		if !uniqueDimensions[d] {
+			return u, nil, nil
+		}
+	}
+	return u, sdkKey, nil
+}
+
+// uniqueKeyAsDimensions is u, decoded with the SDK's key read as args fields, with the key read as
+// uniqueness dimensions dims instead (the Python SDK's form).
+func uniqueKeyAsDimensions(u *pronto.UniqueOpts, dims []string, field string) (*pronto.UniqueOpts, *apiError) {
+	if slices.Contains(dims, "meta") {
+		return nil, invalid(field+".key", "%s.key includes \"meta\", which needs %s.meta_keys: send keys and meta_keys instead", field, field)
+	}
+	out := *u
+	out.ArgsKeys = nil
+	out.ByQueue = slices.Contains(dims, "queue")
+	out.ByArgs = slices.Contains(dims, "args")
+	return &out, nil
+}
+
+// decodeUniqueForms is decodeUnique, returning the SDK's key as it came (nil when not given).
+func decodeUniqueForms(raw json.RawMessage, field string) (*pronto.UniqueOpts, []string, *apiError) {
 	m, e := decodePolicyObject(raw, field, field)
 	if e != nil {
-		return nil, e
+		return nil, nil, e
 	}
 	u := &pronto.UniqueOpts{}
 	var keys, sdkKey []string
@@ -90,83 +122,83 @@ func decodeUnique(raw json.RawMessage, field string) (*pronto.UniqueOpts, *apiEr
 		switch k {
 		case "keys":
 			if keys, e = wantKeyList(v, f); e != nil {
-				return nil, e
+				return nil, nil, e
 			}
 			keysGiven = true
 			for _, d := range keys {
 				if !uniqueDimensions[d] {
-					return nil, invalid(f, "%s: %q is not a uniqueness dimension (type, queue, args or meta; case-sensitive)", f, d)
+					return nil, nil, invalid(f, "%s: %q is not a uniqueness dimension (type, queue, args or meta; case-sensitive)", f, d)
 				}
 			}
 		case "args_keys":
 			if u.ArgsKeys, e = wantKeyList(v, f); e != nil {
-				return nil, e
+				return nil, nil, e
 			}
 		case "meta_keys":
 			if u.MetaKeys, e = wantKeyList(v, f); e != nil {
-				return nil, e
+				return nil, nil, e
 			}
 			for _, mk := range u.MetaKeys {
 				if mk == extKey {
-					return nil, invalid(f, "%s: meta key %q is reserved by pronto", f, extKey)
+					return nil, nil, invalid(f, "%s: meta key %q is reserved by pronto", f, extKey)
 				}
 			}
 		case "period":
 			if u.Period, e = wantDuration(v, f); e != nil {
-				return nil, e
+				return nil, nil, e
 			}
 		case "key":
 			// The OJS Go SDK's form: the args fields the key is made of (keys then defaults to type
 			// and args). Unambiguous unless args_keys or keys say otherwise too.
 			if sdkKey, e = wantKeyList(v, f); e != nil {
-				return nil, e
+				return nil, nil, e
 			}
 			sdkKeyGiven = true
 		case "period_ms":
 			// The SDK's form of period, in milliseconds.
 			ms, e := wantInt(v, f, 1, int64(100*365*24*time.Hour/time.Millisecond))
 			if e != nil {
-				return nil, e
+				return nil, nil, e
 			}
 			sdkPeriod = time.Duration(ms) * time.Millisecond
 		case "states":
 			list, e := wantKeyList(v, f)
 			if e != nil {
-				return nil, e
+				return nil, nil, e
 			}
 			if len(list) == 0 {
-				return nil, invalid(f, "%s is empty: name the states in which a job holds its key, or omit it for every state that is not terminal", f)
+				return nil, nil, invalid(f, "%s is empty: name the states in which a job holds its key, or omit it for every state that is not terminal", f)
 			}
 			for _, s := range list {
 				st := pronto.State(s)
 				if !st.Valid() {
-					return nil, invalid(f, "%s: %q is not an OJS job state", f, s)
+					return nil, nil, invalid(f, "%s: %q is not an OJS job state", f, s)
 				}
 				u.States = append(u.States, st)
 			}
 		case "on_conflict":
 			s, e := wantString(v, f)
 			if e != nil {
-				return nil, e
+				return nil, nil, e
 			}
 			policy, ok := conflictPolicies[s]
 			if !ok {
-				return nil, invalid(f, "%s %q must be reject, ignore, replace or replace_except_schedule", f, s)
+				return nil, nil, invalid(f, "%s %q must be reject, ignore, replace or replace_except_schedule", f, s)
 			}
 			u.OnConflict = policy
 		default:
-			return nil, invalid(f, "%s is not a field of a unique policy (keys, args_keys, meta_keys, period, states, on_conflict; or the SDK's key and period_ms)", f)
+			return nil, nil, invalid(f, "%s is not a field of a unique policy (keys, args_keys, meta_keys, period, states, on_conflict; or the SDK's key and period_ms)", f)
 		}
 	}
 	if sdkKeyGiven {
 		if keysGiven || len(u.ArgsKeys) > 0 {
-			return nil, invalid(field+".key", "%s.key (the SDK's form: args fields) cannot be combined with %s.keys or %s.args_keys: send one form", field, field, field)
+			return nil, nil, invalid(field+".key", "%s.key (the SDK's form: args fields) cannot be combined with %s.keys or %s.args_keys: send one form", field, field, field)
 		}
 		keys, keysGiven, u.ArgsKeys = []string{"type", "args"}, true, sdkKey
 	}
 	if sdkPeriod > 0 {
 		if u.Period > 0 {
-			return nil, invalid(field+".period_ms", "%s.period_ms and %s.period are both given: send one", field, field)
+			return nil, nil, invalid(field+".period_ms", "%s.period_ms and %s.period are both given: send one", field, field)
 		}
 		u.Period = sdkPeriod
 	}
@@ -184,13 +216,13 @@ func decodeUnique(raw json.RawMessage, field string) (*pronto.UniqueOpts, *apiEr
 	hasMeta := slices.Contains(keys, "meta")
 	switch {
 	case hasMeta && len(u.MetaKeys) == 0:
-		return nil, invalid(field+".meta_keys", "%s.keys includes \"meta\", so %s.meta_keys must name the meta keys to include", field, field)
+		return nil, nil, invalid(field+".meta_keys", "%s.keys includes \"meta\", so %s.meta_keys must name the meta keys to include", field, field)
 	case !hasMeta && len(u.MetaKeys) > 0:
-		return nil, invalid(field+".meta_keys", "%s.meta_keys is given but %s.keys does not include \"meta\"", field, field)
+		return nil, nil, invalid(field+".meta_keys", "%s.meta_keys is given but %s.keys does not include \"meta\"", field, field)
 	case !u.ByArgs && len(u.ArgsKeys) > 0:
-		return nil, invalid(field+".args_keys", "%s.args_keys is given but %s.keys does not include \"args\"", field, field)
+		return nil, nil, invalid(field+".args_keys", "%s.args_keys is given but %s.keys does not include \"args\"", field, field)
 	}
-	return u, nil
+	return u, sdkKey, nil
 }
 
 // checkUniqueKeys refuses a policy whose args_keys or meta_keys name keys the job does not have (a

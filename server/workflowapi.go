@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"slices"
 	"strconv"
 	"time"
 
@@ -259,6 +260,17 @@ func decodeWorkflow(body []byte, now time.Time, maxJobs int) (*pronto.Workflow, 
 		return nil, nil, invalid(listField, "a workflow holds at most %d jobs, got %d", maxJobs, len(elems))
 	}
 	dag := nameKey != ""
+	if !dag && slices.ContainsFunc(elems, isNestedWorkflow) {
+		w, reqs, e := decodeNestedWorkflow(typ, name, listField, elems, defaults, now, maxJobs)
+		if e != nil {
+			return nil, nil, e
+		}
+		cbReqs, e := decodeCallbacks(top, w, defaults, now)
+		if e != nil {
+			return nil, nil, e
+		}
+		return w, append(reqs, cbReqs...), nil
+	}
 	reqs := make([]*enqueueRequest, 0, len(elems)+3)
 	jobs := make([]pronto.WorkflowJob, len(elems))
 	w := pronto.NewWorkflow(name)
