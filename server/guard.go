@@ -55,9 +55,7 @@ func LoopbackGuard(h http.Handler, allowedHosts []string) http.Handler {
 			h.ServeHTTP(w, r)
 			return
 		}
-		if w.Header().Get("X-Request-Id") == "" {
-			w.Header().Set("X-Request-Id", newRequestID())
-		}
+		stampHeaders(w.Header(), r)
 		e := errorf(http.StatusForbidden, CodeForbidden,
 			"Host %q is not a loopback name: a server without an API key answers only requests to localhost, 127.0.0.1 or [::1]; set an API key, or allow the name (pronto serve --allowed-host)", r.Host)
 		refuse.writeError(w, r, e)

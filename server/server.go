@@ -237,15 +237,20 @@ func newRequestID() string {
 	return string(strconv.AppendUint(b, requestIDs.seq.Add(1), 10))
 }
 
-// ServeHTTP routes one request.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	h := w.Header()
+// stampHeaders sets the headers every answer carries: OJS-Version, and X-Request-Id, the client's
+// own when it is printable and at most 128 bytes, else a new one.
+func stampHeaders(h http.Header, r *http.Request) {
 	h["Ojs-Version"] = ojsVersionValue
 	rid := r.Header.Get("X-Request-Id")
 	if rid == "" || len(rid) > 128 || !printable(rid) {
 		rid = newRequestID()
 	}
 	h["X-Request-Id"] = []string{rid}
+}
+
+// ServeHTTP routes one request.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	stampHeaders(w.Header(), r)
 	defer func() {
 		if v := recover(); v != nil {
 			if v == http.ErrAbortHandler {
@@ -261,7 +266,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	path := r.URL.Path
 	if path == "/ojs/v1/health" {
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
-			s.writeError(w, r, methodNotAllowed(r, "GET"))
+			s.writeError(w, r, methodNotAllowed(r, "GET", "HEAD"))
 			return
 		}
 		s.health(w, r)
@@ -269,7 +274,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if path == "/ojs/v1/ready" {
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
-			s.writeError(w, r, methodNotAllowed(r, "GET"))
+			s.writeError(w, r, methodNotAllowed(r, "GET", "HEAD"))
 			return
 		}
 		s.ready(w, r)
@@ -387,6 +392,7 @@ func methodNotAllowed(r *http.Request, allowed ...string) *apiError {
 	e := errorf(http.StatusMethodNotAllowed, CodeMethodNotAllowed, "%s is not allowed on %s; use %s",
 		r.Method, r.URL.Path, strings.Join(allowed, " or "))
 	e.details = map[string]any{"allowed": allowed}
+	e.headers = map[string]string{"Allow": strings.Join(allowed, ", ")} // RFC 9110 §15.5.6
 	return e
 }
 
@@ -397,9 +403,6 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request, rest string) {
 	m := r.Method
 	want := func(method string, h func()) {
 		if m != method {
-			if w.Header().Get("Allow") == "" {
-				w.Header().Set("Allow", method)
-			}
 			s.writeError(w, r, methodNotAllowed(r, method))
 			return
 		}
