@@ -113,4 +113,3 @@ func TestNegativeIntervalsRefused(t *testing.T) {
 		require.ErrorContains(t, err, name+" (-1s) is negative")
 	}
 }
-

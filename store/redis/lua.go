@@ -28,6 +28,10 @@ type luaFunc struct {
 	name string
 	body string
 	full string // the name in the server, set by library
+	// freeing: the function frees memory (deletes), or writes next to nothing (leadership), so it
+	// runs while Redis is over maxmemory under noeviction (flag allow-oom), which refuses every
+	// other function: an operator can delete jobs, and retention can clean up, to recover.
+	freeing bool
 }
 
 var (
@@ -44,6 +48,14 @@ func newFunc(name, body string) *luaFunc {
 	return f
 }
 
+// newFreeingFunc is newFunc for a function that frees memory or writes next to nothing (see
+// luaFunc.freeing).
+func newFreeingFunc(name, body string) *luaFunc {
+	f := newFunc(name, body)
+	f.freeing = true
+	return f
+}
+
 // library returns the library's code and its hash (built once, after every newFunc of the package
 // ran at initialisation).
 func library() (string, string) {
@@ -55,7 +67,11 @@ func library() (string, string) {
 		b.WriteString(preludeBody)
 		b.WriteString("\nlocal function claimjobs()\n" + claimBody + "\nend\n")
 		for _, f := range libFuncs {
-			b.WriteString("\nredis.register_function{function_name = 'pronto_@_" + f.name + "', flags = {'allow-cross-slot-keys'}, callback = function(keys, args)\n")
+			flags := "'allow-cross-slot-keys'"
+			if f.freeing {
+				flags += ", 'allow-oom'"
+			}
+			b.WriteString("\nredis.register_function{function_name = 'pronto_@_" + f.name + "', flags = {" + flags + "}, callback = function(keys, args)\n")
 			b.WriteString("KEYS, ARGV, B = keys, args, keys[1]\nG = string.match(B or '', '^(.-){') or B\ndecided, released, dropped, needed, relay, zq, zkeys, filed = {}, false, {}, false, false, false, nil, false\n")
 			b.WriteString(f.body)
 			b.WriteString("\nend}\n")

@@ -38,7 +38,7 @@ type Notifier struct {
 	channel string
 	sender  string
 	hub     notifyhub.Hub
-	ps      *goredis.PubSub
+	ps      *subscription
 	cancel  context.CancelFunc
 	done    chan struct{}
 	closed  sync.Once
@@ -52,11 +52,11 @@ func NewNotifier(ctx context.Context, rdb goredis.UniversalClient, opts Notifier
 		ch = DefaultNotifierChannel
 	}
 	n := &Notifier{rdb: rdb, channel: ch, sender: tokens(1)[0], done: make(chan struct{})}
-	n.ps = rdb.SSubscribe(ctx, ch)
-	if _, err := n.ps.Receive(ctx); err != nil {
-		_ = n.ps.Close()
-		return nil, fmt.Errorf("redis: notifier: subscribe to %s: %w", ch, err)
+	ps, err := subscribe(ctx, rdb, ch)
+	if err != nil {
+		return nil, fmt.Errorf("redis: notifier: %w", err)
 	}
+	n.ps = ps
 	rctx, cancel := context.WithCancel(context.Background())
 	n.cancel = cancel
 	go n.receive(rctx)

@@ -22,7 +22,7 @@ var (
 // that are still prunable (see prunable: discarded with that completion time, waited for by no
 // pending child), and returns {their ids, the workflows gone with their last job} (the caller
 // removes them from the global id and workflow indexes).
-var scriptPruneIDs = newFunc("PruneIDs", `
+var scriptPruneIDs = newFreeingFunc("PruneIDs", `
 local gone = {}
 for i = 1, #ARGV, 2 do
   local id = ARGV[i]

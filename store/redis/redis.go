@@ -60,7 +60,7 @@ type Store struct {
 	idsK, queuesK string
 
 	hub notifyhub.Hub
-	ps  *goredis.PubSub
+	ps  *subscription
 	// subscribed is whether ps's subscription is up, as far as the store knows: from its
 	// confirmation to a receive error (the single insert then skips publishing to itself alone).
 	subscribed atomic.Bool
@@ -138,8 +138,13 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 
 // contextTimeouts: the clients Open makes honour their callers' context deadlines
 // (go-redis's ContextTimeoutEnabled, off by default), so that a request's deadline bounds a call to
-// a Redis that stopped answering, rather than go-redis's own read timeout and retries. A client
-// passed to New is used as its maker configured it.
+// a Redis that stopped answering, rather than go-redis's own read timeout and retries.
+//
+// noRetries: they also never resend a command after a network error (go-redis's MaxRetries, 3 by
+// default): a script whose reply was lost may have run, and running it again would apply it twice
+// or, for an insert, report the job it stored as a duplicate. The error goes to the caller instead,
+// as for any store whose database went away (store.IsUnavailable). A client passed to New is used
+// as its maker configured it: set MaxRetries to -1 there too.
 //
 // dial returns a client for url: a cluster client when the URL names several seeds or its node
 // says it is part of a cluster, else a client of the one node.
@@ -152,6 +157,7 @@ func dial(ctx context.Context, url string) (goredis.UniversalClient, error) {
 		return nil, urlError(err)
 	}
 	o.ContextTimeoutEnabled = true // see contextTimeouts
+	o.MaxRetries = -1              // see noRetries
 	// The probe uses database 0: a cluster node refuses to SELECT another. A node that does not
 	// answer is reported by New, which checks that Redis answers.
 	db := o.DB
@@ -180,6 +186,7 @@ func dialCluster(url string) (goredis.UniversalClient, error) {
 		return nil, urlError(err)
 	}
 	o.ContextTimeoutEnabled = true // see contextTimeouts
+	o.MaxRetries = -1              // see noRetries
 	return goredis.NewClusterClient(o), nil
 }
 
@@ -403,11 +410,11 @@ func decodeNotification(s string) (store.Notification, string, bool) {
 // startNotifier subscribes to the channel and waits for the subscription to be confirmed, so that
 // nothing published after New returns is missed.
 func (s *Store) startNotifier(ctx context.Context) error {
-	s.ps = s.rdb.SSubscribe(ctx, s.channel())
-	if _, err := s.ps.Receive(ctx); err != nil {
-		_ = s.ps.Close()
-		return fmt.Errorf("redis: subscribe to %s: %w", s.channel(), err)
+	ps, err := subscribe(ctx, s.rdb, s.channel())
+	if err != nil {
+		return fmt.Errorf("redis: %w", err)
 	}
+	s.ps = ps
 	s.subscribed.Store(true)
 	rctx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
@@ -430,50 +437,6 @@ func (s *Store) notify(n store.Notification) {
 		s.heardCancel(n)
 	}
 	s.hub.Publish(n)
-}
-
-// receiveNotifications delivers a subscription's messages until ctx ends or the
-// subscription is closed, leaving out the ones sender published itself. A resubscription's
-// confirmation is delivered as NotifyReconnect. Both the store and the stand-alone Notifier use it;
-// up, when given, tracks whether the subscription is up.
-func receiveNotifications(ctx context.Context, ps *goredis.PubSub, sender string, deliver func(store.Notification), up *atomic.Bool) {
-	// Every message sender publishes ends so (Sender is the payload's last field, and the insert
-	// scripts write it last too; tokens are hex): its echo is skipped without decoding the JSON, a
-	// cost a producer would otherwise pay once per insert.
-	own := `"s":"` + sender + `"}`
-	for {
-		msg, err := ps.Receive(ctx)
-		if err != nil {
-			if up != nil {
-				up.Store(false)
-			}
-			if ctx.Err() != nil || errors.Is(err, goredis.ErrClosed) {
-				return
-			}
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(100 * time.Millisecond):
-			}
-			continue
-		}
-		switch m := msg.(type) {
-		case *goredis.Message:
-			if strings.HasSuffix(m.Payload, own) {
-				continue
-			}
-			if n, from, ok := decodeNotification(m.Payload); ok && from != sender {
-				deliver(n)
-			}
-		case *goredis.Subscription:
-			if m.Kind == "ssubscribe" || m.Kind == "subscribe" {
-				if up != nil {
-					up.Store(true)
-				}
-				deliver(store.Notification{Kind: store.NotifyReconnect})
-			}
-		}
-	}
 }
 
 // Notifier returns the store's notification channel: Redis pub/sub, reaching every process that

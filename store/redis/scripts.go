@@ -1327,7 +1327,7 @@ return {#ids, relay and 2 or released and 1 or 0}
 // state's cut-off (ARGV 1-3: completed, cancelled, discarded, µs; 0 keeps that state), and returns
 // {their ids, the workflows gone with their last job} (the caller removes them from the global id
 // and workflow indexes). A workflow job a pending child still waits for is kept (see waited).
-var scriptCleanup = newFunc("Cleanup", `
+var scriptCleanup = newFreeingFunc("Cleanup", `
 local left = tonumber(ARGV[4])
 local gone = {}
 local states = {'completed', 'cancelled', 'discarded'}
@@ -1421,7 +1421,7 @@ return {'ok', 0, redis.call('HGETALL', k), '', '', relay and 1 or 0}
 
 // scriptDelete removes job ARGV[1] unless it is active. Returns like scriptCancel, with the job as
 // it was, and after released the workflow gone with its last job ("" for none).
-var scriptDelete = newFunc("Delete", `
+var scriptDelete = newFreeingFunc("Delete", `
 local id = ARGV[1]
 local k = jk(id)
 local st = redis.call('HGET', k, 'state')
@@ -1694,7 +1694,7 @@ return false
 // scriptStaleWorkflows returns up to ARGV[2] workflow registrations pending for longer than ARGV[1]
 // µs, as id, queue pairs (the queue as the workflow index has it, "" for none). KEYS as
 // scriptRegisterWorkflow's.
-var scriptStaleWorkflows = newFunc("StaleWorkflows", `
+var scriptStaleWorkflows = newFreeingFunc("StaleWorkflows", `
 local out = {}
 local cut = now() - tonumber(ARGV[1])
 for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', '(' .. s(cut), 'LIMIT', 0, tonumber(ARGV[2]))) do
@@ -1707,7 +1707,7 @@ return out
 // scriptSettleRegistrations ends pending workflow registrations. ARGV: id, flag pairs: flag "1"
 // undoes one whose workflow was never written (its entry in the workflow index and its jobs' in the
 // id index go), "" keeps the registration of a workflow that was. KEYS as scriptRegisterWorkflow's.
-var scriptSettleRegistrations = newFunc("SettleRegistrations", `
+var scriptSettleRegistrations = newFreeingFunc("SettleRegistrations", `
 for i = 1, #ARGV, 2 do
   local id = ARGV[i]
   if ARGV[i + 1] == '1' then
@@ -1854,7 +1854,7 @@ return 1
 // scriptPurge removes the jobs ARGV of one queue outright: it undoes the part of a batch, spanning
 // several queues, that was written before another queue refused it (plain jobs: Insert refuses
 // workflow members, so no workflow is dropped here).
-var scriptPurge = newFunc("Purge", `
+var scriptPurge = newFreeingFunc("Purge", `
 for _, id in ipairs(ARGV) do
   local wf = redis.call('HMGET', jk(id), 'wf', 'wfl')
   unplace(id)
@@ -1866,7 +1866,7 @@ return #ARGV
 
 // scriptElect makes ARGV[1] the leader (KEYS[1]) for ARGV[2] ms if nobody leads or it already
 // does: SET NX PX takes a free leadership, PEXPIRE renews the holder's own.
-var scriptElect = newFunc("Elect", `
+var scriptElect = newFreeingFunc("Elect", `
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
@@ -1876,7 +1876,7 @@ return 0
 `)
 
 // scriptResign deletes the leadership KEYS[1] if ARGV[1] holds it.
-var scriptResign = newFunc("Resign", `
+var scriptResign = newFreeingFunc("Resign", `
 if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
 return 0
 `)
