@@ -75,6 +75,8 @@ type Client struct {
 	presenceEvery time.Duration
 	// cleanupEvery, when set (tests), replaces the leader's retention cleanup interval.
 	cleanupEvery time.Duration
+	// throttleExpiryEvery, when set (tests), replaces throttleExpiryInterval.
+	throttleExpiryEvery time.Duration
 	// retentionMu serializes this process's read-modify-write of the queues' retentions.
 	retentionMu  sync.Mutex
 	presenceDone chan struct{} // closed when the presence loop has returned

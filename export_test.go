@@ -18,6 +18,10 @@ func EffectiveConfig(c *Client) Config { return c.cfg }
 // (tests only).
 func SetCleanupInterval(c *Client, every time.Duration) { c.cleanupEvery = every }
 
+// SetThrottleExpiryInterval sets how often c, as leader without noisy-neighbour checks, releases
+// expired tenant throttles; call it before Start (tests only).
+func SetThrottleExpiryInterval(c *Client, every time.Duration) { c.throttleExpiryEvery = every }
+
 // CheckNoisyNeighbors runs one noisy-neighbour check of c now, as its leader's task would (tests
 // only): the noisy tenants with their reason, and the tenants throttled and released.
 func CheckNoisyNeighbors(ctx context.Context, c *Client) (noisy map[string]string, throttled, released []string, err error) {

@@ -441,12 +441,36 @@ func (c *Client) markThrottleOverridden(ctx context.Context, tenant, action stri
 	}
 }
 
+// throttleExpiryInterval is how often a leader without noisy-neighbour checks releases the tenant
+// throttles past their end: a check of another client, or of this client's earlier configuration,
+// left them, and without it a tenant would keep its lowered weight or limit for good.
+const throttleExpiryInterval = 10 * time.Second
+
 // maintenanceTasks returns the leader's periodic tasks: the noisy-neighbour check when
-// Config.NoisyNeighbors is set.
+// Config.NoisyNeighbors is set, else the release of expired throttles.
 func (c *Client) maintenanceTasks() []maintenance.Task {
 	nn := c.cfg.NoisyNeighbors
 	if nn == nil {
-		return nil
+		ss, ok := c.settings()
+		if !ok {
+			return nil
+		}
+		every := throttleExpiryInterval
+		if c.throttleExpiryEvery > 0 {
+			every = c.throttleExpiryEvery
+		}
+		return []maintenance.Task{{Name: "tenant-throttle-expiry", Interval: every, Run: func(ctx context.Context) {
+			d := &c.noisy
+			d.mu.Lock()
+			defer d.mu.Unlock()
+			throttles, err := readTenantThrottles(ctx, ss)
+			if err == nil {
+				_, err = c.releaseExpiredThrottles(ctx, ss, throttles, d.clock())
+			}
+			if err != nil && ctx.Err() == nil {
+				c.cfg.Logger.Warn("pronto: releasing expired tenant throttles failed", "error", err)
+			}
+		}}}
 	}
 	return []maintenance.Task{{Name: "noisy-neighbors", Interval: nn.Interval, Run: func(ctx context.Context) {
 		_, err := c.checkNoisyNeighbors(ctx)
@@ -459,6 +483,23 @@ func (c *Client) maintenanceTasks() []maintenance.Task {
 			c.cfg.Logger.Warn("pronto: noisy-neighbour check failed", "error", err)
 		}
 	}}}
+}
+
+// releaseExpiredThrottles releases the throttles of throttles past their Until at now, and returns
+// their tenants; c.noisy.mu must be held.
+func (c *Client) releaseExpiredThrottles(ctx context.Context, ss store.SettingStore, throttles map[string]TenantThrottle, now time.Time) ([]string, error) {
+	var released []string
+	for _, tenant := range slices.Sorted(mapKeys(throttles)) {
+		th := throttles[tenant]
+		if th.Until.After(now) {
+			continue
+		}
+		if _, err := c.releaseThrottle(ctx, ss, th, ThrottleExpired); err != nil {
+			return released, fmt.Errorf("release the throttle of tenant %q: %w", tenant, err)
+		}
+		released = append(released, tenant)
+	}
+	return released, nil
 }
 
 // maintainerNow returns the client's maintainer, nil before Start or without maintenance.
@@ -487,15 +528,9 @@ func (c *Client) checkNoisyNeighbors(ctx context.Context) (*noisyCheck, error) {
 		if throttles, err = readTenantThrottles(ctx, ss); err != nil {
 			return nil, fmt.Errorf("read tenant throttles: %w", err)
 		}
-		for _, tenant := range slices.Sorted(mapKeys(throttles)) {
-			th := throttles[tenant]
-			if th.Until.After(now) {
-				continue
-			}
-			if _, err := c.releaseThrottle(ctx, ss, th, ThrottleExpired); err != nil {
-				return out, fmt.Errorf("release the throttle of tenant %q: %w", tenant, err)
-			}
-			out.released = append(out.released, tenant)
+		out.released, err = c.releaseExpiredThrottles(ctx, ss, throttles, now)
+		if err != nil {
+			return out, err
 		}
 	}
 

@@ -537,3 +537,46 @@ func TestNoisyNeighborUnsupported(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, ths)
 }
+
+// TestThrottleExpiresWithoutChecks: a throttle outlives the noisy-neighbour checks that set it (the
+// client stopped, or the cluster's leader now runs without NoisyNeighbors): a leader without them
+// still releases it at its end, restoring the tenant's weight. It used to stay for good.
+func TestThrottleExpiresWithoutChecks(t *testing.T) {
+	ctx := context.Background()
+	s := newTestStore(t, "memory").Store
+	cfg := fastConfig(nil, nil)
+	cfg.NoisyNeighbors = &pronto.NoisyNeighborConfig{Interval: 100 * time.Millisecond, Throttle: true, ThrottleFor: 2 * time.Second}
+	checker, err := pronto.NewClient(s, cfg)
+	require.NoError(t, err)
+	require.NoError(t, checker.Start(ctx))
+	require.NoError(t, checker.TenantSetWeight(ctx, "flood", 5))
+	var ps []pronto.InsertManyParams
+	for i := range 200 {
+		ps = append(ps, pronto.InsertManyParams{Args: tenantArgs{N: i}, Opts: &pronto.InsertOpts{Tenant: "flood", Queue: "te"}})
+	}
+	for _, q := range []string{"a", "b", "c"} {
+		ps = append(ps, pronto.InsertManyParams{Args: tenantArgs{}, Opts: &pronto.InsertOpts{Tenant: q, Queue: "te"}})
+	}
+	_, err = checker.InsertMany(ctx, ps)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		info, err := checker.TenantGet(ctx, "flood")
+		require.NoError(t, err)
+		return info.Throttle != nil && info.Weight == 1
+	}, 20*time.Second, 20*time.Millisecond)
+	require.NoError(t, checker.Stop(ctx))
+	ths, err := checker.TenantThrottles(ctx)
+	require.NoError(t, err)
+	require.Contains(t, ths, "flood", "the throttle outlives the client that set it")
+
+	plain, err := pronto.NewClient(s, fastConfig(nil, nil))
+	require.NoError(t, err)
+	pronto.SetThrottleExpiryInterval(plain, 50*time.Millisecond)
+	require.NoError(t, plain.Start(ctx))
+	t.Cleanup(func() { _ = plain.Stop(ctx) })
+	require.Eventually(t, func() bool {
+		info, err := plain.TenantGet(ctx, "flood")
+		require.NoError(t, err)
+		return info.Throttle == nil && info.Weight == 5
+	}, 30*time.Second, 20*time.Millisecond, "a leader without noisy-neighbour checks releases the expired throttle")
+}
