@@ -122,3 +122,43 @@ func TestPythonSDKUniqueKeyDimensions(t *testing.T) {
 	r = call(t, s, "POST", "/ojs/v1/jobs", `{"type": "email.send", "args": [1], "options": {"unique": {"key": ["type", "meta"]}}}`)
 	checkErrorBody(t, r, 400, CodeInvalidRequest)
 }
+
+// TestPythonSDKBatchCallbacks: ojs-python-sdk src/ojs/workflow.py batch() sends its callbacks as
+// steps of the binding's form that depend on every job, with options.callback_type naming the
+// condition (no spec defines it): they run as the callbacks they stand for, so a failed job
+// releases on_failure and on_complete, not on_success.
+func TestPythonSDKBatchCallbacks(t *testing.T) {
+	s, _ := newTestServer(t, Config{})
+	body := `{"name": "b", "steps": [{"id": "step-0", "type": "email.send", "args": ["a"], "depends_on": []}, {"id": "step-1", "type": "email.send", "args": ["b"], "depends_on": []}, {"id": "on_complete", "type": "batch.report", "args": [], "depends_on": ["step-0", "step-1"], "options": {"callback_type": "on_complete"}}, {"id": "on_failure", "type": "batch.alert", "args": [], "depends_on": ["step-0", "step-1"], "options": {"callback_type": "on_failure"}}, {"id": "on_success", "type": "batch.done", "args": [], "depends_on": ["step-0", "step-1"], "options": {"callback_type": "on_success", "queue": "default"}}]}`
+	resp := pyJSON(t, s, "POST", "/ojs/v1/workflows", body, 201)
+	wfID := resp["workflow"].(map[string]any)["id"].(string)
+	f := pyJSON(t, s, "POST", "/ojs/v1/workers/fetch", `{"queues": ["default"], "count": 5, "visibility_timeout_ms": 30000, "worker_id": "w"}`, 200)
+	jobs := f["jobs"].([]any)
+	if len(jobs) != 2 {
+		t.Fatalf("fetched %d jobs, want the 2 steps (the callbacks wait): %v", len(jobs), f)
+	}
+	pyJSON(t, s, "POST", "/ojs/v1/workers/ack", `{"job_id": "`+jobs[0].(map[string]any)["id"].(string)+`"}`, 200)
+	pyJSON(t, s, "POST", "/ojs/v1/workers/nack", `{"job_id": "`+jobs[1].(map[string]any)["id"].(string)+`", "error": {"code": "handler_error", "message": "x", "retryable": false}}`, 200)
+	resp = pyJSON(t, s, "GET", "/ojs/v1/workflows/"+wfID, "", 200)
+	states := map[string]any{}
+	for _, st := range resp["workflow"].(map[string]any)["steps"].([]any) {
+		m := st.(map[string]any)
+		states[m["id"].(string)] = m["state"]
+	}
+	if states["on_failure"] != "available" || states["on_complete"] != "available" || states["on_success"] != "cancelled" {
+		t.Fatalf("after a failed job the callbacks are %v, want on_failure and on_complete available, on_success cancelled", states)
+	}
+
+	// A callback_type step must wait for every step before it; no step may wait for a callback.
+	for body, field := range map[string]string{
+		`{"steps": [{"id": "a", "type": "x.y", "args": [], "depends_on": []}, {"id": "b", "type": "x.y", "args": [], "depends_on": []}, {"id": "cb", "type": "x.y", "args": [], "depends_on": ["a"], "options": {"callback_type": "on_failure"}}]}`: "steps[2].depends_on",
+		`{"steps": [{"id": "a", "type": "x.y", "args": [], "depends_on": []}, {"id": "cb", "type": "x.y", "args": [], "depends_on": ["a"], "options": {"callback_type": "on_failure"}}, {"id": "c", "type": "x.y", "args": [], "depends_on": ["cb"]}]}`: "steps[2].depends_on",
+		`{"steps": [{"id": "a", "type": "x.y", "args": [], "depends_on": []}, {"id": "cb", "type": "x.y", "args": [], "depends_on": ["a"], "options": {"callback_type": "later"}}]}`: "steps[1].options.callback_type",
+	} {
+		r := call(t, s, "POST", "/ojs/v1/workflows", body)
+		checkErrorBody(t, r, 400, CodeInvalidRequest)
+		if f := errField(r); f != field {
+			t.Fatalf("%s: field %q, want %q: %s", body, f, field, r.raw)
+		}
+	}
+}

@@ -275,8 +275,16 @@ func decodeWorkflow(body []byte, now time.Time, maxJobs int) (*pronto.Workflow, 
 	jobs := make([]pronto.WorkflowJob, len(elems))
 	w := pronto.NewWorkflow(name)
 	seen := map[string]bool{}
+	var members []string // the dag's steps that are not callbacks, in order
 	for i, el := range elems {
 		path := listField + "[" + strconv.Itoa(i) + "]"
+		cbType := ""
+		if nameKey == "id" {
+			var e *apiError
+			if el, cbType, e = takeCallbackType(el, path); e != nil {
+				return nil, nil, e
+			}
+		}
 		req, stepName, after, e := decodeWorkflowJob(el, path, defaults, nameKey, now)
 		if e != nil {
 			return nil, nil, e
@@ -293,8 +301,20 @@ func decodeWorkflow(body []byte, now time.Time, maxJobs int) (*pronto.Workflow, 
 			if !seen[a] {
 				return nil, nil, invalid(path+".depends_on", "%s.depends_on: %q is not the name of an earlier step", path, a)
 			}
+			if !slices.Contains(members, a) {
+				return nil, nil, invalid(path+".depends_on", "%s.depends_on: %q is a callback, which no step can wait for", path, a)
+			}
 		}
 		seen[stepName] = true
+		if cbType != "" {
+			// A callback waits for every job before it: its depends_on must say so.
+			if len(after) != len(members) || len(after) != len(slices.Compact(slices.Sorted(slices.Values(after)))) {
+				return nil, nil, invalid(path+".depends_on", "%s: a step with options.callback_type %s must depend on every step before it (%d), not %d of them", path, cbType, len(members), len(after))
+			}
+			w = sdkCallbacks[cbType](w, jobs[i])
+			continue
+		}
+		members = append(members, stepName)
 		w.AddJob(stepName, jobs[i], after...)
 	}
 	if !dag {

@@ -138,3 +138,60 @@ func bindingDAG(top object) bool {
 	_, hasDeps := first.get("depends_on")
 	return hasID || hasDeps
 }
+
+// sdkCallbacks are the values of options.callback_type, the Python SDK's way of sending a batch's
+// callbacks in the binding's form: steps that depend on every job, with their condition in that
+// option, which no spec defines.
+var sdkCallbacks = map[string]func(w *pronto.Workflow, j pronto.WorkflowJob) *pronto.Workflow{
+	"on_success":  (*pronto.Workflow).OnSuccess,
+	"on_failure":  (*pronto.Workflow).OnFailure,
+	"on_complete": (*pronto.Workflow).OnComplete,
+}
+
+// takeCallbackType removes options.callback_type from the step raw at path and returns the step
+// without it and the option's value ("" when absent).
+func takeCallbackType(raw json.RawMessage, path string) (json.RawMessage, string, *apiError) {
+	top, ok := splitObject(raw)
+	if !ok {
+		return raw, "", nil // decodeWorkflowJob reports it
+	}
+	opts, ok := top.get("options")
+	if !ok || jsonKind(opts) != "object" {
+		return raw, "", nil
+	}
+	own, _ := splitObject(opts)
+	cb, ok := own.get("callback_type")
+	if !ok {
+		return raw, "", nil
+	}
+	f := path + ".options.callback_type"
+	var typ string
+	if json.Unmarshal(cb, &typ) != nil || sdkCallbacks[typ] == nil {
+		return nil, "", invalid(f, "%s must be on_success, on_failure or on_complete", f)
+	}
+	b := append(make([]byte, 0, len(raw)), '{')
+	for i, mb := range top {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(appendString(b, mb.key), ':')
+		if mb.key != "options" {
+			b = append(b, mb.val...)
+			continue
+		}
+		b = append(b, '{')
+		n := 0
+		for _, o := range own {
+			if o.key == "callback_type" {
+				continue
+			}
+			if n > 0 {
+				b = append(b, ',')
+			}
+			b = append(append(appendString(b, o.key), ':'), o.val...)
+			n++
+		}
+		b = append(b, '}')
+	}
+	return append(b, '}'), typ, nil
+}
