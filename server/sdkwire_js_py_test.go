@@ -151,9 +151,9 @@ func TestPythonSDKBatchCallbacks(t *testing.T) {
 
 	// A callback_type step must wait for every step before it; no step may wait for a callback.
 	for body, field := range map[string]string{
-		`{"steps": [{"id": "a", "type": "x.y", "args": [], "depends_on": []}, {"id": "b", "type": "x.y", "args": [], "depends_on": []}, {"id": "cb", "type": "x.y", "args": [], "depends_on": ["a"], "options": {"callback_type": "on_failure"}}]}`: "steps[2].depends_on",
+		`{"steps": [{"id": "a", "type": "x.y", "args": [], "depends_on": []}, {"id": "b", "type": "x.y", "args": [], "depends_on": []}, {"id": "cb", "type": "x.y", "args": [], "depends_on": ["a"], "options": {"callback_type": "on_failure"}}]}`:     "steps[2].depends_on",
 		`{"steps": [{"id": "a", "type": "x.y", "args": [], "depends_on": []}, {"id": "cb", "type": "x.y", "args": [], "depends_on": ["a"], "options": {"callback_type": "on_failure"}}, {"id": "c", "type": "x.y", "args": [], "depends_on": ["cb"]}]}`: "steps[2].depends_on",
-		`{"steps": [{"id": "a", "type": "x.y", "args": [], "depends_on": []}, {"id": "cb", "type": "x.y", "args": [], "depends_on": ["a"], "options": {"callback_type": "later"}}]}`: "steps[1].options.callback_type",
+		`{"steps": [{"id": "a", "type": "x.y", "args": [], "depends_on": []}, {"id": "cb", "type": "x.y", "args": [], "depends_on": ["a"], "options": {"callback_type": "later"}}]}`:                                                                    "steps[1].options.callback_type",
 	} {
 		r := call(t, s, "POST", "/ojs/v1/workflows", body)
 		checkErrorBody(t, r, 400, CodeInvalidRequest)
