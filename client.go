@@ -267,6 +267,9 @@ func (c *Client) Start(ctx context.Context) error {
 		MaxBatchSize: c.cfg.CompleterBatchSize,
 		Linger:       c.cfg.CompleterLinger,
 		Logger:       c.cfg.Logger,
+		Transient: func(err error) bool {
+			return store.IsUnavailable(c.store, err) || errors.Is(err, context.DeadlineExceeded)
+		},
 	})
 	c.servicesWG.Add(1)
 	go func() {

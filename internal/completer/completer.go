@@ -99,7 +99,17 @@ type Config struct {
 	// outcomes arrive closer together than Linger. Default DefaultLinger; negative never waits.
 	Linger time.Duration
 	Logger *slog.Logger
+	// Transient reports whether an error of Finish may pass when the same batch is tried again (the
+	// database unreachable or busy). Other errors may be the batch's data at fault: the batch is
+	// split to isolate the outcomes the store refuses, and such an outcome, alone, is given up
+	// after a few tries, so that one outcome that can never be written holds no other. Nil: every
+	// error is transient.
+	Transient func(error) bool
 }
+
+// refusedTries is how many times an outcome the store refuses alone (a non-transient error) is
+// tried before it is given up: its job stays active until its lease expires and it is rescued.
+const refusedTries = 3
 
 // Completer batches completions. Add is safe for concurrent use.
 type Completer struct {
@@ -279,8 +289,13 @@ func (c *Completer) write(ctx context.Context, batch []Item) {
 		clear(cs) // drop the results and errors it points to
 		c.cs = cs[:0]
 	}()
+	c.writeAll(ctx, batch, cs)
+}
+
+// writeAll is write with the batch's completions cs (cs[i] is batch[i]'s).
+func (c *Completer) writeAll(ctx context.Context, batch []Item, cs []store.Completion) {
 	backoff := 50 * time.Millisecond
-	for {
+	for tries := 1; ; tries++ {
 		res, err := c.cfg.Finish(ctx, cs)
 		if err == nil {
 			// Stores answer in the completions' order; should one not, the results are matched by
@@ -310,6 +325,21 @@ func (c *Completer) write(ctx context.Context, batch []Item) {
 				batch[i].done(false, err)
 			}
 			return
+		}
+		if c.cfg.Transient != nil && !c.cfg.Transient(err) {
+			if len(batch) > 1 {
+				// Perhaps one outcome's data: each half on its own, so the others are written.
+				mid := len(batch) / 2
+				c.writeAll(ctx, batch[:mid], cs[:mid])
+				c.writeAll(ctx, batch[mid:], cs[mid:])
+				return
+			}
+			if tries == refusedTries {
+				c.cfg.Logger.Error("pronto: the store refuses a job's outcome; given up, the job will be rescued when its lease expires",
+					"job", cs[0].ID, "attempt", cs[0].Attempt, "err", err)
+				batch[0].done(false, err)
+				return
+			}
 		}
 		c.cfg.Logger.Error("pronto: writing job outcomes failed; retrying", "jobs", len(batch), "err", err, "retry_in", backoff)
 		select {

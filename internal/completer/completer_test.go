@@ -334,3 +334,68 @@ func requireWritten(t *testing.T, got <-chan bool, what string) {
 		t.Fatal("timed out: " + what)
 	}
 }
+
+// TestRefusedOutcomeHoldsNoOther: the store refuses every batch holding one outcome (its data at
+// fault: a non-transient error). The batch is split until that outcome is alone; the others are
+// written, and it is given up after refusedTries, with the error. A transient error still retries
+// the whole batch (TestRetriesWhileTheStoreFails). Such an outcome used to be retried with its
+// batch for good, holding every outcome of the client.
+func TestRefusedOutcomeHoldsNoOther(t *testing.T) {
+	refused := errors.New("value overflows numeric format (SQLSTATE 22003)")
+	var poisonTries atomic.Int32
+	hold := make(chan struct{})
+	first := true
+	var mu sync.Mutex
+	c := New(Config{MaxBatchSize: 100, Finish: func(ctx context.Context, cs []store.Completion) ([]store.FinishResult, error) {
+		mu.Lock()
+		wait := first
+		first = false
+		mu.Unlock()
+		if wait {
+			<-hold // gather the rest into one batch
+		}
+		out := make([]store.FinishResult, len(cs))
+		for i, c := range cs {
+			if c.ID == "poison" {
+				if len(cs) == 1 {
+					poisonTries.Add(1)
+				}
+				return nil, refused
+			}
+			out[i] = store.FinishResult{ID: c.ID, Applied: true}
+		}
+		return out, nil
+	}, Transient: func(err error) bool { return !errors.Is(err, refused) }})
+	run(t, c)
+	c.Add(Item{Completion: store.Completion{ID: "lead"}})
+	var applied atomic.Int32
+	got := make(chan error, 1)
+	for i := range 40 {
+		id := fmt.Sprint(i)
+		if i == 17 {
+			id = "poison"
+		}
+		c.Add(Item{Completion: store.Completion{ID: id}, Done: func(ok bool, err error) {
+			if id == "poison" {
+				require.False(t, ok)
+				got <- err
+				return
+			}
+			require.NoError(t, err)
+			if ok {
+				applied.Add(1)
+			}
+		}})
+	}
+	close(hold)
+	select {
+	case err := <-got:
+		require.ErrorIs(t, err, refused)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the refused outcome was never given up")
+	}
+	require.Eventually(t, func() bool { return applied.Load() == 39 }, 10*time.Second, time.Millisecond, "every other outcome is written")
+	require.EqualValues(t, refusedTries, poisonTries.Load())
+	c.Close()
+	<-c.Done()
+}

@@ -153,14 +153,32 @@ func isNumberByte(c byte) bool {
 	return c >= '0' && c <= '9' || c == '-' || c == '+' || c == '.' || c == 'e' || c == 'E'
 }
 
+// maxScale is the most digits after the decimal point a number may stand for: PostgreSQL's numeric
+// (jsonb's numbers) holds 16383, and a zero written 0e-20000 would otherwise pass every other check.
+const maxScale = 16383
+
 // numberOK reports whether a JSON number reads as a finite double that is zero only when written as
-// zero. Short numbers without an exponent are always fine and are not parsed.
+// zero, with at most maxScale digits after the decimal point. Short numbers without an exponent are
+// always fine and are not parsed.
 func numberOK(num []byte) bool {
 	if len(num) > MaxNumberLen {
 		return false
 	}
 	if len(num) <= 15 && !bytes.ContainsAny(num, "eE") {
 		return true
+	}
+	if k := bytes.IndexAny(num, "eE"); k >= 0 {
+		exp, err := strconv.Atoi(string(num[k+1:]))
+		if err != nil {
+			return false // an exponent beyond int: no double has it
+		}
+		frac := 0
+		if d := bytes.IndexByte(num[:k], '.'); d >= 0 {
+			frac = k - d - 1
+		}
+		if frac-exp > maxScale {
+			return false
+		}
 	}
 	f, err := strconv.ParseFloat(string(num), 64)
 	if err != nil || math.IsInf(f, 0) || math.IsNaN(f) {

@@ -37,6 +37,14 @@ func TestCheck(t *testing.T) {
 		{`{"n":1e-400}`, "meta", "meta.n", reasonNumber},
 		{`[0.` + strings.Repeat("1", 1001) + `]`, "args", "args[0]", reasonNumber},
 		{`[1` + strings.Repeat("0", 400) + `]`, "args", "args[0]", reasonNumber},
+		// Zero takes any exponent as a double, but PostgreSQL's numeric holds 16383 digits after the
+		// decimal point at most.
+		{`[0e-16383, 0e20000, 0.5e-300, 1.5e-300]`, "args", "", ""},
+		{`[0e-16384]`, "args", "args[0]", reasonNumber},
+		{`{"v":0e-20000}`, "result", "result.v", reasonNumber},
+		{`[-0.0e-16383]`, "args", "args[0]", reasonNumber},
+		{`[0.5e-16383]`, "args", "args[0]", reasonNumber},
+		{`[0e-99999999999999999999]`, "args", "args[0]", reasonNumber},
 		{`"a\u0000"`, "result", "result", reasonNUL},
 		{`1e1000000`, "result", "result", reasonNumber},
 		{strings.Repeat("[", MaxDepth+1), "args", "", reasonDepth},
