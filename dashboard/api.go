@@ -193,7 +193,8 @@ func jobParams(q map[string][]string) (*pronto.JobListParams, error) {
 		return ""
 	}
 	p := &pronto.JobListParams{
-		Queues: splitList(get("queue")), Kinds: splitList(get("kind")), Tags: splitList(get("tag")), Tenant: get("tenant"),
+		// A tag is free text (commas and spaces included): each tag parameter is one tag, whole.
+		Queues: splitList(get("queue")), Kinds: splitList(get("kind")), Tags: nonEmpty(q["tag"]), Tenant: get("tenant"),
 		Cursor: get("cursor"), Descending: get("order") != "asc", Limit: 50,
 	}
 	for _, s := range splitList(get("state")) {
@@ -335,7 +336,9 @@ func (h *Handler) countJobs(w http.ResponseWriter, r *http.Request) {
 		h.clientError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"count": len(ids), "capped": capped, "max": maxBulk})
+	// The ids too: a bulk action on "everything the filter matches" acts on exactly the jobs the
+	// operator confirmed, not on what the filter matches by the time the action arrives.
+	writeJSON(w, http.StatusOK, map[string]any{"count": len(ids), "capped": capped, "max": maxBulk, "ids": ids})
 }
 
 // POST /api/bulk {"action": "retry"|"cancel"|"delete", "ids": [...]} or {"action":..., "filter": "state=..&queue=.."}

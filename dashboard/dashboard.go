@@ -185,6 +185,7 @@ func (h *Handler) routes(static http.Handler) {
 	m.Handle("GET /api/jobs/{id}", h.authed(http.HandlerFunc(h.getJob)))
 	m.Handle("POST /api/jobs/{id}/{action}", h.action(h.jobAction))
 	m.Handle("GET /api/count", h.authed(http.HandlerFunc(h.countJobs)))
+	m.Handle("GET /api/csrf", h.authed(http.HandlerFunc(h.csrf)))
 	m.Handle("POST /api/bulk", h.action(h.bulk))
 	m.Handle("POST /api/queues/{name}/{action}", h.action(h.queueAction))
 	m.Handle("GET /api/workflows", h.authed(http.HandlerFunc(h.listWorkflows)))
@@ -235,12 +236,25 @@ func (h *Handler) action(next http.HandlerFunc) http.Handler {
 		sid, _, _ := h.session(r)
 		tok := r.Header.Get("X-CSRF-Token")
 		if subtle.ConstantTimeCompare([]byte(tok), []byte(h.csrfToken(sid))) != 1 {
-			writeError(w, http.StatusForbidden, "missing or wrong CSRF token: reload the page")
+			writeError(w, http.StatusForbidden, csrfRefused)
 			return
 		}
 		next(w, r)
 	}))
 }
+
+// GET /api/csrf: the session's CSRF token, for a page whose token went stale (a server without an
+// API key signs with a secret of its own, so a restart changes every token). Only a same-origin
+// script can read the answer.
+func (h *Handler) csrf(w http.ResponseWriter, r *http.Request) {
+	sid, _, _ := h.session(r)
+	w.Header().Set("Cache-Control", "no-store")
+	writeJSON(w, http.StatusOK, map[string]string{"token": h.csrfToken(sid)})
+}
+
+// csrfRefused is the error of a state-changing request without the session's CSRF token; the page
+// recognises it, fetches the token again and retries once.
+const csrfRefused = "missing or wrong CSRF token: reload the page"
 
 // sameOrigin checks the Origin header when the browser sent one (every modern browser does on POST).
 func sameOrigin(r *http.Request) bool {
@@ -304,6 +318,17 @@ func (h *Handler) doLogout(w http.ResponseWriter, r *http.Request) {
 	http.SetCookie(w, &http.Cookie{Name: CookieName, Value: "", Path: "/", HttpOnly: true, Secure: r.TLS != nil,
 		SameSite: http.SameSiteStrictMode, MaxAge: -1})
 	http.Redirect(w, r, "/", http.StatusSeeOther)
+}
+
+// nonEmpty returns vs without its empty strings (nil when none is left).
+func nonEmpty(vs []string) []string {
+	var out []string
+	for _, v := range vs {
+		if v != "" {
+			out = append(out, v)
+		}
+	}
+	return out
 }
 
 // splitList reads a comma-separated query parameter.

@@ -283,6 +283,9 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request) {
 		case <-h.hub.stopCh:
 			return
 		case b := <-ch:
+			if !h.loggedIn(r) {
+				return // logged out, or the session expired: the browser's retry gets a 401
+			}
 			if _, err := fmt.Fprintf(w, "data: %s\n\n", b); err != nil {
 				return
 			}

@@ -3,7 +3,9 @@
 // current view without reloading the page.
 "use strict";
 
-const CSRF = document.querySelector('meta[name="csrf-token"]').content;
+let CSRF = document.querySelector('meta[name="csrf-token"]').content;
+// The error of an action without the session's CSRF token (dashboard.go, csrfRefused).
+const CSRF_REFUSED = "missing or wrong CSRF token: reload the page";
 const READ_ONLY = document.querySelector('meta[name="read-only"]').content === "1";
 const STATES = ["available", "scheduled", "pending", "active", "retryable", "completed", "discarded", "cancelled"];
 const TERMINAL = new Set(["completed", "discarded", "cancelled"]);
@@ -32,7 +34,7 @@ function sv(tag, attrs, ...kids) {
   return e;
 }
 
-async function api(path, opts) {
+async function api(path, opts, retried) {
   opts = opts || {};
   const init = { credentials: "same-origin", headers: {} };
   if (opts.method) {
@@ -47,6 +49,12 @@ async function api(path, opts) {
   let data = null;
   try { data = await r.json(); } catch (_) { /* empty body */ }
   if (r.status === 401) { location.reload(); }
+  if (r.status === 403 && data && data.error === CSRF_REFUSED && !retried) {
+    // The token went stale (a server without an API key restarted): take the session's and retry.
+    const t = await api("/api/csrf");
+    CSRF = t.token;
+    return api(path, opts, true);
+  }
   if (!r.ok) throw new Error((data && data.error) || r.status + " " + r.statusText);
   return data;
 }
@@ -107,7 +115,16 @@ function connectLive() {
   const ind = document.getElementById("live");
   const es = new EventSource("/api/events");
   es.onopen = () => { ind.textContent = "live"; ind.classList.add("on"); };
-  es.onerror = () => { ind.textContent = "reconnecting"; ind.classList.remove("on"); };
+  es.onerror = () => {
+    ind.textContent = "reconnecting"; ind.classList.remove("on");
+    if (es.readyState !== EventSource.CLOSED) return; // the browser retries by itself
+    // A refused stream (401 after a logout or a new API key, a proxy's 502) is never retried by
+    // the browser: ask the API, which reloads the page into the login form on 401, and reconnect.
+    setTimeout(async () => {
+      try { await api("/api/overview"); } catch (_) { /* down: the new stream retries */ }
+      connectLive();
+    }, 2000);
+  };
   es.onmessage = (m) => {
     const u = JSON.parse(m.data);
     live.queues = u.queues;
@@ -307,7 +324,9 @@ async function jobs(_, params) {
     const n = allMatching ? matched.count : selected.size;
     const what = allMatching ? matchText() + " job" + (n === 1 ? "" : "s") + " matching the filter" : n + " job" + (n === 1 ? "" : "s");
     if (!confirm(action[0].toUpperCase() + action.slice(1) + " " + what + "?")) return;
-    const body = allMatching ? { action, filter: filter.toString() } : { action, ids: [...selected] };
+    // "Everything the filter matches" is the jobs counted when the operator chose it, not what the
+    // filter matches by the time the action arrives.
+    const body = { action, ids: allMatching ? matched.ids : [...selected] };
     const r = await post("/api/bulk", body);
     toast(action + ": " + r.done + " done" + (r.failed.length ? ", " + r.failed.length + " refused (" + r.failed[0].error + ")" : ""), r.failed.length > 0);
     selected.clear(); allMatching = false; matched = null;
@@ -605,7 +624,7 @@ async function deadletter(_, params) {
       }), r.next || cursor ? actBtn("Replay every discarded job", async () => {
         const c = await api("/api/count?state=discarded");
         if (!confirm("Replay " + (c.capped ? "the first " + c.count + " (of more)" : "all " + c.count) + " discarded jobs?")) return;
-        const x = await post("/api/bulk", { action: "retry", filter: "state=discarded" });
+        const x = await post("/api/bulk", { action: "retry", ids: c.ids });
         toast("replayed " + x.done);
         load();
       }) : null),
