@@ -2,9 +2,7 @@ package pronto_test
 
 import (
 	"context"
-	"fmt"
 	"net"
-	"os/exec"
 	"strconv"
 	"sync"
 	"testing"
@@ -19,57 +17,6 @@ import (
 	"github.com/pronto-jobs/pronto/store"
 	redisstore "github.com/pronto-jobs/pronto/store/redis"
 )
-
-// privateRedis is a redis-server of the test's own on a free port, keeping its data folder across
-// restarts.
-type privateRedis struct {
-	t    *testing.T
-	dir  string
-	port int
-	args []string
-	cmd  *exec.Cmd
-}
-
-func startPrivateRedis(t *testing.T, args ...string) *privateRedis {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	port := l.Addr().(*net.TCPAddr).Port
-	require.NoError(t, l.Close())
-	r := &privateRedis{t: t, dir: t.TempDir(), port: port, args: args}
-	r.start()
-	t.Cleanup(r.kill)
-	return r
-}
-
-func (r *privateRedis) addr() string { return fmt.Sprintf("127.0.0.1:%d", r.port) }
-
-func (r *privateRedis) start() {
-	r.t.Helper()
-	args := append([]string{"--bind", "127.0.0.1", "--port", fmt.Sprint(r.port), "--dir", r.dir, "--save", ""}, r.args...)
-	r.cmd = exec.Command("redis-server", args...)
-	require.NoError(r.t, r.cmd.Start())
-	rdb := goredis.NewClient(&goredis.Options{Addr: r.addr(), MaxRetries: -1})
-	defer rdb.Close()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if err := rdb.Ping(context.Background()).Err(); err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			r.t.Fatalf("redis-server on %s did not answer", r.addr())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-func (r *privateRedis) kill() {
-	if r.cmd != nil && r.cmd.Process != nil {
-		_ = r.cmd.Process.Kill()
-		_ = r.cmd.Wait()
-		r.cmd = nil
-	}
-}
 
 type redisFailArgs struct {
 	N int `json:"n"`
@@ -220,8 +167,8 @@ func stringsIndex(a, b string) int {
 // insert fails as the database went away (its outcome unknown, as on any database), and a retry with
 // the same id, the way to make retries exactly-once, is told the job exists.
 func TestRedisLostReplyNotDuplicate(t *testing.T) {
-	srv := startPrivateRedis(t, "--appendonly", "no")
-	px := startReplyDropper(t, srv.addr())
+	srv := redistest.StartServer(t, "--appendonly", "no")
+	px := startReplyDropper(t, srv.Addr())
 	ctx := context.Background()
 	st, err := redisstore.Open(ctx, "redis://"+px.addr()+"/0", redisstore.Options{})
 	require.NoError(t, err)
@@ -254,9 +201,9 @@ func TestRedisLostReplyNotDuplicate(t *testing.T) {
 // the allow-oom flag, and Redis refuses those whole while over maxmemory, even when they would
 // only delete.
 func TestRedisFullDeletes(t *testing.T) {
-	srv := startPrivateRedis(t, "--appendonly", "no", "--maxmemory", "3mb", "--maxmemory-policy", "noeviction")
+	srv := redistest.StartServer(t, "--appendonly", "no", "--maxmemory", "3mb", "--maxmemory-policy", "noeviction")
 	ctx := context.Background()
-	st, err := redisstore.Open(ctx, "redis://"+srv.addr()+"/0", redisstore.Options{})
+	st, err := redisstore.Open(ctx, "redis://"+srv.Addr()+"/0", redisstore.Options{})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = st.Close() })
 	c := startClient(t, st, &pronto.Config{})
@@ -272,10 +219,10 @@ func TestRedisFullDeletes(t *testing.T) {
 // inserts succeed again. Its cleanup (and its election) are store functions that Redis refuses
 // while over maxmemory, so memory is never freed and inserts keep failing.
 func TestRedisFullRetentionFrees(t *testing.T) {
-	srv := startPrivateRedis(t, "--appendonly", "no")
+	srv := redistest.StartServer(t, "--appendonly", "no")
 	ctx := context.Background()
 	open := func() *redisstore.Store {
-		st, err := redisstore.Open(ctx, "redis://"+srv.addr()+"/0", redisstore.Options{})
+		st, err := redisstore.Open(ctx, "redis://"+srv.Addr()+"/0", redisstore.Options{})
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = st.Close() })
 		return st
@@ -543,8 +490,8 @@ func (f *freezer) freeze() {
 // never notices: with a long poll, jobs inserted by another process (a batch: published, not handed
 // off) are never picked up by push again.
 func TestRedisNotifySilentConnection(t *testing.T) {
-	srv := startPrivateRedis(t, "--appendonly", "no")
-	fz := startFreezer(t, srv.addr())
+	srv := redistest.StartServer(t, "--appendonly", "no")
+	fz := startFreezer(t, srv.Addr())
 	ctx := context.Background()
 	open := func(addr string) *redisstore.Store {
 		st, err := redisstore.Open(ctx, "redis://"+addr+"/0", redisstore.Options{})
@@ -559,7 +506,7 @@ func TestRedisNotifySilentConnection(t *testing.T) {
 		return nil
 	}))
 	startClient(t, open(fz.addr()), &pronto.Config{Queues: defaultQueue(4), Workers: workers, PollInterval: time.Hour})
-	a := startClient(t, open(srv.addr()), &pronto.Config{PollInterval: time.Hour})
+	a := startClient(t, open(srv.Addr()), &pronto.Config{PollInterval: time.Hour})
 	insertBatch := func(n int) {
 		_, err := a.InsertMany(ctx, []pronto.InsertManyParams{{Args: redisFailArgs{N: n}}, {Args: redisFailArgs{N: n + 1}}})
 		require.NoError(t, err)

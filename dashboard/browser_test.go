@@ -1,15 +1,12 @@
 package dashboard_test
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -68,50 +65,11 @@ func screenshotDir(t *testing.T) string {
 	return dir
 }
 
-// startServe runs the real `pronto serve` in this process and returns its base URL.
+// startServe runs the real `pronto serve` in this process and returns its base URL; it stops when
+// the test ends.
 func startServe(t *testing.T, env map[string]string, args ...string) string {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	pr, pw := io.Pipe()
-	done := make(chan int, 1)
-	go func() {
-		code := cli.Run(ctx, append([]string{"serve", "--addr", "127.0.0.1:0"}, args...),
-			cli.Env{Stdout: pw, Stderr: io.Discard, Getenv: func(k string) string { return env[k] }})
-		pw.Close()
-		done <- code
-	}()
-	ready := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(pr)
-		sent := false
-		for sc.Scan() {
-			if _, rest, ok := strings.Cut(sc.Text(), "OJS HTTP API on http://"); ok && !sent {
-				host, _, _ := strings.Cut(rest, "/")
-				ready <- "http://" + host
-				sent = true
-			}
-		}
-		close(ready)
-	}()
-	var base string
-	select {
-	case base = <-ready:
-	case <-time.After(30 * time.Second):
-		cancel()
-		t.Fatal("pronto serve was not ready within 30 s")
-	}
-	if base == "" {
-		cancel()
-		t.Fatalf("pronto serve exited with %d before it was ready", <-done)
-	}
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case <-done:
-		case <-time.After(30 * time.Second):
-			t.Error("pronto serve did not stop within 30 s")
-		}
-	})
+	base, _ := opServe(t, env, "127.0.0.1:0", args...)
 	return base
 }
 

@@ -1,5 +1,5 @@
 // Package redistest starts what the tests of pronto's Redis store need beside the machine's Redis:
-// a local Redis Cluster.
+// a local Redis Cluster, and private servers to kill and restart.
 package redistest
 
 import (
@@ -145,4 +145,71 @@ func freePortPair() (int, bool) {
 	}
 	_ = bus.Close()
 	return port, true
+}
+
+// Server is a redis-server of a test's own, on a free port, with a data folder it keeps across
+// restarts: for tests that kill, restart or fill a Redis, which the machine's shared one must not be.
+type Server struct {
+	t    testing.TB
+	dir  string
+	port int
+	args []string
+	cmd  *exec.Cmd
+}
+
+// StartServer starts a redis-server with args (beside its address, folder and --save "") and
+// returns once it answers; it is killed when the test ends.
+func StartServer(t testing.TB, args ...string) *Server {
+	t.Helper()
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		t.Fatalf("this test starts its own redis-server, which is not on PATH (install Redis 7): %v", err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	r := &Server{t: t, dir: t.TempDir(), port: port, args: args}
+	r.Start()
+	t.Cleanup(r.Kill)
+	return r
+}
+
+// Addr is the server's host:port.
+func (r *Server) Addr() string { return fmt.Sprintf("127.0.0.1:%d", r.port) }
+
+// Start starts the server again after Kill, on the same port and folder, and waits until it
+// answers.
+func (r *Server) Start() {
+	r.t.Helper()
+	args := append([]string{"--bind", "127.0.0.1", "--port", fmt.Sprint(r.port), "--dir", r.dir, "--save", ""}, r.args...)
+	r.cmd = exec.Command("redis-server", args...)
+	if err := r.cmd.Start(); err != nil {
+		r.t.Fatal(err)
+	}
+	rdb := goredis.NewClient(&goredis.Options{Addr: r.Addr(), MaxRetries: -1})
+	defer rdb.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		err := rdb.Ping(context.Background()).Err()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			r.t.Fatalf("the test's redis-server on %s did not answer: %v", r.Addr(), err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Kill ends the server as a crash would: SIGKILL, no shutdown save.
+func (r *Server) Kill() {
+	if r.cmd != nil && r.cmd.Process != nil {
+		_ = r.cmd.Process.Kill()
+		_ = r.cmd.Wait()
+		r.cmd = nil
+	}
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/pronto-jobs/pronto"
 	"github.com/pronto-jobs/pronto/internal/producer"
+	"github.com/pronto-jobs/pronto/internal/redistest"
 	"github.com/pronto-jobs/pronto/internal/uuidv7"
 	"github.com/pronto-jobs/pronto/store"
 )
@@ -290,8 +291,8 @@ func TestHandoffWaiterReconnects(t *testing.T) {
 	t.Parallel()
 	loop := loopContext(t)
 	ctx := context.Background()
-	srv := startPrivateRedis(t, "--appendonly", "no")
-	rdb := goredis.NewClient(&goredis.Options{Addr: srv.addr(), PoolSize: 8})
+	srv := redistest.StartServer(t, "--appendonly", "no")
+	rdb := goredis.NewClient(&goredis.Options{Addr: srv.Addr(), PoolSize: 8})
 	t.Cleanup(func() { _ = rdb.Close() })
 	s, err := New(ctx, rdb, Options{})
 	require.NoError(t, err)

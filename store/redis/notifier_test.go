@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pronto-jobs/pronto"
+	"github.com/pronto-jobs/pronto/internal/redistest"
 	"github.com/pronto-jobs/pronto/internal/testdb"
 	"github.com/pronto-jobs/pronto/internal/uuidv7"
 	"github.com/pronto-jobs/pronto/store"
@@ -258,8 +259,8 @@ func TestNotifierAcrossProcesses(t *testing.T) {
 func TestNotifierResubscribes(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	srv := startPrivateRedis(t, "--appendonly", "no")
-	rdb := goredis.NewClient(&goredis.Options{Addr: srv.addr()})
+	srv := redistest.StartServer(t, "--appendonly", "no")
+	rdb := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
 	t.Cleanup(func() { _ = rdb.Close() })
 	a, err := NewNotifier(ctx, rdb, NotifierOptions{})
 	require.NoError(t, err)

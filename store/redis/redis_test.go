@@ -3,9 +3,6 @@ package redis
 import (
 	"context"
 	"errors"
-	"fmt"
-	"net"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +10,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/pronto-jobs/pronto/internal/redistest"
 	"github.com/pronto-jobs/pronto/internal/uuidv7"
 	"github.com/pronto-jobs/pronto/store"
 )
@@ -104,71 +102,15 @@ func TestQueueKeysShareATag(t *testing.T) {
 	require.Equal(t, seen["tags"], seen[odd], "an odd queue name gets the same keys under its hex tag")
 }
 
-// privateRedis is a redis-server of the test's own, on a free port, with a data folder it keeps
-// across restarts.
-type privateRedis struct {
-	t    *testing.T
-	dir  string
-	port int
-	args []string
-	cmd  *exec.Cmd
-}
-
-func startPrivateRedis(t *testing.T, args ...string) *privateRedis {
-	t.Helper()
-	if _, err := exec.LookPath("redis-server"); err != nil {
-		t.Fatalf("this test starts its own redis-server, which is not on PATH (install Redis 7): %v", err)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	port := l.Addr().(*net.TCPAddr).Port
-	require.NoError(t, l.Close())
-	r := &privateRedis{t: t, dir: t.TempDir(), port: port, args: args}
-	r.start()
-	t.Cleanup(r.kill)
-	return r
-}
-
-func (r *privateRedis) addr() string { return fmt.Sprintf("127.0.0.1:%d", r.port) }
-
-func (r *privateRedis) start() {
-	r.t.Helper()
-	args := append([]string{"--bind", "127.0.0.1", "--port", fmt.Sprint(r.port), "--dir", r.dir, "--save", ""}, r.args...)
-	r.cmd = exec.Command("redis-server", args...)
-	require.NoError(r.t, r.cmd.Start())
-	rdb := goredis.NewClient(&goredis.Options{Addr: r.addr(), MaxRetries: -1})
-	defer rdb.Close()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		err := rdb.Ping(context.Background()).Err()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			r.t.Fatalf("the test's redis-server on %s did not answer: %v", r.addr(), err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-// kill ends the server as a crash would: SIGKILL, no shutdown save.
-func (r *privateRedis) kill() {
-	if r.cmd != nil && r.cmd.Process != nil {
-		_ = r.cmd.Process.Kill()
-		_ = r.cmd.Wait()
-		r.cmd = nil
-	}
-}
-
 // TestDurableAcrossCrash: with appendonly yes and appendfsync always, a Redis killed mid-run
 // (SIGKILL) loses nothing the store acknowledged: every job, state, attempt and lease is back after
 // the restart, and claiming goes on where it stopped.
 func TestDurableAcrossCrash(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	srv := startPrivateRedis(t, "--appendonly", "yes", "--appendfsync", "always")
+	srv := redistest.StartServer(t, "--appendonly", "yes", "--appendfsync", "always")
 	open := func() *Store {
-		rdb := goredis.NewClient(&goredis.Options{Addr: srv.addr()})
+		rdb := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
 		s, err := New(ctx, rdb, Options{})
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = s.Close(); _ = rdb.Close() })
@@ -197,8 +139,8 @@ func TestDurableAcrossCrash(t *testing.T) {
 		require.True(t, r.Applied)
 	}
 
-	srv.kill()
-	srv.start()
+	srv.Kill()
+	srv.Start()
 	s2 := open()
 	qs, err := s2.ListQueues(ctx)
 	require.NoError(t, err)
@@ -222,8 +164,8 @@ func TestDurableAcrossCrash(t *testing.T) {
 func TestNotifierReconnects(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	srv := startPrivateRedis(t, "--appendonly", "no")
-	rdb := goredis.NewClient(&goredis.Options{Addr: srv.addr()})
+	srv := redistest.StartServer(t, "--appendonly", "no")
+	rdb := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
 	s, err := New(ctx, rdb, Options{})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.Close(); _ = rdb.Close() })
@@ -360,8 +302,8 @@ func TestInsertAnnouncedToOthers(t *testing.T) {
 func TestLibraryLoadedOnDemand(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	srv := startPrivateRedis(t, "--appendonly", "no")
-	rdb := goredis.NewClient(&goredis.Options{Addr: srv.addr()})
+	srv := redistest.StartServer(t, "--appendonly", "no")
+	rdb := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
 	t.Cleanup(func() { _ = rdb.Close() })
 	s, err := New(ctx, rdb, Options{}) // no Migrate
 	require.NoError(t, err)
