@@ -38,40 +38,19 @@ var knownFailures = map[string]string{
 	"L1-RTR-014": "expects error types the nack requests never send",
 }
 
-// casesDir finds the conformance cases: $OJS_CONFORMANCE_DIR, else ../shared/ojs/conformance from the
-// module root.
+// casesDir returns the conformance cases' directory, $OJS_CONFORMANCE_DIR.
 func casesDir(t *testing.T) string {
-	if d := os.Getenv("OJS_CONFORMANCE_DIR"); d != "" {
-		if fi, err := os.Stat(d); err != nil || !fi.IsDir() {
-			t.Fatalf("OJS_CONFORMANCE_DIR=%s is not a directory of OJS conformance cases", d)
-		}
-		return d
-	}
-	wd, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	root := wd
-	for {
-		if _, err := os.Stat(filepath.Join(root, "go.mod")); err == nil {
-			break
-		}
-		parent := filepath.Dir(root)
-		if parent == root {
-			t.Fatalf("cannot find the module root (go.mod) above %s", wd)
-		}
-		root = parent
-	}
-	dir := filepath.Join(root, "..", "shared", "ojs", "conformance")
-	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+	d := os.Getenv("OJS_CONFORMANCE_DIR")
+	if d == "" {
 		// Never a skip: a run that reaches this test was meant to run the cases. `make test` leaves
-		// TestConformance out (and says so) when the cases are absent and neither CI nor
-		// OJS_CONFORMANCE_DIR asks for them.
-		t.Fatalf("the OJS conformance cases are missing: expected them at %s (../shared/ojs/conformance beside the "+
-			"repository, as CI checks it out), or set OJS_CONFORMANCE_DIR; `make test` leaves this test out "+
-			"when they are absent", dir)
+		// TestConformance out (and says so) when OJS_CONFORMANCE_DIR is not set and CI does not ask.
+		t.Fatal("the OJS conformance cases are not part of the repository: set OJS_CONFORMANCE_DIR to their " +
+			"directory (.ci/run does); `make test` leaves this test out when it is not set")
 	}
-	return dir
+	if fi, err := os.Stat(d); err != nil || !fi.IsDir() {
+		t.Fatalf("OJS_CONFORMANCE_DIR=%s is not a directory of OJS conformance cases", d)
+	}
+	return d
 }
 
 func envList(name, def string) []string {
