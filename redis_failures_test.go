@@ -1,9 +1,11 @@
 package pronto_test
 
 import (
+	"bytes"
 	"context"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -106,7 +108,7 @@ func (p *replyDropper) serve(c net.Conn) {
 			n, err := c.Read(buf)
 			if n > 0 {
 				p.mu.Lock()
-				if p.match != "" && bytesContains(buf[:n], p.match) {
+				if p.match != "" && bytes.Contains(buf[:n], []byte(p.match)) {
 					p.match = ""
 					p.dropped++
 					mu.Lock()
@@ -145,19 +147,6 @@ func (p *replyDropper) serve(c net.Conn) {
 	}
 	_ = s.Close()
 	_ = c.Close()
-}
-
-func bytesContains(b []byte, s string) bool {
-	return len(s) > 0 && len(b) >= len(s) && stringsIndex(string(b), s) >= 0
-}
-
-func stringsIndex(a, b string) int {
-	for i := 0; i+len(b) <= len(a); i++ {
-		if a[i:i+len(b)] == b {
-			return i
-		}
-	}
-	return -1
 }
 
 // TestRedisLostReplyNotDuplicate: Redis applies a single insert and the connection drops before its
@@ -280,29 +269,14 @@ func TestRedisFullRetentionFrees(t *testing.T) {
 	}
 }
 
+// infoField returns field name of an INFO answer ("" when absent).
 func infoField(info, name string) string {
-	for _, line := range splitLines(info) {
-		if len(line) > len(name)+1 && line[:len(name)+1] == name+":" {
-			return line[len(name)+1:]
+	for line := range strings.Lines(info) {
+		if v, ok := strings.CutPrefix(strings.TrimRight(line, "\r\n"), name+":"); ok {
+			return v
 		}
 	}
 	return ""
-}
-
-func splitLines(s string) []string {
-	var out []string
-	start := 0
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\n' {
-			line := s[start:i]
-			if len(line) > 0 && line[len(line)-1] == '\r' {
-				line = line[:len(line)-1]
-			}
-			out = append(out, line)
-			start = i + 1
-		}
-	}
-	return out
 }
 
 // moveSlot moves slot (which holds no keys) from the master serving it to another master of the
