@@ -388,6 +388,7 @@ func fillToOOM(t *testing.T, c *pronto.Client) []string {
 		row, err := c.Insert(context.Background(), redisFailArgs{N: i}, &pronto.InsertOpts{Queue: "fill"})
 		if err != nil {
 			require.Contains(t, err.Error(), "OOM", "the insert fails for Redis being full")
+			require.True(t, store.IsUnavailable(c.Store(), err), "a full Redis is unavailable for now (503 over HTTP), not a bad request: %v", err)
 			require.NotEmpty(t, ids)
 			return ids
 		}

@@ -9,8 +9,9 @@ import (
 
 // unavailablePrefixes are the Redis error replies of a server that cannot serve now but will: loading
 // its data set, a replica without its master, a cluster without quorum or mid-resharding, a replica
-// promoted away from under a write, a script running too long.
-var unavailablePrefixes = []string{"LOADING ", "MASTERDOWN ", "CLUSTERDOWN ", "TRYAGAIN ", "READONLY ", "BUSY "}
+// promoted away from under a write, a script running too long, a server over maxmemory (full until
+// retention or an operator frees memory, as PostgreSQL's disk_full is class 53).
+var unavailablePrefixes = []string{"LOADING ", "MASTERDOWN ", "CLUSTERDOWN ", "TRYAGAIN ", "READONLY ", "BUSY ", "OOM "}
 
 // Unavailable reports whether err means Redis cannot be reached or cannot serve now: go-redis's
 // pool timed out or closed, or one of the error replies above (store.UnavailableClassifier).
