@@ -24,10 +24,10 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/pronto-jobs/pronto"
+	"github.com/pronto-jobs/pronto/store"
 )
 
 //go:embed assets
@@ -58,8 +58,7 @@ type Handler struct {
 	cfg    Config
 	secret []byte // signs the session and CSRF tokens
 
-	mu      sync.Mutex
-	revoked map[string]time.Time // logged-out session ids, until their expiry
+	revoked revocations // logged-out sessions
 	mux     *http.ServeMux
 	page    *template.Template
 	login   *template.Template
@@ -80,6 +79,10 @@ func New(cfg Config) (*Handler, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	h := &Handler{cfg: cfg, log: log, mux: http.NewServeMux()}
+	h.revoked.log = log
+	if ss, ok := cfg.Client.Store().(store.SettingStore); ok {
+		h.revoked.ss = ss
+	}
 	if cfg.APIKey != "" {
 		// Derived from the key, so sessions survive a restart (and reach every server sharing the
 		// key) and all die when the key changes.
@@ -147,29 +150,11 @@ func (h *Handler) session(r *http.Request) (string, time.Time, bool) {
 		return "", time.Time{}, false
 	}
 	until, err := strconv.ParseInt(exp, 10, 64)
-	if err != nil || time.Now().Unix() >= until {
+	now := time.Now()
+	if err != nil || now.Unix() >= until {
 		return "", time.Time{}, false
 	}
-	h.mu.Lock()
-	_, out := h.revoked[id]
-	h.mu.Unlock()
-	return id, time.Unix(until, 0), !out
-}
-
-// revoke ends session id (valid until until) on this server.
-func (h *Handler) revoke(id string, until time.Time) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	now := time.Now()
-	for k, t := range h.revoked { // the expired ones are refused anyway
-		if now.After(t) {
-			delete(h.revoked, k)
-		}
-	}
-	if h.revoked == nil {
-		h.revoked = map[string]time.Time{}
-	}
-	h.revoked[id] = until
+	return id, time.Unix(until, 0), !h.revoked.revoked(r.Context(), id, now)
 }
 
 func (h *Handler) routes(static http.Handler) {
@@ -313,7 +298,10 @@ func (h *Handler) doLogout(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if id, until, ok := h.session(r); ok && id != "" {
-		h.revoke(id, until)
+		if err := h.revoked.revoke(r.Context(), id, until); err != nil {
+			// Ended here all the same; other servers honour it until it expires.
+			h.log.Error("pronto dashboard: cannot record the logout in the store", "err", err)
+		}
 	}
 	http.SetCookie(w, &http.Cookie{Name: CookieName, Value: "", Path: "/", HttpOnly: true, Secure: r.TLS != nil,
 		SameSite: http.SameSiteStrictMode, MaxAge: -1})
