@@ -47,6 +47,23 @@ func TestJobsListTimeWindows(t *testing.T) {
 	})
 }
 
+// TestJobsListFinishedAfterZeroTime: the zero time is a bound like any other, so --finished-after
+// 0001-01-01T00:00:00Z lists the finished jobs only, as the README says.
+func TestJobsListFinishedAfterZeroTime(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, db []string) {
+		waiting := strings.TrimSpace(run(t, with(db, "enqueue", "a.b")...).ok(t).stdout)
+		done := strings.TrimSpace(run(t, with(db, "enqueue", "a.b")...).ok(t).stdout)
+		run(t, with(db, "jobs", "cancel", done)...).ok(t)
+		var l struct {
+			Jobs []struct{ ID, State string }
+		}
+		run(t, with(db, "jobs", "list", "--json", "--finished-after", "0001-01-01T00:00:00Z")...).ok(t).decode(t, &l)
+		if len(l.Jobs) != 1 || l.Jobs[0].ID != done {
+			t.Fatalf("--finished-after 0001-01-01T00:00:00Z: want only the cancelled job %s (not the waiting %s), got %+v", done, waiting, l.Jobs)
+		}
+	})
+}
+
 // TestJobsRunNow: a scheduled job is made due at once; a job that is not scheduled is refused.
 func TestJobsRunNow(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, db []string) {

@@ -347,6 +347,12 @@ func (f *timeFlag) upper() time.Time {
 	return f.t
 }
 
-// lower returns the time as an inclusive lower bound: unset or the zero time, every job is at or
-// after it, which is what the library's zero time (no bound) means.
-func (f *timeFlag) lower() time.Time { return f.t }
+// lower returns the time as an inclusive lower bound for the library, which reads the zero time as
+// no bound. A given zero time is still a bound (--finished-after: finished jobs only): the
+// nanosecond after it lets through the same jobs, none being older.
+func (f *timeFlag) lower() time.Time {
+	if f.set && f.t.IsZero() {
+		return f.t.Add(time.Nanosecond)
+	}
+	return f.t
+}
