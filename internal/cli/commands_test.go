@@ -187,6 +187,12 @@ func TestEnqueueArgsAndOptions(t *testing.T) {
 			{[]string{"a.b", "--delay", "1m", "--at", "2030-01-01T00:00:00Z"}, "give --delay or --at, not both"},
 			{[]string{"a.b", "--at", "tomorrow"}, `--at "tomorrow"`},
 			{[]string{"a.b", "--meta", `[1]`}, "--meta must be a JSON object"},
+			{[]string{"a.b", "--meta", `null`}, "--meta must be a JSON object"},
+			{[]string{"a.b", "--meta", `{} {}`}, "--meta has text after its JSON object"},
+			// Not rewritten to U+FFFD by a decoder: refused, as in --args.
+			{[]string{"a.b", "--args", "{\"k\":\"x\xffy\"}"}, "args[0].k: string is not valid UTF-8"},
+			{[]string{"a.b", "--meta", "{\"k\":\"x\xffy\"}"}, "meta.k: string is not valid UTF-8"},
+			{[]string{"a.b", "--meta", `{"k":"\u0000"}`}, "meta.k: string contains a NUL character"},
 			{[]string{"a.b", "--id", "123"}, `invalid job id "123"`},
 			{[]string{"a.b", "--args", "@/does/not/exist.json"}, "/does/not/exist.json"},
 			{[]string{"a.b", "extra"}, `unexpected argument "extra"`},
@@ -198,6 +204,22 @@ func TestEnqueueArgsAndOptions(t *testing.T) {
 		run(t, with(db, "jobs", "list", "--json", "--limit", "10000")...).ok(t).decode(t, &after)
 		if len(after.Jobs) != len(before.Jobs) {
 			t.Fatalf("refused enqueues stored jobs: %d before, %d after", len(before.Jobs), len(after.Jobs))
+		}
+	})
+}
+
+// TestEnqueueMetaKeepsNumbers: --meta is stored as given, so an integer beyond float64's 53 bits is
+// not rounded (as in --args).
+func TestEnqueueMetaKeepsNumbers(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, db []string) {
+		var j jobJSON
+		run(t, with(db, "enqueue", "a.b", "--json",
+			"--args", `{"order_id":9007199254740993}`, "--meta", ` {"order_id": 9007199254740993} `)...).ok(t).decode(t, &j)
+		if got := compactJSON(j.Args); got != `[{"order_id":9007199254740993}]` {
+			t.Fatalf("args changed: %s", got)
+		}
+		if got := compactJSON(j.Meta); got != `{"order_id":9007199254740993}` {
+			t.Fatalf("--meta {\"order_id\":9007199254740993} was stored as %s", got)
 		}
 	})
 }

@@ -42,6 +42,26 @@ func parseArgsJSON(text string) (elem, array json.RawMessage, err error) {
 	return compact, json.RawMessage("[" + string(compact) + "]"), nil
 }
 
+// parseMetaJSON reads --meta: a JSON object, returned compacted but otherwise as written, so that
+// its numbers stay exact and what no store can hold (bytes that are not UTF-8, a NUL) is refused by
+// the library as in --args, not rewritten by a decoder.
+func parseMetaJSON(text string) (json.RawMessage, error) {
+	trimmed := bytes.TrimSpace([]byte(text))
+	var m map[string]json.RawMessage
+	dec := json.NewDecoder(bytes.NewReader(trimmed))
+	if err := dec.Decode(&m); err != nil || m == nil {
+		return nil, usageErrorf("enqueue: --meta must be a JSON object, for example '{\"tenant\":\"acme\"}'")
+	}
+	if dec.More() || dec.InputOffset() != int64(len(trimmed)) {
+		return nil, usageErrorf("enqueue: --meta has text after its JSON object (offset %d)", dec.InputOffset())
+	}
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, trimmed); err != nil {
+		return nil, usageErrorf("enqueue: --meta is not valid JSON: %v", err)
+	}
+	return buf.Bytes(), nil
+}
+
 // readArgsText resolves --args: "@FILE" reads a file, "-" reads standard input, anything else is the
 // JSON. A file or standard input is read up to the args limit (pronto.DefaultMaxArgsBytes) and
 // refused beyond it, so a huge file costs no more memory than the limit.
@@ -122,12 +142,11 @@ func cmdEnqueue(ctx context.Context, r *runner, args []string) error {
 		}
 		opts.ScheduledAt = t
 	}
+	var metaJSON json.RawMessage
 	if *meta != "" {
-		var m map[string]any
-		if err := json.Unmarshal([]byte(*meta), &m); err != nil || m == nil {
-			return usageErrorf("enqueue: --meta must be a JSON object, for example '{\"tenant\":\"acme\"}'")
+		if metaJSON, err = parseMetaJSON(*meta); err != nil {
+			return err
 		}
-		opts.Meta = m
 	}
 	if *id != "" {
 		jid, err := parseJobID(*id)
@@ -155,7 +174,8 @@ func cmdEnqueue(ctx context.Context, r *runner, args []string) error {
 		return errorf("%v", err)
 	}
 	var j *pronto.JobRow
-	rows, err := c.InsertRaw(ctx, []pronto.RawJob{{Kind: kind, Args: array, Opts: *opts}})
+	// InsertOJS takes the meta as raw JSON: checked by the library as the args are, numbers unrounded.
+	rows, err := c.InsertOJS(ctx, []pronto.OJSJob{{Kind: kind, Args: array, Meta: metaJSON, Opts: *opts}})
 	if err == nil {
 		j = rows[0]
 	}
