@@ -175,21 +175,29 @@ func cmdServe(ctx context.Context, r *runner, args []string) error {
 	defer srv.Close()
 	srv.SetSchedulingMetrics(obs.m) // the fetches' dispatch metrics (ojs_scheduling_*)
 
+	// Every listener is opened, and the dashboard made, before anything starts: a failure here
+	// leaves nothing running (the deferred closes are then the whole shutdown).
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
 		return errorf("serve: cannot listen on %s: %v", *addr, err)
 	}
-	if err := client.Start(ctx); err != nil {
-		ln.Close()
-		return errorf("serve: starting the client: %v", err)
+	defer ln.Close()
+	var mln net.Listener
+	if *metricsAddr != "" {
+		if mln, err = net.Listen("tcp", *metricsAddr); err != nil {
+			return errorf("serve: cannot listen on %s: %v", *metricsAddr, err)
+		}
+		defer mln.Close()
 	}
 	// The dashboard takes "/"; the OJS API keeps everything under /ojs/.
 	dash, err := dashboard.New(dashboard.Config{Client: client, APIKey: key, ReadOnly: *uiReadOnly, Backend: db.t.kind, Logger: logger})
 	if err != nil {
-		ln.Close()
 		return errorf("serve: dashboard: %v", err)
 	}
 	defer dash.Close()
+	if err := client.Start(ctx); err != nil {
+		return errorf("serve: starting the client: %v", err)
+	}
 	mux := http.NewServeMux()
 	mux.Handle("/ojs/", srv)
 	for path := range obs.handlers { // /metrics, /debug/pprof/: the API server's, behind its key
@@ -223,11 +231,7 @@ func cmdServe(ctx context.Context, r *runner, args []string) error {
 	}
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(ln) }()
-	if *metricsAddr != "" {
-		mln, err := net.Listen("tcp", *metricsAddr)
-		if err != nil {
-			return errorf("serve: cannot listen on %s: %v", *metricsAddr, err)
-		}
+	if mln != nil {
 		var mh http.Handler = server.RequireAPIKey(key, obs.metrics)
 		if key == "" {
 			mh = server.LoopbackGuard(mh, hosts)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -107,6 +108,31 @@ func TestServeRefusesUnsafeSetups(t *testing.T) {
 	run(t, "serve", "--addr", host, "--database-url", "memory:").fails(t, ExitError, "cannot listen")
 	if code := stop(); code != ExitOK {
 		t.Fatalf("serve exited with %d", code)
+	}
+}
+
+// TestServeMetricsAddrInUseStartsNothing: when --metrics-addr cannot be listened on, serve fails
+// (exit 1) having started nothing: its API address does not answer once Run has returned.
+func TestServeMetricsAddrInUseStartsNothing(t *testing.T) {
+	t.Parallel()
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	free, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	apiAddr := free.Addr().String()
+	free.Close()
+	db := "sqlite:" + filepath.Join(t.TempDir(), "serve.db")
+	run(t, "serve", "--addr", apiAddr, "--metrics-addr", busy.Addr().String(), "--database-url", db).
+		fails(t, ExitError, "cannot listen on "+busy.Addr().String())
+	hc := &http.Client{Timeout: 2 * time.Second}
+	if resp, err := hc.Get("http://" + apiAddr + "/ojs/v1/health"); err == nil {
+		resp.Body.Close()
+		t.Fatalf("serve failed, yet its API on %s still answers %d", apiAddr, resp.StatusCode)
 	}
 }
 
