@@ -32,6 +32,12 @@ type tenantJSON struct {
 	Throttle *pronto.TenantThrottle `json:"throttle,omitempty"`
 }
 
+// invalidTenant is the usage error for a TENANT argument no tenant can have: looked up, it would
+// only be "not found".
+func invalidTenant(cmd, tenant string) error {
+	return usageErrorf("%s: invalid tenant %q: 1 to 255 printable ASCII characters without spaces", cmd, tenant)
+}
+
 func tenantToJSON(t *pronto.TenantInfo) tenantJSON {
 	out := tenantJSON{Tenant: t.Tenant, Weight: t.Weight, WeightSet: t.WeightSet, Counts: map[string]int64{}, PriorityBoost: t.PriorityBoost,
 		Throttle: t.Throttle}
@@ -100,6 +106,9 @@ func cmdTenantsGet(ctx context.Context, r *runner, args []string) error {
 	pos, err := fs.parse(args, 1, 1)
 	if err != nil {
 		return err
+	}
+	if !pronto.ValidTenant(pos[0]) {
+		return invalidTenant("tenants get", pos[0])
 	}
 	c, db, err := r.adminClient(ctx)
 	if err != nil {
@@ -179,7 +188,7 @@ func cmdTenantsSet(ctx context.Context, r *runner, args []string) error {
 	case setEnqueue && *noEnqueue:
 		return usageErrorf("tenants set: --no-enqueue-limits and an enqueue limit contradict each other")
 	case !pronto.ValidTenant(tenant):
-		return usageErrorf("tenants set: invalid tenant %q: 1 to 255 printable ASCII characters without spaces", tenant)
+		return invalidTenant("tenants set", tenant)
 	case fs.given("weight") && (*weight < 1 || *weight > pronto.MaxTenantWeight):
 		return usageErrorf("tenants set: --weight %d: must be 1 to %d", *weight, pronto.MaxTenantWeight)
 	case *maxActive < 0 || *rate < 0 || *period < 0:
@@ -260,6 +269,9 @@ func cmdTenantsDelete(ctx context.Context, r *runner, args []string) error {
 	pos, err := fs.parse(args, 1, 1)
 	if err != nil {
 		return err
+	}
+	if !pronto.ValidTenant(pos[0]) {
+		return invalidTenant("tenants delete", pos[0])
 	}
 	c, db, err := r.adminClient(ctx)
 	if err != nil {

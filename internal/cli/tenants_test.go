@@ -78,3 +78,16 @@ func TestTenants(t *testing.T) {
 		run(t, with(db, "tenants", "get", "nobody")...).fails(t, ExitNotFound, "nobody")
 	})
 }
+
+// TestTenantNameChecked: every tenants command refuses a name no tenant can have as a usage error
+// (exit 2), as 'jobs list --tenant' does, instead of looking it up and answering "not found".
+func TestTenantNameChecked(t *testing.T) {
+	t.Parallel()
+	db := []string{"--database-url", "memory:"}
+	for _, bad := range []string{"has space", "nul\x00", strings.Repeat("t", 256)} {
+		run(t, with(db, "jobs", "list", "--tenant", bad)...).fails(t, ExitUsage, "--tenant")
+		run(t, with(db, "tenants", "set", bad, "--weight", "2")...).fails(t, ExitUsage, "tenants set: invalid tenant")
+		run(t, with(db, "tenants", "get", bad)...).fails(t, ExitUsage, "tenants get: invalid tenant")
+		run(t, with(db, "tenants", "delete", bad)...).fails(t, ExitUsage, "tenants delete: invalid tenant")
+	}
+}
