@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/pronto-jobs/pronto"
+	"github.com/pronto-jobs/pronto/internal/isodur"
 	"github.com/pronto-jobs/pronto/store"
 )
 
@@ -109,7 +110,7 @@ type rateLimitJSON struct {
 	Key         string     `json:"key"`
 	MaxActive   int        `json:"max_active,omitempty"`
 	Rate        int        `json:"rate,omitempty"`
-	Period      string     `json:"period,omitempty"`
+	Period      string     `json:"period,omitempty"` // ISO 8601, as every duration in the JSON output
 	OnLimit     string     `json:"on_limit"`
 	Active      int64      `json:"active"`
 	WindowStart *time.Time `json:"window_start,omitempty"`
@@ -138,7 +139,7 @@ func toRateLimitJSON(in *pronto.RateLimitInfo) rateLimitJSON {
 		OnLimit: onLimit(in.Limit.OnLimit), Active: in.Active, WindowStart: timePtr(in.WindowStart),
 		WindowCount: in.WindowCount, Waiting: in.Waiting}
 	if in.Limit.Period > 0 {
-		out.Period = in.Limit.Period.String()
+		out.Period = isodur.Format(in.Limit.Period)
 	}
 	return out
 }

@@ -68,7 +68,7 @@ func TestRateLimitsCommands(t *testing.T) {
 		}
 		run(t, with(db, "rate-limits", "list", "--json")...).ok(t).decode(t, &list)
 		got := list.RateLimits
-		if len(got) != 1 || got[0].Key != "partner-api" || got[0].MaxActive != 3 || got[0].Rate != 10 || got[0].Period != "1s" || got[0].OnLimit != "wait" {
+		if len(got) != 1 || got[0].Key != "partner-api" || got[0].MaxActive != 3 || got[0].Rate != 10 || got[0].Period != "PT1S" || got[0].OnLimit != "wait" {
 			t.Fatalf("list: %+v", got)
 		}
 		run(t, with(db, "rate-limits", "set", "partner-api", "--rate", "10")...).fails(t, ExitUsage, "--rate and --period go together")

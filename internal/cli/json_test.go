@@ -39,6 +39,32 @@ func TestListJSONShape(t *testing.T) {
 	}
 }
 
+// TestDurationsInJSONAreISO8601: every duration in --json output is an ISO 8601 duration, as OJS
+// writes them: a job's timeout, a tenant's periods and a rate limit's period alike.
+func TestDurationsInJSONAreISO8601(t *testing.T) {
+	t.Parallel()
+	db := []string{"--database-url", "sqlite:" + t.TempDir() + "/p.db"}
+	run(t, with(db, "migrate", "up")...).ok(t)
+	run(t, with(db, "tenants", "set", "acme", "--rate", "10", "--period", "1s", "--enqueue-rate", "100", "--enqueue-period", "1m")...).ok(t)
+	run(t, with(db, "rate-limits", "set", "k", "--rate", "5", "--period", "1m")...).ok(t)
+	for _, c := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"enqueue", "a.b", "--tenant", "acme", "--timeout", "90s"}, []string{`"timeout": "PT1M30S"`}},
+		{[]string{"tenants", "get", "acme"}, []string{`"period": "PT1S"`, `"enqueue_period": "PT1M"`}},
+		{[]string{"tenants", "list"}, []string{`"period": "PT1S"`, `"enqueue_period": "PT1M"`}},
+		{[]string{"rate-limits", "list"}, []string{`"period": "PT1M"`}},
+	} {
+		out := run(t, with(db, append(c.args, "--json")...)...).ok(t).stdout
+		for _, w := range c.want {
+			if !strings.Contains(out, w) {
+				t.Errorf("%v --json lacks %s:\n%s", c.args, w, out)
+			}
+		}
+	}
+}
+
 // TestErrorsAsJSON: with --json, an error is a JSON object on standard error, with the exit code.
 func TestErrorsAsJSON(t *testing.T) {
 	db := []string{"--database-url", "memory:"}

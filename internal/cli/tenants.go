@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/pronto-jobs/pronto"
+	"github.com/pronto-jobs/pronto/internal/isodur"
 )
 
 // tenantJSON is the JSON form of a tenant printed by 'tenants list --json' and 'tenants get --json'.
@@ -19,7 +20,7 @@ type tenantJSON struct {
 	WeightSet bool             `json:"weight_set"`
 	MaxActive int              `json:"max_active,omitempty"`
 	Rate      int              `json:"rate,omitempty"`
-	Period    string           `json:"period,omitempty"`
+	Period    string           `json:"period,omitempty"` // ISO 8601, as every duration in the JSON output
 	Counts    map[string]int64 `json:"counts"`
 	// Enqueue-time limits (pronto.TenantEnqueueLimits).
 	MaxQueueDepth int64  `json:"max_queue_depth,omitempty"`
@@ -47,13 +48,13 @@ func tenantToJSON(t *pronto.TenantInfo) tenantJSON {
 	if t.Limit != nil {
 		out.MaxActive, out.Rate = t.Limit.Limit.MaxActive, t.Limit.Limit.Rate
 		if t.Limit.Limit.Period > 0 {
-			out.Period = t.Limit.Limit.Period.String()
+			out.Period = isodur.Format(t.Limit.Limit.Period)
 		}
 	}
 	if el := t.EnqueueLimits; el != nil {
 		out.MaxQueueDepth, out.MaxScheduled, out.EnqueueRate = el.MaxQueueDepth, el.MaxScheduled, el.EnqueueRate
 		if el.EnqueuePeriod > 0 {
-			out.EnqueuePeriod = el.EnqueuePeriod.String()
+			out.EnqueuePeriod = isodur.Format(el.EnqueuePeriod)
 		}
 	}
 	return out

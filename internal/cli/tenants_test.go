@@ -64,7 +64,7 @@ func TestTenants(t *testing.T) {
 		}
 		run(t, with(db, "enqueue", "report.build", "--tenant", "acme")...).fails(t, 1, "max_queue_depth")
 		res = run(t, with(db, "tenants", "get", "acme", "--json")...).ok(t)
-		for _, want := range []string{`"max_queue_depth": 1`, `"enqueue_rate": 100`, `"enqueue_period": "1m0s"`} {
+		for _, want := range []string{`"max_queue_depth": 1`, `"enqueue_rate": 100`, `"enqueue_period": "PT1M"`} {
 			if !strings.Contains(res.stdout, want) {
 				t.Fatalf("get --json lacks %s:\n%s", want, res)
 			}
