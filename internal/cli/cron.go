@@ -125,6 +125,10 @@ func printCrons(r *runner, list []*pronto.CronJob) error {
 	return tw.Flush()
 }
 
+// cronNameRule is the rule pronto.ValidCronName checks: the characters of a queue name, with its own
+// bound and examples.
+const cronNameRule = "[a-z0-9][a-z0-9.-]* (at most 255 characters), such as nightly-report or cleanup.hourly"
+
 func cmdCronAdd(ctx context.Context, r *runner, args []string) error {
 	fs := r.newFlagSet("pronto cron add NAME --schedule EXPR --kind KIND [flags]",
 		"Register a periodic job: on every occurrence of the schedule, one job of KIND is inserted.\n"+
@@ -157,7 +161,7 @@ func cmdCronAdd(ctx context.Context, r *runner, args []string) error {
 	name := pos[0]
 	switch {
 	case !pronto.ValidCronName(name):
-		return usageErrorf("cron add: invalid name %q: cron names are %s", name, pronto.QueueNameRule)
+		return usageErrorf("cron add: invalid name %q: cron names are %s", name, cronNameRule)
 	case *schedule == "":
 		return usageErrorf("cron add: --schedule is required, for example --schedule '*/5 * * * *' or --schedule @daily")
 	case *kind == "":
@@ -224,7 +228,7 @@ func (r *runner) cronCommand(ctx context.Context, args []string, about string,
 	}
 	name := pos[0]
 	if !pronto.ValidCronName(name) {
-		return usageErrorf("%s: invalid name %q: cron names are %s", r.current, name, pronto.QueueNameRule)
+		return usageErrorf("%s: invalid name %q: cron names are %s", r.current, name, cronNameRule)
 	}
 	c, db, err := r.adminClient(ctx)
 	if err != nil {

@@ -50,7 +50,8 @@ func TestCronCommands(t *testing.T) {
 		run(t, with(db, "cron", "add", "x", "--kind", "a.b")...).fails(t, ExitUsage, "--schedule is required")
 		run(t, with(db, "cron", "add", "x", "--schedule", "@daily", "--kind", "a.b", "--timezone", "EST")...).fails(t, ExitUsage, `timezone "EST"`)
 		run(t, with(db, "cron", "add", "x", "--schedule", "@daily", "--kind", "a.b", "--overlap", "never")...).fails(t, ExitUsage, `--overlap "never"`)
-		run(t, with(db, "cron", "add", "Bad", "--schedule", "@daily", "--kind", "a.b")...).fails(t, ExitUsage, `invalid name "Bad"`)
+		run(t, with(db, "cron", "add", "Bad", "--schedule", "@daily", "--kind", "a.b")...).fails(t, ExitUsage, `invalid name "Bad": cron names are [a-z0-9][a-z0-9.-]* (at most 255 characters), such as nightly-report`)
+		run(t, with(db, "cron", "get", "Bad")...).fails(t, ExitUsage, "cron names are [a-z0-9][a-z0-9.-]* (at most 255 characters), such as nightly-report")
 
 		run(t, with(db, "cron", "delete", "nightly-report")...).ok(t)
 		for _, cmd := range []string{"get", "delete", "pause", "resume"} {
