@@ -590,6 +590,12 @@ func TestPostgresSchemaFlag(t *testing.T) {
 	// The schema flag may also come before the command.
 	run(t, "--database-url", db[1], "--schema", db[3], "migrate", "up").ok(t)
 	run(t, with(db, "queues", "list")...).ok(t)
+	// The migrate commands name the schema they report on.
+	for _, cmd := range [][]string{{"migrate", "up"}, {"migrate", "status"}} {
+		if out := run(t, with(db, cmd...)...).ok(t).stdout; !strings.Contains(out, " (schema "+db[3]+") is up to date: ") {
+			t.Fatalf("%v does not name the schema %s:\n%s", cmd, db[3], out)
+		}
+	}
 	// Another schema in the same database is a different, empty pronto.
 	other := backends[2].setup(t)
 	run(t, with(other, "queues", "list")...).fails(t, ExitError, "has no pronto schema yet; create it with: pronto migrate up --database-url")

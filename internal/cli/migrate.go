@@ -34,6 +34,15 @@ func (r *runner) withMigrations(ctx context.Context, create bool,
 	return fn(m, db, ms, applied)
 }
 
+// migrateName names db in the migrate commands' reports: its URL, and the PostgreSQL schema when
+// --schema chose one, since each schema of a database holds a pronto of its own.
+func (r *runner) migrateName(db *database) string {
+	if s, ok := db.store.(interface{ Schema() string }); ok && r.schemaSet {
+		return fmt.Sprintf("%s (schema %s)", db.t.display, s.Schema())
+	}
+	return db.t.display
+}
+
 // refuseNewer returns an error when db's schema has migrations applied that this binary does not
 // know (a newer pronto's): applying or reverting this binary's migrations under them could break
 // them, and its status would be misleading.
@@ -114,7 +123,7 @@ func cmdMigrateUp(ctx context.Context, r *runner, args []string) error {
 				fmt.Fprintf(r.env.Stdout, "applied %03d_%s\n", mg.Version, mg.Name)
 			}
 		}
-		fmt.Fprintf(r.env.Stdout, "%s is up to date: %d of %d migrations applied\n", db.t.display, after, len(ms))
+		fmt.Fprintf(r.env.Stdout, "%s is up to date: %d of %d migrations applied\n", r.migrateName(db), after, len(ms))
 		if *unlogged {
 			fmt.Fprintln(r.env.Stdout, "the jobs table is UNLOGGED: a database crash deletes every job")
 		} else if *logged {
@@ -146,7 +155,7 @@ func cmdMigrateDown(ctx context.Context, r *runner, args []string) error {
 	}
 	return r.withMigrations(ctx, false, func(m store.Migrator, db *database, before []store.Migration, applied int) error {
 		if applied == 0 {
-			fmt.Fprintf(r.env.Stdout, "%s has no migrations applied: nothing to roll back\n", db.t.display)
+			fmt.Fprintf(r.env.Stdout, "%s has no migrations applied: nothing to roll back\n", r.migrateName(db))
 			return nil
 		}
 		if err := refuseNewer(ctx, db); err != nil {
@@ -173,7 +182,7 @@ func cmdMigrateDown(ctx context.Context, r *runner, args []string) error {
 				fmt.Fprintf(r.env.Stdout, "rolled back %03d_%s\n", before[i].Version, before[i].Name)
 			}
 		}
-		fmt.Fprintf(r.env.Stdout, "%s: %d of %d migrations applied\n", db.t.display, left, len(after))
+		fmt.Fprintf(r.env.Stdout, "%s: %d of %d migrations applied\n", r.migrateName(db), left, len(after))
 		return nil
 	})
 }
@@ -207,7 +216,7 @@ func cmdMigrateStatus(ctx context.Context, r *runner, args []string) error {
 		if pending := len(ms) - applied; pending > 0 {
 			fmt.Fprintf(r.env.Stdout, "%d of %d migrations pending; apply them with: pronto migrate up%s\n", pending, len(ms), db.urlFlag())
 		} else {
-			fmt.Fprintf(r.env.Stdout, "up to date: %d of %d migrations applied\n", applied, len(ms))
+			fmt.Fprintf(r.env.Stdout, "%s is up to date: %d of %d migrations applied\n", r.migrateName(db), applied, len(ms))
 		}
 		return nil
 	})
