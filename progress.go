@@ -237,19 +237,48 @@ func (t *progressThrottle) reportedProgress() (bool, json.RawMessage) {
 // JobProgressReport records progress reported by an OJS worker over HTTP for the active job id (PUT
 // /ojs/v1/jobs/{id}/progress): value (clamped to 0..1) and data as ReportProgress takes them. It is
 // throttled like ReportProgress, per job. It returns ErrNotFound for a job that does not exist; a
-// report for a job that is not active is accepted and ignored, as the OJS spec asks. See
+// report for a job that is not active is accepted and ignored, as the OJS spec asks. The report names
+// no claim, so it is fenced as RemoteProgress fences one without ClaimToken or WorkerID. See
 // JobProgressCheckpoint for a report that carries a checkpoint.
 func (c *Client) JobProgressReport(ctx context.Context, id string, value *float64, data json.RawMessage) (*JobRow, error) {
-	return c.JobProgressCheckpoint(ctx, id, value, data, nil)
+	return c.RemoteProgress(ctx, RemoteProgressParams{ID: id, Value: value, Data: data})
 }
 
 // JobProgressCheckpoint is JobProgressReport with a checkpoint (a JSON object, or nil for none), as
 // SaveCheckpoint saves it: the job's next attempt finds it as JobRow.LastCheckpoint.
 func (c *Client) JobProgressCheckpoint(ctx context.Context, id string, value *float64, data, checkpoint json.RawMessage) (*JobRow, error) {
+	return c.RemoteProgress(ctx, RemoteProgressParams{ID: id, Value: value, Data: data, Checkpoint: checkpoint})
+}
+
+// RemoteProgressParams is a progress report of an OJS worker on the job it runs.
+type RemoteProgressParams struct {
+	ID string
+	// WorkerID, ClaimToken and Attempt name the claim the report is about, as in RemoteAckParams.
+	WorkerID   string
+	ClaimToken string
+	Attempt    int
+	// Value is the progress (clamped to 0..1), nil for none.
+	Value *float64
+	// Data is a JSON object of progress data, nil for none.
+	Data json.RawMessage
+	// Checkpoint is a JSON object the job's next attempt finds as JobRow.LastCheckpoint, nil for none.
+	Checkpoint json.RawMessage
+}
+
+// RemoteProgress records the progress report p of an active job (at least one of Value, Data and
+// Checkpoint), throttled per job like ReportProgress, and returns the job as read. A job that is not
+// active is returned unchanged, with no error (the OJS spec accepts such reports and ignores them).
+//
+// A report is fenced as RemoteAck fences an outcome: it counts only for the claim its sender holds, and
+// one for a claim that is no longer the job's current one (its lease ran out and the job was fetched
+// again) gives a *StaleClaimError, so a run that lost its claim cannot write the new claim's progress
+// or the checkpoint its next attempt resumes from.
+func (c *Client) RemoteProgress(ctx context.Context, p RemoteProgressParams) (*JobRow, error) {
+	id, value, checkpoint := p.ID, p.Value, p.Checkpoint
 	if err := checkID(id); err != nil {
 		return nil, err
 	}
-	if value == nil && data == nil && checkpoint == nil {
+	if value == nil && p.Data == nil && checkpoint == nil {
 		return nil, invalidf("a progress report needs progress, data, a checkpoint or some of them")
 	}
 	var err error
@@ -265,7 +294,7 @@ func (c *Client) JobProgressCheckpoint(ctx context.Context, id string, value *fl
 		v := min(max(*value, 0), 1)
 		value = &v
 	}
-	raw, err := progressData(data)
+	raw, err := progressData(p.Data)
 	if err != nil {
 		return nil, err
 	}
@@ -275,6 +304,13 @@ func (c *Client) JobProgressCheckpoint(ctx context.Context, id string, value *fl
 	}
 	if j.State != StateActive {
 		return j, nil
+	}
+	if j, err = c.activeJob(ctx, claimRef{id, p.WorkerID, p.ClaimToken, p.Attempt}, "report progress of", j); err != nil {
+		var te *TransitionError
+		if errors.As(err, &te) { // it left active meanwhile
+			return c.store.GetJob(ctx, id)
+		}
+		return nil, err
 	}
 	c.remoteProgressMu.Lock()
 	if c.remoteProgress == nil {
@@ -304,6 +340,7 @@ func (c *Client) JobProgressCheckpoint(ctx context.Context, id string, value *fl
 		c.remoteProgress[id] = t
 	}
 	c.remoteProgressMu.Unlock()
+	// The store writes it only while j.ClaimToken is still the job's claim.
 	t.report(store.ProgressParams{ID: id, Token: j.ClaimToken, Value: value, Data: raw, Checkpoint: checkpoint})
 	return j, nil
 }

@@ -17,11 +17,18 @@ type progressRequest struct {
 	Progress   *float64        `json:"progress"`
 	Data       json.RawMessage `json:"data"`
 	Checkpoint json.RawMessage `json:"checkpoint"`
+	// The claim the report is about, as an ack names it (all optional; pronto's addition).
+	WorkerID   string `json:"worker_id"`
+	ClaimToken string `json:"claim_token"`
+	Attempt    int    `json:"attempt"`
 }
 
 // PUT /ojs/v1/jobs/{id}/progress: an OJS worker reports progress on an active job. The report is
 // accepted (204) whatever the job's state, and recorded only while the job is active; it also
 // extends the lease of the worker holding the job, as a heartbeat would (ojs-progress.md 6.3).
+// Like an ack, it counts only for the claim its sender holds: a report naming a claim that is no
+// longer the job's (or naming none, when an earlier claim of the job lost its lease) is refused
+// with 409 stale_claim, and neither writes the progress nor extends the new claim's lease.
 func (s *Server) putProgress(w http.ResponseWriter, r *http.Request, id string) {
 	if e := checkJobID(id, "job id"); e != nil {
 		s.writeError(w, r, e)
@@ -52,14 +59,23 @@ func (s *Server) putProgress(w http.ResponseWriter, r *http.Request, id string) 
 		if p.Checkpoint != nil && bytes.TrimSpace(p.Checkpoint)[0] != '{' {
 			return p, invalid("checkpoint", "\"checkpoint\" must be a JSON object")
 		}
+		if len(p.WorkerID) > maxWorkerIDLen {
+			return p, invalid("worker_id", "worker_id is longer than %d bytes", maxWorkerIDLen)
+		}
+		if p.Attempt < 0 {
+			return p, invalid("attempt", "attempt must be a positive integer")
+		}
 		return p, nil
 	})
 	if !ok {
 		return
 	}
-	j, err := s.client.JobProgressCheckpoint(r.Context(), id, req.Progress, req.Data, req.Checkpoint)
+	j, err := s.client.RemoteProgress(r.Context(), pronto.RemoteProgressParams{
+		ID: id, WorkerID: req.WorkerID, ClaimToken: req.ClaimToken, Attempt: req.Attempt,
+		Value: req.Progress, Data: req.Data, Checkpoint: req.Checkpoint,
+	})
 	if err != nil {
-		s.writeError(w, r, fromClientError(err, "job", id))
+		s.writeError(w, r, transitionError(err, "report progress of", id))
 		return
 	}
 	if j.State == pronto.StateActive && j.WorkerID != "" && j.WorkerID != s.client.ID() {
