@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"reflect"
 	"time"
@@ -108,8 +109,21 @@ func (c *Client) InsertManyTx(ctx context.Context, tx pgx.Tx, jobs []InsertManyP
 	if err != nil {
 		return nil, err
 	}
+	var probeID string
+	probe := func(ctx context.Context) bool {
+		_, err := c.store.GetJob(ctx, probeID)
+		return err == nil || !errors.Is(err, store.ErrNotFound) // any answer but "not there" ends the wait
+	}
+	ctx = context.WithValue(ctx, appTxKey{}, &appTx{probe: probe})
 	return c.insert(ctx, ps, func(ctx context.Context, ps []*store.InsertParams) ([]*store.Job, error) {
-		return ins.InsertPgxTx(ctx, tx, ps)
+		rows, err := ins.InsertPgxTx(ctx, tx, ps)
+		for _, j := range rows {
+			if !j.Duplicate { // a job stored before is visible already
+				probeID = j.ID
+				break
+			}
+		}
+		return rows, err
 	})
 }
 

@@ -87,26 +87,81 @@ func (r *relay) send() {
 // notifications in its process (memory, SQLite, Redis) has them relayed as it delivers them. A store
 // that hears even its own through a listener connection (store.ListenerStatus: PostgreSQL's LISTEN)
 // may have none to relay (a pooler that cannot LISTEN): for it the client announces the jobs it
-// inserts instead, after each insert returns (an innermost insert middleware); the store's other
-// releases (workflow children, retries by an operator, rescues) are found by the poll.
+// inserts instead, after each insert returns (an innermost insert middleware), to the other processes
+// and, while the store hears nothing itself, to this one; jobs inserted in the application's
+// transaction (InsertTx) once that commits. The store's other releases (workflow children, retries by
+// an operator, rescues) are found by the poll.
 func (c *Client) startRelay() {
 	r := &relay{n: c.cfg.Notifier, onErr: func(err error) {
 		c.cfg.Logger.Warn("pronto: relaying notifications to Config.Notifier failed", "client", c.cfg.ID, "err", err)
 	}}
-	if _, listens := c.store.(store.ListenerStatus); !listens {
+	ls, listens := c.store.(store.ListenerStatus)
+	if !listens {
 		c.store.Notifier().Subscribe(r.forward)
 		return
 	}
 	announce := func(ctx context.Context, ps []*JobInsertParams, next InsertFunc) ([]*JobRow, error) {
 		rows, err := next(ctx, ps)
-		if err == nil {
-			for _, n := range insertAnnouncements(rows) {
-				r.forward(n)
-			}
+		if err != nil {
+			return rows, err
 		}
+		ns := insertAnnouncements(rows)
+		if len(ns) == 0 {
+			return rows, err
+		}
+		if tx, _ := ctx.Value(appTxKey{}).(*appTx); tx != nil && tx.probe != nil {
+			// Announced now, the jobs would not be there for the claim it wakes: announced once
+			// the transaction commits, never if it rolls back.
+			go c.announceCommitted(r, ls, ns, tx.probe)
+			return rows, err
+		}
+		c.announce(r, ls, ns)
 		return rows, err
 	}
 	c.cfg.InsertMiddleware = append(slices.Clone(c.cfg.InsertMiddleware), announce)
+}
+
+// announce sends the insert announcements ns to the other processes and, when the store's listener
+// does not hear them (not connected: a pooler that cannot LISTEN), to this process's own producers,
+// with the same nonce, so that every process agrees on the one that claims.
+func (c *Client) announce(r *relay, ls store.ListenerStatus, ns []store.Notification) {
+	local := !ls.ListenerConnected()
+	for _, n := range ns {
+		if n.DueAt.IsZero() && n.Nonce == 0 {
+			n.Nonce = rand.Uint32() | 1
+		}
+		r.forward(n)
+		if local {
+			c.onNotification(n)
+		}
+	}
+}
+
+// appTxKey marks the context of an insert into the application's transaction (InsertTx).
+type appTxKey struct{}
+
+// appTx is what the relay needs of such an insert: probe reports whether one of the inserted jobs
+// is visible outside the transaction yet (it committed).
+type appTx struct {
+	probe func(ctx context.Context) bool
+}
+
+// announceCommitted waits, with growing pauses, for probe to see the jobs of a transaction committed,
+// then announces ns; it gives up after the poll interval (at most a minute), when the poll finds
+// them anyway, or on a rollback.
+func (c *Client) announceCommitted(r *relay, ls store.ListenerStatus, ns []store.Notification, probe func(context.Context) bool) {
+	bound := min(c.cfg.PollInterval, time.Minute)
+	deadline := time.Now().Add(bound)
+	for wait := time.Millisecond; time.Now().Before(deadline); wait = min(wait*2, time.Second) {
+		time.Sleep(min(wait, time.Until(deadline)))
+		ctx, cancel := context.WithTimeout(context.Background(), relayTimeout)
+		seen := probe(ctx)
+		cancel()
+		if seen {
+			c.announce(r, ls, ns)
+			return
+		}
+	}
 }
 
 // insertAnnouncements returns what a store announces for inserted rows: per queue, an insert due
