@@ -473,9 +473,19 @@ func openRedis(ctx context.Context, t *target) (*database, error) {
 	defer cancel()
 	st, err := redisstore.Open(cctx, t.url, redisstore.Options{})
 	if err != nil {
-		return nil, errorf("cannot connect to Redis at %s: %s", t.display, redisErrorText(t.url, err))
+		return nil, errorf("%s", redisConnectError(t.display, t.url, err))
 	}
 	return &database{t: t, store: st, close: func() { _ = st.Close() }}, nil
+}
+
+// redisConnectError says why the Redis at url (display, for messages) could not be used. A database
+// index the server does not have is a mistake in the URL, not a server out of reach: it is named so.
+func redisConnectError(display, url string, err error) string {
+	var re goredis.Error
+	if errors.As(err, &re) && strings.Contains(re.Error(), "DB index is out of range") {
+		return fmt.Sprintf("Redis at %s: the DB index in the URL is out of range: the server has databases 0 to 15 unless its databases setting says otherwise", display)
+	}
+	return fmt.Sprintf("cannot connect to Redis at %s: %s", display, redisErrorText(url, err))
 }
 
 // redisErrorText is a connection error to the Redis at url. A TLS handshake with a server that does

@@ -111,6 +111,22 @@ func TestServeNotifyURLUnreachable(t *testing.T) {
 	run(t, "serve", "--database-url", "memory:", "--notify-url", "redis://127.0.0.1:6379/notanumber").fails(t, ExitUsage, "--notify-url")
 }
 
+// TestRedisDBIndexOutOfRange: a DB index the server does not have is named as such (exit 1), not as
+// a server out of reach, for --database-url and --notify-url alike.
+func TestRedisDBIndexOutOfRange(t *testing.T) {
+	t.Parallel()
+	const url = "redis://127.0.0.1:6379/100000"
+	for _, args := range [][]string{
+		{"jobs", "list", "--database-url", url},
+		{"serve", "--addr", "127.0.0.1:0", "--database-url", "memory:", "--notify-url", url},
+	} {
+		res := run(t, args...).fails(t, ExitError, "Redis at "+url+": the DB index in the URL is out of range")
+		if strings.Contains(res.stderr, "cannot") {
+			t.Errorf("%v: says the server is out of reach:\n%s", args, res)
+		}
+	}
+}
+
 // TestServeListenURLUnreachable: serve fails at start (exit 1) when --database-listen-url cannot be
 // reached, instead of running with a listener that never connects.
 func TestServeListenURLUnreachable(t *testing.T) {

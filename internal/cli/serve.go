@@ -153,7 +153,7 @@ func cmdServe(ctx context.Context, r *runner, args []string) error {
 		cancel()
 		if err != nil {
 			// The URL was checked above: this is the server, not the command line.
-			return errorf("serve: --notify-url: cannot connect to Redis at %s: %s", redactAny(*notifyURL), redisErrorText(*notifyURL, err))
+			return errorf("serve: --notify-url: %s", redisConnectError(redactAny(*notifyURL), *notifyURL, err))
 		}
 		defer n.Close()
 		clientCfg.Notifier = n
