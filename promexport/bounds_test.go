@@ -152,3 +152,33 @@ func TestRemoteDiscardNotLeaseExpiry(t *testing.T) {
 			s["pronto_job_lease_expired_discarded_total"+lbl], s["pronto_job_attempts_failed_total"+lbl])
 	}
 }
+
+// TestSchedulingQueueLabelBounded: the scheduling series (fed by every OJS fetch on pronto serve)
+// take the queue label through the same bound as the others, ratio included: the queues past
+// MaxLabelValues are counted as "other".
+func TestSchedulingQueueLabelBounded(t *testing.T) {
+	const max = 2
+	m := promexport.New(&promexport.Options{MaxLabelValues: max})
+	reg := prometheus.NewPedanticRegistry()
+	require.NoError(t, reg.Register(m))
+	srv := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	defer srv.Close()
+	for _, q := range []string{"qa", "qb", "qc", "qd", "qe", "qf"} {
+		m.ObserveDispatch(q, "", time.Second)
+		m.ObserveStarvation(q, "p")
+	}
+	got := scrape(t, srv.URL)
+	for _, series := range []string{"ojs_scheduling_dispatch_total", "ojs_scheduling_dispatch_ratio",
+		"ojs_scheduling_queue_wait_duration_seconds_count", "ojs_scheduling_starvation_events_total"} {
+		re := regexp.MustCompile(`^` + series + `\{.*queue="([^"]*)"`)
+		queues := map[string]bool{}
+		for s := range got {
+			if x := re.FindStringSubmatch(s); x != nil {
+				queues[x[1]] = true
+			}
+		}
+		require.Equal(t, map[string]bool{"qa": true, "qb": true, promexport.OtherLabel: true}, queues, series)
+	}
+	require.Equal(t, 4.0, got[`ojs_scheduling_dispatch_total{pool="",queue="other"}`])
+	require.InDelta(t, 4.0/6, got[`ojs_scheduling_dispatch_ratio{queue="other"}`], 1e-9)
+}

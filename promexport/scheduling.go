@@ -62,9 +62,11 @@ func newSchedMetrics(latency []float64) *schedMetrics {
 }
 
 // ObserveDispatch counts a job an OJS fetch took from queue through pool ("" for none), due for
-// wait. It implements server.SchedulingMetrics.
+// wait. It implements server.SchedulingMetrics. The queue label is bounded as every queue label is
+// (Options.MaxLabelValues), and so are the ratio's per-queue buckets.
 func (m *Metrics) ObserveDispatch(queue, pool string, wait time.Duration) {
 	sm := m.sched
+	queue = m.queueLabels.value(queue)
 	sm.dispatched.WithLabelValues(queue, pool).Inc()
 	sm.wait.WithLabelValues(queue).Observe(nonNegative(wait))
 	sec := time.Now().Unix()
@@ -84,7 +86,7 @@ func (m *Metrics) ObserveDispatch(queue, pool string, wait time.Duration) {
 
 // ObserveStarvation counts queue found starved in pool. It implements server.SchedulingMetrics.
 func (m *Metrics) ObserveStarvation(queue, pool string) {
-	m.sched.starved.WithLabelValues(queue).Inc()
+	m.sched.starved.WithLabelValues(m.queueLabels.value(queue)).Inc()
 }
 
 func (sm *schedMetrics) collectors() []prometheus.Collector {
