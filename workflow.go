@@ -3,6 +3,7 @@ package pronto
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -184,21 +185,36 @@ type WorkflowInsertResult struct {
 }
 
 // WorkflowInsert stores w and all its jobs in one transaction: the steps with nothing to wait for
-// become available at once, the others wait pending.
+// become available at once, the others wait pending. Its jobs, callbacks included, are inserted as
+// any others are: through Config.InsertMiddleware (counted, traced), within queue bounds and tenant
+// enqueue limits.
 func (c *Client) WorkflowInsert(ctx context.Context, w *Workflow) (*WorkflowInsertResult, error) {
 	params, err := c.buildWorkflow(w)
 	if err != nil {
 		return nil, err
 	}
-	// Queue bounds and tenant enqueue limits hold for a workflow's jobs as for any insert.
-	adm, err := c.beforeInsert(ctx, params.Jobs)
-	if err != nil {
+	var (
+		info     *WorkflowInfo
+		storeErr error
+	)
+	jobs, err := c.insert(ctx, params.Jobs, func(ctx context.Context, ps []*store.InsertParams) ([]*JobRow, error) {
+		// The steps are wired by id in params order: a middleware may change a job, not the set.
+		if len(ps) != len(params.Jobs) {
+			return nil, invalidf("the insert middleware gave %d of the workflow's %d jobs", len(ps), len(params.Jobs))
+		}
+		p := params
+		p.Jobs = ps
+		var rows []*JobRow
+		info, rows, storeErr = c.store.InsertWorkflow(ctx, p)
+		return rows, storeErr
+	})
+	switch {
+	case err == nil:
+	case storeErr != nil && errors.Is(err, storeErr):
+		// The store's refusal, named as a workflow's (an invalid graph, a taken id).
+		return nil, wrapOp(fmt.Sprintf("insert workflow %q", w.name), c.schemaCause(ctx, storeErr))
+	default:
 		return nil, fmt.Errorf("insert workflow %q: %w", w.name, err)
-	}
-	info, jobs, err := c.store.InsertWorkflow(ctx, params)
-	if err != nil {
-		c.refund(adm, params.Jobs)
-		return nil, wrapOp(fmt.Sprintf("insert workflow %q", w.name), c.schemaCause(ctx, err))
 	}
 	res := &WorkflowInsertResult{Workflow: info, Jobs: make(map[string]*JobRow, len(jobs))}
 	for i, s := range w.steps {
