@@ -126,14 +126,46 @@ func (c *Client) JobCancel(ctx context.Context, id string) (*JobRow, error) {
 	if err != nil {
 		return nil, wrapOp(fmt.Sprintf("cancel job %s", id), err)
 	}
-	// A running job's cancellation is reported by the client running it. When that is this one, its
-	// run stops now rather than when the notification comes back (a prefetched run then never starts).
-	if prev == nil || prev.State != store.StateActive {
-		c.events.emit(&Event{Kind: EventCancelled, Job: j, At: time.Now()})
-	} else {
+	// When this client runs it, its run stops now rather than when the notification comes back (a
+	// prefetched run then never starts).
+	if prev != nil && prev.State == store.StateActive {
 		c.cancelLocal(id, prev.ClaimToken)
 	}
+	if c.events.wants(EventCancelled) && (prev == nil || !(&cancelReporter{c: c}).reportedByRun(ctx, prev)) {
+		c.events.emit(&Event{Kind: EventCancelled, Job: j, At: time.Now()})
+	}
 	return j, nil
+}
+
+// cancelReporter tells who reports a cancelled job's EventCancelled. A pronto client's run reports
+// its own when it stops (this client's, or a live client's elsewhere, told through the store); the
+// client that cancelled reports every other job: a queued one, and one an OJS worker fetched (which
+// learns of it on its next heartbeat, and that reports nothing). So each cancel is counted once,
+// in one process.
+type cancelReporter struct {
+	c *Client
+	// clients are the ids of the store's live clients, read when first needed.
+	clients map[string]bool
+}
+
+// reportedByRun reports whether a run reports the cancel of prev, the job as it was when cancelled.
+func (r *cancelReporter) reportedByRun(ctx context.Context, prev *JobRow) bool {
+	if prev.State != store.StateActive || prev.WorkerID == "" {
+		return false
+	}
+	if prev.WorkerID == r.c.cfg.ID {
+		return true
+	}
+	if r.clients == nil {
+		r.clients = map[string]bool{}
+		// A registry that does not answer leaves the report here: an OJS worker is then the likelier
+		// holder than a client started elsewhere, and a count too many beats one lost.
+		list, _ := r.c.ClientList(ctx)
+		for _, ci := range list {
+			r.clients[ci.ID] = true
+		}
+	}
+	return r.clients[prev.WorkerID]
 }
 
 // JobRetry makes a discarded or cancelled job available again, its attempts reset and its error

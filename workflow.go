@@ -334,14 +334,29 @@ func (c *Client) WorkflowJobs(ctx context.Context, id string) ([]*JobRow, error)
 }
 
 // WorkflowCancel cancels every job of the workflow that has not finished (running ones are told to
-// stop) and marks it cancelled. Cancelling it again is harmless.
+// stop) and marks it cancelled. Cancelling it again is harmless. Each job it cancelled is reported
+// once, as JobCancel reports one: an EventCancelled from this client, or from the run of the pronto
+// client that was running it.
 func (c *Client) WorkflowCancel(ctx context.Context, id string) (*WorkflowInfo, error) {
 	if err := checkID(id); err != nil {
 		return nil, err
 	}
-	info, err := c.store.CancelWorkflow(ctx, id)
+	info, cancelled, err := c.store.CancelWorkflow(ctx, id)
 	if err != nil {
 		return nil, wrapOp(fmt.Sprintf("cancel workflow %s", id), err)
+	}
+	rep := cancelReporter{c: c}
+	now := time.Now()
+	for _, prev := range cancelled {
+		if prev.State == store.StateActive && prev.WorkerID == c.cfg.ID {
+			c.cancelLocal(prev.ID, prev.ClaimToken) // now, not when the notification comes back
+		}
+		if !c.events.wants(EventCancelled) || rep.reportedByRun(ctx, prev) {
+			continue
+		}
+		out := *prev
+		out.State, out.CompletedAt, out.WorkerID, out.LeaseExpiresAt = store.StateCancelled, now, "", time.Time{}
+		c.events.emit(&Event{Kind: EventCancelled, Job: &out, At: now})
 	}
 	return info, nil
 }

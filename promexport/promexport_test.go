@@ -20,6 +20,7 @@ import (
 	"github.com/pronto-jobs/pronto"
 	"github.com/pronto-jobs/pronto/internal/testdb"
 	"github.com/pronto-jobs/pronto/promexport"
+	"github.com/pronto-jobs/pronto/store"
 	"github.com/pronto-jobs/pronto/store/memory"
 	"github.com/pronto-jobs/pronto/store/postgres"
 )
@@ -328,4 +329,173 @@ func TestStalledGaugeForgetsJobsEndedElsewhere(t *testing.T) {
 	_, err = b.RemoteAck(ctx, pronto.RemoteAckParams{ID: job.ID, WorkerID: "ojs-1"})
 	require.NoError(t, err)
 	waitSeries(t, srv.URL, map[string]float64{`ojs_progress_stalled_jobs{queue="remote"}`: 0})
+}
+
+type wfArgs struct{}
+
+func (wfArgs) Kind() string { return "metrics.wf" }
+
+type markerArgs struct{}
+
+func (markerArgs) Kind() string { return "metrics.marker" }
+
+// instrumented returns a client on a memory store with m instrumenting it and attached, and the URL
+// of a registry serving m.
+func instrumented(t *testing.T, cfg *pronto.Config) (*pronto.Client, string) {
+	t.Helper()
+	return instrumentedOn(t, memory.New(), cfg)
+}
+
+// instrumentedOn is instrumented on st.
+func instrumentedOn(t *testing.T, st store.Store, cfg *pronto.Config) (*pronto.Client, string) {
+	t.Helper()
+	m := promexport.New(&promexport.Options{CacheTTL: time.Nanosecond})
+	m.Instrument(cfg)
+	client, err := pronto.NewClient(st, cfg)
+	require.NoError(t, err)
+	t.Cleanup(m.Attach(client))
+	reg := prometheus.NewPedanticRegistry()
+	require.NoError(t, reg.Register(m))
+	srv := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	t.Cleanup(srv.Close)
+	return client, srv.URL
+}
+
+// scrapeAfterMarker cancels a queued marker job (a queue and type of its own) and scrapes once the
+// exporter has counted that cancel: events reach it in order, so every event emitted before has
+// been counted by then (and a count too many would show).
+func scrapeAfterMarker(t *testing.T, c *pronto.Client, url string) map[string]float64 {
+	t.Helper()
+	ctx := context.Background()
+	j, err := c.Insert(ctx, markerArgs{}, &pronto.InsertOpts{Queue: "marker"})
+	require.NoError(t, err)
+	_, err = c.JobCancel(ctx, j.ID)
+	require.NoError(t, err)
+	waitSeries(t, url, map[string]float64{`ojs_job_cancelled_total{queue="marker",type="metrics.marker"}`: 1})
+	return scrape(t, url)
+}
+
+// TestWorkflowJobsCountedAsEnqueued: a workflow's jobs, its callbacks included, are inserted through
+// the insert middleware and counted in ojs_job_enqueued_total when the workflow is inserted.
+func TestWorkflowJobsCountedAsEnqueued(t *testing.T) {
+	ctx := context.Background()
+	workers := pronto.NewWorkers()
+	pronto.AddWorker(workers, pronto.WorkFunc(func(ctx context.Context, j *pronto.Job[wfArgs]) error { return nil }))
+	client, url := instrumented(t, &pronto.Config{Queues: map[string]pronto.QueueConfig{"wfq": {MaxWorkers: 2}}, Workers: workers})
+	require.NoError(t, client.Start(ctx))
+	defer client.Stop(ctx)
+
+	opts := &pronto.InsertOpts{Queue: "wfq"}
+	w := pronto.NewWorkflow("counted").Add("a", wfArgs{}, opts).Add("b", wfArgs{}, opts, "a").
+		OnComplete(pronto.WorkflowJob{Args: wfArgs{}, Opts: opts})
+	_, err := client.WorkflowInsert(ctx, w)
+	require.NoError(t, err)
+	waitSeries(t, url, map[string]float64{
+		`ojs_job_completed_total{queue="wfq",type="metrics.wf"}`: 3,
+		`ojs_job_enqueued_total{queue="wfq",type="metrics.wf"}`:  3,
+	})
+}
+
+// TestCancelOfRemoteHeldJobCounted: an operator cancels a job an OJS worker fetched through this
+// client. No pronto client runs it to report the cancel (the worker learns of it on its next
+// heartbeat, which reports nothing), so the cancelling client counts it, once.
+func TestCancelOfRemoteHeldJobCounted(t *testing.T) {
+	ctx := context.Background()
+	client, url := instrumented(t, &pronto.Config{})
+	j, err := client.Insert(ctx, okArgs{}, &pronto.InsertOpts{Queue: "remote"})
+	require.NoError(t, err)
+	fetched, err := client.RemoteFetch(ctx, pronto.RemoteFetchParams{Queues: []string{"remote"}, WorkerID: "ojs-w1"})
+	require.NoError(t, err)
+	require.Len(t, fetched, 1)
+	row, err := client.JobCancel(ctx, j.ID)
+	require.NoError(t, err)
+	require.Equal(t, pronto.StateCancelled, row.State)
+	lost, err := client.RemoteHeartbeat(ctx, "ojs-w1", []string{j.ID}, time.Minute)
+	require.NoError(t, err)
+	require.Equal(t, []string{j.ID}, lost)
+
+	got := scrapeAfterMarker(t, client, url)
+	require.Equal(t, 1.0, got[`pronto_job_claimed_total{queue="remote",type="metrics.ok"}`])
+	require.Equal(t, 1.0, got[`ojs_job_cancelled_total{queue="remote",type="metrics.ok"}`])
+}
+
+// TestWorkflowCancelCounted: WorkflowCancel (DELETE /ojs/v1/workflows/{id}) counts each job it
+// cancelled once: the queued ones and one an OJS worker holds by this client, the one this client
+// runs by that run's own report.
+func TestWorkflowCancelCounted(t *testing.T) {
+	ctx := context.Background()
+	started := make(chan struct{}, 1)
+	workers := pronto.NewWorkers()
+	pronto.AddWorker(workers, pronto.WorkFunc(func(ctx context.Context, j *pronto.Job[wfArgs]) error {
+		started <- struct{}{}
+		<-ctx.Done()
+		return ctx.Err()
+	}))
+	client, url := instrumented(t, &pronto.Config{Queues: map[string]pronto.QueueConfig{"wfrun": {MaxWorkers: 1}}, Workers: workers})
+	require.NoError(t, client.Start(ctx))
+	defer client.Stop(ctx)
+
+	// "run" runs on this client; "remote" is fetched by an OJS worker; "a" and "b" wait.
+	run, remote, waiting := &pronto.InsertOpts{Queue: "wfrun"}, &pronto.InsertOpts{Queue: "wfremote"}, &pronto.InsertOpts{Queue: "wfc"}
+	res, err := client.WorkflowInsert(ctx, pronto.NewWorkflow("cancelled").Add("run", wfArgs{}, run).
+		Add("remote", wfArgs{}, remote).Add("a", wfArgs{}, waiting).Add("b", wfArgs{}, waiting, "a"))
+	require.NoError(t, err)
+	select {
+	case <-started:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the step never started")
+	}
+	fetched, err := client.RemoteFetch(ctx, pronto.RemoteFetchParams{Queues: []string{"wfremote"}, WorkerID: "ojs-w1"})
+	require.NoError(t, err)
+	require.Len(t, fetched, 1)
+	require.Equal(t, res.Jobs["remote"].ID, fetched[0].ID)
+
+	_, err = client.WorkflowCancel(ctx, res.Workflow.ID)
+	require.NoError(t, err)
+	for _, name := range res.Order {
+		j, err := client.JobGet(ctx, res.Jobs[name].ID)
+		require.NoError(t, err)
+		require.Equal(t, pronto.StateCancelled, j.State, "step %s", name)
+	}
+	waitSeries(t, url, map[string]float64{`ojs_job_cancelled_total{queue="wfrun",type="metrics.wf"}`: 1})
+	got := scrapeAfterMarker(t, client, url)
+	require.Equal(t, 1.0, got[`ojs_job_cancelled_total{queue="wfrun",type="metrics.wf"}`], "the run reports its own, once")
+	require.Equal(t, 1.0, got[`ojs_job_cancelled_total{queue="wfremote",type="metrics.wf"}`])
+	require.Equal(t, 2.0, got[`ojs_job_cancelled_total{queue="wfc",type="metrics.wf"}`])
+}
+
+// TestCancelOfJobRunElsewhereCountedOnce: a job a pronto client runs is cancelled through another
+// client of the store (another process, say): the run reports its cancel, in its own process, and
+// the cancelling client does not count it too.
+func TestCancelOfJobRunElsewhereCountedOnce(t *testing.T) {
+	ctx := context.Background()
+	st := memory.New()
+	started := make(chan string, 1)
+	workers := pronto.NewWorkers()
+	pronto.AddWorker(workers, pronto.WorkFunc(func(ctx context.Context, j *pronto.Job[wfArgs]) error {
+		started <- j.ID
+		<-ctx.Done()
+		return ctx.Err()
+	}))
+	runner, runnerURL := instrumentedOn(t, st, &pronto.Config{Queues: map[string]pronto.QueueConfig{"elsewhere": {MaxWorkers: 1}}, Workers: workers})
+	require.NoError(t, runner.Start(ctx))
+	defer runner.Stop(ctx)
+	admin, adminURL := instrumentedOn(t, st, &pronto.Config{})
+
+	j, err := admin.Insert(ctx, wfArgs{}, &pronto.InsertOpts{Queue: "elsewhere"})
+	require.NoError(t, err)
+	select {
+	case <-started:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the job never started")
+	}
+	require.Eventually(t, func() bool { // the runner is in the store's registry of live clients
+		list, err := admin.ClientList(ctx)
+		return err == nil && len(list) == 1
+	}, 20*time.Second, 10*time.Millisecond)
+	_, err = admin.JobCancel(ctx, j.ID)
+	require.NoError(t, err)
+	waitSeries(t, runnerURL, map[string]float64{`ojs_job_cancelled_total{queue="elsewhere",type="metrics.wf"}`: 1})
+	got := scrapeAfterMarker(t, admin, adminURL)
+	require.Zero(t, got[`ojs_job_cancelled_total{queue="elsewhere",type="metrics.wf"}`], "counted by the run's process only")
 }

@@ -269,9 +269,12 @@ type Workflows interface {
 	// GetWorkflow returns one workflow, or ErrNotFound.
 	GetWorkflow(ctx context.Context, id string) (*Workflow, error)
 	// CancelWorkflow cancels every job of the workflow that is not terminal (members and callbacks;
-	// active ones are told through NotifyCancel), marks it cancelled, and returns it. Cancelling a
-	// workflow twice is not an error; ErrNotFound if there is none.
-	CancelWorkflow(ctx context.Context, id string) (*Workflow, error)
+	// active ones are told through NotifyCancel), marks it cancelled, and returns it with the jobs
+	// this call cancelled, in id order, each as it was just before: its state then, and for an
+	// active one the WorkerID and ClaimToken of the run it stopped (the caller reports the cancels
+	// no run reports). Cancelling a workflow twice is not an error (the second cancels nothing that
+	// stayed cancelled); ErrNotFound if there is none.
+	CancelWorkflow(ctx context.Context, id string) (*Workflow, []*Job, error)
 	// WorkflowLister: one page of workflows at a time (see clients.go).
 	WorkflowLister
 }

@@ -506,7 +506,7 @@ func featureOp(t *testing.T, s *Store, rng *rand.Rand, queues, kinds []string, p
 		require.NoError(t, err)
 	case op < 70:
 		if j, err := s.GetJob(ctx, pick()); err == nil && j.WorkflowID != "" {
-			_, err := s.CancelWorkflow(ctx, j.WorkflowID)
+			_, _, err := s.CancelWorkflow(ctx, j.WorkflowID)
 			require.NoError(t, err)
 		}
 	case op < 85:

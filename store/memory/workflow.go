@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/pronto-jobs/pronto/store"
@@ -207,24 +208,29 @@ func workflowNotFound(id string) error {
 }
 
 // CancelWorkflow cancels every job of the workflow that is not terminal, telling the runners of
-// active ones, and marks the workflow cancelled (the first call's time stays).
-func (s *Store) CancelWorkflow(ctx context.Context, id string) (*store.Workflow, error) {
+// active ones, and marks the workflow cancelled (the first call's time stays). It returns the jobs it
+// cancelled as they were before.
+func (s *Store) CancelWorkflow(ctx context.Context, id string) (*store.Workflow, []*store.Job, error) {
 	if err := ctx.Err(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	s.mu.Lock()
 	w := s.workflows[id]
 	if w == nil {
 		s.mu.Unlock()
-		return nil, workflowNotFound(id)
+		return nil, nil, workflowNotFound(id)
 	}
 	now := time.Now()
 	if w.cancelledAt.IsZero() {
 		w.cancelledAt = now
 	}
-	var cancels []store.Notification
+	var (
+		cancels   []store.Notification
+		cancelled []*store.Job
+	)
 	for _, j := range w.jobs {
 		if s.jobs[j.ID] == j && !j.State.Terminal() {
+			cancelled = append(cancelled, j.export())
 			s.cancel(j, now, &cancels)
 		}
 	}
@@ -234,7 +240,8 @@ func (s *Store) CancelWorkflow(ctx context.Context, id string) (*store.Workflow,
 	s.mu.Unlock()
 	s.publish(cancels)
 	s.publish(a.ns)
-	return out, nil
+	slices.SortFunc(cancelled, func(a, b *store.Job) int { return strings.Compare(a.ID, b.ID) })
+	return out, cancelled, nil
 }
 
 // outcome is what a pending workflow job's parents decide for it.

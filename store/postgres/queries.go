@@ -910,12 +910,13 @@ RETURNING created_at`
 	// sqlCancelWorkflow marks workflow $1 cancelled (keeping the time of a first cancellation) and
 	// cancels its jobs that are not terminal, locked in id order, telling the runners of the active
 	// ones and, as sqlCancelJob does, announcing the queues of the active ones with a rate key (a
-	// slot freed). It returns whether the workflow exists. Each cancelled job fires
-	// workflow_advance, which finds no pending child left.
+	// slot freed). It returns the jobs it cancelled as they were before (the snapshot the CTEs
+	// share), in id order. Each cancelled job fires workflow_advance, which finds no pending child
+	// left.
 	sqlCancelWorkflow = `WITH w AS (
 	UPDATE {schema}.workflows SET cancelled_at = coalesce(cancelled_at, now()) WHERE id = $1 RETURNING id
 ), locked AS (
-	SELECT j.id, j.state, j.claim_token, j.queue, j.rate_key FROM {schema}.jobs j
+	SELECT ` + jobColsJ + ` FROM {schema}.jobs j
 	WHERE j.workflow_id = $1 AND j.state NOT IN ('completed', 'cancelled', 'discarded')
 	ORDER BY j.id
 	FOR UPDATE
@@ -933,7 +934,8 @@ RETURNING created_at`
 	SELECT pg_notify({channel}, '{"k":"i","q":' || to_json(q.queue)::text || ',"d":0}')
 	FROM (SELECT DISTINCT queue FROM locked WHERE state = 'active' AND rate_key IS NOT NULL) q
 )
-SELECT count(*) FROM w WHERE (SELECT count(*) FROM cancelled) + (SELECT count(*) FROM notified) >= 0`
+SELECT ` + jobCols + ` FROM locked WHERE (SELECT count(*) FROM cancelled) + (SELECT count(*) FROM notified) >= 0
+ORDER BY id`
 )
 
 // cronCols is the column list of every cron statement, in the order scanCron reads.

@@ -90,15 +90,20 @@ func (s *Store) GetWorkflow(ctx context.Context, id string) (*store.Workflow, er
 
 // CancelWorkflow cancels every job of the workflow that is not terminal, members and callbacks
 // alike (active ones' runners are told), marks the workflow cancelled, and returns it as it is
-// then, all in one round trip and one transaction. A second call changes nothing and keeps the
-// first cancellation's time. A missing workflow gives an error matching store.ErrNotFound.
-func (s *Store) CancelWorkflow(ctx context.Context, id string) (*store.Workflow, error) {
+// then with the jobs it cancelled as they were before, all in one round trip and one transaction.
+// A second call changes nothing and keeps the first cancellation's time. A missing workflow gives
+// an error matching store.ErrNotFound.
+func (s *Store) CancelWorkflow(ctx context.Context, id string) (*store.Workflow, []*store.Job, error) {
 	var (
-		found int64
-		w     *store.Workflow
+		w         *store.Workflow
+		cancelled []*store.Job
 	)
 	b := &pgx.Batch{}
-	b.Queue(s.q.cancelWorkflow, id).QueryRow(func(row pgx.Row) error { return row.Scan(&found) })
+	b.Queue(s.q.cancelWorkflow, id).Query(func(rows pgx.Rows) error {
+		var err error
+		cancelled, err = scanJobs(rows)
+		return err
+	})
 	b.Queue(s.q.getWorkflow, id).QueryRow(func(row pgx.Row) error {
 		var err error
 		w, err = scanWorkflow(row)
@@ -108,12 +113,12 @@ func (s *Store) CancelWorkflow(ctx context.Context, id string) (*store.Workflow,
 		return err
 	})
 	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
-		return nil, fmt.Errorf("cancel workflow %s: %w", id, err)
+		return nil, nil, fmt.Errorf("cancel workflow %s: %w", id, err)
 	}
-	if found == 0 || w == nil {
-		return nil, fmt.Errorf("cancel workflow %s: %w", id, store.ErrNotFound)
+	if w == nil {
+		return nil, nil, fmt.Errorf("cancel workflow %s: %w", id, store.ErrNotFound)
 	}
-	return w, nil
+	return w, cancelled, nil
 }
 
 // scanWorkflow reads one row of workflowCols and derives the workflow's state.

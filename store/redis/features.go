@@ -609,15 +609,15 @@ func decodeWorkflow(id string, m map[string]string) *store.Workflow {
 }
 
 // CancelWorkflow cancels every job of the workflow that is not terminal (telling the runners of
-// active ones), marks it cancelled and returns it.
-func (s *Store) CancelWorkflow(ctx context.Context, id string) (*store.Workflow, error) {
+// active ones), marks it cancelled and returns it with the jobs it cancelled as they were before.
+func (s *Store) CancelWorkflow(ctx context.Context, id string) (*store.Workflow, []*store.Job, error) {
 	bases, queues, err := s.workflowBases(ctx, []string{id})
 	if err != nil {
-		return nil, fmt.Errorf("redis: cancel workflow %s: %w", id, err)
+		return nil, nil, fmt.Errorf("redis: cancel workflow %s: %w", id, err)
 	}
 	if queues[0] == "" && s.cluster() {
 		// The global layout exists on a single node only (and its script would cross slots here).
-		return nil, workflowNotFound(id)
+		return nil, nil, workflowNotFound(id)
 	}
 	// A split workflow (relay.go) is cancelled part by part.
 	parts, keys := []string{queues[0]}, []string{bases[0]}
@@ -635,23 +635,41 @@ func (s *Store) CancelWorkflow(ctx context.Context, id string) (*store.Workflow,
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("redis: cancel workflow %s: %w", id, err)
+		return nil, nil, fmt.Errorf("redis: cancel workflow %s: %w", id, err)
 	}
-	var told []any
+	var (
+		told      []any
+		cancelled []*store.Job
+	)
 	found := false
 	for _, c := range cmds {
 		res, err := c.Result()
 		if err != nil {
-			return nil, fmt.Errorf("redis: cancel workflow %s: %w", id, err)
+			return nil, nil, fmt.Errorf("redis: cancel workflow %s: %w", id, err)
 		}
-		if res != "nf" {
-			found = true
-			t, _ := res.([]any)
-			told = append(told, t...)
+		if res == "nf" {
+			continue
+		}
+		found = true
+		r, _ := res.([]any)
+		if len(r) != 2 {
+			return nil, nil, fmt.Errorf("redis: cancel workflow %s: unexpected reply %T", id, res)
+		}
+		t, _ := r[0].([]any)
+		told = append(told, t...)
+		was, _ := r[1].([]any)
+		for _, h := range was {
+			j, err := decodeFlat(h)
+			if err != nil {
+				return nil, nil, fmt.Errorf("redis: cancel workflow %s: %w", id, err)
+			}
+			cancelled = append(cancelled, j)
 		}
 	}
+	// A split workflow's parts answer apart: the contract's order is the ids'.
+	slices.SortFunc(cancelled, func(a, b *store.Job) int { return strings.Compare(a.ID, b.ID) })
 	if !found {
-		return nil, workflowNotFound(id)
+		return nil, nil, workflowNotFound(id)
 	}
 	if len(parts) > 1 {
 		// The outcomes the cancellations wrote for the other parts change nothing there (their jobs
@@ -675,7 +693,11 @@ func (s *Store) CancelWorkflow(ctx context.Context, id string) (*store.Workflow,
 		}
 	}
 	if err := s.publish(ctx, ns); err != nil {
-		return nil, fmt.Errorf("redis: cancel workflow %s: cancelled, but runners were not told: %w", id, err)
+		return nil, nil, fmt.Errorf("redis: cancel workflow %s: cancelled, but runners were not told: %w", id, err)
 	}
-	return s.GetWorkflow(ctx, id)
+	w, err := s.GetWorkflow(ctx, id)
+	if err != nil {
+		return nil, nil, err
+	}
+	return w, cancelled, nil
 }

@@ -118,7 +118,7 @@ func TestClusterSplitWorkflows(t *testing.T) {
 	o := storetest.WorkflowJob(wf3, qs[0], m, n)
 	wfInsert(t, s, wf3, m, n, o)
 	wfRun(t, s, m, time.Minute)
-	w, err = s.CancelWorkflow(ctx, wf3)
+	w, _, err = s.CancelWorkflow(ctx, wf3)
 	require.NoError(t, err)
 	require.Equal(t, store.WorkflowCancelled, w.State)
 	require.Equal(t, 3, w.Counts[store.StateCancelled])

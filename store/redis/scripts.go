@@ -1747,8 +1747,9 @@ return 0
 // scriptCancelWorkflow cancels every job of workflow ARGV[1] that is not terminal and marks it
 // cancelled (the first call's time stays). ARGV[2] is the workflow's queue when its keys are tagged
 // by it (KEYS[1] is then that queue's prefix, and the script touches that slot alone), "" for the
-// global layout (KEYS[1] the store's prefix; single node). Returns "nf", or {queue, id, token, ...}
-// of the jobs that were active, whose runners are to be told (token: the run's claim token).
+// global layout (KEYS[1] the store's prefix; single node). Returns "nf", or {told, jobs}: told is
+// {queue, id, token, ...} of the jobs that were active, whose runners are to be told (token: the
+// run's claim token), and jobs the hashes (HGETALL) of the jobs it cancelled, as they were before.
 var scriptCancelWorkflow = newFunc("CancelWorkflow", `
 local loc = ARGV[2] ~= ''
 local W = G
@@ -1757,7 +1758,7 @@ local w = W .. 'wf:' .. ARGV[1]
 if redis.call('EXISTS', w) == 0 then return 'nf' end
 local t = now()
 if num(redis.call('HGET', w, 'cancelled')) == 0 then redis.call('HSET', w, 'cancelled', s(t)) end
-local told = {}
+local told, was = {}, {}
 for _, id in ipairs(redis.call('ZRANGE', W .. 'wfj:' .. ARGV[1], 0, -1)) do
   local q = ARGV[2]
   if not loc then q = redis.call('HGET', G .. 'ids', id) end
@@ -1765,6 +1766,7 @@ for _, id in ipairs(redis.call('ZRANGE', W .. 'wfj:' .. ARGV[1], 0, -1)) do
     inq(q, function()
       local st = redis.call('HGET', jk(id), 'state')
       if st and not terminal(st) then
+        was[#was + 1] = redis.call('HGETALL', jk(id))
         if st == 'active' then
           told[#told + 1] = q; told[#told + 1] = id
           told[#told + 1] = redis.call('HGET', jk(id), 'token') or ''
@@ -1779,7 +1781,7 @@ for _, id in ipairs(redis.call('ZRANGE', W .. 'wfj:' .. ARGV[1], 0, -1)) do
 end
 -- Every pending member was cancelled above, so settle releases nothing (it cancels no further).
 settle(t)
-return told
+return {told, was}
 `)
 
 // Cron schedules share the hash tag {cron}, so the scripts below touch one slot: KEYS[1] is the

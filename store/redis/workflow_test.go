@@ -281,7 +281,7 @@ func TestClusterWorkflows(t *testing.T) {
 			m2 := storetest.WorkflowJob(wf, q, m1)
 			wfInsert(t, s, wf, m1, m2)
 			running := wfRun(t, s, m1, time.Minute)
-			w, err = s.CancelWorkflow(ctx, wf)
+			w, _, err = s.CancelWorkflow(ctx, wf)
 			require.NoError(t, err)
 			require.Equal(t, store.WorkflowCancelled, w.State)
 			wfState(t, s, store.StateCancelled, m1, m2)
@@ -323,7 +323,7 @@ func TestClusterWorkflows(t *testing.T) {
 	// A writer dying between a workflow's two calls leaves nothing Cleanup does not undo.
 	checkRegistrationSweep(t, s, queues[1])
 
-	_, err := s.CancelWorkflow(ctx, uuidv7.New())
+	_, _, err := s.CancelWorkflow(ctx, uuidv7.New())
 	require.ErrorIs(t, err, store.ErrNotFound)
 	// A rate limit a workflow's job brings is stored in its key's slot and holds its jobs.
 	wf := uuidv7.New()
@@ -452,7 +452,7 @@ func TestWorkflowOldLayout(t *testing.T) {
 	m := storetest.WorkflowJob(wf3, q)
 	n := storetest.WorkflowJob(wf3, q2, m)
 	insertOldLayout(t, s, wf3, m, n)
-	w, err = s.CancelWorkflow(ctx, wf3)
+	w, _, err = s.CancelWorkflow(ctx, wf3)
 	require.NoError(t, err)
 	require.Equal(t, store.WorkflowCancelled, w.State)
 	wfState(t, s, store.StateCancelled, m, n)

@@ -614,8 +614,10 @@ const workflowCountsSQL = `SELECT state, count(*), max(completed_at) FROM pronto
 const markWorkflowCancelledSQL = `UPDATE pronto_workflows SET cancelled_at = COALESCE(cancelled_at, ?2)
 	WHERE id = ?1 RETURNING id`
 
-// workflowActiveSQL lists workflow ?1's active jobs (their runners must be told of the cancellation).
-const workflowActiveSQL = `SELECT id, queue, coalesce(claim_token, '') FROM pronto_jobs WHERE workflow_id = ?1 AND state = 'active'`
+// workflowUnfinishedSQL lists workflow ?1's jobs that are not terminal, in id order: the jobs a
+// cancel of the workflow cancels, as they are before it.
+const workflowUnfinishedSQL = `SELECT ` + jobColumns + ` FROM pronto_jobs
+	WHERE workflow_id = ?1 AND state NOT IN ('completed', 'cancelled', 'discarded') ORDER BY id`
 
 // cancelWorkflowJobsSQL cancels every job of workflow ?1 that is not terminal. ?2 now.
 const cancelWorkflowJobsSQL = `UPDATE pronto_jobs SET state = 'cancelled', completed_at = ?2,

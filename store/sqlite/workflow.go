@@ -122,70 +122,70 @@ func (s *Store) GetWorkflow(ctx context.Context, id string) (*store.Workflow, er
 
 // CancelWorkflow cancels, in one write transaction, every job of the workflow that is not terminal
 // (members and callbacks) and marks the workflow cancelled, then tells the runners of the jobs that
-// were active (NotifyCancel). Cancelling twice is not an error. Every job of the workflow is terminal
-// afterwards, and a job's children are in its own workflow, so no pending child is left to decide.
-func (s *Store) CancelWorkflow(ctx context.Context, id string) (*store.Workflow, error) {
+// were active (NotifyCancel). It returns the workflow and the jobs it cancelled as they were before.
+// Cancelling twice is not an error. Every job of the workflow is terminal afterwards, and a job's
+// children are in its own workflow, so no pending child is left to decide.
+func (s *Store) CancelWorkflow(ctx context.Context, id string) (*store.Workflow, []*store.Job, error) {
 	nowUS, _ := s.nowMicro()
-	r, err := s.begin(ctx, markWorkflowCancelledSQL, workflowActiveSQL, cancelWorkflowJobsSQL, getWorkflowSQL,
+	r, err := s.begin(ctx, markWorkflowCancelledSQL, workflowUnfinishedSQL, cancelWorkflowJobsSQL, getWorkflowSQL,
 		workflowCountsSQL)
 	if err != nil {
-		return nil, fmt.Errorf("cancel workflow %s: %w", id, err)
+		return nil, nil, fmt.Errorf("cancel workflow %s: %w", id, err)
 	}
 	defer r.tx.Rollback() //nolint:errcheck // after Commit it is a no-op
 	marked, err := r.QueryContext(ctx, markWorkflowCancelledSQL, id, nowUS)
 	if err != nil {
-		return nil, fmt.Errorf("cancel workflow %s: %w", id, err)
+		return nil, nil, fmt.Errorf("cancel workflow %s: %w", id, err)
 	}
 	found := marked.Next()
 	if err := closeRows(marked); err != nil {
-		return nil, fmt.Errorf("cancel workflow %s: %w", id, err)
+		return nil, nil, fmt.Errorf("cancel workflow %s: %w", id, err)
 	}
 	if !found {
-		return nil, fmt.Errorf("cancel workflow %s: %w", id, store.ErrNotFound)
+		return nil, nil, fmt.Errorf("cancel workflow %s: %w", id, store.ErrNotFound)
 	}
 	var out outbox
-	active, err := r.QueryContext(ctx, workflowActiveSQL, id)
+	unfinished, err := r.QueryContext(ctx, workflowUnfinishedSQL, id)
 	if err != nil {
-		return nil, fmt.Errorf("cancel workflow %s: %w", id, err)
+		return nil, nil, fmt.Errorf("cancel workflow %s: %w", id, err)
 	}
-	for active.Next() {
-		var jobID, queue, token string
-		if err := active.Scan(&jobID, &queue, &token); err != nil {
-			active.Close()
-			return nil, fmt.Errorf("cancel workflow %s: %w", id, err)
+	// The write transaction holds the database: these are exactly the jobs the update cancels.
+	cancelled, err := scanJobs(unfinished, 0)
+	if err != nil {
+		return nil, nil, fmt.Errorf("cancel workflow %s: %w", id, err)
+	}
+	for _, j := range cancelled {
+		if j.State == store.StateActive {
+			out.cancel(j.Queue, j.ID, j.ClaimToken)
 		}
-		out.cancel(queue, jobID, token)
-	}
-	if err := closeRows(active); err != nil {
-		return nil, fmt.Errorf("cancel workflow %s: %w", id, err)
 	}
 	rows, err := r.QueryContext(ctx, cancelWorkflowJobsSQL, id, nowUS)
 	if err != nil {
-		return nil, fmt.Errorf("cancel workflow %s: %w", id, err)
+		return nil, nil, fmt.Errorf("cancel workflow %s: %w", id, err)
 	}
 	for rows.Next() {
 		var jobID, queue string
 		var rateKey sql.NullString
 		if err := rows.Scan(&jobID, &queue, &rateKey); err != nil {
 			rows.Close()
-			return nil, fmt.Errorf("cancel workflow %s: %w", id, err)
+			return nil, nil, fmt.Errorf("cancel workflow %s: %w", id, err)
 		}
 		if rateKey.Valid { // a limited slot may have been freed
 			out.wake(queue, time.Time{})
 		}
 	}
 	if err := closeRows(rows); err != nil {
-		return nil, fmt.Errorf("cancel workflow %s: %w", id, err)
+		return nil, nil, fmt.Errorf("cancel workflow %s: %w", id, err)
 	}
 	w, err := loadWorkflow(ctx, r, id)
 	if err != nil {
-		return nil, fmt.Errorf("cancel workflow %s: %w", id, err)
+		return nil, nil, fmt.Errorf("cancel workflow %s: %w", id, err)
 	}
 	if err := r.tx.Commit(); err != nil {
-		return nil, fmt.Errorf("cancel workflow %s: commit: %w", id, err)
+		return nil, nil, fmt.Errorf("cancel workflow %s: commit: %w", id, err)
 	}
 	s.publishOutbox(&out)
-	return w, nil
+	return w, cancelled, nil
 }
 
 // zeroCounts returns workflow counts with every state at zero.

@@ -3,6 +3,7 @@ package storetest
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -229,9 +230,11 @@ func testWorkflowAcrossQueues(t *testing.T, s store.Store) {
 	n := member(wf3, q3, m)
 	insertWorkflow(t, s, wf3, m, n)
 	run(t, s, m)
-	w, err := workflows(t, s).CancelWorkflow(ctx(t), wf3)
+	w, cancelled, err := workflows(t, s).CancelWorkflow(ctx(t), wf3)
 	require.NoError(t, err)
 	require.Equal(t, store.WorkflowCancelled, w.State)
+	require.Equal(t, []string{m.ID, n.ID}, ids(cancelled), "the cancelled jobs of every queue")
+	require.Equal(t, []store.State{store.StateActive, store.StatePending}, []store.State{cancelled[0].State, cancelled[1].State})
 	requireState(t, s, store.StateCancelled, m, n)
 }
 
@@ -437,9 +440,24 @@ func testWorkflowCancel(t *testing.T, s store.Store) {
 	aj := run(t, s, a)
 	listener := listen(t, s)
 
-	w, err := workflows(t, s).CancelWorkflow(ctx(t), wf)
+	w, cancelled, err := workflows(t, s).CancelWorkflow(ctx(t), wf)
 	require.NoError(t, err)
 	requireNow(t, w.CancelledAt, "cancelled_at")
+	// The jobs it cancelled, in id order, as they were: the caller reports the cancels no run reports.
+	want := []string{a.ID, b.ID, c.ID, cb.ID}
+	slices.Sort(want)
+	require.Equal(t, want, ids(cancelled))
+	for _, j := range cancelled {
+		require.Equal(t, q, j.Queue)
+		require.Equal(t, wf, j.WorkflowID)
+		if j.ID == a.ID {
+			require.Equal(t, store.StateActive, j.State, "the active job as it was")
+			require.Equal(t, worker, j.WorkerID, "the worker whose run it stopped")
+			require.Equal(t, aj.ClaimToken, j.ClaimToken, "the run it stopped")
+		} else {
+			require.Equal(t, store.StatePending, j.State, "job %s as it was", j.ID)
+		}
+	}
 	requireWorkflow(t, w, store.WorkflowCancelled, 3, map[store.State]int{store.StateCancelled: 3})
 	requireState(t, s, store.StateCancelled, a, b, c, cb)
 	requireState(t, s, store.StateAvailable, other)
@@ -456,15 +474,16 @@ func testWorkflowCancel(t *testing.T, s store.Store) {
 		"the cancelled job's completion is not applied")
 	require.Equal(t, []string{other.ID}, ids(claim(t, s, q, 10)), "nothing of the cancelled workflow runs")
 
-	again, err := workflows(t, s).CancelWorkflow(ctx(t), wf)
+	again, none, err := workflows(t, s).CancelWorkflow(ctx(t), wf)
 	require.NoError(t, err, "cancelling twice is not an error")
+	require.Empty(t, none, "a second cancel cancels nothing")
 	requireWorkflow(t, again, store.WorkflowCancelled, 3, map[store.State]int{store.StateCancelled: 3})
 	requireTimeEqual(t, w.CancelledAt, again.CancelledAt, "a second cancel keeps the first's time")
 	got := getWorkflow(t, s, wf)
 	requireWorkflow(t, got, store.WorkflowCancelled, 3, map[store.State]int{store.StateCancelled: 3})
 	requireTimeEqual(t, w.CancelledAt, got.CancelledAt)
 
-	_, err = workflows(t, s).CancelWorkflow(ctx(t), uuidv7.New())
+	_, _, err = workflows(t, s).CancelWorkflow(ctx(t), uuidv7.New())
 	require.ErrorIs(t, err, store.ErrNotFound)
 }
 
@@ -725,7 +744,7 @@ func testWorkflowManualOps(t *testing.T, s store.Store) {
 	_, err = s.DeleteJob(ctx(t), m.ID)
 	requireTransitionError(t, err, m.ID, store.StateAvailable)
 	requireState(t, s, store.StatePending, n)
-	_, err = workflows(t, s).CancelWorkflow(ctx(t), wf3)
+	_, _, err = workflows(t, s).CancelWorkflow(ctx(t), wf3)
 	require.NoError(t, err)
 	requireState(t, s, store.StateCancelled, m, n)
 	_, err = s.DeleteJob(ctx(t), m.ID)
