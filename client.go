@@ -935,17 +935,12 @@ func (c *Client) run(t jobTask) {
 	c.recordOutcome(t.run, err, result, cause, timedOut, dur, progressed, progressData)
 }
 
-// runWorker runs the job's worker through the work middleware, turning panics into errors.
+// runWorker runs the job's worker through the work middleware, turning panics into errors. A
+// worker's panic becomes its *PanicError inside the middleware, so that they see the failure it is
+// (a tracing span's status, a log line) rather than unwind past their outcome; a middleware's own
+// panic is recovered here too.
 func (c *Client) runWorker(ctx context.Context, row *JobRow) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			stack := string(debug.Stack())
-			err = &PanicError{Value: r, Stack: stack}
-			if c.cfg.OnPanic != nil {
-				c.safeCallback(func() { c.cfg.OnPanic(ctx, row, r, stack) })
-			}
-		}
-	}()
+	defer c.recoverPanic(ctx, row, &err)
 	entry := c.cfg.Workers.byKind[row.Kind]
 	if entry == nil {
 		// Only kinds with workers are claimed, so this needs a registry changed under our feet.
@@ -954,12 +949,28 @@ func (c *Client) runWorker(ctx context.Context, row *JobRow) (err error) {
 	if len(c.work) == 0 {
 		return entry.run(ctx, row)
 	}
-	next := func(ctx context.Context) error { return entry.run(ctx, row) }
+	next := func(ctx context.Context) (err error) {
+		defer c.recoverPanic(ctx, row, &err)
+		return entry.run(ctx, row)
+	}
 	for i := len(c.work) - 1; i >= 0; i-- {
 		mw, inner := c.work[i], next
 		next = func(ctx context.Context) error { return mw(ctx, row, inner) }
 	}
 	return next(ctx)
+}
+
+// recoverPanic, deferred, turns a panic into the *PanicError *err and tells Config.OnPanic.
+func (c *Client) recoverPanic(ctx context.Context, row *JobRow, err *error) {
+	r := recover()
+	if r == nil {
+		return
+	}
+	stack := string(debug.Stack())
+	*err = &PanicError{Value: r, Stack: stack}
+	if c.cfg.OnPanic != nil {
+		c.safeCallback(func() { c.cfg.OnPanic(ctx, row, r, stack) })
+	}
 }
 
 func (c *Client) safeCallback(f func()) {

@@ -34,8 +34,11 @@ import (
 // ScopeName is the instrumentation scope of the tracer this package uses.
 const ScopeName = "github.com/pronto-jobs/pronto/otelpronto"
 
-// Attribute keys, named as ojs-observability.md section 7 names them. AttrOutcome is pronto's: what
-// the attempt asked for (the state the job moves to can still depend on the retry policy).
+// Attribute keys, named as ojs-observability.md section 7 names them. AttrOutcome is pronto's: the
+// attempt's outcome as the client's events tell it (completed, failed, snoozed, cancelled,
+// discarded; interrupted when a shutdown gave the job back, lost when the client lost its lease),
+// with the state it leads to in AttrJobState when that is certain (a failure's depends on the
+// retry policy).
 const (
 	AttrMessagingSystem      = attribute.Key("messaging.system")
 	AttrMessagingOperation   = attribute.Key("messaging.operation.type")
@@ -205,7 +208,10 @@ func (t *Tracing) WorkMiddleware() pronto.WorkMiddleware {
 		spanCtx, span := t.tracer.Start(parent, job.Queue+" process", opts...)
 		defer span.End()
 		err := next(spanCtx)
-		outcome, state := outcomeOf(err)
+		// The run's cause decides before the error, as it does for the client's events: a job
+		// cancelled while running is cancelled whatever its worker returned (ctx.Err(), mostly).
+		cause := context.Cause(ctx)
+		outcome, state := outcomeOf(err, cause)
 		span.SetAttributes(AttrOutcome.String(outcome))
 		if state != "" {
 			span.SetAttributes(AttrJobState.String(state))
@@ -213,8 +219,14 @@ func (t *Tracing) WorkMiddleware() pronto.WorkMiddleware {
 		switch outcome {
 		case "completed", "snoozed":
 			span.SetStatus(codes.Ok, "")
+		case "interrupted":
+			// Given back by a shutdown, the attempt refunded: not the job's failure.
 		default:
-			span.SetAttributes(AttrErrorType.String(fmt.Sprintf("%T", innermost(err))), AttrErrorMessage.String(err.Error()),
+			reason := err
+			if reason == nil {
+				reason = cause // cancelled or lost after its worker returned nil
+			}
+			span.SetAttributes(AttrErrorType.String(fmt.Sprintf("%T", innermost(reason))), AttrErrorMessage.String(reason.Error()),
 				AttrErrorAttempt.Int(job.Attempt))
 			span.SetStatus(codes.Error, outcome)
 		}
@@ -222,14 +234,21 @@ func (t *Tracing) WorkMiddleware() pronto.WorkMiddleware {
 	}
 }
 
-// outcomeOf names what an attempt's error asks for, and the state it leads to when that is certain.
-func outcomeOf(err error) (outcome, state string) {
+// outcomeOf names what an attempt's outcome is, from its run context's cause and its error as the
+// client decides it, and the state it leads to when that is certain.
+func outcomeOf(err, cause error) (outcome, state string) {
 	var snooze *pronto.SnoozeError
 	var cancel *pronto.CancelError
 	var discard *pronto.DiscardError
 	switch {
+	case errors.Is(cause, pronto.ErrJobCancelled):
+		return "cancelled", string(pronto.StateCancelled) // an operator's cancel
+	case errors.Is(cause, pronto.ErrJobLost):
+		return "lost", "" // no outcome recorded here: the rescuer decides
 	case err == nil:
 		return "completed", string(pronto.StateCompleted)
+	case errors.Is(cause, pronto.ErrShutdown):
+		return "interrupted", string(pronto.StateAvailable)
 	case errors.As(err, &snooze):
 		return "snoozed", string(pronto.StateScheduled)
 	case errors.As(err, &cancel):

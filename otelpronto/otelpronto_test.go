@@ -248,3 +248,141 @@ func TestScheduledAtAndLogAttrs(t *testing.T) {
 	require.Equal(t, proc.SpanContext().TraceID().String(), line["trace_id"])
 	require.Equal(t, proc.SpanContext().SpanID().String(), line["span_id"])
 }
+
+type wfStep struct{}
+
+func (wfStep) Kind() string { return "trace.wf" }
+
+type panicky struct{}
+
+func (panicky) Kind() string { return "trace.panic" }
+
+type blocking struct{}
+
+func (blocking) Kind() string { return "trace.block" }
+
+// startTraced starts a client of queue q (one worker) with workers, traced into a new recorder.
+func startTraced(t *testing.T, q string, workers *pronto.Workers, maxAttempts int) (*pronto.Client, *tracetest.SpanRecorder, *sdktrace.TracerProvider) {
+	t.Helper()
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	cfg := &pronto.Config{Queues: map[string]pronto.QueueConfig{q: {MaxWorkers: 1}}, Workers: workers,
+		RetryPolicy: pronto.RetryPolicy{MaxAttempts: maxAttempts}}
+	otelpronto.New(&otelpronto.Options{TracerProvider: tp}).Instrument(cfg)
+	client, err := pronto.NewClient(memory.New(), cfg)
+	require.NoError(t, err)
+	require.NoError(t, client.Start(context.Background()))
+	t.Cleanup(func() { _ = client.Stop(context.Background()) })
+	return client, rec, tp
+}
+
+// TestWorkflowJobsTraced: a workflow's jobs, its callback included, are inserted through the insert
+// middleware like any job: one enqueue span each under the inserting span, and each process span in
+// the inserting trace.
+func TestWorkflowJobsTraced(t *testing.T) {
+	ctx := context.Background()
+	workers := pronto.NewWorkers()
+	pronto.AddWorker(workers, pronto.WorkFunc(func(ctx context.Context, j *pronto.Job[wfStep]) error { return nil }))
+	client, rec, tp := startTraced(t, "wftrace", workers, 1)
+
+	appCtx, appSpan := tp.Tracer("app").Start(ctx, "app request")
+	opts := &pronto.InsertOpts{Queue: "wftrace"}
+	w := pronto.NewWorkflow("traced").Add("a", wfStep{}, opts).Add("b", wfStep{}, opts, "a").
+		OnComplete(pronto.WorkflowJob{Args: wfStep{}, Opts: opts})
+	_, err := client.WorkflowInsert(appCtx, w)
+	appSpan.End()
+	require.NoError(t, err)
+
+	enqueue := waitSpans(t, rec, "wftrace enqueue", 3)
+	require.Len(t, enqueue, 3)
+	for _, s := range enqueue {
+		require.Equal(t, appSpan.SpanContext().SpanID(), s.Parent().SpanID(), "an enqueue span under the inserting span")
+	}
+	for _, s := range waitSpans(t, rec, "wftrace process", 3) {
+		require.Equal(t, appSpan.SpanContext().TraceID(), s.SpanContext().TraceID(), "job %s runs in the inserting trace",
+			attrs(s)[otelpronto.AttrJobID].AsString())
+	}
+}
+
+// TestPanicSpanIsError: a worker's panic reaches the work middleware as the attempt's *PanicError, so
+// its process span records the failure (status Error, outcome, error.type) like any other.
+func TestPanicSpanIsError(t *testing.T) {
+	ctx := context.Background()
+	workers := pronto.NewWorkers()
+	pronto.AddWorker(workers, pronto.WorkFunc(func(ctx context.Context, j *pronto.Job[panicky]) error { panic("boom") }))
+	client, rec, _ := startTraced(t, "tracepanic", workers, 1)
+	j, err := client.Insert(ctx, panicky{}, &pronto.InsertOpts{Queue: "tracepanic"})
+	require.NoError(t, err)
+
+	span := waitSpans(t, rec, "tracepanic process", 1)[0]
+	a := attrs(span)
+	require.Equal(t, codes.Error, span.Status().Code)
+	require.Equal(t, "failed", a[otelpronto.AttrOutcome].AsString())
+	require.Equal(t, "*pronto.PanicError", a[otelpronto.AttrErrorType].AsString())
+	require.Equal(t, "panic: boom", a[otelpronto.AttrErrorMessage].AsString())
+	// The client still recovers it: the job is discarded with a panic in its history.
+	require.Eventually(t, func() bool {
+		row, err := client.JobGet(ctx, j.ID)
+		return err == nil && row.State == pronto.StateDiscarded && len(row.Errors) == 1 && row.Errors[0].Type == "panic"
+	}, 20*time.Second, 10*time.Millisecond)
+}
+
+// TestStoppedRunSpanOutcome: a run stopped by an operator's cancel or by a shutdown, whose worker
+// returns ctx.Err(), is traced with the job's real outcome, as the client's events tell it: cancelled
+// (status Error), or interrupted (given back to available, status Unset), never failed.
+func TestStoppedRunSpanOutcome(t *testing.T) {
+	ctx := context.Background()
+	started := make(chan string, 1)
+	workers := pronto.NewWorkers()
+	pronto.AddWorker(workers, pronto.WorkFunc(func(ctx context.Context, j *pronto.Job[blocking]) error {
+		started <- j.ID
+		<-ctx.Done()
+		return ctx.Err()
+	}))
+	client, rec, _ := startTraced(t, "tracestop", workers, 3)
+	events, unsub := client.Subscribe(pronto.EventCancelled)
+	defer unsub()
+	waitStarted := func() string {
+		select {
+		case id := <-started:
+			return id
+		case <-time.After(20 * time.Second):
+			t.Fatal("the job never started")
+			return ""
+		}
+	}
+
+	j, err := client.Insert(ctx, blocking{}, &pronto.InsertOpts{Queue: "tracestop"})
+	require.NoError(t, err)
+	waitStarted()
+	_, err = client.JobCancel(ctx, j.ID)
+	require.NoError(t, err)
+	select {
+	case e := <-events:
+		require.Equal(t, j.ID, e.Job.ID)
+	case <-time.After(20 * time.Second):
+		t.Fatal("no cancelled event")
+	}
+	span := waitSpans(t, rec, "tracestop process", 1)[0]
+	a := attrs(span)
+	require.Equal(t, "cancelled", a[otelpronto.AttrOutcome].AsString())
+	require.Equal(t, string(pronto.StateCancelled), a[otelpronto.AttrJobState].AsString())
+	require.Equal(t, codes.Error, span.Status().Code)
+
+	j, err = client.Insert(ctx, blocking{}, &pronto.InsertOpts{Queue: "tracestop"})
+	require.NoError(t, err)
+	waitStarted()
+	stopCtx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	_ = client.Stop(stopCtx) // the deadline passes: the run is given back
+	span = waitSpans(t, rec, "tracestop process", 2)[1]
+	a = attrs(span)
+	require.Equal(t, j.ID, a[otelpronto.AttrJobID].AsString())
+	require.Equal(t, "interrupted", a[otelpronto.AttrOutcome].AsString())
+	require.Equal(t, string(pronto.StateAvailable), a[otelpronto.AttrJobState].AsString())
+	require.Equal(t, codes.Unset, span.Status().Code)
+	row, err := client.JobGet(ctx, j.ID)
+	require.NoError(t, err)
+	require.Equal(t, pronto.StateAvailable, row.State, "given back, as the span says")
+}
