@@ -549,9 +549,11 @@ func (s *Server) adminBulk(w http.ResponseWriter, r *http.Request, action string
 		}
 	}
 	succeeded, failed := 0, 0
+	var res []pronto.BulkResult
+	var err error
 	if len(ids) > 0 {
-		res, err := op(r.Context(), ids)
-		if err != nil {
+		res, err = bulkChunked(r.Context(), ids, op)
+		if err != nil && len(res) == 0 {
 			s.writeError(w, r, fromClientError(err, "job", ""))
 			return
 		}
@@ -563,8 +565,10 @@ func (s *Server) adminBulk(w http.ResponseWriter, r *http.Request, action string
 			}
 		}
 	}
-	writeJSONValue(w, http.StatusOK, map[string]any{"action": action, "matched": len(ids), "succeeded": succeeded,
-		"failed": failed, "truncated": truncated})
+	resp := map[string]any{"action": action, "matched": len(ids), "succeeded": succeeded,
+		"failed": failed, "truncated": truncated}
+	bulkStopped(resp, err, len(ids), len(res))
+	writeJSONValue(w, http.StatusOK, resp)
 }
 
 // purgeRequest is the body of the purge endpoints.

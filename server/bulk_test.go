@@ -1,12 +1,17 @@
 package server
 
 import (
+	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/pronto-jobs/pronto"
 	"github.com/pronto-jobs/pronto/internal/uuidv7"
+	"github.com/pronto-jobs/pronto/store"
 	"github.com/pronto-jobs/pronto/store/memory"
 )
 
@@ -401,4 +406,126 @@ func TestBulkDeleteWaitedStep(t *testing.T) {
 	mustCall(t, s, 200, "DELETE", "/ojs/v1/workflows/"+wf["id"].(string), nil)
 	r = call(t, s, "POST", "/ojs/v1/jobs/bulk/delete", `{"job_ids":["`+a["id"].(string)+`"]}`)
 	wantCounts(t, r, 200, map[string]float64{"total_matched": 1, "deleted": 1})
+}
+
+// discardedJobs makes n discarded jobs of queue directly in st: inserted, claimed and failed for good.
+func discardedJobs(t *testing.T, st store.Store, queue string, n int) {
+	t.Helper()
+	ctx := context.Background()
+	ps := make([]*store.InsertParams, n)
+	for i := range ps {
+		ps[i] = &store.InsertParams{ID: uuidv7.New(), Kind: "bulk.many", Queue: queue, Args: json.RawMessage(`[1]`),
+			State: store.StateAvailable, MaxAttempts: 1}
+	}
+	if _, err := st.Insert(ctx, ps); err != nil {
+		t.Fatal(err)
+	}
+	for done := 0; done < n; {
+		cl, err := st.Claim(ctx, store.ClaimParams{Queue: queue, Kinds: []string{"bulk.many"}, Limit: 500, WorkerID: "w", LeaseDuration: time.Hour})
+		if err != nil || len(cl) == 0 {
+			t.Fatalf("claimed %d jobs: %v", len(cl), err)
+		}
+		cs := make([]store.Completion, len(cl))
+		for i, a := range cl {
+			cs[i] = store.Completion{ID: a.ID, Attempt: a.Attempt, Token: a.ClaimToken, State: store.StateDiscarded,
+				Error: &store.AttemptError{Attempt: a.Attempt, At: time.Now(), Type: "Boom", Message: "boom"}}
+		}
+		if _, err := st.Finish(ctx, cs); err != nil {
+			t.Fatal(err)
+		}
+		done += len(cl)
+	}
+}
+
+// TestBulkByFilterOverMaxBulkIDs: the endpoints that act on every job a filter matches (up to 10,000:
+// POST /ojs/v1/dead-letter/retry and /ojs/v1/admin/jobs/bulk/{retry,cancel,delete}, and the admin
+// ones on as many ids) act on more jobs than one Client bulk call takes (pronto.MaxBulkIDs), in
+// chunks, and answer the counts of them all.
+func TestBulkByFilterOverMaxBulkIDs(t *testing.T) {
+	st := openStore(t, "memory")
+	client, err := pronto.NewClient(st, &pronto.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, _ := newTestServer(t, Config{Client: client})
+	n := pronto.MaxBulkIDs + 1
+	count := func(state pronto.State) int {
+		t.Helper()
+		page, err := client.JobList(context.Background(), &pronto.JobListParams{Queues: []string{"many"}, States: []pronto.State{state}, Limit: 10000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(page.Jobs)
+	}
+	all := map[string]float64{"matched": float64(n), "succeeded": float64(n), "failed": 0}
+
+	discardedJobs(t, st, "many", n)
+	r := call(t, s, "POST", "/ojs/v1/dead-letter/retry", `{"filter":{"queue":"many"},"confirm":true}`)
+	wantCounts(t, r, 200, all)
+	if _, ok := r.body["stopped"]; ok || count(pronto.StateDiscarded) != 0 {
+		t.Fatalf("dead-letter retry of %d jobs left %d discarded: %s", n, count(pronto.StateDiscarded), r.raw)
+	}
+
+	r = call(t, s, "POST", "/ojs/v1/admin/jobs/bulk/cancel", `{"filter":{"queue":"many","state":"available"},"confirm":true}`)
+	wantCounts(t, r, 200, all)
+	r = call(t, s, "POST", "/ojs/v1/admin/jobs/bulk/retry", `{"filter":{"queue":"many","state":"cancelled"},"confirm":true}`)
+	wantCounts(t, r, 200, all)
+	if count(pronto.StateAvailable) != n {
+		t.Fatalf("admin bulk retry of %d jobs: %d available", n, count(pronto.StateAvailable))
+	}
+	page, err := client.JobList(context.Background(), &pronto.JobListParams{Queues: []string{"many"}, Limit: 10000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := make([]string, 0, n+1)
+	for _, j := range page.Jobs {
+		ids = append(ids, j.ID)
+	}
+	ids = append(ids, uuidv7.New()) // unknown: one failure among them
+	raw, _ := json.Marshal(map[string]any{"ids": ids})
+	r = call(t, s, "POST", "/ojs/v1/admin/jobs/bulk/cancel", raw)
+	wantCounts(t, r, 200, map[string]float64{"matched": float64(n + 1), "succeeded": float64(n), "failed": 1})
+	r = call(t, s, "POST", "/ojs/v1/admin/jobs/bulk/delete", `{"filter":{"queue":"many","state":"cancelled"},"confirm":true}`)
+	wantCounts(t, r, 200, all)
+	if count(pronto.StateCancelled) != 0 {
+		t.Fatalf("admin bulk delete of %d jobs left %d", n, count(pronto.StateCancelled))
+	}
+}
+
+// TestBulkChunkedStops: a chunk that fails as a whole (the request ended midway) stops the chunks
+// after it; the answer keeps the counts of what was done and says why it stopped and how many of
+// the matched jobs were not attempted.
+func TestBulkChunkedStops(t *testing.T) {
+	ids := make([]string, 2*pronto.MaxBulkIDs+5)
+	for i := range ids {
+		ids[i] = fmt.Sprint(i)
+	}
+	var calls []int
+	stop := errors.New("context canceled")
+	res, err := bulkChunked(context.Background(), ids, func(_ context.Context, chunk []string) ([]pronto.BulkResult, error) {
+		calls = append(calls, len(chunk))
+		out := make([]pronto.BulkResult, 0, len(chunk))
+		for _, id := range chunk {
+			if len(calls) == 2 && len(out) == 10 {
+				return out, stop // the results so far come with the error, as from Client bulk methods
+			}
+			out = append(out, pronto.BulkResult{ID: id})
+		}
+		return out, nil
+	})
+	if !errors.Is(err, stop) || len(res) != pronto.MaxBulkIDs+10 || res[len(res)-1].ID != ids[len(res)-1] {
+		t.Fatalf("%d results, err %v; want %d and the stop", len(res), err, pronto.MaxBulkIDs+10)
+	}
+	if len(calls) != 2 || calls[0] != pronto.MaxBulkIDs {
+		t.Fatalf("calls of %v ids, want [%d %d] and no third", calls, pronto.MaxBulkIDs, pronto.MaxBulkIDs)
+	}
+	resp := map[string]any{}
+	bulkStopped(resp, err, len(ids), len(res))
+	if resp["stopped"] != "context canceled" || resp["not_attempted"] != len(ids)-len(res) {
+		t.Fatalf("answer %v", resp)
+	}
+	bulkStopped(resp, nil, 1, 1)
+	if len(resp) != 2 {
+		t.Fatalf("a complete run added %v", resp)
+	}
 }

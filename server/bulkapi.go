@@ -39,6 +39,31 @@ var (
 	bulkOps = map[string]*bulkOp{"cancel": bulkCancel, "retry": bulkRetry, "delete": bulkDelete}
 )
 
+// bulkChunked runs op (a Client bulk method) on ids in chunks of pronto.MaxBulkIDs, the most one
+// call takes, and returns every outcome in order. It stops at the first call that fails as a whole
+// (the request's context ended midway): the outcomes so far come with the error, and the ids after
+// them were not attempted.
+func bulkChunked(ctx context.Context, ids []string, op func(context.Context, []string) ([]pronto.BulkResult, error)) ([]pronto.BulkResult, error) {
+	out := make([]pronto.BulkResult, 0, len(ids))
+	for chunk := range slices.Chunk(ids, pronto.MaxBulkIDs) {
+		res, err := op(ctx, chunk)
+		out = append(out, res...)
+		if err != nil {
+			return out, err
+		}
+	}
+	return out, nil
+}
+
+// bulkStopped adds to a by-filter bulk answer what a bulkChunked that stopped midway left undone:
+// stopped (why) and not_attempted (how many of the matched jobs were not touched).
+func bulkStopped(resp map[string]any, err error, matched, done int) {
+	if err != nil {
+		resp["stopped"] = err.Error()
+		resp["not_attempted"] = matched - done
+	}
+}
+
 // tooManyItems is the 413 of a bulk request over the batch size limit.
 func tooManyItems(field string, n int) *apiError {
 	e := errorf(http.StatusRequestEntityTooLarge, "batch_size_exceeded",

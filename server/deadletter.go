@@ -97,9 +97,10 @@ func (s *Server) retryDeadLetterMany(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	succeeded, errs := 0, []map[string]any{}
+	var res []pronto.BulkResult
 	if len(ids) > 0 {
-		res, err := s.client.JobRetryMany(ctx, ids)
-		if err != nil {
+		res, err = bulkChunked(ctx, ids, s.client.JobRetryMany)
+		if err != nil && len(res) == 0 {
 			s.writeError(w, r, fromClientError(err, "dead-letter job", ""))
 			return
 		}
@@ -114,8 +115,10 @@ func (s *Server) retryDeadLetterMany(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
-	writeJSONValue(w, http.StatusOK, map[string]any{"action": "retry", "matched": len(ids), "succeeded": succeeded,
-		"failed": len(errs), "errors": errs, "truncated": truncated})
+	resp := map[string]any{"action": "retry", "matched": len(ids), "succeeded": succeeded,
+		"failed": len(errs), "errors": errs, "truncated": truncated}
+	bulkStopped(resp, err, len(ids), len(res))
+	writeJSONValue(w, http.StatusOK, resp)
 }
 
 // deadLetterEvent records a dead_letter.* event about j (ojs-dead-letter.md 11.1).
