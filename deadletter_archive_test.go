@@ -2,7 +2,11 @@ package pronto_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"os"
+	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -11,6 +15,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pronto-jobs/pronto"
+	"github.com/pronto-jobs/pronto/internal/uuidv7"
+	"github.com/pronto-jobs/pronto/server"
+	"github.com/pronto-jobs/pronto/store"
 )
 
 // recordingArchive is a DeadLetterArchive that keeps what it is given in memory, and refuses
@@ -241,5 +248,58 @@ func TestDeadLetterArchiveLeaderStopsMidPass(t *testing.T) {
 		for _, j := range discarded() {
 			require.NotContains(t, kept.jobs, j.ID, "the newest two are kept, not archived")
 		}
+	})
+}
+
+// TestDeadLetterFileArchiveRoundTrip, on every store: a dead-letter job pruned under the archive
+// policy reaches server.FileArchive with its args, meta, tags, attempt, error history and tenant. The
+// tenant was set through Go (store.Job.Tenant, not meta.tenant_id): the archive, the only record left
+// of the job, names it as meta.tenant_id, as GET /ojs/v1/jobs/{id} does.
+func TestDeadLetterFileArchiveRoundTrip(t *testing.T) {
+	forEachStoreOf(t, storesWithRedis, func(t *testing.T, ts *testStore) {
+		ctx := context.Background()
+		dir := t.TempDir()
+		arch, err := server.NewFileArchive(dir)
+		require.NoError(t, err)
+		cfg := &pronto.Config{DiscardedRetention: time.Millisecond, DeadLetterArchive: arch,
+			DeadLetterPruningPolicy: pronto.PruneArchive, LeaderTTL: time.Second}
+
+		p := &store.InsertParams{ID: uuidv7.New(), Kind: "archive.roundtrip", Queue: "archive-rt",
+			Args: json.RawMessage(`[{"n":1}]`), Meta: json.RawMessage(`{"m":"x"}`), State: store.StateAvailable, MaxAttempts: 1,
+			Tags: []string{"t1", "t2"}, Tenant: "ten1", Priority: 2, Timeout: 5 * time.Second}
+		_, err = ts.Store.Insert(ctx, []*store.InsertParams{p})
+		require.NoError(t, err)
+		cl, err := ts.Store.Claim(ctx, store.ClaimParams{Queue: p.Queue, Kinds: []string{p.Kind}, Limit: 1, WorkerID: "w1", LeaseDuration: time.Hour})
+		require.NoError(t, err)
+		require.Len(t, cl, 1)
+		res, err := ts.Store.Finish(ctx, []store.Completion{{ID: p.ID, Attempt: 1, Token: cl[0].ClaimToken, State: store.StateDiscarded,
+			Error: &store.AttemptError{Attempt: 1, At: time.Now(), Type: "Boom", Message: "boom"}}})
+		require.NoError(t, err)
+		require.True(t, res[0].Applied)
+
+		c, err := pronto.NewClient(ts.Store, cfg)
+		require.NoError(t, err)
+		pronto.SetCleanupInterval(c, 20*time.Millisecond)
+		startBuilt(t, c)
+		require.Eventually(t, func() bool {
+			_, err := ts.Store.GetJob(ctx, p.ID)
+			return errors.Is(err, store.ErrNotFound)
+		}, 15*time.Second, 20*time.Millisecond, "the dead-letter job is pruned")
+		files, err := filepath.Glob(filepath.Join(dir, "*.jsonl"))
+		require.NoError(t, err)
+		require.Len(t, files, 1)
+		raw, err := os.ReadFile(files[0])
+		require.NoError(t, err)
+		var line struct {
+			Job map[string]json.RawMessage `json:"job"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(strings.SplitN(string(raw), "\n", 2)[0]), &line), "%s", raw)
+		require.JSONEq(t, string(p.Args), string(line.Job["args"]), "args")
+		require.JSONEq(t, `["t1","t2"]`, string(line.Job["tags"]), "tags")
+		require.JSONEq(t, `1`, string(line.Job["attempt"]), "attempt")
+		require.JSONEq(t, `{"tenant_id":"ten1","m":"x"}`, string(line.Job["meta"]), "meta, with the tenant (%s store)", ts.kind)
+		var errs []map[string]any
+		require.NoError(t, json.Unmarshal(line.Job["errors"], &errs), "errors: %s", raw)
+		require.Len(t, errs, 1, "error history")
 	})
 }

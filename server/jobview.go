@@ -45,6 +45,36 @@ func splitMeta(meta json.RawMessage) (json.RawMessage, *ojsExt) {
 	return out, ext
 }
 
+// metaWithTenant returns meta carrying the job's tenant as meta.tenant_id, where OJS multi-tenancy
+// (§3) puts it: a job inserted through Go names its tenant in JobRow.Tenant only. A meta with its own
+// tenant_id is returned as it is, as is one that is not an object.
+func metaWithTenant(meta json.RawMessage, tenant string) json.RawMessage {
+	if tenant == "" {
+		return meta
+	}
+	body := bytes.TrimSpace(meta)
+	if len(body) > 0 && body[0] != '{' {
+		return meta
+	}
+	if bytes.Contains(meta, tenantIDKey) {
+		o, ok := splitObject(meta)
+		if !ok {
+			return meta
+		}
+		if _, has := o.get("tenant_id"); has {
+			return meta
+		}
+	}
+	out := appendString([]byte(`{"tenant_id":`), tenant)
+	if len(body) == 0 {
+		return append(out, '}')
+	}
+	if rest := bytes.TrimSpace(body[1:]); len(rest) > 0 && rest[0] != '}' {
+		out = append(out, ',')
+	}
+	return append(out, body[1:]...)
+}
+
 // jobExt returns a job's ext, or nil.
 func jobExt(j *pronto.JobRow) *ojsExt {
 	_, ext := splitMeta(j.Meta)
@@ -130,7 +160,7 @@ func appendJob(b []byte, j *pronto.JobRow) []byte {
 	} else {
 		b = appendRawField(b, "args", []byte("[]"))
 	}
-	if meta != nil {
+	if meta = metaWithTenant(meta, j.Tenant); meta != nil {
 		b = appendRawField(b, "meta", meta)
 	}
 	b = appendIntField(b, "priority", int64(j.Priority))
