@@ -262,6 +262,51 @@ func wantTime(raw json.RawMessage, field string, now time.Time) (time.Time, *api
 // validQueue is pronto.ValidQueueName: one rule for queue names in Go, the CLI and HTTP.
 func validQueue(q string) bool { return pronto.ValidQueueName(q) }
 
+// specVersion10 reports whether a job envelope's specversion names OJS 1.0: "1.0", as ojs-core §5.1
+// spells it, or any SemVer 2.0.0 version 1.0.x (with a pre-release or build suffix), as SDKs send
+// the version of the spec they were written against ("1.0.0-rc.1").
+func specVersion10(s string) bool {
+	if s == "1.0" {
+		return true
+	}
+	rest, ok := strings.CutPrefix(s, "1.0.")
+	if !ok {
+		return false
+	}
+	rest, build, hasBuild := strings.Cut(rest, "+")
+	patch, pre, hasPre := strings.Cut(rest, "-")
+	if patch == "" || strings.Trim(patch, "0123456789") != "" || (len(patch) > 1 && patch[0] == '0') {
+		return false
+	}
+	return (!hasPre || semverIdents(pre, true)) && (!hasBuild || semverIdents(build, false))
+}
+
+// semverIdents reports whether s is dot-separated SemVer identifiers: non-empty runs of
+// [0-9A-Za-z-], where numeric ones have no leading zero when noLeadingZero (pre-release and core
+// versions; build metadata allows them).
+func semverIdents(s string, noLeadingZero bool) bool {
+	for id := range strings.SplitSeq(s, ".") {
+		if id == "" {
+			return false
+		}
+		numeric := true
+		for i := 0; i < len(id); i++ {
+			c := id[i]
+			switch {
+			case c >= '0' && c <= '9':
+			case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c == '-':
+				numeric = false
+			default:
+				return false
+			}
+		}
+		if numeric && noLeadingZero && len(id) > 1 && id[0] == '0' {
+			return false
+		}
+	}
+	return true
+}
+
 // validID is uuidv7.Valid without a regular expression: a lowercase canonical UUIDv7.
 func validID(s string) bool {
 	if len(s) != 36 {
@@ -374,8 +419,8 @@ func decodeJobMembersInto(req *enqueueRequest, top object, now time.Time) *apiEr
 			if e != nil {
 				return e
 			}
-			if s != "1.0" {
-				return invalid("specversion", "specversion %q: this server speaks OJS 1.0", s)
+			if !specVersion10(s) {
+				return invalid("specversion", "specversion %q: this server speaks OJS 1.0 (send \"1.0\", or a 1.0.x version such as \"1.0.0\" or \"1.0.0-rc.1\")", s)
 			}
 		case "meta":
 			if isNull(v) {

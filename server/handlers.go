@@ -297,12 +297,16 @@ func decodeFetch(body []byte) (*fetchRequest, *apiError) {
 			return nil, invalid("queues", "queue %q: must match [a-z0-9][a-z0-9.-]* (at most 128 characters)", q)
 		}
 	}
-	if v, ok := m.get("count"); ok && !isNull(v) {
-		n, e := wantInt(v, "count", 1, 1000)
-		if e != nil {
-			return nil, e
+	// batch_size is the Ruby SDK's name for count; count wins when both are sent.
+	for _, key := range [...]string{"count", "batch_size"} {
+		if v, ok := m.get(key); ok && !isNull(v) {
+			n, e := wantInt(v, key, 1, 1000)
+			if e != nil {
+				return nil, e
+			}
+			req.count = int(n)
+			break
 		}
-		req.count = int(n)
 	}
 	if v, ok := m.get("worker_id"); ok && !isNull(v) {
 		if req.workerID, e = wantWorkerID(v); e != nil {
@@ -760,13 +764,14 @@ func decodeHeartbeat(body []byte) (*heartbeatRequest, *apiError) {
 		return nil, e
 	}
 	req := &heartbeatRequest{}
-	raw, ok := m.get("worker_id")
-	if !ok || isNull(raw) {
-		return nil, invalid("worker_id", "worker_id is required")
+	// A missing worker_id is worker "", who holds the jobs fetched without one (the Ruby SDK sends
+	// none): such a heartbeat extends only those, as the stores match the worker id exactly.
+	if raw, ok := m.get("worker_id"); ok && !isNull(raw) {
+		if req.workerID, e = wantWorkerID(raw); e != nil {
+			return nil, e
+		}
 	}
-	if req.workerID, e = wantWorkerID(raw); e != nil {
-		return nil, e
-	}
+	named := false // the ids were given (even as an empty list)
 	if v, ok := m.get("active_jobs"); ok && !isNull(v) {
 		// The binding's §10.4 and the SDKs send the count here (the ids, if at all, in
 		// active_job_ids); pronto's first form was the ids themselves. Both are accepted.
@@ -777,15 +782,20 @@ func decodeHeartbeat(body []byte) (*heartbeatRequest, *apiError) {
 			req.countOnly = true
 		} else if req.ids, e = wantStrings(v, "active_jobs"); e != nil {
 			return nil, e
+		} else {
+			named = true
 		}
 	}
-	if v, ok := m.get("active_job_ids"); ok && !isNull(v) {
-		ids, e := wantStrings(v, "active_job_ids")
-		if e != nil {
-			return nil, e
+	// active_job_ids is the binding's name; job_ids the Ruby SDK's.
+	for _, key := range [...]string{"active_job_ids", "job_ids"} {
+		if v, ok := m.get(key); ok && !isNull(v) {
+			ids, e := wantStrings(v, key)
+			if e != nil {
+				return nil, e
+			}
+			req.ids = append(req.ids, ids...)
+			req.countOnly, named = false, true
 		}
-		req.ids = append(req.ids, ids...)
-		req.countOnly = false
 	}
 	if v, ok := m.get("job_id"); ok && !isNull(v) {
 		id, e := wantString(v, "job_id")
@@ -793,6 +803,12 @@ func decodeHeartbeat(body []byte) (*heartbeatRequest, *apiError) {
 			return nil, e
 		}
 		req.ids = append(req.ids, id)
+		req.countOnly, named = false, true
+	}
+	if req.workerID == "" && !named {
+		// Every worker without an id is worker "": a count cannot tell its jobs from another's, and
+		// renewing them all would keep a crashed worker's jobs held.
+		return nil, invalid("worker_id", "worker_id is required, unless the heartbeat lists its jobs (active_job_ids)")
 	}
 	if len(req.ids) > 10000 {
 		return nil, invalid("active_jobs", "at most 10000 jobs per heartbeat")

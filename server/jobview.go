@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"sort"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/pronto-jobs/pronto"
 )
@@ -97,10 +99,17 @@ func appendAttemptError(b []byte, ae *pronto.AttemptError) []byte {
 	if len(details) > 0 {
 		b = appendRawField(b, "details", details)
 	}
-	if backtrace != nil {
+	switch { // a sent backtrace that is neither an array nor a text is no backtrace: left out
+	case jsonKind(backtrace) == "array":
 		b = appendRawField(b, "backtrace", backtrace)
-	} else if ae.Trace != "" {
-		b = appendStringField(b, "backtrace", ae.Trace)
+	case jsonKind(backtrace) == "string":
+		// A worker that sent its trace as one text: shown as frames like a Go trace.
+		var text string
+		if json.Unmarshal(backtrace, &text) == nil {
+			b = appendStrings(appendKey(b, "backtrace"), backtraceFrames(text))
+		}
+	case ae.Trace != "":
+		b = appendStrings(appendKey(b, "backtrace"), backtraceFrames(ae.Trace))
 	}
 	b = appendIntField(b, "attempt", int64(ae.Attempt))
 	if !ae.StartedAt.IsZero() {
@@ -111,6 +120,48 @@ func appendAttemptError(b []byte, ae *pronto.AttemptError) []byte {
 		b = appendTimeField(b, "timestamp", ae.At)
 	}
 	return append(b, '}')
+}
+
+// Bounds of a backtrace made from a trace text: ojs-core §8.1 recommends at most 50 frames and at
+// most 10,000 characters in all.
+const (
+	maxBacktraceFrames = 50
+	maxBacktraceChars  = 10000
+)
+
+// backtraceFrames splits a trace text into the array of frame strings OJS defines an error's
+// backtrace as (ojs-core §8.1): one frame per non-blank line, within the recommended bounds.
+func backtraceFrames(trace string) []string {
+	frames := []string{}
+	budget := maxBacktraceChars
+	for line := range strings.Lines(trace) {
+		line = strings.TrimSpace(line)
+		if line == "" {
+			continue
+		}
+		if len(frames) == maxBacktraceFrames || budget == 0 {
+			break
+		}
+		if n := utf8.RuneCountInString(line); n > budget {
+			line = truncateRunes(line, budget)
+			budget = 0
+		} else {
+			budget -= n
+		}
+		frames = append(frames, line)
+	}
+	return frames
+}
+
+// truncateRunes returns the first n runes of s.
+func truncateRunes(s string, n int) string {
+	for i := range s {
+		if n == 0 {
+			return s[:i]
+		}
+		n--
+	}
+	return s
 }
 
 // errorCode finds an error entry's OJS code, details and backtrace: from the error object an OJS
