@@ -131,8 +131,9 @@ type RemoteAckParams struct {
 // An outcome decides only the claim its sender fetched (a *StaleClaimError otherwise, which also
 // matches ErrInvalidTransition): the one named by ClaimToken; without a token, the current claim if
 // it is held by WorkerID (and is attempt Attempt, when given); with neither, the current claim only if
-// it was fetched without a worker id or no earlier claim of the job lost its lease (a late outcome of
-// that claim's run would be indistinguishable). Workers that share an id (a restarted worker) are
+// it was fetched without a worker id or no earlier claim of the job ended under its run (its lease ran
+// out, or the job was cancelled while it ran, and then retried): a late outcome of that claim's run
+// would be indistinguishable. Workers that share an id (a restarted worker) are
 // told apart by the token alone.
 func (c *Client) RemoteAck(ctx context.Context, p RemoteAckParams) (*JobRow, error) {
 	j, err := c.activeJob(ctx, claimRef{p.ID, p.WorkerID, p.ClaimToken, p.Attempt}, "ack", p.Job)
@@ -338,20 +339,20 @@ func (c *Client) activeJob(ctx context.Context, ref claimRef, op string, known *
 		return nil, stale("attempt %d is not the job's current attempt (%d): the job was fetched again since", ref.attempt, j.Attempt)
 	case ref.workerID != "" && j.WorkerID != ref.workerID:
 		return nil, stale("it is held by worker %q, not %q: its lease ran out and it was fetched again", j.WorkerID, ref.workerID)
-	case ref.token == "" && ref.workerID == "" && j.WorkerID != "" && lostALease(j):
-		// An outcome that names no claim cannot be told from a late one of the run whose lease
-		// ran out: it may decide only a job none of whose claims were lost.
-		return nil, stale("an earlier claim of it lost its lease, so an outcome that names no claim may be that run's; "+
+	case ref.token == "" && ref.workerID == "" && j.WorkerID != "" && lostAClaim(j):
+		// An outcome that names no claim cannot be told from a late one of the run whose claim
+		// was taken from it: it may decide only a job none of whose claims were lost.
+		return nil, stale("an earlier claim of it ended while its run went on (lease expired or cancelled), so an outcome that names no claim may be that run's; "+
 			"send worker_id and the claim_token the fetch returned (it is held by worker %q)", j.WorkerID)
 	}
 	return j, nil
 }
 
-// lostALease reports whether a claim of j ended by its lease running out: the run it belonged to
-// may still be at work and report.
-func lostALease(j *JobRow) bool {
+// lostAClaim reports whether a claim of j ended under its run, its lease running out or the job
+// cancelled while it ran: the run it belonged to may still be at work and report.
+func lostAClaim(j *JobRow) bool {
 	for _, e := range j.Errors {
-		if e.Type == "lease_expired" {
+		if e.Type == store.ErrorTypeLeaseExpired || e.Type == store.ErrorTypeCancelled {
 			return true
 		}
 	}

@@ -130,3 +130,43 @@ func TestStaleProgressRefused(t *testing.T) {
 type fenceArgs struct{}
 
 func (fenceArgs) Kind() string { return "fence.args" }
+
+// TestAnonymousAckOfCancelledClaimRefused: an OJS worker w1 fetches a job; an operator cancels it
+// while w1 runs (w1's claim is gone: it would learn so at its next heartbeat), then retries it
+// (attempts reset), and w2 fetches it: a new claim, attempt 1 again. w1, finishing its work, acks
+// naming the job and its attempt (no worker id, no claim token), as OJS clients that send only the
+// job id do. The ack is refused, as it is when an earlier claim lost its lease: a claim cancelled
+// while it ran leaves a "cancelled" entry in the job's errors. It used to leave nothing, so w1's stale
+// ack completed the job with w1's result under w2's claim, and w2's own ack was then refused.
+func TestAnonymousAckOfCancelledClaimRefused(t *testing.T) {
+	forEachStoreOf(t, storesWithRedis, func(t *testing.T, ts *testStore) {
+		ctx := context.Background()
+		c, err := pronto.NewClient(ts, &pronto.Config{})
+		require.NoError(t, err)
+		row, err := c.Insert(ctx, fenceArgs{}, &pronto.InsertOpts{Queue: "fencecancel"})
+		require.NoError(t, err)
+
+		got, err := c.RemoteFetch(ctx, pronto.RemoteFetchParams{Queues: []string{"fencecancel"}, WorkerID: "w1", Lease: time.Hour})
+		require.NoError(t, err)
+		require.Len(t, got, 1)
+		w1 := got[0]
+
+		_, err = c.JobCancel(ctx, row.ID)
+		require.NoError(t, err)
+		_, err = c.JobRetry(ctx, row.ID)
+		require.NoError(t, err)
+		got, err = c.RemoteFetch(ctx, pronto.RemoteFetchParams{Queues: []string{"fencecancel"}, WorkerID: "w2", Lease: time.Hour})
+		require.NoError(t, err)
+		require.Len(t, got, 1)
+		w2 := got[0]
+		require.NotEqual(t, w1.ClaimToken, w2.ClaimToken)
+
+		// w1's late ack, naming the job and its attempt (which the retry reset: w2 runs attempt 1 too).
+		_, staleErr := c.RemoteAck(ctx, pronto.RemoteAckParams{ID: row.ID, Attempt: w1.Attempt, Result: json.RawMessage(`"w1"`)})
+		j, err := c.JobGet(ctx, row.ID)
+		require.NoError(t, err)
+		require.Error(t, staleErr, "the ack of w1, whose claim was cancelled, decided the job w2 now runs: state %s, result %s, attempt %d, worker of the claim %q",
+			j.State, j.Result, j.Attempt, w2.WorkerID)
+		require.Equal(t, pronto.StateActive, j.State)
+	})
+}

@@ -113,6 +113,16 @@ func (e *TransitionError) Error() string {
 // Is makes errors.Is(err, ErrInvalidTransition) true.
 func (e *TransitionError) Is(target error) bool { return target == ErrInvalidTransition }
 
+// The error types a store records itself. Each ends a claim whose run may still be at work and
+// report: an outcome that names no claim cannot be told from that run's (see pronto.RemoteAck).
+const (
+	// ErrorTypeLeaseExpired: the claim's lease ran out and the job was rescued.
+	ErrorTypeLeaseExpired = "lease_expired"
+	// ErrorTypeCancelled: the job was cancelled while a claim of it ran (CancelJob, CancelWorkflow,
+	// a unique replace).
+	ErrorTypeCancelled = "cancelled"
+)
+
 // AttemptError is one entry of a job's error history: what went wrong on which attempt.
 type AttemptError struct {
 	Attempt int       `json:"attempt"`
@@ -121,8 +131,8 @@ type AttemptError struct {
 	// store when it records the entry; zero for failures before a start (expired, rate-limited) and
 	// for entries recorded before pronto kept it.
 	StartedAt time.Time `json:"started_at,omitzero"`
-	// Type is the error's class (a Go type name, "panic", "timeout", "lease_expired", or what an OJS
-	// worker reported).
+	// Type is the error's class (a Go type name, "panic", "timeout", ErrorTypeLeaseExpired,
+	// ErrorTypeCancelled, or what an OJS worker reported).
 	Type    string `json:"type,omitempty"`
 	Message string `json:"message"`
 	// Trace holds a stack trace for panics, when known.

@@ -1280,6 +1280,10 @@ func (s *Store) cancel(j *job, now time.Time, cancels *[]store.Notification) {
 		if j.RateKey != "" {
 			*cancels = append(*cancels, store.Notification{Kind: store.NotifyInsert, Queue: j.Queue})
 		}
+		j.Errors = append(j.Errors, store.AttemptError{
+			Attempt: j.Attempt, At: now, StartedAt: j.StartedAt, Type: store.ErrorTypeCancelled,
+			Message: fmt.Sprintf("cancelled while running on worker %s", j.WorkerID),
+		})
 	}
 	s.unplace(j)
 	j.State = store.StateCancelled

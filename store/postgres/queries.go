@@ -1,6 +1,10 @@
 package postgres
 
-import "strings"
+import (
+	"strings"
+
+	"github.com/pronto-jobs/pronto/store"
+)
 
 // Every SQL statement of the store lives here (the two PL/pgSQL functions of the rate limits and
 // workflows live in migrations/005_features.up.sql). Texts name the schema as {schema} and the
@@ -70,6 +74,12 @@ const claimableKeyed = `EXISTS (SELECT 1 FROM {schema}.jobs
 		WHERE queue = $1 AND rate_key IS NOT NULL AND state IN ('available', 'scheduled', 'retryable'))`
 
 // claimableKeyedQ3 and claimableTenantQ3 are claimableKeyed and claimableTenant for queue $3.
+// cancelledClaimError is the SET item of the errors column of a job j being cancelled: an active
+// job's claim ends with a "cancelled" entry (its run may still report; see store.ErrorTypeCancelled).
+const cancelledClaimError = `errors = CASE WHEN j.state = 'active' THEN j.errors || jsonb_build_array(jsonb_build_object(
+		'attempt', j.attempt, 'at', now(), 'started_at', j.started_at, 'type', '` + store.ErrorTypeCancelled + `',
+		'message', 'cancelled while running on worker ' || coalesce(j.worker_id, ''))) ELSE j.errors END`
+
 var (
 	claimableKeyedQ3  = strings.ReplaceAll(claimableKeyed, "$1", "$3")
 	claimableTenantQ3 = strings.ReplaceAll(claimableTenant, "$1", "$3")
@@ -219,6 +229,7 @@ FOR UPDATE`
 SET state = n.state,
 	completed_at = CASE WHEN j.state IN ('completed', 'cancelled', 'discarded') THEN j.completed_at ELSE now() END,
 	lease_expires_at = NULL, worker_id = NULL,
+	` + cancelledClaimError + `,
 	unique_key = CASE WHEN n.state = ANY (j.unique_states) THEN NULL ELSE j.unique_key END
 FROM (SELECT CASE WHEN state IN ('completed', 'cancelled', 'discarded') THEN state ELSE 'cancelled' END AS state
 	FROM {schema}.jobs WHERE id = $1) n
@@ -690,6 +701,7 @@ LIMIT $5`
 ), updated AS (
 	UPDATE {schema}.jobs j
 	SET state = 'cancelled', completed_at = now(), lease_expires_at = NULL, worker_id = NULL,
+		` + cancelledClaimError + `,
 		` + uniqueKeyAfter(`'cancelled'`, "NULL", "NULL", `'cancelled'`) + `
 	FROM locked l
 	WHERE j.id = $1 AND j.id = l.id AND l.state NOT IN ('completed', 'cancelled', 'discarded')
@@ -922,7 +934,8 @@ RETURNING created_at`
 	FOR UPDATE
 ), cancelled AS (
 	UPDATE {schema}.jobs j
-	SET state = 'cancelled', completed_at = now(), lease_expires_at = NULL, worker_id = NULL
+	SET state = 'cancelled', completed_at = now(), lease_expires_at = NULL, worker_id = NULL,
+		` + cancelledClaimError + `
 	FROM locked l
 	WHERE j.id = l.id
 	RETURNING j.id

@@ -606,6 +606,12 @@ local function withstart(e, started)
   if string.find(body, '%S') then body = body .. ',' end
   return '{' .. body .. '"started_at":"' .. iso(us) .. '"}'
 end
+-- claimcancelled records that active job id's claim ended by a cancel at t (its run may still
+-- report: store.ErrorTypeCancelled); before leave, which clears the worker.
+local function claimcancelled(id, t)
+  local f = redis.call('HMGET', jk(id), 'attempt', 'worker', 'started')
+  adderr(id, withstart(mkerr(num(f[1]), t, 'cancelled', 'cancelled while running on worker ' .. (f[2] or '')), f[3]))
+end
 -- leave clears what only an active job carries.
 local function leave(id)
   redis.call('HSET', jk(id), 'lease', '0', 'worker', '', 'token', '')
@@ -703,6 +709,7 @@ for x, j in ipairs(jobs) do
           if hst == 'active' then
             cancels[#cancels + 1] = hid
             cancels[#cancels + 1] = redis.call('HGET', jk(hid), 'token') or ''
+            claimcancelled(hid, t)
           end
           unplace(hid)
           redis.call('HSET', jk(hid), 'state', 'cancelled', 'completed', s(t))
@@ -1391,6 +1398,7 @@ if terminal(st) then return {'bad', st} end
 local was, tok = 0, ''
 if st == 'active' then was, tok = 1, redis.call('HGET', k, 'token') or '' end
 local t = now()
+if was == 1 then claimcancelled(id, t) end
 unplace(id)
 redis.call('HSET', k, 'state', 'cancelled', 'completed', s(t))
 leave(id)
@@ -1770,6 +1778,7 @@ for _, id in ipairs(redis.call('ZRANGE', W .. 'wfj:' .. ARGV[1], 0, -1)) do
         if st == 'active' then
           told[#told + 1] = q; told[#told + 1] = id
           told[#told + 1] = redis.call('HGET', jk(id), 'token') or ''
+          claimcancelled(id, t)
         end
         unplace(id)
         redis.call('HSET', jk(id), 'state', 'cancelled', 'completed', s(t))

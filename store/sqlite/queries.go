@@ -3,6 +3,8 @@ package sqlite
 import (
 	"fmt"
 	"strings"
+
+	"github.com/pronto-jobs/pronto/store"
 )
 
 // Every statement the store runs, in one place. Placeholders are numbered (?NNN) where one value is
@@ -369,8 +371,19 @@ func listTenantJobsSQL(descending, byWorkflow bool, states []string) string {
 	return b.String()
 }
 
+// cancelledClaimError is the SQL of the errors column of a job being cancelled, now the parameter
+// holding the time in microseconds: an active job's claim ends with a "cancelled" entry (its run may
+// still report; see store.ErrorTypeCancelled).
+func cancelledClaimError(now string) string {
+	return `errors = CASE WHEN state = 'active' THEN json_insert(COALESCE(errors, '[]'), '$[#]', json_object(
+			'attempt', attempt, 'at', ` + jsonMicroTime(now) + `, 'started_at', ` + jsonMicroTime("started_at") + `,
+			'type', '` + store.ErrorTypeCancelled + `',
+			'message', 'cancelled while running on worker ' || COALESCE(worker_id, '(unknown)'))) ELSE errors END`
+}
+
 // cancelJobSQL: ?1 now, ?2 id.
 var cancelJobSQL = `UPDATE pronto_jobs SET state = 'cancelled', completed_at = ?1, lease_expires_at = NULL,
+		` + cancelledClaimError("?1") + `,
 		worker_id = NULL, ` + uniqueKeyAfter(`'cancelled'`, "") + `
 	WHERE id = ?2 AND state NOT IN ('completed', 'cancelled', 'discarded')
 	RETURNING ` + jobColumns
@@ -620,7 +633,8 @@ const workflowUnfinishedSQL = `SELECT ` + jobColumns + ` FROM pronto_jobs
 	WHERE workflow_id = ?1 AND state NOT IN ('completed', 'cancelled', 'discarded') ORDER BY id`
 
 // cancelWorkflowJobsSQL cancels every job of workflow ?1 that is not terminal. ?2 now.
-const cancelWorkflowJobsSQL = `UPDATE pronto_jobs SET state = 'cancelled', completed_at = ?2,
+var cancelWorkflowJobsSQL = `UPDATE pronto_jobs SET state = 'cancelled', completed_at = ?2,
+		` + cancelledClaimError("?2") + `,
 		lease_expires_at = NULL, worker_id = NULL
 	WHERE workflow_id = ?1 AND state NOT IN ('completed', 'cancelled', 'discarded')
 	RETURNING id, queue, rate_key`

@@ -70,6 +70,7 @@ func testCancelQueued(t *testing.T, s store.Store) {
 		got := get(t, s, before.ID)
 		require.Equal(t, store.StateCancelled, got.State)
 		require.Equal(t, before.Attempt, got.Attempt)
+		require.Equal(t, before.Errors, got.Errors, "a cancel of a job no run holds records no error")
 	}
 	q, ok := queueInfo(t, s, "cancel-queued")
 	require.True(t, ok)
@@ -90,7 +91,18 @@ func testCancelActive(t *testing.T, s store.Store) {
 	require.NoError(t, err)
 	require.Equal(t, store.StateCancelled, j.State)
 	requireNow(t, j.CompletedAt, "completed_at of a cancelled job")
-	require.Equal(t, store.StateCancelled, get(t, s, a.ID).State)
+	// The claim it ended is in the history, so that an outcome naming no claim, which may be its
+	// run's, is refused after a retry (pronto.RemoteAck).
+	for _, j := range []*store.Job{j, get(t, s, a.ID)} {
+		require.Equal(t, store.StateCancelled, j.State)
+		require.Len(t, j.Errors, 1, "the cancelled claim's entry")
+		e := j.Errors[0]
+		require.Equal(t, store.ErrorTypeCancelled, e.Type)
+		require.Equal(t, 1, e.Attempt)
+		requireNow(t, e.At, "time of the cancelled entry")
+		require.WithinDuration(t, a.StartedAt, e.StartedAt, time.Millisecond, "the cancelled attempt's start")
+		require.Contains(t, e.Message, worker)
+	}
 
 	eventually(t, "the cancel notification", func() bool {
 		return len(c.matching(func(n store.Notification) bool {
@@ -112,6 +124,9 @@ func testCancelActive(t *testing.T, s store.Store) {
 	require.NoError(t, err)
 	require.Empty(t, res.Requeued)
 	require.Empty(t, res.Discarded)
+	r, err := s.RetryJob(ctx(t), a.ID)
+	require.NoError(t, err)
+	require.Len(t, r.Errors, 1, "a retry keeps the cancelled claim's entry")
 }
 
 func testRetryJob(t *testing.T, s store.Store) {

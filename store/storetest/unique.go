@@ -139,6 +139,9 @@ func testUniqueReplace(t *testing.T, s store.Store) {
 	r := get(t, s, repl.ID)
 	require.Equal(t, store.StateCancelled, r.State)
 	requireNow(t, r.CompletedAt, "completed_at of the replaced active job")
+	require.Len(t, r.Errors, 1, "the claim the replace ended is in the history")
+	require.Equal(t, store.ErrorTypeCancelled, r.Errors[0].Type)
+	require.Empty(t, o.Errors, "the replaced job no run held has none")
 	eventually(t, "the cancel notification of the replaced active job", func() bool {
 		return len(c.matching(func(n store.Notification) bool {
 			return n.Kind == store.NotifyCancel && n.JobID == repl.ID

@@ -461,6 +461,12 @@ func testWorkflowCancel(t *testing.T, s store.Store) {
 	requireWorkflow(t, w, store.WorkflowCancelled, 3, map[store.State]int{store.StateCancelled: 3})
 	requireState(t, s, store.StateCancelled, a, b, c, cb)
 	requireState(t, s, store.StateAvailable, other)
+	// The claim it ended is in the active job's history (as CancelJob records it); the others had none.
+	ga := get(t, s, a.ID)
+	require.Len(t, ga.Errors, 1)
+	require.Equal(t, store.ErrorTypeCancelled, ga.Errors[0].Type)
+	require.Equal(t, 1, ga.Errors[0].Attempt)
+	require.Empty(t, get(t, s, b.ID).Errors)
 	eventually(t, "the cancel notification of the workflow's active job", func() bool {
 		return len(listener.matching(func(n store.Notification) bool {
 			return n.Kind == store.NotifyCancel && n.JobID == a.ID
