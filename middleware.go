@@ -18,5 +18,8 @@ type InsertFunc func(ctx context.Context, params []*JobInsertParams) ([]*JobRow,
 type InsertMiddleware func(ctx context.Context, params []*JobInsertParams, next InsertFunc) ([]*JobRow, error)
 
 // WorkMiddleware wraps each attempt: it may add context (tracing, logging, metrics), observe the
-// outcome, or change the error, and must call next to run the worker.
+// outcome, or change the error, and must call next to run the worker. A worker that panics does not
+// unwind through the middleware: next returns the panic as a *PanicError (with its stack), so every
+// middleware sees it as a failure. The attempt's context tells a cancel or a shutdown apart through
+// context.Cause (ErrJobCancelled, ErrJobLost, ErrShutdown).
 type WorkMiddleware func(ctx context.Context, job *JobRow, next func(ctx context.Context) error) error
