@@ -240,7 +240,11 @@ func (c *Client) QueueList(ctx context.Context) ([]QueueInfo, error) {
 }
 
 // QueuePause stops every client in the cluster from claiming the queue's jobs (running ones finish).
-// Inserts into a paused queue still succeed.
+// The jobs a client claimed ahead of its workers (QueueConfig.Prefetch) and has not started do not
+// start: each is given back to available, its attempt refunded, by this client before QueuePause
+// returns and by the others when the pause's notification reaches them (a store without notifications
+// across processes, such as SQLite shared by several, leaves theirs to start). Inserts into a paused
+// queue still succeed.
 func (c *Client) QueuePause(ctx context.Context, queue string) error {
 	if !ValidQueueName(queue) {
 		return invalidf("queue name %q: must be %s", queue, QueueNameRule)
@@ -248,6 +252,9 @@ func (c *Client) QueuePause(ctx context.Context, queue string) error {
 	if err := c.store.PauseQueue(ctx, queue); err != nil {
 		return wrapOp(fmt.Sprintf("pause queue %q", queue), err)
 	}
+	// This client's jobs claimed ahead of its workers are given back before it returns; other
+	// clients give theirs back when the pause notification reaches them.
+	c.giveBackQueued(queue, errQueuePaused)
 	return nil
 }
 

@@ -450,29 +450,41 @@ func (c *Client) stop(ctx context.Context) error {
 	return result
 }
 
-// returnPrefetched cancels, with ErrShutdown, the runs no worker has started: each is then given
-// back to available with its attempt refunded, without running. The producers have stopped, so
-// once they are cancelled the pools' channels hold only such runs: then one more goroutine per
-// prefetching pool takes them up, so that they go back at once rather than after the running jobs
-// free a worker. (Started before the sweep, that goroutine could take up a run not yet cancelled
-// and run it beside the pool's MaxWorkers.)
+// returnPrefetched cancels, with ErrShutdown, the runs no worker has started (prefetched, or claimed
+// for a worker still recording its previous outcome): each is then given back to available with its
+// attempt refunded, without running. The producers have stopped, so once they are cancelled the
+// pools' channels hold only such runs: then one more goroutine per pool that had any takes them up,
+// so that they go back at once rather than after the running jobs free a worker. (Started before
+// the sweep, that goroutine could take up a run not yet cancelled and run it beside the pool's
+// MaxWorkers.)
 func (c *Client) returnPrefetched() {
+	for name := range c.giveBackQueued("", ErrShutdown) {
+		go c.workerPool(c.pools[name])
+	}
+}
+
+// errQueuePaused is the cause of a run given back, before its worker started it, because its queue
+// was paused.
+var errQueuePaused = errors.New("pronto: queue paused before the job started")
+
+// giveBackQueued cancels with cause the runs of queue (of every queue when queue is "") that no
+// worker has started, so that none starts: the worker that takes each up gives it back to available,
+// its attempt refunded (see recordOutcome). It returns the queues it gave runs back from.
+func (c *Client) giveBackQueued(queue string, cause error) map[string]bool {
 	c.runMu.Lock()
 	var waiting []context.CancelCauseFunc
+	queues := map[string]bool{}
 	for _, rj := range c.running {
-		if rj.cancel != nil && c.cfg.Queues[rj.row.Queue].prefetchMax() > 0 && rj.phase.CompareAndSwap(runQueued, runReturned) {
+		if rj.cancel != nil && (queue == "" || rj.row.Queue == queue) && rj.phase.CompareAndSwap(runQueued, runReturned) {
 			waiting = append(waiting, rj.cancel)
+			queues[rj.row.Queue] = true
 		}
 	}
 	c.runMu.Unlock()
 	for _, cancel := range waiting {
-		cancel(ErrShutdown)
+		cancel(cause)
 	}
-	for name, q := range c.cfg.Queues {
-		if q.prefetchMax() > 0 {
-			go c.workerPool(c.pools[name])
-		}
-	}
+	return queues
 }
 
 // abandonStuckJobs returns jobs whose workers ignore cancellation to available; their late outcomes
@@ -518,6 +530,11 @@ func (c *Client) onNotification(n store.Notification) {
 		}
 	case store.NotifyCancel:
 		c.cancelLocal(n.JobID, n.ClaimToken)
+	case store.NotifyPause:
+		if c.producers[n.Queue] != nil {
+			// Jobs claimed ahead of the workers do not start in a paused queue: given back.
+			c.giveBackQueued(n.Queue, errQueuePaused)
+		}
 	case store.NotifyReconnect:
 		for _, p := range c.producers {
 			p.Wake()
@@ -1007,8 +1024,9 @@ func (c *Client) recordOutcome(rj *runningJob, err error, result json.RawMessage
 	case err == nil:
 		comp.State, comp.Result, kind = store.StateCompleted, result, EventCompleted
 		comp.Remove = c.removesCompleted(row.Queue)
-	case errors.Is(cause, ErrShutdown) && !timedOut:
-		// Interrupted by shutdown: back to available at once, the attempt refunded.
+	case (errors.Is(cause, ErrShutdown) || errors.Is(cause, errQueuePaused)) && !timedOut:
+		// Interrupted by shutdown, or given back unstarted by a pause: back to available at once,
+		// the attempt refunded.
 		comp.State, comp.RefundAttempt = store.StateAvailable, true
 	default:
 		kind, err = c.failedOutcome(row, err, &comp, timedOut, dur, now)
