@@ -3,6 +3,8 @@ package cli
 import (
 	"strings"
 	"testing"
+
+	"github.com/pronto-jobs/pronto/internal/testdb"
 )
 
 // TestMigrateUnlogged: migrate up --unlogged makes PostgreSQL's jobs table UNLOGGED and says what that
@@ -34,4 +36,37 @@ func TestMigrateUnlogged(t *testing.T) {
 		}
 		getJob(t, db, id)
 	})
+}
+
+// TestMigrateUpKeepsUnlogged: an operator with an UNLOGGED jobs table rolls back past 009_progress
+// (migrate down --steps 11 --force), then upgrades again. 009 creates the progress table with a
+// foreign key to jobs, which PostgreSQL refuses for a logged table referencing an unlogged one; the
+// roll forward used to fail on it whatever the flags (--logged ran Migrate before changing the
+// table), stranding the schema. Migrate now runs with the tables logged for its transaction and
+// makes them unlogged again, new ones included, and --logged and --unlogged both work after it.
+func TestMigrateUpKeepsUnlogged(t *testing.T) {
+	for _, flag := range []string{"", "--unlogged", "--logged"} {
+		t.Run("up"+flag, func(t *testing.T) {
+			db := []string{"--database-url", testdb.URL(), "--schema", testdb.Schema(t)}
+			run(t, with(db, "migrate", "up", "--unlogged")...).ok(t)
+			id := strings.TrimSpace(run(t, with(db, "enqueue", "a.b")...).ok(t).stdout)
+			down := run(t, with(db, "migrate", "down", "--steps", "11", "--force")...).ok(t).stdout
+			if !strings.Contains(down, "rolled back 009_progress") {
+				t.Fatalf("migrate down --steps 11 did not reach 009:\n%s", down)
+			}
+			args := with(db, "migrate", "up")
+			if flag != "" {
+				args = append(args, flag)
+			}
+			run(t, args...).ok(t)
+			st := run(t, with(db, "migrate", "status")...).ok(t).stdout
+			if unlogged := strings.Contains(st, "the jobs table is UNLOGGED"); unlogged != (flag != "--logged") {
+				t.Fatalf("after migrate up %s, status:\n%s", flag, st)
+			}
+			if !strings.Contains(st, "up to date") {
+				t.Fatalf("after migrate up %s, status:\n%s", flag, st)
+			}
+			getJob(t, db, id)
+		})
+	}
 }

@@ -87,6 +87,26 @@ func loadMigrations() []migration {
 // advisory lock per schema: the first applies, the others find nothing left to do.
 func (s *Store) Migrate(ctx context.Context) error {
 	return s.migrateTx(ctx, func(ctx context.Context, tx pgx.Tx, applied map[int]time.Time) error {
+		var pending bool
+		for _, m := range migrations {
+			if _, ok := applied[m.version]; !ok {
+				pending = true
+			}
+		}
+		if !pending {
+			return nil
+		}
+		// An unlogged jobs table (SetUnlogged) stays unlogged: logged while the migrations run, as a
+		// new table referencing it must be created logged, then unlogged again with the new tables.
+		unlogged, err := s.unloggedIn(ctx, tx)
+		if err != nil {
+			return err
+		}
+		if unlogged {
+			if err := s.setPersistence(ctx, tx, false); err != nil {
+				return err
+			}
+		}
 		for _, m := range migrations {
 			if _, ok := applied[m.version]; ok {
 				continue
@@ -97,6 +117,9 @@ func (s *Store) Migrate(ctx context.Context) error {
 			if _, err := tx.Exec(ctx, s.q.recordMigration, m.version, m.name); err != nil {
 				return fmt.Errorf("record migration %03d_%s: %w", m.version, m.name, err)
 			}
+		}
+		if unlogged {
+			return s.setPersistence(ctx, tx, true)
 		}
 		return nil
 	})
