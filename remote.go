@@ -41,6 +41,10 @@ type RemoteFetchParams struct {
 // RemoteFetch claims up to p.Limit claimable jobs of any kind from p.Queues, in queue order, and
 // returns them active with their attempt counted. Paused queues yield nothing. No job is returned to
 // two callers. Concurrent fetches of a queue share store claims (Config.FetchBatchSize).
+//
+// When the claim of a later queue fails, the jobs already claimed from the earlier ones are returned
+// with the error: they are the caller's, held for their lease like any fetched job, so hand them to
+// the worker (as the OJS server does) rather than drop them on the error.
 func (c *Client) RemoteFetch(ctx context.Context, p RemoteFetchParams) ([]*JobRow, error) {
 	if len(p.Queues) == 0 {
 		return nil, invalidf("fetch: no queues named")

@@ -337,7 +337,7 @@ func visibilityTimeout(m object) (time.Duration, *apiError) {
 }
 
 // jobLease is how long a remote worker may hold j without a heartbeat: the lease asked for (by the
-// request, else by the job's visibility_timeout_ms, else the OJS default of 30 s), never beyond the
+// request, else by the job's visibility_timeout_ms, else pronto.DefaultRemoteLease), never beyond the
 // job's execution timeout, which is thus enforced on remote workers: past it the job is taken back
 // and their outcome refused.
 func jobLease(j *pronto.JobRow, asked time.Duration, now time.Time) time.Duration {
