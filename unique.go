@@ -46,7 +46,8 @@ type UniqueConflictError = store.UniqueConflictError
 // The fingerprint always includes the job's kind; ByQueue adds its queue, ByArgs its args (all of
 // them, or only the top-level ArgsKeys of each object in the args array), MetaKeys the named keys of
 // its meta. It is the SHA-256 of the canonical JSON of those values (object keys sorted, no spaces,
-// numbers in their shortest form, so 1 and 1.0 are one value), as the OJS unique-jobs
+// each number by its exact decimal value, written as RFC 8785 writes numbers, so 1 and 1.0 are one
+// value while the int64s 9007199254740993 and 9007199254740992 stay two), as the OJS unique-jobs
 // specification describes, so a job inserted over HTTP and one inserted from Go with the same policy
 // share a fingerprint. Strings are not Unicode-normalised: send them in one normal form (NFC).
 type UniqueOpts struct {
@@ -178,23 +179,71 @@ func canonicalNumbers(v any) any {
 	return v
 }
 
-// canonicalNumber writes a number as RFC 8785 (JSON Canonicalization) does for the values jobs
-// carry: the shortest form that reads back as the same IEEE 754 double, without exponent for
-// magnitudes from 1e-6 to 1e21, so 1, 1.0 and 1e0 are one number.
+// canonicalNumber writes a number as RFC 8785 (JSON Canonicalization) writes a double, but exactly:
+// the digits of its decimal value without leading or trailing zeros, without exponent for magnitudes
+// from 1e-6 to 1e21, so 1, 1.0, 10e-1 and 1e0 are one number while 9007199254740993 and
+// 9007199254740992 stay two. For every number a double holds exactly (or whose shortest double form is
+// its own value, like 0.1) that is what RFC 8785 writes, so fingerprints made when numbers went through
+// float64 are unchanged. A number beyond the double range is kept as written, as it always was.
 func canonicalNumber(n json.Number) json.Number {
-	f, err := strconv.ParseFloat(string(n), 64)
-	if err != nil || math.IsInf(f, 0) {
-		return n // out of double range: keep it as written
+	if f, err := strconv.ParseFloat(string(n), 64); err != nil || math.IsInf(f, 0) {
+		return n
 	}
-	if f == 0 {
+	neg, digits, point, ok := decimalOf(string(n))
+	if !ok {
+		return n
+	}
+	if digits == "" {
 		return "0"
 	}
-	if a := math.Abs(f); a >= 1e-6 && a < 1e21 {
-		return json.Number(strconv.FormatFloat(f, 'f', -1, 64))
+	var b strings.Builder
+	if neg {
+		b.WriteByte('-')
 	}
-	mant, exp, _ := strings.Cut(strconv.FormatFloat(f, 'e', -1, 64), "e")
-	sign := exp[:1] // FormatFloat always writes the exponent's sign
-	return json.Number(mant + "e" + sign + strings.TrimLeft(exp[1:], "0"))
+	k := len(digits)
+	switch {
+	case k <= point && point <= 21: // an integer
+		b.WriteString(digits)
+		b.WriteString(strings.Repeat("0", point-k))
+	case 0 < point && point <= 21:
+		b.WriteString(digits[:point] + "." + digits[point:])
+	case -6 < point && point <= 0:
+		b.WriteString("0." + strings.Repeat("0", -point) + digits)
+	default:
+		b.WriteString(digits[:1])
+		if k > 1 {
+			b.WriteString("." + digits[1:])
+		}
+		b.WriteString("e")
+		if point > 0 {
+			b.WriteString("+")
+		}
+		b.WriteString(strconv.Itoa(point - 1))
+	}
+	return json.Number(b.String())
+}
+
+// decimalOf reads a JSON number as its exact decimal value: the value is 0.digits × 10^point, digits
+// having no leading or trailing zeros ("" for zero, whatever its exponent). ok is false when the
+// exponent of a number other than zero is out of int32 range.
+func decimalOf(s string) (neg bool, digits string, point int, ok bool) {
+	neg = strings.HasPrefix(s, "-")
+	mant, exp, hasExp := strings.Cut(strings.ToLower(strings.TrimPrefix(s, "-")), "e")
+	whole, frac, _ := strings.Cut(mant, ".")
+	all := whole + frac
+	trimmed := strings.TrimLeft(all, "0")
+	if trimmed == "" {
+		return neg, "", 0, true
+	}
+	e := 0
+	if hasExp {
+		var err error
+		if e, err = strconv.Atoi(exp); err != nil || e > math.MaxInt32 || e < math.MinInt32 {
+			return false, "", 0, false
+		}
+	}
+	point = len(whole) - (len(all) - len(trimmed)) + e
+	return neg, strings.TrimRight(trimmed, "0"), point, true
 }
 
 // pickArgsKeys keeps only keys of the args: of the object itself, or of each object in the array.

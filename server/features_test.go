@@ -1,11 +1,14 @@
 package server
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/pronto-jobs/pronto"
 )
 
 // Tests of the OJS level 3 and 4 surface: unique jobs, rate limits, workflows. They run on the memory
@@ -110,6 +113,41 @@ func TestUniqueEnqueue(t *testing.T) {
 	time.Sleep(250 * time.Millisecond)
 	if r = call(t, s, "POST", "/ojs/v1/jobs", top); r.status != 201 {
 		t.Fatalf("after the period: %d %s", r.status, r.raw)
+	}
+}
+
+// bigIDArgs are the args of a job named by an int64 id.
+type bigIDArgs struct {
+	ID int64 `json:"id"`
+}
+
+func (bigIDArgs) Kind() string { return "report.build" }
+
+// TestUniqueEnqueueLargeIntegers: ids beyond 2^53 are told apart over HTTP as in Go, and a job
+// inserted over HTTP meets the one inserted from Go with the same args.
+func TestUniqueEnqueueLargeIntegers(t *testing.T) {
+	s, c := newTestServer(t, Config{})
+	held, err := c.Insert(context.Background(), bigIDArgs{ID: 9007199254740993},
+		&pronto.InsertOpts{Unique: &pronto.UniqueOpts{ByArgs: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	job := func(args string) string {
+		return `{"type":"report.build","args":` + args + `,"options":{"unique":{"keys":["type","args"]}}}`
+	}
+	for _, same := range []string{`[{"id":9007199254740993}]`, `[{"id":9007199254740993.0}]`, `[{"id":90071992547409930e-1}]`} {
+		r := call(t, s, "POST", "/ojs/v1/jobs", job(same))
+		checkErrorBody(t, r, 409, CodeDuplicate)
+		if d := obj(t, r, "error")["details"].(map[string]any); d["existing_job_id"] != held.ID || d["uniqueness_key"] != held.UniqueKey {
+			t.Fatalf("args %s: want a conflict with the job inserted from Go: %s", same, r.raw)
+		}
+	}
+	r := call(t, s, "POST", "/ojs/v1/jobs", job(`[{"id":9007199254740992}]`))
+	if r.status != 201 {
+		t.Fatalf("id 9007199254740992 is another job than 9007199254740993: %d %s", r.status, r.raw)
+	}
+	if k := obj(t, r, "job")["unique_key"]; k == held.UniqueKey {
+		t.Fatalf("9007199254740992 and 9007199254740993 share the fingerprint %s", k)
 	}
 }
 
