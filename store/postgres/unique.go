@@ -55,7 +55,8 @@ func (s *Store) insertSpecialPool(ctx context.Context, rows []insertRow) ([]*sto
 //     one given for a key winning), inserts the jobs without a unique key (pipelined, or with COPY
 //     right after for a large batch) and tries every unique job with INSERT ... ON CONFLICT DO
 //     NOTHING, in key order: two batches that share keys take them in the same order and cannot
-//     deadlock, and jobs with one key meet each other in the order given.
+//     deadlock, and jobs with one key meet each other in the order given. A key that a job of the
+//     batch takes outside its unique states waits for step 2.
 //  2. Each unique job that met a holder resolves the conflict as its policy says (insertUnique),
 //     in the same order. A reject fails the whole call. An earlier job of the batch that a later
 //     one replaced is returned as it is then, cancelled.
@@ -101,8 +102,24 @@ func (s *Store) insertSpecial(ctx context.Context, db copier, rows []insertRow, 
 			})
 		}
 	}
+	// A key that a job of the batch takes outside its unique states is settled job by job, in the
+	// order given (insertUnique): the index, which such a job does not enter, cannot meet the holder
+	// for it.
+	var settled map[string]bool
+	for _, i := range unique {
+		if r := &rows[i]; !r.holdsIn(r.state) {
+			if settled == nil {
+				settled = map[string]bool{}
+			}
+			settled[r.p.UniqueKey] = true
+		}
+	}
 	for _, i := range unique {
 		r := &rows[i]
+		if settled[r.p.UniqueKey] {
+			met[i] = true
+			continue
+		}
 		b.Queue(s.q.insertUnique, r.args(r.state, r.p.ScheduledAt)...).Query(func(res pgx.Rows) error {
 			if !res.Next() {
 				met[i] = true
@@ -167,6 +184,11 @@ func (s *Store) insertSpecial(ctx context.Context, db copier, rows []insertRow, 
 	return jobs, nil
 }
 
+// holdsIn reports whether the row's job holds its unique key in state.
+func (r *insertRow) holdsIn(state store.State) bool {
+	return slices.Contains(r.uniqueStates, string(state))
+}
+
 // queueLimits queues on b the upserts (sql) of the rate limits the rows carry, in key order (one
 // lock order for every writer), the last one given for a key winning.
 func queueLimits(b *pgx.Batch, sql string, rows []insertRow) {
@@ -205,27 +227,42 @@ type uniqueOutcome struct {
 // A holder that left its states between the insert and the lock (finished, cancelled elsewhere)
 // is no longer found, and the insert is tried again. The index serializes concurrent inserts of a
 // key: an insert that meets another transaction's uncommitted holder waits for its outcome.
+//
+// A job inserted outside its unique states (scheduled with a delay, pending) does not enter the
+// index, so it looks for the holder first and is written only when none is left. It holds nothing
+// yet, so a holder committed meanwhile by another transaction is no conflict: that insert simply
+// came second.
 func (s *Store) insertUnique(ctx context.Context, tx copier, r *insertRow) (uniqueOutcome, error) {
 	p := r.p
 	state, scheduledAt := r.state, p.ScheduledAt
 	var out uniqueOutcome
 	for range maxUniqueAttempts {
 		var createdAt, dueAt time.Time
-		err := tx.QueryRow(ctx, s.q.insertUnique, r.args(state, scheduledAt)...).Scan(&createdAt, &dueAt)
-		if err == nil {
-			out.job = jobFromInsert(r, state, createdAt, dueAt)
-			return out, nil
-		}
-		if !errors.Is(err, pgx.ErrNoRows) {
-			return out, err
+		inside := r.holdsIn(state)
+		if inside {
+			err := tx.QueryRow(ctx, s.q.insertUnique, r.args(state, scheduledAt)...).Scan(&createdAt, &dueAt)
+			if err == nil {
+				out.job = jobFromInsert(r, state, createdAt, dueAt)
+				return out, nil
+			}
+			if !errors.Is(err, pgx.ErrNoRows) {
+				return out, err
+			}
 		}
 		var (
 			lapsed bool
 			hr     jobRow
 		)
-		err = tx.QueryRow(ctx, s.q.uniqueHolder, p.UniqueKey).Scan(append([]any{&lapsed}, hr.dest()...)...)
+		err := tx.QueryRow(ctx, s.q.uniqueHolder, p.UniqueKey).Scan(append([]any{&lapsed}, hr.dest()...)...)
 		if errors.Is(err, pgx.ErrNoRows) {
-			continue // the holder left its states meanwhile
+			if inside {
+				continue // the holder left its states meanwhile
+			}
+			if err := tx.QueryRow(ctx, s.q.insertJob, r.args(state, scheduledAt)...).Scan(&createdAt, &dueAt); err != nil {
+				return out, err
+			}
+			out.job = jobFromInsert(r, state, createdAt, dueAt)
+			return out, nil
 		}
 		if err != nil {
 			return out, err

@@ -272,8 +272,9 @@ func (s *Store) insertWithFeatures(ctx context.Context, params []*store.InsertPa
 //
 // A replaced holder that would still hold the key (it was terminal already, or its unique states
 // include cancelled) loses the key: a replacement means the new job holds it. A job whose state at
-// insert is not one of its unique states holds nothing yet and meets nobody (like the unique index,
-// which it does not enter). The jobs without a key are written last, in 64-row statements.
+// insert is not one of its unique states (scheduled with a delay, pending) meets the holder all the
+// same, though the unique index would not refuse it: a unique job is not inserted while another holds
+// its key. The jobs without a key are written last, in 64-row statements.
 func insertTx(ctx context.Context, r txRunner, params []*store.InsertParams, rows []insertRow, nowUS int64, out *outbox) ([]*store.Job, error) {
 	if err := upsertRateLimits(ctx, r, params, nowUS); err != nil {
 		return nil, fmt.Errorf("insert jobs: %w", err)
@@ -288,12 +289,9 @@ func insertTx(ctx context.Context, r txRunner, params []*store.InsertParams, row
 			plain = append(plain, *row)
 			continue
 		}
-		var dup, replaced *store.Job
-		if slices.Contains(row.job.UniqueStates, row.job.State) { // it holds its key from the start
-			var err error
-			if dup, replaced, err = resolveUnique(ctx, r, params[i], row, nowUS, out); err != nil {
-				return nil, err
-			}
+		dup, replaced, err := resolveUnique(ctx, r, params[i], row, nowUS, out)
+		if err != nil {
+			return nil, err
 		}
 		if replaced != nil {
 			if k, ok := written[replaced.ID]; ok {

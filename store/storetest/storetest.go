@@ -167,6 +167,7 @@ var tests = []testCase{
 	{"UniqueManualReentry", single(testUniqueManualReentry)},
 	{"UniqueHeldAfterClaim", single(testUniqueHeldAfterClaim)},
 	{"UniqueReplaceTerminalHolder", single(testUniqueReplaceTerminalHolder)},
+	{"UniqueInsertOutsideOwnStates", single(testUniqueInsertOutsideOwnStates)},
 	{"InsertRefusesWorkflowFields", single(testInsertRefusesWorkflowFields)},
 
 	{"RateLimitCRUD", single(testRateLimitCRUD)},

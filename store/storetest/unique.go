@@ -545,3 +545,71 @@ func testUniqueReplaceTerminalHolder(t *testing.T, s store.Store) {
 	_, err := s.Insert(ctx(t), []*store.InsertParams{again})
 	requireConflict(t, err, key, repl.ID, store.StateAvailable)
 }
+
+// testUniqueInsertOutsideOwnStates: a unique job inserted in a state outside its own unique states
+// (scheduled, pending) holds nothing yet, but it is still not inserted while another job holds its
+// key: it meets the holder under its policy like any insert. Within a batch, such a job meets the
+// jobs before it and holds nothing for the jobs after it. PostgreSQL and SQLite once stored it
+// beside the holder.
+func testUniqueInsertOutsideOwnStates(t *testing.T, s store.Store) {
+	q := uniq("unique-outside")
+	avail := []store.State{store.StateAvailable}
+	outside := func(key string, st store.State, policy store.OnConflict) *store.InsertParams {
+		p := uniqueJob(q, key, policy)
+		p.UniqueStates, p.State = avail, st
+		if st == store.StateScheduled {
+			p.ScheduledAt = time.Now().Add(time.Hour)
+		}
+		return p
+	}
+	holderOf := func(key string) *store.Job {
+		p := uniqueJob(q, key, "")
+		p.UniqueStates = avail
+		return insert(t, s, p)[0]
+	}
+
+	for _, st := range []store.State{store.StateScheduled, store.StatePending} {
+		key := uniq("key")
+		h := holderOf(key)
+		refused := outside(key, st, store.ConflictReject)
+		_, err := s.Insert(ctx(t), []*store.InsertParams{refused})
+		requireConflict(t, err, key, h.ID, store.StateAvailable)
+		requireAbsent(t, s, refused.ID)
+
+		ignored := outside(key, st, store.ConflictIgnore)
+		jobs, err := s.Insert(ctx(t), []*store.InsertParams{ignored})
+		require.NoError(t, err)
+		require.Equal(t, h.ID, jobs[0].ID, "%s: the holder is returned in the job's place", st)
+		require.True(t, jobs[0].Duplicate)
+		requireAbsent(t, s, ignored.ID)
+
+		repl := outside(key, st, store.ConflictReplace)
+		insert(t, s, repl)
+		require.Equal(t, store.StateCancelled, get(t, s, h.ID).State, "%s: the holder is replaced", st)
+		require.Equal(t, st, get(t, s, repl.ID).State)
+	}
+
+	// A lapsed holder holds nothing: the job is inserted and the holder gives the key up.
+	key := uniq("key")
+	lapsing := uniqueJob(q, key, "")
+	lapsing.UniqueStates, lapsing.UniqueUntil = avail, time.Now().Add(200*time.Millisecond)
+	insert(t, s, lapsing)
+	eventually(t, "the holder's period to run out", func() bool {
+		return time.Now().After(lapsing.UniqueUntil.Add(precision))
+	})
+	insert(t, s, outside(key, store.StateScheduled, ""))
+
+	// In a batch, the job outside its states meets an earlier job of the batch holding the key, and
+	// holds nothing against a later one.
+	key = uniq("key")
+	first := uniqueJob(q, key, "")
+	first.UniqueStates = avail
+	_, err := s.Insert(ctx(t), []*store.InsertParams{first, outside(key, store.StateScheduled, "")})
+	requireConflict(t, err, key, first.ID, store.StateAvailable)
+	requireAbsent(t, s, first.ID)
+	later := uniqueJob(q, key, "")
+	later.UniqueStates = avail
+	insert(t, s, outside(key, store.StatePending, ""), later)
+	_, err = s.Insert(ctx(t), []*store.InsertParams{outside(key, store.StateScheduled, "")})
+	requireConflict(t, err, key, later.ID, store.StateAvailable)
+}
