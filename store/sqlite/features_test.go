@@ -398,11 +398,12 @@ func TestUniqueKeyThroughTransitions(t *testing.T) {
 	require.NoError(t, err)
 	_, err = s.Insert(ctx, uniqueIn("promote", "kp", 1, store.StateAvailable))
 	require.NoError(t, err)
-	// A job inserted outside its unique states holds nothing yet, so it meets no conflict.
+	// A job inserted outside its unique states holds nothing yet, but is not inserted while another
+	// job holds its key.
 	later := uniqueIn("promote", "kp", 1, store.StateAvailable)[0]
 	later.State, later.ScheduledAt = store.StateScheduled, time.Now().Add(time.Hour)
 	_, err = s.Insert(ctx, []*store.InsertParams{later})
-	require.NoError(t, err)
+	require.ErrorIs(t, err, store.ErrUniqueConflict)
 	n, err := s.Promote(ctx, 10)
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
