@@ -105,6 +105,9 @@ type Client struct {
 	latest  map[string]*runningJob // by job id: the newest run of each job in running
 	// cancels are the runs cancelled before this client registered them (see cancelLocal).
 	cancels cancelset.Set
+	// refused are the runs whose outcome the store refused before this client heard of any cancel,
+	// by runKey, kept for cancelset.Kept: a cancel heard then reports them (see cancelLocal).
+	refused map[string]refusedRun
 
 	// cronHeld counts the cron leader's passes that maintenance mode held (RunCron); tests wait on it.
 	cronHeld atomic.Int64
@@ -125,6 +128,9 @@ type runningJob struct {
 	// then, so that two runs of one job never overlap in one process.
 	returned chan struct{}
 	cancel   context.CancelCauseFunc // nil once the worker returned
+	// cancelHeard, under runMu, says a cancel of the run came after its worker returned: the store
+	// then refuses its outcome, and Finished reports the cancel instead.
+	cancelHeard bool
 	// leaseUntil is the client's conservative reckoning of when the job's lease ends: the start of the
 	// claim (or of the last heartbeat that extended it) plus LeaseDuration. Only the heartbeat loop
 	// reads and writes it after execute, under runMu.
@@ -693,18 +699,66 @@ func (c *Client) runsToRenew(now time.Time, within time.Duration) []*runningJob 
 // cancelLocal cancels, with ErrJobCancelled, this client's run of job id, if it holds one: running
 // or prefetched (which then never runs). With a token, only the run under that claim token: one
 // not registered yet (claimed, on its way to execute) is remembered, and execute stops it.
+//
+// A run whose worker returned has nothing left to stop, and the store refuses its outcome: the
+// cancel is reported when the refusal comes (Finished), or here if it came first. Either way once,
+// however many times the cancel is heard (JobCancel here, then the store's notification).
 func (c *Client) cancelLocal(id, token string) {
 	c.runMu.Lock()
 	var cancel context.CancelCauseFunc
+	var refused *refusedRun
+	now := time.Now()
 	if rj := c.latest[id]; rj != nil && (token == "" || rj.row.ClaimToken == "" || rj.row.ClaimToken == token) {
 		cancel = rj.cancel
+		rj.cancelHeard = true
+	} else if r, ok := c.refused[token]; ok && token != "" && r.row.ID == id {
+		delete(c.refused, token)
+		refused = &r
 	} else {
-		c.cancels.Add(id, token, time.Now())
+		c.cancels.Add(id, token, now)
 	}
 	c.runMu.Unlock()
 	if cancel != nil {
 		cancel(ErrJobCancelled)
 	}
+	if refused != nil && now.Sub(refused.at) < cancelset.Kept {
+		c.emitCancelledAfterReturn(refused.row, refused.dur, now)
+	}
+}
+
+// refusedRun is a run whose outcome the store refused, with how long its worker ran, and when.
+type refusedRun struct {
+	row *JobRow
+	dur time.Duration
+	at  time.Time
+}
+
+// settleRefused forgets rj, whose outcome the store refused, and reports whether a cancel of it
+// was heard already; if not, the run is kept in refused for a cancel heard later.
+func (c *Client) settleRefused(rj *runningJob, now time.Time) bool {
+	c.runMu.Lock()
+	defer c.runMu.Unlock()
+	c.forgetLocked(rj)
+	if rj.cancelHeard {
+		return true
+	}
+	if c.refused == nil {
+		c.refused = make(map[string]refusedRun)
+	}
+	for k, r := range c.refused {
+		if now.Sub(r.at) >= cancelset.Kept {
+			delete(c.refused, k)
+		}
+	}
+	c.refused[rj.key] = refusedRun{row: rj.row, dur: rj.out.dur, at: now}
+	return false
+}
+
+// emitCancelledAfterReturn reports the cancel of row's run that came after its worker returned.
+func (c *Client) emitCancelledAfterReturn(row *JobRow, dur time.Duration, now time.Time) {
+	out := *row
+	out.State, out.WorkerID = store.StateCancelled, ""
+	c.events.emit(&Event{Kind: EventCancelled, Job: &out, Err: ErrJobCancelled, Duration: dur, At: now})
 }
 
 // cancelRun cancels rj's context with cause unless its worker has already returned.
@@ -1093,13 +1147,19 @@ func (c *Client) failedOutcome(row *JobRow, err error, comp *store.Completion, t
 // store took it, werr why it could not be written.
 func (rj *runningJob) Finished(applied bool, werr error) {
 	c, row, o := rj.holder.client, rj.row, &rj.out
-	c.forget(rj)
-	if werr != nil || !applied {
-		if werr != nil {
-			c.cfg.Logger.Warn("pronto: outcome not written; the job will be rescued", jobAttrs(row, "err", werr)...)
+	if werr != nil {
+		c.forget(rj)
+		c.cfg.Logger.Warn("pronto: outcome not written; the job will be rescued", jobAttrs(row, "err", werr)...)
+		return
+	}
+	if !applied {
+		// Refused: the run lost its claim, maybe to a cancel that came after its worker returned.
+		if now := time.Now(); c.settleRefused(rj, now) {
+			c.emitCancelledAfterReturn(row, o.dur, now)
 		}
 		return
 	}
+	c.forget(rj)
 	comp := &o.comp
 	if c.cfg.Logger.Enabled(context.Background(), slog.LevelDebug) {
 		c.cfg.Logger.Debug("pronto: attempt ended", jobAttrs(row, "state", comp.State, "duration", o.dur, "err", o.err)...)
@@ -1139,11 +1199,16 @@ func (rj *runningJob) Finished(applied bool, werr error) {
 // forget drops a run whose outcome is settled (written, refused, or not to be recorded).
 func (c *Client) forget(rj *runningJob) {
 	c.runMu.Lock()
+	c.forgetLocked(rj)
+	c.runMu.Unlock()
+}
+
+// forgetLocked is forget with runMu held.
+func (c *Client) forgetLocked(rj *runningJob) {
 	delete(c.running, rj.key)
 	if c.latest[rj.row.ID] == rj {
 		delete(c.latest, rj.row.ID)
 	}
-	c.runMu.Unlock()
 }
 
 // policyOf returns the job's retry policy merged over the client's default.

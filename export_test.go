@@ -45,3 +45,12 @@ func HeardCancel(c *Client, id, token string) bool { return c.cancels.Has(id, to
 
 // CronHeldPasses returns how many of c's cron leader passes maintenance mode held (tests only).
 func CronHeldPasses(c *Client) int64 { return c.cronHeld.Load() }
+
+// RefusedOutcome reports whether c keeps job id's run under token as one whose outcome the store
+// refused before c heard of a cancel (tests only).
+func RefusedOutcome(c *Client, id, token string) bool {
+	c.runMu.Lock()
+	defer c.runMu.Unlock()
+	r, ok := c.refused[token]
+	return ok && r.row.ID == id
+}
