@@ -49,9 +49,11 @@ const notifyClaimable = `
 // The unique index would then fail the whole statement, and with it every other job of the batch,
 // again on every retry. Instead the entering job gives its key up (it becomes NULL, as a lapsed
 // holder's does): it keeps it only if no other job holds the key and no job of the same statement
-// with a smaller id enters with it too. rivals is a uuid[] expression of the statement's jobs,
-// targets a text[] of their next states in the same order, or NULL when they all go to the state
-// named by target (see unique_key_taken in the migrations).
+// with a smaller id enters with it too. A holder whose period ran out holds nothing: the function
+// clears its key, as an insert meeting it does, and the entering job keeps its own. rivals is a
+// uuid[] expression of the statement's jobs (every job it writes, or NULL when it writes only the
+// one), targets a text[] of their next states in the same order, or NULL when they all go to the
+// state named by target (see unique_key_taken, migration 020).
 //
 // Jobs without a key pay one NULL test, and the function behind the rare case costs nothing to set
 // up per execution (subqueries written here would: the executor initializes their scans whether

@@ -81,7 +81,7 @@ const (
 // claim's jobs).
 var fairClaimSQL = `UPDATE pronto_jobs SET state = 'active', attempt = attempt + 1, started_at = ?1,
 		lease_expires_at = ?2, worker_id = ?3, claim_token = ` + newClaimToken + `,
-		` + uniqueKeyAfter(`'active'`, "") + `
+		` + uniqueKeyAfter(`'active'`, "", "?1") + `
 	WHERE id IN (SELECT value FROM json_each(?4))
 	RETURNING ` + jobColumns
 
@@ -255,11 +255,13 @@ func (s *Store) claimFair(ctx context.Context, p store.ClaimParams) ([]*store.Jo
 				if err != nil {
 					return nil, err
 				}
-				rows, err := r.QueryContext(ctx, fairClaimSQL, nowUS, nowUS+p.LeaseDuration.Microseconds(), p.WorkerID, string(b))
-				if err != nil {
-					return nil, err
-				}
-				jobs, err := scanJobs(rows, len(ids))
+				jobs, err := retryLapsed(ctx, r, nowUS, func() ([]*store.Job, error) {
+					rows, err := r.QueryContext(ctx, fairClaimSQL, nowUS, nowUS+p.LeaseDuration.Microseconds(), p.WorkerID, string(b))
+					if err != nil {
+						return nil, err
+					}
+					return scanJobs(rows, len(ids))
+				})
 				if err != nil {
 					return nil, err
 				}

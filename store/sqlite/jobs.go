@@ -78,11 +78,13 @@ func (s *Store) claim(ctx context.Context, p store.ClaimParams) ([]*store.Job, e
 		args = append(args, k)
 	}
 	// One statement is its own transaction: no BEGIN/COMMIT round trips needed.
-	rows, err := st.QueryContext(ctx, args...)
-	if err != nil {
-		return nil, fmt.Errorf("claim jobs from queue %q: %w", p.Queue, err)
-	}
-	jobs, err := scanClaimed(rows, p.Limit, nowUS, leaseUS, p.WorkerID)
+	jobs, err := retryLapsed(ctx, s.w, nowUS, func() ([]*store.Job, error) {
+		rows, err := st.QueryContext(ctx, args...)
+		if err != nil {
+			return nil, err
+		}
+		return scanClaimed(rows, p.Limit, nowUS, leaseUS, p.WorkerID)
+	})
 	if err != nil {
 		return nil, fmt.Errorf("claim jobs from queue %q: %w", p.Queue, err)
 	}
@@ -212,7 +214,9 @@ func (s *Store) Finish(ctx context.Context, completions []store.Completion) ([]s
 		if err != nil {
 			return nil, fmt.Errorf("finish jobs: %w", err)
 		}
-		done, err := runFinishChunk(ctx, st, rows)
+		done, err := retryLapsed(ctx, s.w, nowUS, func() (map[string]finished, error) {
+			return runFinishChunk(ctx, st, rows, nowUS)
+		})
 		if err != nil {
 			return nil, fmt.Errorf("finish jobs: %w", err)
 		}
@@ -366,26 +370,27 @@ func pow2(n int) int {
 	return size
 }
 
-// runFinishChunk runs st, a finishBatchSQL statement for finishSize(len(chunk)) rows, on chunk and returns
-// the jobs it changed by id.
-func runFinishChunk(ctx context.Context, st *sql.Stmt, chunk []finishRow) (map[string]finished, error) {
-	res, err := st.QueryContext(ctx, finishChunkArgs(chunk)...)
+// runFinishChunk runs st, a finishBatchSQL statement for finishSize(len(chunk)) rows, on chunk at
+// nowUS and returns the jobs it changed by id.
+func runFinishChunk(ctx context.Context, st *sql.Stmt, chunk []finishRow, nowUS int64) (map[string]finished, error) {
+	res, err := st.QueryContext(ctx, finishChunkArgs(chunk, nowUS)...)
 	if err != nil {
 		return nil, err
 	}
 	return readFinished(res, len(chunk))
 }
 
-// finishChunkArgs is the parameters of finishBatchSQL for chunk, padded to finishSize(len(chunk)) rows.
-func finishChunkArgs(chunk []finishRow) []any {
-	args := make([]any, 0, finishSize(len(chunk))*finishBatchArgs)
+// finishChunkArgs is the parameters of finishBatchSQL for chunk, padded to finishSize(len(chunk)) rows,
+// then the statement's time nowUS.
+func finishChunkArgs(chunk []finishRow, nowUS int64) []any {
+	args := make([]any, 0, finishSize(len(chunk))*finishBatchArgs+1)
 	for i := range chunk {
 		args = append(args, chunk[i].args[:]...)
 	}
 	for range (finishSize(len(chunk)) - len(chunk)) * finishBatchArgs {
 		args = append(args, nil)
 	}
-	return args
+	return append(args, nowUS)
 }
 
 // readFinished reads the rows of a finishBatchSQL statement and closes them.
@@ -457,7 +462,9 @@ func (s *Store) finishInTx(ctx context.Context, completions []store.Completion, 
 	for _, round := range rounds {
 		for chunk := range slices.Chunk(round, finishChunk) {
 			st := r.tx.StmtContext(ctx, r.prepared(finishQuery(len(chunk), false)))
-			done, err := runFinishChunk(ctx, st, chunk)
+			done, err := retryLapsed(ctx, r, nowUS, func() (map[string]finished, error) {
+				return runFinishChunk(ctx, st, chunk, nowUS)
+			})
 			if err != nil {
 				return fmt.Errorf("finish jobs: %w", err)
 			}
@@ -617,11 +624,13 @@ func (s *Store) Rescue(ctx context.Context, p store.RescueParams) (store.RescueR
 	}
 	defer r.tx.Rollback() //nolint:errcheck // after Commit it is a no-op
 	nowUS, now := s.nowMicro()
-	rows, err := r.QueryContext(ctx, rescueSQL, nowUS, now.Format(time.RFC3339Nano), int64(limit))
-	if err != nil {
-		return res, fmt.Errorf("rescue jobs: %w", err)
-	}
-	jobs, err := scanJobs(rows, 0)
+	jobs, err := retryLapsed(ctx, r, nowUS, func() ([]*store.Job, error) {
+		rows, err := r.QueryContext(ctx, rescueSQL, nowUS, now.Format(time.RFC3339Nano), int64(limit))
+		if err != nil {
+			return nil, err
+		}
+		return scanJobs(rows, 0)
+	})
 	if err != nil {
 		return res, fmt.Errorf("rescue jobs: %w", err)
 	}
@@ -656,33 +665,35 @@ func (s *Store) Promote(ctx context.Context, limit int) (int, error) {
 		return 0, fmt.Errorf("promote jobs: %w", err)
 	}
 	nowUS, _ := s.nowMicro()
-	rows, err := st.QueryContext(ctx, nowUS, int64(limit))
+	queues, err := retryLapsed(ctx, s.w, nowUS, func() ([]string, error) {
+		rows, err := st.QueryContext(ctx, nowUS, int64(limit))
+		if err != nil {
+			return nil, err
+		}
+		var queues []string // one per job promoted
+		for rows.Next() {
+			var q string
+			if err := rows.Scan(&q); err != nil {
+				rows.Close()
+				return nil, err
+			}
+			queues = append(queues, q)
+		}
+		return queues, closeRows(rows)
+	})
 	if err != nil {
 		return 0, fmt.Errorf("promote jobs: %w", err)
 	}
-	defer rows.Close()
-	n := 0
 	seen := map[string]bool{}
 	var ns []store.Notification
-	for rows.Next() {
-		var q string
-		if err := rows.Scan(&q); err != nil {
-			return 0, fmt.Errorf("promote jobs: %w", err)
-		}
-		n++
+	for _, q := range queues {
 		if !seen[q] {
 			seen[q] = true
 			ns = append(ns, store.Notification{Kind: store.NotifyInsert, Queue: q})
 		}
 	}
-	if err := rows.Err(); err != nil {
-		return 0, fmt.Errorf("promote jobs: %w", err)
-	}
-	if err := rows.Close(); err != nil {
-		return 0, fmt.Errorf("promote jobs: %w", err)
-	}
 	s.publish(ns)
-	return n, nil
+	return len(queues), nil
 }
 
 // DiscardExpired discards up to limit jobs not yet started (available, scheduled, retryable or
@@ -698,25 +709,29 @@ func (s *Store) DiscardExpired(ctx context.Context, limit int) (int, error) {
 	}
 	defer r.tx.Rollback() //nolint:errcheck // after Commit it is a no-op
 	nowUS, now := s.nowMicro()
-	rows, err := r.QueryContext(ctx, discardExpiredSQL, nowUS, now.Format(time.RFC3339Nano), int64(limit))
-	if err != nil {
-		return 0, fmt.Errorf("discard expired jobs: %w", err)
-	}
-	n := 0
 	var inWorkflows []string
-	for rows.Next() {
-		var id string
-		var workflowID sql.NullString
-		if err := rows.Scan(&id, &workflowID); err != nil {
-			rows.Close()
-			return 0, fmt.Errorf("discard expired jobs: %w", err)
+	n, err := retryLapsed(ctx, r, nowUS, func() (int, error) {
+		rows, err := r.QueryContext(ctx, discardExpiredSQL, nowUS, now.Format(time.RFC3339Nano), int64(limit))
+		if err != nil {
+			return 0, err
 		}
-		n++
-		if workflowID.Valid {
-			inWorkflows = append(inWorkflows, id)
+		n := 0
+		inWorkflows = inWorkflows[:0]
+		for rows.Next() {
+			var id string
+			var workflowID sql.NullString
+			if err := rows.Scan(&id, &workflowID); err != nil {
+				rows.Close()
+				return 0, err
+			}
+			n++
+			if workflowID.Valid {
+				inWorkflows = append(inWorkflows, id)
+			}
 		}
-	}
-	if err := closeRows(rows); err != nil {
+		return n, closeRows(rows)
+	})
+	if err != nil {
 		return 0, fmt.Errorf("discard expired jobs: %w", err)
 	}
 	var out outbox
@@ -922,11 +937,13 @@ func (s *Store) CompleteSQLTx(ctx context.Context, tx *sql.Tx, c store.Completio
 
 // completeInTx is the body of CompleteSQLTx, inside its savepoint.
 func completeInTx(ctx context.Context, r txRunner, c store.Completion, rows []finishRow, nowUS int64, out *outbox) (bool, error) {
-	res, err := r.QueryContext(ctx, finishQuery(1, false), finishChunkArgs(rows)...)
-	if err != nil {
-		return false, err
-	}
-	done, err := readFinished(res, 1)
+	done, err := retryLapsed(ctx, r, nowUS, func() (map[string]finished, error) {
+		res, err := r.QueryContext(ctx, finishQuery(1, false), finishChunkArgs(rows, nowUS)...)
+		if err != nil {
+			return nil, err
+		}
+		return readFinished(res, 1)
+	})
 	if err != nil {
 		return false, err
 	}

@@ -45,7 +45,8 @@ func insertJobsSQL(n int, full bool) string {
 }
 
 // uniqueKeyAfter returns the SET item that carries a job's unique key through a transition to the
-// state given by the SQL expression to (evaluated on the row before the update).
+// state given by the SQL expression to (evaluated on the row before the update), now being the SQL
+// expression of the statement's time in unix microseconds.
 //
 // A job holds its key only in its unique states, so a transition can move it into them from outside
 // while another job holds the key: a scheduled job promoted to available when only available holds
@@ -57,7 +58,12 @@ func insertJobsSQL(n int, full bool) string {
 // that write row by row see the rows they wrote, so the first to enter keeps the key. Jobs without a
 // key pay one NULL test; with the default unique states (every state that is not terminal) no
 // automatic transition enters them.
-func uniqueKeyAfter(to, rival string) string {
+//
+// A holder whose period ran out holds nothing, so the entering job keeps its key; but that holder
+// still sits in the index, and one statement cannot clear another row's key, so the statement fails
+// with a unique violation: its caller clears the keys of lapsed holders and runs it again
+// (retryLapsed).
+func uniqueKeyAfter(to, rival, now string) string {
 	if rival != "" {
 		rival = " OR " + rival
 	}
@@ -66,7 +72,8 @@ func uniqueKeyAfter(to, rival string) string {
 			AND instr(pronto_jobs.unique_states, ',' || ` + to + ` || ',') > 0
 			AND instr(pronto_jobs.unique_states, ',' || pronto_jobs.state || ',') = 0
 			AND (EXISTS (SELECT 1 FROM pronto_jobs AS o
-				WHERE o.unique_key = pronto_jobs.unique_key AND instr(o.unique_states, ',' || o.state || ',') > 0)` +
+				WHERE o.unique_key = pronto_jobs.unique_key AND instr(o.unique_states, ',' || o.state || ',') > 0
+				  AND (o.unique_until IS NULL OR o.unique_until > ` + now + `))` +
 		rival + `)
 		THEN NULL ELSE pronto_jobs.unique_key END`
 }
@@ -115,7 +122,7 @@ const newClaimToken = `lower(hex(randomblob(16)))`
 func claimSQL(nKinds int) string {
 	return `UPDATE pronto_jobs SET state = 'active', attempt = attempt + 1, started_at = ?1,
 		lease_expires_at = ?2, worker_id = ?3, claim_token = ` + newClaimToken + `,
-		` + uniqueKeyAfter(`'active'`, "") + `
+		` + uniqueKeyAfter(`'active'`, "", "?1") + `
 	WHERE rowid IN (
 		SELECT rowid FROM pronto_jobs
 		WHERE ` + claimableSQL + `
@@ -190,12 +197,13 @@ func finishBatchSQL(n int, plainOnly bool) string {
 
 // finishUniqueKey carries unique keys through finishBatchSQL: its rows are computed before any is
 // written, so a job entering its unique states gives its key up to a job of the batch with a smaller
-// id entering them with the same key.
+// id entering them with the same key. Its one positional parameter, after the rows', is the
+// statement's time (finishChunkArgs).
 var finishUniqueKey = uniqueKeyAfter("c.state", `EXISTS (SELECT 1 FROM c AS r JOIN pronto_jobs AS o ON o.id = r.id
 				WHERE o.unique_key = pronto_jobs.unique_key AND o.id < pronto_jobs.id
 				  AND o.state = 'active' AND o.attempt = r.attempt
 				  AND instr(o.unique_states, ',' || r.state || ',') > 0
-				  AND instr(o.unique_states, ',' || o.state || ',') = 0)`)
+				  AND instr(o.unique_states, ',' || o.state || ',') = 0)`, "?")
 
 // removeFinishedSQL deletes the jobs of completions that remove them (store.Completion.Remove),
 // given as a JSON array of {"i": id, "a": attempt, "t": claim token or null}: each only while
@@ -238,14 +246,14 @@ var rescueSQL = `UPDATE pronto_jobs SET
 			'message', 'lease expired: worker ' || COALESCE(worker_id, '(unknown)') || ' stopped heartbeating')),
 		lease_expires_at = NULL,
 		worker_id = NULL,
-		` + uniqueKeyAfter(`CASE WHEN pronto_jobs.attempt >= pronto_jobs.max_attempts THEN 'discarded' ELSE 'available' END`, "") + `
+		` + uniqueKeyAfter(`CASE WHEN pronto_jobs.attempt >= pronto_jobs.max_attempts THEN 'discarded' ELSE 'available' END`, "", "?1") + `
 	WHERE id IN (
 		SELECT id FROM pronto_jobs WHERE state = 'active' AND lease_expires_at <= ?1
 		ORDER BY lease_expires_at LIMIT ?3)
 	RETURNING ` + jobColumns
 
 // promoteSQL: ?1 now, ?2 limit.
-var promoteSQL = `UPDATE pronto_jobs SET state = 'available', ` + uniqueKeyAfter(`'available'`, "") + `
+var promoteSQL = `UPDATE pronto_jobs SET state = 'available', ` + uniqueKeyAfter(`'available'`, "", "?1") + `
 	WHERE id IN (
 		SELECT id FROM pronto_jobs WHERE state IN ('scheduled', 'retryable') AND scheduled_at <= ?1
 		ORDER BY scheduled_at LIMIT ?2)
@@ -259,7 +267,7 @@ var discardExpiredSQL = `UPDATE pronto_jobs SET
 			'attempt', attempt, 'at', ?2, 'type', 'expired', 'message', 'job expired before it started')),
 		lease_expires_at = NULL,
 		worker_id = NULL,
-		` + uniqueKeyAfter(`'discarded'`, "") + `
+		` + uniqueKeyAfter(`'discarded'`, "", "?1") + `
 	WHERE id IN (
 		SELECT id FROM pronto_jobs
 		WHERE expires_at IS NOT NULL AND state IN ('available', 'scheduled', 'retryable', 'pending')
@@ -384,7 +392,7 @@ func cancelledClaimError(now string) string {
 // cancelJobSQL: ?1 now, ?2 id.
 var cancelJobSQL = `UPDATE pronto_jobs SET state = 'cancelled', completed_at = ?1, lease_expires_at = NULL,
 		` + cancelledClaimError("?1") + `,
-		worker_id = NULL, ` + uniqueKeyAfter(`'cancelled'`, "") + `
+		worker_id = NULL, ` + uniqueKeyAfter(`'cancelled'`, "", "?1") + `
 	WHERE id = ?2 AND state NOT IN ('completed', 'cancelled', 'discarded')
 	RETURNING ` + jobColumns
 
@@ -445,6 +453,11 @@ const resignSQL = `DELETE FROM pronto_leaders WHERE name = ?1 AND leader_id = ?2
 // so the index finds it.
 const uniqueHolderSQL = `SELECT ` + jobColumns + ` FROM pronto_jobs
 	WHERE unique_key = ?1 AND instr(unique_states, ',' || state || ',') > 0`
+
+// releaseLapsedSQL clears the unique keys of the jobs holding them whose period ran out by ?1 (see
+// retryLapsed). Its condition is the unique index's, so it reads the holders only.
+const releaseLapsedSQL = `UPDATE pronto_jobs SET unique_key = NULL
+	WHERE unique_key IS NOT NULL AND instr(unique_states, ',' || state || ',') > 0 AND unique_until <= ?1`
 
 // releaseUniqueKeySQL clears the unique key of job ?1 (its period ran out, or a replacement took the
 // key over while the job still held it).
@@ -527,7 +540,7 @@ func claimCandidatesSQL(nKinds int) string {
 // claimRowsSQL claims the jobs whose rowids are in the JSON array ?4. ?1 now, ?2 lease expiry, ?3 worker.
 var claimRowsSQL = `UPDATE pronto_jobs SET state = 'active', attempt = attempt + 1, started_at = ?1,
 		lease_expires_at = ?2, worker_id = ?3, held = NULL, claim_token = ` + newClaimToken + `,
-		` + uniqueKeyAfter(`'active'`, "") + `
+		` + uniqueKeyAfter(`'active'`, "", "?1") + `
 	WHERE rowid IN (SELECT value FROM json_each(?4))
 	RETURNING ` + jobColumns
 
@@ -586,9 +599,9 @@ const rateLimitValuesSQL = `SELECT max_active, rate, period_us, on_limit FROM pr
 // setWindowSQL records limit ?1's current window: opened at ?2, ?3 jobs started in it.
 const setWindowSQL = `UPDATE pronto_rate_limits SET window_start = ?2, window_count = ?3 WHERE key = ?1`
 
-// rescheduleRowsSQL moves held-back jobs (JSON array ?2 of rowids) to scheduled at ?1.
+// rescheduleRowsSQL moves held-back jobs (JSON array ?2 of rowids) to scheduled at ?1; ?3 now.
 var rescheduleRowsSQL = `UPDATE pronto_jobs SET state = 'scheduled', scheduled_at = ?1, held = NULL,
-		` + uniqueKeyAfter(`'scheduled'`, "") + `
+		` + uniqueKeyAfter(`'scheduled'`, "", "?3") + `
 	WHERE rowid IN (SELECT value FROM json_each(?2))
 	RETURNING queue`
 
@@ -603,7 +616,7 @@ var dropRowsSQL = `UPDATE pronto_jobs SET
 		lease_expires_at = NULL,
 		worker_id = NULL,
 		held = NULL,
-		` + uniqueKeyAfter(`'discarded'`, "") + `
+		` + uniqueKeyAfter(`'discarded'`, "", "?1") + `
 	WHERE rowid IN (SELECT value FROM json_each(?3))
 	RETURNING id, workflow_id`
 

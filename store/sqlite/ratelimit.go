@@ -563,11 +563,14 @@ func (c *limitedClaim) apply(ctx context.Context, r txRunner, p store.ClaimParam
 		if err != nil {
 			return nil, err
 		}
-		rows, err := r.QueryContext(ctx, claimRowsSQL, nowUS, nowUS+p.LeaseDuration.Microseconds(), p.WorkerID, string(b))
+		jobs, err = retryLapsed(ctx, r, nowUS, func() ([]*store.Job, error) {
+			rows, err := r.QueryContext(ctx, claimRowsSQL, nowUS, nowUS+p.LeaseDuration.Microseconds(), p.WorkerID, string(b))
+			if err != nil {
+				return nil, err
+			}
+			return scanJobs(rows, len(c.take))
+		})
 		if err != nil {
-			return nil, fmt.Errorf("claim: %w", err)
-		}
-		if jobs, err = scanJobs(rows, len(c.take)); err != nil {
 			return nil, fmt.Errorf("claim: %w", err)
 		}
 	}
@@ -585,7 +588,7 @@ func (c *limitedClaim) apply(ctx context.Context, r txRunner, p store.ClaimParam
 		}
 	}
 	if len(c.reschedule) > 0 {
-		if err := rescheduleHeldBack(ctx, r, c.reschedule, out); err != nil {
+		if err := rescheduleHeldBack(ctx, r, c.reschedule, nowUS, out); err != nil {
 			return nil, err
 		}
 	}
@@ -599,7 +602,7 @@ func (c *limitedClaim) apply(ctx context.Context, r txRunner, p store.ClaimParam
 
 // rescheduleHeldBack moves held-back jobs ([rowid, due] pairs) to scheduled at their due times, one
 // statement per due time (a claim's held-back keys have one each), and announces them.
-func rescheduleHeldBack(ctx context.Context, r txRunner, due [][2]int64, out *outbox) error {
+func rescheduleHeldBack(ctx context.Context, r txRunner, due [][2]int64, nowUS int64, out *outbox) error {
 	byDue := map[int64][]int64{}
 	for _, d := range due {
 		byDue[d[1]] = append(byDue[d[1]], d[0])
@@ -609,20 +612,27 @@ func rescheduleHeldBack(ctx context.Context, r txRunner, due [][2]int64, out *ou
 		if err != nil {
 			return err
 		}
-		rows, err := r.QueryContext(ctx, rescheduleRowsSQL, at, string(b))
+		queues, err := retryLapsed(ctx, r, nowUS, func() ([]string, error) {
+			rows, err := r.QueryContext(ctx, rescheduleRowsSQL, at, string(b), nowUS)
+			if err != nil {
+				return nil, err
+			}
+			var queues []string
+			for rows.Next() {
+				var queue string
+				if err := rows.Scan(&queue); err != nil {
+					rows.Close()
+					return nil, err
+				}
+				queues = append(queues, queue)
+			}
+			return queues, closeRows(rows)
+		})
 		if err != nil {
 			return fmt.Errorf("reschedule rate-limited jobs: %w", err)
 		}
-		for rows.Next() {
-			var queue string
-			if err := rows.Scan(&queue); err != nil {
-				rows.Close()
-				return err
-			}
+		for _, queue := range queues {
 			out.wake(queue, microTime(at))
-		}
-		if err := closeRows(rows); err != nil {
-			return fmt.Errorf("reschedule rate-limited jobs: %w", err)
 		}
 	}
 	return nil
@@ -634,23 +644,26 @@ func dropHeldBack(ctx context.Context, r txRunner, rowids []int64, nowUS int64, 
 	if err != nil {
 		return err
 	}
-	rows, err := r.QueryContext(ctx, dropRowsSQL, nowUS, now.Format(time.RFC3339Nano), string(b))
+	finished, err := retryLapsed(ctx, r, nowUS, func() ([]string, error) {
+		rows, err := r.QueryContext(ctx, dropRowsSQL, nowUS, now.Format(time.RFC3339Nano), string(b))
+		if err != nil {
+			return nil, err
+		}
+		var finished []string // the workflow jobs dropped
+		for rows.Next() {
+			var id string
+			var workflowID sql.NullString
+			if err := rows.Scan(&id, &workflowID); err != nil {
+				rows.Close()
+				return nil, err
+			}
+			if workflowID.Valid {
+				finished = append(finished, id)
+			}
+		}
+		return finished, closeRows(rows)
+	})
 	if err != nil {
-		return fmt.Errorf("drop rate-limited jobs: %w", err)
-	}
-	var finished []string
-	for rows.Next() {
-		var id string
-		var workflowID sql.NullString
-		if err := rows.Scan(&id, &workflowID); err != nil {
-			rows.Close()
-			return err
-		}
-		if workflowID.Valid {
-			finished = append(finished, id)
-		}
-	}
-	if err := closeRows(rows); err != nil {
 		return fmt.Errorf("drop rate-limited jobs: %w", err)
 	}
 	if len(finished) == 0 {

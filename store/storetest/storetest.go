@@ -168,6 +168,7 @@ var tests = []testCase{
 	{"UniqueHeldAfterClaim", single(testUniqueHeldAfterClaim)},
 	{"UniqueReplaceTerminalHolder", single(testUniqueReplaceTerminalHolder)},
 	{"UniqueInsertOutsideOwnStates", single(testUniqueInsertOutsideOwnStates)},
+	{"UniqueLapsedHolderReentry", single(testUniqueLapsedHolderReentry)},
 	{"InsertRefusesWorkflowFields", single(testInsertRefusesWorkflowFields)},
 
 	{"RateLimitCRUD", single(testRateLimitCRUD)},

@@ -613,3 +613,60 @@ func testUniqueInsertOutsideOwnStates(t *testing.T, s store.Store) {
 	_, err = s.Insert(ctx(t), []*store.InsertParams{outside(key, store.StateScheduled, "")})
 	requireConflict(t, err, key, later.ID, store.StateAvailable)
 }
+
+// testUniqueLapsedHolderReentry: a job coming back into its unique states (its run returned it to
+// available, a promotion, a rescue, a claim into active) takes its key back when the only other job with the key is a
+// holder whose period ran out, which holds nothing: the next insert with the key meets it.
+// PostgreSQL and SQLite once made the returning job give its key up, and let a third job in.
+func testUniqueLapsedHolderReentry(t *testing.T, s store.Store) {
+	avail := []store.State{store.StateAvailable}
+	for _, via := range []string{"finish", "promote", "rescue", "claim"} {
+		q, key := uniq("unique-lapsed-reentry"), uniq("key")
+		b := uniqueJob(q, key, "")
+		b.UniqueStates = avail
+		back := store.StateAvailable // B's state once back in its unique states
+		var claimed *store.Job
+		switch via {
+		case "finish":
+			claimed = active(t, s, b) // active is not among its states: it holds nothing
+		case "promote":
+			b.State, b.ScheduledAt = store.StateScheduled, time.Now().Add(300*time.Millisecond)
+			insert(t, s, b)
+		case "rescue":
+			claimed = activeFor(t, s, b, "dead-worker", 100*time.Millisecond)
+		case "claim":
+			b.Kind, b.UniqueStates, back = uniq("kind"), []store.State{store.StateActive}, store.StateActive
+			insert(t, s, b) // available is not among its states: it holds nothing
+		}
+
+		// A takes the free key with a short period, which runs out.
+		a := uniqueJob(q, key, "")
+		a.UniqueStates, a.UniqueUntil = avail, time.Now().Add(200*time.Millisecond)
+		insert(t, s, a)
+		eventually(t, "the period of A to run out", func() bool { return time.Now().After(a.UniqueUntil.Add(precision)) })
+
+		switch via {
+		case "finish":
+			require.True(t, finish(t, s, store.Completion{ID: b.ID, Attempt: 1, Token: claimed.ClaimToken, State: store.StateAvailable}))
+		case "promote":
+			eventually(t, "B to be promoted", func() bool {
+				_, err := s.Promote(ctx(t), 100)
+				require.NoError(t, err)
+				return get(t, s, b.ID).State == store.StateAvailable
+			})
+		case "rescue":
+			eventually(t, "B to be rescued", func() bool {
+				_, err := s.Rescue(ctx(t), store.RescueParams{Limit: 100})
+				require.NoError(t, err)
+				return get(t, s, b.ID).State == store.StateAvailable
+			})
+		case "claim":
+			reclaim(t, s, q, b.Kind, b.ID, worker, lease)
+		}
+		require.Equal(t, key, get(t, s, b.ID).UniqueKey, "%s: B holds its key again", via)
+		c := uniqueJob(q, key, "")
+		c.UniqueStates = avail
+		_, err := s.Insert(ctx(t), []*store.InsertParams{c})
+		requireConflict(t, err, key, b.ID, back)
+	}
+}
