@@ -1,10 +1,16 @@
 package cli
 
 import (
+	"context"
+	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
 	"github.com/pronto-jobs/pronto/internal/testdb"
+	"github.com/pronto-jobs/pronto/store/postgres"
 )
 
 // TestMigrateUnlogged: migrate up --unlogged makes PostgreSQL's jobs table UNLOGGED and says what that
@@ -39,7 +45,7 @@ func TestMigrateUnlogged(t *testing.T) {
 }
 
 // TestMigrateUpKeepsUnlogged: an operator with an UNLOGGED jobs table rolls back past 009_progress
-// (migrate down --steps 11 --force), then upgrades again. 009 creates the progress table with a
+// (migrate down --steps N --force, N reaching 009), then upgrades again. 009 creates the progress table with a
 // foreign key to jobs, which PostgreSQL refuses for a logged table referencing an unlogged one; the
 // roll forward used to fail on it whatever the flags (--logged ran Migrate before changing the
 // table), stranding the schema. Migrate now runs with the tables logged for its transaction and
@@ -47,12 +53,14 @@ func TestMigrateUnlogged(t *testing.T) {
 func TestMigrateUpKeepsUnlogged(t *testing.T) {
 	for _, flag := range []string{"", "--unlogged", "--logged"} {
 		t.Run("up"+flag, func(t *testing.T) {
-			db := []string{"--database-url", testdb.URL(), "--schema", testdb.Schema(t)}
+			schema := testdb.Schema(t)
+			db := []string{"--database-url", testdb.URL(), "--schema", schema}
 			run(t, with(db, "migrate", "up", "--unlogged")...).ok(t)
 			id := strings.TrimSpace(run(t, with(db, "enqueue", "a.b")...).ok(t).stdout)
-			down := run(t, with(db, "migrate", "down", "--steps", "11", "--force")...).ok(t).stdout
+			steps := stepsThrough(t, schema, 9)
+			down := run(t, with(db, "migrate", "down", "--steps", steps, "--force")...).ok(t).stdout
 			if !strings.Contains(down, "rolled back 009_progress") {
-				t.Fatalf("migrate down --steps 11 did not reach 009:\n%s", down)
+				t.Fatalf("migrate down --steps %s did not reach 009:\n%s", steps, down)
 			}
 			args := with(db, "migrate", "up")
 			if flag != "" {
@@ -69,4 +77,26 @@ func TestMigrateUpKeepsUnlogged(t *testing.T) {
 			getJob(t, db, id)
 		})
 	}
+}
+
+// stepsThrough is the --steps of a rollback of schema's migrations down to version (included): it
+// grows with every migration added.
+func stepsThrough(t *testing.T, schema string, version int) string {
+	t.Helper()
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, testdb.URL())
+	require.NoError(t, err)
+	defer pool.Close()
+	s, err := postgres.New(pool, postgres.Config{Schema: schema})
+	require.NoError(t, err)
+	defer s.Close()
+	ms, err := s.MigrationStatus(ctx)
+	require.NoError(t, err)
+	n := 0
+	for _, m := range ms {
+		if m.Applied && m.Version >= version {
+			n++
+		}
+	}
+	return strconv.Itoa(n)
 }
