@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
+	"github.com/santhosh-tekuri/jsonschema/v6/kind"
 
 	"github.com/pronto-jobs/pronto"
 	"github.com/pronto-jobs/pronto/store"
@@ -35,20 +36,28 @@ const schemaCacheTTL = 2 * time.Second
 // schemaURL is the address each schema is compiled under; documents cannot load other documents.
 const schemaURL = "urn:pronto:schema"
 
-// compiledSchema is a registered schema ready to validate with.
+// compiledSchema is a registered schema ready to validate with, or the reason it cannot be used
+// (a document stored before the limits of schemalimits.go, or changed in the store behind our back).
 type compiledSchema struct {
 	meta *store.JobSchema
 	sch  *jsonschema.Schema
+	err  error // set when sch is nil
 }
 
 // schemaRegistry caches the store's schemas, compiled.
 type schemaRegistry struct {
 	st store.SchemaStore // nil: the store keeps no registry
 
-	mu       sync.Mutex
-	loadedAt time.Time
-	byURI    map[string]*compiledSchema
-	byKind   map[string]*compiledSchema // the latest registered per type
+	// load is held by the goroutine rereading the store and compiling what changed, so that mu is
+	// never held across a store read or a compile.
+	load sync.Mutex
+
+	mu        sync.Mutex
+	gen       uint64 // bumped by invalidate
+	loadedGen uint64 // gen when the cache was last read
+	loadedAt  time.Time
+	byURI     map[string]*compiledSchema
+	byKind    map[string]*compiledSchema // the latest registered per type
 }
 
 func newSchemaRegistry(st store.Store) *schemaRegistry {
@@ -63,8 +72,13 @@ func (refuseLoads) Load(u string) (any, error) {
 	return nil, fmt.Errorf("schemas cannot refer to other documents (%s): put them in $defs", u)
 }
 
-// compileSchema compiles a JSON Schema document (draft 2020-12 unless $schema names another).
+// compileSchema compiles a JSON Schema document (draft 2020-12 unless $schema names another),
+// refusing one beyond the limits of schemalimits.go: too large or deep to compile quickly, or
+// whose references loop or cost too much to validate with.
 func compileSchema(doc json.RawMessage) (*jsonschema.Schema, error) {
+	if err := checkSchemaShape(doc); err != nil {
+		return nil, err
+	}
 	v, err := jsonschema.UnmarshalJSON(bytes.NewReader(doc))
 	if err != nil {
 		return nil, err
@@ -75,49 +89,98 @@ func compileSchema(doc json.RawMessage) (*jsonschema.Schema, error) {
 	if err := c.AddResource(schemaURL, v); err != nil {
 		return nil, err
 	}
-	return c.Compile(schemaURL)
+	sch, err := c.Compile(schemaURL)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkSchemaCost(sch); err != nil {
+		return nil, err
+	}
+	return sch, nil
 }
 
 // invalidate makes the next lookup reread the store.
 func (sr *schemaRegistry) invalidate() {
 	sr.mu.Lock()
-	sr.loadedAt = time.Time{}
+	sr.gen++
 	sr.mu.Unlock()
 }
 
 // lookup returns the schema a job is validated against: the one named by uri, else the latest
-// registered for kind, else nil. It rereads the registry when the cache is older than schemaCacheTTL.
+// registered for kind, else nil. It rereads the registry when the cache is older than
+// schemaCacheTTL, or was invalidated. While one goroutine rereads a cache that merely aged, the
+// others answer from it rather than wait.
 func (sr *schemaRegistry) lookup(ctx context.Context, kind, uri string) (*compiledSchema, error) {
 	if sr.st == nil {
 		return nil, nil
 	}
 	sr.mu.Lock()
-	defer sr.mu.Unlock()
-	if time.Since(sr.loadedAt) > schemaCacheTTL {
-		list, err := sr.st.SchemaList(ctx)
+	byURI, byKind := sr.byURI, sr.byKind
+	current := sr.loadedGen == sr.gen && byURI != nil
+	fresh := current && time.Since(sr.loadedAt) <= schemaCacheTTL
+	sr.mu.Unlock()
+	if !fresh {
+		if current && !sr.load.TryLock() {
+			return pickSchema(byURI, byKind, kind, uri), nil // another goroutine is rereading
+		} else if !current {
+			sr.load.Lock()
+		}
+		var err error
+		byURI, byKind, err = sr.reload(ctx)
+		sr.load.Unlock()
 		if err != nil {
 			return nil, err
 		}
-		byURI := make(map[string]*compiledSchema, len(list))
-		byKind := map[string]*compiledSchema{}
-		for _, js := range list {
-			cs := sr.byURI[js.URI]
-			if cs == nil || !bytes.Equal(cs.meta.Schema, js.Schema) {
-				sch, err := compileSchema(js.Schema)
-				if err != nil {
-					continue // registration compiled it; a document changed behind our back is ignored
-				}
-				cs = &compiledSchema{meta: js, sch: sch}
-			}
-			byURI[js.URI] = cs
-			byKind[js.Kind] = cs // the list is oldest first: the latest wins
-		}
-		sr.byURI, sr.byKind, sr.loadedAt = byURI, byKind, time.Now()
 	}
+	return pickSchema(byURI, byKind, kind, uri), nil
+}
+
+func pickSchema(byURI, byKind map[string]*compiledSchema, kind, uri string) *compiledSchema {
 	if uri != "" {
-		return sr.byURI[uri], nil
+		return byURI[uri]
 	}
-	return sr.byKind[kind], nil
+	return byKind[kind]
+}
+
+// reload rereads the store, unless another goroutine just did, and compiles the schemas that are
+// not in the cache yet. The caller holds sr.load.
+func (sr *schemaRegistry) reload(ctx context.Context) (map[string]*compiledSchema, map[string]*compiledSchema, error) {
+	sr.mu.Lock()
+	gen, old := sr.gen, sr.byURI
+	if sr.loadedGen == gen && old != nil && time.Since(sr.loadedAt) <= schemaCacheTTL {
+		defer sr.mu.Unlock()
+		return sr.byURI, sr.byKind, nil
+	}
+	sr.mu.Unlock()
+	list, err := sr.st.SchemaList(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	byURI := make(map[string]*compiledSchema, len(list))
+	byKind := map[string]*compiledSchema{}
+	for _, js := range list {
+		cs := old[js.URI]
+		if cs == nil || !sameRegistration(cs.meta, js) {
+			sch, err := compileSchema(js.Schema)
+			cs = &compiledSchema{meta: js, sch: sch, err: err}
+		}
+		byURI[js.URI] = cs
+		byKind[js.Kind] = cs // the list is oldest first: the latest wins
+	}
+	sr.mu.Lock()
+	sr.byURI, sr.byKind = byURI, byKind
+	if sr.gen == gen { // else invalidated while reading: the next lookup reads again
+		sr.loadedGen, sr.loadedAt = gen, time.Now()
+	}
+	sr.mu.Unlock()
+	return byURI, byKind, nil
+}
+
+// sameRegistration reports whether a cached schema is the registration the store lists: a URI
+// deleted and registered again, even with the same document, is another registration.
+func sameRegistration(a, b *store.JobSchema) bool {
+	return a.URI == b.URI && a.Kind == b.Kind && a.Version == b.Version && a.CreatedAt.Equal(b.CreatedAt) &&
+		bytes.Equal(a.Schema, b.Schema)
 }
 
 // checkArgs validates a decoded job's args against its schema. field prefixes the error's field (a
@@ -146,6 +209,10 @@ func (s *Server) checkArgs(ctx context.Context, req *enqueueRequest, field strin
 	if cs.meta.Kind != req.job.Kind {
 		return unprocessable(prefixField(field, "schema"), "schema %q is for type %s, not %s", uri, cs.meta.Kind, req.job.Kind)
 	}
+	if cs.err != nil {
+		// The args are not at fault: say what is wrong with the schema.
+		return unprocessable(prefixField(field, "schema"), "schema %q (type %s) cannot be used: %v; delete it and register a corrected one", cs.meta.URI, cs.meta.Kind, cs.err)
+	}
 	args := req.job.Args
 	if len(args) == 0 {
 		args = json.RawMessage("[]")
@@ -161,6 +228,11 @@ func (s *Server) checkArgs(ctx context.Context, req *enqueueRequest, field strin
 	var ve *jsonschema.ValidationError
 	if !errors.As(err, &ve) {
 		return unprocessable(prefixField(field, "args"), "args do not conform to schema %q: %v", cs.meta.URI, err)
+	}
+	if cycle := findRefCycle(ve); cycle != nil {
+		// Registration refuses such schemas; should one get through, blame it, not the args, in the
+		// library's words (its basic output says only "validation failed").
+		return unprocessable(prefixField(field, "schema"), "schema %q cannot be used: %s", cs.meta.URI, cycle.Error())
 	}
 	var problems []map[string]any
 	first := ""
@@ -185,6 +257,19 @@ func (s *Server) checkArgs(ctx context.Context, req *enqueueRequest, field strin
 		e.details["errors"] = problems
 	}
 	return e
+}
+
+// findRefCycle returns the error in ve's tree that reports a reference cycle, if any.
+func findRefCycle(ve *jsonschema.ValidationError) *jsonschema.ValidationError {
+	if _, ok := ve.ErrorKind.(*kind.RefCycle); ok {
+		return ve
+	}
+	for _, c := range ve.Causes {
+		if found := findRefCycle(c); found != nil {
+			return found
+		}
+	}
+	return nil
 }
 
 func prefixField(prefix, f string) string {
