@@ -407,9 +407,21 @@ func (s *Server) retryDeadLetter(w http.ResponseWriter, r *http.Request, id stri
 	if !ok {
 		return
 	}
-	if _, e := s.deadLetterJob(r.Context(), id); e != nil {
+	old, e := s.deadLetterJob(r.Context(), id)
+	if e != nil {
 		s.writeError(w, r, e)
 		return
+	}
+	if o != nil && o.Args != nil {
+		// New args meet the job's schema (the one it names, else its type's latest) as at enqueue.
+		req := &enqueueRequest{job: pronto.OJSJob{Kind: old.Kind, Args: o.Args}}
+		if _, ext := splitMeta(old.Meta); ext != nil {
+			req.ext = *ext
+		}
+		if e := s.checkArgs(r.Context(), req, "override"); e != nil {
+			s.writeError(w, r, e)
+			return
+		}
 	}
 	var j *pronto.JobRow
 	var err error

@@ -85,6 +85,31 @@ func TestSchemaReregisteredURITakesNewType(t *testing.T) {
 	}
 }
 
+// TestDeadLetterRetryOverrideArgsValidated: a dead-letter retry whose override replaces the args has
+// them validated against the job's schema, as an enqueue would; the args it keeps are not checked
+// again.
+func TestDeadLetterRetryOverrideArgsValidated(t *testing.T) {
+	for _, kind := range schemaStoreKinds {
+		t.Run(kind, func(t *testing.T) {
+			s := newSchemaServer(t, kind)
+			registerSchema(t, s, "urn:test:dl", "g.h", stringArgSchema)
+			dead := func(queue string) string {
+				id := enqueueJob(t, s, `{"type":"g.h","args":["ok"],"options":{"queue":"`+queue+`","retry":{"max_attempts":1}}}`)
+				if got := fetchOneID(t, s, queue); got != id {
+					t.Fatalf("fetched %s, want %s", got, id)
+				}
+				mustCall(t, s, 200, "POST", "/ojs/v1/workers/nack", `{"job_id":"`+id+`","worker_id":"w1","error":{"type":"Bad","message":"no"}}`)
+				return id
+			}
+			id := dead("dl")
+			r := call(t, s, "POST", "/ojs/v1/dead-letter/"+id+"/retry", `{"override":{"args":[123]}}`)
+			wantErrorField(t, r, 422, CodeSchemaValidationFailed, "override.args[0]")
+			mustCall(t, s, 200, "POST", "/ojs/v1/dead-letter/"+id+"/retry", `{"override":{"args":["fixed"]}}`)
+			mustCall(t, s, 200, "POST", "/ojs/v1/dead-letter/"+dead("dl3")+"/retry", `{"override":{"queue":"dl2"}}`)
+		})
+	}
+}
+
 // TestSchemaReferenceCycleRefused: a schema whose references come back to a subschema on the same
 // value (validation would never end; the library reports a cycle at every validation) is refused at
 // registration, while recursive schemas that descend into the value are accepted and validate.
