@@ -11,13 +11,20 @@ import (
 
 // Cron endpoints (OJS cron specification): register, list, get, delete.
 
-// decodeCron reads a registration. The job is given as job_template {type, args, meta, options}, or,
-// as the HTTP binding's prose has it, by type, args, meta and options at the top level; the schedule
+// decodeCron reads a registration. The job is given as job_template {type, args, meta, options,
+// schema}, or, as the HTTP binding's prose has it, by those members at the top level; the schedule
 // as expression (or cron).
 func decodeCron(body []byte, now time.Time) (*pronto.CronJob, *apiError) {
+	c, _, e := decodeCronTemplate(body, now)
+	return c, e
+}
+
+// decodeCronTemplate is decodeCron that also returns the job template, decoded as an enqueue would
+// be, for checking its args against the type's schema.
+func decodeCronTemplate(body []byte, now time.Time) (*pronto.CronJob, *enqueueRequest, *apiError) {
 	m, e := decodeBody(body, "cron registration")
 	if e != nil {
-		return nil, e
+		return nil, nil, e
 	}
 	c := &pronto.CronJob{}
 	str := func(keys ...string) (string, *apiError) {
@@ -29,55 +36,55 @@ func decodeCron(body []byte, now time.Time) (*pronto.CronJob, *apiError) {
 		return "", nil
 	}
 	if c.Name, e = str("name"); e != nil {
-		return nil, e
+		return nil, nil, e
 	}
 	if c.Name == "" {
-		return nil, invalid("name", "name is required")
+		return nil, nil, invalid("name", "name is required")
 	}
 	if !pronto.ValidCronName(c.Name) {
-		return nil, invalid("name", "name %q: must match [a-z0-9][a-z0-9.-]* (at most 255 characters)", c.Name)
+		return nil, nil, invalid("name", "name %q: must match [a-z0-9][a-z0-9.-]* (at most 255 characters)", c.Name)
 	}
 	if c.Expression, e = str("expression", "cron", "schedule"); e != nil {
-		return nil, e
+		return nil, nil, e
 	}
 	if c.Expression == "" {
-		return nil, invalid("expression", "expression is required (a cron expression such as \"*/5 * * * *\")")
+		return nil, nil, invalid("expression", "expression is required (a cron expression such as \"*/5 * * * *\")")
 	}
 	if c.Timezone, e = str("timezone"); e != nil {
-		return nil, e
+		return nil, nil, e
 	}
 	policy, e := str("overlap_policy")
 	if e != nil {
-		return nil, e
+		return nil, nil, e
 	}
 	c.OverlapPolicy = pronto.CronOverlapPolicy(policy)
 	if c.Description, e = str("description"); e != nil {
-		return nil, e
+		return nil, nil, e
 	}
 	if v, ok := m.get("enabled"); ok && !isNull(v) {
 		on, e := wantBool(v, "enabled")
 		if e != nil {
-			return nil, e
+			return nil, nil, e
 		}
 		if !on {
-			return nil, unprocessable("enabled", "disabled registrations are not supported: delete the registration instead")
+			return nil, nil, unprocessable("enabled", "disabled registrations are not supported: delete the registration instead")
 		}
 	}
 	if _, err := pronto.ParseCron(c.Expression, c.Timezone); err != nil {
-		return nil, invalid("expression", "%s", trimPrefix(err.Error()))
+		return nil, nil, invalid("expression", "%s", trimPrefix(err.Error()))
 	}
 	var tmpl object
 	if v, ok := m.get("job_template"); ok && !isNull(v) {
 		t, e := decodeObject(v, "job_template")
 		if e != nil {
 			e.details = map[string]any{"field": "job_template"}
-			return nil, e
+			return nil, nil, e
 		}
 		tmpl = t
 	} else {
 		// Top-level form: drop the registration's own members before reading the job from it.
 		tmpl = nil
-		for _, k := range []string{"type", "args", "meta", "options"} {
+		for _, k := range []string{"type", "args", "meta", "options", "schema"} {
 			if v, ok := m.get(k); ok {
 				tmpl = append(tmpl, member{key: k, val: v})
 			}
@@ -89,15 +96,15 @@ func decodeCron(body []byte, now time.Time) (*pronto.CronJob, *apiError) {
 	req, e := decodeJobMembers(tmpl, now)
 	if e != nil {
 		e.message = "job_template: " + e.message
-		return nil, e
+		return nil, nil, e
 	}
 	// A registration keeps the job's queue, priority, retry, timeout, tags, meta, unique policy and
 	// rate limit; each occurrence is inserted with them.
 	c.Kind, c.Args, c.Opts = req.job.Kind, req.job.Args, req.job.Opts
 	if c.Opts.Meta, e = decodeMetaMap(req.job.Meta); e != nil {
-		return nil, e
+		return nil, nil, e
 	}
-	return c, nil
+	return c, req, nil
 }
 
 // appendCron appends the OJS view of a registration.
@@ -132,8 +139,12 @@ func appendCron(b []byte, c *pronto.CronJob) []byte {
 	}
 	if c.Opts.Meta != nil {
 		if meta, err := json.Marshal(c.Opts.Meta); err == nil {
-			if visible, _ := splitMeta(meta); visible != nil {
+			visible, ext := splitMeta(meta)
+			if visible != nil {
 				b = appendRawField(b, "meta", visible)
+			}
+			if ext != nil && ext.Unknown["schema"] != nil {
+				b = appendRawField(b, "schema", ext.Unknown["schema"])
 			}
 		}
 	}
@@ -188,10 +199,18 @@ func (s *Server) writeCron(w http.ResponseWriter, status int, c *pronto.CronJob,
 
 // POST /ojs/v1/cron
 func (s *Server) registerCron(w http.ResponseWriter, r *http.Request) {
+	var tmpl *enqueueRequest
 	c, ok := readRequest(s, w, r, "cron registration", func(body []byte) (*pronto.CronJob, *apiError) {
-		return decodeCron(body, time.Now())
+		c, req, e := decodeCronTemplate(body, time.Now())
+		tmpl = req
+		return c, e
 	})
 	if !ok {
+		return
+	}
+	// Occurrences are inserted through the Go client, which validates nothing: check the template now.
+	if e := s.checkArgs(r.Context(), tmpl, "job_template"); e != nil {
+		s.writeError(w, r, e)
 		return
 	}
 	out, err := s.client.CronRegister(r.Context(), *c)

@@ -110,6 +110,39 @@ func TestDeadLetterRetryOverrideArgsValidated(t *testing.T) {
 	}
 }
 
+// TestCronTemplateArgsValidated: a cron registration's job template is validated against its type's
+// schema when it is registered (occurrences are inserted through the Go client, unchecked), and the
+// schema it names is kept with it.
+func TestCronTemplateArgsValidated(t *testing.T) {
+	for _, kind := range schemaStoreKinds {
+		t.Run(kind, func(t *testing.T) {
+			s := newSchemaServer(t, kind)
+			registerSchema(t, s, "urn:test:cron", "g.h", stringArgSchema)
+			r := call(t, s, "POST", "/ojs/v1/cron", `{"name":"c1","expression":"*/5 * * * *","job_template":{"type":"g.h","args":[1]}}`)
+			wantErrorField(t, r, 422, CodeSchemaValidationFailed, "job_template.args[0]")
+			r = call(t, s, "POST", "/ojs/v1/cron", `{"name":"c2","expression":"*/5 * * * *","type":"g.h","args":[]}`)
+			checkErrorBody(t, r, 422, CodeSchemaValidationFailed)
+			r = call(t, s, "POST", "/ojs/v1/cron", `{"name":"c3","expression":"*/5 * * * *","job_template":{"type":"g.h","args":["x"],"schema":"urn:test:none"}}`)
+			wantErrorField(t, r, 422, "", "job_template.schema")
+
+			for _, body := range []string{
+				`{"name":"c4","expression":"*/5 * * * *","job_template":{"type":"g.h","args":["x"],"schema":"urn:test:cron"}}`,
+				`{"name":"c5","expression":"*/5 * * * *","type":"g.h","args":["x"],"schema":"urn:test:cron"}`,
+			} {
+				r = mustCall(t, s, 201, "POST", "/ojs/v1/cron", body)
+				tmpl := r.body["cron"].(map[string]any)["job_template"].(map[string]any)
+				if tmpl["schema"] != "urn:test:cron" {
+					t.Fatalf("%s: the template lost its schema: %s", body, r.raw)
+				}
+			}
+			r = mustCall(t, s, 200, "GET", "/ojs/v1/cron/c5", nil)
+			if r.body["cron"].(map[string]any)["schema"] != "urn:test:cron" {
+				t.Fatalf("GET: the registration lost its schema: %s", r.raw)
+			}
+		})
+	}
+}
+
 // TestSchemaReferenceCycleRefused: a schema whose references come back to a subschema on the same
 // value (validation would never end; the library reports a cycle at every validation) is refused at
 // registration, while recursive schemas that descend into the value are accepted and validate.
