@@ -346,6 +346,8 @@ type enqueueRequest struct {
 	rateKeyFromQueue bool
 	// uniqueKeyDims: options.unique.key named dimensions only (see uniqueKeyAsDimensions).
 	uniqueKeyDims []string
+	// path is where a workflow's job sits in its request ("steps[2]", "callbacks.on_success").
+	path string
 }
 
 // decodeJob reads and validates one OJS job envelope.

@@ -143,6 +143,29 @@ func TestCronTemplateArgsValidated(t *testing.T) {
 	}
 }
 
+// TestWorkflowStepsValidated: a workflow's steps and callbacks have their args validated as single
+// enqueues do (ojs-core.md §5.2, §7.1): against the schema a step names, else its type's latest;
+// errors name the step.
+func TestWorkflowStepsValidated(t *testing.T) {
+	s := newSchemaServer(t, "memory")
+	registerSchema(t, s, "urn:test:wf", "g.h", stringArgSchema)
+	registerSchema(t, s, "urn:test:wf-other", "k.l", stringArgSchema)
+	for _, c := range []struct{ body, field string }{
+		{`{"type":"chain","name":"c1","steps":[{"type":"a.b","args":[]},{"type":"g.h","args":[1],"schema":"urn:test:wf"}]}`, "steps[1].args[0]"},
+		{`{"type":"chain","name":"c2","steps":[{"type":"g.h","args":["x"],"schema":"urn:test:none"}]}`, "steps[0].schema"},
+		{`{"type":"chain","name":"c3","steps":[{"type":"g.h","args":["x"],"schema":"urn:test:wf-other"}]}`, "steps[0].schema"},
+		{`{"type":"group","name":"g1","jobs":[{"type":"g.h","args":["x"]},{"type":"g.h","args":[]}]}`, "jobs[1].args"},
+		{`{"type":"chain","name":"n1","steps":[{"type":"a.b","args":[]},{"type":"group","jobs":[{"type":"g.h","args":[2]}]}]}`, "steps[1].jobs[0].args[0]"},
+		{`{"steps":[{"id":"a","type":"g.h","args":[3],"depends_on":[]}]}`, "steps[0].args[0]"},
+		{`{"type":"batch","name":"b1","jobs":[{"type":"a.b","args":[]}],"callbacks":{"on_complete":{"type":"g.h","args":[4]}}}`, "callbacks.on_complete.args[0]"},
+	} {
+		r := call(t, s, "POST", "/ojs/v1/workflows", c.body)
+		wantErrorField(t, r, 422, "", c.field)
+	}
+	mustCall(t, s, 201, "POST", "/ojs/v1/workflows",
+		`{"type":"chain","name":"ok","steps":[{"type":"g.h","args":["x"],"schema":"urn:test:wf"},{"type":"g.h","args":["y"]}],"callbacks":{"on_success":{"type":"g.h","args":["z"]}}}`)
+}
+
 // TestSchemaReferenceCycleRefused: a schema whose references come back to a subschema on the same
 // value (validation would never end; the library reports a cycle at every validation) is refused at
 // registration, while recursive schemas that descend into the value are accepted and validate.

@@ -158,6 +158,7 @@ func decodeWorkflowJob(raw json.RawMessage, path string, defaults object, nameKe
 	if e != nil {
 		return nil, "", nil, atPath(e, path)
 	}
+	req.path = path
 	if name != "" {
 		if e := setStepName(req, name); e != nil {
 			return nil, "", nil, atPath(e, path)
@@ -452,10 +453,18 @@ func (s *Server) createWorkflow(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, invalid("", "the request body is empty: send a workflow {\"type\": \"chain\", \"steps\": [...]}"))
 		return
 	}
-	wf, _, e := decodeWorkflow(body, time.Now(), s.maxBatch)
+	wf, reqs, e := decodeWorkflow(body, time.Now(), s.maxBatch)
 	if e != nil {
 		s.writeError(w, r, e)
 		return
+	}
+	// Steps and callbacks meet their schema as single enqueues do: the one they name, else their
+	// type's latest.
+	for _, req := range reqs {
+		if e := s.checkArgs(r.Context(), req, req.path); e != nil {
+			s.writeError(w, r, e)
+			return
+		}
 	}
 	res, err := s.client.WorkflowInsert(r.Context(), wf)
 	if err != nil {
