@@ -254,6 +254,10 @@ func (s *Server) adminStatsHistory(w http.ResponseWriter, r *http.Request) {
 	}
 	from := since.Unix() / 60 / step * step // unix minutes, rounded down to a period
 	to := until.Unix() / 60
+	if until.Before(since) {
+		// The range lies wholly after now or before the retention: nothing is kept for it.
+		to = from - 1
+	}
 	data := make([]map[string]any, 0, (to-from)/step+1)
 	s.history.mu.Lock()
 	for start := from; start <= to; start += step {

@@ -94,3 +94,19 @@ func TestAdminStatsHistory(t *testing.T) {
 		})
 	}
 }
+
+// TestAdminStatsHistoryRangeOutsideRetention: a since/until range wholly in the future, or wholly
+// older than the retention, answers 200 with no points (it used to panic: a negative capacity).
+func TestAdminStatsHistoryRangeOutsideRetention(t *testing.T) {
+	s, _ := newTestServer(t, Config{})
+	for _, q := range []string{
+		"period=5m&since=3000-01-01T00:00:00Z&until=3000-01-02T00:00:00Z",
+		"period=1m&since=2000-01-01T00:00:00Z&until=2000-01-02T00:00:00Z",
+		"period=1h&since=2000-01-01T00:00:00Z&until=2000-01-02T00:00:00Z",
+	} {
+		r := mustCall(t, s, http.StatusOK, "GET", "/ojs/v1/admin/stats/history?"+q, nil)
+		if data, ok := r.body["data"].([]any); !ok || len(data) != 0 {
+			t.Errorf("GET /admin/stats/history?%s: want empty data: %s", q, r.raw)
+		}
+	}
+}
