@@ -112,13 +112,14 @@ func (t *workerTracker) setDirective(id, directive string) {
 	}
 }
 
-// workerState is what the admin API calls a worker's state.
+// workerState is what the admin API calls a worker's state. Staleness comes first: a worker told
+// to terminate normally exits, and is then as stale (and deregistrable) as any unheard worker.
 func workerState(w *store.Worker, now time.Time, staleAfter time.Duration) string {
 	switch {
-	case w.Directive == store.WorkerTerminate:
-		return "terminating"
 	case now.Sub(w.LastSeenAt) > staleAfter:
 		return "stale"
+	case w.Directive == store.WorkerTerminate:
+		return "terminating"
 	case w.Directive == store.WorkerQuiet:
 		return "quiet"
 	}

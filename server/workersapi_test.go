@@ -116,3 +116,32 @@ func TestAdminSystemConfig(t *testing.T) {
 	checkErrorBody(t, call(t, s, "GET", "/ojs/v1/admin/system/config", nil), 401, CodeUnauthenticated)
 	checkErrorBody(t, call(t, s, "GET", "/ojs/v1/admin/system/nothing", nil, "Authorization", "Bearer sekrit-key"), 404, CodeNotFound)
 }
+
+// TestAdminTerminatedWorkerGoesStale: a worker told to terminate, which then exits, is listed
+// "stale" once unheard past WorkerStaleAfter, as DELETE (which takes only stale workers) sees it.
+func TestAdminTerminatedWorkerGoesStale(t *testing.T) {
+	stale := 300 * time.Millisecond
+	s, _ := newTestServer(t, Config{WorkerStaleAfter: stale})
+	mustCall(t, s, 200, "POST", "/ojs/v1/workers/fetch", map[string]any{"queues": []string{"wq"}, "worker_id": "term-w1"})
+	item := mustCall(t, s, 200, "POST", "/ojs/v1/admin/workers/term-w1/terminate", nil).body
+	if item["state"] != "terminating" {
+		t.Fatalf("just told to terminate: state %v", item["state"])
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		item = mustCall(t, s, 200, "GET", "/ojs/v1/admin/workers/term-w1", nil).body
+		last, err := time.Parse(time.RFC3339Nano, item["last_heartbeat_at"].(string))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if time.Since(last) > 2*stale || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	summary := mustCall(t, s, 200, "GET", "/ojs/v1/admin/workers", nil).body["summary"].(map[string]any)
+	if item["state"] != "stale" || summary["stale"] != 1.0 || summary["terminating"] != 0.0 {
+		t.Errorf("worker unheard for more than %s: state %v, summary %v (want stale)", stale, item["state"], summary)
+	}
+	mustCall(t, s, 200, "DELETE", "/ojs/v1/admin/workers/term-w1", nil)
+}
