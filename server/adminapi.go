@@ -5,7 +5,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"maps"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -264,15 +266,24 @@ type jobFilter struct {
 	kinds  []string
 	prefix string // a type filter ending in "*": kinds starting with it
 	before time.Time
-	// since and until bound the creation time (zero: unbounded).
+	// since and until bound created_at, in whole milliseconds (zero: unbounded); see setRange.
 	since, until time.Time
 }
 
+// createdSlack is how long before its created_at a job's id may have been made. The store selects
+// by the time in the id (JobListParams.CreatedAfter/CreatedBefore), which is taken before the store
+// stamps created_at, by the insert's latency: scan asks for ids from since minus this, and match
+// then compares created_at itself.
+const createdSlack = time.Second
+
+// match applies what the store cannot: the type prefix, the creation range on created_at itself,
+// and the before bound.
 func (f *jobFilter) match(j *pronto.JobRow) bool {
 	if f.prefix != "" && !strings.HasPrefix(j.Kind, f.prefix) {
 		return false
 	}
-	if (!f.since.IsZero() && j.CreatedAt.Before(f.since)) || (!f.until.IsZero() && !j.CreatedAt.Before(f.until)) {
+	created := j.CreatedAt.Truncate(time.Millisecond) // as answers show it
+	if (!f.since.IsZero() && created.Before(f.since)) || (!f.until.IsZero() && !created.Before(f.until)) {
 		return false
 	}
 	if !f.before.IsZero() {
@@ -318,6 +329,36 @@ func parseFilter(queue, state, kind string) (*jobFilter, *apiError) {
 	return f, nil
 }
 
+// setRange reads since and until, RFC 3339 times or "" for no bound, into f; field prefixes the
+// parameter names in errors ("filter." in a bulk filter).
+//
+// The bounds are rounded up to a whole millisecond, the precision answers show created_at in: a job
+// shown created at T is selected when since <= T < until, whatever the sub-millisecond part of the
+// bounds or of the job's creation.
+func (f *jobFilter) setRange(since, until, field string) *apiError {
+	for _, p := range []struct {
+		name, v string
+		to      *time.Time
+	}{{"since", since, &f.since}, {"until", until, &f.until}} {
+		if p.v == "" {
+			continue
+		}
+		t, err := time.Parse(time.RFC3339, p.v)
+		if err != nil {
+			return invalid(field+p.name, "%s%s %q: not an RFC 3339 time", field, p.name, p.v)
+		}
+		// ids record no time before the epoch; the zero time would read as no bound.
+		if t.Before(time.UnixMilli(0)) {
+			t = time.UnixMilli(0)
+		}
+		if c := t.Truncate(time.Millisecond); c.Before(t) {
+			t = c.Add(time.Millisecond)
+		}
+		*p.to = t
+	}
+	return nil
+}
+
 func splitList(v string) []string {
 	var out []string
 	for _, p := range strings.Split(v, ",") {
@@ -329,12 +370,22 @@ func splitList(v string) []string {
 }
 
 // scan calls fn with each job f selects, in id order (newest first when desc), reading at most
-// adminScanLimit jobs; fn returns false to stop. It reports whether it stopped at the limit.
+// adminScanLimit jobs of f's queues, states, kinds and creation range; fn returns false to stop. It
+// reports whether it stopped at the limit.
+//
+// The store reads the ids of the creation range, widened by createdSlack below since. A job's id
+// is made before its created_at, so one created before until has an id from before it; a job whose
+// id's time is off its created_at otherwise (one enqueued with its own id, or stamped by a store
+// whose clock runs behind) is selected only when its id's time lies in that range too.
 func (s *Server) scan(ctx context.Context, f *jobFilter, desc bool, fn func(*pronto.JobRow) bool) (truncated bool, err error) {
 	read, cursor := 0, ""
+	after := f.since
+	if !after.IsZero() {
+		after = after.Add(-createdSlack)
+	}
 	for {
 		page, err := s.client.JobList(ctx, &pronto.JobListParams{States: f.states, Queues: f.queues, Kinds: f.kinds,
-			Cursor: cursor, Descending: desc, Limit: min(1000, adminScanLimit-read)})
+			CreatedAfter: after, CreatedBefore: f.until, Cursor: cursor, Descending: desc, Limit: min(1000, adminScanLimit-read)})
 		if err != nil {
 			return false, err
 		}
@@ -357,20 +408,6 @@ func (s *Server) scan(ctx context.Context, f *jobFilter, desc bool, fn func(*pro
 // GET /ojs/v1/admin/jobs (and /admin/dead-letter, with states fixed to discarded)
 func (s *Server) adminListJobs(w http.ResponseWriter, r *http.Request, states []pronto.State) {
 	q := r.URL.Query()
-	var since, until time.Time
-	for _, p := range []struct {
-		name string
-		to   *time.Time
-	}{{"since", &since}, {"until", &until}} {
-		if v := q.Get(p.name); v != "" {
-			t, err := time.Parse(time.RFC3339, v)
-			if err != nil {
-				s.writeError(w, r, invalid(p.name, "%s %q: not an RFC 3339 time", p.name, v))
-				return
-			}
-			*p.to = t
-		}
-	}
 	if sortBy := q.Get("sort"); sortBy != "" && sortBy != "created_at" {
 		s.writeError(w, r, invalid("sort", "sort %q is not supported: jobs are listed by created_at only", sortBy))
 		return
@@ -385,15 +422,17 @@ func (s *Server) adminListJobs(w http.ResponseWriter, r *http.Request, states []
 		state = string(states[0])
 	}
 	f, e := parseFilter(q.Get("queue"), state, q.Get("type"))
+	if e == nil {
+		e = f.setRange(q.Get("since"), q.Get("until"), "")
+	}
 	if e != nil {
 		s.writeError(w, r, e)
 		return
 	}
-	f.since, f.until = since, until
 	skip := (page - 1) * perPage
 	items := make([]json.RawMessage, 0, perPage)
 	hasMore := false
-	_, err := s.scan(r.Context(), f, order != "asc", func(j *pronto.JobRow) bool {
+	truncated, err := s.scan(r.Context(), f, order != "asc", func(j *pronto.JobRow) bool {
 		if states != nil && !isDeadLetter(j) {
 			return true
 		}
@@ -412,8 +451,10 @@ func (s *Server) adminListJobs(w http.ResponseWriter, r *http.Request, states []
 		s.writeError(w, r, fromClientError(err, "job", ""))
 		return
 	}
-	pagination := map[string]any{"page": page, "per_page": perPage, "has_more": hasMore}
-	if f.prefix == "" && len(f.kinds) == 0 && states == nil && since.IsZero() && until.IsZero() {
+	// A read stopped at the limit may have left matches unread (a type prefix or the dead-letter
+	// test filter after the read): has_more says so, and truncated why.
+	pagination := map[string]any{"page": page, "per_page": perPage, "has_more": hasMore || truncated, "truncated": truncated}
+	if f.prefix == "" && len(f.kinds) == 0 && states == nil && f.since.IsZero() && f.until.IsZero() {
 		if total, err := s.countJobs(r.Context(), f); err == nil {
 			pagination["total"] = total
 		}
@@ -487,15 +528,47 @@ func (s *Server) adminRetryJob(w http.ResponseWriter, r *http.Request, id string
 	s.writeJob(w, http.StatusOK, j, nil)
 }
 
-// adminBulkRequest selects jobs by ids or by filter; a filter needs confirm.
+// adminBulkRequest selects jobs by ids or by filter (decodeAdminFilter); a filter needs confirm.
 type adminBulkRequest struct {
-	IDs    []string `json:"ids"`
-	Filter *struct {
-		Queue string `json:"queue"`
-		State string `json:"state"`
-		Type  string `json:"type"`
-	} `json:"filter"`
-	Confirm bool `json:"confirm"`
+	IDs     []string         `json:"ids"`
+	Filter  *json.RawMessage `json:"filter"`
+	Confirm bool             `json:"confirm"`
+}
+
+// adminFilterMembers are the members of a bulk action's filter: GET /admin/jobs's query parameters
+// of the same names.
+var adminFilterMembers = []string{"queue", "state", "type", "since", "until"}
+
+// decodeAdminFilter reads a bulk action's filter into the jobFilter GET /admin/jobs builds from its
+// query, so that a filter acts on exactly the jobs the listing shows. A member it does not know is
+// refused (400 naming it), not ignored: ignoring it would act on more jobs than the sender meant.
+func decodeAdminFilter(raw json.RawMessage) (*jobFilter, *apiError) {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &m); err != nil || m == nil {
+		return nil, invalid("filter", "filter: an object with %s", strings.Join(adminFilterMembers, ", "))
+	}
+	v := make(map[string]string, len(m))
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		if !slices.Contains(adminFilterMembers, k) {
+			return nil, invalid("filter."+k, "unknown filter member %q: filter by %s", k, strings.Join(adminFilterMembers, ", "))
+		}
+		if string(m[k]) == "null" {
+			continue
+		}
+		var s string
+		if err := json.Unmarshal(m[k], &s); err != nil {
+			return nil, invalid("filter."+k, "filter.%s must be a string", k)
+		}
+		v[k] = s
+	}
+	f, e := parseFilter(v["queue"], v["state"], v["type"])
+	if e != nil {
+		return nil, e
+	}
+	if e := f.setRange(v["since"], v["until"], "filter."); e != nil {
+		return nil, e
+	}
+	return f, nil
 }
 
 // POST /ojs/v1/admin/jobs/bulk/{retry,cancel,delete}
@@ -515,7 +588,7 @@ func (s *Server) adminBulk(w http.ResponseWriter, r *http.Request, action string
 	req, ok := readRequest(s, w, r, "bulk request", func(body []byte) (adminBulkRequest, *apiError) {
 		var q adminBulkRequest
 		if err := json.NewDecoder(bytes.NewReader(body)).Decode(&q); err != nil {
-			return q, invalid("", "bulk request: %v (send {\"filter\": {\"queue\": ..., \"state\": ..., \"type\": ...}, \"confirm\": true} or {\"ids\": [...]})", err)
+			return q, invalid("", "bulk request: %v (send {\"filter\": {\"queue\": ..., \"state\": ..., \"type\": ..., \"since\": ..., \"until\": ...}, \"confirm\": true} or {\"ids\": [...]})", err)
 		}
 		if (q.Filter == nil) == (len(q.IDs) == 0) {
 			return q, invalid("filter", "send either \"ids\" or \"filter\"")
@@ -533,7 +606,7 @@ func (s *Server) adminBulk(w http.ResponseWriter, r *http.Request, action string
 	}
 	ids, truncated := req.IDs, false
 	if req.Filter != nil {
-		f, e := parseFilter(req.Filter.Queue, req.Filter.State, req.Filter.Type)
+		f, e := decodeAdminFilter(*req.Filter)
 		if e != nil {
 			s.writeError(w, r, e)
 			return

@@ -1,11 +1,15 @@
 package server
 
 import (
+	"context"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/pronto-jobs/pronto"
 )
 
 // mustCall sends a request and fails unless the status is want; every answer carries a request id.
@@ -236,5 +240,145 @@ func TestProgressEvent(t *testing.T) {
 			t.Fatalf("no progress.updated event: %s", r.raw)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// allStoreKinds are storeKinds and Redis.
+var allStoreKinds = append([]string{"redis"}, storeKinds...)
+
+// storeServer returns a server over a fresh store of kind (openTestStore: Redis included).
+func storeServer(t *testing.T, kind string, cfg Config) (*Server, *pronto.Client) {
+	t.Helper()
+	client, err := pronto.NewClient(openTestStore(t, kind), &pronto.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Client = client
+	return newTestServer(t, cfg)
+}
+
+// listOldArgs and listNewArgs are two job types for listing tests.
+type listOldArgs struct{}
+
+func (listOldArgs) Kind() string { return "list.old" }
+
+type listNewArgs struct{}
+
+func (listNewArgs) Kind() string { return "list.new" }
+
+// insertMany inserts n jobs of args into queue, in chunks.
+func insertMany(t *testing.T, c *pronto.Client, args pronto.JobArgs, queue string, n int) {
+	t.Helper()
+	for n > 0 {
+		k := min(n, 1000)
+		ps := make([]pronto.InsertManyParams, k)
+		for i := range ps {
+			ps[i] = pronto.InsertManyParams{Args: args, Opts: &pronto.InsertOpts{Queue: queue}}
+		}
+		if _, err := c.InsertMany(context.Background(), ps); err != nil {
+			t.Fatal(err)
+		}
+		n -= k
+	}
+}
+
+// TestAdminListPastScanLimit: GET /admin/jobs hands since/until to the store, so a job older than
+// the newest adminScanLimit jobs is found by until; a type prefix, applied after the read, cannot
+// reach it, and the page says so (has_more and truncated) rather than that nothing matches.
+func TestAdminListPastScanLimit(t *testing.T) {
+	s, c := storeServer(t, "memory", Config{})
+	old, err := c.Insert(context.Background(), listOldArgs{}, &pronto.InsertOpts{Queue: "scan"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// the newer jobs must be created strictly later than the bound
+	bound := old.CreatedAt.Add(time.Millisecond)
+	for time.Now().Before(bound.Add(time.Millisecond)) {
+		time.Sleep(time.Millisecond)
+	}
+	insertMany(t, c, listNewArgs{}, "scan", adminScanLimit)
+
+	r := mustCall(t, s, 200, "GET", "/ojs/v1/admin/jobs?queue=scan&until="+url.QueryEscape(bound.UTC().Format(time.RFC3339Nano)), nil)
+	items := r.body["items"].([]any)
+	pg := r.body["pagination"].(map[string]any)
+	if len(items) != 1 || items[0].(map[string]any)["id"] != old.ID || pg["has_more"] != false || pg["truncated"] != false {
+		t.Errorf("until %s: want job %s alone, has_more and truncated false: %s", bound, old.ID, r.raw)
+	}
+
+	r = mustCall(t, s, 200, "GET", "/ojs/v1/admin/jobs?queue=scan&type="+url.QueryEscape("list.o*"), nil)
+	pg = r.body["pagination"].(map[string]any)
+	if len(r.body["items"].([]any)) == 0 && (pg["has_more"] != true || pg["truncated"] != true) {
+		t.Errorf("type prefix past the %d-job read: an empty page must say has_more and truncated: %s", adminScanLimit, r.raw)
+	}
+}
+
+// TestAdminBulkFilterTimeRange, on every store: a bulk action's filter takes since/until as the
+// listing does (a cancel until 2000 touches nothing, one from the job's own created_at takes it),
+// and refuses a member it does not know, naming it, rather than act on more jobs than meant.
+func TestAdminBulkFilterTimeRange(t *testing.T) {
+	for _, kind := range allStoreKinds {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			s, _ := storeServer(t, kind, Config{})
+			id := enqueueJob(t, s, `{"type":"bulk.range","args":[],"options":{"queue":"bulkq"}}`)
+			r := mustCall(t, s, 200, "POST", "/ojs/v1/admin/jobs/bulk/cancel",
+				`{"filter":{"queue":"bulkq","state":"available","until":"2000-01-01T00:00:00Z"},"confirm":true}`)
+			job := mustCall(t, s, 200, "GET", "/ojs/v1/jobs/"+id, nil).body["job"].(map[string]any)
+			if r.body["matched"] != 0.0 || job["state"] != "available" {
+				t.Fatalf("bulk cancel until 2000-01-01: matched %v, job now %v: %s", r.body["matched"], job["state"], r.raw)
+			}
+
+			for _, filter := range []string{`{"queue":"bulkq","enqueued_before":"2000-01-01T00:00:00Z"}`, `{"queue":"bulkq","since":"yesterday"}`} {
+				r = call(t, s, "POST", "/ojs/v1/admin/jobs/bulk/cancel", `{"filter":`+filter+`,"confirm":true}`)
+				checkErrorBody(t, r, 400, "invalid_request")
+				if field := r.body["error"].(map[string]any)["details"].(map[string]any)["field"]; !strings.HasPrefix(fmt.Sprint(field), "filter.") {
+					t.Errorf("filter %s: 400 names field %v: %s", filter, field, r.raw)
+				}
+			}
+
+			since := job["created_at"].(string)
+			r = mustCall(t, s, 200, "POST", "/ojs/v1/admin/jobs/bulk/cancel",
+				`{"filter":{"queue":"bulkq","since":"`+since+`"},"confirm":true}`)
+			if r.body["matched"] != 1.0 || r.body["succeeded"] != 1.0 {
+				t.Fatalf("bulk cancel since the job's created_at %s: %s", since, r.raw)
+			}
+		})
+	}
+}
+
+// TestAdminTimeRangeAtShownMillisecond, on every store: since/until compare created_at as answers
+// show it, to the millisecond: since = the shown created_at and until = it plus 1µs both list the
+// job, and until = the shown created_at does not.
+func TestAdminTimeRangeAtShownMillisecond(t *testing.T) {
+	for _, kind := range allStoreKinds {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			s, _ := storeServer(t, kind, Config{})
+			for i := 0; i < 20; i++ {
+				queue := fmt.Sprint("rangeq", i)
+				r := mustCall(t, s, 201, "POST", "/ojs/v1/jobs", `{"type":"range.ms","args":[],"options":{"queue":"`+queue+`"}}`)
+				job := r.body["job"].(map[string]any)
+				shown, err := time.Parse(time.RFC3339Nano, job["created_at"].(string))
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, c := range []struct {
+					bound string
+					at    time.Time
+					want  int
+				}{
+					{"since", shown, 1},
+					{"until", shown.Add(time.Microsecond), 1},
+					{"until", shown, 0},
+					{"since", shown.Add(time.Microsecond), 0},
+				} {
+					query := c.bound + "=" + url.QueryEscape(c.at.UTC().Format(time.RFC3339Nano))
+					l := mustCall(t, s, 200, "GET", "/ojs/v1/admin/jobs?queue="+queue+"&"+query, nil)
+					if n := len(l.body["items"].([]any)); n != c.want {
+						t.Fatalf("job %s shown created_at %s: %s lists %d jobs, want %d: %s", job["id"], job["created_at"], query, n, c.want, l.raw)
+					}
+				}
+			}
+		})
 	}
 }
