@@ -764,7 +764,8 @@ func (s *Server) adminStats(w http.ResponseWriter, r *http.Request) {
 			paused++
 		}
 	}
-	held, _, err := s.workersHolding(r.Context())
+	// workers counts what GET /admin/workers lists (its summary's total).
+	workers, _, _, err := s.listWorkers(r.Context())
 	if err != nil {
 		s.writeError(w, r, fromClientError(err, "worker", ""))
 		return
@@ -772,7 +773,7 @@ func (s *Server) adminStats(w http.ResponseWriter, r *http.Request) {
 	st := s.client.Stats()
 	processed, failed := s.history.throughput("", time.Now())
 	writeJSONValue(w, http.StatusOK, map[string]any{
-		"queues": len(qs), "paused_queues": paused, "workers": len(held), "jobs": jobs,
+		"queues": len(qs), "paused_queues": paused, "workers": len(workers), "jobs": jobs,
 		"uptime_seconds": int64(time.Since(s.started).Seconds()), "leader": st.Leader,
 		"completer_backlog": st.CompleterBacklog,
 		"throughput":        map[string]any{"processed_per_minute": processed, "failed_per_minute": failed},

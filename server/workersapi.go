@@ -140,14 +140,25 @@ func (s *Server) workerItem(w *store.Worker, active int, now time.Time) map[stri
 	return item
 }
 
-// GET /ojs/v1/admin/workers: the OJS workers on record, the clients holding active jobs without a
-// record (Go workers), and this server's own client, with a summary by state.
+// GET /ojs/v1/admin/workers: the workers of listWorkers, with a summary by state.
 func (s *Server) adminWorkers(w http.ResponseWriter, r *http.Request) {
-	ctx := r.Context()
-	held, truncated, err := s.workersHolding(ctx)
+	items, summary, truncated, err := s.listWorkers(r.Context())
 	if err != nil {
 		s.writeError(w, r, fromClientError(err, "worker", ""))
 		return
+	}
+	writeJSONValue(w, http.StatusOK, map[string]any{"items": items, "summary": summary,
+		"pagination": map[string]any{"total": len(items), "page": 1, "per_page": len(items)}, "truncated": truncated})
+}
+
+// listWorkers returns the workers the admin API knows, sorted by id, and their count by state
+// ("total" for all): the OJS workers on record, the clients holding active jobs without a record
+// (Go workers), and this server's own client. GET /admin/stats counts the same set. truncated says
+// the active jobs were read only up to adminScanLimit.
+func (s *Server) listWorkers(ctx context.Context) (items []map[string]any, summary map[string]int, truncated bool, err error) {
+	held, truncated, err := s.workersHolding(ctx)
+	if err != nil {
+		return nil, nil, false, err
 	}
 	now := time.Now()
 	var records []store.Worker
@@ -164,12 +175,11 @@ func (s *Server) adminWorkers(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 		if records, err = ws.ListWorkers(ctx); err != nil {
-			s.writeError(w, r, fromClientError(err, "worker", ""))
-			return
+			return nil, nil, false, err
 		}
 	}
-	summary := map[string]int{"total": 0, "running": 0, "quiet": 0, "stale": 0, "terminating": 0}
-	items := make([]map[string]any, 0, len(records)+len(held)+1)
+	summary = map[string]int{"total": 0, "running": 0, "quiet": 0, "stale": 0, "terminating": 0}
+	items = make([]map[string]any, 0, len(records)+len(held)+1)
 	listed := map[string]bool{}
 	for i := range records {
 		item := s.workerItem(&records[i], held[records[i].ID], now)
@@ -194,8 +204,7 @@ func (s *Server) adminWorkers(w http.ResponseWriter, r *http.Request) {
 	}
 	sort.Slice(items, func(i, j int) bool { return items[i]["id"].(string) < items[j]["id"].(string) })
 	summary["total"] = len(items)
-	writeJSONValue(w, http.StatusOK, map[string]any{"items": items, "summary": summary,
-		"pagination": map[string]any{"total": len(items), "page": 1, "per_page": len(items)}, "truncated": truncated})
+	return items, summary, truncated, nil
 }
 
 // heldJobs lists the ids of the active jobs worker id holds (at most adminScanLimit jobs read).

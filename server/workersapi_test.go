@@ -145,3 +145,21 @@ func TestAdminTerminatedWorkerGoesStale(t *testing.T) {
 	}
 	mustCall(t, s, 200, "DELETE", "/ojs/v1/admin/workers/term-w1", nil)
 }
+
+// TestAdminStatsCountsListedWorkers, on every store: /admin/stats "workers" counts what
+// /admin/workers lists (an idle OJS worker on record and the server's own client included).
+func TestAdminStatsCountsListedWorkers(t *testing.T) {
+	for _, kind := range allStoreKinds {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			s, _ := storeServer(t, kind, Config{})
+			mustCall(t, s, 200, "POST", "/ojs/v1/workers/fetch", map[string]any{"queues": []string{"wq"}, "worker_id": "idle-w1"})
+			list := mustCall(t, s, 200, "GET", "/ojs/v1/admin/workers", nil)
+			stats := mustCall(t, s, 200, "GET", "/ojs/v1/admin/stats", nil)
+			summary := list.body["summary"].(map[string]any)
+			if summary["total"] != 2.0 || stats.body["workers"] != summary["total"] {
+				t.Fatalf("/admin/stats workers=%v, /admin/workers summary %v (want both 2): %s", stats.body["workers"], summary, list.raw)
+			}
+		})
+	}
+}
