@@ -31,16 +31,12 @@ func registerSchema(t *testing.T, s *Server, uri, kind, doc string) {
 	mustCall(t, s, 201, "POST", "/ojs/v1/schemas", fmt.Sprintf(`{"uri":%q,"type":%q,"version":1,"schema":%s}`, uri, kind, doc))
 }
 
-// tryRegisterSchema registers doc and returns the answer, failing when it takes more than a second:
-// the limits must refuse a costly document before the library spends long on it.
+// tryRegisterSchema registers doc and returns the answer. The costly documents of these tests are
+// refused by the limits before the library compiles or applies them (their error names the limit);
+// without the limits the call does not return for minutes, and the test times out.
 func tryRegisterSchema(t *testing.T, s *Server, uri, kind, doc string) *response {
 	t.Helper()
-	start := time.Now()
-	r := call(t, s, "POST", "/ojs/v1/schemas", fmt.Sprintf(`{"uri":%q,"type":%q,"version":1,"schema":%s}`, uri, kind, doc))
-	if d := time.Since(start); d > time.Second {
-		t.Errorf("registering %s took %v", uri, d)
-	}
-	return r
+	return call(t, s, "POST", "/ojs/v1/schemas", fmt.Sprintf(`{"uri":%q,"type":%q,"version":1,"schema":%s}`, uri, kind, doc))
 }
 
 // wantSchemaRefused requires a 400 whose details.schema_error contains want.
