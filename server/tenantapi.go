@@ -545,8 +545,14 @@ func (s *Server) tenantJobs(w http.ResponseWriter, r *http.Request, id string) {
 			last = j.ID
 		}
 		read += len(res.Jobs)
-		// A type prefix filters here: the read stops at adminScanLimit, as GET /admin/jobs does.
-		if hasMore || res.Next == "" || read >= adminScanLimit {
+		if hasMore || res.Next == "" {
+			break
+		}
+		if read >= adminScanLimit {
+			// A type prefix filters here: the read stops at adminScanLimit, as GET /admin/jobs does,
+			// and the page says where to go on from (it used to end with has_more false, as if no
+			// job further on matched).
+			hasMore, next = true, res.Next
 			break
 		}
 		cursor = res.Next

@@ -1,7 +1,9 @@
 package server
 
 import (
+	"context"
 	"fmt"
+	"net/url"
 	"slices"
 	"testing"
 
@@ -116,5 +118,43 @@ func TestTenantJobsAPI(t *testing.T) {
 			}
 			checkErrorBody(t, call(t, s, "POST", "/ojs/v1/admin/tenants/small/jobs", nil), 405, "")
 		})
+	}
+}
+
+// TestTenantJobsPastScanLimit: a type prefix filters a tenant's jobs after they are read, and a read
+// stops at adminScanLimit jobs. A page that found nothing within the read says has_more with the
+// cursor to go on from, and following it reaches the older matching job. It used to answer an empty
+// page with has_more false, as if no job matched.
+func TestTenantJobsPastScanLimit(t *testing.T) {
+	s, c := storeServer(t, "memory", Config{})
+	ctx := context.Background()
+	old, err := c.Insert(ctx, listOldArgs{}, &pronto.InsertOpts{Queue: "scan", Tenant: "acme"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for n := adminScanLimit; n > 0; n -= 1000 {
+		ps := make([]pronto.InsertManyParams, min(n, 1000))
+		for i := range ps {
+			ps[i] = pronto.InsertManyParams{Args: listNewArgs{}, Opts: &pronto.InsertOpts{Queue: "scan", Tenant: "acme"}}
+		}
+		if _, err := c.InsertMany(ctx, ps); err != nil {
+			t.Fatal(err)
+		}
+	}
+	path := "/ojs/v1/admin/tenants/acme/jobs?type=" + url.QueryEscape("list.o*")
+	var found []string
+	for range 10 {
+		r := mustCall(t, s, 200, "GET", path, nil)
+		for _, it := range r.body["items"].([]any) {
+			found = append(found, it.(map[string]any)["id"].(string))
+		}
+		pg := r.body["pagination"].(map[string]any)
+		if pg["has_more"] != true {
+			break
+		}
+		path = "/ojs/v1/admin/tenants/acme/jobs?type=" + url.QueryEscape("list.o*") + "&cursor=" + pg["next_cursor"].(string)
+	}
+	if !slices.Equal(found, []string{old.ID}) {
+		t.Errorf("following next_cursor past the %d-job read: found %v, want the one old job %s", adminScanLimit, found, old.ID)
 	}
 }
