@@ -600,8 +600,10 @@ type Store interface {
 	// the visible states truthful.
 	Promote(ctx context.Context, limit int) (int, error)
 
-	// DiscardExpired discards jobs not yet started whose expires_at has passed, returning the count.
-	DiscardExpired(ctx context.Context, limit int) (int, error)
+	// DiscardExpired discards up to limit jobs not yet started whose expires_at has passed (each with
+	// an error entry of type "expired") and returns them as discarded, so that the caller can report
+	// each one.
+	DiscardExpired(ctx context.Context, limit int) ([]*Job, error)
 
 	// NextDue returns the earliest due time of scheduled or retryable jobs in queue, and false if none.
 	NextDue(ctx context.Context, queue string) (time.Time, bool, error)

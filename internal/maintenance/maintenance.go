@@ -47,8 +47,10 @@ type Config struct {
 	// BatchSize bounds each statement (1000).
 	BatchSize int
 	Logger    *slog.Logger
-	// OnRescue and OnLeadership, if set, observe what happens (events, tests).
+	// OnRescue, OnExpired and OnLeadership, if set, observe what happens (events, tests). OnExpired
+	// gets the jobs a promote pass discarded because their expiry passed.
 	OnRescue     func(store.RescueResult)
+	OnExpired    func([]*store.Job)
 	OnLeadership func(leader bool)
 	// OnPass, if set, is called as each pass starts (op: OpPromote, OpRescue or OpCleanup) and
 	// returns the context the pass runs in and a function called when it ends, with the number of
@@ -306,7 +308,10 @@ func (m *Maintainer) promote(ctx context.Context) {
 	if eerr != nil && ctx.Err() == nil {
 		m.cfg.Logger.Warn("pronto: discard expired jobs failed", "err", eerr)
 	}
-	end(promoted+expired, errors.Join(perr, eerr))
+	if len(expired) > 0 && m.cfg.OnExpired != nil {
+		m.cfg.OnExpired(expired)
+	}
+	end(promoted+len(expired), errors.Join(perr, eerr))
 }
 
 // prunePass is one of a cleanup's dead letter passes: its bounds, and whether its jobs are

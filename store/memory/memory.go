@@ -1046,18 +1046,18 @@ func (s *Store) Promote(ctx context.Context, limit int) (int, error) {
 
 // DiscardExpired discards up to limit jobs not yet started (scheduled, available, pending or
 // retryable) whose expiry has passed, each with an error entry of type "expired".
-func (s *Store) DiscardExpired(ctx context.Context, limit int) (int, error) {
+func (s *Store) DiscardExpired(ctx context.Context, limit int) ([]*store.Job, error) {
 	if err := ctx.Err(); err != nil {
-		return 0, err
+		return nil, err
 	}
 	if limit <= 0 {
 		limit = defaultLimit
 	}
-	n := 0
+	var out []*store.Job
 	s.mu.Lock()
 	now := time.Now()
 	a := announcer{now: now}
-	for cut := nanos(now); n < limit; n++ {
+	for cut := nanos(now); len(out) < limit; {
 		e := s.expiry.top()
 		if e == nil || e.k1 > cut {
 			break
@@ -1072,11 +1072,12 @@ func (s *Store) DiscardExpired(ctx context.Context, limit int) (int, error) {
 			Attempt: j.Attempt, At: now, Type: "expired", Message: "job expired before it started",
 		})
 		s.place(j)
+		out = append(out, j.export())
 	}
 	s.settle(now, &a)
 	s.mu.Unlock()
 	s.publish(a.ns)
-	return n, nil
+	return out, nil
 }
 
 // NextDue returns the earliest due time of queue's scheduled and retryable jobs, or, when sooner,

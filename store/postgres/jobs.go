@@ -493,13 +493,18 @@ func (s *Store) Promote(ctx context.Context, limit int) (int, error) {
 }
 
 // DiscardExpired discards up to limit jobs not yet started (scheduled, available, pending or
-// retryable) whose expires_at has passed, recording an "expired" error entry on each.
-func (s *Store) DiscardExpired(ctx context.Context, limit int) (int, error) {
-	tag, err := s.pool.Exec(ctx, s.q.discardExpired, limitOrDefault(limit))
+// retryable) whose expires_at has passed, recording an "expired" error entry on each, and returns
+// them.
+func (s *Store) DiscardExpired(ctx context.Context, limit int) ([]*store.Job, error) {
+	rows, err := s.pool.Query(ctx, s.q.discardExpired, limitOrDefault(limit))
 	if err != nil {
-		return 0, fmt.Errorf("discard expired jobs: %w", err)
+		return nil, fmt.Errorf("discard expired jobs: %w", err)
 	}
-	return int(tag.RowsAffected()), nil
+	jobs, err := scanJobs(rows)
+	if err != nil {
+		return nil, fmt.Errorf("discard expired jobs: %w", err)
+	}
+	return jobs, nil
 }
 
 // NextDue returns the earliest due time of queue's scheduled and retryable jobs.

@@ -215,9 +215,10 @@ func TestClaimOrderAndFilters(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, ok)
 
-	n, err := s.DiscardExpired(ctx, 100)
+	gone, err := s.DiscardExpired(ctx, 100)
 	require.NoError(t, err)
-	require.Equal(t, 1, n)
+	require.Len(t, gone, 1)
+	require.Equal(t, expired.ID, gone[0].ID)
 	j, err := s.GetJob(ctx, expired.ID)
 	require.NoError(t, err)
 	require.Equal(t, store.StateDiscarded, j.State)

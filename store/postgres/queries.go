@@ -556,7 +556,8 @@ SELECT * FROM updated WHERE (SELECT count(*) FROM notified) >= 0`
 )
 SELECT count(*) FROM changed WHERE (SELECT count(*) FROM notified) >= 0`
 
-	// sqlDiscardExpired discards up to $1 jobs not yet started whose expires_at has passed.
+	// sqlDiscardExpired discards up to $1 jobs not yet started whose expires_at has passed, and
+	// returns them.
 	sqlDiscardExpired = `WITH expired AS (
 	SELECT id FROM {schema}.jobs
 	WHERE expires_at IS NOT NULL AND expires_at <= now()
@@ -571,7 +572,8 @@ SET state = 'discarded', completed_at = now(),
 		'attempt', j.attempt, 'at', now(), 'type', 'expired',
 		'message', 'job expired before it started')),
 	` + uniqueKeyAfter(`'discarded'`, "ARRAY(SELECT id FROM expired)", "NULL", `'discarded'`) + `
-WHERE j.id = ANY(ARRAY(SELECT id FROM expired))`
+WHERE j.id = ANY(ARRAY(SELECT id FROM expired))
+RETURNING ` + jobColsJ
 
 	// sqlNextDue finds the earliest due time of the scheduled and retryable jobs of queue $1, or the
 	// earlier end of the rate window of a key that is exhausted while jobs of the queue wait for it.

@@ -978,10 +978,48 @@ func (s *Store) Promote(ctx context.Context, limit int) (int, error) {
 	return s.eachQueue(ctx, "promote", scriptPromote, limit)
 }
 
-// DiscardExpired discards up to limit not-started jobs whose expiry has passed, and announces the
-// queues where that released workflow children (failure callbacks).
-func (s *Store) DiscardExpired(ctx context.Context, limit int) (int, error) {
-	return s.eachQueue(ctx, "discard expired", scriptExpire, limit)
+// DiscardExpired discards up to limit not-started jobs whose expiry has passed, returns them, and
+// announces the queues where that released workflow children (failure callbacks).
+func (s *Store) DiscardExpired(ctx context.Context, limit int) ([]*store.Job, error) {
+	if limit <= 0 {
+		limit = defaultLimit
+	}
+	qs, err := s.queues(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("redis: discard expired: %w", err)
+	}
+	var jobs []*store.Job
+	var ns []store.Notification
+	for _, q := range qs {
+		if len(jobs) >= limit {
+			break
+		}
+		out, err := scriptExpire.Run(ctx, s.rdb, s.keys(q), limit-len(jobs)).Slice()
+		if err != nil {
+			return jobs, fmt.Errorf("redis: discard expired %s: %w", q, err)
+		}
+		if len(out) != 2 {
+			return jobs, fmt.Errorf("redis: discard expired %s: unexpected reply %v", q, out)
+		}
+		gone, _ := out[0].([]any)
+		for _, v := range gone {
+			j, err := decodeFlat(v)
+			if err != nil {
+				return jobs, err
+			}
+			jobs = append(jobs, j)
+		}
+		flag, _ := out[1].(int64)
+		if flag >= 1 {
+			ns = append(ns, store.Notification{Kind: store.NotifyInsert, Queue: q, Nonce: nonce()})
+		}
+		if flag == 2 {
+			if err := s.relay(ctx, q); err != nil {
+				return jobs, fmt.Errorf("redis: discard expired: %w", err)
+			}
+		}
+	}
+	return jobs, s.publish(ctx, ns)
 }
 
 // NextDue returns the earliest due time of queue's scheduled and retryable jobs or, when sooner,

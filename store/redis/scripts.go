@@ -1335,20 +1335,23 @@ return {#ids, #ids > 0 and 1 or 0}
 `)
 
 // scriptExpire discards up to ARGV[1] not-started jobs of one queue whose expiry has passed, each
-// with an "expired" error entry, and returns {how many, 1 when workflow children were released in
-// this queue (to be announced), 2 when besides its workflow outbox is to be relayed (relay.go)}.
+// with an "expired" error entry, and returns {the jobs discarded, 1 when workflow children were
+// released in this queue (to be announced), 2 when besides its workflow outbox is to be relayed
+// (relay.go)}.
 var scriptExpire = newFunc("Expire", `
 local t = now()
 local ids = redis.call('ZRANGEBYSCORE', B .. 'exp', '-inf', s(t), 'LIMIT', 0, tonumber(ARGV[1]))
+local gone = {}
 for _, id in ipairs(ids) do
   local attempt = num(redis.call('HGET', jk(id), 'attempt'))
   unplace(id)
   redis.call('HSET', jk(id), 'state', 'discarded', 'completed', s(t))
   adderr(id, mkerr(attempt, t, 'expired', 'job expired before it started'))
   place(id)
+  gone[#gone + 1] = redis.call('HGETALL', jk(id))
 end
 settle(t)
-return {#ids, relay and 2 or released and 1 or 0}
+return {gone, relay and 2 or released and 1 or 0}
 `)
 
 // scriptCleanup deletes up to ARGV[4] terminal jobs of one queue that finished before their

@@ -697,54 +697,45 @@ func (s *Store) Promote(ctx context.Context, limit int) (int, error) {
 }
 
 // DiscardExpired discards up to limit jobs not yet started (available, scheduled, retryable or
-// pending) whose expiry has passed, each with an error entry of type "expired". Discarded workflow
-// jobs decide their children in the same transaction.
-func (s *Store) DiscardExpired(ctx context.Context, limit int) (int, error) {
+// pending) whose expiry has passed, each with an error entry of type "expired", and returns them.
+// Discarded workflow jobs decide their children in the same transaction.
+func (s *Store) DiscardExpired(ctx context.Context, limit int) ([]*store.Job, error) {
 	if limit <= 0 {
 		limit = defaultMaintenanceLimit
 	}
 	r, err := s.begin(ctx, append([]string{discardExpiredSQL}, settleQueries...)...)
 	if err != nil {
-		return 0, fmt.Errorf("discard expired jobs: %w", err)
+		return nil, fmt.Errorf("discard expired jobs: %w", err)
 	}
 	defer r.tx.Rollback() //nolint:errcheck // after Commit it is a no-op
 	nowUS, now := s.nowMicro()
-	var inWorkflows []string
-	n, err := retryLapsed(ctx, r, nowUS, func() (int, error) {
+	jobs, err := retryLapsed(ctx, r, nowUS, func() ([]*store.Job, error) {
 		rows, err := r.QueryContext(ctx, discardExpiredSQL, nowUS, now.Format(time.RFC3339Nano), int64(limit))
 		if err != nil {
-			return 0, err
+			return nil, err
 		}
-		n := 0
-		inWorkflows = inWorkflows[:0]
-		for rows.Next() {
-			var id string
-			var workflowID sql.NullString
-			if err := rows.Scan(&id, &workflowID); err != nil {
-				rows.Close()
-				return 0, err
-			}
-			n++
-			if workflowID.Valid {
-				inWorkflows = append(inWorkflows, id)
-			}
-		}
-		return n, closeRows(rows)
+		return scanJobs(rows, 0)
 	})
 	if err != nil {
-		return 0, fmt.Errorf("discard expired jobs: %w", err)
+		return nil, fmt.Errorf("discard expired jobs: %w", err)
+	}
+	var inWorkflows []string
+	for _, j := range jobs {
+		if j.WorkflowID != "" {
+			inWorkflows = append(inWorkflows, j.ID)
+		}
 	}
 	var out outbox
 	if len(inWorkflows) > 0 {
 		if err := settleChildren(ctx, r, inWorkflows, nowUS, &out); err != nil {
-			return 0, fmt.Errorf("discard expired jobs: %w", err)
+			return nil, fmt.Errorf("discard expired jobs: %w", err)
 		}
 	}
 	if err := r.tx.Commit(); err != nil {
-		return 0, fmt.Errorf("discard expired jobs: commit: %w", err)
+		return nil, fmt.Errorf("discard expired jobs: commit: %w", err)
 	}
 	s.publishOutbox(&out)
-	return n, nil
+	return jobs, nil
 }
 
 // NextDue returns the earliest due time of the scheduled and retryable jobs of queue, or the end of

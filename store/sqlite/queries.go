@@ -273,7 +273,7 @@ var discardExpiredSQL = `UPDATE pronto_jobs SET
 		WHERE expires_at IS NOT NULL AND state IN ('available', 'scheduled', 'retryable', 'pending')
 		  AND expires_at <= ?1
 		LIMIT ?3)
-	RETURNING id, workflow_id`
+	RETURNING ` + jobColumns
 
 // nextDueSQL: ?1 queue, ?2 now. The earliest due time of the queue's scheduled and retryable jobs, and
 // the end of every open rate window that is full while jobs of its key wait in the queue (the keys

@@ -179,18 +179,26 @@ func testClaimExpired(t *testing.T, s store.Store) {
 	require.Equal(t, []string{live.ID}, ids(claim(t, s, "expiry", 10)), "expired jobs are not claimed")
 	require.Empty(t, claim(t, s, "expiry", 10))
 
-	n, err := s.DiscardExpired(ctx(t), 100)
+	gone, err := s.DiscardExpired(ctx(t), 100)
 	require.NoError(t, err)
-	require.Equal(t, 3, n, "every expired job not yet started is discarded")
-	for _, id := range []string{expiredAvailable.ID, expiredScheduled.ID, expiredPending.ID} {
-		j := get(t, s, id)
+	require.ElementsMatch(t, []string{expiredAvailable.ID, expiredScheduled.ID, expiredPending.ID}, ids(gone),
+		"every expired job not yet started is discarded, and returned")
+	for _, r := range gone {
+		// Returned as stored, so that the caller can report each one as it is.
+		j := get(t, s, r.ID)
 		require.Equal(t, store.StateDiscarded, j.State)
 		requireNow(t, j.CompletedAt, "completed_at of a discarded job")
+		require.Equal(t, store.StateDiscarded, r.State)
+		require.Equal(t, "expiry", r.Queue)
+		require.WithinDuration(t, j.CompletedAt, r.CompletedAt, time.Millisecond)
+		require.WithinDuration(t, j.ExpiresAt, r.ExpiresAt, time.Millisecond)
+		require.Len(t, r.Errors, 1)
+		require.Equal(t, "expired", r.Errors[0].Type)
 	}
 	require.Equal(t, store.StateActive, get(t, s, live.ID).State)
-	n, err = s.DiscardExpired(ctx(t), 100)
+	gone, err = s.DiscardExpired(ctx(t), 100)
 	require.NoError(t, err)
-	require.Zero(t, n)
+	require.Empty(t, gone)
 
 	// Bounded by its limit.
 	for range 3 {
@@ -198,12 +206,12 @@ func testClaimExpired(t *testing.T, s store.Store) {
 		p.ExpiresAt = past
 		insert(t, s, p)
 	}
-	n, err = s.DiscardExpired(ctx(t), 2)
+	gone, err = s.DiscardExpired(ctx(t), 2)
 	require.NoError(t, err)
-	require.Equal(t, 2, n)
-	n, err = s.DiscardExpired(ctx(t), 2)
+	require.Len(t, gone, 2)
+	gone, err = s.DiscardExpired(ctx(t), 2)
 	require.NoError(t, err)
-	require.Equal(t, 1, n)
+	require.Len(t, gone, 1)
 }
 
 func testClaimPaused(t *testing.T, s store.Store) {
