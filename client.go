@@ -363,6 +363,7 @@ func (c *Client) Start(ctx context.Context) error {
 			CleanupInterval:    c.cleanupEvery,
 			Logger:             c.cfg.Logger,
 			OnRescue:           c.onRescue,
+			OnExpired:          c.onExpired,
 			OnPass:             c.onMaintenancePass(),
 			OnPrune:            c.onPrune,
 			Held:               c.maintenanceHeld,
@@ -781,6 +782,17 @@ func (c *Client) onRescue(res store.RescueResult) {
 	}
 	for _, j := range res.Discarded {
 		c.events.emit(&Event{Kind: EventDiscarded, Job: j, Err: errLeaseExpiredDiscarded, At: now})
+	}
+}
+
+// onExpired reports the jobs a pass discarded because their expiry passed before they started.
+func (c *Client) onExpired(jobs []*JobRow) {
+	if len(jobs) == 0 || !c.events.wants(EventDiscarded) {
+		return
+	}
+	now := time.Now()
+	for _, j := range jobs {
+		c.events.emit(&Event{Kind: EventDiscarded, Job: j, Err: ErrJobExpired, At: now})
 	}
 }
 

@@ -32,6 +32,9 @@ var (
 	// ErrShutdown is the cause of a running job's context when Stop's deadline passed; the job goes back
 	// to available without spending an attempt.
 	ErrShutdown = errors.New("pronto: client shutting down")
+	// ErrJobExpired is the error of EventDiscarded for a job discarded because its ExpiresAt passed
+	// before it started: it never ran.
+	ErrJobExpired = errors.New("pronto: job expired before it started")
 )
 
 // TransitionError reports a refused state transition: the operation and the job's state.

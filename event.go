@@ -16,10 +16,12 @@ const (
 	// EventFailed: an attempt failed and the job will be retried (it is retryable).
 	EventFailed EventKind = "job.failed"
 	// EventDiscarded: the job failed for good (attempts spent, Discard, non-retryable error, expired
-	// lease with no attempts left; for the last, Err is ErrJobLost, wrapped).
+	// lease with no attempts left: Err is then ErrJobLost, wrapped), or it expired (ExpiresAt) before
+	// it started: Err is then ErrJobExpired and no attempt ran. The last two come from the leader's
+	// maintenance, or from JobCatchUp on this client.
 	EventDiscarded EventKind = "job.discarded"
 	// EventCancelled: the job was cancelled (by JobCancel on this client, or by its worker with Cancel,
-	// or while running here).
+	// or while running here, or after its worker here returned and before its outcome was written).
 	EventCancelled EventKind = "job.cancelled"
 	// EventSnoozed: the worker snoozed the job.
 	EventSnoozed EventKind = "job.snoozed"

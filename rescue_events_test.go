@@ -62,3 +62,71 @@ func TestRescueEvents(t *testing.T) {
 		require.Equal(t, pronto.StateDiscarded, waitState(t, leader, last.ID, pronto.StateDiscarded).State)
 	})
 }
+
+// TestExpiredJobEvents: a job whose ExpiresAt passes before it starts is discarded with one
+// EventDiscarded whose error is ErrJobExpired, by the leader's pass, and by JobCatchUp on a client
+// that does not lead, which reports it as the leader would.
+func TestExpiredJobEvents(t *testing.T) {
+	forEachStore(t, func(t *testing.T, ts *testStore) {
+		ctx := context.Background()
+		// waitExpired waits for the one event of job id on events, and makes sure no second follows.
+		waitExpired := func(t *testing.T, events <-chan *pronto.Event, id string) {
+			t.Helper()
+			var got []*pronto.Event
+			timeout := time.After(15 * time.Second)
+			for len(got) == 0 {
+				select {
+				case e := <-events:
+					if e.Job.ID == id {
+						got = append(got, e)
+					}
+				case <-timeout:
+					t.Fatal("no event for the expired job")
+				}
+			}
+			quiet := time.After(1500 * time.Millisecond) // past a leader's pass
+			for done := false; !done; {
+				select {
+				case e := <-events:
+					if e.Job.ID == id {
+						got = append(got, e)
+					}
+				case <-quiet:
+					done = true
+				}
+			}
+			require.Len(t, got, 1, "one event per expired job")
+			e := got[0]
+			require.Equal(t, pronto.EventDiscarded, e.Kind)
+			require.ErrorIs(t, e.Err, pronto.ErrJobExpired)
+			require.Equal(t, pronto.StateDiscarded, e.Job.State)
+			require.Equal(t, 0, e.Job.Attempt, "it never ran")
+		}
+
+		t.Run("by the leader", func(t *testing.T) {
+			leader := startClient(t, ts, fastConfig(nil, nil))
+			events, unsubscribe := leader.Subscribe(pronto.EventDiscarded)
+			defer unsubscribe()
+			row, err := leader.Insert(ctx, echoArgs{N: 1}, &pronto.InsertOpts{Queue: "expiring", ExpiresAt: time.Now().Add(100 * time.Millisecond)})
+			require.NoError(t, err)
+			waitExpired(t, events, row.ID)
+		})
+
+		t.Run("by JobCatchUp", func(t *testing.T) {
+			c, err := pronto.NewClient(ts, &pronto.Config{DisableMaintenance: true})
+			require.NoError(t, err)
+			events, unsubscribe := c.Subscribe(pronto.EventDiscarded)
+			defer unsubscribe()
+			row, err := c.Insert(ctx, echoArgs{N: 2}, &pronto.InsertOpts{Queue: "expiring-catchup", ExpiresAt: time.Now().Add(50 * time.Millisecond)})
+			require.NoError(t, err)
+			time.Sleep(100 * time.Millisecond)
+			j, err := c.JobGet(ctx, row.ID)
+			require.NoError(t, err)
+			require.Equal(t, pronto.StateAvailable, j.State, "no leader discarded it")
+			j, err = c.JobCatchUp(ctx, j)
+			require.NoError(t, err)
+			require.Equal(t, pronto.StateDiscarded, j.State)
+			waitExpired(t, events, row.ID)
+		})
+	})
+}

@@ -153,6 +153,46 @@ func TestRemoteDiscardNotLeaseExpiry(t *testing.T) {
 	}
 }
 
+// TestExpiredNotAnAttempt: a job discarded because it expired before it started counts as
+// discarded (and added to the dead letter queue), not as a failed attempt nor a lease expiry, and
+// observes no attempt duration.
+func TestExpiredNotAnAttempt(t *testing.T) {
+	ctx := context.Background()
+	m := promexport.New(nil)
+	cfg := &pronto.Config{}
+	m.Instrument(cfg)
+	client, err := pronto.NewClient(memory.New(), cfg)
+	require.NoError(t, err)
+	defer m.Attach(client)()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(m)
+	ms := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	defer ms.Close()
+
+	row, err := client.Insert(ctx, failArgs{}, &pronto.InsertOpts{ExpiresAt: time.Now().Add(10 * time.Millisecond)})
+	require.NoError(t, err)
+	time.Sleep(20 * time.Millisecond)
+	j, err := client.JobCatchUp(ctx, row)
+	require.NoError(t, err)
+	require.Equal(t, pronto.StateDiscarded, j.State)
+
+	lbl := `{queue="default",type="metrics.fail"}`
+	deadline := time.Now().Add(5 * time.Second)
+	var s map[string]float64
+	for {
+		s = scrape(t, ms.URL)
+		if s["ojs_job_failed_total"+lbl] == 1 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	require.Equal(t, 1.0, s["ojs_job_failed_total"+lbl])
+	require.Equal(t, 1.0, s["ojs_dead_letter_added_total"+lbl])
+	require.Zero(t, s["pronto_job_attempts_failed_total"+lbl], "no attempt ran")
+	require.Zero(t, s["pronto_job_lease_expired_discarded_total"+lbl])
+	require.Zero(t, s[`ojs_job_duration_seconds_count{queue="default",state="discarded",type="metrics.fail"}`], "no attempt duration")
+}
+
 // TestSchedulingQueueLabelBounded: the scheduling series (fed by every OJS fetch on pronto serve)
 // take the queue label through the same bound as the others, ratio included: the queues past
 // MaxLabelValues are counted as "other".

@@ -278,11 +278,13 @@ func (m *Metrics) observe(e *pronto.Event) {
 	q, t := m.queueLabels.value(j.Queue), m.typeLabels.value(j.Kind)
 	m.tenantObserve(e)
 	// An attempt ended here unless the rescuer discarded a job whose lease expired (Err is
-	// ErrJobLost). Duration alone cannot tell: an OJS worker's attempt is timed from started_at,
-	// which the database's clock set, and a database clock ahead of this host's makes it 0.
+	// ErrJobLost) or a job expired before it started (ErrJobExpired). Duration alone cannot tell: an
+	// OJS worker's attempt is timed from started_at, which the database's clock set, and a database
+	// clock ahead of this host's makes it 0.
 	lost := errors.Is(e.Err, pronto.ErrJobLost)
+	noAttempt := lost || errors.Is(e.Err, pronto.ErrJobExpired)
 	attemptEnded := e.Duration > 0 ||
-		(!lost && (e.Kind == pronto.EventCompleted || e.Kind == pronto.EventFailed || e.Kind == pronto.EventDiscarded))
+		(!noAttempt && (e.Kind == pronto.EventCompleted || e.Kind == pronto.EventFailed || e.Kind == pronto.EventDiscarded))
 	switch e.Kind {
 	case pronto.EventCheckpointSaved:
 		m.checkpointSize.WithLabelValues(t).Observe(float64(len(j.LastCheckpoint)))
@@ -328,7 +330,7 @@ func (m *Metrics) observe(e *pronto.Event) {
 		m.deadAdded.WithLabelValues(q, t).Inc()
 		if lost {
 			m.expired.WithLabelValues(q, t).Inc() // from the rescuer: no attempt ended here
-		} else {
+		} else if !noAttempt {
 			m.attemptsFailed.WithLabelValues(q, t).Inc()
 		}
 	case pronto.EventCancelled:
