@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"strconv"
 	"strings"
 	"sync"
@@ -231,7 +232,7 @@ func (l *eventLog) appendEvent(b []byte, e *event) []byte {
 
 // jobEvent builds a job event whose data starts with job_type and queue; more adds the rest.
 func (s *Server) jobEvent(typ string, j *pronto.JobRow, at time.Time, more func(b []byte) []byte) {
-	s.streams.wake(j.ID)
+	s.streams.wake(j)
 	b := make([]byte, 0, 256)
 	b = append(b, '{')
 	b = appendStringField(b, "job_id", j.ID)
@@ -248,7 +249,7 @@ func (s *Server) jobEvent(typ string, j *pronto.JobRow, at time.Time, more func(
 
 // jobEventForm records a job event whose data e's form and fields give (see event).
 func (s *Server) jobEventForm(typ string, j *pronto.JobRow, at time.Time, e event) {
-	s.streams.wake(j.ID)
+	s.streams.wake(j)
 	e.typ, e.source, e.subject, e.at, e.queue, e.jobType = typ, s.source, j.ID, at, j.Queue, j.Kind
 	s.events.add(e)
 }
@@ -281,7 +282,11 @@ func (s *Server) clientEvent(ev *pronto.Event) {
 		s.events.add(event{typ: "dead_letter.pruned", source: s.source, subject: j.Queue, at: ev.At, queue: j.Queue, data: b})
 		return
 	}
-	s.streams.wake(j.ID)
+	if ev.Kind == pronto.EventDiscarded && errors.Is(ev.Err, pronto.ErrJobExpired) {
+		s.expiredEvent(j, ev.At)
+		return
+	}
+	s.streams.wake(j)
 	durMS := ev.Duration.Milliseconds()
 	var lastErr *pronto.AttemptError
 	if n := len(j.Errors); n > 0 {
@@ -385,6 +390,21 @@ func (s *Server) clientEvent(ev *pronto.Event) {
 	}
 }
 
+// expiredEvent records job.expired (ojs-events.md 4.1) of a job discarded because its expires_at
+// passed before it started, not job.discarded: no attempt of it failed. It is in the dead letter
+// queue as every discarded job is, so dead_letter.added follows, as for job.discarded.
+func (s *Server) expiredEvent(j *pronto.JobRow, at time.Time) {
+	s.jobEvent("job.expired", j, at, func(b []byte) []byte {
+		b = appendTimeField(b, "created_at", j.CreatedAt)
+		b = appendTimeField(b, "expired_at", at)
+		// The TTL as configured: expires_at is an absolute deadline, counted from the job's creation.
+		return appendIntField(b, "ttl_ms", max(j.ExpiresAt.Sub(j.CreatedAt).Milliseconds(), 0))
+	})
+	if isDeadLetter(j) {
+		s.deadLetterEvent("dead_letter.added", j)
+	}
+}
+
 // onCronFire records the cron events of one occurrence.
 func (s *Server) onCronFire(f pronto.CronFire) {
 	b := make([]byte, 0, 256)
@@ -409,7 +429,8 @@ func (s *Server) onCronFire(f pronto.CronFire) {
 	}
 }
 
-// enqueuedEvent records job.enqueued (or job.scheduled, for a job due later) of an inserted job.
+// enqueuedEvent counts an inserted job as enqueued in the stats history and records its
+// job.enqueued (or job.scheduled, for a job due later; nothing for a pending one).
 func (s *Server) enqueuedEvent(j *pronto.JobRow) {
 	s.history.record(statEnqueued, j.Queue, j.CreatedAt, 0)
 	switch j.State {
@@ -419,6 +440,15 @@ func (s *Server) enqueuedEvent(j *pronto.JobRow) {
 		})
 	case pronto.StateAvailable:
 		s.jobEventForm("job.enqueued", j, j.CreatedAt, event{form: formEnqueued, n1: int64(j.Priority)})
+	}
+}
+
+// reenqueuedEvent records job.enqueued of a job that enters the available state at at after its
+// insert (a pending job activated, a job its worker handed back with a requeue nack): the event is
+// due on every entry (ojs-events.md 3.1), but the insert counted the job in the stats history.
+func (s *Server) reenqueuedEvent(j *pronto.JobRow, at time.Time) {
+	if j.State == pronto.StateAvailable {
+		s.jobEventForm("job.enqueued", j, at, event{form: formEnqueued, n1: int64(j.Priority)})
 	}
 }
 

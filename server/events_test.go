@@ -1,6 +1,7 @@
 package server
 
 import (
+	"errors"
 	"testing"
 	"time"
 
@@ -47,5 +48,175 @@ func TestEventFormsMatchData(t *testing.T) {
 		if got := string(s.events.appendEvent(nil, &evs[1])); got != want {
 			t.Errorf("%s:\n got %s\nwant %s", c.typ, got, want)
 		}
+	}
+}
+
+// loggedEvents returns the events of job id in GET /ojs/v1/events, oldest first.
+func loggedEvents(t *testing.T, s *Server, id string) []map[string]any {
+	t.Helper()
+	r := mustCall(t, s, 200, "GET", "/ojs/v1/events?limit=1000", nil)
+	var out []map[string]any
+	for _, e := range r.body["events"].([]any) {
+		if ev := e.(map[string]any); ev["subject"] == id {
+			out = append(out, ev)
+		}
+	}
+	return out
+}
+
+// loggedTypes returns the types of events.
+func loggedTypes(events []map[string]any) []string {
+	var out []string
+	for _, e := range events {
+		out = append(out, e["type"].(string))
+	}
+	return out
+}
+
+// waitLogged waits until the event log holds an event of job id of type typ, and returns the
+// events of the job then.
+func waitLogged(t *testing.T, s *Server, id, typ string) []map[string]any {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		got := loggedEvents(t, s, id)
+		for _, e := range got {
+			if e["type"] == typ {
+				return got
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s for job %s in the event log, which holds %v for it", typ, id, loggedTypes(got))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// waitClientEvent waits for an event of job id on ch, and returns nil if none comes.
+func waitClientEvent(ch <-chan *pronto.Event, id string) *pronto.Event {
+	deadline := time.After(10 * time.Second)
+	for {
+		select {
+		case ev := <-ch:
+			if ev.Job != nil && ev.Job.ID == id {
+				return ev
+			}
+		case <-deadline:
+			return nil
+		}
+	}
+}
+
+// pollState GETs job id until its state is want (the GET repairs it when its maintenance is due),
+// and fails the test if it never is.
+func pollState(t *testing.T, s *Server, id, want string) {
+	t.Helper()
+	var state any
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
+		time.Sleep(50 * time.Millisecond)
+		state = mustCall(t, s, 200, "GET", "/ojs/v1/jobs/"+id, nil).body["job"].(map[string]any)["state"]
+		if state == want {
+			return
+		}
+	}
+	t.Fatalf("job %s state %v, want %s", id, state, want)
+}
+
+// TestRepairReportsRescueDiscard: GET /ojs/v1/jobs/{id} of an OJS worker's job whose lease ran out
+// on its last attempt discards it (repair) through the client, which reports it as the leader's
+// rescue would: EventDiscarded (ErrJobLost) to subscribers, job.discarded and dead_letter.added in
+// the event log.
+func TestRepairReportsRescueDiscard(t *testing.T) {
+	for _, kind := range storeKinds {
+		t.Run(kind, func(t *testing.T) {
+			// The leader's rescue is made rare, so that the GET's repair is the one that rescues.
+			client, err := pronto.NewClient(openStore(t, kind), &pronto.Config{RescueInterval: time.Hour})
+			if err != nil {
+				t.Fatal(err)
+			}
+			s, _ := newTestServer(t, Config{Client: client})
+			ch, unsub := client.Subscribe(pronto.EventDiscarded, pronto.EventRescued)
+			defer unsub()
+			id := enqueueJob(t, s, `{"type":"a.b","args":[],"options":{"queue":"repair-rescue","retry":{"max_attempts":1}}}`)
+			mustCall(t, s, 200, "POST", "/ojs/v1/workers/fetch",
+				map[string]any{"queues": []string{"repair-rescue"}, "worker_id": "w1", "visibility_timeout_ms": 50})
+			pollState(t, s, id, "discarded")
+			ev := waitClientEvent(ch, id)
+			if ev == nil || ev.Kind != pronto.EventDiscarded || !errors.Is(ev.Err, pronto.ErrJobLost) {
+				t.Fatalf("Subscribe got %+v for the job the GET discarded, want EventDiscarded with ErrJobLost", ev)
+			}
+			waitLogged(t, s, id, "job.discarded")
+			waitLogged(t, s, id, "dead_letter.added")
+		})
+	}
+}
+
+// TestExpiredJobEvent: a job whose expires_at passes before it starts is discarded (by the leader,
+// or by a GET's repair) and reported as job.expired with its data (ojs-events.md 4.1), then
+// dead_letter.added, and no job.discarded (no attempt failed); subscribers get EventDiscarded with
+// ErrJobExpired.
+func TestExpiredJobEvent(t *testing.T) {
+	for _, kind := range storeKinds {
+		t.Run(kind, func(t *testing.T) {
+			client, err := pronto.NewClient(openStore(t, kind), &pronto.Config{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			s, _ := newTestServer(t, Config{Client: client})
+			ch, unsub := client.Subscribe(pronto.EventDiscarded)
+			defer unsub()
+			created := time.Now()
+			exp := created.Add(300 * time.Millisecond).UTC()
+			id := enqueueJob(t, s, `{"type":"a.b","args":[],"options":{"queue":"expiring","expires_at":"`+exp.Format(time.RFC3339Nano)+`"}}`)
+			pollState(t, s, id, "discarded")
+			ev := waitClientEvent(ch, id)
+			if ev == nil || ev.Kind != pronto.EventDiscarded || !errors.Is(ev.Err, pronto.ErrJobExpired) {
+				t.Fatalf("Subscribe got %+v for the expired job, want EventDiscarded with ErrJobExpired", ev)
+			}
+			got := waitLogged(t, s, id, "dead_letter.added")
+			types := loggedTypes(got)
+			if len(types) != 3 || types[0] != "job.enqueued" || types[1] != "job.expired" || types[2] != "dead_letter.added" {
+				t.Fatalf("event log of the expired job %v, want [job.enqueued job.expired dead_letter.added]", types)
+			}
+			data := got[1]["data"].(map[string]any)
+			if data["job_id"] != id || data["job_type"] != "a.b" || data["queue"] != "expiring" {
+				t.Errorf("job.expired data %v: wrong job", data)
+			}
+			createdAt, err1 := time.Parse(time.RFC3339Nano, data["created_at"].(string))
+			expiredAt, err2 := time.Parse(time.RFC3339Nano, data["expired_at"].(string))
+			if err1 != nil || err2 != nil || createdAt.Sub(created).Abs() > 2*time.Second || expiredAt.Before(exp) {
+				t.Errorf("job.expired data %v: created_at near %v and expired_at not before %v expected", data, created, exp)
+			}
+			if ttl, _ := data["ttl_ms"].(float64); ttl < 250 || ttl > 350 {
+				t.Errorf("job.expired ttl_ms %v, want the 300 ms it was given", data["ttl_ms"])
+			}
+		})
+	}
+}
+
+// TestActivateRecordsEnqueuedOnce: a pending job has no job.enqueued until it is activated, and then
+// exactly one (it enters the available state then, ojs-events.md 3.1).
+func TestActivateRecordsEnqueuedOnce(t *testing.T) {
+	s := newStoreServer(t, "memory")
+	id := enqueueJob(t, s, `{"type":"a.b","args":[],"options":{"queue":"activated","pending":true}}`)
+	if got := loggedTypes(loggedEvents(t, s, id)); len(got) != 0 {
+		t.Fatalf("a pending job's events %v, want none", got)
+	}
+	mustCall(t, s, 200, "POST", "/ojs/v1/jobs/"+id+"/activate", nil)
+	if got := loggedTypes(loggedEvents(t, s, id)); len(got) != 1 || got[0] != "job.enqueued" {
+		t.Fatalf("an activated job's events %v, want [job.enqueued]", got)
+	}
+}
+
+// TestNackRequeueRecordsEnqueued: a job its worker hands back with a requeue nack is available again
+// and gets a job.enqueued for it (ojs-events.md 3.1), and no job.failed (no attempt failed).
+func TestNackRequeueRecordsEnqueued(t *testing.T) {
+	s := newStoreServer(t, "memory")
+	id := enqueueJob(t, s, `{"type":"a.b","args":[],"options":{"queue":"requeued"}}`)
+	mustCall(t, s, 200, "POST", "/ojs/v1/workers/fetch", map[string]any{"queues": []string{"requeued"}, "worker_id": "w1"})
+	mustCall(t, s, 200, "POST", "/ojs/v1/workers/nack", `{"job_id":"`+id+`","worker_id":"w1","requeue":true}`)
+	got := loggedTypes(loggedEvents(t, s, id))
+	if len(got) != 3 || got[0] != "job.enqueued" || got[1] != "job.started" || got[2] != "job.enqueued" {
+		t.Fatalf("events of a job fetched then requeued %v, want [job.enqueued job.started job.enqueued]", got)
 	}
 }

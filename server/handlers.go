@@ -11,7 +11,6 @@ import (
 
 	"github.com/pronto-jobs/pronto"
 	"github.com/pronto-jobs/pronto/internal/jsoncheck"
-	"github.com/pronto-jobs/pronto/store"
 )
 
 // Job and worker endpoints.
@@ -146,32 +145,15 @@ func (s *Server) enqueueBatch(w http.ResponseWriter, r *http.Request) {
 }
 
 // repair brings a job's visible state up to date when the maintenance that would change it is due
-// but has not run yet (it runs on the leader about every second): a due scheduled or retryable job is
-// available (unless maintenance mode holds promotion), an expired one not yet started is discarded, an
-// active job whose lease ran out is back to available. It changes nothing the store would not change
-// on its own a moment later.
+// but has not run yet (it runs on the leader about every second), through the client, so that what
+// it does is reported as the leader's pass would report it (pronto.Client.JobCatchUp). A failure
+// leaves the job as it was read: the leader's pass comes soon.
 func (s *Server) repair(ctx context.Context, j *pronto.JobRow) *pronto.JobRow {
-	now := time.Now()
-	var err error
-	switch {
-	case !j.ExpiresAt.IsZero() && !j.ExpiresAt.After(now) && j.Attempt == 0 &&
-		(j.State == pronto.StateAvailable || j.State == pronto.StateScheduled || j.State == pronto.StatePending || j.State == pronto.StateRetryable):
-		_, err = s.store.DiscardExpired(ctx, 1000)
-	case (j.State == pronto.StateScheduled || j.State == pronto.StateRetryable) && !j.ScheduledAt.After(now) &&
-		!s.maintenanceOn(ctx):
-		_, err = s.store.Promote(ctx, 1000)
-	case j.State == pronto.StateActive && !j.LeaseExpiresAt.IsZero() && j.LeaseExpiresAt.Before(now):
-		_, err = s.store.Rescue(ctx, store.RescueParams{Limit: 1000})
-	default:
-		return j
-	}
+	fresh, err := s.client.JobCatchUp(ctx, j)
 	if err != nil {
 		return j
 	}
-	if fresh, err := s.store.GetJob(ctx, j.ID); err == nil {
-		return fresh
-	}
-	return j
+	return fresh
 }
 
 // lookupJob reads job id for a handler. When the id is malformed or the read fails it answers the
@@ -241,10 +223,11 @@ func (s *Server) activateJob(w http.ResponseWriter, r *http.Request, id string) 
 		s.writeError(w, r, fromClientError(err, "job", id))
 		return
 	}
-	s.enqueuedEvent(j)
+	now := time.Now()
+	s.reenqueuedEvent(j, now)
 	s.writeJob(w, http.StatusOK, j, func(b []byte) []byte {
 		b = appendStringField(b, "previous_state", "pending")
-		return appendTimeField(b, "activated_at", time.Now())
+		return appendTimeField(b, "activated_at", now)
 	})
 }
 
@@ -731,6 +714,9 @@ func (s *Server) nack(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	j := res.Job
+	if j.State == pronto.StateAvailable {
+		s.reenqueuedEvent(j, j.ScheduledAt) // requeued: back in its queue, its attempt refunded
+	}
 	b := getBuf()
 	*b = append(*b, '{')
 	*b = appendAttemptRef(*b, j)

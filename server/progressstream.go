@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"strconv"
@@ -32,7 +33,7 @@ type progressStreams struct {
 	open int
 	// watched is open, read without the lock by wake: most events concern no stream at all.
 	watched atomic.Int64
-	byJob   map[string]map[chan struct{}]struct{}
+	byJob   map[string]map[*streamWatch]struct{}
 	done    chan struct{} // closed by stop (made on first use)
 	stopped bool
 }
@@ -61,9 +62,17 @@ func (ps *progressStreams) stop() {
 	}
 }
 
-// watch registers a stream of job id; it returns the stream's wake channel and its release, or
+// streamWatch is one open stream's registration.
+type streamWatch struct {
+	wake chan struct{} // buffered(1): the job changed
+	// final is the job as an event that ended it left it (terminal), set before its wake: a job
+	// removed as it completes (RemoveCompleted) cannot be read again to learn how it ended.
+	final atomic.Pointer[pronto.JobRow]
+}
+
+// watch registers a stream of job id; it returns the stream's registration and its release, or
 // ok false when MaxProgressStreams are open or the streams were stopped.
-func (ps *progressStreams) watch(id string) (wake chan struct{}, release func(), ok bool) {
+func (ps *progressStreams) watch(id string) (w *streamWatch, release func(), ok bool) {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	if ps.open >= MaxProgressStreams || ps.stopped {
@@ -72,39 +81,68 @@ func (ps *progressStreams) watch(id string) (wake chan struct{}, release func(),
 	ps.open++
 	ps.watched.Store(int64(ps.open))
 	if ps.byJob == nil {
-		ps.byJob = map[string]map[chan struct{}]struct{}{}
+		ps.byJob = map[string]map[*streamWatch]struct{}{}
 	}
 	set := ps.byJob[id]
 	if set == nil {
-		set = map[chan struct{}]struct{}{}
+		set = map[*streamWatch]struct{}{}
 		ps.byJob[id] = set
 	}
-	wake = make(chan struct{}, 1)
-	set[wake] = struct{}{}
-	return wake, func() {
+	w = &streamWatch{wake: make(chan struct{}, 1)}
+	set[w] = struct{}{}
+	return w, func() {
 		ps.mu.Lock()
 		defer ps.mu.Unlock()
 		ps.open--
 		ps.watched.Store(int64(ps.open))
-		delete(set, wake)
+		delete(set, w)
 		if len(set) == 0 {
 			delete(ps.byJob, id)
 		}
 	}, true
 }
 
-// wake tells the streams of job id that it changed (never blocks).
-func (ps *progressStreams) wake(id string) {
+// wake tells the streams of job j that it changed, handing them j when it ended (never blocks).
+func (ps *progressStreams) wake(j *pronto.JobRow) {
 	if ps.watched.Load() == 0 {
 		// No stream is open; one opening now reads the job after this change anyway, or polls.
 		return
 	}
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
-	for ch := range ps.byJob[id] {
+	for w := range ps.byJob[j.ID] {
+		if j.State.Terminal() {
+			w.final.Store(j)
+		}
 		select {
-		case ch <- struct{}{}:
+		case w.wake <- struct{}{}:
 		default:
+		}
+	}
+}
+
+// goneGrace is how long a stream whose job is gone waits for the event that ended it: the job is
+// removed as it completes (RemoveCompleted) before that event reaches this server's event log.
+const goneGrace = 2 * time.Second
+
+// ended returns the job as the event that ended it left it, waiting up to goneGrace for that event,
+// or nil when none came (the job was deleted, or ended through another server).
+func (w *streamWatch) ended(ctx context.Context) *pronto.JobRow {
+	if j := w.final.Load(); j != nil {
+		return j
+	}
+	t := time.NewTimer(goneGrace)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+			return w.final.Load()
+		case <-w.wake:
+			if j := w.final.Load(); j != nil {
+				return j
+			}
 		}
 	}
 }
@@ -118,16 +156,17 @@ var streamEvents = map[pronto.State]string{
 
 // GET /ojs/v1/jobs/{id}/progress/stream: server-sent events of the job's progress. One "progress"
 // event per progress write (the current progress first, when there is one), then "completed",
-// "failed" (discarded) or "cancelled" when the job ends, and the stream closes. A job deleted while
-// watched ends the stream with an "error" event. The stream follows the job across retries (a new
-// attempt's progress starts afresh, ojs-progress.md 5.3).
+// "failed" (discarded) or "cancelled" when the job ends, and the stream closes; a job removed as it
+// completed (RemoveCompleted) ends it with "completed" too, when its completion passed through this
+// server. A job deleted while watched ends the stream with an "error" event. The stream follows the
+// job across retries (a new attempt's progress starts afresh, ojs-progress.md 5.3).
 func (s *Server) progressStream(w http.ResponseWriter, r *http.Request, id string) {
 	j := s.lookupJob(w, r, id)
 	if j == nil {
 		return
 	}
 	ctx := r.Context()
-	wake, release, ok := s.streams.watch(id)
+	watch, release, ok := s.streams.watch(id)
 	if !ok && s.draining.Load() {
 		s.writeError(w, r, &apiError{status: http.StatusServiceUnavailable, code: "unavailable", retryable: true,
 			headers: map[string]string{"Retry-After": "1"}, message: "this server is shutting down; stream from another"})
@@ -181,12 +220,20 @@ func (s *Server) progressStream(w http.ResponseWriter, r *http.Request, id strin
 			return
 		case <-done: // draining: end the stream so that shutdown need not wait for the job
 			return
-		case <-wake:
+		case <-watch.wake:
 		case <-poll.C:
 		}
 		next, err := s.client.JobGet(ctx, id)
 		switch {
 		case errors.Is(err, pronto.ErrNotFound):
+			if fin := watch.ended(ctx); fin != nil {
+				end := *fin
+				if end.Progress == nil {
+					end.Progress = j.Progress // the event's row may not carry the last report
+				}
+				send(progressEvent(streamEvents[end.State], &end, end.Progress))
+				return
+			}
 			send([]byte("event: error\ndata: {\"code\":\"not_found\",\"message\":\"the job was deleted\"}\n\n"))
 			return
 		case err != nil:

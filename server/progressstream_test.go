@@ -2,6 +2,7 @@ package server
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -145,6 +146,58 @@ func TestProgressStreamAndCheckpoint(t *testing.T) {
 			defer resp2.Body.Close()
 			if ev := nextEvent(t, readEvents(t, resp2)); ev.name != "completed" {
 				t.Fatalf("stream of an ended job: %+v", ev)
+			}
+		})
+	}
+}
+
+// TestProgressStreamRemoveCompleted: with Config.RemoveCompleted (pronto serve --remove-completed)
+// a watched job that completes is gone as soon as it completes, yet its stream ends with
+// "completed" (progress 1, the last data reported), not with the "error" of a deleted job; a job
+// deleted while watched still ends its stream with that error.
+func TestProgressStreamRemoveCompleted(t *testing.T) {
+	for _, kind := range storeKinds {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			st := openStore(t, kind)
+			client, err := pronto.NewClient(st, &pronto.Config{RemoveCompleted: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			s, _ := newTestServer(t, Config{Client: client})
+			srv := httptest.NewServer(s)
+			defer srv.Close()
+			stream := func(id string) <-chan sseEvent {
+				resp, err := http.Get(srv.URL + "/ojs/v1/jobs/" + id + "/progress/stream")
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { resp.Body.Close() })
+				return readEvents(t, resp)
+			}
+
+			id := enqueueJob(t, s, `{"type":"a.b","args":[],"options":{"queue":"sse-rm"}}`)
+			events := stream(id)
+			mustCall(t, s, 200, "POST", "/ojs/v1/workers/fetch", map[string]any{"queues": []string{"sse-rm"}, "worker_id": "w1"})
+			mustCall(t, s, 204, "PUT", "/ojs/v1/jobs/"+id+"/progress", `{"progress":0.5,"data":{"rows":5}}`)
+			if ev := nextEvent(t, events); ev.name != "progress" {
+				t.Fatalf("first event %+v, want progress", ev)
+			}
+			mustCall(t, s, 200, "POST", "/ojs/v1/workers/ack", `{"job_id":"`+id+`","worker_id":"w1"}`)
+			ev := nextEvent(t, events)
+			if ev.name != "completed" || ev.data["progress"] != 1.0 || ev.data["state"] != "completed" ||
+				ev.data["data"].(map[string]any)["rows"] != 5.0 {
+				t.Fatalf("the job completed (and was removed), but its stream ended with %q %v, want completed", ev.name, ev.data)
+			}
+			checkErrorBody(t, call(t, s, "GET", "/ojs/v1/jobs/"+id, nil), 404, CodeNotFound)
+
+			gone := enqueueJob(t, s, `{"type":"a.b","args":[],"options":{"queue":"sse-rm-deleted"}}`)
+			events = stream(gone) // the stream has read the job once its headers came
+			if _, err := st.DeleteJob(context.Background(), gone); err != nil {
+				t.Fatal(err)
+			}
+			if ev := nextEvent(t, events); ev.name != "error" || ev.data["code"] != "not_found" {
+				t.Fatalf("the job was deleted, but its stream ended with %q %v, want error not_found", ev.name, ev.data)
 			}
 		})
 	}
