@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"strings"
 	"testing"
-
-	"github.com/pronto-jobs/pronto"
 )
 
 // TestWorkerPoolsHTTP: pools are created, listed with their active workers and jobs, and removed under
@@ -15,11 +13,7 @@ func TestWorkerPoolsHTTP(t *testing.T) {
 	for _, kind := range []string{"memory", "sqlite", "postgres", "redis"} {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
-			client, err := pronto.NewClient(openTestStore(t, kind), &pronto.Config{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			s, _ := newTestServer(t, Config{Client: client})
+			s, _ := storeServer(t, kind, Config{})
 
 			r := mustCall(t, s, 200, "GET", "/ojs/v1/admin/pools", nil)
 			if items := r.body["items"].([]any); len(items) != 0 {
@@ -120,11 +114,7 @@ func TestPoolStrategiesHTTP(t *testing.T) {
 	for _, kind := range []string{"memory", "sqlite", "postgres", "redis"} {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
-			client, err := pronto.NewClient(openTestStore(t, kind), &pronto.Config{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			s, _ := newTestServer(t, Config{Client: client})
+			s, _ := storeServer(t, kind, Config{})
 			enqueue := func(queue string, n int) {
 				t.Helper()
 				for range n {

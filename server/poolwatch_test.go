@@ -148,11 +148,7 @@ func TestSchedulingEventsHTTP(t *testing.T) {
 	for _, kind := range []string{"memory", "sqlite", "postgres", "redis"} {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
-			client, err := pronto.NewClient(openTestStore(t, kind), &pronto.Config{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			s, _ := newTestServer(t, Config{Client: client})
+			s, _ := storeServer(t, kind, Config{})
 			enqueue := func(queue string, n int) {
 				t.Helper()
 				for range n {

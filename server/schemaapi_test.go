@@ -11,17 +11,10 @@ import (
 	"github.com/pronto-jobs/pronto/store"
 )
 
-// schemaStoreKinds are the stores the schema registry tests run on.
-var schemaStoreKinds = []string{"memory", "sqlite", "postgres", "redis"}
-
-// newSchemaServer returns a Server over a fresh store of the given kind with a started client.
+// newSchemaServer returns a Server over a fresh store of the given kind.
 func newSchemaServer(t *testing.T, kind string) *Server {
 	t.Helper()
-	client, err := pronto.NewClient(openTestStore(t, kind), &pronto.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, _ := newTestServer(t, Config{Client: client})
+	s, _ := storeServer(t, kind, Config{})
 	return s
 }
 
@@ -65,7 +58,7 @@ const stringArgSchema = `{"type":"array","prefixItems":[{"type":"string"}],"minI
 // TestSchemaReregisteredURITakesNewType: a URI deleted and registered again for another type, with
 // the same document, applies to the new type, though the old registration was cached compiled.
 func TestSchemaReregisteredURITakesNewType(t *testing.T) {
-	for _, kind := range schemaStoreKinds {
+	for _, kind := range allStoreKinds {
 		t.Run(kind, func(t *testing.T) {
 			s := newSchemaServer(t, kind)
 			registerSchema(t, s, "urn:test:s", "a.b", stringArgSchema)
@@ -85,7 +78,7 @@ func TestSchemaReregisteredURITakesNewType(t *testing.T) {
 // them validated against the job's schema, as an enqueue would; the args it keeps are not checked
 // again.
 func TestDeadLetterRetryOverrideArgsValidated(t *testing.T) {
-	for _, kind := range schemaStoreKinds {
+	for _, kind := range allStoreKinds {
 		t.Run(kind, func(t *testing.T) {
 			s := newSchemaServer(t, kind)
 			registerSchema(t, s, "urn:test:dl", "g.h", stringArgSchema)
@@ -110,7 +103,7 @@ func TestDeadLetterRetryOverrideArgsValidated(t *testing.T) {
 // schema when it is registered (occurrences are inserted through the Go client, unchecked), and the
 // schema it names is kept with it.
 func TestCronTemplateArgsValidated(t *testing.T) {
-	for _, kind := range schemaStoreKinds {
+	for _, kind := range allStoreKinds {
 		t.Run(kind, func(t *testing.T) {
 			s := newSchemaServer(t, kind)
 			registerSchema(t, s, "urn:test:cron", "g.h", stringArgSchema)

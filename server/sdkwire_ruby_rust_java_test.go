@@ -219,11 +219,7 @@ func TestRubySDKHeartbeat(t *testing.T) {
 	for _, kind := range []string{"memory", "sqlite", "postgres", "redis"} {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
-			client, err := pronto.NewClient(openTestStore(t, kind), &pronto.Config{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			s, _ := newTestServer(t, Config{Client: client})
+			s, _ := storeServer(t, kind, Config{})
 			for range 2 {
 				if rec := rubyCall(t, s, "POST", "/ojs/v1/jobs", `{"type":"r.b","args":[{}],"queue":"rq","options":{"visibility_timeout_ms":60000}}`); rec.Code != 201 {
 					t.Fatalf("enqueue: %d %s", rec.Code, rec.Body.Bytes())

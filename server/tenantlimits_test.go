@@ -7,7 +7,6 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/pronto-jobs/pronto"
 	"github.com/pronto-jobs/pronto/internal/uuidv7"
 	"github.com/pronto-jobs/pronto/store"
 	"github.com/pronto-jobs/pronto/store/redis"
@@ -60,11 +59,7 @@ func TestTenantEnqueueLimitsHTTP(t *testing.T) {
 	for _, kind := range []string{"memory", "sqlite", "postgres", "redis"} {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
-			client, err := pronto.NewClient(openTestStore(t, kind), &pronto.Config{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			s, _ := newTestServer(t, Config{Client: client})
+			s, _ := storeServer(t, kind, Config{})
 
 			r := mustCall(t, s, 200, "PUT", "/ojs/v1/admin/tenants/acme/limits",
 				`{"max_concurrency":5,"max_queue_depth":2,"max_scheduled":1,"reason":"flood"}`)
