@@ -199,6 +199,13 @@ type Job struct {
 	// Duplicate is set only on a job Insert returns instead of inserting a new one: an existing job
 	// held the new job's UniqueKey and the conflict policy was ConflictIgnore. It is not stored.
 	Duplicate bool
+	// Replaced is set only on a job Insert returns that took its UniqueKey over under
+	// ConflictReplace or ConflictReplaceExceptSchedule: the jobs the insert cancelled for it (stored
+	// ones, or an earlier job of the same batch), each as it was just before, as CancelWorkflow
+	// returns them: its state then, and for an active one the WorkerID and ClaimToken of the run it
+	// stopped, so that the caller reports the cancels no run reports. A holder already terminal only
+	// gives its key up and is not listed. It is not stored.
+	Replaced []*Job
 
 	// Tenant is the job's fair-scheduling key ("" for none): see Claim.
 	Tenant string

@@ -577,6 +577,7 @@ func (s *Store) Insert(ctx context.Context, params []*store.InsertParams) ([]*st
 			continue
 		}
 		out[i] = j.export()
+		out[i].Replaced = plan.cancelledBy(i)
 	}
 	s.settle(now, &a)
 	s.mu.Unlock()

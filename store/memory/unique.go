@@ -68,6 +68,9 @@ type uniquePlan struct {
 	duplicates []*job
 	// replaced are stored jobs that a replacing job takes the key from.
 	replaced []*job
+	// cancelled[i] are the jobs params[i] cancels to take its key, as they were before (see
+	// store.Job.Replaced); nil when none does.
+	cancelled [][]*store.Job
 	// lapsed are stored jobs whose period ran out; the batch takes their keys.
 	lapsed []*job
 }
@@ -78,6 +81,14 @@ func (p uniquePlan) duplicateOf(i int) *job {
 		return nil
 	}
 	return p.duplicates[i]
+}
+
+// cancelledBy returns the jobs the i-th job of the batch cancels to take its key, or nil.
+func (p uniquePlan) cancelledBy(i int) []*store.Job {
+	if p.cancelled == nil {
+		return nil
+	}
+	return p.cancelled[i]
 }
 
 // planUnique meets each unique job of a batch with the job holding its key, stored or earlier in the
@@ -115,6 +126,12 @@ func (s *Store) planUnique(jobs []*job, params []*store.InsertParams, now time.T
 				if params[i].OnConflict == store.ConflictReplaceExceptSchedule &&
 					(h.State == store.StateScheduled || h.State == store.StateRetryable) {
 					j.State, j.ScheduledAt = h.State, h.ScheduledAt
+				}
+				if !h.State.Terminal() { // a terminal holder only gives its key up (applyUnique)
+					if plan.cancelled == nil {
+						plan.cancelled = make([][]*store.Job, len(jobs))
+					}
+					plan.cancelled[i] = append(plan.cancelled[i], h.export())
 				}
 				if stored {
 					plan.replaced = append(plan.replaced, h)

@@ -163,6 +163,7 @@ func (s *Store) insertSpecial(ctx context.Context, db copier, rows []insertRow, 
 		for _, h := range out.replaced {
 			// An earlier job of this batch that a later one replaced is returned as it is now.
 			if k := slices.IndexFunc(jobs, func(j *store.Job) bool { return j != nil && !j.Duplicate && j.ID == h.ID }); k >= 0 {
+				h.Replaced = jobs[k].Replaced
 				jobs[k] = h
 			}
 		}
@@ -207,7 +208,8 @@ func queueLimits(b *pgx.Batch, sql string, rows []insertRow) {
 type uniqueOutcome struct {
 	// job is the job inserted, or the holder returned in its place (Duplicate set).
 	job *store.Job
-	// replaced are the holders the job replaced, as they are now.
+	// replaced are the holders the job replaced, as they are now; the job's Replaced holds those it
+	// cancelled as they were before.
 	replaced []*store.Job
 	// notes are the cancel notifications of the replaced holders that were active.
 	notes []string
@@ -236,6 +238,7 @@ func (s *Store) insertUnique(ctx context.Context, tx copier, r *insertRow) (uniq
 	p := r.p
 	state, scheduledAt := r.state, p.ScheduledAt
 	var out uniqueOutcome
+	var cancelled []*store.Job // the holders replaced, as they were before (store.Job.Replaced)
 	for range maxUniqueAttempts {
 		var createdAt, dueAt time.Time
 		inside := r.holdsIn(state)
@@ -243,6 +246,7 @@ func (s *Store) insertUnique(ctx context.Context, tx copier, r *insertRow) (uniq
 			err := tx.QueryRow(ctx, s.q.insertUnique, r.args(state, scheduledAt)...).Scan(&createdAt, &dueAt)
 			if err == nil {
 				out.job = jobFromInsert(r, state, createdAt, dueAt)
+				out.job.Replaced = cancelled
 				return out, nil
 			}
 			if !errors.Is(err, pgx.ErrNoRows) {
@@ -262,6 +266,7 @@ func (s *Store) insertUnique(ctx context.Context, tx copier, r *insertRow) (uniq
 				return out, err
 			}
 			out.job = jobFromInsert(r, state, createdAt, dueAt)
+			out.job.Replaced = cancelled
 			return out, nil
 		}
 		if err != nil {
@@ -298,6 +303,9 @@ func (s *Store) insertUnique(ctx context.Context, tx copier, r *insertRow) (uniq
 			return out, err
 		}
 		out.replaced = append(out.replaced, replaced)
+		if !holder.State.Terminal() { // a terminal holder only gave its key up
+			cancelled = append(cancelled, holder)
+		}
 		if holder.State == store.StateActive {
 			out.notes = append(out.notes, cancelPayload(holder.ID, holder.ClaimToken))
 		}

@@ -376,6 +376,23 @@ func (s *Store) insertResults(params []*store.InsertParams, order []string, grou
 			}
 			out[idx[x-1]] = j
 		}
+		// Each job a replacement cancelled is listed on it (store.Job.Replaced); one of this batch
+		// (an earlier job holding the key) is returned cancelled, as it is stored.
+		replaced, _ := r[5].([]any)
+		for _, c := range replaced {
+			pair, _ := c.([]any)
+			x, _ := pair[0].(int64)
+			j, err := decodeFlat(pair[1])
+			if err != nil || j == nil {
+				return nil, nil, nil, fmt.Errorf("redis: insert: reading a job a unique job replaced: %v", err)
+			}
+			out[idx[x-1]].Replaced = append(out[idx[x-1]].Replaced, j)
+			for _, k := range idx {
+				if o := out[k]; o.ID == j.ID && !o.Duplicate {
+					o.State, o.CompletedAt = store.StateCancelled, now
+				}
+			}
+		}
 		cancels, _ := r[4].([]any)
 		for i := 0; i+1 < len(cancels); i += 2 {
 			id, _ := cancels[i].(string)

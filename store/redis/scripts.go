@@ -638,9 +638,10 @@ return false
 // state, rate key, rate limit to store with it ("" for none; see setlimit), nfields, field, value, ... (no sched field: due now). Unique keys are resolved as features.go
 // says, within the queue: a first pass finds a conflict that refuses the batch (and returns
 // {"uc", key, holder id, holder state}, writing nothing); the second pass writes. Returns
-// {"ok", now, dups, changed, cancels}: dups and changed list {job index, job} for ignored jobs (the
-// holder) and for jobs that took over a replaced job's schedule; cancels lists the replaced jobs
-// that were active, each as its id and its run's claim token.
+// {"ok", now, dups, changed, cancels, replaced}: dups and changed list {job index, job} for ignored
+// jobs (the holder) and for jobs that took over a replaced job's schedule; cancels lists the
+// replaced jobs that were active, each as its id and its run's claim token; replaced lists {job
+// index, job} for each job a replacement cancelled, as it was before (store.Job.Replaced).
 //
 // On a single node the whole insert is this one call (one round trip): with KEYS[2] (the id index)
 // and KEYS[3] (the queue registry) given, and ARGV after the jobs: queue, sender, nonce, it also
@@ -681,7 +682,7 @@ for _, j in ipairs(jobs) do
   end
 end
 -- Pass 2: write.
-local dups, changed, cancels = {}, {}, {}
+local dups, changed, cancels, replaced = {}, {}, {}, {}
 for x, j in ipairs(jobs) do
   local skip = false
   local adopt = nil
@@ -706,6 +707,7 @@ for x, j in ipairs(jobs) do
           -- A finished holder (its states include a terminal one) stays as it is and gives the key up.
           redis.call('HSET', jk(hid), 'ukey', '')
         else
+          replaced[#replaced + 1] = {x, redis.call('HGETALL', jk(hid))}
           if hst == 'active' then
             cancels[#cancels + 1] = hid
             cancels[#cancels + 1] = redis.call('HGET', jk(hid), 'token') or ''
@@ -767,7 +769,7 @@ if whole then
   end
 end
 zflush()
-return {'ok', t, dups, changed, cancels}
+return {'ok', t, dups, changed, cancels, replaced}
 `)
 
 // scriptInsertOne is scriptInsert's single-node call for the common single insert: one available

@@ -295,7 +295,9 @@ func insertTx(ctx context.Context, r txRunner, params []*store.InsertParams, row
 		}
 		if replaced != nil {
 			if k, ok := written[replaced.ID]; ok {
-				jobs[k] = replaced // an earlier job of this batch, replaced: return it as it is now
+				// An earlier job of this batch, replaced: return it as it is now, with what it replaced.
+				replaced.Replaced = jobs[k].Replaced
+				jobs[k] = replaced
 			}
 		}
 		if dup != nil {
@@ -343,9 +345,12 @@ func resolveUnique(ctx context.Context, r txRunner, p *store.InsertParams, row *
 			row.job.State = holder.State
 			row.job.ScheduledAt = holder.ScheduledAt
 		}
-		replaced, err := replaceHolder(ctx, r, holder, nowUS, out)
+		replaced, before, err := replaceHolder(ctx, r, holder, nowUS, out)
 		if err != nil {
 			return nil, nil, fmt.Errorf("insert job %s: replace job %s: %w", p.ID, holder.ID, err)
+		}
+		if before != nil {
+			row.job.Replaced = append(row.job.Replaced, before)
 		}
 		return nil, replaced, nil
 	default:
@@ -354,30 +359,35 @@ func resolveUnique(ctx context.Context, r txRunner, p *store.InsertParams, row *
 }
 
 // replaceHolder cancels the job holding a key that a replacement takes over, clears its key if it
-// would still hold it, and returns it as it is then.
-func replaceHolder(ctx context.Context, r txRunner, holder *store.Job, nowUS int64, out *outbox) (*store.Job, error) {
+// would still hold it, and returns it as it is then and, when this cancelled it, as it was before
+// (with the claim token of the run it stopped; see store.Job.Replaced).
+func replaceHolder(ctx context.Context, r txRunner, holder *store.Job, nowUS int64, out *outbox) (after, before *store.Job, err error) {
 	if !holder.State.Terminal() {
 		cancelled, err := firstJob(r.QueryContext(ctx, cancelJobSQL, nowUS, holder.ID))
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		token, err := runToken(ctx, r, holder.ID)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		out.cancel(cancelled.Queue, cancelled.ID, token)
 		if err := afterTerminal(ctx, r, []*store.Job{cancelled}, nowUS, out); err != nil {
-			return nil, err
+			return nil, nil, err
+		}
+		before = holder
+		if before.State == store.StateActive {
+			before.ClaimToken = token
 		}
 		holder = cancelled
 	}
 	if slices.Contains(holder.UniqueStates, holder.State) {
 		if _, err := r.ExecContext(ctx, releaseUniqueKeySQL, holder.ID); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		holder.UniqueKey = ""
 	}
-	return holder, nil
+	return holder, before, nil
 }
 
 // afterTerminal does what follows jobs reaching a terminal state in r's transaction: their pending

@@ -122,6 +122,7 @@ func testUniqueReplace(t *testing.T, s store.Store) {
 	jobs := insert(t, s, repl)
 	require.False(t, jobs[0].Duplicate)
 	require.Equal(t, store.StateAvailable, jobs[0].State)
+	requireReplaced(t, jobs[0], old.ID, store.StateAvailable)
 
 	o := get(t, s, old.ID)
 	require.Equal(t, store.StateCancelled, o.State, "the replaced job is cancelled")
@@ -135,7 +136,10 @@ func testUniqueReplace(t *testing.T, s store.Store) {
 	// Replacing an active job cancels it and tells its runner.
 	c := listen(t, s)
 	again := uniqueJob(q, key, store.ConflictReplace)
-	insert(t, s, again)
+	jobs = insert(t, s, again)
+	requireReplaced(t, jobs[0], repl.ID, store.StateActive)
+	require.Equal(t, claimed[0].ClaimToken, jobs[0].Replaced[0].ClaimToken, "the replaced job names the run it stopped")
+	require.NotEmpty(t, jobs[0].Replaced[0].WorkerID)
 	r := get(t, s, repl.ID)
 	require.Equal(t, store.StateCancelled, r.State)
 	requireNow(t, r.CompletedAt, "completed_at of the replaced active job")
@@ -169,6 +173,7 @@ func testUniqueReplaceExceptSchedule(t *testing.T, s store.Store) {
 	jobs := insert(t, s, repl)
 	require.Equal(t, store.StateScheduled, jobs[0].State, "the new job takes over the scheduled state")
 	requireTimeEqual(t, due, jobs[0].ScheduledAt, "the new job takes over the schedule")
+	requireReplaced(t, jobs[0], old.ID, store.StateScheduled)
 	n := get(t, s, repl.ID)
 	require.Equal(t, "replacement", n.Kind)
 	require.Equal(t, store.StateScheduled, n.State)
@@ -186,7 +191,7 @@ func testUniqueReplaceExceptSchedule(t *testing.T, s store.Store) {
 	rdue := time.Now().Add(2 * time.Hour).Truncate(time.Millisecond)
 	require.True(t, finish(t, s, store.Completion{ID: r.ID, Attempt: 1, State: store.StateRetryable, ScheduledAt: rdue}))
 	rrepl := uniqueJob(q, rkey, store.ConflictReplaceExceptSchedule)
-	insert(t, s, rrepl)
+	requireReplaced(t, insert(t, s, rrepl)[0], r.ID, store.StateRetryable)
 	rn := get(t, s, rrepl.ID)
 	require.Equal(t, store.StateRetryable, rn.State)
 	requireTimeEqual(t, rdue, rn.ScheduledAt)
@@ -350,6 +355,29 @@ func testUniqueWithinBatch(t *testing.T, s store.Store) {
 	require.Equal(t, second.ID, jobs[1].ID)
 	require.Equal(t, store.StateCancelled, get(t, s, first.ID).State, "the batch's later job replaces the earlier")
 	require.Equal(t, store.StateAvailable, get(t, s, second.ID).State)
+	require.Equal(t, store.StateCancelled, jobs[0].State, "the replaced job of the batch is returned as stored")
+	require.Empty(t, jobs[0].Replaced)
+	requireReplaced(t, jobs[1], first.ID, store.StateAvailable)
+
+	// A chain within a batch: each job names only the one it replaced, the stored holder included.
+	key3 := uniq("key")
+	held := insert(t, s, uniqueJob(q, key3, ""))[0]
+	first, second = uniqueJob(q, key3, store.ConflictReplace), uniqueJob(q, key3, store.ConflictReplace)
+	jobs, err = s.Insert(ctx(t), []*store.InsertParams{first, second})
+	require.NoError(t, err)
+	require.Len(t, jobs, 2)
+	require.Equal(t, store.StateCancelled, jobs[0].State)
+	requireReplaced(t, jobs[0], held.ID, store.StateAvailable)
+	requireReplaced(t, jobs[1], first.ID, store.StateAvailable)
+}
+
+// requireReplaced checks that j, returned by a replacing insert, names exactly the job id as the one
+// it cancelled, as it was before: in state was.
+func requireReplaced(t testing.TB, j *store.Job, id string, was store.State) {
+	t.Helper()
+	require.Len(t, j.Replaced, 1, "the jobs job %s replaced", j.ID)
+	require.Equal(t, id, j.Replaced[0].ID)
+	require.Equal(t, was, j.Replaced[0].State, "the replaced job as it was before the cancel")
 }
 
 func testUniqueConcurrent(t *testing.T, h Harness) {
@@ -533,7 +561,7 @@ func testUniqueReplaceTerminalHolder(t *testing.T, s store.Store) {
 	before := get(t, s, a.ID)
 
 	repl := uniqueJob(q, key, store.ConflictReplace)
-	insert(t, s, repl)
+	require.Empty(t, insert(t, s, repl)[0].Replaced, "a terminal holder is not cancelled, so not listed")
 	require.Equal(t, store.StateAvailable, get(t, s, repl.ID).State)
 	after := get(t, s, a.ID)
 	require.Equal(t, store.StateCompleted, after.State, "a completed holder is not cancelled")
