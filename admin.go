@@ -148,6 +148,24 @@ type cancelReporter struct {
 	clients map[string]bool
 }
 
+// reportCancels stops this client's runs of the jobs a store call cancelled (prevs, each as it was
+// just before) now rather than when the notification comes back, and emits EventCancelled for each
+// one no run reports (see rep).
+func (c *Client) reportCancels(ctx context.Context, prevs []*JobRow, rep *cancelReporter) {
+	now := time.Now()
+	for _, prev := range prevs {
+		if prev.State == store.StateActive && prev.WorkerID == c.cfg.ID {
+			c.cancelLocal(prev.ID, prev.ClaimToken)
+		}
+		if !c.events.wants(EventCancelled) || rep.reportedByRun(ctx, prev) {
+			continue
+		}
+		out := *prev
+		out.State, out.CompletedAt, out.WorkerID, out.LeaseExpiresAt, out.ClaimToken = store.StateCancelled, now, "", time.Time{}, ""
+		c.events.emit(&Event{Kind: EventCancelled, Job: &out, At: now})
+	}
+}
+
 // reportedByRun reports whether a run reports the cancel of prev, the job as it was when cancelled.
 func (r *cancelReporter) reportedByRun(ctx context.Context, prev *JobRow) bool {
 	if prev.State != store.StateActive || prev.WorkerID == "" {

@@ -20,8 +20,9 @@ const (
 	// it started: Err is then ErrJobExpired and no attempt ran. The last two come from the leader's
 	// maintenance, or from JobCatchUp on this client.
 	EventDiscarded EventKind = "job.discarded"
-	// EventCancelled: the job was cancelled (by JobCancel on this client, or by its worker with Cancel,
-	// or while running here, or after its worker here returned and before its outcome was written).
+	// EventCancelled: the job was cancelled (by JobCancel or WorkflowCancel on this client, or by a
+	// unique job inserted through this client that replaced it, or by its worker with Cancel, or
+	// while running here, or after its worker here returned and before its outcome was written).
 	EventCancelled EventKind = "job.cancelled"
 	// EventSnoozed: the worker snoozed the job.
 	EventSnoozed EventKind = "job.snoozed"

@@ -40,15 +40,43 @@ func (c *Client) Insert(ctx context.Context, args JobArgs, opts *InsertOpts) (*J
 // storeInsert writes jobs outside any application transaction. A single job goes through the insert
 // batcher, which merges it with the single-job inserts of other callers into one store write (see
 // internal/insertbatch); several jobs are written as one atomic batch of their own.
+//
+// The jobs a unique replace cancelled are reported here, once their cancels are written (see
+// reportReplaced).
 func (c *Client) storeInsert(ctx context.Context, ps []*store.InsertParams) ([]*store.Job, error) {
+	var rows []*store.Job
 	if len(ps) != 1 || c.inserts == nil {
-		return c.store.Insert(ctx, ps)
+		var err error
+		if rows, err = c.store.Insert(ctx, ps); err != nil {
+			return nil, err
+		}
+	} else {
+		j, err := c.inserts.Insert(ctx, ps[0])
+		if err != nil {
+			return nil, err
+		}
+		rows = []*store.Job{j}
 	}
-	j, err := c.inserts.Insert(ctx, ps[0])
-	if err != nil {
-		return nil, err
+	c.reportReplaced(ctx, rows)
+	return rows, nil
+}
+
+// reportReplaced reports the cancels of the jobs that the unique jobs among rows replaced
+// (store.Job.Replaced) as JobCancel reports one: an EventCancelled from this client, or from the
+// run of the pronto client that was running it. Each replaced job is listed on the one job that
+// replaced it, so a merged insert (internal/insertbatch) reports it once, to that job's caller.
+// An insert into the application's transaction reports nothing: its cancels may yet roll back.
+func (c *Client) reportReplaced(ctx context.Context, rows []*store.Job) {
+	var rep *cancelReporter
+	for _, j := range rows {
+		if len(j.Replaced) == 0 {
+			continue
+		}
+		if rep == nil {
+			rep = &cancelReporter{c: c} // one read of the client registry for the whole batch
+		}
+		c.reportCancels(ctx, j.Replaced, rep)
 	}
-	return []*store.Job{j}, nil
 }
 
 // InsertMany stores many jobs atomically (all or none) with one notification per queue; on
@@ -63,7 +91,9 @@ func (c *Client) InsertMany(ctx context.Context, jobs []InsertManyParams) ([]*Jo
 
 // InsertManyFast stores many jobs atomically (all or none), as InsertMany does, and returns how many
 // new jobs it stored instead of the jobs themselves: for bulk loads, where building a JobRow per job
-// costs the caller time and memory it has no use for. On PostgreSQL a plain batch (no unique keys,
+// costs the caller time and memory it has no use for. A batch with a unique job that may replace another
+// (UniqueReplace, UniqueReplaceExceptSchedule) runs as InsertMany, whose result names the jobs to
+// report as cancelled. On PostgreSQL a plain batch (no unique keys,
 // rate limits or workflow fields) of 10 jobs or more is then written without reading anything back.
 // A unique job that met its key's holder under ConflictIgnore is not counted. With insert middleware
 // configured (metrics, tracing), which reads the inserted rows, it runs as InsertMany.
@@ -73,7 +103,7 @@ func (c *Client) InsertManyFast(ctx context.Context, jobs []InsertManyParams) (i
 		return 0, err
 	}
 	fast, ok := c.store.(store.FastInserter)
-	if !ok || len(c.cfg.InsertMiddleware) > 0 {
+	if !ok || len(c.cfg.InsertMiddleware) > 0 || replaces(ps) {
 		rows, err := c.insert(ctx, ps, c.storeInsert)
 		return store.CountStored(rows), err
 	}
@@ -87,6 +117,17 @@ func (c *Client) InsertManyFast(ctx context.Context, jobs []InsertManyParams) (i
 		return 0, fmt.Errorf("pronto: insert %d job(s): %w", len(ps), c.schemaCause(ctx, err))
 	}
 	return n, nil
+}
+
+// replaces reports whether a job of ps may replace the holder of its unique key: its insert must
+// return the jobs it cancelled, to report them, which InsertFast does not.
+func replaces(ps []*store.InsertParams) bool {
+	for _, p := range ps {
+		if p.UniqueKey != "" && (p.OnConflict == store.ConflictReplace || p.OnConflict == store.ConflictReplaceExceptSchedule) {
+			return true
+		}
+	}
+	return false
 }
 
 // InsertTx stores one job inside the application's pgx transaction: the job exists, and clients are

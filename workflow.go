@@ -345,19 +345,7 @@ func (c *Client) WorkflowCancel(ctx context.Context, id string) (*WorkflowInfo, 
 	if err != nil {
 		return nil, wrapOp(fmt.Sprintf("cancel workflow %s", id), err)
 	}
-	rep := cancelReporter{c: c}
-	now := time.Now()
-	for _, prev := range cancelled {
-		if prev.State == store.StateActive && prev.WorkerID == c.cfg.ID {
-			c.cancelLocal(prev.ID, prev.ClaimToken) // now, not when the notification comes back
-		}
-		if !c.events.wants(EventCancelled) || rep.reportedByRun(ctx, prev) {
-			continue
-		}
-		out := *prev
-		out.State, out.CompletedAt, out.WorkerID, out.LeaseExpiresAt = store.StateCancelled, now, "", time.Time{}
-		c.events.emit(&Event{Kind: EventCancelled, Job: &out, At: now})
-	}
+	c.reportCancels(ctx, cancelled, &cancelReporter{c: c})
 	return info, nil
 }
 

@@ -220,3 +220,49 @@ func TestNackRequeueRecordsEnqueued(t *testing.T) {
 		t.Fatalf("events of a job fetched then requeued %v, want [job.enqueued job.started job.enqueued]", got)
 	}
 }
+
+// TestUniqueReplaceReportsCancel: a unique job replaced by a new one (on_conflict replace) is
+// cancelled and reported once: EventCancelled to subscribers and one job.cancelled in the event log
+// (ojs-events.md 3.1), whether it was waiting or fetched by an OJS worker.
+func TestUniqueReplaceReportsCancel(t *testing.T) {
+	for _, kind := range allStoreKinds {
+		t.Run(kind, func(t *testing.T) {
+			s, client := storeServer(t, kind, Config{})
+			ch, unsub := client.Subscribe(pronto.EventCancelled)
+			defer unsub()
+			body := `{"type":"report.build","args":[1],"options":{"queue":"replace-reported","unique":{"keys":["type","args"],"on_conflict":"replace"}}}`
+			waiting := enqueueJob(t, s, body)
+			fetched := enqueueJob(t, s, body)
+			if waiting == fetched {
+				t.Fatalf("replace returned the holder %s", waiting)
+			}
+			mustCall(t, s, 200, "POST", "/ojs/v1/workers/fetch", map[string]any{"queues": []string{"replace-reported"}, "worker_id": "w1"})
+			last := enqueueJob(t, s, body)
+			for _, id := range []string{waiting, fetched} {
+				if st := mustCall(t, s, 200, "GET", "/ojs/v1/jobs/"+id, nil).body["job"].(map[string]any)["state"]; st != "cancelled" {
+					t.Fatalf("replaced job %s state %v, want cancelled", id, st)
+				}
+				if ev := waitClientEvent(ch, id); ev == nil || ev.Job.State != pronto.StateCancelled {
+					t.Fatalf("Subscribe got %+v for the replaced job %s, want EventCancelled", ev, id)
+				}
+				waitLogged(t, s, id, "job.cancelled")
+			}
+			// Another insert's report would come by now: each cancel is reported once.
+			enqueueJob(t, s, `{"type":"a.b","args":[],"options":{"queue":"replace-reported"}}`)
+			for _, id := range []string{waiting, fetched} {
+				n := 0
+				for _, typ := range loggedTypes(loggedEvents(t, s, id)) {
+					if typ == "job.cancelled" {
+						n++
+					}
+				}
+				if n != 1 {
+					t.Fatalf("job %s has %d job.cancelled, want 1", id, n)
+				}
+			}
+			if got := loggedTypes(loggedEvents(t, s, last)); len(got) != 1 || got[0] != "job.enqueued" {
+				t.Fatalf("the replacing job's events %v, want [job.enqueued]", got)
+			}
+		})
+	}
+}
