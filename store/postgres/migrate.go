@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"embed"
+	"errors"
 	"fmt"
 	"io/fs"
 	"path"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pronto-jobs/pronto/store"
 )
@@ -96,33 +98,63 @@ func (s *Store) Migrate(ctx context.Context) error {
 		if !pending {
 			return nil
 		}
-		// An unlogged jobs table (SetUnlogged) stays unlogged: logged while the migrations run, as a
-		// new table referencing it must be created logged, then unlogged again with the new tables.
+		// An unlogged jobs table (SetUnlogged) stays unlogged. PostgreSQL refuses a logged table that
+		// references an unlogged one, so a migration that creates one fails on it (42P16): that
+		// migration is tried again with the tables logged for the transaction, and they are made
+		// unlogged again at the end, the new table with them. Other migrations leave the table alone
+		// (each switch rewrites it whole under ACCESS EXCLUSIVE).
 		unlogged, err := s.unloggedIn(ctx, tx)
 		if err != nil {
 			return err
 		}
-		if unlogged {
-			if err := s.setPersistence(ctx, tx, false); err != nil {
-				return err
-			}
-		}
+		switched := false
 		for _, m := range migrations {
 			if _, ok := applied[m.version]; ok {
 				continue
 			}
-			if _, err := tx.Exec(ctx, s.expand.Replace(m.up)); err != nil {
-				return fmt.Errorf("apply migration %03d_%s: %w", m.version, m.name, err)
+			relog := func() error {
+				switched = true
+				return s.setPersistence(ctx, tx, false)
+			}
+			if err := s.applyMigration(ctx, tx, m, unlogged && !switched, relog); err != nil {
+				return err
 			}
 			if _, err := tx.Exec(ctx, s.q.recordMigration, m.version, m.name); err != nil {
 				return fmt.Errorf("record migration %03d_%s: %w", m.version, m.name, err)
 			}
 		}
-		if unlogged {
+		if switched {
 			return s.setPersistence(ctx, tx, true)
 		}
 		return nil
 	})
+}
+
+// applyMigration runs m's up script in tx. With guard set (the jobs table is unlogged, and still
+// so), it runs under a savepoint, and when PostgreSQL refuses it for a logged table referencing an
+// unlogged one (42P16), relog makes the tables logged and it runs again.
+func (s *Store) applyMigration(ctx context.Context, tx pgx.Tx, m migration, guard bool, relog func() error) error {
+	script := s.expand.Replace(m.up)
+	if guard {
+		if _, err := tx.Exec(ctx, "SAVEPOINT pronto_migration"); err != nil {
+			return fmt.Errorf("apply migration %03d_%s: %w", m.version, m.name, err)
+		}
+	}
+	_, err := tx.Exec(ctx, script)
+	var pe *pgconn.PgError
+	if guard && errors.As(err, &pe) && pe.Code == "42P16" {
+		if _, err := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT pronto_migration"); err != nil {
+			return fmt.Errorf("apply migration %03d_%s: %w", m.version, m.name, err)
+		}
+		if err := relog(); err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, script)
+	}
+	if err != nil {
+		return fmt.Errorf("apply migration %03d_%s: %w", m.version, m.name, err)
+	}
+	return nil
 }
 
 // MigrateDown reverts the latest steps applied migrations, newest first, in one transaction.
