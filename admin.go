@@ -259,10 +259,12 @@ func (c *Client) QueueList(ctx context.Context) ([]QueueInfo, error) {
 
 // QueuePause stops every client in the cluster from claiming the queue's jobs (running ones finish).
 // The jobs a client claimed ahead of its workers (QueueConfig.Prefetch) and has not started do not
-// start: each is given back to available, its attempt refunded, by this client before QueuePause
-// returns and by the others when the pause's notification reaches them (a store without notifications
-// across processes, such as SQLite shared by several, leaves theirs to start). Inserts into a paused
-// queue still succeed.
+// start: each is marked to be given back (to available, its attempt refunded) by this client before
+// QueuePause returns and by the others when the pause's notification reaches them (a store without
+// notifications across processes, such as SQLite shared by several, leaves theirs to start). The
+// give-back itself is written as soon as one of the queue's workers is free (the queue's running jobs
+// finish first): until then they stay active, held by the client. Inserts into a paused queue still
+// succeed.
 func (c *Client) QueuePause(ctx context.Context, queue string) error {
 	if !ValidQueueName(queue) {
 		return invalidf("queue name %q: must be %s", queue, QueueNameRule)
@@ -270,8 +272,8 @@ func (c *Client) QueuePause(ctx context.Context, queue string) error {
 	if err := c.store.PauseQueue(ctx, queue); err != nil {
 		return wrapOp(fmt.Sprintf("pause queue %q", queue), err)
 	}
-	// This client's jobs claimed ahead of its workers are given back before it returns; other
-	// clients give theirs back when the pause notification reaches them.
+	// This client's jobs claimed ahead of its workers are marked before it returns, and go back
+	// as its workers free; other clients mark theirs when the pause notification reaches them.
 	c.giveBackQueued(queue, errQueuePaused)
 	return nil
 }

@@ -115,6 +115,12 @@ type Client struct {
 	// remoteProgress throttles progress reported over HTTP, per job (see JobProgressReport).
 	remoteProgressMu sync.Mutex
 	remoteProgress   map[string]*progressThrottle
+
+	// commitWatch ends, at Stop, the goroutines that wait for an InsertTx to commit before the relay
+	// announces its jobs (see announceCommitted); commitWatches counts them.
+	commitWatch       context.Context
+	commitWatchCancel context.CancelFunc
+	commitWatches     sync.WaitGroup
 }
 
 // runningJob is one run of a claimed job this client holds: running, or finished with its outcome not
@@ -392,6 +398,10 @@ func (c *Client) Stop(ctx context.Context) error {
 	started := c.started
 	c.stopped = true
 	c.mu.Unlock()
+	if c.commitWatchCancel != nil { // an insert-only client too
+		c.commitWatchCancel()
+		c.commitWatches.Wait()
+	}
 	if !started {
 		return nil
 	}

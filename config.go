@@ -30,8 +30,9 @@ type QueueConfig struct {
 	//
 	// A prefetched job is claimed: it counts as active (toward rate and tenant limits too), its
 	// lease is renewed by this client's heartbeats while it waits, no other client can run it, and
-	// its timeout starts only when its worker does. Stop, and a pause of the queue (QueuePause), give
-	// the jobs not yet started back at once, their attempt refunded; a process that dies holds them until their leases run out, like its
+	// its timeout starts only when its worker does. Stop gives the jobs not yet started back at once,
+	// their attempt refunded, and a pause of the queue (QueuePause) keeps them from starting and gives
+	// them back as its workers free; a process that dies holds them until their leases run out, like its
 	// running jobs.
 	Prefetch int
 	// RemoveCompleted deletes each job of the queue that this client completes as its outcome is

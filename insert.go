@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"reflect"
 	"time"
@@ -153,7 +152,7 @@ func (c *Client) InsertManyTx(ctx context.Context, tx pgx.Tx, jobs []InsertManyP
 	var probeID string
 	probe := func(ctx context.Context) bool {
 		_, err := c.store.GetJob(ctx, probeID)
-		return err == nil || !errors.Is(err, store.ErrNotFound) // any answer but "not there" ends the wait
+		return err == nil // not there yet, or not known (an error): look again
 	}
 	ctx = context.WithValue(ctx, appTxKey{}, &appTx{probe: probe})
 	return c.insert(ctx, ps, func(ctx context.Context, ps []*store.InsertParams) ([]*store.Job, error) {

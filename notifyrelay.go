@@ -100,6 +100,7 @@ func (c *Client) startRelay() {
 		c.store.Notifier().Subscribe(r.forward)
 		return
 	}
+	c.commitWatch, c.commitWatchCancel = context.WithCancel(context.Background())
 	announce := func(ctx context.Context, ps []*JobInsertParams, next InsertFunc) ([]*JobRow, error) {
 		rows, err := next(ctx, ps)
 		if err != nil {
@@ -112,6 +113,7 @@ func (c *Client) startRelay() {
 		if tx, _ := ctx.Value(appTxKey{}).(*appTx); tx != nil && tx.probe != nil {
 			// Announced now, the jobs would not be there for the claim it wakes: announced once
 			// the transaction commits, never if it rolls back.
+			c.commitWatches.Add(1)
 			go c.announceCommitted(r, ls, ns, tx.probe)
 			return rows, err
 		}
@@ -146,15 +148,28 @@ type appTx struct {
 	probe func(ctx context.Context) bool
 }
 
+// commitWatchMax bounds how long announceCommitted waits for a transaction to commit; a job committed
+// later is found by the workers' poll.
+const commitWatchMax = time.Minute
+
 // announceCommitted waits, with growing pauses, for probe to see the jobs of a transaction committed,
-// then announces ns; it gives up after the poll interval (at most a minute), when the poll finds
-// them anyway, or on a rollback.
+// then announces ns. It gives up after commitWatchMax, on a rollback (it never sees them), or when
+// the client stops.
 func (c *Client) announceCommitted(r *relay, ls store.ListenerStatus, ns []store.Notification, probe func(context.Context) bool) {
-	bound := min(c.cfg.PollInterval, time.Minute)
-	deadline := time.Now().Add(bound)
-	for wait := time.Millisecond; time.Now().Before(deadline); wait = min(wait*2, time.Second) {
-		time.Sleep(min(wait, time.Until(deadline)))
-		ctx, cancel := context.WithTimeout(context.Background(), relayTimeout)
+	defer c.commitWatches.Done()
+	deadline := time.NewTimer(commitWatchMax)
+	defer deadline.Stop()
+	// Pauses double without bound, so a rolled-back transaction costs at most 17 reads, and a commit
+	// is seen at most about as long after it as it came after the insert.
+	for wait := time.Millisecond; ; wait *= 2 {
+		select {
+		case <-c.commitWatch.Done():
+			return
+		case <-deadline.C:
+			return
+		case <-time.After(wait):
+		}
+		ctx, cancel := context.WithTimeout(c.commitWatch, relayTimeout)
 		seen := probe(ctx)
 		cancel()
 		if seen {

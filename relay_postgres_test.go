@@ -3,6 +3,8 @@ package pronto_test
 import (
 	"context"
 	"fmt"
+	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -237,4 +239,61 @@ func TestRelayPostgresWorkflowRoots(t *testing.T) {
 	require.NoError(t, err)
 	relayWaitRan(t, &done, res.Jobs["root"].ID,
 		"the root of a workflow inserted by a client with a Notifier was not announced through the relay")
+}
+
+// TestRelayCommitWatchEndsAtStop: on PostgreSQL with a Notifier, InsertTx starts a goroutine
+// (announceCommitted) that waits for the transaction to commit; Stop ends it and waits for it. It used
+// to be tied to nothing, polling the store after Stop returned (and, on any error but not-found, such
+// as a closed pool, announcing the rolled-back job to the stopped client).
+func TestRelayCommitWatchEndsAtStop(t *testing.T) {
+	ctx := context.Background()
+	st := relayPGNoListen(t, testdb.Schema(t))
+	rdb := relayRedis(t, "127.0.0.1:6379")
+	cfg := relayWorkerConfig(relayNotifier(t, rdb, relayChannel()), &relayDone{})
+	cfg.PollInterval = 30 * time.Second
+	c, err := pronto.NewClient(st, cfg)
+	require.NoError(t, err)
+	require.NoError(t, c.Start(ctx))
+
+	tx, err := st.Pool().Begin(ctx)
+	require.NoError(t, err)
+	_, err = c.InsertTx(ctx, tx, relayArgs{N: 1}, nil)
+	require.NoError(t, err)
+	require.NoError(t, tx.Rollback(ctx))
+
+	stopCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	require.NoError(t, c.Stop(stopCtx))
+	require.False(t, relayGoroutineRunning("announceCommitted"),
+		"a goroutine of the stopped client (announceCommitted) still runs after Stop returned")
+}
+
+// relayGoroutineRunning reports whether a goroutine of this process runs fn.
+func relayGoroutineRunning(fn string) bool {
+	buf := make([]byte, 1<<20)
+	n := runtime.Stack(buf, true)
+	return strings.Contains(string(buf[:n]), fn)
+}
+
+// TestRelayPostgresInsertTxSlowCommit: a transaction that commits 1.5 s after its InsertTx is still
+// announced. The wait used to end after the *inserting* client's PollInterval (1 s by default for an
+// insert-only client), though the poll that would find the job is the workers' (here an hour).
+func TestRelayPostgresInsertTxSlowCommit(t *testing.T) {
+	ctx := context.Background()
+	schema := testdb.Schema(t)
+	rdb := relayRedis(t, "127.0.0.1:6379")
+	ch := relayChannel()
+	stIns := relayPGNoListen(t, schema)
+	stW := relayPGNoListen(t, schema)
+	var done relayDone
+	relayStart(t, stW, relayWorkerConfig(relayNotifier(t, rdb, ch), &done))
+	ins, err := pronto.NewClient(stIns, &pronto.Config{Notifier: relayNotifier(t, rdb, ch)})
+	require.NoError(t, err)
+	tx, err := stIns.Pool().Begin(ctx)
+	require.NoError(t, err)
+	row, err := ins.InsertTx(ctx, tx, relayArgs{N: 1}, nil)
+	require.NoError(t, err)
+	time.Sleep(1500 * time.Millisecond) // the application's transaction goes on a while
+	require.NoError(t, tx.Commit(ctx))
+	relayWaitRan(t, &done, row.ID, "a job InsertTx stored in a transaction longer than the inserter's PollInterval was not announced")
 }
