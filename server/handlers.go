@@ -240,6 +240,19 @@ type fetchRequest struct {
 	pool     string        // "": none (poolapi.go)
 	// poolCfg is the pool the fetch named (nil: none), set by applyPool for sched.served.
 	poolCfg *pronto.WorkerPool
+	// room and reserved are what applyPool reserved of a pool's concurrency, given back when the
+	// fetch's claims returned (releasePool).
+	room     *poolRoom
+	reserved int64
+}
+
+// releasePool gives back what applyPool reserved of the pool's room: the jobs claimed count as
+// active in the store from now on.
+func (req *fetchRequest) releasePool() {
+	if req.room != nil {
+		req.room.release(req.reserved)
+		req.room = nil
+	}
 }
 
 func decodeFetch(body []byte) (*fetchRequest, *apiError) {
@@ -353,7 +366,9 @@ func (s *Server) fetch(w http.ResponseWriter, r *http.Request) {
 		claimLease = pronto.DefaultRemoteLease
 	}
 	ctx := r.Context()
-	if ok, e := s.applyPool(ctx, req); e != nil {
+	ok, e := s.applyPool(ctx, req)
+	defer req.releasePool()
+	if e != nil {
 		s.writeError(w, r, e)
 		return
 	} else if !ok {

@@ -390,6 +390,13 @@ func (s *Server) applyPool(ctx context.Context, req *fetchRequest) (ok bool, _ *
 	}
 	now := time.Now()
 	var u *poolUse
+	var room *poolRoom
+	if p.Concurrency > 0 {
+		// The room is read and reserved from by one fetch of the pool at a time (poolRooms).
+		room = s.poolRooms.get(p.Name)
+		room.read.Lock()
+		defer room.read.Unlock()
+	}
 	if p.Concurrency > 0 || p.Strategy == pronto.PoolStrategyLeastLoaded {
 		// One read of the queues' counts serves the capacity, the backlogs and the starvation check.
 		if u, err = s.readPoolUse(ctx, false); err != nil {
@@ -401,7 +408,7 @@ func (s *Server) applyPool(ctx context.Context, req *fetchRequest) (ok bool, _ *
 		for _, q := range p.Queues {
 			active += u.active[q]
 		}
-		free := int64(p.Concurrency) - active
+		free := int64(p.Concurrency) - active - room.taken()
 		if free <= 0 {
 			if s.sched.setOverloaded(p, true, now) {
 				s.overloadedEvent(p, active, u)
@@ -410,6 +417,8 @@ func (s *Server) applyPool(ctx context.Context, req *fetchRequest) (ok bool, _ *
 		}
 		req.count = int(min(int64(req.count), free))
 		s.sched.room(p, free, req.count, now)
+		room.reserve(int64(req.count))
+		req.room, req.reserved = room, int64(req.count)
 	}
 	u = s.checkStarvation(ctx, p, u, now)
 	var available map[string]int64

@@ -115,6 +115,8 @@ type Server struct {
 	workers workerTracker
 	// sched orders the fetches through pools and counts dispatches (poolsched.go).
 	sched sched
+	// poolRooms keeps each pool's concurrency among this server's fetches (poolroom.go).
+	poolRooms poolRooms
 	// requireTenant is Config.RequireTenant (tenant.go).
 	requireTenant bool
 	// maintenance caches the maintenance mode for fetches (maintenance.go).

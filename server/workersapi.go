@@ -36,6 +36,9 @@ type workerTracker struct {
 	mu        sync.Mutex
 	seen      map[string]workerSeen
 	lastPrune time.Time
+	// given counts the directives given through this server (setDirective): a record write that began
+	// before one must not put back the directive it read (see remember).
+	given uint64
 }
 
 type workerSeen struct {
@@ -78,38 +81,48 @@ func (s *Server) touchWorker(ctx context.Context, id string, queues []string) st
 		t.mu.Unlock()
 		return last.directive
 	}
+	given := t.given
 	t.mu.Unlock()
 	d, err := ws.TouchWorker(ctx, id, queues)
 	if err != nil {
 		s.log.Warn("pronto serve: recording a worker failed", "worker_id", id, "err", err)
 		return ""
 	}
-	t.remember(id, now, queues, d)
-	return d
+	return t.remember(id, now, queues, d, given)
 }
 
-// remember caches what the store answered for worker id.
-func (t *workerTracker) remember(id string, at time.Time, queues []string, directive string) {
+// remember caches what the store answered for worker id, a write begun when t.given was given, and
+// returns the directive to answer. A directive given through this server since that write began
+// (setDirective) wins over the one it read: the write may have read the record before it was given.
+func (t *workerTracker) remember(id string, at time.Time, queues []string, directive string, given uint64) string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.seen == nil || len(t.seen) > 100000 {
 		t.seen = map[string]workerSeen{} // forget all: each worker's next contact writes again
 	}
-	prev := t.seen[id]
+	prev, known := t.seen[id]
 	if len(queues) == 0 {
 		queues = prev.queues
 	}
+	if known && t.given != given && prev.directive != "" {
+		directive = prev.directive
+	}
 	t.seen[id] = workerSeen{at: at, queues: slices.Clone(queues), directive: directive}
+	return directive
 }
 
-// setDirective records a directive in this server's cache, so that it answers it at once.
+// setDirective records a directive in this server's cache, so that it answers it at once (a worker
+// not in the cache gets an entry that its next contact writes through).
 func (t *workerTracker) setDirective(id, directive string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if prev, ok := t.seen[id]; ok {
-		prev.directive = directive
-		t.seen[id] = prev
+	t.given++
+	if t.seen == nil {
+		t.seen = map[string]workerSeen{}
 	}
+	prev := t.seen[id]
+	prev.directive = directive
+	t.seen[id] = prev
 }
 
 // workerState is what the admin API calls a worker's state. Staleness comes first: a worker told
