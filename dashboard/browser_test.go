@@ -282,7 +282,9 @@ func browserScenario(t *testing.T, base, apiKey string, st store.Store, name str
 		}
 	}
 	step("live counts", wait(`(document.querySelector('td[data-q="slow"][data-s="available"]') || {}).textContent === "3" && window.__noReload === 1`))
-	step("pause a queue", chromedp.Click(chromedp.CSS(`tr[data-queue="slow"] button`)),
+	// Clicked in the page: the overview's rows are drawn again on every live update, so a node id
+	// chromedp found could be gone by the time it clicks (-32000).
+	step("pause a queue", eval(`document.querySelector('tr[data-queue="slow"] button').click()`),
 		wait(`document.querySelector('tr[data-queue="slow"].paused') !== null`), shot("overview"))
 	if qs, err := c.QueueList(bg); err != nil || !paused(qs, "slow") {
 		t.Fatalf("%s: queue slow is not paused in the store: %v %v", name, qs, err)

@@ -284,7 +284,9 @@ func opRestart(t *testing.T, env1, env2 map[string]string, key1 string) (*opUI, 
 func TestActionsAfterRestartWithoutKey(t *testing.T) {
 	u, _, c := opRestart(t, nil, nil, "")
 	u.step("live again", u.wait(`document.querySelector("#live.on") !== null`))
-	u.step("pause the queue after the restart", chromedp.Click(chromedp.CSS(`tr[data-queue="restart"] button`)),
+	// Clicked in the page: the overview's rows are drawn again on every live update, so a node id
+	// chromedp found could be gone by the time it clicks (-32000).
+	u.step("pause the queue after the restart", u.eval(`document.querySelector('tr[data-queue="restart"] button').click()`),
 		u.wait(`document.querySelector('tr[data-queue="restart"].paused') !== null || (!document.getElementById("toast").hidden && document.getElementById("toast").classList.contains("bad"))`))
 	qs, err := c.QueueList(context.Background())
 	if err != nil {
