@@ -128,6 +128,16 @@ func relayWaitRan(t *testing.T, done *relayDone, id, msg string) {
 
 func relayChannel() string { return "prontotest:{relay-" + uuidv7.New() + "}" }
 
+// relayTwoProcesses opens two stores on one new schema, as two processes would, neither able to
+// LISTEN, and returns them with a maker of Notifiers on one new Redis channel (one per process).
+func relayTwoProcesses(t *testing.T) (a, b *postgres.Store, notifier func() *redisstore.Notifier) {
+	t.Helper()
+	schema := testdb.Schema(t)
+	rdb := relayRedis(t, "127.0.0.1:6379")
+	ch := relayChannel()
+	return relayPGNoListen(t, schema), relayPGNoListen(t, schema), func() *redisstore.Notifier { return relayNotifier(t, rdb, ch) }
+}
+
 // TestRelayPostgresWakesOwnProcess: PostgreSQL whose store cannot LISTEN, with a Redis Notifier.
 // One client inserts and works the queue: its insert wakes its own workers. The relay used to
 // announce an insert only to the *other* processes (Notifier.Publish is not echoed), as if the local
@@ -156,15 +166,11 @@ func TestRelayPostgresWakesOwnProcess(t *testing.T) {
 func TestRelayPostgresOwnerInInsertingProcess(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	schema := testdb.Schema(t)
-	rdb := relayRedis(t, "127.0.0.1:6379")
-	ch := relayChannel()
-	stA := relayPGNoListen(t, schema)
-	stB := relayPGNoListen(t, schema)
+	stA, stB, notifier := relayTwoProcesses(t)
 
 	var done relayDone
-	a := relayStart(t, stA, relayWorkerConfig(relayNotifier(t, rdb, ch), &done))
-	relayStart(t, stB, relayWorkerConfig(relayNotifier(t, rdb, ch), &done))
+	a := relayStart(t, stA, relayWorkerConfig(notifier(), &done))
+	relayStart(t, stB, relayWorkerConfig(notifier(), &done))
 	// Let each see the other's presence (announced every second).
 	time.Sleep(2500 * time.Millisecond)
 	for i := range 10 {
@@ -182,15 +188,11 @@ func TestRelayPostgresOwnerInInsertingProcess(t *testing.T) {
 func TestRelayPostgresInsertTxAfterCommit(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	schema := testdb.Schema(t)
-	rdb := relayRedis(t, "127.0.0.1:6379")
-	ch := relayChannel()
-	stIns := relayPGNoListen(t, schema)
-	stW := relayPGNoListen(t, schema)
+	stIns, stW, notifier := relayTwoProcesses(t)
 
 	var done relayDone
-	relayStart(t, stW, relayWorkerConfig(relayNotifier(t, rdb, ch), &done))
-	ins, err := pronto.NewClient(stIns, &pronto.Config{Notifier: relayNotifier(t, rdb, ch)})
+	relayStart(t, stW, relayWorkerConfig(notifier(), &done))
+	ins, err := pronto.NewClient(stIns, &pronto.Config{Notifier: notifier()})
 	require.NoError(t, err)
 
 	// A plain Insert is picked up: the relay works.
@@ -221,13 +223,10 @@ func TestRelayPostgresInsertTxAfterCommit(t *testing.T) {
 func TestRelayPostgresWorkflowRoots(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	schema := testdb.Schema(t)
-	rdb := relayRedis(t, "127.0.0.1:6379")
-	ch := relayChannel()
-	stW, stI := relayPGNoListen(t, schema), relayPGNoListen(t, schema)
+	stW, stI, notifier := relayTwoProcesses(t)
 	var done relayDone
-	relayStart(t, stW, relayWorkerConfig(relayNotifier(t, rdb, ch), &done))
-	ins, err := pronto.NewClient(stI, &pronto.Config{Notifier: relayNotifier(t, rdb, ch)})
+	relayStart(t, stW, relayWorkerConfig(notifier(), &done))
+	ins, err := pronto.NewClient(stI, &pronto.Config{Notifier: notifier()})
 	require.NoError(t, err)
 	time.Sleep(time.Second)
 	// Control: a plain insert from the same client is relayed.
@@ -280,14 +279,10 @@ func relayGoroutineRunning(fn string) bool {
 // insert-only client), though the poll that would find the job is the workers' (here an hour).
 func TestRelayPostgresInsertTxSlowCommit(t *testing.T) {
 	ctx := context.Background()
-	schema := testdb.Schema(t)
-	rdb := relayRedis(t, "127.0.0.1:6379")
-	ch := relayChannel()
-	stIns := relayPGNoListen(t, schema)
-	stW := relayPGNoListen(t, schema)
+	stIns, stW, notifier := relayTwoProcesses(t)
 	var done relayDone
-	relayStart(t, stW, relayWorkerConfig(relayNotifier(t, rdb, ch), &done))
-	ins, err := pronto.NewClient(stIns, &pronto.Config{Notifier: relayNotifier(t, rdb, ch)})
+	relayStart(t, stW, relayWorkerConfig(notifier(), &done))
+	ins, err := pronto.NewClient(stIns, &pronto.Config{Notifier: notifier()})
 	require.NoError(t, err)
 	tx, err := stIns.Pool().Begin(ctx)
 	require.NoError(t, err)

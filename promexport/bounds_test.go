@@ -114,18 +114,9 @@ func has(m map[string]float64, k string) bool { _, ok := m[k]; return ok }
 // their ErrJobLost. The job below is the fetched row with started_at 2 s ahead.
 func TestRemoteDiscardNotLeaseExpiry(t *testing.T) {
 	ctx := context.Background()
-	m := promexport.New(nil)
-	cfg := &pronto.Config{}
-	m.Instrument(cfg)
-	client, err := pronto.NewClient(memory.New(), cfg)
-	require.NoError(t, err)
-	defer m.Attach(client)()
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(m)
-	ms := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	defer ms.Close()
+	client, url := instrumented(t, &pronto.Config{})
 
-	_, err = client.Insert(ctx, failArgs{}, nil)
+	_, err := client.Insert(ctx, failArgs{}, nil)
 	require.NoError(t, err)
 	jobs, err := client.RemoteFetch(ctx, pronto.RemoteFetchParams{Queues: []string{pronto.DefaultQueue}, WorkerID: "w1"})
 	require.NoError(t, err)
@@ -140,7 +131,7 @@ func TestRemoteDiscardNotLeaseExpiry(t *testing.T) {
 	deadline := time.Now().Add(5 * time.Second)
 	var s map[string]float64
 	for {
-		s = scrape(t, ms.URL)
+		s = scrape(t, url)
 		if s["ojs_job_failed_total"+lbl] == 1 || time.Now().After(deadline) {
 			break
 		}
@@ -158,16 +149,7 @@ func TestRemoteDiscardNotLeaseExpiry(t *testing.T) {
 // observes no attempt duration.
 func TestExpiredNotAnAttempt(t *testing.T) {
 	ctx := context.Background()
-	m := promexport.New(nil)
-	cfg := &pronto.Config{}
-	m.Instrument(cfg)
-	client, err := pronto.NewClient(memory.New(), cfg)
-	require.NoError(t, err)
-	defer m.Attach(client)()
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(m)
-	ms := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	defer ms.Close()
+	client, url := instrumented(t, &pronto.Config{})
 
 	row, err := client.Insert(ctx, failArgs{}, &pronto.InsertOpts{ExpiresAt: time.Now().Add(10 * time.Millisecond)})
 	require.NoError(t, err)
@@ -180,7 +162,7 @@ func TestExpiredNotAnAttempt(t *testing.T) {
 	deadline := time.Now().Add(5 * time.Second)
 	var s map[string]float64
 	for {
-		s = scrape(t, ms.URL)
+		s = scrape(t, url)
 		if s["ojs_job_failed_total"+lbl] == 1 || time.Now().After(deadline) {
 			break
 		}
