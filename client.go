@@ -116,8 +116,8 @@ type Client struct {
 	remoteProgressMu sync.Mutex
 	remoteProgress   map[string]*progressThrottle
 
-	// commitWatch ends, at Stop, the goroutines that wait for an InsertTx to commit before the relay
-	// announces its jobs (see announceCommitted); commitWatches counts them.
+	// commitWatch ends, at Stop, the goroutines that wait for the application's transaction of an
+	// InsertTx or InsertSQLTx to commit (see afterCommit); commitWatches counts them.
 	commitWatch       context.Context
 	commitWatchCancel context.CancelFunc
 	commitWatches     sync.WaitGroup
@@ -216,6 +216,7 @@ func NewClient(s store.Store, cfg *Config) (*Client, error) {
 			Release: func(ctx context.Context, jobs []*store.Job) { store.ReleaseClaimed(ctx, s, jobs) }})
 		cl.finishes = finishbatch.New(finishbatch.Config{Finish: s.Finish, MaxBatch: c.FetchBatchSize})
 	}
+	cl.commitWatch, cl.commitWatchCancel = context.WithCancel(context.Background())
 	if c.Notifier != nil {
 		cl.startRelay()
 	}
@@ -398,10 +399,8 @@ func (c *Client) Stop(ctx context.Context) error {
 	started := c.started
 	c.stopped = true
 	c.mu.Unlock()
-	if c.commitWatchCancel != nil { // an insert-only client too
-		c.commitWatchCancel()
-		c.commitWatches.Wait()
-	}
+	c.commitWatchCancel() // an insert-only client's too
+	c.commitWatches.Wait()
 	if !started {
 		return nil
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -64,7 +65,7 @@ func (c *Client) storeInsert(ctx context.Context, ps []*store.InsertParams) ([]*
 // (store.Job.Replaced) as JobCancel reports one: an EventCancelled from this client, or from the
 // run of the pronto client that was running it. Each replaced job is listed on the one job that
 // replaced it, so a merged insert (internal/insertbatch) reports it once, to that job's caller.
-// An insert into the application's transaction reports nothing: its cancels may yet roll back.
+// An insert into the application's transaction reports them once it commits (reportReplacedAfterCommit).
 func (c *Client) reportReplaced(ctx context.Context, rows []*store.Job) {
 	var rep *cancelReporter
 	for _, j := range rows {
@@ -149,22 +150,14 @@ func (c *Client) InsertManyTx(ctx context.Context, tx pgx.Tx, jobs []InsertManyP
 	if err != nil {
 		return nil, err
 	}
-	var probeID string
-	probe := func(ctx context.Context) bool {
-		_, err := c.store.GetJob(ctx, probeID)
-		return err == nil // not there yet, or not known (an error): look again
-	}
-	ctx = context.WithValue(ctx, appTxKey{}, &appTx{probe: probe})
-	return c.insert(ctx, ps, func(ctx context.Context, ps []*store.InsertParams) ([]*store.Job, error) {
+	atx, chose := c.newAppTx()
+	rows, err := c.insert(context.WithValue(ctx, appTxKey{}, atx), ps, func(ctx context.Context, ps []*store.InsertParams) ([]*store.Job, error) {
 		rows, err := ins.InsertPgxTx(ctx, tx, ps)
-		for _, j := range rows {
-			if !j.Duplicate { // a job stored before is visible already
-				probeID = j.ID
-				break
-			}
-		}
+		chose(rows)
 		return rows, err
 	})
+	c.reportReplacedAfterCommit(atx, rows, err)
+	return rows, err
 }
 
 // InsertSQLTx stores one job inside the application's database/sql transaction on the same database
@@ -187,9 +180,23 @@ func (c *Client) InsertManySQLTx(ctx context.Context, tx *sql.Tx, jobs []InsertM
 	if err != nil {
 		return nil, err
 	}
-	return c.insert(ctx, ps, func(ctx context.Context, ps []*store.InsertParams) ([]*store.Job, error) {
-		return ins.InsertSQLTx(ctx, tx, ps)
+	atx, chose := c.newAppTx()
+	rows, err := c.insert(context.WithValue(ctx, appTxKey{}, atx), ps, func(ctx context.Context, ps []*store.InsertParams) ([]*store.Job, error) {
+		rows, err := ins.InsertSQLTx(ctx, tx, ps)
+		chose(rows)
+		return rows, err
 	})
+	c.reportReplacedAfterCommit(atx, rows, err)
+	return rows, err
+}
+
+// reportReplacedAfterCommit reports, once the application's transaction commits, the cancels of
+// the jobs that the unique jobs among rows replaced (see reportReplaced); nothing if it rolls back.
+func (c *Client) reportReplacedAfterCommit(tx *appTx, rows []*store.Job, err error) {
+	if err != nil || !slices.ContainsFunc(rows, func(j *store.Job) bool { return len(j.Replaced) > 0 }) {
+		return
+	}
+	c.afterCommit(tx.probe, func() { c.reportReplaced(c.commitWatch, rows) })
 }
 
 // insert runs the insert middleware around do.

@@ -100,7 +100,6 @@ func (c *Client) startRelay() {
 		c.store.Notifier().Subscribe(r.forward)
 		return
 	}
-	c.commitWatch, c.commitWatchCancel = context.WithCancel(context.Background())
 	announce := func(ctx context.Context, ps []*JobInsertParams, next InsertFunc) ([]*JobRow, error) {
 		rows, err := next(ctx, ps)
 		if err != nil {
@@ -113,8 +112,7 @@ func (c *Client) startRelay() {
 		if tx, _ := ctx.Value(appTxKey{}).(*appTx); tx != nil && tx.probe != nil {
 			// Announced now, the jobs would not be there for the claim it wakes: announced once
 			// the transaction commits, never if it rolls back.
-			c.commitWatches.Add(1)
-			go c.announceCommitted(r, ls, ns, tx.probe)
+			c.afterCommit(tx.probe, func() { c.announce(r, ls, ns) })
 			return rows, err
 		}
 		c.announce(r, ls, ns)
@@ -135,46 +133,6 @@ func (c *Client) announce(r *relay, ls store.ListenerStatus, ns []store.Notifica
 		r.forward(n)
 		if local {
 			c.onNotification(n)
-		}
-	}
-}
-
-// appTxKey marks the context of an insert into the application's transaction (InsertTx).
-type appTxKey struct{}
-
-// appTx is what the relay needs of such an insert: probe reports whether one of the inserted jobs
-// is visible outside the transaction yet (it committed).
-type appTx struct {
-	probe func(ctx context.Context) bool
-}
-
-// commitWatchMax bounds how long announceCommitted waits for a transaction to commit; a job committed
-// later is found by the workers' poll.
-const commitWatchMax = time.Minute
-
-// announceCommitted waits, with growing pauses, for probe to see the jobs of a transaction committed,
-// then announces ns. It gives up after commitWatchMax, on a rollback (it never sees them), or when
-// the client stops.
-func (c *Client) announceCommitted(r *relay, ls store.ListenerStatus, ns []store.Notification, probe func(context.Context) bool) {
-	defer c.commitWatches.Done()
-	deadline := time.NewTimer(commitWatchMax)
-	defer deadline.Stop()
-	// Pauses double without bound, so a rolled-back transaction costs at most 17 reads, and a commit
-	// is seen at most about as long after it as it came after the insert.
-	for wait := time.Millisecond; ; wait *= 2 {
-		select {
-		case <-c.commitWatch.Done():
-			return
-		case <-deadline.C:
-			return
-		case <-time.After(wait):
-		}
-		ctx, cancel := context.WithTimeout(c.commitWatch, relayTimeout)
-		seen := probe(ctx)
-		cancel()
-		if seen {
-			c.announce(r, ls, ns)
-			return
 		}
 	}
 }

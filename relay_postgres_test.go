@@ -241,7 +241,7 @@ func TestRelayPostgresWorkflowRoots(t *testing.T) {
 }
 
 // TestRelayCommitWatchEndsAtStop: on PostgreSQL with a Notifier, InsertTx starts a goroutine
-// (announceCommitted) that waits for the transaction to commit; Stop ends it and waits for it. It used
+// (afterCommit's) that waits for the transaction to commit; Stop ends it and waits for it. It used
 // to be tied to nothing, polling the store after Stop returned (and, on any error but not-found, such
 // as a closed pool, announcing the rolled-back job to the stopped client).
 func TestRelayCommitWatchEndsAtStop(t *testing.T) {
@@ -263,8 +263,8 @@ func TestRelayCommitWatchEndsAtStop(t *testing.T) {
 	stopCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	require.NoError(t, c.Stop(stopCtx))
-	require.False(t, relayGoroutineRunning("announceCommitted"),
-		"a goroutine of the stopped client (announceCommitted) still runs after Stop returned")
+	require.False(t, relayGoroutineRunning("afterCommit"),
+		"a goroutine of the stopped client (afterCommit's) still runs after Stop returned")
 }
 
 // relayGoroutineRunning reports whether a goroutine of this process runs fn.
