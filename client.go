@@ -828,6 +828,9 @@ type resultHolder struct {
 	mu            sync.Mutex
 	raw           json.RawMessage
 	completedInTx bool
+	// removedInTx says that the completion CompleteTx wrote asked to remove the job
+	// (QueueConfig.RemoveCompleted): once its transaction commits the job may be gone.
+	removedInTx bool
 
 	// progress throttles the run's ReportProgress writes (made on first use).
 	progressOnce sync.Once
@@ -1011,9 +1014,9 @@ func (c *Client) run(t jobTask) {
 	cancel(nil)
 	release()
 	holder.mu.Lock()
-	result, inTx := holder.raw, holder.completedInTx
+	result, inTx, removedInTx := holder.raw, holder.completedInTx, holder.removedInTx
 	holder.mu.Unlock()
-	if inTx && c.settledInTx(t.run) {
+	if inTx && c.settledInTx(t.run, removedInTx) {
 		// The application's transaction committed the completion: nothing else is written.
 		c.forget(t.run)
 		out := *row
@@ -1150,7 +1153,9 @@ func (c *Client) failedOutcome(row *JobRow, err error, comp *store.Completion, t
 		if timedOut {
 			ae.Type = "timeout"
 		}
-		retryable := row.Attempt < row.MaxAttempts && !slices.Contains(policy.NonRetryableErrors, ae.Type)
+		// Matched as an OJS worker's reported type is (MatchesErrorType), so that one policy's
+		// "validation.*" entry means the same for Go and OJS workers.
+		retryable := row.Attempt < row.MaxAttempts && !MatchesErrorType(policy.NonRetryableErrors, ae.Type)
 		if retryable {
 			comp.State, kind = store.StateRetryable, EventFailed
 			comp.ScheduledAt = now.Add(policy.Delay(row.Attempt))

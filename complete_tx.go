@@ -69,8 +69,9 @@ func (h *resultHolder) completeIn(ctx context.Context, write func(store.Completi
 	h.mu.Lock()
 	result := h.raw
 	h.mu.Unlock()
+	remove := h.client.removesCompleted(row.Queue)
 	applied, err := write(store.Completion{ID: row.ID, Attempt: row.Attempt, Token: row.ClaimToken,
-		State: store.StateCompleted, Result: result, Remove: h.client.removesCompleted(row.Queue)})
+		State: store.StateCompleted, Result: result, Remove: remove})
 	if err != nil {
 		return fmt.Errorf("pronto: complete job %s in a transaction: %w", row.ID, err)
 	}
@@ -83,20 +84,29 @@ func (h *resultHolder) completeIn(ctx context.Context, write func(store.Completi
 	}
 	h.mu.Lock()
 	h.completedInTx = true
+	h.removedInTx = h.removedInTx || remove
 	h.mu.Unlock()
 	return nil
 }
 
 // settledInTx reports whether a CompleteTx of the run rj committed: the job is completed on rj's
 // attempt. Only rj's claim could have completed it on that attempt, as the claim token fenced it.
-func (c *Client) settledInTx(rj *runningJob) bool {
+// removed says that the completion asked to remove the job (RemoveCompleted): a job that is gone
+// then was removed by it, as a job still held by rj (its transaction rolled back) cannot be
+// deleted. Only a lease lost after a rollback, and the job's next attempt completed and removed
+// before Work returned, could also leave it gone; that run reports its own completion, and this
+// one reports it once more.
+func (c *Client) settledInTx(rj *runningJob, removed bool) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	j, err := c.store.GetJob(ctx, rj.row.ID)
 	if err != nil {
-		if !errors.Is(err, store.ErrNotFound) {
-			c.cfg.Logger.Warn("pronto: reading a job completed in a transaction failed; writing the outcome Work returned", jobAttrs(rj.row, "err", err)...)
+		if errors.Is(err, store.ErrNotFound) {
+			// Writing the outcome again would be refused (no job) and report nothing, though the
+			// application's transaction completed it.
+			return removed
 		}
+		c.cfg.Logger.Warn("pronto: reading a job completed in a transaction failed; writing the outcome Work returned", jobAttrs(rj.row, "err", err)...)
 		return false
 	}
 	return j.State == store.StateCompleted && j.Attempt == rj.row.Attempt

@@ -107,7 +107,7 @@ func (c *Client) InsertManyFast(ctx context.Context, jobs []InsertManyParams) (i
 		rows, err := c.insert(ctx, ps, c.storeInsert)
 		return store.CountStored(rows), err
 	}
-	adm, err := c.beforeInsert(ctx, ps)
+	adm, err := c.beforeInsert(ctx, ps, true)
 	if err != nil {
 		return 0, err
 	}
@@ -199,14 +199,21 @@ func (c *Client) reportReplacedAfterCommit(tx *appTx, rows []*store.Job, err err
 	c.afterCommit(tx.probe, func() { c.reportReplaced(c.commitWatch, rows) })
 }
 
-// insert runs the insert middleware around do.
+// insert runs the insert middleware around do, the tenants' priority boosts applied to ps.
 func (c *Client) insert(ctx context.Context, ps []*store.InsertParams, do InsertFunc) ([]*JobRow, error) {
+	return c.insertBoosting(ctx, ps, do, true)
+}
+
+// insertBoosting is insert; boost false leaves the priorities of ps as they are, for jobs whose
+// priority already holds their tenant's boost (a job retried by JobRetryWith keeps its priority:
+// boosting it again would raise it on every retry).
+func (c *Client) insertBoosting(ctx context.Context, ps []*store.InsertParams, do InsertFunc, boost bool) ([]*JobRow, error) {
 	next := do
 	for i := len(c.cfg.InsertMiddleware) - 1; i >= 0; i-- {
 		mw, inner := c.cfg.InsertMiddleware[i], next
 		next = func(ctx context.Context, ps []*store.InsertParams) ([]*JobRow, error) { return mw(ctx, ps, inner) }
 	}
-	adm, err := c.beforeInsert(ctx, ps)
+	adm, err := c.beforeInsert(ctx, ps, boost)
 	if err != nil {
 		return nil, err
 	}
@@ -218,11 +225,13 @@ func (c *Client) insert(ctx context.Context, ps []*store.InsertParams, do Insert
 	return rows, nil
 }
 
-// beforeInsert applies the tenants' priority boosts to ps and refuses the insert when a queue's bound
-// or a tenant's limit on waiting jobs would be passed. The caller refunds what the store did not
-// insert (see Client.refund).
-func (c *Client) beforeInsert(ctx context.Context, ps []*store.InsertParams) (tenantAdmission, error) {
-	c.applyTenantBoosts(ctx, ps)
+// beforeInsert applies the tenants' priority boosts to ps (when boost is true) and refuses the insert
+// when a queue's bound or a tenant's limit on waiting jobs would be passed. The caller refunds what
+// the store did not insert (see Client.refund).
+func (c *Client) beforeInsert(ctx context.Context, ps []*store.InsertParams, boost bool) (tenantAdmission, error) {
+	if boost {
+		c.applyTenantBoosts(ctx, ps)
+	}
 	if err := c.checkBounds(ctx, ps); err != nil {
 		return nil, fmt.Errorf("pronto: insert %d job(s): %w", len(ps), err)
 	}

@@ -182,5 +182,8 @@ func (o InsertOpts) merge(def InsertOpts) InsertOpts {
 	if o.RateLimit == nil {
 		o.RateLimit = def.RateLimit
 	}
+	if o.Tenant == "" {
+		o.Tenant = def.Tenant
+	}
 	return o
 }

@@ -18,7 +18,9 @@ type RetryOverride struct {
 	Queue string
 	// Meta, when not nil, is a JSON object whose keys are set over the job's meta (the others kept).
 	Meta json.RawMessage
-	// Priority, when not nil, replaces the job's priority.
+	// Priority, when not nil, replaces the job's priority. It is a base priority, which the job's
+	// tenant's boost (TenantSetPriorityBoost) raises as it does an insert's; without it the job
+	// keeps the priority it had, boost included, not boosted again.
 	Priority *int
 	// MaxAttempts, when positive, replaces the job's attempt budget.
 	MaxAttempts int
@@ -80,7 +82,14 @@ func (c *Client) JobRetryWith(ctx context.Context, id string, o RetryOverride) (
 	if old.ExpiresAt.After(time.Now()) {
 		opts.ExpiresAt = old.ExpiresAt
 	}
-	rows, err := c.InsertOJS(ctx, []OJSJob{{Kind: old.Kind, Args: args, Meta: meta, Opts: opts}})
+	p, err := c.resolveOJS(OJSJob{Kind: old.Kind, Args: args, Meta: meta, Opts: opts})
+	if err != nil {
+		return nil, err
+	}
+	// The old priority already holds the tenant's boost, added when the job was first inserted: a
+	// retry keeps it (boosting it again would raise it on every retry). A priority given in o is the
+	// caller's base priority, boosted once as any insert's is.
+	rows, err := c.insertBoosting(ctx, []*store.InsertParams{p}, c.storeInsert, o.Priority != nil)
 	if err != nil {
 		return nil, err
 	}

@@ -248,6 +248,18 @@ func hasRemovals(cs []store.Completion) bool {
 // rate-limited ones among them (a slot of the key is free), and returns the rows left to apply. A
 // job named by several completions is removed by the first of them; the others then find no job.
 func (s *Store) removeFinished(ctx context.Context, cs []store.Completion, rows []finishRow, results []store.FinishResult, out *outbox) ([]finishRow, error) {
+	return removeFinishedBy(ctx, func(arg string) (*sql.Rows, error) {
+		st, err := s.stmt(ctx, removeFinishedSQL)
+		if err != nil {
+			return nil, err
+		}
+		return st.QueryContext(ctx, arg)
+	}, cs, rows, results, out)
+}
+
+// removeFinishedBy is removeFinished with removeFinishedSQL run by query (given its argument): on
+// the writer, or in a transaction (CompleteSQLTx).
+func removeFinishedBy(ctx context.Context, query func(arg string) (*sql.Rows, error), cs []store.Completion, rows []finishRow, results []store.FinishResult, out *outbox) ([]finishRow, error) {
 	type target struct {
 		ID      string  `json:"i"`
 		Attempt int     `json:"a"`
@@ -274,11 +286,7 @@ func (s *Store) removeFinished(ctx context.Context, cs []store.Completion, rows 
 	if err != nil {
 		return nil, err
 	}
-	st, err := s.stmt(ctx, removeFinishedSQL)
-	if err != nil {
-		return nil, err
-	}
-	res, err := st.QueryContext(ctx, string(arg))
+	res, err := query(string(arg))
 	if err != nil {
 		return nil, err
 	}
@@ -928,6 +936,20 @@ func (s *Store) CompleteSQLTx(ctx context.Context, tx *sql.Tx, c store.Completio
 
 // completeInTx is the body of CompleteSQLTx, inside its savepoint.
 func completeInTx(ctx context.Context, r txRunner, c store.Completion, rows []finishRow, nowUS int64, out *outbox) (bool, error) {
+	results := []store.FinishResult{{ID: c.ID}}
+	if c.Remove && c.State == store.StateCompleted {
+		// As FinishJobs does: a removable job is deleted, in the application's transaction here,
+		// and one that must be kept (a workflow's, a unique key's holder) is completed below.
+		left, err := removeFinishedBy(ctx, func(arg string) (*sql.Rows, error) {
+			return r.QueryContext(ctx, removeFinishedSQL, arg)
+		}, []store.Completion{c}, rows, results, out)
+		if err != nil {
+			return false, err
+		}
+		if len(left) == 0 {
+			return results[0].Applied, nil
+		}
+	}
 	done, err := retryLapsed(ctx, r, nowUS, func() (map[string]finished, error) {
 		res, err := r.QueryContext(ctx, finishQuery(1, false), finishChunkArgs(rows, nowUS)...)
 		if err != nil {
@@ -938,7 +960,6 @@ func completeInTx(ctx context.Context, r txRunner, c store.Completion, rows []fi
 	if err != nil {
 		return false, err
 	}
-	results := []store.FinishResult{{ID: c.ID}}
 	noteFinished(rows, done, results, out)
 	if f, ok := done[c.ID]; ok && f.workflowID.Valid && f.state.Terminal() {
 		if err := settleChildren(ctx, r, []string{c.ID}, nowUS, out); err != nil {
