@@ -25,7 +25,7 @@ const (
 // and marshals to its JSON form (durations as ISO 8601 strings such as "PT1S").
 //
 // The zero value of a field means "the default": 3 attempts, 1 s initial interval, coefficient 2,
-// exponential, 5 min cap, jitter on.
+// exponential, 5 min cap (or the initial interval when that is longer), jitter on.
 type RetryPolicy struct {
 	// MaxAttempts counts every attempt including the first. 1 means no retry.
 	MaxAttempts int
@@ -33,9 +33,10 @@ type RetryPolicy struct {
 	InitialInterval time.Duration
 	// BackoffCoefficient is the growth factor (exponential) or exponent (polynomial); at least 1.
 	BackoffCoefficient float64
-	// MaxInterval caps every computed delay (before jitter).
+	// MaxInterval caps every delay, before and after jitter (OJS RET-06). When it is zero and
+	// InitialInterval is longer than the default cap, the cap is InitialInterval.
 	MaxInterval time.Duration
-	// NoJitter turns off the OJS jitter (delay × uniform[0.5, 1.5)).
+	// NoJitter turns off the OJS jitter (delay × uniform[0.5, 1.5), then capped by MaxInterval).
 	NoJitter bool
 	// Strategy picks the growth formula.
 	Strategy BackoffStrategy
@@ -66,7 +67,9 @@ func (p RetryPolicy) withDefaults(def RetryPolicy) RetryPolicy {
 		p.BackoffCoefficient = def.BackoffCoefficient
 	}
 	if p.MaxInterval == 0 {
-		p.MaxInterval = def.MaxInterval
+		// A policy that asks for a first delay longer than the default cap means it: the cap would
+		// otherwise shorten every delay, initial_interval included, without a word.
+		p.MaxInterval = max(def.MaxInterval, p.InitialInterval)
 	}
 	if p.Strategy == "" {
 		p.Strategy = def.Strategy
@@ -111,11 +114,17 @@ func (p RetryPolicy) Delay(attempt int) time.Duration {
 	default:
 		d = base * math.Pow(p.BackoffCoefficient, n-1)
 	}
-	if d > float64(p.MaxInterval) || math.IsInf(d, 0) || math.IsNaN(d) {
-		d = float64(p.MaxInterval)
+	limit := float64(p.MaxInterval)
+	if d > limit || math.IsInf(d, 0) || math.IsNaN(d) {
+		d = limit
 	}
 	if !p.NoJitter {
-		d *= 0.5 + rand.Float64()
+		// Capped again after jitter (OJS 5.3, RET-06), and in float64: a jittered delay near the
+		// largest Duration would overflow the conversion into a negative one, due at once.
+		d = min(d*(0.5+rand.Float64()), limit)
+	}
+	if d >= math.MaxInt64 {
+		return math.MaxInt64 // float64(MaxInt64) is 2^63, one past what a Duration holds
 	}
 	return time.Duration(d)
 }

@@ -454,6 +454,16 @@ func decodeJobMembersInto(req *enqueueRequest, top object, now time.Time) *apiEr
 			if o.Timeout == 0 {
 				o.Timeout = time.Duration(secs) * time.Second
 			}
+		case "visibility_timeout":
+			// The OJS envelope's reservation period, in whole seconds (ojs-json-format.md 3), bounded
+			// as options' forms are; options.visibility_timeout_ms and options.visibility_timeout win.
+			secs, e := wantInt(v, "visibility_timeout", 1, int64(MaxVisibilityTimeout/time.Second))
+			if e != nil {
+				return e
+			}
+			if req.ext.VisibilityMS == 0 {
+				req.ext.VisibilityMS = secs * 1000
+			}
 		default:
 			if systemKeys[k] {
 				continue
@@ -716,6 +726,14 @@ func applyOptions(req *enqueueRequest, opts object, now time.Time) *apiError {
 	return nil
 }
 
+// retryMembers are the members a retry policy may have: OJS's (ojs-retry.md 14), pronto's
+// backoff_strategy and the millisecond forms of the intervals.
+var retryMembers = map[string]bool{
+	"max_attempts": true, "initial_interval": true, "backoff_coefficient": true, "max_interval": true,
+	"jitter": true, "non_retryable_errors": true, "on_exhaustion": true, "backoff_strategy": true,
+	"initial_interval_ms": true, "max_interval_ms": true,
+}
+
 // decodeRetry reads an OJS retry policy. Every problem with it is a 422 naming the field.
 func decodeRetry(raw json.RawMessage) (*pronto.RetryPolicy, string, *apiError) {
 	m, e := decodeObject(raw, "retry policy")
@@ -733,10 +751,15 @@ func decodeRetry(raw json.RawMessage) (*pronto.RetryPolicy, string, *apiError) {
 	maxDur := int64(math.MaxInt64 / int64(time.Millisecond))
 	for _, mb := range m {
 		k, v := mb.key, mb.val
+		field := "retry." + k
+		if !retryMembers[k] {
+			// OJS 14 allows no other member, null or not: a typo ("max_retries") silently dropped
+			// would run the job under a policy nobody asked for.
+			return fail(unprocessable(field, "%s is not a field of a retry policy (max_attempts, initial_interval, backoff_coefficient, max_interval, jitter, non_retryable_errors, on_exhaustion, backoff_strategy; or initial_interval_ms and max_interval_ms)", field))
+		}
 		if isNull(v) {
 			continue
 		}
-		field := "retry." + k
 		switch k {
 		case "max_attempts":
 			n, e := wantInt(v, field, 0, math.MaxInt32)
