@@ -193,11 +193,25 @@ func (h *childHost) stop() (int64, int64, float64) {
 	var maxG, maxRSS int64
 	var cpu float64
 	for _, p := range h.procs {
+		// Wait closes the stdout pipe, so it must not run before the reader has seen EOF (os/exec):
+		// the child's last lines (events, its goroutine count) would be lost. The child closes its
+		// stdout by exiting; one that does not exit in time is killed. Should a descendant keep the
+		// pipe open after that, Wait (which closes it) ends the reader.
+		timeout := time.After(25 * time.Second)
+		select {
+		case <-p.readDone:
+		case <-timeout:
+			_ = p.cmd.Process.Kill()
+			select {
+			case <-p.readDone:
+			case <-time.After(5 * time.Second):
+			}
+		}
 		done := make(chan error, 1)
 		go func() { done <- p.cmd.Wait() }()
 		select {
 		case <-done:
-		case <-time.After(25 * time.Second):
+		case <-timeout:
 			_ = p.cmd.Process.Kill()
 			<-done
 		}

@@ -108,6 +108,8 @@ type options struct {
 	inprocRuns int
 	// singleBinary runs worker processes from the harness binary (workerbin.go).
 	singleBinary bool
+	// reportNotes are lines for the report's header (--report-from: what the merged runs disagree on).
+	reportNotes []string
 }
 
 func main() {
@@ -305,12 +307,13 @@ func applyPhase(all map[string]scenario, phase time.Duration) {
 }
 
 // reportOnly rebuilds a report from the JSON files of earlier runs (several invocations may be merged;
-// a later file for the same scenario, system and run replaces an earlier one).
+// a later file for the same scenario, system and run replaces an earlier one). The runs say how they
+// ran: the report is quick only if every run was, its wall time is the kept runs' durations, and
+// the enqueue phase is the one the paced runs recorded (params phase_s).
 func reportOnly(o options, dirs []string) error {
 	seen := map[string]*runResult{}
 	var keys []string
 	var mi machineInfo
-	var took float64
 	for _, d := range dirs {
 		files, err := filepath.Glob(filepath.Join(d, "runs", "*.json"))
 		if err != nil {
@@ -331,19 +334,84 @@ func reportOnly(o options, dirs []string) error {
 			}
 			seen[k] = &r
 			mi = r.Machine
-			took += r.DurationS
-			o.quick = o.quick || r.Quick
 		}
 	}
 	var results []*runResult
+	var took float64
+	quick := 0
 	for _, k := range keys {
-		results = append(results, seen[k])
+		r := seen[k]
+		results = append(results, r)
+		took += r.DurationS
+		if r.Quick {
+			quick++
+		}
+	}
+	if quick > 0 && quick == len(results) {
+		o.quick = true
+	} else if quick > 0 {
+		o.reportNotes = append(o.reportNotes, fmt.Sprintf("%d of the %d merged runs were quick (short phases) and the rest were not: the report is described as full.", quick, len(results)))
+	}
+	phase, note := phaseOfRuns(results, o.quick)
+	if phase > 0 {
+		o.phase = phase
+	}
+	if note != "" {
+		o.reportNotes = append(o.reportNotes, note)
 	}
 	sort.SliceStable(results, func(i, j int) bool { return results[i].Started.Before(results[j].Started) })
 	if err := os.MkdirAll(o.out, 0o755); err != nil {
 		return err
 	}
 	return writeReport(o, mi, results, time.Duration(took*float64(time.Second)))
+}
+
+// runPhase is the enqueue phase and warm-up a run recorded in its params (0 when it did not).
+func runPhase(r *runResult) (phase, warm time.Duration) {
+	d := func(k string) time.Duration {
+		if v, ok := r.Params[k].(float64); ok && v > 0 {
+			return time.Duration(v * float64(time.Second)).Round(time.Millisecond)
+		}
+		return 0
+	}
+	return d("phase_s"), d("warmup_s")
+}
+
+// phaseOfRuns says what --phase the paced runs were made with: 0 if every one ran its scenario's
+// default phase, else the one phase they share. When they do not share one (runs made with
+// different --phase merged), it returns 0 and a note saying so; each scenario's section gives its
+// own runs' phase.
+func phaseOfRuns(results []*runResult, quick bool) (time.Duration, string) {
+	defaults := scenarios(quick)
+	count := map[time.Duration]int{}
+	var phases []time.Duration
+	nonDefault := false
+	for _, r := range results {
+		sc, ok := defaults[r.Scenario]
+		ph, _ := runPhase(r)
+		if !ok || sc.kind != "paced" || ph == 0 {
+			continue
+		}
+		if count[ph] == 0 {
+			phases = append(phases, ph)
+		}
+		count[ph]++
+		if ph != sc.phase {
+			nonDefault = true
+		}
+	}
+	switch {
+	case !nonDefault:
+		return 0, ""
+	case len(phases) == 1:
+		return phases[0], ""
+	}
+	sort.Slice(phases, func(i, j int) bool { return phases[i] < phases[j] })
+	var parts []string
+	for _, ph := range phases {
+		parts = append(parts, fmt.Sprintf("%s (%d runs)", ph, count[ph]))
+	}
+	return 0, "The merged paced runs differ in their enqueue phase: " + strings.Join(parts, ", ") + "; each scenario's section gives its runs' phases."
 }
 
 func runOne(ctx context.Context, e *env, sc scenario, sys system, run int, quick bool) *runResult {

@@ -28,8 +28,11 @@ var direction = map[string]int{
 	"duplicate_completions": -1, "noisy_tenant_p95_ms": -1, "quiet_tenants_p95_ms": -1, "jobs_unfinished": -1,
 	"staged_jobs_per_s": 1, "atomic_jobs_per_s": 1, "staged_drain_s": -1, "atomic_drain_s": -1,
 	"staged_cpu_us_per_job": -1, "atomic_cpu_us_per_job": -1, "staged_duplicate_rows": -1, "atomic_duplicate_rows": -1,
-	"staged_jobs_not_completed": -1, "atomic_jobs_not_completed": -1,
+	"staged_jobs_not_completed": -1, "atomic_jobs_not_completed": -1, "pickup_never_started": -1,
 }
+
+// hideWhenZero are figures whose row the report shows only when some run measured other than 0.
+var hideWhenZero = map[string]bool{"pickup_never_started": true}
 
 var labels = map[string]string{
 	"completions_per_s": "completions/s (measured window)", "worker_ends_per_s": "worker returns/s (not yet persisted included)", "completed": "completed in window",
@@ -56,6 +59,7 @@ var labels = map[string]string{
 	"staged_cpu_us_per_job": "staged: worker CPU µs per job", "atomic_cpu_us_per_job": "atomic: worker CPU µs per job",
 	"staged_duplicate_rows": "staged: duplicate application rows", "atomic_duplicate_rows": "atomic: duplicate application rows",
 	"staged_jobs_not_completed": "staged: jobs not completed", "atomic_jobs_not_completed": "atomic: jobs not completed",
+	"pickup_never_started": "window jobs never started (in the pickup figures as their wait until the run's end)",
 }
 
 func metricsFor(sc scenario) []string {
@@ -89,6 +93,14 @@ func metricsFor(sc scenario) []string {
 		m = []string{"pickup_p50_ms", "pickup_p95_ms", "pickup_p99_ms", "insert_call_p50_ms", "insert_call_p95_ms",
 			"after_insert_p50_ms", "after_insert_p95_ms", "completions_per_s", "completed"}
 	}
+	// The jobs that never started, after the pickup rows they are counted in.
+	last := 0
+	for i, k := range m {
+		if strings.HasPrefix(k, "pickup_p") {
+			last = i + 1
+		}
+	}
+	m = append(m[:last], append([]string{"pickup_never_started"}, m[last:]...)...)
 	if sc.fairness {
 		m = append(m, "noisy_tenant_p95_ms", "quiet_tenants_p95_ms", "fairness_ratio")
 	}
@@ -175,6 +187,13 @@ func advantage(k string, p, o float64) string {
 	if p == o {
 		return "same"
 	}
+	// A side at 0 has no ratio: name the side that measured 0, whichever way the figure points.
+	switch {
+	case p == 0:
+		return "pronto 0"
+	case o == 0:
+		return "other 0"
+	}
 	var r float64
 	if d > 0 {
 		r = p / o
@@ -182,10 +201,6 @@ func advantage(k string, p, o float64) string {
 		r = o / p
 	}
 	switch {
-	case math.IsInf(r, 0) || (d < 0 && p == 0):
-		return "pronto 0"
-	case r == 0 || (d < 0 && o == 0):
-		return "other 0"
 	case r >= 1:
 		return fmt.Sprintf("**%s× better**", fmtNum(r))
 	default:
@@ -263,6 +278,9 @@ func writeReport(o options, mi machineInfo, results []*runResult, took time.Dura
 		started = results[0].Started
 	}
 	w("- Date: %s; mode: %s; wall time %s.\n", started.UTC().Format("2006-01-02 15:04 UTC"), mode, took.Round(time.Second))
+	for _, n := range o.reportNotes {
+		w("- %s\n", n)
+	}
 	w("- Machine: %d cores (%s), %d MB RAM, %s, kernel %s, %s. PostgreSQL %s (%s) on the same machine.\n",
 		mi.Cores, mi.CPU, mi.MemoryMB, mi.OS, mi.Kernel, mi.GoVersion, mi.PostgreSQL, mi.PGSettings)
 	if mi.WorkerBinaries != "" {
@@ -342,7 +360,7 @@ func writeReport(o options, mi machineInfo, results []*runResult, took time.Dura
 		syss := sysOrder(name)
 		w("## %s\n\n%s.", name, sc.desc)
 		if sc.kind == "paced" {
-			w(" Enqueue phase %s after a %s warm-up.", sc.phase, sc.warm)
+			w(" %s", phaseLine(sc, g))
 		}
 		w("\n\n| figure |")
 		for _, s := range syss {
@@ -370,7 +388,7 @@ func writeReport(o options, mi machineInfo, results []*runResult, took time.Dura
 		for _, k := range metricsFor(sc) {
 			any := false
 			for _, s := range syss {
-				if aggregate(g[s], k).n > 0 {
+				if a := aggregate(g[s], k); a.n > 0 && (!hideWhenZero[k] || a.lo != 0 || a.hi != 0) {
 					any = true
 				}
 			}
@@ -417,6 +435,49 @@ func writeReport(o options, mi machineInfo, results []*runResult, took time.Dura
 	}
 	fmt.Printf("report: %s\n", filepath.Join(o.out, "report.md"))
 	return nil
+}
+
+// phaseLine describes a paced scenario's enqueue phase and warm-up as its runs recorded them (the
+// scenario's own when no run did), naming each when the runs differ.
+func phaseLine(sc scenario, g map[string][]*runResult) string {
+	var phases, warms []time.Duration
+	add := func(list []time.Duration, d time.Duration) []time.Duration {
+		for _, x := range list {
+			if x == d {
+				return list
+			}
+		}
+		return append(list, d)
+	}
+	for _, rs := range g {
+		for _, r := range rs {
+			ph, wu := runPhase(r)
+			if ph > 0 {
+				phases = add(phases, ph)
+			}
+			if wu > 0 {
+				warms = add(warms, wu)
+			}
+		}
+	}
+	if len(phases) == 0 {
+		phases = []time.Duration{sc.phase}
+	}
+	if len(warms) == 0 {
+		warms = []time.Duration{sc.warm}
+	}
+	list := func(ds []time.Duration) string {
+		sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
+		var s []string
+		for _, d := range ds {
+			s = append(s, d.String())
+		}
+		return strings.Join(s, ", ")
+	}
+	if len(phases) == 1 && len(warms) == 1 {
+		return fmt.Sprintf("Enqueue phase %s after a %s warm-up.", phases[0], warms[0])
+	}
+	return fmt.Sprintf("Enqueue phase %s after a %s warm-up (the runs differ).", list(phases), list(warms))
 }
 
 // ofSQLLimit says, for the drain, what fraction of the sql-limit system's median each other
@@ -481,11 +542,39 @@ func bestOf(figures map[string]float64) (float64, string) {
 // targets evaluates the issue's targets from medians.
 func targets(group map[string]map[string][]*runResult, o options) [][3]string {
 	med := func(sc, sys, k string) float64 { return aggregate(group[sc][sys], k).med }
-	verdict := func(ok bool) string {
+	met := func(ok bool) string {
 		if ok {
 			return "met"
 		}
 		return "**MISSED**"
+	}
+	// judge gives a target's verdict, or n/a when it was not measured: pronto did not run the
+	// scenario (the invocation left it out), or a figure it is compared with (another system's row)
+	// is missing. A pronto run whose own figure is missing (no pickup at all, no recovery) is judged:
+	// the target was not shown to be met.
+	judge := func(sc string, ok bool, against ...float64) string {
+		if len(group[sc]["pronto"]) == 0 {
+			return "n/a"
+		}
+		for _, v := range against {
+			if math.IsNaN(v) {
+				return "n/a"
+			}
+		}
+		return met(ok)
+	}
+	// pct1 and pct are a fraction as a percentage, n/a when it was not measured.
+	pct1 := func(f float64) string {
+		if math.IsNaN(f) {
+			return "n/a"
+		}
+		return fmt.Sprintf("%.1f%%", 100*f)
+	}
+	pct := func(f float64) string {
+		if math.IsNaN(f) {
+			return "n/a"
+		}
+		return fmt.Sprintf("%.0f%%", 100*f)
 	}
 	var out [][3]string
 	if group["notify_latency"] != nil {
@@ -494,32 +583,42 @@ func targets(group map[string]map[string][]*runResult, o options) [][3]string {
 		if f := med("notify_latency", "sql-pickup", "pickup_p95_ms"); !math.IsNaN(f) {
 			got += " (sql-pickup's floor: " + fmtNum(f) + " ms)"
 		}
-		out = append(out, [3]string{"pickup p95 ≤ 2 ms at 20 Hz (notify_latency)", got, verdict(v <= 2)})
+		out = append(out, [3]string{"pickup p95 ≤ 2 ms at 20 Hz (notify_latency)", got, judge("notify_latency", v <= 2)})
 	}
 	if group["high_scale"] != nil {
 		v := med("high_scale", "pronto", "pickup_p95_ms")
-		out = append(out, [3]string{"pickup p95 ≤ 3 ms at 300 Hz (high_scale)", fmtNum(v) + " ms", verdict(v <= 3)})
+		out = append(out, [3]string{"pickup p95 ≤ 3 ms at 300 Hz (high_scale)", fmtNum(v) + " ms", judge("high_scale", v <= 3)})
 		rss := med("high_scale", "pronto", "rss_max_mb")
-		out = append(out, [3]string{"worker RSS ≤ 25 MB at 100 workers (high_scale)", fmtNum(rss) + " MB", verdict(rss <= 25)})
+		out = append(out, [3]string{"worker RSS ≤ 25 MB at 100 workers (high_scale)", fmtNum(rss) + " MB", judge("high_scale", rss <= 25)})
 		g := med("high_scale", "pronto", "goroutines_max")
-		out = append(out, [3]string{"goroutines ≤ workers + 16 = 116 at 100 workers (high_scale)", fmtNum(g), verdict(g <= 116)})
+		out = append(out, [3]string{"goroutines ≤ workers + 16 = 116 at 100 workers (high_scale)", fmtNum(g), judge("high_scale", g <= 116)})
 	}
 	for _, s := range []string{"steady_balanced", "steady_over", "burst", "noisy_neighbor_saturated"} {
 		if group[s] != nil {
 			v := med(s, "pronto", "efficiency")
-			out = append(out, [3]string{"≥ 98% of capacity (" + s + ")", fmt.Sprintf("%.1f%%", v*100), verdict(v >= 0.98)})
+			out = append(out, [3]string{"≥ 98% of capacity (" + s + ")", pct1(v), judge(s, v >= 0.98)})
 		}
 	}
 	if group["drain"] != nil {
 		p, t := med("drain", "pronto", "drain_jobs_per_s"), med("drain", "river-tuned", "drain_jobs_per_s")
-		out = append(out, [3]string{"drain ≥ 2× River tuned", fmt.Sprintf("%s jobs/s = %s× River tuned (%s)", fmtNum(p), fmtNum(p/t), fmtNum(t)), verdict(p >= 2*t)})
+		vsTuned := func(v float64) string {
+			if math.IsNaN(t) {
+				return fmtNum(v) + " jobs/s; no River tuned row in this run"
+			}
+			return fmt.Sprintf("%s jobs/s = %s× River tuned (%s)", fmtNum(v), fmtNum(v/t), fmtNum(t))
+		}
+		out = append(out, [3]string{"drain ≥ 2× River tuned", vsTuned(p), judge("drain", p >= 2*t, t)})
 		if w := med("drain", "pronto-2000w", "drain_jobs_per_s"); !math.IsNaN(w) {
 			// River tuned drains with 2000 workers, pronto with 100: the same target at equal workers.
-			out = append(out, [3]string{fmt.Sprintf("drain ≥ 2× River tuned, at its %d workers (pronto-2000w)", tunedDrainWorkers),
-				fmt.Sprintf("%s jobs/s = %s× River tuned (%s)", fmtNum(w), fmtNum(w/t), fmtNum(t)), verdict(w >= 2*t)})
+			// Judged on pronto-2000w's own row, which is there.
+			v := met(w >= 2*t)
+			if math.IsNaN(t) {
+				v = "n/a"
+			}
+			out = append(out, [3]string{fmt.Sprintf("drain ≥ 2× River tuned, at its %d workers (pronto-2000w)", tunedDrainWorkers), vsTuned(w), v})
 		}
 		if l := med("drain", "sql-limit", "drain_jobs_per_s"); !math.IsNaN(l) {
-			out = append(out, [3]string{"drain ≥ 85% of the SQL limit (sql-limit)", fmt.Sprintf("%.0f%% (%s of %s jobs/s)", 100*p/l, fmtNum(p), fmtNum(l)), verdict(p >= 0.85*l)})
+			out = append(out, [3]string{"drain ≥ 85% of the SQL limit (sql-limit)", fmt.Sprintf("%s (%s of %s jobs/s)", pct(p/l), fmtNum(p), fmtNum(l)), judge("drain", p >= 0.85*l, l)})
 		}
 	}
 	if group["insert"] != nil {
@@ -531,7 +630,7 @@ func targets(group map[string]map[string][]*runResult, o options) [][3]string {
 				out = append(out, [3]string{target, fmtNum(p) + " jobs/s; no River row in this run", "n/a"})
 				continue
 			}
-			out = append(out, [3]string{target, fmt.Sprintf("%s jobs/s = %s× %s (%s)", fmtNum(p), fmtNum(p/r), row, fmtNum(r)), verdict(p >= 1.5*r)})
+			out = append(out, [3]string{target, fmt.Sprintf("%s jobs/s = %s× %s (%s)", fmtNum(p), fmtNum(p/r), row, fmtNum(r)), judge("insert", p >= 1.5*r, r)})
 		}
 	}
 	if group["high_scale"] != nil {
@@ -541,7 +640,7 @@ func targets(group map[string]map[string][]*runResult, o options) [][3]string {
 			if f := med("high_scale", "sql-pickup", "cpu_s"); !math.IsNaN(f) {
 				got += "; sql-pickup's " + fmtNum(f) + " s"
 			}
-			out = append(out, [3]string{"CPU at 300 Hz ≤ 1.0× River tuned's (high_scale, worker processes)", got, verdict(p <= t)})
+			out = append(out, [3]string{"CPU at 300 Hz ≤ 1.0× River tuned's (high_scale, worker processes)", got, judge("high_scale", p <= t, t)})
 		}
 	}
 	for _, e := range []struct {
@@ -550,7 +649,7 @@ func targets(group map[string]map[string][]*runResult, o options) [][3]string {
 		name string
 	}{{"pronto-sqlite", 50_000, "SQLite"}, {"pronto-memory", 300_000, "memory"}} {
 		if v := med("drain", e.sys, "drain_jobs_per_s"); group["drain"] != nil && !math.IsNaN(v) {
-			out = append(out, [3]string{fmt.Sprintf("%s drain ≥ %s jobs/s", e.name, fmtNum(e.min)), fmtNum(v) + " jobs/s", verdict(v >= e.min)})
+			out = append(out, [3]string{fmt.Sprintf("%s drain ≥ %s jobs/s", e.name, fmtNum(e.min)), fmtNum(v) + " jobs/s", met(v >= e.min)})
 		}
 	}
 	// The SQLite store's memory, in every scenario it ran.
@@ -561,18 +660,18 @@ func targets(group map[string]map[string][]*runResult, o options) [][3]string {
 		}
 	}
 	if !math.IsNaN(worst) {
-		out = append(out, [3]string{"SQLite store RSS ≤ 100 MB in every scenario", fmt.Sprintf("%s MB at most (%s)", fmtNum(worst), where), verdict(worst <= 100)})
+		out = append(out, [3]string{"SQLite store RSS ≤ 100 MB in every scenario", fmt.Sprintf("%s MB at most (%s)", fmtNum(worst), where), met(worst <= 100)})
 	}
 	if group["tenant_flood"] != nil {
 		r := med("tenant_flood", "pronto", "b_p95_ratio")
-		out = append(out, [3]string{"tenant_flood: B's pickup p95 while A drains ≤ 2× its idle p95", fmtNum(r) + "×", verdict(r <= 2)})
+		out = append(out, [3]string{"tenant_flood: B's pickup p95 while A drains ≤ 2× its idle p95", fmtNum(r) + "×", judge("tenant_flood", r <= 2)})
 		d := med("tenant_flood", "pronto", "a_drain_vs_plain")
-		out = append(out, [3]string{"tenant_flood: A's drain ≥ 0.9× the plain drain", fmtNum(d) + "×", verdict(d >= 0.9)})
+		out = append(out, [3]string{"tenant_flood: A's drain ≥ 0.9× the plain drain", fmtNum(d) + "×", judge("tenant_flood", d >= 0.9)})
 	}
 	if group["crash_recovery"] != nil {
 		rec := med("crash_recovery", "pronto", "recovery_s")
 		lost := med("crash_recovery", "pronto", "jobs_lost")
-		out = append(out, [3]string{"crash recovery ≤ 5 s with nothing lost", fmt.Sprintf("%s s, %s lost", fmtNum(rec), fmtNum(lost)), verdict(rec <= 5 && lost == 0)})
+		out = append(out, [3]string{"crash recovery ≤ 5 s with nothing lost", fmt.Sprintf("%s s, %s lost", fmtNum(rec), fmtNum(lost)), judge("crash_recovery", rec <= 5 && lost == 0)})
 	}
 	return out
 }
@@ -749,7 +848,9 @@ const methodology = `## Methodology
   pg_notify in one statement, one listening connection, one claim per notification (committed without waiting for its WAL
   flush), no leases or retries. The paced scenarios also split each pickup at the moment the insert call returned.
 - **Pickup latency** = the moment the worker's function began minus the moment the insert call began (carried in the job's args),
-  for jobs inserted inside the measured window (a warm-up before it is excluded).
+  for jobs inserted inside the measured window (a warm-up before it is excluded). A window job that had not started by the end of
+  the run counts with its wait until then (run end − insert): the percentiles are then lower bounds, and the report gives the
+  number of such jobs (the row "window jobs never started") where it is not 0.
 - **Completions/s** counts attempts that succeeded inside the measured window (the enqueue phase) and divides by the window's length;
   nothing done during warm-up or after the window is counted. In the paced scenarios an attempt counts when the worker returns (both
   systems then write the outcome asynchronously, in batches; a paced scenario's rate is far below what
