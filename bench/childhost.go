@@ -68,7 +68,8 @@ type childProc struct {
 	maxG     atomic.Int64
 	maxRSS   atomic.Int64
 	readDone chan struct{}
-	killed   bool
+	// killed is read by the RSS sampler while kill sets it.
+	killed atomic.Bool
 }
 
 type childHost struct {
@@ -109,7 +110,7 @@ func startChildHost(cfg childConfig, n int, rec *recorder) (*childHost, error) {
 		defer t.Stop()
 		for {
 			for _, p := range h.procs {
-				if p.killed || p.cmd.Process == nil {
+				if p.killed.Load() || p.cmd.Process == nil {
 					continue
 				}
 				if r := rssOf(strconv.Itoa(p.cmd.Process.Pid)); r > p.maxRSS.Load() {
@@ -182,7 +183,7 @@ func (h *childHost) kill(i int) int64 {
 	p := h.procs[i]
 	at := time.Now().UnixNano()
 	_ = p.cmd.Process.Signal(syscall.SIGKILL)
-	p.killed = true
+	p.killed.Store(true)
 	return at
 }
 
