@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pronto-jobs/pronto"
+	"github.com/pronto-jobs/pronto/store/postgres"
 )
 
 // goFixArgs is a job whose worker is decided per test.
@@ -126,4 +127,31 @@ func TestGoRetryWithKeepsPriority(t *testing.T) {
 	n, err = c.JobRetryWith(ctx, n.ID, pronto.RetryOverride{Priority: &base})
 	require.NoError(t, err)
 	require.Equal(t, 12, n.Priority, "an override's priority is boosted once, as an insert's")
+}
+
+// TestGoInsertTxRefusedKeepsTxUsable: an InsertTx refused inside the application's transaction (a
+// duplicate id) leaves that transaction usable on PostgreSQL, as InsertSQLTx does on SQLite: the
+// application's own writes before and after it commit. A failed statement aborted all of it (25P02).
+func TestGoInsertTxRefusedKeepsTxUsable(t *testing.T) {
+	ctx := context.Background()
+	ts := newTestStore(t, kindPostgres)
+	c, err := pronto.NewClient(ts.Store, &pronto.Config{})
+	require.NoError(t, err)
+	existing, err := c.Insert(ctx, goFixArgs{N: 1}, nil)
+	require.NoError(t, err)
+
+	tx, err := ts.Store.(*postgres.Store).Pool().Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx) //nolint:errcheck // no-op once committed
+	before, err := c.InsertTx(ctx, tx, goFixArgs{N: 2}, nil)
+	require.NoError(t, err)
+	_, err = c.InsertTx(ctx, tx, goFixArgs{N: 3}, &pronto.InsertOpts{ID: existing.ID})
+	require.ErrorIs(t, err, pronto.ErrDuplicate)
+	after, err := c.InsertTx(ctx, tx, goFixArgs{N: 4}, nil)
+	require.NoError(t, err, "the application's transaction is still usable")
+	require.NoError(t, tx.Commit(ctx))
+	for _, id := range []string{before.ID, after.ID} {
+		_, err := c.JobGet(ctx, id)
+		require.NoError(t, err)
+	}
 }

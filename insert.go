@@ -131,7 +131,11 @@ func replaces(ps []*store.InsertParams) bool {
 }
 
 // InsertTx stores one job inside the application's pgx transaction: the job exists, and clients are
-// woken, only if tx commits. The store must be PostgreSQL; other stores return ErrUnsupported.
+// woken, only if tx commits. The store must be PostgreSQL; other stores return ErrUnsupported. The
+// insert runs in a savepoint of tx (sent with it, no extra round trip): when it is refused (an id
+// already taken, a unique conflict) nothing of it is kept and tx stays usable, as with InsertSQLTx.
+// Each call is a subtransaction of tx, so insert many jobs with one InsertManyTx rather than a
+// call per job (PostgreSQL caches 64 subtransactions of a transaction).
 func (c *Client) InsertTx(ctx context.Context, tx pgx.Tx, args JobArgs, opts *InsertOpts) (*JobRow, error) {
 	rows, err := c.InsertManyTx(ctx, tx, []InsertManyParams{{Args: args, Opts: opts}})
 	if err != nil {

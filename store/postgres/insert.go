@@ -84,9 +84,9 @@ func (s *Store) Insert(ctx context.Context, params []*store.InsertParams) ([]*st
 	case len(rows) <= pipelineMax && s.handoff != nil:
 		jobs, err = s.insertHandingOff(ctx, rows)
 	case len(rows) < arraysMin:
-		jobs, err = s.insertBatch(ctx, s.pool, rows)
+		jobs, err = s.insertBatch(ctx, s.pool, rows, nil)
 	case len(rows) <= arraysMax:
-		jobs, err = s.insertArrays(ctx, s.pool, rows)
+		jobs, err = s.insertArrays(ctx, s.pool, rows, nil)
 	default:
 		jobs, err = s.insertCopyPool(ctx, rows)
 	}
@@ -117,7 +117,7 @@ func (s *Store) InsertFast(ctx context.Context, params []*store.InsertParams) (i
 		return store.CountStored(jobs), nil
 	}
 	if len(rows) <= arraysMax {
-		_, err = s.writeArrays(ctx, s.pool, rows)
+		_, err = s.writeArrays(ctx, s.pool, rows, nil)
 	} else {
 		_, err = s.copyPool(ctx, rows)
 	}
@@ -128,9 +128,10 @@ func (s *Store) InsertFast(ctx context.Context, params []*store.InsertParams) (i
 }
 
 // insertArrays writes plain jobs (see sqlInsertArrays) with one INSERT of parallel arrays, pipelined
-// with their notifications: one round trip, one implicit transaction (or db's transaction).
-func (s *Store) insertArrays(ctx context.Context, db batchSender, rows []insertRow) ([]*store.Job, error) {
-	now, err := s.writeArrays(ctx, db, rows)
+// with their notifications: one round trip, one implicit transaction (or db's transaction, in the
+// savepoint sp when it is not nil, opened and released in the same batch).
+func (s *Store) insertArrays(ctx context.Context, db batchSender, rows []insertRow, sp *txBounds) ([]*store.Job, error) {
+	now, err := s.writeArrays(ctx, db, rows, sp)
 	if err != nil {
 		return nil, err
 	}
@@ -139,7 +140,7 @@ func (s *Store) insertArrays(ctx context.Context, db batchSender, rows []insertR
 
 // writeArrays is insertArrays without building the jobs: it returns the transaction's timestamp,
 // which every row took as created_at.
-func (s *Store) writeArrays(ctx context.Context, db batchSender, rows []insertRow) (time.Time, error) {
+func (s *Store) writeArrays(ctx context.Context, db batchSender, rows []insertRow, sp *txBounds) (time.Time, error) {
 	params, err := arraysParams(rows)
 	if err != nil {
 		return time.Time{}, err
@@ -147,11 +148,17 @@ func (s *Store) writeArrays(ctx context.Context, db batchSender, rows []insertRo
 	var now time.Time
 	var written int
 	b := &pgx.Batch{}
+	if sp != nil {
+		b.Queue(sp.begin)
+	}
 	b.Queue(s.q.insertArrays, params...).QueryRow(func(row pgx.Row) error {
 		return row.Scan(&now, &written)
 	})
 	for _, note := range insertNotifications(rows, time.Now()) {
 		b.Queue(s.q.notify, note)
+	}
+	if sp != nil {
+		b.Queue(sp.commit)
 	}
 	if err := db.SendBatch(ctx, b).Close(); err != nil {
 		return time.Time{}, err
@@ -241,10 +248,16 @@ func eqNullBytes(a, b []byte) bool { return (a == nil) == (b == nil) && bytes.Eq
 
 // InsertPgxTx inserts the jobs inside the application's transaction tx. They become visible, and
 // their notifications are delivered, only when tx commits; a rollback leaves no trace (a unique
-// job's key is held only from the commit on). tx must be on the store's database. A duplicate id
-// fails with store.ErrDuplicate and aborts tx, as any failed statement does. A batch with unique
-// jobs or rate limits runs in a savepoint of tx: when it fails (a unique conflict, a duplicate id)
-// nothing of it is kept and tx stays usable.
+// job's key is held only from the commit on). tx must be on the store's database.
+//
+// The batch runs in a savepoint of tx, as the SQLite store's InsertSQLTx does: when it fails (a
+// duplicate id, store.ErrDuplicate; a unique conflict) nothing of it is kept and tx stays usable,
+// where a failed statement would otherwise abort all of tx (SQLSTATE 25P02). The savepoint costs
+// no round trip: it is opened and released in the pipelined batch that writes the jobs (a COPY
+// opens it with the query of the transaction's timestamp and releases it with the notifications);
+// only a failure takes one more, to roll it back. Each call is a subtransaction of tx: a
+// transaction that inserts many times should prefer one batch (PostgreSQL keeps up to 64
+// subtransactions of a transaction in shared memory, and snapshots cost more past that).
 func (s *Store) InsertPgxTx(ctx context.Context, tx pgx.Tx, params []*store.InsertParams) ([]*store.Job, error) {
 	if len(params) == 0 {
 		return nil, nil
@@ -253,20 +266,37 @@ func (s *Store) InsertPgxTx(ctx context.Context, tx pgx.Tx, params []*store.Inse
 	if err != nil {
 		return nil, err
 	}
+	// A transaction aborted already refuses the savepoint too; rolling back "to" it would then
+	// name no savepoint of ours.
+	aborted := txAborted(tx)
 	var jobs []*store.Job
 	if special {
+		// insertSpecial rolls its savepoint back itself.
 		jobs, err = s.insertSpecial(ctx, tx, rows, insertSavepoint)
-	} else if len(rows) < arraysMin {
-		jobs, err = s.insertBatch(ctx, tx, rows)
-	} else if len(rows) <= arraysMax {
-		jobs, err = s.insertArrays(ctx, tx, rows)
 	} else {
-		jobs, err = s.insertCopy(ctx, tx, rows)
+		if len(rows) < arraysMin {
+			jobs, err = s.insertBatch(ctx, tx, rows, &insertSavepoint)
+		} else if len(rows) <= arraysMax {
+			jobs, err = s.insertArrays(ctx, tx, rows, &insertSavepoint)
+		} else {
+			jobs, err = s.insertCopy(ctx, tx, rows)
+		}
+		if err != nil && !aborted && txAborted(tx) {
+			// The failed statement aborted the savepoint, not tx: undo it, and tx is usable again.
+			_, _ = tx.Exec(context.WithoutCancel(ctx), insertSavepoint.rollback)
+		}
 	}
 	if err != nil {
 		return nil, insertError(err)
 	}
 	return jobs, nil
+}
+
+// txAborted reports whether tx is in a failed state, where PostgreSQL refuses every statement but a
+// rollback (pgx tracks it from the server's ReadyForQuery).
+func txAborted(tx pgx.Tx) bool {
+	c := tx.Conn()
+	return c != nil && c.PgConn().TxStatus() == 'E'
 }
 
 // prepareInsert validates params and converts what the database needs converted. special reports
@@ -343,9 +373,15 @@ type batchSender interface {
 	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 }
 
-// insertBatch sends one INSERT per job and one NOTIFY per queue as a single pipelined batch.
-func (s *Store) insertBatch(ctx context.Context, db batchSender, rows []insertRow) ([]*store.Job, error) {
-	return s.insertRows(ctx, db, rows, insertNotifications(rows, time.Now()))
+// insertBatch sends one INSERT per job and one NOTIFY per queue as a single pipelined batch, in the
+// savepoint sp of db's transaction when sp is not nil (opened and released in the same batch).
+func (s *Store) insertBatch(ctx context.Context, db batchSender, rows []insertRow, sp *txBounds) ([]*store.Job, error) {
+	notes := insertNotifications(rows, time.Now())
+	return s.insertRowsThen(ctx, db, rows, sp, func(b *pgx.Batch) {
+		for _, n := range notes {
+			b.Queue(s.q.notify, n)
+		}
+	})
 }
 
 // insertHandingOff is insertBatch on the pool with the hand-off (handoff.go): a job due now, without
@@ -377,9 +413,9 @@ func (s *Store) insertHandingOff(ctx context.Context, rows []insertRow) ([]*stor
 	}
 	if !anyHandable {
 		if len(rows) < arraysMin {
-			return s.insertBatch(ctx, s.pool, rows)
+			return s.insertBatch(ctx, s.pool, rows, nil)
 		}
-		return s.insertArrays(ctx, s.pool, rows)
+		return s.insertArrays(ctx, s.pool, rows, nil)
 	}
 	b := &pgx.Batch{}
 	states := make([]store.State, len(rows))
@@ -434,7 +470,7 @@ func (s *Store) insertHandingOff(ctx context.Context, rows []insertRow) ([]*stor
 
 // insertRows sends one INSERT per job and then the notifications notes as a single pipelined batch.
 func (s *Store) insertRows(ctx context.Context, db batchSender, rows []insertRow, notes []string) ([]*store.Job, error) {
-	return s.insertRowsThen(ctx, db, rows, func(b *pgx.Batch) {
+	return s.insertRowsThen(ctx, db, rows, nil, func(b *pgx.Batch) {
 		for _, n := range notes {
 			b.Queue(s.q.notify, n)
 		}
@@ -442,16 +478,29 @@ func (s *Store) insertRows(ctx context.Context, db batchSender, rows []insertRow
 }
 
 // insertRowsThen sends one INSERT per job and then the statements queued by then as a single
-// pipelined batch.
-func (s *Store) insertRowsThen(ctx context.Context, db batchSender, rows []insertRow, then func(*pgx.Batch)) ([]*store.Job, error) {
+// pipelined batch, all in the savepoint sp of db's transaction when sp is not nil.
+func (s *Store) insertRowsThen(ctx context.Context, db batchSender, rows []insertRow, sp *txBounds, then func(*pgx.Batch)) ([]*store.Job, error) {
 	b := &pgx.Batch{}
+	if sp != nil {
+		b.Queue(sp.begin)
+	}
+	head := b.Len()
 	for i := range rows {
 		r := &rows[i]
 		b.Queue(s.q.insertJob, r.args(r.state, r.p.ScheduledAt)...)
 	}
 	then(b)
-	tail := b.Len() - len(rows)
+	if sp != nil {
+		b.Queue(sp.commit)
+	}
+	tail := b.Len() - head - len(rows)
 	br := db.SendBatch(ctx, b)
+	for range head {
+		if _, err := br.Exec(); err != nil {
+			_ = br.Close()
+			return nil, err
+		}
+	}
 	jobs := make([]*store.Job, len(rows))
 	for i := range rows {
 		var createdAt, scheduledAt time.Time
@@ -532,17 +581,30 @@ func (s *Store) copyPool(ctx context.Context, rows []insertRow) (now time.Time, 
 	return now, nil
 }
 
-// insertCopy writes the jobs with COPY inside the caller's transaction tx, then announces them
-// (PostgreSQL delivers the notifications when tx commits).
+// insertCopy writes the jobs with COPY inside the caller's transaction tx, in the savepoint
+// insertSavepoint, then announces them (PostgreSQL delivers the notifications when tx commits). The
+// savepoint takes no round trip of its own: it is opened in the batch that reads the transaction's
+// timestamp, and released in the one that sends the notifications.
 func (s *Store) insertCopy(ctx context.Context, tx copier, rows []insertRow) ([]*store.Job, error) {
-	jobs, err := s.copyInTx(ctx, tx, rows)
-	if err != nil {
+	var now time.Time
+	b := &pgx.Batch{}
+	b.Queue(insertSavepoint.begin)
+	b.Queue(s.q.now).QueryRow(func(row pgx.Row) error { return row.Scan(&now) })
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return nil, err
 	}
-	if err := s.notifyAll(ctx, tx, insertNotifications(rows, time.Now())); err != nil {
+	if err := s.copyRows(ctx, tx, rows, now); err != nil {
 		return nil, err
 	}
-	return jobs, nil
+	b = &pgx.Batch{}
+	for _, n := range insertNotifications(rows, time.Now()) {
+		b.Queue(s.q.notify, n)
+	}
+	b.Queue(insertSavepoint.commit)
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return nil, err
+	}
+	return jobsFromCopy(rows, now), nil
 }
 
 // copyInTx writes the jobs with COPY inside transaction tx, at its timestamp.

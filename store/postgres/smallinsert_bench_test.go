@@ -17,7 +17,7 @@ import (
 func BenchmarkSmallInsert(b *testing.B) {
 	ctx := context.Background()
 	s := setup(b)
-	paths := map[string]func(context.Context, batchSender, []insertRow) ([]*store.Job, error){
+	paths := map[string]func(context.Context, batchSender, []insertRow, *txBounds) ([]*store.Job, error){
 		"pipeline": s.insertBatch,
 		"arrays":   s.insertArrays,
 	}
@@ -42,7 +42,7 @@ func BenchmarkSmallInsert(b *testing.B) {
 								b.Error(err)
 								return
 							}
-							if _, err := paths[path](ctx, s.pool, rows); err != nil {
+							if _, err := paths[path](ctx, s.pool, rows, nil); err != nil {
 								b.Error(err)
 								return
 							}

@@ -33,9 +33,11 @@ type txBounds struct {
 }
 
 var (
-	ownTransaction  = txBounds{sqlBegin, sqlCommit, sqlRollback, "COMMIT"}
+	ownTransaction = txBounds{sqlBegin, sqlCommit, sqlRollback, "COMMIT"}
+	// Its rollback releases the savepoint too (run with no arguments, as one simple-protocol
+	// message): one left behind would be what a later insert's rollback went back to.
 	insertSavepoint = txBounds{`SAVEPOINT pronto_insert`, `RELEASE SAVEPOINT pronto_insert`,
-		`ROLLBACK TO SAVEPOINT pronto_insert`, "RELEASE"}
+		`ROLLBACK TO SAVEPOINT pronto_insert; RELEASE SAVEPOINT pronto_insert`, "RELEASE"}
 )
 
 // insertSpecialPool runs insertSpecial in a transaction of its own on a connection of the pool.
