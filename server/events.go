@@ -86,6 +86,10 @@ type eventLog struct {
 	seq  uint64
 	// salt fills the random bits of event ids, so ids differ between processes.
 	salt [5]byte
+
+	// workflows and workers remember what the workflow and worker events need (workflowevents.go).
+	workflows workflowTracker
+	workers   workerEvents
 }
 
 func newEventLog(size int) *eventLog {
@@ -270,6 +274,9 @@ func (s *Server) clientEvent(ev *pronto.Event) {
 	j := ev.Job
 	if j == nil {
 		return
+	}
+	if j.WorkflowID != "" {
+		defer s.workflowJobEvent(ev) // after the step's job events (workflowevents.go)
 	}
 	if ev.Kind == pronto.EventDeadLetterPruned {
 		// ojs-dead-letter.md 8.1: the count of jobs removed, per queue.

@@ -366,6 +366,7 @@ func (s *Server) fetch(w http.ResponseWriter, r *http.Request) {
 		claimLease = pronto.DefaultRemoteLease
 	}
 	ctx := r.Context()
+	s.workerContact(req.workerID, req.queues)
 	ok, e := s.applyPool(ctx, req)
 	defer req.releasePool()
 	if e != nil {
@@ -434,6 +435,7 @@ func (s *Server) fetch(w http.ResponseWriter, r *http.Request) {
 	for _, j := range jobs {
 		s.jobEventForm("job.started", j, j.StartedAt, event{form: formStarted, n1: int64(j.Attempt), worker: req.workerID})
 	}
+	s.workflowStarts(ctx, jobs)
 }
 
 // fetchMoreBudget bounds how long fetchMore keeps trying for due jobs held by another transaction.
@@ -756,6 +758,10 @@ type heartbeatRequest struct {
 	// countOnly: active_jobs was a count and no ids came with it, so the jobs this server handed
 	// to the worker stand for the ids.
 	countOnly bool
+	// active is the active_jobs count the worker sent (-1: none); memoryMB and cpuPercent are the
+	// numbers it sent, if any: the data of worker.heartbeat.
+	active               int
+	memoryMB, cpuPercent json.RawMessage
 }
 
 func decodeHeartbeat(body []byte) (*heartbeatRequest, *apiError) {
@@ -764,7 +770,7 @@ func decodeHeartbeat(body []byte) (*heartbeatRequest, *apiError) {
 	if e != nil {
 		return nil, e
 	}
-	req := &heartbeatRequest{}
+	req := &heartbeatRequest{active: -1}
 	// A missing worker_id is worker "", who holds the jobs fetched without one (the Ruby SDK sends
 	// none): such a heartbeat extends only those, as the stores match the worker id exactly.
 	if raw, ok := m.get("worker_id"); ok && !isNull(raw) {
@@ -777,10 +783,11 @@ func decodeHeartbeat(body []byte) (*heartbeatRequest, *apiError) {
 		// The binding's §10.4 and the SDKs send the count here (the ids, if at all, in
 		// active_job_ids); pronto's first form was the ids themselves. Both are accepted.
 		if jsonKind(v) == "number" {
-			if _, e = wantInt(v, "active_jobs", 0, 1<<31); e != nil {
+			n, e := wantInt(v, "active_jobs", 0, 1<<31)
+			if e != nil {
 				return nil, e
 			}
-			req.countOnly = true
+			req.countOnly, req.active = true, int(n)
 		} else if req.ids, e = wantStrings(v, "active_jobs"); e != nil {
 			return nil, e
 		} else {
@@ -817,6 +824,12 @@ func decodeHeartbeat(body []byte) (*heartbeatRequest, *apiError) {
 	if req.lease, e = visibilityTimeout(m); e != nil {
 		return nil, e
 	}
+	if v, ok := m.get("memory_mb"); ok && jsonKind(v) == "number" {
+		req.memoryMB = v
+	}
+	if v, ok := m.get("cpu_percent"); ok && jsonKind(v) == "number" {
+		req.cpuPercent = v
+	}
 	return req, nil
 }
 
@@ -827,6 +840,7 @@ func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := r.Context()
+	s.workerContact(req.workerID, nil)
 	now := time.Now()
 	state := "running"
 	if s.draining.Load() {
@@ -914,6 +928,11 @@ func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request) {
 	*b = appendTimeField(*b, "server_time", now)
 	*b = append(*b, '}')
 	writeBuf(w, http.StatusOK, b)
+	active := req.active
+	if active < 0 {
+		active = len(extended) // the jobs it named that it still holds
+	}
+	s.workerHeartbeat(req.workerID, state, active, req.memoryMB, req.cpuPercent)
 }
 
 // testDirective reads meta.test_directive, with which the conformance suite asks the heartbeat of
