@@ -176,11 +176,13 @@ func (o InsertOpts) merge(def InsertOpts) InsertOpts {
 	if o.Unique == nil {
 		o.Unique = def.Unique
 	}
-	if o.RateKey == "" {
+	// The kind's default limit belongs to its default key: a caller naming another key follows
+	// the limit stored under that one, and must not overwrite it with a limit meant for the default.
+	if o.RateKey == "" || o.RateKey == def.RateKey {
 		o.RateKey = def.RateKey
-	}
-	if o.RateLimit == nil {
-		o.RateLimit = def.RateLimit
+		if o.RateLimit == nil {
+			o.RateLimit = def.RateLimit
+		}
 	}
 	if o.Tenant == "" {
 		o.Tenant = def.Tenant
