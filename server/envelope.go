@@ -634,6 +634,16 @@ func applyOptions(req *enqueueRequest, opts object, now time.Time) *apiError {
 				return e
 			}
 			o.Timeout = time.Duration(ms) * time.Millisecond
+		case "timeout":
+			// Whole seconds, as ojs-cron.md 2.1 and 8.1 give a cron job's options (the same options as
+			// an enqueue's); options.timeout_ms, finer, wins. It was dropped without a word.
+			secs, e := wantInt(v, field, 0, math.MaxInt32)
+			if e != nil {
+				return e
+			}
+			if _, ok := opts.get("timeout_ms"); !ok {
+				o.Timeout = time.Duration(secs) * time.Second
+			}
 		case "visibility_timeout_ms":
 			ms, e := wantInt(v, field, 1, MaxVisibilityTimeout.Milliseconds())
 			if e != nil {
