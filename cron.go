@@ -7,6 +7,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -70,7 +72,10 @@ type CronJob struct {
 	NextRunAt time.Time
 	LastRunAt time.Time // zero until the first occurrence
 	RunCount  int64     // occurrences that inserted a job
-	LastJobID string    // the job of the latest occurrence that inserted one
+	// LastJobID is the job of the latest occurrence that inserted one. A registration made again
+	// under a name (after CronDelete) starts with the previous one's unfinished job here, so that its
+	// overlap policy, which goes by the name (OJS cron 6.3), still sees that job.
+	LastJobID string
 }
 
 // cronParser reads 5- and 6-field expressions and descriptors.
@@ -93,35 +98,69 @@ type CronSchedule struct {
 // schedule with "*" in its minute or hour runs by the clock as it is: an hourly job runs once per
 // real hour either way.
 func (s CronSchedule) Next(t time.Time) time.Time {
-	n := s.sched.Next(t.In(s.loc))
-	if n.IsZero() || !s.fixed {
-		return n.UTC()
+	if !s.fixed {
+		return s.sched.Next(t.In(s.loc)).UTC()
 	}
-	_, offT := t.In(s.loc).Zone()
-	_, offN := n.Zone()
-	switch {
-	case offN < offT:
-		// Clocks went back between t and n. If n's wall time also read one shift earlier, that
-		// earlier instant was not after t (else it would be n): n repeats a time already run.
-		if prev := n.Add(-time.Duration(offT-offN) * time.Second); sameWallClock(prev.In(s.loc), n) {
-			return s.Next(n)
+	// A fixed schedule is a set of wall-clock times. Each one runs at the first instant the zone's
+	// clock reads it or later (firstReading): the first of two readings when the clocks go back, the
+	// jump when they skip it. Those instants grow with the wall time, so the answer is the earliest
+	// matching wall time whose instant is after t. It reads later than t's own clock; the few after
+	// it that are not (read once already, before the clocks went back) are passed over. The
+	// schedule is evaluated on wall times written as UTC, which have no gaps or repeats: robfig's
+	// own stepping through a zone's changes skips whole days (a 30-minute change, as Lord Howe's).
+	lt := t.In(s.loc)
+	w := time.Date(lt.Year(), lt.Month(), lt.Day(), lt.Hour(), lt.Minute(), lt.Second(), lt.Nanosecond(), time.UTC)
+	for range 100000 { // bounded: a schedule's readings within one repeated stretch of wall time
+		if w = s.sched.Next(w); w.IsZero() {
+			return time.Time{}
 		}
-	case offN > offT:
-		// Clocks went forward at g. Read with the offset before g, the schedule's next time may fall
-		// after g and before n: a time the jump skipped, run at the jump.
-		g := zoneChange(t, n, s.loc)
-		if n0 := s.sched.Next(t.In(time.FixedZone("", offT))); !n0.Before(g) && n0.Before(n) {
-			return g.UTC()
+		if u := firstReading(w, s.loc); u.After(t) {
+			return u.UTC()
 		}
 	}
-	return n.UTC()
+	return time.Time{}
 }
 
-// sameWallClock reports whether a and b read the same date and time on their clocks.
-func sameWallClock(a, b time.Time) bool {
+// firstReading returns the first instant at which loc's clock reads w (a wall time written as UTC)
+// or later: the instant w names, the first of two when the clocks go back over it, or the moment
+// they jump when they skip it.
+func firstReading(w time.Time, loc *time.Location) time.Time {
+	// The instants that can read w are w less an offset loc uses around then; a change of offset
+	// within 15 hours of w on either side is the only one that can make w repeat or not exist.
+	_, before := w.Add(-15 * time.Hour).In(loc).Zone()
+	_, after := w.Add(15 * time.Hour).In(loc).Zone()
+	reads := func(u time.Time) bool {
+		lu := u.In(loc)
+		return sameWallClock(lu, w)
+	}
+	ub := w.Add(-time.Duration(before) * time.Second)
+	ua := w.Add(-time.Duration(after) * time.Second)
+	okB, okA := reads(ub), reads(ua)
+	switch {
+	case okB && okA:
+		if ua.Before(ub) {
+			return ua
+		}
+		return ub
+	case okB:
+		return ub
+	case okA:
+		return ua
+	case before < after:
+		// Skipped: the clocks jumped over w, between ua (before the jump) and ub (after it).
+		return zoneChange(ua, ub, loc)
+	}
+	// Two changes within the window (not in any zone today): Go's own choice.
+	return time.Date(w.Year(), w.Month(), w.Day(), w.Hour(), w.Minute(), w.Second(), w.Nanosecond(), loc)
+}
+
+// sameWallClock reports whether a's clock reads the date and time that w (a wall time written as
+// UTC) names.
+func sameWallClock(a, w time.Time) bool {
 	y1, m1, d1 := a.Date()
-	y2, m2, d2 := b.Date()
-	return y1 == y2 && m1 == m2 && d1 == d2 && a.Hour() == b.Hour() && a.Minute() == b.Minute() && a.Second() == b.Second()
+	y2, m2, d2 := w.Date()
+	return y1 == y2 && m1 == m2 && d1 == d2 && a.Hour() == w.Hour() && a.Minute() == w.Minute() &&
+		a.Second() == w.Second() && a.Nanosecond() == w.Nanosecond()
 }
 
 // zoneChange returns the first instant after a, up to b, whose UTC offset in loc is b's (the zone's
@@ -157,8 +196,8 @@ func fixedTime(expr string) bool {
 }
 
 // ParseCron validates a cron expression and IANA timezone ("" is UTC) and returns the schedule, or an
-// error matching ErrInvalidArgs that says what is wrong. Fixed offsets and abbreviations such as "EST"
-// are refused as zones: they do not follow daylight saving time.
+// error matching ErrInvalidArgs that says what is wrong. The timezone is checked first, as
+// CronLocation checks it. In the day-of-week field both 0 and 7 are Sunday.
 func ParseCron(expression, timezone string) (CronSchedule, error) {
 	expr := strings.TrimSpace(expression)
 	if expr == "" {
@@ -167,16 +206,9 @@ func ParseCron(expression, timezone string) (CronSchedule, error) {
 	if strings.HasPrefix(expr, "TZ=") || strings.HasPrefix(expr, "CRON_TZ=") {
 		return CronSchedule{}, invalidf("cron expression %q: give the zone as the timezone, not in the expression", expression)
 	}
-	loc := time.UTC
-	if timezone != "" && timezone != "UTC" {
-		if !strings.Contains(timezone, "/") {
-			return CronSchedule{}, invalidf("timezone %q: use an IANA zone name such as \"America/New_York\" or \"UTC\"", timezone)
-		}
-		l, err := time.LoadLocation(timezone)
-		if err != nil {
-			return CronSchedule{}, invalidf("timezone %q: not a known IANA zone", timezone)
-		}
-		loc = l
+	loc, err := CronLocation(timezone)
+	if err != nil {
+		return CronSchedule{}, err
 	}
 	if every, ok := strings.CutPrefix(expr, "@every "); ok {
 		if d, err := time.ParseDuration(strings.TrimSpace(every)); err == nil && d < time.Second {
@@ -186,7 +218,7 @@ func ParseCron(expression, timezone string) (CronSchedule, error) {
 			return CronSchedule{}, invalidf("cron expression %q: @every takes whole seconds", expression)
 		}
 	}
-	sched, err := cronParser.Parse(expr)
+	sched, err := cronParser.Parse(sundayAsSeven(expr))
 	if err != nil {
 		return CronSchedule{}, invalidf("cron expression %q: %v", expression, err)
 	}
@@ -197,6 +229,38 @@ func ParseCron(expression, timezone string) (CronSchedule, error) {
 		return CronSchedule{}, invalidf("cron expression %q: no occurrence in the next five years (a date that does not exist, such as February 30th?)", expression)
 	}
 	return cs, nil
+}
+
+// posixZone matches the IANA zones named by their POSIX rule, such as "EST5EDT": unlike "EST" they
+// follow daylight saving time.
+var posixZone = regexp.MustCompile(`^[A-Z]{3}[0-9]{1,2}[A-Z]{3}$`)
+
+// CronLocation validates a cron registration's timezone and returns its location: "" and "UTC" are
+// UTC, anything else must be an IANA zone that follows its region's clock. Fixed offsets
+// ("+05:00", "Etc/GMT+5") and abbreviations ("EST") are refused with an error matching
+// ErrInvalidArgs (OJS cron 5.1, CRON-14): they do not follow daylight saving time, so a schedule
+// in one runs an hour off for half the year. The Etc zones at offset zero are UTC by another name
+// and are accepted.
+func CronLocation(timezone string) (*time.Location, error) {
+	if timezone == "" || timezone == "UTC" {
+		return time.UTC, nil
+	}
+	// Names without a region ("EST", "CET", "GMT+5") are abbreviations or offsets, but for the
+	// POSIX-rule zones, which carry their daylight saving rule in the name.
+	if !strings.Contains(timezone, "/") && !posixZone.MatchString(timezone) {
+		return nil, invalidf("timezone %q: use an IANA zone name such as \"America/New_York\" or \"UTC\"", timezone)
+	}
+	loc, err := time.LoadLocation(timezone)
+	if err != nil {
+		return nil, invalidf("timezone %q: not a known IANA zone", timezone)
+	}
+	if strings.HasPrefix(timezone, "Etc/") {
+		// Etc/GMT+5 is a fixed offset written as a zone (and five hours west, not east).
+		if _, off := time.Date(2000, 1, 1, 0, 0, 0, 0, loc).Zone(); off != 0 {
+			return nil, invalidf("timezone %q: a fixed UTC offset; use the IANA zone of a place, such as \"America/New_York\"", timezone)
+		}
+	}
+	return loc, nil
 }
 
 // ValidCronName reports whether name is an acceptable cron registration name.
@@ -227,7 +291,8 @@ func (c *Client) cronStore() (store.CronStore, error) {
 }
 
 // CronRegister validates and stores a new periodic job. A registration with the same name gives an
-// error matching ErrDuplicate; to change one, delete it and register it again.
+// error matching ErrDuplicate; to change one, delete it and register it again: the new registration
+// takes over the job the old one left unfinished, so its overlap policy still applies to that job.
 func (c *Client) CronRegister(ctx context.Context, j CronJob) (*CronJob, error) {
 	cs, err := c.cronStore()
 	if err != nil {
@@ -277,16 +342,68 @@ func (c *Client) CronRegister(ctx context.Context, j CronJob) (*CronJob, error) 
 	if err != nil {
 		return nil, invalidf("cron %q: %v", j.Name, err)
 	}
+	prev, err := c.cronPreviousJob(ctx, j.Name)
+	if err != nil {
+		return nil, wrapOp(fmt.Sprintf("register cron %q", j.Name), err)
+	}
 	now := time.Now().UTC().Truncate(time.Microsecond)
 	s := &store.CronSchedule{
 		Name: j.Name, ID: uuidv7.New(), Expression: j.Expression, Timezone: j.Timezone,
 		OverlapPolicy: string(j.OverlapPolicy), Template: tb, Description: j.Description, Enabled: true,
-		CreatedAt: now, NextRunAt: sched.Next(now),
+		CreatedAt: now, NextRunAt: sched.Next(now), LastJobID: prev,
 	}
 	if err := cs.CronCreate(ctx, s); err != nil {
 		return nil, wrapOp(fmt.Sprintf("register cron %q", j.Name), err)
 	}
+	if prev != "" {
+		// The registration holds the job now. A note left behind is harmless: the next
+		// registration under the name would find the job finished, or take it over again.
+		if err := c.setCronPreviousJob(ctx, j.Name, ""); err != nil {
+			c.cfg.Logger.Warn("pronto: cron: clearing the previous registration's job failed", "cron", j.Name, "err", err)
+		}
+	}
 	return cronJobOf(s)
+}
+
+// cronPreviousJobKey is the SettingStore key under which CronDelete leaves the unfinished job of a
+// deleted registration, for the next registration under its name to take over. Overlap is a
+// matter of the name (OJS cron 6.3), and the leader checks it on each occurrence by the
+// registration's LastJobID alone: a note kept per name, read on register, costs the firing nothing.
+func cronPreviousJobKey(name string) string { return "cron.previous_job." + name }
+
+// cronPreviousJob returns the job a deleted registration under name left unfinished, or "".
+func (c *Client) cronPreviousJob(ctx context.Context, name string) (string, error) {
+	ss, ok := c.store.(store.SettingStore)
+	if !ok {
+		return "", nil
+	}
+	raw, err := ss.GetSetting(ctx, cronPreviousJobKey(name))
+	if err != nil || raw == nil {
+		return "", err
+	}
+	var v struct {
+		JobID string `json:"job_id"`
+	}
+	if err := json.Unmarshal(raw, &v); err != nil {
+		return "", nil // unreadable: nothing to take over
+	}
+	return v.JobID, nil
+}
+
+// setCronPreviousJob keeps id as the unfinished job of the registration under name ("" removes it).
+func (c *Client) setCronPreviousJob(ctx context.Context, name, id string) error {
+	ss, ok := c.store.(store.SettingStore)
+	if !ok {
+		return nil
+	}
+	if id == "" {
+		return ss.SetSetting(ctx, cronPreviousJobKey(name), nil)
+	}
+	raw, err := json.Marshal(map[string]string{"job_id": id})
+	if err != nil {
+		return err
+	}
+	return ss.SetSetting(ctx, cronPreviousJobKey(name), raw)
 }
 
 // CronGet returns a registration, or an error matching ErrNotFound.
@@ -324,7 +441,8 @@ func (c *Client) CronList(ctx context.Context) ([]*CronJob, error) {
 }
 
 // CronDelete removes a registration and returns it as it was, or gives an error matching ErrNotFound.
-// Jobs its occurrences already inserted are not affected.
+// Jobs its occurrences already inserted are not affected; if its latest job is unfinished, a
+// registration made again under the name takes it over (see CronRegister).
 func (c *Client) CronDelete(ctx context.Context, name string) (*CronJob, error) {
 	cs, err := c.cronStore()
 	if err != nil {
@@ -333,6 +451,19 @@ func (c *Client) CronDelete(ctx context.Context, name string) (*CronJob, error) 
 	s, err := cs.CronDelete(ctx, name)
 	if err != nil {
 		return nil, wrapOp(fmt.Sprintf("delete cron %q", name), err)
+	}
+	if s.LastJobID != "" {
+		// Only an unfinished job matters to the next registration's overlap policy; a finished one
+		// leaves no note behind. The registration is gone either way, so a failure here is logged,
+		// not returned: a caller retrying the delete would only be told it is not found.
+		j, err := c.store.GetJob(ctx, s.LastJobID)
+		if err == nil && !j.State.Terminal() {
+			err = c.setCronPreviousJob(ctx, name, j.ID)
+		}
+		if err != nil && !errors.Is(err, store.ErrNotFound) {
+			c.cfg.Logger.Warn("pronto: cron: keeping the deleted registration's unfinished job for the next one failed",
+				"cron", name, "job", s.LastJobID, "err", err)
+		}
 	}
 	return cronJobOf(s)
 }
@@ -557,7 +688,6 @@ func (c *Client) fireCron(ctx context.Context, cs store.CronStore, s *store.Cron
 	// At most one catch-up occurrence: the next one is computed from now, not from the missed one.
 	adv.Next = sched.Next(now)
 	jobID := cronJobID(s.ID, at)
-	fire := CronFire{Name: s.Name, Expression: s.Expression, ScheduledAt: at}
 
 	// This occurrence's job may exist already (a leader inserted it and stopped before advancing).
 	if _, err := c.store.GetJob(ctx, jobID); err == nil {
@@ -567,6 +697,21 @@ func (c *Client) fireCron(ctx context.Context, cs store.CronStore, s *store.Cron
 	} else if !errors.Is(err, store.ErrNotFound) {
 		return err
 	}
+
+	// After a time without a leader (or in maintenance mode) several occurrences may be past: the
+	// latest of them is the one that fires. The schedule is first moved to it, guarded as any
+	// advance, so that leaders whose clocks differ cannot fire two different ones: the one whose
+	// move applies fixes the occurrence, and every leader then fires that one, with its job id.
+	if latest := latestOccurrence(sched, at, now); latest.After(at) {
+		ok, err := cs.CronAdvance(ctx, store.CronAdvance{Name: s.Name, ID: s.ID, From: at, Next: latest, RunAt: s.LastRunAt})
+		if err != nil || !ok {
+			return err // !ok: another leader moved it, or it was deleted: the next tick reads it again
+		}
+		at = latest
+		adv.From, adv.RunAt = at, at
+		jobID = cronJobID(s.ID, at)
+	}
+	fire := CronFire{Name: s.Name, Expression: s.Expression, ScheduledAt: at}
 
 	// Still this occurrence's to fire? A leader that stalled since it read s (past its leadership)
 	// finds that another leader fired or skipped it, or that it was paused or deleted meanwhile, and
@@ -653,6 +798,35 @@ func (c *Client) fireCron(ctx context.Context, cs store.CronStore, s *store.Cron
 	return err
 }
 
+// latestOccurrence returns the latest occurrence of sched at or before now, from the occurrence
+// from (at or before now). It is a function of from and now alone: an "@every" schedule counts its
+// interval on from; any other lists the same times from any start, so the search may start late.
+func latestOccurrence(sched CronSchedule, from, now time.Time) time.Time {
+	if every, ok := sched.sched.(cron.ConstantDelaySchedule); ok {
+		if n := now.Sub(from) / every.Delay; n > 0 {
+			return from.Add(n * every.Delay)
+		}
+		return from
+	}
+	// Start at the first occurrence of the shortest window back from now (doubling) that holds
+	// one, rather than walk from an occurrence perhaps months old one second at a time: the walk
+	// below then covers at most the window's older half and the occurrences after it.
+	at := from
+	for w := time.Second; now.Add(-w).After(from); w *= 2 {
+		if n := sched.Next(now.Add(-w)); !n.IsZero() && !n.After(now) {
+			at = n
+			break
+		}
+	}
+	for {
+		n := sched.Next(at)
+		if n.IsZero() || n.After(now) {
+			return at
+		}
+		at = n
+	}
+}
+
 // cronJobID is the id of the job of the occurrence at of registration regID: a UUIDv7 whose time is
 // the occurrence's and whose other bits are a hash of both, so every leader computes the same one.
 func cronJobID(regID string, at time.Time) string {
@@ -666,4 +840,75 @@ func cronJobID(regID string, at time.Time) string {
 	b[6] = 0x70 | b[6]&0x0f
 	b[8] = 0x80 | b[8]&0x3f
 	return uuidv7.Format(b)
+}
+
+// dowNames are the day-of-week names the parser knows, by number.
+var dowNames = map[string]int{"sun": 0, "mon": 1, "tue": 2, "wed": 3, "thu": 4, "fri": 5, "sat": 6}
+
+// sundayAsSeven rewrites the day-of-week field of a 5- or 6-field expression so that 7 means
+// Sunday, as 0 does (OJS cron 3.1 and 3.4; Vixie cron): robfig's parser knows 0-6 only. A range or
+// value that reaches 7 ("7", "5-7", "1-7/2", "fri-7", and "fri-sun", which would otherwise run
+// backwards) becomes the list of its days; anything else, including what is not valid, is left for
+// the parser to accept or refuse.
+func sundayAsSeven(expr string) string {
+	f := strings.Fields(expr)
+	if len(f) != 5 && len(f) != 6 {
+		return expr
+	}
+	items := strings.Split(f[len(f)-1], ",")
+	changed := false
+	for i, item := range items {
+		if days, ok := expandSeven(item); ok {
+			items[i], changed = days, true
+		}
+	}
+	if !changed {
+		return expr
+	}
+	f[len(f)-1] = strings.Join(items, ",")
+	return strings.Join(f, " ")
+}
+
+// expandSeven returns one day-of-week list item that reaches 7 as the days it names, Sunday as 0.
+func expandSeven(item string) (string, bool) {
+	rng, stepText, stepped := strings.Cut(item, "/")
+	step := 1
+	if stepped {
+		n, err := strconv.Atoi(stepText)
+		if err != nil || n <= 0 {
+			return "", false
+		}
+		step = n
+	}
+	loText, hiText, isRange := strings.Cut(rng, "-")
+	day := func(s string, end bool) (int, bool) {
+		if n, ok := dowNames[strings.ToLower(s)]; ok {
+			if n == 0 && end {
+				n = 7 // "fri-sun": Sunday ends the week
+			}
+			return n, true
+		}
+		n, err := strconv.Atoi(s)
+		return n, err == nil && n >= 0 && n <= 7
+	}
+	lo, ok := day(loText, false)
+	if !ok {
+		return "", false
+	}
+	hi := lo
+	if isRange {
+		if hi, ok = day(hiText, true); !ok || hi < lo {
+			return "", false
+		}
+	} else if stepped {
+		return "", false // "7/2": no range for the step to walk; the parser refuses it
+	}
+	if hi != 7 {
+		return "", false
+	}
+	var days []string
+	for d := lo; d <= hi; d += step {
+		days = append(days, strconv.Itoa(d%7))
+	}
+	return strings.Join(days, ","), true
 }

@@ -70,6 +70,10 @@ func decodeCronTemplate(body []byte, now time.Time) (*pronto.CronJob, *enqueueRe
 			return nil, nil, unprocessable("enabled", "disabled registrations are not supported: delete the registration instead")
 		}
 	}
+	// The zone first, on its own, so that the error names the field that is wrong.
+	if _, err := pronto.CronLocation(c.Timezone); err != nil {
+		return nil, nil, invalid("timezone", "%s", trimPrefix(err.Error()))
+	}
 	if _, err := pronto.ParseCron(c.Expression, c.Timezone); err != nil {
 		return nil, nil, invalid("expression", "%s", trimPrefix(err.Error()))
 	}
@@ -123,8 +127,14 @@ func appendCron(b []byte, c *pronto.CronJob) []byte {
 		policy = pronto.CronSkip
 	}
 	b = appendStringField(b, "overlap_policy", string(policy))
-	b = appendBoolField(b, "enabled", true)
-	b = appendStringField(b, "status", "active")
+	// A registration paused through the Go API or the CLI is a disabled cron job to the binding
+	// (ojs-cron.md 2.1, 8.5): enabled false, and no next run (CRON-28) until it is resumed.
+	b = appendBoolField(b, "enabled", !c.Paused)
+	if c.Paused {
+		b = appendStringField(b, "status", "paused")
+	} else {
+		b = appendStringField(b, "status", "active")
+	}
 	if c.Description != "" {
 		b = appendStringField(b, "description", c.Description)
 	}
@@ -170,7 +180,11 @@ func appendCron(b []byte, c *pronto.CronJob) []byte {
 	b = append(b, template...)
 	b = append(b, '}')
 	b = appendTimeField(b, "created_at", c.CreatedAt)
-	b = appendTimeField(b, "next_run_at", c.NextRunAt)
+	if c.Paused {
+		b = append(appendKey(b, "next_run_at"), "null"...)
+	} else {
+		b = appendTimeField(b, "next_run_at", c.NextRunAt)
+	}
 	if !c.LastRunAt.IsZero() {
 		b = appendTimeField(b, "last_run_at", c.LastRunAt)
 	} else {
