@@ -336,7 +336,7 @@ func reservedViewKey(k string) bool {
 		"completed_at", "discarded_at", "cancelled_at", "visible_until", "retry_delay_ms", "error",
 		"errors", "result", "options", "timeout", "workflow_id", "depends_on", "workflow_callback",
 		"parent_results", "unique_key", "rate_limit_key", "deduplicated", "progress", "progress_data",
-		"progress_updated_at", "last_checkpoint":
+		"progress_updated_at", "last_checkpoint", "claim_token", "previous_state", "activated_at":
 		return true
 	}
 	return false

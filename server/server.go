@@ -294,7 +294,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if r.ContentLength > s.maxBody {
-		s.writeError(w, r, tooLarge(s.maxBody))
+		s.writeError(w, r, tooLargeSized(r.ContentLength, s.maxBody))
 		return
 	}
 	if r.Body != nil && r.Body != http.NoBody && r.ContentLength <= 0 {
@@ -310,6 +310,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rest, ok := strings.CutPrefix(path, "/ojs/v1/")
+	if ok {
+		if e := unsupportedVersion(r); e != nil {
+			s.writeError(w, r, e)
+			return
+		}
+	}
 	if !ok {
 		if h := s.extraHandler(path); h != nil {
 			h.ServeHTTP(w, r)
@@ -381,6 +387,36 @@ func (s *Server) authorized(r *http.Request) bool {
 func tooLarge(limit int64) *apiError {
 	e := errorf(http.StatusRequestEntityTooLarge, CodePayloadTooLarge, "request body exceeds the limit of %d bytes", limit)
 	e.details = map[string]any{"max_bytes": limit}
+	return e
+}
+
+// tooLargeSized is tooLarge for a body whose size is known (its Content-Length): the answer says it,
+// as ojs-json-format.md §8.1 asks.
+func tooLargeSized(size, limit int64) *apiError {
+	e := errorf(http.StatusRequestEntityTooLarge, CodePayloadTooLarge, "request body of %d bytes exceeds the limit of %d bytes", size, limit)
+	e.details = map[string]any{"max_bytes": limit, "actual_bytes": size}
+	return e
+}
+
+// unsupportedVersion refuses a request whose OJS-Version header asks for a version of the spec
+// other than 1.0 (ojs-http-binding.md §3.2: 422 unsupported). "1", "1.0" and the SemVer forms
+// 1.0.x that SDKs send are 1.0. The health, readiness and manifest endpoints answer any version:
+// they are how a client learns what the server speaks.
+func unsupportedVersion(r *http.Request) *apiError {
+	vs, ok := r.Header["Ojs-Version"]
+	if !ok {
+		return nil
+	}
+	v := ""
+	if len(vs) > 0 {
+		v = strings.TrimSpace(vs[0])
+	}
+	if v == "" || v == "1" || specVersion10(v) { // an empty header asks for nothing
+		return nil
+	}
+	e := errorf(http.StatusUnprocessableEntity, CodeUnsupported,
+		"OJS-Version %q is not supported: this server speaks OJS 1.0", v)
+	e.details = map[string]any{"requested_version": v, "supported_versions": []string{"1.0"}}
 	return e
 }
 
