@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -283,14 +284,58 @@ func queryList(q url.Values, name string) []string {
 	return out
 }
 
+// OJS handler response codes that end a job whatever its retry policy says (ojs-retry.md 7.2):
+// DISCARD and FAIL discard it, DEAD_LETTER moves it to the dead letter queue. RETRY, like no code,
+// leaves the policy to decide.
+const (
+	codeDiscard    = "DISCARD"
+	codeFail       = "FAIL"
+	codeDeadLetter = "DEAD_LETTER"
+)
+
+// endsJob reports whether a nack's error code ends the job at once.
+func endsJob(code string) bool {
+	return code == codeDiscard || code == codeFail || code == codeDeadLetter
+}
+
 // isDeadLetter reports whether a discarded job belongs in the dead-letter list: every discarded job
-// does, except those whose OJS retry policy asked on_exhaustion "discard".
+// does, except those whose OJS retry policy asked on_exhaustion "discard", unless the handler's
+// response code decided otherwise (handlerVerdict).
 func isDeadLetter(j *pronto.JobRow) bool {
 	if j.State != pronto.StateDiscarded {
 		return false
 	}
+	switch handlerVerdict(j) {
+	case codeDeadLetter:
+		return true
+	case codeDiscard, codeFail:
+		return false
+	}
 	ext := jobExt(j)
 	return ext == nil || ext.OnExhaustion != "discard"
+}
+
+// handlerVerdict returns the response code (DISCARD, FAIL or DEAD_LETTER) of the failure that
+// discarded j, or "". It is read from the error entry the nack stored, the error object the worker
+// sent, so that every store decides alike without a column of its own: only the last entry counts,
+// and only when it is of the job's current attempt and was not retryable, so that a job retried by
+// an operator since (its attempts reset) and discarded again otherwise is not judged by it.
+func handlerVerdict(j *pronto.JobRow) string {
+	n := len(j.Errors)
+	if n == 0 {
+		return ""
+	}
+	ae := &j.Errors[n-1]
+	if ae.Attempt != j.Attempt || ae.Retryable == nil || *ae.Retryable || len(ae.Details) == 0 || ae.Details[0] != '{' {
+		return ""
+	}
+	var sent struct {
+		Code string `json:"code"`
+	}
+	if json.Unmarshal(ae.Details, &sent) != nil || !endsJob(sent.Code) {
+		return ""
+	}
+	return sent.Code
 }
 
 // GET /ojs/v1/dead-letter

@@ -11,6 +11,7 @@ import (
 
 	"github.com/pronto-jobs/pronto"
 	"github.com/pronto-jobs/pronto/internal/jsoncheck"
+	"github.com/pronto-jobs/pronto/store"
 )
 
 // Job and worker endpoints.
@@ -721,7 +722,7 @@ func (s *Server) nack(w http.ResponseWriter, r *http.Request) {
 	res, err := s.client.RemoteNack(r.Context(), pronto.RemoteNackParams{
 		ID: req.jobID, WorkerID: req.workerID, ClaimToken: req.claimToken, Attempt: req.attempt,
 		Requeue:      req.requeue,
-		NonRetryable: req.retryable != nil && !*req.retryable,
+		NonRetryable: (req.retryable != nil && !*req.retryable) || endsJob(req.code),
 		Error:        pronto.AttemptError{Type: req.typ, Message: req.message, Details: req.errObj},
 		Job:          known,
 	})
@@ -762,6 +763,9 @@ type heartbeatRequest struct {
 	// numbers it sent, if any: the data of worker.heartbeat.
 	active               int
 	memoryMB, cpuPercent json.RawMessage
+	// reported is the state the worker says it is in when that is "quiet" or "terminate" (its
+	// directive from then on), else "".
+	reported string
 }
 
 func decodeHeartbeat(body []byte) (*heartbeatRequest, *apiError) {
@@ -824,6 +828,17 @@ func decodeHeartbeat(body []byte) (*heartbeatRequest, *apiError) {
 	if req.lease, e = visibilityTimeout(m); e != nil {
 		return nil, e
 	}
+	if v, ok := m.get("state"); ok && !isNull(v) {
+		st, e := wantString(v, "state")
+		if e != nil {
+			return nil, e
+		}
+		// "running" (or a state the protocol does not name) changes nothing: it cannot undo a
+		// directive the worker has not yet been answered.
+		if st == store.WorkerQuiet || st == store.WorkerTerminate {
+			req.reported = st
+		}
+	}
 	if v, ok := m.get("memory_mb"); ok && jsonKind(v) == "number" {
 		req.memoryMB = v
 	}
@@ -882,7 +897,11 @@ func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
-	switch s.touchWorker(ctx, req.workerID, nil) {
+	directive := s.touchWorker(ctx, req.workerID, nil)
+	if req.reported != "" {
+		directive = s.workerReported(ctx, req.workerID, req.reported, directive)
+	}
+	switch directive {
 	case "terminate":
 		state = "terminate"
 	case "quiet":

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -187,6 +188,108 @@ func TestRetryEnvelopeVisibilityTimeout(t *testing.T) {
 			if r.status != 400 || !strings.Contains(string(r.raw), `"visibility_timeout"`) {
 				t.Fatalf("visibility_timeout %s: %d %s, want 400 naming the field", bad, r.status, r.raw)
 			}
+		}
+	})
+}
+
+// retrySpecInDeadLetter reports whether job id is listed by GET /ojs/v1/dead-letter?queue=q.
+func retrySpecInDeadLetter(t *testing.T, h http.Handler, q, id string) bool {
+	t.Helper()
+	r := call(t, h, "GET", "/ojs/v1/dead-letter?queue="+q, nil)
+	if r.status != 200 {
+		t.Fatalf("dead-letter list: %d %s", r.status, r.raw)
+	}
+	for _, j := range r.body["jobs"].([]any) {
+		if j.(map[string]any)["id"] == id {
+			return true
+		}
+	}
+	return false
+}
+
+// TestRetryHandlerResponseCodes: ojs-retry.md 7.2 (RET-08): a handler error with code DISCARD is
+// discarded at once and not dead-lettered whatever on_exhaustion says; DEAD_LETTER goes to the dead
+// letter queue at once whatever on_exhaustion says; FAIL is discarded at once; RETRY follows the
+// policy. The error is stored as sent, and dead_letter.added agrees with the dead-letter listing.
+func TestRetryHandlerResponseCodes(t *testing.T) {
+	retrySpecEach(t, func(t *testing.T, h http.Handler) {
+		for _, c := range []struct {
+			code, onExhaustion string
+			deadLetter         bool
+		}{
+			{"DISCARD", "dead_letter", false},
+			{"DEAD_LETTER", "discard", true},
+			{"FAIL", "dead_letter", false},
+			{"RETRY", "dead_letter", false},
+		} {
+			q := "code-" + strings.ToLower(strings.ReplaceAll(c.code, "_", "-"))
+			id := retrySpecEnqueue(t, h, `{"type":"a.b","args":[],"options":{"queue":"`+q+`","retry":{"max_attempts":5,"on_exhaustion":"`+c.onExhaustion+`"}}}`)
+			j := retrySpecFetch(t, h, q, "w", "")
+			r := retrySpecNack(t, h, j, "w", `{"code":"`+c.code+`","type":"payment.card_stolen","message":"no"}`)
+			if c.code == "RETRY" {
+				if r.status != 200 || r.body["state"] != "retryable" {
+					t.Fatalf("nack with handler code RETRY on attempt 1 of 5: %d %s, want retryable", r.status, r.raw)
+				}
+				continue
+			}
+			if r.status != 200 || r.body["state"] != "discarded" {
+				t.Fatalf("nack with handler code %s on attempt 1 of 5: %d %s, want discarded at once", c.code, r.status, r.raw)
+			}
+			if got := retrySpecInDeadLetter(t, h, q, id); got != c.deadLetter {
+				t.Fatalf("handler code %s (on_exhaustion %s): in dead letter %v, want %v", c.code, c.onExhaustion, got, c.deadLetter)
+			}
+			job := call(t, h, "GET", "/ojs/v1/jobs/"+id, nil).body["job"].(map[string]any)
+			errs, _ := job["errors"].([]any)
+			if len(errs) != 1 {
+				t.Fatalf("handler code %s: errors %v", c.code, job["errors"])
+			}
+			if e := errs[0].(map[string]any); e["code"] != c.code || e["type"] != "payment.card_stolen" || e["retryable"] != false {
+				t.Fatalf("handler code %s: stored error %v, want code %s, type payment.card_stolen, not retryable", c.code, e, c.code)
+			}
+			// dead_letter.added follows job.discarded, from the same outcome, when the job is listed.
+			if c.deadLetter {
+				waitLogged(t, h.(*Server), id, "dead_letter.added")
+			} else if evs := loggedTypes(waitLogged(t, h.(*Server), id, "job.discarded")); slices.Contains(evs, "dead_letter.added") {
+				t.Fatalf("handler code %s: events %v: dead_letter.added for a job not in the dead letter queue", c.code, evs)
+			}
+		}
+	})
+}
+
+// TestRetryQuietWorkerFetchesNothing: ojs-graceful-shutdown.md 5.1: a worker entering the quiet phase
+// "MUST send a heartbeat with state: quiet to inform the backend", and "the backend MUST NOT assign
+// new jobs to a quiet worker": the quiet worker's next fetch is handed nothing, and the admin API
+// shows the state as the directive an operator's quiet would set. A reported terminate replaces it,
+// and neither steps back (ojs-worker-protocol.md 2.3) when a later heartbeat says otherwise.
+func TestRetryQuietWorkerFetchesNothing(t *testing.T) {
+	retrySpecEach(t, func(t *testing.T, h http.Handler) {
+		r := call(t, h, "POST", "/ojs/v1/workers/heartbeat", `{"worker_id":"wq","state":"quiet","active_jobs":0,"active_job_ids":[]}`)
+		if r.status != 200 || r.body["state"] != "quiet" {
+			t.Fatalf("heartbeat: %d %s, want the state quiet answered", r.status, r.raw)
+		}
+		retrySpecEnqueue(t, h, `{"type":"a.b","args":[],"options":{"queue":"quiet"}}`)
+		r = call(t, h, "POST", "/ojs/v1/workers/fetch", `{"queues":["quiet"],"worker_id":"wq"}`)
+		if r.status != 200 {
+			t.Fatalf("fetch: %d %s", r.status, r.raw)
+		}
+		if jobs := r.body["jobs"].([]any); len(jobs) != 0 {
+			w := call(t, h, "GET", "/ojs/v1/admin/workers", nil)
+			t.Fatalf("a worker that reported state quiet was assigned a job: %s (admin workers: %s)", r.raw, w.raw)
+		}
+		if w := call(t, h, "GET", "/ojs/v1/admin/workers/wq", nil); w.body["state"] != "quiet" || w.body["directive"] != "quiet" {
+			t.Fatalf("admin worker after a quiet heartbeat: %s", w.raw)
+		}
+		for _, c := range []struct{ reported, want string }{{"running", "quiet"}, {"terminate", "terminate"}, {"quiet", "terminate"}, {"running", "terminate"}} {
+			r := call(t, h, "POST", "/ojs/v1/workers/heartbeat", `{"worker_id":"wq","state":"`+c.reported+`","active_jobs":0,"active_job_ids":[]}`)
+			if r.status != 200 || r.body["state"] != c.want {
+				t.Fatalf("heartbeat reporting %s: %d %s, want %s", c.reported, r.status, r.raw, c.want)
+			}
+		}
+		if w := call(t, h, "GET", "/ojs/v1/admin/workers/wq", nil); w.body["state"] != "terminating" || w.body["directive"] != "terminate" {
+			t.Fatalf("admin worker after a terminate heartbeat: %s", w.raw)
+		}
+		if r := call(t, h, "POST", "/ojs/v1/workers/heartbeat", `{"worker_id":"wq","state":7,"active_jobs":0}`); r.status != 400 || !strings.Contains(string(r.raw), `"state"`) {
+			t.Fatalf("heartbeat with state 7: %d %s, want 400 naming state", r.status, r.raw)
 		}
 	})
 }

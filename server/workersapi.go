@@ -125,6 +125,35 @@ func (t *workerTracker) setDirective(id, directive string) {
 	t.seen[id] = prev
 }
 
+// workerReported records the state an OJS worker reported in a heartbeat, "quiet" or "terminate",
+// as its directive, the one an operator's quiet or terminate sets: its fetches get no new jobs from
+// then on (ojs-graceful-shutdown.md 5.1) and the admin API lists it so. current is the directive on
+// record; a worker never steps back from terminate (ojs-worker-protocol.md 2.3), so a reported quiet
+// leaves a terminate. It returns the directive in force. A store error is logged and the directive
+// is still kept in this server's cache, so that at least this server gives the worker no jobs.
+func (s *Server) workerReported(ctx context.Context, id, reported, current string) string {
+	if id == "" || current == reported || current == store.WorkerTerminate {
+		return current
+	}
+	ws, ok := s.workerStore()
+	if !ok {
+		return current
+	}
+	if reported == store.WorkerQuiet {
+		// current comes from this server's cache, up to WorkerTouchInterval behind a terminate given
+		// through another server: the record is read again rather than overwritten with a quiet.
+		if rec, err := ws.GetWorker(ctx, id); err == nil && rec.Directive != "" {
+			s.workers.setDirective(id, rec.Directive)
+			return rec.Directive
+		}
+	}
+	if err := ws.SetWorkerDirective(ctx, id, reported); err != nil {
+		s.log.Warn("pronto serve: recording the state a worker reported failed", "worker_id", id, "state", reported, "err", err)
+	}
+	s.workers.setDirective(id, reported)
+	return reported
+}
+
 // workerState is what the admin API calls a worker's state. Staleness comes first: a worker told
 // to terminate normally exits, and is then as stale (and deregistrable) as any unheard worker.
 func workerState(w *store.Worker, now time.Time, staleAfter time.Duration) string {
