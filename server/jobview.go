@@ -242,9 +242,13 @@ func appendJob(b []byte, j *pronto.JobRow) []byte {
 		}
 	}
 	b = appendTimeField(b, "created_at", j.CreatedAt)
+	// enqueued_at is when the job last entered the available state (ojs-core.md §5.3): its due time
+	// (a scheduled job's, a retry's, a snooze's), which a claim leaves as it is, or its creation.
+	// Queue wait is then started_at less enqueued_at, for every attempt. A job waiting to enter it
+	// (scheduled, retryable, pending) has none.
 	switch {
-	case j.State == pronto.StateScheduled || j.State == pronto.StatePending:
-	case j.Attempt == 0 && j.ScheduledAt.After(j.CreatedAt):
+	case j.State == pronto.StateScheduled || j.State == pronto.StatePending || j.State == pronto.StateRetryable:
+	case j.ScheduledAt.After(j.CreatedAt):
 		b = appendTimeField(b, "enqueued_at", j.ScheduledAt)
 	default:
 		b = appendTimeField(b, "enqueued_at", j.CreatedAt)
