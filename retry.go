@@ -42,7 +42,8 @@ type RetryPolicy struct {
 	Strategy BackoffStrategy
 	// NonRetryableErrors lists error types that discard the job at once: Go error types named as the
 	// error history names them ("package.Type" without the pointer star, such as "net.OpError", or
-	// "error" for errors.New and fmt.Errorf), or what an OJS worker reports.
+	// "error" for errors.New and fmt.Errorf), or what an OJS worker reports. An entry ending in ".*"
+	// or "*" matches by prefix ("net.*"), for Go and OJS workers alike (see MatchesErrorType).
 	NonRetryableErrors []string
 }
 
