@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"strings"
 	"time"
 )
 
@@ -12,10 +13,12 @@ import (
 //     the others their own weight (1 unless stored). A turn that finds the tenant without a
 //     claimable job ends its share of the round.
 //   - Limit: the RateLimit stored under TenantLimitKey(tenant) (the rate-limit machinery: SetRateLimit
-//     and friends) bounds the tenant's jobs claimed through fair turns, across every queue:
-//     MaxActive counts the tenant's active jobs in all queues, Rate its claims per window. A tenant
-//     at its limit is passed over (OnLimit is always wait for a tenant: its jobs stay available).
-//     Jobs of the tenant that also carry a RateKey keep that key's limit instead.
+//     and friends) bounds every job of the tenant a claim starts, across every queue: MaxActive
+//     counts the tenant's active jobs in all queues, Rate its claims per window. A tenant at its
+//     limit is passed over (OnLimit is always wait for a tenant: its jobs stay available). A job of
+//     the tenant that also carries a RateKey starts only when both limits have room, and counts
+//     against both. GetRateLimit and ListRateLimits report, for a tenant's limit key, the tenant's
+//     jobs (active, and waiting: available or due), not the jobs whose RateKey is that key.
 //   - Stats: per-tenant job counts by state, across queues.
 
 // DefaultTenantWeight is the weight of a tenant without a stored one.
@@ -25,7 +28,13 @@ const DefaultTenantWeight = 1
 const MaxTenantWeight = 1000
 
 // TenantLimitKey returns the rate key under which tenant's limit is stored.
-func TenantLimitKey(tenant string) string { return "tenant:" + tenant }
+func TenantLimitKey(tenant string) string { return tenantLimitPrefix + tenant }
+
+const tenantLimitPrefix = "tenant:"
+
+// TenantOfLimitKey returns the tenant whose limit key is key, and whether key is a tenant's limit key
+// (TenantLimitKey): such a key's use is the tenant's jobs.
+func TenantOfLimitKey(key string) (string, bool) { return strings.CutPrefix(key, tenantLimitPrefix) }
 
 // TenantInfo is what a store knows of one tenant: its stored weight and its jobs.
 type TenantInfo struct {

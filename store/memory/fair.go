@@ -12,7 +12,8 @@ import (
 // without a rate key are held by tenant, each tenant's jobs by kind in claim order, and the tenants
 // that have such jobs form a ring. A claim in a queue whose ring is not empty walks the ring from its
 // cursor, taking each tenant's best job in turn; the jobs without a tenant (and those with a rate
-// key, which keep their key's heaps) take one turn of the ring together, behind a sentinel. A queue
+// key, which keep their key's heaps, and their tenant's limit: see tenantAside) take one turn of the
+// ring together, behind a sentinel. A queue
 // that never held a tenant's job has no ring, and its claims run exactly as before.
 
 // tenantRing is a queue's ring of tenants with available jobs.
@@ -115,9 +116,10 @@ func (n *tenantNode) take(kinds []string, now time.Time) (*job, bool) {
 	}
 }
 
-// takeUntenanted pops the best claimable job of sel (the queue's jobs without a tenant), applying
-// rate limits as the plain claim does, or returns nil when it has none.
-func (s *Store) takeUntenanted(sel *selector, now time.Time, a *announcer) *job {
+// takeUntenanted pops the best claimable job of sel (the queue's jobs without a tenant, and those
+// with a rate key), applying rate and tenant limits as the plain claim does, or returns nil when it
+// has none.
+func (s *Store) takeUntenanted(sel *selector, now time.Time, a *announcer, aside *tenantAside) *job {
 	for {
 		bi, top := -1, (*entry)(nil)
 		if sel.ordered {
@@ -142,6 +144,14 @@ func (s *Store) takeUntenanted(sel *selector, now time.Time, a *announcer) *job 
 				}
 				continue
 			}
+			if j.Tenant != "" && s.tenantBlocked(j.Tenant, now) {
+				if aside.hold(j) {
+					sel.fix(bi)
+				} else {
+					sel.remove(bi)
+				}
+				continue
+			}
 		}
 		best.pop()
 		j.heap = nil
@@ -158,7 +168,7 @@ func (s *Store) takeUntenanted(sel *selector, now time.Time, a *announcer) *job 
 // a tenant's claim share does not depend on how many jobs it has waiting. A tenant at its limit
 // (store.TenantLimitKey) passes its turn. A turn costs O(kinds of the tenant); a walk meets only
 // tenants with available jobs.
-func (s *Store) claimFair(q *queue, p store.ClaimParams, sel *selector, now, lease time.Time, a *announcer, out []*store.Job) []*store.Job {
+func (s *Store) claimFair(q *queue, p store.ClaimParams, sel *selector, now, lease time.Time, a *announcer, aside *tenantAside, out []*store.Job) []*store.Job {
 	r := q.fair
 	idle := 0 // consecutive turns that found nothing; the ring has r.linked+1 participants
 	next := func(n *tenantNode) { r.cur, r.used = n.next, 0 }
@@ -166,7 +176,7 @@ func (s *Store) claimFair(q *queue, p store.ClaimParams, sel *selector, now, lea
 		n := r.cur
 		var j *job
 		if n == &r.head {
-			j = s.takeUntenanted(sel, now, a)
+			j = s.takeUntenanted(sel, now, a, aside)
 			next(n)
 		} else {
 			if s.tenantBlocked(n.name, now) {
@@ -193,11 +203,6 @@ func (s *Store) claimFair(q *queue, p store.ClaimParams, sel *selector, now, lea
 		}
 		idle = 0
 		out = append(out, s.activate(j, p.WorkerFor(len(out)), now, lease))
-		if j.Tenant != "" && j.rk == nil {
-			if rk := s.tenantLimit(j.Tenant); rk != nil {
-				rk.started(now)
-			}
-		}
 	}
 	return out
 }
@@ -216,5 +221,45 @@ func (s *Store) activate(j *job, worker string, now, lease time.Time) *store.Job
 	if j.rk != nil {
 		j.rk.started(now)
 	}
+	// The start counts in the window of the tenant's limit too, whatever path claimed the job (a
+	// key that is both, a rate key spelled like the tenant's limit key, counts it once).
+	if j.Tenant != "" {
+		if rk := s.tenantLimit(j.Tenant); rk != nil && rk != j.rk {
+			rk.started(now)
+		}
+	}
 	return j.export()
+}
+
+// tenantAside holds, for one claim, the jobs with a rate key taken off the top of their key's heap
+// because their tenant is at its limit: the heap's other jobs (other tenants', or none) stay
+// claimable behind them, and the claim puts them back before it returns. A tenant's limit always
+// waits, so nothing else happens to them.
+type tenantAside struct {
+	jobs []*job
+}
+
+// asideMax bounds the jobs one claim sets aside: behind more of them, the rest of their heap waits
+// for a later claim, as a key at its limit makes its heap wait.
+const asideMax = 1000
+
+// hold pops j, the top of its heap, into the set-aside jobs, or reports false, leaving j where it
+// is, when the claim has set aside asideMax jobs already.
+func (t *tenantAside) hold(j *job) bool {
+	if len(t.jobs) >= asideMax {
+		return false
+	}
+	j.heap.pop()
+	// j.heap stays: it names the heap j returns to, and only restore reads it (j is available, so no
+	// other path sees it before then).
+	t.jobs = append(t.jobs, j)
+	return true
+}
+
+// restore pushes the set-aside jobs back onto their heaps, as they were; s.mu must still be held.
+func (t *tenantAside) restore() {
+	for _, j := range t.jobs {
+		j.heap.push(j.entry(^int64(j.Priority), nanos(j.ScheduledAt)))
+	}
+	t.jobs = nil
 }

@@ -731,9 +731,10 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) ([]*store.Job, e
 	}
 	lease := now.Add(p.LeaseDuration)
 	a := announcer{now: now}
+	var aside tenantAside
 	out := make([]*store.Job, 0, min(p.Limit, int(q.counts[stateIndex(store.StateAvailable)])))
 	if fair {
-		out = s.claimFair(q, p, &sel, now, lease, &a, out)
+		out = s.claimFair(q, p, &sel, now, lease, &a, &aside, out)
 	}
 	for !fair && len(out) < p.Limit {
 		bi, top := -1, (*entry)(nil)
@@ -761,6 +762,14 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) ([]*store.Job, e
 				}
 				continue
 			}
+			if j.Tenant != "" && s.tenantBlocked(j.Tenant, now) {
+				if aside.hold(j) {
+					sel.fix(bi)
+				} else {
+					sel.remove(bi)
+				}
+				continue
+			}
 		}
 		best.pop()
 		j.heap = nil // its entry is gone, not stale
@@ -771,6 +780,7 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) ([]*store.Job, e
 		}
 		out = append(out, s.activate(j, p.WorkerFor(len(out)), now, lease))
 	}
+	aside.restore()
 	s.settle(now, &a)
 	s.mu.Unlock()
 	s.publish(a.ns)

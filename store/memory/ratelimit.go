@@ -175,7 +175,7 @@ func (s *Store) GetRateLimit(ctx context.Context, key string) (*store.RateLimitI
 		return nil, rateNotFound(key)
 	}
 	now := time.Now()
-	return rk.info(now, s.dueWaiting(now, key)), nil
+	return s.limitInfo(rk, now, s.dueWaiting(now, key)), nil
 }
 
 // ListRateLimits returns every stored limit with its use, in key order.
@@ -190,20 +190,27 @@ func (s *Store) ListRateLimits(ctx context.Context) ([]*store.RateLimitInfo, err
 	var out []*store.RateLimitInfo
 	for _, rk := range s.rates {
 		if rk.set {
-			out = append(out, rk.info(now, due))
+			out = append(out, s.limitInfo(rk, now, due))
 		}
 	}
 	slices.SortFunc(out, func(a, b *store.RateLimitInfo) int { return strings.Compare(a.Key, b.Key) })
 	return out, nil
 }
 
-// info reports rk's limit and use; due counts the due scheduled and retryable jobs per key.
-func (rk *rateKey) info(now time.Time, due map[string]int64) *store.RateLimitInfo {
-	out := &store.RateLimitInfo{
-		Key:     rk.name,
-		Limit:   rk.limit,
-		Active:  rk.counts[stateIndex(store.StateActive)],
-		Waiting: rk.counts[stateIndex(store.StateAvailable)] + due[rk.name],
+// limitInfo reports rk's limit and use; due counts the due scheduled and retryable jobs per key (see
+// dueWaiting); s.mu must be held. The use of a tenant's limit key is the tenant's jobs, whatever
+// their rate keys (the limit bounds them all): its counts, not those of the jobs naming the key.
+func (s *Store) limitInfo(rk *rateKey, now time.Time, due map[string]int64) *store.RateLimitInfo {
+	out := &store.RateLimitInfo{Key: rk.name, Limit: rk.limit}
+	if tenant, ok := store.TenantOfLimitKey(rk.name); ok {
+		if ts := s.tenants[tenant]; ts != nil {
+			out.Active = ts.counts[stateIndex(store.StateActive)]
+			out.Waiting = ts.counts[stateIndex(store.StateAvailable)]
+		}
+		out.Waiting += due[tenantDueKey(tenant)]
+	} else {
+		out.Active = rk.counts[stateIndex(store.StateActive)]
+		out.Waiting = rk.counts[stateIndex(store.StateAvailable)] + due[rk.name]
 	}
 	if rk.windowOpen(now) {
 		out.WindowStart, out.WindowCount = rk.windowStart, rk.windowCount
@@ -211,16 +218,28 @@ func (rk *rateKey) info(now time.Time, due map[string]int64) *store.RateLimitInf
 	return out
 }
 
-// dueWaiting counts, per rate key (only key when it is not empty), the scheduled and retryable jobs
-// that are due at now but not yet promoted; s.mu must be held. It visits only the due part of each
+// tenantDueKey is the entry of dueWaiting's map that counts a tenant's jobs: a newline, which no
+// stored key starts with, before the tenant, so that it never meets a rate key's entry.
+func tenantDueKey(tenant string) string { return "\n" + tenant }
+
+// dueWaiting counts, per rate key, and per tenant under tenantDueKey (only key's when key is not
+// empty: its jobs, or its tenant's for a tenant's limit key), the scheduled and retryable jobs that
+// are due at now but not yet promoted; s.mu must be held. It visits only the due part of each
 // queue's waiting heap.
 func (s *Store) dueWaiting(now time.Time, key string) map[string]int64 {
 	due := map[string]int64{}
+	tenant, byTenant := store.TenantOfLimitKey(key)
 	cut := nanos(now)
 	for _, q := range s.queues {
 		q.waiting.eachUpTo(cut, func(e *entry) {
-			if e.live() && e.j.RateKey != "" && (key == "" || e.j.RateKey == key) {
-				due[e.j.RateKey]++
+			if !e.live() {
+				return
+			}
+			if j := e.j; j.RateKey != "" && (key == "" || j.RateKey == key) {
+				due[j.RateKey]++
+			}
+			if j := e.j; j.Tenant != "" && (key == "" || (byTenant && j.Tenant == tenant)) {
+				due[tenantDueKey(j.Tenant)]++
 			}
 		})
 	}

@@ -89,7 +89,9 @@ var (
 
 // claimableTenant is true when queue $1 has claimable jobs with a tenant (and no rate key): the
 // plain claim then leaves the queue to claim_fair_pick. It probes jobs_tenant_claim_idx, which is
-// empty without tenants, so a queue without tenants pays one index page per claim.
+// empty without tenants, so a queue without tenants pays one index page per claim. Jobs with both a
+// tenant and a rate key are claimableKeyed's, asked first: claim_limited takes them, and enforces
+// their tenant's limit with their key's (migration 021).
 const claimableTenant = `EXISTS (SELECT 1 FROM {schema}.jobs
 		WHERE queue = $1 AND tenant IS NOT NULL AND rate_key IS NULL
 			AND state IN ('available', 'scheduled', 'retryable'))`
@@ -825,14 +827,23 @@ FROM (SELECT DISTINCT queue FROM {schema}.jobs
 	WHERE rate_key = $1 AND state IN ('available', 'scheduled', 'retryable')) q`
 
 // rateLimitCols reads a limit with its use: the window only while it is open, the active jobs and
-// the waiting ones (available, or scheduled/retryable and due) of every queue.
+// the waiting ones (available, or scheduled/retryable and due) of every queue. The use of a
+// tenant's limit key (store.TenantLimitKey) is the tenant's jobs, whatever their rate keys, since
+// its limit bounds them all (counted through jobs_tenant_state_idx); any other key's, the jobs
+// naming it.
 const rateLimitCols = `l.key, l.max_active, l.rate, l.period_us, l.on_limit,
 	CASE WHEN l.window_start + l.period_us * interval '1 microsecond' > now() THEN l.window_start END,
 	CASE WHEN l.window_start + l.period_us * interval '1 microsecond' > now() THEN l.window_count ELSE 0 END,
-	(SELECT count(*) FROM {schema}.jobs WHERE rate_key = l.key AND state = 'active'),
-	(SELECT count(*) FROM {schema}.jobs WHERE rate_key = l.key
+	CASE WHEN left(l.key, 7) = 'tenant:' THEN
+		(SELECT count(*) FROM {schema}.jobs WHERE tenant = substr(l.key, 8) AND state = 'active')
+	ELSE (SELECT count(*) FROM {schema}.jobs WHERE rate_key = l.key AND state = 'active') END,
+	CASE WHEN left(l.key, 7) = 'tenant:' THEN
+		(SELECT count(*) FROM {schema}.jobs WHERE tenant = substr(l.key, 8)
+			AND state IN ('available', 'scheduled', 'retryable')
+			AND (state = 'available' OR scheduled_at <= now()))
+	ELSE (SELECT count(*) FROM {schema}.jobs WHERE rate_key = l.key
 		AND state IN ('available', 'scheduled', 'retryable')
-		AND (state = 'available' OR scheduled_at <= now()))`
+		AND (state = 'available' OR scheduled_at <= now())) END`
 
 // Rate limit statements.
 const (

@@ -39,7 +39,8 @@ import (
 //
 // A tenant's limit (store.TenantLimitKey) is kept the same way. The claim is told which tenants have
 // a stored limit (limitedTenants), and a limited tenant's turn in the fair rotation takes one of its
-// permits per job, or stops the claim to ask for them; a job claimed under a tenant permit carries
+// permits per job, or stops the claim to ask for them; so does a job of a limited tenant with a rate
+// key, which takes a permit of both limits (permitKeys). A job claimed under a tenant permit carries
 // tlp, so that its outcome gives it back.
 //
 // What a cluster gives, against a single node (docs/redis.md, "Redis Cluster"): max_active and
@@ -141,17 +142,15 @@ func claimFlag(held map[string]*permits, tenants []string, limit int) (string, e
 	return "0" + string(b), nil
 }
 
-// permitKey returns the key whose permit job j took in a claim on a cluster: its rate key, else its
-// tenant's limit key (a tenant's turn takes one when the tenant is limited; a job with both a rate
-// key and a tenant is claimed by its rate key, outside the tenants' rotation).
-func permitKey(j *store.Job) string {
-	if j.RateKey != "" {
-		return j.RateKey
+// permitKeys returns the keys whose permits job j may have taken in a claim on a cluster: its rate
+// key, and its tenant's limit key (a job with both takes a permit of each when its tenant is
+// limited; a rate key spelled as the tenant's limit key is one limit, one permit). A key counts
+// only where the claim held permits of it (see claimCluster).
+func permitKeys(j *store.Job) (rate, tenant string) {
+	if j.Tenant != "" && store.TenantLimitKey(j.Tenant) != j.RateKey {
+		tenant = store.TenantLimitKey(j.Tenant)
 	}
-	if j.Tenant != "" {
-		return store.TenantLimitKey(j.Tenant)
-	}
-	return ""
+	return j.RateKey, tenant
 }
 
 // tenantLimitsEvery bounds how stale this store's list of the tenants with a stored limit may be:
@@ -197,6 +196,10 @@ func (s *Store) claimCluster(ctx context.Context, p store.ClaimParams) ([]*store
 	if err != nil {
 		return nil, fmt.Errorf("redis: claim from %s: tenant limits: %w", p.Queue, err)
 	}
+	limited := make(map[string]bool, len(tenants))
+	for _, tn := range tenants {
+		limited[tn] = true
+	}
 	held := map[string]*permits{}
 	var out []*store.Job
 	var failed error
@@ -224,10 +227,13 @@ func (s *Store) claimCluster(ctx context.Context, p store.ClaimParams) ([]*store
 		}
 		out = append(out, jobs...)
 		for _, j := range jobs {
-			if k := permitKey(j); k != "" && held[k] != nil {
-				pm := held[k]
-				pm.left--
-				pm.used = append(pm.used, micros(j.LeaseExpiresAt), ledgerEntry(j.ID, j.Attempt))
+			rk, tk := permitKeys(j)
+			for _, k := range [2]string{rk, tk} {
+				// A tenant's permit is taken only for a tenant the claim knows as limited.
+				if pm := held[k]; k != "" && pm != nil && (k == rk || limited[j.Tenant]) {
+					pm.left--
+					pm.used = append(pm.used, micros(j.LeaseExpiresAt), ledgerEntry(j.ID, j.Attempt))
+				}
 			}
 		}
 		p.Limit -= len(jobs)
@@ -560,7 +566,9 @@ func (s *Store) deleteLimitCluster(ctx context.Context, key string) (bool, error
 }
 
 // limitInfosCluster reads the limits of keys from their slots and sums their jobs' counts over
-// the registered queues (each queue keeps its own, see ratekeys in scripts.go).
+// the registered queues (each queue keeps its own, see ratekeys in scripts.go). A tenant's limit key
+// counts the tenant's jobs (each queue's B tc:<tenant>, see tenantkeys), as on a single node: its
+// active and available ones.
 func (s *Store) limitInfosCluster(ctx context.Context, keys []string) ([]*store.RateLimitInfo, error) {
 	qs, err := s.queues(ctx)
 	if err != nil {
@@ -573,7 +581,12 @@ func (s *Store) limitInfosCluster(ctx context.Context, keys []string) ([]*store.
 	err = s.pipelined(ctx, func(pl goredis.Pipeliner, run runScript) error {
 		for i, k := range keys {
 			lims[i] = run(scriptRateLimitInfo, []string{s.rateBase(k)})
+			tenant, byTenant := store.TenantOfLimitKey(k)
 			for _, q := range qs {
+				if byTenant {
+					per[i].n = append(per[i].n, pl.Do(ctx, "hmget", s.qkey(q)+"tc:"+tenant, "n:active", "n:available"))
+					continue
+				}
 				per[i].n = append(per[i].n, pl.Do(ctx, "hmget", s.qkey(q)+"rn:"+k, "n:active", "n:available"))
 				per[i].due = append(per[i].due, pl.Do(ctx, "zcount", s.qkey(q)+"rs:"+k, "-inf", now))
 			}
@@ -605,6 +618,9 @@ func (s *Store) limitInfosCluster(ctx context.Context, keys []string) ([]*store.
 			if v, err := per[i].n[j].Slice(); err == nil && len(v) == 2 {
 				info.Active += n(fmt.Sprint(v[0]))
 				info.Waiting += n(fmt.Sprint(v[1]))
+			}
+			if j >= len(per[i].due) {
+				continue // a tenant's limit key: no due count
 			}
 			if d, err := per[i].due[j].Int64(); err == nil {
 				info.Waiting += d

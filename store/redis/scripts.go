@@ -985,8 +985,9 @@ local function wants(k)
 end
 -- needpermits sets needed to {'\nneed', rate key, count, ...}: the rate keys of srcs (a Redis
 -- Cluster's claim) that have no permits in this claim, each with how many of its jobs the claim
--- could take (at most upto), for the caller to ask its limit for that many.
-local function needpermits(srcs, upto)
+-- could take (at most upto), for the caller to ask its limit for that many; with tk, also the limit
+-- key of the tenant of the job the claim stopped at, when it holds no permits of it either.
+local function needpermits(srcs, upto, tk)
   local count, order = {}, {}
   for _, sr in ipairs(srcs) do
     if sr.rk ~= '' and wants(sr.rk) then
@@ -994,19 +995,48 @@ local function needpermits(srcs, upto)
       count[sr.rk] = math.min(upto, count[sr.rk] + redis.call('ZCARD', sr.key))
     end
   end
+  if tk and not count[tk] and wants(tk) then
+    order[#order + 1] = tk
+    count[tk] = upto
+  end
   needed = {'\nneed'}
   for _, rk in ipairs(order) do
     needed[#needed + 1] = rk
     needed[#needed + 1] = s(count[rk])
   end
 end
+-- tenantheld reports whether tenant tn's limit holds back its job with rate key rk (a job with both
+-- starts only when both limits have room, and counts against both): on a single node, when the
+-- limit has no room at t; on a Redis Cluster, when the permits the caller took of it are used up.
+-- The second result is the permits to take one of (a cluster), the third true when the claim must
+-- stop to ask for them first (see needpermits). A rate key spelled as the tenant's limit key is one
+-- limit, judged as the key.
+-- tnheld remembers the tenants found held back on a single node: nothing frees room within a claim.
+local tnheld = {}
+local function tenantheld(tn, rk)
+  if not tn or tn == '' or 'tenant:' .. tn == rk then return false end
+  if global then
+    if not tnheld[tn] and tblocked(tn, t) then tnheld[tn] = true end
+    return tnheld[tn] == true
+  end
+  if not limitedt[tn] then return false end
+  local tk = 'tenant:' .. tn
+  if wants(tk) then return false, nil, true end
+  local tp = grants[tk]
+  return tp.n <= 0, tp
+end
 -- claimplain claims from the sources without a tenant until out holds upto jobs or they run dry.
+-- A job whose tenant's limit holds it back stays where it is, and the source's next jobs are read
+-- past it (sr.skip counts such jobs at the source's head), so that the key's jobs of other tenants
+-- are not stuck behind it; past asidemax of them the source waits for the next claim.
+local asidemax = 1000
 local function claimplain(upto)
 while #out < upto do
   local cands = {}
   for si, sr in ipairs(srcs) do
     if not sr.off then
-      for _, m in ipairs(redis.call('ZRANGE', sr.key, '0', s(upto - #out - 1))) do
+      local sk = sr.skip or 0
+      for _, m in ipairs(redis.call('ZRANGE', sr.key, s(sk), s(sk + upto - #out - 1))) do
         cands[#cands + 1] = {m, si}
       end
     end
@@ -1024,22 +1054,31 @@ while #out < upto do
       local f, a = jobof(id)
       local exp = num(f and f.expires)
       local blocked, until_, action = false, 0, ''
-      local g = nil
+      local g, tp, theld = nil, nil, false
       if f and sr.rk ~= '' and not (exp > 0 and exp <= t) then
+        local ask
         if global then
           blocked, until_, action = rlblocked(sr.rk, t)
         else
           g = grants[sr.rk]
           if wants(sr.rk) then
-            -- A Redis Cluster's claim holds no permit of this key (its limit is in another slot), or
-            -- has used those it asked for: it stops here, so that no job after this one is taken
-            -- before it, and names the keys it needs permits of (see needpermits); the caller takes
-            -- them and claims again.
-            needpermits(srcs, upto - #out)
-            break
+            ask = true
           elseif g.n <= 0 then
             blocked, until_, action = true, g.u, g.a
           end
+        end
+        if not blocked and not ask then theld, tp, ask = tenantheld(f.tenant, sr.rk) end
+        if ask then
+          local tk = nil
+          if not global and f.tenant and f.tenant ~= '' and limitedt[f.tenant] and 'tenant:' .. f.tenant ~= sr.rk then
+            tk = 'tenant:' .. f.tenant
+          end
+          -- A Redis Cluster's claim holds no permit of this key or of the job's tenant's limit
+          -- (each in its own slot), or has used those it asked for: it stops here, so that no job
+          -- after this one is taken before it, and names the keys it needs permits of (see
+          -- needpermits); the caller takes them and claims again.
+          needpermits(srcs, upto - #out, tk)
+          break
         end
       end
       if not f or (exp > 0 and exp <= t) then
@@ -1061,9 +1100,17 @@ while #out < upto do
         progress = true
       elseif blocked then
         sr.off = true
+      elseif theld then
+        -- Its tenant is at its limit, which always waits: the job stays available.
+        sr.skip = (sr.skip or 0) + 1
+        if sr.skip >= asidemax then sr.off = true end
+        progress = true
       else
         if g then g.n = g.n - 1 end
-        activate(id, sr.rk, f, nil, a)
+        activate(id, sr.rk, f, tp, a)
+        if global and f.tenant and f.tenant ~= '' and 'tenant:' .. f.tenant ~= sr.rk then
+          rlstarted('tenant:' .. f.tenant, t)
+        end
         progress = true
       end
     end
@@ -1527,7 +1574,10 @@ return 1
 `)
 
 // scriptLimitInfo returns, for each rate key ARGV, {set, max, rate, period, onlimit, ws, wc,
-// active, available, due scheduled or retryable} read at one instant.
+// active, available, due scheduled or retryable} read at one instant. A tenant's limit key counts the
+// tenant's jobs across queues (<prefix>tc:<tenant>), whatever their rate keys, since its limit bounds
+// them all: its active and available jobs (no index holds a tenant's scheduled jobs by due time, so
+// those count once promoted, by the next claim of their queue or the maintenance pass).
 var scriptLimitInfo = newFunc("LimitInfo", `
 local t = now()
 local out = {}
@@ -1535,8 +1585,14 @@ for i, rk in ipairs(ARGV) do
   local f = redis.call('HMGET', rl(rk), 'set', 'max', 'rate', 'period', 'onlimit', 'ws', 'wc', 'n:active', 'n:available')
   local per = num(f[4])
   if not (num(f[6]) > 0 and t < num(f[6]) + per) then f[6], f[7] = '0', '0' end
+  local tn = string.match(rk, '^tenant:(.*)$')
+  if tn then
+    local c = redis.call('HMGET', G .. 'tc:' .. tn, 'n:active', 'n:available')
+    f[8], f[9], f[10] = c[1] or '0', c[2] or '0', '0'
+  else
+    f[10] = tostring(redis.call('ZCOUNT', G .. 'rs:' .. rk, '-inf', s(t)))
+  end
   for x = 1, 9 do if not f[x] then f[x] = '' end end
-  f[10] = tostring(redis.call('ZCOUNT', G .. 'rs:' .. rk, '-inf', s(t)))
   out[i] = f
 end
 return out

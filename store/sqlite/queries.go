@@ -474,13 +474,21 @@ const upsertRateLimitSQL = `INSERT INTO pronto_rate_limits (key, max_active, rat
 		period_us = excluded.period_us, on_limit = excluded.on_limit, updated_at = excluded.updated_at`
 
 // rateLimitInfoSQL selects limits with their use: the key's active jobs, and its waiting jobs
-// (available, or scheduled/retryable and due at ?1).
+// (available, or scheduled/retryable and due at ?1). A tenant's limit key (store.TenantLimitKey)
+// counts the tenant's jobs, whatever their rate keys, since its limit bounds them all (through
+// pronto_jobs_tenant_state); any other key, the jobs naming it.
 const rateLimitInfoSQL = `SELECT l.key, l.max_active, l.rate, l.period_us, l.on_limit, l.window_start,
 		l.window_count,
-		(SELECT count(*) FROM pronto_jobs AS j WHERE j.rate_key = l.key AND j.state = 'active'),
-		(SELECT count(*) FROM pronto_jobs AS j WHERE j.rate_key = l.key
+		CASE WHEN substr(l.key, 1, 7) = 'tenant:' THEN
+			(SELECT count(*) FROM pronto_jobs AS j WHERE j.tenant = substr(l.key, 8) AND j.state = 'active')
+		ELSE (SELECT count(*) FROM pronto_jobs AS j WHERE j.rate_key = l.key AND j.state = 'active') END,
+		CASE WHEN substr(l.key, 1, 7) = 'tenant:' THEN
+			(SELECT count(*) FROM pronto_jobs AS j WHERE j.tenant = substr(l.key, 8)
+				AND j.state IN ('available', 'scheduled', 'retryable')
+				AND (j.state = 'available' OR j.scheduled_at <= ?1))
+		ELSE (SELECT count(*) FROM pronto_jobs AS j WHERE j.rate_key = l.key
 			AND j.state IN ('available', 'scheduled', 'retryable')
-			AND (j.state = 'available' OR j.scheduled_at <= ?1))
+			AND (j.state = 'available' OR j.scheduled_at <= ?1)) END
 	FROM pronto_rate_limits AS l`
 
 // getRateLimitSQL: ?1 now, ?2 key.
@@ -526,13 +534,15 @@ const rateLimitStateSQL = `SELECT max_active, rate, period_us, on_limit, window_
 
 // claimCandidatesSQL returns one page of a limited claim's candidates in claim order, after the
 // cursor (?5 priority, ?6 scheduled_at, ?7 id; ?5 NULL for the first page), leaving out the keys in the
-// JSON array ?3 (exhausted keys whose jobs wait), at most ?2 rows. ?1 now, ?4 queue, ?8... kinds.
+// JSON array ?3 (exhausted keys whose jobs wait) and the tenants in the JSON array ?8 (tenants at
+// their limit), at most ?2 rows. ?1 now, ?4 queue, ?9... kinds.
 func claimCandidatesSQL(nKinds int) string {
-	return `SELECT rowid, rate_key, priority, scheduled_at, id FROM pronto_jobs
+	return `SELECT rowid, rate_key, tenant, priority, scheduled_at, id FROM pronto_jobs
 	WHERE ` + claimableSQL + `
-	  ` + kindsFilter(nKinds, 8) + `
+	  ` + kindsFilter(nKinds, 9) + `
 	  AND (?5 IS NULL OR priority < ?5 OR (priority = ?5 AND (scheduled_at > ?6 OR (scheduled_at = ?6 AND id > ?7))))
 	  AND (rate_key IS NULL OR rate_key NOT IN (SELECT value FROM json_each(?3)))
+	  AND (tenant IS NULL OR tenant NOT IN (SELECT value FROM json_each(?8)))
 	ORDER BY priority DESC, scheduled_at, id
 	LIMIT ?2`
 }
@@ -573,7 +583,7 @@ const heldKeysSQL = `WITH RECURSIVE k(key) AS (
 // heldCandidatesSQL returns up to ?3 claimable held jobs of key ?2 in queue ?4, in claim order. ?1
 // now, ?5... kinds.
 func heldCandidatesSQL(nKinds int) string {
-	return `SELECT rowid, rate_key, priority, scheduled_at, id FROM pronto_jobs
+	return `SELECT rowid, rate_key, tenant, priority, scheduled_at, id FROM pronto_jobs
 	WHERE queue = ?4 AND rate_key = ?2 AND held IS NOT NULL AND state IN ('available', 'scheduled', 'retryable')
 	  AND (state = 'available' OR scheduled_at <= ?1)
 	  AND (expires_at IS NULL OR expires_at > ?1)

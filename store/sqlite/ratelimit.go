@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"math"
@@ -291,6 +292,7 @@ func (k *keyLimit) retryAt(nowUS int64) int64 {
 type candidate struct {
 	rowid       int64
 	rateKey     sql.NullString
+	tenant      sql.NullString
 	priority    int64
 	scheduledAt int64
 	id          string
@@ -300,10 +302,15 @@ type candidate struct {
 // exhausted keys it passed over.
 type limitedClaim struct {
 	keys       map[string]*keyLimit // nil value: the key has no stored limit
+	tenants    map[string]*keyLimit // the limits of the candidates' tenants; nil value: none stored
 	take       []int64              // rowids
 	reschedule [][2]int64           // [rowid, due]
 	drop       []int64              // rowids
 	waiting    []string             // exhausted keys whose jobs wait: left out of the next pages, then held
+	// tenantsWaiting are the tenants at their limit: their jobs wait (a tenant's limit always does),
+	// left out of the next pages. Unlike a key's, they are not held: a tenant's jobs spread over
+	// rate keys and queues, and its limit is not a key of theirs that a changed limit could release.
+	tenantsWaiting []string
 }
 
 // limitedClaimFirstPage is how many candidates beyond its limit a limited claim reads first; every
@@ -315,10 +322,12 @@ const limitedClaimFirstPage = 32
 const holdBatch = 10_000
 
 // claimLimited claims up to p.Limit jobs in one write transaction, enforcing the rate limits of the
-// jobs' keys. It walks the claimable jobs in claim order, takes each one whose key has room (or has
-// no limit), and passes over the jobs of exhausted keys, applying their limit's OnLimit: wait leaves
-// them as they are, and the key is left out of the rest of the walk; reschedule schedules them at the
-// window's end; drop discards them with a rate_limited error. It stops once it has p.Limit jobs.
+// jobs' keys and their tenants' limits. It walks the claimable jobs in claim order, takes each one
+// whose key has room (or has no limit) and whose tenant has room (or has no limit), and passes over
+// the jobs of exhausted keys, applying their limit's OnLimit: wait leaves them as they are, and the
+// key is left out of the rest of the walk; reschedule schedules them at the window's end; drop
+// discards them with a rate_limited error. A tenant at its limit is left out of the rest of the walk
+// (its limit always waits). It stops once it has p.Limit jobs.
 //
 // A waiting key's claimable jobs in the queue are then held: moved out of the claim index, invisible
 // otherwise, so that later claims do not walk past them again (a backlog of thousands behind a full
@@ -330,14 +339,14 @@ const holdBatch = 10_000
 func (s *Store) claimLimited(ctx context.Context, p store.ClaimParams) ([]*store.Job, error) {
 	candSQL, heldSQL := claimCandidatesSQL(len(p.Kinds)), heldCandidatesSQL(len(p.Kinds))
 	r, err := s.begin(ctx, append([]string{candSQL, heldSQL, heldKeysSQL, rateLimitStateSQL, claimRowsSQL,
-		setWindowSQL, holdKeySQL, rescheduleRowsSQL, dropRowsSQL}, settleQueries...)...)
+		setWindowSQL, holdKeySQL, rescheduleRowsSQL, dropRowsSQL, fairLimitSQL, fairActiveSQL}, settleQueries...)...)
 	if err != nil {
 		return nil, err
 	}
 	defer r.tx.Rollback() //nolint:errcheck // after Commit it is a no-op
 	nowUS, now := s.nowMicro()
 
-	plan := limitedClaim{keys: map[string]*keyLimit{}}
+	plan := limitedClaim{keys: map[string]*keyLimit{}, tenants: map[string]*keyLimit{}}
 	held, err := plan.heldCandidates(ctx, r, heldSQL, p, nowUS)
 	if err != nil {
 		return nil, err
@@ -345,7 +354,7 @@ func (s *Store) claimLimited(ctx context.Context, p store.ClaimParams) ([]*store
 	pageSize := p.Limit + limitedClaimFirstPage
 	var cursor *candidate
 	for len(plan.take) < p.Limit {
-		page, err := claimCandidates(ctx, r, candSQL, p, nowUS, pageSize, plan.waiting, cursor)
+		page, err := claimCandidates(ctx, r, candSQL, p, nowUS, pageSize, plan.waiting, plan.tenantsWaiting, cursor)
 		if err != nil {
 			return nil, err
 		}
@@ -455,20 +464,22 @@ func (c *limitedClaim) heldCandidates(ctx context.Context, r txRunner, query str
 }
 
 // claimCandidates reads one page of a limited claim's candidates, after cursor (nil: from the start),
-// leaving out the jobs of the keys in waiting.
-func claimCandidates(ctx context.Context, r txRunner, query string, p store.ClaimParams, nowUS int64, size int, waiting []string, cursor *candidate) ([]candidate, error) {
-	left, err := json.Marshal(waiting)
+// leaving out the jobs of the keys in waiting and of the tenants in tenantsWaiting.
+func claimCandidates(ctx context.Context, r txRunner, query string, p store.ClaimParams, nowUS int64, size int, waiting, tenantsWaiting []string, cursor *candidate) ([]candidate, error) {
+	left, err := jsonList(waiting)
 	if err != nil {
 		return nil, err
 	}
-	if waiting == nil {
-		left = []byte("[]")
+	leftTenants, err := jsonList(tenantsWaiting)
+	if err != nil {
+		return nil, err
 	}
-	args := make([]any, 7, 7+len(p.Kinds))
-	args[0], args[1], args[2], args[3] = nowUS, int64(size), string(left), p.Queue
+	args := make([]any, 8, 8+len(p.Kinds))
+	args[0], args[1], args[2], args[3] = nowUS, int64(size), left, p.Queue
 	if cursor != nil {
 		args[4], args[5], args[6] = cursor.priority, cursor.scheduledAt, cursor.id
 	}
+	args[7] = leftTenants
 	for _, k := range p.Kinds {
 		args = append(args, k)
 	}
@@ -479,6 +490,15 @@ func claimCandidates(ctx context.Context, r txRunner, query string, p store.Clai
 	return page, nil
 }
 
+// jsonList is names as a JSON array, [] for none.
+func jsonList(names []string) (string, error) {
+	if names == nil {
+		return "[]", nil
+	}
+	b, err := json.Marshal(names)
+	return string(b), err
+}
+
 // readCandidates reads the rows of a candidates query and closes them.
 func readCandidates(rows *sql.Rows, err error) ([]candidate, error) {
 	if err != nil {
@@ -487,7 +507,7 @@ func readCandidates(rows *sql.Rows, err error) ([]candidate, error) {
 	var page []candidate
 	for rows.Next() {
 		var c candidate
-		if err := rows.Scan(&c.rowid, &c.rateKey, &c.priority, &c.scheduledAt, &c.id); err != nil {
+		if err := rows.Scan(&c.rowid, &c.rateKey, &c.tenant, &c.priority, &c.scheduledAt, &c.id); err != nil {
 			rows.Close()
 			return nil, err
 		}
@@ -499,24 +519,41 @@ func readCandidates(rows *sql.Rows, err error) ([]candidate, error) {
 	return page, nil
 }
 
-// consider decides one candidate: take it, or pass it over as its key's OnLimit says.
+// consider decides one candidate: take it when its key's limit and its tenant's both have room (a
+// start counts against both), pass it over as its key's OnLimit says when the key has none, and
+// leave it waiting when its tenant has none.
 func (c *limitedClaim) consider(ctx context.Context, r txRunner, cand *candidate, nowUS int64) error {
-	if !cand.rateKey.Valid {
-		c.take = append(c.take, cand.rowid)
-		return nil
-	}
+	var k *keyLimit
 	key := cand.rateKey.String
-	k, known := c.keys[key]
-	if !known {
-		var err error
-		if k, err = loadKeyLimit(ctx, r, key); err != nil {
-			return err
+	if cand.rateKey.Valid {
+		var known bool
+		if k, known = c.keys[key]; !known {
+			var err error
+			if k, err = loadKeyLimit(ctx, r, key); err != nil {
+				return err
+			}
+			c.keys[key] = k
 		}
-		c.keys[key] = k
 	}
 	if k == nil || k.room(nowUS) > 0 {
+		var tl *keyLimit
+		if tenant := cand.tenant.String; cand.tenant.Valid && !(cand.rateKey.Valid && key == store.TenantLimitKey(tenant)) {
+			var err error
+			if tl, err = c.tenantLimit(ctx, r, tenant); err != nil {
+				return err
+			}
+			if tl != nil && tl.room(nowUS) <= 0 {
+				if !slices.Contains(c.tenantsWaiting, tenant) {
+					c.tenantsWaiting = append(c.tenantsWaiting, tenant)
+				}
+				return nil
+			}
+		}
 		if k != nil {
 			k.take(nowUS)
+		}
+		if tl != nil {
+			tl.take(nowUS)
 		}
 		c.take = append(c.take, cand.rowid)
 		return nil
@@ -532,6 +569,28 @@ func (c *limitedClaim) consider(ctx context.Context, r txRunner, cand *candidate
 		}
 	}
 	return nil
+}
+
+// tenantLimit returns the limit stored under tenant's limit key with the tenant's active jobs across
+// queues, read once per claim, or nil when none bounds anything.
+func (c *limitedClaim) tenantLimit(ctx context.Context, r txRunner, tenant string) (*keyLimit, error) {
+	if k, known := c.tenants[tenant]; known {
+		return k, nil
+	}
+	k := &keyLimit{}
+	err := r.QueryRowContext(ctx, fairLimitSQL, store.TenantLimitKey(tenant)).Scan(&k.maxActive, &k.rate,
+		&k.periodUS, &k.windowStart, &k.windowCount)
+	if errors.Is(err, sql.ErrNoRows) {
+		k = nil
+	} else if err != nil {
+		return nil, fmt.Errorf("read the limit of tenant %s: %w", tenant, err)
+	} else if k.maxActive > 0 {
+		if err := r.QueryRowContext(ctx, fairActiveSQL, tenant).Scan(&k.active); err != nil {
+			return nil, fmt.Errorf("count the active jobs of tenant %s: %w", tenant, err)
+		}
+	}
+	c.tenants[tenant] = k
+	return k, nil
 }
 
 // loadKeyLimit reads key's limit and active count, or nil when no limit is stored under key.
@@ -585,6 +644,14 @@ func (c *limitedClaim) apply(ctx context.Context, r txRunner, p store.ClaimParam
 		}
 		if _, err := r.ExecContext(ctx, setWindowSQL, key, k.windowStart.Int64, k.windowCount); err != nil {
 			return nil, fmt.Errorf("record rate window of %s: %w", key, err)
+		}
+	}
+	for tenant, k := range c.tenants {
+		if k == nil || !k.windowMoved {
+			continue
+		}
+		if _, err := r.ExecContext(ctx, setWindowSQL, store.TenantLimitKey(tenant), k.windowStart.Int64, k.windowCount); err != nil {
+			return nil, fmt.Errorf("record rate window of tenant %s: %w", tenant, err)
 		}
 	}
 	if len(c.reschedule) > 0 {

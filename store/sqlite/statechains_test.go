@@ -185,7 +185,7 @@ func TestClaimIndexPlans(t *testing.T) {
 		}
 		text := plan(claimQuery(n), append([]any{1, 2, "w", "q", 10}, kinds...)...)
 		require.Contains(t, text, "USING INDEX pronto_jobs_claim (queue=?)", text)
-		text = plan(claimCandidatesSQL(n), append([]any{1, 10, "[]", "q", nil, nil, nil}, kinds...)...)
+		text = plan(claimCandidatesSQL(n), append([]any{1, 10, "[]", "q", nil, nil, nil, "[]"}, kinds...)...)
 		require.Contains(t, text, "USING INDEX pronto_jobs_claim (queue=?)", text)
 		text = plan(newFairSQL(n).untenanted, append([]any{1, "q", nil}, append(kinds, 10)...)...)
 		require.Contains(t, text, "USING INDEX pronto_jobs_claim (queue=?)", text)

@@ -182,6 +182,8 @@ var tests = []testCase{
 	{"RateLimitInfo", single(testRateLimitInfo)},
 	{"RateLimitConcurrentClaims", testRateLimitConcurrent},
 	{"RateLimitTenant", single(testRateLimitTenant)},
+	{"RateLimitTenantWithRateKey", single(testRateLimitTenantWithRateKey)},
+	{"RateLimitTenantInfo", single(testRateLimitTenantInfo)},
 
 	{"WorkflowRoundTrip", single(testWorkflowRoundTrip)},
 	{"WorkflowChain", single(testWorkflowChain)},
