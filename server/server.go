@@ -103,7 +103,11 @@ type Server struct {
 	fetched     *fetchedJobs
 	unsubscribe func()
 	eventsDone  chan struct{}
-	closeOnce   sync.Once
+	// workflowQueue feeds runWorkflowEvents the step outcomes whose workflow events need a store
+	// read (workflowevents.go); workflowDone is closed when it returns.
+	workflowQueue chan *pronto.Event
+	workflowDone  chan struct{}
+	closeOnce     sync.Once
 
 	draining atomic.Bool
 
@@ -133,20 +137,22 @@ func New(cfg Config) (*Server, error) {
 		return nil, errors.New("server: Config.Client is nil")
 	}
 	s := &Server{
-		client:     cfg.Client,
-		store:      cfg.Client.Store(),
-		maxBody:    cfg.MaxBodyBytes,
-		maxBatch:   cfg.MaxBatch,
-		backend:    cfg.Backend,
-		testMode:   cfg.TestMode,
-		log:        cfg.Logger,
-		started:    time.Now(),
-		source:     "ojs://pronto/api",
-		events:     newEventLog(cfg.EventBuffer),
-		fetched:    newFetchedJobs(100000),
-		workers:    workerTracker{staleAfter: cfg.WorkerStaleAfter},
-		eventsDone: make(chan struct{}),
-		handlers:   cfg.Handlers,
+		client:        cfg.Client,
+		store:         cfg.Client.Store(),
+		maxBody:       cfg.MaxBodyBytes,
+		maxBatch:      cfg.MaxBatch,
+		backend:       cfg.Backend,
+		testMode:      cfg.TestMode,
+		log:           cfg.Logger,
+		started:       time.Now(),
+		source:        "ojs://pronto/api",
+		events:        newEventLog(cfg.EventBuffer),
+		fetched:       newFetchedJobs(100000),
+		workers:       workerTracker{staleAfter: cfg.WorkerStaleAfter},
+		eventsDone:    make(chan struct{}),
+		handlers:      cfg.Handlers,
+		workflowQueue: make(chan *pronto.Event, workflowQueueSize),
+		workflowDone:  make(chan struct{}),
 	}
 	s.requireTenant = cfg.RequireTenant
 	s.schemas = newSchemaRegistry(s.store)
@@ -181,6 +187,7 @@ func New(cfg Config) (*Server, error) {
 		pronto.EventProgressCompleted, pronto.EventDeadLetterPruned,
 		pronto.EventTenantThrottled, pronto.EventTenantThrottleReleased, pronto.EventTenantCreated)
 	s.unsubscribe = unsub
+	go s.runWorkflowEvents()
 	go s.consumeClientEvents(ch)
 	return s, nil
 }
@@ -200,6 +207,8 @@ func (s *Server) Close() error {
 		s.streams.stop()
 		s.unsubscribe()
 		<-s.eventsDone
+		close(s.workflowQueue) // the consumer, its only sender, has returned
+		<-s.workflowDone
 	})
 	return nil
 }

@@ -159,15 +159,40 @@ func (s *Server) workflowStarts(ctx context.Context, jobs []*pronto.JobRow) {
 	}
 }
 
-// workflowJobEvent records the workflow events that a step's outcome, reported by the client, brings:
+// workflowQueueSize bounds the step outcomes waiting for their workflow events. The queue keeps
+// the workflow reads off the goroutine that consumes the client's events: a slow read held every
+// other job's events back until the client's subscription overflowed and dropped them.
+const workflowQueueSize = 10000
+
+// workflowJobEvent hands a step's outcome to the goroutine that records its workflow events
+// (runWorkflowEvents), without waiting. With that goroutine this far behind, the outcome's workflow
+// events are dropped (logged), never the job events of other jobs.
+func (s *Server) workflowJobEvent(ev *pronto.Event) {
+	if !isStep(ev.Job) {
+		return
+	}
+	select {
+	case s.workflowQueue <- ev:
+	default:
+		s.log.Warn("pronto serve: workflow events dropped: their store reads are too slow", "workflow_id", ev.Job.WorkflowID, "job_id", ev.Job.ID)
+	}
+}
+
+// runWorkflowEvents records the workflow events of the step outcomes queued by workflowJobEvent,
+// in order, until the queue is closed (Close).
+func (s *Server) runWorkflowEvents() {
+	defer close(s.workflowDone)
+	for ev := range s.workflowQueue {
+		s.recordWorkflowJobEvent(ev)
+	}
+}
+
+// recordWorkflowJobEvent records the workflow events that a step's outcome, reported by the client, brings:
 // workflow.started (when the window has not seen the workflow begin: a step run by a Go worker, whose
 // start the server does not follow, as that would cost every job), workflow.step_completed, and
 // workflow.completed or workflow.failed. It is called after the step's own job events.
-func (s *Server) workflowJobEvent(ev *pronto.Event) {
+func (s *Server) recordWorkflowJobEvent(ev *pronto.Event) {
 	j := ev.Job
-	if !isStep(j) {
-		return
-	}
 	begun := j.Attempt > 0 // the step ran (an expired or cancelled-before-start step did not)
 	rec := s.events.workflows.get(j.WorkflowID)
 	rec.mu.Lock()
