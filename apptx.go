@@ -45,7 +45,15 @@ const commitWatchMax = time.Minute
 // afterCommit runs fn from a goroutine once probe sees the application's transaction committed. It
 // gives up after commitWatchMax, on a rollback (probe never sees it), or when the client stops.
 func (c *Client) afterCommit(probe func(context.Context) bool, fn func()) {
+	// Counted under the client's lock, which Stop takes to mark the client stopped before it waits:
+	// no watch is added while Stop waits, and none starts after it.
+	c.mu.Lock()
+	if c.stopped {
+		c.mu.Unlock()
+		return
+	}
 	c.commitWatches.Add(1)
+	c.mu.Unlock()
 	go func() {
 		defer c.commitWatches.Done()
 		deadline := time.NewTimer(commitWatchMax)
