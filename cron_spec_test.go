@@ -182,6 +182,32 @@ func TestCronPausedShownDisabledOverHTTP(t *testing.T) {
 	require.NotNil(t, one["next_run_at"])
 }
 
+// TestCronRegisteredDisabledOverHTTP: what a GET shows of a paused registration ("enabled": false)
+// can be sent back: a registration created with "enabled": false is registered paused (it used to be
+// a 422), and one created enabled, or without the member, is active.
+func TestCronRegisteredDisabledOverHTTP(t *testing.T) {
+	ctx := context.Background()
+	srv, c := cronServer(t)
+	code, body := cronHTTP(t, srv, http.MethodPost, "/ojs/v1/cron",
+		`{"name": "held", "cron": "30 2 * * *", "type": "report.build", "enabled": false}`)
+	require.Equal(t, http.StatusCreated, code, body)
+	one := body["cron_job"].(map[string]any)
+	require.Equal(t, false, one["enabled"], "%v", one)
+	require.Equal(t, "paused", one["status"])
+	require.Nil(t, one["next_run_at"])
+	got, err := c.CronGet(ctx, "held")
+	require.NoError(t, err)
+	require.True(t, got.Paused, "the registration is paused in the store")
+
+	code, body = cronHTTP(t, srv, http.MethodPost, "/ojs/v1/cron",
+		`{"name": "live", "cron": "30 2 * * *", "type": "report.build", "enabled": true}`)
+	require.Equal(t, http.StatusCreated, code, body)
+	require.Equal(t, true, body["cron_job"].(map[string]any)["enabled"])
+	got, err = c.CronGet(ctx, "live")
+	require.NoError(t, err)
+	require.False(t, got.Paused)
+}
+
 // TestCronBadTimezoneNamesTimezone: a registration with a bad timezone and a good expression was
 // refused with details.field "expression", so a client (or form) marked the wrong field.
 func TestCronBadTimezoneNamesTimezone(t *testing.T) {

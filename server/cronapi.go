@@ -66,9 +66,9 @@ func decodeCronTemplate(body []byte, now time.Time) (*pronto.CronJob, *enqueueRe
 		if e != nil {
 			return nil, nil, e
 		}
-		if !on {
-			return nil, nil, unprocessable("enabled", "disabled registrations are not supported: delete the registration instead")
-		}
+		// A registration created disabled is registered, then paused (CronPause): what a GET of a
+		// paused one shows can be sent back as it is.
+		c.Paused = !on
 	}
 	// The zone first, on its own, so that the error names the field that is wrong.
 	if _, err := pronto.CronLocation(c.Timezone); err != nil {
@@ -228,6 +228,9 @@ func (s *Server) registerCron(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out, err := s.client.CronRegister(r.Context(), *c)
+	if err == nil && c.Paused {
+		out, err = s.client.CronPause(r.Context(), c.Name)
+	}
 	if err != nil {
 		s.writeError(w, r, fromClientError(err, "cron job", c.Name))
 		return
