@@ -154,6 +154,7 @@ func New(cfg Config) (*Server, error) {
 		workflowQueue: make(chan *pronto.Event, workflowQueueSize),
 		workflowDone:  make(chan struct{}),
 	}
+	s.events.workers.every = workerHeartbeatEventEvery
 	s.requireTenant = cfg.RequireTenant
 	s.schemas = newSchemaRegistry(s.store)
 	if cfg.APIKey != "" {

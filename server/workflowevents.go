@@ -35,6 +35,10 @@ const (
 	// workersHeardMax bounds the worker ids the window remembers; past it they are all forgotten (and
 	// each one's next contact records worker.started again).
 	workersHeardMax = 100000
+	// workerHeartbeatEventEvery is how often a worker's unchanged heartbeats are recorded as
+	// worker.heartbeat: recording each one (SDKs beat every few seconds) let an idle fleet's
+	// heartbeats push every job event out of the window.
+	workerHeartbeatEventEvery = time.Minute
 )
 
 // workflowTracker remembers, per workflow, what the window has recorded of it. The zero value is ready.
@@ -344,12 +348,19 @@ func (rec *workflowRecord) stop() {
 type workerEvents struct {
 	mu   sync.Mutex
 	seen map[string]*workerHeard
+	// every is the least time between two recorded heartbeats of a worker whose active count and
+	// answered state did not change (0: every heartbeat is recorded).
+	every time.Duration
 }
 
 // workerHeard is what the window knows of one worker.
 type workerHeard struct {
 	queues []string // of its latest fetch
 	quiet  bool     // a heartbeat answered "quiet" last
+	// beatAt, beatActive and beatState are those of the last heartbeat recorded.
+	beatAt     time.Time
+	beatActive int
+	beatState  string
 }
 
 // workerContact notes that OJS worker id was heard from (a fetch naming queues, or a heartbeat with
@@ -414,7 +425,16 @@ func (s *Server) workerHeartbeat(id, state string, active int, memoryMB, cpuPerc
 	case "quiet":
 		h.quiet = true
 	}
+	now := time.Now()
+	record := t.every <= 0 || h.beatAt.IsZero() || now.Sub(h.beatAt) >= t.every ||
+		active != h.beatActive || state != h.beatState
+	if record {
+		h.beatAt, h.beatActive, h.beatState = now, active, state
+	}
 	t.mu.Unlock()
+	if !record && !quiet {
+		return
+	}
 	b := append(make([]byte, 0, 128), '{')
 	b = appendStringField(b, "worker_id", id)
 	b = appendIntField(b, "active_jobs", int64(active))

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http/httptest"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -493,6 +494,7 @@ func TestWorkerEvents(t *testing.T) {
 	for _, kind := range everyStore {
 		t.Run(kind, func(t *testing.T) {
 			s := serverOn(t, kind)
+			s.events.workers.every = 0 // every heartbeat recorded (TestWorkerHeartbeatEventsThrottled)
 			const wk = "wk-events-1"
 			enqueueJob(t, s, `{"type":"wk.job","args":[],"options":{"queue":"wkq"}}`)
 			fetch := func(s *Server) []any {
@@ -636,5 +638,37 @@ func TestWorkflowEventsFinishWaits(t *testing.T) {
 		if n := count(); n != 1 {
 			t.Fatalf("%d workflow.completed when the other step's report never came", n)
 		}
+	}
+}
+
+// TestWorkerHeartbeatEventsThrottled: a worker's heartbeats are recorded as worker.heartbeat when
+// something changed (its active count, the answered state) and otherwise at most once a
+// workerHeartbeatEventEvery: SDKs beat every few seconds, and recording each beat let an idle
+// fleet push every job event out of the window.
+func TestWorkerHeartbeatEventsThrottled(t *testing.T) {
+	s := serverOn(t, "memory")
+	const wk = "wk-throttled"
+	hb := func(active int) {
+		t.Helper()
+		mustCall(t, s, 200, "POST", "/ojs/v1/workers/heartbeat", `{"worker_id":"`+wk+`","active_jobs":`+strconv.Itoa(active)+`}`)
+	}
+	for range 3 {
+		hb(2)
+	}
+	want := []string{"worker.started", "worker.heartbeat"}
+	if got := loggedTypes(workerEvs(t, s, wk)); !slices.Equal(got, want) {
+		t.Fatalf("three unchanged heartbeats: events %v, want %v", got, want)
+	}
+	hb(3) // its active count changed
+	want = append(want, "worker.heartbeat")
+	if got := loggedTypes(workerEvs(t, s, wk)); !slices.Equal(got, want) {
+		t.Fatalf("a heartbeat with another active count: events %v, want %v", got, want)
+	}
+	mustCall(t, s, 200, "POST", "/ojs/v1/admin/workers/"+wk+"/quiet", nil)
+	hb(3) // answered quiet: a new state
+	hb(3)
+	want = append(want, "worker.heartbeat", "worker.quiet")
+	if got := loggedTypes(workerEvs(t, s, wk)); !slices.Equal(got, want) {
+		t.Fatalf("heartbeats answered quiet: events %v, want %v", got, want)
 	}
 }
