@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/pronto-jobs/pronto"
+	"github.com/pronto-jobs/pronto/internal/deadletter"
 )
 
 // jobView is a job as the browser sees it: snake_case, times as RFC 3339 (omitted when zero).
@@ -308,6 +309,12 @@ func (h *Handler) matching(ctx context.Context, filter string) ([]string, bool, 
 	if err != nil {
 		return nil, false, fmt.Errorf("%w: %v", pronto.ErrInvalidArgs, err)
 	}
+	// deadletter=1: of the discarded jobs, those in the dead letter queue (internal/deadletter), as
+	// the dead-letter view lists them.
+	onlyDead := q.Get("deadletter") == "1"
+	if onlyDead {
+		p.States = []pronto.State{pronto.StateDiscarded}
+	}
 	p.Limit, p.Cursor = 1000, ""
 	var ids []string
 	for {
@@ -316,6 +323,9 @@ func (h *Handler) matching(ctx context.Context, filter string) ([]string, bool, 
 			return nil, false, err
 		}
 		for _, j := range res.Jobs {
+			if onlyDead && !deadletter.Is(j) {
+				continue
+			}
 			ids = append(ids, j.ID)
 		}
 		if res.Next == "" {
@@ -328,7 +338,7 @@ func (h *Handler) matching(ctx context.Context, filter string) ([]string, bool, 
 	}
 }
 
-// GET /api/count?<jobs filter>: how many jobs a bulk action on the filter would act on (at most
+// GET /api/count?<jobs filter>[&deadletter=1]: how many jobs a bulk action on the filter would act on (at most
 // maxBulk; capped says there are more), for the confirmation.
 func (h *Handler) countJobs(w http.ResponseWriter, r *http.Request) {
 	ids, capped, err := h.matching(r.Context(), r.URL.RawQuery)
@@ -561,18 +571,40 @@ func (h *Handler) listRateLimits(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"rate_limits": out})
 }
 
-// GET /api/deadletter?cursor=: discarded jobs, newest first; replay is a retry (POST /api/jobs/{id}/retry).
+// deadLetterPage is how many jobs a dead-letter page shows, and deadLetterScan how many discarded
+// jobs one request reads at most to fill it.
+const (
+	deadLetterPage = 100
+	deadLetterScan = 1000
+)
+
+// GET /api/deadletter?cursor=: the dead letter queue, newest first; replay is a retry (POST
+// /api/jobs/{id}/retry). Its jobs are the discarded ones the OJS API's dead-letter list shows
+// (internal/deadletter): not those discarded by a DISCARD or FAIL handler code, nor, without a
+// DEAD_LETTER code, those whose retry policy said on_exhaustion "discard". A page reads discarded
+// jobs until it holds deadLetterPage of them or has read deadLetterScan; "next" continues after the
+// last job read, so a page can be short (even empty) while more follow.
 func (h *Handler) listDeadLetter(w http.ResponseWriter, r *http.Request) {
-	res, err := h.cfg.Client.JobList(r.Context(), &pronto.JobListParams{
-		States: []pronto.State{pronto.StateDiscarded}, Descending: true, Limit: 100, Cursor: r.URL.Query().Get("cursor"),
-	})
-	if err != nil {
-		h.clientError(w, err)
-		return
+	cursor := r.URL.Query().Get("cursor")
+	jobs := make([]*jobView, 0, deadLetterPage)
+	for read := 0; ; {
+		res, err := h.cfg.Client.JobList(r.Context(), &pronto.JobListParams{
+			States: []pronto.State{pronto.StateDiscarded}, Descending: true, Limit: deadLetterPage - len(jobs), Cursor: cursor,
+		})
+		if err != nil {
+			h.clientError(w, err)
+			return
+		}
+		for _, j := range res.Jobs {
+			if deadletter.Is(j) {
+				jobs = append(jobs, viewJob(j, false))
+			}
+		}
+		read += len(res.Jobs)
+		cursor = res.Next
+		if cursor == "" || len(jobs) == deadLetterPage || read >= deadLetterScan {
+			break
+		}
 	}
-	jobs := make([]*jobView, len(res.Jobs))
-	for i, j := range res.Jobs {
-		jobs[i] = viewJob(j, false)
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"jobs": jobs, "next": res.Next})
+	writeJSON(w, http.StatusOK, map[string]any{"jobs": jobs, "next": cursor})
 }

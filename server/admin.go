@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -12,6 +11,7 @@ import (
 	"time"
 
 	"github.com/pronto-jobs/pronto"
+	"github.com/pronto-jobs/pronto/internal/deadletter"
 )
 
 // System, queue, dead-letter, cron and event endpoints.
@@ -284,59 +284,15 @@ func queryList(q url.Values, name string) []string {
 	return out
 }
 
-// OJS handler response codes that end a job whatever its retry policy says (ojs-retry.md 7.2):
-// DISCARD and FAIL discard it, DEAD_LETTER moves it to the dead letter queue. RETRY, like no code,
-// leaves the policy to decide.
-const (
-	codeDiscard    = "DISCARD"
-	codeFail       = "FAIL"
-	codeDeadLetter = "DEAD_LETTER"
-)
-
-// endsJob reports whether a nack's error code ends the job at once.
-func endsJob(code string) bool {
-	return code == codeDiscard || code == codeFail || code == codeDeadLetter
-}
+// endsJob reports whether a nack's error code ends the job at once: DISCARD, FAIL or DEAD_LETTER
+// (ojs-retry.md 7.2; RETRY, like no code, leaves the retry policy to decide).
+func endsJob(code string) bool { return deadletter.EndsJob(code) }
 
 // isDeadLetter reports whether a discarded job belongs in the dead-letter list: every discarded job
 // does, except those whose OJS retry policy asked on_exhaustion "discard", unless the handler's
-// response code decided otherwise (handlerVerdict).
-func isDeadLetter(j *pronto.JobRow) bool {
-	if j.State != pronto.StateDiscarded {
-		return false
-	}
-	switch handlerVerdict(j) {
-	case codeDeadLetter:
-		return true
-	case codeDiscard, codeFail:
-		return false
-	}
-	ext := jobExt(j)
-	return ext == nil || ext.OnExhaustion != "discard"
-}
-
-// handlerVerdict returns the response code (DISCARD, FAIL or DEAD_LETTER) of the failure that
-// discarded j, or "". It is read from the error entry the nack stored, the error object the worker
-// sent, so that every store decides alike without a column of its own: only the last entry counts,
-// and only when it is of the job's current attempt and was not retryable, so that a job retried by
-// an operator since (its attempts reset) and discarded again otherwise is not judged by it.
-func handlerVerdict(j *pronto.JobRow) string {
-	n := len(j.Errors)
-	if n == 0 {
-		return ""
-	}
-	ae := &j.Errors[n-1]
-	if ae.Attempt != j.Attempt || ae.Retryable == nil || *ae.Retryable || len(ae.Details) == 0 || ae.Details[0] != '{' {
-		return ""
-	}
-	var sent struct {
-		Code string `json:"code"`
-	}
-	if json.Unmarshal(ae.Details, &sent) != nil || !endsJob(sent.Code) {
-		return ""
-	}
-	return sent.Code
-}
+// response code decided otherwise (deadletter.Verdict). The dashboard's dead-letter view applies
+// the same rule (internal/deadletter).
+func isDeadLetter(j *pronto.JobRow) bool { return deadletter.Is(j) }
 
 // GET /ojs/v1/dead-letter
 func (s *Server) listDeadLetter(w http.ResponseWriter, r *http.Request) {
@@ -362,7 +318,7 @@ func (s *Server) listDeadLetter(w http.ResponseWriter, r *http.Request) {
 	}
 	cursor := q.Get("cursor")
 	if cursor != "" {
-		if e := checkJobID(cursor, "cursor"); e != nil {
+		if e := checkJobID(&cursor, "cursor"); e != nil {
 			s.writeError(w, r, e)
 			return
 		}
@@ -429,10 +385,11 @@ func (s *Server) listDeadLetter(w http.ResponseWriter, r *http.Request) {
 }
 
 // deadLetterJob reads a job that must be in the dead-letter list.
-func (s *Server) deadLetterJob(ctx context.Context, id string) (*pronto.JobRow, *apiError) {
-	if e := checkJobID(id, "job id"); e != nil {
+func (s *Server) deadLetterJob(ctx context.Context, idp *string) (*pronto.JobRow, *apiError) {
+	if e := checkJobID(idp, "job id"); e != nil {
 		return nil, e
 	}
+	id := *idp
 	j, err := s.client.JobGet(ctx, id)
 	if err != nil {
 		return nil, fromClientError(err, "dead-letter job", id)
@@ -452,7 +409,7 @@ func (s *Server) retryDeadLetter(w http.ResponseWriter, r *http.Request, id stri
 	if !ok {
 		return
 	}
-	old, e := s.deadLetterJob(r.Context(), id)
+	old, e := s.deadLetterJob(r.Context(), &id)
 	if e != nil {
 		s.writeError(w, r, e)
 		return
@@ -572,7 +529,7 @@ func decodeRetryOverride(body []byte) (*pronto.RetryOverride, *apiError) {
 
 // DELETE /ojs/v1/dead-letter/{id}
 func (s *Server) deleteDeadLetter(w http.ResponseWriter, r *http.Request, id string) {
-	dl, e := s.deadLetterJob(r.Context(), id)
+	dl, e := s.deadLetterJob(r.Context(), &id)
 	if e != nil {
 		s.writeError(w, r, e)
 		return

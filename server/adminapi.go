@@ -503,7 +503,7 @@ func containsState(ss []pronto.State, v pronto.State) bool {
 // GET /ojs/v1/admin/jobs/{id}: the job envelope itself, not wrapped in {"job": ...} as the data-plane
 // GET /ojs/v1/jobs/{id} answers (ojs-admin-api.md 7.2 shows it bare).
 func (s *Server) adminGetJob(w http.ResponseWriter, r *http.Request, id string) {
-	j := s.lookupJob(w, r, id)
+	j := s.lookupJob(w, r, &id)
 	if j == nil {
 		return
 	}
@@ -516,7 +516,7 @@ func (s *Server) adminGetJob(w http.ResponseWriter, r *http.Request, id string) 
 // POST /ojs/v1/admin/jobs/{id}/retry
 func (s *Server) adminRetryJob(w http.ResponseWriter, r *http.Request, id string) {
 	discardBody(r)
-	if e := checkJobID(id, "job id"); e != nil {
+	if e := checkJobID(&id, "job id"); e != nil {
 		s.writeError(w, r, e)
 		return
 	}
@@ -605,6 +605,9 @@ func (s *Server) adminBulk(w http.ResponseWriter, r *http.Request, action string
 		return
 	}
 	ids, truncated := req.IDs, false
+	for i, id := range ids {
+		ids[i], _ = normID(id) // a malformed id is the client's per-item error
+	}
 	if req.Filter != nil {
 		f, e := decodeAdminFilter(*req.Filter)
 		if e != nil {
@@ -655,6 +658,10 @@ func (s *Server) readPurge(w http.ResponseWriter, r *http.Request, needStates bo
 	var before time.Time
 	req, ok := readRequest(s, w, r, "purge request", func(body []byte) (purgeRequest, *apiError) {
 		var p purgeRequest
+		// A member dropped unread ("older_then", "state") would purge more than was meant.
+		if e := knownMembers(body, "", "purge request", "states", "older_than", "confirm"); e != nil {
+			return p, e
+		}
 		if err := json.NewDecoder(bytes.NewReader(body)).Decode(&p); err != nil {
 			return p, invalid("", "purge request: %v", err)
 		}

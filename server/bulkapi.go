@@ -30,14 +30,35 @@ type bulkOp struct {
 var (
 	bulkCancel = &bulkOp{name: "cancel", done: "cancelled", run: (*pronto.Client).JobCancelMany,
 		match: []pronto.State{pronto.StateAvailable, pronto.StateScheduled, pronto.StateRetryable}}
-	bulkRetry = &bulkOp{name: "retry", done: "retried", run: (*pronto.Client).JobRetryMany,
-		match: []pronto.State{pronto.StateDiscarded}}
+	bulkRetry = &bulkOp{name: "retry", done: "retried", run: retryOrRunNow,
+		match: []pronto.State{pronto.StateDiscarded, pronto.StateRetryable}}
 	bulkDelete = &bulkOp{name: "delete", done: "deleted", run: (*pronto.Client).JobDeleteMany,
 		match: []pronto.State{pronto.StateCompleted, pronto.StateCancelled, pronto.StateDiscarded}}
 
 	// bulkOps are the operations by the last segment of their path.
 	bulkOps = map[string]*bulkOp{"cancel": bulkCancel, "retry": bulkRetry, "delete": bulkDelete}
 )
+
+// retryOrRunNow is bulk retry (ojs-bulk-operations.md 7: discarded or retryable jobs back to
+// available): a discarded or cancelled job is retried as JobRetryMany does (attempts reset, as the
+// single-job retries do); a retryable one, waiting out its backoff, is made available now with
+// JobRunNow, keeping the attempts it used (its retry policy still bounds it). Other states stay
+// per-item errors.
+func retryOrRunNow(c *pronto.Client, ctx context.Context, ids []string) ([]pronto.BulkResult, error) {
+	res, err := c.JobRetryMany(ctx, ids)
+	for i := range res {
+		var te *pronto.TransitionError
+		if !errors.As(res[i].Err, &te) || te.From != pronto.StateRetryable {
+			continue
+		}
+		if ctx.Err() != nil {
+			break // the outcome so far stands: the job stays retryable, reported as skipped
+		}
+		j, rerr := c.JobRunNow(ctx, res[i].ID)
+		res[i].Job, res[i].Err = j, rerr
+	}
+	return res, err
+}
 
 // bulkChunked runs op (a Client bulk method) on ids in chunks of pronto.MaxBulkIDs, the most one
 // call takes, and returns every outcome in order. It stops at the first call that fails as a whole
@@ -454,8 +475,8 @@ func decodeBulkIDs(raw json.RawMessage) ([]string, *apiError) {
 	if len(ids) > maxBulkItems {
 		return nil, tooManyItems("job_ids", len(ids))
 	}
-	for i, id := range ids {
-		if e := checkJobID(id, "job_ids["+strconv.Itoa(i)+"]"); e != nil {
+	for i := range ids {
+		if e := checkJobID(&ids[i], "job_ids["+strconv.Itoa(i)+"]"); e != nil {
 			return nil, e
 		}
 	}

@@ -3,7 +3,10 @@ package server
 import (
 	"bytes"
 	"encoding/json"
+	"maps"
 	"net/http"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/pronto-jobs/pronto"
@@ -15,7 +18,7 @@ import (
 // GET /ojs/v1/dead-letter/{id}: a dead-letter job with its full error history; 409 for a job that
 // is not in the dead-letter list.
 func (s *Server) getDeadLetter(w http.ResponseWriter, r *http.Request, id string) {
-	j, e := s.deadLetterJob(r.Context(), id)
+	j, e := s.deadLetterJob(r.Context(), &id)
 	if e != nil {
 		s.writeError(w, r, e)
 		return
@@ -35,6 +38,41 @@ type deadLetterRetryRequest struct {
 	Confirm bool `json:"confirm"`
 }
 
+// deadLetterFilterMembers are the members of a dead-letter retry's filter.
+var deadLetterFilterMembers = []string{"queue", "type", "since", "until", "error_type"}
+
+// knownMembers refuses (400 naming it, under prefix) a member of the JSON object body that is not
+// one of known. A body that is not an object passes: the decoder that follows tells what is wrong.
+func knownMembers(body []byte, prefix, what string, known ...string) *apiError {
+	var m map[string]json.RawMessage
+	if json.Unmarshal(body, &m) != nil {
+		return nil
+	}
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		if slices.Contains(known, k) {
+			continue
+		}
+		field := k
+		if prefix != "" {
+			field = prefix + "." + k
+		}
+		return invalid(field, "%s: unknown member %q (known: %s)", what, field, strings.Join(known, ", "))
+	}
+	return nil
+}
+
+// rawMember returns member name of the JSON object body, or nil when absent, null or not an object.
+func rawMember(body []byte, name string) json.RawMessage {
+	var m map[string]json.RawMessage
+	if json.Unmarshal(body, &m) != nil {
+		return nil
+	}
+	if v := m[name]; len(v) > 0 && v[0] == '{' {
+		return v
+	}
+	return nil
+}
+
 // POST /ojs/v1/dead-letter/retry: retries the dead-letter jobs matching a filter {"queue", "type"
 // (exact or a prefix ending in *), "since"/"until" (RFC 3339 bounds on when the job was discarded),
 // "error_type" (its last error's type, exact or a prefix ending in *)} with "confirm": true. At most
@@ -42,8 +80,19 @@ type deadLetterRetryRequest struct {
 func (s *Server) retryDeadLetterMany(w http.ResponseWriter, r *http.Request) {
 	req, ok := readRequest(s, w, r, "dead-letter retry", func(body []byte) (deadLetterRetryRequest, *apiError) {
 		var q deadLetterRetryRequest
+		// Every member known, in the body and in its filter: a member dropped unread (a typo, or
+		// another SDK's name such as "job_type") would leave a filter that matches more dead-letter
+		// jobs than the sender meant, up to all of them.
+		if e := knownMembers(body, "", "dead-letter retry", "filter", "confirm"); e != nil {
+			return q, e
+		}
 		if err := json.NewDecoder(bytes.NewReader(body)).Decode(&q); err != nil {
 			return q, invalid("", "dead-letter retry: %v (send {\"filter\": {\"queue\": ..., \"type\": ..., \"error_type\": ...}, \"confirm\": true})", err)
+		}
+		if raw := rawMember(body, "filter"); raw != nil {
+			if e := knownMembers(raw, "filter", "dead-letter retry filter", deadLetterFilterMembers...); e != nil {
+				return q, e
+			}
 		}
 		if q.Filter == nil {
 			return q, invalid("filter", "a dead-letter retry needs a \"filter\" (an empty one matches every dead-letter job)")

@@ -413,9 +413,12 @@ func decodeJobMembersInto(req *enqueueRequest, top object, now time.Time) *apiEr
 			if o.ID, e = wantString(v, "id"); e != nil {
 				return e
 			}
-			if !validID(o.ID) {
-				return invalid("id", "id %q: must be a UUIDv7 in lowercase 8-4-4-4-12 form, or absent", o.ID)
+			// Uppercase hex is accepted and the id kept in lowercase (ojs-json-format.md 6.2).
+			id, ok := normID(o.ID)
+			if !ok {
+				return invalid("id", "id %q: must be a UUIDv7 in 8-4-4-4-12 form, or absent", o.ID)
 			}
+			o.ID = id
 		case "specversion":
 			s, e := wantString(v, "specversion")
 			if e != nil {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/pronto-jobs/pronto"
@@ -16,12 +17,28 @@ import (
 
 // Job and worker endpoints.
 
-// checkJobID validates a job id taken from a path or body.
-func checkJobID(id, field string) *apiError {
-	if !validID(id) {
-		return invalid(field, "%s %q: must be a UUIDv7 in lowercase 8-4-4-4-12 form", field, id)
+// checkJobID validates a job id taken from a path or body, and writes it in lowercase in place:
+// ids are accepted with uppercase hex digits and kept, and answered, in lowercase (ojs-json-format.md
+// 6.2). The error shows the id as it was sent.
+func checkJobID(id *string, field string) *apiError {
+	l, ok := normID(*id)
+	if !ok {
+		return invalid(field, "%s %q: must be a UUIDv7 in 8-4-4-4-12 form", field, *id)
 	}
+	*id = l
 	return nil
+}
+
+// normID returns id in lowercase and whether that is a valid UUIDv7 (validID); an invalid id is
+// returned as given.
+func normID(id string) (string, bool) {
+	if validID(id) {
+		return id, true
+	}
+	if l := strings.ToLower(id); validID(l) {
+		return l, true
+	}
+	return id, false
 }
 
 // POST /ojs/v1/jobs
@@ -159,14 +176,14 @@ func (s *Server) repair(ctx context.Context, j *pronto.JobRow) *pronto.JobRow {
 
 // lookupJob reads job id for a handler. When the id is malformed or the read fails it answers the
 // error itself and returns nil.
-func (s *Server) lookupJob(w http.ResponseWriter, r *http.Request, id string) *pronto.JobRow {
+func (s *Server) lookupJob(w http.ResponseWriter, r *http.Request, id *string) *pronto.JobRow {
 	if e := checkJobID(id, "job id"); e != nil {
 		s.writeError(w, r, e)
 		return nil
 	}
-	j, err := s.client.JobGet(r.Context(), id)
+	j, err := s.client.JobGet(r.Context(), *id)
 	if err != nil {
-		s.writeError(w, r, fromClientError(err, "job", id))
+		s.writeError(w, r, fromClientError(err, "job", *id))
 		return nil
 	}
 	return j
@@ -174,7 +191,7 @@ func (s *Server) lookupJob(w http.ResponseWriter, r *http.Request, id string) *p
 
 // GET /ojs/v1/jobs/{id}
 func (s *Server) getJob(w http.ResponseWriter, r *http.Request, id string) {
-	j := s.lookupJob(w, r, id)
+	j := s.lookupJob(w, r, &id)
 	if j == nil {
 		return
 	}
@@ -198,7 +215,7 @@ func (s *Server) writeJob(w http.ResponseWriter, status int, j *pronto.JobRow, m
 
 // DELETE /ojs/v1/jobs/{id}
 func (s *Server) cancelJob(w http.ResponseWriter, r *http.Request, id string) {
-	prev := s.lookupJob(w, r, id)
+	prev := s.lookupJob(w, r, &id)
 	if prev == nil {
 		return
 	}
@@ -215,7 +232,7 @@ func (s *Server) cancelJob(w http.ResponseWriter, r *http.Request, id string) {
 // POST /ojs/v1/jobs/{id}/activate
 func (s *Server) activateJob(w http.ResponseWriter, r *http.Request, id string) {
 	discardBody(r)
-	if e := checkJobID(id, "job id"); e != nil {
+	if e := checkJobID(&id, "job id"); e != nil {
 		s.writeError(w, r, e)
 		return
 	}
@@ -540,7 +557,7 @@ func decodeJobRef(m object) (ref jobRef, e *apiError) {
 	if ref.jobID, e = wantString(raw, "job_id"); e != nil {
 		return ref, e
 	}
-	if e = checkJobID(ref.jobID, "job_id"); e != nil {
+	if e = checkJobID(&ref.jobID, "job_id"); e != nil {
 		return ref, e
 	}
 	if v, ok := m.get("worker_id"); ok && !isNull(v) {
@@ -816,6 +833,9 @@ func decodeHeartbeat(body []byte) (*heartbeatRequest, *apiError) {
 		}
 		req.ids = append(req.ids, id)
 		req.countOnly, named = false, true
+	}
+	for i, id := range req.ids {
+		req.ids[i], _ = normID(id) // an invalid id stays as sent, and is answered lost
 	}
 	if req.workerID == "" && !named {
 		// Every worker without an id is worker "": a count cannot tell its jobs from another's, and

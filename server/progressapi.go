@@ -30,7 +30,7 @@ type progressRequest struct {
 // longer the job's (or naming none, when an earlier claim of the job lost its lease) is refused
 // with 409 stale_claim, and neither writes the progress nor extends the new claim's lease.
 func (s *Server) putProgress(w http.ResponseWriter, r *http.Request, id string) {
-	if e := checkJobID(id, "job id"); e != nil {
+	if e := checkJobID(&id, "job id"); e != nil {
 		s.writeError(w, r, e)
 		return
 	}
@@ -90,7 +90,7 @@ func (s *Server) putProgress(w http.ResponseWriter, r *http.Request, id string) 
 // GET /ojs/v1/jobs/{id}/progress: the progress of the job's latest run, with null values when it
 // reported none (ojs-progress.md 7.1), and the job's last_checkpoint when one was saved.
 func (s *Server) getProgress(w http.ResponseWriter, r *http.Request, id string) {
-	j := s.lookupJob(w, r, id)
+	j := s.lookupJob(w, r, &id)
 	if j == nil {
 		return
 	}
@@ -160,7 +160,7 @@ func (s *Server) withCheckpoints(ctx context.Context, jobs []*pronto.JobRow) {
 // (ojs-progress.md 9.2): {"workflow_id", "type", "state", "progress", "steps": [{"id", "job_id",
 // "type", "state", "progress", "data"?}]}.
 func (s *Server) workflowProgress(w http.ResponseWriter, r *http.Request, id string) {
-	if e := checkWorkflowID(id); e != nil {
+	if e := checkWorkflowID(&id); e != nil {
 		s.writeError(w, r, e)
 		return
 	}

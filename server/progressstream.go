@@ -161,7 +161,7 @@ var streamEvents = map[pronto.State]string{
 // server. A job deleted while watched ends the stream with an "error" event. The stream follows the
 // job across retries (a new attempt's progress starts afresh, ojs-progress.md 5.3).
 func (s *Server) progressStream(w http.ResponseWriter, r *http.Request, id string) {
-	j := s.lookupJob(w, r, id)
+	j := s.lookupJob(w, r, &id)
 	if j == nil {
 		return
 	}

@@ -86,6 +86,14 @@ func decodeReplayRules(body []byte) (*replayRules, *apiError) {
 	for i, raw := range *in.Rules {
 		field := fmt.Sprintf("replay_rules[%d]", i)
 		r := replayRule{Enabled: true}
+		if e := knownMembers(raw, field, "replay rule", "name", "filter", "delay", "max_replays", "enabled"); e != nil {
+			return nil, e
+		}
+		if f := rawMember(raw, "filter"); f != nil {
+			if e := knownMembers(f, field+".filter", "replay rule filter", "queue", "type", "error_type"); e != nil {
+				return nil, e
+			}
+		}
 		d := json.NewDecoder(bytes.NewReader(raw))
 		d.DisallowUnknownFields()
 		if err := d.Decode(&r); err != nil {
@@ -280,7 +288,8 @@ func (s *Server) replayRule(ctx context.Context, rule replayRule, now time.Time)
 	}); err != nil {
 		return 0, err
 	}
-	replayed := 0
+	replayed, failed := 0, 0
+	var firstErr error
 	at := now.UTC().Format(time.RFC3339)
 	for _, d := range jobs {
 		meta, err := json.Marshal(map[string]any{metaReplayCount: d.count + 1, metaReplayedAt: at, metaReplayRule: rule.Name})
@@ -291,8 +300,17 @@ func (s *Server) replayRule(ctx context.Context, rule replayRule, now time.Time)
 		switch {
 		case errors.Is(err, pronto.ErrNotFound) || errors.Is(err, pronto.ErrInvalidTransition):
 			continue // retried, deleted or pruned meanwhile
-		case err != nil && nj == nil:
+		case err != nil && nj == nil && ctx.Err() != nil:
 			return replayed, fmt.Errorf("replaying job %s: %w", d.job.ID, err)
+		case err != nil && nj == nil:
+			// Not replayed, the dead-letter entry untouched (its queue is full, its args no longer
+			// meet the schema, the store refused the insert): it is left for a later pass, and the
+			// other jobs go on, so one full queue does not hold up the rule for every queue.
+			if failed == 0 {
+				firstErr = fmt.Errorf("replaying job %s: %w", d.job.ID, err)
+			}
+			failed++
+			continue
 		case err != nil:
 			// Inserted again but still in the dead letter queue: stop here rather than risk more
 			// such copies this pass (the next pass would replay it once more; the error says so).
@@ -304,6 +322,10 @@ func (s *Server) replayRule(ctx context.Context, rule replayRule, now time.Time)
 			b = appendStringField(b, "replay_rule", rule.Name)
 			return appendIntField(b, "replay_count", int64(d.count+1))
 		})
+	}
+	if failed > 0 {
+		return replayed, fmt.Errorf("%d of %d matching jobs not replayed this pass, left for a later one (%d replayed); the first: %w",
+			failed, len(jobs), replayed, firstErr)
 	}
 	return replayed, nil
 }

@@ -46,7 +46,7 @@ func TestReplayRulesAPI(t *testing.T) {
 				`{"replay_rules":[{"name":"a","delay":"soon","max_replays":1}]}`:                                             "replay_rules[0].delay",
 				`{"replay_rules":[{"name":"a","max_replays":1}]}`:                                                            "replay_rules[0].delay",
 				`{"replay_rules":[{"name":"a","delay":"PT0S","max_replays":0}]}`:                                             "replay_rules[0].max_replays",
-				`{"replay_rules":[{"name":"a","delay":"PT0S","max_replays":1,"filter":{"since":"2026-01-01T00:00:00Z"}}]}`:   "replay_rules[0]",
+				`{"replay_rules":[{"name":"a","delay":"PT0S","max_replays":1,"filter":{"since":"2026-01-01T00:00:00Z"}}]}`:   "replay_rules[0].filter.since",
 				`{"replay_rules":[{"name":"a","delay":"PT0S","max_replays":1,"filter":{"type":"a,b"}}]}`:                     "replay_rules[0].filter.type",
 				`{"replay_rules":[{"name":"a","delay":"PT0S","max_replays":1,"filter":{"queue":"bad queue!"}}]}`:             "replay_rules[0].filter.queue",
 				`{"replay_rules":[{"name":"a\u0001","delay":"PT0S","max_replays":1}]}`:                                       "replay_rules[0].name",

@@ -508,7 +508,7 @@ func (s *Server) tenantJobs(w http.ResponseWriter, r *http.Request, id string) {
 	}
 	cursor := q.Get("cursor")
 	if cursor != "" {
-		if e := checkJobID(cursor, "cursor"); e != nil {
+		if e := checkJobID(&cursor, "cursor"); e != nil {
 			s.writeError(w, r, e)
 			return
 		}

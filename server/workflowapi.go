@@ -423,11 +423,14 @@ func appendWorkflow(b []byte, wf *pronto.WorkflowInfo) []byte {
 	return append(b, '}')
 }
 
-// checkWorkflowID validates a workflow id taken from a path.
-func checkWorkflowID(id string) *apiError {
-	if !validID(id) {
-		return invalid("workflow id", "workflow id %q: must be a UUIDv7 in lowercase 8-4-4-4-12 form", id)
+// checkWorkflowID validates a workflow id taken from a path and writes it in lowercase in place, as
+// checkJobID does a job id.
+func checkWorkflowID(id *string) *apiError {
+	l, ok := normID(*id)
+	if !ok {
+		return invalid("workflow id", "workflow id %q: must be a UUIDv7 in 8-4-4-4-12 form", *id)
 	}
+	*id = l
 	return nil
 }
 
@@ -496,7 +499,7 @@ func (s *Server) createWorkflow(w http.ResponseWriter, r *http.Request) {
 
 // GET /ojs/v1/workflows/{id}: the workflow with its steps[] (ojs-http-binding.md §14.2).
 func (s *Server) getWorkflow(w http.ResponseWriter, r *http.Request, id string) {
-	wf, ok := s.loadWorkflow(w, r, id)
+	wf, ok := s.loadWorkflow(w, r, &id)
 	if !ok {
 		return
 	}
@@ -515,14 +518,14 @@ func (s *Server) getWorkflow(w http.ResponseWriter, r *http.Request, id string) 
 }
 
 // loadWorkflow checks id and reads the workflow, or writes the error and reports false.
-func (s *Server) loadWorkflow(w http.ResponseWriter, r *http.Request, id string) (*pronto.WorkflowInfo, bool) {
+func (s *Server) loadWorkflow(w http.ResponseWriter, r *http.Request, id *string) (*pronto.WorkflowInfo, bool) {
 	if e := checkWorkflowID(id); e != nil {
 		s.writeError(w, r, e)
 		return nil, false
 	}
-	wf, err := s.client.WorkflowGet(r.Context(), id)
+	wf, err := s.client.WorkflowGet(r.Context(), *id)
 	if err != nil {
-		s.writeError(w, r, workflowError(err, id))
+		s.writeError(w, r, workflowError(err, *id))
 		return nil, false
 	}
 	return wf, true
@@ -540,7 +543,7 @@ func (s *Server) writeWorkflow(w http.ResponseWriter, wf *pronto.WorkflowInfo) {
 // order they were created).
 func (s *Server) workflowJobs(w http.ResponseWriter, r *http.Request, id string) {
 	ctx := r.Context()
-	wf, ok := s.loadWorkflow(w, r, id)
+	wf, ok := s.loadWorkflow(w, r, &id)
 	if !ok {
 		return
 	}
@@ -569,7 +572,7 @@ func (s *Server) workflowJobs(w http.ResponseWriter, r *http.Request, id string)
 // requires.
 func (s *Server) cancelWorkflow(w http.ResponseWriter, r *http.Request, id string) {
 	ctx := r.Context()
-	wf, ok := s.loadWorkflow(w, r, id)
+	wf, ok := s.loadWorkflow(w, r, &id)
 	if !ok {
 		return
 	}

@@ -615,15 +615,17 @@ async function deadletter(_, params) {
   const cursor = params.get("cursor") || "";
   const load = async () => {
     const r = await api("/api/deadletter" + (cursor ? "?cursor=" + cursor : ""));
-    box.replaceChildren(...(r.jobs.length === 0 ? [el("p", { class: "muted" }, "The dead-letter list is empty.")] : [
+    // A page can be empty while more follow (it reads at most 1,000 discarded jobs to fill it).
+    const nextLink = r.next ? el("a", { href: "#/deadletter?cursor=" + r.next }, "Next page »") : "";
+    box.replaceChildren(...(r.jobs.length === 0 ? [el("p", { class: "muted" }, r.next ? "No dead-letter job on this page." : "The dead-letter list is empty."), nextLink] : [
       el("div", { class: "bulkbar" }, actBtn("Replay the " + r.jobs.length + " on this page", async () => {
         if (!confirm("Replay " + r.jobs.length + " jobs?")) return;
         const x = await post("/api/bulk", { action: "retry", ids: r.jobs.map((j) => j.id) });
         toast("replayed " + x.done);
         load();
-      }), r.next || cursor ? actBtn("Replay every discarded job", async () => {
-        const c = await api("/api/count?state=discarded");
-        if (!confirm("Replay " + (c.capped ? "the first " + c.count + " (of more)" : "all " + c.count) + " discarded jobs?")) return;
+      }), r.next || cursor ? actBtn("Replay every dead-letter job", async () => {
+        const c = await api("/api/count?deadletter=1");
+        if (!confirm("Replay " + (c.capped ? "the first " + c.count + " (of more)" : "all " + c.count) + " dead-letter jobs?")) return;
         const x = await post("/api/bulk", { action: "retry", ids: c.ids });
         toast("replayed " + x.done);
         load();
@@ -632,7 +634,7 @@ async function deadletter(_, params) {
         el("tbody", {}, r.jobs.map((j) => el("tr", { "data-id": j.id }, el("td", {}, jobLink(j.id)), el("td", {}, j.kind), el("td", {}, j.queue),
           el("td", {}, when(j.completed_at)), el("td", { class: "wrap" }, j.errors.length ? j.errors[0].message.slice(0, 160) : ""),
           el("td", {}, actBtn("Replay", async () => { await post("/api/jobs/" + j.id + "/retry"); toast("replayed"); load(); })))))),
-      r.next ? el("a", { href: "#/deadletter?cursor=" + r.next }, "Next page »") : ""]));
+      nextLink]));
   };
   await load();
 }
