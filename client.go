@@ -212,7 +212,11 @@ func NewClient(s store.Store, cfg *Config) (*Client, error) {
 		cl.inserts = insertbatch.New(insertbatch.Config{Insert: s.Insert, MaxBatch: c.InsertBatchSize})
 	}
 	if local, ok := s.(store.LocalInserter); c.FetchBatchSize != 1 && !(ok && local.InsertsAreLocal()) {
-		cl.fetches = fetchbatch.New(fetchbatch.Config{Claim: s.Claim, MaxSlots: c.FetchBatchSize,
+		claim := func(ctx context.Context, p store.ClaimParams) ([]*store.Job, error) {
+			p.OnHeldBack = cl.onHeldBack // whoever's fetch the jobs were held back in, this client tells
+			return s.Claim(ctx, p)
+		}
+		cl.fetches = fetchbatch.New(fetchbatch.Config{Claim: claim, MaxSlots: c.FetchBatchSize,
 			Release: func(ctx context.Context, jobs []*store.Job) { store.ReleaseClaimed(ctx, s, jobs) }})
 		cl.finishes = finishbatch.New(finishbatch.Config{Finish: s.Finish, MaxBatch: c.FetchBatchSize})
 	}
@@ -313,6 +317,7 @@ func (c *Client) Start(ctx context.Context) error {
 				return c.store.Claim(ctx, store.ClaimParams{
 					Queue: name, Kinds: c.kinds, Limit: limit,
 					WorkerID: c.cfg.ID, LeaseDuration: c.cfg.LeaseDuration,
+					OnHeldBack: c.onHeldBack,
 				})
 			},
 			NextDue: func(ctx context.Context) (time.Time, bool, error) {
@@ -791,6 +796,24 @@ func (c *Client) onRescue(res store.RescueResult) {
 	}
 	for _, j := range res.Discarded {
 		c.events.emit(&Event{Kind: EventDiscarded, Job: j, Err: errLeaseExpiredDiscarded, At: now})
+	}
+}
+
+// onHeldBack reports the jobs a claim of this client held back for their rate limit
+// (store.ClaimParams.OnHeldBack): EventDiscarded for those it dropped, EventSnoozed for those it
+// rescheduled. Neither ran: their events carry no duration.
+func (c *Client) onHeldBack(dropped, rescheduled []*store.Job) {
+	if !c.events.active() {
+		return
+	}
+	now := time.Now()
+	for _, j := range dropped {
+		c.events.emit(&Event{Kind: EventDiscarded, Job: j, At: now,
+			Err: fmt.Errorf("%w (rate key %s had no room)", ErrRateLimitDropped, j.RateKey)})
+	}
+	for _, j := range rescheduled {
+		c.events.emit(&Event{Kind: EventSnoozed, Job: j, At: now,
+			Err: fmt.Errorf("%w (rate key %s had no room)", ErrRateLimitRescheduled, j.RateKey)})
 	}
 }
 

@@ -35,6 +35,13 @@ var (
 	// ErrJobExpired is the error of EventDiscarded for a job discarded because its ExpiresAt passed
 	// before it started: it never ran.
 	ErrJobExpired = errors.New("pronto: job expired before it started")
+	// ErrRateLimitDropped is the error (wrapped, naming the rate key) of EventDiscarded for a job a
+	// claim discarded because its rate limit had no room and says LimitDrop: it never ran.
+	ErrRateLimitDropped = errors.New("pronto: job dropped by its rate limit")
+	// ErrRateLimitRescheduled is the error (wrapped, naming the rate key) of EventSnoozed for a job a
+	// claim moved to scheduled because its rate limit had no room and says LimitReschedule: it did
+	// not run, and runs at its ScheduledAt (or later, if its limit still has no room then).
+	ErrRateLimitRescheduled = errors.New("pronto: job rescheduled by its rate limit")
 )
 
 // TransitionError reports a refused state transition: the operation and the job's state.

@@ -18,13 +18,17 @@ const (
 	// EventDiscarded: the job failed for good (attempts spent, Discard, non-retryable error, expired
 	// lease with no attempts left: Err is then ErrJobLost, wrapped), or it expired (ExpiresAt) before
 	// it started: Err is then ErrJobExpired and no attempt ran. The last two come from the leader's
-	// maintenance, or from JobCatchUp on this client.
+	// maintenance, or from JobCatchUp on this client. A job whose rate limit had no room when a
+	// claim of this client (its workers' or RemoteFetch) met it, and says LimitDrop, is discarded by
+	// that claim: Err then matches ErrRateLimitDropped and no attempt ran.
 	EventDiscarded EventKind = "job.discarded"
 	// EventCancelled: the job was cancelled (by JobCancel or WorkflowCancel on this client, or by a
 	// unique job inserted through this client that replaced it, or by its worker with Cancel, or
 	// while running here, or after its worker here returned and before its outcome was written).
 	EventCancelled EventKind = "job.cancelled"
-	// EventSnoozed: the worker snoozed the job.
+	// EventSnoozed: the worker snoozed the job, or a claim of this client moved it to scheduled
+	// because its rate limit had no room and says LimitReschedule (Err then matches
+	// ErrRateLimitRescheduled, no attempt ran, and Job.ScheduledAt is when it is due again).
 	EventSnoozed EventKind = "job.snoozed"
 	// EventRetried: an operator retried a discarded or cancelled job with JobRetry (or JobRetryWith:
 	// Job is then the new job) on this client.

@@ -77,6 +77,7 @@ func (c *Client) RemoteFetch(ctx context.Context, p RemoteFetchParams) ([]*JobRo
 		} else {
 			jobs, err = c.store.Claim(ctx, store.ClaimParams{
 				Queue: q, Limit: limit - len(out), WorkerID: p.WorkerID, LeaseDuration: lease,
+				OnHeldBack: c.onHeldBack,
 			})
 		}
 		if err != nil {

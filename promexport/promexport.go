@@ -278,11 +278,12 @@ func (m *Metrics) observe(e *pronto.Event) {
 	q, t := m.queueLabels.value(j.Queue), m.typeLabels.value(j.Kind)
 	m.tenantObserve(e)
 	// An attempt ended here unless the rescuer discarded a job whose lease expired (Err is
-	// ErrJobLost) or a job expired before it started (ErrJobExpired). Duration alone cannot tell: an
+	// ErrJobLost), a job expired before it started (ErrJobExpired) or a claim dropped a job for its
+	// rate limit (ErrRateLimitDropped): each counts as discarded. Duration alone cannot tell: an
 	// OJS worker's attempt is timed from started_at, which the database's clock set, and a database
 	// clock ahead of this host's makes it 0.
 	lost := errors.Is(e.Err, pronto.ErrJobLost)
-	noAttempt := lost || errors.Is(e.Err, pronto.ErrJobExpired)
+	noAttempt := lost || errors.Is(e.Err, pronto.ErrJobExpired) || errors.Is(e.Err, pronto.ErrRateLimitDropped)
 	attemptEnded := e.Duration > 0 ||
 		(!noAttempt && (e.Kind == pronto.EventCompleted || e.Kind == pronto.EventFailed || e.Kind == pronto.EventDiscarded))
 	switch e.Kind {

@@ -293,6 +293,10 @@ func (s *Server) clientEvent(ev *pronto.Event) {
 		s.expiredEvent(j, ev.At)
 		return
 	}
+	if ev.Kind == pronto.EventDiscarded && errors.Is(ev.Err, pronto.ErrRateLimitDropped) {
+		s.rateDroppedEvent(j, ev)
+		return
+	}
 	s.streams.wake(j)
 	durMS := ev.Duration.Milliseconds()
 	var lastErr *pronto.AttemptError
@@ -406,6 +410,36 @@ func (s *Server) expiredEvent(j *pronto.JobRow, at time.Time) {
 		b = appendTimeField(b, "expired_at", at)
 		// The TTL as configured: expires_at is an absolute deadline, counted from the job's creation.
 		return appendIntField(b, "ttl_ms", max(j.ExpiresAt.Sub(j.CreatedAt).Milliseconds(), 0))
+	})
+	if isDeadLetter(j) {
+		s.deadLetterEvent("dead_letter.added", j)
+	}
+}
+
+// rateDroppedEvent records what a claim did to a job it dropped for its rate limit (on_limit
+// "drop"): rate_limit.dropped (ojs-rate-limiting.md 11.1: key, job_id, job_type), then
+// job.discarded, without job.failed: no attempt of it ran, whatever attempt an earlier run reached.
+// It is in the dead letter queue as every discarded job is, so dead_letter.added follows.
+func (s *Server) rateDroppedEvent(j *pronto.JobRow, ev *pronto.Event) {
+	b := append(make([]byte, 0, 128), '{')
+	b = appendStringField(b, "key", j.RateKey)
+	b = appendStringField(b, "job_id", j.ID)
+	b = appendStringField(b, "job_type", j.Kind)
+	b = appendStringField(b, "queue", j.Queue)
+	b = append(b, '}')
+	s.events.add(event{typ: "rate_limit.dropped", source: s.source, subject: j.ID, at: ev.At, queue: j.Queue,
+		jobType: j.Kind, data: b})
+	s.jobEvent("job.discarded", j, ev.At, func(b []byte) []byte {
+		b = appendIntField(b, "total_attempts", int64(j.Attempt))
+		if n := len(j.Errors); n > 0 {
+			return appendAttemptError(appendKey(b, "last_error"), &j.Errors[n-1])
+		}
+		b = appendKey(b, "last_error")
+		b = append(b, '{')
+		b = appendStringField(b, "code", "rate_limited")
+		b = appendStringField(b, "message", ev.Err.Error())
+		b = appendBoolField(b, "retryable", false)
+		return append(b, '}')
 	})
 	if isDeadLetter(j) {
 		s.deadLetterEvent("dead_letter.added", j)

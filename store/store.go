@@ -287,6 +287,22 @@ type ClaimParams struct {
 	WorkerIDs []string
 	// LeaseDuration is how long each claimed job is held without a heartbeat.
 	LeaseDuration time.Duration
+	// OnHeldBack, when not nil, hears of the jobs the claim held back without claiming them, as they
+	// now are: those it discarded (dropped) and those it moved to scheduled (rescheduled) because
+	// their rate key's limit had no room and says so (RateLimit.OnLimit LimitDrop, LimitReschedule).
+	// It is called after the claim's writes are committed, before Claim returns, and only when there
+	// are such jobs: a claim that held nothing back costs nothing more. A claim made of several
+	// steps (a Redis Cluster's rounds) may call it more than once, never twice for one job's change.
+	// The jobs are the callback's to keep; it must not call the store's Claim.
+	OnHeldBack func(dropped, rescheduled []*Job)
+}
+
+// ReportHeldBack calls p.OnHeldBack with dropped and rescheduled when it is set and either is not
+// empty.
+func (p *ClaimParams) ReportHeldBack(dropped, rescheduled []*Job) {
+	if p.OnHeldBack != nil && (len(dropped) > 0 || len(rescheduled) > 0) {
+		p.OnHeldBack(dropped, rescheduled)
+	}
 }
 
 // SlotLimit is the most jobs the claim takes: len(WorkerIDs) when set, else Limit.

@@ -29,7 +29,9 @@ const (
 
 // Config configures a Batcher.
 type Config struct {
-	// Claim claims for several workers at once (store.Store.Claim with WorkerIDs set).
+	// Claim claims for several workers at once (store.Store.Claim with WorkerIDs set). The params
+	// it is given leave OnHeldBack unset: a claim merges several callers' fetches, so the jobs it
+	// holds back for their rate limit belong to none of them; Claim sets it to report them.
 	Claim func(ctx context.Context, p store.ClaimParams) ([]*store.Job, error)
 	// Release gives back jobs claimed for a caller that stopped waiting (store.ReleaseClaimed).
 	Release func(ctx context.Context, jobs []*store.Job)

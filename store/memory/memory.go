@@ -473,6 +473,9 @@ func (s *Store) forget(j *job) {
 type announcer struct {
 	now time.Time
 	ns  []store.Notification
+	// dropped and rescheduled are the jobs a claim held back for their rate limit (holdBack), as
+	// they now are, for store.ClaimParams.OnHeldBack.
+	dropped, rescheduled []*store.Job
 }
 
 // add announces j's queue: due now (DueAt zero) if j is claimable now, else at j's due time.
@@ -784,6 +787,7 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) ([]*store.Job, e
 	s.settle(now, &a)
 	s.mu.Unlock()
 	s.publish(a.ns)
+	p.ReportHeldBack(a.dropped, a.rescheduled)
 	return out, nil
 }
 
@@ -823,7 +827,8 @@ func (q *queue) limitedOfKind(kind string, hs []*jheap) []*jheap {
 
 // holdBack applies the OnLimit of j's exhausted key to j, the top of its heap: a dropped job is
 // discarded, a rescheduled one moved to scheduled at until (or a second from now when until is
-// zero). It reports false, leaving j as it is, when the limit waits. s.mu must be held.
+// zero). It reports false, leaving j as it is, when the limit waits. The jobs it drops or
+// reschedules are listed in a, for the claim's store.ClaimParams.OnHeldBack. s.mu must be held.
 func (s *Store) holdBack(j *job, until, now time.Time, a *announcer) bool {
 	action := j.rk.limit.OnLimit
 	if action != store.LimitDrop && action != store.LimitReschedule {
@@ -840,6 +845,7 @@ func (s *Store) holdBack(j *job, until, now time.Time, a *announcer) bool {
 			Message: fmt.Sprintf("dropped: the limit of rate key %s was exhausted", j.RateKey),
 		})
 		s.place(j)
+		a.dropped = append(a.dropped, j.export())
 		return true
 	}
 	if until.IsZero() {
@@ -849,6 +855,7 @@ func (s *Store) holdBack(j *job, until, now time.Time, a *announcer) bool {
 	j.ScheduledAt = until
 	s.place(j)
 	a.add(j)
+	a.rescheduled = append(a.rescheduled, j.export())
 	return true
 }
 

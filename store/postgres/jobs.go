@@ -223,7 +223,8 @@ func (s *Store) claimFair(ctx context.Context, p store.ClaimParams) ([]*store.Jo
 	return jobs, mode, nil
 }
 
-// claimLimited claims up to limit jobs of p.Queue through claim_limited, in one round trip.
+// claimLimited claims up to limit jobs of p.Queue through claim_limited_held, in one round trip,
+// and reports the jobs it held back to p.OnHeldBack once the claim committed.
 func (s *Store) claimLimited(ctx context.Context, p store.ClaimParams, limit int) ([]*store.Job, error) {
 	var jobs []*store.Job
 	b := &pgx.Batch{}
@@ -237,7 +238,21 @@ func (s *Store) claimLimited(ctx context.Context, p store.ClaimParams, limit int
 	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
 		return nil, fmt.Errorf("limited claim: %w", err)
 	}
-	return jobs, nil
+	// The claimed jobs are active; the others were held back (claim_limited_held).
+	var dropped, rescheduled []*store.Job
+	claimed := jobs[:0]
+	for _, j := range jobs {
+		switch j.State {
+		case store.StateActive:
+			claimed = append(claimed, j)
+		case store.StateDiscarded:
+			dropped = append(dropped, j)
+		default:
+			rescheduled = append(rescheduled, j)
+		}
+	}
+	p.ReportHeldBack(dropped, rescheduled)
+	return claimed, nil
 }
 
 // finishOrder parses the completions' ids and returns them with the indexes of the valid ones in

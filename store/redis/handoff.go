@@ -97,8 +97,9 @@ func (s *Store) waiterFor(p *store.ClaimParams, kinds []string) *waiter {
 		s.waiters = make(map[string]*waiter)
 	}
 	w := &waiter{s: s, queue: p.Queue, id: tokens(1)[0],
-		params: store.ClaimParams{Queue: p.Queue, Kinds: kinds, WorkerID: p.WorkerID, LeaseDuration: p.LeaseDuration},
-		taken:  make(chan int, 1), done: make(chan struct{})}
+		params: store.ClaimParams{Queue: p.Queue, Kinds: kinds, WorkerID: p.WorkerID, LeaseDuration: p.LeaseDuration,
+			OnHeldBack: p.OnHeldBack},
+		taken: make(chan int, 1), done: make(chan struct{})}
 	w.used.Store(time.Now().UnixNano())
 	s.waiters[key] = w
 	go w.run(key)
@@ -249,7 +250,8 @@ func (w *waiter) run(key string) {
 			wait = true
 			if free > 0 {
 				jobs, err := s.claim(ctx, store.ClaimParams{Queue: w.queue, Kinds: w.params.Kinds, Limit: free,
-					WorkerID: w.params.WorkerID, LeaseDuration: w.params.LeaseDuration + handoffSlack}, w)
+					WorkerID: w.params.WorkerID, LeaseDuration: w.params.LeaseDuration + handoffSlack,
+					OnHeldBack: w.params.OnHeldBack}, w)
 				if err != nil && ctx.Err() == nil {
 					s.logf("redis: hand-off: claim from %s: %v", w.queue, err)
 				}

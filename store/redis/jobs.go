@@ -585,6 +585,28 @@ func (s *Store) claimOnce(ctx context.Context, p store.ClaimParams, flag string,
 			}
 		}
 	}
+	var dropped, rescheduled []*store.Job
+	if n := len(res); n > 0 {
+		if last, _ := res[n-1].([]any); len(last) > 0 && last[0] == heldMarker {
+			res = res[:n-1]
+			// The jobs the claim dropped or rescheduled for their rate limit (claimplain).
+			for _, e := range last[1:] {
+				flat, _ := e.([]any)
+				if len(flat) == 0 {
+					continue
+				}
+				j, err := decodeFlat(flat[1:])
+				if err != nil {
+					return nil, nil, err
+				}
+				if flat[0] == "d" {
+					dropped = append(dropped, j)
+				} else {
+					rescheduled = append(rescheduled, j)
+				}
+			}
+		}
+	}
 	out := make([]*store.Job, 0, len(res))
 	for _, v := range res {
 		j, err := decodeFlat(v)
@@ -594,8 +616,13 @@ func (s *Store) claimOnce(ctx context.Context, p store.ClaimParams, flag string,
 		out = append(out, j)
 	}
 	s.remember(out)
+	p.ReportHeldBack(dropped, rescheduled)
 	return out, needs, nil
 }
+
+// heldMarker opens the entry of a claim's reply that lists the jobs it held back (heldback in the
+// scripts' prelude).
+const heldMarker = "\nheld"
 
 // queuesOf looks the queues of ids up: in the cache of the jobs this store claimed, else in the
 // global id index; "" for an id the index does not hold.

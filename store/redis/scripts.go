@@ -117,6 +117,11 @@ local released = false
 -- for none: the outcomes of jobs of a workflow split over a Redis Cluster's queues, for their
 -- children in the other queues. The caller delivers them (Store.relay).
 local relay = false
+-- heldback lists the jobs a claim dropped or rescheduled for their rate limit (false for none), for
+-- store.ClaimParams.OnHeldBack: {'\nheld', {'d' or 'r', the job's HGETALL...}...}. 'quiet' makes the
+-- claim leave such jobs as they are (an insert's claim for a waiting producer, which cannot report
+-- them): the producer's own claim then holds them back and reports them.
+local heldback = false
 -- dropped lists the workflows whose last job this script deleted (forget): the caller removes them
 -- from the workflow index, a global key.
 local dropped = {}
@@ -831,6 +836,7 @@ else
   if ad then
     -- Other jobs may come first: the claim decides.
     ARGV = ad
+    heldback = 'quiet'
     handed = claimjobs()[1]
   end
 end
@@ -865,8 +871,10 @@ var scriptClaim = newFunc("Claim", `
 zq, zkeys = {}, {}
 local out = claimjobs()
 zflush()
--- Outbox entries of split workflows' jobs the claim dropped (relay.go), then the permits it stopped
--- for: the caller reads both from the end of the reply.
+-- The jobs the claim held back for their rate limit, then the outbox entries of split workflows'
+-- jobs the claim dropped (relay.go), then the permits it stopped for: the caller reads them from
+-- the end of the reply.
+if heldback then out[#out + 1] = heldback end
 if relay then out[#out + 1] = {'\nrelay', unpack(relay)} end
 if needed then out[#out + 1] = needed end
 -- An advertisement (see handoff.go) follows the flag when the claim is for one worker: a claim that
@@ -1085,18 +1093,22 @@ while #out < upto do
         -- Never claimable: it stays available (and counted) until DiscardExpired discards it.
         redis.call('ZREM', sr.key, c[1])
         progress = true
-      elseif blocked and action == 'drop' then
+      elseif blocked and action == 'drop' and heldback ~= 'quiet' then
         unplace(id, f)
         redis.call('HSET', k, 'state', 'discarded', 'completed', s(t))
         adderr(id, mkerr(num(f.attempt), t, 'rate_limited',
           'dropped: the limit of rate key ' .. sr.rk .. ' was exhausted'))
         place(id)
+        heldback = heldback or {'\nheld'}
+        heldback[#heldback + 1] = {'d', unpack(redis.call('HGETALL', k))}
         progress = true
-      elseif blocked and action == 'reschedule' then
+      elseif blocked and action == 'reschedule' and heldback ~= 'quiet' then
         if until_ == 0 then until_ = t + 1000000 end
         unplace(id, f)
         redis.call('HSET', k, 'state', 'scheduled', 'sched', s(until_))
         place(id)
+        heldback = heldback or {'\nheld'}
+        heldback[#heldback + 1] = {'r', unpack(redis.call('HGETALL', k))}
         progress = true
       elseif blocked then
         sr.off = true

@@ -609,14 +609,15 @@ const rateLimitValuesSQL = `SELECT max_active, rate, period_us, on_limit FROM pr
 // setWindowSQL records limit ?1's current window: opened at ?2, ?3 jobs started in it.
 const setWindowSQL = `UPDATE pronto_rate_limits SET window_start = ?2, window_count = ?3 WHERE key = ?1`
 
-// rescheduleRowsSQL moves held-back jobs (JSON array ?2 of rowids) to scheduled at ?1; ?3 now.
+// rescheduleRowsSQL moves held-back jobs (JSON array ?2 of rowids) to scheduled at ?1; ?3 now. It
+// returns them as they now are (store.ClaimParams.OnHeldBack).
 var rescheduleRowsSQL = `UPDATE pronto_jobs SET state = 'scheduled', scheduled_at = ?1, held = NULL,
 		` + uniqueKeyAfter(`'scheduled'`, "", "?3") + `
 	WHERE rowid IN (SELECT value FROM json_each(?2))
-	RETURNING queue`
+	RETURNING ` + jobColumns
 
-// dropRowsSQL discards held-back jobs (JSON array ?3 of rowids) with an error of type rate_limited.
-// ?1 now, ?2 now as JSON time text.
+// dropRowsSQL discards held-back jobs (JSON array ?3 of rowids) with an error of type rate_limited,
+// and returns them as they now are (store.ClaimParams.OnHeldBack). ?1 now, ?2 now as JSON time text.
 var dropRowsSQL = `UPDATE pronto_jobs SET
 		state = 'discarded',
 		completed_at = ?1,
@@ -628,7 +629,7 @@ var dropRowsSQL = `UPDATE pronto_jobs SET
 		held = NULL,
 		` + uniqueKeyAfter(`'discarded'`, "", "?1") + `
 	WHERE rowid IN (SELECT value FROM json_each(?3))
-	RETURNING id, workflow_id`
+	RETURNING ` + jobColumns
 
 // Workflows.
 

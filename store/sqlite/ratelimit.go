@@ -311,6 +311,8 @@ type limitedClaim struct {
 	// left out of the next pages. Unlike a key's, they are not held: a tenant's jobs spread over
 	// rate keys and queues, and its limit is not a key of theirs that a changed limit could release.
 	tenantsWaiting []string
+	// dropped and rescheduled are the jobs apply dropped and rescheduled, as they now are.
+	dropped, rescheduled []*store.Job
 }
 
 // limitedClaimFirstPage is how many candidates beyond its limit a limited claim reads first; every
@@ -395,6 +397,7 @@ func (s *Store) claimLimited(ctx context.Context, p store.ClaimParams) ([]*store
 		return nil, fmt.Errorf("commit: %w", err)
 	}
 	s.publishOutbox(&out)
+	p.ReportHeldBack(plan.dropped, plan.rescheduled)
 	return jobs, nil
 }
 
@@ -655,12 +658,14 @@ func (c *limitedClaim) apply(ctx context.Context, r txRunner, p store.ClaimParam
 		}
 	}
 	if len(c.reschedule) > 0 {
-		if err := rescheduleHeldBack(ctx, r, c.reschedule, nowUS, out); err != nil {
+		var err error
+		if c.rescheduled, err = rescheduleHeldBack(ctx, r, c.reschedule, nowUS, out); err != nil {
 			return nil, err
 		}
 	}
 	if len(c.drop) > 0 {
-		if err := dropHeldBack(ctx, r, c.drop, nowUS, now, out); err != nil {
+		var err error
+		if c.dropped, err = dropHeldBack(ctx, r, c.drop, nowUS, now, out); err != nil {
 			return nil, err
 		}
 	}
@@ -668,73 +673,62 @@ func (c *limitedClaim) apply(ctx context.Context, r txRunner, p store.ClaimParam
 }
 
 // rescheduleHeldBack moves held-back jobs ([rowid, due] pairs) to scheduled at their due times, one
-// statement per due time (a claim's held-back keys have one each), and announces them.
-func rescheduleHeldBack(ctx context.Context, r txRunner, due [][2]int64, nowUS int64, out *outbox) error {
+// statement per due time (a claim's held-back keys have one each), announces them, and returns them
+// as they now are.
+func rescheduleHeldBack(ctx context.Context, r txRunner, due [][2]int64, nowUS int64, out *outbox) ([]*store.Job, error) {
 	byDue := map[int64][]int64{}
 	for _, d := range due {
 		byDue[d[1]] = append(byDue[d[1]], d[0])
 	}
+	var moved []*store.Job
 	for _, at := range slices.Sorted(maps.Keys(byDue)) {
 		b, err := json.Marshal(byDue[at])
 		if err != nil {
-			return err
+			return nil, err
 		}
-		queues, err := retryLapsed(ctx, r, nowUS, func() ([]string, error) {
+		jobs, err := retryLapsed(ctx, r, nowUS, func() ([]*store.Job, error) {
 			rows, err := r.QueryContext(ctx, rescheduleRowsSQL, at, string(b), nowUS)
 			if err != nil {
 				return nil, err
 			}
-			var queues []string
-			for rows.Next() {
-				var queue string
-				if err := rows.Scan(&queue); err != nil {
-					rows.Close()
-					return nil, err
-				}
-				queues = append(queues, queue)
-			}
-			return queues, closeRows(rows)
+			return scanJobs(rows, len(byDue[at]))
 		})
 		if err != nil {
-			return fmt.Errorf("reschedule rate-limited jobs: %w", err)
+			return nil, fmt.Errorf("reschedule rate-limited jobs: %w", err)
 		}
-		for _, queue := range queues {
-			out.wake(queue, microTime(at))
+		for _, j := range jobs {
+			out.wake(j.Queue, microTime(at))
 		}
+		moved = append(moved, jobs...)
 	}
-	return nil
+	return moved, nil
 }
 
-// dropHeldBack discards held-back jobs and decides the children of the workflow jobs among them.
-func dropHeldBack(ctx context.Context, r txRunner, rowids []int64, nowUS int64, now time.Time, out *outbox) error {
+// dropHeldBack discards held-back jobs, decides the children of the workflow jobs among them, and
+// returns the jobs as they now are.
+func dropHeldBack(ctx context.Context, r txRunner, rowids []int64, nowUS int64, now time.Time, out *outbox) ([]*store.Job, error) {
 	b, err := json.Marshal(rowids)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	finished, err := retryLapsed(ctx, r, nowUS, func() ([]string, error) {
+	jobs, err := retryLapsed(ctx, r, nowUS, func() ([]*store.Job, error) {
 		rows, err := r.QueryContext(ctx, dropRowsSQL, nowUS, now.Format(time.RFC3339Nano), string(b))
 		if err != nil {
 			return nil, err
 		}
-		var finished []string // the workflow jobs dropped
-		for rows.Next() {
-			var id string
-			var workflowID sql.NullString
-			if err := rows.Scan(&id, &workflowID); err != nil {
-				rows.Close()
-				return nil, err
-			}
-			if workflowID.Valid {
-				finished = append(finished, id)
-			}
-		}
-		return finished, closeRows(rows)
+		return scanJobs(rows, len(rowids))
 	})
 	if err != nil {
-		return fmt.Errorf("drop rate-limited jobs: %w", err)
+		return nil, fmt.Errorf("drop rate-limited jobs: %w", err)
+	}
+	var finished []string // the workflow jobs dropped
+	for _, j := range jobs {
+		if j.WorkflowID != "" {
+			finished = append(finished, j.ID)
+		}
 	}
 	if len(finished) == 0 {
-		return nil
+		return jobs, nil
 	}
-	return settleChildren(ctx, r, finished, nowUS, out)
+	return jobs, settleChildren(ctx, r, finished, nowUS, out)
 }

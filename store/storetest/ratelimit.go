@@ -439,3 +439,76 @@ func testRateLimitConcurrent(t *testing.T, h Harness) {
 	require.True(t, ok)
 	require.Equal(t, int64(total), q2.Counts[store.StateCompleted])
 }
+
+// heldBackClaim claims with p, collecting what its OnHeldBack reports.
+type heldBackClaim struct {
+	calls                int
+	dropped, rescheduled []*store.Job
+}
+
+func (h *heldBackClaim) claim(t *testing.T, s store.Store, p store.ClaimParams) []*store.Job {
+	t.Helper()
+	p.OnHeldBack = func(dropped, rescheduled []*store.Job) {
+		h.calls++
+		require.NotZero(t, len(dropped)+len(rescheduled), "OnHeldBack is called only with jobs")
+		h.dropped = append(h.dropped, dropped...)
+		h.rescheduled = append(h.rescheduled, rescheduled...)
+	}
+	jobs, err := s.Claim(ctx(t), p)
+	require.NoError(t, err)
+	return jobs
+}
+
+// testRateLimitHeldBackReported: a claim reports every job it drops or reschedules for its rate
+// limit through ClaimParams.OnHeldBack, once, as the job now is; a claim that holds nothing back
+// does not call it. Without the report, a dropped job vanishes unheard of (no event, no metric).
+func testRateLimitHeldBackReported(t *testing.T, s store.Store) {
+	q, key := uniq("rate-held-drop"), uniq("rate")
+	setLimit(t, s, key, store.RateLimit{MaxActive: 1, OnLimit: store.LimitDrop})
+	a, b, c := limitedJob(q, key), limitedJob(q, key), limitedJob(q, key)
+	insert(t, s, a, b, c)
+	var h heldBackClaim
+	var claimed []*store.Job
+	for range 3 {
+		claimed = append(claimed, h.claim(t, s, store.ClaimParams{Queue: q, Limit: 10, WorkerID: worker, LeaseDuration: lease})...)
+	}
+	require.Equal(t, []string{a.ID}, ids(claimed))
+	require.ElementsMatch(t, []string{b.ID, c.ID}, ids(h.dropped), "each dropped job is reported, once")
+	require.Empty(t, h.rescheduled)
+	for _, j := range h.dropped {
+		require.Equal(t, store.StateDiscarded, j.State)
+		require.Equal(t, key, j.RateKey)
+		require.Equal(t, q, j.Queue)
+		require.NotEmpty(t, j.Errors)
+		require.Equal(t, "rate_limited", j.Errors[len(j.Errors)-1].Type)
+		stored := get(t, s, j.ID)
+		require.Equal(t, stored.State, j.State, "reported as it now is")
+		require.True(t, stored.CompletedAt.Equal(j.CompletedAt), "reported as it now is")
+	}
+
+	// A claim for several workers (a coalesced remote fetch) reports what it reschedules.
+	rq, rkey := uniq("rate-held-resched"), uniq("rate")
+	setLimit(t, s, rkey, store.RateLimit{MaxActive: 1, OnLimit: store.LimitReschedule})
+	d, e := limitedJob(rq, rkey), limitedJob(rq, rkey)
+	insert(t, s, d, e)
+	var hr heldBackClaim
+	claimed = nil
+	for range 2 {
+		claimed = append(claimed, hr.claim(t, s, store.ClaimParams{Queue: rq, WorkerIDs: []string{"w1", "w2"}, LeaseDuration: lease})...)
+	}
+	require.Equal(t, []string{d.ID}, ids(claimed))
+	require.Empty(t, hr.dropped)
+	require.Equal(t, []string{e.ID}, ids(hr.rescheduled))
+	stored := get(t, s, e.ID)
+	require.Equal(t, store.StateScheduled, hr.rescheduled[0].State)
+	require.Equal(t, store.StateScheduled, stored.State)
+	require.True(t, stored.ScheduledAt.Equal(hr.rescheduled[0].ScheduledAt), "reported with its new due time")
+
+	// Nothing held back: no call.
+	pq := uniq("rate-held-none")
+	insert(t, s, job(pq))
+	var hn heldBackClaim
+	require.Len(t, hn.claim(t, s, store.ClaimParams{Queue: pq, Limit: 10, WorkerID: worker, LeaseDuration: lease}), 1)
+	require.Empty(t, hn.claim(t, s, store.ClaimParams{Queue: q, Limit: 10, WorkerID: worker, LeaseDuration: lease}))
+	require.Zero(t, hn.calls, "a claim that holds nothing back does not call OnHeldBack")
+}

@@ -177,6 +177,7 @@ var tests = []testCase{
 	{"RateLimitSkipKeepsOrder", single(testRateLimitSkipKeepsOrder)},
 	{"RateLimitDrop", single(testRateLimitDrop)},
 	{"RateLimitReschedule", single(testRateLimitReschedule)},
+	{"RateLimitHeldBackReported", single(testRateLimitHeldBackReported)},
 	{"RateLimitOnInsert", single(testRateLimitOnInsert)},
 	{"RateLimitUnlimited", single(testRateLimitUnlimited)},
 	{"RateLimitInfo", single(testRateLimitInfo)},
