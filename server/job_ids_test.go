@@ -5,25 +5,19 @@ import (
 	"testing"
 )
 
-// TestUppercaseJobIDAccepted: ojs-json-format.md 6.2, "Implementations MUST accept uppercase hex on
-// input but MUST produce lowercase hex on output." A client enqueueing with an id written in
-// uppercase (as .NET's Guid.ToString("D").ToUpper(), SQL Server and many loggers print it) got a
-// 400, and so did a GET of the job by that spelling. Every place a job or workflow id comes in
-// takes it in either case; answers carry it in lowercase, and an error shows the id as sent.
-func TestUppercaseJobIDAccepted(t *testing.T) {
+// TestUppercaseJobIDLookups: ojs-json-format.md 6.2 says implementations "MUST accept uppercase hex
+// on input but MUST produce lowercase hex on output", and the conformance case L0-ENV-011 that a new
+// job's id in uppercase is refused; where they disagree the case wins, so an enqueue with an
+// uppercase id is a 400, while every lookup of an existing job or workflow takes its id in either
+// case (as .NET's Guid.ToString("D").ToUpper(), SQL Server and many loggers print it): answers carry
+// it in lowercase, and an error shows the id as sent.
+func TestUppercaseJobIDLookups(t *testing.T) {
 	s, _ := storeServer(t, "memory", Config{})
 	const lower = "019539a4-b68c-7def-8000-1a2b3c4d5e6f"
 	upper := strings.ToUpper(lower)
 	r := call(t, s, "POST", "/ojs/v1/jobs", `{"type":"a.b","args":[],"id":"`+upper+`","options":{"queue":"up"}}`)
-	if r.status != 201 {
-		t.Fatalf("enqueue with an uppercase UUIDv7 id: status %d, want 201 (json-format §6.2): %s", r.status, r.raw)
-	}
-	if id := r.body["job"].(map[string]any)["id"]; id != lower {
-		t.Fatalf("id %v, want it in lowercase %s", id, lower)
-	}
-	if loc := r.header.Get("Location"); loc != "/ojs/v1/jobs/"+lower {
-		t.Fatalf("Location %q, want the lowercase id", loc)
-	}
+	checkErrorBody(t, r, 400, CodeInvalidRequest)
+	mustCall(t, s, 201, "POST", "/ojs/v1/jobs", `{"type":"a.b","args":[],"id":"`+lower+`","options":{"queue":"up"}}`)
 	r = call(t, s, "GET", "/ojs/v1/jobs/"+upper, nil)
 	if r.status != 200 || r.body["job"].(map[string]any)["id"] != lower {
 		t.Fatalf("GET by the uppercase id: status %d, want 200 with the lowercase id: %s", r.status, r.raw)
@@ -39,11 +33,6 @@ func TestUppercaseJobIDAccepted(t *testing.T) {
 	a := mustCall(t, s, 200, "POST", "/ojs/v1/workers/ack", `{"job_id":"`+upper+`","worker_id":"w","claim_token":"`+j["claim_token"].(string)+`"}`)
 	if a.body["state"] != "completed" {
 		t.Fatalf("ack by the uppercase id: %s", a.raw)
-	}
-
-	// A second job in the same case twice is a duplicate of the first, not a second job.
-	if r := call(t, s, "POST", "/ojs/v1/jobs", `{"type":"a.b","args":[],"id":"`+lower+`"}`); r.status == 201 {
-		t.Fatalf("the lowercase spelling of an uppercase id enqueued a second job: %s", r.raw)
 	}
 
 	// Bulk ids, and a workflow by its id in uppercase.
@@ -65,8 +54,7 @@ func TestUppercaseJobIDAccepted(t *testing.T) {
 	if msg := r.body["error"].(map[string]any)["message"].(string); !strings.Contains(msg, bad) {
 		t.Fatalf("error %q does not show the id as sent", msg)
 	}
-	// So is such an id at enqueue: what the conformance case L0-ENV-011 checks beside the uppercase
-	// id it expects refused (in conformance's knownFailures for that step).
+	// So is such an id at enqueue, as the conformance case L0-ENV-011 checks.
 	for _, id := range []string{"550e8400-e29b-41d4-a716-446655440000", "550E8400-E29B-41D4-A716-446655440000",
 		"not-a-uuid-at-all", "", "019539a4-b68c-7def-c000-1a2b3c4d5e6f", "019539a4b68c7def80001a2b3c4d5e6f"} {
 		r := call(t, s, "POST", "/ojs/v1/jobs", `{"type":"a.b","args":[],"id":"`+id+`"}`)

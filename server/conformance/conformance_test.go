@@ -36,12 +36,6 @@ var knownFailures = map[string]string{
 	// a worker reports (error.type, else details.error_class, else the code) and does not guess one
 	// from the message text.
 	"L1-RTR-014": "expects error types the nack requests never send",
-	// Step 3 expects an enqueue whose id is a UUIDv7 written in uppercase refused (the case cites
-	// ojs-core 5.1's lowercase pattern), while ojs-json-format.md 6.2 says implementations "MUST
-	// accept uppercase hex on input but MUST produce lowercase hex on output". pronto follows 6.2:
-	// the job is stored and answered under the lowercase id (server/job_ids_test.go). Its other
-	// steps (a UUIDv4, a plain string, an empty id) are refused, and server tests hold them.
-	"L0-ENV-011": "its step 3 expects an uppercase UUIDv7 refused; ojs-json-format.md 6.2 says to accept it",
 }
 
 // casesDir returns the conformance cases' directory, $OJS_CONFORMANCE_DIR.
