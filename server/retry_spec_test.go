@@ -1,46 +1,22 @@
 package server
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"slices"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/pronto-jobs/pronto"
 )
 
 // Retry behaviour the OJS specifications require of the HTTP API (ojs-retry.md, and the envelope and
 // worker members that decide when a job is retried), checked on every store.
 
 // retrySpecStores are the stores every behaviour is checked on.
-var retrySpecStores = []string{"memory", "sqlite", "postgres", "redis"}
+var retrySpecStores = flowStoreKinds
 
 // retrySpecServer is a server over a fresh store of the given kind, with a started client.
-func retrySpecServer(t *testing.T, kind string) http.Handler {
-	t.Helper()
-	st := openTestStore(t, kind)
-	client, err := pronto.NewClient(st, &pronto.Config{RescueInterval: 50 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := client.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	s, err := New(Config{Client: client})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = client.Stop(ctx)
-		_ = s.Close()
-	})
-	return s
-}
+func retrySpecServer(t *testing.T, kind string) http.Handler { return startedServer(t, kind) }
 
 // retrySpecEnqueue enqueues body and returns the job id.
 func retrySpecEnqueue(t *testing.T, h http.Handler, body string) string {
