@@ -1018,16 +1018,17 @@ end
 -- limit has no room at t; on a Redis Cluster, when the permits the caller took of it are used up.
 -- The second result is the permits to take one of (a cluster), the third true when the claim must
 -- stop to ask for them first (see needpermits). A rate key spelled as the tenant's limit key is one
--- limit, judged as the key.
+-- limit: on a single node it is judged as the tenant's (its active jobs across queues; it always
+-- waits), the claim not judging it as a key; on a cluster, one permit of that key.
 -- tnheld remembers the tenants found held back on a single node: nothing frees room within a claim.
 local tnheld = {}
 local function tenantheld(tn, rk)
-  if not tn or tn == '' or 'tenant:' .. tn == rk then return false end
+  if not tn or tn == '' then return false end
   if global then
     if not tnheld[tn] and tblocked(tn, t) then tnheld[tn] = true end
     return tnheld[tn] == true
   end
-  if not limitedt[tn] then return false end
+  if not limitedt[tn] or 'tenant:' .. tn == rk then return false end
   local tk = 'tenant:' .. tn
   if wants(tk) then return false, nil, true end
   local tp = grants[tk]
@@ -1066,7 +1067,11 @@ while #out < upto do
       if f and sr.rk ~= '' and not (exp > 0 and exp <= t) then
         local ask
         if global then
-          blocked, until_, action = rlblocked(sr.rk, t)
+          -- A job naming its own tenant's limit key is judged by that limit as its tenant's
+          -- (tenantheld), which counts all the tenant's active jobs, not as a key.
+          if not (f.tenant and f.tenant ~= '' and 'tenant:' .. f.tenant == sr.rk) then
+            blocked, until_, action = rlblocked(sr.rk, t)
+          end
         else
           g = grants[sr.rk]
           if wants(sr.rk) then

@@ -527,9 +527,13 @@ const queueRateKeysCTE = `WITH RECURSIVE k(key) AS (
 			WHERE queue = ?1 AND rate_key > k.key AND state IN ('available', 'scheduled', 'retryable'))
 		FROM k WHERE k.key IS NOT NULL)`
 
-// rateLimitStateSQL reads limit ?1 and its active count inside a claim's transaction.
+// rateLimitStateSQL reads limit ?1 and its active count inside a claim's transaction: a tenant's limit
+// key (store.TenantLimitKey) counts the tenant's active jobs, as rateLimitInfoSQL reports it, since
+// that limit bounds them all; any other key, the jobs naming it.
 const rateLimitStateSQL = `SELECT max_active, rate, period_us, on_limit, window_start, window_count,
-		(SELECT count(*) FROM pronto_jobs WHERE rate_key = ?1 AND state = 'active')
+		CASE WHEN substr(?1, 1, 7) = 'tenant:' THEN
+			(SELECT count(*) FROM pronto_jobs WHERE tenant = substr(?1, 8) AND state = 'active')
+		ELSE (SELECT count(*) FROM pronto_jobs WHERE rate_key = ?1 AND state = 'active') END
 	FROM pronto_rate_limits WHERE key = ?1`
 
 // claimCandidatesSQL returns one page of a limited claim's candidates in claim order, after the
@@ -565,7 +569,8 @@ const holdKeySQL = `UPDATE pronto_jobs SET held = 1
 		LIMIT ?4)`
 
 // heldKeysSQL lists the keys of queue ?1's held jobs (one index seek per key), each with its limit, if
-// one is stored (the sixth column is 1), and its active count.
+// one is stored (the sixth column is 1), and its active count (a tenant's limit key: the tenant's, as
+// in rateLimitStateSQL).
 const heldKeysSQL = `WITH RECURSIVE k(key) AS (
 		SELECT (SELECT min(rate_key) FROM pronto_jobs INDEXED BY pronto_jobs_held
 			WHERE queue = ?1 AND held IS NOT NULL AND state IN ('available', 'scheduled', 'retryable'))
@@ -576,7 +581,9 @@ const heldKeysSQL = `WITH RECURSIVE k(key) AS (
 		FROM k WHERE k.key IS NOT NULL)
 	SELECT k.key, COALESCE(l.max_active, 0), COALESCE(l.rate, 0), COALESCE(l.period_us, 0),
 		COALESCE(l.on_limit, ''), l.key IS NOT NULL, l.window_start, COALESCE(l.window_count, 0),
-		(SELECT count(*) FROM pronto_jobs AS a WHERE a.rate_key = k.key AND a.state = 'active')
+		CASE WHEN substr(k.key, 1, 7) = 'tenant:' THEN
+			(SELECT count(*) FROM pronto_jobs AS a WHERE a.tenant = substr(k.key, 8) AND a.state = 'active')
+		ELSE (SELECT count(*) FROM pronto_jobs AS a WHERE a.rate_key = k.key AND a.state = 'active') END
 	FROM k LEFT JOIN pronto_rate_limits AS l ON l.key = k.key
 	WHERE k.key IS NOT NULL`
 

@@ -9,6 +9,7 @@ import (
 	"maps"
 	"math"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/pronto-jobs/pronto/store"
@@ -535,12 +536,24 @@ func (c *limitedClaim) consider(ctx context.Context, r txRunner, cand *candidate
 			if k, err = loadKeyLimit(ctx, r, key); err != nil {
 				return err
 			}
+			if tl := c.tenants[strings.TrimPrefix(key, "tenant:")]; k != nil && tl != nil && strings.HasPrefix(key, "tenant:") {
+				// A tenant's limit key names the limit already read for the tenant: one limit, one
+				// count (its active count is the tenant's either way).
+				tl.onLimit = k.onLimit
+				k = tl
+			}
 			c.keys[key] = k
 		}
 	}
+	tenant := cand.tenant.String
+	if k != nil && cand.tenant.Valid && key == store.TenantLimitKey(tenant) {
+		// The job names its own tenant's limit: that limit, which always waits, is checked below as
+		// its tenant's, once (tenantLimit shares the key's state).
+		k = nil
+	}
 	if k == nil || k.room(nowUS) > 0 {
 		var tl *keyLimit
-		if tenant := cand.tenant.String; cand.tenant.Valid && !(cand.rateKey.Valid && key == store.TenantLimitKey(tenant)) {
+		if cand.tenant.Valid {
 			var err error
 			if tl, err = c.tenantLimit(ctx, r, tenant); err != nil {
 				return err
@@ -552,7 +565,7 @@ func (c *limitedClaim) consider(ctx context.Context, r txRunner, cand *candidate
 				return nil
 			}
 		}
-		if k != nil {
+		if k != nil && k != tl {
 			k.take(nowUS)
 		}
 		if tl != nil {
@@ -578,6 +591,11 @@ func (c *limitedClaim) consider(ctx context.Context, r txRunner, cand *candidate
 // queues, read once per claim, or nil when none bounds anything.
 func (c *limitedClaim) tenantLimit(ctx context.Context, r txRunner, tenant string) (*keyLimit, error) {
 	if k, known := c.tenants[tenant]; known {
+		return k, nil
+	}
+	if k := c.keys[store.TenantLimitKey(tenant)]; k != nil {
+		// Read already as a rate key, with the tenant's active count: the same limit.
+		c.tenants[tenant] = k
 		return k, nil
 	}
 	k := &keyLimit{}

@@ -185,6 +185,8 @@ var tests = []testCase{
 	{"RateLimitTenant", single(testRateLimitTenant)},
 	{"RateLimitTenantWithRateKey", single(testRateLimitTenantWithRateKey)},
 	{"RateLimitTenantInfo", single(testRateLimitTenantInfo)},
+	{"RateLimitTenantPassedNotDropped", single(testRateLimitTenantPassedNotDropped)},
+	{"RateLimitTenantKeyAsRateKey", single(testRateLimitTenantKeyAsRateKey)},
 
 	{"WorkflowRoundTrip", single(testWorkflowRoundTrip)},
 	{"WorkflowChain", single(testWorkflowChain)},

@@ -96,3 +96,58 @@ func testRateLimitTenantInfo(t *testing.T, s store.Store) {
 	}
 	require.True(t, found, "the tenant's limit is listed")
 }
+
+func testRateLimitTenantPassedNotDropped(t *testing.T, s store.Store) {
+	// A job passed over because its tenant is at its limit waits, whatever its rate key's OnLimit:
+	// here the key (drop) has no room left once another job took it, after the tenant's job was
+	// passed over (docs/rate-limits.md: a tenant's limit always waits).
+	q, q2, tenant, key := uniq("tpnd"), uniq("tpnd"), uniq("T"), uniq("rk")
+	setLimit(t, s, store.TenantLimitKey(tenant), store.RateLimit{MaxActive: 1})
+	setLimit(t, s, key, store.RateLimit{MaxActive: 1, OnLimit: store.LimitDrop})
+	insertTenant(t, s, q2, tenant, 1) // the tenant's one allowed job runs, in another queue
+	require.Len(t, claim(t, s, q2, 10), 1)
+
+	first := tenantKeyedJob(q, tenant, key) // first in claim order, held back by its tenant
+	first.Priority = 5
+	other := job(q) // no tenant: takes the key's one slot
+	other.RateKey = key
+	insert(t, s, first, other)
+	var dropped []*store.Job
+	got, err := s.Claim(ctx(t), store.ClaimParams{Queue: q, Limit: 10, WorkerID: worker, LeaseDuration: lease,
+		OnHeldBack: func(d, _ []*store.Job) { dropped = append(dropped, d...) }})
+	require.NoError(t, err)
+	require.Len(t, got, 1)
+	require.Equal(t, other.ID, got[0].ID)
+	j, err := s.GetJob(ctx(t), first.ID)
+	require.NoError(t, err)
+	require.Equal(t, store.StateAvailable, j.State,
+		"a job passed over for its tenant's limit waits; it was dropped (errors %+v, reported %d)", j.Errors, len(dropped))
+	require.Empty(t, dropped)
+}
+
+func testRateLimitTenantKeyAsRateKey(t *testing.T, s store.Store) {
+	// A job whose rate key is its own tenant's limit key is bound by that limit, which counts every
+	// active job of the tenant (store/tenant.go), and its start counts once.
+	q, q2, tenant := uniq("tkrk"), uniq("tkrk"), uniq("T")
+	tk := store.TenantLimitKey(tenant)
+	setLimit(t, s, tk, store.RateLimit{MaxActive: 1})
+	insertTenant(t, s, q2, tenant, 1)
+	require.Len(t, claim(t, s, q2, 10), 1, "the tenant's one allowed job")
+	require.Equal(t, int64(1), limitInfo(t, s, tk).Active, "GetRateLimit reports the tenant at its limit")
+
+	insert(t, s, tenantKeyedJob(q, tenant, tk))
+	require.Empty(t, claim(t, s, q, 10), "the tenant is at MaxActive 1: its job naming its limit key must wait")
+
+	// With room for two more, two jobs naming the key and one without take exactly the room, and
+	// each start counts once in the limit's window.
+	q3, u := uniq("tkrk"), uniq("U")
+	uk := store.TenantLimitKey(u)
+	setLimit(t, s, uk, store.RateLimit{MaxActive: 2, Rate: 10, Period: time.Hour})
+	insert(t, s, tenantKeyedJob(q3, u, uk), tenantKeyedJob(q3, u, uk))
+	insertTenant(t, s, q3, u, 1)
+	require.Len(t, claim(t, s, q3, 10), 2)
+	require.Empty(t, claim(t, s, q3, 10), "the tenant is at MaxActive 2")
+	info := limitInfo(t, s, uk)
+	require.Equal(t, int64(2), info.Active)
+	require.Equal(t, int64(2), info.WindowCount, "each start counts once")
+}
