@@ -203,7 +203,16 @@ func (s *Server) progressStream(w http.ResponseWriter, r *http.Request, id strin
 	defer poll.Stop()
 	lastWrite := time.Now()
 	var sent time.Time // UpdatedAt of the last progress sent
+	// last is the latest progress read: a row read as the job ends (finished, or removed as it
+	// completed) may no longer carry it, and the final event reports it.
+	var last *pronto.JobProgress
+	var lastAttempt int
 	for {
+		if j.Progress != nil {
+			last, lastAttempt = j.Progress, j.Attempt
+		} else if j.Attempt != lastAttempt {
+			last = nil // a new attempt's progress starts afresh (ojs-progress.md 5.3)
+		}
 		if p := j.Progress; p != nil && !p.UpdatedAt.Equal(sent) && j.State == pronto.StateActive {
 			sent = p.UpdatedAt
 			if !send(progressEvent("progress", j, p)) {
@@ -212,7 +221,7 @@ func (s *Server) progressStream(w http.ResponseWriter, r *http.Request, id strin
 			lastWrite = time.Now()
 		}
 		if ev, end := streamEvents[j.State]; end {
-			send(progressEvent(ev, j, j.Progress))
+			send(progressEvent(ev, j, lastReport(j.Progress, last)))
 			return
 		}
 		select {
@@ -228,10 +237,7 @@ func (s *Server) progressStream(w http.ResponseWriter, r *http.Request, id strin
 		case errors.Is(err, pronto.ErrNotFound):
 			if fin := watch.ended(ctx); fin != nil {
 				end := *fin
-				if end.Progress == nil {
-					end.Progress = j.Progress // the event's row may not carry the last report
-				}
-				send(progressEvent(streamEvents[end.State], &end, end.Progress))
+				send(progressEvent(streamEvents[end.State], &end, lastReport(end.Progress, last)))
 				return
 			}
 			send([]byte("event: error\ndata: {\"code\":\"not_found\",\"message\":\"the job was deleted\"}\n\n"))
@@ -255,6 +261,21 @@ func (s *Server) progressStream(w http.ResponseWriter, r *http.Request, id strin
 
 // progressEvent formats one server-sent event: {"progress", "data", "state", "attempt",
 // "updated_at"}, progress reading 1 on completion.
+// lastReport is p, the progress of the row that ended a stream, with the data of last, the latest
+// progress the stream read, where p has none: the ending row may have been read before the last
+// report, or after its progress was cleared.
+func lastReport(p, last *pronto.JobProgress) *pronto.JobProgress {
+	switch {
+	case p == nil:
+		return last
+	case len(p.Data) == 0 && last != nil && len(last.Data) > 0:
+		q := *p
+		q.Data = last.Data
+		return &q
+	}
+	return p
+}
+
 func progressEvent(event string, j *pronto.JobRow, p *pronto.JobProgress) []byte {
 	b := make([]byte, 0, 256)
 	b = append(b, "event: "...)
