@@ -178,6 +178,11 @@ func (t *Tracing) InsertMiddleware() pronto.InsertMiddleware {
 				if rows[i].Duplicate {
 					span.SetAttributes(attribute.Bool("ojs.job.duplicate", true))
 				}
+				if id := rows[i].ID; id != "" && id != params[i].ID {
+					// A deduplicated insert answers the job that already held the unique key: the
+					// span names that one, not the id drawn for a job that was never stored.
+					span.SetAttributes(AttrMessageID.String(id), AttrJobID.String(id))
+				}
 			}
 			span.End()
 		}
