@@ -1,6 +1,9 @@
 package pronto
 
 import (
+	"bytes"
+	"encoding/json"
+	"fmt"
 	"time"
 )
 
@@ -66,6 +69,63 @@ const (
 	// QueueNameRule is the rule ValidQueueName checks.
 	QueueNameRule = "[a-z0-9][a-z0-9.-]* (at most 128 characters), such as email or batch-2"
 )
+
+// DefaultMaxMetaBytes bounds a job's meta serialized as compact JSON: 64 KiB, the limit of
+// ojs-payload-limits.md §4.3 and ojs-security.md §8.3. Meta is indexed, logged and shown in
+// dashboards, so it is kept small; large data belongs in args.
+const DefaultMaxMetaBytes = 64 << 10
+
+// MetaKeyRule is the rule ValidMetaKey checks (ojs-security.md §8.3).
+const MetaKeyRule = "[a-zA-Z0-9_.-], 1 to 128 characters"
+
+// ValidMetaKey reports whether key is an acceptable meta key: 1 to 128 letters, digits, underscores,
+// dots and dashes. Meta keys end up in headers and log fields downstream, so nothing else is let in.
+func ValidMetaKey(key string) bool {
+	if key == "" || len(key) > 128 {
+		return false
+	}
+	for i := 0; i < len(key); i++ {
+		c := key[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '.' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// MetaTooLargeError is the error of a job whose meta, serialized as compact JSON, is over the limit.
+// errors.Is(err, ErrInvalidArgs) holds for it.
+type MetaTooLargeError struct {
+	// Size is the meta's size in bytes; Limit the largest accepted.
+	Size, Limit int
+}
+
+func (e *MetaTooLargeError) Error() string {
+	return fmt.Sprintf("%v: meta is %d bytes, over the limit of %d", ErrInvalidArgs, e.Size, e.Limit)
+}
+
+// Unwrap makes the error an ErrInvalidArgs, as every refused insert is.
+func (e *MetaTooLargeError) Unwrap() error { return ErrInvalidArgs }
+
+// CheckMetaSize returns a *MetaTooLargeError when meta, a JSON value, is over limit bytes once
+// compacted (limit <= 0: DefaultMaxMetaBytes). White space a sender added does not count against it.
+func CheckMetaSize(meta []byte, limit int) error {
+	if limit <= 0 {
+		limit = DefaultMaxMetaBytes
+	}
+	if len(meta) <= limit {
+		return nil // compacting never grows it
+	}
+	size := len(meta)
+	var b bytes.Buffer
+	if json.Compact(&b, meta) == nil {
+		size = b.Len()
+	}
+	if size <= limit {
+		return nil
+	}
+	return &MetaTooLargeError{Size: size, Limit: limit}
+}
 
 // ValidQueueName reports whether name is an acceptable OJS queue name: [a-z0-9][a-z0-9.-]*, at most
 // 128 characters.

@@ -84,6 +84,7 @@ func (s *Server) manifest(w http.ResponseWriter, r *http.Request) {
 	*b = appendStrings(appendKey(*b, "extensions"), s.extensionNames())
 	*b = append(appendKey(*b, "limits"), '{')
 	*b = appendIntField(*b, "max_body_bytes", s.maxBody)
+	*b = appendIntField(*b, "max_meta_bytes", pronto.DefaultMaxMetaBytes)
 	*b = appendIntField(*b, "max_batch_jobs", int64(s.maxBatch))
 	*b = appendIntField(*b, "max_fetch_count", 1000)
 	*b = appendIntField(*b, "max_workflow_jobs", int64(s.maxBatch))

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"math"
+	"net/http"
 	"strconv"
 	"strings"
 	"time"
@@ -515,22 +516,64 @@ func decodeJobMembersInto(req *enqueueRequest, top object, now time.Time) *apiEr
 	return nil
 }
 
-// checkMeta refuses a meta that is not an object or that uses the reserved key.
+// codeMetadataTooLarge is the code of a meta over the size limit (the error catalog's
+// METADATA_TOO_LARGE, spelled as this API spells payload_too_large).
+const codeMetadataTooLarge = "metadata_too_large"
+
+// checkMeta refuses a meta that is not an object, that is over pronto.DefaultMaxMetaBytes
+// serialized (413, ojs-payload-limits.md §4.3), that uses the reserved key, or whose top-level keys
+// or string values could inject a header downstream (ojs-security.md §8.3): a key outside
+// pronto.MetaKeyRule, a value holding CR or LF. Nested members are data, not header material.
 func checkMeta(raw json.RawMessage, field string) *apiError {
 	if k := jsonKind(raw); k != "object" {
 		return invalid(field, "%s must be a JSON object, not %s", field, k)
 	}
-	// A key spelled with escapes ("\u005fpronto") decodes to the reserved one (PostgreSQL's jsonb
-	// decodes it on write), so any escape means a full decode.
-	if bytes.Contains(raw, extKeyBytes) || bytes.Contains(raw, []byte(`\u`)) {
-		var m map[string]json.RawMessage
-		if json.Unmarshal(raw, &m) == nil {
-			if _, ok := m[extKey]; ok {
-				return invalid(field, "meta key %q is reserved by pronto", extKey)
-			}
+	if e := checkMetaSize(raw, field); e != nil {
+		return e
+	}
+	m, ok := splitObject(raw)
+	if !ok {
+		return invalid(field, "%s must be a JSON object", field)
+	}
+	for _, mb := range m {
+		if e := checkMetaMember(mb, field); e != nil {
+			return e
 		}
 	}
 	return nil
+}
+
+// checkMetaMember checks one top-level member of a meta object. The key is compared decoded, so an
+// escape ("\u005fpronto") does not hide the reserved key.
+func checkMetaMember(mb member, field string) *apiError {
+	name := field + "." + mb.key
+	if mb.key == extKey {
+		return invalid(name, "meta key %q is reserved by pronto", extKey)
+	}
+	if !pronto.ValidMetaKey(mb.key) {
+		return invalid(name, "meta key %q: must be %s", mb.key, pronto.MetaKeyRule)
+	}
+	// A raw JSON string cannot hold a line break unescaped: only one with an escape can decode to one.
+	if jsonKind(mb.val) == "string" && bytes.IndexByte(mb.val, '\\') >= 0 {
+		if v, _ := rawString(mb.val); strings.ContainsAny(v, "\r\n") {
+			return invalid(name, "%s must not contain a carriage return or line feed", name)
+		}
+	}
+	return nil
+}
+
+// checkMetaSize answers a meta over the limit with the 413 of ojs-payload-limits.md §9.2, its
+// details shaped as those of the body limit's payload_too_large.
+func checkMetaSize(raw json.RawMessage, field string) *apiError {
+	var tl *pronto.MetaTooLargeError
+	if !errors.As(pronto.CheckMetaSize(raw, pronto.DefaultMaxMetaBytes), &tl) {
+		return nil
+	}
+	e := errorf(http.StatusRequestEntityTooLarge, codeMetadataTooLarge,
+		"%s is %d bytes serialized, over the limit of %d bytes", field, tl.Size, tl.Limit)
+	e.typ = "validation_error"
+	e.details = map[string]any{"field": field, "actual_bytes": tl.Size, "max_bytes": tl.Limit}
+	return e
 }
 
 // mergeMeta adds options.metadata (under meta's own keys) and pronto's ext to a meta object.
@@ -544,6 +587,14 @@ func mergeMeta(meta json.RawMessage, metadata map[string]json.RawMessage, ext oj
 	for k, v := range metadata {
 		if _, ok := m[k]; !ok {
 			m[k] = v
+		}
+	}
+	if len(meta) > 0 && len(metadata) > 0 {
+		// Each was checked alone; the stored meta is both, so the limit applies to the sum too.
+		if b, err := json.Marshal(m); err == nil {
+			if e := checkMetaSize(b, "meta"); e != nil {
+				return nil, e
+			}
 		}
 	}
 	if !ext.empty() {
