@@ -20,7 +20,9 @@ import (
 // Inserts into unbounded queues never read a depth. The price is precision: jobs finished since the
 // last read still count (the bound is met early, never late, by one client), and what other clients
 // inserted in the meantime is not seen yet, so several clients together may overshoot a bound by what
-// they insert within depthEvery.
+// they insert within depthEvery. What an insert counted is taken back out when the store does not
+// keep the job (a unique duplicate or conflict, a refusal by a tenant limit); after any other failed
+// insert the queue is recounted at its next insert, since the store may or may not have kept it.
 
 // ErrQueueFull is matched (errors.Is) by the error of an insert refused by a queue's maximum depth.
 var ErrQueueFull = errors.New("queue is full")
@@ -56,19 +58,35 @@ type backpressure struct {
 	boundsAt time.Time
 	bounds   map[string]int64
 	depths   map[string]*queueDepth // made on first use
+	// depthEvery, when positive, replaces the package's depthEvery (tests only).
+	depthEvery time.Duration
 }
 
+// queueDepth is one read of a queue's depth plus what the client inserted since. Each read makes a
+// new one, so an admission can tell whether the count it raised is still the current one.
 type queueDepth struct {
 	n  int64
 	at time.Time
 }
 
+func (bp *backpressure) recountEvery() time.Duration {
+	if bp.depthEvery > 0 {
+		return bp.depthEvery
+	}
+	return depthEvery
+}
+
+// depthAdmission holds, for each bounded queue whose count checkBounds raised for an insert, the
+// count it raised: the jobs the store did not keep are taken back out of that count only, as a
+// later read never saw them.
+type depthAdmission map[string]*queueDepth
+
 // checkBounds refuses ps when one of its bounded queues would go beyond its maximum depth, and
-// otherwise counts ps into the queues' depths.
-func (c *Client) checkBounds(ctx context.Context, ps []*store.InsertParams) error {
+// otherwise counts ps into the queues' depths, returning what it counted (see settleDepths).
+func (c *Client) checkBounds(ctx context.Context, ps []*store.InsertParams) (depthAdmission, error) {
 	qb, ok := c.store.(store.QueueBounder)
 	if !ok {
-		return nil
+		return nil, nil
 	}
 	bp := &c.bp
 	bp.mu.Lock()
@@ -85,7 +103,7 @@ func (c *Client) checkBounds(ctx context.Context, ps []*store.InsertParams) erro
 		bp.boundsAt = now
 	}
 	if len(bp.bounds) == 0 {
-		return nil
+		return nil, nil
 	}
 	var adding map[string]int
 	for _, p := range ps {
@@ -97,11 +115,11 @@ func (c *Client) checkBounds(ctx context.Context, ps []*store.InsertParams) erro
 		}
 	}
 	if adding == nil {
-		return nil
+		return nil, nil
 	}
 	var stale []string
 	for q := range adding {
-		if d := bp.depths[q]; d == nil || now.Sub(d.at) >= depthEvery {
+		if d := bp.depths[q]; d == nil || now.Sub(d.at) >= bp.recountEvery() {
 			stale = append(stale, q)
 		}
 	}
@@ -111,7 +129,7 @@ func (c *Client) checkBounds(ctx context.Context, ps []*store.InsertParams) erro
 	if len(stale) > 0 {
 		depths, err := qb.QueueDepths(ctx, stale)
 		if err != nil {
-			return fmt.Errorf("counting the depth of bounded queues %v: %w", stale, err)
+			return nil, fmt.Errorf("counting the depth of bounded queues %v: %w", stale, err)
 		}
 		for _, q := range stale {
 			bp.depths[q] = &queueDepth{n: depths[q], at: now}
@@ -119,13 +137,66 @@ func (c *Client) checkBounds(ctx context.Context, ps []*store.InsertParams) erro
 	}
 	for q, n := range adding {
 		if d, max := bp.depths[q].n, bp.bounds[q]; d+int64(n) > max {
-			return &QueueFullError{Queue: q, Depth: d, MaxDepth: max, Adding: n}
+			return nil, &QueueFullError{Queue: q, Depth: d, MaxDepth: max, Adding: n}
 		}
 	}
+	adm := make(depthAdmission, len(adding))
 	for q, n := range adding {
 		bp.depths[q].n += int64(n)
+		adm[q] = bp.depths[q]
 	}
-	return nil
+	return adm, nil
+}
+
+// settleDepths settles what checkBounds counted for ps once their insert returned rows (in ps's
+// order) and err: the jobs the store certainly did not keep (unique duplicates, a batch refused
+// whole for a unique conflict or a taken id) are taken back out; after another error, or rows that
+// cannot be matched to ps, the queues are recounted at their next insert.
+func (c *Client) settleDepths(adm depthAdmission, ps []*store.InsertParams, rows []*JobRow, err error) {
+	switch {
+	case len(adm) == 0:
+	case errors.Is(err, ErrUniqueConflict) || errors.Is(err, ErrDuplicate):
+		c.refundDepths(adm, ps)
+	case err != nil || len(rows) != len(ps):
+		c.forgetDepths(adm)
+	default:
+		var dups []*store.InsertParams
+		for i, r := range rows {
+			if r != nil && r.Duplicate {
+				dups = append(dups, ps[i])
+			}
+		}
+		c.refundDepths(adm, dups)
+	}
+}
+
+// refundDepths takes ps, which the store did not insert, back out of the counts adm raised, unless a
+// read replaced them since.
+func (c *Client) refundDepths(adm depthAdmission, ps []*store.InsertParams) {
+	if len(adm) == 0 || len(ps) == 0 {
+		return
+	}
+	bp := &c.bp
+	bp.mu.Lock()
+	defer bp.mu.Unlock()
+	for _, p := range ps {
+		if d := adm[p.Queue]; d != nil && bp.depths[p.Queue] == d {
+			d.n = max(d.n-1, 0)
+		}
+	}
+}
+
+// forgetDepths drops the counts adm raised, unless a read replaced them since, so that the next
+// insert into their queues reads their depth: used when the store may or may not have kept the jobs.
+func (c *Client) forgetDepths(adm depthAdmission) {
+	bp := &c.bp
+	bp.mu.Lock()
+	defer bp.mu.Unlock()
+	for q, d := range adm {
+		if bp.depths[q] == d {
+			delete(bp.depths, q)
+		}
+	}
 }
 
 // QueueSetMaxDepth bounds queue: an insert that would take it beyond maxDepth jobs that have not

@@ -113,10 +113,25 @@ func (c *Client) InsertManyFast(ctx context.Context, jobs []InsertManyParams) (i
 	}
 	n, err := fast.InsertFast(ctx, ps)
 	if err != nil {
-		c.refund(adm, ps)
+		c.refund(adm.tenants, ps)
+		c.settleDepths(adm.depths, ps, nil, err)
 		return 0, fmt.Errorf("pronto: insert %d job(s): %w", len(ps), c.schemaCause(ctx, err))
 	}
+	if n < len(ps) {
+		c.settleFastDuplicates(adm.depths, ps, len(ps)-n)
+	}
 	return n, nil
+}
+
+// settleFastDuplicates takes dups unique duplicates of an InsertFast of ps, which does not say which
+// jobs they were, back out of the queue depths: exactly when ps are all of one queue, else by
+// recounting the queues at their next insert.
+func (c *Client) settleFastDuplicates(adm depthAdmission, ps []*store.InsertParams, dups int) {
+	if !slices.ContainsFunc(ps, func(p *store.InsertParams) bool { return p.Queue != ps[0].Queue }) {
+		c.refundDepths(adm, ps[:dups])
+		return
+	}
+	c.forgetDepths(adm)
 }
 
 // replaces reports whether a job of ps may replace the holder of its unique key: its insert must
@@ -222,28 +237,38 @@ func (c *Client) insertBoosting(ctx context.Context, ps []*store.InsertParams, d
 		return nil, err
 	}
 	rows, err := next(ctx, ps)
-	c.refundUnstored(adm, ps, rows, err)
+	c.refundUnstored(adm.tenants, ps, rows, err)
+	c.settleDepths(adm.depths, ps, rows, err)
 	if err != nil {
 		return nil, fmt.Errorf("pronto: insert %d job(s): %w", len(ps), c.schemaCause(ctx, err))
 	}
 	return rows, nil
 }
 
+// admission is what beforeInsert counted for an insert, in the bounded queues' depths and the
+// limited tenants' counts, so that the jobs the store does not insert can be taken back out.
+type admission struct {
+	depths  depthAdmission
+	tenants tenantAdmission
+}
+
 // beforeInsert applies the tenants' priority boosts to ps (when boost is true) and refuses the insert
-// when a queue's bound or a tenant's limit on waiting jobs would be passed. The caller refunds what
-// the store did not insert (see Client.refund).
-func (c *Client) beforeInsert(ctx context.Context, ps []*store.InsertParams, boost bool) (tenantAdmission, error) {
+// when a queue's bound or a tenant's limit on waiting jobs would be passed. The caller settles what
+// the store did not insert (Client.settleDepths, Client.refund).
+func (c *Client) beforeInsert(ctx context.Context, ps []*store.InsertParams, boost bool) (admission, error) {
 	if boost {
 		c.applyTenantBoosts(ctx, ps)
 	}
-	if err := c.checkBounds(ctx, ps); err != nil {
-		return nil, fmt.Errorf("pronto: insert %d job(s): %w", len(ps), err)
-	}
-	adm, err := c.checkTenantLimits(ctx, ps)
+	depths, err := c.checkBounds(ctx, ps)
 	if err != nil {
-		return nil, fmt.Errorf("pronto: insert %d job(s): %w", len(ps), err)
+		return admission{}, fmt.Errorf("pronto: insert %d job(s): %w", len(ps), err)
 	}
-	return adm, nil
+	tenants, err := c.checkTenantLimits(ctx, ps)
+	if err != nil {
+		c.refundDepths(depths, ps) // refused before the store: nothing of ps is kept
+		return admission{}, fmt.Errorf("pronto: insert %d job(s): %w", len(ps), err)
+	}
+	return admission{depths: depths, tenants: tenants}, nil
 }
 
 func (c *Client) buildInsertMany(jobs []InsertManyParams) ([]*store.InsertParams, error) {
