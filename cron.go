@@ -56,9 +56,9 @@ type CronJob struct {
 	// Kind and Args are the job's OJS type and args (a JSON array; nil means []).
 	Kind string
 	Args json.RawMessage
-	// Opts are the job's insert options. Queue, Priority, MaxAttempts, RetryPolicy, Timeout, Tags and
-	// Meta apply; ID, ScheduledAt, Delay, ExpiresAt and Pending must be zero. Each job's meta also gets
-	// "cron_name" and "cron_triggered_at".
+	// Opts are the job's insert options. Queue, Priority, MaxAttempts, RetryPolicy, Timeout, Tags,
+	// Meta, Unique, RateKey, RateLimit and Tenant apply; ID, ScheduledAt, Delay, ExpiresAt and Pending
+	// must be zero. Each job's meta also gets "cron_name" and "cron_triggered_at".
 	Opts InsertOpts
 	// OverlapPolicy defaults to CronSkip.
 	OverlapPolicy CronOverlapPolicy
@@ -280,6 +280,7 @@ type cronTemplate struct {
 	Unique      *UniqueOpts     `json:"unique,omitempty"`
 	RateKey     string          `json:"rate_key,omitempty"`
 	RateLimit   *RateLimit      `json:"rate_limit,omitempty"`
+	Tenant      string          `json:"tenant,omitempty"`
 }
 
 func (c *Client) cronStore() (store.CronStore, error) {
@@ -331,7 +332,7 @@ func (c *Client) CronRegister(ctx context.Context, j CronJob) (*CronJob, error) 
 	t := cronTemplate{
 		Kind: j.Kind, Args: j.Args, Queue: o.Queue, Priority: o.Priority, MaxAttempts: o.MaxAttempts,
 		Retry: o.RetryPolicy, TimeoutMS: o.Timeout.Milliseconds(), Tags: o.Tags,
-		Unique: o.Unique, RateKey: o.RateKey, RateLimit: o.RateLimit,
+		Unique: o.Unique, RateKey: o.RateKey, RateLimit: o.RateLimit, Tenant: o.Tenant,
 	}
 	if o.Meta != nil {
 		if t.Meta, err = json.Marshal(o.Meta); err != nil {
@@ -530,7 +531,7 @@ func cronJobOf(s *store.CronSchedule) (*CronJob, error) {
 		Opts: InsertOpts{
 			Queue: t.Queue, Priority: t.Priority, MaxAttempts: t.MaxAttempts, RetryPolicy: t.Retry,
 			Timeout: time.Duration(t.TimeoutMS) * time.Millisecond, Tags: t.Tags,
-			Unique: t.Unique, RateKey: t.RateKey, RateLimit: t.RateLimit,
+			Unique: t.Unique, RateKey: t.RateKey, RateLimit: t.RateLimit, Tenant: t.Tenant,
 		},
 	}
 	if len(t.Meta) > 0 {
@@ -764,7 +765,7 @@ func (c *Client) fireCron(ctx context.Context, cs store.CronStore, s *store.Cron
 	p, err := c.resolveOJS(OJSJob{Kind: t.Kind, Args: t.Args, Opts: InsertOpts{
 		ID: jobID, Queue: t.Queue, Priority: t.Priority, MaxAttempts: t.MaxAttempts, RetryPolicy: t.Retry,
 		Timeout: time.Duration(t.TimeoutMS) * time.Millisecond, Tags: t.Tags, Meta: meta,
-		Unique: t.Unique, RateKey: t.RateKey, RateLimit: t.RateLimit,
+		Unique: t.Unique, RateKey: t.RateKey, RateLimit: t.RateLimit, Tenant: t.Tenant,
 	}})
 	if err != nil {
 		adv.Next = now.Add(time.Hour).UTC()

@@ -147,15 +147,13 @@ func appendCron(b []byte, c *pronto.CronJob) []byte {
 	} else {
 		b = appendRawField(b, "args", []byte("[]"))
 	}
-	if c.Opts.Meta != nil {
-		if meta, err := json.Marshal(c.Opts.Meta); err == nil {
-			visible, ext := splitMeta(meta)
-			if visible != nil {
-				b = appendRawField(b, "meta", visible)
-			}
-			if ext != nil && ext.Unknown["schema"] != nil {
-				b = appendRawField(b, "schema", ext.Unknown["schema"])
-			}
+	if meta := cronMeta(c); meta != nil {
+		visible, ext := splitMeta(meta)
+		if visible != nil {
+			b = appendRawField(b, "meta", visible)
+		}
+		if ext != nil && ext.Unknown["schema"] != nil {
+			b = appendRawField(b, "schema", ext.Unknown["schema"])
 		}
 	}
 	b = append(appendKey(b, "options"), '{')
@@ -197,6 +195,19 @@ func appendCron(b []byte, c *pronto.CronJob) []byte {
 	return append(b, '}')
 }
 
+// cronMeta returns the meta of c's jobs, with their tenant as meta.tenant_id (a registration made
+// through Go names it in Opts.Tenant only), or nil for none.
+func cronMeta(c *pronto.CronJob) json.RawMessage {
+	var meta json.RawMessage
+	if c.Opts.Meta != nil {
+		var err error
+		if meta, err = json.Marshal(c.Opts.Meta); err != nil {
+			return nil
+		}
+	}
+	return metaWithTenant(meta, c.Opts.Tenant)
+}
+
 func (s *Server) writeCron(w http.ResponseWriter, status int, c *pronto.CronJob, deleted bool) {
 	b := getBuf()
 	*b = append(*b, `{"cron":`...)
@@ -222,6 +233,10 @@ func (s *Server) registerCron(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	if e := s.cronTenant(r, c, tmpl); e != nil {
+		s.writeError(w, r, e)
+		return
+	}
 	// Occurrences are inserted through the Go client, which validates nothing: check the template now.
 	if e := s.checkArgs(r.Context(), tmpl, "job_template"); e != nil {
 		s.writeError(w, r, e)
@@ -237,6 +252,19 @@ func (s *Server) registerCron(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Location", "/ojs/v1/cron/"+out.Name)
 	s.writeCron(w, http.StatusCreated, out, false)
+}
+
+// cronTenant gives c's jobs the tenant the registration names, as an enqueue does (tenant.go): the
+// template's meta.tenant_id or the X-OJS-Tenant header, 400 when they differ, 422 when the server
+// requires a tenant and neither names one. Each occurrence's job is then that tenant's.
+func (s *Server) cronTenant(r *http.Request, c *pronto.CronJob, tmpl *enqueueRequest) *apiError {
+	if e := s.applyTenant(r, tmpl, "job_template"); e != nil {
+		return e
+	}
+	c.Opts.Tenant = tmpl.job.Opts.Tenant
+	var e *apiError
+	c.Opts.Meta, e = decodeMetaMap(tmpl.job.Meta) // the header's tenant is now in meta too
+	return e
 }
 
 // GET /ojs/v1/cron
