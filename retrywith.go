@@ -17,6 +17,8 @@ type RetryOverride struct {
 	// Queue, when not empty, moves the job to that queue.
 	Queue string
 	// Meta, when not nil, is a JSON object whose keys are set over the job's meta (the others kept).
+	// Its tenant_id, the job's tenant over OJS, may only repeat the job's Tenant: a retry does not
+	// move a job to another tenant.
 	Meta json.RawMessage
 	// Priority, when not nil, replaces the job's priority. It is a base priority, which the job's
 	// tenant's boost (TenantSetPriorityBoost) raises as it does an insert's; without it the job
@@ -51,6 +53,9 @@ func (c *Client) JobRetryWith(ctx context.Context, id string, o RetryOverride) (
 	args := old.Args
 	if o.Args != nil {
 		args = o.Args
+	}
+	if err := checkMetaTenant(o.Meta, old.Tenant, id); err != nil {
+		return nil, err
 	}
 	meta, err := mergeMeta(old.Meta, o.Meta, id)
 	if err != nil {
@@ -99,6 +104,24 @@ func (c *Client) JobRetryWith(ctx context.Context, id string, o RetryOverride) (
 	}
 	c.events.emit(&Event{Kind: EventRetried, Job: j, At: time.Now(), From: old.State})
 	return j, nil
+}
+
+// checkMetaTenant refuses an override meta whose tenant_id names another tenant than the job's: the
+// job would show one tenant and be stored, limited and scheduled as another's.
+func checkMetaTenant(over json.RawMessage, tenant, id string) error {
+	var o map[string]json.RawMessage
+	if over == nil || json.Unmarshal(over, &o) != nil { // a bad meta is mergeMeta's to refuse
+		return nil
+	}
+	raw, ok := o["tenant_id"]
+	if !ok {
+		return nil
+	}
+	var got *string
+	if json.Unmarshal(raw, &got) == nil && (got == nil && tenant == "" || got != nil && *got == tenant) {
+		return nil
+	}
+	return invalidf("retry job %s: meta.tenant_id %s: a retry keeps the job's tenant %q", id, raw, tenant)
 }
 
 // mergeMeta sets the keys of over (a JSON object, or nil) over base's and adds retried_from.

@@ -2,8 +2,10 @@ package server
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -12,6 +14,7 @@ import (
 
 	"github.com/pronto-jobs/pronto"
 	"github.com/pronto-jobs/pronto/internal/deadletter"
+	"github.com/pronto-jobs/pronto/store"
 )
 
 // System, queue, dead-letter, cron and event endpoints.
@@ -29,8 +32,10 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 	_, err := s.store.GetJob(ctx, healthProbeID)
 	latency := time.Since(start)
 	status, backendStatus, code := "ok", "connected", http.StatusOK
+	var problem, detail string
 	if err != nil && !errors.Is(err, pronto.ErrNotFound) {
 		status, backendStatus, code = "degraded", "disconnected", http.StatusServiceUnavailable
+		problem, detail = s.backendProblem(r, err)
 	}
 	b := getBuf()
 	*b = append(*b, '{')
@@ -41,11 +46,35 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 	*b = appendStringField(*b, "type", s.backend)
 	*b = appendStringField(*b, "status", backendStatus)
 	*b = appendIntField(*b, "latency_ms", latency.Milliseconds())
-	if err != nil && code != http.StatusOK {
-		*b = appendStringField(*b, "error", err.Error())
+	if problem != "" {
+		*b = appendStringField(*b, "error", problem)
+	}
+	if detail != "" {
+		*b = appendStringField(*b, "error_detail", detail)
 	}
 	*b = append(*b, '}', '}')
 	writeBuf(w, code, b)
+}
+
+// backendProblem classifies a failed probe of the store as "timeout", "unreachable" or "error" for
+// the health and readiness answers, which need no API key: the store's own error text names hosts,
+// users and databases (ojs-security.md 9.4), so it is logged, and answered as detail only to a
+// request bearing the API key.
+func (s *Server) backendProblem(r *http.Request, err error) (problem, detail string) {
+	var ne net.Error
+	switch {
+	case errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout():
+		problem = "timeout"
+	case store.IsUnavailable(s.store, err):
+		problem = "unreachable"
+	default:
+		problem = "error"
+	}
+	s.log.Warn("pronto serve: the store failed a health probe", "path", r.URL.Path, "problem", problem, "err", err)
+	if s.apiKey != nil && s.authorized(r) {
+		detail = err.Error()
+	}
+	return problem, detail
 }
 
 // GET /ojs/manifest
@@ -240,7 +269,6 @@ func (s *Server) pauseQueue(w http.ResponseWriter, r *http.Request, name string,
 	})
 }
 
-// queryInt reads an integer query parameter within [lo, hi], or def when absent.
 // listPaging reads a job listing's order (asc, desc or none), page and per_page (20 by default, at
 // most 100); deep says what to do instead of asking for a page beyond the first adminScanLimit jobs.
 func listPaging(q url.Values, deep string) (order string, page, perPage int, e *apiError) {
@@ -248,10 +276,7 @@ func listPaging(q url.Values, deep string) (order string, page, perPage int, e *
 	if order != "" && order != "asc" && order != "desc" {
 		return "", 0, 0, invalid("order", "order %q: must be asc or desc", order)
 	}
-	if page, e = queryInt(q, "page", 1, 1, adminScanLimit); e != nil {
-		return "", 0, 0, e
-	}
-	if perPage, e = queryInt(q, "per_page", 20, 1, 100); e != nil {
+	if page, perPage, e = listPage(q); e != nil {
 		return "", 0, 0, e
 	}
 	if (page-1)*perPage >= adminScanLimit {
@@ -260,6 +285,19 @@ func listPaging(q url.Values, deep string) (order string, page, perPage int, e *
 	return order, page, perPage, nil
 }
 
+// listPage reads an admin listing's page (from 1) and per_page (20 by default, at most 100), as
+// ojs-admin-api.md 4.3 asks of every list; a value out of range is refused, naming the parameter.
+func listPage(q url.Values) (page, perPage int, e *apiError) {
+	if page, e = queryInt(q, "page", 1, 1, adminScanLimit); e != nil {
+		return 0, 0, e
+	}
+	if perPage, e = queryInt(q, "per_page", 20, 1, 100); e != nil {
+		return 0, 0, e
+	}
+	return page, perPage, nil
+}
+
+// queryInt reads an integer query parameter within [lo, hi], or def when absent.
 func queryInt(q url.Values, name string, def, lo, hi int) (int, *apiError) {
 	v := q.Get(name)
 	if v == "" {
@@ -411,6 +449,9 @@ func (s *Server) retryDeadLetter(w http.ResponseWriter, r *http.Request, id stri
 		return
 	}
 	old, e := s.deadLetterJob(r.Context(), &id)
+	if e == nil && o != nil {
+		e = keepsTenant(o.Meta, old.Tenant)
+	}
 	if e != nil {
 		s.writeError(w, r, e)
 		return
@@ -448,6 +489,29 @@ func (s *Server) retryDeadLetter(w http.ResponseWriter, r *http.Request, id stri
 		}
 		return appendTimeField(b, "re_enqueued_at", time.Now())
 	})
+}
+
+// keepsTenant refuses an override meta whose tenant_id is not the job's tenant: meta.tenant_id
+// names the tenant the job is stored, listed, limited and scheduled under, and a retry does not
+// move a job to another tenant (enqueue a new job for that). Repeating the job's own tenant is fine.
+func keepsTenant(meta json.RawMessage, tenant string) *apiError {
+	// Decoded, so that an escaped key is the same key; checkMeta has already refused a non-object.
+	var m map[string]json.RawMessage
+	if meta == nil || json.Unmarshal(meta, &m) != nil {
+		return nil
+	}
+	raw, ok := m["tenant_id"]
+	if !ok {
+		return nil
+	}
+	var got *string
+	if json.Unmarshal(raw, &got) == nil && (got == nil && tenant == "" || got != nil && *got == tenant) {
+		return nil
+	}
+	const field = "override.meta.tenant_id"
+	e := invalid(field, "%s %s: a retry keeps the job's tenant (%q); enqueue a new job to run it for another tenant", field, raw, tenant)
+	e.details["tenant_id"] = tenant
+	return e
 }
 
 // decodeRetryOverride reads the body of a dead-letter retry: nil when it has no "override".

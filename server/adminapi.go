@@ -205,21 +205,35 @@ func (s *Server) routeAdmin(w http.ResponseWriter, r *http.Request, seg []string
 	return false
 }
 
-// GET /ojs/v1/admin/queues
+// GET /ojs/v1/admin/queues?page=&per_page=: the queues in name order.
 func (s *Server) adminListQueues(w http.ResponseWriter, r *http.Request) {
+	page, perPage, e := listPage(r.URL.Query())
+	if e != nil {
+		s.writeError(w, r, e)
+		return
+	}
 	qs, err := s.client.QueueList(r.Context())
 	if err != nil {
 		s.writeError(w, r, fromClientError(err, "queue", ""))
 		return
 	}
+	slices.SortFunc(qs, func(a, b pronto.QueueInfo) int { return strings.Compare(a.Name, b.Name) })
+	qs, pagination := pageOf(qs, page, perPage)
 	items := make([]map[string]any, len(qs))
 	now := time.Now()
 	for i := range qs {
 		items[i] = adminQueue(&qs[i])
 		items[i]["throughput"], items[i]["latency_ms"] = s.history.queueActivity(qs[i].Name, now)
 	}
-	writeJSONValue(w, http.StatusOK, map[string]any{"items": items,
-		"pagination": map[string]any{"total": len(qs), "page": 1, "per_page": len(qs)}})
+	writeJSONValue(w, http.StatusOK, map[string]any{"items": items, "pagination": pagination})
+}
+
+// pageOf returns the items of page (from 1) of a listing held whole, and its pagination object: the
+// total listed, the page, per_page and whether a later page has more.
+func pageOf[T any](all []T, page, perPage int) ([]T, map[string]any) {
+	start := min(len(all), (page-1)*perPage)
+	end := min(len(all), start+perPage)
+	return all[start:end], map[string]any{"total": len(all), "page": page, "per_page": perPage, "has_more": end < len(all)}
 }
 
 // GET /ojs/v1/admin/queues/{name}
@@ -828,13 +842,19 @@ func (s *Server) deadLetterStats(w http.ResponseWriter, r *http.Request) {
 }
 
 // GET /ojs/v1/ready: 200 when this server can take work (its store answers, its client runs and it
-// is not draining), 503 otherwise. Like health, it needs no API key, for load balancers and probes.
+// is not draining), 503 otherwise with the reasons. Like health, it needs no API key, for load
+// balancers and probes: a store's failure is named by its class (backendProblem).
 func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
 	defer cancel()
 	var reasons []string
 	if _, err := s.store.GetJob(ctx, healthProbeID); err != nil && !isNotFound(err) {
-		reasons = append(reasons, "backend unreachable: "+err.Error())
+		problem, detail := s.backendProblem(r, err)
+		reason := "backend " + problem
+		if detail != "" {
+			reason += ": " + detail
+		}
+		reasons = append(reasons, reason)
 	}
 	if !s.client.Stats().Started {
 		reasons = append(reasons, "client not running")

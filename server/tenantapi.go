@@ -16,7 +16,7 @@ import (
 //
 //	GET    /ojs/v1/admin/tenants               every tenant with a weight, a limit or jobs, with its stats
 //	GET    /ojs/v1/admin/tenants/{id}          one tenant (also /{id}/stats)
-//	GET    /ojs/v1/admin/tenants/{id}/jobs     its jobs: ?state=&queue=&type=&order=&page=&per_page=&cursor=
+//	GET    /ojs/v1/admin/tenants/{id}/jobs     its jobs: ?state=&queue=&type=&since=&until=&order=&page=&per_page=&cursor=
 //	PUT    /ojs/v1/admin/tenants/{id}          its config: {"fairness_weight", "priority_boost", "limits"}
 //	PUT    /ojs/v1/admin/tenants/{id}/limits   its limits alone: {"max_concurrency", "max_start_rate",
 //	                                           "max_queue_depth", "max_scheduled", "max_enqueue_rate", "reason"}
@@ -184,22 +184,25 @@ func tenantError(err error, id string) *apiError {
 	return e
 }
 
-// GET /ojs/v1/admin/tenants
+// GET /ojs/v1/admin/tenants?page=&per_page=: the tenants in id order (pronto.TenantList's).
 func (s *Server) listTenants(w http.ResponseWriter, r *http.Request) {
+	page, perPage, e := listPage(r.URL.Query())
+	if e != nil {
+		s.writeError(w, r, e)
+		return
+	}
 	infos, err := s.client.TenantList(r.Context())
 	if err != nil {
 		s.writeError(w, r, tenantError(err, ""))
 		return
 	}
+	infos, pagination := pageOf(infos, page, perPage)
 	now := time.Now()
 	items := make([]map[string]any, len(infos))
 	for i, t := range infos {
 		items[i] = tenantView(t, now)
 	}
-	writeJSONValue(w, http.StatusOK, map[string]any{
-		"items":      items,
-		"pagination": map[string]any{"total": len(items), "page": 1, "per_page": len(items)},
-	})
+	writeJSONValue(w, http.StatusOK, map[string]any{"items": items, "pagination": pagination})
 }
 
 // GET /ojs/v1/admin/tenants/{id} and /ojs/v1/admin/tenants/{id}/stats
@@ -242,6 +245,11 @@ func decodeRate(v json.RawMessage, f, what string) (int64, time.Duration, *apiEr
 	d, e := wantDuration(per, f+".period")
 	if e != nil {
 		return 0, 0, e
+	}
+	if d < time.Millisecond {
+		// The stores keep no finer period (pronto.RateLimit.Period); refused here, before anything
+		// of the request is stored, rather than by the store half way through.
+		return 0, 0, invalid(f+".period", "%s.period %s: must be at least 1 ms (PT0.001S)", f, per)
 	}
 	return n, d, nil
 }
@@ -489,12 +497,13 @@ func (s *Server) deleteTenant(w http.ResponseWriter, r *http.Request, id string)
 	writeJSONValue(w, http.StatusOK, map[string]any{"deleted": true, "tenant_id": id})
 }
 
-// GET /ojs/v1/admin/tenants/{id}/jobs?state=&queue=&type=&order=asc|desc&page=&per_page=&cursor=
+// GET /ojs/v1/admin/tenants/{id}/jobs?state=&queue=&type=&since=&until=&order=asc|desc&page=&per_page=&cursor=
 // (ojs-multi-tenancy.md §10.3): the tenant's jobs, newest first unless order=asc, as GET
 // /ojs/v1/admin/jobs lists them ({"items", "pagination": {"page", "per_page", "has_more"}}), with
 // next_cursor as well: a later page may start at cursor (page then counts from it). The store reads
 // the tenant's own jobs (an index by tenant), not the queues'. 404 when the tenant is unknown (no
-// jobs, weight or limits), 400 for a bad id, state, queue, type or page.
+// jobs, weight, boost or limits), whatever the page or cursor; 400 for a bad id, state, queue, type,
+// time or page.
 func (s *Server) tenantJobs(w http.ResponseWriter, r *http.Request, id string) {
 	if e := checkTenant(id); e != nil {
 		s.writeError(w, r, e)
@@ -514,9 +523,16 @@ func (s *Server) tenantJobs(w http.ResponseWriter, r *http.Request, id string) {
 		}
 	}
 	f, e := parseFilter(q.Get("queue"), q.Get("state"), q.Get("type"))
+	if e == nil {
+		e = f.setRange(q.Get("since"), q.Get("until"), "")
+	}
 	if e != nil {
 		s.writeError(w, r, e)
 		return
+	}
+	after := f.since // as scan reads a creation range: match then checks created_at itself
+	if !after.IsZero() {
+		after = after.Add(-createdSlack)
 	}
 	ctx := r.Context()
 	skip := (page - 1) * perPage
@@ -524,7 +540,7 @@ func (s *Server) tenantJobs(w http.ResponseWriter, r *http.Request, id string) {
 	hasMore, next, last := false, "", ""
 	for read := 0; ; {
 		res, err := s.client.JobList(ctx, &pronto.JobListParams{Tenant: id, States: f.states, Queues: f.queues, Kinds: f.kinds,
-			Cursor: cursor, Descending: order != "asc", Limit: min(1000, skip+perPage+1)})
+			CreatedAfter: after, CreatedBefore: f.until, Cursor: cursor, Descending: order != "asc", Limit: min(1000, skip+perPage+1)})
 		if err != nil {
 			s.writeError(w, r, tenantError(err, id))
 			return
@@ -557,8 +573,9 @@ func (s *Server) tenantJobs(w http.ResponseWriter, r *http.Request, id string) {
 		}
 		cursor = res.Next
 	}
-	if len(items) == 0 && page == 1 && q.Get("cursor") == "" {
-		// No job listed: a tenant without jobs is known only by its weight or limits.
+	if len(items) == 0 {
+		// No job listed, on any page or from any cursor: a tenant without jobs is known only by its
+		// weight, boost or limits.
 		if _, err := s.client.TenantGet(ctx, id); err != nil {
 			s.writeError(w, r, tenantError(err, id))
 			return

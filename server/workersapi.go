@@ -182,15 +182,22 @@ func (s *Server) workerItem(w *store.Worker, active int, now time.Time) map[stri
 	return item
 }
 
-// GET /ojs/v1/admin/workers: the workers of listWorkers, with a summary by state.
+// GET /ojs/v1/admin/workers?page=&per_page=: a page of the workers of listWorkers, with a summary by
+// state of them all.
 func (s *Server) adminWorkers(w http.ResponseWriter, r *http.Request) {
+	page, perPage, e := listPage(r.URL.Query())
+	if e != nil {
+		s.writeError(w, r, e)
+		return
+	}
 	items, summary, truncated, err := s.listWorkers(r.Context())
 	if err != nil {
 		s.writeError(w, r, fromClientError(err, "worker", ""))
 		return
 	}
+	items, pagination := pageOf(items, page, perPage)
 	writeJSONValue(w, http.StatusOK, map[string]any{"items": items, "summary": summary,
-		"pagination": map[string]any{"total": len(items), "page": 1, "per_page": len(items)}, "truncated": truncated})
+		"pagination": pagination, "truncated": truncated})
 }
 
 // listWorkers returns the workers the admin API knows, sorted by id, and their count by state
