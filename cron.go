@@ -2,6 +2,7 @@ package pronto
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/json"
@@ -561,6 +562,10 @@ type CronFire struct {
 	Expression string
 	// ScheduledAt is the occurrence's time.
 	ScheduledAt time.Time
+	// Kind and Queue are the job type and queue of the occurrence's job, from the registration's
+	// template: set when the occurrence was skipped too, naming the job it did not insert.
+	Kind  string
+	Queue string
 	// Job is the job the occurrence inserted, nil when it was skipped.
 	Job *JobRow
 	// Skipped is set when the overlap policy, or the template's unique policy, skipped the occurrence;
@@ -575,6 +580,11 @@ type CronConfig struct {
 	Interval time.Duration
 	// OnFire, if set, is called after each occurrence is handled, on the cron goroutine.
 	OnFire func(CronFire)
+	// BeforeInsert, if set, is called on the cron goroutine with the id of the job an occurrence is
+	// about to insert, before the insert: a worker may take the job before OnFire reports it. The
+	// func it returns is called once the occurrence is handled (after OnFire, or when the insert or
+	// the schedule's advance failed).
+	BeforeInsert func(jobID string) (done func())
 }
 
 // cronLeaderName is the leadership row the cron scheduler elects on, separate from maintenance's.
@@ -727,6 +737,14 @@ func (c *Client) fireCron(ctx context.Context, cs store.CronStore, s *store.Cron
 		return nil
 	}
 
+	var t cronTemplate
+	if err := json.Unmarshal(s.Template, &t); err != nil {
+		adv.Next = now.Add(time.Hour).UTC()
+		_, aerr := cs.CronAdvance(ctx, adv)
+		return errors.Join(fmt.Errorf("unreadable job template: %w", err), aerr)
+	}
+	fire.Kind, fire.Queue = t.Kind, cmp.Or(t.Queue, DefaultQueue)
+
 	policy := CronOverlapPolicy(s.OverlapPolicy)
 	if s.LastJobID != "" && (policy == CronSkip || policy == "" || policy == CronCancelPrevious) {
 		prev, err := c.store.GetJob(ctx, s.LastJobID)
@@ -748,12 +766,6 @@ func (c *Client) fireCron(ctx context.Context, cs store.CronStore, s *store.Cron
 		}
 	}
 
-	var t cronTemplate
-	if err := json.Unmarshal(s.Template, &t); err != nil {
-		adv.Next = now.Add(time.Hour).UTC()
-		_, aerr := cs.CronAdvance(ctx, adv)
-		return errors.Join(fmt.Errorf("unreadable job template: %w", err), aerr)
-	}
 	meta := map[string]any{}
 	if len(t.Meta) > 0 {
 		if meta, err = decodeMeta(t.Meta); err != nil || meta == nil {
@@ -771,6 +783,9 @@ func (c *Client) fireCron(ctx context.Context, cs store.CronStore, s *store.Cron
 		adv.Next = now.Add(time.Hour).UTC()
 		_, aerr := cs.CronAdvance(ctx, adv)
 		return errors.Join(err, aerr)
+	}
+	if cfg.BeforeInsert != nil {
+		defer cfg.BeforeInsert(jobID)()
 	}
 	rows, err := c.insert(ctx, []*store.InsertParams{p}, c.store.Insert)
 	switch {
