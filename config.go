@@ -127,6 +127,9 @@ type Config struct {
 	DisableMaintenance bool
 	// MaxArgsBytes bounds a job's encoded args (1 MiB).
 	MaxArgsBytes int
+	// MaxMetaBytes bounds a job's meta encoded as compact JSON (DefaultMaxMetaBytes, 64 KiB, the
+	// OJS limit; the HTTP server holds its clients to that default).
+	MaxMetaBytes int
 	// CompleterBatchSize bounds how many outcomes one statement writes (1000).
 	CompleterBatchSize int
 	// CompleterLinger is how long outcomes wait for company before they are written, while they
@@ -260,6 +263,9 @@ func (c Config) withDefaults() (Config, error) {
 	def(&c.LeaderTTL, DefaultLeaderTTL)
 	if c.MaxArgsBytes <= 0 {
 		c.MaxArgsBytes = DefaultMaxArgsBytes
+	}
+	if c.MaxMetaBytes <= 0 {
+		c.MaxMetaBytes = DefaultMaxMetaBytes
 	}
 	if c.InsertBatchSize < 0 {
 		return c, fmt.Errorf("pronto: config: InsertBatchSize %d is negative", c.InsertBatchSize)

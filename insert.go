@@ -393,6 +393,9 @@ func (c *Client) resolve(kind string, args, meta json.RawMessage, o InsertOpts) 
 		}
 		p.Meta = b
 	}
+	if err := CheckMetaSize(p.Meta, c.cfg.MaxMetaBytes); err != nil {
+		return nil, fmt.Errorf("kind %q: %w", kind, err)
+	}
 	if err := checkStorable(kind, p); err != nil {
 		return nil, err
 	}

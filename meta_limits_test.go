@@ -1,11 +1,13 @@
 package pronto_test
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
 
 	"github.com/pronto-jobs/pronto"
+	"github.com/stretchr/testify/require"
 )
 
 // TestCheckMetaSize: a meta is measured as compact JSON against the limit (DefaultMaxMetaBytes when
@@ -40,4 +42,29 @@ func TestValidMetaKey(t *testing.T) {
 			t.Errorf("ValidMetaKey(%q) = true, want false", k)
 		}
 	}
+}
+
+// TestInsertRefusesMetaOverLimit: the Go API holds meta to Config.MaxMetaBytes (64 KiB by default,
+// the OJS limit) on every store, stores nothing it refuses, and takes a raised limit.
+func TestInsertRefusesMetaOverLimit(t *testing.T) {
+	forEachStore(t, func(t *testing.T, ts *testStore) {
+		ctx := context.Background()
+		big := map[string]any{"note": strings.Repeat("x", pronto.DefaultMaxMetaBytes)}
+		c, err := pronto.NewClient(ts, &pronto.Config{})
+		require.NoError(t, err)
+		_, err = c.Insert(ctx, echoArgs{}, &pronto.InsertOpts{Meta: big})
+		var tl *pronto.MetaTooLargeError
+		require.ErrorAs(t, err, &tl, "a meta over the default limit")
+		require.ErrorIs(t, err, pronto.ErrInvalidArgs)
+		require.Equal(t, pronto.DefaultMaxMetaBytes, tl.Limit)
+		list, err := c.JobList(ctx, &pronto.JobListParams{})
+		require.NoError(t, err)
+		require.Empty(t, list.Jobs, "a refused insert stores nothing")
+
+		raised, err := pronto.NewClient(ts, &pronto.Config{MaxMetaBytes: 2 * pronto.DefaultMaxMetaBytes})
+		require.NoError(t, err)
+		row, err := raised.Insert(ctx, echoArgs{}, &pronto.InsertOpts{Meta: big})
+		require.NoError(t, err, "the same meta under a raised limit")
+		require.Contains(t, string(row.Meta), `"note":"xxx`)
+	})
 }

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"math"
-	"net/http"
 	"strconv"
 	"strings"
 	"time"
@@ -562,18 +561,13 @@ func checkMetaMember(mb member, field string) *apiError {
 	return nil
 }
 
-// checkMetaSize answers a meta over the limit with the 413 of ojs-payload-limits.md §9.2, its
-// details shaped as those of the body limit's payload_too_large.
+// checkMetaSize answers a meta over the limit with metaTooLarge's 413.
 func checkMetaSize(raw json.RawMessage, field string) *apiError {
 	var tl *pronto.MetaTooLargeError
 	if !errors.As(pronto.CheckMetaSize(raw, pronto.DefaultMaxMetaBytes), &tl) {
 		return nil
 	}
-	e := errorf(http.StatusRequestEntityTooLarge, codeMetadataTooLarge,
-		"%s is %d bytes serialized, over the limit of %d bytes", field, tl.Size, tl.Limit)
-	e.typ = "validation_error"
-	e.details = map[string]any{"field": field, "actual_bytes": tl.Size, "max_bytes": tl.Limit}
-	return e
+	return metaTooLarge(field, tl)
 }
 
 // mergeMeta adds options.metadata (under meta's own keys) and pronto's ext to a meta object.

@@ -89,9 +89,12 @@ func fromClientError(err error, kind, id string) *apiError {
 	var ae *apiError
 	var te *pronto.TransitionError
 	var uce *pronto.UniqueConflictError
+	var mte *pronto.MetaTooLargeError
 	switch {
 	case errors.As(err, &ae):
 		return ae
+	case errors.As(err, &mte):
+		return metaTooLarge("meta", mte) // over the client's own MaxMetaBytes
 	case errors.As(err, &uce):
 		return uniqueConflict(uce)
 	case errors.Is(err, pronto.ErrQueueFull):
@@ -244,4 +247,14 @@ type errorBody struct {
 	RequestID string         `json:"request_id,omitempty"`
 	Hint      string         `json:"hint,omitempty"`
 	DocsURL   string         `json:"docs_url,omitempty"`
+}
+
+// metaTooLarge is the 413 of ojs-payload-limits.md §9.2 for a meta over its limit, its details
+// shaped as those of the body limit's payload_too_large.
+func metaTooLarge(field string, tl *pronto.MetaTooLargeError) *apiError {
+	e := errorf(http.StatusRequestEntityTooLarge, codeMetadataTooLarge,
+		"%s is %d bytes serialized, over the limit of %d bytes", field, tl.Size, tl.Limit)
+	e.typ = "validation_error"
+	e.details = map[string]any{"field": field, "actual_bytes": tl.Size, "max_bytes": tl.Limit}
+	return e
 }
