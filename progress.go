@@ -18,6 +18,8 @@ import (
 type JobProgress = store.Progress
 
 // EventProgress: a worker's progress report on a job was written (at most one a second per job).
+// Job.Progress is the job's progress as the store keeps it: the attempt's highest value (a lower
+// report is ignored) with the report's data.
 const EventProgress EventKind = "job.progress"
 
 // EventProgressStalled: an active job that reported progress has reported none for
@@ -36,8 +38,8 @@ const EventProgressCompleted EventKind = "job.progress_completed"
 const EventCheckpointSaved EventKind = "job.checkpoint_saved"
 
 // ProgressInterval is the least time between two progress writes of one job: reports that come
-// faster are merged, and the latest is written when the interval has passed (or when the attempt
-// ends), so a chatty worker cannot flood the store.
+// faster are merged, and the latest is written when the interval has passed (or, at the latest,
+// before the attempt's outcome), so a chatty worker cannot flood the store.
 const ProgressInterval = time.Second
 
 // MaxProgressDataBytes bounds the encoded data of one progress report (ojs-progress.md recommends
@@ -129,7 +131,7 @@ func report(ctx context.Context, caller string, p store.ProgressParams) error {
 	h.progressOnce.Do(func() {
 		row := h.run.row
 		c := h.client
-		h.progress = newProgressThrottle(func(p store.ProgressParams) { c.writeProgress(row, p) })
+		h.progress = newProgressThrottle(func(p store.ProgressParams) { c.writeProgress(row, p) }, ProgressInterval)
 		// The run is live until end stops the watch: a stall is this run's.
 		c.watchStall(h.progress, row, nil)
 	})
@@ -190,7 +192,9 @@ func jsonObject(data any, what string) (json.RawMessage, error) {
 	return raw, nil
 }
 
-// writeProgress writes one (merged) report and emits EventProgress when it was recorded.
+// writeProgress writes one (merged) report and emits EventProgress when it was recorded. The
+// throttle raised p.Value to the run's highest, which is what the store keeps (a lower report is
+// ignored), so the event announces the job's progress, never a value it went back to.
 func (c *Client) writeProgress(row *JobRow, p store.ProgressParams) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -268,6 +272,8 @@ type RemoteProgressParams struct {
 // RemoteProgress records the progress report p of an active job (at least one of Value, Data and
 // Checkpoint), throttled per job like ReportProgress, and returns the job as read. A job that is not
 // active is returned unchanged, with no error (the OJS spec accepts such reports and ignores them).
+// A report held back by the throttle is written before RemoteAck or RemoteNack of its claim ends
+// the attempt (given to this client), and dropped when the job's next claim reports.
 //
 // A report is fenced as RemoteAck fences an outcome: it counts only for the claim its sender holds, and
 // one for a claim that is no longer the job's current one (its lease ran out and the job was fetched
@@ -312,7 +318,18 @@ func (c *Client) RemoteProgress(ctx context.Context, p RemoteProgressParams) (*J
 		}
 		return nil, err
 	}
+	// The store writes it only while j.ClaimToken is still the job's claim.
+	rep := store.ProgressParams{ID: id, Token: j.ClaimToken, Value: value, Data: raw, Checkpoint: checkpoint}
+	for !c.remoteThrottle(j).report(rep) {
+		// The claim's throttle ended as its outcome came: a report of the next claim gets a new one.
+	}
+	return j, nil
+}
+
+// remoteThrottle returns the throttle of remote progress reports on job j, made on first use.
+func (c *Client) remoteThrottle(j *JobRow) *progressThrottle {
 	c.remoteProgressMu.Lock()
+	defer c.remoteProgressMu.Unlock()
 	if c.remoteProgress == nil {
 		c.remoteProgress = make(map[string]*progressThrottle)
 	}
@@ -324,25 +341,38 @@ func (c *Client) RemoteProgress(ctx context.Context, p RemoteProgressParams) (*J
 			}
 		}
 	}
-	t := c.remoteProgress[id]
-	if t == nil {
-		row := j
-		t = newProgressThrottle(func(p store.ProgressParams) { c.writeProgress(row, p) })
-		// Nothing ends a remote worker's run here: a stall is reported only if the job still runs
-		// under the claim that reported last (the watch re-arms with the next report, of any run).
-		c.watchStall(t, row, func(ctx context.Context, last store.ProgressParams) *JobRow {
-			now, err := c.store.GetJob(ctx, row.ID)
-			if err != nil || now.State != StateActive || (last.Token != "" && now.ClaimToken != last.Token) {
-				return nil
-			}
-			return now
-		})
-		c.remoteProgress[id] = t
+	t := c.remoteProgress[j.ID]
+	if t != nil {
+		return t
 	}
+	row := j
+	t = newProgressThrottle(func(p store.ProgressParams) { c.writeProgress(row, p) }, ProgressInterval)
+	// An outcome given to another server does not end the throttle here: a stall is reported only
+	// if the job still runs under the claim that reported last (the watch re-arms with the next
+	// report, of any run).
+	c.watchStall(t, row, func(ctx context.Context, last store.ProgressParams) *JobRow {
+		now, err := c.store.GetJob(ctx, row.ID)
+		if err != nil || now.State != StateActive || (last.Token != "" && now.ClaimToken != last.Token) {
+			return nil
+		}
+		return now
+	})
+	c.remoteProgress[j.ID] = t
+	return t
+}
+
+// endRemoteProgress is called as a remote worker's claim token on job id ends by its outcome, before
+// the outcome is written: it writes the claim's report still waiting in the throttle while the claim
+// holds the job, so the attempt's last report (and checkpoint) is kept (ojs-progress.md 6.2, 8.2),
+// and forgets the job's throttle, so the next attempt's reports start afresh (5.3).
+func (c *Client) endRemoteProgress(id, token string) {
+	c.remoteProgressMu.Lock()
+	t := c.remoteProgress[id]
+	delete(c.remoteProgress, id)
 	c.remoteProgressMu.Unlock()
-	// The store writes it only while j.ClaimToken is still the job's claim.
-	t.report(store.ProgressParams{ID: id, Token: j.ClaimToken, Value: value, Data: raw, Checkpoint: checkpoint})
-	return j, nil
+	if t != nil {
+		t.endClaim(token)
+	}
 }
 
 // withProgress sets j.Progress from the store: the progress of j's latest run, reading 1 once the
@@ -370,16 +400,21 @@ func (c *Client) withProgress(ctx context.Context, j *JobRow) (*JobRow, error) {
 	return j, nil
 }
 
-// progressThrottle merges progress reports of one job and writes at most one per ProgressInterval,
-// always the latest (highest value, newest data).
+// progressThrottle merges progress reports of one job and writes at most one per interval,
+// always the latest (highest value, newest data) of the claim reporting last.
 type progressThrottle struct {
-	write func(store.ProgressParams)
+	write    func(store.ProgressParams)
+	interval time.Duration // ProgressInterval but in tests
 
 	mu      sync.Mutex
 	last    time.Time
 	pending *store.ProgressParams
 	timer   *time.Timer
 	writing sync.Mutex // serializes writes, so a later report is never overwritten by an earlier one
+
+	// The highest value reported under claim token run (under mu): the value the store keeps.
+	run string
+	top *float64
 
 	// The stall watch (see watchStall), under mu.
 	stallAfter time.Duration
@@ -393,50 +428,73 @@ type progressThrottle struct {
 	lastData   json.RawMessage // the newest data reported (under mu)
 }
 
-func newProgressThrottle(write func(store.ProgressParams)) *progressThrottle {
-	return &progressThrottle{write: write}
+func newProgressThrottle(write func(store.ProgressParams), interval time.Duration) *progressThrottle {
+	return &progressThrottle{write: write, interval: interval}
 }
 
-// report merges p into the pending report and writes it now, or when the interval has passed.
-func (t *progressThrottle) report(p store.ProgressParams) {
+// report merges p into the pending report and writes it now, or when the interval has passed. It
+// returns false, ignoring p, once the throttle has ended.
+func (t *progressThrottle) report(p store.ProgressParams) bool {
 	t.mu.Lock()
 	if t.ended {
 		t.mu.Unlock()
-		return
+		return false
 	}
 	t.rearmStall(p)
 	if p.Value != nil || p.Data != nil {
 		t.progressed = true
+		p.Value = t.highest(p)
 	}
 	if p.Data != nil {
 		t.lastData = p.Data
 	}
-	if t.pending == nil {
-		t.pending = &p
-	} else {
-		if p.Value != nil && (t.pending.Value == nil || *p.Value > *t.pending.Value) {
-			t.pending.Value = p.Value
-		}
-		if p.Data != nil {
-			t.pending.Data = p.Data
-		}
-		if p.Checkpoint != nil {
-			t.pending.Checkpoint = p.Checkpoint
-		}
-		t.pending.Token = p.Token
+	if t.pending != nil && t.pending.Token != p.Token {
+		// An earlier claim's report: that claim ended (the job was fetched again), so the store
+		// would refuse it, and merged it would give the new attempt the old one's progress.
+		t.pending = nil
 	}
-	wait := ProgressInterval - time.Since(t.last)
+	t.merge(p)
 	if t.timer != nil {
 		t.mu.Unlock()
-		return // the timer writes it
+		return true // the timer writes it
 	}
-	if wait > 0 {
+	if wait := t.interval - time.Since(t.last); wait > 0 {
 		t.timer = time.AfterFunc(wait, t.flush)
 		t.mu.Unlock()
-		return
+		return true
 	}
 	t.mu.Unlock()
 	t.flush()
+	return true
+}
+
+// highest returns the highest value reported under p's claim, p's included (t.mu held). Written in
+// p's stead, it changes nothing the store keeps, and it is what the job's progress now reads.
+func (t *progressThrottle) highest(p store.ProgressParams) *float64 {
+	if t.run != p.Token {
+		t.run, t.top = p.Token, nil
+	}
+	if p.Value != nil && (t.top == nil || *p.Value > *t.top) {
+		t.top = p.Value
+	}
+	return t.top
+}
+
+// merge folds p, a report of the pending report's claim, into it (t.mu held).
+func (t *progressThrottle) merge(p store.ProgressParams) {
+	if t.pending == nil {
+		t.pending = &p
+		return
+	}
+	if p.Value != nil {
+		t.pending.Value = p.Value // the claim's highest
+	}
+	if p.Data != nil {
+		t.pending.Data = p.Data
+	}
+	if p.Checkpoint != nil {
+		t.pending.Checkpoint = p.Checkpoint
+	}
 }
 
 // flush writes the pending report, if any.
@@ -459,11 +517,26 @@ func (t *progressThrottle) flush() {
 	}
 }
 
+// endClaim ends the throttle as claim token ends: later reports are refused (report returns
+// false), and the pending report is written first if it is token's, dropped if an earlier claim's.
+func (t *progressThrottle) endClaim(token string) {
+	t.mu.Lock()
+	t.ended = true
+	if t.pending != nil && t.pending.Token != token {
+		t.pending = nil
+	}
+	if t.stallTimer != nil {
+		t.stallTimer.Stop()
+	}
+	t.mu.Unlock()
+	t.flush()
+}
+
 // idle reports whether nothing is pending and the last write is an interval old.
 func (t *progressThrottle) idle(now time.Time) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.pending == nil && t.timer == nil && now.Sub(t.last) > ProgressInterval
+	return t.pending == nil && t.timer == nil && now.Sub(t.last) > t.interval
 }
 
 // JobLastCheckpoint returns the latest checkpoint saved for job id (see SaveCheckpoint), or nil when

@@ -153,6 +153,7 @@ func (c *Client) RemoteAck(ctx context.Context, p RemoteAckParams) (*JobRow, err
 			return nil, invalidf("ack job %s: %v", p.ID, err)
 		}
 	}
+	c.endRemoteProgress(j.ID, j.ClaimToken) // the claim's last report first, while it holds the job
 	now := time.Now()
 	comp := store.Completion{ID: j.ID, Attempt: j.Attempt, Token: j.ClaimToken, State: store.StateCompleted,
 		Result: p.Result, Remove: c.removesCompleted(j.Queue)}
@@ -209,6 +210,7 @@ func (c *Client) RemoteNack(ctx context.Context, p RemoteNackParams) (*RemoteNac
 	if err != nil {
 		return nil, err
 	}
+	c.endRemoteProgress(j.ID, j.ClaimToken) // the claim's last report first, while it holds the job
 	now := time.Now()
 	out := *j
 	out.LeaseExpiresAt, out.WorkerID = time.Time{}, ""

@@ -78,7 +78,9 @@ func (s *Server) putProgress(w http.ResponseWriter, r *http.Request, id string) 
 		s.writeError(w, r, transitionError(err, "report progress of", id))
 		return
 	}
-	if j.State == pronto.StateActive && j.WorkerID != "" && j.WorkerID != s.client.ID() {
+	// Any remote worker's claim, a worker that fetched without worker_id ("") too; a job this
+	// server's own Go workers run keeps the lease they extend.
+	if j.State == pronto.StateActive && j.WorkerID != s.client.ID() {
 		if _, err := s.client.RemoteHeartbeat(r.Context(), j.WorkerID, []string{id}, jobLease(j, 0, time.Now())); err != nil {
 			s.log.Warn("pronto serve: the heartbeat of a progress report failed", "job", id, "err", err)
 		}
