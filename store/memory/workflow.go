@@ -209,7 +209,8 @@ func workflowNotFound(id string) error {
 
 // CancelWorkflow cancels every job of the workflow that is not terminal, telling the runners of
 // active ones, and marks the workflow cancelled (the first call's time stays). It returns the jobs it
-// cancelled as they were before.
+// cancelled as they were before. A completed or failed workflow is left so: an error matching
+// store.ErrWorkflowFinished.
 func (s *Store) CancelWorkflow(ctx context.Context, id string) (*store.Workflow, []*store.Job, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, nil, err
@@ -219,6 +220,10 @@ func (s *Store) CancelWorkflow(ctx context.Context, id string) (*store.Workflow,
 	if w == nil {
 		s.mu.Unlock()
 		return nil, nil, workflowNotFound(id)
+	}
+	if err := store.CancelRefusal(id, w.export().State); err != nil {
+		s.mu.Unlock()
+		return nil, nil, fmt.Errorf("memory: cancel workflow: %w", err)
 	}
 	now := time.Now()
 	if w.cancelledAt.IsZero() {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -90,36 +91,49 @@ func (s *Store) GetWorkflow(ctx context.Context, id string) (*store.Workflow, er
 
 // CancelWorkflow cancels every job of the workflow that is not terminal, members and callbacks
 // alike (active ones' runners are told), marks the workflow cancelled, and returns it as it is
-// then with the jobs it cancelled as they were before, all in one round trip and one transaction.
-// A second call changes nothing and keeps the first cancellation's time. A missing workflow gives
-// an error matching store.ErrNotFound.
+// then with the jobs it cancelled as they were before, in one transaction. A second call changes
+// nothing and keeps the first cancellation's time. A completed or failed workflow is left so, with
+// an error matching store.ErrWorkflowFinished. A missing workflow gives an error matching
+// store.ErrNotFound.
 func (s *Store) CancelWorkflow(ctx context.Context, id string) (*store.Workflow, []*store.Job, error) {
 	var (
 		w         *store.Workflow
 		cancelled []*store.Job
 	)
-	b := &pgx.Batch{}
-	b.Queue(s.q.cancelWorkflow, id).Query(func(rows pgx.Rows) error {
-		var err error
-		cancelled, err = scanJobs(rows)
-		return err
-	})
-	b.Queue(s.q.getWorkflow, id).QueryRow(func(row pgx.Row) error {
-		var err error
-		w, err = scanWorkflow(row)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, s.q.cancelWorkflow, id)
+		if err != nil {
+			return err
 		}
+		if cancelled, err = scanJobs(rows); err != nil {
+			return err
+		}
+		// The statement locks the jobs it cancels, so a member it cancelled had not finished: the
+		// workflow was running. Cancelling no member, it was finished or cancelled already; rolled
+		// back, it is left as it was.
+		if !slices.ContainsFunc(cancelled, func(j *store.Job) bool { return j.RunOn == "" }) {
+			return errCancelNothing
+		}
+		w, err = scanWorkflow(tx.QueryRow(ctx, s.q.getWorkflow, id))
 		return err
 	})
-	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
+	switch {
+	case errors.Is(err, errCancelNothing):
+		cancelled = nil
+		if w, err = s.GetWorkflow(ctx, id); err != nil {
+			return nil, nil, fmt.Errorf("cancel %w", err)
+		}
+		if err := store.CancelRefusal(id, w.State); err != nil {
+			return nil, nil, fmt.Errorf("cancel workflow: %w", err)
+		}
+	case err != nil:
 		return nil, nil, fmt.Errorf("cancel workflow %s: %w", id, err)
-	}
-	if w == nil {
-		return nil, nil, fmt.Errorf("cancel workflow %s: %w", id, store.ErrNotFound)
 	}
 	return w, cancelled, nil
 }
+
+// errCancelNothing rolls back a CancelWorkflow that found no member to cancel.
+var errCancelNothing = errors.New("no member to cancel")
 
 // scanWorkflow reads one row of workflowCols and derives the workflow's state.
 func scanWorkflow(row pgx.Row) (*store.Workflow, error) {

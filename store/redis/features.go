@@ -609,7 +609,8 @@ func decodeWorkflow(id string, m map[string]string) *store.Workflow {
 }
 
 // CancelWorkflow cancels every job of the workflow that is not terminal (telling the runners of
-// active ones), marks it cancelled and returns it with the jobs it cancelled as they were before.
+// active ones), marks it cancelled and returns it with the jobs it cancelled as they were before. A
+// completed or failed workflow is left so, with an error matching store.ErrWorkflowFinished.
 func (s *Store) CancelWorkflow(ctx context.Context, id string) (*store.Workflow, []*store.Job, error) {
 	bases, queues, err := s.workflowBases(ctx, []string{id})
 	if err != nil {
@@ -627,37 +628,56 @@ func (s *Store) CancelWorkflow(ctx context.Context, id string) (*store.Workflow,
 			keys = append(keys, s.qkey(q))
 		}
 	}
-	cmds := make([]*goredis.Cmd, len(parts))
-	err = s.pipelined(ctx, func(_ goredis.Pipeliner, run runScript) error {
-		for i, q := range parts {
-			cmds[i] = run(scriptCancelWorkflow, []string{keys[i]}, id, q)
-		}
-		return nil
-	})
+	res, err := s.cancelParts(ctx, scriptCancelRunningWorkflow, parts, keys, id)
 	if err != nil {
 		return nil, nil, fmt.Errorf("redis: cancel workflow %s: %w", id, err)
+	}
+	// A part whose members all finished changed nothing. When another part had a member left, the
+	// workflow was running and can no longer complete: those parts are cancelled too. Otherwise it
+	// had finished, and stays so.
+	var finished []int
+	state := store.WorkflowCompleted
+	for i, r := range res {
+		if st, ok := r.(string); ok && st != "nf" {
+			finished = append(finished, i)
+			if st == string(store.WorkflowFailed) {
+				state = store.WorkflowFailed
+			}
+		}
+	}
+	if len(finished) > 0 && len(finished) < len(res) {
+		var rest, restKeys []string
+		for _, i := range finished {
+			rest, restKeys = append(rest, parts[i]), append(restKeys, keys[i])
+		}
+		more, err := s.cancelParts(ctx, scriptCancelWorkflow, rest, restKeys, id)
+		if err != nil {
+			return nil, nil, fmt.Errorf("redis: cancel workflow %s: %w", id, err)
+		}
+		for k, i := range finished {
+			res[i] = more[k]
+		}
 	}
 	var (
 		told      []any
 		cancelled []*store.Job
 	)
 	found := false
-	for _, c := range cmds {
-		res, err := c.Result()
-		if err != nil {
-			return nil, nil, fmt.Errorf("redis: cancel workflow %s: %w", id, err)
-		}
-		if res == "nf" {
+	for _, r := range res {
+		switch r {
+		case "nf":
 			continue
+		case string(store.WorkflowCompleted), string(store.WorkflowFailed):
+			return nil, nil, fmt.Errorf("redis: cancel workflow: %w", store.CancelRefusal(id, state))
 		}
 		found = true
-		r, _ := res.([]any)
-		if len(r) != 2 {
-			return nil, nil, fmt.Errorf("redis: cancel workflow %s: unexpected reply %T", id, res)
+		reply, _ := r.([]any)
+		if len(reply) != 2 {
+			return nil, nil, fmt.Errorf("redis: cancel workflow %s: unexpected reply %T", id, r)
 		}
-		t, _ := r[0].([]any)
+		t, _ := reply[0].([]any)
 		told = append(told, t...)
-		was, _ := r[1].([]any)
+		was, _ := reply[1].([]any)
 		for _, h := range was {
 			j, err := decodeFlat(h)
 			if err != nil {
@@ -700,4 +720,26 @@ func (s *Store) CancelWorkflow(ctx context.Context, id string) (*store.Workflow,
 		return nil, nil, err
 	}
 	return w, cancelled, nil
+}
+
+// cancelParts runs a cancel script (scriptCancelWorkflow's arguments) on each part of workflow id,
+// whose keys are keys, and returns the replies in parts order.
+func (s *Store) cancelParts(ctx context.Context, f *luaFunc, parts, keys []string, id string) ([]any, error) {
+	cmds := make([]*goredis.Cmd, len(parts))
+	err := s.pipelined(ctx, func(_ goredis.Pipeliner, run runScript) error {
+		for i, q := range parts {
+			cmds[i] = run(f, []string{keys[i]}, id, q)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]any, len(cmds))
+	for i, c := range cmds {
+		if out[i], err = c.Result(); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
 }

@@ -123,7 +123,8 @@ func (s *Store) GetWorkflow(ctx context.Context, id string) (*store.Workflow, er
 // CancelWorkflow cancels, in one write transaction, every job of the workflow that is not terminal
 // (members and callbacks) and marks the workflow cancelled, then tells the runners of the jobs that
 // were active (NotifyCancel). It returns the workflow and the jobs it cancelled as they were before.
-// Cancelling twice is not an error. Every job of the workflow is terminal afterwards, and a job's
+// Cancelling twice is not an error; a completed or failed workflow is left so, with an error matching
+// store.ErrWorkflowFinished. Every job of the workflow is terminal afterwards, and a job's
 // children are in its own workflow, so no pending child is left to decide.
 func (s *Store) CancelWorkflow(ctx context.Context, id string) (*store.Workflow, []*store.Job, error) {
 	nowUS, _ := s.nowMicro()
@@ -133,6 +134,14 @@ func (s *Store) CancelWorkflow(ctx context.Context, id string) (*store.Workflow,
 		return nil, nil, fmt.Errorf("cancel workflow %s: %w", id, err)
 	}
 	defer r.tx.Rollback() //nolint:errcheck // after Commit it is a no-op
+	// The write transaction holds the database: no step can finish between this read and the cancel.
+	before, err := loadWorkflow(ctx, r, id)
+	if err != nil {
+		return nil, nil, fmt.Errorf("cancel workflow %s: %w", id, err)
+	}
+	if err := store.CancelRefusal(id, before.State); err != nil {
+		return nil, nil, fmt.Errorf("cancel workflow: %w", err)
+	}
 	marked, err := r.QueryContext(ctx, markWorkflowCancelledSQL, id, nowUS)
 	if err != nil {
 		return nil, nil, fmt.Errorf("cancel workflow %s: %w", id, err)
