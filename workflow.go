@@ -118,7 +118,7 @@ func (w *Workflow) Add(name string, args JobArgs, opts *InsertOpts, after ...str
 }
 
 // AddJob adds a step named name, after the steps named in after (added earlier). A mistake (an empty
-// or repeated name, an unknown step in after) is reported by WorkflowInsert.
+// or repeated name, a callback's name, an unknown step in after) is reported by WorkflowInsert.
 func (w *Workflow) AddJob(name string, job WorkflowJob, after ...string) *Workflow {
 	if w.err != nil {
 		return w
@@ -128,6 +128,9 @@ func (w *Workflow) AddJob(name string, job WorkflowJob, after ...string) *Workfl
 		w.err = invalidf("workflow %q: a step has an empty name", w.name)
 	case w.names[name] != nil:
 		w.err = invalidf("workflow %q: two steps are named %q", w.name, name)
+	case slices.Contains(callbackNames, name):
+		// WorkflowInsertResult.Jobs lists callbacks under these names.
+		w.err = invalidf("workflow %q: step name %q is reserved for the callback of that name", w.name, name)
 	}
 	for i, a := range after {
 		if w.names[a] == nil || w.names[a].runOn != "" {
@@ -145,22 +148,27 @@ func (w *Workflow) AddJob(name string, job WorkflowJob, after ...string) *Workfl
 	return w
 }
 
-// OnSuccess adds a callback job that runs once every step has completed.
+// callbackNames are the names WorkflowInsertResult.Jobs gives callbacks; no step may take them.
+var callbackNames = []string{"on_success", "on_failure", "on_complete"}
+
+// OnSuccess adds a callback job that runs once every step has completed, those added after it too.
 func (w *Workflow) OnSuccess(job WorkflowJob) *Workflow {
 	return w.callback("on_success", job, store.RunOnSuccess)
 }
 
-// OnFailure adds a callback job that runs once every step has finished and at least one of them was
-// discarded or cancelled.
+// OnFailure adds a callback job that runs once every step (those added after it too) has finished and
+// at least one of them was discarded or cancelled.
 func (w *Workflow) OnFailure(job WorkflowJob) *Workflow {
 	return w.callback("on_failure", job, store.RunOnFailure)
 }
 
-// OnComplete adds a callback job that runs once every step has finished, whatever the outcome.
+// OnComplete adds a callback job that runs once every step (those added after it too) has finished,
+// whatever the outcome.
 func (w *Workflow) OnComplete(job WorkflowJob) *Workflow {
 	return w.callback("on_complete", job, store.RunOnComplete)
 }
 
+// callback adds a callback job; WorkflowInsert makes it wait for every member.
 func (w *Workflow) callback(name string, job WorkflowJob, on store.RunOn) *Workflow {
 	if w.err != nil {
 		return w
@@ -217,11 +225,30 @@ func (c *Client) WorkflowInsert(ctx context.Context, w *Workflow) (*WorkflowInse
 		return nil, fmt.Errorf("insert workflow %q: %w", w.name, err)
 	}
 	res := &WorkflowInsertResult{Workflow: info, Jobs: make(map[string]*JobRow, len(jobs))}
-	for i, s := range w.steps {
+	for i, s := range insertOrder(w) {
 		res.Jobs[s.name] = jobs[i]
+	}
+	for _, s := range w.steps {
 		res.Order = append(res.Order, s.name)
 	}
 	return res, nil
+}
+
+// insertOrder lists w's steps as they are stored: members in the order they were added, then
+// callbacks, which wait for every member, those added after them too.
+func insertOrder(w *Workflow) []*workflowStep {
+	out := make([]*workflowStep, 0, len(w.steps))
+	for _, s := range w.steps {
+		if s.runOn == "" {
+			out = append(out, s)
+		}
+	}
+	for _, s := range w.steps {
+		if s.runOn != "" {
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 // buildWorkflow resolves every step into insert params wired by id.
@@ -247,7 +274,8 @@ func (c *Client) buildWorkflow(w *Workflow) (store.WorkflowParams, error) {
 	p := store.WorkflowParams{ID: w.id, Name: w.name, Type: w.typ, Jobs: make([]*store.InsertParams, len(w.steps))}
 	ids := make(map[string]string, len(w.steps))
 	var memberIDs []string
-	for i, s := range w.steps {
+	order := insertOrder(w)
+	for i, s := range order {
 		jp, err := c.resolveWorkflowJob(s.job)
 		if err != nil {
 			return store.WorkflowParams{}, fmt.Errorf("workflow %q, step %q: %w", w.name, s.name, err)
@@ -261,11 +289,11 @@ func (c *Client) buildWorkflow(w *Workflow) (store.WorkflowParams, error) {
 		// ojs-multi-tenancy.md §15.2: a workflow belongs to one tenant (or none), every job with it.
 		if i > 0 && jp.Tenant != p.Jobs[0].Tenant {
 			return store.WorkflowParams{}, invalidf("workflow %q, step %q: tenant %q, but step %q has tenant %q: a workflow's jobs all have one tenant",
-				w.name, s.name, jp.Tenant, w.steps[0].name, p.Jobs[0].Tenant)
+				w.name, s.name, jp.Tenant, order[0].name, p.Jobs[0].Tenant)
 		}
 		jp.WorkflowID, jp.RunOn = w.id, s.runOn
 		if s.runOn != "" {
-			jp.ParentIDs = memberIDs
+			jp.ParentIDs = memberIDs // every member is resolved: callbacks come last
 		} else {
 			for _, a := range s.after {
 				jp.ParentIDs = append(jp.ParentIDs, ids[a])
@@ -333,10 +361,16 @@ func (c *Client) WorkflowJobs(ctx context.Context, id string) ([]*JobRow, error)
 	return out, nil
 }
 
-// WorkflowCancel cancels every job of the workflow that has not finished (running ones are told to
-// stop) and marks it cancelled. Cancelling it again is harmless. Each job it cancelled is reported
-// once, as JobCancel reports one: an EventCancelled from this client, or from the run of the pronto
-// client that was running it.
+// ErrWorkflowFinished is WorkflowCancel's refusal of a workflow that already completed or failed;
+// errors.As with a *store.WorkflowFinishedError gives the state it keeps.
+var ErrWorkflowFinished = store.ErrWorkflowFinished
+
+// WorkflowCancel cancels every job of a running workflow that has not finished (running ones are
+// told to stop) and marks it cancelled. Cancelling it again is harmless. A workflow that completed or
+// failed stays so, even when its last step finishes at the very moment of the call: the cancel is
+// refused with an error matching ErrWorkflowFinished. Each job it cancelled is reported once, as
+// JobCancel reports one: an EventCancelled from this client, or from the run of the pronto client
+// that was running it.
 func (c *Client) WorkflowCancel(ctx context.Context, id string) (*WorkflowInfo, error) {
 	if err := checkID(id); err != nil {
 		return nil, err

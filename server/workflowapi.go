@@ -315,6 +315,10 @@ func decodeWorkflow(body []byte, now time.Time, maxJobs int) (*pronto.Workflow, 
 			w = sdkCallbacks[cbType](w, jobs[i])
 			continue
 		}
+		if sdkCallbacks[stepName] != nil {
+			// The response and steps[] name callbacks so: a step of that name would be lost there.
+			return nil, nil, invalid(path+"."+nameKey, "%s.%s %q is reserved for the callback of that name: give the step another name", path, nameKey, stepName)
+		}
 		members = append(members, stepName)
 		w.AddJob(stepName, jobs[i], after...)
 	}
@@ -385,10 +389,12 @@ func decodeCallbacks(top object, w *pronto.Workflow, defaults object, now time.T
 
 // appendWorkflow appends the OJS view of a workflow: its state and its members' progress (callbacks
 // are not counted). steps_* and jobs_* carry the same numbers, under the names OJS uses for chains and
-// for groups and batches.
-func appendWorkflow(b []byte, wf *pronto.WorkflowInfo) []byte {
+// for groups and batches. jobs, the workflow's jobs in creation order (nil when not read), tell when
+// it started and what failed in it.
+func appendWorkflow(b []byte, wf *pronto.WorkflowInfo, jobs []*pronto.JobRow) []byte {
 	completed := int64(wf.Counts[pronto.StateCompleted])
 	failed := int64(wf.Counts[pronto.StateDiscarded] + wf.Counts[pronto.StateCancelled])
+	rep := reportWorkflow(wf, jobs)
 	b = append(b, '{')
 	b = appendStringField(b, "id", wf.ID)
 	b = appendStringField(b, "name", wf.Name)
@@ -399,6 +405,11 @@ func appendWorkflow(b []byte, wf *pronto.WorkflowInfo) []byte {
 	b = appendIntField(b, "jobs_total", int64(wf.Total))
 	b = appendIntField(b, "jobs_completed", completed)
 	b = appendIntField(b, "jobs_failed", failed)
+	if wf.State == pronto.WorkflowCancelled {
+		// ojs-http-binding.md §14.3: what the cancel stopped and what it found done.
+		b = appendIntField(b, "steps_cancelled", int64(wf.Counts[pronto.StateCancelled]))
+		b = appendIntField(b, "steps_already_completed", completed)
+	}
 	b = append(appendKey(b, "counts"), '{')
 	for _, st := range store.AllStates {
 		b = appendIntField(b, string(st), int64(wf.Counts[st]))
@@ -413,12 +424,19 @@ func appendWorkflow(b []byte, wf *pronto.WorkflowInfo) []byte {
 	}
 	b = append(appendKey(b, "metadata"), '{')
 	b = appendTimeField(b, "created_at", wf.CreatedAt)
+	if !rep.startedAt.IsZero() {
+		b = appendTimeField(b, "started_at", rep.startedAt)
+	}
 	if !wf.FinishedAt.IsZero() {
 		b = appendTimeField(b, "completed_at", wf.FinishedAt)
+	}
+	if !wf.CancelledAt.IsZero() {
+		b = appendTimeField(b, "cancelled_at", wf.CancelledAt)
 	}
 	b = appendIntField(b, "job_count", int64(wf.Total))
 	b = appendIntField(b, "completed_count", completed)
 	b = appendIntField(b, "failed_count", failed)
+	b = rep.appendFailure(b)
 	b = append(b, '}')
 	return append(b, '}')
 }
@@ -461,9 +479,13 @@ func (s *Server) createWorkflow(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, e)
 		return
 	}
-	// Steps and callbacks meet their schema as single enqueues do: the one they name, else their
-	// type's latest.
+	// Steps and callbacks take their tenant and meet their schema as single enqueues do; one tenant
+	// for the whole workflow is WorkflowInsert's rule (ojs-multi-tenancy.md §15.2).
 	for _, req := range reqs {
+		if e := s.applyTenant(r, req, req.path); e != nil {
+			s.writeError(w, r, e)
+			return
+		}
 		if e := s.checkArgs(r.Context(), req, req.path); e != nil {
 			s.writeError(w, r, e)
 			return
@@ -477,11 +499,11 @@ func (s *Server) createWorkflow(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Location", "/ojs/v1/workflows/"+res.Workflow.ID)
 	b := getBuf()
 	*b = append(*b, `{"workflow":`...)
-	*b = appendWorkflow(*b, res.Workflow)
 	ordered := make([]*pronto.JobRow, len(res.Order))
 	for i, step := range res.Order {
 		ordered[i] = res.Jobs[step]
 	}
+	*b = appendWorkflow(*b, res.Workflow, ordered)
 	*b = appendSteps((*b)[:len(*b)-1], ordered)
 	*b = append(*b, '}')
 	*b = append(appendKey(*b, "jobs"), '[')
@@ -511,7 +533,7 @@ func (s *Server) getWorkflow(w http.ResponseWriter, r *http.Request, id string) 
 	orderSteps(wf.Type, jobs)
 	b := getBuf()
 	*b = append(*b, `{"workflow":`...)
-	*b = appendWorkflow(*b, wf)
+	*b = appendWorkflow(*b, wf, jobs)
 	*b = appendSteps((*b)[:len(*b)-1], jobs)
 	*b = append(*b, '}', '}')
 	writeBuf(w, http.StatusOK, b)
@@ -534,7 +556,7 @@ func (s *Server) loadWorkflow(w http.ResponseWriter, r *http.Request, id *string
 func (s *Server) writeWorkflow(w http.ResponseWriter, wf *pronto.WorkflowInfo) {
 	b := getBuf()
 	*b = append(*b, `{"workflow":`...)
-	*b = appendWorkflow(*b, wf)
+	*b = appendWorkflow(*b, wf, nil)
 	*b = append(*b, '}')
 	writeBuf(w, http.StatusOK, b)
 }
@@ -555,7 +577,7 @@ func (s *Server) workflowJobs(w http.ResponseWriter, r *http.Request, id string)
 	orderSteps(wf.Type, jobs)
 	b := getBuf()
 	*b = append(*b, `{"workflow":`...)
-	*b = appendWorkflow(*b, wf)
+	*b = appendWorkflow(*b, wf, jobs)
 	*b = append(appendKey(*b, "jobs"), '[')
 	for i, j := range jobs {
 		if i > 0 {
@@ -569,23 +591,34 @@ func (s *Server) workflowJobs(w http.ResponseWriter, r *http.Request, id string)
 
 // DELETE /ojs/v1/workflows/{id}: cancels every job of a running workflow that has not finished. A
 // workflow that is already completed, failed or cancelled answers 409, as ojs-workflows.md §11.3
-// requires.
+// requires: the store refuses a finished one in the same step as the cancel, so a step finishing
+// meanwhile cannot turn a completed workflow into a cancelled one.
 func (s *Server) cancelWorkflow(w http.ResponseWriter, r *http.Request, id string) {
 	ctx := r.Context()
 	wf, ok := s.loadWorkflow(w, r, &id)
 	if !ok {
 		return
 	}
-	if wf.State != pronto.WorkflowRunning {
-		e := conflict("workflow %s is already %s", id, wf.State)
-		e.details = map[string]any{"workflow_id": id, "current_state": string(wf.State)}
-		s.writeError(w, r, e)
+	if wf.State == pronto.WorkflowCancelled {
+		// Cancelled stays cancelled: this answer cannot go stale.
+		s.writeError(w, r, workflowFinished(id, wf.State))
 		return
 	}
 	wf, err := s.client.WorkflowCancel(ctx, id)
-	if err != nil {
+	var done *store.WorkflowFinishedError
+	switch {
+	case errors.As(err, &done):
+		s.writeError(w, r, workflowFinished(id, done.State))
+	case err != nil:
 		s.writeError(w, r, workflowError(err, id))
-		return
+	default:
+		s.writeWorkflow(w, wf)
 	}
-	s.writeWorkflow(w, wf)
+}
+
+// workflowFinished is the 409 of a cancel of a workflow already in state st.
+func workflowFinished(id string, st pronto.WorkflowState) *apiError {
+	e := conflict("workflow %s is already %s", id, st)
+	e.details = map[string]any{"workflow_id": id, "current_state": string(st)}
+	return e
 }

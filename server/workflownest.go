@@ -12,8 +12,9 @@ import (
 // workflows themselves ({"type": "group", "jobs": [...]}), as the official JavaScript SDK sends
 // chain(a, group(b, c), d). Such a workflow is stored as the dag it stands for: a nested chain's
 // first jobs wait for what came before it and its last job is what comes after waits for; a nested
-// group's jobs all wait for what came before it, and what comes after waits for all of them. Its
-// steps are named by their position: "1.0" is the first job of the workflow at position 1.
+// group's jobs all wait for what came before it, and what comes after waits for all of them. The
+// outermost workflow keeps its type. Its steps are named by their position: "1.0" is the first job
+// of the workflow at position 1.
 
 // nestedMaxDepth is how many levels workflows nest, the outermost one included (§10.2: an
 // implementation SHOULD support at least 3, and MUST refuse deeper ones when they are created).
@@ -49,10 +50,18 @@ type nester struct {
 	maxJobs  int
 }
 
+// nestedBuilders start the outermost workflow of each type: it keeps its type (§10.1, §12.4), though
+// its steps are wired as a dag.
+var nestedBuilders = map[string]func(name string, jobs ...pronto.WorkflowJob) *pronto.Workflow{
+	"chain": pronto.NewChain,
+	"group": pronto.NewGroup,
+	"batch": pronto.NewBatch,
+}
+
 // decodeNestedWorkflow reads the elements of a workflow of type typ that nests workflows (under
-// field listField of the request) into a dag named name.
+// field listField of the request) into a workflow of that type named name, wired as a dag.
 func decodeNestedWorkflow(typ, name, listField string, elems []json.RawMessage, defaults object, now time.Time, maxJobs int) (*pronto.Workflow, []*enqueueRequest, *apiError) {
-	n := &nester{w: pronto.NewWorkflow(name), defaults: defaults, now: now, maxJobs: maxJobs}
+	n := &nester{w: nestedBuilders[typ](name), defaults: defaults, now: now, maxJobs: maxJobs}
 	if _, e := n.list(typ, elems, listField, "", 1, nil); e != nil {
 		return nil, nil, e
 	}
@@ -131,7 +140,11 @@ func (n *nester) nested(raw json.RawMessage, path, name string, depth int, entry
 		case "callbacks", "options":
 			return nil, invalid(path+"."+mb.key, "%s.%s: a nested workflow takes no %s (give them to the outermost workflow or to its jobs)", path, mb.key, mb.key)
 		default:
-			return nil, invalid(path+"."+mb.key, "%s.%s is not a field of a nested workflow (type, name, steps or jobs)", path, mb.key)
+			// Server-set attributes (an SDK echoing a workflow back, §10.3's example) are ignored
+			// here as at the top level.
+			if !workflowSystemKeys[mb.key] {
+				return nil, invalid(path+"."+mb.key, "%s.%s is not a field of a nested workflow (type, name, steps or jobs)", path, mb.key)
+			}
 		}
 	}
 	listPath := path + "." + field

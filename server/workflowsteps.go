@@ -1,11 +1,11 @@
 package server
 
 import (
-	"cmp"
 	"encoding/json"
 	"math"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/pronto-jobs/pronto"
 )
@@ -41,24 +41,38 @@ func setStepName(req *enqueueRequest, name string) *apiError {
 }
 
 // orderSteps puts the jobs of a chain, group or batch (typ) in creation order, callbacks last: the
-// store lists them in id order, which is creation order unless the steps were given ids, and then
-// each member carries its position as its step name (decodeWorkflow). A dag's steps stay in id order.
+// store lists them in id order, which is creation order unless the steps were given ids or the
+// workflow nests others, and then each member carries its position as its step name ("2", or "1.0"
+// in a nested one: decodeWorkflow, nester). A dag's steps stay in id order.
 func orderSteps(typ string, jobs []*pronto.JobRow) {
 	if typ == "dag" {
 		return
 	}
-	key := func(j *pronto.JobRow) int {
+	key := func(j *pronto.JobRow) []int {
 		if j.RunOn != "" {
-			return math.MaxInt
+			return []int{math.MaxInt}
 		}
 		if _, ext := splitMeta(j.Meta); ext != nil && ext.Step != "" {
-			if n, err := strconv.Atoi(ext.Step); err == nil && n >= 0 {
-				return n
+			if pos := stepPosition(ext.Step); pos != nil {
+				return pos
 			}
 		}
-		return -1 // no position recorded: the ids were pronto's, in creation order already
+		return []int{-1} // no position recorded: the ids were pronto's, in creation order already
 	}
-	slices.SortStableFunc(jobs, func(a, b *pronto.JobRow) int { return cmp.Compare(key(a), key(b)) })
+	slices.SortStableFunc(jobs, func(a, b *pronto.JobRow) int { return slices.Compare(key(a), key(b)) })
+}
+
+// stepPosition reads a step name made of positions ("2", "1.0.3"), or nil for any other name.
+func stepPosition(name string) []int {
+	var pos []int
+	for _, p := range strings.Split(name, ".") {
+		n, err := strconv.Atoi(p)
+		if err != nil || n < 0 {
+			return nil
+		}
+		pos = append(pos, n)
+	}
+	return pos
 }
 
 // stepID is the id a workflow job answers under in steps[]: the id it was created with (a dag step's
