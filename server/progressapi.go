@@ -59,6 +59,9 @@ func (s *Server) putProgress(w http.ResponseWriter, r *http.Request, id string) 
 		if p.Checkpoint != nil && bytes.TrimSpace(p.Checkpoint)[0] != '{' {
 			return p, invalid("checkpoint", "\"checkpoint\" must be a JSON object")
 		}
+		// Stored compact on every store alike (PostgreSQL's jsonb would compact it anyway), so the
+		// progress stream can write it on one SSE data line.
+		p.Data, p.Checkpoint = compactJSON(p.Data), compactJSON(p.Checkpoint)
 		if len(p.WorkerID) > maxWorkerIDLen {
 			return p, invalid("worker_id", "worker_id is longer than %d bytes", maxWorkerIDLen)
 		}
@@ -202,4 +205,16 @@ func (s *Server) workflowProgress(w http.ResponseWriter, r *http.Request, id str
 	}
 	*b = append(*b, ']', '}')
 	writeBuf(w, http.StatusOK, b)
+}
+
+// compactJSON returns raw, valid JSON, without the white space between its tokens (nil stays nil).
+func compactJSON(raw json.RawMessage) json.RawMessage {
+	if raw == nil || bytes.IndexAny(raw, " \t\r\n") < 0 {
+		return raw
+	}
+	var b bytes.Buffer
+	if json.Compact(&b, raw) != nil {
+		return raw
+	}
+	return b.Bytes()
 }

@@ -290,7 +290,9 @@ func progressEvent(event string, j *pronto.JobRow, p *pronto.JobProgress) []byte
 		b = appendRawField(b, "progress", []byte("null"))
 	}
 	if p != nil && len(p.Data) > 0 {
-		b = appendRawField(b, "data", p.Data)
+		// A line break would end the SSE data line (data reported before reports were compacted,
+		// or through the Go API, may hold one).
+		b = appendRawField(b, "data", compactJSON(p.Data))
 	} else {
 		b = appendRawField(b, "data", []byte("null"))
 	}
