@@ -122,6 +122,11 @@ func (c *Client) JobCancel(ctx context.Context, id string) (*JobRow, error) {
 		return nil, err
 	}
 	prev, _ := c.store.GetJob(ctx, id)
+	if prev != nil && prev.State == store.StateActive {
+		// A report an OJS worker sent through this server in the last second is written while its
+		// claim still holds the job, so the cancelled attempt keeps it (ojs-progress.md 8.2).
+		c.endRemoteProgress(id, prev.ClaimToken)
+	}
 	j, err := c.store.CancelJob(ctx, id)
 	if err != nil {
 		return nil, wrapOp(fmt.Sprintf("cancel job %s", id), err)

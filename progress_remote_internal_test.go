@@ -202,3 +202,19 @@ func TestProgressThrottleEndClaim(t *testing.T) {
 		t.Fatalf("written %+v, want the held-back checkpoint written as the claim ended", written)
 	}
 }
+
+// TestRemoteProgressCancelWritesHeldBack: a report held back when the job is cancelled is written
+// before the cancel, so the cancelled attempt keeps its last report (ojs-progress.md 8.2), as after
+// an ack or a nack.
+func TestRemoteProgressCancelWritesHeldBack(t *testing.T) {
+	c, j := remoteProgressJob(t)
+	remoteReport(t, c, j, 0.2, `{"step":2}`, "")
+	holdBackReports(t, c, j.ID)
+	remoteReport(t, c, j, 0.7, `{"step":7}`, "")
+	if _, err := c.JobCancel(context.Background(), j.ID); err != nil {
+		t.Fatal(err)
+	}
+	if p := storedProgress(t, c, j.ID); p.Value == nil || *p.Value != 0.7 || string(p.Data) != `{"step":7}` {
+		t.Fatalf("after the cancel the job keeps %v %s, want the last report: 0.7 {\"step\":7}", p.Value, p.Data)
+	}
+}
