@@ -119,6 +119,7 @@ func (c *Client) InsertManyFast(ctx context.Context, jobs []InsertManyParams) (i
 	}
 	if n < len(ps) {
 		c.settleFastDuplicates(adm.depths, ps, len(ps)-n)
+		c.refundFastDuplicates(adm.tenants, ps, len(ps)-n)
 	}
 	return n, nil
 }

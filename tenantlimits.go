@@ -175,6 +175,34 @@ func (c *Client) refundUnstored(adm tenantAdmission, ps []*store.InsertParams, r
 	c.refund(adm, unstored)
 }
 
+// refundFastDuplicates takes dups unique duplicates of an InsertFast of ps, which does not say which
+// jobs they were, back out of the tenants' counts: exactly when the jobs that could be duplicates
+// (those with a unique key) are all one tenant's. Otherwise the tenants' depths are read again at
+// their next insert, and their enqueue-rate windows may count the duplicates until they roll over.
+func (c *Client) refundFastDuplicates(adm tenantAdmission, ps []*store.InsertParams, dups int) {
+	if len(adm) == 0 {
+		return
+	}
+	var keyed []*store.InsertParams
+	for _, p := range ps {
+		if p.UniqueKey != "" {
+			keyed = append(keyed, p)
+		}
+	}
+	if len(keyed) >= dups && !slices.ContainsFunc(keyed, func(p *store.InsertParams) bool { return p.Tenant != keyed[0].Tenant }) {
+		c.refund(adm, keyed[:dups])
+		return
+	}
+	g := &c.tg
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for t := range adm {
+		if tc := g.tenants[t]; tc != nil {
+			tc.at = time.Time{}
+		}
+	}
+}
+
 // checkTenantLimits refuses ps when one of its tenants would go beyond an enqueue limit, and
 // otherwise counts ps into the tenants' counts, returning the tenants it counted (see refund).
 func (c *Client) checkTenantLimits(ctx context.Context, ps []*store.InsertParams) (tenantAdmission, error) {
