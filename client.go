@@ -49,6 +49,8 @@ type Client struct {
 	finishes *finishbatch.Batcher
 	// progressChecks emits EventProgressCompleted for remotely acked runs (progresscheck.go).
 	progressChecks progressChecks
+	// limits follows the rate keys the client's claims found limited (ratelimit_events.go).
+	limits limitEpisodes
 
 	// bp is the client's view of queue bounds (backpressure.go).
 	bp backpressure
@@ -212,11 +214,8 @@ func NewClient(s store.Store, cfg *Config) (*Client, error) {
 		cl.inserts = insertbatch.New(insertbatch.Config{Insert: s.Insert, MaxBatch: c.InsertBatchSize})
 	}
 	if local, ok := s.(store.LocalInserter); c.FetchBatchSize != 1 && !(ok && local.InsertsAreLocal()) {
-		claim := func(ctx context.Context, p store.ClaimParams) ([]*store.Job, error) {
-			p.OnHeldBack = cl.onHeldBack // whoever's fetch the jobs were held back in, this client tells
-			return s.Claim(ctx, p)
-		}
-		cl.fetches = fetchbatch.New(fetchbatch.Config{Claim: claim, MaxSlots: c.FetchBatchSize,
+		// Whoever's fetch the jobs were held back in, or the keys found limited, this client tells.
+		cl.fetches = fetchbatch.New(fetchbatch.Config{Claim: cl.claim, MaxSlots: c.FetchBatchSize,
 			Release: func(ctx context.Context, jobs []*store.Job) { store.ReleaseClaimed(ctx, s, jobs) }})
 		cl.finishes = finishbatch.New(finishbatch.Config{Finish: s.Finish, MaxBatch: c.FetchBatchSize})
 	}
@@ -242,7 +241,8 @@ func (c *Client) IsLeader() bool {
 }
 
 // Subscribe returns a channel of this client's events of the given kinds (all kinds but EventStarted,
-// EventCheckpointSaved and EventDeadLetterPruned when none are given) and a function that ends the subscription and closes the channel. Delivery never blocks the
+// EventCheckpointSaved, EventDeadLetterPruned and the tenant and rate-limit events when none are
+// given) and a function that ends the subscription and closes the channel. Delivery never blocks the
 // client: when the channel's buffer (1000 events) is full, events are dropped.
 func (c *Client) Subscribe(kinds ...EventKind) (<-chan *Event, func()) {
 	return c.events.subscribe(1000, kinds)
@@ -314,10 +314,9 @@ func (c *Client) Start(ctx context.Context) error {
 			Prefetch:     ahead,
 			AutoPrefetch: q.Prefetch == 0,
 			Claim: func(ctx context.Context, limit int) ([]*store.Job, error) {
-				return c.store.Claim(ctx, store.ClaimParams{
+				return c.claim(ctx, store.ClaimParams{
 					Queue: name, Kinds: c.kinds, Limit: limit,
 					WorkerID: c.cfg.ID, LeaseDuration: c.cfg.LeaseDuration,
-					OnHeldBack: c.onHeldBack,
 				})
 			},
 			NextDue: func(ctx context.Context) (time.Time, bool, error) {

@@ -75,6 +75,9 @@ type Event struct {
 	From State
 	// Tenant is the payload of the tenant events (Job is nil for them).
 	Tenant *TenantEvent
+	// Limit is the payload of EventRateLimitExceeded and EventRateLimitReleased: the key and the
+	// bound found without room.
+	Limit *LimitHit
 }
 
 // eventBus fans events out to subscribers without ever blocking a worker: a subscriber whose buffer is
@@ -93,12 +96,13 @@ type subscription struct {
 
 // takes reports whether the subscription receives events of kind k. EventStarted, as frequent as
 // claims, EventCheckpointSaved, as frequent as checkpoints, EventDeadLetterPruned, which is about
-// a queue rather than a job, and the tenant events, which carry no job, go only to subscriptions that
-// name them.
+// a queue rather than a job, and the tenant and rate-limit events, which carry no job or not only a
+// job, go only to subscriptions that name them.
 func (s *subscription) takes(k EventKind) bool {
 	if s.kinds == nil {
 		return k != EventStarted && k != EventCheckpointSaved && k != EventDeadLetterPruned &&
-			k != EventTenantThrottled && k != EventTenantThrottleReleased && k != EventTenantCreated
+			k != EventTenantThrottled && k != EventTenantThrottleReleased && k != EventTenantCreated &&
+			k != EventRateLimitExceeded && k != EventRateLimitReleased
 	}
 	return s.kinds[k]
 }

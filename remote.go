@@ -75,9 +75,8 @@ func (c *Client) RemoteFetch(ctx context.Context, p RemoteFetchParams) ([]*JobRo
 		if c.fetches != nil {
 			jobs, err = c.fetches.Claim(ctx, q, p.WorkerID, limit-len(out), lease)
 		} else {
-			jobs, err = c.store.Claim(ctx, store.ClaimParams{
+			jobs, err = c.claim(ctx, store.ClaimParams{
 				Queue: q, Limit: limit - len(out), WorkerID: p.WorkerID, LeaseDuration: lease,
-				OnHeldBack: c.onHeldBack,
 			})
 		}
 		if err != nil {

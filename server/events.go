@@ -271,6 +271,10 @@ func (s *Server) clientEvent(ev *pronto.Event) {
 		s.tenantEvent(ev)
 		return
 	}
+	if ev.Limit != nil {
+		s.rateLimitEvent(ev)
+		return
+	}
 	j := ev.Job
 	if j == nil {
 		return
@@ -444,6 +448,35 @@ func (s *Server) rateDroppedEvent(j *pronto.JobRow, ev *pronto.Event) {
 	if isDeadLetter(j) {
 		s.deadLetterEvent("dead_letter.added", j)
 	}
+}
+
+// rateLimitEvent records rate_limit.exceeded (ojs-rate-limiting.md 11.1: key, strategy, limit,
+// current) when a claim of this server's client finds a rate key limited that it did not see limited
+// before, and rate_limit.released (key, strategy, job_id; and job_type, queue) when a job of such a
+// key next starts through it with the key left not limited: one pair per episode, not one event per
+// job held back (pronto.EventRateLimitExceeded).
+func (s *Server) rateLimitEvent(ev *pronto.Event) {
+	h := ev.Limit
+	b := append(make([]byte, 0, 128), '{')
+	b = appendStringField(b, "key", h.Key)
+	b = appendStringField(b, "strategy", h.Strategy)
+	e := event{source: s.source, subject: h.Key, at: ev.At}
+	switch {
+	case ev.Kind == pronto.EventRateLimitExceeded:
+		e.typ = "rate_limit.exceeded"
+		b = appendIntField(b, "limit", int64(h.Limit))
+		b = appendIntField(b, "current", h.Current)
+	case ev.Kind == pronto.EventRateLimitReleased && ev.Job != nil:
+		j := ev.Job
+		e.typ, e.subject, e.queue, e.jobType = "rate_limit.released", j.ID, j.Queue, j.Kind
+		b = appendStringField(b, "job_id", j.ID)
+		b = appendStringField(b, "job_type", j.Kind)
+		b = appendStringField(b, "queue", j.Queue)
+	default:
+		return
+	}
+	e.data = append(b, '}')
+	s.events.add(e)
 }
 
 // onCronFire records the cron events of one occurrence.

@@ -186,7 +186,8 @@ func New(cfg Config) (*Server, error) {
 	ch, unsub := cfg.Client.Subscribe(pronto.EventCompleted, pronto.EventFailed, pronto.EventDiscarded,
 		pronto.EventCancelled, pronto.EventSnoozed, pronto.EventRetried, pronto.EventProgress, pronto.EventProgressStalled,
 		pronto.EventProgressCompleted, pronto.EventDeadLetterPruned,
-		pronto.EventTenantThrottled, pronto.EventTenantThrottleReleased, pronto.EventTenantCreated)
+		pronto.EventTenantThrottled, pronto.EventTenantThrottleReleased, pronto.EventTenantCreated,
+		pronto.EventRateLimitExceeded, pronto.EventRateLimitReleased)
 	s.unsubscribe = unsub
 	go s.runWorkflowEvents()
 	go s.consumeClientEvents(ch)

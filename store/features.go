@@ -192,6 +192,53 @@ type RateLimitInfo struct {
 	Waiting int64
 }
 
+// The strategies a LimitHit names: the bound of a RateLimit that had no room.
+const (
+	// LimitConcurrency: the key's active jobs reached MaxActive.
+	LimitConcurrency = "concurrency"
+	// LimitRate: the key's starts in the current window reached Rate.
+	LimitRate = "rate"
+)
+
+// LimitHit is a rate key whose limit had no room for a job a claim would otherwise have taken
+// (ClaimParams.OnLimited): the bound that stopped it (LimitRate when the current window is spent,
+// else LimitConcurrency), that bound's value, and the key's use of it as the claim saw it.
+type LimitHit struct {
+	Key      string
+	Strategy string
+	// Limit is the bound: MaxActive, or Rate (per Period).
+	Limit int
+	// Current is the key's active jobs, or the starts counted in its current window.
+	Current int64
+	// HasRoom is set on a key named only because the claim took jobs of it and more of them wait,
+	// its limit still having room (the claim took fewer than it could): the key is not limiting
+	// them now, but its backlog is not gone. Strategy, Limit and Current are then unset.
+	HasRoom bool
+}
+
+// NewLimitHit describes key's exhausted limit l from its active jobs and the starts counted in its
+// current window (0 when none is open), the same way on every store: the spent window first.
+func NewLimitHit(key string, l RateLimit, active, windowCount int64) LimitHit {
+	if l.Rate > 0 && l.Period > 0 && windowCount >= int64(l.Rate) {
+		return LimitHit{Key: key, Strategy: LimitRate, Limit: l.Rate, Current: windowCount}
+	}
+	return LimitHit{Key: key, Strategy: LimitConcurrency, Limit: l.MaxActive, Current: active}
+}
+
+// AddLimitHit appends h to hits unless a hit of its key is there already; a hit without room
+// replaces one with HasRoom.
+func AddLimitHit(hits []LimitHit, h LimitHit) []LimitHit {
+	for i, x := range hits {
+		if x.Key == h.Key {
+			if x.HasRoom && !h.HasRoom {
+				hits[i] = h
+			}
+			return hits
+		}
+	}
+	return append(hits, h)
+}
+
 // RateLimiter is the part of Store that manages the stored limits Claim enforces.
 type RateLimiter interface {
 	// SetRateLimit creates or replaces the limit stored under key and wakes the producers of every

@@ -295,6 +295,24 @@ type ClaimParams struct {
 	// steps (a Redis Cluster's rounds) may call it more than once, never twice for one job's change.
 	// The jobs are the callback's to keep; it must not call the store's Claim.
 	OnHeldBack func(dropped, rescheduled []*Job)
+	// OnLimited, when not nil, hears of the rate keys of the claim's queue whose limit has no room
+	// for a due job of theirs (of the claim's kinds): those it passed a job over for (the job waits,
+	// or OnHeldBack reports it dropped or rescheduled), and those of the jobs it took that it leaves
+	// without room while more of their jobs wait (a store that keeps an exhausted key's jobs out of
+	// later claims' way, as SQLite holds them, names the key while they wait), each with the bound
+	// that stops it (LimitHit); and, with LimitHit.HasRoom, the keys of jobs it took that have more
+	// jobs waiting though their limit has room left. Each key is named once per call. It is called
+	// after the claim's writes are committed, before Claim returns, and only when there are such
+	// keys: a claim that met no rate-limited job costs nothing more. The hits are the callback's to
+	// keep; it must not call Claim.
+	OnLimited func(hits []LimitHit)
+}
+
+// ReportLimited calls p.OnLimited with hits when it is set and hits is not empty.
+func (p *ClaimParams) ReportLimited(hits []LimitHit) {
+	if p.OnLimited != nil && len(hits) > 0 {
+		p.OnLimited(hits)
+	}
 }
 
 // ReportHeldBack calls p.OnHeldBack with dropped and rescheduled when it is set and either is not

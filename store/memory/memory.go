@@ -476,6 +476,9 @@ type announcer struct {
 	// dropped and rescheduled are the jobs a claim held back for their rate limit (holdBack), as
 	// they now are, for store.ClaimParams.OnHeldBack.
 	dropped, rescheduled []*store.Job
+	// limited are the rate keys whose limit had no room for a job the claim would have taken, for
+	// store.ClaimParams.OnLimited.
+	limited []store.LimitHit
 }
 
 // add announces j's queue: due now (DueAt zero) if j is claimable now, else at j's due time.
@@ -757,6 +760,7 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) ([]*store.Job, e
 		best, j := sel.hs[bi], top.j
 		if j.rk != nil && !expired(j, now) {
 			if blocked, until := j.rk.blocked(now); blocked {
+				a.limited = j.rk.hit(a.limited, j.RateKey, now)
 				if s.holdBack(j, until, now, &a) {
 					sel.fix(bi)
 				} else {
@@ -784,10 +788,14 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) ([]*store.Job, e
 		out = append(out, s.activate(j, p.WorkerFor(len(out)), now, lease))
 	}
 	aside.restore()
+	if p.OnLimited != nil {
+		a.limited = s.spentKeys(out, a.limited, now)
+	}
 	s.settle(now, &a)
 	s.mu.Unlock()
 	s.publish(a.ns)
 	p.ReportHeldBack(a.dropped, a.rescheduled)
+	p.ReportLimited(a.limited)
 	return out, nil
 }
 

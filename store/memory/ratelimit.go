@@ -48,6 +48,35 @@ func (rk *rateKey) blocked(now time.Time) (bool, time.Time) {
 	return false, time.Time{}
 }
 
+// hit adds to hits the key's exhausted limit (see blocked), named key, unless hits has it already.
+func (rk *rateKey) hit(hits []store.LimitHit, key string, now time.Time) []store.LimitHit {
+	var wc int64
+	if rk.windowOpen(now) {
+		wc = rk.windowCount
+	}
+	return store.AddLimitHit(hits, store.NewLimitHit(key, rk.limit, rk.counts[stateIndex(store.StateActive)], wc))
+}
+
+// spentKeys adds to hits the keys of the claimed jobs that have jobs available still: as their
+// exhausted limit when the claim leaves them without room, else with HasRoom; s.mu must be held.
+func (s *Store) spentKeys(claimed []*store.Job, hits []store.LimitHit, now time.Time) []store.LimitHit {
+	for _, j := range claimed {
+		if j.RateKey == "" {
+			continue
+		}
+		rk := s.rates[j.RateKey]
+		if rk == nil || !rk.set || rk.counts[stateIndex(store.StateAvailable)] == 0 {
+			continue
+		}
+		if blocked, _ := rk.blocked(now); blocked {
+			hits = rk.hit(hits, j.RateKey, now)
+		} else {
+			hits = store.AddLimitHit(hits, store.LimitHit{Key: j.RateKey, HasRoom: true})
+		}
+	}
+	return hits
+}
+
 // started counts a claim of one of the key's jobs at now in the rate window, opening one if none is.
 func (rk *rateKey) started(now time.Time) {
 	if !rk.windowed() {

@@ -227,6 +227,7 @@ func (s *Store) claimFair(ctx context.Context, p store.ClaimParams) ([]*store.Jo
 // and reports the jobs it held back to p.OnHeldBack once the claim committed.
 func (s *Store) claimLimited(ctx context.Context, p store.ClaimParams, limit int) ([]*store.Job, error) {
 	var jobs []*store.Job
+	var limited pgtype.Text
 	b := &pgx.Batch{}
 	b.Queue(s.q.claimLimitedPlan)
 	b.Queue(s.q.claimLimited, p.Queue, nilIfEmpty(p.Kinds), limit, p.LeaseDuration.Microseconds(), p.WorkerID).
@@ -235,8 +236,19 @@ func (s *Store) claimLimited(ctx context.Context, p store.ClaimParams, limit int
 			jobs, err = scanJobs(rows)
 			return err
 		})
+	if p.OnLimited != nil {
+		// The keys the claim found without room (migration 024), in the batch's transaction.
+		b.Queue(sqlClaimLimitedHits).QueryRow(func(row pgx.Row) error { return row.Scan(&limited) })
+	}
 	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
 		return nil, fmt.Errorf("limited claim: %w", err)
+	}
+	if limited.Valid && limited.String != "" {
+		hits, err := parseLimitHits(limited.String)
+		if err != nil {
+			return nil, fmt.Errorf("limited claim: the keys without room: %w", err)
+		}
+		defer p.ReportLimited(hits) // after OnHeldBack, as the other stores call them
 	}
 	// The claimed jobs are active; the others were held back (claim_limited_held).
 	var dropped, rescheduled []*store.Job
@@ -253,6 +265,43 @@ func (s *Store) claimLimited(ctx context.Context, p store.ClaimParams, limit int
 	}
 	p.ReportHeldBack(dropped, rescheduled)
 	return claimed, nil
+}
+
+// sqlClaimLimitedHits reads what claim_limited_untokened (migration 024) left in the transaction:
+// the keys whose limit had no room for a job it would have taken, as JSON, or ""/NULL for none.
+const sqlClaimLimitedHits = `SELECT current_setting('pronto.rate_limited', true)`
+
+// parseLimitHits reads the JSON of sqlClaimLimitedHits: [[key, max_active, rate, period_us,
+// window_count, active, spent], ...].
+func parseLimitHits(v string) ([]store.LimitHit, error) {
+	var rows [][]json.RawMessage
+	if err := json.Unmarshal([]byte(v), &rows); err != nil {
+		return nil, err
+	}
+	hits := make([]store.LimitHit, 0, len(rows))
+	for _, r := range rows {
+		if len(r) < 7 {
+			return nil, fmt.Errorf("entry %s: want 7 values", r)
+		}
+		var spent bool
+		if err := json.Unmarshal(r[6], &spent); err != nil {
+			return nil, err
+		}
+		var key string
+		var maxActive, rate, periodUS, windowCount, active int64
+		for i, dst := range []any{&key, &maxActive, &rate, &periodUS, &windowCount, &active} {
+			if err := json.Unmarshal(r[i], dst); err != nil {
+				return nil, err
+			}
+		}
+		if !spent {
+			hits = append(hits, store.LimitHit{Key: key, HasRoom: true})
+			continue
+		}
+		l := store.RateLimit{MaxActive: int(maxActive), Rate: int(rate), Period: time.Duration(periodUS) * time.Microsecond}
+		hits = append(hits, store.NewLimitHit(key, l, active, windowCount))
+	}
+	return hits, nil
 }
 
 // finishOrder parses the completions' ids and returns them with the indexes of the valid ones in

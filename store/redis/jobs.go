@@ -539,16 +539,19 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) ([]*store.Job, e
 // claim runs the claim script on a single node; with w, it advertises w's producer as waiting when
 // slots stay free (handoff.go).
 func (s *Store) claim(ctx context.Context, p store.ClaimParams, w *waiter) ([]*store.Job, error) {
-	jobs, _, err := s.claimOnce(ctx, p, "1", w)
+	jobs, _, limited, err := s.claimOnce(ctx, p, "1", w)
 	if err != nil {
 		return nil, fmt.Errorf("redis: claim from %s: %w", p.Queue, err)
 	}
+	p.ReportLimited(limited)
 	return jobs, nil
 }
 
 // claimOnce runs the claim script once with flag (see claimBody's global) and returns the jobs it
-// claimed and, on a cluster, the rate keys it stopped for (ratelimit.go).
-func (s *Store) claimOnce(ctx context.Context, p store.ClaimParams, flag string, w *waiter) ([]*store.Job, []need, error) {
+// claimed, on a cluster the rate keys it stopped for (ratelimit.go), and the rate keys whose limit had
+// no room for a job it would have taken (store.ClaimParams.OnLimited; on a cluster with their key
+// only, which the caller completes from its permits). It reports the jobs it held back itself.
+func (s *Store) claimOnce(ctx context.Context, p store.ClaimParams, flag string, w *waiter) ([]*store.Job, []need, []store.LimitHit, error) {
 	kinds := sortedKinds(p.Kinds)
 	args := make([]any, 0, 5+len(kinds)+p.Limit+len(p.WorkerIDs))
 	args = append(args, p.Limit, p.WorkerID, p.LeaseDuration.Microseconds(), len(kinds))
@@ -567,7 +570,7 @@ func (s *Store) claimOnce(ctx context.Context, p store.ClaimParams, flag string,
 	}
 	res, err := scriptClaim.Run(ctx, s.rdb, s.keys(p.Queue), args...).Slice()
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	var needs []need
 	if n := len(res); n > 0 {
@@ -586,6 +589,7 @@ func (s *Store) claimOnce(ctx context.Context, p store.ClaimParams, flag string,
 		}
 	}
 	var dropped, rescheduled []*store.Job
+	var limited []store.LimitHit
 	if n := len(res); n > 0 {
 		if last, _ := res[n-1].([]any); len(last) > 0 && last[0] == heldMarker {
 			res = res[:n-1]
@@ -597,7 +601,7 @@ func (s *Store) claimOnce(ctx context.Context, p store.ClaimParams, flag string,
 				}
 				j, err := decodeFlat(flat[1:])
 				if err != nil {
-					return nil, nil, err
+					return nil, nil, nil, err
 				}
 				if flat[0] == "d" {
 					dropped = append(dropped, j)
@@ -607,17 +611,51 @@ func (s *Store) claimOnce(ctx context.Context, p store.ClaimParams, flag string,
 			}
 		}
 	}
+	if n := len(res); n > 0 {
+		if last, _ := res[n-1].([]any); len(last) > 0 && last[0] == limitedMarker {
+			res = res[:n-1]
+			limited = parseLimited(last)
+		}
+	}
 	out := make([]*store.Job, 0, len(res))
 	for _, v := range res {
 		j, err := decodeFlat(v)
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		out = append(out, j)
 	}
 	s.remember(out)
 	p.ReportHeldBack(dropped, rescheduled)
-	return out, needs, nil
+	return out, needs, limited, nil
+}
+
+// limitedMarker opens the entry of a claim's reply that lists the rate keys whose limit had no room
+// (limhits in the scripts' prelude).
+const limitedMarker = "\nlimited"
+
+// parseLimited reads the claim script's {"\nlimited", key, max, rate, period, count, active, room,
+// ...} entry; a key whose numbers are "" (a Redis Cluster) comes with its Key only.
+func parseLimited(v []any) []store.LimitHit {
+	var hits []store.LimitHit
+	for i := 1; i+6 < len(v); i += 7 {
+		key := fmt.Sprint(v[i])
+		if fmt.Sprint(v[i+6]) == "r" {
+			hits = append(hits, store.LimitHit{Key: key, HasRoom: true})
+			continue
+		}
+		if fmt.Sprint(v[i+1]) == "" {
+			hits = append(hits, store.LimitHit{Key: key})
+			continue
+		}
+		var n [5]int64
+		for x := range n {
+			n[x], _ = strconv.ParseInt(fmt.Sprint(v[i+1+x]), 10, 64)
+		}
+		l := store.RateLimit{MaxActive: int(n[0]), Rate: int(n[1]), Period: time.Duration(n[2]) * time.Microsecond}
+		hits = append(hits, store.NewLimitHit(key, l, n[4], n[3]))
+	}
+	return hits
 }
 
 // heldMarker opens the entry of a claim's reply that lists the jobs it held back (heldback in the

@@ -61,7 +61,7 @@ func newFreeingFunc(name, body string) *luaFunc {
 func library() (string, string) {
 	libOnce.Do(func() {
 		var b strings.Builder
-		// KEYS, ARGV, B, G, decided, released, dropped, needed, relay, heldback, zq, zkeys and filed are set by
+		// KEYS, ARGV, B, G, decided, released, dropped, needed, relay, heldback, limhits, zq, zkeys and filed are set by
 		// each function as it starts (see prelude).
 		b.WriteString("local KEYS, ARGV, B, G, zq, zkeys, filed\n")
 		b.WriteString(preludeBody)
@@ -72,7 +72,7 @@ func library() (string, string) {
 				flags += ", 'allow-oom'"
 			}
 			b.WriteString("\nredis.register_function{function_name = 'pronto_@_" + f.name + "', flags = {" + flags + "}, callback = function(keys, args)\n")
-			b.WriteString("KEYS, ARGV, B = keys, args, keys[1]\nG = string.match(B or '', '^(.-){') or B\ndecided, released, dropped, needed, relay, heldback, zq, zkeys, filed = {}, false, {}, false, false, false, false, nil, false\n")
+			b.WriteString("KEYS, ARGV, B = keys, args, keys[1]\nG = string.match(B or '', '^(.-){') or B\ndecided, released, dropped, needed, relay, heldback, limhits, zq, zkeys, filed = {}, false, {}, false, false, false, false, false, nil, false\n")
 			b.WriteString(f.body)
 			b.WriteString("\nend}\n")
 		}

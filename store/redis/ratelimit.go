@@ -84,6 +84,11 @@ type permits struct {
 	until     int64  // end of the window that exhausts the key, µs, 0 for none
 	full      bool   // the key's confirmed active jobs reach max_active
 	used      []any  // lease end, "<id>\n<attempt>" of each job that used one
+	// The limit, and its use once the last reservation was taken (for a store.LimitHit); spent,
+	// that reservation exhausted the limit (no more permits until a job finishes or the window ends).
+	max, rate     int
+	active, count int64
+	spent         bool
 }
 
 // reservation is one RateAcquire's permits.
@@ -99,6 +104,17 @@ func (p *permits) merge(q *permits) {
 	p.res = append(p.res, q.res...)
 	p.left += q.left
 	p.more, p.action, p.until, p.full = q.more, q.action, q.until, q.full
+	p.max, p.rate, p.active, p.count, p.spent = q.max, q.rate, q.active, q.count, q.spent
+}
+
+// hit describes the exhausted limit of the permits' key (store.NewLimitHit), as the last
+// reservation found it.
+func (p *permits) hit() store.LimitHit {
+	l := store.RateLimit{MaxActive: p.max, Rate: p.rate}
+	if p.rate > 0 {
+		l.Period = time.Microsecond // a window: its length does not matter here
+	}
+	return store.NewLimitHit(p.key, l, p.active, p.count)
 }
 
 // grantJSON is the form the claim script reads (see claimBody's grants).
@@ -107,6 +123,7 @@ type grantJSON struct {
 	A string `json:"a"`
 	U int64  `json:"u"`
 	M bool   `json:"m,omitempty"`
+	X bool   `json:"x,omitempty"` // spent: used up, the limit has no room (see permits.spent)
 }
 
 // ledgerEntry names a job's run in a key's ledger: its id and attempt.
@@ -133,7 +150,7 @@ func claimFlag(held map[string]*permits, tenants []string, limit int) (string, e
 		if p.unlimited {
 			n, more = limit, false // no limit: as many as the claim takes
 		}
-		f.G[k] = grantJSON{N: n, A: p.action, U: p.until, M: more}
+		f.G[k] = grantJSON{N: n, A: p.action, U: p.until, M: more, X: p.spent && !p.unlimited}
 	}
 	b, err := json.Marshal(f)
 	if err != nil {
@@ -202,6 +219,7 @@ func (s *Store) claimCluster(ctx context.Context, p store.ClaimParams) ([]*store
 	}
 	held := map[string]*permits{}
 	var out []*store.Job
+	var hits []store.LimitHit
 	var failed error
 	// The keys this queue's last claim took permits of are asked first, for as many jobs as it took
 	// or could take then (see rememberNeeds); that spares the claim call that would stop for them.
@@ -220,7 +238,10 @@ func (s *Store) claimCluster(ctx context.Context, p store.ClaimParams) ([]*store
 			failed = err
 			break
 		}
-		jobs, need, err := s.claimOnce(ctx, p, flag, nil)
+		jobs, need, lim, err := s.claimOnce(ctx, p, flag, nil)
+		for _, h := range lim {
+			hits = store.AddLimitHit(hits, h)
+		}
 		if err != nil {
 			failed = err
 			break
@@ -265,6 +286,13 @@ func (s *Store) claimCluster(ctx context.Context, p store.ClaimParams) ([]*store
 		// expires (a lease from now), so the key is never overrun meanwhile.
 		s.logf("redis: claim from %s: confirming rate-limit permits: %v", p.Queue, err)
 	}
+	// The keys the claim found without permits: their limit and use as the permits found them.
+	for i, h := range hits {
+		if pm := held[h.Key]; pm != nil && !pm.unlimited && !h.HasRoom {
+			hits[i] = pm.hit()
+		}
+	}
+	p.ReportLimited(hits)
 	if failed != nil && len(out) == 0 {
 		return nil, fmt.Errorf("redis: claim from %s: %w", p.Queue, failed)
 	}
@@ -391,7 +419,7 @@ func (s *Store) acquireOnce(ctx context.Context, needs []need, lease time.Durati
 	var out []*permits
 	for i, c := range cmds {
 		v, err := c.Slice()
-		if err != nil || len(v) != 5 {
+		if err != nil || len(v) != 10 {
 			return out, fmt.Errorf("rate-limit permits of %s: %v (reply %v)", needs[i].key, err, v)
 		}
 		n, _ := v[0].(int64)
@@ -402,6 +430,12 @@ func (s *Store) acquireOnce(ctx context.Context, needs []need, lease time.Durati
 		if n >= 0 {
 			pm.res = []reservation{{id: res[i], granted: int(n), window: fmt.Sprint(v[1])}}
 		}
+		spent, _ := v[9].(int64)
+		pm.spent = spent == 1
+		pm.max, _ = strconv.Atoi(fmt.Sprint(v[5]))
+		pm.rate, _ = strconv.Atoi(fmt.Sprint(v[6]))
+		pm.active, _ = strconv.ParseInt(fmt.Sprint(v[7]), 10, 64)
+		pm.count, _ = strconv.ParseInt(fmt.Sprint(v[8]), 10, 64)
 		if pm.action == string(store.LimitWait) {
 			pm.action = ""
 		}

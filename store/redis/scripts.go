@@ -122,6 +122,12 @@ local relay = false
 -- claim leave such jobs as they are (an insert's claim for a waiting producer, which cannot report
 -- them): the producer's own claim then holds them back and reports them.
 local heldback = false
+-- limhits lists the rate keys whose limit had no room for a job of theirs (false for none), for
+-- store.ClaimParams.OnLimited: {'\nlimited', key, max, rate, period, window count, active, room,
+-- ...}, the five numbers '' on a Redis Cluster, where the limit is in another slot (the caller has
+-- them from its permits); room is 'r' for a key named only because jobs of it wait though it has
+-- room (store.LimitHit.HasRoom), else ''.
+local limhits = false
 -- dropped lists the workflows whose last job this script deleted (forget): the caller removes them
 -- from the workflow index, a global key.
 local dropped = {}
@@ -567,6 +573,30 @@ local function tblocked(tn, t)
   end
   return num(f[2]) > 0 and num(redis.call('HGET', G .. 'tc:' .. tn, 'n:active')) >= num(f[2])
 end
+-- limhit adds rate key rk to limhits once: on a single node (single) with its limit's use at t (for a
+-- tenant's limit key, the tenant's active jobs across queues), on a Redis Cluster or with room (the
+-- key has room, see limhits) without.
+local function limhit(rk, t, single, room)
+  if limhits then
+    for i = 2, #limhits, 7 do if limhits[i] == rk then return end end
+  else
+    limhits = {'\nlimited'}
+  end
+  local n = #limhits
+  if room or not single then
+    limhits[n + 1], limhits[n + 2], limhits[n + 3], limhits[n + 4], limhits[n + 5], limhits[n + 6] = rk, '', '', '', '', ''
+    limhits[n + 7] = room and 'r' or ''
+    return
+  end
+  local f = redis.call('HMGET', rl(rk), 'max', 'rate', 'period', 'ws', 'wc', 'n:active')
+  local wc, active = 0, num(f[6])
+  if num(f[2]) > 0 and num(f[3]) > 0 and num(f[4]) > 0 and t < num(f[4]) + num(f[3]) then wc = num(f[5]) end
+  if string.sub(rk, 1, 7) == 'tenant:' then active = num(redis.call('HGET', G .. 'tc:' .. string.sub(rk, 8), 'n:active')) end
+  limhits[n + 1], limhits[n + 2], limhits[n + 3], limhits[n + 4], limhits[n + 5], limhits[n + 6] =
+    rk, s(num(f[1])), s(num(f[2])), s(num(f[3])), s(wc), s(active)
+  limhits[n + 7] = ''
+
+end
 -- setlimit stores a limit ("max,rate,period_us,onlimit") under rk.
 local function setlimit(rk, enc)
   local max, rate, per, on = string.match(enc, '^(%-?%d+),(%-?%d+),(%-?%d+),(.*)$')
@@ -871,9 +901,11 @@ var scriptClaim = newFunc("Claim", `
 zq, zkeys = {}, {}
 local out = claimjobs()
 zflush()
+local njobs = #out
 -- The jobs the claim held back for their rate limit, then the outbox entries of split workflows'
 -- jobs the claim dropped (relay.go), then the permits it stopped for: the caller reads them from
 -- the end of the reply.
+if limhits then out[#out + 1] = limhits end
 if heldback then out[#out + 1] = heldback end
 if relay then out[#out + 1] = {'\nrelay', unpack(relay)} end
 if needed then out[#out + 1] = needed end
@@ -887,7 +919,7 @@ if ARGV[at] == '\nad' then
   local p, ttl = ARGV[at + 1], tonumber(ARGV[at + 2])
   local w = B .. 'w:' .. p
   redis.call('DEL', w)
-  if #out < limit then
+  if njobs < limit then
     local a = {'1', ARGV[2], ARGV[at + 3], ARGV[4]}
     for i = 5, 4 + nk do a[#a + 1] = ARGV[i] end
     a[#a + 1] = ARGV[at + 4]
@@ -1094,6 +1126,8 @@ while #out < upto do
           break
         end
       end
+      if blocked and f and not (exp > 0 and exp <= t) then limhit(sr.rk, t, global) end
+      if theld and 'tenant:' .. f.tenant == sr.rk then limhit(sr.rk, t, global) end
       if not f or (exp > 0 and exp <= t) then
         -- Never claimable: it stays available (and counted) until DiscardExpired discards it.
         redis.call('ZREM', sr.key, c[1])
@@ -1124,6 +1158,7 @@ while #out < upto do
         progress = true
       else
         if g then g.n = g.n - 1 end
+        sr.took = true
         activate(id, sr.rk, f, tp, a)
         if global and f.tenant and f.tenant ~= '' and 'tenant:' .. f.tenant ~= sr.rk then
           rlstarted('tenant:' .. f.tenant, t)
@@ -1251,6 +1286,22 @@ if fair then
   redis.call('SET', B .. 'tused', used)
 end
 if not needed and (not fair or redis.call('EXISTS', ring) == 0) then claimplain(limit) end
+-- The rate keys of the jobs taken that have more jobs waiting (limhits): without room when the
+-- claim leaves them so (on a Redis Cluster, when it used up their permits and no more were to be
+-- had, or taking them exhausted the limit), else with room.
+for _, sr in ipairs(srcs) do
+  if sr.took and sr.rk ~= '' and redis.call('ZCARD', sr.key) > 0 then
+    local spent
+    if global then
+      if string.sub(sr.rk, 1, 7) == 'tenant:' then spent = tblocked(string.sub(sr.rk, 8), t) else spent = rlblocked(sr.rk, t) end
+    else
+      local g = grants[sr.rk]
+      spent = g and g.n <= 0 and (g.m ~= true or g.x == true)
+      if not g then spent = nil end
+    end
+    if spent ~= nil then limhit(sr.rk, t, global, not spent) end
+  end
+end
 settle(t)
 -- A dropped workflow job can release a child in this queue (a failure callback). On a single node
 -- the channel is reachable: announce it here (a cluster's claim leaves it to the next claim's poll).
@@ -1652,18 +1703,21 @@ return f
 
 // scriptRateAcquire takes up to ARGV[1] permits of R's limit for a claim, as reservation ARGV[2],
 // each held until confirmed or until ARGV[3] µs from now. Returns {granted, window, action, until,
-// full}: granted is -1 when no limit is stored (nothing to take, nothing to confirm); window, the
+// full, max, rate, active, count, spent}: granted is -1 when no limit is stored (nothing to take, nothing to confirm); window, the
 // start (µs) of the rate window the permits were counted in ('0' for none); action, the limit's
 // on_limit when the key is exhausted once these permits are used (a claim applies it to the key's
 // next jobs), "" when more may come free sooner (other claims' permits not yet confirmed); until,
 // the end of the window that exhausts it, '0' for none; full, 1 when the confirmed active jobs
-// alone reach max_active (the caller then checks them: see RateReconcile).
+// alone reach max_active (the caller then checks them: see RateReconcile); max and rate, the
+// limit's; active, its active jobs and held permits, these included; count, the starts counted in
+// its open window ('0' for none); spent, 1 when these permits exhaust the limit (as action says,
+// whatever the limit's on_limit).
 var scriptRateAcquire = newFunc("RateAcquire", `
 local t = now()
 local want = tonumber(ARGV[1])
 local h = B .. 'rl'
 local f = redis.call('HMGET', h, 'set', 'max', 'rate', 'period', 'ws', 'wc', 'onlimit')
-if f[1] ~= '1' then return {-1, '0', '', '0', 0} end
+if f[1] ~= '1' then return {-1, '0', '', '0', 0, '0', '0', '0', '0', 0} end
 redis.call('ZREMRANGEBYSCORE', B .. 'res', '-inf', s(t))
 local max, rate, per = num(f[2]), num(f[3]), num(f[4])
 local n, hard, until_, full, ws = want, false, 0, 0, 0
@@ -1692,7 +1746,15 @@ local exp = s(t + tonumber(ARGV[3]))
 for i = 1, n do redis.call('ZADD', B .. 'res', exp, ARGV[2] .. '\n' .. i) end
 local action = ''
 if hard then action = f[7] or 'wait' end
-return {n, s(ws), action, s(until_), full}
+-- The limit and its use once these permits are taken, for a claim's store.LimitHit: the active jobs
+-- and the permits held (these included), and the starts counted in the window still open.
+local act, wc = 0, 0
+if max > 0 then act = redis.call('ZCARD', B .. 'act') + redis.call('ZCARD', B .. 'res') end
+if rate > 0 and per > 0 then
+  local w = redis.call('HMGET', h, 'ws', 'wc')
+  if num(w[1]) > 0 and t < num(w[1]) + per then wc = num(w[2]) end
+end
+return {n, s(ws), action, s(until_), full, s(max), s(rate), s(act), s(wc), hard and 1 or 0}
 `)
 
 // scriptRateConfirm ends reservation ARGV[1] of ARGV[2] permits counted in the window that started

@@ -266,6 +266,16 @@ func (k *keyLimit) room(nowUS int64) int64 {
 	return max(room, 0)
 }
 
+// hit describes the key's exhausted limit, named key (store.NewLimitHit).
+func (k *keyLimit) hit(key string, nowUS int64) store.LimitHit {
+	var wc int64
+	if k.windowOpen(nowUS) {
+		wc = k.windowCount
+	}
+	l := store.RateLimit{MaxActive: int(k.maxActive), Rate: int(k.rate), Period: time.Duration(k.periodUS) * time.Microsecond}
+	return store.NewLimitHit(key, l, k.active, wc)
+}
+
 // take counts one more of the key's jobs started now, opening a window if none is open.
 func (k *keyLimit) take(nowUS int64) {
 	k.active++
@@ -314,6 +324,10 @@ type limitedClaim struct {
 	tenantsWaiting []string
 	// dropped and rescheduled are the jobs apply dropped and rescheduled, as they now are.
 	dropped, rescheduled []*store.Job
+	// limited are the keys whose limit had no room for a job of theirs (store.ClaimParams.OnLimited);
+	// took, the keys with a limit of the jobs taken.
+	limited []store.LimitHit
+	took    map[string]bool
 }
 
 // limitedClaimFirstPage is how many candidates beyond its limit a limited claim reads first; every
@@ -394,12 +408,54 @@ func (s *Store) claimLimited(ctx context.Context, p store.ClaimParams) ([]*store
 	if err != nil {
 		return nil, err
 	}
+	if p.OnLimited != nil {
+		if err := plan.spentKeys(ctx, r, p, nowUS); err != nil {
+			return nil, err
+		}
+	}
 	if err := r.tx.Commit(); err != nil {
 		return nil, fmt.Errorf("commit: %w", err)
 	}
 	s.publishOutbox(&out)
 	p.ReportHeldBack(plan.dropped, plan.rescheduled)
+	p.ReportLimited(plan.limited)
 	return jobs, nil
+}
+
+// spentKeys adds to c.limited the keys the claim read (those of the jobs it walked, and those with
+// held jobs) that it leaves without room while a due job of theirs of the claim's kinds waits in the
+// queue, held or not, and, with HasRoom, those of the jobs it took that have room left and such a job
+// waiting. Run after apply, when the jobs taken are active.
+func (c *limitedClaim) spentKeys(ctx context.Context, r txRunner, p store.ClaimParams, nowUS int64) error {
+	var query string
+	for key, k := range c.keys {
+		if k == nil || (k.room(nowUS) > 0 && !c.took[key]) ||
+			slices.ContainsFunc(c.limited, func(h store.LimitHit) bool { return h.Key == key }) {
+			continue
+		}
+		if query == "" {
+			query = keyWaitingSQL(len(p.Kinds))
+		}
+		args := make([]any, 3, 3+len(p.Kinds))
+		args[0], args[1], args[2] = nowUS, p.Queue, key
+		for _, kind := range p.Kinds {
+			args = append(args, kind)
+		}
+		var one int
+		err := r.QueryRowContext(ctx, query, args...).Scan(&one)
+		if errors.Is(err, sql.ErrNoRows) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("look for waiting jobs of %s: %w", key, err)
+		}
+		if k.room(nowUS) > 0 {
+			c.limited = append(c.limited, store.LimitHit{Key: key, HasRoom: true})
+		} else {
+			c.limited = append(c.limited, k.hit(key, nowUS))
+		}
+	}
+	return nil
 }
 
 // before reports whether c comes before d in claim order.
@@ -559,6 +615,10 @@ func (c *limitedClaim) consider(ctx context.Context, r txRunner, cand *candidate
 				return err
 			}
 			if tl != nil && tl.room(nowUS) <= 0 {
+				if key == store.TenantLimitKey(tenant) {
+					// Its rate key is that limit: the key had no room.
+					c.limited = store.AddLimitHit(c.limited, tl.hit(key, nowUS))
+				}
 				if !slices.Contains(c.tenantsWaiting, tenant) {
 					c.tenantsWaiting = append(c.tenantsWaiting, tenant)
 				}
@@ -568,12 +628,19 @@ func (c *limitedClaim) consider(ctx context.Context, r txRunner, cand *candidate
 		if k != nil && k != tl {
 			k.take(nowUS)
 		}
+		if cand.rateKey.Valid && c.keys[key] != nil {
+			if c.took == nil {
+				c.took = map[string]bool{}
+			}
+			c.took[key] = true
+		}
 		if tl != nil {
 			tl.take(nowUS)
 		}
 		c.take = append(c.take, cand.rowid)
 		return nil
 	}
+	c.limited = store.AddLimitHit(c.limited, k.hit(key, nowUS))
 	switch store.LimitAction(k.onLimit) {
 	case store.LimitReschedule:
 		c.reschedule = append(c.reschedule, [2]int64{cand.rowid, k.retryAt(nowUS)})

@@ -512,3 +512,99 @@ func testRateLimitHeldBackReported(t *testing.T, s store.Store) {
 	require.Empty(t, hn.claim(t, s, store.ClaimParams{Queue: q, Limit: 10, WorkerID: worker, LeaseDuration: lease}))
 	require.Zero(t, hn.calls, "a claim that holds nothing back does not call OnHeldBack")
 }
+
+// limitedClaimHits claims with p, collecting what its OnLimited reports.
+type limitedClaimHits struct {
+	calls int
+	hits  []store.LimitHit
+}
+
+func (h *limitedClaimHits) claim(t *testing.T, s store.Store, p store.ClaimParams) []*store.Job {
+	t.Helper()
+	p.OnLimited = func(hits []store.LimitHit) {
+		h.calls++
+		require.NotEmpty(t, hits, "OnLimited is called only with keys")
+		seen := map[string]bool{}
+		for _, x := range hits {
+			require.False(t, seen[x.Key], "a key is named once per call")
+			seen[x.Key] = true
+		}
+		h.hits = append(h.hits, hits...)
+	}
+	jobs, err := s.Claim(ctx(t), p)
+	require.NoError(t, err)
+	return jobs
+}
+
+// testRateLimitLimitedReported: a claim names, through ClaimParams.OnLimited, each rate key it
+// passed a job over for, or leaves without room while a job of it waits, with the bound that stops
+// it and its use, and with HasRoom a key it took jobs of that has room and jobs waiting (the events
+// rate_limit.exceeded and rate_limit.released are built on it); a claim that met no rate-limited
+// job, or one whose key's room ran out with no job of it left, does not call it.
+func testRateLimitLimitedReported(t *testing.T, s store.Store) {
+	claimP := func(q string) store.ClaimParams {
+		return store.ClaimParams{Queue: q, Limit: 10, WorkerID: worker, LeaseDuration: lease}
+	}
+	// MaxActive: the first claim takes one job and passes the others over; so does the next, which
+	// takes nothing (a store that holds the waiting jobs still names the key).
+	q, key := uniq("rate-limited-conc"), uniq("rate")
+	setLimit(t, s, key, store.RateLimit{MaxActive: 1})
+	insert(t, s, limitedJobs(q, key, 3)...)
+	var h limitedClaimHits
+	require.Len(t, h.claim(t, s, claimP(q)), 1)
+	require.Equal(t, 1, h.calls)
+	require.Equal(t, []store.LimitHit{{Key: key, Strategy: store.LimitConcurrency, Limit: 1, Current: 1}}, h.hits)
+	h = limitedClaimHits{}
+	require.Empty(t, h.claim(t, s, claimP(q)))
+	require.Equal(t, []store.LimitHit{{Key: key, Strategy: store.LimitConcurrency, Limit: 1, Current: 1}}, h.hits,
+		"a claim that takes nothing for want of room names the key too")
+
+	// A claim that fills up with the key's last room names the key too while more of its jobs wait:
+	// the key stays limited from one claim to the next as long as its backlog lasts.
+	fq, fkey := uniq("rate-limited-full"), uniq("rate")
+	setLimit(t, s, fkey, store.RateLimit{MaxActive: 1})
+	insert(t, s, limitedJobs(fq, fkey, 2)...)
+	h = limitedClaimHits{}
+	one := claimP(fq)
+	one.Limit = 1
+	require.Len(t, h.claim(t, s, one), 1)
+	require.Equal(t, []store.LimitHit{{Key: fkey, Strategy: store.LimitConcurrency, Limit: 1, Current: 1}}, h.hits)
+
+	// A claim that takes fewer of a key's jobs than its room allows, more of them waiting, names the
+	// key with HasRoom: its backlog is not gone.
+	bq, bkey := uniq("rate-limited-backlog"), uniq("rate")
+	setLimit(t, s, bkey, store.RateLimit{MaxActive: 3})
+	insert(t, s, limitedJobs(bq, bkey, 3)...)
+	h = limitedClaimHits{}
+	one = claimP(bq)
+	one.Limit = 1
+	require.Len(t, h.claim(t, s, one), 1)
+	require.Equal(t, []store.LimitHit{{Key: bkey, HasRoom: true}}, h.hits)
+
+	// Rate per Period: the window's starts.
+	rq, rkey := uniq("rate-limited-window"), uniq("rate")
+	setLimit(t, s, rkey, store.RateLimit{Rate: 2, Period: time.Hour})
+	insert(t, s, limitedJobs(rq, rkey, 3)...)
+	h = limitedClaimHits{}
+	require.Len(t, h.claim(t, s, claimP(rq)), 2)
+	require.Equal(t, []store.LimitHit{{Key: rkey, Strategy: store.LimitRate, Limit: 2, Current: 2}}, h.hits)
+
+	// A key dropping its jobs was hit too (OnHeldBack reports the jobs, OnLimited the key).
+	dq, dkey := uniq("rate-limited-drop"), uniq("rate")
+	setLimit(t, s, dkey, store.RateLimit{MaxActive: 1, OnLimit: store.LimitDrop})
+	insert(t, s, limitedJobs(dq, dkey, 2)...)
+	h = limitedClaimHits{}
+	require.Len(t, h.claim(t, s, claimP(dq)), 1)
+	require.Equal(t, []store.LimitHit{{Key: dkey, Strategy: store.LimitConcurrency, Limit: 1, Current: 1}}, h.hits)
+
+	// Room used up exactly, nothing left waiting: no call. Nor for a queue without limited jobs.
+	eq, ekey := uniq("rate-limited-exact"), uniq("rate")
+	setLimit(t, s, ekey, store.RateLimit{MaxActive: 2})
+	insert(t, s, limitedJobs(eq, ekey, 2)...)
+	pq := uniq("rate-limited-none")
+	insert(t, s, job(pq))
+	h = limitedClaimHits{}
+	require.Len(t, h.claim(t, s, claimP(eq)), 2)
+	require.Len(t, h.claim(t, s, claimP(pq)), 1)
+	require.Zero(t, h.calls, "no key passed a job over")
+}

@@ -178,6 +178,7 @@ var tests = []testCase{
 	{"RateLimitDrop", single(testRateLimitDrop)},
 	{"RateLimitReschedule", single(testRateLimitReschedule)},
 	{"RateLimitHeldBackReported", single(testRateLimitHeldBackReported)},
+	{"RateLimitLimitedReported", single(testRateLimitLimitedReported)},
 	{"RateLimitOnInsert", single(testRateLimitOnInsert)},
 	{"RateLimitUnlimited", single(testRateLimitUnlimited)},
 	{"RateLimitInfo", single(testRateLimitInfo)},
