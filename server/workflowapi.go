@@ -110,7 +110,13 @@ func atPath(e *apiError, path string) *apiError {
 	if f, ok := e.details["field"].(string); ok && f != "" {
 		field = path + "." + f
 	}
-	e.details = map[string]any{"field": field}
+	// The error's other details (a 413's max_bytes and actual_bytes, ...) stay.
+	details := make(map[string]any, len(e.details)+1)
+	for k, v := range e.details {
+		details[k] = v
+	}
+	details["field"] = field
+	e.details = details
 	return e
 }
 
