@@ -109,7 +109,7 @@ import (
 // (store/redis/relay.go).
 //
 // The workflow's state is derived from its members (callbacks excluded): cancelled once
-// CancelWorkflow was called; otherwise running while any member is not terminal; completed when all
+// CancelWorkflow cancelled it while it ran; otherwise running while any member is not terminal; completed when all
 // completed; failed when all are terminal and at least one is not completed.
 //
 // Manual operations stay possible: RetryJob of a discarded member runs it again (children already
@@ -320,7 +320,9 @@ type Workflows interface {
 	// this call cancelled, in id order, each as it was just before: its state then, and for an
 	// active one the WorkerID and ClaimToken of the run it stopped (the caller reports the cancels
 	// no run reports). Cancelling a workflow twice is not an error (the second cancels nothing that
-	// stayed cancelled); ErrNotFound if there is none.
+	// stayed cancelled); ErrNotFound if there is none. A workflow already completed or failed is
+	// left as it is and refused with a *WorkflowFinishedError (ErrWorkflowFinished), decided in the
+	// same step as the cancel, so a cancel racing the last outcome never turns it cancelled.
 	CancelWorkflow(ctx context.Context, id string) (*Workflow, []*Job, error)
 	// WorkflowLister: one page of workflows at a time (see clients.go).
 	WorkflowLister
