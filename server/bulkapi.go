@@ -174,10 +174,12 @@ func (s *Server) bulkEnqueue(w http.ResponseWriter, r *http.Request) {
 			items[i].err = s.checkArgs(r.Context(), reqs[i], "")
 		}
 	}
+	var ids []string // being inserted (enqueueOrder) until writeBulkEnqueue recorded their events
+	defer func() { s.order.end(ids) }()
 	if atomic {
-		s.insertAtomic(r.Context(), reqs, items)
+		ids = s.insertAtomic(r.Context(), reqs, items)
 	} else {
-		s.insertEach(r.Context(), reqs, items)
+		ids = s.insertEach(r.Context(), reqs, items)
 	}
 	s.writeBulkEnqueue(w, items, atomic)
 }
@@ -194,24 +196,30 @@ func bulkJobs(m object) ([]json.RawMessage, *apiError) {
 	return elems, nil
 }
 
-// insertEach inserts every valid job on its own (partial mode).
-func (s *Server) insertEach(ctx context.Context, reqs []*enqueueRequest, items []bulkEnqueueItem) {
+// insertEach inserts every valid job on its own (partial mode). It returns the ids it marked as
+// being inserted (Server.beginInsert).
+func (s *Server) insertEach(ctx context.Context, reqs []*enqueueRequest, items []bulkEnqueueItem) []string {
+	var ids []string
 	for i, req := range reqs {
 		if items[i].err != nil {
 			continue
 		}
-		rows, err := s.client.InsertOJS(ctx, []pronto.OJSJob{req.job})
+		ins := []pronto.OJSJob{req.job}
+		ids = append(ids, s.beginInsert(ins)...)
+		rows, err := s.client.InsertOJS(ctx, ins)
 		if err != nil {
 			items[i].err = fromClientError(err, "job", req.job.Opts.ID)
 			continue
 		}
 		items[i].job = rows[0]
 	}
+	return ids
 }
 
 // insertAtomic inserts every job in one batch, or none: when a job is refused, every item fails, the
-// culprit with its error and the others as rolled back.
-func (s *Server) insertAtomic(ctx context.Context, reqs []*enqueueRequest, items []bulkEnqueueItem) {
+// culprit with its error and the others as rolled back. It returns the ids it marked as being
+// inserted (Server.beginInsert).
+func (s *Server) insertAtomic(ctx context.Context, reqs []*enqueueRequest, items []bulkEnqueueItem) (ids []string) {
 	failed := false
 	for _, it := range items {
 		failed = failed || it.err != nil
@@ -221,12 +229,13 @@ func (s *Server) insertAtomic(ctx context.Context, reqs []*enqueueRequest, items
 		for i, req := range reqs {
 			jobs[i] = req.job
 		}
+		ids = s.beginInsert(jobs)
 		rows, err := s.client.InsertOJS(ctx, jobs)
 		if err == nil {
 			for i, j := range rows {
 				items[i].job = j
 			}
-			return
+			return ids
 		}
 		// The client names the refused job of a batch ("job 3 of 10: ...") when it is one job's
 		// options; a store refusal (a unique conflict) does not say which job it was.
@@ -250,6 +259,7 @@ func (s *Server) insertAtomic(ctx context.Context, reqs []*enqueueRequest, items
 				"not enqueued: another job of the atomic batch was refused")
 		}
 	}
+	return ids
 }
 
 // culpritIndex reads the index of the refused job from a batch insert error ("job 3 of 10: ..."), or

@@ -40,6 +40,7 @@ type event struct {
 	n1, n2 int64 // enqueued: priority; started: attempt; completed: attempt, duration_ms
 	worker string
 	raw    []byte // completed: the result
+	trace  string // the job's trace id (traceID), written as trace_id
 }
 
 // eventForm names the shape of an event's data kept as fields.
@@ -73,6 +74,9 @@ func appendEventData(b []byte, e *event) []byte {
 		if len(e.raw) > 0 {
 			b = appendRawField(b, "result", e.raw)
 		}
+	}
+	if e.trace != "" {
+		b = appendStringField(b, "trace_id", e.trace)
 	}
 	return append(b, '}')
 }
@@ -234,7 +238,8 @@ func (l *eventLog) appendEvent(b []byte, e *event) []byte {
 	return append(b, '}')
 }
 
-// jobEvent builds a job event whose data starts with job_type and queue; more adds the rest.
+// jobEvent builds a job event whose data starts with job_type and queue; more adds the rest, and
+// the job's trace_id ends it when it has one.
 func (s *Server) jobEvent(typ string, j *pronto.JobRow, at time.Time, more func(b []byte) []byte) {
 	s.streams.wake(j)
 	b := make([]byte, 0, 256)
@@ -244,6 +249,9 @@ func (s *Server) jobEvent(typ string, j *pronto.JobRow, at time.Time, more func(
 	b = appendStringField(b, "queue", j.Queue)
 	if more != nil {
 		b = more(b)
+	}
+	if tid := traceID(j.Meta); tid != "" {
+		b = appendStringField(b, "trace_id", tid)
 	}
 	b = append(b, '}')
 	s.events.add(event{
@@ -255,6 +263,7 @@ func (s *Server) jobEvent(typ string, j *pronto.JobRow, at time.Time, more func(
 func (s *Server) jobEventForm(typ string, j *pronto.JobRow, at time.Time, e event) {
 	s.streams.wake(j)
 	e.typ, e.source, e.subject, e.at, e.queue, e.jobType = typ, s.source, j.ID, at, j.Queue, j.Kind
+	e.trace = traceID(j.Meta)
 	s.events.add(e)
 }
 
@@ -279,6 +288,11 @@ func (s *Server) clientEvent(ev *pronto.Event) {
 	if j == nil {
 		return
 	}
+	if ev.Kind == pronto.EventRescued {
+		// Its lease ran out: back to available, as a requeue nack would put it (ojs-events.md 3.1).
+		s.reenqueuedEvent(j, ev.At)
+		return
+	}
 	if j.WorkflowID != "" {
 		defer s.workflowJobEvent(ev) // after the step's job events (workflowevents.go)
 	}
@@ -293,6 +307,7 @@ func (s *Server) clientEvent(ev *pronto.Event) {
 		s.events.add(event{typ: "dead_letter.pruned", source: s.source, subject: j.Queue, at: ev.At, queue: j.Queue, data: b})
 		return
 	}
+	s.enqueuedFirst(j) // a Go worker of this client may finish a job before its insert here returns
 	if ev.Kind == pronto.EventDiscarded && errors.Is(ev.Err, pronto.ErrJobExpired) {
 		s.expiredEvent(j, ev.At)
 		return
@@ -430,6 +445,9 @@ func (s *Server) rateDroppedEvent(j *pronto.JobRow, ev *pronto.Event) {
 	b = appendStringField(b, "job_id", j.ID)
 	b = appendStringField(b, "job_type", j.Kind)
 	b = appendStringField(b, "queue", j.Queue)
+	if tid := traceID(j.Meta); tid != "" {
+		b = appendStringField(b, "trace_id", tid)
+	}
 	b = append(b, '}')
 	s.events.add(event{typ: "rate_limit.dropped", source: s.source, subject: j.ID, at: ev.At, queue: j.Queue,
 		jobType: j.Kind, data: b})
@@ -486,14 +504,16 @@ func (s *Server) onCronFire(f pronto.CronFire) {
 	b = appendStringField(b, "cron_name", f.Name)
 	b = appendStringField(b, "cron_expr", f.Expression)
 	b = appendTimeField(b, "scheduled_at", f.ScheduledAt)
-	typ, queue, kind := "cron.triggered", "", ""
+	// job_type is required in both (ojs-events.md 4.5): a skipped occurrence names the job it did
+	// not insert.
+	typ, queue, kind := "cron.triggered", f.Queue, f.Kind
+	b = appendStringField(b, "job_type", f.Kind)
 	if f.Skipped {
 		typ = "cron.skipped"
 		b = appendStringField(b, "reason", "previous run has not finished")
 		b = appendStringField(b, "existing_job_id", f.PreviousJobID)
 	} else if f.Job != nil {
 		queue, kind = f.Job.Queue, f.Job.Kind
-		b = appendStringField(b, "job_type", f.Job.Kind)
 		b = appendStringField(b, "job_id", f.Job.ID)
 	}
 	b = append(b, '}')
@@ -503,18 +523,29 @@ func (s *Server) onCronFire(f pronto.CronFire) {
 	}
 }
 
+// onCronInsert marks the job an occurrence is about to insert as being inserted here (enqueueOrder);
+// the returned func forgets it, after OnFire recorded its job.enqueued.
+func (s *Server) onCronInsert(jobID string) func() {
+	ids := []string{jobID}
+	s.order.begin(ids)
+	return func() { s.order.end(ids) }
+}
+
 // enqueuedEvent counts an inserted job as enqueued in the stats history and records its
 // job.enqueued (or job.scheduled, for a job due later; nothing for a pending one).
+// A fetch of the job that came first has recorded job.enqueued already (enqueueOrder).
 func (s *Server) enqueuedEvent(j *pronto.JobRow) {
 	s.history.record(statEnqueued, j.Queue, j.CreatedAt, 0)
-	switch j.State {
-	case pronto.StateScheduled:
-		s.jobEvent("job.scheduled", j, j.CreatedAt, func(b []byte) []byte {
-			return appendTimeField(b, "scheduled_at", j.ScheduledAt)
-		})
-	case pronto.StateAvailable:
-		s.jobEventForm("job.enqueued", j, j.CreatedAt, event{form: formEnqueued, n1: int64(j.Priority)})
-	}
+	s.order.inserted(j.ID, func() {
+		switch j.State {
+		case pronto.StateScheduled:
+			s.jobEvent("job.scheduled", j, j.CreatedAt, func(b []byte) []byte {
+				return appendTimeField(b, "scheduled_at", j.ScheduledAt)
+			})
+		case pronto.StateAvailable:
+			s.jobEventForm("job.enqueued", j, j.CreatedAt, event{form: formEnqueued, n1: int64(j.Priority)})
+		}
+	})
 }
 
 // reenqueuedEvent records job.enqueued of a job that enters the available state at at after its

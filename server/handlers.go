@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -63,7 +64,9 @@ func (s *Server) enqueue(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, e)
 		return
 	}
-	rows, err := s.client.InsertOJS(r.Context(), []pronto.OJSJob{req.job})
+	ins := []pronto.OJSJob{req.job}
+	defer s.order.end(s.beginInsert(ins))
+	rows, err := s.client.InsertOJS(r.Context(), ins)
 	if err != nil {
 		s.writeInsertError(w, r, err, "job", req.job.Opts.ID, req.job.Kind)
 		return
@@ -131,7 +134,10 @@ func (s *Server) enqueueBatch(w http.ResponseWriter, r *http.Request) {
 		}
 		jobs[i] = req.job
 	}
-	rows, err := s.client.InsertOJS(r.Context(), jobs)
+	// The ids beginInsert gives are left out of jobs: existingID looks for the ids given.
+	ins := slices.Clone(jobs)
+	defer s.order.end(s.beginInsert(ins))
+	rows, err := s.client.InsertOJS(r.Context(), ins)
 	if err != nil {
 		id := ""
 		if errors.Is(err, pronto.ErrDuplicate) {
@@ -451,6 +457,7 @@ func (s *Server) fetch(w http.ResponseWriter, r *http.Request) {
 	*b = append(*b, ']', '}')
 	writeBuf(w, http.StatusOK, b)
 	for _, j := range jobs {
+		s.enqueuedFirst(j) // fetched before its insert through this server returned
 		s.jobEventForm("job.started", j, j.StartedAt, event{form: formStarted, n1: int64(j.Attempt), worker: req.workerID})
 	}
 	s.workflowStarts(ctx, jobs)

@@ -113,6 +113,8 @@ type Server struct {
 
 	// streams are the open progress streams (progressstream.go).
 	streams progressStreams
+	// order keeps job.enqueued first among the events of a job this server inserts (eventorder.go).
+	order enqueueOrder
 	// history holds the per-minute and per-hour statistics (statshistory.go).
 	history statsHistory
 	// workers throttles the worker record writes (workersapi.go).
@@ -185,7 +187,7 @@ func New(cfg Config) (*Server, error) {
 	// for an event nobody here reads.
 	ch, unsub := cfg.Client.Subscribe(pronto.EventCompleted, pronto.EventFailed, pronto.EventDiscarded,
 		pronto.EventCancelled, pronto.EventSnoozed, pronto.EventRetried, pronto.EventProgress, pronto.EventProgressStalled,
-		pronto.EventProgressCompleted, pronto.EventDeadLetterPruned,
+		pronto.EventProgressCompleted, pronto.EventDeadLetterPruned, pronto.EventRescued,
 		pronto.EventTenantThrottled, pronto.EventTenantThrottleReleased, pronto.EventTenantCreated,
 		pronto.EventRateLimitExceeded, pronto.EventRateLimitReleased)
 	s.unsubscribe = unsub
@@ -226,7 +228,7 @@ func (s *Server) Drain() {
 // RunCron runs the client's cron scheduler (see pronto.Client.RunCron) and records its occurrences as
 // cron.triggered and cron.skipped events. It returns when ctx is done.
 func (s *Server) RunCron(ctx context.Context) error {
-	return s.client.RunCron(ctx, &pronto.CronConfig{OnFire: s.onCronFire})
+	return s.client.RunCron(ctx, &pronto.CronConfig{OnFire: s.onCronFire, BeforeInsert: s.onCronInsert})
 }
 
 // Header values shared by every response (net/http never modifies them).
