@@ -186,6 +186,7 @@ func TestEnqueuedBeforeStartedWhenFetchedDuringInsert(t *testing.T) {
 		{"enqueue", "/ojs/v1/jobs", `{"type":"a.b","args":[],"options":{"queue":"during-insert"}}`},
 		{"batch", "/ojs/v1/jobs/batch", `{"jobs":[{"type":"a.b","args":[],"options":{"queue":"during-insert"}}]}`},
 		{"bulk", "/ojs/v1/jobs/bulk", `{"jobs":[{"type":"a.b","args":[],"options":{"queue":"during-insert"}}]}`},
+		{"workflow", "/ojs/v1/workflows", `{"type":"chain","steps":[{"type":"a.b","args":[],"options":{"queue":"during-insert"}}]}`},
 	} {
 		t.Run(path.name, func(t *testing.T) {
 			var s *Server

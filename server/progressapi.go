@@ -209,7 +209,7 @@ func (s *Server) workflowProgress(w http.ResponseWriter, r *http.Request, id str
 
 // compactJSON returns raw, valid JSON, without the white space between its tokens (nil stays nil).
 func compactJSON(raw json.RawMessage) json.RawMessage {
-	if raw == nil || bytes.IndexAny(raw, " \t\r\n") < 0 {
+	if raw == nil || !bytes.ContainsAny(raw, " \t\r\n") {
 		return raw
 	}
 	var b bytes.Buffer

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/pronto-jobs/pronto"
+	"github.com/pronto-jobs/pronto/internal/uuidv7"
 	"github.com/pronto-jobs/pronto/store"
 )
 
@@ -497,6 +498,16 @@ func (s *Server) createWorkflow(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	// Its jobs' job.enqueued come before their other events, as a single enqueue's (enqueueOrder).
+	ids := make([]string, len(reqs))
+	for i, req := range reqs {
+		if req.job.Opts.ID == "" {
+			req.job.Opts.ID = uuidv7.New()
+		}
+		ids[i] = req.job.Opts.ID
+	}
+	s.order.begin(ids)
+	defer s.order.end(ids)
 	res, err := s.client.WorkflowInsert(r.Context(), wf)
 	if err != nil {
 		s.writeError(w, r, workflowError(err, wf.ID()))
