@@ -36,6 +36,8 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 	if err != nil && !errors.Is(err, pronto.ErrNotFound) {
 		status, backendStatus, code = "degraded", "disconnected", http.StatusServiceUnavailable
 		problem, detail = s.backendProblem(r, err)
+		// As every 503 of the API (ojs-errors.md ERR-006): when a probe is worth repeating.
+		w.Header().Set("Retry-After", unavailableRetryAfter)
 	}
 	b := getBuf()
 	*b = append(*b, '{')
@@ -90,6 +92,10 @@ func (s *Server) manifest(w http.ResponseWriter, r *http.Request) {
 	*b = appendStringField(*b, "homepage", "https://github.com/pronto-jobs/pronto")
 	*b = append(*b, '}')
 	*b = appendIntField(*b, "conformance_level", 4)
+	// ojs-conformance.md 3: runtime, not full, which asks for the gRPC binding too.
+	*b = appendStringField(*b, "conformance_tier", "runtime")
+	strength, mechanism := s.uniqueStrength()
+	*b = appendStringField(*b, "unique_job_strength", strength)
 	*b = appendStrings(appendKey(*b, "protocols"), []string{"http"})
 	*b = appendStringField(*b, "backend", s.backend)
 	*b = append(appendKey(*b, "capabilities"), '{')
@@ -107,8 +113,9 @@ func (s *Server) manifest(w http.ResponseWriter, r *http.Request) {
 	// ojs-unique-jobs.md §8.3: the strength of the uniqueness guarantee. Outside capabilities, which
 	// clients decode as booleans only.
 	*b = append(appendKey(*b, "x-pronto-unique-jobs"), '{')
-	*b = appendStringField(*b, "strength", "strong")
-	*b = appendStringField(*b, "mechanism", "a unique index over the key, partial on the held states (memory: the store's lock), checked in the insert's transaction")
+	// Spelled as ojs-unique-jobs.md 8.3 spells it ("best-effort"; the manifest field is ojs-conformance's).
+	*b = appendStringField(*b, "strength", strings.ReplaceAll(strength, "_", "-"))
+	*b = appendStringField(*b, "mechanism", mechanism)
 	*b = append(*b, '}')
 	*b = appendStrings(appendKey(*b, "extensions"), s.extensionNames())
 	*b = append(appendKey(*b, "limits"), '{')
@@ -128,6 +135,22 @@ func (s *Server) manifest(w http.ResponseWriter, r *http.Request) {
 	*b = appendBoolField(*b, "auth_required", s.apiKey != nil)
 	*b = append(*b, '}')
 	writeBuf(w, http.StatusOK, b)
+}
+
+// uniqueStrength says how strong this server's store keeps a unique key (ojs-unique-jobs.md 8), as
+// the manifest's unique_job_strength ("strong" or "best_effort") and in words. It goes by the
+// store's package, not Config.Backend, which only names it.
+func (s *Server) uniqueStrength() (strength, mechanism string) {
+	switch backendName(s.store) {
+	case "postgres", "sqlite":
+		return "strong", "a unique index over the key, partial on the states that hold it, checked in the insert's transaction"
+	case "memory":
+		return "strong", "the key checked and taken under the store's lock, in this process"
+	case "redis":
+		// Atomic, but per queue: jobs of two queues with one key do not conflict (docs/redis.md).
+		return "best_effort", "the key checked and taken in the insert's Redis function, atomically, but per queue: jobs of two queues with the same key do not conflict unless the key includes the queue (keys with \"queue\")"
+	}
+	return "best_effort", "the store's own: this server does not know how strictly it keeps a key"
 }
 
 // appendQueue appends a queue object: its name, pause flag and counts per state.
@@ -174,28 +197,31 @@ func checkQueueName(name string) *apiError {
 	return nil
 }
 
-// GET /ojs/v1/queues
+// GET /ojs/v1/queues: the queues in name order, paged by limit, offset and cursor (the last name
+// of the previous page), as every data-plane list is (ojs-http-binding.md 17).
 func (s *Server) listQueues(w http.ResponseWriter, r *http.Request) {
+	p, e := readNamePage(r.URL.Query(), pronto.ValidQueueName)
+	if e != nil {
+		s.writeError(w, r, e)
+		return
+	}
 	qs, err := s.client.QueueList(r.Context())
 	if err != nil {
 		s.writeError(w, r, fromClientError(err, "queue", ""))
 		return
 	}
+	page, hasMore, next := pageByName(qs, func(q pronto.QueueInfo) string { return q.Name }, p)
 	b := getBuf()
 	*b = append(*b, `{"queues":[`...)
-	for i := range qs {
+	for i := range page {
 		if i > 0 {
 			*b = append(*b, ',')
 		}
-		*b = appendQueue(*b, &qs[i])
+		*b = appendQueue(*b, &page[i])
 	}
 	*b = append(*b, ']')
-	*b = append(appendKey(*b, "pagination"), '{')
-	*b = appendIntField(*b, "total", int64(len(qs)))
-	*b = appendIntField(*b, "limit", int64(len(qs)))
-	*b = appendIntField(*b, "offset", 0)
-	*b = appendBoolField(*b, "has_more", false)
-	*b = append(*b, '}', '}')
+	*b = appendNamePagination(*b, len(qs), p, hasMore, next)
+	*b = append(*b, '}')
 	writeBuf(w, http.StatusOK, b)
 }
 

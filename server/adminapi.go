@@ -863,6 +863,7 @@ func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
 		reasons = append(reasons, "draining for shutdown")
 	}
 	if len(reasons) > 0 {
+		w.Header().Set("Retry-After", unavailableRetryAfter) // ojs-errors.md ERR-006, as every 503 here
 		writeJSONValue(w, http.StatusServiceUnavailable, map[string]any{"status": "not_ready", "reasons": reasons})
 		return
 	}

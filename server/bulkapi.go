@@ -91,6 +91,8 @@ func tooManyItems(field string, n int) *apiError {
 		"%s holds %d items, over the maximum of %d per bulk request", field, n, maxBulkItems)
 	e.typ = "validation_error"
 	e.details = map[string]any{"field": field, "max_batch_size": maxBulkItems}
+	// The header clients split a refused request by (ojs-bulk-operations.md 9.2, 11.3).
+	e.headers = map[string]string{"X-OJS-Max-Batch-Size": strconv.Itoa(maxBulkItems)}
 	return e
 }
 

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/pronto-jobs/pronto"
+	"github.com/pronto-jobs/pronto/internal/isodur"
 )
 
 // Cron endpoints (OJS cron specification): register, list, get, delete.
@@ -57,7 +58,9 @@ func decodeCronTemplate(body []byte, now time.Time) (*pronto.CronJob, *enqueueRe
 	if e != nil {
 		return nil, nil, e
 	}
-	c.OverlapPolicy = pronto.CronOverlapPolicy(policy)
+	if c.OverlapPolicy, e = overlapPolicy(policy); e != nil {
+		return nil, nil, e
+	}
 	if c.Description, e = str("description"); e != nil {
 		return nil, nil, e
 	}
@@ -111,6 +114,18 @@ func decodeCronTemplate(body []byte, now time.Time) (*pronto.CronJob, *enqueueRe
 	return c, req, nil
 }
 
+// overlapPolicy reads overlap_policy: ojs-cron.md 6.1's skip, allow and cancel_previous, pronto's
+// enqueue, and "cancel", openapi.yaml's name for cancel_previous. Empty is the default (skip).
+func overlapPolicy(s string) (pronto.CronOverlapPolicy, *apiError) {
+	switch p := pronto.CronOverlapPolicy(s); p {
+	case "", pronto.CronSkip, pronto.CronAllow, pronto.CronCancelPrevious, pronto.CronEnqueue:
+		return p, nil
+	case "cancel":
+		return pronto.CronCancelPrevious, nil
+	}
+	return "", invalid("overlap_policy", "overlap_policy %q: must be skip, allow, cancel_previous (or cancel) or enqueue", s)
+}
+
 // appendCron appends the OJS view of a registration.
 func appendCron(b []byte, c *pronto.CronJob) []byte {
 	b = append(b, '{')
@@ -147,8 +162,10 @@ func appendCron(b []byte, c *pronto.CronJob) []byte {
 	} else {
 		b = appendRawField(b, "args", []byte("[]"))
 	}
+	var ext *ojsExt
 	if meta := cronMeta(c); meta != nil {
-		visible, ext := splitMeta(meta)
+		var visible json.RawMessage
+		visible, ext = splitMeta(meta)
 		if visible != nil {
 			b = appendRawField(b, "meta", visible)
 		}
@@ -156,23 +173,7 @@ func appendCron(b []byte, c *pronto.CronJob) []byte {
 			b = appendRawField(b, "schema", ext.Unknown["schema"])
 		}
 	}
-	b = append(appendKey(b, "options"), '{')
-	b = appendStringField(b, "queue", queueOr(c.Opts.Queue))
-	if c.Opts.Priority != 0 {
-		b = appendIntField(b, "priority", int64(c.Opts.Priority))
-	}
-	if c.Opts.Timeout > 0 {
-		b = appendIntField(b, "timeout_ms", c.Opts.Timeout.Milliseconds())
-	}
-	if c.Opts.RetryPolicy != nil {
-		if rp, err := json.Marshal(c.Opts.RetryPolicy); err == nil {
-			b = appendRawField(b, "retry", rp)
-		}
-	}
-	if len(c.Opts.Tags) > 0 {
-		b = appendStrings(appendKey(b, "tags"), c.Opts.Tags)
-	}
-	b = append(b, '}')
+	b = appendCronOptions(appendKey(b, "options"), &c.Opts, ext)
 	template := bytes.TrimPrefix(b[start:], []byte{','})
 	b = append(appendKey(b, "job_template"), '{')
 	b = append(b, template...)
@@ -191,6 +192,114 @@ func appendCron(b []byte, c *pronto.CronJob) []byte {
 	b = appendIntField(b, "run_count", c.RunCount)
 	if c.LastJobID != "" {
 		b = appendStringField(b, "last_job_id", c.LastJobID)
+	}
+	return append(b, '}')
+}
+
+// appendCronOptions appends a template's options in the form an enqueue (and so a registration)
+// accepts, every one the occurrences are inserted with: what a GET shows, sent back, registers the
+// same job again (ojs-http-binding.md 13.2 updates by delete and create).
+func appendCronOptions(b []byte, o *pronto.InsertOpts, ext *ojsExt) []byte {
+	b = append(b, '{')
+	b = appendStringField(b, "queue", queueOr(o.Queue))
+	if o.Priority != 0 {
+		b = appendIntField(b, "priority", int64(o.Priority))
+	}
+	if o.Timeout > 0 {
+		b = appendIntField(b, "timeout_ms", o.Timeout.Milliseconds())
+	}
+	if ext != nil && ext.VisibilityMS > 0 {
+		b = appendIntField(b, "visibility_timeout_ms", ext.VisibilityMS)
+	}
+	if o.RetryPolicy != nil {
+		b = appendCronRetry(b, o.RetryPolicy, ext)
+	}
+	if len(o.Tags) > 0 {
+		b = appendStrings(appendKey(b, "tags"), o.Tags)
+	}
+	if o.Unique != nil {
+		b = appendUniquePolicy(appendKey(b, "unique"), o.Unique)
+	}
+	if o.RateKey != "" || o.RateLimit != nil {
+		b = appendRatePolicy(appendKey(b, "rate_limit"), o.RateKey, o.RateLimit)
+	}
+	return append(b, '}')
+}
+
+// appendCronRetry appends the retry policy with its on_exhaustion, which pronto keeps in meta.
+func appendCronRetry(b []byte, p *pronto.RetryPolicy, ext *ojsExt) []byte {
+	rp, err := json.Marshal(p)
+	if err != nil || len(rp) < 2 {
+		return b
+	}
+	b = appendKey(b, "retry")
+	if ext == nil || ext.OnExhaustion == "" {
+		return append(b, rp...)
+	}
+	b = append(b, rp[:len(rp)-1]...) // the object, open: appendKey adds the comma it needs
+	b = appendStringField(b, "on_exhaustion", ext.OnExhaustion)
+	return append(b, '}')
+}
+
+// appendUniquePolicy appends a unique policy as options.unique is sent: keys, args_keys, meta_keys,
+// period, states, on_conflict.
+func appendUniquePolicy(b []byte, u *pronto.UniqueOpts) []byte {
+	keys := []string{"type"} // the type is always in the fingerprint
+	if u.ByQueue {
+		keys = append(keys, "queue")
+	}
+	if u.ByArgs || len(u.ArgsKeys) > 0 {
+		keys = append(keys, "args")
+	}
+	if len(u.MetaKeys) > 0 {
+		keys = append(keys, "meta")
+	}
+	b = appendStrings(appendKey(append(b, '{'), "keys"), keys)
+	if len(u.ArgsKeys) > 0 {
+		b = appendStrings(appendKey(b, "args_keys"), u.ArgsKeys)
+	}
+	if len(u.MetaKeys) > 0 {
+		b = appendStrings(appendKey(b, "meta_keys"), u.MetaKeys)
+	}
+	if u.Period > 0 {
+		b = appendStringField(b, "period", isodur.Format(u.Period))
+	}
+	if len(u.States) > 0 {
+		states := make([]string, len(u.States))
+		for i, st := range u.States {
+			states[i] = string(st)
+		}
+		b = appendStrings(appendKey(b, "states"), states)
+	}
+	onConflict := u.OnConflict
+	if onConflict == "" {
+		onConflict = pronto.UniqueReject
+	}
+	b = appendStringField(b, "on_conflict", string(onConflict))
+	return append(b, '}')
+}
+
+// appendRatePolicy appends a rate limit as options.rate_limit is sent: key, concurrency, rate
+// {limit, period}, on_limit. A limit given without a key was stored under "queue:<queue>", which is
+// shown as the key: sent back, it names the same one.
+func appendRatePolicy(b []byte, key string, l *pronto.RateLimit) []byte {
+	b = append(b, '{')
+	if key != "" {
+		b = appendStringField(b, "key", key)
+	}
+	if l != nil {
+		if l.MaxActive > 0 {
+			b = appendIntField(b, "concurrency", int64(l.MaxActive))
+		}
+		if l.Rate > 0 && l.Period > 0 {
+			b = append(appendKey(b, "rate"), '{')
+			b = appendIntField(b, "limit", int64(l.Rate))
+			b = appendStringField(b, "period", isodur.Format(l.Period))
+			b = append(b, '}')
+		}
+		if l.OnLimit != "" {
+			b = appendStringField(b, "on_limit", string(l.OnLimit))
+		}
 	}
 	return append(b, '}')
 }
@@ -267,17 +376,24 @@ func (s *Server) cronTenant(r *http.Request, c *pronto.CronJob, tmpl *enqueueReq
 	return e
 }
 
-// GET /ojs/v1/cron
+// GET /ojs/v1/cron: the registrations in name order, paged by limit, offset and cursor (the last
+// name of the previous page), as every data-plane list is (ojs-http-binding.md 17).
 func (s *Server) listCron(w http.ResponseWriter, r *http.Request) {
+	p, e := readNamePage(r.URL.Query(), pronto.ValidCronName)
+	if e != nil {
+		s.writeError(w, r, e)
+		return
+	}
 	cs, err := s.client.CronList(r.Context())
 	if err != nil {
 		s.writeError(w, r, fromClientError(err, "cron job", ""))
 		return
 	}
+	page, hasMore, next := pageByName(cs, func(c *pronto.CronJob) string { return c.Name }, p)
 	b := getBuf()
-	list := make([]byte, 0, 512*len(cs)+2)
+	list := make([]byte, 0, 512*len(page)+2)
 	list = append(list, '[')
-	for i, c := range cs {
+	for i, c := range page {
 		if i > 0 {
 			list = append(list, ',')
 		}
@@ -287,10 +403,8 @@ func (s *Server) listCron(w http.ResponseWriter, r *http.Request) {
 	*b = append(*b, '{')
 	*b = appendRawField(*b, "crons", list)
 	*b = appendRawField(*b, "cron_jobs", list)
-	*b = append(appendKey(*b, "pagination"), '{')
-	*b = appendIntField(*b, "total", int64(len(cs)))
-	*b = appendBoolField(*b, "has_more", false)
-	*b = append(*b, '}', '}')
+	*b = appendNamePagination(*b, len(cs), p, hasMore, next)
+	*b = append(*b, '}')
 	writeBuf(w, http.StatusOK, b)
 }
 
