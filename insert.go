@@ -394,7 +394,7 @@ func (c *Client) resolve(kind string, args, meta json.RawMessage, o InsertOpts) 
 		}
 		p.Meta = b
 	}
-	if err := CheckMetaSize(p.Meta, c.cfg.MaxMetaBytes); err != nil {
+	if err := checkCallerMeta(p.Meta, c.cfg.MaxMetaBytes); err != nil {
 		return nil, fmt.Errorf("kind %q: %w", kind, err)
 	}
 	if err := checkStorable(kind, p); err != nil {
@@ -494,4 +494,35 @@ func (c *Client) resolveRaw(j RawJob) (*store.InsertParams, error) {
 		return nil, invalidf("kind %q: args must be a JSON array", j.Kind)
 	}
 	return c.resolve(j.Kind, j.Args, nil, j.Opts)
+}
+
+// ownMetaKeys are the meta members pronto itself writes: the OJS server's "_pronto" (a job's
+// unknown envelope attributes, step id, visibility timeout...), a cron occurrence's and a retry's
+// marks. They are not the caller's meta, so they do not count against its limit: a cron template
+// accepted under the limit must not be refused at every occurrence.
+var ownMetaKeys = []string{"_pronto", "cron_name", "cron_triggered_at", "retried_from", "ojs.replay_count"}
+
+// checkCallerMeta is CheckMetaSize of meta without ownMetaKeys. It decodes meta only when the whole
+// of it is over the limit.
+func checkCallerMeta(meta json.RawMessage, limit int) error {
+	err := CheckMetaSize(meta, limit)
+	if err == nil {
+		return nil
+	}
+	var m map[string]json.RawMessage
+	if json.Unmarshal(meta, &m) != nil {
+		return err
+	}
+	n := len(m)
+	for _, k := range ownMetaKeys {
+		delete(m, k)
+	}
+	if len(m) == n {
+		return err
+	}
+	own, merr := json.Marshal(m)
+	if merr != nil {
+		return err
+	}
+	return CheckMetaSize(own, limit)
 }

@@ -86,16 +86,18 @@ func (o *enqueueOrder) before(j *pronto.JobRow, record func()) {
 	}
 }
 
-// beginInsert gives every job of jobs without an id a new one, as the client would, and marks the
+// beginInsert gives every job of jobs without an id a new one, as the client would, and marks those
 // ids as being inserted (enqueueOrder). Pass its result to s.order.end once the inserted rows'
-// events are recorded.
+// events are recorded. An id the request gave is not marked: it may name a job that exists (a
+// client sending a request again), whose events must not be reordered by an insert that will be
+// refused.
 func (s *Server) beginInsert(jobs []pronto.OJSJob) []string {
-	ids := make([]string, len(jobs))
+	ids := make([]string, 0, len(jobs))
 	for i := range jobs {
 		if jobs[i].Opts.ID == "" {
 			jobs[i].Opts.ID = uuidv7.New()
+			ids = append(ids, jobs[i].Opts.ID)
 		}
-		ids[i] = jobs[i].Opts.ID
 	}
 	s.order.begin(ids)
 	return ids

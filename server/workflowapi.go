@@ -499,12 +499,12 @@ func (s *Server) createWorkflow(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	// Its jobs' job.enqueued come before their other events, as a single enqueue's (enqueueOrder).
-	ids := make([]string, len(reqs))
-	for i, req := range reqs {
-		if req.job.Opts.ID == "" {
+	ids := make([]string, 0, len(reqs))
+	for _, req := range reqs {
+		if req.job.Opts.ID == "" { // as beginInsert: only the ids given here
 			req.job.Opts.ID = uuidv7.New()
+			ids = append(ids, req.job.Opts.ID)
 		}
-		ids[i] = req.job.Opts.ID
 	}
 	s.order.begin(ids)
 	defer s.order.end(ids)
