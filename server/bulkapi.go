@@ -176,12 +176,14 @@ func (s *Server) bulkEnqueue(w http.ResponseWriter, r *http.Request) {
 			items[i].err = s.checkArgs(r.Context(), reqs[i], "")
 		}
 	}
-	var ids []string // being inserted (enqueueOrder) until writeBulkEnqueue recorded their events
+	// The ids being inserted (enqueueOrder) until writeBulkEnqueue recorded their events. The inserts
+	// add them as they mark them, so a panic in an insert (recovered as a 500) still forgets them.
+	var ids []string
 	defer func() { s.order.end(ids) }()
 	if atomic {
-		ids = s.insertAtomic(r.Context(), reqs, items)
+		s.insertAtomic(r.Context(), reqs, items, &ids)
 	} else {
-		ids = s.insertEach(r.Context(), reqs, items)
+		s.insertEach(r.Context(), reqs, items, &ids)
 	}
 	s.writeBulkEnqueue(w, items, atomic)
 }
@@ -198,16 +200,15 @@ func bulkJobs(m object) ([]json.RawMessage, *apiError) {
 	return elems, nil
 }
 
-// insertEach inserts every valid job on its own (partial mode). It returns the ids it marked as
-// being inserted (Server.beginInsert).
-func (s *Server) insertEach(ctx context.Context, reqs []*enqueueRequest, items []bulkEnqueueItem) []string {
-	var ids []string
+// insertEach inserts every valid job on its own (partial mode). It adds the ids it marks as being
+// inserted (Server.beginInsert) to *ids before each insert.
+func (s *Server) insertEach(ctx context.Context, reqs []*enqueueRequest, items []bulkEnqueueItem, ids *[]string) {
 	for i, req := range reqs {
 		if items[i].err != nil {
 			continue
 		}
 		ins := []pronto.OJSJob{req.job}
-		ids = append(ids, s.beginInsert(ins)...)
+		*ids = append(*ids, s.beginInsert(ins)...)
 		rows, err := s.client.InsertOJS(ctx, ins)
 		if err != nil {
 			items[i].err = fromClientError(err, "job", req.job.Opts.ID)
@@ -215,13 +216,12 @@ func (s *Server) insertEach(ctx context.Context, reqs []*enqueueRequest, items [
 		}
 		items[i].job = rows[0]
 	}
-	return ids
 }
 
 // insertAtomic inserts every job in one batch, or none: when a job is refused, every item fails, the
-// culprit with its error and the others as rolled back. It returns the ids it marked as being
-// inserted (Server.beginInsert).
-func (s *Server) insertAtomic(ctx context.Context, reqs []*enqueueRequest, items []bulkEnqueueItem) (ids []string) {
+// culprit with its error and the others as rolled back. It sets *ids to the ids it marks as being
+// inserted (Server.beginInsert) before the insert.
+func (s *Server) insertAtomic(ctx context.Context, reqs []*enqueueRequest, items []bulkEnqueueItem, ids *[]string) {
 	failed := false
 	for _, it := range items {
 		failed = failed || it.err != nil
@@ -231,13 +231,13 @@ func (s *Server) insertAtomic(ctx context.Context, reqs []*enqueueRequest, items
 		for i, req := range reqs {
 			jobs[i] = req.job
 		}
-		ids = s.beginInsert(jobs)
+		*ids = s.beginInsert(jobs)
 		rows, err := s.client.InsertOJS(ctx, jobs)
 		if err == nil {
 			for i, j := range rows {
 				items[i].job = j
 			}
-			return ids
+			return
 		}
 		// The client names the refused job of a batch ("job 3 of 10: ...") when it is one job's
 		// options; a store refusal (a unique conflict) does not say which job it was.
@@ -261,7 +261,6 @@ func (s *Server) insertAtomic(ctx context.Context, reqs []*enqueueRequest, items
 				"not enqueued: another job of the atomic batch was refused")
 		}
 	}
-	return ids
 }
 
 // culpritIndex reads the index of the refused job from a batch insert error ("job 3 of 10: ..."), or
