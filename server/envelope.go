@@ -80,10 +80,18 @@ func decodeObject(body []byte, what string) (object, *apiError) {
 	return decodeObjectSlow(body, what)
 }
 
+// notJSON is the invalid_payload error for a body that is not JSON at all, nil for one that is.
+func notJSON(body []byte, what string) *apiError {
+	if json.Valid(body) {
+		return nil
+	}
+	return errorf(400, CodeInvalidPayload, "the %s is not valid JSON", what)
+}
+
 // decodeObjectSlow is decodeObject without scanObject's fast path: it tells what is wrong.
 func decodeObjectSlow(body []byte, what string) (object, *apiError) {
-	if !json.Valid(body) {
-		return nil, errorf(400, CodeInvalidPayload, "the %s is not valid JSON", what)
+	if e := notJSON(body, what); e != nil {
+		return nil, e
 	}
 	if k := jsonKind(body); k != "object" {
 		return nil, invalid("", "the %s must be a JSON object, not %s", what, k)
@@ -784,12 +792,13 @@ func applyOptions(req *enqueueRequest, opts object, now time.Time) *apiError {
 	return nil
 }
 
-// retryMembers are the members a retry policy may have: OJS's (ojs-retry.md 14), pronto's
-// backoff_strategy and the millisecond forms of the intervals.
+// retryMembers are the members a retry policy may have: OJS's (ojs-retry.md 14), the OpenAPI
+// RetryPolicy's backoff_type and its alias backoff_strategy, and the millisecond forms of the
+// intervals.
 var retryMembers = map[string]bool{
 	"max_attempts": true, "initial_interval": true, "backoff_coefficient": true, "max_interval": true,
-	"jitter": true, "non_retryable_errors": true, "on_exhaustion": true, "backoff_strategy": true,
-	"initial_interval_ms": true, "max_interval_ms": true,
+	"jitter": true, "non_retryable_errors": true, "on_exhaustion": true, "backoff_type": true,
+	"backoff_strategy": true, "initial_interval_ms": true, "max_interval_ms": true,
 }
 
 // decodeRetry reads an OJS retry policy. Every problem with it is a 422 naming the field.
@@ -802,6 +811,7 @@ func decodeRetry(raw json.RawMessage) (*pronto.RetryPolicy, string, *apiError) {
 	}
 	p := &pronto.RetryPolicy{}
 	onExhaustion := ""
+	strategyFrom := "" // the member that set p.Strategy, to catch its alias disagreeing
 	fail := func(e *apiError) (*pronto.RetryPolicy, string, *apiError) {
 		e.status = 422
 		return nil, "", e
@@ -813,7 +823,7 @@ func decodeRetry(raw json.RawMessage) (*pronto.RetryPolicy, string, *apiError) {
 		if !retryMembers[k] {
 			// OJS 14 allows no other member, null or not: a typo ("max_retries") silently dropped
 			// would run the job under a policy nobody asked for.
-			return fail(unprocessable(field, "%s is not a field of a retry policy (max_attempts, initial_interval, backoff_coefficient, max_interval, jitter, non_retryable_errors, on_exhaustion, backoff_strategy; or initial_interval_ms and max_interval_ms)", field))
+			return fail(unprocessable(field, "%s is not a field of a retry policy (max_attempts, initial_interval, backoff_coefficient, max_interval, jitter, non_retryable_errors, on_exhaustion, backoff_type or its alias backoff_strategy; or initial_interval_ms and max_interval_ms)", field))
 		}
 		if isNull(v) {
 			continue
@@ -883,19 +893,15 @@ func decodeRetry(raw json.RawMessage) (*pronto.RetryPolicy, string, *apiError) {
 				return fail(unprocessable(field, "retry.on_exhaustion %q must be \"discard\" or \"dead_letter\"", s))
 			}
 			onExhaustion = s
-		case "backoff_strategy":
-			s, e := wantString(v, field)
+		case "backoff_type", "backoff_strategy":
+			st, e := decodeBackoff(v, field)
 			if e != nil {
 				return fail(e)
 			}
-			switch s {
-			case "exponential", "linear", "polynomial", "constant":
-				p.Strategy = pronto.BackoffStrategy(s)
-			case "none":
-				p.Strategy = pronto.BackoffConstant
-			default:
-				return fail(unprocessable(field, "retry.backoff_strategy %q must be exponential, linear, polynomial, constant or none", s))
+			if strategyFrom != "" && st != p.Strategy {
+				return fail(unprocessable(field, "%s %s disagrees with retry.%s %s: they are aliases, send one", field, st, strategyFrom, p.Strategy))
 			}
+			p.Strategy, strategyFrom = st, k
 		}
 	}
 	if p.InitialInterval > 0 && p.MaxInterval > 0 && p.MaxInterval < p.InitialInterval {
@@ -905,6 +911,21 @@ func decodeRetry(raw json.RawMessage) (*pronto.RetryPolicy, string, *apiError) {
 		return fail(unprocessable("options.retry", "%s", trimPrefix(err.Error())))
 	}
 	return p, onExhaustion, nil
+}
+
+// decodeBackoff reads a retry policy's backoff_type or backoff_strategy; "none" is constant.
+func decodeBackoff(v json.RawMessage, field string) (pronto.BackoffStrategy, *apiError) {
+	s, e := wantString(v, field)
+	if e != nil {
+		return "", e
+	}
+	switch s {
+	case "exponential", "linear", "polynomial", "constant":
+		return pronto.BackoffStrategy(s), nil
+	case "none":
+		return pronto.BackoffConstant, nil
+	}
+	return "", unprocessable(field, "%s %q must be exponential, linear, polynomial, constant or none", field, s)
 }
 
 // jobEnvelopes reads the jobs member of a batch or bulk request: a non-empty array of job

@@ -139,6 +139,10 @@ func (s *Server) enqueueBatch(w http.ResponseWriter, r *http.Request) {
 	defer s.order.end(s.beginInsert(ins))
 	rows, err := s.client.InsertOJS(r.Context(), ins)
 	if err != nil {
+		if e := s.ownUniqueConflict(r.Context(), err, ins); e != nil {
+			s.writeError(w, r, e)
+			return
+		}
 		id := ""
 		if errors.Is(err, pronto.ErrDuplicate) {
 			id = s.existingID(r.Context(), jobs)
@@ -712,6 +716,11 @@ func decodeNack(body []byte) (*nackRequest, *apiError) {
 			return nil, e
 		}
 		req.retryable = &b
+	}
+	// OJS's error.details is an object (binding 10.3): anything else, stored, would be served to
+	// every reader of the job's errors, whose clients decode it as one.
+	if v, ok := em.get("details"); ok && !isNull(v) && jsonKind(v) != "object" {
+		return nil, invalid("error.details", "error.details must be an object, not %s", jsonKind(v))
 	}
 	if req.typ == "" {
 		// An error class given in the details names the error's type.

@@ -96,7 +96,7 @@ func appendAttemptError(b []byte, ae *pronto.AttemptError) []byte {
 	b = appendStringField(b, "message", ae.Message)
 	retryable := ae.Retryable == nil || *ae.Retryable
 	b = appendBoolField(b, "retryable", retryable)
-	if len(details) > 0 {
+	if jsonKind(details) == "object" { // rows from before nacks were refused other details
 		b = appendRawField(b, "details", details)
 	}
 	switch { // a sent backtrace that is neither an array nor a text is no backtrace: left out
