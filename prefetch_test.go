@@ -74,8 +74,17 @@ func (g *gatedWorkers) workers() *pronto.Workers {
 // still ends.
 func startGated(t *testing.T, ts *testStore, prefetch int, subscribe func(c *pronto.Client)) (*gatedWorkers, *pronto.Client) {
 	t.Helper()
+	return startGatedLease(t, ts, prefetch, subscribe, 0)
+}
+
+// startGatedLease is startGated with a lease of its own (0: fastConfig's 1 s).
+func startGatedLease(t *testing.T, ts *testStore, prefetch int, subscribe func(c *pronto.Client), lease time.Duration) (*gatedWorkers, *pronto.Client) {
+	t.Helper()
 	g := newGatedWorkers()
 	cfg := fastConfig(g.workers(), map[string]pronto.QueueConfig{pronto.DefaultQueue: {MaxWorkers: 1, Prefetch: prefetch}})
+	if lease > 0 {
+		cfg.LeaseDuration = lease
+	}
 	c, err := pronto.NewClient(ts, cfg)
 	require.NoError(t, err)
 	if subscribe != nil {
@@ -183,7 +192,9 @@ func TestPrefetchClaimsAheadOfFreeWorkers(t *testing.T) {
 // refunded and their worker never run, while the running job finishes gracefully.
 func TestPrefetchedJobsGoBackOnStop(t *testing.T) {
 	forEachStoreOf(t, storesWithRedis, func(t *testing.T, ts *testStore) {
-		g, c := startGated(t, ts, 3, nil)
+		// A lease no heartbeat delay of a loaded machine runs out: a prefetched job whose lease ran
+		// out would go back by rescue, without the refund this test is about (a CI run saw it).
+		g, c := startGatedLease(t, ts, 3, nil, time.Minute)
 		ids := insertPrefetchJobs(t, c, 4)
 		waitActive(t, c, 4)
 		running := <-g.started
@@ -202,6 +213,7 @@ func TestPrefetchedJobsGoBackOnStop(t *testing.T) {
 				continue
 			}
 			j := waitState(t, c, id, pronto.StateAvailable)
+			require.Empty(t, j.Errors, "job %s: given back, not rescued", id)
 			require.Equal(t, budget[id]+1, j.MaxAttempts, "job %s: the prefetched attempt is refunded", id)
 			require.Zero(t, g.runs(id), "job %s: a prefetched job given back never runs", id)
 		}
