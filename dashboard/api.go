@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"sort"
 	"strconv"
 	"time"
@@ -64,7 +65,7 @@ func viewJob(j *pronto.JobRow, full bool) *jobView {
 		ID: j.ID, Kind: j.Kind, Queue: j.Queue, State: j.State, Priority: j.Priority, Attempt: j.Attempt,
 		MaxAttempts: j.MaxAttempts, Tags: j.Tags, CreatedAt: tp(j.CreatedAt), ScheduledAt: tp(j.ScheduledAt),
 		StartedAt: tp(j.StartedAt), CompletedAt: tp(j.CompletedAt), WorkflowID: j.WorkflowID,
-		ParentIDs: j.ParentIDs, RunOn: string(j.RunOn),
+		ParentIDs: j.ParentIDs, RunOn: string(j.RunOn), Tenant: j.Tenant, // lists link a job's tenant
 	}
 	if v.Tags == nil {
 		v.Tags = []string{}
@@ -72,7 +73,7 @@ func viewJob(j *pronto.JobRow, full bool) *jobView {
 	if full {
 		v.Args, v.Meta, v.Result, v.Errors = j.Args, j.Meta, j.Result, j.Errors
 		v.ExpiresAt, v.WorkerID, v.UniqueKey = tp(j.ExpiresAt), j.WorkerID, j.UniqueKey
-		v.RateKey, v.Tenant, v.ParentResults = j.RateKey, j.Tenant, j.ParentResults
+		v.RateKey, v.ParentResults = j.RateKey, j.ParentResults
 		if p := j.Progress; p != nil {
 			v.Progress = &progressView{Value: p.Value, Data: p.Data, UpdatedAt: tp(p.UpdatedAt)}
 		}
@@ -299,7 +300,7 @@ func (h *Handler) jobAction(w http.ResponseWriter, r *http.Request) {
 const maxBulk = 10000
 
 // matching collects the ids of the jobs the filter matches (a jobs-list query string), at most
-// maxBulk, and whether there were more.
+// maxBulk, and whether there were more: capped is true only when a job past the cap matched.
 func (h *Handler) matching(ctx context.Context, filter string) ([]string, bool, error) {
 	q, err := parseQuery(filter)
 	if err != nil {
@@ -326,13 +327,13 @@ func (h *Handler) matching(ctx context.Context, filter string) ([]string, bool, 
 			if onlyDead && !deadletter.Is(j) {
 				continue
 			}
+			if len(ids) == maxBulk {
+				return ids, true, nil
+			}
 			ids = append(ids, j.ID)
 		}
 		if res.Next == "" {
 			return ids, false, nil
-		}
-		if len(ids) >= maxBulk {
-			return ids[:maxBulk], true, nil
 		}
 		p.Cursor = res.Next
 	}
@@ -351,7 +352,9 @@ func (h *Handler) countJobs(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"count": len(ids), "capped": capped, "max": maxBulk, "ids": ids})
 }
 
-// POST /api/bulk {"action": "retry"|"cancel"|"delete", "ids": [...]} or {"action":..., "filter": "state=..&queue=.."}
+// POST /api/bulk {"action": "retry"|"cancel"|"delete", "ids": [...]} or {"action":..., "filter": "state=..&queue=.."}:
+// at most maxBulk jobs. A longer list is refused whole rather than cut, so the answer always covers
+// every job asked for; a filter matching more acts on the first maxBulk and says "capped".
 func (h *Handler) bulk(w http.ResponseWriter, r *http.Request) {
 	var req struct {
 		Action string   `json:"action"`
@@ -376,26 +379,37 @@ func (h *Handler) bulk(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, fmt.Sprintf("unknown bulk action %q: use retry, cancel or delete", req.Action))
 		return
 	}
-	ids := req.IDs
+	ids, capped := req.IDs, false
 	if req.Filter != nil {
 		// Everything the filter matches, collected first so the action does not chase its own changes.
-		more, _, err := h.matching(r.Context(), *req.Filter)
+		more, c, err := h.matching(r.Context(), *req.Filter)
 		if err != nil {
 			h.clientError(w, err)
 			return
 		}
-		ids = append(ids, more...)
+		ids, capped = append(ids, more...), c
 	}
 	if len(ids) == 0 {
 		writeError(w, http.StatusBadRequest, "no jobs selected")
 		return
 	}
 	if len(ids) > maxBulk {
-		ids = ids[:maxBulk]
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("%d jobs selected: a bulk action takes at most %d; act on them in parts", len(ids), maxBulk))
+		return
 	}
-	res, err := op(r.Context(), ids)
-	if err != nil {
-		h.clientError(w, err)
+	// One client call takes at most pronto.MaxBulkIDs ids.
+	var res []pronto.BulkResult
+	var stopped error
+	for chunk := range slices.Chunk(ids, pronto.MaxBulkIDs) {
+		part, err := op(r.Context(), chunk)
+		res = append(res, part...)
+		if err != nil {
+			stopped = err
+			break
+		}
+	}
+	if stopped != nil && len(res) == 0 {
+		h.clientError(w, stopped)
 		return
 	}
 	ok, failed := 0, []map[string]string{}
@@ -407,7 +421,13 @@ func (h *Handler) bulk(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	h.hub.poke()
-	writeJSON(w, http.StatusOK, map[string]any{"done": ok, "failed": failed})
+	resp := map[string]any{"done": ok, "failed": failed, "capped": capped}
+	if stopped != nil {
+		// Part done: say so, and how many were not attempted, rather than fail the whole request.
+		h.log.Warn("dashboard: bulk action stopped midway", "action", req.Action, "err", stopped)
+		resp["stopped"], resp["not_attempted"] = stopped.Error(), len(ids)-len(res)
+	}
+	writeJSON(w, http.StatusOK, resp)
 }
 
 // POST /api/queues/{name}/{pause|resume}

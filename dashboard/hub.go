@@ -3,14 +3,17 @@ package dashboard
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
 	"sync"
 	"time"
 
 	"github.com/pronto-jobs/pronto"
+	"github.com/pronto-jobs/pronto/store"
 )
 
 // historyLen is how many chart points (one per tick) the hub keeps: five minutes at the default tick.
@@ -37,6 +40,43 @@ type update struct {
 	Jobs []jobChange `json:"jobs"`
 }
 
+// storeDown is the "down" event: the queue counts could not be read, so the page stops calling its
+// numbers live. Problem and Message are a classification, never the store's error text, which
+// names hosts, users and databases.
+type storeDown struct {
+	Problem string `json:"problem"` // "unreachable", "timeout" or "error"
+	Message string `json:"message"`
+	// Since is when the counts the page shows were read (unix milliseconds), 0 if never.
+	Since int64 `json:"since,omitempty"`
+}
+
+// downRepeat is how often a failing store is reported again (to the log and the browsers) while
+// the problem stays the same.
+const downRepeat = 10 * time.Second
+
+// classifyStoreError says what kind of failure err is, in words safe for any page: the error
+// itself goes to the log only.
+func classifyStoreError(s store.Store, err error) (problem, message string) {
+	var ne net.Error
+	switch {
+	case errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout():
+		return "timeout", "the store did not answer in time"
+	case store.IsUnavailable(s, err):
+		return "unreachable", "cannot connect to the store"
+	default:
+		return "error", "reading the queue counts failed (the server's log has the error)"
+	}
+}
+
+// sseFrame is one server-sent event; a named event (not "message") needs its own listener.
+func sseFrame(event string, v any) []byte {
+	b, _ := json.Marshal(v)
+	if event == "" {
+		return fmt.Appendf(nil, "data: %s\n\n", b)
+	}
+	return fmt.Appendf(nil, "event: %s\ndata: %s\n\n", event, b)
+}
+
 type jobChange struct {
 	ID         string       `json:"id"`
 	State      pronto.State `json:"state"`
@@ -52,7 +92,8 @@ type hub struct {
 	log  *slog.Logger
 
 	mu      sync.Mutex
-	subs    map[chan []byte]bool
+	subs    map[chan []byte]bool // each receives whole SSE frames
+	down    []byte               // the last "down" frame while the store fails, for new subscribers
 	hist    []point
 	running bool
 	pokeCh  chan struct{}
@@ -95,6 +136,9 @@ func (h *hub) subscribe() (chan []byte, bool) {
 		return nil, false
 	}
 	h.subs[ch] = true
+	if h.down != nil {
+		ch <- h.down // a new page learns at once that the counts it is about to read are stale
+	}
 	if !h.running {
 		h.running = true
 		go h.loop()
@@ -126,6 +170,10 @@ func (h *hub) loop() {
 		seenStart       = map[string]time.Time{}
 		havePrev        bool
 		changedOverflow bool
+		// The store's failures: reported when they start, change kind, and every downRepeat.
+		lastGood    time.Time
+		downProblem string
+		downSent    time.Time
 	)
 	sample := func(j *pronto.JobRow) {
 		if j.StartedAt.IsZero() || j.ScheduledAt.IsZero() {
@@ -146,9 +194,24 @@ func (h *hub) loop() {
 		now := time.Now()
 		qs, err := h.c.QueueList(ctx)
 		if err != nil {
-			h.log.Warn("dashboard: queue snapshot failed", "err", err)
+			problem, msg := classifyStoreError(h.c.Store(), err)
+			if problem == downProblem && now.Sub(downSent) < downRepeat {
+				return
+			}
+			downProblem, downSent = problem, now
+			h.log.Warn("dashboard: queue snapshot failed", "problem", problem, "err", err)
+			d := storeDown{Problem: problem, Message: msg}
+			if !lastGood.IsZero() {
+				d.Since = lastGood.UnixMilli()
+			}
+			h.broadcast(sseFrame("down", d), true)
 			return
 		}
+		if downProblem != "" {
+			h.log.Info("dashboard: the store answers again")
+			downProblem = ""
+		}
+		lastGood = now
 		var clients []clientView
 		if cl, err := h.c.ClientList(ctx); err != nil {
 			h.log.Warn("dashboard: client list failed", "err", err)
@@ -200,19 +263,13 @@ func (h *hub) loop() {
 			u.Jobs = []jobChange{}
 		}
 		changes, changedOverflow = nil, false
-		b, _ := json.Marshal(u)
 		h.mu.Lock()
 		h.hist = append(h.hist, p)
 		if len(h.hist) > historyLen {
 			h.hist = h.hist[len(h.hist)-historyLen:]
 		}
-		for ch := range h.subs {
-			select {
-			case ch <- b:
-			default: // a slow browser misses a tick rather than stalling the others
-			}
-		}
 		h.mu.Unlock()
+		h.broadcast(sseFrame("", u), false)
 	}
 	snapshot()
 	for {
@@ -244,11 +301,30 @@ func (h *hub) loop() {
 			h.mu.Lock()
 			if len(h.subs) == 0 {
 				h.running = false
+				h.down = nil // the next loop reads the store afresh
 				h.mu.Unlock()
 				return
 			}
 			h.mu.Unlock()
 			snapshot()
+		}
+	}
+}
+
+// broadcast sends frame to every subscriber; down says it reports a failing store (kept for the
+// pages that subscribe while it lasts), else the store answered.
+func (h *hub) broadcast(frame []byte, down bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if down {
+		h.down = frame
+	} else {
+		h.down = nil
+	}
+	for ch := range h.subs {
+		select {
+		case ch <- frame:
+		default: // a slow browser misses a tick rather than stalling the others
 		}
 	}
 }
@@ -286,7 +362,7 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request) {
 			if !h.loggedIn(r) {
 				return // logged out, or the session expired: the browser's retry gets a 401
 			}
-			if _, err := fmt.Fprintf(w, "data: %s\n\n", b); err != nil {
+			if _, err := w.Write(b); err != nil {
 				return
 			}
 			fl.Flush()

@@ -99,6 +99,16 @@ function localInput(iso) {
 }
 function shortID(id) { return id.slice(0, 8) + "…" + id.slice(-4); }
 function jobLink(id) { return el("a", { href: "#/job/" + id, class: "mono", title: id }, shortID(id)); }
+// tenantLink lists the tenant's jobs.
+function tenantLink(t) { return el("a", { href: "#/jobs?tenant=" + encodeURIComponent(t), class: "tenant" }, t); }
+// bulkToast reports a POST /api/bulk answer: what was done, what was refused and why, and what a
+// request that stopped midway left untouched.
+function bulkToast(action, r) {
+  let msg = action + ": " + r.done + " done";
+  if (r.failed.length) msg += ", " + r.failed.length + " refused (" + r.failed[0].error + ")";
+  if (r.stopped) msg += ", " + r.not_attempted + " not attempted (" + r.stopped + ")";
+  toast(msg, r.failed.length > 0 || !!r.stopped);
+}
 function actBtn(label, fn, cls) {
   if (READ_ONLY) return null;
   return el("button", { class: "act " + (cls || ""), onclick: async (ev) => {
@@ -114,7 +124,10 @@ const live = { queues: [], history: [], listeners: new Set() };
 function connectLive() {
   const ind = document.getElementById("live");
   const es = new EventSource("/api/events");
-  es.onopen = () => { ind.textContent = "live"; ind.classList.add("on"); };
+  es.onopen = () => {
+    if (ind.classList.contains("down")) { ind.textContent = "store unreachable"; return; } // until a good update
+    ind.textContent = "live"; ind.classList.add("on");
+  };
   es.onerror = () => {
     ind.textContent = "reconnecting"; ind.classList.remove("on");
     if (es.readyState !== EventSource.CLOSED) return; // the browser retries by itself
@@ -125,8 +138,11 @@ function connectLive() {
       connectLive();
     }, 2000);
   };
+  // The server could not read the store this tick: say so rather than show frozen counts as live.
+  es.addEventListener("down", (m) => storeDown(JSON.parse(m.data)));
   es.onmessage = (m) => {
     const u = JSON.parse(m.data);
+    storeUp();
     live.queues = u.queues;
     live.history.push(u.point);
     if (live.history.length > 300) live.history.shift();
@@ -134,19 +150,51 @@ function connectLive() {
   };
 }
 
+// storeDown marks the live indicator and shows the banner; d is the hub's classified problem,
+// which names no host, user or database.
+function storeDown(d) {
+  const ind = document.getElementById("live"), banner = document.getElementById("banner");
+  ind.textContent = "store unreachable";
+  ind.classList.remove("on");
+  ind.classList.add("down");
+  banner.textContent = "store unreachable: " + d.message + (d.since ? " (the numbers shown are from " + new Date(d.since).toLocaleTimeString() + ")" : "");
+  banner.hidden = false;
+}
+// storeUp clears what storeDown showed, on the first good update.
+function storeUp() {
+  const ind = document.getElementById("live"), banner = document.getElementById("banner");
+  if (banner.hidden && !ind.classList.contains("down")) return;
+  ind.textContent = "live";
+  ind.classList.remove("down");
+  ind.classList.add("on");
+  banner.hidden = true;
+}
+
 // ---- router ----------------------------------------------------------------------------------------
 
-let current = null; // the view's cleanup
+// routeGen numbers the route() calls: a view still loading when the user moved on belongs to an
+// older one, and whatever it draws, listens to or throws after that is dropped.
+let routeGen = 0;
+// newView is what a view draws into and listens through: its own container, which a newer route
+// takes out of <main>, and a listen that registers nothing once the view is stale.
+function newView() {
+  const gen = ++routeGen;
+  const view = {
+    root: el("div", { class: "view" }),
+    current: () => gen === routeGen,
+    listen: (f) => { if (view.current()) live.listeners.add(f); },
+  };
+  return view;
+}
 function route() {
   const h = location.hash.slice(1) || "/";
   const [path, qs] = h.split("?");
   const params = new URLSearchParams(qs || "");
   const parts = path.split("/").filter(Boolean);
   document.getElementById("toast").hidden = true;
-  if (current) current();
-  current = null;
   live.listeners.clear();
-  main.replaceChildren();
+  const view = newView();
+  main.replaceChildren(view.root);
   const name = parts[0] || "overview";
   for (const a of document.querySelectorAll("nav a")) {
     const n = a.dataset.nav;
@@ -154,8 +202,8 @@ function route() {
   }
   const views = { overview, jobs, job, workflows, workflow, cron, ratelimits, deadletter };
   const v = views[name];
-  if (!v) { main.append(el("h1", {}, "Not found")); return; }
-  Promise.resolve(v(parts.slice(1), params)).catch((e) => main.append(el("p", { class: "error" }, e.message)));
+  if (!v) { view.root.append(el("h1", {}, "Not found")); return; }
+  Promise.resolve(v(view, parts.slice(1), params)).catch((e) => { if (view.current()) view.root.append(el("p", { class: "error" }, e.message)); });
 }
 
 // ---- overview --------------------------------------------------------------------------------------
@@ -197,31 +245,34 @@ function niceMax(v) {
 function fmtAxis(v) { return v >= 1000 ? (v / 1000).toFixed(1) + "k" : (Math.round(v * 100) / 100).toString(); }
 const css = (name) => getComputedStyle(document.documentElement).getPropertyValue(name).trim();
 
-async function overview() {
-  const o = await api("/api/overview");
-  if (live.history.length === 0) live.history = o.history || [];
-  main.append(el("h1", {}, "Overview"));
+async function overview(view) {
+  view.root.append(el("h1", {}, "Overview"));
   const tput = sv("svg", { id: "chart-throughput", role: "img", "aria-label": "throughput" });
   const lat = sv("svg", { id: "chart-latency", role: "img", "aria-label": "pickup latency" });
   const legend = (items) => el("div", { class: "legend" }, items.map(([c, t]) => el("span", {}, el("i", { style: "" , "data-c": c }), t)));
   const tl = legend([["--ok", "completed/s"], ["--bad", "failed/s"]]);
   const ll = legend([["--info", "mean pickup latency (ms)"]]);
   for (const i of [...tl.querySelectorAll("i"), ...ll.querySelectorAll("i")]) i.style.background = css(i.dataset.c);
-  main.append(el("div", { class: "charts" },
+  view.root.append(el("div", { class: "charts" },
     el("div", { class: "panel chart" }, el("h2", {}, "Throughput"), tl, tput),
     el("div", { class: "panel chart" }, el("h2", {}, "Pickup latency"), ll, lat)));
   const tableBox = el("div", { class: "tablewrap" });
-  main.append(el("div", { class: "panel" }, el("h2", {}, "Queues"), tableBox));
+  view.root.append(el("div", { class: "panel" }, el("h2", {}, "Queues"), tableBox));
   const clientsBox = el("div", { class: "tablewrap" });
-  main.append(el("div", { class: "panel" }, el("h2", {}, "Clients"), clientsBox));
-  main.append(el("p", { class: "muted" }, "This dashboard's client: " + o.client_id + (o.leader ? " (leader)" : "")));
+  view.root.append(el("div", { class: "panel" }, el("h2", {}, "Clients"), clientsBox));
+  const me = el("p", { class: "muted" });
+  view.root.append(me);
+  const o = await api("/api/overview");
+  if (!view.current()) return; // the user moved on: the history stays as the stream left it
+  if (live.history.length === 0) live.history = o.history || [];
+  me.textContent = "This dashboard's client: " + o.client_id + (o.leader ? " (leader)" : "");
 
   const renderQueues = (qs) => {
     if (!qs.length) { tableBox.replaceChildren(el("p", { class: "muted", id: "no-queues" }, "No jobs yet.")); return; }
     const t = el("table", { id: "queues" },
       el("thead", {}, el("tr", {}, el("th", {}, "Queue"), STATES.map((s) => el("th", { class: "num" + (["pending", "cancelled", "scheduled"].includes(s) ? " opt" : "") }, s)), el("th", {}, ""))),
       el("tbody", {}, qs.map((q) => el("tr", { class: q.paused ? "paused" : "", "data-queue": q.name },
-        el("td", {}, el("a", { href: "#/jobs?queue=" + encodeURIComponent(q.name) }, q.name)),
+        el("td", { class: "txt" }, el("a", { href: "#/jobs?queue=" + encodeURIComponent(q.name) }, q.name)),
         STATES.map((s) => el("td", { class: "num" + (["pending", "cancelled", "scheduled"].includes(s) ? " opt" : ""), "data-q": q.name, "data-s": s },
           (q.counts[s] || 0) ? el("a", { href: "#/jobs?queue=" + encodeURIComponent(q.name) + "&state=" + s }, fmtNum(q.counts[s])) : "0")),
         el("td", {}, q.paused
@@ -245,7 +296,7 @@ async function overview() {
       el("thead", {}, el("tr", {}, el("th", {}, "Client"), el("th", { class: "opt" }, "Process"), el("th", {}, "Queues (running / workers)"),
         el("th", { class: "num" }, "Running"), el("th", { class: "num" }, "Workers"), el("th", { class: "opt" }, "Version"), el("th", { class: "opt" }, "Started"))),
       el("tbody", {}, cs.map((c) => el("tr", { "data-client": c.id, class: c.leader ? "leader" : "" },
-        el("td", { class: "mono" }, c.id, c.leader ? el("span", { class: "badge lead", title: "runs the cluster's maintenance" }, "leader") : null),
+        el("td", { class: "mono txt" }, c.id, c.leader ? el("span", { class: "badge lead", title: "runs the cluster's maintenance" }, "leader") : null),
         el("td", { class: "opt mono" }, c.host ? c.host + (c.pid ? ":" + c.pid : "") : "—"),
         el("td", { class: "wrap" }, c.queues.length === 0 ? el("span", { class: "muted", title: "this client runs no workers (it inserts, or serves the HTTP API)" }, "no workers") :
           c.queues.map((q) => el("span", { class: "qchip", "data-q": q.name }, el("a", { href: "#/jobs?queue=" + encodeURIComponent(q.name) }, q.name), " " + q.running + " / " + q.max_workers))),
@@ -255,18 +306,19 @@ async function overview() {
   renderQueues(o.queues);
   renderClients(o.clients);
   renderCharts();
-  live.listeners.add((u) => { renderQueues(u.queues); renderClients(u.clients); renderCharts(); });
+  view.listen((u) => { renderQueues(u.queues); renderClients(u.clients); renderCharts(); });
 }
 
 // ---- jobs ------------------------------------------------------------------------------------------
 
-async function jobs(_, params) {
-  main.append(el("h1", {}, "Jobs"));
+async function jobs(view, _, params) {
+  view.root.append(el("h1", {}, "Jobs"));
   const f = {
     state: el("select", { name: "state", "aria-label": "state" }, el("option", { value: "" }, "any state"), STATES.map((s) => el("option", { value: s }, s))),
     queue: el("input", { name: "queue", placeholder: "queue" }),
     kind: el("input", { name: "kind", placeholder: "kind" }),
     tag: el("input", { name: "tag", placeholder: "tag" }),
+    tenant: el("input", { name: "tenant", placeholder: "tenant" }),
     order: el("select", { name: "order", "aria-label": "order" }, el("option", { value: "desc" }, "newest first"), el("option", { value: "asc" }, "oldest first")),
   };
   for (const k of Object.keys(f)) f[k].value = params.get(k) || (k === "order" ? "desc" : "");
@@ -303,18 +355,18 @@ async function jobs(_, params) {
     location.hash = "#/jobs" + (q.toString() ? "?" + q : "");
   };
   const form = el("form", { class: "filters", onsubmit: (e) => { e.preventDefault(); apply(); } },
-    f.state, f.queue, f.kind, f.tag, tf.field, tf.since, tf.from, tf.to, f.order, el("button", { type: "submit", class: "primary" }, "Filter"));
+    f.state, f.queue, f.kind, f.tag, f.tenant, tf.field, tf.since, tf.from, tf.to, f.order, el("button", { type: "submit", class: "primary" }, "Filter"));
   f.state.addEventListener("change", apply);
   f.order.addEventListener("change", apply);
   tf.field.addEventListener("change", () => { showTime(); if (tf.since.value !== "custom") apply(); });
   tf.since.addEventListener("change", () => { showTime(); if (tf.since.value !== "custom") apply(); });
   const filter = new URLSearchParams();
-  for (const k of ["state", "queue", "kind", "tag", "order", ...TIME_KEYS]) if (params.get(k)) filter.set(k, params.get(k));
+  for (const k of ["state", "queue", "kind", "tag", "tenant", "order", ...TIME_KEYS]) if (params.get(k)) filter.set(k, params.get(k));
   const cursor = params.get("cursor") || "";
   const bar = el("div", { class: "bulkbar" });
   const box = el("div", { class: "tablewrap" });
   const pager = el("div", { class: "actions" });
-  main.append(el("div", { class: "panel" }, form, bar, box, pager));
+  view.root.append(el("div", { class: "panel" }, form, bar, box, pager));
 
   const selected = new Set();
   let allMatching = false, matched = null, page = [];
@@ -328,7 +380,7 @@ async function jobs(_, params) {
     // filter matches by the time the action arrives.
     const body = { action, ids: allMatching ? matched.ids : [...selected] };
     const r = await post("/api/bulk", body);
-    toast(action + ": " + r.done + " done" + (r.failed.length ? ", " + r.failed.length + " refused (" + r.failed[0].error + ")" : ""), r.failed.length > 0);
+    bulkToast(action, r);
     selected.clear(); allMatching = false; matched = null;
     load();
   };
@@ -353,15 +405,18 @@ async function jobs(_, params) {
       for (const c of box.querySelectorAll("tbody input")) c.checked = e.target.checked;
       renderBar();
     } });
+    // The tenant column only when a job on the page has one.
+    const tenants = page.some((j) => j.tenant);
     box.replaceChildren(page.length === 0 ? el("p", { class: "muted" }, "No jobs match.") : el("table", { id: "jobs" },
-      el("thead", {}, el("tr", {}, el("th", {}, all), el("th", {}, "Job"), el("th", {}, "Kind"), el("th", {}, "Queue"), el("th", {}, "State"),
+      el("thead", {}, el("tr", {}, el("th", {}, all), el("th", {}, "Job"), el("th", {}, "Kind"), el("th", {}, "Queue"), tenants ? el("th", {}, "Tenant") : null, el("th", {}, "State"),
         el("th", { class: "num" }, "Attempt"), el("th", { class: "opt" }, "Created"), el("th", { class: "opt" }, "Last error"))),
       el("tbody", {}, page.map((j) => el("tr", { "data-id": j.id },
         el("td", {}, el("input", { type: "checkbox", class: "act", "aria-label": "select " + j.id, checked: selected.has(j.id), onchange: (e) => {
           e.target.checked ? selected.add(j.id) : (selected.delete(j.id), allMatching = false);
           renderBar();
         } })),
-        el("td", {}, jobLink(j.id)), el("td", {}, j.kind), el("td", {}, j.queue), el("td", {}, stateTag(j.state)),
+        el("td", {}, jobLink(j.id)), el("td", { class: "txt" }, j.kind), el("td", { class: "txt" }, j.queue),
+        tenants ? el("td", { class: "txt" }, j.tenant ? tenantLink(j.tenant) : "") : null, el("td", {}, stateTag(j.state)),
         el("td", { class: "num" }, j.attempt + "/" + j.max_attempts), el("td", { class: "opt" }, when(j.created_at)),
         el("td", { class: "opt wrap muted" }, j.errors.length ? j.errors[0].message.slice(0, 120) : ""))))));
     const next = new URLSearchParams(filter);
@@ -373,7 +428,7 @@ async function jobs(_, params) {
   await load();
   // Refresh with the live stream, but not while the user has a selection to act on, and at most every 3 s.
   let lastLoad = Date.now();
-  live.listeners.add(() => {
+  view.listen(() => {
     if (selected.size || allMatching || Date.now() - lastLoad < 3000) return;
     lastLoad = Date.now();
     load().catch(() => {});
@@ -382,10 +437,10 @@ async function jobs(_, params) {
 
 // ---- one job ---------------------------------------------------------------------------------------
 
-async function job(parts) {
+async function job(view, parts) {
   const id = parts[0];
   const box = el("div", {});
-  main.append(box);
+  view.root.append(box);
   let last = "";
   const render = (j) => {
     const sig = JSON.stringify(j);
@@ -447,14 +502,14 @@ async function job(parts) {
       ["worker", j.worker_id || "—"], ["unique key", j.unique_key || "—"],
       ["workflow", j.workflow_id ? el("a", { href: "#/workflow/" + j.workflow_id, class: "mono" }, j.workflow_id) : "—"],
       ["parents", j.parent_ids && j.parent_ids.length ? j.parent_ids.map((p) => [jobLink(p), " "]) : "—"],
-      ["rate key", j.rate_key || "—"], ["tenant", j.tenant || "—"], ["expires", j.expires_at ? when(j.expires_at) : "—"]]) {
+      ["rate key", j.rate_key || "—"], ["tenant", j.tenant ? tenantLink(j.tenant) : "—"], ["expires", j.expires_at ? when(j.expires_at) : "—"]]) {
       dl.append(el("dt", {}, k), el("dd", {}, v));
     }
   };
   const load = async () => render(await api("/api/jobs/" + id));
   await load();
   // An unfinished job is re-read each tick (one small read); a finished one only when an event names it.
-  live.listeners.add((u) => {
+  view.listen((u) => {
     const state = box.querySelector("h1 .state");
     const named = u.jobs.some((c) => c.id === id || c.id === "*");
     if (named || (state && !TERMINAL.has(state.dataset.state))) load().catch(() => {});
@@ -463,11 +518,11 @@ async function job(parts) {
 
 // ---- workflows -------------------------------------------------------------------------------------
 
-async function workflows(_, params) {
-  main.append(el("h1", {}, "Workflows"));
+async function workflows(view, _, params) {
+  view.root.append(el("h1", {}, "Workflows"));
   const cursor = params.get("cursor") || "";
   const box = el("div", { class: "panel tablewrap" });
-  main.append(box);
+  view.root.append(box);
   let shown = new Set();
   const load = async () => {
     const r = await api("/api/workflows" + (cursor ? "?cursor=" + encodeURIComponent(cursor) : ""));
@@ -475,7 +530,7 @@ async function workflows(_, params) {
     box.replaceChildren(...(r.workflows.length === 0 ? [el("p", { class: "muted" }, cursor ? "No more workflows." : "No workflows yet.")] : [
       el("table", { id: "workflows" }, el("thead", {}, el("tr", {}, ["Workflow", "Name", "Type", "State", "Steps", "Done", "Failed", "Created", "Finished"].map((h) => el("th", { class: ["Steps", "Done", "Failed"].includes(h) ? "num" : "" }, h)))),
         el("tbody", {}, r.workflows.map((w) => el("tr", { "data-id": w.id, "data-state": w.state },
-          el("td", {}, el("a", { href: "#/workflow/" + w.id, class: "mono", title: w.id }, shortID(w.id))), el("td", {}, w.name), el("td", { class: "muted" }, w.type),
+          el("td", {}, el("a", { href: "#/workflow/" + w.id, class: "mono", title: w.id }, shortID(w.id))), el("td", { class: "txt" }, w.name), el("td", { class: "muted txt" }, w.type),
           el("td", {}, stateTag(w.state)), el("td", { class: "num" }, w.total), el("td", { class: "num" }, (w.counts.completed || 0) + "/" + w.total),
           el("td", { class: "num" }, (w.counts.discarded || 0) + (w.counts.cancelled || 0)),
           el("td", {}, when(w.created_at)), el("td", {}, when(w.finished_at)))))),
@@ -489,7 +544,7 @@ async function workflows(_, params) {
   // The counts of the first tick may already include changes made after the page was read, so
   // that tick counts as a change.
   let lastLoad = Date.now(), due = false, lastSig = "";
-  live.listeners.add((u) => {
+  view.listen((u) => {
     const sig = JSON.stringify(u.queues.map((q) => q.counts));
     if (sig !== lastSig) {
       if (!cursor || box.querySelector('tr[data-state="running"]')) due = true;
@@ -543,10 +598,10 @@ function drawGraph(jobs) {
   return svg;
 }
 
-async function workflow(parts) {
+async function workflow(view, parts) {
   const id = parts[0];
   const box = el("div", {});
-  main.append(box);
+  view.root.append(box);
   let last = "";
   const load = async () => {
     const r = await api("/api/workflows/" + id);
@@ -566,24 +621,24 @@ async function workflow(parts) {
   };
   const r = await load();
   let running = r.workflow.state === "running";
-  live.listeners.add((u) => {
+  view.listen((u) => {
     if (running || u.jobs.some((c) => c.workflow_id === id || c.id === "*")) load().then((x) => { running = x.workflow.state === "running"; }).catch(() => {});
   });
 }
 
 // ---- cron, rate limits, dead letter ----------------------------------------------------------------
 
-async function cron() {
-  main.append(el("h1", {}, "Cron schedules"));
+async function cron(view) {
+  view.root.append(el("h1", {}, "Cron schedules"));
   const box = el("div", { class: "panel tablewrap" });
-  main.append(box);
+  view.root.append(box);
   const load = async () => {
     const r = await api("/api/cron");
     box.replaceChildren(r.cron.length === 0 ? el("p", { class: "muted" }, "No cron schedules.") :
       el("table", { id: "cron" }, el("thead", {}, el("tr", {}, ["Name", "Schedule", "Kind", "Enabled", "Next run", "Last run", "Runs", ""].map((h) => el("th", {}, h)))),
         el("tbody", {}, r.cron.map((c) => el("tr", {},
-          el("td", { title: c.description || "" }, c.name), el("td", { class: "mono" }, c.expression + (c.timezone ? " (" + c.timezone + ")" : "")),
-          el("td", {}, c.kind), el("td", {}, c.paused ? el("span", { class: "state s-cancelled" }, "paused") : el("span", { class: "state s-completed" }, "enabled")),
+          el("td", { class: "txt", title: c.description || "" }, c.name), el("td", { class: "mono" }, c.expression + (c.timezone ? " (" + c.timezone + ")" : "")),
+          el("td", { class: "txt" }, c.kind), el("td", {}, c.paused ? el("span", { class: "state s-cancelled" }, "paused") : el("span", { class: "state s-completed" }, "enabled")),
           el("td", {}, c.paused ? "—" : when(c.next_run_at)), el("td", {}, c.last_job_id ? el("a", { href: "#/job/" + c.last_job_id }, when(c.last_run_at)) : when(c.last_run_at)),
           el("td", { class: "num" }, c.run_count),
           el("td", {}, actBtn(c.paused ? "Resume" : "Pause", async () => { await post("/api/cron/" + encodeURIComponent(c.name) + "/" + (c.paused ? "resume" : "pause")); load(); })))))));
@@ -591,27 +646,27 @@ async function cron() {
   await load();
 }
 
-async function ratelimits() {
-  main.append(el("h1", {}, "Rate limits"));
+async function ratelimits(view) {
+  view.root.append(el("h1", {}, "Rate limits"));
   const box = el("div", { class: "panel tablewrap" });
-  main.append(box);
+  view.root.append(box);
   const bar = (used, max) => max > 0 ? el("span", {}, el("span", { class: "bartrack" }, el("span", { class: "bar", style: "width:" + Math.min(100, (100 * used) / max) + "%" })), used + " / " + max) : el("span", { class: "muted" }, used + " (no limit)");
   const load = async () => {
     const r = await api("/api/ratelimits");
     box.replaceChildren(r.rate_limits.length === 0 ? el("p", { class: "muted" }, "No rate limits.") :
       el("table", { id: "ratelimits" }, el("thead", {}, el("tr", {}, ["Key", "Active / max", "Started this window / rate", "Period", "Waiting"].map((h) => el("th", {}, h)))),
-        el("tbody", {}, r.rate_limits.map((l) => el("tr", {}, el("td", { class: "mono" }, l.key), el("td", {}, bar(l.active, l.max_active)),
+        el("tbody", {}, r.rate_limits.map((l) => el("tr", {}, el("td", { class: "mono txt" }, l.key), el("td", {}, bar(l.active, l.max_active)),
           el("td", {}, bar(l.window_count, l.rate)), el("td", {}, l.period_ms ? l.period_ms / 1000 + "s" : "—"), el("td", { class: "num" }, l.waiting))))));
   };
   await load();
   let lastLoad = Date.now();
-  live.listeners.add(() => { if (Date.now() - lastLoad >= 2000) { lastLoad = Date.now(); load().catch(() => {}); } });
+  view.listen(() => { if (Date.now() - lastLoad >= 2000) { lastLoad = Date.now(); load().catch(() => {}); } });
 }
 
-async function deadletter(_, params) {
-  main.append(el("h1", {}, "Dead letter"));
+async function deadletter(view, _, params) {
+  view.root.append(el("h1", {}, "Dead letter"));
   const box = el("div", { class: "panel tablewrap" });
-  main.append(box);
+  view.root.append(box);
   const cursor = params.get("cursor") || "";
   const load = async () => {
     const r = await api("/api/deadletter" + (cursor ? "?cursor=" + cursor : ""));
@@ -621,17 +676,17 @@ async function deadletter(_, params) {
       el("div", { class: "bulkbar" }, actBtn("Replay the " + r.jobs.length + " on this page", async () => {
         if (!confirm("Replay " + r.jobs.length + " jobs?")) return;
         const x = await post("/api/bulk", { action: "retry", ids: r.jobs.map((j) => j.id) });
-        toast("replayed " + x.done);
+        bulkToast("replay", x);
         load();
       }), r.next || cursor ? actBtn("Replay every dead-letter job", async () => {
         const c = await api("/api/count?deadletter=1");
         if (!confirm("Replay " + (c.capped ? "the first " + c.count + " (of more)" : "all " + c.count) + " dead-letter jobs?")) return;
         const x = await post("/api/bulk", { action: "retry", ids: c.ids });
-        toast("replayed " + x.done);
+        bulkToast("replay", x);
         load();
       }) : null),
       el("table", { id: "deadletter" }, el("thead", {}, el("tr", {}, ["Job", "Kind", "Queue", "Failed", "Error", ""].map((h) => el("th", {}, h)))),
-        el("tbody", {}, r.jobs.map((j) => el("tr", { "data-id": j.id }, el("td", {}, jobLink(j.id)), el("td", {}, j.kind), el("td", {}, j.queue),
+        el("tbody", {}, r.jobs.map((j) => el("tr", { "data-id": j.id }, el("td", {}, jobLink(j.id)), el("td", { class: "txt" }, j.kind), el("td", { class: "txt" }, j.queue),
           el("td", {}, when(j.completed_at)), el("td", { class: "wrap" }, j.errors.length ? j.errors[0].message.slice(0, 160) : ""),
           el("td", {}, actBtn("Replay", async () => { await post("/api/jobs/" + j.id + "/retry"); toast("replayed"); load(); })))))),
       nextLink]));
