@@ -74,7 +74,7 @@ func TestProgressAPI(t *testing.T) {
 				t.Fatalf("a progress of the wrong type: %s", bad.raw)
 			}
 			checkErrorBody(t, call(t, s, "PUT", path, `{"data":[1,2]}`), 400, CodeInvalidRequest)
-			checkErrorBody(t, call(t, s, "PUT", path, `not json`), 400, CodeInvalidRequest)
+			checkErrorBody(t, call(t, s, "PUT", path, `not json`), 400, CodeInvalidPayload)
 			checkErrorBody(t, call(t, s, "PUT", "/ojs/v1/jobs/019539a4-0000-7000-8000-000000000000/progress", `{"progress":0.1}`), 404, CodeNotFound)
 			checkErrorBody(t, call(t, s, "GET", "/ojs/v1/jobs/not-an-id/progress", nil), 400, CodeInvalidRequest)
 			checkErrorBody(t, call(t, s, "POST", path, `{"progress":0.1}`), 405, CodeMethodNotAllowed)

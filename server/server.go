@@ -749,17 +749,23 @@ func (s *Server) readObject(w http.ResponseWriter, r *http.Request, what string)
 }
 
 // readRequest reads a request's JSON object body and decodes it with decode. When either fails it
-// writes the error response and returns false.
+// writes the error response and returns false. A body that is not JSON at all (trailing bytes
+// included) is invalid_payload before decode sees it, whatever the endpoint: decoders reading the
+// first value with a json.Decoder would let trailing bytes through, or call broken JSON
+// invalid_request, and the client must tell "your JSON is broken" from "a field is wrong".
 func readRequest[T any](s *Server, w http.ResponseWriter, r *http.Request, what string, decode func(body []byte) (T, *apiError)) (T, bool) {
+	var zero T
 	body, ok := s.readObject(w, r, what)
 	if !ok {
-		var zero T
+		return zero, false
+	}
+	if e := notJSON(body, what); e != nil {
+		s.writeError(w, r, e)
 		return zero, false
 	}
 	req, e := decode(body)
 	if e != nil {
 		s.writeError(w, r, e)
-		var zero T
 		return zero, false
 	}
 	return req, true
