@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/pronto-jobs/pronto/internal/metatenant"
 	"github.com/pronto-jobs/pronto/store"
 )
 
@@ -109,19 +110,10 @@ func (c *Client) JobRetryWith(ctx context.Context, id string, o RetryOverride) (
 // checkMetaTenant refuses an override meta whose tenant_id names another tenant than the job's: the
 // job would show one tenant and be stored, limited and scheduled as another's.
 func checkMetaTenant(over json.RawMessage, tenant, id string) error {
-	var o map[string]json.RawMessage
-	if over == nil || json.Unmarshal(over, &o) != nil { // a bad meta is mergeMeta's to refuse
-		return nil
+	if raw, bad := metatenant.Mismatch(over, tenant); bad {
+		return invalidf("retry job %s: meta.tenant_id %s: a retry keeps the job's tenant %q", id, raw, tenant)
 	}
-	raw, ok := o["tenant_id"]
-	if !ok {
-		return nil
-	}
-	var got *string
-	if json.Unmarshal(raw, &got) == nil && (got == nil && tenant == "" || got != nil && *got == tenant) {
-		return nil
-	}
-	return invalidf("retry job %s: meta.tenant_id %s: a retry keeps the job's tenant %q", id, raw, tenant)
+	return nil
 }
 
 // mergeMeta sets the keys of over (a JSON object, or nil) over base's and adds retried_from.

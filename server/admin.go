@@ -14,6 +14,7 @@ import (
 
 	"github.com/pronto-jobs/pronto"
 	"github.com/pronto-jobs/pronto/internal/deadletter"
+	"github.com/pronto-jobs/pronto/internal/metatenant"
 	"github.com/pronto-jobs/pronto/store"
 )
 
@@ -521,17 +522,8 @@ func (s *Server) retryDeadLetter(w http.ResponseWriter, r *http.Request, id stri
 // names the tenant the job is stored, listed, limited and scheduled under, and a retry does not
 // move a job to another tenant (enqueue a new job for that). Repeating the job's own tenant is fine.
 func keepsTenant(meta json.RawMessage, tenant string) *apiError {
-	// Decoded, so that an escaped key is the same key; checkMeta has already refused a non-object.
-	var m map[string]json.RawMessage
-	if meta == nil || json.Unmarshal(meta, &m) != nil {
-		return nil
-	}
-	raw, ok := m["tenant_id"]
-	if !ok {
-		return nil
-	}
-	var got *string
-	if json.Unmarshal(raw, &got) == nil && (got == nil && tenant == "" || got != nil && *got == tenant) {
+	raw, bad := metatenant.Mismatch(meta, tenant)
+	if !bad {
 		return nil
 	}
 	const field = "override.meta.tenant_id"
