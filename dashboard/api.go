@@ -112,6 +112,11 @@ func (h *Handler) clientError(w http.ResponseWriter, err error) {
 		writeError(w, http.StatusNotImplemented, err.Error())
 	case errors.Is(err, context.Canceled):
 		// The browser went away.
+	case isStoreDown(h.cfg.Client.Store(), err):
+		// The driver's text names hosts and databases: the log has it, the page gets its kind.
+		h.log.Warn("dashboard: request failed", "err", err)
+		_, msg := classifyStoreError(h.cfg.Client.Store(), err)
+		writeError(w, http.StatusServiceUnavailable, "store unreachable: "+msg)
 	default:
 		h.log.Warn("dashboard: request failed", "err", err)
 		writeError(w, http.StatusInternalServerError, err.Error())

@@ -68,6 +68,12 @@ func classifyStoreError(s store.Store, err error) (problem, message string) {
 	}
 }
 
+// isStoreDown reports whether err says the store cannot be reached or did not answer in time.
+func isStoreDown(s store.Store, err error) bool {
+	p, _ := classifyStoreError(s, err)
+	return p != "error"
+}
+
 // sseFrame is one server-sent event; a named event (not "message") needs its own listener.
 func sseFrame(event string, v any) []byte {
 	b, _ := json.Marshal(v)

@@ -32,9 +32,14 @@ func TestStoreDownShownAndCleared(t *testing.T) {
 	if strings.Contains(banner, "127.0.0.1") || strings.Contains(banner, "5432") {
 		t.Fatalf("the banner %q shows the store's address", banner)
 	}
-	// A page opened while the store is down learns it from the stream at once.
-	u.step("a new page while down", chromedp.Navigate(base+"/#/cron"),
-		u.wait(`document.getElementById("live").textContent === "store unreachable" && !document.getElementById("banner").hidden`))
+	// A page opened while the store is down learns it from the stream at once, and a view whose
+	// read fails says why without the address either.
+	u.step("a new page while down", chromedp.Reload(),
+		u.wait(`document.getElementById("live").textContent === "store unreachable" && !document.getElementById("banner").hidden`),
+		u.wait(`document.querySelector("main .error") !== null`))
+	if msg := u.str(`document.querySelector("main .error").textContent`); msg != "store unreachable: cannot connect to the store" {
+		t.Fatalf("the overview opened while the store is down says %q; want \"store unreachable: cannot connect to the store\"", msg)
+	}
 	st.down.Store(false)
 	u.step("the store is back", u.wait(`document.querySelector("#live.on") !== null && document.getElementById("live").textContent === "live" && document.getElementById("banner").hidden`))
 }
