@@ -106,8 +106,10 @@ func (c *Client) observeLimits(hits []store.LimitHit, jobs []*store.Job) {
 		out = append(out, &Event{Kind: EventRateLimitExceeded, Limit: &h, At: now})
 	}
 	e.open.Store(int32(len(e.keys)))
-	e.mu.Unlock()
+	// Emitted under e.mu (emit never blocks): two claims that change the same key's episode at
+	// once deliver its events in the order they changed it, never released before exceeded.
 	for _, ev := range out {
 		c.events.emit(ev)
 	}
+	e.mu.Unlock()
 }

@@ -137,7 +137,9 @@ func (s *Store) takeUntenanted(sel *selector, now time.Time, a *announcer, aside
 		best, j := sel.hs[bi], top.j
 		if j.rk != nil && !expired(j, now) {
 			if blocked, until := j.rk.blocked(now); blocked {
-				a.limited = j.rk.hit(a.limited, j.RateKey, now)
+				if a.wantLimited {
+					a.limited = j.rk.hit(a.limited, j.RateKey, now)
+				}
 				if s.holdBack(j, until, now, a) {
 					sel.fix(bi)
 				} else {

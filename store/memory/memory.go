@@ -477,8 +477,9 @@ type announcer struct {
 	// they now are, for store.ClaimParams.OnHeldBack.
 	dropped, rescheduled []*store.Job
 	// limited are the rate keys whose limit had no room for a job the claim would have taken, for
-	// store.ClaimParams.OnLimited.
-	limited []store.LimitHit
+	// store.ClaimParams.OnLimited; gathered only when wantLimited (someone listens).
+	limited     []store.LimitHit
+	wantLimited bool
 }
 
 // add announces j's queue: due now (DueAt zero) if j is claimable now, else at j's due time.
@@ -736,7 +737,7 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) ([]*store.Job, e
 		return nil, nil
 	}
 	lease := now.Add(p.LeaseDuration)
-	a := announcer{now: now}
+	a := announcer{now: now, wantLimited: p.OnLimited != nil}
 	var aside tenantAside
 	out := make([]*store.Job, 0, min(p.Limit, int(q.counts[stateIndex(store.StateAvailable)])))
 	if fair {
@@ -760,7 +761,9 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) ([]*store.Job, e
 		best, j := sel.hs[bi], top.j
 		if j.rk != nil && !expired(j, now) {
 			if blocked, until := j.rk.blocked(now); blocked {
-				a.limited = j.rk.hit(a.limited, j.RateKey, now)
+				if a.wantLimited {
+					a.limited = j.rk.hit(a.limited, j.RateKey, now)
+				}
 				if s.holdBack(j, until, now, &a) {
 					sel.fix(bi)
 				} else {
@@ -789,7 +792,7 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) ([]*store.Job, e
 	}
 	aside.restore()
 	if p.OnLimited != nil {
-		a.limited = s.spentKeys(out, a.limited, now)
+		a.limited = s.spentKeys(q, p.Kinds, out, a.limited, now)
 	}
 	s.settle(now, &a)
 	s.mu.Unlock()

@@ -57,15 +57,17 @@ func (rk *rateKey) hit(hits []store.LimitHit, key string, now time.Time) []store
 	return store.AddLimitHit(hits, store.NewLimitHit(key, rk.limit, rk.counts[stateIndex(store.StateActive)], wc))
 }
 
-// spentKeys adds to hits the keys of the claimed jobs that have jobs available still: as their
-// exhausted limit when the claim leaves them without room, else with HasRoom; s.mu must be held.
-func (s *Store) spentKeys(claimed []*store.Job, hits []store.LimitHit, now time.Time) []store.LimitHit {
+// spentKeys adds to hits the keys of the claimed jobs that still have a job available in q of the
+// claim's kinds (every kind when kinds is empty): as their exhausted limit when the claim leaves them
+// without room, else with HasRoom. Jobs of the key in other queues or of other kinds are not the
+// claim's to report; s.mu must be held.
+func (s *Store) spentKeys(q *queue, kinds []string, claimed []*store.Job, hits []store.LimitHit, now time.Time) []store.LimitHit {
 	for _, j := range claimed {
 		if j.RateKey == "" {
 			continue
 		}
 		rk := s.rates[j.RateKey]
-		if rk == nil || !rk.set || rk.counts[stateIndex(store.StateAvailable)] == 0 {
+		if rk == nil || !rk.set || rk.counts[stateIndex(store.StateAvailable)] == 0 || !q.waitsFor(j.RateKey, kinds) {
 			continue
 		}
 		if blocked, _ := rk.blocked(now); blocked {
@@ -75,6 +77,25 @@ func (s *Store) spentKeys(claimed []*store.Job, hits []store.LimitHit, now time.
 		}
 	}
 	return hits
+}
+
+// waitsFor reports whether q has an available job of rate key key of one of kinds (any kind when
+// kinds is empty); s.mu must be held.
+func (q *queue) waitsFor(key string, kinds []string) bool {
+	if len(kinds) == 0 {
+		for _, byKey := range q.limited {
+			if h := byKey[key]; h != nil && h.top() != nil {
+				return true
+			}
+		}
+		return false
+	}
+	for _, k := range kinds {
+		if h := q.limited[k][key]; h != nil && h.top() != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // started counts a claim of one of the key's jobs at now in the rate window, opening one if none is.

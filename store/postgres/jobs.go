@@ -229,7 +229,11 @@ func (s *Store) claimLimited(ctx context.Context, p store.ClaimParams, limit int
 	var jobs []*store.Job
 	var limited pgtype.Text
 	b := &pgx.Batch{}
-	b.Queue(s.q.claimLimitedPlan)
+	wantLimited := "off"
+	if p.OnLimited != nil {
+		wantLimited = "on"
+	}
+	b.Queue(s.q.claimLimitedPlan, wantLimited)
 	b.Queue(s.q.claimLimited, p.Queue, nilIfEmpty(p.Kinds), limit, p.LeaseDuration.Microseconds(), p.WorkerID).
 		Query(func(rows pgx.Rows) error {
 			var err error
@@ -237,7 +241,7 @@ func (s *Store) claimLimited(ctx context.Context, p store.ClaimParams, limit int
 			return err
 		})
 	if p.OnLimited != nil {
-		// The keys the claim found without room (migration 024), in the batch's transaction.
+		// The keys the claim found without room (migration 025), in the batch's transaction.
 		b.Queue(sqlClaimLimitedHits).QueryRow(func(row pgx.Row) error { return row.Scan(&limited) })
 	}
 	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
@@ -267,7 +271,8 @@ func (s *Store) claimLimited(ctx context.Context, p store.ClaimParams, limit int
 	return claimed, nil
 }
 
-// sqlClaimLimitedHits reads what claim_limited_untokened (migration 024) left in the transaction:
+// sqlClaimLimitedHits reads what claim_limited_untokened (migrations 024, 025: only when
+// sqlClaimLimitedPlan asked for it) left in the transaction:
 // the keys whose limit had no room for a job it would have taken, as JSON, or ""/NULL for none.
 const sqlClaimLimitedHits = `SELECT current_setting('pronto.rate_limited', true)`
 

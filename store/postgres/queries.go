@@ -294,8 +294,12 @@ WHERE o.unique_key = j.unique_key AND o.state = ANY (o.unique_states) AND o.id <
 	sqlAsyncCommit = `SELECT set_config('synchronous_commit', 'off', true)`
 
 	// sqlClaimLimitedPlan runs before sqlClaimLimited: the claim's commit and JIT settings. Sorting
-	// stays allowed: claim_limited sorts its few candidates.
-	sqlClaimLimitedPlan = `SELECT set_config('jit', 'off', true), set_config('synchronous_commit', 'off', true)`
+	// stays allowed: claim_limited sorts its few candidates. $1 ('on' or 'off') says whether the
+	// caller reads the keys the claim leaves limited (store.ClaimParams.OnLimited): only then does
+	// claim_limited_untokened work them out (migration 025). A parameter, not two statement texts,
+	// so that one prepared statement serves both.
+	sqlClaimLimitedPlan = `SELECT set_config('jit', 'off', true), set_config('synchronous_commit', 'off', true),
+	set_config('pronto.want_limited', $1::text, true)`
 
 	// sqlClaimFairPlan runs before sqlClaimFair: the claim's commit and JIT settings, and neither
 	// sequential scans nor sorts where an index gives the order (see sqlClaimPlan): claim_fair_pick's

@@ -561,6 +561,9 @@ func (s *Store) claimOnce(ctx context.Context, p store.ClaimParams, flag string,
 	for _, t := range tokens(p.Limit) {
 		args = append(args, t)
 	}
+	if p.OnLimited != nil {
+		flag = "l" + flag // the script gathers the limited keys only when asked (see claimBody)
+	}
 	args = append(args, flag)
 	for _, w := range p.WorkerIDs {
 		args = append(args, w)
@@ -612,6 +615,7 @@ func (s *Store) claimOnce(ctx context.Context, p store.ClaimParams, flag string,
 		}
 	}
 	if n := len(res); n > 0 {
+		// Only a claim that asked for them (p.OnLimited) gets the limited keys.
 		if last, _ := res[n-1].([]any); len(last) > 0 && last[0] == limitedMarker {
 			res = res[:n-1]
 			limited = parseLimited(last)

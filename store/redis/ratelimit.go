@@ -225,7 +225,7 @@ func (s *Store) claimCluster(ctx context.Context, p store.ClaimParams) ([]*store
 	// or could take then (see rememberNeeds); that spares the claim call that would stop for them.
 	// A claim that uses them up asks again (see wants in claimBody).
 	if known := s.knownNeeds(p.Queue, p.Limit); len(known) > 0 {
-		got, err := s.acquire(ctx, known, p.LeaseDuration)
+		got, err := s.acquire(ctx, known, p.LeaseDuration, p.OnLimited != nil)
 		for _, pm := range got {
 			held[pm.key] = pm
 		}
@@ -265,7 +265,7 @@ func (s *Store) claimCluster(ctx context.Context, p store.ClaimParams) ([]*store
 			break
 		}
 		named = append(named, need...)
-		got, err := s.acquire(ctx, need, p.LeaseDuration)
+		got, err := s.acquire(ctx, need, p.LeaseDuration, p.OnLimited != nil)
 		for _, pm := range got {
 			if h := held[pm.key]; h != nil {
 				h.merge(pm)
@@ -365,9 +365,9 @@ func parseNeed(v []any) []need {
 
 // acquire takes permits of the keys needed, all in one pipeline. A key whose confirmed jobs fill
 // max_active has its ledger checked (at most once per reconcileEvery), and is asked again when that
-// freed some.
-func (s *Store) acquire(ctx context.Context, needs []need, lease time.Duration) ([]*permits, error) {
-	got, err := s.acquireOnce(ctx, needs, lease)
+// freed some. With use, the permits carry the keys' use (see acquireOnce).
+func (s *Store) acquire(ctx context.Context, needs []need, lease time.Duration, use bool) ([]*permits, error) {
+	got, err := s.acquireOnce(ctx, needs, lease, use)
 	if err != nil {
 		return got, err
 	}
@@ -388,7 +388,7 @@ func (s *Store) acquire(ctx context.Context, needs []need, lease time.Duration) 
 	if len(again) == 0 {
 		return got, nil
 	}
-	more, err := s.acquireOnce(ctx, again, lease)
+	more, err := s.acquireOnce(ctx, again, lease, use)
 	for _, m := range more {
 		for i, pm := range got {
 			if pm.key == m.key {
@@ -403,13 +403,18 @@ func (s *Store) acquire(ctx context.Context, needs []need, lease time.Duration) 
 	return got, err
 }
 
-// acquireOnce runs RateAcquire for each need.
-func (s *Store) acquireOnce(ctx context.Context, needs []need, lease time.Duration) ([]*permits, error) {
+// acquireOnce runs RateAcquire for each need; with use, the keys' use is read too (for
+// permits.hit, needed only by a claim that reports limited keys).
+func (s *Store) acquireOnce(ctx context.Context, needs []need, lease time.Duration, use bool) ([]*permits, error) {
+	flag := ""
+	if use {
+		flag = "l"
+	}
 	cmds := make([]*goredis.Cmd, len(needs))
 	res := tokens(len(needs))
 	err := s.pipelined(ctx, func(pl goredis.Pipeliner, run runScript) error {
 		for i, nd := range needs {
-			cmds[i] = run(scriptRateAcquire, []string{s.rateBase(nd.key)}, nd.n, res[i], lease.Microseconds())
+			cmds[i] = run(scriptRateAcquire, []string{s.rateBase(nd.key)}, nd.n, res[i], lease.Microseconds(), flag)
 		}
 		return nil
 	})

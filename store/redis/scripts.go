@@ -122,9 +122,10 @@ local relay = false
 -- claim leave such jobs as they are (an insert's claim for a waiting producer, which cannot report
 -- them): the producer's own claim then holds them back and reports them.
 local heldback = false
--- limhits lists the rate keys whose limit had no room for a job of theirs (false for none), for
+-- limhits lists the rate keys whose limit had no room for a job of theirs, for
 -- store.ClaimParams.OnLimited: {'\nlimited', key, max, rate, period, window count, active, room,
--- ...}, the five numbers '' on a Redis Cluster, where the limit is in another slot (the caller has
+-- ...}; false when the caller does not read them (its flag has no 'l', see claimBody): then the
+-- claim works none of them out, the five numbers '' on a Redis Cluster, where the limit is in another slot (the caller has
 -- them from its permits); room is 'r' for a key named only because jobs of it wait though it has
 -- room (store.LimitHit.HasRoom), else ''.
 local limhits = false
@@ -577,11 +578,8 @@ end
 -- tenant's limit key, the tenant's active jobs across queues), on a Redis Cluster or with room (the
 -- key has room, see limhits) without.
 local function limhit(rk, t, single, room)
-  if limhits then
-    for i = 2, #limhits, 7 do if limhits[i] == rk then return end end
-  else
-    limhits = {'\nlimited'}
-  end
+  if not limhits then return end
+  for i = 2, #limhits, 7 do if limhits[i] == rk then return end end
   local n = #limhits
   if room or not single then
     limhits[n + 1], limhits[n + 2], limhits[n + 3], limhits[n + 4], limhits[n + 5], limhits[n + 6] = rk, '', '', '', '', ''
@@ -905,7 +903,7 @@ local njobs = #out
 -- The jobs the claim held back for their rate limit, then the outbox entries of split workflows'
 -- jobs the claim dropped (relay.go), then the permits it stopped for: the caller reads them from
 -- the end of the reply.
-if limhits then out[#out + 1] = limhits end
+if limhits and #limhits > 1 then out[#out + 1] = limhits end
 if heldback then out[#out + 1] = heldback end
 if relay then out[#out + 1] = {'\nrelay', unpack(relay)} end
 if needed then out[#out + 1] = needed end
@@ -923,7 +921,10 @@ if ARGV[at] == '\nad' then
     local a = {'1', ARGV[2], ARGV[at + 3], ARGV[4]}
     for i = 5, 4 + nk do a[#a + 1] = ARGV[i] end
     a[#a + 1] = ARGV[at + 4]
-    a[#a + 1] = ARGV[5 + nk + limit]
+    -- The insert's claim for the producer reports no limited keys: its flag asks for none.
+    local fl = ARGV[5 + nk + limit]
+    if string.sub(fl, 1, 1) == 'l' then fl = string.sub(fl, 2) end
+    a[#a + 1] = fl
     redis.call('RPUSH', w, unpack(a))
     redis.call('PEXPIRE', w, math.floor(ttl / 1000) + 1000)
     redis.call('ZADD', B .. 'wait', now() + ttl, p)
@@ -949,8 +950,16 @@ local nk = tonumber(ARGV[4])
 -- a stored limit, as JSON: {g = {rate key -> {n = permits, a = the limit's action when it granted
 -- fewer than asked because it is exhausted ('' when it is only busy), u = the end of the window
 -- that holds it, µs, 0 for none, m = true when they were all that was asked, so that more may be
--- free once they are used}}, t = {tenant, ...}}.
+-- free once they are used}}, t = {tenant, ...}}. Either is prefixed with 'l' when the caller reads
+-- the rate keys the claim finds limited (store.ClaimParams.OnLimited): only then does it gather
+-- them (limhits), an HMGET per key and a ZCARD per source taken from that nobody else needs.
 local flag = ARGV[5 + nk + limit]
+if string.sub(flag, 1, 1) == 'l' then
+  flag = string.sub(flag, 2)
+  limhits = {'\nlimited'}
+else
+  limhits = false
+end
 local global = flag == '1'
 local grants, limitedt = none, none
 if not global and #flag > 1 then
@@ -1126,8 +1135,8 @@ while #out < upto do
           break
         end
       end
-      if blocked and f and not (exp > 0 and exp <= t) then limhit(sr.rk, t, global) end
-      if theld and 'tenant:' .. f.tenant == sr.rk then limhit(sr.rk, t, global) end
+      if limhits and blocked and f and not (exp > 0 and exp <= t) then limhit(sr.rk, t, global) end
+      if limhits and theld and 'tenant:' .. f.tenant == sr.rk then limhit(sr.rk, t, global) end
       if not f or (exp > 0 and exp <= t) then
         -- Never claimable: it stays available (and counted) until DiscardExpired discards it.
         redis.call('ZREM', sr.key, c[1])
@@ -1289,7 +1298,7 @@ if not needed and (not fair or redis.call('EXISTS', ring) == 0) then claimplain(
 -- The rate keys of the jobs taken that have more jobs waiting (limhits): without room when the
 -- claim leaves them so (on a Redis Cluster, when it used up their permits and no more were to be
 -- had, or taking them exhausted the limit), else with room.
-for _, sr in ipairs(srcs) do
+for _, sr in ipairs(limhits and srcs or {}) do
   if sr.took and sr.rk ~= '' and redis.call('ZCARD', sr.key) > 0 then
     local spent
     if global then
@@ -1711,7 +1720,8 @@ return f
 // alone reach max_active (the caller then checks them: see RateReconcile); max and rate, the
 // limit's; active, its active jobs and held permits, these included; count, the starts counted in
 // its open window ('0' for none); spent, 1 when these permits exhaust the limit (as action says,
-// whatever the limit's on_limit).
+// whatever the limit's on_limit). Active and count are read only when ARGV[4] is 'l' (the claim
+// reports the keys it finds limited, store.ClaimParams.OnLimited), else '0'.
 var scriptRateAcquire = newFunc("RateAcquire", `
 local t = now()
 local want = tonumber(ARGV[1])
@@ -1749,8 +1759,8 @@ if hard then action = f[7] or 'wait' end
 -- The limit and its use once these permits are taken, for a claim's store.LimitHit: the active jobs
 -- and the permits held (these included), and the starts counted in the window still open.
 local act, wc = 0, 0
-if max > 0 then act = redis.call('ZCARD', B .. 'act') + redis.call('ZCARD', B .. 'res') end
-if rate > 0 and per > 0 then
+if max > 0 and ARGV[4] == 'l' then act = redis.call('ZCARD', B .. 'act') + redis.call('ZCARD', B .. 'res') end
+if rate > 0 and per > 0 and ARGV[4] == 'l' then
   local w = redis.call('HMGET', h, 'ws', 'wc')
   if num(w[1]) > 0 and t < num(w[1]) + per then wc = num(w[2]) end
 end

@@ -10,6 +10,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/pronto-jobs/pronto/store"
@@ -425,37 +426,64 @@ func (s *Store) claimLimited(ctx context.Context, p store.ClaimParams) ([]*store
 // spentKeys adds to c.limited the keys the claim read (those of the jobs it walked, and those with
 // held jobs) that it leaves without room while a due job of theirs of the claim's kinds waits in the
 // queue, held or not, and, with HasRoom, those of the jobs it took that have room left and such a job
-// waiting. Run after apply, when the jobs taken are active.
+// waiting. Run after apply, when the jobs taken are active. One query asks for every such key at
+// once: it runs in the write transaction, so its cost must not grow by a statement per full key.
 func (c *limitedClaim) spentKeys(ctx context.Context, r txRunner, p store.ClaimParams, nowUS int64) error {
-	var query string
+	var keys []string
 	for key, k := range c.keys {
 		if k == nil || (k.room(nowUS) > 0 && !c.took[key]) ||
 			slices.ContainsFunc(c.limited, func(h store.LimitHit) bool { return h.Key == key }) {
 			continue
 		}
-		if query == "" {
-			query = keyWaitingSQL(len(p.Kinds))
+		keys = append(keys, key)
+	}
+	if len(keys) == 0 {
+		return nil
+	}
+	list, err := jsonList(keys)
+	if err != nil {
+		return err
+	}
+	args := make([]any, 3, 3+len(p.Kinds))
+	args[0], args[1], args[2] = nowUS, p.Queue, list
+	for _, kind := range p.Kinds {
+		args = append(args, kind)
+	}
+	keysWaitingQueries.Add(1)
+	rows, err := r.QueryContext(ctx, keysWaitingSQL(len(p.Kinds)), args...)
+	if err != nil {
+		return fmt.Errorf("look for waiting jobs of limited keys: %w", err)
+	}
+	for rows.Next() {
+		var key string
+		if err := rows.Scan(&key); err != nil {
+			rows.Close()
+			return fmt.Errorf("look for waiting jobs of limited keys: %w", err)
 		}
-		args := make([]any, 3, 3+len(p.Kinds))
-		args[0], args[1], args[2] = nowUS, p.Queue, key
-		for _, kind := range p.Kinds {
-			args = append(args, kind)
-		}
-		var one int
-		err := r.QueryRowContext(ctx, query, args...).Scan(&one)
-		if errors.Is(err, sql.ErrNoRows) {
-			continue
-		}
-		if err != nil {
-			return fmt.Errorf("look for waiting jobs of %s: %w", key, err)
-		}
-		if k.room(nowUS) > 0 {
+		if k := c.keys[key]; k.room(nowUS) > 0 {
 			c.limited = append(c.limited, store.LimitHit{Key: key, HasRoom: true})
 		} else {
 			c.limited = append(c.limited, k.hit(key, nowUS))
 		}
 	}
+	if err := closeRows(rows); err != nil {
+		return fmt.Errorf("look for waiting jobs of limited keys: %w", err)
+	}
 	return nil
+}
+
+// keysWaitingQueries counts the queries spentKeys ran, so that a test can tell that a claim asks
+// once however many keys it found full.
+var keysWaitingQueries atomic.Int64
+
+// keysWaitingSQL lists the rate keys of the JSON array ?3 that have a due job in queue ?2 waiting to
+// be claimed, held or not: one index probe per key, stopping at its first job. ?1 now, ?4... kinds.
+func keysWaitingSQL(nKinds int) string {
+	return `SELECT w.value FROM json_each(?3) AS w WHERE EXISTS (SELECT 1 FROM pronto_jobs
+	WHERE queue = ?2 AND rate_key = w.value AND ` + claimableStatesSQL + `
+	  AND (state = 'available' OR scheduled_at <= ?1)
+	  AND (expires_at IS NULL OR expires_at > ?1)
+	  ` + kindsFilter(nKinds, 4) + `)`
 }
 
 // before reports whether c comes before d in claim order.
