@@ -551,17 +551,6 @@ func claimCandidatesSQL(nKinds int) string {
 	LIMIT ?2`
 }
 
-// keyWaitingSQL finds a due job of rate key ?3 in queue ?2 waiting to be claimed, held or not. ?1
-// now, ?4... kinds.
-func keyWaitingSQL(nKinds int) string {
-	return `SELECT 1 FROM pronto_jobs
-	WHERE queue = ?2 AND rate_key = ?3 AND ` + claimableStatesSQL + `
-	  AND (state = 'available' OR scheduled_at <= ?1)
-	  AND (expires_at IS NULL OR expires_at > ?1)
-	  ` + kindsFilter(nKinds, 4) + `
-	LIMIT 1`
-}
-
 // claimRowsSQL claims the jobs whose rowids are in the JSON array ?4. ?1 now, ?2 lease expiry, ?3 worker.
 var claimRowsSQL = `UPDATE pronto_jobs SET state = 'active', attempt = attempt + 1, started_at = ?1,
 		lease_expires_at = ?2, worker_id = ?3, held = NULL, claim_token = ` + newClaimToken + `,
