@@ -241,6 +241,7 @@ func (c *Client) insertBoosting(ctx context.Context, ps []*store.InsertParams, d
 	c.refundUnstored(adm.tenants, ps, rows, err)
 	c.settleDepths(adm.depths, ps, rows, err)
 	if err != nil {
+		err = batchUniqueCause(ps, err)
 		return nil, fmt.Errorf("pronto: insert %d job(s): %w", len(ps), c.schemaCause(ctx, err))
 	}
 	return rows, nil

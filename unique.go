@@ -5,7 +5,10 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -38,6 +41,45 @@ var ErrUniqueConflict = store.ErrUniqueConflict
 // UniqueConflictError is the error of an insert refused by UniqueReject: the existing job's id and
 // state, and the key.
 type UniqueConflictError = store.UniqueConflictError
+
+// BatchUniqueConflictError is the error of a batch insert (InsertMany, InsertOJS) refused because two
+// of its own jobs have one unique key and the later one's policy is UniqueReject: nothing of the
+// batch is stored, so no stored job holds the key. Index is the refused job's position in the batch,
+// HolderIndex the earlier job's. errors.Is(err, ErrUniqueConflict) holds for it.
+type BatchUniqueConflictError struct {
+	Index, HolderIndex int
+	Key                string
+}
+
+// Error names both jobs by position.
+func (e *BatchUniqueConflictError) Error() string {
+	return fmt.Sprintf("unique job conflict: job %d of the batch has the unique key %s of job %d of the same batch, and its policy is reject",
+		e.Index, e.Key, e.HolderIndex)
+}
+
+// Is makes errors.Is(err, ErrUniqueConflict) true.
+func (e *BatchUniqueConflictError) Is(target error) bool { return target == ErrUniqueConflict }
+
+// batchUniqueCause turns a store's unique conflict whose holder is a job of ps itself (rolled back
+// with the batch) into a *BatchUniqueConflictError naming the later job of ps with that key; other
+// errors are returned as they are. The store names the holder but not the refused job; the
+// fingerprints of ps tell it exactly.
+func batchUniqueCause(ps []*store.InsertParams, err error) error {
+	var uce *store.UniqueConflictError
+	if len(ps) < 2 || !errors.As(err, &uce) || uce.ExistingID == "" {
+		return err
+	}
+	i := slices.IndexFunc(ps, func(p *store.InsertParams) bool { return p.ID == uce.ExistingID })
+	if i < 0 {
+		return err
+	}
+	for j := i + 1; j < len(ps); j++ {
+		if ps[j].UniqueKey == uce.Key {
+			return &BatchUniqueConflictError{Index: j, HolderIndex: i, Key: uce.Key}
+		}
+	}
+	return err
+}
 
 // UniqueOpts makes a job unique: while a job with the same fingerprint is in one of States (and, with
 // a Period, until Period after that job was inserted), another one is not inserted; OnConflict says

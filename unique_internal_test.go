@@ -2,6 +2,7 @@ package pronto
 
 import (
 	"encoding/json"
+	"errors"
 	"math"
 	"math/big"
 	"math/rand/v2"
@@ -160,5 +161,23 @@ func TestUniqueKeyTellsLargeIntegersApart(t *testing.T) {
 	}
 	if a == b {
 		t.Fatal("9007199254740993 and 9007199254740992 share a fingerprint")
+	}
+}
+
+// TestBatchUniqueCause: a store's conflict whose holder is a job of the batch itself names the later
+// job with that key, found by fingerprint; a conflict with a job outside the batch stays as it is.
+func TestBatchUniqueCause(t *testing.T) {
+	ps := []*store.InsertParams{{ID: "a", UniqueKey: "k1"}, {ID: "b", UniqueKey: "k2"}, {ID: "c", UniqueKey: "k1"}}
+	var bce *BatchUniqueConflictError
+	err := batchUniqueCause(ps, &store.UniqueConflictError{Key: "k1", ExistingID: "a"})
+	if !errors.As(err, &bce) || bce.Index != 2 || bce.HolderIndex != 0 || bce.Key != "k1" {
+		t.Fatalf("in-batch conflict: %v, want job 2 against job 0", err)
+	}
+	if !errors.Is(err, ErrUniqueConflict) {
+		t.Fatalf("%v is not an ErrUniqueConflict", err)
+	}
+	outside := &store.UniqueConflictError{Key: "k1", ExistingID: "z"}
+	if err := batchUniqueCause(ps, outside); err != error(outside) {
+		t.Fatalf("a stored holder: %v, want the store's error", err)
 	}
 }

@@ -242,14 +242,10 @@ func (s *Server) insertAtomic(ctx context.Context, reqs []*enqueueRequest, items
 		// The client names the refused job of a batch ("job 3 of 10: ...") when it is one job's
 		// options; a store refusal (a unique conflict) does not say which job it was.
 		culprit := culpritIndex(err, len(reqs))
-		if e := s.ownUniqueConflict(ctx, err, jobs); e != nil {
+		if e := ownUniqueConflict(err); e != nil {
 			// Two of the batch's own jobs share a unique key: the holder the store names was rolled
 			// back with the rest, so the refusal names the two jobs by index, not a job id.
-			at, ok := e.details["index"].(int)
-			if !ok {
-				at, _ = e.details["existing_job_index"].(int)
-			}
-			items[at].err = e
+			items[e.details["index"].(int)].err = e
 		} else if culprit >= 0 {
 			// fromClientError keeps what follows "invalid job: ", dropping the "job 3 of 10" prefix.
 			items[culprit].err = fromClientError(err, "job", reqs[culprit].job.Opts.ID)

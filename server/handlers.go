@@ -104,7 +104,7 @@ func (s *Server) existingID(ctx context.Context, jobs []pronto.OJSJob) string {
 
 // POST /ojs/v1/jobs/batch
 func (s *Server) enqueueBatch(w http.ResponseWriter, r *http.Request) {
-	reqs, ok := readRequest(s, w, r, "batch", func(body []byte) ([]*enqueueRequest, *apiError) {
+	reqs, ok := readScanned(s, w, r, "batch", func(body []byte) ([]*enqueueRequest, *apiError) {
 		return decodeBatch(body, time.Now(), s.maxBatch)
 	})
 	if !ok {
@@ -139,7 +139,7 @@ func (s *Server) enqueueBatch(w http.ResponseWriter, r *http.Request) {
 	defer s.order.end(s.beginInsert(ins))
 	rows, err := s.client.InsertOJS(r.Context(), ins)
 	if err != nil {
-		if e := s.ownUniqueConflict(r.Context(), err, ins); e != nil {
+		if e := ownUniqueConflict(err); e != nil {
 			s.writeError(w, r, e)
 			return
 		}
@@ -385,7 +385,7 @@ func jobLease(j *pronto.JobRow, asked time.Duration, now time.Time) time.Duratio
 
 // POST /ojs/v1/workers/fetch
 func (s *Server) fetch(w http.ResponseWriter, r *http.Request) {
-	req, ok := readRequest(s, w, r, "fetch request", decodeFetch)
+	req, ok := readScanned(s, w, r, "fetch request", decodeFetch)
 	if !ok {
 		return
 	}
@@ -596,7 +596,7 @@ func decodeJobRef(m object) (ref jobRef, e *apiError) {
 
 // POST /ojs/v1/workers/ack
 func (s *Server) ack(w http.ResponseWriter, r *http.Request) {
-	req, ok := readRequest(s, w, r, "ack request", decodeAck)
+	req, ok := readScanned(s, w, r, "ack request", decodeAck)
 	if !ok {
 		return
 	}
@@ -747,7 +747,7 @@ func decodeNack(body []byte) (*nackRequest, *apiError) {
 
 // POST /ojs/v1/workers/nack
 func (s *Server) nack(w http.ResponseWriter, r *http.Request) {
-	req, ok := readRequest(s, w, r, "nack request", decodeNack)
+	req, ok := readScanned(s, w, r, "nack request", decodeNack)
 	if !ok {
 		return
 	}
@@ -886,7 +886,7 @@ func decodeHeartbeat(body []byte) (*heartbeatRequest, *apiError) {
 
 // POST /ojs/v1/workers/heartbeat
 func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request) {
-	req, ok := readRequest(s, w, r, "heartbeat", decodeHeartbeat)
+	req, ok := readScanned(s, w, r, "heartbeat", decodeHeartbeat)
 	if !ok {
 		return
 	}

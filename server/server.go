@@ -754,14 +754,28 @@ func (s *Server) readObject(w http.ResponseWriter, r *http.Request, what string)
 // first value with a json.Decoder would let trailing bytes through, or call broken JSON
 // invalid_request, and the client must tell "your JSON is broken" from "a field is wrong".
 func readRequest[T any](s *Server, w http.ResponseWriter, r *http.Request, what string, decode func(body []byte) (T, *apiError)) (T, bool) {
+	return readBody(s, w, r, what, decode, true)
+}
+
+// readScanned is readRequest for the worker protocol's hot endpoints, whose decoders scan the body
+// in one pass that refuses broken JSON and trailing bytes with invalid_payload themselves
+// (decodeBodyInto, decodeObject): a second pass over every fetch, ack and batch body would cost
+// more than the decode.
+func readScanned[T any](s *Server, w http.ResponseWriter, r *http.Request, what string, decode func(body []byte) (T, *apiError)) (T, bool) {
+	return readBody(s, w, r, what, decode, false)
+}
+
+func readBody[T any](s *Server, w http.ResponseWriter, r *http.Request, what string, decode func(body []byte) (T, *apiError), validate bool) (T, bool) {
 	var zero T
 	body, ok := s.readObject(w, r, what)
 	if !ok {
 		return zero, false
 	}
-	if e := notJSON(body, what); e != nil {
-		s.writeError(w, r, e)
-		return zero, false
+	if validate {
+		if e := notJSON(body, what); e != nil {
+			s.writeError(w, r, e)
+			return zero, false
+		}
 	}
 	req, e := decode(body)
 	if e != nil {
