@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"slices"
 	"sort"
 	"strconv"
 	"time"
@@ -359,7 +358,9 @@ func (h *Handler) countJobs(w http.ResponseWriter, r *http.Request) {
 
 // POST /api/bulk {"action": "retry"|"cancel"|"delete", "ids": [...]} or {"action":..., "filter": "state=..&queue=.."}:
 // at most maxBulk jobs. A longer list is refused whole rather than cut, so the answer always covers
-// every job asked for; a filter matching more acts on the first maxBulk and says "capped".
+// every job asked for; a filter matching more acts on the first maxBulk and says "capped". It stops
+// at the first job the store cannot be reached for: 503 if nothing was done, else "stopped" and
+// "not_attempted" beside what was.
 func (h *Handler) bulk(w http.ResponseWriter, r *http.Request) {
 	var req struct {
 		Action string   `json:"action"`
@@ -402,37 +403,57 @@ func (h *Handler) bulk(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, fmt.Sprintf("%d jobs selected: a bulk action takes at most %d; act on them in parts", len(ids), maxBulk))
 		return
 	}
-	// One client call takes at most pronto.MaxBulkIDs ids.
-	var res []pronto.BulkResult
-	var stopped error
-	for chunk := range slices.Chunk(ids, pronto.MaxBulkIDs) {
-		part, err := op(r.Context(), chunk)
-		res = append(res, part...)
-		if err != nil {
-			stopped = err
-			break
-		}
-	}
-	if stopped != nil && len(res) == 0 {
-		h.clientError(w, stopped)
-		return
-	}
+	res, stopped := h.runBulk(r.Context(), op, ids)
 	ok, failed := 0, []map[string]string{}
 	for _, b := range res {
 		if b.Err != nil {
-			failed = append(failed, map[string]string{"id": b.ID, "error": b.Err.Error()})
+			failed = append(failed, map[string]string{"id": b.ID, "error": h.bulkError(b.Err)})
 		} else {
 			ok++
 		}
+	}
+	if stopped != nil && ok == 0 {
+		// Nothing changed: the same answer as a single job's action would get.
+		h.clientError(w, stopped)
+		return
 	}
 	h.hub.poke()
 	resp := map[string]any{"done": ok, "failed": failed, "capped": capped}
 	if stopped != nil {
 		// Part done: say so, and how many were not attempted, rather than fail the whole request.
 		h.log.Warn("dashboard: bulk action stopped midway", "action", req.Action, "err", stopped)
-		resp["stopped"], resp["not_attempted"] = stopped.Error(), len(ids)-len(res)
+		resp["stopped"], resp["not_attempted"] = h.bulkError(stopped), len(ids)-len(res)
 	}
 	writeJSON(w, http.StatusOK, resp)
+}
+
+// runBulk applies op to ids one job at a time, so that it stops at the first job the store could
+// not be reached for (or when the request ends) instead of trying each of thousands against a dead
+// store. stopped is why it stopped, nil if every id was tried; res holds the outcome of every id
+// tried, the last one included.
+func (h *Handler) runBulk(ctx context.Context, op func(context.Context, []string) ([]pronto.BulkResult, error), ids []string) (res []pronto.BulkResult, stopped error) {
+	st := h.cfg.Client.Store()
+	for _, id := range ids {
+		part, err := op(ctx, []string{id})
+		res = append(res, part...)
+		if err != nil {
+			return res, err
+		}
+		if e := part[0].Err; e != nil && isStoreDown(st, e) {
+			return res, e
+		}
+	}
+	return res, nil
+}
+
+// bulkError is a job's or a bulk action's error as the page shows it: a store that cannot be
+// reached by its kind, as clientError answers, since the driver's text names hosts and databases.
+func (h *Handler) bulkError(err error) string {
+	if st := h.cfg.Client.Store(); isStoreDown(st, err) {
+		_, msg := classifyStoreError(st, err)
+		return "store unreachable: " + msg
+	}
+	return err.Error()
 }
 
 // POST /api/queues/{name}/{pause|resume}

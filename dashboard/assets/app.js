@@ -168,6 +168,9 @@ function storeUp() {
   ind.classList.remove("down");
   ind.classList.add("on");
   banner.hidden = true;
+  // A view opened during the outage failed its first read (or still waits on it) and so never
+  // registered its live listener: open it again, or the page would claim "live" over an error.
+  if (shownView && !shownView.loaded) route();
 }
 
 // ---- router ----------------------------------------------------------------------------------------
@@ -175,12 +178,15 @@ function storeUp() {
 // routeGen numbers the route() calls: a view still loading when the user moved on belongs to an
 // older one, and whatever it draws, listens to or throws after that is dropped.
 let routeGen = 0;
+// shownView is the view in <main>; its loaded is set once its first read has been drawn.
+let shownView = null;
 // newView is what a view draws into and listens through: its own container, which a newer route
 // takes out of <main>, and a listen that registers nothing once the view is stale.
 function newView() {
   const gen = ++routeGen;
   const view = {
     root: el("div", { class: "view" }),
+    loaded: false,
     current: () => gen === routeGen,
     listen: (f) => { if (view.current()) live.listeners.add(f); },
   };
@@ -194,6 +200,7 @@ function route() {
   document.getElementById("toast").hidden = true;
   live.listeners.clear();
   const view = newView();
+  shownView = view;
   main.replaceChildren(view.root);
   const name = parts[0] || "overview";
   for (const a of document.querySelectorAll("nav a")) {
@@ -202,8 +209,9 @@ function route() {
   }
   const views = { overview, jobs, job, workflows, workflow, cron, ratelimits, deadletter };
   const v = views[name];
-  if (!v) { view.root.append(el("h1", {}, "Not found")); return; }
-  Promise.resolve(v(view, parts.slice(1), params)).catch((e) => { if (view.current()) view.root.append(el("p", { class: "error" }, e.message)); });
+  if (!v) { view.root.append(el("h1", {}, "Not found")); view.loaded = true; return; }
+  Promise.resolve(v(view, parts.slice(1), params)).then(() => { view.loaded = true; },
+    (e) => { if (view.current()) view.root.append(el("p", { class: "error" }, e.message)); });
 }
 
 // ---- overview --------------------------------------------------------------------------------------
