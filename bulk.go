@@ -3,6 +3,8 @@ package pronto
 import (
 	"context"
 	"fmt"
+
+	"github.com/pronto-jobs/pronto/store"
 )
 
 // MaxBulkIDs is the most job ids one JobCancelMany, JobRetryMany or JobDeleteMany call takes.
@@ -22,7 +24,9 @@ type BulkResult struct {
 // JobCancelMany cancels each job as JobCancel does, one at a time and in order, and reports every
 // job's outcome in its BulkResult; a job that cannot be cancelled does not stop the others. The
 // returned error is set only for an empty id list or one longer than MaxBulkIDs (matching
-// ErrInvalidArgs; no job is touched), or when ctx ends midway (the results so far come with it).
+// ErrInvalidArgs; no job is touched), or when ctx ends or the store cannot be reached midway (the
+// results so far come with it, and the jobs after them were not attempted: a store that is down is
+// tried once, not once per id).
 func (c *Client) JobCancelMany(ctx context.Context, ids []string) ([]BulkResult, error) {
 	return c.bulk(ctx, "cancel", ids, c.JobCancel)
 }
@@ -75,6 +79,10 @@ func (c *Client) bulk(ctx context.Context, name string, ids []string, op func(co
 			return out[:i], fmt.Errorf("pronto: bulk %s stopped after %d of %d jobs: %w", name, i, len(ids), err)
 		}
 		j, err := op(ctx, id)
+		if store.IsUnavailable(c.store, err) {
+			// The store is down: every job after this one would wait out the same failure.
+			return out[:i], fmt.Errorf("pronto: bulk %s stopped after %d of %d jobs: %w", name, i, len(ids), err)
+		}
 		out[i] = BulkResult{ID: id, Job: j, Err: err}
 	}
 	return out, nil
