@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"sort"
 	"strconv"
 	"time"
@@ -427,20 +428,16 @@ func (h *Handler) bulk(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, resp)
 }
 
-// runBulk applies op to ids one job at a time, so that it stops at the first job the store could
-// not be reached for (or when the request ends) instead of trying each of thousands against a dead
-// store. stopped is why it stopped, nil if every id was tried; res holds the outcome of every id
-// tried, the last one included.
+// runBulk applies op to ids in calls of at most pronto.MaxBulkIDs. A client bulk call stops at the
+// first job the store cannot be reached for (or when the request ends) instead of trying each of
+// thousands against a dead store, and so does runBulk: stopped is why, nil if every id was tried;
+// res holds the outcome of every id tried before it.
 func (h *Handler) runBulk(ctx context.Context, op func(context.Context, []string) ([]pronto.BulkResult, error), ids []string) (res []pronto.BulkResult, stopped error) {
-	st := h.cfg.Client.Store()
-	for _, id := range ids {
-		part, err := op(ctx, []string{id})
+	for chunk := range slices.Chunk(ids, pronto.MaxBulkIDs) {
+		part, err := op(ctx, chunk)
 		res = append(res, part...)
 		if err != nil {
 			return res, err
-		}
-		if e := part[0].Err; e != nil && isStoreDown(st, e) {
-			return res, e
 		}
 	}
 	return res, nil
