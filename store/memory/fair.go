@@ -135,26 +135,8 @@ func (s *Store) takeUntenanted(sel *selector, now time.Time, a *announcer, aside
 			return nil
 		}
 		best, j := sel.hs[bi], top.j
-		if j.rk != nil && !expired(j, now) {
-			if blocked, until := j.rk.blocked(now); blocked {
-				if a.wantLimited {
-					a.limited = j.rk.hit(a.limited, j.RateKey, now)
-				}
-				if s.holdBack(j, until, now, a) {
-					sel.fix(bi)
-				} else {
-					sel.remove(bi)
-				}
-				continue
-			}
-			if j.Tenant != "" && s.tenantBlocked(j.Tenant, now) {
-				if aside.hold(j) {
-					sel.fix(bi)
-				} else {
-					sel.remove(bi)
-				}
-				continue
-			}
+		if s.passOver(sel, bi, j, now, a, aside) {
+			continue
 		}
 		best.pop()
 		j.heap = nil
@@ -265,4 +247,33 @@ func (t *tenantAside) restore() {
 		j.heap.push(j.entry(^int64(j.Priority), nanos(j.ScheduledAt)))
 	}
 	t.jobs = nil
+}
+
+// passOver holds back j, the top job of sel.hs[bi], when its rate key has no room now, or sets it
+// aside when its tenant has none, and reports whether it did: the claim then looks at the next job.
+func (s *Store) passOver(sel *selector, bi int, j *job, now time.Time, a *announcer, aside *tenantAside) bool {
+	if j.rk == nil || expired(j, now) {
+		return false
+	}
+	if blocked, until := j.rk.blocked(now); blocked {
+		if a.wantLimited {
+			a.limited = j.rk.hit(a.limited, j.RateKey, now)
+		}
+		if s.holdBack(j, until, now, a) {
+			sel.fix(bi)
+		} else {
+			// Its key waits for room: so do the other jobs of its heap, this claim over.
+			sel.remove(bi)
+		}
+		return true
+	}
+	if j.Tenant != "" && s.tenantBlocked(j.Tenant, now) {
+		if aside.hold(j) {
+			sel.fix(bi)
+		} else {
+			sel.remove(bi)
+		}
+		return true
+	}
+	return false
 }

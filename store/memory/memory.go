@@ -759,27 +759,8 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) ([]*store.Job, e
 			break
 		}
 		best, j := sel.hs[bi], top.j
-		if j.rk != nil && !expired(j, now) {
-			if blocked, until := j.rk.blocked(now); blocked {
-				if a.wantLimited {
-					a.limited = j.rk.hit(a.limited, j.RateKey, now)
-				}
-				if s.holdBack(j, until, now, &a) {
-					sel.fix(bi)
-				} else {
-					// Its key waits for room: so do the other jobs of its heap, this claim over.
-					sel.remove(bi)
-				}
-				continue
-			}
-			if j.Tenant != "" && s.tenantBlocked(j.Tenant, now) {
-				if aside.hold(j) {
-					sel.fix(bi)
-				} else {
-					sel.remove(bi)
-				}
-				continue
-			}
+		if s.passOver(&sel, bi, j, now, &a, &aside) {
+			continue
 		}
 		best.pop()
 		j.heap = nil // its entry is gone, not stale
