@@ -117,6 +117,9 @@ type Client struct {
 	// remoteProgress throttles progress reported over HTTP, per job (see JobProgressReport).
 	remoteProgressMu sync.Mutex
 	remoteProgress   map[string]*progressThrottle
+	// remoteProgressLen is len(remoteProgress), set under remoteProgressMu, so that an outcome of a
+	// job that never reported progress (most) takes no lock.
+	remoteProgressLen atomic.Int64
 
 	// commitWatch ends, at Stop, the goroutines that wait for the application's transaction of an
 	// InsertTx or InsertSQLTx to commit (see afterCommit); commitWatches counts them.

@@ -358,6 +358,7 @@ func (c *Client) remoteThrottle(j *JobRow) *progressThrottle {
 		return now
 	})
 	c.remoteProgress[j.ID] = t
+	c.remoteProgressLen.Store(int64(len(c.remoteProgress)))
 	return t
 }
 
@@ -366,9 +367,13 @@ func (c *Client) remoteThrottle(j *JobRow) *progressThrottle {
 // holds the job, so the attempt's last report (and checkpoint) is kept (ojs-progress.md 6.2, 8.2),
 // and forgets the job's throttle, so the next attempt's reports start afresh (5.3).
 func (c *Client) endRemoteProgress(id, token string) {
+	if c.remoteProgressLen.Load() == 0 {
+		return // no job holds a throttle (a report racing this outcome gets a fresh one, as below)
+	}
 	c.remoteProgressMu.Lock()
 	t := c.remoteProgress[id]
 	delete(c.remoteProgress, id)
+	c.remoteProgressLen.Store(int64(len(c.remoteProgress)))
 	c.remoteProgressMu.Unlock()
 	if t != nil {
 		t.endClaim(token)
