@@ -547,9 +547,22 @@ func (s *Server) getWorkflow(w http.ResponseWriter, r *http.Request, id string) 
 		s.writeError(w, r, workflowError(err, id))
 		return
 	}
-	orderSteps(wf.Type, jobs)
+	writeWorkflowSteps(w, wf, jobs, true)
+}
+
+// writeWorkflowSteps answers wf with its report (started_at, what failed) and its steps[], as
+// ojs-http-binding.md §14.2 shapes a workflow; with read false (the jobs could not be read), the
+// counts only.
+func writeWorkflowSteps(w http.ResponseWriter, wf *pronto.WorkflowInfo, jobs []*pronto.JobRow, read bool) {
 	b := getBuf()
 	*b = append(*b, `{"workflow":`...)
+	if !read {
+		*b = appendWorkflow(*b, wf, nil)
+		*b = append(*b, '}')
+		writeBuf(w, http.StatusOK, b)
+		return
+	}
+	orderSteps(wf.Type, jobs)
 	*b = appendWorkflow(*b, wf, jobs)
 	*b = appendSteps((*b)[:len(*b)-1], jobs)
 	*b = append(*b, '}', '}')
@@ -568,14 +581,6 @@ func (s *Server) loadWorkflow(w http.ResponseWriter, r *http.Request, id *string
 		return nil, false
 	}
 	return wf, true
-}
-
-func (s *Server) writeWorkflow(w http.ResponseWriter, wf *pronto.WorkflowInfo) {
-	b := getBuf()
-	*b = append(*b, `{"workflow":`...)
-	*b = appendWorkflow(*b, wf, nil)
-	*b = append(*b, '}')
-	writeBuf(w, http.StatusOK, b)
 }
 
 // GET /ojs/v1/workflows/{id}/jobs: the workflow and every job of it (steps, then callbacks, in the
@@ -629,7 +634,11 @@ func (s *Server) cancelWorkflow(w http.ResponseWriter, r *http.Request, id strin
 	case err != nil:
 		s.writeError(w, r, workflowError(err, id))
 	default:
-		s.writeWorkflow(w, wf)
+		// The cancel is done; its answer shows the workflow as GET would (when it started, what had
+		// failed, each step's state). A failed read of the jobs leaves only the counts, not an error
+		// for a cancel that took effect.
+		jobs, err := s.client.WorkflowJobs(ctx, id)
+		writeWorkflowSteps(w, wf, jobs, err == nil)
 	}
 }
 

@@ -141,6 +141,41 @@ func TestWorkflowMetadataStartedAt(t *testing.T) {
 	}
 }
 
+// TestWorkflowCancelAnswerReportsAsGet: DELETE /ojs/v1/workflows/{id} answers the cancelled
+// workflow as GET shows it: metadata.started_at of the step that had started, and steps[] with each
+// step's state (ojs-http-binding.md §14.2-14.3), not the counts alone.
+func TestWorkflowCancelAnswerReportsAsGet(t *testing.T) {
+	for _, kind := range storeKinds {
+		t.Run(kind, func(t *testing.T) {
+			s := newStoreServer(t, kind)
+			id, ids := createWF(t, s, `{"type":"chain","name":"c","steps":[{"type":"c.a","args":[],"options":{"queue":"wfspec-ca"}},{"type":"c.b","args":[],"options":{"queue":"wfspec-ca"}}]}`)
+			waitFetchWF(t, s, "wfspec-ca")
+			r := call(t, s, "DELETE", "/ojs/v1/workflows/"+id, "")
+			if r.status != 200 {
+				t.Fatalf("cancel: %d %s", r.status, r.raw)
+			}
+			wf := obj(t, r, "workflow")
+			if wf["state"] != "cancelled" {
+				t.Fatalf("state %v: %s", wf["state"], r.raw)
+			}
+			md, _ := wf["metadata"].(map[string]any)
+			if at, _ := md["started_at"].(string); at == "" {
+				t.Errorf("the cancel's answer lacks metadata.started_at of the started step: %s", r.raw)
+			}
+			steps, _ := wf["steps"].([]any)
+			if len(steps) != len(ids) {
+				t.Fatalf("the cancel's answer has steps %v, want %d: %s", wf["steps"], len(ids), r.raw)
+			}
+			for i, st := range steps {
+				m := st.(map[string]any)
+				if m["job_id"] != ids[i] || m["state"] != "cancelled" {
+					t.Errorf("step %d: %v, want job %s cancelled", i, m, ids[i])
+				}
+			}
+		})
+	}
+}
+
 // TestWorkflowFailureRecorded: a failed chain records which step failed and how (ojs-workflows.md
 // §9.2 rule 4, §9.6): failed_step_index, failed_job_ids (the step that failed, not those cancelled
 // after it) and errors [{job_id, code, message, attempt}].
