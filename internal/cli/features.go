@@ -212,6 +212,10 @@ func cmdRateLimitsDelete(ctx context.Context, r *runner, args []string) error {
 	if err != nil {
 		return err
 	}
+	if !pronto.ValidRateKey(pos[0]) {
+		// A name no job can have is a typo, not a key already removed.
+		return usageErrorf("rate-limits delete: invalid rate key %q", pos[0])
+	}
 	c, db, err := r.adminClient(ctx)
 	if err != nil {
 		return err

@@ -265,8 +265,8 @@ func cmdTenantsSet(ctx context.Context, r *runner, args []string) error {
 
 func cmdTenantsDelete(ctx context.Context, r *runner, args []string) error {
 	fs := r.newFlagSet("pronto tenants delete TENANT [flags]",
-		"Forget a tenant's weight, limit and priority boost (its jobs stay, with their priorities; it weighs\n"+
-			"1, is unlimited and unboosted again).").withDatabase()
+		"Forget a tenant's weight, limit, enqueue limits and priority boost (its jobs stay, with their\n"+
+			"priorities; it weighs 1, is unlimited and unboosted again).").withDatabase()
 	pos, err := fs.parse(args, 1, 1)
 	if err != nil {
 		return err
@@ -284,6 +284,7 @@ func cmdTenantsDelete(ctx context.Context, r *runner, args []string) error {
 		func() error { return c.TenantDeleteWeight(ctx, pos[0]) },
 		func() error { return c.TenantDeleteLimit(ctx, pos[0]) },
 		func() error { return c.TenantDeletePriorityBoost(ctx, pos[0]) },
+		func() error { return deleteEnqueueLimits(ctx, c, pos[0]) },
 	} {
 		switch err := del(); {
 		case err == nil:
@@ -294,8 +295,20 @@ func cmdTenantsDelete(ctx context.Context, r *runner, args []string) error {
 		}
 	}
 	if !found {
-		return notFoundf("tenant %q has no weight or limit stored, nor a priority boost", pos[0])
+		return notFoundf("tenant %q has no weight or limit stored, nor enqueue limits or a priority boost", pos[0])
 	}
-	fmt.Fprintf(r.env.Stdout, "tenant %s: weight, limit and priority boost forgotten\n", pos[0])
+	fmt.Fprintf(r.env.Stdout, "tenant %s: weight, limits and priority boost forgotten\n", pos[0])
 	return nil
+}
+
+// deleteEnqueueLimits removes tenant's enqueue limits, or reports pronto.ErrNotFound when it has none.
+func deleteEnqueueLimits(ctx context.Context, c *pronto.Client, tenant string) error {
+	m, err := c.TenantEnqueueLimits(ctx)
+	if err != nil {
+		return err
+	}
+	if _, ok := m[tenant]; !ok {
+		return pronto.ErrNotFound
+	}
+	return c.TenantSetEnqueueLimits(ctx, tenant, pronto.TenantEnqueueLimits{})
 }
