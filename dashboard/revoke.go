@@ -36,18 +36,21 @@ type revocations struct {
 	mu     sync.Mutex
 	local  map[string]int64 // revoked here; kept even if the store write failed
 	shared map[string]int64 // the store's list as last read
-	loaded time.Time
+	// tried is when the store's list was last read, or a read of it last failed: either way the
+	// copy in shared stands until revokedRefresh after it, so a store that does not answer costs
+	// one read per revokedRefresh, not one per request.
+	tried time.Time
 
 	loadMu sync.Mutex // one read of the store at a time; the others wait for it
 }
 
 // revoked reports whether session id was logged out here or, as last read from the store, anywhere.
 // The store's list is read again when older than revokedRefresh; if that read fails, the last copy
-// stands.
+// stands for another revokedRefresh (requests that waited on the failed read use it too).
 func (rv *revocations) revoked(ctx context.Context, id string, now time.Time) bool {
 	rv.mu.Lock()
 	_, out := rv.local[id]
-	fresh := rv.ss == nil || now.Sub(rv.loaded) < revokedRefresh
+	fresh := rv.ss == nil || now.Sub(rv.tried) < revokedRefresh
 	_, shared := rv.shared[id]
 	rv.mu.Unlock()
 	if out || fresh {
@@ -56,19 +59,24 @@ func (rv *revocations) revoked(ctx context.Context, id string, now time.Time) bo
 	rv.loadMu.Lock()
 	defer rv.loadMu.Unlock()
 	rv.mu.Lock()
-	fresh = now.Sub(rv.loaded) < revokedRefresh // another request read it meanwhile
+	fresh = now.Sub(rv.tried) < revokedRefresh // another request read it, or failed to, meanwhile
 	rv.mu.Unlock()
 	if !fresh {
-		ctx, cancel := context.WithTimeout(ctx, revokedRefresh)
-		m, err := rv.read(ctx)
+		rctx, cancel := context.WithTimeout(ctx, revokedRefresh)
+		m, err := rv.read(rctx)
 		cancel()
-		if err != nil {
+		left := ctx.Err() != nil // a request that left says nothing of the store
+		if err != nil && !left {
 			rv.log.Warn("pronto dashboard: cannot read the logged-out sessions; using the last copy", "err", err)
-		} else {
-			rv.mu.Lock()
-			rv.shared, rv.loaded = m, time.Now()
-			rv.mu.Unlock()
 		}
+		rv.mu.Lock()
+		if err == nil {
+			rv.shared = m
+		}
+		if err == nil || !left {
+			rv.tried = time.Now()
+		}
+		rv.mu.Unlock()
 	}
 	rv.mu.Lock()
 	defer rv.mu.Unlock()
@@ -99,7 +107,7 @@ func (rv *revocations) revoke(ctx context.Context, id string, until time.Time) e
 		}
 		if _, ok := m[id]; ok {
 			rv.mu.Lock()
-			rv.shared, rv.loaded = m, time.Now()
+			rv.shared, rv.tried = m, time.Now()
 			rv.mu.Unlock()
 			return nil
 		}
