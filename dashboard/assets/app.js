@@ -55,7 +55,11 @@ async function api(path, opts, retried) {
     CSRF = t.token;
     return api(path, opts, true);
   }
-  if (!r.ok) throw new Error((data && data.error) || r.status + " " + r.statusText);
+  if (!r.ok) {
+    const e = new Error((data && data.error) || r.status + " " + r.statusText);
+    e.status = r.status; // what a caller branches on: 404 gone, 409 changed meanwhile
+    throw e;
+  }
   return data;
 }
 const post = (path, body) => api(path, { method: "POST", body: body === undefined ? {} : body });
@@ -448,15 +452,34 @@ async function jobs(view, _, params) {
 async function job(view, parts) {
   const id = parts[0];
   const box = el("div", {});
-  view.root.append(box);
-  let last = "";
+  // stale says the last re-read failed: the job is shown as last read, not live.
+  const stale = el("p", { class: "stale", id: "stale", hidden: true });
+  view.root.append(stale, box);
+  let last = "", gone = false;
+  // showGone replaces the job, deleted since it was read, and ends the page's re-reads.
+  const showGone = () => {
+    gone = true;
+    stale.hidden = true;
+    box.replaceChildren(el("h1", {}, "Job ", el("span", { class: "mono" }, id)),
+      el("div", { class: "panel", id: "gone" }, el("p", {}, "This job no longer exists: it was deleted (by an operator, a bulk action or retention) after this page read it."),
+        el("p", {}, el("a", { href: "#/jobs" }, "« All jobs"))));
+  };
   const render = (j) => {
+    stale.hidden = true;
     const sig = JSON.stringify(j);
     if (sig === last) return;
     last = sig;
     const act = (a, label, cls, confirmText) => actBtn(label, async () => {
       if (confirmText && !confirm(confirmText)) return;
-      const r = await post("/api/jobs/" + id + "/" + a);
+      let r;
+      try {
+        r = await post("/api/jobs/" + id + "/" + a);
+      } catch (e) {
+        // Changed or deleted elsewhere since it was read: show what it is now, then the refusal.
+        if (e.status === 404) showGone();
+        if (e.status === 409) refresh();
+        throw e;
+      }
       toast(label + ": job is now " + r.state);
       if (a === "delete") { location.hash = "#/jobs"; return; }
       render(r);
@@ -514,13 +537,46 @@ async function job(view, parts) {
       dl.append(el("dt", {}, k), el("dd", {}, v));
     }
   };
-  const load = async () => render(await api("/api/jobs/" + id));
-  await load();
-  // An unfinished job is re-read each tick (one small read); a finished one only when an event names it.
+  // refresh re-reads the job, one read at a time (a call during a read reads again after it); a
+  // read that fails leaves the job shown as last read, marked stale.
+  let reading = false, again = false, lastLoad = 0, readAt = 0, due = false;
+  const refresh = async () => {
+    if (gone || !view.current()) return;
+    if (reading) { again = true; return; }
+    reading = true;
+    due = false;
+    lastLoad = Date.now();
+    try {
+      const j = await api("/api/jobs/" + id);
+      if (gone || !view.current()) return;
+      readAt = Date.now();
+      render(j);
+    } catch (e) {
+      if (gone || !view.current()) return;
+      if (e.status === 404) { showGone(); return; }
+      stale.textContent = "Not live: reading the job again failed (" + e.message + "); shown as read at " + new Date(readAt).toLocaleTimeString() + ".";
+      stale.hidden = false;
+    } finally {
+      reading = false;
+      if (again) { again = false; refresh(); }
+    }
+  };
+  render(await api("/api/jobs/" + id));
+  readAt = lastLoad = Date.now();
+  // An unfinished job is re-read each tick (one small read), and so is any job an event of this
+  // dashboard's client names. A finished one can also be retried or deleted by any other process
+  // (the CLI, another server, a Go service), which no event here names: those move the queue
+  // counts the server pushes each tick, and when they moved it is re-read, at most every 2 s.
+  // The first tick counts as a move: its counts may include changes made after the page was read.
+  let lastSig = "";
   view.listen((u) => {
+    if (gone) return;
+    const sig = JSON.stringify(u.queues.map((q) => q.counts));
+    if (sig !== lastSig) { due = true; lastSig = sig; }
     const state = box.querySelector("h1 .state");
     const named = u.jobs.some((c) => c.id === id || c.id === "*");
-    if (named || (state && !TERMINAL.has(state.dataset.state))) load().catch(() => {});
+    if (named || (state && !TERMINAL.has(state.dataset.state))) refresh();
+    else if (due && Date.now() - lastLoad >= 2000) refresh();
   });
 }
 
