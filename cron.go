@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -65,13 +66,15 @@ type CronJob struct {
 	OverlapPolicy CronOverlapPolicy
 	// Description is free text for people.
 	Description string
+	// Paused is true between CronPause and CronResume: no occurrence fires. CronRegister stores a
+	// registration given Paused as paused in the same write that creates it, so none of its
+	// occurrences fires before CronResume.
+	Paused bool
 
 	// Set by pronto.
-	// Paused is true between CronPause and CronResume: no occurrence fires.
-	Paused    bool
 	CreatedAt time.Time
 	NextRunAt time.Time
-	LastRunAt time.Time // zero until the first occurrence
+	LastRunAt time.Time // the latest occurrence that inserted a job; zero until one did
 	RunCount  int64     // occurrences that inserted a job
 	// LastJobID is the job of the latest occurrence that inserted one. A registration made again
 	// under a name (after CronDelete) starts with the previous one's unfinished job here, so that its
@@ -86,18 +89,18 @@ var cronParser = cron.NewParser(cron.SecondOptional | cron.Minute | cron.Hour | 
 type CronSchedule struct {
 	sched cron.Schedule
 	loc   *time.Location
-	// fixed: the expression names its minute and hour (no "*" in either: "30 2 * * *", @daily),
-	// so a daylight-saving change moves it rather than dropping or repeating it (see Next).
+	// fixed: the expression names its hours ("30 2 * * *", "*/30 1 * * *", @daily), so a
+	// daylight-saving change moves it rather than dropping or repeating it (see Next).
 	fixed bool
 }
 
 // Next returns the first occurrence strictly after t.
 //
-// Across a daylight-saving change, a schedule that names its minute and hour runs as cron daemons
-// (Vixie, ISC) run it: once on the day the clocks go back (at the first of the two times that read
-// the same), and, when its time falls in the hour the clocks skip, at the moment they jump. A
-// schedule with "*" in its minute or hour runs by the clock as it is: an hourly job runs once per
-// real hour either way.
+// Across a daylight-saving change, a schedule that names its hours runs as cron daemons (Vixie,
+// ISC) run it: each of its times once on the day the clocks go back (at the first of the two
+// readings), and, when its time falls in the hour the clocks skip, at the moment they jump. A
+// schedule with "*" in its hour ("0 * * * *", "0 */2 * * *") runs by the clock as it is: an hourly
+// job runs once per real hour either way.
 func (s CronSchedule) Next(t time.Time) time.Time {
 	if !s.fixed {
 		return s.sched.Next(t.In(s.loc)).UTC()
@@ -180,7 +183,9 @@ func zoneChange(a, b time.Time, loc *time.Location) time.Time {
 	return hi.Truncate(time.Second)
 }
 
-// fixedTime reports whether a parsed expression names its minute and hour (see CronSchedule.fixed).
+// fixedTime reports whether a parsed expression names its hours (see CronSchedule.fixed): no "*"
+// in its hour field. The minute and second fields do not matter: "*/30 1 * * *" names 1:00 and
+// 1:30, as "0,30 1 * * *" does (OJS cron 5.2, CRON-17: a time the clocks read twice runs once).
 func fixedTime(expr string) bool {
 	if strings.HasPrefix(expr, "@") {
 		switch expr {
@@ -193,7 +198,7 @@ func fixedTime(expr string) bool {
 	if len(f) == 6 {
 		f = f[1:] // seconds first
 	}
-	return len(f) >= 2 && !strings.Contains(f[0], "*") && !strings.Contains(f[1], "*")
+	return len(f) >= 2 && !strings.Contains(f[1], "*")
 }
 
 // ParseCron validates a cron expression and IANA timezone ("" is UTC) and returns the schedule, or an
@@ -217,6 +222,15 @@ func ParseCron(expression, timezone string) (CronSchedule, error) {
 		} else if err == nil && d%time.Second != 0 {
 			// The schedule counts whole seconds: 1500ms would fire every second.
 			return CronSchedule{}, invalidf("cron expression %q: @every takes whole seconds", expression)
+		}
+	}
+	if !strings.HasPrefix(expr, "@") {
+		// The parser drops an empty list item ("1,,5", "1,5,"): a typo that would run on other
+		// days than meant (OJS cron 3.5: a malformed expression is refused).
+		for _, field := range strings.Fields(expr) {
+			if slices.Contains(strings.Split(field, ","), "") {
+				return CronSchedule{}, invalidf("cron expression %q: empty item in the list %q", expression, field)
+			}
 		}
 	}
 	sched, err := cronParser.Parse(sundayAsSeven(expr))
@@ -292,9 +306,10 @@ func (c *Client) cronStore() (store.CronStore, error) {
 	return cs, nil
 }
 
-// CronRegister validates and stores a new periodic job. A registration with the same name gives an
-// error matching ErrDuplicate; to change one, delete it and register it again: the new registration
-// takes over the job the old one left unfinished, so its overlap policy still applies to that job.
+// CronRegister validates and stores a new periodic job, paused if j.Paused is set. A registration
+// with the same name gives an error matching ErrDuplicate; to change one, delete it and register it
+// again: the new registration takes over the job the old one left unfinished, so its overlap policy
+// still applies to that job.
 func (c *Client) CronRegister(ctx context.Context, j CronJob) (*CronJob, error) {
 	cs, err := c.cronStore()
 	if err != nil {
@@ -351,7 +366,7 @@ func (c *Client) CronRegister(ctx context.Context, j CronJob) (*CronJob, error) 
 	now := time.Now().UTC().Truncate(time.Microsecond)
 	s := &store.CronSchedule{
 		Name: j.Name, ID: uuidv7.New(), Expression: j.Expression, Timezone: j.Timezone,
-		OverlapPolicy: string(j.OverlapPolicy), Template: tb, Description: j.Description, Enabled: true,
+		OverlapPolicy: string(j.OverlapPolicy), Template: tb, Description: j.Description, Enabled: !j.Paused,
 		CreatedAt: now, NextRunAt: sched.Next(now), LastJobID: prev,
 	}
 	if err := cs.CronCreate(ctx, s); err != nil {
@@ -569,10 +584,27 @@ type CronFire struct {
 	// Job is the job the occurrence inserted, nil when it was skipped.
 	Job *JobRow
 	// Skipped is set when the overlap policy, or the template's unique policy, skipped the occurrence;
-	// PreviousJobID is the unfinished job (or the unique key's holder) that caused it.
+	// SkipReason says which, and PreviousJobID is the unfinished job (or the unique key's holder)
+	// that caused it.
 	Skipped       bool
+	SkipReason    CronSkipReason
 	PreviousJobID string
 }
+
+// CronSkipReason says why an occurrence inserted no job: the reason of OJS's cron.skipped event.
+type CronSkipReason string
+
+// Skip reasons. OJS cron 9.2 also names "disabled" and "dst_skip", which pronto never reports: a
+// paused registration has no occurrences to skip, and an occurrence the clocks skip fires at the
+// jump (see CronSchedule.Next).
+const (
+	// CronSkipOverlap: the previous occurrence's job had not finished and the overlap policy is
+	// CronSkip (OJS cron 9.2's overlap_skip).
+	CronSkipOverlap CronSkipReason = "overlap_skip"
+	// CronSkipUnique: the template's unique policy refused the job, another job holding its key.
+	// pronto's addition to OJS's reasons.
+	CronSkipUnique CronSkipReason = "unique_conflict"
+)
 
 // CronConfig configures RunCron.
 type CronConfig struct {
@@ -688,7 +720,8 @@ func (c *Client) fireDueCrons(ctx context.Context, cs store.CronStore, cfg *Cron
 func (c *Client) fireCron(ctx context.Context, cs store.CronStore, s *store.CronSchedule, cfg *CronConfig) error {
 	now := time.Now()
 	at := s.NextRunAt
-	adv := store.CronAdvance{Name: s.Name, ID: s.ID, From: at, RunAt: at}
+	// last_run_at is the latest occurrence that inserted a job: an advance without one keeps it.
+	adv := store.CronAdvance{Name: s.Name, ID: s.ID, From: at, RunAt: s.LastRunAt}
 	sched, err := ParseCron(s.Expression, s.Timezone)
 	if err != nil {
 		// Registered schedules were valid; one that is not any more is parked for an hour, loudly.
@@ -702,7 +735,7 @@ func (c *Client) fireCron(ctx context.Context, cs store.CronStore, s *store.Cron
 
 	// This occurrence's job may exist already (a leader inserted it and stopped before advancing).
 	if _, err := c.store.GetJob(ctx, jobID); err == nil {
-		adv.JobID = jobID
+		adv.JobID, adv.RunAt = jobID, at
 		_, err := cs.CronAdvance(ctx, adv)
 		return err
 	} else if !errors.Is(err, store.ErrNotFound) {
@@ -719,7 +752,7 @@ func (c *Client) fireCron(ctx context.Context, cs store.CronStore, s *store.Cron
 			return err // !ok: another leader moved it, or it was deleted: the next tick reads it again
 		}
 		at = latest
-		adv.From, adv.RunAt = at, at
+		adv.From = at
 		jobID = cronJobID(s.ID, at)
 	}
 	fire := CronFire{Name: s.Name, Expression: s.Expression, ScheduledAt: at}
@@ -759,7 +792,7 @@ func (c *Client) fireCron(ctx context.Context, cs store.CronStore, s *store.Cron
 		case !prev.State.Terminal():
 			ok, err := cs.CronAdvance(ctx, adv)
 			if err == nil && ok && cfg.OnFire != nil {
-				fire.Skipped, fire.PreviousJobID = true, prev.ID
+				fire.Skipped, fire.SkipReason, fire.PreviousJobID = true, CronSkipOverlap, prev.ID
 				cfg.OnFire(fire)
 			}
 			return err
@@ -791,7 +824,7 @@ func (c *Client) fireCron(ctx context.Context, cs store.CronStore, s *store.Cron
 	switch {
 	case errors.Is(err, ErrUniqueConflict):
 		// The template's unique policy refused this occurrence: it is skipped, like an overlap.
-		fire.Skipped = true
+		fire.Skipped, fire.SkipReason = true, CronSkipUnique
 		var uc *UniqueConflictError
 		if errors.As(err, &uc) {
 			fire.PreviousJobID = uc.ExistingID
@@ -805,7 +838,7 @@ func (c *Client) fireCron(ctx context.Context, cs store.CronStore, s *store.Cron
 	case err != nil && !errors.Is(err, ErrDuplicate):
 		return err
 	}
-	adv.JobID = jobID
+	adv.JobID, adv.RunAt = jobID, at
 	ok, err := cs.CronAdvance(ctx, adv)
 	if err == nil && ok && len(rows) == 1 && cfg.OnFire != nil {
 		fire.Job = rows[0]

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/pronto-jobs/pronto"
@@ -69,8 +70,8 @@ func decodeCronTemplate(body []byte, now time.Time) (*pronto.CronJob, *enqueueRe
 		if e != nil {
 			return nil, nil, e
 		}
-		// A registration created disabled is registered, then paused (CronPause): what a GET of a
-		// paused one shows can be sent back as it is.
+		// A registration created disabled is stored paused, in the write that creates it: what a GET
+		// of a paused one shows can be sent back as it is.
 		c.Paused = !on
 	}
 	// The zone first, on its own, so that the error names the field that is wrong.
@@ -352,9 +353,6 @@ func (s *Server) registerCron(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out, err := s.client.CronRegister(r.Context(), *c)
-	if err == nil && c.Paused {
-		out, err = s.client.CronPause(r.Context(), c.Name)
-	}
 	if err != nil {
 		s.writeError(w, r, fromClientError(err, "cron job", c.Name))
 		return
@@ -377,17 +375,31 @@ func (s *Server) cronTenant(r *http.Request, c *pronto.CronJob, tmpl *enqueueReq
 }
 
 // GET /ojs/v1/cron: the registrations in name order, paged by limit, offset and cursor (the last
-// name of the previous page), as every data-plane list is (ojs-http-binding.md 17).
+// name of the previous page), as every data-plane list is (ojs-http-binding.md 17); ?enabled=true
+// or false keeps those enabled or disabled (paused) only (ojs-cron.md 8.2), before the paging.
 func (s *Server) listCron(w http.ResponseWriter, r *http.Request) {
-	p, e := readNamePage(r.URL.Query(), pronto.ValidCronName)
+	q := r.URL.Query()
+	p, e := readNamePage(q, pronto.ValidCronName)
 	if e != nil {
 		s.writeError(w, r, e)
 		return
+	}
+	var enabled *bool
+	if v, ok := q["enabled"]; ok {
+		if len(v) != 1 || (v[0] != "true" && v[0] != "false") {
+			s.writeError(w, r, invalid("enabled", "query parameter enabled=%q: must be true or false", q.Get("enabled")))
+			return
+		}
+		on := v[0] == "true"
+		enabled = &on
 	}
 	cs, err := s.client.CronList(r.Context())
 	if err != nil {
 		s.writeError(w, r, fromClientError(err, "cron job", ""))
 		return
+	}
+	if enabled != nil {
+		cs = slices.DeleteFunc(cs, func(c *pronto.CronJob) bool { return c.Paused == *enabled })
 	}
 	page, hasMore, next := pageByName(cs, func(c *pronto.CronJob) string { return c.Name }, p)
 	b := getBuf()

@@ -348,7 +348,8 @@ func validID(s string) bool {
 type enqueueRequest struct {
 	job pronto.OJSJob
 	ext ojsExt
-	// metadata is options.metadata, merged into meta (meta's own keys win).
+	// metadata is options.meta and options.metadata, merged into meta (meta's own keys win, then
+	// options.meta's).
 	metadata map[string]json.RawMessage
 	// rateKeyFromQueue: options.rate_limit named no key, so the key is "queue:" and the job's queue.
 	rateKeyFromQueue bool
@@ -578,7 +579,8 @@ func checkMetaSize(raw json.RawMessage, field string) *apiError {
 	return metaTooLarge(field, tl)
 }
 
-// mergeMeta adds options.metadata (under meta's own keys) and pronto's ext to a meta object.
+// mergeMeta adds options.meta and options.metadata (under meta's own keys) and pronto's ext to a
+// meta object.
 func mergeMeta(meta json.RawMessage, metadata map[string]json.RawMessage, ext ojsExt) (json.RawMessage, *apiError) {
 	m := map[string]json.RawMessage{}
 	if len(meta) > 0 {
@@ -664,6 +666,7 @@ func applyOptions(req *enqueueRequest, opts object, now time.Time) *apiError {
 	o := &req.job.Opts
 	var e *apiError
 	var delayUntil time.Time
+	var optMeta, optMetadata map[string]json.RawMessage
 	for _, mb := range opts {
 		k, v := mb.key, mb.val
 		if isNull(v) {
@@ -753,11 +756,9 @@ func applyOptions(req *enqueueRequest, opts object, now time.Time) *apiError {
 			if o.Pending, e = wantBool(v, field); e != nil {
 				return e
 			}
-		case "metadata":
-			// The OpenAPI document's alternative to meta: merged into it.
-			if jsonKind(v) != "object" {
-				return invalid(field, "%s must be a JSON object, not %s", field, jsonKind(v))
-			}
+		case "meta", "metadata":
+			// options.meta (ojs-cron.md 2.2 lists it among a cron job's options, which are an
+			// enqueue's) and the OpenAPI document's options.metadata: merged into meta.
 			if e := checkMeta(v, field); e != nil {
 				return e
 			}
@@ -765,7 +766,11 @@ func applyOptions(req *enqueueRequest, opts object, now time.Time) *apiError {
 			if err := json.Unmarshal(v, &m); err != nil {
 				return invalid(field, "%s must be a JSON object", field)
 			}
-			req.metadata = m
+			if k == "meta" {
+				optMeta = m
+			} else {
+				optMetadata = m
+			}
 		case "unique":
 			if o.Unique, req.uniqueKeyDims, e = decodeUnique(v, field); e != nil {
 				return e
@@ -788,6 +793,23 @@ func applyOptions(req *enqueueRequest, opts object, now time.Time) *apiError {
 	}
 	if o.ScheduledAt.IsZero() && !delayUntil.IsZero() {
 		o.ScheduledAt = delayUntil
+	}
+	switch {
+	case optMeta != nil && optMetadata != nil:
+		for k, v := range optMeta {
+			optMetadata[k] = v
+		}
+		// Each was checked alone; the job's meta holds both.
+		if b, err := json.Marshal(optMetadata); err == nil {
+			if e := checkMetaSize(b, "options.meta"); e != nil {
+				return e
+			}
+		}
+		req.metadata = optMetadata
+	case optMeta != nil:
+		req.metadata = optMeta
+	case optMetadata != nil:
+		req.metadata = optMetadata
 	}
 	return nil
 }

@@ -510,7 +510,7 @@ func (s *Server) onCronFire(f pronto.CronFire) {
 	b = appendStringField(b, "job_type", f.Kind)
 	if f.Skipped {
 		typ = "cron.skipped"
-		b = appendStringField(b, "reason", "previous run has not finished")
+		b = appendStringField(b, "reason", string(f.SkipReason))
 		b = appendStringField(b, "existing_job_id", f.PreviousJobID)
 	} else if f.Job != nil {
 		queue, kind = f.Job.Queue, f.Job.Kind
