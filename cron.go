@@ -602,7 +602,8 @@ const (
 	// CronSkip (OJS cron 9.2's overlap_skip).
 	CronSkipOverlap CronSkipReason = "overlap_skip"
 	// CronSkipUnique: the template's unique policy refused the job, another job holding its key.
-	// pronto's addition to OJS's reasons.
+	// OJS allows no reason for it: the HTTP server reports it as overlap_skip with pronto's
+	// unique_conflict: true.
 	CronSkipUnique CronSkipReason = "unique_conflict"
 )
 

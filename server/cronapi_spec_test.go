@@ -109,6 +109,29 @@ func TestCronSkippedEventReason(t *testing.T) {
 	}
 }
 
+// An occurrence the template's unique policy refused (overlap allowed, the first occurrence's job
+// still holding the key) is reported with a reason ojs-cron.md 9.2 allows, overlap_skip, and
+// pronto's unique_conflict: true telling it apart, existing_job_id naming the holder.
+func TestCronSkippedByUniqueKeepsSpecReason(t *testing.T) {
+	for _, kind := range cronSpecStores {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			e := newOJSEnv(t, kind)
+			e.must(201, "POST", "/ojs/v1/cron", `{"name":"skip-unique","cron":"* * * * * *","type":"cron.spec",
+				"args":[],"overlap_policy":"allow","options":{"queue":"cronuniq",
+				"unique":{"keys":["type","args"],"on_conflict":"reject"}}}`)
+			job, _ := e.fetchWhenDue("cronuniq")
+			skipped := waitCronEvent(t, e, "cron.skipped", "skip-unique")
+			if skipped["reason"] != "overlap_skip" || skipped["unique_conflict"] != true {
+				t.Errorf("cron.skipped of a unique conflict: %v, want reason overlap_skip and unique_conflict true", skipped)
+			}
+			if skipped["existing_job_id"] != job["id"] {
+				t.Errorf("existing_job_id %v, want the key's holder %v", skipped["existing_job_id"], job["id"])
+			}
+		})
+	}
+}
+
 // ojs-cron.md 2.2: last_run_at is "the most recent trigger". A skipped occurrence inserts no job
 // and leaves it where the last trigger put it: a schedule that has skipped for days (a stuck
 // previous job) does not look as if it fired a second ago.

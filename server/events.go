@@ -510,7 +510,14 @@ func (s *Server) onCronFire(f pronto.CronFire) {
 	b = appendStringField(b, "job_type", f.Kind)
 	if f.Skipped {
 		typ = "cron.skipped"
-		b = appendStringField(b, "reason", string(f.SkipReason))
+		// ojs-cron.md 9.2 allows three reasons only: an occurrence its template's unique policy
+		// refused is an overlap with the job holding the key, told apart by pronto's own field.
+		if f.SkipReason == pronto.CronSkipUnique {
+			b = appendStringField(b, "reason", string(pronto.CronSkipOverlap))
+			b = appendBoolField(b, "unique_conflict", true)
+		} else {
+			b = appendStringField(b, "reason", string(f.SkipReason))
+		}
 		b = appendStringField(b, "existing_job_id", f.PreviousJobID)
 	} else if f.Job != nil {
 		queue, kind = f.Job.Queue, f.Job.Kind
