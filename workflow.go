@@ -28,6 +28,11 @@ import (
 //   - Callbacks: OnSuccess runs when every step completed, OnFailure when every step has finished and
 //     at least one did not complete, OnComplete when every step has finished, whatever the outcome. A
 //     callback whose condition is not met is cancelled. Callbacks receive every step's result.
+//   - A callback is a job like any other (its retry policy applies) and part of its workflow's
+//     outcome: the workflow stays running until the callbacks that run have finished, completes
+//     when every step and every callback that ran completed, and fails when a step did not
+//     complete or a callback was discarded after its retries. A callback cancelled because its
+//     condition was not met is no failure.
 //   - A crash at any point loses nothing: the graph lives in the database, and a step rescued after
 //     its worker died is retried like any job; its dependents wait for its final outcome.
 type Workflow struct {
@@ -55,9 +60,18 @@ type WorkflowJob struct {
 	OJS *OJSJob
 }
 
-// WorkflowInfo is a stored workflow: its name and type, its state (running, completed, failed or
-// cancelled), and its steps' counts per job state. Callbacks are not counted.
+// WorkflowInfo is a stored workflow: its name and type, its state, its steps' counts per job state
+// (Total and Counts: callbacks are not counted there) and its callbacks' counts (Callbacks). The
+// state is running while a step, or a callback that will run, has not finished; then completed
+// when every step and every callback that ran completed, failed when a step did not complete or a
+// callback was discarded (a callback cancelled because its condition was not met is no failure);
+// cancelled once WorkflowCancel cancelled it. FinishedAt is the latest end among its steps and
+// callbacks.
 type WorkflowInfo = store.Workflow
+
+// WorkflowCallbackCounts counts a workflow's callbacks: all, and those completed, cancelled and
+// discarded (WorkflowInfo.Callbacks).
+type WorkflowCallbackCounts = store.CallbackCounts
 
 // WorkflowState is a workflow's state.
 type WorkflowState = store.WorkflowState
@@ -361,14 +375,17 @@ func (c *Client) WorkflowJobs(ctx context.Context, id string) ([]*JobRow, error)
 	return out, nil
 }
 
-// ErrWorkflowFinished is WorkflowCancel's refusal of a workflow that already completed or failed;
-// errors.As with a *store.WorkflowFinishedError gives the state it keeps.
+// ErrWorkflowFinished is WorkflowCancel's refusal of a workflow that already completed or failed
+// (steps and callbacks all finished); errors.As with a *store.WorkflowFinishedError gives the state
+// it keeps.
 var ErrWorkflowFinished = store.ErrWorkflowFinished
 
 // WorkflowCancel cancels every job of a running workflow that has not finished (running ones are
-// told to stop) and marks it cancelled. Cancelling it again is harmless. A workflow that completed or
-// failed stays so, even when its last step finishes at the very moment of the call: the cancel is
-// refused with an error matching ErrWorkflowFinished. Each job it cancelled is reported once, as
+// told to stop) and marks it cancelled: a workflow whose steps have all finished but whose callback
+// has yet to run or finish is running, and its callback is cancelled. Cancelling it again is
+// harmless. A workflow that completed or failed (steps and callbacks all finished) stays so, even
+// when its last job finishes at the very moment of the call: the cancel is refused with an error
+// matching ErrWorkflowFinished. Each job it cancelled is reported once, as
 // JobCancel reports one: an EventCancelled from this client, or from the run of the pronto client
 // that was running it.
 func (c *Client) WorkflowCancel(ctx context.Context, id string) (*WorkflowInfo, error) {

@@ -108,9 +108,14 @@ import (
 // it. The child is decided exactly as above, once, never lost, but not in the parent's transaction
 // (store/redis/relay.go).
 //
-// The workflow's state is derived from its members (callbacks excluded): cancelled once
-// CancelWorkflow cancelled it while it ran; otherwise running while any member is not terminal; completed when all
-// completed; failed when all are terminal and at least one is not completed.
+// The workflow's state is derived from its members and its callbacks (ojs-workflows.md §9.4, §9.5:
+// a callback is a job like any other, and its failure fails the workflow): cancelled once
+// CancelWorkflow cancelled it while it ran; otherwise running while any member is not terminal or
+// any callback that will run (released, or pending: still to be released or cancelled) is not
+// terminal; once all are terminal, failed when a member is not completed or a callback was
+// discarded, completed otherwise. A callback cancelled because its condition did not hold (or by
+// CancelJob) is no failure. So a batch whose members all completed stays running until its
+// on_success and on_complete callbacks have finished, and fails when one of them is discarded.
 //
 // Manual operations stay possible: RetryJob of a discarded member runs it again (children already
 // cancelled stay cancelled); ActivateJob of a pending member releases it without its parents (with no
@@ -300,11 +305,25 @@ type Workflow struct {
 	// the eight states present (zero included), as the HTTP API shows them.
 	Total  int
 	Counts map[State]int
+	// Callbacks counts the callbacks (RunOn set) by outcome; they count in State too.
+	Callbacks CallbackCounts
 	// CreatedAt is when it was inserted; CancelledAt when CancelWorkflow was called (zero if never);
-	// FinishedAt, once it is not running, the latest CompletedAt of its members (or CancelledAt).
+	// FinishedAt, once it is not running, the latest CompletedAt of its members and callbacks (or
+	// CancelledAt).
 	CreatedAt   time.Time
 	CancelledAt time.Time
 	FinishedAt  time.Time
+}
+
+// CallbackCounts counts a workflow's callbacks: all of them, and those that ended each way.
+type CallbackCounts struct {
+	Total, Completed, Cancelled, Discarded int
+}
+
+// Open counts the callbacks not terminal: pending (their parents not all decided yet), or released
+// and not finished. Each of them will run, or be cancelled when its condition does not hold.
+func (c CallbackCounts) Open() int {
+	return max(c.Total-c.Completed-c.Cancelled-c.Discarded, 0)
 }
 
 // Workflows is the part of Store that inserts, reads and cancels workflows.
@@ -322,23 +341,25 @@ type Workflows interface {
 	// no run reports). Cancelling a workflow twice is not an error (the second cancels nothing that
 	// stayed cancelled); ErrNotFound if there is none. A workflow already completed or failed is
 	// left as it is and refused with a *WorkflowFinishedError (ErrWorkflowFinished), decided in the
-	// same step as the cancel, so a cancel racing the last outcome never turns it cancelled.
+	// same step as the cancel, so a cancel racing the last outcome never turns it cancelled. A
+	// workflow whose members finished but whose callback has yet to run or finish is running: the
+	// cancel cancels that callback.
 	CancelWorkflow(ctx context.Context, id string) (*Workflow, []*Job, error)
 	// WorkflowLister: one page of workflows at a time (see clients.go).
 	WorkflowLister
 }
 
 // DeriveWorkflowState is the rule every store applies to compute a workflow's state from its member
-// counts and whether it was cancelled.
-func DeriveWorkflowState(cancelled bool, total int, counts map[State]int) WorkflowState {
+// counts, its callback counts and whether it was cancelled (see the Workflows section above).
+func DeriveWorkflowState(cancelled bool, total int, counts map[State]int, callbacks CallbackCounts) WorkflowState {
 	if cancelled {
 		return WorkflowCancelled
 	}
 	terminal := counts[StateCompleted] + counts[StateCancelled] + counts[StateDiscarded]
 	switch {
-	case terminal < total:
+	case terminal < total || callbacks.Open() > 0:
 		return WorkflowRunning
-	case counts[StateCompleted] == total:
+	case counts[StateCompleted] == total && callbacks.Discarded == 0:
 		return WorkflowCompleted
 	default:
 		return WorkflowFailed

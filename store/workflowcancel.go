@@ -5,7 +5,8 @@ import (
 	"fmt"
 )
 
-// ErrWorkflowFinished: CancelWorkflow found the workflow completed or failed, and left it so.
+// ErrWorkflowFinished: CancelWorkflow found the workflow completed or failed (its members and its
+// callbacks all terminal), and left it so.
 var ErrWorkflowFinished = errors.New("workflow already finished")
 
 // WorkflowFinishedError is CancelWorkflow's refusal of a finished workflow: its id and the state it
@@ -24,8 +25,9 @@ func (e *WorkflowFinishedError) Error() string {
 func (e *WorkflowFinishedError) Is(target error) bool { return target == ErrWorkflowFinished }
 
 // CancelRefusal is the error CancelWorkflow returns for a workflow in state st, nil when the cancel
-// may proceed: a running workflow is cancelled, a cancelled one stays so (cancelling twice is not an
-// error), a completed or failed one is left as it is.
+// may proceed: a running workflow (one whose callbacks have yet to finish too) is cancelled, a
+// cancelled one stays so (cancelling twice is not an error), a completed or failed one, members and
+// callbacks all terminal, is left as it is.
 func CancelRefusal(id string, st WorkflowState) error {
 	if st == WorkflowCompleted || st == WorkflowFailed {
 		return &WorkflowFinishedError{ID: id, State: st}

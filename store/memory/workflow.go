@@ -25,30 +25,34 @@ type workflow struct {
 	meta          json.RawMessage
 	createdAt     time.Time
 	cancelledAt   time.Time
-	// lastDone is the latest CompletedAt a member reached.
+	// lastDone is the latest CompletedAt a member or callback reached.
 	lastDone time.Time
-	// counts counts the members (callbacks excluded) per state.
-	counts [8]int
+	// counts counts the members (callbacks excluded) per state; callbacks counts the callbacks.
+	counts    [8]int
+	callbacks [8]int
 	// jobs are the workflow's jobs in insertion order, stored or deleted; stored counts the former.
 	jobs   []*job
 	stored int
 }
 
-// placed counts member j in its state; place calls it.
+// placed counts member or callback j in its state; place calls it.
 func (w *workflow) placed(j *job) {
-	if j.RunOn != "" {
-		return
+	if j.RunOn == "" {
+		w.counts[stateIndex(j.State)]++
+	} else {
+		w.callbacks[stateIndex(j.State)]++
 	}
-	w.counts[stateIndex(j.State)]++
 	if j.State.Terminal() && j.CompletedAt.After(w.lastDone) {
 		w.lastDone = j.CompletedAt
 	}
 }
 
-// unplaced uncounts member j; unplace calls it.
+// unplaced uncounts member or callback j; unplace calls it.
 func (w *workflow) unplaced(j *job) {
 	if j.RunOn == "" {
 		w.counts[stateIndex(j.State)]--
+	} else {
+		w.callbacks[stateIndex(j.State)]--
 	}
 }
 
@@ -60,11 +64,19 @@ func (w *workflow) export() *store.Workflow {
 		counts[st] = w.counts[i]
 		total += w.counts[i]
 	}
+	cb := store.CallbackCounts{
+		Completed: w.callbacks[stateIndex(store.StateCompleted)],
+		Cancelled: w.callbacks[stateIndex(store.StateCancelled)],
+		Discarded: w.callbacks[stateIndex(store.StateDiscarded)],
+	}
+	for _, n := range w.callbacks {
+		cb.Total += n
+	}
 	out := &store.Workflow{
 		ID: w.id, Name: w.name, Type: w.typ, Meta: cloneRaw(w.meta),
-		Total: total, Counts: counts, CreatedAt: w.createdAt, CancelledAt: w.cancelledAt,
+		Total: total, Counts: counts, Callbacks: cb, CreatedAt: w.createdAt, CancelledAt: w.cancelledAt,
 	}
-	out.State = store.DeriveWorkflowState(!w.cancelledAt.IsZero(), total, counts)
+	out.State = store.DeriveWorkflowState(!w.cancelledAt.IsZero(), total, counts, cb)
 	if out.State != store.WorkflowRunning {
 		out.FinishedAt = w.lastDone
 		if w.cancelledAt.After(out.FinishedAt) {
@@ -209,8 +221,8 @@ func workflowNotFound(id string) error {
 
 // CancelWorkflow cancels every job of the workflow that is not terminal, telling the runners of
 // active ones, and marks the workflow cancelled (the first call's time stays). It returns the jobs it
-// cancelled as they were before. A completed or failed workflow is left so: an error matching
-// store.ErrWorkflowFinished.
+// cancelled as they were before. A completed or failed workflow (members and callbacks terminal) is
+// left so: an error matching store.ErrWorkflowFinished.
 func (s *Store) CancelWorkflow(ctx context.Context, id string) (*store.Workflow, []*store.Job, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, nil, err

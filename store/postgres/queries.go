@@ -917,18 +917,29 @@ const stateCounts = `count(*) FILTER (WHERE state = 'scheduled') AS scheduled,
 		count(*) FILTER (WHERE state = 'cancelled') AS cancelled,
 		count(*) FILTER (WHERE state = 'discarded') AS discarded`
 
-// workflowCols reads a workflow with its members' counts per state (callbacks excluded) and the
-// latest completion among them.
+// workflowCols reads a workflow with its members' counts per state, its callbacks' counts (all,
+// completed, cancelled, discarded) and the latest completion among its jobs, in one pass over them.
 const workflowCols = `w.id, w.name, w.type, w.meta, w.created_at, w.cancelled_at, c.total,
 	c.scheduled, c.available, c.pending, c.active, c.completed, c.retryable, c.cancelled,
-	c.discarded, c.finished_at
+	c.discarded, c.finished_at, c.cb_total, c.cb_completed, c.cb_cancelled, c.cb_discarded
 FROM {schema}.workflows w
 CROSS JOIN LATERAL (
-	SELECT count(*) AS total,
-		` + stateCounts + `,
-		max(completed_at) AS finished_at
+	SELECT count(*) FILTER (WHERE run_on IS NULL) AS total,
+		count(*) FILTER (WHERE run_on IS NULL AND state = 'scheduled') AS scheduled,
+		count(*) FILTER (WHERE run_on IS NULL AND state = 'available') AS available,
+		count(*) FILTER (WHERE run_on IS NULL AND state = 'pending') AS pending,
+		count(*) FILTER (WHERE run_on IS NULL AND state = 'active') AS active,
+		count(*) FILTER (WHERE run_on IS NULL AND state = 'completed') AS completed,
+		count(*) FILTER (WHERE run_on IS NULL AND state = 'retryable') AS retryable,
+		count(*) FILTER (WHERE run_on IS NULL AND state = 'cancelled') AS cancelled,
+		count(*) FILTER (WHERE run_on IS NULL AND state = 'discarded') AS discarded,
+		max(completed_at) AS finished_at,
+		count(*) FILTER (WHERE run_on IS NOT NULL) AS cb_total,
+		count(*) FILTER (WHERE run_on IS NOT NULL AND state = 'completed') AS cb_completed,
+		count(*) FILTER (WHERE run_on IS NOT NULL AND state = 'cancelled') AS cb_cancelled,
+		count(*) FILTER (WHERE run_on IS NOT NULL AND state = 'discarded') AS cb_discarded
 	FROM {schema}.jobs
-	WHERE workflow_id = w.id AND run_on IS NULL
+	WHERE workflow_id = w.id
 ) c`
 
 // Workflow statements.

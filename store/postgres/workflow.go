@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -70,13 +69,15 @@ func (s *Store) InsertWorkflow(ctx context.Context, p store.WorkflowParams) (*st
 		if j.RunOn == "" {
 			w.Total++
 			w.Counts[j.State]++
+		} else {
+			w.Callbacks.Total++
 		}
 	}
-	w.State = store.DeriveWorkflowState(false, w.Total, w.Counts)
+	w.State = store.DeriveWorkflowState(false, w.Total, w.Counts, w.Callbacks)
 	return w, jobs, nil
 }
 
-// GetWorkflow returns the workflow with id, its state derived from its members' current states, or
+// GetWorkflow returns the workflow with id, its state derived from its jobs' current states, or
 // an error matching store.ErrNotFound.
 func (s *Store) GetWorkflow(ctx context.Context, id string) (*store.Workflow, error) {
 	w, err := scanWorkflow(s.pool.QueryRow(ctx, s.q.getWorkflow, id))
@@ -92,8 +93,8 @@ func (s *Store) GetWorkflow(ctx context.Context, id string) (*store.Workflow, er
 // CancelWorkflow cancels every job of the workflow that is not terminal, members and callbacks
 // alike (active ones' runners are told), marks the workflow cancelled, and returns it as it is
 // then with the jobs it cancelled as they were before, in one transaction. A second call changes
-// nothing and keeps the first cancellation's time. A completed or failed workflow is left so, with
-// an error matching store.ErrWorkflowFinished. A missing workflow gives an error matching
+// nothing and keeps the first cancellation's time. A completed or failed workflow (members and
+// callbacks terminal) is left so, with an error matching store.ErrWorkflowFinished. A missing workflow gives an error matching
 // store.ErrNotFound.
 func (s *Store) CancelWorkflow(ctx context.Context, id string) (*store.Workflow, []*store.Job, error) {
 	var (
@@ -108,10 +109,10 @@ func (s *Store) CancelWorkflow(ctx context.Context, id string) (*store.Workflow,
 		if cancelled, err = scanJobs(rows); err != nil {
 			return err
 		}
-		// The statement locks the jobs it cancels, so a member it cancelled had not finished: the
-		// workflow was running. Cancelling no member, it was finished or cancelled already; rolled
-		// back, it is left as it was.
-		if !slices.ContainsFunc(cancelled, func(j *store.Job) bool { return j.RunOn == "" }) {
+		// The statement locks the jobs it cancels, so a job it cancelled had not finished: a member
+		// or a callback still to run or finish, so the workflow was running. Cancelling nothing, it
+		// was finished or cancelled already; rolled back, it is left as it was.
+		if len(cancelled) == 0 {
 			return errCancelNothing
 		}
 		w, err = scanWorkflow(tx.QueryRow(ctx, s.q.getWorkflow, id))
@@ -132,8 +133,8 @@ func (s *Store) CancelWorkflow(ctx context.Context, id string) (*store.Workflow,
 	return w, cancelled, nil
 }
 
-// errCancelNothing rolls back a CancelWorkflow that found no member to cancel.
-var errCancelNothing = errors.New("no member to cancel")
+// errCancelNothing rolls back a CancelWorkflow that found no job to cancel.
+var errCancelNothing = errors.New("no job to cancel")
 
 // scanWorkflow reads one row of workflowCols and derives the workflow's state.
 func scanWorkflow(row pgx.Row) (*store.Workflow, error) {
@@ -142,20 +143,22 @@ func scanWorkflow(row pgx.Row) (*store.Workflow, error) {
 		cancelledAt, finished pgtype.Timestamptz
 		total                 int64
 		counts                [8]int64
+		cb                    [4]int64
 	)
 	err := row.Scan(&w.ID, &w.Name, &w.Type, &w.Meta, &w.CreatedAt, &cancelledAt, &total,
 		&counts[0], &counts[1], &counts[2], &counts[3], &counts[4], &counts[5], &counts[6], &counts[7],
-		&finished)
+		&finished, &cb[0], &cb[1], &cb[2], &cb[3])
 	if err != nil {
 		return nil, err
 	}
+	w.Callbacks = store.CallbackCounts{Total: int(cb[0]), Completed: int(cb[1]), Cancelled: int(cb[2]), Discarded: int(cb[3])}
 	w.Total = int(total)
 	w.Counts = make(map[store.State]int, len(store.AllStates))
 	for i, st := range store.AllStates { // the statement counts in AllStates order
 		w.Counts[st] = int(counts[i])
 	}
 	w.CancelledAt = timeOf(cancelledAt)
-	w.State = store.DeriveWorkflowState(cancelledAt.Valid, w.Total, w.Counts)
+	w.State = store.DeriveWorkflowState(cancelledAt.Valid, w.Total, w.Counts, w.Callbacks)
 	switch w.State {
 	case store.WorkflowRunning:
 	case store.WorkflowCancelled:

@@ -167,7 +167,8 @@ func (s *Store) ListRateLimits(ctx context.Context) ([]*store.RateLimitInfo, err
 }
 
 // Workflows: a workflow is a hash wf:<id> (id, name, type, meta, total, created, cancelled,
-// lastdone, and n:<state>, its members per state, kept by the scripts' place and unplace) with a
+// lastdone, n:<state>, its members per state, and c:<state>, its callbacks per state, kept by the
+// scripts' place and unplace; cbc marks a workflow whose callbacks are counted so) with a
 // sorted set wfj:<id> of its job ids. A job's children are the field kids of its hash; every script
 // that can end a job settles the children of the workflow jobs it ended before it returns, so a
 // child is released (or cancelled) in the same script as its parent's transition.
@@ -595,7 +596,22 @@ func decodeWorkflow(id string, m map[string]string) *store.Workflow {
 		w.Counts[st] = n
 		w.Total += n
 	}
-	w.State = store.DeriveWorkflowState(!w.CancelledAt.IsZero(), w.Total, w.Counts)
+	if m["cbc"] == "1" { // a workflow written before callbacks were counted is judged by its members
+		cb := &w.Callbacks
+		for _, st := range store.AllStates {
+			n, _ := strconv.Atoi(m["c:"+string(st)])
+			cb.Total += n
+			switch st {
+			case store.StateCompleted:
+				cb.Completed = n
+			case store.StateCancelled:
+				cb.Cancelled = n
+			case store.StateDiscarded:
+				cb.Discarded = n
+			}
+		}
+	}
+	w.State = store.DeriveWorkflowState(!w.CancelledAt.IsZero(), w.Total, w.Counts, w.Callbacks)
 	if w.State != store.WorkflowRunning {
 		w.FinishedAt = fromMicros(m["lastdone"])
 		if w.CancelledAt.After(w.FinishedAt) {
@@ -610,7 +626,8 @@ func decodeWorkflow(id string, m map[string]string) *store.Workflow {
 
 // CancelWorkflow cancels every job of the workflow that is not terminal (telling the runners of
 // active ones), marks it cancelled and returns it with the jobs it cancelled as they were before. A
-// completed or failed workflow is left so, with an error matching store.ErrWorkflowFinished.
+// completed or failed workflow (members and callbacks terminal) is left so, with an error matching
+// store.ErrWorkflowFinished.
 func (s *Store) CancelWorkflow(ctx context.Context, id string) (*store.Workflow, []*store.Job, error) {
 	bases, queues, err := s.workflowBases(ctx, []string{id})
 	if err != nil {
@@ -632,9 +649,9 @@ func (s *Store) CancelWorkflow(ctx context.Context, id string) (*store.Workflow,
 	if err != nil {
 		return nil, nil, fmt.Errorf("redis: cancel workflow %s: %w", id, err)
 	}
-	// A part whose members all finished changed nothing. When another part had a member left, the
-	// workflow was running and can no longer complete: those parts are cancelled too. Otherwise it
-	// had finished, and stays so.
+	// A part whose members and callbacks all finished changed nothing. When another part had one
+	// left, the workflow was running and can no longer complete: those parts are cancelled too.
+	// Otherwise it had finished, and stays so.
 	var finished []int
 	state := store.WorkflowCompleted
 	for i, r := range res {

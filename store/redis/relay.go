@@ -420,7 +420,7 @@ func mergeParts(parts []map[string]string) map[string]string {
 		}
 		for k, v := range m {
 			switch {
-			case strings.HasPrefix(k, "n:"):
+			case strings.HasPrefix(k, "n:") || strings.HasPrefix(k, "c:"):
 				out[k] = addCounts(out[k], v)
 			case k == "lastdone" || k == "cancelled":
 				if fromMicros(v).After(fromMicros(out[k])) {

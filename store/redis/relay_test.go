@@ -107,8 +107,10 @@ func TestClusterSplitWorkflows(t *testing.T) {
 	wfFinish(t, s, x, store.StateDiscarded, "")
 	wfState(t, s, store.StateCancelled, y, z)
 	wfReleased(t, s, f, `[null]`)
-	wfGet(t, s, wf2, store.WorkflowFailed)
+	wfGet(t, s, wf2, store.WorkflowRunning) // until its callback, in another part, has run
 	wfFinish(t, s, f, store.StateCompleted, "")
+	w = wfGet(t, s, wf2, store.WorkflowFailed)
+	require.Equal(t, store.CallbackCounts{Total: 1, Completed: 1}, w.Callbacks, "the parts' callback counts merged")
 	requireOutboxesEmpty(t, s, qs...)
 
 	// Cancelling the workflow cancels every part.

@@ -215,7 +215,7 @@ local function unplace(id, f)
     zw('ZREM', B .. 'done:' .. st, nil, id)
   end
   if rk then redis.call('HINCRBY', (ratekeys(f)), 'n:' .. st, -1) end
-  if f.wf and not f.runon then redis.call('HINCRBY', wfbase(f.wfl) .. 'wf:' .. f.wf, 'n:' .. st, -1) end
+  if f.wf then redis.call('HINCRBY', wfbase(f.wfl) .. 'wf:' .. f.wf, (f.runon and 'c:' or 'n:') .. st, -1) end
   -- Only a job with an expiry (set at insert, never changed) is ever in the expiry index.
   if num(f.expires) > 0 then redis.call('ZREM', B .. 'exp', id) end
   return f
@@ -253,12 +253,11 @@ local function place(id, f)
     redis.call('ZADD', tj, '0', id)
   end
   if f.wf then
-    if not f.runon then
-      local w = wfbase(f.wfl) .. 'wf:' .. f.wf
-      redis.call('HINCRBY', w, 'n:' .. st, 1)
-      if terminal(st) and num(f.completed) > num(redis.call('HGET', w, 'lastdone')) then
-        redis.call('HSET', w, 'lastdone', s(num(f.completed)))
-      end
+    -- Members count as n:<state>, callbacks as c:<state>; lastdone is the latest end of either.
+    local w = wfbase(f.wfl) .. 'wf:' .. f.wf
+    redis.call('HINCRBY', w, (f.runon and 'c:' or 'n:') .. st, 1)
+    if terminal(st) and num(f.completed) > num(redis.call('HGET', w, 'lastdone')) then
+      redis.call('HSET', w, 'lastdone', s(num(f.completed)))
     end
     if terminal(st) and ((f.kids and f.kids ~= '') or f.xkids) then decided[#decided + 1] = {id, f.wfl and B} end
   end
@@ -1827,7 +1826,7 @@ local w = W .. 'wf:' .. ARGV[1]
 if redis.call('EXISTS', w) == 1 then return 'dup' end
 if W ~= G and ARGV[9] == '1' and redis.call('EXISTS', G .. 'wf:' .. ARGV[1]) == 1 then return 'dup' end
 local t = now()
-redis.call('HSET', w, 'id', ARGV[1], 'name', ARGV[2], 'type', ARGV[3], 'total', ARGV[6], 'created', s(t))
+redis.call('HSET', w, 'id', ARGV[1], 'name', ARGV[2], 'type', ARGV[3], 'total', ARGV[6], 'created', s(t), 'cbc', '1')
 if ARGV[4] == '1' then redis.call('HSET', w, 'meta', ARGV[5]) end
 local i = 10
 for _ = 1, tonumber(ARGV[7]) do

@@ -203,10 +203,12 @@ func TestClusterWorkflows(t *testing.T) {
 			wfState(t, s, store.StateCancelled, onOK)
 			wfReleased(t, s, onFail, `[1,null]`)
 			wfReleased(t, s, onDone, `[1,null]`)
-			w = wfGet(t, s, wf, store.WorkflowFailed)
+			w = wfGet(t, s, wf, store.WorkflowRunning) // its callbacks are still to run
 			require.Equal(t, 2, w.Total, "callbacks are not members")
 			wfFinish(t, s, onFail, store.StateCompleted, "")
 			wfFinish(t, s, onDone, store.StateCompleted, "")
+			w = wfGet(t, s, wf, store.WorkflowFailed)
+			require.Equal(t, store.CallbackCounts{Total: 3, Completed: 2, Cancelled: 1}, w.Callbacks)
 
 			// DAG: a diamond, parents' results in the child's parent order.
 			wf = uuidv7.New()

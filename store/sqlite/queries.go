@@ -649,10 +649,10 @@ const insertDepsSQL = `INSERT INTO pronto_job_deps (parent_id, child_id)
 
 const getWorkflowSQL = `SELECT id, name, type, meta, created_at, cancelled_at FROM pronto_workflows WHERE id = ?1`
 
-// workflowCountsSQL counts workflow ?1's members (callbacks excluded) per state, with the latest
-// completion time.
-const workflowCountsSQL = `SELECT state, count(*), max(completed_at) FROM pronto_jobs
-	WHERE workflow_id = ?1 AND run_on IS NULL GROUP BY state`
+// workflowCountsSQL counts workflow ?1's jobs per state, its members and its callbacks apart (the
+// second column is 1 for a callback), with the latest completion time.
+const workflowCountsSQL = `SELECT state, run_on IS NOT NULL, count(*), max(completed_at) FROM pronto_jobs
+	WHERE workflow_id = ?1 GROUP BY state, run_on IS NOT NULL`
 
 // markWorkflowCancelledSQL: ?1 id, ?2 now. The first cancellation's time is kept.
 const markWorkflowCancelledSQL = `UPDATE pronto_workflows SET cancelled_at = COALESCE(cancelled_at, ?2)

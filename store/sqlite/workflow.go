@@ -98,9 +98,11 @@ func (s *Store) InsertWorkflow(ctx context.Context, p store.WorkflowParams) (*st
 		if jobs[i].RunOn == "" {
 			w.Total++
 			w.Counts[jobs[i].State]++
+		} else {
+			w.Callbacks.Total++
 		}
 	}
-	w.State = store.DeriveWorkflowState(false, w.Total, w.Counts)
+	w.State = store.DeriveWorkflowState(false, w.Total, w.Counts, w.Callbacks)
 	s.publish(insertNotifications(jobs, nowUS))
 	return w, jobs, nil
 }
@@ -123,9 +125,10 @@ func (s *Store) GetWorkflow(ctx context.Context, id string) (*store.Workflow, er
 // CancelWorkflow cancels, in one write transaction, every job of the workflow that is not terminal
 // (members and callbacks) and marks the workflow cancelled, then tells the runners of the jobs that
 // were active (NotifyCancel). It returns the workflow and the jobs it cancelled as they were before.
-// Cancelling twice is not an error; a completed or failed workflow is left so, with an error matching
-// store.ErrWorkflowFinished. Every job of the workflow is terminal afterwards, and a job's
-// children are in its own workflow, so no pending child is left to decide.
+// Cancelling twice is not an error; a completed or failed workflow (members and callbacks terminal)
+// is left so, with an error matching store.ErrWorkflowFinished. Every job of the workflow is
+// terminal afterwards, and a job's children are in its own workflow, so no pending child is left to
+// decide.
 func (s *Store) CancelWorkflow(ctx context.Context, id string) (*store.Workflow, []*store.Job, error) {
 	nowUS, _ := s.nowMicro()
 	r, err := s.begin(ctx, markWorkflowCancelledSQL, workflowUnfinishedSQL, cancelWorkflowJobsSQL, getWorkflowSQL,
@@ -206,7 +209,20 @@ func zeroCounts() map[store.State]int {
 	return m
 }
 
-// loadWorkflow reads workflow id and derives its state from its members' counts.
+// countCallbacks adds n callbacks in state st to c.
+func countCallbacks(c *store.CallbackCounts, st store.State, n int) {
+	c.Total += n
+	switch st {
+	case store.StateCompleted:
+		c.Completed += n
+	case store.StateCancelled:
+		c.Cancelled += n
+	case store.StateDiscarded:
+		c.Discarded += n
+	}
+}
+
+// loadWorkflow reads workflow id and derives its state from its members' and callbacks' counts.
 func loadWorkflow(ctx context.Context, q queryer, id string) (*store.Workflow, error) {
 	rows, err := q.QueryContext(ctx, getWorkflowSQL, id)
 	if err != nil {
@@ -243,14 +259,19 @@ func loadWorkflow(ctx context.Context, q queryer, id string) (*store.Workflow, e
 	var lastCompleted int64
 	for rows.Next() {
 		var state string
+		var isCallback bool
 		var n int
 		var completed sql.NullInt64
-		if err := rows.Scan(&state, &n, &completed); err != nil {
+		if err := rows.Scan(&state, &isCallback, &n, &completed); err != nil {
 			rows.Close()
 			return nil, err
 		}
-		w.Counts[store.State(state)] = n
-		w.Total += n
+		if isCallback {
+			countCallbacks(&w.Callbacks, store.State(state), n)
+		} else {
+			w.Counts[store.State(state)] = n
+			w.Total += n
+		}
 		if completed.Valid && completed.Int64 > lastCompleted {
 			lastCompleted = completed.Int64
 		}
@@ -258,7 +279,7 @@ func loadWorkflow(ctx context.Context, q queryer, id string) (*store.Workflow, e
 	if err := closeRows(rows); err != nil {
 		return nil, err
 	}
-	w.State = store.DeriveWorkflowState(!w.CancelledAt.IsZero(), w.Total, w.Counts)
+	w.State = store.DeriveWorkflowState(!w.CancelledAt.IsZero(), w.Total, w.Counts, w.Callbacks)
 	switch {
 	case w.State == store.WorkflowCancelled:
 		w.FinishedAt = w.CancelledAt

@@ -14,6 +14,11 @@ import (
 	"github.com/pronto-jobs/pronto/store"
 )
 
+// The cases of this file added since the suite's list was written join it here.
+func init() {
+	tests = append(tests, testCase{"WorkflowCallbackOutcomes", single(testWorkflowCallbackOutcomes)})
+}
+
 // workflows returns s as a store.Workflows, failing the test if it is not one.
 func workflows(t testing.TB, s store.Store) store.Workflows {
 	t.Helper()
@@ -222,6 +227,9 @@ func testWorkflowAcrossQueues(t *testing.T, s store.Store) {
 	fail(t, s, x)
 	requireState(t, s, store.StateCancelled, y, z)
 	requireReleasedWith(t, s, f, `[null]`)
+	requireWorkflow(t, getWorkflow(t, s, wf2), store.WorkflowRunning, 3,
+		map[store.State]int{store.StateDiscarded: 1, store.StateCancelled: 2})
+	complete(t, s, f, "")
 	requireWorkflow(t, getWorkflow(t, s, wf2), store.WorkflowFailed, 3,
 		map[store.State]int{store.StateDiscarded: 1, store.StateCancelled: 2})
 
@@ -371,11 +379,18 @@ func testWorkflowCallbacksSuccess(t *testing.T, s store.Store) {
 	requireReleasedWith(t, s, onSuccess, `["a","b"]`)
 	requireReleasedWith(t, s, onComplete, `["a","b"]`)
 	requireState(t, s, store.StateCancelled, onFailure)
-	requireWorkflow(t, getWorkflow(t, s, wf), store.WorkflowCompleted, 2, map[store.State]int{store.StateCompleted: 2})
+	// The callbacks still to run keep the workflow running (ojs-workflows.md §9.4).
+	w := getWorkflow(t, s, wf)
+	requireWorkflow(t, w, store.WorkflowRunning, 2, map[store.State]int{store.StateCompleted: 2})
+	require.Equal(t, store.CallbackCounts{Total: 3, Cancelled: 1}, w.Callbacks)
 
 	complete(t, s, onSuccess, "")
+	requireWorkflow(t, getWorkflow(t, s, wf), store.WorkflowRunning, 2, map[store.State]int{store.StateCompleted: 2})
 	complete(t, s, onComplete, "")
-	requireWorkflow(t, getWorkflow(t, s, wf), store.WorkflowCompleted, 2, map[store.State]int{store.StateCompleted: 2})
+	w = getWorkflow(t, s, wf)
+	requireWorkflow(t, w, store.WorkflowCompleted, 2, map[store.State]int{store.StateCompleted: 2})
+	require.Equal(t, store.CallbackCounts{Total: 3, Completed: 2, Cancelled: 1}, w.Callbacks)
+	requireTimeEqual(t, get(t, s, onComplete.ID).CompletedAt, w.FinishedAt, "finished_at is the last callback's completion")
 }
 
 func testWorkflowCallbacksFailure(t *testing.T, s store.Store) {
@@ -392,8 +407,15 @@ func testWorkflowCallbacksFailure(t *testing.T, s store.Store) {
 		Result: json.RawMessage(`{"a":true}`)}))
 	requireReleasedWith(t, s, onFailure, `[{"a":true},null]`)
 	requireReleasedWith(t, s, onComplete, `[{"a":true},null]`)
-	requireWorkflow(t, getWorkflow(t, s, wf), store.WorkflowFailed, 2,
+	requireWorkflow(t, getWorkflow(t, s, wf), store.WorkflowRunning, 2,
 		map[store.State]int{store.StateCompleted: 1, store.StateDiscarded: 1})
+	complete(t, s, onFailure, "")
+	complete(t, s, onComplete, "")
+	// Its callbacks completed; the member that failed fails it.
+	w := getWorkflow(t, s, wf)
+	requireWorkflow(t, w, store.WorkflowFailed, 2,
+		map[store.State]int{store.StateCompleted: 1, store.StateDiscarded: 1})
+	require.Equal(t, store.CallbackCounts{Total: 3, Completed: 2, Cancelled: 1}, w.Callbacks)
 
 	// When every parent fails, on_failure runs and on_success never does.
 	q2 := uniq("wf-batch-allfail")
@@ -405,8 +427,100 @@ func testWorkflowCallbacksFailure(t *testing.T, s store.Store) {
 	fail(t, s, y)
 	requireReleasedWith(t, s, onFailure2, `[null,null]`)
 	requireReleasedWith(t, s, onComplete2, `[null,null]`)
+	requireWorkflow(t, getWorkflow(t, s, wf2), store.WorkflowRunning, 2,
+		map[store.State]int{store.StateCancelled: 1, store.StateDiscarded: 1})
+	complete(t, s, onFailure2, "")
+	complete(t, s, onComplete2, "")
 	requireWorkflow(t, getWorkflow(t, s, wf2), store.WorkflowFailed, 2,
 		map[store.State]int{store.StateCancelled: 1, store.StateDiscarded: 1})
+}
+
+// testWorkflowCallbackOutcomes: a callback is a job like any other whose outcome counts in its
+// workflow's (ojs-workflows.md §9.4 rule 4, §9.5): the workflow runs until its callbacks that will
+// run have finished, fails when one is discarded, and may be cancelled while one is left; a
+// callback cancelled because its condition did not hold is no failure.
+func testWorkflowCallbackOutcomes(t *testing.T, s store.Store) {
+	q := uniq("wf-callback-outcome")
+
+	// on_success discarded after its one attempt: the batch fails, its members all completed.
+	wf := uuidv7.New()
+	a, b := member(wf, q), member(wf, q)
+	onSuccess := callback(wf, q, store.RunOnSuccess, a, b)
+	onSuccess.MaxAttempts = 1
+	insertWorkflow(t, s, wf, a, b, onSuccess)
+	complete(t, s, a, "")
+	complete(t, s, b, "")
+	requireReleasedWith(t, s, onSuccess, `[null,null]`)
+	requireWorkflow(t, getWorkflow(t, s, wf), store.WorkflowRunning, 2, map[store.State]int{store.StateCompleted: 2})
+	j := run(t, s, onSuccess)
+	require.True(t, finish(t, s, store.Completion{ID: j.ID, Attempt: j.Attempt, State: store.StateRetryable,
+		Error: &store.AttemptError{Attempt: j.Attempt, At: time.Now(), Message: "try again"}}))
+	requireWorkflow(t, getWorkflow(t, s, wf), store.WorkflowRunning, 2, map[store.State]int{store.StateCompleted: 2})
+	fail(t, s, onSuccess)
+	w := getWorkflow(t, s, wf)
+	requireWorkflow(t, w, store.WorkflowFailed, 2, map[store.State]int{store.StateCompleted: 2})
+	require.Equal(t, store.CallbackCounts{Total: 1, Discarded: 1}, w.Callbacks)
+	requireTimeEqual(t, get(t, s, onSuccess.ID).CompletedAt, w.FinishedAt, "finished_at is the callback's end")
+	_, _, err := workflows(t, s).CancelWorkflow(ctx(t), wf)
+	require.ErrorIs(t, err, store.ErrWorkflowFinished, "every job is terminal: the failed workflow stays failed")
+
+	// on_failure cancelled as its members all completed, on_success completed: the batch completed.
+	wf2 := uuidv7.New()
+	c := member(wf2, q)
+	onFailure := callback(wf2, q, store.RunOnFailure, c)
+	onSuccess2 := callback(wf2, q, store.RunOnSuccess, c)
+	insertWorkflow(t, s, wf2, c, onFailure, onSuccess2)
+	complete(t, s, c, "")
+	requireState(t, s, store.StateCancelled, onFailure)
+	requireWorkflow(t, getWorkflow(t, s, wf2), store.WorkflowRunning, 1, map[store.State]int{store.StateCompleted: 1})
+	complete(t, s, onSuccess2, "")
+	w = getWorkflow(t, s, wf2)
+	requireWorkflow(t, w, store.WorkflowCompleted, 1, map[store.State]int{store.StateCompleted: 1})
+	require.Equal(t, store.CallbackCounts{Total: 2, Completed: 1, Cancelled: 1}, w.Callbacks)
+
+	// Only on_failure, cancelled by its condition: the workflow completed with its member.
+	wf3 := uuidv7.New()
+	d := member(wf3, q)
+	onFailure3 := callback(wf3, q, store.RunOnFailure, d)
+	insertWorkflow(t, s, wf3, d, onFailure3)
+	complete(t, s, d, "")
+	requireState(t, s, store.StateCancelled, onFailure3)
+	requireWorkflow(t, getWorkflow(t, s, wf3), store.WorkflowCompleted, 1, map[store.State]int{store.StateCompleted: 1})
+
+	// A workflow waiting only on its callback (running it) is running: CancelWorkflow cancels it.
+	wf4 := uuidv7.New()
+	e := member(wf4, q)
+	onComplete := callback(wf4, q, store.RunOnComplete, e)
+	insertWorkflow(t, s, wf4, e, onComplete)
+	complete(t, s, e, "")
+	cj := run(t, s, onComplete)
+	w, cancelled, err := workflows(t, s).CancelWorkflow(ctx(t), wf4)
+	require.NoError(t, err)
+	requireWorkflow(t, w, store.WorkflowCancelled, 1, map[store.State]int{store.StateCompleted: 1})
+	require.Equal(t, []string{onComplete.ID}, ids(cancelled))
+	require.Equal(t, store.StateActive, cancelled[0].State, "the callback as it was")
+	require.Equal(t, cj.ClaimToken, cancelled[0].ClaimToken, "the run it stopped")
+	requireState(t, s, store.StateCancelled, onComplete)
+	require.False(t, finish(t, s, store.Completion{ID: cj.ID, Attempt: cj.Attempt, State: store.StateCompleted}),
+		"the cancelled callback's completion is not applied")
+
+	// The same across queues (parts of their own on a Redis Cluster): the callback's queue holds no
+	// member.
+	q2 := uniq("wf-callback-outcome-2")
+	wf5 := uuidv7.New()
+	f := member(wf5, q)
+	onComplete5 := callback(wf5, q2, store.RunOnComplete, f)
+	insertWorkflow(t, s, wf5, f, onComplete5)
+	complete(t, s, f, "")
+	eventually(t, "the callback in the other queue to be released", func() bool {
+		return get(t, s, onComplete5.ID).State == store.StateAvailable
+	})
+	requireWorkflow(t, getWorkflow(t, s, wf5), store.WorkflowRunning, 1, map[store.State]int{store.StateCompleted: 1})
+	w, cancelled, err = workflows(t, s).CancelWorkflow(ctx(t), wf5)
+	require.NoError(t, err)
+	require.Equal(t, store.WorkflowCancelled, w.State)
+	require.Equal(t, []string{onComplete5.ID}, ids(cancelled))
+	requireState(t, s, store.StateCancelled, onComplete5)
 }
 
 func testWorkflowDiamond(t *testing.T, s store.Store) {
