@@ -15,13 +15,13 @@ import (
 
 // Workflow events (ojs-events.md §3.5, §4.4) and worker events (§3.4, §4.3) of the event window.
 //
-// The workflow events follow the outcomes of workflow steps that this server's client reports (the
-// acks and nacks of OJS workers, and its own Go workers), as the job events do. A step's outcome
-// costs at most one read of its workflow (store.GetWorkflow: its name, its member counts and its
-// derived state), and the first fetch of a workflow's steps one more; jobs outside workflows cost
-// nothing. What the window remembers of each workflow (started, finished, the step that failed it)
-// is held in memory for the latest workflowRecords workflows. The worker events cost no read: they
-// come from what fetches and heartbeats carry.
+// The workflow events follow the outcomes of workflow steps and callbacks that this server's client
+// reports (the acks and nacks of OJS workers, and its own Go workers), as the job events do. A step's
+// outcome or a callback's end costs at most one read of its workflow (store.GetWorkflow: its name,
+// its member and callback counts and its derived state), and the first fetch of a workflow's steps
+// one more; jobs outside workflows cost nothing. What the window remembers of each workflow
+// (started, finished, the step that failed it) is held in memory for the latest workflowRecords
+// workflows. The worker events cost no read: they come from what fetches and heartbeats carry.
 
 const (
 	// workflowRecords bounds the workflows the window remembers. A workflow forgotten while it runs
@@ -168,11 +168,24 @@ func (s *Server) workflowStarts(ctx context.Context, jobs []*pronto.JobRow) {
 // other job's events back until the client's subscription overflowed and dropped them.
 const workflowQueueSize = 10000
 
-// workflowJobEvent hands a step's outcome to the goroutine that records its workflow events
-// (runWorkflowEvents), without waiting. With that goroutine this far behind, the outcome's workflow
-// events are dropped (logged), never the job events of other jobs.
+// isCallback reports whether j is a workflow callback.
+func isCallback(j *pronto.JobRow) bool {
+	return j != nil && j.WorkflowID != "" && j.RunOn != ""
+}
+
+// workflowJobEvent hands a step's outcome, or a callback's end, to the goroutine that records its
+// workflow events (runWorkflowEvents), without waiting. With that goroutine this far behind, the
+// outcome's workflow events are dropped (logged), never the job events of other jobs.
 func (s *Server) workflowJobEvent(ev *pronto.Event) {
-	if !isStep(ev.Job) {
+	switch {
+	case isStep(ev.Job):
+	case isCallback(ev.Job):
+		// A workflow with callbacks finishes when they have (ojs-workflows.md §9.4): their ends are
+		// what may finish it.
+		if ev.Kind != pronto.EventCompleted && ev.Kind != pronto.EventDiscarded && ev.Kind != pronto.EventCancelled {
+			return
+		}
+	default:
 		return
 	}
 	select {
@@ -187,8 +200,47 @@ func (s *Server) workflowJobEvent(ev *pronto.Event) {
 func (s *Server) runWorkflowEvents() {
 	defer close(s.workflowDone)
 	for ev := range s.workflowQueue {
+		if isCallback(ev.Job) {
+			s.recordWorkflowCallbackEvent(ev)
+			continue
+		}
 		s.recordWorkflowJobEvent(ev)
 	}
+}
+
+// recordWorkflowCallbackEvent records what the end of a workflow's callback (completed, discarded or
+// cancelled) brings: workflow.completed or workflow.failed when it was the last job the workflow
+// waited for. A callback discarded fails its workflow (ojs-workflows.md §9.5): workflow.failed names
+// it, unless a step failed it before.
+func (s *Server) recordWorkflowCallbackEvent(ev *pronto.Event) {
+	j := ev.Job
+	rec := s.events.workflows.get(j.WorkflowID)
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if rec.done {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), workflowReadTimeout)
+	wf, err := s.store.GetWorkflow(ctx, j.WorkflowID)
+	cancel()
+	if err != nil {
+		s.log.Warn("pronto serve: reading a workflow for its events failed", "workflow_id", j.WorkflowID, "err", err)
+		return
+	}
+	if ev.Kind == pronto.EventDiscarded && rec.failed == nil {
+		code, msg := stepError(ev)
+		cb := callbackType(j)
+		rec.failed = s.workflowEvent("workflow.failed", wf, ev.At, j.Queue, j.Kind, func(b []byte) []byte {
+			b = appendStringField(b, "failed_step_id", stepID(j, 0))
+			b = appendStringField(b, "failed_step_type", j.Kind)
+			b = appendStringField(b, "callback", cb)
+			b = append(appendKey(b, "error"), '{')
+			b = appendStringField(b, "code", code)
+			b = appendStringField(b, "message", msg)
+			return append(b, '}')
+		})
+	}
+	s.workflowFinish(rec, wf, ev.At)
 }
 
 // recordWorkflowJobEvent records the workflow events that a step's outcome, reported by the client, brings:
@@ -279,7 +331,8 @@ func stepError(ev *pronto.Event) (code, msg string) {
 }
 
 // workflowFinish records workflow.completed or workflow.failed once wf, as just read, has finished
-// that way. Called with rec.mu held.
+// that way: its steps and its callbacks all ended (store.DeriveWorkflowState), so a workflow with
+// callbacks finishes with the last of them. Called with rec.mu held.
 //
 // A step's outcome is reported after its commit, so the read made for one step may already count
 // another that finished at the same moment, whose report follows: when the store counts more

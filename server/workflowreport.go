@@ -7,12 +7,14 @@ import (
 )
 
 // workflowReport is what a workflow's view tells from its jobs beyond the stored counts: when it
-// started (ojs-workflows.md §3.3) and what failed in it (§9.2 rule 4, §9.6).
+// started (ojs-workflows.md §3.3) and what failed in it (§9.2 rule 4, §9.6), callbacks discarded
+// included (§9.5).
 type workflowReport struct {
 	startedAt time.Time
 	// failedStep is a chain's first member that did not complete once it failed, -1 otherwise.
 	failedStep int
-	failed     []*pronto.JobRow
+	// failed are the members that failed it, then the callbacks discarded.
+	failed []*pronto.JobRow
 }
 
 // reportWorkflow reads the report of wf from its jobs, given in creation order (orderSteps).
@@ -23,9 +25,15 @@ func reportWorkflow(wf *pronto.WorkflowInfo, jobs []*pronto.JobRow) workflowRepo
 		states[j.ID] = j.State
 	}
 	member := 0
+	var callbacks []*pronto.JobRow
 	for _, j := range jobs {
 		rep.noteStart(j)
 		if j.RunOn != "" {
+			// A callback cancelled (its condition did not hold, or its workflow was cancelled) is no
+			// failure; one discarded after its retries fails its workflow.
+			if j.State == pronto.StateDiscarded {
+				callbacks = append(callbacks, j)
+			}
 			continue
 		}
 		if wf.Type == "chain" && wf.State == pronto.WorkflowFailed && rep.failedStep < 0 && j.State != pronto.StateCompleted {
@@ -36,7 +44,17 @@ func reportWorkflow(wf *pronto.WorkflowInfo, jobs []*pronto.JobRow) workflowRepo
 		}
 		member++
 	}
+	rep.failed = append(rep.failed, callbacks...)
 	return rep
+}
+
+// callbackType is the callback type of workflow job j as ojs-workflows.md §9.5 names it
+// ("on_success", "on_failure", "on_complete"), "" for a member.
+func callbackType(j *pronto.JobRow) string {
+	if j.RunOn == "" {
+		return ""
+	}
+	return "on_" + string(j.RunOn)
 }
 
 // noteStart keeps the earliest start among j's attempts: a retried job's StartedAt is its latest.
@@ -73,7 +91,7 @@ func memberFailed(wf *pronto.WorkflowInfo, j *pronto.JobRow, states map[string]p
 }
 
 // appendFailure appends, to b an object still open, failed_step_index (a failed chain's),
-// failed_job_ids and errors: each failed job's last error.
+// failed_job_ids and errors: each failed job's last error, a callback's with its callback type.
 func (rep *workflowReport) appendFailure(b []byte) []byte {
 	if rep.failedStep >= 0 {
 		b = appendIntField(b, "failed_step_index", int64(rep.failedStep))
@@ -100,6 +118,9 @@ func (rep *workflowReport) appendFailure(b []byte) []byte {
 		code, _, _ := errorCode(last)
 		b = append(b, '{')
 		b = appendStringField(b, "job_id", j.ID)
+		if cb := callbackType(j); cb != "" {
+			b = appendStringField(b, "callback", cb)
+		}
 		b = appendStringField(b, "code", code)
 		b = appendStringField(b, "message", last.Message)
 		b = appendIntField(b, "attempt", int64(last.Attempt))
