@@ -169,6 +169,7 @@ var tests = []testCase{
 	{"UniqueReplaceTerminalHolder", single(testUniqueReplaceTerminalHolder)},
 	{"UniqueInsertOutsideOwnStates", single(testUniqueInsertOutsideOwnStates)},
 	{"UniqueLapsedHolderReentry", single(testUniqueLapsedHolderReentry)},
+	{"UniqueHeldKeys", single(testUniqueHeldKeys)},
 	{"InsertRefusesWorkflowFields", single(testInsertRefusesWorkflowFields)},
 
 	{"RateLimitCRUD", single(testRateLimitCRUD)},
