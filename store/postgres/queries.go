@@ -223,6 +223,12 @@ FROM {schema}.jobs
 WHERE unique_key = $1 AND state = ANY (unique_states)
 FOR UPDATE`
 
+	// sqlHeldUniqueKeys returns the key and id of each job holding one of the keys $1 now. Its
+	// condition is jobs_unique_idx's, so the index finds them.
+	sqlHeldUniqueKeys = `SELECT unique_key, id::text FROM {schema}.jobs
+WHERE unique_key = ANY ($1::text[]) AND unique_key IS NOT NULL AND state = ANY (unique_states)
+	AND (unique_until IS NULL OR unique_until > now())`
+
 	// sqlUniqueRelease clears the unique key of job $1 if its period ran out.
 	sqlUniqueRelease = `UPDATE {schema}.jobs SET unique_key = NULL WHERE id = $1 AND unique_until <= now()`
 
@@ -1048,10 +1054,10 @@ type queries struct {
 	jobParents, lockParents, retryMember                                                                   string
 	activateJob, deleteJob, listQueues, setPaused, elect, resign                                           string
 
-	insertUnique, uniqueHolder, uniqueRelease, uniqueReplace, uniqueConflict string
-	claimLimitedPlan, claimLimited, listWorkflowJobs, listWorkflowJobsDesc   string
-	listTenantJobs, listTenantJobsDesc                                       string
-	finishPlan, notifyMany                                                   string
+	insertUnique, uniqueHolder, uniqueRelease, uniqueReplace, uniqueConflict, heldUniqueKeys string
+	claimLimitedPlan, claimLimited, listWorkflowJobs, listWorkflowJobsDesc                   string
+	listTenantJobs, listTenantJobsDesc                                                       string
+	finishPlan, notifyMany                                                                   string
 
 	upsertRateLimit, setRateLimit, deleteRateLimit, getRateLimit, listRateLimits string
 	insertWorkflow, getWorkflow, cancelWorkflow                                  string
@@ -1108,6 +1114,7 @@ func newQueries(r *strings.Replacer) *queries {
 
 		insertUnique:         r.Replace(sqlInsertUnique),
 		uniqueHolder:         r.Replace(sqlUniqueHolder),
+		heldUniqueKeys:       r.Replace(sqlHeldUniqueKeys),
 		uniqueRelease:        r.Replace(sqlUniqueRelease),
 		uniqueReplace:        r.Replace(sqlUniqueReplace),
 		uniqueConflict:       r.Replace(sqlUniqueConflict),

@@ -454,6 +454,13 @@ const resignSQL = `DELETE FROM pronto_leaders WHERE name = ?1 AND leader_id = ?2
 const uniqueHolderSQL = `SELECT ` + jobColumns + ` FROM pronto_jobs
 	WHERE unique_key = ?1 AND instr(unique_states, ',' || state || ',') > 0`
 
+// heldUniqueKeysSQL returns the key and id of each job holding one of the keys of JSON array ?1 at
+// ?2 (unix microseconds). Its condition is the unique index's, so the index finds them.
+const heldUniqueKeysSQL = `SELECT unique_key, id FROM pronto_jobs
+	WHERE unique_key IN (SELECT value FROM json_each(?1))
+	  AND unique_key IS NOT NULL AND instr(unique_states, ',' || state || ',') > 0
+	  AND (unique_until IS NULL OR unique_until > ?2)`
+
 // releaseLapsedSQL clears the unique keys of the jobs holding them whose period ran out by ?1 (see
 // retryLapsed). Its condition is the unique index's, so it reads the holders only.
 const releaseLapsedSQL = `UPDATE pronto_jobs SET unique_key = NULL
