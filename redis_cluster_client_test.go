@@ -95,8 +95,14 @@ func TestClientWorkflowAcrossClusterQueues(t *testing.T) {
 		return len(mails) == len(ids)
 	}, 30*time.Second, 10*time.Millisecond, "every workflow's callback runs")
 	for i, id := range ids {
-		info, err := a.WorkflowGet(ctx, id)
-		require.NoError(t, err)
+		// The callback's handler has run; its completion, which ends the workflow, is saved just after.
+		var info *pronto.WorkflowInfo
+		require.Eventually(t, func() bool {
+			var err error
+			info, err = a.WorkflowGet(ctx, id)
+			require.NoError(t, err)
+			return info.State != pronto.WorkflowRunning
+		}, 30*time.Second, 10*time.Millisecond, "workflow %d ends once its callback completed", i)
 		require.Equal(t, pronto.WorkflowCompleted, info.State, "workflow %d", i)
 		var one, two map[string]int
 		mu.Lock()

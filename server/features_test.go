@@ -434,9 +434,17 @@ func TestWorkflowBatchCallbacksAndCancel(t *testing.T) {
 	if pr, _ := json.Marshal(cb["parent_results"]); string(pr) != `[1,null]` {
 		t.Fatalf("callback parent_results %s", pr)
 	}
-	if fetchOne(t, s, "cb-done") == nil {
+	done := fetchOne(t, s, "cb-done")
+	if done == nil {
 		t.Fatal("on_complete did not run")
 	}
+	// The batch stays running until its callbacks end (ojs-workflows.md 9.4, 9.5).
+	r = call(t, s, "GET", "/ojs/v1/workflows/"+id, nil)
+	if wf := obj(t, r, "workflow"); wf["state"] != "running" {
+		t.Fatalf("a failed batch whose callbacks still run: %s", r.raw)
+	}
+	ack(t, s, cb["id"].(string), `null`)
+	ack(t, s, done["id"].(string), `null`)
 	r = call(t, s, "GET", "/ojs/v1/workflows/"+id, nil)
 	if wf := obj(t, r, "workflow"); wf["state"] != "failed" || wf["jobs_completed"] != 1.0 || wf["jobs_failed"] != 1.0 {
 		t.Fatalf("failed batch: %s", r.raw)

@@ -30,8 +30,8 @@ func requireFinishedRefusal(t testing.TB, err error, st store.WorkflowState) {
 	require.Equal(t, st, done.State)
 }
 
-// testWorkflowCancelFinished: a completed or failed workflow is not cancelled, nor are its callbacks
-// still to run; a cancelled one may be cancelled again.
+// testWorkflowCancelFinished: a completed or failed workflow (members and callbacks terminal) is not
+// cancelled; a cancelled one may be cancelled again.
 func testWorkflowCancelFinished(t *testing.T, s store.Store) {
 	q := uniq("wf-cancel-done")
 
@@ -41,13 +41,14 @@ func testWorkflowCancelFinished(t *testing.T, s store.Store) {
 	insertWorkflow(t, s, wf, a, b, done)
 	complete(t, s, a, "")
 	complete(t, s, b, "")
+	complete(t, s, done, "")
 	_, cancelled, err := workflows(t, s).CancelWorkflow(ctx(t), wf)
 	requireFinishedRefusal(t, err, store.WorkflowCompleted)
 	require.Empty(t, cancelled)
 	w := getWorkflow(t, s, wf)
 	requireWorkflow(t, w, store.WorkflowCompleted, 2, map[store.State]int{store.StateCompleted: 2})
 	require.True(t, w.CancelledAt.IsZero(), "a refused cancel leaves no cancellation time")
-	requireState(t, s, store.StateAvailable, done)
+	requireState(t, s, store.StateCompleted, done)
 
 	wf2 := uuidv7.New()
 	c := member(wf2, q)
@@ -55,11 +56,13 @@ func testWorkflowCancelFinished(t *testing.T, s store.Store) {
 	onFailure := callback(wf2, q, store.RunOnFailure, c, d)
 	insertWorkflow(t, s, wf2, c, d, onFailure)
 	fail(t, s, c)
+	requireState(t, s, store.StateAvailable, onFailure)
+	complete(t, s, onFailure, "")
 	_, _, err = workflows(t, s).CancelWorkflow(ctx(t), wf2)
 	requireFinishedRefusal(t, err, store.WorkflowFailed)
 	requireWorkflow(t, getWorkflow(t, s, wf2), store.WorkflowFailed, 2,
 		map[store.State]int{store.StateDiscarded: 1, store.StateCancelled: 1})
-	requireState(t, s, store.StateAvailable, onFailure)
+	requireState(t, s, store.StateCompleted, onFailure)
 
 	wf3 := uuidv7.New()
 	e := member(wf3, q)
@@ -142,10 +145,12 @@ func testWorkflowCancelAcrossQueues(t *testing.T, s store.Store) {
 	insertWorkflow(t, s, wf2, c, d, onFailure)
 	complete(t, s, c, "")
 	fail(t, s, d)
+	requireReleasedWith(t, s, onFailure, `[null,null]`)
+	complete(t, s, onFailure, "")
 	_, _, err = workflows(t, s).CancelWorkflow(ctx(t), wf2)
 	requireFinishedRefusal(t, err, store.WorkflowFailed)
 	w = getWorkflow(t, s, wf2)
 	requireWorkflow(t, w, store.WorkflowFailed, 2, map[store.State]int{store.StateCompleted: 1, store.StateDiscarded: 1})
 	require.True(t, w.CancelledAt.IsZero())
-	requireReleasedWith(t, s, onFailure, `[null,null]`)
+	requireState(t, s, store.StateCompleted, onFailure)
 }
