@@ -102,15 +102,18 @@ const claimableTenant = `EXISTS (SELECT 1 FROM {schema}.jobs
 // The claim takes no job with a rate key, and nothing at all when sqlClaimPlan found such jobs in
 // the queue (pronto.claim_limited 'on'): Claim then calls claim_limited, which takes limited and
 // unlimited jobs together in claim order. Likewise with jobs of a tenant ('fair'): Claim then
-// takes jobs in turns across tenants (sqlClaimFair). The test reads the setting once per execution (a
-// one-time filter), and rate_key IS NULL is a heap filter on rows the claim fetches anyway.
+// takes jobs in turns across tenants (sqlClaimFair). It takes no job of a tenant either: the plan
+// and the claim read two snapshots, and a tenant's jobs committed between them must not escape the
+// tenant's limits through the plain path (their insert's wake-up brings the next claim to the fair
+// one). The test reads the setting once per execution (a one-time filter), and rate_key IS NULL AND
+// tenant IS NULL are heap filters on rows the claim fetches anyway.
 const claimHead = `WITH locked AS (
 	SELECT id FROM {schema}.jobs
 	WHERE queue = $1
 		AND state IN ('available', 'scheduled', 'retryable')
 		AND (CASE WHEN state = 'available' THEN true ELSE scheduled_at <= now() END)
 		AND (expires_at IS NULL OR expires_at > now())
-		AND rate_key IS NULL`
+		AND rate_key IS NULL AND tenant IS NULL`
 
 var claimTail = `
 		AND current_setting('pronto.claim_limited', true) = 'off'
