@@ -112,6 +112,57 @@ func BenchmarkClaimFinish(b *testing.B) {
 	}
 }
 
+// BenchmarkClaimAfterRateKeys claims one job per op of a queue whose 10,000 earlier jobs each had
+// a rate key of its own (one per customer), all run and deleted by retention: what a claim costs
+// once many keys have come and gone (each key used to stay a claim source, read by every claim).
+func BenchmarkClaimAfterRateKeys(b *testing.B) {
+	s := newTestStore(b)
+	ctx := context.Background()
+	const keys = 10000
+	for done := 0; done < keys; done += 500 {
+		batch := make([]*store.InsertParams, 500)
+		for i := range batch {
+			batch[i] = benchJob("q")
+			batch[i].RateKey = "customer-" + strconv.Itoa(done+i)
+		}
+		if _, err := s.Insert(ctx, batch); err != nil {
+			b.Fatal(err)
+		}
+		jobs, err := s.Claim(ctx, store.ClaimParams{Queue: "q", Limit: 500, WorkerID: "w", LeaseDuration: time.Minute})
+		if err != nil || len(jobs) != 500 {
+			b.Fatalf("claim: %d jobs, %v", len(jobs), err)
+		}
+		cs := make([]store.Completion, len(jobs))
+		for i, j := range jobs {
+			cs[i] = store.Completion{ID: j.ID, Attempt: j.Attempt, Token: j.ClaimToken, State: store.StateCompleted}
+		}
+		if _, err := s.Finish(ctx, cs); err != nil {
+			b.Fatal(err)
+		}
+	}
+	far := time.Now().Add(time.Hour)
+	if _, err := s.Cleanup(ctx, store.CleanupParams{CompletedBefore: far}); err != nil {
+		b.Fatal(err)
+	}
+	for n := b.N; n > 0; n -= 500 {
+		batch := make([]*store.InsertParams, min(n, 500))
+		for i := range batch {
+			batch[i] = benchJob("q")
+		}
+		if _, err := s.Insert(ctx, batch); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportAllocs()
+	startTimer(b, s)
+	for range b.N {
+		jobs, err := s.Claim(ctx, store.ClaimParams{Queue: "q", Limit: 1, WorkerID: "w", LeaseDuration: time.Minute})
+		if err != nil || len(jobs) != 1 {
+			b.Fatalf("claim: %d jobs, %v", len(jobs), err)
+		}
+	}
+}
+
 // BenchmarkClaimFinishBatch claims 100 jobs a call and finishes them in one call, as a client with
 // many workers draining a backlog does: it reports the Redis server's CPU per job (used_cpu_sys +
 // used_cpu_user of INFO cpu over the loop; run against a Redis of its own for a clean figure).

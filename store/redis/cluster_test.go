@@ -370,3 +370,90 @@ func sep(u string) string {
 	}
 	return "?"
 }
+
+// TestClusterListingAndPruneAcrossSlots: on a 3-master cluster, paging
+// ListJobs by cursor over three queues (ascending, descending, by tenant) returns every job once in
+// id order, and the dead-letter bound by count (PruneCandidates, DeleteDiscarded, PruneDiscarded
+// with Keep) counts across the queues' slots.
+func TestClusterListingAndPruneAcrossSlots(t *testing.T) {
+	t.Parallel()
+	_, s, queues := migratedCluster(t)
+	ctx := context.Background()
+	var ps []*store.InsertParams
+	want := map[string]bool{}
+	wantT := map[string]bool{}
+	for i := range 600 {
+		p := testJob(queues[i%3])
+		if i%2 == 0 {
+			p.Tenant = "acme"
+			wantT[p.ID] = true
+		}
+		ps = append(ps, p)
+		want[p.ID] = true
+	}
+	_, err := s.Insert(ctx, ps)
+	require.NoError(t, err)
+	for _, desc := range []bool{false, true} {
+		for _, tenant := range []string{"", "acme"} {
+			seen := map[string]bool{}
+			cursor := ""
+			last := ""
+			for {
+				p := store.ListParams{Limit: 37, After: cursor, Descending: desc, Tenant: tenant}
+				jobs, next, err := s.ListJobs(ctx, p)
+				require.NoError(t, err)
+				for _, j := range jobs {
+					require.False(t, seen[j.ID], "dup %s", j.ID)
+					if last != "" {
+						if desc {
+							require.Less(t, j.ID, last)
+						} else {
+							require.Greater(t, j.ID, last)
+						}
+					}
+					last = j.ID
+					seen[j.ID] = true
+				}
+				if next == "" {
+					break
+				}
+				cursor = next
+			}
+			w := want
+			if tenant != "" {
+				w = wantT
+			}
+			require.Equal(t, len(w), len(seen), "desc %v tenant %q", desc, tenant)
+		}
+	}
+	for _, q := range queues {
+		jobs, err := s.Claim(ctx, store.ClaimParams{Queue: q, Limit: 1000, WorkerID: "w", LeaseDuration: time.Hour})
+		require.NoError(t, err)
+		var cs []store.Completion
+		for _, j := range jobs {
+			cs = append(cs, store.Completion{ID: j.ID, Attempt: 1, Token: j.ClaimToken, State: store.StateDiscarded})
+		}
+		_, err = s.Finish(ctx, cs)
+		require.NoError(t, err)
+	}
+	cands, err := s.PruneCandidates(ctx, store.PruneParams{Keep: 100, Limit: 1000})
+	require.NoError(t, err)
+	require.Len(t, cands, 500)
+	m, err := s.DeleteDiscarded(ctx, cands[:250])
+	require.NoError(t, err)
+	tot := 0
+	for _, v := range m {
+		tot += v
+	}
+	require.Equal(t, 250, tot)
+	m, err = s.PruneDiscarded(ctx, store.PruneParams{Keep: 100, Limit: 1000})
+	require.NoError(t, err)
+	tot = 0
+	for _, v := range m {
+		tot += v
+	}
+	require.Equal(t, 250, tot)
+	left, _, err := s.ListJobs(ctx, store.ListParams{Limit: 1000, States: []store.State{store.StateDiscarded}})
+	require.NoError(t, err)
+	require.Len(t, left, 100)
+}

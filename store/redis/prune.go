@@ -27,10 +27,7 @@ local gone = {}
 for i = 1, #ARGV, 2 do
   local id = ARGV[i]
   if prunable(id, ARGV[i + 1]) then
-    local wf = redis.call('HMGET', jk(id), 'wf', 'wfl')
-    unplace(id)
-    redis.call('DEL', jk(id))
-    forget(id, wf[1], wf[2])
+    drop(id, unplace(id))
     gone[#gone + 1] = id
   end
 end

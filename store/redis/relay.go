@@ -117,11 +117,8 @@ return n
 var scriptDropPart = newFunc("DropPart", `
 local gone = 0
 for _, id in ipairs(redis.call('ZRANGE', B .. 'wfj:' .. ARGV[1], 0, -1)) do
-  local f = redis.call('HMGET', jk(id), 'state', 'wf', 'wfl')
-  if f[1] == 'pending' then
-    unplace(id)
-    redis.call('DEL', jk(id))
-    forget(id, f[2], f[3])
+  if redis.call('HGET', jk(id), 'state') == 'pending' then
+    drop(id, unplace(id))
     gone = gone + 1
   end
 end

@@ -190,6 +190,22 @@ local function wfbase(wfl)
   if wfl then return B end
   return G
 end
+-- uncount takes one from count field n of hash h, and deletes the field when it reaches 0: a hash
+-- of counts (a tenant's, a rate key's) then goes with its last job instead of staying as zeros.
+-- Returns whether h is gone.
+local function uncount(h, n)
+  if redis.call('HINCRBY', h, n, -1) ~= 0 then return false end
+  redis.call('HDEL', h, n)
+  return redis.call('EXISTS', h) == 0
+end
+-- unsource drops rate key rk from the claim's sources of kind (ks:<kind>) once its ready set is
+-- empty, so that a claim reads the keys with available jobs, not every key ever used; place adds it
+-- back with its next available job (filed forgets it, for a batch insert's later jobs).
+local function unsource(kind, rk)
+  if redis.call('EXISTS', src(kind, rk)) == 1 then return end
+  redis.call('SREM', B .. 'ks:' .. kind, rk)
+  if filed then filed[kind .. '\n' .. rk] = nil end
+end
 -- unplace takes job id out of every structure its current state filed it in, and returns its
 -- fields (see fields; f when the caller read them already), or nil for no job.
 local function unplace(id, f)
@@ -197,15 +213,17 @@ local function unplace(id, f)
   if not f then return nil end
   local st, rk = f.state, f.rkey
   zw('ZREM', B .. 'st:' .. st, nil, id)
-  local tc, _, tj = tenantkeys(f, st)
+  local tc, tl, tj, tn = tenantkeys(f, st)
   if tc then
-    redis.call('HINCRBY', tc, 'n:' .. st, -1)
+    -- A tenant with no job left leaves the set of tenants with its counts (place adds it back).
+    if uncount(tc, 'n:' .. st) then redis.call('ZREM', tl, tn) end
     redis.call('ZREM', tj, id)
   end
   if st == 'available' and f.tenant and f.tenant ~= '' and not rk then
     redis.call('ZREM', tsrc(f.tenant, f.kind), rank(num(f.prio), num(f.sched), id))
   elseif st == 'available' then
     redis.call('ZREM', src(f.kind, rk), rank(num(f.prio), num(f.sched), id))
+    if rk then unsource(f.kind, rk) end
   elseif st == 'scheduled' or st == 'retryable' then
     redis.call('ZREM', B .. 'sched', id)
     if rk then redis.call('ZREM', select(2, ratekeys(f)), id) end
@@ -214,7 +232,7 @@ local function unplace(id, f)
   else
     zw('ZREM', B .. 'done:' .. st, nil, id)
   end
-  if rk then redis.call('HINCRBY', (ratekeys(f)), 'n:' .. st, -1) end
+  if rk then uncount((ratekeys(f)), 'n:' .. st) end
   if f.wf then redis.call('HINCRBY', wfbase(f.wfl) .. 'wf:' .. f.wf, (f.runon and 'c:' or 'n:') .. st, -1) end
   -- Only a job with an expiry (set at insert, never changed) is ever in the expiry index.
   if num(f.expires) > 0 then redis.call('ZREM', B .. 'exp', id) end
@@ -333,6 +351,20 @@ local function forget(id, wf, wfl)
     redis.call('DEL', w .. 'wf:' .. wf)
     dropped[#dropped + 1] = wf
   end
+end
+-- letgo deletes unique key uk's record (u:<key>) while it names job id, which is deleted or gives
+-- the key up: the record goes with the job that last took the key.
+local function letgo(uk, id)
+  if not uk or uk == '' then return end
+  if redis.call('GET', B .. 'u:' .. uk) == id then redis.call('DEL', B .. 'u:' .. uk) end
+end
+-- drop deletes job id, which unplace took out of its structures (f: the fields unplace returned),
+-- with the record of the unique key it took, and forgets it in its workflow.
+local function drop(id, f)
+  redis.call('DEL', jk(id))
+  if not f then return end
+  letgo(f.ukey, id)
+  forget(id, f.wf, f.wfl)
 end
 -- waited reports whether a pending child still waits for job id: its state decides the child's
 -- release and its result goes into the child's presults, so the prune functions keep it. Its
@@ -724,6 +756,7 @@ for x, j in ipairs(jobs) do
       local uu = num(redis.call('HGET', jk(cur), 'uuntil'))
       if uu > 0 and uu <= t and redis.call('HGET', jk(cur), 'ukey') == j.uk then
         redis.call('HSET', jk(cur), 'ukey', '') -- its period ran out: the key is free
+        redis.call('DEL', B .. 'u:' .. j.uk)
       end
     end
     local hid, hst = holder(j.uk, t)
@@ -738,6 +771,7 @@ for x, j in ipairs(jobs) do
         if terminal(hst) then
           -- A finished holder (its states include a terminal one) stays as it is and gives the key up.
           redis.call('HSET', jk(hid), 'ukey', '')
+          letgo(j.uk, hid)
         else
           replaced[#replaced + 1] = {x, redis.call('HGETALL', jk(hid))}
           if hst == 'active' then
@@ -981,7 +1015,7 @@ if nk > 0 then kinds = {unpack(ARGV, 5, 4 + nk)} else kinds = redis.call('SMEMBE
 local srcs = {}
 for _, kind in ipairs(kinds) do
   for _, rk in ipairs(redis.call('SMEMBERS', B .. 'ks:' .. kind)) do
-    srcs[#srcs + 1] = {key = src(kind, rk), rk = rk}
+    srcs[#srcs + 1] = {key = src(kind, rk), rk = rk, kind = kind}
   end
 end
 local tok = 5 + nk
@@ -1085,7 +1119,11 @@ while #out < upto do
   for si, sr in ipairs(srcs) do
     if not sr.off then
       local sk = sr.skip or 0
-      for _, m in ipairs(redis.call('ZRANGE', sr.key, s(sk), s(sk + upto - #out - 1))) do
+      local ms = redis.call('ZRANGE', sr.key, s(sk), s(sk + upto - #out - 1))
+      -- An empty rate key's source left registered (by an expired job taken out below, or by a
+      -- version that kept every key) leaves the claim's sources.
+      if #ms == 0 and sk == 0 and sr.rk ~= '' then unsource(sr.kind, sr.rk) end
+      for _, m in ipairs(ms) do
         cands[#cands + 1] = {m, si}
       end
     end
@@ -1352,6 +1390,7 @@ for c = 1, tonumber(ARGV[1]) do
       -- Removed (store.Completion.Remove): the hash goes as Cleanup deletes it; the caller drops
       -- the id from the id index (4 marks it).
       redis.call('DEL', k)
+      letgo(f.ukey, id)
       out[c] = 5
     elseif st == 'completed' then
       f.completed = ts
@@ -1499,10 +1538,7 @@ for si = 1, 3 do
       if waited(id) then
         skip = skip + 1
       else
-        local wf = redis.call('HMGET', jk(id), 'wf', 'wfl')
-        unplace(id)
-        redis.call('DEL', jk(id))
-        forget(id, wf[1], wf[2])
+        drop(id, unplace(id))
         gone[#gone + 1] = id
         left = left - 1
       end
@@ -1586,10 +1622,7 @@ if not st then return {'nf'} end
 if st == 'active' then return {'bad', st} end
 if waited(id) then return {'bad', st, 'awaited'} end
 local was = redis.call('HGETALL', k)
-local wf = redis.call('HMGET', k, 'wf', 'wfl')
-unplace(id)
-redis.call('DEL', k)
-forget(id, wf[1], wf[2])
+drop(id, unplace(id))
 return {'ok', 0, was, '', dropped[1] or ''}
 `)
 
@@ -2037,10 +2070,8 @@ return 1
 // workflow members, so no workflow is dropped here).
 var scriptPurge = newFreeingFunc("Purge", `
 for _, id in ipairs(ARGV) do
-  local wf = redis.call('HMGET', jk(id), 'wf', 'wfl')
-  unplace(id)
-  redis.call('DEL', jk(id))
-  forget(id, wf[1], wf[2])
+  local f = unplace(id)
+  if f then drop(id, f) end
 end
 return #ARGV
 `)
