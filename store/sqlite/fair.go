@@ -162,11 +162,17 @@ func (s *Store) claimFair(ctx context.Context, p store.ClaimParams) ([]*store.Jo
 		}
 		going = curUsed < w
 	}
+	// resumed: the walk has looked at the cursor's tenant, whose turn goes on. It does so once: at
+	// its limit, the tenant is passed over like any other (the walk goes on after it), and its turn
+	// stays where it was unless another participant takes one.
+	// goingFirst: it takes part, first, so its jobs of this claim count on from curUsed.
+	resumed, goingFirst := false, false
 	untenanted := false
 	for len(parts) <= p.Limit {
 		var next string
-		if going && len(parts) == 0 {
-			next = cur.String
+		fromCursor := going && !resumed
+		if fromCursor {
+			next, resumed = cur.String, true
 		} else {
 			args[2] = after
 			err := r.tx.QueryRowContext(ctx, q.next, args...).Scan(&next)
@@ -198,6 +204,7 @@ func (s *Store) claimFair(ctx context.Context, p store.ClaimParams) ([]*store.Jo
 			return nil, fmt.Errorf("tenant limit: %w", err)
 		}
 		if k == nil || k.room(nowUS) > 0 {
+			goingFirst = goingFirst || fromCursor
 			parts = append(parts, &fairPart{tenant: next, weight: w, limit: k, alive: true})
 		}
 		if untenanted && next == cur.String {
@@ -233,7 +240,7 @@ func (s *Store) claimFair(ctx context.Context, p store.ClaimParams) ([]*store.Jo
 				continue
 			}
 			off := 0
-			if i == 0 && base == 0 && going {
+			if i == 0 && base == 0 && goingFirst {
 				off = curUsed
 			}
 			want := min(m*pt.weight-off, remaining)

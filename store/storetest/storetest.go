@@ -81,6 +81,7 @@ var tests = []testCase{
 	{"FairTenantAlone", single(testFairTenantAlone)},
 	{"TenantWeights", single(testTenantWeights)},
 	{"TenantWeightsAlone", single(testTenantWeightsAlone)},
+	{"FairLimitedTenantMidTurn", single(testFairLimitedTenantMidTurn)},
 	{"TenantStats", single(testTenantStats)},
 	{"TenantJobs", single(testTenantJobs)},
 
@@ -108,6 +109,7 @@ var tests = []testCase{
 	{"ProgressCheckpoint", single(testProgressCheckpoint)},
 	{"Workers", single(testWorkers)},
 	{"Settings", single(testSettings)},
+	{"SettingSwap", testSettingSwap},
 
 	{"NotFound", single(testNotFound)},
 	{"CancelTerminalRefused", single(testCancelTerminalRefused)},
