@@ -109,7 +109,6 @@ var tests = []testCase{
 	{"ProgressCheckpoint", single(testProgressCheckpoint)},
 	{"Workers", single(testWorkers)},
 	{"Settings", single(testSettings)},
-	{"SettingSwap", testSettingSwap},
 
 	{"NotFound", single(testNotFound)},
 	{"CancelTerminalRefused", single(testCancelTerminalRefused)},
