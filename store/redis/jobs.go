@@ -666,63 +666,91 @@ func parseLimited(v []any) []store.LimitHit {
 // scripts' prelude).
 const heldMarker = "\nheld"
 
-// queuesOf looks the queues of ids up: in the cache of the jobs this store claimed, else in the
-// global id index; "" for an id the index does not hold.
+// queuesOf looks the queues of ids up in the global id index; "" for an id the index does not
+// hold.
 func (s *Store) queuesOf(ctx context.Context, ids []string) ([]string, error) {
 	if len(ids) == 0 {
 		return nil, nil
 	}
 	out := make([]string, len(ids))
-	var miss []string
-	var missAt []int
-	s.claimedMu.Lock()
-	for i, id := range ids {
-		if q, ok := s.claimed[id]; ok {
-			out[i] = q
-		} else {
-			miss = append(miss, id)
-			missAt = append(missAt, i)
-		}
+	all := make([]int, len(ids))
+	for i := range all {
+		all[i] = i
 	}
-	s.claimedMu.Unlock()
-	if len(miss) == 0 {
-		return out, nil
-	}
-	vals, err := s.rdb.HMGet(ctx, s.idsKey(), miss...).Result()
-	if err != nil {
+	if err := s.indexQueues(ctx, ids, all, out); err != nil {
 		return nil, err
-	}
-	for k, v := range vals {
-		out[missAt[k]], _ = v.(string)
 	}
 	return out, nil
 }
 
-// maxClaimedCache bounds the cache of claimed jobs' queues (jobs claimed here and finished
-// elsewhere would otherwise stay in it); past it the cache starts over.
-const maxClaimedCache = 1 << 16
+// hintedQueuesOf looks the queues of ids up: in the cache of the jobs this store claimed, else in
+// the global id index; hinted[i] says the queue of ids[i] came from the cache, which may be stale
+// (see claimCache).
+func (s *Store) hintedQueuesOf(ctx context.Context, ids []string) (queues []string, hinted []bool, err error) {
+	if len(ids) == 0 {
+		return nil, nil, nil
+	}
+	queues = make([]string, len(ids))
+	hinted = make([]bool, len(ids))
+	miss := s.claims.lookup(ids, queues)
+	for i := range hinted {
+		hinted[i] = true
+	}
+	for _, i := range miss {
+		hinted[i] = false
+	}
+	if len(miss) > 0 {
+		if err := s.indexQueues(ctx, ids, miss, queues); err != nil {
+			return nil, nil, err
+		}
+	}
+	return queues, hinted, nil
+}
+
+// indexQueues sets out[i] to the queue the id index holds for ids[i] ("" for none), for each i of
+// at.
+func (s *Store) indexQueues(ctx context.Context, ids []string, at []int, out []string) error {
+	fields := make([]string, len(at))
+	for k, i := range at {
+		fields[k] = ids[i]
+	}
+	vals, err := s.rdb.HMGet(ctx, s.idsKey(), fields...).Result()
+	if err != nil {
+		return err
+	}
+	for k, v := range vals {
+		out[at[k]], _ = v.(string)
+	}
+	return nil
+}
+
+// recheck is called with the indexes of ids whose cached queue (see claimCache) did not hold them
+// as the caller needed: it drops their cache entries, looks them up in the id index, updates
+// queues, and returns the indexes whose queue changed, for the caller to try once more there. A
+// job found where the cache said needs nothing more: the script's answer stands.
+func (s *Store) recheck(ctx context.Context, ids, queues []string, at []int) ([]int, error) {
+	stale := make([]string, len(at))
+	for k, i := range at {
+		stale[k] = ids[i]
+	}
+	s.claims.forget(stale...)
+	found := make([]string, len(ids))
+	if err := s.indexQueues(ctx, ids, at, found); err != nil {
+		return nil, err
+	}
+	var again []int
+	for _, i := range at {
+		if found[i] != "" && found[i] != queues[i] {
+			queues[i] = found[i]
+			again = append(again, i)
+		}
+	}
+	return again, nil
+}
 
 // remember records the queues of jobs this store claimed, so that their outcomes and heartbeats
-// skip the id index: a job's queue never changes while its id names it.
-func (s *Store) remember(jobs []*store.Job) {
-	s.claimedMu.Lock()
-	if s.claimed == nil || len(s.claimed)+len(jobs) > maxClaimedCache {
-		s.claimed = make(map[string]string, len(jobs))
-	}
-	for _, j := range jobs {
-		s.claimed[j.ID] = j.Queue
-	}
-	s.claimedMu.Unlock()
-}
-
-// forgetClaimed drops finished jobs from the cache.
-func (s *Store) forgetClaimed(cs []store.Completion) {
-	s.claimedMu.Lock()
-	for _, c := range cs {
-		delete(s.claimed, c.ID)
-	}
-	s.claimedMu.Unlock()
-}
+// usually skip the id index.
+func (s *Store) remember(jobs []*store.Job) { s.claims.add(jobs) }
 
 // queueOf looks up the queue of one job, giving store.ErrNotFound when the index has none.
 func (s *Store) queueOf(ctx context.Context, id string) (string, error) {
@@ -740,6 +768,10 @@ func notFound(id string) error { return fmt.Errorf("redis: job %s: %w", id, stor
 
 // Finish applies completions, one script call per queue and up to finishChunk completions each,
 // all pipelined, and announces the queues of the jobs it made claimable or scheduled.
+//
+// The queue of a job this store claimed comes from its cache, without a round trip; a completion
+// the script of that queue did not apply is looked up in the id index and, if the job is in
+// another queue now (its id reused after the claimed job went), tried once more there.
 func (s *Store) Finish(ctx context.Context, completions []store.Completion) ([]store.FinishResult, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -755,29 +787,89 @@ func (s *Store) Finish(ctx context.Context, completions []store.Completion) ([]s
 		res[i].ID = c.ID
 		ids[i] = c.ID
 	}
-	queues, err := s.queuesOf(ctx, ids)
+	queues, hinted, err := s.hintedQueuesOf(ctx, ids)
 	if err != nil {
 		return nil, fmt.Errorf("redis: finish: %w", err)
 	}
-	order, groups := byQueue(len(completions), func(i int) string { return queues[i] })
+	f := &finishing{s: s, cs: completions, res: res, queues: queues, now: time.Now()}
+	all := make([]int, len(completions))
+	for i := range all {
+		all[i] = i
+	}
+	if err := f.apply(ctx, all); err != nil {
+		return nil, fmt.Errorf("redis: finish: %w", err)
+	}
+	s.claims.forget(ids...)
+	var missed []int
+	for i := range completions {
+		if hinted[i] && !res[i].Applied {
+			missed = append(missed, i)
+		}
+	}
+	if len(missed) > 0 {
+		again, err := s.recheck(ctx, ids, queues, missed)
+		if err == nil && len(again) > 0 {
+			err = f.apply(ctx, again)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("redis: finish: %w", err)
+		}
+	}
+	return res, f.settle(ctx)
+}
+
+// finishing gathers what Finish's script calls report, over its tries, for settle.
+type finishing struct {
+	s      *Store
+	cs     []store.Completion
+	res    []store.FinishResult
+	queues []string // the queue of each completion's job ("" for none)
+	now    time.Time
+
+	ns      []store.Notification
+	freed   map[string][]any // on a cluster: the permits to give back, by rate key (ratelimit.go)
+	relays  []relayed        // outbox entries the outcomes wrote, to deliver (relay.go)
+	removed []string         // the jobs removed (store.Completion.Remove), to drop from the id index
+}
+
+// announce notes q to be announced, due at due (zero: claimable now).
+func (f *finishing) announce(q string, due time.Time) {
+	for i := range f.ns {
+		if f.ns[i].Queue == q {
+			if !f.ns[i].DueAt.IsZero() && (due.IsZero() || due.Before(f.ns[i].DueAt)) {
+				f.ns[i].DueAt = due
+			}
+			return
+		}
+	}
+	f.ns = append(f.ns, store.Notification{Kind: store.NotifyInsert, Queue: q, DueAt: due, Nonce: nonce()})
+}
+
+// apply runs the finish script for the completions at idx, grouped by their queue, and records
+// their outcomes.
+func (f *finishing) apply(ctx context.Context, idx []int) error {
+	order, groups := byQueue(len(idx), func(k int) string { return f.queues[idx[k]] })
 	type call struct {
 		idx []int
 		cmd *goredis.Cmd
 	}
 	var calls []call
-	err = s.pipelined(ctx, func(pl goredis.Pipeliner, run runScript) error {
+	err := f.s.pipelined(ctx, func(pl goredis.Pipeliner, run runScript) error {
 		for _, q := range order {
 			if q == "" {
 				continue // unknown ids: not applied
 			}
-			all := groups[q]
+			var all []int
+			for _, k := range groups[q] {
+				all = append(all, idx[k])
+			}
 			for len(all) > 0 {
-				idx := all[:min(len(all), finishChunk)]
-				all = all[len(idx):]
-				args := make([]any, 0, 1+8*len(idx))
-				args = append(args, len(idx))
-				for _, i := range idx {
-					c := &completions[i]
+				chunk := all[:min(len(all), finishChunk)]
+				all = all[len(chunk):]
+				args := make([]any, 0, 1+8*len(chunk))
+				args = append(args, len(chunk))
+				for _, i := range chunk {
+					c := &f.cs[i]
 					errJSON := ""
 					if c.Error != nil {
 						b, err := json.Marshal(c.Error)
@@ -802,38 +894,21 @@ func (s *Store) Finish(ctx context.Context, completions []store.Completion) ([]s
 					}
 					args = append(args, c.ID, strconv.Itoa(c.Attempt), c.Token, string(c.State), sched, errJSON, flags, result)
 				}
-				calls = append(calls, call{idx: idx, cmd: run(scriptFinish, s.keys(q), args...)})
+				calls = append(calls, call{idx: chunk, cmd: run(scriptFinish, f.s.keys(q), args...)})
 			}
 		}
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("redis: finish: %w", err)
+		return err
 	}
-	s.forgetClaimed(completions)
-	now := time.Now()
-	var ns []store.Notification
-	announce := func(q string, due time.Time) {
-		for i := range ns {
-			if ns[i].Queue == q {
-				if !ns[i].DueAt.IsZero() && (due.IsZero() || due.Before(ns[i].DueAt)) {
-					ns[i].DueAt = due
-				}
-				return
-			}
-		}
-		ns = append(ns, store.Notification{Kind: store.NotifyInsert, Queue: q, DueAt: due, Nonce: nonce()})
-	}
-	var freed map[string][]any // on a cluster: the permits to give back, by rate key (ratelimit.go)
-	var relays []relayed       // outbox entries the outcomes wrote, to deliver (relay.go)
-	var removed []string       // the jobs removed (store.Completion.Remove), to drop from the id index
 	for _, cl := range calls {
 		reply, err := cl.cmd.Slice()
 		if err != nil {
-			return nil, fmt.Errorf("redis: finish: %w", err)
+			return err
 		}
 		if len(reply) < len(cl.idx) {
-			return nil, fmt.Errorf("redis: finish: %d outcomes for %d completions", len(reply), len(cl.idx))
+			return fmt.Errorf("%d outcomes for %d completions", len(reply), len(cl.idx))
 		}
 		applied := make([]int64, len(cl.idx))
 		for k := range cl.idx {
@@ -849,107 +924,177 @@ func (s *Store) Finish(ctx context.Context, completions []store.Completion) ([]s
 			if k < 1 || int(k) > len(cl.idx) {
 				continue
 			}
-			c := &completions[cl.idx[k-1]]
-			if freed == nil {
-				freed = map[string][]any{}
+			c := &f.cs[cl.idx[k-1]]
+			if f.freed == nil {
+				f.freed = map[string][]any{}
 			}
-			freed[key] = append(freed[key], ledgerEntry(c.ID, c.Attempt))
+			f.freed[key] = append(f.freed[key], ledgerEntry(c.ID, c.Attempt))
 		}
 		if r < len(reply) && reply[r] == relayMarker {
-			q := queues[cl.idx[0]]
-			relays = append(relays, relayed{q, strs(reply[r+1:])})
+			q := f.queues[cl.idx[0]]
+			f.relays = append(f.relays, relayed{q, strs(reply[r+1:])})
 		}
 		for k, i := range cl.idx {
 			if applied[k] == 0 {
 				continue
 			}
-			res[i].Applied = true
-			c := &completions[i]
+			f.res[i].Applied = true
+			c := &f.cs[i]
 			if applied[k]&4 != 0 {
-				removed = append(removed, c.ID)
+				f.removed = append(f.removed, c.ID)
 				applied[k] &^= 4
 			}
 			if applied[k] >= 2 && c.State != store.StateAvailable {
-				announce(queues[i], time.Time{}) // a slot of its rate key is free
+				f.announce(f.queues[i], time.Time{}) // a slot of its rate key is free
 			}
 			switch c.State {
 			case store.StateAvailable:
-				announce(queues[i], time.Time{})
+				f.announce(f.queues[i], time.Time{})
 			case store.StateRetryable, store.StateScheduled:
 				due := c.ScheduledAt
-				if !due.After(now) {
+				if !due.After(f.now) {
 					due = time.Time{}
 				}
-				announce(queues[i], due)
+				f.announce(f.queues[i], due)
 			}
 		}
 	}
-	if len(removed) > 0 {
-		if err := s.rdb.HDel(ctx, s.idsKey(), removed...).Err(); err != nil {
+	return nil
+}
+
+// settle does what follows the written outcomes: drops removed jobs from the id index, delivers
+// the outbox entries, gives permits back and announces the queues.
+func (f *finishing) settle(ctx context.Context) error {
+	s := f.s
+	if len(f.removed) > 0 {
+		if err := s.rdb.HDel(ctx, s.idsKey(), f.removed...).Err(); err != nil {
 			// The jobs are gone; a stale entry of the index points to no job, which readers
 			// take as not found, as after an interrupted Cleanup.
 			s.logf("redis: finish: dropping removed jobs from the id index: %v", err)
 		}
 	}
-	for _, r := range relays {
+	for _, r := range f.relays {
 		if err := s.deliver(ctx, r.queue, r.entries); err != nil {
 			// The outcomes are written; Rescue relays what is left.
 			s.logf("redis: finish: %v", err)
 		}
 	}
-	if err := s.releasePermits(ctx, freed); err != nil {
+	if err := s.releasePermits(ctx, f.freed); err != nil {
 		// The outcomes are written; the entries are dropped by the next check of their keys'
 		// ledgers (ratelimit.go).
 		s.logf("redis: finish: giving back rate-limit permits: %v", err)
 	}
-	if err := s.publish(ctx, ns); err != nil {
-		return nil, fmt.Errorf("redis: finish: outcomes written, announcement failed: %w", err)
+	if err := s.publish(ctx, f.ns); err != nil {
+		return fmt.Errorf("redis: finish: outcomes written, announcement failed: %w", err)
 	}
-	return res, nil
+	return nil
 }
 
 // Heartbeat extends the leases of the listed jobs held by p.WorkerID (under p.Tokens, when given)
-// and returns the others.
+// and returns the others. As Finish, it takes the queue of a job this store claimed from its cache
+// and checks a job the cached queue did not hold in the id index.
 func (s *Store) Heartbeat(ctx context.Context, p store.HeartbeatParams) ([]string, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	queues, err := s.queuesOf(ctx, p.IDs)
+	queues, hinted, err := s.hintedQueuesOf(ctx, p.IDs)
 	if err != nil {
 		return nil, fmt.Errorf("redis: heartbeat: %w", err)
 	}
-	order, groups := byQueue(len(p.IDs), func(i int) string { return queues[i] })
-	var lost []string
-	var cmds []*goredis.Cmd
-	err = s.pipelined(ctx, func(pl goredis.Pipeliner, run runScript) error {
+	all := make([]int, len(p.IDs))
+	for i := range all {
+		all[i] = i
+	}
+	lost, err := s.heartbeat(ctx, p, queues, all)
+	if err != nil || len(lost) == 0 {
+		return nil, err
+	}
+	var missed []int
+	for i := range p.IDs {
+		if lost[i] && hinted[i] {
+			missed = append(missed, i)
+		}
+	}
+	if len(missed) > 0 {
+		again, err := s.recheck(ctx, p.IDs, queues, missed)
+		if err != nil {
+			return nil, fmt.Errorf("redis: heartbeat: %w", err)
+		}
+		if len(again) > 0 {
+			still, err := s.heartbeat(ctx, p, queues, again)
+			if err != nil {
+				return nil, err
+			}
+			for _, i := range again {
+				lost[i] = still[i]
+			}
+		}
+	}
+	var out, gone []string
+	for i, id := range p.IDs {
+		if lost[i] {
+			out = append(out, id)
+			if hinted[i] {
+				gone = append(gone, id)
+			}
+		}
+	}
+	s.claims.forget(gone...)
+	return out, nil
+}
+
+// heartbeat runs the heartbeat script for the jobs of p at idx, grouped by their queue, and returns
+// which of them (by index in p.IDs) are lost; nil when none is.
+func (s *Store) heartbeat(ctx context.Context, p store.HeartbeatParams, queues []string, idx []int) (map[int]bool, error) {
+	var lost map[int]bool
+	mark := func(i int) {
+		if lost == nil {
+			lost = make(map[int]bool)
+		}
+		lost[i] = true
+	}
+	order, groups := byQueue(len(idx), func(k int) string { return queues[idx[k]] })
+	type call struct {
+		at  map[string][]int // the indexes in p.IDs of each id sent
+		cmd *goredis.Cmd
+	}
+	var calls []call
+	err := s.pipelined(ctx, func(pl goredis.Pipeliner, run runScript) error {
 		for _, q := range order {
 			if q == "" {
-				for _, i := range groups[q] {
-					lost = append(lost, p.IDs[i])
+				for _, k := range groups[q] {
+					mark(idx[k])
 				}
 				continue
 			}
 			args := []any{p.WorkerID, p.LeaseDuration.Microseconds()}
-			for _, i := range groups[q] {
+			at := make(map[string][]int, len(groups[q]))
+			for _, k := range groups[q] {
+				i := idx[k]
 				tok := ""
 				if i < len(p.Tokens) {
 					tok = p.Tokens[i]
 				}
 				args = append(args, p.IDs[i], tok)
+				at[p.IDs[i]] = append(at[p.IDs[i]], i)
 			}
-			cmds = append(cmds, run(scriptHeartbeat, s.keys(q), args...))
+			calls = append(calls, call{at: at, cmd: run(scriptHeartbeat, s.keys(q), args...)})
 		}
 		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("redis: heartbeat: %w", err)
 	}
-	for _, c := range cmds {
-		l, err := c.StringSlice()
+	for _, c := range calls {
+		l, err := c.cmd.StringSlice()
 		if err != nil {
 			return nil, fmt.Errorf("redis: heartbeat: %w", err)
 		}
-		lost = append(lost, l...)
+		for _, id := range l {
+			for _, i := range c.at[id] {
+				mark(i)
+			}
+		}
 	}
 	return lost, nil
 }

@@ -71,9 +71,9 @@ type Store struct {
 	// at once, and skips their echo from Redis.
 	sender string
 
-	// claimed caches the queue of each job this store claimed and has not finished (see remember).
-	claimedMu sync.Mutex
-	claimed   map[string]string
+	// claims caches the queue of the jobs this store claimed, a hint for Finish and Heartbeat
+	// (claimcache.go).
+	claims claimCache
 	// reconciled is when this store last checked each rate key's whole ledger (ratelimit.go).
 	reconciledMu sync.Mutex
 	reconciled   map[string]time.Time
