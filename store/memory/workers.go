@@ -166,3 +166,29 @@ func (s *Store) SetSetting(ctx context.Context, key string, value json.RawMessag
 	r.settings[key] = bytes.Clone(value)
 	return nil
 }
+
+var _ store.SettingSwapper = (*Store)(nil)
+
+// SwapSetting stores new under key (nil removes it) if the stored value is byte for byte old (nil:
+// absent), under the lock that guards the settings.
+func (s *Store) SwapSetting(ctx context.Context, key string, old, new json.RawMessage) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	r := &s.workers
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	cur, ok := r.settings[key]
+	if ok != (old != nil) || !bytes.Equal(cur, old) {
+		return false, nil
+	}
+	if new == nil {
+		delete(r.settings, key)
+		return true, nil
+	}
+	if r.settings == nil {
+		r.settings = map[string]json.RawMessage{}
+	}
+	r.settings[key] = bytes.Clone(new)
+	return true, nil
+}

@@ -1022,6 +1022,23 @@ SET next_run_at = $4, last_run_at = $5,
 WHERE name = $1 AND id = $2 AND next_run_at = $3`
 )
 
+// Settings (workers.go): a jsonb value per key. The swaps compare as jsonb, so the old value as
+// GetSetting returned it (jsonb's normalized text) matches; each reports by its row count whether it
+// changed the setting.
+const (
+	sqlGetSetting    = `SELECT value FROM {schema}.settings WHERE key = $1`
+	sqlDeleteSetting = `DELETE FROM {schema}.settings WHERE key = $1`
+	sqlSetSetting    = `INSERT INTO {schema}.settings (key, value, updated_at) VALUES ($1, $2, now())
+	ON CONFLICT (key) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at`
+	// sqlAddSetting stores $2 under $1 where the key is absent.
+	sqlAddSetting = `INSERT INTO {schema}.settings (key, value, updated_at) VALUES ($1, $2, now())
+	ON CONFLICT (key) DO NOTHING`
+	// sqlSwapSetting stores $3 under $1 where the value is $2.
+	sqlSwapSetting = `UPDATE {schema}.settings SET value = $3, updated_at = now() WHERE key = $1 AND value = $2::jsonb`
+	// sqlDropSetting removes $1 where its value is $2.
+	sqlDropSetting = `DELETE FROM {schema}.settings WHERE key = $1 AND value = $2::jsonb`
+)
+
 // Migration statements.
 const (
 	// sqlMigrateLock serializes migrations of one schema across every client.
@@ -1066,6 +1083,8 @@ type queries struct {
 	insertWorkflow, getWorkflow, cancelWorkflow                                  string
 
 	cronCreate, cronGet, cronList, cronDelete, cronDue, cronAdvance string
+
+	getSetting, deleteSetting, setSetting, addSetting, swapSetting, dropSetting string
 
 	migrateLock, createSchema, searchPath, createMigrations, migrationsExist string
 	appliedMigrations, recordMigration, forgetMigration                      string
@@ -1137,6 +1156,13 @@ func newQueries(r *strings.Replacer) *queries {
 		insertWorkflow:  r.Replace(sqlInsertWorkflow),
 		getWorkflow:     r.Replace(sqlGetWorkflow),
 		cancelWorkflow:  r.Replace(sqlCancelWorkflow),
+
+		getSetting:    r.Replace(sqlGetSetting),
+		deleteSetting: r.Replace(sqlDeleteSetting),
+		setSetting:    r.Replace(sqlSetSetting),
+		addSetting:    r.Replace(sqlAddSetting),
+		swapSetting:   r.Replace(sqlSwapSetting),
+		dropSetting:   r.Replace(sqlDropSetting),
 
 		cronCreate:  r.Replace(sqlCronCreate),
 		cronGet:     r.Replace(sqlCronGet),

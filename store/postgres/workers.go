@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/pronto-jobs/pronto/store"
@@ -127,7 +128,7 @@ var _ store.SettingStore = (*Store)(nil)
 // GetSetting returns the value under key, or nil.
 func (s *Store) GetSetting(ctx context.Context, key string) (json.RawMessage, error) {
 	var v []byte
-	err := s.pool.QueryRow(ctx, s.expand.Replace(`SELECT value FROM {schema}.settings WHERE key = $1`), key).Scan(&v)
+	err := s.pool.QueryRow(ctx, s.q.getSetting, key).Scan(&v)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
 	}
@@ -141,13 +142,36 @@ func (s *Store) GetSetting(ctx context.Context, key string) (json.RawMessage, er
 func (s *Store) SetSetting(ctx context.Context, key string, value json.RawMessage) error {
 	var err error
 	if value == nil {
-		_, err = s.pool.Exec(ctx, s.expand.Replace(`DELETE FROM {schema}.settings WHERE key = $1`), key)
+		_, err = s.pool.Exec(ctx, s.q.deleteSetting, key)
 	} else {
-		_, err = s.pool.Exec(ctx, s.expand.Replace(`INSERT INTO {schema}.settings (key, value, updated_at) VALUES ($1, $2, now())
-			ON CONFLICT (key) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at`), key, []byte(value))
+		_, err = s.pool.Exec(ctx, s.q.setSetting, key, []byte(value))
 	}
 	if err != nil {
 		return fmt.Errorf("set setting %s: %w", key, err)
 	}
 	return nil
+}
+
+var _ store.SettingSwapper = (*Store)(nil)
+
+// SwapSetting stores new under key (nil removes it) if the stored value equals old as jsonb (nil:
+// absent), in one statement.
+func (s *Store) SwapSetting(ctx context.Context, key string, old, new json.RawMessage) (bool, error) {
+	var tag pgconn.CommandTag
+	var err error
+	switch {
+	case old == nil && new == nil:
+		cur, err := s.GetSetting(ctx, key)
+		return err == nil && cur == nil, err
+	case old == nil:
+		tag, err = s.pool.Exec(ctx, s.q.addSetting, key, []byte(new))
+	case new == nil:
+		tag, err = s.pool.Exec(ctx, s.q.dropSetting, key, []byte(old))
+	default:
+		tag, err = s.pool.Exec(ctx, s.q.swapSetting, key, []byte(old), []byte(new))
+	}
+	if err != nil {
+		return false, fmt.Errorf("swap setting %s: %w", key, err)
+	}
+	return tag.RowsAffected() == 1, nil
 }

@@ -197,3 +197,40 @@ func (s *Store) SetSetting(ctx context.Context, key string, value json.RawMessag
 	}
 	return nil
 }
+
+var _ store.SettingSwapper = (*Store)(nil)
+
+// swapSettingScript changes field ARGV[1] of the settings hash (KEYS[1]) if it holds ARGV[3]
+// (ARGV[2] '1'; '0': if it is absent): to ARGV[5] (ARGV[4] '1'; '0': removes it). It returns 1 when
+// it changed the field, 0 when the field held something else.
+var swapSettingScript = goredis.NewScript(`
+local cur = redis.call('HGET', KEYS[1], ARGV[1])
+if ARGV[2] == '1' then
+  if cur ~= ARGV[3] then return 0 end
+elseif cur then
+  return 0
+end
+if ARGV[4] == '1' then
+  redis.call('HSET', KEYS[1], ARGV[1], ARGV[5])
+else
+  redis.call('HDEL', KEYS[1], ARGV[1])
+end
+return 1
+`)
+
+// SwapSetting stores new under key (nil removes it) if the stored value is byte for byte old (nil:
+// absent), in one script on the settings hash's slot.
+func (s *Store) SwapSetting(ctx context.Context, key string, old, new json.RawMessage) (bool, error) {
+	flag := func(v json.RawMessage) string {
+		if v == nil {
+			return "0"
+		}
+		return "1"
+	}
+	n, err := swapSettingScript.Run(ctx, s.rdb, []string{s.settingsKey()},
+		key, flag(old), string(old), flag(new), string(new)).Int()
+	if err != nil {
+		return false, fmt.Errorf("redis: swap setting %s: %w", key, err)
+	}
+	return n == 1, nil
+}

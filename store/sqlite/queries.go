@@ -701,3 +701,18 @@ const cancelChildrenSQL = `UPDATE pronto_jobs SET state = 'cancelled', completed
 func jsonMicroTime(col string) string {
 	return `(strftime('%Y-%m-%dT%H:%M:%S', ` + col + ` / 1000000, 'unixepoch') || printf('.%06dZ', ` + col + ` % 1000000))`
 }
+
+// Settings (workers.go): a JSON text per key. The swaps compare the stored text byte for byte with
+// what GetSetting returned; each reports by its row count whether it changed the setting.
+const (
+	getSettingSQL    = `SELECT value FROM pronto_settings WHERE key = ?1`
+	deleteSettingSQL = `DELETE FROM pronto_settings WHERE key = ?1`
+	setSettingSQL    = `INSERT INTO pronto_settings (key, value, updated_at) VALUES (?1, ?2, ?3)
+		ON CONFLICT (key) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at`
+	// ?1 key, ?2 value, ?3 now: stores the value where the key is absent.
+	addSettingSQL = `INSERT INTO pronto_settings (key, value, updated_at) VALUES (?1, ?2, ?3) ON CONFLICT (key) DO NOTHING`
+	// ?1 key, ?2 old value, ?3 new value, ?4 now.
+	swapSettingSQL = `UPDATE pronto_settings SET value = ?3, updated_at = ?4 WHERE key = ?1 AND value = ?2`
+	// ?1 key, ?2 old value.
+	dropSettingSQL = `DELETE FROM pronto_settings WHERE key = ?1 AND value = ?2`
+)

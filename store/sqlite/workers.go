@@ -160,7 +160,7 @@ var _ store.SettingStore = (*Store)(nil)
 // GetSetting returns the value under key, or nil.
 func (s *Store) GetSetting(ctx context.Context, key string) (json.RawMessage, error) {
 	var v string
-	err := s.r.QueryRowContext(ctx, `SELECT value FROM pronto_settings WHERE key = ?1`, key).Scan(&v)
+	err := s.r.QueryRowContext(ctx, getSettingSQL, key).Scan(&v)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, nil
 	}
@@ -174,14 +174,41 @@ func (s *Store) GetSetting(ctx context.Context, key string) (json.RawMessage, er
 func (s *Store) SetSetting(ctx context.Context, key string, value json.RawMessage) error {
 	var err error
 	if value == nil {
-		_, err = s.execCount(ctx, `DELETE FROM pronto_settings WHERE key = ?1`, key)
+		_, err = s.execCount(ctx, deleteSettingSQL, key)
 	} else {
 		nowUS, _ := s.nowMicro()
-		_, err = s.execCount(ctx, `INSERT INTO pronto_settings (key, value, updated_at) VALUES (?1, ?2, ?3)
-			ON CONFLICT (key) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at`, key, string(value), nowUS)
+		_, err = s.execCount(ctx, setSettingSQL, key, string(value), nowUS)
 	}
 	if err != nil {
 		return fmt.Errorf("set setting %s: %w", key, err)
 	}
 	return nil
+}
+
+var _ store.SettingSwapper = (*Store)(nil)
+
+// SwapSetting stores new under key (nil removes it) if the stored text is byte for byte old (nil:
+// absent), in one statement.
+func (s *Store) SwapSetting(ctx context.Context, key string, old, new json.RawMessage) (bool, error) {
+	var n int64
+	var err error
+	nowUS, _ := s.nowMicro()
+	switch {
+	case old == nil && new == nil:
+		var cur json.RawMessage
+		if cur, err = s.GetSetting(ctx, key); err != nil {
+			return false, err
+		}
+		return cur == nil, nil
+	case old == nil:
+		n, err = s.execCount(ctx, addSettingSQL, key, string(new), nowUS)
+	case new == nil:
+		n, err = s.execCount(ctx, dropSettingSQL, key, string(old))
+	default:
+		n, err = s.execCount(ctx, swapSettingSQL, key, string(old), string(new), nowUS)
+	}
+	if err != nil {
+		return false, fmt.Errorf("swap setting %s: %w", key, err)
+	}
+	return n == 1, nil
 }

@@ -109,6 +109,7 @@ var tests = []testCase{
 	{"ProgressCheckpoint", single(testProgressCheckpoint)},
 	{"Workers", single(testWorkers)},
 	{"Settings", single(testSettings)},
+	{"SettingSwap", testSettingSwap},
 
 	{"NotFound", single(testNotFound)},
 	{"CancelTerminalRefused", single(testCancelTerminalRefused)},
