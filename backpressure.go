@@ -23,6 +23,12 @@ import (
 // they insert within depthEvery. What an insert counted is taken back out when the store does not
 // keep the job (a unique duplicate or conflict, a refusal by a tenant limit); after any other failed
 // insert the queue is recounted at its next insert, since the store may or may not have kept it.
+//
+// An insert that stores nothing takes no room. When a bound is about to refuse an insert, and the
+// store can say which unique keys are held (store.UniqueHolder), the jobs whose key is held under the
+// ignore or reject policy are left out of the count, in one look-up for the whole insert, and the
+// bound is checked again: such a job meets its key's holder and stores nothing (a duplicate, or a
+// conflict). Inserts the bound admits never look keys up.
 
 // ErrQueueFull is matched (errors.Is) by the error of an insert refused by a queue's maximum depth.
 var ErrQueueFull = errors.New("queue is full")
@@ -76,17 +82,25 @@ func (bp *backpressure) recountEvery() time.Duration {
 	return depthEvery
 }
 
-// depthAdmission holds, for each bounded queue whose count checkBounds raised for an insert, the
-// count it raised: the jobs the store did not keep are taken back out of that count only, as a
-// later read never saw them.
-type depthAdmission map[string]*queueDepth
+// depthAdmission is what checkBounds counted for an insert: for each bounded queue of its jobs, the
+// count it raised, so that the jobs the store did not keep are taken back out of that count only (a
+// later read never saw them); and the jobs it left out as duplicates of held keys.
+type depthAdmission struct {
+	counts map[string]*queueDepth
+	// skipped[i] reports that ps[i] was not counted; nil when every job was.
+	skipped []bool
+}
+
+// counted reports whether checkBounds counted the i-th job of the insert.
+func (a depthAdmission) counted(i int) bool { return a.skipped == nil || !a.skipped[i] }
 
 // checkBounds refuses ps when one of its bounded queues would go beyond its maximum depth, and
-// otherwise counts ps into the queues' depths, returning what it counted (see settleDepths).
-func (c *Client) checkBounds(ctx context.Context, ps []*store.InsertParams) (depthAdmission, error) {
+// otherwise counts ps into the queues' depths, returning what it counted (see settleDepths). Before
+// refusing, it leaves out the jobs that would store nothing, as held tells (heldKeys.duplicates).
+func (c *Client) checkBounds(ctx context.Context, ps []*store.InsertParams, held *heldKeys) (depthAdmission, error) {
 	qb, ok := c.store.(store.QueueBounder)
 	if !ok {
-		return nil, nil
+		return depthAdmission{}, nil
 	}
 	bp := &c.bp
 	bp.mu.Lock()
@@ -103,19 +117,12 @@ func (c *Client) checkBounds(ctx context.Context, ps []*store.InsertParams) (dep
 		bp.boundsAt = now
 	}
 	if len(bp.bounds) == 0 {
-		return nil, nil
+		return depthAdmission{}, nil
 	}
-	var adding map[string]int
-	for _, p := range ps {
-		if _, bounded := bp.bounds[p.Queue]; bounded {
-			if adding == nil {
-				adding = map[string]int{}
-			}
-			adding[p.Queue]++
-		}
-	}
+	skipped := held.known()
+	adding := bp.adding(ps, skipped)
 	if adding == nil {
-		return nil, nil
+		return depthAdmission{}, nil
 	}
 	var stale []string
 	for q := range adding {
@@ -129,59 +136,124 @@ func (c *Client) checkBounds(ctx context.Context, ps []*store.InsertParams) (dep
 	if len(stale) > 0 {
 		depths, err := qb.QueueDepths(ctx, stale)
 		if err != nil {
-			return nil, fmt.Errorf("counting the depth of bounded queues %v: %w", stale, err)
+			return depthAdmission{}, fmt.Errorf("counting the depth of bounded queues %v: %w", stale, err)
 		}
 		for _, q := range stale {
 			bp.depths[q] = &queueDepth{n: depths[q], at: now}
 		}
 	}
-	for q, n := range adding {
-		if d, max := bp.depths[q].n, bp.bounds[q]; d+int64(n) > max {
-			return nil, &QueueFullError{Queue: q, Depth: d, MaxDepth: max, Adding: n}
+	full := bp.full(adding)
+	if full != nil && held.mayHelp(c, func(p *store.InsertParams) bool { return p.Queue == full.Queue }) {
+		if skipped = held.duplicates(ctx, c); skipped != nil {
+			adding = bp.adding(ps, skipped)
+			full = bp.full(adding)
 		}
 	}
-	adm := make(depthAdmission, len(adding))
+	if full != nil {
+		return depthAdmission{}, full
+	}
+	adm := depthAdmission{counts: make(map[string]*queueDepth, len(adding)), skipped: skipped}
 	for q, n := range adding {
 		bp.depths[q].n += int64(n)
-		adm[q] = bp.depths[q]
+		adm.counts[q] = bp.depths[q]
 	}
 	return adm, nil
 }
 
+// adding counts the jobs of ps in bounded queues by queue, leaving out those skipped marks (nil: none).
+// Every bounded queue of ps is present, with 0 when all its jobs are left out. bp.mu must be held.
+func (bp *backpressure) adding(ps []*store.InsertParams, skipped []bool) map[string]int {
+	var adding map[string]int
+	for i, p := range ps {
+		if _, bounded := bp.bounds[p.Queue]; bounded {
+			if adding == nil {
+				adding = map[string]int{}
+			}
+			n := 1
+			if skipped != nil && skipped[i] {
+				n = 0
+			}
+			adding[p.Queue] += n
+		}
+	}
+	return adding
+}
+
+// full returns the refusal of the first queue (by name) that adding would take beyond its bound, or
+// nil; a queue adding nothing is never refused. bp.mu must be held and the depths of adding's queues
+// read.
+func (bp *backpressure) full(adding map[string]int) *QueueFullError {
+	var refusal *QueueFullError
+	for q, n := range adding {
+		if d, max := bp.depths[q].n, bp.bounds[q]; n > 0 && d+int64(n) > max && (refusal == nil || q < refusal.Queue) {
+			refusal = &QueueFullError{Queue: q, Depth: d, MaxDepth: max, Adding: n}
+		}
+	}
+	return refusal
+}
+
 // settleDepths settles what checkBounds counted for ps once their insert returned rows (in ps's
 // order) and err: the jobs the store certainly did not keep (unique duplicates, a batch refused
-// whole for a unique conflict or a taken id) are taken back out; after another error, or rows that
-// cannot be matched to ps, the queues are recounted at their next insert.
+// whole for a unique conflict or a taken id) are taken back out, and a job left out as a duplicate
+// that the store kept after all (its key's holder moved on meanwhile) is added; after another error,
+// or rows that cannot be matched to ps, the queues are recounted at their next insert.
 func (c *Client) settleDepths(adm depthAdmission, ps []*store.InsertParams, rows []*JobRow, err error) {
 	switch {
-	case len(adm) == 0:
+	case len(adm.counts) == 0:
 	case errors.Is(err, ErrUniqueConflict) || errors.Is(err, ErrDuplicate):
 		c.refundDepths(adm, ps)
 	case err != nil || len(rows) != len(ps):
 		c.forgetDepths(adm)
 	default:
-		var dups []*store.InsertParams
+		var diff map[string]int64
 		for i, r := range rows {
-			if r != nil && r.Duplicate {
-				dups = append(dups, ps[i])
+			switch {
+			case r == nil:
+			case r.Duplicate && adm.counted(i):
+				diff = addTo(diff, ps[i].Queue, -1)
+			case !r.Duplicate && !adm.counted(i):
+				diff = addTo(diff, ps[i].Queue, 1)
 			}
 		}
-		c.refundDepths(adm, dups)
+		c.adjustDepths(adm, diff)
 	}
 }
 
-// refundDepths takes ps, which the store did not insert, back out of the counts adm raised, unless a
-// read replaced them since.
+// addTo adds n to m[k], making m when nil.
+func addTo(m map[string]int64, k string, n int64) map[string]int64 {
+	if m == nil {
+		m = map[string]int64{}
+	}
+	m[k] += n
+	return m
+}
+
+// refundDepths takes the jobs of ps that checkBounds counted, none of which the store inserted, back
+// out of the counts adm raised, unless a read replaced them since.
 func (c *Client) refundDepths(adm depthAdmission, ps []*store.InsertParams) {
-	if len(adm) == 0 || len(ps) == 0 {
+	if len(adm.counts) == 0 {
+		return
+	}
+	var diff map[string]int64
+	for i, p := range ps {
+		if adm.counted(i) {
+			diff = addTo(diff, p.Queue, -1)
+		}
+	}
+	c.adjustDepths(adm, diff)
+}
+
+// adjustDepths adds diff to the counts adm raised, by queue, unless a read replaced them since.
+func (c *Client) adjustDepths(adm depthAdmission, diff map[string]int64) {
+	if len(adm.counts) == 0 || len(diff) == 0 {
 		return
 	}
 	bp := &c.bp
 	bp.mu.Lock()
 	defer bp.mu.Unlock()
-	for _, p := range ps {
-		if d := adm[p.Queue]; d != nil && bp.depths[p.Queue] == d {
-			d.n = max(d.n-1, 0)
+	for q, n := range diff {
+		if d := adm.counts[q]; d != nil && bp.depths[q] == d {
+			d.n = max(d.n+n, 0)
 		}
 	}
 }
@@ -192,7 +264,7 @@ func (c *Client) forgetDepths(adm depthAdmission) {
 	bp := &c.bp
 	bp.mu.Lock()
 	defer bp.mu.Unlock()
-	for q, d := range adm {
+	for q, d := range adm.counts {
 		if bp.depths[q] == d {
 			delete(bp.depths, q)
 		}

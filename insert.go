@@ -117,19 +117,26 @@ func (c *Client) InsertManyFast(ctx context.Context, jobs []InsertManyParams) (i
 		c.settleDepths(adm.depths, ps, nil, err)
 		return 0, fmt.Errorf("pronto: insert %d job(s): %w", len(ps), c.schemaCause(ctx, err))
 	}
-	if n < len(ps) {
-		c.settleFastDuplicates(adm.depths, ps, len(ps)-n)
-		c.refundFastDuplicates(adm.tenants, ps, len(ps)-n)
-	}
+	c.settleFastDepths(adm.depths, ps, n)
+	c.settleFastTenants(adm.tenants, ps, n)
 	return n, nil
 }
 
-// settleFastDuplicates takes dups unique duplicates of an InsertFast of ps, which does not say which
-// jobs they were, back out of the queue depths: exactly when ps are all of one queue, else by
-// recounting the queues at their next insert.
-func (c *Client) settleFastDuplicates(adm depthAdmission, ps []*store.InsertParams, dups int) {
+// settleFastDepths settles what checkBounds counted for an InsertFast of ps that stored n of them,
+// without saying which (the others were unique duplicates): exactly when ps are all of one queue,
+// else by recounting the queues at their next insert.
+func (c *Client) settleFastDepths(adm depthAdmission, ps []*store.InsertParams, n int) {
+	if len(adm.counts) == 0 || (n == len(ps) && adm.skipped == nil) {
+		return
+	}
 	if !slices.ContainsFunc(ps, func(p *store.InsertParams) bool { return p.Queue != ps[0].Queue }) {
-		c.refundDepths(adm, ps[:dups])
+		counted := 0
+		for i := range ps {
+			if adm.counted(i) {
+				counted++
+			}
+		}
+		c.adjustDepths(adm, map[string]int64{ps[0].Queue: int64(n - counted)})
 		return
 	}
 	c.forgetDepths(adm)
@@ -256,21 +263,96 @@ type admission struct {
 
 // beforeInsert applies the tenants' priority boosts to ps (when boost is true) and refuses the insert
 // when a queue's bound or a tenant's limit on waiting jobs would be passed. The caller settles what
-// the store did not insert (Client.settleDepths, Client.refund).
+// the store did not insert (Client.settleDepths, Client.refundUnstored).
 func (c *Client) beforeInsert(ctx context.Context, ps []*store.InsertParams, boost bool) (admission, error) {
 	if boost {
 		c.applyTenantBoosts(ctx, ps)
 	}
-	depths, err := c.checkBounds(ctx, ps)
+	held := heldKeys{ps: ps}
+	depths, err := c.checkBounds(ctx, ps, &held)
 	if err != nil {
 		return admission{}, fmt.Errorf("pronto: insert %d job(s): %w", len(ps), err)
 	}
-	tenants, err := c.checkTenantLimits(ctx, ps)
+	tenants, err := c.checkTenantLimits(ctx, ps, &held)
 	if err != nil {
 		c.refundDepths(depths, ps) // refused before the store: nothing of ps is kept
 		return admission{}, fmt.Errorf("pronto: insert %d job(s): %w", len(ps), err)
 	}
 	return admission{depths: depths, tenants: tenants}, nil
+}
+
+// heldKeys is what one insert learns of its jobs' unique keys: looked up at most once, and only when
+// a bound (a queue's maximum depth, a tenant's enqueue limit) is about to refuse the insert, so that
+// the jobs that would store nothing do not count against it. An insert the bounds admit pays nothing.
+type heldKeys struct {
+	ps     []*store.InsertParams
+	looked bool
+	// dup[i] reports that ps[i] would meet its key's holder and store nothing; nil when no job would,
+	// or the store cannot tell.
+	dup []bool
+}
+
+// storesNothingWhenHeld reports whether p stores nothing when its unique key is held: a unique job
+// under the ignore (a duplicate) or reject (a conflict) policy. A replacing job takes the key over,
+// and room.
+func storesNothingWhenHeld(p *store.InsertParams) bool {
+	return p.UniqueKey != "" && (p.OnConflict == store.ConflictIgnore || p.OnConflict == store.ConflictReject || p.OnConflict == "")
+}
+
+// known returns what the look-up found, nil before it or when it found no duplicate.
+func (h *heldKeys) known() []bool { return h.dup }
+
+// mayHelp reports whether looking keys up could leave out of a refusing count one of the jobs for
+// which counts holds: keys were not looked up yet, the store can say which are held, and such a job
+// stores nothing when its key is held.
+func (h *heldKeys) mayHelp(c *Client, counts func(*store.InsertParams) bool) bool {
+	if h.looked {
+		return false
+	}
+	if _, ok := c.store.(store.UniqueHolder); !ok {
+		return false
+	}
+	return slices.ContainsFunc(h.ps, func(p *store.InsertParams) bool { return storesNothingWhenHeld(p) && counts(p) })
+}
+
+// duplicates looks up, in one call to the store, the held keys of the jobs that store nothing when
+// their key is held, and returns which jobs would (see dup). A failed look-up is logged and finds
+// none: the bound refuses the insert, as it would without the look-up.
+func (h *heldKeys) duplicates(ctx context.Context, c *Client) []bool {
+	if h.looked {
+		return h.dup
+	}
+	h.looked = true
+	uh, ok := c.store.(store.UniqueHolder)
+	if !ok {
+		return nil
+	}
+	var refs []store.UniqueKeyRef
+	for _, p := range h.ps {
+		if storesNothingWhenHeld(p) {
+			refs = append(refs, store.UniqueKeyRef{Queue: p.Queue, Key: p.UniqueKey})
+		}
+	}
+	if len(refs) == 0 {
+		return nil
+	}
+	held, err := uh.HeldUniqueKeys(ctx, refs)
+	if err != nil {
+		c.cfg.Logger.Warn("pronto: looking up held unique keys for a refused insert failed; counting every job", "error", err)
+		return nil
+	}
+	for i, p := range h.ps {
+		if !storesNothingWhenHeld(p) {
+			continue
+		}
+		if _, ok := held[store.UniqueKeyRef{Queue: p.Queue, Key: p.UniqueKey}]; ok {
+			if h.dup == nil {
+				h.dup = make([]bool, len(h.ps))
+			}
+			h.dup[i] = true
+		}
+	}
+	return h.dup
 }
 
 func (c *Client) buildInsertMany(jobs []InsertManyParams) ([]*store.InsertParams, error) {

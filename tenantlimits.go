@@ -129,90 +129,168 @@ func readTenantEnqueueLimits(ctx context.Context, ss store.SettingStore) (map[st
 	return readSettingMap[TenantEnqueueLimits](ctx, ss, tenantEnqueueLimitsKey)
 }
 
-// tenantAdmission is the set of limited tenants whose counts checkTenantLimits raised for an
-// insert: those of its jobs the store did not insert are taken back out (refund).
-type tenantAdmission map[string]bool
+// tenantAdmission is what checkTenantLimits counted for an insert: the limited tenants whose counts
+// it raised, so that the jobs the store did not insert are taken back out; and the jobs it left out
+// as duplicates of held keys.
+type tenantAdmission struct {
+	tenants map[string]bool
+	// skipped[i] reports that ps[i] was not counted; nil when every job was.
+	skipped []bool
+}
 
-// refund takes the jobs of ps, which the store did not insert (the insert failed, or a unique job
-// met its key's holder), back out of the counts that checkTenantLimits raised for them: a refused
+// counted reports whether checkTenantLimits counted the i-th job of the insert.
+func (a tenantAdmission) counted(i int) bool { return a.skipped == nil || !a.skipped[i] }
+
+// refund takes the jobs of ps that checkTenantLimits counted, none of which the store inserted (the
+// insert failed, or was refused before the store), back out of their tenants' counts: a refused
 // insert uses up none of a tenant's enqueue rate.
 func (c *Client) refund(adm tenantAdmission, ps []*store.InsertParams) {
-	if len(adm) == 0 || len(ps) == 0 {
+	if len(adm.tenants) == 0 {
+		return
+	}
+	var counted []*store.InsertParams
+	for i, p := range ps {
+		if adm.counted(i) {
+			counted = append(counted, p)
+		}
+	}
+	c.adjustTenants(adm, counted, -1)
+}
+
+// adjustTenants adds by (1 or -1) per job of jobs to the counts of the tenants adm raised.
+func (c *Client) adjustTenants(adm tenantAdmission, jobs []*store.InsertParams, by int64) {
+	if len(adm.tenants) == 0 || len(jobs) == 0 {
 		return
 	}
 	g := &c.tg
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	for _, p := range ps {
+	for _, p := range jobs {
 		tc := g.tenants[p.Tenant]
-		if !adm[p.Tenant] || tc == nil {
+		if !adm.tenants[p.Tenant] || tc == nil {
 			continue
 		}
-		tc.waiting = max(tc.waiting-1, 0)
+		tc.waiting = max(tc.waiting+by, 0)
 		if p.State == StateScheduled {
-			tc.scheduled = max(tc.scheduled-1, 0)
+			tc.scheduled = max(tc.scheduled+by, 0)
 		}
-		tc.windowCount = max(tc.windowCount-1, 0)
+		tc.windowCount = max(tc.windowCount+by, 0)
 	}
 }
 
-// refundUnstored is refund of the jobs of ps that an insert returning rows (in ps's order) and err
-// did not store.
+// refundUnstored settles the tenants' counts once an insert of ps returned rows (in ps's order) and
+// err: the counted jobs it did not store (all of them after an error, the unique duplicates
+// otherwise) are taken back out, and a job left out as a duplicate that the store kept after all
+// (its key's holder moved on meanwhile) is counted.
 func (c *Client) refundUnstored(adm tenantAdmission, ps []*store.InsertParams, rows []*JobRow, err error) {
-	if len(adm) == 0 {
+	if len(adm.tenants) == 0 {
 		return
 	}
 	if err != nil || len(rows) != len(ps) {
 		c.refund(adm, ps)
 		return
 	}
-	var unstored []*store.InsertParams
+	var unstored, uncounted []*store.InsertParams
 	for i, r := range rows {
-		if r != nil && r.Duplicate {
+		switch {
+		case r == nil:
+		case r.Duplicate && adm.counted(i):
 			unstored = append(unstored, ps[i])
+		case !r.Duplicate && !adm.counted(i):
+			uncounted = append(uncounted, ps[i])
 		}
 	}
-	c.refund(adm, unstored)
+	c.adjustTenants(adm, unstored, -1)
+	c.adjustTenants(adm, uncounted, 1)
 }
 
-// refundFastDuplicates takes dups unique duplicates of an InsertFast of ps, which does not say which
-// jobs they were, back out of the tenants' counts: exactly when the jobs that could be duplicates
+// settleFastTenants settles the tenants' counts once an InsertFast of ps stored n of them, without
+// saying which (the others were unique duplicates): exactly when the jobs that could be duplicates
 // (those with a unique key) are all one tenant's. Otherwise the tenants' depths are read again at
 // their next insert, and their enqueue-rate windows may count the duplicates until they roll over.
-func (c *Client) refundFastDuplicates(adm tenantAdmission, ps []*store.InsertParams, dups int) {
-	if len(adm) == 0 {
+func (c *Client) settleFastTenants(adm tenantAdmission, ps []*store.InsertParams, n int) {
+	dups := len(ps) - n
+	if len(adm.tenants) == 0 || (dups == 0 && adm.skipped == nil) {
 		return
 	}
-	var keyed []*store.InsertParams
-	for _, p := range ps {
-		if p.UniqueKey != "" {
-			keyed = append(keyed, p)
+	var counted, skipped []*store.InsertParams // of the jobs with a unique key
+	for i, p := range ps {
+		switch {
+		case p.UniqueKey == "":
+		case adm.counted(i):
+			counted = append(counted, p)
+		default:
+			skipped = append(skipped, p)
 		}
 	}
+	keyed := slices.Concat(counted, skipped)
 	if len(keyed) >= dups && !slices.ContainsFunc(keyed, func(p *store.InsertParams) bool { return p.Tenant != keyed[0].Tenant }) {
-		c.refund(adm, keyed[:dups])
+		// Of the keyed jobs, dups were not stored and len(skipped) not counted.
+		if d := dups - len(skipped); d > 0 {
+			c.adjustTenants(adm, counted[:d], -1)
+		} else if d < 0 {
+			c.adjustTenants(adm, skipped[:-d], 1)
+		}
 		return
 	}
 	g := &c.tg
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	for t := range adm {
+	for t := range adm.tenants {
 		if tc := g.tenants[t]; tc != nil {
 			tc.at = time.Time{}
 		}
 	}
 }
 
+// tenantAdding is what an insert adds to one limited tenant's counts.
+type tenantAdding struct{ all, scheduled int }
+
+// tenantsAdding counts the jobs of ps of limited tenants by tenant, leaving out those skipped marks
+// (nil: none), and returns the tenants in order. Every limited tenant of ps is present, with zeros
+// when all its jobs are left out. g.mu must be held.
+func (g *tenantGate) adding(ps []*store.InsertParams, skipped []bool) (map[string]*tenantAdding, []string) {
+	var add map[string]*tenantAdding
+	var order []string
+	for i, p := range ps {
+		if p.Tenant == "" {
+			continue
+		}
+		if _, limited := g.limits[p.Tenant]; !limited {
+			continue
+		}
+		if add == nil {
+			add = map[string]*tenantAdding{}
+		}
+		a := add[p.Tenant]
+		if a == nil {
+			a = &tenantAdding{}
+			add[p.Tenant] = a
+			order = append(order, p.Tenant)
+		}
+		if skipped != nil && skipped[i] {
+			continue
+		}
+		a.all++
+		if p.State == StateScheduled {
+			a.scheduled++
+		}
+	}
+	slices.Sort(order)
+	return add, order
+}
+
 // checkTenantLimits refuses ps when one of its tenants would go beyond an enqueue limit, and
-// otherwise counts ps into the tenants' counts, returning the tenants it counted (see refund).
-func (c *Client) checkTenantLimits(ctx context.Context, ps []*store.InsertParams) (tenantAdmission, error) {
+// otherwise counts ps into the tenants' counts, returning what it counted (see refund). Before
+// refusing, it leaves out the jobs that would store nothing, as held tells (heldKeys.duplicates).
+func (c *Client) checkTenantLimits(ctx context.Context, ps []*store.InsertParams, held *heldKeys) (tenantAdmission, error) {
 	ss, ok := c.settings()
 	if !ok {
-		return nil, nil
+		return tenantAdmission{}, nil
 	}
 	ts, ok := c.store.(store.TenantStore)
 	if !ok {
-		return nil, nil
+		return tenantAdmission{}, nil
 	}
 	g := &c.tg
 	g.mu.Lock()
@@ -229,39 +307,47 @@ func (c *Client) checkTenantLimits(ctx context.Context, ps []*store.InsertParams
 		g.limitsAt = now
 	}
 	if len(g.limits) == 0 {
-		return nil, nil
+		return tenantAdmission{}, nil
 	}
-	type adding struct{ all, scheduled int }
-	var add map[string]*adding
-	var order []string
-	for _, p := range ps {
-		if p.Tenant == "" {
-			continue
-		}
-		if _, limited := g.limits[p.Tenant]; !limited {
-			continue
-		}
-		if add == nil {
-			add = map[string]*adding{}
-		}
-		a := add[p.Tenant]
-		if a == nil {
-			a = &adding{}
-			add[p.Tenant] = a
-			order = append(order, p.Tenant)
-		}
-		a.all++
-		if p.State == StateScheduled {
-			a.scheduled++
-		}
-	}
+	skipped := held.known()
+	add, order := g.adding(ps, skipped)
 	if add == nil {
-		return nil, nil
+		return tenantAdmission{}, nil
 	}
 	if g.tenants == nil {
 		g.tenants = map[string]*tenantCount{}
 	}
-	slices.Sort(order)
+	for {
+		refusal, err := g.refusal(ctx, ts, add, order, now)
+		if err != nil {
+			return tenantAdmission{}, err
+		}
+		if refusal == nil {
+			break
+		}
+		if !held.mayHelp(c, func(p *store.InsertParams) bool { return p.Tenant == refusal.Tenant }) {
+			return tenantAdmission{}, refusal
+		}
+		if skipped = held.duplicates(ctx, c); skipped == nil {
+			return tenantAdmission{}, refusal
+		}
+		add, order = g.adding(ps, skipped)
+	}
+	adm := tenantAdmission{tenants: make(map[string]bool, len(order)), skipped: skipped}
+	for _, t := range order {
+		tc, a := g.tenants[t], add[t]
+		tc.waiting += int64(a.all)
+		tc.scheduled += int64(a.scheduled)
+		tc.windowCount += int64(a.all)
+		adm.tenants[t] = true
+	}
+	return adm, nil
+}
+
+// refusal reads the counts of the tenants of order that are due a read, and returns the refusal of
+// the first one add would take beyond a limit, or nil. A tenant adding nothing is never refused.
+// g.mu must be held.
+func (g *tenantGate) refusal(ctx context.Context, ts store.TenantStore, add map[string]*tenantAdding, order []string, now time.Time) (*TenantLimitError, error) {
 	for _, t := range order {
 		l, a := g.limits[t], add[t]
 		tc := g.tenants[t]
@@ -288,31 +374,23 @@ func (c *Client) checkTenantLimits(ctx context.Context, ps []*store.InsertParams
 			tc.at = now
 		}
 		retry := depthEvery - now.Sub(tc.at)
-		if l.MaxQueueDepth > 0 && tc.waiting+int64(a.all) > l.MaxQueueDepth {
-			return nil, &TenantLimitError{Tenant: t, Limit: TenantLimitQueueDepth, Current: tc.waiting, Maximum: l.MaxQueueDepth, Adding: a.all, RetryAfter: retry}
+		if l.MaxQueueDepth > 0 && a.all > 0 && tc.waiting+int64(a.all) > l.MaxQueueDepth {
+			return &TenantLimitError{Tenant: t, Limit: TenantLimitQueueDepth, Current: tc.waiting, Maximum: l.MaxQueueDepth, Adding: a.all, RetryAfter: retry}, nil
 		}
 		if l.MaxScheduled > 0 && a.scheduled > 0 && tc.scheduled+int64(a.scheduled) > l.MaxScheduled {
-			return nil, &TenantLimitError{Tenant: t, Limit: TenantLimitScheduled, Current: tc.scheduled, Maximum: l.MaxScheduled, Adding: a.scheduled, RetryAfter: retry}
+			return &TenantLimitError{Tenant: t, Limit: TenantLimitScheduled, Current: tc.scheduled, Maximum: l.MaxScheduled, Adding: a.scheduled, RetryAfter: retry}, nil
 		}
 		if l.EnqueueRate > 0 {
 			if now.Sub(tc.windowStart) >= l.EnqueuePeriod {
 				tc.windowStart, tc.windowCount = now, 0
 			}
-			if tc.windowCount+int64(a.all) > l.EnqueueRate {
-				return nil, &TenantLimitError{Tenant: t, Limit: TenantLimitEnqueueRate, Current: tc.windowCount, Maximum: l.EnqueueRate, Adding: a.all,
-					RetryAfter: tc.windowStart.Add(l.EnqueuePeriod).Sub(now)}
+			if a.all > 0 && tc.windowCount+int64(a.all) > l.EnqueueRate {
+				return &TenantLimitError{Tenant: t, Limit: TenantLimitEnqueueRate, Current: tc.windowCount, Maximum: l.EnqueueRate, Adding: a.all,
+					RetryAfter: tc.windowStart.Add(l.EnqueuePeriod).Sub(now)}, nil
 			}
 		}
 	}
-	adm := make(tenantAdmission, len(order))
-	for _, t := range order {
-		tc, a := g.tenants[t], add[t]
-		tc.waiting += int64(a.all)
-		tc.scheduled += int64(a.scheduled)
-		tc.windowCount += int64(a.all)
-		adm[t] = true
-	}
-	return adm, nil
+	return nil, nil
 }
 
 // TenantSetEnqueueLimits stores tenant's enqueue limits, replacing any; a zero l removes them. Every
