@@ -2,6 +2,7 @@ package pronto
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -49,15 +50,41 @@ func (c *Client) DeadLetterRetentions(ctx context.Context) (map[string]DeadLette
 	}
 	out := make(map[string]DeadLetterRetention, len(stored))
 	for q, r := range stored {
-		var d time.Duration
-		if r.MaxAge != "" {
-			if d, err = isodur.Parse(r.MaxAge); err != nil {
-				return nil, fmt.Errorf("pronto: the stored dead letter retention of queue %s: max_age %q: %w", q, r.MaxAge, err)
-			}
+		if out[q], err = r.parse(q); err != nil {
+			return nil, err
 		}
-		out[q] = DeadLetterRetention{MaxAge: d, MaxCount: r.MaxCount, PruningPolicy: r.PruningPolicy}
 	}
 	return out, nil
+}
+
+// parse reads the stored retention of queue q.
+func (r storedRetention) parse(q string) (DeadLetterRetention, error) {
+	var d time.Duration
+	if r.MaxAge != "" {
+		var err error
+		if d, err = isodur.Parse(r.MaxAge); err != nil {
+			return DeadLetterRetention{}, fmt.Errorf("pronto: the stored dead letter retention of queue %s: max_age %q: %w", q, r.MaxAge, err)
+		}
+	}
+	return DeadLetterRetention{MaxAge: d, MaxCount: r.MaxCount, PruningPolicy: r.PruningPolicy}, nil
+}
+
+// storedDeadLetterRetention checks queue q's retention r and returns it as the setting holds it.
+func (c *Client) storedDeadLetterRetention(q string, r DeadLetterRetention) (storedRetention, error) {
+	if !ValidQueueName(q) {
+		return storedRetention{}, invalidf("dead letter retention: queue %q: not a valid queue name", q)
+	}
+	if r.MaxAge < 0 || r.MaxCount < 0 || (r.MaxAge == 0 && r.MaxCount == 0) {
+		return storedRetention{}, invalidf("dead letter retention of queue %s: MaxAge and MaxCount cannot be negative, and one must be set", q)
+	}
+	if err := r.PruningPolicy.check(c.cfg.DeadLetterArchive != nil); err != nil {
+		return storedRetention{}, invalidf("dead letter retention of queue %s: %v", q, err)
+	}
+	s := storedRetention{MaxCount: r.MaxCount, PruningPolicy: r.PruningPolicy}
+	if r.MaxAge > 0 {
+		s.MaxAge = isodur.Format(r.MaxAge)
+	}
+	return s, nil
 }
 
 // DeadLetterRetentionsSet replaces every queue's dead letter retention with rs (empty or nil: every
@@ -72,20 +99,9 @@ func (c *Client) DeadLetterRetentionsSet(ctx context.Context, rs map[string]Dead
 	}
 	stored := make(map[string]storedRetention, len(rs))
 	for q, r := range rs {
-		if !ValidQueueName(q) {
-			return invalidf("dead letter retention: queue %q: not a valid queue name", q)
+		if stored[q], err = c.storedDeadLetterRetention(q, r); err != nil {
+			return err
 		}
-		if r.MaxAge < 0 || r.MaxCount < 0 || (r.MaxAge == 0 && r.MaxCount == 0) {
-			return invalidf("dead letter retention of queue %s: MaxAge and MaxCount cannot be negative, and one must be set", q)
-		}
-		if err := r.PruningPolicy.check(c.cfg.DeadLetterArchive != nil); err != nil {
-			return invalidf("dead letter retention of queue %s: %v", q, err)
-		}
-		s := storedRetention{MaxCount: r.MaxCount, PruningPolicy: r.PruningPolicy}
-		if r.MaxAge > 0 {
-			s.MaxAge = isodur.Format(r.MaxAge)
-		}
-		stored[q] = s
 	}
 	if err := writeSettingMap(ctx, ss, deadLetterRetentionKey, stored); err != nil {
 		return wrapOp("store the dead letter retentions", err)
@@ -94,23 +110,49 @@ func (c *Client) DeadLetterRetentionsSet(ctx context.Context, rs map[string]Dead
 }
 
 // DeadLetterRetentionSet gives one queue its own dead letter retention, or, when r is the zero
-// value, returns it to the client's bounds, leaving the other queues' as they are. It checks r as
-// DeadLetterRetentionsSet does. The retentions of all queues are one setting: this process
-// serializes its own changes, but two processes changing different queues at the same moment can
-// lose one (the later write wins).
+// value, returns it to the client's bounds, leaving the other queues' as they are, whatever other
+// processes change at the same moment. It checks r as DeadLetterRetentionsSet does.
 func (c *Client) DeadLetterRetentionSet(ctx context.Context, queue string, r DeadLetterRetention) error {
-	c.retentionMu.Lock()
-	defer c.retentionMu.Unlock()
-	cur, err := c.DeadLetterRetentions(ctx)
+	return c.DeadLetterRetentionUpdate(ctx, queue, func(DeadLetterRetention) DeadLetterRetention { return r })
+}
+
+// DeadLetterRetentionUpdate changes queue's dead letter retention to what fn returns given the
+// current one (zero when the queue has none; a zero result returns the queue to the client's
+// bounds), checked as DeadLetterRetentionsSet does. fn sees the retention as stored when the change
+// is written: when another process changes the retentions between the read and the write, fn runs
+// again on the newer one, so a change of one bound keeps a concurrent change of another. fn must
+// have no other effect.
+func (c *Client) DeadLetterRetentionUpdate(ctx context.Context, queue string, fn func(DeadLetterRetention) DeadLetterRetention) error {
+	ss, err := c.settingStore("dead letter retention per queue")
 	if err != nil {
 		return err
 	}
-	if r == (DeadLetterRetention{}) {
-		delete(cur, queue)
-	} else {
-		cur[queue] = r
+	c.retentionMu.Lock() // this process's changes queue up rather than retry against each other
+	defer c.retentionMu.Unlock()
+	err = updateSettingMap(ctx, ss, deadLetterRetentionKey, func(m map[string]storedRetention) error {
+		var cur DeadLetterRetention
+		if s, ok := m[queue]; ok {
+			var err error
+			if cur, err = s.parse(queue); err != nil {
+				return err
+			}
+		}
+		r := fn(cur)
+		if r == (DeadLetterRetention{}) {
+			delete(m, queue)
+			return nil
+		}
+		s, err := c.storedDeadLetterRetention(queue, r)
+		if err != nil {
+			return err
+		}
+		m[queue] = s
+		return nil
+	})
+	if err != nil && !errors.Is(err, ErrInvalidArgs) {
+		return wrapOp("store the dead letter retentions", err)
 	}
-	return c.DeadLetterRetentionsSet(ctx, cur)
+	return err
 }
 
 // deadLetterQueues gives the maintenance leader the queues' own retentions at each cleanup pass.

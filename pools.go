@@ -3,6 +3,7 @@ package pronto
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -223,29 +224,74 @@ func (p *WorkerPool) validate() error {
 }
 
 func (c *Client) readPools(ctx context.Context) (store.SettingStore, map[string]*WorkerPool, error) {
-	ss, ok := c.settings()
-	if !ok {
-		return nil, nil, fmt.Errorf("pronto: %T keeps no settings (store.SettingStore): %w", c.store, ErrUnsupported)
+	ss, err := c.poolSettings()
+	if err != nil {
+		return nil, nil, err
 	}
 	raw, err := ss.GetSetting(ctx, workerPoolsKey)
 	if err != nil {
 		return nil, nil, wrapOp("worker pools", err)
 	}
+	m, err := decodePools(raw)
+	if err != nil {
+		return nil, nil, err
+	}
+	return ss, m, nil
+}
+
+func (c *Client) poolSettings() (store.SettingStore, error) {
+	ss, ok := c.settings()
+	if !ok {
+		return nil, fmt.Errorf("pronto: %T keeps no settings (store.SettingStore): %w", c.store, ErrUnsupported)
+	}
+	return ss, nil
+}
+
+// decodePools reads the worker_pools setting (nil: no pools).
+func decodePools(raw json.RawMessage) (map[string]*WorkerPool, error) {
 	m := map[string]*WorkerPool{}
 	if len(raw) > 0 {
 		if err := json.Unmarshal(raw, &m); err != nil {
-			return nil, nil, fmt.Errorf("pronto: setting %s: %w", workerPoolsKey, err)
+			return nil, fmt.Errorf("pronto: setting %s: %w", workerPoolsKey, err)
 		}
 	}
 	for name, p := range m {
 		p.Name = name
 	}
-	return ss, m, nil
+	return m, nil
 }
 
-// PoolSet creates or replaces a worker pool. Every server applies it from the next fetch on. Two
-// processes changing pools at the same instant may lose one of the changes (the pools are one
-// setting, written whole).
+// updatePools changes the pools by fn, against the pools as stored when the change is written
+// (updateSetting): fn may run more than once.
+func (c *Client) updatePools(ctx context.Context, fn func(m map[string]*WorkerPool) error) error {
+	ss, err := c.poolSettings()
+	if err != nil {
+		return err
+	}
+	c.tg.setMu.Lock() // this process's changes queue up rather than retry against each other
+	defer c.tg.setMu.Unlock()
+	err = updateSetting(ctx, ss, workerPoolsKey, func(old json.RawMessage) (json.RawMessage, error) {
+		m, err := decodePools(old)
+		if err != nil {
+			return nil, err
+		}
+		if err := fn(m); err != nil {
+			return nil, err
+		}
+		if len(m) == 0 {
+			return nil, nil
+		}
+		return json.Marshal(m)
+	})
+	if err != nil && !errors.Is(err, ErrInvalidArgs) && !errors.Is(err, ErrNotFound) {
+		return wrapOp("worker pools", err)
+	}
+	return err
+}
+
+// PoolSet creates or replaces a worker pool. Every server applies it from the next fetch on. The
+// change applies to the pools as stored at that moment, so pools changed by several processes at
+// once are all kept, and the isolation check runs against them.
 func (c *Client) PoolSet(ctx context.Context, p WorkerPool) error {
 	p.Queues = slices.Clone(p.Queues)
 	p.Weights = maps.Clone(p.Weights)
@@ -256,46 +302,24 @@ func (c *Client) PoolSet(ctx context.Context, p WorkerPool) error {
 	if err := p.validate(); err != nil {
 		return err
 	}
-	c.tg.setMu.Lock()
-	defer c.tg.setMu.Unlock()
-	ss, m, err := c.readPools(ctx)
-	if err != nil {
-		return err
-	}
-	if err := isolationConflict(&p, m); err != nil {
-		return err
-	}
-	m[p.Name] = &p
-	return writePools(ctx, ss, m)
-}
-
-func writePools(ctx context.Context, ss store.SettingStore, m map[string]*WorkerPool) error {
-	var raw json.RawMessage
-	if len(m) > 0 {
-		var err error
-		if raw, err = json.Marshal(m); err != nil {
+	return c.updatePools(ctx, func(m map[string]*WorkerPool) error {
+		if err := isolationConflict(&p, m); err != nil {
 			return err
 		}
-	}
-	if err := ss.SetSetting(ctx, workerPoolsKey, raw); err != nil {
-		return wrapOp("worker pools", err)
-	}
-	return nil
+		m[p.Name] = &p
+		return nil
+	})
 }
 
 // PoolDelete removes a worker pool, or returns ErrNotFound.
 func (c *Client) PoolDelete(ctx context.Context, name string) error {
-	c.tg.setMu.Lock()
-	defer c.tg.setMu.Unlock()
-	ss, m, err := c.readPools(ctx)
-	if err != nil {
-		return err
-	}
-	if _, ok := m[name]; !ok {
-		return fmt.Errorf("pronto: worker pool %q: %w", name, ErrNotFound)
-	}
-	delete(m, name)
-	return writePools(ctx, ss, m)
+	return c.updatePools(ctx, func(m map[string]*WorkerPool) error {
+		if _, ok := m[name]; !ok {
+			return fmt.Errorf("pronto: worker pool %q: %w", name, ErrNotFound)
+		}
+		delete(m, name)
+		return nil
+	})
 }
 
 // PoolGet returns one worker pool, or ErrNotFound.

@@ -2,6 +2,7 @@ package pronto
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -42,31 +43,46 @@ func (c *Client) QueueRetentions(ctx context.Context) (map[string]QueueRetention
 	}
 	out := make(map[string]QueueRetention, len(stored))
 	for q, r := range stored {
-		var qr QueueRetention
-		for _, f := range []struct {
-			text string
-			to   *time.Duration
-		}{{r.Completed, &qr.Completed}, {r.Cancelled, &qr.Cancelled}} {
-			if f.text == "" {
-				continue
-			}
-			d, err := isodur.Parse(f.text)
-			if err != nil {
-				return nil, fmt.Errorf("pronto: the stored retention of queue %s: %q: %w", q, f.text, err)
-			}
-			*f.to = d
+		if out[q], err = r.parse(q); err != nil {
+			return nil, err
 		}
-		out[q] = qr
 	}
 	return out, nil
 }
 
+// parse reads the stored retention of queue q.
+func (r storedQueueRetention) parse(q string) (QueueRetention, error) {
+	var qr QueueRetention
+	for _, f := range []struct {
+		text string
+		to   *time.Duration
+	}{{r.Completed, &qr.Completed}, {r.Cancelled, &qr.Cancelled}} {
+		if f.text == "" {
+			continue
+		}
+		d, err := isodur.Parse(f.text)
+		if err != nil {
+			return qr, fmt.Errorf("pronto: the stored retention of queue %s: %q: %w", q, f.text, err)
+		}
+		*f.to = d
+	}
+	return qr, nil
+}
+
 // QueueRetentionSet gives queue its own retention of completed and cancelled jobs, or, with both
 // zero, returns it to the client's. Neither may be negative, and the queue name must be valid;
-// anything else is an error matching ErrInvalidArgs, and nothing is stored. The retentions of all
-// queues are one setting: two processes changing different queues at the same moment can lose one
-// change (the later write wins), as with DeadLetterRetentionsSet.
+// anything else is an error matching ErrInvalidArgs, and nothing is stored. The other queues'
+// retentions stay as they are, whatever other processes change at the same moment.
 func (c *Client) QueueRetentionSet(ctx context.Context, queue string, r QueueRetention) error {
+	return c.QueueRetentionUpdate(ctx, queue, func(QueueRetention) QueueRetention { return r })
+}
+
+// QueueRetentionUpdate changes queue's retention to what fn returns given the current one (zero
+// when the queue has none), checked and stored as QueueRetentionSet does. fn sees the retention as
+// stored when the change is written: when another process changes the queues' retentions between
+// the read and the write, fn runs again on the newer one, so a change of one field keeps a
+// concurrent change of the other. fn must have no other effect.
+func (c *Client) QueueRetentionUpdate(ctx context.Context, queue string, fn func(QueueRetention) QueueRetention) error {
 	ss, err := c.settingStore("retention per queue")
 	if err != nil {
 		return err
@@ -74,35 +90,38 @@ func (c *Client) QueueRetentionSet(ctx context.Context, queue string, r QueueRet
 	if !ValidQueueName(queue) {
 		return invalidf("queue retention: queue %q: not a valid queue name", queue)
 	}
-	if r.Completed < 0 || r.Cancelled < 0 {
-		return invalidf("queue retention of %s: Completed and Cancelled cannot be negative", queue)
-	}
-	c.retentionMu.Lock() // this process's changes never lose one another
+	c.retentionMu.Lock() // this process's changes queue up rather than retry against each other
 	defer c.retentionMu.Unlock()
-	cur, err := c.QueueRetentions(ctx)
-	if err != nil {
-		return err
-	}
-	if r == (QueueRetention{}) {
-		delete(cur, queue)
-	} else {
-		cur[queue] = r
-	}
-	stored := make(map[string]storedQueueRetention, len(cur))
-	for q, qr := range cur {
+	err = updateSettingMap(ctx, ss, queueRetentionKey, func(m map[string]storedQueueRetention) error {
+		var cur QueueRetention
+		if s, ok := m[queue]; ok {
+			var err error
+			if cur, err = s.parse(queue); err != nil {
+				return err
+			}
+		}
+		r := fn(cur)
+		if r.Completed < 0 || r.Cancelled < 0 {
+			return invalidf("queue retention of %s: Completed and Cancelled cannot be negative", queue)
+		}
+		if r == (QueueRetention{}) {
+			delete(m, queue)
+			return nil
+		}
 		var s storedQueueRetention
-		if qr.Completed > 0 {
-			s.Completed = isodur.Format(qr.Completed)
+		if r.Completed > 0 {
+			s.Completed = isodur.Format(r.Completed)
 		}
-		if qr.Cancelled > 0 {
-			s.Cancelled = isodur.Format(qr.Cancelled)
+		if r.Cancelled > 0 {
+			s.Cancelled = isodur.Format(r.Cancelled)
 		}
-		stored[q] = s
-	}
-	if err := writeSettingMap(ctx, ss, queueRetentionKey, stored); err != nil {
+		m[queue] = s
+		return nil
+	})
+	if err != nil && !errors.Is(err, ErrInvalidArgs) {
 		return wrapOp("store the queues' retentions", err)
 	}
-	return nil
+	return err
 }
 
 // finishedQueues gives the maintenance leader the queues' own retentions at each cleanup pass.

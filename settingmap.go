@@ -24,6 +24,36 @@ func readSettingMap[V any](ctx context.Context, ss store.SettingStore, key strin
 	return m, nil
 }
 
+// updateSetting changes the setting under key by fn, which gets the stored value (nil when absent)
+// and returns the value to store (nil removes it). On a store that implements store.SettingSwapper
+// (all of pronto's do) the write applies only while the setting still holds what fn was given, and
+// fn runs again on the newer value otherwise, so writers in any number of processes never lose one
+// another's changes; fn may therefore run more than once. Running out of retries is an error naming
+// the key; an error from fn is returned as is.
+func updateSetting(ctx context.Context, ss store.SettingStore, key string, fn func(old json.RawMessage) (json.RawMessage, error)) error {
+	return store.UpdateSetting(ctx, ss, key, fn)
+}
+
+// updateSettingMap changes the JSON object stored under key (see readSettingMap) by fn, as
+// updateSetting does: fn edits the map in place, and an empty map removes the key.
+func updateSettingMap[V any](ctx context.Context, ss store.SettingStore, key string, fn func(m map[string]V) error) error {
+	return updateSetting(ctx, ss, key, func(old json.RawMessage) (json.RawMessage, error) {
+		m := map[string]V{}
+		if len(old) > 0 {
+			if err := json.Unmarshal(old, &m); err != nil {
+				return nil, fmt.Errorf("setting %s: %w", key, err)
+			}
+		}
+		if err := fn(m); err != nil {
+			return nil, err
+		}
+		if len(m) == 0 {
+			return nil, nil
+		}
+		return json.Marshal(m)
+	})
+}
+
 // writeSettingMap stores m as the JSON object under key, or removes the key when m is empty.
 func writeSettingMap[V any](ctx context.Context, ss store.SettingStore, key string, m map[string]V) error {
 	var raw json.RawMessage

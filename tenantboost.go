@@ -2,7 +2,6 @@ package pronto
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"sync"
 	"time"
@@ -41,7 +40,8 @@ type tenantBoosts struct {
 	mu     sync.Mutex
 	at     time.Time
 	boosts map[string]int
-	// setMu serializes this client's read-modify-write of the setting.
+	// setMu queues this client's changes of the setting, which then need not retry against each
+	// other (updateSetting keeps other processes' changes).
 	setMu sync.Mutex
 }
 
@@ -98,8 +98,7 @@ func (c *Client) applyTenantBoosts(ctx context.Context, ps []*store.InsertParams
 // for the tenant from then on (clamped to PriorityMin..PriorityMax), by every client within about a
 // second. boost is -MaxTenantPriorityBoost to MaxTenantPriorityBoost; 0 removes it. Jobs already
 // stored keep their priority. The store must implement store.SettingStore (all of pronto's stores
-// do). As with enqueue limits, two processes changing boosts at the same instant may lose one of the
-// changes (the boosts are one setting, written whole).
+// do). Changes made through several processes at once all apply (to one tenant, the last wins).
 func (c *Client) TenantSetPriorityBoost(ctx context.Context, tenant string, boost int) error {
 	if err := validTenantArg(tenant); err != nil {
 		return err
@@ -140,26 +139,17 @@ func (c *Client) updateTenantPriorityBoost(ctx context.Context, tenant string, b
 	b := &c.tg.boosts
 	b.setMu.Lock()
 	defer b.setMu.Unlock()
-	m, err := readTenantPriorityBoosts(ctx, ss)
+	var had bool
+	err := updateSettingMap(ctx, ss, tenantPriorityBoostsKey, func(m map[string]int) error {
+		_, had = m[tenant]
+		if boost == 0 {
+			delete(m, tenant)
+		} else {
+			m[tenant] = boost
+		}
+		return nil
+	})
 	if err != nil {
-		return false, wrapOp(fmt.Sprintf("priority boost of tenant %q", tenant), err)
-	}
-	_, had := m[tenant]
-	if boost == 0 {
-		if !had {
-			return false, nil
-		}
-		delete(m, tenant)
-	} else {
-		m[tenant] = boost
-	}
-	var raw json.RawMessage
-	if len(m) > 0 {
-		if raw, err = json.Marshal(m); err != nil {
-			return had, err
-		}
-	}
-	if err := ss.SetSetting(ctx, tenantPriorityBoostsKey, raw); err != nil {
 		return had, wrapOp(fmt.Sprintf("priority boost of tenant %q", tenant), err)
 	}
 	b.mu.Lock()
