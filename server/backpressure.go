@@ -157,8 +157,9 @@ func (s *Server) queueRetention(ctx context.Context, queue string) (map[string]t
 }
 
 // setQueueRetention applies a PUT's retention members: completed and cancelled to the queue's
-// retention (Client.QueueRetentionSet), discarded to its dead-letter retention's max_age, whose
-// max_count and pruning policy stay.
+// retention (Client.QueueRetentionUpdate), discarded to its dead-letter retention's max_age, whose
+// max_count and pruning policy stay. Each member changes the retention as stored when it is written,
+// so concurrent PUTs of different members, through this server or another, all apply.
 func (s *Server) setQueueRetention(ctx context.Context, queue string, set map[string]*time.Duration) error {
 	if len(set) == 0 {
 		return nil
@@ -172,32 +173,27 @@ func (s *Server) setQueueRetention(ctx context.Context, queue string, set map[st
 	_, c := set["completed"]
 	_, x := set["cancelled"]
 	if c || x {
-		own, err := s.client.QueueRetentions(ctx)
+		err := s.client.QueueRetentionUpdate(ctx, queue, func(r pronto.QueueRetention) pronto.QueueRetention {
+			if c {
+				r.Completed = value("completed")
+			}
+			if x {
+				r.Cancelled = value("cancelled")
+			}
+			return r
+		})
 		if err != nil {
-			return err
-		}
-		r := own[queue]
-		if c {
-			r.Completed = value("completed")
-		}
-		if x {
-			r.Cancelled = value("cancelled")
-		}
-		if err := s.client.QueueRetentionSet(ctx, queue, r); err != nil {
 			return err
 		}
 	}
 	if _, ok := set["discarded"]; ok {
-		dead, err := s.client.DeadLetterRetentions(ctx)
-		if err != nil {
-			return err
-		}
-		r := dead[queue]
-		r.MaxAge = value("discarded")
-		if r.MaxAge == 0 && r.MaxCount == 0 {
-			r = pronto.DeadLetterRetention{} // no bound left: the queue follows the server's
-		}
-		return s.client.DeadLetterRetentionSet(ctx, queue, r)
+		return s.client.DeadLetterRetentionUpdate(ctx, queue, func(r pronto.DeadLetterRetention) pronto.DeadLetterRetention {
+			r.MaxAge = value("discarded")
+			if r.MaxAge == 0 && r.MaxCount == 0 {
+				r = pronto.DeadLetterRetention{} // no bound left: the queue follows the server's
+			}
+			return r
+		})
 	}
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"slices"
 	"sort"
@@ -156,75 +157,141 @@ func (s *Server) adminSetMaintenance(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	ss, st, ok := s.loadMaintenance(w, r)
-	if !ok {
+	ss := s.settings(w, r, "maintenance mode")
+	if ss == nil {
 		return
 	}
+	if *req.Enabled {
+		s.enableMaintenance(w, r, ss, req.Reason, estimate)
+	} else {
+		s.disableMaintenance(w, r, ss)
+	}
+}
+
+// queueFailure is a queue's pause or resume that failed within a change of the maintenance state.
+type queueFailure struct {
+	queue string
+	err   error
+}
+
+func (e *queueFailure) Error() string { return e.queue + ": " + e.err.Error() }
+func (e *queueFailure) Unwrap() error { return e.err }
+
+// decodeMaintenance reads the stored state (nil: off).
+func decodeMaintenance(v json.RawMessage) (*maintenanceState, error) {
+	if v == nil {
+		return nil, nil
+	}
+	var st maintenanceState
+	if err := json.Unmarshal(v, &st); err != nil {
+		return nil, err
+	}
+	return &st, nil
+}
+
+// writeMaintenanceError answers a failed change of the maintenance state.
+func (s *Server) writeMaintenanceError(w http.ResponseWriter, r *http.Request, err error) {
+	var qf *queueFailure
+	var se *json.SyntaxError
+	var te *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &qf):
+		s.writeError(w, r, fromClientError(qf.err, "queue", qf.queue))
+	case errors.As(err, &se), errors.As(err, &te):
+		s.writeError(w, r, errorf(http.StatusInternalServerError, "internal_error", "the stored maintenance state does not decode: %v", err))
+	default:
+		s.writeError(w, r, fromClientError(err, "maintenance mode", ""))
+	}
+}
+
+// disableMaintenance resumes the queues the stored state records, then removes the state, if it is
+// still the state whose queues it resumed: queues a concurrent enabling recorded meanwhile are
+// resumed on the next try.
+func (s *Server) disableMaintenance(w http.ResponseWriter, r *http.Request, ss store.SettingStore) {
 	ctx := r.Context()
 	now := time.Now().UTC()
-	if !*req.Enabled {
-		if st == nil {
-			s.setMaintenanceCache(false)
-			writeJSONValue(w, http.StatusOK, map[string]any{"maintenance": false, "resumed_queues": []string{}})
-			return
+	resumed := []string{}
+	wasOn := false
+	err := store.UpdateSetting(ctx, ss, maintenanceKey, func(old json.RawMessage) (json.RawMessage, error) {
+		st, err := decodeMaintenance(old)
+		if err != nil || st == nil {
+			return nil, err
 		}
+		wasOn = true
 		for _, q := range st.PausedQueues {
-			if err := s.client.QueueResume(ctx, q); err != nil {
-				s.writeError(w, r, fromClientError(err, "queue", q))
-				return // the state stays: disabling again resumes the rest
+			if slices.Contains(resumed, q) {
+				continue
 			}
+			if err := s.client.QueueResume(ctx, q); err != nil {
+				return nil, &queueFailure{q, err} // the state stays: disabling again resumes the rest
+			}
+			resumed = append(resumed, q)
 		}
-		if err := ss.SetSetting(ctx, maintenanceKey, nil); err != nil {
-			s.writeError(w, r, fromClientError(err, "maintenance mode", ""))
-			return
-		}
-		s.setMaintenanceCache(false)
-		writeJSONValue(w, http.StatusOK, map[string]any{"maintenance": false, "disabled_at": now.Format(time.RFC3339Nano),
-			"resumed_queues": st.PausedQueues})
+		return nil, nil
+	})
+	if err != nil {
+		s.writeMaintenanceError(w, r, err)
 		return
 	}
-	if st == nil {
-		st = &maintenanceState{EnabledAt: now, PausedQueues: []string{}}
+	s.setMaintenanceCache(false)
+	out := map[string]any{"maintenance": false, "resumed_queues": resumed}
+	if wasOn {
+		out["disabled_at"] = now.Format(time.RFC3339Nano)
 	}
-	st.Reason = req.Reason
-	st.EstimatedEnd = nil
-	if estimate > 0 {
-		end := now.Add(estimate)
-		st.EstimatedEnd = &end
-	}
+	writeJSONValue(w, http.StatusOK, out)
+}
+
+// enableMaintenance records the queues not paused in the stored state, added to those it records
+// already (whoever enabled the mode), then pauses them. It records first: a failure in between
+// leaves a state whose disabling resumes them, and an enabling through another server that finds
+// them paused already finds them recorded.
+func (s *Server) enableMaintenance(w http.ResponseWriter, r *http.Request, ss store.SettingStore, reason string, estimate time.Duration) {
+	ctx := r.Context()
+	now := time.Now().UTC()
 	qs, err := s.client.QueueList(ctx)
 	if err != nil {
 		s.writeError(w, r, fromClientError(err, "queue", ""))
 		return
 	}
-	paused := map[string]bool{}
+	known := map[string]bool{}
 	var toPause []string
 	for _, q := range qs {
-		paused[q.Name] = q.Paused
+		known[q.Name] = true
 		if !q.Paused {
 			toPause = append(toPause, q.Name)
 		}
 	}
 	for name := range s.client.Stats().Queues {
-		if _, known := paused[name]; !known {
-			paused[name] = false
+		if !known[name] {
+			known[name] = true
 			toPause = append(toPause, name)
 		}
 	}
 	sort.Strings(toPause)
-	for _, q := range toPause {
-		if !slices.Contains(st.PausedQueues, q) {
-			st.PausedQueues = append(st.PausedQueues, q)
+	var st *maintenanceState
+	err = store.UpdateSetting(ctx, ss, maintenanceKey, func(old json.RawMessage) (json.RawMessage, error) {
+		var err error
+		if st, err = decodeMaintenance(old); err != nil {
+			return nil, err
 		}
-	}
-	// Record first, pause after: a failure in between leaves a state whose disabling resumes them.
-	b, err := json.Marshal(st)
+		if st == nil {
+			st = &maintenanceState{EnabledAt: now, PausedQueues: []string{}}
+		}
+		st.Reason = reason
+		st.EstimatedEnd = nil
+		if estimate > 0 {
+			end := now.Add(estimate)
+			st.EstimatedEnd = &end
+		}
+		for _, q := range toPause {
+			if !slices.Contains(st.PausedQueues, q) {
+				st.PausedQueues = append(st.PausedQueues, q)
+			}
+		}
+		return json.Marshal(st)
+	})
 	if err != nil {
-		s.writeError(w, r, errorf(http.StatusInternalServerError, "internal_error", "encoding the maintenance state: %v", err))
-		return
-	}
-	if err := ss.SetSetting(ctx, maintenanceKey, b); err != nil {
-		s.writeError(w, r, fromClientError(err, "maintenance mode", ""))
+		s.writeMaintenanceError(w, r, err)
 		return
 	}
 	s.setMaintenanceCache(true)
