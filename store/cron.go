@@ -29,7 +29,7 @@ type CronSchedule struct {
 	CreatedAt time.Time
 	// NextRunAt is the next occurrence, due when it is at or before now.
 	NextRunAt time.Time
-	// LastRunAt is the latest occurrence handled (fired or skipped), zero if none.
+	// LastRunAt is the latest occurrence that inserted a job (a skipped one leaves it), zero if none.
 	LastRunAt time.Time
 	// RunCount counts the occurrences that inserted a job.
 	RunCount int64
