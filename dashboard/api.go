@@ -474,6 +474,8 @@ func (h *Handler) queueAction(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]string{"queue": name})
 }
 
+// workflowView is a workflow as the pages show it. Total and Counts are its steps; Callbacks are
+// its callbacks, which count in State too: it runs until they end and fails when one is discarded.
 type workflowView struct {
 	ID          string               `json:"id"`
 	Name        string               `json:"name"`
@@ -481,13 +483,26 @@ type workflowView struct {
 	State       pronto.WorkflowState `json:"state"`
 	Total       int                  `json:"total"`
 	Counts      map[pronto.State]int `json:"counts"`
+	Callbacks   callbacksView        `json:"callbacks"`
 	CreatedAt   *time.Time           `json:"created_at,omitempty"`
 	FinishedAt  *time.Time           `json:"finished_at,omitempty"`
 	CancelledAt *time.Time           `json:"cancelled_at,omitempty"`
 }
 
+// callbacksView counts a workflow's callbacks: all, those ended each way, and those still open
+// (waiting on their parents, or released and not finished).
+type callbacksView struct {
+	Total     int `json:"total"`
+	Completed int `json:"completed"`
+	Cancelled int `json:"cancelled"`
+	Discarded int `json:"discarded"`
+	Open      int `json:"open"`
+}
+
 func viewWorkflow(w *pronto.WorkflowInfo) *workflowView {
+	cb := w.Callbacks
 	return &workflowView{ID: w.ID, Name: w.Name, Type: w.Type, State: w.State, Total: w.Total, Counts: w.Counts,
+		Callbacks: callbacksView{Total: cb.Total, Completed: cb.Completed, Cancelled: cb.Cancelled, Discarded: cb.Discarded, Open: cb.Open()},
 		CreatedAt: tp(w.CreatedAt), FinishedAt: tp(w.FinishedAt), CancelledAt: tp(w.CancelledAt)}
 }
 

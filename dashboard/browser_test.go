@@ -390,6 +390,18 @@ func browserScenario(t *testing.T, base, apiKey string, st store.Store, name str
 	}
 	step("workflows list live", wait(fmt.Sprintf(`document.querySelector('#workflows tr[data-id="%s"][data-state="completed"]') !== null && window.__noReload === 2`, res2.Workflow.ID)),
 		shot("workflows"))
+	// A workflow failed by its callback (discarded: N 99 panics) while its one step completed says
+	// so on its page and in the list, where the callback counts among the failures.
+	res3, err := c.WorkflowInsert(bg, pronto.NewWorkflow("ui-callback").Add("a", uiWork{N: 6}, nil).
+		OnSuccess(pronto.WorkflowJob{Args: uiWork{N: 99}, Opts: &pronto.InsertOpts{MaxAttempts: 1}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	step("workflow failed by its callback", chromedp.Navigate(base+"/#/workflow/"+res3.Workflow.ID),
+		wait(`document.querySelector('h1 .state[data-state="failed"]') !== null && document.querySelector('#wfnote[data-note="callback-failed"] a[href^="#/job/"]') !== null`),
+		wait(`(document.querySelector("#wfcallbacks") || {}).textContent === "1: 1 discarded"`), shot("workflow-callback-failed"))
+	step("its row in the list", chromedp.Navigate(base+"/#/workflows"),
+		wait(fmt.Sprintf(`(() => { const r = document.querySelector('#workflows tr[data-id="%s"][data-state="failed"]'); return r !== null && r.querySelector('.wfnote[data-note="callback-failed"]') !== null && r.querySelector('td[data-failed="1"]') !== null; })()`, res3.Workflow.ID)), shot("workflows-callback-failed"))
 	if _, err := c.CronRegister(bg, pronto.CronJob{Name: "ui-nightly", Expression: "@daily", Kind: "ui.work"}); err != nil {
 		t.Fatal(err)
 	}

@@ -8,7 +8,8 @@ let CSRF = document.querySelector('meta[name="csrf-token"]').content;
 const CSRF_REFUSED = "missing or wrong CSRF token: reload the page";
 const READ_ONLY = document.querySelector('meta[name="read-only"]').content === "1";
 const STATES = ["available", "scheduled", "pending", "active", "retryable", "completed", "discarded", "cancelled"];
-const TERMINAL = new Set(["completed", "discarded", "cancelled"]);
+const TERMINAL_LIST = ["completed", "discarded", "cancelled"];
+const TERMINAL = new Set(TERMINAL_LIST);
 const main = document.getElementById("main");
 
 // ---- helpers ---------------------------------------------------------------------------------------
@@ -582,6 +583,22 @@ async function job(view, parts) {
 
 // ---- workflows -------------------------------------------------------------------------------------
 
+// stepsFailed counts the steps that did not complete (each fails the workflow).
+function stepsFailed(w) { return (w.counts.discarded || 0) + (w.counts.cancelled || 0); }
+
+// workflowNote says what a workflow's state owes to its callbacks, which the step counts do not
+// show: failed by a discarded callback, or running with every step finished while a callback has
+// yet to end. null when the steps tell it all.
+function workflowNote(w) {
+  const cb = w.callbacks || { total: 0, discarded: 0, open: 0 };
+  const plural = (n, one) => n === 1 ? one : n + " " + one.replace("callback", "callbacks");
+  if (cb.discarded > 0) return { key: "callback-failed", text: plural(cb.discarded, "callback") + " failed" };
+  const stepsDone = TERMINAL_LIST.reduce((n, s) => n + (w.counts[s] || 0), 0) >= w.total;
+  if (w.state === "running" && cb.open > 0 && stepsDone) return { key: "callback-waiting", text: "waiting on " + plural(cb.open, "callback") };
+  return null;
+}
+function noteTag(note) { return note ? el("span", { class: "wfnote", "data-note": note.key }, note.text) : null; }
+
 async function workflows(view, _, params) {
   view.root.append(el("h1", {}, "Workflows"));
   const cursor = params.get("cursor") || "";
@@ -595,8 +612,8 @@ async function workflows(view, _, params) {
       el("table", { id: "workflows" }, el("thead", {}, el("tr", {}, ["Workflow", "Name", "Type", "State", "Steps", "Done", "Failed", "Created", "Finished"].map((h) => el("th", { class: ["Steps", "Done", "Failed"].includes(h) ? "num" : "" }, h)))),
         el("tbody", {}, r.workflows.map((w) => el("tr", { "data-id": w.id, "data-state": w.state },
           el("td", {}, el("a", { href: "#/workflow/" + w.id, class: "mono", title: w.id }, shortID(w.id))), el("td", { class: "txt" }, w.name), el("td", { class: "muted txt" }, w.type),
-          el("td", {}, stateTag(w.state)), el("td", { class: "num" }, w.total), el("td", { class: "num" }, (w.counts.completed || 0) + "/" + w.total),
-          el("td", { class: "num" }, (w.counts.discarded || 0) + (w.counts.cancelled || 0)),
+          el("td", {}, stateTag(w.state), noteTag(workflowNote(w))), el("td", { class: "num" }, w.total), el("td", { class: "num" }, (w.counts.completed || 0) + "/" + w.total),
+          failedCell(w),
           el("td", {}, when(w.created_at)), el("td", {}, when(w.finished_at)))))),
       el("div", { class: "actions" }, cursor ? el("a", { href: "#/workflows" }, "« Newest") : "",
         r.next ? el("a", { href: "#/workflows?cursor=" + encodeURIComponent(r.next), id: "next-page" }, "Next page »") : "")]));
@@ -617,6 +634,21 @@ async function workflows(view, _, params) {
     if (u.jobs.some((c) => c.id === "*" || shown.has(c.workflow_id))) due = true;
     if (due && Date.now() - lastLoad >= 2000) { due = false; lastLoad = Date.now(); load().catch(() => {}); }
   });
+}
+
+// failedCell counts what failed the workflow: its steps that did not complete and its discarded
+// callbacks, the latter named beside the number.
+function failedCell(w) {
+  const steps = stepsFailed(w), cbs = (w.callbacks || {}).discarded || 0;
+  return el("td", { class: "num", "data-failed": steps + cbs, title: steps + " step(s), " + cbs + " callback(s)" },
+    String(steps + cbs), cbs ? el("span", { class: "muted" }, " (" + cbs + " callback" + (cbs === 1 ? "" : "s") + ")") : null);
+}
+
+// callbacksText sums up a workflow's callbacks: how many, and how they ended or that they are open.
+function callbacksText(cb) {
+  const parts = [["completed", cb.completed], ["cancelled (condition not met)", cb.cancelled], ["discarded", cb.discarded], ["open", cb.open]]
+    .filter(([, n]) => n > 0).map(([s, n]) => n + " " + s);
+  return cb.total + (parts.length ? ": " + parts.join(", ") : "");
 }
 
 // layout places each job in the column of its depth (longest path from a root) and draws parent edges.
@@ -673,13 +705,20 @@ async function workflow(view, parts) {
     if (sig === last) return r;
     last = sig;
     const w = r.workflow;
+    const note = workflowNote(w);
+    // The callbacks the note is about, linked: the discarded ones, or those yet to end.
+    const named = !note ? [] : r.jobs.filter((j) => j.run_on && (note.key === "callback-failed" ? j.state === "discarded" : !TERMINAL.has(j.state)));
     box.replaceChildren(
-      el("h1", {}, "Workflow ", w.name, " ", stateTag(w.state)),
+      el("h1", {}, "Workflow ", w.name, " ", stateTag(w.state), " ", noteTag(note)),
+      note ? el("p", { class: "panel", id: "wfnote", "data-note": note.key },
+        note.key === "callback-failed" ? (named.length === 1 ? "Failed by its callback, discarded after its retries: " : "Failed by its callbacks, discarded after their retries: ") : "Every step has finished; the workflow runs until its callbacks end: ",
+        ...named.flatMap((j, i) => [i ? ", " : "", jobLink(j.id), " (on " + j.run_on + ", " + j.state + ")"])) : null,
       el("div", { class: "actions panel" }, el("span", { class: "mono muted" }, w.id),
         w.state === "running" ? actBtn("Cancel workflow", async () => { if (confirm("Cancel every unfinished job of this workflow?")) { await post("/api/workflows/" + id + "/cancel"); load(); } }, "danger") : null),
       el("div", { class: "panel graph tablewrap" }, drawGraph(r.jobs)),
       el("div", { class: "panel" }, el("dl", { class: "kv" }, el("dt", {}, "steps"), el("dd", {}, w.total),
         STATES.filter((s) => w.counts[s]).flatMap((s) => [el("dt", {}, s), el("dd", {}, w.counts[s])]),
+        w.callbacks && w.callbacks.total ? [el("dt", {}, "callbacks"), el("dd", { id: "wfcallbacks" }, callbacksText(w.callbacks))] : [],
         el("dt", {}, "created"), el("dd", {}, when(w.created_at)), el("dt", {}, "finished"), el("dd", {}, when(w.finished_at)))));
     return r;
   };
