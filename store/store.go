@@ -217,7 +217,8 @@ type Job struct {
 	// ParentIDs are the workflow jobs that must finish before this one is released (see RunOn).
 	ParentIDs []string
 	// RunOn is set on a workflow's callbacks: the outcome of its parents that releases it. Jobs with a
-	// RunOn are not members of the workflow (its counts and state ignore them). "" for members.
+	// RunOn are not members of the workflow: Workflow.Counts leaves them out and Workflow.Callbacks
+	// counts them, and its state waits for those that run (see DeriveWorkflowState). "" for members.
 	RunOn RunOn
 	// ParentResults is a JSON array with the Result of each parent, in ParentIDs order (null for a
 	// parent without one), written when the job is released. Nil for jobs without parents.
