@@ -208,6 +208,19 @@ func (s *Server) runWorkflowEvents() {
 	}
 }
 
+// readWorkflowForEvents reads workflow id for the events of one of its jobs' outcome, within
+// workflowReadTimeout; a failed read is logged, and the events it would have brought are not recorded.
+func (s *Server) readWorkflowForEvents(id string) (*store.Workflow, bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), workflowReadTimeout)
+	defer cancel()
+	wf, err := s.store.GetWorkflow(ctx, id)
+	if err != nil {
+		s.log.Warn("pronto serve: reading a workflow for its events failed", "workflow_id", id, "err", err)
+		return nil, false
+	}
+	return wf, true
+}
+
 // recordWorkflowCallbackEvent records what the end of a workflow's callback (completed, discarded or
 // cancelled) brings: workflow.completed or workflow.failed when it was the last job the workflow
 // waited for. A callback discarded fails its workflow (ojs-workflows.md §9.5): workflow.failed names
@@ -220,11 +233,8 @@ func (s *Server) recordWorkflowCallbackEvent(ev *pronto.Event) {
 	if rec.done {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), workflowReadTimeout)
-	wf, err := s.store.GetWorkflow(ctx, j.WorkflowID)
-	cancel()
-	if err != nil {
-		s.log.Warn("pronto serve: reading a workflow for its events failed", "workflow_id", j.WorkflowID, "err", err)
+	wf, ok := s.readWorkflowForEvents(j.WorkflowID)
+	if !ok {
 		return
 	}
 	if ev.Kind == pronto.EventDiscarded && rec.failed == nil {
@@ -268,11 +278,8 @@ func (s *Server) recordWorkflowJobEvent(ev *pronto.Event) {
 	default:
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), workflowReadTimeout)
-	wf, err := s.store.GetWorkflow(ctx, j.WorkflowID)
-	cancel()
-	if err != nil {
-		s.log.Warn("pronto serve: reading a workflow for its events failed", "workflow_id", j.WorkflowID, "err", err)
+	wf, ok := s.readWorkflowForEvents(j.WorkflowID)
+	if !ok {
 		return
 	}
 	if begun {

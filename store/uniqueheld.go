@@ -22,3 +22,25 @@ type UniqueHolder interface {
 	// the number of refs; an empty refs costs nothing.
 	HeldUniqueKeys(ctx context.Context, refs []UniqueKeyRef) (map[UniqueKeyRef]string, error)
 }
+
+// UniqueRefKeys returns the keys of refs, in order, for a store whose keys are held store-wide (the
+// queue of a ref does not matter to it).
+func UniqueRefKeys(refs []UniqueKeyRef) []string {
+	keys := make([]string, len(refs))
+	for i, r := range refs {
+		keys[i] = r.Key
+	}
+	return keys
+}
+
+// HoldersByRef answers HeldUniqueKeys from holders, the holding job of each held key, for a store
+// whose keys are held store-wide: every ref whose key is held maps to its holder.
+func HoldersByRef(refs []UniqueKeyRef, holders map[string]string) map[UniqueKeyRef]string {
+	out := make(map[UniqueKeyRef]string, len(holders))
+	for _, r := range refs {
+		if id, ok := holders[r.Key]; ok {
+			out[r] = id
+		}
+	}
+	return out
+}

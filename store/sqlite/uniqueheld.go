@@ -13,14 +13,10 @@ var _ store.UniqueHolder = (*Store)(nil)
 // HeldUniqueKeys returns the holder of each key of refs that a job holds now (store.UniqueHolder),
 // in one read. Keys are held store-wide, whatever the queue of the ref.
 func (s *Store) HeldUniqueKeys(ctx context.Context, refs []store.UniqueKeyRef) (map[store.UniqueKeyRef]string, error) {
-	out := make(map[store.UniqueKeyRef]string)
 	if len(refs) == 0 {
-		return out, nil
+		return map[store.UniqueKeyRef]string{}, nil
 	}
-	keys := make([]string, len(refs))
-	for i, r := range refs {
-		keys[i] = r.Key
-	}
+	keys := store.UniqueRefKeys(refs)
 	raw, err := json.Marshal(keys)
 	if err != nil {
 		return nil, fmt.Errorf("held unique keys: %w", err)
@@ -42,10 +38,5 @@ func (s *Store) HeldUniqueKeys(ctx context.Context, refs []store.UniqueKeyRef) (
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("held unique keys: %w", err)
 	}
-	for _, r := range refs {
-		if id, ok := holders[r.Key]; ok {
-			out[r] = id
-		}
-	}
-	return out, nil
+	return store.HoldersByRef(refs, holders), nil
 }
