@@ -17,7 +17,8 @@ import (
 //
 // Counting depth costs no round trip per insert: each client reads the bounds at most every
 // boundsEvery and a bounded queue's depth at most every depthEvery, and adds what it inserted since.
-// Inserts into unbounded queues never read a depth. The price is precision: jobs finished since the
+// Inserts into unbounded queues never read a depth, nor count: a queue bounded anew, or whose bound
+// was lowered, is recounted at its next insert. The price is precision: jobs finished since the
 // last read still count (the bound is met early, never late, by one client), and what other clients
 // inserted in the meantime is not seen yet, so several clients together may overshoot a bound by what
 // they insert within depthEvery. What an insert counted is taken back out when the store does not
@@ -112,7 +113,7 @@ func (c *Client) checkBounds(ctx context.Context, ps []*store.InsertParams, held
 			// Fail open: a store that cannot say its bounds keeps the last ones known.
 			c.cfg.Logger.Warn("pronto: reading queue bounds failed; keeping the last known", "error", err)
 		} else {
-			bp.bounds = bounds
+			bp.rebound(bounds)
 		}
 		bp.boundsAt = now
 	}
@@ -158,6 +159,19 @@ func (c *Client) checkBounds(ctx context.Context, ps []*store.InsertParams, held
 		adm.counts[q] = bp.depths[q]
 	}
 	return adm, nil
+}
+
+// rebound replaces the bounds with bounds just read. A queue no longer bounded loses its depth (its
+// inserts are no longer counted), so one bounded anew is recounted at its next insert; so is one
+// whose bound was lowered, which then applies to a fresh count. A raised bound keeps the count this
+// client kept up, which can only meet it early. bp.mu must be held.
+func (bp *backpressure) rebound(bounds map[string]int64) {
+	for q := range bp.depths {
+		if b, bounded := bounds[q]; !bounded || b < bp.bounds[q] {
+			delete(bp.depths, q)
+		}
+	}
+	bp.bounds = bounds
 }
 
 // adding counts the jobs of ps in bounded queues by queue, leaving out those skipped marks (nil: none).
@@ -291,6 +305,9 @@ func (c *Client) QueueSetMaxDepth(ctx context.Context, queue string, maxDepth in
 	bp := &c.bp
 	bp.mu.Lock()
 	bp.boundsAt = time.Time{}
+	if b, bounded := bp.bounds[queue]; maxDepth == 0 || !bounded || maxDepth < b {
+		delete(bp.depths, queue) // as rebound will, should reading the bounds fail
+	}
 	bp.mu.Unlock()
 	return nil
 }

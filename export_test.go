@@ -54,3 +54,22 @@ func RefusedOutcome(c *Client, id, token string) bool {
 	r, ok := c.refused[token]
 	return ok && r.row.ID == id
 }
+
+// SetTenantCountRecount sets how often c rereads a limited tenant's job counts (tests only): a long
+// interval makes the client's own counting of its inserts all a test sees.
+func SetTenantCountRecount(c *Client, every time.Duration) {
+	c.tg.mu.Lock()
+	c.tg.countEvery = every
+	c.tg.mu.Unlock()
+}
+
+// RereadLimits makes c read the queue bounds and the tenants' enqueue limits at its next insert, as
+// it does about every second (tests only): another client's change is then seen at once.
+func RereadLimits(c *Client) {
+	c.bp.mu.Lock()
+	c.bp.boundsAt = time.Time{}
+	c.bp.mu.Unlock()
+	c.tg.mu.Lock()
+	c.tg.limitsAt = time.Time{}
+	c.tg.mu.Unlock()
+}

@@ -21,7 +21,8 @@ import (
 // Like a queue's backpressure bound, checking costs no round trip per insert: each client reads the
 // limits (one setting, tenantEnqueueLimitsKey, for every tenant) at most every boundsEvery, and a
 // limited tenant's counts at most every depthEvery (one TenantStore.GetTenant), adding what it
-// inserted since. Inserts of tenants without enqueue limits read nothing. The price is precision, as
+// inserted since. Inserts of tenants without enqueue limits read nothing, nor count: a tenant limited
+// anew, or whose limits changed, is recounted at its next insert. The price is precision, as
 // for backpressure: jobs started since the last read still count (the limit is met early, never late,
 // by one client), and what other clients inserted meanwhile is not seen yet. The enqueue rate is
 // counted by each client on its own inserts (a fixed window per tenant): with several clients (several
@@ -108,6 +109,32 @@ type tenantGate struct {
 	setMu sync.Mutex
 	// boosts are the tenants' priority boosts (tenantboost.go), read the same way.
 	boosts tenantBoosts
+	// countEvery, when positive, replaces the package's depthEvery (tests only).
+	countEvery time.Duration
+}
+
+func (g *tenantGate) recountEvery() time.Duration {
+	if g.countEvery > 0 {
+		return g.countEvery
+	}
+	return depthEvery
+}
+
+// relimit replaces the limits with limits just read. A tenant no longer limited loses its counts (its
+// inserts are no longer counted), so one limited anew starts with a fresh count and rate window; one
+// whose limits changed is recounted at its next insert. Either way a count read under earlier limits
+// cannot let new ones be met late. g.mu must be held.
+func (g *tenantGate) relimit(limits map[string]TenantEnqueueLimits) {
+	for t, tc := range g.tenants {
+		l, limited := limits[t]
+		switch {
+		case !limited:
+			delete(g.tenants, t)
+		case l != g.limits[t]:
+			tc.at = time.Time{}
+		}
+	}
+	g.limits = limits
 }
 
 type tenantCount struct {
@@ -302,7 +329,7 @@ func (c *Client) checkTenantLimits(ctx context.Context, ps []*store.InsertParams
 			// Fail open, as backpressure does: keep the last limits known.
 			c.cfg.Logger.Warn("pronto: reading tenant enqueue limits failed; keeping the last known", "error", err)
 		} else {
-			g.limits = limits
+			g.relimit(limits)
 		}
 		g.limitsAt = now
 	}
@@ -355,7 +382,7 @@ func (g *tenantGate) refusal(ctx context.Context, ts store.TenantStore, add map[
 			tc = &tenantCount{}
 			g.tenants[t] = tc
 		}
-		if (l.MaxQueueDepth > 0 || l.MaxScheduled > 0) && now.Sub(tc.at) >= depthEvery {
+		if (l.MaxQueueDepth > 0 || l.MaxScheduled > 0) && now.Sub(tc.at) >= g.recountEvery() {
 			info, err := ts.GetTenant(ctx, t)
 			switch {
 			case errors.Is(err, store.ErrNotFound), errors.Is(err, store.ErrUnsupported):
@@ -373,7 +400,7 @@ func (g *tenantGate) refusal(ctx context.Context, ts store.TenantStore, add map[
 			}
 			tc.at = now
 		}
-		retry := depthEvery - now.Sub(tc.at)
+		retry := g.recountEvery() - now.Sub(tc.at)
 		if l.MaxQueueDepth > 0 && a.all > 0 && tc.waiting+int64(a.all) > l.MaxQueueDepth {
 			return &TenantLimitError{Tenant: t, Limit: TenantLimitQueueDepth, Current: tc.waiting, Maximum: l.MaxQueueDepth, Adding: a.all, RetryAfter: retry}, nil
 		}
@@ -449,6 +476,9 @@ func (c *Client) TenantSetEnqueueLimits(ctx context.Context, tenant string, l Te
 	}
 	g.mu.Lock()
 	g.limitsAt = time.Time{}
+	if tc := g.tenants[tenant]; tc != nil {
+		tc.at = time.Time{} // recounted under the new limits (see relimit)
+	}
 	g.mu.Unlock()
 	created()
 	return nil
