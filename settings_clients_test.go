@@ -72,12 +72,39 @@ func TestClientsChangePoolsTogether(t *testing.T) {
 	require.Equal(t, "new", pools[0].Name)
 }
 
+// TestClientsResetThrottlesTogether: two tenants' throttles reset through two clients at once (the
+// second has read the throttles when the first drops its tenant's): both end.
+func TestClientsResetThrottlesTogether(t *testing.T) {
+	a, b, g := gatedClients(t)
+	ctx := context.Background()
+	now := time.Now().UTC()
+	th := func(tenant string) pronto.TenantThrottle {
+		return pronto.TenantThrottle{Tenant: tenant, Reason: pronto.NoisyQueueDepth, Action: pronto.ThrottleWeightReduced,
+			OriginalWeight: 1, EffectiveWeight: 1, Since: now, Until: now.Add(time.Hour)}
+	}
+	raw, err := json.Marshal(map[string]pronto.TenantThrottle{"x": th("x"), "y": th("y")})
+	require.NoError(t, err)
+	require.NoError(t, g.Store.SetSetting(ctx, "tenant_throttles", raw))
+	// b's reset reads the throttles once to find its own, then again to drop it: the second is held.
+	g.holdAfter(t, "tenant_throttles", 1, func(ctx context.Context) error {
+		_, err := b.TenantThrottleReset(ctx, "y")
+		return err
+	}, func() {
+		_, err := a.TenantThrottleReset(ctx, "x")
+		require.NoError(t, err)
+	})
+	ths, err := a.TenantThrottles(ctx)
+	require.NoError(t, err)
+	require.Empty(t, ths, "a throttle reset through one client came back through the other's")
+}
+
 // settingGate is a memory store whose first read of one setting in a call marked by hold waits
 // until hold's other change is made.
 type settingGate struct {
 	*memory.Store
 	mu      sync.Mutex
 	key     string
+	skip    int // reads of key in the marked call let through before the one held
 	reached chan struct{}
 	release chan struct{}
 }
@@ -90,9 +117,11 @@ func (g *settingGate) GetSetting(ctx context.Context, key string) (json.RawMessa
 		return v, err
 	}
 	g.mu.Lock()
-	hold := g.key == key
+	hold := g.key == key && g.skip == 0
 	if hold {
 		g.key = ""
+	} else if g.key == key {
+		g.skip--
 	}
 	g.mu.Unlock()
 	if hold {
@@ -105,8 +134,14 @@ func (g *settingGate) GetSetting(ctx context.Context, key string) (json.RawMessa
 // hold runs held, a change whose first read of key waits, and meanwhile other; held must succeed.
 func (g *settingGate) hold(t *testing.T, key string, held func(context.Context) error, other func()) {
 	t.Helper()
+	g.holdAfter(t, key, 0, held, other)
+}
+
+// holdAfter is hold with the first skip reads of key in held let through.
+func (g *settingGate) holdAfter(t *testing.T, key string, skip int, held func(context.Context) error, other func()) {
+	t.Helper()
 	g.mu.Lock()
-	g.key, g.reached, g.release = key, make(chan struct{}), make(chan struct{})
+	g.key, g.skip, g.reached, g.release = key, skip, make(chan struct{}), make(chan struct{})
 	g.mu.Unlock()
 	done := make(chan error, 1)
 	go func() { done <- held(context.WithValue(context.Background(), gateMark{}, true)) }()

@@ -2,7 +2,6 @@ package pronto
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -264,29 +263,15 @@ func readTenantThrottles(ctx context.Context, ss store.SettingStore) (map[string
 	return readSettingMap[TenantThrottle](ctx, ss, tenantThrottlesKey)
 }
 
-// updateThrottles rereads the throttles, applies change and stores them: the read-modify-write is
-// kept to two round trips, so that a change made by another process meanwhile (a reset through
-// another server) is lost only when it falls between them.
+// updateThrottles applies change to the throttles as stored, atomically (updateSettingMap): a change
+// another process makes meanwhile (a reset through another server) is kept, not written over.
 func (c *Client) updateThrottles(ctx context.Context, ss store.SettingStore, change func(m map[string]TenantThrottle)) error {
 	c.noisy.setMu.Lock()
 	defer c.noisy.setMu.Unlock()
-	m, err := readTenantThrottles(ctx, ss)
-	if err != nil {
-		return err
-	}
-	change(m)
-	return writeTenantThrottles(ctx, ss, m)
-}
-
-func writeTenantThrottles(ctx context.Context, ss store.SettingStore, m map[string]TenantThrottle) error {
-	var raw json.RawMessage
-	if len(m) > 0 {
-		var err error
-		if raw, err = json.Marshal(m); err != nil {
-			return err
-		}
-	}
-	return ss.SetSetting(ctx, tenantThrottlesKey, raw)
+	return updateSettingMap(ctx, ss, tenantThrottlesKey, func(m map[string]TenantThrottle) error {
+		change(m)
+		return nil
+	})
 }
 
 // TenantThrottles returns every tenant's throttle in force (an empty map when the store keeps no
