@@ -84,9 +84,8 @@ func (rv *revocations) revoked(ctx context.Context, id string, now time.Time) bo
 	return shared
 }
 
-// revoke ends session id, valid until until: here at once, then in the store's list. Settings have no
-// compare-and-set, so the write is read back, and made again should a concurrent logout on another
-// server have overwritten it.
+// revoke ends session id, valid until until: here at once, then in the store's list, changed
+// atomically (store.UpdateSetting), so a concurrent logout on another server cannot drop it.
 func (rv *revocations) revoke(ctx context.Context, id string, until time.Time) error {
 	now := time.Now()
 	rv.mu.Lock()
@@ -99,17 +98,18 @@ func (rv *revocations) revoke(ctx context.Context, id string, until time.Time) e
 	if rv.ss == nil {
 		return nil
 	}
-	var err error
-	for range 3 {
-		var m map[string]int64
-		if m, err = rv.read(ctx); err != nil {
-			return err
+	var kept map[string]int64
+	err := store.UpdateSetting(ctx, rv.ss, RevokedSetting, func(old json.RawMessage) (json.RawMessage, error) {
+		m := map[string]int64{}
+		if len(old) > 0 {
+			if err := json.Unmarshal(old, &m); err != nil {
+				// Not ours to fix by overwriting blindly; refuse like a failed read.
+				return nil, err
+			}
 		}
+		kept = m
 		if _, ok := m[id]; ok {
-			rv.mu.Lock()
-			rv.shared, rv.tried = m, time.Now()
-			rv.mu.Unlock()
-			return nil
+			return old, nil
 		}
 		prune(m, now)
 		m[id] = until.Unix()
@@ -119,15 +119,15 @@ func (rv *revocations) revoke(ctx context.Context, id string, until time.Time) e
 				delete(m, old)
 			}
 		}
-		raw, merr := json.Marshal(m)
-		if merr != nil {
-			return merr
-		}
-		if err = rv.ss.SetSetting(ctx, RevokedSetting, raw); err != nil {
-			return err
-		}
+		return json.Marshal(m)
+	})
+	if err != nil {
+		return err
 	}
-	return err
+	rv.mu.Lock()
+	rv.shared, rv.tried = kept, time.Now()
+	rv.mu.Unlock()
+	return nil
 }
 
 func (rv *revocations) read(ctx context.Context) (map[string]int64, error) {
