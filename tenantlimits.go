@@ -2,7 +2,6 @@ package pronto
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -105,7 +104,8 @@ type tenantGate struct {
 	limitsAt time.Time
 	limits   map[string]TenantEnqueueLimits
 	tenants  map[string]*tenantCount // made on first use
-	// setMu serializes this client's read-modify-write of the limits setting.
+	// setMu serializes this client's changes of the limits setting, sparing them retries of
+	// updateSetting against one another.
 	setMu sync.Mutex
 	// boosts are the tenants' priority boosts (tenantboost.go), read the same way.
 	boosts tenantBoosts
@@ -421,10 +421,10 @@ func (g *tenantGate) refusal(ctx context.Context, ts store.TenantStore, add map[
 }
 
 // TenantSetEnqueueLimits stores tenant's enqueue limits, replacing any; a zero l removes them. Every
-// client applies them within about a second. The store must implement store.SettingStore and
-// store.TenantStore (all of pronto's stores do). Two processes changing enqueue limits at the same
-// instant may lose one of the changes (the limits are one setting, written whole): TenantEnqueueLimits
-// reads back what is stored.
+// client applies them within about a second. Clients in any number of processes may change enqueue
+// limits at once, of one tenant or several: no change is lost, and the last to be stored of one
+// tenant's wins. The store must implement store.SettingStore and store.TenantStore (all of pronto's
+// stores do).
 func (c *Client) TenantSetEnqueueLimits(ctx context.Context, tenant string, l TenantEnqueueLimits) error {
 	if err := validTenantArg(tenant); err != nil {
 		return err
@@ -453,25 +453,15 @@ func (c *Client) TenantSetEnqueueLimits(ctx context.Context, tenant string, l Te
 	g := &c.tg
 	g.setMu.Lock()
 	defer g.setMu.Unlock()
-	m, err := readTenantEnqueueLimits(ctx, ss)
+	err = updateSettingMap(ctx, ss, tenantEnqueueLimitsKey, func(m map[string]TenantEnqueueLimits) error {
+		if l.IsZero() {
+			delete(m, tenant)
+		} else {
+			m[tenant] = l
+		}
+		return nil
+	})
 	if err != nil {
-		return wrapOp(fmt.Sprintf("enqueue limits of tenant %q", tenant), err)
-	}
-	if l.IsZero() {
-		if _, had := m[tenant]; !had {
-			return nil
-		}
-		delete(m, tenant)
-	} else {
-		m[tenant] = l
-	}
-	var raw json.RawMessage
-	if len(m) > 0 {
-		if raw, err = json.Marshal(m); err != nil {
-			return err
-		}
-	}
-	if err := ss.SetSetting(ctx, tenantEnqueueLimitsKey, raw); err != nil {
 		return wrapOp(fmt.Sprintf("enqueue limits of tenant %q", tenant), err)
 	}
 	g.mu.Lock()
