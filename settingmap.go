@@ -27,9 +27,10 @@ func readSettingMap[V any](ctx context.Context, ss store.SettingStore, key strin
 // updateSetting changes the setting under key by fn, which gets the stored value (nil when absent)
 // and returns the value to store (nil removes it). On a store that implements store.SettingSwapper
 // (all of pronto's do) the write applies only while the setting still holds what fn was given, and
-// fn runs again on the newer value otherwise, so writers in any number of processes never lose one
-// another's changes; fn may therefore run more than once. Running out of retries is an error naming
-// the key; an error from fn is returned as is.
+// fn runs again on the newer value otherwise, so no writer overwrites another's change; fn may
+// therefore run more than once. Losing the swap every time (store.ErrSettingContended, naming the
+// key: dozens of changes landing while one runs) fails the update rather than dropping it; an error
+// from fn is returned as is.
 func updateSetting(ctx context.Context, ss store.SettingStore, key string, fn func(old json.RawMessage) (json.RawMessage, error)) error {
 	return store.UpdateSetting(ctx, ss, key, fn)
 }

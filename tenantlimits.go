@@ -421,8 +421,9 @@ func (g *tenantGate) refusal(ctx context.Context, ts store.TenantStore, add map[
 }
 
 // TenantSetEnqueueLimits stores tenant's enqueue limits, replacing any; a zero l removes them. Every
-// client applies them within about a second. Clients in any number of processes may change enqueue
-// limits at once, of one tenant or several: no change is lost, and the last to be stored of one
+// client applies them within about a second. Clients in several processes may change enqueue limits
+// at once, of one tenant or several: none overwrites another's change (a change that keeps losing
+// to others fails with store.ErrSettingContended, never silently), and the last to be stored of one
 // tenant's wins. The store must implement store.SettingStore and store.TenantStore (all of pronto's
 // stores do).
 func (c *Client) TenantSetEnqueueLimits(ctx context.Context, tenant string, l TenantEnqueueLimits) error {

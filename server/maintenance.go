@@ -37,6 +37,10 @@ type maintenanceState struct {
 	EstimatedEnd *time.Time `json:"estimated_end,omitempty"`
 	// PausedQueues are the queues enabling paused, which disabling resumes.
 	PausedQueues []string `json:"paused_queues"`
+	// Enables counts the enablings of this spell: each changes the stored state, even one with
+	// nothing new, so that a disabling that read the state before it loses its removal and runs
+	// again, resuming what it paused.
+	Enables int64 `json:"enables,omitempty"`
 }
 
 // maintenanceCache is this server's view of the mode for fetches. The zero value is ready.
@@ -205,8 +209,9 @@ func (s *Server) writeMaintenanceError(w http.ResponseWriter, r *http.Request, e
 }
 
 // disableMaintenance resumes the queues the stored state records, then removes the state, if it is
-// still the state whose queues it resumed: queues a concurrent enabling recorded meanwhile are
-// resumed on the next try.
+// still the state whose queues it resumed: when a concurrent enabling changed it meanwhile, every
+// queue it records is resumed again on the next try (one resumed on the first try may have been
+// paused again since).
 func (s *Server) disableMaintenance(w http.ResponseWriter, r *http.Request, ss store.SettingStore) {
 	ctx := r.Context()
 	now := time.Now().UTC()
@@ -219,13 +224,12 @@ func (s *Server) disableMaintenance(w http.ResponseWriter, r *http.Request, ss s
 		}
 		wasOn = true
 		for _, q := range st.PausedQueues {
-			if slices.Contains(resumed, q) {
-				continue
-			}
 			if err := s.client.QueueResume(ctx, q); err != nil {
 				return nil, &queueFailure{q, err} // the state stays: disabling again resumes the rest
 			}
-			resumed = append(resumed, q)
+			if !slices.Contains(resumed, q) {
+				resumed = append(resumed, q)
+			}
 		}
 		return nil, nil
 	})
@@ -244,7 +248,10 @@ func (s *Server) disableMaintenance(w http.ResponseWriter, r *http.Request, ss s
 // enableMaintenance records the queues not paused in the stored state, added to those it records
 // already (whoever enabled the mode), then pauses them. It records first: a failure in between
 // leaves a state whose disabling resumes them, and an enabling through another server that finds
-// them paused already finds them recorded.
+// them paused already finds them recorded. A disabling through another server that removed the
+// state between the record and the pauses would leave them paused with the mode off: the state is
+// read again after the pauses, and the queues it no longer records are resumed, the enabling
+// answering 409.
 func (s *Server) enableMaintenance(w http.ResponseWriter, r *http.Request, ss store.SettingStore, reason string, estimate time.Duration) {
 	ctx := r.Context()
 	now := time.Now().UTC()
@@ -278,6 +285,7 @@ func (s *Server) enableMaintenance(w http.ResponseWriter, r *http.Request, ss st
 			st = &maintenanceState{EnabledAt: now, PausedQueues: []string{}}
 		}
 		st.Reason = reason
+		st.Enables++
 		st.EstimatedEnd = nil
 		if estimate > 0 {
 			end := now.Add(estimate)
@@ -301,5 +309,29 @@ func (s *Server) enableMaintenance(w http.ResponseWriter, r *http.Request, ss st
 			return
 		}
 	}
-	writeJSONValue(w, http.StatusOK, maintenanceView(st))
+	raw, err := ss.GetSetting(ctx, maintenanceKey)
+	now2, derr := decodeMaintenance(raw)
+	if err == nil && derr == nil && now2 != nil && !slices.ContainsFunc(toPause, func(q string) bool { return !slices.Contains(now2.PausedQueues, q) }) {
+		writeJSONValue(w, http.StatusOK, maintenanceView(now2))
+		return
+	}
+	if err != nil || derr != nil {
+		// Unknown: the state may still record them, so they stay paused for its disabling.
+		s.writeMaintenanceError(w, r, errors.Join(err, derr))
+		return
+	}
+	// Disabled meanwhile: what this enabling paused and no state records goes back.
+	for _, q := range toPause {
+		if now2 != nil && slices.Contains(now2.PausedQueues, q) {
+			continue
+		}
+		if err := s.client.QueueResume(ctx, q); err != nil {
+			s.writeError(w, r, fromClientError(err, "queue", q))
+			return
+		}
+	}
+	if now2 == nil {
+		s.setMaintenanceCache(false)
+	}
+	s.writeError(w, r, conflict("maintenance mode was disabled through another server while it was being enabled: its queues are resumed; enable it again"))
 }

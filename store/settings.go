@@ -43,10 +43,12 @@ var ErrSettingContended = errors.New("the setting kept changing under this updat
 // UpdateSetting changes the setting under key by fn, which gets the stored value (nil when absent)
 // and returns the value to store (nil removes the key; the same bytes as old store nothing). On a
 // SettingSwapper the change applies only to the value fn saw: when another writer changed it in
-// between, fn runs again on the new value, so concurrent updates from any number of processes are
-// never lost. fn may run several times, so any other effect it has must bear repeating; an error
-// from fn ends the update, returned as is. On a store without SwapSetting it is a plain read then write, which a
-// concurrent writer can overwrite.
+// between, fn runs again on the new value, so a concurrent update is never overwritten. An update
+// that loses its swap settingSwapTries times in a row (that many other changes landing while it
+// runs) gives up with ErrSettingContended, its change not made: never lost silently. fn may run
+// several times, so any other effect it has must bear repeating; an error from fn ends the update,
+// returned as is. On a store without SwapSetting it is a plain read then write, which a concurrent
+// writer can overwrite.
 func UpdateSetting(ctx context.Context, ss SettingStore, key string, fn func(old json.RawMessage) (json.RawMessage, error)) error {
 	sw, atomic := ss.(SettingSwapper)
 	for try := 0; ; try++ {
