@@ -1,6 +1,7 @@
 package pronto
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -36,14 +37,23 @@ func updateSetting(ctx context.Context, ss store.SettingStore, key string, fn fu
 }
 
 // updateSettingMap changes the JSON object stored under key (see readSettingMap) by fn, as
-// updateSetting does: fn edits the map in place, and an empty map removes the key.
+// updateSetting does: fn edits the map in place, and an empty map removes the key. A change that
+// leaves the map as it was writes nothing (PostgreSQL answers a setting in its own spelling, so the
+// bytes are compared as this map encodes them, not as stored); a stored JSON null reads as empty.
 func updateSettingMap[V any](ctx context.Context, ss store.SettingStore, key string, fn func(m map[string]V) error) error {
 	return updateSetting(ctx, ss, key, func(old json.RawMessage) (json.RawMessage, error) {
-		m := map[string]V{}
+		var m map[string]V
 		if len(old) > 0 {
 			if err := json.Unmarshal(old, &m); err != nil {
 				return nil, fmt.Errorf("setting %s: %w", key, err)
 			}
+		}
+		if m == nil {
+			m = map[string]V{}
+		}
+		before, err := json.Marshal(m)
+		if err != nil {
+			return nil, err
 		}
 		if err := fn(m); err != nil {
 			return nil, err
@@ -51,7 +61,14 @@ func updateSettingMap[V any](ctx context.Context, ss store.SettingStore, key str
 		if len(m) == 0 {
 			return nil, nil
 		}
-		return json.Marshal(m)
+		after, err := json.Marshal(m)
+		if err != nil {
+			return nil, err
+		}
+		if old != nil && bytes.Equal(before, after) {
+			return old, nil // unchanged: UpdateSetting writes nothing
+		}
+		return after, nil
 	})
 }
 
