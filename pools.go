@@ -270,18 +270,15 @@ func (c *Client) updatePools(ctx context.Context, fn func(m map[string]*WorkerPo
 	}
 	c.tg.setMu.Lock() // this process's changes queue up rather than retry against each other
 	defer c.tg.setMu.Unlock()
-	err = updateSetting(ctx, ss, workerPoolsKey, func(old json.RawMessage) (json.RawMessage, error) {
-		m, err := decodePools(old)
-		if err != nil {
-			return nil, err
+	err = updateSettingMap(ctx, ss, workerPoolsKey, func(m map[string]*WorkerPool) error {
+		for name, p := range m {
+			if p == nil {
+				delete(m, name) // a null entry (written by hand) is no pool
+				continue
+			}
+			p.Name = name
 		}
-		if err := fn(m); err != nil {
-			return nil, err
-		}
-		if len(m) == 0 {
-			return nil, nil
-		}
-		return json.Marshal(m)
+		return fn(m)
 	})
 	if err != nil && !errors.Is(err, ErrInvalidArgs) && !errors.Is(err, ErrNotFound) {
 		return wrapOp("worker pools", err)
