@@ -5,12 +5,10 @@ package pronto_test
 // run), SIGKILLed and SIGSTOPped/SIGCONTed while they work.
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"sort"
 	"strconv"
 	"strings"
@@ -176,64 +174,16 @@ func chaosFeatWorker(kind string) int {
 	select {}
 }
 
-// chaosFeatProc is a running worker process and its output.
-type chaosFeatProc struct {
-	cmd    *exec.Cmd
-	pid    int
-	mu     sync.Mutex
-	lines  []string
-	eof    chan struct{}
-	killed bool
-}
-
-func chaosFeatStart(t *testing.T, kind storeKind, env ...string) *chaosFeatProc {
+// chaosFeatStart starts a worker process on the given store kind and waits until it is ready.
+func chaosFeatStart(t *testing.T, kind storeKind, env ...string) *chaosProc {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestChaosFeaturesHelperProcess$")
-	cmd.Env = append(os.Environ(), append([]string{chaosFeatKindEnv + "=" + string(kind)}, env...)...)
-	cmd.Stderr = os.Stderr
-	out, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	require.NoError(t, cmd.Start())
-	p := &chaosFeatProc{cmd: cmd, pid: cmd.Process.Pid, eof: make(chan struct{})}
-	go func() {
-		defer close(p.eof)
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			p.mu.Lock()
-			p.lines = append(p.lines, sc.Text())
-			p.mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGCONT)
-		_ = cmd.Process.Kill()
-		<-p.eof
-		_ = cmd.Wait()
-	})
-	deadline := time.Now().Add(60 * time.Second)
-	for !p.has("ready ") {
-		require.False(t, time.Now().After(deadline), "worker %d ready", p.pid)
-		select {
-		case <-p.eof:
-			t.Fatalf("worker %d ended before it was ready", p.pid)
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
+	p := startTestProcess(t, "^TestChaosFeaturesHelperProcess$", append([]string{chaosFeatKindEnv + "=" + string(kind)}, env...))
+	p.waitLine(t, "ready ", 60*time.Second)
 	return p
 }
 
-func (p *chaosFeatProc) has(prefix string) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, l := range p.lines {
-		if strings.HasPrefix(l, prefix) {
-			return true
-		}
-	}
-	return false
-}
-
-func (p *chaosFeatProc) fields() [][]string {
+// fields returns the process's output lines split into fields.
+func (p *chaosProc) fields() [][]string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	out := make([][]string, 0, len(p.lines))
@@ -241,15 +191,6 @@ func (p *chaosFeatProc) fields() [][]string {
 		out = append(out, strings.Fields(l))
 	}
 	return out
-}
-
-func (p *chaosFeatProc) kill(t *testing.T) {
-	t.Helper()
-	_ = p.cmd.Process.Signal(syscall.SIGCONT)
-	require.NoError(t, p.cmd.Process.Signal(syscall.SIGKILL))
-	<-p.eof
-	_ = p.cmd.Wait()
-	p.killed = true
 }
 
 // chaosFeatEnv is what a worker process needs to open ts's store.
@@ -320,9 +261,9 @@ func chaosFeatRun(t *testing.T, kind storeKind) {
 	require.NoError(t, admin.TenantSetLimit(ctx, chaosFeatTenant, pronto.RateLimit{MaxActive: chaosFeatMaxTen}))
 
 	env := chaosFeatEnv(ts, redisURL)
-	procs := []*chaosFeatProc{}
-	var every []*chaosFeatProc
-	start := func() *chaosFeatProc {
+	procs := []*chaosProc{}
+	var every []*chaosProc
+	start := func() *chaosProc {
 		p := chaosFeatStart(t, kind, env...)
 		every = append(every, p)
 		return p
@@ -410,7 +351,7 @@ func chaosFeatRun(t *testing.T, kind storeKind) {
 	chaosFeatCheck(t, admin, jobs, wfIDs, every)
 }
 
-func chaosFeatCheck(t *testing.T, admin *pronto.Client, jobs map[string]*pronto.JobRow, wfIDs []string, procs []*chaosFeatProc) {
+func chaosFeatCheck(t *testing.T, admin *pronto.Client, jobs map[string]*pronto.JobRow, wfIDs []string, procs []*chaosProc) {
 	ctx := context.Background()
 	type runKey struct {
 		id      string

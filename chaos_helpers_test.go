@@ -261,8 +261,18 @@ type chaosProc struct {
 // has started.
 func startChaosWorker(t *testing.T, kind storeKind, env ...string) *chaosProc {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), append([]string{chaosWorkerEnv + "=" + string(kind)}, env...)...)
+	p := startTestProcess(t, "^$", append([]string{chaosWorkerEnv + "=" + string(kind)}, env...))
+	p.waitLine(t, "ready ", 60*time.Second)
+	p.id = fmt.Sprintf("chaos-%d", p.pid)
+	return p
+}
+
+// startTestProcess re-executes the test binary running the tests matching run, with env added to
+// this process's, and records its output lines; the test's cleanup kills it (stopped or not).
+func startTestProcess(t *testing.T, run string, env []string) *chaosProc {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run="+run)
+	cmd.Env = append(os.Environ(), env...)
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	require.NoError(t, err)
@@ -279,12 +289,11 @@ func startChaosWorker(t *testing.T, kind storeKind, env ...string) *chaosProc {
 		}
 	}()
 	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGCONT)
 		_ = cmd.Process.Kill()
 		<-p.eof
 		_ = cmd.Wait()
 	})
-	p.waitLine(t, "ready ", 60*time.Second)
-	p.id = fmt.Sprintf("chaos-%d", p.pid)
 	return p
 }
 
@@ -332,9 +341,10 @@ func (p *chaosProc) waitLine(t *testing.T, prefix string, timeout time.Duration)
 	}
 }
 
-// kill SIGKILLs the process and waits until it is gone and its output read.
+// kill SIGKILLs the process (stopped or not) and waits until it is gone and its output read.
 func (p *chaosProc) kill(t *testing.T) {
 	t.Helper()
+	_ = p.cmd.Process.Signal(syscall.SIGCONT)
 	require.NoError(t, p.cmd.Process.Signal(syscall.SIGKILL))
 	<-p.eof
 	_ = p.cmd.Wait()
