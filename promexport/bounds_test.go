@@ -204,3 +204,49 @@ func TestSchedulingQueueLabelBounded(t *testing.T) {
 	require.Equal(t, 4.0, got[`ojs_scheduling_dispatch_total{pool="",queue="other"}`])
 	require.InDelta(t, 4.0/6, got[`ojs_scheduling_dispatch_ratio{queue="other"}`], 1e-9)
 }
+
+// TestTenantLabelsBounded: with Options.TenantLabels, the per-tenant series take the queue label
+// through the same bound as every series, and tenant_id through a bound of its own (tenants, like
+// queues, come from whoever enqueues): past MaxLabelValues both are "other", the gauge's tenants
+// summed under it. The per-tenant counters used to take both raw, one series per queue and tenant
+// ever enqueued into.
+func TestTenantLabelsBounded(t *testing.T) {
+	ctx := context.Background()
+	const max = 3
+	m := promexport.New(&promexport.Options{CacheTTL: time.Nanosecond, TenantLabels: true, MaxLabelValues: max})
+	cfg := &pronto.Config{}
+	m.Instrument(cfg)
+	client, err := pronto.NewClient(memory.New(), cfg)
+	require.NoError(t, err)
+	defer m.Attach(client)()
+	reg := prometheus.NewPedanticRegistry()
+	require.NoError(t, reg.Register(m))
+	srv := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	defer srv.Close()
+
+	const n = 20
+	for i := range n {
+		_, err := client.Insert(ctx, okArgs{}, &pronto.InsertOpts{Queue: fmt.Sprintf("q%d", i), Tenant: fmt.Sprintf("t%d", i)})
+		require.NoError(t, err)
+	}
+	got := scrape(t, srv.URL)
+	values := func(series, label string) map[string]bool {
+		re := regexp.MustCompile(`^` + series + `\{.*` + label + `="([^"]*)"`)
+		vs := map[string]bool{}
+		for s := range got {
+			if x := re.FindStringSubmatch(s); x != nil {
+				vs[x[1]] = true
+			}
+		}
+		return vs
+	}
+	first := map[string]bool{"q0": true, "q1": true, "q2": true, promexport.OtherLabel: true}
+	require.Equal(t, first, values("ojs_job_enqueued_total", "queue"))
+	require.Equal(t, first, values("ojs_tenant_jobs_enqueued_total", "queue"), "the same queue values as every series")
+	require.Equal(t, map[string]bool{"t0": true, "t1": true, "t2": true, promexport.OtherLabel: true},
+		values("ojs_tenant_jobs_enqueued_total", "tenant_id"))
+	require.Equal(t, float64(n-max), got[`ojs_tenant_jobs_enqueued_total{queue="other",tenant_id="other"}`])
+	require.Len(t, values("ojs_tenant_jobs", "tenant_id"), max+1)
+	require.Equal(t, float64(n-max), got[`ojs_tenant_jobs{state="available",tenant_id="other"}`],
+		"the tenants past the bound summed under other")
+}

@@ -19,13 +19,18 @@
 // Options.CacheTTL, and worker slots, leadership and the outcome backlog from Client.Stats.
 //
 // Labels are bounded: queue, type (the job's kind), state, outcome and pool; tenant_id only on the
-// per-tenant series of Options.TenantLabels. Nothing is labelled with a job id or an error message. docs/observability.md lists every series.
+// per-tenant series of Options.TenantLabels. Nothing is labelled with a job id or an error message.
+// docs/observability.md lists every series.
+//
+// A scrape never holds up the counting of events: the store queries of a scrape run under locks of
+// their own, which the event loop never takes, so a slow store delays the scrape, not the counters.
 package promexport
 
 import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -50,9 +55,9 @@ type Options struct {
 	// TenantLabels adds the per-tenant series (labelled tenant_id, see tenants.go and
 	// docs/observability.md): off by default, since each tenant adds series (cardinality).
 	TenantLabels bool
-	// MaxLabelValues bounds the distinct values of the queue and type labels each (default
-	// DefaultMaxLabelValues): values first seen after that many are exported as OtherLabel, and the
-	// queues past it are summed under it in the depth gauges.
+	// MaxLabelValues bounds the distinct values of the queue, type and tenant_id labels each
+	// (default DefaultMaxLabelValues): values first seen after that many are exported as OtherLabel,
+	// and the queues and tenants past it are summed under it in the gauges.
 	MaxLabelValues int
 }
 
@@ -67,8 +72,9 @@ var (
 // Metrics is a prometheus.Collector of one client's job metrics. It is safe for concurrent use.
 type Metrics struct {
 	opts Options
-	// queueLabels and typeLabels bound the values of the queue and type labels.
-	queueLabels, typeLabels *labelCap
+	// queueLabels, typeLabels and tenantLabels bound the values of the queue, type and tenant_id
+	// labels.
+	queueLabels, typeLabels, tenantLabels *labelCap
 
 	enqueued, claimed, completed, failed, attemptsFailed *prometheus.CounterVec
 	retried, cancelled, snoozed, rescued, expired        *prometheus.CounterVec
@@ -83,8 +89,12 @@ type Metrics struct {
 	deadArchived                    *prometheus.CounterVec
 	deadTotal                       *prometheus.Desc
 	stalledJobs                     *prometheus.Desc
-	stalled                         map[string]string // job id → queue, of the jobs stalled now
-	stalledQueues                   map[string]bool   // queues that had a stall: reported from then on, zeros included
+
+	// stalledMu guards stalled and stalledQueues; the event loop takes it, so nothing holds it
+	// across a store call.
+	stalledMu     sync.Mutex
+	stalled       map[string]string // job id → queue, of the jobs stalled now
+	stalledQueues map[string]bool   // queues that had a stall: reported from then on, zeros included
 
 	depth, busy, free, prefetched    *prometheus.Desc
 	active, leader, backlog, dropped *prometheus.Desc
@@ -94,10 +104,8 @@ type Metrics struct {
 	tenant *tenantMetrics // nil unless Options.TenantLabels
 	sched  *schedMetrics  // the scheduling series (scheduling.go)
 
-	mu       sync.Mutex
-	client   *pronto.Client
-	cached   []pronto.QueueInfo
-	cachedAt time.Time
+	client atomic.Pointer[pronto.Client]
+	queued storeCache[pronto.QueueInfo] // job counts per queue (QueueList)
 }
 
 // New returns a Metrics with opts (nil: defaults). Register it once, on one registry.
@@ -132,6 +140,7 @@ func New(opts *Options) *Metrics {
 		opts:           o,
 		queueLabels:    newLabelCap(o.MaxLabelValues),
 		typeLabels:     newLabelCap(o.MaxLabelValues),
+		tenantLabels:   newLabelCap(o.MaxLabelValues),
 		enqueued:       counter("ojs_job_enqueued_total", "Jobs inserted by this process (duplicates a unique key turned away are not counted)."),
 		claimed:        counter("pronto_job_claimed_total", "Attempts started: by this client's workers, or fetched through it by OJS workers."),
 		completed:      counter("ojs_job_completed_total", "Jobs that reached the completed state on this process."),
@@ -240,12 +249,7 @@ func nonNegative(d time.Duration) float64 { return max(d, 0).Seconds() }
 // scrape time. It returns a function that stops following the events. Attach one client per Metrics;
 // attaching another replaces the first for the gauges.
 func (m *Metrics) Attach(c *pronto.Client) (detach func()) {
-	m.mu.Lock()
-	m.client, m.cached = c, nil
-	if m.tenant != nil {
-		m.tenant.cached = nil
-	}
-	m.mu.Unlock()
+	m.client.Store(c) // the cached counts are of the client they were read through: none of c's yet
 	m.sched.mu.Lock()
 	m.sched.pools, m.sched.poolsAt = nil, time.Time{}
 	m.sched.mu.Unlock()
@@ -302,15 +306,15 @@ func (m *Metrics) observe(e *pronto.Event) {
 	}
 	if e.Kind == pronto.EventProgressStalled {
 		m.progressStalls.WithLabelValues(q, t).Inc()
-		m.mu.Lock()
+		m.stalledMu.Lock()
 		m.stalled[j.ID] = q
 		m.stalledQueues[q] = true
-		m.mu.Unlock()
+		m.stalledMu.Unlock()
 		return
 	}
-	m.mu.Lock()
+	m.stalledMu.Lock()
 	delete(m.stalled, j.ID) // a report or an outcome ends a stall
-	m.mu.Unlock()
+	m.stalledMu.Unlock()
 	switch e.Kind {
 	case pronto.EventStarted:
 		m.attemptStarted(j, e.At)
@@ -365,14 +369,11 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 // Collect implements prometheus.Collector. Gauges need an attached client; before Attach only the
 // counters and histograms are collected.
 func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
-	m.mu.Lock()
-	c := m.client
-	m.mu.Unlock()
-	if c != nil {
+	if c := m.client.Load(); c != nil {
 		m.collectGauges(ch, c)
 		m.collectTenants(ch, c)
 	}
-	m.collectScheduling(ch, c)
+	m.collectScheduling(ch, m.client.Load())
 	for _, v := range m.allCollectors() {
 		v.Collect(ch)
 	}
@@ -408,7 +409,7 @@ func (m *Metrics) collectGauges(ch chan<- prometheus.Metric, c *pronto.Client) {
 		}
 	}
 	m.pruneStalled(c)
-	m.mu.Lock()
+	m.stalledMu.Lock()
 	stalled := map[string]int{}
 	for q := range m.stalledQueues {
 		stalled[q] = 0
@@ -416,7 +417,7 @@ func (m *Metrics) collectGauges(ch chan<- prometheus.Metric, c *pronto.Client) {
 	for _, q := range m.stalled {
 		stalled[q]++
 	}
-	m.mu.Unlock()
+	m.stalledMu.Unlock()
 	st := c.Stats()
 	for name := range st.Queues {
 		if _, ok := stalled[name]; !ok {
@@ -450,7 +451,7 @@ const maxStalledChecks = 100
 // recorded (an OJS worker acking through another server) sends this one no event. It rereads at
 // most maxStalledChecks jobs per scrape, one query each; stalls are few.
 func (m *Metrics) pruneStalled(c *pronto.Client) {
-	m.mu.Lock()
+	m.stalledMu.Lock()
 	ids := make([]string, 0, min(len(m.stalled), maxStalledChecks))
 	for id := range m.stalled {
 		if len(ids) == maxStalledChecks {
@@ -458,7 +459,7 @@ func (m *Metrics) pruneStalled(c *pronto.Client) {
 		}
 		ids = append(ids, id)
 	}
-	m.mu.Unlock()
+	m.stalledMu.Unlock()
 	if len(ids) == 0 {
 		return
 	}
@@ -472,9 +473,9 @@ func (m *Metrics) pruneStalled(c *pronto.Client) {
 		if err == nil && j.State == pronto.StateActive {
 			continue
 		}
-		m.mu.Lock()
+		m.stalledMu.Lock()
 		delete(m.stalled, id)
-		m.mu.Unlock()
+		m.stalledMu.Unlock()
 	}
 }
 
@@ -484,26 +485,45 @@ var allStates = []pronto.State{pronto.StateScheduled, pronto.StateAvailable, pro
 	pronto.StateCompleted, pronto.StateRetryable, pronto.StateCancelled, pronto.StateDiscarded}
 
 // queues returns the job counts per queue, from the cache while it is fresh: one ListQueues query per
-// CacheTTL however many series and scrapers there are. Concurrent scrapes of a stale cache wait for
-// one query.
+// CacheTTL however many series and scrapers there are.
 func (m *Metrics) queues(c *pronto.Client) ([]pronto.QueueInfo, bool) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.cached != nil && time.Since(m.cachedAt) < m.opts.CacheTTL {
-		return m.cached, true
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), m.opts.QueryTimeout)
-	defer cancel()
-	qs, err := c.QueueList(ctx)
+	qs, err := m.queued.get(c, m.opts, c.QueueList)
 	if err != nil {
 		m.scrapeErrors.Inc()
 		return nil, false
 	}
-	if qs == nil {
-		qs = []pronto.QueueInfo{}
-	}
-	m.cached, m.cachedAt = qs, time.Now()
 	return qs, true
+}
+
+// storeCache holds counts a scrape read from the store, for Options.CacheTTL. Its lock is held
+// across the query, so concurrent scrapes of a stale cache wait for one query; it is a lock of its
+// own, which the event loop never takes, so a slow query holds up scrapes only.
+type storeCache[T any] struct {
+	mu     sync.Mutex
+	client *pronto.Client // the client val was read through
+	val    []T
+	at     time.Time
+}
+
+// get returns the counts read through c, from the cache while they are fresh, else from read
+// (bounded by Options.QueryTimeout). A failed read keeps the cache as it was.
+func (sc *storeCache[T]) get(c *pronto.Client, o Options, read func(context.Context) ([]T, error)) ([]T, error) {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	if sc.client == c && sc.val != nil && time.Since(sc.at) < o.CacheTTL {
+		return sc.val, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), o.QueryTimeout)
+	defer cancel()
+	v, err := read(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if v == nil {
+		v = []T{} // cached: an empty store is not queried again within the TTL
+	}
+	sc.client, sc.val, sc.at = c, v, time.Now()
+	return v, nil
 }
 
 func boolValue(b bool) float64 {

@@ -164,7 +164,7 @@ func TestMetricsRoundTrip(t *testing.T) {
 	require.Contains(t, []float64{0, 1}, leader)
 }
 
-// countingStore counts ListQueues calls, to show the cache serves several scrapes with one query.
+// TestGaugesOneQueryPerCacheTTL: several scrapes within the cache's TTL cost one job-count query.
 func TestGaugesOneQueryPerCacheTTL(t *testing.T) {
 	ctx := context.Background()
 	st := &countingStore{Store: memory.New()}
@@ -191,6 +191,7 @@ func TestGaugesOneQueryPerCacheTTL(t *testing.T) {
 	require.EqualValues(t, 1, st.lists.Load())
 }
 
+// countingStore counts ListQueues calls, to show the cache serves several scrapes with one query.
 type countingStore struct {
 	*memory.Store
 	lists atomic.Int64
@@ -199,6 +200,77 @@ type countingStore struct {
 func (s *countingStore) ListQueues(ctx context.Context) ([]pronto.QueueInfo, error) {
 	s.lists.Add(1)
 	return s.Store.ListQueues(ctx)
+}
+
+// slowListStore is a memory store whose ListQueues (a scrape's job-count query), once armed, waits
+// until released: a store slow to answer a scrape.
+type slowListStore struct {
+	*memory.Store
+	armed   atomic.Bool
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (s *slowListStore) ListQueues(ctx context.Context) ([]pronto.QueueInfo, error) {
+	if s.armed.CompareAndSwap(true, false) {
+		close(s.entered)
+		<-s.release
+	}
+	return s.Store.ListQueues(ctx)
+}
+
+// TestCountersFollowEventsDuringSlowScrape: the counters follow the client's events, which a
+// subscriber must take as they come (its buffer holds 1000, the rest are dropped). A scrape waiting
+// on a slow job-count query (up to Options.QueryTimeout) must not hold up the event loop: 1500 jobs
+// cancelled during one such scrape all count. The scrape used to hold the lock the event loop takes
+// for every event, for the whole query, so the events past the buffer were lost.
+func TestCountersFollowEventsDuringSlowScrape(t *testing.T) {
+	ctx := context.Background()
+	st := &slowListStore{Store: memory.New(), entered: make(chan struct{}), release: make(chan struct{})}
+	client, err := pronto.NewClient(st, nil)
+	require.NoError(t, err)
+	const n = 1500
+	params := make([]pronto.InsertManyParams, n)
+	for i := range params {
+		params[i] = pronto.InsertManyParams{Args: okArgs{}}
+	}
+	rows, err := client.InsertMany(ctx, params)
+	require.NoError(t, err)
+
+	m := promexport.New(&promexport.Options{CacheTTL: time.Nanosecond, QueryTimeout: time.Minute})
+	defer m.Attach(client)()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(m)
+	ms := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	defer ms.Close()
+
+	st.armed.Store(true)
+	scraped := make(chan struct{})
+	go func() {
+		defer close(scraped)
+		_, _ = reg.Gather()
+	}()
+	<-st.entered
+	for i, j := range rows {
+		_, err := client.JobCancel(ctx, j.ID)
+		require.NoError(t, err)
+		if i%250 == 249 {
+			// Pacing: a quarter of the buffer at a time, so only a stopped event loop, not this
+			// loop outrunning it, can fill the buffer.
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	close(st.release)
+	<-scraped
+
+	series := `ojs_job_cancelled_total{queue="default",type="metrics.ok"}`
+	var got map[string]float64
+	require.Eventually(t, func() bool {
+		got = scrape(t, ms.URL)
+		return got[series]+got["pronto_events_dropped_total"] >= n
+	}, 20*time.Second, 20*time.Millisecond)
+	require.Equal(t, float64(n), got[series], "jobs cancelled during a slow scrape (events dropped: %v)",
+		got["pronto_events_dropped_total"])
 }
 
 // TestNotifierConnectedOnPostgres: on PostgreSQL the listener's state is a gauge; a started client's

@@ -1,9 +1,6 @@
 package promexport
 
 import (
-	"context"
-	"time"
-
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pronto-jobs/pronto"
@@ -21,16 +18,16 @@ import (
 // the labels of an existing series (dashboards and alerts keep working). Jobs without a tenant are
 // not counted in them. Each tenant adds a series per queue it uses to each counter and one per state
 // to the gauge: with many tenants (thousands) that is a cardinality cost for Prometheus, which is why
-// the option is off by default.
+// the option is off by default. Tenant ids come from whoever enqueues, as queue names do, so tenant_id
+// takes at most Options.MaxLabelValues values like queue (the rest as OtherLabel, their jobs summed
+// under it in the gauge), and queue is bounded as on every series.
 
 // tenantMetrics are the per-tenant series; nil fields when Options.TenantLabels is off.
 type tenantMetrics struct {
 	enqueued, processed, failed *prometheus.CounterVec
 	jobs                        *prometheus.Desc
 
-	// cached tenant counts, under Metrics.mu
-	cached   []*pronto.TenantInfo
-	cachedAt time.Time
+	cached storeCache[*pronto.TenantInfo] // the tenants' job counts (TenantList)
 }
 
 func newTenantMetrics() *tenantMetrics {
@@ -65,7 +62,7 @@ func (m *Metrics) tenantDescs() []*prometheus.Desc {
 // tenantInserted counts an inserted job of a tenant.
 func (m *Metrics) tenantInserted(r *pronto.JobRow) {
 	if m.tenant != nil && r.Tenant != "" {
-		m.tenant.enqueued.WithLabelValues(r.Tenant, r.Queue).Inc()
+		m.tenant.enqueued.WithLabelValues(m.tenantLabels.value(r.Tenant), m.queueLabels.value(r.Queue)).Inc()
 	}
 }
 
@@ -74,41 +71,44 @@ func (m *Metrics) tenantObserve(e *pronto.Event) {
 	if m.tenant == nil || e.Job == nil || e.Job.Tenant == "" {
 		return
 	}
+	var v *prometheus.CounterVec
 	switch e.Kind {
 	case pronto.EventCompleted:
-		m.tenant.processed.WithLabelValues(e.Job.Tenant, e.Job.Queue).Inc()
+		v = m.tenant.processed
 	case pronto.EventDiscarded:
-		m.tenant.failed.WithLabelValues(e.Job.Tenant, e.Job.Queue).Inc()
+		v = m.tenant.failed
+	default:
+		return
 	}
+	v.WithLabelValues(m.tenantLabels.value(e.Job.Tenant), m.queueLabels.value(e.Job.Queue)).Inc()
 }
 
-// collectTenants sends the tenant gauges: one TenantList per CacheTTL. A store without tenant stats
-// sends none; a failed query counts a scrape error.
+// collectTenants sends the tenant gauges: one TenantList per CacheTTL, the tenants past the label
+// bound summed under OtherLabel. A failed query counts a scrape error and sends none.
 func (m *Metrics) collectTenants(ch chan<- prometheus.Metric, c *pronto.Client) {
 	if m.tenant == nil {
 		return
 	}
-	m.mu.Lock()
-	tenants := m.tenant.cached
-	if tenants == nil || time.Since(m.tenant.cachedAt) >= m.opts.CacheTTL {
-		ctx, cancel := context.WithTimeout(context.Background(), m.opts.QueryTimeout)
-		list, err := c.TenantList(ctx)
-		cancel()
-		if err != nil {
-			m.mu.Unlock()
-			m.scrapeErrors.Inc()
-			return
-		}
-		if list == nil {
-			list = []*pronto.TenantInfo{}
-		}
-		m.tenant.cached, m.tenant.cachedAt = list, time.Now()
-		tenants = list
+	tenants, err := m.tenant.cached.get(c, m.opts, c.TenantList)
+	if err != nil {
+		m.scrapeErrors.Inc()
+		return
 	}
-	m.mu.Unlock()
+	byLabel := make(map[string]map[pronto.State]int64, len(tenants))
 	for _, t := range tenants {
+		name := m.tenantLabels.value(t.Tenant)
+		counts := byLabel[name]
+		if counts == nil {
+			counts = make(map[pronto.State]int64, len(allStates))
+			byLabel[name] = counts
+		}
 		for _, s := range allStates {
-			ch <- prometheus.MustNewConstMetric(m.tenant.jobs, prometheus.GaugeValue, float64(t.Counts[s]), t.Tenant, string(s))
+			counts[s] += t.Counts[s]
+		}
+	}
+	for name, counts := range byLabel {
+		for _, s := range allStates {
+			ch <- prometheus.MustNewConstMetric(m.tenant.jobs, prometheus.GaugeValue, float64(counts[s]), name, string(s))
 		}
 	}
 }
