@@ -772,6 +772,13 @@ func notFound(id string) error { return fmt.Errorf("redis: job %s: %w", id, stor
 // The queue of a job this store claimed comes from its cache, without a round trip; a completion
 // the script of that queue did not apply is looked up in the id index and, if the job is in
 // another queue now (its id reused after the claimed job went), tried once more there.
+//
+// The calls of one Finish are not one transaction: one queue's may fail (a full Redis) after
+// another's were written. Finish then returns the error, having done what follows the written
+// outcomes, and a retry of the same completions reports those written Applied (the script knows a
+// run's outcome by its claim token), so that retrying the batch, as the completer does, never
+// turns a written outcome into a refused one. A completion without Token, or whose job it removed
+// (Completion.Remove), cannot be recognised so and is then reported not applied.
 func (s *Store) Finish(ctx context.Context, completions []store.Completion) ([]store.FinishResult, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -797,6 +804,7 @@ func (s *Store) Finish(ctx context.Context, completions []store.Completion) ([]s
 		all[i] = i
 	}
 	if err := f.apply(ctx, all); err != nil {
+		f.settleAfter(ctx)
 		return nil, fmt.Errorf("redis: finish: %w", err)
 	}
 	s.claims.forget(ids...)
@@ -812,6 +820,7 @@ func (s *Store) Finish(ctx context.Context, completions []store.Completion) ([]s
 			err = f.apply(ctx, again)
 		}
 		if err != nil {
+			f.settleAfter(ctx)
 			return nil, fmt.Errorf("redis: finish: %w", err)
 		}
 	}
@@ -846,7 +855,8 @@ func (f *finishing) announce(q string, due time.Time) {
 }
 
 // apply runs the finish script for the completions at idx, grouped by their queue, and records
-// their outcomes.
+// their outcomes: those of every call that succeeded, also when another failed, whose first error
+// it returns.
 func (f *finishing) apply(ctx context.Context, idx []int) error {
 	order, groups := byQueue(len(idx), func(k int) string { return f.queues[idx[k]] })
 	type call struct {
@@ -902,13 +912,17 @@ func (f *finishing) apply(ctx context.Context, idx []int) error {
 	if err != nil {
 		return err
 	}
+	var first error
 	for _, cl := range calls {
 		reply, err := cl.cmd.Slice()
-		if err != nil {
-			return err
+		if err == nil && len(reply) < len(cl.idx) {
+			err = fmt.Errorf("%d outcomes for %d completions", len(reply), len(cl.idx))
 		}
-		if len(reply) < len(cl.idx) {
-			return fmt.Errorf("%d outcomes for %d completions", len(reply), len(cl.idx))
+		if err != nil {
+			if first == nil {
+				first = err
+			}
+			continue
 		}
 		applied := make([]int64, len(cl.idx))
 		for k := range cl.idx {
@@ -959,7 +973,17 @@ func (f *finishing) apply(ctx context.Context, idx []int) error {
 			}
 		}
 	}
-	return nil
+	return first
+}
+
+// settleAfter is settle for a Finish that fails: the outcomes that were written still drop their
+// removed jobs, deliver their outbox entries, give their permits back and announce their queues,
+// rather than wait for the retry (which may not come) or the maintenance passes. Its own error is
+// logged: the caller returns the first one.
+func (f *finishing) settleAfter(ctx context.Context) {
+	if err := f.settle(ctx); err != nil {
+		f.s.logf("%v", err)
+	}
 }
 
 // settle does what follows the written outcomes: drops removed jobs from the id index, delivers
@@ -1133,19 +1157,25 @@ func (s *Store) Rescue(ctx context.Context, p store.RescueParams) (store.RescueR
 		req, _ := out[0].([]any)
 		dis, _ := out[1].([]any)
 		released, _ := out[2].(int64)
+		// A job is nil only if its hash vanished (an evicting maxmemory policy): the script skips
+		// those, and a result never names a job it cannot describe.
 		for _, v := range req {
 			j, err := decodeFlat(v)
 			if err != nil {
 				return res, err
 			}
-			res.Requeued = append(res.Requeued, j)
+			if j != nil {
+				res.Requeued = append(res.Requeued, j)
+			}
 		}
 		for _, v := range dis {
 			j, err := decodeFlat(v)
 			if err != nil {
 				return res, err
 			}
-			res.Discarded = append(res.Discarded, j)
+			if j != nil {
+				res.Discarded = append(res.Discarded, j)
+			}
 		}
 		if len(req) > 0 || released >= 1 {
 			ns = append(ns, store.Notification{Kind: store.NotifyInsert, Queue: q, Nonce: nonce()})
@@ -1238,7 +1268,9 @@ func (s *Store) DiscardExpired(ctx context.Context, limit int) ([]*store.Job, er
 			if err != nil {
 				return jobs, err
 			}
-			jobs = append(jobs, j)
+			if j != nil { // see Rescue
+				jobs = append(jobs, j)
+			}
 		}
 		flag, _ := out[1].(int64)
 		if flag >= 1 {

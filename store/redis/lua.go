@@ -4,7 +4,7 @@ import (
 	"context"
 	"crypto/sha1"
 	"encoding/hex"
-	"errors"
+	"fmt"
 	"strings"
 	"sync"
 
@@ -32,6 +32,10 @@ type luaFunc struct {
 	// runs while Redis is over maxmemory under noeviction (flag allow-oom), which refuses every
 	// other function: an operator can delete jobs, and retention can clean up, to recover.
 	freeing bool
+	// readOnly: the function writes nothing (flag no-writes), so Redis runs it when full as it runs
+	// any read (without the flag it takes every function for a write and refuses it), and during
+	// CLIENT PAUSE WRITE. Redis refuses any write it tries.
+	readOnly bool
 }
 
 var (
@@ -56,6 +60,13 @@ func newFreeingFunc(name, body string) *luaFunc {
 	return f
 }
 
+// newReadFunc is newFunc for a function that writes nothing (see luaFunc.readOnly).
+func newReadFunc(name, body string) *luaFunc {
+	f := newFunc(name, body)
+	f.readOnly = true
+	return f
+}
+
 // library returns the library's code and its hash (built once, after every newFunc of the package
 // ran at initialisation).
 func library() (string, string) {
@@ -68,7 +79,10 @@ func library() (string, string) {
 		b.WriteString("\nlocal function claimjobs()\n" + claimBody + "\nend\n")
 		for _, f := range libFuncs {
 			flags := "'allow-cross-slot-keys'"
-			if f.freeing {
+			switch {
+			case f.readOnly:
+				flags += ", 'no-writes'"
+			case f.freeing:
 				flags += ", 'allow-oom'"
 			}
 			b.WriteString("\nredis.register_function{function_name = 'pronto_@_" + f.name + "', flags = {" + flags + "}, callback = function(keys, args)\n")
@@ -98,10 +112,13 @@ func (f *luaFunc) call(ctx context.Context, c goredis.Cmdable, keys []string, ar
 }
 
 // Run calls the function on c, loading the library and calling again when the server lacks it.
+// When the library cannot be loaded the command carries the load's error (a full Redis's OOM, an
+// ACL user's NOPERM), which says what to fix; the missing function only says it failed.
 func (f *luaFunc) Run(ctx context.Context, c goredis.Cmdable, keys []string, args ...any) *goredis.Cmd {
 	cmd := f.call(ctx, c, keys, args...)
 	if noFunction(cmd.Err()) {
 		if err := loadLibrary(ctx, c); err != nil {
+			cmd.SetErr(err)
 			return cmd
 		}
 		cmd = f.call(ctx, c, keys, args...)
@@ -110,11 +127,12 @@ func (f *luaFunc) Run(ctx context.Context, c goredis.Cmdable, keys []string, arg
 }
 
 // do sends cmd, a whole FCALL of the function (built by the caller, its name from fname), on c,
-// loading the library and sending it again when the server lacks it.
+// loading the library and sending it again when the server lacks it (a failed load as in Run).
 func (f *luaFunc) do(ctx context.Context, c goredis.UniversalClient, cmd []any) *goredis.Cmd {
 	r := c.Do(ctx, cmd...)
 	if noFunction(r.Err()) {
 		if err := loadLibrary(ctx, c); err != nil {
+			r.SetErr(err)
 			return r
 		}
 		r = c.Do(ctx, cmd...)
@@ -128,7 +146,8 @@ func noFunction(err error) bool {
 }
 
 // loadLibrary loads the library on c's server (every master of a cluster); a library already
-// loaded under its name (the same code) is fine.
+// loaded under its name (the same code) is fine. Its error wraps the server's, so that
+// Store.Unavailable reads a full Redis's OOM as it does for any other call.
 func loadLibrary(ctx context.Context, c goredis.Cmdable) error {
 	code, _ := library()
 	load := func(c goredis.Cmdable) error {
@@ -138,11 +157,17 @@ func loadLibrary(ctx context.Context, c goredis.Cmdable) error {
 		}
 		return err
 	}
+	var err error
 	if cc, ok := c.(*goredis.ClusterClient); ok {
-		return cc.ForEachMaster(ctx, func(ctx context.Context, m *goredis.Client) error { return load(m) })
+		err = cc.ForEachMaster(ctx, func(ctx context.Context, m *goredis.Client) error { return load(m) })
+	} else {
+		err = load(c)
 	}
-	if err := load(c); err != nil {
-		return errors.Join(errors.New("redis: load the store's function library (Redis 7 or newer is required)"), err)
+	if err == nil {
+		return nil
 	}
-	return nil
+	if strings.Contains(strings.ToLower(err.Error()), "unknown command") {
+		return fmt.Errorf("load the store's function library (Redis 7 or newer is required): %w", err)
+	}
+	return fmt.Errorf("load the store's function library: %w", err)
 }

@@ -37,7 +37,7 @@ return {gone, dropped}
 // scriptPrunableJobs returns the whole hash (HGETALL) of each job of one queue given as ARGV pairs
 // like scriptPruneIDs' that scriptPruneIDs would delete: the check and the read in one atomic step,
 // so PruneCandidates names exactly what a pass would delete.
-var scriptPrunableJobs = newFunc("PrunableJobs", `
+var scriptPrunableJobs = newReadFunc("PrunableJobs", `
 local out = {}
 for i = 1, #ARGV, 2 do
   if prunable(ARGV[i], ARGV[i + 1]) then out[#out + 1] = redis.call('HGETALL', jk(ARGV[i])) end
@@ -81,7 +81,9 @@ func (s *Store) PruneCandidates(ctx context.Context, p store.PruneParams) ([]*st
 			if err != nil {
 				return nil, err
 			}
-			jobs = append(jobs, j)
+			if j != nil { // a hash gone while its id stayed (an evicting maxmemory policy)
+				jobs = append(jobs, j)
+			}
 		}
 	}
 	slices.SortFunc(jobs, func(a, b *store.Job) int {
@@ -132,7 +134,7 @@ func pruneArgs(sel []pruneEntry) map[string][]any {
 
 // scriptWaitedAmong returns those of the jobs ARGV (of one queue) that a pending child waits for:
 // pruneSelect passes over them without counting them against its limit.
-var scriptWaitedAmong = newFunc("WaitedAmong", `
+var scriptWaitedAmong = newReadFunc("WaitedAmong", `
 local out = {}
 for i = 1, #ARGV do
   if waited(ARGV[i]) then out[#out + 1] = ARGV[i] end

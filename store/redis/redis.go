@@ -241,7 +241,8 @@ func urlError(err error) error {
 
 // New returns a store on rdb (a *redis.Client, *redis.ClusterClient or the UniversalClient of
 // either). It checks that Redis answers and subscribes to the store's notification channel before
-// it returns. Close does not close rdb.
+// it returns, and warns through opts.Logger when the server's maxmemory-policy would evict jobs
+// (see CheckEvictionPolicy). Close does not close rdb.
 func New(ctx context.Context, rdb goredis.UniversalClient, opts Options) (*Store, error) {
 	prefix := opts.Prefix
 	if prefix == "" {
@@ -259,6 +260,9 @@ func New(ctx context.Context, rdb goredis.UniversalClient, opts Options) (*Store
 		s.logger = slog.New(slog.DiscardHandler)
 	}
 	s.idsK, s.queuesK = s.idsKey(), s.queuesKey()
+	if err := s.CheckEvictionPolicy(ctx); errors.Is(err, ErrEvictionPolicy) {
+		s.logger.Warn(err.Error())
+	}
 	s.waitCtx, s.waitCancel = context.WithCancel(context.Background())
 	if err := s.startNotifier(ctx); err != nil {
 		return nil, err
@@ -280,7 +284,7 @@ func (s *Store) Prefix() string { return s.prefix }
 // optional.
 func (s *Store) Migrate(ctx context.Context) error {
 	if err := loadLibrary(ctx, s.rdb); err != nil {
-		return fmt.Errorf("redis: load scripts: %w", err)
+		return fmt.Errorf("redis: %w", err)
 	}
 	return nil
 }

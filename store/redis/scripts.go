@@ -238,6 +238,19 @@ local function unplace(id, f)
   if num(f.expires) > 0 then redis.call('ZREM', B .. 'exp', id) end
   return f
 end
+-- unfile takes id, whose hash is gone (evicted under an allkeys-* maxmemory policy, or deleted by
+-- hand), out of the queue's indexes that name it by id alone, which unplace cannot do without the
+-- hash's state: left there, the passes that walk them would find it again each time, and a
+-- transition of it would file a job without fields.
+local function unfile(id)
+  for _, st in ipairs({'scheduled', 'available', 'pending', 'retryable', 'active', 'completed', 'cancelled', 'discarded'}) do
+    redis.call('ZREM', B .. 'st:' .. st, id)
+  end
+  for _, st in ipairs({'completed', 'cancelled', 'discarded'}) do redis.call('ZREM', B .. 'done:' .. st, id) end
+  redis.call('ZREM', B .. 'sched', id)
+  redis.call('ZREM', B .. 'lease', id)
+  redis.call('ZREM', B .. 'exp', id)
+end
 -- instates reports whether state st is in the comma-separated list sts.
 local function instates(st, sts)
   return string.find(',' .. (sts or '') .. ',', ',' .. st .. ',', 1, true) ~= nil
@@ -362,7 +375,10 @@ end
 -- with the record of the unique key it took, and forgets it in its workflow.
 local function drop(id, f)
   redis.call('DEL', jk(id))
-  if not f then return end
+  if not f then
+    unfile(id)
+    return
+  end
   letgo(f.ukey, id)
   forget(id, f.wf, f.wfl)
 end
@@ -1006,9 +1022,12 @@ local perworker = #ARGV > 5 + nk + limit and ARGV[6 + nk + limit] ~= '\nad'
 -- At most 1000 per claim, earliest due first, so one call stays short whatever the
 -- backlog; Promote (the maintenance pass) moves the rest.
 for _, id in ipairs(redis.call('ZRANGEBYSCORE', B .. 'sched', '-inf', s(t), 'LIMIT', '0', '1000')) do
-  unplace(id)
-  redis.call('HSET', jk(id), 'state', 'available')
-  place(id)
+  if unplace(id) then
+    redis.call('HSET', jk(id), 'state', 'available')
+    place(id)
+  else
+    unfile(id)
+  end
 end
 local kinds
 if nk > 0 then kinds = {unpack(ARGV, 5, 4 + nk)} else kinds = redis.call('SMEMBERS', B .. 'kinds') end
@@ -1356,16 +1375,22 @@ return out
 `
 
 // scriptFinish applies completions to jobs of one queue still active in the same attempt (and
-// under the same claim token, when given). ARGV: n, then per completion 8 values: id, attempt,
-// token ("" for none), state, sched (µs, 0: now), error entry JSON ("" for none), flags ("v": a
-// result is given, "r": refund the attempt, "x": remove the job if it completes, see
-// store.Completion.Remove) and the result. Returns per completion 0 (not applied), 1 (applied) or 2
-// (applied, and the queue is to be announced: a slot of the job's rate key is free, or a workflow
-// child was released in this queue) or 3 (as 2, and the queue's workflow outbox is to be relayed,
-// see relay.go), plus 4 when the job was removed (the caller drops it from the id index), then, on
-// a Redis Cluster, the index (from 1) and
-// rate key of each applied completion whose job holds a permit of its key (ratelimit.go), and,
-// when it wrote outbox entries, the string "\nrelay" followed by them.
+// under the same claim token, when given). A completion whose run's outcome is written already
+// (same attempt and token, the job in the state it left it in, or available since when it left it
+// retryable or scheduled) reports applied and writes nothing: Finish keeps the claim token in the
+// job, which only a claim sets anew and only a transition taking the job from its run (leave)
+// clears, so a retried Finish (one that failed part-way, or lost its reply) learns its outcome
+// stands. A removed job (flag "x") leaves nothing to know it by.
+//
+// ARGV: n, then per completion 8 values: id, attempt, token ("" for none), state, sched (µs, 0:
+// now), error entry JSON ("" for none), flags ("v": a result is given, "r": refund the attempt,
+// "x": remove the job if it completes, see store.Completion.Remove) and the result. Returns per
+// completion 0 (not applied), 1 (applied) or 2 (applied, and the queue is to be announced: a slot
+// of the job's rate key is free, or a workflow child was released in this queue) or 3 (as 2, and
+// the queue's workflow outbox is to be relayed, see relay.go), plus 4 when the job was removed (the
+// caller drops it from the id index), then, on a Redis Cluster, the index (from 1) and rate key of
+// each applied completion whose job holds a permit of its key (ratelimit.go), and, when it wrote
+// outbox entries, the string "\nrelay" followed by them.
 var scriptFinish = newFunc("Finish", `
 zq, zkeys = {}, {}
 local t = now()
@@ -1378,13 +1403,21 @@ for c = 1, tonumber(ARGV[1]) do
   i = i + 8
   local k = jk(id)
   local f = fields(id)
-  if not f or f.state ~= 'active' or f.attempt ~= attempt or (token ~= '' and f.token ~= token) then
+  if f and token ~= '' and f.state ~= 'active' and f.attempt == attempt and f.token == token
+      and (f.state == st or (f.state == 'available' and (st == 'retryable' or st == 'scheduled'))) then
+    -- Written by an earlier try of this completion. Its permits go back again (a no-op if they
+    -- went then): that try's reply, which named them, may be lost.
+    out[c] = 1
+    if f.rkq then freed[#freed + 1] = c freed[#freed + 1] = f.rkey end
+    if f.tlp == '1' and f.tnq then freed[#freed + 1] = c freed[#freed + 1] = 'tenant:' .. f.tnq end
+  elseif not f or f.state ~= 'active' or f.attempt ~= attempt or (token ~= '' and f.token ~= token) then
     out[c] = 0
   else
     out[c] = 1
     unplace(id, f)
-    -- One HSET per outcome: the new state, its time, and leaving the run (as leave does); f
-    -- follows the hash, for place.
+    -- One HSET per outcome: the new state, its time, and leaving the run as leave does, but for
+    -- the claim token, kept to recognise a retry of this outcome (see above); f follows the hash,
+    -- for place.
     if st == 'completed' and string.find(flags, 'x', 1, true) and not f.wf
         and not (f.ukey and f.ukey ~= '' and instates(st, f.ustates)) then
       -- Removed (store.Completion.Remove): the hash goes as Cleanup deletes it; the caller drops
@@ -1395,17 +1428,17 @@ for c = 1, tonumber(ARGV[1]) do
     elseif st == 'completed' then
       f.completed = ts
       -- No result is "" (Go's ARGV gives it so), which clears one an earlier run left.
-      redis.call('HSET', k, 'state', st, 'completed', f.completed, 'lease', '0', 'worker', '', 'token', '', 'result', result)
+      redis.call('HSET', k, 'state', st, 'completed', f.completed, 'lease', '0', 'worker', '', 'result', result)
     elseif st == 'discarded' or st == 'cancelled' then
       f.completed = ts
-      redis.call('HSET', k, 'state', st, 'completed', f.completed, 'lease', '0', 'worker', '', 'token', '')
+      redis.call('HSET', k, 'state', st, 'completed', f.completed, 'lease', '0', 'worker', '')
     else
       if sched == 0 or not (st == 'retryable' or st == 'scheduled') then sched = t end
       f.sched = s(sched)
-      redis.call('HSET', k, 'state', st, 'sched', f.sched, 'lease', '0', 'worker', '', 'token', '')
+      redis.call('HSET', k, 'state', st, 'sched', f.sched, 'lease', '0', 'worker', '')
     end
     if out[c] == 1 then
-      f.state, f.lease, f.token = st, '0', ''
+      f.state, f.lease = st, '0'
       if err ~= '' then adderr(id, withstart(err, f.started)) end
       if string.find(flags, 'r', 1, true) and tonumber(redis.call('HGET', k, 'max')) < 2147483647 then redis.call('HINCRBY', k, 'max', 1) end
       place(id, f)
@@ -1468,17 +1501,20 @@ for _, id in ipairs(redis.call('ZRANGEBYSCORE', B .. 'lease', '-inf', '(' .. s(t
   local k = jk(id)
   local f = redis.call('HMGET', k, 'attempt', 'max', 'worker', 'started')
   local attempt = num(f[1])
-  unplace(id)
-  adderr(id, withstart(mkerr(attempt, t, 'lease_expired', 'lease expired: worker ' .. (f[3] or '') .. ' stopped heartbeating'), f[4]))
-  leave(id)
-  if attempt >= num(f[2]) then
-    redis.call('HSET', k, 'state', 'discarded', 'completed', s(t))
-    place(id)
-    dis[#dis + 1] = redis.call('HGETALL', k)
+  if not unplace(id) then
+    unfile(id)
   else
-    redis.call('HSET', k, 'state', 'available', 'sched', s(t))
-    place(id)
-    req[#req + 1] = redis.call('HGETALL', k)
+    adderr(id, withstart(mkerr(attempt, t, 'lease_expired', 'lease expired: worker ' .. (f[3] or '') .. ' stopped heartbeating'), f[4]))
+    leave(id)
+    if attempt >= num(f[2]) then
+      redis.call('HSET', k, 'state', 'discarded', 'completed', s(t))
+      place(id)
+      dis[#dis + 1] = redis.call('HGETALL', k)
+    else
+      redis.call('HSET', k, 'state', 'available', 'sched', s(t))
+      place(id)
+      req[#req + 1] = redis.call('HGETALL', k)
+    end
   end
 end
 settle(t)
@@ -1489,13 +1525,17 @@ return {req, dis, relay and 2 or released and 1 or 0}
 // returns {how many, 1 when the queue is to be announced}.
 var scriptPromote = newFunc("Promote", `
 local t = now()
-local ids = redis.call('ZRANGEBYSCORE', B .. 'sched', '-inf', s(t), 'LIMIT', 0, tonumber(ARGV[1]))
-for _, id in ipairs(ids) do
-  unplace(id)
-  redis.call('HSET', jk(id), 'state', 'available')
-  place(id)
+local n = 0
+for _, id in ipairs(redis.call('ZRANGEBYSCORE', B .. 'sched', '-inf', s(t), 'LIMIT', 0, tonumber(ARGV[1]))) do
+  if unplace(id) then
+    redis.call('HSET', jk(id), 'state', 'available')
+    place(id)
+    n = n + 1
+  else
+    unfile(id)
+  end
 end
-return {#ids, #ids > 0 and 1 or 0}
+return {n, n > 0 and 1 or 0}
 `)
 
 // scriptExpire discards up to ARGV[1] not-started jobs of one queue whose expiry has passed, each
@@ -1508,11 +1548,14 @@ local ids = redis.call('ZRANGEBYSCORE', B .. 'exp', '-inf', s(t), 'LIMIT', 0, to
 local gone = {}
 for _, id in ipairs(ids) do
   local attempt = num(redis.call('HGET', jk(id), 'attempt'))
-  unplace(id)
-  redis.call('HSET', jk(id), 'state', 'discarded', 'completed', s(t))
-  adderr(id, mkerr(attempt, t, 'expired', 'job expired before it started'))
-  place(id)
-  gone[#gone + 1] = redis.call('HGETALL', jk(id))
+  if not unplace(id) then
+    unfile(id)
+  else
+    redis.call('HSET', jk(id), 'state', 'discarded', 'completed', s(t))
+    adderr(id, mkerr(attempt, t, 'expired', 'job expired before it started'))
+    place(id)
+    gone[#gone + 1] = redis.call('HGETALL', jk(id))
+  end
 end
 settle(t)
 return {gone, relay and 2 or released and 1 or 0}
@@ -1632,7 +1675,7 @@ return {'ok', 0, was, '', dropped[1] or ''}
 //
 // On a Redis Cluster (ARGV[1] "c") the limits are in other slots: it returns {earliest due time or
 // "", the rate keys with jobs available in the queue...}, and ratelimit.go asks their limits.
-var scriptNextDue = newFunc("NextDue", `
+var scriptNextDue = newReadFunc("NextDue", `
 local t = now()
 local best = false
 local cl = ARGV[1] == 'c'
@@ -1687,7 +1730,7 @@ return 1
 // tenant's jobs across queues (<prefix>tc:<tenant>), whatever their rate keys, since its limit bounds
 // them all: its active and available jobs (no index holds a tenant's scheduled jobs by due time, so
 // those count once promoted, by the next claim of their queue or the maintenance pass).
-var scriptLimitInfo = newFunc("LimitInfo", `
+var scriptLimitInfo = newReadFunc("LimitInfo", `
 local t = now()
 local out = {}
 for i, rk in ipairs(ARGV) do
@@ -1734,7 +1777,7 @@ return 1
 
 // scriptRateLimitInfo returns R's {set, max, rate, period, onlimit, ws, wc} ("" for unset fields;
 // ws and wc '0' when no window is open).
-var scriptRateLimitInfo = newFunc("RateLimitInfo", `
+var scriptRateLimitInfo = newReadFunc("RateLimitInfo", `
 local t = now()
 local f = redis.call('HMGET', B .. 'rl', 'set', 'max', 'rate', 'period', 'onlimit', 'ws', 'wc')
 if not (num(f[6]) > 0 and t < num(f[6]) + num(f[4])) then f[6], f[7] = '0', '0' end
@@ -1905,7 +1948,7 @@ return false
 // scriptStaleWorkflows returns up to ARGV[2] workflow registrations pending for longer than ARGV[1]
 // µs, as id, queue pairs (the queue as the workflow index has it, "" for none). KEYS as
 // scriptRegisterWorkflow's.
-var scriptStaleWorkflows = newFreeingFunc("StaleWorkflows", `
+var scriptStaleWorkflows = newReadFunc("StaleWorkflows", `
 local out = {}
 local cut = now() - tonumber(ARGV[1])
 for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', '(' .. s(cut), 'LIMIT', 0, tonumber(ARGV[2]))) do

@@ -14,7 +14,7 @@ var _ store.UniqueHolder = (*Store)(nil)
 // scriptHeldUnique returns, for each unique key ARGV of one queue, the id of the job holding it now
 // (an empty string for none): the holder an insert would meet (see holder), read at one instant of the server's
 // clock. It changes nothing.
-var scriptHeldUnique = newFunc("HeldUnique", `
+var scriptHeldUnique = newReadFunc("HeldUnique", `
 local t = now()
 local out = {}
 for i, uk in ipairs(ARGV) do out[i] = holder(uk, t) or '' end
