@@ -139,3 +139,24 @@ type DownPlanner interface {
 	// means no such client has been live for a LeaderTTL.
 	LiveLeases(ctx context.Context) ([]Lease, error)
 }
+
+// ReportingMigrator is implemented by stores with a versioned schema (PostgreSQL, SQLite). Its
+// calls say what they changed themselves, and its rollback is checked under the migration lock, so
+// that callers running at once (the replicas of a deploy, two operators) neither claim each other's work nor
+// revert migrations nobody checked. pronto migrate uses it.
+type ReportingMigrator interface {
+	// ApplyMigrations applies every pending migration, like Store.Migrate, and returns the ones this
+	// call applied, oldest first: none when every one was applied already, by an earlier or a
+	// concurrent caller.
+	ApplyMigrations(ctx context.Context) ([]Migration, error)
+	// RevertMigrations reverts the latest steps applied migrations, newest first, like
+	// Migrator.MigrateDown, and returns the ones it reverted, newest first, as they stood before.
+	//
+	// When check is not nil and there is something to revert, it is called once the call holds the
+	// schema's migration lock, before anything is reverted, with the migrations it is about to
+	// revert: no other migration or rollback can change the schema until the call returns, so what
+	// check reads of the store (DownPlanner) is what gets reverted. An error from check reverts
+	// nothing and is returned as it is. check runs beside the call's open transaction: it may read
+	// through the store (on PostgreSQL the pool needs a second connection for it) but must not write.
+	RevertMigrations(ctx context.Context, steps int, check func(ctx context.Context, revert []Migration) error) ([]Migration, error)
+}

@@ -539,7 +539,7 @@ func checkSchema(ctx context.Context, db *database) error {
 	case !errors.As(err, &se):
 		return errorf("cannot read the schema of %s: %v", db.t.display, err)
 	case len(se.Unknown) > 0:
-		return errorf("the pronto schema of %s is newer than this binary: %v", db.t.display, err)
+		return newerSchemaError(db, se)
 	case len(se.Missing) == se.Known:
 		return errorf("%s has no pronto schema yet; create it with: pronto migrate up%s", db.t.display, db.urlFlag())
 	default:
@@ -550,6 +550,23 @@ func checkSchema(ctx context.Context, db *database) error {
 		return errorf("the pronto schema of %s is out of date (%d of %d migrations pending: %s); upgrade it with: pronto migrate up%s",
 			db.t.display, len(se.Missing), se.Known, strings.Join(names, ", "), db.urlFlag())
 	}
+}
+
+// newerSchemaError says that db's schema has migrations applied that this binary does not know,
+// naming the PostgreSQL schema too (each schema of a database is a pronto of its own), and the
+// command that reverts them: the newer binary's, the only one that knows how.
+func newerSchemaError(db *database, se *store.SchemaError) error {
+	where := db.t.display
+	if s, ok := db.store.(interface{ Schema() string }); ok {
+		where = fmt.Sprintf("%s (schema %s)", where, s.Schema())
+	}
+	versions := make([]string, len(se.Unknown))
+	for i, v := range se.Unknown {
+		versions[i] = fmt.Sprintf("%03d", v)
+	}
+	return errorf("the pronto schema of %s is newer than this binary: it has migration(s) %s applied, which this version "+
+		"of pronto does not know; upgrade pronto, or roll them back with the newer pronto: pronto migrate down --steps %d%s",
+		where, strings.Join(versions, ", "), len(se.Unknown), db.urlFlag())
 }
 
 // urlFlag is the " --database-url ... --schema ..." to repeat in a suggested command: empty when the

@@ -13,16 +13,22 @@ import (
 	"github.com/pronto-jobs/pronto/store"
 )
 
+// migrator is what the migrate commands need of a store with a versioned schema.
+type migrator interface {
+	store.Migrator
+	store.ReportingMigrator
+}
+
 // withMigrations opens the database for a migrate command, reads its migrations and how many are
 // applied, and runs fn with them. For a store without a schema it says so and runs nothing.
 func (r *runner) withMigrations(ctx context.Context, create bool,
-	fn func(m store.Migrator, db *database, ms []store.Migration, applied int) error) error {
+	fn func(m migrator, db *database, ms []store.Migration, applied int) error) error {
 	db, err := r.open(ctx, openOptions{noSchemaCheck: true, create: create})
 	if err != nil {
 		return err
 	}
 	defer db.Close()
-	m, ok := db.store.(store.Migrator)
+	m, ok := db.store.(migrator)
 	if !ok {
 		fmt.Fprintf(r.env.Stdout, "%s has no schema: nothing to migrate\n", db.t.display)
 		return nil
@@ -51,14 +57,15 @@ func refuseNewer(ctx context.Context, db *database) error {
 	if !ok {
 		return nil
 	}
-	if err := c.CheckSchema(ctx); errors.Is(err, store.ErrSchemaTooNew) {
-		return errorf("%v", err)
+	var se *store.SchemaError
+	if err := c.CheckSchema(ctx); errors.As(err, &se) && len(se.Unknown) > 0 {
+		return newerSchemaError(db, se)
 	}
 	return nil
 }
 
 // status returns the migrations and how many are applied.
-func migrationStatus(ctx context.Context, m store.Migrator, db *database) ([]store.Migration, int, error) {
+func migrationStatus(ctx context.Context, m migrator, db *database) ([]store.Migration, int, error) {
 	ms, err := m.MigrationStatus(ctx)
 	if err != nil {
 		return nil, 0, errorf("reading the migrations of %s: %v", db.t.display, err)
@@ -75,7 +82,8 @@ func migrationStatus(ctx context.Context, m store.Migrator, db *database) ([]sto
 func cmdMigrateUp(ctx context.Context, r *runner, args []string) error {
 	fs := r.newFlagSet("pronto migrate up [--unlogged | --logged] [flags]",
 		"Apply every pending migration, creating the schema (and, for SQLite, the file) if needed.\n"+
-			"Safe to run again, and from several processes at once.\n\n"+
+			"Safe to run again, and from several processes at once: each prints only the migrations it\n"+
+			"applied itself.\n\n"+
 			"On PostgreSQL, --unlogged then makes the jobs table UNLOGGED: no WAL for job rows, so jobs\n"+
 			"cost less to insert and work, but a database crash (not a clean restart) deletes every job,\n"+
 			"and replicas do not have them. --logged makes it durable again. Either rewrites the table\n"+
@@ -98,11 +106,13 @@ func cmdMigrateUp(ctx context.Context, r *runner, args []string) error {
 			return usageErrorf("migrate up: --unlogged and --logged apply to PostgreSQL only, and the database is %s", t.display)
 		}
 	}
-	return r.withMigrations(ctx, true, func(m store.Migrator, db *database, before []store.Migration, _ int) error {
+	return r.withMigrations(ctx, true, func(m migrator, db *database, _ []store.Migration, _ int) error {
 		if err := refuseNewer(ctx, db); err != nil {
 			return err
 		}
-		if err := db.store.Migrate(ctx); err != nil {
+		// Only what this run applied is reported: another run at once may have applied the rest.
+		done, err := m.ApplyMigrations(ctx)
+		if err != nil {
 			return errorf("migrating %s: %v", db.t.display, err)
 		}
 		if *unlogged || *logged {
@@ -118,10 +128,8 @@ func cmdMigrateUp(ctx context.Context, r *runner, args []string) error {
 		if err != nil {
 			return err
 		}
-		for i, mg := range ms {
-			if mg.Applied && (i >= len(before) || !before[i].Applied) {
-				fmt.Fprintf(r.env.Stdout, "applied %03d_%s\n", mg.Version, mg.Name)
-			}
+		for _, mg := range done {
+			fmt.Fprintf(r.env.Stdout, "applied %03d_%s\n", mg.Version, mg.Name)
 		}
 		fmt.Fprintf(r.env.Stdout, "%s is up to date: %d of %d migrations applied\n", r.migrateName(db), after, len(ms))
 		if *unlogged {
@@ -140,7 +148,8 @@ func cmdMigrateDown(ctx context.Context, r *runner, args []string) error {
 			"It refuses, naming what it found, when the rollback would delete data (rows of the tables it\n"+
 			"drops, values of the columns it drops) or while clients use the schema (a live leader lease,\n"+
 			"or on PostgreSQL a client's presence announcement heard within 1.5 s); --force\n"+
-			"rolls back anyway.").withDatabase()
+			"rolls back anyway. The check runs under the migration lock, on the migrations it then\n"+
+			"reverts: rollbacks run at once take turns, each checking what is left.").withDatabase()
 	steps := fs.Int("steps", 1, "roll back `N` migrations")
 	all := fs.Bool("all", false, "roll back every migration (drops every job)")
 	force := fs.Bool("force", false, "roll back even if it deletes data or clients are live")
@@ -153,7 +162,7 @@ func cmdMigrateDown(ctx context.Context, r *runner, args []string) error {
 	if *all && fs.given("steps") {
 		return usageErrorf("migrate down: --steps and --all exclude each other")
 	}
-	return r.withMigrations(ctx, false, func(m store.Migrator, db *database, before []store.Migration, applied int) error {
+	return r.withMigrations(ctx, false, func(m migrator, db *database, ms []store.Migration, applied int) error {
 		if applied == 0 {
 			fmt.Fprintf(r.env.Stdout, "%s has no migrations applied: nothing to roll back\n", r.migrateName(db))
 			return nil
@@ -163,24 +172,34 @@ func cmdMigrateDown(ctx context.Context, r *runner, args []string) error {
 		}
 		n := *steps
 		if *all {
-			n = applied
+			n = len(ms)
 		}
+		// The guard runs under the migration lock, on the very migrations about to be reverted:
+		// checked before taking it, a rollback run at the same time could change which these are.
+		var guard func(context.Context, []store.Migration) error
+		var guardErr error
 		if p, ok := m.(store.DownPlanner); ok {
-			if err := r.guardDown(ctx, p, db, n, *force); err != nil {
-				return err
+			guard = func(ctx context.Context, revert []store.Migration) error {
+				guardErr = r.guardDown(ctx, p, db, len(revert), *force)
+				return guardErr
 			}
 		}
-		if err := m.MigrateDown(ctx, n); err != nil {
+		done, err := m.RevertMigrations(ctx, n, guard)
+		switch {
+		case guardErr != nil:
+			return guardErr
+		case err != nil:
 			return errorf("rolling back %s: %v", db.t.display, err)
+		case len(done) == 0:
+			fmt.Fprintf(r.env.Stdout, "%s has no migrations applied: nothing to roll back\n", r.migrateName(db))
+			return nil
+		}
+		for _, mg := range done {
+			fmt.Fprintf(r.env.Stdout, "rolled back %03d_%s\n", mg.Version, mg.Name)
 		}
 		after, left, err := migrationStatus(ctx, m, db)
 		if err != nil {
 			return err
-		}
-		for i := len(before) - 1; i >= 0; i-- {
-			if before[i].Applied && i < len(after) && !after[i].Applied {
-				fmt.Fprintf(r.env.Stdout, "rolled back %03d_%s\n", before[i].Version, before[i].Name)
-			}
 		}
 		fmt.Fprintf(r.env.Stdout, "%s: %d of %d migrations applied\n", r.migrateName(db), left, len(after))
 		return nil
@@ -192,7 +211,7 @@ func cmdMigrateStatus(ctx context.Context, r *runner, args []string) error {
 	if _, err := fs.parse(args, 0, 0); err != nil {
 		return err
 	}
-	return r.withMigrations(ctx, false, func(_ store.Migrator, db *database, ms []store.Migration, applied int) error {
+	return r.withMigrations(ctx, false, func(_ migrator, db *database, ms []store.Migration, applied int) error {
 		tw := tabwriter.NewWriter(r.env.Stdout, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "VERSION\tNAME\tAPPLIED")
 		for _, mg := range ms {

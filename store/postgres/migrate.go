@@ -21,6 +21,8 @@ import (
 //go:embed migrations/*.sql
 var migrationFiles embed.FS
 
+var _ store.ReportingMigrator = (*Store)(nil)
+
 // migration is one embedded migration: NNN_name.up.sql and NNN_name.down.sql. Migrations run with
 // the search path set to the store's schema; {schema} and {channel} in their text are replaced by
 // the quoted schema and the notification channel's literal, for function bodies, which must not
@@ -88,7 +90,15 @@ func loadMigrations() []migration {
 // transaction. Concurrent callers (several processes starting at once) are serialized by an
 // advisory lock per schema: the first applies, the others find nothing left to do.
 func (s *Store) Migrate(ctx context.Context) error {
-	return s.migrateTx(ctx, func(ctx context.Context, tx pgx.Tx, applied map[int]time.Time) error {
+	_, err := s.ApplyMigrations(ctx)
+	return err
+}
+
+// ApplyMigrations is Migrate, returning the migrations this call applied, oldest first (see
+// store.ReportingMigrator): what it found applied once it held the lock is not its own work.
+func (s *Store) ApplyMigrations(ctx context.Context) ([]store.Migration, error) {
+	var done []store.Migration
+	err := s.migrateTx(ctx, func(ctx context.Context, tx pgx.Tx, applied map[int]time.Time) error {
 		var pending bool
 		for _, m := range migrations {
 			if _, ok := applied[m.version]; !ok {
@@ -97,6 +107,11 @@ func (s *Store) Migrate(ctx context.Context) error {
 		}
 		if !pending {
 			return nil
+		}
+		// The time recorded with each migration (the column's default, the transaction's start).
+		var at time.Time
+		if err := tx.QueryRow(ctx, "SELECT now()").Scan(&at); err != nil {
+			return err
 		}
 		// An unlogged jobs table (SetUnlogged) stays unlogged. PostgreSQL refuses a logged table that
 		// references an unlogged one, so a migration that creates one fails on it (42P16): that
@@ -122,12 +137,17 @@ func (s *Store) Migrate(ctx context.Context) error {
 			if _, err := tx.Exec(ctx, s.q.recordMigration, m.version, m.name); err != nil {
 				return fmt.Errorf("record migration %03d_%s: %w", m.version, m.name, err)
 			}
+			done = append(done, store.Migration{Version: m.version, Name: m.name, Applied: true, AppliedAt: at})
 		}
 		if switched {
 			return s.setPersistence(ctx, tx, true)
 		}
 		return nil
 	})
+	if err != nil {
+		return nil, err
+	}
+	return done, nil
 }
 
 // applyMigration runs m's up script in tx. With guard set (the jobs table is unlogged, and still
@@ -160,10 +180,22 @@ func (s *Store) applyMigration(ctx context.Context, tx pgx.Tx, m migration, guar
 // MigrateDown reverts the latest steps applied migrations, newest first, in one transaction.
 // Reverting the first migration drops the jobs table and every job in it.
 func (s *Store) MigrateDown(ctx context.Context, steps int) error {
+	_, err := s.RevertMigrations(ctx, steps, nil)
+	return err
+}
+
+// RevertMigrations is MigrateDown, calling check under the schema's migration lock with the
+// migrations it is about to revert, and returning those it reverted (see store.ReportingMigrator).
+func (s *Store) RevertMigrations(ctx context.Context, steps int,
+	check func(ctx context.Context, revert []store.Migration) error) ([]store.Migration, error) {
 	if steps <= 0 {
-		return nil
+		return nil, nil
 	}
-	return s.migrateTx(ctx, func(ctx context.Context, tx pgx.Tx, applied map[int]time.Time) error {
+	var (
+		done     []store.Migration
+		checkErr error
+	)
+	err := s.migrateTx(ctx, func(ctx context.Context, tx pgx.Tx, applied map[int]time.Time) error {
 		known := make([]int, len(migrations))
 		for i, m := range migrations {
 			known[i] = m.version
@@ -171,21 +203,42 @@ func (s *Store) MigrateDown(ctx context.Context, steps int) error {
 		if err := store.RefuseNewer(fmt.Sprintf("PostgreSQL schema %q", s.schema), known, applied); err != nil {
 			return err
 		}
-		for i := len(migrations) - 1; i >= 0 && steps > 0; i-- {
-			m := migrations[i]
-			if _, ok := applied[m.version]; !ok {
-				continue
+		var revert []migration
+		for i := len(migrations) - 1; i >= 0 && len(revert) < steps; i-- {
+			if _, ok := applied[migrations[i].version]; ok {
+				revert = append(revert, migrations[i])
 			}
+		}
+		if len(revert) == 0 {
+			return nil
+		}
+		plan := make([]store.Migration, len(revert))
+		for i, m := range revert {
+			plan[i] = store.Migration{Version: m.version, Name: m.name, Applied: true, AppliedAt: applied[m.version]}
+		}
+		if check != nil {
+			if checkErr = check(ctx, plan); checkErr != nil {
+				return checkErr
+			}
+		}
+		for _, m := range revert {
 			if _, err := tx.Exec(ctx, s.expand.Replace(m.down)); err != nil {
 				return fmt.Errorf("revert migration %03d_%s: %w", m.version, m.name, err)
 			}
 			if _, err := tx.Exec(ctx, s.q.forgetMigration, m.version); err != nil {
 				return fmt.Errorf("forget migration %03d_%s: %w", m.version, m.name, err)
 			}
-			steps--
 		}
+		done = plan
 		return nil
 	})
+	switch {
+	case checkErr != nil:
+		return nil, checkErr
+	case err != nil:
+		return nil, err
+	}
+	return done, nil
 }
 
 // MigrationStatus lists every embedded migration, oldest first, with whether and when it was

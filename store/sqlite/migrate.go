@@ -18,6 +18,8 @@ import (
 //go:embed migrations/*.sql
 var migrationFiles embed.FS
 
+var _ store.ReportingMigrator = (*Store)(nil)
+
 // migration is one embedded migration: NNN_name.up.sql and NNN_name.down.sql.
 type migration struct {
 	version int
@@ -101,89 +103,121 @@ func appliedVersions(ctx context.Context, q interface {
 // pronto_migrations table. Concurrent Migrate calls, from any process, serialize on SQLite's write
 // lock, and the second finds nothing to do.
 func (s *Store) Migrate(ctx context.Context) error {
+	_, err := s.ApplyMigrations(ctx)
+	return err
+}
+
+// ApplyMigrations is Migrate, returning the migrations this call applied, oldest first (see
+// store.ReportingMigrator): what it found applied once it held the write lock is not its own work.
+func (s *Store) ApplyMigrations(ctx context.Context) ([]store.Migration, error) {
 	ms, err := loadMigrations()
 	if err != nil {
-		return fmt.Errorf("migrate %s: %w", s.path, err)
+		return nil, fmt.Errorf("migrate %s: %w", s.path, err)
 	}
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
-		return fmt.Errorf("migrate %s: %w", s.path, err)
+		return nil, fmt.Errorf("migrate %s: %w", s.path, err)
 	}
 	defer tx.Rollback() //nolint:errcheck // after Commit it is a no-op
 	if _, err := tx.ExecContext(ctx, migrationsTableSQL); err != nil {
-		return fmt.Errorf("migrate %s: %w", s.path, err)
+		return nil, fmt.Errorf("migrate %s: %w", s.path, err)
 	}
 	applied, err := appliedVersions(ctx, tx)
 	if err != nil {
-		return fmt.Errorf("migrate %s: %w", s.path, err)
+		return nil, fmt.Errorf("migrate %s: %w", s.path, err)
 	}
-	nowUS, _ := s.nowMicro()
+	nowUS, now := s.nowMicro()
+	var done []store.Migration
 	for _, m := range ms {
 		if _, ok := applied[m.version]; ok {
 			continue
 		}
 		if _, err := tx.ExecContext(ctx, m.up); err != nil {
-			return fmt.Errorf("migrate %s: migration %d (%s): %w", s.path, m.version, m.name, err)
+			return nil, fmt.Errorf("migrate %s: migration %d (%s): %w", s.path, m.version, m.name, err)
 		}
 		if _, err := tx.ExecContext(ctx, `INSERT INTO pronto_migrations (version, name, applied_at) VALUES (?, ?, ?)`,
 			m.version, m.name, nowUS); err != nil {
-			return fmt.Errorf("migrate %s: record migration %d: %w", s.path, m.version, err)
+			return nil, fmt.Errorf("migrate %s: record migration %d: %w", s.path, m.version, err)
 		}
+		done = append(done, store.Migration{Version: m.version, Name: m.name, Applied: true, AppliedAt: now})
 	}
 	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("migrate %s: commit: %w", s.path, err)
+		return nil, fmt.Errorf("migrate %s: commit: %w", s.path, err)
 	}
-	return nil
+	return done, nil
 }
 
 // MigrateDown reverts the latest steps applied migrations, newest first, in one write transaction.
 // Reverting the first migration drops pronto's tables and every job in them.
 func (s *Store) MigrateDown(ctx context.Context, steps int) error {
+	_, err := s.RevertMigrations(ctx, steps, nil)
+	return err
+}
+
+// RevertMigrations is MigrateDown, calling check under the write lock with the migrations it is
+// about to revert, and returning those it reverted (see store.ReportingMigrator). check reads
+// through the store's readers, which see what is committed: with the write lock held, that is the
+// state being reverted.
+func (s *Store) RevertMigrations(ctx context.Context, steps int,
+	check func(ctx context.Context, revert []store.Migration) error) ([]store.Migration, error) {
 	if steps <= 0 {
-		return nil
+		return nil, nil
 	}
 	ms, err := loadMigrations()
 	if err != nil {
-		return fmt.Errorf("migrate down %s: %w", s.path, err)
+		return nil, fmt.Errorf("migrate down %s: %w", s.path, err)
 	}
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
-		return fmt.Errorf("migrate down %s: %w", s.path, err)
+		return nil, fmt.Errorf("migrate down %s: %w", s.path, err)
 	}
 	defer tx.Rollback() //nolint:errcheck // after Commit it is a no-op
 	if _, err := tx.ExecContext(ctx, migrationsTableSQL); err != nil {
-		return fmt.Errorf("migrate down %s: %w", s.path, err)
+		return nil, fmt.Errorf("migrate down %s: %w", s.path, err)
 	}
 	applied, err := appliedVersions(ctx, tx)
 	if err != nil {
-		return fmt.Errorf("migrate down %s: %w", s.path, err)
+		return nil, fmt.Errorf("migrate down %s: %w", s.path, err)
 	}
 	known := make([]int, len(ms))
 	for i, m := range ms {
 		known[i] = m.version
 	}
 	if err := store.RefuseNewer("SQLite database "+s.path, known, applied); err != nil {
-		return fmt.Errorf("migrate down: %w", err)
+		return nil, fmt.Errorf("migrate down: %w", err)
 	}
-	for i := len(ms) - 1; i >= 0 && steps > 0; i-- {
-		m := ms[i]
-		if _, ok := applied[m.version]; !ok {
-			continue
+	var revert []migration
+	for i := len(ms) - 1; i >= 0 && len(revert) < steps; i-- {
+		if _, ok := applied[ms[i].version]; ok {
+			revert = append(revert, ms[i])
 		}
+	}
+	if len(revert) == 0 {
+		return nil, nil
+	}
+	plan := make([]store.Migration, len(revert))
+	for i, m := range revert {
+		plan[i] = store.Migration{Version: m.version, Name: m.name, Applied: true, AppliedAt: applied[m.version]}
+	}
+	if check != nil {
+		if err := check(ctx, plan); err != nil {
+			return nil, err
+		}
+	}
+	for _, m := range revert {
 		if _, err := tx.ExecContext(ctx, m.down); err != nil {
-			return fmt.Errorf("migrate down %s: migration %d (%s): %w", s.path, m.version, m.name, err)
+			return nil, fmt.Errorf("migrate down %s: migration %d (%s): %w", s.path, m.version, m.name, err)
 		}
 		if _, err := tx.ExecContext(ctx, `DELETE FROM pronto_migrations WHERE version = ?`, m.version); err != nil {
-			return fmt.Errorf("migrate down %s: unrecord migration %d: %w", s.path, m.version, err)
+			return nil, fmt.Errorf("migrate down %s: unrecord migration %d: %w", s.path, m.version, err)
 		}
-		steps--
 	}
 	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("migrate down %s: commit: %w", s.path, err)
+		return nil, fmt.Errorf("migrate down %s: commit: %w", s.path, err)
 	}
 	// Statements prepared against the old schema are stale now.
 	s.resetStmts()
-	return nil
+	return plan, nil
 }
 
 // MigrationStatus lists every embedded migration, oldest first, with whether and when it was applied.
