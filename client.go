@@ -287,9 +287,9 @@ func (c *Client) Start(ctx context.Context) error {
 		MaxBatchSize: c.cfg.CompleterBatchSize,
 		Linger:       c.cfg.CompleterLinger,
 		Logger:       c.cfg.Logger,
-		Transient: func(err error) bool {
-			return store.IsUnavailable(c.store, err) || errors.Is(err, context.DeadlineExceeded)
-		},
+		// Only an outcome whose own data the store refuses is ever given up: any other error (an
+		// outage, a lock or statement timeout) may pass later, and a given-up outcome runs its job again.
+		Transient: func(err error) bool { return !store.IsRefused(c.store, err) },
 	})
 	c.servicesWG.Add(1)
 	go func() {

@@ -96,18 +96,33 @@ func (h *resultHolder) completeIn(ctx context.Context, write func(store.Completi
 // deleted. Only a lease lost after a rollback, and the job's next attempt completed and removed
 // before Work returned, could also leave it gone; that run reports its own completion, and this
 // one reports it once more.
+//
+// A read that fails for a reason that may pass (store.IsRefused: an outage, a lock timeout) is tried
+// again with backoff until the client stops its work: writing the outcome Work returned instead
+// would be refused for a committed job, and its EventCompleted never reported.
 func (c *Client) settledInTx(rj *runningJob, removed bool) bool {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	j, err := c.store.GetJob(ctx, rj.row.ID)
-	if err != nil {
-		if errors.Is(err, store.ErrNotFound) {
+	backoff := 50 * time.Millisecond
+	for {
+		// Not the work context: a run that returns after Stop cancelled it still reads its job.
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		j, err := c.store.GetJob(ctx, rj.row.ID)
+		cancel()
+		switch {
+		case err == nil:
+			return j.State == store.StateCompleted && j.Attempt == rj.row.Attempt
+		case errors.Is(err, store.ErrNotFound):
 			// Writing the outcome again would be refused (no job) and report nothing, though the
 			// application's transaction completed it.
 			return removed
+		case store.IsRefused(c.store, err) || c.workCtx.Err() != nil:
+			c.cfg.Logger.Warn("pronto: reading a job completed in a transaction failed; writing the outcome Work returned", jobAttrs(rj.row, "err", err)...)
+			return false
 		}
-		c.cfg.Logger.Warn("pronto: reading a job completed in a transaction failed; writing the outcome Work returned", jobAttrs(rj.row, "err", err)...)
-		return false
+		c.cfg.Logger.Warn("pronto: reading a job completed in a transaction failed; retrying", jobAttrs(rj.row, "err", err, "retry_in", backoff)...)
+		select {
+		case <-c.workCtx.Done():
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 5*time.Second)
 	}
-	return j.State == store.StateCompleted && j.Attempt == rj.row.Attempt
 }

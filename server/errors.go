@@ -155,9 +155,29 @@ func (s *Server) asUnavailable(e *apiError) *apiError {
 	u := *e
 	u.status = http.StatusServiceUnavailable
 	u.message = "backend unavailable: " + strings.TrimPrefix(e.message, "backend error: ")
-	u.details = map[string]any{"backend": s.backend, "reason": "unavailable"}
+	u.details = map[string]any{"backend": s.backend, "reason": unavailableReason(e.cause)}
 	u.headers = map[string]string{"Retry-After": unavailableRetryAfter}
 	return &u
+}
+
+// unavailableReason names the database's condition behind an unavailable error for details.reason:
+// an operator or a client library can tell a failover or a migration's lock from a database that
+// is down. Every other condition is "unavailable".
+func unavailableReason(err error) string {
+	var se sqlStateError
+	if errors.As(err, &se) {
+		switch se.SQLState() {
+		case "25006":
+			return "read_only" // a standby, or a primary demoted by a failover
+		case "55P03":
+			return "lock_timeout" // a lock held past lock_timeout, as by a migration
+		case "57014":
+			return "statement_timeout" // or a statement an operator cancelled
+		case "57P05", "25P03":
+			return "idle_session_timeout"
+		}
+	}
+	return "unavailable"
 }
 
 // sqlStateError is what PostgreSQL's errors (pgconn.PgError) have: the SQLSTATE code.
@@ -168,17 +188,8 @@ type sqlStateError interface{ SQLState() string }
 // violation; 54, program limit exceeded, such as an index row too large) is the client's to fix, so
 // it is a 400 (409 for a unique violation), never a retryable 500 an OJS client would retry forever.
 func inputRefusedByDatabase(err error) *apiError {
-	var se sqlStateError
-	if !errors.As(err, &se) {
-		return nil
-	}
-	code := se.SQLState()
-	if len(code) != 5 {
-		return nil
-	}
-	switch code[:2] {
-	case "22", "23", "54":
-	default:
+	code, ok := store.RefusedSQLState(err) // the classes the completer alone gives up on, too
+	if !ok {
 		return nil
 	}
 	if code == "23505" {

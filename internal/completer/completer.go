@@ -99,16 +99,17 @@ type Config struct {
 	// outcomes arrive closer together than Linger. Default DefaultLinger; negative never waits.
 	Linger time.Duration
 	Logger *slog.Logger
-	// Transient reports whether an error of Finish may pass when the same batch is tried again (the
-	// database unreachable or busy). Other errors may be the batch's data at fault: the batch is
-	// split to isolate the outcomes the store refuses, and such an outcome, alone, is given up
-	// after a few tries, so that one outcome that can never be written holds no other. Nil: every
-	// error is transient.
+	// Transient reports whether an error of Finish may pass when the same batch is tried again: every
+	// error but the store refusing the batch's own data (store.IsRefused), since an outcome given
+	// up is a job that runs again. A batch the store refuses is split to isolate the outcomes it
+	// refuses, and such an outcome, alone, is given up after a few tries, so that one outcome that
+	// can never be written holds no other. Nil: every error is transient.
 	Transient func(error) bool
 }
 
-// refusedTries is how many times an outcome the store refuses alone (a non-transient error) is
-// tried before it is given up: its job stays active until its lease expires and it is rescued.
+// refusedTries is how many times an outcome the store refuses alone (a non-transient error: its
+// data at fault) is tried before it is given up: its job stays active until its lease expires and
+// it is rescued. A transient error is tried again for as long as it lasts.
 const refusedTries = 3
 
 // Completer batches completions. Add is safe for concurrent use.

@@ -78,6 +78,27 @@ func TestRetriesWhileTheStoreFails(t *testing.T) {
 	<-c.Done()
 }
 
+// TestTemporaryErrorNeverGivesUpAnOutcome: an outcome alone in its batch that the store fails with
+// an error Transient calls temporary (a lock timeout while a migration holds the table) is tried
+// well past refusedTries and written once the error passes: only the outcome's own data is ever a
+// reason to give it up, since a given-up outcome is a job that runs again.
+func TestTemporaryErrorNeverGivesUpAnOutcome(t *testing.T) {
+	lockTimeout := errors.New("canceling statement due to lock timeout (SQLSTATE 55P03)")
+	refused := errors.New("value overflows numeric format (SQLSTATE 22003)")
+	var calls atomic.Int32
+	c := New(Config{Finish: func(ctx context.Context, cs []store.Completion) ([]store.FinishResult, error) {
+		if calls.Add(1) <= refusedTries+2 {
+			return nil, lockTimeout
+		}
+		return []store.FinishResult{{ID: cs[0].ID, Applied: true}}, nil
+	}, Transient: func(err error) bool { return !errors.Is(err, refused) }})
+	run(t, c)
+	requireWritten(t, addOne(c, "a"), "the outcome is written once the lock is gone")
+	require.EqualValues(t, refusedTries+3, calls.Load())
+	c.Close()
+	<-c.Done()
+}
+
 func TestCancelledContextReportsWhatIsLeft(t *testing.T) {
 	c := New(Config{Finish: func(ctx context.Context, cs []store.Completion) ([]store.FinishResult, error) {
 		<-ctx.Done()

@@ -23,6 +23,12 @@ func (s *Store) Unavailable(err error) bool {
 	return strings.Contains(err.Error(), "closed pool")
 }
 
+// Refused reports whether err is a refusal of the request's data beyond the SQLSTATE classes
+// store.IsRefused knows (22, 23, 54): none is. Every other error of the server or of pgx may pass
+// when tried again (a lock or statement timeout, a serialization failure, a schema being migrated),
+// so implementing store.RefusalClassifier keeps them from being given up on.
+func (s *Store) Refused(error) bool { return false }
+
 // serverGoingAway reports whether a SQLSTATE says the server ended or refused the connection for a
 // reason of its own (a restart, a crash, a fast shutdown, recovery): class 08, connection exception,
 // and 57P01 admin_shutdown, 57P02 crash_shutdown, 57P03 cannot_connect_now. A request that gets one
