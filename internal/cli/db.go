@@ -299,7 +299,7 @@ func (r *runner) openTarget(ctx context.Context, t *target, o openOptions) (*dat
 	case kindSQLite:
 		db, err = openSQLite(ctx, t, o, flags)
 	case kindRedis:
-		db, err = openRedis(ctx, t)
+		db, err = r.openRedis(ctx, t)
 	default:
 		db = openMemory(t)
 	}
@@ -466,14 +466,19 @@ type quietRedisLog struct{}
 
 func (quietRedisLog) Printf(context.Context, string, ...any) {}
 
-// openRedis connects to the Redis the URL names (waiting at most connectTimeout for it).
-func openRedis(ctx context.Context, t *target) (*database, error) {
+// openRedis connects to the Redis the URL names (waiting at most connectTimeout for it). A server
+// whose maxmemory-policy would evict jobs gets a warning on stderr from every command, as the data
+// it would lose is every command's business; a server that will not say its policy is not judged.
+func (r *runner) openRedis(ctx context.Context, t *target) (*database, error) {
 	goredis.SetLogger(quietRedisLog{})
 	cctx, cancel := context.WithTimeout(ctx, connectTimeout)
 	defer cancel()
 	st, err := redisstore.Open(cctx, t.url, redisstore.Options{})
 	if err != nil {
 		return nil, errorf("%s", redisConnectError(t.display, t.url, err))
+	}
+	if err := st.CheckEvictionPolicy(cctx); errors.Is(err, redisstore.ErrEvictionPolicy) {
+		fmt.Fprintf(r.env.Stderr, "pronto: warning: %v\n", err)
 	}
 	return &database{t: t, store: st, close: func() { _ = st.Close() }}, nil
 }
