@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"modernc.org/sqlite"
 
@@ -43,21 +44,23 @@ func lookupConn(id int64) *connState {
 	return connStates[id]
 }
 
-// hookConnector opens writer connections with identities and commit hooks.
+// hookConnector opens writer connections with identities and commit hooks, on a file in WAL mode.
 type hookConnector struct {
-	base driver.Connector
-	hub  *notifyhub.Hub
+	base     driver.Connector
+	hub      *notifyhub.Hub
+	walWait  time.Duration // how long entering WAL mode waits for another writer: the busy timeout
+	onCommit func()        // called in every commit hook; must not block
 
 	mu  sync.Mutex
 	ids []int64
 }
 
-func newHookConnector(dsn string, hub *notifyhub.Hub) (*hookConnector, error) {
+func newHookConnector(dsn string, hub *notifyhub.Hub, walWait time.Duration, onCommit func()) (*hookConnector, error) {
 	base, err := sqlite.NewConnector(dsn)
 	if err != nil {
 		return nil, err
 	}
-	return &hookConnector{base: base, hub: hub}, nil
+	return &hookConnector{base: base, hub: hub, walWait: walWait, onCommit: onCommit}, nil
 }
 
 // Connect implements driver.Connector.
@@ -71,6 +74,10 @@ func (h *hookConnector) Connect(ctx context.Context) (driver.Conn, error) {
 	if !ok1 || !ok2 {
 		_ = c.Close()
 		return nil, errors.New("sqlite store: driver connection does not support commit hooks")
+	}
+	if err := enterWAL(ctx, ex, h.walWait); err != nil {
+		_ = c.Close()
+		return nil, err
 	}
 	id := connSeq.Add(1)
 	// The temp schema is private to the connection: its user_version names the connection.
@@ -87,6 +94,7 @@ func (h *hookConnector) Connect(ctx context.Context) (driver.Conn, error) {
 		for _, n := range p {
 			cs.hub.Publish(n)
 		}
+		h.onCommit()
 		return 0 // let the commit proceed
 	})
 	hr.RegisterRollbackHook(func() {

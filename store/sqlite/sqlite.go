@@ -32,7 +32,24 @@
 //
 // Any number of processes may open the same file. SQLite allows one writer at a time; claims are
 // single write transactions, so no job is ever claimed twice, and a writer that finds the file
-// locked waits up to the busy timeout (10 s by default) before failing.
+// locked waits up to the busy timeout (10 s by default) before failing. Open waits the same way for
+// a lock held by another writer while it puts a new or rollback-journal file in WAL mode.
+//
+// # The write-ahead log
+//
+// SQLite's automatic checkpoint copies the -wal file into the database every 1000 pages (4 MB) but
+// cannot restart the log while reads keep starting on it, so under constant reads (a dashboard,
+// HTTP GETs) the log would grow without bound. When the -wal file passes 8 MB, the store pauses
+// this process's reads (new reads wait for the ones running to end, and for the checkpoint), copies
+// the log and truncates it, waiting at most 200 ms for other processes' readers; a checkpoint that
+// runs out of time is tried again after later writes. The writer's journal_size_limit is 8 MB too.
+//
+// # Deleting or replacing the file
+//
+// Delete or replace the database (restoring a backup) with every process that has it open stopped,
+// and delete its -wal and -shm files with it. An Open after the file at the path was deleted or
+// replaced opens the file now there; Stores opened before keep the old file, which is lost when the
+// last of them closes, and the process logs an error (log/slog) at its next writes.
 //
 // # Schema
 //
@@ -71,6 +88,8 @@ import (
 	"path/filepath"
 	"sync"
 	"time"
+
+	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/pronto-jobs/pronto/internal/notifyhub"
 	"github.com/pronto-jobs/pronto/store"
@@ -133,8 +152,9 @@ var (
 )
 
 // Open opens (creating if missing) the SQLite database at path and returns a Store on it. It does not
-// create or upgrade the schema: call Migrate. The directory must exist; a file that is not an SQLite
-// database is refused with an error naming it. Close releases the Store.
+// create or upgrade the schema: call Migrate. The directory must exist and be writable (SQLite
+// creates the -wal and -shm files beside the database: an error says so); a file that is not an
+// SQLite database is refused with an error naming it. Close releases the Store.
 func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 	cfg := config{busyTimeout: 10 * time.Second, readConns: 4, now: time.Now}
 	for _, o := range opts {
@@ -334,12 +354,13 @@ func (s *Store) rowError(what string, err error) error {
 
 // sharedFile is the state every Store on one file in this process shares.
 type sharedFile struct {
-	key  string
-	refs int
-	w    *sql.DB
-	r    *sql.DB
-	hub  notifyhub.Hub
-	hook *hookConnector
+	key    string
+	refs   int
+	w      *sql.DB
+	r      *sql.DB
+	hub    notifyhub.Hub
+	hook   *hookConnector
+	keeper *fileKeeper
 }
 
 var (
@@ -347,22 +368,36 @@ var (
 	files   = map[string]*sharedFile{}
 )
 
-// acquireFile returns the shared handles of the file at abs, opening them on first use.
+// acquireFile returns the shared handles of the file at abs, opening them on first use, or when the
+// file at abs is no longer the one they opened (deleted or replaced since): the Stores holding the
+// old handles keep them, and later Opens share the new ones.
 func acquireFile(ctx context.Context, abs string, cfg config) (*sharedFile, error) {
 	filesMu.Lock()
 	defer filesMu.Unlock()
-	if sf, ok := files[abs]; ok {
+	if sf, ok := files[abs]; ok && sf.keeper.isCurrent() {
 		sf.refs++
 		return sf, nil
 	}
-	sf := &sharedFile{key: abs, refs: 1}
+	sf, err := openFile(ctx, abs, cfg)
+	if err != nil {
+		return nil, explainOpenError(abs, err)
+	}
+	files[abs] = sf
+	return sf, nil
+}
+
+// openFile opens the handles of the file at abs, creating it if missing, and puts it in WAL mode.
+func openFile(ctx context.Context, abs string, cfg config) (*sharedFile, error) {
+	sf := &sharedFile{key: abs, refs: 1, keeper: newFileKeeper(abs, cfg)}
 	uri := (&url.URL{Scheme: "file", Path: abs}).String()
 	busy := cfg.busyTimeout.Milliseconds()
-	writerDSN := fmt.Sprintf("%s?_pragma=busy_timeout(%d)&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)"+
-		"&_pragma=foreign_keys(on)&_pragma=cache_size(-8192)&_txlock=immediate", uri, busy)
+	// The writer's connector enters WAL mode itself, waiting for other writers (enterWAL).
+	writerDSN := fmt.Sprintf("%s?_pragma=busy_timeout(%d)&_pragma=synchronous(NORMAL)"+
+		"&_pragma=foreign_keys(on)&_pragma=cache_size(-8192)&_pragma=journal_size_limit(%d)&_txlock=immediate",
+		uri, busy, walCheckpointBytes)
 	readerDSN := fmt.Sprintf("%s?_pragma=busy_timeout(%d)&_pragma=synchronous(NORMAL)&_query_only=1", uri, busy)
 
-	hook, err := newHookConnector(writerDSN, &sf.hub)
+	hook, err := newHookConnector(writerDSN, &sf.hub, cfg.busyTimeout, sf.keeper.wrote)
 	if err != nil {
 		return nil, err
 	}
@@ -372,29 +407,64 @@ func acquireFile(ctx context.Context, abs string, cfg config) (*sharedFile, erro
 	sf.w.SetMaxIdleConns(1)
 	sf.w.SetConnMaxLifetime(0)
 	sf.w.SetConnMaxIdleTime(0)
-	if err := checkDB(ctx, sf.w); err != nil {
+	fail := func(err error) (*sharedFile, error) {
+		sf.keeper.stop()
+		if sf.r != nil {
+			_ = sf.r.Close()
+		}
 		_ = sf.w.Close()
 		hook.forget()
 		return nil, err
 	}
+	if err := checkDB(ctx, sf.w); err != nil {
+		return fail(err)
+	}
 	sf.r, err = sql.Open("sqlite", readerDSN)
 	if err != nil {
-		_ = sf.w.Close()
-		hook.forget()
-		return nil, err
+		return fail(err)
 	}
 	sf.r.SetMaxOpenConns(cfg.readConns)
 	sf.r.SetMaxIdleConns(cfg.readConns)
 	sf.r.SetConnMaxLifetime(0)
 	sf.r.SetConnMaxIdleTime(0)
 	if err := checkDB(ctx, sf.r); err != nil {
-		_ = sf.r.Close()
-		_ = sf.w.Close()
-		hook.forget()
-		return nil, err
+		return fail(err)
 	}
-	files[abs] = sf
+	if err := sf.keeper.start(sf.w, sf.r); err != nil {
+		return fail(err)
+	}
 	return sf, nil
+}
+
+// explainOpenError adds what SQLite's own message leaves out to an error opening the file at abs.
+func explainOpenError(abs string, err error) error {
+	dir, base := filepath.Split(abs)
+	dir = filepath.Clean(dir)
+	switch code := sqliteCode(err); {
+	case code&0xff == sqlite3.SQLITE_CANTOPEN:
+		// The file may be readable, but WAL mode needs its -wal and -shm files beside it.
+		if werr := checkDirWritable(dir); werr != nil {
+			return fmt.Errorf("directory %q is not writable (%v): SQLite in WAL mode must create %s-wal and %s-shm there: %w",
+				dir, werr, base, base, err)
+		}
+	case code == sqlite3.SQLITE_IOERR_SHMSIZE, code&0xff == sqlite3.SQLITE_FULL:
+		return fmt.Errorf("no room in %q for %s, %s-wal or %s-shm to grow (is the disk or a quota full?): %w",
+			dir, base, base, base, err)
+	}
+	return err
+}
+
+// checkDirWritable reports why a file cannot be created in dir, or nil if it can.
+func checkDirWritable(dir string) error {
+	f, err := os.CreateTemp(dir, ".pronto-write-check-*")
+	if err != nil {
+		if pe, ok := errors.AsType[*os.PathError](err); ok {
+			return pe.Err
+		}
+		return err
+	}
+	_ = f.Close()
+	return os.Remove(f.Name())
 }
 
 // checkDB opens a connection and reads the schema, which fails on a file that is not a database.
@@ -414,7 +484,10 @@ func releaseFile(sf *sharedFile) error {
 	if sf.refs > 0 {
 		return nil
 	}
-	delete(files, sf.key)
+	if files[sf.key] == sf { // else the file was replaced, and files holds the new one's handles
+		delete(files, sf.key)
+	}
+	sf.keeper.stop()
 	errR := sf.r.Close()
 	errW := sf.w.Close()
 	sf.hook.forget()

@@ -1,0 +1,197 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"time"
+
+	sqlite3 "modernc.org/sqlite/lib"
+)
+
+const (
+	// walCheckpointBytes is the -wal file size past which the store forces a checkpoint that empties
+	// the log. SQLite's automatic checkpoint (at 1000 pages, 4 MB) copies the log into the database
+	// but cannot restart it while readers keep starting on it, so under constant reads the log grows
+	// without bound. It is also the writer's journal_size_limit: a log grown past it shrinks back to
+	// it once restarted.
+	walCheckpointBytes = 8 << 20
+	// walCheckInterval is the least time between two looks at the files, taken after writes only.
+	walCheckInterval = 100 * time.Millisecond
+	// walCheckpointWait bounds how long a forced checkpoint waits for the readers of older
+	// snapshots, holding the write lock meanwhile: writers wait at most that long, and a checkpoint
+	// that runs out tries again after the next writes.
+	walCheckpointWait = 200 * time.Millisecond
+)
+
+// enterWAL switches the file of the connection ex to WAL mode (a no-op if it is in WAL mode already).
+// The switch upgrades a read lock to the write lock, an upgrade for which SQLite does not call the
+// busy handler: on a file another connection is writing it fails at once with SQLITE_BUSY. So it is
+// retried until wait, the busy timeout, runs out.
+func enterWAL(ctx context.Context, ex driver.ExecerContext, wait time.Duration) error {
+	deadline := time.Now().Add(wait)
+	pause := time.Millisecond
+	for {
+		_, err := ex.ExecContext(ctx, "PRAGMA journal_mode = WAL", nil)
+		if err == nil || sqliteCode(err)&0xff != sqlite3.SQLITE_BUSY || time.Now().Add(pause).After(deadline) {
+			return err
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+		pause = min(2*pause, 50*time.Millisecond)
+	}
+}
+
+// fileKeeper looks after one database file while this process has it open, after writes: it forces
+// a checkpoint when the -wal file passes walCheckpointBytes, and logs an error, once, when the file
+// at the path is no longer the one the handles write to (deleted or replaced).
+type fileKeeper struct {
+	path  string
+	ident os.FileInfo // the file as first opened
+	w     *sql.DB
+	r     *sql.DB
+	busy  time.Duration // the writer's busy timeout, restored after a checkpoint
+	// readConns is the number of reader connections, all of which a checkpoint holds.
+	readConns int
+
+	kick   chan struct{} // capacity 1: a write happened
+	cancel context.CancelFunc
+	done   chan struct{}
+	warned bool
+}
+
+// newFileKeeper returns a keeper of the file at path opened with cfg. start runs it.
+func newFileKeeper(path string, cfg config) *fileKeeper {
+	return &fileKeeper{path: path, busy: cfg.busyTimeout, readConns: cfg.readConns,
+		kick: make(chan struct{}, 1), done: make(chan struct{})}
+}
+
+// wrote tells the keeper that a transaction committed. It never blocks: it runs in the commit hook.
+func (k *fileKeeper) wrote() {
+	select {
+	case k.kick <- struct{}{}:
+	default:
+	}
+}
+
+// start records the file's identity and starts the keeper on the writer w and readers r.
+func (k *fileKeeper) start(w, r *sql.DB) error {
+	fi, err := os.Stat(k.path)
+	if err != nil {
+		return err
+	}
+	k.ident, k.w, k.r = fi, w, r
+	ctx, cancel := context.WithCancel(context.Background())
+	k.cancel = cancel
+	go k.run(ctx)
+	return nil
+}
+
+// stop stops the keeper and waits for it; the writer must still be open. A keeper never started
+// stops at once.
+func (k *fileKeeper) stop() {
+	if k.cancel == nil {
+		return
+	}
+	k.cancel()
+	<-k.done
+}
+
+// isCurrent reports whether the file at the path is still the one the keeper's handles opened.
+func (k *fileKeeper) isCurrent() bool {
+	fi, err := os.Stat(k.path)
+	return err == nil && os.SameFile(k.ident, fi)
+}
+
+// run looks after the file after each write, at most once per walCheckInterval, until ctx is done.
+func (k *fileKeeper) run(ctx context.Context) {
+	defer close(k.done)
+	pace := time.NewTimer(walCheckInterval)
+	pace.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-k.kick:
+		}
+		if fi, err := os.Stat(k.path + "-wal"); err == nil && fi.Size() > walCheckpointBytes {
+			// Best effort: a checkpoint that fails or runs out of time is tried again after later writes.
+			_ = k.checkpoint(ctx)
+		}
+		if !k.warned && !k.isCurrent() {
+			k.warned = true
+			slog.Error("sqlite store: the database file was deleted or replaced while this process has it open; "+
+				"this process still writes to the old file, which is lost when its last Store closes: restart the process",
+				slog.String("path", k.path))
+		}
+		pace.Reset(walCheckInterval)
+		select {
+		case <-ctx.Done():
+			pace.Stop()
+			return
+		case <-pace.C:
+		}
+	}
+}
+
+// checkpoint copies the log into the database and empties it (TRUNCATE: a RESTART that also frees
+// the file's space). It first pauses this process's reads by taking every reader connection: readers
+// that keep overlapping hold the log's read marks without a break, which no busy wait outlasts. Then
+// it runs on the writer connection, queued behind the store's writes rather than failing against
+// them, and waits for the readers of other processes. The pause waits for the reads running to end,
+// at most the busy timeout (a read that waits for another reader would otherwise wait for ever);
+// writes wait at most walCheckpointWait for the checkpoint.
+func (k *fileKeeper) checkpoint(ctx context.Context) error {
+	rctx, cancel := context.WithTimeout(ctx, k.busy)
+	defer cancel()
+	// Asked for at once, they are all had as soon as the reads running now end.
+	readers := make([]*sql.Conn, k.readConns)
+	errs := make([]error, k.readConns)
+	var wg sync.WaitGroup
+	for i := range readers {
+		wg.Go(func() { readers[i], errs[i] = k.r.Conn(rctx) })
+	}
+	wg.Wait()
+	defer func() {
+		for _, c := range readers {
+			if c != nil {
+				_ = c.Close()
+			}
+		}
+	}()
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("pause reads: %w", err)
+	}
+
+	// Never waits for the writer while holding it: whatever holds the writer and wants a reader waits
+	// at most this long.
+	wctx, cancelW := context.WithTimeout(ctx, walCheckpointWait)
+	defer cancelW()
+	conn, err := k.w.Conn(wctx)
+	if err != nil {
+		return fmt.Errorf("take the writer: %w", err)
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, fmt.Sprintf("PRAGMA busy_timeout = %d", walCheckpointWait.Milliseconds())); err != nil {
+		return err
+	}
+	var busy, logFrames, copied int
+	ckErr := conn.QueryRowContext(ctx, "PRAGMA wal_checkpoint(TRUNCATE)").Scan(&busy, &logFrames, &copied)
+	restore := fmt.Sprintf("PRAGMA busy_timeout = %d", k.busy.Milliseconds())
+	if _, err := conn.ExecContext(context.WithoutCancel(ctx), restore); err != nil {
+		// A writer left with the short timeout would fail where it should wait: drop the connection.
+		_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+		return err
+	}
+	return ckErr
+}
