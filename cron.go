@@ -252,30 +252,50 @@ var posixZone = regexp.MustCompile(`^[A-Z]{3}[0-9]{1,2}[A-Z]{3}$`)
 
 // CronLocation validates a cron registration's timezone and returns its location: "" and "UTC" are
 // UTC, anything else must be an IANA zone that follows its region's clock. Fixed offsets
-// ("+05:00", "Etc/GMT+5") and abbreviations ("EST") are refused with an error matching
-// ErrInvalidArgs (OJS cron 5.1, CRON-14): they do not follow daylight saving time, so a schedule
-// in one runs an hour off for half the year. The Etc zones at offset zero are UTC by another name
-// and are accepted.
+// ("+05:00", "Etc/GMT+5", or any zone whose offset never changed) and abbreviations ("EST") are
+// refused with an error matching ErrInvalidArgs (OJS cron 5.1, CRON-14): they do not follow
+// daylight saving time, so a schedule in one runs an hour off for half the year. The zones at
+// offset zero ("Etc/UTC", "Etc/GMT") are UTC by another name and are accepted. The system's
+// "posix/" copies of the zones are read as the zones themselves ("posix/Etc/GMT+5" is
+// "Etc/GMT+5"); its "right/" ones are refused: they count leap seconds, which Go's time does not,
+// so their times are off by those seconds.
 func CronLocation(timezone string) (*time.Location, error) {
 	if timezone == "" || timezone == "UTC" {
 		return time.UTC, nil
 	}
+	if strings.HasPrefix(timezone, "right/") {
+		return nil, invalidf("timezone %q: a zone counting leap seconds; use %q", timezone, strings.TrimPrefix(timezone, "right/"))
+	}
+	name := strings.TrimPrefix(timezone, "posix/")
 	// Names without a region ("EST", "CET", "GMT+5") are abbreviations or offsets, but for the
 	// POSIX-rule zones, which carry their daylight saving rule in the name.
-	if !strings.Contains(timezone, "/") && !posixZone.MatchString(timezone) {
+	if !strings.Contains(name, "/") && !posixZone.MatchString(name) {
 		return nil, invalidf("timezone %q: use an IANA zone name such as \"America/New_York\" or \"UTC\"", timezone)
 	}
-	loc, err := time.LoadLocation(timezone)
+	loc, err := time.LoadLocation(name)
 	if err != nil {
 		return nil, invalidf("timezone %q: not a known IANA zone", timezone)
 	}
-	if strings.HasPrefix(timezone, "Etc/") {
-		// Etc/GMT+5 is a fixed offset written as a zone (and five hours west, not east).
-		if _, off := time.Date(2000, 1, 1, 0, 0, 0, 0, loc).Zone(); off != 0 {
-			return nil, invalidf("timezone %q: a fixed UTC offset; use the IANA zone of a place, such as \"America/New_York\"", timezone)
-		}
+	// Etc/GMT+5 (five hours west, not east) is a fixed offset written as a zone, as are other names
+	// outside the regions; a place's zone has changed offset at least once (from its local mean
+	// time), even where it keeps no daylight saving time now.
+	if off, fixed := fixedOffset(loc); fixed && off != 0 {
+		return nil, invalidf("timezone %q: a fixed UTC offset; use the IANA zone of a place, such as \"America/New_York\"", timezone)
 	}
 	return loc, nil
+}
+
+// fixedOffset reports whether loc has had one UTC offset from 1850 to 2040, and which.
+func fixedOffset(loc *time.Location) (int, bool) {
+	_, first := time.Date(1850, 1, 1, 0, 0, 0, 0, loc).Zone()
+	for year := 1850; year <= 2040; year++ {
+		for _, month := range []time.Month{time.January, time.July} {
+			if _, off := time.Date(year, month, 1, 0, 0, 0, 0, loc).Zone(); off != first {
+				return 0, false
+			}
+		}
+	}
+	return first, true
 }
 
 // ValidCronName reports whether name is an acceptable cron registration name.

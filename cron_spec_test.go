@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -121,6 +122,39 @@ func TestCronTimezones(t *testing.T) {
 		require.ErrorIs(t, err, pronto.ErrInvalidArgs, tz)
 		_, err = pronto.CronLocation(tz)
 		require.ErrorIs(t, err, pronto.ErrInvalidArgs, tz)
+	}
+}
+
+// TestCronTimezoneCopiesOfFixedOffsetsRefused: the system zoneinfo's "posix/" and "right/" trees
+// hold the zones again, and "posix/Etc/GMT+5", "right/Etc/GMT+5" and "posix/EST" were accepted
+// (also over HTTP): the fixed-offset check looked only for the "Etc/" prefix. A posix/ name is read
+// as the zone it copies, so it is refused for the zone's reason (whether or not the machine has the
+// posix/ tree); a right/ one is refused as counting leap seconds. A place's zone keeps working
+// under posix/, even one that keeps no daylight saving time (Asia/Kolkata, America/Phoenix).
+func TestCronTimezoneCopiesOfFixedOffsetsRefused(t *testing.T) {
+	for tz, reason := range map[string]string{
+		"posix/Etc/GMT+5":        "fixed UTC offset",
+		"posix/Etc/GMT-14":       "fixed UTC offset",
+		"posix/EST":              "IANA zone name",
+		"right/Etc/GMT+5":        "leap seconds",
+		"right/America/New_York": "leap seconds",
+	} {
+		_, err := pronto.CronLocation(tz)
+		require.ErrorIs(t, err, pronto.ErrInvalidArgs, tz)
+		require.ErrorContains(t, err, reason, tz)
+	}
+	for _, tz := range []string{"posix/America/New_York", "Asia/Kolkata", "America/Phoenix", "posix/Etc/UTC", "Etc/GMT"} {
+		_, err := pronto.ParseCron("0 9 * * *", tz)
+		require.NoError(t, err, tz)
+	}
+
+	srv, _ := cronServer(t)
+	for i, tz := range []string{"posix/Etc/GMT+5", "right/Etc/GMT+5", "posix/EST"} {
+		code, body := cronHTTP(t, srv, http.MethodPost, "/ojs/v1/cron",
+			fmt.Sprintf(`{"name":"tz-copy-%d","cron":"0 9 * * *","timezone":%q,"type":"report.generate"}`, i, tz))
+		require.Equal(t, http.StatusBadRequest, code, tz)
+		d, _ := body["error"].(map[string]any)["details"].(map[string]any)
+		require.Equal(t, "timezone", d["field"], tz)
 	}
 }
 

@@ -643,9 +643,11 @@ func (s *Server) listEvents(w http.ResponseWriter, r *http.Request) {
 		limit: limit,
 	}
 	if after := q.Get("after"); after != "" {
-		seq, ok := parseEventSeq(after)
+		seq, ok := s.events.cursorSeq(after)
 		if !ok {
-			s.writeError(w, r, invalid("after", "after=%q is not an event id of this server", after))
+			// Another replica's, or this server's before a restart: start again without after.
+			s.writeError(w, r, invalid("after", "after=%q is not an event id of this server "+
+				"(events are kept per process: an id of another server, or of this one before a restart, names no position here)", after))
 			return
 		}
 		f.after = seq

@@ -150,6 +150,31 @@ func parseEventSeq(id string) (uint64, bool) {
 	return seq, true
 }
 
+// cursorSeq reads the sequence number out of an event id this log wrote, as a cursor into it. An
+// id of another process (another replica, or this server before a restart, whose sequence started
+// again) names no position here: taken as one, it would skip this log's events up to its number.
+func (l *eventLog) cursorSeq(id string) (uint64, bool) {
+	seq, ok := parseEventSeq(id)
+	if !ok {
+		return 0, false
+	}
+	// The salt bits eventID writes into bytes 6 to 9 (hex 18:22 and 23:27).
+	var b [4]byte
+	if _, err := hex.Decode(b[0:2], []byte(id[18:22])); err != nil {
+		return 0, false
+	}
+	if _, err := hex.Decode(b[2:4], []byte(id[23:27])); err != nil {
+		return 0, false
+	}
+	l.mu.Lock()
+	last := l.seq
+	l.mu.Unlock()
+	if b[0] != 0x70|l.salt[0]&0x0f || b[1] != l.salt[1] || b[2] != 0x80|l.salt[2]&0x3f || b[3] != l.salt[3] || seq > last {
+		return 0, false
+	}
+	return seq, true
+}
+
 func (l *eventLog) add(e event) {
 	if e.at.IsZero() {
 		e.at = time.Now()

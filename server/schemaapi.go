@@ -42,6 +42,8 @@ type compiledSchema struct {
 	meta *store.JobSchema
 	sch  *jsonschema.Schema
 	err  error // set when sch is nil
+	// patternWork is the most pattern instructions per byte of args' strings (checkSchemaCost).
+	patternWork int
 }
 
 // schemaRegistry caches the store's schemas, compiled.
@@ -74,29 +76,32 @@ func (refuseLoads) Load(u string) (any, error) {
 
 // compileSchema compiles a JSON Schema document (draft 2020-12 unless $schema names another),
 // refusing one beyond the limits of schemalimits.go: too large or deep to compile quickly, or
-// whose references loop or cost too much to validate with.
-func compileSchema(doc json.RawMessage) (*jsonschema.Schema, error) {
+// whose references loop, whose patterns are too large, or that cost too much to validate with. It
+// returns the schema's pattern work (checkSchemaCost).
+func compileSchema(doc json.RawMessage) (*jsonschema.Schema, int, error) {
 	if err := checkSchemaShape(doc); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	v, err := jsonschema.UnmarshalJSON(bytes.NewReader(doc))
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	c := jsonschema.NewCompiler()
 	c.DefaultDraft(jsonschema.Draft2020)
 	c.UseLoader(refuseLoads{})
+	c.UseRegexpEngine(compileBoundedRegexp)
 	if err := c.AddResource(schemaURL, v); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	sch, err := c.Compile(schemaURL)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	if err := checkSchemaCost(sch); err != nil {
-		return nil, err
+	work, err := checkSchemaCost(sch)
+	if err != nil {
+		return nil, 0, err
 	}
-	return sch, nil
+	return sch, work, nil
 }
 
 // invalidate makes the next lookup reread the store.
@@ -161,8 +166,8 @@ func (sr *schemaRegistry) reload(ctx context.Context) (map[string]*compiledSchem
 	for _, js := range list {
 		cs := old[js.URI]
 		if cs == nil || !sameRegistration(cs.meta, js) {
-			sch, err := compileSchema(js.Schema)
-			cs = &compiledSchema{meta: js, sch: sch, err: err}
+			sch, work, err := compileSchema(js.Schema)
+			cs = &compiledSchema{meta: js, sch: sch, err: err, patternWork: work}
 		}
 		byURI[js.URI] = cs
 		byKind[js.Kind] = cs // the list is oldest first: the latest wins
@@ -221,6 +226,14 @@ func (s *Server) checkArgs(ctx context.Context, req *enqueueRequest, field strin
 	if err != nil {
 		return invalid(prefixField(field, "args"), "args are not JSON: %v", err)
 	}
+	if cs.patternWork > 0 {
+		// Validate cannot be stopped: refuse what its patterns could not match in bounded time.
+		if n := stringBytes(inst); n*cs.patternWork > schemaMaxMatchWork {
+			return unprocessable(prefixField(field, "args"), "args hold %d bytes of strings (names counted twice), "+
+				"more than the %d schema %q allows: its patterns cost up to %d steps per byte, and validation is bounded to %d steps",
+				n, schemaMaxMatchWork/cs.patternWork, cs.meta.URI, cs.patternWork, schemaMaxMatchWork)
+		}
+	}
 	err = cs.sch.Validate(inst)
 	if err == nil {
 		return nil
@@ -257,6 +270,27 @@ func (s *Server) checkArgs(ctx context.Context, req *enqueueRequest, field strin
 		e.details["errors"] = problems
 	}
 	return e
+}
+
+// stringBytes counts the bytes of a decoded JSON value's strings, its names twice.
+func stringBytes(v any) int {
+	switch v := v.(type) {
+	case string:
+		return len(v)
+	case []any:
+		n := 0
+		for _, x := range v {
+			n += stringBytes(x)
+		}
+		return n
+	case map[string]any:
+		n := 0
+		for k, x := range v {
+			n += 2*len(k) + stringBytes(x)
+		}
+		return n
+	}
+	return 0
 }
 
 // findRefCycle returns the error in ve's tree that reports a reference cycle, if any.
@@ -395,7 +429,7 @@ func decodeSchema(body []byte, now time.Time) (*store.JobSchema, *apiError) {
 	if jsonKind(v) != "object" {
 		return nil, invalid("schema", "schema must be a JSON Schema object, not %s", jsonKind(v))
 	}
-	if _, err := compileSchema(v); err != nil {
+	if _, _, err := compileSchema(v); err != nil {
 		e := invalid("schema", "the provided JSON Schema is not valid: %v", err)
 		e.details["schema_error"] = err.Error()
 		return nil, e

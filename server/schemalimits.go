@@ -3,6 +3,8 @@ package server
 import (
 	"errors"
 	"fmt"
+	"regexp"
+	"regexp/syntax"
 	"slices"
 	"strconv"
 	"strings"
@@ -16,7 +18,9 @@ import (
 // context). A registration is refused (400) unless, before compiling, the document is small and
 // shallow enough, and, once compiled, no value of any args can be made to meet more than a bounded
 // number of subschema applications: that bound, not a deadline, is what keeps an enqueue's
-// validation short.
+// validation short. Regular expressions are bounded the same way: Go's regexp matches in time
+// proportional to the program's size times the string's length, so a pattern's program, the
+// patterns one value is matched against, and (at enqueue) the strings of args are all bounded.
 const (
 	// schemaMaxBytes bounds a schema document (compact or not, as sent).
 	schemaMaxBytes = 64 << 10
@@ -30,7 +34,102 @@ const (
 	schemaMaxApplications = 1000
 	// schemaMaxAnalysis bounds the work checkSchemaCost itself does (steps of a few nanoseconds).
 	schemaMaxAnalysis = 2_000_000
+
+	// schemaMaxPatternBytes bounds the text of a regular expression, before it is parsed.
+	schemaMaxPatternBytes = 4096
+	// schemaMaxPatternInsts bounds the compiled program of one "pattern" or "patternProperties" name
+	// (its instructions: roughly one per literal character or class, repeats expanded).
+	schemaMaxPatternInsts = 1000
+	// schemaMaxPatternsInsts bounds the programs of all the document's patterns together.
+	schemaMaxPatternsInsts = 10_000
+	// schemaMaxPatternWork bounds the instructions of the patterns one value is matched against,
+	// each counted as often as it is applied: matching costs that much per character.
+	schemaMaxPatternWork = 2000
+	// schemaMaxMatchWork bounds, at enqueue, the bytes of args' strings times the schema's pattern
+	// work (about 15 ns each at worst: a third of a second).
+	schemaMaxMatchWork = 20_000_000
 )
+
+// boundedRegexp is a pattern whose program is known to be small; insts is its size.
+type boundedRegexp struct {
+	*regexp.Regexp
+	insts int
+}
+
+// compileBoundedRegexp is the schema compiler's regexp engine: Go's regexp, refusing a pattern whose
+// program is larger than schemaMaxPatternInsts, since every match costs its size per character.
+// The size is estimated on the parsed expression first, so that a short pattern expanding to a huge
+// program ("(a{1000}){1000}") is refused before it is built.
+func compileBoundedRegexp(pattern string) (jsonschema.Regexp, error) {
+	if len(pattern) > schemaMaxPatternBytes {
+		return nil, fmt.Errorf("the pattern is %d bytes, more than the %d allowed", len(pattern), schemaMaxPatternBytes)
+	}
+	re, err := syntax.Parse(pattern, syntax.Perl) // the flags regexp.Compile uses
+	if err != nil {
+		return nil, err
+	}
+	tooLarge := func(n int) error {
+		return fmt.Errorf("the pattern compiles to %s instructions, more than the %d allowed "+
+			"(matching a string costs that many steps per character)", n2s(n), schemaMaxPatternInsts)
+	}
+	// The estimate may count a few more than the program holds: it only keeps huge ones from being built.
+	if n := estimateInsts(re); n > 4*schemaMaxPatternInsts {
+		return nil, tooLarge(n)
+	}
+	prog, err := syntax.Compile(re.Simplify())
+	if err != nil {
+		return nil, err
+	}
+	if len(prog.Inst) > schemaMaxPatternInsts {
+		return nil, tooLarge(len(prog.Inst))
+	}
+	rx, err := regexp.Compile(pattern)
+	if err != nil {
+		return nil, err
+	}
+	return boundedRegexp{Regexp: rx, insts: len(prog.Inst)}, nil
+}
+
+// n2s writes a count, "more than 16000" once estimateInsts stopped counting.
+func n2s(n int) string {
+	if n > 4*schemaMaxPatternInsts {
+		return "more than " + strconv.Itoa(4*schemaMaxPatternInsts)
+	}
+	return strconv.Itoa(n)
+}
+
+// estimateInsts estimates the instructions re compiles to, repeats expanded, stopping once past
+// 4*schemaMaxPatternInsts.
+func estimateInsts(re *syntax.Regexp) int {
+	const limit = 4*schemaMaxPatternInsts + 1
+	sub := func() int {
+		n := 0
+		for _, s := range re.Sub {
+			n = min(n+estimateInsts(s), limit)
+		}
+		return n
+	}
+	switch re.Op {
+	case syntax.OpLiteral:
+		return min(len(re.Rune), limit)
+	case syntax.OpConcat, syntax.OpAlternate:
+		return min(sub()+len(re.Sub), limit)
+	case syntax.OpCapture, syntax.OpStar, syntax.OpPlus, syntax.OpQuest:
+		return min(sub()+2, limit)
+	case syntax.OpRepeat:
+		times := max(re.Min, re.Max, 1) // parsing refuses counts above 1000
+		return min(sub()*times+max(re.Max-re.Min, 1)+1, limit)
+	}
+	return 1
+}
+
+// patternInsts returns the size of a pattern compileBoundedRegexp compiled (0 for any other).
+func patternInsts(re jsonschema.Regexp) int {
+	if b, ok := re.(boundedRegexp); ok {
+		return b.insts
+	}
+	return 0
+}
 
 // checkSchemaShape refuses a document too large or too deeply nested to compile in reasonable time.
 // doc is valid JSON.
@@ -85,21 +184,50 @@ type schemaCost struct {
 	applied   map[*jsonschema.Schema]int      // subschemas applied to one value for each applied, capped
 	onPath    []*jsonschema.Schema            // the in-place references being followed
 	work      int
+	// patternWork is the most instructions of patterns any one value is matched against.
+	patternWork int
 }
 
 // checkSchemaCost refuses a compiled schema whose references loop back to a subschema without
 // descending into the value (validation could never end: the library reports a cycle instead), or
 // that applies more than schemaMaxApplications subschemas to some value of args, whatever its
-// shape (as 40 definitions each applying the next one twice do: 2^40 applications).
-func checkSchemaCost(root *jsonschema.Schema) error {
+// shape (as 40 definitions each applying the next one twice do: 2^40 applications), or whose
+// patterns are too large together, or for one value (schemaMaxPatternsInsts, schemaMaxPatternWork).
+// It returns the schema's pattern work: the most pattern instructions per byte of any string of
+// args (a name is matched twice: by patternProperties and by propertyNames).
+func checkSchemaCost(root *jsonschema.Schema) (int, error) {
 	c := &schemaCost{ids: map[*jsonschema.Schema]int{}, dynamic: map[string][]*jsonschema.Schema{}, applied: map[*jsonschema.Schema]int{}}
 	c.collect(root)
+	total := 0
 	for _, s := range sortedSchemas(c.ids, c.ids) {
 		if _, err := c.applications(s); err != nil {
-			return err
+			return 0, err
+		}
+		total += patternInsts(s.Pattern)
+		for re := range s.PatternProperties {
+			total += patternInsts(re)
 		}
 	}
-	return c.walkValues(root)
+	if total > schemaMaxPatternsInsts {
+		return 0, fmt.Errorf("the schema's pattern and patternProperties compile to %d instructions together, more than the %d allowed", total, schemaMaxPatternsInsts)
+	}
+	if err := c.walkValues(root); err != nil {
+		return 0, err
+	}
+	return c.patternWork, nil
+}
+
+// patternWork returns the instructions of the patterns a value meeting the subschemas of all (with
+// their counts) is matched against: its own (pattern), or its names' (patternProperties).
+func patternWork(all map[*jsonschema.Schema]int) int {
+	own, names := 0, 0
+	for s, n := range all {
+		own += n * patternInsts(s.Pattern)
+		for re := range s.PatternProperties {
+			names += n * patternInsts(re)
+		}
+	}
+	return max(own, names)
 }
 
 // collect numbers every subschema reachable from s.
@@ -347,6 +475,12 @@ func (c *schemaCost) walkValues(root *jsonschema.Schema) error {
 				edges = append(edges, edge{s, all[s], e})
 			}
 		}
+		w := patternWork(all)
+		if w > schemaMaxPatternWork {
+			return fmt.Errorf("validating %s would match it against patterns of %d instructions, counted as often as applied, "+
+				"more than the %d allowed (matching costs that many steps per character)", v.path, w, schemaMaxPatternWork)
+		}
+		c.patternWork = max(c.patternWork, w)
 		parts := valueParts(all)
 		if c.work += total + len(parts)*len(edges); c.work > schemaMaxAnalysis {
 			return errSchemaTooComplex

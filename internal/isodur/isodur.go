@@ -75,7 +75,9 @@ func Parse(s string) (time.Duration, error) {
 	if !seen {
 		return 0, fmt.Errorf("invalid ISO 8601 duration %q: no components", orig)
 	}
-	if total*1e9 > math.MaxInt64 {
+	// float64(math.MaxInt64) is 2^63, one past the largest Duration: a total that rounds to it
+	// would convert to a negative one.
+	if total*1e9 >= math.MaxInt64 {
 		return 0, fmt.Errorf("invalid ISO 8601 duration %q: too long", orig)
 	}
 	d := time.Duration(math.Round(total * 1e9))

@@ -30,6 +30,22 @@ func TestParseRejects(t *testing.T) {
 	}
 }
 
+// TestParseRefusesDurationsBeyondInt64: a total just under 2^63 ns as written rounds to 2^63 in
+// float64 and used to come back negative; each unit's overflow is refused, never wrapped.
+func TestParseRefusesDurationsBeyondInt64(t *testing.T) {
+	for _, in := range []string{
+		"PT9223372036.854775807S", "PT9223372037S", "PT153722867.3M", "PT2562048H", "P106752D",
+		"P106751DT24H", "PT99999999999999999999999999999999999999S", "-PT9223372036.854775807S",
+	} {
+		d, err := Parse(in)
+		require.Error(t, err, "%s parsed as %v", in, d)
+		require.Contains(t, err.Error(), "ISO 8601", in)
+	}
+	d, err := Parse("PT9223372036S") // just under the limit
+	require.NoError(t, err)
+	require.Equal(t, 9223372036*time.Second, d)
+}
+
 func TestFormat(t *testing.T) {
 	require.Equal(t, "PT0S", Format(0))
 	require.Equal(t, "PT1S", Format(time.Second))
