@@ -406,7 +406,9 @@ type Completion struct {
 	Remove bool
 }
 
-// FinishResult says, per Completion in order, whether it was applied.
+// FinishResult says, per Completion in order, whether it was applied. Applied is also reported for
+// a completion resent after its outcome was written (same Attempt and Token, the job as that
+// outcome left it), where a store can recognise one (see Store.Finish).
 type FinishResult struct {
 	ID      string
 	Applied bool
@@ -627,6 +629,11 @@ type Store interface {
 	// retryable and scheduled set ScheduledAt (zero: now); discarded and cancelled set CompletedAt;
 	// available sets ScheduledAt to now. Every one clears the lease and worker id and appends Error when
 	// given. Jobs made claimable or scheduled are announced per queue (NotifyInsert with DueAt).
+	//
+	// The SQL and memory stores apply a batch in one transaction: all of it or none. A store that
+	// cannot (Redis: one call per queue) may fail after part of the batch was written; the caller
+	// then sends it again, and such a store reports a completion of the same run (same Attempt and
+	// Token) whose outcome it already wrote as Applied, writing nothing twice.
 	Finish(ctx context.Context, completions []Completion) ([]FinishResult, error)
 
 	// Heartbeat extends the leases of the listed jobs held by the worker. It returns the ids it could

@@ -457,3 +457,34 @@ func TestClusterListingAndPruneAcrossSlots(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, left, 100)
 }
+
+// TestClusterInsertOfStoredJobIsDuplicate: on a cluster the id index and a job's hash are written
+// by two calls. An insert whose script ran but whose reply was lost gives its ids back (it cannot
+// tell), so its retry registers the ids again; the insert script then finds the job's hash and
+// refuses the batch as a duplicate, writing and counting nothing twice, and the job is found by
+// id again.
+func TestClusterInsertOfStoredJobIsDuplicate(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rdb, s, queues := migratedCluster(t)
+	stored := testJob(queues[0])
+	stored.Tenant = "t1"
+	_, err := s.Insert(ctx, []*store.InsertParams{stored})
+	require.NoError(t, err)
+	require.NoError(t, rdb.HDel(ctx, s.idsKey(), stored.ID).Err())
+
+	other := testJob(queues[1]) // a batch spanning queues is refused whole
+	_, err = s.Insert(ctx, []*store.InsertParams{other, stored})
+	require.ErrorIs(t, err, store.ErrDuplicate)
+
+	got, err := s.GetJob(ctx, stored.ID)
+	require.NoError(t, err, "the stored job is found by id again")
+	require.Equal(t, store.StateAvailable, got.State)
+	_, err = s.GetJob(ctx, other.ID)
+	require.ErrorIs(t, err, store.ErrNotFound, "the refused batch's other job is not stored")
+	info, err := s.GetTenant(ctx, "t1")
+	require.NoError(t, err)
+	require.EqualValues(t, 1, info.Counts[store.StateAvailable], "the job is counted once")
+	_, err = s.Insert(ctx, []*store.InsertParams{other})
+	require.NoError(t, err, "the refused batch's ids were given back")
+}

@@ -132,12 +132,22 @@ func (s *Store) insert(ctx context.Context, params []*store.InsertParams) ([]*st
 		regCmd = run(scriptRegisterIDs, []string{s.idsKey()}, reg...)
 		return nil
 	})
-	if err != nil {
-		return nil, fmt.Errorf("redis: insert: %w", err)
+	regErr := regCmd.Err()
+	if errors.Is(regErr, goredis.Nil) {
+		regErr = nil
 	}
-	if dup, err := regCmd.Result(); err == nil && dup != nil {
+	if dup := regCmd.Val(); regErr == nil && dup != nil {
 		return nil, fmt.Errorf("redis: insert job %v: %w", dup, store.ErrDuplicate)
-	} else if err != nil && !errors.Is(err, goredis.Nil) {
+	}
+	if err == nil {
+		err = regErr
+	}
+	if err != nil {
+		if !isRedisError(regErr) {
+			// The registration ran, or may have with its reply lost: give the ids back, as no job
+			// was written, so that a retry of the same batch is not refused as a duplicate.
+			s.rdb.HDel(context.WithoutCancel(ctx), s.idsKey(), idsOf(params)...)
+		}
 		return nil, fmt.Errorf("redis: insert: %w", err)
 	}
 	// A queue new to a cluster gets the tenant weights before its first jobs (tenant.go).
@@ -161,7 +171,7 @@ func (s *Store) insert(ctx context.Context, params []*store.InsertParams) ([]*st
 	})
 	if err != nil {
 		// Give the ids back, so a retry of the same batch is not refused as a duplicate.
-		s.rdb.HDel(context.WithoutCancel(ctx), s.idsKey(), idsOf(params)...)
+		s.releaseIDs(context.WithoutCancel(ctx), params)
 		return nil, fmt.Errorf("redis: insert: %w", err)
 	}
 	replies := make([][]any, len(order))
@@ -173,6 +183,9 @@ func (s *Store) insert(ctx context.Context, params []*store.InsertParams) ([]*st
 			continue
 		}
 		replies[qi] = r
+		if r[0] == "dup" {
+			conflict = fmt.Errorf("redis: insert job %v: %w", r[1], store.ErrDuplicate)
+		}
 		if r[0] == "uc" {
 			key, _ := r[1].(string)
 			id, _ := r[2].(string)
@@ -193,7 +206,7 @@ func (s *Store) insert(ctx context.Context, params []*store.InsertParams) ([]*st
 			}
 			scriptPurge.Run(bg, s.rdb, s.keys(q), ids...)
 		}
-		s.rdb.HDel(bg, s.idsKey(), idsOf(params)...)
+		s.releaseIDs(bg, params)
 		if _, ok := conflict.(*store.UniqueConflictError); ok {
 			return nil, fmt.Errorf("redis: insert: %w", conflict)
 		}
@@ -489,6 +502,29 @@ func (s *Store) pipelinedScripts(ctx context.Context, fn func(run runScript)) er
 func isRedisError(err error) bool {
 	var re goredis.Error
 	return errors.As(err, &re)
+}
+
+// releaseIDs removes from the id index the ids of params whose job is not stored, after an insert
+// that failed part-way. A job stored all the same (a queue's script ran and its reply was lost, or it
+// met a job of the same id, see scriptInsert) keeps its entry, so that it is found by id and a
+// retry is told it exists. When the jobs cannot be read, every id goes.
+func (s *Store) releaseIDs(ctx context.Context, params []*store.InsertParams) {
+	exists := make([]*goredis.IntCmd, len(params))
+	_, err := s.rdb.Pipelined(ctx, func(pl goredis.Pipeliner) error {
+		for i, p := range params {
+			exists[i] = pl.Exists(ctx, s.jobKey(p.Queue, p.ID))
+		}
+		return nil
+	})
+	ids := make([]string, 0, len(params))
+	for i, p := range params {
+		if err != nil || exists[i].Val() == 0 {
+			ids = append(ids, p.ID)
+		}
+	}
+	if len(ids) > 0 {
+		s.rdb.HDel(ctx, s.idsKey(), ids...)
+	}
 }
 
 func idsOf(params []*store.InsertParams) []string {

@@ -144,7 +144,8 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 // default): a script whose reply was lost may have run, and running it again would apply it twice
 // or, for an insert, report the job it stored as a duplicate. The error goes to the caller instead,
 // as for any store whose database went away (store.IsUnavailable). A client passed to New is used
-// as its maker configured it: set MaxRetries to -1 there too.
+// as its maker configured it: set MaxRetries to -1 there too, and build a cluster client with
+// NewClusterClient, since a cluster client resends by itself whatever its nodes' MaxRetries.
 //
 // dial returns a client for url: a cluster client when the URL names several seeds or its node
 // says it is part of a cluster, else a client of the one node.
@@ -185,9 +186,7 @@ func dialCluster(url string) (goredis.UniversalClient, error) {
 	if err != nil {
 		return nil, urlError(err)
 	}
-	o.ContextTimeoutEnabled = true // see contextTimeouts
-	o.MaxRetries = -1              // see noRetries
-	return goredis.NewClusterClient(o), nil
+	return NewClusterClient(o), nil
 }
 
 // hasSeeds reports whether url names more nodes in addr query parameters (a Redis Cluster's seeds).

@@ -717,7 +717,9 @@ return false
 // scriptInsert writes new jobs of one queue. ARGV: n, then per job: id, policy, ukey, ustates,
 // state, rate key, rate limit to store with it ("" for none; see setlimit), nfields, field, value, ... (no sched field: due now). Unique keys are resolved as features.go
 // says, within the queue: a first pass finds a conflict that refuses the batch (and returns
-// {"uc", key, holder id, holder state}, writing nothing); the second pass writes. Returns
+// {"uc", key, holder id, holder state}, writing nothing); the second pass writes. Without the id
+// index (a cluster) a job whose hash exists refuses the batch ({"dup", id, ...}, every such id,
+// writing nothing). Returns
 // {"ok", now, dups, changed, cancels, replaced}: dups and changed list {job index, job} for ignored
 // jobs (the holder) and for jobs that took over a replaced job's schedule; cancels lists the
 // replaced jobs that were active, each as its id and its run's claim token; replaced lists {job
@@ -750,6 +752,14 @@ if whole then
     local got = redis.call('HMGET', KEYS[2], unpack(ids))
     for y = 1, #ids do if got[y] then return {'dup', ids[y]} end end
   end
+else
+  -- A job already stored (an insert whose reply was lost, tried again) is not written, nor counted,
+  -- twice: the batch is refused, naming every such job.
+  local found = {'dup'}
+  for _, j in ipairs(jobs) do
+    if redis.call('EXISTS', jk(j.id)) == 1 then found[#found + 1] = j.id end
+  end
+  if #found > 1 then return found end
 end
 -- Pass 1: would any job be refused? taken simulates the keys the batch's earlier jobs take.
 local taken = {}

@@ -159,6 +159,9 @@ func receiveNotifications(ctx context.Context, sub *subscription, sender string,
 				continue
 			}
 			setUp(false)
+			if c, ok := sub.rdb.(*goredis.ClusterClient); ok {
+				c.ReloadState(ctx) // the channel's master may have died: go to its successor
+			}
 			select {
 			case <-ctx.Done():
 				return

@@ -14,9 +14,10 @@ import (
 var unavailablePrefixes = []string{"LOADING ", "MASTERDOWN ", "CLUSTERDOWN ", "TRYAGAIN ", "READONLY ", "BUSY ", "OOM "}
 
 // Unavailable reports whether err means Redis cannot be reached or cannot serve now: go-redis's
-// pool timed out or closed, or one of the error replies above (store.UnavailableClassifier).
+// pool timed out or closed, a cluster node's connection lost under a command (ErrReplyLost), or one
+// of the error replies above (store.UnavailableClassifier).
 func (s *Store) Unavailable(err error) bool {
-	if errors.Is(err, goredis.ErrPoolTimeout) || errors.Is(err, goredis.ErrClosed) {
+	if errors.Is(err, goredis.ErrPoolTimeout) || errors.Is(err, goredis.ErrClosed) || errors.Is(err, ErrReplyLost) {
 		return true
 	}
 	var re goredis.Error

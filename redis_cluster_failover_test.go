@@ -1,0 +1,411 @@
+package pronto_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pronto-jobs/pronto"
+	"github.com/pronto-jobs/pronto/internal/uuidv7"
+	"github.com/pronto-jobs/pronto/store"
+	redisstore "github.com/pronto-jobs/pronto/store/redis"
+)
+
+type failoverArgs struct {
+	N int `json:"n"`
+}
+
+func (failoverArgs) Kind() string { return "failover.job" }
+
+// droppedReplies returns how many replies p dropped.
+func droppedReplies(p *replyDropper) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.dropped
+}
+
+// failoverNode is one redis-server of a test cluster. addr is the address the cluster announces
+// (a dropper's when proxied), real the server's own.
+type failoverNode struct {
+	addr, real string
+	cmd        *exec.Cmd
+	exited     chan struct{}
+	dropper    *replyDropper
+	client     *goredis.Client // to the real address
+}
+
+// kill ends the node as a crash would (SIGKILL).
+func (n *failoverNode) kill() {
+	if n.cmd.Process != nil {
+		_ = n.cmd.Process.Kill()
+	}
+	<-n.exited
+}
+
+func failoverPortPair() (int, bool) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, false
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	defer l.Close()
+	if port+10000 > 65535 {
+		return 0, false
+	}
+	bus, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port+10000))
+	if err != nil {
+		return 0, false
+	}
+	_ = bus.Close()
+	return port, true
+}
+
+func startFailoverNode(t *testing.T, proxied bool) *failoverNode {
+	t.Helper()
+	var last string
+	for range 5 {
+		port, ok := failoverPortPair()
+		if !ok {
+			continue
+		}
+		real := fmt.Sprintf("127.0.0.1:%d", port)
+		dir := t.TempDir()
+		args := []string{"--bind", "127.0.0.1", "--port", fmt.Sprint(port), "--dir", dir,
+			"--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(dir, "nodes.conf"),
+			"--cluster-node-timeout", "1000", "--save", "", "--appendonly", "no"}
+		n := &failoverNode{addr: real, real: real}
+		if proxied {
+			n.dropper = startReplyDropper(t, real)
+			_, pport, _ := net.SplitHostPort(n.dropper.l.Addr().String())
+			n.addr = n.dropper.l.Addr().String()
+			args = append(args, "--cluster-announce-ip", "127.0.0.1", "--cluster-announce-port", pport,
+				"--cluster-announce-bus-port", fmt.Sprint(port+10000))
+		}
+		n.cmd = exec.Command("redis-server", args...)
+		var out strings.Builder
+		n.cmd.Stdout, n.cmd.Stderr = &out, &out
+		require.NoError(t, n.cmd.Start())
+		n.exited = make(chan struct{})
+		go func() { _ = n.cmd.Wait(); close(n.exited) }()
+		c := goredis.NewClient(&goredis.Options{Addr: real, MaxRetries: -1})
+		up := false
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			if c.Ping(context.Background()).Err() == nil {
+				up = true
+				break
+			}
+			select {
+			case <-n.exited:
+				deadline = time.Time{}
+			default:
+			}
+		}
+		if up {
+			n.client = c
+			t.Cleanup(func() { _ = c.Close(); n.kill() })
+			return n
+		}
+		_ = c.Close()
+		n.kill()
+		last = out.String()
+	}
+	t.Fatalf("a cluster node did not start: %s", last)
+	return nil
+}
+
+// startFailoverCluster starts a Redis Cluster of masters masters with replicas replicas each (node
+// timeout 1 s) and returns its masters and replicas once every node agrees and every replica's link
+// is up. Every node is killed when the test ends.
+func startFailoverCluster(t *testing.T, masters, replicas int, proxied bool) (ms, rs []*failoverNode) {
+	t.Helper()
+	var nodes []*failoverNode
+	args := []string{"--cluster", "create"}
+	for range masters * (1 + replicas) {
+		n := startFailoverNode(t, proxied)
+		nodes = append(nodes, n)
+		args = append(args, n.real)
+	}
+	args = append(args, "--cluster-replicas", fmt.Sprint(replicas), "--cluster-yes")
+	if out, err := exec.Command("redis-cli", args...).CombinedOutput(); err != nil {
+		t.Fatalf("redis-cli --cluster create: %v: %s", err, out)
+	}
+	ctx := context.Background()
+	require.Eventually(t, func() bool {
+		ms, rs = nil, nil
+		for _, n := range nodes {
+			info, err := n.client.ClusterInfo(ctx).Result()
+			if err != nil || !strings.Contains(info, "cluster_state:ok") {
+				return false
+			}
+			repl, err := n.client.Info(ctx, "replication").Result()
+			if err != nil {
+				return false
+			}
+			if strings.Contains(repl, "role:master") {
+				ms = append(ms, n)
+			} else {
+				if !strings.Contains(repl, "master_link_status:up") {
+					return false
+				}
+				rs = append(rs, n)
+			}
+			shards, err := n.client.ClusterShards(ctx).Result()
+			if err != nil {
+				return false
+			}
+			online := 0
+			for _, sh := range shards {
+				if len(sh.Slots) == 0 {
+					continue
+				}
+				for _, x := range sh.Nodes {
+					if x.Role == "master" && x.Health == "online" && x.IP != "" {
+						online++
+					}
+				}
+			}
+			if online != masters {
+				return false
+			}
+		}
+		return len(ms) == masters && len(rs) == masters*replicas
+	}, 30*time.Second, 50*time.Millisecond, "the cluster never came up")
+	return ms, rs
+}
+
+// slotOwner returns the master among ms that serves key's slot (by its own view).
+func slotOwner(t *testing.T, ms []*failoverNode, key string) *failoverNode {
+	t.Helper()
+	ctx := context.Background()
+	slot, err := ms[0].client.ClusterKeySlot(ctx, key).Result()
+	require.NoError(t, err)
+	for _, m := range ms {
+		// A master answers EXISTS for its own slots, MOVED otherwise.
+		if err := m.client.Exists(ctx, key).Err(); err == nil {
+			return m
+		}
+	}
+	t.Fatalf("no master serves %s (slot %d)", key, slot)
+	return nil
+}
+
+// TestRedisClusterLostReplyNotDuplicate: on a Redis Cluster, the registration of an insert's ids
+// loses its reply (the proxy in front of the id index's master closes the connection after Redis
+// applied it). The cluster client does not send it again (it would find its own ids and call a
+// fresh job a duplicate): the insert fails as unavailable, and its retry with the same id stores
+// the job, or is told it exists and it does (docs/redis.md, "No resent commands";
+// TestRedisLostReplyNotDuplicate on a single node).
+func TestRedisClusterLostReplyNotDuplicate(t *testing.T) {
+	t.Parallel()
+	ms, _ := startFailoverCluster(t, 3, 0, true)
+	ctx := context.Background()
+	prefix := "failover:" + uuidv7.New() + ":"
+	st, err := redisstore.Open(ctx, "redis://"+ms[0].addr+"?key_prefix="+prefix, redisstore.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = st.Close() })
+	_, isCluster := st.Client().(*goredis.ClusterClient)
+	require.True(t, isCluster)
+	c := startClient(t, st, &pronto.Config{})
+	_, err = c.Insert(ctx, failoverArgs{N: 0}, nil) // loads the library
+	require.NoError(t, err)
+
+	owner := slotOwner(t, ms, prefix+"ids")
+	owner.dropper.arm("_RegisterIDs")
+	id := uuidv7.New()
+	_, err = c.Insert(ctx, failoverArgs{N: 1}, &pronto.InsertOpts{ID: id})
+	require.Equal(t, 1, droppedReplies(owner.dropper), "the proxy dropped the registration's reply")
+	require.Error(t, err, "the insert's reply was lost: its outcome is unknown")
+	require.NotErrorIs(t, err, pronto.ErrDuplicate, "a fresh id is reported a duplicate (the lost command was resent): %v", err)
+	require.ErrorIs(t, err, redisstore.ErrReplyLost)
+	require.True(t, store.IsUnavailable(st, err), "a lost reply reads as the database gone: %v", err)
+
+	_, err = c.Insert(ctx, failoverArgs{N: 1}, &pronto.InsertOpts{ID: id})
+	if err != nil {
+		require.ErrorIs(t, err, pronto.ErrDuplicate)
+	}
+	got, err := c.JobGet(ctx, id)
+	require.NoError(t, err, "the job whose retry was told it exists is stored")
+	require.Equal(t, pronto.StateAvailable, got.State)
+}
+
+// queueOnMaster returns a queue name whose keys live on master m.
+func queueOnMaster(t *testing.T, ms []*failoverNode, m *failoverNode, prefix string) string {
+	t.Helper()
+	for i := range 10000 {
+		q := fmt.Sprintf("q%d", i)
+		if slotOwner(t, ms, prefix+"{q:"+q+"}:") == m {
+			return q
+		}
+	}
+	t.Fatal("no queue found")
+	return ""
+}
+
+// replicaOf returns the replica among rs of master m.
+func replicaOf(t *testing.T, m *failoverNode, rs []*failoverNode) *failoverNode {
+	t.Helper()
+	ctx := context.Background()
+	id, err := m.client.Do(ctx, "CLUSTER", "MYID").Text()
+	require.NoError(t, err)
+	for _, r := range rs {
+		nodes, err := r.client.ClusterNodes(ctx).Result()
+		require.NoError(t, err)
+		for _, line := range strings.Split(nodes, "\n") {
+			f := strings.Fields(line)
+			if len(f) > 3 && strings.Contains(f[2], "myself") && f[3] == id {
+				return r
+			}
+		}
+	}
+	t.Fatal("no replica found")
+	return nil
+}
+
+// waitPromoted waits until r is a master and every other live node reports the cluster ok.
+func waitPromoted(t *testing.T, r *failoverNode, live []*failoverNode) {
+	t.Helper()
+	ctx := context.Background()
+	require.Eventually(t, func() bool {
+		repl, err := r.client.Info(ctx, "replication").Result()
+		if err != nil || !strings.Contains(repl, "role:master") {
+			return false
+		}
+		for _, n := range live {
+			info, err := n.client.ClusterInfo(ctx).Result()
+			if err != nil || !strings.Contains(info, "cluster_state:ok") {
+				return false
+			}
+		}
+		return true
+	}, 60*time.Second, 50*time.Millisecond, "the replica was never promoted")
+}
+
+// TestRedisClusterKilledMasterWorkersResume: a 3-master, 3-replica cluster (node timeout 1 s); a
+// worker client serves a queue on every master. A master is SIGKILLed and its replica promoted.
+// The running worker client, whose calls to the dead master fail with "connection refused" (a dead
+// master never answers MOVED), reloads its slot map and works a job inserted into the killed
+// master's queue after the promotion, well before go-redis's periodic reload (a minute).
+func TestRedisClusterKilledMasterWorkersResume(t *testing.T) {
+	t.Parallel()
+	ms, rs := startFailoverCluster(t, 3, 1, false)
+	ctx := context.Background()
+	prefix := "failover:" + uuidv7.New() + ":"
+	// The victim serves neither the id index nor the notification channel.
+	busy := map[*failoverNode]bool{slotOwner(t, ms, prefix+"ids"): true, slotOwner(t, ms, prefix+"{notify}"): true, slotOwner(t, ms, prefix+"queues"): true}
+	var victim *failoverNode
+	for _, m := range ms {
+		if !busy[m] {
+			victim = m
+		}
+	}
+	if victim == nil {
+		victim = ms[0]
+	}
+	url := "redis://" + ms[0].addr + "?addr=" + ms[1].addr + "&addr=" + ms[2].addr + "&key_prefix=" + prefix
+	open := func() *redisstore.Store {
+		st, err := redisstore.Open(ctx, url, redisstore.Options{})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = st.Close() })
+		return st
+	}
+	queues := map[string]pronto.QueueConfig{}
+	var vq string
+	for _, m := range ms {
+		q := queueOnMaster(t, ms, m, prefix)
+		queues[q] = pronto.QueueConfig{MaxWorkers: 4}
+		if m == victim {
+			vq = q
+		}
+	}
+	ran := make(chan int, 1000)
+	workers := pronto.NewWorkers()
+	pronto.AddWorker(workers, pronto.WorkFunc(func(ctx context.Context, job *pronto.Job[failoverArgs]) error {
+		ran <- job.Args.N
+		return nil
+	}))
+	startClient(t, open(), &pronto.Config{Queues: queues, Workers: workers})
+	ins := startClient(t, open(), &pronto.Config{})
+	insert := func(q string, n int) {
+		deadline := time.Now().Add(90 * time.Second)
+		for {
+			ictx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			_, err := ins.Insert(ictx, failoverArgs{N: n}, &pronto.InsertOpts{Queue: q})
+			cancel()
+			if err == nil {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("insert %d into %s never succeeded: %v", n, q, err)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	wait := func(n int, within time.Duration, what string) {
+		timeout := time.After(within)
+		for {
+			select {
+			case got := <-ran:
+				if got == n {
+					return
+				}
+			case <-timeout:
+				t.Fatalf("job %d never ran (%s)", n, what)
+			}
+		}
+	}
+	insert(vq, 1)
+	wait(1, 15*time.Second, "before the failover")
+
+	replica := replicaOf(t, victim, rs)
+	var live []*failoverNode
+	victim.kill()
+	for _, n := range append(append([]*failoverNode{}, ms...), rs...) {
+		if n != victim {
+			live = append(live, n)
+		}
+	}
+	waitPromoted(t, replica, live)
+	// A store opened now knows the new master: its insert goes through at once.
+	fresh := startClient(t, open(), &pronto.Config{})
+	_, err := fresh.Insert(ctx, failoverArgs{N: 2}, &pronto.InsertOpts{Queue: vq})
+	require.NoError(t, err)
+	// The worker client finds the new master once its calls to the dead one fail.
+	wait(2, 20*time.Second, "20 s after the promotion (the cluster was ok again)")
+}
+
+// TestRedisClusterLostInsertReplyNotRunTwice: the insert script of one job of tenant t1 loses its
+// reply on a Redis Cluster. The script is not run again (it would write and count the job twice):
+// the insert fails, one job is stored, and the tenant counts one available job.
+func TestRedisClusterLostInsertReplyNotRunTwice(t *testing.T) {
+	t.Parallel()
+	ms, _ := startFailoverCluster(t, 3, 0, true)
+	ctx := context.Background()
+	prefix := "failover:" + uuidv7.New() + ":"
+	st, err := redisstore.Open(ctx, "redis://"+ms[0].addr+"?key_prefix="+prefix, redisstore.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = st.Close() })
+	c := startClient(t, st, &pronto.Config{})
+	_, err = c.Insert(ctx, failoverArgs{N: 0}, &pronto.InsertOpts{Queue: "other"}) // loads the library
+	require.NoError(t, err)
+
+	owner := slotOwner(t, ms, prefix+"{q:tq}:")
+	owner.dropper.arm("_Insert\r\n")
+	_, insErr := c.Insert(ctx, failoverArgs{N: 1}, &pronto.InsertOpts{Queue: "tq", Tenant: "t1"})
+	require.Equal(t, 1, droppedReplies(owner.dropper), "the proxy dropped the insert script's reply")
+
+	info, err := st.GetTenant(ctx, "t1")
+	require.NoError(t, err)
+	jobs, err := c.JobList(ctx, &pronto.JobListParams{Queues: []string{"tq"}})
+	require.NoError(t, err)
+	require.Len(t, jobs.Jobs, 1, "one job stored")
+	require.EqualValues(t, 1, info.Counts[store.StateAvailable], "tenant t1 has one available job, counted %d (the insert script ran twice)", info.Counts[store.StateAvailable])
+	require.ErrorIs(t, insErr, redisstore.ErrReplyLost, "the insert's reply was lost: it must not report success")
+}
