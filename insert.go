@@ -245,7 +245,7 @@ func (c *Client) insertBoosting(ctx context.Context, ps []*store.InsertParams, d
 		return nil, err
 	}
 	rows, err := next(ctx, ps)
-	c.refundUnstored(adm.tenants, ps, rows, err)
+	c.refundUnstored(ctx, adm.tenants, ps, rows, err)
 	c.settleDepths(adm.depths, ps, rows, err)
 	if err != nil {
 		err = batchUniqueCause(ps, err)

@@ -44,7 +44,9 @@ type RemoteFetchParams struct {
 //
 // When the claim of a later queue fails, the jobs already claimed from the earlier ones are returned
 // with the error: they are the caller's, held for their lease like any fetched job, so hand them to
-// the worker (as the OJS server does) rather than drop them on the error.
+// the worker (as the OJS server does) rather than drop them on the error. When ctx ends during the
+// fetch, no caller is left to hand them to: they are released to available at once, their attempts
+// refunded (store.ReleaseClaimed), and RemoteFetch returns no jobs and the error.
 func (c *Client) RemoteFetch(ctx context.Context, p RemoteFetchParams) ([]*JobRow, error) {
 	if len(p.Queues) == 0 {
 		return nil, invalidf("fetch: no queues named")
@@ -78,6 +80,14 @@ func (c *Client) RemoteFetch(ctx context.Context, p RemoteFetchParams) ([]*JobRo
 			jobs, err = c.claim(ctx, store.ClaimParams{
 				Queue: q, Limit: limit - len(out), WorkerID: p.WorkerID, LeaseDuration: lease,
 			})
+		}
+		if ctx.Err() != nil {
+			// The caller is gone: what this fetch holds would otherwise wait out its lease.
+			store.ReleaseClaimed(ctx, c.store, append(out, jobs...))
+			if err == nil {
+				err = ctx.Err()
+			}
+			return nil, fmt.Errorf("pronto: fetch from queue %q: %w", q, err)
 		}
 		if err != nil {
 			return out, fmt.Errorf("pronto: fetch from queue %q: %w", q, err)

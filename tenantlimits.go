@@ -71,7 +71,9 @@ type TenantEnqueueLimits struct {
 	MaxQueueDepth int64 `json:"max_queue_depth,omitempty"`
 	// MaxScheduled bounds the tenant's scheduled jobs (due later) across every queue.
 	MaxScheduled int64 `json:"max_scheduled,omitempty"`
-	// EnqueueRate bounds the tenant's inserts per EnqueuePeriod, counted by each client.
+	// EnqueueRate bounds the tenant's inserts per EnqueuePeriod, counted by each client. An insert the
+	// store did not store is not counted, but one whose caller gave up mid-write is (its write may
+	// still store the job).
 	EnqueueRate int64 `json:"enqueue_rate,omitempty"`
 	// EnqueuePeriod is EnqueueRate's window; set with EnqueueRate.
 	EnqueuePeriod time.Duration `json:"enqueue_period,omitempty"`
@@ -206,29 +208,61 @@ func (c *Client) adjustTenants(adm tenantAdmission, jobs []*store.InsertParams, 
 }
 
 // refundUnstored settles the tenants' counts once an insert of ps returned rows (in ps's order) and
-// err: the counted jobs it did not store (all of them after an error, the unique duplicates
-// otherwise) are taken back out, and a job left out as a duplicate that the store kept after all
-// (its key's holder moved on meanwhile) is counted.
-func (c *Client) refundUnstored(adm tenantAdmission, ps []*store.InsertParams, rows []*JobRow, err error) {
+// err: the counted jobs it did not store are taken back out, and a job left out as a duplicate that
+// the store kept after all (its key's holder moved on meanwhile) is counted. Not stored are: after
+// success, the unique duplicates; after a refusal of the whole insert (a unique conflict, a taken
+// id, a job the store cannot take), every job; after another error, the jobs a look-up by id does
+// not find. A job that may be stored stays counted, so that a limit is met early, never late: when
+// ctx has ended (a merged write goes on without the caller who gave up, and may store its job
+// after this returns), or when the look-up fails.
+func (c *Client) refundUnstored(ctx context.Context, adm tenantAdmission, ps []*store.InsertParams, rows []*JobRow, err error) {
 	if len(adm.tenants) == 0 {
 		return
 	}
-	if err != nil || len(rows) != len(ps) {
-		c.refund(adm, ps)
-		return
-	}
-	var unstored, uncounted []*store.InsertParams
-	for i, r := range rows {
-		switch {
-		case r == nil:
-		case r.Duplicate && adm.counted(i):
-			unstored = append(unstored, ps[i])
-		case !r.Duplicate && !adm.counted(i):
-			uncounted = append(uncounted, ps[i])
+	switch {
+	case err == nil && len(rows) == len(ps):
+		var unstored, uncounted []*store.InsertParams
+		for i, r := range rows {
+			switch {
+			case r == nil:
+			case r.Duplicate && adm.counted(i):
+				unstored = append(unstored, ps[i])
+			case !r.Duplicate && !adm.counted(i):
+				uncounted = append(uncounted, ps[i])
+			}
 		}
+		c.adjustTenants(adm, unstored, -1)
+		c.adjustTenants(adm, uncounted, 1)
+	case errors.Is(err, ErrUniqueConflict) || errors.Is(err, ErrDuplicate) || errors.Is(err, ErrInvalidArgs) ||
+		errors.Is(err, store.ErrInvalidParams) || errors.Is(err, ErrUnsupported):
+		c.refund(adm, ps)
+	case ctx.Err() != nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
+		// The write may still land: a look-up now could miss the job.
+	default:
+		c.adjustTenants(adm, c.notFound(ctx, adm, ps), -1)
 	}
-	c.adjustTenants(adm, unstored, -1)
-	c.adjustTenants(adm, uncounted, 1)
+}
+
+// notFound returns the jobs of ps that checkTenantLimits counted and the store does not hold, as
+// looked up by id once their insert has ended; it stops at the first look-up that fails, the jobs
+// not looked up counting as found.
+func (c *Client) notFound(ctx context.Context, adm tenantAdmission, ps []*store.InsertParams) []*store.InsertParams {
+	var out []*store.InsertParams
+	for i, p := range ps {
+		if !adm.counted(i) || !adm.tenants[p.Tenant] {
+			continue
+		}
+		_, err := c.store.GetJob(ctx, p.ID)
+		if !errors.Is(err, store.ErrNotFound) {
+			if err != nil {
+				c.cfg.Logger.Warn("pronto: looking up jobs of a failed insert failed; their tenants' enqueue counts keep them", "error", err)
+				break
+			}
+			continue
+		}
+		out = append(out, p)
+	}
+	return out
 }
 
 // settleFastTenants settles the tenants' counts once an InsertFast of ps stored n of them, without

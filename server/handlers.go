@@ -423,6 +423,12 @@ func (s *Server) fetch(w http.ResponseWriter, r *http.Request) {
 	if err == nil && len(jobs) < req.count {
 		jobs = s.fetchMore(ctx, req, claimLease, jobs)
 	}
+	if ctx.Err() != nil {
+		// The worker is gone and would never see these jobs: give them back now rather than leave
+		// them held for their lease.
+		store.ReleaseClaimed(ctx, s.store, jobs)
+		return
+	}
 	now := time.Now()
 	s.sched.served(req.poolCfg, req.queues, jobs, now)
 	// Jobs whose own lease differs from the one claimed with get it now, one statement per lease.
@@ -502,10 +508,10 @@ func (s *Server) fetchMore(ctx context.Context, req *fetchRequest, lease time.Du
 		more, err := s.client.RemoteFetch(ctx, pronto.RemoteFetchParams{
 			Queues: req.queues, Limit: req.count - len(jobs), WorkerID: req.workerID, Lease: lease,
 		})
+		jobs = append(jobs, more...) // held even when a later queue's claim failed
 		if err != nil {
 			return jobs
 		}
-		jobs = append(jobs, more...)
 	}
 	return jobs
 }
