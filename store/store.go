@@ -406,13 +406,43 @@ type Completion struct {
 	Remove bool
 }
 
-// FinishResult says, per Completion in order, whether it was applied. Applied is also reported for
-// a completion resent after its outcome was written (same Attempt and Token, the job as that
-// outcome left it), where a store can recognise one (see Store.Finish).
+// FinishResult says, per Completion in order, whether it was applied. A completion is applied at
+// most once: sent again after its outcome was written, it finds its job no longer active under its
+// claim and is not applied, on every store.
 type FinishResult struct {
 	ID      string
 	Applied bool
 }
+
+// FinishPartialError is the error of a Finish that wrote part of its batch and failed for the rest
+// (a store that cannot apply a batch in one transaction: Redis, one call per queue). The outcomes it
+// wrote must not be sent again: sent again, they would be reported not applied (see FinishResult).
+// A caller that retries sends only the completions whose fate is unknown.
+type FinishPartialError struct {
+	// Results has one entry per completion, in order; it is meaningful only where Known is set.
+	Results []FinishResult
+	// Known reports, per completion, whether its result is known (its write succeeded, applied or
+	// not). The others failed with Err, or may have been written with their reply lost.
+	Known []bool
+	// Err is why the others failed.
+	Err error
+}
+
+func (e *FinishPartialError) Error() string {
+	n := 0
+	for _, k := range e.Known {
+		if !k {
+			n++
+		}
+	}
+	if n == 0 {
+		return fmt.Sprintf("every outcome's result known, but: %v", e.Err)
+	}
+	return fmt.Sprintf("the fate of %d of %d outcomes is unknown: %v", n, len(e.Known), e.Err)
+}
+
+// Unwrap returns Err, so that IsUnavailable and IsRefused judge the failure.
+func (e *FinishPartialError) Unwrap() error { return e.Err }
 
 // HeartbeatParams extends the leases of jobs a worker holds.
 type HeartbeatParams struct {
@@ -630,10 +660,11 @@ type Store interface {
 	// available sets ScheduledAt to now. Every one clears the lease and worker id and appends Error when
 	// given. Jobs made claimable or scheduled are announced per queue (NotifyInsert with DueAt).
 	//
-	// The SQL and memory stores apply a batch in one transaction: all of it or none. A store that
-	// cannot (Redis: one call per queue) may fail after part of the batch was written; the caller
-	// then sends it again, and such a store reports a completion of the same run (same Attempt and
-	// Token) whose outcome it already wrote as Applied, writing nothing twice.
+	// A completion is applied at most once: of two that report the same run (a worker's request
+	// sent twice), one is applied and the other is not. The SQL and memory stores apply a batch in
+	// one transaction: all of it or none. A store that cannot (Redis: one call per queue) may fail
+	// after part of the batch was written; it then returns a *FinishPartialError saying which
+	// results are known, and a caller that retries sends only the others.
 	Finish(ctx context.Context, completions []Completion) ([]FinishResult, error)
 
 	// Heartbeat extends the leases of the listed jobs held by the worker. It returns the ids it could

@@ -17,6 +17,7 @@ package completer
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
 	"time"
@@ -90,6 +91,9 @@ func (it *Item) done(applied bool, err error) {
 
 // Config configures a Completer.
 type Config struct {
+	// Finish writes a batch (store.Store.Finish). When it fails with a *store.FinishPartialError,
+	// the outcomes whose results it knows are settled, and only the others are tried again: an
+	// outcome written applies once, and sent again would be reported not applied.
 	Finish       func(ctx context.Context, cs []store.Completion) ([]store.FinishResult, error)
 	MaxBatchSize int // default 1000
 	// MaxPending bounds the outcomes waiting to be written; Add waits while it is reached. Default
@@ -299,27 +303,18 @@ func (c *Completer) writeAll(ctx context.Context, batch []Item, cs []store.Compl
 	for tries := 1; ; tries++ {
 		res, err := c.cfg.Finish(ctx, cs)
 		if err == nil {
-			// Stores answer in the completions' order; should one not, the results are matched by
-			// id instead.
-			var applied map[string]bool
-			if len(res) != len(batch) {
-				applied = appliedByID(res)
-			}
-			for i := range batch {
-				it := &batch[i]
-				var ok bool
-				switch {
-				case applied != nil:
-					ok = applied[it.Completion.ID]
-				case res[i].ID == it.Completion.ID:
-					ok = res[i].Applied
-				default:
-					applied = appliedByID(res)
-					ok = applied[it.Completion.ID]
-				}
-				it.done(ok, nil)
-			}
+			report(batch, res)
 			return
+		}
+		var partial *store.FinishPartialError
+		if errors.As(err, &partial) && len(partial.Results) == len(batch) && len(partial.Known) == len(batch) {
+			// Part of the batch was written: those outcomes are settled now, as sending them again
+			// would have them reported not applied; only the others are tried again.
+			batch, cs = settleKnown(batch, cs, partial)
+			if len(batch) == 0 {
+				c.cfg.Logger.Error("pronto: job outcomes written, but the store reported an error", "err", err)
+				return
+			}
 		}
 		if ctx.Err() != nil {
 			for i := range batch {
@@ -349,6 +344,46 @@ func (c *Completer) writeAll(ctx context.Context, batch []Item, cs []store.Compl
 		}
 		backoff = min(backoff*2, 5*time.Second)
 	}
+}
+
+// report tells each item of batch its result in res.
+func report(batch []Item, res []store.FinishResult) {
+	// Stores answer in the completions' order; should one not, the results are matched by id
+	// instead.
+	var applied map[string]bool
+	if len(res) != len(batch) {
+		applied = appliedByID(res)
+	}
+	for i := range batch {
+		it := &batch[i]
+		var ok bool
+		switch {
+		case applied != nil:
+			ok = applied[it.Completion.ID]
+		case res[i].ID == it.Completion.ID:
+			ok = res[i].Applied
+		default:
+			applied = appliedByID(res)
+			ok = applied[it.Completion.ID]
+		}
+		it.done(ok, nil)
+	}
+}
+
+// settleKnown tells the items of batch whose result p knows their result, and returns the others
+// with their completions, in order, in new slices: batch and cs are Run's buffers.
+func settleKnown(batch []Item, cs []store.Completion, p *store.FinishPartialError) ([]Item, []store.Completion) {
+	var restItems []Item
+	var restCs []store.Completion
+	for i := range batch {
+		if p.Known[i] && p.Results[i].ID == cs[i].ID {
+			batch[i].done(p.Results[i].Applied, nil)
+			continue
+		}
+		restItems = append(restItems, batch[i])
+		restCs = append(restCs, cs[i])
+	}
+	return restItems, restCs
 }
 
 // appliedByID maps the results of a Finish by job id.

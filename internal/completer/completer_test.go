@@ -420,3 +420,76 @@ func TestRefusedOutcomeHoldsNoOther(t *testing.T) {
 	c.Close()
 	<-c.Done()
 }
+
+// TestPartlyWrittenBatchSendsOnlyTheRest: a store that writes a batch in several calls (Redis: one
+// per queue) fails after some outcomes are written, with a *store.FinishPartialError saying which.
+// Those are settled as the store reported them and never sent again (sent again, they would be
+// reported not applied, as a completion applies once); only the others are retried.
+func TestPartlyWrittenBatchSendsOnlyTheRest(t *testing.T) {
+	full := errors.New("OOM command not allowed when used memory > 'maxmemory'")
+	var mu sync.Mutex
+	written, sent := map[string]int{}, map[string]int{}
+	hold := make(chan struct{})
+	first := true
+	c := New(Config{Finish: func(ctx context.Context, cs []store.Completion) ([]store.FinishResult, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if first {
+			first = false
+			mu.Unlock()
+			<-hold // gather the rest into one batch
+			mu.Lock()
+		}
+		res := make([]store.FinishResult, len(cs))
+		known := make([]bool, len(cs))
+		failed := false
+		for i, c := range cs {
+			res[i].ID = c.ID
+			sent[c.ID]++
+			if c.ID[0] == 'b' && sent[c.ID] == 1 {
+				failed = true // the second queue's call fails, the first time
+				continue
+			}
+			written[c.ID]++
+			res[i].Applied = written[c.ID] == 1 // a completion applies once
+			known[i] = true
+		}
+		if failed {
+			return nil, &store.FinishPartialError{Results: res, Known: known, Err: full}
+		}
+		return res, nil
+	}, Transient: func(error) bool { return true }})
+	run(t, c)
+	c.Add(Item{Completion: store.Completion{ID: "lead"}})
+	var got []<-chan bool
+	for i := range 10 {
+		got = append(got, addOne(c, fmt.Sprintf("a%d", i)), addOne(c, fmt.Sprintf("b%d", i)))
+	}
+	close(hold)
+	for _, g := range got {
+		requireWritten(t, g, "every outcome is reported applied")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for id, n := range written {
+		require.Equal(t, 1, n, "%s is written once and not sent again", id)
+	}
+	require.Len(t, written, 21)
+}
+
+// TestWrittenBatchWithAnErrorIsNotSentAgain: a Finish whose outcomes are all known but which
+// reports an error all the same (Redis: the announcement after the writes failed) settles every
+// outcome and retries none.
+func TestWrittenBatchWithAnErrorIsNotSentAgain(t *testing.T) {
+	var calls atomic.Int32
+	c := New(Config{Finish: func(ctx context.Context, cs []store.Completion) ([]store.FinishResult, error) {
+		calls.Add(1)
+		res := []store.FinishResult{{ID: cs[0].ID, Applied: true}}
+		return nil, &store.FinishPartialError{Results: res, Known: []bool{true}, Err: errors.New("announcement failed")}
+	}})
+	run(t, c)
+	requireWritten(t, addOne(c, "a"), "the outcome written is reported applied")
+	c.Close()
+	<-c.Done()
+	require.EqualValues(t, 1, calls.Load())
+}

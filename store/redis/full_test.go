@@ -1,15 +1,18 @@
 package redis
 
 import (
+	"bytes"
 	"context"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/pronto-jobs/pronto/internal/completer"
 	"github.com/pronto-jobs/pronto/internal/redistest"
 	"github.com/pronto-jobs/pronto/store"
 )
@@ -118,54 +121,103 @@ func TestFullRedisReadsRateLimit(t *testing.T) {
 	require.Equal(t, 3, info.Limit.MaxActive)
 }
 
-// TestFullRedisFinishRetryKeepsWrittenOutcomes: Finish writes each queue's outcomes in a call of
-// its own. When Redis fills up between two of them, the first queue's outcome is written and the
-// second's refused (OOM); the retry of the whole batch, as the completer makes it, reports both
-// applied: the one written by the failed try stands as this run's, it is not taken for a run that
-// lost its claim.
-func TestFullRedisFinishRetryKeepsWrittenOutcomes(t *testing.T) {
-	t.Parallel()
+// partlyFullRedis claims a job in each of two queues and sets maxmemory so that the first one's
+// outcome (a 1 MB result) fits and the second's (3 MB) does not, as Finish writes each queue's
+// outcomes in a call of its own. It returns the two completions.
+func partlyFullRedis(t *testing.T, s *Store, rdb *goredis.Client) []store.Completion {
+	t.Helper()
 	ctx := context.Background()
-	s, rdb := privateStore(t)
-	a, b := testJob("qa"), testJob("qb")
-	_, err := s.Insert(ctx, []*store.InsertParams{a, b})
+	_, err := s.Insert(ctx, []*store.InsertParams{testJob("qa"), testJob("qb")})
 	require.NoError(t, err)
 	ja := claimOne(t, s, "qa")
 	jb := claimOne(t, s, "qb")
-	// Room for the first outcome (a 1 MB result) but not, after it, for the second's (3 MB).
 	used := usedMemory(t, rdb)
 	require.NoError(t, rdb.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err())
 	require.NoError(t, rdb.ConfigSet(ctx, "maxmemory", strconv.FormatInt(used+5<<20, 10)).Err())
-	cs := []store.Completion{
+	return []store.Completion{
 		{ID: ja.ID, Attempt: ja.Attempt, Token: ja.ClaimToken, State: store.StateCompleted,
 			Result: []byte(`"` + strings.Repeat("a", 1<<20) + `"`)},
 		{ID: jb.ID, Attempt: jb.Attempt, Token: jb.ClaimToken, State: store.StateCompleted,
 			Result: []byte(`"` + strings.Repeat("b", 3<<20) + `"`)},
 	}
-	_, err = s.Finish(ctx, cs)
+}
+
+// TestFullRedisFinishReportsWrittenOutcomes: when Redis fills up between two queues' calls of one
+// Finish, the first queue's outcome is written and the second's refused (OOM). Finish says which
+// (store.FinishPartialError): the written one is applied and must not be sent again (it would be
+// reported not applied: a completion applies once), the other is unknown, and sent again once
+// memory is freed it is applied.
+func TestFullRedisFinishReportsWrittenOutcomes(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, rdb := privateStore(t)
+	cs := partlyFullRedis(t, s, rdb)
+	_, err := s.Finish(ctx, cs)
 	require.ErrorContains(t, err, "OOM", "the second outcome does not fit")
-	require.True(t, s.Unavailable(err))
-	got, err := s.GetJob(ctx, ja.ID)
+	require.True(t, store.IsUnavailable(s, err))
+	var partial *store.FinishPartialError
+	require.ErrorAs(t, err, &partial)
+	require.Equal(t, []bool{true, false}, partial.Known)
+	require.Equal(t, store.FinishResult{ID: cs[0].ID, Applied: true}, partial.Results[0])
+	got, err := s.GetJob(ctx, cs[0].ID)
 	require.NoError(t, err)
 	require.Equal(t, store.StateCompleted, got.State, "the first queue's outcome is written")
 
 	require.NoError(t, rdb.ConfigSet(ctx, "maxmemory", "0").Err()) // memory freed
-	res, err := s.Finish(ctx, cs)
+	res, err := s.Finish(ctx, cs[1:])
 	require.NoError(t, err)
-	require.True(t, res[0].Applied, "the outcome the failed try wrote is this run's")
-	require.True(t, res[1].Applied)
-	for _, j := range []*store.Job{ja, jb} {
-		got, err := s.GetJob(ctx, j.ID)
+	require.True(t, res[0].Applied)
+	res, err = s.Finish(ctx, cs[:1])
+	require.NoError(t, err)
+	require.False(t, res[0].Applied, "a completion applies once")
+	for _, c := range cs {
+		got, err := s.GetJob(ctx, c.ID)
 		require.NoError(t, err)
 		require.Equal(t, store.StateCompleted, got.State)
-		require.Empty(t, got.ClaimToken)
+		require.True(t, bytes.Equal(c.Result, got.Result), "the result is stored")
 	}
 }
 
-// TestFinishRetryOfWrittenOutcome: a completion sent again after its outcome was written (a reply
-// lost, a batch retried) reports applied and writes nothing again; a completion of the same run
-// with another outcome, or of another run, is still refused.
-func TestFinishRetryOfWrittenOutcome(t *testing.T) {
+// TestFullRedisCompleterKeepsWrittenOutcomes: the completer, writing a batch that a full Redis
+// takes only in part, reports every outcome applied once memory is freed: it settles the written
+// outcome from the Finish that failed and retries only the other, so a completed run is never
+// taken for one that lost its claim (its job would run again).
+func TestFullRedisCompleterKeepsWrittenOutcomes(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, rdb := privateStore(t)
+	cs := partlyFullRedis(t, s, rdb)
+	var tries atomic.Int32
+	c := completer.New(completer.Config{
+		Finish: func(ctx context.Context, cs []store.Completion) ([]store.FinishResult, error) {
+			res, err := s.Finish(ctx, cs)
+			if tries.Add(1) == 1 {
+				require.ErrorContains(t, err, "OOM")
+				require.NoError(t, rdb.ConfigSet(ctx, "maxmemory", "0").Err()) // memory freed
+			}
+			return res, err
+		},
+		Transient: func(err error) bool { return !store.IsRefused(s, err) },
+	})
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go c.Run(runCtx)
+	applied := make(chan bool, len(cs))
+	for _, comp := range cs {
+		c.Add(completer.Item{Completion: comp, Done: func(ok bool, err error) { applied <- ok && err == nil }})
+	}
+	c.Close()
+	<-c.Done()
+	for range cs {
+		require.True(t, <-applied, "every outcome is reported applied")
+	}
+	require.EqualValues(t, 2, tries.Load(), "the retry sends only the outcome not written")
+}
+
+// TestFinishAppliesACompletionOnce: a completion sent again after its outcome was written (a
+// worker's request sent twice, a reply lost) is not applied and writes nothing again, as on every
+// store; nor is a completion of the same run with another outcome, or of another run.
+func TestFinishAppliesACompletionOnce(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s, _ := privateStore(t)
@@ -174,17 +226,12 @@ func TestFinishRetryOfWrittenOutcome(t *testing.T) {
 	j := claimOne(t, s, "retry")
 	fail := store.Completion{ID: j.ID, Attempt: j.Attempt, Token: j.ClaimToken, State: store.StateRetryable,
 		ScheduledAt: time.Now().Add(time.Hour), Error: &store.AttemptError{Attempt: j.Attempt, Message: "boom"}}
-	for range 2 {
-		res, err := s.Finish(ctx, []store.Completion{fail})
-		require.NoError(t, err)
-		require.True(t, res[0].Applied)
-	}
-	got, err := s.GetJob(ctx, j.ID)
+	res, err := s.Finish(ctx, []store.Completion{fail})
 	require.NoError(t, err)
-	require.Equal(t, store.StateRetryable, got.State)
-	require.Len(t, got.Errors, 1, "the retry wrote its error entry once")
+	require.True(t, res[0].Applied)
 
 	for name, c := range map[string]store.Completion{
+		"the same completion":       fail,
 		"same run, another outcome": {ID: j.ID, Attempt: j.Attempt, Token: j.ClaimToken, State: store.StateCompleted},
 		"another run's token":       {ID: j.ID, Attempt: j.Attempt, Token: "other", State: store.StateRetryable},
 		"another attempt":           {ID: j.ID, Attempt: j.Attempt + 1, Token: j.ClaimToken, State: store.StateRetryable},
@@ -194,8 +241,8 @@ func TestFinishRetryOfWrittenOutcome(t *testing.T) {
 		require.NoError(t, err)
 		require.False(t, res[0].Applied, name)
 	}
-	got, err = s.GetJob(ctx, j.ID)
+	got, err := s.GetJob(ctx, j.ID)
 	require.NoError(t, err)
 	require.Equal(t, store.StateRetryable, got.State)
-	require.Len(t, got.Errors, 1)
+	require.Len(t, got.Errors, 1, "the error entry is written once")
 }

@@ -810,18 +810,18 @@ func notFound(id string) error { return fmt.Errorf("redis: job %s: %w", id, stor
 // another queue now (its id reused after the claimed job went), tried once more there.
 //
 // The calls of one Finish are not one transaction: one queue's may fail (a full Redis) after
-// another's were written. Finish then returns the error, having done what follows the written
-// outcomes, and a retry of the same completions reports those written Applied (the script knows a
-// run's outcome by its claim token), so that retrying the batch, as the completer does, never
-// turns a written outcome into a refused one. A completion without Token, or whose job it removed
-// (Completion.Remove), cannot be recognised so and is then reported not applied.
+// another's were written. Finish then does what follows the written outcomes and returns a
+// *store.FinishPartialError with their results, so that a caller retries only the others: the
+// script applies a completion once (it clears the claim token), so an outcome written and sent
+// again would be reported not applied. An announcement that fails after every outcome is known is
+// such an error too, with every result known.
 func (s *Store) Finish(ctx context.Context, completions []store.Completion) ([]store.FinishResult, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	for _, c := range completions {
 		if !c.State.Finishable() {
-			return nil, fmt.Errorf("redis: finish job %s: cannot move an active job to state %q", c.ID, c.State)
+			return nil, fmt.Errorf("redis: finish job %s: cannot move an active job to state %q: %w", c.ID, c.State, store.ErrInvalidParams)
 		}
 	}
 	res := make([]store.FinishResult, len(completions))
@@ -834,33 +834,44 @@ func (s *Store) Finish(ctx context.Context, completions []store.Completion) ([]s
 	if err != nil {
 		return nil, fmt.Errorf("redis: finish: %w", err)
 	}
-	f := &finishing{s: s, cs: completions, res: res, queues: queues, now: time.Now()}
+	f := &finishing{s: s, cs: completions, res: res, known: make([]bool, len(completions)), queues: queues, now: time.Now()}
 	all := make([]int, len(completions))
 	for i := range all {
 		all[i] = i
 	}
-	if err := f.apply(ctx, all); err != nil {
-		f.settleAfter(ctx)
-		return nil, fmt.Errorf("redis: finish: %w", err)
-	}
-	s.claims.forget(ids...)
+	err = f.apply(ctx, all)
 	var missed []int
 	for i := range completions {
-		if hinted[i] && !res[i].Applied {
+		if hinted[i] && f.known[i] && !res[i].Applied {
 			missed = append(missed, i)
 		}
 	}
 	if len(missed) > 0 {
-		again, err := s.recheck(ctx, ids, queues, missed)
-		if err == nil && len(again) > 0 {
-			err = f.apply(ctx, again)
+		again, rerr := s.recheck(ctx, ids, queues, missed)
+		if rerr != nil {
+			for _, i := range missed {
+				f.known[i] = false // perhaps in another queue now
+			}
+		} else if len(again) > 0 {
+			rerr = f.apply(ctx, again)
 		}
-		if err != nil {
-			f.settleAfter(ctx)
-			return nil, fmt.Errorf("redis: finish: %w", err)
+		if err == nil {
+			err = rerr
 		}
 	}
-	return res, f.settle(ctx)
+	for i, id := range ids {
+		if f.known[i] {
+			s.claims.forget(id)
+		}
+	}
+	if err != nil {
+		f.settleAfter(ctx)
+		return nil, f.failed(fmt.Errorf("redis: finish: %w", err))
+	}
+	if err := f.settle(ctx); err != nil {
+		return nil, f.failed(err)
+	}
+	return res, nil
 }
 
 // finishing gathers what Finish's script calls report, over its tries, for settle.
@@ -868,6 +879,7 @@ type finishing struct {
 	s      *Store
 	cs     []store.Completion
 	res    []store.FinishResult
+	known  []bool   // per completion: res holds its result (its call answered)
 	queues []string // the queue of each completion's job ("" for none)
 	now    time.Time
 
@@ -890,10 +902,22 @@ func (f *finishing) announce(q string, due time.Time) {
 	f.ns = append(f.ns, store.Notification{Kind: store.NotifyInsert, Queue: q, DueAt: due, Nonce: nonce()})
 }
 
+// failed returns err, of a Finish that failed, as a *store.FinishPartialError when some results
+// are known.
+func (f *finishing) failed(err error) error {
+	if slices.Contains(f.known, true) {
+		return &store.FinishPartialError{Results: f.res, Known: f.known, Err: err}
+	}
+	return err
+}
+
 // apply runs the finish script for the completions at idx, grouped by their queue, and records
-// their outcomes: those of every call that succeeded, also when another failed, whose first error
-// it returns.
+// their outcomes and which are known: those of every call that answered, also when another
+// failed, whose first error it returns.
 func (f *finishing) apply(ctx context.Context, idx []int) error {
+	for _, i := range idx {
+		f.known[i] = f.queues[i] == "" // an unknown id: not applied
+	}
 	order, groups := byQueue(len(idx), func(k int) string { return f.queues[idx[k]] })
 	type call struct {
 		idx []int
@@ -920,7 +944,7 @@ func (f *finishing) apply(ctx context.Context, idx []int) error {
 					if c.Error != nil {
 						b, err := json.Marshal(c.Error)
 						if err != nil {
-							return fmt.Errorf("job %s: error entry: %w", c.ID, err)
+							return fmt.Errorf("job %s: error entry: %w: %w", c.ID, store.ErrInvalidParams, err)
 						}
 						errJSON = string(b)
 					}
@@ -945,10 +969,9 @@ func (f *finishing) apply(ctx context.Context, idx []int) error {
 		}
 		return nil
 	})
-	if err != nil {
-		return err
-	}
-	var first error
+	// A pipeline that failed may still have run some calls (a connection lost part-way): each
+	// call's own reply says whether it did.
+	first := err
 	for _, cl := range calls {
 		reply, err := cl.cmd.Slice()
 		if err == nil && len(reply) < len(cl.idx) {
@@ -959,6 +982,9 @@ func (f *finishing) apply(ctx context.Context, idx []int) error {
 				first = err
 			}
 			continue
+		}
+		for _, i := range cl.idx {
+			f.known[i] = true
 		}
 		applied := make([]int64, len(cl.idx))
 		for k := range cl.idx {

@@ -1385,12 +1385,10 @@ return out
 `
 
 // scriptFinish applies completions to jobs of one queue still active in the same attempt (and
-// under the same claim token, when given). A completion whose run's outcome is written already
-// (same attempt and token, the job in the state it left it in, or available since when it left it
-// retryable or scheduled) reports applied and writes nothing: Finish keeps the claim token in the
-// job, which only a claim sets anew and only a transition taking the job from its run (leave)
-// clears, so a retried Finish (one that failed part-way, or lost its reply) learns its outcome
-// stands. A removed job (flag "x") leaves nothing to know it by.
+// under the same claim token, when given). An outcome is applied once: it clears the claim token,
+// so the same completion sent again (a worker's retried request, a batch retried after a failure)
+// is not applied, as on every store; Finish tells its caller which outcomes a failed batch wrote
+// (store.FinishPartialError) so that they are not sent again.
 //
 // ARGV: n, then per completion 8 values: id, attempt, token ("" for none), state, sched (µs, 0:
 // now), error entry JSON ("" for none), flags ("v": a result is given, "r": refund the attempt,
@@ -1413,21 +1411,13 @@ for c = 1, tonumber(ARGV[1]) do
   i = i + 8
   local k = jk(id)
   local f = fields(id)
-  if f and token ~= '' and f.state ~= 'active' and f.attempt == attempt and f.token == token
-      and (f.state == st or (f.state == 'available' and (st == 'retryable' or st == 'scheduled'))) then
-    -- Written by an earlier try of this completion. Its permits go back again (a no-op if they
-    -- went then): that try's reply, which named them, may be lost.
-    out[c] = 1
-    if f.rkq then freed[#freed + 1] = c freed[#freed + 1] = f.rkey end
-    if f.tlp == '1' and f.tnq then freed[#freed + 1] = c freed[#freed + 1] = 'tenant:' .. f.tnq end
-  elseif not f or f.state ~= 'active' or f.attempt ~= attempt or (token ~= '' and f.token ~= token) then
+  if not f or f.state ~= 'active' or f.attempt ~= attempt or (token ~= '' and f.token ~= token) then
     out[c] = 0
   else
     out[c] = 1
     unplace(id, f)
-    -- One HSET per outcome: the new state, its time, and leaving the run as leave does, but for
-    -- the claim token, kept to recognise a retry of this outcome (see above); f follows the hash,
-    -- for place.
+    -- One HSET per outcome: the new state, its time, and leaving the run (as leave does); f
+    -- follows the hash, for place.
     if st == 'completed' and string.find(flags, 'x', 1, true) and not f.wf
         and not (f.ukey and f.ukey ~= '' and instates(st, f.ustates)) then
       -- Removed (store.Completion.Remove): the hash goes as Cleanup deletes it; the caller drops
@@ -1438,17 +1428,17 @@ for c = 1, tonumber(ARGV[1]) do
     elseif st == 'completed' then
       f.completed = ts
       -- No result is "" (Go's ARGV gives it so), which clears one an earlier run left.
-      redis.call('HSET', k, 'state', st, 'completed', f.completed, 'lease', '0', 'worker', '', 'result', result)
+      redis.call('HSET', k, 'state', st, 'completed', f.completed, 'lease', '0', 'worker', '', 'token', '', 'result', result)
     elseif st == 'discarded' or st == 'cancelled' then
       f.completed = ts
-      redis.call('HSET', k, 'state', st, 'completed', f.completed, 'lease', '0', 'worker', '')
+      redis.call('HSET', k, 'state', st, 'completed', f.completed, 'lease', '0', 'worker', '', 'token', '')
     else
       if sched == 0 or not (st == 'retryable' or st == 'scheduled') then sched = t end
       f.sched = s(sched)
-      redis.call('HSET', k, 'state', st, 'sched', f.sched, 'lease', '0', 'worker', '')
+      redis.call('HSET', k, 'state', st, 'sched', f.sched, 'lease', '0', 'worker', '', 'token', '')
     end
     if out[c] == 1 then
-      f.state, f.lease = st, '0'
+      f.state, f.lease, f.token = st, '0', ''
       if err ~= '' then adderr(id, withstart(err, f.started)) end
       if string.find(flags, 'r', 1, true) and tonumber(redis.call('HGET', k, 'max')) < 2147483647 then redis.call('HINCRBY', k, 'max', 1) end
       place(id, f)

@@ -32,3 +32,36 @@ func (s *Store) Unavailable(err error) bool {
 	}
 	return false
 }
+
+// refusedPrefixes are the Redis error replies that the request's own data causes, so that the same
+// request gets them every time: a Lua error of one of the store's functions on the values it was
+// given (a runtime error carries the function's position, "user_function:<line>:"; a value that is
+// no command argument), and an argument that is not a number or overflows one. None of the store's
+// functions raises an error of its own: a request they refuse is answered with a status that the
+// store turns into an error of its own (store.ErrInvalidParams, ErrDuplicate, a unique conflict).
+var refusedPrefixes = []string{
+	"ERR user_function:",
+	"ERR Lua redis lib command arguments must be ",
+	"ERR value is not ",
+	"ERR increment or decrement would overflow",
+	"ERR increment would produce NaN or Infinity",
+}
+
+// Refused reports whether err is Redis refusing the request's own data (refusedPrefixes), beyond
+// the store's own store.ErrInvalidParams that store.IsRefused knows (store.RefusalClassifier).
+// Every other error may pass when tried again, and is not given up on: a server persisting with
+// errors (MISCONF), busy with a script (BUSY), loading (LOADING), a replica (READONLY), full (OOM),
+// an ACL not yet granting a command (NOPERM), or an error of the client library.
+func (s *Store) Refused(err error) bool {
+	var re goredis.Error
+	if !errors.As(err, &re) {
+		return false
+	}
+	msg := re.Error()
+	for _, p := range refusedPrefixes {
+		if strings.HasPrefix(msg, p) {
+			return true
+		}
+	}
+	return false
+}
