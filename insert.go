@@ -65,7 +65,7 @@ func (c *Client) storeInsert(ctx context.Context, ps []*store.InsertParams) ([]*
 // (store.Job.Replaced) as JobCancel reports one: an EventCancelled from this client, or from the
 // run of the pronto client that was running it. Each replaced job is listed on the one job that
 // replaced it, so a merged insert (internal/insertbatch) reports it once, to that job's caller.
-// An insert into the application's transaction reports them once it commits (reportReplacedAfterCommit).
+// An insert into the application's transaction reports them once it commits (afterAppTxInsert).
 func (c *Client) reportReplaced(ctx context.Context, rows []*store.Job) {
 	var rep *cancelReporter
 	for _, j := range rows {
@@ -154,7 +154,8 @@ func replaces(ps []*store.InsertParams) bool {
 }
 
 // InsertTx stores one job inside the application's pgx transaction: the job exists, and clients are
-// woken, only if tx commits. The store must be PostgreSQL; other stores return ErrUnsupported. The
+// woken, only if tx commits; what the insert middleware defers with AfterInsertCommit (promexport's
+// counts) is done then too. The store must be PostgreSQL; other stores return ErrUnsupported. The
 // insert runs in a savepoint of tx (sent with it, no extra round trip): when it is refused (an id
 // already taken, a unique conflict) nothing of it is kept and tx stays usable, as with InsertSQLTx.
 // Each call is a subtransaction of tx, so insert many jobs with one InsertManyTx rather than a
@@ -180,10 +181,12 @@ func (c *Client) InsertManyTx(ctx context.Context, tx pgx.Tx, jobs []InsertManyP
 	atx, chose := c.newAppTx()
 	rows, err := c.insert(context.WithValue(ctx, appTxKey{}, atx), ps, func(ctx context.Context, ps []*store.InsertParams) ([]*store.Job, error) {
 		rows, err := ins.InsertPgxTx(ctx, tx, ps)
-		chose(rows)
+		if err == nil {
+			chose(rows)
+		}
 		return rows, err
 	})
-	c.reportReplacedAfterCommit(atx, rows, err)
+	c.afterAppTxInsert(atx, rows, err)
 	return rows, err
 }
 
@@ -210,20 +213,25 @@ func (c *Client) InsertManySQLTx(ctx context.Context, tx *sql.Tx, jobs []InsertM
 	atx, chose := c.newAppTx()
 	rows, err := c.insert(context.WithValue(ctx, appTxKey{}, atx), ps, func(ctx context.Context, ps []*store.InsertParams) ([]*store.Job, error) {
 		rows, err := ins.InsertSQLTx(ctx, tx, ps)
-		chose(rows)
+		if err == nil {
+			chose(rows)
+		}
 		return rows, err
 	})
-	c.reportReplacedAfterCommit(atx, rows, err)
+	c.afterAppTxInsert(atx, rows, err)
 	return rows, err
 }
 
-// reportReplacedAfterCommit reports, once the application's transaction commits, the cancels of
-// the jobs that the unique jobs among rows replaced (see reportReplaced); nothing if it rolls back.
-func (c *Client) reportReplacedAfterCommit(tx *appTx, rows []*store.Job, err error) {
-	if err != nil || !slices.ContainsFunc(rows, func(j *store.Job) bool { return len(j.Replaced) > 0 }) {
-		return
+// afterAppTxInsert ends an insert into the application's transaction: once the transaction
+// commits, it runs what the insert middleware deferred (AfterInsertCommit) and reports the cancels
+// of the jobs that the unique jobs among rows replaced (see reportReplaced), from one watch of the
+// commit; nothing if it rolls back.
+func (c *Client) afterAppTxInsert(tx *appTx, rows []*store.Job, err error) {
+	var rep func()
+	if err == nil && slices.ContainsFunc(rows, func(j *store.Job) bool { return len(j.Replaced) > 0 }) {
+		rep = func() { c.reportReplaced(c.commitWatch, rows) }
 	}
-	c.afterCommit(tx.probe, func() { c.reportReplaced(c.commitWatch, rows) })
+	tx.inserted(rep)
 }
 
 // insert runs the insert middleware around do, the tenants' priority boosts applied to ps.

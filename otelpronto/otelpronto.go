@@ -137,7 +137,9 @@ func (t *Tracing) SystemHook() pronto.SystemHook {
 
 // InsertMiddleware starts a PRODUCER span per job and writes its trace context into the job's meta.
 // Its parent is the span in ctx or, when ctx has none, the trace context already in the job's meta
-// (a job enqueued over HTTP by another SDK), so the trace goes on unbroken.
+// (a job enqueued over HTTP by another SDK), so the trace goes on unbroken. The span covers the insert
+// call: inside the application's transaction (InsertTx, InsertSQLTx) it ends before the transaction
+// does, so a rolled-back insert has one too, and no process span follows it.
 func (t *Tracing) InsertMiddleware() pronto.InsertMiddleware {
 	return func(ctx context.Context, params []*pronto.JobInsertParams, next pronto.InsertFunc) ([]*pronto.JobRow, error) {
 		spans := make([]trace.Span, len(params))

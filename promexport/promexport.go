@@ -212,16 +212,23 @@ func (m *Metrics) Instrument(cfg *pronto.Config) {
 	cfg.InsertMiddleware = append(cfg.InsertMiddleware, m.InsertMiddleware())
 }
 
-// InsertMiddleware counts inserted jobs (ojs_job_enqueued_total).
+// InsertMiddleware counts inserted jobs (ojs_job_enqueued_total, and the tenant's with
+// Options.TenantLabels). A job inserted in the application's transaction (InsertTx, InsertSQLTx) is
+// counted once the client sees the transaction committed, never when it rolls back (see
+// pronto.AfterInsertCommit).
 func (m *Metrics) InsertMiddleware() pronto.InsertMiddleware {
 	return func(ctx context.Context, params []*pronto.JobInsertParams, next pronto.InsertFunc) ([]*pronto.JobRow, error) {
 		rows, err := next(ctx, params)
-		for _, r := range rows {
-			if r != nil && !r.Duplicate {
-				m.enqueued.WithLabelValues(m.queueLabels.value(r.Queue), m.typeLabels.value(r.Kind)).Inc()
-				m.tenantInserted(r)
+		// Counted once the jobs are committed: an insert in the application's transaction
+		// (InsertTx, InsertSQLTx) that rolls back inserted nothing.
+		pronto.AfterInsertCommit(ctx, func() {
+			for _, r := range rows {
+				if r != nil && !r.Duplicate {
+					m.enqueued.WithLabelValues(m.queueLabels.value(r.Queue), m.typeLabels.value(r.Kind)).Inc()
+					m.tenantInserted(r)
+				}
 			}
-		}
+		})
 		return rows, err
 	}
 }
