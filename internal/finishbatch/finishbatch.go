@@ -14,6 +14,7 @@ package finishbatch
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -158,6 +159,29 @@ func (b *Batcher) write(batch []*call) {
 	res, err := b.cfg.Finish(ctx, cs)
 	if err == nil && len(res) != len(cs) {
 		err = fmt.Errorf("finish of %d outcomes returned %d results", len(cs), len(res))
+	}
+	var partial *store.FinishPartialError
+	if errors.As(err, &partial) && len(partial.Known) == len(batch) && len(partial.Results) == len(batch) {
+		// Part of the batch was written (a store that cannot write it in one transaction): those
+		// callers get their result, as writing them again would report them not applied; only the
+		// others are written again.
+		var rest []*call
+		b.mu.Lock()
+		for i, c := range batch {
+			if partial.Known[i] && partial.Results[i].ID == c.c.ID {
+				c.applied = partial.Results[i].Applied
+				close(c.done)
+				continue
+			}
+			rest = append(rest, c)
+		}
+		b.mu.Unlock()
+		if len(rest) < len(batch) {
+			for _, c := range rest {
+				b.write([]*call{c})
+			}
+			return
+		}
 	}
 	if err != nil && len(batch) > 1 {
 		for _, c := range batch {
