@@ -386,20 +386,25 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
+// addStateCounts adds counts to the per-state sums of the series labelled name: names past the
+// label bound share OtherLabel's series, which so sums them.
+func addStateCounts(byLabel map[string]map[pronto.State]int64, name string, counts map[pronto.State]int64) {
+	sum := byLabel[name]
+	if sum == nil {
+		sum = make(map[pronto.State]int64, len(allStates))
+		byLabel[name] = sum
+	}
+	for _, s := range allStates {
+		sum[s] += counts[s]
+	}
+}
+
 func (m *Metrics) collectGauges(ch chan<- prometheus.Metric, c *pronto.Client) {
 	if queues, ok := m.queues(c); ok {
 		// Queues past the label bound are summed under OtherLabel.
 		byLabel := make(map[string]map[pronto.State]int64, len(queues))
 		for _, q := range queues {
-			name := m.queueLabels.value(q.Name)
-			counts := byLabel[name]
-			if counts == nil {
-				counts = make(map[pronto.State]int64, len(allStates))
-				byLabel[name] = counts
-			}
-			for _, s := range allStates {
-				counts[s] += q.Counts[s]
-			}
+			addStateCounts(byLabel, m.queueLabels.value(q.Name), q.Counts)
 		}
 		// A queue this client works reports zeros when the store lists it no more (its last job
 		// deleted), so its series never vanish.

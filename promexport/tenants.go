@@ -96,15 +96,7 @@ func (m *Metrics) collectTenants(ch chan<- prometheus.Metric, c *pronto.Client) 
 	}
 	byLabel := make(map[string]map[pronto.State]int64, len(tenants))
 	for _, t := range tenants {
-		name := m.tenantLabels.value(t.Tenant)
-		counts := byLabel[name]
-		if counts == nil {
-			counts = make(map[pronto.State]int64, len(allStates))
-			byLabel[name] = counts
-		}
-		for _, s := range allStates {
-			counts[s] += t.Counts[s]
-		}
+		addStateCounts(byLabel, m.tenantLabels.value(t.Tenant), t.Counts)
 	}
 	for name, counts := range byLabel {
 		for _, s := range allStates {
