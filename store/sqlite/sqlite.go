@@ -33,16 +33,21 @@
 // Any number of processes may open the same file. SQLite allows one writer at a time; claims are
 // single write transactions, so no job is ever claimed twice, and a writer that finds the file
 // locked waits up to the busy timeout (10 s by default) before failing. Open waits the same way for
-// a lock held by another writer while it puts a new or rollback-journal file in WAL mode.
+// a lock held by another writer while it puts a new or rollback-journal file in WAL mode; meanwhile
+// other Opens of that file in the process wait for it within their own contexts, and Opens and
+// Closes of other files do not wait.
 //
 // # The write-ahead log
 //
 // SQLite's automatic checkpoint copies the -wal file into the database every 1000 pages (4 MB) but
 // cannot restart the log while reads keep starting on it, so under constant reads (a dashboard,
-// HTTP GETs) the log would grow without bound. When the -wal file passes 8 MB, the store pauses
-// this process's reads (new reads wait for the ones running to end, and for the checkpoint), copies
-// the log and truncates it, waiting at most 200 ms for other processes' readers; a checkpoint that
-// runs out of time is tried again after later writes. The writer's journal_size_limit is 8 MB too.
+// HTTP GETs) the log would grow without bound. When the -wal file passes 8 MB, the store holds
+// this process's new reads back while the running ones end (at most 1 s) and during the checkpoint,
+// copies the log and truncates it, waiting at most 200 ms for other processes' readers; a checkpoint
+// that runs out of time is tried again after later writes. A read running longer than 1 s (an
+// export, an open read transaction) is waited for once only: until it ends, other reads go on and
+// the log keeps growing, as SQLite cannot restart it under that read anyway. The writer's
+// journal_size_limit is 8 MB too.
 //
 // # Deleting or replacing the file
 //
@@ -89,6 +94,7 @@ import (
 	"sync"
 	"time"
 
+	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/pronto-jobs/pronto/internal/notifyhub"
@@ -354,8 +360,11 @@ func (s *Store) rowError(what string, err error) error {
 
 // sharedFile is the state every Store on one file in this process shares.
 type sharedFile struct {
-	key    string
-	refs   int
+	key  string
+	refs int // guarded by filesMu
+	// opened is closed once open has returned (a failed entry is first removed from files). Until
+	// then only the Open that created the entry touches the fields below.
+	opened chan struct{}
 	w      *sql.DB
 	r      *sql.DB
 	hub    notifyhub.Hub
@@ -364,32 +373,62 @@ type sharedFile struct {
 }
 
 var (
+	// filesMu guards files and every sharedFile's refs. It is never held while a file opens or
+	// closes, which may wait up to the busy timeout for another process's lock: the Opens and
+	// Closes of other files must not wait with it.
 	filesMu sync.Mutex
-	files   = map[string]*sharedFile{}
+	// files holds each path's current entry, opened or still opening.
+	files = map[string]*sharedFile{}
 )
 
 // acquireFile returns the shared handles of the file at abs, opening them on first use, or when the
 // file at abs is no longer the one they opened (deleted or replaced since): the Stores holding the
-// old handles keep them, and later Opens share the new ones.
+// old handles keep them, and later Opens share the new ones. An Open that finds the file being
+// opened by another waits for it within its own ctx, and opens the file itself if that one failed.
 func acquireFile(ctx context.Context, abs string, cfg config) (*sharedFile, error) {
-	filesMu.Lock()
-	defer filesMu.Unlock()
-	if sf, ok := files[abs]; ok && sf.keeper.isCurrent() {
-		sf.refs++
+	for {
+		filesMu.Lock()
+		sf, ok := files[abs]
+		if ok {
+			select {
+			case <-sf.opened:
+			default:
+				filesMu.Unlock()
+				select {
+				case <-sf.opened: // opened, or failed and removed from files: look again
+					continue
+				case <-ctx.Done():
+					return nil, ctx.Err()
+				}
+			}
+			if sf.keeper.isCurrent() {
+				sf.refs++
+				filesMu.Unlock()
+				return sf, nil
+			}
+		}
+		sf = &sharedFile{key: abs, refs: 1, opened: make(chan struct{}), keeper: newFileKeeper(abs, cfg)}
+		files[abs] = sf
+		filesMu.Unlock()
+
+		err := sf.open(ctx, cfg)
+		filesMu.Lock()
+		if err != nil && files[abs] == sf {
+			delete(files, abs)
+		}
+		close(sf.opened)
+		filesMu.Unlock()
+		if err != nil {
+			return nil, explainOpenError(abs, err)
+		}
 		return sf, nil
 	}
-	sf, err := openFile(ctx, abs, cfg)
-	if err != nil {
-		return nil, explainOpenError(abs, err)
-	}
-	files[abs] = sf
-	return sf, nil
 }
 
-// openFile opens the handles of the file at abs, creating it if missing, and puts it in WAL mode.
-func openFile(ctx context.Context, abs string, cfg config) (*sharedFile, error) {
-	sf := &sharedFile{key: abs, refs: 1, keeper: newFileKeeper(abs, cfg)}
-	uri := (&url.URL{Scheme: "file", Path: abs}).String()
+// open opens the handles of the file at sf.key, creating it if missing, and puts it in WAL mode.
+// On failure it closes whatever it opened.
+func (sf *sharedFile) open(ctx context.Context, cfg config) error {
+	uri := (&url.URL{Scheme: "file", Path: sf.key}).String()
 	busy := cfg.busyTimeout.Milliseconds()
 	// The writer's connector enters WAL mode itself, waiting for other writers (enterWAL).
 	writerDSN := fmt.Sprintf("%s?_pragma=busy_timeout(%d)&_pragma=synchronous(NORMAL)"+
@@ -399,7 +438,7 @@ func openFile(ctx context.Context, abs string, cfg config) (*sharedFile, error) 
 
 	hook, err := newHookConnector(writerDSN, &sf.hub, cfg.busyTimeout, sf.keeper.wrote)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	sf.hook = hook
 	sf.w = sql.OpenDB(hook)
@@ -407,22 +446,23 @@ func openFile(ctx context.Context, abs string, cfg config) (*sharedFile, error) 
 	sf.w.SetMaxIdleConns(1)
 	sf.w.SetConnMaxLifetime(0)
 	sf.w.SetConnMaxIdleTime(0)
-	fail := func(err error) (*sharedFile, error) {
+	fail := func(err error) error {
 		sf.keeper.stop()
 		if sf.r != nil {
 			_ = sf.r.Close()
 		}
 		_ = sf.w.Close()
 		hook.forget()
-		return nil, err
+		return err
 	}
 	if err := checkDB(ctx, sf.w); err != nil {
 		return fail(err)
 	}
-	sf.r, err = sql.Open("sqlite", readerDSN)
+	readers, err := sqlite.NewConnector(readerDSN)
 	if err != nil {
 		return fail(err)
 	}
+	sf.r = sql.OpenDB(&gatedConnector{base: readers, gate: sf.keeper.gate})
 	sf.r.SetMaxOpenConns(cfg.readConns)
 	sf.r.SetMaxIdleConns(cfg.readConns)
 	sf.r.SetConnMaxLifetime(0)
@@ -433,7 +473,7 @@ func openFile(ctx context.Context, abs string, cfg config) (*sharedFile, error) 
 	if err := sf.keeper.start(sf.w, sf.r); err != nil {
 		return fail(err)
 	}
-	return sf, nil
+	return nil
 }
 
 // explainOpenError adds what SQLite's own message leaves out to an error opening the file at abs.
@@ -476,16 +516,19 @@ func checkDB(ctx context.Context, db *sql.DB) error {
 	return nil
 }
 
-// releaseFile drops one reference to sf, closing its handles with the last one.
+// releaseFile drops one reference to sf, closing its handles with the last one. They are closed
+// outside filesMu: an Open of the path meanwhile opens fresh handles, as SQLite lets several
+// connections of one process share a file.
 func releaseFile(sf *sharedFile) error {
 	filesMu.Lock()
-	defer filesMu.Unlock()
 	sf.refs--
-	if sf.refs > 0 {
-		return nil
-	}
-	if files[sf.key] == sf { // else the file was replaced, and files holds the new one's handles
+	last := sf.refs == 0
+	if last && files[sf.key] == sf { // else the file was replaced, and files holds the new one's handles
 		delete(files, sf.key)
+	}
+	filesMu.Unlock()
+	if !last {
+		return nil
 	}
 	sf.keeper.stop()
 	errR := sf.r.Close()

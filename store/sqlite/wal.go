@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"sync"
 	"time"
 
 	sqlite3 "modernc.org/sqlite/lib"
@@ -23,10 +22,20 @@ const (
 	walCheckpointBytes = 8 << 20
 	// walCheckInterval is the least time between two looks at the files, taken after writes only.
 	walCheckInterval = 100 * time.Millisecond
-	// walCheckpointWait bounds how long a forced checkpoint waits for the readers of older
-	// snapshots, holding the write lock meanwhile: writers wait at most that long, and a checkpoint
-	// that runs out tries again after the next writes.
+	// walReadPauseWait bounds how long a forced checkpoint waits for this process's running reads to
+	// end, holding new reads back meanwhile. It is well above what a store's reads usually take, so
+	// that constant reads are outlasted; a read that runs longer is waited for once only
+	// (readGate.pause).
+	walReadPauseWait = time.Second
+	// walCheckpointWait bounds how long a forced checkpoint waits for the writer and for other
+	// processes' readers of older snapshots, holding the write lock meanwhile: writers wait at most
+	// that long.
 	walCheckpointWait = 200 * time.Millisecond
+	// walCheckpointRetryMax bounds the pause, doubling from 2*walCheckInterval, before retrying a
+	// checkpoint that failed other than on a long read of this process (mostly on another process's
+	// read): while that read keeps the log from restarting, every retry would hold writes up for
+	// walCheckpointWait, to no effect.
+	walCheckpointRetryMax = 2 * time.Second
 )
 
 // enterWAL switches the file of the connection ex to WAL mode (a no-op if it is in WAL mode already).
@@ -61,8 +70,7 @@ type fileKeeper struct {
 	w     *sql.DB
 	r     *sql.DB
 	busy  time.Duration // the writer's busy timeout, restored after a checkpoint
-	// readConns is the number of reader connections, all of which a checkpoint holds.
-	readConns int
+	gate  *readGate     // the reads of r, which a checkpoint holds back
 
 	kick   chan struct{} // capacity 1: a write happened
 	cancel context.CancelFunc
@@ -72,7 +80,7 @@ type fileKeeper struct {
 
 // newFileKeeper returns a keeper of the file at path opened with cfg. start runs it.
 func newFileKeeper(path string, cfg config) *fileKeeper {
-	return &fileKeeper{path: path, busy: cfg.busyTimeout, readConns: cfg.readConns,
+	return &fileKeeper{path: path, busy: cfg.busyTimeout, gate: newReadGate(),
 		kick: make(chan struct{}, 1), done: make(chan struct{})}
 }
 
@@ -118,15 +126,24 @@ func (k *fileKeeper) run(ctx context.Context) {
 	defer close(k.done)
 	pace := time.NewTimer(walCheckInterval)
 	pace.Stop()
+	var backoff time.Duration // after checkpoints that failed: the pause before the next one
+	var retryAt time.Time
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-k.kick:
 		}
-		if fi, err := os.Stat(k.path + "-wal"); err == nil && fi.Size() > walCheckpointBytes {
-			// Best effort: a checkpoint that fails or runs out of time is tried again after later writes.
-			_ = k.checkpoint(ctx)
+		if fi, err := os.Stat(k.path + "-wal"); err == nil && fi.Size() > walCheckpointBytes && !time.Now().Before(retryAt) {
+			// Best effort: a checkpoint that fails or runs out of time is tried again after later
+			// writes, once its backoff has passed.
+			switch err := k.checkpoint(ctx); {
+			case err == nil:
+				backoff, retryAt = 0, time.Time{}
+			case !errors.Is(err, errLongRead): // a long read is waited out for free: see readGate.pause
+				backoff = min(max(2*backoff, 2*walCheckInterval), walCheckpointRetryMax)
+				retryAt = time.Now().Add(backoff)
+			}
 		}
 		if !k.warned && !k.isCurrent() {
 			k.warned = true
@@ -145,33 +162,19 @@ func (k *fileKeeper) run(ctx context.Context) {
 }
 
 // checkpoint copies the log into the database and empties it (TRUNCATE: a RESTART that also frees
-// the file's space). It first pauses this process's reads by taking every reader connection: readers
-// that keep overlapping hold the log's read marks without a break, which no busy wait outlasts. Then
-// it runs on the writer connection, queued behind the store's writes rather than failing against
-// them, and waits for the readers of other processes. The pause waits for the reads running to end,
-// at most the busy timeout (a read that waits for another reader would otherwise wait for ever);
-// writes wait at most walCheckpointWait for the checkpoint.
+// the file's space). It first holds back this process's new reads and waits for the running ones to
+// end (readGate.pause): readers that keep overlapping hold the log's read marks without a break,
+// which no busy wait outlasts. That wait lasts at most walReadPauseWait, and is skipped while a read
+// older than that runs, so a long read (an export, an open read transaction) holds up the other
+// reads at most once, that long. Then it runs on the writer connection, queued behind the store's
+// writes rather than failing against them, and waits at most walCheckpointWait for the readers of
+// other processes. It fails if a wait runs out.
 func (k *fileKeeper) checkpoint(ctx context.Context) error {
-	rctx, cancel := context.WithTimeout(ctx, k.busy)
-	defer cancel()
-	// Asked for at once, they are all had as soon as the reads running now end.
-	readers := make([]*sql.Conn, k.readConns)
-	errs := make([]error, k.readConns)
-	var wg sync.WaitGroup
-	for i := range readers {
-		wg.Go(func() { readers[i], errs[i] = k.r.Conn(rctx) })
-	}
-	wg.Wait()
-	defer func() {
-		for _, c := range readers {
-			if c != nil {
-				_ = c.Close()
-			}
-		}
-	}()
-	if err := errors.Join(errs...); err != nil {
+	resume, err := k.gate.pause(ctx, walReadPauseWait)
+	if err != nil {
 		return fmt.Errorf("pause reads: %w", err)
 	}
+	defer resume()
 
 	// Never waits for the writer while holding it: whatever holds the writer and wants a reader waits
 	// at most this long.
@@ -192,6 +195,9 @@ func (k *fileKeeper) checkpoint(ctx context.Context) error {
 		// A writer left with the short timeout would fail where it should wait: drop the connection.
 		_ = conn.Raw(func(any) error { return driver.ErrBadConn })
 		return err
+	}
+	if ckErr == nil && busy != 0 {
+		ckErr = errors.New("another process's reads outlasted the wait")
 	}
 	return ckErr
 }

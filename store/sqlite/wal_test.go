@@ -2,6 +2,7 @@ package sqlite
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -70,4 +71,56 @@ func TestWALBoundedUnderConstantReaders(t *testing.T) {
 	t.Logf("largest WAL %d bytes, database %d bytes", maxWAL, db.Size())
 	require.LessOrEqual(t, maxWAL, int64(bound),
 		"the WAL grew to %d bytes (database %d bytes) during the drain: it is never checkpointed back", maxWAL, db.Size())
+}
+
+// TestLongReadNeverStallsOtherReads: while one read of this process runs long (a big count or
+// export, an open read transaction), the other reads go on on the idle reader connections, though
+// the log passes the checkpoint size and writes keep asking for a checkpoint; once the long read
+// ends, the log is checkpointed and restarted.
+func TestLongReadNeverStallsOtherReads(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "long-read.db")
+	s := openAt(t, path, WithReadConns(2), WithBusyTimeout(2*time.Minute))
+
+	conn, err := s.r.Conn(ctx)
+	require.NoError(t, err)
+	defer conn.Close()
+	tx, err := conn.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback() }()
+	var n int
+	require.NoError(t, tx.QueryRowContext(ctx, `SELECT count(*) FROM pronto_jobs`).Scan(&n))
+
+	// Writes past the checkpoint size (the open read keeps the log from restarting).
+	pad := json.RawMessage(`[{"blob":"` + strings.Repeat("x", 4000) + `"}]`)
+	for range 14 {
+		ps := params("q", 200)
+		for _, p := range ps {
+			p.Args = pad
+		}
+		_, err := s.Insert(ctx, ps)
+		require.NoError(t, err)
+	}
+	fi, err := os.Stat(path + "-wal")
+	require.NoError(t, err)
+	require.Greater(t, fi.Size(), int64(walCheckpointBytes))
+
+	for i := range 20 {
+		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		_, err := s.ListQueues(rctx)
+		cancel()
+		require.NoError(t, err, "read %d, with a reader connection idle, stalled behind the checkpoint waiting for the long read", i)
+		_, err = s.Insert(ctx, params("q", 1)) // the writes that keep asking for a checkpoint
+		require.NoError(t, err)
+	}
+
+	require.NoError(t, tx.Rollback())
+	require.Eventually(t, func() bool {
+		_, err := s.Insert(ctx, params("q", 1))
+		require.NoError(t, err)
+		fi, err := os.Stat(path + "-wal")
+		// Restarted by the checkpoint (truncated) or by a write (cut to journal_size_limit).
+		return err == nil && fi.Size() <= walCheckpointBytes
+	}, time.Minute, 50*time.Millisecond, "the log is restarted once the long read ends")
 }
