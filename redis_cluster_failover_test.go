@@ -17,6 +17,7 @@ import (
 	"github.com/pronto-jobs/pronto/internal/uuidv7"
 	"github.com/pronto-jobs/pronto/store"
 	redisstore "github.com/pronto-jobs/pronto/store/redis"
+	"github.com/pronto-jobs/pronto/store/storetest"
 )
 
 type failoverArgs struct {
@@ -408,4 +409,67 @@ func TestRedisClusterLostInsertReplyNotRunTwice(t *testing.T) {
 	require.Len(t, jobs.Jobs, 1, "one job stored")
 	require.EqualValues(t, 1, info.Counts[store.StateAvailable], "tenant t1 has one available job, counted %d (the insert script ran twice)", info.Counts[store.StateAvailable])
 	require.ErrorIs(t, insErr, redisstore.ErrReplyLost, "the insert's reply was lost: it must not report success")
+}
+
+// TestRedisClusterLostWorkflowReplyGivesIDsBack: on a Redis Cluster, each step of the insert of a
+// workflow spanning three queues (three masters) loses its reply in turn: the registration of the
+// workflow and its job ids, one queue's part, one queue's release of its held roots. The insert
+// gives back what it registered when nothing of the workflow is stored, or completes it (the
+// release is idempotent and is sent once more), as the other inserts give their ids back: no
+// registration is left pending for Cleanup, and a retry with the same ids stores the workflow or is
+// told it exists, and it does, every job found by id.
+func TestRedisClusterLostWorkflowReplyGivesIDsBack(t *testing.T) {
+	t.Parallel()
+	ms, _ := startFailoverCluster(t, 3, 0, true)
+	ctx := context.Background()
+	prefix := "failover:" + uuidv7.New() + ":"
+	st, err := redisstore.Open(ctx, "redis://"+ms[0].addr+"?key_prefix="+prefix, redisstore.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = st.Close() })
+	require.NoError(t, st.Migrate(ctx))
+	var queues []string
+	for _, m := range ms {
+		queues = append(queues, queueOnMaster(t, ms, m, prefix))
+	}
+	ids := slotOwner(t, ms, prefix+"ids")
+	pending := prefix + "wfp{" + prefix + "ids}"
+
+	for _, tc := range []struct {
+		name  string
+		node  *failoverNode
+		match string
+	}{
+		{"registration", ids, "_RegisterWorkflow"},
+		{"part", slotOwner(t, ms, prefix+"{q:"+queues[1]+"}:"), "_InsertWorkflow"},
+		{"release", slotOwner(t, ms, prefix+"{q:"+queues[2]+"}:"), "_ReleaseHeld"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			wf := uuidv7.New()
+			a := storetest.WorkflowJob(wf, queues[0])
+			b := storetest.WorkflowJob(wf, queues[1], a)
+			c := storetest.WorkflowJob(wf, queues[2], b)
+			p := store.WorkflowParams{ID: wf, Jobs: []*store.InsertParams{a, b, c}}
+			before := droppedReplies(tc.node.dropper)
+			tc.node.dropper.arm(tc.match)
+			_, _, insErr := st.InsertWorkflow(ctx, p)
+			require.Equal(t, before+1, droppedReplies(tc.node.dropper), "the proxy dropped the reply")
+
+			err := ids.client.ZScore(ctx, pending, wf).Err()
+			require.ErrorIs(t, err, goredis.Nil, "the registration is left pending for Cleanup (insert: %v)", insErr)
+			_, _, err = st.InsertWorkflow(ctx, p)
+			if err != nil {
+				require.ErrorIs(t, err, store.ErrDuplicate, "the retry of the insert (first: %v)", insErr)
+			}
+			w, err := st.GetWorkflow(ctx, wf)
+			require.NoError(t, err, "the workflow the retry was told exists (first insert: %v)", insErr)
+			require.Equal(t, 3, w.Total)
+			for _, jp := range p.Jobs {
+				_, err := st.GetJob(ctx, jp.ID)
+				require.NoError(t, err, "job %s of the workflow", jp.ID)
+			}
+			root, err := st.GetJob(ctx, a.ID)
+			require.NoError(t, err)
+			require.Equal(t, store.StateAvailable, root.State, "the root is released")
+		})
+	}
 }

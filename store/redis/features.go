@@ -419,25 +419,33 @@ func (s *Store) InsertWorkflow(ctx context.Context, p store.WorkflowParams) (*st
 		regCmd = run(scriptRegisterWorkflow, s.wfRegKeys(), reg...)
 		return nil
 	})
-	if err != nil {
-		return nil, nil, fmt.Errorf("redis: insert workflow %s: %w", p.ID, err)
-	}
-	if dup, err := regCmd.Result(); err == nil && dup != nil {
+	dup, regErr := regCmd.Result()
+	if regErr == nil && dup != nil {
 		if _, ok := dup.([]any); ok {
 			return nil, nil, fmt.Errorf("redis: insert workflow %s: %w", p.ID, store.ErrDuplicate)
 		}
 		return nil, nil, fmt.Errorf("redis: insert workflow %s: job %v: %w", p.ID, dup, store.ErrDuplicate)
-	} else if err != nil && !errors.Is(err, goredis.Nil) {
+	}
+	if regErr = ignoreNil(regErr); err == nil {
+		err = regErr
+	}
+	if err != nil {
+		if !isRedisError(regErr) {
+			// The registration ran, or may have with its reply lost (a cancelled context, a
+			// connection gone): nothing is written yet, so give it back now rather than leave the
+			// workflow and its ids taken until Cleanup's sweep, pendingGrace later.
+			s.undoRegistration(context.WithoutCancel(ctx), reg)
+		}
 		return nil, nil, fmt.Errorf("redis: insert workflow %s: %w", p.ID, err)
 	}
 	// A queue new to a cluster gets the tenant weights before its first jobs (tenant.go), and the
 	// limits the jobs bring are stored in their keys' slots (ratelimit.go).
 	if err := s.seedWeights(ctx, newQueues(queues, queueCmds)); err != nil {
-		scriptSettleRegistrations.Run(context.WithoutCancel(ctx), s.rdb, s.wfRegKeys(), p.ID, "1")
+		s.undoRegistration(context.WithoutCancel(ctx), reg)
 		return nil, nil, fmt.Errorf("redis: insert workflow %s: tenant weights: %w", p.ID, err)
 	}
 	if err := s.insertLimits(ctx, p.Jobs); err != nil {
-		scriptSettleRegistrations.Run(context.WithoutCancel(ctx), s.rdb, s.wfRegKeys(), p.ID, "1")
+		s.undoRegistration(context.WithoutCancel(ctx), reg)
 		return nil, nil, fmt.Errorf("redis: insert workflow %s: rate limits: %w", p.ID, err)
 	}
 	metaFlag, meta := "", ""
@@ -447,13 +455,16 @@ func (s *Store) InsertWorkflow(ctx context.Context, p store.WorkflowParams) (*st
 	args := []any{p.ID, p.Name, p.Type, metaFlag, meta, members, len(p.Jobs), layout, boolFlag(!cluster)}
 	var res any
 	if split {
-		res, err = s.insertSplit(ctx, p, queues, kids, args)
+		res, err = s.insertSplit(ctx, p, queues, kids, args, reg)
 	} else {
-		res, err = s.writeWorkflow(ctx, p, keys, args, kids, local)
+		res, err = s.writeWorkflow(ctx, p, keys, args, kids, local, reg)
 	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("redis: insert workflow %s: %w", p.ID, err)
 	}
+	// The workflow is stored and its jobs may be claimed already: what is left (ending the
+	// registration, listing, announcing) is not undone by a cancel, nor left half done by one.
+	ctx = context.WithoutCancel(ctx)
 	err = s.pipelined(ctx, func(pl goredis.Pipeliner, run runScript) error {
 		pl.ZAdd(ctx, s.workflowsKey(), goredis.Z{Member: p.ID})
 		run(scriptSettleRegistrations, s.wfRegKeys(), p.ID, "")
@@ -501,10 +512,12 @@ func (s *Store) InsertWorkflow(ctx context.Context, p store.WorkflowParams) (*st
 	return w, jobs, nil
 }
 
-// writeWorkflow writes workflow p and all its jobs in one script (keys and the workflow's own
-// arguments args as InsertWorkflow built them), and returns the server's time of the write. On a
-// failure it undoes the registration, so that a retry is not refused as a duplicate.
-func (s *Store) writeWorkflow(ctx context.Context, p store.WorkflowParams, keys []string, args []any, kids map[string][]string, local bool) (any, error) {
+// writeWorkflow writes workflow p and all its jobs in one script (keys, the workflow's own
+// arguments args and its registration's reg as InsertWorkflow built them), and returns the
+// server's time of the write. On a failure it undoes the registration, so that a retry is not
+// refused as a duplicate, unless the workflow was written all the same (its reply lost), which then
+// stands.
+func (s *Store) writeWorkflow(ctx context.Context, p store.WorkflowParams, keys []string, args []any, kids map[string][]string, local bool, reg []any) (any, error) {
 	cluster := s.cluster()
 	for _, jp := range p.Jobs {
 		f := insertFields(jp, cluster)
@@ -525,11 +538,40 @@ func (s *Store) writeWorkflow(ctx context.Context, p store.WorkflowParams, keys 
 	if err == nil && res == "dup" {
 		err = store.ErrDuplicate
 	}
-	if err != nil {
-		scriptSettleRegistrations.Run(context.WithoutCancel(ctx), s.rdb, s.wfRegKeys(), p.ID, "1")
-		return nil, err
+	if err == nil {
+		return res, nil
 	}
-	return res, nil
+	bg := context.WithoutCancel(ctx)
+	if !isRedisError(err) && !errors.Is(err, store.ErrDuplicate) {
+		// The script ran, or may have with its reply lost (a cancelled context, a connection
+		// gone): whether the workflow is written decides. Written, its jobs may be claimed
+		// already, so it stands and the insert goes on; not written, it is undone below.
+		created, cerr := s.rdb.HGet(bg, keys[0]+"wf:"+p.ID, "created").Result()
+		switch {
+		case cerr == nil:
+			return fromMicros(created).UnixMicro(), nil
+		case !errors.Is(cerr, goredis.Nil):
+			// Unknown: the registration stays pending for Cleanup's sweep, which tells.
+			return nil, fmt.Errorf("%w (and whether the workflow was written could not be read: %v)", err, cerr)
+		}
+	}
+	s.undoRegistration(bg, reg)
+	return nil, err
+}
+
+// undoRegistration gives back the registration that scriptRegisterWorkflow made with arguments reg
+// (workflow id, its queue, then job id, queue pairs), of a workflow not written: its entry in the
+// workflow index and its jobs' in the id index go at once, so that a retry of the same insert is
+// not refused as a duplicate. A registration that is not this one (the call was refused, with its
+// reply lost, as a duplicate of another insert's) is left alone. Errors are dropped: the
+// registration is then left to Cleanup's sweep (see pendingGrace).
+func (s *Store) undoRegistration(ctx context.Context, reg []any) {
+	args := make([]any, 0, 2+len(reg)/2)
+	args = append(args, reg[0], reg[1])
+	for i := 2; i < len(reg); i += 2 {
+		args = append(args, reg[i])
+	}
+	scriptUndoRegistration.Run(ctx, s.rdb, s.wfRegKeys(), args...)
 }
 
 // GetWorkflow returns one workflow, or ErrNotFound.

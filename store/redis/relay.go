@@ -344,10 +344,14 @@ func splitPartArgs(p store.WorkflowParams, q string, kids map[string][]string, q
 }
 
 // insertSplit writes workflow p's parts (one per queue, roots held), then releases them, and
-// returns the server's time of the write. On a failure it deletes the parts written and undoes the
-// registration, or, when it cannot delete them, leaves both to Cleanup; head is the workflow's own
-// arguments of scriptInsertWorkflow.
-func (s *Store) insertSplit(ctx context.Context, p store.WorkflowParams, queues []string, kids map[string][]string, head []any) (any, error) {
+// returns the server's time of the write; head is the workflow's own arguments of
+// scriptInsertWorkflow, reg its registration's (see writeWorkflow). When a part is not known written
+// it deletes the parts written and undoes the registration (or, when it cannot delete them, leaves
+// both to Cleanup). Once every part is written the workflow stands: the release is not cancelled
+// with ctx, and is sent once more should its reply be lost (it is idempotent); should it still fail,
+// the registration is left to Cleanup, which releases the held roots. Deleting the parts then could
+// delete a root released and claimed already, and give its id back.
+func (s *Store) insertSplit(ctx context.Context, p store.WorkflowParams, queues []string, kids map[string][]string, head, reg []any) (any, error) {
 	queueOf := make(map[string]string, len(p.Jobs))
 	for _, jp := range p.Jobs {
 		queueOf[jp.ID] = jp.Queue
@@ -373,22 +377,26 @@ func (s *Store) insertSplit(ctx context.Context, p store.WorkflowParams, queues 
 		}
 		now = res
 	}
-	if err == nil {
-		err = s.pipelinedScripts(ctx, func(run runScript) {
-			for _, q := range queues {
-				run(scriptReleaseHeld, s.keys(q), p.ID)
-			}
-		})
-	}
+	bg := context.WithoutCancel(ctx)
 	if err != nil {
-		bg := context.WithoutCancel(ctx)
 		if derr := s.dropParts(bg, p.ID, queues); derr != nil {
 			// The registration stays pending: Cleanup deletes the parts later.
 			return nil, fmt.Errorf("%w (deleting the parts written: %v)", err, derr)
 		}
 		// Give the ids back, so a retry is not refused as a duplicate.
-		scriptSettleRegistrations.Run(bg, s.rdb, s.wfRegKeys(), p.ID, "1")
+		s.undoRegistration(bg, reg)
 		return nil, err
+	}
+	release := func(run runScript) {
+		for _, q := range queues {
+			run(scriptReleaseHeld, s.keys(q), p.ID)
+		}
+	}
+	if err = s.pipelinedScripts(bg, release); err != nil && !isRedisError(err) {
+		err = s.pipelinedScripts(bg, release)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("written, its first jobs not released (Cleanup releases them): %w", err)
 	}
 	return now, nil
 }

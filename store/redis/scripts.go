@@ -1977,6 +1977,25 @@ end
 return 0
 `)
 
+// scriptUndoRegistration undoes the pending registration of workflow ARGV[1] (its queue ARGV[2],
+// its job ids the rest of ARGV) as scriptSettleRegistrations' flag "1" does, when it is the one
+// those arguments made: the workflow index names that queue and the pending registration those
+// jobs, in that order. Another insert's registration of the same workflow id is left alone. KEYS
+// as scriptRegisterWorkflow's. Returns 1 when it undid it.
+var scriptUndoRegistration = newFreeingFunc("UndoRegistration", `
+local id = ARGV[1]
+local js = redis.call('HGET', KEYS[4], id)
+if redis.call('HGET', KEYS[2], id) ~= ARGV[2] or not js then return 0 end
+local jobs = {}
+for i = 3, #ARGV do jobs[#jobs + 1] = ARGV[i] end
+if js ~= cjson.encode(jobs) then return 0 end
+for _, jid in ipairs(jobs) do redis.call('HDEL', KEYS[1], jid) end
+redis.call('HDEL', KEYS[2], id)
+redis.call('ZREM', KEYS[3], id)
+redis.call('HDEL', KEYS[4], id)
+return 1
+`)
+
 // scriptCancelWorkflow cancels every job of workflow ARGV[1] that is not terminal and marks it
 // cancelled (the first call's time stays). ARGV[2] is the workflow's queue when its keys are tagged
 // by it (KEYS[1] is then that queue's prefix, and the script touches that slot alone), "" for the
