@@ -89,8 +89,8 @@ func (r *relay) send() {
 // may have none to relay (a pooler that cannot LISTEN): for it the client announces the jobs it
 // inserts instead, after each insert returns (an innermost insert middleware), to the other processes
 // and, while the store hears nothing itself, to this one; jobs inserted in the application's
-// transaction (InsertTx) once that commits. The store's other releases (workflow children, retries by
-// an operator, rescues) are found by the poll.
+// transaction (InsertTx) once that commits (AfterInsertCommit). The store's other releases
+// (workflow children, retries by an operator, rescues) are found by the poll.
 func (c *Client) startRelay() {
 	r := &relay{n: c.cfg.Notifier, onErr: func(err error) {
 		c.cfg.Logger.Warn("pronto: relaying notifications to Config.Notifier failed", "client", c.cfg.ID, "err", err)
@@ -109,13 +109,11 @@ func (c *Client) startRelay() {
 		if len(ns) == 0 {
 			return rows, err
 		}
-		if tx, _ := ctx.Value(appTxKey{}).(*appTx); tx != nil && tx.probe != nil {
-			// Announced now, the jobs would not be there for the claim it wakes: announced once
-			// the transaction commits, never if it rolls back.
-			c.afterCommit(tx.probe, func() { c.announce(r, ls, ns) })
-			return rows, err
-		}
-		c.announce(r, ls, ns)
+		// In the application's transaction, announced now, the jobs would not be there for the
+		// claim it wakes: they are announced once it commits, never if it rolls back, from the one
+		// commit watch that runs the rest of the insert's deferred work (the innermost middleware
+		// defers first, so the wake-up goes out first). Outside one it runs at once.
+		AfterInsertCommit(ctx, func() { c.announce(r, ls, ns) })
 		return rows, err
 	}
 	c.cfg.InsertMiddleware = append(slices.Clone(c.cfg.InsertMiddleware), announce)
@@ -143,13 +141,16 @@ func insertAnnouncements(rows []*JobRow) []store.Notification {
 	var out []store.Notification
 	at := map[string]int{}
 	for _, j := range rows {
+		if j.Duplicate {
+			continue // the holder of the unique key met: its own insert announced it
+		}
 		var due time.Time
 		switch j.State {
 		case store.StateAvailable:
 		case store.StateScheduled:
 			due = j.ScheduledAt
 		default:
-			continue // pending (workflow) jobs and refused or deduplicated ones announce nothing
+			continue // pending (workflow) jobs and refused ones announce nothing
 		}
 		k, seen := at[j.Queue]
 		if !seen {

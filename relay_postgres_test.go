@@ -292,3 +292,127 @@ func TestRelayPostgresInsertTxSlowCommit(t *testing.T) {
 	require.NoError(t, tx.Commit(ctx))
 	relayWaitRan(t, &done, row.ID, "a job InsertTx stored in a transaction longer than the inserter's PollInterval was not announced")
 }
+
+// relayCountingNotifier is a Notifier of one process that sends nothing anywhere: it counts the
+// batches the relay publishes and hands each one's arrival to published.
+type relayCountingNotifier struct {
+	published chan int
+}
+
+func (n *relayCountingNotifier) Subscribe(func(store.Notification)) func()          { return func() {} }
+func (n *relayCountingNotifier) Signal(context.Context, []store.Notification) error { return nil }
+func (n *relayCountingNotifier) Publish(_ context.Context, ns []store.Notification) error {
+	n.published <- len(ns)
+	return nil
+}
+
+// relayProbeStore is a PostgreSQL store that records, per job id, the goroutines that read the job:
+// the commit watches of an InsertTx read its new job back, each from a goroutine of its own.
+type relayProbeStore struct {
+	*postgres.Store
+	mu      sync.Mutex
+	readers map[string]map[string]bool // job id -> goroutine ids
+}
+
+func (s *relayProbeStore) GetJob(ctx context.Context, id string) (*store.Job, error) {
+	buf := make([]byte, 64)
+	buf = buf[:runtime.Stack(buf, false)] // "goroutine N [running]:..."
+	g, _, _ := strings.Cut(strings.TrimPrefix(string(buf), "goroutine "), " ")
+	s.mu.Lock()
+	if s.readers == nil {
+		s.readers = map[string]map[string]bool{}
+	}
+	if s.readers[id] == nil {
+		s.readers[id] = map[string]bool{}
+	}
+	s.readers[id][g] = true
+	s.mu.Unlock()
+	return s.Store.GetJob(ctx, id)
+}
+
+func (s *relayProbeStore) watchesOf(id string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.readers[id])
+}
+
+// relayInsertTxClient is an insert-only client on PostgreSQL without LISTEN with Config.Notifier
+// set and an insert middleware that defers work with AfterInsertCommit, as promexport's does: the
+// deferred work's runs arrive on ran.
+func relayInsertTxClient(tb testing.TB, st store.Store, n pronto.Notifier, ran chan<- struct{}) *pronto.Client {
+	tb.Helper()
+	mw := func(ctx context.Context, ps []*pronto.JobInsertParams, next pronto.InsertFunc) ([]*pronto.JobRow, error) {
+		rows, err := next(ctx, ps)
+		if err == nil {
+			pronto.AfterInsertCommit(ctx, func() { ran <- struct{}{} })
+		}
+		return rows, err
+	}
+	c, err := pronto.NewClient(st, &pronto.Config{Notifier: n, InsertMiddleware: []pronto.InsertMiddleware{mw}})
+	require.NoError(tb, err)
+	tb.Cleanup(func() { _ = c.Stop(context.Background()) })
+	return c
+}
+
+// relayWaitFor waits for one value of ch, for at most relayDeadline.
+func relayWaitFor[T any](tb testing.TB, ch <-chan T, what string) {
+	tb.Helper()
+	select {
+	case <-ch:
+	case <-time.After(relayDeadline):
+		tb.Fatalf("%s did not happen within %s", what, relayDeadline)
+	}
+}
+
+// TestRelayInsertTxOneCommitWatch: with Config.Notifier on PostgreSQL and an insert middleware that
+// defers work with AfterInsertCommit, an InsertTx is watched for its commit by one goroutine, which
+// announces the job and runs the deferred work. The relay used to start a watch of its own beside
+// the one AfterInsertCommit's work runs from: two goroutines, timers and read-backs per transaction.
+func TestRelayInsertTxOneCommitWatch(t *testing.T) {
+	ctx := context.Background()
+	st := &relayProbeStore{Store: relayPGNoListen(t, testdb.Schema(t))}
+	n := &relayCountingNotifier{published: make(chan int, 16)}
+	ran := make(chan struct{}, 16)
+	c := relayInsertTxClient(t, st, n, ran)
+
+	tx, err := st.Pool().Begin(ctx)
+	require.NoError(t, err)
+	row, err := c.InsertTx(ctx, tx, relayArgs{N: 1}, nil)
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit(ctx))
+	relayWaitFor(t, n.published, "the announcement of the committed job")
+	relayWaitFor(t, ran, "the work deferred with AfterInsertCommit")
+	require.Equal(t, 1, st.watchesOf(row.ID),
+		"goroutines that read the job back to see its transaction commit (commit watches of one InsertTx)")
+}
+
+// BenchmarkInsertTxNotifier: one InsertTx in its own transaction, committed, with Config.Notifier set
+// on PostgreSQL without LISTEN and an insert middleware deferring work with AfterInsertCommit (as
+// promexport's does); each op waits until the job is announced and the deferred work ran, so the
+// commit watching is in the measure.
+func BenchmarkInsertTxNotifier(b *testing.B) {
+	ctx := context.Background()
+	st, err := postgres.New(testdb.NewPool(b, 3), postgres.Config{Schema: testdb.Schema(b),
+		ListenURL: "postgres://postgres@127.0.0.1:1/test?connect_timeout=1"})
+	require.NoError(b, err)
+	b.Cleanup(func() { _ = st.Close() })
+	require.NoError(b, st.Migrate(ctx))
+	n := &relayCountingNotifier{published: make(chan int, 16)}
+	ran := make(chan struct{}, 16)
+	c := relayInsertTxClient(b, st, n, ran)
+	b.ReportAllocs()
+	for b.Loop() {
+		tx, err := st.Pool().Begin(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := c.InsertTx(ctx, tx, relayArgs{N: 1}, nil); err != nil {
+			b.Fatal(err)
+		}
+		if err := tx.Commit(ctx); err != nil {
+			b.Fatal(err)
+		}
+		relayWaitFor(b, n.published, "the announcement")
+		relayWaitFor(b, ran, "the deferred work")
+	}
+}
