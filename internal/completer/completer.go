@@ -13,12 +13,35 @@
 // The queue is bounded (Config.MaxPending): when the store writes outcomes more slowly than the
 // workers produce them, Add waits for room, so the workers slow down to the store's pace instead of
 // piling outcomes up in memory (and their jobs up as active in the database).
+//
+// A batch the store fails is tried again with backoff, and no outcome is given up for an error that
+// may pass (an outcome given up is a job run again); only data the store refuses (Config.Transient)
+// is split out and given up after a few tries. How a batch waits depends on the error:
+//
+//   - An outage (Config.Unavailable: the store down, unreachable, restarting) keeps the batch whole
+//     for as long as it lasts: its pieces would only fail alike, in more calls.
+//   - Any other error that persists past isolateAfter tries (a row locked past lock_timeout by a
+//     session holding it, a statement_timeout) may be some outcomes' only: the batch is written by
+//     halves, so the healthy outcomes are written at once, and an outcome that still fails alone is
+//     set aside in a side lane. There it is tried on its own, with a backoff of its own, until it is
+//     written (or ctx ends), while Run goes on writing the outcomes that come after it. So a
+//     failing outcome holds no other: with one batch written at a time, it used to hold every later
+//     outcome of the client.
+//
+// Isolating costs calls, so it is bounded: a pass spends about 2*log2(batch) failing calls, the lane
+// holds at most maxSetAside outcomes, and what could be neither written nor set aside (every
+// outcome failing, as under a migration's table lock) is tried whole again, isolated less and less
+// often while the error lasts. A store's partial answer (store.FinishPartialError) settles the
+// outcomes it knows wherever it comes, so none is sent again. Close has the lane tried at once, and
+// Run returns only once the lane is empty too; each outcome's callbacks are told its fate once.
 package completer
 
 import (
 	"context"
 	"errors"
 	"log/slog"
+	"math/bits"
+	"slices"
 	"sync"
 	"time"
 
@@ -109,7 +132,28 @@ type Config struct {
 	// refuses, and such an outcome, alone, is given up after a few tries, so that one outcome that
 	// can never be written holds no other. Nil: every error is transient.
 	Transient func(error) bool
+	// Unavailable reports whether an error of Finish means the store cannot serve now
+	// (store.IsUnavailable with the store, so that its own client library's errors count): such an
+	// outage keeps a batch whole while it lasts. A transient error that is not one, and persists, has
+	// its batch split to set the failing outcomes aside (see the package doc). A lock or statement
+	// timeout never counts as an outage here. Nil: store.IsUnavailable without a store.
+	Unavailable func(error) bool
 }
+
+// isolateAfter is how many times a batch fails with an error that is neither an outage nor a
+// refusal before it is isolated: the first retry lets a deadlock or serialization failure pass.
+const isolateAfter = 2
+
+// maxIsolateInterval bounds the growing number of tries between two isolations of the outcomes a
+// batch could neither write nor set aside.
+const maxIsolateInterval = 16
+
+// maxSetAside bounds the side lane: each outcome in it is a call per backoff. Past it, a failing
+// outcome waits in its batch, and the client's later outcomes behind it, at the store's pace.
+const maxSetAside = 16
+
+// laneFirstBackoff is the wait before an outcome set aside is tried again on its own.
+const laneFirstBackoff = 100 * time.Millisecond
 
 // refusedTries is how many times an outcome the store refuses alone (a non-transient error: its
 // data at fault) is tried before it is given up: its job stays active until its lease expires and
@@ -134,6 +178,13 @@ type Completer struct {
 	full      chan struct{} // buffered(1)
 	done      chan struct{}
 
+	// The side lane: outcomes that keep failing alone, tried by runLane while Run goes on.
+	lane        []laneItem
+	laneRunning bool
+	laneWG      sync.WaitGroup // runLane; Added to by Run only, waited for by Run
+	laneWake    chan struct{}  // buffered(1): Close asks for the lane to be tried at once
+	laneBackoff time.Duration  // laneFirstBackoff; tests hold the lane's retries with a longer one
+
 	cs []store.Completion // write's buffer, owned by Run
 }
 
@@ -151,17 +202,19 @@ func New(cfg Config) *Completer {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	c := &Completer{cfg: cfg, gaps: newSpacing(max(cfg.Linger, 0)), full: make(chan struct{}, 1), done: make(chan struct{})}
+	c := &Completer{cfg: cfg, gaps: newSpacing(max(cfg.Linger, 0)), full: make(chan struct{}, 1), done: make(chan struct{}),
+		laneWake: make(chan struct{}, 1), laneBackoff: laneFirstBackoff}
 	c.cond = sync.NewCond(&c.mu)
 	c.space = sync.NewCond(&c.mu)
 	return c
 }
 
-// Backlog returns how many outcomes wait to be written (queued, or waiting for room in the queue).
+// Backlog returns how many outcomes wait to be written (queued, waiting for room in the queue, or
+// set aside).
 func (c *Completer) Backlog() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return len(c.pending) + c.waiters
+	return len(c.pending) + c.waiters + len(c.lane)
 }
 
 // Add queues one outcome. While MaxPending outcomes wait to be written it waits for room. An Add
@@ -201,11 +254,19 @@ func (c *Completer) signalFull() {
 	}
 }
 
-// Close stops accepting outcomes; Run writes what is queued and returns.
+// Close stops accepting outcomes; Run writes what is queued, and what is set aside, and returns.
 func (c *Completer) Close() {
 	c.mu.Lock()
 	c.closed = true
+	// The outcomes set aside are tried at once, rather than after their backoff, like the queue.
+	for i := range c.lane {
+		c.lane[i].next = time.Time{}
+	}
 	c.mu.Unlock()
+	select {
+	case c.laneWake <- struct{}{}:
+	default:
+	}
 	c.signalFull()
 	c.cond.Broadcast()
 	c.space.Broadcast()
@@ -214,11 +275,14 @@ func (c *Completer) Close() {
 // Done is closed when Run has returned.
 func (c *Completer) Done() <-chan struct{} { return c.done }
 
-// Run writes batches until Close has been called and everything queued is written, or ctx is done
-// (what is left then is reported to its callbacks as not written; the jobs' leases will expire and the
-// rescuer will run them again).
+// Run writes batches until Close has been called and everything queued or set aside is written, or
+// ctx is done (what is left then is reported to its callbacks as not written; the jobs' leases will
+// expire and the rescuer will run them again).
 func (c *Completer) Run(ctx context.Context) {
 	defer close(c.done)
+	// The side lane ends when it is empty or ctx is done; Run returns after it, so that Done means
+	// every outcome's fate is told.
+	defer c.laneWG.Wait()
 	stop := context.AfterFunc(ctx, func() { c.cond.Broadcast() })
 	defer stop()
 	linger := time.NewTimer(time.Hour)
@@ -300,6 +364,7 @@ func (c *Completer) write(ctx context.Context, batch []Item) {
 // writeAll is write with the batch's completions cs (cs[i] is batch[i]'s).
 func (c *Completer) writeAll(ctx context.Context, batch []Item, cs []store.Completion) {
 	backoff := 50 * time.Millisecond
+	isolateAt := isolateAfter
 	for tries := 1; ; tries++ {
 		res, err := c.cfg.Finish(ctx, cs)
 		if err == nil {
@@ -322,7 +387,7 @@ func (c *Completer) writeAll(ctx context.Context, batch []Item, cs []store.Compl
 			}
 			return
 		}
-		if c.cfg.Transient != nil && !c.cfg.Transient(err) {
+		if !c.transient(err) {
 			if len(batch) > 1 {
 				// Perhaps one outcome's data: each half on its own, so the others are written.
 				mid := len(batch) / 2
@@ -336,6 +401,17 @@ func (c *Completer) writeAll(ctx context.Context, batch []Item, cs []store.Compl
 				batch[0].done(false, err)
 				return
 			}
+		} else if tries >= isolateAt && !c.outage(err) {
+			// Not the store down, yet the batch keeps failing: perhaps some of its rows only (locked,
+			// timing out). Write what can be written, and set the failing outcomes aside, so that
+			// they no longer hold every later outcome of the client.
+			batch, cs = c.isolate(ctx, batch, cs, err)
+			if len(batch) == 0 {
+				return
+			}
+			// What could be neither written nor set aside is tried as one batch again; an
+			// isolation's failing calls are spent less and less often while the error lasts.
+			isolateAt = tries + min(tries, maxIsolateInterval)
 		}
 		c.cfg.Logger.Error("pronto: writing job outcomes failed; retrying", "jobs", len(batch), "err", err, "retry_in", backoff)
 		select {
@@ -344,6 +420,225 @@ func (c *Completer) writeAll(ctx context.Context, batch []Item, cs []store.Compl
 		}
 		backoff = min(backoff*2, 5*time.Second)
 	}
+}
+
+// transient reports whether err may pass when the same outcomes are tried again (Config.Transient).
+func (c *Completer) transient(err error) bool {
+	return c.cfg.Transient == nil || c.cfg.Transient(err)
+}
+
+// outage reports whether err means the store cannot serve at all now, whatever the outcomes: then
+// the batch waits whole, as splitting it would only multiply the failing calls. A lock or
+// statement timeout is the one statement's, perhaps of one row, even though store.IsUnavailable
+// counts it (a migration's table lock fails every statement, and an operator's row lock one job's).
+func (c *Completer) outage(err error) bool {
+	var se interface{ SQLState() string }
+	if errors.As(err, &se) {
+		switch se.SQLState() {
+		case "55P03", "57014": // lock_not_available, query_canceled
+			return false
+		}
+	}
+	if c.cfg.Unavailable != nil {
+		return c.cfg.Unavailable(err)
+	}
+	return store.IsUnavailable(nil, err)
+}
+
+// isolate writes batch, which keeps failing with err (neither an outage nor a refusal), by halves:
+// a half that is written is reported at once, a half that fails alike is split again, and an
+// outcome that fails alone is set aside (see setAside). It returns, in new slices, the outcomes it
+// could neither write nor set aside: after an outage or the end of ctx, with its failing calls
+// spent, or with the side lane full.
+func (c *Completer) isolate(ctx context.Context, batch []Item, cs []store.Completion, err error) ([]Item, []store.Completion) {
+	c.cfg.Logger.Warn("pronto: a batch of job outcomes keeps failing; writing it by halves to set the failing ones aside",
+		"jobs", len(batch), "err", err)
+	// Enough failing calls to find two failing outcomes among the batch; a failure of every
+	// outcome (a migration's table lock) costs no more than that per isolation.
+	iso := isolation{c: c, budget: 2*bits.Len(uint(len(batch))) + 2}
+	iso.split(ctx, batch, cs, err)
+	return iso.kept, iso.keptCs
+}
+
+// isolation is one isolate pass.
+type isolation struct {
+	c      *Completer
+	budget int  // failing calls left to spend on splitting
+	halted bool // an outage, or ctx ended: the rest is kept whole, untried
+	kept   []Item
+	keptCs []store.Completion
+}
+
+// split handles batch, which failed with err.
+func (iso *isolation) split(ctx context.Context, batch []Item, cs []store.Completion, err error) {
+	if len(batch) == 1 && !iso.halted && iso.c.setAside(ctx, batch[0], err) {
+		return
+	}
+	if len(batch) == 1 || iso.halted || iso.budget <= 0 {
+		iso.keep(batch, cs)
+		return
+	}
+	mid := len(batch) / 2
+	iso.try(ctx, batch[:mid], cs[:mid])
+	iso.try(ctx, batch[mid:], cs[mid:])
+}
+
+// keep returns batch to the caller, to be retried whole.
+func (iso *isolation) keep(batch []Item, cs []store.Completion) {
+	iso.kept = append(iso.kept, batch...)
+	iso.keptCs = append(iso.keptCs, cs...)
+}
+
+// try writes one part of the batch being isolated.
+func (iso *isolation) try(ctx context.Context, batch []Item, cs []store.Completion) {
+	if iso.halted {
+		iso.keep(batch, cs)
+		return
+	}
+	c := iso.c
+	res, err := c.cfg.Finish(ctx, cs)
+	if err == nil {
+		report(batch, res)
+		return
+	}
+	var partial *store.FinishPartialError
+	if errors.As(err, &partial) && len(partial.Results) == len(batch) && len(partial.Known) == len(batch) {
+		batch, cs = settleKnown(batch, cs, partial)
+		if len(batch) == 0 {
+			c.cfg.Logger.Error("pronto: job outcomes written, but the store reported an error", "err", err)
+			return
+		}
+	}
+	switch {
+	case ctx.Err() != nil || c.outage(err):
+		// The caller retries the rest whole (or reports it, once ctx is done).
+		iso.halted = true
+	case !c.transient(err):
+		// The store refuses some outcome's data: the refusal's own path isolates it.
+		c.writeAll(ctx, batch, cs)
+		return
+	default:
+		iso.budget--
+	}
+	iso.split(ctx, batch, cs, err)
+}
+
+// setAside moves an outcome that keeps failing alone to the side lane, where it is tried on its
+// own, with a backoff of its own, while Run goes on writing the outcomes that come after it. It
+// reports false when the lane is full: the outcome then waits in its batch as before.
+func (c *Completer) setAside(ctx context.Context, it Item, err error) bool {
+	c.mu.Lock()
+	if len(c.lane) >= maxSetAside {
+		c.mu.Unlock()
+		return false
+	}
+	c.lane = append(c.lane, laneItem{it: it, next: time.Now().Add(c.laneBackoff), backoff: c.laneBackoff})
+	if !c.laneRunning {
+		c.laneRunning = true
+		c.laneWG.Add(1)
+		go c.runLane(ctx)
+	}
+	c.mu.Unlock()
+	c.cfg.Logger.Warn("pronto: a job's outcome keeps failing; retrying it on its own so that other outcomes are written",
+		"job", it.Completion.ID, "attempt", it.Completion.Attempt, "err", err)
+	return true
+}
+
+// laneItem is an outcome set aside.
+type laneItem struct {
+	it       Item
+	next     time.Time // when it is tried next
+	backoff  time.Duration
+	refusals int // tries the store refused its data
+}
+
+// runLane tries the outcomes set aside until each is written (or refused refusedTries times, as in
+// a batch), or ctx ends; it returns when the lane is empty.
+func (c *Completer) runLane(ctx context.Context) {
+	defer c.laneWG.Done()
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	defer timer.Stop()
+	for {
+		c.mu.Lock()
+		if len(c.lane) == 0 || ctx.Err() != nil {
+			left := c.lane
+			c.lane, c.laneRunning = nil, false
+			c.mu.Unlock()
+			for i := range left {
+				left[i].it.done(false, context.Cause(ctx))
+			}
+			return
+		}
+		now := time.Now()
+		i, wake := -1, time.Time{}
+		for j := range c.lane {
+			if !now.Before(c.lane[j].next) {
+				i = j
+				break
+			}
+			if wake.IsZero() || c.lane[j].next.Before(wake) {
+				wake = c.lane[j].next
+			}
+		}
+		if i < 0 {
+			c.mu.Unlock()
+			timer.Reset(wake.Sub(now))
+			select {
+			case <-timer.C:
+			case <-c.laneWake:
+				timer.Stop()
+			case <-ctx.Done():
+				timer.Stop()
+			}
+			continue
+		}
+		it := c.lane[i].it
+		c.mu.Unlock()
+
+		settled, err := c.writeAlone(ctx, &it)
+		c.mu.Lock()
+		li := &c.lane[i] // only this goroutine removes from the lane, so i still names it
+		if !settled && err != nil && !c.transient(err) {
+			li.refusals++
+			settled = li.refusals == refusedTries
+		}
+		backoff := li.backoff
+		if settled {
+			c.lane = slices.Delete(c.lane, i, i+1)
+		} else {
+			li.next = time.Now().Add(backoff)
+			li.backoff = min(backoff*2, 5*time.Second)
+		}
+		c.mu.Unlock()
+		switch {
+		case settled && err != nil:
+			c.cfg.Logger.Error("pronto: the store refuses a job's outcome; given up, the job will be rescued when its lease expires",
+				"job", it.Completion.ID, "attempt", it.Completion.Attempt, "err", err)
+			it.done(false, err)
+		case !settled && ctx.Err() == nil:
+			c.cfg.Logger.Error("pronto: writing job outcomes failed; retrying", "jobs", 1,
+				"job", it.Completion.ID, "attempt", it.Completion.Attempt, "err", err, "retry_in", backoff)
+		}
+	}
+}
+
+// writeAlone writes one outcome set aside. It reports whether its fate is settled (written, and
+// told to its callbacks), and else the error.
+func (c *Completer) writeAlone(ctx context.Context, it *Item) (bool, error) {
+	res, err := c.cfg.Finish(ctx, []store.Completion{it.Completion})
+	if err == nil {
+		report([]Item{*it}, res)
+		return true, nil
+	}
+	var partial *store.FinishPartialError
+	if errors.As(err, &partial) && len(partial.Known) == 1 && len(partial.Results) == 1 &&
+		partial.Known[0] && partial.Results[0].ID == it.Completion.ID {
+		c.cfg.Logger.Error("pronto: job outcomes written, but the store reported an error", "err", err)
+		it.done(partial.Results[0].Applied, nil)
+		return true, nil
+	}
+	return false, err
 }
 
 // report tells each item of batch its result in res.
