@@ -263,9 +263,14 @@ func (l *eventLog) appendEvent(b []byte, e *event) []byte {
 	return append(b, '}')
 }
 
-// jobEvent builds a job event whose data starts with job_type and queue; more adds the rest, and
+// jobEvent records a job event whose data starts with job_type and queue; more adds the rest, and
 // the job's trace_id ends it when it has one.
 func (s *Server) jobEvent(typ string, j *pronto.JobRow, at time.Time, more func(b []byte) []byte) {
+	s.order.add(s.jobEventData(typ, j, at, more), s.events)
+}
+
+// jobEventData builds the job event jobEvent records.
+func (s *Server) jobEventData(typ string, j *pronto.JobRow, at time.Time, more func(b []byte) []byte) event {
 	s.streams.wake(j)
 	b := make([]byte, 0, 256)
 	b = append(b, '{')
@@ -279,17 +284,20 @@ func (s *Server) jobEvent(typ string, j *pronto.JobRow, at time.Time, more func(
 		b = appendStringField(b, "trace_id", tid)
 	}
 	b = append(b, '}')
-	s.events.add(event{
-		typ: typ, source: s.source, subject: j.ID, at: at, queue: j.Queue, jobType: j.Kind, data: b,
-	})
+	return event{typ: typ, source: s.source, subject: j.ID, at: at, queue: j.Queue, jobType: j.Kind, data: b}
 }
 
 // jobEventForm records a job event whose data e's form and fields give (see event).
 func (s *Server) jobEventForm(typ string, j *pronto.JobRow, at time.Time, e event) {
+	s.order.add(s.jobEventOf(typ, j, at, e), s.events)
+}
+
+// jobEventOf completes e, the job event jobEventForm records.
+func (s *Server) jobEventOf(typ string, j *pronto.JobRow, at time.Time, e event) event {
 	s.streams.wake(j)
 	e.typ, e.source, e.subject, e.at, e.queue, e.jobType = typ, s.source, j.ID, at, j.Queue, j.Kind
 	e.trace = traceID(j.Meta)
-	s.events.add(e)
+	return e
 }
 
 // consumeClientEvents turns the client's events into OJS events until ch is closed.
@@ -474,8 +482,8 @@ func (s *Server) rateDroppedEvent(j *pronto.JobRow, ev *pronto.Event) {
 		b = appendStringField(b, "trace_id", tid)
 	}
 	b = append(b, '}')
-	s.events.add(event{typ: "rate_limit.dropped", source: s.source, subject: j.ID, at: ev.At, queue: j.Queue,
-		jobType: j.Kind, data: b})
+	s.order.add(event{typ: "rate_limit.dropped", source: s.source, subject: j.ID, at: ev.At, queue: j.Queue,
+		jobType: j.Kind, data: b}, s.events)
 	s.jobEvent("job.discarded", j, ev.At, func(b []byte) []byte {
 		b = appendIntField(b, "total_attempts", int64(j.Attempt))
 		if n := len(j.Errors); n > 0 {
@@ -568,15 +576,16 @@ func (s *Server) onCronInsert(jobID string) func() {
 // A fetch of the job that came first has recorded job.enqueued already (enqueueOrder).
 func (s *Server) enqueuedEvent(j *pronto.JobRow) {
 	s.history.record(statEnqueued, j.Queue, j.CreatedAt, 0)
-	s.order.inserted(j.ID, func() {
+	s.order.inserted(j.ID, s.events, func() (event, bool) {
 		switch j.State {
 		case pronto.StateScheduled:
-			s.jobEvent("job.scheduled", j, j.CreatedAt, func(b []byte) []byte {
+			return s.jobEventData("job.scheduled", j, j.CreatedAt, func(b []byte) []byte {
 				return appendTimeField(b, "scheduled_at", j.ScheduledAt)
-			})
+			}), true
 		case pronto.StateAvailable:
-			s.jobEventForm("job.enqueued", j, j.CreatedAt, event{form: formEnqueued, n1: int64(j.Priority)})
+			return s.jobEventOf("job.enqueued", j, j.CreatedAt, event{form: formEnqueued, n1: int64(j.Priority)}), true
 		}
+		return event{}, false
 	})
 }
 
