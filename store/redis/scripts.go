@@ -807,6 +807,12 @@ for x, j in ipairs(jobs) do
           end
           unplace(hid)
           redis.call('HSET', jk(hid), 'state', 'cancelled', 'completed', s(t))
+          if instates('cancelled', redis.call('HGET', jk(hid), 'ustates')) then
+            -- Cancelled, it would still hold the key and keep it from its replacement: it gives
+            -- the key up, as on PostgreSQL.
+            redis.call('HSET', jk(hid), 'ukey', '')
+            letgo(j.uk, hid)
+          end
           leave(hid)
           place(hid)
         end
