@@ -64,6 +64,31 @@ func refuseNewer(ctx context.Context, db *database) error {
 	return nil
 }
 
+// newerMigrations is implemented by the stores that read the marks newer pronto versions record
+// with their migrations (PostgreSQL, SQLite).
+type newerMigrations interface {
+	NewerMigrations(ctx context.Context) (compatible, incompatible []store.Migration, err error)
+}
+
+// newerNote says which migrations a newer pronto applied that this binary runs with (marked
+// compatible with older binaries), or "" when none.
+func newerNote(ctx context.Context, db *database) string {
+	n, ok := db.store.(newerMigrations)
+	if !ok {
+		return ""
+	}
+	compatible, _, err := n.NewerMigrations(ctx)
+	if err != nil || len(compatible) == 0 {
+		return ""
+	}
+	versions := make([]string, len(compatible))
+	for i, m := range compatible {
+		versions[i] = fmt.Sprintf("%03d_%s", m.Version, m.Name)
+	}
+	return fmt.Sprintf("it also has migration(s) %s applied by a newer pronto, marked compatible with older binaries: "+
+		"this binary runs on it, but rolls nothing back under them", strings.Join(versions, ", "))
+}
+
 // status returns the migrations and how many are applied.
 func migrationStatus(ctx context.Context, m migrator, db *database) ([]store.Migration, int, error) {
 	ms, err := m.MigrationStatus(ctx)
@@ -132,6 +157,9 @@ func cmdMigrateUp(ctx context.Context, r *runner, args []string) error {
 			fmt.Fprintf(r.env.Stdout, "applied %03d_%s\n", mg.Version, mg.Name)
 		}
 		fmt.Fprintf(r.env.Stdout, "%s is up to date: %d of %d migrations applied\n", r.migrateName(db), after, len(ms))
+		if note := newerNote(ctx, db); note != "" {
+			fmt.Fprintln(r.env.Stdout, note)
+		}
 		if *unlogged {
 			fmt.Fprintln(r.env.Stdout, "the jobs table is UNLOGGED: a database crash deletes every job")
 		} else if *logged {
@@ -236,6 +264,9 @@ func cmdMigrateStatus(ctx context.Context, r *runner, args []string) error {
 			fmt.Fprintf(r.env.Stdout, "%d of %d migrations pending; apply them with: pronto migrate up%s\n", pending, len(ms), db.urlFlag())
 		} else {
 			fmt.Fprintf(r.env.Stdout, "%s is up to date: %d of %d migrations applied\n", r.migrateName(db), applied, len(ms))
+		}
+		if note := newerNote(ctx, db); note != "" {
+			fmt.Fprintln(r.env.Stdout, note)
 		}
 		return nil
 	})

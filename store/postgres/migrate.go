@@ -31,6 +31,43 @@ type migration struct {
 	version  int
 	name     string
 	up, down string
+	// olderOK says that binaries which do not know this migration may keep running on the schema it
+	// produces (its up file's olderBinariesLine).
+	olderOK bool
+}
+
+// lastUnmarked is the newest migration released before migrations said whether older binaries may
+// run on their schema. Every binary that reads the marks knows these migrations, so their marks are
+// never consulted; every later migration must carry one.
+const lastUnmarked = 26
+
+// olderBinariesLine is how a migration's up file says whether binaries that do not know it may keep
+// running on the schema it produces: a line "-- older binaries: compatible" (it only adds what
+// older code never touches, or changes nothing older code relies on) or "-- older binaries:
+// incompatible, <why>" (older code would fail or corrupt data on it). Newer binaries record the
+// mark beside the migration in schema_migrations, where older binaries read it.
+const olderBinariesLine = "-- older binaries:"
+
+// parseOlderBinaries returns the mark of a migration's up script, and whether it has one.
+func parseOlderBinaries(up string) (compatible, marked bool) {
+	for line := range strings.Lines(up) {
+		comment, ok := strings.CutPrefix(strings.TrimSpace(line), "--")
+		if !ok {
+			continue
+		}
+		rest, ok := strings.CutPrefix(strings.TrimSpace(comment), strings.TrimPrefix(olderBinariesLine, "-- "))
+		if !ok {
+			continue
+		}
+		word, _, _ := strings.Cut(strings.TrimSpace(rest), ",")
+		switch strings.TrimSpace(word) {
+		case "compatible":
+			return true, true
+		case "incompatible":
+			return false, true
+		}
+	}
+	return false, false
 }
 
 // migrations lists the embedded migrations in version order. It panics on a malformed file name,
@@ -79,6 +116,12 @@ func loadMigrations() []migration {
 	for _, m := range byVersion {
 		if m.up == "" || m.down == "" {
 			panic(fmt.Sprintf("postgres: migration %d lacks its up or down file", m.version))
+		}
+		var marked bool
+		m.olderOK, marked = parseOlderBinaries(m.up)
+		if !marked && m.version > lastUnmarked {
+			panic(fmt.Sprintf("postgres: migration %03d_%s lacks a %q line (compatible or incompatible)",
+				m.version, m.name, olderBinariesLine+" "))
 		}
 		out = append(out, *m)
 	}
@@ -134,7 +177,7 @@ func (s *Store) ApplyMigrations(ctx context.Context) ([]store.Migration, error) 
 			if err := s.applyMigration(ctx, tx, m, unlogged && !switched, relog); err != nil {
 				return err
 			}
-			if _, err := tx.Exec(ctx, s.q.recordMigration, m.version, m.name); err != nil {
+			if _, err := tx.Exec(ctx, s.expand.Replace(sqlRecordMarkedMigration), m.version, m.name, m.olderOK); err != nil {
 				return fmt.Errorf("record migration %03d_%s: %w", m.version, m.name, err)
 			}
 			done = append(done, store.Migration{Version: m.version, Name: m.name, Applied: true, AppliedAt: at})
@@ -249,13 +292,110 @@ func (s *Store) MigrationStatus(ctx context.Context) ([]store.Migration, error) 
 }
 
 // CheckSchema returns a *store.SchemaError when the schema lacks an embedded migration or has one
-// applied that this binary does not know. It reads the migrations table once.
+// applied that this binary does not know and may not run with.
+//
+// Unknown migrations that a newer pronto applied and marked compatible with older binaries are
+// accepted: this binary runs on their schema. One not so marked (incompatible, or applied by a
+// binary that predates the marks) fails the check, and the error names it.
 func (s *Store) CheckSchema(ctx context.Context) error {
 	ms, unknown, err := s.migrationStatus(ctx)
 	if err != nil {
 		return err
 	}
-	return store.CheckMigrations(fmt.Sprintf("PostgreSQL schema %q", s.schema), ms, unknown)
+	where := fmt.Sprintf("PostgreSQL schema %q", s.schema)
+	if len(unknown) == 0 {
+		return store.CheckMigrations(where, ms, nil)
+	}
+	newer, err := s.newerMigrations(ctx, migrations[len(migrations)-1].version)
+	if err != nil {
+		return fmt.Errorf("migration status of schema %s: %w", s.schema, err)
+	}
+	return checkNewer(where, ms, newer)
+}
+
+// NewerMigrations lists the migrations applied to the schema that this binary does not know (a
+// newer pronto applied them), oldest first: those marked compatible with older binaries, and the
+// others (marked incompatible, or recorded by a binary that predates the marks).
+func (s *Store) NewerMigrations(ctx context.Context) (compatible, incompatible []store.Migration, err error) {
+	var exists bool
+	if err := s.pool.QueryRow(ctx, s.q.migrationsExist, s.schema+".schema_migrations").Scan(&exists); err != nil || !exists {
+		return nil, nil, err
+	}
+	newer, err := s.newerMigrations(ctx, migrations[len(migrations)-1].version)
+	if err != nil {
+		return nil, nil, err
+	}
+	compatible, incompatible = splitNewer(newer)
+	return compatible, incompatible, nil
+}
+
+// newerMigration is a migration applied by a newer pronto than this binary.
+type newerMigration struct {
+	store.Migration
+	// olderOK is the newer pronto's mark: binaries that do not know the migration may keep running
+	// on its schema. False when marked incompatible or recorded without a mark.
+	olderOK bool
+}
+
+// newerMigrations reads the applied migrations newer than last, the newest this binary knows.
+func (s *Store) newerMigrations(ctx context.Context, last int) ([]newerMigration, error) {
+	var hasMark bool
+	if err := s.pool.QueryRow(ctx, sqlHasMarkColumn, s.schema).Scan(&hasMark); err != nil {
+		return nil, err
+	}
+	mark := "NULL::boolean"
+	if hasMark {
+		mark = "older_binaries_ok"
+	}
+	rows, err := s.pool.Query(ctx, s.expand.Replace(
+		`SELECT version, name, applied_at, coalesce(`+mark+`, false) FROM {schema}.schema_migrations
+		WHERE version > $1 ORDER BY version`), last)
+	if err != nil {
+		return nil, err
+	}
+	var (
+		out []newerMigration
+		m   newerMigration
+	)
+	_, err = pgx.ForEachRow(rows, []any{&m.Version, &m.Name, &m.AppliedAt, &m.olderOK}, func() error {
+		m.Applied = true
+		out = append(out, m)
+		return nil
+	})
+	return out, err
+}
+
+// splitNewer splits newer migrations by their mark.
+func splitNewer(newer []newerMigration) (compatible, incompatible []store.Migration) {
+	for _, n := range newer {
+		if n.olderOK {
+			compatible = append(compatible, n.Migration)
+		} else {
+			incompatible = append(incompatible, n.Migration)
+		}
+	}
+	return compatible, incompatible
+}
+
+// checkNewer is CheckSchema's verdict on a schema whose known migrations are ms and which also has
+// the newer migrations newer applied: nil when ms are all applied and every newer one lets older
+// binaries run, else a *store.SchemaError naming every newer one (they all must be reverted, newest
+// first, to reach the incompatible ones), wrapped to say which are incompatible.
+func checkNewer(where string, ms []store.Migration, newer []newerMigration) error {
+	var unknown []int
+	var refused []string
+	for _, n := range newer {
+		unknown = append(unknown, n.Version)
+		if !n.olderOK {
+			refused = append(refused, fmt.Sprintf("%03d_%s", n.Version, n.Name))
+		}
+	}
+	if len(refused) == 0 {
+		return store.CheckMigrations(where, ms, nil)
+	}
+	err := store.CheckMigrations(where, ms, unknown)
+	return fmt.Errorf("%w (not marked compatible with older binaries: %s; this binary knows migrations up to %03d)",
+		err, strings.Join(refused, ", "), ms[len(ms)-1].Version)
 }
 
 // migrationStatus returns every embedded migration with whether it is applied, and the applied
@@ -311,6 +451,16 @@ func (s *Store) migrateTx(ctx context.Context, fn func(context.Context, pgx.Tx, 
 			return fmt.Errorf("migrate schema %s: %w", s.schema, err)
 		}
 	}
+	// The table of a schema first migrated by a binary that predates the marks lacks their column.
+	var hasMark bool
+	if err = tx.QueryRow(ctx, sqlHasMarkColumn, s.schema).Scan(&hasMark); err != nil {
+		return fmt.Errorf("migrate schema %s: %w", s.schema, err)
+	}
+	if !hasMark {
+		if _, err = tx.Exec(ctx, s.expand.Replace(sqlAddMarkColumn)); err != nil {
+			return fmt.Errorf("migrate schema %s: %w", s.schema, err)
+		}
+	}
 	applied, err := s.appliedMigrations(ctx, tx)
 	if err != nil {
 		return fmt.Errorf("migrate schema %s: %w", s.schema, err)
@@ -348,3 +498,14 @@ func (s *Store) appliedMigrations(ctx context.Context, q querier) (map[int]time.
 	}
 	return applied, nil
 }
+
+// The statements of the older-binaries marks (the other migration statements are in queries.go).
+const (
+	// sqlHasMarkColumn tells whether the schema's migrations table has the marks' column.
+	sqlHasMarkColumn = `SELECT EXISTS (SELECT FROM information_schema.columns
+		WHERE table_schema = $1 AND table_name = 'schema_migrations' AND column_name = 'older_binaries_ok')`
+	// sqlAddMarkColumn adds it: NULL on the rows of the binaries that predate the marks.
+	sqlAddMarkColumn = `ALTER TABLE {schema}.schema_migrations ADD COLUMN IF NOT EXISTS older_binaries_ok boolean`
+	// sqlRecordMarkedMigration records an applied migration with its mark.
+	sqlRecordMarkedMigration = `INSERT INTO {schema}.schema_migrations (version, name, older_binaries_ok) VALUES ($1, $2, $3)`
+)

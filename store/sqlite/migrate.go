@@ -26,6 +26,43 @@ type migration struct {
 	name    string
 	up      string
 	down    string
+	// olderOK says that binaries which do not know this migration may keep running on the schema it
+	// produces (its up file's olderBinariesLine).
+	olderOK bool
+}
+
+// lastUnmarked is the newest migration released before migrations said whether older binaries may
+// run on their schema. Every binary that reads the marks knows these migrations, so their marks are
+// never consulted; every later migration must carry one.
+const lastUnmarked = 14
+
+// olderBinariesLine is how a migration's up file says whether binaries that do not know it may keep
+// running on the schema it produces: a line "-- older binaries: compatible" (it only adds what
+// older code never touches, or changes nothing older code relies on) or "-- older binaries:
+// incompatible, <why>" (older code would fail or corrupt data on it). Newer binaries record the
+// mark beside the migration in pronto_migrations, where older binaries read it.
+const olderBinariesLine = "-- older binaries:"
+
+// parseOlderBinaries returns the mark of a migration's up script, and whether it has one.
+func parseOlderBinaries(up string) (compatible, marked bool) {
+	for line := range strings.Lines(up) {
+		comment, ok := strings.CutPrefix(strings.TrimSpace(line), "--")
+		if !ok {
+			continue
+		}
+		rest, ok := strings.CutPrefix(strings.TrimSpace(comment), strings.TrimPrefix(olderBinariesLine, "-- "))
+		if !ok {
+			continue
+		}
+		word, _, _ := strings.Cut(strings.TrimSpace(rest), ",")
+		switch strings.TrimSpace(word) {
+		case "compatible":
+			return true, true
+		case "incompatible":
+			return false, true
+		}
+	}
+	return false, false
 }
 
 // loadMigrations reads the embedded migrations, oldest first.
@@ -66,6 +103,12 @@ func loadMigrations() ([]migration, error) {
 		if m.up == "" || m.down == "" {
 			return nil, fmt.Errorf("migration %d (%s): needs both an up and a down file", m.version, m.name)
 		}
+		var marked bool
+		m.olderOK, marked = parseOlderBinaries(m.up)
+		if !marked && m.version > lastUnmarked {
+			return nil, fmt.Errorf("migration %03d_%s lacks a %q line (compatible or incompatible)",
+				m.version, m.name, olderBinariesLine+" ")
+		}
 		out = append(out, *m)
 	}
 	slices.SortFunc(out, func(a, b migration) int { return a.version - b.version })
@@ -77,6 +120,14 @@ const migrationsTableSQL = `CREATE TABLE IF NOT EXISTS pronto_migrations (
 	name       TEXT    NOT NULL,
 	applied_at INTEGER NOT NULL
 ) STRICT`
+
+// markColumnSQL tells whether pronto_migrations has the older-binaries marks' column, which a file
+// first migrated by a binary that predates the marks lacks; addMarkColumnSQL adds it (NULL on the
+// rows recorded before).
+const (
+	markColumnSQL    = `SELECT count(*) FROM pragma_table_info('pronto_migrations') WHERE name = 'older_binaries_ok'`
+	addMarkColumnSQL = `ALTER TABLE pronto_migrations ADD COLUMN older_binaries_ok INTEGER`
+)
 
 // appliedVersions reads the applied migrations within q.
 func appliedVersions(ctx context.Context, q interface {
@@ -122,6 +173,15 @@ func (s *Store) ApplyMigrations(ctx context.Context) ([]store.Migration, error) 
 	if _, err := tx.ExecContext(ctx, migrationsTableSQL); err != nil {
 		return nil, fmt.Errorf("migrate %s: %w", s.path, err)
 	}
+	var hasMark int
+	if err := tx.QueryRowContext(ctx, markColumnSQL).Scan(&hasMark); err != nil {
+		return nil, fmt.Errorf("migrate %s: %w", s.path, err)
+	}
+	if hasMark == 0 {
+		if _, err := tx.ExecContext(ctx, addMarkColumnSQL); err != nil {
+			return nil, fmt.Errorf("migrate %s: %w", s.path, err)
+		}
+	}
 	applied, err := appliedVersions(ctx, tx)
 	if err != nil {
 		return nil, fmt.Errorf("migrate %s: %w", s.path, err)
@@ -135,8 +195,8 @@ func (s *Store) ApplyMigrations(ctx context.Context) ([]store.Migration, error) 
 		if _, err := tx.ExecContext(ctx, m.up); err != nil {
 			return nil, fmt.Errorf("migrate %s: migration %d (%s): %w", s.path, m.version, m.name, err)
 		}
-		if _, err := tx.ExecContext(ctx, `INSERT INTO pronto_migrations (version, name, applied_at) VALUES (?, ?, ?)`,
-			m.version, m.name, nowUS); err != nil {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO pronto_migrations (version, name, applied_at, older_binaries_ok) VALUES (?, ?, ?, ?)`,
+			m.version, m.name, nowUS, m.olderOK); err != nil {
 			return nil, fmt.Errorf("migrate %s: record migration %d: %w", s.path, m.version, err)
 		}
 		done = append(done, store.Migration{Version: m.version, Name: m.name, Applied: true, AppliedAt: now})
@@ -227,13 +287,112 @@ func (s *Store) MigrationStatus(ctx context.Context) ([]store.Migration, error) 
 }
 
 // CheckSchema returns a *store.SchemaError when the database lacks an embedded migration or has one
-// applied that this binary does not know.
+// applied that this binary does not know and may not run with.
+//
+// Unknown migrations that a newer pronto applied and marked compatible with older binaries are
+// accepted: this binary runs on their schema. One not so marked (incompatible, or applied by a
+// binary that predates the marks) fails the check, and the error names it.
 func (s *Store) CheckSchema(ctx context.Context) error {
 	ms, unknown, err := s.migrationStatus(ctx)
 	if err != nil {
 		return err
 	}
-	return store.CheckMigrations("SQLite database "+s.path, ms, unknown)
+	where := "SQLite database " + s.path
+	if len(unknown) == 0 {
+		return store.CheckMigrations(where, ms, nil)
+	}
+	newer, err := s.newerMigrations(ctx, ms[len(ms)-1].Version)
+	if err != nil {
+		return fmt.Errorf("migration status %s: %w", s.path, err)
+	}
+	return checkNewer(where, ms, newer)
+}
+
+// newerMigration is a migration applied by a newer pronto than this binary.
+type newerMigration struct {
+	store.Migration
+	// olderOK is the newer pronto's mark: binaries that do not know the migration may keep running
+	// on its schema. False when marked incompatible or recorded without a mark.
+	olderOK bool
+}
+
+// NewerMigrations lists the migrations applied to the database that this binary does not know (a
+// newer pronto applied them), oldest first: those marked compatible with older binaries, and the
+// others (marked incompatible, or recorded by a binary that predates the marks).
+func (s *Store) NewerMigrations(ctx context.Context) (compatible, incompatible []store.Migration, err error) {
+	ms, err := loadMigrations()
+	if err != nil {
+		return nil, nil, err
+	}
+	var exists int
+	if err := s.r.QueryRowContext(ctx,
+		`SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = 'pronto_migrations'`).Scan(&exists); err != nil || exists == 0 {
+		return nil, nil, err
+	}
+	newer, err := s.newerMigrations(ctx, ms[len(ms)-1].version)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, n := range newer {
+		if n.olderOK {
+			compatible = append(compatible, n.Migration)
+		} else {
+			incompatible = append(incompatible, n.Migration)
+		}
+	}
+	return compatible, incompatible, nil
+}
+
+// newerMigrations reads the applied migrations newer than last, the newest this binary knows.
+func (s *Store) newerMigrations(ctx context.Context, last int) ([]newerMigration, error) {
+	var hasMark int
+	if err := s.r.QueryRowContext(ctx, markColumnSQL).Scan(&hasMark); err != nil {
+		return nil, err
+	}
+	mark := "NULL"
+	if hasMark > 0 {
+		mark = "older_binaries_ok"
+	}
+	rows, err := s.r.QueryContext(ctx, `SELECT version, name, applied_at, coalesce(`+mark+`, 0) FROM pronto_migrations
+		WHERE version > ? ORDER BY version`, last)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []newerMigration
+	for rows.Next() {
+		var (
+			m  newerMigration
+			at int64
+		)
+		if err := rows.Scan(&m.Version, &m.Name, &at, &m.olderOK); err != nil {
+			return nil, err
+		}
+		m.Applied, m.AppliedAt = true, microTime(at)
+		out = append(out, m)
+	}
+	return out, rows.Err()
+}
+
+// checkNewer is CheckSchema's verdict on a database whose known migrations are ms and which also
+// has the newer migrations newer applied: nil when ms are all applied and every newer one lets older
+// binaries run, else a *store.SchemaError naming every newer one (they all must be reverted, newest
+// first, to reach the incompatible ones), wrapped to say which are incompatible.
+func checkNewer(where string, ms []store.Migration, newer []newerMigration) error {
+	var unknown []int
+	var refused []string
+	for _, n := range newer {
+		unknown = append(unknown, n.Version)
+		if !n.olderOK {
+			refused = append(refused, fmt.Sprintf("%03d_%s", n.Version, n.Name))
+		}
+	}
+	if len(refused) == 0 {
+		return store.CheckMigrations(where, ms, nil)
+	}
+	err := store.CheckMigrations(where, ms, unknown)
+	return fmt.Errorf("%w (not marked compatible with older binaries: %s; this binary knows migrations up to %03d)",
+		err, strings.Join(refused, ", "), ms[len(ms)-1].Version)
 }
 
 // migrationStatus returns every embedded migration with whether it is applied, and the applied

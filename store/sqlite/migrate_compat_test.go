@@ -1,0 +1,133 @@
+package sqlite
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/pronto-jobs/pronto/store"
+)
+
+func TestEveryNewMigrationIsMarked(t *testing.T) {
+	t.Parallel()
+	ms, err := loadMigrations()
+	require.NoError(t, err, "every migration after %03d says whether older binaries may run on its schema", lastUnmarked)
+	for _, m := range ms {
+		if m.version > lastUnmarked {
+			_, marked := parseOlderBinaries(m.up)
+			require.True(t, marked, "migration %03d_%s", m.version, m.name)
+		}
+	}
+	c, marked := parseOlderBinaries("-- adds an index\n  --  older binaries:  incompatible, rewrites state\nCREATE INDEX ...")
+	require.True(t, marked)
+	require.False(t, c)
+	c, marked = parseOlderBinaries("-- older binaries: compatible\n")
+	require.True(t, marked)
+	require.True(t, c)
+	_, marked = parseOlderBinaries("CREATE TABLE t (x INTEGER);")
+	require.False(t, marked)
+}
+
+// recordNewer records versions as a newer pronto applies them, with its mark.
+func recordNewer(t *testing.T, s *Store, ok bool, versions ...int) {
+	t.Helper()
+	for _, v := range versions {
+		_, err := s.w.ExecContext(context.Background(),
+			`INSERT INTO pronto_migrations (version, name, applied_at, older_binaries_ok) VALUES (?, ?, 0, ?)`,
+			v, fmt.Sprintf("future_%d", v), ok)
+		require.NoError(t, err)
+	}
+}
+
+// TestOlderBinaryOnNewerSchema: this binary runs on a file that a newer pronto migrated with
+// migrations marked compatible with older binaries, and refuses one that has a migration marked
+// incompatible, naming it and every newer migration to revert.
+func TestOlderBinaryOnNewerSchema(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := openAt(t, filepath.Join(t.TempDir(), "pronto.db"))
+	ms, err := loadMigrations()
+	require.NoError(t, err)
+	last := ms[len(ms)-1].version
+
+	recordNewer(t, s, true, last+1, last+2)
+	require.NoError(t, s.CheckSchema(ctx), "newer migrations marked compatible let this binary run")
+	compatible, incompatible, err := s.NewerMigrations(ctx)
+	require.NoError(t, err)
+	require.Empty(t, incompatible)
+	require.Len(t, compatible, 2)
+	require.Equal(t, last+1, compatible[0].Version)
+	_, err = s.Insert(ctx, params("q", 1))
+	require.NoError(t, err)
+	require.ErrorIs(t, s.MigrateDown(ctx, 1), store.ErrSchemaTooNew, "this binary reverts nothing under them")
+
+	recordNewer(t, s, false, last+3)
+	err = s.CheckSchema(ctx)
+	require.ErrorIs(t, err, store.ErrSchemaTooNew)
+	var se *store.SchemaError
+	require.ErrorAs(t, err, &se)
+	require.Equal(t, []int{last + 1, last + 2, last + 3}, se.Unknown)
+	require.ErrorContains(t, err, fmt.Sprintf("not marked compatible with older binaries: %03d_future_%d; this binary knows migrations up to %03d",
+		last+3, last+3, last))
+}
+
+// TestOldBinaryReadsMarks: a binary of an older release (one knowing all migrations but the newest
+// two) reads the marks this binary recorded when it applied them, and runs or refuses by them.
+func TestOldBinaryReadsMarks(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := openAt(t, filepath.Join(t.TempDir(), "pronto.db"))
+	ms, err := loadMigrations()
+	require.NoError(t, err)
+	status, err := s.MigrationStatus(ctx)
+	require.NoError(t, err)
+	n := len(status)
+	old := status[:n-2]
+
+	newer, err := s.newerMigrations(ctx, n-2)
+	require.NoError(t, err)
+	require.Len(t, newer, 2)
+	for i, m := range newer {
+		require.Equal(t, ms[n-2+i].version, m.Version)
+		require.Equal(t, ms[n-2+i].olderOK, m.olderOK, "the mark recorded is the migration's own")
+	}
+
+	_, err = s.w.ExecContext(ctx, `UPDATE pronto_migrations SET older_binaries_ok = 1 WHERE version > ?`, n-2)
+	require.NoError(t, err)
+	newer, err = s.newerMigrations(ctx, n-2)
+	require.NoError(t, err)
+	require.NoError(t, checkNewer("here", old, newer))
+
+	_, err = s.w.ExecContext(ctx, `UPDATE pronto_migrations SET older_binaries_ok = 0 WHERE version = ?`, n)
+	require.NoError(t, err)
+	newer, err = s.newerMigrations(ctx, n-2)
+	require.NoError(t, err)
+	err = checkNewer("here", old, newer)
+	require.ErrorIs(t, err, store.ErrSchemaTooNew)
+	require.ErrorContains(t, err, fmt.Sprintf("older binaries: %03d_%s;", n, ms[n-1].name))
+}
+
+// TestMarksOnLegacyMigrationsTable: a file whose migrations table was created by a binary that
+// predates the marks has no column for them: a migration recorded there unmarked is refused, and
+// the next Migrate adds the column.
+func TestMarksOnLegacyMigrationsTable(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := openAt(t, filepath.Join(t.TempDir(), "pronto.db"))
+	_, err := s.w.ExecContext(ctx, `ALTER TABLE pronto_migrations DROP COLUMN older_binaries_ok`)
+	require.NoError(t, err)
+	_, err = s.w.ExecContext(ctx, `INSERT INTO pronto_migrations (version, name, applied_at) VALUES (999, 'future', 0)`)
+	require.NoError(t, err)
+	err = s.CheckSchema(ctx)
+	require.ErrorIs(t, err, store.ErrSchemaTooNew)
+	require.ErrorContains(t, err, "999_future")
+
+	_, err = s.w.ExecContext(ctx, `DELETE FROM pronto_migrations WHERE version = 999`)
+	require.NoError(t, err)
+	require.NoError(t, s.Migrate(ctx))
+	recordNewer(t, s, true, 999)
+	require.NoError(t, s.CheckSchema(ctx))
+}
