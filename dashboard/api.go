@@ -115,8 +115,7 @@ func (h *Handler) clientError(w http.ResponseWriter, err error) {
 	case isStoreDown(h.cfg.Client.Store(), err):
 		// The driver's text names hosts and databases: the log has it, the page gets its kind.
 		h.log.Warn("dashboard: request failed", "err", err)
-		_, msg := classifyStoreError(h.cfg.Client.Store(), err)
-		writeError(w, http.StatusServiceUnavailable, "store unreachable: "+msg)
+		writeError(w, http.StatusServiceUnavailable, storeProblemText(h.cfg.Client.Store(), err))
 	default:
 		h.log.Warn("dashboard: request failed", "err", err)
 		writeError(w, http.StatusInternalServerError, err.Error())
@@ -447,8 +446,7 @@ func (h *Handler) runBulk(ctx context.Context, op func(context.Context, []string
 // reached by its kind, as clientError answers, since the driver's text names hosts and databases.
 func (h *Handler) bulkError(err error) string {
 	if st := h.cfg.Client.Store(); isStoreDown(st, err) {
-		_, msg := classifyStoreError(st, err)
-		return "store unreachable: " + msg
+		return storeProblemText(st, err)
 	}
 	return err.Error()
 }

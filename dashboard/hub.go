@@ -3,13 +3,13 @@ package dashboard
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/url"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/pronto-jobs/pronto"
@@ -44,8 +44,12 @@ type update struct {
 // numbers live. Problem and Message are a classification, never the store's error text, which
 // names hosts, users and databases.
 type storeDown struct {
-	Problem string `json:"problem"` // "unreachable", "timeout" or "error"
+	// Problem is a store.Condition ("unreachable", "timeout", "lock_timeout", "statement_timeout",
+	// "read_only", ...) or "error": a database that answered busy is not called unreachable.
+	Problem string `json:"problem"`
 	Message string `json:"message"`
+	// Label is the short text of the page's indicator ("store unreachable", "database busy", ...).
+	Label string `json:"label"`
 	// Since is when the counts the page shows were read (unix milliseconds), 0 if never.
 	Since int64 `json:"since,omitempty"`
 }
@@ -55,20 +59,53 @@ type storeDown struct {
 const downRepeat = 10 * time.Second
 
 // classifyStoreError says what kind of failure err is, in words safe for any page: the error
-// itself goes to the log only.
+// itself goes to the log only. problem is the store's condition (store.ConditionOf), "error" for
+// an error that says nothing of the backend's condition.
 func classifyStoreError(s store.Store, err error) (problem, message string) {
-	var ne net.Error
-	switch {
-	case errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout():
-		return "timeout", "the store did not answer in time"
-	case store.IsUnavailable(s, err):
-		return "unreachable", "cannot connect to the store"
-	default:
+	switch c := store.ConditionOf(s, err); c {
+	case store.ConditionError, store.ConditionNone:
 		return "error", "reading the queue counts failed (the server's log has the error)"
+	default:
+		return string(c), c.Message()
 	}
 }
 
-// isStoreDown reports whether err says the store cannot be reached or did not answer in time.
+// problemLabel is the short name of a problem for the page's indicator and the start of its
+// messages: "unreachable" only for a store that cannot be reached, as an operator acts on it.
+func problemLabel(problem string) string {
+	switch store.Condition(problem) {
+	case store.ConditionUnreachable:
+		return "store unreachable"
+	case store.ConditionTimeout:
+		return "store not answering"
+	case store.ConditionLockTimeout, store.ConditionStatementTimeout:
+		return "database busy"
+	case store.ConditionReadOnly:
+		return "database read-only"
+	case store.ConditionInsufficientResources:
+		return "database out of resources"
+	case store.ConditionIdleSessionTimeout:
+		return "database session ended"
+	case store.ConditionUnavailable:
+		return "store unavailable"
+	}
+	return "store error"
+}
+
+// storeProblemText is a failed request's error as the page shows it: "store unreachable: cannot
+// connect to the store", "database busy: lock timeout (...)".
+func storeProblemText(s store.Store, err error) string {
+	problem, msg := classifyStoreError(s, err)
+	label := problemLabel(problem)
+	if strings.HasPrefix(msg, label) {
+		return msg
+	}
+	return label + ": " + msg
+}
+
+// isStoreDown reports whether err says the store cannot be reached, did not answer in time or
+// cannot serve now (busy, read-only, ...): an error of the store's condition rather than of the
+// request.
 func isStoreDown(s store.Store, err error) bool {
 	p, _ := classifyStoreError(s, err)
 	return p != "error"
@@ -206,7 +243,7 @@ func (h *hub) loop() {
 			}
 			downProblem, downSent = problem, now
 			h.log.Warn("dashboard: queue snapshot failed", "problem", problem, "err", err)
-			d := storeDown{Problem: problem, Message: msg}
+			d := storeDown{Problem: problem, Message: msg, Label: problemLabel(problem)}
 			if !lastGood.IsZero() {
 				d.Since = lastGood.UnixMilli()
 			}
@@ -335,6 +372,10 @@ func (h *hub) broadcast(frame []byte, down bool) {
 	}
 }
 
+// streamsOpen and streamsStarted count this process's event streams, open now and ever started:
+// a page that reconnects must hold one stream, not pile them up.
+var streamsOpen, streamsStarted atomic.Int64
+
 // GET /api/events: a server-sent event stream of updates, one per tick.
 func (h *Handler) events(w http.ResponseWriter, r *http.Request) {
 	fl, ok := w.(http.Flusher)
@@ -348,6 +389,9 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer h.hub.unsubscribe(ch)
+	streamsStarted.Add(1)
+	streamsOpen.Add(1)
+	defer streamsOpen.Add(-1)
 	// The stream outlives the server's write timeout, if one is set.
 	_ = http.NewResponseController(w).SetWriteDeadline(time.Time{})
 	w.Header().Set("Content-Type", "text/event-stream")

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -37,6 +36,11 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 	if err != nil && !errors.Is(err, pronto.ErrNotFound) {
 		status, backendStatus, code = "degraded", "disconnected", http.StatusServiceUnavailable
 		problem, detail = s.backendProblem(r, err)
+		if c := store.Condition(problem); c != store.ConditionError && c.Reachable() {
+			// The database answered (busy past a timeout, read-only, ...): it is not disconnected,
+			// and an operator looking for a network problem would look in the wrong place.
+			backendStatus = "connected"
+		}
 		// As every 503 of the API (ojs-errors.md ERR-006): when a probe is worth repeating.
 		w.Header().Set("Retry-After", unavailableRetryAfter)
 	}
@@ -59,19 +63,16 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 	writeBuf(w, code, b)
 }
 
-// backendProblem classifies a failed probe of the store as "timeout", "unreachable" or "error" for
-// the health and readiness answers, which need no API key: the store's own error text names hosts,
-// users and databases (ojs-security.md 9.4), so it is logged, and answered as detail only to a
-// request bearing the API key.
+// backendProblem classifies a failed probe of the store for the health and readiness answers, which
+// need no API key: "unreachable" or "timeout" when the store could not be reached or did not answer,
+// the condition of a store that answered but cannot serve ("lock_timeout", "statement_timeout",
+// "read_only", "insufficient_resources", ...; store.ConditionOf), else "error". The store's own error
+// text names hosts, users and databases (ojs-security.md 9.4), so it is logged, and answered as
+// detail only to a request bearing the API key.
 func (s *Server) backendProblem(r *http.Request, err error) (problem, detail string) {
-	var ne net.Error
-	switch {
-	case errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout():
-		problem = "timeout"
-	case store.IsUnavailable(s.store, err):
-		problem = "unreachable"
-	default:
-		problem = "error"
+	problem = string(store.ConditionOf(s.store, err))
+	if problem == "" {
+		problem = string(store.ConditionError)
 	}
 	s.log.Warn("pronto serve: the store failed a health probe", "path", r.URL.Path, "problem", problem, "err", err)
 	if s.apiKey != nil && s.authorized(r) {

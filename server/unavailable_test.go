@@ -352,3 +352,39 @@ func checkBackendErrors(t *testing.T, s *Server, status int, reason string, reqs
 		}
 	}
 }
+
+// TestHealthTellsBusyFromUnreachable: a PostgreSQL that answers but holds the probe past
+// lock_timeout or statement_timeout (a migration's lock) is not "unreachable" nor "disconnected" in
+// the health and readiness answers: they name the condition, and the backend stays "connected".
+func TestHealthTellsBusyFromUnreachable(t *testing.T) {
+	ctx := context.Background()
+	schema := testdb.Schema(t)
+	plain, err := postgres.New(testdb.NewPool(t, 2), postgres.Config{Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := plain.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	locker, err := testdb.NewPool(t, 1).Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = locker.Rollback(ctx) }()
+	if _, err := locker.Exec(ctx, "LOCK TABLE "+schema+".jobs IN ACCESS EXCLUSIVE MODE"); err != nil {
+		t.Fatal(err)
+	}
+	for _, setting := range []string{"lock_timeout", "statement_timeout"} {
+		s, _ := newTestServer(t, Config{Client: newPgClient(t, settingStore(t, schema, setting, "100ms"))})
+		h := call(t, s, "GET", "/ojs/v1/health", nil)
+		backend, _ := h.body["backend"].(map[string]any)
+		if h.status != 503 || backend["error"] != setting || backend["status"] != "connected" {
+			t.Fatalf("%s: health while another session holds the jobs table's lock: %d %s; want 503 with backend connected, error %q",
+				setting, h.status, h.raw, setting)
+		}
+		rd := call(t, s, "GET", "/ojs/v1/ready", nil)
+		if rd.status != 503 || !strings.Contains(string(rd.raw), "backend "+setting) || strings.Contains(string(rd.raw), "unreachable") {
+			t.Fatalf("%s: ready: %d %s; want 503 naming \"backend %s\"", setting, rd.status, rd.raw, setting)
+		}
+	}
+}

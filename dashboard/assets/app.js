@@ -125,29 +125,47 @@ function actBtn(label, fn, cls) {
 
 // ---- live updates ----------------------------------------------------------------------------------
 
-const live = { queues: [], history: [], listeners: new Set() };
+// es is the one event stream the page holds, retry the one timer that reopens a refused one, and
+// lost when the stream broke (the server restarted or is gone), until the first update after it.
+const live = { queues: [], history: [], listeners: new Set(), es: null, retry: 0, lost: 0, lastUpdate: 0 };
 function connectLive() {
   const ind = document.getElementById("live");
+  // Never two streams nor two retry timers, however this was reached.
+  clearTimeout(live.retry);
+  if (live.es) live.es.close();
   const es = new EventSource("/api/events");
+  live.es = es;
   es.onopen = () => {
-    if (ind.classList.contains("down")) { ind.textContent = "store unreachable"; return; } // until a good update
+    if (ind.classList.contains("down")) { ind.textContent = ind.dataset.label || "store unreachable"; return; } // until a good update
+    if (live.lost) return; // "live" once an update arrives: the server may still fail to read the store
     ind.textContent = "live"; ind.classList.add("on");
   };
   es.onerror = () => {
-    ind.textContent = "reconnecting"; ind.classList.remove("on");
+    if (live.es !== es) return;
+    serverLost();
     if (es.readyState !== EventSource.CLOSED) return; // the browser retries by itself
     // A refused stream (401 after a logout or a new API key, a proxy's 502) is never retried by
     // the browser: ask the API, which reloads the page into the login form on 401, and reconnect.
-    setTimeout(async () => {
+    live.retry = setTimeout(async () => {
       try { await api("/api/overview"); } catch (_) { /* down: the new stream retries */ }
-      connectLive();
+      if (live.es === es) connectLive();
     }, 2000);
   };
   // The server could not read the store this tick: say so rather than show frozen counts as live.
   es.addEventListener("down", (m) => storeDown(JSON.parse(m.data)));
   es.onmessage = (m) => {
     const u = JSON.parse(m.data);
+    live.lastUpdate = Date.now();
+    const ind = document.getElementById("live");
+    const recovered = live.lost || ind.classList.contains("down");
+    if (live.lost) {
+      live.lost = 0;
+      serverBack();
+    }
     storeUp();
+    // A view opened during the outage failed its first read (or still waits on it) and so never
+    // registered its live listener: open it again, or the page would claim "live" over an error.
+    if (recovered && shownView && !shownView.loaded) route();
     live.queues = u.queues;
     live.history.push(u.point);
     if (live.history.length > 300) live.history.shift();
@@ -155,14 +173,39 @@ function connectLive() {
   };
 }
 
+// serverLost says the page lost its stream: its numbers are those of the last update, not live.
+function serverLost() {
+  const ind = document.getElementById("live"), banner = document.getElementById("banner");
+  ind.textContent = "disconnected: reconnecting";
+  ind.classList.remove("on");
+  if (live.lost) return;
+  live.lost = Date.now();
+  if (ind.classList.contains("down")) return; // the store's banner stays: it says more
+  banner.textContent = "disconnected from the server: reconnecting" +
+    (live.lastUpdate ? " (the numbers shown are from " + new Date(live.lastUpdate).toLocaleTimeString() + ")" : "");
+  banner.dataset.kind = "server";
+  banner.hidden = false;
+}
+// serverBack clears what serverLost showed, on the first update after it.
+function serverBack() {
+  const ind = document.getElementById("live"), banner = document.getElementById("banner");
+  if (banner.dataset.kind === "server") { banner.hidden = true; delete banner.dataset.kind; }
+  if (!ind.classList.contains("down")) { ind.textContent = "live"; ind.classList.add("on"); }
+}
+
 // storeDown marks the live indicator and shows the banner; d is the hub's classified problem,
 // which names no host, user or database.
+// Its label says whether the store cannot be reached or answered busy, read-only, ...
 function storeDown(d) {
   const ind = document.getElementById("live"), banner = document.getElementById("banner");
-  ind.textContent = "store unreachable";
+  const label = d.label || "store unreachable";
+  ind.textContent = label;
+  ind.dataset.label = label;
   ind.classList.remove("on");
   ind.classList.add("down");
-  banner.textContent = "store unreachable: " + d.message + (d.since ? " (the numbers shown are from " + new Date(d.since).toLocaleTimeString() + ")" : "");
+  banner.dataset.kind = "store";
+  banner.textContent = (d.message.startsWith(label) ? d.message : label + ": " + d.message) +
+    (d.since ? " (the numbers shown are from " + new Date(d.since).toLocaleTimeString() + ")" : "");
   banner.hidden = false;
 }
 // storeUp clears what storeDown showed, on the first good update.
@@ -173,9 +216,6 @@ function storeUp() {
   ind.classList.remove("down");
   ind.classList.add("on");
   banner.hidden = true;
-  // A view opened during the outage failed its first read (or still waits on it) and so never
-  // registered its live listener: open it again, or the page would claim "live" over an error.
-  if (shownView && !shownView.loaded) route();
 }
 
 // ---- router ----------------------------------------------------------------------------------------

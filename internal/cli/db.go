@@ -310,7 +310,7 @@ func (r *runner) openTarget(ctx context.Context, t *target, o openOptions) (*dat
 	if o.migrate {
 		if err := db.store.Migrate(ctx); err != nil {
 			db.Close()
-			return nil, errorf("migrating %s: %v", t.display, err)
+			return nil, errorf("migrating %s: %s%v", t.display, conditionHint(db.store, err), err)
 		}
 	} else if !o.noSchemaCheck {
 		if err := checkSchema(ctx, db); err != nil {
@@ -412,6 +412,19 @@ func (r *runner) pgListenURL(cfg *pgxpool.Config, t *target) (string, error) {
 	return strings.ToLower(scheme) + "://" + rest, nil // pgx wants the scheme in lowercase
 }
 
+// conditionHint names, before a store's error, the condition of a database that answered but could
+// not serve ("database busy: lock timeout (...): "), or "" for any other error: the driver's text
+// ("canceling statement due to lock timeout (SQLSTATE 55P03)") does not say that another session,
+// such as a migration, holds the lock, nor that a read-only server may be a demoted primary.
+func conditionHint(st store.Store, err error) string {
+	switch c := store.ConditionOf(st, err); c {
+	case store.ConditionLockTimeout, store.ConditionStatementTimeout, store.ConditionReadOnly,
+		store.ConditionInsufficientResources, store.ConditionIdleSessionTimeout:
+		return c.Message() + ": "
+	}
+	return ""
+}
+
 // connectErrorText shortens pgx's connection errors (which list every address and TLS mode tried,
 // one a line) to one line the user can act on.
 func connectErrorText(err error, timeout time.Duration) string {
@@ -422,7 +435,7 @@ func connectErrorText(err error, timeout time.Duration) string {
 	)
 	switch {
 	case errors.As(err, &pgErr):
-		return fmt.Sprintf("the server refused: %s (%s)", pgErr.Message, pgErr.Code)
+		return fmt.Sprintf("the server refused: %s%s (%s)", conditionHint(nil, err), pgErr.Message, pgErr.Code)
 	case errors.As(err, &dnsErr):
 		return fmt.Sprintf("unknown host %q", dnsErr.Name)
 	case errors.Is(err, context.DeadlineExceeded):
@@ -542,7 +555,7 @@ func checkSchema(ctx context.Context, db *database) error {
 	case err == nil:
 		return nil
 	case !errors.As(err, &se):
-		return errorf("cannot read the schema of %s: %v", db.t.display, err)
+		return errorf("cannot read the schema of %s: %s%v", db.t.display, conditionHint(db.store, err), err)
 	case len(se.Unknown) > 0:
 		return newerSchemaError(db, se)
 	case len(se.Missing) == se.Known:
