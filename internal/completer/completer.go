@@ -155,6 +155,12 @@ const maxSetAside = 16
 // laneFirstBackoff is the wait before an outcome set aside is tried again on its own.
 const laneFirstBackoff = 100 * time.Millisecond
 
+// laneMaxBackoff caps an outcome's backoff in the side lane, lower than a batch's 5 s: once the
+// lock it waits for is gone its job's lease has often run out (a heartbeat locks the same row), and
+// the outcome must be written before the rescuer's next pass takes the job back. A try that meets
+// the lock again waits for it up to lock_timeout, and there are at most maxSetAside such tries.
+const laneMaxBackoff = time.Second
+
 // refusedTries is how many times an outcome the store refuses alone (a non-transient error: its
 // data at fault) is tried before it is given up: its job stays active until its lease expires and
 // it is rescued. A transient error is tried again for as long as it lasts.
@@ -608,7 +614,7 @@ func (c *Completer) runLane(ctx context.Context) {
 			c.lane = slices.Delete(c.lane, i, i+1)
 		} else {
 			li.next = time.Now().Add(backoff)
-			li.backoff = min(backoff*2, 5*time.Second)
+			li.backoff = min(backoff*2, laneMaxBackoff)
 		}
 		c.mu.Unlock()
 		switch {
