@@ -3,9 +3,6 @@ package pronto_test
 import (
 	"context"
 	"fmt"
-	"net"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pronto-jobs/pronto"
+	"github.com/pronto-jobs/pronto/internal/redistest"
 	"github.com/pronto-jobs/pronto/internal/uuidv7"
 	"github.com/pronto-jobs/pronto/store"
 	redisstore "github.com/pronto-jobs/pronto/store/redis"
@@ -33,164 +31,59 @@ func droppedReplies(p *replyDropper) int {
 	return p.dropped
 }
 
-// failoverNode is one redis-server of a test cluster. addr is the address the cluster announces
-// (a dropper's when proxied), real the server's own.
+// failoverNode is one redis-server of a test cluster (redistest.Node), with the reply dropper in
+// front of it when the cluster is proxied.
 type failoverNode struct {
-	addr, real string
-	cmd        *exec.Cmd
-	exited     chan struct{}
-	dropper    *replyDropper
-	client     *goredis.Client // to the real address
-}
-
-// kill ends the node as a crash would (SIGKILL).
-func (n *failoverNode) kill() {
-	if n.cmd.Process != nil {
-		_ = n.cmd.Process.Kill()
-	}
-	<-n.exited
-}
-
-func failoverPortPair() (int, bool) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, false
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	defer l.Close()
-	if port+10000 > 65535 {
-		return 0, false
-	}
-	bus, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port+10000))
-	if err != nil {
-		return 0, false
-	}
-	_ = bus.Close()
-	return port, true
-}
-
-func startFailoverNode(t *testing.T, proxied bool) *failoverNode {
-	t.Helper()
-	var last string
-	for range 5 {
-		port, ok := failoverPortPair()
-		if !ok {
-			continue
-		}
-		real := fmt.Sprintf("127.0.0.1:%d", port)
-		dir := t.TempDir()
-		args := []string{"--bind", "127.0.0.1", "--port", fmt.Sprint(port), "--dir", dir,
-			"--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(dir, "nodes.conf"),
-			"--cluster-node-timeout", "1000", "--save", "", "--appendonly", "no"}
-		n := &failoverNode{addr: real, real: real}
-		if proxied {
-			n.dropper = startReplyDropper(t, real)
-			_, pport, _ := net.SplitHostPort(n.dropper.l.Addr().String())
-			n.addr = n.dropper.l.Addr().String()
-			args = append(args, "--cluster-announce-ip", "127.0.0.1", "--cluster-announce-port", pport,
-				"--cluster-announce-bus-port", fmt.Sprint(port+10000))
-		}
-		n.cmd = exec.Command("redis-server", args...)
-		var out strings.Builder
-		n.cmd.Stdout, n.cmd.Stderr = &out, &out
-		require.NoError(t, n.cmd.Start())
-		n.exited = make(chan struct{})
-		go func() { _ = n.cmd.Wait(); close(n.exited) }()
-		c := goredis.NewClient(&goredis.Options{Addr: real, MaxRetries: -1})
-		up := false
-		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-			if c.Ping(context.Background()).Err() == nil {
-				up = true
-				break
-			}
-			select {
-			case <-n.exited:
-				deadline = time.Time{}
-			default:
-			}
-		}
-		if up {
-			n.client = c
-			t.Cleanup(func() { _ = c.Close(); n.kill() })
-			return n
-		}
-		_ = c.Close()
-		n.kill()
-		last = out.String()
-	}
-	t.Fatalf("a cluster node did not start: %s", last)
-	return nil
+	*redistest.Node
+	dropper *replyDropper
 }
 
 // startFailoverCluster starts a Redis Cluster of masters masters with replicas replicas each (node
-// timeout 1 s) and returns its masters and replicas once every node agrees and every replica's link
-// is up. Every node is killed when the test ends.
+// timeout 1 s; redistest.StartClusterNodes), each node behind a reply dropper when proxied, and
+// returns its masters and replicas once every node agrees and every replica's link is up. Every
+// node is killed when the test ends.
 func startFailoverCluster(t *testing.T, masters, replicas int, proxied bool) (ms, rs []*failoverNode) {
 	t.Helper()
-	var nodes []*failoverNode
-	args := []string{"--cluster", "create"}
-	for range masters * (1 + replicas) {
-		n := startFailoverNode(t, proxied)
-		nodes = append(nodes, n)
-		args = append(args, n.real)
-	}
-	args = append(args, "--cluster-replicas", fmt.Sprint(replicas), "--cluster-yes")
-	if out, err := exec.Command("redis-cli", args...).CombinedOutput(); err != nil {
-		t.Fatalf("redis-cli --cluster create: %v: %s", err, out)
-	}
-	ctx := context.Background()
-	require.Eventually(t, func() bool {
-		ms, rs = nil, nil
-		for _, n := range nodes {
-			info, err := n.client.ClusterInfo(ctx).Result()
-			if err != nil || !strings.Contains(info, "cluster_state:ok") {
-				return false
-			}
-			repl, err := n.client.Info(ctx, "replication").Result()
-			if err != nil {
-				return false
-			}
-			if strings.Contains(repl, "role:master") {
-				ms = append(ms, n)
-			} else {
-				if !strings.Contains(repl, "master_link_status:up") {
-					return false
-				}
-				rs = append(rs, n)
-			}
-			shards, err := n.client.ClusterShards(ctx).Result()
-			if err != nil {
-				return false
-			}
-			online := 0
-			for _, sh := range shards {
-				if len(sh.Slots) == 0 {
-					continue
-				}
-				for _, x := range sh.Nodes {
-					if x.Role == "master" && x.Health == "online" && x.IP != "" {
-						online++
-					}
-				}
-			}
-			if online != masters {
-				return false
-			}
+	droppers := map[string]*replyDropper{}
+	opts := redistest.ClusterOptions{Masters: masters, Replicas: replicas, NodeTimeout: time.Second}
+	if proxied {
+		opts.Front = func(real string) string {
+			droppers[real] = startReplyDropper(t, real)
+			return droppers[real].addr()
 		}
-		return len(ms) == masters && len(rs) == masters*replicas
-	}, 30*time.Second, 50*time.Millisecond, "the cluster never came up")
+	}
+	rm, rr := redistest.StartClusterNodes(t, opts)
+	for _, n := range rm {
+		ms = append(ms, &failoverNode{n, droppers[n.Real]})
+	}
+	for _, n := range rr {
+		rs = append(rs, &failoverNode{n, droppers[n.Real]})
+	}
 	return ms, rs
+}
+
+// proxiedClusterStore starts a 3-master cluster whose nodes sit behind reply droppers
+// (startFailoverCluster) and opens a store on it under a key prefix of its own, closed when the
+// test ends; it returns the masters, the store and its prefix.
+func proxiedClusterStore(t *testing.T) ([]*failoverNode, *redisstore.Store, string) {
+	t.Helper()
+	ms, _ := startFailoverCluster(t, 3, 0, true)
+	prefix := "failover:" + uuidv7.New() + ":"
+	st, err := redisstore.Open(context.Background(), "redis://"+ms[0].Addr+"?key_prefix="+prefix, redisstore.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = st.Close() })
+	return ms, st, prefix
 }
 
 // slotOwner returns the master among ms that serves key's slot (by its own view).
 func slotOwner(t *testing.T, ms []*failoverNode, key string) *failoverNode {
 	t.Helper()
 	ctx := context.Background()
-	slot, err := ms[0].client.ClusterKeySlot(ctx, key).Result()
+	slot, err := ms[0].Client.ClusterKeySlot(ctx, key).Result()
 	require.NoError(t, err)
 	for _, m := range ms {
 		// A master answers EXISTS for its own slots, MOVED otherwise.
-		if err := m.client.Exists(ctx, key).Err(); err == nil {
+		if err := m.Client.Exists(ctx, key).Err(); err == nil {
 			return m
 		}
 	}
@@ -206,16 +99,12 @@ func slotOwner(t *testing.T, ms []*failoverNode, key string) *failoverNode {
 // TestRedisLostReplyNotDuplicate on a single node).
 func TestRedisClusterLostReplyNotDuplicate(t *testing.T) {
 	t.Parallel()
-	ms, _ := startFailoverCluster(t, 3, 0, true)
+	ms, st, prefix := proxiedClusterStore(t)
 	ctx := context.Background()
-	prefix := "failover:" + uuidv7.New() + ":"
-	st, err := redisstore.Open(ctx, "redis://"+ms[0].addr+"?key_prefix="+prefix, redisstore.Options{})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = st.Close() })
 	_, isCluster := st.Client().(*goredis.ClusterClient)
 	require.True(t, isCluster)
 	c := startClient(t, st, &pronto.Config{})
-	_, err = c.Insert(ctx, failoverArgs{N: 0}, nil) // loads the library
+	_, err := c.Insert(ctx, failoverArgs{N: 0}, nil) // loads the library
 	require.NoError(t, err)
 
 	owner := slotOwner(t, ms, prefix+"ids")
@@ -254,10 +143,10 @@ func queueOnMaster(t *testing.T, ms []*failoverNode, m *failoverNode, prefix str
 func replicaOf(t *testing.T, m *failoverNode, rs []*failoverNode) *failoverNode {
 	t.Helper()
 	ctx := context.Background()
-	id, err := m.client.Do(ctx, "CLUSTER", "MYID").Text()
+	id, err := m.Client.Do(ctx, "CLUSTER", "MYID").Text()
 	require.NoError(t, err)
 	for _, r := range rs {
-		nodes, err := r.client.ClusterNodes(ctx).Result()
+		nodes, err := r.Client.ClusterNodes(ctx).Result()
 		require.NoError(t, err)
 		for _, line := range strings.Split(nodes, "\n") {
 			f := strings.Fields(line)
@@ -275,12 +164,12 @@ func waitPromoted(t *testing.T, r *failoverNode, live []*failoverNode) {
 	t.Helper()
 	ctx := context.Background()
 	require.Eventually(t, func() bool {
-		repl, err := r.client.Info(ctx, "replication").Result()
+		repl, err := r.Client.Info(ctx, "replication").Result()
 		if err != nil || !strings.Contains(repl, "role:master") {
 			return false
 		}
 		for _, n := range live {
-			info, err := n.client.ClusterInfo(ctx).Result()
+			info, err := n.Client.ClusterInfo(ctx).Result()
 			if err != nil || !strings.Contains(info, "cluster_state:ok") {
 				return false
 			}
@@ -310,7 +199,7 @@ func TestRedisClusterKilledMasterWorkersResume(t *testing.T) {
 	if victim == nil {
 		victim = ms[0]
 	}
-	url := "redis://" + ms[0].addr + "?addr=" + ms[1].addr + "&addr=" + ms[2].addr + "&key_prefix=" + prefix
+	url := "redis://" + ms[0].Addr + "?addr=" + ms[1].Addr + "&addr=" + ms[2].Addr + "&key_prefix=" + prefix
 	open := func() *redisstore.Store {
 		st, err := redisstore.Open(ctx, url, redisstore.Options{})
 		require.NoError(t, err)
@@ -367,7 +256,7 @@ func TestRedisClusterKilledMasterWorkersResume(t *testing.T) {
 
 	replica := replicaOf(t, victim, rs)
 	var live []*failoverNode
-	victim.kill()
+	victim.Kill()
 	for _, n := range append(append([]*failoverNode{}, ms...), rs...) {
 		if n != victim {
 			live = append(live, n)
@@ -387,14 +276,10 @@ func TestRedisClusterKilledMasterWorkersResume(t *testing.T) {
 // the insert fails, one job is stored, and the tenant counts one available job.
 func TestRedisClusterLostInsertReplyNotRunTwice(t *testing.T) {
 	t.Parallel()
-	ms, _ := startFailoverCluster(t, 3, 0, true)
+	ms, st, prefix := proxiedClusterStore(t)
 	ctx := context.Background()
-	prefix := "failover:" + uuidv7.New() + ":"
-	st, err := redisstore.Open(ctx, "redis://"+ms[0].addr+"?key_prefix="+prefix, redisstore.Options{})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = st.Close() })
 	c := startClient(t, st, &pronto.Config{})
-	_, err = c.Insert(ctx, failoverArgs{N: 0}, &pronto.InsertOpts{Queue: "other"}) // loads the library
+	_, err := c.Insert(ctx, failoverArgs{N: 0}, &pronto.InsertOpts{Queue: "other"}) // loads the library
 	require.NoError(t, err)
 
 	owner := slotOwner(t, ms, prefix+"{q:tq}:")
@@ -420,12 +305,8 @@ func TestRedisClusterLostInsertReplyNotRunTwice(t *testing.T) {
 // told it exists, and it does, every job found by id.
 func TestRedisClusterLostWorkflowReplyGivesIDsBack(t *testing.T) {
 	t.Parallel()
-	ms, _ := startFailoverCluster(t, 3, 0, true)
+	ms, st, prefix := proxiedClusterStore(t)
 	ctx := context.Background()
-	prefix := "failover:" + uuidv7.New() + ":"
-	st, err := redisstore.Open(ctx, "redis://"+ms[0].addr+"?key_prefix="+prefix, redisstore.Options{})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = st.Close() })
 	require.NoError(t, st.Migrate(ctx))
 	var queues []string
 	for _, m := range ms {
@@ -454,7 +335,7 @@ func TestRedisClusterLostWorkflowReplyGivesIDsBack(t *testing.T) {
 			_, _, insErr := st.InsertWorkflow(ctx, p)
 			require.Equal(t, before+1, droppedReplies(tc.node.dropper), "the proxy dropped the reply")
 
-			err := ids.client.ZScore(ctx, pending, wf).Err()
+			err := ids.Client.ZScore(ctx, pending, wf).Err()
 			require.ErrorIs(t, err, goredis.Nil, "the registration is left pending for Cleanup (insert: %v)", insErr)
 			_, _, err = st.InsertWorkflow(ctx, p)
 			if err != nil {

@@ -69,10 +69,11 @@ type replyDropper struct {
 	dropped int
 }
 
-func startReplyDropper(t *testing.T, target string) *replyDropper {
+// listenProxy listens on a free port of 127.0.0.1 until the test ends and serves each connection
+// it accepts with serve, in a goroutine of its own: the front of the test proxies below.
+func listenProxy(t *testing.T, serve func(c net.Conn)) net.Listener {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	p := &replyDropper{l: l, target: target}
 	t.Cleanup(func() { _ = l.Close() })
 	go func() {
 		for {
@@ -80,9 +81,15 @@ func startReplyDropper(t *testing.T, target string) *replyDropper {
 			if err != nil {
 				return
 			}
-			go p.serve(c)
+			go serve(c)
 		}
 	}()
+	return l
+}
+
+func startReplyDropper(t *testing.T, target string) *replyDropper {
+	p := &replyDropper{target: target}
+	p.l = listenProxy(t, p.serve)
 	return p
 }
 
@@ -408,46 +415,37 @@ type freezer struct {
 }
 
 func startFreezer(t *testing.T, target string) *freezer {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	f := &freezer{l: l, target: target}
-	t.Cleanup(func() { _ = l.Close() })
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			s, err := net.Dial("tcp", target)
-			if err != nil {
-				_ = c.Close()
-				continue
-			}
-			t.Cleanup(func() { _ = c.Close(); _ = s.Close() })
-			f.mu.Lock()
-			gen := f.gen
-			f.mu.Unlock()
-			pipe := func(dst, src net.Conn) {
-				buf := make([]byte, 64<<10)
-				for {
-					n, err := src.Read(buf)
-					if err != nil {
+	f := &freezer{target: target}
+	f.l = listenProxy(t, func(c net.Conn) {
+		s, err := net.Dial("tcp", target)
+		if err != nil {
+			_ = c.Close()
+			return
+		}
+		t.Cleanup(func() { _ = c.Close(); _ = s.Close() })
+		f.mu.Lock()
+		gen := f.gen
+		f.mu.Unlock()
+		pipe := func(dst, src net.Conn) {
+			buf := make([]byte, 64<<10)
+			for {
+				n, err := src.Read(buf)
+				if err != nil {
+					return
+				}
+				f.mu.Lock()
+				live := f.gen == gen
+				f.mu.Unlock()
+				if live {
+					if _, err := dst.Write(buf[:n]); err != nil {
 						return
-					}
-					f.mu.Lock()
-					live := f.gen == gen
-					f.mu.Unlock()
-					if live {
-						if _, err := dst.Write(buf[:n]); err != nil {
-							return
-						}
 					}
 				}
 			}
-			go pipe(s, c)
-			go pipe(c, s)
 		}
-	}()
+		go pipe(s, c)
+		pipe(c, s)
+	})
 	return f
 }
 

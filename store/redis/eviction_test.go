@@ -19,23 +19,56 @@ import (
 // maxmemory policy evicting it: the queue's other jobs keep running, and no result names a job it
 // cannot describe.
 
+// evictedStore returns a store on a private Redis with jobs ps inserted into queue "ev", and the
+// hash of the last one deleted behind the store's back, as an allkeys-* policy evicting it would.
+func evictedStore(t *testing.T, ps ...*store.InsertParams) (*Store, *goredis.Client) {
+	t.Helper()
+	ctx := context.Background()
+	s, rdb := privateStore(t)
+	_, err := s.Insert(ctx, ps)
+	require.NoError(t, err)
+	gone := ps[len(ps)-1]
+	j, err := s.GetJob(ctx, gone.ID)
+	require.NoError(t, err)
+	require.Equal(t, gone.State, j.State)
+	require.NoError(t, rdb.Del(ctx, s.jobKey("ev", gone.ID)).Err())
+	return s, rdb
+}
+
+// requireDropped runs pass until queue "ev"'s index (its key suffix) no longer names the evicted
+// job id, checking each pass's jobs, and then requires that no hash was written for the job.
+func requireDropped(t *testing.T, s *Store, rdb *goredis.Client, id, index string, pass func(c *assert.CollectT) []*store.Job) {
+	t.Helper()
+	ctx := context.Background()
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		for _, j := range pass(c) {
+			require.NotNil(c, j, "a result holds a nil job")
+		}
+		err := rdb.ZScore(ctx, s.qkey("ev")+index, id).Err()
+		require.ErrorIs(c, err, goredis.Nil, "the evicted job left the %s index", index)
+	}, 10*time.Second, 5*time.Millisecond)
+	requireNoHash(t, s, rdb, id)
+}
+
+// requireNoHash requires that no hash was written for the evicted job id of queue "ev".
+func requireNoHash(t *testing.T, s *Store, rdb *goredis.Client, id string) {
+	t.Helper()
+	n, err := rdb.Exists(context.Background(), s.jobKey("ev", id)).Result()
+	require.NoError(t, err)
+	require.Zero(t, n, "no hash is written for the evicted job")
+}
+
 // TestEvictedScheduledJobLeavesQueueClaimable: a due scheduled job whose hash is gone is dropped by
 // the claim's promotion and by Promote, which then go on with the queue's other jobs.
 func TestEvictedScheduledJobLeavesQueueClaimable(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	for _, promote := range []bool{false, true} {
-		s, rdb := privateStore(t)
 		ready := testJob("ev")
 		gone := testJob("ev")
 		gone.State = store.StateScheduled
 		gone.ScheduledAt = time.Now().Add(-time.Minute) // due
-		_, err := s.Insert(ctx, []*store.InsertParams{ready, gone})
-		require.NoError(t, err)
-		j, err := s.GetJob(ctx, gone.ID)
-		require.NoError(t, err)
-		require.Equal(t, store.StateScheduled, j.State)
-		require.NoError(t, rdb.Del(ctx, s.jobKey("ev", gone.ID)).Err())
+		s, rdb := evictedStore(t, ready, gone)
 
 		if promote {
 			n, err := s.Promote(ctx, 100)
@@ -49,9 +82,7 @@ func TestEvictedScheduledJobLeavesQueueClaimable(t *testing.T) {
 		sched, err := rdb.ZCard(ctx, s.qkey("ev")+"sched").Result()
 		require.NoError(t, err)
 		require.Zero(t, sched, "the evicted job left the due index")
-		n, err := rdb.Exists(ctx, s.jobKey("ev", gone.ID)).Result()
-		require.NoError(t, err)
-		require.Zero(t, n, "no hash is written for the evicted job")
+		requireNoHash(t, s, rdb, gone.ID)
 	}
 }
 
@@ -60,8 +91,8 @@ func TestEvictedScheduledJobLeavesQueueClaimable(t *testing.T) {
 func TestEvictedActiveJobRescue(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s, rdb := privateStore(t)
 	p := testJob("ev")
+	s, rdb := privateStore(t)
 	_, err := s.Insert(ctx, []*store.InsertParams{p})
 	require.NoError(t, err)
 	jobs, err := s.Claim(ctx, store.ClaimParams{Queue: "ev", Limit: 1, WorkerID: "w", LeaseDuration: time.Millisecond})
@@ -69,18 +100,11 @@ func TestEvictedActiveJobRescue(t *testing.T) {
 	require.Len(t, jobs, 1)
 	require.NoError(t, rdb.Del(ctx, s.jobKey("ev", p.ID)).Err())
 
-	require.EventuallyWithT(t, func(c *assert.CollectT) {
+	requireDropped(t, s, rdb, p.ID, "lease", func(c *assert.CollectT) []*store.Job {
 		res, err := s.Rescue(ctx, store.RescueParams{Limit: 100})
 		require.NoError(c, err)
-		for _, j := range append(res.Requeued, res.Discarded...) {
-			require.NotNil(c, j, "a rescue result holds a nil job")
-		}
-		err = rdb.ZScore(ctx, s.qkey("ev")+"lease", p.ID).Err()
-		require.ErrorIs(c, err, goredis.Nil, "the lease ran out and the rescue dropped the job from the lease index")
-	}, 10*time.Second, 5*time.Millisecond)
-	n, err := rdb.Exists(ctx, s.jobKey("ev", p.ID)).Result()
-	require.NoError(t, err)
-	require.Zero(t, n, "no hash is written for the evicted job")
+		return append(res.Requeued, res.Discarded...)
+	})
 }
 
 // TestEvictedExpiringJob: a not-started job with an expiry whose hash is gone is dropped from the
@@ -88,27 +112,17 @@ func TestEvictedActiveJobRescue(t *testing.T) {
 func TestEvictedExpiringJob(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s, rdb := privateStore(t)
 	p := testJob("ev")
 	p.State = store.StateScheduled
 	p.ScheduledAt = time.Now().Add(time.Hour)
 	p.ExpiresAt = time.Now().Add(10 * time.Millisecond)
-	_, err := s.Insert(ctx, []*store.InsertParams{p})
-	require.NoError(t, err)
-	require.NoError(t, rdb.Del(ctx, s.jobKey("ev", p.ID)).Err())
+	s, rdb := evictedStore(t, p)
 
-	require.EventuallyWithT(t, func(c *assert.CollectT) {
+	requireDropped(t, s, rdb, p.ID, "exp", func(c *assert.CollectT) []*store.Job {
 		jobs, err := s.DiscardExpired(ctx, 100)
 		require.NoError(c, err)
-		for _, j := range jobs {
-			require.NotNil(c, j, "a discarded job is nil")
-		}
-		err = rdb.ZScore(ctx, s.qkey("ev")+"exp", p.ID).Err()
-		require.ErrorIs(c, err, goredis.Nil, "the expiry passed and the job left the expiry index")
-	}, 10*time.Second, 5*time.Millisecond)
-	n, err := rdb.Exists(ctx, s.jobKey("ev", p.ID)).Result()
-	require.NoError(t, err)
-	require.Zero(t, n, "no hash is written for the evicted job")
+		return jobs
+	})
 }
 
 // TestEvictionPolicyWarned: a server whose maxmemory-policy evicts keys is reported by
