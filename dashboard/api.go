@@ -6,13 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"slices"
 	"sort"
 	"strconv"
 	"time"
 
 	"github.com/pronto-jobs/pronto"
 	"github.com/pronto-jobs/pronto/internal/deadletter"
+	"github.com/pronto-jobs/pronto/store"
 )
 
 // jobView is a job as the browser sees it: snake_case, times as RFC 3339 (omitted when zero).
@@ -359,8 +359,8 @@ func (h *Handler) countJobs(w http.ResponseWriter, r *http.Request) {
 // POST /api/bulk {"action": "retry"|"cancel"|"delete", "ids": [...]} or {"action":..., "filter": "state=..&queue=.."}:
 // at most maxBulk jobs. A longer list is refused whole rather than cut, so the answer always covers
 // every job asked for; a filter matching more acts on the first maxBulk and says "capped". It stops
-// at the first job the store cannot be reached for: 503 if nothing was done, else "stopped" and
-// "not_attempted" beside what was.
+// at the first job the store cannot serve (see runBulk for a lock or statement timeout): 503 if
+// nothing was done, else "stopped" and "not_attempted" beside what was.
 func (h *Handler) bulk(w http.ResponseWriter, r *http.Request) {
 	var req struct {
 		Action string   `json:"action"`
@@ -428,19 +428,40 @@ func (h *Handler) bulk(w http.ResponseWriter, r *http.Request) {
 }
 
 // runBulk applies op to ids in calls of at most pronto.MaxBulkIDs. A client bulk call stops at the
-// first job the store cannot be reached for (or when the request ends) instead of trying each of
-// thousands against a dead store, and so does runBulk: stopped is why, nil if every id was tried;
-// res holds the outcome of every id tried before it.
+// first job the store cannot serve (or when the request ends) instead of trying each of thousands
+// against a dead store, and so does runBulk: stopped is why, nil if every id was tried; res holds
+// the outcome of every id tried before it. A job that met a lock or statement timeout is that job's
+// failure, not the store's (another session holds its row, as a worker or an operator does), so
+// the others are tried on, unless maxBusyInARow jobs in a row meet one: then the lock is likely the
+// table's (a migration's), which every job would wait out, and runBulk stops.
 func (h *Handler) runBulk(ctx context.Context, op func(context.Context, []string) ([]pronto.BulkResult, error), ids []string) (res []pronto.BulkResult, stopped error) {
-	for chunk := range slices.Chunk(ids, pronto.MaxBulkIDs) {
+	busy := 0
+	for len(ids) > 0 {
+		chunk := ids[:min(len(ids), pronto.MaxBulkIDs)]
 		part, err := op(ctx, chunk)
 		res = append(res, part...)
-		if err != nil {
-			return res, err
+		if err == nil {
+			ids = ids[len(chunk):]
+			continue
 		}
+		if len(part) > 0 {
+			busy = 0 // jobs were tried between this one and the last that met a timeout
+		}
+		if len(part) < len(chunk) && ctx.Err() == nil && store.ConditionOf(h.cfg.Client.Store(), err).PerRequest() {
+			if busy++; busy < maxBusyInARow {
+				res = append(res, pronto.BulkResult{ID: chunk[len(part)], Err: err})
+				ids = ids[len(part)+1:]
+				continue
+			}
+		}
+		return res, err
 	}
 	return res, nil
 }
+
+// maxBusyInARow is how many jobs in a row may meet a lock or statement timeout before a bulk
+// action stops.
+const maxBusyInARow = 3
 
 // bulkError is a job's or a bulk action's error as the page shows it: a store that cannot be
 // reached by its kind, as clientError answers, since the driver's text names hosts and databases.

@@ -122,6 +122,13 @@ func apiGet(t *testing.T, url string) (int, string) {
 // apiPost posts an action with the page's CSRF token.
 func apiPost(t *testing.T, base, path string) (int, string) {
 	t.Helper()
+	code, body := apiPostBody(t, base, path, "")
+	return apiAnswer(t, &http.Response{StatusCode: code, Body: io.NopCloser(strings.NewReader(body))})
+}
+
+// apiPostBody posts body (JSON) with the page's CSRF token and returns the status and raw answer.
+func apiPostBody(t *testing.T, base, path, body string) (int, string) {
+	t.Helper()
 	resp, err := http.Get(base + "/api/csrf")
 	if err != nil {
 		t.Fatal(err)
@@ -134,13 +141,16 @@ func apiPost(t *testing.T, base, path string) (int, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	req, _ := http.NewRequest("POST", base+path, nil)
+	req, _ := http.NewRequest("POST", base+path, strings.NewReader(body))
 	req.Header.Set("X-CSRF-Token", tok.Token)
+	req.Header.Set("Content-Type", "application/json")
 	resp, err = http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return apiAnswer(t, resp)
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
 }
 
 func apiAnswer(t *testing.T, resp *http.Response) (int, string) {
@@ -196,4 +206,67 @@ func firstDown(t *testing.T, base string) downEvent {
 	}
 	t.Fatalf("the live stream ended without a down event: %v", sc.Err())
 	return downEvent{}
+}
+
+// A bulk action meeting one job whose row another session holds (past lock_timeout) gives that
+// job up with the condition and goes on with the others: the database answered, and nothing says
+// the next job is locked too. Jobs meeting the lock in a row (a migration's lock on the table)
+// stop it, as a store that cannot serve does.
+func TestBulkGoesOnPastOneLockedJob(t *testing.T) {
+	ctx := context.Background()
+	schema := testdb.Schema(t)
+	plain, err := postgres.New(testdb.NewPool(t, 2), postgres.Config{Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := plain.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	pc, err := pronto.NewClient(plain, &pronto.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for range 7 {
+		j, err := pc.Insert(ctx, noteArgs{Text: "x"}, &pronto.InsertOpts{Queue: "bulkbusy"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, j.ID)
+	}
+	base := pgDashboard(t, testdb.URL(), schema, "lock_timeout", "100ms")
+	locker, err := testdb.NewPool(t, 1).Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = locker.Rollback(ctx) }()
+	if _, err := locker.Exec(ctx, "SELECT 1 FROM "+schema+".jobs WHERE id = $1 FOR UPDATE", ids[1]); err != nil {
+		t.Fatal(err)
+	}
+	body, _ := json.Marshal(map[string]any{"action": "cancel", "ids": ids[:3]})
+	code, raw := apiPostBody(t, base, "/api/bulk", string(body))
+	var r bulkResponse
+	_ = json.Unmarshal([]byte(raw), &r)
+	if code != 200 || r.Done != 2 || len(r.Failed) != 1 || r.Failed[0].ID != ids[1] ||
+		!strings.HasPrefix(r.Failed[0].Error, "database busy: lock timeout") || r.Stopped != "" || r.NotAttempted != 0 {
+		t.Fatalf("cancelling 3 jobs, the second locked by another session: %d %s; want 2 done and the second failed with \"database busy: lock timeout…\", not stopped", code, raw)
+	}
+	if err := locker.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	locker, err = testdb.NewPool(t, 1).Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = locker.Rollback(ctx) }()
+	if _, err := locker.Exec(ctx, "LOCK TABLE "+schema+".jobs IN ACCESS EXCLUSIVE MODE"); err != nil {
+		t.Fatal(err)
+	}
+	body, _ = json.Marshal(map[string]any{"action": "cancel", "ids": ids[3:]})
+	code, raw = apiPostBody(t, base, "/api/bulk", string(body))
+	_, msg := apiAnswer(t, &http.Response{StatusCode: code, Body: io.NopCloser(strings.NewReader(raw))})
+	if code != 503 || !strings.HasPrefix(msg, "database busy: lock timeout") {
+		t.Fatalf("cancelling 4 jobs with the table locked: %d %s; want 503 \"database busy: lock timeout…\" (stopped after %d in a row)", code, raw, 3)
+	}
 }
