@@ -44,6 +44,8 @@ func TestMain(m *testing.M) {
 		os.Exit(helperUnique())
 	case "limited":
 		os.Exit(helperLimited())
+	case "reader":
+		os.Exit(helperReader())
 	default:
 		fmt.Fprintf(os.Stderr, "unknown helper %q\n", os.Getenv(helperEnv))
 		os.Exit(2)
