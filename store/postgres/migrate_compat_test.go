@@ -36,6 +36,17 @@ func TestParseOlderBinaries(t *testing.T) {
 	}
 }
 
+// migratedOwnPool returns a store over a fresh, migrated schema, on a small pool of its own (the
+// tests change the migrations table under the pool's cached statements).
+func migratedOwnPool(t *testing.T) *Store {
+	t.Helper()
+	s, err := New(testdb.NewPool(t, 2), Config{Schema: testdb.Schema(t)})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	require.NoError(t, s.Migrate(context.Background()))
+	return s
+}
+
 // markNewer records versions as a newer pronto applies them, with its mark.
 func markNewer(t *testing.T, s *Store, ok bool, versions ...int) {
 	t.Helper()
@@ -51,10 +62,7 @@ func markNewer(t *testing.T, s *Store, ok bool, versions ...int) {
 func TestOlderBinaryOnNewerSchema(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s, err := New(testdb.NewPool(t, 2), Config{Schema: testdb.Schema(t)})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = s.Close() })
-	require.NoError(t, s.Migrate(ctx))
+	s := migratedOwnPool(t)
 	last := migrations[len(migrations)-1].version
 
 	markNewer(t, s, true, last+1, last+2)
@@ -85,10 +93,7 @@ func TestOlderBinaryOnNewerSchema(t *testing.T) {
 func TestOldBinaryReadsMarks(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s, err := New(testdb.NewPool(t, 2), Config{Schema: testdb.Schema(t)})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = s.Close() })
-	require.NoError(t, s.Migrate(ctx))
+	s := migratedOwnPool(t)
 	status, err := s.MigrationStatus(ctx)
 	require.NoError(t, err)
 	n := len(status)
@@ -124,11 +129,8 @@ func TestOldBinaryReadsMarks(t *testing.T) {
 func TestMarksOnLegacyMigrationsTable(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s, err := New(testdb.NewPool(t, 2), Config{Schema: testdb.Schema(t)})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = s.Close() })
-	require.NoError(t, s.Migrate(ctx))
-	_, err = s.Pool().Exec(ctx, s.expand.Replace(`ALTER TABLE {schema}.schema_migrations DROP COLUMN older_binaries_ok`))
+	s := migratedOwnPool(t)
+	_, err := s.Pool().Exec(ctx, s.expand.Replace(`ALTER TABLE {schema}.schema_migrations DROP COLUMN older_binaries_ok`))
 	require.NoError(t, err)
 	_, err = s.Pool().Exec(ctx, s.expand.Replace(`INSERT INTO {schema}.schema_migrations (version, name) VALUES (999, 'future')`))
 	require.NoError(t, err)

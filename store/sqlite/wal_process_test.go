@@ -3,18 +3,14 @@ package sqlite
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/pronto-jobs/pronto/store"
 )
 
 // helperReader reads the store constantly, on four goroutines, until killed: the dashboard or HTTP
@@ -63,32 +59,7 @@ func TestWALUnderAnotherProcessReaders(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "reading\n", line)
 
-	var maxWAL int64
-	pad := json.RawMessage(`[{"blob":"` + strings.Repeat("x", 2000) + `"}]`)
-	for range 40 {
-		ps := params("q", 200)
-		for _, p := range ps {
-			p.Args = pad
-		}
-		_, err := s.Insert(ctx, ps)
-		require.NoError(t, err)
-		for {
-			jobs, err := s.Claim(ctx, store.ClaimParams{Queue: "q", Limit: 100, WorkerID: "w", LeaseDuration: time.Minute})
-			require.NoError(t, err)
-			if len(jobs) == 0 {
-				break
-			}
-			cs := make([]store.Completion, len(jobs))
-			for i, j := range jobs {
-				cs[i] = store.Completion{ID: j.ID, Attempt: j.Attempt, Token: j.ClaimToken, State: store.StateCompleted}
-			}
-			_, err = s.Finish(ctx, cs)
-			require.NoError(t, err)
-		}
-		if fi, err := os.Stat(path + "-wal"); err == nil {
-			maxWAL = max(maxWAL, fi.Size())
-		}
-	}
+	maxWAL := drainRounds(t, s, path, 40)
 	db, err := os.Stat(path)
 	require.NoError(t, err)
 	t.Logf("largest WAL %d bytes with another process reading, database %d bytes", maxWAL, db.Size())
