@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pronto-jobs/pronto/store"
+	"github.com/pronto-jobs/pronto/store/storetest"
 )
 
 func TestEveryNewMigrationIsMarked(t *testing.T) {
@@ -42,36 +43,15 @@ func recordNewer(t *testing.T, s *Store, ok bool, versions ...int) {
 	}
 }
 
-// TestOlderBinaryOnNewerSchema: this binary runs on a file that a newer pronto migrated with
-// migrations marked compatible with older binaries, and refuses one that has a migration marked
-// incompatible, naming it and every newer migration to revert.
+// TestOlderBinaryOnNewerSchema runs the shared checks of the older-binaries marks.
 func TestOlderBinaryOnNewerSchema(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
 	s := openAt(t, filepath.Join(t.TempDir(), "pronto.db"))
-	ms, err := loadMigrations()
-	require.NoError(t, err)
-	last := ms[len(ms)-1].version
-
-	recordNewer(t, s, true, last+1, last+2)
-	require.NoError(t, s.CheckSchema(ctx), "newer migrations marked compatible let this binary run")
-	compatible, incompatible, err := s.NewerMigrations(ctx)
-	require.NoError(t, err)
-	require.Empty(t, incompatible)
-	require.Len(t, compatible, 2)
-	require.Equal(t, last+1, compatible[0].Version)
-	_, err = s.Insert(ctx, params("q", 1))
-	require.NoError(t, err)
-	require.ErrorIs(t, s.MigrateDown(ctx, 1), store.ErrSchemaTooNew, "this binary reverts nothing under them")
-
-	recordNewer(t, s, false, last+3)
-	err = s.CheckSchema(ctx)
-	require.ErrorIs(t, err, store.ErrSchemaTooNew)
-	var se *store.SchemaError
-	require.ErrorAs(t, err, &se)
-	require.Equal(t, []int{last + 1, last + 2, last + 3}, se.Unknown)
-	require.ErrorContains(t, err, fmt.Sprintf("not marked compatible with older binaries: %03d_future_%d; this binary knows migrations up to %03d",
-		last+3, last+3, last))
+	storetest.RunNewerMigrationMarks(t, s, func(version int, name string, ok bool) {
+		_, err := s.w.ExecContext(context.Background(),
+			`INSERT INTO pronto_migrations (version, name, applied_at, older_binaries_ok) VALUES (?, ?, 0, ?)`, version, name, ok)
+		require.NoError(t, err)
+	})
 }
 
 // TestOldBinaryReadsMarks: a binary of an older release (one knowing all migrations but the newest

@@ -3,6 +3,7 @@ package storetest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -81,4 +82,48 @@ func RunMigrationReports(t *testing.T, s VersionedStore) {
 	})
 	require.NoError(t, err)
 	require.Empty(t, done)
+}
+
+// MarkingStore is a versioned store that reads the marks newer pronto versions record with their
+// migrations (whether binaries that do not know a migration may run on its schema).
+type MarkingStore interface {
+	VersionedStore
+	// NewerMigrations lists the applied migrations this binary does not know, by their mark.
+	NewerMigrations(ctx context.Context) (compatible, incompatible []store.Migration, err error)
+}
+
+// RunNewerMigrationMarks checks, on s, a migrated store, that this binary runs on a schema that a
+// newer pronto migrated further with migrations marked compatible with older binaries, and refuses
+// one that also has a migration marked incompatible, naming it and every newer migration to
+// revert. record records a migration as the newer pronto applies it, with its mark.
+func RunNewerMigrationMarks(t *testing.T, s MarkingStore, record func(version int, name string, olderOK bool)) {
+	t.Helper()
+	c := context.Background()
+	status, err := s.MigrationStatus(c)
+	require.NoError(t, err)
+	last := status[len(status)-1].Version
+
+	record(last+1, "future_a", true)
+	record(last+2, "future_b", true)
+	require.NoError(t, s.CheckSchema(c), "newer migrations marked compatible let this binary run")
+	compatible, incompatible, err := s.NewerMigrations(c)
+	require.NoError(t, err)
+	require.Empty(t, incompatible)
+	require.Len(t, compatible, 2)
+	require.Equal(t, last+1, compatible[0].Version)
+	require.Equal(t, "future_b", compatible[1].Name)
+	// Still, this binary reverts nothing under them: they may depend on what it would revert.
+	require.ErrorIs(t, s.MigrateDown(c, 1), store.ErrSchemaTooNew)
+
+	record(last+3, "future_c", false)
+	err = s.CheckSchema(c)
+	require.ErrorIs(t, err, store.ErrSchemaTooNew)
+	var se *store.SchemaError
+	require.ErrorAs(t, err, &se)
+	require.Equal(t, []int{last + 1, last + 2, last + 3}, se.Unknown, "all three must be reverted to run this binary")
+	require.ErrorContains(t, err, fmt.Sprintf("not marked compatible with older binaries: %03d_future_c; this binary knows migrations up to %03d",
+		last+3, last))
+	_, incompatible, err = s.NewerMigrations(c)
+	require.NoError(t, err)
+	require.Len(t, incompatible, 1)
 }
