@@ -112,7 +112,11 @@ func cmdMigrateUp(ctx context.Context, r *runner, args []string) error {
 			"On PostgreSQL, --unlogged then makes the jobs table UNLOGGED: no WAL for job rows, so jobs\n"+
 			"cost less to insert and work, but a database crash (not a clean restart) deletes every job,\n"+
 			"and replicas do not have them. --logged makes it durable again. Either rewrites the table\n"+
-			"under an exclusive lock (docs/architecture.md, \"An UNLOGGED jobs table\").").withDatabase()
+			"under an exclusive lock (docs/architecture.md, \"An UNLOGGED jobs table\").\n\n"+
+			"It refuses to apply a migration marked incompatible with older binaries while clients use the\n"+
+			"schema (a live leader lease, or on PostgreSQL a presence announcement heard within 1.5 s):\n"+
+			"stop the older release's processes first, or pass --force (docs/upgrading.md).").withDatabase()
+	force := fs.Bool("force", false, "apply migrations marked incompatible with older binaries even while clients use the schema")
 	unlogged := fs.Bool("unlogged", false, "PostgreSQL: make the jobs table UNLOGGED (jobs are lost on a database crash)")
 	logged := fs.Bool("logged", false, "PostgreSQL: make the jobs table logged (durable) again")
 	if _, err := fs.parse(args, 0, 0); err != nil {
@@ -131,8 +135,11 @@ func cmdMigrateUp(ctx context.Context, r *runner, args []string) error {
 			return usageErrorf("migrate up: --unlogged and --logged apply to PostgreSQL only, and the database is %s", t.display)
 		}
 	}
-	return r.withMigrations(ctx, true, func(m migrator, db *database, _ []store.Migration, _ int) error {
+	return r.withMigrations(ctx, true, func(m migrator, db *database, ms []store.Migration, applied int) error {
 		if err := refuseNewer(ctx, db); err != nil {
+			return err
+		}
+		if err := r.guardIncompatible(ctx, db, ms, applied, *force); err != nil {
 			return err
 		}
 		// Only what this run applied is reported: another run at once may have applied the rest.
@@ -295,16 +302,9 @@ func (r *runner) guardDown(ctx context.Context, p store.DownPlanner, db *databas
 	if err != nil {
 		return errorf("previewing the rollback of %s: %v", db.t.display, err)
 	}
-	leases, err := p.LiveLeases(ctx)
+	live, err := liveClients(ctx, p, db, !force)
 	if err != nil {
-		return errorf("looking for live clients of %s: %v", db.t.display, err)
-	}
-	var live []string
-	for _, l := range leases {
-		live = append(live, fmt.Sprintf("client %s (leader of %s)", l.LeaderID, l.Name))
-	}
-	if len(live) == 0 && !force && db.t.kind == kindPostgres {
-		live = listenForPresence(db.store.Notifier(), presenceListen)
+		return err
 	}
 	if len(loss) == 0 && len(live) == 0 {
 		return nil
@@ -340,6 +340,84 @@ func (r *runner) guardDown(ctx context.Context, p store.DownPlanner, db *databas
 	}
 	return errorf("refusing to roll back %s: %s; %s, or pass --force to roll back anyway",
 		db.t.display, found, strings.Join(advice, " and "))
+}
+
+// liveClients names the clients found using db's schema: those holding leader leases, and when
+// none does and listen is set, on PostgreSQL, those heard announcing their presence.
+func liveClients(ctx context.Context, p store.DownPlanner, db *database, listen bool) ([]string, error) {
+	leases, err := p.LiveLeases(ctx)
+	if err != nil {
+		return nil, errorf("looking for live clients of %s: %v", db.t.display, err)
+	}
+	var live []string
+	for _, l := range leases {
+		live = append(live, fmt.Sprintf("client %s (leader of %s)", l.LeaderID, l.Name))
+	}
+	if len(live) == 0 && listen && db.t.kind == kindPostgres {
+		live = listenForPresence(db.store.Notifier(), presenceListen)
+	}
+	return live, nil
+}
+
+// incompatibleMigrations is implemented by the stores whose migrations say whether older binaries
+// may run on their schema (PostgreSQL, SQLite).
+type incompatibleMigrations interface {
+	IncompatibleMigrations() ([]store.Migration, error)
+}
+
+// pendingIncompatible returns the migrations of ms (the schema's, applied or not) that are pending
+// and marked incompatible with older binaries. A variable, so that tests can play a release that
+// has such a migration.
+var pendingIncompatible = func(db *database, ms []store.Migration) ([]store.Migration, error) {
+	im, ok := db.store.(incompatibleMigrations)
+	if !ok {
+		return nil, nil
+	}
+	marked, err := im.IncompatibleMigrations()
+	if err != nil {
+		return nil, err
+	}
+	var out []store.Migration
+	for _, m := range marked {
+		if i := m.Version - 1; i >= 0 && i < len(ms) && !ms[i].Applied {
+			out = append(out, m)
+		}
+	}
+	return out, nil
+}
+
+// guardIncompatible refuses, unless force, to apply a migration marked incompatible with older
+// binaries to a schema that clients use: they run the older release (the newer one refuses to start
+// before the migration), and a running client does not check the schema again, so it would go on
+// running on a schema its code breaks or corrupts. A schema with nothing applied has no such client.
+func (r *runner) guardIncompatible(ctx context.Context, db *database, ms []store.Migration, applied int, force bool) error {
+	if applied == 0 {
+		return nil
+	}
+	pending, err := pendingIncompatible(db, ms)
+	if err != nil {
+		return errorf("reading the migrations of %s: %v", db.t.display, err)
+	}
+	p, ok := db.store.(store.DownPlanner)
+	if len(pending) == 0 || !ok {
+		return nil
+	}
+	live, err := liveClients(ctx, p, db, !force)
+	if err != nil || len(live) == 0 {
+		return err
+	}
+	names := make([]string, len(pending))
+	for i, m := range pending {
+		names[i] = fmt.Sprintf("%03d_%s", m.Version, m.Name)
+	}
+	found := fmt.Sprintf("%s, marked incompatible with older binaries, while clients use the schema: %s",
+		strings.Join(names, ", "), strings.Join(live, ", "))
+	if force {
+		fmt.Fprintf(r.env.Stdout, "migrating %s with --force: applying %s\n", db.t.display, found)
+		return nil
+	}
+	return errorf("refusing to migrate %s: it would apply %s; stop the clients of the older release, or pass --force to apply it anyway",
+		db.t.display, found)
 }
 
 // listenForPresence returns the clients whose presence announcements are heard within d, or

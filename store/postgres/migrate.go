@@ -337,6 +337,18 @@ type newerMigration struct {
 	olderOK bool
 }
 
+// IncompatibleMigrations lists the embedded migrations marked incompatible with older binaries
+// (binaries that do not know them must not run on their schema), oldest first, applied or not.
+func (s *Store) IncompatibleMigrations() ([]store.Migration, error) {
+	var out []store.Migration
+	for _, m := range migrations {
+		if m.version > lastUnmarked && !m.olderOK {
+			out = append(out, store.Migration{Version: m.version, Name: m.name})
+		}
+	}
+	return out, nil
+}
+
 // newerMigrations reads the applied migrations newer than last, the newest this binary knows.
 func (s *Store) newerMigrations(ctx context.Context, last int) ([]newerMigration, error) {
 	var hasMark bool

@@ -343,6 +343,22 @@ func (s *Store) NewerMigrations(ctx context.Context) (compatible, incompatible [
 	return compatible, incompatible, nil
 }
 
+// IncompatibleMigrations lists the embedded migrations marked incompatible with older binaries
+// (binaries that do not know them must not run on their schema), oldest first, applied or not.
+func (s *Store) IncompatibleMigrations() ([]store.Migration, error) {
+	ms, err := loadMigrations()
+	if err != nil {
+		return nil, err
+	}
+	var out []store.Migration
+	for _, m := range ms {
+		if m.version > lastUnmarked && !m.olderOK {
+			out = append(out, store.Migration{Version: m.version, Name: m.name})
+		}
+	}
+	return out, nil
+}
+
 // newerMigrations reads the applied migrations newer than last, the newest this binary knows.
 func (s *Store) newerMigrations(ctx context.Context, last int) ([]newerMigration, error) {
 	var hasMark int
