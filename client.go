@@ -126,6 +126,11 @@ type Client struct {
 	commitWatch       context.Context
 	commitWatchCancel context.CancelFunc
 	commitWatches     sync.WaitGroup
+
+	// startedAt is when Start began working; completedRuns counts the attempts of this client's
+	// workers that completed since. EventWorkerStopped reports both.
+	startedAt     time.Time
+	completedRuns atomic.Int64
 }
 
 // runningJob is one run of a claimed job this client holds: running, or finished with its outcome not
@@ -244,8 +249,8 @@ func (c *Client) IsLeader() bool {
 }
 
 // Subscribe returns a channel of this client's events of the given kinds (all kinds but EventStarted,
-// EventCheckpointSaved, EventDeadLetterPruned and the tenant and rate-limit events when none are
-// given) and a function that ends the subscription and closes the channel. Delivery never blocks the
+// EventCheckpointSaved, EventDeadLetterPruned, EventWorkerStopped and the tenant and rate-limit
+// events when none are given) and a function that ends the subscription and closes the channel. Delivery never blocks the
 // client: when the channel's buffer (1000 events) is full, events are dropped.
 func (c *Client) Subscribe(kinds ...EventKind) (<-chan *Event, func()) {
 	return c.events.subscribe(1000, kinds)
@@ -273,6 +278,7 @@ func (c *Client) Start(ctx context.Context) error {
 		return err
 	}
 	c.started = true
+	c.startedAt = time.Now()
 	base := context.WithoutCancel(ctx)
 
 	var produceCtx context.Context
@@ -290,6 +296,9 @@ func (c *Client) Start(ctx context.Context) error {
 		// Only an outcome whose own data the store refuses is ever given up: any other error (an
 		// outage, a lock or statement timeout) may pass later, and a given-up outcome runs its job again.
 		Transient: func(err error) bool { return !store.IsRefused(c.store, err) },
+		// The store's own outage errors (SQLite busy, Redis loading, a closed pool) keep a batch
+		// whole rather than being isolated outcome by outcome.
+		Unavailable: func(err error) bool { return store.IsUnavailable(c.store, err) },
 	})
 	c.servicesWG.Add(1)
 	go func() {
@@ -469,6 +478,7 @@ func (c *Client) stop(ctx context.Context) error {
 	c.servicesWG.Wait()
 	c.completerCancel()
 	c.cancelWork(ErrShutdown)
+	c.emitWorkerStopped(time.Now())
 	c.cfg.Logger.Info("pronto: client stopped", "client", c.cfg.ID)
 	return result
 }
@@ -1046,6 +1056,7 @@ func (c *Client) run(t jobTask) {
 		c.forget(t.run)
 		out := *row
 		out.State, out.Result, out.WorkerID, out.CompletedAt = store.StateCompleted, result, "", time.Now()
+		c.completedRuns.Add(1)
 		c.events.emit(&Event{Kind: EventCompleted, Job: &out, Duration: dur, At: out.CompletedAt})
 		if progressed {
 			c.emitProgressCompleted(&out, progressData, dur, out.CompletedAt)
@@ -1240,6 +1251,9 @@ func (rj *runningJob) Finished(applied bool, werr error) {
 	}
 	if comp.State.Terminal() {
 		out.CompletedAt = o.now
+	}
+	if o.kind == EventCompleted {
+		c.completedRuns.Add(1)
 	}
 	c.events.emit(&Event{Kind: o.kind, Job: &out, Err: o.err, Duration: o.dur, At: o.now})
 	if o.kind == EventCompleted && o.progressed {

@@ -52,7 +52,26 @@ const (
 	// EventTenantCreated: a tenant was configured for the first time (a weight, limit, enqueue limits
 	// or priority boost where it had none) through this client.
 	EventTenantCreated EventKind = "tenant.created"
+	// EventWorkerStopped: this client's workers have stopped: Stop of a started client has let its
+	// jobs finish (or cancelled them at its deadline), written their outcomes and ended its
+	// maintenance. Worker says which; Job is nil. It is the client's last event. Only subscriptions
+	// that name it receive it.
+	EventWorkerStopped EventKind = "worker.stopped"
 )
+
+// WorkerStop is the payload of EventWorkerStopped (ojs-events.md 4.3 worker.stopped).
+type WorkerStop struct {
+	// ID is the client's id (Config.ID), the worker id its jobs were claimed under.
+	ID string
+	// Queues are the queues the client worked, sorted.
+	Queues []string
+	// Reason is why it stopped: "shutdown" (Stop).
+	Reason string
+	// JobsCompleted counts the attempts of the client's own workers that completed since Start.
+	JobsCompleted int64
+	// Uptime is how long the client worked, from Start to the end of Stop.
+	Uptime time.Duration
+}
 
 // Event reports one thing that happened to a job on this client, or to a tenant (the tenant events,
 // whose payload is Tenant).
@@ -78,6 +97,8 @@ type Event struct {
 	// Limit is the payload of EventRateLimitExceeded and EventRateLimitReleased: the key and the
 	// bound found without room.
 	Limit *LimitHit
+	// Worker is the payload of EventWorkerStopped.
+	Worker *WorkerStop
 }
 
 // eventBus fans events out to subscribers without ever blocking a worker: a subscriber whose buffer is
@@ -96,13 +117,13 @@ type subscription struct {
 
 // takes reports whether the subscription receives events of kind k. EventStarted, as frequent as
 // claims, EventCheckpointSaved, as frequent as checkpoints, EventDeadLetterPruned, which is about
-// a queue rather than a job, and the tenant and rate-limit events, which carry no job or not only a
-// job, go only to subscriptions that name them.
+// a queue rather than a job, and the tenant, rate-limit and worker events, which carry no job or not
+// only a job, go only to subscriptions that name them.
 func (s *subscription) takes(k EventKind) bool {
 	if s.kinds == nil {
 		return k != EventStarted && k != EventCheckpointSaved && k != EventDeadLetterPruned &&
 			k != EventTenantThrottled && k != EventTenantThrottleReleased && k != EventTenantCreated &&
-			k != EventRateLimitExceeded && k != EventRateLimitReleased
+			k != EventRateLimitExceeded && k != EventRateLimitReleased && k != EventWorkerStopped
 	}
 	return s.kinds[k]
 }

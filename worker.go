@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
+	"time"
 )
 
 // Worker works jobs of one kind. Work's return decides the job's fate:
@@ -116,4 +118,21 @@ func decodeArgs[T any](raw json.RawMessage, dst *T) error {
 	}
 	*dst = elems[0]
 	return nil
+}
+
+// emitWorkerStopped reports, at the end of Stop, that this client's workers have stopped
+// (EventWorkerStopped).
+func (c *Client) emitWorkerStopped(now time.Time) {
+	if !c.events.wants(EventWorkerStopped) {
+		return
+	}
+	queues := make([]string, 0, len(c.cfg.Queues))
+	for q := range c.cfg.Queues {
+		queues = append(queues, q)
+	}
+	slices.Sort(queues)
+	c.events.emit(&Event{Kind: EventWorkerStopped, At: now, Worker: &WorkerStop{
+		ID: c.cfg.ID, Queues: queues, Reason: "shutdown",
+		JobsCompleted: c.completedRuns.Load(), Uptime: now.Sub(c.startedAt),
+	}})
 }

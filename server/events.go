@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/pronto-jobs/pronto"
+	"github.com/pronto-jobs/pronto/internal/uuidv7"
 )
 
 // The events endpoint serves the OJS events of this server process from a bounded in-memory log
@@ -136,7 +137,9 @@ func (l *eventLog) eventID(e *event) string {
 
 // parseEventSeq reads the sequence number out of an event id.
 func parseEventSeq(id string) (uint64, bool) {
-	if len(id) != 40 || id[:4] != "evt_" {
+	// The whole id is checked, not only the parts read: an id this server never gave out (a made-up
+	// time part, uppercase hex) is no cursor of it.
+	if len(id) != 40 || id[:4] != "evt_" || !uuidv7.Valid(id[4:]) {
 		return 0, false
 	}
 	var b [6]byte
@@ -315,6 +318,12 @@ func (s *Server) clientEvent(ev *pronto.Event) {
 	}
 	if ev.Limit != nil {
 		s.rateLimitEvent(ev)
+		return
+	}
+	if ev.Worker != nil {
+		// The client's own Go workers stopped (its Stop, as the server shuts down): their worker
+		// id is the client's.
+		s.workerStopped(ev.Worker.ID, ev.Worker.Reason, ev.Worker.Queues, ev.Worker.JobsCompleted, ev.Worker.Uptime, ev.At)
 		return
 	}
 	j := ev.Job

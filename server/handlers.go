@@ -994,6 +994,11 @@ func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request) {
 		active = len(extended) // the jobs it named that it still holds
 	}
 	s.workerHeartbeat(req.workerID, state, active, req.memoryMB, req.cpuPercent)
+	if req.reported == store.WorkerTerminate && active == 0 {
+		// Terminating with no job left, the worker exits (ojs-worker-protocol.md 2.3): its last
+		// heartbeat (ojs-graceful-shutdown.md 5.3).
+		s.workerStopped(req.workerID, "shutdown", nil, -1, 0, now)
+	}
 }
 
 // testDirective reads meta.test_directive, with which the conformance suite asks the heartbeat of

@@ -189,7 +189,7 @@ func New(cfg Config) (*Server, error) {
 		pronto.EventCancelled, pronto.EventSnoozed, pronto.EventRetried, pronto.EventProgress, pronto.EventProgressStalled,
 		pronto.EventProgressCompleted, pronto.EventDeadLetterPruned, pronto.EventRescued,
 		pronto.EventTenantThrottled, pronto.EventTenantThrottleReleased, pronto.EventTenantCreated,
-		pronto.EventRateLimitExceeded, pronto.EventRateLimitReleased)
+		pronto.EventRateLimitExceeded, pronto.EventRateLimitReleased, pronto.EventWorkerStopped)
 	s.unsubscribe = unsub
 	go s.runWorkflowEvents()
 	go s.consumeClientEvents(ch)

@@ -415,8 +415,9 @@ type workerEvents struct {
 
 // workerHeard is what the window knows of one worker.
 type workerHeard struct {
-	queues []string // of its latest fetch
-	quiet  bool     // a heartbeat answered "quiet" last
+	queues  []string // of its latest fetch
+	quiet   bool     // a heartbeat answered "quiet" last
+	stopped bool     // worker.stopped recorded
 	// beatAt, beatActive and beatState are those of the last heartbeat recorded.
 	beatAt     time.Time
 	beatActive int
@@ -514,4 +515,45 @@ func (s *Server) workerHeartbeat(id, state string, active int, memoryMB, cpuPerc
 		b = append(b, '}')
 		s.events.add(event{typ: "worker.quiet", source: s.source, subject: id, data: b})
 	}
+}
+
+// workerStopped records worker.stopped (ojs-events.md 4.3: worker_id, reason; and queues, and
+// jobs_completed and uptime_ms when known, jobsCompleted < 0 and uptime 0 when not) of worker id,
+// once: an OJS worker that reported "terminate" with no job left (its last heartbeat before it
+// exits, ojs-worker-protocol.md 2.3), or the client's own Go workers at its Stop.
+func (s *Server) workerStopped(id, reason string, queues []string, jobsCompleted int64, uptime time.Duration, at time.Time) {
+	if id == "" {
+		return
+	}
+	t := &s.events.workers
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.seen == nil {
+		t.seen = map[string]*workerHeard{}
+	}
+	h := t.seen[id]
+	if h == nil {
+		h = &workerHeard{queues: slices.Clone(queues)}
+		t.seen[id] = h
+	}
+	if h.stopped {
+		return
+	}
+	h.stopped = true
+	if queues == nil {
+		queues = h.queues
+	}
+	b := append(make([]byte, 0, 128), '{')
+	b = appendStringField(b, "worker_id", id)
+	b = appendStringField(b, "reason", reason)
+	b = appendStrings(appendKey(b, "queues"), nonNil(queues))
+	if jobsCompleted >= 0 {
+		b = appendIntField(b, "jobs_completed", jobsCompleted)
+	}
+	if uptime > 0 {
+		b = appendIntField(b, "uptime_ms", uptime.Milliseconds())
+	}
+	b = append(b, '}')
+	// Added with t.mu held, so that it comes after the worker's other events.
+	s.events.add(event{typ: "worker.stopped", source: s.source, subject: id, at: at, data: b})
 }
