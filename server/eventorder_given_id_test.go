@@ -54,6 +54,7 @@ func TestGivenIDEnqueuedBeforeStartedWhenFetchedDuringInsert(t *testing.T) {
 			{"batch", "/ojs/v1/jobs/batch", `{"jobs":[{"id":%q,"type":"a.b","args":[],"options":{"queue":"given-during"}}]}`},
 			{"bulk", "/ojs/v1/jobs/bulk", `{"jobs":[{"id":%q,"type":"a.b","args":[],"options":{"queue":"given-during"}}]}`},
 			{"bulk atomic", "/ojs/v1/jobs/bulk", `{"atomicity":"atomic","jobs":[{"id":%q,"type":"a.b","args":[],"options":{"queue":"given-during"}}]}`},
+			{"workflow", "/ojs/v1/workflows", `{"type":"chain","steps":[{"id":%q,"type":"a.b","args":[],"options":{"queue":"given-during"}}]}`},
 		} {
 			t.Run(kind+"/"+path.name, func(t *testing.T) {
 				var s *Server

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"net/url"
-	"os"
 	"reflect"
 	"regexp"
 	"regexp/syntax"
@@ -76,12 +75,8 @@ func FuzzEventCursor(f *testing.F) {
 		if after == "" {
 			return
 		}
-		// Known gap, reported: cursorSeq checks only the salt and sequence parts, so it also takes
-		// "evt_zzzzzzzz-" + the rest of a real id, and uppercase hex. Until server/events.go checks
-		// the whole form (uuidv7.Valid(id[4:])), this asserts the parts it checks; set
-		// PRONTO_FUZZ_STRICT_CURSOR=1 to assert the whole form.
-		if strict := os.Getenv("PRONTO_FUZZ_STRICT_CURSOR") == "1"; !strings.HasPrefix(after, "evt_") || len(after) != 40 ||
-			strict && !uuidv7.Valid(after[4:]) || !isHex(after[18:22]+after[23:27]+after[28:]) {
+		if !strings.HasPrefix(after, "evt_") || len(after) != 40 ||
+			!uuidv7.Valid(after[4:]) || !isHex(after[18:22]+after[23:27]+after[28:]) {
 			t.Fatalf("after=%q taken as a cursor: it is not an event id as this server writes them", after)
 		}
 		evs, _ := r.body["events"].([]any)

@@ -500,14 +500,18 @@ func (s *Server) createWorkflow(w http.ResponseWriter, r *http.Request) {
 	}
 	// Its jobs' job.enqueued come before their other events, as a single enqueue's (enqueueOrder).
 	ids := make([]string, 0, len(reqs))
+	var given []string
 	for _, req := range reqs {
-		if req.job.Opts.ID == "" { // as beginInsert: only the ids given here
+		if req.job.Opts.ID == "" { // as beginInsert
 			req.job.Opts.ID = uuidv7.New()
 			ids = append(ids, req.job.Opts.ID)
+		} else {
+			given = append(given, req.job.Opts.ID)
 		}
 	}
 	s.order.begin(ids)
-	defer s.order.end(ids)
+	s.order.beginGiven(given)
+	defer s.order.end(append(ids, given...))
 	res, err := s.client.WorkflowInsert(r.Context(), wf)
 	if err != nil {
 		s.writeError(w, r, workflowError(err, wf.ID()))
