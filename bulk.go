@@ -24,9 +24,11 @@ type BulkResult struct {
 // JobCancelMany cancels each job as JobCancel does, one at a time and in order, and reports every
 // job's outcome in its BulkResult; a job that cannot be cancelled does not stop the others. The
 // returned error is set only for an empty id list or one longer than MaxBulkIDs (matching
-// ErrInvalidArgs; no job is touched), or when ctx ends or the store cannot be reached midway (the
+// ErrInvalidArgs; no job is touched), or when ctx ends or the store cannot serve midway (the
 // results so far come with it, and the jobs after them were not attempted: a store that is down is
-// tried once, not once per id).
+// tried once, not once per id). A job whose row another session holds past the database's
+// lock_timeout (or that meets a statement_timeout) fails alone in its BulkResult and the others go
+// on; three such jobs in a row stop the operation, as a lock on the whole table would.
 func (c *Client) JobCancelMany(ctx context.Context, ids []string) ([]BulkResult, error) {
 	return c.bulk(ctx, "cancel", ids, c.JobCancel)
 }
@@ -74,16 +76,32 @@ func (c *Client) bulk(ctx context.Context, name string, ids []string, op func(co
 		return nil, invalidf("bulk %s: %d job ids, at most %d", name, len(ids), MaxBulkIDs)
 	}
 	out := make([]BulkResult, len(ids))
+	busy := 0 // jobs in a row that met a lock or statement timeout
 	for i, id := range ids {
 		if err := ctx.Err(); err != nil {
 			return out[:i], fmt.Errorf("pronto: bulk %s stopped after %d of %d jobs: %w", name, i, len(ids), err)
 		}
 		j, err := op(ctx, id)
 		if store.IsUnavailable(c.store, err) {
-			// The store is down: every job after this one would wait out the same failure.
-			return out[:i], fmt.Errorf("pronto: bulk %s stopped after %d of %d jobs: %w", name, i, len(ids), err)
+			// A lock or statement timeout may be this job's alone (its row held by another session):
+			// it fails alone and the others go on. Several in a row point at the table (a migration's
+			// lock), where every job after would wait out the same timeout.
+			perRequest := store.ConditionOf(c.store, err).PerRequest()
+			if perRequest {
+				busy++
+			}
+			if !perRequest || busy >= maxBulkBusyInARow {
+				// The store cannot serve: every job after this one would wait out the same failure.
+				return out[:i], fmt.Errorf("pronto: bulk %s stopped after %d of %d jobs: %w", name, i, len(ids), err)
+			}
+		} else {
+			busy = 0
 		}
 		out[i] = BulkResult{ID: id, Job: j, Err: err}
 	}
 	return out, nil
 }
+
+// maxBulkBusyInARow is how many jobs in a row may meet a lock or statement timeout before a bulk
+// operation stops, as the dashboard's bulk actions do.
+const maxBulkBusyInARow = 3
