@@ -440,12 +440,18 @@ func (h *Handler) runBulk(ctx context.Context, op func(context.Context, []string
 		chunk := ids[:min(len(ids), pronto.MaxBulkIDs)]
 		part, err := op(ctx, chunk)
 		res = append(res, part...)
+		// The client's bulk call gives a job that met a timeout up in its result and goes on (and
+		// stops at its own third in a row), so the run is counted over the results too.
+		for _, r := range part {
+			if r.Err != nil && store.ConditionOf(h.cfg.Client.Store(), r.Err).PerRequest() {
+				busy++
+			} else {
+				busy = 0
+			}
+		}
 		if err == nil {
 			ids = ids[len(chunk):]
 			continue
-		}
-		if len(part) > 0 {
-			busy = 0 // jobs were tried between this one and the last that met a timeout
 		}
 		if len(part) < len(chunk) && ctx.Err() == nil && store.ConditionOf(h.cfg.Client.Store(), err).PerRequest() {
 			if busy++; busy < maxBusyInARow {
