@@ -137,6 +137,7 @@ func (s *Store) planUnique(jobs []*job, params []*store.InsertParams, now time.T
 					plan.replaced = append(plan.replaced, h)
 				} else {
 					h.State, h.CompletedAt = store.StateCancelled, now
+					h.giveUpHeldKey()
 				}
 			default:
 				return uniquePlan{}, fmt.Errorf("memory: insert job %s: %w", j.ID,
@@ -151,17 +152,27 @@ func (s *Store) planUnique(jobs []*job, params []*store.InsertParams, now time.T
 	return plan, nil
 }
 
+// giveUpHeldKey clears the key of j, a job just replaced under it, when j's state is one of its
+// unique states: the replacement holds the key now, and j keeping it would make a later RetryJob of
+// j meet the replacement as if j still held it (PostgreSQL's sqlUniqueReplace clears it likewise).
+func (j *job) giveUpHeldKey() {
+	if slices.Contains(store.UniqueStatesOrDefault(j.UniqueStates), j.State) {
+		j.UniqueKey = ""
+	}
+}
+
 // applyUnique makes the plan's changes to stored jobs and returns the cancel notifications to
 // publish. A replaced job that is not terminal is cancelled; one that is terminal (it held its key in
-// a terminal state) cannot be, and gives up its key instead, as a lapsed one does. s.mu must be held.
+// a terminal state) cannot be. Either way, if it would still hold its key in its state then (a
+// terminal holder always would; a cancelled one when cancelled is among its unique states), it gives
+// the key up, as a lapsed one does. s.mu must be held.
 func (s *Store) applyUnique(plan uniquePlan, now time.Time) []store.Notification {
 	var cancels []store.Notification
 	for _, h := range plan.replaced {
-		if h.State.Terminal() {
-			h.UniqueKey = ""
-			continue
+		if !h.State.Terminal() {
+			s.cancel(h, now, &cancels)
 		}
-		s.cancel(h, now, &cancels)
+		h.giveUpHeldKey()
 	}
 	for _, h := range plan.lapsed {
 		h.UniqueKey = ""

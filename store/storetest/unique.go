@@ -158,6 +158,50 @@ func testUniqueReplace(t *testing.T, s store.Store) {
 	require.False(t, finish(t, s, store.Completion{ID: repl.ID, Attempt: 1, State: store.StateCompleted}),
 		"the replaced job's completion is not applied")
 	require.Equal(t, store.StateAvailable, get(t, s, again.ID).State)
+
+	testUniqueReplaceHeldInCancelled(t, s)
+}
+
+// testUniqueReplaceHeldInCancelled: a replaced job whose unique states include cancelled would still
+// hold its key once cancelled; it gives the key up instead, as the replacement now holds it. So the
+// next insert under the key meets the replacement, and the cancelled job is retried without a key
+// rather than refused for the key it no longer holds.
+func testUniqueReplaceHeldInCancelled(t *testing.T, s store.Store) {
+	for _, policy := range []store.OnConflict{store.ConflictReplace, store.ConflictReplaceExceptSchedule} {
+		q, key := uniq("unique-replace-cancelled"), uniq("key")
+		p := uniqueJob(q, key, "")
+		p.UniqueStates = []store.State{store.StateAvailable, store.StateActive, store.StateCancelled}
+		old := insert(t, s, p)[0]
+		repl := uniqueJob(q, key, policy)
+		repl.UniqueStates = p.UniqueStates
+		requireReplaced(t, insert(t, s, repl)[0], old.ID, store.StateAvailable)
+		require.Equal(t, store.StateCancelled, get(t, s, old.ID).State, "%s: the replaced job is cancelled", policy)
+
+		ref := store.UniqueKeyRef{Queue: q, Key: key}
+		require.Equal(t, repl.ID, held(t, s, ref)[ref], "%s: the replacement holds the key", policy)
+
+		next := uniqueJob(q, key, store.ConflictReject)
+		_, err := s.Insert(ctx(t), []*store.InsertParams{next})
+		requireConflict(t, err, key, repl.ID, store.StateAvailable)
+
+		r, err := s.RetryJob(ctx(t), old.ID)
+		require.NoError(t, err, "%s: the replaced job gave its key up, so nothing refuses its retry", policy)
+		require.Equal(t, store.StateAvailable, r.State)
+		require.Empty(t, r.UniqueKey, "%s: the retried job holds no key", policy)
+		require.Empty(t, get(t, s, old.ID).UniqueKey)
+
+		// The same within one batch: the later job replaces the earlier, which gives the key up.
+		bq, bkey := uniq("unique-replace-cancelled"), uniq("key")
+		first, second := uniqueJob(bq, bkey, ""), uniqueJob(bq, bkey, policy)
+		first.UniqueStates, second.UniqueStates = p.UniqueStates, p.UniqueStates
+		insert(t, s, first, second)
+		require.Equal(t, store.StateCancelled, get(t, s, first.ID).State, "%s: the earlier job of the batch is replaced", policy)
+		bref := store.UniqueKeyRef{Queue: bq, Key: bkey}
+		require.Equal(t, second.ID, held(t, s, bref)[bref], "%s: the later job of the batch holds the key", policy)
+		r, err = s.RetryJob(ctx(t), first.ID)
+		require.NoError(t, err, "%s: the replaced job of the batch is retried without its key", policy)
+		require.Empty(t, r.UniqueKey)
+	}
 }
 
 func testUniqueReplaceExceptSchedule(t *testing.T, s store.Store) {
