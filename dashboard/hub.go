@@ -78,8 +78,16 @@ func problemLabel(problem string) string {
 		return "store unreachable"
 	case store.ConditionTimeout:
 		return "store not answering"
-	case store.ConditionLockTimeout, store.ConditionStatementTimeout:
+	case store.ConditionLockTimeout, store.ConditionStatementTimeout, store.ConditionBusy:
 		return "database busy"
+	case store.ConditionLoading:
+		return "store loading"
+	case store.ConditionBusyScript:
+		return "store busy"
+	case store.ConditionMasterDown:
+		return "store replica without its master"
+	case store.ConditionClusterDown:
+		return "store cluster down"
 	case store.ConditionReadOnly:
 		return "database read-only"
 	case store.ConditionInsufficientResources:

@@ -41,15 +41,31 @@ const (
 	// ConditionInsufficientResources: the backend answered but is out of connections, memory or
 	// disk (PostgreSQL's class 53, Redis's OOM).
 	ConditionInsufficientResources Condition = "insufficient_resources"
+	// ConditionBusy: the database file is locked by another connection or process past the busy
+	// timeout (SQLite's SQLITE_BUSY or SQLITE_LOCKED): a long write transaction, a checkpoint.
+	ConditionBusy Condition = "busy"
+	// ConditionLoading: the server is loading its data set into memory after a start (Redis's
+	// LOADING); it serves once loaded.
+	ConditionLoading Condition = "loading"
+	// ConditionBusyScript: a script or function runs past its time limit and holds the server
+	// (Redis's BUSY); SCRIPT KILL or FUNCTION KILL ends it.
+	ConditionBusyScript Condition = "busy_script"
+	// ConditionMasterDown: a replica that lost its link to its master and serves no stale data
+	// (Redis's MASTERDOWN).
+	ConditionMasterDown Condition = "master_down"
+	// ConditionClusterDown: the cluster serves none or not all of its hash slots (Redis's
+	// CLUSTERDOWN): nodes down without a failover, or no quorum.
+	ConditionClusterDown Condition = "cluster_down"
 	// ConditionUnavailable: the backend cannot serve now for a reason of its own that none of the
-	// above names (SQLite busy past its timeout, Redis loading or failing over, a pool exhausted).
+	// above names (Redis mid-resharding, a pool exhausted).
 	ConditionUnavailable Condition = "unavailable"
 	// ConditionError: any other error; the backend's condition is not in question.
 	ConditionError Condition = "error"
 )
 
 // ConditionClassifier is implemented by a store whose client library tells more conditions than the
-// generic signs ConditionOf knows. It returns ConditionNone for an error it does not know.
+// generic signs ConditionOf knows. It returns ConditionNone for an error it does not know; ConditionOf
+// takes its answer only for an error IsUnavailable reports.
 type ConditionClassifier interface {
 	Condition(err error) Condition
 }
@@ -66,7 +82,8 @@ func ConditionOf(s Store, err error) Condition {
 		return ConditionTimeout
 	}
 	if c, ok := s.(ConditionClassifier); ok {
-		if cond := c.Condition(err); cond != ConditionNone {
+		// Only an error IsUnavailable reports is named, so that the two never disagree.
+		if cond := c.Condition(err); cond != ConditionNone && cond != ConditionError && IsUnavailable(s, err) {
 			return cond
 		}
 	}
@@ -167,6 +184,16 @@ func (c Condition) Message() string {
 		return "the database ended an idle session (idle session timeout); the next request connects again"
 	case ConditionInsufficientResources:
 		return "database out of resources (connections, memory or disk)"
+	case ConditionBusy:
+		return "database busy: the file is locked by another connection past the busy timeout (a long write transaction, a checkpoint or another process)"
+	case ConditionLoading:
+		return "store loading: the server is loading its data set after a start and serves once loaded"
+	case ConditionBusyScript:
+		return "store busy: a script runs past its time limit and holds the server (SCRIPT KILL or FUNCTION KILL ends it)"
+	case ConditionMasterDown:
+		return "store replica without its master: the link to the master is down and stale data is not served"
+	case ConditionClusterDown:
+		return "store cluster down: the cluster does not serve all its hash slots (nodes down without a failover?)"
 	case ConditionUnavailable:
 		return "the store cannot serve now (the server's log has the error)"
 	}

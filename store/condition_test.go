@@ -184,3 +184,37 @@ func pgSettingStore(t *testing.T, url, schema, name, value string) *postgres.Sto
 	}
 	return st
 }
+
+// namingStore is a store whose classifiers call sign unavailable and name every error cond.
+type namingStore struct {
+	classifyingStore
+	cond store.Condition
+}
+
+func (s namingStore) Condition(error) store.Condition { return s.cond }
+
+// TestConditionClassifier: a store's own names (SQLite busy, Redis loading, ...) are taken for the
+// errors it calls unavailable, never for others, so ConditionOf keeps agreeing with IsUnavailable;
+// each has a message of its own, says the backend answered and concerns every request.
+func TestConditionClassifier(t *testing.T) {
+	sign := errors.New("the backend's own sign")
+	for _, c := range []store.Condition{store.ConditionBusy, store.ConditionLoading, store.ConditionBusyScript,
+		store.ConditionMasterDown, store.ConditionClusterDown} {
+		s := namingStore{classifyingStore{Store: memory.New(), sign: sign}, c}
+		if got := store.ConditionOf(s, fmt.Errorf("pronto: insert: %w", sign)); got != c {
+			t.Errorf("named %q: %q", c, got)
+		}
+		if got := store.ConditionOf(s, errors.New("other")); got != store.ConditionError {
+			t.Errorf("an error the store does not call unavailable, named %q: %q", c, got)
+		}
+		if got := store.ConditionOf(s, context.DeadlineExceeded); got != store.ConditionTimeout {
+			t.Errorf("a deadline, named %q: %q", c, got)
+		}
+		if m := c.Message(); m == store.ConditionUnavailable.Message() || m == store.ConditionError.Message() {
+			t.Errorf("%q: generic message %q", c, m)
+		}
+		if !c.Reachable() || c.PerRequest() {
+			t.Errorf("%q: reachable %v, per request %v", c, c.Reachable(), c.PerRequest())
+		}
+	}
+}
