@@ -346,8 +346,21 @@ WHERE o.unique_key = j.unique_key AND o.state = ANY (o.unique_states) AND o.id <
 	// it was a sequential scan of the active jobs joined to the batch by a filter: 1000 outcomes
 	// against 2200 active jobs compared 2.2 million pairs, 0.6 s a call, which capped round_trip_max
 	// at a few thousand jobs/s. Only this statement's transaction is affected.
+	//
+	// It also bounds, for the same transaction, how long the finish waits for a row lock another
+	// session holds (an operator's SELECT ... FOR UPDATE left open): with no lock_timeout it waited
+	// for good, with no error for the completer to isolate the outcome by, and every later outcome
+	// stalled behind it. A session's own shorter lock_timeout is kept.
 	sqlFinishPlan = `SELECT set_config('plan_cache_mode', 'force_generic_plan', true),
-	set_config('enable_seqscan', 'off', true)`
+	set_config('enable_seqscan', 'off', true),
+	set_config('lock_timeout', CASE WHEN current_setting('lock_timeout')::interval = interval '0'
+		OR current_setting('lock_timeout')::interval > interval '` + finishLockTimeout + `'
+		THEN '` + finishLockTimeout + `' ELSE current_setting('lock_timeout') END, true)`
+
+	// finishLockTimeout is the longest a Finish waits for a row lock (see sqlFinishPlan): long
+	// enough for any lock the store's own statements hold, short enough that the completer isolates
+	// the outcome of a row held for good before the other outcomes wait long.
+	finishLockTimeout = "5s"
 
 	// sqlNotifyFinished announces, once per queue, the rows of the CTE "changed" (columns queue,
 	// state, scheduled_at, rate_key) that are claimable or due later, like notifyClaimable, and also
@@ -519,14 +532,31 @@ SELECT ord FROM finished WHERE (SELECT count(*) FROM notified) >= 0`
 
 	// sqlHeartbeat extends by $3 microseconds the leases of worker $2's active jobs among $1, each
 	// only while it runs under its claim token in $4 (the same order; a NULL element, or a NULL
-	// array, leaves the worker id alone to fence). $1 comes sorted, so rows lock in id order, as
-	// Finish locks them, and overlapping statements cannot deadlock.
-	sqlHeartbeat = `UPDATE {schema}.jobs j
-SET lease_expires_at = now() + $3 * interval '1 microsecond'
-FROM unnest($1::uuid[], $4::uuid[]) AS h(id, token)
-WHERE j.id = h.id AND j.state = 'active' AND j.worker_id = $2
-	AND (h.token IS NULL OR j.claim_token = h.token)
-RETURNING j.id`
+	// array, leaves the worker id alone to fence), and returns the ids of the jobs still so held.
+	// A row another session has locked (an operator's SELECT ... FOR UPDATE, a Finish) is skipped
+	// rather than waited for: waiting failed the whole heartbeat on lock_timeout, or blocked it for
+	// good, and every other job of the worker lost its lease. A skipped row that still matches on
+	// the statement's snapshot is returned as held, only not extended this time; one whose claim
+	// moved on is not, so fencing stays exact. Rows lock in id order (ORDER BY j.id), as Finish
+	// locks them, so overlapping statements cannot deadlock.
+	sqlHeartbeat = `WITH h AS (
+	SELECT * FROM unnest($1::uuid[], $4::uuid[]) AS h(id, token)
+), mine AS (
+	SELECT j.id FROM {schema}.jobs j JOIN h ON j.id = h.id
+	WHERE j.state = 'active' AND j.worker_id = $2 AND (h.token IS NULL OR j.claim_token = h.token)
+	ORDER BY j.id
+	FOR UPDATE OF j SKIP LOCKED
+), extended AS (
+	UPDATE {schema}.jobs j
+	SET lease_expires_at = now() + $3 * interval '1 microsecond'
+	FROM mine WHERE j.id = mine.id
+	RETURNING j.id
+)
+SELECT id FROM extended
+UNION ALL
+SELECT j.id FROM {schema}.jobs j JOIN h ON j.id = h.id
+WHERE j.state = 'active' AND j.worker_id = $2 AND (h.token IS NULL OR j.claim_token = h.token)
+	AND j.id NOT IN (SELECT id FROM mine)`
 
 	// sqlRescue takes back up to $1 active jobs whose lease expired: to available, or discarded when
 	// their attempts are spent, each with a lease_expired error entry. Like Finish, it announces the
