@@ -51,6 +51,10 @@ type Config struct {
 	Logger *slog.Logger
 	// Tick is how often live updates are pushed (default 1s).
 	Tick time.Duration
+	// PingInterval is how often the event stream sends a "ping" event (default 5s). The page
+	// counts a stream silent for several intervals as lost, as when the server's host vanishes
+	// without closing the connection, and reconnects.
+	PingInterval time.Duration
 }
 
 // Handler serves the dashboard. Create it with New; stop its live-update hub with Close.
@@ -73,6 +77,9 @@ func New(cfg Config) (*Handler, error) {
 	}
 	if cfg.Tick <= 0 {
 		cfg.Tick = time.Second
+	}
+	if cfg.PingInterval <= 0 {
+		cfg.PingInterval = defaultPingInterval
 	}
 	log := cfg.Logger
 	if log == nil {

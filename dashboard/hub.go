@@ -54,6 +54,11 @@ type storeDown struct {
 	Since int64 `json:"since,omitempty"`
 }
 
+// defaultPingInterval is how often the event stream sends its "ping" event unless Config says:
+// often enough to keep proxies from closing an idle stream, and the page's watchdog (three missed
+// pings) notices a frozen stream within 15 s.
+const defaultPingInterval = 5 * time.Second
+
 // downRepeat is how often a failing store is reported again (to the log and the browsers) while
 // the problem stays the same.
 const downRepeat = 10 * time.Second
@@ -407,8 +412,14 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
 	fmt.Fprint(w, "retry: 2000\n\n")
+	// A ping at once tells the page the interval its watchdog counts in; keep-alive comments
+	// reach no script, so a stream frozen without closing would otherwise look live forever.
+	ping := fmt.Appendf(nil, "event: ping\ndata: {\"every_ms\":%d}\n\n", h.cfg.PingInterval.Milliseconds())
+	if _, err := w.Write(ping); err != nil {
+		return
+	}
 	fl.Flush()
-	keep := time.NewTicker(15 * time.Second)
+	keep := time.NewTicker(h.cfg.PingInterval)
 	defer keep.Stop()
 	for {
 		select {
@@ -425,7 +436,7 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request) {
 			}
 			fl.Flush()
 		case <-keep.C:
-			if _, err := fmt.Fprint(w, ": keep-alive\n\n"); err != nil {
+			if _, err := w.Write(ping); err != nil {
 				return
 			}
 			fl.Flush()

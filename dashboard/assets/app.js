@@ -127,7 +127,31 @@ function actBtn(label, fn, cls) {
 
 // es is the one event stream the page holds, retry the one timer that reopens a refused one, and
 // lost when the stream broke (the server restarted or is gone), until the first update after it.
-const live = { queues: [], history: [], listeners: new Set(), es: null, retry: 0, lost: 0, lastUpdate: 0 };
+// watchdog is the timer that calls a stream silent for PING_MISSES ping intervals lost, and pingMs
+// the interval the server's ping event gave (5 s until one arrives).
+const live = { queues: [], history: [], listeners: new Set(), es: null, retry: 0, lost: 0, lastUpdate: 0, watchdog: 0, pingMs: 5000 };
+const PING_MISSES = 3;
+// retryLive reopens the stream es in 2 s through the one retry timer, once the API answers (a 401
+// reloads the page into the login form).
+function retryLive(es) {
+  clearTimeout(live.retry);
+  live.retry = setTimeout(async () => {
+    try { await api("/api/overview"); } catch (_) { /* down: the new stream retries */ }
+    if (live.es === es) connectLive();
+  }, 2000);
+}
+// armWatchdog restarts the count of silence on es: a stream that stops delivering without closing
+// (the server's host gone, no FIN; a stalled proxy) sends no error, and keep-alive comments reach no
+// script, so only the server's pings tell a live stream from a frozen one.
+function armWatchdog(es) {
+  clearTimeout(live.watchdog);
+  live.watchdog = setTimeout(() => {
+    if (live.es !== es) return;
+    es.close();
+    serverLost();
+    retryLive(es);
+  }, PING_MISSES * live.pingMs);
+}
 function connectLive() {
   const ind = document.getElementById("live");
   // Never two streams nor two retry timers, however this was reached.
@@ -135,6 +159,13 @@ function connectLive() {
   if (live.es) live.es.close();
   const es = new EventSource("/api/events");
   live.es = es;
+  // A stream that never opens nor errs (a proxy holding the request) counts as silent too.
+  armWatchdog(es);
+  es.addEventListener("ping", (m) => {
+    if (live.es !== es) return;
+    try { live.pingMs = JSON.parse(m.data).every_ms || live.pingMs; } catch (_) { /* keep the last */ }
+    armWatchdog(es);
+  });
   es.onopen = () => {
     if (ind.classList.contains("down")) { ind.textContent = ind.dataset.label || "store unreachable"; return; } // until a good update
     if (live.lost) return; // "live" once an update arrives: the server may still fail to read the store
@@ -146,14 +177,12 @@ function connectLive() {
     if (es.readyState !== EventSource.CLOSED) return; // the browser retries by itself
     // A refused stream (401 after a logout or a new API key, a proxy's 502) is never retried by
     // the browser: ask the API, which reloads the page into the login form on 401, and reconnect.
-    live.retry = setTimeout(async () => {
-      try { await api("/api/overview"); } catch (_) { /* down: the new stream retries */ }
-      if (live.es === es) connectLive();
-    }, 2000);
+    retryLive(es);
   };
   // The server could not read the store this tick: say so rather than show frozen counts as live.
-  es.addEventListener("down", (m) => storeDown(JSON.parse(m.data)));
+  es.addEventListener("down", (m) => { if (live.es === es) armWatchdog(es); storeDown(JSON.parse(m.data)); });
   es.onmessage = (m) => {
+    if (live.es === es) armWatchdog(es);
     const u = JSON.parse(m.data);
     live.lastUpdate = Date.now();
     const ind = document.getElementById("live");
