@@ -537,7 +537,8 @@ SELECT ord FROM finished WHERE (SELECT count(*) FROM notified) >= 0`
 	// rather than waited for: waiting failed the whole heartbeat on lock_timeout, or blocked it for
 	// good, and every other job of the worker lost its lease. A skipped row that still matches on
 	// the statement's snapshot is returned as held, only not extended this time; one whose claim
-	// moved on is not, so fencing stays exact. Rows lock in id order (ORDER BY j.id), as Finish
+	// moved on is not, so fencing stays exact; that second read is skipped (a one-time filter) when
+	// every row was locked. Rows lock in id order (ORDER BY j.id), as Finish
 	// locks them, so overlapping statements cannot deadlock.
 	sqlHeartbeat = `WITH h AS (
 	SELECT * FROM unnest($1::uuid[], $4::uuid[]) AS h(id, token)
@@ -556,7 +557,8 @@ SELECT id FROM extended
 UNION ALL
 SELECT j.id FROM {schema}.jobs j JOIN h ON j.id = h.id
 WHERE j.state = 'active' AND j.worker_id = $2 AND (h.token IS NULL OR j.claim_token = h.token)
-	AND j.id NOT IN (SELECT id FROM mine)`
+	AND j.id NOT IN (SELECT id FROM mine)
+	AND (SELECT count(*) FROM mine) < (SELECT count(*) FROM h)`
 
 	// sqlRescue takes back up to $1 active jobs whose lease expired: to available, or discarded when
 	// their attempts are spent, each with a lease_expired error entry. Like Finish, it announces the
