@@ -35,6 +35,15 @@ func TestWorkerStoppedOJSWorker(t *testing.T) {
 			if d["worker_id"] != wk || d["reason"] != "shutdown" || !slices.Equal(toStrings(d["queues"]), []string{"stq"}) {
 				t.Fatalf("worker.stopped %v", d)
 			}
+
+			// The same id started again (a host-named worker restarted): a new run, started and
+			// stopped again.
+			mustCall(t, s, 200, "POST", "/ojs/v1/workers/fetch", `{"queues":["stq"],"worker_id":"`+wk+`"}`)
+			mustCall(t, s, 200, "POST", "/ojs/v1/workers/heartbeat", `{"worker_id":"`+wk+`","state":"terminate","active_jobs":0}`)
+			want = append(want, "worker.started", "worker.heartbeat", "worker.stopped")
+			if got := loggedTypes(workerEvs(t, s, wk)); !slices.Equal(got, want) {
+				t.Fatalf("after a restart under the same id: events %v, want %v", got, want)
+			}
 		})
 	}
 }

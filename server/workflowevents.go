@@ -438,7 +438,12 @@ func (s *Server) workerContact(id string, queues []string) {
 	if t.seen == nil || len(t.seen) >= workersHeardMax {
 		t.seen = map[string]*workerHeard{}
 	}
-	if h, ok := t.seen[id]; ok {
+	if h, ok := t.seen[id]; ok && h.stopped && len(queues) > 0 {
+		// A fetch after worker.stopped: the worker was started again under the same id (SDKs that
+		// take the host name do so), so it is a new run, with its worker.started and, in time, its
+		// own worker.stopped. Only a fetch counts: a repeated last heartbeat is still the old run's.
+		delete(t.seen, id)
+	} else if ok {
 		if len(queues) > 0 && !slices.Equal(h.queues, queues) {
 			h.queues = slices.Clone(queues)
 		}
