@@ -38,6 +38,8 @@ type Client struct {
 
 	// schemaOK is set once the store's schema was found to match (see checkSchema).
 	schemaOK atomic.Bool
+	// schemaWatch stops claiming when an incompatible migration is applied under it (schemawatch.go).
+	schemaWatch schemaWatch
 
 	// inserts merges concurrent single-job inserts into batched store writes; nil when
 	// Config.InsertBatchSize is 1 or the store's inserts are in-process (store.LocalInserter).
@@ -371,6 +373,11 @@ func (c *Client) Start(ctx context.Context) error {
 	go func() {
 		defer c.servicesWG.Done()
 		c.recordLoop(c.serviceCtx) // peers.go: this client in the store's registry, for ClientList
+	}()
+	c.servicesWG.Add(1)
+	go func() {
+		defer c.servicesWG.Done()
+		c.watchSchema(c.serviceCtx)
 	}()
 
 	if !c.cfg.DisableMaintenance {

@@ -27,6 +27,18 @@ type SchemaChecker interface {
 	CheckSchema(ctx context.Context) error
 }
 
+// NewerMigrationsReader is implemented by stores with a versioned schema (PostgreSQL, SQLite). A
+// started pronto Client calls it every few seconds, so that a migration marked incompatible with
+// older binaries, applied while it runs (pronto migrate up --force, or Store.Migrate, which does
+// not check for live clients), stops it claiming jobs on a schema it does not know.
+type NewerMigrationsReader interface {
+	// NewerMigrations lists the migrations applied to the schema that this binary does not know,
+	// oldest first: those marked compatible with older binaries, and the others (marked
+	// incompatible, or recorded by a binary that predates the marks). Both are empty when the
+	// schema has none, or has no migrations table.
+	NewerMigrations(ctx context.Context) (compatible, incompatible []Migration, err error)
+}
+
 // SchemaError says how a store's schema differs from the migrations this binary knows. It matches
 // ErrSchemaNotMigrated (some are missing) and ErrSchemaTooNew (unknown ones are applied) with
 // errors.Is.
