@@ -123,7 +123,8 @@ func (s *subscription) takes(k EventKind) bool {
 	if s.kinds == nil {
 		return k != EventStarted && k != EventCheckpointSaved && k != EventDeadLetterPruned &&
 			k != EventTenantThrottled && k != EventTenantThrottleReleased && k != EventTenantCreated &&
-			k != EventRateLimitExceeded && k != EventRateLimitReleased && k != EventWorkerStopped
+			k != EventRateLimitExceeded && k != EventRateLimitReleased && k != EventWorkerStopped &&
+			k != EventSchemaIncompatible
 	}
 	return s.kinds[k]
 }

@@ -9,8 +9,8 @@ import (
 )
 
 // checkSchema fails when the store's schema does not match this binary's migrations (see
-// store.SchemaChecker). Once it passed it is not asked again: migrations run while clients are
-// live are the operator's business.
+// store.SchemaChecker). Once it passed it is not asked again at start; a started client watches for
+// incompatible newer migrations instead (schemawatch.go).
 func (c *Client) checkSchema(ctx context.Context) error {
 	sc, ok := c.store.(store.SchemaChecker)
 	if !ok || c.schemaOK.Load() {

@@ -102,25 +102,9 @@ func (c *Client) haltForSchema(incompatible []store.Migration) {
 	c.schemaWatch.mu.Unlock()
 	c.cfg.Logger.Error("pronto: incompatible schema migrations applied; client stopped claiming jobs",
 		"client", c.cfg.ID, "migrations", names, "err", err)
-	c.emitOptIn(&Event{Kind: EventSchemaIncompatible, Err: err, At: time.Now()})
-}
-
-// emitOptIn sends e only to the subscriptions that name its kind: subscribers of every kind expect
-// a job in each event, and this one has none.
-func (c *Client) emitOptIn(e *Event) {
-	b := &c.events
-	b.mu.RLock()
-	defer b.mu.RUnlock()
-	for _, s := range b.subs {
-		if s.kinds == nil || !s.kinds[e.Kind] {
-			continue
-		}
-		select {
-		case s.ch <- e:
-		default:
-			b.dropped.Add(1)
-		}
-	}
+	// Only subscriptions naming it get it (subscription.takes): subscribers of every kind expect a
+	// job in each event, and this one has none.
+	c.events.emit(&Event{Kind: EventSchemaIncompatible, Err: err, At: time.Now()})
 }
 
 // cmpDuration returns d, or def when d is not positive.

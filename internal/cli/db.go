@@ -419,7 +419,8 @@ func (r *runner) pgListenURL(cfg *pgxpool.Config, t *target) (string, error) {
 func conditionHint(st store.Store, err error) string {
 	switch c := store.ConditionOf(st, err); c {
 	case store.ConditionLockTimeout, store.ConditionStatementTimeout, store.ConditionReadOnly,
-		store.ConditionInsufficientResources, store.ConditionIdleSessionTimeout:
+		store.ConditionInsufficientResources, store.ConditionIdleSessionTimeout, store.ConditionBusy,
+		store.ConditionLoading, store.ConditionBusyScript, store.ConditionMasterDown, store.ConditionClusterDown:
 		return c.Message() + ": "
 	}
 	return ""
