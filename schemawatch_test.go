@@ -120,8 +120,9 @@ func TestRunningClientStopsClaimingOnIncompatibleMigration(t *testing.T) {
 		got, err := c.JobGet(ctx, b.ID)
 		require.NoError(t, err)
 		require.Equal(t, pronto.StateAvailable, got.State)
-		// (On PostgreSQL the store's hand-off may still give it to the stopped producer's lingering
-		// advertisement, which returns it to available unstarted: Attempt is not checked.)
+		// Given back unstarted (perhaps through the store's hand-off to the stopped producer's
+		// lingering advertisement): a spent attempt is refunded, so the job keeps its whole budget.
+		require.Equal(t, b.MaxAttempts, got.MaxAttempts-got.Attempt, "job 2 lost budget without running")
 		require.Empty(t, running, "job 2 ran")
 	})
 }
