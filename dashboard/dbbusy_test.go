@@ -33,14 +33,7 @@ func TestDashboardTellsBusyDatabaseFromUnreachable(t *testing.T) {
 	if err := plain.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
-	locker, err := testdb.NewPool(t, 1).Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = locker.Rollback(ctx) }()
-	if _, err := locker.Exec(ctx, "LOCK TABLE "+schema+".jobs IN ACCESS EXCLUSIVE MODE"); err != nil {
-		t.Fatal(err)
-	}
+	unlock := testdb.LockTable(t, schema+".jobs")
 	for _, c := range []struct {
 		setting, problem, label, text string
 	}{
@@ -57,9 +50,7 @@ func TestDashboardTellsBusyDatabaseFromUnreachable(t *testing.T) {
 			t.Fatalf("%s: the live stream's down event is %+v; want problem %q, label %q, message %q…", c.setting, d, c.problem, c.label, c.text)
 		}
 	}
-	if err := locker.Rollback(ctx); err != nil {
-		t.Fatal(err)
-	}
+	unlock()
 
 	base := pgDashboard(t, testdb.URL(), schema, "default_transaction_read_only", "on")
 	code, msg := apiPost(t, base, "/api/queues/ro/pause")

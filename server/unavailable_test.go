@@ -366,14 +366,7 @@ func TestHealthTellsBusyFromUnreachable(t *testing.T) {
 	if err := plain.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
-	locker, err := testdb.NewPool(t, 1).Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = locker.Rollback(ctx) }()
-	if _, err := locker.Exec(ctx, "LOCK TABLE "+schema+".jobs IN ACCESS EXCLUSIVE MODE"); err != nil {
-		t.Fatal(err)
-	}
+	testdb.LockTable(t, schema+".jobs")
 	for _, setting := range []string{"lock_timeout", "statement_timeout"} {
 		s, _ := newTestServer(t, Config{Client: newPgClient(t, settingStore(t, schema, setting, "100ms"))})
 		h := call(t, s, "GET", "/ojs/v1/health", nil)

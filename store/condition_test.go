@@ -113,14 +113,7 @@ func TestConditionOfPostgres(t *testing.T) {
 	if err := plain.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
-	locker, err := testdb.NewPool(t, 1).Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = locker.Rollback(ctx) }()
-	if _, err := locker.Exec(ctx, "LOCK TABLE "+schema+".jobs IN ACCESS EXCLUSIVE MODE"); err != nil {
-		t.Fatal(err)
-	}
+	unlock := testdb.LockTable(t, schema+".jobs")
 	check := func(st store.Store, err error, want store.Condition) {
 		t.Helper()
 		if err == nil {
@@ -144,9 +137,7 @@ func TestConditionOfPostgres(t *testing.T) {
 		_, err := st.GetJob(ctx, "00000000-0000-7000-8000-000000000000")
 		check(st, err, c.want)
 	}
-	if err := locker.Rollback(ctx); err != nil {
-		t.Fatal(err)
-	}
+	unlock()
 
 	ro := pgSettingStore(t, testdb.URL(), schema, "default_transaction_read_only", "on")
 	_, err = ro.Insert(ctx, []*store.InsertParams{{ID: "01900000-0000-7000-8000-000000000001", Kind: "k", Queue: "default",

@@ -131,3 +131,22 @@ func sanitize(s string) string {
 	}
 	return b.String()
 }
+
+// LockTable takes table ACCESS EXCLUSIVE in a transaction of its own, as a migration would, until
+// the test ends: every statement on it waits, and fails once past the session's lock_timeout or
+// statement_timeout. The returned function releases it sooner.
+func LockTable(t testing.TB, table string) (release func()) {
+	t.Helper()
+	ctx := context.Background()
+	locker, err := NewPool(t, 1).Begin(ctx)
+	if err != nil {
+		t.Fatal(Unreachable(err))
+	}
+	var once sync.Once
+	release = func() { once.Do(func() { _ = locker.Rollback(ctx) }) }
+	t.Cleanup(release)
+	if _, err := locker.Exec(ctx, "LOCK TABLE "+table+" IN ACCESS EXCLUSIVE MODE"); err != nil {
+		t.Fatal(err)
+	}
+	return release
+}
