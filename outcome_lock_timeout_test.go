@@ -73,20 +73,7 @@ func (lockTimeoutArgs) Kind() string { return "locktimeout.block" }
 // sessionPool opens a small pool to the test database whose sessions carry the given settings.
 func sessionPool(t *testing.T, params map[string]string) *pgxpool.Pool {
 	t.Helper()
-	cfg, err := pgxpool.ParseConfig(testdb.URL())
-	require.NoError(t, err)
-	cfg.MaxConns = 4
-	for k, v := range params {
-		cfg.ConnConfig.RuntimeParams[k] = v
-	}
-	p, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	require.NoError(t, err)
-	if err := p.Ping(context.Background()); err != nil {
-		p.Close()
-		t.Fatal(testdb.Unreachable(err))
-	}
-	t.Cleanup(p.Close)
-	return p
+	return testdb.NewPoolWith(t, 4, params)
 }
 
 // lockTimeoutStore is a migrated PostgreSQL store in a schema of its own, on sessions with a

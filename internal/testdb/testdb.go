@@ -78,11 +78,21 @@ func Pool(t testing.TB) *pgxpool.Pool {
 // closed when the test ends.
 func NewPool(t testing.TB, maxConns int32) *pgxpool.Pool {
 	t.Helper()
+	return NewPoolWith(t, maxConns, nil)
+}
+
+// NewPoolWith is NewPool whose sessions carry the given settings (as ALTER ROLE ... SET would give
+// them: a lock_timeout, a statement_timeout, default_transaction_read_only).
+func NewPoolWith(t testing.TB, maxConns int32, settings map[string]string) *pgxpool.Pool {
+	t.Helper()
 	cfg, err := pgxpool.ParseConfig(URL())
 	if err != nil {
 		t.Fatal(Unreachable(err))
 	}
 	cfg.MaxConns = maxConns
+	for k, v := range settings {
+		cfg.ConnConfig.RuntimeParams[k] = v
+	}
 	p, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(Unreachable(err))
