@@ -438,12 +438,8 @@ func (c *Completer) transient(err error) bool {
 // statement timeout is the one statement's, perhaps of one row, even though store.IsUnavailable
 // counts it (a migration's table lock fails every statement, and an operator's row lock one job's).
 func (c *Completer) outage(err error) bool {
-	var se interface{ SQLState() string }
-	if errors.As(err, &se) {
-		switch se.SQLState() {
-		case "55P03", "57014": // lock_not_available, query_canceled
-			return false
-		}
+	if store.ConditionOf(nil, err).PerRequest() {
+		return false
 	}
 	if c.cfg.Unavailable != nil {
 		return c.cfg.Unavailable(err)
