@@ -33,7 +33,8 @@ const (
 	// or was cancelled by an operator.
 	ConditionStatementTimeout Condition = "statement_timeout"
 	// ConditionReadOnly: the backend answered but takes no writes: a standby, or a primary demoted
-	// by a failover (PostgreSQL's 25006, Redis's READONLY).
+	// by a failover (PostgreSQL's 25006, Redis's READONLY), or a store's WriteProbe said so
+	// (ErrReadOnly).
 	ConditionReadOnly Condition = "read_only"
 	// ConditionIdleSessionTimeout: the server ended an idle session (idle_session_timeout,
 	// idle_in_transaction_session_timeout); the next request connects again.
@@ -80,6 +81,10 @@ func ConditionOf(s Store, err error) Condition {
 	var ne net.Error
 	if errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout() {
 		return ConditionTimeout
+	}
+	if errors.Is(err, ErrReadOnly) {
+		// A WriteProbe's answer: before the store's classifier, which knows its client's errors only.
+		return ConditionReadOnly
 	}
 	if c, ok := s.(ConditionClassifier); ok {
 		// Only an error IsUnavailable reports is named, so that the two never disagree.

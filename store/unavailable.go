@@ -42,10 +42,10 @@ type RefusalClassifier interface {
 // same request may succeed later and nothing about it was wrong. The HTTP API answers such errors 503
 // with Retry-After (OJS BACKEND_UNAVAILABLE) rather than 500.
 //
-// It knows ErrClosed, network errors, a connection closed under a request, database/sql's connection
-// errors and PostgreSQL's SQLSTATEs for a server that refuses, drops or cannot serve the request now
-// (see unavailableSQLState); a store adds its client library's own through UnavailableClassifier. s
-// may be nil.
+// It knows ErrClosed, ErrReadOnly, network errors, a connection closed under a request,
+// database/sql's connection errors and PostgreSQL's SQLSTATEs for a server that refuses, drops or
+// cannot serve the request now (see unavailableSQLState); a store adds its client library's own
+// through UnavailableClassifier. s may be nil.
 func IsUnavailable(s Store, err error) bool {
 	if err == nil {
 		return false
@@ -108,7 +108,7 @@ func genericUnavailable(err error) bool {
 	for _, target := range []error{
 		syscall.ECONNREFUSED, syscall.ECONNRESET, syscall.ECONNABORTED, syscall.EPIPE,
 		syscall.ENETUNREACH, syscall.EHOSTUNREACH,
-		io.EOF, io.ErrUnexpectedEOF, net.ErrClosed, sql.ErrConnDone, driver.ErrBadConn, ErrClosed,
+		io.EOF, io.ErrUnexpectedEOF, net.ErrClosed, sql.ErrConnDone, driver.ErrBadConn, ErrClosed, ErrReadOnly,
 	} {
 		if errors.Is(err, target) {
 			return true
