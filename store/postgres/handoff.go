@@ -47,13 +47,16 @@ import (
 //     returned to available (the attempt refunded, the queue announced) and the advertisement
 //     withdrawn;
 //   - the listener loses its connection: its notifications meanwhile are lost, so the store
-//     withdraws its advertisements at once and advertises again only once listening; a job handed
-//     in between is rescued when its lease ends, as a crashed process's job is;
+//     withdraws its advertisements at once and advertises again only once listening. A job handed
+//     in between goes back unstarted, its attempt refunded (giveBackLost): its claim token starts
+//     with its waiter's id, so the store finds the jobs handed to its waiters that it never
+//     received. The same happens at Close, and when a large handed job cannot be read;
 //   - the process dies: an insert hands nothing to a producer whose listener's backend is gone
 //     (the advertisement names it; a killed process's connections end with it), and the jobs
 //     handed to it before are rescued when their leases end. A process that hangs (stopped, its
 //     connections open) is handed jobs until its advertisements lapse, adTTL after its last
-//     claim; an idle producer claims, and so advertises again, at every poll.
+//     claim; an idle producer claims, and so advertises again, at every poll. Only the process
+//     knows which handed jobs it received, so these are rescued as before, the attempt counted.
 const (
 	// quietFor is how long single inserts into a queue skip the hand-off after one found nobody
 	// waiting: the hand-off's insert costs about 0.2 ms more than a plain one (the producer checks),
@@ -64,6 +67,9 @@ const (
 	serveWithin  = 100 * time.Millisecond
 	// releaseTimeout bounds returning unserved jobs and withdrawing advertisements.
 	releaseTimeout = 5 * time.Second
+	// settledMargin is how long past a hand-off's lease the store remembers that it received (or
+	// gave back) the job: the lease is reckoned by the database's clock, which may run ahead.
+	settledMargin = time.Minute
 )
 
 // handoff is a store's side of the hand-off: its channel and its producers' waiters.
@@ -84,10 +90,26 @@ type handoff struct {
 	// cancels are the active jobs cancelled lately (see heardCancel).
 	cancels cancelset.Set
 
+	// lose, set by tests only, is asked about every hand-off notification before it is handled; true
+	// drops it, as a listener whose connection fails with the notification in flight loses it.
+	lose atomic.Pointer[func(payload string) bool]
+
+	// unserved is sqlHandedUnserved in the store's schema.
+	unserved string
+	// unsure is set when the listener stopped listening and the advertisements or the jobs handed
+	// meanwhile could not be dealt with (the database unreachable): the listener's next connection
+	// does it before it advertises again.
+	unsure atomic.Bool
+
 	mu      sync.Mutex
 	waiters map[string]*waiter // by queue, worker, lease and kinds
 	byID    map[string]*waiter
 	closing bool
+	// settled holds the claim tokens of the handed jobs this process received or gave back, until
+	// (UnixNano) their hand-off leases could have ended: giveBackLost and received each act on a
+	// handed job only if the other did not, so a job given back is never also run here.
+	settled     map[string]int64
+	settledNext int // prune settled when it grows to this many
 }
 
 // waiter is one producer's advertisement and the jobs handed to it, not yet taken.
@@ -111,9 +133,22 @@ type waiter struct {
 	handed atomic.Int64
 }
 
+// newHandoff also makes the hand-off's insert tag the claim tokens it writes with the waiter's id
+// (sqlInsertHandedTagged), which giveBackLost relies on.
 func newHandoff(s *Store) *handoff {
+	s.q.insertHanded = s.expand.Replace(sqlInsertHandedTagged)
 	return &handoff{s: s, channel: "pronto_h_" + randomHex(12), serveWithin: serveWithin, quietFor: quietFor,
-		waiters: make(map[string]*waiter), byID: make(map[string]*waiter)}
+		unserved: s.expand.Replace(sqlHandedUnserved),
+		waiters:  make(map[string]*waiter), byID: make(map[string]*waiter), settled: make(map[string]int64)}
+}
+
+// tokenWaiter returns the id of the waiter a handed job's claim token names (its first 16 hex
+// digits, see sqlInsertHandedTagged).
+func tokenWaiter(token string) string {
+	if len(token) != 36 {
+		return ""
+	}
+	return token[:8] + token[9:13] + token[14:18]
 }
 
 func randomHex(n int) string {
@@ -238,18 +273,107 @@ func (w *waiter) expire() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 	defer cancel()
-	w.h.withdraw(ctx, []string{w.id})
+	_ = w.h.withdraw(ctx, []string{w.id})
 	w.h.s.release(ctx, stale)
 }
 
-// withdraw deletes the advertisements ids.
-func (h *handoff) withdraw(ctx context.Context, ids []string) {
+// withdraw deletes the advertisements ids. Once it returns nil no job is handed to them any more:
+// an insert handing one holds its advertisement's row until it commits.
+func (h *handoff) withdraw(ctx context.Context, ids []string) error {
 	if len(ids) == 0 {
-		return
+		return nil
 	}
 	if _, err := h.s.pool.Exec(ctx, h.s.q.withdrawWaiters, ids); err != nil {
 		h.s.log.Warn("pronto: hand-off: withdrawing advertisements", "schema", h.s.schema, "error", err)
+		return err
 	}
+	return nil
+}
+
+// settle records that this process acts on the handed job under claim token (receives it or gives
+// it back) until until, and reports false when it did so already.
+func (h *handoff) settle(token string, until time.Time) bool {
+	now := time.Now().UnixNano()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if _, ok := h.settled[token]; ok {
+		return false
+	}
+	if len(h.settled) >= h.settledNext {
+		for k, t := range h.settled {
+			if t < now {
+				delete(h.settled, k)
+			}
+		}
+		h.settledNext = max(2*len(h.settled), 1024)
+	}
+	h.settled[token] = until.UnixNano()
+	return true
+}
+
+// unsettle forgets token: the job was not received after all (its read failed).
+func (h *handoff) unsettle(token string) {
+	h.mu.Lock()
+	delete(h.settled, token)
+	h.mu.Unlock()
+}
+
+// settleUntil is how long a job handed to waiter id is remembered as settled.
+func (h *handoff) settleUntil(id string) time.Time {
+	h.mu.Lock()
+	w := h.byID[id]
+	h.mu.Unlock()
+	lease := time.Duration(0)
+	if w != nil {
+		lease = w.params.LeaseDuration + handoffSlack
+	}
+	return time.Now().Add(lease + settledMargin)
+}
+
+// giveBackLost returns to available, the attempt refunded, the jobs handed to this store's waiters
+// that it never received: their notifications were lost with the listener's connection, came
+// after Close, or named a job that could not be read. They are the active jobs whose claim tokens
+// carry a waiter's id, still under the hand-off's lease (a heartbeat of a job the producer runs
+// moves it), that this process did not settle. A job handed meanwhile may be given back with
+// them; its notification, should it come, is then dropped.
+func (h *handoff) giveBackLost(ctx context.Context) error {
+	h.mu.Lock()
+	ids := make([]string, 0, len(h.byID))
+	leases := make([]int64, 0, len(h.byID))
+	for id, w := range h.byID {
+		ids = append(ids, id)
+		leases = append(leases, (w.params.LeaseDuration + handoffSlack).Microseconds())
+	}
+	h.mu.Unlock()
+	if len(ids) == 0 {
+		return nil
+	}
+	rows, err := h.s.pool.Query(ctx, h.unserved, ids, leases)
+	if err != nil {
+		h.s.log.Warn("pronto: hand-off: finding jobs handed and not received", "schema", h.s.schema, "error", err)
+		return err
+	}
+	var lost []*store.Job
+	for rows.Next() {
+		var j store.Job
+		if err := rows.Scan(&j.ID, &j.Attempt, &j.ClaimToken); err != nil {
+			rows.Close()
+			h.s.log.Warn("pronto: hand-off: finding jobs handed and not received", "schema", h.s.schema, "error", err)
+			return err
+		}
+		if h.settle(j.ClaimToken, h.settleUntil(tokenWaiter(j.ClaimToken))) {
+			lost = append(lost, &j)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		h.s.log.Warn("pronto: hand-off: finding jobs handed and not received", "schema", h.s.schema, "error", err)
+		return err
+	}
+	if len(lost) > 0 {
+		h.s.log.Info("pronto: hand-off: returning jobs handed and not received", "schema", h.s.schema, "jobs", len(lost))
+	}
+	h.s.release(ctx, lost)
+	return nil
 }
 
 // ids returns the ids of every waiter.
@@ -290,31 +414,44 @@ func (h *handoff) queueNotified(queue string) {
 // listenerUp and listenerDown follow the notifier's listener: notifications sent while it does not
 // listen are lost, so the advertisements go when it stops listening and come back with the
 // producers' next claims once it listens again.
+// A job handed while the listener did not listen is given back once the advertisements are gone
+// (no job is handed after), when the listener stops or, failing that, before it listens again.
 func (h *handoff) listenerUp() {
-	if h != nil {
-		h.listening.Store(true)
+	if h == nil {
+		return
 	}
+	if h.unsure.Load() {
+		h.unsure.Store(!h.withdrawAndGiveBack())
+	}
+	h.listening.Store(true)
 }
 
 func (h *handoff) listenerDown() {
 	if h == nil || !h.listening.Swap(false) {
 		return
 	}
+	if !h.withdrawAndGiveBack() {
+		h.unsure.Store(true)
+	}
+}
+
+// withdrawAndGiveBack withdraws every advertisement, then gives back the jobs handed and not
+// received, and reports whether both went through.
+func (h *handoff) withdrawAndGiveBack() bool {
 	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 	defer cancel()
-	h.withdraw(ctx, h.ids())
+	return h.withdraw(ctx, h.ids()) == nil && h.giveBackLost(ctx) == nil
 }
 
 // afterClaim withdraws an advertisement a claim wrote while the listener stopped listening.
 func (h *handoff) afterClaim(ctx context.Context, w *waiter) {
 	if !h.listening.Load() {
-		h.withdraw(context.WithoutCancel(ctx), []string{w.id})
+		_ = h.withdraw(context.WithoutCancel(ctx), []string{w.id})
 	}
 }
 
-// close withdraws every advertisement and returns the jobs handed and not taken. A job handed in
-// the moment before the withdrawal, whose notification the closing listener misses, is rescued
-// when its lease ends.
+// close withdraws every advertisement and returns the jobs handed and not taken, and those handed
+// in the moment before the withdrawal whose notifications the closing listener misses.
 func (h *handoff) close() {
 	if h == nil {
 		return
@@ -334,13 +471,18 @@ func (h *handoff) close() {
 		ids[i] = w.id
 		left = append(left, w.buf.Drain()...)
 	}
-	h.withdraw(ctx, ids)
+	if h.withdraw(ctx, ids) == nil {
+		_ = h.giveBackLost(ctx)
+	}
 	h.s.release(ctx, left)
 }
 
 // received handles a notification on the hand-off channel: "<waiter id> <job>" (handedPayload).
 // A job for a waiter this store no longer has, or handed while it closes, goes back at once.
 func (h *handoff) received(payload string) {
+	if lose := h.lose.Load(); lose != nil && (*lose)(payload) {
+		return
+	}
 	id, body, ok := strings.Cut(payload, " ")
 	if !ok {
 		h.s.log.Warn("pronto: hand-off: ignoring malformed notification", "schema", h.s.schema, "payload", payload)
@@ -350,6 +492,9 @@ func (h *handoff) received(payload string) {
 	if err != nil {
 		h.s.log.Warn("pronto: hand-off: ignoring malformed notification", "schema", h.s.schema, "error", err)
 		return
+	}
+	if !h.settle(j.ClaimToken, h.settleUntil(id)) {
+		return // given back already (giveBackLost)
 	}
 	if !full {
 		// Too large for a notification: read it, off the listener's goroutine.
@@ -383,8 +528,11 @@ func (h *handoff) fetch(id string, ref *store.Job) {
 		jobs, err = scanJobs(rows)
 	}
 	if err != nil {
-		// Not read: the job stays active under its lease and is rescued when the lease ends.
+		// Not read: not received, so given back with the others not received (now, should the
+		// database answer again, or when the listener next reconnects or the store closes).
 		h.s.log.Warn("pronto: hand-off: reading a handed job", "schema", h.s.schema, "job", ref.ID, "error", err)
+		h.unsettle(ref.ClaimToken)
+		_ = h.giveBackLost(ctx)
 		return
 	}
 	if len(jobs) == 1 {

@@ -1213,3 +1213,24 @@ func newQueries(r *strings.Replacer) *queries {
 		forgetMigration:   r.Replace(sqlForgetMigration),
 	}
 }
+
+// Statements of the hand-off's give-back (handoff.go), appended after the others.
+var (
+	// sqlInsertHandedTagged is sqlInsertHanded whose claim token starts with the waiter's id (16
+	// hex digits, then 16 random ones): the jobs handed to a process's waiters are found by their
+	// tokens when their notifications may have been lost (see handoff.giveBackLost). The token
+	// still fences: 64 random bits and the job's id.
+	sqlInsertHandedTagged = strings.Replace(sqlInsertHanded,
+		"CASE WHEN ad.id IS NOT NULL THEN gen_random_uuid() END",
+		"CASE WHEN ad.id IS NOT NULL THEN (ad.id || left(md5(gen_random_uuid()::text), 16))::uuid END", 1)
+
+	// sqlHandedUnserved lists the jobs handed to the waiters $1 (ids) whose hand-off leases were
+	// $2 microseconds, still under that first lease: active, the token tagged with the waiter's id,
+	// the lease neither ended nor extended by a heartbeat (it ends exactly the hand-off's lease
+	// after the insert began it).
+	sqlHandedUnserved = `SELECT j.id::text, j.attempt, j.claim_token::text FROM {schema}.jobs j
+	JOIN unnest($1::text[], $2::bigint[]) AS w(id, lease_us)
+		ON left(replace(j.claim_token::text, '-', ''), 16) = w.id
+WHERE j.state = 'active' AND j.lease_expires_at > now()
+	AND j.lease_expires_at = j.started_at + w.lease_us * interval '1 microsecond'`
+)

@@ -1,0 +1,136 @@
+package postgres
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/pronto-jobs/pronto/store"
+)
+
+// A job handed to a producer whose process never hears of it (its notification lost with the
+// listener's connection, or arriving after Close) goes back unstarted with its attempt refunded,
+// as an unserved hand-off does, instead of waiting a whole lease for the rescue, which would count
+// the attempt (and could discard a job of one attempt that never ran).
+
+// loseHanded makes a's listener drop the hand-off notifications and reports each one on the
+// returned channel; the returned function ends the loss.
+func loseHanded(t *testing.T, a *Store) (lost <-chan string, stop func()) {
+	t.Helper()
+	ch := make(chan string, 16)
+	f := func(payload string) bool {
+		select {
+		case ch <- payload:
+		default:
+		}
+		return true
+	}
+	a.handoff.lose.Store(&f)
+	stop = func() { a.handoff.lose.Store(nil) }
+	t.Cleanup(stop)
+	return ch, stop
+}
+
+// waitLost waits for a hand-off notification dropped by loseHanded.
+func waitLost(t *testing.T, lost <-chan string) {
+	t.Helper()
+	select {
+	case <-lost:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no hand-off notification")
+	}
+}
+
+// requireGivenBack checks that job id is available again with its attempt refunded: Attempt kept
+// (the hand-off's), MaxAttempts one more, no error recorded, and that its one attempt then runs.
+func requireGivenBack(t *testing.T, s *Store, id string, maxAttempts int) {
+	t.Helper()
+	ctx := context.Background()
+	got, err := s.GetJob(ctx, id)
+	require.NoError(t, err)
+	require.Equal(t, store.StateAvailable, got.State)
+	require.Equal(t, 1, got.Attempt, "handed: the insert claimed it")
+	require.Equal(t, maxAttempts+1, got.MaxAttempts, "the attempt not run is refunded")
+	require.Empty(t, got.Errors)
+}
+
+// waitState waits until job id is in state want (or the test's patience ends).
+func waitState(t *testing.T, s *Store, id string, want store.State) {
+	t.Helper()
+	ctx := context.Background()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		got, err := s.GetJob(ctx, id)
+		require.NoError(t, err)
+		if got.State == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("job %s is %s, not %s", id, got.State, want)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestHandoffGiveBackListenerDropped: the listener's connection ends (pg_terminate_backend) with a
+// handed job's notification in flight. Once it listens again, the job is available, its one attempt
+// refunded, while a job handed before and taken stays with its producer. Before, the lost job stayed
+// active for its whole lease and the rescue then spent its only attempt.
+func TestHandoffGiveBackListenerDropped(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	a, b, notes := handoffPair(t)
+	p := loopClaim("giveback-drop")
+	_, err := a.Claim(loop, p)
+	require.NoError(t, err)
+
+	kept := params("giveback-drop")
+	_, err = b.Insert(ctx, []*store.InsertParams{kept})
+	require.NoError(t, err)
+	j := handed(t, a, p, notes)
+	require.Equal(t, kept.ID, j.ID)
+
+	lost, stop := loseHanded(t, a)
+	in := params("giveback-drop")
+	in.MaxAttempts = 1
+	_, err = b.Insert(ctx, []*store.InsertParams{in})
+	require.NoError(t, err)
+	waitLost(t, lost)
+	got, err := b.GetJob(ctx, in.ID)
+	require.NoError(t, err)
+	require.Equal(t, store.StateActive, got.State, "handed to a")
+	stop()
+
+	pid := a.ListenerPID()
+	require.NotZero(t, pid)
+	_, err = b.pool.Exec(ctx, "SELECT pg_terminate_backend($1)", int32(pid))
+	require.NoError(t, err)
+	waitState(t, b, in.ID, store.StateAvailable)
+	requireGivenBack(t, b, in.ID, 1)
+
+	got, err = b.GetJob(ctx, kept.ID)
+	require.NoError(t, err)
+	require.Equal(t, store.StateActive, got.State, "the job a took was given back")
+	require.Equal(t, j.ClaimToken, got.ClaimToken)
+}
+
+// TestHandoffGiveBackClose: a job handed the instant before Close withdraws the advertisements,
+// whose notification the closing process never handles, is available once Close returns, its
+// attempt refunded. Before, it stayed active until its lease ended.
+func TestHandoffGiveBackClose(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	a, b, _ := handoffPair(t)
+	_, err := a.Claim(loop, loopClaim("giveback-close"))
+	require.NoError(t, err)
+	lost, _ := loseHanded(t, a)
+	in := params("giveback-close")
+	in.MaxAttempts = 1
+	_, err = b.Insert(ctx, []*store.InsertParams{in})
+	require.NoError(t, err)
+	waitLost(t, lost)
+	require.NoError(t, a.Close())
+	requireGivenBack(t, b, in.ID, 1)
+}
