@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -128,6 +129,43 @@ func TestHandoffGiveBackClose(t *testing.T) {
 	lost, _ := loseHanded(t, a)
 	in := params("giveback-close")
 	in.MaxAttempts = 1
+	_, err = b.Insert(ctx, []*store.InsertParams{in})
+	require.NoError(t, err)
+	waitLost(t, lost)
+	require.NoError(t, a.Close())
+	requireGivenBack(t, b, in.ID, 1)
+}
+
+// TestHandoffTaggedToken: the hand-off's insert is the tagged one (its replacement found the token
+// it replaces), and a handed job's claim token starts with its waiter's id.
+func TestHandoffTaggedToken(t *testing.T) {
+	t.Parallel()
+	require.NotEqual(t, sqlInsertHanded, sqlInsertHandedTagged)
+	ctx := context.Background()
+	a, b, notes := handoffPair(t)
+	p := loopClaim("giveback-tag")
+	_, err := a.Claim(loop, p)
+	require.NoError(t, err)
+	_, err = b.Insert(ctx, []*store.InsertParams{params("giveback-tag")})
+	require.NoError(t, err)
+	j := handed(t, a, p, notes)
+	w := a.handoff.waiterFor(&p)
+	require.NotNil(t, w)
+	require.Equal(t, w.id, tokenWaiter(j.ClaimToken))
+}
+
+// TestHandoffGiveBackLargeClose: a handed job too large for its notification (which names it only)
+// and lost is given back at Close as a small one is.
+func TestHandoffGiveBackLargeClose(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	a, b, _ := handoffPair(t)
+	_, err := a.Claim(loop, loopClaim("giveback-large"))
+	require.NoError(t, err)
+	lost, _ := loseHanded(t, a)
+	in := params("giveback-large")
+	in.MaxAttempts = 1
+	in.Args = []byte(`["` + strings.Repeat("x", 10000) + `"]`)
 	_, err = b.Insert(ctx, []*store.InsertParams{in})
 	require.NoError(t, err)
 	waitLost(t, lost)

@@ -1219,10 +1219,12 @@ var (
 	// sqlInsertHandedTagged is sqlInsertHanded whose claim token starts with the waiter's id (16
 	// hex digits, then 16 random ones): the jobs handed to a process's waiters are found by their
 	// tokens when their notifications may have been lost (see handoff.giveBackLost). The token
-	// still fences: 64 random bits and the job's id.
+	// still fences: 64 random bits and the job's id. A waiter id of another shape (not written by
+	// this package's waiters) gets a plain random token: its jobs are rescued as before.
 	sqlInsertHandedTagged = strings.Replace(sqlInsertHanded,
 		"CASE WHEN ad.id IS NOT NULL THEN gen_random_uuid() END",
-		"CASE WHEN ad.id IS NOT NULL THEN (ad.id || left(md5(gen_random_uuid()::text), 16))::uuid END", 1)
+		`CASE WHEN ad.id ~ '^[0-9a-f]{16}$' THEN (ad.id || left(md5(gen_random_uuid()::text), 16))::uuid
+			WHEN ad.id IS NOT NULL THEN gen_random_uuid() END`, 1)
 
 	// sqlHandedUnserved lists the jobs handed to the waiters $1 (ids) whose hand-off leases were
 	// $2 microseconds, still under that first lease: active, the token tagged with the waiter's id,
