@@ -155,33 +155,25 @@ func (s *Server) asUnavailable(e *apiError) *apiError {
 	u := *e
 	u.status = http.StatusServiceUnavailable
 	u.message = "backend unavailable: " + strings.TrimPrefix(e.message, "backend error: ")
-	u.details = map[string]any{"backend": s.backend, "reason": unavailableReason(e.cause)}
+	u.details = map[string]any{"backend": s.backend, "reason": s.unavailableReason(e.cause)}
 	u.headers = map[string]string{"Retry-After": unavailableRetryAfter}
 	return &u
 }
 
-// unavailableReason names the database's condition behind an unavailable error for details.reason:
+// unavailableReason names the backend's condition behind an unavailable error for details.reason:
 // an operator or a client library can tell a failover or a migration's lock from a database that
-// is down. Every other condition is "unavailable".
-func unavailableReason(err error) string {
-	var se sqlStateError
-	if errors.As(err, &se) {
-		switch se.SQLState() {
-		case "25006":
-			return "read_only" // a standby, or a primary demoted by a failover
-		case "55P03":
-			return "lock_timeout" // a lock held past lock_timeout, as by a migration
-		case "57014":
-			return "statement_timeout" // or a statement an operator cancelled
-		case "57P05", "25P03":
-			return "idle_session_timeout"
-		}
+// is down. The names are store.ConditionOf's, the ones health and the dashboard show, so every
+// store's conditions (PostgreSQL's SQLSTATEs, Redis's error replies, SQLite's busy, a WriteProbe's
+// read-only) are named once, there. A backend that cannot be reached, or that cannot serve for a
+// reason ConditionOf does not name, is "unavailable", as the API has always said.
+func (s *Server) unavailableReason(err error) string {
+	switch c := store.ConditionOf(s.store, err); c {
+	case store.ConditionNone, store.ConditionError, store.ConditionUnreachable, store.ConditionTimeout, store.ConditionUnavailable:
+		return string(store.ConditionUnavailable)
+	default:
+		return string(c)
 	}
-	return "unavailable"
 }
-
-// sqlStateError is what PostgreSQL's errors (pgconn.PgError) have: the SQLSTATE code.
-type sqlStateError interface{ SQLState() string }
 
 // inputRefusedByDatabase is the last line of defence behind the checks at the boundary: a database
 // error that the request's data caused (SQLSTATE class 22, data exception; 23, integrity constraint
