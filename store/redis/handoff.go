@@ -25,8 +25,14 @@ import (
 // claim withdraws it. The single insert (scriptInsertOne) then runs the claim itself for the
 // earliest-lapsing waiter, in the same script, and pushes the claimed job onto the waiter's inbox
 // list B.."in:"..id; when that claim took the inserted job the insert publishes nothing. A
-// goroutine per waiter blocks on the inbox (BLPOP on a connection of its own), keeps the job and
+// goroutine per waiter blocks on the inbox (BLMOVE on a connection of its own), keeps the job and
 // wakes the store's subscribers, whose producer's next Claim returns it without a round trip.
+//
+// The pop moves the job onto the waiter's list B.."got:"..id, emptied once the job is kept: a reply
+// lost in flight (the connection failing, or the store closing, as Redis answers) leaves the job
+// there, and the waiter gives it back, unstarted and its attempt refunded, when it takes a new
+// connection or the store closes (see giveBackGot). A process that dies between a pop and that
+// emptying leaves its got list (one job, no expiry) behind.
 //
 // The claim in the insert is the Claim script (claimjobs), so the same rules decide what is claimed
 // (kinds, priority, paused queues, rate limits, tenant turns and limits) and the job is active under
@@ -43,7 +49,8 @@ const (
 	adTTL        = 10 * time.Second
 	handoffSlack = 250 * time.Millisecond
 	serveWithin  = 100 * time.Millisecond
-	// waitBlock is the longest one BLPOP blocks; the waiter then checks whether the store is closing.
+	// waitBlock is the longest one pop (BLMOVE) blocks; the waiter then checks whether the store
+	// is closing.
 	waitBlock = 5 * time.Second
 )
 
@@ -51,8 +58,16 @@ const (
 // cannot start with a newline, so it does not read as ClaimParams.WorkerIDs.
 const adMarker = "\nad"
 
-// stopMarker is pushed onto an inbox to end its waiter's BLPOP when the store closes.
+// stopMarker is pushed onto an inbox to end its waiter's pop when the store closes.
 const stopMarker = "stop"
+
+// loseHanded, set by tests only, is asked about every item a waiter pops from its inbox; true drops
+// the reply as a connection failing with it in flight loses it (the waiter then reconnects), or
+// does once the store closes.
+var loseHanded atomic.Pointer[func(w *waiter) bool]
+
+// errReplyLost is the error a lost reply (loseHanded) stands for.
+var errReplyLost = errors.New("reply lost (test)")
 
 // waiter is one producer's hand-off: a queue, worker, lease and kinds as its claims give them.
 type waiter struct {
@@ -68,6 +83,10 @@ type waiter struct {
 	// used is when a claim last went through this waiter (UnixNano): a waiter no claim used for
 	// adTTL retires, its producer gone.
 	used atomic.Int64
+	// kept holds the claim tokens of the jobs received and kept since the got list was last
+	// emptied: they are the producer's, never given back from that list. Only the waiter's
+	// goroutine uses it, and cleanup once that goroutine is done.
+	kept map[string]bool
 }
 
 // handoffOn reports whether the store hands jobs off: on a single node (the single insert is a
@@ -99,7 +118,7 @@ func (s *Store) waiterFor(p *store.ClaimParams, kinds []string) *waiter {
 	w := &waiter{s: s, queue: p.Queue, id: tokens(1)[0],
 		params: store.ClaimParams{Queue: p.Queue, Kinds: kinds, WorkerID: p.WorkerID, LeaseDuration: p.LeaseDuration,
 			OnHeldBack: p.OnHeldBack},
-		taken: make(chan int, 1), done: make(chan struct{})}
+		taken: make(chan int, 1), done: make(chan struct{}), kept: make(map[string]bool)}
 	w.used.Store(time.Now().UnixNano())
 	s.waiters[key] = w
 	go w.run(key)
@@ -112,6 +131,48 @@ func (w *waiter) adArgs() []any {
 }
 
 func (w *waiter) inbox() string { return w.s.qkey(w.queue) + "in:" + w.id }
+
+// got is the list the waiter's pops move handed jobs onto (see the hand-off's comment).
+func (w *waiter) got() string { return w.s.qkey(w.queue) + "got:" + w.id }
+
+// gotItems returns the handed jobs in the got list v not received and kept: their replies were lost.
+func (w *waiter) gotItems(v []string) []*store.Job {
+	var out []*store.Job
+	for _, item := range v {
+		if item == stopMarker {
+			continue
+		}
+		j, err := decodeHanded(item)
+		if err != nil {
+			w.s.logf("redis: hand-off: %v", err)
+			continue
+		}
+		if !w.kept[j.ClaimToken] {
+			out = append(out, j)
+		}
+	}
+	return out
+}
+
+// giveBackGot empties the got list and gives its jobs not received back to available, the attempt
+// refunded: popped from the inbox, their replies never reached the waiter. It reports whether it
+// could read the list.
+func (w *waiter) giveBackGot(ctx context.Context) bool {
+	var items *goredis.StringSliceCmd
+	_, err := w.s.rdb.TxPipelined(ctx, func(p goredis.Pipeliner) error {
+		items = p.LRange(ctx, w.got(), 0, -1)
+		p.Del(ctx, w.got())
+		return nil
+	})
+	if err != nil {
+		w.s.logf("redis: hand-off: read jobs handed to %s: %v", w.queue, err)
+		return false
+	}
+	lost := w.gotItems(items.Val())
+	clear(w.kept)
+	w.s.release(ctx, w.queue, lost)
+	return true
+}
 
 // take returns up to limit handed jobs kept less than serveWithin, and tells the waiter how many
 // slots the producer has left.
@@ -192,8 +253,16 @@ func (w *waiter) run(key string) {
 	defer func() { _ = conn.Close() }()
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
+	// unsure is set while the got list may hold a job whose reply was lost.
+	unsure := false
 	for ctx.Err() == nil {
-		r, err := conn.BLPop(ctx, waitBlock, w.inbox()).Result()
+		if unsure {
+			unsure = !w.giveBackGot(ctx)
+		}
+		r, err := conn.BLMove(ctx, w.inbox(), w.got(), "LEFT", "RIGHT", waitBlock).Result()
+		if lose := loseHanded.Load(); err == nil && lose != nil && (*lose)(w) {
+			err = errReplyLost
+		}
 		if err != nil {
 			if errors.Is(err, goredis.Nil) {
 				if time.Since(time.Unix(0, w.used.Load())) > adTTL && w.retire(key) {
@@ -205,6 +274,7 @@ func (w *waiter) run(key string) {
 				return
 			}
 			s.logf("redis: hand-off: wait on %s: %v", w.queue, err)
+			unsure = true
 			// A connection of its own stays broken once broken (go-redis does not reconnect it):
 			// take a new one.
 			_ = conn.Close()
@@ -216,16 +286,23 @@ func (w *waiter) run(key string) {
 			}
 			continue
 		}
-		if r[1] == stopMarker {
+		if r == stopMarker {
 			continue
 		}
-		job, err := decodeHanded(r[1])
+		job, err := decodeHanded(r)
 		if err != nil {
 			s.logf("redis: hand-off: %v", err)
 			continue
 		}
+		w.kept[job.ClaimToken] = true
 		s.remember([]*store.Job{job})
-		if w.keep([]*store.Job{job}) == 0 {
+		kept := w.keep([]*store.Job{job})
+		// Received: the got list need not hold it any longer (a failure leaves it to giveBackGot,
+		// which skips the jobs kept).
+		if err := conn.Del(ctx, w.got()).Err(); err == nil {
+			clear(w.kept)
+		}
+		if kept == 0 {
 			// Cancelled on its way: nothing for the producer to take. The insert spent the
 			// advertisement; withdrawing it leaves the next inserts to be announced until the
 			// producer's next claim advertises again.
@@ -313,7 +390,7 @@ func (s *Store) stopWaiters(ctx context.Context) {
 	s.waitersMu.Unlock()
 	s.waitCancel()
 	for _, w := range ws {
-		// Ends a BLPOP that the cancellation does not interrupt.
+		// Ends a pop that the cancellation does not interrupt.
 		_ = s.rdb.RPush(ctx, w.inbox(), stopMarker).Err()
 	}
 	for _, w := range ws {
@@ -344,18 +421,23 @@ func (w *waiter) cleanup(ctx context.Context) {
 	s := w.s
 	left := w.buf.Drain()
 	b := s.qkey(w.queue)
-	var rest *goredis.StringSliceCmd
+	var rest, got *goredis.StringSliceCmd
 	_, err := s.rdb.TxPipelined(ctx, func(p goredis.Pipeliner) error {
 		p.ZRem(ctx, b+"wait", w.id)
 		p.Del(ctx, b+"w:"+w.id)
 		rest = p.LRange(ctx, w.inbox(), 0, -1)
 		p.Del(ctx, w.inbox())
+		got = p.LRange(ctx, w.got(), 0, -1)
+		p.Del(ctx, w.got())
 		return nil
 	})
 	if err != nil {
 		s.logf("redis: hand-off: withdraw from %s: %v", w.queue, err)
+		// The jobs kept are still returned; those in Redis lapse with their leases.
+		s.release(ctx, w.queue, left)
 		return
 	}
+	left = append(left, w.gotItems(got.Val())...)
 	for _, v := range rest.Val() {
 		if v == stopMarker {
 			continue

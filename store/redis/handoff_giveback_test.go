@@ -1,0 +1,108 @@
+package redis
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/pronto-jobs/pronto/store"
+)
+
+// A job handed to a waiter whose reply from Redis is lost in flight (its connection failing, or the
+// store closing, as the inbox's pop is answered) goes back unstarted with its attempt refunded, as
+// an unserved hand-off does, instead of waiting a whole lease for the rescue, which counts the
+// attempt (and discards a job of one attempt that never ran).
+
+// loseReplies makes the waiters of s lose the replies of their inbox pops; each loss is reported on
+// the returned channel after wait returns (nil: at once).
+func loseReplies(t *testing.T, s *Store, wait func()) <-chan struct{} {
+	t.Helper()
+	ch := make(chan struct{}, 16)
+	f := func(w *waiter) bool {
+		if w.s != s {
+			return false
+		}
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+		if wait != nil {
+			wait()
+		}
+		return true
+	}
+	// Tests setting the hook do not run in parallel with each other (the hook is the package's).
+	require.True(t, loseHanded.CompareAndSwap(nil, &f), "another test loses replies")
+	t.Cleanup(func() { loseHanded.Store(nil) })
+	return ch
+}
+
+// requireGivenBack checks that job id is available again with its attempt refunded: Attempt kept
+// (the hand-off's), MaxAttempts one more, no error recorded.
+func requireGivenBack(t *testing.T, s *Store, id string, maxAttempts int) {
+	t.Helper()
+	got, err := s.GetJob(context.Background(), id)
+	require.NoError(t, err)
+	require.Equal(t, store.StateAvailable, got.State)
+	require.Equal(t, 1, got.Attempt, "handed: the insert claimed it")
+	require.Equal(t, maxAttempts+1, got.MaxAttempts, "the attempt not run is refunded")
+	require.Empty(t, got.Errors)
+}
+
+// TestHandoffGiveBackReplyLost: the inbox pop's reply is lost with the waiter's connection. The job
+// comes back available, its one attempt refunded, once the waiter has a connection again. Before,
+// the job had left the inbox for good and stayed active for its whole lease.
+func TestHandoffGiveBackReplyLost(t *testing.T) {
+	loop := loopContext(t)
+	ctx := context.Background()
+	a, b, _ := handoffPair(t)
+	_, err := a.Claim(loop, loopClaim("gb-lost"))
+	require.NoError(t, err)
+	lost := loseReplies(t, a, nil)
+	in := testJob("gb-lost")
+	in.MaxAttempts = 1
+	_, err = b.Insert(ctx, []*store.InsertParams{in})
+	require.NoError(t, err)
+	select {
+	case <-lost:
+	case <-time.After(30 * time.Second):
+		t.Fatal("nothing handed")
+	}
+	loseHanded.Store(nil)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		got, err := b.GetJob(ctx, in.ID)
+		require.NoError(t, err)
+		if got.State == store.StateAvailable {
+			break
+		}
+		require.False(t, time.Now().After(deadline), "the job is %s", got.State)
+		time.Sleep(5 * time.Millisecond)
+	}
+	requireGivenBack(t, b, in.ID, 1)
+}
+
+// TestHandoffGiveBackClose: the store closes as the inbox pop is answered, and the reply is lost
+// (the pop's connection is ended by the close). Once Close returns the job is available, its
+// attempt refunded. Before, it stayed active until its lease ended.
+func TestHandoffGiveBackClose(t *testing.T) {
+	loop := loopContext(t)
+	ctx := context.Background()
+	a, b, _ := handoffPair(t)
+	_, err := a.Claim(loop, loopClaim("gb-close"))
+	require.NoError(t, err)
+	lost := loseReplies(t, a, func() { <-a.waitCtx.Done() })
+	in := testJob("gb-close")
+	in.MaxAttempts = 1
+	_, err = b.Insert(ctx, []*store.InsertParams{in})
+	require.NoError(t, err)
+	select {
+	case <-lost:
+	case <-time.After(30 * time.Second):
+		t.Fatal("nothing handed")
+	}
+	require.NoError(t, a.Close())
+	requireGivenBack(t, b, in.ID, 1)
+}
