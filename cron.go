@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/robfig/cron/v3"
@@ -383,7 +384,11 @@ func (c *Client) CronRegister(ctx context.Context, j CronJob) (*CronJob, error) 
 	if err != nil {
 		return nil, wrapOp(fmt.Sprintf("register cron %q", j.Name), err)
 	}
-	now := time.Now().UTC().Truncate(time.Microsecond)
+	now, err := c.cronNow(ctx)
+	if err != nil {
+		return nil, wrapOp(fmt.Sprintf("register cron %q", j.Name), err)
+	}
+	now = now.UTC().Truncate(time.Microsecond)
 	s := &store.CronSchedule{
 		Name: j.Name, ID: uuidv7.New(), Expression: j.Expression, Timezone: j.Timezone,
 		OverlapPolicy: string(j.OverlapPolicy), Template: tb, Description: j.Description, Enabled: !j.Paused,
@@ -539,7 +544,11 @@ func (c *Client) CronResume(ctx context.Context, name string) (*CronJob, error) 
 	if err != nil {
 		return nil, err
 	}
-	s, err := cp.CronSetEnabled(ctx, name, true, sched.Next(time.Now()))
+	now, err := c.cronNow(ctx)
+	if err != nil {
+		return nil, wrapOp(fmt.Sprintf("resume cron %q", name), err)
+	}
+	s, err := cp.CronSetEnabled(ctx, name, true, sched.Next(now))
 	if err != nil {
 		return nil, wrapOp(fmt.Sprintf("resume cron %q", name), err)
 	}
@@ -714,7 +723,16 @@ func (c *Client) RunCron(ctx context.Context, cfg *CronConfig) error {
 }
 
 func (c *Client) fireDueCrons(ctx context.Context, cs store.CronStore, cfg *CronConfig) {
-	due, err := cs.CronDue(ctx, time.Now(), 100)
+	// One reading of the store's clock judges the whole pass: what is due, and each schedule's next
+	// occurrence after it.
+	now, err := c.cronNow(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			c.cfg.Logger.Warn("pronto: cron: reading the store's clock failed", "err", err)
+		}
+		return
+	}
+	due, err := cs.CronDue(ctx, now, 100)
 	if err != nil {
 		if ctx.Err() == nil {
 			c.cfg.Logger.Warn("pronto: cron: reading due schedules failed", "err", err)
@@ -729,7 +747,7 @@ func (c *Client) fireDueCrons(ctx context.Context, cs store.CronStore, cfg *Cron
 		if c.cfg.SystemHook != nil {
 			fctx, end = c.cfg.SystemHook(ctx, SystemPass{Op: SystemOpCronTrigger, Name: s.Name})
 		}
-		err := c.fireCron(fctx, cs, s, cfg)
+		err := c.fireCron(fctx, cs, s, cfg, now)
 		end(0, err)
 		if err != nil && ctx.Err() == nil {
 			c.cfg.Logger.Warn("pronto: cron: firing failed; retrying on the next tick", "cron", s.Name, "err", err)
@@ -737,9 +755,43 @@ func (c *Client) fireDueCrons(ctx context.Context, cs store.CronStore, cfg *Cron
 	}
 }
 
-// fireCron handles one due occurrence of s.
-func (c *Client) fireCron(ctx context.Context, cs store.CronStore, s *store.CronSchedule, cfg *CronConfig) error {
-	now := time.Now()
+// storeClock is implemented by the stores that several processes share (PostgreSQL's now(), Redis's
+// TIME): cron reads the store's clock to judge which occurrences are due and to compute the next
+// one, so that a process whose own clock is off (a VM resumed from suspend, a container with a
+// bad clock) neither fires occurrences early or late by its error nor registers a schedule
+// starting from the wrong time. The other stores are one host, one clock: they need no method.
+type storeClock interface {
+	// StoreNow returns the store's current time.
+	StoreNow(ctx context.Context) (time.Time, error)
+}
+
+// cronNow is the time by which cron judges its schedules: the store's clock when it has one every
+// process shares, else this process's.
+func (c *Client) cronNow(ctx context.Context) (time.Time, error) {
+	if sc, ok := c.store.(storeClock); ok {
+		now, err := sc.StoreNow(ctx)
+		if err != nil {
+			return time.Time{}, fmt.Errorf("read the store's clock: %w", err)
+		}
+		return now.UTC(), nil
+	}
+	return c.wallNow(), nil
+}
+
+// processSkew, set only by tests (export_clockskew_test.go), offsets the clock of the clients it
+// names: a test so plays a process whose wall clock is off without a fake clock in production.
+var processSkew atomic.Pointer[func(*Client) time.Duration]
+
+// wallNow is this process's wall clock (time.Now), as processSkew may offset it in tests.
+func (c *Client) wallNow() time.Time {
+	if f := processSkew.Load(); f != nil {
+		return time.Now().Add((*f)(c))
+	}
+	return time.Now()
+}
+
+// fireCron handles one due occurrence of s, now being the store's time of the pass (cronNow).
+func (c *Client) fireCron(ctx context.Context, cs store.CronStore, s *store.CronSchedule, cfg *CronConfig, now time.Time) error {
 	at := s.NextRunAt
 	// last_run_at is the latest occurrence that inserted a job: an advance without one keeps it.
 	adv := store.CronAdvance{Name: s.Name, ID: s.ID, From: at, RunAt: s.LastRunAt}

@@ -142,3 +142,7 @@ func (s *Store) CronAdvance(_ context.Context, a store.CronAdvance) (bool, error
 	}
 	return true, nil
 }
+
+// StoreNow returns the time by which the store judges what is due: this process's clock, the only
+// one that shares the store.
+func (s *Store) StoreNow(context.Context) (time.Time, error) { return time.Now(), nil }

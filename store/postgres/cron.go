@@ -125,3 +125,13 @@ func scanCron(row pgx.Row) (*store.CronSchedule, error) {
 	c.LastJobID = lastJobID.String
 	return &c, nil
 }
+
+// StoreNow returns the database's current time. Cron judges its schedules by it, so that the
+// processes sharing the database agree on which occurrences are due whatever their own clocks say.
+func (s *Store) StoreNow(ctx context.Context) (time.Time, error) {
+	var now time.Time
+	if err := s.pool.QueryRow(ctx, s.q.now).Scan(&now); err != nil {
+		return time.Time{}, fmt.Errorf("read the database's clock: %w", err)
+	}
+	return now, nil
+}

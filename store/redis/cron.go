@@ -185,3 +185,14 @@ func (s *Store) CronSetEnabled(ctx context.Context, name string, enabled bool, n
 	}
 	return c, nil
 }
+
+// StoreNow returns the Redis server's current time (TIME), the clock its scripts judge leases and
+// due times by. Cron judges its schedules by it, so that the processes sharing the server agree on
+// which occurrences are due whatever their own clocks say.
+func (s *Store) StoreNow(ctx context.Context) (time.Time, error) {
+	now, err := s.rdb.Time(ctx).Result()
+	if err != nil {
+		return time.Time{}, fmt.Errorf("redis: read the server's clock: %w", err)
+	}
+	return now, nil
+}
