@@ -32,7 +32,7 @@ type migration struct {
 	name     string
 	up, down string
 	// olderOK says that binaries which do not know this migration may keep running on the schema it
-	// produces (its up file's olderBinariesLine).
+	// produces (its up file's store.OlderBinariesLine).
 	olderOK bool
 }
 
@@ -41,38 +41,18 @@ type migration struct {
 // never consulted; every later migration must carry one.
 const lastUnmarked = 26
 
-// olderBinariesLine is how a migration's up file says whether binaries that do not know it may keep
-// running on the schema it produces: a line "-- older binaries: compatible" (it only adds what
-// older code never touches, or changes nothing older code relies on) or "-- older binaries:
-// incompatible, <why>" (older code would fail or corrupt data on it). Newer binaries record the
-// mark beside the migration in schema_migrations, where older binaries read it.
-const olderBinariesLine = "-- older binaries:"
-
-// parseOlderBinaries returns the mark of a migration's up script, and whether it has one.
-func parseOlderBinaries(up string) (compatible, marked bool) {
-	for line := range strings.Lines(up) {
-		comment, ok := strings.CutPrefix(strings.TrimSpace(line), "--")
-		if !ok {
-			continue
-		}
-		rest, ok := strings.CutPrefix(strings.TrimSpace(comment), strings.TrimPrefix(olderBinariesLine, "-- "))
-		if !ok {
-			continue
-		}
-		word, _, _ := strings.Cut(strings.TrimSpace(rest), ",")
-		switch strings.TrimSpace(word) {
-		case "compatible":
-			return true, true
-		case "incompatible":
-			return false, true
-		}
-	}
-	return false, false
-}
-
 // migrations lists the embedded migrations in version order. It panics on a malformed file name,
 // which is a build defect caught by every test.
 var migrations = loadMigrations()
+
+// known is migrations with their marks, for the checks shared with the SQLite store.
+var known = func() []store.MarkedMigration {
+	out := make([]store.MarkedMigration, len(migrations))
+	for i, m := range migrations {
+		out[i] = store.MarkedMigration{Migration: store.Migration{Version: m.version, Name: m.name}, OlderOK: m.olderOK}
+	}
+	return out
+}()
 
 func loadMigrations() []migration {
 	entries, err := fs.ReadDir(migrationFiles, "migrations")
@@ -117,11 +97,8 @@ func loadMigrations() []migration {
 		if m.up == "" || m.down == "" {
 			panic(fmt.Sprintf("postgres: migration %d lacks its up or down file", m.version))
 		}
-		var marked bool
-		m.olderOK, marked = parseOlderBinaries(m.up)
-		if !marked && m.version > lastUnmarked {
-			panic(fmt.Sprintf("postgres: migration %03d_%s lacks a %q line (compatible or incompatible)",
-				m.version, m.name, olderBinariesLine+" "))
+		if m.olderOK, err = store.MigrationMark(m.version, m.name, m.up, lastUnmarked); err != nil {
+			panic("postgres: " + err.Error())
 		}
 		out = append(out, *m)
 	}
@@ -291,6 +268,21 @@ func (s *Store) MigrationStatus(ctx context.Context) ([]store.Migration, error) 
 	return out, err
 }
 
+// migrationStatus returns every embedded migration with whether it is applied, and the applied
+// versions that are not embedded (a newer binary's), in order.
+func (s *Store) migrationStatus(ctx context.Context) ([]store.Migration, []int, error) {
+	applied, err := s.appliedAfter(ctx, 0)
+	if err != nil {
+		return nil, nil, fmt.Errorf("migration status of schema %s: %w", s.schema, err)
+	}
+	status, unknown := store.AppliedStatus(known, applied)
+	versions := make([]int, len(unknown))
+	for i, u := range unknown {
+		versions[i] = u.Version
+	}
+	return status, versions, nil
+}
+
 // CheckSchema returns a *store.SchemaError when the schema lacks an embedded migration or has one
 // applied that this binary does not know and may not run with.
 //
@@ -298,144 +290,65 @@ func (s *Store) MigrationStatus(ctx context.Context) ([]store.Migration, error) 
 // accepted: this binary runs on their schema. One not so marked (incompatible, or applied by a
 // binary that predates the marks) fails the check, and the error names it.
 func (s *Store) CheckSchema(ctx context.Context) error {
-	ms, unknown, err := s.migrationStatus(ctx)
-	if err != nil {
-		return err
-	}
-	where := fmt.Sprintf("PostgreSQL schema %q", s.schema)
-	if len(unknown) == 0 {
-		return store.CheckMigrations(where, ms, nil)
-	}
-	newer, err := s.newerMigrations(ctx, migrations[len(migrations)-1].version)
+	applied, err := s.appliedAfter(ctx, 0)
 	if err != nil {
 		return fmt.Errorf("migration status of schema %s: %w", s.schema, err)
 	}
-	return checkNewer(where, ms, newer)
+	return store.CheckApplied(fmt.Sprintf("PostgreSQL schema %q", s.schema), known, applied)
 }
 
 // NewerMigrations lists the migrations applied to the schema that this binary does not know (a
 // newer pronto applied them), oldest first: those marked compatible with older binaries, and the
-// others (marked incompatible, or recorded by a binary that predates the marks).
+// others (marked incompatible, or recorded by a binary that predates the marks). It takes one
+// statement: every started client's schema watch calls it every few seconds.
 func (s *Store) NewerMigrations(ctx context.Context) (compatible, incompatible []store.Migration, err error) {
-	var exists bool
-	if err := s.pool.QueryRow(ctx, s.q.migrationsExist, s.schema+".schema_migrations").Scan(&exists); err != nil || !exists {
-		return nil, nil, err
-	}
-	newer, err := s.newerMigrations(ctx, migrations[len(migrations)-1].version)
+	newer, err := s.appliedAfter(ctx, migrations[len(migrations)-1].version)
 	if err != nil {
 		return nil, nil, err
 	}
-	compatible, incompatible = splitNewer(newer)
+	compatible, incompatible = store.SplitNewer(newer)
 	return compatible, incompatible, nil
-}
-
-// newerMigration is a migration applied by a newer pronto than this binary.
-type newerMigration struct {
-	store.Migration
-	// olderOK is the newer pronto's mark: binaries that do not know the migration may keep running
-	// on its schema. False when marked incompatible or recorded without a mark.
-	olderOK bool
 }
 
 // IncompatibleMigrations lists the embedded migrations marked incompatible with older binaries
 // (binaries that do not know them must not run on their schema), oldest first, applied or not.
 func (s *Store) IncompatibleMigrations() ([]store.Migration, error) {
-	var out []store.Migration
-	for _, m := range migrations {
-		if m.version > lastUnmarked && !m.olderOK {
-			out = append(out, store.Migration{Version: m.version, Name: m.name})
-		}
-	}
-	return out, nil
+	return store.IncompatibleOf(known, lastUnmarked), nil
 }
 
-// newerMigrations reads the applied migrations newer than last, the newest this binary knows.
-func (s *Store) newerMigrations(ctx context.Context, last int) ([]newerMigration, error) {
-	var hasMark bool
-	if err := s.pool.QueryRow(ctx, sqlHasMarkColumn, s.schema).Scan(&hasMark); err != nil {
-		return nil, err
-	}
-	mark := "NULL::boolean"
-	if hasMark {
-		mark = "older_binaries_ok"
-	}
-	rows, err := s.pool.Query(ctx, s.expand.Replace(
-		`SELECT version, name, applied_at, coalesce(`+mark+`, false) FROM {schema}.schema_migrations
-		WHERE version > $1 ORDER BY version`), last)
+// appliedAfter reads the schema's migrations table: the migrations applied after version after (0
+// for all), oldest first, with the marks recorded beside them; none when there is no such table.
+// It is one statement whatever the table: the mark is read through the row's JSON, so that the
+// table of a binary that predates the marks, which lacks their column, gives every row unmarked,
+// and a missing table (or schema) is PostgreSQL's undefined_table.
+func (s *Store) appliedAfter(ctx context.Context, after int) ([]store.MarkedMigration, error) {
+	rows, err := s.pool.Query(ctx, s.expand.Replace(sqlAppliedMarked), after)
 	if err != nil {
-		return nil, err
+		return nil, noMigrationsTable(err)
 	}
 	var (
-		out []newerMigration
-		m   newerMigration
+		out []store.MarkedMigration
+		m   store.MarkedMigration
 	)
-	_, err = pgx.ForEachRow(rows, []any{&m.Version, &m.Name, &m.AppliedAt, &m.olderOK}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&m.Version, &m.Name, &m.AppliedAt, &m.OlderOK}, func() error {
 		m.Applied = true
 		out = append(out, m)
 		return nil
 	})
-	return out, err
+	if err != nil {
+		return nil, noMigrationsTable(err)
+	}
+	return out, nil
 }
 
-// splitNewer splits newer migrations by their mark.
-func splitNewer(newer []newerMigration) (compatible, incompatible []store.Migration) {
-	for _, n := range newer {
-		if n.olderOK {
-			compatible = append(compatible, n.Migration)
-		} else {
-			incompatible = append(incompatible, n.Migration)
-		}
+// noMigrationsTable is nil for PostgreSQL's undefined_table (42P01), which a read of a schema
+// never migrated meets, and err otherwise.
+func noMigrationsTable(err error) error {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "42P01" {
+		return nil
 	}
-	return compatible, incompatible
-}
-
-// checkNewer is CheckSchema's verdict on a schema whose known migrations are ms and which also has
-// the newer migrations newer applied: nil when ms are all applied and every newer one lets older
-// binaries run, else a *store.SchemaError naming every newer one (they all must be reverted, newest
-// first, to reach the incompatible ones), wrapped to say which are incompatible.
-func checkNewer(where string, ms []store.Migration, newer []newerMigration) error {
-	var unknown []int
-	var refused []string
-	for _, n := range newer {
-		unknown = append(unknown, n.Version)
-		if !n.olderOK {
-			refused = append(refused, fmt.Sprintf("%03d_%s", n.Version, n.Name))
-		}
-	}
-	if len(refused) == 0 {
-		return store.CheckMigrations(where, ms, nil)
-	}
-	err := store.CheckMigrations(where, ms, unknown)
-	return fmt.Errorf("%w (not marked compatible with older binaries: %s; this binary knows migrations up to %03d)",
-		err, strings.Join(refused, ", "), ms[len(ms)-1].Version)
-}
-
-// migrationStatus returns every embedded migration with whether it is applied, and the applied
-// versions that are not embedded (a newer binary's), in order.
-func (s *Store) migrationStatus(ctx context.Context) ([]store.Migration, []int, error) {
-	applied := map[int]time.Time{}
-	var exists bool
-	if err := s.pool.QueryRow(ctx, s.q.migrationsExist, s.schema+".schema_migrations").Scan(&exists); err != nil {
-		return nil, nil, fmt.Errorf("migration status of schema %s: %w", s.schema, err)
-	}
-	if exists {
-		var err error
-		if applied, err = s.appliedMigrations(ctx, s.pool); err != nil {
-			return nil, nil, fmt.Errorf("migration status of schema %s: %w", s.schema, err)
-		}
-	}
-	out := make([]store.Migration, len(migrations))
-	for i, m := range migrations {
-		at, ok := applied[m.version]
-		out[i] = store.Migration{Version: m.version, Name: m.name, Applied: ok, AppliedAt: at}
-		delete(applied, m.version)
-	}
-	var unknown []int
-	for v := range applied {
-		unknown = append(unknown, v)
-	}
-	sort.Ints(unknown)
-	return out, unknown, nil
+	return err
 }
 
 // migrateTx runs fn in a transaction holding the schema's migration lock, with the schema and its
@@ -518,6 +431,11 @@ const (
 		WHERE table_schema = $1 AND table_name = 'schema_migrations' AND column_name = 'older_binaries_ok')`
 	// sqlAddMarkColumn adds it: NULL on the rows of the binaries that predate the marks.
 	sqlAddMarkColumn = `ALTER TABLE {schema}.schema_migrations ADD COLUMN IF NOT EXISTS older_binaries_ok boolean`
+	// sqlAppliedMarked lists the migrations applied after $1 with their marks. to_jsonb(m) reads the
+	// mark whether or not the table has its column, so the statement is the same on both, and a
+	// cached plan survives the column's addition (the result's type does not change).
+	sqlAppliedMarked = `SELECT m.version, m.name, m.applied_at, coalesce((to_jsonb(m) ->> 'older_binaries_ok')::boolean, false)
+		FROM {schema}.schema_migrations m WHERE m.version > $1 ORDER BY m.version`
 	// sqlRecordMarkedMigration records an applied migration with its mark.
 	sqlRecordMarkedMigration = `INSERT INTO {schema}.schema_migrations (version, name, older_binaries_ok) VALUES ($1, $2, $3)`
 )

@@ -25,13 +25,13 @@ func TestParseOlderBinaries(t *testing.T) {
 		{"-- older binaries: perhaps\n", false, false},
 		{"CREATE TABLE t (x int);", false, false},
 	} {
-		c, m := parseOlderBinaries(tc.up)
+		c, m := store.ParseOlderBinaries(tc.up)
 		require.Equal(t, tc.compatible, c, tc.up)
 		require.Equal(t, tc.marked, m, tc.up)
 	}
 	for _, m := range migrations {
 		if m.version > lastUnmarked {
-			_, marked := parseOlderBinaries(m.up)
+			_, marked := store.ParseOlderBinaries(m.up)
 			require.True(t, marked, "migration %03d_%s says whether older binaries may run on its schema", m.version, m.name)
 		}
 	}
@@ -81,25 +81,25 @@ func TestOldBinaryReadsMarks(t *testing.T) {
 	n := len(status)
 	old := status[:n-2] // what the older release embeds
 
-	newer, err := s.newerMigrations(ctx, old[len(old)-1].Version)
+	newer, err := s.appliedAfter(ctx, old[len(old)-1].Version)
 	require.NoError(t, err)
 	require.Len(t, newer, 2)
 	for i, m := range newer {
 		require.Equal(t, migrations[n-2+i].version, m.Version)
-		require.Equal(t, migrations[n-2+i].olderOK, m.olderOK, "the mark recorded is the migration's own")
+		require.Equal(t, migrations[n-2+i].olderOK, m.OlderOK, "the mark recorded is the migration's own")
 	}
 
 	_, err = s.Pool().Exec(ctx, s.expand.Replace(`UPDATE {schema}.schema_migrations SET older_binaries_ok = true WHERE version > $1`), n-2)
 	require.NoError(t, err)
-	newer, err = s.newerMigrations(ctx, n-2)
+	newer, err = s.appliedAfter(ctx, n-2)
 	require.NoError(t, err)
-	require.NoError(t, checkNewer("here", old, newer))
+	require.NoError(t, store.CheckNewer("here", old, newer))
 
 	_, err = s.Pool().Exec(ctx, s.expand.Replace(`UPDATE {schema}.schema_migrations SET older_binaries_ok = false WHERE version = $1`), n)
 	require.NoError(t, err)
-	newer, err = s.newerMigrations(ctx, n-2)
+	newer, err = s.appliedAfter(ctx, n-2)
 	require.NoError(t, err)
-	err = checkNewer("here", old, newer)
+	err = store.CheckNewer("here", old, newer)
 	require.ErrorIs(t, err, store.ErrSchemaTooNew)
 	require.ErrorContains(t, err, fmt.Sprintf("%03d_%s", n, migrations[n-1].name))
 	require.NotContains(t, err.Error(), fmt.Sprintf("%03d_%s;", n-1, migrations[n-2].name), "the compatible one is not named incompatible")

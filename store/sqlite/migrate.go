@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/pronto-jobs/pronto/store"
@@ -27,7 +28,7 @@ type migration struct {
 	up      string
 	down    string
 	// olderOK says that binaries which do not know this migration may keep running on the schema it
-	// produces (its up file's olderBinariesLine).
+	// produces (its up file's store.OlderBinariesLine).
 	olderOK bool
 }
 
@@ -36,37 +37,12 @@ type migration struct {
 // never consulted; every later migration must carry one.
 const lastUnmarked = 14
 
-// olderBinariesLine is how a migration's up file says whether binaries that do not know it may keep
-// running on the schema it produces: a line "-- older binaries: compatible" (it only adds what
-// older code never touches, or changes nothing older code relies on) or "-- older binaries:
-// incompatible, <why>" (older code would fail or corrupt data on it). Newer binaries record the
-// mark beside the migration in pronto_migrations, where older binaries read it.
-const olderBinariesLine = "-- older binaries:"
+// loadMigrations returns the embedded migrations, oldest first. They are read once: the schema
+// watch of every started client asks for them every few seconds (NewerMigrations).
+var loadMigrations = sync.OnceValues(readMigrations)
 
-// parseOlderBinaries returns the mark of a migration's up script, and whether it has one.
-func parseOlderBinaries(up string) (compatible, marked bool) {
-	for line := range strings.Lines(up) {
-		comment, ok := strings.CutPrefix(strings.TrimSpace(line), "--")
-		if !ok {
-			continue
-		}
-		rest, ok := strings.CutPrefix(strings.TrimSpace(comment), strings.TrimPrefix(olderBinariesLine, "-- "))
-		if !ok {
-			continue
-		}
-		word, _, _ := strings.Cut(strings.TrimSpace(rest), ",")
-		switch strings.TrimSpace(word) {
-		case "compatible":
-			return true, true
-		case "incompatible":
-			return false, true
-		}
-	}
-	return false, false
-}
-
-// loadMigrations reads the embedded migrations, oldest first.
-func loadMigrations() ([]migration, error) {
+// readMigrations reads the embedded migrations, oldest first.
+func readMigrations() ([]migration, error) {
 	entries, err := fs.ReadDir(migrationFiles, "migrations")
 	if err != nil {
 		return nil, err
@@ -103,11 +79,8 @@ func loadMigrations() ([]migration, error) {
 		if m.up == "" || m.down == "" {
 			return nil, fmt.Errorf("migration %d (%s): needs both an up and a down file", m.version, m.name)
 		}
-		var marked bool
-		m.olderOK, marked = parseOlderBinaries(m.up)
-		if !marked && m.version > lastUnmarked {
-			return nil, fmt.Errorf("migration %03d_%s lacks a %q line (compatible or incompatible)",
-				m.version, m.name, olderBinariesLine+" ")
+		if m.olderOK, err = store.MigrationMark(m.version, m.name, m.up, lastUnmarked); err != nil {
+			return nil, err
 		}
 		out = append(out, *m)
 	}
@@ -293,157 +266,125 @@ func (s *Store) MigrationStatus(ctx context.Context) ([]store.Migration, error) 
 // accepted: this binary runs on their schema. One not so marked (incompatible, or applied by a
 // binary that predates the marks) fails the check, and the error names it.
 func (s *Store) CheckSchema(ctx context.Context) error {
-	ms, unknown, err := s.migrationStatus(ctx)
-	if err != nil {
-		return err
-	}
-	where := "SQLite database " + s.path
-	if len(unknown) == 0 {
-		return store.CheckMigrations(where, ms, nil)
-	}
-	newer, err := s.newerMigrations(ctx, ms[len(ms)-1].Version)
+	known, err := knownMigrations()
 	if err != nil {
 		return fmt.Errorf("migration status %s: %w", s.path, err)
 	}
-	return checkNewer(where, ms, newer)
-}
-
-// newerMigration is a migration applied by a newer pronto than this binary.
-type newerMigration struct {
-	store.Migration
-	// olderOK is the newer pronto's mark: binaries that do not know the migration may keep running
-	// on its schema. False when marked incompatible or recorded without a mark.
-	olderOK bool
+	applied, err := s.appliedAfter(ctx, 0)
+	if err != nil {
+		return fmt.Errorf("migration status %s: %w", s.path, err)
+	}
+	return store.CheckApplied("SQLite database "+s.path, known, applied)
 }
 
 // NewerMigrations lists the migrations applied to the database that this binary does not know (a
 // newer pronto applied them), oldest first: those marked compatible with older binaries, and the
-// others (marked incompatible, or recorded by a binary that predates the marks).
+// others (marked incompatible, or recorded by a binary that predates the marks). It takes one
+// statement: every started client's schema watch calls it every few seconds.
 func (s *Store) NewerMigrations(ctx context.Context) (compatible, incompatible []store.Migration, err error) {
 	ms, err := loadMigrations()
 	if err != nil {
 		return nil, nil, err
 	}
-	var exists int
-	if err := s.r.QueryRowContext(ctx,
-		`SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = 'pronto_migrations'`).Scan(&exists); err != nil || exists == 0 {
-		return nil, nil, err
-	}
-	newer, err := s.newerMigrations(ctx, ms[len(ms)-1].version)
+	newer, err := s.appliedAfter(ctx, ms[len(ms)-1].version)
 	if err != nil {
 		return nil, nil, err
 	}
-	for _, n := range newer {
-		if n.olderOK {
-			compatible = append(compatible, n.Migration)
-		} else {
-			incompatible = append(incompatible, n.Migration)
-		}
-	}
+	compatible, incompatible = store.SplitNewer(newer)
 	return compatible, incompatible, nil
 }
 
 // IncompatibleMigrations lists the embedded migrations marked incompatible with older binaries
 // (binaries that do not know them must not run on their schema), oldest first, applied or not.
 func (s *Store) IncompatibleMigrations() ([]store.Migration, error) {
+	known, err := knownMigrations()
+	if err != nil {
+		return nil, err
+	}
+	return store.IncompatibleOf(known, lastUnmarked), nil
+}
+
+// knownMigrations is the embedded migrations with their marks, for the checks shared with the
+// PostgreSQL store.
+func knownMigrations() ([]store.MarkedMigration, error) {
 	ms, err := loadMigrations()
 	if err != nil {
 		return nil, err
 	}
-	var out []store.Migration
-	for _, m := range ms {
-		if m.version > lastUnmarked && !m.olderOK {
-			out = append(out, store.Migration{Version: m.version, Name: m.name})
-		}
+	out := make([]store.MarkedMigration, len(ms))
+	for i, m := range ms {
+		out[i] = store.MarkedMigration{Migration: store.Migration{Version: m.version, Name: m.name}, OlderOK: m.olderOK}
 	}
 	return out, nil
 }
 
-// newerMigrations reads the applied migrations newer than last, the newest this binary knows.
-func (s *Store) newerMigrations(ctx context.Context, last int) ([]newerMigration, error) {
-	var hasMark int
-	if err := s.r.QueryRowContext(ctx, markColumnSQL).Scan(&hasMark); err != nil {
-		return nil, err
-	}
-	mark := "NULL"
-	if hasMark > 0 {
-		mark = "older_binaries_ok"
-	}
-	rows, err := s.r.QueryContext(ctx, `SELECT version, name, applied_at, coalesce(`+mark+`, 0) FROM pronto_migrations
-		WHERE version > ? ORDER BY version`, last)
+// appliedAfter reads pronto_migrations: the migrations applied after version after (0 for all),
+// oldest first, with the marks recorded beside them; none when there is no such table. It is one
+// statement whatever the table: it selects every column and reads the mark only where the table has
+// its column (a file first migrated by a binary that predates the marks lacks it: every row is then
+// unmarked).
+func (s *Store) appliedAfter(ctx context.Context, after int) ([]store.MarkedMigration, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT * FROM pronto_migrations WHERE version > ? ORDER BY version`, after)
 	if err != nil {
+		if strings.Contains(err.Error(), "no such table: pronto_migrations") {
+			return nil, nil // never migrated
+		}
 		return nil, err
 	}
 	defer rows.Close()
-	var out []newerMigration
+	cols, err := rows.Columns()
+	if err != nil {
+		return nil, err
+	}
+	var (
+		out  []store.MarkedMigration
+		m    store.MarkedMigration
+		at   int64
+		mark sql.NullBool
+	)
+	dest := make([]any, len(cols))
+	for i, c := range cols {
+		switch c {
+		case "version":
+			dest[i] = &m.Version
+		case "name":
+			dest[i] = &m.Name
+		case "applied_at":
+			dest[i] = &at
+		case "older_binaries_ok":
+			dest[i] = &mark
+		default:
+			dest[i] = new(any)
+		}
+	}
 	for rows.Next() {
-		var (
-			m  newerMigration
-			at int64
-		)
-		if err := rows.Scan(&m.Version, &m.Name, &at, &m.olderOK); err != nil {
+		mark = sql.NullBool{}
+		if err := rows.Scan(dest...); err != nil {
 			return nil, err
 		}
-		m.Applied, m.AppliedAt = true, microTime(at)
+		m.Applied, m.AppliedAt, m.OlderOK = true, microTime(at), mark.Valid && mark.Bool
 		out = append(out, m)
 	}
 	return out, rows.Err()
 }
 
-// checkNewer is CheckSchema's verdict on a database whose known migrations are ms and which also
-// has the newer migrations newer applied: nil when ms are all applied and every newer one lets older
-// binaries run, else a *store.SchemaError naming every newer one (they all must be reverted, newest
-// first, to reach the incompatible ones), wrapped to say which are incompatible.
-func checkNewer(where string, ms []store.Migration, newer []newerMigration) error {
-	var unknown []int
-	var refused []string
-	for _, n := range newer {
-		unknown = append(unknown, n.Version)
-		if !n.olderOK {
-			refused = append(refused, fmt.Sprintf("%03d_%s", n.Version, n.Name))
-		}
-	}
-	if len(refused) == 0 {
-		return store.CheckMigrations(where, ms, nil)
-	}
-	err := store.CheckMigrations(where, ms, unknown)
-	return fmt.Errorf("%w (not marked compatible with older binaries: %s; this binary knows migrations up to %03d)",
-		err, strings.Join(refused, ", "), ms[len(ms)-1].Version)
-}
-
 // migrationStatus returns every embedded migration with whether it is applied, and the applied
 // versions that are not embedded (a newer binary's), in order.
 func (s *Store) migrationStatus(ctx context.Context) ([]store.Migration, []int, error) {
-	ms, err := loadMigrations()
+	known, err := knownMigrations()
 	if err != nil {
 		return nil, nil, fmt.Errorf("migration status %s: %w", s.path, err)
 	}
-	var exists int
-	if err := s.r.QueryRowContext(ctx,
-		`SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = 'pronto_migrations'`).Scan(&exists); err != nil {
+	applied, err := s.appliedAfter(ctx, 0)
+	if err != nil {
 		return nil, nil, fmt.Errorf("migration status %s: %w", s.path, err)
 	}
-	applied := map[int]time.Time{}
-	if exists > 0 {
-		if applied, err = appliedVersions(ctx, s.r); err != nil {
-			return nil, nil, fmt.Errorf("migration status %s: %w", s.path, err)
-		}
+	status, unknown := store.AppliedStatus(known, applied)
+	versions := make([]int, len(unknown))
+	for i, u := range unknown {
+		versions[i] = u.Version
 	}
-	out := make([]store.Migration, len(ms))
-	for i, m := range ms {
-		at, ok := applied[m.version]
-		out[i] = store.Migration{Version: m.version, Name: m.name, Applied: ok}
-		if ok {
-			out[i].AppliedAt = at
-		}
-		delete(applied, m.version)
-	}
-	var unknown []int
-	for v := range applied {
-		unknown = append(unknown, v)
-	}
-	slices.Sort(unknown)
-	return out, unknown, nil
+	return status, versions, nil
 }
 
 // resetStmts closes the prepared statements, to be prepared again on next use.

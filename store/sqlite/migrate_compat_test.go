@@ -18,17 +18,17 @@ func TestEveryNewMigrationIsMarked(t *testing.T) {
 	require.NoError(t, err, "every migration after %03d says whether older binaries may run on its schema", lastUnmarked)
 	for _, m := range ms {
 		if m.version > lastUnmarked {
-			_, marked := parseOlderBinaries(m.up)
+			_, marked := store.ParseOlderBinaries(m.up)
 			require.True(t, marked, "migration %03d_%s", m.version, m.name)
 		}
 	}
-	c, marked := parseOlderBinaries("-- adds an index\n  --  older binaries:  incompatible, rewrites state\nCREATE INDEX ...")
+	c, marked := store.ParseOlderBinaries("-- adds an index\n  --  older binaries:  incompatible, rewrites state\nCREATE INDEX ...")
 	require.True(t, marked)
 	require.False(t, c)
-	c, marked = parseOlderBinaries("-- older binaries: compatible\n")
+	c, marked = store.ParseOlderBinaries("-- older binaries: compatible\n")
 	require.True(t, marked)
 	require.True(t, c)
-	_, marked = parseOlderBinaries("CREATE TABLE t (x INTEGER);")
+	_, marked = store.ParseOlderBinaries("CREATE TABLE t (x INTEGER);")
 	require.False(t, marked)
 }
 
@@ -67,25 +67,25 @@ func TestOldBinaryReadsMarks(t *testing.T) {
 	n := len(status)
 	old := status[:n-2]
 
-	newer, err := s.newerMigrations(ctx, n-2)
+	newer, err := s.appliedAfter(ctx, n-2)
 	require.NoError(t, err)
 	require.Len(t, newer, 2)
 	for i, m := range newer {
 		require.Equal(t, ms[n-2+i].version, m.Version)
-		require.Equal(t, ms[n-2+i].olderOK, m.olderOK, "the mark recorded is the migration's own")
+		require.Equal(t, ms[n-2+i].olderOK, m.OlderOK, "the mark recorded is the migration's own")
 	}
 
 	_, err = s.w.ExecContext(ctx, `UPDATE pronto_migrations SET older_binaries_ok = 1 WHERE version > ?`, n-2)
 	require.NoError(t, err)
-	newer, err = s.newerMigrations(ctx, n-2)
+	newer, err = s.appliedAfter(ctx, n-2)
 	require.NoError(t, err)
-	require.NoError(t, checkNewer("here", old, newer))
+	require.NoError(t, store.CheckNewer("here", old, newer))
 
 	_, err = s.w.ExecContext(ctx, `UPDATE pronto_migrations SET older_binaries_ok = 0 WHERE version = ?`, n)
 	require.NoError(t, err)
-	newer, err = s.newerMigrations(ctx, n-2)
+	newer, err = s.appliedAfter(ctx, n-2)
 	require.NoError(t, err)
-	err = checkNewer("here", old, newer)
+	err = store.CheckNewer("here", old, newer)
 	require.ErrorIs(t, err, store.ErrSchemaTooNew)
 	require.ErrorContains(t, err, fmt.Sprintf("older binaries: %03d_%s;", n, ms[n-1].name))
 }
