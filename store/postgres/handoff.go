@@ -443,9 +443,11 @@ func (h *handoff) withdrawAndGiveBack() bool {
 	return h.withdraw(ctx, h.ids()) == nil && h.giveBackLost(ctx) == nil
 }
 
-// afterClaim withdraws an advertisement a claim wrote while the listener stopped listening.
+// afterClaim withdraws an advertisement a claim wrote while the listener stopped listening. A job
+// handed to it meanwhile is given back before the listener listens again.
 func (h *handoff) afterClaim(ctx context.Context, w *waiter) {
 	if !h.listening.Load() {
+		h.unsure.Store(true)
 		_ = h.withdraw(context.WithoutCancel(ctx), []string{w.id})
 	}
 }

@@ -172,3 +172,29 @@ func TestHandoffGiveBackLargeClose(t *testing.T) {
 	require.NoError(t, a.Close())
 	requireGivenBack(t, b, in.ID, 1)
 }
+
+// TestHandoffGiveBackAfterLateClaim: a claim that advertised as the listener stopped listening has
+// its advertisement withdrawn (afterClaim); a job handed to it in between, its notification lost,
+// is given back before the listener listens again.
+func TestHandoffGiveBackAfterLateClaim(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	a, b, _ := handoffPair(t)
+	p := loopClaim("giveback-late")
+	_, err := a.Claim(loop, p)
+	require.NoError(t, err)
+	w := a.handoff.waiterFor(&p)
+	require.NotNil(t, w)
+	lost, stop := loseHanded(t, a)
+	in := params("giveback-late")
+	in.MaxAttempts = 1
+	_, err = b.Insert(ctx, []*store.InsertParams{in})
+	require.NoError(t, err)
+	waitLost(t, lost)
+	stop()
+	// As if the listener stopped listening while the claim ran: the claim's advertisement goes.
+	a.handoff.listening.Store(false)
+	a.handoff.afterClaim(ctx, w)
+	a.handoff.listenerUp()
+	requireGivenBack(t, b, in.ID, 1)
+}
