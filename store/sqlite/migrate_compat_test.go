@@ -111,3 +111,45 @@ func TestMarksOnLegacyMigrationsTable(t *testing.T) {
 	recordNewer(t, s, true, 999)
 	require.NoError(t, s.CheckSchema(ctx))
 }
+
+// TestNewerMigrationsOnEveryTable: NewerMigrations, one statement whatever the table, answers none
+// on a file never migrated, splits by mark on a migrated one, and counts every newer migration
+// incompatible on a table of a binary that predates the marks.
+func TestNewerMigrationsOnEveryTable(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, err := Open(ctx, filepath.Join(t.TempDir(), "pronto.db"))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	versions := func() (compatible, incompatible []int) {
+		t.Helper()
+		c, i, err := s.NewerMigrations(ctx)
+		require.NoError(t, err)
+		for _, m := range c {
+			compatible = append(compatible, m.Version)
+		}
+		for _, m := range i {
+			incompatible = append(incompatible, m.Version)
+		}
+		return compatible, incompatible
+	}
+	c, i := versions()
+	require.Empty(t, c, "a file never migrated has no newer migrations")
+	require.Empty(t, i)
+	status, err := s.MigrationStatus(ctx)
+	require.NoError(t, err)
+	require.False(t, status[0].Applied)
+
+	require.NoError(t, s.Migrate(ctx))
+	recordNewer(t, s, true, 998)
+	recordNewer(t, s, false, 999)
+	c, i = versions()
+	require.Equal(t, []int{998}, c)
+	require.Equal(t, []int{999}, i)
+
+	_, err = s.w.ExecContext(ctx, `ALTER TABLE pronto_migrations DROP COLUMN older_binaries_ok`)
+	require.NoError(t, err)
+	c, i = versions()
+	require.Empty(t, c)
+	require.Equal(t, []int{998, 999}, i)
+}
