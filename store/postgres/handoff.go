@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/pronto-jobs/pronto/internal/cancelset"
@@ -93,6 +94,8 @@ type handoff struct {
 	// lose, set by tests only, is asked about every hand-off notification before it is handled; true
 	// drops it, as a listener whose connection fails with the notification in flight loses it.
 	lose atomic.Pointer[func(payload string) bool]
+	// failFetch, set by tests only, makes every read of a large handed job fail.
+	failFetch atomic.Bool
 
 	// unserved is sqlHandedUnserved in the store's schema.
 	unserved string
@@ -524,17 +527,23 @@ func (h *handoff) deliver(id string, j *store.Job) {
 func (h *handoff) fetch(id string, ref *store.Job) {
 	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 	defer cancel()
-	rows, err := h.s.pool.Query(ctx, h.s.q.handedJob, ref.ID, ref.ClaimToken)
 	var jobs []*store.Job
-	if err == nil {
-		jobs, err = scanJobs(rows)
+	err := errFetchFailed
+	if !h.failFetch.Load() {
+		var rows pgx.Rows
+		rows, err = h.s.pool.Query(ctx, h.s.q.handedJob, ref.ID, ref.ClaimToken)
+		if err == nil {
+			jobs, err = scanJobs(rows)
+		}
 	}
 	if err != nil {
 		// Not read: not received, so given back with the others not received (now, should the
-		// database answer again, or when the listener next reconnects or the store closes).
+		// database answer again, or else when the listener next reconnects or the store closes).
 		h.s.log.Warn("pronto: hand-off: reading a handed job", "schema", h.s.schema, "job", ref.ID, "error", err)
 		h.unsettle(ref.ClaimToken)
-		_ = h.giveBackLost(ctx)
+		retryCtx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+		defer cancel()
+		_ = h.giveBackLost(retryCtx)
 		return
 	}
 	if len(jobs) == 1 {
@@ -558,6 +567,9 @@ func (s *Store) release(ctx context.Context, jobs []*store.Job) {
 }
 
 var errHanded = errors.New("malformed handed job")
+
+// errFetchFailed is the error of a read of a handed job failed by failFetch.
+var errFetchFailed = errors.New("reading the handed job failed (test)")
 
 // decodeHanded reads handedPayload: the job's 31 columns, or only its id and claim token (full
 // false) when the job was too large for a notification. The payload is split and its scalars read

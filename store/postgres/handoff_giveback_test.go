@@ -198,3 +198,21 @@ func TestHandoffGiveBackAfterLateClaim(t *testing.T) {
 	a.handoff.listenerUp()
 	requireGivenBack(t, b, in.ID, 1)
 }
+
+// TestHandoffGiveBackFetchFailed: a handed job too large for its notification whose read fails is
+// given back at once, its attempt refunded. Before, it stayed active for its whole lease.
+func TestHandoffGiveBackFetchFailed(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	a, b, _ := handoffPair(t)
+	_, err := a.Claim(loop, loopClaim("giveback-fetch"))
+	require.NoError(t, err)
+	a.handoff.failFetch.Store(true)
+	in := params("giveback-fetch")
+	in.MaxAttempts = 1
+	in.Args = []byte(`["` + strings.Repeat("x", 10000) + `"]`)
+	_, err = b.Insert(ctx, []*store.InsertParams{in})
+	require.NoError(t, err)
+	waitState(t, b, in.ID, store.StateAvailable)
+	requireGivenBack(t, b, in.ID, 1)
+}
