@@ -67,11 +67,14 @@ type Client struct {
 	stopOnce sync.Once
 	stopErr  error
 
-	producers   map[string]*producer.Producer
-	pools       map[string]*fairq.Queue[jobTask]
-	completer   *completer.Completer
-	maintainer  *maintenance.Maintainer
-	unsubscribe func()
+	producers  map[string]*producer.Producer
+	pools      map[string]*fairq.Queue[jobTask]
+	completer  *completer.Completer
+	maintainer *maintenance.Maintainer
+	// maintenanceCancel ends the maintainer's Run (which resigns leadership): at Stop, through
+	// serviceCtx, or alone when the client halts for incompatible migrations (haltForSchema).
+	maintenanceCancel context.CancelFunc
+	unsubscribe       func()
 
 	// Claim ownership (see internal/presence): the clients working a queue announce themselves
 	// every presenceEvery, and of them only the one a notification's nonce picks claims at once.
@@ -225,7 +228,7 @@ func NewClient(s store.Store, cfg *Config) (*Client, error) {
 	}
 	if local, ok := s.(store.LocalInserter); c.FetchBatchSize != 1 && !(ok && local.InsertsAreLocal()) {
 		// Whoever's fetch the jobs were held back in, or the keys found limited, this client tells.
-		cl.fetches = fetchbatch.New(fetchbatch.Config{Claim: cl.claim, MaxSlots: c.FetchBatchSize,
+		cl.fetches = fetchbatch.New(fetchbatch.Config{Claim: cl.remoteClaim, MaxSlots: c.FetchBatchSize,
 			Release: func(ctx context.Context, jobs []*store.Job) { store.ReleaseClaimed(ctx, s, jobs) }})
 		cl.finishes = finishbatch.New(finishbatch.Config{Finish: s.Finish, MaxBatch: c.FetchBatchSize})
 	}
@@ -403,10 +406,12 @@ func (c *Client) Start(ctx context.Context) error {
 			ArchiveAll:         c.cfg.DeadLetterPruningPolicy == PruneArchive,
 			Tasks:              c.maintenanceTasks(),
 		})
+		var maintenanceCtx context.Context
+		maintenanceCtx, c.maintenanceCancel = context.WithCancel(c.serviceCtx)
 		c.servicesWG.Add(1)
 		go func() {
 			defer c.servicesWG.Done()
-			c.maintainer.Run(c.serviceCtx)
+			c.maintainer.Run(maintenanceCtx)
 		}()
 	}
 	c.cfg.Logger.Info("pronto: client started", "client", c.cfg.ID, "queues", len(c.cfg.Queues), "kinds", c.kinds)

@@ -47,6 +47,10 @@ type RemoteFetchParams struct {
 // the worker (as the OJS server does) rather than drop them on the error. When ctx ends during the
 // fetch, no caller is left to hand them to: they are released to available at once, their attempts
 // refunded (store.ReleaseClaimed), and RemoteFetch returns no jobs and the error.
+//
+// Once the client halted because migrations not marked compatible with older binaries were applied
+// to the schema (see SchemaIncompatible), RemoteFetch claims nothing and returns an error matching
+// store.ErrSchemaTooNew that names them.
 func (c *Client) RemoteFetch(ctx context.Context, p RemoteFetchParams) ([]*JobRow, error) {
 	if len(p.Queues) == 0 {
 		return nil, invalidf("fetch: no queues named")
@@ -70,6 +74,9 @@ func (c *Client) RemoteFetch(ctx context.Context, p RemoteFetchParams) ([]*JobRo
 	if lease < 0 {
 		return nil, invalidf("fetch lease %s is negative", lease)
 	}
+	if h := c.schemaWatch.halt.Load(); h != nil {
+		return nil, h.refused("fetch")
+	}
 	var out []*JobRow
 	for _, q := range p.Queues {
 		var jobs []*store.Job
@@ -77,7 +84,7 @@ func (c *Client) RemoteFetch(ctx context.Context, p RemoteFetchParams) ([]*JobRo
 		if c.fetches != nil {
 			jobs, err = c.fetches.Claim(ctx, q, p.WorkerID, limit-len(out), lease)
 		} else {
-			jobs, err = c.claim(ctx, store.ClaimParams{
+			jobs, err = c.remoteClaim(ctx, store.ClaimParams{
 				Queue: q, Limit: limit - len(out), WorkerID: p.WorkerID, LeaseDuration: lease,
 			})
 		}

@@ -8,13 +8,14 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/pronto-jobs/pronto/internal/maintenance"
 	"github.com/pronto-jobs/pronto/store"
 )
 
 // EventSchemaIncompatible: migrations that this binary does not know, and that are not marked
 // compatible with older binaries, were applied to the store's schema while this client ran, so it
-// stopped claiming jobs (see Client.SchemaIncompatible). Err names them and matches
-// store.ErrSchemaTooNew; Job is nil. Only subscriptions that name it receive it.
+// stopped claiming, inserting and maintaining jobs (see Client.SchemaIncompatible). Err names them
+// and matches store.ErrSchemaTooNew; Job is nil. Only subscriptions that name it receive it.
 const EventSchemaIncompatible EventKind = "schema.incompatible"
 
 // schemaWatchInterval is how often a started client reads the schema's newer migrations: a few
@@ -29,19 +30,55 @@ type schemaWatch struct {
 	// passes counts the reads done, for tests to wait on.
 	passes atomic.Int64
 
+	// halt is set, once, as soon as the watch finds incompatible migrations (and no remote claim
+	// runs): from then on the client's inserts and remote fetches are refused (see refused).
+	halt atomic.Pointer[schemaHalt]
+	// fetching is read-held by each remote fetch's store claim while it runs, so that the halt can
+	// wait for the claims already under way: after it, none runs.
+	fetching sync.RWMutex
+
 	mu  sync.Mutex
 	err error // set once: why the client stopped claiming
 }
 
-// SchemaIncompatible returns, once this started client has stopped claiming jobs because
-// migrations not marked compatible with older binaries were applied to the schema while it ran,
-// the error naming them (it matches store.ErrSchemaTooNew); nil otherwise. Such a client lets the
-// jobs it was running finish, and reports Started false in Stats; Stop it, and run the newer
-// release (or roll the migrations back with it).
+// schemaHalt names the incompatible migrations that halted the client.
+type schemaHalt struct {
+	names string // "028_x, 029_y"
+}
+
+// refused returns the error of an operation (what: "fetch", "insert of 3 job(s)") that the halt
+// refuses. It matches store.ErrSchemaTooNew and names the migrations.
+func (h *schemaHalt) refused(what string) error {
+	return fmt.Errorf("pronto: %s refused: %w: migration(s) %s, not marked compatible with older binaries, were applied "+
+		"while this client ran, and this older pronto would write in the schema's old shape: "+
+		"stop it and run the newer pronto, or roll them back with the newer pronto's migrate down",
+		what, store.ErrSchemaTooNew, h.names)
+}
+
+// SchemaIncompatible returns, once this started client has stopped because migrations not marked
+// compatible with older binaries were applied to the schema while it ran, the error naming them
+// (it matches store.ErrSchemaTooNew); nil otherwise. Such a client claims no more jobs, for its own
+// workers or remote ones (RemoteFetch), refuses inserts (Insert, InsertMany, InsertTx and the rest,
+// cron's included), runs no maintenance and has resigned its leadership, so that a newer client
+// can lead; it lets the jobs it was running finish, their heartbeats and outcomes still written, and
+// reports Started false in Stats. Stop it, and run the newer release (or roll the migrations back
+// with it).
 func (c *Client) SchemaIncompatible() error {
 	c.schemaWatch.mu.Lock()
 	defer c.schemaWatch.mu.Unlock()
 	return c.schemaWatch.err
+}
+
+// remoteClaim is the store claim of a remote fetch (RemoteFetch, directly or through the fetch
+// batcher): refused once the client halted for incompatible migrations, and counted in
+// schemaWatch.fetching while it runs so that the halt can wait for it.
+func (c *Client) remoteClaim(ctx context.Context, p store.ClaimParams) ([]*store.Job, error) {
+	c.schemaWatch.fetching.RLock()
+	defer c.schemaWatch.fetching.RUnlock()
+	if h := c.schemaWatch.halt.Load(); h != nil {
+		return nil, h.refused("fetch")
+	}
+	return c.claim(ctx, p)
 }
 
 // watchSchema reads the schema's newer migrations every schemaWatchInterval until ctx ends, and
@@ -75,32 +112,53 @@ func (c *Client) watchSchema(ctx context.Context) {
 	}
 }
 
-// haltForSchema stops the client claiming jobs because the incompatible migrations were applied
-// under it: its producers stop as at Stop, the jobs claimed ahead of a worker go back unstarted, and
-// running jobs finish with their outcomes written (if the schema still takes them). Stop is still
-// needed to end the rest (heartbeats, maintenance) and is what the operator is asked for.
+// haltForSchema stops what the client writes because the incompatible migrations were applied
+// under it, the rows it would write being in a shape the schema may no longer mean: inserts and
+// remote fetches are refused at once (those under way end first); its producers stop as at Stop;
+// the jobs claimed ahead of a worker go back unstarted; the leader's maintenance stops and its
+// leadership is resigned, so that a newer client takes it over. Running jobs finish, heartbeated,
+// with their outcomes written (if the schema still takes them). Stop is still needed to end the rest
+// (heartbeats, the client's registration) and is what the operator is asked for.
 func (c *Client) haltForSchema(incompatible []store.Migration) {
 	names := make([]string, len(incompatible))
 	for i, m := range incompatible {
 		names[i] = fmt.Sprintf("%03d_%s", m.Version, m.Name)
 	}
+	// Set once the remote claims under way have ended: every one after it sees the halt.
+	c.schemaWatch.fetching.Lock()
+	c.schemaWatch.halt.Store(&schemaHalt{names: strings.Join(names, ", ")})
+	c.schemaWatch.fetching.Unlock()
 	err := fmt.Errorf("pronto: %w: migration(s) %s, not marked compatible with older binaries, were applied while this client ran; "+
-		"it stopped claiming jobs: stop it and run the newer pronto, or roll them back with the newer pronto's migrate down",
+		"it stopped claiming, inserting and maintaining jobs: stop it and run the newer pronto, or roll them back with the newer pronto's migrate down",
 		store.ErrSchemaTooNew, strings.Join(names, ", "))
 	// Stats reports the client not started, so health checks (pronto serve's /ready) flag it.
+	// Start has returned (it holds mu), so the maintainer, if any, is set.
 	c.mu.Lock()
 	c.stopped = true
+	m, stopMaintenance := c.maintainer, c.maintenanceCancel
 	c.mu.Unlock()
 	c.produceCancel()
 	for _, p := range c.producers {
 		<-p.Done()
 	}
 	c.returnPrefetched()
+	if m != nil {
+		stopMaintenance()
+		<-m.Done()
+		// Run resigns as it returns only if it knew itself leader: an election the cancel cut short
+		// leaves the office held until its TTL runs out. Resigning here frees it at once, and only
+		// if this client holds it.
+		rctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		if err := c.store.Resign(rctx, maintenance.LeaderName, c.cfg.ID); err != nil {
+			c.cfg.Logger.Warn("pronto: resigning maintenance leadership failed; it lapses with its TTL", "client", c.cfg.ID, "err", err)
+		}
+		cancel()
+	}
 	// Set once no claim runs any more: a caller that sees it knows nothing is claimed after.
 	c.schemaWatch.mu.Lock()
 	c.schemaWatch.err = err
 	c.schemaWatch.mu.Unlock()
-	c.cfg.Logger.Error("pronto: incompatible schema migrations applied; client stopped claiming jobs",
+	c.cfg.Logger.Error("pronto: incompatible schema migrations applied; client stopped claiming, inserting and maintaining jobs",
 		"client", c.cfg.ID, "migrations", names, "err", err)
 	// Only subscriptions naming it get it (subscription.takes): subscribers of every kind expect a
 	// job in each event, and this one has none.

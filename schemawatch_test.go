@@ -72,7 +72,7 @@ func startWatchedClient(t *testing.T, ts *testStore, running chan<- int, gate <-
 // A started client stops claiming once a migration it does not know, marked incompatible with
 // older binaries, is applied under it (pronto migrate up --force, or Store.Migrate): its running job
 // finishes and is recorded, a job inserted after is left available, it says so (error event, Stats,
-// SchemaIncompatible) naming the migration. Before, it claimed and ran on as if nothing happened.
+// SchemaIncompatible) naming the migration. (What else the halt stops: schemawatch_halt_test.go.) Before, it claimed and ran on as if nothing happened.
 func TestRunningClientStopsClaimingOnIncompatibleMigration(t *testing.T) {
 	forEachStoreOf(t, []storeKind{kindSQLite, kindPostgres}, func(t *testing.T, ts *testStore) {
 		ctx := context.Background()
@@ -109,8 +109,11 @@ func TestRunningClientStopsClaimingOnIncompatibleMigration(t *testing.T) {
 		close(gate)
 		waitState(t, c, a.ID, pronto.StateCompleted)
 
-		// A job inserted now is not worked: not while the client lives, nor as it stops.
-		b, err := c.Insert(ctx, schemaWatchArgs{N: 2}, nil)
+		// A job inserted now (by another client: this one refuses inserts) is not worked: not while
+		// the client lives, nor as it stops.
+		inserter, err := pronto.NewClient(ts.Store, nil)
+		require.NoError(t, err)
+		b, err := inserter.Insert(ctx, schemaWatchArgs{N: 2}, nil)
 		require.NoError(t, err)
 		require.Never(t, func() bool { return len(running) > 0 }, time.Second, 20*time.Millisecond,
 			"job 2 ran on a schema the client does not know")
