@@ -73,9 +73,9 @@ func IncompatibleOf(known []MarkedMigration, lastUnmarked int) []Migration {
 
 // AppliedStatus pairs the migrations a binary knows (known, oldest first) with the rows of a
 // schema's migrations table (applied, oldest first): every known one with whether and when it was
-// applied, as MigrationStatus lists them, and the applied ones the binary does not know, oldest
-// first.
-func AppliedStatus(known, applied []MarkedMigration) (status []Migration, unknown []MarkedMigration) {
+// applied, as MigrationStatus lists them, and the versions of the applied ones the binary does not
+// know, in order.
+func AppliedStatus(known, applied []MarkedMigration) (status []Migration, unknown []int) {
 	at := make(map[int]time.Time, len(applied))
 	for _, a := range applied {
 		at[a.Version] = a.AppliedAt
@@ -88,7 +88,7 @@ func AppliedStatus(known, applied []MarkedMigration) (status []Migration, unknow
 	}
 	for _, a := range applied {
 		if _, ok := at[a.Version]; ok {
-			unknown = append(unknown, a)
+			unknown = append(unknown, a.Version)
 		}
 	}
 	return status, unknown

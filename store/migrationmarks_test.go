@@ -36,7 +36,7 @@ func TestCheckApplied(t *testing.T) {
 		t.Fatal(err)
 	}
 	status, unknown := AppliedStatus(known, applied)
-	if len(status) != 2 || !status[1].Applied || status[1].AppliedAt != at || len(unknown) != 1 || unknown[0].Version != 3 {
+	if len(status) != 2 || !status[1].Applied || status[1].AppliedAt != at || len(unknown) != 1 || unknown[0] != 3 {
 		t.Fatalf("status %v, unknown %v", status, unknown)
 	}
 	applied = append(applied, mk(4, "d", false))

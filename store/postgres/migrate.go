@@ -276,11 +276,7 @@ func (s *Store) migrationStatus(ctx context.Context) ([]store.Migration, []int, 
 		return nil, nil, fmt.Errorf("migration status of schema %s: %w", s.schema, err)
 	}
 	status, unknown := store.AppliedStatus(known, applied)
-	versions := make([]int, len(unknown))
-	for i, u := range unknown {
-		versions[i] = u.Version
-	}
-	return status, versions, nil
+	return status, unknown, nil
 }
 
 // CheckSchema returns a *store.SchemaError when the schema lacks an embedded migration or has one

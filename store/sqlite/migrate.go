@@ -380,11 +380,7 @@ func (s *Store) migrationStatus(ctx context.Context) ([]store.Migration, []int, 
 		return nil, nil, fmt.Errorf("migration status %s: %w", s.path, err)
 	}
 	status, unknown := store.AppliedStatus(known, applied)
-	versions := make([]int, len(unknown))
-	for i, u := range unknown {
-		versions[i] = u.Version
-	}
-	return status, versions, nil
+	return status, unknown, nil
 }
 
 // resetStmts closes the prepared statements, to be prepared again on next use.
