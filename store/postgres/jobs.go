@@ -346,9 +346,13 @@ func (s *Store) Finish(ctx context.Context, completions []store.Completion) ([]s
 	if err != nil {
 		return nil, err
 	}
+	finish, relative := s.finishStatement()
+	if relative {
+		args = append(args, s.processNow())
+	}
 	b := &pgx.Batch{}
 	b.Queue(s.q.finishPlan)
-	b.Queue(s.q.finish, args...).Query(func(rows pgx.Rows) error {
+	b.Queue(finish, args...).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
 			ord, err := rawInt8(rows)
 			if err != nil {
@@ -398,7 +402,7 @@ func rawUUID(rows pgx.Rows) ([16]byte, error) {
 	return id.Bytes, nil
 }
 
-// finishArgs is the parameters of sqlFinish for the completions at the positions order (sorted by
+// finishArgs is the parameters of sqlFinish (but the caller's time, see finishStatement) for the completions at the positions order (sorted by
 // their ids, parsed into ids).
 func finishArgs(completions []store.Completion, ids []pgtype.UUID, order []int) ([]any, error) {
 	n := len(order)
@@ -630,7 +634,11 @@ func (s *Store) CompletePgxTx(ctx context.Context, tx pgx.Tx, c store.Completion
 	if err != nil {
 		return false, err
 	}
-	rows, err := tx.Query(ctx, s.q.finish, args...)
+	finish, relative := s.finishStatement()
+	if relative {
+		args = append(args, s.processNow())
+	}
+	rows, err := tx.Query(ctx, finish, args...)
 	if err != nil {
 		return false, fmt.Errorf("complete job %s: %w", c.ID, err)
 	}

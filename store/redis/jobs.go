@@ -10,6 +10,7 @@ import (
 	"slices"
 	"sort"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -835,6 +836,11 @@ func (s *Store) Finish(ctx context.Context, completions []store.Completion) ([]s
 		return nil, fmt.Errorf("redis: finish: %w", err)
 	}
 	f := &finishing{s: s, cs: completions, res: res, known: make([]bool, len(completions)), queues: queues, now: time.Now()}
+	if dueLater(completions) {
+		if f.offset, err = s.serverOffset(ctx); err != nil {
+			return nil, fmt.Errorf("redis: finish: %w", err)
+		}
+	}
 	all := make([]int, len(completions))
 	for i := range all {
 		all[i] = i
@@ -882,6 +888,9 @@ type finishing struct {
 	known  []bool   // per completion: res holds its result (its call answered)
 	queues []string // the queue of each completion's job ("" for none)
 	now    time.Time
+	// offset is the server's clock minus this process's (serverOffset), read when a completion
+	// is due later: its ScheduledAt, of this process's clock, is sent as the server's.
+	offset time.Duration
 
 	ns      []store.Notification
 	freed   map[string][]any // on a cluster: the permits to give back, by rate key (ratelimit.go)
@@ -961,6 +970,9 @@ func (f *finishing) apply(ctx context.Context, idx []int) error {
 					sched := "0"
 					if c.State == store.StateRetryable || c.State == store.StateScheduled {
 						sched = micros(c.ScheduledAt)
+						if !c.ScheduledAt.IsZero() {
+							sched = micros(c.ScheduledAt.Add(f.offset))
+						}
 					}
 					args = append(args, c.ID, strconv.Itoa(c.Attempt), c.Token, string(c.State), sched, errJSON, flags, result)
 				}
@@ -1874,4 +1886,45 @@ func (s *Store) Resign(ctx context.Context, name, leaderID string) error {
 		return fmt.Errorf("redis: resign %s: %w", name, err)
 	}
 	return nil
+}
+
+// dueLater reports whether a completion is due at a time of its own (a retry, a snooze), one that
+// Finish must translate to the server's clock.
+func dueLater(cs []store.Completion) bool {
+	for i := range cs {
+		if (cs[i].State == store.StateRetryable || cs[i].State == store.StateScheduled) && !cs[i].ScheduledAt.IsZero() {
+			return true
+		}
+	}
+	return false
+}
+
+// serverOffset returns the Redis server's clock (TIME, which its scripts judge due times and
+// leases by) minus this process's, to within half a round trip. A completion's ScheduledAt (a
+// retry's backoff, a snooze) is computed from the clock of the process that ran the job: written
+// as is, a process whose clock is an hour off would have its retries run an hour early or late.
+// Shifted by the offset, the delay it stands for is kept and the server's clock decides the
+// instant. One TIME per Finish that has such a completion; the finish script itself taking
+// delays would spare it (a change to scripts.go).
+func (s *Store) serverOffset(ctx context.Context) (time.Duration, error) {
+	before := s.processNow()
+	now, err := s.rdb.Time(ctx).Result()
+	if err != nil {
+		return 0, fmt.Errorf("read the server's clock: %w", err)
+	}
+	after := s.processNow()
+	return now.Sub(before.Add(after.Sub(before) / 2)), nil
+}
+
+// processSkew, set only by tests (export_clockskew_test.go), offsets the process clock of the
+// stores it names: a test so plays a process whose clock is off without a fake clock in
+// production.
+var processSkew atomic.Pointer[func(*Store) time.Duration]
+
+// processNow is this process's clock (time.Now), as processSkew may offset it in tests.
+func (s *Store) processNow() time.Time {
+	if f := processSkew.Load(); f != nil {
+		return time.Now().Add((*f)(s))
+	}
+	return time.Now()
 }

@@ -1,0 +1,45 @@
+package postgres
+
+import (
+	"strings"
+	"sync/atomic"
+	"time"
+)
+
+// A completion's ScheduledAt (a retry's backoff, a snooze) is computed by the process that ran the
+// job, from its own clock: written as is, a process whose clock is an hour off would have its
+// retries run an hour early or late, judged by the database's now() that the claim compares it
+// with. sqlFinish therefore keeps the delay it stands for instead: the job is due ScheduledAt
+// minus the calling process's time.Now() (sent as $10) after the database's clock_timestamp()
+// (the statement's own time, not the start of an application's transaction it runs in, as
+// CompletePgxTx's may be). The store's clock decides the instant, the process's only the delay.
+const (
+	finishDueAbsolute = `coalesce(u.scheduled_at, now())`
+	finishDueRelative = `coalesce(clock_timestamp() + (u.scheduled_at - $10::timestamptz), now())`
+)
+
+// finishRelative reports whether sqlFinish holds finishDueAbsolute for finishStatement to
+// replace; TestFinishStatementRelative fails when it does not.
+var finishRelative = strings.Contains(sqlFinish, finishDueAbsolute)
+
+// finishStatement returns s's sqlFinish with the due time of a retry or snooze read against the
+// database's clock, and whether it takes the caller's time as its tenth argument.
+func (s *Store) finishStatement() (string, bool) {
+	if !finishRelative {
+		return s.q.finish, false
+	}
+	return strings.Replace(s.q.finish, finishDueAbsolute, finishDueRelative, 1), true
+}
+
+// processSkew, set only by tests (export_clockskew_test.go), offsets the process clock of the
+// stores it names: a test so plays a process whose clock is off without a fake clock in
+// production.
+var processSkew atomic.Pointer[func(*Store) time.Duration]
+
+// processNow is this process's clock (time.Now), as processSkew may offset it in tests.
+func (s *Store) processNow() time.Time {
+	if f := processSkew.Load(); f != nil {
+		return time.Now().Add((*f)(s))
+	}
+	return time.Now()
+}
