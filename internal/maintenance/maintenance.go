@@ -427,14 +427,40 @@ func passQueues(pp store.PruneParams) string {
 	return "the queues without a retention of their own"
 }
 
-func (m *Maintainer) cleanup(ctx context.Context) {
-	now := time.Now()
-	p := store.CleanupParams{
-		CompletedBefore: cutoff(0, m.cfg.CompletedRetention, now),
-		CancelledBefore: cutoff(0, m.cfg.CancelledRetention, now),
-		DiscardedBefore: cutoff(0, m.cfg.DiscardedRetention, now),
-		Limit:           m.cfg.BatchSize,
+// storeClock is implemented by the stores that several processes share (PostgreSQL's now(), Redis's
+// TIME), whose clock stamped the finish times that retention compares with its cut-offs.
+type storeClock interface {
+	StoreNow(ctx context.Context) (time.Time, error)
+}
+
+// storeNow is the time retention counts back from: the store's clock when it has one every
+// process shares, so that a leader whose own clock runs an hour ahead does not delete finished
+// jobs an hour before their retention ends (nor one behind keep them an hour longer); else this
+// process's.
+func (m *Maintainer) storeNow(ctx context.Context) (time.Time, error) {
+	if sc, ok := m.cfg.Store.(storeClock); ok {
+		now, err := sc.StoreNow(ctx)
+		if err != nil {
+			return time.Time{}, fmt.Errorf("reading the store's clock: %w", err)
+		}
+		return now, nil
 	}
+	return m.processNow(), nil
+}
+
+// processSkew, set only by tests (export_clockskew_test.go), offsets the clock of the maintainers
+// it names: a test so plays a process whose clock is off without a fake clock in production.
+var processSkew atomic.Pointer[func(*Maintainer) time.Duration]
+
+// processNow is this process's clock (time.Now), as processSkew may offset it in tests.
+func (m *Maintainer) processNow() time.Time {
+	if f := processSkew.Load(); f != nil {
+		return time.Now().Add((*f)(m))
+	}
+	return time.Now()
+}
+
+func (m *Maintainer) cleanup(ctx context.Context) {
 	ctx, end := m.pass(ctx, OpCleanup)
 	total := 0
 	var failed error
@@ -442,6 +468,20 @@ func (m *Maintainer) cleanup(ctx context.Context) {
 		m.deleted.Add(int64(total))
 		end(total, failed)
 	}()
+	now, err := m.storeNow(ctx)
+	if err != nil {
+		failed = err
+		if ctx.Err() == nil {
+			m.cfg.Logger.Warn("pronto: retention cleanup skipped", "err", err)
+		}
+		return
+	}
+	p := store.CleanupParams{
+		CompletedBefore: cutoff(0, m.cfg.CompletedRetention, now),
+		CancelledBefore: cutoff(0, m.cfg.CancelledRetention, now),
+		DiscardedBefore: cutoff(0, m.cfg.DiscardedRetention, now),
+		Limit:           m.cfg.BatchSize,
+	}
 	if pruner, prunes := m.cfg.Store.(store.DiscardedPruner); prunes {
 		// The dead letter queue is pruned by age and count together, so that the pass can say
 		// which queues lost jobs (dead_letter.pruned).
