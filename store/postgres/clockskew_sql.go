@@ -9,13 +9,21 @@ import (
 // A completion's ScheduledAt (a retry's backoff, a snooze) is computed by the process that ran the
 // job, from its own clock: written as is, a process whose clock is an hour off would have its
 // retries run an hour early or late, judged by the database's now() that the claim compares it
-// with. sqlFinish therefore keeps the delay it stands for instead: the job is due ScheduledAt
-// minus the calling process's time.Now() (sent as $10) after the database's clock_timestamp()
-// (the statement's own time, not the start of an application's transaction it runs in, as
-// CompletePgxTx's may be). The store's clock decides the instant, the process's only the delay.
+// with. sqlFinish therefore keeps the delay it stands for when the calling process's clock (its
+// time.Now(), sent as $10) is off the database's clock_timestamp() (the statement's own time, not
+// the start of an application's transaction it may run in, as CompletePgxTx's) by more than
+// clockTolerance: the job is then due ScheduledAt minus $10 after clock_timestamp(). Within the
+// tolerance (clocks kept by NTP, plus the statement's latency) ScheduledAt is written exactly as
+// given, as the stores' shared tests require; beyond it the database's clock decides the instant
+// and the process's only the delay.
 const (
 	finishDueAbsolute = `coalesce(u.scheduled_at, now())`
-	finishDueRelative = `coalesce(clock_timestamp() + (u.scheduled_at - $10::timestamptz), now())`
+	finishDueRelative = `coalesce(CASE WHEN clock_timestamp() - $10::timestamptz BETWEEN -` + clockTolerance + ` AND ` + clockTolerance + `
+			THEN u.scheduled_at ELSE clock_timestamp() + (u.scheduled_at - $10::timestamptz) END, now())`
+
+	// clockTolerance is how far a process's clock may be off the database's, as seen by a
+	// statement, before its due times are taken as delays (see finishDueRelative).
+	clockTolerance = `interval '1 second'`
 )
 
 // finishRelative reports whether sqlFinish holds finishDueAbsolute for finishStatement to

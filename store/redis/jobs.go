@@ -1903,8 +1903,8 @@ func dueLater(cs []store.Completion) bool {
 // leases by) minus this process's, to within half a round trip. A completion's ScheduledAt (a
 // retry's backoff, a snooze) is computed from the clock of the process that ran the job: written
 // as is, a process whose clock is an hour off would have its retries run an hour early or late.
-// Shifted by the offset, the delay it stands for is kept and the server's clock decides the
-// instant. One TIME per Finish that has such a completion; the finish script itself taking
+// Shifted by the offset (zero within clockTolerance), the delay it stands for is kept and the
+// server's clock decides the instant. One TIME per Finish that has such a completion; the finish script itself taking
 // delays would spare it (a change to scripts.go).
 func (s *Store) serverOffset(ctx context.Context) (time.Duration, error) {
 	before := s.processNow()
@@ -1913,8 +1913,17 @@ func (s *Store) serverOffset(ctx context.Context) (time.Duration, error) {
 		return 0, fmt.Errorf("read the server's clock: %w", err)
 	}
 	after := s.processNow()
-	return now.Sub(before.Add(after.Sub(before) / 2)), nil
+	off := now.Sub(before.Add(after.Sub(before) / 2))
+	if off >= -clockTolerance && off <= clockTolerance {
+		return 0, nil
+	}
+	return off, nil
 }
+
+// clockTolerance is how far this process's clock may be off the server's before serverOffset
+// corrects its due times: within it (clocks kept by NTP, plus the reading's latency) they are
+// written exactly as given, as the stores' shared tests require.
+const clockTolerance = time.Second
 
 // processSkew, set only by tests (export_clockskew_test.go), offsets the process clock of the
 // stores it names: a test so plays a process whose clock is off without a fake clock in
