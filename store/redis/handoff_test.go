@@ -304,7 +304,7 @@ func TestHandoffWaiterReconnects(t *testing.T) {
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
 		list, err := rdb.ClientList(ctx).Result()
-		return err == nil && strings.Contains(list, "cmd=blpop")
+		return err == nil && strings.Contains(list, "cmd=blmove")
 	}, 10*time.Second, 10*time.Millisecond)
 	require.NoError(t, rdb.Do(ctx, "CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes").Err())
 	// The next claim advertises the producer again; inserts are handed to it once its waiter waits

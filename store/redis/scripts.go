@@ -891,7 +891,7 @@ local t = tm[1] .. string.rep('0', 6 - #tm[2]) .. tm[2]
 redis.call('SADD', KEYS[3], q)
 -- Hand-off (handoff.go): the first producer waiting with a free slot for this kind (its
 -- advertisement: the claim arguments to use for it) gets the job claimed for it here, pushed onto
--- its inbox list, which it waits on (BLPOP); nothing is then published.
+-- its inbox list, which it waits on (BLMOVE); nothing is then published.
 local wk, ad, p = B .. 'wait', nil, nil
 if redis.call('EXISTS', wk) == 1 then
   redis.call('ZREMRANGEBYSCORE', wk, '-inf', '(' .. t)
