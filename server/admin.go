@@ -31,14 +31,22 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	_, err := s.store.GetJob(ctx, healthProbeID)
 	latency := time.Since(start)
+	if err == nil || errors.Is(err, pronto.ErrNotFound) {
+		// The read passes on a backend that takes no writes (a standby, a fenced primary, a
+		// replica), where every insert, fetch and ack fails.
+		err = store.ProbeWritable(ctx, s.store)
+	}
 	status, backendStatus, code := "ok", "connected", http.StatusOK
 	var problem, detail string
 	if err != nil && !errors.Is(err, pronto.ErrNotFound) {
 		status, backendStatus, code = "degraded", "disconnected", http.StatusServiceUnavailable
 		problem, detail = s.backendProblem(r, err)
-		if c := store.Condition(problem); c != store.ConditionError && c.Reachable() {
-			// The database answered (busy past a timeout, read-only, ...): it is not disconnected,
-			// and an operator looking for a network problem would look in the wrong place.
+		if c := store.Condition(problem); c == store.ConditionReadOnly {
+			// Up and answering, but not a backend to send work to: neither connected nor not.
+			backendStatus = "read_only"
+		} else if c != store.ConditionError && c.Reachable() {
+			// The database answered (busy past a timeout, ...): it is not disconnected, and an
+			// operator looking for a network problem would look in the wrong place.
 			backendStatus = "connected"
 		}
 		// As every 503 of the API (ojs-errors.md ERR-006): when a probe is worth repeating.

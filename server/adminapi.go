@@ -841,14 +841,23 @@ func (s *Server) deadLetterStats(w http.ResponseWriter, r *http.Request) {
 	writeJSONValue(w, http.StatusOK, out)
 }
 
-// GET /ojs/v1/ready: 200 when this server can take work (its store answers, its client runs and it
-// is not draining), 503 otherwise with the reasons. Like health, it needs no API key, for load
-// balancers and probes: a store's failure is named by its class (backendProblem).
+// GET /ojs/v1/ready: 200 when this server can take work (its store answers and takes writes, its
+// client runs and it is not draining), 503 otherwise with the reasons. Like health, it needs no API
+// key, for load balancers and probes: a store's failure is named by its class (backendProblem).
 func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
 	defer cancel()
 	var reasons []string
-	if _, err := s.store.GetJob(ctx, healthProbeID); err != nil && !isNotFound(err) {
+	_, err := s.store.GetJob(ctx, healthProbeID)
+	if err == nil || isNotFound(err) {
+		// A standby, a fenced primary or a replica answers the read but fails every insert, fetch
+		// and ack: a server on it cannot take work.
+		// (store.WriteProbe; a store without one, as memory, always takes writes.)
+		if p, ok := s.store.(interface{ ProbeWritable(context.Context) error }); ok {
+			err = p.ProbeWritable(ctx)
+		}
+	}
+	if err != nil && !isNotFound(err) {
 		problem, detail := s.backendProblem(r, err)
 		reason := "backend " + problem
 		if detail != "" {
