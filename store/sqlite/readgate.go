@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql/driver"
 	"errors"
+	"log/slog"
 	"sync"
 	"time"
 )
@@ -12,29 +13,123 @@ import (
 // checkpoint hold new ones back while it waits for those running to end. A read runs from its query
 // until its rows are closed, or from the beginning of its transaction until the transaction ends:
 // the span in which SQLite keeps a read mark on the log.
+//
+// With a gate file (x, walgate.go) it does the same for the checkpoints of other processes: while
+// reads run, the process holds the gate's read lock, taken once for a run of reads, and looks every
+// walGateProbe for a checkpointer waiting; then it holds new reads back (yield) until the running
+// ones end, and lets the lock go. A read then waits, at most walGateReadWait, for that checkpoint.
 type readGate struct {
 	mu      sync.Mutex
 	running map[*gatedConn]time.Time // the connections reading, with the start of each read
 	held    chan struct{}            // non-nil while a checkpoint holds reads back; closed on resume
 	drained chan struct{}            // non-nil while a checkpoint waits for running to empty
+
+	x         *walGate      // nil: no gate file, reads are held back for this process's checkpoints only
+	xRead     bool          // this process holds the gate's read lock
+	xLong     bool          // this process holds the gate's long-read lock
+	acquiring chan struct{} // non-nil while one read takes the read lock for all; closed after
+	yield     chan struct{} // non-nil while another process's checkpoint holds reads back; closed after
+	idleSince time.Time     // when running last emptied
+	probe     *time.Timer   // runs look while xRead; made at the first read lock
 }
 
 func newReadGate() *readGate {
 	return &readGate{running: make(map[*gatedConn]time.Time)}
 }
 
+// setWalGate makes the gate cooperate with other processes through x (nil: it does not).
+func (g *readGate) setWalGate(x *walGate) {
+	g.mu.Lock()
+	g.x = x
+	g.mu.Unlock()
+}
+
+// walGate returns the gate file, or nil.
+func (g *readGate) walGate() *walGate {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.x
+}
+
+// closeWalGate stops the cooperation with other processes and closes the gate file, releasing its
+// locks. Reads afterwards are held back for this process's checkpoints only.
+func (g *readGate) closeWalGate() {
+	g.mu.Lock()
+	x := g.x
+	g.x, g.xRead, g.xLong = nil, false, false
+	if g.probe != nil {
+		g.probe.Stop()
+		g.probe = nil
+	}
+	if g.yield != nil {
+		close(g.yield)
+		g.yield = nil
+	}
+	g.mu.Unlock()
+	if x != nil {
+		x.close()
+	}
+}
+
 // enter records a read starting on c, first waiting, within ctx, for a checkpoint holding reads back.
 func (g *readGate) enter(ctx context.Context, c *gatedConn) error {
 	g.mu.Lock()
-	for g.held != nil {
-		held := g.held
-		g.mu.Unlock()
-		select {
-		case <-held:
-		case <-ctx.Done():
-			return ctx.Err()
+	for {
+		wait := g.held
+		if wait == nil {
+			wait = g.yield
 		}
+		if wait == nil {
+			wait = g.acquiring
+		}
+		if wait != nil {
+			g.mu.Unlock()
+			select {
+			case <-wait:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			g.mu.Lock()
+			continue
+		}
+		if g.x == nil || g.xRead {
+			break
+		}
+		// The first read of a run takes the gate's read lock, for all of the run's reads.
+		x, acquiring := g.x, make(chan struct{})
+		g.acquiring = acquiring
+		g.mu.Unlock()
+		err := x.enterRead(ctx, walGateReadWait)
 		g.mu.Lock()
+		g.acquiring = nil
+		close(acquiring)
+		switch {
+		case err == nil && g.x == x && g.held != nil:
+			// A checkpoint of this process began meanwhile, and waits for the lock: wait for it.
+			_ = x.leaveRead()
+			continue
+		case err == nil && g.x == x:
+			g.xRead = true
+			g.idleSince = time.Now()
+			if g.probe == nil {
+				g.probe = time.AfterFunc(walGateProbe, g.look)
+			} else {
+				g.probe.Reset(walGateProbe)
+			}
+		case err == nil: // the gate was closed meanwhile
+			_ = x.leaveRead()
+		case ctx.Err() != nil:
+			g.mu.Unlock()
+			return ctx.Err()
+		case !errors.Is(err, errGateWait) && g.x == x:
+			// The lock file failed: cooperate no more, rather than fail reads that need no lock.
+			slog.Warn("sqlite store: the gate file's locks failed; reads of other processes are no longer held back for checkpoints",
+				slog.String("error", err.Error()))
+			g.x = nil
+			go x.close()
+		}
+		// Else another process's checkpoint outlasted the wait: this read goes on without the lock.
+		break
 	}
 	g.running[c] = time.Now()
 	g.mu.Unlock()
@@ -45,11 +140,85 @@ func (g *readGate) enter(ctx context.Context, c *gatedConn) error {
 func (g *readGate) leave(c *gatedConn) {
 	g.mu.Lock()
 	delete(g.running, c)
-	if len(g.running) == 0 && g.drained != nil {
-		close(g.drained)
-		g.drained = nil
+	if len(g.running) == 0 {
+		if g.drained != nil {
+			close(g.drained)
+			g.drained = nil
+		}
+		g.idleSince = time.Now()
+		if g.yield != nil {
+			g.leaveWalGate()
+		}
 	}
 	g.mu.Unlock()
+}
+
+// leaveWalGate releases the gate's locks, no read running, and lets the reads held back for another
+// process's checkpoint go on to wait for it. g.mu is held.
+func (g *readGate) leaveWalGate() {
+	if g.xRead {
+		if err := g.x.leaveRead(); err != nil {
+			slog.Warn("sqlite store: releasing the gate file's locks failed", slog.String("error", err.Error()))
+		}
+		g.xRead, g.xLong = false, false
+		g.probe.Stop()
+	}
+	if g.yield != nil {
+		close(g.yield)
+		g.yield = nil
+	}
+}
+
+// look runs every walGateProbe while this process holds the gate's read lock. It says whether a
+// read has run for walReadPauseWait (gateLong), holds new reads back for a checkpointer waiting
+// unless such a read runs, and lets the lock go when reads have stopped for walGateIdle.
+func (g *readGate) look() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.x == nil || !g.xRead {
+		return
+	}
+	now := time.Now()
+	long := false
+	for _, since := range g.running {
+		if now.Sub(since) >= walReadPauseWait {
+			long = true
+			break
+		}
+	}
+	var err error
+	switch {
+	case long && !g.xLong:
+		var ok bool
+		ok, err = g.x.rd.tryLock(gateLong, false)
+		g.xLong = ok
+	case !long && g.xLong:
+		err = g.x.rd.unlock(gateLong)
+		g.xLong = false
+	}
+	if long && g.yield != nil { // the checkpointer's wait is lost: let reads go on
+		close(g.yield)
+		g.yield = nil
+	}
+	if err == nil && !long && g.yield == nil {
+		var waiting bool
+		waiting, err = g.x.checkpointWaiting()
+		switch {
+		case err != nil:
+		case waiting && len(g.running) == 0:
+			g.leaveWalGate()
+		case waiting:
+			g.yield = make(chan struct{}) // leave lets the lock go once running empties
+		case len(g.running) == 0 && now.Sub(g.idleSince) >= walGateIdle:
+			g.leaveWalGate()
+		}
+	}
+	if err != nil {
+		slog.Warn("sqlite store: the gate file's locks failed", slog.String("error", err.Error()))
+	}
+	if g.xRead {
+		g.probe.Reset(walGateProbe)
+	}
 }
 
 // errLongRead is pause's error when a read has run for longer than pause would wait.
@@ -58,7 +227,8 @@ var errLongRead = errors.New("a read has run longer than the wait")
 // pause holds new reads back until resume is called, once the reads running now have ended. It
 // holds them back at most wait: if the running reads outlast it, it lets reads go on and fails. It
 // fails at once, holding nothing back, if a read has already run for wait: a long read (an export,
-// an open read transaction) keeps the log from restarting until it ends anyway.
+// an open read transaction) keeps the log from restarting until it ends anyway. Once the reads
+// have ended, it lets the gate file's read lock go, for the checkpointer to take.
 func (g *readGate) pause(ctx context.Context, wait time.Duration) (resume func(), err error) {
 	g.mu.Lock()
 	now := time.Now()
@@ -78,6 +248,7 @@ func (g *readGate) pause(ctx context.Context, wait time.Duration) (resume func()
 		close(held)
 	}
 	if len(g.running) == 0 {
+		g.leaveWalGate()
 		g.mu.Unlock()
 		return resume, nil
 	}
@@ -89,6 +260,11 @@ func (g *readGate) pause(ctx context.Context, wait time.Duration) (resume func()
 	defer t.Stop()
 	select {
 	case <-drained:
+		g.mu.Lock()
+		if len(g.running) == 0 {
+			g.leaveWalGate()
+		}
+		g.mu.Unlock()
 		return resume, nil
 	case <-t.C:
 		err = errLongRead

@@ -452,12 +452,16 @@ func (sf *sharedFile) open(ctx context.Context, cfg config) error {
 			_ = sf.r.Close()
 		}
 		_ = sf.w.Close()
+		sf.keeper.gate.closeWalGate()
 		hook.forget()
 		return err
 	}
 	if err := checkDB(ctx, sf.w); err != nil {
 		return fail(err)
 	}
+	// The database exists now: its gate file gets its permissions. Without one (see openWalGate),
+	// checkpoints hold back this process's reads only.
+	sf.keeper.gate.setWalGate(openWalGate(sf.key))
 	readers, err := sqlite.NewConnector(readerDSN)
 	if err != nil {
 		return fail(err)
@@ -532,6 +536,7 @@ func releaseFile(sf *sharedFile) error {
 	}
 	sf.keeper.stop()
 	errR := sf.r.Close()
+	sf.keeper.gate.closeWalGate()
 	errW := sf.w.Close()
 	sf.hook.forget()
 	return errors.Join(errW, errR)

@@ -163,18 +163,37 @@ func (k *fileKeeper) run(ctx context.Context) {
 
 // checkpoint copies the log into the database and empties it (TRUNCATE: a RESTART that also frees
 // the file's space). It first holds back this process's new reads and waits for the running ones to
-// end (readGate.pause): readers that keep overlapping hold the log's read marks without a break,
+// end (readGate.pause), then, through the gate file, those of the other pronto processes on the file
+// (walGate.pause): readers that keep overlapping hold the log's read marks without a break,
 // which no busy wait outlasts. That wait lasts at most walReadPauseWait, and is skipped while a read
 // older than that runs, so a long read (an export, an open read transaction) holds up the other
 // reads at most once, that long. Then it runs on the writer connection, queued behind the store's
 // writes rather than failing against them, and waits at most walCheckpointWait for the readers of
-// other processes. It fails if a wait runs out.
+// processes that do not use the gate file. It fails if a wait runs out.
 func (k *fileKeeper) checkpoint(ctx context.Context) error {
+	x := k.gate.walGate()
+	if x != nil {
+		// Checked first, not to hold this process's reads back for a pause bound to fail.
+		if long, err := x.longRead(); err != nil {
+			return fmt.Errorf("look at the gate file: %w", err)
+		} else if long {
+			return fmt.Errorf("pause other processes' reads: %w", errLongRead)
+		}
+	}
 	resume, err := k.gate.pause(ctx, walReadPauseWait)
 	if err != nil {
 		return fmt.Errorf("pause reads: %w", err)
 	}
 	defer resume()
+	if x != nil {
+		// A little over walReadPauseWait: a process whose read outlasts that says so (gateLong),
+		// which fails the pause as a long read, rather than as a wait run out.
+		resumeOthers, err := x.pause(ctx, walReadPauseWait+10*walGateProbe)
+		if err != nil {
+			return fmt.Errorf("pause other processes' reads: %w", err)
+		}
+		defer resumeOthers()
+	}
 
 	// Never waits for the writer while holding it: whatever holds the writer and wants a reader waits
 	// at most this long.
