@@ -118,6 +118,14 @@ func fromClientError(err error, kind, id string) *apiError {
 		return invalid("", "%s", trimPrefix(err.Error()))
 	case errors.Is(err, pronto.ErrUnsupported):
 		return errorf(http.StatusUnprocessableEntity, CodeUnsupported, "%s", err.Error())
+	case errors.Is(err, store.ErrSchemaTooNew):
+		// The client halted (pronto.Client.SchemaIncompatible): this older binary must not write in
+		// the schema's new shape; a server of the newer release can, so the request is worth retrying.
+		e := errorf(http.StatusServiceUnavailable, CodeBackendError, "%s", err.Error())
+		e.retryable = true
+		e.details = map[string]any{"reason": "schema_too_new"}
+		e.headers = map[string]string{"Retry-After": unavailableRetryAfter}
+		return e
 	}
 	if e := inputRefusedByDatabase(err); e != nil {
 		return e
