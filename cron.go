@@ -656,7 +656,9 @@ const cronLeaderName = "cron"
 // cron leader and, while it leads, inserts the jobs of due occurrences. Run it in every process that
 // should be able to take over; only the leader fires. While maintenance mode is on (pronto serve's
 // admin API), it fires nothing; afterwards each schedule fires its latest missed occurrence once. It
-// returns nil when ctx ends, or an error matching ErrUnsupported when the store keeps no schedules.
+// returns nil when ctx ends, an error matching ErrUnsupported when the store keeps no schedules, or,
+// once the client halted for incompatible migrations (SchemaIncompatible), that error, after giving
+// up the leadership.
 func (c *Client) RunCron(ctx context.Context, cfg *CronConfig) error {
 	cs, err := c.cronStore()
 	if err != nil {
@@ -691,7 +693,20 @@ func (c *Client) RunCron(ctx context.Context, cfg *CronConfig) error {
 	}
 	doElect()
 	held := false
+	resign := func() {
+		rctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_ = c.store.Resign(rctx, cronLeaderName, c.cfg.ID)
+		cancel()
+	}
 	for {
+		// A client halted by incompatible migrations writes nothing in the schema's old shape: it
+		// gives the leadership up at once so that a client of the newer release fires instead.
+		if err := c.SchemaIncompatible(); err != nil {
+			if leader {
+				resign()
+			}
+			return err
+		}
 		if leader {
 			// Maintenance mode (ojs-admin-api.md 12.1) holds the triggers. When it ends, each schedule
 			// fires its latest missed occurrence once, as after any time without a leader.
@@ -708,11 +723,9 @@ func (c *Client) RunCron(ctx context.Context, cfg *CronConfig) error {
 		}
 		select {
 		case <-ctx.Done():
-			if leader {
-				rctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-				_ = c.store.Resign(rctx, cronLeaderName, c.cfg.ID)
-				cancel()
-			}
+			// Resign even when the last election's answer was lost to the cancellation: the row may
+			// be ours, and a resign names our id, so it never releases another client's.
+			resign()
 			return nil
 		case <-elect.C:
 			doElect()

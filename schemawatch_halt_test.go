@@ -148,8 +148,10 @@ func TestHaltedClientRefusesInserts(t *testing.T) {
 	})
 }
 
-// A halted client's cron scheduler inserts no job: each occurrence it tries after the halt is
-// refused, and retried at the next tick. Before, cron enqueued every second into the newer schema.
+// A halted client's cron scheduler inserts no job after the halt (an occurrence under way is
+// refused) and stops, giving up the cron leadership at once, so that a client of the newer release
+// fires instead. Before, cron enqueued every second into the newer schema; then it went on leading
+// and firing nothing, so no other client could fire until it stopped.
 func TestHaltedClientCronInsertsNothing(t *testing.T) {
 	forEachStoreOf(t, []storeKind{kindSQLite, kindPostgres}, func(t *testing.T, ts *testStore) {
 		ctx := context.Background()
@@ -160,19 +162,17 @@ func TestHaltedClientCronInsertsNothing(t *testing.T) {
 
 		var mu sync.Mutex
 		afterHalt := map[string]bool{} // the jobs whose insert began after the halt
-		var tries, fired, firedAfter atomic.Int64
+		var fired, firedAfter atomic.Int64
 		cronCtx, stopCron := context.WithCancel(ctx)
-		var wg sync.WaitGroup
-		wg.Add(1)
+		defer stopCron()
+		cronDone := make(chan error, 1)
 		go func() {
-			defer wg.Done()
-			_ = c.RunCron(cronCtx, &pronto.CronConfig{
+			cronDone <- c.RunCron(cronCtx, &pronto.CronConfig{
 				BeforeInsert: func(jobID string) func() {
 					if c.SchemaIncompatible() != nil {
 						mu.Lock()
 						afterHalt[jobID] = true
 						mu.Unlock()
-						tries.Add(1)
 					}
 					return func() {}
 				},
@@ -189,13 +189,20 @@ func TestHaltedClientCronInsertsNothing(t *testing.T) {
 				},
 			})
 		}()
-		defer func() { stopCron(); wg.Wait() }()
 		require.Eventually(t, func() bool { return fired.Load() > 0 }, 15*time.Second, 10*time.Millisecond, "cron never fired")
 
 		haltBySchema(t, ts, c)
-		// Two occurrences tried after the halt, each on its own tick.
-		require.Eventually(t, func() bool { return tries.Load() >= 2 || firedAfter.Load() > 0 }, 15*time.Second, 10*time.Millisecond,
-			"cron tried nothing after the halt")
+		// The scheduler stops with the halt's error, having given up its leadership: a client of the
+		// newer release takes the cron over at once instead of after the leader's TTL.
+		select {
+		case err := <-cronDone:
+			requireSchemaRefusal(t, err)
+		case <-time.After(30 * time.Second):
+			t.Fatal("RunCron went on after the halt")
+		}
+		ok, err := ts.Store.Elect(ctx, "cron", "newer-client", time.Minute)
+		require.NoError(t, err)
+		require.True(t, ok, "the halted client still holds the cron leadership")
 		require.Zero(t, firedAfter.Load(), "cron inserted jobs after the halt")
 	})
 }

@@ -196,14 +196,17 @@ func (m *Maintainer) Run(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
-			if m.leader.Load() {
-				rctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-				if err := c.Store.Resign(rctx, LeaderName, c.ClientID); err != nil {
-					c.Logger.Warn("pronto: resign leadership", "err", err)
-				}
-				cancel()
-				m.setLeader(false)
+			// Resign even when not leading as far as we know: a cancellation that lands during an
+			// election loses its answer (setLeader(false)) while the row may have become ours, and
+			// the next leader would wait out its TTL. A resign names our id, so it releases no
+			// other client's leadership.
+			wasLeader := m.leader.Load()
+			rctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			if err := c.Store.Resign(rctx, LeaderName, c.ClientID); err != nil && wasLeader {
+				c.Logger.Warn("pronto: resign leadership", "err", err)
 			}
+			cancel()
+			m.setLeader(false)
 			return
 		case <-elect.C:
 			if m.elect(ctx) {

@@ -218,3 +218,47 @@ func TestArchivePolicyNeverDeletesUnarchived(t *testing.T) {
 		t.Fatalf("archived %d, want keep's oldest", archived.Load())
 	}
 }
+
+// electLostToCancel wins each election in the store, then loses the answer to its caller's
+// cancellation, as a Stop landing while the election's statement runs does.
+type electLostToCancel struct {
+	store.Store
+	elected chan struct{}
+}
+
+func (s *electLostToCancel) Elect(ctx context.Context, name, id string, ttl time.Duration) (bool, error) {
+	ok, err := s.Store.Elect(context.Background(), name, id, ttl)
+	if err != nil || !ok {
+		return ok, err
+	}
+	s.elected <- struct{}{}
+	<-ctx.Done()
+	return false, ctx.Err()
+}
+
+// TestStopDuringElectionResigns: a maintainer stopped while its election runs does not know it
+// won, yet the row is its own; it resigns all the same, so the next leader takes office at once
+// instead of after the TTL. Before, it resigned only when it knew it led.
+func TestStopDuringElectionResigns(t *testing.T) {
+	ctx := context.Background()
+	mem := memory.New()
+	defer mem.Close()
+	st := &electLostToCancel{Store: mem, elected: make(chan struct{}, 1)}
+	m := New(Config{Store: st, ClientID: "stopping", LeaderTTL: time.Hour})
+	runCtx, cancel := context.WithCancel(ctx)
+	go m.Run(runCtx)
+	select {
+	case <-st.elected:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the maintainer never elected")
+	}
+	cancel()
+	<-m.Done()
+	if m.IsLeader() {
+		t.Fatal("a stopped maintainer reports it leads")
+	}
+	ok, err := mem.Elect(ctx, LeaderName, "next", time.Hour)
+	if err != nil || !ok {
+		t.Fatalf("the next client could not take office (%v, %v): the stopped one kept the leadership", ok, err)
+	}
+}
