@@ -17,9 +17,10 @@ import (
 
 // helperReader reads the store constantly, on four goroutines, until killed: the dashboard or HTTP
 // GETs of another process, each a read transaction of two counts, so that the four overlap and the
-// log is seldom without a reader. It prints "reading" once its first reads have returned. Each read
-// is short, even under the race detector (a read past walReadPauseWait, such as a scan of every job
-// there, is a long read, waited for once only by design).
+// log is seldom without a reader. It prints "reading" once its first reads have returned, and
+// "long" after each read that lasted walReadPauseWait or more: by design a long read is not waited
+// for, so the log may grow under it. Each read is one row, short unless the machine starves the
+// process (the race detector on a loaded machine can).
 func helperReader() int {
 	ctx := context.Background()
 	s, err := Open(ctx, os.Getenv(pathEnv))
@@ -37,25 +38,42 @@ func helperReader() int {
 		if err := tx.QueryRowContext(ctx, "SELECT count(*) FROM pronto_queues").Scan(&n); err != nil {
 			return err
 		}
-		if err := tx.QueryRowContext(ctx, "SELECT count(*) FROM pronto_jobs WHERE state = 'available'").Scan(&n); err != nil {
+		// The read keeps its snapshot for a while, as a request that renders between its queries
+		// does, so that the four overlap without a gap; its cost must not grow with the drain's table
+		// (a count of the waiting jobs ran past walReadPauseWait under the race detector on a loaded
+		// machine), so the second query reads one row by the primary key.
+		time.Sleep(150 * time.Millisecond)
+		if err := tx.QueryRowContext(ctx, "SELECT count(*) FROM (SELECT 1 FROM pronto_jobs ORDER BY id DESC LIMIT 1)").Scan(&n); err != nil {
 			return err
 		}
 		return nil
 	}
 	var once sync.Once
-	var wg sync.WaitGroup
-	for range 4 {
-		wg.Go(func() {
+	var started [4]atomic.Int64 // each reader's read's start (UnixNano), 0 between reads
+	for i := range started {
+		go func() {
 			for {
+				started[i].Store(time.Now().UnixNano())
 				if err := read(); err != nil {
 					fmt.Fprintln(os.Stderr, "reader:", err)
 					os.Exit(1)
 				}
+				started[i].Store(0)
 				once.Do(func() { fmt.Println("reading") })
 			}
-		})
+		}()
 	}
-	wg.Wait()
+	// Each read reported as soon as it has lasted walReadPauseWait, as the read gate tells
+	// checkpointers (gateLong), not when it ends.
+	var reported [4]int64
+	for range time.Tick(walGateProbe) {
+		for i := range started {
+			if at := started[i].Load(); at != 0 && at != reported[i] && time.Since(time.Unix(0, at)) >= walReadPauseWait {
+				reported[i] = at
+				fmt.Println("long")
+			}
+		}
+	}
 	return 0
 }
 
@@ -63,8 +81,8 @@ func helperReader() int {
 // times as long) with the constant reads made by another pronto process on the file, and checks that
 // the log stays bounded: the processes' read gates cooperate through the gate file (walgate.go), so
 // a checkpoint holds the other process's new reads back too. Without that cooperation the log
-// reached 22 to 75 MB on a quiet machine, restarted only when those reads happened to leave a gap.
-// It also checks that the log is restarted by the writes after the other process stops.
+// reached 19 to 81 MB on a quiet machine (21 MB with it), restarted only when those reads happened
+// to leave a gap. It also checks that the log is restarted by the writes after the other process stops.
 func TestWALUnderAnotherProcessReaders(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -76,9 +94,19 @@ func TestWALUnderAnotherProcessReaders(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, cmd.Start())
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	line, err := bufio.NewReader(out).ReadString('\n')
-	require.NoError(t, err)
-	require.Equal(t, "reading\n", line)
+	lines := bufio.NewScanner(out)
+	require.True(t, lines.Scan(), "the reader process printed nothing: %v", lines.Err())
+	require.Equal(t, "reading", lines.Text())
+	var longReads atomic.Int64
+	readerDone := make(chan struct{})
+	go func() {
+		defer close(readerDone)
+		for lines.Scan() {
+			if lines.Text() == "long" {
+				longReads.Add(1)
+			}
+		}
+	}()
 
 	// The log's size is sampled while the drain runs, not only between its rounds.
 	var sampled atomic.Int64
@@ -105,16 +133,23 @@ func TestWALUnderAnotherProcessReaders(t *testing.T) {
 	db, err := os.Stat(path)
 	require.NoError(t, err)
 	t.Logf("largest WAL %d bytes with another process reading, database %d bytes", maxWAL, db.Size())
+	require.NoError(t, cmd.Process.Kill())
+	<-readerDone // every long read it reported is counted (before Wait, which closes the pipe)
+	_ = cmd.Wait()
 	// Three times the size at which the store checkpoints: the log passes it by what is written
-	// while a checkpoint waits for the reads to pause. Without the gate file, 50 to 104 MB.
-	if walGateSupported {
+	// while a checkpoint waits for the reads to pause. Without the gate file, 19 to 81 MB.
+	// The bound holds while the other process's reads are short: a read of walReadPauseWait or more
+	// fails checkpoints at once by design (it keeps the log from restarting until it ends anyway).
+	switch long := longReads.Load(); {
+	case !walGateSupported:
+	case long > 0:
+		t.Logf("the other process made %d reads of %v or more (a starved machine): the bound is not promised", long, walReadPauseWait)
+	default:
 		require.LessOrEqual(t, maxWAL, int64(3*walCheckpointBytes),
 			"the WAL grew to %d bytes (database %d bytes) during the drain while another process read: "+
 				"that process's reads were not held back for the checkpoint", maxWAL, db.Size())
 	}
 
-	require.NoError(t, cmd.Process.Kill())
-	_ = cmd.Wait()
 	require.Eventually(t, func() bool {
 		_, err := s.Insert(ctx, params("q", 1))
 		require.NoError(t, err)
