@@ -4,14 +4,13 @@ import (
 	"context"
 	"database/sql"
 	"net/url"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 	"modernc.org/sqlite"
 
+	"github.com/pronto-jobs/pronto/internal/testfs"
 	"github.com/pronto-jobs/pronto/store"
 )
 
@@ -29,32 +28,7 @@ func TestProbeWritableReadOnlyDirectory(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, store.ProbeWritable(ctx, s))
 
-	var undo func()
-	if os.Geteuid() == 0 {
-		// A read-only bind mount of the directory on itself: what the file system says of the path
-		// from now on is what a read-only remount would say.
-		if out, err := exec.Command("mount", "--bind", dir, dir).CombinedOutput(); err != nil {
-			if os.Getenv("CI") != "" {
-				t.Fatalf("cannot bind-mount as root: %v: %s", err, out)
-			}
-			t.Skipf("cannot bind-mount here (root without CAP_SYS_ADMIN?): %v: %s", err, out)
-		}
-		t.Cleanup(func() { _ = exec.Command("umount", dir).Run() })
-		out, err := exec.Command("mount", "-o", "remount,bind,ro", dir).CombinedOutput()
-		require.NoError(t, err, string(out))
-		undo = func() {
-			out, err := exec.Command("umount", dir).CombinedOutput()
-			require.NoError(t, err, string(out))
-		}
-	} else {
-		require.NoError(t, os.Chmod(path, 0o444))
-		require.NoError(t, os.Chmod(dir, 0o555))
-		t.Cleanup(func() { _ = os.Chmod(dir, 0o755) })
-		undo = func() {
-			require.NoError(t, os.Chmod(dir, 0o755))
-			require.NoError(t, os.Chmod(path, 0o644))
-		}
-	}
+	undo := testfs.MakeReadOnly(t, dir, "jobs.db")
 	_, err = s.GetJob(ctx, "00000000-0000-7000-8000-000000000000")
 	require.ErrorIs(t, err, store.ErrNotFound, "reads pass")
 
