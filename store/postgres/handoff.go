@@ -113,6 +113,10 @@ type handoff struct {
 	// handed job only if the other did not, so a job given back is never also run here.
 	settled     map[string]int64
 	settledNext int // prune settled when it grows to this many
+	// failed are the jobs giveBackLost settled whose return failed (the database unreachable, the
+	// statement cancelled): settled, no one else gives them back, so the next giveBackLost tries
+	// again. A second return of a job returned after all is fenced by its claim token.
+	failed []*store.Job
 }
 
 // waiter is one producer's advertisement and the jobs handed to it, not yet taken.
@@ -338,9 +342,12 @@ func (h *handoff) settleUntil(id string) time.Time {
 // after Close, or named a job that could not be read. They are the active jobs whose claim tokens
 // carry a waiter's id, still under the hand-off's lease (a heartbeat of a job the producer runs
 // moves it), that this process did not settle. A job handed meanwhile may be given back with
-// them; its notification, should it come, is then dropped.
+// them; its notification, should it come, is then dropped. The jobs whose return fails are tried
+// again by the next call, and the error returned, so that the caller has it tried again.
 func (h *handoff) giveBackLost(ctx context.Context) error {
 	h.mu.Lock()
+	lost := h.failed
+	h.failed = nil
 	ids := make([]string, 0, len(h.byID))
 	leases := make([]int64, 0, len(h.byID))
 	for id, w := range h.byID {
@@ -348,35 +355,44 @@ func (h *handoff) giveBackLost(ctx context.Context) error {
 		leases = append(leases, (w.params.LeaseDuration + handoffSlack).Microseconds())
 	}
 	h.mu.Unlock()
-	if len(ids) == 0 {
-		return nil
+	var err error
+	if len(ids) > 0 {
+		lost, err = h.findLost(ctx, ids, leases, lost)
 	}
-	rows, err := h.s.pool.Query(ctx, h.unserved, ids, leases)
 	if err != nil {
 		h.s.log.Warn("pronto: hand-off: finding jobs handed and not received", "schema", h.s.schema, "error", err)
-		return err
 	}
-	var lost []*store.Job
+	if len(lost) > 0 {
+		h.s.log.Info("pronto: hand-off: returning jobs handed and not received", "schema", h.s.schema, "jobs", len(lost))
+	}
+	if rerr := h.s.release(ctx, lost); rerr != nil {
+		// Settled, so only this store gives them back: the next giveBackLost tries again.
+		h.mu.Lock()
+		h.failed = append(h.failed, lost...)
+		h.mu.Unlock()
+		err = errors.Join(err, rerr)
+	}
+	return err
+}
+
+// findLost appends to lost the jobs handed to the waiters ids (their hand-off leases leases) that
+// this store has not settled, settling them. On an error it returns those it settled before.
+func (h *handoff) findLost(ctx context.Context, ids []string, leases []int64, lost []*store.Job) ([]*store.Job, error) {
+	rows, err := h.s.pool.Query(ctx, h.unserved, ids, leases)
+	if err != nil {
+		return lost, err
+	}
+	defer rows.Close()
 	for rows.Next() {
 		var j store.Job
 		if err := rows.Scan(&j.ID, &j.Attempt, &j.ClaimToken); err != nil {
-			rows.Close()
-			h.s.log.Warn("pronto: hand-off: finding jobs handed and not received", "schema", h.s.schema, "error", err)
-			return err
+			return lost, err
 		}
 		if h.settle(j.ClaimToken, h.settleUntil(tokenWaiter(j.ClaimToken))) {
 			lost = append(lost, &j)
 		}
 	}
-	if err := rows.Err(); err != nil {
-		h.s.log.Warn("pronto: hand-off: finding jobs handed and not received", "schema", h.s.schema, "error", err)
-		return err
-	}
-	if len(lost) > 0 {
-		h.s.log.Info("pronto: hand-off: returning jobs handed and not received", "schema", h.s.schema, "jobs", len(lost))
-	}
-	h.s.release(ctx, lost)
-	return nil
+	return lost, rows.Err()
 }
 
 // ids returns the ids of every waiter.
@@ -543,7 +559,9 @@ func (h *handoff) fetch(id string, ref *store.Job) {
 		h.unsettle(ref.ClaimToken)
 		retryCtx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 		defer cancel()
-		_ = h.giveBackLost(retryCtx)
+		if h.giveBackLost(retryCtx) != nil {
+			h.unsure.Store(true) // tried again before the listener next listens
+		}
 		return
 	}
 	if len(jobs) == 1 {
@@ -552,18 +570,20 @@ func (h *handoff) fetch(id string, ref *store.Job) {
 }
 
 // release returns claimed jobs that no worker ran to available, refunding the attempt (Finish
-// announces their queues).
-func (s *Store) release(ctx context.Context, jobs []*store.Job) {
+// announces their queues), and returns Finish's error.
+func (s *Store) release(ctx context.Context, jobs []*store.Job) error {
 	if len(jobs) == 0 {
-		return
+		return nil
 	}
 	cs := make([]store.Completion, len(jobs))
 	for i, j := range jobs {
 		cs[i] = store.Completion{ID: j.ID, Attempt: j.Attempt, Token: j.ClaimToken, State: store.StateAvailable, RefundAttempt: true}
 	}
-	if _, err := s.Finish(ctx, cs); err != nil {
+	_, err := s.Finish(ctx, cs)
+	if err != nil {
 		s.log.Warn("pronto: hand-off: returning unserved jobs", "schema", s.schema, "jobs", len(jobs), "error", err)
 	}
+	return err
 }
 
 var errHanded = errors.New("malformed handed job")

@@ -216,3 +216,49 @@ func TestHandoffGiveBackFetchFailed(t *testing.T) {
 	waitState(t, b, in.ID, store.StateAvailable)
 	requireGivenBack(t, b, in.ID, 1)
 }
+
+// TestHandoffGiveBackRetriedAfterFailedRelease: the give-back of a lost hand-off fails (its return
+// to available is cancelled while a lock holds the job's row) as the listener's connection ends.
+// The job is still given back, before the listener listens again, once the row is free. Before,
+// the failure was only logged: the job stayed marked settled (never tried again) and active for its
+// whole lease, and the rescue then spent its only attempt.
+func TestHandoffGiveBackRetriedAfterFailedRelease(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	a, b, _ := handoffPair(t)
+	_, err := a.Claim(loop, loopClaim("giveback-retry"))
+	require.NoError(t, err)
+	lost, stop := loseHanded(t, a)
+	in := params("giveback-retry")
+	in.MaxAttempts = 1
+	_, err = b.Insert(ctx, []*store.InsertParams{in})
+	require.NoError(t, err)
+	waitLost(t, lost)
+	stop()
+
+	// A lock on the job's row holds the give-back's update, which the test then cancels.
+	tx, err := b.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	var lockPID int32
+	require.NoError(t, tx.QueryRow(ctx, `SELECT pg_backend_pid() FROM `+b.expand.Replace("{schema}")+
+		`.jobs WHERE id = $1 FOR UPDATE`, in.ID).Scan(&lockPID))
+
+	pid := a.ListenerPID()
+	require.NotZero(t, pid)
+	_, err = b.pool.Exec(ctx, "SELECT pg_terminate_backend($1)", int32(pid))
+	require.NoError(t, err)
+	var blocked int32
+	require.Eventually(t, func() bool {
+		err := b.pool.QueryRow(ctx, `SELECT pid FROM pg_stat_activity WHERE $1 = ANY (pg_blocking_pids(pid))`,
+			lockPID).Scan(&blocked)
+		return err == nil
+	}, 30*time.Second, 5*time.Millisecond, "the give-back's update never waited for the lock")
+	var cancelled bool
+	require.NoError(t, b.pool.QueryRow(ctx, "SELECT pg_cancel_backend($1)", blocked).Scan(&cancelled))
+	require.True(t, cancelled)
+	require.NoError(t, tx.Rollback(ctx))
+
+	waitState(t, b, in.ID, store.StateAvailable)
+	requireGivenBack(t, b, in.ID, 1)
+}
