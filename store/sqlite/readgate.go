@@ -1,6 +1,7 @@
 package sqlite
 
 import (
+	"cmp"
 	"context"
 	"database/sql/driver"
 	"errors"
@@ -17,7 +18,9 @@ import (
 // With a gate file (x, walgate.go) it does the same for the checkpoints of other processes: while
 // reads run, the process holds the gate's read lock, taken once for a run of reads, and looks every
 // walGateProbe for a checkpointer waiting; then it holds new reads back (yield) until the running
-// ones end, and lets the lock go. A read then waits, at most walGateReadWait, for that checkpoint.
+// ones end, and lets the lock go. A read then waits, at most walGateReadWait in all, for that
+// checkpoint; if the checkpoint outlasts that (its process stopped), the reads after skip the gate
+// until its intent lock is let go, rather than each wait for it again.
 type readGate struct {
 	mu      sync.Mutex
 	running map[*gatedConn]time.Time // the connections reading, with the start of each read
@@ -27,6 +30,7 @@ type readGate struct {
 	x         *walGate      // nil: no gate file, reads are held back for this process's checkpoints only
 	xRead     bool          // this process holds the gate's read lock
 	xLong     bool          // this process holds the gate's long-read lock
+	xSkip     bool          // a checkpointer outlasted a read's wait: reads skip the gate until it lets go
 	acquiring chan struct{} // non-nil while one read takes the read lock for all; closed after
 	yield     chan struct{} // non-nil while another process's checkpoint holds reads back; closed after
 	idleSince time.Time     // when running last emptied
@@ -56,7 +60,7 @@ func (g *readGate) walGate() *walGate {
 func (g *readGate) closeWalGate() {
 	g.mu.Lock()
 	x := g.x
-	g.x, g.xRead, g.xLong = nil, false, false
+	g.x, g.xRead, g.xLong, g.xSkip = nil, false, false, false
 	if g.probe != nil {
 		g.probe.Stop()
 		g.probe = nil
@@ -71,35 +75,62 @@ func (g *readGate) closeWalGate() {
 	}
 }
 
-// enter records a read starting on c, first waiting, within ctx, for a checkpoint holding reads back.
+// enter records a read starting on c, first waiting, within ctx, for a checkpoint holding reads back:
+// for one of this process, until it resumes; for one of another process, at most walGateReadWait
+// in all, counted from the read's first wait for it (yield, acquiring and enterRead together).
 func (g *readGate) enter(ctx context.Context, c *gatedConn) error {
+	var deadline time.Time // set at the read's first wait for another process's checkpoint
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
 	g.mu.Lock()
 	for {
-		wait := g.held
-		if wait == nil {
-			wait = g.yield
-		}
-		if wait == nil {
-			wait = g.acquiring
-		}
-		if wait != nil {
+		if held := g.held; held != nil {
 			g.mu.Unlock()
 			select {
-			case <-wait:
+			case <-held:
 			case <-ctx.Done():
 				return ctx.Err()
 			}
 			g.mu.Lock()
 			continue
 		}
-		if g.x == nil || g.xRead {
+		if g.x == nil || g.xSkip {
+			break
+		}
+		if deadline.IsZero() && (g.yield != nil || g.acquiring != nil || !g.xRead) {
+			deadline = time.Now().Add(walGateReadWait)
+		}
+		if wait := cmp.Or(g.yield, g.acquiring); wait != nil {
+			if timer == nil {
+				timer = time.NewTimer(time.Until(deadline))
+			}
+			g.mu.Unlock()
+			select {
+			case <-wait:
+			case <-timer.C:
+				// Another process's checkpoint outlasted the wait: this read goes on without it.
+				g.mu.Lock()
+				g.running[c] = time.Now()
+				g.mu.Unlock()
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			g.mu.Lock()
+			continue
+		}
+		if g.xRead {
 			break
 		}
 		// The first read of a run takes the gate's read lock, for all of the run's reads.
 		x, acquiring := g.x, make(chan struct{})
 		g.acquiring = acquiring
 		g.mu.Unlock()
-		err := x.enterRead(ctx, walGateReadWait)
+		err := x.enterRead(ctx, time.Until(deadline))
 		g.mu.Lock()
 		g.acquiring = nil
 		close(acquiring)
@@ -111,16 +142,18 @@ func (g *readGate) enter(ctx context.Context, c *gatedConn) error {
 		case err == nil && g.x == x:
 			g.xRead = true
 			g.idleSince = time.Now()
-			if g.probe == nil {
-				g.probe = time.AfterFunc(walGateProbe, g.look)
-			} else {
-				g.probe.Reset(walGateProbe)
-			}
+			g.startProbe()
 		case err == nil: // the gate was closed meanwhile
 			_ = x.leaveRead()
 		case ctx.Err() != nil:
 			g.mu.Unlock()
 			return ctx.Err()
+		case errors.Is(err, errGateWait) && g.x == x:
+			// Another process's checkpoint outlasted the wait: this read goes on without the lock,
+			// and the reads after it skip the gate until that checkpointer lets go (look), rather
+			// than each wait for it again.
+			g.xSkip = true
+			g.startProbe()
 		case !errors.Is(err, errGateWait) && g.x == x:
 			// The lock file failed: cooperate no more, rather than fail reads that need no lock.
 			slog.Warn("sqlite store: the gate file's locks failed; reads of other processes are no longer held back for checkpoints",
@@ -128,12 +161,20 @@ func (g *readGate) enter(ctx context.Context, c *gatedConn) error {
 			g.x = nil
 			go x.close()
 		}
-		// Else another process's checkpoint outlasted the wait: this read goes on without the lock.
 		break
 	}
 	g.running[c] = time.Now()
 	g.mu.Unlock()
 	return nil
+}
+
+// startProbe runs look in walGateProbe. g.mu is held.
+func (g *readGate) startProbe() {
+	if g.probe == nil {
+		g.probe = time.AfterFunc(walGateProbe, g.look)
+	} else {
+		g.probe.Reset(walGateProbe)
+	}
 }
 
 // leave records the end of c's read.
@@ -171,10 +212,20 @@ func (g *readGate) leaveWalGate() {
 
 // look runs every walGateProbe while this process holds the gate's read lock. It says whether a
 // read has run for walReadPauseWait (gateLong), holds new reads back for a checkpointer waiting
-// unless such a read runs, and lets the lock go when reads have stopped for walGateIdle.
+// unless such a read runs, and lets the lock go when reads have stopped for walGateIdle. While
+// reads skip the gate (xSkip), it looks for the intent lock's release instead.
 func (g *readGate) look() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	if g.x != nil && g.xSkip {
+		// Reads skip the gate while the checkpointer they waited out holds the intent lock.
+		if waiting, err := g.x.checkpointWaiting(); err == nil && waiting {
+			g.probe.Reset(walGateProbe)
+		} else {
+			g.xSkip = false
+		}
+		return
+	}
 	if g.x == nil || !g.xRead {
 		return
 	}
