@@ -141,6 +141,14 @@ func (c *Client) haltForSchema(incompatible []store.Migration) {
 	for _, p := range c.producers {
 		<-p.Done()
 	}
+	if c.presenceDone != nil {
+		// It claims no more, so it says so as Stop does: the others stop leaving to it the jobs
+		// whose notification picks it, at once rather than when its presence expires.
+		<-c.presenceDone
+		gone, cancel := context.WithTimeout(context.Background(), time.Second)
+		c.signal(gone, []store.Notification{{Kind: store.NotifyGone, Client: c.cfg.ID}})
+		cancel()
+	}
 	c.returnPrefetched()
 	if m != nil {
 		stopMaintenance()
