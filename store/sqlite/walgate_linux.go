@@ -19,7 +19,10 @@ const (
 )
 
 // gateFile is one descriptor of the gate file, whose bytes are the gate's locks.
-type gateFile struct{ f *os.File }
+type gateFile struct {
+	f  *os.File
+	rc syscall.RawConn // f's descriptor, used through Control: see flock
+}
 
 // openGateFile opens (creating it with perm) the gate file at path.
 func openGateFile(path string, perm os.FileMode) (*gateFile, error) {
@@ -27,17 +30,32 @@ func openGateFile(path string, perm os.FileMode) (*gateFile, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &gateFile{f: f}, nil
+	rc, err := f.SyscallConn()
+	if err != nil {
+		_ = f.Close()
+		return nil, err
+	}
+	return &gateFile{f: f, rc: rc}, nil
 }
 
+// flock runs the fcntl cmd on byte b. It goes through Control, not f.Fd(), because a read may be
+// taking its lock while the last Store closes the file: Control keeps the descriptor open until it
+// returns (and fails once it is closed), where f.Fd()'s number could be closed under the call, or
+// reused by another file, whose locks the call would then take or drop.
 func (g *gateFile) flock(cmd int, typ int16, b int64) (*syscall.Flock_t, error) {
 	lk := &syscall.Flock_t{Type: typ, Whence: 0, Start: b, Len: 1}
-	for {
-		err := syscall.FcntlFlock(g.f.Fd(), cmd, lk)
-		if !errors.Is(err, syscall.EINTR) {
-			return lk, err
+	var err error
+	if cerr := g.rc.Control(func(fd uintptr) {
+		for {
+			err = syscall.FcntlFlock(fd, cmd, lk)
+			if !errors.Is(err, syscall.EINTR) {
+				return
+			}
 		}
+	}); cerr != nil {
+		return lk, cerr
 	}
+	return lk, err
 }
 
 // tryLock takes the lock of byte b, shared or exclusive, without waiting: false if another
