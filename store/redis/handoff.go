@@ -28,11 +28,11 @@ import (
 // goroutine per waiter blocks on the inbox (BLMOVE on a connection of its own), keeps the job and
 // wakes the store's subscribers, whose producer's next Claim returns it without a round trip.
 //
-// The pop moves the job onto the waiter's list B.."got:"..id, emptied once the job is kept: a reply
+// The pop moves the job onto the waiter's list B.."got:"..id, which it leaves once kept: a reply
 // lost in flight (the connection failing, or the store closing, as Redis answers) leaves the job
 // there, and the waiter gives it back, unstarted and its attempt refunded, when it takes a new
-// connection or the store closes (see giveBackGot). A process that dies between a pop and that
-// emptying leaves its got list (one job, no expiry) behind.
+// connection (again at each turn until that succeeds) or the store closes (see giveBackGot). A
+// process that dies between a pop and that removal leaves its got list (one job, no expiry) behind.
 //
 // The claim in the insert is the Claim script (claimjobs), so the same rules decide what is claimed
 // (kinds, priority, paused queues, rate limits, tenant turns and limits) and the job is active under
@@ -66,6 +66,10 @@ const stopMarker = "stop"
 // does once the store closes.
 var loseHanded atomic.Pointer[func(w *waiter) bool]
 
+// failGiveBack, set by tests only, is asked each time a waiter gives back its got list, once the
+// list is read; true fails the give-back there, as Redis failing between the read and the release.
+var failGiveBack atomic.Pointer[func(w *waiter) bool]
+
 // errReplyLost is the error a lost reply (loseHanded) stands for.
 var errReplyLost = errors.New("reply lost (test)")
 
@@ -83,9 +87,9 @@ type waiter struct {
 	// used is when a claim last went through this waiter (UnixNano): a waiter no claim used for
 	// adTTL retires, its producer gone.
 	used atomic.Int64
-	// kept holds the claim tokens of the jobs received and kept since the got list was last
-	// emptied: they are the producer's, never given back from that list. Only the waiter's
-	// goroutine uses it, and cleanup once that goroutine is done.
+	// kept holds the claim tokens of the jobs received and kept that may still be on the got list
+	// (their removal failed): they are the producer's, never given back from that list. Only the
+	// waiter's goroutine uses it, and cleanup once that goroutine is done.
 	kept map[string]bool
 }
 
@@ -154,23 +158,29 @@ func (w *waiter) gotItems(v []string) []*store.Job {
 	return out
 }
 
-// giveBackGot empties the got list and gives its jobs not received back to available, the attempt
-// refunded: popped from the inbox, their replies never reached the waiter. It reports whether it
-// could read the list.
+// giveBackGot gives the jobs of the got list not received back to available, the attempt
+// refunded (popped from the inbox, their replies never reached the waiter), then empties the list
+// of what it read. It reports whether it did: a list it read and could not return is left whole
+// for the next call, since no one else gives its jobs back. Only the waiter's goroutine writes
+// the list, so nothing comes onto it meanwhile.
 func (w *waiter) giveBackGot(ctx context.Context) bool {
-	var items *goredis.StringSliceCmd
-	_, err := w.s.rdb.TxPipelined(ctx, func(p goredis.Pipeliner) error {
-		items = p.LRange(ctx, w.got(), 0, -1)
-		p.Del(ctx, w.got())
-		return nil
-	})
+	items, err := w.s.rdb.LRange(ctx, w.got(), 0, -1).Result()
 	if err != nil {
 		w.s.logf("redis: hand-off: read jobs handed to %s: %v", w.queue, err)
 		return false
 	}
-	lost := w.gotItems(items.Val())
+	if fail := failGiveBack.Load(); fail != nil && (*fail)(w) {
+		return false
+	}
+	if err := w.s.release(ctx, w.queue, w.gotItems(items)); err != nil {
+		return false
+	}
+	if err := w.s.rdb.LTrim(ctx, w.got(), int64(len(items)), -1).Err(); err != nil {
+		// Returned already: a second return is fenced by the claim tokens.
+		w.s.logf("redis: hand-off: empty the jobs handed to %s: %v", w.queue, err)
+		return false
+	}
 	clear(w.kept)
-	w.s.release(ctx, w.queue, lost)
 	return true
 }
 
@@ -298,9 +308,10 @@ func (w *waiter) run(key string) {
 		s.remember([]*store.Job{job})
 		kept := w.keep([]*store.Job{job})
 		// Received: the got list need not hold it any longer (a failure leaves it to giveBackGot,
-		// which skips the jobs kept).
-		if err := conn.Del(ctx, w.got()).Err(); err == nil {
-			clear(w.kept)
+		// which skips the jobs kept). Only this job leaves it: a job whose reply was lost before,
+		// not given back yet (giveBackGot failed), stays there for the next giveBackGot.
+		if err := conn.LRem(ctx, w.got(), 1, r).Err(); err == nil {
+			delete(w.kept, job.ClaimToken)
 		}
 		if kept == 0 {
 			// Cancelled on its way: nothing for the producer to take. The insert spent the
@@ -360,10 +371,10 @@ func (w *waiter) expire(ctx context.Context) {
 }
 
 // release returns claimed jobs that no worker ran to available, refunding the attempt, and
-// announces their queue.
-func (s *Store) release(ctx context.Context, queue string, jobs []*store.Job) {
+// announces their queue. It returns the return's error (not the announcement's).
+func (s *Store) release(ctx context.Context, queue string, jobs []*store.Job) error {
 	if len(jobs) == 0 {
-		return
+		return nil
 	}
 	cs := make([]store.Completion, len(jobs))
 	for i, j := range jobs {
@@ -371,11 +382,12 @@ func (s *Store) release(ctx context.Context, queue string, jobs []*store.Job) {
 	}
 	if _, err := s.Finish(ctx, cs); err != nil {
 		s.logf("redis: hand-off: return %d jobs of %s: %v", len(jobs), queue, err)
-		return
+		return err
 	}
 	if err := s.publish(ctx, []store.Notification{{Kind: store.NotifyInsert, Queue: queue}}); err != nil {
 		s.logf("redis: hand-off: announce %s: %v", queue, err)
 	}
+	return nil
 }
 
 // stopWaiters ends the waiters, withdraws their advertisements, and returns the jobs handed to them

@@ -2,6 +2,7 @@ package redis
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -105,4 +106,75 @@ func TestHandoffGiveBackClose(t *testing.T) {
 	}
 	require.NoError(t, a.Close())
 	requireGivenBack(t, b, in.ID, 1)
+}
+
+// TestHandoffGiveBackRetried: the reply of a handed job's pop is lost, and the waiter's give-back
+// of it fails once the got list is read (Redis failing before the job is returned), while the
+// waiter goes on popping: a next job is handed and received. The lost job is still given back,
+// its attempt refunded, once Redis answers. Before, the got list was emptied by the read that
+// preceded the failed return (and by the next job's receipt): the job stayed active for its whole
+// lease and the rescue spent its only attempt.
+func TestHandoffGiveBackRetried(t *testing.T) {
+	loop := loopContext(t)
+	ctx := context.Background()
+	a, b, notes := handoffPair(t)
+	p := loopClaim("gb-retry")
+	_, err := a.Claim(loop, p)
+	require.NoError(t, err)
+
+	failed := make(chan struct{}, 16)
+	var failing atomic.Bool
+	failing.Store(true)
+	f := func(w *waiter) bool {
+		if w.s != a || !failing.Load() {
+			return false
+		}
+		select {
+		case failed <- struct{}{}:
+		default:
+		}
+		return true
+	}
+	require.True(t, failGiveBack.CompareAndSwap(nil, &f), "another test fails give-backs")
+	t.Cleanup(func() { failGiveBack.Store(nil) })
+
+	lost := loseReplies(t, a, nil)
+	in := testJob("gb-retry")
+	in.MaxAttempts = 1
+	_, err = b.Insert(ctx, []*store.InsertParams{in})
+	require.NoError(t, err)
+	for _, ch := range []<-chan struct{}{lost, failed} {
+		select {
+		case <-ch:
+		case <-time.After(30 * time.Second):
+			t.Fatal("the reply was not lost, or the give-back not tried")
+		}
+	}
+	loseHanded.Store(nil)
+
+	// The producer claims again (advertising itself), and the next job is handed and received.
+	_, err = a.Claim(loop, p)
+	require.NoError(t, err)
+	next := testJob("gb-retry")
+	_, err = b.Insert(ctx, []*store.InsertParams{next})
+	require.NoError(t, err)
+	j := handedTo(t, loop, a, p, notes)
+	require.Equal(t, next.ID, j.ID)
+
+	failing.Store(false)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		got, err := b.GetJob(ctx, in.ID)
+		require.NoError(t, err)
+		if got.State == store.StateAvailable {
+			break
+		}
+		require.False(t, time.Now().After(deadline), "the job is %s", got.State)
+		time.Sleep(5 * time.Millisecond)
+	}
+	requireGivenBack(t, b, in.ID, 1)
+	got, err := b.GetJob(ctx, next.ID)
+	require.NoError(t, err)
+	require.Equal(t, store.StateActive, got.State, "the job received was given back")
+	require.Equal(t, j.ClaimToken, got.ClaimToken)
 }
