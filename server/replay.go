@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -226,7 +227,14 @@ func (s *Server) RunReplay(ctx context.Context, interval time.Duration) {
 		if !s.client.IsLeader() {
 			continue
 		}
-		if _, err := s.replayPass(ctx, time.Now()); err != nil && ctx.Err() == nil {
+		now, err := s.storeNow(ctx)
+		if err != nil {
+			if ctx.Err() == nil {
+				s.log.Warn("pronto serve: dead-letter replay skipped", "err", err)
+			}
+			continue
+		}
+		if _, err := s.replayPass(ctx, now); err != nil && ctx.Err() == nil {
 			s.log.Warn("pronto serve: dead-letter replay failed", "err", err)
 		}
 	}
@@ -362,4 +370,36 @@ func errorTypeMatcher(pattern string) func(*pronto.JobRow) bool {
 		}
 		return t == want
 	}
+}
+
+// storeClock is implemented by the stores that several processes share (PostgreSQL's now(), Redis's
+// TIME), whose clock stamped the discard times that a replay rule's delay counts from.
+type storeClock interface {
+	StoreNow(ctx context.Context) (time.Time, error)
+}
+
+// storeNow is the time replay rules judge their delays by: the store's clock when it has one every
+// process shares, so that a leading server whose own clock runs an hour ahead does not replay jobs
+// an hour before their rule's delay ends (nor one behind an hour after); else this process's.
+func (s *Server) storeNow(ctx context.Context) (time.Time, error) {
+	if sc, ok := s.store.(storeClock); ok {
+		now, err := sc.StoreNow(ctx)
+		if err != nil {
+			return time.Time{}, fmt.Errorf("reading the store's clock: %w", err)
+		}
+		return now, nil
+	}
+	return s.processNow(), nil
+}
+
+// processSkew, set only by tests (export_clockskew_test.go), offsets the clock of the servers it
+// names: a test so plays a process whose clock is off without a fake clock in production.
+var processSkew atomic.Pointer[func(*Server) time.Duration]
+
+// processNow is this process's clock (time.Now), as processSkew may offset it in tests.
+func (s *Server) processNow() time.Time {
+	if f := processSkew.Load(); f != nil {
+		return time.Now().Add((*f)(s))
+	}
+	return time.Now()
 }
