@@ -79,6 +79,9 @@ type handoff struct {
 	channel string
 	// listening is set while the notifier listens on channel: advertisements are written only then.
 	listening atomic.Bool
+	// gen counts the times the listener stopped listening and the store closed: a claim that saw
+	// another at its start (waiter.gen) may have advertised after its withdrawal (afterClaim).
+	gen atomic.Uint64
 	// serveWithin is the package's serveWithin, per store so a test can lengthen it.
 	serveWithin time.Duration
 
@@ -96,6 +99,9 @@ type handoff struct {
 	lose atomic.Pointer[func(payload string) bool]
 	// failFetch, set by tests only, makes every read of a large handed job fail.
 	failFetch atomic.Bool
+	// adHook, set by tests only, runs in a producer's claim that advertises: with false as the claim
+	// statement is made (its listener's pid read), with true once it went through, before afterClaim.
+	adHook atomic.Pointer[func(written bool)]
 
 	// unserved is sqlHandedUnserved in the store's schema.
 	unserved string
@@ -129,6 +135,8 @@ type waiter struct {
 	buf handoffbuf.Buffer
 	// used is when a claim last went through this waiter (UnixNano).
 	used atomic.Int64
+	// gen is handoff.gen when a claim last went through this waiter (see afterClaim).
+	gen atomic.Uint64
 	// notified is set by a notification of the queue since the producer's last claim of its own.
 	notified atomic.Bool
 	// adFree is the free slots the producer's last claim of its own advertised, and handed the jobs
@@ -167,7 +175,12 @@ func randomHex(n int) string {
 // waiterFor returns the waiter of a producer's claim, or nil when the store does not hand off now
 // (off, closing, or its listener not listening).
 func (h *handoff) waiterFor(p *store.ClaimParams) *waiter {
-	if h == nil || !h.listening.Load() {
+	if h == nil {
+		return nil
+	}
+	// Read before listening: a generation read while listening is the one the claim starts in.
+	gen := h.gen.Load()
+	if !h.listening.Load() {
 		return nil
 	}
 	kinds := p.Kinds
@@ -183,6 +196,7 @@ func (h *handoff) waiterFor(p *store.ClaimParams) *waiter {
 	}
 	if w := h.waiters[key]; w != nil {
 		w.used.Store(now.UnixNano())
+		w.gen.Store(gen)
 		return w
 	}
 	// Producers are few and long-lived: forget those unused for a while when a new one comes.
@@ -195,6 +209,7 @@ func (h *handoff) waiterFor(p *store.ClaimParams) *waiter {
 	w := &waiter{h: h, key: key, id: randomHex(8),
 		params: store.ClaimParams{Queue: p.Queue, Kinds: kinds, WorkerID: p.WorkerID, LeaseDuration: p.LeaseDuration}}
 	w.used.Store(now.UnixNano())
+	w.gen.Store(gen)
 	h.waiters[key] = w
 	h.byID[w.id] = w
 	return w
@@ -206,6 +221,9 @@ func (w *waiter) claimArgs(q *queries, limit int) (string, []any) {
 	p := &w.params
 	lease := (p.LeaseDuration + handoffSlack).Microseconds()
 	pid := int32(w.h.s.ListenerPID())
+	if hook := w.h.adHook.Load(); hook != nil {
+		(*hook)(false)
+	}
 	if len(p.Kinds) == 0 {
 		return q.claimAd, []any{p.Queue, limit, p.LeaseDuration.Microseconds(), p.WorkerID,
 			w.id, w.h.channel, nil, lease, adTTL.Microseconds(), pid}
@@ -220,6 +238,9 @@ func (w *waiter) empty() bool { return w.buf.Len(nil) == 0 }
 func (w *waiter) advertised(free int) {
 	w.adFree.Store(int64(free))
 	w.handed.Store(0)
+	if hook := w.h.adHook.Load(); hook != nil {
+		(*hook)(true)
+	}
 }
 
 // adLow reports whether half or more of the advertised free slots have been handed jobs.
@@ -449,6 +470,7 @@ func (h *handoff) listenerDown() {
 	if h == nil || !h.listening.Swap(false) {
 		return
 	}
+	h.gen.Add(1)
 	if !h.withdrawAndGiveBack() {
 		h.unsure.Store(true)
 	}
@@ -462,12 +484,28 @@ func (h *handoff) withdrawAndGiveBack() bool {
 	return h.withdraw(ctx, h.ids()) == nil && h.giveBackLost(ctx) == nil
 }
 
-// afterClaim withdraws an advertisement a claim wrote while the listener stopped listening. A job
-// handed to it meanwhile is given back before the listener listens again.
+// afterClaim withdraws an advertisement a claim may have written after the listener stopped
+// listening (or the store closed) since the claim began: that withdrawal missed it, and a job
+// handed to it before the listener listened again was lost with its notification. Such a job is
+// given back now when the listener listens again already (listenerUp, which may have run first,
+// found nothing to do), or else before it does.
 func (h *handoff) afterClaim(ctx context.Context, w *waiter) {
-	if !h.listening.Load() {
-		h.unsure.Store(true)
-		_ = h.withdraw(context.WithoutCancel(ctx), []string{w.id})
+	if h.listening.Load() && h.gen.Load() == w.gen.Load() {
+		return
+	}
+	h.unsure.Store(true)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+	defer cancel()
+	if h.withdraw(ctx, []string{w.id}) != nil {
+		return
+	}
+	// Set after unsure: listenerUp looked at unsure before, or will give the jobs back itself. A
+	// closed store's listener listens no more.
+	h.mu.Lock()
+	closing := h.closing
+	h.mu.Unlock()
+	if h.listening.Load() || closing {
+		_ = h.giveBackLost(ctx)
 	}
 }
 
@@ -479,6 +517,7 @@ func (h *handoff) close() {
 	}
 	h.mu.Lock()
 	h.closing = true
+	h.gen.Add(1) // a claim running advertised perhaps after the withdrawal below (afterClaim)
 	ws := make([]*waiter, 0, len(h.waiters))
 	for _, w := range h.waiters {
 		ws = append(ws, w)

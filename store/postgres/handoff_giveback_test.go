@@ -262,3 +262,69 @@ func TestHandoffGiveBackRetriedAfterFailedRelease(t *testing.T) {
 	waitState(t, b, in.ID, store.StateAvailable)
 	requireGivenBack(t, b, in.ID, 1)
 }
+
+// TestHandoffGiveBackClaimAcrossReconnect: a producer's claim starts while the listener listens,
+// the listener stops listening (its advertisements withdrawn) and listens again while the claim
+// runs, and the claim's advertisement commits in between: a job handed to it before the listener
+// listens again, its notification lost, is given back once the claim returns. Before, afterClaim
+// found the listener listening, withdrew nothing and gave nothing back: the job stayed active
+// until its lease ended and the rescue spent its only attempt.
+func TestHandoffGiveBackClaimAcrossReconnect(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	a, b, _ := handoffPair(t)
+	p := loopClaim("giveback-reconnect")
+	lost, stopLoss := loseHanded(t, a)
+	in := params("giveback-reconnect")
+	in.MaxAttempts = 1
+	hook := func(written bool) {
+		if !written {
+			// The listener's connection ends as the claim goes out (simulated: the real one stays,
+			// its notifications dropped as lost).
+			a.handoff.listenerDown()
+			return
+		}
+		// The advertisement committed after the withdrawal: an insert hands it a job, whose
+		// notification is lost, then the listener listens again.
+		_, err := b.Insert(ctx, []*store.InsertParams{in})
+		require.NoError(t, err)
+		waitLost(t, lost)
+		stopLoss()
+		a.handoff.listenerUp()
+	}
+	a.handoff.adHook.Store(&hook)
+	_, err := a.Claim(loop, p)
+	a.handoff.adHook.Store(nil)
+	require.NoError(t, err)
+	waitState(t, b, in.ID, store.StateAvailable)
+	requireGivenBack(t, b, in.ID, 1)
+}
+
+// TestHandoffGiveBackClaimAcrossClose: Close's hand-off part (withdrawing the advertisements,
+// giving back the jobs not received) runs while a producer's claim does, whose advertisement
+// commits after it: a job handed to it then, its notification lost, is given back once the claim
+// returns. Before, afterClaim found the listener still listening and left the job active until its
+// lease ended.
+func TestHandoffGiveBackClaimAcrossClose(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	a, b, _ := handoffPair(t)
+	lost, stopLoss := loseHanded(t, a)
+	in := params("giveback-claimclose")
+	in.MaxAttempts = 1
+	hook := func(written bool) {
+		if !written {
+			a.handoff.close() // Close's first step; the notifier still listens
+			return
+		}
+		_, err := b.Insert(ctx, []*store.InsertParams{in})
+		require.NoError(t, err)
+		waitLost(t, lost)
+		stopLoss()
+	}
+	a.handoff.adHook.Store(&hook)
+	_, err := a.Claim(loop, loopClaim("giveback-claimclose"))
+	a.handoff.adHook.Store(nil)
+	require.NoError(t, err)
+	requireGivenBack(t, b, in.ID, 1)
+}
