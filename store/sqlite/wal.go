@@ -169,7 +169,8 @@ func (k *fileKeeper) run(ctx context.Context) {
 // older than that runs, so a long read (an export, an open read transaction) holds up the other
 // reads at most once, that long. Then it runs on the writer connection, queued behind the store's
 // writes rather than failing against them, and waits at most walCheckpointWait for the readers of
-// processes that do not use the gate file. It fails if a wait runs out.
+// processes that do not use the gate file, or that hold its read lock without answering (stopped).
+// It fails if a wait runs out.
 func (k *fileKeeper) checkpoint(ctx context.Context) error {
 	x := k.gate.walGate()
 	if x != nil {
@@ -187,7 +188,7 @@ func (k *fileKeeper) checkpoint(ctx context.Context) error {
 	defer resume()
 	if x != nil {
 		// A little over walReadPauseWait: a process whose read outlasts that says so (gateLong),
-		// which fails the pause as a long read, rather than as a wait run out.
+		// which fails the pause as a long read, rather than going on to a checkpoint bound to fail.
 		resumeOthers, err := x.pause(ctx, walReadPauseWait+10*walGateProbe)
 		if err != nil {
 			return fmt.Errorf("pause other processes' reads: %w", err)
