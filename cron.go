@@ -700,11 +700,10 @@ func (c *Client) RunCron(ctx context.Context, cfg *CronConfig) error {
 	}
 	for {
 		// A client halted by incompatible migrations writes nothing in the schema's old shape: it
-		// gives the leadership up at once so that a client of the newer release fires instead.
+		// gives the leadership up at once so that a client of the newer release fires instead, also
+		// when the last election's answer was lost (as at stop, below).
 		if err := c.SchemaIncompatible(); err != nil {
-			if leader {
-				resign()
-			}
+			resign()
 			return err
 		}
 		if leader {
