@@ -81,6 +81,7 @@ func (g *readGate) closeWalGate() {
 func (g *readGate) enter(ctx context.Context, c *gatedConn) error {
 	var deadline time.Time // set at the read's first wait for another process's checkpoint
 	var timer *time.Timer
+	expired := false // the wait for another process's checkpoint ran out: read without the gate
 	defer func() {
 		if timer != nil {
 			timer.Stop()
@@ -98,7 +99,7 @@ func (g *readGate) enter(ctx context.Context, c *gatedConn) error {
 			g.mu.Lock()
 			continue
 		}
-		if g.x == nil || g.xSkip {
+		if g.x == nil || g.xSkip || expired {
 			break
 		}
 		if deadline.IsZero() && (g.yield != nil || g.acquiring != nil || !g.xRead) {
@@ -112,11 +113,9 @@ func (g *readGate) enter(ctx context.Context, c *gatedConn) error {
 			select {
 			case <-wait:
 			case <-timer.C:
-				// Another process's checkpoint outlasted the wait: this read goes on without it.
-				g.mu.Lock()
-				g.running[c] = time.Now()
-				g.mu.Unlock()
-				return nil
+				// Another process's checkpoint outlasted the wait: this read goes on without it
+				// (once a checkpoint of this process, if one began meanwhile, resumes).
+				expired = true
 			case <-ctx.Done():
 				return ctx.Err()
 			}
@@ -134,11 +133,12 @@ func (g *readGate) enter(ctx context.Context, c *gatedConn) error {
 		g.mu.Lock()
 		g.acquiring = nil
 		close(acquiring)
+		// Every outcome goes round again: a checkpoint of this process that began meanwhile is
+		// waited for (held) before the read runs, with or without the lock.
 		switch {
 		case err == nil && g.x == x && g.held != nil:
-			// A checkpoint of this process began meanwhile, and waits for the lock: wait for it.
+			// That checkpoint waits for the lock: let it go.
 			_ = x.leaveRead()
-			continue
 		case err == nil && g.x == x:
 			g.xRead = true
 			g.idleSince = time.Now()
@@ -160,8 +160,9 @@ func (g *readGate) enter(ctx context.Context, c *gatedConn) error {
 				slog.String("error", err.Error()))
 			g.x = nil
 			go x.close()
+		default: // the lock failed, the gate closed meanwhile: read without it
+			expired = true
 		}
-		break
 	}
 	g.running[c] = time.Now()
 	g.mu.Unlock()

@@ -58,3 +58,38 @@ func TestWalGateStuckCheckpointer(t *testing.T) {
 		return b.xRead
 	}, 10*time.Second, time.Millisecond, "once the checkpointer lets go, reads take the read lock again")
 }
+
+// TestWalGateStuckCheckpointerOwnPause: a read whose wait for another process's stuck checkpointer
+// runs out while a checkpoint of its own process holds reads back waits for that one to resume: it
+// does not join the reads the own checkpoint has waited out.
+func TestWalGateStuckCheckpointerOwnPause(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	a, b := gatePair(t)
+	ok, err := a.walGate().ck.tryLock(gateIntent, true) // a stuck in its checkpoint
+	require.NoError(t, err)
+	require.True(t, ok)
+
+	c := &gatedConn{}
+	entered := make(chan error, 1)
+	go func() { entered <- b.enter(ctx, c) }()
+	require.Eventually(t, func() bool {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return b.acquiring != nil
+	}, 10*time.Second, time.Millisecond)
+	resume, err := b.pause(ctx, time.Minute) // b's own checkpoint: no read running yet
+	require.NoError(t, err)
+
+	var running int // b's reads running once the wait ran out
+	require.Eventually(t, func() bool {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		running = len(b.running)
+		return b.xSkip
+	}, 10*time.Second, time.Millisecond, "the read's wait for the stuck checkpointer ran out")
+	require.Zero(t, running, "a read entered while its own process's checkpoint held reads back")
+	resume()
+	require.NoError(t, <-entered)
+	b.leave(c)
+}
