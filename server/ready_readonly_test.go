@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -19,6 +17,7 @@ import (
 	"github.com/pronto-jobs/pronto"
 	"github.com/pronto-jobs/pronto/internal/pgcluster"
 	"github.com/pronto-jobs/pronto/internal/redistest"
+	"github.com/pronto-jobs/pronto/internal/testfs"
 	"github.com/pronto-jobs/pronto/store"
 	"github.com/pronto-jobs/pronto/store/postgres"
 	"github.com/pronto-jobs/pronto/store/redis"
@@ -172,31 +171,7 @@ func TestReadySQLiteReadOnlyDirectory(t *testing.T) {
 	s := readOnlyServer(t, st)
 	checkWritableProbes(t, s)
 
-	var undo func()
-	if os.Geteuid() == 0 {
-		// A read-only bind mount of the directory on itself: the path is on a read-only file system.
-		if out, err := exec.Command("mount", "--bind", dir, dir).CombinedOutput(); err != nil {
-			if os.Getenv("CI") != "" {
-				t.Fatalf("cannot bind-mount as root: %v: %s", err, out)
-			}
-			t.Skipf("cannot bind-mount here (root without CAP_SYS_ADMIN?): %v: %s", err, out)
-		}
-		t.Cleanup(func() { _ = exec.Command("umount", dir).Run() })
-		out, err := exec.Command("mount", "-o", "remount,bind,ro", dir).CombinedOutput()
-		require.NoError(t, err, string(out))
-		undo = func() {
-			out, err := exec.Command("umount", dir).CombinedOutput()
-			require.NoError(t, err, string(out))
-		}
-	} else {
-		require.NoError(t, os.Chmod(path, 0o444))
-		require.NoError(t, os.Chmod(dir, 0o555))
-		t.Cleanup(func() { _ = os.Chmod(dir, 0o755) })
-		undo = func() {
-			require.NoError(t, os.Chmod(dir, 0o755))
-			require.NoError(t, os.Chmod(path, 0o644))
-		}
-	}
+	undo := testfs.MakeReadOnly(t, dir, "jobs.db")
 	checkReadOnlyProbes(t, s, strings.TrimSuffix(filepath.Base(path), ".db"), dir)
 	undo()
 	checkWritableProbes(t, s)
