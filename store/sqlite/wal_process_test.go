@@ -18,9 +18,9 @@ import (
 // helperReader reads the store constantly, on four goroutines, until killed: the dashboard or HTTP
 // GETs of another process, each a read transaction of two counts, so that the four overlap and the
 // log is seldom without a reader. It prints "reading" once its first reads have returned, and
-// "long" after each read that lasted walReadPauseWait or more: by design a long read is not waited
-// for, so the log may grow under it. Each read is one row, short unless the machine starves the
-// process (the race detector on a loaded machine can).
+// "long" as soon as a read has lasted walReadPauseWait from its transaction's start: by design a
+// long read is not waited for, so the log may grow under it. Each read lasts about 150 ms, longer
+// only when the machine starves the process.
 func helperReader() int {
 	ctx := context.Background()
 	s, err := Open(ctx, os.Getenv(pathEnv))
@@ -28,11 +28,14 @@ func helperReader() int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	read := func() error {
+	// begun is called once the read's transaction has begun: a wait at the gate before it (for the
+	// other process's checkpoint, at most walGateReadWait) is not part of the read.
+	read := func(begun func()) error {
 		tx, err := s.r.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
 		if err != nil {
 			return err
 		}
+		begun()
 		defer func() { _ = tx.Rollback() }()
 		var n int
 		if err := tx.QueryRowContext(ctx, "SELECT count(*) FROM pronto_queues").Scan(&n); err != nil {
@@ -53,8 +56,7 @@ func helperReader() int {
 	for i := range started {
 		go func() {
 			for {
-				started[i].Store(time.Now().UnixNano())
-				if err := read(); err != nil {
+				if err := read(func() { started[i].Store(time.Now().UnixNano()) }); err != nil {
 					fmt.Fprintln(os.Stderr, "reader:", err)
 					os.Exit(1)
 				}

@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"os"
 	"time"
 )
@@ -66,6 +67,9 @@ func openWalGate(dbPath string) *walGate {
 	_, statErr := os.Stat(path)
 	rd, err := openGateFile(path, perm)
 	if err != nil {
+		// Said once per open: without the file, other processes' constant reads can grow the log.
+		slog.Warn("sqlite store: cannot open the gate file; reads of other processes will not be held back for checkpoints",
+			slog.String("path", path), slog.String("error", err.Error()))
 		return nil
 	}
 	if os.IsNotExist(statErr) {
