@@ -52,6 +52,10 @@ const (
 	// waitBlock is the longest one pop (BLMOVE) blocks; the waiter then checks whether the store
 	// is closing.
 	waitBlock = 5 * time.Second
+	// releaseTimeout bounds a waiter's returning of jobs and withdrawing of its advertisement, which
+	// run under a context of their own: Close cancels the waiters' context, and a return it cut
+	// short would leave jobs taken from the buffer or the inbox active until their leases end.
+	releaseTimeout = 5 * time.Second
 )
 
 // adMarker starts the advertisement arguments of a claim (after the global flag). A worker id
@@ -69,6 +73,11 @@ var loseHanded atomic.Pointer[func(w *waiter) bool]
 // failGiveBack, set by tests only, is asked each time a waiter gives back its got list, once the
 // list is read; true fails the give-back there, as Redis failing between the read and the release.
 var failGiveBack atomic.Pointer[func(w *waiter) bool]
+
+// handoffStep, set by tests only, is called as a waiter retires ("retire": it found itself unused,
+// before its cleanup), returns jobs its producer did not take ("expire": taken from the buffer,
+// not yet returned), and as a producer's claim through it is about to run ("claim").
+var handoffStep atomic.Pointer[func(w *waiter, step string)]
 
 // errReplyLost is the error a lost reply (loseHanded) stands for.
 var errReplyLost = errors.New("reply lost (test)")
@@ -317,7 +326,7 @@ func (w *waiter) run(key string) {
 			// Cancelled on its way: nothing for the producer to take. The insert spent the
 			// advertisement; withdrawing it leaves the next inserts to be announced until the
 			// producer's next claim advertises again.
-			w.expire(ctx)
+			w.expire()
 			continue
 		}
 		free, wait := 0, true
@@ -331,7 +340,7 @@ func (w *waiter) run(key string) {
 				case free = <-w.taken:
 					timer.Stop()
 				case <-timer.C:
-					w.expire(ctx)
+					w.expire()
 					free = 0
 				}
 			}
@@ -361,9 +370,14 @@ func (w *waiter) run(key string) {
 
 // expire returns the handed jobs the producer did not take within serveWithin to available, and
 // withdraws the advertisement: the producer is busy or gone, and the next claim that leaves a slot
-// free advertises it again.
-func (w *waiter) expire(ctx context.Context) {
+// free advertises it again. Close waits for it (see releaseTimeout).
+func (w *waiter) expire() {
+	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+	defer cancel()
 	stale := w.buf.Stale(w.s.serveWithin, time.Now())
+	if step := handoffStep.Load(); step != nil {
+		(*step)(w, "expire")
+	}
 	if err := w.s.rdb.ZRem(ctx, w.s.qkey(w.queue)+"wait", w.id).Err(); err != nil && ctx.Err() == nil {
 		w.s.logf("redis: hand-off: withdraw from %s: %v", w.queue, err)
 	}
@@ -411,19 +425,57 @@ func (s *Store) stopWaiters(ctx context.Context) {
 	}
 }
 
-// retire ends an unused waiter (see waiter.used) unless a claim took it meanwhile.
+// afterClaim withdraws the advertisement a producer's claim through w may have written after the
+// waiter ended (the store closing, or the waiter retired), and returns the jobs handed to it since:
+// nothing pops its inbox any more, so they would stay active until their leases end.
+func (w *waiter) afterClaim() {
+	select {
+	case <-w.done:
+	default:
+		w.s.waitersMu.Lock()
+		closing := w.s.closing
+		w.s.waitersMu.Unlock()
+		if !closing {
+			// Ending later, the waiter cleans up after this claim: Close's cleanup (stopWaiters) or
+			// retire's runs once the advertisement is written.
+			return
+		}
+		<-w.done // soon: Close ended its pop; cleanup reads what only the waiter writes
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+	defer cancel()
+	w.cleanup(ctx)
+}
+
+// retire ends an unused waiter (see waiter.used) unless a claim took it meanwhile. The waiter
+// stays in the store's map while it cleans up, so that a Close meanwhile waits for it (it cleans
+// up again once the waiter ends), and the cleanup runs under a context of its own, which Close
+// does not cancel. A claim that takes the waiter meanwhile keeps it: it goes on waiting, and that
+// claim's advertisement, should the cleanup have withdrawn it, is written again by the next.
 func (w *waiter) retire(key string) bool {
 	s := w.s
+	unused := func() bool {
+		s.waitersMu.Lock()
+		defer s.waitersMu.Unlock()
+		return !s.closing && time.Since(time.Unix(0, w.used.Load())) > adTTL
+	}
+	if !unused() {
+		return false
+	}
+	if step := handoffStep.Load(); step != nil {
+		(*step)(w, "retire")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+	defer cancel()
+	w.cleanup(ctx)
 	s.waitersMu.Lock()
+	defer s.waitersMu.Unlock()
+	// waiterFor marks the waiter used under this lock: once it is found unused here and leaves the
+	// map, no claim takes it any more.
 	if s.closing || time.Since(time.Unix(0, w.used.Load())) <= adTTL {
-		s.waitersMu.Unlock()
 		return false
 	}
 	delete(s.waiters, key)
-	s.waitersMu.Unlock()
-	// Claims that found the waiter before it left the map may still take its jobs: cleanup returns
-	// what is left.
-	w.cleanup(s.waitCtx)
 	return true
 }
 

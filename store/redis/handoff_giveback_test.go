@@ -178,3 +178,139 @@ func TestHandoffGiveBackRetried(t *testing.T) {
 	require.Equal(t, store.StateActive, got.State, "the job received was given back")
 	require.Equal(t, j.ClaimToken, got.ClaimToken)
 }
+
+// onStep runs f at each handoffStep of a's waiters.
+func onStep(t *testing.T, a *Store, f func(w *waiter, step string)) {
+	t.Helper()
+	g := func(w *waiter, step string) {
+		if w.s == a {
+			f(w, step)
+		}
+	}
+	// Tests setting the hook do not run in parallel with each other (the hook is the package's).
+	require.True(t, handoffStep.CompareAndSwap(nil, &g), "another test watches the steps")
+	t.Cleanup(func() { handoffStep.Store(nil) })
+}
+
+// closeDuring starts a.Close and waits until it has cancelled the waiters' context; the returned
+// channel is closed once Close returns.
+func closeDuring(t *testing.T, a *Store) <-chan struct{} {
+	closed := make(chan struct{})
+	go func() {
+		defer close(closed)
+		_ = a.Close()
+	}()
+	select {
+	case <-a.waitCtx.Done():
+	case <-time.After(30 * time.Second):
+		t.Error("Close did not stop the waiters")
+	}
+	return closed
+}
+
+// waitClosed waits for the channel of closeDuring.
+func waitClosed(t *testing.T, closed <-chan struct{}) {
+	t.Helper()
+	select {
+	case <-closed:
+	case <-time.After(30 * time.Second):
+		t.Fatal("Close did not return")
+	}
+}
+
+// TestHandoffRetireDuringClose: a waiter retires (unused) as the store closes, a job handed to it
+// just before: once Close returns the job is available, its attempt refunded, and the waiter's
+// goroutine has ended. Before, Close did not wait for a retiring waiter, whose cleanup ran under
+// the context Close cancels and failed: the job stayed active for its whole lease.
+func TestHandoffRetireDuringClose(t *testing.T) {
+	loop := loopContext(t)
+	ctx := context.Background()
+	a, b, _ := handoffPair(t)
+	p := loopClaim("gb-retire")
+	_, err := a.Claim(loop, p)
+	require.NoError(t, err)
+	a.waitersMu.Lock()
+	require.Len(t, a.waiters, 1)
+	var w *waiter
+	for _, one := range a.waiters {
+		w = one
+	}
+	a.waitersMu.Unlock()
+
+	in := testJob("gb-retire")
+	in.MaxAttempts = 1
+	var closed <-chan struct{}
+	onStep(t, a, func(_ *waiter, step string) {
+		if step != "retire" || closed != nil {
+			return
+		}
+		// Handed as the waiter leaves its inbox for good; then the store closes.
+		_, err := b.Insert(ctx, []*store.InsertParams{in})
+		require.NoError(t, err)
+		closed = closeDuring(t, a)
+	})
+	w.used.Store(0) // unused: it retires at its next empty pop
+	select {
+	case <-w.done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the waiter did not end")
+	}
+	require.NotNil(t, closed)
+	waitClosed(t, closed)
+	requireGivenBack(t, b, in.ID, 1)
+}
+
+// TestHandoffExpireDuringClose: the store closes while a waiter returns a handed job its producer
+// did not take: once Close returns the job is available, its attempt refunded. Before, the return
+// ran under the context Close cancels and failed, the job already out of the buffer: it stayed
+// active for its whole lease.
+func TestHandoffExpireDuringClose(t *testing.T) {
+	loop := loopContext(t)
+	ctx := context.Background()
+	a, b, _ := handoffPair(t)
+	_, err := a.Claim(loop, loopClaim("gb-expire"))
+	require.NoError(t, err)
+	in := testJob("gb-expire")
+	in.MaxAttempts = 1
+	reached := make(chan (<-chan struct{}), 1)
+	onStep(t, a, func(_ *waiter, step string) {
+		if step == "expire" && len(reached) == 0 {
+			reached <- closeDuring(t, a)
+		}
+	})
+	_, err = b.Insert(ctx, []*store.InsertParams{in})
+	require.NoError(t, err)
+	select {
+	case closed := <-reached:
+		waitClosed(t, closed)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the handed job was not returned")
+	}
+	requireGivenBack(t, b, in.ID, 1)
+}
+
+// TestHandoffClaimDuringClose: a producer's claim runs as the store closes, its advertisement
+// written after Close withdrew the advertisements: a job inserted after is not handed to the
+// closed store. Before, the insert handed it to the advertisement, onto an inbox nobody popped
+// any more: the job stayed active for its whole lease.
+func TestHandoffClaimDuringClose(t *testing.T) {
+	loop := loopContext(t)
+	ctx := context.Background()
+	a, b, _ := handoffPair(t)
+	p := loopClaim("gb-claimclose")
+	_, err := a.Claim(loop, p)
+	require.NoError(t, err)
+	onStep(t, a, func(_ *waiter, step string) {
+		if step == "claim" {
+			require.NoError(t, a.Close())
+		}
+	})
+	_, err = a.Claim(loop, p)
+	require.NoError(t, err)
+	in := testJob("gb-claimclose")
+	_, err = b.Insert(ctx, []*store.InsertParams{in})
+	require.NoError(t, err)
+	got, err := b.GetJob(ctx, in.ID)
+	require.NoError(t, err)
+	require.Equal(t, store.StateAvailable, got.State, "handed to the closed store")
+}

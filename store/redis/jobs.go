@@ -570,7 +570,15 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) ([]*store.Job, e
 	if s.cluster() {
 		return s.claimCluster(ctx, p)
 	}
-	return s.claim(ctx, p, w)
+	if w == nil {
+		return s.claim(ctx, p, nil)
+	}
+	if step := handoffStep.Load(); step != nil {
+		(*step)(w, "claim")
+	}
+	jobs, err := s.claim(ctx, p, w)
+	w.afterClaim()
+	return jobs, err
 }
 
 // claim runs the claim script on a single node; with w, it advertises w's producer as waiting when
