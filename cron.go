@@ -12,12 +12,12 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/robfig/cron/v3"
 
 	"github.com/pronto-jobs/pronto/internal/jsoncheck"
+	"github.com/pronto-jobs/pronto/internal/skewclock"
 	"github.com/pronto-jobs/pronto/internal/uuidv7"
 	"github.com/pronto-jobs/pronto/store"
 )
@@ -790,17 +790,12 @@ func (c *Client) cronNow(ctx context.Context) (time.Time, error) {
 	return c.wallNow(), nil
 }
 
-// processSkew, set only by tests (export_clockskew_test.go), offsets the clock of the clients it
-// names: a test so plays a process whose wall clock is off without a fake clock in production.
-var processSkew atomic.Pointer[func(*Client) time.Duration]
+// processClock is this process's clock (time.Now); a test can put it off for one client
+// (export_clockskew_test.go) to play a process whose machine's clock is wrong.
+var processClock skewclock.Clock[*Client]
 
-// wallNow is this process's wall clock (time.Now), as processSkew may offset it in tests.
-func (c *Client) wallNow() time.Time {
-	if f := processSkew.Load(); f != nil {
-		return time.Now().Add((*f)(c))
-	}
-	return time.Now()
-}
+// wallNow is this process's clock, as a test may have put it off (processClock).
+func (c *Client) wallNow() time.Time { return processClock.Now(c) }
 
 // fireCron handles one due occurrence of s, now being the store's time of the pass (cronNow).
 func (c *Client) fireCron(ctx context.Context, cs store.CronStore, s *store.CronSchedule, cfg *CronConfig, now time.Time) error {

@@ -8,12 +8,12 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
-	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
 	"github.com/pronto-jobs/pronto"
 	"github.com/pronto-jobs/pronto/internal/isodur"
+	"github.com/pronto-jobs/pronto/internal/skewclock"
 	"github.com/pronto-jobs/pronto/store"
 )
 
@@ -392,14 +392,9 @@ func (s *Server) storeNow(ctx context.Context) (time.Time, error) {
 	return s.processNow(), nil
 }
 
-// processSkew, set only by tests (export_clockskew_test.go), offsets the clock of the servers it
-// names: a test so plays a process whose clock is off without a fake clock in production.
-var processSkew atomic.Pointer[func(*Server) time.Duration]
+// processClock is this process's clock (time.Now); a test can put it off for one server
+// (export_clockskew_test.go) to play a process whose machine's clock is wrong.
+var processClock skewclock.Clock[*Server]
 
-// processNow is this process's clock (time.Now), as processSkew may offset it in tests.
-func (s *Server) processNow() time.Time {
-	if f := processSkew.Load(); f != nil {
-		return time.Now().Add((*f)(s))
-	}
-	return time.Now()
-}
+// processNow is this process's clock, as a test may have put it off (processClock).
+func (s *Server) processNow() time.Time { return processClock.Now(s) }

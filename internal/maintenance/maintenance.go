@@ -18,6 +18,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/pronto-jobs/pronto/internal/skewclock"
 	"github.com/pronto-jobs/pronto/store"
 )
 
@@ -451,17 +452,12 @@ func (m *Maintainer) storeNow(ctx context.Context) (time.Time, error) {
 	return m.processNow(), nil
 }
 
-// processSkew, set only by tests (export_clockskew_test.go), offsets the clock of the maintainers
-// it names: a test so plays a process whose clock is off without a fake clock in production.
-var processSkew atomic.Pointer[func(*Maintainer) time.Duration]
+// processClock is this process's clock (time.Now); a test can put it off for one leader
+// (export_clockskew_test.go) to play a process whose machine's clock is wrong.
+var processClock skewclock.Clock[*Maintainer]
 
-// processNow is this process's clock (time.Now), as processSkew may offset it in tests.
-func (m *Maintainer) processNow() time.Time {
-	if f := processSkew.Load(); f != nil {
-		return time.Now().Add((*f)(m))
-	}
-	return time.Now()
-}
+// processNow is this process's clock, as a test may have put it off (processClock).
+func (m *Maintainer) processNow() time.Time { return processClock.Now(m) }
 
 func (m *Maintainer) cleanup(ctx context.Context) {
 	ctx, end := m.pass(ctx, OpCleanup)

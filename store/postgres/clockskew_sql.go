@@ -2,8 +2,9 @@ package postgres
 
 import (
 	"strings"
-	"sync/atomic"
 	"time"
+
+	"github.com/pronto-jobs/pronto/internal/skewclock"
 )
 
 // A completion's ScheduledAt (a retry's backoff, a snooze) is computed by the process that ran the
@@ -39,15 +40,9 @@ func (s *Store) finishStatement() (string, bool) {
 	return strings.Replace(s.q.finish, finishDueAbsolute, finishDueRelative, 1), true
 }
 
-// processSkew, set only by tests (export_clockskew_test.go), offsets the process clock of the
-// stores it names: a test so plays a process whose clock is off without a fake clock in
-// production.
-var processSkew atomic.Pointer[func(*Store) time.Duration]
+// processClock is this process's clock (time.Now); a test can put it off for one store
+// (export_clockskew_test.go) to play a process whose machine's clock is wrong.
+var processClock skewclock.Clock[*Store]
 
-// processNow is this process's clock (time.Now), as processSkew may offset it in tests.
-func (s *Store) processNow() time.Time {
-	if f := processSkew.Load(); f != nil {
-		return time.Now().Add((*f)(s))
-	}
-	return time.Now()
-}
+// processNow is this process's clock, as a test may have put it off (processClock).
+func (s *Store) processNow() time.Time { return processClock.Now(s) }
