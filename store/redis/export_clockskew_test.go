@@ -1,27 +1,10 @@
 package redis
 
 import (
-	"sync"
 	"testing"
 	"time"
 )
 
-// skewed holds, per store, how far off the tests made its process's clock (setProcessSkew).
-var skewed sync.Map // *Store -> time.Duration
-
-func init() {
-	f := func(s *Store) time.Duration {
-		if d, ok := skewed.Load(s); ok {
-			return d.(time.Duration)
-		}
-		return 0
-	}
-	processSkew.Store(&f)
-}
-
-// setProcessSkew makes s read its process's clock skew off the true time until the test ends:
-// s then plays a store opened by a process whose clock is wrong.
-func setProcessSkew(t testing.TB, s *Store, skew time.Duration) {
-	skewed.Store(s, skew)
-	t.Cleanup(func() { skewed.Delete(s) })
-}
+// setProcessSkew makes s's process clock read skew off the true time until the test ends: s then
+// plays a store on a machine whose clock is wrong.
+func setProcessSkew(t testing.TB, s *Store, skew time.Duration) { processClock.Skew(t, s, skew) }

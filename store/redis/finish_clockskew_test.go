@@ -3,6 +3,7 @@ package redis
 import (
 	"context"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -45,4 +46,45 @@ func TestFinishClockSkew(t *testing.T) {
 			})
 		}
 	}
+}
+
+// TestFinishClockSkewAnnounced: the notification of a retry finished by a process an hour fast
+// carries the due time on the server's clock, as the job is due, so that receivers wake for it
+// then and not an hour late (they found it at their next poll).
+func TestFinishClockSkewAnnounced(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newTestStore(t)
+	const delay = 10 * time.Minute
+	setProcessSkew(t, s, time.Hour)
+	q := "skew-announced"
+	var mu sync.Mutex
+	var dues []time.Time
+	unsubscribe := s.Notifier().Subscribe(func(n store.Notification) {
+		if n.Kind == store.NotifyInsert && n.Queue == q && !n.DueAt.IsZero() {
+			mu.Lock()
+			dues = append(dues, n.DueAt)
+			mu.Unlock()
+		}
+	})
+	defer unsubscribe()
+	_, err := s.Insert(ctx, []*store.InsertParams{testJob(q)})
+	require.NoError(t, err)
+	got, err := s.Claim(ctx, store.ClaimParams{Queue: q, Limit: 1, WorkerID: "w", LeaseDuration: time.Minute})
+	require.NoError(t, err)
+	require.Len(t, got, 1)
+	res, err := s.Finish(ctx, []store.Completion{{ID: got[0].ID, Attempt: got[0].Attempt, Token: got[0].ClaimToken,
+		State: store.StateRetryable, ScheduledAt: s.processNow().Add(delay)}})
+	require.NoError(t, err)
+	require.True(t, res[0].Applied)
+	now, err := s.rdb.Time(ctx).Result()
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(dues) > 0
+	}, 30*time.Second, 5*time.Millisecond, "the retry was not announced")
+	mu.Lock()
+	defer mu.Unlock()
+	require.WithinDuration(t, now.Add(delay), dues[0], time.Minute, "announced on the finishing process's clock, an hour fast")
 }

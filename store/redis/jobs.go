@@ -10,12 +10,12 @@ import (
 	"slices"
 	"sort"
 	"strconv"
-	"sync/atomic"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/pronto-jobs/pronto/internal/producer"
+	"github.com/pronto-jobs/pronto/internal/skewclock"
 	"github.com/pronto-jobs/pronto/store"
 )
 
@@ -1047,8 +1047,10 @@ func (f *finishing) apply(ctx context.Context, idx []int) error {
 			case store.StateAvailable:
 				f.announce(f.queues[i], time.Time{})
 			case store.StateRetryable, store.StateScheduled:
-				due := c.ScheduledAt
-				if !due.After(f.now) {
+				// Announced on the server's clock, as the job is due (f.offset: zero unless this
+				// process's clock is off by more than the tolerance).
+				due := c.ScheduledAt.Add(f.offset)
+				if !due.After(f.now.Add(f.offset)) {
 					due = time.Time{}
 				}
 				f.announce(f.queues[i], due)
@@ -1933,15 +1935,9 @@ func (s *Store) serverOffset(ctx context.Context) (time.Duration, error) {
 // written exactly as given, as the stores' shared tests require.
 const clockTolerance = time.Second
 
-// processSkew, set only by tests (export_clockskew_test.go), offsets the process clock of the
-// stores it names: a test so plays a process whose clock is off without a fake clock in
-// production.
-var processSkew atomic.Pointer[func(*Store) time.Duration]
+// processClock is this process's clock (time.Now); a test can put it off for one store
+// (export_clockskew_test.go) to play a process whose machine's clock is wrong.
+var processClock skewclock.Clock[*Store]
 
-// processNow is this process's clock (time.Now), as processSkew may offset it in tests.
-func (s *Store) processNow() time.Time {
-	if f := processSkew.Load(); f != nil {
-		return time.Now().Add((*f)(s))
-	}
-	return time.Now()
-}
+// processNow is this process's clock, as a test may have put it off (processClock).
+func (s *Store) processNow() time.Time { return processClock.Now(s) }
