@@ -377,8 +377,11 @@ func (s *Server) listDeadLetter(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, e)
 		return
 	}
-	offset, e := queryInt(q, "offset", 0, 0, 1<<30)
+	// A page reads at most adminScanLimit discarded jobs, as the other lists filtered here do: an
+	// offset it cannot reach would read the whole table for nothing.
+	offset, e := queryInt(q, "offset", 0, 0, adminScanLimit-1)
 	if e != nil {
+		e.message += "; pages past it follow next_cursor"
 		s.writeError(w, r, e)
 		return
 	}
@@ -401,15 +404,17 @@ func (s *Server) listDeadLetter(w http.ResponseWriter, r *http.Request) {
 	tags := queryList(q, "tags") // pronto's extension: jobs having every one of these tags
 	ctx := r.Context()
 	var out []*pronto.JobRow
-	skipped, hasMore, next := 0, false, ""
+	skipped, hasMore, next, read := 0, false, "", 0
 	for {
 		page, err := s.client.JobList(ctx, &pronto.JobListParams{
-			States: []pronto.State{pronto.StateDiscarded}, Queues: queues, Tags: tags, Cursor: cursor, Limit: 500,
+			States: []pronto.State{pronto.StateDiscarded}, Queues: queues, Tags: tags, Cursor: cursor,
+			Limit: min(500, adminScanLimit-read),
 		})
 		if err != nil {
 			s.writeError(w, r, fromClientError(err, "job", ""))
 			return
 		}
+		read += len(page.Jobs)
 		for _, j := range page.Jobs {
 			if !isDeadLetter(j) {
 				continue
@@ -426,6 +431,12 @@ func (s *Server) listDeadLetter(w http.ResponseWriter, r *http.Request) {
 			next = j.ID
 		}
 		if hasMore || page.Next == "" {
+			break
+		}
+		if read >= adminScanLimit {
+			// The bound cut the page short (discarded jobs that are not dead letter, or a deep
+			// offset): the cursor goes on after the last job read, listed or not.
+			hasMore, next = true, page.Jobs[len(page.Jobs)-1].ID
 			break
 		}
 		cursor = page.Next
