@@ -385,6 +385,10 @@ func (h *hub) broadcast(frame []byte, down bool) {
 	}
 }
 
+// pingMisses is how many ping intervals the page's watchdog lets a stream stay silent before it
+// closes it and opens another (PING_MISSES in app.js); a write to the stream may wait as long.
+const pingMisses = 3
+
 // streamsOpen and streamsStarted count this process's event streams, open now and ever started:
 // a page that reconnects must hold one stream, not pile them up.
 var streamsOpen, streamsStarted atomic.Int64
@@ -405,20 +409,31 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request) {
 	streamsStarted.Add(1)
 	streamsOpen.Add(1)
 	defer streamsOpen.Add(-1)
-	// The stream outlives the server's write timeout, if one is set.
-	_ = http.NewResponseController(w).SetWriteDeadline(time.Time{})
+	// The stream outlives the server's write timeout, if one is set: each write has a deadline of
+	// its own instead, as long as the page's watchdog waits before it gives a silent stream up and
+	// opens another. A write blocked longer is to a reader that stopped reading without closing (a
+	// stalled proxy, a suspended host), which would hold this handler, its connection and a
+	// graceful shutdown for good.
+	rc := http.NewResponseController(w)
+	stall := pingMisses * h.cfg.PingInterval
+	send := func(b []byte) bool {
+		_ = rc.SetWriteDeadline(time.Now().Add(stall))
+		if _, err := w.Write(b); err != nil {
+			return false
+		}
+		fl.Flush()
+		return true
+	}
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-store")
 	w.Header().Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
-	fmt.Fprint(w, "retry: 2000\n\n")
 	// A ping at once tells the page the interval its watchdog counts in; keep-alive comments
 	// reach no script, so a stream frozen without closing would otherwise look live forever.
 	ping := fmt.Appendf(nil, "event: ping\ndata: {\"every_ms\":%d}\n\n", h.cfg.PingInterval.Milliseconds())
-	if _, err := w.Write(ping); err != nil {
+	if !send(append([]byte("retry: 2000\n\n"), ping...)) {
 		return
 	}
-	fl.Flush()
 	keep := time.NewTicker(h.cfg.PingInterval)
 	defer keep.Stop()
 	for {
@@ -431,15 +446,13 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request) {
 			if !h.loggedIn(r) {
 				return // logged out, or the session expired: the browser's retry gets a 401
 			}
-			if _, err := w.Write(b); err != nil {
+			if !send(b) {
 				return
 			}
-			fl.Flush()
 		case <-keep.C:
-			if _, err := w.Write(ping); err != nil {
+			if !send(ping) {
 				return
 			}
-			fl.Flush()
 		}
 	}
 }
