@@ -284,16 +284,34 @@ func TestRateKeySourceComesBack(t *testing.T) {
 	_, err := s.Insert(ctx, []*store.InsertParams{p, later})
 	require.NoError(t, err)
 
-	j := claimOne()
-	require.Equal(t, p.ID, j.ID)
+	// A loaded machine may let later come due before either claim: each claim takes what is due
+	// (Limit 10), and later is looked for once its time has passed if neither took it.
+	claimAll := func() map[string]*store.Job {
+		t.Helper()
+		jobs, err := s.Claim(ctx, store.ClaimParams{Queue: "rq", Limit: 10, WorkerID: "w", LeaseDuration: time.Hour})
+		require.NoError(t, err)
+		byID := map[string]*store.Job{}
+		for _, j := range jobs {
+			byID[j.ID] = j
+		}
+		return byID
+	}
+	got := claimAll()
+	j := got[p.ID]
+	require.NotNil(t, j, "the available job")
+	laterClaimed := got[later.ID] != nil
 	require.Empty(t, leftNaming(t, s, "ks:"), "no available job: the key is no claim source")
 	res, err := s.Finish(ctx, []store.Completion{{ID: j.ID, Attempt: j.Attempt, Token: j.ClaimToken, State: store.StateRetryable}})
 	require.NoError(t, err)
 	require.True(t, res[0].Applied)
-	require.Equal(t, p.ID, claimOne().ID, "retried")
+	got = claimAll()
+	require.NotNil(t, got[p.ID], "retried")
+	laterClaimed = laterClaimed || got[later.ID] != nil
 
-	require.Eventually(t, func() bool { return !time.Now().Before(later.ScheduledAt) }, 5*time.Second, 10*time.Millisecond)
-	require.Equal(t, later.ID, claimOne().ID, "come due")
+	if !laterClaimed {
+		require.Eventually(t, func() bool { return !time.Now().Before(later.ScheduledAt) }, 5*time.Second, 10*time.Millisecond)
+		require.Equal(t, later.ID, claimOne().ID, "come due")
+	}
 
 	// In one batch: the first job of the key files the key as a source, the second replaces it
 	// (the key's source empties) and must file it again.
