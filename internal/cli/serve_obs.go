@@ -1,8 +1,11 @@
 package cli
 
 import (
+	"io"
 	"net/http"
 	"net/http/pprof"
+	"os"
+	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -35,7 +38,7 @@ func newServeObservability(cfg *pronto.Config, pprofOn, separateMetrics, tenantL
 	if pprofOn {
 		// pprof.Index serves the named profiles below /debug/pprof/ as well.
 		o.handlers["/debug/pprof/"] = http.HandlerFunc(pprof.Index)
-		o.handlers["/debug/pprof/cmdline"] = http.HandlerFunc(pprof.Cmdline)
+		o.handlers["/debug/pprof/cmdline"] = http.HandlerFunc(redactedCmdline)
 		o.handlers["/debug/pprof/profile"] = http.HandlerFunc(pprof.Profile)
 		o.handlers["/debug/pprof/symbol"] = http.HandlerFunc(pprof.Symbol)
 		o.handlers["/debug/pprof/trace"] = http.HandlerFunc(pprof.Trace)
@@ -45,3 +48,42 @@ func newServeObservability(cfg *pronto.Config, pprofOn, separateMetrics, tenantL
 
 // attach follows the client's events; the returned function stops.
 func (o *serveObservability) attach(c *pronto.Client) func() { return o.m.Attach(c) }
+
+// redactedCmdline answers as pprof.Cmdline does (the arguments, NUL-separated) with the secrets
+// hidden: every holder of the API key (each OJS worker) may read the profiler, and the command
+// line may carry the database password and the API key itself.
+func redactedCmdline(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	_, _ = io.WriteString(w, strings.Join(redactArgs(os.Args), "\x00"))
+}
+
+// secretFlags are the flags whose value is a secret outright; URLs anywhere are redacted by
+// redactAny.
+var secretFlags = map[string]bool{"api-key": true}
+
+// redactArgs returns args with the value of each secret flag replaced ("--api-key k", "-api-key=k")
+// and the passwords of every URL or DSN-like value hidden (redactAny).
+func redactArgs(args []string) []string {
+	out := make([]string, len(args))
+	secretNext := false
+	for i, a := range args {
+		switch {
+		case secretNext:
+			out[i], secretNext = "xxxxx", false
+			continue
+		case strings.HasPrefix(a, "-"):
+			name, _, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
+			if secretFlags[name] {
+				if hasValue {
+					out[i] = a[:strings.Index(a, "=")+1] + "xxxxx"
+				} else {
+					out[i], secretNext = a, true
+				}
+				continue
+			}
+		}
+		out[i] = redactAny(a)
+	}
+	return out
+}
