@@ -21,8 +21,11 @@ import (
 // was lowered, is recounted at its next insert. The price is precision: jobs finished since the
 // last read still count (the bound is met early, never late, by one client), and what other clients
 // inserted in the meantime is not seen yet, so several clients together may overshoot a bound by what
-// they insert within depthEvery. What an insert counted is taken back out when the store does not
-// keep the job (a unique duplicate or conflict, a refusal by a tenant limit); after any other failed
+// they insert within depthEvery. A read does not see the client's own inserts still being written
+// either: what they counted is added to it until they return (inflight), else the inserts admitted
+// on that read would take the queue beyond its bound once the slow ones land. (An insert into the
+// application's transaction returns before it commits: a read between the two misses its jobs.)
+// What an insert counted is taken back out when the store does not keep the job (a unique duplicate or conflict, a refusal by a tenant limit); after any other failed
 // insert the queue is recounted at its next insert, since the store may or may not have kept it.
 //
 // An insert that stores nothing takes no room. When a bound is about to refuse an insert, and the
@@ -65,6 +68,12 @@ type backpressure struct {
 	boundsAt time.Time
 	bounds   map[string]int64
 	depths   map[string]*queueDepth // made on first use
+	// inflight counts, by queue, the jobs that admissions counted and whose insert has not returned
+	// yet: a depth read may not see them, so each read adds them.
+	inflight map[string]int64
+	// flights holds what each insert in flight counted, by queue, under its first job: the paths
+	// that end an insert pass its jobs, not always its depthAdmission (see landDepths).
+	flights map[*store.InsertParams]map[string]int
 	// depthEvery, when positive, replaces the package's depthEvery (tests only).
 	depthEvery time.Duration
 }
@@ -140,7 +149,7 @@ func (c *Client) checkBounds(ctx context.Context, ps []*store.InsertParams, held
 			return depthAdmission{}, fmt.Errorf("counting the depth of bounded queues %v: %w", stale, err)
 		}
 		for _, q := range stale {
-			bp.depths[q] = &queueDepth{n: depths[q], at: now}
+			bp.depths[q] = &queueDepth{n: depths[q] + bp.inflight[q], at: now}
 		}
 	}
 	full := bp.full(adding)
@@ -154,11 +163,44 @@ func (c *Client) checkBounds(ctx context.Context, ps []*store.InsertParams, held
 		return depthAdmission{}, full
 	}
 	adm := depthAdmission{counts: make(map[string]*queueDepth, len(adding)), skipped: skipped}
+	if bp.inflight == nil {
+		bp.inflight, bp.flights = map[string]int64{}, map[*store.InsertParams]map[string]int{}
+	}
+	flight := bp.flights[ps[0]] // nil unless the same jobs are being inserted twice at once
+	if flight == nil {
+		flight = make(map[string]int, len(adding))
+		bp.flights[ps[0]] = flight
+	}
 	for q, n := range adding {
+		flight[q] += n
 		bp.depths[q].n += int64(n)
 		adm.counts[q] = bp.depths[q]
+		bp.inflight[q] += int64(n)
 	}
 	return adm, nil
+}
+
+// landDepths ends what checkBounds counted for ps being in flight, once their insert returned or was
+// refused before the store: a depth read from now on sees what the store kept of them. Every path
+// that ends an insert calls it, some twice (settleDepths, refundDepths, settleFastTenants, which an
+// InsertManyFast that stored every job reaches without its depthAdmission); only the first counts.
+func (c *Client) landDepths(ps []*store.InsertParams) {
+	if len(ps) == 0 {
+		return
+	}
+	bp := &c.bp
+	bp.mu.Lock()
+	defer bp.mu.Unlock()
+	adding, ok := bp.flights[ps[0]]
+	if !ok {
+		return
+	}
+	delete(bp.flights, ps[0])
+	for q, n := range adding {
+		if bp.inflight[q] -= int64(n); bp.inflight[q] <= 0 {
+			delete(bp.inflight, q)
+		}
+	}
 }
 
 // rebound replaces the bounds with bounds just read. A queue no longer bounded loses its depth (its
@@ -212,6 +254,7 @@ func (bp *backpressure) full(adding map[string]int) *QueueFullError {
 // that the store kept after all (its key's holder moved on meanwhile) is added; after another error,
 // or rows that cannot be matched to ps, the queues are recounted at their next insert.
 func (c *Client) settleDepths(adm depthAdmission, ps []*store.InsertParams, rows []*JobRow, err error) {
+	c.landDepths(ps)
 	switch {
 	case len(adm.counts) == 0:
 	case errors.Is(err, ErrUniqueConflict) || errors.Is(err, ErrDuplicate):
@@ -245,6 +288,7 @@ func addTo(m map[string]int64, k string, n int64) map[string]int64 {
 // refundDepths takes the jobs of ps that checkBounds counted, none of which the store inserted, back
 // out of the counts adm raised, unless a read replaced them since.
 func (c *Client) refundDepths(adm depthAdmission, ps []*store.InsertParams) {
+	c.landDepths(ps)
 	if len(adm.counts) == 0 {
 		return
 	}

@@ -270,6 +270,7 @@ func (c *Client) notFound(ctx context.Context, adm tenantAdmission, ps []*store.
 // (those with a unique key) are all one tenant's. Otherwise the tenants' depths are read again at
 // their next insert, and their enqueue-rate windows may count the duplicates until they roll over.
 func (c *Client) settleFastTenants(adm tenantAdmission, ps []*store.InsertParams, n int) {
+	c.landDepths(ps) // the one call of an InsertManyFast that stored every job (settleFastDepths)
 	dups := len(ps) - n
 	if len(adm.tenants) == 0 || (dups == 0 && adm.skipped == nil) {
 		return

@@ -1,0 +1,18 @@
+package pronto
+
+// QueueDepthInFlight returns how many jobs c counts as being inserted into bounded queues, in all
+// (tests only): 0 once every insert has returned.
+func QueueDepthInFlight(c *Client) int64 {
+	c.bp.mu.Lock()
+	defer c.bp.mu.Unlock()
+	var n int64
+	for _, k := range c.bp.inflight {
+		n += k
+	}
+	for _, f := range c.bp.flights {
+		for _, k := range f {
+			n += int64(k)
+		}
+	}
+	return n
+}
