@@ -95,15 +95,15 @@ func TestQueueDepthCountsInsertsInFlight(t *testing.T) {
 }
 
 // TestQueueDepthInFlightLands: every way an insert into a bounded queue ends takes its jobs out of
-// the client's count of jobs in flight, or the queue would be counted fuller at every later read
-// and stay full: stored (Insert, InsertMany, InsertManyFast), duplicates, a unique conflict, a
+// the client's count of jobs in flight (a limited tenant's too), or the queue would be counted
+// fuller at every later read and stay full: stored (Insert, InsertMany, InsertManyFast), duplicates, a unique conflict, a
 // refusal by a tenant limit or by the bound, a failed insert; on every store.
 func TestQueueDepthInFlightLands(t *testing.T) {
 	forEachStore(t, func(t *testing.T, ts *testStore) {
 		ctx := context.Background()
-		c := boundedClient(t, ts.Store, 12)
+		c := boundedClient(t, ts.Store, 14)
 		fs := &failingInserts{Store: ts.Store, qb: ts.Store.(store.QueueBounder)}
-		cf := boundedClient(t, fs, 12) // its store keeps no settings: no tenant limits
+		cf := boundedClient(t, fs, 14) // its store keeps no settings: no tenant limits
 		in := func(n int) pronto.InsertManyParams {
 			return pronto.InsertManyParams{Args: bpArgs{N: n}, Opts: &pronto.InsertOpts{Queue: "bq"}}
 		}
@@ -129,6 +129,14 @@ func TestQueueDepthInFlightLands(t *testing.T) {
 			{Args: bpArgs{N: 8}, Opts: &pronto.InsertOpts{Queue: "bq", Tenant: "acme"}},
 		})
 		require.ErrorIs(t, err, pronto.ErrTenantLimit)
+		require.NoError(t, c.TenantSetEnqueueLimits(ctx, "globex", pronto.TenantEnqueueLimits{MaxQueueDepth: 100}))
+		globex := pronto.InsertManyParams{Args: bpArgs{N: 13}, Opts: &pronto.InsertOpts{Queue: "bq", Tenant: "globex"}}
+		n, err = c.InsertManyFast(ctx, []pronto.InsertManyParams{globex})
+		require.NoError(t, err)
+		require.Equal(t, 1, n)
+		_, err = c.InsertMany(ctx, []pronto.InsertManyParams{globex, in(14)})
+		require.NoError(t, err)
+		require.Zero(t, pronto.TenantInFlight(c), "tenants' jobs counted in flight once every insert returned")
 
 		fs.fail.Store(true)
 		_, err = cf.InsertMany(ctx, []pronto.InsertManyParams{in(9), in(10)})
@@ -139,7 +147,7 @@ func TestQueueDepthInFlightLands(t *testing.T) {
 		require.ErrorIs(t, err, errStoreDown)
 		require.Zero(t, pronto.QueueDepthInFlight(cf), "jobs counted in flight once every insert returned")
 
-		many := make([]pronto.InsertManyParams, 13)
+		many := make([]pronto.InsertManyParams, 15)
 		for i := range many {
 			many[i] = in(100 + i)
 		}

@@ -16,3 +16,20 @@ func QueueDepthInFlight(c *Client) int64 {
 	}
 	return n
 }
+
+// TenantInFlight returns how many jobs c counts as being inserted for limited tenants, in all (tests
+// only): 0 once every insert has returned.
+func TenantInFlight(c *Client) int {
+	c.tg.mu.Lock()
+	defer c.tg.mu.Unlock()
+	n := 0
+	for _, a := range c.tg.inflight {
+		n += a.all
+	}
+	for _, f := range c.tg.flights {
+		for _, a := range f {
+			n += a.all
+		}
+	}
+	return n
+}

@@ -23,7 +23,9 @@ import (
 // inserted since. Inserts of tenants without enqueue limits read nothing, nor count: a tenant limited
 // anew, or whose limits changed, is recounted at its next insert. The price is precision, as
 // for backpressure: jobs started since the last read still count (the limit is met early, never late,
-// by one client), and what other clients inserted meanwhile is not seen yet. The enqueue rate is
+// by one client), and what other clients inserted meanwhile is not seen yet. A recount adds the
+// client's own inserts still being written (inflight), which it may not see, and a job the store did
+// not keep is taken back out of the count that held it only, not of a later recount. The enqueue rate is
 // counted by each client on its own inserts (a fixed window per tenant): with several clients (several
 // `pronto serve` processes) a tenant may insert up to the rate per client.
 
@@ -113,6 +115,10 @@ type tenantGate struct {
 	boosts tenantBoosts
 	// countEvery, when positive, replaces the package's depthEvery (tests only).
 	countEvery time.Duration
+	// inflight holds, by tenant, what admissions counted whose insert has not returned yet; flights
+	// what each such insert counted, under its first job (as backpressure's, see landTenants).
+	inflight map[string]*tenantAdding
+	flights  map[*store.InsertParams]map[string]*tenantAdding
 }
 
 func (g *tenantGate) recountEvery() time.Duration {
@@ -142,8 +148,11 @@ func (g *tenantGate) relimit(limits map[string]TenantEnqueueLimits) {
 type tenantCount struct {
 	waiting, scheduled int64
 	at                 time.Time
-	windowStart        time.Time
-	windowCount        int64
+	// reads counts the recounts of waiting and scheduled: a refund applies to the count it was
+	// admitted into only, as a later one was read from the store (plus what was in flight).
+	reads       int64
+	windowStart time.Time
+	windowCount int64
 }
 
 // waitingStates are the states MaxQueueDepth counts.
@@ -162,9 +171,17 @@ func readTenantEnqueueLimits(ctx context.Context, ss store.SettingStore) (map[st
 // it raised, so that the jobs the store did not insert are taken back out; and the jobs it left out
 // as duplicates of held keys.
 type tenantAdmission struct {
-	tenants map[string]bool
+	// tenants are the limited tenants whose counts it raised, each with the tenant's reads and rate
+	// window then.
+	tenants map[string]tenantCounted
 	// skipped[i] reports that ps[i] was not counted; nil when every job was.
 	skipped []bool
+}
+
+// tenantCounted is which of a tenant's counts an admission raised.
+type tenantCounted struct {
+	reads       int64
+	windowStart time.Time
 }
 
 // counted reports whether checkTenantLimits counted the i-th job of the insert.
@@ -174,6 +191,7 @@ func (a tenantAdmission) counted(i int) bool { return a.skipped == nil || !a.ski
 // insert failed, or was refused before the store), back out of their tenants' counts: a refused
 // insert uses up none of a tenant's enqueue rate.
 func (c *Client) refund(adm tenantAdmission, ps []*store.InsertParams) {
+	c.landTenants(ps)
 	if len(adm.tenants) == 0 {
 		return
 	}
@@ -186,7 +204,8 @@ func (c *Client) refund(adm tenantAdmission, ps []*store.InsertParams) {
 	c.adjustTenants(adm, counted, -1)
 }
 
-// adjustTenants adds by (1 or -1) per job of jobs to the counts of the tenants adm raised.
+// adjustTenants adds by (1 or -1) per job of jobs to the counts of the tenants adm raised, unless a
+// recount replaced them since (the rate window: unless it rolled over).
 func (c *Client) adjustTenants(adm tenantAdmission, jobs []*store.InsertParams, by int64) {
 	if len(adm.tenants) == 0 || len(jobs) == 0 {
 		return
@@ -196,14 +215,47 @@ func (c *Client) adjustTenants(adm tenantAdmission, jobs []*store.InsertParams, 
 	defer g.mu.Unlock()
 	for _, p := range jobs {
 		tc := g.tenants[p.Tenant]
-		if !adm.tenants[p.Tenant] || tc == nil {
+		raised, ok := adm.tenants[p.Tenant]
+		if !ok || tc == nil {
 			continue
 		}
-		tc.waiting = max(tc.waiting+by, 0)
-		if p.State == StateScheduled {
-			tc.scheduled = max(tc.scheduled+by, 0)
+		if tc.reads == raised.reads {
+			tc.waiting = max(tc.waiting+by, 0)
+			if p.State == StateScheduled {
+				tc.scheduled = max(tc.scheduled+by, 0)
+			}
 		}
-		tc.windowCount = max(tc.windowCount+by, 0)
+		if tc.windowStart.Equal(raised.windowStart) {
+			tc.windowCount = max(tc.windowCount+by, 0)
+		}
+	}
+}
+
+// landTenants ends what checkTenantLimits counted for ps being in flight, once their insert returned:
+// a recount from now on sees what the store kept of them. Every path that ends an insert the limits
+// admitted calls it, some twice (refund, refundUnstored, settleFastTenants); only the first counts.
+func (c *Client) landTenants(ps []*store.InsertParams) {
+	if len(ps) == 0 {
+		return
+	}
+	g := &c.tg
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	flight, ok := g.flights[ps[0]]
+	if !ok {
+		return
+	}
+	delete(g.flights, ps[0])
+	for t, a := range flight {
+		in := g.inflight[t]
+		if in == nil {
+			continue
+		}
+		in.all -= a.all
+		in.scheduled -= a.scheduled
+		if in.all <= 0 && in.scheduled <= 0 {
+			delete(g.inflight, t)
+		}
 	}
 }
 
@@ -216,6 +268,7 @@ func (c *Client) adjustTenants(adm tenantAdmission, jobs []*store.InsertParams, 
 // ctx has ended (a merged write goes on without the caller who gave up, and may store its job
 // after this returns), or when the look-up fails.
 func (c *Client) refundUnstored(ctx context.Context, adm tenantAdmission, ps []*store.InsertParams, rows []*JobRow, err error) {
+	c.landTenants(ps)
 	if len(adm.tenants) == 0 {
 		return
 	}
@@ -249,7 +302,7 @@ func (c *Client) refundUnstored(ctx context.Context, adm tenantAdmission, ps []*
 func (c *Client) notFound(ctx context.Context, adm tenantAdmission, ps []*store.InsertParams) []*store.InsertParams {
 	var out []*store.InsertParams
 	for i, p := range ps {
-		if !adm.counted(i) || !adm.tenants[p.Tenant] {
+		if _, raised := adm.tenants[p.Tenant]; !adm.counted(i) || !raised {
 			continue
 		}
 		_, err := c.store.GetJob(ctx, p.ID)
@@ -271,6 +324,7 @@ func (c *Client) notFound(ctx context.Context, adm tenantAdmission, ps []*store.
 // their next insert, and their enqueue-rate windows may count the duplicates until they roll over.
 func (c *Client) settleFastTenants(adm tenantAdmission, ps []*store.InsertParams, n int) {
 	c.landDepths(ps) // the one call of an InsertManyFast that stored every job (settleFastDepths)
+	c.landTenants(ps)
 	dups := len(ps) - n
 	if len(adm.tenants) == 0 || (dups == 0 && adm.skipped == nil) {
 		return
@@ -395,13 +449,28 @@ func (c *Client) checkTenantLimits(ctx context.Context, ps []*store.InsertParams
 		}
 		add, order = g.adding(ps, skipped)
 	}
-	adm := tenantAdmission{tenants: make(map[string]bool, len(order)), skipped: skipped}
+	adm := tenantAdmission{tenants: make(map[string]tenantCounted, len(order)), skipped: skipped}
+	if g.inflight == nil {
+		g.inflight, g.flights = map[string]*tenantAdding{}, map[*store.InsertParams]map[string]*tenantAdding{}
+	}
+	flight := g.flights[ps[0]] // nil unless the same jobs are being inserted twice at once
+	if flight == nil {
+		flight = make(map[string]*tenantAdding, len(order))
+		g.flights[ps[0]] = flight
+	}
 	for _, t := range order {
 		tc, a := g.tenants[t], add[t]
 		tc.waiting += int64(a.all)
 		tc.scheduled += int64(a.scheduled)
 		tc.windowCount += int64(a.all)
-		adm.tenants[t] = true
+		adm.tenants[t] = tenantCounted{reads: tc.reads, windowStart: tc.windowStart}
+		for _, m := range []map[string]*tenantAdding{flight, g.inflight} {
+			if m[t] == nil {
+				m[t] = &tenantAdding{}
+			}
+			m[t].all += a.all
+			m[t].scheduled += a.scheduled
+		}
 	}
 	return adm, nil
 }
@@ -419,21 +488,26 @@ func (g *tenantGate) refusal(ctx context.Context, ts store.TenantStore, add map[
 		}
 		if (l.MaxQueueDepth > 0 || l.MaxScheduled > 0) && now.Sub(tc.at) >= g.recountEvery() {
 			info, err := ts.GetTenant(ctx, t)
+			var in tenantAdding // the client's own inserts being written, which the read may miss
+			if g.inflight[t] != nil {
+				in = *g.inflight[t]
+			}
 			switch {
 			case errors.Is(err, store.ErrNotFound), errors.Is(err, store.ErrUnsupported):
 				// No jobs; or a store that cannot count them (TenantSetEnqueueLimits refuses depth
 				// limits there): nothing counted.
-				tc.waiting, tc.scheduled = 0, 0
+				tc.waiting, tc.scheduled = int64(in.all), int64(in.scheduled)
 			case err != nil:
 				return nil, fmt.Errorf("counting the jobs of tenant %q for its enqueue limits: %w", t, err)
 			default:
-				tc.waiting = 0
+				tc.waiting = int64(in.all)
 				for _, st := range waitingStates {
 					tc.waiting += info.Counts[st]
 				}
-				tc.scheduled = info.Counts[StateScheduled]
+				tc.scheduled = info.Counts[StateScheduled] + int64(in.scheduled)
 			}
 			tc.at = now
+			tc.reads++
 		}
 		retry := g.recountEvery() - now.Sub(tc.at)
 		if l.MaxQueueDepth > 0 && a.all > 0 && tc.waiting+int64(a.all) > l.MaxQueueDepth {
