@@ -41,6 +41,10 @@ type Client struct {
 	// schemaWatch stops claiming when an incompatible migration is applied under it (schemawatch.go).
 	schemaWatch schemaWatch
 
+	// offset is the store's clock's offset from this process's, by which an insert's Delay is
+	// counted (insert_clock.go).
+	offset storeOffset
+
 	// inserts merges concurrent single-job inserts into batched store writes; nil when
 	// Config.InsertBatchSize is 1 or the store's inserts are in-process (store.LocalInserter).
 	inserts *insertbatch.Batcher

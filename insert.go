@@ -26,7 +26,7 @@ type InsertManyParams struct {
 // the job is due now). Bad args, names or options are refused with an error matching ErrInvalidArgs,
 // and nothing is stored.
 func (c *Client) Insert(ctx context.Context, args JobArgs, opts *InsertOpts) (*JobRow, error) {
-	p, err := c.buildInsert(args, opts)
+	p, err := c.buildInsert(ctx, args, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -82,7 +82,7 @@ func (c *Client) reportReplaced(ctx context.Context, rows []*store.Job) {
 // InsertMany stores many jobs atomically (all or none) with one notification per queue; on
 // PostgreSQL up to 10,000 plain jobs are one INSERT in one round trip, larger batches use COPY.
 func (c *Client) InsertMany(ctx context.Context, jobs []InsertManyParams) ([]*JobRow, error) {
-	ps, err := c.buildInsertMany(jobs)
+	ps, err := c.buildInsertMany(ctx, jobs)
 	if err != nil {
 		return nil, err
 	}
@@ -98,7 +98,7 @@ func (c *Client) InsertMany(ctx context.Context, jobs []InsertManyParams) ([]*Jo
 // A unique job that met its key's holder under ConflictIgnore is not counted. With insert middleware
 // configured (metrics, tracing), which reads the inserted rows, it runs as InsertMany.
 func (c *Client) InsertManyFast(ctx context.Context, jobs []InsertManyParams) (int, error) {
-	ps, err := c.buildInsertMany(jobs)
+	ps, err := c.buildInsertMany(ctx, jobs)
 	if err != nil {
 		return 0, err
 	}
@@ -174,7 +174,7 @@ func (c *Client) InsertManyTx(ctx context.Context, tx pgx.Tx, jobs []InsertManyP
 	if !ok {
 		return nil, fmt.Errorf("%w: InsertTx needs the PostgreSQL store (this client's store is %T); use InsertSQLTx with SQLite", ErrUnsupported, c.store)
 	}
-	ps, err := c.buildInsertMany(jobs)
+	ps, err := c.buildInsertMany(ctx, jobs)
 	if err != nil {
 		return nil, err
 	}
@@ -206,7 +206,7 @@ func (c *Client) InsertManySQLTx(ctx context.Context, tx *sql.Tx, jobs []InsertM
 	if !ok {
 		return nil, fmt.Errorf("%w: InsertSQLTx needs the SQLite store (this client's store is %T); use InsertTx with PostgreSQL", ErrUnsupported, c.store)
 	}
-	ps, err := c.buildInsertMany(jobs)
+	ps, err := c.buildInsertMany(ctx, jobs)
 	if err != nil {
 		return nil, err
 	}
@@ -367,8 +367,8 @@ func (h *heldKeys) duplicates(ctx context.Context, c *Client) []bool {
 	return h.dup
 }
 
-func (c *Client) buildInsertMany(jobs []InsertManyParams) ([]*store.InsertParams, error) {
-	return resolveAll(jobs, func(j InsertManyParams) (*store.InsertParams, error) { return c.buildInsert(j.Args, j.Opts) })
+func (c *Client) buildInsertMany(ctx context.Context, jobs []InsertManyParams) ([]*store.InsertParams, error) {
+	return resolveAll(jobs, func(j InsertManyParams) (*store.InsertParams, error) { return c.buildInsert(ctx, j.Args, j.Opts) })
 }
 
 // resolveAll resolves every job of a batch, or names the first bad one ("job 3 of 10: ...").
@@ -394,8 +394,8 @@ func resolveAll[J any](jobs []J, resolve func(J) (*store.InsertParams, error)) (
 // it, and RFC 3339, the JSON form of times, writes four-digit years only.
 var LatestTime = time.Date(9999, 12, 31, 23, 59, 59, 0, time.UTC)
 
-// buildInsert validates and resolves one job.
-func (c *Client) buildInsert(args JobArgs, opts *InsertOpts) (*store.InsertParams, error) {
+// buildInsert validates and resolves one job (ctx bounds a read of the store's clock for a Delay).
+func (c *Client) buildInsert(ctx context.Context, args JobArgs, opts *InsertOpts) (*store.InsertParams, error) {
 	if args == nil {
 		return nil, invalidf("args are nil")
 	}
@@ -417,12 +417,14 @@ func (c *Client) buildInsert(args JobArgs, opts *InsertOpts) (*store.InsertParam
 	if withOpts, ok := args.(JobArgsWithInsertOpts); ok {
 		o = o.merge(withOpts.InsertOpts())
 	}
-	return c.resolve(kind, raw, nil, o)
+	return c.resolve(ctx, kind, raw, nil, o)
 }
 
 // resolve turns a kind, encoded args and options into insert params, or says what is wrong. meta,
-// when not nil, is the job's meta as raw JSON (o.Meta must then be nil).
-func (c *Client) resolve(kind string, args, meta json.RawMessage, o InsertOpts) (*store.InsertParams, error) {
+// when not nil, is the job's meta as raw JSON (o.Meta must then be nil). A Delay counts from the
+// store's clock (delayNow, which may read it under ctx); ScheduledAt and ExpiresAt are absolute
+// times of the caller's.
+func (c *Client) resolve(ctx context.Context, kind string, args, meta json.RawMessage, o InsertOpts) (*store.InsertParams, error) {
 	if len(args) > c.cfg.MaxArgsBytes {
 		return nil, invalidf("kind %q: args are %d bytes, over the limit of %d", kind, len(args), c.cfg.MaxArgsBytes)
 	}
@@ -495,12 +497,14 @@ func (c *Client) resolve(kind string, args, meta json.RawMessage, o InsertOpts) 
 	if err := checkStorable(kind, p); err != nil {
 		return nil, err
 	}
-	now := time.Now()
-	due := o.ScheduledAt
+	now := c.wallNow()
+	due, from := o.ScheduledAt, now
 	if o.Delay > 0 {
-		due = now.Add(o.Delay)
+		// Counted from the store's clock, which judges when the job is due (insert_clock.go).
+		from = c.delayNow(ctx)
+		due = from.Add(o.Delay)
 	}
-	if due.After(now) {
+	if due.After(from) {
 		p.State, p.ScheduledAt = store.StateScheduled, due
 	}
 	if o.Pending {
@@ -573,14 +577,14 @@ type RawJob struct {
 // InsertRaw stores jobs given in OJS terms atomically, with the same validation, middleware and
 // notifications as InsertMany.
 func (c *Client) InsertRaw(ctx context.Context, jobs []RawJob) ([]*JobRow, error) {
-	ps, err := resolveAll(jobs, c.resolveRaw)
+	ps, err := resolveAll(jobs, func(j RawJob) (*store.InsertParams, error) { return c.resolveRaw(ctx, j) })
 	if err != nil {
 		return nil, err
 	}
 	return c.insert(ctx, ps, c.storeInsert)
 }
 
-func (c *Client) resolveRaw(j RawJob) (*store.InsertParams, error) {
+func (c *Client) resolveRaw(ctx context.Context, j RawJob) (*store.InsertParams, error) {
 	if !ValidKind(j.Kind) {
 		return nil, invalidf("kind %q: must be %s", j.Kind, KindRule)
 	}
@@ -588,7 +592,7 @@ func (c *Client) resolveRaw(j RawJob) (*store.InsertParams, error) {
 	if err := json.Unmarshal(j.Args, &elems); err != nil || elems == nil {
 		return nil, invalidf("kind %q: args must be a JSON array", j.Kind)
 	}
-	return c.resolve(j.Kind, j.Args, nil, j.Opts)
+	return c.resolve(ctx, j.Kind, j.Args, nil, j.Opts)
 }
 
 // ownMetaKeys are the meta members pronto itself writes: the OJS server's "_pronto" (a job's

@@ -25,10 +25,14 @@ type InsertOpts struct {
 	Queue string
 	// Priority: higher runs first, from PriorityMin to PriorityMax; 0 by default.
 	Priority int
-	// ScheduledAt makes the job wait until then (at most LatestTime); Delay waits that long from now.
-	// Setting both is an error.
+	// ScheduledAt makes the job wait until then (at most LatestTime), an absolute time stored as
+	// given. Setting both it and Delay is an error.
 	ScheduledAt time.Time
-	Delay       time.Duration
+	// Delay makes the job wait that long from now by the store's clock (PostgreSQL now(), Redis
+	// TIME), which judges when it is due: a process whose own clock is off by more than 1 s still
+	// schedules it Delay from the store's now. The client keeps the offset between the two clocks,
+	// read at most once a minute and only for inserts with a Delay (docs/architecture.md, "Clocks").
+	Delay time.Duration
 	// MaxAttempts overrides the retry policy's attempts (1: no retry).
 	MaxAttempts int
 	// RetryPolicy overrides the client's default policy for this job.

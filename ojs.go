@@ -27,15 +27,22 @@ type OJSJob struct {
 // InsertOJS stores jobs given in OJS terms atomically, with the validation, middleware and
 // notifications of InsertRaw, but takes meta as raw JSON. The OJS HTTP API inserts through it.
 func (c *Client) InsertOJS(ctx context.Context, jobs []OJSJob) ([]*JobRow, error) {
-	ps, err := resolveAll(jobs, c.resolveOJS)
+	ps, err := resolveAll(jobs, func(j OJSJob) (*store.InsertParams, error) { return c.resolveOJSContext(ctx, j) })
 	if err != nil {
 		return nil, err
 	}
 	return c.insert(ctx, ps, c.storeInsert)
 }
 
-// resolveOJS validates one job given in OJS terms.
+// resolveOJS validates one job given in OJS terms, for callers whose jobs have no Delay (cron
+// refuses one, a retry keeps its own schedule), so that it never reads the store's clock.
 func (c *Client) resolveOJS(j OJSJob) (*store.InsertParams, error) {
+	return c.resolveOJSContext(context.Background(), j)
+}
+
+// resolveOJSContext validates one job given in OJS terms; ctx bounds a read of the store's clock for
+// a Delay (see resolve).
+func (c *Client) resolveOJSContext(ctx context.Context, j OJSJob) (*store.InsertParams, error) {
 	if !ValidOJSType(j.Kind) {
 		return nil, invalidf("type %q: must be %s", j.Kind, KindRule)
 	}
@@ -53,7 +60,7 @@ func (c *Client) resolveOJS(j OJSJob) (*store.InsertParams, error) {
 	} else {
 		meta = nil
 	}
-	return c.resolve(j.Kind, j.Args, meta, j.Opts)
+	return c.resolve(ctx, j.Kind, j.Args, meta, j.Opts)
 }
 
 // jsonStartsWith reports whether the first non-space byte of b is c.

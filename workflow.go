@@ -211,7 +211,7 @@ type WorkflowInsertResult struct {
 // any others are: through Config.InsertMiddleware (counted, traced), within queue bounds and tenant
 // enqueue limits.
 func (c *Client) WorkflowInsert(ctx context.Context, w *Workflow) (*WorkflowInsertResult, error) {
-	params, err := c.buildWorkflow(w)
+	params, err := c.buildWorkflow(ctx, w)
 	if err != nil {
 		return nil, err
 	}
@@ -266,7 +266,7 @@ func insertOrder(w *Workflow) []*workflowStep {
 }
 
 // buildWorkflow resolves every step into insert params wired by id.
-func (c *Client) buildWorkflow(w *Workflow) (store.WorkflowParams, error) {
+func (c *Client) buildWorkflow(ctx context.Context, w *Workflow) (store.WorkflowParams, error) {
 	if w == nil {
 		return store.WorkflowParams{}, invalidf("workflow is nil")
 	}
@@ -290,7 +290,7 @@ func (c *Client) buildWorkflow(w *Workflow) (store.WorkflowParams, error) {
 	var memberIDs []string
 	order := insertOrder(w)
 	for i, s := range order {
-		jp, err := c.resolveWorkflowJob(s.job)
+		jp, err := c.resolveWorkflowJob(ctx, s.job)
 		if err != nil {
 			return store.WorkflowParams{}, fmt.Errorf("workflow %q, step %q: %w", w.name, s.name, err)
 		}
@@ -324,14 +324,14 @@ func (c *Client) buildWorkflow(w *Workflow) (store.WorkflowParams, error) {
 }
 
 // resolveWorkflowJob validates one job of a workflow.
-func (c *Client) resolveWorkflowJob(j WorkflowJob) (*store.InsertParams, error) {
+func (c *Client) resolveWorkflowJob(ctx context.Context, j WorkflowJob) (*store.InsertParams, error) {
 	switch {
 	case j.OJS != nil && j.Args != nil:
 		return nil, invalidf("give Args or OJS, not both")
 	case j.OJS != nil:
-		return c.resolveOJS(*j.OJS)
+		return c.resolveOJSContext(ctx, *j.OJS)
 	default:
-		return c.buildInsert(j.Args, j.Opts)
+		return c.buildInsert(ctx, j.Args, j.Opts)
 	}
 }
 

@@ -249,22 +249,33 @@ func simpleStrings(raw json.RawMessage) ([]string, bool) {
 
 // wantTime reads an RFC 3339 timestamp with a zone, or a duration from now written "+PT5S".
 func wantTime(raw json.RawMessage, field string, now time.Time) (time.Time, *apiError) {
+	t, d, rel, e := wantDue(raw, field)
+	if e != nil || !rel {
+		return t, e
+	}
+	return now.Add(d), nil
+}
+
+// wantDue reads a due time: an RFC 3339 timestamp with a zone, or a relative time written "+PT5S",
+// returned as a delay (rel) for the client to count from the store's clock (InsertOpts.Delay),
+// which judges when the job is due, rather than from this server's, which may be off.
+func wantDue(raw json.RawMessage, field string) (at time.Time, delay time.Duration, rel bool, e *apiError) {
 	s, e := wantString(raw, field)
 	if e != nil {
-		return time.Time{}, e
+		return time.Time{}, 0, false, e
 	}
-	if rel, ok := strings.CutPrefix(s, "+"); ok {
-		d, err := isodur.Parse(rel)
+	if r, ok := strings.CutPrefix(s, "+"); ok {
+		d, err := isodur.Parse(r)
 		if err != nil || d < 0 {
-			return time.Time{}, invalid(field, "%s %q: a relative time must be \"+\" and an ISO 8601 duration, such as \"+PT5S\"", field, s)
+			return time.Time{}, 0, false, invalid(field, "%s %q: a relative time must be \"+\" and an ISO 8601 duration, such as \"+PT5S\"", field, s)
 		}
-		return now.Add(d), nil
+		return time.Time{}, d, true, nil
 	}
 	t, err := time.Parse(time.RFC3339Nano, s)
 	if err != nil {
-		return time.Time{}, invalid(field, "%s %q: must be an RFC 3339 timestamp with a zone (\"2026-01-02T15:04:05Z\") or a relative time (\"+PT5S\")", field, s)
+		return time.Time{}, 0, false, invalid(field, "%s %q: must be an RFC 3339 timestamp with a zone (\"2026-01-02T15:04:05Z\") or a relative time (\"+PT5S\")", field, s)
 	}
-	return t, nil
+	return t, 0, false, nil
 }
 
 // validQueue is pronto.ValidQueueName: one rule for queue names in Go, the CLI and HTTP.
@@ -357,6 +368,9 @@ type enqueueRequest struct {
 	uniqueKeyDims []string
 	// path is where a workflow's job sits in its request ("steps[2]", "callbacks.on_success").
 	path string
+	// dueSet: scheduled_at (or delay_until) set the job's due time, as Opts.ScheduledAt or, for
+	// a relative time, Opts.Delay ("+PT0S" leaves both zero).
+	dueSet bool
 }
 
 // decodeJob reads and validates one OJS job envelope.
@@ -626,7 +640,7 @@ func optionSet(req *enqueueRequest, opts object, k string) bool {
 		v, ok := opts.get("priority")
 		return ok && !isNull(v)
 	case "scheduled_at":
-		return !o.ScheduledAt.IsZero()
+		return req.dueSet
 	case "expires_at":
 		return !o.ExpiresAt.IsZero()
 	case "retry":
@@ -665,7 +679,11 @@ func decodeMetaMap(raw json.RawMessage) (map[string]any, *apiError) {
 func applyOptions(req *enqueueRequest, opts object, now time.Time) *apiError {
 	o := &req.job.Opts
 	var e *apiError
-	var delayUntil time.Time
+	var (
+		delayUntil time.Time
+		delayFor   time.Duration
+		delayGiven bool
+	)
 	var optMeta, optMetadata map[string]json.RawMessage
 	for _, mb := range opts {
 		k, v := mb.key, mb.val
@@ -723,13 +741,15 @@ func applyOptions(req *enqueueRequest, opts object, now time.Time) *apiError {
 				req.ext.VisibilityMS = d.Milliseconds()
 			}
 		case "scheduled_at":
-			if o.ScheduledAt, e = wantTime(v, field, now); e != nil {
+			if o.ScheduledAt, o.Delay, _, e = wantDue(v, field); e != nil {
 				return e
 			}
+			req.dueSet = true
 		case "delay_until":
-			if delayUntil, e = wantTime(v, field, now); e != nil {
+			if delayUntil, delayFor, _, e = wantDue(v, field); e != nil {
 				return e
 			}
+			delayGiven = true
 		case "expires_at":
 			if o.ExpiresAt, e = wantTime(v, field, now); e != nil {
 				return e
@@ -791,8 +811,8 @@ func applyOptions(req *enqueueRequest, opts object, now time.Time) *apiError {
 			req.rateKeyFromQueue = spec.key == ""
 		}
 	}
-	if o.ScheduledAt.IsZero() && !delayUntil.IsZero() {
-		o.ScheduledAt = delayUntil
+	if !req.dueSet && delayGiven {
+		o.ScheduledAt, o.Delay, req.dueSet = delayUntil, delayFor, true
 	}
 	switch {
 	case optMeta != nil && optMetadata != nil:
