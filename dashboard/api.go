@@ -303,16 +303,34 @@ func (h *Handler) jobAction(w http.ResponseWriter, r *http.Request) {
 // maxBulk bounds one bulk action, whether by ids or by filter.
 const maxBulk = 10000
 
-// matching collects the ids of the jobs the filter matches (a jobs-list query string), at most
-// maxBulk, and whether there were more: capped is true only when a job past the cap matched.
-func (h *Handler) matching(ctx context.Context, filter string) ([]string, bool, error) {
+// maxMatchScan bounds the jobs one count or bulk action by filter reads, as the OJS admin API bounds
+// its filtered reads (adminScanLimit). The dead-letter filter (deadletter=1) keeps only some of the
+// discarded jobs it reads, so without the bound a store full of other discarded jobs was read whole.
+// It leaves a page of room past maxBulk (what a filter every job matches read before), so a few jobs
+// outside the dead letter queue do not turn "more than maxBulk" into "at least maxBulk".
+const maxMatchScan = maxBulk + 1000
+
+// matched is what a filter matched: at most maxBulk ids; capped when a job past them matched too;
+// partial when the read stopped at maxMatchScan jobs with more to read, so more may match ("at
+// least" len(ids)); read is how many jobs were read.
+type matched struct {
+	ids     []string
+	capped  bool
+	partial bool
+	read    int
+}
+
+// matching collects the ids of the jobs the filter matches (a jobs-list query string), reading at
+// most maxMatchScan jobs (see matched).
+func (h *Handler) matching(ctx context.Context, filter string) (matched, error) {
+	var m matched
 	q, err := parseQuery(filter)
 	if err != nil {
-		return nil, false, fmt.Errorf("%w: %v", pronto.ErrInvalidArgs, err)
+		return m, fmt.Errorf("%w: %v", pronto.ErrInvalidArgs, err)
 	}
 	p, err := jobParams(q)
 	if err != nil {
-		return nil, false, fmt.Errorf("%w: %v", pronto.ErrInvalidArgs, err)
+		return m, fmt.Errorf("%w: %v", pronto.ErrInvalidArgs, err)
 	}
 	// deadletter=1: of the discarded jobs, those in the dead letter queue (internal/deadletter), as
 	// the dead-letter view lists them.
@@ -320,45 +338,58 @@ func (h *Handler) matching(ctx context.Context, filter string) ([]string, bool, 
 	if onlyDead {
 		p.States = []pronto.State{pronto.StateDiscarded}
 	}
-	p.Limit, p.Cursor = 1000, ""
-	var ids []string
+	p.Cursor = ""
 	for {
+		p.Limit = min(1000, maxMatchScan-m.read)
 		res, err := h.cfg.Client.JobList(ctx, p)
 		if err != nil {
-			return nil, false, err
+			return matched{}, err
 		}
+		m.read += len(res.Jobs)
 		for _, j := range res.Jobs {
 			if onlyDead && !deadletter.Is(j) {
 				continue
 			}
-			if len(ids) == maxBulk {
-				return ids, true, nil
+			if len(m.ids) == maxBulk {
+				m.capped = true
+				return m, nil
 			}
-			ids = append(ids, j.ID)
+			m.ids = append(m.ids, j.ID)
 		}
 		if res.Next == "" {
-			return ids, false, nil
+			return m, nil
+		}
+		if m.read >= maxMatchScan {
+			m.partial = true
+			return m, nil
 		}
 		p.Cursor = res.Next
 	}
 }
 
 // GET /api/count?<jobs filter>[&deadletter=1]: how many jobs a bulk action on the filter would act on (at most
-// maxBulk; capped says there are more), for the confirmation.
+// maxBulk; capped says there are more), for the confirmation; partial says the count stopped after
+// reading scan_max jobs, so it is "at least" count.
 func (h *Handler) countJobs(w http.ResponseWriter, r *http.Request) {
-	ids, capped, err := h.matching(r.Context(), r.URL.RawQuery)
+	m, err := h.matching(r.Context(), r.URL.RawQuery)
 	if err != nil {
 		h.clientError(w, err)
 		return
 	}
 	// The ids too: a bulk action on "everything the filter matches" acts on exactly the jobs the
 	// operator confirmed, not on what the filter matches by the time the action arrives.
-	writeJSON(w, http.StatusOK, map[string]any{"count": len(ids), "capped": capped, "max": maxBulk, "ids": ids})
+	ids := m.ids
+	if ids == nil {
+		ids = []string{}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"count": len(ids), "capped": m.capped, "partial": m.partial,
+		"read": m.read, "scan_max": maxMatchScan, "max": maxBulk, "ids": ids})
 }
 
 // POST /api/bulk {"action": "retry"|"cancel"|"delete", "ids": [...]} or {"action":..., "filter": "state=..&queue=.."}:
 // at most maxBulk jobs. A longer list is refused whole rather than cut, so the answer always covers
-// every job asked for; a filter matching more acts on the first maxBulk and says "capped". It stops
+// every job asked for; a filter matching more acts on the first maxBulk and says "capped", and one
+// whose read stopped at maxMatchScan jobs acts on those it found and says "partial". It stops
 // at the first job the store cannot serve (see runBulk for a lock or statement timeout): 503 if
 // nothing was done, else "stopped" and "not_attempted" beside what was.
 func (h *Handler) bulk(w http.ResponseWriter, r *http.Request) {
@@ -385,18 +416,22 @@ func (h *Handler) bulk(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, fmt.Sprintf("unknown bulk action %q: use retry, cancel or delete", req.Action))
 		return
 	}
-	ids, capped := req.IDs, false
+	ids, capped, partial := req.IDs, false, false
 	if req.Filter != nil {
 		// Everything the filter matches, collected first so the action does not chase its own changes.
-		more, c, err := h.matching(r.Context(), *req.Filter)
+		m, err := h.matching(r.Context(), *req.Filter)
 		if err != nil {
 			h.clientError(w, err)
 			return
 		}
-		ids, capped = append(ids, more...), c
+		ids, capped, partial = append(ids, m.ids...), m.capped, m.partial
 	}
 	if len(ids) == 0 {
-		writeError(w, http.StatusBadRequest, "no jobs selected")
+		msg := "no jobs selected"
+		if partial {
+			msg = fmt.Sprintf("no job matched among the first %d jobs read: narrow the filter", maxMatchScan)
+		}
+		writeError(w, http.StatusBadRequest, msg)
 		return
 	}
 	if len(ids) > maxBulk {
@@ -418,7 +453,7 @@ func (h *Handler) bulk(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.hub.poke()
-	resp := map[string]any{"done": ok, "failed": failed, "capped": capped}
+	resp := map[string]any{"done": ok, "failed": failed, "capped": capped, "partial": partial}
 	if stopped != nil {
 		// Part done: say so, and how many were not attempted, rather than fail the whole request.
 		h.log.Warn("dashboard: bulk action stopped midway", "action", req.Action, "err", stopped)

@@ -114,6 +114,13 @@ function bulkToast(action, r) {
   if (r.stopped) msg += ", " + r.not_attempted + " not attempted (" + r.stopped + ")";
   toast(msg, r.failed.length > 0 || !!r.stopped);
 }
+// countText says how many jobs a GET /api/count answer holds: all that match, the first max of
+// more, or those found before the server stopped reading (it reads at most scan_max jobs).
+function countText(c) {
+  if (c.capped) return "the first " + c.count + " (of more)";
+  if (c.partial) return "the " + c.count + " found among the first " + c.read + " read (more may match)";
+  return "all " + c.count;
+}
 function actBtn(label, fn, cls) {
   if (READ_ONLY) return null;
   return el("button", { class: "act " + (cls || ""), onclick: async (ev) => {
@@ -453,7 +460,7 @@ async function jobs(view, _, params) {
   const selected = new Set();
   let allMatching = false, matched = null, page = [];
   // matchText says how many jobs "everything the filter matches" is, as counted when selected.
-  const matchText = () => matched.capped ? "the first " + matched.count + " (of more)" : "all " + matched.count;
+  const matchText = () => countText(matched);
   const bulk = async (action) => {
     const n = allMatching ? matched.count : selected.size;
     const what = allMatching ? matchText() + " job" + (n === 1 ? "" : "s") + " matching the filter" : n + " job" + (n === 1 ? "" : "s");
@@ -852,7 +859,8 @@ async function deadletter(view, _, params) {
         load();
       }), r.next || cursor ? actBtn("Replay every dead-letter job", async () => {
         const c = await api("/api/count?deadletter=1");
-        if (!confirm("Replay " + (c.capped ? "the first " + c.count + " (of more)" : "all " + c.count) + " dead-letter jobs?")) return;
+        if (c.count === 0) { toast("no dead-letter job among the first " + c.read + " discarded jobs read: replay them page by page", true); return; }
+        if (!confirm("Replay " + countText(c) + " dead-letter jobs?")) return;
         const x = await post("/api/bulk", { action: "retry", ids: c.ids });
         bulkToast("replay", x);
         load();
