@@ -24,6 +24,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/pronto-jobs/pronto"
@@ -55,14 +56,22 @@ type Config struct {
 	// counts a stream silent for several intervals as lost, as when the server's host vanishes
 	// without closing the connection, and reconnects.
 	PingInterval time.Duration
+	// MaxStreams bounds the live-update event streams (GET /api/events) open at once (default
+	// DefaultMaxStreams): each holds a connection and a goroutine, so a script opening streams
+	// cannot exhaust them. One more answers 503 with Retry-After; the page retries by itself.
+	MaxStreams int
 }
+
+// DefaultMaxStreams is Config.MaxStreams unless set, as the OJS API bounds its progress streams.
+const DefaultMaxStreams = 1000
 
 // Handler serves the dashboard. Create it with New; stop its live-update hub with Close.
 type Handler struct {
 	cfg    Config
 	secret []byte // signs the session and CSRF tokens
 
-	revoked revocations // logged-out sessions
+	revoked revocations  // logged-out sessions
+	streams atomic.Int64 // event streams open now, at most cfg.MaxStreams
 	mux     *http.ServeMux
 	page    *template.Template
 	login   *template.Template
@@ -80,6 +89,9 @@ func New(cfg Config) (*Handler, error) {
 	}
 	if cfg.PingInterval <= 0 {
 		cfg.PingInterval = defaultPingInterval
+	}
+	if cfg.MaxStreams <= 0 {
+		cfg.MaxStreams = DefaultMaxStreams
 	}
 	log := cfg.Logger
 	if log == nil {

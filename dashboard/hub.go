@@ -393,6 +393,10 @@ const pingMisses = 3
 // a page that reconnects must hold one stream, not pile them up.
 var streamsOpen, streamsStarted atomic.Int64
 
+// streamsFullRetryAfter is the Retry-After (seconds) of an event stream refused because
+// Config.MaxStreams are open.
+const streamsFullRetryAfter = "5"
+
 // GET /api/events: a server-sent event stream of updates, one per tick.
 func (h *Handler) events(w http.ResponseWriter, r *http.Request) {
 	fl, ok := w.(http.Flusher)
@@ -400,6 +404,14 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusInternalServerError, "streaming unsupported")
 		return
 	}
+	// Counted before anything is held, so a refused stream costs nothing but its answer.
+	if h.streams.Add(1) > int64(h.cfg.MaxStreams) {
+		h.streams.Add(-1)
+		w.Header().Set("Retry-After", streamsFullRetryAfter)
+		writeError(w, http.StatusServiceUnavailable, fmt.Sprintf("too many live-update streams open (at most %d): try again later", h.cfg.MaxStreams))
+		return
+	}
+	defer h.streams.Add(-1)
 	ch, ok := h.hub.subscribe()
 	if !ok {
 		writeError(w, http.StatusServiceUnavailable, "the dashboard is shutting down")
