@@ -60,6 +60,11 @@ type Config struct {
 	// DefaultMaxStreams): each holds a connection and a goroutine, so a script opening streams
 	// cannot exhaust them. One more answers 503 with Retry-After; the page retries by itself.
 	MaxStreams int
+	// TrustForwardedProto says a TLS-terminating proxy in front of the dashboard sets
+	// X-Forwarded-Proto and strips any the browser sent: the session cookie is then Secure when it
+	// says "https", as it is when the dashboard serves TLS itself. Without it the header is
+	// ignored, as anyone can send it, and behind such a proxy the cookie is not Secure.
+	TrustForwardedProto bool
 }
 
 // DefaultMaxStreams is Config.MaxStreams unless set, as the OJS API bounds its progress streams.
@@ -305,10 +310,23 @@ func (h *Handler) doLogin(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	http.SetCookie(w, &http.Cookie{
-		Name: CookieName, Value: v, Path: "/", HttpOnly: true, Secure: r.TLS != nil,
+		Name: CookieName, Value: v, Path: "/", HttpOnly: true, Secure: h.secure(r),
 		SameSite: http.SameSiteStrictMode, MaxAge: int(SessionTTL / time.Second),
 	})
 	http.Redirect(w, r, "/", http.StatusSeeOther)
+}
+
+// secure reports whether the browser reached r over TLS: served here, or, when the operator trusts
+// the proxy (Config.TrustForwardedProto), the first X-Forwarded-Proto hop says https.
+func (h *Handler) secure(r *http.Request) bool {
+	if r.TLS != nil {
+		return true
+	}
+	if !h.cfg.TrustForwardedProto {
+		return false
+	}
+	first, _, _ := strings.Cut(r.Header.Get("X-Forwarded-Proto"), ",")
+	return strings.EqualFold(strings.TrimSpace(first), "https")
 }
 
 func (h *Handler) doLogout(w http.ResponseWriter, r *http.Request) {
@@ -322,7 +340,7 @@ func (h *Handler) doLogout(w http.ResponseWriter, r *http.Request) {
 			h.log.Error("pronto dashboard: cannot record the logout in the store", "err", err)
 		}
 	}
-	http.SetCookie(w, &http.Cookie{Name: CookieName, Value: "", Path: "/", HttpOnly: true, Secure: r.TLS != nil,
+	http.SetCookie(w, &http.Cookie{Name: CookieName, Value: "", Path: "/", HttpOnly: true, Secure: h.secure(r),
 		SameSite: http.SameSiteStrictMode, MaxAge: -1})
 	http.Redirect(w, r, "/", http.StatusSeeOther)
 }
