@@ -61,7 +61,7 @@ func cmdServe(ctx context.Context, r *runner, args []string) error {
 	tenantLabels := fs.Bool("metrics-tenant-labels", false, "add per-tenant series (label tenant_id) to /metrics: one series per tenant and queue, so off by default")
 	pprofOn := fs.Bool("pprof", false, "serve Go's profiler at /debug/pprof/ (behind the API key): for diagnosis, not left on")
 	uiReadOnly := fs.Bool("ui-read-only", false, "serve the web dashboard at / without actions that change state")
-	uiMaxStreams := fs.Int("ui-max-streams", dashboard.DefaultMaxStreams, "most dashboard live-update streams open at once; more are refused 503 with Retry-After")
+	uiMaxStreams := fs.Int("ui-max-streams", dashboard.DefaultMaxStreams, "at most `N` dashboard live-update streams open at once; more are refused 503 with Retry-After")
 	uiTrustProto := fs.Bool("ui-trust-forwarded-proto", false, "the proxy in front terminates TLS and sets X-Forwarded-Proto: the dashboard's session cookie is Secure when it says https")
 	removeCompleted := fs.Bool("remove-completed", false, "delete each job as its worker acknowledges it (ack), instead of keeping it completed until retention cleanup: GET of the job then answers 404 (pronto.Config.RemoveCompleted; workflow jobs and unique jobs holding their key while completed are kept)")
 	stallAfter := fs.duration("progress-stall-timeout", 0, "emit progress.stalled for a running job that reported progress and then nothing for `DURATION` (0: off)")
