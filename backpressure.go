@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/pronto-jobs/pronto/store"
@@ -74,6 +75,9 @@ type backpressure struct {
 	// flights holds what each insert in flight counted, by queue, under its first job: the paths
 	// that end an insert pass its jobs, not always its depthAdmission (see landDepths).
 	flights map[*store.InsertParams]map[string]int
+	// flying is len(flights), read without mu: an insert into no bounded queue (none in flight)
+	// lands without taking mu.
+	flying atomic.Int64
 	// depthEvery, when positive, replaces the package's depthEvery (tests only).
 	depthEvery time.Duration
 }
@@ -170,6 +174,7 @@ func (c *Client) checkBounds(ctx context.Context, ps []*store.InsertParams, held
 	if flight == nil {
 		flight = make(map[string]int, len(adding))
 		bp.flights[ps[0]] = flight
+		bp.flying.Add(1)
 	}
 	for q, n := range adding {
 		flight[q] += n
@@ -189,6 +194,9 @@ func (c *Client) landDepths(ps []*store.InsertParams) {
 		return
 	}
 	bp := &c.bp
+	if bp.flying.Load() == 0 { // this insert's own flight, if any, was counted by its goroutine
+		return
+	}
 	bp.mu.Lock()
 	defer bp.mu.Unlock()
 	adding, ok := bp.flights[ps[0]]
@@ -196,6 +204,7 @@ func (c *Client) landDepths(ps []*store.InsertParams) {
 		return
 	}
 	delete(bp.flights, ps[0])
+	bp.flying.Add(-1)
 	for q, n := range adding {
 		if bp.inflight[q] -= int64(n); bp.inflight[q] <= 0 {
 			delete(bp.inflight, q)

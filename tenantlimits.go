@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/pronto-jobs/pronto/store"
@@ -119,6 +120,9 @@ type tenantGate struct {
 	// what each such insert counted, under its first job (as backpressure's, see landTenants).
 	inflight map[string]*tenantAdding
 	flights  map[*store.InsertParams]map[string]*tenantAdding
+	// flying is len(flights), read without mu: an insert of no limited tenant (none in flight)
+	// lands without taking mu.
+	flying atomic.Int64
 }
 
 func (g *tenantGate) recountEvery() time.Duration {
@@ -239,6 +243,9 @@ func (c *Client) landTenants(ps []*store.InsertParams) {
 		return
 	}
 	g := &c.tg
+	if g.flying.Load() == 0 { // this insert's own flight, if any, was counted by its goroutine
+		return
+	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	flight, ok := g.flights[ps[0]]
@@ -246,6 +253,7 @@ func (c *Client) landTenants(ps []*store.InsertParams) {
 		return
 	}
 	delete(g.flights, ps[0])
+	g.flying.Add(-1)
 	for t, a := range flight {
 		in := g.inflight[t]
 		if in == nil {
@@ -457,6 +465,7 @@ func (c *Client) checkTenantLimits(ctx context.Context, ps []*store.InsertParams
 	if flight == nil {
 		flight = make(map[string]*tenantAdding, len(order))
 		g.flights[ps[0]] = flight
+		g.flying.Add(1)
 	}
 	for _, t := range order {
 		tc, a := g.tenants[t], add[t]
