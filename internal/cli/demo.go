@@ -122,11 +122,16 @@ func demoWorkers() *pronto.Workers {
 		}
 		return nil
 	}))
+	// The scripted panic and snooze happen at a job's first run here, not at its Attempt 1: a job
+	// claimed ahead of a free worker and given back unstarted keeps its count (a refund), so its
+	// first run can be Attempt 2.
+	var ran sync.Map
+	firstRun := func(id string) bool { _, again := ran.LoadOrStore(id, true); return !again }
 	pronto.AddWorker(ws, pronto.WorkFunc(func(ctx context.Context, j *pronto.Job[demoImage]) error {
 		if err := sleepRand(ctx, 80*time.Millisecond, 250*time.Millisecond); err != nil {
 			return err
 		}
-		if j.Args.Corrupt && j.Attempt == 1 {
+		if j.Args.Corrupt && firstRun(j.ID) {
 			var header []byte
 			_ = header[4] // a decoder bug on a truncated upload: index out of range
 		}
@@ -136,7 +141,7 @@ func demoWorkers() *pronto.Workers {
 		})
 	}))
 	pronto.AddWorker(ws, pronto.WorkFunc(func(ctx context.Context, j *pronto.Job[demoReport]) error {
-		if j.Args.WaitForUpstream && j.Attempt == 1 {
+		if j.Args.WaitForUpstream && firstRun(j.ID) {
 			return pronto.Snooze(time.Second) // upstream data not ready: look again in a second
 		}
 		if err := sleepRand(ctx, 250*time.Millisecond, 700*time.Millisecond); err != nil {
