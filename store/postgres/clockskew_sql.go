@@ -8,34 +8,24 @@ import (
 )
 
 // A completion's ScheduledAt (a retry's backoff, a snooze) is computed by the process that ran the
-// job, from its own clock: written as is, a process whose clock is an hour off would have its
-// retries run an hour early or late, judged by the database's now() that the claim compares it
-// with. sqlFinish therefore keeps the delay it stands for when the calling process's clock (its
-// time.Now(), sent as $10) is off the database's clock_timestamp() (the statement's own time, not
-// the start of an application's transaction it may run in, as CompletePgxTx's) by more than
-// clockTolerance: the job is then due ScheduledAt minus $10 after clock_timestamp(). Within the
-// tolerance ScheduledAt is written exactly as given, as the stores' shared tests require; beyond it
-// the database's clock decides the instant and the process's only the delay. The comparison also
-// sees the statement's latency (a pool wait, the completer's batching, a row lock up to 5 s), which
-// is no skew: with a 1 s tolerance a loaded machine had retries land a latency late (an OJS
-// conformance retry case failed under two CI runs at once), so the tolerance is 30 s, far above any
-// latency a finish survives and far below the skews worth correcting (an hour, a wrong zone).
+// job, from its own clock: written as is, a process whose clock is off would have its retries run
+// that much early or late, judged by the database's now() that the claim compares it with.
+// sqlFinish therefore moves it by $10, the database's clock minus this process's in microseconds
+// (finishShift: a cached offset measured by round trips, clockoffset.go), zero within a second.
+// The offset is measured apart from the statement, so the statement's latency (a pool wait, the
+// completer's batching, a row lock) does not shift the due time, as it did when the statement
+// compared the process's time it was sent with its own clock_timestamp().
 const (
 	finishDueAbsolute = `coalesce(u.scheduled_at, now())`
-	finishDueRelative = `coalesce(CASE WHEN clock_timestamp() - $10::timestamptz BETWEEN -` + clockTolerance + ` AND ` + clockTolerance + `
-			THEN u.scheduled_at ELSE clock_timestamp() + (u.scheduled_at - $10::timestamptz) END, now())`
-
-	// clockTolerance is how far a process's clock may be off the database's, as seen by a
-	// statement, before its due times are taken as delays (see finishDueRelative).
-	clockTolerance = `interval '30 seconds'`
+	finishDueRelative = `coalesce(u.scheduled_at + $10::bigint * interval '1 microsecond', now())`
 )
 
 // finishRelative reports whether sqlFinish holds finishDueAbsolute for finishStatement to
 // replace; TestFinishStatementRelative fails when it does not.
 var finishRelative = strings.Contains(sqlFinish, finishDueAbsolute)
 
-// finishStatement returns s's sqlFinish with the due time of a retry or snooze read against the
-// database's clock, and whether it takes the caller's time as its tenth argument.
+// finishStatement returns s's sqlFinish with the due time of a retry or snooze moved to the
+// database's clock, and whether it takes that shift (finishShift) as its tenth argument.
 func (s *Store) finishStatement() (string, bool) {
 	if !finishRelative {
 		return s.q.finish, false

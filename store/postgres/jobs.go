@@ -348,7 +348,7 @@ func (s *Store) Finish(ctx context.Context, completions []store.Completion) ([]s
 	}
 	finish, relative := s.finishStatement()
 	if relative {
-		args = append(args, s.processNow())
+		args = append(args, s.finishShift(ctx, s.pool, completions...))
 	}
 	b := &pgx.Batch{}
 	b.Queue(s.q.finishPlan)
@@ -636,7 +636,7 @@ func (s *Store) CompletePgxTx(ctx context.Context, tx pgx.Tx, c store.Completion
 	}
 	finish, relative := s.finishStatement()
 	if relative {
-		args = append(args, s.processNow())
+		args = append(args, s.finishShift(ctx, tx, c))
 	}
 	rows, err := tx.Query(ctx, finish, args...)
 	if err != nil {
