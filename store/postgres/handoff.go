@@ -80,7 +80,7 @@ type handoff struct {
 	// listening is set while the notifier listens on channel: advertisements are written only then.
 	listening atomic.Bool
 	// gen counts the times the listener stopped listening and the store closed: a claim that saw
-	// another at its start (waiter.gen) may have advertised after its withdrawal (afterClaim).
+	// another at its start (waiterGen) may have advertised after its withdrawal (afterClaim).
 	gen atomic.Uint64
 	// serveWithin is the package's serveWithin, per store so a test can lengthen it.
 	serveWithin time.Duration
@@ -135,8 +135,6 @@ type waiter struct {
 	buf handoffbuf.Buffer
 	// used is when a claim last went through this waiter (UnixNano).
 	used atomic.Int64
-	// gen is handoff.gen when a claim last went through this waiter (see afterClaim).
-	gen atomic.Uint64
 	// notified is set by a notification of the queue since the producer's last claim of its own.
 	notified atomic.Bool
 	// adFree is the free slots the producer's last claim of its own advertised, and handed the jobs
@@ -175,13 +173,22 @@ func randomHex(n int) string {
 // waiterFor returns the waiter of a producer's claim, or nil when the store does not hand off now
 // (off, closing, or its listener not listening).
 func (h *handoff) waiterFor(p *store.ClaimParams) *waiter {
+	w, _ := h.waiterGen(p)
+	return w
+}
+
+// waiterGen is waiterFor that also returns the generation (handoff.gen) the claim starts in, which
+// the claim hands to afterClaim. It is the claim's own: claims of one producer overlap (a
+// notification's and a poll's), and a waiter's latest claim may have begun after the listener
+// listened again while an earlier one, begun before it stopped, advertised after the withdrawal.
+func (h *handoff) waiterGen(p *store.ClaimParams) (*waiter, uint64) {
 	if h == nil {
-		return nil
+		return nil, 0
 	}
 	// Read before listening: a generation read while listening is the one the claim starts in.
 	gen := h.gen.Load()
 	if !h.listening.Load() {
-		return nil
+		return nil, 0
 	}
 	kinds := p.Kinds
 	if len(kinds) > 1 {
@@ -192,12 +199,11 @@ func (h *handoff) waiterFor(p *store.ClaimParams) *waiter {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closing {
-		return nil
+		return nil, 0
 	}
 	if w := h.waiters[key]; w != nil {
 		w.used.Store(now.UnixNano())
-		w.gen.Store(gen)
-		return w
+		return w, gen
 	}
 	// Producers are few and long-lived: forget those unused for a while when a new one comes.
 	for k, w := range h.waiters {
@@ -209,10 +215,9 @@ func (h *handoff) waiterFor(p *store.ClaimParams) *waiter {
 	w := &waiter{h: h, key: key, id: randomHex(8),
 		params: store.ClaimParams{Queue: p.Queue, Kinds: kinds, WorkerID: p.WorkerID, LeaseDuration: p.LeaseDuration}}
 	w.used.Store(now.UnixNano())
-	w.gen.Store(gen)
 	h.waiters[key] = w
 	h.byID[w.id] = w
-	return w
+	return w, gen
 }
 
 // claimArgs returns the claim statement advertising w and its arguments, for a claim of limit
@@ -484,13 +489,15 @@ func (h *handoff) withdrawAndGiveBack() bool {
 	return h.withdraw(ctx, h.ids()) == nil && h.giveBackLost(ctx) == nil
 }
 
-// afterClaim withdraws an advertisement a claim may have written after the listener stopped
-// listening (or the store closed) since the claim began: that withdrawal missed it, and a job
-// handed to it before the listener listened again was lost with its notification. Such a job is
-// given back now when the listener listens again already (listenerUp, which may have run first,
-// found nothing to do), or else before it does.
-func (h *handoff) afterClaim(ctx context.Context, w *waiter) {
-	if h.listening.Load() && h.gen.Load() == w.gen.Load() {
+// afterClaim withdraws an advertisement a claim through w, begun in generation gen (waiterGen),
+// may have written after the listener stopped listening (or the store closed) since the claim
+// began: that withdrawal missed it, and a job handed to it before the listener listened again was
+// lost with its notification. Such a job is given back now when the listener listens again already
+// (listenerUp, which may have run first, found nothing to do), or else before it does. It runs
+// after every claim statement that may have advertised, a failed one's too: the statement may have
+// committed before the error (a row not read, the connection lost with the answer in flight).
+func (h *handoff) afterClaim(ctx context.Context, w *waiter, gen uint64) {
+	if h.listening.Load() && h.gen.Load() == gen {
 		return
 	}
 	h.unsure.Store(true)

@@ -194,7 +194,7 @@ func TestHandoffGiveBackAfterLateClaim(t *testing.T) {
 	stop()
 	// As if the listener stopped listening while the claim ran: the claim's advertisement goes.
 	a.handoff.listening.Store(false)
-	a.handoff.afterClaim(ctx, w)
+	a.handoff.afterClaim(ctx, w, a.handoff.gen.Load())
 	a.handoff.listenerUp()
 	requireGivenBack(t, b, in.ID, 1)
 }

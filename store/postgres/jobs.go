@@ -52,9 +52,10 @@ func (s *Store) claim(ctx context.Context, p store.ClaimParams) ([]*store.Job, e
 		return nil, nil
 	}
 	var w *waiter
+	var gen uint64
 	var handed []*store.Job
 	if len(p.WorkerIDs) == 0 && producer.InLoop(ctx) {
-		if w = s.handoff.waiterFor(&p); w != nil {
+		if w, gen = s.handoff.waiterGen(&p); w != nil {
 			// Jobs handed to this producer by inserts (handoff.go): no round trip.
 			handed = w.take(p.Limit)
 			// A queue notification since the last claim may announce jobs no hand-off took (an
@@ -69,7 +70,7 @@ func (s *Store) claim(ctx context.Context, p store.ClaimParams) ([]*store.Job, e
 		}
 	}
 	if len(handed) > 0 {
-		jobs, err := s.claimPlain(ctx, p, w)
+		jobs, err := s.claimPlain(ctx, p, w, gen)
 		if err != nil {
 			// The handed jobs are claimed already: run them; the producer's poll claims again.
 			s.log.Warn("pronto: claim after a hand-off", "schema", s.schema, "queue", p.Queue, "error", err)
@@ -77,11 +78,12 @@ func (s *Store) claim(ctx context.Context, p store.ClaimParams) ([]*store.Job, e
 		}
 		return append(handed, jobs...), nil
 	}
-	return s.claimPlain(ctx, p, w)
+	return s.claimPlain(ctx, p, w, gen)
 }
 
-// claimPlain claims as Claim describes, advertising w's producer when w is not nil.
-func (s *Store) claimPlain(ctx context.Context, p store.ClaimParams, w *waiter) ([]*store.Job, error) {
+// claimPlain claims as Claim describes, advertising w's producer when w is not nil (the claim
+// begun in generation gen, see waiterGen).
+func (s *Store) claimPlain(ctx context.Context, p store.ClaimParams, w *waiter, gen uint64) ([]*store.Job, error) {
 	if w != nil {
 		w.notified.Store(false)
 	}
@@ -116,9 +118,12 @@ func (s *Store) claimPlain(ctx context.Context, p store.ClaimParams, w *waiter) 
 	if cerr := br.Close(); err == nil {
 		err = cerr
 	}
-	if w != nil && err == nil {
-		w.advertised(max(p.Limit-len(jobs), 0))
-		s.handoff.afterClaim(ctx, w)
+	if w != nil {
+		if err == nil {
+			w.advertised(max(p.Limit-len(jobs), 0))
+		}
+		// A failed claim may have advertised too: its statement can commit before the error.
+		s.handoff.afterClaim(ctx, w, gen)
 	}
 	if err == nil && mode == "fair" {
 		// Claimed in turns across tenants: returned in the order of the turns.
