@@ -57,7 +57,10 @@ import (
 //     handed to it before are rescued when their leases end. A process that hangs (stopped, its
 //     connections open) is handed jobs until its advertisements lapse, adTTL after its last
 //     claim; an idle producer claims, and so advertises again, at every poll. Only the process
-//     knows which handed jobs it received, so these are rescued as before, the attempt counted.
+//     knows which handed jobs it received, so these are rescued as before, the attempt counted;
+//   - a give-back fails (the database unreachable, the statement cancelled): it is tried again
+//     after a pause, doubled up to retryMax, until it goes through or the store closes
+//     (retryGiveBack), the listener up or not.
 const (
 	// quietFor is how long single inserts into a queue skip the hand-off after one found nobody
 	// waiting: the hand-off's insert costs about 0.2 ms more than a plain one (the producer checks),
@@ -68,6 +71,11 @@ const (
 	serveWithin  = 100 * time.Millisecond
 	// releaseTimeout bounds returning unserved jobs and withdrawing advertisements.
 	releaseTimeout = 5 * time.Second
+	// retryFirst and retryMax are the first and the longest pause before a failed give-back is
+	// tried again (retryGiveBack): well within a hand-off's lease, so the job goes back unstarted
+	// rather than to the rescue, which counts the attempt.
+	retryFirst = 100 * time.Millisecond
+	retryMax   = 5 * time.Second
 	// settledMargin is how long past a hand-off's lease the store remembers that it received (or
 	// gave back) the job: the lease is reckoned by the database's clock, which may run ahead.
 	settledMargin = time.Minute
@@ -120,9 +128,14 @@ type handoff struct {
 	settled     map[string]int64
 	settledNext int // prune settled when it grows to this many
 	// failed are the jobs giveBackLost settled whose return failed (the database unreachable, the
-	// statement cancelled): settled, no one else gives them back, so the next giveBackLost tries
-	// again. A second return of a job returned after all is fenced by its claim token.
+	// statement cancelled), and those whose return expire or deliver tried: settled, no one else
+	// gives them back, so the next giveBackLost tries again. A second return of a job returned after
+	// all is fenced by its claim token.
 	failed []*store.Job
+	// retrying is set while retryGiveBack's loop runs.
+	retrying bool
+	// closed is closed by close: a retry loop ends.
+	closed chan struct{}
 }
 
 // waiter is one producer's advertisement and the jobs handed to it, not yet taken.
@@ -151,8 +164,8 @@ type waiter struct {
 func newHandoff(s *Store) *handoff {
 	s.q.insertHanded = s.expand.Replace(sqlInsertHandedTagged)
 	return &handoff{s: s, channel: "pronto_h_" + randomHex(12), serveWithin: serveWithin, quietFor: quietFor,
-		unserved: s.expand.Replace(sqlHandedUnserved),
-		waiters:  make(map[string]*waiter), byID: make(map[string]*waiter), settled: make(map[string]int64)}
+		unserved: s.expand.Replace(sqlHandedUnserved), closed: make(chan struct{}),
+		waiters: make(map[string]*waiter), byID: make(map[string]*waiter), settled: make(map[string]int64)}
 }
 
 // tokenWaiter returns the id of the waiter a handed job's claim token names (its first 16 hex
@@ -307,7 +320,9 @@ func (w *waiter) expire() {
 	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 	defer cancel()
 	_ = w.h.withdraw(ctx, []string{w.id})
-	w.h.s.release(ctx, stale)
+	if w.h.s.release(ctx, stale) != nil {
+		w.h.retryGiveBack(stale)
+	}
 }
 
 // withdraw deletes the advertisements ids. Once it returns nil no job is handed to them any more:
@@ -421,6 +436,49 @@ func (h *handoff) findLost(ctx context.Context, ids []string, leases []int64, lo
 	return lost, rows.Err()
 }
 
+// retryGiveBack has jobs (settled, their return failed) and the jobs handed and not received
+// given back by giveBackLost, tried again after a pause (doubled up to retryMax at each failure)
+// until it goes through or the store closes. The listener may stay up all along, so nothing else
+// would try again before the jobs' leases ended and the rescue counted the attempts of jobs that
+// never ran. One loop runs at a time; a failure meanwhile adds its jobs to it.
+func (h *handoff) retryGiveBack(jobs []*store.Job) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.failed = append(h.failed, jobs...)
+	if h.retrying || h.closing {
+		return
+	}
+	h.retrying = true
+	go h.retryLoop()
+}
+
+func (h *handoff) retryLoop() {
+	pause := retryFirst
+	for {
+		t := time.NewTimer(pause)
+		select {
+		case <-h.closed:
+			t.Stop()
+			h.mu.Lock()
+			h.retrying = false
+			h.mu.Unlock()
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+		err := h.giveBackLost(ctx)
+		cancel()
+		h.mu.Lock()
+		if err == nil && len(h.failed) == 0 {
+			h.retrying = false
+			h.mu.Unlock()
+			return
+		}
+		h.mu.Unlock()
+		pause = min(2*pause, retryMax)
+	}
+}
+
 // ids returns the ids of every waiter.
 func (h *handoff) ids() []string {
 	h.mu.Lock()
@@ -465,10 +523,16 @@ func (h *handoff) listenerUp() {
 	if h == nil {
 		return
 	}
+	failed := false
 	if h.unsure.Load() {
-		h.unsure.Store(!h.withdrawAndGiveBack())
+		failed = !h.withdrawAndGiveBack()
+		h.unsure.Store(failed)
 	}
 	h.listening.Store(true)
+	if failed {
+		// Listening now, nothing else would try again before the next reconnect.
+		h.retryGiveBack(nil)
+	}
 }
 
 func (h *handoff) listenerDown() {
@@ -511,8 +575,8 @@ func (h *handoff) afterClaim(ctx context.Context, w *waiter, gen uint64) {
 	h.mu.Lock()
 	closing := h.closing
 	h.mu.Unlock()
-	if h.listening.Load() || closing {
-		_ = h.giveBackLost(ctx)
+	if (h.listening.Load() || closing) && h.giveBackLost(ctx) != nil && !closing {
+		h.retryGiveBack(nil)
 	}
 }
 
@@ -523,6 +587,9 @@ func (h *handoff) close() {
 		return
 	}
 	h.mu.Lock()
+	if !h.closing {
+		close(h.closed) // a retry loop ends; this close tries once more
+	}
 	h.closing = true
 	h.gen.Add(1) // a claim running advertised perhaps after the withdrawal below (afterClaim)
 	ws := make([]*waiter, 0, len(h.waiters))
@@ -579,7 +646,9 @@ func (h *handoff) deliver(id string, j *store.Job) {
 	if w == nil || closing {
 		ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 		defer cancel()
-		h.s.release(ctx, []*store.Job{j})
+		if h.s.release(ctx, []*store.Job{j}) != nil {
+			h.retryGiveBack([]*store.Job{j})
+		}
 		return
 	}
 	w.keep(j)
@@ -607,6 +676,7 @@ func (h *handoff) fetch(id string, ref *store.Job) {
 		defer cancel()
 		if h.giveBackLost(retryCtx) != nil {
 			h.unsure.Store(true) // tried again before the listener next listens
+			h.retryGiveBack(nil) // and meanwhile, the listener up
 		}
 		return
 	}
