@@ -121,6 +121,9 @@ func (c *Client) JobCancel(ctx context.Context, id string) (*JobRow, error) {
 	if err := checkID(id); err != nil {
 		return nil, err
 	}
+	if err := c.haltRefusal(ctx, fmt.Sprintf("cancel of job %s", id)); err != nil {
+		return nil, err
+	}
 	prev, _ := c.store.GetJob(ctx, id)
 	if prev != nil && prev.State == store.StateActive {
 		// A report an OJS worker sent through this server in the last second is written while its
@@ -198,6 +201,9 @@ func (c *Client) JobRetry(ctx context.Context, id string) (*JobRow, error) {
 	if err := checkID(id); err != nil {
 		return nil, err
 	}
+	if err := c.haltRefusal(ctx, fmt.Sprintf("retry of job %s", id)); err != nil {
+		return nil, err
+	}
 	var from State
 	if c.events.wants(EventRetried) {
 		if prev, err := c.store.GetJob(ctx, id); err == nil {
@@ -217,6 +223,9 @@ func (c *Client) JobActivate(ctx context.Context, id string) (*JobRow, error) {
 	if err := checkID(id); err != nil {
 		return nil, err
 	}
+	if err := c.haltRefusal(ctx, fmt.Sprintf("activation of job %s", id)); err != nil {
+		return nil, err
+	}
 	j, err := c.store.ActivateJob(ctx, id)
 	if err != nil {
 		return nil, wrapOp(fmt.Sprintf("activate job %s", id), err)
@@ -229,6 +238,9 @@ func (c *Client) JobActivate(ctx context.Context, id string) (*JobRow, error) {
 // matching ErrInvalidTransition (a pending job is released with JobActivate).
 func (c *Client) JobRunNow(ctx context.Context, id string) (*JobRow, error) {
 	if err := checkID(id); err != nil {
+		return nil, err
+	}
+	if err := c.haltRefusal(ctx, fmt.Sprintf("run now of job %s", id)); err != nil {
 		return nil, err
 	}
 	j, err := c.store.RunJobNow(ctx, id)
@@ -244,6 +256,9 @@ func (c *Client) JobRunNow(ctx context.Context, id string) (*JobRow, error) {
 // and reads their results. Cancel the workflow, or the waiting job, first.
 func (c *Client) JobDelete(ctx context.Context, id string) (*JobRow, error) {
 	if err := checkID(id); err != nil {
+		return nil, err
+	}
+	if err := c.haltRefusal(ctx, fmt.Sprintf("delete of job %s", id)); err != nil {
 		return nil, err
 	}
 	j, err := c.store.DeleteJob(ctx, id)
@@ -274,6 +289,9 @@ func (c *Client) QueuePause(ctx context.Context, queue string) error {
 	if !ValidQueueName(queue) {
 		return invalidf("queue name %q: must be %s", queue, QueueNameRule)
 	}
+	if err := c.haltRefusal(ctx, fmt.Sprintf("pause of queue %q", queue)); err != nil {
+		return err
+	}
 	if err := c.store.PauseQueue(ctx, queue); err != nil {
 		return wrapOp(fmt.Sprintf("pause queue %q", queue), err)
 	}
@@ -287,6 +305,9 @@ func (c *Client) QueuePause(ctx context.Context, queue string) error {
 func (c *Client) QueueResume(ctx context.Context, queue string) error {
 	if !ValidQueueName(queue) {
 		return invalidf("queue name %q: must be %s", queue, QueueNameRule)
+	}
+	if err := c.haltRefusal(ctx, fmt.Sprintf("resume of queue %q", queue)); err != nil {
+		return err
 	}
 	if err := c.store.ResumeQueue(ctx, queue); err != nil {
 		return wrapOp(fmt.Sprintf("resume queue %q", queue), err)

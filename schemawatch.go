@@ -37,6 +37,12 @@ type schemaWatch struct {
 	// wait for the claims already under way: after it, none runs.
 	fetching sync.RWMutex
 
+	// watching is set while watchSchema runs: unwatchedCheck leaves the watch to it.
+	watching atomic.Bool
+	// nextCheck is when (UnixNano) a client whose watch does not run next reads the newer
+	// migrations itself, at its next write (unwatchedCheck).
+	nextCheck atomic.Int64
+
 	mu  sync.Mutex
 	err error // set once: why the client stopped claiming
 }
@@ -55,14 +61,16 @@ func (h *schemaHalt) refused(what string) error {
 		what, store.ErrSchemaTooNew, h.names)
 }
 
-// SchemaIncompatible returns, once this started client has stopped because migrations not marked
+// SchemaIncompatible returns, once this client has stopped because migrations not marked
 // compatible with older binaries were applied to the schema while it ran, the error naming them
 // (it matches store.ErrSchemaTooNew); nil otherwise. Such a client claims no more jobs, for its own
 // workers or remote ones (RemoteFetch), refuses inserts (Insert, InsertMany, InsertTx and the rest,
-// cron's included), runs no maintenance and has resigned its leadership, so that a newer client
-// can lead; it lets the jobs it was running finish, their heartbeats and outcomes still written, and
-// reports Started false in Stats. Stop it, and run the newer release (or roll the migrations back
-// with it).
+// cron's included) and admin writes (JobCancel, JobRetry, QueuePause and the rest), runs no
+// maintenance and has resigned its leadership, so that a newer client can lead; it lets the jobs it
+// was running finish, their heartbeats and outcomes still written, and reports Started false in
+// Stats. Stop it, and run the newer release (or roll the migrations back with it). A started
+// client finds the migrations within schemaWatchInterval; one that never started (insert-only)
+// looks at its writes, at most once per schemaWatchInterval (unwatchedCheck).
 func (c *Client) SchemaIncompatible() error {
 	c.schemaWatch.mu.Lock()
 	defer c.schemaWatch.mu.Unlock()
@@ -81,6 +89,77 @@ func (c *Client) remoteClaim(ctx context.Context, p store.ClaimParams) ([]*store
 	return c.claim(ctx, p)
 }
 
+// haltRefusal returns the halt's refusal of the write what ("cancel of job x") once the client
+// halted for incompatible migrations, and nil before: an older binary must not write in the newer
+// schema, an admin write no more than an insert. A client whose watch does not run reads the
+// migrations here first (unwatchedCheck).
+func (c *Client) haltRefusal(ctx context.Context, what string) error {
+	if h := c.schemaWatch.halt.Load(); h != nil {
+		return h.refused(what)
+	}
+	c.unwatchedCheck(ctx)
+	if h := c.schemaWatch.halt.Load(); h != nil {
+		return h.refused(what)
+	}
+	return nil
+}
+
+// unwatchedCheck reads the schema's newer migrations for a client whose watch does not run (one
+// never started: an insert-only client), at most once per schemaWatchInterval, and halts it when
+// it finds ones not marked compatible. The write that comes due reads, in its own round trip; the
+// others meanwhile go on, as they would while a started client's watch waits for its tick. A
+// failed read is left for the next interval: the write meets the same outage and says so.
+func (c *Client) unwatchedCheck(ctx context.Context) {
+	if c.schemaWatch.watching.Load() {
+		return
+	}
+	r, ok := c.store.(store.NewerMigrationsReader)
+	if !ok {
+		return
+	}
+	now := time.Now().UnixNano()
+	next := c.schemaWatch.nextCheck.Load()
+	if now < next || !c.schemaWatch.nextCheck.CompareAndSwap(next, now+int64(cmpDuration(c.schemaWatch.every, schemaWatchInterval))) {
+		return
+	}
+	_, incompatible, err := r.NewerMigrations(ctx)
+	c.schemaWatch.passes.Add(1)
+	if err != nil {
+		c.cfg.Logger.Debug("pronto: reading the schema's newer migrations failed", "client", c.cfg.ID, "err", err)
+		return
+	}
+	if len(incompatible) == 0 || c.schemaWatch.watching.Load() {
+		return // a watch started meanwhile halts the client the whole way
+	}
+	names := migrationNames(incompatible)
+	c.schemaWatch.fetching.Lock()
+	c.schemaWatch.halt.Store(&schemaHalt{names: names})
+	c.schemaWatch.fetching.Unlock()
+	err = schemaHaltError(names)
+	c.schemaWatch.mu.Lock()
+	c.schemaWatch.err = err
+	c.schemaWatch.mu.Unlock()
+	c.cfg.Logger.Error("pronto: incompatible schema migrations applied; client stopped inserting and writing jobs",
+		"client", c.cfg.ID, "migrations", names, "err", err)
+	c.events.emit(&Event{Kind: EventSchemaIncompatible, Err: err, At: time.Now()})
+}
+
+// migrationNames lists migrations as "028_x, 029_y".
+func migrationNames(ms []store.Migration) string {
+	names := make([]string, len(ms))
+	for i, m := range ms {
+		names[i] = fmt.Sprintf("%03d_%s", m.Version, m.Name)
+	}
+	return strings.Join(names, ", ")
+}
+
+// schemaHaltError is SchemaIncompatible's error for the migrations names.
+func schemaHaltError(names string) error {
+	return fmt.Errorf("pronto: %w: migration(s) %s, not marked compatible with older binaries, were applied while this client ran; "+
+		"it stopped claiming, inserting and maintaining jobs: stop it and run the newer pronto, or roll them back with the newer pronto's migrate down",
+		store.ErrSchemaTooNew, names)
+}
+
 // watchSchema reads the schema's newer migrations every schemaWatchInterval until ctx ends, and
 // halts claiming once it finds ones not marked compatible. Stores without a versioned schema are
 // not watched. A failed read is left for the next tick: claims meet the same outage and say so.
@@ -89,6 +168,9 @@ func (c *Client) watchSchema(ctx context.Context) {
 	if !ok {
 		return
 	}
+	// A stopped client's writes go on being checked, by unwatchedCheck.
+	c.schemaWatch.watching.Store(true)
+	defer c.schemaWatch.watching.Store(false)
 	t := time.NewTicker(cmpDuration(c.schemaWatch.every, schemaWatchInterval))
 	defer t.Stop()
 	for {
@@ -120,17 +202,12 @@ func (c *Client) watchSchema(ctx context.Context) {
 // with their outcomes written (if the schema still takes them). Stop is still needed to end the rest
 // (heartbeats, the client's registration) and is what the operator is asked for.
 func (c *Client) haltForSchema(incompatible []store.Migration) {
-	names := make([]string, len(incompatible))
-	for i, m := range incompatible {
-		names[i] = fmt.Sprintf("%03d_%s", m.Version, m.Name)
-	}
+	names := migrationNames(incompatible)
 	// Set once the remote claims under way have ended: every one after it sees the halt.
 	c.schemaWatch.fetching.Lock()
-	c.schemaWatch.halt.Store(&schemaHalt{names: strings.Join(names, ", ")})
+	c.schemaWatch.halt.Store(&schemaHalt{names: names})
 	c.schemaWatch.fetching.Unlock()
-	err := fmt.Errorf("pronto: %w: migration(s) %s, not marked compatible with older binaries, were applied while this client ran; "+
-		"it stopped claiming, inserting and maintaining jobs: stop it and run the newer pronto, or roll them back with the newer pronto's migrate down",
-		store.ErrSchemaTooNew, strings.Join(names, ", "))
+	err := schemaHaltError(names)
 	// Stats reports the client not started, so health checks (pronto serve's /ready) flag it.
 	// Start has returned (it holds mu), so the maintainer, if any, is set.
 	c.mu.Lock()
