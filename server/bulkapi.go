@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
-	"time"
 
 	"github.com/pronto-jobs/pronto"
 )
@@ -164,7 +163,7 @@ func (s *Server) bulkEnqueue(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, e)
 		return
 	}
-	now := time.Now()
+	now := s.decodeNow(r.Context())
 	reqs := make([]*enqueueRequest, len(elems))
 	items := make([]bulkEnqueueItem, len(elems))
 	for i, el := range elems {

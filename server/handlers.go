@@ -42,6 +42,12 @@ func normID(id string) (string, bool) {
 	return id, false
 }
 
+// decodeNow is the time an enqueue's relative times count from (a relative expires_at) and against
+// which an expiry is judged past: the store's clock, which discards expired jobs, as the client
+// knows it (pronto.Client.StoreTime: a cached offset, read at most once a minute), not this
+// server's, which may be off. A relative scheduled_at needs none: it is passed on as a Delay.
+func (s *Server) decodeNow(ctx context.Context) time.Time { return s.client.StoreTime(ctx) }
+
 // POST /ojs/v1/jobs
 func (s *Server) enqueue(w http.ResponseWriter, r *http.Request) {
 	body, ok := s.readBody(w, r)
@@ -53,7 +59,7 @@ func (s *Server) enqueue(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var req enqueueRequest
-	e := decodeJobInto(&req, body, time.Now())
+	e := decodeJobInto(&req, body, s.decodeNow(r.Context()))
 	if e == nil {
 		e = s.applyTenant(r, &req, "")
 	}
@@ -105,7 +111,7 @@ func (s *Server) existingID(ctx context.Context, jobs []pronto.OJSJob) string {
 // POST /ojs/v1/jobs/batch
 func (s *Server) enqueueBatch(w http.ResponseWriter, r *http.Request) {
 	reqs, ok := readScanned(s, w, r, "batch", func(body []byte) ([]*enqueueRequest, *apiError) {
-		return decodeBatch(body, time.Now(), s.maxBatch)
+		return decodeBatch(body, s.decodeNow(r.Context()), s.maxBatch)
 	})
 	if !ok {
 		return

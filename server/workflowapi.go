@@ -481,7 +481,7 @@ func (s *Server) createWorkflow(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, invalid("", "the request body is empty: send a workflow {\"type\": \"chain\", \"steps\": [...]}"))
 		return
 	}
-	wf, reqs, e := decodeWorkflow(body, time.Now(), s.maxBatch)
+	wf, reqs, e := decodeWorkflow(body, s.decodeNow(r.Context()), s.maxBatch)
 	if e != nil {
 		s.writeError(w, r, e)
 		return
