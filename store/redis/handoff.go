@@ -31,8 +31,17 @@ import (
 // The pop moves the job onto the waiter's list B.."got:"..id, which it leaves once kept: a reply
 // lost in flight (the connection failing, or the store closing, as Redis answers) leaves the job
 // there, and the waiter gives it back, unstarted and its attempt refunded, when it takes a new
-// connection (again at each turn until that succeeds) or the store closes (see giveBackGot). A
-// process that dies between a pop and that removal leaves its got list (one job, no expiry) behind.
+// connection (again at each turn until that succeeds) or the store closes (see giveBackGot).
+//
+// Nothing a waiter writes outlives its process by long. The inbox expires 60 s after its latest push
+// (the insert sets it; so does Close's stop marker). A pop's destination cannot be given an expiry
+// by the pop, so the got list always holds one entry of its own (gotMarker) and its expiry is
+// renewed by the waiter before it pops whenever a quarter of it has passed (keepGot): the pop then
+// moves jobs onto a list that expires gotTTL after the waiter last renewed it, so a process that dies
+// between a pop and the removal leaves that list (its job is rescued at lease end) for at most
+// gotTTL. The advertisement's claim arguments expire with it, and the queue's set of
+// advertisements expires once every advertisement in it has lapsed; a lapsed one is dropped by the
+// next insert or advertising claim in the queue meanwhile.
 //
 // The claim in the insert is the Claim script (claimjobs), so the same rules decide what is claimed
 // (kinds, priority, paused queues, rate limits, tenant turns and limits) and the job is active under
@@ -52,6 +61,11 @@ const (
 	// waitBlock is the longest one pop (BLMOVE) blocks; the waiter then checks whether the store
 	// is closing.
 	waitBlock = 5 * time.Second
+	// gotTTL is how long a waiter's got list outlives the waiter's latest renewal of it (keepGot):
+	// as long as the inbox's expiry, well above waitBlock, so a live waiter renews it many times over.
+	gotTTL = 60 * time.Second
+	// inboxTTL is the inbox's expiry after its latest push (the insert script's PEXPIRE says 60000).
+	inboxTTL = 60 * time.Second
 	// releaseTimeout bounds a waiter's returning of jobs and withdrawing of its advertisement, which
 	// run under a context of their own: Close cancels the waiters' context, and a return it cut
 	// short would leave jobs taken from the buffer or the inbox active until their leases end.
@@ -65,6 +79,10 @@ const adMarker = "\nad"
 // stopMarker is pushed onto an inbox to end its waiter's pop when the store closes.
 const stopMarker = "stop"
 
+// gotMarker is the got list's own entry, which keeps the list, and so its expiry, in place between
+// pops (see keepGot). Neither it nor stopMarker reads as a handed job, which starts with a length.
+const gotMarker = "alive"
+
 // loseHanded, set by tests only, is asked about every item a waiter pops from its inbox; true drops
 // the reply as a connection failing with it in flight loses it (the waiter then reconnects), or
 // does once the store closes.
@@ -76,7 +94,8 @@ var failGiveBack atomic.Pointer[func(w *waiter) bool]
 
 // handoffStep, set by tests only, is called as a waiter retires ("retire": it found itself unused,
 // before its cleanup), returns jobs its producer did not take ("expire": taken from the buffer,
-// not yet returned), and as a producer's claim through it is about to run ("claim").
+// not yet returned), as a producer's claim through it is about to run ("claim"), and as its pop
+// returned an item, before it is kept and leaves the got list ("popped").
 var handoffStep atomic.Pointer[func(w *waiter, step string)]
 
 // errReplyLost is the error a lost reply (loseHanded) stands for.
@@ -100,6 +119,9 @@ type waiter struct {
 	// (their removal failed): they are the producer's, never given back from that list. Only the
 	// waiter's goroutine uses it, and cleanup once that goroutine is done.
 	kept map[string]bool
+	// renewed is when keepGot last renewed the got list's expiry (zero: renew before the next pop).
+	// Only the waiter's goroutine uses it.
+	renewed time.Time
 }
 
 // handoffOn reports whether the store hands jobs off: on a single node (the single insert is a
@@ -152,7 +174,7 @@ func (w *waiter) got() string { return w.s.qkey(w.queue) + "got:" + w.id }
 func (w *waiter) gotItems(v []string) []*store.Job {
 	var out []*store.Job
 	for _, item := range v {
-		if item == stopMarker {
+		if item == stopMarker || item == gotMarker {
 			continue
 		}
 		j, err := decodeHanded(item)
@@ -190,7 +212,21 @@ func (w *waiter) giveBackGot(ctx context.Context) bool {
 		return false
 	}
 	clear(w.kept)
+	w.renewed = time.Time{} // the trim took gotMarker: put it back before the next pop
 	return true
+}
+
+// keepGot puts gotMarker at the head of the got list (once) and sets the list to expire gotTTL
+// from now, in one transaction on the waiter's connection, so that the next pop moves its job onto
+// a list that expires (see the hand-off's comment).
+func (w *waiter) keepGot(ctx context.Context, conn *goredis.Conn) error {
+	_, err := conn.TxPipelined(ctx, func(p goredis.Pipeliner) error {
+		p.LRem(ctx, w.got(), 0, gotMarker)
+		p.LPush(ctx, w.got(), gotMarker)
+		p.PExpire(ctx, w.got(), w.s.gotTTL)
+		return nil
+	})
+	return err
 }
 
 // take returns up to limit handed jobs kept less than serveWithin, and tells the waiter how many
@@ -278,7 +314,20 @@ func (w *waiter) run(key string) {
 		if unsure {
 			unsure = !w.giveBackGot(ctx)
 		}
+		if now := time.Now(); now.Sub(w.renewed) >= s.gotTTL/4 {
+			// Failing, it is tried again at the next turn; the pop below most likely fails too.
+			if err := w.keepGot(ctx, conn); err != nil {
+				if ctx.Err() == nil {
+					s.logf("redis: hand-off: renew the list of jobs handed to %s: %v", w.queue, err)
+				}
+			} else {
+				w.renewed = now
+			}
+		}
 		r, err := conn.BLMove(ctx, w.inbox(), w.got(), "LEFT", "RIGHT", waitBlock).Result()
+		if step := handoffStep.Load(); err == nil && step != nil {
+			(*step)(w, "popped")
+		}
 		if lose := loseHanded.Load(); err == nil && lose != nil && (*lose)(w) {
 			err = errReplyLost
 		}
@@ -416,8 +465,13 @@ func (s *Store) stopWaiters(ctx context.Context) {
 	s.waitersMu.Unlock()
 	s.waitCancel()
 	for _, w := range ws {
-		// Ends a pop that the cancellation does not interrupt.
-		_ = s.rdb.RPush(ctx, w.inbox(), stopMarker).Err()
+		// Ends a pop that the cancellation does not interrupt. The inbox expires as an insert's
+		// push makes it, should the process die before cleanup deletes it.
+		_, _ = s.rdb.TxPipelined(ctx, func(p goredis.Pipeliner) error {
+			p.RPush(ctx, w.inbox(), stopMarker)
+			p.PExpire(ctx, w.inbox(), inboxTTL)
+			return nil
+		})
 	}
 	for _, w := range ws {
 		<-w.done

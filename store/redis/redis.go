@@ -98,8 +98,10 @@ type Store struct {
 	waitCancel context.CancelFunc
 	// cancels are the active jobs cancelled lately (see heardCancel).
 	cancels cancelset.Set
-	// serveWithin is the package's serveWithin, per store so a test can lengthen it.
+	// serveWithin is the package's serveWithin, per store so a test can lengthen it; gotTTL the
+	// package's, so a test can shorten it.
 	serveWithin time.Duration
+	gotTTL      time.Duration
 	// relayWG counts the background removals of delivered outbox entries (relay.go).
 	relayWG sync.WaitGroup
 }
@@ -254,7 +256,7 @@ func New(ctx context.Context, rdb goredis.UniversalClient, opts Options) (*Store
 		return nil, fmt.Errorf("redis: cannot reach the server: %w", err)
 	}
 	s := &Store{rdb: rdb, prefix: prefix, done: make(chan struct{}), sender: tokens(1)[0], noHandoff: opts.NoHandoff,
-		logger: opts.Logger, serveWithin: serveWithin}
+		logger: opts.Logger, serveWithin: serveWithin, gotTTL: gotTTL}
 	if s.logger == nil {
 		s.logger = slog.New(slog.DiscardHandler)
 	}

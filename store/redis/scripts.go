@@ -992,7 +992,13 @@ if ARGV[at] == '\nad' then
     a[#a + 1] = fl
     redis.call('RPUSH', w, unpack(a))
     redis.call('PEXPIRE', w, math.floor(ttl / 1000) + 1000)
-    redis.call('ZADD', B .. 'wait', now() + ttl, p)
+    -- The set outlives its latest-lapsing advertisement by a second, and drops the lapsed ones of
+    -- producers gone (a dead process's would otherwise stay until the next insert).
+    local wk, t = B .. 'wait', now()
+    redis.call('ZREMRANGEBYSCORE', wk, '-inf', '(' .. s(t))
+    redis.call('ZADD', wk, t + ttl, p)
+    local keep = math.floor(ttl / 1000) + 1000
+    if redis.call('PTTL', wk) < keep then redis.call('PEXPIRE', wk, keep) end
   else
     redis.call('ZREM', B .. 'wait', p)
   end
