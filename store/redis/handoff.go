@@ -394,11 +394,15 @@ func (w *waiter) run(key string) {
 				}
 			}
 			wait = true
-			if free > 0 {
-				jobs, err := s.claim(ctx, store.ClaimParams{Queue: w.queue, Kinds: w.params.Kinds, Limit: free,
-					WorkerID: w.params.WorkerID, LeaseDuration: w.params.LeaseDuration + handoffSlack,
+			if free > 0 && ctx.Err() == nil {
+				// Not under ctx: once sent, a claim Close cancelled may still have run in Redis, and
+				// a client that reported the cancellation instead of its answer would lose the jobs
+				// it took (active, claimed by nobody, until their leases end). Answered, they are
+				// kept, and the cleanup after this loop returns them.
+				jobs, err := s.claim(context.WithoutCancel(ctx), store.ClaimParams{Queue: w.queue, Kinds: w.params.Kinds,
+					Limit: free, WorkerID: w.params.WorkerID, LeaseDuration: w.params.LeaseDuration + handoffSlack,
 					OnHeldBack: w.params.OnHeldBack}, w)
-				if err != nil && ctx.Err() == nil {
+				if err != nil {
 					s.logf("redis: hand-off: claim from %s: %v", w.queue, err)
 				}
 				if len(jobs) > 0 && w.keep(jobs) > 0 {

@@ -2,12 +2,16 @@ package redis
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	goredis "github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/pronto-jobs/pronto/internal/producer"
+	"github.com/pronto-jobs/pronto/internal/uuidv7"
 	"github.com/pronto-jobs/pronto/store"
 )
 
@@ -84,4 +88,94 @@ func TestHandoffDeadWaiterLeavesNoKeys(t *testing.T) {
 	got, err := b.GetJob(ctx, in.ID)
 	require.NoError(t, err)
 	require.Equal(t, store.StateActive, got.State, "the handed job waits for the rescue")
+}
+
+// closeHook turns the waiters' own claims (FCALL of the Claim function outside a producer's loop)
+// into Close racing Redis's answer: the claim runs in Redis, then the store closes, and only then
+// does the answer come back. With report, the answer is replaced by the context's error once the
+// context is cancelled, as a client whose hooks honour cancellation reports a command cut short
+// (go-redis itself cuts a read only at a deadline, not at a cancellation).
+type closeHook struct {
+	s      **Store
+	report bool
+	t      *testing.T
+	ran    chan (<-chan struct{})
+}
+
+func (h *closeHook) DialHook(next goredis.DialHook) goredis.DialHook { return next }
+
+func (h *closeHook) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
+	return next
+}
+
+func (h *closeHook) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
+	return func(ctx context.Context, cmd goredis.Cmder) error {
+		args := cmd.Args()
+		if producer.InLoop(ctx) || len(args) < 2 || cmd.Name() != "fcall" || args[1] != scriptClaim.fname() || len(h.ran) > 0 {
+			return next(ctx, cmd)
+		}
+		err := next(ctx, cmd)
+		h.ran <- closeDuring(h.t, *h.s)
+		if h.report && ctx.Err() != nil {
+			cmd.SetErr(ctx.Err())
+			return ctx.Err()
+		}
+		return err
+	}
+}
+
+// TestHandoffWaiterClaimCloseAsRedisAnswers: a waiter claims for the slots its producer left free
+// (two jobs available), and Close cancels the waiters' context just as Redis answers. The jobs
+// that claim took are given back, available with their attempt refunded, once Close returns, both
+// when the answer arrives (go-redis does not cut a read for a cancellation) and when the client
+// reports the cancellation instead. Before, the claim ran under the context Close cancels: a client
+// reporting the cancellation lost the answer, and the two jobs stayed active, claimed by nobody,
+// until their leases ended.
+func TestHandoffWaiterClaimCloseAsRedisAnswers(t *testing.T) {
+	for _, report := range []bool{false, true} {
+		t.Run(fmt.Sprintf("report=%v", report), func(t *testing.T) {
+			loop := loopContext(t)
+			ctx := context.Background()
+			prefix := "prontotest:" + uuidv7.New() + ":"
+			b := storeWithPrefix(t, prefix)
+			var a *Store
+			h := &closeHook{s: &a, report: report, t: t, ran: make(chan (<-chan struct{}), 1)}
+			rdb := goredis.NewClient(&goredis.Options{Addr: testAddr, PoolSize: 8})
+			rdb.AddHook(h) // before the store uses it
+			t.Cleanup(func() { _ = rdb.Close() })
+			a, err := New(ctx, rdb, Options{Prefix: prefix})
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = a.Close() })
+			notes := make(chan store.Notification, 100)
+			t.Cleanup(a.Notifier().Subscribe(func(n store.Notification) { notes <- n }))
+			handed := func(n store.Notification) bool {
+				return n.Kind == store.NotifyInsert && n.Queue == "lo-close" && n.Nonce == 0
+			}
+
+			p := loopClaim("lo-close")
+			p.Limit = 3
+			_, err = a.Claim(loop, p)
+			require.NoError(t, err)
+			first := testJob("lo-close")
+			_, err = b.Insert(ctx, []*store.InsertParams{first})
+			require.NoError(t, err)
+			waitFor(t, notes, handed)
+			more := []*store.InsertParams{testJob("lo-close"), testJob("lo-close")}
+			_, err = b.Insert(ctx, more) // a batch: not handed, available
+			require.NoError(t, err)
+			jobs, err := a.Claim(loop, p) // takes the handed job: the waiter claims for the two slots left
+			require.NoError(t, err)
+			require.Len(t, jobs, 1)
+			require.Equal(t, first.ID, jobs[0].ID)
+			select {
+			case closed := <-h.ran:
+				waitClosed(t, closed)
+			case <-time.After(30 * time.Second):
+				t.Fatal("the waiter did not claim")
+			}
+			for _, in := range more {
+				requireGivenBack(t, b, in.ID, in.MaxAttempts)
+			}
+		})
+	}
 }
