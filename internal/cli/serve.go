@@ -235,7 +235,7 @@ func cmdServe(ctx context.Context, r *runner, args []string) error {
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(ln) }()
 	if mln != nil {
-		var mh http.Handler = server.RequireAPIKey(key, obs.metrics)
+		var mh http.Handler = server.RequireAPIKey(key, metricsOnly(obs.metrics))
 		if key == "" {
 			mh = server.LoopbackGuard(mh, hosts)
 		}
