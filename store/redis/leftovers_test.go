@@ -1,16 +1,24 @@
 package redis
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/pronto-jobs/pronto"
 	"github.com/pronto-jobs/pronto/internal/producer"
+	"github.com/pronto-jobs/pronto/internal/redistest"
 	"github.com/pronto-jobs/pronto/internal/uuidv7"
 	"github.com/pronto-jobs/pronto/store"
 )
@@ -176,6 +184,99 @@ func TestHandoffWaiterClaimCloseAsRedisAnswers(t *testing.T) {
 			for _, in := range more {
 				requireGivenBack(t, b, in.ID, in.MaxAttempts)
 			}
+		})
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for a logger's concurrent writes.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// serverProcess returns the process of the redis-server at addr (INFO's process_id).
+func serverProcess(t *testing.T, addr string) *os.Process {
+	t.Helper()
+	rdb := goredis.NewClient(&goredis.Options{Addr: addr, MaxRetries: -1})
+	defer rdb.Close()
+	info, err := rdb.Info(context.Background(), "server").Result()
+	require.NoError(t, err)
+	for line := range strings.Lines(info) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "process_id:"); ok {
+			pid, err := strconv.Atoi(v)
+			require.NoError(t, err)
+			p, err := os.FindProcess(pid)
+			require.NoError(t, err)
+			return p
+		}
+	}
+	t.Fatal("INFO server has no process_id")
+	return nil
+}
+
+// TestClientStartRedisDown: a pronto client starts on a store whose Redis went down (killed: its
+// port refuses connections) or stopped (SIGSTOP: connections are accepted and never answered).
+// Start returns at once (nothing in it waits for Redis: the client's record is written in the
+// background and again every few seconds), and the record's failed write is logged, as is
+// ClientList's error, naming Redis as unreachable. Before, the errors were go-redis's alone ("i/o
+// timeout", "connection refused"), which did not say which service could not be reached.
+func TestClientStartRedisDown(t *testing.T) {
+	for _, mode := range []string{"killed", "stopped"} {
+		t.Run(mode, func(t *testing.T) {
+			srv := redistest.StartServer(t, "--appendonly", "no")
+			proc := serverProcess(t, srv.Addr())
+			s, err := Open(context.Background(), "redis://"+srv.Addr()+"/0", Options{})
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = s.Close() })
+			var logs syncBuffer
+			cfg := relayWorkerConfig(nil, func(string) {})
+			cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+			c, err := pronto.NewClient(s, cfg)
+			require.NoError(t, err)
+			if mode == "killed" {
+				srv.Kill()
+			} else {
+				require.NoError(t, proc.Signal(syscall.SIGSTOP))
+				// Before the server is killed (cleanups run last first), so that it can end.
+				t.Cleanup(func() { _ = proc.Signal(syscall.SIGCONT) })
+			}
+			started := make(chan error, 1)
+			go func() { started <- c.Start(context.Background()) }()
+			select {
+			case err := <-started:
+				require.NoError(t, err)
+			case <-time.After(30 * time.Second):
+				t.Fatal("Start did not return with Redis down")
+			}
+			t.Cleanup(func() {
+				stop, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				_ = c.Stop(stop)
+			})
+			deadline := time.Now().Add(30 * time.Second)
+			for !strings.Contains(logs.String(), "writing the client's record failed") {
+				if time.Now().After(deadline) {
+					t.Fatalf("no failed write of the client's record logged:\n%s", logs.String())
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			require.Contains(t, logs.String(), "cannot reach Redis")
+			list, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			_, err = c.ClientList(list)
+			require.ErrorContains(t, err, "cannot reach Redis")
 		})
 	}
 }
