@@ -112,6 +112,11 @@ func (h *Handler) clientError(w http.ResponseWriter, err error) {
 		writeError(w, http.StatusNotImplemented, err.Error())
 	case errors.Is(err, context.Canceled):
 		// The browser went away.
+	case errors.Is(err, context.DeadlineExceeded) && h.cfg.RequestTimeout > 0:
+		// The request's deadline (Config.RequestTimeout): say which, not only that the store was slow.
+		h.log.Warn("dashboard: request failed", "err", err)
+		w.Header().Set("Retry-After", "5")
+		writeError(w, http.StatusServiceUnavailable, h.timeoutText())
 	case isStoreDown(h.cfg.Client.Store(), err):
 		// The driver's text names hosts and databases: the log has it, the page gets its kind.
 		h.log.Warn("dashboard: request failed", "err", err)
@@ -312,16 +317,19 @@ const maxMatchScan = maxBulk + 1000
 
 // matched is what a filter matched: at most maxBulk ids; capped when a job past them matched too;
 // partial when the read stopped at maxMatchScan jobs with more to read, so more may match ("at
-// least" len(ids)); read is how many jobs were read.
+// least" len(ids)); read is how many jobs were read. next is where a further read goes on (the
+// filter's cursor parameter), so that a filter matching any number of jobs is acted on in parts:
+// no job past it is in ids; "" when no job past ids matches.
 type matched struct {
 	ids     []string
 	capped  bool
 	partial bool
 	read    int
+	next    string
 }
 
-// matching collects the ids of the jobs the filter matches (a jobs-list query string), reading at
-// most maxMatchScan jobs (see matched).
+// matching collects the ids of the jobs the filter matches (a jobs-list query string, read from
+// its cursor parameter on when it has one), reading at most maxMatchScan jobs (see matched).
 func (h *Handler) matching(ctx context.Context, filter string) (matched, error) {
 	var m matched
 	q, err := parseQuery(filter)
@@ -338,9 +346,14 @@ func (h *Handler) matching(ctx context.Context, filter string) (matched, error) 
 	if onlyDead {
 		p.States = []pronto.State{pronto.StateDiscarded}
 	}
-	p.Cursor = ""
+	// full: ids holds maxBulk, and the read goes on only to tell whether more match (capped).
+	full := false
 	for {
-		p.Limit = min(1000, maxMatchScan-m.read)
+		p.Limit = min(1000, h.maxScan-m.read)
+		if !full {
+			// No page holds more jobs than ids has room for, so next can be where a page ends.
+			p.Limit = min(p.Limit, h.maxBulk-len(m.ids))
+		}
 		res, err := h.cfg.Client.JobList(ctx, p)
 		if err != nil {
 			return matched{}, err
@@ -350,16 +363,21 @@ func (h *Handler) matching(ctx context.Context, filter string) (matched, error) 
 			if onlyDead && !deadletter.Is(j) {
 				continue
 			}
-			if len(m.ids) == maxBulk {
+			if full {
 				m.capped = true
 				return m, nil
 			}
 			m.ids = append(m.ids, j.ID)
 		}
 		if res.Next == "" {
+			m.next = ""
 			return m, nil
 		}
-		if m.read >= maxMatchScan {
+		if !full {
+			m.next = res.Next
+			full = len(m.ids) == h.maxBulk
+		}
+		if m.read >= h.maxScan {
 			m.partial = true
 			return m, nil
 		}
@@ -367,9 +385,11 @@ func (h *Handler) matching(ctx context.Context, filter string) (matched, error) 
 	}
 }
 
-// GET /api/count?<jobs filter>[&deadletter=1]: how many jobs a bulk action on the filter would act on (at most
-// maxBulk; capped says there are more), for the confirmation; partial says the count stopped after
-// reading scan_max jobs, so it is "at least" count.
+// GET /api/count?<jobs filter>[&deadletter=1][&cursor=]: how many jobs a bulk action on the filter
+// would act on (at most maxBulk; capped says there are more), for the confirmation; partial says
+// the count stopped after reading scan_max jobs, so it is "at least" count. next, when not empty,
+// is the cursor to count (and act) on from: "replay every dead-letter job" goes on with it until
+// it is empty, so no bound limits what it reaches.
 func (h *Handler) countJobs(w http.ResponseWriter, r *http.Request) {
 	m, err := h.matching(r.Context(), r.URL.RawQuery)
 	if err != nil {
@@ -383,13 +403,14 @@ func (h *Handler) countJobs(w http.ResponseWriter, r *http.Request) {
 		ids = []string{}
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"count": len(ids), "capped": m.capped, "partial": m.partial,
-		"read": m.read, "scan_max": maxMatchScan, "max": maxBulk, "ids": ids})
+		"read": m.read, "scan_max": h.maxScan, "max": h.maxBulk, "ids": ids, "next": m.next})
 }
 
 // POST /api/bulk {"action": "retry"|"cancel"|"delete", "ids": [...]} or {"action":..., "filter": "state=..&queue=.."}:
 // at most maxBulk jobs. A longer list is refused whole rather than cut, so the answer always covers
 // every job asked for; a filter matching more acts on the first maxBulk and says "capped", and one
-// whose read stopped at maxMatchScan jobs acts on those it found and says "partial". It stops
+// whose read stopped at maxMatchScan jobs acts on those it found and says "partial"; either gives
+// "next", the cursor to send the filter with again to act on the jobs after them. It stops
 // at the first job the store cannot serve (see runBulk for a lock or statement timeout): 503 if
 // nothing was done, else "stopped" and "not_attempted" beside what was.
 func (h *Handler) bulk(w http.ResponseWriter, r *http.Request) {
@@ -416,7 +437,7 @@ func (h *Handler) bulk(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, fmt.Sprintf("unknown bulk action %q: use retry, cancel or delete", req.Action))
 		return
 	}
-	ids, capped, partial := req.IDs, false, false
+	ids, capped, partial, next := req.IDs, false, false, ""
 	if req.Filter != nil {
 		// Everything the filter matches, collected first so the action does not chase its own changes.
 		m, err := h.matching(r.Context(), *req.Filter)
@@ -424,18 +445,19 @@ func (h *Handler) bulk(w http.ResponseWriter, r *http.Request) {
 			h.clientError(w, err)
 			return
 		}
-		ids, capped, partial = append(ids, m.ids...), m.capped, m.partial
+		ids, capped, partial, next = append(ids, m.ids...), m.capped, m.partial, m.next
 	}
 	if len(ids) == 0 {
-		msg := "no jobs selected"
-		if partial {
-			msg = fmt.Sprintf("no job matched among the first %d jobs read: narrow the filter", maxMatchScan)
+		if next != "" {
+			// Nothing among the jobs read, more to read: not an error, the caller goes on from next.
+			writeJSON(w, http.StatusOK, map[string]any{"done": 0, "failed": []map[string]string{}, "capped": capped, "partial": partial, "next": next})
+			return
 		}
-		writeError(w, http.StatusBadRequest, msg)
+		writeError(w, http.StatusBadRequest, "no jobs selected")
 		return
 	}
-	if len(ids) > maxBulk {
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("%d jobs selected: a bulk action takes at most %d; act on them in parts", len(ids), maxBulk))
+	if len(ids) > h.maxBulk {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("%d jobs selected: a bulk action takes at most %d; act on them in parts", len(ids), h.maxBulk))
 		return
 	}
 	res, stopped := h.runBulk(r.Context(), op, ids)
@@ -453,7 +475,7 @@ func (h *Handler) bulk(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.hub.poke()
-	resp := map[string]any{"done": ok, "failed": failed, "capped": capped, "partial": partial}
+	resp := map[string]any{"done": ok, "failed": failed, "capped": capped, "partial": partial, "next": next}
 	if stopped != nil {
 		// Part done: say so, and how many were not attempted, rather than fail the whole request.
 		h.log.Warn("dashboard: bulk action stopped midway", "action", req.Action, "err", stopped)
@@ -507,6 +529,9 @@ const maxBusyInARow = 3
 // bulkError is a job's or a bulk action's error as the page shows it: a store that cannot be
 // reached by its kind, as clientError answers, since the driver's text names hosts and databases.
 func (h *Handler) bulkError(err error) string {
+	if errors.Is(err, context.DeadlineExceeded) && h.cfg.RequestTimeout > 0 {
+		return h.timeoutText()
+	}
 	if st := h.cfg.Client.Store(); isStoreDown(st, err) {
 		return storeProblemText(st, err)
 	}

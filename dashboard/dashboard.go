@@ -63,8 +63,14 @@ type Config struct {
 	// TrustForwardedProto says a TLS-terminating proxy in front of the dashboard sets
 	// X-Forwarded-Proto and strips any the browser sent: the session cookie is then Secure when it
 	// says "https", as it is when the dashboard serves TLS itself. Without it the header is
-	// ignored, as anyone can send it, and behind such a proxy the cookie is not Secure.
+	// ignored, as anyone can send it, and behind such a proxy the cookie is not Secure. The proxy
+	// is trusted to append the browser's address to X-Forwarded-For too: the login throttle counts
+	// wrong keys by that address (the last hop) rather than the proxy's, which every browser shares.
 	TrustForwardedProto bool
+	// RequestTimeout bounds every request but the event stream (default DefaultRequestTimeout;
+	// negative: no bound): a store that does not answer within it gets a 503 naming the timeout,
+	// not a page that hangs.
+	RequestTimeout time.Duration
 }
 
 // DefaultMaxStreams is Config.MaxStreams unless set, as the OJS API bounds its progress streams.
@@ -75,13 +81,17 @@ type Handler struct {
 	cfg    Config
 	secret []byte // signs the session and CSRF tokens
 
-	revoked revocations  // logged-out sessions
-	streams atomic.Int64 // event streams open now, at most cfg.MaxStreams
-	mux     *http.ServeMux
-	page    *template.Template
-	login   *template.Template
-	hub     *hub
-	log     *slog.Logger
+	revoked revocations // logged-out sessions
+	logins  *loginThrottle
+	// maxBulk and maxScan are the bounds of one bulk action and of one filtered read (maxBulk and
+	// maxMatchScan; tests lower them).
+	maxBulk, maxScan int
+	streams          atomic.Int64 // event streams open now, at most cfg.MaxStreams
+	mux              *http.ServeMux
+	page             *template.Template
+	login            *template.Template
+	hub              *hub
+	log              *slog.Logger
 }
 
 // New returns a dashboard handler for cfg.
@@ -98,11 +108,14 @@ func New(cfg Config) (*Handler, error) {
 	if cfg.MaxStreams <= 0 {
 		cfg.MaxStreams = DefaultMaxStreams
 	}
+	if cfg.RequestTimeout == 0 {
+		cfg.RequestTimeout = DefaultRequestTimeout
+	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	h := &Handler{cfg: cfg, log: log, mux: http.NewServeMux()}
+	h := &Handler{cfg: cfg, log: log, mux: http.NewServeMux(), logins: newLoginThrottle(), maxBulk: maxBulk, maxScan: maxMatchScan}
 	h.revoked.log = log
 	if ss, ok := cfg.Client.Store().(store.SettingStore); ok {
 		h.revoked.ss = ss
@@ -128,7 +141,7 @@ func New(cfg Config) (*Handler, error) {
 	}
 	static, _ := fs.Sub(assets, "assets")
 	h.hub = newHub(cfg.Client, cfg.Tick, log)
-	h.routes(http.FileServerFS(static))
+	h.routes(static)
 	return h, nil
 }
 
@@ -181,15 +194,16 @@ func (h *Handler) session(r *http.Request) (string, time.Time, bool) {
 	return id, time.Unix(until, 0), !h.revoked.revoked(r.Context(), id, now)
 }
 
-func (h *Handler) routes(static http.Handler) {
-	m := h.mux
+func (h *Handler) routes(static fs.FS) {
+	// Every route but the event stream is bounded by Config.RequestTimeout.
+	m := &boundedMux{h: h}
 	m.HandleFunc("GET /{$}", h.index)
 	m.HandleFunc("POST /login", h.doLogin)
 	m.HandleFunc("POST /logout", h.doLogout)
 	// Assets hold no data, and the login page needs them.
-	m.Handle("GET /static/", http.StripPrefix("/static/", static))
+	m.Handle("GET /static/", http.StripPrefix("/static/", filesOnly(static)))
 	m.Handle("GET /api/overview", h.authed(http.HandlerFunc(h.overview)))
-	m.Handle("GET /api/events", h.authed(http.HandlerFunc(h.events)))
+	h.mux.Handle("GET /api/events", h.authed(http.HandlerFunc(h.events)))
 	m.Handle("GET /api/jobs", h.authed(http.HandlerFunc(h.listJobs)))
 	m.Handle("GET /api/jobs/{id}", h.authed(http.HandlerFunc(h.getJob)))
 	m.Handle("POST /api/jobs/{id}/{action}", h.action(h.jobAction))
@@ -204,6 +218,32 @@ func (h *Handler) routes(static http.Handler) {
 	m.Handle("POST /api/cron/{name}/{action}", h.action(h.cronAction))
 	m.Handle("GET /api/ratelimits", h.authed(http.HandlerFunc(h.listRateLimits)))
 	m.Handle("GET /api/deadletter", h.authed(http.HandlerFunc(h.listDeadLetter)))
+}
+
+// boundedMux registers routes on its Handler's mux, each bounded by Config.RequestTimeout.
+type boundedMux struct{ h *Handler }
+
+func (m *boundedMux) Handle(pattern string, next http.Handler) {
+	m.h.mux.Handle(pattern, m.h.bounded(next))
+}
+
+func (m *boundedMux) HandleFunc(pattern string, next http.HandlerFunc) { m.Handle(pattern, next) }
+
+// filesOnly serves the files of fsys, and 404 for a directory rather than its listing.
+func filesOnly(fsys fs.FS) http.Handler {
+	files := http.FileServerFS(fsys)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		name := strings.TrimPrefix(r.URL.Path, "/")
+		if name == "" || strings.HasSuffix(name, "/") {
+			http.NotFound(w, r)
+			return
+		}
+		if fi, err := fs.Stat(fsys, name); err != nil || fi.IsDir() {
+			http.NotFound(w, r)
+			return
+		}
+		files.ServeHTTP(w, r)
+	})
 }
 
 // ServeHTTP implements http.Handler.
@@ -300,10 +340,22 @@ func (h *Handler) doLogin(w http.ResponseWriter, r *http.Request) {
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, 4096)
 	key := r.PostFormValue("key")
+	addr := h.clientAddr(r)
+	if wait := h.logins.admit(addr); wait > 0 {
+		// Not checked: a guess made while waiting would tell its guesser whether it was right.
+		secs := int((wait + time.Second - 1) / time.Second)
+		w.Header().Set("Retry-After", strconv.Itoa(secs))
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		w.Header().Set("Cache-Control", "no-store")
+		w.WriteHeader(http.StatusTooManyRequests)
+		_ = h.login.Execute(w, map[string]any{"Wait": secs})
+		return
+	}
 	if subtle.ConstantTimeCompare([]byte(key), []byte(h.cfg.APIKey)) != 1 {
 		http.Redirect(w, r, "/?error=1", http.StatusSeeOther)
 		return
 	}
+	h.logins.succeeded(addr)
 	v, err := h.newSession(time.Now())
 	if err != nil {
 		writeError(w, http.StatusInternalServerError, "cannot make a session: "+err.Error())

@@ -1,5 +1,18 @@
 package dashboard
 
+import "time"
+
 // StreamCounts returns the event streams of this process open now and ever started, for the tests
 // that check a page reconnecting holds one.
 func StreamCounts() (open, started int64) { return streamsOpen.Load(), streamsStarted.Load() }
+
+// SetMatchBounds lowers h's bounds of one bulk action and of one filtered read (maxBulk and
+// maxMatchScan), so that a test can pass them with a few jobs.
+func SetMatchBounds(h *Handler, bulk, scan int) { h.maxBulk, h.maxScan = bulk, scan }
+
+// SetLoginClock makes h's login throttle read the time from now.
+func SetLoginClock(h *Handler, now func() time.Time) {
+	h.logins.mu.Lock()
+	defer h.logins.mu.Unlock()
+	h.logins.now = now
+}

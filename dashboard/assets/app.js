@@ -842,6 +842,34 @@ async function ratelimits(view) {
   view.listen(() => { if (Date.now() - lastLoad >= 2000) { lastLoad = Date.now(); load().catch(() => {}); } });
 }
 
+// replayAllDeadLetter replays the whole dead letter queue in parts: one request counts (and then
+// replays) at most max jobs among scan_max read, and says where it stopped ("next"), so the next
+// part goes on from there until nothing is left to read.
+async function replayAllDeadLetter() {
+  let c = await api("/api/count?deadletter=1");
+  const more = c.next ? " (more follow: the replay goes on part by part through the whole list)" : "";
+  if (c.count === 0 && !c.next) { toast("the dead-letter list is empty"); return; }
+  if (!confirm("Replay every dead-letter job? " + c.count + " found in the first part" + more + ".")) return;
+  const total = { done: 0, failed: [], stopped: "", not_attempted: 0 };
+  for (;;) {
+    if (c.ids.length) {
+      const x = await post("/api/bulk", { action: "retry", ids: c.ids });
+      total.done += x.done;
+      total.failed.push(...x.failed);
+      if (x.stopped) {
+        // The store stopped serving: what follows was not attempted, and is left for a later replay.
+        total.stopped = x.stopped;
+        total.not_attempted = x.not_attempted;
+        break;
+      }
+    }
+    if (!c.next) break;
+    toast("replaying: " + total.done + " done so far…");
+    c = await api("/api/count?deadletter=1&cursor=" + encodeURIComponent(c.next));
+  }
+  bulkToast("replay", total);
+}
+
 async function deadletter(view, _, params) {
   view.root.append(el("h1", {}, "Dead letter"));
   const box = el("div", { class: "panel tablewrap" });
@@ -858,11 +886,7 @@ async function deadletter(view, _, params) {
         bulkToast("replay", x);
         load();
       }), r.next || cursor ? actBtn("Replay every dead-letter job", async () => {
-        const c = await api("/api/count?deadletter=1");
-        if (c.count === 0) { toast("no dead-letter job among the first " + c.read + " discarded jobs read: replay them page by page", true); return; }
-        if (!confirm("Replay " + countText(c) + " dead-letter jobs?")) return;
-        const x = await post("/api/bulk", { action: "retry", ids: c.ids });
-        bulkToast("replay", x);
+        await replayAllDeadLetter();
         load();
       }) : null),
       el("table", { id: "deadletter" }, el("thead", {}, el("tr", {}, ["Job", "Kind", "Queue", "Failed", "Error", ""].map((h) => el("th", {}, h)))),
