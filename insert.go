@@ -273,9 +273,10 @@ type admission struct {
 // when a queue's bound or a tenant's limit on waiting jobs would be passed. The caller settles what
 // the store did not insert (Client.settleDepths, Client.refundUnstored).
 func (c *Client) beforeInsert(ctx context.Context, ps []*store.InsertParams, boost bool) (admission, error) {
-	if h := c.schemaWatch.halt.Load(); h != nil {
-		// Rows in this binary's shape could fail, or worse mean something else, in the newer schema.
-		return admission{}, h.refused(fmt.Sprintf("insert of %d job(s)", len(ps)))
+	// Rows in this binary's shape could fail, or worse mean something else, in a newer schema. An
+	// insert-only client (never started, no watch) reads the schema itself now and then here.
+	if err := c.haltRefusal(ctx, fmt.Sprintf("insert of %d job(s)", len(ps))); err != nil {
+		return admission{}, err
 	}
 	if boost {
 		c.applyTenantBoosts(ctx, ps)

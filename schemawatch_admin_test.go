@@ -77,3 +77,38 @@ func TestUnstartedClientHaltsAtAdminWrite(t *testing.T) {
 		requireAdminWritesRefused(t, c, j.ID, "admin-unstarted")
 	})
 }
+
+// An insert-only client (never started, so no watch) halts at an insert once incompatible
+// migrations were applied, as at an admin write: it reads them itself at most once per watch
+// interval, then refuses the insert, storing nothing. Before, it kept inserting rows in its own
+// shape into the newer schema until an admin write happened to halt it.
+func TestInsertOnlyClientHaltsAtInsert(t *testing.T) {
+	forEachStoreOf(t, []storeKind{kindSQLite, kindPostgres}, func(t *testing.T, ts *testStore) {
+		ctx := context.Background()
+		c, err := pronto.NewClient(ts.Store, &pronto.Config{})
+		require.NoError(t, err)
+		pronto.SetSchemaWatchEvery(c, 20*time.Millisecond)
+		const queue = "insert-only-halt"
+		_, err = c.Insert(ctx, schemaWatchArgs{N: 1}, &pronto.InsertOpts{Queue: queue})
+		require.NoError(t, err, "a compatible schema refuses nothing")
+
+		recordNewerMigration(t, ts, "future_incompatible", false)
+		var refused error
+		require.Eventually(t, func() bool {
+			_, refused = c.Insert(ctx, schemaWatchArgs{N: 2}, &pronto.InsertOpts{Queue: queue})
+			return refused != nil
+		}, 15*time.Second, 5*time.Millisecond, "the insert-only client never halted")
+		requireSchemaRefusal(t, refused)
+		requireSchemaRefusal(t, c.SchemaIncompatible())
+
+		// Inserted are the first job and those before the check came due, never the refused one.
+		jobs, err := c.JobList(ctx, &pronto.JobListParams{Queues: []string{queue}, Limit: 1000})
+		require.NoError(t, err)
+		inserted := len(jobs.Jobs)
+		_, err = c.Insert(ctx, schemaWatchArgs{N: 3}, &pronto.InsertOpts{Queue: queue})
+		requireSchemaRefusal(t, err)
+		jobs, err = c.JobList(ctx, &pronto.JobListParams{Queues: []string{queue}, Limit: 1000})
+		require.NoError(t, err)
+		require.Len(t, jobs.Jobs, inserted, "a refused insert stored a job")
+	})
+}
