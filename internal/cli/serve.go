@@ -62,6 +62,7 @@ func cmdServe(ctx context.Context, r *runner, args []string) error {
 	pprofOn := fs.Bool("pprof", false, "serve Go's profiler at /debug/pprof/ (behind the API key): for diagnosis, not left on")
 	uiReadOnly := fs.Bool("ui-read-only", false, "serve the web dashboard at / without actions that change state")
 	uiMaxStreams := fs.Int("ui-max-streams", dashboard.DefaultMaxStreams, "at most `N` dashboard live-update streams open at once; more are refused 503 with Retry-After")
+	uiTimeout := fs.duration("ui-request-timeout", dashboard.DefaultRequestTimeout, "how long (`DURATION`) a dashboard request may take before it is answered 503 naming the timeout (0: no bound); the live-update stream is not bounded")
 	uiTrustProto := fs.Bool("ui-trust-forwarded-proto", false, "the proxy in front terminates TLS and sets X-Forwarded-Proto: the dashboard's session cookie is Secure when it says https")
 	removeCompleted := fs.Bool("remove-completed", false, "delete each job as its worker acknowledges it (ack), instead of keeping it completed until retention cleanup: GET of the job then answers 404 (pronto.Config.RemoveCompleted; workflow jobs and unique jobs holding their key while completed are kept)")
 	stallAfter := fs.duration("progress-stall-timeout", 0, "emit progress.stalled for a running job that reported progress and then nothing for `DURATION` (0: off)")
@@ -193,7 +194,7 @@ func cmdServe(ctx context.Context, r *runner, args []string) error {
 	}
 	// The dashboard takes "/"; the OJS API keeps everything under /ojs/.
 	dash, err := dashboard.New(dashboard.Config{Client: client, APIKey: key, ReadOnly: *uiReadOnly, Backend: db.t.kind, Logger: logger,
-		MaxStreams: *uiMaxStreams, TrustForwardedProto: *uiTrustProto})
+		MaxStreams: *uiMaxStreams, TrustForwardedProto: *uiTrustProto, RequestTimeout: dashboardTimeout(*uiTimeout)})
 	if err != nil {
 		return errorf("serve: dashboard: %v", err)
 	}
@@ -349,4 +350,13 @@ func noisyConfig(every time.Duration, depth, active, enqueue, errs float64, thro
 	}
 	return &pronto.NoisyNeighborConfig{Interval: every, QueueDepthRatio: off(depth), ActiveShare: off(active),
 		EnqueueRateRatio: off(enqueue), ErrorRateRatio: off(errs), Throttle: throttle, WeightFactor: factor, ThrottleFor: lasts}, nil
+}
+
+// dashboardTimeout maps --ui-request-timeout to dashboard.Config.RequestTimeout, where 0 means the
+// default and a negative value no bound: on the command line 0 says "no bound".
+func dashboardTimeout(d time.Duration) time.Duration {
+	if d <= 0 {
+		return -1
+	}
+	return d
 }
