@@ -316,21 +316,31 @@ const maxBulk = 10000
 const maxMatchScan = maxBulk + 1000
 
 // matched is what a filter matched: at most maxBulk ids; capped when a job past them matched too;
-// partial when the read stopped at maxMatchScan jobs with more to read, so more may match ("at
-// least" len(ids)); read is how many jobs were read. next is where a further read goes on (the
-// filter's cursor parameter), so that a filter matching any number of jobs is acted on in parts:
-// no job past it is in ids; "" when no job past ids matches.
+// partial when the read stopped with more to read, at maxMatchScan jobs or to answer before the
+// request's deadline, so more may match ("at least" len(ids)); read is how many jobs were read.
+// next is where a further read goes on (the filter's cursor parameter), so that a filter matching
+// any number of jobs is acted on in parts: no job past it is in ids; "" when no job past ids
+// matches. pages are the ends of the pages read, in ids and as cursors: a bulk action acts page by
+// page, so that it can stop between two and say where to go on.
 type matched struct {
 	ids     []string
 	capped  bool
 	partial bool
 	read    int
 	next    string
+	pages   []pageEnd
+}
+
+// pageEnd is where one page of a filtered read ended: after ids[:n], at cursor next.
+type pageEnd struct {
+	n    int
+	next string
 }
 
 // matching collects the ids of the jobs the filter matches (a jobs-list query string, read from
-// its cursor parameter on when it has one), reading at most maxMatchScan jobs (see matched).
-func (h *Handler) matching(ctx context.Context, filter string) (matched, error) {
+// its cursor parameter on when it has one), reading at most maxMatchScan jobs, in pages of at most
+// batch, and no page more once b says the request's time is nearly out (see matched).
+func (h *Handler) matching(ctx context.Context, filter string, b *stepBudget) (matched, error) {
 	var m matched
 	q, err := parseQuery(filter)
 	if err != nil {
@@ -349,15 +359,17 @@ func (h *Handler) matching(ctx context.Context, filter string) (matched, error) 
 	// full: ids holds maxBulk, and the read goes on only to tell whether more match (capped).
 	full := false
 	for {
-		p.Limit = min(1000, h.maxScan-m.read)
+		p.Limit = min(h.batch, h.maxScan-m.read)
 		if !full {
 			// No page holds more jobs than ids has room for, so next can be where a page ends.
 			p.Limit = min(p.Limit, h.maxBulk-len(m.ids))
 		}
+		end := b.begin()
 		res, err := h.cfg.Client.JobList(ctx, p)
 		if err != nil {
 			return matched{}, err
 		}
+		end()
 		m.read += len(res.Jobs)
 		for _, j := range res.Jobs {
 			if onlyDead && !deadletter.Is(j) {
@@ -371,13 +383,15 @@ func (h *Handler) matching(ctx context.Context, filter string) (matched, error) 
 		}
 		if res.Next == "" {
 			m.next = ""
+			m.pages = append(m.pages, pageEnd{len(m.ids), ""})
 			return m, nil
 		}
 		if !full {
 			m.next = res.Next
+			m.pages = append(m.pages, pageEnd{len(m.ids), res.Next})
 			full = len(m.ids) == h.maxBulk
 		}
-		if m.read >= h.maxScan {
+		if m.read >= h.maxScan || !b.more() {
 			m.partial = true
 			return m, nil
 		}
@@ -387,11 +401,11 @@ func (h *Handler) matching(ctx context.Context, filter string) (matched, error) 
 
 // GET /api/count?<jobs filter>[&deadletter=1][&cursor=]: how many jobs a bulk action on the filter
 // would act on (at most maxBulk; capped says there are more), for the confirmation; partial says
-// the count stopped after reading scan_max jobs, so it is "at least" count. next, when not empty,
-// is the cursor to count (and act) on from: "replay every dead-letter job" goes on with it until
-// it is empty, so no bound limits what it reaches.
+// the count stopped after reading scan_max jobs, or to answer before the request's deadline, so it
+// is "at least" count. next, when not empty, is the cursor to count (and act) on from: "replay
+// every dead-letter job" goes on with it until it is empty, so no bound limits what it reaches.
 func (h *Handler) countJobs(w http.ResponseWriter, r *http.Request) {
-	m, err := h.matching(r.Context(), r.URL.RawQuery)
+	m, err := h.matching(r.Context(), r.URL.RawQuery, budget(r.Context()))
 	if err != nil {
 		h.clientError(w, err)
 		return
@@ -410,9 +424,16 @@ func (h *Handler) countJobs(w http.ResponseWriter, r *http.Request) {
 // at most maxBulk jobs. A longer list is refused whole rather than cut, so the answer always covers
 // every job asked for; a filter matching more acts on the first maxBulk and says "capped", and one
 // whose read stopped at maxMatchScan jobs acts on those it found and says "partial"; either gives
-// "next", the cursor to send the filter with again to act on the jobs after them. It stops
-// at the first job the store cannot serve (see runBulk for a lock or statement timeout): 503 if
-// nothing was done, else "stopped" and "not_attempted" beside what was.
+// "next", the cursor to send the filter with again to act on the jobs after them.
+//
+// The action runs in batches (a filter's: a page read, then its jobs acted on) and starts no batch
+// that would not end well before the request's deadline (see stepBudget): it then answers what it
+// did with "partial" and "not_attempted", the jobs left for a further request. By ids they are the
+// last not_attempted of the ids sent, in order; by filter, "next" is where the filter goes on, past
+// every job acted on and before every job not attempted, so that going on acts on no job twice.
+//
+// It stops at the first job the store cannot serve (see runBulk for a lock or statement timeout):
+// 503 if nothing was done, else "stopped" and "not_attempted" beside what was.
 func (h *Handler) bulk(w http.ResponseWriter, r *http.Request) {
 	var req struct {
 		Action string   `json:"action"`
@@ -437,15 +458,22 @@ func (h *Handler) bulk(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, fmt.Sprintf("unknown bulk action %q: use retry, cancel or delete", req.Action))
 		return
 	}
+	if req.Filter != nil && len(req.IDs) > 0 {
+		// A request stopped short of its deadline could not say where such a mix goes on.
+		writeError(w, http.StatusBadRequest, "send ids or a filter, not both")
+		return
+	}
+	b := budget(r.Context())
 	ids, capped, partial, next := req.IDs, false, false, ""
+	var pages []pageEnd
 	if req.Filter != nil {
-		// Everything the filter matches, collected first so the action does not chase its own changes.
-		m, err := h.matching(r.Context(), *req.Filter)
+		// The jobs the filter matches, read first so the action does not chase its own changes.
+		m, err := h.matching(r.Context(), *req.Filter, b)
 		if err != nil {
 			h.clientError(w, err)
 			return
 		}
-		ids, capped, partial, next = append(ids, m.ids...), m.capped, m.partial, m.next
+		ids, capped, partial, next, pages = m.ids, m.capped, m.partial, m.next, m.pages
 	}
 	if len(ids) == 0 {
 		if next != "" {
@@ -460,11 +488,19 @@ func (h *Handler) bulk(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, fmt.Sprintf("%d jobs selected: a bulk action takes at most %d; act on them in parts", len(ids), h.maxBulk))
 		return
 	}
-	res, stopped := h.runBulk(r.Context(), op, ids)
+	if pages == nil {
+		for n := h.batch; ; n += h.batch {
+			pages = append(pages, pageEnd{n: min(n, len(ids))})
+			if n >= len(ids) {
+				break
+			}
+		}
+	}
+	res, short, stopped := h.runBulk(r.Context(), op, ids, pages, b)
 	ok, failed := 0, []map[string]string{}
-	for _, b := range res {
-		if b.Err != nil {
-			failed = append(failed, map[string]string{"id": b.ID, "error": h.bulkError(b.Err)})
+	for _, br := range res {
+		if br.Err != nil {
+			failed = append(failed, map[string]string{"id": br.ID, "error": h.bulkError(br.Err)})
 		} else {
 			ok++
 		}
@@ -476,50 +512,67 @@ func (h *Handler) bulk(w http.ResponseWriter, r *http.Request) {
 	}
 	h.hub.poke()
 	resp := map[string]any{"done": ok, "failed": failed, "capped": capped, "partial": partial, "next": next}
-	if stopped != nil {
+	switch {
+	case stopped != nil:
 		// Part done: say so, and how many were not attempted, rather than fail the whole request.
 		h.log.Warn("dashboard: bulk action stopped midway", "action", req.Action, "err", stopped)
 		resp["stopped"], resp["not_attempted"] = h.bulkError(stopped), len(ids)-len(res)
+	case short != nil:
+		resp["partial"], resp["not_attempted"] = true, len(ids)-len(res)
+		if req.Filter != nil {
+			resp["next"] = short.next
+		}
 	}
 	writeJSON(w, http.StatusOK, resp)
 }
 
-// runBulk applies op to ids in calls of at most pronto.MaxBulkIDs. A client bulk call stops at the
-// first job the store cannot serve (or when the request ends) instead of trying each of thousands
-// against a dead store, and so does runBulk: stopped is why, nil if every id was tried; res holds
-// the outcome of every id tried before it. A job that met a lock or statement timeout is that job's
-// failure, not the store's (another session holds its row, as a worker or an operator does), so
-// the others are tried on, unless maxBusyInARow jobs in a row meet one: then the lock is likely the
-// table's (a migration's), which every job would wait out, and runBulk stops.
-func (h *Handler) runBulk(ctx context.Context, op func(context.Context, []string) ([]pronto.BulkResult, error), ids []string) (res []pronto.BulkResult, stopped error) {
+// runBulk applies op to ids page by page: pages are the ends of the parts of ids, each at most
+// pronto.MaxBulkIDs long, that a bulk action either does whole or leaves for a later request.
+// It starts no page after the first once b says the request's time is nearly out: short is then
+// the end of the last page done. A client bulk call stops at the first job the store cannot serve
+// (or when the request ends) instead of trying each of thousands against a dead store, and so does
+// runBulk: stopped is why, nil if every id was tried; res holds the outcome of every id tried
+// before it. A job that met a lock or statement timeout is that job's failure, not the store's
+// (another session holds its row, as a worker or an operator does), so the others are tried on,
+// unless maxBusyInARow jobs in a row meet one: then the lock is likely the table's (a
+// migration's), which every job would wait out, and runBulk stops.
+func (h *Handler) runBulk(ctx context.Context, op func(context.Context, []string) ([]pronto.BulkResult, error), ids []string, pages []pageEnd, b *stepBudget) (res []pronto.BulkResult, short *pageEnd, stopped error) {
 	busy := 0
-	for len(ids) > 0 {
-		chunk := ids[:min(len(ids), pronto.MaxBulkIDs)]
-		part, err := op(ctx, chunk)
-		res = append(res, part...)
-		// The client's bulk call gives a job that met a timeout up in its result and goes on (and
-		// stops at its own third in a row), so the run is counted over the results too.
-		for _, r := range part {
-			if r.Err != nil && store.ConditionOf(h.cfg.Client.Store(), r.Err).PerRequest() {
-				busy++
-			} else {
-				busy = 0
+	for i, page := range pages {
+		if len(res) == page.n {
+			continue // a page of the filter's read that matched nothing
+		}
+		if len(res) > 0 && !b.more() {
+			return res, &pages[i-1], nil
+		}
+		end := b.begin()
+		for len(res) < page.n {
+			chunk := ids[len(res):page.n]
+			part, err := op(ctx, chunk)
+			res = append(res, part...)
+			// The client's bulk call gives a job that met a timeout up in its result and goes on
+			// (and stops at its own third in a row), so the run is counted over the results too.
+			for _, r := range part {
+				if r.Err != nil && store.ConditionOf(h.cfg.Client.Store(), r.Err).PerRequest() {
+					busy++
+				} else {
+					busy = 0
+				}
 			}
-		}
-		if err == nil {
-			ids = ids[len(chunk):]
-			continue
-		}
-		if len(part) < len(chunk) && ctx.Err() == nil && store.ConditionOf(h.cfg.Client.Store(), err).PerRequest() {
-			if busy++; busy < maxBusyInARow {
-				res = append(res, pronto.BulkResult{ID: chunk[len(part)], Err: err})
-				ids = ids[len(part)+1:]
+			if err == nil {
 				continue
 			}
+			if len(part) < len(chunk) && ctx.Err() == nil && store.ConditionOf(h.cfg.Client.Store(), err).PerRequest() {
+				if busy++; busy < maxBusyInARow {
+					res = append(res, pronto.BulkResult{ID: chunk[len(part)], Err: err})
+					continue
+				}
+			}
+			return res, nil, err
 		}
-		return res, err
+		end()
 	}
-	return res, nil
+	return res, nil, nil
 }
 
 // maxBusyInARow is how many jobs in a row may meet a lock or statement timeout before a bulk

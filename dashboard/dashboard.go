@@ -92,6 +92,10 @@ type Handler struct {
 	login            *template.Template
 	hub              *hub
 	log              *slog.Logger
+
+	// batch is the most jobs one step of a bulk action reads or acts on (pronto.MaxBulkIDs; tests
+	// lower it).
+	batch int
 }
 
 // New returns a dashboard handler for cfg.
@@ -115,7 +119,7 @@ func New(cfg Config) (*Handler, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	h := &Handler{cfg: cfg, log: log, mux: http.NewServeMux(), logins: newLoginThrottle(), maxBulk: maxBulk, maxScan: maxMatchScan}
+	h := &Handler{cfg: cfg, log: log, mux: http.NewServeMux(), logins: newLoginThrottle(), maxBulk: maxBulk, maxScan: maxMatchScan, batch: pronto.MaxBulkIDs}
 	h.revoked.log = log
 	if ss, ok := cfg.Client.Store().(store.SettingStore); ok {
 		h.revoked.ss = ss

@@ -129,3 +129,37 @@ func (hw *heldWriter) sendTo(w http.ResponseWriter) {
 	w.WriteHeader(code)
 	_, _ = w.Write(hw.body.Bytes())
 }
+
+// stepBudget tells an action done in steps (the pages a filter reads, the batches a bulk action
+// runs) when to stop starting steps, so that it answers with what it did before its request's
+// deadline rather than be cut off there (a 503 that says nothing of the jobs already changed).
+type stepBudget struct {
+	deadline time.Time     // zero: no deadline, every step runs
+	margin   time.Duration // left free at the end to write the answer
+	slowest  time.Duration // the longest step so far
+}
+
+// answerShare is the part of a request's time a stepped action leaves free for its answer and for
+// a step slower than any before it.
+const answerShare = 5
+
+// budget returns the step budget of a request whose context is ctx.
+func budget(ctx context.Context) *stepBudget {
+	d, ok := ctx.Deadline()
+	if !ok {
+		return &stepBudget{}
+	}
+	return &stepBudget{deadline: d, margin: time.Until(d) / answerShare}
+}
+
+// begin starts a step; the returned function ends it.
+func (b *stepBudget) begin() (end func()) {
+	start := time.Now()
+	return func() { b.slowest = max(b.slowest, time.Since(start)) }
+}
+
+// more says whether a step as slow as the slowest so far would still end margin before the
+// deadline.
+func (b *stepBudget) more() bool {
+	return b.deadline.IsZero() || time.Now().Add(b.slowest+b.margin).Before(b.deadline)
+}

@@ -10,6 +10,10 @@ func StreamCounts() (open, started int64) { return streamsOpen.Load(), streamsSt
 // maxMatchScan), so that a test can pass them with a few jobs.
 func SetMatchBounds(h *Handler, bulk, scan int) { h.maxBulk, h.maxScan = bulk, scan }
 
+// SetBulkBatch lowers the most jobs one step of h's bulk actions reads or acts on
+// (pronto.MaxBulkIDs), so that a test can run one in several steps with a few jobs.
+func SetBulkBatch(h *Handler, n int) { h.batch = n }
+
 // SetLoginClock makes h's login throttle read the time from now.
 func SetLoginClock(h *Handler, now func() time.Time) {
 	h.logins.mu.Lock()

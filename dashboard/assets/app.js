@@ -114,6 +114,28 @@ function bulkToast(action, r) {
   if (r.stopped) msg += ", " + r.not_attempted + " not attempted (" + r.stopped + ")";
   toast(msg, r.failed.length > 0 || !!r.stopped);
 }
+// bulkAll posts a bulk action on ids and, while the server answers that it stopped early to answer
+// before its request deadline (partial, not_attempted: the last ones of those sent), posts those
+// again, so that every job is attempted once; total, when given, adds up across calls, and the
+// progress shown is named label (the action's own name by default).
+async function bulkAll(action, ids, total, label) {
+  total = total || { done: 0, failed: [], stopped: "", not_attempted: 0 };
+  for (let rest = ids; rest.length;) {
+    const x = await post("/api/bulk", { action, ids: rest });
+    total.done += x.done;
+    total.failed.push(...x.failed);
+    if (x.stopped) {
+      // The store stopped serving: what follows was not attempted, and is left for a later action.
+      total.stopped = x.stopped;
+      total.not_attempted = x.not_attempted;
+      break;
+    }
+    if (!x.partial || !x.not_attempted) break;
+    rest = rest.slice(rest.length - x.not_attempted);
+    toast((label || action) + ": " + total.done + " done so far…");
+  }
+  return total;
+}
 // countText says how many jobs a GET /api/count answer holds: all that match, the first max of
 // more, or those found before the server stopped reading (it reads at most scan_max jobs).
 function countText(c) {
@@ -467,8 +489,7 @@ async function jobs(view, _, params) {
     if (!confirm(action[0].toUpperCase() + action.slice(1) + " " + what + "?")) return;
     // "Everything the filter matches" is the jobs counted when the operator chose it, not what the
     // filter matches by the time the action arrives.
-    const body = { action, ids: allMatching ? matched.ids : [...selected] };
-    const r = await post("/api/bulk", body);
+    const r = await bulkAll(action, allMatching ? matched.ids : [...selected]);
     bulkToast(action, r);
     selected.clear(); allMatching = false; matched = null;
     load();
@@ -853,15 +874,9 @@ async function replayAllDeadLetter() {
   const total = { done: 0, failed: [], stopped: "", not_attempted: 0 };
   for (;;) {
     if (c.ids.length) {
-      const x = await post("/api/bulk", { action: "retry", ids: c.ids });
-      total.done += x.done;
-      total.failed.push(...x.failed);
-      if (x.stopped) {
-        // The store stopped serving: what follows was not attempted, and is left for a later replay.
-        total.stopped = x.stopped;
-        total.not_attempted = x.not_attempted;
-        break;
-      }
+      await bulkAll("retry", c.ids, total, "replaying");
+      // The store stopped serving: what follows was not attempted, and is left for a later replay.
+      if (total.stopped) break;
     }
     if (!c.next) break;
     toast("replaying: " + total.done + " done so far…");
@@ -882,8 +897,7 @@ async function deadletter(view, _, params) {
     box.replaceChildren(...(r.jobs.length === 0 ? [el("p", { class: "muted" }, r.next ? "No dead-letter job on this page." : "The dead-letter list is empty."), nextLink] : [
       el("div", { class: "bulkbar" }, actBtn("Replay the " + r.jobs.length + " on this page", async () => {
         if (!confirm("Replay " + r.jobs.length + " jobs?")) return;
-        const x = await post("/api/bulk", { action: "retry", ids: r.jobs.map((j) => j.id) });
-        bulkToast("replay", x);
+        bulkToast("replay", await bulkAll("retry", r.jobs.map((j) => j.id), null, "replaying"));
         load();
       }), r.next || cursor ? actBtn("Replay every dead-letter job", async () => {
         await replayAllDeadLetter();
