@@ -5,6 +5,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pronto-jobs/pronto/internal/txend"
 	"github.com/pronto-jobs/pronto/store"
 )
 
@@ -25,6 +29,11 @@ type appTx struct {
 	// returned and the list was handed to the commit watch.
 	onCommit []func()
 	done     bool
+
+	// endProbe, set by the insert, reads on the caller's goroutine what telling later whether the
+	// transaction ended needs, and returns the function that tells from any goroutine; ok false when
+	// it cannot be told (see holdUntilTxEnds).
+	endProbe func(ctx context.Context) (ended func(context.Context) (bool, error), ok bool)
 }
 
 // newAppTx returns the appTx of an insert into the application's transaction, and the function
@@ -155,4 +164,111 @@ func (c *Client) afterCommit(probe func(context.Context) bool, fn func()) {
 			}
 		}
 	}()
+}
+
+// txEndPollMax bounds the pause between two looks at whether an application's transaction holding
+// counted jobs ended: its room comes back within about that long after a rollback.
+const txEndPollMax = 250 * time.Millisecond
+
+// holdUntilTxEnds keeps what the queue bounds and the tenant limits counted for ps, just inserted
+// into the application's transaction tx, in flight until tx ends: a depth read sees the jobs only once
+// tx commits, and never after a rollback. It runs on the caller's goroutine, right after the insert,
+// and only for an insert the bounds counted: other inserts into a transaction pay nothing.
+//
+// When the transaction's end cannot be told (a store wrapped so that its pool is out of reach, a
+// failed read of the transaction's id), the jobs are held until they are seen committed, or
+// commitWatchMax: a rollback then holds their room that long.
+func (c *Client) holdUntilTxEnds(ctx context.Context, tx *appTx, ps []*store.InsertParams) {
+	depths, tenants := c.holdDepths(ps), c.holdTenants(ps)
+	release := func() {
+		if depths != nil {
+			depths()
+		}
+		if tenants != nil {
+			tenants()
+		}
+	}
+	if depths == nil && tenants == nil {
+		return
+	}
+	if tx.endProbe != nil {
+		if ended, ok := tx.endProbe(ctx); ok {
+			if ended == nil { // nothing written: nothing to wait for
+				release()
+				return
+			}
+			c.watchTxEnd(ended, 0, release)
+			return
+		}
+	}
+	if tx.newJob() == "" { // no new job: nothing a commit would make visible
+		release()
+		return
+	}
+	c.watchTxEnd(func(ctx context.Context) (bool, error) { return tx.probe(ctx), nil }, commitWatchMax, release)
+}
+
+// watchTxEnd runs release from a goroutine once ended reports the application's transaction ended,
+// limit (0: none) passed, or the client stops; at once when it is stopped already. A failed look
+// is tried again: the jobs stay counted meanwhile, so that a bound is met early, never late.
+func (c *Client) watchTxEnd(ended func(context.Context) (bool, error), limit time.Duration, release func()) {
+	c.mu.Lock()
+	if c.stopped {
+		c.mu.Unlock()
+		release()
+		return
+	}
+	c.commitWatches.Add(1) // Stop waits for them, as for afterCommit's
+	c.mu.Unlock()
+	go func() {
+		defer c.commitWatches.Done()
+		defer release()
+		var deadline <-chan time.Time
+		if limit > 0 {
+			t := time.NewTimer(limit)
+			defer t.Stop()
+			deadline = t.C
+		}
+		pause := time.NewTimer(time.Millisecond)
+		defer pause.Stop()
+		for wait := time.Millisecond; ; wait = min(2*wait, txEndPollMax) {
+			select {
+			case <-c.commitWatch.Done():
+				return
+			case <-deadline:
+				return
+			case <-pause.C:
+			}
+			ctx, cancel := context.WithTimeout(c.commitWatch, relayTimeout)
+			done, err := ended(ctx)
+			cancel()
+			if done {
+				return
+			}
+			if err != nil && c.commitWatch.Err() == nil {
+				c.cfg.Logger.Debug("pronto: looking whether an application transaction ended failed; its jobs stay counted against their bounds", "error", err)
+			}
+			pause.Reset(min(2*wait, txEndPollMax))
+		}
+	}()
+}
+
+// pgxTxEnd reads the id of tx, the application's pgx transaction, and returns how to tell on the
+// store's pool whether tx ended; nil (and true) when tx wrote nothing, false when that cannot be
+// told (the store keeps its pool to itself, or the read failed).
+func (c *Client) pgxTxEnd(ctx context.Context, tx pgx.Tx) (func(context.Context) (bool, error), bool) {
+	ps, ok := c.store.(interface{ Pool() *pgxpool.Pool })
+	if !ok {
+		return nil, false
+	}
+	id, err := txend.PgxID(ctx, tx)
+	if err != nil {
+		c.cfg.Logger.Warn("pronto: reading the id of an application transaction failed; its jobs count against their bounds until seen committed", "error", err)
+		return nil, false
+	}
+	if id == "" {
+		return nil, true
+	}
+	pool := ps.Pool()
+	return func(ctx context.Context) (bool, error) { return txend.PgxEnded(ctx, pool, id) }, true
 }

@@ -24,8 +24,10 @@ import (
 // inserted in the meantime is not seen yet, so several clients together may overshoot a bound by what
 // they insert within depthEvery. A read does not see the client's own inserts still being written
 // either: what they counted is added to it until they return (inflight), else the inserts admitted
-// on that read would take the queue beyond its bound once the slow ones land. (An insert into the
-// application's transaction returns before it commits: a read between the two misses its jobs.)
+// on that read would take the queue beyond its bound once the slow ones land. An insert into the
+// application's transaction (InsertTx, InsertSQLTx) stays in flight until the transaction commits or
+// rolls back, as no read sees its jobs before (holdUntilTxEnds): else every open transaction could
+// fill the room left, and the bound be passed by as many times that once they commit.
 // What an insert counted is taken back out when the store does not keep the job (a unique duplicate or conflict, a refusal by a tenant limit); after any other failed
 // insert the queue is recounted at its next insert, since the store may or may not have kept it.
 //
@@ -70,7 +72,8 @@ type backpressure struct {
 	bounds   map[string]int64
 	depths   map[string]*queueDepth // made on first use
 	// inflight counts, by queue, the jobs that admissions counted and whose insert has not returned
-	// yet: a depth read may not see them, so each read adds them.
+	// yet, or whose application transaction has not ended: a depth read may not see them, so each
+	// read adds them.
 	inflight map[string]int64
 	// flights holds what each insert in flight counted, by queue, under its first job: the paths
 	// that end an insert pass its jobs, not always its depthAdmission (see landDepths).
@@ -205,6 +208,35 @@ func (c *Client) landDepths(ps []*store.InsertParams) {
 	}
 	delete(bp.flights, ps[0])
 	bp.flying.Add(-1)
+	bp.subtract(adding)
+}
+
+// holdDepths takes what checkBounds counted for ps out of flight without landing it, for an insert
+// into the application's transaction: its jobs stay added to every depth read (a read sees them only
+// once the transaction commits) until release is called, once the transaction ended (later calls do
+// nothing). nil when ps counted nothing, or landed already.
+func (c *Client) holdDepths(ps []*store.InsertParams) (release func()) {
+	bp := &c.bp
+	if len(ps) == 0 || bp.flying.Load() == 0 {
+		return nil
+	}
+	bp.mu.Lock()
+	defer bp.mu.Unlock()
+	adding, ok := bp.flights[ps[0]]
+	if !ok {
+		return nil
+	}
+	delete(bp.flights, ps[0])
+	bp.flying.Add(-1)
+	return sync.OnceFunc(func() {
+		bp.mu.Lock()
+		defer bp.mu.Unlock()
+		bp.subtract(adding)
+	})
+}
+
+// subtract takes what one insert counted out of inflight. bp.mu must be held.
+func (bp *backpressure) subtract(adding map[string]int) {
 	for q, n := range adding {
 		if bp.inflight[q] -= int64(n); bp.inflight[q] <= 0 {
 			delete(bp.inflight, q)
@@ -340,7 +372,8 @@ func (c *Client) forgetDepths(adm depthAdmission) {
 
 // QueueSetMaxDepth bounds queue: an insert that would take it beyond maxDepth jobs that have not
 // finished fails with ErrQueueFull. 0 removes the bound. Every client sees a new bound within about a
-// second. The store must implement store.QueueBounder (all of pronto's stores do).
+// second. Jobs inserted into an application's transaction (InsertTx, InsertSQLTx) take room from the
+// insert until the transaction ends: open transactions cannot together pass the bound. The store must implement store.QueueBounder (all of pronto's stores do).
 func (c *Client) QueueSetMaxDepth(ctx context.Context, queue string, maxDepth int64) error {
 	if !ValidQueueName(queue) {
 		return invalidf("invalid queue name %q", queue)

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pronto-jobs/pronto/internal/jsoncheck"
+	"github.com/pronto-jobs/pronto/internal/txend"
 	"github.com/pronto-jobs/pronto/internal/uuidv7"
 	"github.com/pronto-jobs/pronto/store"
 )
@@ -179,6 +180,9 @@ func (c *Client) InsertManyTx(ctx context.Context, tx pgx.Tx, jobs []InsertManyP
 		return nil, err
 	}
 	atx, chose := c.newAppTx()
+	atx.endProbe = func(ctx context.Context) (func(context.Context) (bool, error), bool) {
+		return c.pgxTxEnd(ctx, tx)
+	}
 	rows, err := c.insert(context.WithValue(ctx, appTxKey{}, atx), ps, func(ctx context.Context, ps []*store.InsertParams) ([]*store.Job, error) {
 		rows, err := ins.InsertPgxTx(ctx, tx, ps)
 		if err == nil {
@@ -211,6 +215,9 @@ func (c *Client) InsertManySQLTx(ctx context.Context, tx *sql.Tx, jobs []InsertM
 		return nil, err
 	}
 	atx, chose := c.newAppTx()
+	atx.endProbe = func(context.Context) (func(context.Context) (bool, error), bool) {
+		return func(ctx context.Context) (bool, error) { return txend.SQLEnded(ctx, tx) }, true
+	}
 	rows, err := c.insert(context.WithValue(ctx, appTxKey{}, atx), ps, func(ctx context.Context, ps []*store.InsertParams) ([]*store.Job, error) {
 		rows, err := ins.InsertSQLTx(ctx, tx, ps)
 		if err == nil {
@@ -253,6 +260,11 @@ func (c *Client) insertBoosting(ctx context.Context, ps []*store.InsertParams, d
 		return nil, err
 	}
 	rows, err := next(ctx, ps)
+	if err == nil && (len(adm.depths.counts) > 0 || len(adm.tenants.tenants) > 0) {
+		if tx, _ := ctx.Value(appTxKey{}).(*appTx); tx != nil {
+			c.holdUntilTxEnds(ctx, tx, ps) // before settling lands the jobs
+		}
+	}
 	c.refundUnstored(ctx, adm.tenants, ps, rows, err)
 	c.settleDepths(adm.depths, ps, rows, err)
 	if err != nil {

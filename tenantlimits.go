@@ -25,7 +25,8 @@ import (
 // anew, or whose limits changed, is recounted at its next insert. The price is precision, as
 // for backpressure: jobs started since the last read still count (the limit is met early, never late,
 // by one client), and what other clients inserted meanwhile is not seen yet. A recount adds the
-// client's own inserts still being written (inflight), which it may not see, and a job the store did
+// client's own inserts still being written (inflight), which it may not see, those in application
+// transactions not ended yet among them (see holdUntilTxEnds), and a job the store did
 // not keep is taken back out of the count that held it only, not of a later recount. The enqueue rate is
 // counted by each client on its own inserts (a fixed window per tenant): with several clients (several
 // `pronto serve` processes) a tenant may insert up to the rate per client.
@@ -116,7 +117,8 @@ type tenantGate struct {
 	boosts tenantBoosts
 	// countEvery, when positive, replaces the package's depthEvery (tests only).
 	countEvery time.Duration
-	// inflight holds, by tenant, what admissions counted whose insert has not returned yet; flights
+	// inflight holds, by tenant, what admissions counted whose insert has not returned yet (or whose
+	// application transaction has not ended); flights
 	// what each such insert counted, under its first job (as backpressure's, see landTenants).
 	inflight map[string]*tenantAdding
 	flights  map[*store.InsertParams]map[string]*tenantAdding
@@ -254,6 +256,34 @@ func (c *Client) landTenants(ps []*store.InsertParams) {
 	}
 	delete(g.flights, ps[0])
 	g.flying.Add(-1)
+	g.subtract(flight)
+}
+
+// holdTenants takes what checkTenantLimits counted for ps out of flight without landing it, as
+// holdDepths does for the queues' depths: it stays added to every recount until release is called,
+// once the application's transaction that holds ps ended. nil when ps counted nothing, or landed.
+func (c *Client) holdTenants(ps []*store.InsertParams) (release func()) {
+	g := &c.tg
+	if len(ps) == 0 || g.flying.Load() == 0 {
+		return nil
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	flight, ok := g.flights[ps[0]]
+	if !ok {
+		return nil
+	}
+	delete(g.flights, ps[0])
+	g.flying.Add(-1)
+	return sync.OnceFunc(func() {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		g.subtract(flight)
+	})
+}
+
+// subtract takes what one insert counted out of inflight. g.mu must be held.
+func (g *tenantGate) subtract(flight map[string]*tenantAdding) {
 	for t, a := range flight {
 		in := g.inflight[t]
 		if in == nil {
@@ -542,7 +572,9 @@ func (g *tenantGate) refusal(ctx context.Context, ts store.TenantStore, add map[
 // client applies them within about a second. Clients in several processes may change enqueue limits
 // at once, of one tenant or several: none overwrites another's change (a change that keeps losing
 // to others fails with store.ErrSettingContended, never silently), and the last to be stored of one
-// tenant's wins. The store must implement store.SettingStore and store.TenantStore (all of pronto's
+// tenant's wins. Jobs inserted into an application's transaction (InsertTx, InsertSQLTx) count
+// against MaxQueueDepth and MaxScheduled from the insert until the transaction ends, committed or
+// rolled back. The store must implement store.SettingStore and store.TenantStore (all of pronto's
 // stores do).
 func (c *Client) TenantSetEnqueueLimits(ctx context.Context, tenant string, l TenantEnqueueLimits) error {
 	if err := validTenantArg(tenant); err != nil {
