@@ -597,12 +597,11 @@ func decodeRetryOverride(body []byte) (*pronto.RetryOverride, *apiError) {
 				}
 				o.Queue = q
 			case "priority":
-				p, e := wantInt(f.val, field, pronto.PriorityMin, pronto.PriorityMax)
+				p, e := wantPriority(f.val, field)
 				if e != nil {
 					return nil, e
 				}
-				pr := int(p)
-				o.Priority = &pr
+				o.Priority = &p
 			case "retry":
 				rp, e := decodePolicyObject(f.val, "override.retry", field)
 				if e != nil {

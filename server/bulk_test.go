@@ -349,7 +349,7 @@ func TestBulkBadRequests(t *testing.T) {
 		{"cancel", `{"filter":{"state":["running"]}}`, 400, "filter.state"},
 		{"cancel", `{"filter":{"queue":"Bad Queue"}}`, 400, "filter.queue"},
 		{"cancel", `{"filter":{"type":"Bad"}}`, 400, "filter.type"},
-		{"cancel", `{"filter":{"priority":"high"}}`, 400, "filter.priority"},
+		{"cancel", `{"filter":{"priority":"urgent"}}`, 400, "filter.priority"},
 		{"delete", `{"filter":{"enqueued_before":"2026-01-01T00:00:00Z"}}`, 400, "filter.enqueued_before"},
 		{"delete", `{"filter":{"colour":"red"}}`, 400, "filter.colour"},
 		{"cancel", `{"filter":{}}`, 400, "filter"},

@@ -394,12 +394,11 @@ func decodeBulkFilter(raw json.RawMessage, op *bulkOp) (*bulkFilter, *apiError) 
 			}
 			f.params.States = states
 		case "priority":
-			p, e := wantInt(v, "filter.priority", pronto.PriorityMin, pronto.PriorityMax)
+			p, e := wantPriority(v, "filter.priority")
 			if e != nil {
 				return nil, e
 			}
-			n := int(p)
-			f.priority = &n
+			f.priority = &p
 		case "tags":
 			// pronto's extension: jobs that have every one of these tags.
 			tags, e := wantStrings(v, "filter.tags")

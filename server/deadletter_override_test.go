@@ -27,7 +27,7 @@ func TestDeadLetterRetryWithOverride(t *testing.T) {
 				`{"override":{"args":{"a":1}}}`:             "override.args",
 				`{"override":{"queue":"Bad Queue"}}`:        "override.queue",
 				`{"override":{"meta":[1]}}`:                 "override.meta",
-				`{"override":{"priority":"high"}}`:          "override.priority",
+				`{"override":{"priority":"urgent"}}`:        "override.priority",
 				`{"override":{"retry":{"max_attempts":0}}}`: "override.retry.max_attempts",
 				`{"override":{"retry":{"backoff":"x"}}}`:    "override.retry.backoff",
 				`{"override":{"scheduled_at":"now"}}`:       "override.scheduled_at",

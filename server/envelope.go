@@ -183,6 +183,28 @@ func wantInt(raw json.RawMessage, field string, lo, hi int64) (int64, *apiError)
 	return n, nil
 }
 
+// wantPriority reads a priority: an integer from PriorityMin to PriorityMax, or one of the named
+// levels OJS recommends ("high", "normal", "low", any case) as its alias (ojs-core.md, priority).
+func wantPriority(raw json.RawMessage, field string) (int, *apiError) {
+	if jsonKind(bytes.TrimSpace(raw)) == "string" {
+		var name string
+		if json.Unmarshal(raw, &name) != nil {
+			return 0, invalid(field, "%s must be an integer or one of \"high\", \"normal\", \"low\"", field)
+		}
+		switch strings.ToLower(name) {
+		case "high":
+			return pronto.PriorityHigh, nil
+		case "normal":
+			return pronto.PriorityNormal, nil
+		case "low":
+			return pronto.PriorityLow, nil
+		}
+		return 0, invalid(field, "%s %q: a named priority is \"high\" (10), \"normal\" (0) or \"low\" (-10)", field, name)
+	}
+	n, e := wantInt(raw, field, pronto.PriorityMin, pronto.PriorityMax)
+	return int(n), e
+}
+
 func wantBool(raw json.RawMessage, field string) (bool, *apiError) {
 	switch string(bytes.TrimSpace(raw)) {
 	case "true":
@@ -700,11 +722,11 @@ func applyOptions(req *enqueueRequest, opts object, now time.Time) *apiError {
 				return invalid(field, "queue %q: must match [a-z0-9][a-z0-9.-]* (at most 128 characters)", o.Queue)
 			}
 		case "priority":
-			p, e := wantInt(v, field, pronto.PriorityMin, pronto.PriorityMax)
+			p, e := wantPriority(v, field)
 			if e != nil {
 				return e
 			}
-			o.Priority = int(p)
+			o.Priority = p
 		case "timeout_ms":
 			ms, e := wantInt(v, field, 0, math.MaxInt64/int64(time.Millisecond))
 			if e != nil {

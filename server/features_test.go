@@ -501,7 +501,7 @@ func TestWorkflowValidation(t *testing.T) {
 		{"step with a bad type", `{"type":"chain","steps":[` + step + `,` + step + `,{"type":"Bad Type","args":[]}]}`, "steps[2].type"},
 		{"step without args", `{"type":"group","jobs":[{"type":"a.b"}]}`, "jobs[0].args"},
 		{"step not an object", `{"type":"group","jobs":[1]}`, "jobs[0]"},
-		{"step option", `{"type":"chain","steps":[{"type":"a.b","args":[],"options":{"priority":"high"}}]}`, "steps[0].options.priority"},
+		{"step option", `{"type":"chain","steps":[{"type":"a.b","args":[],"options":{"priority":"urgent"}}]}`, "steps[0].options.priority"},
 		{"unique step", `{"type":"chain","steps":[{"type":"a.b","args":[],"options":{"unique":{}}}]}`, "steps[0].options.unique"},
 		{"pending step", `{"type":"chain","steps":[{"type":"a.b","args":[],"options":{"pending":true}}]}`, "steps[0].options.pending"},
 		{"unknown member", `{"type":"chain","stepz":[` + step + `]}`, "stepz"},

@@ -73,7 +73,7 @@ func TestRequestSafety(t *testing.T) {
 		{"not an object", "POST", "/ojs/v1/jobs", `[1,2]`, 400, CodeInvalidRequest},
 		{"empty body", "POST", "/ojs/v1/jobs", ``, 400, CodeInvalidRequest},
 		{"args not array", "POST", "/ojs/v1/jobs", `{"type":"a.b","args":{}}`, 400, CodeInvalidRequest},
-		{"priority wrong type", "POST", "/ojs/v1/jobs", `{"type":"a.b","args":[],"options":{"priority":"high"}}`, 400, CodeInvalidRequest},
+		{"priority wrong type", "POST", "/ojs/v1/jobs", `{"type":"a.b","args":[],"options":{"priority":true}}`, 400, CodeInvalidRequest},
 		{"priority fraction", "POST", "/ojs/v1/jobs", `{"type":"a.b","args":[],"options":{"priority":1.5}}`, 400, CodeInvalidRequest},
 		{"bad scheduled_at", "POST", "/ojs/v1/jobs", `{"type":"a.b","args":[],"options":{"scheduled_at":"tomorrow"}}`, 400, CodeInvalidRequest},
 		{"reserved meta key", "POST", "/ojs/v1/jobs", `{"type":"a.b","args":[],"meta":{"_pronto":1}}`, 400, CodeInvalidRequest},

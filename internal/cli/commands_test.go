@@ -153,6 +153,13 @@ func TestEnqueueArgsAndOptions(t *testing.T) {
 		}
 		run(t, with(db, "enqueue", "report.build", "--id", id)...).fails(t, ExitError, "a job with id "+id+" already exists")
 
+		// OJS's named priority levels.
+		for name, want := range map[string]int{"high": 10, "LOW": -10, "normal": 0} {
+			if j := enqueue("a.b", "--priority", name); j.Priority != want {
+				t.Fatalf("--priority %s: priority %d, want %d", name, j.Priority, want)
+			}
+		}
+
 		at := time.Now().Add(48 * time.Hour).UTC().Truncate(time.Second)
 		j = enqueue("a.b", "--at", at.Format(time.RFC3339))
 		if j.State != pronto.StateScheduled || !j.ScheduledAt.Equal(at) {
@@ -182,7 +189,8 @@ func TestEnqueueArgsAndOptions(t *testing.T) {
 			{[]string{"a.b", "--args", `{} {}`}, "--args has text after its JSON value"},
 			{[]string{"a.b", "--args", ``}, "--args is empty"},
 			{[]string{"a.b", "--queue", "Bad Queue"}, `invalid queue name "Bad Queue"`},
-			{[]string{"a.b", "--priority", "101"}, "--priority 101: must be between -100 and 100"},
+			{[]string{"a.b", "--priority", "101"}, "--priority: priority 101: must be between -100 and 100"},
+			{[]string{"a.b", "--priority", "urgent"}, "one of high, normal, low"},
 			{[]string{"a.b", "--priority", "x"}, `invalid value "x" for flag --priority`},
 			{[]string{"a.b", "--delay", "1m", "--at", "2030-01-01T00:00:00Z"}, "give --delay or --at, not both"},
 			{[]string{"a.b", "--at", "tomorrow"}, `--at "tomorrow"`},

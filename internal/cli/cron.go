@@ -145,7 +145,7 @@ func cmdCronAdd(ctx context.Context, r *runner, args []string) error {
 	kind := fs.String("kind", "", "the `KIND` of job each occurrence inserts (required)")
 	argsText := fs.String("args", "{}", "the job's args: `JSON`, @FILE to read a file, or - to read standard input")
 	queue := fs.String("queue", pronto.DefaultQueue, "`QUEUE` to insert into")
-	priority := fs.Int("priority", 0, fmt.Sprintf("`N` from %d to %d; higher runs first", pronto.PriorityMin, pronto.PriorityMax))
+	priority := fs.priority(fmt.Sprintf("`N` from %d to %d, or high (10), normal (0) or low (-10); higher runs first", pronto.PriorityMin, pronto.PriorityMax))
 	maxAttempts := fs.Int("max-attempts", 0, "attempts before a job is discarded, `N` including the first (default 3)")
 	timeout := fs.duration("timeout", 0, "bound each attempt to `DURATION` (default: none)")
 	var tags listValue

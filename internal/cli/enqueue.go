@@ -101,7 +101,7 @@ func cmdEnqueue(ctx context.Context, r *runner, args []string) error {
 			"  pronto enqueue email.send --args '{\"to\":\"ada@example.com\"}' --queue email --priority 10").withDatabase()
 	argsText := fs.String("args", "{}", "the job's args: `JSON`, @FILE to read a file, or - to read standard input")
 	queue := fs.String("queue", pronto.DefaultQueue, "`QUEUE` to insert into")
-	priority := fs.Int("priority", 0, fmt.Sprintf("`N` from %d to %d; higher runs first", pronto.PriorityMin, pronto.PriorityMax))
+	priority := fs.priority(fmt.Sprintf("`N` from %d to %d, or high (10), normal (0) or low (-10); higher runs first", pronto.PriorityMin, pronto.PriorityMax))
 	delay := fs.duration("delay", 0, "run no sooner than `DURATION` from now (for example 30s, 5m)")
 	at := fs.String("at", "", "run no sooner than `TIME` (RFC 3339, for example 2030-01-02T15:04:05Z)")
 	maxAttempts := fs.Int("max-attempts", 0, "attempts before the job is discarded, `N` including the first (default: the retry policy's, 3)")
@@ -125,9 +125,6 @@ func cmdEnqueue(ctx context.Context, r *runner, args []string) error {
 		Timeout: *timeout, Tags: tags, Pending: *pending, Tenant: *tenant}
 	if !pronto.ValidQueueName(*queue) {
 		return usageErrorf("enqueue: invalid queue name %q: queue names are %s", *queue, pronto.QueueNameRule)
-	}
-	if *priority < pronto.PriorityMin || *priority > pronto.PriorityMax {
-		return usageErrorf("enqueue: --priority %d: must be between %d and %d", *priority, pronto.PriorityMin, pronto.PriorityMax)
 	}
 	if *delay < 0 || *timeout < 0 || *maxAttempts < 0 {
 		return usageErrorf("enqueue: --delay, --timeout and --max-attempts must not be negative")

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/pronto-jobs/pronto"
 )
 
 // flagSet is a standard library FlagSet with pronto's help layout, the shared database flags, and
@@ -296,6 +298,28 @@ func (fs *flagSet) duration(name string, value time.Duration, usage string) *tim
 	p := new(time.Duration)
 	*p = value
 	fs.Var((*durationValue)(p), name, usage)
+	return p
+}
+
+// priorityValue is a job priority given as an integer or as a named level (high, normal, low),
+// read by pronto.ParsePriority.
+type priorityValue int
+
+func (p *priorityValue) String() string { return strconv.Itoa(int(*p)) }
+
+func (p *priorityValue) Set(s string) error {
+	n, err := pronto.ParsePriority(s)
+	if err != nil {
+		return err
+	}
+	*p = priorityValue(n)
+	return nil
+}
+
+// priority defines a --priority flag (0 by default) taking a number or a named level.
+func (fs *flagSet) priority(usage string) *int {
+	p := new(int)
+	fs.Var((*priorityValue)(p), "priority", usage)
 	return p
 }
 
