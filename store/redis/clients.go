@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"slices"
 	"time"
 
@@ -32,23 +30,6 @@ type clientJSON struct {
 	SeenAt    time.Time           `json:"seen_at"`
 }
 
-// errUnreachable marks the error of a registry call that did not get through to Redis.
-var errUnreachable = errors.New("cannot reach Redis")
-
-// unreachable adds errUnreachable to err when err is the network's (a refused or broken
-// connection, a read or dial timing out, go-redis's pool timing out): a client's record written
-// while Redis is down or stopped is logged as such, rather than as a bare "i/o timeout". A
-// client's Start does not wait for its record (it is written in the background, and again every
-// few seconds), so a client starts, and keeps trying, while Redis cannot be reached.
-func unreachable(err error) error {
-	var ne net.Error
-	if errors.As(err, &ne) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
-		errors.Is(err, goredis.ErrPoolTimeout) {
-		return fmt.Errorf("%w: %w", errUnreachable, err)
-	}
-	return err
-}
-
 // PutClient creates or replaces the record of client r.ID, live for ttl.
 func (s *Store) PutClient(ctx context.Context, r store.ClientRecord, ttl time.Duration) error {
 	q := r.Queues
@@ -66,7 +47,7 @@ func (s *Store) PutClient(ctx context.Context, r store.ClientRecord, ttl time.Du
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("redis: put client %s: %w", r.ID, unreachable(err))
+		return fmt.Errorf("redis: put client %s: %w", r.ID, err)
 	}
 	return nil
 }
@@ -79,7 +60,7 @@ func (s *Store) RemoveClient(ctx context.Context, id string) error {
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("redis: remove client %s: %w", id, unreachable(err))
+		return fmt.Errorf("redis: remove client %s: %w", id, err)
 	}
 	return nil
 }
@@ -88,11 +69,11 @@ func (s *Store) RemoveClient(ctx context.Context, id string) error {
 func (s *Store) ListClients(ctx context.Context, leader string) ([]store.ClientRecord, error) {
 	ids, err := s.rdb.SMembers(ctx, s.clientIDsKey()).Result()
 	if err != nil {
-		return nil, fmt.Errorf("redis: list clients: %w", unreachable(err))
+		return nil, fmt.Errorf("redis: list clients: %w", err)
 	}
 	lead, err := s.rdb.Get(ctx, s.leaderKey(leader)).Result()
 	if err != nil && !errors.Is(err, goredis.Nil) {
-		return nil, fmt.Errorf("redis: list clients: leader: %w", unreachable(err))
+		return nil, fmt.Errorf("redis: list clients: leader: %w", err)
 	}
 	if len(ids) == 0 {
 		return nil, nil
@@ -104,7 +85,7 @@ func (s *Store) ListClients(ctx context.Context, leader string) ([]store.ClientR
 	}
 	vals, err := s.rdb.MGet(ctx, keys...).Result()
 	if err != nil {
-		return nil, fmt.Errorf("redis: list clients: %w", unreachable(err))
+		return nil, fmt.Errorf("redis: list clients: %w", err)
 	}
 	var out []store.ClientRecord
 	var gone []any

@@ -45,13 +45,15 @@ type Notifier struct {
 }
 
 // NewNotifier subscribes to the channel on rdb and returns once the subscription is confirmed, so
-// nothing published after it returns is missed. Close does not close rdb.
+// nothing published after it returns is missed. Close does not close rdb. It adds to rdb the hook
+// New adds, naming Redis in the errors of calls that cannot reach it.
 func NewNotifier(ctx context.Context, rdb goredis.UniversalClient, opts NotifierOptions) (*Notifier, error) {
 	ch := opts.Channel
 	if ch == "" {
 		ch = DefaultNotifierChannel
 	}
 	n := &Notifier{rdb: rdb, channel: ch, sender: tokens(1)[0], done: make(chan struct{})}
+	addUnreachableHook(rdb)
 	ps, err := subscribe(ctx, rdb, ch)
 	if err != nil {
 		return nil, fmt.Errorf("redis: notifier: %w", err)
@@ -109,13 +111,19 @@ func (n *Notifier) Signal(ctx context.Context, ns []store.Notification) error {
 	for _, note := range ns {
 		n.hub.Publish(note)
 	}
-	return n.send(ctx, ns)
+	if err := n.send(ctx, ns); err != nil {
+		return fmt.Errorf("redis: notifier: signal: %w", err)
+	}
+	return nil
 }
 
 // Publish sends ns to the other processes on the channel, pipelined, not to this notifier's own
 // subscribers.
 func (n *Notifier) Publish(ctx context.Context, ns []store.Notification) error {
-	return n.send(ctx, ns)
+	if err := n.send(ctx, ns); err != nil {
+		return fmt.Errorf("redis: notifier: publish: %w", err)
+	}
+	return nil
 }
 
 func (n *Notifier) send(ctx context.Context, ns []store.Notification) error {

@@ -244,6 +244,11 @@ func urlError(err error) error {
 // either). It checks that Redis answers and subscribes to the store's notification channel before
 // it returns, and warns through opts.Logger when the server's maxmemory-policy would evict jobs
 // (see CheckEvictionPolicy). Close does not close rdb.
+//
+// New adds a hook to rdb that marks a network error of any of its calls, the caller's own
+// included, as Redis being unreachable: the message starts "cannot reach Redis", and the
+// go-redis error (and the context's, when its deadline cut the call) stays in the chain for
+// errors.Is and errors.As.
 func New(ctx context.Context, rdb goredis.UniversalClient, opts Options) (*Store, error) {
 	prefix := opts.Prefix
 	if prefix == "" {
@@ -252,8 +257,9 @@ func New(ctx context.Context, rdb goredis.UniversalClient, opts Options) (*Store
 	if strings.ContainsAny(prefix, "{}") {
 		return nil, fmt.Errorf("redis: key prefix %q contains a brace, which would move the queues' hash tags", prefix)
 	}
+	addUnreachableHook(rdb)
 	if err := rdb.Ping(ctx).Err(); err != nil {
-		return nil, fmt.Errorf("redis: cannot reach the server: %w", err)
+		return nil, fmt.Errorf("redis: ping: %w", err)
 	}
 	s := &Store{rdb: rdb, prefix: prefix, done: make(chan struct{}), sender: tokens(1)[0], noHandoff: opts.NoHandoff,
 		logger: opts.Logger, serveWithin: serveWithin, gotTTL: gotTTL}
@@ -458,7 +464,10 @@ func (n *notifier) Signal(ctx context.Context, ns []store.Notification) error {
 	if err := notifyhub.CheckSignals(ns); err != nil {
 		return err
 	}
-	return (*Store)(n).publish(ctx, ns)
+	if err := (*Store)(n).publish(ctx, ns); err != nil {
+		return fmt.Errorf("redis: signal: %w", err)
+	}
+	return nil
 }
 
 // publish delivers notifications to this store's own subscribers at once, and sends them on the

@@ -51,7 +51,8 @@ func (s *subscription) open(ctx context.Context) (*goredis.PubSub, error) {
 	// Bounded: a connection that is accepted and then never answers would hold a renewal for good.
 	if _, err := ps.ReceiveTimeout(ctx, max(2*subscriptionIdle, 10*time.Second)); err != nil {
 		_ = ps.Close()
-		return nil, fmt.Errorf("subscribe to %s: %w", s.channel, err)
+		// A subscription's connection is its own, outside the client's hooks.
+		return nil, fmt.Errorf("subscribe to %s: %w", s.channel, unreachable(ctx, err))
 	}
 	return ps, nil
 }
