@@ -709,6 +709,13 @@ type Store interface {
 	// RunJobNow moves a scheduled or retryable job to available now, keeping its attempts, and
 	// announces its queue. Other states give a *TransitionError.
 	RunJobNow(ctx context.Context, id string) (*Job, error)
+	// SetJobPriority sets the priority of a job waiting to run (available, scheduled or pending),
+	// atomically, and returns the job as updated with the priority it had. An available job is
+	// claimed in its new order from then on. The value is stored as given (a tenant's priority boost
+	// applies at insert only); one outside PriorityMin..PriorityMax gives an error wrapping
+	// ErrInvalidParams. Other states (retryable too, as OJS requires) give a *TransitionError with
+	// Operation OpChangePriority; a missing job ErrNotFound.
+	SetJobPriority(ctx context.Context, id string, priority int) (job *Job, previous int, err error)
 	// DeleteJob removes a job that is not active and returns it as it was. A workflow job a pending
 	// child still waits for gives a *TransitionError with Reason ReasonAwaitedParent.
 	DeleteJob(ctx context.Context, id string) (*Job, error)

@@ -2,6 +2,7 @@ package memory
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -119,4 +120,27 @@ func (s *Store) RunJobNow(ctx context.Context, id string) (*store.Job, error) {
 	return s.makeAvailable(ctx, id, "run now", func(st store.State) bool {
 		return st == store.StateScheduled || st == store.StateRetryable
 	})
+}
+
+// SetJobPriority sets the priority of an available, scheduled or pending job; an available job is
+// filed again in its heap under the new priority, so the next claim takes it in its new order.
+func (s *Store) SetJobPriority(ctx context.Context, id string, priority int) (*store.Job, int, error) {
+	if err := store.CheckPriority(priority); err != nil {
+		return nil, 0, fmt.Errorf("memory: job %s: %w", id, err)
+	}
+	j, err := s.lockJob(ctx, id)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer s.mu.Unlock()
+	if !store.PriorityChangeable(j.State) {
+		return nil, 0, transitionError(j, store.OpChangePriority)
+	}
+	prev := j.Priority
+	if prev != priority {
+		s.unplace(j)
+		j.Priority = priority
+		s.place(j)
+	}
+	return j.export(), prev, nil
 }

@@ -139,3 +139,24 @@ var sqlRunJobNow = makeAvailable(``, `IN ('scheduled', 'retryable')`)
 func (s *Store) RunJobNow(ctx context.Context, id string) (*store.Job, error) {
 	return s.transition(ctx, s.expand.Replace(sqlRunJobNow), "run now", id)
 }
+
+// SetJobPriority sets the priority of an available, scheduled or pending job in one statement; the
+// claim reads the column, so the job is claimed in its new order at once.
+func (s *Store) SetJobPriority(ctx context.Context, id string, priority int) (*store.Job, int, error) {
+	if err := store.CheckPriority(priority); err != nil {
+		return nil, 0, fmt.Errorf("%s job %s: %w", store.OpChangePriority, id, err)
+	}
+	u, ok := parseUUID(id)
+	if !ok {
+		return nil, 0, notFound(id)
+	}
+	var prev int32
+	j, err := s.transitionWith(ctx, store.OpChangePriority, id, func(dest []any) error {
+		return s.pool.QueryRow(ctx, s.expand.Replace(sqlSetJobPriority), u, priority).
+			Scan(append([]any{&prev}, dest...)...)
+	})
+	if err != nil {
+		return nil, 0, err
+	}
+	return j, int(prev), nil
+}

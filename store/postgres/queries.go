@@ -948,6 +948,20 @@ SELECT l.state, updated.* FROM locked l LEFT JOIN updated ON true
 WHERE (SELECT count(*) FROM notified) >= 0`
 }
 
+// sqlSetJobPriority sets the priority of job $1 to $2 when it waits to run (available, scheduled,
+// pending). It returns the job's priority and state before, with the job as updated, or NULLs when
+// its state refused the change; no row for a missing job.
+const sqlSetJobPriority = `WITH locked AS (
+	SELECT id, state, priority FROM {schema}.jobs WHERE id = $1 FOR UPDATE
+), updated AS (
+	UPDATE {schema}.jobs j
+	SET priority = $2
+	FROM locked l
+	WHERE j.id = $1 AND j.id = l.id AND l.state IN ('available', 'scheduled', 'pending')
+	RETURNING ` + jobColsJ + `
+)
+SELECT l.priority, l.state, updated.* FROM locked l LEFT JOIN updated ON true`
+
 // stateCounts counts the rows of a group per job state, one column named after each state.
 const stateCounts = `count(*) FILTER (WHERE state = 'scheduled') AS scheduled,
 		count(*) FILTER (WHERE state = 'available') AS available,

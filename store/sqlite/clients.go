@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -171,4 +172,41 @@ func (s *Store) RunJobNow(ctx context.Context, id string) (*store.Job, error) {
 	}
 	s.hub.Publish(store.Notification{Kind: store.NotifyInsert, Queue: j.Queue})
 	return j, nil
+}
+
+// SetJobPriority sets the priority of an available, scheduled or pending job. One IMMEDIATE write
+// transaction reads the priority it had and updates it, so no other write comes in between; the
+// claim reads the column, so the job is claimed in its new order at once.
+func (s *Store) SetJobPriority(ctx context.Context, id string, priority int) (*store.Job, int, error) {
+	op := store.OpChangePriority
+	if err := store.CheckPriority(priority); err != nil {
+		return nil, 0, fmt.Errorf("%s job %s: %w", op, id, err)
+	}
+	r, err := s.begin(ctx, jobPrioritySQL, setJobPrioritySQL)
+	if err != nil {
+		return nil, 0, fmt.Errorf("%s job %s: %w", op, id, err)
+	}
+	defer r.tx.Rollback() //nolint:errcheck // after Commit it is a no-op
+	var (
+		state string
+		prev  int64
+	)
+	err = r.QueryRowContext(ctx, jobPrioritySQL, id).Scan(&state, &prev)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, 0, fmt.Errorf("%s job %s: %w", op, id, store.ErrNotFound)
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("%s job %s: %w", op, id, err)
+	}
+	if !store.PriorityChangeable(store.State(state)) {
+		return nil, 0, refused(id, op, store.State(state))
+	}
+	j, err := firstJob(r.QueryContext(ctx, setJobPrioritySQL, int64(priority), id))
+	if err != nil {
+		return nil, 0, fmt.Errorf("%s job %s: %w", op, id, err)
+	}
+	if err := r.tx.Commit(); err != nil {
+		return nil, 0, fmt.Errorf("%s job %s: commit: %w", op, id, err)
+	}
+	return j, int(prev), nil
 }

@@ -423,6 +423,14 @@ const deleteJobSQL = `DELETE FROM pronto_jobs WHERE id = ?1 AND state <> 'active
 
 const jobStateSQL = `SELECT state FROM pronto_jobs WHERE id = ?1`
 
+// jobPrioritySQL reads a job's state and priority: ?1 id.
+const jobPrioritySQL = `SELECT state, priority FROM pronto_jobs WHERE id = ?1`
+
+// setJobPrioritySQL sets the priority of a job waiting to run: ?1 priority, ?2 id.
+const setJobPrioritySQL = `UPDATE pronto_jobs SET priority = ?1
+	WHERE id = ?2 AND state IN ('available', 'scheduled', 'pending')
+	RETURNING ` + jobColumns
+
 const queueCountsSQL = `SELECT queue, state, count(*) FROM pronto_jobs GROUP BY queue, state`
 
 const queueFlagsSQL = `SELECT name, paused FROM pronto_queues`
