@@ -70,6 +70,12 @@ type Client struct {
 	stopped  bool
 	stopOnce sync.Once
 	stopErr  error
+	// stopDone is closed when the shutdown Stop began has ended (stopErr is then set).
+	stopDone chan struct{}
+	// stopWorkers is set while the shutdown gives the cancelled jobs' workers their moment to
+	// return, and stopWorkersEnd (UnixNano) is when that moment ended: Stop's margin counts from then.
+	stopWorkers    atomic.Bool
+	stopWorkersEnd atomic.Int64
 
 	producers  map[string]*producer.Producer
 	pools      map[string]*fairq.Queue[jobTask]
@@ -425,7 +431,15 @@ func (c *Client) Start(ctx context.Context) error {
 // Stop shuts the client down gracefully: it stops claiming at once, lets running jobs finish until
 // ctx's deadline, then cancels them (their context's cause is ErrShutdown) and returns them to
 // available without spending an attempt, writes every outstanding outcome, and resigns leadership.
-// It returns ctx's error if jobs had to be cancelled. Calling Stop again returns the first result.
+// It returns ctx's error if jobs had to be cancelled.
+//
+// Stop returns by stopMargin after ctx ends (after the moment given to workers that ignore their
+// cancellation), with ctx's error, when the shutdown has not ended by then: a store that does not
+// answer (a stopped Redis, a partitioned database) holds the outcomes' writes, the client's record
+// and the leader's resignation. They go on in the background, each bounded as it is (the outcomes
+// within 10 s), and jobs whose outcome is not written are rescued when their leases expire.
+// Calling Stop again waits for the same shutdown, bounded by its own ctx, and returns its result
+// (ctx's error if jobs had to be cancelled).
 func (c *Client) Stop(ctx context.Context) error {
 	c.mu.Lock()
 	started := c.started
@@ -436,8 +450,58 @@ func (c *Client) Stop(ctx context.Context) error {
 	if !started {
 		return nil
 	}
-	c.stopOnce.Do(func() { c.stopErr = c.stop(ctx) })
-	return c.stopErr
+	c.stopOnce.Do(func() {
+		c.stopDone = make(chan struct{})
+		go func() {
+			defer close(c.stopDone)
+			c.stopErr = c.stop(ctx)
+		}()
+	})
+	return c.awaitStop(ctx)
+}
+
+// stopMargin is how long Stop waits for the shutdown past its ctx's end (see Stop): enough for a
+// store that answers to take the outcomes of the jobs cancelled at the deadline.
+const stopMargin = time.Second
+
+// awaitStop waits for the shutdown to end, or until stopMargin after ctx ends and after the
+// cancelled jobs' workers had their moment (which the shutdown bounds itself).
+func (c *Client) awaitStop(ctx context.Context) error {
+	select {
+	case <-c.stopDone:
+		return c.stopErr
+	case <-ctx.Done():
+	}
+	end := time.Now().Add(stopMargin)
+	// Polled: the workers' moment may begin or end while this waits.
+	tick := time.NewTicker(stopMargin / 20)
+	defer tick.Stop()
+	for {
+		select {
+		case <-c.stopDone:
+			return c.stopErr
+		case <-tick.C:
+		}
+		if c.stopWorkers.Load() {
+			continue
+		}
+		if t := c.stopWorkersEnd.Load(); t != 0 {
+			end = later(end, time.Unix(0, t).Add(stopMargin))
+		}
+		if time.Now().After(end) {
+			c.cfg.Logger.Warn("pronto: stop: the shutdown did not end by the deadline; it goes on in the background",
+				"client", c.cfg.ID)
+			return ctx.Err()
+		}
+	}
+}
+
+// later returns the later of a and b.
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 func (c *Client) stop(ctx context.Context) error {
@@ -467,6 +531,7 @@ func (c *Client) stop(ctx context.Context) error {
 			break
 		}
 		result = ctx.Err()
+		c.stopWorkers.Store(true)
 		c.cancelWork(ErrShutdown)
 		// Workers that honour their context return at once; give them a moment.
 		select {
@@ -474,6 +539,8 @@ func (c *Client) stop(ctx context.Context) error {
 		case <-time.After(2 * time.Second):
 			c.abandonStuckJobs()
 		}
+		c.stopWorkersEnd.Store(time.Now().UnixNano())
+		c.stopWorkers.Store(false)
 	}
 	// Every job has returned (or was abandoned): the pools' goroutines may go.
 	for _, tasks := range c.pools {

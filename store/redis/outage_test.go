@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/pronto-jobs/pronto"
 	"github.com/pronto-jobs/pronto/internal/producer"
 	"github.com/pronto-jobs/pronto/internal/redistest"
 	"github.com/pronto-jobs/pronto/store"
@@ -108,4 +109,51 @@ func TestOutageErrorsNameRedis(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestClientStopRedisStopped: a started client with a worker stops by its Stop's deadline while its
+// Redis is stopped (SIGSTOP: connections accepted, never answered), returning ctx's error, as no
+// outcome or record could be written. Before, Stop waited beyond its ctx for the producers' claims
+// in flight, the client's record's removal, a final signal and the outcomes' writes: Stop with
+// 2 s took 19 s.
+func TestClientStopRedisStopped(t *testing.T) {
+	srv := redistest.StartServer(t, "--appendonly", "no")
+	proc := serverProcess(t, srv.Addr())
+	s, err := Open(context.Background(), "redis://"+srv.Addr()+"/0", Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	ran := make(chan string, 10)
+	c, err := pronto.NewClient(s, relayWorkerConfig(nil, func(id string) { ran <- id }))
+	require.NoError(t, err)
+	require.NoError(t, c.Start(context.Background()))
+	_, err = c.Insert(context.Background(), relayArgs{}, nil)
+	require.NoError(t, err)
+	select {
+	case <-ran:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the job did not run")
+	}
+	require.NoError(t, proc.Signal(syscall.SIGSTOP))
+	t.Cleanup(func() { _ = proc.Signal(syscall.SIGCONT) }) // before the store's Close
+	const deadline = 2 * time.Second
+	ctx, cancel := context.WithTimeout(context.Background(), deadline)
+	defer cancel()
+	began := time.Now()
+	stopped := make(chan error, 1)
+	go func() { stopped <- c.Stop(ctx) }()
+	select {
+	case err = <-stopped:
+	case <-time.After(deadline + 3*time.Second):
+		t.Fatalf("Stop(%v) did not return within %v with Redis stopped", deadline, deadline+3*time.Second)
+	}
+	t.Logf("Stop(%v) returned after %v: %v", deadline, time.Since(began), err)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	// The shutdown went on in the background; once Redis answers again it ends, and a second Stop
+	// waits for it and returns its result (no job had to be cancelled).
+	require.NoError(t, proc.Signal(syscall.SIGCONT))
+	again, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	began = time.Now()
+	require.NoError(t, c.Stop(again))
+	t.Logf("the shutdown ended %v after Redis answered again", time.Since(began))
 }
