@@ -250,6 +250,31 @@ func (c *Client) JobRunNow(ctx context.Context, id string) (*JobRow, error) {
 	return j, nil
 }
 
+// JobSetPriority sets the priority of a job waiting to run (available, scheduled or pending) and
+// returns the job with the priority it had: an available job is claimed in its new order from then
+// on, a scheduled or pending one once it becomes available. priority must be between PriorityMin
+// and PriorityMax (ParsePriority reads the names high, normal and low); it is stored as given, a
+// tenant's priority boost applying at insert only. A running, retryable or finished job gives an
+// error matching ErrInvalidTransition (OJS forbids changing a retryable job's priority); an
+// unknown one ErrNotFound. Subscribers receive EventPriorityChanged.
+func (c *Client) JobSetPriority(ctx context.Context, id string, priority int) (*JobRow, int, error) {
+	if err := checkID(id); err != nil {
+		return nil, 0, err
+	}
+	if priority < PriorityMin || priority > PriorityMax {
+		return nil, 0, invalidf("priority %d: must be between %d and %d", priority, PriorityMin, PriorityMax)
+	}
+	if err := c.haltRefusal(ctx, fmt.Sprintf("priority change of job %s", id)); err != nil {
+		return nil, 0, err
+	}
+	j, prev, err := c.store.SetJobPriority(ctx, id, priority)
+	if err != nil {
+		return nil, 0, wrapOp(fmt.Sprintf("set the priority of job %s", id), err)
+	}
+	c.events.emit(&Event{Kind: EventPriorityChanged, Job: j, At: time.Now(), PreviousPriority: prev})
+	return j, prev, nil
+}
+
 // JobDelete removes a job that is not running and returns it as it was. Cancel a running job first.
 // A finished workflow job that a pending job of its workflow still waits for is refused too (an
 // error matching ErrInvalidTransition, saying so): that job is released by its parents' outcomes

@@ -33,6 +33,9 @@ const (
 	// EventRetried: an operator retried a discarded or cancelled job with JobRetry (or JobRetryWith:
 	// Job is then the new job) on this client.
 	EventRetried EventKind = "job.retried"
+	// EventPriorityChanged: an operator changed a waiting job's priority with JobSetPriority on this
+	// client (OJS priority.changed): Job.Priority is the new one, PreviousPriority the one it had.
+	EventPriorityChanged EventKind = "priority.changed"
 	// EventRescued: this client, as leader, returned a job whose worker stopped heartbeating to available.
 	EventRescued EventKind = "job.rescued"
 	// EventDeadLetterPruned: this client, as leader, deleted Count discarded jobs of queue Job.Queue
@@ -92,6 +95,8 @@ type Event struct {
 	// From is the state the job left, for EventRetried (discarded: a retry from the dead letter
 	// queue; cancelled), when the client read it; else empty.
 	From State
+	// PreviousPriority is the priority the job had, for EventPriorityChanged.
+	PreviousPriority int
 	// Tenant is the payload of the tenant events (Job is nil for them).
 	Tenant *TenantEvent
 	// Limit is the payload of EventRateLimitExceeded and EventRateLimitReleased: the key and the

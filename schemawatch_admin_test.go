@@ -22,6 +22,7 @@ func requireAdminWritesRefused(t *testing.T, c *pronto.Client, id, queue string)
 		"retry":    func() error { _, err := c.JobRetry(ctx, id); return err },
 		"activate": func() error { _, err := c.JobActivate(ctx, id); return err },
 		"run now":  func() error { _, err := c.JobRunNow(ctx, id); return err },
+		"priority": func() error { _, _, err := c.JobSetPriority(ctx, id, 1); return err },
 		"delete":   func() error { _, err := c.JobDelete(ctx, id); return err },
 		"pause":    func() error { return c.QueuePause(ctx, queue) },
 		"resume":   func() error { return c.QueueResume(ctx, queue) },
