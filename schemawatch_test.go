@@ -2,6 +2,7 @@ package pronto_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"testing"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pronto-jobs/pronto"
+	"github.com/pronto-jobs/pronto/internal/uuidv7"
 	"github.com/pronto-jobs/pronto/store"
 	"github.com/pronto-jobs/pronto/store/postgres"
 	"github.com/pronto-jobs/pronto/store/sqlite"
@@ -109,11 +111,11 @@ func TestRunningClientStopsClaimingOnIncompatibleMigration(t *testing.T) {
 		close(gate)
 		waitState(t, c, a.ID, pronto.StateCompleted)
 
-		// A job inserted now (by another client: this one refuses inserts) is not worked: not while
-		// the client lives, nor as it stops.
-		inserter, err := pronto.NewClient(ts.Store, nil)
-		require.NoError(t, err)
-		b, err := inserter.Insert(ctx, schemaWatchArgs{N: 2}, nil)
+		// A job inserted now (as a newer binary would: this one, and any client of this binary, refuses
+		// inserts) is not worked: not while the client lives, nor as it stops.
+		b := &store.InsertParams{ID: uuidv7.New(), Kind: schemaWatchArgs{}.Kind(), Queue: pronto.DefaultQueue,
+			Args: json.RawMessage(`{"n":2}`), State: store.StateAvailable, MaxAttempts: 3}
+		_, err = ts.Store.Insert(ctx, []*store.InsertParams{b})
 		require.NoError(t, err)
 		require.Never(t, func() bool { return len(running) > 0 }, time.Second, 20*time.Millisecond,
 			"job 2 ran on a schema the client does not know")
