@@ -17,7 +17,7 @@ func TestMethodNotAllowedHasAllow(t *testing.T) {
 	id := "019539a4-0000-7000-8000-000000000000"
 	cases := []struct{ method, path, allow string }{
 		{"POST", "/ojs/v1/queues", "GET"},
-		{"PUT", "/ojs/v1/jobs/" + id, "GET, DELETE"},
+		{"PUT", "/ojs/v1/jobs/" + id, "GET, DELETE, PATCH"},
 		{"POST", "/ojs/v1/jobs/" + id + "/progress", "GET, PUT"},
 		{"PATCH", "/ojs/v1/cron", "GET, POST"},
 		{"POST", "/ojs/v1/health", "GET, HEAD"},

@@ -420,6 +420,8 @@ func (s *Server) clientEvent(ev *pronto.Event) {
 		})
 	case pronto.EventRetried:
 		s.jobEventForm("job.enqueued", j, ev.At, event{form: formEnqueued, n1: int64(j.Priority)})
+	case pronto.EventPriorityChanged:
+		s.jobEvent("priority.changed", j, ev.At, priorityChangedData(ev.PreviousPriority, j.Priority))
 	case pronto.EventProgressStalled:
 		// ojs-progress.md 11.1: {job_id, last_progress, last_update}.
 		s.jobEvent("progress.stalled", j, ev.At, func(b []byte) []byte {

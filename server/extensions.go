@@ -34,6 +34,7 @@ var extensions = []extension{
 	{name: "x-pronto-dag-workflows"},
 	{name: "x-pronto-unique-jobs"},
 	{name: "x-pronto-tenants"},
+	{name: "x-pronto-priority-update"},
 }
 
 // extensionNames lists the extensions this server serves.

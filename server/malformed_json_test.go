@@ -23,6 +23,7 @@ func TestMalformedJSONIsInvalidPayload(t *testing.T) {
 		{"POST", "/ojs/v1/admin/system/maintenance"},
 		{"PUT", "/ojs/v1/admin/pools/p"},
 		{"PUT", "/ojs/v1/admin/tenants/t"},
+		{"PATCH", "/ojs/v1/jobs/" + id},
 		{"PUT", "/ojs/v1/jobs/" + id + "/progress"},
 		{"PUT", "/ojs/v1/dead-letter/retention"},
 		{"PUT", "/ojs/v1/dead-letter/replay-rules"},

@@ -189,7 +189,8 @@ func New(cfg Config) (*Server, error) {
 		pronto.EventCancelled, pronto.EventSnoozed, pronto.EventRetried, pronto.EventProgress, pronto.EventProgressStalled,
 		pronto.EventProgressCompleted, pronto.EventDeadLetterPruned, pronto.EventRescued,
 		pronto.EventTenantThrottled, pronto.EventTenantThrottleReleased, pronto.EventTenantCreated,
-		pronto.EventRateLimitExceeded, pronto.EventRateLimitReleased, pronto.EventWorkerStopped)
+		pronto.EventRateLimitExceeded, pronto.EventRateLimitReleased, pronto.EventWorkerStopped,
+		pronto.EventPriorityChanged)
 	s.unsubscribe = unsub
 	go s.runWorkflowEvents()
 	go s.consumeClientEvents(ch)
@@ -487,8 +488,10 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request, rest string) {
 				s.getJob(w, r, seg[1])
 			case http.MethodDelete:
 				s.cancelJob(w, r, seg[1])
+			case http.MethodPatch:
+				s.patchJob(w, r, seg[1])
 			default:
-				s.writeError(w, r, methodNotAllowed(r, "GET", "DELETE"))
+				s.writeError(w, r, methodNotAllowed(r, "GET", "DELETE", "PATCH"))
 			}
 			return
 		case len(seg) == 4 && seg[2] == "progress" && seg[3] == "stream":
