@@ -233,6 +233,7 @@ func (r *runner) groups() []group {
 			{name: "jobs cancel", summary: "cancel a job that has not finished", run: cmdJobsCancel},
 			{name: "jobs activate", summary: "make a pending job available", run: cmdJobsActivate},
 			{name: "jobs run-now", summary: "make a scheduled or retryable job due now", run: cmdJobsRunNow},
+			{name: "jobs set-priority", summary: "change the priority of a job waiting to run", run: cmdJobsSetPriority},
 			{name: "jobs delete", summary: "delete a job that is not running", run: cmdJobsDelete},
 		}},
 		{name: "queues", summary: "inspect, pause and resume queues", subs: []command{

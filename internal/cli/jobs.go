@@ -54,6 +54,8 @@ func jobError(op, id string, err error) error {
 			return errorf("cannot cancel job %s: it is already %s", id, te.From)
 		case "activate":
 			why = " (only pending jobs can be activated)"
+		case "change the priority of":
+			why = " (only available, scheduled or pending jobs can change priority)"
 		case "delete":
 			if te.From == pronto.StateActive {
 				why = " (it is running: cancel it first with 'pronto jobs cancel " + id + "')"
