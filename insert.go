@@ -511,10 +511,13 @@ func (c *Client) resolve(ctx context.Context, kind string, args, meta json.RawMe
 		return nil, err
 	}
 	now := c.wallNow()
+	if o.Delay > 0 || !o.ExpiresAt.IsZero() || (o.Unique != nil && o.Unique.Period > 0) {
+		// The store's clock judges when the job is due, whether it expired and when its unique
+		// hold ends: these count from it (insert_clock.go), read only by an insert that has one.
+		now = c.delayNow(ctx)
+	}
 	due, from := o.ScheduledAt, now
 	if o.Delay > 0 {
-		// Counted from the store's clock, which judges when the job is due (insert_clock.go).
-		from = c.delayNow(ctx)
 		due = from.Add(o.Delay)
 	}
 	if due.After(from) {
