@@ -305,6 +305,55 @@ func (h *Handler) jobAction(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, viewJob(j, true))
 }
 
+// POST /api/jobs/{id}/priority {"priority": N}: changes the priority of a job waiting to run
+// (available, scheduled or pending; see pronto.Client.JobSetPriority) and answers {"job",
+// "priority", "previous_priority"}. N is an integer from -100 to 100 or one of high, normal, low,
+// as the OJS API and the CLI take it. A job in another state is a 409 naming its state.
+func (h *Handler) setPriority(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Priority json.RawMessage `json:"priority"`
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, 4096)
+	dec := json.NewDecoder(r.Body)
+	dec.DisallowUnknownFields() // priority is all a job can change: anything else was meant elsewhere
+	if err := dec.Decode(&req); err != nil {
+		writeError(w, http.StatusBadRequest, "bad request body: "+err.Error())
+		return
+	}
+	priority, err := readPriority(req.Priority)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	j, prev, err := h.cfg.Client.JobSetPriority(r.Context(), r.PathValue("id"), priority)
+	if err != nil {
+		h.clientError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"job": viewJob(j, true), "priority": j.Priority, "previous_priority": prev})
+}
+
+// readPriority reads the priority member of a priority change: a JSON number or name, through
+// pronto.ParsePriority so that the page, the OJS API and the CLI take the same values.
+func readPriority(raw json.RawMessage) (int, error) {
+	var s string
+	switch {
+	case len(raw) == 0 || string(raw) == "null":
+		return 0, fmt.Errorf("priority is required: an integer from %d to %d or one of high, normal, low", pronto.PriorityMin, pronto.PriorityMax)
+	case raw[0] == '"':
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return 0, fmt.Errorf("priority: %v", err)
+		}
+	default:
+		var n json.Number
+		if err := json.Unmarshal(raw, &n); err != nil {
+			return 0, fmt.Errorf("priority %s: must be an integer from %d to %d or one of high, normal, low", raw, pronto.PriorityMin, pronto.PriorityMax)
+		}
+		s = n.String()
+	}
+	return pronto.ParsePriority(s)
+}
+
 // maxBulk bounds one bulk action, whether by ids or by filter.
 const maxBulk = 10000
 

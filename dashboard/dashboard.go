@@ -211,6 +211,7 @@ func (h *Handler) routes(static fs.FS) {
 	m.Handle("GET /api/jobs", h.authed(http.HandlerFunc(h.listJobs)))
 	m.Handle("GET /api/jobs/{id}", h.authed(http.HandlerFunc(h.getJob)))
 	m.Handle("POST /api/jobs/{id}/{action}", h.action(h.jobAction))
+	m.Handle("POST /api/jobs/{id}/priority", h.action(h.setPriority))
 	m.Handle("GET /api/count", h.authed(http.HandlerFunc(h.countJobs)))
 	m.Handle("GET /api/csrf", h.authed(http.HandlerFunc(h.csrf)))
 	m.Handle("POST /api/bulk", h.action(h.bulk))

@@ -10,6 +10,10 @@ const READ_ONLY = document.querySelector('meta[name="read-only"]').content === "
 const STATES = ["available", "scheduled", "pending", "active", "retryable", "completed", "discarded", "cancelled"];
 const TERMINAL_LIST = ["completed", "discarded", "cancelled"];
 const TERMINAL = new Set(TERMINAL_LIST);
+// WAITING are the states whose job's priority can still change (Client.JobSetPriority).
+const WAITING = new Set(["available", "scheduled", "pending"]);
+// PRIORITY_LEVELS are OJS's named priorities (pronto.PriorityHigh, ...).
+const PRIORITY_LEVELS = { high: 10, normal: 0, low: -10 };
 const main = document.getElementById("main");
 
 // ---- helpers ---------------------------------------------------------------------------------------
@@ -519,7 +523,7 @@ async function jobs(view, _, params) {
     const tenants = page.some((j) => j.tenant);
     box.replaceChildren(page.length === 0 ? el("p", { class: "muted" }, "No jobs match.") : el("table", { id: "jobs" },
       el("thead", {}, el("tr", {}, el("th", {}, all), el("th", {}, "Job"), el("th", {}, "Kind"), el("th", {}, "Queue"), tenants ? el("th", {}, "Tenant") : null, el("th", {}, "State"),
-        el("th", { class: "num" }, "Attempt"), el("th", { class: "opt" }, "Created"), el("th", { class: "opt" }, "Last error"))),
+        el("th", { class: "num opt" }, "Priority"), el("th", { class: "num" }, "Attempt"), el("th", { class: "opt" }, "Created"), el("th", { class: "opt" }, "Last error"))),
       el("tbody", {}, page.map((j) => el("tr", { "data-id": j.id },
         el("td", {}, el("input", { type: "checkbox", class: "act", "aria-label": "select " + j.id, checked: selected.has(j.id), onchange: (e) => {
           e.target.checked ? selected.add(j.id) : (selected.delete(j.id), allMatching = false);
@@ -527,7 +531,7 @@ async function jobs(view, _, params) {
         } })),
         el("td", {}, jobLink(j.id)), el("td", { class: "txt" }, j.kind), el("td", { class: "txt" }, j.queue),
         tenants ? el("td", { class: "txt" }, j.tenant ? tenantLink(j.tenant) : "") : null, el("td", {}, stateTag(j.state)),
-        el("td", { class: "num" }, j.attempt + "/" + j.max_attempts), el("td", { class: "opt" }, when(j.created_at)),
+        el("td", { class: "num opt", "data-priority": j.priority }, j.priority), el("td", { class: "num" }, j.attempt + "/" + j.max_attempts), el("td", { class: "opt" }, when(j.created_at)),
         el("td", { class: "opt wrap muted" }, j.errors.length ? j.errors[0].message.slice(0, 120) : ""))))));
     const next = new URLSearchParams(filter);
     next.set("cursor", r.next);
@@ -554,6 +558,8 @@ async function job(view, parts) {
   const stale = el("p", { class: "stale", id: "stale", hidden: true });
   view.root.append(stale, box);
   let last = "", gone = false;
+  // prioDraft is a priority typed but not set yet, and the job's priority it was typed against.
+  let prioDraft = null;
   // showGone replaces the job, deleted since it was read, and ends the page's re-reads.
   const showGone = () => {
     gone = true;
@@ -582,6 +588,39 @@ async function job(view, parts) {
       if (a === "delete") { location.hash = "#/jobs"; return; }
       render(r);
     }, cls);
+    // priorityControl changes the priority of a job waiting to run: a number, or a level picked from
+    // the list; Set (or Enter) posts it. A value typed but not yet set survives the page's re-reads
+    // while the job's priority stays what it was typed against.
+    const priorityControl = (j) => {
+      if (READ_ONLY || !WAITING.has(j.state)) return null;
+      const draft = prioDraft && prioDraft.from === j.priority ? prioDraft.value : String(j.priority);
+      const input = el("input", { type: "number", id: "priority-input", min: -100, max: 100, step: 1, value: draft, "aria-label": "new priority" });
+      const level = el("select", { id: "priority-level", "aria-label": "priority level" }, el("option", { value: "" }, "custom"),
+        Object.entries(PRIORITY_LEVELS).map(([name, n]) => el("option", { value: n }, name + " (" + n + ")")));
+      const sync = () => { level.value = Object.values(PRIORITY_LEVELS).map(String).includes(input.value.trim()) ? input.value.trim() : ""; };
+      sync();
+      input.addEventListener("input", () => { prioDraft = { value: input.value, from: j.priority }; sync(); });
+      level.addEventListener("change", () => { if (level.value !== "") { input.value = level.value; prioDraft = { value: input.value, from: j.priority }; } });
+      const set = actBtn("Set", async () => {
+        const v = input.value.trim();
+        // An empty or fractional field would reach the server as 0 or be cut: say so here instead.
+        if (!/^-?\d+$/.test(v)) throw new Error("priority " + JSON.stringify(v) + ": want a whole number from -100 to 100");
+        let r;
+        try {
+          r = await post("/api/jobs/" + id + "/priority", { priority: Number(v) });
+        } catch (e) {
+          if (e.status === 404) showGone();
+          if (e.status === 409) refresh();
+          throw e;
+        }
+        prioDraft = null;
+        toast("priority " + r.priority + " (was " + r.previous_priority + ")");
+        render(r.job);
+      });
+      set.type = "button"; // the form's submit clicks it: a submit button would post twice
+      set.id = "priority-set";
+      return el("form", { class: "prio act", id: "priority-form", onsubmit: (e) => { e.preventDefault(); if (!set.disabled) set.click(); } }, input, level, set);
+    };
     // The timeline: inserted, due, then each attempt's start and end (a failed attempt's start comes
     // from its error entry; entries older than started_at show only the failure), then the outcome.
     const tl = [["inserted", j.created_at, ""]];
@@ -626,7 +665,7 @@ async function job(view, parts) {
             e.details ? pretty(e.details) : null))));
     // The key/value list: built separately so values may be nodes.
     const dl = box.querySelector("dl.kv");
-    for (const [k, v] of [["kind", j.kind], ["queue", el("a", { href: "#/jobs?queue=" + encodeURIComponent(j.queue) }, j.queue)], ["priority", j.priority],
+    for (const [k, v] of [["kind", j.kind], ["queue", el("a", { href: "#/jobs?queue=" + encodeURIComponent(j.queue) }, j.queue)], ["priority", [el("span", { id: "job-priority" }, j.priority), priorityControl(j)]],
       ["attempt", j.attempt + " of " + j.max_attempts], ["tags", j.tags.length ? j.tags.map((t) => el("a", { href: "#/jobs?tag=" + encodeURIComponent(t) }, t + " ")) : "—"],
       ["worker", j.worker_id || "—"], ["unique key", j.unique_key || "—"],
       ["workflow", j.workflow_id ? el("a", { href: "#/workflow/" + j.workflow_id, class: "mono" }, j.workflow_id) : "—"],
