@@ -87,6 +87,7 @@ type Metrics struct {
 	deadAdded                       *prometheus.CounterVec
 	deadRetried, deadPruned         *prometheus.CounterVec
 	deadArchived                    *prometheus.CounterVec
+	priorityChanges                 *prometheus.CounterVec
 	deadTotal                       *prometheus.Desc
 	stalledJobs                     *prometheus.Desc
 
@@ -183,6 +184,8 @@ func New(opts *Options) *Metrics {
 			Help: "Discarded jobs the dead letter retention deleted (by age or count) while this process led."}, []string{"queue"}),
 		deadArchived: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pronto_dead_letter_archived_total",
 			Help: "Pruned discarded jobs the dead letter archive kept before they were deleted (pruning_policy archive) while this process led; included in ojs_dead_letter_pruned_total."}, []string{"queue"}),
+		priorityChanges: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pronto_priority_changes_total",
+			Help: "Waiting jobs whose priority was changed through this client (JobSetPriority: from Go, PATCH /ojs/v1/jobs/{id}, the dashboard)."}, []string{"queue"}),
 		deadTotal:     prometheus.NewDesc("ojs_dead_letter_total", "Jobs in the dead letter queue (discarded) per queue, as the store holds them (cached for a few seconds).", []string{"queue"}, nil),
 		stalled:       map[string]string{},
 		stalledQueues: map[string]bool{},
@@ -199,7 +202,8 @@ func New(opts *Options) *Metrics {
 func (m *Metrics) vectors() []prometheus.Collector {
 	return []prometheus.Collector{m.enqueued, m.claimed, m.completed, m.failed, m.attemptsFailed, m.retried,
 		m.cancelled, m.snoozed, m.rescued, m.expired, m.duration, m.pickup, m.queueTime, m.turnaround, m.scrapeErrors,
-		m.progressUpdates, m.progressStalls, m.progressCompleted, m.checkpointSize, m.deadAdded, m.deadRetried, m.deadPruned, m.deadArchived}
+		m.progressUpdates, m.progressStalls, m.progressCompleted, m.checkpointSize, m.deadAdded, m.deadRetried, m.deadPruned, m.deadArchived,
+		m.priorityChanges}
 }
 
 // allCollectors is vectors plus the per-tenant and the scheduling vectors.
@@ -263,7 +267,7 @@ func (m *Metrics) Attach(c *pronto.Client) (detach func()) {
 	events, unsubscribe := c.Subscribe(pronto.EventStarted, pronto.EventCompleted, pronto.EventFailed,
 		pronto.EventDiscarded, pronto.EventCancelled, pronto.EventSnoozed, pronto.EventRetried, pronto.EventRescued,
 		pronto.EventProgress, pronto.EventProgressStalled, pronto.EventProgressCompleted, pronto.EventCheckpointSaved,
-		pronto.EventDeadLetterPruned)
+		pronto.EventDeadLetterPruned, pronto.EventPriorityChanged)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -309,6 +313,9 @@ func (m *Metrics) observe(e *pronto.Event) {
 		if e.Archived {
 			m.deadArchived.WithLabelValues(q).Add(float64(e.Count))
 		}
+		return
+	case pronto.EventPriorityChanged:
+		m.priorityChanges.WithLabelValues(q).Inc()
 		return
 	}
 	if e.Kind == pronto.EventProgressStalled {
