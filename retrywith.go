@@ -41,6 +41,9 @@ func (c *Client) JobRetryWith(ctx context.Context, id string, o RetryOverride) (
 	if err := checkID(id); err != nil {
 		return nil, err
 	}
+	if err := c.haltRefusal(ctx, fmt.Sprintf("retry with changes of job %s", id)); err != nil {
+		return nil, err
+	}
 	old, err := c.store.GetJob(ctx, id)
 	if err != nil {
 		return nil, wrapOp(fmt.Sprintf("retry job %s", id), err)

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pronto-jobs/pronto"
+	"github.com/pronto-jobs/pronto/internal/uuidv7"
 	"github.com/pronto-jobs/pronto/store"
 )
 
@@ -24,8 +25,13 @@ func requireAdminWritesRefused(t *testing.T, c *pronto.Client, id, queue string)
 		"run now":  func() error { _, err := c.JobRunNow(ctx, id); return err },
 		"priority": func() error { _, _, err := c.JobSetPriority(ctx, id, 1); return err },
 		"delete":   func() error { _, err := c.JobDelete(ctx, id); return err },
-		"pause":    func() error { return c.QueuePause(ctx, queue) },
-		"resume":   func() error { return c.QueueResume(ctx, queue) },
+		"retry with changes": func() error {
+			_, err := c.JobRetryWith(ctx, id, pronto.RetryOverride{Queue: "elsewhere"})
+			return err
+		},
+		"workflow cancel": func() error { _, err := c.WorkflowCancel(ctx, uuidv7.New()); return err },
+		"pause":           func() error { return c.QueuePause(ctx, queue) },
+		"resume":          func() error { return c.QueueResume(ctx, queue) },
 	} {
 		err := write()
 		require.Error(t, err, name)

@@ -392,6 +392,9 @@ func (c *Client) WorkflowCancel(ctx context.Context, id string) (*WorkflowInfo, 
 	if err := checkID(id); err != nil {
 		return nil, err
 	}
+	if err := c.haltRefusal(ctx, fmt.Sprintf("cancel of workflow %s", id)); err != nil {
+		return nil, err
+	}
 	info, cancelled, err := c.store.CancelWorkflow(ctx, id)
 	if err != nil {
 		return nil, wrapOp(fmt.Sprintf("cancel workflow %s", id), err)
