@@ -32,24 +32,24 @@ const (
 type ReadFunc func(ctx context.Context) (time.Time, error)
 
 // Measure reads the store's clock samples times (at least once) and returns its offset from the
-// process's clock now (the store's minus the process's) by the round trip that took least time.
-// now must carry a monotonic reading (time.Now, or time.Now moved by Add), so that a round trip
-// is timed by the monotonic clock. It stops at the first error.
-func Measure(ctx context.Context, now func() time.Time, read ReadFunc, samples int) (time.Duration, error) {
-	var off time.Duration
+// process's clock now (the store's minus the process's) by the round trip that took least time,
+// and that round trip: the offset is right to within half of it. now must carry a monotonic
+// reading (time.Now, or time.Now moved by Add), so that a round trip is timed by the monotonic
+// clock. It stops at the first error.
+func Measure(ctx context.Context, now func() time.Time, read ReadFunc, samples int) (off, rtt time.Duration, err error) {
 	best := time.Duration(-1)
 	for range max(samples, 1) {
 		before := now()
 		at, err := read(ctx)
 		if err != nil {
-			return 0, err
+			return 0, 0, err
 		}
-		rtt := now().Sub(before)
-		if best < 0 || rtt < best {
-			best, off = rtt, at.Sub(before.Add(rtt/2))
+		d := now().Sub(before)
+		if best < 0 || d < best {
+			best, off = d, at.Sub(before.Add(d/2))
 		}
 	}
-	return off, nil
+	return off, best, nil
 }
 
 // Cache is one store's cached offset. Its zero value is ready to use and reads once a round trip;
@@ -124,13 +124,17 @@ func (c *Cache) Offset(ctx context.Context, now func() time.Time, read ReadFunc)
 	return 0, err
 }
 
-// read measures the offset and caches it.
+// read measures the offset and caches it. An offset counts only when the clocks are certainly
+// further apart than Tolerance: beyond it by more than the reading's own error, half its round
+// trip. On a loaded machine every round trip may be long (a pool's wait, a descheduled process),
+// and one whose latency fell before the store's reading would otherwise move every due time of
+// the next minute by half of it, clocks that agree included.
 func (c *Cache) read(ctx context.Context, now func() time.Time, read ReadFunc) error {
-	off, err := Measure(ctx, now, read, c.Samples)
+	off, rtt, err := Measure(ctx, now, read, c.Samples)
 	if err != nil {
 		return err
 	}
-	if off >= -Tolerance && off <= Tolerance {
+	if bound := Tolerance + rtt/2; off >= -bound && off <= bound {
 		off = 0
 	}
 	c.cur.Store(&reading{off: off, mono: time.Now(), wall: now().Round(0)})

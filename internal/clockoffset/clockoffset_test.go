@@ -43,7 +43,7 @@ func (f *fakeStore) read(ctx context.Context) (time.Time, error) {
 // offset by half its latency.
 func TestMeasureKeepsShortestRoundTrip(t *testing.T) {
 	f := &fakeStore{off: time.Hour, delays: []time.Duration{3 * time.Second, 0, 0}}
-	off, err := Measure(context.Background(), time.Now, f.read, 3)
+	off, _, err := Measure(context.Background(), time.Now, f.read, 3)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,5 +132,30 @@ func TestCacheKeepsLastOffsetOnError(t *testing.T) {
 	var empty Cache
 	if off, err := empty.Offset(ctx, now, f.read); err == nil || off != 0 {
 		t.Fatalf("first reading failed: offset %s, error %v; want 0 and the error", off, err)
+	}
+}
+
+// TestCacheIgnoresOffsetWithinItsError: when every round trip is slow (here 2.4 s, its latency
+// all before the store's reading, as a pool's wait puts it) the reading of two clocks that agree
+// is 1.2 s off, past Tolerance but within its own error (half the round trip): the offset is zero,
+// not 1.2 s for the next minute of due times (a retry due in 1 s came 2.2 s late). A real skew,
+// an hour, is still found through the same slow round trips.
+func TestCacheIgnoresOffsetWithinItsError(t *testing.T) {
+	slow := []time.Duration{2400 * time.Millisecond}
+	var agree Cache
+	off, err := agree.Offset(context.Background(), time.Now, (&fakeStore{delays: slow, lateFirst: true}).read)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if off != 0 {
+		t.Fatalf("offset %s for clocks that agree, read through a 2.4 s round trip: want 0", off)
+	}
+	var skewed Cache
+	off, err = skewed.Offset(context.Background(), time.Now, (&fakeStore{off: time.Hour, delays: slow, lateFirst: true}).read)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := off - time.Hour; d < -2*time.Second || d > 2*time.Second {
+		t.Fatalf("offset %s for a store an hour ahead, read through a 2.4 s round trip: want about an hour", off)
 	}
 }

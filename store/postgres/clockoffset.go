@@ -8,6 +8,7 @@ import (
 	"weak"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pronto-jobs/pronto/internal/clockoffset"
 	"github.com/pronto-jobs/pronto/store"
@@ -53,9 +54,28 @@ func (s *Store) finishShift(ctx context.Context, q rowQuerier, cs ...store.Compl
 	if !dueLater(cs) {
 		return 0
 	}
+	// From a pool, the samples share one connection: a wait for it falls into the first sample's
+	// round trip only, and the shortest decides.
+	var conn *pgxpool.Conn
+	defer func() {
+		if conn != nil {
+			conn.Release()
+		}
+	}()
 	off, err := s.clockOffset().Offset(ctx, s.processNow, func(ctx context.Context) (time.Time, error) {
+		on := q
+		if pool, ok := q.(*pgxpool.Pool); ok {
+			if conn == nil {
+				c, err := pool.Acquire(ctx)
+				if err != nil {
+					return time.Time{}, err
+				}
+				conn = c
+			}
+			on = conn
+		}
 		var now time.Time
-		err := q.QueryRow(ctx, sqlClockNow).Scan(&now)
+		err := on.QueryRow(ctx, sqlClockNow).Scan(&now)
 		return now, err
 	})
 	if err != nil {
