@@ -17,13 +17,8 @@ const (
 // ParsePriority reads a priority given as an integer from PriorityMin to PriorityMax or as one of
 // the named levels HIGH, NORMAL and LOW (any case), as the OJS HTTP API and the CLI accept it.
 func ParsePriority(s string) (int, error) {
-	switch strings.ToLower(s) {
-	case "high":
-		return PriorityHigh, nil
-	case "normal":
-		return PriorityNormal, nil
-	case "low":
-		return PriorityLow, nil
+	if p, ok := PriorityByName(s); ok {
+		return p, nil
 	}
 	n, err := strconv.Atoi(s)
 	if err != nil {
@@ -33,4 +28,18 @@ func ParsePriority(s string) (int, error) {
 		return 0, fmt.Errorf("priority %d: must be between %d and %d", n, PriorityMin, PriorityMax)
 	}
 	return n, nil
+}
+
+// PriorityByName returns the priority of a named level, HIGH, NORMAL or LOW (any case), and false
+// for any other name.
+func PriorityByName(name string) (int, bool) {
+	switch strings.ToLower(name) {
+	case "high":
+		return PriorityHigh, true
+	case "normal":
+		return PriorityNormal, true
+	case "low":
+		return PriorityLow, true
+	}
+	return 0, false
 }

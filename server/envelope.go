@@ -191,13 +191,8 @@ func wantPriority(raw json.RawMessage, field string) (int, *apiError) {
 		if json.Unmarshal(raw, &name) != nil {
 			return 0, invalid(field, "%s must be an integer or one of \"high\", \"normal\", \"low\"", field)
 		}
-		switch strings.ToLower(name) {
-		case "high":
-			return pronto.PriorityHigh, nil
-		case "normal":
-			return pronto.PriorityNormal, nil
-		case "low":
-			return pronto.PriorityLow, nil
+		if p, ok := pronto.PriorityByName(name); ok {
+			return p, nil
 		}
 		return 0, invalid(field, "%s %q: a named priority is \"high\" (10), \"normal\" (0) or \"low\" (-10)", field, name)
 	}
