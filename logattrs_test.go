@@ -1,12 +1,10 @@
 package pronto_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,25 +12,12 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/pronto-jobs/pronto"
+	"github.com/pronto-jobs/pronto/internal/testlog"
 	"github.com/pronto-jobs/pronto/store/memory"
 )
 
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
+// lockedBuffer is testlog.Buffer, a log sink a logger and a test share.
+type lockedBuffer = testlog.Buffer
 
 // TestJobLogAttributes: a log line about a job carries its id, kind, queue and attempt.
 func TestJobLogAttributes(t *testing.T) {

@@ -3,6 +3,7 @@ package pronto_test
 import (
 	"bytes"
 	"context"
+	"log/slog"
 	"net"
 	"strconv"
 	"strings"
@@ -502,5 +503,57 @@ func TestRedisNotifySilentConnection(t *testing.T) {
 		case <-timeout:
 			t.Fatal("job inserted after the worker's connections went silent was never picked up (poll: an hour)")
 		}
+	}
+}
+
+// TestRedisLostClaimReplyReturnsJobs: Redis runs a claim and the connection drops before its reply
+// arrives. The claimed jobs, each with one attempt, must come back available with the attempt given
+// back (MaxAttempts one more, as a shutdown refunds it), not stay active under a claim nobody holds
+// until the rescue discards them at the end of their lease (a minute here, beyond the wait).
+func TestRedisLostClaimReplyReturnsJobs(t *testing.T) {
+	srv := redistest.StartServer(t, "--appendonly", "no")
+	px := startReplyDropper(t, srv.Addr())
+	ctx := context.Background()
+	var logs lockedBuffer
+	st, err := redisstore.Open(ctx, "redis://"+px.addr()+"/0",
+		redisstore.Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = st.Close() })
+	require.NoError(t, st.Migrate(ctx))
+	claim := store.ClaimParams{Queue: "q", Limit: 10, WorkerID: "w", LeaseDuration: time.Minute}
+	none, err := st.Claim(ctx, claim) // loads the library
+	require.NoError(t, err)
+	require.Empty(t, none)
+
+	var want []string
+	for range 3 {
+		id := uuidv7.New()
+		want = append(want, id)
+		_, err := st.Insert(ctx, []*store.InsertParams{{ID: id, Kind: "k", Queue: "q", Args: []byte(`{}`),
+			State: store.StateAvailable, MaxAttempts: 1}})
+		require.NoError(t, err)
+	}
+	px.arm("_Claim")
+	_, err = st.Claim(ctx, claim)
+	require.Equal(t, 1, px.dropped, "the proxy dropped the claim's reply")
+	require.Error(t, err)
+
+	require.Eventually(t, func() bool {
+		for _, id := range want {
+			j, err := st.GetJob(ctx, id)
+			if err != nil || j.State != store.StateAvailable || j.MaxAttempts-j.Attempt != 1 {
+				return false
+			}
+		}
+		return true
+	}, 30*time.Second, 10*time.Millisecond, "the lost claim's jobs come back, attempts refunded")
+	require.Contains(t, logs.String(), "reply was lost", "the claim ran, and the store returned its jobs")
+	again, err := st.Claim(ctx, claim)
+	require.NoError(t, err)
+	require.Len(t, again, 3)
+	for _, j := range again {
+		require.Contains(t, want, j.ID)
+		require.Equal(t, 2, j.Attempt)
+		require.Equal(t, 2, j.MaxAttempts)
 	}
 }

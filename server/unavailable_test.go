@@ -2,145 +2,18 @@ package server
 
 import (
 	"context"
-	"net"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/pronto-jobs/pronto"
+	"github.com/pronto-jobs/pronto/internal/cutproxy"
 	"github.com/pronto-jobs/pronto/internal/testdb"
 	"github.com/pronto-jobs/pronto/store"
 	"github.com/pronto-jobs/pronto/store/postgres"
 	"github.com/pronto-jobs/pronto/store/sqlite"
 )
-
-// cutProxy forwards TCP connections to a backend until it is cut: then its listener is closed (new
-// connections are refused) and every connection through it is dropped, as when the backend's host
-// goes away. mend listens again on the same address. stall holds every byte in both directions
-// (a network partition: nothing refused, nothing answered) until flow.
-type cutProxy struct {
-	t      *testing.T
-	addr   string
-	target string
-
-	mu      sync.Mutex
-	flowing *sync.Cond // signalled when stalled turns false
-	stalled bool
-	ln      net.Listener
-	conns   map[net.Conn]bool
-}
-
-func newCutProxy(t *testing.T, target string) *cutProxy {
-	p := &cutProxy{t: t, target: target, conns: map[net.Conn]bool{}}
-	p.flowing = sync.NewCond(&p.mu)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.addr = ln.Addr().String()
-	p.serve(ln)
-	t.Cleanup(p.cut)
-	return p
-}
-
-func (p *cutProxy) serve(ln net.Listener) {
-	p.mu.Lock()
-	p.ln = ln
-	p.mu.Unlock()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			b, err := net.Dial("tcp", p.target)
-			if err != nil {
-				_ = c.Close()
-				continue
-			}
-			p.mu.Lock()
-			if p.ln != ln { // cut meanwhile
-				p.mu.Unlock()
-				_, _ = c.Close(), b.Close()
-				continue
-			}
-			p.conns[c], p.conns[b] = true, true
-			p.mu.Unlock()
-			go p.pipe(b, c)
-			go p.pipe(c, b)
-		}
-	}()
-}
-
-// pipe copies src to dst, holding what it read while the proxy is stalled.
-func (p *cutProxy) pipe(dst, src net.Conn) {
-	defer func() { _, _ = dst.Close(), src.Close() }()
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := src.Read(buf)
-		if n > 0 {
-			p.mu.Lock()
-			for p.stalled {
-				p.flowing.Wait()
-			}
-			p.mu.Unlock()
-			if _, werr := dst.Write(buf[:n]); werr != nil {
-				return
-			}
-		}
-		if err != nil {
-			return
-		}
-	}
-}
-
-func (p *cutProxy) stall() {
-	p.mu.Lock()
-	p.stalled = true
-	p.mu.Unlock()
-}
-
-func (p *cutProxy) flow() {
-	p.mu.Lock()
-	p.stalled = false
-	p.flowing.Broadcast()
-	p.mu.Unlock()
-}
-
-func (p *cutProxy) cut() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.stalled = false // let held pipes run into their closed connections
-	p.flowing.Broadcast()
-	if p.ln != nil {
-		_ = p.ln.Close()
-		p.ln = nil
-	}
-	for c := range p.conns {
-		_ = c.Close()
-	}
-	clear(p.conns)
-}
-
-func (p *cutProxy) mend() {
-	var ln net.Listener
-	var err error
-	// The port was ours a moment ago; another process taking it in between is not expected, but
-	// a listener's close can take a moment to release it.
-	for range 50 {
-		if ln, err = net.Listen("tcp", p.addr); err == nil {
-			p.serve(ln)
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	p.t.Fatalf("listen again on %s: %v", p.addr, err)
-}
 
 // TestBackendUnavailable: when the store's backend cannot be reached (PostgreSQL or Redis behind a
 // connection that is cut, or a SQLite database closed under the server), requests answer 503 with
@@ -156,9 +29,9 @@ func TestBackendUnavailable(t *testing.T) {
 			var down, up func()
 			switch kind {
 			case "postgres", "redis":
-				var proxy *cutProxy
+				var proxy *cutproxy.Proxy
 				st, proxy = storeBehindProxy(t, kind)
-				down, up = proxy.cut, proxy.mend
+				down, up = proxy.Cut, proxy.Mend
 			case "sqlite":
 				path := filepath.Join(t.TempDir(), "jobs.db")
 				s, err := sqlite.Open(ctx, path)
@@ -242,42 +115,23 @@ func TestBackendUnavailable(t *testing.T) {
 }
 
 // storeBehindProxy opens a fresh store of kind ("postgres" or "redis") whose every connection goes
-// through a cutProxy, migrated; both are closed when the test ends.
-func storeBehindProxy(t *testing.T, kind string) (store.Store, *cutProxy) {
+// through a cutproxy.Proxy, migrated; both are closed when the test ends.
+func storeBehindProxy(t *testing.T, kind string) (store.Store, *cutproxy.Proxy) {
 	ctx := context.Background()
 	var st store.Store
-	var p *cutProxy
+	var p *cutproxy.Proxy
 	switch kind {
 	case "postgres":
-		proxy := newCutProxy(t, "127.0.0.1:5432")
-		cfg, err := pgxpool.ParseConfig(testdb.URL())
-		if err != nil {
-			t.Fatal(err)
-		}
-		host, port, err := net.SplitHostPort(proxy.addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cfg.ConnConfig.Host = host
-		n, err := strconv.ParseUint(port, 10, 16)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cfg.ConnConfig.Port = uint16(n)
-		cfg.MaxConns = 2
-		pool, err := pgxpool.NewWithConfig(ctx, cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(pool.Close)
+		proxy := cutproxy.New(t, testdb.Addr(t))
+		pool := testdb.NewPoolAt(t, proxy.Addr(), 2)
 		s, err := postgres.New(pool, postgres.Config{Schema: testdb.Schema(t)})
 		if err != nil {
 			t.Fatal(err)
 		}
 		st, p = s, proxy
 	case "redis":
-		p = newCutProxy(t, "127.0.0.1:6379")
-		return openRedisStore(t, p.addr), p
+		p = cutproxy.New(t, "127.0.0.1:6379")
+		return openRedisStore(t, p.Addr()), p
 	default:
 		t.Fatalf("no proxy for store %q", kind)
 	}
@@ -308,11 +162,11 @@ func TestBackendStalled(t *testing.T) {
 			}
 			id := r.body["job"].(map[string]any)["id"].(string)
 
-			proxy.stall()
+			proxy.Stall()
 			checkBackendErrors(t, s, 504, "timeout",
 				"POST /ojs/v1/jobs", `{"type":"email.send","args":["during"]}`,
 				"GET /ojs/v1/jobs/"+id, "")
-			proxy.flow()
+			proxy.Flow()
 			deadline := time.Now().Add(30 * time.Second)
 			for {
 				r := call(t, s, "GET", "/ojs/v1/jobs/"+id, nil)

@@ -653,6 +653,13 @@ type Store interface {
 	// queue's first 64 claimable jobs in plain order. Every store (memory, SQLite,
 	// PostgreSQL, Redis) implements this; per-tenant weights are not implemented yet (every tenant
 	// has one turn per round).
+	//
+	// An error means the caller got no job. A claim that may have committed without its caller
+	// hearing so (the reply lost: a broken connection, ctx ending after the claim was sent) must
+	// not leave its jobs to the rescue, which would spend attempts that never ran: the PostgreSQL
+	// store finds them by the claim's tag, the Redis store by the claim's tokens, and returns them
+	// to available with the attempt refunded (their lostclaim.go); the memory and SQLite stores
+	// cannot lose a reply.
 	Claim(ctx context.Context, p ClaimParams) ([]*Job, error)
 
 	// Finish applies completions in one batch. Per state: completed sets CompletedAt and Result;

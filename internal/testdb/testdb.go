@@ -6,7 +6,9 @@ package testdb
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -85,9 +87,43 @@ func NewPool(t testing.TB, maxConns int32) *pgxpool.Pool {
 // them: a lock_timeout, a statement_timeout, default_transaction_read_only).
 func NewPoolWith(t testing.TB, maxConns int32, settings map[string]string) *pgxpool.Pool {
 	t.Helper()
+	return newPool(t, "", maxConns, settings)
+}
+
+// Addr is the test database's host:port, the target of a proxy in front of it.
+func Addr(t testing.TB) string {
+	t.Helper()
 	cfg, err := pgxpool.ParseConfig(URL())
 	if err != nil {
 		t.Fatal(Unreachable(err))
+	}
+	return net.JoinHostPort(cfg.ConnConfig.Host, strconv.Itoa(int(cfg.ConnConfig.Port)))
+}
+
+// NewPoolAt is NewPool connecting to addr (host:port) instead of the test database's address: a
+// proxy in front of it (see Addr).
+func NewPoolAt(t testing.TB, addr string, maxConns int32) *pgxpool.Pool {
+	t.Helper()
+	return newPool(t, addr, maxConns, nil)
+}
+
+func newPool(t testing.TB, addr string, maxConns int32, settings map[string]string) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(URL())
+	if err != nil {
+		t.Fatal(Unreachable(err))
+	}
+	if addr != "" {
+		host, port, err := net.SplitHostPort(addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, err := strconv.ParseUint(port, 10, 16)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.ConnConfig.Host, cfg.ConnConfig.Port = host, uint16(n)
+		cfg.ConnConfig.Fallbacks = nil
 	}
 	cfg.MaxConns = maxConns
 	for k, v := range settings {

@@ -190,7 +190,7 @@ func finishClaimTogether(ctx context.Context, s *Store, cs []store.Completion, p
 		return nil, 0, err
 	}
 	bt := &pgx.Batch{}
-	bt.Queue(s.q.claimPlan, p.Queue)
+	bt.Queue(s.q.claimPlan, p.Queue, newClaimTag())
 	bt.Queue(s.q.claim, p.Queue, p.Limit, p.LeaseDuration.Microseconds(), p.WorkerID)
 	bt.Queue(s.q.finishPlan)
 	bt.Queue(s.q.finish, args...)

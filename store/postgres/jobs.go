@@ -100,8 +100,9 @@ func (s *Store) claimPlain(ctx context.Context, p store.ClaimParams, w *waiter, 
 			return jobs, nil
 		}
 	}
+	tag := newClaimTag()
 	b := &pgx.Batch{}
-	b.Queue(s.q.claimPlan, p.Queue)
+	b.Queue(s.q.claimPlan, p.Queue, tag)
 	if w != nil {
 		// The claim also advertises the producer when it leaves slots free.
 		sql, args := w.claimArgs(s.q, p.Limit)
@@ -113,11 +114,12 @@ func (s *Store) claimPlain(ctx context.Context, p store.ClaimParams, w *waiter, 
 	} else {
 		b.Queue(s.q.claimKinds, p.Queue, p.Limit, p.LeaseDuration.Microseconds(), p.WorkerID, p.Kinds)
 	}
-	br := s.pool.SendBatch(ctx, b)
-	jobs, mode, err := claimResults(br)
-	if cerr := br.Close(); err == nil {
-		err = cerr
-	}
+	var jobs []*store.Job
+	var mode string
+	err := s.sendClaim(ctx, &p, tag, b, func(br pgx.BatchResults) (err error) {
+		jobs, mode, err = claimResults(br)
+		return err
+	})
 	if w != nil {
 		if err == nil {
 			w.advertised(max(p.Limit-len(jobs), 0))
@@ -177,7 +179,7 @@ func claimResults(br pgx.BatchResults) (jobs []*store.Job, mode string, err erro
 }
 
 // claimMode reads the claim mode, the last column of the planner settings' one row, straight from
-// the wire: scanning the row would plan six columns' scans for one value.
+// the wire: scanning the row would plan seven columns' scans for one value.
 func claimMode(br pgx.BatchResults) (string, error) {
 	rows, err := br.Query()
 	if err != nil {
@@ -195,9 +197,12 @@ func readClaimMode(rows pgx.Rows) (string, error) {
 		}
 		return "", pgx.ErrNoRows
 	}
-	mode, ok := rawText(rows, 5)
+	last := len(rows.FieldDescriptions()) - 1
+	mode, ok := rawText(rows, last)
 	if !ok {
-		if err := rows.Scan(nil, nil, nil, nil, nil, &mode); err != nil {
+		dst := make([]any, last+1)
+		dst[last] = &mode
+		if err := rows.Scan(dst...); err != nil {
 			return "", err
 		}
 	}
@@ -211,7 +216,8 @@ func (s *Store) claimFair(ctx context.Context, p store.ClaimParams) ([]*store.Jo
 	var jobs []*store.Job
 	var mode string
 	b := &pgx.Batch{}
-	b.Queue(s.q.claimFairPlan, p.Queue).Query(func(rows pgx.Rows) error {
+	tag := newClaimTag()
+	b.Queue(s.q.claimFairPlan, p.Queue, tag).Query(func(rows pgx.Rows) error {
 		var err error
 		mode, err = readClaimMode(rows)
 		return err
@@ -222,7 +228,7 @@ func (s *Store) claimFair(ctx context.Context, p store.ClaimParams) ([]*store.Jo
 			jobs, err = scanJobs(rows)
 			return err
 		})
-	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
+	if err := s.sendClaim(ctx, &p, tag, b, nil); err != nil {
 		return nil, "", fmt.Errorf("fair claim: %w", err)
 	}
 	return jobs, mode, nil
@@ -238,7 +244,8 @@ func (s *Store) claimLimited(ctx context.Context, p store.ClaimParams, limit int
 	if p.OnLimited != nil {
 		wantLimited = "on"
 	}
-	b.Queue(s.q.claimLimitedPlan, wantLimited)
+	tag := newClaimTag()
+	b.Queue(s.q.claimLimitedPlan, wantLimited, tag)
 	b.Queue(s.q.claimLimited, p.Queue, nilIfEmpty(p.Kinds), limit, p.LeaseDuration.Microseconds(), p.WorkerID).
 		Query(func(rows pgx.Rows) error {
 			var err error
@@ -249,7 +256,7 @@ func (s *Store) claimLimited(ctx context.Context, p store.ClaimParams, limit int
 		// The keys the claim found without room (migration 025), in the batch's transaction.
 		b.Queue(sqlClaimLimitedHits).QueryRow(func(row pgx.Row) error { return row.Scan(&limited) })
 	}
-	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
+	if err := s.sendClaim(ctx, &p, tag, b, nil); err != nil {
 		return nil, fmt.Errorf("limited claim: %w", err)
 	}
 	if limited.Valid && limited.String != "" {

@@ -434,7 +434,7 @@ func TestClaimPlanIsPinned(t *testing.T) {
 			b := &pgx.Batch{}
 			b.Queue(`SELECT set_config('random_page_cost', '1000', true), set_config('cpu_index_tuple_cost', '10', true)`)
 			if pinned {
-				b.Queue(s.q.claimPlan, "q")
+				b.Queue(s.q.claimPlan, "q", newClaimTag())
 			}
 			var plan []string
 			b.Queue("EXPLAIN "+sql, args...).Query(func(rows pgx.Rows) error {
@@ -489,8 +489,8 @@ func TestFirstPlansOnAnEmptyTableUseIndexes(t *testing.T) {
 			defer func() { _ = tx.Rollback(ctx) }()
 			settings := c.settings
 			if c.settings == s.q.claimPlan {
-				// The claim's settings take the queue as their parameter.
-				settings = strings.ReplaceAll(settings, "$1", "'q'")
+				// The claim's settings take the queue and the claim's tag as their parameters.
+				settings = strings.NewReplacer("$1", "'q'", "$2", "'"+newClaimTag()+"'").Replace(settings)
 			}
 			_, err = tx.Exec(ctx, settings)
 			require.NoError(t, err)

@@ -43,6 +43,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pronto-jobs/pronto/internal/lostclaim"
 	"github.com/pronto-jobs/pronto/store"
 )
 
@@ -87,6 +88,9 @@ type Store struct {
 	notifier *notifier
 	// handoff is the store's side of the hand-off; nil when Config.NoHandoff.
 	handoff *handoff
+
+	// lost returns the jobs of claims whose reply was lost (lostclaim.go).
+	lost *lostclaim.Recovery[lostClaim]
 
 	// fairQueues holds the queues whose last claim went fair (queue name -> struct{}): their next
 	// claim goes to claim_fair_pick in one round trip, not through the plain claim first.
@@ -152,6 +156,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 		listenConfig: listenConfig,
 	}
 	s.notifier = newNotifier(s)
+	s.lost = newClaimRecovery(s)
 	if !cfg.NoHandoff {
 		s.handoff = newHandoff(s)
 	}
@@ -172,6 +177,10 @@ func (s *Store) Channel() string { return s.channel }
 // and stops the notifier's listener connection and waits for it to exit. It does not close the
 // pool. The store must not be used afterwards.
 func (s *Store) Close() error {
+	if left := s.lost.Close(); left > 0 {
+		s.log.Warn("pronto: store closing with claims whose reply was lost: their jobs come back when their leases end",
+			"schema", s.schema, "claims", left)
+	}
 	s.handoff.close()
 	s.notifier.close()
 	return nil

@@ -128,10 +128,21 @@ var claimUpdate = `
 UPDATE {schema}.jobs j
 SET state = 'active', attempt = j.attempt + 1, started_at = now(),
 	lease_expires_at = now() + $3 * interval '1 microsecond', worker_id = $4,
-	claim_token = gen_random_uuid(),
+	claim_token = ` + taggedClaimToken + `,
 	` + uniqueKeyAfter(`'active'`, "ARRAY(SELECT id FROM locked)", "NULL", `'active'`) + `
 WHERE j.id = ANY(ARRAY(SELECT id FROM locked))
 RETURNING ` + jobColsJ
+
+// setClaimTag leaves a claim's tag ($2: 16 hex digits, see lostclaim.go) in the transaction's
+// pronto.claim_tag, where taggedClaimToken reads it.
+const setClaimTag = `set_config('pronto.claim_tag', $2::text, true)`
+
+// taggedClaimToken is the claim token a claim writes on each job it makes active: the claim's tag
+// (pronto.claim_tag) followed by 62 random bits, so that the jobs of a claim whose reply was lost
+// can be found (lostclaim.go); a fresh random UUID when the transaction has no tag. Migration 027
+// writes the same expression into claim_limited_held.
+const taggedClaimToken = `coalesce((nullif(current_setting('pronto.claim_tag', true), '')
+		|| right(replace(gen_random_uuid()::text, '-', ''), 16))::uuid, gen_random_uuid())`
 
 // claimTailAd is claimTail advertising the producer for the hand-off (see sqlClaimAd), with the
 // parameters of the waiter's id, channel, kinds, lease and lifetime.
@@ -292,9 +303,11 @@ WHERE o.unique_key = j.unique_key AND o.state = ANY (o.unique_states) AND o.id <
 	// Its last column tells whether queue $1 has claimable jobs with a rate key ('on'), and leaves
 	// the answer in the transaction's pronto.claim_limited for sqlClaim: one probe of an index that
 	// is empty without rate keys, and no round trip of its own.
+	//
+	// $2 is the claim's tag (see lostclaim.go), left in pronto.claim_tag for the claim's tokens.
 	sqlClaimPlan = `SELECT set_config('enable_sort', 'off', true), set_config('enable_seqscan', 'off', true),
 	set_config('plan_cache_mode', 'force_generic_plan', true), set_config('jit', 'off', true),
-	set_config('synchronous_commit', 'off', true),
+	set_config('synchronous_commit', 'off', true), ` + setClaimTag + `,
 	set_config('pronto.claim_limited', CASE WHEN ` + claimableKeyed + ` THEN 'on'
 		WHEN ` + claimableTenant + ` THEN 'fair' ELSE 'off' END, true)`
 
@@ -307,8 +320,9 @@ WHERE o.unique_key = j.unique_key AND o.state = ANY (o.unique_states) AND o.id <
 	// caller reads the keys the claim leaves limited (store.ClaimParams.OnLimited): only then does
 	// claim_limited_untokened work them out (migration 025). A parameter, not two statement texts,
 	// so that one prepared statement serves both.
+	// $2 is the claim's tag, as in sqlClaimPlan (claim_limited_held reads it since migration 027).
 	sqlClaimLimitedPlan = `SELECT set_config('jit', 'off', true), set_config('synchronous_commit', 'off', true),
-	set_config('pronto.want_limited', $1::text, true)`
+	set_config('pronto.want_limited', $1::text, true), ` + setClaimTag + ``
 
 	// sqlClaimFairPlan runs before sqlClaimFair: the claim's commit and JIT settings, and neither
 	// sequential scans nor sorts where an index gives the order (see sqlClaimPlan): claim_fair_pick's
@@ -324,7 +338,7 @@ WHERE o.unique_key = j.unique_key AND o.state = ANY (o.unique_states) AND o.id <
 	// and Claim then forgets that it was fair.
 	sqlClaimFairPlan = `SELECT set_config('jit', 'off', true), set_config('synchronous_commit', 'off', true),
 	set_config('enable_seqscan', 'off', true), set_config('enable_sort', 'off', true),
-	set_config('plan_cache_mode', 'force_generic_plan', true),
+	set_config('plan_cache_mode', 'force_generic_plan', true), ` + setClaimTag + `,
 	set_config('pronto.claim_limited', CASE WHEN ` + claimableKeyed + ` THEN 'on' ELSE 'fair' END, true)`
 
 	// sqlClaimLimited claims up to $3 jobs of queue $1 (kinds $2, NULL for any) for worker $5 with a

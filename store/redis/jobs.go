@@ -603,7 +603,8 @@ func (s *Store) claimOnce(ctx context.Context, p store.ClaimParams, flag string,
 	for _, k := range kinds {
 		args = append(args, k)
 	}
-	for _, t := range tokens(p.Limit) {
+	toks := tokens(p.Limit)
+	for _, t := range toks {
 		args = append(args, t)
 	}
 	if p.OnLimited != nil {
@@ -618,6 +619,7 @@ func (s *Store) claimOnce(ctx context.Context, p store.ClaimParams, flag string,
 	}
 	res, err := scriptClaim.Run(ctx, s.rdb, s.keys(p.Queue), args...).Slice()
 	if err != nil {
+		s.lostClaimOf(&p, toks, err)
 		return nil, nil, nil, err
 	}
 	var needs []need
@@ -649,6 +651,7 @@ func (s *Store) claimOnce(ctx context.Context, p store.ClaimParams, flag string,
 				}
 				j, err := decodeFlat(flat[1:])
 				if err != nil {
+					s.lostClaimOf(&p, toks, err) // the claim ran: return its jobs
 					return nil, nil, nil, err
 				}
 				if flat[0] == "d" {
@@ -670,6 +673,7 @@ func (s *Store) claimOnce(ctx context.Context, p store.ClaimParams, flag string,
 	for _, v := range res {
 		j, err := decodeFlat(v)
 		if err != nil {
+			s.lostClaimOf(&p, toks, err)
 			return nil, nil, nil, err
 		}
 		out = append(out, j)

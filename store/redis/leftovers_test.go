@@ -1,14 +1,12 @@
 package redis
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -19,6 +17,7 @@ import (
 	"github.com/pronto-jobs/pronto"
 	"github.com/pronto-jobs/pronto/internal/producer"
 	"github.com/pronto-jobs/pronto/internal/redistest"
+	"github.com/pronto-jobs/pronto/internal/testlog"
 	"github.com/pronto-jobs/pronto/internal/uuidv7"
 	"github.com/pronto-jobs/pronto/store"
 )
@@ -188,23 +187,8 @@ func TestHandoffWaiterClaimCloseAsRedisAnswers(t *testing.T) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer safe for a logger's concurrent writes.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
+// syncBuffer is testlog.Buffer, a log sink a logger and a test share.
+type syncBuffer = testlog.Buffer
 
 // serverProcess returns the process of the redis-server at addr (INFO's process_id).
 func serverProcess(t *testing.T, addr string) *os.Process {

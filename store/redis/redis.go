@@ -32,6 +32,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/pronto-jobs/pronto/internal/cancelset"
+	"github.com/pronto-jobs/pronto/internal/lostclaim"
 	"github.com/pronto-jobs/pronto/internal/notifyhub"
 	"github.com/pronto-jobs/pronto/store"
 )
@@ -102,6 +103,8 @@ type Store struct {
 	// package's, so a test can shorten it.
 	serveWithin time.Duration
 	gotTTL      time.Duration
+	// lost returns the jobs of claims whose reply was lost (lostclaim.go).
+	lost *lostclaim.Recovery[lostClaim]
 	// relayWG counts the background removals of delivered outbox entries (relay.go).
 	relayWG sync.WaitGroup
 }
@@ -266,6 +269,7 @@ func New(ctx context.Context, rdb goredis.UniversalClient, opts Options) (*Store
 	if s.logger == nil {
 		s.logger = slog.New(slog.DiscardHandler)
 	}
+	s.lost = newClaimRecovery(s)
 	s.idsK, s.queuesK = s.idsKey(), s.queuesKey()
 	if err := s.CheckEvictionPolicy(ctx); errors.Is(err, ErrEvictionPolicy) {
 		s.logger.Warn(err.Error())
@@ -303,6 +307,10 @@ func (s *Store) Close() error {
 		stop, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		s.stopWaiters(stop)
 		cancel()
+		if left := s.lost.Close(); left > 0 {
+			s.logger.Warn("pronto: store closing with claims whose reply was lost: their jobs come back when their leases end",
+				"claims", left)
+		}
 		s.relayWG.Wait()
 		s.cancel()
 		err = s.ps.Close()

@@ -1,0 +1,51 @@
+package lostclaim
+
+import (
+	"sync"
+	"testing"
+	"time"
+)
+
+// TestRecoverySettlesUntilDone: each claim is looked at again until its settle says done, claims
+// added while the loop runs join it, and Close makes one last pass and counts what is left.
+func TestRecoverySettlesUntilDone(t *testing.T) {
+	var mu sync.Mutex
+	looks := map[string]int{}
+	need := map[string]int{"a": 3, "b": 1, "forever": 1 << 30}
+	r := New(func(c string) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		looks[c]++
+		return looks[c] >= need[c]
+	})
+	r.Add("a")
+	r.Add("b")
+	r.Add("forever")
+	seen := func(c string, n int) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return looks[c] >= n
+	}
+	deadline := time.Now().Add(time.Minute)
+	for !seen("a", 3) || !seen("forever", 4) {
+		if time.Now().After(deadline) {
+			t.Fatalf("looks %v: the loop stopped before a was done", looks)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if left := r.Close(); left != 1 {
+		t.Fatalf("Close left %d claims, want 1 (forever)", left)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if looks["a"] != 3 || looks["b"] != 1 {
+		t.Fatalf("looks %v: a settled at its third look, b at its first, and neither looked at again", looks)
+	}
+	r.Add("late")
+	if looks["late"] != 0 {
+		t.Fatal("a claim added after Close was looked at")
+	}
+	if left := r.Close(); left != 0 {
+		t.Fatalf("a second Close left %d", left)
+	}
+}

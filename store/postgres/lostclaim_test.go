@@ -1,0 +1,115 @@
+package postgres
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/pronto-jobs/pronto/internal/cutproxy"
+	"github.com/pronto-jobs/pronto/internal/testdb"
+	"github.com/pronto-jobs/pronto/internal/testlog"
+	"github.com/pronto-jobs/pronto/store"
+)
+
+// TestLostClaimReplyReturnsItsJobs loses the reply of a claim that commits: the claim waits for a
+// lock the test holds, the network between the store and the database is cut (its connections
+// dropped, new ones refused, pgx's cancel request too), and the lock is let go, so the claim's
+// backend goes on and commits. Once the network is back, the jobs the claim took, each with one
+// attempt, must come back available with the attempt refunded (as a shutdown gives it back:
+// MaxAttempts one more), not stay active until the rescue discards them at their lease's end (a minute here, beyond the wait). Each claim path (plain, fair
+// across tenants, rate-limited) tags its tokens.
+func TestLostClaimReplyReturnsItsJobs(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name string
+		job  func(p *store.InsertParams)
+		// lock is the statement whose lock holds the claim: the first one its path runs takes.
+		lock string
+	}{
+		{"plain", func(*store.InsertParams) {}, `LOCK TABLE {schema}.jobs IN ACCESS EXCLUSIVE MODE`},
+		{"fair", func(p *store.InsertParams) { p.Tenant = "t1" }, `LOCK TABLE {schema}.jobs IN ACCESS EXCLUSIVE MODE`},
+		{"rate limited", func(p *store.InsertParams) {
+			p.RateKey, p.RateLimit = "k", &store.RateLimit{MaxActive: 100}
+		}, `SELECT 1 FROM {schema}.rate_limits WHERE key = 'k' FOR UPDATE`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			var logs testlog.Buffer
+			proxy := cutproxy.New(t, testdb.Addr(t))
+			direct := testdb.NewPool(t, 2)
+			s, err := New(testdb.NewPoolAt(t, proxy.Addr(), 4),
+				Config{Schema: testdb.Schema(t), Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+			require.NoError(t, err)
+			t.Cleanup(func() { require.NoError(t, s.Close()) })
+			require.NoError(t, s.Migrate(ctx))
+
+			insert := func(n int) []string {
+				ps := make([]*store.InsertParams, n)
+				for i := range ps {
+					ps[i] = params("q")
+					ps[i].MaxAttempts = 1
+					c.job(ps[i])
+				}
+				_, err := s.Insert(ctx, ps)
+				require.NoError(t, err)
+				return paramIDs(ps)
+			}
+			// A first claim, answered: the fair path is then the queue's first (see fairQueues).
+			first := insert(1)
+			warm, err := s.Claim(ctx, claimParams("q", 10))
+			require.NoError(t, err)
+			require.Equal(t, first, ids(warm))
+			want := insert(3)
+
+			locker, err := direct.Begin(ctx)
+			require.NoError(t, err)
+			defer func() { _ = locker.Rollback(ctx) }()
+			_, err = locker.Exec(ctx, s.expand.Replace(c.lock))
+			require.NoError(t, err)
+
+			claimed := make(chan error, 1)
+			go func() {
+				jobs, err := s.Claim(ctx, claimParams("q", 10))
+				if err == nil {
+					t.Errorf("the claim answered %d jobs through a cut connection", len(jobs))
+				}
+				claimed <- err
+			}()
+			require.Eventually(t, func() bool {
+				var waiting bool
+				err := direct.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+					WHERE wait_event_type = 'Lock' AND query LIKE '%' || $1 || '%')`, s.schema).Scan(&waiting)
+				return err == nil && waiting
+			}, time.Minute, 5*time.Millisecond, "the claim waits for the lock")
+			proxy.Cut()
+			require.Error(t, <-claimed)
+			require.NoError(t, locker.Commit(ctx))
+			proxy.Mend()
+
+			require.Eventually(t, func() bool {
+				for _, id := range want {
+					j, err := s.GetJob(ctx, id)
+					if err != nil || j.State != store.StateAvailable || j.MaxAttempts-j.Attempt != 1 {
+						return false
+					}
+				}
+				return true
+			}, 30*time.Second, 10*time.Millisecond, "the lost claim's jobs come back, attempts refunded")
+			require.Contains(t, logs.String(), "reply was lost", "the claim committed, and the store returned its jobs")
+			require.Contains(t, logs.String(), "jobs=3")
+
+			again, err := s.Claim(ctx, claimParams("q", 10))
+			require.NoError(t, err)
+			require.ElementsMatch(t, want, ids(again))
+			for _, j := range again {
+				// The refund kept the attempt count and gave the attempt back to the budget.
+				require.Equal(t, 2, j.Attempt)
+				require.Equal(t, 2, j.MaxAttempts)
+			}
+		})
+	}
+}
