@@ -6,7 +6,10 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"runtime"
+	"sync"
 	"time"
+	"weak"
 
 	goredis "github.com/redis/go-redis/v9"
 )
@@ -53,9 +56,51 @@ func offline(err error) bool {
 // commands' own errors (cmd.SetErr): most calls read those, not the hook's result.
 type unreachableHook struct{}
 
-// addUnreachableHook adds unreachableHook to rdb. A client shared by several stores gets one hook
-// per store; each after the first changes nothing (unreachable leaves a marked error alone).
-func addUnreachableHook(rdb goredis.UniversalClient) { rdb.AddHook(unreachableHook{}) }
+// addUnreachableHook adds unreachableHook to rdb once: a client shared by several stores and
+// notifiers, or by stores made one after another on it, keeps one hook, not one more per New (a
+// hook is a call on every command, and the chain would only grow). The clients hooked are
+// remembered by weak pointer and forgotten when collected. A client of another type than
+// go-redis's own is hooked each time (a second hook changes nothing: unreachable leaves a marked
+// error alone).
+func addUnreachableHook(rdb goredis.UniversalClient) {
+	if key, ok := clientKey(rdb); ok {
+		if _, done := hookedClients.LoadOrStore(key, struct{}{}); done {
+			return
+		}
+		forgetWhenCollected(rdb, key)
+	}
+	rdb.AddHook(unreachableHook{})
+}
+
+// hookedClients holds the clients addUnreachableHook hooked (clientKey -> struct{}).
+var hookedClients sync.Map
+
+// clientKey is the key of rdb in hookedClients: a weak pointer to go-redis's client, so that
+// remembering a client does not keep it alive.
+func clientKey(rdb goredis.UniversalClient) (any, bool) {
+	switch c := rdb.(type) {
+	case *goredis.Client:
+		return weak.Make(c), true
+	case *goredis.ClusterClient:
+		return weak.Make(c), true
+	case *goredis.Ring:
+		return weak.Make(c), true
+	}
+	return nil, false
+}
+
+// forgetWhenCollected removes key from hookedClients once rdb is garbage.
+func forgetWhenCollected(rdb goredis.UniversalClient, key any) {
+	forget := func(k any) { hookedClients.Delete(k) }
+	switch c := rdb.(type) {
+	case *goredis.Client:
+		runtime.AddCleanup(c, forget, key)
+	case *goredis.ClusterClient:
+		runtime.AddCleanup(c, forget, key)
+	case *goredis.Ring:
+		runtime.AddCleanup(c, forget, key)
+	}
+}
 
 func (unreachableHook) DialHook(next goredis.DialHook) goredis.DialHook { return next }
 
