@@ -7,22 +7,25 @@
 package lostclaim
 
 import (
+	"context"
 	"sync"
 	"time"
 )
 
 // The recovery's pace: a claim is first looked at at once, then again after First, the pause
-// doubling up to Max.
+// doubling up to Max. A pass over the pending claims, and Close's last one, get PassTimeout in all.
 const (
-	First = 25 * time.Millisecond
-	Max   = time.Second
+	First       = 25 * time.Millisecond
+	Max         = time.Second
+	PassTimeout = 5 * time.Second
 )
 
 // Recovery settles lost claims of type C.
 type Recovery[C any] struct {
-	// settle looks for c's jobs and returns those it finds; it reports whether c is done with
-	// (its jobs returned and none can turn up later, or past its lease, when the rescue has them).
-	settle func(c C) bool
+	// settle looks for c's jobs and returns those it finds, within ctx; it reports whether c is
+	// done with (its jobs returned and none can turn up later, or past its lease, when the rescue
+	// has them).
+	settle func(ctx context.Context, c C) bool
 
 	mu             sync.Mutex
 	pending        []C
@@ -32,7 +35,7 @@ type Recovery[C any] struct {
 }
 
 // New returns a Recovery that settles each claim with settle (see Recovery.settle).
-func New[C any](settle func(c C) bool) *Recovery[C] {
+func New[C any](settle func(ctx context.Context, c C) bool) *Recovery[C] {
 	return &Recovery[C]{settle: settle, closed: make(chan struct{})}
 }
 
@@ -77,14 +80,13 @@ func (r *Recovery[C]) loop() {
 	}
 }
 
-// Close stops the loop, makes one last pass over the claims still pending, and returns how many
-// it left unsettled (their jobs come back when their leases end). Claims added later get only
-// that: Close settles nothing after it returns.
-func (r *Recovery[C]) Close() (left int) {
+// Close stops the loop and makes one last pass over the claims still pending: jobs of theirs that
+// turn up later come back when their leases end. Claims added later are not looked at.
+func (r *Recovery[C]) Close() {
 	r.mu.Lock()
 	if r.ended {
 		r.mu.Unlock()
-		return 0
+		return
 	}
 	r.ended = true
 	close(r.closed)
@@ -94,13 +96,15 @@ func (r *Recovery[C]) Close() (left int) {
 	claims := r.pending
 	r.pending = nil
 	r.mu.Unlock()
-	return len(r.pass(claims))
+	r.pass(claims)
 }
 
-// pass settles what it can of claims and returns the others.
+// pass settles what it can of claims within PassTimeout and returns the others.
 func (r *Recovery[C]) pass(claims []C) (left []C) {
+	ctx, cancel := context.WithTimeout(context.Background(), PassTimeout)
+	defer cancel()
 	for _, c := range claims {
-		if !r.settle(c) {
+		if ctx.Err() != nil || !r.settle(ctx, c) {
 			left = append(left, c)
 		}
 	}

@@ -1,18 +1,19 @@
 package lostclaim
 
 import (
+	"context"
 	"sync"
 	"testing"
 	"time"
 )
 
-// TestRecoverySettlesUntilDone: each claim is looked at again until its settle says done, claims
-// added while the loop runs join it, and Close makes one last pass and counts what is left.
+// TestRecoverySettlesUntilDone: each claim is looked at again until its settle says done, and
+// Close makes one last pass over those still pending, then looks at nothing more.
 func TestRecoverySettlesUntilDone(t *testing.T) {
 	var mu sync.Mutex
 	looks := map[string]int{}
 	need := map[string]int{"a": 3, "b": 1, "forever": 1 << 30}
-	r := New(func(c string) bool {
+	r := New(func(_ context.Context, c string) bool {
 		mu.Lock()
 		defer mu.Unlock()
 		looks[c]++
@@ -33,11 +34,15 @@ func TestRecoverySettlesUntilDone(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	if left := r.Close(); left != 1 {
-		t.Fatalf("Close left %d claims, want 1 (forever)", left)
-	}
+	mu.Lock()
+	before := looks["forever"]
+	mu.Unlock()
+	r.Close()
 	mu.Lock()
 	defer mu.Unlock()
+	if looks["forever"] != before+1 {
+		t.Fatalf("Close looked at the pending claim %d times, want once", looks["forever"]-before)
+	}
 	if looks["a"] != 3 || looks["b"] != 1 {
 		t.Fatalf("looks %v: a settled at its third look, b at its first, and neither looked at again", looks)
 	}
@@ -45,7 +50,10 @@ func TestRecoverySettlesUntilDone(t *testing.T) {
 	if looks["late"] != 0 {
 		t.Fatal("a claim added after Close was looked at")
 	}
-	if left := r.Close(); left != 0 {
-		t.Fatalf("a second Close left %d", left)
+	mu.Unlock()
+	r.Close() // a second Close looks at nothing
+	mu.Lock()
+	if looks["late"] != 0 || looks["forever"] != before+1 {
+		t.Fatalf("looks %v after a second Close", looks)
 	}
 }

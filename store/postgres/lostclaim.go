@@ -103,18 +103,18 @@ type lostClaim struct {
 // newClaimRecovery returns the store's recovery of lost claims.
 func newClaimRecovery(s *Store) *lostclaim.Recovery[lostClaim] {
 	claimedUnder := s.expand.Replace(sqlClaimedUnder)
-	return lostclaim.New(func(c lostClaim) bool { return s.settleLostClaim(c, claimedUnder) })
+	return lostclaim.New(func(ctx context.Context, c lostClaim) bool { return s.settleLostClaim(ctx, c, claimedUnder) })
 }
 
 // settleLostClaim returns the jobs of c found active under its tag to available, refunding their
 // attempts, and reports whether c is done with: its backend had finished before the look, and
 // recoverWatch has passed since the loss; or its lease has ended (the rescue has its jobs then).
-func (s *Store) settleLostClaim(c lostClaim, claimedUnder string) bool {
+func (s *Store) settleLostClaim(ctx context.Context, c lostClaim, claimedUnder string) bool {
 	now := time.Now()
 	if !now.Before(c.until) {
 		return true
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), min(releaseTimeout, c.until.Sub(now)))
+	ctx, cancel := context.WithDeadline(ctx, c.until)
 	defer cancel()
 	var finished bool
 	if err := s.pool.QueryRow(ctx, sqlBackendDone, int64(c.pid)).Scan(&finished); err != nil {

@@ -173,14 +173,12 @@ func (s *Store) Schema() string { return s.schema }
 // pauses. It is derived from the schema, so stores in different schemas never hear each other.
 func (s *Store) Channel() string { return s.channel }
 
-// Close withdraws the store's hand-off advertisements, returns the jobs handed to it and not taken,
-// and stops the notifier's listener connection and waits for it to exit. It does not close the
+// Close makes a last look for the jobs of claims whose reply was lost (lostclaim.go), withdraws
+// the store's hand-off advertisements, returns the jobs handed to it and not taken, and stops the
+// notifier's listener connection and waits for it to exit. It does not close the
 // pool. The store must not be used afterwards.
 func (s *Store) Close() error {
-	if left := s.lost.Close(); left > 0 {
-		s.log.Warn("pronto: store closing with claims whose reply was lost: their jobs come back when their leases end",
-			"schema", s.schema, "claims", left)
-	}
+	s.lost.Close()
 	s.handoff.close()
 	s.notifier.close()
 	return nil

@@ -77,13 +77,10 @@ func newClaimRecovery(s *Store) *lostclaim.Recovery[lostClaim] {
 
 // settleLostClaim returns the jobs found active under c's tokens to available, refunding their
 // attempts, and reports whether c is done with: its watch has ended.
-func (s *Store) settleLostClaim(c lostClaim) bool {
-	now := time.Now()
-	if !now.Before(c.until) {
+func (s *Store) settleLostClaim(ctx context.Context, c lostClaim) bool {
+	if !time.Now().Before(c.until) {
 		return true
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
-	defer cancel()
 	args := make([]any, len(c.tokens))
 	for i, t := range c.tokens {
 		args[i] = t

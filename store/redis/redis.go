@@ -300,17 +300,15 @@ func (s *Store) Migrate(ctx context.Context) error {
 	return nil
 }
 
-// Close stops the notification subscription and, for a store made by Open, closes the client.
+// Close makes a last look for the jobs of claims whose reply was lost (lostclaim.go), stops the
+// notification subscription and, for a store made by Open, closes the client.
 func (s *Store) Close() error {
 	var err error
 	s.closed.Do(func() {
 		stop, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		s.stopWaiters(stop)
 		cancel()
-		if left := s.lost.Close(); left > 0 {
-			s.logger.Warn("pronto: store closing with claims whose reply was lost: their jobs come back when their leases end",
-				"claims", left)
-		}
+		s.lost.Close()
 		s.relayWG.Wait()
 		s.cancel()
 		err = s.ps.Close()
