@@ -52,6 +52,13 @@ func (r *Recovery[C]) Add(c C) {
 	go r.loop()
 }
 
+// Idle reports whether no claim is pending.
+func (r *Recovery[C]) Idle() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return !r.running && len(r.pending) == 0
+}
+
 func (r *Recovery[C]) loop() {
 	defer r.wg.Done()
 	pause := First

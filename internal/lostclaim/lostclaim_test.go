@@ -19,6 +19,9 @@ func TestRecoverySettlesUntilDone(t *testing.T) {
 		looks[c]++
 		return looks[c] >= need[c]
 	})
+	if !r.Idle() {
+		t.Fatal("a new recovery is not idle")
+	}
 	r.Add("a")
 	r.Add("b")
 	r.Add("forever")
@@ -33,6 +36,9 @@ func TestRecoverySettlesUntilDone(t *testing.T) {
 			t.Fatalf("looks %v: the loop stopped before a was done", looks)
 		}
 		time.Sleep(time.Millisecond)
+	}
+	if r.Idle() {
+		t.Fatal("Idle with a claim pending")
 	}
 	mu.Lock()
 	before := looks["forever"]

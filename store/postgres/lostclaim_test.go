@@ -113,3 +113,60 @@ func TestLostClaimReplyReturnsItsJobs(t *testing.T) {
 		})
 	}
 }
+
+// TestCancelledClaimTakesNothing: a claim whose caller gives up (its context ends) while it waits
+// for a lock is cancelled by pgx and rolls back. Its recovery then finds nothing to return: the
+// jobs are available with their attempts untouched, the next claim takes them at attempt 1, and
+// the recovery leaves that claim's jobs alone.
+func TestCancelledClaimTakesNothing(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	var logs testlog.Buffer
+	pool := testdb.NewPool(t, 4)
+	s, err := New(pool, Config{Schema: testdb.Schema(t), Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, s.Close()) })
+	require.NoError(t, s.Migrate(ctx))
+	ps := []*store.InsertParams{params("q"), params("q")}
+	_, err = s.Insert(ctx, ps)
+	require.NoError(t, err)
+
+	locker, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = locker.Rollback(ctx) }()
+	_, err = locker.Exec(ctx, s.expand.Replace(`LOCK TABLE {schema}.jobs IN ACCESS EXCLUSIVE MODE`))
+	require.NoError(t, err)
+	claimCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	claimed := make(chan error, 1)
+	go func() {
+		_, err := s.Claim(claimCtx, claimParams("q", 10))
+		claimed <- err
+	}()
+	require.Eventually(t, func() bool {
+		var waiting bool
+		err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+			WHERE wait_event_type = 'Lock' AND query LIKE '%' || $1 || '%')`, s.schema).Scan(&waiting)
+		return err == nil && waiting
+	}, time.Minute, 5*time.Millisecond, "the claim waits for the lock")
+	cancel()
+	require.ErrorIs(t, <-claimed, context.Canceled)
+	require.NoError(t, locker.Commit(ctx))
+
+	jobs, err := s.Claim(ctx, claimParams("q", 10))
+	require.NoError(t, err)
+	require.ElementsMatch(t, paramIDs(ps), ids(jobs), "the cancelled claim took nothing")
+	for _, j := range jobs {
+		require.Equal(t, 1, j.Attempt)
+		require.Equal(t, 3, j.MaxAttempts)
+	}
+	// The recovery of the cancelled claim, done, left the new claim's jobs alone.
+	require.Eventually(t, s.lost.Idle, time.Minute, 10*time.Millisecond, "the recovery ends")
+	for _, j := range jobs {
+		got, err := s.GetJob(ctx, j.ID)
+		require.NoError(t, err)
+		require.Equal(t, store.StateActive, got.State)
+		require.Equal(t, j.ClaimToken, got.ClaimToken)
+	}
+	require.NotContains(t, logs.String(), "reply was lost")
+}
