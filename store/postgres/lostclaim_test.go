@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pronto-jobs/pronto/internal/cutproxy"
@@ -79,12 +80,7 @@ func TestLostClaimReplyReturnsItsJobs(t *testing.T) {
 				}
 				claimed <- err
 			}()
-			require.Eventually(t, func() bool {
-				var waiting bool
-				err := direct.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
-					WHERE wait_event_type = 'Lock' AND query LIKE '%' || $1 || '%')`, s.schema).Scan(&waiting)
-				return err == nil && waiting
-			}, time.Minute, 5*time.Millisecond, "the claim waits for the lock")
+			waitForLockWait(t, direct, s.schema)
 			proxy.Cut()
 			require.Error(t, <-claimed)
 			require.NoError(t, locker.Commit(ctx))
@@ -143,12 +139,7 @@ func TestCancelledClaimTakesNothing(t *testing.T) {
 		_, err := s.Claim(claimCtx, claimParams("q", 10))
 		claimed <- err
 	}()
-	require.Eventually(t, func() bool {
-		var waiting bool
-		err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
-			WHERE wait_event_type = 'Lock' AND query LIKE '%' || $1 || '%')`, s.schema).Scan(&waiting)
-		return err == nil && waiting
-	}, time.Minute, 5*time.Millisecond, "the claim waits for the lock")
+	waitForLockWait(t, pool, s.schema)
 	cancel()
 	require.ErrorIs(t, <-claimed, context.Canceled)
 	require.NoError(t, locker.Commit(ctx))
@@ -169,4 +160,15 @@ func TestCancelledClaimTakesNothing(t *testing.T) {
 		require.Equal(t, j.ClaimToken, got.ClaimToken)
 	}
 	require.NotContains(t, logs.String(), "reply was lost")
+}
+
+// waitForLockWait waits until a statement naming schema waits for a lock.
+func waitForLockWait(t *testing.T, pool *pgxpool.Pool, schema string) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		var waiting bool
+		err := pool.QueryRow(context.Background(), `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+			WHERE wait_event_type = 'Lock' AND query LIKE '%' || $1 || '%')`, schema).Scan(&waiting)
+		return err == nil && waiting
+	}, time.Minute, 5*time.Millisecond, "the claim waits for the lock")
 }
