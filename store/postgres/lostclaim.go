@@ -20,10 +20,10 @@ import (
 // their leases ended, and the rescue would count an attempt that never ran, discarding a job that
 // had one attempt left. So every claim writes its tag (16 random hex digits) at the front of each
 // claim token it gives (taggedClaimToken), and a claim that fails without knowing whether it
-// committed hands its tag to the store's recovery (internal/lostclaim), which returns the jobs carrying it to
-// available with the attempt refunded. The claim's backend may still be at work (waiting for a
-// lock, say) when the client gives up, so the recovery looks again until that backend has
-// finished, and ends at the claim's lease at the latest, when the rescue takes over.
+// committed hands its tag to the store's recovery (internal/lostclaim), which returns the jobs
+// carrying it to available with the attempt refunded. The claim's backend may still be at work
+// (waiting for a lock, say) when the client gives up, so the recovery looks again until that
+// backend has finished, and ends at the claim's lease at the latest, when the rescue takes over.
 
 const (
 	// recoverWatch is how long the recovery of a lost claim goes on at least (internal/lostclaim
