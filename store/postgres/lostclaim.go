@@ -103,7 +103,9 @@ type lostClaim struct {
 // newClaimRecovery returns the store's recovery of lost claims.
 func newClaimRecovery(s *Store) *lostclaim.Recovery[lostClaim] {
 	claimedUnder := s.expand.Replace(sqlClaimedUnder)
-	return lostclaim.New(func(ctx context.Context, c lostClaim) bool { return s.settleLostClaim(ctx, c, claimedUnder) })
+	return lostclaim.New(func(ctx context.Context, c lostClaim) bool {
+		return s.settleLostClaim(ctx, c, claimedUnder)
+	})
 }
 
 // settleLostClaim returns the jobs of c found active under its tag to available, refunding their
