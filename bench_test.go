@@ -40,11 +40,30 @@ func BenchmarkDrainOneWorker(b *testing.B) {
 	}
 }
 
+// BenchmarkDrainTenant is BenchmarkDrain's PostgreSQL drain of jobs without a tenant and of jobs
+// of one tenant (fair claims: tenant_flood's tenant A alone), with the queue's default prefetch and
+// without prefetch, so that what a tenant's jobs cost is seen apart from what the prefetch gives.
+func BenchmarkDrainTenant(b *testing.B) {
+	for _, tenant := range []string{"", "a"} {
+		for _, prefetch := range []int{0, pronto.NoPrefetch} {
+			name := fmt.Sprintf("tenant=%q/prefetch=%d", tenant, prefetch)
+			b.Run(name, func(b *testing.B) {
+				benchDrainTenant(b, kindPostgres, pronto.QueueConfig{MaxWorkers: 100, Prefetch: prefetch}, tenant)
+			})
+		}
+	}
+}
+
 func benchDrain(b *testing.B, kind storeKind) {
 	benchDrainWith(b, kind, pronto.QueueConfig{MaxWorkers: 100})
 }
 
 func benchDrainWith(b *testing.B, kind storeKind, queue pronto.QueueConfig) {
+	benchDrainTenant(b, kind, queue, "")
+}
+
+// benchDrainTenant drains a backlog of b.N zero-work jobs of tenant ("" for none).
+func benchDrainTenant(b *testing.B, kind storeKind, queue pronto.QueueConfig, tenant string) {
 	ctx := context.Background()
 	ts := newTestStore(b, kind)
 	var done atomic.Int64
@@ -61,8 +80,12 @@ func benchDrainWith(b *testing.B, kind storeKind, queue pronto.QueueConfig) {
 	n := max(b.N, batch)
 	for i := 0; i < n; i += batch {
 		ps := make([]pronto.InsertManyParams, min(batch, n-i))
+		var opts *pronto.InsertOpts
+		if tenant != "" {
+			opts = &pronto.InsertOpts{Tenant: tenant}
+		}
 		for k := range ps {
-			ps[k] = pronto.InsertManyParams{Args: noopArgs{N: i + k}}
+			ps[k] = pronto.InsertManyParams{Args: noopArgs{N: i + k}, Opts: opts}
 		}
 		if _, err := inserter.InsertMany(ctx, ps); err != nil {
 			b.Fatal(err)
