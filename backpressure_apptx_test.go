@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pronto-jobs/pronto"
@@ -172,4 +174,76 @@ func TestStopEndsAppTransactionWatch(t *testing.T) {
 		}
 		require.Zero(t, pronto.QueueDepthInFlight(c), "the stopped watch released the job")
 	})
+}
+
+// poolHiddenStore is a PostgreSQL store wrapped so that its pool is out of the client's reach (as an
+// application's own instrumenting wrapper would leave it): the client cannot look up whether an
+// application transaction ended, and falls back to watching for its jobs to be committed.
+type poolHiddenStore struct {
+	store.Store
+	store.PgxTxInserter
+	store.QueueBounder
+}
+
+// TestBoundsCountAppTransactionsWithoutThePool: when the store keeps its pool to itself, jobs
+// inserted into an application transaction still count against the queue's bound until the client
+// sees them committed, and then the store's count takes over; a rolled-back transaction's jobs,
+// which are never seen, hold their room for the watch's limit (a minute) or until the client stops,
+// never less: the bound is met early, not passed.
+func TestBoundsCountAppTransactionsWithoutThePool(t *testing.T) {
+	ts := newTestStore(t, kindPostgres)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	pg := ts.Store.(interface {
+		store.Store
+		store.PgxTxInserter
+		store.QueueBounder
+	})
+	wrapped := poolHiddenStore{Store: pg, PgxTxInserter: pg, QueueBounder: pg}
+	_, hasPool := any(wrapped).(interface{ Pool() *pgxpool.Pool })
+	require.False(t, hasPool, "the wrapper must hide the pool")
+	c, err := pronto.NewClient(wrapped, nil)
+	require.NoError(t, err)
+	pronto.SetQueueDepthRecount(c, time.Nanosecond)
+	const maxDepth = 5
+	require.NoError(t, c.QueueSetMaxDepth(ctx, "bq", maxDepth))
+	opts := &pronto.InsertOpts{Queue: "bq"}
+	jobs := func(n int) []pronto.InsertManyParams {
+		out := make([]pronto.InsertManyParams, n)
+		for i := range out {
+			out[i] = pronto.InsertManyParams{Args: bpArgs{N: i}, Opts: opts}
+		}
+		return out
+	}
+	pool := testdb.NewPool(t, 2) // the application's
+	begin := func() pgx.Tx {
+		tx, err := pool.Begin(ctx)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+		return tx
+	}
+
+	committed := begin()
+	_, err = c.InsertManyTx(ctx, committed, jobs(3))
+	require.NoError(t, err)
+	rolledBack := begin()
+	_, err = c.InsertManyTx(ctx, rolledBack, jobs(3))
+	require.ErrorIs(t, err, pronto.ErrQueueFull, "3 more beside an open transaction's 3 of %d", maxDepth)
+	_, err = c.InsertManyTx(ctx, rolledBack, jobs(2))
+	require.NoError(t, err)
+	require.Equal(t, int64(5), pronto.QueueDepthInFlight(c), "both open transactions' jobs count")
+
+	require.NoError(t, committed.Commit(ctx))
+	require.Eventually(t, func() bool { return pronto.QueueDepthInFlight(c) == 2 }, 30*time.Second, 5*time.Millisecond,
+		"the committed jobs, once seen, are left to the store's count")
+	require.NoError(t, rolledBack.Rollback(ctx))
+	_, err = c.Insert(ctx, bpArgs{N: 99}, opts)
+	require.ErrorIs(t, err, pronto.ErrQueueFull, "3 stored and 2 of a transaction whose end the client cannot tell")
+	require.Equal(t, int64(2), pronto.QueueDepthInFlight(c), "the rolled-back jobs hold their room: their end is not known")
+
+	require.NoError(t, c.Stop(ctx))
+	require.Zero(t, pronto.QueueDepthInFlight(c), "Stop ends the watch")
+	depths, err := pg.QueueDepths(ctx, []string{"bq"})
+	require.NoError(t, err)
+	require.Equal(t, int64(3), depths["bq"], "the committed transaction's jobs only")
 }
