@@ -94,9 +94,9 @@ func newTestStore(t testing.TB, kind storeKind) *testStore {
 	return nil
 }
 
-// forEachStore runs f as a parallel subtest per backend.
+// forEachStore runs f as a parallel subtest per backend, Redis included.
 func forEachStore(t *testing.T, f func(t *testing.T, ts *testStore)) {
-	forEachStoreOf(t, allStores, f)
+	forEachStoreOf(t, storesWithRedis, f)
 }
 
 // forEachStoreOf runs f as a parallel subtest per backend of kinds.

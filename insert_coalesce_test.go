@@ -1,11 +1,9 @@
 package pronto_test
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
-	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -14,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pronto-jobs/pronto"
-	"github.com/pronto-jobs/pronto/internal/uuidv7"
+	"github.com/pronto-jobs/pronto/internal/redistest"
 	"github.com/pronto-jobs/pronto/store"
 	"github.com/pronto-jobs/pronto/store/redis"
 )
@@ -34,28 +32,18 @@ func coalesceStores(t *testing.T, f func(t *testing.T, s store.Store)) {
 	})
 }
 
-// newRedisStore opens a Redis store on the test Redis (127.0.0.1:6379, or PRONTO_TEST_REDIS_ADDR)
-// under a key prefix of its own, whose keys are deleted when the test ends.
+// newRedisStore opens a Redis store on the test Redis (redistest.Addr) under a key prefix of its own
+// (redistest.KeyPrefix), closed when the test ends.
 func newRedisStore(t testing.TB) store.Store {
 	t.Helper()
 	ctx := context.Background()
-	addr := cmp.Or(os.Getenv("PRONTO_TEST_REDIS_ADDR"), "127.0.0.1:6379")
-	rdb := goredis.NewClient(&goredis.Options{Addr: addr, PoolSize: 8})
+	prefix := redistest.KeyPrefix(t)
+	rdb := goredis.NewClient(&goredis.Options{Addr: redistest.Addr(), PoolSize: 8})
 	t.Cleanup(func() { _ = rdb.Close() })
-	if err := rdb.Ping(ctx).Err(); err != nil {
-		t.Fatalf("this test needs Redis at %s: %v", addr, err)
-	}
-	prefix := "prontotest:" + uuidv7.New() + ":"
 	s, err := redis.New(ctx, rdb, redis.Options{Prefix: prefix})
 	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
 	require.NoError(t, s.Migrate(ctx))
-	t.Cleanup(func() {
-		_ = s.Close()
-		iter := rdb.Scan(ctx, 0, prefix+"*", 1000).Iterator()
-		for iter.Next(ctx) {
-			_ = rdb.Del(ctx, iter.Val()).Err()
-		}
-	})
 	return s
 }
 

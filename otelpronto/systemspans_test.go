@@ -7,21 +7,25 @@ import (
 	"testing"
 	"time"
 
+	goredis "github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/pronto-jobs/pronto"
+	"github.com/pronto-jobs/pronto/internal/redistest"
 	"github.com/pronto-jobs/pronto/internal/testdb"
 	"github.com/pronto-jobs/pronto/otelpronto"
 	"github.com/pronto-jobs/pronto/store"
 	"github.com/pronto-jobs/pronto/store/memory"
 	"github.com/pronto-jobs/pronto/store/postgres"
+	"github.com/pronto-jobs/pronto/store/redis"
 	"github.com/pronto-jobs/pronto/store/sqlite"
 )
 
-// openStore opens a fresh, migrated store of the given kind, closed when the test ends.
+// openStore opens a fresh, migrated store of the given kind (on Redis under a key prefix of its
+// own), closed when the test ends.
 func openStore(t *testing.T, kind string) store.Store {
 	t.Helper()
 	ctx := context.Background()
@@ -37,6 +41,15 @@ func openStore(t *testing.T, kind string) store.Store {
 		s, err := postgres.New(testdb.NewPool(t, 4), postgres.Config{Schema: testdb.Schema(t)})
 		require.NoError(t, err)
 		st = s
+	case "redis":
+		prefix := redistest.KeyPrefix(t)
+		rdb := goredis.NewClient(&goredis.Options{Addr: redistest.Addr(), PoolSize: 4})
+		t.Cleanup(func() { _ = rdb.Close() })
+		s, err := redis.New(ctx, rdb, redis.Options{Prefix: prefix})
+		require.NoError(t, err)
+		st = s
+	default:
+		t.Fatalf("unknown store %q", kind)
 	}
 	t.Cleanup(func() { _ = st.Close() })
 	require.NoError(t, st.Migrate(ctx))
@@ -48,7 +61,7 @@ func openStore(t *testing.T, kind string) store.Store {
 // available counts it; a cron occurrence makes an "ojs.cron trigger" span with the schedule's name,
 // parent of the enqueue span of the job it inserted.
 func TestSystemSpans(t *testing.T) {
-	for _, kind := range []string{"memory", "sqlite", "postgres"} {
+	for _, kind := range []string{"memory", "sqlite", "postgres", "redis"} {
 		t.Run(kind, func(t *testing.T) {
 			ctx := context.Background()
 			rec := tracetest.NewSpanRecorder()

@@ -25,7 +25,7 @@ func TestAppTxInsertCountedOnlyWhenCommitted(t *testing.T) {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
-			st := openTenantStore(t, kind)
+			st := openStore(t, kind)
 			m := promexport.New(&promexport.Options{CacheTTL: time.Nanosecond, TenantLabels: true})
 			cfg := &pronto.Config{}
 			m.Instrument(cfg)
@@ -91,7 +91,7 @@ func TestAppTxInsertCountedOnlyWhenCommitted(t *testing.T) {
 // key's holder (UniqueIgnore) inserts nothing and is not counted.
 func TestAppTxDuplicateNotCounted(t *testing.T) {
 	ctx := context.Background()
-	st := openTenantStore(t, "sqlite").(*sqlite.Store)
+	st := openStore(t, "sqlite").(*sqlite.Store)
 	client, url := instrumentedOn(t, st, &pronto.Config{})
 	unique := &pronto.InsertOpts{Unique: &pronto.UniqueOpts{ByArgs: true, OnConflict: pronto.UniqueIgnore}}
 	_, err := client.Insert(ctx, okArgs{}, unique)

@@ -17,7 +17,7 @@ import (
 // pronto_priority_changes_total of the job's queue; a refused change (a cancelled job) counts
 // nothing.
 func TestPriorityChangesMetric(t *testing.T) {
-	for _, kind := range []string{"memory", "sqlite", "postgres"} {
+	for _, kind := range []string{"memory", "sqlite", "postgres", "redis"} {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()

@@ -10,18 +10,22 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	goredis "github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pronto-jobs/pronto"
+	"github.com/pronto-jobs/pronto/internal/redistest"
 	"github.com/pronto-jobs/pronto/internal/testdb"
 	"github.com/pronto-jobs/pronto/promexport"
 	"github.com/pronto-jobs/pronto/store"
 	"github.com/pronto-jobs/pronto/store/memory"
 	"github.com/pronto-jobs/pronto/store/postgres"
+	"github.com/pronto-jobs/pronto/store/redis"
 	"github.com/pronto-jobs/pronto/store/sqlite"
 )
 
-// openStore opens a fresh, migrated store of the given kind, closed when the test ends.
+// openStore opens a fresh, migrated store of the given kind (on Redis under a key prefix of its
+// own), closed when the test ends.
 func openStore(t *testing.T, kind string) store.Store {
 	t.Helper()
 	ctx := context.Background()
@@ -37,6 +41,15 @@ func openStore(t *testing.T, kind string) store.Store {
 		s, err := postgres.New(testdb.NewPool(t, 4), postgres.Config{Schema: testdb.Schema(t)})
 		require.NoError(t, err)
 		st = s
+	case "redis":
+		prefix := redistest.KeyPrefix(t)
+		rdb := goredis.NewClient(&goredis.Options{Addr: redistest.Addr(), PoolSize: 4})
+		t.Cleanup(func() { _ = rdb.Close() })
+		s, err := redis.New(ctx, rdb, redis.Options{Prefix: prefix})
+		require.NoError(t, err)
+		st = s
+	default:
+		t.Fatalf("unknown store %q", kind)
 	}
 	t.Cleanup(func() { _ = st.Close() })
 	require.NoError(t, st.Migrate(ctx))
@@ -56,7 +69,7 @@ func (deadArgs) Kind() string { return "metrics.dead" }
 // ojs_progress_checkpoint_size_bytes; a job without progress does not; a discarded job counts in
 // ojs_dead_letter_added_total and ojs_dead_letter_total, and its retry in ojs_dead_letter_retried_total.
 func TestProgressCompletedCheckpointAndDeadLetterMetrics(t *testing.T) {
-	for _, kind := range []string{"memory", "sqlite", "postgres"} {
+	for _, kind := range []string{"memory", "sqlite", "postgres", "redis"} {
 		t.Run(kind, func(t *testing.T) {
 			ctx := context.Background()
 			var failed atomic.Bool

@@ -4,62 +4,17 @@ import (
 	"context"
 	"errors"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	goredis "github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pronto-jobs/pronto"
-	"github.com/pronto-jobs/pronto/internal/testdb"
-	"github.com/pronto-jobs/pronto/internal/uuidv7"
 	"github.com/pronto-jobs/pronto/promexport"
-	"github.com/pronto-jobs/pronto/store"
-	"github.com/pronto-jobs/pronto/store/memory"
-	"github.com/pronto-jobs/pronto/store/postgres"
-	"github.com/pronto-jobs/pronto/store/redis"
-	"github.com/pronto-jobs/pronto/store/sqlite"
 )
-
-// openTenantStore opens a fresh, migrated store of kind, closed (and on Redis its keys deleted) when
-// the test ends.
-func openTenantStore(t *testing.T, kind string) store.Store {
-	ctx := context.Background()
-	var st store.Store
-	switch kind {
-	case "memory":
-		st = memory.New()
-	case "sqlite":
-		s, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "jobs.db"))
-		require.NoError(t, err)
-		st = s
-	case "postgres":
-		s, err := postgres.New(testdb.NewPool(t, 4), postgres.Config{Schema: testdb.Schema(t)})
-		require.NoError(t, err)
-		st = s
-	case "redis":
-		rdb := goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:6379", PoolSize: 4})
-		require.NoError(t, rdb.Ping(ctx).Err(), "this test needs Redis at 127.0.0.1:6379")
-		prefix := "prontotest:" + uuidv7.New() + ":"
-		s, err := redis.New(ctx, rdb, redis.Options{Prefix: prefix})
-		require.NoError(t, err)
-		st = s
-		t.Cleanup(func() {
-			iter := rdb.Scan(ctx, 0, prefix+"*", 1000).Iterator()
-			for iter.Next(ctx) {
-				_ = rdb.Del(ctx, iter.Val()).Err()
-			}
-			_ = rdb.Close()
-		})
-	}
-	t.Cleanup(func() { _ = st.Close() })
-	require.NoError(t, st.Migrate(ctx))
-	return st
-}
 
 // TestTenantMetrics: with Options.TenantLabels, inserted, completed and discarded jobs are counted per
 // tenant and queue (tenant_id label) and the tenants' jobs per state are a gauge; without it no
@@ -74,7 +29,7 @@ func TestTenantMetrics(t *testing.T) {
 			pronto.AddWorker(workers, pronto.WorkFunc(func(ctx context.Context, j *pronto.Job[failArgs]) error {
 				return errors.New("boom")
 			}))
-			st := openTenantStore(t, kind)
+			st := openStore(t, kind)
 			on := promexport.New(&promexport.Options{CacheTTL: time.Nanosecond, TenantLabels: true})
 			off := promexport.New(&promexport.Options{CacheTTL: time.Nanosecond})
 			cfg := &pronto.Config{

@@ -243,13 +243,10 @@ func TestProgressEvent(t *testing.T) {
 	}
 }
 
-// allStoreKinds are storeKinds and Redis.
-var allStoreKinds = append([]string{"redis"}, storeKinds...)
-
-// storeServer returns a server over a fresh store of kind (openTestStore: Redis included).
+// storeServer returns a server over a fresh store of kind .
 func storeServer(t *testing.T, kind string, cfg Config) (*Server, *pronto.Client) {
 	t.Helper()
-	client, err := pronto.NewClient(openTestStore(t, kind), &pronto.Config{})
+	client, err := pronto.NewClient(openStore(t, kind), &pronto.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -316,7 +313,7 @@ func TestAdminListPastScanLimit(t *testing.T) {
 // listing does (a cancel until 2000 touches nothing, one from the job's own created_at takes it),
 // and refuses a member it does not know, naming it, rather than act on more jobs than meant.
 func TestAdminBulkFilterTimeRange(t *testing.T) {
-	for _, kind := range allStoreKinds {
+	for _, kind := range storeKinds {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
 			s, _ := storeServer(t, kind, Config{})
@@ -350,7 +347,7 @@ func TestAdminBulkFilterTimeRange(t *testing.T) {
 // show it, to the millisecond: since = the shown created_at and until = it plus 1µs both list the
 // job, and until = the shown created_at does not.
 func TestAdminTimeRangeAtShownMillisecond(t *testing.T) {
-	for _, kind := range allStoreKinds {
+	for _, kind := range storeKinds {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
 			s, _ := storeServer(t, kind, Config{})

@@ -14,10 +14,10 @@ import (
 // have not finished (ojs-backpressure.md §6.1); on every store. The root package's
 // TestQueueDepthCountsOnlyStoredJobs checks the same with the depth never reread meanwhile.
 func TestBackpressureIgnoresUnstoredInserts(t *testing.T) {
-	for _, kind := range allStoreKinds {
+	for _, kind := range storeKinds {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
-			client, err := pronto.NewClient(openTestStore(t, kind), &pronto.Config{})
+			client, err := pronto.NewClient(openStore(t, kind), &pronto.Config{})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -8,7 +8,7 @@ import (
 // share a unique key (on_conflict reject) refuses the later job naming both by index, and no item
 // names the earlier job's id, which was rolled back with the batch.
 func TestBulkAtomicUniqueConflictWithinBatch(t *testing.T) {
-	for _, kind := range everyStore {
+	for _, kind := range storeKinds {
 		t.Run(kind, func(t *testing.T) {
 			s := serverOn(t, kind)
 			u := `"options":{"queue":"bulk-unique","unique":{"keys":["type"],"on_conflict":"reject"}}`

@@ -22,7 +22,7 @@ import (
 // (the default) and with every insert written on its own (InsertBatchSize 1). ops/s is the figure
 // to watch; the load generator shares the machine with the server and the database.
 func BenchmarkHTTPEnqueueConcurrent(b *testing.B) {
-	for _, kind := range []string{"memory", "sqlite", "postgres"} {
+	for _, kind := range storeKinds {
 		for _, mode := range []struct {
 			name string
 			size int

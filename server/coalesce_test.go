@@ -19,7 +19,7 @@ import (
 // the client merges into batched store writes: each request still gets its own answer, a 201 with
 // its own job, or a 409 for the enqueues refused by a unique key another one holds.
 func TestConcurrentEnqueuesAnsweredOneByOne(t *testing.T) {
-	for _, kind := range []string{"memory", "sqlite", "postgres"} {
+	for _, kind := range storeKinds {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
 			client, err := pronto.NewClient(openStore(t, kind), nil)

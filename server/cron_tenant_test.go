@@ -12,7 +12,7 @@ import (
 // client.
 func cronTenantServer(t *testing.T, kind string) (*Server, *pronto.Client) {
 	t.Helper()
-	client, err := pronto.NewClient(openTestStore(t, kind), &pronto.Config{})
+	client, err := pronto.NewClient(openStore(t, kind), &pronto.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,7 +38,7 @@ func cronTemplateMeta(t *testing.T, r *response) map[string]any {
 // CronJob.Opts.Tenant, shown as job_template.meta.tenant_id) and every job it fires is that
 // tenant's; on every store.
 func TestCronRegistrationTenant(t *testing.T) {
-	for _, kind := range allStoreKinds {
+	for _, kind := range storeKinds {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
 			s, client := cronTenantServer(t, kind)
@@ -111,7 +111,7 @@ func TestCronRegistrationTenant(t *testing.T) {
 // TestCronTenantGoRegistration: a registration made through Go with CronJob.Opts.Tenant keeps it,
 // shows it over HTTP as job_template.meta.tenant_id, and fires jobs of that tenant; on every store.
 func TestCronTenantGoRegistration(t *testing.T) {
-	for _, kind := range allStoreKinds {
+	for _, kind := range storeKinds {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
 			s, client := cronTenantServer(t, kind)

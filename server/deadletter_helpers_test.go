@@ -13,13 +13,10 @@ import (
 // Helpers for the dead-letter, bulk retry and replay tests: a started client's server over each
 // store, and jobs moved through fetch and nack over HTTP.
 
-// flowStoreKinds are the stores these tests run on.
-var flowStoreKinds = []string{"memory", "sqlite", "postgres", "redis"}
-
 // startedServer returns a server over a fresh store of kind, its client started.
 func startedServer(t *testing.T, kind string) *Server {
 	t.Helper()
-	st := openTestStore(t, kind)
+	st := openStore(t, kind)
 	client, err := pronto.NewClient(st, &pronto.Config{RescueInterval: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -40,9 +37,9 @@ func startedServer(t *testing.T, kind string) *Server {
 	return s
 }
 
-// onEveryFlowStore runs f on a started server over each of flowStoreKinds.
+// onEveryFlowStore runs f on a started server over each of storeKinds.
 func onEveryFlowStore(t *testing.T, f func(t *testing.T, s *Server)) {
-	for _, kind := range flowStoreKinds {
+	for _, kind := range storeKinds {
 		t.Run(kind, func(t *testing.T) { f(t, startedServer(t, kind)) })
 	}
 }

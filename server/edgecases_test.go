@@ -13,14 +13,11 @@ import (
 // Edge cases of the HTTP API found by an audit of unusual input; each test once failed on at least
 // one store.
 
-// everyStore are the stores each edge case runs on.
-var everyStore = []string{"memory", "sqlite", "postgres", "redis"}
-
-// serverOn returns a Server over a fresh store of the given kind (openTestStore: Redis included,
+// serverOn returns a Server over a fresh store of the given kind (openStore: Redis included,
 // PostgreSQL on a small pool) and a started insert-only client.
 func serverOn(t *testing.T, kind string) *Server {
 	t.Helper()
-	st := openTestStore(t, kind)
+	st := openStore(t, kind)
 	client, err := pronto.NewClient(st, &pronto.Config{})
 	if err != nil {
 		t.Fatal(err)
@@ -33,7 +30,7 @@ func serverOn(t *testing.T, kind string) *Server {
 // 30th) is refused with 400 naming expression. It used to be registered with next_run_at
 // 0001-01-01, due at once, and the scheduler fired it on every tick.
 func TestCronNeverOccurringRefused(t *testing.T) {
-	for _, kind := range everyStore {
+	for _, kind := range storeKinds {
 		t.Run(kind, func(t *testing.T) {
 			s := serverOn(t, kind)
 			r := call(t, s, "POST", "/ojs/v1/cron", `{"name":"feb30","expression":"0 0 30 2 *","job_template":{"type":"a.b","args":[],"options":{"queue":"feb30"}}}`)
@@ -78,7 +75,7 @@ func TestCronNeverOccurringRefused(t *testing.T) {
 // answers 409 duplicate naming that id (it named ""), and a batch that gives one id to two of its
 // jobs is a 400 naming the second.
 func TestBatchDuplicateIDNamed(t *testing.T) {
-	for _, kind := range everyStore {
+	for _, kind := range storeKinds {
 		t.Run(kind, func(t *testing.T) {
 			s := serverOn(t, kind)
 			const id = "01900000-0000-7000-8000-0000000000a1"
@@ -119,7 +116,7 @@ func randomName(n int) string {
 // TestHeartbeatWorkerIDBound: worker_id is at most 255 bytes (docs/http-api.md, "Sizes") in a
 // heartbeat as in a fetch.
 func TestHeartbeatWorkerIDBound(t *testing.T) {
-	for _, kind := range everyStore {
+	for _, kind := range storeKinds {
 		t.Run(kind, func(t *testing.T) {
 			s := serverOn(t, kind)
 			wid := strings.Repeat("w", 256)
@@ -137,7 +134,7 @@ func TestHeartbeatWorkerIDBound(t *testing.T) {
 func TestLongWorkerIDStoresAgree(t *testing.T) {
 	wid := randomName(6000)
 	got := map[string]string{}
-	for _, kind := range everyStore {
+	for _, kind := range storeKinds {
 		s := serverOn(t, kind)
 		h := call(t, s, "POST", "/ojs/v1/workers/heartbeat", `{"worker_id":"`+wid+`","active_jobs":0}`)
 		g := call(t, s, "GET", "/ojs/v1/admin/workers/"+wid, nil)
@@ -146,7 +143,7 @@ func TestLongWorkerIDStoresAgree(t *testing.T) {
 		checkErrorBody(t, h, 400, CodeInvalidRequest)
 		checkErrorBody(t, g, 400, CodeInvalidRequest)
 	}
-	for _, kind := range everyStore[1:] {
+	for _, kind := range storeKinds[1:] {
 		if got[kind] != got["memory"] {
 			t.Errorf("%s: %s; memory: %s", kind, got[kind], got["memory"])
 		}
@@ -159,7 +156,7 @@ func TestLongWorkerIDStoresAgree(t *testing.T) {
 // 2^31.
 func TestRequeueAtMaxAttempts(t *testing.T) {
 	got := map[string]string{}
-	for _, kind := range everyStore {
+	for _, kind := range storeKinds {
 		s := serverOn(t, kind)
 		r := call(t, s, "POST", "/ojs/v1/jobs", `{"type":"a.b","args":[],"options":{"queue":"r","retry":{"max_attempts":2147483647}}}`)
 		if r.status != 201 {
@@ -183,7 +180,7 @@ func TestRequeueAtMaxAttempts(t *testing.T) {
 			got[kind] += fmt.Sprintf(" (%s)", n.body["error"].(map[string]any)["message"])
 		}
 	}
-	for _, kind := range everyStore[1:] {
+	for _, kind := range storeKinds[1:] {
 		if got[kind] != got["memory"] {
 			t.Errorf("%s: %s; memory: %s", kind, got[kind], got["memory"])
 		}
@@ -194,7 +191,7 @@ func TestRequeueAtMaxAttempts(t *testing.T) {
 // timeout and unknown attributes) is refused in a dead-letter retry's override.meta as at enqueue;
 // it used to replace what pronto kept there.
 func TestDeadLetterRetryOverrideReservedMeta(t *testing.T) {
-	for _, kind := range everyStore {
+	for _, kind := range storeKinds {
 		t.Run(kind, func(t *testing.T) {
 			s := serverOn(t, kind)
 			checkErrorBody(t, call(t, s, "POST", "/ojs/v1/jobs", `{"type":"a.b","args":[],"meta":{"_pronto":{"vt":1}}}`), 400, CodeInvalidRequest)
@@ -223,7 +220,7 @@ func TestDeadLetterRetryOverrideReservedMeta(t *testing.T) {
 // refused too; it used to pass the check, and PostgreSQL's jsonb then decoded it into the reserved
 // key while the other stores kept it as written.
 func TestEscapedReservedMetaKey(t *testing.T) {
-	for _, kind := range everyStore {
+	for _, kind := range storeKinds {
 		t.Run(kind, func(t *testing.T) {
 			s := serverOn(t, kind)
 			r := call(t, s, "POST", "/ojs/v1/jobs", `{"type":"a.b","args":[],"meta":{"\u005fpronto":{"vt":1,"x":{"injected":1}}}}`)
@@ -259,7 +256,7 @@ func TestOptionsPriorityZeroWins(t *testing.T) {
 // every store can hold"). PostgreSQL used to answer its own 400 without a field, the others 404.
 func TestWorkerPathIDUnstorable(t *testing.T) {
 	got := map[string]string{}
-	for _, kind := range everyStore {
+	for _, kind := range storeKinds {
 		t.Run(kind, func(t *testing.T) {
 			s := serverOn(t, kind)
 			var out []string
@@ -276,7 +273,7 @@ func TestWorkerPathIDUnstorable(t *testing.T) {
 			got[kind] = strings.Join(out, ", ")
 		})
 	}
-	for _, kind := range everyStore[1:] {
+	for _, kind := range storeKinds[1:] {
 		if got[kind] != got["memory"] {
 			t.Errorf("stores disagree: %s: %s; memory: %s", kind, got[kind], got["memory"])
 		}

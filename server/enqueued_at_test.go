@@ -10,7 +10,7 @@ import (
 // promotingServer is a Server over a store of the given kind whose client promotes scheduled jobs.
 func promotingServer(t *testing.T, kind string) *Server {
 	t.Helper()
-	client, err := pronto.NewClient(openTestStore(t, kind), &pronto.Config{
+	client, err := pronto.NewClient(openStore(t, kind), &pronto.Config{
 		PollInterval: 100 * time.Millisecond, RescueInterval: 100 * time.Millisecond, LeaderTTL: time.Second,
 	})
 	if err != nil {
@@ -27,7 +27,7 @@ func promotingServer(t *testing.T, kind string) *Server {
 // due. Dashboards and clients computing queue wait (started_at - enqueued_at) got the whole delay
 // counted as waiting in the queue. It now stays the time the job was due.
 func TestEnqueuedAtOfScheduledJobAfterFetch(t *testing.T) {
-	for _, kind := range []string{"memory", "sqlite", "postgres", "redis"} {
+	for _, kind := range storeKinds {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
 			s := promotingServer(t, kind)

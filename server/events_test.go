@@ -228,7 +228,7 @@ func TestNackRequeueRecordsEnqueued(t *testing.T) {
 // cancelled and reported once: EventCancelled to subscribers and one job.cancelled in the event log
 // (ojs-events.md 3.1), whether it was waiting or fetched by an OJS worker.
 func TestUniqueReplaceReportsCancel(t *testing.T) {
-	for _, kind := range allStoreKinds {
+	for _, kind := range storeKinds {
 		t.Run(kind, func(t *testing.T) {
 			s, client := storeServer(t, kind, Config{})
 			ch, unsub := client.Subscribe(pronto.EventCancelled)

@@ -48,7 +48,7 @@ func fairFetchJobs(t *testing.T, what string, r fairFetchResp) []any {
 // store waiting behind it. The shared store case FairLimitedTenantMidTurn (store/storetest) proves
 // the claim itself on every store.
 func TestFairFetchPassesLimitedTenantMidTurn(t *testing.T) {
-	for _, kind := range allStoreKinds {
+	for _, kind := range storeKinds {
 		t.Run(kind, func(t *testing.T) {
 			s, _ := storeServer(t, kind, Config{RequestTimeout: 10 * time.Second})
 			if r := fairFetchDo(s, "PUT", "/ojs/v1/admin/tenants/acme",

@@ -59,7 +59,7 @@ func fetchAs(t *testing.T, s *Server, queue, worker string) map[string]any {
 // outcome w1 can send (with its worker id, with its claim token, with its attempt, or naming nothing)
 // is refused with 409 and leaves the job to w2, whose outcome decides it.
 func TestStaleHTTPOutcomesAreRefused(t *testing.T) {
-	for _, kind := range []string{"memory", "sqlite", "postgres"} {
+	for _, kind := range storeKinds {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
 			s := fenceServer(t, kind)
@@ -96,7 +96,7 @@ func TestStaleHTTPOutcomesAreRefused(t *testing.T) {
 // TestSameWorkerIDFencedByClaimToken: a worker restarted under the same id fetches its own job
 // again; the earlier run, which has the same worker id, is told apart by its claim token.
 func TestSameWorkerIDFencedByClaimToken(t *testing.T) {
-	for _, kind := range []string{"memory", "sqlite", "postgres"} {
+	for _, kind := range storeKinds {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
 			s := fenceServer(t, kind)

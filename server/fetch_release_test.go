@@ -40,7 +40,7 @@ func (s *slowClaimStore) Claim(ctx context.Context, p store.ClaimParams) ([]*sto
 // goes away. The first queue's job goes back to available at once, not held for the 30-minute
 // default lease under a worker that never saw it (docs/http-api.md).
 func TestFetchReleasesEarlierQueuesJobsWhenClientLeaves(t *testing.T) {
-	for _, kind := range []string{"memory", "sqlite", "postgres"} {
+	for _, kind := range storeKinds {
 		t.Run(kind, func(t *testing.T) {
 			ctx := context.Background()
 			st := &slowClaimStore{Store: openStore(t, kind), slowQueue: "second", entered: make(chan struct{})}
@@ -124,7 +124,7 @@ func (s *laterQueueFailsStore) NextDue(ctx context.Context, queue string) (time.
 // again, and that try claims a job of the first queue before the second queue's claim fails, the
 // job is handed to the worker, not held unseen for its lease.
 func TestFetchRetryKeepsJobsClaimedBeforeALaterQueueFails(t *testing.T) {
-	for _, kind := range []string{"memory", "sqlite", "postgres"} {
+	for _, kind := range storeKinds {
 		t.Run(kind, func(t *testing.T) {
 			ctx := context.Background()
 			st := &laterQueueFailsStore{Store: openStore(t, kind)}

@@ -183,8 +183,8 @@ var fuzzRoutes = []struct{ method, path string }{
 
 // FuzzHandler sends arbitrary bodies and path tails through the whole handler over a memory store:
 // no request gets a 5xx or a panic, and every answer is a JSON object, an OJS error body when it is
-// an error. FuzzHandlerSQLite and FuzzHandlerPostgres do the same over the other stores, so that the
-// seeds (input no store can hold among them) are refused alike on every store.
+// an error. FuzzHandlerSQLite, FuzzHandlerPostgres and FuzzHandlerRedis do the same over the other
+// stores, so that the seeds (input no store can hold among them) are refused alike on every store.
 func FuzzHandler(f *testing.F) {
 	s, _ := newTestServer(f, Config{MaxBodyBytes: 64 << 10})
 	fuzzHandler(f, s)
@@ -258,3 +258,6 @@ func newFuzzRequest(method, target string, body []byte) (req *http.Request, err 
 	}
 	return r, nil
 }
+
+// FuzzHandlerRedis is FuzzHandler over a Redis store.
+func FuzzHandlerRedis(f *testing.F) { fuzzHandler(f, newStoreServer(f, "redis")) }

@@ -118,8 +118,9 @@ func checkErrorBody(t testing.TB, r *response, status int, code string) {
 	}
 }
 
-// openStore opens a fresh, migrated store of the given kind ("memory", "sqlite" or "postgres": a
-// schema of its own, on a small pool), closed when the test ends.
+// openStore opens a fresh, migrated store of the given kind ("memory", "sqlite", "postgres": a
+// schema of its own, on a small pool; or "redis": the test Redis under a key prefix of its own),
+// closed when the test ends.
 func openStore(t testing.TB, kind string) store.Store {
 	t.Helper()
 	ctx := context.Background()
@@ -139,6 +140,8 @@ func openStore(t testing.TB, kind string) store.Store {
 			t.Fatal(err)
 		}
 		st = s
+	case "redis":
+		return openRedisStore(t, "127.0.0.1:6379") // migrated, and its keys deleted at the end
 	default:
 		t.Fatalf("unknown store %q", kind)
 	}

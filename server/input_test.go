@@ -12,8 +12,9 @@ import (
 	"github.com/pronto-jobs/pronto/internal/jsoncheck"
 )
 
-// storeKinds are the stores the input tests run on: every store must accept and refuse alike.
-var storeKinds = []string{"memory", "sqlite", "postgres"}
+// storeKinds are every store the server runs on, for the tests that must see each accept and
+// refuse alike.
+var storeKinds = []string{"memory", "sqlite", "postgres", "redis"}
 
 // newStoreServer returns a Server over a fresh store of the given kind (PostgreSQL in a schema of its
 // own, with a small pool) and a started insert-only client.

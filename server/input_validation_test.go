@@ -107,7 +107,7 @@ func TestJobViewShowsOnlyObjectDetails(t *testing.T) {
 // (details.index, details.existing_job_index, details.field jobs[j]), and no existing_job_id: the
 // first job was rolled back with the batch, so there is no job to follow.
 func TestBatchUniqueConflictWithinBatch(t *testing.T) {
-	for _, kind := range everyStore {
+	for _, kind := range storeKinds {
 		t.Run(kind, func(t *testing.T) {
 			s := serverOn(t, kind)
 			u := `"options":{"queue":"batch-unique","unique":{"keys":["type"],"on_conflict":"reject"}}`

@@ -10,7 +10,7 @@ import (
 // member but priority, a bad value, an unknown or running job, and bodies no store can hold are
 // refused with the status the other endpoints give them.
 func TestPatchJobPriority(t *testing.T) {
-	for _, kind := range allStoreKinds {
+	for _, kind := range storeKinds {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
 			s, _ := storeServer(t, kind, Config{})

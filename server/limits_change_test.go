@@ -38,7 +38,7 @@ func TestLimitChangeCountsEarlierJobs(t *testing.T) {
 			},
 		},
 	}
-	for _, kind := range allStoreKinds {
+	for _, kind := range storeKinds {
 		for _, tc := range cases {
 			t.Run(kind+"/"+tc.name, func(t *testing.T) {
 				t.Parallel()

@@ -7,7 +7,7 @@ import (
 // TestWorkflowQueueFullHTTP: POST /ojs/v1/workflows into a queue at its maximum depth answers
 // 429 queue_full like POST /ojs/v1/jobs and /jobs/batch (ojs-backpressure.md §5.1, §7.1).
 func TestWorkflowQueueFullHTTP(t *testing.T) {
-	for _, kind := range everyStore {
+	for _, kind := range storeKinds {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
 			s := serverOn(t, kind)
@@ -27,7 +27,7 @@ func TestWorkflowQueueFullHTTP(t *testing.T) {
 // millisecond ("PT0.0000001S") is refused 400 on every store. It used to answer 200 everywhere while
 // SQLite, PostgreSQL and Redis, which keep whole microseconds, stored a limit with no bound at all.
 func TestRateLimitShortPeriodRefused(t *testing.T) {
-	for _, kind := range everyStore {
+	for _, kind := range storeKinds {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
 			s := serverOn(t, kind)

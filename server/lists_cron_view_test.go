@@ -137,7 +137,7 @@ func TestCronTemplateShowsItsOptions(t *testing.T) {
 		"unique":{"keys":["type","args","meta"],"args_keys":["id"],"meta_keys":["m"],"period":"PT1H","states":["available","active"],"on_conflict":"ignore"},
 		"rate_limit":{"key":"k","concurrency":2,"rate":{"limit":10,"period":"PT1M"},"on_limit":"reschedule"},
 		"retry":{"max_attempts":4,"on_exhaustion":"discard"}}}}`
-	for _, kind := range everyStore {
+	for _, kind := range storeKinds {
 		t.Run(kind, func(t *testing.T) {
 			s := serverOn(t, kind)
 			if r := call(t, s, "POST", "/ojs/v1/cron", reg); r.status != 201 {

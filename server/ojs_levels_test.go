@@ -33,7 +33,7 @@ type ojsEnv struct {
 // whose client runs maintenance (rescue of expired leases, scheduled jobs) and cron.
 func forEachOJSStore(t *testing.T, f func(e *ojsEnv)) {
 	t.Helper()
-	for _, kind := range []string{"memory", "sqlite", "postgres"} {
+	for _, kind := range storeKinds {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
 			f(newOJSEnv(t, kind))

@@ -10,7 +10,7 @@ import (
 // /ojs/v1/admin/pools (ojs-fair-scheduling.md §10.1, FS-004); a fetch naming a pool takes only the
 // pool's queues and at most its free capacity; bad configs are named. On every store.
 func TestWorkerPoolsHTTP(t *testing.T) {
-	for _, kind := range []string{"memory", "sqlite", "postgres", "redis"} {
+	for _, kind := range storeKinds {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
 			s, _ := storeServer(t, kind, Config{})
@@ -111,7 +111,7 @@ func TestWorkerPoolsHTTP(t *testing.T) {
 // pool's fetches, starvation prevention (§8, FS-R003) serves a queue short of its share first, and
 // GET /ojs/v1/admin/scheduling/stats (§10.2, FS-R004) counts the dispatches. On every store.
 func TestPoolStrategiesHTTP(t *testing.T) {
-	for _, kind := range []string{"memory", "sqlite", "postgres", "redis"} {
+	for _, kind := range storeKinds {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
 			s, _ := storeServer(t, kind, Config{})

@@ -35,7 +35,7 @@ func rawFetch(h http.Handler, body map[string]any) (int, []string, string) {
 // time at one server take at most 2 jobs together (only several servers are documented to exceed
 // it). Each used to read the pool's room and claim up to it, so they took up to 12 together.
 func TestPoolConcurrencyConcurrentFetches(t *testing.T) {
-	for _, kind := range allStoreKinds {
+	for _, kind := range storeKinds {
 		t.Run(kind, func(t *testing.T) {
 			s, _ := storeServer(t, kind, Config{})
 			mustCall(t, s, 200, "PUT", "/ojs/v1/admin/pools/capped", `{"queues":["capq"],"concurrency":2}`)
@@ -73,7 +73,7 @@ func TestPoolConcurrencyConcurrentFetches(t *testing.T) {
 // the worker's was writing its record at the same time. That write used to put back the empty
 // directive it had read, and the server answered the worker with jobs for up to 2 s.
 func TestQuietRacesWorkerTouch(t *testing.T) {
-	for _, kind := range allStoreKinds {
+	for _, kind := range storeKinds {
 		t.Run(kind, func(t *testing.T) {
 			s, c := storeServer(t, kind, Config{WorkerStaleAfter: time.Minute})
 			insertMany(t, c, poolRaceArgs{}, "quietq", 400)

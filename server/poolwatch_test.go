@@ -46,10 +46,10 @@ func schedEvents(t *testing.T, s *Server, typ string) []map[string]any {
 // that is not isolated cannot share an isolated pool's queue; lifting the isolation opens the queue
 // again; another server applies the isolation from its first fetch. On every store.
 func TestPoolIsolationHTTP(t *testing.T) {
-	for _, kind := range []string{"memory", "sqlite", "postgres", "redis"} {
+	for _, kind := range storeKinds {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
-			st := openTestStore(t, kind)
+			st := openStore(t, kind)
 			client, err := pronto.NewClient(st, &pronto.Config{})
 			if err != nil {
 				t.Fatal(err)
@@ -145,7 +145,7 @@ func TestPoolIsolationHTTP(t *testing.T) {
 // it room, not while each freed slot is taken at once), and
 // scheduling.queue_starved once while a queue with jobs goes unreached (§11.1). On every store.
 func TestSchedulingEventsHTTP(t *testing.T) {
-	for _, kind := range []string{"memory", "sqlite", "postgres", "redis"} {
+	for _, kind := range storeKinds {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
 			s, _ := storeServer(t, kind, Config{})

@@ -11,7 +11,7 @@ import (
 // line breaks ended the data line and an EventSource read half an object (PostgreSQL's jsonb alone
 // compacted it).
 func TestProgressStreamMultilineData(t *testing.T) {
-	for _, kind := range allStoreKinds {
+	for _, kind := range storeKinds {
 		t.Run(kind, func(t *testing.T) {
 			s, _ := storeServer(t, kind, Config{})
 			srv := httptest.NewServer(s)

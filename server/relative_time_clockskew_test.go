@@ -42,7 +42,7 @@ func TestRelativeTimeClockSkew(t *testing.T) {
 	for _, kind := range []string{"postgres", "redis"} {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
-			client, err := pronto.NewClient(openTestStore(t, kind), &pronto.Config{})
+			client, err := pronto.NewClient(openStore(t, kind), &pronto.Config{})
 			if err != nil {
 				t.Fatal(err)
 			}

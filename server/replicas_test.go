@@ -14,8 +14,8 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/pronto-jobs/pronto"
+	"github.com/pronto-jobs/pronto/internal/redistest"
 	"github.com/pronto-jobs/pronto/internal/testdb"
-	"github.com/pronto-jobs/pronto/internal/uuidv7"
 	"github.com/pronto-jobs/pronto/store"
 	"github.com/pronto-jobs/pronto/store/postgres"
 	"github.com/pronto-jobs/pronto/store/redis"
@@ -51,9 +51,9 @@ func replicaStores(t *testing.T, kind string, n int) []store.Store {
 			out = append(out, s)
 		}
 	case "redis":
-		prefix := "prontotest:" + uuidv7.New() + ":"
+		prefix := redistest.KeyPrefix(t)
 		for range n {
-			rdb := goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:6379", PoolSize: 4, ContextTimeoutEnabled: true})
+			rdb := goredis.NewClient(&goredis.Options{Addr: redistest.Addr(), PoolSize: 4, ContextTimeoutEnabled: true})
 			t.Cleanup(func() { _ = rdb.Close() })
 			s, err := redis.New(ctx, rdb, redis.Options{Prefix: prefix})
 			if err != nil {
@@ -61,14 +61,6 @@ func replicaStores(t *testing.T, kind string, n int) []store.Store {
 			}
 			out = append(out, s)
 		}
-		t.Cleanup(func() {
-			direct := goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:6379"})
-			defer direct.Close()
-			iter := direct.Scan(ctx, 0, prefix+"*", 1000).Iterator()
-			for iter.Next(ctx) {
-				_ = direct.Del(ctx, iter.Val()).Err()
-			}
-		})
 	default:
 		t.Fatalf("unknown kind %q", kind)
 	}

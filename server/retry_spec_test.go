@@ -13,7 +13,7 @@ import (
 // worker members that decide when a job is retried), checked on every store.
 
 // retrySpecStores are the stores every behaviour is checked on.
-var retrySpecStores = flowStoreKinds
+var retrySpecStores = storeKinds
 
 // retrySpecServer is a server over a fresh store of the given kind, with a started client.
 func retrySpecServer(t *testing.T, kind string) http.Handler { return startedServer(t, kind) }

@@ -58,7 +58,7 @@ const stringArgSchema = `{"type":"array","prefixItems":[{"type":"string"}],"minI
 // TestSchemaReregisteredURITakesNewType: a URI deleted and registered again for another type, with
 // the same document, applies to the new type, though the old registration was cached compiled.
 func TestSchemaReregisteredURITakesNewType(t *testing.T) {
-	for _, kind := range allStoreKinds {
+	for _, kind := range storeKinds {
 		t.Run(kind, func(t *testing.T) {
 			s := newSchemaServer(t, kind)
 			registerSchema(t, s, "urn:test:s", "a.b", stringArgSchema)
@@ -78,7 +78,7 @@ func TestSchemaReregisteredURITakesNewType(t *testing.T) {
 // them validated against the job's schema, as an enqueue would; the args it keeps are not checked
 // again.
 func TestDeadLetterRetryOverrideArgsValidated(t *testing.T) {
-	for _, kind := range allStoreKinds {
+	for _, kind := range storeKinds {
 		t.Run(kind, func(t *testing.T) {
 			s := newSchemaServer(t, kind)
 			registerSchema(t, s, "urn:test:dl", "g.h", stringArgSchema)
@@ -103,7 +103,7 @@ func TestDeadLetterRetryOverrideArgsValidated(t *testing.T) {
 // schema when it is registered (occurrences are inserted through the Go client, unchecked), and the
 // schema it names is kept with it.
 func TestCronTemplateArgsValidated(t *testing.T) {
-	for _, kind := range allStoreKinds {
+	for _, kind := range storeKinds {
 		t.Run(kind, func(t *testing.T) {
 			s := newSchemaServer(t, kind)
 			registerSchema(t, s, "urn:test:cron", "g.h", stringArgSchema)
@@ -233,7 +233,7 @@ func TestSchemaNestingAndSizeRefused(t *testing.T) {
 // before they existed, or written to the store directly) is not applied, and not skipped either: a
 // job of its type is refused with the reason, which does not blame the args.
 func TestSchemaStoredBeyondLimitsIsReported(t *testing.T) {
-	st := openTestStore(t, "memory")
+	st := openStore(t, "memory")
 	client, err := pronto.NewClient(st, &pronto.Config{})
 	if err != nil {
 		t.Fatal(err)

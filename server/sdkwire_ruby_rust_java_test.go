@@ -216,7 +216,7 @@ func TestBacktraceFrames(t *testing.T) {
 // a named worker, a named worker none held by worker "", and without a worker id a count alone is
 // refused (it cannot tell one anonymous worker's jobs from another's).
 func TestRubySDKHeartbeat(t *testing.T) {
-	for _, kind := range []string{"memory", "sqlite", "postgres", "redis"} {
+	for _, kind := range storeKinds {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
 			s, _ := storeServer(t, kind, Config{})

@@ -9,7 +9,7 @@ import (
 // TestTenantAdminAPI: tenant config, limits, stats and listings under /ojs/v1/admin/tenants, and the
 // limits holding at fetch, on every store.
 func TestTenantAdminAPI(t *testing.T) {
-	for _, kind := range []string{"memory", "sqlite", "postgres"} {
+	for _, kind := range storeKinds {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
 			client, err := pronto.NewClient(openStore(t, kind), &pronto.Config{})

@@ -10,7 +10,7 @@ import (
 // and the tenant's jobs enqueued from then on (one or a batch) carry their priority plus the boost,
 // clamped to -100..100; 0 removes it, DELETE forgets it.
 func TestTenantPriorityBoostAPI(t *testing.T) {
-	for _, kind := range []string{"memory", "sqlite", "postgres"} {
+	for _, kind := range storeKinds {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
 			client, err := pronto.NewClient(openStore(t, kind), &pronto.Config{})

@@ -14,7 +14,7 @@ import (
 // state, page by page and by cursor, without other tenants' jobs; bad ids, states and pages are 400,
 // an unknown tenant 404.
 func TestTenantJobsAPI(t *testing.T) {
-	for _, kind := range []string{"memory", "sqlite", "postgres"} {
+	for _, kind := range storeKinds {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
 			client, err := pronto.NewClient(openStore(t, kind), &pronto.Config{})

@@ -7,47 +7,26 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/pronto-jobs/pronto/internal/uuidv7"
+	"github.com/pronto-jobs/pronto/internal/redistest"
 	"github.com/pronto-jobs/pronto/store"
 	"github.com/pronto-jobs/pronto/store/redis"
 )
 
-// openTestStore is openStore, plus "redis": a store on the test Redis (127.0.0.1:6379) under a key
-// prefix of its own, deleted when the test ends.
-func openTestStore(t *testing.T, kind string) store.Store {
-	if kind != "redis" {
-		return openStore(t, kind)
-	}
-	return openRedisStore(t, "127.0.0.1:6379")
-}
-
 // openRedisStore opens a migrated store on the Redis reached at addr (the test Redis, or a proxy in
-// front of it) under a key prefix of its own, whose keys are deleted when the test ends (through a
-// connection of their own, should addr be cut by then).
-func openRedisStore(t *testing.T, addr string) store.Store {
+// front of it) under a key prefix of its own (redistest.KeyPrefix), closed when the test ends.
+func openRedisStore(t testing.TB, addr string) store.Store {
 	ctx := context.Background()
+	prefix := redistest.KeyPrefix(t)
 	rdb := goredis.NewClient(&goredis.Options{Addr: addr, PoolSize: 4, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = rdb.Close() })
-	if err := rdb.Ping(ctx).Err(); err != nil {
-		t.Fatalf("this test needs Redis at 127.0.0.1:6379: %v", err)
-	}
-	prefix := "prontotest:" + uuidv7.New() + ":"
 	s, err := redis.New(ctx, rdb, redis.Options{Prefix: prefix})
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = s.Close() })
 	if err := s.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		_ = s.Close()
-		direct := goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:6379"})
-		defer direct.Close()
-		iter := direct.Scan(ctx, 0, prefix+"*", 1000).Iterator()
-		for iter.Next(ctx) {
-			_ = direct.Del(ctx, iter.Val()).Err()
-		}
-	})
 	return s
 }
 
@@ -56,7 +35,7 @@ func openRedisStore(t *testing.T, addr string) store.Store {
 // (ojs-multi-tenancy.md §8.2, MT-004), a batch whole, show in the tenant's stats, record a
 // tenant.limit_exceeded event, and go with DELETE; on every store.
 func TestTenantEnqueueLimitsHTTP(t *testing.T) {
-	for _, kind := range []string{"memory", "sqlite", "postgres", "redis"} {
+	for _, kind := range storeKinds {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
 			s, _ := storeServer(t, kind, Config{})

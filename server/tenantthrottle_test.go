@@ -17,7 +17,7 @@ func (throttleArgs) Kind() string { return "t.job" }
 // the weight; tenant.created, tenant.throttled and tenant.throttle_released are in the event log once
 // each; bad ids are 400 naming tenant_id; on every store.
 func TestTenantThrottleAPI(t *testing.T) {
-	for _, kind := range []string{"memory", "sqlite", "postgres"} {
+	for _, kind := range storeKinds {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()

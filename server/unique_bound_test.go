@@ -11,7 +11,7 @@ import (
 // 409 duplicate under reject, not 429 queue_full; a job that would be stored still gets 429. On
 // every store.
 func TestDuplicateAtBoundIsDeduplicated(t *testing.T) {
-	for _, kind := range allStoreKinds {
+	for _, kind := range storeKinds {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
 			s, _ := storeServer(t, kind, Config{})

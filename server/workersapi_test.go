@@ -149,7 +149,7 @@ func TestAdminTerminatedWorkerGoesStale(t *testing.T) {
 // TestAdminStatsCountsListedWorkers, on every store: /admin/stats "workers" counts what
 // /admin/workers lists (an idle OJS worker on record and the server's own client included).
 func TestAdminStatsCountsListedWorkers(t *testing.T) {
-	for _, kind := range allStoreKinds {
+	for _, kind := range storeKinds {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
 			s, _ := storeServer(t, kind, Config{})

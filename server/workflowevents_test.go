@@ -132,7 +132,7 @@ func checkOnce(t *testing.T, evs []map[string]any, finish string) {
 // workflow.started once, then one workflow.step_completed per step with the spec's fields and a
 // falling steps_remaining, then workflow.completed once, on every store.
 func TestWorkflowEventsChain(t *testing.T) {
-	for _, kind := range everyStore {
+	for _, kind := range storeKinds {
 		t.Run(kind, func(t *testing.T) {
 			s := serverOn(t, kind)
 			wf, ids := createWF(t, s, `{"type":"chain","name":"etl","steps":[
@@ -188,7 +188,7 @@ func TestWorkflowEventsChain(t *testing.T) {
 // steps records its steps under their names, b and c fetched together, and completes once, on
 // every store.
 func TestWorkflowEventsDAG(t *testing.T) {
-	for _, kind := range everyStore {
+	for _, kind := range storeKinds {
 		t.Run(kind, func(t *testing.T) {
 			s := serverOn(t, kind)
 			wf, ids := createWF(t, s, `{"type":"dag","name":"diamond","steps":[
@@ -254,13 +254,13 @@ func (wfGoStep) Kind() string { return "wfgo.step" }
 // step's workflow.step_completed, a workflow.step_completed per step named by its job id, and
 // workflow.completed once, last, on every store; callbacks are not steps.
 func TestWorkflowEventsGoWorkers(t *testing.T) {
-	for _, kind := range everyStore {
+	for _, kind := range storeKinds {
 		t.Run(kind, func(t *testing.T) {
 			workers := pronto.NewWorkers()
 			pronto.AddWorker(workers, pronto.WorkFunc(func(ctx context.Context, j *pronto.Job[wfGoStep]) error {
 				return pronto.RecordResult(ctx, j.Args.N)
 			}))
-			client, err := pronto.NewClient(openTestStore(t, kind), &pronto.Config{
+			client, err := pronto.NewClient(openStore(t, kind), &pronto.Config{
 				Queues:  map[string]pronto.QueueConfig{pronto.DefaultQueue: {MaxWorkers: 4}},
 				Workers: workers, PollInterval: 50 * time.Millisecond,
 			})
@@ -322,7 +322,7 @@ func TestWorkflowEventsGoWorkers(t *testing.T) {
 // the other runs records workflow.failed only when the other has finished, after its
 // workflow.step_completed. On every store.
 func TestWorkflowEventsFailed(t *testing.T) {
-	for _, kind := range everyStore {
+	for _, kind := range storeKinds {
 		t.Run(kind, func(t *testing.T) {
 			s := serverOn(t, kind)
 			nack := func(id string) {
@@ -395,7 +395,7 @@ func TestWorkflowEventsFailed(t *testing.T) {
 // TestWorkflowEventsGroupStartsOnce: the two steps of a group fetched at once by two workers record
 // one workflow.started, on every store.
 func TestWorkflowEventsGroupStartsOnce(t *testing.T) {
-	for _, kind := range everyStore {
+	for _, kind := range storeKinds {
 		t.Run(kind, func(t *testing.T) {
 			s := serverOn(t, kind)
 			wf, ids := createWF(t, s, `{"type":"group","name":"pair","jobs":[
@@ -454,7 +454,7 @@ func TestWorkflowEventsGroupStartsOnce(t *testing.T) {
 // TestWorkflowEventsNotForPlainJobs: a job outside any workflow, run to completion and to a discard,
 // records no workflow event.
 func TestWorkflowEventsNotForPlainJobs(t *testing.T) {
-	for _, kind := range everyStore {
+	for _, kind := range storeKinds {
 		t.Run(kind, func(t *testing.T) {
 			s := serverOn(t, kind)
 			id := enqueueJob(t, s, `{"type":"plain.job","args":[],"options":{"queue":"wfplain","retry":{"max_attempts":1}}}`)
@@ -491,7 +491,7 @@ func workerEvs(t *testing.T, s *Server, id string) []map[string]any {
 // worker.heartbeat with its active jobs, queues and what it reported of its memory and CPU, and the
 // first heartbeat answered "quiet" after an operator quieted it worker.quiet. On every store.
 func TestWorkerEvents(t *testing.T) {
-	for _, kind := range everyStore {
+	for _, kind := range storeKinds {
 		t.Run(kind, func(t *testing.T) {
 			s := serverOn(t, kind)
 			s.events.workers.every = 0 // every heartbeat recorded (TestWorkerHeartbeatEventsThrottled)

@@ -234,9 +234,9 @@ func (s *ackOnReadStore) GetWorkflow(ctx context.Context, id string) (*store.Wor
 // (ojs-workflows.md §8.2: completed is terminal) and the DELETE answers 409 (§11.3), on every store.
 // The Go API refuses the same way, with ErrWorkflowFinished.
 func TestWorkflowCancelRacingCompletionStaysCompleted(t *testing.T) {
-	for _, kind := range everyStore {
+	for _, kind := range storeKinds {
 		t.Run(kind, func(t *testing.T) {
-			st := &ackOnReadStore{Store: openTestStore(t, kind)}
+			st := &ackOnReadStore{Store: openStore(t, kind)}
 			client, err := pronto.NewClient(st, &pronto.Config{})
 			if err != nil {
 				t.Fatal(err)
@@ -285,9 +285,9 @@ func TestWorkflowCancelResponseCounts(t *testing.T) {
 // TestWorkflowGoCallbackWaitsForLaterSteps: a pronto.Workflow callback waits for every step, those
 // added after it too (OnSuccess "runs once every step has completed").
 func TestWorkflowGoCallbackWaitsForLaterSteps(t *testing.T) {
-	for _, kind := range everyStore {
+	for _, kind := range storeKinds {
 		t.Run(kind, func(t *testing.T) {
-			st := openTestStore(t, kind)
+			st := openStore(t, kind)
 			client, err := pronto.NewClient(st, &pronto.Config{})
 			if err != nil {
 				t.Fatal(err)
