@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/pronto-jobs/pronto/internal/redistest"
 	"github.com/pronto-jobs/pronto/internal/testdb"
 )
 
@@ -121,6 +122,9 @@ var backends = []backend{
 	{name: "postgres", migrated: true, setup: func(t *testing.T) []string {
 		return []string{"--database-url", testdb.URL(), "--schema", testdb.Schema(t)}
 	}},
+	{name: "redis", setup: func(t *testing.T) []string {
+		return []string{"--database-url", "redis://" + redistest.Addr() + "/0?key_prefix=" + redistest.KeyPrefix(t)}
+	}},
 }
 
 // forEachBackend runs f as a parallel subtest per backend, with the flags of a fresh, migrated database.
@@ -133,6 +137,12 @@ func forEachBackend(t *testing.T, f func(t *testing.T, db []string)) {
 			f(t, db)
 		})
 	}
+}
+
+// schemaless says whether the database flags select a store without a schema to migrate (memory,
+// Redis): its migrate commands say so and change nothing.
+func schemaless(db []string) bool {
+	return strings.HasPrefix(db[1], "memory:") || strings.HasPrefix(db[1], "redis:")
 }
 
 // with appends the database flags to a command line.
