@@ -58,7 +58,7 @@ func (a *afterCommitCounter) flush() {
 // TestAfterInsertCommitOutsideAppTxRunsAtOnce: for an insert outside the application's transaction,
 // what the middleware defers has run when AfterInsertCommit returns, on every store.
 func TestAfterInsertCommitOutsideAppTxRunsAtOnce(t *testing.T) {
-	forEachStoreOf(t, storesWithRedis, func(t *testing.T, ts *testStore) {
+	forEachStoreOf(t, allStores, func(t *testing.T, ts *testStore) {
 		ctx := context.Background()
 		var ran, ranBeforeReturn bool
 		c, err := pronto.NewClient(ts.Store, &pronto.Config{InsertMiddleware: []pronto.InsertMiddleware{

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/pronto-jobs/pronto"
-	"github.com/pronto-jobs/pronto/store"
 )
 
 type noopArgs struct {
@@ -31,7 +30,7 @@ func BenchmarkDrain(b *testing.B) {
 // Prefetch (QueueConfig.Prefetch): without, each job waits for its own claim's round trip; with,
 // the claims run ahead of the worker.
 func BenchmarkDrainOneWorker(b *testing.B) {
-	for _, kind := range storesWithRedis {
+	for _, kind := range allStores {
 		for _, prefetch := range []int{0, 64} {
 			b.Run(fmt.Sprintf("%s/prefetch=%d", kind, prefetch), func(b *testing.B) {
 				benchDrainWith(b, kind, pronto.QueueConfig{MaxWorkers: 1, Prefetch: prefetch})
@@ -180,20 +179,15 @@ func BenchmarkInsertParallel(b *testing.B) {
 // per store, with insert coalescing (the default) and without (InsertBatchSize 1): a lone caller
 // must not be slower for it.
 func BenchmarkInsertSequential(b *testing.B) {
-	for _, kind := range append(allStores[:len(allStores):len(allStores)], "redis") {
+	for _, kind := range allStores {
 		for _, mode := range []struct {
 			name string
 			size int
 		}{{"coalesced", 0}, {"alone", 1}} {
 			b.Run(fmt.Sprintf("%s/%s", kind, mode.name), func(b *testing.B) {
 				ctx := context.Background()
-				var st store.Store
-				if kind == "redis" {
-					st = newRedisStore(b) // bullmq-bench's queue-add: one producer, single adds
-				} else {
-					st = newTestStore(b, kind).Store
-				}
-				c, err := pronto.NewClient(st, &pronto.Config{InsertBatchSize: mode.size})
+				// On Redis, bullmq-bench's queue-add: one producer, single adds.
+				c, err := pronto.NewClient(newTestStore(b, kind).Store, &pronto.Config{InsertBatchSize: mode.size})
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -272,7 +266,7 @@ func BenchmarkPickupRedis20Hz(b *testing.B) {
 		started <- time.Now()
 		return nil
 	}))
-	c, err := pronto.NewClient(newRedisStore(b), &pronto.Config{Queues: defaultQueue(10), Workers: workers})
+	c, err := pronto.NewClient(newTestStore(b, kindRedis).Store, &pronto.Config{Queues: defaultQueue(10), Workers: workers})
 	if err != nil {
 		b.Fatal(err)
 	}

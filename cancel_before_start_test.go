@@ -49,7 +49,7 @@ func (s *cancelOnClaim) Claim(ctx context.Context, p store.ClaimParams) ([]*stor
 // registered its run never starts its worker (the cancellation names the run's claim token, and the
 // client remembers it until the run arrives), and the client goes on working other jobs.
 func TestCancelBetweenClaimAndStart(t *testing.T) {
-	forEachStoreOf(t, storesWithRedis, func(t *testing.T, ts *testStore) {
+	forEachStoreOf(t, allStores, func(t *testing.T, ts *testStore) {
 		log := newRunLog()
 		ws := pronto.NewWorkers()
 		pronto.AddWorker(ws, pronto.WorkFunc(func(_ context.Context, j *pronto.Job[echoArgs]) error {
@@ -157,7 +157,7 @@ func (g *outcomeGate) deliverCancels(t *testing.T, want int) {
 func TestCancelAfterWorkerReturnedReportedOnce(t *testing.T) {
 	for _, order := range []string{"heard before the refusal", "heard after the refusal"} {
 		t.Run(order, func(t *testing.T) {
-			forEachStoreOf(t, storesWithRedis, func(t *testing.T, ts *testStore) {
+			forEachStoreOf(t, allStores, func(t *testing.T, ts *testStore) {
 				ctx := context.Background()
 				gate := newOutcomeGate(ts.Store)
 				ws := pronto.NewWorkers()

@@ -194,8 +194,8 @@ func (p *chaosProc) fields() [][]string {
 }
 
 // chaosFeatEnv is what a worker process needs to open ts's store.
-func chaosFeatEnv(ts *testStore, redisURL string) []string {
-	return []string{"PRONTO_TEST_SCHEMA=" + ts.schema, "PRONTO_TEST_PATH=" + ts.path, chaosFeatRedisEnv + "=" + redisURL}
+func chaosFeatEnv(ts *testStore) []string {
+	return []string{"PRONTO_TEST_SCHEMA=" + ts.schema, "PRONTO_TEST_PATH=" + ts.path, chaosFeatRedisEnv + "=" + ts.url}
 }
 
 type chaosFeatInterval struct {
@@ -246,21 +246,12 @@ func TestChaosLimitsWorkflowsCheckpoints(t *testing.T) {
 func chaosFeatRun(t *testing.T, kind storeKind) {
 	ctx := context.Background()
 	ts := newTestStore(t, kind)
-	redisURL := ""
-	if kind == kindRedis {
-		// newTestStore does not expose its URL: open one of our own with a fresh prefix.
-		redisURL = "redis://127.0.0.1:6379/0?key_prefix=chaosfeat:" + strconv.FormatInt(time.Now().UnixNano(), 36) + ":"
-		rs, err := redisstore.Open(ctx, redisURL, redisstore.Options{})
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = rs.Close() })
-		ts = &testStore{Store: rs, kind: kind}
-	}
 	admin, err := pronto.NewClient(ts.Store, nil)
 	require.NoError(t, err)
 	require.NoError(t, admin.RateLimitSet(ctx, chaosFeatRateKey, pronto.RateLimit{MaxActive: chaosFeatMaxKey}))
 	require.NoError(t, admin.TenantSetLimit(ctx, chaosFeatTenant, pronto.RateLimit{MaxActive: chaosFeatMaxTen}))
 
-	env := chaosFeatEnv(ts, redisURL)
+	env := chaosFeatEnv(ts)
 	procs := []*chaosProc{}
 	var every []*chaosProc
 	start := func() *chaosProc {

@@ -27,7 +27,7 @@ func TestInsertTypedNilArgs(t *testing.T) {
 // TestSubMillisecondTimeout: stores keep timeouts in whole milliseconds, so a fraction rounds up
 // rather than down to 0, which would mean no timeout; every store keeps the same value.
 func TestSubMillisecondTimeout(t *testing.T) {
-	forEachStoreOf(t, storesWithRedis, func(t *testing.T, ts *testStore) {
+	forEachStoreOf(t, allStores, func(t *testing.T, ts *testStore) {
 		ctx := context.Background()
 		c, err := pronto.NewClient(ts.Store, nil)
 		require.NoError(t, err)
@@ -53,7 +53,7 @@ func TestSubMillisecondTimeout(t *testing.T) {
 // (SQLite and Redis overflowed it into the past and ran the job at once; PostgreSQL failed with an
 // untyped error); LatestTime itself is kept.
 func TestFarFutureTimes(t *testing.T) {
-	forEachStoreOf(t, storesWithRedis, func(t *testing.T, ts *testStore) {
+	forEachStoreOf(t, allStores, func(t *testing.T, ts *testStore) {
 		ctx := context.Background()
 		c, err := pronto.NewClient(ts.Store, nil)
 		require.NoError(t, err)

@@ -46,7 +46,7 @@ func blockingCronHook() (hook pronto.SystemHook, blocked, release chan struct{},
 // inserts nothing. It used to fire it again from its stale read: the occurrence's job id was free
 // again, so the job ran twice.
 func TestCronStalledLeaderDoesNotRefire(t *testing.T) {
-	forEachStoreOf(t, storesWithRedis, func(t *testing.T, ts *testStore) {
+	forEachStoreOf(t, allStores, func(t *testing.T, ts *testStore) {
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 
@@ -158,7 +158,7 @@ func TestCronStalledLeaderDoesNotRefire(t *testing.T) {
 // missed, handles the latest of them as T1.) a, resumed, finds T1 handled and inserts
 // nothing; it used to fire T1 from its stale read, P being finished by then, beside X2.
 func TestCronStalledLeaderKeepsSkip(t *testing.T) {
-	forEachStoreOf(t, storesWithRedis, func(t *testing.T, ts *testStore) {
+	forEachStoreOf(t, allStores, func(t *testing.T, ts *testStore) {
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 
@@ -329,7 +329,7 @@ func TestCronStalledLeaderKeepsSkip(t *testing.T) {
 // (it read it as due just before) gets no job for it after CronPause returned (CronJob.Paused: no
 // occurrence fires between CronPause and CronResume). It used to.
 func TestCronPauseDuringTrigger(t *testing.T) {
-	forEachStoreOf(t, storesWithRedis, func(t *testing.T, ts *testStore) {
+	forEachStoreOf(t, allStores, func(t *testing.T, ts *testStore) {
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		hook, blocked, release, ended := blockingCronHook()

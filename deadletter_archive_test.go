@@ -57,7 +57,7 @@ func (a *recordingArchive) queues() map[string]int {
 // refuses; a queue whose own retention says delete is pruned meanwhile; the policy is checked where
 // it is set, and the pruned events say which jobs were archived.
 func TestDeadLetterArchive(t *testing.T) {
-	forEachStoreOf(t, storesWithRedis, func(t *testing.T, ts *testStore) {
+	forEachStoreOf(t, allStores, func(t *testing.T, ts *testStore) {
 		ctx := context.Background()
 		workers := pronto.NewWorkers()
 		pronto.AddWorker(workers, pronto.WorkFunc(func(context.Context, *pronto.Job[noopArgs]) error {
@@ -187,7 +187,7 @@ func (a *hangingArchive) ArchiveDeadLetter(ctx context.Context, jobs []*pronto.J
 // hangs and the leader is stopped in the middle of its pass; nothing is deleted, and the client
 // that takes office archives the same jobs again and only then deletes them.
 func TestDeadLetterArchiveLeaderStopsMidPass(t *testing.T) {
-	forEachStoreOf(t, storesWithRedis, func(t *testing.T, ts *testStore) {
+	forEachStoreOf(t, allStores, func(t *testing.T, ts *testStore) {
 		ctx := context.Background()
 		workers := pronto.NewWorkers()
 		pronto.AddWorker(workers, pronto.WorkFunc(func(context.Context, *pronto.Job[noopArgs]) error {
@@ -256,7 +256,7 @@ func TestDeadLetterArchiveLeaderStopsMidPass(t *testing.T) {
 // tenant was set through Go (store.Job.Tenant, not meta.tenant_id): the archive, the only record left
 // of the job, names it as meta.tenant_id, as GET /ojs/v1/jobs/{id} does.
 func TestDeadLetterFileArchiveRoundTrip(t *testing.T) {
-	forEachStoreOf(t, storesWithRedis, func(t *testing.T, ts *testStore) {
+	forEachStoreOf(t, allStores, func(t *testing.T, ts *testStore) {
 		ctx := context.Background()
 		dir := t.TempDir()
 		arch, err := server.NewFileArchive(dir)

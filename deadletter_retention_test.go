@@ -16,7 +16,7 @@ import (
 // is pruned by it and left out of the client's bounds (DiscardedMaxCount here), which prune the
 // other queues together; the retentions are stored, read back and checked.
 func TestDeadLetterRetentionPerQueue(t *testing.T) {
-	forEachStoreOf(t, storesWithRedis, func(t *testing.T, ts *testStore) {
+	forEachStoreOf(t, allStores, func(t *testing.T, ts *testStore) {
 		ctx := context.Background()
 		var cleanups atomic.Int64
 		workers := pronto.NewWorkers()

@@ -122,7 +122,7 @@ func givebackRecv(t *testing.T, ch <-chan string, what string) string {
 // running it, as it does a prefetched one. It used to give back only the runs of queues that
 // prefetch: the job stayed active and ran after Stop was called.
 func TestStopGivesBackUnstartedNoPrefetch(t *testing.T) {
-	forEachStoreOf(t, storesWithRedis, func(t *testing.T, ts *testStore) {
+	forEachStoreOf(t, allStores, func(t *testing.T, ts *testStore) {
 		w := newGivebackWorkers()
 		inOnError := make(chan struct{})
 		unblock := make(chan struct{})
@@ -166,7 +166,7 @@ func TestStopGivesBackUnstartedNoPrefetch(t *testing.T) {
 // they are given back to available, their attempt refunded, and run after QueueResume. They used to
 // start one by one after the pause (up to AutoPrefetchMax per client by default).
 func TestPauseGivesBackPrefetched(t *testing.T) {
-	forEachStoreOf(t, storesWithRedis, func(t *testing.T, ts *testStore) {
+	forEachStoreOf(t, allStores, func(t *testing.T, ts *testStore) {
 		w := newGivebackWorkers()
 		c := givebackStart(t, ts, w, pronto.QueueConfig{MaxWorkers: 1, Prefetch: 2}, nil)
 		var ids []string

@@ -1,9 +1,7 @@
 package pronto_test
 
 import (
-	"cmp"
 	"context"
-	"os"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -12,8 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pronto-jobs/pronto"
+	"github.com/pronto-jobs/pronto/internal/redistest"
 	"github.com/pronto-jobs/pronto/internal/testdb"
-	"github.com/pronto-jobs/pronto/internal/uuidv7"
 	"github.com/pronto-jobs/pronto/store"
 	"github.com/pronto-jobs/pronto/store/memory"
 	"github.com/pronto-jobs/pronto/store/postgres"
@@ -30,14 +28,13 @@ const (
 	kindPostgres storeKind = "postgres"
 )
 
-var allStores = []storeKind{kindMemory, kindSQLite, kindPostgres}
-
 // kindRedis is the Redis store on the machine's Redis (PRONTO_TEST_REDIS_ADDR, default
 // 127.0.0.1:6379), under a key prefix of its own; tests that name it run there too (store/redis's
 // own tests cover the store; these cover client behaviour that meets its hand-off).
 const kindRedis storeKind = "redis"
 
-var storesWithRedis = []storeKind{kindMemory, kindSQLite, kindPostgres, kindRedis}
+// allStores are every store: the client's store-by-store tests run on each.
+var allStores = []storeKind{kindMemory, kindSQLite, kindPostgres, kindRedis}
 
 // testStore is a fresh store plus a way to open more instances over the same data (more "clients").
 type testStore struct {
@@ -45,6 +42,7 @@ type testStore struct {
 	kind   storeKind
 	schema string // postgres
 	path   string // sqlite
+	url    string // redis
 	reopen func(t testing.TB) store.Store
 }
 
@@ -80,23 +78,24 @@ func newTestStore(t testing.TB, kind storeKind) *testStore {
 		return &testStore{Store: s, kind: kind, schema: schema, reopen: open}
 	}
 	if kind == kindRedis {
-		url := "redis://" + cmp.Or(os.Getenv("PRONTO_TEST_REDIS_ADDR"), "127.0.0.1:6379") + "/0?key_prefix=clienttest:" + uuidv7.New() + ":"
+		// The keys are deleted when the test ends (redistest.KeyPrefix).
+		url := "redis://" + redistest.Addr() + "/0?key_prefix=" + redistest.KeyPrefix(t)
 		open := func(t testing.TB) store.Store {
 			s, err := redisstore.Open(ctx, url, redisstore.Options{})
-			require.NoError(t, err, "the client tests that run on Redis need one: redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save \"\" --appendonly no")
+			require.NoError(t, err)
 			t.Cleanup(func() { _ = s.Close() })
 			return s
 		}
 		s := open(t)
-		return &testStore{Store: s, kind: kind, reopen: open}
+		return &testStore{Store: s, kind: kind, url: url, reopen: open}
 	}
 	t.Fatalf("unknown store kind %q", kind)
 	return nil
 }
 
-// forEachStore runs f as a parallel subtest per backend, Redis included.
+// forEachStore runs f as a parallel subtest per store.
 func forEachStore(t *testing.T, f func(t *testing.T, ts *testStore)) {
-	forEachStoreOf(t, storesWithRedis, f)
+	forEachStoreOf(t, allStores, f)
 }
 
 // forEachStoreOf runs f as a parallel subtest per backend of kinds.

@@ -8,17 +8,13 @@ import (
 	"sync/atomic"
 	"testing"
 
-	goredis "github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pronto-jobs/pronto"
-	"github.com/pronto-jobs/pronto/internal/redistest"
 	"github.com/pronto-jobs/pronto/store"
-	"github.com/pronto-jobs/pronto/store/redis"
 )
 
-// coalesceStores are the stores the insert coalescing tests run on: the client tests' stores and
-// Redis.
+// coalesceStores runs f on a fresh store of each kind, as parallel subtests.
 func coalesceStores(t *testing.T, f func(t *testing.T, s store.Store)) {
 	for _, k := range allStores {
 		t.Run(string(k), func(t *testing.T) {
@@ -26,25 +22,6 @@ func coalesceStores(t *testing.T, f func(t *testing.T, s store.Store)) {
 			f(t, newTestStore(t, k).Store)
 		})
 	}
-	t.Run("redis", func(t *testing.T) {
-		t.Parallel()
-		f(t, newRedisStore(t))
-	})
-}
-
-// newRedisStore opens a Redis store on the test Redis (redistest.Addr) under a key prefix of its own
-// (redistest.KeyPrefix), closed when the test ends.
-func newRedisStore(t testing.TB) store.Store {
-	t.Helper()
-	ctx := context.Background()
-	prefix := redistest.KeyPrefix(t)
-	rdb := goredis.NewClient(&goredis.Options{Addr: redistest.Addr(), PoolSize: 8})
-	t.Cleanup(func() { _ = rdb.Close() })
-	s, err := redis.New(ctx, rdb, redis.Options{Prefix: prefix})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = s.Close() })
-	require.NoError(t, s.Migrate(ctx))
-	return s
 }
 
 // TestConcurrentInsertsGetTheirOwnOutcome inserts from many goroutines at once through one client:

@@ -15,7 +15,7 @@ import (
 // tells subscribers (priority.changed) and stores the value as given, without a tenant's boost; it
 // refuses bad input, unknown jobs and jobs no longer waiting.
 func TestJobSetPriority(t *testing.T) {
-	forEachStoreOf(t, storesWithRedis, func(t *testing.T, ts *testStore) {
+	forEachStoreOf(t, allStores, func(t *testing.T, ts *testStore) {
 		ctx := context.Background()
 		c, err := pronto.NewClient(ts.Store, nil)
 		require.NoError(t, err)

@@ -24,7 +24,7 @@ func (limArgs) Kind() string { return "audit.lim" }
 // with ErrQueueFull like any other insert (backpressure.go: "An insert that would take a bounded
 // queue beyond it fails"). Workflows used to skip the bound, and tenant enqueue limits.
 func TestWorkflowQueueBound(t *testing.T) {
-	forEachStoreOf(t, storesWithRedis, func(t *testing.T, ts *testStore) {
+	forEachStoreOf(t, allStores, func(t *testing.T, ts *testStore) {
 		ctx := context.Background()
 		c, err := pronto.NewClient(ts.Store, nil)
 		require.NoError(t, err)
@@ -44,7 +44,7 @@ func TestWorkflowQueueBound(t *testing.T) {
 
 // TestWorkflowTenantEnqueueLimit: a tenant's max_queue_depth holds for a workflow's jobs too.
 func TestWorkflowTenantEnqueueLimit(t *testing.T) {
-	forEachStoreOf(t, storesWithRedis, func(t *testing.T, ts *testStore) {
+	forEachStoreOf(t, allStores, func(t *testing.T, ts *testStore) {
 		ctx := context.Background()
 		c, err := pronto.NewClient(ts.Store, nil)
 		require.NoError(t, err)
@@ -66,7 +66,7 @@ func TestWorkflowTenantEnqueueLimit(t *testing.T) {
 // on every store; never a store error on one store only (PostgreSQL failed to encode a MaxActive
 // over 2^31-1, which the others stored).
 func TestRateLimitHugeBounds(t *testing.T) {
-	forEachStoreOf(t, storesWithRedis, func(t *testing.T, ts *testStore) {
+	forEachStoreOf(t, allStores, func(t *testing.T, ts *testStore) {
 		ctx := context.Background()
 		c, err := pronto.NewClient(ts.Store, nil)
 		require.NoError(t, err)
@@ -148,7 +148,7 @@ func TestCancelActiveWakesWaiting(t *testing.T) {
 // testCancelActiveWakesWaiting runs TestCancelActiveWakesWaiting with the running job cancelled by
 // JobCancel, or as a step of a workflow by WorkflowCancel.
 func testCancelActiveWakesWaiting(t *testing.T, how string) {
-	forEachStoreOf(t, storesWithRedis, func(t *testing.T, ts *testStore) {
+	forEachStoreOf(t, allStores, func(t *testing.T, ts *testStore) {
 		ctx := context.Background()
 		started := make(chan int, 16)
 		release := make(chan struct{})
@@ -201,7 +201,7 @@ func testCancelActiveWakesWaiting(t *testing.T, how string) {
 // the key inserted while the queue's producer idles waits (rate-limits.md: "at most this many of the
 // key's jobs run at once"). PostgreSQL's insert hand-off used to write it already claimed.
 func TestConcurrencyLimitNotHandedOff(t *testing.T) {
-	forEachStoreOf(t, storesWithRedis, func(t *testing.T, ts *testStore) {
+	forEachStoreOf(t, allStores, func(t *testing.T, ts *testStore) {
 		ctx := context.Background()
 		var mu sync.Mutex
 		running, most := 0, 0

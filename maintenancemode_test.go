@@ -19,7 +19,7 @@ import (
 // scheduled job scheduled and fires no cron occurrence; once it is gone, the job is promoted and the
 // schedule fires the occurrence it missed, once.
 func TestMaintenanceModeHoldsPromotionAndCron(t *testing.T) {
-	forEachStoreOf(t, storesWithRedis, func(t *testing.T, ts *testStore) {
+	forEachStoreOf(t, allStores, func(t *testing.T, ts *testStore) {
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		ss, ok := ts.Store.(store.SettingStore)

@@ -140,7 +140,7 @@ func waitActive(t *testing.T, c *pronto.Client, want int) {
 // TestPrefetchClaimsAheadOfFreeWorkers: with one worker and Prefetch 3, the client holds four jobs
 // (one running, three claimed ahead), never runs two at once, and runs every job exactly once.
 func TestPrefetchClaimsAheadOfFreeWorkers(t *testing.T) {
-	forEachStoreOf(t, storesWithRedis, func(t *testing.T, ts *testStore) {
+	forEachStoreOf(t, allStores, func(t *testing.T, ts *testStore) {
 		var starts <-chan *pronto.Event
 		g, c := startGated(t, ts, 3, func(c *pronto.Client) {
 			var unsubscribe func()
@@ -191,7 +191,7 @@ func TestPrefetchClaimsAheadOfFreeWorkers(t *testing.T) {
 // TestPrefetchedJobsGoBackOnStop: Stop gives the prefetched jobs back at once, their attempt
 // refunded and their worker never run, while the running job finishes gracefully.
 func TestPrefetchedJobsGoBackOnStop(t *testing.T) {
-	forEachStoreOf(t, storesWithRedis, func(t *testing.T, ts *testStore) {
+	forEachStoreOf(t, allStores, func(t *testing.T, ts *testStore) {
 		// A lease no heartbeat delay of a loaded machine runs out: a prefetched job whose lease ran
 		// out would go back by rescue, without the refund this test is about (a CI run saw it).
 		g, c := startGatedLease(t, ts, 3, nil, time.Minute)
@@ -234,7 +234,7 @@ func TestPrefetchedJobsGoBackOnStop(t *testing.T) {
 // TestPrefetchedLeasesAreRenewed: a prefetched job waits for its worker longer than its lease; the
 // client's heartbeats keep it (no rescue, no second attempt).
 func TestPrefetchedLeasesAreRenewed(t *testing.T) {
-	forEachStoreOf(t, storesWithRedis, func(t *testing.T, ts *testStore) {
+	forEachStoreOf(t, allStores, func(t *testing.T, ts *testStore) {
 		g, c := startGated(t, ts, 1, nil)
 		running, waiting := runningAndWaiting(t, c, g)
 		ids := []string{running, waiting}
@@ -262,7 +262,7 @@ func TestPrefetchedLeasesAreRenewed(t *testing.T) {
 // TestCancelledPrefetchedJobNeverRuns: a prefetched job cancelled while it waits for a worker is
 // cancelled without running (JobCancel on the client that holds it stops the run at once).
 func TestCancelledPrefetchedJobNeverRuns(t *testing.T) {
-	forEachStoreOf(t, storesWithRedis, func(t *testing.T, ts *testStore) {
+	forEachStoreOf(t, allStores, func(t *testing.T, ts *testStore) {
 		g, c := startGated(t, ts, 1, nil)
 		events, unsubscribe := c.Subscribe(pronto.EventCancelled)
 		defer unsubscribe()

@@ -17,6 +17,7 @@ import (
 	"github.com/pronto-jobs/pronto"
 	"github.com/pronto-jobs/pronto/internal/testdb"
 	"github.com/pronto-jobs/pronto/store/postgres"
+	redisstore "github.com/pronto-jobs/pronto/store/redis"
 	"github.com/pronto-jobs/pronto/store/sqlite"
 )
 
@@ -79,6 +80,15 @@ func runHelperWorker(kind string) int {
 			return 1
 		}
 		c, err = pronto.NewClient(s, cfg)
+	case "redis":
+		s, e := redisstore.Open(ctx, os.Getenv("PRONTO_TEST_URL"), redisstore.Options{})
+		if e != nil {
+			fmt.Fprintln(os.Stderr, e)
+			return 1
+		}
+		c, err = pronto.NewClient(s, cfg)
+	default:
+		err = fmt.Errorf("no helper worker for store %q", kind)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -113,7 +123,7 @@ func (*helperTB) Fatalf(format string, args ...any) {
 // holds jobs: no job is lost, a surviving client takes over leadership, the dead process's jobs run
 // again after their lease, and only jobs it held run twice.
 func TestSIGKILLedWorkerProcess(t *testing.T) {
-	for _, kind := range []storeKind{kindPostgres, kindSQLite} {
+	for _, kind := range []storeKind{kindPostgres, kindSQLite, kindRedis} {
 		t.Run(string(kind), func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
@@ -129,7 +139,7 @@ func TestSIGKILLedWorkerProcess(t *testing.T) {
 			require.NoError(t, err)
 
 			cmd := exec.Command(os.Args[0], "-test.run=^$")
-			cmd.Env = append(os.Environ(), "PRONTO_TEST_WORKER="+string(kind), "PRONTO_TEST_SCHEMA="+ts.schema, "PRONTO_TEST_PATH="+ts.path)
+			cmd.Env = append(os.Environ(), "PRONTO_TEST_WORKER="+string(kind), "PRONTO_TEST_SCHEMA="+ts.schema, "PRONTO_TEST_PATH="+ts.path, "PRONTO_TEST_URL="+ts.url)
 			stdout, err := cmd.StdoutPipe()
 			require.NoError(t, err)
 			cmd.Stderr = os.Stderr

@@ -16,7 +16,7 @@ import (
 // follows the client's, and the other queues keep the client's; the retentions are stored, read
 // back and checked, and removing one returns the queue to the client's.
 func TestQueueRetentionPerQueue(t *testing.T) {
-	forEachStoreOf(t, storesWithRedis, func(t *testing.T, ts *testStore) {
+	forEachStoreOf(t, allStores, func(t *testing.T, ts *testStore) {
 		ctx := context.Background()
 		var cleanups atomic.Int64
 		workers := pronto.NewWorkers()

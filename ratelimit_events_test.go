@@ -19,7 +19,7 @@ func (rateEpisodeArgs) Kind() string { return "rate.episode" }
 // one EventRateLimitExceeded when the key fills up and one EventRateLimitReleased, with the job that
 // started, when the backlog no longer fills it: not an event per job held back, nor per claim.
 func TestRateLimitEpisodeEvents(t *testing.T) {
-	forEachStoreOf(t, storesWithRedis, func(t *testing.T, ts *testStore) {
+	forEachStoreOf(t, allStores, func(t *testing.T, ts *testStore) {
 		ctx := context.Background()
 		const n = 40
 		var done atomic.Int32

@@ -34,7 +34,7 @@ func ojsDo(t *testing.T, h http.Handler, method, path, body string) (int, string
 // job it reschedules (on_limit "reschedule") gives EventSnoozed with ErrRateLimitRescheduled, and
 // job.scheduled. The claim used to do both silently.
 func TestRateLimitHeldBackEvents(t *testing.T) {
-	forEachStoreOf(t, storesWithRedis, func(t *testing.T, ts *testStore) {
+	forEachStoreOf(t, allStores, func(t *testing.T, ts *testStore) {
 		c, err := pronto.NewClient(ts.Store, &pronto.Config{})
 		require.NoError(t, err)
 		require.NoError(t, c.Start(context.Background()))

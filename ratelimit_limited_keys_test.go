@@ -57,7 +57,7 @@ func TestLimitedKeysOnlyOfClaimQueueAndKinds(t *testing.T) {
 		require.NoError(t, s.Migrate(context.Background()))
 		testLimitedKeysOnlyOfClaimQueueAndKinds(t, s)
 	})
-	forEachStoreOf(t, storesWithRedis, func(t *testing.T, ts *testStore) {
+	forEachStoreOf(t, allStores, func(t *testing.T, ts *testStore) {
 		testLimitedKeysOnlyOfClaimQueueAndKinds(t, ts.Store)
 	})
 }

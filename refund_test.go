@@ -32,7 +32,7 @@ func refundBudget(t *testing.T, c *pronto.Client, id string) int {
 // come back available with their whole budget, and a later client runs each failing one exactly
 // MaxAttempts times (as inserted) before discarding it.
 func TestStopGiveBackKeepsRetryBudget(t *testing.T) {
-	forEachStoreOf(t, storesWithRedis, func(t *testing.T, ts *testStore) {
+	forEachStoreOf(t, allStores, func(t *testing.T, ts *testStore) {
 		const maxAttempts = 2
 		w := newGivebackWorkers()
 		c1 := givebackStart(t, ts, w, pronto.QueueConfig{MaxWorkers: 1, Prefetch: 2}, nil)

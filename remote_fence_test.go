@@ -78,7 +78,7 @@ func remoteFenceFetch(t *testing.T, s http.Handler, queue, worker string) map[st
 // job's current claim and heartbeat it, pushing w2's 300 ms lease out to DefaultRemoteLease (30
 // minutes), so a dead w2 would have held the job that long. w2's own report is recorded.
 func TestStaleProgressRefused(t *testing.T) {
-	forEachStoreOf(t, storesWithRedis, func(t *testing.T, ts *testStore) {
+	forEachStoreOf(t, allStores, func(t *testing.T, ts *testStore) {
 		s, c := remoteFenceServer(t, ts)
 		ctx := context.Background()
 		code, body, raw := remoteFenceCall(t, s, "POST", "/ojs/v1/jobs", `{"type":"fence.args","args":[],"options":{"queue":"fenceprog"}}`)
@@ -139,7 +139,7 @@ func (fenceArgs) Kind() string { return "fence.args" }
 // while it ran leaves a "cancelled" entry in the job's errors. It used to leave nothing, so w1's stale
 // ack completed the job with w1's result under w2's claim, and w2's own ack was then refused.
 func TestAnonymousAckOfCancelledClaimRefused(t *testing.T) {
-	forEachStoreOf(t, storesWithRedis, func(t *testing.T, ts *testStore) {
+	forEachStoreOf(t, allStores, func(t *testing.T, ts *testStore) {
 		ctx := context.Background()
 		c, err := pronto.NewClient(ts, &pronto.Config{})
 		require.NoError(t, err)

@@ -14,7 +14,7 @@ import (
 // completed event, which carries the result), keeps the jobs that fail for good, and leaves the jobs
 // of other queues completed, on every store.
 func TestRemoveCompleted(t *testing.T) {
-	forEachStoreOf(t, storesWithRedis, func(t *testing.T, ts *testStore) {
+	forEachStoreOf(t, allStores, func(t *testing.T, ts *testStore) {
 		ctx := context.Background()
 		workers := pronto.NewWorkers()
 		pronto.AddWorker(workers, pronto.WorkFunc(func(ctx context.Context, j *pronto.Job[echoArgs]) error {

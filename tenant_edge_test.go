@@ -37,7 +37,7 @@ func TestTenantLimitAnyValidTenant(t *testing.T) {
 // TestTenantEnqueueRateCountsStoredJobsOnly: an insert the store refuses (a unique conflict)
 // enqueues nothing, so it must not use up the tenant's enqueue rate.
 func TestTenantEnqueueRateCountsStoredJobsOnly(t *testing.T) {
-	forEachStoreOf(t, storesWithRedis, func(t *testing.T, ts *testStore) {
+	forEachStoreOf(t, allStores, func(t *testing.T, ts *testStore) {
 		ctx := context.Background()
 		c, err := pronto.NewClient(ts.Store, nil)
 		require.NoError(t, err)

@@ -34,7 +34,7 @@ func tenantRateClaim(t *testing.T, s store.Store, q string, n int) []*store.Job 
 // limit has room (docs/fair-scheduling.md, "Limits"; ojs-rate-limiting.md §4.2: every limit that
 // applies must be satisfied).
 func TestTenantLimitWithRateKey(t *testing.T) {
-	forEachStoreOf(t, storesWithRedis, func(t *testing.T, ts *testStore) {
+	forEachStoreOf(t, allStores, func(t *testing.T, ts *testStore) {
 		ctx := context.Background()
 		c, err := pronto.NewClient(ts.Store, nil)
 		require.NoError(t, err)
@@ -53,7 +53,7 @@ func TestTenantLimitWithRateKey(t *testing.T) {
 // TestTenantLimitInfoActive: the limit stored under a tenant's limit key reports the tenant's active
 // and waiting jobs, through the Go API and over HTTP.
 func TestTenantLimitInfoActive(t *testing.T) {
-	forEachStoreOf(t, storesWithRedis, func(t *testing.T, ts *testStore) {
+	forEachStoreOf(t, allStores, func(t *testing.T, ts *testStore) {
 		ctx := context.Background()
 		c, err := pronto.NewClient(ts.Store, nil)
 		require.NoError(t, err)

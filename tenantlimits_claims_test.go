@@ -18,7 +18,7 @@ import (
 // claimers take and finish its jobs at once (one store, claims on separate connections where the
 // store has them); on every store, Redis too.
 func TestTenantMaxActiveConcurrentClaims(t *testing.T) {
-	forEachStoreOf(t, storesWithRedis, func(t *testing.T, ts *testStore) {
+	forEachStoreOf(t, allStores, func(t *testing.T, ts *testStore) {
 		const maxActive, total, claimers = 2, 60, 6
 		ctx := context.Background()
 		c, err := pronto.NewClient(ts.Store, nil)

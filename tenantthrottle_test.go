@@ -494,7 +494,6 @@ func BenchmarkNoisyNeighborCheck(b *testing.B) {
 	for _, kind := range allStores {
 		b.Run(string(kind), func(b *testing.B) { run(b, newTestStore(b, kind).Store) })
 	}
-	b.Run("redis", func(b *testing.B) { run(b, newRedisStore(b)) })
 }
 
 // clusterLikeStore refuses tenant counts and weights as a Redis Cluster does.

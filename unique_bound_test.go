@@ -30,7 +30,7 @@ func uniqueAt(queue, tenant string, on pronto.UniqueConflict) *pronto.InsertOpts
 // reject; 0 stored for an InsertManyFast of duplicates only. A job that would be stored is refused
 // all the same.
 func TestUniqueDuplicateTakesNoQueueRoom(t *testing.T) {
-	forEachStoreOf(t, storesWithRedis, func(t *testing.T, ts *testStore) {
+	forEachStoreOf(t, allStores, func(t *testing.T, ts *testStore) {
 		ctx := context.Background()
 		c, err := pronto.NewClient(ts.Store, &pronto.Config{})
 		require.NoError(t, err)
@@ -73,7 +73,7 @@ func TestUniqueDuplicateTakesNoQueueRoom(t *testing.T) {
 // whose key's holder moved on before the store saw it, so that it was stored after all, is: the
 // client's count of the queue stays what the store holds (never reread here).
 func TestUniqueDuplicateLeftOutOfQueueCount(t *testing.T) {
-	forEachStoreOf(t, storesWithRedis, func(t *testing.T, ts *testStore) {
+	forEachStoreOf(t, allStores, func(t *testing.T, ts *testStore) {
 		ctx := context.Background()
 		var cancelHolder atomic.Pointer[string] // the job the middleware cancels before the store insert
 		var c *pronto.Client
@@ -131,7 +131,7 @@ func TestUniqueDuplicateTakesNoTenantRoom(t *testing.T) {
 		{"EnqueueRate", pronto.TenantEnqueueLimits{EnqueueRate: 1, EnqueuePeriod: time.Hour}, nil, pronto.TenantLimitEnqueueRate},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			forEachStoreOf(t, storesWithRedis, func(t *testing.T, ts *testStore) {
+			forEachStoreOf(t, allStores, func(t *testing.T, ts *testStore) {
 				ctx := context.Background()
 				c, err := pronto.NewClient(ts.Store, &pronto.Config{})
 				require.NoError(t, err)

@@ -33,7 +33,7 @@ func heldByMany(ctx context.Context, s store.Store, q string) ([]string, error) 
 // terminal way, and retries of cancelled and discarded jobs, all at once on one unique key: never two
 // jobs hold it; on every store (Redis at the end only: its listing is not one snapshot).
 func TestUniqueKeyOneHolderUnderRaces(t *testing.T) {
-	forEachStoreOf(t, storesWithRedis, func(t *testing.T, ts *testStore) {
+	forEachStoreOf(t, allStores, func(t *testing.T, ts *testStore) {
 		ctx := context.Background()
 		c, err := pronto.NewClient(ts.Store, nil)
 		require.NoError(t, err)

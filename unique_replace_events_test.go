@@ -14,7 +14,7 @@ import (
 // EventCancelled: by the inserting client for a waiting job (Insert and InsertMany alike), by the
 // run for a job running on this client.
 func TestUniqueReplaceReportsCancelOnce(t *testing.T) {
-	forEachStoreOf(t, storesWithRedis, func(t *testing.T, ts *testStore) {
+	forEachStoreOf(t, allStores, func(t *testing.T, ts *testStore) {
 		ctx := context.Background()
 		started := make(chan string, 1)
 		ws := pronto.NewWorkers()

@@ -107,7 +107,7 @@ func stepsOf(m map[string]any) []map[string]any {
 // order under their positions, as the create did, also when the steps were given job ids out of
 // that order (the store lists jobs in id order). It used to name them by their place in id order.
 func TestWorkflowStepsOrderWithJobIDs(t *testing.T) {
-	forEachStoreOf(t, storesWithRedis, func(t *testing.T, ts *testStore) {
+	forEachStoreOf(t, allStores, func(t *testing.T, ts *testStore) {
 		s, _ := newWFEdgeServer(t, ts)
 		early, late := uuidv7.New(), uuidv7.New()
 		// Step 0 gets the later id, step 1 the earlier one.
@@ -177,7 +177,7 @@ func TestMemoryBoundKeepsWaitedSteps(t *testing.T) {
 // TestWorkflowRepeatedParent: a step naming the same parent twice is refused as invalid input on
 // every store. SQLite used to fail with its edge table's raw UNIQUE error, the others stored it.
 func TestWorkflowRepeatedParent(t *testing.T) {
-	forEachStoreOf(t, storesWithRedis, func(t *testing.T, ts *testStore) {
+	forEachStoreOf(t, allStores, func(t *testing.T, ts *testStore) {
 		c, err := pronto.NewClient(ts.Store, &pronto.Config{})
 		require.NoError(t, err)
 		wf := pronto.NewWorkflow("dup").AddJob("a", wfJob("a", "", "")).AddJob("b", wfJob("b", "", ""), "a", "a")

@@ -16,7 +16,7 @@ import (
 // 20 s before, 1.8 s after, in the twenty-eighth session).
 func BenchmarkWorkflowFanIn(b *testing.B) {
 	for _, n := range []int{1000, 4000} {
-		for _, kind := range storesWithRedis {
+		for _, kind := range allStores {
 			b.Run(fmt.Sprintf("%s/%d", kind, n), func(b *testing.B) {
 				ts := newTestStore(b, kind)
 				ctx := context.Background()

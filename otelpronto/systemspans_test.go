@@ -3,58 +3,22 @@ package otelpronto_test
 import (
 	"context"
 	"encoding/json"
-	"path/filepath"
 	"testing"
 	"time"
 
-	goredis "github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/pronto-jobs/pronto"
-	"github.com/pronto-jobs/pronto/internal/redistest"
-	"github.com/pronto-jobs/pronto/internal/testdb"
+	"github.com/pronto-jobs/pronto/internal/teststore"
 	"github.com/pronto-jobs/pronto/otelpronto"
 	"github.com/pronto-jobs/pronto/store"
-	"github.com/pronto-jobs/pronto/store/memory"
-	"github.com/pronto-jobs/pronto/store/postgres"
-	"github.com/pronto-jobs/pronto/store/redis"
-	"github.com/pronto-jobs/pronto/store/sqlite"
 )
 
-// openStore opens a fresh, migrated store of the given kind (on Redis under a key prefix of its
-// own), closed when the test ends.
-func openStore(t *testing.T, kind string) store.Store {
-	t.Helper()
-	ctx := context.Background()
-	var st store.Store
-	switch kind {
-	case "memory":
-		st = memory.New()
-	case "sqlite":
-		s, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "jobs.db"))
-		require.NoError(t, err)
-		st = s
-	case "postgres":
-		s, err := postgres.New(testdb.NewPool(t, 4), postgres.Config{Schema: testdb.Schema(t)})
-		require.NoError(t, err)
-		st = s
-	case "redis":
-		prefix := redistest.KeyPrefix(t)
-		rdb := goredis.NewClient(&goredis.Options{Addr: redistest.Addr(), PoolSize: 4})
-		t.Cleanup(func() { _ = rdb.Close() })
-		s, err := redis.New(ctx, rdb, redis.Options{Prefix: prefix})
-		require.NoError(t, err)
-		st = s
-	default:
-		t.Fatalf("unknown store %q", kind)
-	}
-	t.Cleanup(func() { _ = st.Close() })
-	require.NoError(t, st.Migrate(ctx))
-	return st
-}
+// openStore opens a fresh, migrated store of the given kind, closed when the test ends.
+func openStore(t *testing.T, kind string) store.Store { return teststore.Open(t, kind) }
 
 // TestSystemSpans: on every store, with Options.SystemSpans the leader's passes make INTERNAL spans
 // named as ojs-observability.md 6.3 names them; the scheduler poll that made a scheduled job

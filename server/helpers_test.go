@@ -7,16 +7,13 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/pronto-jobs/pronto"
-	"github.com/pronto-jobs/pronto/internal/testdb"
+	"github.com/pronto-jobs/pronto/internal/teststore"
 	"github.com/pronto-jobs/pronto/store"
 	"github.com/pronto-jobs/pronto/store/memory"
-	"github.com/pronto-jobs/pronto/store/postgres"
-	"github.com/pronto-jobs/pronto/store/sqlite"
 )
 
 // newTestServer returns a Server over a fresh memory store and a started insert-only client.
@@ -118,36 +115,5 @@ func checkErrorBody(t testing.TB, r *response, status int, code string) {
 	}
 }
 
-// openStore opens a fresh, migrated store of the given kind ("memory", "sqlite", "postgres": a
-// schema of its own, on a small pool; or "redis": the test Redis under a key prefix of its own),
-// closed when the test ends.
-func openStore(t testing.TB, kind string) store.Store {
-	t.Helper()
-	ctx := context.Background()
-	var st store.Store
-	switch kind {
-	case "memory":
-		st = memory.New()
-	case "sqlite":
-		s, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "jobs.db"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		st = s
-	case "postgres":
-		s, err := postgres.New(testdb.NewPool(t, 4), postgres.Config{Schema: testdb.Schema(t)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		st = s
-	case "redis":
-		return openRedisStore(t, "127.0.0.1:6379") // migrated, and its keys deleted at the end
-	default:
-		t.Fatalf("unknown store %q", kind)
-	}
-	t.Cleanup(func() { _ = st.Close() })
-	if err := st.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	return st
-}
+// openStore opens a fresh, migrated store of the given kind (teststore.Open).
+func openStore(t testing.TB, kind string) store.Store { return teststore.Open(t, kind) }

@@ -10,11 +10,12 @@ import (
 
 	"github.com/pronto-jobs/pronto"
 	"github.com/pronto-jobs/pronto/internal/jsoncheck"
+	"github.com/pronto-jobs/pronto/internal/teststore"
 )
 
 // storeKinds are every store the server runs on, for the tests that must see each accept and
 // refuse alike.
-var storeKinds = []string{"memory", "sqlite", "postgres", "redis"}
+var storeKinds = teststore.Kinds
 
 // newStoreServer returns a Server over a fresh store of the given kind (PostgreSQL in a schema of its
 // own, with a small pool) and a started insert-only client.

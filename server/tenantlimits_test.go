@@ -1,34 +1,9 @@
 package server
 
 import (
-	"context"
 	"strings"
 	"testing"
-
-	goredis "github.com/redis/go-redis/v9"
-
-	"github.com/pronto-jobs/pronto/internal/redistest"
-	"github.com/pronto-jobs/pronto/store"
-	"github.com/pronto-jobs/pronto/store/redis"
 )
-
-// openRedisStore opens a migrated store on the Redis reached at addr (the test Redis, or a proxy in
-// front of it) under a key prefix of its own (redistest.KeyPrefix), closed when the test ends.
-func openRedisStore(t testing.TB, addr string) store.Store {
-	ctx := context.Background()
-	prefix := redistest.KeyPrefix(t)
-	rdb := goredis.NewClient(&goredis.Options{Addr: addr, PoolSize: 4, ContextTimeoutEnabled: true})
-	t.Cleanup(func() { _ = rdb.Close() })
-	s, err := redis.New(ctx, rdb, redis.Options{Prefix: prefix})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Close() })
-	if err := s.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	return s
-}
 
 // TestTenantEnqueueLimitsHTTP: a tenant's max_queue_depth, max_scheduled and max_enqueue_rate set
 // through the admin API refuse an enqueue beyond them with 429 tenant_limit_exceeded and Retry-After

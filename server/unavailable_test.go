@@ -10,6 +10,7 @@ import (
 	"github.com/pronto-jobs/pronto"
 	"github.com/pronto-jobs/pronto/internal/cutproxy"
 	"github.com/pronto-jobs/pronto/internal/testdb"
+	"github.com/pronto-jobs/pronto/internal/teststore"
 	"github.com/pronto-jobs/pronto/store"
 	"github.com/pronto-jobs/pronto/store/postgres"
 	"github.com/pronto-jobs/pronto/store/sqlite"
@@ -131,7 +132,7 @@ func storeBehindProxy(t *testing.T, kind string) (store.Store, *cutproxy.Proxy) 
 		st, p = s, proxy
 	case "redis":
 		p = cutproxy.New(t, "127.0.0.1:6379")
-		return openRedisStore(t, p.Addr()), p
+		return teststore.OpenRedis(t, p.Addr()), p
 	default:
 		t.Fatalf("no proxy for store %q", kind)
 	}
