@@ -302,6 +302,25 @@ func (c *Client) QueueList(ctx context.Context) ([]QueueInfo, error) {
 	return qs, nil
 }
 
+// QueueAvailableByPriority returns how many available jobs of queue wait at each priority
+// (ojs-priority.md §10.3's priority distribution); priorities without any are absent. It reads the
+// queue's claim structures, not every job, but is meant for dashboards and operators, not hot paths.
+// The store must implement store.PriorityCounter (all of pronto's stores do).
+func (c *Client) QueueAvailableByPriority(ctx context.Context, queue string) (map[int]int64, error) {
+	if !ValidQueueName(queue) {
+		return nil, invalidf("queue name %q: must be %s", queue, QueueNameRule)
+	}
+	pc, ok := c.store.(store.PriorityCounter)
+	if !ok {
+		return nil, fmt.Errorf("pronto: %T counts no jobs by priority (store.PriorityCounter): %w", c.store, ErrUnsupported)
+	}
+	counts, err := pc.CountAvailableByPriority(ctx, queue)
+	if err != nil {
+		return nil, wrapOp(fmt.Sprintf("count the available jobs of queue %q by priority", queue), err)
+	}
+	return counts, nil
+}
+
 // QueuePause stops every client in the cluster from claiming the queue's jobs (running ones finish).
 // The jobs a client claimed ahead of its workers (QueueConfig.Prefetch) and has not started do not
 // start: each is marked to be given back (to available, its attempt refunded) by this client before

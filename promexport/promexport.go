@@ -55,6 +55,10 @@ type Options struct {
 	// TenantLabels adds the per-tenant series (labelled tenant_id, see tenants.go and
 	// docs/observability.md): off by default, since each tenant adds series (cardinality).
 	TenantLabels bool
+	// PriorityLabels adds ojs_queue_available_by_priority{queue, priority} (see priority.go and
+	// docs/observability.md): off by default, since a scrape then queries the store once per queue
+	// with available jobs and each priority in use adds a series.
+	PriorityLabels bool
 	// MaxLabelValues bounds the distinct values of the queue, type and tenant_id labels each
 	// (default DefaultMaxLabelValues): values first seen after that many are exported as OtherLabel,
 	// and the queues and tenants past it are summed under it in the gauges.
@@ -102,8 +106,9 @@ type Metrics struct {
 	scrapeErrors                     prometheus.Counter
 	started, listener                *prometheus.Desc
 
-	tenant *tenantMetrics // nil unless Options.TenantLabels
-	sched  *schedMetrics  // the scheduling series (scheduling.go)
+	tenant *tenantMetrics   // nil unless Options.TenantLabels
+	prio   *priorityMetrics // nil unless Options.PriorityLabels
+	sched  *schedMetrics    // the scheduling series (scheduling.go)
 
 	client atomic.Pointer[pronto.Client]
 	queued storeCache[pronto.QueueInfo] // job counts per queue (QueueList)
@@ -194,6 +199,9 @@ func New(opts *Options) *Metrics {
 	}
 	if o.TenantLabels {
 		m.tenant = newTenantMetrics()
+	}
+	if o.PriorityLabels {
+		m.prio = newPriorityMetrics()
 	}
 	m.sched = newSchedMetrics(o.LatencyBuckets)
 	return m
@@ -375,7 +383,7 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 		c.Describe(ch)
 	}
 	for _, d := range append([]*prometheus.Desc{m.depth, m.busy, m.free, m.prefetched, m.active, m.leader, m.backlog, m.dropped, m.started, m.listener,
-		m.stalledJobs, m.deadTotal, m.sched.ratio, m.sched.util}, m.tenantDescs()...) {
+		m.stalledJobs, m.deadTotal, m.sched.ratio, m.sched.util}, append(m.tenantDescs(), m.priorityDescs()...)...) {
 		ch <- d
 	}
 }
@@ -386,6 +394,7 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	if c := m.client.Load(); c != nil {
 		m.collectGauges(ch, c)
 		m.collectTenants(ch, c)
+		m.collectPriorities(ch, c)
 	}
 	m.collectScheduling(ch, m.client.Load())
 	for _, v := range m.allCollectors() {

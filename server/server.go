@@ -536,6 +536,9 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request, rest string) {
 		case len(seg) == 3 && seg[2] == "stats":
 			want(http.MethodGet, func() { s.queueStats(w, r, seg[1]) })
 			return
+		case len(seg) == 3 && seg[2] == "priority-stats":
+			want(http.MethodGet, func() { s.queuePriorityStats(w, r, seg[1]) })
+			return
 		case len(seg) == 3 && (seg[2] == "pause" || seg[2] == "resume"):
 			want(http.MethodPost, func() { s.pauseQueue(w, r, seg[1], seg[2] == "pause") })
 			return

@@ -1,6 +1,9 @@
 package store
 
-import "fmt"
+import (
+	"context"
+	"fmt"
+)
 
 // The priority range every store holds: OJS's core range, higher runs first.
 const (
@@ -25,4 +28,14 @@ func CheckPriority(p int) error {
 // retryable and terminal jobs.
 func PriorityChangeable(st State) bool {
 	return st == StateAvailable || st == StateScheduled || st == StatePending
+}
+
+// PriorityCounter is implemented by stores that count a queue's available jobs per priority, for
+// ojs-priority.md §10.3's priority distribution: every store pronto has.
+type PriorityCounter interface {
+	// CountAvailableByPriority returns how many available jobs of queue wait at each priority;
+	// priorities without any are absent, and a queue without jobs gives an empty map. It reads the
+	// queue's claim structures (an index range, the ready sets), not every job, but it is meant for
+	// dashboards and operators, not hot paths.
+	CountAvailableByPriority(ctx context.Context, queue string) (map[int]int64, error)
 }

@@ -241,6 +241,7 @@ func (r *runner) groups() []group {
 			{name: "queues pause", summary: "stop every client from claiming a queue's jobs", run: cmdQueuesPause},
 			{name: "queues resume", summary: "let clients claim a queue's jobs again", run: cmdQueuesResume},
 			{name: "queues set-max-depth", summary: "bound a queue's unfinished jobs (backpressure)", run: cmdQueuesSetMaxDepth},
+			{name: "queues priorities", summary: "count a queue's available jobs per priority", run: cmdQueuesPriorities},
 		}},
 		{name: "workflows", summary: "inspect and cancel workflows", subs: []command{
 			{name: "workflows list", summary: "list workflows, newest first, with their state", run: cmdWorkflowsList},

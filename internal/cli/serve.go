@@ -20,6 +20,7 @@ import (
 
 	"github.com/pronto-jobs/pronto"
 	"github.com/pronto-jobs/pronto/dashboard"
+	"github.com/pronto-jobs/pronto/promexport"
 	"github.com/pronto-jobs/pronto/server"
 	redisstore "github.com/pronto-jobs/pronto/store/redis"
 )
@@ -59,6 +60,7 @@ func cmdServe(ctx context.Context, r *runner, args []string) error {
 	metricsAddr := fs.String("metrics-addr", "", "serve /metrics (Prometheus) on this `HOST:PORT` instead of the API's address; the API key applies there too")
 	requireTenant := fs.Bool("require-tenant", false, "refuse (422) every job without a tenant (meta.tenant_id or X-OJS-Tenant): multi-tenancy enabled, as ojs-multi-tenancy.md §5.1 defines it; the manifest then lists multi-tenancy")
 	tenantLabels := fs.Bool("metrics-tenant-labels", false, "add per-tenant series (label tenant_id) to /metrics: one series per tenant and queue, so off by default")
+	priorityLabels := fs.Bool("metrics-priority-labels", false, "add ojs_queue_available_by_priority (labels queue, priority) to /metrics: a store query per queue with available jobs per scrape, so off by default")
 	pprofOn := fs.Bool("pprof", false, "serve Go's profiler at /debug/pprof/ (behind the API key): for diagnosis, not left on")
 	uiReadOnly := fs.Bool("ui-read-only", false, "serve the web dashboard at / without actions that change state")
 	uiMaxStreams := fs.Int("ui-max-streams", dashboard.DefaultMaxStreams, "at most `N` dashboard live-update streams open at once; more are refused 503 with Retry-After")
@@ -161,7 +163,8 @@ func cmdServe(ctx context.Context, r *runner, args []string) error {
 		defer n.Close()
 		clientCfg.Notifier = n
 	}
-	obs := newServeObservability(clientCfg, *pprofOn, *metricsAddr != "", *tenantLabels)
+	obs := newServeObservability(clientCfg, *pprofOn, *metricsAddr != "",
+		promexport.Options{TenantLabels: *tenantLabels, PriorityLabels: *priorityLabels})
 	client, err := pronto.NewClient(db.store, clientCfg)
 	if err != nil {
 		return errorf("serve: %v", err)

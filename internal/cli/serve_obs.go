@@ -24,10 +24,10 @@ type serveObservability struct {
 }
 
 // newServeObservability instruments cfg (before the client is built). separateMetrics leaves
-// /metrics off the API's address (it is served on --metrics-addr instead); tenantLabels adds the
-// per-tenant series (--metrics-tenant-labels).
-func newServeObservability(cfg *pronto.Config, pprofOn, separateMetrics, tenantLabels bool) *serveObservability {
-	o := &serveObservability{m: promexport.New(&promexport.Options{TenantLabels: tenantLabels}), handlers: map[string]http.Handler{}}
+// /metrics off the API's address (it is served on --metrics-addr instead); metricsOpts are the
+// exporter's options (--metrics-tenant-labels, --metrics-priority-labels).
+func newServeObservability(cfg *pronto.Config, pprofOn, separateMetrics bool, metricsOpts promexport.Options) *serveObservability {
+	o := &serveObservability{m: promexport.New(&metricsOpts), handlers: map[string]http.Handler{}}
 	o.m.Instrument(cfg)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(o.m, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

@@ -142,3 +142,49 @@ func TestServeMetricsAddr(t *testing.T) {
 		t.Fatalf("pprof without --pprof: %d", code)
 	}
 }
+
+// TestServeMetricsPriorityLabels: --metrics-priority-labels adds ojs_queue_available_by_priority
+// for the queues' available jobs; without it /metrics has no such series.
+func TestServeMetricsPriorityLabels(t *testing.T) {
+	t.Parallel()
+	for _, on := range []bool{true, false} {
+		args := []string{"--addr", "127.0.0.1:0", "--database-url", "sqlite:" + filepath.Join(t.TempDir(), "serve.db")}
+		if on {
+			args = append(args, "--metrics-priority-labels")
+		}
+		base, stop := startServe(t, nil, args...)
+		for _, body := range []string{
+			`{"type":"obs.test","args":[],"options":{"queue":"prq","priority":7}}`,
+			`{"type":"obs.test","args":[],"options":{"queue":"prq","priority":7}}`,
+			`{"type":"obs.test","args":[],"options":{"queue":"prq"}}`,
+		} {
+			resp, err := http.Post(base+"/ojs/v1/jobs", "application/json", strings.NewReader(body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != 201 {
+				t.Fatalf("enqueue: %d", resp.StatusCode)
+			}
+		}
+		resp, err := http.Get(base + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		metrics := string(b)
+		for _, want := range []string{
+			"\n" + `ojs_queue_available_by_priority{priority="7",queue="prq"} 2`,
+			"\n" + `ojs_queue_available_by_priority{priority="0",queue="prq"} 1`,
+		} {
+			if strings.Contains(metrics, want) != on {
+				t.Fatalf("--metrics-priority-labels %v: /metrics has %q: %v\n%s", on, want, !on, metrics)
+			}
+		}
+		if !on && strings.Contains(metrics, "ojs_queue_available_by_priority") {
+			t.Fatalf("a per-priority series without --metrics-priority-labels:\n%s", metrics)
+		}
+		stop()
+	}
+}

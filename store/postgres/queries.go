@@ -861,6 +861,12 @@ FULL JOIN {schema}.queues q ON q.name = c.queue
 WHERE c.queue IS NOT NULL OR q.paused
 ORDER BY 1`
 
+	// sqlAvailableByPriority counts queue $1's available jobs per priority, over the claim index's
+	// range of the queue (jobs_claim_idx).
+	sqlAvailableByPriority = `SELECT priority, count(*) FROM {schema}.jobs
+WHERE queue = $1 AND state = 'available'
+GROUP BY priority`
+
 	// sqlSetPaused sets queue $1's pause flag to $2.
 	sqlSetPaused = `INSERT INTO {schema}.queues (name, paused, updated_at) VALUES ($1, $2, now())
 ON CONFLICT (name) DO UPDATE SET paused = excluded.paused, updated_at = excluded.updated_at`
@@ -1133,6 +1139,7 @@ type queries struct {
 	discardExpired, nextDue, cleanup, getJob, listJobs, listJobsDesc, cancelJob, retryJob                  string
 	jobParents, lockParents, retryMember                                                                   string
 	activateJob, deleteJob, listQueues, setPaused, elect, resign                                           string
+	availableByPriority                                                                                    string
 
 	insertUnique, uniqueHolder, uniqueRelease, uniqueReplace, uniqueConflict, heldUniqueKeys string
 	claimLimitedPlan, claimLimited, listWorkflowJobs, listWorkflowJobsDesc                   string
@@ -1153,46 +1160,47 @@ type queries struct {
 // newQueries substitutes the quoted schema and the channel literal into every statement through r.
 func newQueries(r *strings.Replacer) *queries {
 	return &queries{
-		insertJob:          r.Replace(sqlInsertJob),
-		insertArrays:       r.Replace(sqlInsertArrays),
-		notify:             r.Replace(sqlNotify),
-		notifyMany:         r.Replace(sqlNotifyMany),
-		now:                sqlNow,
-		claimPlan:          r.Replace(sqlClaimPlan),
-		claim:              r.Replace(sqlClaim),
-		claimKinds:         r.Replace(sqlClaimKinds),
-		claimFor:           r.Replace(sqlClaimFor),
-		reassignWorkers:    r.Replace(sqlReassignWorkers),
-		claimAd:            r.Replace(sqlClaimAd),
-		claimKindsAd:       r.Replace(sqlClaimKindsAd),
-		insertHanded:       r.Replace(sqlInsertHanded),
-		handoffPlan:        sqlHandoffPlan,
-		notifyUnlessHanded: r.Replace(sqlNotifyUnlessHanded),
-		withdrawWaiters:    r.Replace(sqlWithdrawWaiters),
-		handedJob:          r.Replace(sqlHandedJob),
-		claimFair:          r.Replace(sqlClaimFair),
-		claimFairPlan:      r.Replace(sqlClaimFairPlan),
-		finish:             r.Replace(sqlFinish),
-		heartbeat:          r.Replace(sqlHeartbeat),
-		rescue:             r.Replace(sqlRescue),
-		promote:            r.Replace(sqlPromote),
-		discardExpired:     r.Replace(sqlDiscardExpired),
-		nextDue:            r.Replace(sqlNextDue),
-		cleanup:            r.Replace(sqlCleanup),
-		getJob:             r.Replace(sqlGetJob),
-		listJobs:           r.Replace(sqlListJobs),
-		listJobsDesc:       r.Replace(sqlListJobsDesc),
-		cancelJob:          r.Replace(sqlCancelJob),
-		retryJob:           r.Replace(sqlRetryJob),
-		jobParents:         r.Replace(sqlJobParents),
-		lockParents:        r.Replace(sqlLockParents),
-		retryMember:        r.Replace(sqlRetryMember),
-		activateJob:        r.Replace(sqlActivateJob),
-		deleteJob:          r.Replace(sqlDeleteJob),
-		listQueues:         r.Replace(sqlListQueues),
-		setPaused:          r.Replace(sqlSetPaused),
-		elect:              r.Replace(sqlElect),
-		resign:             r.Replace(sqlResign),
+		insertJob:           r.Replace(sqlInsertJob),
+		insertArrays:        r.Replace(sqlInsertArrays),
+		notify:              r.Replace(sqlNotify),
+		notifyMany:          r.Replace(sqlNotifyMany),
+		now:                 sqlNow,
+		claimPlan:           r.Replace(sqlClaimPlan),
+		claim:               r.Replace(sqlClaim),
+		claimKinds:          r.Replace(sqlClaimKinds),
+		claimFor:            r.Replace(sqlClaimFor),
+		reassignWorkers:     r.Replace(sqlReassignWorkers),
+		claimAd:             r.Replace(sqlClaimAd),
+		claimKindsAd:        r.Replace(sqlClaimKindsAd),
+		insertHanded:        r.Replace(sqlInsertHanded),
+		handoffPlan:         sqlHandoffPlan,
+		notifyUnlessHanded:  r.Replace(sqlNotifyUnlessHanded),
+		withdrawWaiters:     r.Replace(sqlWithdrawWaiters),
+		handedJob:           r.Replace(sqlHandedJob),
+		claimFair:           r.Replace(sqlClaimFair),
+		claimFairPlan:       r.Replace(sqlClaimFairPlan),
+		finish:              r.Replace(sqlFinish),
+		heartbeat:           r.Replace(sqlHeartbeat),
+		rescue:              r.Replace(sqlRescue),
+		promote:             r.Replace(sqlPromote),
+		discardExpired:      r.Replace(sqlDiscardExpired),
+		nextDue:             r.Replace(sqlNextDue),
+		cleanup:             r.Replace(sqlCleanup),
+		getJob:              r.Replace(sqlGetJob),
+		listJobs:            r.Replace(sqlListJobs),
+		listJobsDesc:        r.Replace(sqlListJobsDesc),
+		cancelJob:           r.Replace(sqlCancelJob),
+		retryJob:            r.Replace(sqlRetryJob),
+		jobParents:          r.Replace(sqlJobParents),
+		lockParents:         r.Replace(sqlLockParents),
+		retryMember:         r.Replace(sqlRetryMember),
+		activateJob:         r.Replace(sqlActivateJob),
+		deleteJob:           r.Replace(sqlDeleteJob),
+		listQueues:          r.Replace(sqlListQueues),
+		availableByPriority: r.Replace(sqlAvailableByPriority),
+		setPaused:           r.Replace(sqlSetPaused),
+		elect:               r.Replace(sqlElect),
+		resign:              r.Replace(sqlResign),
 
 		insertUnique:         r.Replace(sqlInsertUnique),
 		uniqueHolder:         r.Replace(sqlUniqueHolder),

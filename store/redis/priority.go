@@ -63,3 +63,17 @@ func (s *Store) SetJobPriority(ctx context.Context, id string, priority int) (*s
 	}
 	return j, prev, nil
 }
+
+// CountAvailableByPriority returns how many available jobs of queue wait at each priority: one
+// read-only function call over the queue's ready sets, two commands per set and priority present.
+func (s *Store) CountAvailableByPriority(ctx context.Context, queue string) (map[int]int64, error) {
+	vals, err := scriptAvailableByPriority.Run(ctx, s.rdb, s.keys(queue)).Int64Slice()
+	if err != nil {
+		return nil, fmt.Errorf("redis: count available jobs of queue %q by priority: %w", queue, err)
+	}
+	out := make(map[int]int64, len(vals)/2)
+	for i := 0; i+1 < len(vals); i += 2 {
+		out[int(vals[i])] = vals[i+1]
+	}
+	return out, nil
+}

@@ -1714,6 +1714,44 @@ if best then return s(best) end
 return false
 `)
 
+// scriptAvailableByPriority counts the queue's available jobs per priority from its ready sets (the
+// claim's sources: k:<kind>\n<rate key> and the tenants' tj:<tenant>\n<kind>), whose members start
+// with the rank's 10 digits of priority: per set, it reads the first member at or after a cursor,
+// counts that priority's members by ZLEXCOUNT and moves the cursor past them, so a set costs two
+// calls per distinct priority, whatever its length. Returns {priority, count, ...}.
+var scriptAvailableByPriority = newReadFunc("AvailableByPriority", `
+local counts, order = {}, {}
+local function tally(key)
+  local from = '-'
+  while true do
+    local m = redis.call('ZRANGE', key, from, '+', 'BYLEX', 'LIMIT', 0, 1)
+    if #m == 0 then return end
+    local p = string.sub(m[1], 1, 10)
+    local n = redis.call('ZLEXCOUNT', key, '[' .. p, '(' .. p .. ':')
+    local prio = 2147483647 - tonumber(p)
+    if not counts[prio] then
+      counts[prio] = 0
+      order[#order + 1] = prio
+    end
+    counts[prio] = counts[prio] + n
+    -- Every member of priority p sorts before p .. ':' (':' follows the digits).
+    from = '[' .. p .. ':'
+  end
+end
+for _, kind in ipairs(redis.call('SMEMBERS', B .. 'kinds')) do
+  for _, rk in ipairs(redis.call('SMEMBERS', B .. 'ks:' .. kind)) do tally(src(kind, rk)) end
+end
+for _, tn in ipairs(redis.call('SMEMBERS', B .. 'tset')) do
+  for _, kind in ipairs(redis.call('SMEMBERS', B .. 'tk:' .. tn)) do tally(tsrc(tn, kind)) end
+end
+local out = {}
+for _, prio in ipairs(order) do
+  out[#out + 1] = prio
+  out[#out + 1] = counts[prio]
+end
+return out
+`)
+
 // scriptSetWeights replaces the queue's copy of the tenant weights (B.."tw", which the claim reads on
 // a Redis Cluster) with ARGV: tenant, weight, ... (see tenant.go).
 var scriptSetWeights = newFunc("SetWeights", `

@@ -724,3 +724,14 @@ const (
 	// ?1 key, ?2 old value.
 	dropSettingSQL = `DELETE FROM pronto_settings WHERE key = ?1 AND value = ?2`
 )
+
+// availableByPrioritySQL counts queue ?1's available jobs per priority. Each half repeats the
+// condition of the partial index it reads (pronto_jobs_claim, pronto_jobs_held), which SQLite needs
+// to use it, so the count reads the queue's claimable jobs, not the table.
+const availableByPrioritySQL = `SELECT priority, count(*) FROM (
+	SELECT priority FROM pronto_jobs WHERE queue = ?1 AND state = 'available'
+		AND (state = 'available' OR state = 'scheduled' OR state = 'retryable') AND held IS NULL
+	UNION ALL
+	SELECT priority FROM pronto_jobs WHERE queue = ?1 AND state = 'available'
+		AND held IS NOT NULL AND state IN ('available', 'scheduled', 'retryable')
+) GROUP BY priority`

@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -120,4 +121,92 @@ func testSetJobPriorityRefused(t *testing.T, s store.Store) {
 	_, prev, err := s.SetJobPriority(ctx(t), avail.ID, 0)
 	require.NoError(t, err, "the same priority again")
 	require.Equal(t, 0, prev)
+}
+
+// testCountAvailableByPriority: the priority distribution of a queue's available jobs
+// (ojs-priority.md §10.3) counts plain jobs, a tenant's and rate-keyed ones (each filed in its own
+// claim structure), at both ends of the range, and nothing else: not scheduled, pending, active or
+// cancelled jobs, nor another queue's; it follows claims, priority changes and cancels.
+func testCountAvailableByPriority(t *testing.T, s store.Store) {
+	pc, ok := s.(store.PriorityCounter)
+	require.True(t, ok, "every store counts available jobs by priority (store.PriorityCounter)")
+	q := uniq("prio-counts")
+	count := func() map[int]int64 {
+		t.Helper()
+		m, err := pc.CountAvailableByPriority(ctx(t), q)
+		require.NoError(t, err)
+		return m
+	}
+	require.Empty(t, count(), "a queue never used")
+
+	at := func(prio int, setup func(p *store.InsertParams)) *store.InsertParams {
+		p := job(q)
+		p.Priority = prio
+		if setup != nil {
+			setup(p)
+		}
+		return p
+	}
+	tenant := func(p *store.InsertParams) { p.Tenant = "acme" }
+	rateKey := func(p *store.InsertParams) { p.RateKey = "prio-counts-key" }
+	params := []*store.InsertParams{
+		at(0, nil), at(0, nil), at(0, nil), at(10, nil), at(10, nil), at(-5, nil),
+		at(store.PriorityMax, nil), at(store.PriorityMin, nil),
+		at(10, tenant), at(10, tenant), at(3, tenant),
+		at(0, rateKey), at(7, rateKey),
+	}
+	insert(t, s, params...)
+	sched := at(50, nil)
+	sched.State = store.StateScheduled
+	sched.ScheduledAt = time.Now().Add(time.Hour)
+	insert(t, s, sched)
+	inState(t, s, q, store.StatePending) // priority 0
+	other := job(uniq("prio-counts-other"))
+	other.Priority = 10
+	insert(t, s, other)
+
+	want := map[int]int64{0: 4, 10: 4, -5: 1, 3: 1, 7: 1, store.PriorityMax: 1, store.PriorityMin: 1}
+	require.Equal(t, want, count())
+
+	// Claims take jobs out of the count, whichever structure they come from.
+	for _, j := range claim(t, s, q, 3) {
+		want[j.Priority]--
+		if want[j.Priority] == 0 {
+			delete(want, j.Priority)
+		}
+	}
+	require.Equal(t, want, count(), "after a claim of 3")
+
+	// A priority change moves an available job between priorities; a cancel takes it out.
+	var moved, cancelled *store.Job
+	for _, p := range params {
+		if j := get(t, s, p.ID); j.State == store.StateAvailable {
+			if moved == nil {
+				moved = j
+			} else if cancelled == nil {
+				cancelled = j
+			}
+		}
+	}
+	require.NotNil(t, cancelled, "13 jobs, 3 claimed")
+	_, _, err := s.SetJobPriority(ctx(t), moved.ID, 42)
+	require.NoError(t, err)
+	_, err = s.CancelJob(ctx(t), cancelled.ID)
+	require.NoError(t, err)
+	for _, p := range []int{moved.Priority, cancelled.Priority} {
+		want[p]--
+		if want[p] == 0 {
+			delete(want, p)
+		}
+	}
+	want[42]++
+	require.Equal(t, want, count(), "after a priority change and a cancel")
+
+	// Once every job is claimed, nothing is left.
+	for range 10 {
+		if len(claim(t, s, q, 100)) == 0 {
+			break
+		}
+	}
+	require.Empty(t, count(), "every available job claimed")
 }

@@ -59,6 +59,7 @@ var tests = []testCase{
 	{"WorkflowList", single(testWorkflowList)},
 	{"RunJobNow", single(testRunJobNow)},
 	{"SetJobPriorityOrder", single(testSetJobPriorityOrder)},
+	{"CountAvailableByPriority", single(testCountAvailableByPriority)},
 	{"SetJobPriorityWaiting", single(testSetJobPriorityWaiting)},
 	{"SetJobPriorityRefused", single(testSetJobPriorityRefused)},
 	{"InsertRoundTrip", single(testInsertRoundTrip)},
