@@ -16,6 +16,56 @@ import (
 	"github.com/pronto-jobs/pronto/promexport"
 )
 
+// TestPriorityChangesMetric: on every store, each priority change (priority.changed) counts once in
+// pronto_priority_changes_total of the job's queue; a refused change (a cancelled job) counts
+// nothing.
+func TestPriorityChangesMetric(t *testing.T) {
+	for _, kind := range []string{"memory", "sqlite", "postgres", "redis"} {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			m := promexport.New(nil)
+			cfg := &pronto.Config{}
+			m.Instrument(cfg)
+			client, err := pronto.NewClient(openStore(t, kind), cfg)
+			require.NoError(t, err)
+			defer m.Attach(client)()
+			reg := prometheus.NewPedanticRegistry()
+			require.NoError(t, reg.Register(m))
+			srv := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+			defer srv.Close()
+
+			insert := func(queue string) string {
+				j, err := client.Insert(ctx, okArgs{}, &pronto.InsertOpts{Queue: queue})
+				require.NoError(t, err)
+				return j.ID
+			}
+			set := func(id string, p int) {
+				_, _, err := client.JobSetPriority(ctx, id, p)
+				require.NoError(t, err)
+			}
+			a1, a2, b := insert("prio-a"), insert("prio-a"), insert("prio-b")
+			set(a1, pronto.PriorityHigh)
+			set(a1, pronto.PriorityLow)
+			set(b, 42)
+			waitSeries(t, srv.URL, map[string]float64{
+				`pronto_priority_changes_total{queue="prio-a"}`: 2,
+				`pronto_priority_changes_total{queue="prio-b"}`: 1,
+			})
+
+			_, err = client.JobCancel(ctx, a2)
+			require.NoError(t, err)
+			_, _, err = client.JobSetPriority(ctx, a2, 5)
+			require.ErrorIs(t, err, pronto.ErrInvalidTransition)
+			// Events arrive in order: once this later change is counted, a count of the refused one
+			// would be too.
+			set(b, 1)
+			waitSeries(t, srv.URL, map[string]float64{`pronto_priority_changes_total{queue="prio-b"}`: 2})
+			require.Equal(t, 2.0, scrape(t, srv.URL)[`pronto_priority_changes_total{queue="prio-a"}`], "a refused change counts nothing")
+		})
+	}
+}
+
 // TestPriorityMetrics: with Options.PriorityLabels, ojs_queue_available_by_priority gives each
 // queue's available jobs per priority (not scheduled ones), and follows a cancel; without it there
 // is no such series. On every store.
