@@ -649,34 +649,43 @@ func (s *Server) deleteDeadLetter(w http.ResponseWriter, r *http.Request, id str
 	writeBuf(w, http.StatusOK, b)
 }
 
-// GET /ojs/v1/events
-func (s *Server) listEvents(w http.ResponseWriter, r *http.Request) {
+// eventQuery reads the filters of GET /ojs/v1/events and its stream (ojs-events.md 6.4): types
+// (or type; a prefix ending in "*" matches), queues (or queue), job_types, and the cursor after, an
+// event id of this server; cursor is the after given, "" for none.
+func (s *Server) eventQuery(r *http.Request) (f eventFilter, cursor string, e *apiError) {
 	q := r.URL.Query()
-	limit, e := queryInt(q, "limit", 100, 1, 1000)
-	if e != nil {
-		s.writeError(w, r, e)
-		return
-	}
-	f := eventFilter{
-		types: queryList(q, "types"), queues: queryList(q, "queues"), jobTypes: queryList(q, "job_types"),
-		limit: limit,
-	}
-	if after := q.Get("after"); after != "" {
-		seq, ok := s.events.cursorSeq(after)
-		if !ok {
-			// Another replica's, or this server's before a restart: start again without after.
-			s.writeError(w, r, invalid("after", "after=%q is not an event id of this server "+
-				"(events are kept per process: an id of another server, or of this one before a restart, names no position here)", after))
-			return
-		}
-		f.after = seq
-	}
+	f = eventFilter{types: queryList(q, "types"), queues: queryList(q, "queues"), jobTypes: queryList(q, "job_types")}
 	if len(f.types) == 0 {
 		f.types = queryList(q, "type")
 	}
 	if len(f.queues) == 0 {
 		f.queues = queryList(q, "queue")
 	}
+	if cursor = q.Get("after"); cursor != "" {
+		seq, ok := s.events.cursorSeq(cursor)
+		if !ok {
+			// Another replica's, or this server's before a restart: start again without after.
+			return f, "", invalid("after", "after=%q is not an event id of this server "+
+				"(events are kept per process: an id of another server, or of this one before a restart, names no position here)", cursor)
+		}
+		f.after = seq
+	}
+	return f, cursor, nil
+}
+
+// GET /ojs/v1/events
+func (s *Server) listEvents(w http.ResponseWriter, r *http.Request) {
+	limit, e := queryInt(r.URL.Query(), "limit", 100, 1, 1000)
+	if e != nil {
+		s.writeError(w, r, e)
+		return
+	}
+	f, cursor, e := s.eventQuery(r)
+	if e != nil {
+		s.writeError(w, r, e)
+		return
+	}
+	f.limit = limit
 	evs, more := s.events.query(f)
 	b := getBuf()
 	*b = append(*b, `{"events":[`...)
@@ -687,7 +696,6 @@ func (s *Server) listEvents(w http.ResponseWriter, r *http.Request) {
 		*b = s.events.appendEvent(*b, &evs[i])
 	}
 	*b = append(*b, ']')
-	cursor := q.Get("after")
 	if len(evs) > 0 {
 		cursor = s.events.eventID(&evs[len(evs)-1])
 	}

@@ -91,6 +91,9 @@ type eventLog struct {
 	seq  uint64
 	// salt fills the random bits of event ids, so ids differ between processes.
 	salt [5]byte
+	// changed is closed by the next add, for the event streams waiting for it (follow); nil while
+	// none waits, so an add costs nothing more without streams.
+	changed chan struct{}
 
 	// workflows and workers remember what the workflow and worker events need (workflowevents.go).
 	workflows workflowTracker
@@ -190,6 +193,10 @@ func (l *eventLog) add(e event) {
 	if l.next == len(l.ring) {
 		l.next, l.full = 0, true
 	}
+	if l.changed != nil {
+		close(l.changed)
+		l.changed = nil
+	}
 	l.mu.Unlock()
 }
 
@@ -230,11 +237,17 @@ func matchAny(list []string, v string, prefix bool) bool {
 func (l *eventLog) query(f eventFilter) ([]event, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	out, more, _ := l.queryLocked(f)
+	return out, more
+}
+
+// queryLocked is query under l.mu; it also returns the sequence number up to which it looked: the
+// last event returned when more match, else the latest event of the log.
+func (l *eventLog) queryLocked(f eventFilter) (out []event, more bool, through uint64) {
 	n, start := l.next, 0
 	if l.full {
 		n, start = len(l.ring), l.next
 	}
-	var out []event
 	for i := 0; i < n; i++ {
 		e := &l.ring[(start+i)%len(l.ring)]
 		if e.seq <= f.after {
@@ -244,11 +257,40 @@ func (l *eventLog) query(f eventFilter) ([]event, bool) {
 			continue
 		}
 		if len(out) == f.limit {
-			return out, true
+			return out, true, out[len(out)-1].seq
 		}
 		out = append(out, *e)
 	}
-	return out, false
+	return out, false, max(l.seq, f.after)
+}
+
+// follow is query for a stream: besides the events and whether more match, it returns the sequence
+// number to continue after, how many events after f.after the log dropped before they were read
+// (overwritten in the ring, or cleared; of any type), and a channel the next add closes.
+func (l *eventLog) follow(f eventFilter) (evs []event, more bool, through, missed uint64, next <-chan struct{}) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	oldest := l.seq + 1 // the sequence number of the oldest event held
+	if l.full {
+		oldest = l.ring[l.next].seq
+	} else if l.next > 0 {
+		oldest = l.ring[0].seq
+	}
+	if f.after+1 < oldest {
+		missed = oldest - 1 - f.after
+	}
+	evs, more, through = l.queryLocked(f)
+	if l.changed == nil {
+		l.changed = make(chan struct{})
+	}
+	return evs, more, through, missed, l.changed
+}
+
+// latest returns the sequence number of the latest event.
+func (l *eventLog) latest() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.seq
 }
 
 func (l *eventLog) appendEvent(b []byte, e *event) []byte {

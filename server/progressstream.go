@@ -168,8 +168,7 @@ func (s *Server) progressStream(w http.ResponseWriter, r *http.Request, id strin
 	ctx := r.Context()
 	watch, release, ok := s.streams.watch(id)
 	if !ok && s.draining.Load() {
-		s.writeError(w, r, &apiError{status: http.StatusServiceUnavailable, code: "unavailable", retryable: true,
-			headers: map[string]string{"Retry-After": "1"}, message: "this server is shutting down; stream from another"})
+		s.writeError(w, r, streamsDraining())
 		return
 	}
 	if !ok {
@@ -180,20 +179,7 @@ func (s *Server) progressStream(w http.ResponseWriter, r *http.Request, id strin
 	}
 	defer release()
 
-	rc := http.NewResponseController(w)
-	h := w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-cache")
-	h.Set("X-Accel-Buffering", "no") // nginx: do not buffer the stream
-	w.WriteHeader(http.StatusOK)
-	send := func(b []byte) bool {
-		// The server's WriteTimeout covers one request; a stream pushes its deadline on.
-		_ = rc.SetWriteDeadline(time.Now().Add(ProgressStreamKeepAlive + WriteTimeout))
-		if _, err := w.Write(b); err != nil {
-			return false
-		}
-		return rc.Flush() == nil
-	}
+	send := startSSE(w)
 	if !send([]byte(": job " + id + "\n\n")) {
 		return
 	}

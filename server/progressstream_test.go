@@ -15,6 +15,7 @@ import (
 
 // sseEvent is one server-sent event.
 type sseEvent struct {
+	id   string
 	name string
 	data map[string]any
 }
@@ -30,6 +31,8 @@ func readEvents(t *testing.T, resp *http.Response) <-chan sseEvent {
 		for sc.Scan() {
 			line := sc.Text()
 			switch {
+			case strings.HasPrefix(line, "id: "):
+				ev.id = strings.TrimPrefix(line, "id: ")
 			case strings.HasPrefix(line, "event: "):
 				ev.name = strings.TrimPrefix(line, "event: ")
 			case strings.HasPrefix(line, "data: "):
@@ -320,7 +323,13 @@ func TestProgressStreamEndsOnDrain(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	events := readEvents(t, resp)
+	requireStreamEndsOnDrain(t, s, readEvents(t, resp), "/ojs/v1/jobs/"+id+"/progress/stream")
+}
+
+// requireStreamEndsOnDrain drains s and checks that the open stream of events ends without a
+// further event and that a new stream at path is refused 503 with Retry-After.
+func requireStreamEndsOnDrain(t *testing.T, s *Server, events <-chan sseEvent, path string) {
+	t.Helper()
 	s.Drain()
 	select {
 	case ev, ok := <-events:
@@ -330,7 +339,7 @@ func TestProgressStreamEndsOnDrain(t *testing.T) {
 	case <-time.After(15 * time.Second):
 		t.Fatal("the stream stayed open after Drain")
 	}
-	r := call(t, s, "GET", "/ojs/v1/jobs/"+id+"/progress/stream", nil)
+	r := call(t, s, "GET", path, nil)
 	checkErrorBody(t, r, 503, "unavailable")
 	if r.header.Get("Retry-After") == "" {
 		t.Fatal("no Retry-After")

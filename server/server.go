@@ -113,6 +113,8 @@ type Server struct {
 
 	// streams are the open progress streams (progressstream.go).
 	streams progressStreams
+	// eventStreams counts the open event streams (eventstream.go).
+	eventStreams eventStreamsOpen
 	// order keeps job.enqueued first among the events of a job this server inserts (eventorder.go).
 	order enqueueOrder
 	// history holds the per-minute and per-hour statistics (statshistory.go).
@@ -219,7 +221,7 @@ func (s *Server) Close() error {
 }
 
 // Drain makes heartbeats answer "quiet" from now on: workers stop fetching and finish what they hold.
-// It also ends the open progress streams and refuses new ones. Call it when the server is about to
+// It also ends the open progress and event streams and refuses new ones. Call it when the server is about to
 // shut down.
 func (s *Server) Drain() {
 	s.draining.Store(true)
@@ -338,7 +340,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, routeNotFound(r))
 		return
 	}
-	if s.requestTimeout > 0 && !strings.HasSuffix(rest, "/progress/stream") {
+	if s.requestTimeout > 0 && !strings.HasSuffix(rest, "/stream") { // the progress and event streams
 		ctx, cancel := context.WithTimeout(r.Context(), s.requestTimeout)
 		defer cancel()
 		r = r.WithContext(ctx)
@@ -661,6 +663,10 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request, rest string) {
 	case "events":
 		if len(seg) == 1 {
 			want(http.MethodGet, func() { s.listEvents(w, r) })
+			return
+		}
+		if len(seg) == 2 && seg[1] == "stream" {
+			want(http.MethodGet, func() { s.eventStream(w, r) })
 			return
 		}
 	case "schemas":
