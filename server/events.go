@@ -6,11 +6,11 @@ import (
 	"encoding/json"
 	"errors"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/pronto-jobs/pronto"
+	"github.com/pronto-jobs/pronto/internal/eventfilter"
 	"github.com/pronto-jobs/pronto/internal/uuidv7"
 )
 
@@ -94,6 +94,9 @@ type eventLog struct {
 	// changed is closed by the next add, for the event streams waiting for it (follow); nil while
 	// none waits, so an add costs nothing more without streams.
 	changed chan struct{}
+	// onAdd, when set (before the first add), sees each event once recorded, outside the lock: the
+	// webhooks' dispatch (webhookapi.go).
+	onAdd func(e *event)
 
 	// workflows and workers remember what the workflow and worker events need (workflowevents.go).
 	workflows workflowTracker
@@ -198,6 +201,9 @@ func (l *eventLog) add(e event) {
 		l.changed = nil
 	}
 	l.mu.Unlock()
+	if l.onAdd != nil {
+		l.onAdd(&e)
+	}
 }
 
 func (l *eventLog) reset() {
@@ -214,23 +220,6 @@ type eventFilter struct {
 	jobTypes []string
 	after    uint64 // only events after this sequence number
 	limit    int
-}
-
-func matchAny(list []string, v string, prefix bool) bool {
-	if len(list) == 0 {
-		return true
-	}
-	for _, p := range list {
-		if p == v {
-			return true
-		}
-		if prefix {
-			if pre, ok := strings.CutSuffix(p, "*"); ok && strings.HasPrefix(v, pre) {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 // query returns the oldest events after f.after that match f, at most f.limit, and whether more match.
@@ -253,7 +242,7 @@ func (l *eventLog) queryLocked(f eventFilter) (out []event, more bool, through u
 		if e.seq <= f.after {
 			continue
 		}
-		if !matchAny(f.types, e.typ, true) || !matchAny(f.queues, e.queue, false) || !matchAny(f.jobTypes, e.jobType, false) {
+		if !eventfilter.Match(f.types, e.typ, true) || !eventfilter.Match(f.queues, e.queue, false) || !eventfilter.Match(f.jobTypes, e.jobType, false) {
 			continue
 		}
 		if len(out) == f.limit {

@@ -50,16 +50,24 @@ func readEvents(t *testing.T, resp *http.Response) <-chan sseEvent {
 
 func nextEvent(t *testing.T, events <-chan sseEvent) sseEvent {
 	t.Helper()
+	return receive(t, events, "event")
+}
+
+// receive returns the next value of ch, failing the test when ch is closed or nothing comes within
+// 20 s.
+func receive[T any](t *testing.T, ch <-chan T, what string) T {
+	t.Helper()
 	select {
-	case ev, ok := <-events:
+	case v, ok := <-ch:
 		if !ok {
-			t.Fatal("the stream ended early")
+			t.Fatalf("no more %s: the channel was closed", what)
 		}
-		return ev
-	case <-time.After(15 * time.Second):
-		t.Fatal("no event within 15 s")
+		return v
+	case <-time.After(20 * time.Second):
+		t.Fatalf("no %s within 20 s", what)
 	}
-	return sseEvent{}
+	var zero T
+	return zero
 }
 
 // TestProgressStreamAndCheckpoint, on every store: GET /ojs/v1/jobs/{id}/progress/stream sends the

@@ -28,6 +28,7 @@ import (
 	"github.com/pronto-jobs/pronto/internal/uuidv7"
 	"github.com/pronto-jobs/pronto/internal/version"
 	"github.com/pronto-jobs/pronto/store"
+	"github.com/pronto-jobs/pronto/webhook"
 )
 
 // DefaultMaxBodyBytes bounds request bodies unless Config.MaxBodyBytes says otherwise: 1 MiB.
@@ -56,6 +57,9 @@ type Config struct {
 	TestMode bool
 	// EventBuffer is how many events GET /ojs/v1/events keeps (default DefaultEventBuffer).
 	EventBuffer int
+	// WebhookRetryInterval and WebhookMaxRetryInterval set the backoff of webhook deliveries
+	// (default webhook.DefaultRetryInterval and webhook.DefaultMaxRetryInterval).
+	WebhookRetryInterval, WebhookMaxRetryInterval time.Duration
 	// MaxBatch bounds the jobs of one batch enqueue (default 10000).
 	MaxBatch int
 	// Logger receives server errors (default: discarded).
@@ -115,6 +119,10 @@ type Server struct {
 	streams progressStreams
 	// eventStreams counts the open event streams (eventstream.go).
 	eventStreams eventStreamsOpen
+	// webhooks dispatches the events to the registered webhooks, kept in webhookStore (nil both
+	// when the store keeps no settings; webhookapi.go).
+	webhooks     *webhook.Dispatcher
+	webhookStore store.SettingStore
 	// order keeps job.enqueued first among the events of a job this server inserts (eventorder.go).
 	order enqueueOrder
 	// history holds the per-minute and per-hour statistics (statshistory.go).
@@ -185,6 +193,7 @@ func New(cfg Config) (*Server, error) {
 	if s.backend == "" {
 		s.backend = backendName(s.store)
 	}
+	s.startWebhooks(&cfg) // before the first event is recorded
 	// The kinds the event log records (see consumeClientEvents), so the client never copies a job
 	// for an event nobody here reads.
 	ch, unsub := cfg.Client.Subscribe(pronto.EventCompleted, pronto.EventFailed, pronto.EventDiscarded,
@@ -214,6 +223,12 @@ func (s *Server) Close() error {
 		s.streams.stop()
 		s.unsubscribe()
 		<-s.eventsDone
+		if s.webhooks != nil {
+			// The events recorded so far get their delivery jobs, within a bound.
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			s.webhooks.Close(ctx)
+			cancel()
+		}
 		close(s.workflowQueue) // the consumer, its only sender, has returned
 		<-s.workflowDone
 	})
@@ -547,6 +562,9 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request, rest string) {
 		}
 	case "admin":
 		if len(seg) >= 2 && seg[1] == "tenants" && s.routeTenants(w, r, seg) { // tenantapi.go
+			return
+		}
+		if len(seg) >= 2 && seg[1] == "webhooks" && s.routeWebhooks(w, r, seg) { // webhookapi.go
 			return
 		}
 		if len(seg) >= 2 && seg[1] == "pools" && s.routePools(w, r, seg) { // poolapi.go

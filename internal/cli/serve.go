@@ -22,7 +22,9 @@ import (
 	"github.com/pronto-jobs/pronto/dashboard"
 	"github.com/pronto-jobs/pronto/promexport"
 	"github.com/pronto-jobs/pronto/server"
+	"github.com/pronto-jobs/pronto/store"
 	redisstore "github.com/pronto-jobs/pronto/store/redis"
+	"github.com/pronto-jobs/pronto/webhook"
 )
 
 // EnvAPIKey is the environment variable read when --api-key is not given.
@@ -60,6 +62,7 @@ func cmdServe(ctx context.Context, r *runner, args []string) error {
 	metricsAddr := fs.String("metrics-addr", "", "serve /metrics (Prometheus) on this `HOST:PORT` instead of the API's address; the API key applies there too")
 	requireTenant := fs.Bool("require-tenant", false, "refuse (422) every job without a tenant (meta.tenant_id or X-OJS-Tenant): multi-tenancy enabled, as ojs-multi-tenancy.md §5.1 defines it; the manifest then lists multi-tenancy")
 	tenantLabels := fs.Bool("metrics-tenant-labels", false, "add per-tenant series (label tenant_id) to /metrics: one series per tenant and queue, so off by default")
+	webhookWorkers := fs.Int("webhook-workers", 4, "deliver the registered webhooks' events (/ojs/v1/admin/webhooks) with `N` workers; 0: this process delivers none (another does)")
 	priorityLabels := fs.Bool("metrics-priority-labels", false, "add ojs_queue_available_by_priority (labels queue, priority) to /metrics: a store query per queue with available jobs per scrape, so off by default")
 	pprofOn := fs.Bool("pprof", false, "serve Go's profiler at /debug/pprof/ (behind the API key): for diagnosis, not left on")
 	uiReadOnly := fs.Bool("ui-read-only", false, "serve the web dashboard at / without actions that change state")
@@ -106,6 +109,9 @@ func cmdServe(ctx context.Context, r *runner, args []string) error {
 	if *requestTimeout <= 0 {
 		return usageErrorf("serve: --request-timeout must be positive")
 	}
+	if *webhookWorkers < 0 {
+		return usageErrorf("serve: --webhook-workers %d: must be 0 or more", *webhookWorkers)
+	}
 	var hosts []string
 	for _, h := range strings.Split(*allowedHosts, ",") {
 		if h = strings.TrimSpace(h); h != "" {
@@ -151,6 +157,14 @@ func cmdServe(ctx context.Context, r *runner, args []string) error {
 	logger := slog.New(slog.NewTextHandler(r.env.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	clientCfg := &pronto.Config{Logger: logger, ProgressStallTimeout: *stallAfter, NoisyNeighbors: nn,
 		RemoveCompleted: *removeCompleted, DeadLetterArchive: archive, DeadLetterPruningPolicy: pronto.PruningPolicy(*pruningPolicy)}
+	if ss, ok := db.store.(store.SettingStore); ok && *webhookWorkers > 0 {
+		workers := pronto.NewWorkers()
+		if err := webhook.AddWorker(workers, ss, nil); err != nil {
+			return errorf("serve: %v", err)
+		}
+		clientCfg.Workers = workers
+		clientCfg.Queues = map[string]pronto.QueueConfig{webhook.Queue: {MaxWorkers: *webhookWorkers}}
+	}
 	if *notifyURL != "" {
 		goredis.SetLogger(quietRedisLog{}) // its dial retries' lines: the error below says it once
 		cctx, cancel := context.WithTimeout(ctx, connectTimeout)
