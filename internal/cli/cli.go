@@ -252,6 +252,11 @@ func (r *runner) groups() []group {
 		{name: "clients", summary: "see the clients using the database", subs: []command{
 			{name: "clients list", summary: "list live clients: host, queues, workers, leader", run: cmdClientsList},
 		}},
+		{name: "webhooks", summary: "register the endpoints pronto serve posts events to", subs: []command{
+			{name: "webhooks list", summary: "list the registered webhooks", run: cmdWebhooksList},
+			{name: "webhooks add", summary: "register a webhook (secret from $PRONTO_WEBHOOK_SECRET)", run: cmdWebhooksAdd},
+			{name: "webhooks delete", summary: "remove a webhook", run: cmdWebhooksDelete},
+		}},
 		{name: "rate-limits", summary: "inspect and set rate and concurrency limits", subs: []command{
 			{name: "rate-limits list", summary: "list stored limits with their use", run: cmdRateLimitsList},
 			{name: "rate-limits set", summary: "store the limit of a rate key", run: cmdRateLimitsSet},
