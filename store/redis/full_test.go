@@ -122,8 +122,11 @@ func TestFullRedisReadsRateLimit(t *testing.T) {
 }
 
 // partlyFullRedis claims a job in each of two queues and sets maxmemory so that the first one's
-// outcome (a 1 MB result) fits and the second's (3 MB) does not, as Finish writes each queue's
-// outcomes in a call of its own. It returns the two completions.
+// outcome (a few bytes) fits and the second's (an 8 MB result) does not, as Finish writes each
+// queue's outcomes in a call of its own. Redis refuses a function when its memory is over the limit
+// as the call starts, and the second call's 8 MB arrive in its query buffer (counted) only after the
+// first call ran, over many reads: 4 MB of room separate the two by a wide margin either way.
+// It returns the two completions.
 func partlyFullRedis(t *testing.T, s *Store, rdb *goredis.Client) []store.Completion {
 	t.Helper()
 	ctx := context.Background()
@@ -133,12 +136,12 @@ func partlyFullRedis(t *testing.T, s *Store, rdb *goredis.Client) []store.Comple
 	jb := claimOne(t, s, "qb")
 	used := usedMemory(t, rdb)
 	require.NoError(t, rdb.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err())
-	require.NoError(t, rdb.ConfigSet(ctx, "maxmemory", strconv.FormatInt(used+5<<20, 10)).Err())
+	require.NoError(t, rdb.ConfigSet(ctx, "maxmemory", strconv.FormatInt(used+4<<20, 10)).Err())
 	return []store.Completion{
 		{ID: ja.ID, Attempt: ja.Attempt, Token: ja.ClaimToken, State: store.StateCompleted,
-			Result: []byte(`"` + strings.Repeat("a", 1<<20) + `"`)},
+			Result: []byte(`"a"`)},
 		{ID: jb.ID, Attempt: jb.Attempt, Token: jb.ClaimToken, State: store.StateCompleted,
-			Result: []byte(`"` + strings.Repeat("b", 3<<20) + `"`)},
+			Result: []byte(`"` + strings.Repeat("b", 8<<20) + `"`)},
 	}
 }
 
@@ -188,26 +191,32 @@ func TestFullRedisCompleterKeepsWrittenOutcomes(t *testing.T) {
 	s, rdb := privateStore(t)
 	cs := partlyFullRedis(t, s, rdb)
 	var tries atomic.Int32
+	var firstErr error // the first Finish's, checked on the test's goroutine (require there only)
 	c := completer.New(completer.Config{
 		Finish: func(ctx context.Context, cs []store.Completion) ([]store.FinishResult, error) {
 			res, err := s.Finish(ctx, cs)
 			if tries.Add(1) == 1 {
-				require.ErrorContains(t, err, "OOM")
-				require.NoError(t, rdb.ConfigSet(ctx, "maxmemory", "0").Err()) // memory freed
+				firstErr = err
+				if err := rdb.ConfigSet(ctx, "maxmemory", "0").Err(); err != nil { // memory freed
+					t.Errorf("free memory: %v", err)
+				}
 			}
 			return res, err
 		},
 		Transient: func(err error) bool { return !store.IsRefused(s, err) },
 	})
-	runCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	go c.Run(runCtx)
 	applied := make(chan bool, len(cs))
 	for _, comp := range cs {
 		c.Add(completer.Item{Completion: comp, Done: func(ok bool, err error) { applied <- ok && err == nil }})
 	}
+	// Both outcomes are queued before the completer runs, so its first batch holds both: started
+	// first, it could write the first alone, before Redis is asked to hold the second.
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go c.Run(runCtx)
 	c.Close()
 	<-c.Done()
+	require.ErrorContains(t, firstErr, "OOM", "the first Finish meets a full Redis")
 	for range cs {
 		require.True(t, <-applied, "every outcome is reported applied")
 	}
