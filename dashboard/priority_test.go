@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -15,49 +14,14 @@ import (
 
 	"github.com/pronto-jobs/pronto"
 	"github.com/pronto-jobs/pronto/dashboard"
-	"github.com/pronto-jobs/pronto/internal/testdb"
+	"github.com/pronto-jobs/pronto/internal/teststore"
 	"github.com/pronto-jobs/pronto/internal/uuidv7"
 	"github.com/pronto-jobs/pronto/store"
-	"github.com/pronto-jobs/pronto/store/memory"
-	"github.com/pronto-jobs/pronto/store/postgres"
-	"github.com/pronto-jobs/pronto/store/redis"
-	"github.com/pronto-jobs/pronto/store/sqlite"
 )
 
-// openKind opens a fresh, migrated store of kind (memory, sqlite, postgres, redis), closed and, for
-// Redis, emptied of its keys when the test ends.
-func openKind(t *testing.T, kind string) store.Store {
-	t.Helper()
-	ctx := context.Background()
-	var st store.Store
-	switch kind {
-	case "memory":
-		st = memory.New()
-	case "sqlite":
-		s, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "jobs.db"))
-		require.NoError(t, err)
-		st = s
-	case "postgres":
-		s, err := postgres.New(testdb.NewPool(t, 2), postgres.Config{Schema: testdb.Schema(t)})
-		require.NoError(t, err)
-		st = s
-	case "redis":
-		prefix := "prontoprio:" + uuidv7.New() + ":"
-		s, err := redis.Open(ctx, "redis://127.0.0.1:6379/0?key_prefix="+prefix, redis.Options{})
-		require.NoError(t, err)
-		t.Cleanup(func() {
-			// The keys under the test's prefix go with it (tests only: SCAN is fine here).
-			iter := s.Client().Scan(ctx, 0, prefix+"*", 1000).Iterator()
-			for iter.Next(ctx) {
-				s.Client().Del(ctx, iter.Val())
-			}
-		})
-		st = s
-	}
-	t.Cleanup(func() { _ = st.Close() })
-	require.NoError(t, st.Migrate(ctx))
-	return st
-}
+// openKind opens a fresh, migrated store of kind (teststore.Kinds), closed and, for Redis, emptied
+// of its keys when the test ends.
+func openKind(t *testing.T, kind string) store.Store { return teststore.Open(t, kind) }
 
 // dashboardOn serves a dashboard over st; its client works nothing, so jobs stay put.
 func dashboardOn(t *testing.T, st store.Store, cfg dashboard.Config) (*httptest.Server, *pronto.Client) {
@@ -77,7 +41,7 @@ func dashboardOn(t *testing.T, st store.Store, cfg dashboard.Config) (*httptest.
 // input (400 naming the range), an unknown job (404) and a job no longer waiting (409 naming its
 // state), changing nothing.
 func TestSetPriority(t *testing.T) {
-	for _, kind := range []string{"memory", "sqlite", "postgres", "redis"} {
+	for _, kind := range teststore.Kinds {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
