@@ -303,8 +303,9 @@ func (c *Client) QueueList(ctx context.Context) ([]QueueInfo, error) {
 }
 
 // QueueAvailableByPriority returns how many available jobs of queue wait at each priority
-// (ojs-priority.md §10.3's priority distribution); priorities without any are absent. It reads the
-// queue's claim structures, not every job, but is meant for dashboards and operators, not hot paths.
+// (ojs-priority.md §10.3's priority distribution); priorities without any are absent. The stores
+// read the queue's claim index or ready sets rather than every job (the memory store walks its
+// jobs), but it is meant for dashboards and operators, not hot paths.
 // The store must implement store.PriorityCounter (all of pronto's stores do).
 func (c *Client) QueueAvailableByPriority(ctx context.Context, queue string) (map[int]int64, error) {
 	if !ValidQueueName(queue) {

@@ -34,8 +34,9 @@ func PriorityChangeable(st State) bool {
 // ojs-priority.md §10.3's priority distribution: every store pronto has.
 type PriorityCounter interface {
 	// CountAvailableByPriority returns how many available jobs of queue wait at each priority;
-	// priorities without any are absent, and a queue without jobs gives an empty map. It reads the
-	// queue's claim structures (an index range, the ready sets), not every job, but it is meant for
-	// dashboards and operators, not hot paths.
+	// priorities without any are absent, and a queue without jobs gives an empty map. PostgreSQL
+	// and SQLite read the queue's range of the claim index, Redis its ready sets (two calls per set
+	// and priority present), the memory store its jobs until it has met the queue's available
+	// count: meant for dashboards and operators, not hot paths.
 	CountAvailableByPriority(ctx context.Context, queue string) (map[int]int64, error)
 }
