@@ -54,7 +54,9 @@ func (r *ranOn) wait(t *testing.T, msg string) []int {
 			defer r.mu.Unlock()
 			return append([]int(nil), r.by[msg]...)
 		case <-deadline:
-			t.Fatalf("job %q never ran", msg)
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			t.Fatalf("job %q never ran; the runs so far, by job: %v", msg, r.by)
 			return nil
 		}
 	}
@@ -78,6 +80,10 @@ func startWorkerProcesses(t *testing.T, ts *testStore, n, maxWorkers int, ran *r
 		}))
 		cfg := fastConfig(workers, defaultQueue(maxWorkers))
 		cfg.PollInterval = time.Hour
+		// A lease that outlasts any stall of a loaded machine: "block" runs until the test ends, and
+		// a lapsed lease would have it rescued and claimed by the free process, leaving neither
+		// with a free worker (fastConfig's one-second lease lapsed once in a CI run).
+		cfg.LeaseDuration, cfg.HeartbeatInterval = time.Minute, time.Second
 		counters[i] = &claimCounter{Store: ts.reopen(t)}
 		clients[i] = startClient(t, counters[i], cfg)
 	}

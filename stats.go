@@ -22,7 +22,8 @@ type QueueStats struct {
 	// Running is how many of the queue's jobs this client runs now (including ones whose outcome is
 	// being decided).
 	Running int
-	// Prefetched is how many it has claimed ahead of a free worker (QueueConfig.Prefetch).
+	// Prefetched is how many it has claimed ahead of a free worker (QueueConfig.Prefetch) and holds
+	// waiting for one.
 	Prefetched int
 	// Free is how many more it could claim now: the queue's MaxWorkers plus the jobs it may
 	// prefetch now, less Running and Prefetched.
@@ -34,7 +35,7 @@ type QueueStats struct {
 func (c *Client) Stats() ClientStats {
 	c.mu.Lock()
 	started, stopped := c.started, c.stopped
-	producers, comp, m := c.producers, c.completer, c.maintainer
+	producers, pools, comp, m := c.producers, c.pools, c.completer, c.maintainer
 	c.mu.Unlock()
 	st := ClientStats{Queues: make(map[string]QueueStats, len(c.cfg.Queues)), DroppedEvents: c.events.dropped.Load(),
 		Started: started && !stopped}
@@ -43,9 +44,11 @@ func (c *Client) Stats() ClientStats {
 		if p := producers[name]; p != nil {
 			held := p.InFlight()
 			// Workers take up a prefetched job as soon as one is free, so the claimed jobs beyond
-			// MaxWorkers are the ones waiting.
+			// MaxWorkers are the ones waiting; of those, only the ones already in the pool's queue
+			// are counted: a claimed job is handed to the pool a moment after the claim counts it,
+			// and a count that ran ahead would say a job waits where no worker can take it yet.
 			qs.Running = min(held, q.MaxWorkers)
-			qs.Prefetched = held - qs.Running
+			qs.Prefetched = min(held-qs.Running, pools[name].Len())
 			qs.Free = max(p.Slots()-held, 0)
 		}
 		st.Queues[name] = qs
