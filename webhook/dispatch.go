@@ -3,6 +3,7 @@ package webhook
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -23,9 +24,11 @@ type Event struct {
 
 // Dispatcher turns events into delivery jobs, one per event and webhook that takes it. Publish never
 // blocks: events wait in a buffer that a goroutine of the Dispatcher empties into the store, in
-// batches, as delivery jobs in Queue. An event still in the buffer when the process dies is not
-// delivered; from its job's insert on, its delivery survives anything. Its methods are safe for
-// concurrent use.
+// batches, as delivery jobs in Queue. A batch the store fails to take is tried again, with backoff,
+// until it goes in (a store that restarts loses nothing); one it refuses is split, so that only
+// the events whose own jobs it refuses are lost. An event still in the buffer when the process dies
+// is not delivered; from its job's insert on, its delivery survives anything. Its methods are safe
+// for concurrent use.
 type Dispatcher struct {
 	client *pronto.Client
 	ss     store.SettingStore
@@ -38,6 +41,8 @@ type Dispatcher struct {
 	backoff   pronto.RetryPolicy // of the delivery jobs, MaxAttempts set per webhook
 	stop      context.CancelFunc
 	done      sync.WaitGroup
+	// unsent is the batch the inserting goroutine held when it stopped, for Close to insert.
+	unsent []Event
 }
 
 // Dispatcher defaults.
@@ -51,6 +56,10 @@ const (
 	DispatchBuffer = 10000
 	// dispatchBatch is the most events one insert carries.
 	dispatchBatch = 500
+	// insertRetryFirst and insertRetryMax are the first and the longest pause before a failed
+	// insert of delivery jobs is tried again. Meanwhile new events wait in the buffer.
+	insertRetryFirst = 100 * time.Millisecond
+	insertRetryMax   = 5 * time.Second
 )
 
 // DispatcherOptions tunes NewDispatcher. The zero value takes every default.
@@ -128,8 +137,8 @@ func (d *Dispatcher) Publish(e Event) {
 	}
 }
 
-// Dropped returns how many events were not delivered because the buffer was full or their insert
-// failed.
+// Dropped returns how many events were not delivered because the buffer was full, the store refused
+// their delivery jobs, or Close's context ended before the store took them.
 func (d *Dispatcher) Dropped() int64 { return d.dropped.Load() }
 
 // Refresh rereads the registrations now, without waiting for RefreshInterval: call it after a change
@@ -138,21 +147,28 @@ func (d *Dispatcher) Refresh(ctx context.Context) {
 	d.reload(ctx)
 }
 
-// Close inserts the events already published (bounded by ctx) and stops the Dispatcher.
+// Close inserts the events already published, trying again while the store fails, until ctx ends,
+// and stops the Dispatcher.
 func (d *Dispatcher) Close(ctx context.Context) {
 	d.stop()
 	d.done.Wait()
-	var left []Event
+	left := d.unsent
+drain:
 	for {
 		select {
 		case e := <-d.ch:
 			left = append(left, e)
 		default:
-			if len(left) > 0 {
-				d.insert(ctx, left)
-			}
-			return
+			break drain
 		}
+	}
+	if len(left) == 0 {
+		return
+	}
+	if rest := d.insert(ctx, ctx, left); len(rest) > 0 {
+		d.dropped.Add(int64(len(rest)))
+		d.log.Warn("pronto webhooks: closed before the store took the delivery jobs of events; those events are not delivered",
+			"events", len(rest))
 	}
 }
 
@@ -208,7 +224,11 @@ func (d *Dispatcher) run(ctx context.Context) {
 				break fill
 			}
 		}
-		d.insert(context.WithoutCancel(ctx), batch)
+		// A statement in flight finishes even when Close comes: its jobs may be stored already.
+		if rest := d.insert(context.WithoutCancel(ctx), ctx, batch); len(rest) > 0 {
+			d.unsent = rest // stopped while the store failed: Close tries again
+			return
+		}
 	}
 }
 
@@ -229,8 +249,60 @@ func (d *Dispatcher) opts(w *Webhook) *pronto.InsertOpts {
 	return &pronto.InsertOpts{Queue: Queue, RetryPolicy: &rp}
 }
 
-// insert stores the delivery jobs of events: one per event and webhook that takes it.
-func (d *Dispatcher) insert(ctx context.Context, events []Event) {
+// insert stores the delivery jobs of events, trying again with backoff while the store fails for any
+// reason but a refusal of the jobs' own data, until retry ends; it returns the events whose jobs
+// were not stored by then. A refused batch is split: each event goes in alone, and an event whose
+// own jobs are refused is dropped (counted, logged). Each attempt's statement derives from stmt.
+func (d *Dispatcher) insert(stmt, retry context.Context, events []Event) (unsent []Event) {
+	pause := insertRetryFirst
+	for failures := 0; ; failures++ {
+		err := d.tryInsert(stmt, events)
+		switch {
+		case err == nil:
+			if failures > 0 {
+				d.log.Info("pronto webhooks: the delivery jobs of events were inserted after failures", "events", len(events), "failures", failures)
+			}
+			return nil
+		case errors.Is(err, pronto.ErrClientStopped):
+			return events // no later attempt can succeed
+		case d.refused(err) && len(events) == 1:
+			d.dropped.Add(1)
+			d.log.Warn("pronto webhooks: the store refuses an event's delivery jobs; the event is not delivered",
+				"event", events[0].ID, "type", events[0].Type, "err", err)
+			return nil
+		case d.refused(err):
+			// One event's data is at fault, not the batch's: alone, only that event is lost.
+			for i := range events {
+				if rest := d.insert(stmt, retry, events[i:i+1]); len(rest) > 0 {
+					return events[i:]
+				}
+			}
+			return nil
+		}
+		if failures == 0 {
+			d.log.Warn("pronto webhooks: inserting the delivery jobs of events failed; trying again", "events", len(events), "err", err)
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-retry.Done():
+			t.Stop()
+			return events
+		case <-t.C:
+		}
+		pause = min(2*pause, insertRetryMax)
+	}
+}
+
+// refused reports whether err says the delivery jobs' own data is at fault, so that trying the same
+// insert again can only fail again.
+func (d *Dispatcher) refused(err error) bool {
+	st, _ := d.ss.(store.Store)
+	return errors.Is(err, pronto.ErrInvalidArgs) || store.IsRefused(st, err)
+}
+
+// tryInsert makes one attempt at storing the delivery jobs of events: one per event and webhook
+// that takes it.
+func (d *Dispatcher) tryInsert(ctx context.Context, events []Event) error {
 	hooks := *d.hooks.Load()
 	var ps []pronto.InsertManyParams
 	for _, e := range events {
@@ -243,13 +315,10 @@ func (d *Dispatcher) insert(ctx context.Context, events []Event) {
 		}
 	}
 	if len(ps) == 0 {
-		return
+		return nil
 	}
 	ictx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if _, err := d.client.InsertMany(ictx, ps); err != nil {
-		d.dropped.Add(int64(len(events)))
-		d.log.Warn("pronto webhooks: the delivery jobs of events could not be inserted; those events are not delivered",
-			"events", len(events), "err", err)
-	}
+	_, err := d.client.InsertMany(ictx, ps)
+	return err
 }

@@ -194,6 +194,7 @@ func cmdServe(ctx context.Context, r *runner, args []string) error {
 	}
 	defer srv.Close()
 	srv.SetSchedulingMetrics(obs.m) // the fetches' dispatch metrics (ojs_scheduling_*)
+	obs.countWebhookDrops(srv)
 
 	// Every listener is opened, and the dashboard made, before anything starts: a failure here
 	// leaves nothing running (the deferred closes are then the whole shutdown).

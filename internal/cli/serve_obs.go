@@ -19,6 +19,7 @@ import (
 // client (and of the Go runtime and process), and, when asked, Go's profiler.
 type serveObservability struct {
 	m        *promexport.Metrics
+	reg      *prometheus.Registry
 	metrics  http.Handler            // /metrics
 	handlers map[string]http.Handler // served by the API server, behind its key
 }
@@ -30,6 +31,7 @@ func newServeObservability(cfg *pronto.Config, pprofOn, separateMetrics bool, me
 	o := &serveObservability{m: promexport.New(&metricsOpts), handlers: map[string]http.Handler{}}
 	o.m.Instrument(cfg)
 	reg := prometheus.NewRegistry()
+	o.reg = reg
 	reg.MustRegister(o.m, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	o.metrics = promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
 	if !separateMetrics {
@@ -44,6 +46,14 @@ func newServeObservability(cfg *pronto.Config, pprofOn, separateMetrics bool, me
 		o.handlers["/debug/pprof/trace"] = http.HandlerFunc(pprof.Trace)
 	}
 	return o
+}
+
+// countWebhookDrops exports the server's count of events its webhooks missed.
+func (o *serveObservability) countWebhookDrops(srv interface{ WebhookEventsDropped() int64 }) {
+	o.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "pronto_webhook_events_dropped_total",
+		Help: "Events recorded for a webhook that were not delivered: the dispatch buffer was full, the store refused their delivery jobs, or the server stopped before the store took them.",
+	}, func() float64 { return float64(srv.WebhookEventsDropped()) }))
 }
 
 // attach follows the client's events; the returned function stops.

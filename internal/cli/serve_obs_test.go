@@ -73,6 +73,7 @@ func testServeMetrics(t *testing.T, db []string) {
 		`ojs_job_duration_seconds_count{queue="obsq",state="completed",type="obs.test"} 1`,
 		`ojs_queue_depth{queue="obsq",state="available"} 0`,
 		`go_goroutines `,
+		`pronto_webhook_events_dropped_total 0`,
 	}
 	deadline := time.Now().Add(20 * time.Second)
 	for {
