@@ -36,9 +36,6 @@ func (s *Server) startWebhooks(cfg *Config) {
 	}
 }
 
-// routeWebhooks serves /ojs/v1/admin/webhooks: GET lists, POST registers; /{id}: GET, PUT (create
-// or replace), DELETE; /{id}/test: POST sends a webhook.test event.
-
 // WebhookEventsDropped returns how many events this server recorded for a webhook and did not
 // deliver (webhook.Dispatcher.Dropped): a full buffer, a delivery job the store refused, or a
 // shutdown before the store took them. It is 0 on a store without settings (no webhooks).
@@ -49,6 +46,8 @@ func (s *Server) WebhookEventsDropped() int64 {
 	return s.webhooks.Dropped()
 }
 
+// routeWebhooks serves /ojs/v1/admin/webhooks: GET lists, POST registers; /{id}: GET, PUT (create
+// or replace), DELETE; /{id}/test: POST sends a webhook.test event.
 func (s *Server) routeWebhooks(w http.ResponseWriter, r *http.Request, seg []string) bool {
 	if s.webhooks == nil {
 		s.writeError(w, r, &apiError{status: http.StatusNotImplemented, code: "unsupported",
