@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/pronto-jobs/pronto"
@@ -31,9 +32,19 @@ func (s *Server) startWebhooks(cfg *Config) {
 	s.events.onAdd = func(e *event) {
 		if d.Wants(e.typ, e.queue, e.jobType) {
 			d.Publish(webhook.Event{ID: s.events.eventID(e), Type: e.typ, Queue: e.queue, JobType: e.jobType,
-				Body: s.events.appendEvent(nil, e)})
+				Body: s.events.appendEvent(nil, e), Subject: orderedSubject(e)})
 		}
 	}
+}
+
+// orderedSubject is what e's webhook deliveries are ordered by (webhook.Event.Subject): its job for
+// a job event, its workflow for a workflow event (ojs-events.md §9.2); other events go unordered,
+// so that a busy rate key, tenant or cron does not make its events' deliveries wait in line.
+func orderedSubject(e *event) string {
+	if strings.HasPrefix(e.typ, "job.") || strings.HasPrefix(e.typ, "workflow.") {
+		return e.subject
+	}
+	return ""
 }
 
 // WebhookEventsDropped returns how many events this server recorded for a webhook and did not

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -126,6 +127,48 @@ func TestWebhookAPI(t *testing.T) {
 			case d := <-got:
 				t.Fatalf("an unexpected delivery: %v %s", d.header, d.body)
 			default:
+			}
+		})
+	}
+}
+
+// TestWebhookJobEventsInLifecycleOrder: on every store, a webhook receives one job's events in
+// lifecycle order (ojs-events.md §9.2) although the first one's delivery fails at first: the
+// job.started and job.completed deliveries wait for the job.enqueued one to succeed.
+func TestWebhookJobEventsInLifecycleOrder(t *testing.T) {
+	for _, kind := range storeKinds {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			s, _, _ := webhookServer(t, kind)
+			type post struct{ typ, status string }
+			got := make(chan post, 100)
+			var failed atomic.Bool
+			endpoint := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				typ := r.Header.Get("X-OJS-Event-Type")
+				status := http.StatusOK
+				if typ == "job.enqueued" && failed.CompareAndSwap(false, true) {
+					status = http.StatusServiceUnavailable
+				}
+				w.WriteHeader(status)
+				got <- post{typ, http.StatusText(status)}
+			}))
+			t.Cleanup(endpoint.Close)
+			mustCall(t, s, 201, "POST", "/ojs/v1/admin/webhooks", `{"url":"`+endpoint.URL+`","types":["job.*"],"queues":["oq"]}`)
+			job := enqueueJob(t, s, `{"type":"o.job","args":[1],"options":{"queue":"oq"}}`)
+			mustCall(t, s, 200, "POST", "/ojs/v1/workers/fetch", `{"queues":["oq"],"worker_id":"w1"}`)
+			mustCall(t, s, 200, "POST", "/ojs/v1/workers/ack", `{"job_id":"`+job+`","worker_id":"w1"}`)
+			var posts []post
+			for len(posts) == 0 || posts[len(posts)-1].typ != "job.completed" {
+				posts = append(posts, receive(t, got, "delivery"))
+			}
+			want := []post{{"job.enqueued", "Service Unavailable"}, {"job.enqueued", "OK"}, {"job.started", "OK"}, {"job.completed", "OK"}}
+			if len(posts) != len(want) {
+				t.Fatalf("deliveries %v, want %v", posts, want)
+			}
+			for i := range want {
+				if posts[i] != want[i] {
+					t.Fatalf("deliveries %v, want %v", posts, want)
+				}
 			}
 		})
 	}

@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/pronto-jobs/pronto"
 	"github.com/pronto-jobs/pronto/internal/version"
@@ -20,13 +21,15 @@ import (
 )
 
 // deliverArgs are a delivery job's args: the webhook and the event, whose envelope is the body
-// posted. The secret is not in them (job args are listed by the admin API and the dashboard); the
-// worker reads it from the registration.
+// posted, and the delivery job that must be over before this one posts (the previous event of the
+// same subject to the same webhook; see Event.Subject). The secret is not in them (job args are
+// listed by the admin API and the dashboard); the worker reads it from the registration.
 type deliverArgs struct {
 	WebhookID string          `json:"webhook_id"`
 	EventID   string          `json:"event_id"`
 	EventType string          `json:"event_type"`
 	Event     json.RawMessage `json:"event"`
+	After     string          `json:"after,omitempty"`
 }
 
 func (deliverArgs) Kind() string { return Kind }
@@ -51,18 +54,70 @@ type WorkerOptions struct {
 // queued deliveries). A 2xx answer completes the job; a network error, a timeout, 408, 425, 429 or a
 // 5xx fails the attempt, retried with the client's backoff up to the webhook's MaxAttempts; any other
 // answer (a 4xx: the endpoint refuses the event) discards the job at once. A delivery of a webhook
-// deleted or disabled since is cancelled. Work Queue with a client whose Workers hold it.
+// deleted or disabled since is cancelled. A delivery whose subject's previous delivery to the same
+// webhook is not over (completed, discarded or cancelled) waits for it: while that one runs, the
+// worker waits up to a second, else the job is snoozed (pronto.Snooze) until about when that one
+// is due, which spends none of its attempts. ss must be the client's store, which also holds the
+// jobs. Work Queue with a client whose Workers hold it.
 func AddWorker(workers *pronto.Workers, ss store.SettingStore, opts *WorkerOptions) error {
 	hc := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	if opts != nil && opts.HTTPClient != nil {
 		hc = opts.HTTPClient
 	}
+	jobs, ok := ss.(store.Store)
+	if !ok {
+		return fmt.Errorf("webhook worker: %T keeps settings but not jobs: pass the client's store", ss)
+	}
 	return pronto.AddWorkerSafely(workers, pronto.WorkFunc(func(ctx context.Context, j *pronto.Job[deliverArgs]) error {
-		return deliver(ctx, hc, ss, j)
+		return deliver(ctx, hc, ss, jobs, j)
 	}))
 }
 
-func deliver(ctx context.Context, hc *http.Client, ss store.SettingStore, j *pronto.Job[deliverArgs]) error {
+// The waits of a delivery whose predecessor is not over (see AddWorker).
+const (
+	// turnHold is how long a worker waits, polling, for a predecessor that is running.
+	turnHold = time.Second
+	// turnSnooze is how long a delivery is snoozed when its predecessor waits for a worker or has
+	// run past turnHold, and how long after its predecessor's due time it comes back.
+	turnSnooze = 250 * time.Millisecond
+)
+
+// turn returns how long a delivery must wait for the one before it (job after), 0 once that one is over:
+// delivered, given up or gone (pruned, or never stored).
+func turn(ctx context.Context, jobs store.Store, after string) (time.Duration, error) {
+	deadline := time.Now().Add(turnHold)
+	pause := 5 * time.Millisecond
+	for {
+		prev, err := jobs.GetJob(ctx, after)
+		if errors.Is(err, store.ErrNotFound) {
+			return 0, nil
+		}
+		if err != nil {
+			return 0, fmt.Errorf("webhook delivery: read the delivery before it (%s): %w", after, err)
+		}
+		switch prev.State {
+		case pronto.StateCompleted, pronto.StateDiscarded, pronto.StateCancelled:
+			return 0, nil
+		case pronto.StateScheduled, pronto.StateRetryable:
+			return max(time.Until(prev.ScheduledAt), 0) + turnSnooze, nil
+		case pronto.StateActive:
+			if time.Now().Add(pause).Before(deadline) {
+				t := time.NewTimer(pause)
+				select {
+				case <-ctx.Done():
+					t.Stop()
+					return 0, ctx.Err()
+				case <-t.C:
+				}
+				pause = min(2*pause, 100*time.Millisecond)
+				continue
+			}
+		}
+		return turnSnooze, nil // waiting for a worker, or running long
+	}
+}
+
+func deliver(ctx context.Context, hc *http.Client, ss store.SettingStore, jobs store.Store, j *pronto.Job[deliverArgs]) error {
 	a := j.Args
 	w, err := Get(ctx, ss, a.WebhookID)
 	if errors.Is(err, pronto.ErrNotFound) {
@@ -73,6 +128,15 @@ func deliver(ctx context.Context, hc *http.Client, ss store.SettingStore, j *pro
 	}
 	if w.Disabled {
 		return pronto.Cancel(fmt.Errorf("webhook %s is disabled", a.WebhookID))
+	}
+	if a.After != "" {
+		wait, err := turn(ctx, jobs, a.After)
+		if err != nil {
+			return err
+		}
+		if wait > 0 {
+			return pronto.Snooze(wait)
+		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, w.timeout())
 	defer cancel()
@@ -86,7 +150,7 @@ func deliver(ctx context.Context, hc *http.Client, ss store.SettingStore, j *pro
 	h.Set("X-OJS-Webhook-ID", w.ID)
 	h.Set("X-OJS-Event-ID", a.EventID)
 	h.Set("X-OJS-Event-Type", a.EventType)
-	h.Set("X-OJS-Delivery-Attempt", strconv.Itoa(j.Attempt))
+	h.Set("X-OJS-Delivery-Attempt", strconv.Itoa(deliveryAttempt(j.JobRow)))
 	if w.Secret != "" {
 		h.Set("X-OJS-Signature", Signature(w.Secret, a.Event))
 	}
@@ -108,6 +172,12 @@ func deliver(ctx context.Context, hc *http.Client, ss store.SettingStore, j *pro
 	default:
 		return pronto.Discard(failure)
 	}
+}
+
+// deliveryAttempt is which try at posting j this is: one more than its failed attempts, each of which
+// left an entry in its errors (Attempt also counts the runs that snoozed, waiting for their turn).
+func deliveryAttempt(j *pronto.JobRow) int {
+	return len(j.Errors) + 1
 }
 
 // redactURL drops a URL's user information and query, which may carry credentials, from errors

@@ -1,6 +1,7 @@
 package webhook
 
 import (
+	"container/list"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/pronto-jobs/pronto"
+	"github.com/pronto-jobs/pronto/internal/uuidv7"
 	"github.com/pronto-jobs/pronto/store"
 )
 
@@ -20,15 +22,25 @@ type Event struct {
 	Queue   string // "" for an event about no queue
 	JobType string // "" for an event about no job
 	Body    json.RawMessage
+	// Subject orders deliveries: a webhook is sent the events of one Subject in the order they were
+	// published, each once the one before it is delivered or given up (ojs-events.md §9.2: one
+	// job's events in lifecycle order). pronto serve sets it to the job's id for job events and to
+	// the workflow's for workflow events; "" leaves the event's delivery unordered.
+	Subject string
 }
 
 // Dispatcher turns events into delivery jobs, one per event and webhook that takes it. Publish never
 // blocks: events wait in a buffer that a goroutine of the Dispatcher empties into the store, in
 // batches, as delivery jobs in Queue. A batch the store fails to take is tried again, with backoff,
-// until it goes in (a store that restarts loses nothing); one it refuses is split, so that only
-// the events whose own jobs it refuses are lost. An event still in the buffer when the process dies
-// is not delivered; from its job's insert on, its delivery survives anything. Its methods are safe
-// for concurrent use.
+// until it goes in (a store that restarts loses nothing, and an attempt whose answer was lost after
+// it stored the jobs stores nothing twice: the jobs' ids are chosen once); one it refuses is split,
+// so that only the events whose own jobs it refuses are lost. An event still in the buffer when the
+// process dies is not delivered; from its job's insert on, its delivery survives anything.
+//
+// Deliveries of one Subject to one webhook are chained: each job names the delivery before it (of
+// the latest of the subjects' events published through this Dispatcher, among the last
+// MaxOrderedSubjects subjects), and the worker posts it only once that one is over. Its methods are
+// safe for concurrent use.
 type Dispatcher struct {
 	client *pronto.Client
 	ss     store.SettingStore
@@ -42,7 +54,17 @@ type Dispatcher struct {
 	stop      context.CancelFunc
 	done      sync.WaitGroup
 	// unsent is the batch the inserting goroutine held when it stopped, for Close to insert.
-	unsent []Event
+	unsent []planned
+
+	chainsMu sync.Mutex
+	chains   chains
+}
+
+// planned is an event with its delivery jobs, planned once (ids and chain links chosen) so that
+// every attempt at inserting them stores the same jobs.
+type planned struct {
+	event Event
+	jobs  []pronto.InsertManyParams
 }
 
 // Dispatcher defaults.
@@ -60,6 +82,10 @@ const (
 	// insert of delivery jobs is tried again. Meanwhile new events wait in the buffer.
 	insertRetryFirst = 100 * time.Millisecond
 	insertRetryMax   = 5 * time.Second
+	// MaxOrderedSubjects is how many (webhook, Subject) pairs a Dispatcher remembers the latest
+	// delivery of, the least recently published forgotten first: an event of a forgotten subject
+	// is delivered without waiting for the subject's earlier deliveries. About 200 bytes each.
+	MaxOrderedSubjects = 65536
 )
 
 // DispatcherOptions tunes NewDispatcher. The zero value takes every default.
@@ -98,6 +124,7 @@ func NewDispatcher(client *pronto.Client, ss store.SettingStore, opts *Dispatche
 	ctx, cancel := context.WithCancel(context.Background())
 	d := &Dispatcher{client: client, ss: ss, log: o.Logger, ch: make(chan Event, DispatchBuffer),
 		stop:    cancel,
+		chains:  newChains(MaxOrderedSubjects),
 		backoff: pronto.RetryPolicy{InitialInterval: o.RetryInterval, BackoffCoefficient: 2, MaxInterval: o.MaxRetryInterval}}
 	d.hooks.Store(&[]Webhook{})
 	d.reload(ctx)
@@ -157,7 +184,7 @@ drain:
 	for {
 		select {
 		case e := <-d.ch:
-			left = append(left, e)
+			left = append(left, d.plan(e))
 		default:
 			break drain
 		}
@@ -207,19 +234,19 @@ func (d *Dispatcher) reload(ctx context.Context) {
 // run inserts the published events' delivery jobs, a batch at a time.
 func (d *Dispatcher) run(ctx context.Context) {
 	defer d.done.Done()
-	batch := make([]Event, 0, dispatchBatch)
+	batch := make([]planned, 0, dispatchBatch)
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case e := <-d.ch:
-			batch = append(batch[:0], e)
+			batch = append(batch[:0], d.plan(e))
 		}
 	fill:
 		for len(batch) < dispatchBatch {
 			select {
 			case e := <-d.ch:
-				batch = append(batch, e)
+				batch = append(batch, d.plan(e))
 			default:
 				break fill
 			}
@@ -242,6 +269,61 @@ func (d *Dispatcher) args(w *Webhook, e Event) deliverArgs {
 	return deliverArgs{WebhookID: w.ID, EventID: e.ID, EventType: e.Type, Event: e.Body}
 }
 
+// plan makes e's delivery jobs, one per webhook that takes it now: their ids, and for an event with
+// a Subject the delivery each waits for (the subject's latest to the same webhook).
+func (d *Dispatcher) plan(e Event) planned {
+	p := planned{event: e}
+	hooks := *d.hooks.Load()
+	for i := range hooks {
+		w := &hooks[i]
+		if !w.Matches(e.Type, e.Queue, e.JobType) {
+			continue
+		}
+		a, o := d.args(w, e), d.opts(w)
+		o.ID = uuidv7.New()
+		if e.Subject != "" {
+			d.chainsMu.Lock()
+			a.After = d.chains.link(w.ID+"\x00"+e.Subject, o.ID)
+			d.chainsMu.Unlock()
+		}
+		p.jobs = append(p.jobs, pronto.InsertManyParams{Args: a, Opts: o})
+	}
+	return p
+}
+
+// chains maps a (webhook, subject) pair to the id of its latest delivery job, forgetting the least
+// recently linked pair beyond its bound.
+type chains struct {
+	max   int
+	links map[string]*list.Element // of *chainLink
+	lru   list.List                // most recently linked first
+}
+
+type chainLink struct {
+	key, last string
+}
+
+func newChains(max int) chains {
+	return chains{max: max, links: make(map[string]*list.Element)}
+}
+
+// link records id as key's latest delivery and returns the one before it ("" for none known).
+func (c *chains) link(key, id string) (prev string) {
+	if el, ok := c.links[key]; ok {
+		l := el.Value.(*chainLink)
+		prev, l.last = l.last, id
+		c.lru.MoveToFront(el)
+		return prev
+	}
+	if c.lru.Len() >= c.max {
+		oldest := c.lru.Back()
+		delete(c.links, oldest.Value.(*chainLink).key)
+		c.lru.Remove(oldest)
+	}
+	c.links[key] = c.lru.PushFront(&chainLink{key: key, last: id})
+	return ""
+}
+
 // opts are the insert options of w's deliveries: Queue, and the delivery backoff with w's attempts.
 func (d *Dispatcher) opts(w *Webhook) *pronto.InsertOpts {
 	rp := d.backoff
@@ -252,8 +334,10 @@ func (d *Dispatcher) opts(w *Webhook) *pronto.InsertOpts {
 // insert stores the delivery jobs of events, trying again with backoff while the store fails for any
 // reason but a refusal of the jobs' own data, until retry ends; it returns the events whose jobs
 // were not stored by then. A refused batch is split: each event goes in alone, and an event whose
-// own jobs are refused is dropped (counted, logged). Each attempt's statement derives from stmt.
-func (d *Dispatcher) insert(stmt, retry context.Context, events []Event) (unsent []Event) {
+// own jobs are refused is dropped (counted, logged). So is a batch some of whose jobs exist, which
+// an earlier attempt stored before its answer was lost: an event whose jobs exist is done. Each
+// attempt's statement derives from stmt.
+func (d *Dispatcher) insert(stmt, retry context.Context, events []planned) (unsent []planned) {
 	pause := insertRetryFirst
 	for failures := 0; ; failures++ {
 		err := d.tryInsert(stmt, events)
@@ -265,12 +349,14 @@ func (d *Dispatcher) insert(stmt, retry context.Context, events []Event) (unsent
 			return nil
 		case errors.Is(err, pronto.ErrClientStopped):
 			return events // no later attempt can succeed
+		case errors.Is(err, pronto.ErrDuplicate) && len(events) == 1:
+			return nil // an earlier attempt stored them (an event's jobs go in together)
 		case d.refused(err) && len(events) == 1:
 			d.dropped.Add(1)
 			d.log.Warn("pronto webhooks: the store refuses an event's delivery jobs; the event is not delivered",
-				"event", events[0].ID, "type", events[0].Type, "err", err)
+				"event", events[0].event.ID, "type", events[0].event.Type, "err", err)
 			return nil
-		case d.refused(err):
+		case d.refused(err) || errors.Is(err, pronto.ErrDuplicate):
 			// One event's data is at fault, not the batch's: alone, only that event is lost.
 			for i := range events {
 				if rest := d.insert(stmt, retry, events[i:i+1]); len(rest) > 0 {
@@ -300,19 +386,11 @@ func (d *Dispatcher) refused(err error) bool {
 	return errors.Is(err, pronto.ErrInvalidArgs) || store.IsRefused(st, err)
 }
 
-// tryInsert makes one attempt at storing the delivery jobs of events: one per event and webhook
-// that takes it.
-func (d *Dispatcher) tryInsert(ctx context.Context, events []Event) error {
-	hooks := *d.hooks.Load()
+// tryInsert makes one attempt at storing the delivery jobs of events.
+func (d *Dispatcher) tryInsert(ctx context.Context, events []planned) error {
 	var ps []pronto.InsertManyParams
-	for _, e := range events {
-		for i := range hooks {
-			w := &hooks[i]
-			if !w.Matches(e.Type, e.Queue, e.JobType) {
-				continue
-			}
-			ps = append(ps, pronto.InsertManyParams{Args: d.args(w, e), Opts: d.opts(w)})
-		}
+	for _, p := range events {
+		ps = append(ps, p.jobs...)
 	}
 	if len(ps) == 0 {
 		return nil

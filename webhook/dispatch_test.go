@@ -19,12 +19,16 @@ import (
 )
 
 // failingStore is a memory store whose inserts fail while down is set, as an unreachable backend's
-// do, and are refused, as too large a row is, when a job's args hold refuse.
+// do, and are refused, as too large a row is, when a job's args hold refuse. While loseAnswers is
+// above zero, an insert stores its jobs and then fails, as one whose answer a broken connection
+// lost.
 type failingStore struct {
 	*memory.Store
-	down     atomic.Bool
-	failures atomic.Int64
-	refuse   string
+	down        atomic.Bool
+	failures    atomic.Int64
+	refuse      string
+	loseAnswers atomic.Int64
+	lost        atomic.Int64 // answers lost so far
 }
 
 func (s *failingStore) Insert(ctx context.Context, params []*store.InsertParams) ([]*store.Job, error) {
@@ -37,7 +41,12 @@ func (s *failingStore) Insert(ctx context.Context, params []*store.InsertParams)
 			return nil, fmt.Errorf("%w: a job's row is too large", store.ErrInvalidParams)
 		}
 	}
-	return s.Store.Insert(ctx, params)
+	jobs, err := s.Store.Insert(ctx, params)
+	if err == nil && s.loseAnswers.Add(-1) >= 0 {
+		s.lost.Add(1)
+		return nil, fmt.Errorf("insert: the answer was lost: %w", store.ErrClosed)
+	}
+	return jobs, err
 }
 
 // dispatcherOn is a Dispatcher inserting through a client of st, with one webhook taking every event.
