@@ -138,11 +138,18 @@ RETURNING ` + jobColsJ
 const setClaimTag = `set_config('pronto.claim_tag', $2::text, true)`
 
 // taggedClaimToken is the claim token a claim writes on each job it makes active: the claim's tag
-// (pronto.claim_tag) followed by 62 random bits, so that the jobs of a claim whose reply was lost
-// can be found (lostclaim.go); a fresh random UUID when the transaction has no tag. Migration 027
+// (pronto.claim_tag) followed by 64 random bits, so that the jobs of a claim whose reply was lost
+// can be found (lostclaim.go); a fresh random UUID when the transaction has no tag. Migration 028
 // writes the same expression into claim_limited_held.
+//
+// The tag, 64 bits from the client's crypto/rand, is what sets one claim's tokens apart from any
+// other claim's, so fencing holds whatever the rest is. The rest comes from random(), the
+// backend's generator (seeded from strong randomness when the backend starts), and not from
+// gen_random_uuid(): that one asks OpenSSL for fresh bytes at each call, 2.3 µs of the database's
+// CPU a claimed job on this machine against 0.4 µs for two random() calls with the formatting.
 const taggedClaimToken = `coalesce((nullif(current_setting('pronto.claim_tag', true), '')
-		|| right(replace(gen_random_uuid()::text, '-', ''), 16))::uuid, gen_random_uuid())`
+		|| lpad(to_hex((floor(random() * 4294967296)::bigint << 32) | floor(random() * 4294967296)::bigint),
+			16, '0'))::uuid, gen_random_uuid())`
 
 // claimTailAd is claimTail advertising the producer for the hand-off (see sqlClaimAd), with the
 // parameters of the waiter's id, channel, kinds, lease and lifetime.
