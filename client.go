@@ -1277,7 +1277,7 @@ func (c *Client) failedOutcome(row *JobRow, err error, comp *store.Completion, t
 		retryable := row.Attempt < row.MaxAttempts && !MatchesErrorType(policy.NonRetryableErrors, ae.Type)
 		if retryable {
 			comp.State, kind = store.StateRetryable, EventFailed
-			comp.ScheduledAt = now.Add(policy.Delay(row.Attempt))
+			comp.ScheduledAt = now.Add(policy.Delay(backoffAttempt(row)))
 		} else {
 			comp.State, kind = store.StateDiscarded, EventDiscarded
 			f := false
@@ -1370,6 +1370,15 @@ func (c *Client) policyOf(row *JobRow) RetryPolicy {
 		return c.cfg.RetryPolicy
 	}
 	return p.withDefaults(c.cfg.RetryPolicy)
+}
+
+// backoffAttempt is the attempt number a failed attempt of row backs off from: its attempt, less
+// the attempts that ended without an entry in its errors (a worker's Snooze, a prefetched job given
+// back unstarted), each of which counted in Attempt. Waiting, then, does not lengthen the retry
+// delay: a job that snoozed ten times and fails once waits the policy's first delay, not its
+// eleventh. A job retried by hand (attempts reset, errors kept) backs off from its attempt.
+func backoffAttempt(row *JobRow) int {
+	return max(min(row.Attempt, len(row.Errors)+1), 1)
 }
 
 // attemptError describes err as an error-history entry.

@@ -58,7 +58,9 @@ type SnoozeError struct{ Duration time.Duration }
 func (e *SnoozeError) Error() string { return fmt.Sprintf("job snoozed for %s", e.Duration) }
 
 // Snooze, returned from Work, puts the job back to scheduled for d without spending an attempt (its
-// max attempts grows by one so the retry budget is unchanged) and without an error entry.
+// max attempts grows by one so the retry budget is unchanged) and without an error entry. Its
+// attempt number still counts the snooze, but its retry backoff does not: a later failure backs off
+// as the failure it is (the first one by the policy's first delay), whatever the snoozes before it.
 func Snooze(d time.Duration) error {
 	if d < 0 {
 		d = 0

@@ -259,7 +259,7 @@ func (c *Client) RemoteNack(ctx context.Context, p RemoteNackParams) (*RemoteNac
 	retryable := !p.NonRetryable && j.Attempt < j.MaxAttempts && !MatchesErrorType(policy.NonRetryableErrors, ae.Type)
 	kind := EventDiscarded
 	if retryable {
-		res.RetryDelay = policy.Delay(j.Attempt)
+		res.RetryDelay = policy.Delay(backoffAttempt(j))
 		comp.State, comp.ScheduledAt = store.StateRetryable, now.Add(res.RetryDelay)
 		kind = EventFailed
 	} else {
