@@ -56,8 +56,9 @@ type WorkerOptions struct {
 // answer (a 4xx: the endpoint refuses the event) discards the job at once. A delivery of a webhook
 // deleted or disabled since is cancelled. A delivery whose subject's previous delivery to the same
 // webhook is not over (completed, discarded or cancelled) waits for it: while that one runs, the
-// worker waits up to a second, else the job is snoozed (pronto.Snooze) until about when that one
-// is due, which spends none of its attempts. ss must be the client's store, which also holds the
+// worker waits up to a second; else the job is snoozed (pronto.Snooze), which spends none of its
+// attempts, until about when that one is due, or, while that one waits for a worker or runs on, for
+// as long as it has waited or run so far (250 ms to 5 s). ss must be the client's store, which also holds the
 // jobs. Work Queue with a client whose Workers hold it.
 func AddWorker(workers *pronto.Workers, ss store.SettingStore, opts *WorkerOptions) error {
 	hc := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
@@ -77,9 +78,12 @@ func AddWorker(workers *pronto.Workers, ss store.SettingStore, opts *WorkerOptio
 const (
 	// turnHold is how long a worker waits, polling, for a predecessor that is running.
 	turnHold = time.Second
-	// turnSnooze is how long a delivery is snoozed when its predecessor waits for a worker or has
-	// run past turnHold, and how long after its predecessor's due time it comes back.
+	// turnSnooze is the shortest a delivery is snoozed for when its predecessor waits for a worker
+	// or has run past turnHold, and how long after its predecessor's due time it comes back.
 	turnSnooze = 250 * time.Millisecond
+	// turnSnoozeMax is the longest: a predecessor that has waited or run for a while is snoozed
+	// for as long as it has (so a long wait costs a few snoozes, not one every turnSnooze), up to it.
+	turnSnoozeMax = 5 * time.Second
 )
 
 // turn returns how long a delivery must wait for the one before it (job after), 0 once that one is over:
@@ -100,6 +104,8 @@ func turn(ctx context.Context, jobs store.Store, after string) (time.Duration, e
 			return 0, nil
 		case pronto.StateScheduled, pronto.StateRetryable:
 			return max(time.Until(prev.ScheduledAt), 0) + turnSnooze, nil
+		case pronto.StateAvailable:
+			return min(max(time.Since(prev.ScheduledAt), turnSnooze), turnSnoozeMax), nil
 		case pronto.StateActive:
 			if time.Now().Add(pause).Before(deadline) {
 				t := time.NewTimer(pause)
@@ -112,8 +118,9 @@ func turn(ctx context.Context, jobs store.Store, after string) (time.Duration, e
 				pause = min(2*pause, 100*time.Millisecond)
 				continue
 			}
+			return min(max(time.Since(prev.StartedAt), turnSnooze), turnSnoozeMax), nil
 		}
-		return turnSnooze, nil // waiting for a worker, or running long
+		return turnSnooze, nil // pending: not one of ours, but it may yet run
 	}
 }
 
