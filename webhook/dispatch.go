@@ -37,10 +37,10 @@ type Event struct {
 // so that only the events whose own jobs it refuses are lost. An event still in the buffer when the
 // process dies is not delivered; from its job's insert on, its delivery survives anything.
 //
-// Deliveries of one Subject to one webhook are chained: each job names the delivery before it (of
-// the latest of the subjects' events published through this Dispatcher, among the last
-// MaxOrderedSubjects subjects), and the worker posts it only once that one is over. Its methods are
-// safe for concurrent use.
+// Deliveries of one Subject to one webhook are chained: each job names the delivery of the
+// subject's previous event to the same webhook (remembered for the MaxOrderedSubjects subjects
+// published most recently through this Dispatcher), and the worker posts it only once that one is
+// over. Its methods are safe for concurrent use.
 type Dispatcher struct {
 	client *pronto.Client
 	ss     store.SettingStore
