@@ -78,12 +78,11 @@ func startWorkerProcesses(t *testing.T, ts *testStore, n, maxWorkers int, ran *r
 			}
 			return nil
 		}))
-		cfg := fastConfig(workers, defaultQueue(maxWorkers))
-		cfg.PollInterval = time.Hour
 		// A lease that outlasts any stall of a loaded machine: "block" runs until the test ends, and
 		// a lapsed lease would have it rescued and claimed by the free process, leaving neither
 		// with a free worker (fastConfig's one-second lease lapsed once in a CI run).
-		cfg.LeaseDuration, cfg.HeartbeatInterval = time.Minute, time.Second
+		cfg := heldConfig(workers, defaultQueue(maxWorkers))
+		cfg.PollInterval = time.Hour
 		counters[i] = &claimCounter{Store: ts.reopen(t)}
 		clients[i] = startClient(t, counters[i], cfg)
 	}

@@ -114,7 +114,7 @@ func limWorkers(started chan<- int, release <-chan struct{}) *pronto.Workers {
 }
 
 func slowPollConfig(ws *pronto.Workers) *pronto.Config {
-	cfg := fastConfig(ws, map[string]pronto.QueueConfig{pronto.DefaultQueue: {MaxWorkers: 4}})
+	cfg := heldConfig(ws, map[string]pronto.QueueConfig{pronto.DefaultQueue: {MaxWorkers: 4}})
 	cfg.PollInterval = time.Minute
 	return cfg
 }
@@ -220,7 +220,7 @@ func TestConcurrencyLimitNotHandedOff(t *testing.T) {
 			}
 			return nil
 		}))
-		c := startClient(t, ts.Store, fastConfig(ws, defaultQueue(4)))
+		c := startClient(t, ts.Store, heldConfig(ws, defaultQueue(4)))
 		require.NoError(t, c.RateLimitSet(ctx, "one-at-a-time", pronto.RateLimit{MaxActive: 1}))
 		_, err := c.Insert(ctx, limArgs{N: 1}, &pronto.InsertOpts{RateKey: "one-at-a-time"})
 		require.NoError(t, err)

@@ -23,7 +23,7 @@ func TestClientList(t *testing.T) {
 			}
 			return nil
 		}))
-		cfg := fastConfig(workers, map[string]pronto.QueueConfig{pronto.DefaultQueue: {MaxWorkers: 3}, "mail": {MaxWorkers: 2}})
+		cfg := heldConfig(workers, map[string]pronto.QueueConfig{pronto.DefaultQueue: {MaxWorkers: 3}, "mail": {MaxWorkers: 2}})
 		cfg.ID = "a-worker"
 		worker := startClient(t, ts.Store, cfg)
 		other, err := pronto.NewClient(ts.reopen(t), &pronto.Config{ID: "b-inserter", LeaderTTL: time.Second, DisableMaintenance: true})

@@ -132,10 +132,9 @@ func TestPrefetchedJobsRunInTenantTurns(t *testing.T) {
 		mu.Unlock()
 		return nil
 	}))
-	cfg := fastConfig(workers, map[string]pronto.QueueConfig{pronto.DefaultQueue: {MaxWorkers: 1, Prefetch: 10}})
 	// a1 holds the only worker until the gate opens: a lease that a loaded machine's stall cannot
 	// lapse, or the rescue would run a1 again and change the order this test reads.
-	cfg.LeaseDuration, cfg.HeartbeatInterval = time.Minute, time.Second
+	cfg := heldConfig(workers, map[string]pronto.QueueConfig{pronto.DefaultQueue: {MaxWorkers: 1, Prefetch: 10}})
 	c := startClient(t, st, cfg)
 	insert := func(msg, tenant string) {
 		_, err := c.Insert(ctx, echoArgs{Message: msg}, &pronto.InsertOpts{Tenant: tenant})

@@ -44,7 +44,7 @@ func TestProgressRoundTrip(t *testing.T) {
 			<-release
 			return nil
 		}))
-		cfg := fastConfig(workers, defaultQueue(2))
+		cfg := heldConfig(workers, defaultQueue(2))
 		c := startClient(t, ts, cfg)
 		events, stop := c.Subscribe(pronto.EventProgress)
 		defer stop()

@@ -109,7 +109,7 @@ func TestTenantLimitHoldsWorkers(t *testing.T) {
 			mu.Unlock()
 			return nil
 		}))
-		c, err := pronto.NewClient(ts.Store, fastConfig(ws, defaultQueue(6)))
+		c, err := pronto.NewClient(ts.Store, heldConfig(ws, defaultQueue(6)))
 		require.NoError(t, err)
 		require.NoError(t, c.TenantSetLimit(ctx, "acme", pronto.RateLimit{MaxActive: 1}))
 		for i := range 4 {
