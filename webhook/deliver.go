@@ -58,8 +58,8 @@ type WorkerOptions struct {
 // webhook is not over (completed, discarded or cancelled) waits for it: while that one runs, the
 // worker waits up to a second; else the job is snoozed (pronto.Snooze), which spends none of its
 // attempts, until about when that one is due, or, while that one waits for a worker or runs on, for
-// as long as it has waited or run so far (250 ms to 5 s). ss must be the client's store, which also holds the
-// jobs. Work Queue with a client whose Workers hold it.
+// as long as it has waited or run so far (250 ms to 5 s). ss must be the client's store, which also
+// holds the jobs. Work Queue with a client whose Workers hold it.
 func AddWorker(workers *pronto.Workers, ss store.SettingStore, opts *WorkerOptions) error {
 	hc := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	if opts != nil && opts.HTTPClient != nil {
