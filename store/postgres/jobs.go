@@ -532,12 +532,15 @@ func (s *Store) Heartbeat(ctx context.Context, p store.HeartbeatParams) ([]strin
 // lease_expired error entry, or discarded when their attempts are spent. Their queues are announced.
 func (s *Store) Rescue(ctx context.Context, p store.RescueParams) (store.RescueResult, error) {
 	var out store.RescueResult
-	rows, err := s.pool.Query(ctx, s.q.rescue, limitOrDefault(p.Limit))
-	if err != nil {
-		return out, fmt.Errorf("rescue jobs: %w", err)
-	}
-	jobs, err := scanJobs(rows)
-	if err != nil {
+	var jobs []*store.Job
+	b := &pgx.Batch{}
+	b.Queue(sqlRescuePlan)
+	b.Queue(s.q.rescue, limitOrDefault(p.Limit)).Query(func(rows pgx.Rows) error {
+		var err error
+		jobs, err = scanJobs(rows)
+		return err
+	})
+	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
 		return out, fmt.Errorf("rescue jobs: %w", err)
 	}
 	for _, j := range jobs {

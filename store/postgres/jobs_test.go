@@ -456,6 +456,78 @@ func TestClaimPlanIsPinned(t *testing.T) {
 	require.Equal(t, ids(jobs), paramIDs(batch[:10]))
 }
 
+// TestRescuePlanIsPinned guards the rescue's plan (sqlRescuePlan): an ordered scan of the leases'
+// index stopping at the LIMIT, even when the statistics put many leases in the past, as they do
+// after a busy spell (here: 3000 jobs claimed with leases already over, then analyzed), when the
+// planner otherwise reads every such lease's row through a bitmap and sorts them (the costs are
+// skewed as if the table were much larger).
+func TestRescuePlanIsPinned(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := setup(t)
+	batch := make([]*store.InsertParams, 3000)
+	for i := range batch {
+		batch[i] = params("q")
+	}
+	_, err := s.Insert(ctx, batch)
+	require.NoError(t, err)
+	claim := claimParams("q", 1000)
+	claim.LeaseDuration = time.Microsecond
+	for range 3 {
+		jobs, err := s.Claim(ctx, claim)
+		require.NoError(t, err)
+		require.Len(t, jobs, 1000)
+	}
+	_, err = s.Pool().Exec(ctx, "ANALYZE "+s.Schema()+".jobs")
+	require.NoError(t, err)
+
+	explain := func(pinned bool) string {
+		b := &pgx.Batch{}
+		// Costs skewed against random reads, as TestClaimPlanIsPinned does: what a table much
+		// larger than this test's, with many past leases in its statistics, looks like.
+		b.Queue(`SELECT set_config('random_page_cost', '1000', true), set_config('cpu_index_tuple_cost', '10', true)`)
+		if pinned {
+			b.Queue(sqlRescuePlan)
+		}
+		var plan []string
+		b.Queue("EXPLAIN "+s.q.rescue, 1000).Query(func(rows pgx.Rows) error {
+			var err error
+			plan, err = pgx.CollectRows(rows, pgx.RowTo[string])
+			return err
+		})
+		require.NoError(t, s.Pool().SendBatch(ctx, b).Close())
+		// The CTE that finds the expired leases, up to the next CTE: the update's own sorts of the
+		// ids found (at most the LIMIT) are not the scan's.
+		all := strings.Join(plan, "\n")
+		from := strings.Index(all, "CTE expired")
+		require.GreaterOrEqual(t, from, 0, all)
+		to := strings.Index(all[from:], "CTE updated")
+		require.Greater(t, to, 0, all)
+		return all[from : from+to]
+	}
+	free := explain(false)
+	require.Regexp(t, "Sort|Bitmap|Seq Scan", free, "the statistics do tempt the planner away from the ordered scan:\n%s", free)
+	pinned := explain(true)
+	require.Contains(t, pinned, "Index Scan using jobs_lease_idx", pinned)
+	for _, avoided := range []string{"Sort", "Bitmap", "Seq Scan"} {
+		require.NotContains(t, pinned, avoided, pinned)
+	}
+
+	// The rescue itself takes the jobs back in lease order, a pass of 1000 at a time.
+	for pass := range 3 {
+		res, err := s.Rescue(ctx, store.RescueParams{Limit: 1000})
+		require.NoError(t, err)
+		require.Len(t, res.Requeued, 1000, "pass %d", pass)
+		require.Empty(t, res.Discarded)
+		for _, j := range res.Requeued {
+			require.Equal(t, store.StateAvailable, j.State)
+		}
+	}
+	res, err := s.Rescue(ctx, store.RescueParams{Limit: 1000})
+	require.NoError(t, err)
+	require.Empty(t, res.Requeued)
+}
+
 func paramIDs(ps []*store.InsertParams) []string {
 	out := make([]string, len(ps))
 	for i, p := range ps {
