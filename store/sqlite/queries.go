@@ -85,9 +85,17 @@ func uniqueKeyAfter(to, rival, now string) string {
 const claimableStatesSQL = `(state = 'available' OR state = 'scheduled' OR state = 'retryable')`
 
 // claimableSQL is the condition, on pronto_jobs, of the jobs a claim may take from queue ?4 at ?1.
+//
+// The due-time test is scheduled_at <= ?1 for every state: an available job's scheduled_at is never
+// later than when it became available (every transition to available writes that moment), so the
+// test adds nothing for it. Written so, it reads a column of pronto_jobs_claim, which SQLite tests on
+// the index entry before it reads the row: the jobs scheduled or retrying later, which the index
+// orders after the due ones of their priority, are passed over without reading their rows, where
+// (state = 'available' OR scheduled_at <= ?1) read the row of each (see the PostgreSQL store's
+// sqlClaim, and BenchmarkClaimBesideAScheduledBacklog).
 const claimableSQL = `queue = ?4
 		  AND ` + claimableStatesSQL + `
-		  AND (state = 'available' OR scheduled_at <= ?1)
+		  AND scheduled_at <= ?1
 		  AND (expires_at IS NULL OR expires_at > ?1)
 		  AND held IS NULL
 		  AND NOT EXISTS (SELECT 1 FROM pronto_queues WHERE name = ?4 AND paused = 1)`

@@ -1,0 +1,103 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/pronto-jobs/pronto/store"
+)
+
+// TestClaimBesideAScheduledBacklog: a queue with 100,000 jobs due in an hour or more (scheduled, and
+// retryable as after an outage of what they call) and three available jobs. A claim that finds
+// fewer jobs than its limit passes over the whole backlog in jobs_claim_idx, which orders it after
+// the due jobs of its priority; it must do so in the index, not by reading each backlog job's row
+// (which it did while its due-time test needed the row's state: 100,000 rows at every claim). The
+// same goes for the hand-off's insert, which looks for a claimable job ahead of the new one.
+// Buffers, not time, so that the machine's load does not matter.
+func TestClaimBesideAScheduledBacklog(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := setup(t)
+	const backlog = 100_000
+	fill := s.expand.Replace(`INSERT INTO {schema}.jobs (id, kind, queue, args, state, created_at, scheduled_at)
+SELECT (lpad(to_hex(1700000000000 + i), 12, '0') || '7' || substr(md5(i::text), 1, 3) || '8' || substr(md5(i::text), 4, 15))::uuid,
+	'k', 'q', '[]', CASE WHEN i % 2 = 0 THEN 'scheduled' ELSE 'retryable' END, now(),
+	now() + interval '1 hour' + i * interval '1 ms'
+FROM generate_series(1, $1::int) AS i`)
+	_, err := s.pool.Exec(ctx, fill, backlog)
+	require.NoError(t, err)
+	var available []*store.InsertParams
+	for range 3 {
+		p := params("q")
+		available = append(available, p)
+		_, err := s.Insert(ctx, []*store.InsertParams{p})
+		require.NoError(t, err)
+	}
+	_, err = s.pool.Exec(ctx, s.expand.Replace(`ANALYZE {schema}.jobs`))
+	require.NoError(t, err)
+
+	// explain runs sql after its plan statement in a transaction it rolls back, and returns the
+	// buffers the statement read and its plan.
+	explain := func(plan, sql string, planArgs, args []any) (float64, string) {
+		t.Helper()
+		tx, err := s.pool.Begin(ctx)
+		require.NoError(t, err)
+		defer func() { _ = tx.Rollback(ctx) }()
+		if plan != "" {
+			_, err = tx.Exec(ctx, plan, planArgs...)
+			require.NoError(t, err)
+		}
+		var out []byte
+		require.NoError(t, tx.QueryRow(ctx, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "+sql, args...).Scan(&out))
+		var root []struct {
+			Plan          map[string]any `json:"Plan"`
+			ExecutionTime float64        `json:"Execution Time"`
+		}
+		require.NoError(t, json.Unmarshal(out, &root))
+		top := root[0].Plan
+		t.Logf("%.2f ms", root[0].ExecutionTime)
+		return top["Shared Hit Blocks"].(float64) + top["Shared Read Blocks"].(float64), string(out)
+	}
+	// The backlog's index entries take about 650 pages, its rows about 2,500 (read once each,
+	// as they lie in the order of the index): a claim that read the rows read both.
+	const most = 1500.0
+
+	claimArgs := []any{"q", 10, int64(60e6), "w"}
+	buffers, plan := explain(s.q.claimPlan, s.q.claim, []any{"q", newClaimTag()}, claimArgs)
+	t.Logf("claim: %v buffers", buffers)
+	require.Contains(t, plan, "jobs_claim_idx")
+	require.Less(t, buffers, most, plan)
+
+	// The hand-off's insert, with a producer waiting for the queue (this connection's backend
+	// standing in for its listener).
+	_, err = s.pool.Exec(ctx, s.expand.Replace(`INSERT INTO {schema}.waiters
+		(id, queue, channel, listener_pid, worker_id, kinds, lease_us, free, expires_at)
+		VALUES ('0123456789abcdef', 'q', 'ch', pg_backend_pid(), 'w', NULL, 60000000, 10, now() + interval '1 hour')`))
+	require.NoError(t, err)
+	row, err := prepareRow(params("q"))
+	require.NoError(t, err)
+	buffers, plan = explain(s.q.handoffPlan, s.q.insertHanded, nil, row.args(row.state, row.p.ScheduledAt))
+	t.Logf("hand-off insert: %v buffers", buffers)
+	require.Less(t, buffers, 100.0, "the probe for a claimable job ahead stops at the first due entry:\n%s", plan)
+
+	// And the claim still takes what is due, in claim order: the available jobs, then a backlog job
+	// once due.
+	jobs, err := s.Claim(ctx, claimParams("q", 10))
+	require.NoError(t, err)
+	require.Equal(t, paramIDs(available), ids(jobs))
+	_, err = s.pool.Exec(ctx, s.expand.Replace(`UPDATE {schema}.jobs SET scheduled_at = now() - interval '1 second'
+		WHERE id = (SELECT id FROM {schema}.jobs WHERE state = 'retryable' ORDER BY scheduled_at LIMIT 1)`))
+	require.NoError(t, err)
+	jobs, err = s.Claim(ctx, claimParams("q", 10))
+	require.NoError(t, err)
+	require.Len(t, jobs, 1)
+	require.Equal(t, store.StateActive, jobs[0].State)
+	require.Equal(t, 1, jobs[0].Attempt)
+	var left int
+	require.NoError(t, s.pool.QueryRow(ctx, s.expand.Replace(`SELECT count(*) FROM {schema}.jobs
+		WHERE state IN ('scheduled', 'retryable')`)).Scan(&left))
+	require.Equal(t, backlog-1, left)
+}
