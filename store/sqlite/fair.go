@@ -29,7 +29,7 @@ func tenantInQueueSQL(queue string) string {
 
 // fairCond is the condition of a job a fair turn may take: queue ?2 at ?1.
 const fairCond = `queue = ?2 AND state IN ('available', 'scheduled', 'retryable')
-		AND (state = 'available' OR scheduled_at <= ?1)
+		AND scheduled_at <= ?1
 		AND (expires_at IS NULL OR expires_at > ?1) AND held IS NULL`
 
 // fairSQL holds the statements of a fair claim for a kinds filter of n kinds (?4...); ?(4+n) is a

@@ -508,10 +508,10 @@ const rateLimitInfoSQL = `SELECT l.key, l.max_active, l.rate, l.period_us, l.on_
 		CASE WHEN substr(l.key, 1, 7) = 'tenant:' THEN
 			(SELECT count(*) FROM pronto_jobs AS j WHERE j.tenant = substr(l.key, 8)
 				AND j.state IN ('available', 'scheduled', 'retryable')
-				AND (j.state = 'available' OR j.scheduled_at <= ?1))
+				AND j.scheduled_at <= ?1)
 		ELSE (SELECT count(*) FROM pronto_jobs AS j WHERE j.rate_key = l.key
 			AND j.state IN ('available', 'scheduled', 'retryable')
-			AND (j.state = 'available' OR j.scheduled_at <= ?1)) END
+			AND j.scheduled_at <= ?1) END
 	FROM pronto_rate_limits AS l`
 
 // getRateLimitSQL: ?1 now, ?2 key.
@@ -588,7 +588,7 @@ var claimRowsSQL = `UPDATE pronto_jobs SET state = 'active', attempt = attempt +
 const holdKeySQL = `UPDATE pronto_jobs SET held = 1
 	WHERE rowid IN (SELECT rowid FROM pronto_jobs
 		WHERE rate_key = ?1 AND state IN ('available', 'scheduled', 'retryable') AND queue = ?2
-		  AND (state = 'available' OR scheduled_at <= ?3) AND held IS NULL
+		  AND scheduled_at <= ?3 AND held IS NULL
 		LIMIT ?4)`
 
 // heldKeysSQL lists the keys of queue ?1's held jobs (one index seek per key), each with its limit, if
@@ -615,7 +615,7 @@ const heldKeysSQL = `WITH RECURSIVE k(key) AS (
 func heldCandidatesSQL(nKinds int) string {
 	return `SELECT rowid, rate_key, tenant, priority, scheduled_at, id FROM pronto_jobs
 	WHERE queue = ?4 AND rate_key = ?2 AND held IS NOT NULL AND state IN ('available', 'scheduled', 'retryable')
-	  AND (state = 'available' OR scheduled_at <= ?1)
+	  AND scheduled_at <= ?1
 	  AND (expires_at IS NULL OR expires_at > ?1)
 	  ` + kindsFilter(nKinds, 5) + `
 	  AND NOT EXISTS (SELECT 1 FROM pronto_queues WHERE name = ?4 AND paused = 1)

@@ -481,7 +481,7 @@ var keysWaitingQueries atomic.Int64
 func keysWaitingSQL(nKinds int) string {
 	return `SELECT w.value FROM json_each(?3) AS w WHERE EXISTS (SELECT 1 FROM pronto_jobs
 	WHERE queue = ?2 AND rate_key = w.value AND ` + claimableStatesSQL + `
-	  AND (state = 'available' OR scheduled_at <= ?1)
+	  AND scheduled_at <= ?1
 	  AND (expires_at IS NULL OR expires_at > ?1)
 	  ` + kindsFilter(nKinds, 4) + `)`
 }
