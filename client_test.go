@@ -87,7 +87,9 @@ func TestWorkerOutcomes(t *testing.T) {
 		workers := pronto.NewWorkers()
 		pronto.AddWorker(workers, failWorker())
 		var panics atomic.Int32
-		cfg := fastConfig(workers, defaultQueue(10))
+		// No lease is tested here: a one-minute lease, so that a loaded machine cannot let a run's
+		// lease lapse before its outcome is written (the rescued job then runs again and completes).
+		cfg := heldConfig(workers, defaultQueue(10))
 		cfg.OnPanic = func(context.Context, *pronto.JobRow, any, string) { panics.Add(1) }
 		c := startClient(t, ts.Store, cfg)
 

@@ -155,22 +155,23 @@ func defaultQueue(n int) map[string]pronto.QueueConfig {
 	return map[string]pronto.QueueConfig{pronto.DefaultQueue: {MaxWorkers: n}}
 }
 
-// waitState waits until the job reaches state and returns it.
+// waitState waits until the job reaches state and returns it. Giving up after 15 s, it reports the
+// job as it last was: its state, attempt and errors say which way it went instead.
 func waitState(t *testing.T, c *pronto.Client, id string, state pronto.State) *pronto.JobRow {
 	t.Helper()
-	var last *pronto.JobRow
-	require.Eventually(t, func() bool {
+	deadline := time.Now().Add(15 * time.Second)
+	for {
 		j, err := c.JobGet(context.Background(), id)
 		require.NoError(t, err)
-		last = j
-		return j.State == state
-	}, 15*time.Second, 10*time.Millisecond, "job %s never reached %s (last: %+v)", id, state, func() any {
-		if last == nil {
-			return nil
+		if j.State == state {
+			return j
 		}
-		return last.State
-	}())
-	return last
+		if time.Now().After(deadline) {
+			t.Fatalf("job %s never reached %s: last %s at attempt %d of %d, errors %+v",
+				id, state, j.State, j.Attempt, j.MaxAttempts, j.Errors)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // runLog records which jobs ran, how often, and in what order.

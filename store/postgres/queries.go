@@ -401,7 +401,10 @@ var (
 	// The due-time test is scheduled_at <= now() for every state: an available job's scheduled_at
 	// is never later than the statement that made it available (every transition to available
 	// sets it to now(), and an insert of an available job writes now()), so it adds nothing for
-	// available jobs, as River's claim has it too. Written so, it is a condition on a column of
+	// available jobs, as River's claim has it too. (now() is the claim's transaction's start, a
+	// statement before this one in its batch: a job whose insert began after it and committed
+	// before this statement's snapshot waits for the next claim, which its insert's notification
+	// brings.) Written so, it is a condition on a column of
 	// jobs_claim_idx, which the scan tests on each index entry: the jobs scheduled or retrying
 	// later, which sit in the same index after the due ones of their priority, are passed over in
 	// the index without reading their rows. The test used to be CASE WHEN state = 'available' THEN
