@@ -564,10 +564,14 @@ func (s *Store) Rescue(ctx context.Context, p store.RescueParams) (store.RescueR
 func (s *Store) Promote(ctx context.Context, limit int) (int, error) {
 	b := &pgx.Batch{}
 	b.Queue(sqlAsyncCommit)
+	b.Queue(sqlRescuePlan)
 	b.Queue(s.q.promote, limitOrDefault(limit))
 	br := s.pool.SendBatch(ctx, b)
 	var n int
 	_, err := br.Exec()
+	if err == nil {
+		_, err = br.Exec()
+	}
 	if err == nil {
 		err = br.QueryRow().Scan(&n)
 	}

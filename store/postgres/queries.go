@@ -636,13 +636,33 @@ SELECT * FROM updated WHERE (SELECT count(*) FROM notified) >= 0`
 	set_config('enable_bitmapscan', 'off', true), set_config('plan_cache_mode', 'force_generic_plan', true),
 	set_config('jit', 'off', true)`
 
-	// sqlPromote moves up to $1 due scheduled and retryable jobs to available.
-	sqlPromote = `WITH due AS (
-	SELECT id FROM {schema}.jobs
-	WHERE state IN ('scheduled', 'retryable') AND scheduled_at <= now()
-	ORDER BY scheduled_at
+	// sqlPromote moves up to $1 due scheduled and retryable jobs to available, the earliest due
+	// first in each queue.
+	//
+	// jobs_due_idx leads with the queue, so a scan for what is due in every queue at once reads the
+	// entries of every job due later too (5 ms and 1,150 buffers beside 300,000 jobs due in an hour,
+	// every PromoteInterval, growing with the backlog). Instead the statement walks the queues that
+	// have waiting jobs (queues: the next queue after the last, one probe of the index each, as a
+	// loose index scan would) and takes each one's due jobs from the front of its range, so a pass
+	// reads two index probes per such queue and the entries of the jobs it promotes. Its plan is
+	// pinned as the rescue's is (sqlRescuePlan): an ordered scan of the index in each queue.
+	sqlPromote = `WITH RECURSIVE queues AS (
+	(SELECT queue FROM {schema}.jobs WHERE state IN ('scheduled', 'retryable') ORDER BY queue LIMIT 1)
+	UNION ALL
+	SELECT (SELECT j.queue FROM {schema}.jobs j
+		WHERE j.state IN ('scheduled', 'retryable') AND j.queue > q.queue
+		ORDER BY j.queue LIMIT 1)
+	FROM queues q WHERE q.queue IS NOT NULL
+), due AS (
+	SELECT d.id FROM queues q CROSS JOIN LATERAL (
+		SELECT j.id, j.scheduled_at FROM {schema}.jobs j
+		WHERE j.queue = q.queue AND j.state IN ('scheduled', 'retryable') AND j.scheduled_at <= now()
+		ORDER BY j.scheduled_at
+		LIMIT $1
+		FOR UPDATE SKIP LOCKED) d
+	WHERE q.queue IS NOT NULL
+	ORDER BY d.scheduled_at
 	LIMIT $1
-	FOR UPDATE SKIP LOCKED
 ), changed AS (
 	UPDATE {schema}.jobs j SET state = 'available',
 		` + uniqueKeyAfter(`'available'`, "ARRAY(SELECT id FROM due)", "NULL", `'available'`) + `

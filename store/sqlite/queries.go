@@ -260,11 +260,25 @@ var rescueSQL = `UPDATE pronto_jobs SET
 		ORDER BY lease_expires_at LIMIT ?3)
 	RETURNING ` + jobColumns
 
-// promoteSQL: ?1 now, ?2 limit.
-var promoteSQL = `UPDATE pronto_jobs SET state = 'available', ` + uniqueKeyAfter(`'available'`, "", "?1") + `
+// promoteSQL: ?1 now, ?2 limit. It promotes the earliest due first, and finds them in each queue
+// that has waiting jobs (queues: the next queue after the last, one probe of pronto_jobs_due each)
+// from the front of the queue's range of the index: pronto_jobs_due leads with the queue, and a
+// search of every queue at once for what is due passed over the entries of every job due later,
+// in the writer's transaction, every PromoteInterval.
+var promoteSQL = `WITH RECURSIVE queues(queue) AS (
+		SELECT (SELECT queue FROM pronto_jobs WHERE state IN ('scheduled', 'retryable') ORDER BY queue LIMIT 1)
+		UNION ALL
+		SELECT (SELECT j.queue FROM pronto_jobs j
+			WHERE j.state IN ('scheduled', 'retryable') AND j.queue > queues.queue ORDER BY j.queue LIMIT 1)
+		FROM queues WHERE queues.queue IS NOT NULL)
+	UPDATE pronto_jobs SET state = 'available', ` + uniqueKeyAfter(`'available'`, "", "?1") + `
 	WHERE id IN (
-		SELECT id FROM pronto_jobs WHERE state IN ('scheduled', 'retryable') AND scheduled_at <= ?1
-		ORDER BY scheduled_at LIMIT ?2)
+		SELECT d.id FROM queues CROSS JOIN pronto_jobs d
+		WHERE queues.queue IS NOT NULL AND d.id IN (
+			SELECT j.id FROM pronto_jobs j INDEXED BY pronto_jobs_due
+			WHERE j.queue = queues.queue AND j.state IN ('scheduled', 'retryable') AND j.scheduled_at <= ?1
+			ORDER BY j.scheduled_at LIMIT ?2)
+		ORDER BY d.scheduled_at LIMIT ?2)
 	RETURNING queue`
 
 // discardExpiredSQL: ?1 now, ?2 now as JSON time text, ?3 limit.
