@@ -3,6 +3,7 @@ package pronto
 import (
 	"context"
 	"fmt"
+	"maps"
 	"time"
 
 	"github.com/pronto-jobs/pronto/internal/uuidv7"
@@ -294,12 +295,50 @@ func (c *Client) JobDelete(ctx context.Context, id string) (*JobRow, error) {
 }
 
 // QueueList returns every queue with jobs or a pause flag, with counts per state.
+//
+// Counting is a pass over every job on PostgreSQL and SQLite, which the dashboard (every second
+// while watched), the metrics and the API ask for again and again; on a table of millions of jobs
+// it takes seconds. So its cost is bounded: once a count of 100,000 jobs or more takes 50 ms or
+// more, its counts answer the calls of the next 20 times as long (at most a minute), and
+// concurrent calls share one count, so counting keeps a database connection busy about 5% of the
+// time at most, and the counts are at most that old. Any other count is never reused: with fewer
+// jobs (however slow the machine) each call counts afresh and sees every write made before it.
 func (c *Client) QueueList(ctx context.Context) ([]QueueInfo, error) {
-	qs, err := c.store.ListQueues(ctx)
+	qs, err := c.queueCounts.Get(ctx)
 	if err != nil {
 		return nil, wrapOp("list queues", err)
 	}
 	return qs, nil
+}
+
+// Bounds of a costly queue count (QueueList).
+const (
+	costlyCountJobs = 100_000
+	costlyCountTook = 50 * time.Millisecond
+)
+
+// costlyQueueCount says whether a count of qs that took took is reused (QueueList).
+func costlyQueueCount(qs []QueueInfo, took time.Duration) bool {
+	if took < costlyCountTook {
+		return false
+	}
+	var n int64
+	for _, q := range qs {
+		for _, c := range q.Counts {
+			n += c
+		}
+	}
+	return n >= costlyCountJobs
+}
+
+// cloneQueueInfos copies qs, so that no caller's changes reach a reused count.
+func cloneQueueInfos(qs []QueueInfo) []QueueInfo {
+	out := make([]QueueInfo, len(qs))
+	for i, q := range qs {
+		out[i] = q
+		out[i].Counts = maps.Clone(q.Counts)
+	}
+	return out
 }
 
 // QueueAvailableByPriority returns how many available jobs of queue wait at each priority

@@ -16,6 +16,7 @@ import (
 
 	"github.com/pronto-jobs/pronto/internal/cancelset"
 	"github.com/pronto-jobs/pronto/internal/completer"
+	"github.com/pronto-jobs/pronto/internal/costcap"
 	"github.com/pronto-jobs/pronto/internal/fairq"
 	"github.com/pronto-jobs/pronto/internal/fetchbatch"
 	"github.com/pronto-jobs/pronto/internal/finishbatch"
@@ -57,6 +58,8 @@ type Client struct {
 	progressChecks progressChecks
 	// limits follows the rate keys the client's claims found limited (ratelimit_events.go).
 	limits limitEpisodes
+	// queueCounts reads QueueList's counts, reusing a costly count for a while (admin.go).
+	queueCounts costcap.Reader[[]QueueInfo]
 
 	// bp is the client's view of queue bounds (backpressure.go).
 	bp backpressure
@@ -242,6 +245,7 @@ func NewClient(s store.Store, cfg *Config) (*Client, error) {
 			Release: func(ctx context.Context, jobs []*store.Job) { store.ReleaseClaimed(ctx, s, jobs) }})
 		cl.finishes = finishbatch.New(finishbatch.Config{Finish: s.Finish, MaxBatch: c.FetchBatchSize})
 	}
+	cl.queueCounts = costcap.Reader[[]QueueInfo]{Read: s.ListQueues, Clone: cloneQueueInfos, Costly: costlyQueueCount}
 	cl.commitWatch, cl.commitWatchCancel = context.WithCancel(context.Background())
 	if c.Notifier != nil {
 		cl.startRelay()
