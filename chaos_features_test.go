@@ -523,7 +523,7 @@ func chaosFeatPlainClaimRound(t *testing.T) int64 {
 	var blocked int
 	require.Eventually(t, func() bool {
 		err := pool.QueryRow(ctx, `SELECT l.pid FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
-			WHERE l.relation = $1::regclass AND NOT l.granted AND a.query LIKE 'WITH locked AS%' LIMIT 1`,
+			WHERE l.relation = $1::regclass AND NOT l.granted AND a.query LIKE 'WITH %locked AS (%' LIMIT 1`,
 			ts.schema+".queues").Scan(&blocked)
 		return err == nil
 	}, 30*time.Second, 5*time.Millisecond, "a claim statement waits for the queues table")

@@ -12,10 +12,11 @@ import (
 )
 
 // TestClaimBesideAScheduledBacklog: a queue with 100,000 jobs due in an hour or more (scheduled, and
-// retryable as after an outage of what they call) and three available jobs. A claim that finds
-// fewer jobs than its limit passes over the whole backlog in jobs_claim_idx, which orders it after
-// the due jobs of its priority; it must do so in the index, not by reading each backlog job's row
-// (which it did while its due-time test needed the row's state: 100,000 rows at every claim). The
+// retryable as after an outage of what they call) and three available jobs. jobs_claim_idx orders
+// the backlog after the due jobs of its priority. A claim that finds fewer jobs than its limit must
+// stop at the first job of each priority not yet due, not pass over the whole backlog (646 buffers)
+// nor read each backlog job's row (which it did while its due-time test needed the row's state:
+// 100,000 rows at every claim). The
 // same goes for the hand-off's insert, which looks for a claimable job ahead of the new one, and for
 // the fair claim of a queue with tenants (claim_fair_pick).
 // Buffers, not time, so that the machine's load does not matter.
@@ -64,8 +65,10 @@ FROM generate_series(1, $1::int) AS i`)
 		return top["Shared Hit Blocks"].(float64) + top["Shared Read Blocks"].(float64), string(out)
 	}
 	// The backlog's index entries take about 650 pages, its rows about 2,500 (read once each,
-	// as they lie in the order of the index): a claim that read the rows read both.
-	const most = 1500.0
+	// as they lie in the order of the index): a claim that read the rows read both, a claim that
+	// passed over the entries read the first (646 buffers), and the claim that walks the queue's
+	// priorities reads neither (about 50).
+	const most = 200.0
 
 	claimArgs := []any{"q", 10, int64(60e6), "w"}
 	buffers, plan := explain(s.q.claimPlan, s.q.claim, []any{"q", newClaimTag()}, claimArgs)
@@ -130,6 +133,61 @@ FROM generate_series(1, $1::int) AS i`)
 	require.NoError(t, s.pool.QueryRow(ctx, s.expand.Replace(`SELECT count(*) FROM {schema}.jobs
 		WHERE queue = 'q' AND state IN ('scheduled', 'retryable')`)).Scan(&left))
 	require.Equal(t, backlog-1, left)
+}
+
+// TestClaimWalksPriorities: the claim walks a queue's priorities, highest first, and takes each
+// one's due jobs in due-time order, past priorities whose jobs are all due later, and no more than
+// its limit.
+func TestClaimWalksPriorities(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := setup(t)
+	// 20,000 retries due in an hour and more at each of priorities 10 and 5.
+	fill := s.expand.Replace(`INSERT INTO {schema}.jobs (id, kind, queue, args, state, created_at, scheduled_at, priority)
+SELECT (lpad(to_hex(1700000000000 + i), 12, '0') || '7' || substr(md5(i::text), 1, 3) || '8' || substr(md5(i::text), 4, 15))::uuid,
+	'k', 'pq', '[]', 'retryable', now(), now() + interval '1 hour' + i * interval '1 ms',
+	CASE WHEN i % 2 = 0 THEN 10 ELSE 5 END
+FROM generate_series(1, $1::int) AS i`)
+	_, err := s.pool.Exec(ctx, fill, 40_000)
+	require.NoError(t, err)
+	// Due now, in the order a claim must take them: priority 10's, then 0's two (oldest first),
+	// then -3's.
+	var want []string
+	for _, prio := range []int{10, 0, 0, -3} {
+		p := params("pq")
+		p.Priority = prio
+		_, err := s.Insert(ctx, []*store.InsertParams{p})
+		require.NoError(t, err)
+		want = append(want, p.ID)
+	}
+	_, err = s.pool.Exec(ctx, s.expand.Replace(`ANALYZE {schema}.jobs`))
+	require.NoError(t, err)
+
+	tx, err := s.pool.Begin(ctx)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, s.q.claimPlan, "pq", newClaimTag())
+	require.NoError(t, err)
+	var out []byte
+	require.NoError(t, tx.QueryRow(ctx, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "+s.q.claim,
+		"pq", 10, int64(60e6), "w").Scan(&out))
+	require.NoError(t, tx.Rollback(ctx))
+	var root []struct {
+		Plan map[string]any `json:"Plan"`
+	}
+	require.NoError(t, json.Unmarshal(out, &root))
+	buffers := root[0].Plan["Shared Hit Blocks"].(float64) + root[0].Plan["Shared Read Blocks"].(float64)
+	t.Logf("claim: %v buffers", buffers)
+	require.Less(t, buffers, 200.0, "the backlogs' entries (about 260 pages) are passed over:\n%s", out)
+
+	first, err := s.Claim(ctx, claimParams("pq", 2))
+	require.NoError(t, err)
+	require.Equal(t, want[:2], ids(first), "no more than the limit, in claim order")
+	rest, err := s.Claim(ctx, claimParams("pq", 10))
+	require.NoError(t, err)
+	require.Equal(t, want[2:], ids(rest))
+	none, err := s.Claim(ctx, claimParams("pq", 10))
+	require.NoError(t, err)
+	require.Empty(t, none)
 }
 
 // TestPromoteBesideAScheduledBacklog: three queues with 300,000 jobs due in an hour or more, and two

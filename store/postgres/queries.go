@@ -107,9 +107,27 @@ const claimableTenant = `EXISTS (SELECT 1 FROM {schema}.jobs
 // tenant's limits through the plain path (their insert's wake-up brings the next claim to the fair
 // one). The test reads the setting once per execution (a one-time filter), and rate_key IS NULL AND
 // tenant IS NULL are heap filters on rows the claim fetches anyway.
-const claimHead = `WITH locked AS (
+//
+// The claim walks the queue's priorities (prios: the next lower priority with a claimable job, one
+// probe of jobs_claim_idx each, as a loose index scan would) and takes each one's due jobs from the
+// front of its range, in due-time order, until it has $2: within one priority the index holds the
+// jobs due now before those due later, so each range scan stops at the first job not yet due. A
+// single scan in (priority, due time) order could not stop there, and passed over the entries of
+// every job due later (100,000 retries waiting: 646 buffers a claim), wherever a claim found fewer
+// jobs than its limit. The outer LIMIT pulls rows from the walk lazily, so a claim locks only the
+// jobs it takes, and a priority's range is scanned only when the ones above it ran out.
+const claimHead = `WITH RECURSIVE prios AS (
+	(SELECT priority FROM {schema}.jobs WHERE queue = $1 AND state IN ('available', 'scheduled', 'retryable')
+		ORDER BY priority DESC LIMIT 1)
+	UNION ALL
+	SELECT (SELECT j.priority FROM {schema}.jobs j
+		WHERE j.queue = $1 AND j.state IN ('available', 'scheduled', 'retryable') AND j.priority < p.priority
+		ORDER BY j.priority DESC LIMIT 1)
+	FROM prios p WHERE p.priority IS NOT NULL
+), locked AS (
+	SELECT c.id FROM prios p CROSS JOIN LATERAL (
 	SELECT id FROM {schema}.jobs
-	WHERE queue = $1
+	WHERE queue = $1 AND priority = p.priority
 		AND state IN ('available', 'scheduled', 'retryable')
 		AND scheduled_at <= now()
 		AND (expires_at IS NULL OR expires_at > now())
@@ -118,9 +136,11 @@ const claimHead = `WITH locked AS (
 var claimTail = `
 		AND current_setting('pronto.claim_limited', true) = 'off'
 		AND NOT EXISTS (SELECT 1 FROM {schema}.queues q WHERE q.name = $1 AND q.paused)
-	ORDER BY priority DESC, scheduled_at, id
+	ORDER BY scheduled_at, id
 	LIMIT $2
-	FOR UPDATE SKIP LOCKED
+	FOR UPDATE SKIP LOCKED) c
+	WHERE p.priority IS NOT NULL
+	LIMIT $2
 )` + claimUpdate
 
 // claimUpdate makes the jobs of the CTE "locked" active and returns them.
