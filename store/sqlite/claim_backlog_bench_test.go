@@ -11,9 +11,10 @@ import (
 // BenchmarkClaimBesideAScheduledBacklog measures a claim of a queue whose only jobs are 100,000
 // scheduled and retrying an hour or more from now: the claim finds nothing, after passing over the
 // whole backlog in pronto_jobs_claim, the worst case of a claim that finds fewer jobs than its limit
-// (an idle queue's claim at every insert and poll while retries wait). Compare with the due-time
-// test that reads each row (state = 'available' OR scheduled_at <= now) by running it on the
-// commit before the change.
+// (an idle queue's claim at every insert and poll while retries wait). The file is not analyzed,
+// as the store never analyzes its files: with statistics SQLite finds a better plan for the old
+// single-scan claim by itself (0.3 ms), without them that claim read every entry of the backlog
+// (11-12 ms); the claim that walks the queue's priorities takes 0.3 ms either way.
 func BenchmarkClaimBesideAScheduledBacklog(b *testing.B) {
 	ctx := context.Background()
 	s := openTest(b)
@@ -24,9 +25,6 @@ SELECT printf('%08x-0000-7000-8000-%012x', i, i), 'k', 'q',
 	CASE WHEN i % 2 = 0 THEN 'scheduled' ELSE 'retryable' END, ?1, ?1 + i * 1000
 FROM n`
 	if _, err := s.w.ExecContext(ctx, fill, later, 100_000); err != nil {
-		b.Fatal(err)
-	}
-	if _, err := s.w.ExecContext(ctx, `ANALYZE`); err != nil {
 		b.Fatal(err)
 	}
 	p := store.ClaimParams{Queue: "q", Limit: 10, WorkerID: "w", LeaseDuration: time.Minute}

@@ -127,16 +127,30 @@ const newClaimToken = `lower(hex(randomblob(16)))`
 // then claims in turns across tenants (claimFair), and a queue without tenants pays one more seek of
 // an empty index. That guard is in the LIMIT, evaluated once before the scan: as a WHERE term it
 // would be checked row by row, and a queue of tenant jobs would be read to its end for nothing.
+//
+// It walks the queue's priorities, highest first (prios: the next lower priority with a claimable
+// job, one seek of pronto_jobs_claim each), and takes each one's due jobs from the front of its
+// range in due-time order, so each range scan stops at the first job not yet due; the nested loop
+// yields them in claim order and the LIMIT stops it. One scan ordered by (priority, due time) could
+// not stop there: without statistics (the store runs no ANALYZE) SQLite read the index entry of
+// every job due later whenever a claim found fewer jobs than its limit, in the writer's transaction
+// (100,000 retries waiting: 11-12 ms a claim).
 func claimSQL(nKinds int) string {
-	return `UPDATE pronto_jobs SET state = 'active', attempt = attempt + 1, started_at = ?1,
+	return `WITH RECURSIVE prios(p) AS (
+		SELECT (SELECT max(priority) FROM pronto_jobs INDEXED BY pronto_jobs_claim
+			WHERE queue = ?4 AND ` + claimableStatesSQL + ` AND held IS NULL)
+		UNION ALL
+		SELECT (SELECT max(priority) FROM pronto_jobs INDEXED BY pronto_jobs_claim
+			WHERE queue = ?4 AND ` + claimableStatesSQL + ` AND held IS NULL AND priority < prios.p)
+		FROM prios WHERE prios.p IS NOT NULL)
+	UPDATE pronto_jobs SET state = 'active', attempt = attempt + 1, started_at = ?1,
 		lease_expires_at = ?2, worker_id = ?3, claim_token = ` + newClaimToken + `,
 		` + uniqueKeyAfter(`'active'`, "", "?1") + `
 	WHERE rowid IN (
-		SELECT rowid FROM pronto_jobs
-		WHERE ` + claimableSQL + `
+		SELECT pronto_jobs.rowid FROM prios CROSS JOIN pronto_jobs
+		WHERE prios.p IS NOT NULL AND priority = prios.p AND ` + claimableSQL + `
 		  ` + kindsFilter(nKinds, 6) + `
 		  AND NOT ` + keyedInQueueSQL("?4") + `
-		ORDER BY priority DESC, scheduled_at, id
 		LIMIT (CASE WHEN ` + tenantInQueueSQL("?4") + ` THEN 0 ELSE ?5 END))
 	RETURNING ` + claimedColumns
 }

@@ -118,3 +118,61 @@ func BenchmarkPromoteBesideAScheduledBacklog(b *testing.B) {
 		}
 	}
 }
+
+// TestClaimWalksPriorities: the claim walks a queue's priorities, highest first, and takes each
+// one's due jobs in due-time order, past priorities whose jobs are all due later (a search by queue,
+// priority and due time, never a pass over the jobs due later), and no more than its limit.
+func TestClaimWalksPriorities(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := openTest(t)
+	// 20,000 retries due in an hour and more at each of priorities 10 and 5.
+	const fill = `WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?2)
+INSERT INTO pronto_jobs (id, kind, queue, state, created_at, scheduled_at, priority)
+SELECT printf('%08x-0000-7000-8000-%012x', i, i), 'k', 'pq', 'retryable', ?1, ?1 + i * 1000,
+	CASE WHEN i % 2 = 0 THEN 10 ELSE 5 END
+FROM n`
+	_, err := s.w.ExecContext(ctx, fill, time.Now().Add(time.Hour).UnixMicro(), 40_000)
+	require.NoError(t, err)
+	// Due now, in the order a claim must take them: priority 10's, then 0's two (oldest first),
+	// then -3's.
+	var want []string
+	for _, prio := range []int{10, 0, 0, -3} {
+		p := params("pq", 1)[0]
+		p.Priority = prio
+		_, err := s.Insert(ctx, []*store.InsertParams{p})
+		require.NoError(t, err)
+		want = append(want, p.ID)
+	}
+
+	rows, err := s.w.QueryContext(ctx, "EXPLAIN QUERY PLAN "+claimQuery(0), time.Now().UnixMicro(), 1, "w", "pq", 10)
+	require.NoError(t, err)
+	var plan []string
+	for rows.Next() {
+		var id, parent, notUsed int
+		var detail string
+		require.NoError(t, rows.Scan(&id, &parent, &notUsed, &detail))
+		plan = append(plan, detail)
+	}
+	require.NoError(t, rows.Err())
+	require.NoError(t, rows.Close())
+	t.Logf("plan:\n%s", strings.Join(plan, "\n"))
+	require.Contains(t, plan, "SEARCH pronto_jobs USING INDEX pronto_jobs_claim (queue=? AND priority=? AND scheduled_at<?)")
+	for _, step := range plan {
+		require.NotContains(t, step, "TEMP B-TREE", "no sort: the walk yields the jobs in claim order")
+		require.NotRegexp(t, `^SCAN pronto_jobs\b`, step, "no scan of the table")
+	}
+
+	claim := func(limit int) []string {
+		jobs, err := s.Claim(ctx, store.ClaimParams{Queue: "pq", Limit: limit, WorkerID: "w", LeaseDuration: time.Minute})
+		require.NoError(t, err)
+		ids := make([]string, len(jobs))
+		for i, j := range jobs {
+			ids[i] = j.ID
+		}
+		return ids
+	}
+	require.Equal(t, want[:2], claim(2), "no more than the limit, in claim order")
+	require.Equal(t, want[2:], claim(10))
+	require.Empty(t, claim(10))
+}
