@@ -42,26 +42,52 @@ func newFairSQL(n int) fairSQL {
 	kinds := kindsFilter(n, 4)
 	limit := fmt.Sprintf("?%d", 4+n)
 	return fairSQL{
-		// The first tenant after ?3 ('' for the first of all) with a claimable job.
+		// The first tenant after ?3 ('' for the first of all) with a claimable job, due or not (one
+		// seek): nextTenant asks best whether it has one due, rather than this statement passing
+		// over every entry of a tenant whose jobs are all due later.
 		next: `SELECT tenant FROM pronto_jobs INDEXED BY pronto_jobs_tenant
-			WHERE ` + fairCond + ` AND tenant IS NOT NULL AND rate_key IS NULL AND tenant > ?3 ` + kinds + `
+			WHERE queue = ?2 AND ` + fairIndexCond + ` AND tenant > ?3
 			ORDER BY tenant LIMIT 1`,
-		// Tenant ?3's first claimable jobs.
-		best: `SELECT id FROM pronto_jobs INDEXED BY pronto_jobs_tenant
-			WHERE ` + fairCond + ` AND tenant = ?3 AND rate_key IS NULL ` + kinds + `
-			ORDER BY priority DESC, scheduled_at, id LIMIT ` + limit,
+		// Tenant ?3's first claimable jobs, walking its priorities as claimSQL walks a queue's: a
+		// tenant's jobs due later follow its due ones of each priority in the index, and one scan
+		// in claim order would pass over all of them whenever the tenant has fewer due jobs than
+		// the turn wants.
+		best: `WITH RECURSIVE prios(p) AS (
+				SELECT (SELECT max(priority) FROM pronto_jobs INDEXED BY pronto_jobs_tenant
+					WHERE queue = ?2 AND tenant = ?3 AND ` + fairIndexCond + `)
+				UNION ALL
+				SELECT (SELECT max(priority) FROM pronto_jobs INDEXED BY pronto_jobs_tenant
+					WHERE queue = ?2 AND tenant = ?3 AND ` + fairIndexCond + ` AND priority < prios.p)
+				FROM prios WHERE prios.p IS NOT NULL)
+			SELECT pronto_jobs.id FROM prios CROSS JOIN pronto_jobs INDEXED BY pronto_jobs_tenant
+			WHERE prios.p IS NOT NULL AND priority = prios.p AND ` + fairCond + ` AND tenant = ?3 AND rate_key IS NULL ` + kinds + `
+			LIMIT ` + limit,
 		// The first claimable jobs without a tenant, looked for among the queue's first 64 claimable
-		// jobs in plain claim order: finding them beyond would mean reading the tenants' backlogs.
-		// (?3 is unused: the kinds keep their places.) claimableStatesSQL, redundant with fairCond,
-		// lets it read pronto_jobs_claim, whose condition spells the states that way.
-		untenanted: `SELECT id FROM (
-				SELECT id, tenant, rate_key, priority, scheduled_at FROM pronto_jobs
-				WHERE ` + fairCond + ` AND ` + claimableStatesSQL + ` AND coalesce(?3, '') = coalesce(?3, '') ` + kinds + `
-				ORDER BY priority DESC, scheduled_at, id LIMIT 64)
+		// jobs in plain claim order (the walk of claimSQL): finding them beyond would mean reading the
+		// tenants' backlogs. (?3 is unused: the kinds keep their places.) claimableStatesSQL,
+		// redundant with fairCond, lets it read pronto_jobs_claim, whose condition spells the states
+		// that way.
+		untenanted: `WITH RECURSIVE prios(p) AS (
+				SELECT (SELECT max(priority) FROM pronto_jobs INDEXED BY pronto_jobs_claim
+					WHERE queue = ?2 AND ` + claimableStatesSQL + ` AND held IS NULL)
+				UNION ALL
+				SELECT (SELECT max(priority) FROM pronto_jobs INDEXED BY pronto_jobs_claim
+					WHERE queue = ?2 AND ` + claimableStatesSQL + ` AND held IS NULL AND priority < prios.p)
+				FROM prios WHERE prios.p IS NOT NULL)
+			SELECT id FROM (
+				SELECT pronto_jobs.id, tenant, rate_key, priority, scheduled_at FROM prios CROSS JOIN pronto_jobs
+				WHERE prios.p IS NOT NULL AND priority = prios.p
+					AND ` + fairCond + ` AND ` + claimableStatesSQL + ` AND coalesce(?3, '') = coalesce(?3, '') ` + kinds + `
+				LIMIT 64)
 			WHERE tenant IS NULL AND rate_key IS NULL
 			ORDER BY priority DESC, scheduled_at, id LIMIT ` + limit,
 	}
 }
+
+// fairIndexCond is pronto_jobs_tenant's condition beyond the tenant, spelt as the index spells it
+// so that SQLite uses the index for the walk's seeks of a tenant's priorities.
+const fairIndexCond = `tenant IS NOT NULL AND rate_key IS NULL AND held IS NULL
+					AND state IN ('available', 'scheduled', 'retryable')`
 
 const (
 	fairPausedSQL    = `SELECT EXISTS (SELECT 1 FROM pronto_queues WHERE name = ?1 AND paused = 1)`
@@ -151,6 +177,33 @@ func (s *Store) claimFair(ctx context.Context, p store.ClaimParams) ([]*store.Jo
 		return k, nil
 	}
 
+	// nextTenant returns the first tenant after after with a job a turn may take now ("" for none):
+	// the next tenant with a claimable job, then whether it has one due (best's walk of its
+	// priorities, for one job), and so on past those whose jobs are all due later.
+	nextTenant := func(after string) (string, error) {
+		for {
+			var next string
+			err := r.tx.QueryRowContext(ctx, q.next, args[0], args[1], after).Scan(&next)
+			if errors.Is(err, sql.ErrNoRows) {
+				return "", nil
+			}
+			if err != nil {
+				return "", err
+			}
+			probe := slices.Clone(args)
+			probe[2], probe[limitArg] = next, 1
+			var id string
+			err = r.tx.QueryRowContext(ctx, q.best, probe...).Scan(&id)
+			if err == nil {
+				return next, nil
+			}
+			if !errors.Is(err, sql.ErrNoRows) {
+				return "", err
+			}
+			after = next
+		}
+	}
+
 	// 1. The walk.
 	var parts []*fairPart
 	going := false // the cursor's tenant continues its turn
@@ -174,9 +227,8 @@ func (s *Store) claimFair(ctx context.Context, p store.ClaimParams) ([]*store.Jo
 		if fromCursor {
 			next, resumed = cur.String, true
 		} else {
-			args[2] = after
-			err := r.tx.QueryRowContext(ctx, q.next, args...).Scan(&next)
-			if err != nil && !errors.Is(err, sql.ErrNoRows) {
+			var err error
+			if next, err = nextTenant(after); err != nil {
 				return nil, fmt.Errorf("next tenant: %w", err)
 			}
 		}
