@@ -249,3 +249,51 @@ FROM n`
 	require.NoError(t, s.w.QueryRowContext(ctx, `SELECT count(*) FROM pronto_jobs WHERE state = 'retryable'`).Scan(&waiting))
 	require.Equal(t, 20_000, waiting)
 }
+
+// TestLimitedClaimBesideAKeyBacklog: a rate key's 20,000 retries due in an hour and more, and jobs
+// due now with the key, with another and without one. The limited claim pages its candidates by
+// walking priorities (a search by queue, priority and due time; never a sort nor a scan of the
+// table), so a page short of its size stops at the first job of each priority not yet due (12 ms a
+// claim before, passing over the backlog); the claim still takes exactly the due jobs.
+func TestLimitedClaimBesideAKeyBacklog(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := openTest(t)
+	const fill = `WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?2)
+INSERT INTO pronto_jobs (id, kind, queue, state, created_at, scheduled_at, rate_key, priority)
+SELECT printf('%08x-0000-7000-8000-%012x', i, i), 'k', 'rq', 'retryable', ?1, ?1 + i * 1000, 'key1',
+	CASE WHEN i % 2 = 0 THEN 0 ELSE 5 END
+FROM n`
+	_, err := s.w.ExecContext(ctx, fill, time.Now().Add(time.Hour).UnixMicro(), 20_000)
+	require.NoError(t, err)
+
+	plan := planOf(t, s, claimCandidatesSQL(0), time.Now().UnixMicro(), 20, "[]", "rq", nil, nil, nil, "[]")
+	t.Logf("plan:\n%s", strings.Join(plan, "\n"))
+	require.Contains(t, plan, "SEARCH pronto_jobs USING INDEX pronto_jobs_claim (queue=? AND priority=? AND scheduled_at<?)")
+	for _, step := range plan {
+		require.NotContains(t, step, "TEMP B-TREE")
+		require.NotRegexp(t, `^SCAN pronto_jobs\b`, step)
+	}
+
+	var due []string
+	for _, c := range []struct {
+		key  string
+		prio int
+	}{{"key1", 0}, {"", 5}, {"key2", -1}, {"key1", 5}} {
+		p := params("rq", 1)[0]
+		p.RateKey, p.Priority = c.key, c.prio
+		_, err := s.Insert(ctx, []*store.InsertParams{p})
+		require.NoError(t, err)
+		due = append(due, p.ID)
+	}
+	jobs, err := s.Claim(ctx, store.ClaimParams{Queue: "rq", Limit: 10, WorkerID: "w", LeaseDuration: time.Minute})
+	require.NoError(t, err)
+	got := make([]string, len(jobs))
+	for i, j := range jobs {
+		got[i] = j.ID
+	}
+	require.Equal(t, []string{due[1], due[3], due[0], due[2]}, got, "the due jobs, in claim order")
+	jobs, err = s.Claim(ctx, store.ClaimParams{Queue: "rq", Limit: 10, WorkerID: "w", LeaseDuration: time.Minute})
+	require.NoError(t, err)
+	require.Empty(t, jobs)
+}

@@ -590,15 +590,24 @@ const rateLimitStateSQL = `SELECT max_active, rate, period_us, on_limit, window_
 // claimCandidatesSQL returns one page of a limited claim's candidates in claim order, after the
 // cursor (?5 priority, ?6 scheduled_at, ?7 id; ?5 NULL for the first page), leaving out the keys in the
 // JSON array ?3 (exhausted keys whose jobs wait) and the tenants in the JSON array ?8 (tenants at
-// their limit), at most ?2 rows. ?1 now, ?4 queue, ?9... kinds.
+// their limit), at most ?2 rows. ?1 now, ?4 queue, ?9... kinds. It walks the queue's priorities from
+// the cursor's down, as claimSQL does, so that a page short of ?2 rows stops at the first job of each
+// priority not yet due instead of passing over every job due later (a rate key's 100,000 retries
+// waiting: 12 ms a claim, in the writer's transaction).
 func claimCandidatesSQL(nKinds int) string {
-	return `SELECT rowid, rate_key, tenant, priority, scheduled_at, id FROM pronto_jobs
-	WHERE ` + claimableSQL + `
+	return `WITH RECURSIVE prios(p) AS (
+		SELECT (SELECT max(priority) FROM pronto_jobs INDEXED BY pronto_jobs_claim
+			WHERE queue = ?4 AND ` + claimableStatesSQL + ` AND held IS NULL AND (?5 IS NULL OR priority <= ?5))
+		UNION ALL
+		SELECT (SELECT max(priority) FROM pronto_jobs INDEXED BY pronto_jobs_claim
+			WHERE queue = ?4 AND ` + claimableStatesSQL + ` AND held IS NULL AND priority < prios.p)
+		FROM prios WHERE prios.p IS NOT NULL)
+	SELECT pronto_jobs.rowid, rate_key, tenant, priority, scheduled_at, id FROM prios CROSS JOIN pronto_jobs
+	WHERE prios.p IS NOT NULL AND priority = prios.p AND ` + claimableSQL + `
 	  ` + kindsFilter(nKinds, 9) + `
 	  AND (?5 IS NULL OR priority < ?5 OR (priority = ?5 AND (scheduled_at > ?6 OR (scheduled_at = ?6 AND id > ?7))))
 	  AND (rate_key IS NULL OR rate_key NOT IN (SELECT value FROM json_each(?3)))
 	  AND (tenant IS NULL OR tenant NOT IN (SELECT value FROM json_each(?8)))
-	ORDER BY priority DESC, scheduled_at, id
 	LIMIT ?2`
 }
 
