@@ -48,17 +48,7 @@ func TestPromoteBesideAScheduledBacklog(t *testing.T) {
 		due = append(due, p.ID)
 	}
 
-	rows, err := s.w.QueryContext(ctx, "EXPLAIN QUERY PLAN "+promoteSQL, time.Now().UnixMicro(), 1000)
-	require.NoError(t, err)
-	var plan []string
-	for rows.Next() {
-		var id, parent, notUsed int
-		var detail string
-		require.NoError(t, rows.Scan(&id, &parent, &notUsed, &detail))
-		plan = append(plan, detail)
-	}
-	require.NoError(t, rows.Err())
-	require.NoError(t, rows.Close())
+	plan := planOf(t, s, promoteSQL, time.Now().UnixMicro(), 1000)
 	t.Logf("plan:\n%s", strings.Join(plan, "\n"))
 	// What is due is found by a search on the queue and the due time; the index is never read in
 	// full to be sorted by due time (the old plan: SCAN ... pronto_jobs_due, then a temporary
@@ -145,17 +135,7 @@ FROM n`
 		want = append(want, p.ID)
 	}
 
-	rows, err := s.w.QueryContext(ctx, "EXPLAIN QUERY PLAN "+claimQuery(0), time.Now().UnixMicro(), 1, "w", "pq", 10)
-	require.NoError(t, err)
-	var plan []string
-	for rows.Next() {
-		var id, parent, notUsed int
-		var detail string
-		require.NoError(t, rows.Scan(&id, &parent, &notUsed, &detail))
-		plan = append(plan, detail)
-	}
-	require.NoError(t, rows.Err())
-	require.NoError(t, rows.Close())
+	plan := planOf(t, s, claimQuery(0), time.Now().UnixMicro(), 1, "w", "pq", 10)
 	t.Logf("plan:\n%s", strings.Join(plan, "\n"))
 	require.Contains(t, plan, "SEARCH pronto_jobs USING INDEX pronto_jobs_claim (queue=? AND priority=? AND scheduled_at<?)")
 	for _, step := range plan {
