@@ -2,6 +2,7 @@ package sqlite
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -11,17 +12,39 @@ import (
 	"github.com/pronto-jobs/pronto/store"
 )
 
+// fillLater inserts n jobs due an hour or more from now straight into the table, job i due i ms
+// after the first. cols gives SQL expressions in i for queue, state and any other column (tenant,
+// rate_key, priority); state defaults to retryable.
+func fillLater(tb testing.TB, s *Store, n int, cols map[string]string) {
+	tb.Helper()
+	names := []string{"state"}
+	if _, ok := cols["state"]; !ok {
+		cols["state"] = "'retryable'"
+	}
+	for c := range cols {
+		if c != "state" {
+			names = append(names, c)
+		}
+	}
+	slices.Sort(names[1:])
+	exprs := make([]string, len(names))
+	for i, c := range names {
+		exprs[i] = cols[c]
+	}
+	fill := `WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?2)
+INSERT INTO pronto_jobs (id, kind, created_at, scheduled_at, ` + strings.Join(names, ", ") + `)
+SELECT printf('%08x-0000-7000-8000-%012x', i, i), 'k', ?1, ?1 + i * 1000, ` + strings.Join(exprs, ", ") + `
+FROM n`
+	_, err := s.w.ExecContext(context.Background(), fill, time.Now().Add(time.Hour).UnixMicro(), n)
+	require.NoError(tb, err)
+}
+
 // fillBacklog inserts n jobs due an hour or more from now (scheduled and retryable) spread over
 // queues q0, q1 and q2, straight into the table.
 func fillBacklog(t testing.TB, s *Store, n int) {
 	t.Helper()
-	const fill = `WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?2)
-INSERT INTO pronto_jobs (id, kind, queue, state, created_at, scheduled_at)
-SELECT printf('%08x-0000-7000-8000-%012x', i, i), 'k', 'q' || (i % 3),
-	CASE WHEN i % 2 = 0 THEN 'scheduled' ELSE 'retryable' END, ?1, ?1 + i * 1000
-FROM n`
-	_, err := s.w.ExecContext(context.Background(), fill, time.Now().Add(time.Hour).UnixMicro(), n)
-	require.NoError(t, err)
+	fillLater(t, s, n, map[string]string{"queue": "'q' || (i % 3)",
+		"state": "CASE WHEN i % 2 = 0 THEN 'scheduled' ELSE 'retryable' END"})
 }
 
 // TestPromoteBesideAScheduledBacklog: three queues with 100,000 jobs due in an hour or more, two of
@@ -117,13 +140,7 @@ func TestClaimWalksPriorities(t *testing.T) {
 	ctx := context.Background()
 	s := openTest(t)
 	// 20,000 retries due in an hour and more at each of priorities 10 and 5.
-	const fill = `WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?2)
-INSERT INTO pronto_jobs (id, kind, queue, state, created_at, scheduled_at, priority)
-SELECT printf('%08x-0000-7000-8000-%012x', i, i), 'k', 'pq', 'retryable', ?1, ?1 + i * 1000,
-	CASE WHEN i % 2 = 0 THEN 10 ELSE 5 END
-FROM n`
-	_, err := s.w.ExecContext(ctx, fill, time.Now().Add(time.Hour).UnixMicro(), 40_000)
-	require.NoError(t, err)
+	fillLater(t, s, 40_000, map[string]string{"queue": "'pq'", "priority": "CASE WHEN i % 2 = 0 THEN 10 ELSE 5 END"})
 	// Due now, in the order a claim must take them: priority 10's, then 0's two (oldest first),
 	// then -3's.
 	var want []string
@@ -184,12 +201,7 @@ func TestFairClaimBesideATenantBacklog(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := openTest(t)
-	const fill = `WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?2)
-INSERT INTO pronto_jobs (id, kind, queue, state, created_at, scheduled_at, tenant)
-SELECT printf('%08x-0000-7000-8000-%012x', i, i), 'k', 'tq', 'retryable', ?1, ?1 + i * 1000, 'a'
-FROM n`
-	_, err := s.w.ExecContext(ctx, fill, time.Now().Add(time.Hour).UnixMicro(), 20_000)
-	require.NoError(t, err)
+	fillLater(t, s, 20_000, map[string]string{"queue": "'tq'", "tenant": "'a'"})
 
 	q := newFairSQL(0)
 	now := time.Now().UnixMicro()
@@ -239,13 +251,8 @@ func TestLimitedClaimBesideAKeyBacklog(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := openTest(t)
-	const fill = `WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?2)
-INSERT INTO pronto_jobs (id, kind, queue, state, created_at, scheduled_at, rate_key, priority)
-SELECT printf('%08x-0000-7000-8000-%012x', i, i), 'k', 'rq', 'retryable', ?1, ?1 + i * 1000, 'key1',
-	CASE WHEN i % 2 = 0 THEN 0 ELSE 5 END
-FROM n`
-	_, err := s.w.ExecContext(ctx, fill, time.Now().Add(time.Hour).UnixMicro(), 20_000)
-	require.NoError(t, err)
+	fillLater(t, s, 20_000, map[string]string{"queue": "'rq'", "rate_key": "'key1'",
+		"priority": "CASE WHEN i % 2 = 0 THEN 0 ELSE 5 END"})
 
 	plan := planOf(t, s, claimCandidatesSQL(0), time.Now().UnixMicro(), 20, "[]", "rq", nil, nil, nil, "[]")
 	t.Logf("plan:\n%s", strings.Join(plan, "\n"))

@@ -19,15 +19,7 @@ import (
 func BenchmarkClaimBesideAScheduledBacklog(b *testing.B) {
 	ctx := context.Background()
 	s := openTest(b)
-	later := time.Now().Add(time.Hour).UnixMicro()
-	const fill = `WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?2)
-INSERT INTO pronto_jobs (id, kind, queue, state, created_at, scheduled_at)
-SELECT printf('%08x-0000-7000-8000-%012x', i, i), 'k', 'q',
-	CASE WHEN i % 2 = 0 THEN 'scheduled' ELSE 'retryable' END, ?1, ?1 + i * 1000
-FROM n`
-	if _, err := s.w.ExecContext(ctx, fill, later, 100_000); err != nil {
-		b.Fatal(err)
-	}
+	fillLater(b, s, 100_000, map[string]string{"queue": "'q'", "state": "CASE WHEN i % 2 = 0 THEN 'scheduled' ELSE 'retryable' END"})
 	p := store.ClaimParams{Queue: "q", Limit: 10, WorkerID: "w", LeaseDuration: time.Minute}
 	b.ResetTimer()
 	for range b.N {
@@ -51,13 +43,7 @@ func BenchmarkFairClaimBesideATenantBacklog(b *testing.B) {
 		b.Run(strings.Join(tenants, "+")+" due", func(b *testing.B) {
 			ctx := context.Background()
 			s := openTest(b)
-			const fill = `WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?2)
-INSERT INTO pronto_jobs (id, kind, queue, state, created_at, scheduled_at, tenant)
-SELECT printf('%08x-0000-7000-8000-%012x', i, i), 'k', 'tq', 'retryable', ?1, ?1 + i * 1000, 'a'
-FROM n`
-			if _, err := s.w.ExecContext(ctx, fill, time.Now().Add(time.Hour).UnixMicro(), 100_000); err != nil {
-				b.Fatal(err)
-			}
+			fillLater(b, s, 100_000, map[string]string{"queue": "'tq'", "tenant": "'a'"})
 			p := store.ClaimParams{Queue: "tq", Limit: 10, WorkerID: "w", LeaseDuration: time.Minute}
 			b.ResetTimer()
 			for range b.N {
@@ -89,13 +75,7 @@ FROM n`
 func BenchmarkLimitedClaimBesideAKeyBacklog(b *testing.B) {
 	ctx := context.Background()
 	s := openTest(b)
-	const fill = `WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?2)
-INSERT INTO pronto_jobs (id, kind, queue, state, created_at, scheduled_at, rate_key)
-SELECT printf('%08x-0000-7000-8000-%012x', i, i), 'k', 'rq', 'retryable', ?1, ?1 + i * 1000, 'key1'
-FROM n`
-	if _, err := s.w.ExecContext(ctx, fill, time.Now().Add(time.Hour).UnixMicro(), 100_000); err != nil {
-		b.Fatal(err)
-	}
+	fillLater(b, s, 100_000, map[string]string{"queue": "'rq'", "rate_key": "'key1'"})
 	p := store.ClaimParams{Queue: "rq", Limit: 10, WorkerID: "w", LeaseDuration: time.Minute}
 	b.ResetTimer()
 	for range b.N {
