@@ -16,23 +16,28 @@ import (
 //   - plain: the jobs without a tenant;
 //   - fair-011, fair-014: the fair claims of migrations 011 and 014 (the migrations from 014, or
 //     from 015, reverted);
-//   - fair: the current one, which claims a tenant alone through the plain claim's probe.
+//   - fair-029: the fair claim of migration 029, whose probes scan in claim order (migration 030
+//     reverted);
+//   - fair: the current one, which claims a tenant alone through the plain claim's probe, and
+//     whose probes walk priorities (migration 030).
 //
 // Each has a schema of its own, and every iteration claims once from each in turn, so that a
 // change in the machine's load touches them all alike. It reports the median and 95th percentile of
 // each one's claims (ns/op is the four claims together).
 func BenchmarkFairClaim(b *testing.B) {
-	benchFairClaim(b, []fairVariant{{"plain", "", ""}, {"fair-011", "a", "fair_faster"}, {"fair-014", "a", "fair_solo"}, {"fair", "a", ""}}, false)
+	benchFairClaim(b, []fairVariant{{"plain", "", ""}, {"fair-011", "a", "fair_faster"}, {"fair-014", "a", "fair_solo"},
+		{"fair-029", "a", "fair_claim_walks_priorities"}, {"fair", "a", ""}}, false)
 }
 
 // BenchmarkFairClaimMixed is BenchmarkFairClaim's queue of 100,000 jobs of tenant a with a second
 // tenant, b, that inserts one job before every claim (tenant_flood's trickle, at the claims'
 // pace): every claim meets two tenants and takes b's job and 49 of a's. It compares the fair claim
 // of migration 015 (which walks the rotation with a probe of its own per turn, passing again over
-// the front of a's range) with the current one (whose turns of a take the jobs its first probe
-// locked).
+// the front of a's range) and that of migration 029 with the current one (whose turns of a take
+// the jobs its first probe locked, and whose probes walk priorities).
 func BenchmarkFairClaimMixed(b *testing.B) {
-	benchFairClaim(b, []fairVariant{{"fair-015", "a", "fair_supply"}, {"fair", "a", ""}}, true)
+	benchFairClaim(b, []fairVariant{{"fair-015", "a", "fair_supply"},
+		{"fair-029", "a", "fair_claim_walks_priorities"}, {"fair", "a", ""}}, true)
 }
 
 // fairVariant is one schema of benchFairClaim: its jobs' tenant ("" for none) and the first

@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -153,4 +154,65 @@ func testTenantWeightsAlone(t *testing.T, s store.Store) {
 	require.Len(t, claim(t, s, q, 4), 4)
 	insertTenant(t, s, q, b, 10)
 	require.Equal(t, []string{a, a, b, a}, claimTenants(t, s, q, 4))
+}
+
+// laterJobs returns n jobs of tenant ("" for none) in queue at priority, scheduled an hour and more
+// from now.
+func laterJobs(queue, tenant string, priority, n int) []*store.InsertParams {
+	var params []*store.InsertParams
+	for i := range n {
+		p := tenantJob(queue, tenant, priority)
+		p.State = store.StateScheduled
+		p.ScheduledAt = time.Now().Add(time.Hour + time.Duration(i)*time.Millisecond)
+		params = append(params, p)
+	}
+	return params
+}
+
+func testFairBesideLaterJobs(t *testing.T, s store.Store) {
+	// Tenants whose jobs are all due later, on both sides of those with jobs due now and more of
+	// them than a store's walk over tenants passes over one by one (PostgreSQL: 8, then one ordered
+	// scan); A's job due now at a priority below its jobs due later; B's ahead of its own; jobs
+	// without a tenant due now and later. A claim takes exactly the jobs due now, one of each
+	// participant, and leaves every other where it was.
+	q := uniq("fair-later")
+	var later []*store.InsertParams
+	for _, tenant := range []string{"0a", "0b", "0c", "0d", "0e", "0f", "0g", "0h", "0i", "0j"} {
+		later = append(later, laterJobs(q, tenant, 0, 3)...)
+	}
+	later = append(later, laterJobs(q, "A", 5, 50)...)
+	later = append(later, laterJobs(q, "A", 0, 50)...)
+	later = append(later, laterJobs(q, "B", 3, 20)...)
+	for _, tenant := range []string{"L0", "L1", "L2", "L3", "L4", "L5", "L6", "L7", "L8", "L9"} {
+		later = append(later, laterJobs(q, tenant, 2, 3)...)
+	}
+	later = append(later, laterJobs(q, "", 1, 10)...)
+	insert(t, s, later...)
+	due := []*store.InsertParams{tenantJob(q, "A", 0), tenantJob(q, "B", 3), tenantJob(q, "Z", 0), tenantJob(q, "", 1)}
+	insert(t, s, due...)
+
+	jobs := claim(t, s, q, 10)
+	require.ElementsMatch(t, ids(jobs), []string{due[0].ID, due[1].ID, due[2].ID, due[3].ID},
+		"exactly the jobs due now")
+	for _, j := range jobs {
+		require.Equal(t, store.StateActive, j.State)
+	}
+	require.Empty(t, claim(t, s, q, 10), "nothing else is due")
+	for _, p := range []*store.InsertParams{later[0], later[30], later[80], later[130], later[len(later)-1]} {
+		require.Equal(t, store.StateScheduled, get(t, s, p.ID).State, "a job due later stays scheduled")
+	}
+
+	// One tenant with jobs due now among tenants with jobs due later only, on both sides: it is
+	// alone, and its jobs come in its claim order.
+	q = uniq("fair-later-alone")
+	later = later[:0]
+	for _, tenant := range []string{"0a", "0b", "0c", "0d", "0e", "0f", "0g", "0h", "0i", "L0", "L1", "L2", "L3", "L4", "L5", "L6", "L7", "L8", "L9"} {
+		later = append(later, laterJobs(q, tenant, 0, 2)...)
+	}
+	later = append(later, laterJobs(q, "M", 9, 20)...)
+	insert(t, s, later...)
+	low, high := tenantJob(q, "M", 0), tenantJob(q, "M", 4)
+	insert(t, s, low, high)
+	require.Equal(t, []string{high.ID, low.ID}, ids(claim(t, s, q, 10)))
+	require.Empty(t, claim(t, s, q, 10))
 }

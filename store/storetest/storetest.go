@@ -83,6 +83,7 @@ var tests = []testCase{
 	{"FairPriorityWithinTenant", single(testFairPriorityWithinTenant)},
 	{"FairTenantless", single(testFairTenantless)},
 	{"FairTenantAlone", single(testFairTenantAlone)},
+	{"FairBesideLaterJobs", single(testFairBesideLaterJobs)},
 	{"TenantWeights", single(testTenantWeights)},
 	{"TenantWeightsAlone", single(testTenantWeightsAlone)},
 	{"FairLimitedTenantMidTurn", single(testFairLimitedTenantMidTurn)},
