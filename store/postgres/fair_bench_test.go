@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -25,8 +26,9 @@ import (
 // change in the machine's load touches them all alike. It reports the median and 95th percentile of
 // each one's claims (ns/op is the four claims together).
 func BenchmarkFairClaim(b *testing.B) {
-	benchFairClaim(b, []fairVariant{{"plain", "", ""}, {"fair-011", "a", "fair_faster"}, {"fair-014", "a", "fair_solo"},
-		{"fair-029", "a", "fair_claim_walks_priorities"}, {"fair", "a", ""}}, false)
+	benchClaim(b, []claimVariant{{name: "plain"}, {name: "fair-011", tenant: "a", revert: "fair_faster"},
+		{name: "fair-014", tenant: "a", revert: "fair_solo"},
+		{name: "fair-029", tenant: "a", revert: "fair_claim_walks_priorities"}, {name: "fair", tenant: "a"}}, false)
 }
 
 // BenchmarkFairClaimMixed is BenchmarkFairClaim's queue of 100,000 jobs of tenant a with a second
@@ -36,17 +38,30 @@ func BenchmarkFairClaim(b *testing.B) {
 // the front of a's range) and that of migration 029 with the current one (whose turns of a take
 // the jobs its first probe locked, and whose probes walk priorities).
 func BenchmarkFairClaimMixed(b *testing.B) {
-	benchFairClaim(b, []fairVariant{{"fair-015", "a", "fair_supply"},
-		{"fair-029", "a", "fair_claim_walks_priorities"}, {"fair", "a", ""}}, true)
+	benchClaim(b, []claimVariant{{name: "fair-015", tenant: "a", revert: "fair_supply"},
+		{name: "fair-029", tenant: "a", revert: "fair_claim_walks_priorities"}, {name: "fair", tenant: "a"}}, true)
 }
 
-// fairVariant is one schema of benchFairClaim: its jobs' tenant ("" for none) and the first
-// migration reverted ("" for none; reverting one reverts the ones after it too).
-type fairVariant struct {
-	name, tenant, revert string
+// BenchmarkLimitedClaim is BenchmarkFairClaim's claim of 50 jobs from a queue of 100,000 through
+// the rate-limited claim (claim_limited_untokened): four jobs in five carry one of four rate keys
+// whose limits always have room, the fifth none. It compares the claim of migration 029, whose
+// looks for due jobs scan in claim order, with the current one, which walks priorities (migration
+// 031), beside the plain claim of the same jobs without keys as a yardstick.
+func BenchmarkLimitedClaim(b *testing.B) {
+	benchClaim(b, []claimVariant{{name: "plain"}, {name: "limited-029", keys: 4, revert: "limited_claim_walks_priorities"},
+		{name: "limited", keys: 4}}, false)
 }
 
-func benchFairClaim(b *testing.B, variants []fairVariant, mixed bool) {
+// claimVariant is one schema of benchClaim: its jobs' tenant ("" for none), the number of rate keys
+// its jobs take in turn (0 for none; every fifth job has none), and the first migration reverted
+// ("" for none; reverting one reverts the ones after it too).
+type claimVariant struct {
+	name, tenant string
+	keys         int
+	revert       string
+}
+
+func benchClaim(b *testing.B, variants []claimVariant, mixed bool) {
 	from := func(name string) int {
 		if name == "" {
 			return 0
@@ -70,10 +85,18 @@ func benchFairClaim(b *testing.B, variants []fairVariant, mixed bool) {
 				b.Fatal(err)
 			}
 		}
+		for k := range c.keys {
+			if err := s.SetRateLimit(ctx, fmt.Sprint("k", k), store.RateLimit{MaxActive: 10 * n}); err != nil {
+				b.Fatal(err)
+			}
+		}
 		batch := make([]*store.InsertParams, 0, 1000)
 		for k := range n {
 			p := params("fair")
 			p.Tenant = c.tenant
+			if c.keys > 0 && k%5 != 0 {
+				p.RateKey = fmt.Sprint("k", k%c.keys)
+			}
 			batch = append(batch, p)
 			if len(batch) == cap(batch) || k == n-1 {
 				if _, err := s.Insert(ctx, batch); err != nil {
