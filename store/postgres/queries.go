@@ -346,7 +346,9 @@ WHERE o.unique_key = j.unique_key AND o.state = ANY (o.unique_states) AND o.id <
 	// stays allowed: claim_limited sorts its few candidates. $1 ('on' or 'off') says whether the
 	// caller reads the keys the claim leaves limited (store.ClaimParams.OnLimited): only then does
 	// claim_limited_untokened work them out (migration 025). A parameter, not two statement texts,
-	// so that one prepared statement serves both.
+	// so that one prepared statement serves both. claim_limited_untokened's statements run on generic
+	// plans by a setting of the function's own (migration 031), as sqlClaimFairPlan asks of
+	// claim_fair_pick's.
 	// $2 is the claim's tag, as in sqlClaimPlan (claim_limited_held reads it since migration 027).
 	sqlClaimLimitedPlan = `SELECT set_config('jit', 'off', true), set_config('synchronous_commit', 'off', true),
 	set_config('pronto.want_limited', $1::text, true), ` + setClaimTag + ``
