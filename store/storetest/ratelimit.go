@@ -608,3 +608,61 @@ func testRateLimitLimitedReported(t *testing.T, s store.Store) {
 	require.Len(t, h.claim(t, s, claimP(pq)), 1)
 	require.Zero(t, h.calls, "no key passed a job over")
 }
+
+// laterLimitedJobs returns n jobs of queue and rate key key ("" for none) at priority, scheduled
+// an hour and more from now.
+func laterLimitedJobs(queue, key string, priority, n int) []*store.InsertParams {
+	ps := make([]*store.InsertParams, n)
+	for i := range ps {
+		p := limitedJob(queue, key)
+		p.Priority = priority
+		p.State = store.StateScheduled
+		p.ScheduledAt = time.Now().Add(time.Hour + time.Duration(i)*time.Millisecond)
+		ps[i] = p
+	}
+	return ps
+}
+
+func testRateLimitBesideLaterJobs(t *testing.T, s store.Store) {
+	// A rate-limited queue whose keys hold jobs due later, above and below their jobs due now: key
+	// k has room, key d is at its limit and drops what it holds back, key u has no limit. A claim
+	// takes exactly the jobs due now that may start, in claim order, drops only d's jobs due now,
+	// and leaves every job due later where it was.
+	q, k, d, u := uniq("rate-later"), uniq("rate"), uniq("rate"), uniq("rate")
+	setLimit(t, s, k, store.RateLimit{MaxActive: 100})
+	setLimit(t, s, d, store.RateLimit{MaxActive: 1, OnLimit: store.LimitDrop})
+	running := limitedJob(q, d)
+	running.Priority = 9
+	insert(t, s, running)
+	require.Equal(t, []string{running.ID}, ids(claim(t, s, q, 1)), "d's running job")
+
+	var later []*store.InsertParams
+	later = append(later, laterLimitedJobs(q, k, 5, 20)...)
+	later = append(later, laterLimitedJobs(q, d, 5, 20)...)
+	later = append(later, laterLimitedJobs(q, d, 0, 10)...)
+	later = append(later, laterLimitedJobs(q, "", 5, 10)...)
+	later = append(later, laterLimitedJobs(q, u, 3, 5)...)
+	insert(t, s, later...)
+	dueOf := func(key string, priority int) *store.InsertParams {
+		p := limitedJob(q, key)
+		p.Priority = priority
+		return p
+	}
+	kDue, plainDue, uDue := dueOf(k, 0), dueOf("", 1), dueOf(u, 2)
+	dropped := []*store.InsertParams{dueOf(d, 7), dueOf(d, 0)}
+	insert(t, s, kDue, plainDue, uDue)
+	insert(t, s, dropped...)
+
+	jobs := claim(t, s, q, 10)
+	require.Equal(t, []string{uDue.ID, plainDue.ID, kDue.ID}, ids(jobs), "the jobs due now that may start, in claim order")
+	for _, j := range jobs {
+		require.Equal(t, store.StateActive, j.State)
+	}
+	for _, p := range dropped {
+		require.Equal(t, store.StateDiscarded, get(t, s, p.ID).State, "d is at its limit and drops its jobs due now")
+	}
+	require.Empty(t, claim(t, s, q, 10), "nothing else is due")
+	for _, p := range later {
+		require.Equal(t, store.StateScheduled, get(t, s, p.ID).State, "a job due later stays scheduled")
+	}
+}

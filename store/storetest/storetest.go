@@ -184,6 +184,7 @@ var tests = []testCase{
 	{"RateLimitWindow", single(testRateLimitWindow)},
 	{"RateLimitSkipKeepsOrder", single(testRateLimitSkipKeepsOrder)},
 	{"RateLimitDrop", single(testRateLimitDrop)},
+	{"RateLimitBesideLaterJobs", single(testRateLimitBesideLaterJobs)},
 	{"RateLimitReschedule", single(testRateLimitReschedule)},
 	{"RateLimitHeldBackReported", single(testRateLimitHeldBackReported)},
 	{"RateLimitLimitedReported", single(testRateLimitLimitedReported)},
