@@ -47,9 +47,25 @@ func BenchmarkDrainTenant(b *testing.B) {
 		for _, prefetch := range []int{0, pronto.NoPrefetch} {
 			name := fmt.Sprintf("tenant=%q/prefetch=%d", tenant, prefetch)
 			b.Run(name, func(b *testing.B) {
-				benchDrainTenant(b, kindPostgres, pronto.QueueConfig{MaxWorkers: 100, Prefetch: prefetch}, tenant)
+				var opts *pronto.InsertOpts
+				if tenant != "" {
+					opts = &pronto.InsertOpts{Tenant: tenant}
+				}
+				benchDrainOpts(b, kindPostgres, pronto.QueueConfig{MaxWorkers: 100, Prefetch: prefetch}, opts)
 			})
 		}
+	}
+}
+
+// BenchmarkDrainRateLimited is BenchmarkDrain's PostgreSQL drain of jobs of one rate key whose
+// limit always has room (MaxActive 1,000 for 100 workers): every claim goes through the limited
+// claim (claim_limited_held), with the queue's default prefetch and without.
+func BenchmarkDrainRateLimited(b *testing.B) {
+	for _, prefetch := range []int{0, pronto.NoPrefetch} {
+		b.Run(fmt.Sprintf("prefetch=%d", prefetch), func(b *testing.B) {
+			opts := &pronto.InsertOpts{RateKey: "k", RateLimit: &pronto.RateLimit{MaxActive: 1000}}
+			benchDrainOpts(b, kindPostgres, pronto.QueueConfig{MaxWorkers: 100, Prefetch: prefetch}, opts)
+		})
 	}
 }
 
@@ -58,11 +74,12 @@ func benchDrain(b *testing.B, kind storeKind) {
 }
 
 func benchDrainWith(b *testing.B, kind storeKind, queue pronto.QueueConfig) {
-	benchDrainTenant(b, kind, queue, "")
+	benchDrainOpts(b, kind, queue, nil)
 }
 
-// benchDrainTenant drains a backlog of b.N zero-work jobs of tenant ("" for none).
-func benchDrainTenant(b *testing.B, kind storeKind, queue pronto.QueueConfig, tenant string) {
+// benchDrainOpts drains a backlog of max(b.N, 1000) zero-work jobs inserted with opts (nil for
+// none) through the default queue, configured as queue, and reports jobs/s.
+func benchDrainOpts(b *testing.B, kind storeKind, queue pronto.QueueConfig, opts *pronto.InsertOpts) {
 	ctx := context.Background()
 	ts := newTestStore(b, kind)
 	var done atomic.Int64
@@ -79,10 +96,6 @@ func benchDrainTenant(b *testing.B, kind storeKind, queue pronto.QueueConfig, te
 	n := max(b.N, batch)
 	for i := 0; i < n; i += batch {
 		ps := make([]pronto.InsertManyParams, min(batch, n-i))
-		var opts *pronto.InsertOpts
-		if tenant != "" {
-			opts = &pronto.InsertOpts{Tenant: tenant}
-		}
 		for k := range ps {
 			ps[k] = pronto.InsertManyParams{Args: noopArgs{N: i + k}, Opts: opts}
 		}
