@@ -57,15 +57,17 @@ func BenchmarkDrainTenant(b *testing.B) {
 	}
 }
 
-// BenchmarkDrainRateLimited is BenchmarkDrain's PostgreSQL drain of jobs of one rate key whose
-// limit always has room (MaxActive 1,000 for 100 workers): every claim goes through the limited
-// claim (claim_limited_held), with the queue's default prefetch and without.
+// BenchmarkDrainRateLimited is BenchmarkDrain's drain, per store, of jobs of one rate key whose
+// limit always has room (MaxActive 1,000 for 100 workers): every claim goes through the store's
+// limited claim (PostgreSQL: claim_limited_held), with the queue's default prefetch and without.
 func BenchmarkDrainRateLimited(b *testing.B) {
-	for _, prefetch := range []int{0, pronto.NoPrefetch} {
-		b.Run(fmt.Sprintf("prefetch=%d", prefetch), func(b *testing.B) {
-			opts := &pronto.InsertOpts{RateKey: "k", RateLimit: &pronto.RateLimit{MaxActive: 1000}}
-			benchDrainOpts(b, kindPostgres, pronto.QueueConfig{MaxWorkers: 100, Prefetch: prefetch}, opts)
-		})
+	for _, kind := range allStores {
+		for _, prefetch := range []int{0, pronto.NoPrefetch} {
+			b.Run(fmt.Sprintf("%s/prefetch=%d", kind, prefetch), func(b *testing.B) {
+				opts := &pronto.InsertOpts{RateKey: "k", RateLimit: &pronto.RateLimit{MaxActive: 1000}}
+				benchDrainOpts(b, kind, pronto.QueueConfig{MaxWorkers: 100, Prefetch: prefetch}, opts)
+			})
+		}
 	}
 }
 
