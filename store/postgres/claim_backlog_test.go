@@ -353,3 +353,64 @@ FROM generate_series(1, $1::int) AS i`)
 		WHERE state IN ('scheduled', 'retryable')`)).Scan(&waiting))
 	require.Equal(t, backlog, waiting)
 }
+
+// TestLimitedClaimBesideADueKeyBacklog: a rate-limited queue holding 40,000 due jobs of one key with
+// room, beside a few jobs without a limit among them. claim_limited_untokened takes the key's jobs
+// first and, when they fill the claim, looks for jobs without a limit only up to the last of them in
+// claim order (migration 032); before, that look walked jobs_claim_idx over every due job of the key
+// at each claim, reading each one's row to see its key. Buffers, not time; and the claim takes the
+// same jobs in the same order.
+func TestLimitedClaimBesideADueKeyBacklog(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := setup(t)
+	require.NoError(t, s.SetRateLimit(ctx, "k", store.RateLimit{MaxActive: 1000}))
+	const backlog = 40_000
+	fill := s.expand.Replace(`INSERT INTO {schema}.jobs (id, kind, queue, args, state, created_at, scheduled_at, rate_key)
+SELECT (lpad(to_hex(2000000000000 + i), 12, '0') || '7' || substr(md5(i::text), 1, 3) || '8' || substr(md5(i::text), 4, 15))::uuid,
+	'k', 'lq', '[]', 'available', now(), $2::timestamptz + i * interval '1 ms', 'k'
+FROM generate_series(1, $1::int) AS i`)
+	base := time.Now().Add(-time.Hour) // the backlog's first due time
+	_, err := s.pool.Exec(ctx, fill, backlog, base)
+	require.NoError(t, err)
+	// Jobs without a limit: one of a higher priority, one due before the backlog, one among its
+	// first jobs, one after it all.
+	free := s.expand.Replace(`INSERT INTO {schema}.jobs (id, kind, queue, args, state, created_at, scheduled_at, priority)
+VALUES ('00000000-0000-7000-8000-000000000001', 'k', 'lq', '[]', 'available', now(), $1::timestamptz - interval '1 hour', 5),
+	('00000000-0000-7000-8000-000000000002', 'k', 'lq', '[]', 'available', now(), $1::timestamptz - interval '1 hour', 0),
+	('00000000-0000-7000-8000-000000000003', 'k', 'lq', '[]', 'available', now(), $1::timestamptz + interval '5.5 ms', 0),
+	('00000000-0000-7000-8000-000000000004', 'k', 'lq', '[]', 'available', now(), now() - interval '1 second', 0)`)
+	_, err = s.pool.Exec(ctx, free, base)
+	require.NoError(t, err)
+	_, err = s.pool.Exec(ctx, s.expand.Replace(`ANALYZE {schema}.jobs`))
+	require.NoError(t, err)
+
+	// The claim's order: priority first, then due time.
+	var want []string
+	rows, err := s.pool.Query(ctx, s.expand.Replace(`SELECT id::text FROM {schema}.jobs WHERE queue = 'lq'
+		ORDER BY priority DESC, scheduled_at, id LIMIT 10`))
+	require.NoError(t, err)
+	for rows.Next() {
+		var id string
+		require.NoError(t, rows.Scan(&id))
+		want = append(want, id)
+	}
+	require.NoError(t, rows.Err())
+	require.Equal(t, "00000000-0000-7000-8000-000000000001", want[0])
+	require.Equal(t, "00000000-0000-7000-8000-000000000002", want[1])
+	require.Equal(t, "00000000-0000-7000-8000-000000000003", want[7])
+
+	buffers, plan := explainWarm(t, s, s.q.claimLimitedPlan, s.q.claimLimited, []any{"", newClaimTag()},
+		[]any{"lq", nil, 10, int64(60e6), "w"})
+	t.Logf("limited claim: %v buffers", buffers)
+	// The look for jobs without a limit passed over the key's 40,000 due jobs (1,365 buffers, 15 ms);
+	// bounded by the key's tenth job it reads a few of them (about 300 buffers in all, 1.2 ms).
+	require.Less(t, buffers, 700.0, plan)
+
+	jobs, err := s.Claim(ctx, claimParams("lq", 10))
+	require.NoError(t, err)
+	require.Equal(t, want, ids(jobs), "the first 10 jobs in claim order, with and without the key")
+	j, err := s.GetJob(ctx, "00000000-0000-7000-8000-000000000004")
+	require.NoError(t, err)
+	require.Equal(t, store.StateAvailable, j.State, "the job without a limit after the key's tenth waits")
+}
