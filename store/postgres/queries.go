@@ -373,7 +373,8 @@ WHERE o.unique_key = j.unique_key AND o.state = ANY (o.unique_states) AND o.id <
 	// sqlClaimLimited claims up to $3 jobs of queue $1 (kinds $2, NULL for any) for worker $5 with a
 	// lease of $4 microseconds, enforcing the rate limits (see claim_limited). The claimed jobs
 	// (active) are followed by those the claim held back, dropped (discarded) or rescheduled
-	// (scheduled), as migration 022's claim_limited_held answers.
+	// (scheduled), as migration 022's claim_limited_held answers. Their claim tokens are written in
+	// the update that claims them (migration 033), from the claim's tag as taggedClaimToken.
 	sqlClaimLimited = `SELECT ` + jobCols + ` FROM {schema}.claim_limited_held($1, $2, $3, $4, $5)`
 
 	// sqlFinishPlan runs just before sqlFinish in the same implicit transaction and makes it use
