@@ -57,16 +57,19 @@ func BenchmarkDrainTenant(b *testing.B) {
 	}
 }
 
-// BenchmarkDrainRateLimited is BenchmarkDrain's drain, per store, of jobs of one rate key whose
-// limit always has room (MaxActive 1,000 for 100 workers): every claim goes through the store's
-// limited claim (PostgreSQL: claim_limited_held), with the queue's default prefetch and without.
+// BenchmarkDrainRateLimited is BenchmarkDrain's drain, per store, of jobs of one rate key: every
+// claim goes through the store's limited claim (PostgreSQL: claim_limited_held), with the queue's
+// default prefetch and without. With max=1000 the key's limit always has room for the 100 workers;
+// with max=50 it is at its limit most of the time, and its due backlog waits beside the claims.
 func BenchmarkDrainRateLimited(b *testing.B) {
 	for _, kind := range allStores {
-		for _, prefetch := range []int{0, pronto.NoPrefetch} {
-			b.Run(fmt.Sprintf("%s/prefetch=%d", kind, prefetch), func(b *testing.B) {
-				opts := &pronto.InsertOpts{RateKey: "k", RateLimit: &pronto.RateLimit{MaxActive: 1000}}
-				benchDrainOpts(b, kind, pronto.QueueConfig{MaxWorkers: 100, Prefetch: prefetch}, opts)
-			})
+		for _, maxActive := range []int{1000, 50} {
+			for _, prefetch := range []int{0, pronto.NoPrefetch} {
+				b.Run(fmt.Sprintf("%s/max=%d/prefetch=%d", kind, maxActive, prefetch), func(b *testing.B) {
+					opts := &pronto.InsertOpts{RateKey: "k", RateLimit: &pronto.RateLimit{MaxActive: maxActive}}
+					benchDrainOpts(b, kind, pronto.QueueConfig{MaxWorkers: 100, Prefetch: prefetch}, opts)
+				})
+			}
 		}
 	}
 }

@@ -95,6 +95,11 @@ type Item struct {
 	// Callback, if set, is told the same as Done (both are called when both are set). It lets a
 	// caller pass an object it already has instead of a closure made per outcome.
 	Callback Finisher
+	// Prompt marks an outcome that frees room other jobs may be waiting for (a job under a rate
+	// key, whose limit counts it until its outcome is written): a batch holding one is written
+	// without lingering, and a linger in progress ends when one arrives. Lingering on them capped a
+	// key at its limit to MaxActive jobs per Linger, however short its jobs.
+	Prompt bool
 }
 
 // Finisher is told the fate of an Item's outcome, as Item.Done is.
@@ -181,6 +186,7 @@ type Completer struct {
 	// lingering is set while Run waits for company; Add then signals full once pending reaches
 	// the batch target, and Close signals it too.
 	lingering bool
+	prompt    bool          // a pending outcome is Prompt: no linger until it is written
 	full      chan struct{} // buffered(1)
 	done      chan struct{}
 
@@ -242,7 +248,8 @@ func (c *Completer) Add(it Item) {
 	}
 	c.pending = append(c.pending, it)
 	c.gaps.observe(time.Now())
-	if c.lingering && len(c.pending) >= c.batchTarget() {
+	c.prompt = c.prompt || it.Prompt
+	if c.lingering && (it.Prompt || len(c.pending) >= c.batchTarget()) {
 		c.signalFull()
 	}
 	c.mu.Unlock()
@@ -312,7 +319,7 @@ func (c *Completer) Run(ctx context.Context) {
 			}
 			return
 		}
-		if c.cfg.Linger > 0 && len(c.pending) < c.batchTarget() && c.gaps.streaming() && !c.closed {
+		if c.cfg.Linger > 0 && len(c.pending) < c.batchTarget() && c.gaps.streaming() && !c.closed && !c.prompt {
 			// Outcomes keep arriving: let a few more gather so one statement writes many.
 			c.lingering = true
 			select {
@@ -340,9 +347,11 @@ func (c *Completer) Run(ctx context.Context) {
 			// The common case: the whole queue is the batch. The queue takes the spare buffer, so
 			// no batch is copied, nor a buffer allocated per batch.
 			batch, c.pending = c.pending, spare[:0]
+			c.prompt = false
 		} else {
 			batch = append(spare[:0], c.pending[:c.cfg.MaxBatchSize]...)
 			c.pending = append(c.pending[:0], c.pending[c.cfg.MaxBatchSize:]...)
+			c.prompt = slices.ContainsFunc(c.pending, func(it Item) bool { return it.Prompt })
 		}
 		c.mu.Unlock()
 		c.space.Broadcast()

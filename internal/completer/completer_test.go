@@ -493,3 +493,41 @@ func TestWrittenBatchWithAnErrorIsNotSentAgain(t *testing.T) {
 	<-c.Done()
 	require.EqualValues(t, 1, calls.Load())
 }
+
+// TestPromptOutcomeEndsALinger: an outcome marked Prompt (a rate-keyed job's, which frees room under
+// its key's limit) ends a linger in progress, and the batch holding it is written at once, with the
+// outcomes that were waiting for company.
+func TestPromptOutcomeEndsALinger(t *testing.T) {
+	f := &countingFinish{}
+	// Were the batch to wait for the linger, it would take a minute.
+	c := New(Config{Finish: f.finish, Linger: time.Minute})
+	at := time.Now()
+	for i := 0; i < 50; i++ {
+		c.gaps.observe(at.Add(time.Duration(i) * time.Millisecond))
+	}
+	run(t, c)
+	waiting := addOne(c, "a")
+	require.Eventually(t, func() bool { c.mu.Lock(); defer c.mu.Unlock(); return c.lingering }, 10*time.Second, time.Millisecond,
+		"an ordinary outcome waits for company while outcomes stream")
+	prompt := addPrompt(c, "p")
+	requireWritten(t, waiting, "the prompt outcome ends the linger")
+	requireWritten(t, prompt, "the prompt outcome is written with the batch")
+
+	// A prompt outcome that arrives while outcomes stream and nothing lingers does not linger.
+	c.mu.Lock()
+	for i := 0; i < 50; i++ {
+		c.gaps.observe(time.Now())
+	}
+	c.mu.Unlock()
+	requireWritten(t, addPrompt(c, "q"), "a prompt outcome is written without waiting for company")
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	require.False(t, c.prompt, "no prompt outcome is pending")
+}
+
+// addPrompt adds a Prompt outcome of job id and returns where its fate is told (true: written).
+func addPrompt(c *Completer, id string) <-chan bool {
+	got := make(chan bool, 1)
+	c.Add(Item{Completion: store.Completion{ID: id}, Prompt: true, Done: func(ok bool, err error) { got <- ok && err == nil }})
+	return got
+}
