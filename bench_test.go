@@ -82,9 +82,28 @@ func benchDrainWith(b *testing.B, kind storeKind, queue pronto.QueueConfig) {
 	benchDrainOpts(b, kind, queue, nil)
 }
 
+// BenchmarkDrainTenantLimited is BenchmarkDrain's drain, per store, of one tenant's jobs under a
+// tenant limit of 50 running jobs (TenantSetLimit) for 100 workers: the tenant is at its limit most
+// of the time, as BenchmarkDrainRateLimited's key at max=50.
+func BenchmarkDrainTenantLimited(b *testing.B) {
+	for _, kind := range allStores {
+		b.Run(string(kind), func(b *testing.B) {
+			benchDrainSetup(b, kind, pronto.QueueConfig{MaxWorkers: 100}, &pronto.InsertOpts{Tenant: "a"},
+				func(c *pronto.Client) error {
+					return c.TenantSetLimit(context.Background(), "a", pronto.RateLimit{MaxActive: 50})
+				})
+		})
+	}
+}
+
 // benchDrainOpts drains a backlog of max(b.N, 1000) zero-work jobs inserted with opts (nil for
 // none) through the default queue, configured as queue, and reports jobs/s.
 func benchDrainOpts(b *testing.B, kind storeKind, queue pronto.QueueConfig, opts *pronto.InsertOpts) {
+	benchDrainSetup(b, kind, queue, opts, nil)
+}
+
+// benchDrainSetup is benchDrainOpts with setup (nil for none) run first with the inserting client.
+func benchDrainSetup(b *testing.B, kind storeKind, queue pronto.QueueConfig, opts *pronto.InsertOpts, setup func(*pronto.Client) error) {
 	ctx := context.Background()
 	ts := newTestStore(b, kind)
 	var done atomic.Int64
@@ -96,6 +115,11 @@ func benchDrainOpts(b *testing.B, kind storeKind, queue pronto.QueueConfig, opts
 	inserter, err := pronto.NewClient(ts.Store, nil)
 	if err != nil {
 		b.Fatal(err)
+	}
+	if setup != nil {
+		if err := setup(inserter); err != nil {
+			b.Fatal(err)
+		}
 	}
 	const batch = 1000
 	n := max(b.N, batch)

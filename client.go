@@ -1234,8 +1234,9 @@ func (c *Client) recordOutcome(rj *runningJob, err error, result json.RawMessage
 	}
 	rj.out = pendingOutcome{comp: comp, kind: kind, err: err, dur: dur, now: now, progressed: progressed, progressData: progressData}
 	// The run itself is the callback: no closure per outcome.
-	// A rate-keyed job's outcome frees room under its key's limit, which claims may be waiting for.
-	c.completer.Add(completer.Item{Completion: comp, Callback: rj, Prompt: row.RateKey != ""})
+	// A rate-keyed job's outcome frees room under its key's limit, a tenant's under its tenant's
+	// (if it has one: the client does not know), which claims may be waiting for.
+	c.completer.Add(completer.Item{Completion: comp, Callback: rj, Prompt: row.RateKey != "" || row.Tenant != ""})
 }
 
 // removesCompleted reports whether this client removes the completed jobs of queue

@@ -904,8 +904,8 @@ func (s *Store) Finish(ctx context.Context, completions []store.Completion) ([]s
 		s.unplace(j)
 		if removable(c, j) {
 			s.forget(j)
-			if j.RateKey != "" {
-				a.addQueue(j.Queue, time.Time{}) // its key has room for one more job
+			if s.freesLimit(j) {
+				a.addQueue(j.Queue, time.Time{}) // its limit has room for one more job
 			}
 			continue
 		}
@@ -938,8 +938,8 @@ func (s *Store) Finish(ctx context.Context, completions []store.Completion) ([]s
 		switch {
 		case announces(c.State):
 			a.add(j)
-		case j.RateKey != "":
-			a.addQueue(j.Queue, time.Time{}) // its key has room for one more job
+		case s.freesLimit(j):
+			a.addQueue(j.Queue, time.Time{}) // its limit has room for one more job
 		}
 	}
 	s.settle(now, &a)
@@ -1288,7 +1288,7 @@ func (s *Store) CancelJob(ctx context.Context, id string) (*store.Job, error) {
 func (s *Store) cancel(j *job, now time.Time, cancels *[]store.Notification) {
 	if j.State == store.StateActive {
 		*cancels = append(*cancels, store.Notification{Kind: store.NotifyCancel, Queue: j.Queue, JobID: j.ID, ClaimToken: j.ClaimToken})
-		if j.RateKey != "" {
+		if s.freesLimit(j) {
 			*cancels = append(*cancels, store.Notification{Kind: store.NotifyInsert, Queue: j.Queue})
 		}
 		j.Errors = append(j.Errors, store.AttemptError{

@@ -220,3 +220,10 @@ func (s *Store) forgetTenantID(tenant string) {
 		l.ids = live
 	}
 }
+
+// freesLimit reports whether j, leaving active, frees room under a limit a claim may be waiting
+// for: its rate key's, or its tenant's when one is stored. Its queue is then announced, as when a
+// job is inserted; s.mu must be held.
+func (s *Store) freesLimit(j *job) bool {
+	return j.RateKey != "" || (j.Tenant != "" && s.tenantLimit(j.Tenant) != nil)
+}

@@ -13,6 +13,19 @@ import (
 // constants below are concatenated by the compiler; the few statements that carry a unique key
 // through a transition are assembled once, at package initialization, by uniqueKeyAfter.
 
+// limitFreedJ is, for a job j leaving active, the key of the limit it frees room under: its rate
+// key, else its tenant's limit key (store.TenantLimitKey) when that tenant has a limit stored; NULL
+// for none. The queue of such a job is announced (sqlNotifyFinished), so that a claim waiting for
+// the room need not wait for its poll: a tenant at its limit ran MaxActive jobs per poll.
+const limitFreedJ = `coalesce(j.rate_key, CASE WHEN j.tenant IS NOT NULL AND EXISTS (
+		SELECT 1 FROM {schema}.rate_limits tl WHERE tl.key = 'tenant:' || j.tenant)
+		THEN 'tenant:' || j.tenant END)`
+
+// limitFreedL is limitFreedJ of a job l.
+const limitFreedL = `coalesce(l.rate_key, CASE WHEN l.tenant IS NOT NULL AND EXISTS (
+		SELECT 1 FROM {schema}.rate_limits tl WHERE tl.key = 'tenant:' || l.tenant)
+		THEN 'tenant:' || l.tenant END)`
+
 // jobCols is the column list every job-returning statement produces, in the order scanJob reads.
 const jobCols = `id, kind, queue, args, meta, priority, state, attempt, max_attempts, errors, result,
 	tags, retry_policy, timeout_ms, created_at, scheduled_at, started_at, completed_at, expires_at,
@@ -408,7 +421,8 @@ WHERE o.unique_key = j.unique_key AND o.state = ANY (o.unique_states) AND o.id <
 
 	// sqlNotifyFinished announces, once per queue, the rows of the CTE "changed" (columns queue,
 	// state, scheduled_at, rate_key) that are claimable or due later, like notifyClaimable, and also
-	// the queue of every job with a rate key, due now: the slot it freed can be used at once.
+	// the queue of every job that left active under a limit, due now: the slot it freed can be used
+	// at once. Its rate_key column is limitFreedJ's.
 	sqlNotifyFinished = `
 	SELECT pg_notify({channel}, '{"k":"i","q":' || to_json(queue)::text || ',"d":' ||
 		CASE WHEN bool_or(state = 'available' OR scheduled_at <= now() OR rate_key IS NOT NULL) THEN '0'
@@ -571,12 +585,12 @@ WHERE j.id = u.id AND j.state = 'active' AND j.claim_token = u.token`
 	FROM u
 	WHERE j.id = u.id AND j.state = 'active' AND j.attempt = u.attempt
 		AND (u.token IS NULL OR j.claim_token = u.token) AND NOT (` + removable + `)
-	RETURNING j.id, j.queue, j.state, j.scheduled_at, j.rate_key, u.ord
+	RETURNING j.id, j.queue, j.state, j.scheduled_at, ` + limitFreedJ + ` AS rate_key, u.ord
 ), removed AS (
 	DELETE FROM {schema}.jobs j USING u
 	WHERE j.id = u.id AND j.state = 'active' AND j.attempt = u.attempt
 		AND (u.token IS NULL OR j.claim_token = u.token) AND ` + removable + `
-	RETURNING j.id, j.queue, 'completed'::text AS state, j.scheduled_at, j.rate_key, u.ord
+	RETURNING j.id, j.queue, 'completed'::text AS state, j.scheduled_at, ` + limitFreedJ + ` AS rate_key, u.ord
 ), finished AS (
 	SELECT * FROM changed UNION ALL SELECT * FROM removed
 ), notified AS (` + strings.Replace(sqlNotifyFinished, "FROM changed", "FROM finished", 1) + `
@@ -641,7 +655,7 @@ WHERE j.state = 'active' AND j.worker_id = $2 AND (h.token IS NULL OR j.claim_to
 	WHERE j.id = ANY(ARRAY(SELECT id FROM expired))
 	RETURNING ` + jobColsJ + `
 ), changed AS (
-	SELECT queue, state, scheduled_at, rate_key FROM updated
+	SELECT j.queue, j.state, j.scheduled_at, ` + limitFreedJ + ` AS rate_key FROM updated j
 ), notified AS (` + sqlNotifyFinished + `
 )
 SELECT * FROM updated WHERE (SELECT count(*) FROM notified) >= 0`
@@ -840,7 +854,7 @@ LIMIT $5`
 	// sqlCancelJob cancels job $1 unless it is terminal, telling an active job's runner; an active
 	// job with a rate key also announces its queue, whose next job may take the freed slot.
 	sqlCancelJob = `WITH locked AS (
-	SELECT id, state, queue, rate_key, claim_token FROM {schema}.jobs WHERE id = $1 FOR UPDATE
+	SELECT id, state, queue, rate_key, tenant, claim_token FROM {schema}.jobs WHERE id = $1 FOR UPDATE
 ), updated AS (
 	UPDATE {schema}.jobs j
 	SET state = 'cancelled', completed_at = now(), lease_expires_at = NULL, worker_id = NULL,
@@ -856,7 +870,7 @@ LIMIT $5`
 	UNION ALL
 	SELECT pg_notify({channel}, '{"k":"i","q":' || to_json(l.queue)::text || ',"d":0}')
 	FROM locked l
-	WHERE l.state = 'active' AND l.rate_key IS NOT NULL AND EXISTS (SELECT 1 FROM updated)
+	WHERE l.state = 'active' AND ` + limitFreedL + ` IS NOT NULL AND EXISTS (SELECT 1 FROM updated)
 )
 SELECT l.state, updated.* FROM locked l LEFT JOIN updated ON true
 WHERE (SELECT count(*) FROM notified) >= 0`
@@ -1128,7 +1142,7 @@ RETURNING created_at`
 	WHERE l.state = 'active'
 	UNION ALL
 	SELECT pg_notify({channel}, '{"k":"i","q":' || to_json(q.queue)::text || ',"d":0}')
-	FROM (SELECT DISTINCT queue FROM locked WHERE state = 'active' AND rate_key IS NOT NULL) q
+	FROM (SELECT DISTINCT l.queue FROM locked l WHERE l.state = 'active' AND ` + limitFreedL + ` IS NOT NULL) q
 )
 SELECT ` + jobCols + ` FROM locked WHERE (SELECT count(*) FROM cancelled) + (SELECT count(*) FROM notified) >= 0
 ORDER BY id`

@@ -1045,7 +1045,7 @@ func (f *finishing) apply(ctx context.Context, idx []int) error {
 				applied[k] &^= 4
 			}
 			if applied[k] >= 2 && c.State != store.StateAvailable {
-				f.announce(f.queues[i], time.Time{}) // a slot of its rate key is free
+				f.announce(f.queues[i], time.Time{}) // a slot of its rate key or tenant's limit is free
 			}
 			switch c.State {
 			case store.StateAvailable:

@@ -1406,7 +1406,8 @@ return out
 // now), error entry JSON ("" for none), flags ("v": a result is given, "r": refund the attempt,
 // "x": remove the job if it completes, see store.Completion.Remove) and the result. Returns per
 // completion 0 (not applied), 1 (applied) or 2 (applied, and the queue is to be announced: a slot
-// of the job's rate key is free, or a workflow child was released in this queue) or 3 (as 2, and
+// of the job's rate key or of its tenant's limit is free, or a workflow child was released in this
+// queue) or 3 (as 2, and
 // the queue's workflow outbox is to be relayed, see relay.go), plus 4 when the job was removed (the
 // caller drops it from the id index), then, on a Redis Cluster, the index (from 1) and rate key of
 // each applied completion whose job holds a permit of its key (ratelimit.go), and, when it wrote
@@ -1454,9 +1455,12 @@ for c = 1, tonumber(ARGV[1]) do
       if err ~= '' then adderr(id, withstart(err, f.started)) end
       if string.find(flags, 'r', 1, true) and tonumber(redis.call('HGET', k, 'max')) < 2147483647 then redis.call('HINCRBY', k, 'max', 1) end
       place(id, f)
-      if f.rkey then out[c] = 2 end
-    elseif f.rkey then
-      out[c] = 6
+    end
+    -- A job leaving a limit's count (its rate key's, or its tenant's when the tenant has a limit:
+    -- a permit of it on a cluster, the limit itself on a single node) frees room a claim may wait
+    -- for: its queue is announced.
+    if f.rkey or f.tlp == '1' or (f.tng and f.tng ~= '' and redis.call('HGET', rl('tenant:' .. f.tng), 'set') == '1') then
+      out[c] = out[c] + 1
     end
     if f.rkq then freed[#freed + 1] = c freed[#freed + 1] = f.rkey end
     if f.tlp == '1' and f.tnq then freed[#freed + 1] = c freed[#freed + 1] = 'tenant:' .. f.tnq end

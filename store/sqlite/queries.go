@@ -213,9 +213,18 @@ func finishBatchSQL(n int, plainOnly bool) string {
 		b.WriteString(` AND pronto_jobs.workflow_id IS NULL`)
 	}
 	b.WriteString(`
-	RETURNING id, queue, rate_key, workflow_id, state`)
+	RETURNING id, queue, ` + limitFreed + `, workflow_id, state`)
 	return b.String()
 }
+
+// limitFreed is, for a job of pronto_jobs leaving active, the key of the limit it frees room under:
+// its rate key, else its tenant's limit key (store.TenantLimitKey) when that tenant has a limit
+// stored; NULL for none. The statements leaving active return it, and the queue of such a job is
+// announced: a claim waiting for the room need not wait for its poll (a tenant at its limit ran
+// MaxActive jobs per poll).
+const limitFreed = `COALESCE(pronto_jobs.rate_key, CASE WHEN pronto_jobs.tenant IS NOT NULL AND EXISTS (
+		SELECT 1 FROM pronto_rate_limits AS tl WHERE tl.key = 'tenant:' || pronto_jobs.tenant)
+		THEN 'tenant:' || pronto_jobs.tenant END)`
 
 // finishUniqueKey carries unique keys through finishBatchSQL: its rows are computed before any is
 // written, so a job entering its unique states gives its key up to a job of the batch with a smaller
@@ -237,7 +246,7 @@ const removeFinishedSQL = `DELETE FROM pronto_jobs WHERE rowid IN (
 		AND (json_extract(e.value, '$.t') IS NULL OR j.claim_token = json_extract(e.value, '$.t'))
 		AND j.workflow_id IS NULL
 		AND (j.unique_key IS NULL OR instr(coalesce(j.unique_states, ''), ',completed,') = 0))
-RETURNING id, queue, rate_key`
+RETURNING id, queue, ` + limitFreed
 
 // finishBatchArgs is the number of values one row of finishBatchSQL binds.
 const finishBatchArgs = 9
@@ -728,7 +737,7 @@ var cancelWorkflowJobsSQL = `UPDATE pronto_jobs SET state = 'cancelled', complet
 		` + cancelledClaimError("?2") + `,
 		lease_expires_at = NULL, worker_id = NULL
 	WHERE workflow_id = ?1 AND state NOT IN ('completed', 'cancelled', 'discarded')
-	RETURNING id, queue, rate_key`
+	RETURNING id, queue, ` + limitFreed
 
 // pendingChildrenSQL returns the pending children of the jobs in the JSON array ?1.
 const pendingChildrenSQL = `SELECT DISTINCT j.id, j.queue, j.run_on, j.parent_ids

@@ -173,7 +173,15 @@ func testRateLimitTenant(t *testing.T, s store.Store) {
 			aJob = j
 		}
 	}
+	announced := listen(t, s)
 	require.True(t, finish(t, s, store.Completion{ID: aJob.ID, Attempt: 1, State: store.StateCompleted, Token: aJob.ClaimToken}))
+	// Its queue is announced, as a rate-keyed job's: a claim waiting for A's room need not wait for
+	// its poll.
+	eventually(t, "the queue of the finished job of a limited tenant to be announced", func() bool {
+		return len(announced.matching(func(n store.Notification) bool {
+			return n.Kind == store.NotifyInsert && n.Queue == q1 && n.DueAt.IsZero()
+		})) > 0
+	})
 	require.Equal(t, map[string]int{a: 1}, countTenants(claim(t, s, q2, 10)), "a finished job frees a slot")
 
 	// A rate: at most 2 starts per window.
