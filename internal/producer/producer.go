@@ -380,6 +380,7 @@ func (p *Producer) claim(ctx context.Context) {
 		p.inFlight += len(jobs) // none on error
 		// Set before any of the jobs runs, so a release of one of them sees it.
 		p.more = err != nil || len(jobs) >= free
+		ended := p.backlog && err == nil && len(jobs) < free
 		p.backlog = err == nil && len(jobs) >= free
 		p.observeClaim(time.Since(claimedAt), err)
 		p.observeTenants(jobs)
@@ -397,6 +398,13 @@ func (p *Producer) claim(ctx context.Context) {
 		}
 		for _, job := range jobs {
 			p.cfg.Execute(job, claimedAt, p.releaseFn)
+		}
+		if ended {
+			// A backlog that stops short may have met a limit's rate window: ask when the queue is
+			// next due (the window's end among others), so that the next claim comes then rather
+			// than at the poll. Once per backlog, not per claim: claims at a moderate rate come back
+			// short every time, and their backlog never starts.
+			p.refreshDue(ctx)
 		}
 		if len(jobs) < free {
 			return

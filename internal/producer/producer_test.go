@@ -340,3 +340,44 @@ func TestBacklogSlotsFreedDuringAClaimStartASideClaim(t *testing.T) {
 	require.Eventually(t, func() bool { return heldCount() == 10 }, 5*time.Second, time.Millisecond)
 	require.Equal(t, 10, p.InFlight(), "never more jobs than worker slots")
 }
+
+// TestBacklogEndingShortAsksWhenDue: a claim that comes back short after full ones (a backlog that
+// met a limit's rate window, say) asks the store when the queue is next due, and claims then, with
+// no notification and no poll. Before, such a producer waited for its poll, and a window of 100 ms
+// admitted one window's jobs a second.
+func TestBacklogEndingShortAsksWhenDue(t *testing.T) {
+	q := &fakeQueue{left: 15}
+	var asked atomic.Int32
+	nextDue := func(context.Context) (time.Time, bool, error) {
+		if asked.Add(1) != 2 {
+			return time.Time{}, false, nil // at start, and after the due claim: nothing due
+		}
+		// The window ends in 20 ms; its jobs are claimable then.
+		q.add(5)
+		return time.Now().Add(20 * time.Millisecond), true, nil
+	}
+	start(t, Config{Queue: "q", MaxWorkers: 10, Claim: q.claim, NextDue: nextDue, PollInterval: time.Hour,
+		Execute: func(_ *store.Job, _ time.Time, done func()) { done() }})
+	require.Eventually(t, func() bool { return q.claimed.Load() == 20 }, 5*time.Second, time.Millisecond,
+		"the jobs due when the window ends are claimed then (claims %v, NextDue asked %d times)", q.claims(), asked.Load())
+}
+
+// TestShortClaimsDoNotAskWhenDue: claims that come back short without a backlog before them (a
+// moderate rate: one job per claim) ask the store nothing more than the start did.
+func TestShortClaimsDoNotAskWhenDue(t *testing.T) {
+	q := &fakeQueue{}
+	var asked atomic.Int32
+	nextDue := func(context.Context) (time.Time, bool, error) {
+		asked.Add(1)
+		return time.Time{}, false, nil
+	}
+	p, _ := start(t, Config{Queue: "q", MaxWorkers: 10, Claim: q.claim, NextDue: nextDue, PollInterval: time.Hour,
+		Execute: func(_ *store.Job, _ time.Time, done func()) { done() }})
+	require.Eventually(t, func() bool { return len(q.claims()) == 1 }, 5*time.Second, time.Millisecond)
+	for i := 1; i <= 20; i++ {
+		q.add(1)
+		p.Wake()
+		require.Eventually(t, func() bool { return q.claimed.Load() == int64(i) }, 5*time.Second, time.Millisecond)
+	}
+	require.EqualValues(t, 1, asked.Load(), "NextDue asked at start only, not per short claim")
+}

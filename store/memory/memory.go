@@ -1111,6 +1111,9 @@ func (s *Store) NextDue(ctx context.Context, queue string) (time.Time, bool, err
 			next, ok = w, true
 		}
 	}
+	if w, found := s.tenantWindowDue(q, time.Now()); found && (!ok || w.Before(next)) {
+		next, ok = w, true
+	}
 	return next, ok, nil
 }
 

@@ -227,3 +227,26 @@ func (s *Store) forgetTenantID(tenant string) {
 func (s *Store) freesLimit(j *job) bool {
 	return j.RateKey != "" || (j.Tenant != "" && s.tenantLimit(j.Tenant) != nil)
 }
+
+// tenantWindowDue returns the earliest end of the open, exhausted rate window of a tenant with
+// available jobs in q, and false if there is none: NextDue reports it, so that a producer the window
+// stopped claims again when it ends rather than at its poll; s.mu must be held.
+func (s *Store) tenantWindowDue(q *queue, now time.Time) (time.Time, bool) {
+	if len(s.rates) == 0 || q.fair == nil || q.fair.linked == 0 {
+		return time.Time{}, false
+	}
+	var first time.Time
+	for name, n := range q.fair.byName {
+		if !n.linked {
+			continue
+		}
+		rk := s.tenantLimit(name)
+		if rk == nil {
+			continue
+		}
+		if blocked, until := rk.blocked(now); blocked && !until.IsZero() && (first.IsZero() || until.Before(first)) {
+			first = until
+		}
+	}
+	return first, !first.IsZero()
+}

@@ -729,17 +729,24 @@ WHERE j.id = ANY(ARRAY(SELECT id FROM expired))
 RETURNING ` + jobColsJ
 
 	// sqlNextDue finds the earliest due time of the scheduled and retryable jobs of queue $1, or the
-	// earlier end of the rate window of a key that is exhausted while jobs of the queue wait for it.
+	// earlier end of the rate window of a key that is exhausted while jobs of the queue wait for it
+	// (a tenant's limit key: while jobs of the tenant do).
 	sqlNextDue = `SELECT least(
 	(SELECT min(scheduled_at) FROM {schema}.jobs
 		WHERE queue = $1 AND state IN ('scheduled', 'retryable')),
 	(SELECT min(l.window_start + l.period_us * interval '1 microsecond') FROM {schema}.rate_limits l
 		WHERE l.rate > 0 AND l.period_us > 0 AND l.window_count >= l.rate
 			AND l.window_start + l.period_us * interval '1 microsecond' > now()
-			AND EXISTS (SELECT 1 FROM {schema}.jobs j
+			AND (EXISTS (SELECT 1 FROM {schema}.jobs j
 				WHERE j.queue = $1 AND j.rate_key = l.key
 					AND j.state IN ('available', 'scheduled', 'retryable')
-					AND (j.state = 'available' OR j.scheduled_at <= now()))))`
+					AND (j.state = 'available' OR j.scheduled_at <= now()))
+			-- A tenant's window (its limit key, store.TenantLimitKey) holds back its jobs without
+			-- a rate key too.
+			OR (left(l.key, 7) = 'tenant:' AND EXISTS (SELECT 1 FROM {schema}.jobs j
+				WHERE j.queue = $1 AND j.tenant = substr(l.key, 8) AND j.rate_key IS NULL
+					AND j.state IN ('available', 'scheduled', 'retryable')
+					AND j.scheduled_at <= now())))))`
 
 	// sqlCleanup deletes up to $4 terminal jobs finished before their state's cut-off ($1 completed,
 	// $2 cancelled, $3 discarded; NULL keeps that state), and the workflows it leaves without jobs. It

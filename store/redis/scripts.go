@@ -1686,11 +1686,12 @@ return {'ok', 0, was, '', dropped[1] or ''}
 `)
 
 // scriptNextDue returns the earliest due time (µs) of the queue's scheduled and retryable jobs,
-// or the end of the window of an exhausted rate key with jobs available in the queue when sooner;
-// false when there is neither.
+// or the end of the window of an exhausted rate key, or of a tenant's limit, with jobs available in
+// the queue when sooner; false when there is none.
 //
 // On a Redis Cluster (ARGV[1] "c") the limits are in other slots: it returns {earliest due time or
-// "", the rate keys with jobs available in the queue...}, and ratelimit.go asks their limits.
+// "", the rate keys with jobs available in the queue..., the limit keys of its tenants with jobs
+// available...}, and ratelimit.go asks their limits.
 var scriptNextDue = newReadFunc("NextDue", `
 local t = now()
 local best = false
@@ -1710,9 +1711,21 @@ for _, kind in ipairs(redis.call('SMEMBERS', B .. 'kinds')) do
     end
   end
 end
+-- The tenants with jobs available in the queue: the end of their limit's full window too (on a
+-- cluster their limit keys go with the rate keys).
 if cl then
+  for _, tn in ipairs(redis.call('SMEMBERS', B .. 'tset')) do keys[#keys + 1] = 'tenant:' .. tn end
   if best then keys[1] = s(best) end
   return keys
+end
+for _, tn in ipairs(redis.call('SMEMBERS', B .. 'tset')) do
+  local f = redis.call('HMGET', rl('tenant:' .. tn), 'set', 'rate', 'period', 'ws', 'wc')
+  if f[1] == '1' then
+    local rate, per, ws = num(f[2]), num(f[3]), num(f[4])
+    if rate > 0 and per > 0 and ws > 0 and t < ws + per and num(f[5]) >= rate and (not best or ws + per < best) then
+      best = ws + per
+    end
+  end
 end
 if best then return s(best) end
 return false

@@ -323,7 +323,9 @@ var discardExpiredSQL = `UPDATE pronto_jobs SET
 // nextDueSQL: ?1 queue, ?2 now. The earliest due time of the queue's scheduled and retryable jobs, and
 // the end of every open rate window that is full while jobs of its key wait in the queue (the keys
 // come from the queue's jobs, so queues without limited jobs pay one seek, whatever the number of
-// stored limits).
+// stored limits), and of every tenant's (store.TenantLimitKey) while jobs of the tenant without a
+// rate key wait in it (the tenants' limits are read in key order, a seek each for those with a full
+// window).
 const nextDueSQL = queueRateKeysCTE + `
 	SELECT min(t) FROM (
 		SELECT min(scheduled_at) AS t FROM pronto_jobs
@@ -335,7 +337,14 @@ const nextDueSQL = queueRateKeysCTE + `
 				WHERE j.rate_key = l.key AND j.state = 'available' AND j.queue = ?1)
 			OR EXISTS (SELECT 1 FROM pronto_jobs AS j
 				WHERE j.rate_key = l.key AND j.state IN ('scheduled', 'retryable') AND j.queue = ?1
-				  AND j.scheduled_at <= ?2)))`
+				  AND j.scheduled_at <= ?2))
+		UNION ALL
+		SELECT min(l.window_start + l.period_us) FROM pronto_rate_limits AS l
+		WHERE l.key >= 'tenant:' AND l.key < 'tenant;'
+		  AND l.rate > 0 AND l.period_us > 0 AND l.window_count >= l.rate AND l.window_start + l.period_us > ?2
+		  AND EXISTS (SELECT 1 FROM pronto_jobs AS j
+				WHERE j.queue = ?1 AND j.tenant = substr(l.key, 8) AND j.rate_key IS NULL
+				  AND j.state IN ('available', 'scheduled', 'retryable') AND j.scheduled_at <= ?2))`
 
 // cleanupScanSQL pages through jobs in rowid (insertion) order. ?1 rowid cursor, ?2 page size. Its last
 // column is 1 for a workflow job that a pending child still waits for (see keptParentSQL).

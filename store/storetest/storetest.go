@@ -193,6 +193,7 @@ var tests = []testCase{
 	{"RateLimitInfo", single(testRateLimitInfo)},
 	{"RateLimitConcurrentClaims", testRateLimitConcurrent},
 	{"RateLimitTenant", single(testRateLimitTenant)},
+	{"RateLimitTenantWindowDue", single(testRateLimitTenantWindowDue)},
 	{"RateLimitTenantWithRateKey", single(testRateLimitTenantWithRateKey)},
 	{"RateLimitTenantInfo", single(testRateLimitTenantInfo)},
 	{"RateLimitTenantPassedNotDropped", single(testRateLimitTenantPassedNotDropped)},

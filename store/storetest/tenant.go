@@ -195,3 +195,25 @@ func testRateLimitTenant(t *testing.T, s store.Store) {
 	require.NoError(t, limiter(t, s).DeleteRateLimit(ctx(t), store.TenantLimitKey(c)))
 	require.Len(t, claim(t, s, q3, 10), 2)
 }
+
+// testRateLimitTenantWindowDue: NextDue reports the end of a tenant's full rate window while the
+// tenant's jobs wait in the queue, as it does a rate key's: a producer the window stopped then
+// claims again when the window ends, not at its poll (a window of 100 ms used to admit one window's
+// jobs per poll).
+func testRateLimitTenantWindowDue(t *testing.T, s store.Store) {
+	const period = 2 * time.Second
+	q, a := uniq("twindow"), uniq("A")
+	setLimit(t, s, store.TenantLimitKey(a), store.RateLimit{Rate: 2, Period: period})
+	insertTenant(t, s, q, a, 5)
+	start := time.Now()
+	got := claim(t, s, q, 10)
+	opened := time.Now()
+	require.Len(t, got, 2, "the window admits Rate claims")
+	next, due, err := s.NextDue(ctx(t), q)
+	require.NoError(t, err)
+	if time.Since(start) < period-clockSlack { // still inside the window
+		require.Empty(t, claim(t, s, q, 10), "a spent window admits no more claims")
+		require.True(t, due, "NextDue reports the end of the tenant's window")
+		requireBetween(t, start.Add(period), opened.Add(period), next, "NextDue is the window's end")
+	}
+}
