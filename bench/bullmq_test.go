@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -25,5 +26,22 @@ func TestRedisRoundTrip(t *testing.T) {
 		if got := roundTripBound(sc); got != want[sc] {
 			t.Errorf("roundTripBound(%q) = %v, want %v", sc, got, want[sc])
 		}
+	}
+}
+
+// TestPerJobStats: the per-job command line divides the calls and times between two readings by
+// the jobs, busiest first, leaves INFO out, and adds no total of the times (a script call's time
+// already holds its script's commands, which the server also counts under their own names).
+func TestPerJobStats(t *testing.T) {
+	before := map[string][2]float64{"fcall": {10, 1000}, "hset": {20, 100}, "info": {1, 50}}
+	after := map[string][2]float64{"fcall": {110, 41000}, "hset": {220, 10100}, "zadd": {100, 2000}, "info": {3, 150}}
+	got := perJobStats(before, after, 100)
+	want := "4.00 commands per job (a script call's time includes its script's commands): " +
+		"fcall 1.000 (400.0 µs) hset 2.000 (100.0 µs) zadd 1.000 (20.0 µs)"
+	if got != want {
+		t.Fatalf("perJobStats:\n got %s\nwant %s", got, want)
+	}
+	if strings.Contains(got, "info") {
+		t.Fatal("INFO, the reading itself, counted as a job's command")
 	}
 }
