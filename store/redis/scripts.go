@@ -132,6 +132,12 @@ local limhits = false
 -- dropped lists the workflows whose last job this script deleted (forget): the caller removes them
 -- from the workflow index, a global key.
 local dropped = {}
+-- optional reads into f the fields a job not marked plain may carry (see fields).
+local function optional(id, f)
+  local o = redis.call('HMGET', jk(id), 'expires', 'ukey', 'ustates', 'rkey', 'wf', 'runon', 'kids', 'tenant', 'tng', 'wfl', 'tnq', 'rkq', 'tlp', 'xkids')
+  f.expires, f.ukey, f.ustates, f.rkey, f.wf, f.runon, f.kids, f.tenant, f.tng, f.wfl, f.tnq, f.rkq, f.tlp, f.xkids =
+    o[1], o[2], o[3], o[4], o[5], o[6], o[7], o[8], o[9], o[10], o[11], o[12], o[13], o[14]
+end
 -- fields returns what place and unplace need of job id, and what the claim and finish check, by
 -- name (false when absent), or nil for no job: a transition reads its job once. The optional
 -- fields are read only for a job not marked plain (field p, see encode.go).
@@ -144,11 +150,21 @@ local function fields(id)
     attempt = v[7], token = v[8], started = v[9], expires = false, ukey = false, ustates = false,
     rkey = false, wf = false, runon = false, kids = false, tenant = false, tng = false, wfl = false,
     tnq = false, rkq = false, tlp = false, xkids = false}
-  if v[10] ~= '1' then
-    local o = redis.call('HMGET', jk(id), 'expires', 'ukey', 'ustates', 'rkey', 'wf', 'runon', 'kids', 'tenant', 'tng', 'wfl', 'tnq', 'rkq', 'tlp', 'xkids')
-    f.expires, f.ukey, f.ustates, f.rkey, f.wf, f.runon, f.kids, f.tenant, f.tng, f.wfl, f.tnq, f.rkq, f.tlp, f.xkids =
-      o[1], o[2], o[3], o[4], o[5], o[6], o[7], o[8], o[9], o[10], o[11], o[12], o[13], o[14]
-  end
+  if v[10] ~= '1' then optional(id, f) end
+  return f
+end
+-- outcomefields is fields for Finish, whose job is active: it leaves out sched, lease and completed
+-- (false), which an active job's unplace does not read and Finish writes before place reads them.
+-- Those are the costly lookups of a job's hash (a small hash is a list, scanned for each field):
+-- lease and completed sit at its end or are absent, which scans it all.
+local function outcomefields(id)
+  local v = redis.call('HMGET', jk(id), 'state', 'kind', 'prio', 'attempt', 'token', 'started', 'p')
+  if not v[1] then return nil end
+  local f = {state = v[1], kind = v[2], prio = v[3], sched = false, lease = false, completed = false,
+    attempt = v[4], token = v[5], started = v[6], expires = false, ukey = false, ustates = false,
+    rkey = false, wf = false, runon = false, kids = false, tenant = false, tng = false, wfl = false,
+    tnq = false, rkq = false, tlp = false, xkids = false}
+  if v[7] ~= '1' then optional(id, f) end
   return f
 end
 -- jobof reads job id's whole hash in one call: its fields by name as fields returns them (the hash's
@@ -1423,7 +1439,7 @@ for c = 1, tonumber(ARGV[1]) do
     ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], tonumber(ARGV[i + 4]), ARGV[i + 5], ARGV[i + 6], ARGV[i + 7]
   i = i + 8
   local k = jk(id)
-  local f = fields(id)
+  local f = outcomefields(id)
   if not f or f.state ~= 'active' or f.attempt ~= attempt or (token ~= '' and f.token ~= token) then
     out[c] = 0
   else
