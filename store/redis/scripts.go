@@ -132,6 +132,14 @@ local limhits = false
 -- dropped lists the workflows whose last job this script deleted (forget): the caller removes them
 -- from the workflow index, a global key.
 local dropped = {}
+-- record returns the fields of a job as fields returns them, the optional ones false. A constructor
+-- sizes the table once (filling it in a loop costs as much as the HMGET that read them).
+local function record(state, kind, prio, sched, lease, completed, attempt, token, started)
+  return {state = state, kind = kind, prio = prio, sched = sched, lease = lease, completed = completed,
+    attempt = attempt, token = token, started = started, expires = false, ukey = false, ustates = false,
+    rkey = false, wf = false, runon = false, kids = false, tenant = false, tng = false, wfl = false,
+    tnq = false, rkq = false, tlp = false, xkids = false}
+end
 -- optional reads into f the fields a job not marked plain may carry (see fields).
 local function optional(id, f)
   local o = redis.call('HMGET', jk(id), 'expires', 'ukey', 'ustates', 'rkey', 'wf', 'runon', 'kids', 'tenant', 'tng', 'wfl', 'tnq', 'rkq', 'tlp', 'xkids')
@@ -145,11 +153,7 @@ local function fields(id)
   local v = redis.call('HMGET', jk(id), 'state', 'kind', 'prio', 'sched', 'lease', 'completed', 'attempt',
     'token', 'started', 'p')
   if not v[1] then return nil end
-  -- A constructor sizes the table once (filling it in a loop costs as much as the HMGET).
-  local f = {state = v[1], kind = v[2], prio = v[3], sched = v[4], lease = v[5], completed = v[6],
-    attempt = v[7], token = v[8], started = v[9], expires = false, ukey = false, ustates = false,
-    rkey = false, wf = false, runon = false, kids = false, tenant = false, tng = false, wfl = false,
-    tnq = false, rkq = false, tlp = false, xkids = false}
+  local f = record(v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9])
   if v[10] ~= '1' then optional(id, f) end
   return f
 end
@@ -160,10 +164,7 @@ end
 local function outcomefields(id)
   local v = redis.call('HMGET', jk(id), 'state', 'kind', 'prio', 'attempt', 'token', 'started', 'p')
   if not v[1] then return nil end
-  local f = {state = v[1], kind = v[2], prio = v[3], sched = false, lease = false, completed = false,
-    attempt = v[4], token = v[5], started = v[6], expires = false, ukey = false, ustates = false,
-    rkey = false, wf = false, runon = false, kids = false, tenant = false, tng = false, wfl = false,
-    tnq = false, rkq = false, tlp = false, xkids = false}
+  local f = record(v[1], v[2], v[3], false, false, false, v[4], v[5], v[6])
   if v[7] ~= '1' then optional(id, f) end
   return f
 end
@@ -174,10 +175,7 @@ end
 local function jobof(id)
   local a = redis.call('HGETALL', jk(id))
   if #a == 0 then return nil end
-  local f = {state = false, kind = false, prio = false, sched = false, lease = false, completed = false,
-    attempt = false, token = false, started = false, expires = false, ukey = false, ustates = false,
-    rkey = false, wf = false, runon = false, kids = false, tenant = false, tng = false, wfl = false,
-    tnq = false, rkq = false, tlp = false, xkids = false}
+  local f = record(false, false, false, false, false, false, false, false, false)
   for i = 1, #a, 2 do f[a[i]] = a[i + 1] end
   return f, a
 end
