@@ -130,18 +130,20 @@ const claimableTenant = `EXISTS (SELECT 1 FROM {schema}.jobs
 // jobs than its limit. The outer LIMIT pulls rows from the walk lazily, so a claim locks only the
 // jobs it takes, and a priority's range is scanned only when the ones above it ran out.
 const claimHead = `WITH RECURSIVE prios AS (
-	(SELECT priority FROM {schema}.jobs WHERE queue = $1 AND state IN ('available', 'scheduled', 'retryable')
+	(SELECT priority FROM {schema}.jobs
+		WHERE queue = $1 AND state IN ('available', 'scheduled', 'retryable') AND held IS NULL
 		ORDER BY priority DESC LIMIT 1)
 	UNION ALL
 	SELECT (SELECT j.priority FROM {schema}.jobs j
-		WHERE j.queue = $1 AND j.state IN ('available', 'scheduled', 'retryable') AND j.priority < p.priority
+		WHERE j.queue = $1 AND j.state IN ('available', 'scheduled', 'retryable') AND j.held IS NULL
+			AND j.priority < p.priority
 		ORDER BY j.priority DESC LIMIT 1)
 	FROM prios p WHERE p.priority IS NOT NULL
 ), locked AS (
 	SELECT c.id FROM prios p CROSS JOIN LATERAL (
 	SELECT id FROM {schema}.jobs
 	WHERE queue = $1 AND priority = p.priority
-		AND state IN ('available', 'scheduled', 'retryable')
+		AND state IN ('available', 'scheduled', 'retryable') AND held IS NULL
 		AND scheduled_at <= now()
 		AND (expires_at IS NULL OR expires_at > now())
 		AND rate_key IS NULL AND tenant IS NULL`
@@ -497,7 +499,7 @@ SELECT ` + jobColsC + ` FROM claimed c JOIN locked l ON l.id = c.id ORDER BY l.o
 		AND NOT EXISTS (SELECT 1 FROM {schema}.queues q WHERE q.name = $3 AND q.paused)
 		AND NOT EXISTS (SELECT 1 FROM {schema}.jobs j
 			WHERE j.queue = $3 AND j.priority >= $6
-				AND j.state IN ('available', 'scheduled', 'retryable')
+				AND j.state IN ('available', 'scheduled', 'retryable') AND j.held IS NULL
 				AND j.scheduled_at <= now()
 				AND (j.expires_at IS NULL OR j.expires_at > now())
 				AND j.rate_key IS NULL
@@ -959,9 +961,13 @@ WHERE c.queue IS NOT NULL OR q.paused
 ORDER BY 1`
 
 	// sqlAvailableByPriority counts queue $1's available jobs per priority, over the claim index's
-	// range of the queue (jobs_claim_idx).
-	sqlAvailableByPriority = `SELECT priority, count(*) FROM {schema}.jobs
-WHERE queue = $1 AND state = 'available'
+	// range of the queue (jobs_claim_idx) and the queue's held jobs (jobs_held_idx), which the claim
+	// index leaves out.
+	sqlAvailableByPriority = `SELECT priority, count(*) FROM (
+	SELECT priority FROM {schema}.jobs WHERE queue = $1 AND state = 'available' AND held IS NULL
+	UNION ALL
+	SELECT priority FROM {schema}.jobs WHERE queue = $1 AND state = 'available' AND held
+) a
 GROUP BY priority`
 
 	// sqlSetPaused sets queue $1's pause flag to $2.
