@@ -370,7 +370,6 @@ func testRateLimitConcurrent(t *testing.T, h Harness) {
 	const (
 		maxActive = 3
 		total     = 60
-		workers   = 6
 	)
 	s1 := h.New(t)
 	s2 := reopen(t, h, s1)
@@ -378,16 +377,64 @@ func testRateLimitConcurrent(t *testing.T, h Harness) {
 	setLimit(t, s1, key, store.RateLimit{MaxActive: maxActive})
 	insert(t, s1, limitedJobs(q, key, total)...)
 
+	peak, _ := drainConcurrently(t, []store.Store{s1, s2}, q, total, nil)
+	require.LessOrEqual(t, peak, int64(maxActive), "never more than MaxActive jobs active at once")
+	require.Positive(t, peak)
+	q2, ok := queueInfo(t, s2, q)
+	require.True(t, ok)
+	require.Equal(t, int64(total), q2.Counts[store.StateCompleted])
+}
+
+// testRateLimitDeletedUnderConcurrentClaims: a key kept at its limit by six workers of two clients
+// (whose claims may set its waiting jobs aside: PostgreSQL and SQLite hold them out of their claim
+// index), with jobs without a limit behind its backlog; its limit is deleted while they claim. Every
+// job runs once, the key's jobs then run as jobs without a limit, and none is left behind.
+func testRateLimitDeletedUnderConcurrentClaims(t *testing.T, h Harness) {
+	const (
+		keyed = 150
+		free  = 30
+	)
+	s1 := h.New(t)
+	s2 := reopen(t, h, s1)
+	q, key := uniq("rate-gone"), uniq("rate")
+	setLimit(t, s1, key, store.RateLimit{MaxActive: 2})
+	insert(t, s1, limitedJobs(q, key, keyed)...)
+	for range free {
+		insert(t, s1, job(q))
+	}
+
+	var deleted atomic.Bool
+	_, claims := drainConcurrently(t, []store.Store{s1, s2}, q, keyed+free, func(done int64) error {
+		if done >= keyed/3 && deleted.CompareAndSwap(false, true) {
+			return limiter(t, s1).DeleteRateLimit(ctx(t), key)
+		}
+		return nil
+	})
+	require.True(t, deleted.Load(), "the limit was deleted mid-drain")
+	require.Len(t, claims, keyed+free)
+	for id, n := range claims {
+		require.Equal(t, 1, n, "job %s ran once", id)
+	}
+	info, ok := queueInfo(t, s2, q)
+	require.True(t, ok)
+	require.Equal(t, int64(keyed+free), info.Counts[store.StateCompleted], "no job is left waiting")
+}
+
+// drainConcurrently runs six workers over stores (alternating) until total jobs of q have been
+// claimed and completed, each worker claiming 1 to 5 at a time and holding them up to 2 ms. after,
+// when not nil, is called with the number completed so far after each finish. It returns the most
+// jobs the workers held at once and how many times each job was claimed.
+func drainConcurrently(t *testing.T, stores []store.Store, q string, total int64, after func(done int64) error) (int64, map[string]int) {
+	const workers = 6
 	var (
 		running, peak, done atomic.Int64
+		mu                  sync.Mutex
+		claims              = map[string]int{}
 		wg                  sync.WaitGroup
 		errs                = make(chan error, workers)
 	)
 	for w := range workers {
-		st := s1
-		if w%2 == 1 {
-			st = s2
-		}
+		st := stores[w%len(stores)]
 		rng := rand.New(rand.NewPCG(uint64(w), 7))
 		workerID := fmt.Sprintf("limited-%d", w)
 		wg.Add(1)
@@ -408,6 +455,11 @@ func testRateLimitConcurrent(t *testing.T, h Harness) {
 					time.Sleep(time.Millisecond)
 					continue
 				}
+				mu.Lock()
+				for _, j := range jobs {
+					claims[j.ID]++
+				}
+				mu.Unlock()
 				// running counts jobs from after their claim returned until before their finish is
 				// sent, so it never exceeds the store's own count of active jobs.
 				n := running.Add(int64(len(jobs)))
@@ -423,7 +475,13 @@ func testRateLimitConcurrent(t *testing.T, h Harness) {
 					errs <- fmt.Errorf("%s: finish: %w", workerID, err)
 					return
 				}
-				done.Add(int64(len(jobs)))
+				d := done.Add(int64(len(jobs)))
+				if after != nil {
+					if err := after(d); err != nil {
+						errs <- fmt.Errorf("%s: %w", workerID, err)
+						return
+					}
+				}
 			}
 		}()
 	}
@@ -432,12 +490,8 @@ func testRateLimitConcurrent(t *testing.T, h Harness) {
 	for err := range errs {
 		require.NoError(t, err)
 	}
-	require.Equal(t, int64(total), done.Load(), "every job ran once")
-	require.LessOrEqual(t, peak.Load(), int64(maxActive), "never more than MaxActive jobs active at once")
-	require.Positive(t, peak.Load())
-	q2, ok := queueInfo(t, s2, q)
-	require.True(t, ok)
-	require.Equal(t, int64(total), q2.Counts[store.StateCompleted])
+	require.Equal(t, total, done.Load(), "every job ran")
+	return peak.Load(), claims
 }
 
 // heldBackClaim claims with p, collecting what its OnHeldBack reports.

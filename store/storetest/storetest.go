@@ -192,6 +192,7 @@ var tests = []testCase{
 	{"RateLimitUnlimited", single(testRateLimitUnlimited)},
 	{"RateLimitInfo", single(testRateLimitInfo)},
 	{"RateLimitConcurrentClaims", testRateLimitConcurrent},
+	{"RateLimitDeletedUnderConcurrentClaims", testRateLimitDeletedUnderConcurrentClaims},
 	{"RateLimitTenant", single(testRateLimitTenant)},
 	{"RateLimitTenantWindowDue", single(testRateLimitTenantWindowDue)},
 	{"RateLimitTenantWithRateKey", single(testRateLimitTenantWithRateKey)},

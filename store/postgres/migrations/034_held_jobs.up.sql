@@ -51,7 +51,7 @@ $t$,
 $t$, $t$    b_id           uuid;
     hold_keys      text[];            -- keys left without room: their due jobs are held (3a)
     free_keys      text[];            -- keys with held jobs and no limit any more (1b)
-    hold_ids       uuid[];            -- the jobs 3a holds
+    hold_ids       uuid[];            -- the jobs 1b returns, then those 3a holds
 $t$,
         -- 1b. Held jobs of keys no longer limited return to the claim index.
         $t$    rooms0 := rooms;
@@ -71,8 +71,15 @@ $t$, $t$    rooms0 := rooms;
     )
     SELECT array_agg(hk.key) INTO free_keys FROM hk WHERE hk.key IS NOT NULL AND hk.key <> ALL (keys);
     IF free_keys IS NOT NULL THEN
-        UPDATE {schema}.jobs j SET held = NULL
-        WHERE j.queue = p_queue AND j.held AND j.rate_key = ANY (free_keys);
+        -- Rows another claim has locked are left to it (it is returning them too): two claims
+        -- waiting on each other's rows would deadlock.
+        SELECT array_agg(x.id) INTO hold_ids FROM (
+            SELECT h.id FROM {schema}.jobs h
+            WHERE h.queue = p_queue AND h.held AND h.rate_key = ANY (free_keys)
+            FOR UPDATE SKIP LOCKED
+        ) x;
+        UPDATE {schema}.jobs j SET held = NULL WHERE j.id = ANY (hold_ids);
+        hold_ids := NULL;
     END IF;
 $t$,
         -- 3a. The hold.
