@@ -190,9 +190,11 @@ func limitedKeysClaimCall(t *testing.T, pool *pgxpool.Pool, schema, want string)
 // (for ClaimParams.OnLimited) only when the claim's transaction asks (pronto.want_limited, set by
 // the Go claim when OnLimited is set). A claim nobody listens to, the default, does the work of
 // migration 023's claim: on the same data (a key full, 3000 active and 100 waiting; or MaxActive
-// 10 with 50 waiting), it touches as many buffers, give or take a few (the least of several
-// calls), and leaves no limited keys; asked, it names the full key. It holds with another session's
-// snapshot open throughout (checked by hand: as CI's other tests leave them).
+// 10 with 50 waiting), it touches no more buffers, give or take a few (the least of several
+// calls), and leaves no limited keys; asked, it names the full key. Since migration 034 it touches
+// far fewer (17 against 139, 15 against 71; 90 against 202 and 22 against 71 with another session's
+// snapshot open), as the full key's waiting jobs are held out of the claim index. It holds with
+// another session's snapshot open throughout (checked by hand: as CI's other tests leave them).
 func TestPostgresLimitedKeysOnlyWhenAsked(t *testing.T) {
 	ctx := context.Background()
 	pool := testdb.NewPool(t, 2)
@@ -220,6 +222,12 @@ func TestPostgresLimitedKeysOnlyWhenAsked(t *testing.T) {
 				return schema
 			}
 			old, cur := setup(true), setup(false)
+			// Since migration 034 the first claim that finds the key full holds its waiting jobs out
+			// of the claim index, once; the calls below roll back, so they would each hold them again.
+			// One committed claim first, so that they compare the claims as they run from then on.
+			_, err := pool.Exec(ctx, "SELECT count(*) FROM "+pgx.Identifier{cur}.Sanitize()+
+				".claim_limited_held('q', NULL, 10, 30000000, 'w')")
+			require.NoError(t, err)
 			// Both schemas in the same state, so that the comparison is of the claims alone: an
 			// autovacuum or auto-analyze reaching one schema's fresh tables and not the other's
 			// changes its plans and the buffers they touch (seen on a loaded machine).
