@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pronto-jobs/pronto/store"
@@ -43,16 +44,12 @@ FROM generate_series(0, $1::int) AS i`)
 	var running string
 	require.NoError(t, s.pool.QueryRow(ctx, s.expand.Replace(`SELECT id::text FROM {schema}.jobs
 	WHERE queue = 'hq' AND state = 'active'`)).Scan(&running))
-	var first []string // the key's first four waiting jobs, in claim order
+	// The key's first four waiting jobs, in claim order.
 	rows, err := s.pool.Query(ctx, s.expand.Replace(`SELECT id::text FROM {schema}.jobs
 	WHERE queue = 'hq' AND state = 'available' ORDER BY priority DESC, scheduled_at, id LIMIT 4`))
 	require.NoError(t, err)
-	for rows.Next() {
-		var id string
-		require.NoError(t, rows.Scan(&id))
-		first = append(first, id)
-	}
-	require.NoError(t, rows.Err())
+	first, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
 	require.Len(t, first, 4)
 	// A job without a limit due after the whole backlog.
 	free := s.expand.Replace(`INSERT INTO {schema}.jobs (id, kind, queue, args, state, created_at, scheduled_at)
