@@ -109,8 +109,9 @@ type Loss struct {
 
 // Plan returns what reverting the newest steps applied migrations would delete, newest first:
 // the drops of their down files (downs[i] for migration i, applied[i] whether it is applied) that
-// exist in cols, less the tables of skip (data nobody would miss) and the columns of tables the same
-// rollback drops whole (counted with their table).
+// exist in cols, less what skip names (data nobody would miss: a table, which covers its columns,
+// or "table.column") and the columns of tables the same rollback drops whole (counted with their
+// table).
 func Plan(downs []string, applied []bool, steps int, cols Columns, skip ...string) []Loss {
 	var plan []Loss
 	dropped := map[string]bool{}
@@ -123,7 +124,7 @@ func Plan(downs []string, applied []bool, steps int, cols Columns, skip ...strin
 			if d.Column == "" {
 				dropped[d.Table] = true
 			}
-			if !slices.Contains(skip, d.Table) && cols[d.Table][d.Column] {
+			if !slices.Contains(skip, d.Table) && !slices.Contains(skip, d.Table+"."+d.Column) && cols[d.Table][d.Column] {
 				plan = append(plan, Loss{Migration: i, Drop: d})
 			}
 		}

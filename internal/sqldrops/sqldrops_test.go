@@ -62,4 +62,8 @@ func TestPlan(t *testing.T) {
 	require.Equal(t, []Loss{{1, Drop{Table: "limits"}}, {0, Drop{Table: "jobs"}}},
 		Plan(downs, []bool{true, true, false, false}, 9, cols, "leader"),
 		"unapplied migrations are passed over; columns of a dropped table count with it; the skipped table is not data")
+	require.Equal(t, []Loss{{1, Drop{"jobs", "tags"}}, {1, Drop{Table: "limits"}}},
+		Plan(downs, all, 3, cols, "leader", "jobs.held"), "a skipped column is not data; its table's other columns are")
+	require.Equal(t, []Loss{{0, Drop{Table: "jobs"}}}, Plan(downs, all, 9, cols, "leader", "jobs.held", "limits"),
+		"a skipped column's table dropped whole is still data")
 }

@@ -19,6 +19,10 @@ const leaseTable = "leader"
 // clientsTable holds the records of live clients, rewritten every few seconds: not counted either.
 const clientsTable = "clients"
 
+// heldColumn marks the jobs a rate-limited claim took out of the claim index (migration 034): a
+// hint the claims rebuild, so dropping it returns those jobs to the index and deletes nothing.
+const heldColumn = "jobs.held"
+
 // DownDataLoss counts, without changing anything, the rows MigrateDown(ctx, steps) would delete:
 // those of every table the reverted migrations drop and, of the tables they keep, the rows with a
 // value in a column they drop. What a migration drops is read from its down file (sqldrops).
@@ -36,7 +40,7 @@ func (s *Store) DownDataLoss(ctx context.Context, steps int) ([]store.DataLoss, 
 		downs[i], applied[i] = m.down, ms[i].Applied
 	}
 	var out []store.DataLoss
-	for _, d := range sqldrops.Plan(downs, applied, steps, cols, leaseTable, clientsTable) {
+	for _, d := range sqldrops.Plan(downs, applied, steps, cols, leaseTable, clientsTable, heldColumn) {
 		l := store.DataLoss{Migration: ms[d.Migration], Table: d.Table, Column: d.Column}
 		sql := "SELECT count(*) FROM " + pgx.Identifier{s.schema, l.Table}.Sanitize()
 		if l.Column != "" {
