@@ -41,7 +41,7 @@ const pgUniqueViolation = "23505"
 var copyColumns = []string{
 	"id", "kind", "queue", "args", "meta", "priority", "state", "max_attempts", "tags",
 	"retry_policy", "timeout_ms", "created_at", "scheduled_at", "expires_at", "unique_key", "tenant",
-	"rate_key", "workflow_id", "parent_ids", "unique_states", "unique_until", "run_on",
+	"rate_key", "workflow_id", "parent_ids", "unique_states", "unique_until", "run_on", "held",
 }
 
 // insertRow is one validated job to insert.
@@ -54,6 +54,9 @@ type insertRow struct {
 	// uniqueStates are the states holding p.UniqueKey (the defaults when none are given); nil
 	// without a key.
 	uniqueStates []string
+	// held is the job's held column when COPY writes it: a limit bounds its rate key (see
+	// heldAtInsert, which the INSERT statements compute themselves).
+	held bool
 }
 
 // Insert writes the jobs atomically and announces them, once per queue. A batch without unique
@@ -560,6 +563,7 @@ func (s *Store) copyPool(ctx context.Context, rows []insertRow) (now time.Time, 
 	b := &pgx.Batch{}
 	b.Queue(sqlBegin)
 	b.Queue(s.q.now).QueryRow(func(row pgx.Row) error { return row.Scan(&now) })
+	s.queueHolds(b, rows)
 	if err := conn.SendBatch(ctx, b).Close(); err != nil {
 		return now, err
 	}
@@ -590,6 +594,7 @@ func (s *Store) insertCopy(ctx context.Context, tx copier, rows []insertRow) ([]
 	b := &pgx.Batch{}
 	b.Queue(insertSavepoint.begin)
 	b.Queue(s.q.now).QueryRow(func(row pgx.Row) error { return row.Scan(&now) })
+	s.queueHolds(b, rows)
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return nil, err
 	}
@@ -610,7 +615,10 @@ func (s *Store) insertCopy(ctx context.Context, tx copier, rows []insertRow) ([]
 // copyInTx writes the jobs with COPY inside transaction tx, at its timestamp.
 func (s *Store) copyInTx(ctx context.Context, tx copier, rows []insertRow) ([]*store.Job, error) {
 	var now time.Time
-	if err := tx.QueryRow(ctx, s.q.now).Scan(&now); err != nil {
+	b := &pgx.Batch{}
+	b.Queue(s.q.now).QueryRow(func(row pgx.Row) error { return row.Scan(&now) })
+	s.queueHolds(b, rows)
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return nil, err
 	}
 	if err := s.copyRows(ctx, tx, rows, now); err != nil {
@@ -637,6 +645,37 @@ func (s *Store) notifyAll(ctx context.Context, tx copier, notes []string) error 
 		}
 	}
 	return nil
+}
+
+// queueHolds queues on b, when rows carry rate keys, the read of the keys a limit bounds, and marks
+// their rows held for COPY (see heldAtInsert). Queued after the batch's own limits are written, it
+// sees them; without rate keys it queues nothing.
+func (s *Store) queueHolds(b *pgx.Batch, rows []insertRow) {
+	seen := map[string]bool{}
+	var keys []string
+	for i := range rows {
+		if k := rows[i].p.RateKey; k != "" && !seen[k] {
+			seen[k] = true
+			keys = append(keys, k)
+		}
+	}
+	if len(keys) == 0 {
+		return
+	}
+	b.Queue(s.q.boundKeys, keys).QueryRow(func(row pgx.Row) error {
+		var bound []string
+		if err := row.Scan(&bound); err != nil {
+			return err
+		}
+		clear(seen)
+		for _, k := range bound {
+			seen[k] = true
+		}
+		for i := range rows {
+			rows[i].held = rows[i].p.RateKey != "" && seen[rows[i].p.RateKey]
+		}
+		return nil
+	})
 }
 
 // copyRows COPYs the rows into the jobs table. Rows take the transaction's timestamp now as
@@ -683,6 +722,7 @@ var copyDefault = [...]func(r *insertRow) bool{
 	19: func(r *insertRow) bool { return r.p.UniqueKey == "" },
 	20: func(r *insertRow) bool { return !r.uniqueUntil().Valid },
 	21: func(r *insertRow) bool { return r.p.RunOn == "" },
+	22: func(r *insertRow) bool { return !r.held },
 }
 
 // allRows reports whether f holds for every row.
@@ -739,6 +779,10 @@ func (c *copySource) Values() ([]any, error) {
 	v[13], v[14], v[15] = nullTime(p.ExpiresAt), nullText(p.UniqueKey), nullText(p.Tenant)
 	v[16], v[17], v[18] = nullText(p.RateKey), nullText(p.WorkflowID), r.parentIDs
 	v[19], v[20], v[21] = r.featureArgs()
+	v[22] = nil
+	if r.held {
+		v[22] = true
+	}
 	for k, col := range c.cols {
 		c.out[k] = v[col]
 	}

@@ -90,13 +90,7 @@ func TestInsertBatchColumns(t *testing.T) {
 		for _, shape := range []string{"defaults", "shared", "differing"} {
 			t.Run(fmt.Sprintf("%s/%s", path.name, shape), func(t *testing.T) {
 				t.Parallel()
-				s := setup(t)
-				if path.noHandoff {
-					var err error
-					s, err = New(s.pool, Config{Schema: s.schema, NoHandoff: true})
-					require.NoError(t, err)
-					t.Cleanup(func() { require.NoError(t, s.Close()) })
-				}
+				s := setupHandoff(t, !path.noHandoff)
 				for _, fast := range []bool{false, true} {
 					batch := make([]*store.InsertParams, path.n)
 					for i := range batch {

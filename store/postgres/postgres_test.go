@@ -31,6 +31,19 @@ func setup(t testing.TB) *Store {
 	return newStore(t, testdb.Pool(t), testdb.Schema(t))
 }
 
+// setupHandoff is setup with the hand-off on or off (Config.NoHandoff).
+func setupHandoff(t testing.TB, on bool) *Store {
+	t.Helper()
+	s := setup(t)
+	if on {
+		return s
+	}
+	off, err := New(s.pool, Config{Schema: s.schema, NoHandoff: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, off.Close()) })
+	return off
+}
+
 // params returns insert params for one available job of kind "k" in queue.
 func params(queue string) *store.InsertParams {
 	return &store.InsertParams{

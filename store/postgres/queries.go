@@ -227,12 +227,31 @@ func unixMicros(cols ...string) string {
 	return strings.Join(out, ", ")
 }
 
+// boundingLimit is true for a rate_limits row l that bounds its key's jobs: claim_limited takes
+// the key's jobs through jobs_rate_claim_idx, up to the key's room.
+const boundingLimit = `(l.max_active > 0 OR (l.rate > 0 AND l.period_us > 0))`
+
+// heldAtInsert is the held column of a job inserted with rate key $16: true when a limit bounds
+// the key. Such a job is only ever claimed through jobs_rate_claim_idx, so it starts out of
+// jobs_claim_idx, where migration 034's claim would have held it the first time the key ran out of
+// room: a write per job saved. held is a hint, never a rule: a job held for a limit deleted since is
+// returned by the next limited claim (claim_limited step 1b); one inserted just before its key's
+// limit is held by the first claim that leaves the key without room. COPY writes the same value,
+// worked out in Go from sqlBoundKeys (see insertRow.held).
+const heldAtInsert = `CASE WHEN $16::text IS NOT NULL AND EXISTS (SELECT 1 FROM {schema}.rate_limits l
+		WHERE l.key = $16::text AND ` + boundingLimit + `) THEN true END`
+
+// heldAtInsertArrays is heldAtInsert for sqlInsertArrays' rows (u).
+const heldAtInsertArrays = `CASE WHEN coalesce(u.rate_key, $29::text) IS NOT NULL AND EXISTS (
+			SELECT 1 FROM {schema}.rate_limits l
+			WHERE l.key = coalesce(u.rate_key, $29::text) AND ` + boundingLimit + `) THEN true END`
+
 // jobValues are the columns and parameters of a job insert: $12 NULL means scheduled now.
 const jobValues = ` INTO {schema}.jobs (id, kind, queue, args, meta, priority, state,
 	max_attempts, tags, retry_policy, timeout_ms, scheduled_at, expires_at, unique_key, tenant,
-	rate_key, workflow_id, parent_ids, unique_states, unique_until, run_on)
+	rate_key, workflow_id, parent_ids, unique_states, unique_until, run_on, held)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, coalesce($12, now()), $13, $14, $15, $16,
-	$17, $18, $19, $20, $21)`
+	$17, $18, $19, $20, $21, ` + heldAtInsert + `)`
 
 const (
 	// sqlInsertJob inserts one job.
@@ -255,7 +274,7 @@ RETURNING created_at, scheduled_at`
 	// PostgreSQL reads, the ids and the columns that differ, not 15 arrays of every job.
 	sqlInsertArrays = `WITH ins AS (
 	INSERT INTO {schema}.jobs (id, kind, queue, args, meta, priority, state, max_attempts, tags,
-		retry_policy, timeout_ms, scheduled_at, expires_at, tenant, rate_key)
+		retry_policy, timeout_ms, scheduled_at, expires_at, tenant, rate_key, held)
 	SELECT id, coalesce(kind, $16::text), coalesce(queue, $17::text), coalesce(args, $18::jsonb),
 		coalesce(meta, $19::jsonb), coalesce(priority, $20::int), coalesce(state, $21::text),
 		coalesce(max_attempts, $22::int),
@@ -263,7 +282,7 @@ RETURNING created_at, scheduled_at`
 			ELSE ARRAY(SELECT jsonb_array_elements_text(coalesce(tags, $23::jsonb))) END,
 		coalesce(retry_policy, $24::jsonb), coalesce(timeout_ms, $25::bigint),
 		coalesce(scheduled_at, $26::timestamptz, now()), coalesce(expires_at, $27::timestamptz),
-		coalesce(tenant, $28::text), coalesce(rate_key, $29::text)
+		coalesce(tenant, $28::text), coalesce(rate_key, $29::text), ` + heldAtInsertArrays + `
 	FROM unnest($1::uuid[], $2::text[], $3::text[], $4::jsonb[], $5::jsonb[], $6::int[], $7::text[],
 		$8::int[], $9::jsonb[], $10::jsonb[], $11::bigint[], $12::timestamptz[], $13::timestamptz[],
 		$14::text[], $15::text[])
@@ -272,6 +291,11 @@ RETURNING created_at, scheduled_at`
 	RETURNING 1
 )
 SELECT now(), count(*) FROM ins`
+
+	// sqlBoundKeys lists which of the rate keys $1 a limit bounds: COPY holds their jobs (see
+	// heldAtInsert).
+	sqlBoundKeys = `SELECT coalesce(array_agg(l.key), '{}') FROM {schema}.rate_limits l
+	WHERE l.key = ANY ($1::text[]) AND ` + boundingLimit
 
 	// sqlUniqueHolder locks the job holding unique key $1, telling whether its period has run out.
 	sqlUniqueHolder = `SELECT unique_until IS NOT NULL AND unique_until <= now(), ` + jobCols + `
@@ -510,10 +534,11 @@ SELECT ` + jobColsC + ` FROM claimed c JOIN locked l ON l.id = c.id ORDER BY l.o
 ), ins AS (
 	INSERT INTO {schema}.jobs (id, kind, queue, args, meta, priority, state,
 		max_attempts, tags, retry_policy, timeout_ms, scheduled_at, expires_at, unique_key, tenant,
-		rate_key, workflow_id, parent_ids, unique_states, unique_until, run_on,
+		rate_key, workflow_id, parent_ids, unique_states, unique_until, run_on, held,
 		attempt, started_at, lease_expires_at, worker_id, claim_token)
 	SELECT $1, $2, $3, $4, $5, $6, CASE WHEN ad.id IS NULL THEN $7 ELSE 'active' END, $8, $9, $10, $11,
 		coalesce($12, now()), $13, $14, $15, $16, $17, $18, $19, $20, $21,
+		CASE WHEN ad.id IS NULL THEN ` + heldAtInsert + ` END,
 		CASE WHEN ad.id IS NULL THEN 0 ELSE 1 END, CASE WHEN ad.id IS NOT NULL THEN now() END,
 		now() + ad.lease_us * interval '1 microsecond', ad.worker_id,
 		CASE WHEN ad.id IS NOT NULL THEN gen_random_uuid() END
@@ -1238,11 +1263,11 @@ type queries struct {
 	claimAd, claimKindsAd, insertHanded, notifyUnlessHanded, withdrawWaiters, handedJob string
 	handoffPlan                                                                         string
 
-	insertJob, insertArrays, notify, now, claimPlan, claim, claimKinds, finish, heartbeat, rescue, promote string
-	discardExpired, nextDue, cleanup, getJob, listJobs, listJobsDesc, cancelJob, retryJob                  string
-	jobParents, lockParents, retryMember                                                                   string
-	activateJob, deleteJob, listQueues, setPaused, elect, resign                                           string
-	availableByPriority                                                                                    string
+	insertJob, insertArrays, boundKeys, notify, now, claimPlan, claim, claimKinds, finish, heartbeat, rescue, promote string
+	discardExpired, nextDue, cleanup, getJob, listJobs, listJobsDesc, cancelJob, retryJob                             string
+	jobParents, lockParents, retryMember                                                                              string
+	activateJob, deleteJob, listQueues, setPaused, elect, resign                                                      string
+	availableByPriority                                                                                               string
 
 	insertUnique, uniqueHolder, uniqueRelease, uniqueReplace, uniqueConflict, heldUniqueKeys string
 	claimLimitedPlan, claimLimited, listWorkflowJobs, listWorkflowJobsDesc                   string
@@ -1265,6 +1290,7 @@ func newQueries(r *strings.Replacer) *queries {
 	return &queries{
 		insertJob:           r.Replace(sqlInsertJob),
 		insertArrays:        r.Replace(sqlInsertArrays),
+		boundKeys:           r.Replace(sqlBoundKeys),
 		notify:              r.Replace(sqlNotify),
 		notifyMany:          r.Replace(sqlNotifyMany),
 		now:                 sqlNow,

@@ -91,6 +91,9 @@ func (s *Store) insertSpecial(ctx context.Context, db copier, rows []insertRow, 
 	b.Queue(bounds.begin)
 	b.Queue(s.q.now).QueryRow(func(row pgx.Row) error { return row.Scan(&now) })
 	queueLimits(b, s.q.upsertRateLimit, rows)
+	if copied {
+		s.queueHolds(b, rows)
+	}
 	if !copied {
 		for _, i := range plain {
 			r := &rows[i]
